@@ -1,0 +1,254 @@
+/*
+ * sluice.h: the public interface of libsluice, the trainer-side client of the
+ * Sluice data service.
+ *
+ * A trainer connects to a dispatcher, registers a dataset from its JSON spec,
+ * opens an iterator over a job and pulls batches of named tensors:
+ *
+ *     sl_client_t *c;
+ *     sl_client_open("127.0.0.1:5050", NULL, &c);
+ *     uint64_t ds;
+ *     sl_client_register_dataset(c, spec_json, strlen(spec_json), &ds);
+ *     sl_iterator_opts_t o;
+ *     sl_iterator_opts_init(&o);
+ *     o.sharding = SL_SHARDING_DYNAMIC;
+ *     sl_iterator_t *it;
+ *     sl_iterator_open(c, ds, &o, &it);
+ *     sl_batch_t *b;
+ *     while (sl_iterator_next(it, &b) == 0) {
+ *         ... sl_batch_tensor(b, i) ...
+ *         sl_batch_release(b);
+ *     }
+ *     sl_iterator_close(it);
+ *     sl_client_close(c);
+ *
+ * Every function returns 0 on success or a negative code: -errno for system
+ * failures, SL_E* below for the service's own. sl_strerror() names the code;
+ * the handle's errmsg function gives the full message of the last failure.
+ *
+ * This header also fixes the vocabulary shared by all of Sluice (error codes,
+ * dtypes, sharding policies, job states): the daemons include it for that.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SL_BUILDING_LIBRARY)
+#define SL_EXPORT __attribute__((visibility("default")))
+#else
+#define SL_EXPORT
+#endif
+
+/* Errors of the service itself; system failures are -errno (> -4096). */
+#define SL_EPROTO    (-5001) /* the peer broke the wire protocol */
+#define SL_EVERSION  (-5002) /* the peer speaks another protocol version */
+#define SL_ETOOBIG   (-5003) /* a length exceeds its configured limit */
+#define SL_ESPEC     (-5004) /* the dataset spec is invalid */
+#define SL_ENOTFOUND (-5005) /* no such dataset, job, task or worker */
+#define SL_ECONFLICT (-5006) /* a named job exists with other parameters */
+#define SL_EREMOTE   (-5007) /* the peer reported an error of its own */
+#define SL_ECANCELLED (-5008) /* the job was cancelled or collected */
+#define SL_ECLOSED   (-5009) /* the connection was closed */
+#define SL_EINTERNAL (-5010) /* a bug: an invariant did not hold */
+#define SL_EDATA     (-5011) /* the pipeline failed on its data */
+#define SL_EINVAL    (-5012) /* an argument is out of its range */
+#define SL_EREFUSED  (-5013) /* the peer refused the request */
+
+/** Element dtypes, as numbered on the wire. */
+typedef enum sl_dtype {
+    SL_DTYPE_INVALID = 0,
+    SL_DTYPE_BOOL = 1,
+    SL_DTYPE_INT8 = 2,
+    SL_DTYPE_INT16 = 3,
+    SL_DTYPE_INT32 = 4,
+    SL_DTYPE_INT64 = 5,
+    SL_DTYPE_UINT8 = 6,
+    SL_DTYPE_UINT16 = 7,
+    SL_DTYPE_UINT32 = 8,
+    SL_DTYPE_UINT64 = 9,
+    SL_DTYPE_FLOAT16 = 10,
+    SL_DTYPE_BFLOAT16 = 11,
+    SL_DTYPE_FLOAT32 = 12,
+    SL_DTYPE_FLOAT64 = 13,
+    SL_DTYPE_BYTES = 14,
+    SL_DTYPE_COUNT_
+} sl_dtype_t;
+
+/** Sharding policies (see docs/sharding.md), as numbered on the wire. */
+typedef enum sl_sharding {
+    SL_SHARDING_OFF = 0,
+    SL_SHARDING_DYNAMIC = 1,
+    SL_SHARDING_FILE = 2,
+    SL_SHARDING_DATA = 3,
+    SL_SHARDING_FILE_OR_DATA = 4,
+    SL_SHARDING_HINT = 5,
+    SL_SHARDING_COUNT_
+} sl_sharding_t;
+
+/** Job states (see docs/architecture.md), as numbered on the wire. */
+typedef enum sl_job_state {
+    SL_JOB_RUNNING = 0,
+    SL_JOB_FINISHED = 1,
+    SL_JOB_CANCELLED = 2,
+    SL_JOB_FAILED = 3
+} sl_job_state_t;
+
+#define SL_MAX_RANK 8
+#define SL_MAX_NAME 64
+
+typedef struct sl_client sl_client_t;
+typedef struct sl_iterator sl_iterator_t;
+typedef struct sl_batch sl_batch_t;
+
+/**
+ * One tensor of a batch. Valid until sl_batch_release() of its batch.
+ * Dense: data holds shape[0] * ... * shape[rank-1] values of dtype,
+ * little-endian, row-major. Bytes (SL_DTYPE_BYTES): data holds n + 1 uint64
+ * offsets into the bytes that follow them, n = product of shape.
+ * Ragged (row_splits != NULL): shape[0] rows; row i holds the values
+ * [row_splits[i], row_splits[i+1]) of data.
+ */
+typedef struct sl_tensor {
+    const char *name;
+    sl_dtype_t dtype;
+    int rank;
+    int64_t shape[SL_MAX_RANK];
+    const void *data;
+    size_t size;               /* bytes at data */
+    const int64_t *row_splits; /* NULL unless ragged */
+    size_t num_row_splits;
+} sl_tensor_t;
+
+/** Client options. sl_client_opts_init() fills the defaults. */
+typedef struct sl_client_opts {
+    int connect_timeout_ms; /* connect + handshake, default 5000 */
+    int request_timeout_ms; /* a dispatcher request, default 10000 */
+} sl_client_opts_t;
+
+/** Iterator options. sl_iterator_opts_init() fills the defaults. */
+typedef struct sl_iterator_opts {
+    sl_sharding_t sharding;     /* default SL_SHARDING_OFF */
+    const char *job_name;       /* NULL: an anonymous job of its own */
+    int max_outstanding;        /* batch requests in flight and buffered, default 8 */
+    int per_worker_outstanding; /* requests in flight to one worker, default 2 */
+    int connect_timeout_ms;     /* to a worker, default 5000 */
+    int timeout_ms;             /* longest wait for the dispatcher or a worker
+                                   that does not answer, default 30000 */
+    size_t max_batch_bytes;     /* largest batch accepted, default 256 MiB */
+} sl_iterator_opts_t;
+
+/** @return a static description of an error code (negative) */
+SL_EXPORT const char *sl_strerror(int err);
+
+/** @return the name of a dtype ("int64"), or "invalid" */
+SL_EXPORT const char *sl_dtype_name(sl_dtype_t dtype);
+
+/** @return the size in bytes of one value of a fixed-width dtype, 0 for bytes */
+SL_EXPORT size_t sl_dtype_size(sl_dtype_t dtype);
+
+/** @return the policy's name ("dynamic"), or NULL when out of range */
+SL_EXPORT const char *sl_sharding_name(sl_sharding_t sharding);
+
+/**
+ * Parses a policy name as sluice-cat's --sharding takes it.
+ * @param[in] name "off", "dynamic", "file", "data", "file_or_data" or "hint"
+ * @param[out] out the policy
+ * @return 0, or SL_EINVAL for an unknown name
+ */
+SL_EXPORT int sl_sharding_parse(const char *name, sl_sharding_t *out);
+
+SL_EXPORT void sl_client_opts_init(sl_client_opts_t *opts);
+
+/**
+ * Creates a client of the dispatcher at address and checks that it answers.
+ * @param[in] address "host:port" of the dispatcher
+ * @param[in] opts NULL for the defaults
+ * @param[out] out the client, freed by sl_client_close(); on failure a client
+ *             is still returned (unless out of memory) so that
+ *             sl_client_errmsg() can say why, and must be closed too
+ * @return 0, -ECONNREFUSED, -ETIMEDOUT, SL_EVERSION, SL_EPROTO, -ENOMEM
+ */
+SL_EXPORT int sl_client_open(const char *address, const sl_client_opts_t *opts, sl_client_t **out);
+
+/** Closes the client and frees it. Its iterators must be closed first. */
+SL_EXPORT void sl_client_close(sl_client_t *client);
+
+/** @return the message of the client's last failure, valid until the next call on it */
+SL_EXPORT const char *sl_client_errmsg(const sl_client_t *client);
+
+/**
+ * Registers a dataset, or finds the one with the same canonical spec.
+ * @param[in] spec_json the spec, docs/dataset-spec.md; len bytes
+ * @param[out] dataset_id the dataset's id
+ * @return 0, SL_ESPEC (sl_client_errmsg names the offending field), or a
+ *         transport error
+ */
+SL_EXPORT int sl_client_register_dataset(sl_client_t *client, const char *spec_json, size_t len,
+                                         uint64_t *dataset_id);
+
+SL_EXPORT void sl_iterator_opts_init(sl_iterator_opts_t *opts);
+
+/**
+ * Opens an iterator over a job of dataset_id: joins the named job, or
+ * creates an anonymous one.
+ * @param[in] opts NULL for the defaults; copied, job_name too
+ * @param[out] out the iterator, freed by sl_iterator_close(); on failure an
+ *             iterator is still returned (unless out of memory) so that
+ *             sl_iterator_errmsg() can say why, and must be closed too
+ * @return 0, SL_ECONFLICT (a job of that name has other parameters),
+ *         SL_ENOTFOUND, SL_EINVAL, or a transport error
+ */
+SL_EXPORT int sl_iterator_open(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
+                               sl_iterator_t **out);
+
+/**
+ * Waits for the next batch.
+ * @param[out] out the batch, owned by the caller until sl_batch_release()
+ * @return 0 with a batch; 1 at the end of the job (every task done); or an
+ *         error: -ETIMEDOUT, SL_ECANCELLED, SL_EDATA, SL_ECLOSED, ... with
+ *         sl_iterator_errmsg() saying which peer and why. After an error the
+ *         iterator can only be closed.
+ */
+SL_EXPORT int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out);
+
+/** @return the message of the iterator's last failure */
+SL_EXPORT const char *sl_iterator_errmsg(const sl_iterator_t *it);
+
+/** @return the job's id */
+SL_EXPORT uint64_t sl_iterator_job_id(const sl_iterator_t *it);
+
+/** Stops the iterator's requests, leaves the job and frees the iterator.
+ *  Batches not yet released stay valid until released. */
+SL_EXPORT void sl_iterator_close(sl_iterator_t *it);
+
+/** @return the number of elements in the batch (its first dimension when batched) */
+SL_EXPORT uint64_t sl_batch_num_elements(const sl_batch_t *b);
+
+/** @return the number of tensors (components) of the batch */
+SL_EXPORT int sl_batch_num_tensors(const sl_batch_t *b);
+
+/** @return tensor i, valid until sl_batch_release(); NULL when out of range */
+SL_EXPORT const sl_tensor_t *sl_batch_tensor(const sl_batch_t *b, int i);
+
+/** @return the tensor named name, or NULL */
+SL_EXPORT const sl_tensor_t *sl_batch_find(const sl_batch_t *b, const char *name);
+
+/** @return the bytes of the batch's tensors on the wire */
+SL_EXPORT size_t sl_batch_size(const sl_batch_t *b);
+
+/** @return the id of the worker task the batch came from */
+SL_EXPORT uint64_t sl_batch_task_id(const sl_batch_t *b);
+
+/** Frees the batch and every tensor in it. */
+SL_EXPORT void sl_batch_release(sl_batch_t *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

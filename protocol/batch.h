@@ -1,0 +1,51 @@
+/*
+ * batch.h: a finished batch as the worker holds it and the wire carries it:
+ * one contiguous buffer of tensor bytes and a table of components that
+ * point into it. The worker sends data straight from this buffer.
+ */
+#ifndef SL_BATCH_H
+#define SL_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+#define SL_MAX_COMPONENTS 32
+
+/* Bytes of a component inside sl_wire_batch_t.data. A bytes (string) tensor
+ * of n values is laid out as n + 1 little-endian uint64 offsets, relative to
+ * the end of the offsets, followed by the concatenated values. A ragged
+ * component also has rows + 1 int64 row splits at splits_offset. */
+typedef struct sl_component {
+    char name[SL_MAX_NAME];
+    sl_dtype_t dtype;
+    int rank;
+    int64_t shape[SL_MAX_RANK];
+    uint64_t offset;
+    uint64_t length;
+    bool ragged;
+    uint64_t splits_offset;
+    uint64_t splits_length;
+} sl_component_t;
+
+typedef struct sl_wire_batch {
+    uint64_t num_elements;
+    int num_components;
+    sl_component_t components[SL_MAX_COMPONENTS];
+    uint8_t *data; /* owned, malloc'd; freed by sl_wire_batch_free() */
+    size_t size;
+} sl_wire_batch_t;
+
+/** Frees the batch's data and the batch itself (allocated with malloc). NULL is ignored. */
+void sl_wire_batch_free(sl_wire_batch_t *b);
+
+/**
+ * Checks that every component lies inside [0, size) and that its length
+ * matches its dtype and shape (dense) or its offsets (bytes, ragged).
+ * @return 0, or SL_EPROTO with a message naming the component in err
+ */
+int sl_wire_batch_validate(const sl_wire_batch_t *b, char *err, size_t errlen);
+
+#endif
