@@ -1,0 +1,441 @@
+/*
+ * conn.c: see conn.h. A connection lives in one of four states:
+ *
+ *   HANDSHAKE -> OPEN -> DRAINING (our error frame is being written) -> DEAD
+ *   HANDSHAKE ----------------------------------------------------->  DEAD
+ *   OPEN ------------------------------------------------------------> DEAD
+ *
+ * DEAD connections are freed as soon as no callback of theirs is on the
+ * stack, so a callback may close its own connection.
+ */
+#include "conn.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+
+#include "net.h"
+
+/* How long an accepted peer may take to send its handshake, and how long we
+ * wait for our last error frame to be written before closing anyway. */
+#define HANDSHAKE_TIMEOUT_MS 10000
+#define DRAIN_TIMEOUT_MS 2000
+
+enum conn_state { CONN_HANDSHAKE, CONN_OPEN, CONN_DRAINING, CONN_DEAD };
+
+struct sl_conn {
+    struct bufferevent *bev;
+    enum conn_state state;
+    bool outgoing;
+    sl_role_t self;
+    sl_role_t peer;
+    sl_role_t expect;      /* outgoing: the role the peer must have */
+    unsigned accept_roles; /* incoming: the roles we accept */
+    sl_limits_t limits;
+    sl_conn_cbs_t cbs;
+    void *arg;
+    int depth;          /* callbacks of ours on the stack */
+    bool free_pending;  /* DEAD while depth > 0: free when it drops to 0 */
+    int fail_code;      /* DRAINING: the code on_close will get */
+    char fail_why[512]; /* DRAINING: the reason on_close will get */
+    char peer_addr[80];
+};
+
+static const char *state_names[] = {"HANDSHAKE", "OPEN", "DRAINING", "DEAD"};
+
+static void set_state(sl_conn_t *c, enum conn_state next)
+{
+    /* Connections only move forward; DEAD is final. */
+    assert(next > c->state || (next == CONN_DEAD && c->state != CONN_DEAD));
+    (void)state_names;
+    c->state = next;
+}
+
+static void conn_free(sl_conn_t *c)
+{
+    if (c->bev)
+        bufferevent_free(c->bev);
+    free(c);
+}
+
+static void leave(sl_conn_t *c)
+{
+    if (--c->depth == 0 && c->free_pending)
+        conn_free(c);
+}
+
+/* Marks the connection dead, tells the owner (notify) and frees it once no
+ * callback of ours is running. */
+static void conn_die(sl_conn_t *c, bool notify, int err, const char *why)
+{
+    if (c->state == CONN_DEAD)
+        return;
+    set_state(c, CONN_DEAD);
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    c->depth++;
+    if (notify && c->cbs.on_close)
+        c->cbs.on_close(c, err, why, c->arg);
+    c->free_pending = true;
+    leave(c);
+}
+
+static void set_timeout(sl_conn_t *c, int ms)
+{
+    if (ms <= 0) {
+        bufferevent_set_timeouts(c->bev, NULL, NULL);
+        return;
+    }
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    bufferevent_set_timeouts(c->bev, &tv, &tv);
+}
+
+static int send_error_frame(sl_conn_t *c, uint32_t request_id, int code, const char *msg)
+{
+    sluice_Error e = sluice_Error_init_zero;
+    e.code = code;
+    snprintf(e.message, sizeof e.message, "%s", msg);
+    return sl_conn_send(c, SL_MSG_ERROR, request_id, &e, NULL, 0, NULL, NULL);
+}
+
+/* Our side found the peer at fault: say why in an error frame, stop reading
+ * and close once the frame is out (or DRAIN_TIMEOUT_MS passed). */
+static void conn_fail(sl_conn_t *c, int code, const char *why)
+{
+    if (c->state == CONN_DEAD || c->state == CONN_DRAINING)
+        return;
+    send_error_frame(c, 0, code, why);
+    c->fail_code = code;
+    snprintf(c->fail_why, sizeof c->fail_why, "%s", why);
+    set_state(c, CONN_DRAINING);
+    bufferevent_disable(c->bev, EV_READ);
+    set_timeout(c, DRAIN_TIMEOUT_MS);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        conn_die(c, true, code, c->fail_why);
+}
+
+static void on_handshake(sl_conn_t *c, const uint8_t *hs)
+{
+    char err[256];
+    sl_role_t role;
+    int rc = sl_handshake_decode(hs, &role, err, sizeof err);
+    if (rc < 0) {
+        conn_fail(c, rc, err);
+        return;
+    }
+    if (c->outgoing && role != c->expect) {
+        snprintf(err, sizeof err, "handshake: %s is a %s, expected a %s", c->peer_addr, sl_role_name(role),
+                 sl_role_name(c->expect));
+        conn_fail(c, SL_EPROTO, err);
+        return;
+    }
+    if (!c->outgoing && !(c->accept_roles & (1u << role))) {
+        snprintf(err, sizeof err, "handshake: a %s does not serve %ss", sl_role_name(c->self), sl_role_name(role));
+        conn_fail(c, SL_EPROTO, err);
+        return;
+    }
+    c->peer = role;
+    if (!c->outgoing) {
+        uint8_t out[SL_HANDSHAKE_LEN];
+        sl_handshake_encode(out, c->self);
+        bufferevent_write(c->bev, out, sizeof out);
+    }
+    set_state(c, CONN_OPEN);
+    set_timeout(c, 0);
+    if (c->outgoing && c->cbs.on_ready)
+        c->cbs.on_ready(c, c->arg);
+}
+
+/* Takes one frame off the input if a whole one is there. @return true to go on */
+static bool read_frame(sl_conn_t *c, struct evbuffer *in)
+{
+    size_t avail = evbuffer_get_length(in);
+    if (avail < SL_FRAME_HEADER_LEN)
+        return false;
+    uint8_t h[SL_FRAME_HEADER_LEN];
+    evbuffer_copyout(in, h, sizeof h);
+    sl_frame_hdr_t hdr;
+    char err[256];
+    int rc = sl_frame_hdr_decode(h, &c->limits, &hdr, err, sizeof err);
+    if (rc < 0) {
+        conn_fail(c, rc, err);
+        return false;
+    }
+    size_t head = SL_FRAME_HEADER_LEN + (size_t)hdr.msg_len;
+    if (avail < head + hdr.payload_len) {
+        /* Wake us only when the whole frame is in. */
+        bufferevent_setwatermark(c->bev, EV_READ, head + hdr.payload_len, 0);
+        return false;
+    }
+    bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+    void *msg = calloc(1, sl_msg_size(hdr.type));
+    if (!msg) {
+        conn_fail(c, -ENOMEM, "out of memory decoding a frame");
+        return false;
+    }
+    const uint8_t *m = evbuffer_pullup(in, (ssize_t)head);
+    rc = sl_msg_decode(hdr.type, m + SL_FRAME_HEADER_LEN, hdr.msg_len, msg, err, sizeof err);
+    if (rc < 0) {
+        free(msg);
+        conn_fail(c, rc, err);
+        return false;
+    }
+    evbuffer_drain(in, head);
+    uint8_t *payload = NULL;
+    if (hdr.payload_len) {
+        payload = malloc(hdr.payload_len);
+        if (!payload) {
+            free(msg);
+            conn_fail(c, -ENOMEM, "out of memory for a frame payload");
+            return false;
+        }
+        evbuffer_remove(in, payload, hdr.payload_len);
+    }
+    if (hdr.type == SL_MSG_ERROR && hdr.request_id == 0) {
+        /* The peer gives up on the connection and says why. */
+        const sluice_Error *e = msg;
+        char why[1100];
+        snprintf(why, sizeof why, "%s closed the connection: %s", c->peer_addr, e->message);
+        int code = e->code < 0 ? e->code : SL_EREMOTE;
+        free(msg);
+        free(payload);
+        conn_die(c, true, code, why);
+        return false;
+    }
+    c->cbs.on_frame(c, &hdr, msg, payload, c->arg);
+    free(msg);
+    return true;
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    sl_conn_t *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    c->depth++;
+    for (;;) {
+        if (c->state == CONN_HANDSHAKE) {
+            if (evbuffer_get_length(in) < SL_HANDSHAKE_LEN)
+                break;
+            uint8_t hs[SL_HANDSHAKE_LEN];
+            evbuffer_remove(in, hs, sizeof hs);
+            on_handshake(c, hs);
+        } else if (c->state != CONN_OPEN || !read_frame(c, in)) {
+            break;
+        }
+    }
+    leave(c);
+}
+
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)bev;
+    if (c->state == CONN_DRAINING)
+        conn_die(c, true, c->fail_code, c->fail_why);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        uint8_t out[SL_HANDSHAKE_LEN];
+        sl_handshake_encode(out, c->self);
+        bufferevent_write(c->bev, out, sizeof out);
+        return;
+    }
+    char why[256];
+    int err;
+    if (c->state == CONN_DRAINING) {
+        err = c->fail_code;
+        snprintf(why, sizeof why, "%s", c->fail_why);
+    } else if (what & BEV_EVENT_TIMEOUT) {
+        err = -ETIMEDOUT;
+        snprintf(why, sizeof why, "%s: %s timed out", c->peer_addr,
+                 c->state == CONN_HANDSHAKE ? "connect and handshake" : "i/o");
+    } else if (what & BEV_EVENT_EOF) {
+        err = SL_ECLOSED;
+        snprintf(why, sizeof why, "%s closed the connection%s", c->peer_addr,
+                 c->state == CONN_HANDSHAKE ? " during the handshake" : "");
+    } else {
+        int e = EVUTIL_SOCKET_ERROR();
+        err = e ? -e : SL_ECLOSED;
+        snprintf(why, sizeof why, "%s: %s", c->peer_addr, e ? strerror(e) : "connection error");
+    }
+    conn_die(c, true, err, why);
+}
+
+static sl_conn_t *conn_new(struct event_base *base, int fd, sl_role_t self, const sl_limits_t *limits,
+                           const sl_conn_cbs_t *cbs, void *arg)
+{
+    sl_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) {
+        free(c);
+        return NULL;
+    }
+    c->self = self;
+    c->limits = *limits;
+    c->cbs = *cbs;
+    c->arg = arg;
+    bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
+    return c;
+}
+
+sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_role_t self, unsigned accept_roles,
+                          const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg)
+{
+    evutil_make_socket_nonblocking(fd);
+    sl_conn_t *c = conn_new(base, fd, self, limits, cbs, arg);
+    if (!c) {
+        close(fd);
+        return NULL;
+    }
+    c->accept_roles = accept_roles;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN] = "?";
+    uint16_t port = 0;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+    }
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s:%u", host, port);
+    set_timeout(c, HANDSHAKE_TIMEOUT_MS);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self, sl_role_t expect,
+                    const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
+                    sl_conn_t **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int rc = sl_addr_resolve(address, &ss, &sslen, err, errlen);
+    if (rc < 0)
+        return rc;
+    sl_conn_t *c = conn_new(base, -1, self, limits, cbs, arg);
+    if (!c) {
+        snprintf(err, errlen, "out of memory connecting to %s", address);
+        return -ENOMEM;
+    }
+    c->outgoing = true;
+    c->expect = expect;
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s", address);
+    set_timeout(c, timeout_ms);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&ss, (int)sslen) < 0) {
+        int e = EVUTIL_SOCKET_ERROR();
+        snprintf(err, errlen, "cannot connect to %s: %s", address, strerror(e ? e : ECONNREFUSED));
+        conn_free(c);
+        return e ? -e : -ECONNREFUSED;
+    }
+    /* A non-blocking connect fails later through event_cb. */
+    *out = c;
+    return 0;
+}
+
+int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
+                 size_t payload_len, sl_conn_free_fn free_fn, void *extra)
+{
+    /* Large enough for any message within the bounds of sluice.options. */
+    static _Thread_local uint8_t buf[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
+    int rc = 0;
+    if (c->state == CONN_DEAD || (c->state == CONN_DRAINING && type != SL_MSG_ERROR)) {
+        rc = SL_ECLOSED;
+        goto fail;
+    }
+    if (payload_len > UINT32_MAX) {
+        rc = SL_ETOOBIG;
+        goto fail;
+    }
+    size_t len;
+    rc = sl_frame_encode(type, request_id, msg, (uint32_t)payload_len, buf, sizeof buf, &len);
+    if (rc < 0)
+        goto fail;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_add(out, buf, len) < 0) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (payload_len == 0) {
+        if (free_fn)
+            free_fn(payload, 0, extra);
+        return 0;
+    }
+    if (free_fn)
+        return evbuffer_add_reference(out, payload, payload_len, free_fn, extra) < 0 ? -ENOMEM : 0;
+    return evbuffer_add(out, payload, payload_len) < 0 ? -ENOMEM : 0;
+fail:
+    if (free_fn)
+        free_fn(payload, payload_len, extra);
+    return rc;
+}
+
+int sl_conn_send_error(sl_conn_t *c, uint32_t request_id, int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return send_error_frame(c, request_id, code, msg);
+}
+
+void sl_conn_fail(sl_conn_t *c, int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->depth++;
+    conn_fail(c, code, msg);
+    leave(c);
+}
+
+void sl_conn_close(sl_conn_t *c)
+{
+    if (!c)
+        return;
+    c->depth++;
+    conn_die(c, false, 0, NULL);
+    leave(c);
+}
+
+size_t sl_conn_pending(const sl_conn_t *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+sl_role_t sl_conn_peer_role(const sl_conn_t *c)
+{
+    return c->peer;
+}
+
+const char *sl_conn_peer(const sl_conn_t *c)
+{
+    return c->peer_addr;
+}
+
+void sl_conn_set_arg(sl_conn_t *c, void *arg)
+{
+    c->arg = arg;
+}

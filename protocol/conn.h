@@ -1,0 +1,90 @@
+/*
+ * conn.h: one protocol connection on a libevent loop. It does the handshake,
+ * cuts the byte stream into frames with every length checked against
+ * sl_limits_t, decodes messages, and sends frames whose payload goes out
+ * straight from the caller's buffer (evbuffer references, no copy).
+ *
+ * A protocol violation by the peer (unknown type, bad length, bad message,
+ * wrong version or role) is answered with an error frame, after which the
+ * connection closes. sl_conn_close() is the one function that tears a
+ * connection down; it may be called from inside any callback.
+ */
+#ifndef SL_CONN_H
+#define SL_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "frame.h"
+
+typedef struct sl_conn sl_conn_t;
+
+typedef struct sl_conn_cbs {
+    /* The handshake is done; the connection can send. May be NULL. */
+    void (*on_ready)(sl_conn_t *c, void *arg);
+    /* A frame arrived. msg (the decoded message) is valid during the call;
+     * payload (payload_len bytes, NULL when empty) is malloc'd and owned by
+     * the callee, who must free it. */
+    void (*on_frame)(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg);
+    /* The connection failed or the peer closed it: err is a negative code,
+     * why says what happened. The connection is freed after the call
+     * returns. Not called for sl_conn_close(). */
+    void (*on_close)(sl_conn_t *c, int err, const char *why, void *arg);
+} sl_conn_cbs_t;
+
+/**
+ * Takes over an accepted socket; the peer speaks first.
+ * @param[in] accept_roles bit (1 << role) for each peer role to accept
+ * @return the connection, or NULL (fd closed) when out of memory
+ */
+sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_role_t self, unsigned accept_roles,
+                          const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg);
+
+/**
+ * Connects to a peer of role expect at address ("host:port"). on_ready fires
+ * once the handshake is done; on_close if that does not happen within
+ * timeout_ms or the peer refuses.
+ * @param[out] out the connection
+ * @return 0, or SL_EINVAL / -EHOSTUNREACH / -ENOMEM with a message in err
+ */
+int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self, sl_role_t expect,
+                    const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
+                    sl_conn_t **out, char *err, size_t errlen);
+
+/** Payload release callback: called once the bytes are written or dropped. */
+typedef void (*sl_conn_free_fn)(const void *data, size_t len, void *extra);
+
+/**
+ * Queues a frame: the message msg of type, then payload_len bytes at
+ * payload. With free_fn, payload is referenced, not copied, and free_fn(payload,
+ * payload_len, extra) runs when it is no longer needed (also on failure);
+ * without, it is copied.
+ * @return 0, SL_ETOOBIG, SL_ECLOSED, -ENOMEM
+ */
+int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
+                 size_t payload_len, sl_conn_free_fn free_fn, void *extra);
+
+/** Sends an error frame answering request_id (0: the connection). */
+int sl_conn_send_error(sl_conn_t *c, uint32_t request_id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/** Sends an error frame, then closes once it is written; on_close runs with code. */
+void sl_conn_fail(sl_conn_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/** Closes the connection now and frees it; on_close is not called. */
+void sl_conn_close(sl_conn_t *c);
+
+/** @return bytes queued for sending and not yet written */
+size_t sl_conn_pending(const sl_conn_t *c);
+
+/** @return the peer's role (after the handshake) */
+sl_role_t sl_conn_peer_role(const sl_conn_t *c);
+
+/** @return the peer's address "host:port", valid while the connection is */
+const char *sl_conn_peer(const sl_conn_t *c);
+
+void sl_conn_set_arg(sl_conn_t *c, void *arg);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * frame.h: the frame codec of the Sluice wire protocol (docs/protocol.md).
+ *
+ * A connection opens with a handshake of SL_HANDSHAKE_LEN bytes each way:
+ * magic "SLUC", protocol version (u16) and role (u16), big-endian. Then
+ * frames: a header of SL_FRAME_HEADER_LEN bytes, a nanopb message of
+ * msg_len bytes, and payload_len raw bytes (batch tensors, dataset specs).
+ *
+ * Header, big-endian: type u16 | flags u16 | request_id u32 | msg_len u32 |
+ * payload_len u32. Every length is checked against sl_limits_t before a
+ * byte is allocated for it.
+ */
+#ifndef SL_FRAME_H
+#define SL_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pb.h>
+
+#include "sluice.h"
+#include "sluice.pb.h"
+
+#define SL_PROTOCOL_VERSION 1
+#define SL_HANDSHAKE_LEN 8
+#define SL_FRAME_HEADER_LEN 16
+/* No message of sluice.proto encodes larger than this with the bounds of
+ * sluice.options; larger msg_len is a protocol violation. */
+#define SL_MAX_MESSAGE_LEN (128 * 1024)
+#define SL_DEFAULT_MAX_PAYLOAD (256u * 1024 * 1024)
+
+typedef enum sl_role {
+    SL_ROLE_CLIENT = 1,     /* a trainer's libsluice */
+    SL_ROLE_WORKER = 2,     /* sluice-workerd */
+    SL_ROLE_DISPATCHER = 3, /* sluice-dispatcher */
+} sl_role_t;
+
+/* Frame types. A request's response has the request's id; SL_MSG_ERROR may
+ * answer any request, or arrive with id 0 before the peer closes. */
+typedef enum sl_msg_type {
+    SL_MSG_ERROR = 1,
+    SL_MSG_WORKER_REGISTER_REQ,
+    SL_MSG_WORKER_REGISTER_RESP,
+    SL_MSG_WORKER_HEARTBEAT_REQ,
+    SL_MSG_WORKER_HEARTBEAT_RESP,
+    SL_MSG_GET_DATASET_REQ,
+    SL_MSG_GET_DATASET_RESP,
+    SL_MSG_GET_SPLIT_REQ,
+    SL_MSG_GET_SPLIT_RESP,
+    SL_MSG_REGISTER_DATASET_REQ,
+    SL_MSG_REGISTER_DATASET_RESP,
+    SL_MSG_GET_OR_CREATE_JOB_REQ,
+    SL_MSG_GET_OR_CREATE_JOB_RESP,
+    SL_MSG_CLIENT_HEARTBEAT_REQ,
+    SL_MSG_CLIENT_HEARTBEAT_RESP,
+    SL_MSG_RELEASE_CLIENT_REQ,
+    SL_MSG_RELEASE_CLIENT_RESP,
+    SL_MSG_GET_ELEMENT_REQ,
+    SL_MSG_GET_ELEMENT_RESP,
+    SL_MSG_COUNT_
+} sl_msg_type_t;
+
+typedef struct sl_limits {
+    uint32_t max_payload; /* largest payload accepted from the peer */
+} sl_limits_t;
+
+typedef struct sl_frame_hdr {
+    uint16_t type;
+    uint16_t flags;
+    uint32_t request_id;
+    uint32_t msg_len;
+    uint32_t payload_len;
+} sl_frame_hdr_t;
+
+/** A decoded frame; see sl_frame_decode(). */
+typedef struct sl_frame {
+    sl_frame_hdr_t hdr;
+    void *msg;              /* the decoded message, malloc'd; freed by sl_frame_clear() */
+    const uint8_t *payload; /* points into the decoder's input; valid while it is */
+} sl_frame_t;
+
+/** @return the nanopb descriptor of a frame type, NULL if unknown */
+const pb_msgdesc_t *sl_msg_desc(unsigned type);
+
+/** @return the size of the C struct of a frame type's message, 0 if unknown */
+size_t sl_msg_size(unsigned type);
+
+/** @return a frame type's name for messages ("GET_ELEMENT_REQ"), "unknown" if unknown */
+const char *sl_msg_name(unsigned type);
+
+/** @return a role's name ("worker"), "unknown" if unknown */
+const char *sl_role_name(unsigned role);
+
+/** Writes our handshake for role into out. */
+void sl_handshake_encode(uint8_t out[SL_HANDSHAKE_LEN], sl_role_t role);
+
+/**
+ * Checks a peer's handshake.
+ * @param[out] role the peer's role
+ * @return 0, SL_EPROTO (bad magic or role) or SL_EVERSION, with a message in err
+ */
+int sl_handshake_decode(const uint8_t in[SL_HANDSHAKE_LEN], sl_role_t *role, char *err, size_t errlen);
+
+void sl_frame_hdr_encode(const sl_frame_hdr_t *hdr, uint8_t out[SL_FRAME_HEADER_LEN]);
+
+/**
+ * Decodes and checks a header: known type, no flags, msg_len within
+ * SL_MAX_MESSAGE_LEN, payload_len within limits->max_payload.
+ * @return 0, SL_EPROTO or SL_ETOOBIG, with a message in err
+ */
+int sl_frame_hdr_decode(const uint8_t in[SL_FRAME_HEADER_LEN], const sl_limits_t *limits,
+                        sl_frame_hdr_t *hdr, char *err, size_t errlen);
+
+/**
+ * Encodes a message of type into buf.
+ * @param[out] len the encoded length
+ * @return 0, SL_ETOOBIG when it does not fit in cap, SL_EINVAL for an unknown type
+ */
+int sl_msg_encode(unsigned type, const void *msg, uint8_t *buf, size_t cap, size_t *len);
+
+/**
+ * Decodes a message of type from buf into msg (a zeroed struct of
+ * sl_msg_size(type) bytes). Strings are NUL-terminated by nanopb.
+ * @return 0, or SL_EPROTO with a message in err
+ */
+int sl_msg_decode(unsigned type, const uint8_t *buf, size_t len, void *msg, char *err, size_t errlen);
+
+/**
+ * Decodes one whole frame from the start of a byte stream.
+ * @param[out] frame on 1, the frame; its msg is malloc'd (release it with
+ *             sl_frame_clear()), its payload points into buf
+ * @param[out] consumed bytes of buf the frame takes, on 1
+ * @return 1 with a frame, 0 when buf holds only part of one, or SL_EPROTO /
+ *         SL_ETOOBIG / -ENOMEM with a message in err
+ */
+int sl_frame_decode(const uint8_t *buf, size_t len, const sl_limits_t *limits, sl_frame_t *frame,
+                    size_t *consumed, char *err, size_t errlen);
+
+/** Frees a decoded frame's message. */
+void sl_frame_clear(sl_frame_t *frame);
+
+/**
+ * Encodes a whole frame (header and message, not the payload) into buf.
+ * @param[out] len bytes written
+ * @return 0, SL_ETOOBIG, SL_EINVAL
+ */
+int sl_frame_encode(unsigned type, uint32_t request_id, const void *msg, uint32_t payload_len,
+                    uint8_t *buf, size_t cap, size_t *len);
+
+#endif

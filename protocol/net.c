@@ -1,0 +1,97 @@
+/* net.c: see net.h. */
+#include "net.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "sluice.h"
+
+int sl_addr_split(const char *hostport, char *host, size_t hostlen, uint16_t *port, char *err, size_t errlen)
+{
+    const char *colon = strrchr(hostport, ':');
+    const char *h = hostport;
+    size_t hl = colon ? (size_t)(colon - hostport) : 0;
+    if (!colon || hl == 0 || colon[1] == '\0')
+        goto bad;
+    if (h[0] == '[') {
+        if (hl < 2 || h[hl - 1] != ']')
+            goto bad;
+        h++;
+        hl -= 2;
+    }
+    if (hl >= hostlen)
+        goto bad;
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || *end || p < 0 || p > 65535)
+        goto bad;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+bad:
+    snprintf(err, errlen, "bad address \"%s\": expected host:port", hostport);
+    return SL_EINVAL;
+}
+
+int sl_addr_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sslen, char *err,
+                    size_t errlen)
+{
+    char host[256];
+    uint16_t port;
+    int rc = sl_addr_split(hostport, host, sizeof host, &port, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    char ports[8];
+    snprintf(ports, sizeof ports, "%u", port);
+    int gai = getaddrinfo(host, ports, &hints, &res);
+    if (gai != 0 || !res) {
+        snprintf(err, errlen, "cannot resolve \"%s\": %s", hostport, gai_strerror(gai));
+        return -EHOSTUNREACH;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sslen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int sl_listen_tcp(const char *host, uint16_t port, int *fd, uint16_t *bound_port, char *err, size_t errlen)
+{
+    char hp[300];
+    snprintf(hp, sizeof hp, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int rc = sl_addr_resolve(hp, &ss, &sslen, err, errlen);
+    if (rc < 0)
+        return rc;
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return rc;
+    }
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&ss, sslen) < 0 || listen(s, 512) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "cannot listen on %s: %s", hp, strerror(errno));
+        close(s);
+        return rc;
+    }
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    getsockname(s, (struct sockaddr *)&got, &gl);
+    *bound_port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                  : ((struct sockaddr_in *)&got)->sin_port);
+    *fd = s;
+    return 0;
+}
