@@ -1,1 +1,93 @@
-/* being written */
+/*
+ * client.c: sl_client_t, the trainer's handle on a dispatcher: one blocking
+ * RPC connection for registering datasets and joining jobs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "rpc.h"
+#include "sluice.h"
+
+void sl_client_opts_init(sl_client_opts_t *opts)
+{
+    *opts = (sl_client_opts_t){.connect_timeout_ms = 5000, .request_timeout_ms = 10000};
+}
+
+static const sl_limits_t client_limits = {.max_payload = 1024 * 1024};
+
+/* Connects (again) when the last call left no connection. */
+static int client_connect(sl_client_t *c)
+{
+    if (c->rpc)
+        return 0;
+    return sl_rpc_open(c->address, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &client_limits, c->opts.connect_timeout_ms,
+                       &c->rpc, c->err, sizeof c->err);
+}
+
+int sl__client_call(sl_client_t *c, unsigned type, const void *req, const void *payload, size_t len,
+                    unsigned resp_type, void *resp)
+{
+    int rc = client_connect(c);
+    if (rc < 0)
+        return rc;
+    rc = sl_rpc_call(c->rpc, type, req, payload, len, resp_type, resp, NULL, NULL, c->opts.request_timeout_ms,
+                     c->err, sizeof c->err);
+    if (rc == -ETIMEDOUT || rc == SL_ECLOSED || rc == SL_EPROTO) {
+        /* The next call starts on a fresh connection. */
+        sl_rpc_close(c->rpc);
+        c->rpc = NULL;
+    }
+    return rc;
+}
+
+int sl_client_open(const char *address, const sl_client_opts_t *opts, sl_client_t **out)
+{
+    sl_client_t *c = calloc(1, sizeof *c);
+    *out = c;
+    if (!c)
+        return -ENOMEM;
+    if (opts)
+        c->opts = *opts;
+    else
+        sl_client_opts_init(&c->opts);
+    snprintf(c->address, sizeof c->address, "%s", address ? address : "");
+    if (c->opts.connect_timeout_ms <= 0 || c->opts.request_timeout_ms <= 0) {
+        snprintf(c->err, sizeof c->err, "timeouts must be positive");
+        return SL_EINVAL;
+    }
+    return client_connect(c);
+}
+
+void sl_client_close(sl_client_t *c)
+{
+    if (!c)
+        return;
+    sl_rpc_close(c->rpc);
+    free(c);
+}
+
+const char *sl_client_errmsg(const sl_client_t *c)
+{
+    return c ? c->err : "out of memory";
+}
+
+int sl_client_register_dataset(sl_client_t *c, const char *spec_json, size_t len, uint64_t *dataset_id)
+{
+    sluice_RegisterDatasetRequest req = sluice_RegisterDatasetRequest_init_zero;
+    sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
+    if (len > client_limits.max_payload) {
+        snprintf(c->err, sizeof c->err, "dataset spec of %zu bytes exceeds the limit of %u", len,
+                 client_limits.max_payload);
+        return SL_ETOOBIG;
+    }
+    int rc = sl__client_call(c, SL_MSG_REGISTER_DATASET_REQ, &req, spec_json, len, SL_MSG_REGISTER_DATASET_RESP,
+                             &resp);
+    if (rc < 0)
+        return rc;
+    *dataset_id = resp.dataset_id;
+    return 0;
+}

@@ -1,1 +1,244 @@
-int main(void) { return 1; }
+/*
+ * main.c: sluice-dispatcher's command line, start-up and shutdown.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "admin.h"
+#include "cli.h"
+#include "log.h"
+#include "net.h"
+#include "server.h"
+#include "state.h"
+#include "workdir.h"
+
+static const char *program = "sluice-dispatcher";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s --port PORT --admin-port PORT --work-dir DIR [options]\n"
+            "  --port PORT              protocol port (0 picks a free one)\n"
+            "  --admin-port PORT        JSON admin endpoint port (0 picks a free one)\n"
+            "  --work-dir DIR           state directory (created if missing, locked)\n"
+            "  --bind HOST              protocol address to listen on (default 0.0.0.0)\n"
+            "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
+            "  --worker-addresses LIST  H:P,... workers of the static sharding policies\n"
+            "  --worker-timeout-ms N    a worker without heartbeat this long is lost (10000)\n"
+            "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
+            "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
+            "  --split-size N           elements per DYNAMIC split (1024)\n"
+            "  --log-level LEVEL        error, warn, info (default) or debug\n"
+            "  --config FILE.json       options as a JSON object; the command line wins\n",
+            program);
+}
+
+struct options {
+    int64_t port, admin_port;
+    const char *work_dir;
+    const char *bind;
+    const char *admin_bind;
+    const char *worker_addresses;
+    int log_level;
+    sl_dstate_config_t state;
+};
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_CLIENT_TO,
+           O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_CONFIG, O_HELP };
+    static const struct option longopts[] = {
+        {"port", required_argument, NULL, O_PORT},
+        {"admin-port", required_argument, NULL, O_ADMIN_PORT},
+        {"work-dir", required_argument, NULL, O_WORK_DIR},
+        {"bind", required_argument, NULL, O_BIND},
+        {"admin-bind", required_argument, NULL, O_ADMIN_BIND},
+        {"worker-addresses", required_argument, NULL, O_WORKERS},
+        {"worker-timeout-ms", required_argument, NULL, O_WORKER_TO},
+        {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
+        {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
+        {"split-size", required_argument, NULL, O_SPLIT},
+        {"log-level", required_argument, NULL, O_LOG_LEVEL},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    int64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_PORT:
+            if (sl_cli_int(program, "port", optarg, 0, 65535, &o->port) < 0)
+                return -1;
+            break;
+        case O_ADMIN_PORT:
+            if (sl_cli_int(program, "admin-port", optarg, 0, 65535, &o->admin_port) < 0)
+                return -1;
+            break;
+        case O_WORK_DIR: o->work_dir = optarg; break;
+        case O_BIND: o->bind = optarg; break;
+        case O_ADMIN_BIND: o->admin_bind = optarg; break;
+        case O_WORKERS: o->worker_addresses = optarg; break;
+        case O_WORKER_TO:
+            if (sl_cli_int(program, "worker-timeout-ms", optarg, 100, 86400000, &o->state.worker_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_CLIENT_TO:
+            if (sl_cli_int(program, "client-timeout-ms", optarg, 100, 86400000, &o->state.client_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_GC_TO:
+            if (sl_cli_int(program, "job-gc-timeout-ms", optarg, 0, 86400000, &o->state.job_gc_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_SPLIT:
+            if (sl_cli_int(program, "split-size", optarg, 1, INT64_C(1) << 40, &v) < 0)
+                return -1;
+            o->state.split_size = (uint64_t)v;
+            break;
+        case O_LOG_LEVEL:
+            if ((o->log_level = sl_log_level_parse(optarg)) < 0) {
+                fprintf(stderr, "%s: --log-level: \"%s\" is not error, warn, info or debug\n", program, optarg);
+                return -1;
+            }
+            break;
+        case O_CONFIG: break; /* read before parsing */
+        case O_HELP: usage(stdout); exit(SL_EXIT_OK);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, argv[optind]);
+        return -1;
+    }
+    if (o->port < 0 || o->admin_port < 0 || !o->work_dir) {
+        fprintf(stderr, "%s: --port, --admin-port and --work-dir are required\n", program);
+        usage(stderr);
+        return -1;
+    }
+    if (o->worker_addresses) {
+        /* Checked now so that a typo fails at start, not at the first job. */
+        char list[4096], host[256], err[300];
+        uint16_t p;
+        snprintf(list, sizeof list, "%s", o->worker_addresses);
+        for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+            if (sl_addr_split(a, host, sizeof host, &p, err, sizeof err) < 0) {
+                fprintf(stderr, "%s: --worker-addresses: %s\n", program, err);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* A --config file is read first so that the command line overrides it. */
+static int load_config(int argc, char **argv, int *out_argc, char ***out_argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *file = NULL;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            file = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            file = argv[i] + 9;
+        if (file)
+            return sl_cli_config_argv(program, file, argc, argv, out_argc, out_argv);
+    }
+    *out_argc = 0;
+    *out_argv = NULL;
+    return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    sl_log_info("signal %d: shutting down", (int)sig);
+    event_base_loopexit(arg, NULL);
+}
+
+static int healthz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    sl_dstate_stats_t s;
+    (void)req;
+    (void)rest;
+    sl_dstate_stats(arg, &s);
+    *body = json_pack("{s:s,s:I,s:I,s:I}", "status", "ok", "workers", (json_int_t)s.workers_live, "datasets",
+                      (json_int_t)s.datasets, "jobs_running", (json_int_t)s.jobs_running);
+    return 200;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {.port = -1, .admin_port = -1, .bind = "0.0.0.0", .admin_bind = "127.0.0.1",
+                        .log_level = SL_LOG_INFO};
+    sl_dstate_config_init(&o.state);
+    int cargc;
+    char **cargv;
+    if (load_config(argc, argv, &cargc, &cargv) < 0)
+        return SL_EXIT_USAGE;
+    int prc = cargv ? parse_args(cargc, cargv, &o) : parse_args(argc, argv, &o);
+    if (prc < 0) {
+        sl_cli_free_argv(cargc, cargv);
+        return SL_EXIT_USAGE;
+    }
+    sl_log_init(program, o.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = SL_EXIT_FAILURE;
+    char err[1024];
+    sl_workdir_t *wd = NULL;
+    sl_dstate_t *st = NULL;
+    struct event_base *base = NULL;
+    sl_dserver_t *srv = NULL;
+    sl_admin_t *admin = NULL;
+    struct event *sigint = NULL, *sigterm = NULL;
+    uint16_t port = 0, admin_port = 0;
+
+    if (sl_workdir_open(o.work_dir, &wd, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    st = sl_dstate_new(&o.state);
+    base = event_base_new();
+    if (!st || !base) {
+        fprintf(stderr, "%s: out of memory\n", program);
+        goto out;
+    }
+    if (sl_dserver_start(base, st, o.bind, (uint16_t)o.port, &port, &srv, err, sizeof err) < 0 ||
+        sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    sl_admin_route(admin, EVHTTP_REQ_GET, "/healthz", healthz, st);
+    sigint = evsignal_new(base, SIGINT, on_signal, base);
+    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+
+    printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
+    fflush(stdout);
+    sl_log_info("serving on %s:%u, admin on %s:%u, work dir %s", o.bind, port, o.admin_bind, admin_port,
+                sl_workdir_path(wd));
+    event_base_dispatch(base);
+    status = SL_EXIT_OK;
+out:
+    if (sigint)
+        event_free(sigint);
+    if (sigterm)
+        event_free(sigterm);
+    sl_admin_free(admin);
+    sl_dserver_free(srv);
+    sl_dstate_free(st);
+    if (base)
+        event_base_free(base);
+    sl_workdir_close(wd);
+    sl_cli_free_argv(cargc, cargv);
+    return status;
+}

@@ -1,1 +1,664 @@
-/* being written */
+/*
+ * state.c: see state.h.
+ *
+ * Worker states:  LIVE -> LOST (no heartbeat for worker_timeout_ms, or the
+ *                 same address registered again). LOST is final; a worker
+ *                 that comes back registers under a new id.
+ * Job states:     RUNNING -> FINISHED  every task is DONE or LOST, one DONE
+ *                 RUNNING -> FAILED    a task reported a pipeline failure
+ *                 RUNNING -> CANCELLED no client for job_gc_timeout_ms
+ * Task states:    ASSIGNED -> RUNNING -> DONE
+ *                 ASSIGNED -> DONE      (finished before its first report)
+ *                 ASSIGNED | RUNNING -> FAILED | LOST
+ * DYNAMIC splits: one cursor per job over the source's elements, cut into
+ *                 split_size pieces, for one epoch at a time: epoch e+1
+ *                 opens when a task asks for it after e ran out.
+ */
+#include "state.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "spec.h"
+
+enum worker_state { WORKER_LIVE, WORKER_LOST };
+enum task_state { TASK_ASSIGNED, TASK_RUNNING, TASK_DONE, TASK_FAILED, TASK_LOST };
+
+static const char *task_state_names[] = {"ASSIGNED", "RUNNING", "DONE", "FAILED", "LOST"};
+static const char *job_state_names[] = {"RUNNING", "FINISHED", "CANCELLED", "FAILED"};
+
+struct worker {
+    uint64_t id;
+    char address[128];
+    enum worker_state state;
+    int64_t last_seen;
+};
+
+struct dataset {
+    uint64_t id;
+    char fingerprint[17];
+    char *canonical;
+    int64_t cardinality;
+};
+
+struct task {
+    uint64_t id;
+    uint64_t worker_id;
+    char worker_address[128];
+    enum task_state state;
+    uint32_t worker_index;
+};
+
+struct client {
+    uint64_t id;
+    int64_t last_seen;
+};
+
+struct job {
+    uint64_t id;
+    char name[129];
+    struct dataset *dataset;
+    sl_sharding_t sharding;
+    sl_job_state_t state;
+    char error[512];
+    struct task *tasks;
+    unsigned num_tasks, cap_tasks;
+    struct client *clients;
+    unsigned num_clients, cap_clients;
+    int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
+    /* DYNAMIC split cursor. */
+    uint64_t split_epoch;
+    uint64_t split_next; /* first element not yet handed out in split_epoch */
+    uint64_t split_seq;  /* split ids, unique within the job */
+};
+
+struct sl_dstate {
+    sl_dstate_config_t cfg;
+    uint64_t next_id; /* ids of every kind come from one counter */
+    struct worker *workers;
+    unsigned num_workers, cap_workers;
+    struct dataset *datasets;
+    unsigned num_datasets, cap_datasets;
+    struct job **jobs; /* oldest first */
+    unsigned num_jobs, cap_jobs;
+};
+
+void sl_dstate_config_init(sl_dstate_config_t *cfg)
+{
+    *cfg = (sl_dstate_config_t){
+        .worker_timeout_ms = 10000,
+        .client_timeout_ms = 30000,
+        .job_gc_timeout_ms = 60000,
+        .split_size = 1024,
+        .worker_heartbeat_ms = 250,
+        .client_heartbeat_ms = 250,
+        .max_workers = 1024,
+        .max_datasets = 4096,
+        .max_jobs = 4096,
+        .max_clients_per_job = 1024,
+    };
+}
+
+/* Grows *arr (of elem bytes each) to hold one more than *cap when full. */
+static int grow(void *arr, unsigned *cap, unsigned num, size_t elem)
+{
+    if (num < *cap)
+        return 0;
+    unsigned ncap = *cap ? *cap * 2 : 8;
+    void *p = realloc(*(void **)arr, (size_t)ncap * elem);
+    if (!p)
+        return -1;
+    *(void **)arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
+{
+    sl_dstate_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->cfg = *cfg;
+    st->next_id = 1;
+    return st;
+}
+
+const sl_dstate_config_t *sl_dstate_config(const sl_dstate_t *st)
+{
+    return &st->cfg;
+}
+
+static void job_free(struct job *j)
+{
+    free(j->tasks);
+    free(j->clients);
+    free(j);
+}
+
+void sl_dstate_free(sl_dstate_t *st)
+{
+    if (!st)
+        return;
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        free(st->datasets[i].canonical);
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        job_free(st->jobs[i]);
+    free(st->workers);
+    free(st->datasets);
+    free(st->jobs);
+    free(st);
+}
+
+static struct worker *find_worker(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].id == id)
+            return &st->workers[i];
+    return NULL;
+}
+
+static struct dataset *find_dataset(const sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        if (st->datasets[i].id == id)
+            return &st->datasets[i];
+    return NULL;
+}
+
+static struct job *find_job(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->id == id)
+            return st->jobs[i];
+    return NULL;
+}
+
+static struct task *find_task(sl_dstate_t *st, uint64_t id, struct job **job)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            if (j->tasks[k].id == id) {
+                *job = j;
+                return &j->tasks[k];
+            }
+        }
+    }
+    return NULL;
+}
+
+static void task_set_state(struct job *j, struct task *t, enum task_state next)
+{
+    if (t->state == next)
+        return;
+    bool ok = false;
+    switch (t->state) {
+    case TASK_ASSIGNED: ok = next != TASK_ASSIGNED; break;
+    case TASK_RUNNING: ok = next == TASK_DONE || next == TASK_FAILED || next == TASK_LOST; break;
+    default: ok = false; break;
+    }
+    assert(ok && "task state transition");
+    if (!ok)
+        return;
+    sl_log_debug("job %" PRIu64 " task %" PRIu64 ": %s -> %s", j->id, t->id, task_state_names[t->state],
+                 task_state_names[next]);
+    t->state = next;
+}
+
+static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
+{
+    assert(j->state == SL_JOB_RUNNING && next != SL_JOB_RUNNING);
+    if (j->state != SL_JOB_RUNNING)
+        return;
+    j->state = next;
+    if (why)
+        snprintf(j->error, sizeof j->error, "%s", why);
+    sl_log_info("job %" PRIu64 "%s%s%s %s%s%s", j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "",
+                job_state_names[next], why ? ": " : "", why ? why : "");
+}
+
+/* A job is finished once no task can produce any more, and one finished. */
+static void job_check_finished(struct job *j)
+{
+    if (j->state != SL_JOB_RUNNING)
+        return;
+    bool any_done = false;
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        enum task_state s = j->tasks[k].state;
+        if (s == TASK_ASSIGNED || s == TASK_RUNNING)
+            return;
+        any_done |= s == TASK_DONE;
+    }
+    if (any_done)
+        job_set_state(j, SL_JOB_FINISHED, NULL);
+}
+
+static struct task *job_task_of_worker(struct job *j, uint64_t worker_id)
+{
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        if (j->tasks[k].worker_id == worker_id)
+            return &j->tasks[k];
+    return NULL;
+}
+
+static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
+{
+    if (grow(&j->tasks, &j->cap_tasks, j->num_tasks, sizeof *j->tasks) < 0)
+        return -1;
+    struct task *t = &j->tasks[j->num_tasks];
+    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED,
+                       .worker_index = j->num_tasks};
+    snprintf(t->worker_address, sizeof t->worker_address, "%s", w->address);
+    j->num_tasks++;
+    return 0;
+}
+
+static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
+{
+    if (w->state == WORKER_LOST)
+        return;
+    w->state = WORKER_LOST;
+    sl_log_warn("worker %" PRIu64 " at %s lost: %s", w->id, w->address, why);
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        struct task *t = job_task_of_worker(j, w->id);
+        if (t && (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)) {
+            task_set_state(j, t, TASK_LOST);
+            job_check_finished(j);
+        }
+    }
+}
+
+int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now, uint64_t *worker_id,
+                              char *err, size_t errlen)
+{
+    unsigned live = 0;
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        struct worker *w = &st->workers[i];
+        if (w->state == WORKER_LIVE && strcmp(w->address, address) == 0)
+            worker_lose(st, w, "registered again (restarted)");
+        live += w->state == WORKER_LIVE;
+    }
+    if (live >= st->cfg.max_workers) {
+        snprintf(err, errlen, "worker %s refused: %u workers is the limit", address, st->cfg.max_workers);
+        return SL_ETOOBIG;
+    }
+    /* Lost workers are forgotten once the table is full of them. */
+    if (st->num_workers >= st->cfg.max_workers) {
+        unsigned k = 0;
+        for (unsigned i = 0; i < st->num_workers; i++)
+            if (st->workers[i].state == WORKER_LIVE)
+                st->workers[k++] = st->workers[i];
+        st->num_workers = k;
+    }
+    if (grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct worker *w = &st->workers[st->num_workers++];
+    *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .last_seen = now};
+    snprintf(w->address, sizeof w->address, "%s", address);
+    *worker_id = w->id;
+    sl_log_info("worker %" PRIu64 " joined from %s", w->id, w->address);
+    /* A worker that joins mid-job takes part in every running job. */
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        if (j->state == SL_JOB_RUNNING && job_add_task(st, j, w) < 0) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
+{
+    for (pb_size_t i = 0; i < req->tasks_count; i++)
+        if (req->tasks[i].task_id == task_id)
+            return true;
+    return false;
+}
+
+int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequest *req, int64_t now,
+                               sluice_WorkerHeartbeatResponse *resp, char *err, size_t errlen)
+{
+    struct worker *w = find_worker(st, req->worker_id);
+    if (!w || w->state != WORKER_LIVE) {
+        snprintf(err, errlen, "worker %" PRIu64 " is not registered (or was declared lost): register again",
+                 req->worker_id);
+        return SL_ENOTFOUND;
+    }
+    w->last_seen = now;
+    for (pb_size_t i = 0; i < req->tasks_count; i++) {
+        const sluice_TaskStatus *ts = &req->tasks[i];
+        struct job *j = NULL;
+        struct task *t = find_task(st, ts->task_id, &j);
+        if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING) {
+            if (resp->removed_tasks_count < sizeof resp->removed_tasks / sizeof resp->removed_tasks[0])
+                resp->removed_tasks[resp->removed_tasks_count++] = ts->task_id;
+            continue;
+        }
+        if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING)
+            continue;
+        if (ts->state == SL_TASK_RUNNING) {
+            task_set_state(j, t, TASK_RUNNING);
+        } else if (ts->state == SL_TASK_DONE) {
+            task_set_state(j, t, TASK_DONE);
+            job_check_finished(j);
+        } else if (ts->state == SL_TASK_FAILED) {
+            task_set_state(j, t, TASK_FAILED);
+            char why[700];
+            snprintf(why, sizeof why, "worker %s: %s", w->address, ts->error);
+            job_set_state(j, SL_JOB_FAILED, why);
+        }
+    }
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        if (j->state != SL_JOB_RUNNING)
+            continue;
+        struct task *t = job_task_of_worker(j, w->id);
+        if (!t || t->state != TASK_ASSIGNED || reported(req, t->id))
+            continue;
+        if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
+            break; /* the rest go out with the next heartbeat */
+        sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
+        d->task_id = t->id;
+        d->job_id = j->id;
+        d->dataset_id = j->dataset->id;
+        d->sharding = j->sharding;
+        d->worker_index = t->worker_index;
+        d->num_workers = j->num_tasks;
+    }
+    return 0;
+}
+
+int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t len, uint64_t *dataset_id,
+                               const char **fingerprint, char *err, size_t errlen)
+{
+    sl_spec_t *spec = NULL;
+    int rc = sl_spec_parse(spec_text, len, &spec, err, errlen);
+    if (rc < 0)
+        return rc;
+    const char *canon = sl_spec_canonical(spec);
+    const char *fp = sl_spec_fingerprint(spec);
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        struct dataset *d = &st->datasets[i];
+        /* The fingerprint is only a hash: equal text is what makes two
+         * specs one dataset. */
+        if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0) {
+            *dataset_id = d->id;
+            *fingerprint = d->fingerprint;
+            sl_spec_free(spec);
+            return 0;
+        }
+    }
+    if (st->num_datasets >= st->cfg.max_datasets) {
+        snprintf(err, errlen, "dataset refused: %u datasets is the limit", st->cfg.max_datasets);
+        rc = SL_ETOOBIG;
+        goto out;
+    }
+    char *copy = strdup(canon);
+    if (!copy || grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
+        free(copy);
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    struct dataset *d = &st->datasets[st->num_datasets++];
+    *d = (struct dataset){.id = st->next_id++, .canonical = copy, .cardinality = sl_spec_source_cardinality(spec)};
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    *dataset_id = d->id;
+    *fingerprint = d->fingerprint;
+    sl_log_info("dataset %" PRIu64 " registered, fingerprint %s", d->id, d->fingerprint);
+out:
+    sl_spec_free(spec);
+    return rc;
+}
+
+const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
+{
+    const struct dataset *d = find_dataset(st, dataset_id);
+    return d ? d->canonical : NULL;
+}
+
+static int job_add_client(sl_dstate_t *st, struct job *j, int64_t now, uint64_t *client_id, char *err,
+                          size_t errlen)
+{
+    if (j->num_clients >= st->cfg.max_clients_per_job) {
+        snprintf(err, errlen, "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
+        return SL_ETOOBIG;
+    }
+    if (grow(&j->clients, &j->cap_clients, j->num_clients, sizeof *j->clients) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct client *c = &j->clients[j->num_clients++];
+    *c = (struct client){.id = st->next_id++, .last_seen = now};
+    *client_id = c->id;
+    return 0;
+}
+
+/* Makes room for one more job by forgetting the oldest job that ended. */
+static int jobs_make_room(sl_dstate_t *st)
+{
+    if (st->num_jobs < st->cfg.max_jobs)
+        return grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        if (st->jobs[i]->state != SL_JOB_RUNNING) {
+            job_free(st->jobs[i]);
+            memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
+            st->num_jobs--;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
+                                uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen)
+{
+    struct dataset *d = find_dataset(st, req->dataset_id);
+    if (!d) {
+        snprintf(err, errlen, "dataset %" PRIu64 " is not registered", req->dataset_id);
+        return SL_ENOTFOUND;
+    }
+    const char *policy = sl_sharding_name((sl_sharding_t)req->sharding);
+    if (!policy) {
+        snprintf(err, errlen, "sharding policy %u is unknown", req->sharding);
+        return SL_EINVAL;
+    }
+    if (req->sharding != SL_SHARDING_OFF && req->sharding != SL_SHARDING_DYNAMIC) {
+        snprintf(err, errlen, "sharding policy %s is not supported yet (off and dynamic are)", policy);
+        return SL_EINVAL;
+    }
+    if (req->job_name[0]) {
+        for (unsigned i = 0; i < st->num_jobs; i++) {
+            struct job *j = st->jobs[i];
+            if (strcmp(j->name, req->job_name) != 0)
+                continue;
+            if (j->dataset != d) {
+                snprintf(err, errlen, "job \"%s\" exists with dataset %" PRIu64 ", requested dataset %" PRIu64,
+                         j->name, j->dataset->id, d->id);
+                return SL_ECONFLICT;
+            }
+            if (j->sharding != (sl_sharding_t)req->sharding) {
+                snprintf(err, errlen, "job \"%s\" exists with sharding %s, requested %s", j->name,
+                         sl_sharding_name(j->sharding), policy);
+                return SL_ECONFLICT;
+            }
+            *job_id = j->id;
+            return job_add_client(st, j, now, client_id, err, errlen);
+        }
+    }
+    if (req->sharding == SL_SHARDING_DYNAMIC && d->cardinality < 0) {
+        snprintf(err, errlen, "dynamic sharding needs a source of known size; dataset %" PRIu64 " has none", d->id);
+        return SL_EINVAL;
+    }
+    if (jobs_make_room(st) < 0) {
+        snprintf(err, errlen, "job refused: %u running jobs is the limit", st->cfg.max_jobs);
+        return SL_ETOOBIG;
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    j->id = st->next_id++;
+    snprintf(j->name, sizeof j->name, "%s", req->job_name);
+    j->dataset = d;
+    j->sharding = (sl_sharding_t)req->sharding;
+    j->state = SL_JOB_RUNNING;
+    /* Every live worker gets its task now, so that no worker can finish the
+     * job before the others have heard of it. */
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        if (st->workers[i].state == WORKER_LIVE && job_add_task(st, j, &st->workers[i]) < 0) {
+            job_free(j);
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    st->jobs[st->num_jobs++] = j;
+    sl_log_info("job %" PRIu64 "%s%s%s created: dataset %" PRIu64 ", sharding %s, %u tasks", j->id,
+                j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "", d->id, policy, j->num_tasks);
+    *job_id = j->id;
+    return job_add_client(st, j, now, client_id, err, errlen);
+}
+
+static struct client *job_find_client(struct job *j, uint64_t client_id)
+{
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].id == client_id)
+            return &j->clients[i];
+    return NULL;
+}
+
+static void job_remove_client(struct job *j, struct client *c, int64_t now)
+{
+    *c = j->clients[--j->num_clients];
+    if (j->num_clients == 0)
+        j->idle_since = now;
+}
+
+int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
+                               sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
+{
+    struct job *j = find_job(st, req->job_id);
+    if (!j) {
+        snprintf(err, errlen, "job %" PRIu64 " is unknown", req->job_id);
+        return SL_ENOTFOUND;
+    }
+    struct client *c = job_find_client(j, req->client_id);
+    if (!c) {
+        snprintf(err, errlen, "client %" PRIu64 " of job %" PRIu64 " is unknown: its lease expired after %" PRId64
+                 " ms without heartbeat", req->client_id, j->id, st->cfg.client_timeout_ms);
+        return SL_ENOTFOUND;
+    }
+    c->last_seen = now;
+    resp->job_state = j->state;
+    snprintf(resp->error, sizeof resp->error, "%s", j->error);
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        if (t->state == TASK_LOST)
+            continue;
+        if (resp->tasks_count >= sizeof resp->tasks / sizeof resp->tasks[0])
+            break;
+        sluice_TaskInfo *ti = &resp->tasks[resp->tasks_count++];
+        ti->task_id = t->id;
+        ti->worker_id = t->worker_id;
+        snprintf(ti->worker_address, sizeof ti->worker_address, "%s", t->worker_address);
+    }
+    return 0;
+}
+
+int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now)
+{
+    struct job *j = find_job(st, job_id);
+    struct client *c = j ? job_find_client(j, client_id) : NULL;
+    if (!c)
+        return SL_ENOTFOUND;
+    job_remove_client(j, c, now);
+    return 0;
+}
+
+int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
+                         char *err, size_t errlen)
+{
+    struct job *j = NULL;
+    struct task *t = find_task(st, req->task_id, &j);
+    if (!t) {
+        snprintf(err, errlen, "task %" PRIu64 " is unknown", req->task_id);
+        return SL_ENOTFOUND;
+    }
+    if (j->sharding != SL_SHARDING_DYNAMIC) {
+        snprintf(err, errlen, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
+        return SL_EINVAL;
+    }
+    uint64_t total = (uint64_t)j->dataset->cardinality;
+    resp->epoch = req->epoch;
+    if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
+        resp->end_of_epoch = true;
+        return 0;
+    }
+    if (req->epoch == j->split_epoch + 1 && j->split_next >= total) {
+        j->split_epoch++;
+        j->split_next = 0;
+    } else if (req->epoch != j->split_epoch) {
+        snprintf(err, errlen, "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
+                 j->id, j->split_epoch, t->id, req->epoch);
+        return SL_EINVAL;
+    }
+    unsigned max = req->max_splits ? req->max_splits : 1;
+    if (max > sizeof resp->splits / sizeof resp->splits[0])
+        max = sizeof resp->splits / sizeof resp->splits[0];
+    while (resp->splits_count < max && j->split_next < total) {
+        sluice_Split *s = &resp->splits[resp->splits_count++];
+        s->split_id = j->split_seq++;
+        s->begin = j->split_next;
+        s->end = total - j->split_next > st->cfg.split_size ? j->split_next + st->cfg.split_size : total;
+        j->split_next = s->end;
+    }
+    resp->end_of_epoch = resp->splits_count == 0;
+    return 0;
+}
+
+void sl_dstate_tick(sl_dstate_t *st, int64_t now)
+{
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        struct worker *w = &st->workers[i];
+        if (w->state == WORKER_LIVE && now - w->last_seen > st->cfg.worker_timeout_ms) {
+            char why[100];
+            snprintf(why, sizeof why, "no heartbeat for %" PRId64 " ms", now - w->last_seen);
+            worker_lose(st, w, why);
+        }
+    }
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        for (unsigned k = 0; k < j->num_clients;) {
+            struct client *c = &j->clients[k];
+            if (now - c->last_seen > st->cfg.client_timeout_ms) {
+                sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
+                            j->id, c->id, now - c->last_seen);
+                job_remove_client(j, c, now);
+            } else {
+                k++;
+            }
+        }
+        if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms)
+            job_set_state(j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
+    }
+}
+
+void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
+{
+    *out = (sl_dstate_stats_t){.datasets = st->num_datasets, .jobs_total = st->num_jobs};
+    for (unsigned i = 0; i < st->num_workers; i++)
+        out->workers_live += st->workers[i].state == WORKER_LIVE;
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        out->jobs_running += st->jobs[i]->state == SL_JOB_RUNNING;
+}

@@ -439,3 +439,16 @@ void sl_conn_set_arg(sl_conn_t *c, void *arg)
 {
     c->arg = arg;
 }
+
+int sl_conn_local_host(const sl_conn_t *c, char *host, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(bufferevent_getfd(c->bev), (struct sockaddr *)&ss, &sl) < 0)
+        return -errno;
+    const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                             : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if (!inet_ntop(ss.ss_family, a, host, (socklen_t)len))
+        return -errno;
+    return 0;
+}

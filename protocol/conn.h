@@ -87,4 +87,11 @@ const char *sl_conn_peer(const sl_conn_t *c);
 
 void sl_conn_set_arg(sl_conn_t *c, void *arg);
 
+/**
+ * Writes the numeric address of our end of the connection (the local
+ * interface that reaches the peer) into host.
+ * @return 0, or -errno
+ */
+int sl_conn_local_host(const sl_conn_t *c, char *host, size_t len);
+
 #endif

@@ -60,6 +60,13 @@ typedef enum sl_msg_type {
     SL_MSG_COUNT_
 } sl_msg_type_t;
 
+/* A task's state as a worker reports it in TaskStatus.state. */
+typedef enum sl_task_state {
+    SL_TASK_RUNNING = 0, /* producing, or holding batches not yet served */
+    SL_TASK_DONE = 1,    /* end of sequence, and every batch served */
+    SL_TASK_FAILED = 2,  /* the pipeline failed; TaskStatus.error says why */
+} sl_task_state_t;
+
 typedef struct sl_limits {
     uint32_t max_payload; /* largest payload accepted from the peer */
 } sl_limits_t;

@@ -1,1 +1,256 @@
-int main(void) { return 1; }
+/*
+ * main.c: sluice-workerd's command line, start-up and shutdown.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <jansson.h>
+
+#include "admin.h"
+#include "cli.h"
+#include "log.h"
+#include "net.h"
+#include "worker.h"
+
+static const char *program = "sluice-workerd";
+
+#define MAX_DATA_ROOTS 16
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s --dispatcher HOST:PORT --port PORT --admin-port PORT [options]\n"
+            "  --dispatcher H:P         the dispatcher to register with\n"
+            "  --port PORT              port clients fetch batches from (0 picks a free one)\n"
+            "  --admin-port PORT        JSON admin endpoint port (0 picks a free one)\n"
+            "  --worker-address H:P     address clients use to reach this worker\n"
+            "                           (default: the local address that reaches the dispatcher)\n"
+            "  --bind HOST              protocol address to listen on (default 0.0.0.0)\n"
+            "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
+            "  --data-root DIR          a directory pipelines may read below (repeatable)\n"
+            "  --threads N              pipeline threads per task for parallel ops (default 2)\n"
+            "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
+            "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
+            "  --io-engine uring|pread  how files are read (default uring, pread as fallback)\n"
+            "  --log-level LEVEL        error, warn, info (default) or debug\n"
+            "  --config FILE.json       options as a JSON object; the command line wins\n",
+            program);
+}
+
+struct options {
+    sl_worker_config_t worker;
+    int64_t port, admin_port;
+    const char *admin_bind;
+    const char *data_roots[MAX_DATA_ROOTS];
+    int num_data_roots;
+    int64_t threads;
+    const char *io_engine;
+    int log_level;
+};
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    enum { O_DISP = 1, O_PORT, O_ADMIN_PORT, O_ADDR, O_BIND, O_ADMIN_BIND, O_ROOT, O_THREADS, O_BUFFER,
+           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_CONFIG, O_HELP };
+    static const struct option longopts[] = {
+        {"dispatcher", required_argument, NULL, O_DISP},
+        {"port", required_argument, NULL, O_PORT},
+        {"admin-port", required_argument, NULL, O_ADMIN_PORT},
+        {"worker-address", required_argument, NULL, O_ADDR},
+        {"bind", required_argument, NULL, O_BIND},
+        {"admin-bind", required_argument, NULL, O_ADMIN_BIND},
+        {"data-root", required_argument, NULL, O_ROOT},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"buffer-mb", required_argument, NULL, O_BUFFER},
+        {"max-batch-mb", required_argument, NULL, O_MAXBATCH},
+        {"io-engine", required_argument, NULL, O_IO},
+        {"log-level", required_argument, NULL, O_LOG_LEVEL},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    char err[300], host[256];
+    uint16_t p;
+    int64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DISP:
+        case O_ADDR:
+            if (sl_addr_split(optarg, host, sizeof host, &p, err, sizeof err) < 0) {
+                fprintf(stderr, "%s: --%s: %s\n", program, c == O_DISP ? "dispatcher" : "worker-address", err);
+                return -1;
+            }
+            if (c == O_DISP)
+                o->worker.dispatcher = optarg;
+            else
+                o->worker.address = optarg;
+            break;
+        case O_PORT:
+            if (sl_cli_int(program, "port", optarg, 0, 65535, &o->port) < 0)
+                return -1;
+            break;
+        case O_ADMIN_PORT:
+            if (sl_cli_int(program, "admin-port", optarg, 0, 65535, &o->admin_port) < 0)
+                return -1;
+            break;
+        case O_BIND: o->worker.bind = optarg; break;
+        case O_ADMIN_BIND: o->admin_bind = optarg; break;
+        case O_ROOT:
+            if (o->num_data_roots == MAX_DATA_ROOTS) {
+                fprintf(stderr, "%s: --data-root: at most %d directories\n", program, MAX_DATA_ROOTS);
+                return -1;
+            }
+            o->data_roots[o->num_data_roots++] = optarg;
+            break;
+        case O_THREADS:
+            if (sl_cli_int(program, "threads", optarg, 1, 256, &o->threads) < 0)
+                return -1;
+            break;
+        case O_BUFFER:
+            if (sl_cli_int(program, "buffer-mb", optarg, 1, 1 << 20, &v) < 0)
+                return -1;
+            o->worker.task.buffer_bytes = (size_t)v << 20;
+            break;
+        case O_MAXBATCH:
+            if (sl_cli_int(program, "max-batch-mb", optarg, 1, 4095, &v) < 0)
+                return -1;
+            o->worker.task.max_batch_bytes = (size_t)v << 20;
+            break;
+        case O_IO:
+            if (strcmp(optarg, "uring") != 0 && strcmp(optarg, "pread") != 0) {
+                fprintf(stderr, "%s: --io-engine: \"%s\" is not uring or pread\n", program, optarg);
+                return -1;
+            }
+            o->io_engine = optarg;
+            break;
+        case O_LOG_LEVEL:
+            if ((o->log_level = sl_log_level_parse(optarg)) < 0) {
+                fprintf(stderr, "%s: --log-level: \"%s\" is not error, warn, info or debug\n", program, optarg);
+                return -1;
+            }
+            break;
+        case O_CONFIG: break; /* read before parsing */
+        case O_HELP: usage(stdout); exit(SL_EXIT_OK);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, argv[optind]);
+        return -1;
+    }
+    if (!o->worker.dispatcher || o->port < 0 || o->admin_port < 0) {
+        fprintf(stderr, "%s: --dispatcher, --port and --admin-port are required\n", program);
+        usage(stderr);
+        return -1;
+    }
+    for (int i = 0; i < o->num_data_roots; i++) {
+        char real[PATH_MAX];
+        if (!realpath(o->data_roots[i], real)) {
+            fprintf(stderr, "%s: --data-root %s: %s\n", program, o->data_roots[i], strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int load_config(int argc, char **argv, int *out_argc, char ***out_argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *file = NULL;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            file = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            file = argv[i] + 9;
+        if (file)
+            return sl_cli_config_argv(program, file, argc, argv, out_argc, out_argv);
+    }
+    *out_argc = 0;
+    *out_argv = NULL;
+    return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    sl_log_info("signal %d: shutting down", (int)sig);
+    event_base_loopexit(arg, NULL);
+}
+
+static int healthz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    sl_worker_stats_t s;
+    (void)req;
+    (void)rest;
+    sl_worker_stats(arg, &s);
+    *body = json_pack("{s:s,s:b,s:I,s:I}", "status", "ok", "registered", s.registered, "tasks",
+                      (json_int_t)s.tasks, "clients", (json_int_t)s.clients);
+    return 200;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
+                        .io_engine = "uring", .log_level = SL_LOG_INFO};
+    sl_worker_config_init(&o.worker);
+    int cargc;
+    char **cargv;
+    if (load_config(argc, argv, &cargc, &cargv) < 0)
+        return SL_EXIT_USAGE;
+    int prc = cargv ? parse_args(cargc, cargv, &o) : parse_args(argc, argv, &o);
+    if (prc < 0) {
+        sl_cli_free_argv(cargc, cargv);
+        return SL_EXIT_USAGE;
+    }
+    sl_log_init(program, o.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    /* Pipeline threads wake the loop through events. */
+    evthread_use_pthreads();
+
+    int status = SL_EXIT_FAILURE;
+    char err[1024];
+    struct event_base *base = event_base_new();
+    sl_worker_t *w = NULL;
+    sl_admin_t *admin = NULL;
+    struct event *sigint = NULL, *sigterm = NULL;
+    uint16_t port = 0, admin_port = 0;
+    if (!base) {
+        fprintf(stderr, "%s: cannot create the event loop\n", program);
+        goto out;
+    }
+    o.worker.port = (uint16_t)o.port;
+    if (sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0 ||
+        sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    sl_admin_route(admin, EVHTTP_REQ_GET, "/healthz", healthz, w);
+    sigint = evsignal_new(base, SIGINT, on_signal, base);
+    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+
+    printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
+    fflush(stdout);
+    event_base_dispatch(base);
+    status = SL_EXIT_OK;
+out:
+    if (sigint)
+        event_free(sigint);
+    if (sigterm)
+        event_free(sigterm);
+    sl_admin_free(admin);
+    sl_worker_free(w);
+    if (base)
+        event_base_free(base);
+    sl_cli_free_argv(cargc, cargv);
+    libevent_global_shutdown();
+    return status;
+}

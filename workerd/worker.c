@@ -1,1 +1,730 @@
-/* being written */
+/*
+ * worker.c: see worker.h.
+ *
+ * The dispatcher session moves through
+ *   DISCONNECTED -> CONNECTING -> REGISTERING -> REGISTERED
+ * and back to DISCONNECTED when the connection drops, after which it tries
+ * again every RECONNECT_MS. While REGISTERED it heartbeats every
+ * heartbeat_ms, and at once when a task finishes.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/listener.h>
+
+#include "conn.h"
+#include "log.h"
+#include "net.h"
+
+#define RECONNECT_MS 500
+#define MAX_PARKED_PER_CONN 64
+/* Finished tasks remembered after the dispatcher dropped them, so that a
+ * late request still gets its end of sequence. */
+#define TOMBSTONES 4096
+
+enum session_state { SESSION_DISCONNECTED, SESSION_CONNECTING, SESSION_REGISTERING, SESSION_REGISTERED };
+static const char *session_names[] = {"DISCONNECTED", "CONNECTING", "REGISTERING", "REGISTERED"};
+
+/* A request of ours to the dispatcher that awaits its answer. */
+struct outstanding {
+    uint32_t id;
+    unsigned type;
+    sluice_TaskDef def; /* GET_DATASET: the task it is for */
+    uint64_t task_id;   /* GET_SPLIT: the task it is for */
+    struct outstanding *next;
+};
+
+struct wtask {
+    sl_task_t *task;
+    sl_worker_t *w;
+    int last_state; /* sl_task_state_t last reported */
+    struct wtask *next;
+};
+
+struct tombstone {
+    uint64_t task_id;
+    bool done; /* finished; otherwise cancelled */
+};
+
+struct wconn {
+    sl_worker_t *w;
+    sl_conn_t *conn;
+    unsigned parked;
+    struct wconn *prev, *next;
+};
+
+/* A GET_ELEMENT request waiting for its task's next batch. */
+struct parked {
+    struct wconn *wc;
+    uint32_t request_id;
+    uint64_t task_id;
+    struct parked *next;
+};
+
+/* What a batch in a socket's output needs to be accounted for once written. */
+struct sent {
+    sl_worker_t *w;
+    uint64_t task_id;
+    sl_wire_batch_t *batch;
+};
+
+struct sl_worker {
+    struct event_base *base;
+    sl_worker_config_t cfg;
+    char dispatcher[256];
+    char address[256];
+    uint16_t port;
+    struct evconnlistener *listener;
+    struct wconn *conns;
+    struct parked *parked, **parked_tail;
+    struct wtask *tasks;
+    unsigned num_tasks;
+    struct tombstone tombstones[TOMBSTONES];
+    unsigned tomb_next;
+
+    enum session_state session;
+    sl_conn_t *disp;
+    uint64_t worker_id;
+    uint32_t next_request_id;
+    struct outstanding *outstanding;
+    bool heartbeat_out;
+    bool heartbeat_soon;
+    struct event *heartbeat_timer;
+    struct event *reconnect_timer;
+};
+
+static void session_connect(sl_worker_t *w);
+static void send_heartbeat(sl_worker_t *w);
+static void serve_parked(sl_worker_t *w, struct wtask *wt);
+
+static void session_set_state(sl_worker_t *w, enum session_state next)
+{
+    sl_log_debug("dispatcher session: %s -> %s", session_names[w->session], session_names[next]);
+    w->session = next;
+}
+
+static struct wtask *find_task(sl_worker_t *w, uint64_t id)
+{
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        if (sl_task_id(wt->task) == id)
+            return wt;
+    return NULL;
+}
+
+static const struct tombstone *find_tombstone(const sl_worker_t *w, uint64_t id)
+{
+    for (unsigned i = 0; i < TOMBSTONES; i++)
+        if (w->tombstones[i].task_id == id)
+            return &w->tombstones[i];
+    return NULL;
+}
+
+/* ---- requests to the dispatcher ---- */
+
+static struct outstanding *expect_answer(sl_worker_t *w, unsigned type)
+{
+    struct outstanding *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->id = ++w->next_request_id;
+    o->type = type;
+    o->next = w->outstanding;
+    w->outstanding = o;
+    return o;
+}
+
+static struct outstanding *take_answer(sl_worker_t *w, uint32_t id)
+{
+    for (struct outstanding **p = &w->outstanding; *p; p = &(*p)->next) {
+        if ((*p)->id == id) {
+            struct outstanding *o = *p;
+            *p = o->next;
+            return o;
+        }
+    }
+    return NULL;
+}
+
+static void send_request(sl_worker_t *w, struct outstanding *o, const void *msg)
+{
+    if (sl_conn_send(w->disp, o->type, o->id, msg, NULL, 0, NULL, NULL) < 0) {
+        /* The connection is going down; its close resets the session. */
+        sl_log_debug("cannot send %s to the dispatcher", sl_msg_name(o->type));
+    }
+}
+
+/* Asks the dispatcher for the splits each DYNAMIC task wants. */
+static void fetch_splits(sl_worker_t *w, struct wtask *wt)
+{
+    uint64_t epoch;
+    uint32_t max;
+    if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max))
+        return;
+    struct outstanding *o = expect_answer(w, SL_MSG_GET_SPLIT_REQ);
+    if (!o) {
+        sl_task_splits_failed(wt->task, true, -ENOMEM, "out of memory");
+        return;
+    }
+    o->task_id = sl_task_id(wt->task);
+    sluice_GetSplitRequest req = {.task_id = o->task_id, .epoch = epoch, .max_splits = max};
+    send_request(w, o, &req);
+}
+
+/* ---- tasks ---- */
+
+static void on_task_notify(sl_task_t *task, void *arg)
+{
+    struct wtask *wt = arg;
+    sl_worker_t *w = wt->w;
+    (void)task;
+    serve_parked(w, wt);
+    fetch_splits(w, wt);
+    sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
+    sl_task_status(wt->task, &ts);
+    if ((int)ts.state != wt->last_state) {
+        /* The dispatcher should hear at once that a task finished. */
+        wt->last_state = (int)ts.state;
+        if (w->heartbeat_out)
+            w->heartbeat_soon = true;
+        else
+            send_heartbeat(w);
+    }
+}
+
+static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *spec, size_t len)
+{
+    if (find_task(w, def->task_id))
+        return;
+    char err[1024];
+    struct wtask *wt = calloc(1, sizeof *wt);
+    if (!wt)
+        return;
+    wt->w = w;
+    wt->last_state = SL_TASK_RUNNING;
+    int rc = sl_task_new(w->base, def, spec, len, &w->cfg.task, on_task_notify, wt, &wt->task, err, sizeof err);
+    if (rc < 0) {
+        /* The dispatcher checked the spec; a worker that cannot run it says
+         * so in the log, and the task's clients see it never produce. */
+        sl_log_error("task %" PRIu64 " of job %" PRIu64 " cannot start: %s", def->task_id, def->job_id, err);
+        free(wt);
+        return;
+    }
+    wt->next = w->tasks;
+    w->tasks = wt;
+    w->num_tasks++;
+    sl_log_info("task %" PRIu64 " of job %" PRIu64 " started (%s)", def->task_id, def->job_id,
+                sl_sharding_name((sl_sharding_t)def->sharding));
+    fetch_splits(w, wt);
+}
+
+static void drop_task(sl_worker_t *w, uint64_t task_id)
+{
+    for (struct wtask **p = &w->tasks; *p; p = &(*p)->next) {
+        struct wtask *wt = *p;
+        if (sl_task_id(wt->task) != task_id)
+            continue;
+        sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
+        sl_task_status(wt->task, &ts);
+        struct tombstone *tb = &w->tombstones[w->tomb_next++ % TOMBSTONES];
+        tb->task_id = task_id;
+        tb->done = ts.state == SL_TASK_DONE;
+        *p = wt->next;
+        w->num_tasks--;
+        /* Requests still parked on it get the same answer a late one would. */
+        serve_parked(w, wt);
+        sl_task_free(wt->task);
+        free(wt);
+        sl_log_info("task %" PRIu64 " removed (%s)", task_id, tb->done ? "done" : "cancelled");
+        return;
+    }
+}
+
+/* ---- serving clients ---- */
+
+static void on_batch_written(const void *data, size_t len, void *extra)
+{
+    struct sent *s = extra;
+    (void)data;
+    (void)len;
+    struct wtask *wt = find_task(s->w, s->task_id);
+    /* Releasing makes room for the pipeline and may make the task DONE; the
+     * task's notify event, run from the loop, acts on that. */
+    if (wt)
+        sl_task_release(wt->task, s->batch->size);
+    sl_wire_batch_free(s->batch);
+    free(s);
+}
+
+static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b)
+{
+    sluice_GetElementResponse *resp = calloc(1, sizeof *resp);
+    struct sent *s = malloc(sizeof *s);
+    if (!resp || !s) {
+        free(resp);
+        free(s);
+        sl_task_release(wt->task, b->size);
+        sl_wire_batch_free(b);
+        sl_conn_send_error(wc->conn, request_id, -ENOMEM, "worker out of memory");
+        return;
+    }
+    resp->task_id = sl_task_id(wt->task);
+    resp->num_elements = b->num_elements;
+    resp->components_count = (pb_size_t)b->num_components;
+    for (int i = 0; i < b->num_components; i++) {
+        const sl_component_t *c = &b->components[i];
+        sluice_Component *pc = &resp->components[i];
+        snprintf(pc->name, sizeof pc->name, "%s", c->name);
+        pc->dtype = c->dtype;
+        pc->shape_count = (pb_size_t)c->rank;
+        memcpy(pc->shape, c->shape, sizeof(int64_t) * (size_t)c->rank);
+        pc->offset = c->offset;
+        pc->length = c->length;
+        pc->ragged = c->ragged;
+        pc->splits_offset = c->splits_offset;
+        pc->splits_length = c->splits_length;
+    }
+    *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
+    /* The tensor bytes go out from the batch's own buffer; on_batch_written
+     * frees it once the socket has taken them. */
+    int rc = sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
+                          on_batch_written, s);
+    if (rc < 0)
+        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+    free(resp);
+}
+
+/* Answers one GET_ELEMENT. @return false when it must wait for a batch */
+static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id)
+{
+    struct wtask *wt = find_task(w, task_id);
+    if (!wt) {
+        const struct tombstone *tb = find_tombstone(w, task_id);
+        if (tb && tb->done) {
+            sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
+            sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
+        } else if (tb) {
+            sl_conn_send_error(wc->conn, request_id, SL_ECANCELLED, "task %" PRIu64 " was cancelled", task_id);
+        } else {
+            sl_conn_send_error(wc->conn, request_id, SL_ENOTFOUND, "task %" PRIu64 " is not on worker %s", task_id,
+                               w->address);
+        }
+        return true;
+    }
+    sl_wire_batch_t *b = NULL;
+    int rc = sl_task_take(wt->task, &b);
+    if (rc == SL_TASK_PENDING)
+        return false;
+    if (rc == SL_TASK_BATCH) {
+        send_batch(wc, request_id, wt, b);
+    } else if (rc == SL_TASK_END) {
+        sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
+        sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
+    } else {
+        sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s failed: %s", task_id, w->address,
+                           sl_task_errmsg(wt->task));
+    }
+    return true;
+}
+
+static void serve_parked(sl_worker_t *w, struct wtask *wt)
+{
+    uint64_t id = sl_task_id(wt->task);
+    for (struct parked **p = &w->parked; *p;) {
+        struct parked *pk = *p;
+        if (pk->task_id != id) {
+            p = &pk->next;
+            continue;
+        }
+        /* A dropped task answers from its tombstone. */
+        if (!answer_element(w, pk->wc, pk->request_id, id))
+            break; /* none ready: the ones behind wait too, in order */
+        *p = pk->next;
+        pk->wc->parked--;
+        free(pk);
+    }
+    w->parked_tail = &w->parked;
+    while (*w->parked_tail)
+        w->parked_tail = &(*w->parked_tail)->next;
+}
+
+static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct wconn *wc = arg;
+    sl_worker_t *w = wc->w;
+    free(payload);
+    if (hdr->type != SL_MSG_GET_ELEMENT_REQ) {
+        sl_conn_fail(c, SL_EPROTO, "a worker does not serve %s", sl_msg_name(hdr->type));
+        return;
+    }
+    const sluice_GetElementRequest *req = msg;
+    /* Requests of one task are answered in order: a new one waits behind
+     * those already parked. */
+    bool behind = false;
+    for (struct parked *pk = w->parked; pk; pk = pk->next)
+        behind |= pk->task_id == req->task_id;
+    if (!behind && answer_element(w, wc, hdr->request_id, req->task_id))
+        return;
+    if (wc->parked >= MAX_PARKED_PER_CONN) {
+        sl_conn_send_error(c, hdr->request_id, SL_ETOOBIG, "more than %d requests waiting on one connection",
+                           MAX_PARKED_PER_CONN);
+        return;
+    }
+    struct parked *pk = calloc(1, sizeof *pk);
+    if (!pk) {
+        sl_conn_send_error(c, hdr->request_id, -ENOMEM, "worker out of memory");
+        return;
+    }
+    *pk = (struct parked){.wc = wc, .request_id = hdr->request_id, .task_id = req->task_id};
+    *w->parked_tail = pk;
+    w->parked_tail = &pk->next;
+    wc->parked++;
+}
+
+static void wconn_free(struct wconn *wc)
+{
+    sl_worker_t *w = wc->w;
+    for (struct parked **p = &w->parked; *p;) {
+        struct parked *pk = *p;
+        if (pk->wc == wc) {
+            *p = pk->next;
+            free(pk);
+        } else {
+            p = &pk->next;
+        }
+    }
+    w->parked_tail = &w->parked;
+    while (*w->parked_tail)
+        w->parked_tail = &(*w->parked_tail)->next;
+    if (wc->prev)
+        wc->prev->next = wc->next;
+    else
+        w->conns = wc->next;
+    if (wc->next)
+        wc->next->prev = wc->prev;
+    free(wc);
+}
+
+static void client_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    (void)c;
+    sl_log_debug("client connection closed (%s): %s", sl_strerror(err), why);
+    wconn_free(arg);
+}
+
+static const sl_conn_cbs_t client_cbs = {NULL, client_frame, client_close};
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    sl_worker_t *w = arg;
+    (void)l;
+    (void)sa;
+    (void)salen;
+    struct wconn *wc = calloc(1, sizeof *wc);
+    if (!wc) {
+        evutil_closesocket(fd);
+        return;
+    }
+    sl_limits_t limits = {.max_payload = 0}; /* clients send no payloads */
+    wc->w = w;
+    wc->conn = sl_conn_accept(w->base, fd, SL_ROLE_WORKER, 1u << SL_ROLE_CLIENT, &limits, &client_cbs, wc);
+    if (!wc->conn) {
+        free(wc);
+        return;
+    }
+    wc->next = w->conns;
+    if (w->conns)
+        w->conns->prev = wc;
+    w->conns = wc;
+}
+
+/* ---- the dispatcher session ---- */
+
+static void send_heartbeat(sl_worker_t *w)
+{
+    if (w->session != SESSION_REGISTERED || w->heartbeat_out)
+        return;
+    sluice_WorkerHeartbeatRequest *req = calloc(1, sizeof *req);
+    struct outstanding *o = req ? expect_answer(w, SL_MSG_WORKER_HEARTBEAT_REQ) : NULL;
+    if (!o) {
+        free(req);
+        return;
+    }
+    req->worker_id = w->worker_id;
+    for (struct wtask *wt = w->tasks; wt && req->tasks_count < 64; wt = wt->next) {
+        sl_task_status(wt->task, &req->tasks[req->tasks_count]);
+        wt->last_state = (int)req->tasks[req->tasks_count].state;
+        req->tasks_count++;
+    }
+    w->heartbeat_out = true;
+    w->heartbeat_soon = false;
+    send_request(w, o, req);
+    free(req);
+}
+
+static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    send_heartbeat(arg);
+}
+
+static void send_register(sl_worker_t *w)
+{
+    struct outstanding *o = expect_answer(w, SL_MSG_WORKER_REGISTER_REQ);
+    if (!o)
+        return;
+    sluice_WorkerRegisterRequest req = sluice_WorkerRegisterRequest_init_zero;
+    snprintf(req.address, sizeof req.address, "%s", w->address);
+    session_set_state(w, SESSION_REGISTERING);
+    send_request(w, o, &req);
+}
+
+static void on_heartbeat_answer(sl_worker_t *w, const sluice_WorkerHeartbeatResponse *resp)
+{
+    for (pb_size_t i = 0; i < resp->removed_tasks_count; i++)
+        drop_task(w, resp->removed_tasks[i]);
+    for (pb_size_t i = 0; i < resp->new_tasks_count; i++) {
+        const sluice_TaskDef *def = &resp->new_tasks[i];
+        bool fetching = false;
+        for (struct outstanding *o = w->outstanding; o; o = o->next)
+            fetching |= o->type == SL_MSG_GET_DATASET_REQ && o->def.task_id == def->task_id;
+        if (find_task(w, def->task_id) || fetching)
+            continue;
+        if (w->num_tasks >= w->cfg.max_tasks) {
+            sl_log_warn("task %" PRIu64 " not started: %u tasks is this worker's limit", def->task_id,
+                        w->cfg.max_tasks);
+            continue;
+        }
+        struct outstanding *o = expect_answer(w, SL_MSG_GET_DATASET_REQ);
+        if (!o)
+            continue;
+        o->def = *def;
+        sluice_GetDatasetRequest req = {.dataset_id = def->dataset_id};
+        send_request(w, o, &req);
+    }
+}
+
+static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    sl_worker_t *w = arg;
+    struct outstanding *o = take_answer(w, hdr->request_id);
+    if (!o) {
+        free(payload);
+        sl_conn_fail(c, SL_EPROTO, "answer %s to no request of ours (id %u)", sl_msg_name(hdr->type),
+                     hdr->request_id);
+        return;
+    }
+    const sluice_Error *e = hdr->type == SL_MSG_ERROR ? msg : NULL;
+    switch (o->type) {
+    case SL_MSG_WORKER_REGISTER_REQ:
+        if (e) {
+            sl_log_error("dispatcher refused registration: %s", e->message);
+            break;
+        }
+        w->worker_id = ((const sluice_WorkerRegisterResponse *)msg)->worker_id;
+        if (((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms)
+            w->cfg.heartbeat_ms = (int)((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms;
+        session_set_state(w, SESSION_REGISTERED);
+        sl_log_info("registered with dispatcher %s as worker %" PRIu64 " at %s", w->dispatcher, w->worker_id,
+                    w->address);
+        struct timeval tv = {w->cfg.heartbeat_ms / 1000, (w->cfg.heartbeat_ms % 1000) * 1000};
+        event_add(w->heartbeat_timer, &tv);
+        send_heartbeat(w);
+        break;
+    case SL_MSG_WORKER_HEARTBEAT_REQ:
+        w->heartbeat_out = false;
+        if (e && e->code == SL_ENOTFOUND) {
+            sl_log_warn("dispatcher forgot this worker (%s): registering again", e->message);
+            send_register(w);
+        } else if (e) {
+            sl_log_warn("heartbeat refused: %s", e->message);
+        } else {
+            on_heartbeat_answer(w, msg);
+        }
+        if (w->heartbeat_soon)
+            send_heartbeat(w);
+        break;
+    case SL_MSG_GET_DATASET_REQ:
+        if (e)
+            sl_log_error("task %" PRIu64 ": dataset %" PRIu64 " unavailable: %s", o->def.task_id,
+                         o->def.dataset_id, e->message);
+        else
+            start_task(w, &o->def, (const char *)payload, hdr->payload_len);
+        break;
+    case SL_MSG_GET_SPLIT_REQ: {
+        struct wtask *wt = find_task(w, o->task_id);
+        if (wt) {
+            if (e)
+                sl_task_splits_failed(wt->task, false, e->code < 0 ? e->code : SL_EREMOTE, e->message);
+            else
+                sl_task_splits_arrived(wt->task, msg);
+            fetch_splits(w, wt);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    free(o);
+    free(payload);
+}
+
+static void session_reset(sl_worker_t *w)
+{
+    while (w->outstanding) {
+        struct outstanding *o = w->outstanding;
+        w->outstanding = o->next;
+        if (o->type == SL_MSG_GET_SPLIT_REQ) {
+            struct wtask *wt = find_task(w, o->task_id);
+            if (wt)
+                sl_task_splits_failed(wt->task, true, SL_ECLOSED, "dispatcher connection lost");
+        }
+        free(o);
+    }
+    w->heartbeat_out = false;
+    event_del(w->heartbeat_timer);
+    w->disp = NULL;
+    session_set_state(w, SESSION_DISCONNECTED);
+}
+
+static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    sl_worker_t *w = arg;
+    (void)c;
+    if (w->session == SESSION_CONNECTING)
+        sl_log_warn("cannot reach dispatcher %s (%s): retrying", w->dispatcher, why);
+    else
+        sl_log_warn("dispatcher connection lost (%s: %s): reconnecting", sl_strerror(err), why);
+    session_reset(w);
+    struct timeval tv = {0, RECONNECT_MS * 1000};
+    event_add(w->reconnect_timer, &tv);
+}
+
+static void disp_ready(sl_conn_t *c, void *arg)
+{
+    sl_worker_t *w = arg;
+    if (!w->cfg.address) {
+        /* Clients reach us at the interface that reaches the dispatcher. */
+        char host[64];
+        if (sl_conn_local_host(c, host, sizeof host) == 0)
+            snprintf(w->address, sizeof w->address, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, w->port);
+    }
+    send_register(w);
+}
+
+static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
+
+static void session_connect(sl_worker_t *w)
+{
+    char err[512];
+    sl_limits_t limits = {.max_payload = 2 * 1024 * 1024}; /* a dataset spec */
+    session_set_state(w, SESSION_CONNECTING);
+    int rc = sl_conn_connect(w->base, w->dispatcher, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits,
+                             w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);
+    if (rc < 0) {
+        sl_log_warn("cannot connect to dispatcher: %s", err);
+        session_set_state(w, SESSION_DISCONNECTED);
+        struct timeval tv = {0, RECONNECT_MS * 1000};
+        event_add(w->reconnect_timer, &tv);
+    }
+}
+
+static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    session_connect(arg);
+}
+
+/* ---- life cycle ---- */
+
+void sl_worker_config_init(sl_worker_config_t *cfg)
+{
+    *cfg = (sl_worker_config_t){
+        .bind = "0.0.0.0",
+        .max_tasks = 64,
+        .heartbeat_ms = 250,
+        .connect_timeout_ms = 5000,
+        .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
+                 .split_prefetch = 4},
+    };
+}
+
+int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint16_t *bound_port,
+                    sl_worker_t **out, char *err, size_t errlen)
+{
+    sl_worker_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->base = base;
+    w->cfg = *cfg;
+    w->parked_tail = &w->parked;
+    snprintf(w->dispatcher, sizeof w->dispatcher, "%s", cfg->dispatcher);
+    int fd = -1;
+    int rc = sl_listen_tcp(cfg->bind, cfg->port, &fd, &w->port, err, errlen);
+    if (rc < 0)
+        goto fail;
+    w->listener = evconnlistener_new(base, on_accept, w, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    w->heartbeat_timer = event_new(base, -1, EV_PERSIST, on_heartbeat_timer, w);
+    w->reconnect_timer = evtimer_new(base, on_reconnect_timer, w);
+    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer) {
+        if (!w->listener)
+            evutil_closesocket(fd);
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (cfg->address)
+        snprintf(w->address, sizeof w->address, "%s", cfg->address);
+    else
+        snprintf(w->address, sizeof w->address, "127.0.0.1:%u", w->port);
+    *bound_port = w->port;
+    session_connect(w);
+    *out = w;
+    return 0;
+fail:
+    sl_worker_free(w);
+    return rc;
+}
+
+void sl_worker_free(sl_worker_t *w)
+{
+    if (!w)
+        return;
+    /* Connections first: their queued batches are accounted to tasks. */
+    while (w->conns) {
+        struct wconn *wc = w->conns;
+        sl_conn_close(wc->conn);
+        wconn_free(wc);
+    }
+    if (w->disp)
+        sl_conn_close(w->disp);
+    session_reset(w);
+    while (w->tasks) {
+        struct wtask *wt = w->tasks;
+        w->tasks = wt->next;
+        sl_task_free(wt->task);
+        free(wt);
+    }
+    if (w->heartbeat_timer)
+        event_free(w->heartbeat_timer);
+    if (w->reconnect_timer)
+        event_free(w->reconnect_timer);
+    if (w->listener)
+        evconnlistener_free(w->listener);
+    free(w);
+}
+
+void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)
+{
+    unsigned n = 0;
+    for (const struct wconn *wc = w->conns; wc; wc = wc->next)
+        n++;
+    *out = (sl_worker_stats_t){.tasks = w->num_tasks, .clients = n, .registered = w->session == SESSION_REGISTERED};
+}

@@ -1,1 +1,360 @@
-int main(void) { return 1; }
+/*
+ * sluice_cat.c: sluice-cat prints what a trainer would receive from a job:
+ * jsonl (one JSON object per batch), count (nothing per batch) or raw (the
+ * tensor bytes), and a summary line on stderr.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice.h"
+
+static const char *program = "sluice-cat";
+
+enum format { FMT_JSONL, FMT_COUNT, FMT_RAW };
+
+#define MAX_SPEC_BYTES (1024 * 1024)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s --dispatcher HOST:PORT --dataset SPEC.json [options]\n"
+            "  --sharding POLICY        off (default), dynamic, file, data, file_or_data, hint\n"
+            "  --job-name NAME          join or create the named (shared) job\n"
+            "  --num-consumers N --consumer-index I   coordinated reads\n"
+            "  --format FMT             jsonl (default), count or raw\n"
+            "  --limit N                stop after N batches\n"
+            "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
+            "  --timeout-ms N           longest wait for an unresponsive peer (default 30000)\n"
+            "  --progress               a progress line on stderr\n",
+            program);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static float half_to_float(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float v;
+    if (exp == 0)
+        v = ldexpf((float)mant, -24);
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(mant | 0x400), exp - 25);
+    return sign ? -v : v;
+}
+
+static void print_float(FILE *out, double v)
+{
+    if (isnan(v) || isinf(v))
+        fputs("null", out); /* JSON has no NaN or infinity */
+    else
+        fprintf(out, "%.9g", v);
+}
+
+/* Bytes as a JSON string: valid JSON for any bytes, read as Latin-1. */
+static void print_bytes(FILE *out, const uint8_t *p, size_t n)
+{
+    fputc('"', out);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = p[i];
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch < 0x20 || ch >= 0x7f)
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+static void print_value(FILE *out, const sl_tensor_t *t, const uint8_t *base, size_t i)
+{
+    switch (t->dtype) {
+    case SL_DTYPE_BOOL: fputs(base[i] ? "true" : "false", out); break;
+    case SL_DTYPE_INT8: fprintf(out, "%d", ((const int8_t *)base)[i]); break;
+    case SL_DTYPE_INT16: fprintf(out, "%d", ((const int16_t *)base)[i]); break;
+    case SL_DTYPE_INT32: fprintf(out, "%" PRId32, ((const int32_t *)base)[i]); break;
+    case SL_DTYPE_INT64: fprintf(out, "%" PRId64, ((const int64_t *)base)[i]); break;
+    case SL_DTYPE_UINT8: fprintf(out, "%u", base[i]); break;
+    case SL_DTYPE_UINT16: fprintf(out, "%u", ((const uint16_t *)base)[i]); break;
+    case SL_DTYPE_UINT32: fprintf(out, "%" PRIu32, ((const uint32_t *)base)[i]); break;
+    case SL_DTYPE_UINT64: fprintf(out, "%" PRIu64, ((const uint64_t *)base)[i]); break;
+    case SL_DTYPE_FLOAT16: print_float(out, half_to_float(((const uint16_t *)base)[i])); break;
+    case SL_DTYPE_BFLOAT16: {
+        uint32_t bits = (uint32_t)((const uint16_t *)base)[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        print_float(out, f);
+        break;
+    }
+    case SL_DTYPE_FLOAT32: print_float(out, ((const float *)base)[i]); break;
+    case SL_DTYPE_FLOAT64: print_float(out, ((const double *)base)[i]); break;
+    default: fputs("null", out); break; /* bytes are printed by print_nested */
+    }
+}
+
+/* Prints values [first, first + count) of dims[0..rank) as nested lists. */
+static void print_nested(FILE *out, const sl_tensor_t *t, const uint8_t *base, const int64_t *dims, int rank,
+                         size_t first, const uint64_t *offsets, const uint8_t *strings)
+{
+    if (rank == 0) {
+        if (t->dtype == SL_DTYPE_BYTES)
+            print_bytes(out, strings + offsets[first], (size_t)(offsets[first + 1] - offsets[first]));
+        else
+            print_value(out, t, base, first);
+        return;
+    }
+    size_t inner = 1;
+    for (int d = 1; d < rank; d++)
+        inner *= (size_t)dims[d];
+    fputc('[', out);
+    for (int64_t i = 0; i < dims[0]; i++) {
+        if (i)
+            fputc(',', out);
+        print_nested(out, t, base, dims + 1, rank - 1, first + (size_t)i * inner, offsets, strings);
+    }
+    fputc(']', out);
+}
+
+static void print_tensor(FILE *out, const sl_tensor_t *t)
+{
+    const uint8_t *base = t->data;
+    const uint64_t *offsets = NULL;
+    const uint8_t *strings = NULL;
+    if (t->dtype == SL_DTYPE_BYTES) {
+        size_t n = 1;
+        if (t->row_splits)
+            n = (size_t)t->row_splits[t->num_row_splits - 1];
+        else
+            for (int d = 0; d < t->rank; d++)
+                n *= (size_t)t->shape[d];
+        offsets = (const uint64_t *)t->data;
+        strings = base + (n + 1) * sizeof(uint64_t);
+    }
+    if (!t->row_splits) {
+        print_nested(out, t, base, t->shape, t->rank, 0, offsets, strings);
+        return;
+    }
+    /* Ragged: row r holds the values [splits[r], splits[r+1]), each of the
+     * fixed inner shape shape[2..]. */
+    size_t inner = 1;
+    for (int d = 2; d < t->rank; d++)
+        inner *= (size_t)t->shape[d];
+    fputc('[', out);
+    for (size_t r = 0; r + 1 < t->num_row_splits; r++) {
+        if (r)
+            fputc(',', out);
+        int64_t dims[SL_MAX_RANK];
+        dims[0] = t->row_splits[r + 1] - t->row_splits[r];
+        for (int d = 2; d < t->rank; d++)
+            dims[d - 1] = t->shape[d];
+        print_nested(out, t, base, dims, t->rank - 1, (size_t)t->row_splits[r] * inner, offsets, strings);
+    }
+    fputc(']', out);
+}
+
+static void print_batch_json(FILE *out, const sl_batch_t *b)
+{
+    fputc('{', out);
+    for (int i = 0; i < sl_batch_num_tensors(b); i++) {
+        const sl_tensor_t *t = sl_batch_tensor(b, i);
+        if (i)
+            fputc(',', out);
+        print_bytes(out, (const uint8_t *)t->name, strlen(t->name));
+        fputc(':', out);
+        print_tensor(out, t);
+    }
+    fputs("}\n", out);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: --dataset %s: %s\n", program, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(MAX_SPEC_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_SPEC_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > MAX_SPEC_BYTES) {
+        fprintf(stderr, "%s: --dataset %s: larger than %d bytes\n", program, path, MAX_SPEC_BYTES);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static long parse_long(const char *opt, const char *v, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < min || x > max) {
+        fprintf(stderr, "%s: --%s: \"%s\" is not an integer in [%ld, %ld]\n", program, opt, v, min, max);
+        exit(2);
+    }
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
+           O_PROGRESS, O_HELP };
+    static const struct option longopts[] = {
+        {"dispatcher", required_argument, NULL, O_DISP},
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"sharding", required_argument, NULL, O_SHARDING},
+        {"job-name", required_argument, NULL, O_JOB},
+        {"num-consumers", required_argument, NULL, O_NCONS},
+        {"consumer-index", required_argument, NULL, O_CIDX},
+        {"format", required_argument, NULL, O_FORMAT},
+        {"limit", required_argument, NULL, O_LIMIT},
+        {"max-outstanding", required_argument, NULL, O_OUT},
+        {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+        {"progress", no_argument, NULL, O_PROGRESS},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *dispatcher = NULL, *dataset = NULL;
+    enum format fmt = FMT_JSONL;
+    long limit = -1, num_consumers = 0;
+    bool progress = false;
+    sl_iterator_opts_t io;
+    sl_iterator_opts_init(&io);
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DISP: dispatcher = optarg; break;
+        case O_DATASET: dataset = optarg; break;
+        case O_SHARDING:
+            if (sl_sharding_parse(optarg, &io.sharding) < 0) {
+                fprintf(stderr, "%s: --sharding: \"%s\" is not off, dynamic, file, data, file_or_data or hint\n",
+                        program, optarg);
+                return 2;
+            }
+            break;
+        case O_JOB: io.job_name = optarg; break;
+        case O_NCONS: num_consumers = parse_long("num-consumers", optarg, 1, 1 << 16); break;
+        case O_CIDX: parse_long("consumer-index", optarg, 0, 1 << 16); break;
+        case O_FORMAT:
+            if (strcmp(optarg, "jsonl") == 0)
+                fmt = FMT_JSONL;
+            else if (strcmp(optarg, "count") == 0)
+                fmt = FMT_COUNT;
+            else if (strcmp(optarg, "raw") == 0)
+                fmt = FMT_RAW;
+            else {
+                fprintf(stderr, "%s: --format: \"%s\" is not jsonl, count or raw\n", program, optarg);
+                return 2;
+            }
+            break;
+        case O_LIMIT: limit = parse_long("limit", optarg, 0, __LONG_MAX__); break;
+        case O_OUT: io.max_outstanding = (int)parse_long("max-outstanding", optarg, 1, 4096); break;
+        case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
+        case O_PROGRESS: progress = true; break;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!dispatcher || !dataset || optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (num_consumers > 1) {
+        fprintf(stderr, "%s: --num-consumers: coordinated reads are not supported yet\n", program);
+        return 2;
+    }
+    size_t spec_len;
+    char *spec = read_file(dataset, &spec_len);
+    if (!spec)
+        return 2;
+    if (io.timeout_ms < io.connect_timeout_ms)
+        io.connect_timeout_ms = io.timeout_ms;
+
+    int status = 1;
+    sl_client_t *cl = NULL;
+    sl_iterator_t *it = NULL;
+    sl_client_opts_t co;
+    sl_client_opts_init(&co);
+    if (co.connect_timeout_ms > io.timeout_ms)
+        co.connect_timeout_ms = io.timeout_ms;
+    if (co.request_timeout_ms > io.timeout_ms)
+        co.request_timeout_ms = io.timeout_ms;
+    uint64_t ds;
+    int rc = sl_client_open(dispatcher, &co, &cl);
+    if (rc < 0) {
+        fprintf(stderr, "%s: dispatcher %s: %s\n", program, dispatcher, sl_client_errmsg(cl));
+        goto out;
+    }
+    rc = sl_client_register_dataset(cl, spec, spec_len, &ds);
+    if (rc < 0) {
+        fprintf(stderr, "%s: dataset %s refused: %s\n", program, dataset, sl_client_errmsg(cl));
+        goto out;
+    }
+    rc = sl_iterator_open(cl, ds, &io, &it);
+    if (rc < 0) {
+        fprintf(stderr, "%s: cannot open an iterator: %s\n", program, sl_iterator_errmsg(it));
+        goto out;
+    }
+    double t0 = now_s(), last_progress = t0;
+    uint64_t elements = 0, batches = 0, bytes = 0;
+    for (;;) {
+        if (limit >= 0 && batches >= (uint64_t)limit) {
+            rc = 1;
+            break;
+        }
+        sl_batch_t *b;
+        rc = sl_iterator_next(it, &b);
+        if (rc != 0)
+            break;
+        batches++;
+        elements += sl_batch_num_elements(b);
+        bytes += sl_batch_size(b);
+        if (fmt == FMT_JSONL) {
+            print_batch_json(stdout, b);
+        } else if (fmt == FMT_RAW) {
+            for (int i = 0; i < sl_batch_num_tensors(b); i++) {
+                const sl_tensor_t *t = sl_batch_tensor(b, i);
+                fwrite(t->data, 1, t->size, stdout);
+            }
+        }
+        sl_batch_release(b);
+        double now = now_s();
+        if (progress && now - last_progress >= 0.2) {
+            fprintf(stderr, "\r%" PRIu64 " elements, %" PRIu64 " batches, %.1f MB, %.0f elements/s   ", elements,
+                    batches, bytes / 1e6, elements / (now - t0));
+            last_progress = now;
+        }
+    }
+    if (progress)
+        fputc('\n', stderr);
+    if (rc < 0) {
+        fprintf(stderr, "%s: %s\n", program, sl_iterator_errmsg(it));
+    } else {
+        status = 0;
+    }
+    fflush(stdout);
+    fprintf(stderr, "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f}\n",
+            elements, batches, bytes, now_s() - t0);
+out:
+    sl_iterator_close(it);
+    sl_client_close(cl);
+    free(spec);
+    return status;
+}

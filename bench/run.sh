@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# make bench: every benchmark, each printing one JSON line with its baseline
+# measured in the same run and the ratio against it.
+set -euo pipefail
+build=${1:-build}
+cd "$(dirname "$0")/.."
+/usr/bin/python3 bench/stream.py --build "$build"

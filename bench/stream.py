@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Streams 1 MiB batches from one worker to one client and compares the rate
+with iperf3 on loopback, measured in the same run. Prints one JSON line."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'integration'))
+ap = argparse.ArgumentParser()
+ap.add_argument('--build', default='build')
+ap.add_argument('--batches', type=int, default=3000)
+ap.add_argument('--seconds', type=int, default=5, help='iperf3 duration')
+args = ap.parse_args()
+os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
+from harness import Cluster, summary  # noqa: E402
+
+MIB_OF_INT64 = (1 << 20) // 8
+
+
+def iperf3_gbps(seconds):
+    if not shutil.which('iperf3'):
+        return None
+    srv = subprocess.Popen(['iperf3', '-s', '-1', '-p', '5299', '-B', '127.0.0.1'], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        r = subprocess.run(['iperf3', '-c', '127.0.0.1', '-p', '5299', '-t', str(seconds), '-J'],
+                           capture_output=True, text=True, timeout=seconds + 30)
+        return json.loads(r.stdout)['end']['sum_received']['bits_per_second'] / 8e9
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+c = Cluster(workers=1, worker_args=['--buffer-mb', '64'])
+try:
+    c.wait_workers_registered(1)
+    spec = {"source": {"type": "range", "start": 0, "stop": MIB_OF_INT64 * args.batches},
+            "ops": [{"op": "batch", "batch_size": MIB_OF_INT64}]}
+    rc, _, err = c.cat(spec, ['--sharding', 'off', '--max-outstanding', '8'], fmt='count', timeout=600)
+    if rc != 0:
+        sys.exit('bench: sluice-cat failed: ' + err[-2000:])
+    s = summary(err)
+finally:
+    c.close()
+sluice = s['bytes'] / s['seconds'] / 1e9
+base = iperf3_gbps(args.seconds)
+print(json.dumps({
+    "bench": "stream_1mib_batches",
+    "sluice_GBps": round(sluice, 3),
+    "batches_per_s": round(s['batches'] / s['seconds'], 1),
+    "baseline": "iperf3 loopback, one stream",
+    "iperf3_GBps": round(base, 3) if base else None,
+    "ratio": round(sluice / base, 3) if base else None,
+}))

@@ -1,0 +1,749 @@
+/*
+ * iterator.c: sl_iterator_t. Each iterator runs a thread with an event loop
+ * that keeps the job's client lease alive with heartbeats, learns the job's
+ * tasks, keeps GET_ELEMENT requests in flight to every task's worker, and
+ * queues the batches that arrive. sl_iterator_next() only waits on that
+ * queue, so the trainer never blocks on one worker while others have data.
+ *
+ * Flow control: requests in flight plus batches queued never exceed
+ * max_outstanding, and per worker never exceed per_worker_outstanding.
+ *
+ * A task's connection moves IDLE -> CONNECTING -> OPEN -> ENDED (its end of
+ * sequence arrived); a lost connection goes back to IDLE and is retried
+ * until the dispatcher stops listing the task or timeout_ms passes.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "batch.h"
+#include "client_internal.h"
+#include "conn.h"
+#include "frame.h"
+
+#define RETRY_MS 200
+#define RELEASE_WAIT_MS 1000
+
+enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
+
+struct sl_batch {
+    uint64_t task_id;
+    uint64_t num_elements;
+    int num_tensors;
+    sl_tensor_t tensors[SL_MAX_COMPONENTS];
+    char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
+    uint8_t *payload;
+    size_t size;
+    struct sl_batch *next;
+};
+
+struct itask {
+    sl_iterator_t *it;
+    uint64_t task_id;
+    char address[128];
+    sl_conn_t *conn;
+    enum tc_state state;
+    unsigned in_flight;
+    bool listed;
+    int64_t unreachable_since; /* 0 while reachable */
+    char last_error[512];
+    int64_t retry_at;
+    /* The worker has not started the task yet (it learns of it with its
+     * next heartbeat): ask again from not_before on. */
+    int64_t unknown_since;
+    int64_t not_before;
+    struct itask *next;
+};
+
+struct sl_iterator {
+    sl_iterator_opts_t opts;
+    char job_name[129];
+    char dispatcher[256];
+    uint64_t job_id, client_id;
+    uint32_t heartbeat_ms;
+
+    pthread_t thread;
+    bool thread_started;
+    struct event_base *base;
+    struct event *kick;
+    struct event *tick;
+    struct event *release_timer;
+
+    sl_conn_t *disp;
+    bool hb_out;
+    uint32_t hb_id, release_id;
+    int64_t disp_last_ok;
+    char disp_error[512];
+    struct itask *tasks;
+    uint32_t next_id;
+    unsigned in_flight;
+    sl_job_state_t job_state;
+    bool job_state_known;
+
+    /* Shared with the caller's thread. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct sl_batch *ready, **ready_tail;
+    unsigned ready_count;
+    int error;
+    char err[1024];
+    bool finished;
+    bool stop;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void iterator_fail(sl_iterator_t *it, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void iterator_fail(sl_iterator_t *it, int code, const char *fmt, ...)
+{
+    pthread_mutex_lock(&it->mu);
+    if (!it->error) {
+        it->error = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(it->err, sizeof it->err, fmt, ap);
+        va_end(ap);
+    }
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+}
+
+static bool failed(sl_iterator_t *it)
+{
+    pthread_mutex_lock(&it->mu);
+    bool f = it->error != 0;
+    pthread_mutex_unlock(&it->mu);
+    return f;
+}
+
+/* ---- batches ---- */
+
+static void batch_free(struct sl_batch *b)
+{
+    if (!b)
+        return;
+    free(b->payload);
+    free(b);
+}
+
+/* Builds a batch from a GET_ELEMENT answer, checking every component
+ * against the payload. Takes ownership of payload. */
+static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
+                                        char *err, size_t errlen)
+{
+    sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
+                          .data = payload, .size = size};
+    for (int i = 0; i < wb.num_components; i++) {
+        const sluice_Component *pc = &resp->components[i];
+        sl_component_t *c = &wb.components[i];
+        snprintf(c->name, sizeof c->name, "%s", pc->name);
+        c->dtype = (sl_dtype_t)pc->dtype;
+        c->rank = (int)pc->shape_count;
+        memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
+        c->offset = pc->offset;
+        c->length = pc->length;
+        c->ragged = pc->ragged;
+        c->splits_offset = pc->splits_offset;
+        c->splits_length = pc->splits_length;
+    }
+    if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
+        free(payload);
+        return NULL;
+    }
+    struct sl_batch *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        free(payload);
+        return NULL;
+    }
+    b->task_id = resp->task_id;
+    b->num_elements = wb.num_elements;
+    b->num_tensors = wb.num_components;
+    b->payload = payload;
+    b->size = size;
+    for (int i = 0; i < wb.num_components; i++) {
+        const sl_component_t *c = &wb.components[i];
+        sl_tensor_t *t = &b->tensors[i];
+        snprintf(b->names[i], sizeof b->names[i], "%s", c->name);
+        t->name = b->names[i];
+        t->dtype = c->dtype;
+        t->rank = c->rank;
+        memcpy(t->shape, c->shape, sizeof t->shape);
+        t->data = payload + c->offset;
+        t->size = c->length;
+        if (c->ragged) {
+            t->row_splits = (const int64_t *)(payload + c->splits_offset);
+            t->num_row_splits = c->splits_length / sizeof(int64_t);
+        }
+    }
+    return b;
+}
+
+/* ---- the loop thread ---- */
+
+static void pump(sl_iterator_t *it);
+static void check_finished(sl_iterator_t *it);
+
+static void task_drop_conn(struct itask *t)
+{
+    if (t->conn) {
+        sl_conn_close(t->conn);
+        t->conn = NULL;
+    }
+    t->it->in_flight -= t->in_flight;
+    t->in_flight = 0;
+}
+
+static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct itask *t = arg;
+    sl_iterator_t *it = t->it;
+    (void)c;
+    if (t->in_flight > 0) {
+        t->in_flight--;
+        it->in_flight--;
+    }
+    if (hdr->type == SL_MSG_ERROR) {
+        const sluice_Error *e = msg;
+        free(payload);
+        int64_t now = now_ms();
+        if (e->code == SL_ENOTFOUND && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
+            if (!t->unknown_since)
+                t->unknown_since = now;
+            t->not_before = now + RETRY_MS;
+            return;
+        }
+        iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "worker %s: %s%s", t->address, e->message,
+                      t->unknown_since ? " (for longer than the timeout)" : "");
+        return;
+    }
+    t->unknown_since = 0;
+    if (hdr->type != SL_MSG_GET_ELEMENT_RESP) {
+        free(payload);
+        iterator_fail(it, SL_EPROTO, "worker %s answered with %s", t->address, sl_msg_name(hdr->type));
+        return;
+    }
+    const sluice_GetElementResponse *resp = msg;
+    if (resp->end_of_sequence) {
+        free(payload);
+        t->state = TC_ENDED;
+        if (t->in_flight == 0)
+            task_drop_conn(t);
+        check_finished(it);
+        return;
+    }
+    char err[512];
+    struct sl_batch *b = batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
+    if (!b) {
+        iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
+        return;
+    }
+    pthread_mutex_lock(&it->mu);
+    *it->ready_tail = b;
+    it->ready_tail = &b->next;
+    it->ready_count++;
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+    pump(it);
+}
+
+static void worker_ready(sl_conn_t *c, void *arg)
+{
+    struct itask *t = arg;
+    (void)c;
+    t->state = TC_OPEN;
+    t->unreachable_since = 0;
+    pump(t->it);
+}
+
+static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    struct itask *t = arg;
+    (void)c;
+    (void)err;
+    t->conn = NULL;
+    t->it->in_flight -= t->in_flight;
+    t->in_flight = 0;
+    if (t->state == TC_ENDED)
+        return;
+    /* Retried from the tick until the worker answers or timeout_ms passed. */
+    t->state = TC_IDLE;
+    if (!t->unreachable_since)
+        t->unreachable_since = now_ms();
+    t->retry_at = now_ms() + RETRY_MS;
+    snprintf(t->last_error, sizeof t->last_error, "%s", why);
+}
+
+static const sl_conn_cbs_t worker_cbs = {worker_ready, worker_frame, worker_close};
+
+static void task_connect(struct itask *t)
+{
+    sl_iterator_t *it = t->it;
+    size_t maxp = it->opts.max_batch_bytes > UINT32_MAX ? UINT32_MAX : it->opts.max_batch_bytes;
+    sl_limits_t limits = {.max_payload = (uint32_t)maxp};
+    t->state = TC_CONNECTING;
+    int rc = sl_conn_connect(it->base, t->address, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
+                             it->opts.connect_timeout_ms, &worker_cbs, t, &t->conn, t->last_error,
+                             sizeof t->last_error);
+    if (rc < 0) {
+        t->state = TC_IDLE;
+        t->conn = NULL;
+        if (!t->unreachable_since)
+            t->unreachable_since = now_ms();
+        t->retry_at = now_ms() + RETRY_MS;
+    }
+}
+
+static void pump(sl_iterator_t *it)
+{
+    if (failed(it))
+        return;
+    pthread_mutex_lock(&it->mu);
+    unsigned queued = it->ready_count;
+    bool stop = it->stop;
+    pthread_mutex_unlock(&it->mu);
+    if (stop)
+        return;
+    /* Round-robin, one request per task per pass, so that every worker
+     * gets its share of the budget. */
+    bool sent = true;
+    int64_t now = now_ms();
+    while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
+        sent = false;
+        for (struct itask *t = it->tasks; t; t = t->next) {
+            if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
+                now < t->not_before)
+                continue;
+            if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
+                break;
+            sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id};
+            if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
+                continue;
+            t->in_flight++;
+            it->in_flight++;
+            sent = true;
+        }
+    }
+}
+
+static void check_finished(sl_iterator_t *it)
+{
+    if (!it->job_state_known || it->job_state != SL_JOB_FINISHED)
+        return;
+    for (struct itask *t = it->tasks; t; t = t->next)
+        if (t->state != TC_ENDED)
+            return;
+    pthread_mutex_lock(&it->mu);
+    it->finished = true;
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+}
+
+static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
+{
+    it->disp_last_ok = now_ms();
+    it->job_state = (sl_job_state_t)resp->job_state;
+    it->job_state_known = true;
+    if (resp->job_state == SL_JOB_CANCELLED) {
+        iterator_fail(it, SL_ECANCELLED, "job %" PRIu64 " was cancelled: %s", it->job_id, resp->error);
+        return;
+    }
+    if (resp->job_state == SL_JOB_FAILED) {
+        iterator_fail(it, SL_EDATA, "job %" PRIu64 " failed: %s", it->job_id, resp->error);
+        return;
+    }
+    for (struct itask *t = it->tasks; t; t = t->next)
+        t->listed = false;
+    for (pb_size_t i = 0; i < resp->tasks_count; i++) {
+        const sluice_TaskInfo *ti = &resp->tasks[i];
+        struct itask *t = it->tasks;
+        while (t && t->task_id != ti->task_id)
+            t = t->next;
+        if (!t) {
+            t = calloc(1, sizeof *t);
+            if (!t) {
+                iterator_fail(it, -ENOMEM, "out of memory");
+                return;
+            }
+            t->it = it;
+            t->task_id = ti->task_id;
+            snprintf(t->address, sizeof t->address, "%s", ti->worker_address);
+            t->next = it->tasks;
+            it->tasks = t;
+            task_connect(t);
+        }
+        t->listed = true;
+    }
+    /* A task the dispatcher no longer lists lost its worker. */
+    for (struct itask **p = &it->tasks; *p;) {
+        struct itask *t = *p;
+        if (t->listed) {
+            p = &t->next;
+            continue;
+        }
+        task_drop_conn(t);
+        *p = t->next;
+        free(t);
+    }
+    check_finished(it);
+    pump(it);
+}
+
+static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)c;
+    free(payload);
+    if (hdr->request_id == it->release_id) {
+        event_base_loopbreak(it->base);
+        return;
+    }
+    if (hdr->request_id != it->hb_id)
+        return;
+    it->hb_out = false;
+    if (hdr->type == SL_MSG_ERROR) {
+        const sluice_Error *e = msg;
+        iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "dispatcher %s: %s", it->dispatcher, e->message);
+        return;
+    }
+    if (hdr->type == SL_MSG_CLIENT_HEARTBEAT_RESP)
+        on_heartbeat(it, msg);
+}
+
+static void send_heartbeat(sl_iterator_t *it)
+{
+    if (!it->disp || it->hb_out)
+        return;
+    sluice_ClientHeartbeatRequest req = {.job_id = it->job_id, .client_id = it->client_id};
+    it->hb_id = ++it->next_id;
+    if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, &req, NULL, 0, NULL, NULL) == 0)
+        it->hb_out = true;
+}
+
+static void disp_ready(sl_conn_t *c, void *arg)
+{
+    (void)c;
+    send_heartbeat(arg);
+}
+
+static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)c;
+    (void)err;
+    it->disp = NULL;
+    it->hb_out = false;
+    snprintf(it->disp_error, sizeof it->disp_error, "%s", why);
+    if (it->release_id)
+        event_base_loopbreak(it->base);
+}
+
+static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
+
+static void disp_connect(sl_iterator_t *it)
+{
+    sl_limits_t limits = {.max_payload = 1024 * 1024};
+    if (sl_conn_connect(it->base, it->dispatcher, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
+                        it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
+                        sizeof it->disp_error) < 0)
+        it->disp = NULL;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)fd;
+    (void)what;
+    if (failed(it))
+        return;
+    int64_t now = now_ms();
+    if (now - it->disp_last_ok > it->opts.timeout_ms) {
+        iterator_fail(it, -ETIMEDOUT, "dispatcher %s: no heartbeat answer for %d ms%s%s", it->dispatcher,
+                      it->opts.timeout_ms, it->disp_error[0] ? ": " : "", it->disp_error);
+        return;
+    }
+    if (!it->disp)
+        disp_connect(it);
+    else
+        send_heartbeat(it);
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (t->state != TC_IDLE)
+            continue;
+        if (now - t->unreachable_since > it->opts.timeout_ms) {
+            iterator_fail(it, -ETIMEDOUT, "worker %s unreachable for %d ms: %s", t->address, it->opts.timeout_ms,
+                          t->last_error);
+            return;
+        }
+        if (now >= t->retry_at)
+            task_connect(t);
+    }
+    pump(it);
+}
+
+static void on_release_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(((sl_iterator_t *)arg)->base);
+}
+
+/* The caller's thread asked for more (it took a batch) or to stop. */
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&it->mu);
+    bool stop = it->stop;
+    pthread_mutex_unlock(&it->mu);
+    if (!stop) {
+        pump(it);
+        return;
+    }
+    /* Leave the job politely; do not wait long for the answer. */
+    sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
+    it->release_id = ++it->next_id;
+    if (!it->disp || sl_conn_send(it->disp, SL_MSG_RELEASE_CLIENT_REQ, it->release_id, &req, NULL, 0, NULL, NULL) < 0) {
+        event_base_loopbreak(it->base);
+        return;
+    }
+    struct timeval tv = {RELEASE_WAIT_MS / 1000, (RELEASE_WAIT_MS % 1000) * 1000};
+    evtimer_add(it->release_timer, &tv);
+}
+
+static void *loop_main(void *arg)
+{
+    sl_iterator_t *it = arg;
+    it->disp_last_ok = now_ms();
+    disp_connect(it);
+    event_base_dispatch(it->base);
+    return NULL;
+}
+
+/* ---- the public interface ---- */
+
+void sl_iterator_opts_init(sl_iterator_opts_t *o)
+{
+    *o = (sl_iterator_opts_t){
+        .sharding = SL_SHARDING_OFF,
+        .max_outstanding = 8,
+        .per_worker_outstanding = 2,
+        .connect_timeout_ms = 5000,
+        .timeout_ms = 30000,
+        .max_batch_bytes = 256u << 20,
+    };
+}
+
+static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
+
+static void evthread_init(void)
+{
+    evthread_use_pthreads();
+}
+
+int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, sl_iterator_t **out)
+{
+    sl_iterator_t *it = calloc(1, sizeof *it);
+    *out = it;
+    if (!it)
+        return -ENOMEM;
+    pthread_mutex_init(&it->mu, NULL);
+    pthread_cond_init(&it->cv, NULL);
+    it->ready_tail = &it->ready;
+    if (opts)
+        it->opts = *opts;
+    else
+        sl_iterator_opts_init(&it->opts);
+    int rc = SL_EINVAL;
+    if (it->opts.job_name && strlen(it->opts.job_name) >= sizeof it->job_name) {
+        snprintf(it->err, sizeof it->err, "job name longer than %zu bytes", sizeof it->job_name - 1);
+        goto fail;
+    }
+    if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||
+        it->opts.connect_timeout_ms < 1 || it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {
+        snprintf(it->err, sizeof it->err,
+                 "options out of range: outstanding, timeouts and max_batch_bytes must be positive");
+        goto fail;
+    }
+    snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
+    it->opts.job_name = it->job_name;
+    snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
+
+    sluice_GetOrCreateJobRequest req = sluice_GetOrCreateJobRequest_init_zero;
+    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+    req.dataset_id = dataset_id;
+    req.sharding = it->opts.sharding;
+    snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
+    rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, NULL, 0, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp);
+    if (rc < 0) {
+        snprintf(it->err, sizeof it->err, "%s", c->err);
+        goto fail;
+    }
+    it->job_id = resp.job_id;
+    it->client_id = resp.client_id;
+    it->heartbeat_ms = resp.heartbeat_ms ? resp.heartbeat_ms : 250;
+
+    pthread_once(&evthread_once, evthread_init);
+    rc = -ENOMEM;
+    it->base = event_base_new();
+    if (!it->base)
+        goto fail;
+    it->kick = event_new(it->base, -1, 0, on_kick, it);
+    it->tick = event_new(it->base, -1, EV_PERSIST, on_tick, it);
+    it->release_timer = evtimer_new(it->base, on_release_timeout, it);
+    if (!it->kick || !it->tick || !it->release_timer)
+        goto fail;
+    struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
+    event_add(it->tick, &tv);
+    rc = -pthread_create(&it->thread, NULL, loop_main, it);
+    if (rc < 0) {
+        snprintf(it->err, sizeof it->err, "cannot start the iterator thread: %s", strerror(-rc));
+        goto fail;
+    }
+    it->thread_started = true;
+    return 0;
+fail:
+    if (!it->err[0])
+        snprintf(it->err, sizeof it->err, "%s", sl_strerror(rc));
+    it->error = rc;
+    return rc;
+}
+
+int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&it->mu);
+    int rc;
+    for (;;) {
+        if (it->ready) {
+            struct sl_batch *b = it->ready;
+            it->ready = b->next;
+            if (!it->ready)
+                it->ready_tail = &it->ready;
+            it->ready_count--;
+            b->next = NULL;
+            *out = b;
+            rc = 0;
+            break;
+        }
+        if (it->error) {
+            rc = it->error;
+            break;
+        }
+        if (it->finished) {
+            rc = 1;
+            break;
+        }
+        if (!it->thread_started) {
+            rc = SL_EINVAL;
+            break;
+        }
+        pthread_cond_wait(&it->cv, &it->mu);
+    }
+    pthread_mutex_unlock(&it->mu);
+    /* Room freed in the budget: let the loop ask for more. */
+    if (rc == 0)
+        event_active(it->kick, EV_READ, 0);
+    return rc;
+}
+
+const char *sl_iterator_errmsg(const sl_iterator_t *it)
+{
+    return it ? it->err : "out of memory";
+}
+
+uint64_t sl_iterator_job_id(const sl_iterator_t *it)
+{
+    return it->job_id;
+}
+
+void sl_iterator_close(sl_iterator_t *it)
+{
+    if (!it)
+        return;
+    if (it->thread_started) {
+        pthread_mutex_lock(&it->mu);
+        it->stop = true;
+        pthread_mutex_unlock(&it->mu);
+        event_active(it->kick, EV_READ, 0);
+        pthread_join(it->thread, NULL);
+    }
+    while (it->tasks) {
+        struct itask *t = it->tasks;
+        it->tasks = t->next;
+        if (t->conn)
+            sl_conn_close(t->conn);
+        free(t);
+    }
+    if (it->disp)
+        sl_conn_close(it->disp);
+    while (it->ready) {
+        struct sl_batch *b = it->ready;
+        it->ready = b->next;
+        batch_free(b);
+    }
+    if (it->kick)
+        event_free(it->kick);
+    if (it->tick)
+        event_free(it->tick);
+    if (it->release_timer)
+        event_free(it->release_timer);
+    if (it->base)
+        event_base_free(it->base);
+    pthread_cond_destroy(&it->cv);
+    pthread_mutex_destroy(&it->mu);
+    free(it);
+}
+
+uint64_t sl_batch_num_elements(const sl_batch_t *b)
+{
+    return b->num_elements;
+}
+
+int sl_batch_num_tensors(const sl_batch_t *b)
+{
+    return b->num_tensors;
+}
+
+const sl_tensor_t *sl_batch_tensor(const sl_batch_t *b, int i)
+{
+    return i >= 0 && i < b->num_tensors ? &b->tensors[i] : NULL;
+}
+
+const sl_tensor_t *sl_batch_find(const sl_batch_t *b, const char *name)
+{
+    for (int i = 0; i < b->num_tensors; i++)
+        if (strcmp(b->names[i], name) == 0)
+            return &b->tensors[i];
+    return NULL;
+}
+
+size_t sl_batch_size(const sl_batch_t *b)
+{
+    return b->size;
+}
+
+uint64_t sl_batch_task_id(const sl_batch_t *b)
+{
+    return b->task_id;
+}
+
+void sl_batch_release(sl_batch_t *b)
+{
+    batch_free(b);
+}

@@ -1,0 +1,276 @@
+/* server.c: see server.h. */
+#include "server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/listener.h>
+
+#include "conn.h"
+#include "log.h"
+#include "net.h"
+#include "spec.h"
+
+/* The largest payload a dispatcher accepts: a dataset spec. */
+#define MAX_PAYLOAD (SL_SPEC_MAX_BYTES + 1024)
+#define TICK_MS 100
+
+struct dconn {
+    sl_dserver_t *srv;
+    sl_conn_t *conn;
+    uint64_t worker_id; /* the worker registered over this connection, 0 if none */
+    struct dconn *prev, *next;
+};
+
+struct sl_dserver {
+    struct event_base *base;
+    sl_dstate_t *st;
+    struct evconnlistener *listener;
+    struct event *tick;
+    struct dconn *conns;
+};
+
+int64_t sl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void dconn_unlink(struct dconn *dc)
+{
+    if (dc->prev)
+        dc->prev->next = dc->next;
+    else
+        dc->srv->conns = dc->next;
+    if (dc->next)
+        dc->next->prev = dc->prev;
+    free(dc);
+}
+
+/* Answers a request: resp of type, or an error frame when rc < 0. */
+static void reply(sl_conn_t *c, const sl_frame_hdr_t *hdr, int rc, unsigned type, const void *resp,
+                  const char *err)
+{
+    if (rc < 0) {
+        sl_log_debug("%s from %s refused: %s", sl_msg_name(hdr->type), sl_conn_peer(c), err);
+        sl_conn_send_error(c, hdr->request_id, rc, "%s", err);
+        return;
+    }
+    sl_conn_send(c, type, hdr->request_id, resp, NULL, 0, NULL, NULL);
+}
+
+static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct dconn *dc = arg;
+    sl_dstate_t *st = dc->srv->st;
+    int64_t now = sl_now_ms();
+    char err[1024] = "";
+    int rc;
+    sl_role_t role = sl_conn_peer_role(c);
+
+    switch (hdr->type) {
+    case SL_MSG_WORKER_REGISTER_REQ: {
+        const sluice_WorkerRegisterRequest *req = msg;
+        sluice_WorkerRegisterResponse resp = sluice_WorkerRegisterResponse_init_zero;
+        if (role != SL_ROLE_WORKER || !req->address[0]) {
+            rc = SL_EINVAL;
+            snprintf(err, sizeof err, "worker registration needs a worker role and an address");
+        } else {
+            rc = sl_dstate_worker_register(st, req->address, now, &resp.worker_id, err, sizeof err);
+        }
+        if (rc == 0) {
+            dc->worker_id = resp.worker_id;
+            resp.heartbeat_ms = sl_dstate_config(st)->worker_heartbeat_ms;
+        }
+        reply(c, hdr, rc, SL_MSG_WORKER_REGISTER_RESP, &resp, err);
+        break;
+    }
+    case SL_MSG_WORKER_HEARTBEAT_REQ: {
+        sluice_WorkerHeartbeatResponse *resp = calloc(1, sizeof *resp);
+        if (!resp) {
+            sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
+            break;
+        }
+        rc = sl_dstate_worker_heartbeat(st, msg, now, resp, err, sizeof err);
+        reply(c, hdr, rc, SL_MSG_WORKER_HEARTBEAT_RESP, resp, err);
+        free(resp);
+        break;
+    }
+    case SL_MSG_GET_DATASET_REQ: {
+        const sluice_GetDatasetRequest *req = msg;
+        const char *spec = sl_dstate_dataset_spec(st, req->dataset_id);
+        if (!spec) {
+            sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered",
+                               req->dataset_id);
+            break;
+        }
+        sluice_GetDatasetResponse resp = {.dataset_id = req->dataset_id};
+        sl_conn_send(c, SL_MSG_GET_DATASET_RESP, hdr->request_id, &resp, spec, strlen(spec), NULL, NULL);
+        break;
+    }
+    case SL_MSG_GET_SPLIT_REQ: {
+        sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+        rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
+        reply(c, hdr, rc, SL_MSG_GET_SPLIT_RESP, &resp, err);
+        break;
+    }
+    case SL_MSG_REGISTER_DATASET_REQ: {
+        sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
+        const char *fp = NULL;
+        rc = sl_dstate_dataset_register(st, (const char *)payload, hdr->payload_len, &resp.dataset_id, &fp, err,
+                                        sizeof err);
+        if (rc == 0)
+            snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+        reply(c, hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
+        break;
+    }
+    case SL_MSG_GET_OR_CREATE_JOB_REQ: {
+        sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+        rc = sl_dstate_job_get_or_create(st, msg, now, &resp.job_id, &resp.client_id, err, sizeof err);
+        resp.heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
+        reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp, err);
+        break;
+    }
+    case SL_MSG_CLIENT_HEARTBEAT_REQ: {
+        sluice_ClientHeartbeatResponse *resp = calloc(1, sizeof *resp);
+        if (!resp) {
+            sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
+            break;
+        }
+        rc = sl_dstate_client_heartbeat(st, msg, now, resp, err, sizeof err);
+        reply(c, hdr, rc, SL_MSG_CLIENT_HEARTBEAT_RESP, resp, err);
+        free(resp);
+        break;
+    }
+    case SL_MSG_RELEASE_CLIENT_REQ: {
+        const sluice_ReleaseClientRequest *req = msg;
+        sluice_ReleaseClientResponse resp = sluice_ReleaseClientResponse_init_zero;
+        rc = sl_dstate_client_release(st, req->job_id, req->client_id, now);
+        snprintf(err, sizeof err, "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
+        reply(c, hdr, rc, SL_MSG_RELEASE_CLIENT_RESP, &resp, err);
+        break;
+    }
+    default:
+        /* A known type that is no request of a dispatcher's. */
+        sl_conn_fail(c, SL_EPROTO, "a dispatcher does not serve %s", sl_msg_name(hdr->type));
+        break;
+    }
+    free(payload);
+}
+
+static void on_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    struct dconn *dc = arg;
+    (void)c;
+    sl_log_debug("connection closed (%s): %s", sl_strerror(err), why);
+    dconn_unlink(dc);
+}
+
+static const sl_conn_cbs_t dispatcher_cbs = {NULL, on_frame, on_close};
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    sl_dserver_t *srv = arg;
+    (void)l;
+    (void)sa;
+    (void)salen;
+    struct dconn *dc = calloc(1, sizeof *dc);
+    if (!dc) {
+        evutil_closesocket(fd);
+        return;
+    }
+    sl_limits_t limits = {.max_payload = MAX_PAYLOAD};
+    dc->srv = srv;
+    dc->conn = sl_conn_accept(srv->base, fd, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
+                              &limits, &dispatcher_cbs, dc);
+    if (!dc->conn) {
+        free(dc);
+        return;
+    }
+    dc->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = dc;
+    srv->conns = dc;
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(arg);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    int e = EVUTIL_SOCKET_ERROR();
+    (void)arg;
+    sl_log_warn("accept: %s", strerror(e));
+    /* Out of descriptors: stop accepting for a moment instead of spinning. */
+    if (e == EMFILE || e == ENFILE) {
+        evconnlistener_disable(l);
+        struct timeval tv = {0, 100000};
+        event_base_once(evconnlistener_get_base(l), -1, EV_TIMEOUT, on_accept_resume, l, &tv);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    sl_dserver_t *srv = arg;
+    (void)fd;
+    (void)what;
+    sl_dstate_tick(srv->st, sl_now_ms());
+}
+
+int sl_dserver_start(struct event_base *base, sl_dstate_t *st, const char *host, uint16_t port,
+                     uint16_t *bound_port, sl_dserver_t **out, char *err, size_t errlen)
+{
+    sl_dserver_t *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return -ENOMEM;
+    srv->base = base;
+    srv->st = st;
+    int fd = -1;
+    int rc = sl_listen_tcp(host, port, &fd, bound_port, err, errlen);
+    if (rc < 0)
+        goto fail;
+    srv->listener = evconnlistener_new(base, on_accept, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (!srv->listener) {
+        evutil_closesocket(fd);
+        rc = -ENOMEM;
+        snprintf(err, errlen, "cannot start the listener");
+        goto fail;
+    }
+    evconnlistener_set_error_cb(srv->listener, on_accept_error);
+    srv->tick = event_new(base, -1, EV_PERSIST, on_tick, srv);
+    struct timeval tv = {0, TICK_MS * 1000};
+    if (!srv->tick || event_add(srv->tick, &tv) < 0) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    *out = srv;
+    return 0;
+fail:
+    sl_dserver_free(srv);
+    return rc;
+}
+
+void sl_dserver_free(sl_dserver_t *srv)
+{
+    if (!srv)
+        return;
+    while (srv->conns) {
+        struct dconn *dc = srv->conns;
+        sl_conn_close(dc->conn);
+        dconn_unlink(dc);
+    }
+    if (srv->tick)
+        event_free(srv->tick);
+    if (srv->listener)
+        evconnlistener_free(srv->listener);
+    free(srv);
+}

@@ -1,0 +1,109 @@
+/*
+ * state.h: the dispatcher's state machine: workers, datasets, jobs, tasks,
+ * client leases and DYNAMIC split cursors. No I/O: the server feeds it
+ * requests and the clock, and sends what it answers. States and transitions
+ * are written down in state.c and docs/architecture.md.
+ */
+#ifndef SL_DSTATE_H
+#define SL_DSTATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+
+typedef struct sl_dstate sl_dstate_t;
+
+typedef struct sl_dstate_config {
+    int64_t worker_timeout_ms; /* a worker without heartbeat this long is lost */
+    int64_t client_timeout_ms; /* a client without heartbeat this long is released */
+    int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
+    uint64_t split_size;       /* elements per DYNAMIC split */
+    uint32_t worker_heartbeat_ms;
+    uint32_t client_heartbeat_ms;
+    unsigned max_workers;
+    unsigned max_datasets;
+    unsigned max_jobs;            /* jobs kept, finished ones included */
+    unsigned max_clients_per_job;
+} sl_dstate_config_t;
+
+/** Fills the defaults. */
+void sl_dstate_config_init(sl_dstate_config_t *cfg);
+
+/** @return a new empty state (config copied), or NULL when out of memory */
+sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg);
+
+void sl_dstate_free(sl_dstate_t *st);
+
+/** @return the state's configuration */
+const sl_dstate_config_t *sl_dstate_config(const sl_dstate_t *st);
+
+/**
+ * A worker (re-)registers. A live worker already registered at the same
+ * address is taken as restarted: it is marked lost first.
+ * @return 0, or SL_ETOOBIG (max_workers) with a message in err
+ */
+int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now, uint64_t *worker_id,
+                              char *err, size_t errlen);
+
+/**
+ * A worker's heartbeat: takes its task reports and answers the tasks it must
+ * start and the tasks it must drop.
+ * @return 0, or SL_ENOTFOUND when the worker is unknown or was declared lost
+ *         (it must register again)
+ */
+int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequest *req, int64_t now,
+                               sluice_WorkerHeartbeatResponse *resp, char *err, size_t errlen);
+
+/**
+ * Finds or registers the dataset of spec (same canonical spec, same id).
+ * @param[out] fingerprint valid while the state is
+ * @return 0, SL_ESPEC with the offending field's JSON path in err, SL_ETOOBIG
+ */
+int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec, size_t len, uint64_t *dataset_id,
+                               const char **fingerprint, char *err, size_t errlen);
+
+/** @return the canonical spec of a dataset, or NULL; valid while the state is */
+const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id);
+
+/**
+ * Joins the job named req->job_name, or creates it (or an anonymous job),
+ * and leases a client id for the caller.
+ * @return 0, SL_ENOTFOUND (dataset), SL_ECONFLICT (the named job has other
+ *         parameters; err names the parameter), SL_EINVAL, SL_ETOOBIG
+ */
+int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
+                                uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen);
+
+/**
+ * A client's heartbeat: renews its lease, answers the job's tasks and state.
+ * @return 0, or SL_ENOTFOUND when the job or the lease is gone
+ */
+int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
+                               sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen);
+
+/** Ends a client's lease. @return 0 or SL_ENOTFOUND */
+int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now);
+
+/**
+ * Hands out DYNAMIC splits of the task's job for an epoch.
+ * @return 0, SL_ENOTFOUND (task), SL_EINVAL (not DYNAMIC, or an epoch the
+ *         job cannot be at)
+ */
+int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
+                         char *err, size_t errlen);
+
+/** Applies timeouts: lost workers, expired clients, jobs without clients. */
+void sl_dstate_tick(sl_dstate_t *st, int64_t now);
+
+/** Counts for logs and the admin endpoint. */
+typedef struct sl_dstate_stats {
+    unsigned workers_live;
+    unsigned datasets;
+    unsigned jobs_running;
+    unsigned jobs_total;
+} sl_dstate_stats_t;
+
+void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * admin.h: the JSON-over-HTTP admin endpoint both daemons serve
+ * (docs/admin-api.md), on libevent's evhttp. A daemon registers handlers
+ * by method and path prefix; unknown paths get 404, known paths with
+ * another method 405, each with {"error": "..."}.
+ */
+#ifndef SL_ADMIN_H
+#define SL_ADMIN_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+
+typedef struct sl_admin sl_admin_t;
+
+/* Answers one request: returns the HTTP status and sets *body (a new
+ * reference, or NULL for an empty body). path_rest is the path after the
+ * route's prefix. */
+typedef int (*sl_admin_handler)(struct evhttp_request *req, const char *path_rest, json_t **body, void *arg);
+
+/**
+ * Starts serving on host:port (port 0 picks one).
+ * @param[out] bound_port the port it listens on
+ * @return 0, or -errno with a message in err
+ */
+int sl_admin_start(struct event_base *base, const char *host, uint16_t port, uint16_t *bound_port,
+                   sl_admin_t **out, char *err, size_t errlen);
+
+/**
+ * Routes method (EVHTTP_REQ_GET, ...) on path to handler. A path ending in
+ * '/' is a prefix. @return 0, or -ENOMEM / SL_ETOOBIG (too many routes)
+ */
+int sl_admin_route(sl_admin_t *a, int method, const char *path, sl_admin_handler handler, void *arg);
+
+/** @return a new {"error": message} object */
+json_t *sl_admin_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+void sl_admin_free(sl_admin_t *a);
+
+#endif

@@ -1,0 +1,202 @@
+"""The foundation, end to end: a real dispatcher and real workers on loopback,
+batches streamed through libsluice (sluice-cat) with OFF and DYNAMIC."""
+import collections
+import os
+import signal
+import socket
+import subprocess
+import time
+import unittest
+
+from harness import Cluster, parse_jsonl, summary, values
+
+RANGE_100K = {"source": {"type": "range", "start": 0, "stop": 100000},
+              "ops": [{"op": "batch", "batch_size": 100}]}
+
+
+class ThreeWorkers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=3)
+        cls.c.wait_workers_registered(3)
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def assert_each(self, vals, times, n):
+        counts = collections.Counter(vals)
+        missing = [v for v in range(n) if counts[v] < times]
+        extra = [v for v, k in counts.items() if k > times or not 0 <= v < n]
+        self.assertEqual((len(missing), len(extra)), (0, 0),
+                         'missing %s... extra %s...' % (missing[:5], extra[:5]))
+        self.assertEqual(len(vals), times * n)
+
+    def test_dynamic_delivers_every_element_once(self):
+        rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'dynamic'])
+        self.assertEqual(rc, 0, err)
+        self.assert_each(values(batches, 'value'), 1, 100000)
+        s = summary(err)
+        self.assertEqual((s['elements'], s['batches']), (100000, len(batches)))
+        self.assertGreaterEqual(s['bytes'], 800000)
+
+    def test_off_delivers_every_element_once_per_worker(self):
+        rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'off'])
+        self.assertEqual(rc, 0, err)
+        self.assert_each(values(batches, 'value'), 3, 100000)
+        # Under OFF each worker builds the same full batches.
+        self.assertEqual(len(batches), 3000)
+        self.assertTrue(all(len(b['value']) == 100 for b in batches))
+
+    def test_two_consumers_of_one_named_dynamic_job_share_it(self):
+        spec = {"source": {"type": "range", "start": 0, "stop": 400000},
+                "ops": [{"op": "batch", "batch_size": 100}]}
+        args = ['--sharding', 'dynamic', '--job-name', 'shared-%d' % os.getpid(), '--max-outstanding', '2']
+        procs = [subprocess.Popen(self.c.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, err)
+        got = [values(parse_jsonl(out), 'value') for out, _ in outs]
+        self.assert_each(got[0] + got[1], 1, 400000)
+        # Both consumers took part; neither saw what the other did.
+        self.assertTrue(got[0] and got[1], 'one consumer received nothing: %d / %d' % (len(got[0]), len(got[1])))
+        self.assertFalse(set(got[0]) & set(got[1]))
+
+    def test_named_job_with_other_parameters_is_refused(self):
+        name = 'conflict-%d' % os.getpid()
+        spec = {"source": {"type": "range", "stop": 10000000}, "ops": [{"op": "batch", "batch_size": 10}]}
+        p = subprocess.Popen(self.c.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', name], fmt='count'),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(0.5)
+            rc, _, err = self.c.cat(spec, ['--sharding', 'off', '--job-name', name])
+            self.assertNotEqual(rc, 0)
+            self.assertIn('sharding dynamic, requested off', err)
+        finally:
+            p.kill()
+            p.wait()
+
+    def test_bad_spec_is_refused_naming_the_field(self):
+        bad = {"source": {"type": "range", "start": 0, "stop": 10}, "ops": [{"op": "batch", "batch_size": "x"}]}
+        rc, batches, err = self.c.cat(bad, ['--sharding', 'off'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('$.ops[0].batch_size', err)
+        self.assertEqual(batches, [])
+        self.assertTrue(self.c.dispatcher.alive())
+
+    def test_unknown_source_is_refused_naming_it(self):
+        rc, _, err = self.c.cat({"source": {"type": "nope"}}, ['--sharding', 'off'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('$.source.type', err)
+
+    def test_garbage_on_the_wire_leaves_the_dispatcher_serving(self):
+        for payload in (b'GET / HTTP/1.0\r\n\r\n', b'SLUC\x00\x09\x00\x01', b'SLUC\x00\x01\x00\x01' + b'\xff' * 64):
+            s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=5)
+            s.sendall(payload)
+            s.settimeout(5)
+            data = b''
+            try:
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except socket.timeout:
+                self.fail('dispatcher kept a bad connection open: %r' % payload)
+            s.close()
+        rc, batches, err = self.c.cat({"source": {"type": "range", "stop": 1000},
+                                       "ops": [{"op": "batch", "batch_size": 100}]}, ['--sharding', 'dynamic'])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(values(batches, 'value')), list(range(1000)))
+
+
+class Failures(unittest.TestCase):
+    def test_closed_dispatcher_port_fails_within_timeout(self):
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+        s.close()
+        c = Cluster(workers=0)
+        try:
+            t = time.time()
+            rc, _, err = c.cat(RANGE_100K, ['--timeout-ms', '3000'], dispatcher='127.0.0.1:%d' % port)
+            self.assertNotEqual(rc, 0)
+            self.assertLess(time.time() - t, 10)
+            self.assertIn('127.0.0.1:%d' % port, err)
+        finally:
+            c.close()
+
+    def test_silent_dispatcher_fails_within_timeout(self):
+        # A socket that accepts but never answers the handshake.
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        s.listen(8)
+        c = Cluster(workers=0)
+        try:
+            t = time.time()
+            rc, _, err = c.cat(RANGE_100K, ['--timeout-ms', '1500'],
+                               dispatcher='127.0.0.1:%d' % s.getsockname()[1])
+            self.assertNotEqual(rc, 0)
+            self.assertLess(time.time() - t, 10)
+            self.assertIn('timed out', err)
+        finally:
+            s.close()
+            c.close()
+
+    def test_stalled_worker_fails_the_client_within_timeout(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            c.workers[0].kill(signal.SIGSTOP)
+            t = time.time()
+            rc, _, err = c.cat(RANGE_100K, ['--sharding', 'off', '--timeout-ms', '2000'])
+            self.assertNotEqual(rc, 0)
+            self.assertLess(time.time() - t, 15)
+            self.assertIn('worker 127.0.0.1:%d' % c.workers[0].port, err)
+        finally:
+            c.workers[0].kill(signal.SIGCONT)
+            c.close()
+
+    def test_daemons_refuse_bad_command_lines(self):
+        from harness import binary
+        for argv in ([binary('sluice-dispatcher'), '--port', 'x', '--admin-port', '0', '--work-dir', '/tmp/x'],
+                     [binary('sluice-dispatcher'), '--port', '0'],
+                     [binary('sluice-workerd'), '--dispatcher', 'nohostport', '--port', '0', '--admin-port', '0']):
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, argv)
+            self.assertTrue(r.stderr.strip(), argv)
+
+    def test_work_dir_in_use_is_refused(self):
+        c = Cluster(workers=0)
+        try:
+            from harness import binary
+            r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                                os.path.join(c.dir, 'work')], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn('in use', r.stderr)
+        finally:
+            c.close()
+
+
+class WorkerJoinsLater(unittest.TestCase):
+    def test_job_waits_for_a_worker_and_completes(self):
+        c = Cluster(workers=0)
+        try:
+            p = subprocess.Popen(c.cat_argv({"source": {"type": "range", "stop": 5000},
+                                             "ops": [{"op": "batch", "batch_size": 50}]}, ['--sharding', 'dynamic']),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            c.add_worker()
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertEqual(sorted(values(parse_jsonl(out), 'value')), list(range(5000)))
+        finally:
+            bad = c.close()
+            self.assertEqual(bad, {})
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,767 @@
+/*
+ * test_pipeline.c: the worker's pipeline (workerd/pipeline.c and its
+ * iterators) run from specs, under OFF and DYNAMIC sharding, and the checks
+ * of finished batches (protocol/batch.c).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "pipeline.h"
+#include "spec.h"
+
+/* What a pipeline produced: every value in order, and each batch's size. */
+struct run {
+    int64_t *values;
+    size_t n, cap;
+    uint64_t sizes[256];
+    size_t batches;
+    int rc; /* the last sl_pipeline_next() result: 1, or an error */
+    char errmsg[512];
+};
+
+static void run_free(struct run *r)
+{
+    free(r->values);
+}
+
+static void push(struct run *r, int64_t v)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->values = realloc(r->values, r->cap * sizeof *r->values);
+        cr_assert_not_null(r->values);
+    }
+    r->values[r->n++] = v;
+}
+
+/* Checks a batch of the single int64 component "name" and records it. */
+static void take_batch(struct run *r, sl_wire_batch_t *b, const char *name)
+{
+    char err[256] = "";
+    cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "invalid batch: %s", err);
+    cr_assert_eq(b->num_components, 1);
+    const sl_component_t *c = &b->components[0];
+    cr_assert_str_eq(c->name, name);
+    cr_assert_eq(c->dtype, SL_DTYPE_INT64);
+    cr_assert_not(c->ragged);
+    uint64_t count;
+    if (c->rank == 0) {
+        cr_assert_eq(b->num_elements, 1);
+        count = 1;
+    } else {
+        cr_assert_eq(c->rank, 1);
+        cr_assert_eq((uint64_t)c->shape[0], b->num_elements);
+        count = b->num_elements;
+    }
+    cr_assert_eq(c->length, count * 8);
+    for (uint64_t i = 0; i < count; i++) {
+        int64_t v;
+        memcpy(&v, b->data + c->offset + 8 * i, 8);
+        push(r, v);
+    }
+    if (r->batches < sizeof r->sizes / sizeof r->sizes[0])
+        r->sizes[r->batches] = b->num_elements;
+    r->batches++;
+}
+
+static sl_pipeline_t *make(const char *json, const sl_pipeline_opts_t *opts)
+{
+    sl_spec_t *spec = NULL;
+    sl_pipeline_t *p = NULL;
+    char err[256] = "";
+    cr_assert_eq(sl_spec_parse(json, strlen(json), &spec, err, sizeof err), 0, "%s: %s", json, err);
+    cr_assert_eq(sl_pipeline_create(spec, opts, &p, err, sizeof err), 0, "%s", err);
+    sl_spec_free(spec); /* the pipeline does not keep it */
+    return p;
+}
+
+/* Runs a pipeline to its end or its first error, at most limit batches. */
+static struct run run_pipeline(sl_pipeline_t *p, size_t limit)
+{
+    struct run r = {0};
+    sl_wire_batch_t *b;
+    for (size_t i = 0; i < limit; i++) {
+        r.rc = sl_pipeline_next(p, &b);
+        if (r.rc != 0) {
+            cr_assert_null(b);
+            snprintf(r.errmsg, sizeof r.errmsg, "%s", sl_pipeline_errmsg(p));
+            /* The end and errors stick. */
+            cr_assert_eq(sl_pipeline_next(p, &b), r.rc);
+            break;
+        }
+        take_batch(&r, b, "value");
+        sl_wire_batch_free(b);
+    }
+    return r;
+}
+
+static struct run run_spec(const char *json, const sl_pipeline_opts_t *opts)
+{
+    sl_pipeline_t *p = make(json, opts);
+    struct run r = run_pipeline(p, SIZE_MAX);
+    sl_pipeline_destroy(p);
+    return r;
+}
+
+static void assert_values(const struct run *r, const int64_t *want, size_t n)
+{
+    cr_assert_eq(r->n, n, "got %zu values, want %zu", r->n, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(r->values[i], want[i], "value %zu is %" PRId64 ", want %" PRId64, i, r->values[i], want[i]);
+}
+
+#define ASSERT_VALUES(r, ...)                                                                                          \
+    do {                                                                                                               \
+        const int64_t want_[] = {__VA_ARGS__};                                                                         \
+        assert_values(&(r), want_, sizeof want_ / sizeof want_[0]);                                                    \
+    } while (0)
+
+static void assert_sizes(const struct run *r, const uint64_t *want, size_t n)
+{
+    cr_assert_eq(r->batches, n, "got %zu batches, want %zu", r->batches, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(r->sizes[i], want[i], "batch %zu has %" PRIu64 " elements, want %" PRIu64, i, r->sizes[i],
+                     want[i]);
+}
+
+#define ASSERT_SIZES(r, ...)                                                                                           \
+    do {                                                                                                               \
+        const uint64_t want_[] = {__VA_ARGS__};                                                                        \
+        assert_sizes(&(r), want_, sizeof want_ / sizeof want_[0]);                                                     \
+    } while (0)
+
+/* Asserts that values holds each of [0, n) exactly times times. */
+static void assert_each(const struct run *r, int64_t n, int times)
+{
+    int *seen = calloc((size_t)n, sizeof *seen);
+    for (size_t i = 0; i < r->n; i++) {
+        cr_assert(r->values[i] >= 0 && r->values[i] < n, "value %" PRId64 " out of range", r->values[i]);
+        seen[r->values[i]]++;
+    }
+    for (int64_t v = 0; v < n; v++)
+        cr_assert_eq(seen[v], times, "%" PRId64 " seen %d times, want %d", v, seen[v], times);
+    cr_assert_eq(r->n, (size_t)(n * times));
+    free(seen);
+}
+
+/* ---- OFF ---- */
+
+Test(pipeline, range_unbatched)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"start\":3,\"stop\":-4,\"step\":-2}}", NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 3, 1, -1, -3);
+    ASSERT_SIZES(r, 1, 1, 1, 1);
+    run_free(&r);
+}
+
+Test(pipeline, range_empty)
+{
+    struct run r =
+        run_spec("{\"source\":{\"type\":\"range\",\"stop\":0},\"ops\":[{\"op\":\"batch\",\"batch_size\":3}]}", NULL);
+    cr_assert_eq(r.rc, 1);
+    cr_assert_eq(r.n, 0);
+    cr_assert_eq(r.batches, 0);
+    run_free(&r);
+}
+
+Test(pipeline, range_extremes_do_not_overflow)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"start\":-9223372036854775808,"
+                            "\"stop\":9223372036854775807,\"step\":9223372036854775807}}",
+                            NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, INT64_MIN, -1, INT64_MAX - 1);
+    run_free(&r);
+}
+
+Test(pipeline, batch_keeps_remainder)
+{
+    struct run r =
+        run_spec("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":4}]}", NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9);
+    ASSERT_SIZES(r, 4, 4, 2);
+    run_free(&r);
+}
+
+Test(pipeline, batch_drops_remainder)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\","
+                            "\"batch_size\":4,\"drop_remainder\":true}]}",
+                            NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4, 5, 6, 7);
+    ASSERT_SIZES(r, 4, 4);
+    run_free(&r);
+}
+
+Test(pipeline, batch_exact_multiple_and_batch_of_one)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":6},\"ops\":[{\"op\":\"batch\",\"batch_size\":3,"
+                            "\"drop_remainder\":true}]}",
+                            NULL);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4, 5);
+    ASSERT_SIZES(r, 3, 3);
+    run_free(&r);
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":2},\"ops\":[{\"op\":\"batch\",\"batch_size\":1}]}", NULL);
+    ASSERT_VALUES(r, 0, 1);
+    ASSERT_SIZES(r, 1, 1);
+    run_free(&r);
+}
+
+Test(pipeline, batch_of_batches_has_two_dimensions)
+{
+    sl_pipeline_t *p = make("{\"source\":{\"type\":\"range\",\"stop\":7,\"name\":\"x\"},\"ops\":["
+                            "{\"op\":\"batch\",\"batch_size\":2},{\"op\":\"batch\",\"batch_size\":2,"
+                            "\"drop_remainder\":true}]}",
+                            NULL);
+    sl_wire_batch_t *b;
+    for (int64_t k = 0; k < 1; k++) {
+        cr_assert_eq(sl_pipeline_next(p, &b), 0, "%s", sl_pipeline_errmsg(p));
+        char err[256];
+        cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "%s", err);
+        const sl_component_t *c = &b->components[0];
+        cr_assert_str_eq(c->name, "x");
+        cr_assert_eq(b->num_elements, 2);
+        cr_assert_eq(c->rank, 2);
+        cr_assert_eq(c->shape[0], 2);
+        cr_assert_eq(c->shape[1], 2);
+        int64_t v[4];
+        memcpy(v, b->data + c->offset, sizeof v);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(v[i], i);
+        sl_wire_batch_free(b);
+    }
+    /* [4, 5] and [6] do not make a full outer batch of equal shapes. */
+    cr_assert_eq(sl_pipeline_next(p, &b), SL_EDATA);
+    cr_assert_str_eq(sl_pipeline_errmsg(p), "ops[1] (batch): component \"x\" has shape [1] in element 1 of the "
+                                            "batch but [2] in element 0; batch needs equal shapes");
+    sl_pipeline_destroy(p);
+}
+
+Test(pipeline, take_skip_repeat_sequences)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"skip\",\"count\":2},"
+                            "{\"op\":\"take\",\"count\":2},{\"op\":\"repeat\",\"count\":3}]}",
+                            NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 2, 3, 2, 3, 2, 3);
+    run_free(&r);
+
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":3},\"ops\":[{\"op\":\"repeat\"},"
+                 "{\"op\":\"take\",\"count\":7}]}",
+                 NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 0, 1, 2, 0, 1, 2, 0);
+    run_free(&r);
+
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":3},\"ops\":[{\"op\":\"repeat\",\"count\":2},"
+                 "{\"op\":\"skip\",\"count\":4}]}",
+                 NULL);
+    ASSERT_VALUES(r, 1, 2);
+    run_free(&r);
+
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"repeat\",\"count\":2},"
+                 "{\"op\":\"batch\",\"batch_size\":4}]}",
+                 NULL);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4);
+    ASSERT_SIZES(r, 4, 4, 2);
+    run_free(&r);
+
+    /* Nested repeats multiply. */
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":2},\"ops\":[{\"op\":\"repeat\",\"count\":2},"
+                 "{\"op\":\"take\",\"count\":3},{\"op\":\"repeat\",\"count\":2}]}",
+                 NULL);
+    ASSERT_VALUES(r, 0, 1, 0, 0, 1, 0);
+    run_free(&r);
+}
+
+Test(pipeline, take_skip_repeat_edge_counts)
+{
+    const char *empty[] = {
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"take\",\"count\":0}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"skip\",\"count\":-1}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"skip\",\"count\":5}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"repeat\",\"count\":0}]}",
+        /* A repeat whose input is empty ends instead of spinning. */
+        "{\"source\":{\"type\":\"range\",\"stop\":0},\"ops\":[{\"op\":\"repeat\"}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"skip\",\"count\":-1},{\"op\":\"repeat\"}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"take\",\"count\":0},"
+        "{\"op\":\"repeat\",\"count\":4611686018427387904}]}",
+    };
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
+        struct run r = run_spec(empty[i], NULL);
+        cr_assert_eq(r.rc, 1, "%s", empty[i]);
+        cr_assert_eq(r.n, 0, "%s yields %zu", empty[i], r.n);
+        run_free(&r);
+    }
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":3},\"ops\":[{\"op\":\"take\",\"count\":-1},"
+                            "{\"op\":\"skip\",\"count\":0},{\"op\":\"repeat\",\"count\":1}]}",
+                            NULL);
+    ASSERT_VALUES(r, 0, 1, 2);
+    run_free(&r);
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":3},\"ops\":[{\"op\":\"take\",\"count\":10}]}", NULL);
+    ASSERT_VALUES(r, 0, 1, 2);
+    run_free(&r);
+}
+
+static bool is_identity(const struct run *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->values[i] != (int64_t)i)
+            return false;
+    }
+    return true;
+}
+
+Test(pipeline, shuffle_is_a_deterministic_permutation)
+{
+    const char *json = "{\"source\":{\"type\":\"range\",\"stop\":1000},\"ops\":[{\"op\":\"shuffle\","
+                       "\"buffer_size\":100,\"seed\":7}]}";
+    struct run a = run_spec(json, NULL);
+    struct run b = run_spec(json, NULL);
+    cr_assert_eq(a.rc, 1);
+    assert_each(&a, 1000, 1);
+    cr_assert_not(is_identity(&a));
+    assert_values(&b, a.values, a.n);
+
+    struct run c = run_spec("{\"source\":{\"type\":\"range\",\"stop\":1000},\"ops\":[{\"op\":\"shuffle\","
+                            "\"buffer_size\":100,\"seed\":8}]}",
+                            NULL);
+    assert_each(&c, 1000, 1);
+    cr_assert(memcmp(a.values, c.values, 1000 * sizeof *a.values) != 0, "seeds 7 and 8 gave the same order");
+
+    /* A buffer of 100 only moves an element ahead by less than 100 places. */
+    for (size_t i = 0; i < a.n; i++)
+        cr_assert(a.values[i] < (int64_t)i + 100, "%" PRId64 " at %zu", a.values[i], i);
+    run_free(&a);
+    run_free(&b);
+    run_free(&c);
+}
+
+Test(pipeline, shuffle_buffer_larger_than_data_and_of_one)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":50},\"ops\":[{\"op\":\"shuffle\","
+                            "\"buffer_size\":16777216,\"seed\":1}]}",
+                            NULL);
+    assert_each(&r, 50, 1);
+    cr_assert_not(is_identity(&r));
+    run_free(&r);
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":50},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":1}]}",
+                 NULL);
+    cr_assert(is_identity(&r) && r.n == 50);
+    run_free(&r);
+}
+
+Test(pipeline, shuffle_without_seed_is_a_permutation)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":300},\"ops\":[{\"op\":\"shuffle\","
+                            "\"buffer_size\":300}]}",
+                            NULL);
+    cr_assert_eq(r.rc, 1);
+    assert_each(&r, 300, 1);
+    run_free(&r);
+}
+
+Test(pipeline, reshuffle_each_iteration)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":64},\"ops\":[{\"op\":\"shuffle\","
+                            "\"buffer_size\":64,\"seed\":3},{\"op\":\"repeat\",\"count\":2}]}",
+                            NULL);
+    assert_each(&r, 64, 2);
+    cr_assert(memcmp(r.values, r.values + 64, 64 * sizeof *r.values) != 0, "both epochs in the same order");
+    struct run again = run_spec("{\"source\":{\"type\":\"range\",\"stop\":64},\"ops\":[{\"op\":\"shuffle\","
+                                "\"buffer_size\":64,\"seed\":3},{\"op\":\"repeat\",\"count\":2}]}",
+                                NULL);
+    assert_values(&again, r.values, r.n);
+    run_free(&again);
+
+    struct run same = run_spec("{\"source\":{\"type\":\"range\",\"stop\":64},\"ops\":[{\"op\":\"shuffle\","
+                               "\"buffer_size\":64,\"seed\":3,\"reshuffle_each_iteration\":false},"
+                               "{\"op\":\"repeat\",\"count\":2}]}",
+                               NULL);
+    assert_each(&same, 64, 2);
+    cr_assert(memcmp(same.values, same.values + 64, 64 * sizeof *same.values) == 0, "epochs differ");
+    /* Epoch 0 does not depend on reshuffling. */
+    cr_assert(memcmp(same.values, r.values, 64 * sizeof *r.values) == 0);
+    run_free(&same);
+    run_free(&r);
+}
+
+Test(pipeline, shuffled_batches)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":40},\"ops\":[{\"op\":\"batch\","
+                            "\"batch_size\":4},{\"op\":\"shuffle\",\"buffer_size\":10,\"seed\":5}]}",
+                            NULL);
+    assert_each(&r, 40, 1);
+    cr_assert_eq(r.batches, 10);
+    for (size_t i = 0; i < r.n; i += 4) {
+        cr_assert_eq(r.values[i] % 4, 0, "batches stay whole");
+        for (size_t k = 1; k < 4; k++)
+            cr_assert_eq(r.values[i + k], r.values[i] + (int64_t)k);
+    }
+    run_free(&r);
+}
+
+/* ---- limits and options ---- */
+
+Test(pipeline, max_batch_bytes)
+{
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_OFF, .max_batch_bytes = 79};
+    struct run r =
+        run_spec("{\"source\":{\"type\":\"range\",\"stop\":100},\"ops\":[{\"op\":\"batch\",\"batch_size\":10}]}", &o);
+    cr_assert_eq(r.rc, SL_ETOOBIG);
+    cr_assert_eq(r.n, 0);
+    cr_assert_str_eq(r.errmsg, "ops[0] (batch): batch of 10 elements of 8 bytes each exceeds max_batch_bytes 79");
+    run_free(&r);
+
+    o.max_batch_bytes = 80;
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":100},\"ops\":[{\"op\":\"batch\",\"batch_size\":10}]}", &o);
+    cr_assert_eq(r.rc, 1);
+    cr_assert_eq(r.batches, 10);
+    run_free(&r);
+
+    o.max_batch_bytes = 7;
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":100},\"ops\":[{\"op\":\"take\",\"count\":3}]}", &o);
+    cr_assert_eq(r.rc, SL_ETOOBIG);
+    cr_assert_str_eq(r.errmsg, "ops[0] (take): an element of 8 bytes exceeds max_batch_bytes 7");
+    run_free(&r);
+
+    /* The largest batch_size and the default limit: refused before any
+     * memory is taken for it. */
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":100},\"ops\":[{\"op\":\"batch\",\"batch_size\":100},"
+                 "{\"op\":\"batch\",\"batch_size\":1048576}]}",
+                 NULL);
+    cr_assert_eq(r.rc, SL_ETOOBIG);
+    cr_assert_str_eq(r.errmsg, "ops[1] (batch): batch of 1048576 elements of 800 bytes each exceeds "
+                               "max_batch_bytes 268435456");
+    run_free(&r);
+}
+
+Test(pipeline, refused_options)
+{
+    sl_spec_t *spec = NULL;
+    sl_pipeline_t *p = (sl_pipeline_t *)1;
+    char err[256];
+    const char *json = "{\"source\":{\"type\":\"range\",\"stop\":5}}";
+    cr_assert_eq(sl_spec_parse(json, strlen(json), &spec, err, sizeof err), 0);
+
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_FILE};
+    cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
+    cr_assert_null(p);
+    cr_assert_str_eq(err, "pipeline: sharding policy file is not supported yet");
+
+    o = (sl_pipeline_opts_t){.sharding = SL_SHARDING_DYNAMIC};
+    cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "pipeline: DYNAMIC sharding needs a split source");
+    sl_spec_free(spec);
+}
+
+/* ---- DYNAMIC ---- */
+
+/* A dispatcher stand-in: for each epoch hands out [0, chunk), [chunk,
+ * 2 chunk), ... up to card, then says the epoch is over. */
+struct splits {
+    uint64_t card, chunk;
+    uint64_t next[16]; /* next begin, per epoch */
+    int calls;
+    int fail_at; /* the call that fails (1-based), 0: none */
+    int fail_code;
+    uint64_t epochs_seen; /* bit e: epoch e was asked for */
+    uint64_t skip_epoch;  /* an epoch whose splits "other workers" took, or UINT64_MAX */
+    bool bad_split;       /* hand out a split past the end */
+};
+
+static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
+{
+    struct splits *s = arg;
+    s->calls++;
+    cr_assert_lt(epoch, 16);
+    s->epochs_seen |= UINT64_C(1) << epoch;
+    if (s->fail_at && s->calls == s->fail_at)
+        return s->fail_code;
+    if (s->bad_split) {
+        *begin = s->card - 1;
+        *end = s->card + 1;
+        return 0;
+    }
+    if (epoch == s->skip_epoch || s->next[epoch] >= s->card)
+        return 1;
+    *begin = s->next[epoch];
+    *end = s->next[epoch] + s->chunk < s->card ? s->next[epoch] + s->chunk : s->card;
+    s->next[epoch] = *end;
+    return 0;
+}
+
+static sl_pipeline_opts_t dynamic(struct splits *s)
+{
+    return (sl_pipeline_opts_t){.sharding = SL_SHARDING_DYNAMIC, .splits = {next_split, s}};
+}
+
+Test(pipeline, dynamic_single_epoch)
+{
+    struct splits s = {.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"start\":100,\"stop\":135}}", &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    cr_assert_eq(r.n, 35);
+    for (size_t i = 0; i < r.n; i++)
+        cr_assert_eq(r.values[i], 100 + (int64_t)i);
+    cr_assert_eq(s.epochs_seen, 1);
+    cr_assert_eq(s.calls, 5); /* 4 splits and the end of the epoch */
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_repeat_reads_each_element_once_per_epoch)
+{
+    struct splits s = {.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":35},\"ops\":[{\"op\":\"repeat\",\"count\":3},"
+                            "{\"op\":\"batch\",\"batch_size\":8}]}",
+                            &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    assert_each(&r, 35, 3);
+    cr_assert_eq(s.epochs_seen, 7, "epochs 0, 1 and 2, and no other");
+    /* Each epoch reads its splits in order. */
+    for (size_t i = 0; i < r.n; i++)
+        cr_assert_eq(r.values[i], (int64_t)(i % 35));
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_reads_only_its_splits)
+{
+    /* Other workers took [0, 20): this one is handed [20, 30) and [30, 35). */
+    struct splits s = {.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX, .next = {20}};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":35}}", &o);
+    cr_assert_eq(r.rc, 1);
+    cr_assert_eq(r.n, 15);
+    for (size_t i = 0; i < r.n; i++)
+        cr_assert_eq(r.values[i], 20 + (int64_t)i);
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_forever_repeat_survives_an_epoch_without_splits)
+{
+    struct splits s = {.card = 4, .chunk = 4, .skip_epoch = 1};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":4},\"ops\":[{\"op\":\"repeat\"},"
+                            "{\"op\":\"take\",\"count\":8}]}",
+                            &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 0, 1, 2, 3);
+    cr_assert_eq(s.epochs_seen, 7, "epoch 1 gave nothing, epoch 2 did");
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_empty_source_ends_a_forever_repeat)
+{
+    struct splits s = {.card = 0, .chunk = 4, .skip_epoch = UINT64_MAX};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":0},\"ops\":[{\"op\":\"repeat\"}]}", &o);
+    cr_assert_eq(r.rc, 1);
+    cr_assert_eq(r.n, 0);
+    cr_assert_eq(s.calls, 0);
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_split_error_propagates)
+{
+    struct splits s = {.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX, .fail_at = 3, .fail_code = -ECONNRESET};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":35},\"ops\":[{\"op\":\"batch\","
+                            "\"batch_size\":5}]}",
+                            &o);
+    cr_assert_eq(r.rc, -ECONNRESET);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19);
+    char want[256];
+    snprintf(want, sizeof want, "source (range): next_split for epoch 0 failed: %s", strerror(ECONNRESET));
+    cr_assert_str_eq(r.errmsg, want);
+    run_free(&r);
+
+    /* A project error code passes through as it is, also mid-batch. */
+    s = (struct splits){.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX, .fail_at = 2, .fail_code = SL_ECANCELLED};
+    o = dynamic(&s);
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":35},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":4},"
+                 "{\"op\":\"batch\",\"batch_size\":3}]}",
+                 &o);
+    cr_assert_eq(r.rc, SL_ECANCELLED);
+    cr_assert_str_eq(r.errmsg, "source (range): next_split for epoch 0 failed: job cancelled");
+    run_free(&r);
+}
+
+Test(pipeline, dynamic_split_outside_the_source)
+{
+    struct splits s = {.card = 10, .chunk = 10, .skip_epoch = UINT64_MAX, .bad_split = true};
+    sl_pipeline_opts_t o = dynamic(&s);
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10}}", &o);
+    cr_assert_eq(r.rc, SL_EPROTO);
+    cr_assert_str_eq(r.errmsg, "source (range): split [9, 11) of epoch 0 is not inside the source's 10 elements");
+    run_free(&r);
+}
+
+Test(pipeline, destroy_mid_stream_frees_everything)
+{
+    /* Run under ASan: elements held in shuffle and batch are freed. */
+    sl_pipeline_t *p = make("{\"source\":{\"type\":\"range\",\"stop\":100000},\"ops\":[{\"op\":\"shuffle\","
+                            "\"buffer_size\":1000},{\"op\":\"batch\",\"batch_size\":7},{\"op\":\"shuffle\","
+                            "\"buffer_size\":5},{\"op\":\"repeat\"}]}",
+                            NULL);
+    struct run r = run_pipeline(p, 20);
+    cr_assert_eq(r.batches, 20);
+    cr_assert_eq(r.n, 140);
+    sl_pipeline_destroy(p);
+    run_free(&r);
+}
+
+/* ---- sl_wire_batch_validate ---- */
+
+static sl_wire_batch_t *dense_batch(void)
+{
+    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    b->size = 32;
+    b->data = calloc(1, b->size);
+    b->num_elements = 2;
+    b->num_components = 2;
+    sl_component_t *c = &b->components[0];
+    snprintf(c->name, sizeof c->name, "a");
+    c->dtype = SL_DTYPE_INT32;
+    c->rank = 2;
+    c->shape[0] = 2;
+    c->shape[1] = 2;
+    c->offset = 0;
+    c->length = 16;
+    c = &b->components[1];
+    snprintf(c->name, sizeof c->name, "b");
+    c->dtype = SL_DTYPE_FLOAT64;
+    c->rank = 1;
+    c->shape[0] = 2;
+    c->offset = 16;
+    c->length = 16;
+    return b;
+}
+
+static void expect_invalid(const sl_wire_batch_t *b, const char *want)
+{
+    char err[256] = "";
+    cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), SL_EPROTO, "accepted, want %s", want);
+    cr_assert_str_eq(err, want);
+}
+
+Test(batch, validate_dense)
+{
+    sl_wire_batch_t *b = dense_batch();
+    char err[256];
+    cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "%s", err);
+
+    b->components[1].offset = 17;
+    expect_invalid(b, "component 1 (\"b\"): bytes [17, +16) outside the 32 bytes of the batch");
+    b->components[1].offset = UINT64_MAX;
+    expect_invalid(b, "component 1 (\"b\"): bytes [18446744073709551615, +16) outside the 32 bytes of the batch");
+    b->components[1].offset = 16;
+    b->components[1].length = 8;
+    expect_invalid(b, "component 1 (\"b\"): 8 bytes for 2 values of float64");
+    b->components[1].length = 16;
+    b->components[0].shape[0] = INT64_MAX;
+    b->components[0].shape[1] = INT64_MAX;
+    expect_invalid(b, "component 0 (\"a\"): shape overflows");
+    b->components[0].shape[0] = 2;
+    b->components[0].shape[1] = -1;
+    expect_invalid(b, "component 0 (\"a\"): dimension 1 is -1");
+    b->components[0].shape[1] = 2;
+    b->components[0].dtype = SL_DTYPE_COUNT_;
+    expect_invalid(b, "component 0 (\"a\"): invalid dtype 15");
+    b->components[0].dtype = SL_DTYPE_INT32;
+    b->components[0].rank = SL_MAX_RANK + 1;
+    expect_invalid(b, "component 0 (\"a\"): rank 9 out of [0, 8]");
+    b->components[0].rank = 2;
+    snprintf(b->components[1].name, SL_MAX_NAME, "a");
+    expect_invalid(b, "component 1 (\"a\"): name also used by component 0");
+    memset(b->components[1].name, 'x', SL_MAX_NAME);
+    expect_invalid(b, "component 1: name empty or not terminated");
+    snprintf(b->components[1].name, SL_MAX_NAME, "b");
+    b->num_components = SL_MAX_COMPONENTS + 1;
+    expect_invalid(b, "batch: 33 components, at most 32 allowed");
+    b->num_components = 2;
+    cr_assert_eq(sl_wire_batch_validate(b, NULL, 0), 0);
+    sl_wire_batch_free(b);
+    sl_wire_batch_free(NULL);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+
+Test(batch, validate_bytes_and_ragged)
+{
+    /* Two strings "ab" and "c": offsets 0, 2, 3 then the bytes. */
+    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    b->size = 3 * 8 + 3 + 5 + 3 * 8;
+    b->data = calloc(1, b->size);
+    b->num_components = 2;
+    sl_component_t *c = &b->components[0];
+    snprintf(c->name, sizeof c->name, "s");
+    c->dtype = SL_DTYPE_BYTES;
+    c->rank = 1;
+    c->shape[0] = 2;
+    c->length = 27;
+    put64(b->data, 0);
+    put64(b->data + 8, 2);
+    put64(b->data + 16, 3);
+    memcpy(b->data + 24, "abc", 3);
+    /* Ragged int8 rows [1, 2], [], [3]: values at 27, splits 0, 2, 2, 3 at 32. */
+    c = &b->components[1];
+    snprintf(c->name, sizeof c->name, "r");
+    c->dtype = SL_DTYPE_INT8;
+    c->rank = 2;
+    c->shape[0] = 3;
+    c->shape[1] = -1;
+    c->offset = 27;
+    c->length = 3;
+    c->ragged = true;
+    c->splits_offset = 32;
+    c->splits_length = 32;
+    b->size = 64;
+    b->data = realloc(b->data, b->size);
+    put64(b->data + 32, 0);
+    put64(b->data + 40, 2);
+    put64(b->data + 48, 2);
+    put64(b->data + 56, 3);
+    char err[256];
+    cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "%s", err);
+
+    put64(b->data + 8, 4);
+    expect_invalid(b, "component 0 (\"s\"): string offset 2 is 3, after 4");
+    put64(b->data + 8, 2);
+    put64(b->data + 16, 2);
+    expect_invalid(b, "component 0 (\"s\"): string offsets end at 2, the values hold 3 bytes");
+    put64(b->data + 16, 3);
+    put64(b->data, 1);
+    expect_invalid(b, "component 0 (\"s\"): string offset 0 is 1, after 0");
+    put64(b->data, 0);
+    b->components[0].shape[0] = 4;
+    expect_invalid(b, "component 0 (\"s\"): 27 bytes cannot hold the offsets of 4 strings");
+    b->components[0].shape[0] = 2;
+
+    put64(b->data + 48, 1);
+    expect_invalid(b, "component 1 (\"r\"): row split 2 is 1, after 2");
+    put64(b->data + 48, 2);
+    put64(b->data + 56, 4);
+    expect_invalid(b, "component 1 (\"r\"): 3 bytes for 4 values of int8");
+    put64(b->data + 56, 3);
+    b->components[1].splits_length = 24;
+    expect_invalid(b, "component 1 (\"r\"): 24 bytes of row splits for 3 rows");
+    b->components[1].splits_length = 32;
+    b->components[1].splits_offset = 40;
+    expect_invalid(b, "component 1 (\"r\"): row splits [40, +32) outside the 64 bytes of the batch");
+    b->components[1].splits_offset = 32;
+    cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "%s", err);
+    sl_wire_batch_free(b);
+}

@@ -1,0 +1,451 @@
+/*
+ * test_spec.c: the dataset spec parser (protocol/spec.c): valid specs,
+ * canonical form and fingerprint, and every refusal with its JSON path.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec.h"
+
+static sl_spec_t *parse_ok(const char *json)
+{
+    sl_spec_t *spec = NULL;
+    char err[256] = "";
+    int rc = sl_spec_parse(json, strlen(json), &spec, err, sizeof err);
+    cr_assert_eq(rc, 0, "parse of %s failed: %d %s", json, rc, err);
+    cr_assert_not_null(spec);
+    return spec;
+}
+
+static void expect_error(const char *json, const char *want)
+{
+    sl_spec_t *spec = (sl_spec_t *)1;
+    char err[512] = "";
+    int rc = sl_spec_parse(json, strlen(json), &spec, err, sizeof err);
+    cr_assert_eq(rc, SL_ESPEC, "%s: want SL_ESPEC, got %d (%s)", json, rc, err);
+    cr_assert_null(spec, "%s: out must be NULL on failure", json);
+    cr_assert_str_eq(err, want, "%s:\n  got  %s\n  want %s", json, err, want);
+}
+
+static void expect_error_prefix(const char *json, const char *prefix)
+{
+    sl_spec_t *spec = NULL;
+    char err[512] = "";
+    int rc = sl_spec_parse(json, strlen(json), &spec, err, sizeof err);
+    cr_assert_eq(rc, SL_ESPEC, "%s: want SL_ESPEC, got %d (%s)", json, rc, err);
+    cr_assert_null(spec);
+    cr_assert(strncmp(err, prefix, strlen(prefix)) == 0, "%s:\n  got  %s\n  want %s...", json, err, prefix);
+}
+
+static char *fingerprint_of(const char *json)
+{
+    sl_spec_t *spec = parse_ok(json);
+    char *fp = strdup(sl_spec_fingerprint(spec));
+    sl_spec_free(spec);
+    return fp;
+}
+
+Test(spec, minimal_range_defaults)
+{
+    sl_spec_t *spec = parse_ok("{\"source\": {\"type\": \"range\", \"stop\": 10}}");
+    cr_assert_str_eq(
+        sl_spec_canonical(spec),
+        "{\"ops\":[],\"source\":{\"name\":\"value\",\"start\":0,\"step\":1,\"stop\":10,\"type\":\"range\"}}");
+    const sl_spec_source_t *src = sl_spec_source(spec);
+    cr_assert_eq(src->kind, SL_SOURCE_RANGE);
+    cr_assert_str_eq(src->name, "value");
+    cr_assert_eq(src->u.range.start, 0);
+    cr_assert_eq(src->u.range.stop, 10);
+    cr_assert_eq(src->u.range.step, 1);
+    cr_assert_eq(sl_spec_source_cardinality(spec), 10);
+    cr_assert_eq(sl_spec_num_ops(spec), 0);
+    cr_assert_null(sl_spec_op(spec, 0));
+    cr_assert_str_eq(sl_spec_source_name(src->kind), "range");
+    sl_spec_free(spec);
+}
+
+Test(spec, every_op_parsed_with_defaults)
+{
+    sl_spec_t *spec = parse_ok("{\"source\": {\"type\": \"range\", \"start\": 5, \"stop\": -5, \"step\": -3, "
+                               "\"name\": \"idx\"},"
+                               " \"ops\": [{\"op\": \"shuffle\", \"buffer_size\": 100},"
+                               "          {\"op\": \"shuffle\", \"buffer_size\": 7, \"seed\": 42,"
+                               "           \"reshuffle_each_iteration\": false},"
+                               "          {\"op\": \"batch\", \"batch_size\": 3},"
+                               "          {\"op\": \"take\", \"count\": -1},"
+                               "          {\"op\": \"skip\", \"count\": 2},"
+                               "          {\"op\": \"repeat\"},"
+                               "          {\"op\": \"repeat\", \"count\": 4},"
+                               "          {\"op\": \"batch\", \"batch_size\": 2, \"drop_remainder\": true}]}");
+    cr_assert_str_eq(sl_spec_source(spec)->name, "idx");
+    cr_assert_eq(sl_spec_source_cardinality(spec), 4); /* 5, 2, -1, -4 */
+    cr_assert_eq(sl_spec_num_ops(spec), 8);
+
+    const sl_spec_op_t *op = sl_spec_op(spec, 0);
+    cr_assert_eq(op->kind, SL_OP_SHUFFLE);
+    cr_assert_eq(op->u.shuffle.buffer_size, 100);
+    cr_assert_not(op->u.shuffle.has_seed);
+    cr_assert(op->u.shuffle.reshuffle_each_iteration);
+    op = sl_spec_op(spec, 1);
+    cr_assert(op->u.shuffle.has_seed);
+    cr_assert_eq(op->u.shuffle.seed, 42);
+    cr_assert_not(op->u.shuffle.reshuffle_each_iteration);
+    op = sl_spec_op(spec, 2);
+    cr_assert_eq(op->kind, SL_OP_BATCH);
+    cr_assert_eq(op->u.batch.batch_size, 3);
+    cr_assert_not(op->u.batch.drop_remainder);
+    cr_assert_eq(sl_spec_op(spec, 3)->kind, SL_OP_TAKE);
+    cr_assert_eq(sl_spec_op(spec, 3)->u.take.count, -1);
+    cr_assert_eq(sl_spec_op(spec, 4)->kind, SL_OP_SKIP);
+    cr_assert_eq(sl_spec_op(spec, 4)->u.skip.count, 2);
+    cr_assert_eq(sl_spec_op(spec, 5)->kind, SL_OP_REPEAT);
+    cr_assert_eq(sl_spec_op(spec, 5)->u.repeat.count, -1);
+    cr_assert_eq(sl_spec_op(spec, 6)->u.repeat.count, 4);
+    cr_assert(sl_spec_op(spec, 7)->u.batch.drop_remainder);
+    cr_assert_null(sl_spec_op(spec, 8));
+    cr_assert_null(sl_spec_op(spec, -1));
+    cr_assert_str_eq(sl_spec_op_name(SL_OP_REPEAT), "repeat");
+    cr_assert_str_eq(sl_spec_op_name((sl_op_kind_t)0), "invalid");
+
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":["
+                     "{\"buffer_size\":100,\"op\":\"shuffle\",\"reshuffle_each_iteration\":true},"
+                     "{\"buffer_size\":7,\"op\":\"shuffle\",\"reshuffle_each_iteration\":false,\"seed\":42},"
+                     "{\"batch_size\":3,\"drop_remainder\":false,\"op\":\"batch\"},"
+                     "{\"count\":-1,\"op\":\"take\"},"
+                     "{\"count\":2,\"op\":\"skip\"},"
+                     "{\"count\":-1,\"op\":\"repeat\"},"
+                     "{\"count\":4,\"op\":\"repeat\"},"
+                     "{\"batch_size\":2,\"drop_remainder\":true,\"op\":\"batch\"}],"
+                     "\"source\":{\"name\":\"idx\",\"start\":5,\"step\":-3,\"stop\":-5,\"type\":\"range\"}}");
+    sl_spec_free(spec);
+}
+
+Test(spec, canonical_parses_to_itself)
+{
+    const char *json = "{ \"ops\" : [ {\"seed\": 3, \"op\": \"shuffle\", \"buffer_size\": 9},"
+                       " {\"op\": \"batch\", \"batch_size\": 8}, {\"op\":\"repeat\",\"count\":2} ],"
+                       "  \"source\" : {\"stop\": 100, \"type\": \"range\"} }";
+    sl_spec_t *a = parse_ok(json);
+    sl_spec_t *b = parse_ok(sl_spec_canonical(a));
+    cr_assert_str_eq(sl_spec_canonical(a), sl_spec_canonical(b));
+    cr_assert_str_eq(sl_spec_fingerprint(a), sl_spec_fingerprint(b));
+    sl_spec_free(a);
+    sl_spec_free(b);
+}
+
+Test(spec, fingerprint_is_fnv1a_of_canonical)
+{
+    sl_spec_t *spec = parse_ok("{\"source\": {\"type\": \"range\", \"stop\": 3}}");
+    const char *canon = sl_spec_canonical(spec);
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (const char *p = canon; *p; p++) {
+        h ^= (unsigned char)*p;
+        h *= UINT64_C(0x100000001b3);
+    }
+    char want[17];
+    snprintf(want, sizeof want, "%016" PRIx64, h);
+    cr_assert_str_eq(sl_spec_fingerprint(spec), want);
+    cr_assert_eq(strlen(sl_spec_fingerprint(spec)), 16);
+    for (const char *p = sl_spec_fingerprint(spec); *p; p++)
+        cr_assert((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
+    sl_spec_free(spec);
+}
+
+Test(spec, key_order_whitespace_and_defaults_do_not_change_fingerprint)
+{
+    const char *same[] = {
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}",
+        "{\"ops\":[{\"batch_size\":2,\"op\":\"batch\"}],\"source\":{\"stop\":10,\"type\":\"range\"}}",
+        "\n{ \"source\" :\t{ \"stop\" : 10 , \"type\" : \"range\" } ,\r\n \"ops\" : [ { \"op\" : \"batch\" , "
+        "\"batch_size\" : 2 } ] }\n",
+        "{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":10,\"step\":1,\"name\":\"value\"},"
+        "\"ops\":[{\"op\":\"batch\",\"batch_size\":2,\"drop_remainder\":false}]}",
+    };
+    char *fp0 = fingerprint_of(same[0]);
+    for (size_t i = 1; i < sizeof same / sizeof same[0]; i++) {
+        char *fp = fingerprint_of(same[i]);
+        cr_assert_str_eq(fp, fp0, "spec %zu", i);
+        free(fp);
+    }
+    free(fp0);
+}
+
+Test(spec, differing_values_change_fingerprint)
+{
+    const char *specs[] = {
+        "{\"source\":{\"type\":\"range\",\"stop\":10}}",
+        "{\"source\":{\"type\":\"range\",\"stop\":11}}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10,\"name\":\"x\"}}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10,\"step\":2}}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":3}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":2,"
+        "\"drop_remainder\":true}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":4}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":4,\"seed\":0}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"take\",\"count\":1},"
+        "{\"op\":\"skip\",\"count\":1}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"skip\",\"count\":1},"
+        "{\"op\":\"take\",\"count\":1}]}",
+    };
+    size_t n = sizeof specs / sizeof specs[0];
+    char *fps[sizeof specs / sizeof specs[0]];
+    for (size_t i = 0; i < n; i++)
+        fps[i] = fingerprint_of(specs[i]);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = i + 1; j < n; j++)
+            cr_assert_str_neq(fps[i], fps[j], "specs %zu and %zu", i, j);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(fps[i]);
+}
+
+Test(spec, cardinality_of_ranges)
+{
+    struct {
+        const char *json;
+        int64_t want;
+    } cases[] = {
+        {"{\"source\":{\"type\":\"range\",\"stop\":0}}", 0},
+        {"{\"source\":{\"type\":\"range\",\"start\":5,\"stop\":1}}", 0},
+        {"{\"source\":{\"type\":\"range\",\"start\":1,\"stop\":5,\"step\":-1}}", 0},
+        {"{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":10,\"step\":3}}", 4},
+        {"{\"source\":{\"type\":\"range\",\"start\":10,\"stop\":0,\"step\":-5}}", 2},
+        {"{\"source\":{\"type\":\"range\",\"start\":-9223372036854775808,\"stop\":9223372036854775807,"
+         "\"step\":9223372036854775807}}",
+         3},
+        {"{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":4611686018427387904}}", INT64_C(1) << 62},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_spec_t *spec = parse_ok(cases[i].json);
+        cr_assert_eq(sl_spec_source_cardinality(spec), cases[i].want, "%s: got %" PRId64, cases[i].json,
+                     sl_spec_source_cardinality(spec));
+        sl_spec_free(spec);
+    }
+}
+
+Test(spec, bounds_accepted_at_their_limits)
+{
+    sl_spec_t *spec = parse_ok("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":["
+                               "{\"op\":\"batch\",\"batch_size\":1048576},"
+                               "{\"op\":\"shuffle\",\"buffer_size\":16777216,\"seed\":9223372036854775807},"
+                               "{\"op\":\"take\",\"count\":4611686018427387904},"
+                               "{\"op\":\"skip\",\"count\":-1},"
+                               "{\"op\":\"repeat\",\"count\":0},"
+                               "{\"op\":\"batch\",\"batch_size\":1}]}");
+    cr_assert_eq(sl_spec_num_ops(spec), 6);
+    cr_assert_eq(sl_spec_op(spec, 1)->u.shuffle.seed, INT64_MAX);
+    sl_spec_free(spec);
+
+    char name[SL_MAX_NAME];
+    memset(name, 'a', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    char json[256];
+    snprintf(json, sizeof json, "{\"source\":{\"type\":\"range\",\"stop\":1,\"name\":\"%s\"}}", name);
+    spec = parse_ok(json);
+    cr_assert_str_eq(sl_spec_source(spec)->name, name);
+    sl_spec_free(spec);
+    spec = parse_ok("{\"source\":{\"type\":\"range\",\"stop\":1,\"name\":\"image/encoded-v1.0_x\"}}");
+    cr_assert_str_eq(sl_spec_source(spec)->name, "image/encoded-v1.0_x");
+    sl_spec_free(spec);
+}
+
+Test(spec, top_level_errors)
+{
+    expect_error("[]", "$: must be an object, got an array");
+    expect_error("5", "$: must be an object, got 5");
+    expect_error("\"x\"", "$: must be an object, got \"x\"");
+    expect_error("{}", "$.source: required field missing");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"bogus\":1}", "$.bogus: unknown field");
+    expect_error("{\"source\":[]}", "$.source: must be an object, got an array");
+    expect_error("{\"source\":\"range\"}", "$.source: must be an object, got \"range\"");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":{}}", "$.ops: must be an array, got an object");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":null}", "$.ops: must be an array, got null");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"take\",\"count\":1},7]}",
+                 "$.ops[1]: must be an object, got 7");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[[]]}",
+                 "$.ops[0]: must be an object, got an array");
+}
+
+Test(spec, source_errors)
+{
+    expect_error("{\"source\":{}}", "$.source.type: required field missing");
+    expect_error("{\"source\":{\"type\":3}}", "$.source.type: must be a string, got 3");
+    expect_error("{\"source\":{\"type\":\"foo\"}}", "$.source.type: unknown source \"foo\"");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":[]}}",
+                 "$.source.type: source \"tfrecord\" is not supported yet");
+    expect_error("{\"source\":{\"type\":\"text_lines\"}}", "$.source.type: source \"text_lines\" is not supported yet");
+    expect_error("{\"source\":{\"type\":\"fixed_length_records\"}}",
+                 "$.source.type: source \"fixed_length_records\" is not supported yet");
+    expect_error("{\"source\":{\"type\":\"range\"}}", "$.source.stop: required field missing");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1,\"bogus\":2}}", "$.source.bogus: unknown field");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":\"10\"}}", "$.source.stop: must be an integer, got \"10\"");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1.5}}", "$.source.stop: must be an integer, got 1.5");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"start\":null}}",
+                 "$.source.start: must be an integer, got null");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"step\":0}}",
+                 "$.source.step: must be a nonzero integer, got 0");
+    expect_error("{\"source\":{\"type\":\"range\",\"start\":-1,\"stop\":4611686018427387904}}",
+                 "$.source.stop: the range yields 4611686018427387905 elements, at most 4611686018427387904 (2^62) "
+                 "allowed");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"name\":\"\"}}",
+                 "$.source.name: must be a string of 1 to 63 characters from [A-Za-z0-9_./-], got \"\"");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"name\":\"a b\"}}",
+                 "$.source.name: must be a string of 1 to 63 characters from [A-Za-z0-9_./-], got \"a b\"");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"name\":7}}",
+                 "$.source.name: must be a string of 1 to 63 characters from [A-Za-z0-9_./-], got 7");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,"
+                 "\"name\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
+                 "$.source.name: must be a string of 1 to 63 characters from [A-Za-z0-9_./-], got "
+                 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
+}
+
+Test(spec, op_errors)
+{
+#define SRC "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"take\",\"count\":1},"
+    expect_error(SRC "{}]}", "$.ops[1].op: required field missing");
+    expect_error(SRC "{\"op\":null}]}", "$.ops[1].op: must be a string, got null");
+    expect_error(SRC "{\"op\":\"bogus\"}]}", "$.ops[1].op: unknown op \"bogus\"");
+    expect_error(SRC "{\"op\":\"batch\"}]}", "$.ops[1].batch_size: required field missing");
+    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":\"x\"}]}",
+                 "$.ops[1].batch_size: must be an integer >= 1, got \"x\"");
+    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":0}]}", "$.ops[1].batch_size: must be an integer >= 1, got 0");
+    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":1048577}]}",
+                 "$.ops[1].batch_size: must be an integer <= 1048576, got 1048577");
+    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":4,\"drop_remainder\":1}]}",
+                 "$.ops[1].drop_remainder: must be true or false, got 1");
+    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":4,\"bogus\":1}]}", "$.ops[1].bogus: unknown field");
+    expect_error(SRC "{\"op\":\"shuffle\"}]}", "$.ops[1].buffer_size: required field missing");
+    expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":16777217}]}",
+                 "$.ops[1].buffer_size: must be an integer <= 16777216, got 16777217");
+    expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":-3}]}",
+                 "$.ops[1].buffer_size: must be an integer >= 1, got -3");
+    expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":3,\"seed\":-1}]}",
+                 "$.ops[1].seed: must be an integer >= 0, got -1");
+    expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":3,\"seed\":null}]}",
+                 "$.ops[1].seed: must be an integer >= 0, got null");
+    expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":3,\"reshuffle_each_iteration\":\"yes\"}]}",
+                 "$.ops[1].reshuffle_each_iteration: must be true or false, got \"yes\"");
+    expect_error(SRC "{\"op\":\"take\"}]}", "$.ops[1].count: required field missing");
+    expect_error(SRC "{\"op\":\"take\",\"count\":-2}]}", "$.ops[1].count: must be an integer >= -1, got -2");
+    expect_error(SRC "{\"op\":\"take\",\"count\":4611686018427387905}]}",
+                 "$.ops[1].count: must be an integer <= 4611686018427387904, got 4611686018427387905");
+    expect_error(SRC "{\"op\":\"skip\"}]}", "$.ops[1].count: required field missing");
+    expect_error(SRC "{\"op\":\"skip\",\"count\":true}]}", "$.ops[1].count: must be an integer >= -1, got true");
+    expect_error(SRC "{\"op\":\"repeat\",\"count\":-2}]}", "$.ops[1].count: must be an integer >= -1, got -2");
+    expect_error(SRC "{\"op\":\"repeat\",\"times\":2}]}", "$.ops[1].times: unknown field");
+    expect_error(SRC "{\"op\":\"take\",\"count\":1,\"op2\":1}]}", "$.ops[1].op2: unknown field");
+#undef SRC
+}
+
+Test(spec, planned_ops_are_not_supported_yet)
+{
+    const char *names[] = {"parse_example", "map",          "filter",    "decode_jpeg", "resize",
+                           "random_crop",   "random_flip",  "normalize", "cast",        "shard",
+                           "interleave",    "padded_batch", "prefetch",  "cache"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char json[256], want[128];
+        snprintf(json, sizeof json,
+                 "{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"batch\",\"batch_size\":1},"
+                 "{\"op\":\"%s\",\"anything\":1}]}",
+                 names[i]);
+        snprintf(want, sizeof want, "$.ops[1].op: op \"%s\" is not supported yet", names[i]);
+        expect_error(json, want);
+    }
+}
+
+Test(spec, too_many_ops)
+{
+    size_t cap = 64 + 40 * (SL_SPEC_MAX_OPS + 1);
+    char *json = malloc(cap);
+    size_t o = (size_t)snprintf(json, cap, "{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[");
+    for (int i = 0; i <= SL_SPEC_MAX_OPS; i++)
+        o += (size_t)snprintf(json + o, cap - o, "%s{\"op\":\"take\",\"count\":1}", i ? "," : "");
+    snprintf(json + o, cap - o, "]}");
+    expect_error(json, "$.ops: at most 64 ops allowed, got 65");
+
+    /* Exactly the limit is fine. */
+    char *last = strrchr(json, '{');
+    strcpy(last - 1, "]}");
+    sl_spec_t *spec = parse_ok(json);
+    cr_assert_eq(sl_spec_num_ops(spec), SL_SPEC_MAX_OPS);
+    sl_spec_free(spec);
+    free(json);
+}
+
+Test(spec, too_big)
+{
+    size_t len = SL_SPEC_MAX_BYTES + 1;
+    char *json = malloc(len + 1);
+    const char *head = "{\"source\":{\"type\":\"range\",\"stop\":1}";
+    memset(json, ' ', len);
+    memcpy(json, head, strlen(head));
+    json[len - 1] = '}';
+    json[len] = '\0';
+    expect_error(json, "$: the spec is 1048577 bytes, at most 1048576 allowed");
+    /* One byte less is accepted: the limit is on bytes, not content. */
+    json[len - 1] = ' ';
+    json[len - 2] = '}';
+    sl_spec_t *spec = NULL;
+    char err[256];
+    cr_assert_eq(sl_spec_parse(json, len - 1, &spec, err, sizeof err), 0, "%s", err);
+    sl_spec_free(spec);
+    free(json);
+}
+
+Test(spec, invalid_json)
+{
+    expect_error_prefix("", "$: invalid JSON at line ");
+    expect_error_prefix("{", "$: invalid JSON at line 1, column ");
+    expect_error_prefix("{\"source\": {\"type\": \"range\", \"stop\": 10}", "$: invalid JSON at line 1, column ");
+    expect_error_prefix("{\"source\": {\"type\": \"ra", "$: invalid JSON at line 1, column ");
+    expect_error_prefix("garbage", "$: invalid JSON at line 1, column ");
+    expect_error_prefix("{\"source\": {\"type\": \"range\", \"stop\": 10}}}", "$: invalid JSON at line 1, column ");
+    expect_error_prefix("\n\n{\"source\": 'x'}", "$: invalid JSON at line 3, column ");
+    expect_error_prefix("{\"source\":{\"type\":\"range\",\"stop\":1,\"stop\":2}}", "$: invalid JSON at line 1");
+    expect_error_prefix("{\"source\":{\"type\":\"range\",\"stop\":99999999999999999999}}", "$: invalid JSON at line 1");
+    expect_error_prefix("\xff\xfe", "$: invalid JSON at line 1");
+
+    /* Binary garbage with NUL bytes, given by length. */
+    const char bin[] = {'{', '\0', '"', 's', '"', ':', '\x01', '}'};
+    sl_spec_t *spec = NULL;
+    char err[256] = "";
+    cr_assert_eq(sl_spec_parse(bin, sizeof bin, &spec, err, sizeof err), SL_ESPEC);
+    cr_assert_null(spec);
+    cr_assert(strncmp(err, "$: invalid JSON", 15) == 0, "%s", err);
+}
+
+Test(spec, text_is_taken_by_length)
+{
+    /* The valid spec is followed by bytes that are not part of it. */
+    const char *text = "{\"source\":{\"type\":\"range\",\"stop\":4}}GARBAGE";
+    sl_spec_t *spec = NULL;
+    char err[256] = "";
+    cr_assert_eq(sl_spec_parse(text, strlen(text) - 7, &spec, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_spec_source_cardinality(spec), 4);
+    sl_spec_free(spec);
+}
+
+Test(spec, strange_keys_and_values_are_escaped_in_messages)
+{
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1,\"a\\\"b\\n\":1}}",
+                 "$.source.a\\\"b\\u000a: unknown field");
+    expect_error("{\"source\":{\"type\":\"r\\u00e9\\tx\"}}", "$.source.type: unknown source \"r\u00e9\\u0009x\"");
+    /* jansson refuses NUL in strings, so no name can hide one. */
+    expect_error_prefix("{\"source\":{\"type\":\"ran\\u0000ge\"}}", "$: invalid JSON at line 1");
+}
+
+Test(spec, small_error_buffer_is_cut_safely)
+{
+    sl_spec_t *spec = NULL;
+    char err[8];
+    memset(err, 'x', sizeof err);
+    cr_assert_eq(sl_spec_parse("{}", 2, &spec, err, sizeof err), SL_ESPEC);
+    cr_assert_str_eq(err, "$.sourc");
+    cr_assert_eq(sl_spec_parse("{}", 2, &spec, NULL, 0), SL_ESPEC);
+    cr_assert_null(spec);
+}

@@ -1,0 +1,84 @@
+/*
+ * iter.h: the iterator interface inside a pipeline (private to workerd/).
+ *
+ * A pipeline is a chain of iterators, the source first, each op pulling
+ * from the one before it (its input), as in tf.data. pipeline.c builds the
+ * chain and owns what the iterators share; sources.c holds the sources and
+ * ops_basic.c the ops that only move elements (batch, shuffle, take, skip,
+ * repeat). A new op family is a new file with its constructors declared
+ * here and a row in pipeline.c's table.
+ */
+#ifndef SL_ITER_H
+#define SL_ITER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "element.h"
+#include "pipeline.h"
+#include "spec.h"
+
+typedef struct sl_iter sl_iter_t;
+
+/* What the iterators of one pipeline share. */
+typedef struct sl_iter_ctx {
+    sl_pipeline_opts_t opts;  /* max_batch_bytes is never 0 here */
+    uint64_t split_requests;  /* next_split calls so far; repeat reads it */
+    char errmsg[512];         /* the first failure, "label: why" */
+} sl_iter_ctx_t;
+
+typedef struct sl_iter_vtbl {
+    /* Yields the next element into out, an empty element of the
+     * iterator's spec.num_components. Returns 0 with out filled (the caller
+     * owns what it holds), 1 at the end of the sequence (again on every
+     * later call until reset), or a negative code with ctx->errmsg set;
+     * out is left empty unless 0 is returned. */
+    int (*next)(sl_iter_t *it, sl_element_t *out);
+    /* Starts the sequence over, as tf.data re-creating an iterator does:
+     * drops what the iterator holds and resets its input. A source moves
+     * on to its next epoch. */
+    int (*reset)(sl_iter_t *it);
+    /* Frees what the iterator holds and the iterator, not its input. */
+    void (*destroy)(sl_iter_t *it);
+} sl_iter_vtbl_t;
+
+/* The head of every iterator; each kind embeds it as its first member. */
+struct sl_iter {
+    const sl_iter_vtbl_t *vt;
+    sl_iter_t *input;       /* owned; NULL for a source */
+    sl_iter_ctx_t *ctx;     /* the pipeline's, outlives the iterator */
+    char label[48];         /* "ops[2] (batch)", "source (range)" for messages */
+    sl_element_spec_t spec; /* what next() yields */
+};
+
+/* Fills in an iterator's head; its spec is its input's (a source sets its
+ * own). */
+void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx,
+                   const char *label);
+
+/* Records the iterator's failure as "label: message" unless an earlier one
+ * was recorded, and returns code. */
+int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Destroys it and its inputs; NULL is ignored. */
+void sl__iter_destroy(sl_iter_t *it);
+
+/* Constructors. A source starts the chain; an op takes over input on
+ * success only. Each returns 0 or -ENOMEM, with *out the new iterator
+ * labelled label (copied). */
+int sl__source_range_create(const sl_spec_t *spec, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
+
+typedef int (*sl_op_create_fn)(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                               sl_iter_t **out);
+int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out);
+int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                          sl_iter_t **out);
+int sl__op_take_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                       sl_iter_t **out);
+int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                       sl_iter_t **out);
+int sl__op_repeat_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                         sl_iter_t **out);
+
+#endif

@@ -1,0 +1,521 @@
+/*
+ * ops_basic.c: the ops that arrange elements without looking into them:
+ * batch, shuffle, take, skip and repeat, with tf.data's semantics.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "iter.h"
+
+#define ALIGN8(x) (((x) + 7) & ~(size_t)7)
+
+/* ---- batch ----
+ *
+ * The first element of a batch fixes each component's size, so the whole
+ * batch is laid out at once in one buffer in wire layout (component c's
+ * rows at off[c], 8-byte aligned) and every element is copied straight into
+ * its row. The finished element owns that buffer as its block, and the
+ * pipeline sends it as the batch's data without another copy.
+ */
+
+struct batch_iter {
+    sl_iter_t base;
+    uint64_t batch_size;
+    bool drop_remainder;
+    bool input_done;
+    sl_element_t *in; /* the slot the input fills */
+};
+
+static void shape_str(const int64_t *shape, int rank, char *buf, size_t buflen)
+{
+    size_t o = (size_t)snprintf(buf, buflen, "[");
+    for (int d = 0; d < rank && o < buflen; d++)
+        o += (size_t)snprintf(buf + o, buflen - o, "%s%" PRId64, d > 0 ? ", " : "", shape[d]);
+    if (o < buflen)
+        snprintf(buf + o, buflen - o, "]");
+}
+
+/* Lays out a batch whose first element is e: where each component's rows
+ * start, and the bytes of the whole batch. */
+static int batch_layout(struct batch_iter *b, const sl_element_t *e, size_t *off, size_t *total)
+{
+    const sl_element_spec_t *spec = &b->base.spec;
+    size_t limit = b->base.ctx->opts.max_batch_bytes;
+    size_t size = 0;
+    for (uint32_t c = 0; c < e->num_components; c++) {
+        const sl_value_t *v = &e->v[c];
+        size_t rows;
+        if (v->dtype == SL_DTYPE_BYTES)
+            return sl__iter_fail(&b->base, SL_EDATA,
+                                 "component \"%s\" is of dtype bytes, which batch does not support yet",
+                                 spec->c[c].name);
+        if (v->rank + 1 > SL_MAX_RANK)
+            return sl__iter_fail(&b->base, SL_EDATA, "component \"%s\" has rank %d; batched it would exceed rank %d",
+                                 spec->c[c].name, v->rank, SL_MAX_RANK);
+        off[c] = ALIGN8(size);
+        if (__builtin_mul_overflow(v->size, (size_t)b->batch_size, &rows) ||
+            __builtin_add_overflow(off[c], rows, &size) || size > limit) {
+            size_t elem = 0;
+            for (uint32_t k = 0; k < e->num_components; k++)
+                elem += e->v[k].size;
+            return sl__iter_fail(&b->base, SL_ETOOBIG,
+                                 "batch of %" PRIu64 " elements of %zu bytes each exceeds max_batch_bytes %zu",
+                                 b->batch_size, elem, limit);
+        }
+    }
+    *total = size;
+    return 0;
+}
+
+static int batch_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct batch_iter *b = (struct batch_iter *)it;
+    sl_element_t *in = b->in;
+    uint32_t n = it->spec.num_components;
+    size_t off[SL_MAX_COMPONENTS], total = 0;
+    uint8_t *block = NULL;
+    uint64_t rows = 0;
+    int rc;
+
+    if (b->input_done)
+        return 1;
+    rc = it->input->vt->next(it->input, in);
+    if (rc == 1)
+        b->input_done = true;
+    if (rc != 0)
+        return rc;
+
+    rc = batch_layout(b, in, off, &total);
+    if (rc < 0)
+        goto fail;
+    block = malloc(total ? total : 1);
+    if (!block) {
+        rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
+        goto fail;
+    }
+    /* The first element fixes the batch's dtypes, shapes (behind the
+     * leading dimension) and row sizes; every other element must match. */
+    for (uint32_t c = 0; c < n; c++) {
+        sl_value_t *o = &out->v[c];
+        o->dtype = in->v[c].dtype;
+        o->rank = (uint8_t)(in->v[c].rank + 1);
+        memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
+        o->size = in->v[c].size;
+    }
+    for (;;) {
+        for (uint32_t c = 0; c < n; c++) {
+            sl_value_t *v = &in->v[c];
+            sl_value_t *o = &out->v[c];
+            if (v->rank + 1 != o->rank || memcmp(v->shape, o->shape + 1, v->rank * sizeof v->shape[0]) != 0) {
+                char want[128], got[128];
+                shape_str(o->shape + 1, o->rank - 1, want, sizeof want);
+                shape_str(v->shape, v->rank, got, sizeof got);
+                rc = sl__iter_fail(it, SL_EDATA,
+                                   "component \"%s\" has shape %s in element %" PRIu64
+                                   " of the batch but %s in element 0; batch needs equal shapes",
+                                   it->spec.c[c].name, got, rows, want);
+                goto fail;
+            }
+            memcpy(block + off[c] + rows * o->size, sl_value_data(v), o->size);
+        }
+        sl_element_clear(in);
+        if (++rows == b->batch_size)
+            break;
+        rc = it->input->vt->next(it->input, in);
+        if (rc == 1) {
+            b->input_done = true;
+            break;
+        }
+        if (rc < 0)
+            goto fail;
+    }
+    if (rows < b->batch_size && b->drop_remainder) {
+        free(block);
+        return 1;
+    }
+
+    /* Pack the components down (a short last batch leaves room behind each)
+     * and zero the alignment gaps: the whole block goes on the wire.
+     * Components only move towards the start, so going in order is safe. */
+    size_t pos = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        sl_value_t *o = &out->v[c];
+        size_t start = ALIGN8(pos), len = (size_t)rows * o->size;
+        memset(block + pos, 0, start - pos);
+        if (start != off[c])
+            memmove(block + start, block + off[c], len);
+        o->storage = SL_VALUE_BLOCK;
+        o->u.ptr = block + start;
+        o->shape[0] = (int64_t)rows;
+        o->size = len;
+        pos = start + len;
+    }
+    out->block = block;
+    out->block_size = pos;
+    out->num_elements = rows;
+    return 0;
+fail:
+    free(block);
+    sl_element_clear(in);
+    return rc;
+}
+
+static int batch_reset(sl_iter_t *it)
+{
+    struct batch_iter *b = (struct batch_iter *)it;
+    b->input_done = false;
+    return it->input->vt->reset(it->input);
+}
+
+static void batch_destroy(sl_iter_t *it)
+{
+    struct batch_iter *b = (struct batch_iter *)it;
+    sl_element_free(b->in);
+    free(b);
+}
+
+static const sl_iter_vtbl_t batch_vtbl = {batch_next, batch_reset, batch_destroy};
+
+int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out)
+{
+    struct batch_iter *b = calloc(1, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    b->in = sl_element_new(input->spec.num_components);
+    if (!b->in) {
+        free(b);
+        return -ENOMEM;
+    }
+    sl__iter_init(&b->base, &batch_vtbl, input, ctx, label);
+    b->batch_size = (uint64_t)op->u.batch.batch_size;
+    b->drop_remainder = op->u.batch.drop_remainder;
+    *out = &b->base;
+    return 0;
+}
+
+/* ---- shuffle ----
+ *
+ * A buffer of up to buffer_size elements, filled from the input; each
+ * output is a uniformly random buffered element, whose place is taken by
+ * the last one, and the buffer is topped up before the next draw. The
+ * buffer's slots grow by doubling, so a small dataset never pays for a
+ * large buffer_size.
+ *
+ * Random numbers are xoshiro256** seeded through splitmix64. The seed of
+ * epoch e (the e-th reset) is derived from (seed, e) when reshuffling, so
+ * each epoch has its own order and every run with the same seed has the
+ * same orders.
+ */
+
+struct shuffle_iter {
+    sl_iter_t base;
+    uint64_t buffer_size;
+    uint64_t seed;
+    bool reshuffle;
+    bool input_done;
+    uint64_t epoch;
+    uint64_t rng[4];
+    uint8_t *slots; /* cap slots of stride bytes, the first n holding elements */
+    size_t stride;
+    uint64_t cap, n;
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t *s)
+{
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* A uniform integer in [0, n), by rejection so that no value is favoured. */
+static uint64_t random_below(uint64_t *s, uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t r;
+    do
+        r = xoshiro_next(s);
+    while (r >= limit);
+    return r % n;
+}
+
+static void shuffle_seed(struct shuffle_iter *s)
+{
+    uint64_t x = s->seed;
+    if (s->reshuffle)
+        x += s->epoch * UINT64_C(0xd1342543de82ef95);
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+}
+
+static sl_element_t *slot(struct shuffle_iter *s, uint64_t i)
+{
+    return (sl_element_t *)(s->slots + i * s->stride);
+}
+
+static int shuffle_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct shuffle_iter *s = (struct shuffle_iter *)it;
+    while (!s->input_done && s->n < s->buffer_size) {
+        if (s->n == s->cap) {
+            uint64_t cap = s->cap ? s->cap * 2 : 64;
+            if (cap > s->buffer_size)
+                cap = s->buffer_size;
+            uint8_t *p = realloc(s->slots, cap * s->stride);
+            if (!p)
+                return sl__iter_fail(it, -ENOMEM, "out of memory for %" PRIu64 " buffered elements", cap);
+            s->slots = p;
+            s->cap = cap;
+        }
+        sl_element_t *e = slot(s, s->n);
+        sl_element_init(e, it->spec.num_components);
+        int rc = it->input->vt->next(it->input, e);
+        if (rc == 1)
+            s->input_done = true;
+        else if (rc < 0)
+            return rc;
+        else
+            s->n++;
+    }
+    if (s->n == 0)
+        return 1;
+    uint64_t i = random_below(s->rng, s->n);
+    sl_element_move(out, slot(s, i));
+    if (i != s->n - 1)
+        sl_element_move(slot(s, i), slot(s, s->n - 1));
+    s->n--;
+    return 0;
+}
+
+static void shuffle_drop(struct shuffle_iter *s)
+{
+    for (uint64_t i = 0; i < s->n; i++)
+        sl_element_clear(slot(s, i));
+    s->n = 0;
+}
+
+static int shuffle_reset(sl_iter_t *it)
+{
+    struct shuffle_iter *s = (struct shuffle_iter *)it;
+    shuffle_drop(s);
+    s->input_done = false;
+    s->epoch++;
+    shuffle_seed(s);
+    return it->input->vt->reset(it->input);
+}
+
+static void shuffle_destroy(sl_iter_t *it)
+{
+    struct shuffle_iter *s = (struct shuffle_iter *)it;
+    shuffle_drop(s);
+    free(s->slots);
+    free(s);
+}
+
+static const sl_iter_vtbl_t shuffle_vtbl = {shuffle_next, shuffle_reset, shuffle_destroy};
+
+/* A seed for a shuffle without one: different for every pipeline, as
+ * tf.data draws one per iterator. */
+static uint64_t random_seed(const void *salt)
+{
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+        return x;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)(uintptr_t)salt;
+    return splitmix64(&x);
+}
+
+int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                          sl_iter_t **out)
+{
+    struct shuffle_iter *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    sl__iter_init(&s->base, &shuffle_vtbl, input, ctx, label);
+    s->buffer_size = (uint64_t)op->u.shuffle.buffer_size;
+    s->seed = op->u.shuffle.has_seed ? (uint64_t)op->u.shuffle.seed : random_seed(s);
+    s->reshuffle = op->u.shuffle.reshuffle_each_iteration;
+    s->stride = sl_element_size(input->spec.num_components);
+    shuffle_seed(s);
+    *out = &s->base;
+    return 0;
+}
+
+/* ---- take, skip ---- */
+
+struct count_iter {
+    sl_iter_t base;
+    int64_t count; /* -1: all */
+    int64_t done;  /* elements taken or skipped in this iteration */
+};
+
+static int take_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct count_iter *t = (struct count_iter *)it;
+    /* Stop without pulling: the input may be expensive or endless. */
+    if (t->count >= 0 && t->done >= t->count)
+        return 1;
+    int rc = it->input->vt->next(it->input, out);
+    if (rc == 0)
+        t->done++;
+    return rc;
+}
+
+static int skip_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct count_iter *s = (struct count_iter *)it;
+    while (s->count < 0 || s->done < s->count) {
+        int rc = it->input->vt->next(it->input, out);
+        if (rc != 0)
+            return rc;
+        sl_element_clear(out);
+        s->done++;
+    }
+    return it->input->vt->next(it->input, out);
+}
+
+static int count_reset(sl_iter_t *it)
+{
+    struct count_iter *t = (struct count_iter *)it;
+    t->done = 0;
+    return it->input->vt->reset(it->input);
+}
+
+static void count_destroy(sl_iter_t *it)
+{
+    free(it);
+}
+
+static const sl_iter_vtbl_t take_vtbl = {take_next, count_reset, count_destroy};
+static const sl_iter_vtbl_t skip_vtbl = {skip_next, count_reset, count_destroy};
+
+static int count_create(const sl_iter_vtbl_t *vt, int64_t count, sl_iter_t *input, sl_iter_ctx_t *ctx,
+                        const char *label, sl_iter_t **out)
+{
+    struct count_iter *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    sl__iter_init(&t->base, vt, input, ctx, label);
+    t->count = count;
+    *out = &t->base;
+    return 0;
+}
+
+int sl__op_take_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                       sl_iter_t **out)
+{
+    return count_create(&take_vtbl, op->u.take.count, input, ctx, label, out);
+}
+
+int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                       sl_iter_t **out)
+{
+    return count_create(&skip_vtbl, op->u.skip.count, input, ctx, label, out);
+}
+
+/* ---- repeat ----
+ *
+ * Runs its input count times (forever for -1), resetting it in between.
+ * An iteration that yields nothing ends the repeat early, since every
+ * later one would be as empty and a forever repeat would spin; except
+ * under DYNAMIC when the source asked the dispatcher for splits in it:
+ * other workers may just have taken that epoch's splits, and the next
+ * epoch may have some for this one. (tf.data stops a forever repeat only
+ * on an empty first iteration, and never with split providers.)
+ */
+
+struct repeat_iter {
+    sl_iter_t base;
+    int64_t count;     /* -1: forever */
+    int64_t iteration; /* 0-based */
+    bool yielded;      /* this iteration yielded an element */
+    bool done;
+    uint64_t requests; /* ctx->split_requests when this iteration began */
+};
+
+static int repeat_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct repeat_iter *r = (struct repeat_iter *)it;
+    sl_iter_ctx_t *ctx = it->ctx;
+    for (;;) {
+        if (r->done || (r->count >= 0 && r->iteration >= r->count)) {
+            r->done = true;
+            return 1;
+        }
+        int rc = it->input->vt->next(it->input, out);
+        if (rc == 0)
+            r->yielded = true;
+        if (rc != 1)
+            return rc;
+
+        bool asked = ctx->opts.sharding == SL_SHARDING_DYNAMIC && ctx->split_requests != r->requests;
+        r->iteration++;
+        if ((!r->yielded && !asked) || (r->count >= 0 && r->iteration >= r->count)) {
+            r->done = true;
+            return 1;
+        }
+        rc = it->input->vt->reset(it->input);
+        if (rc < 0)
+            return rc;
+        r->yielded = false;
+        r->requests = ctx->split_requests;
+    }
+}
+
+static int repeat_reset(sl_iter_t *it)
+{
+    struct repeat_iter *r = (struct repeat_iter *)it;
+    r->iteration = 0;
+    r->yielded = false;
+    r->done = false;
+    int rc = it->input->vt->reset(it->input);
+    r->requests = it->ctx->split_requests;
+    return rc;
+}
+
+static void repeat_destroy(sl_iter_t *it)
+{
+    free(it);
+}
+
+static const sl_iter_vtbl_t repeat_vtbl = {repeat_next, repeat_reset, repeat_destroy};
+
+int sl__op_repeat_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                         sl_iter_t **out)
+{
+    struct repeat_iter *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    sl__iter_init(&r->base, &repeat_vtbl, input, ctx, label);
+    r->count = op->u.repeat.count;
+    r->requests = ctx->split_requests;
+    *out = &r->base;
+    return 0;
+}

@@ -1,0 +1,189 @@
+/*
+ * pipeline.c: builds the iterator chain of a spec and turns what its last
+ * iterator yields into finished batches (pipeline.h).
+ */
+#include "pipeline.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+
+struct sl_pipeline {
+    sl_iter_ctx_t ctx; /* the iterators point here, so the pipeline never moves */
+    sl_iter_t *top;    /* the last op, or the source */
+    sl_element_t *out; /* the slot top fills */
+    int state;         /* 0 running, 1 ended, < 0 failed with that code */
+};
+
+static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
+    [SL_OP_BATCH] = sl__op_batch_create, [SL_OP_SHUFFLE] = sl__op_shuffle_create, [SL_OP_TAKE] = sl__op_take_create,
+    [SL_OP_SKIP] = sl__op_skip_create,   [SL_OP_REPEAT] = sl__op_repeat_create,
+};
+
+void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label)
+{
+    it->vt = vt;
+    it->input = input;
+    it->ctx = ctx;
+    snprintf(it->label, sizeof it->label, "%s", label);
+    if (input)
+        it->spec = input->spec;
+}
+
+int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
+{
+    /* The first failure is the cause; the iterators above it only pass
+     * its code on. */
+    if (it->ctx->errmsg[0] == '\0') {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(it->ctx->errmsg, sizeof it->ctx->errmsg, "%s: %s", it->label, msg);
+    }
+    return code;
+}
+
+void sl__iter_destroy(sl_iter_t *it)
+{
+    while (it) {
+        sl_iter_t *input = it->input;
+        it->vt->destroy(it);
+        it = input;
+    }
+}
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl_pipeline_t **out, char *err,
+                       size_t errlen)
+{
+    sl_pipeline_t *p = NULL;
+    sl_iter_t *it = NULL;
+    char label[48];
+    int rc;
+
+    *out = NULL;
+    if (err && errlen > 0)
+        err[0] = '\0';
+    if (opts && opts->sharding != SL_SHARDING_OFF && opts->sharding != SL_SHARDING_DYNAMIC) {
+        const char *name = sl_sharding_name(opts->sharding);
+        return fail(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is not supported yet",
+                    name ? name : "(invalid)");
+    }
+    if (opts && opts->sharding == SL_SHARDING_DYNAMIC && !opts->splits.next_split)
+        return fail(err, errlen, SL_EINVAL, "pipeline: DYNAMIC sharding needs a split source");
+
+    p = calloc(1, sizeof *p);
+    if (!p)
+        goto nomem;
+    if (opts)
+        p->ctx.opts = *opts;
+    if (p->ctx.opts.max_batch_bytes == 0)
+        p->ctx.opts.max_batch_bytes = SL_PIPELINE_DEFAULT_MAX_BATCH_BYTES;
+
+    const sl_spec_source_t *src = sl_spec_source(spec);
+    snprintf(label, sizeof label, "source (%s)", sl_spec_source_name(src->kind));
+    switch (src->kind) {
+    case SL_SOURCE_RANGE: rc = sl__source_range_create(spec, &p->ctx, label, &it); break;
+    default:
+        rc = fail(err, errlen, SL_EINTERNAL, "pipeline: source kind %d has no iterator", (int)src->kind);
+        goto fail;
+    }
+    if (rc < 0)
+        goto nomem;
+
+    for (int i = 0; i < sl_spec_num_ops(spec); i++) {
+        const sl_spec_op_t *op = sl_spec_op(spec, i);
+        sl_iter_t *next = NULL;
+        if ((unsigned)op->kind >= SL_OP_COUNT_ || !op_create[op->kind]) {
+            rc = fail(err, errlen, SL_EINTERNAL, "pipeline: op kind %d has no iterator", (int)op->kind);
+            goto fail;
+        }
+        snprintf(label, sizeof label, "ops[%d] (%s)", i, sl_spec_op_name(op->kind));
+        if (op_create[op->kind](op, it, &p->ctx, label, &next) < 0)
+            goto nomem;
+        it = next;
+    }
+
+    p->out = sl_element_new(it->spec.num_components);
+    if (!p->out)
+        goto nomem;
+    p->top = it;
+    *out = p;
+    return 0;
+nomem:
+    rc = fail(err, errlen, -ENOMEM, "pipeline: out of memory");
+fail:
+    sl__iter_destroy(it);
+    free(p);
+    return rc;
+}
+
+int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out)
+{
+    *out = NULL;
+    if (p->state != 0)
+        return p->state;
+    int rc = p->top->vt->next(p->top, p->out);
+    if (rc == 1) {
+        p->state = 1;
+        return 1;
+    }
+    if (rc < 0)
+        goto fail;
+
+    sl_wire_batch_t *b = NULL;
+    rc = sl_element_to_wire(p->out, &p->top->spec, &b);
+    if (rc < 0) {
+        sl_element_clear(p->out);
+        rc = sl__iter_fail(p->top, rc, "out of memory for a batch");
+        goto fail;
+    }
+    /* batch refuses a batch over the limit before it allocates one; this
+     * catches elements that are sent unbatched. */
+    if (b->size > p->ctx.opts.max_batch_bytes) {
+        size_t size = b->size;
+        sl_wire_batch_free(b);
+        rc = sl__iter_fail(p->top, SL_ETOOBIG, "an element of %zu bytes exceeds max_batch_bytes %zu", size,
+                           p->ctx.opts.max_batch_bytes);
+        goto fail;
+    }
+    *out = b;
+    return 0;
+fail:
+    if (p->ctx.errmsg[0] == '\0')
+        snprintf(p->ctx.errmsg, sizeof p->ctx.errmsg, "pipeline: %s", sl_strerror(rc));
+    p->state = rc;
+    return rc;
+}
+
+const char *sl_pipeline_errmsg(const sl_pipeline_t *p)
+{
+    return p->ctx.errmsg;
+}
+
+void sl_pipeline_destroy(sl_pipeline_t *p)
+{
+    if (!p)
+        return;
+    sl__iter_destroy(p->top);
+    sl_element_free(p->out);
+    free(p);
+}

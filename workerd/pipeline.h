@@ -1,0 +1,78 @@
+/*
+ * pipeline.h: one dataset pipeline as a worker task runs it: the spec's
+ * source and ops as a chain of iterators, pulled one finished batch at a
+ * time (docs/dataset-spec.md says what each op does).
+ *
+ * A pipeline is driven by one thread at a time, and may block in it: the
+ * DYNAMIC split source is called on that thread and waits for the
+ * dispatcher.
+ */
+#ifndef SL_PIPELINE_H
+#define SL_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "spec.h"
+#include "sluice.h"
+
+/* The largest batch when sl_pipeline_opts_t.max_batch_bytes is 0. */
+#define SL_PIPELINE_DEFAULT_MAX_BATCH_BYTES ((size_t)256 << 20)
+
+typedef struct sl_pipeline sl_pipeline_t;
+
+/**
+ * How a source learns which elements to read under DYNAMIC sharding.
+ * next_split blocks until the dispatcher answers: it returns 0 with *begin
+ * and *end set (elements [begin, end) of the source, counted from its first
+ * element, 0-based), 1 when epoch `epoch` has no split left, or a negative
+ * code on error (the pipeline then fails with that code). Called on the
+ * pipeline's thread.
+ */
+typedef struct sl_split_source {
+    int (*next_split)(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end);
+    void *arg;
+} sl_split_source_t;
+
+typedef struct sl_pipeline_opts {
+    sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
+                                           splits next_split hands out; others: refused for now */
+    sl_split_source_t splits;           /* used under DYNAMIC */
+    uint32_t worker_index, num_workers; /* for the static policies, not used yet */
+    size_t max_batch_bytes;             /* a larger batch fails with SL_ETOOBIG; 0: the default */
+} sl_pipeline_opts_t;
+
+/**
+ * Builds the pipeline of a parsed spec.
+ * @param[in] spec the spec; only read during the call, it may be freed after
+ * @param[in] opts copied; NULL means OFF sharding and the default limit
+ * @param[out] out the pipeline, freed by sl_pipeline_destroy()
+ * @param[out] err on failure a message saying why
+ * @return 0, SL_EINVAL (a sharding policy the pipeline does not run, or
+ *         DYNAMIC without next_split), -ENOMEM
+ */
+int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl_pipeline_t **out, char *err,
+                       size_t errlen);
+
+/**
+ * Runs the pipeline until its next output element and returns it as a
+ * finished batch. An element made by batch has a leading batch dimension on
+ * every component and num_elements is that dimension; any other element is
+ * sent as it is with num_elements 1.
+ * @param[out] out the batch, owned by the caller, freed by sl_wire_batch_free()
+ * @return 0 with *out set; 1 at the end of the sequence (and on every later
+ *         call); or an error, which every later call returns too:
+ *         SL_ETOOBIG (a batch over max_batch_bytes), SL_EDATA, SL_EPROTO (a
+ *         split outside the source), the code next_split returned, -ENOMEM;
+ *         sl_pipeline_errmsg() names the op, e.g. "ops[2] (batch): ..."
+ */
+int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
+
+/** @return the message of the pipeline's failure, or ""; valid until sl_pipeline_destroy() */
+const char *sl_pipeline_errmsg(const sl_pipeline_t *p);
+
+/** Frees the pipeline and every element it still holds; NULL is ignored. */
+void sl_pipeline_destroy(sl_pipeline_t *p);
+
+#endif

@@ -1,0 +1,358 @@
+/*
+ * task.c: see task.h.
+ *
+ * Pipeline thread states (the producer):
+ *   RUNNING -> WAITING_ROOM (buffer full) -> RUNNING
+ *   RUNNING -> WAITING_SPLIT (DYNAMIC, no split at hand) -> RUNNING
+ *   RUNNING -> ENDED | FAILED | STOPPED
+ * The network thread (the consumer) takes batches out and puts splits in.
+ * One mutex guards everything the two share; the producer sleeps on
+ * `wake`, and wakes the consumer through an event on its loop.
+ */
+#include "task.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "pipeline.h"
+#include "spec.h"
+
+#define MAX_SPLITS 64
+
+struct split {
+    uint64_t begin, end;
+};
+
+enum producer_state { PRODUCER_RUNNING, PRODUCER_ENDED, PRODUCER_FAILED };
+
+struct sl_task {
+    sluice_TaskDef def;
+    sl_task_config_t cfg;
+    sl_spec_t *spec;
+    sl_pipeline_t *pipeline;
+    pthread_t thread;
+    bool thread_started;
+    struct event *notify_ev;
+    sl_task_notify_fn notify;
+    void *notify_arg;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* the producer waits here for room or splits */
+    bool stop;
+    enum producer_state producer;
+    int error_code;
+    char error[512];
+    /* Finished batches, a ring of cfg.buffer_batches. */
+    sl_wire_batch_t **ring;
+    unsigned head, count;
+    size_t held_bytes; /* in the ring, plus taken and not yet released */
+    unsigned taken;    /* batches taken and not yet released */
+    /* DYNAMIC splits for want_epoch. */
+    struct split splits[MAX_SPLITS];
+    unsigned split_head, split_count;
+    uint64_t want_epoch;
+    bool epoch_exhausted;
+    bool split_request_out; /* network thread only */
+    /* Counters for the status. */
+    uint64_t batches, elements, bytes;
+};
+
+static void notify_loop(sl_task_t *t)
+{
+    event_active(t->notify_ev, EV_READ, 0);
+}
+
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+    sl_task_t *t = arg;
+    (void)fd;
+    (void)what;
+    t->notify(t, t->notify_arg);
+}
+
+/* The pipeline's split source: blocks the pipeline thread until the network
+ * thread has a split of `epoch`, or knows that the epoch has none left. */
+static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
+{
+    sl_task_t *t = arg;
+    int rc;
+    pthread_mutex_lock(&t->mu);
+    if (epoch != t->want_epoch) {
+        /* The pipeline moved to a new epoch (repeat): the old one is done. */
+        t->want_epoch = epoch;
+        t->epoch_exhausted = false;
+        t->split_head = t->split_count = 0;
+    }
+    for (;;) {
+        if (t->stop) {
+            rc = SL_ECANCELLED;
+            break;
+        }
+        if (t->error_code) {
+            rc = t->error_code;
+            break;
+        }
+        if (t->split_count > 0) {
+            struct split *s = &t->splits[t->split_head];
+            *begin = s->begin;
+            *end = s->end;
+            t->split_head = (t->split_head + 1) % MAX_SPLITS;
+            t->split_count--;
+            rc = 0;
+            break;
+        }
+        if (t->epoch_exhausted) {
+            rc = 1;
+            break;
+        }
+        notify_loop(t);
+        pthread_cond_wait(&t->wake, &t->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    /* Ask for the next splits while this one is read. */
+    if (rc == 0)
+        notify_loop(t);
+    return rc;
+}
+
+static void *producer_main(void *arg)
+{
+    sl_task_t *t = arg;
+    for (;;) {
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_pipeline_next(t->pipeline, &b);
+        pthread_mutex_lock(&t->mu);
+        if (rc != 0) {
+            if (rc == 1) {
+                t->producer = PRODUCER_ENDED;
+            } else if (!t->stop) {
+                t->producer = PRODUCER_FAILED;
+                if (!t->error_code)
+                    t->error_code = rc;
+                if (!t->error[0])
+                    snprintf(t->error, sizeof t->error, "%s", sl_pipeline_errmsg(t->pipeline));
+                sl_log_error("task %" PRIu64 ": pipeline failed: %s", t->def.task_id, t->error);
+            }
+            pthread_mutex_unlock(&t->mu);
+            notify_loop(t);
+            return NULL;
+        }
+        /* Backpressure: wait while the buffer is full. A task always gets
+         * room for one batch, whatever its size, so it cannot deadlock. */
+        while (!t->stop && (t->count == t->cfg.buffer_batches ||
+                            (t->count + t->taken > 0 && t->held_bytes + b->size > t->cfg.buffer_bytes)))
+            pthread_cond_wait(&t->wake, &t->mu);
+        if (t->stop) {
+            pthread_mutex_unlock(&t->mu);
+            sl_wire_batch_free(b);
+            return NULL;
+        }
+        t->ring[(t->head + t->count) % t->cfg.buffer_batches] = b;
+        t->count++;
+        t->held_bytes += b->size;
+        pthread_mutex_unlock(&t->mu);
+        notify_loop(t);
+    }
+}
+
+int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
+                const sl_task_config_t *cfg, sl_task_notify_fn notify, void *arg, sl_task_t **out, char *err,
+                size_t errlen)
+{
+    *out = NULL;
+    sl_task_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->def = *def;
+    t->cfg = *cfg;
+    t->notify = notify;
+    t->notify_arg = arg;
+    if (t->cfg.split_prefetch > MAX_SPLITS)
+        t->cfg.split_prefetch = MAX_SPLITS;
+    if (t->cfg.buffer_batches == 0)
+        t->cfg.buffer_batches = 1;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    int rc = -ENOMEM;
+    t->ring = calloc(cfg->buffer_batches, sizeof *t->ring);
+    t->notify_ev = event_new(base, -1, 0, on_notify, t);
+    if (!t->ring || !t->notify_ev)
+        goto fail;
+    rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
+    if (rc < 0)
+        goto fail;
+    sl_pipeline_opts_t po = {
+        .sharding = (sl_sharding_t)def->sharding,
+        .splits = {.next_split = next_split, .arg = t},
+        .worker_index = def->worker_index,
+        .num_workers = def->num_workers,
+        .max_batch_bytes = cfg->max_batch_bytes,
+    };
+    rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
+    if (rc < 0)
+        goto fail;
+    rc = -pthread_create(&t->thread, NULL, producer_main, t);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot start the pipeline thread: %s", strerror(-rc));
+        goto fail;
+    }
+    t->thread_started = true;
+    *out = t;
+    return 0;
+fail:
+    sl_task_free(t);
+    return rc;
+}
+
+void sl_task_free(sl_task_t *t)
+{
+    if (!t)
+        return;
+    if (t->thread_started) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = true;
+        pthread_cond_broadcast(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+    }
+    for (unsigned i = 0; i < t->count; i++)
+        sl_wire_batch_free(t->ring[(t->head + i) % t->cfg.buffer_batches]);
+    free(t->ring);
+    sl_pipeline_destroy(t->pipeline);
+    sl_spec_free(t->spec);
+    if (t->notify_ev)
+        event_free(t->notify_ev);
+    pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+uint64_t sl_task_id(const sl_task_t *t)
+{
+    return t->def.task_id;
+}
+
+uint64_t sl_task_job_id(const sl_task_t *t)
+{
+    return t->def.job_id;
+}
+
+int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
+{
+    int rc;
+    pthread_mutex_lock(&t->mu);
+    if (t->count > 0) {
+        sl_wire_batch_t *b = t->ring[t->head];
+        t->head = (t->head + 1) % t->cfg.buffer_batches;
+        t->count--;
+        t->taken++;
+        t->batches++;
+        t->elements += b->num_elements;
+        t->bytes += b->size;
+        *out = b;
+        pthread_cond_broadcast(&t->wake);
+        rc = SL_TASK_BATCH;
+    } else if (t->producer == PRODUCER_ENDED) {
+        rc = SL_TASK_END;
+    } else if (t->producer == PRODUCER_FAILED) {
+        rc = t->error_code;
+    } else {
+        rc = SL_TASK_PENDING;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+void sl_task_release(sl_task_t *t, size_t size)
+{
+    pthread_mutex_lock(&t->mu);
+    t->held_bytes -= size;
+    t->taken--;
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->mu);
+    notify_loop(t);
+}
+
+const char *sl_task_errmsg(sl_task_t *t)
+{
+    /* Written once by the producer before it reports FAILED, so reading it
+     * after seeing FAILED under the mutex is safe. */
+    return t->error;
+}
+
+void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
+{
+    pthread_mutex_lock(&t->mu);
+    out->task_id = t->def.task_id;
+    out->batches = t->batches;
+    out->elements = t->elements;
+    out->bytes = t->bytes;
+    if (t->producer == PRODUCER_FAILED) {
+        out->state = SL_TASK_FAILED;
+        snprintf(out->error, sizeof out->error, "%s", t->error);
+    } else if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0) {
+        out->state = SL_TASK_DONE;
+    } else {
+        out->state = SL_TASK_RUNNING;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max)
+{
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out)
+        return false;
+    bool want = false;
+    pthread_mutex_lock(&t->mu);
+    if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING &&
+        t->split_count < t->cfg.split_prefetch) {
+        *epoch = t->want_epoch;
+        *max = t->cfg.split_prefetch - t->split_count;
+        want = true;
+        t->split_request_out = true;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return want;
+}
+
+void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
+{
+    t->split_request_out = false;
+    pthread_mutex_lock(&t->mu);
+    /* An answer for an epoch the pipeline has left is stale. It cannot hold
+     * splits: the dispatcher ends an epoch only when none is left. */
+    if (resp->epoch == t->want_epoch) {
+        if (resp->splits_count > MAX_SPLITS - t->split_count)
+            sl_log_error("task %" PRIu64 ": dispatcher sent %u splits, more than asked for; the rest are lost",
+                         t->def.task_id, (unsigned)resp->splits_count);
+        for (pb_size_t i = 0; i < resp->splits_count && t->split_count < MAX_SPLITS; i++) {
+            struct split *s = &t->splits[(t->split_head + t->split_count) % MAX_SPLITS];
+            s->begin = resp->splits[i].begin;
+            s->end = resp->splits[i].end;
+            t->split_count++;
+        }
+        if (resp->end_of_epoch)
+            t->epoch_exhausted = true;
+    }
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
+{
+    t->split_request_out = false;
+    if (retry)
+        return;
+    pthread_mutex_lock(&t->mu);
+    if (!t->error_code) {
+        t->error_code = code;
+        snprintf(t->error, sizeof t->error, "getting splits: %s", msg);
+    }
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->mu);
+}

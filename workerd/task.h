@@ -1,0 +1,94 @@
+/*
+ * task.h: the worker's task runner. A task runs its pipeline on a thread of
+ * its own and keeps a bounded buffer of finished batches; the network thread
+ * takes batches out to serve them and feeds DYNAMIC splits in. A full buffer
+ * stops the pipeline (backpressure); memory never grows with a slow client.
+ *
+ * Every function here but sl_task_new()'s pipeline thread is called from the
+ * network thread. The task tells that thread that something changed (a
+ * batch is ready, splits are wanted, the pipeline ended) through the notify
+ * callback, which runs on the network thread's event loop.
+ */
+#ifndef SL_TASK_H
+#define SL_TASK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "batch.h"
+#include "frame.h"
+
+typedef struct sl_task sl_task_t;
+
+typedef void (*sl_task_notify_fn)(sl_task_t *task, void *arg);
+
+typedef struct sl_task_config {
+    size_t buffer_bytes;    /* finished batches held before the pipeline waits */
+    unsigned buffer_batches; /* and at most this many */
+    size_t max_batch_bytes; /* the largest batch the pipeline may make */
+    unsigned split_prefetch; /* DYNAMIC splits kept ahead of the pipeline */
+} sl_task_config_t;
+
+/**
+ * Parses the task's dataset spec, builds its pipeline and starts its thread.
+ * @param[in] spec_json the canonical spec, len bytes (copied)
+ * @param[out] out the task, freed by sl_task_free()
+ * @return 0, SL_ESPEC / SL_EINVAL with a message in err, -ENOMEM, -errno
+ */
+int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
+                const sl_task_config_t *cfg, sl_task_notify_fn notify, void *arg, sl_task_t **out, char *err,
+                size_t errlen);
+
+/** Stops the pipeline thread, frees buffered batches and the task. */
+void sl_task_free(sl_task_t *task);
+
+uint64_t sl_task_id(const sl_task_t *task);
+uint64_t sl_task_job_id(const sl_task_t *task);
+
+enum sl_task_take {
+    SL_TASK_BATCH = 0,   /* *out is a batch, owned by the caller */
+    SL_TASK_END = 1,     /* end of sequence: no batch will come */
+    SL_TASK_PENDING = 2, /* none ready yet: the notify callback fires when one is */
+};
+
+/**
+ * Takes the next finished batch. Frees room in the buffer once the caller
+ * reports it gone with sl_task_release().
+ * @return enum sl_task_take, or the pipeline's error code (negative) with
+ *         sl_task_errmsg() saying why
+ */
+int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
+
+/** The caller is done with size bytes of a batch it took (sent or dropped).
+ *  The notify callback runs afterwards from the loop, never inside this call. */
+void sl_task_release(sl_task_t *task, size_t size);
+
+/** @return the pipeline's error message, or "" */
+const char *sl_task_errmsg(sl_task_t *task);
+
+/**
+ * Reports the task as its worker tells the dispatcher: RUNNING, DONE (end of
+ * sequence and every batch taken and released) or FAILED.
+ */
+void sl_task_status(sl_task_t *task, sluice_TaskStatus *out);
+
+/**
+ * DYNAMIC: whether the task wants more splits now.
+ * @param[out] epoch the epoch to ask for
+ * @param[out] max how many to ask for
+ * @return true when a request should go out; the caller then calls
+ *         sl_task_splits_arrived() or sl_task_splits_failed() exactly once
+ */
+bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max);
+
+/** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
+void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);
+
+/** DYNAMIC: the split request failed: the request may be retried (retry)
+ *  or the task fails with code and msg. */
+void sl_task_splits_failed(sl_task_t *task, bool retry, int code, const char *msg);
+
+#endif

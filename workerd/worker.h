@@ -1,0 +1,54 @@
+/*
+ * worker.h: a data worker. It registers with the dispatcher and heartbeats,
+ * starts and drops tasks as the dispatcher says, fetches DYNAMIC splits ahead
+ * of its pipelines, and serves finished batches to clients. Everything runs
+ * on one event loop; pipelines run on their tasks' threads (task.h).
+ */
+#ifndef SL_WORKER_H
+#define SL_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "task.h"
+
+typedef struct sl_worker sl_worker_t;
+
+typedef struct sl_worker_config {
+    const char *dispatcher; /* host:port */
+    const char *address;    /* host:port clients use; NULL: the local address
+                               that reaches the dispatcher, and our port */
+    const char *bind;       /* protocol listen address */
+    uint16_t port;          /* 0 picks one */
+    unsigned max_tasks;
+    int heartbeat_ms;       /* until the dispatcher says otherwise */
+    int connect_timeout_ms;
+    sl_task_config_t task;
+} sl_worker_config_t;
+
+void sl_worker_config_init(sl_worker_config_t *cfg);
+
+/**
+ * Starts listening and connecting to the dispatcher (retrying until it
+ * answers).
+ * @param[out] bound_port the port clients connect to
+ * @return 0, or -errno / SL_EINVAL with a message in err
+ */
+int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint16_t *bound_port,
+                    sl_worker_t **out, char *err, size_t errlen);
+
+/** Closes every connection, stops every task and frees the worker. */
+void sl_worker_free(sl_worker_t *w);
+
+/** Counts for the admin endpoint. */
+typedef struct sl_worker_stats {
+    unsigned tasks;
+    unsigned clients;
+    int registered;
+} sl_worker_stats_t;
+
+void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out);
+
+#endif
