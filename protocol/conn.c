@@ -74,19 +74,19 @@ static void leave(sl_conn_t *c)
         conn_free(c);
 }
 
-/* Marks the connection dead, tells the owner (notify) and frees it once no
- * callback of ours is running. */
+/* Marks the connection dead and tells the owner (notify). The entry point
+ * on the stack frees it in leave(): every entry point (a libevent callback
+ * or a public function that may end the connection) brackets its work with
+ * c->depth++ and leave(c). */
 static void conn_die(sl_conn_t *c, bool notify, int err, const char *why)
 {
     if (c->state == CONN_DEAD)
         return;
     set_state(c, CONN_DEAD);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-    c->depth++;
+    c->free_pending = true;
     if (notify && c->cbs.on_close)
         c->cbs.on_close(c, err, why, c->arg);
-    c->free_pending = true;
-    leave(c);
 }
 
 static void set_timeout(sl_conn_t *c, int ms)
@@ -223,6 +223,14 @@ static void read_cb(struct bufferevent *bev, void *arg)
     c->depth++;
     for (;;) {
         if (c->state == CONN_HANDSHAKE) {
+            uint8_t first[2];
+            /* A peer that refuses our handshake answers with an error frame
+             * (type 1) instead of its own: read it for the reason. */
+            if (c->outgoing && evbuffer_copyout(in, first, 2) == 2 && first[0] == 0 && first[1] == SL_MSG_ERROR) {
+                if (!read_frame(c, in))
+                    break;
+                continue;
+            }
             if (evbuffer_get_length(in) < SL_HANDSHAKE_LEN)
                 break;
             uint8_t hs[SL_HANDSHAKE_LEN];
@@ -239,8 +247,10 @@ static void write_cb(struct bufferevent *bev, void *arg)
 {
     sl_conn_t *c = arg;
     (void)bev;
+    c->depth++;
     if (c->state == CONN_DRAINING)
         conn_die(c, true, c->fail_code, c->fail_why);
+    leave(c);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -271,7 +281,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         err = e ? -e : SL_ECLOSED;
         snprintf(why, sizeof why, "%s: %s", c->peer_addr, e ? strerror(e) : "connection error");
     }
+    c->depth++;
     conn_die(c, true, err, why);
+    leave(c);
 }
 
 static sl_conn_t *conn_new(struct event_base *base, int fd, sl_role_t self, const sl_limits_t *limits,

@@ -1,0 +1,873 @@
+/*
+ * test_conn.c: connections (protocol/conn.c) and the blocking RPC helper
+ * (protocol/rpc.c) over real loopback TCP sockets.
+ *
+ * The server side is a listener on 127.0.0.1 port 0 whose connections are
+ * sl_conn_accept()ed as a dispatcher that serves clients. Its event loop
+ * runs in the test's own thread, always for a bounded time (run_until());
+ * the peer is a raw blocking socket with receive and send timeouts, which
+ * writes into the kernel's buffers and reads what the server wrote once the
+ * loop has run. The RPC tests run the server loop in a second thread,
+ * because sl_rpc_* block.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "conn.h"
+#include "frame.h"
+#include "net.h"
+#include "rpc.h"
+
+#define MAX_PAYLOAD (1u << 20)
+#define LOOP_MS 3000 /* the longest any step may take */
+
+/* ---- the server ----------------------------------------------------------- */
+
+struct server {
+    struct event_base *base;
+    struct evconnlistener *lis;
+    uint16_t port;
+    sl_limits_t limits;
+    unsigned accept_roles;
+    sl_conn_t *conn; /* the last accepted connection, NULL once closed */
+    int accepted;
+    int ready;
+    /* on_close */
+    int closed;
+    int close_err;
+    char close_why[1200];
+    /* on_frame */
+    int frames;
+    sl_frame_hdr_t hdr[8];
+    uint8_t *payload[8];
+    sluice_GetSplitRequest req[8]; /* for GET_SPLIT_REQ frames */
+    bool answer;                   /* answer GET_SPLIT_REQ */
+};
+
+static struct server S;
+
+static void srv_on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct server *s = arg;
+    int i = s->frames++;
+    if (i >= 8) {
+        free(payload);
+        return;
+    }
+    s->hdr[i] = *hdr;
+    s->payload[i] = payload;
+    if (hdr->type == SL_MSG_GET_SPLIT_REQ)
+        memcpy(&s->req[i], msg, sizeof s->req[i]);
+    if (!s->answer || hdr->type != SL_MSG_GET_SPLIT_REQ)
+        return;
+    const sluice_GetSplitRequest *r = msg;
+    if (r->max_splits == 0) {
+        sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "no task %llu", (unsigned long long)r->task_id);
+        return;
+    }
+    /* Answer with max_splits splits and the request's payload echoed back. */
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = r->epoch;
+    resp.splits_count = (pb_size_t)(r->max_splits > 64 ? 64 : r->max_splits);
+    for (pb_size_t k = 0; k < resp.splits_count; k++)
+        resp.splits[k] = (sluice_Split){.split_id = r->task_id + k, .begin = k, .end = k + 1};
+    sl_conn_send(c, SL_MSG_GET_SPLIT_RESP, hdr->request_id, &resp, payload, hdr->payload_len, NULL, NULL);
+}
+
+static void srv_on_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    struct server *s = arg;
+    if (s->conn == c)
+        s->conn = NULL;
+    s->closed++;
+    s->close_err = err;
+    snprintf(s->close_why, sizeof s->close_why, "%s", why ? why : "");
+}
+
+static const sl_conn_cbs_t srv_cbs = {NULL, srv_on_frame, srv_on_close};
+
+static void srv_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    struct server *s = arg;
+    (void)l;
+    (void)sa;
+    (void)salen;
+    sl_conn_t *c = sl_conn_accept(s->base, fd, SL_ROLE_DISPATCHER, s->accept_roles, &s->limits, &srv_cbs, s);
+    cr_assert_not_null(c);
+    s->conn = c;
+    s->accepted++;
+}
+
+static void server_start(unsigned accept_roles)
+{
+    memset(&S, 0, sizeof S);
+    S.limits.max_payload = MAX_PAYLOAD;
+    S.accept_roles = accept_roles;
+    S.base = event_base_new();
+    cr_assert_not_null(S.base);
+    int fd;
+    char err[256];
+    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, &fd, &S.port, err, sizeof err), 0, "%s", err);
+    cr_assert_gt(S.port, 0);
+    S.lis = evconnlistener_new(S.base, srv_on_accept, &S, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    cr_assert_not_null(S.lis);
+}
+
+static void server_stop(void)
+{
+    if (S.conn)
+        sl_conn_close(S.conn);
+    S.conn = NULL;
+    for (int i = 0; i < 8; i++)
+        free(S.payload[i]);
+    evconnlistener_free(S.lis);
+    event_base_free(S.base);
+    memset(&S, 0, sizeof S);
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+/* Runs the server loop until *flag >= want or ms passed. @return whether it got there */
+static bool run_until(const int *flag, int want, int ms)
+{
+    struct event *t = evtimer_new(S.base, on_deadline, S.base);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(t, &tv);
+    while (*flag < want && evtimer_pending(t, NULL))
+        event_base_loop(S.base, EVLOOP_ONCE);
+    event_free(t);
+    return *flag >= want;
+}
+
+/* Runs whatever is ready now, a few times. */
+static void run_briefly(void)
+{
+    for (int i = 0; i < 4; i++)
+        event_base_loop(S.base, EVLOOP_NONBLOCK);
+}
+
+/* Runs the server loop until what it queued on its connection is written. */
+static void run_until_flushed(void)
+{
+    long long end = now_ms() + LOOP_MS;
+    while (S.conn && sl_conn_pending(S.conn) > 0 && now_ms() < end)
+        event_base_loop(S.base, EVLOOP_NONBLOCK);
+    cr_assert(!S.conn || sl_conn_pending(S.conn) == 0, "the server could not write its frames");
+    run_briefly();
+}
+
+/* ---- the raw peer --------------------------------------------------------- */
+
+static int peer_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct timeval tv = {LOOP_MS / 1000, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+/* Writes all of buf; small writes go straight to the kernel's buffer. */
+static void peer_send(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        cr_assert_gt(n, 0, "send: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Writes all of buf without blocking, running the server loop whenever the
+ * socket is full, so that payloads larger than the kernel's buffers pass. */
+static void peer_send_pumping(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    long long end = now_ms() + LOOP_MS;
+    while (len > 0) {
+        cr_assert_lt(now_ms(), end, "send did not finish in time");
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_base_loop(S.base, EVLOOP_NONBLOCK);
+            continue;
+        }
+        cr_assert_gt(n, 0, "send: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void peer_handshake(int fd, sl_role_t role, uint16_t version)
+{
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    sl_handshake_encode(hs, role);
+    hs[4] = (uint8_t)(version >> 8);
+    hs[5] = (uint8_t)version;
+    peer_send(fd, hs, sizeof hs);
+}
+
+static void peer_frame(int fd, unsigned type, uint32_t id, const void *msg, const void *payload, uint32_t payload_len)
+{
+    static uint8_t b[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
+    size_t len = 0;
+    cr_assert_eq(sl_frame_encode(type, id, msg, payload_len, b, sizeof b, &len), 0);
+    peer_send(fd, b, len);
+    if (payload_len)
+        peer_send(fd, payload, payload_len);
+}
+
+static void peer_header(int fd, sl_frame_hdr_t h)
+{
+    uint8_t b[SL_FRAME_HEADER_LEN];
+    sl_frame_hdr_encode(&h, b);
+    peer_send(fd, b, sizeof b);
+}
+
+/* Reads until EOF. @return the bytes (free them), with their count in len and
+ * in eof whether the stream ended with a clean EOF (not a reset or timeout) */
+static uint8_t *peer_read_all(int fd, size_t *len, bool *eof)
+{
+    size_t cap = 4096, n = 0;
+    uint8_t *b = malloc(cap);
+    *eof = false;
+    for (;;) {
+        if (n == cap)
+            b = realloc(b, cap *= 2);
+        ssize_t r = recv(fd, b + n, cap - n, 0);
+        if (r == 0) {
+            *eof = true;
+            break;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        n += (size_t)r;
+    }
+    *len = n;
+    return b;
+}
+
+/* Reads exactly len bytes. */
+static void peer_read(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t r = recv(fd, p, len, 0);
+        cr_assert_gt(r, 0, "recv: %s", r == 0 ? "EOF" : strerror(errno));
+        p += r;
+        len -= (size_t)r;
+    }
+}
+
+/* The server's handshake: a dispatcher of our version. */
+static void peer_expect_handshake(const uint8_t *b, size_t len)
+{
+    cr_assert_geq(len, SL_HANDSHAKE_LEN, "no handshake from the server");
+    sl_role_t role;
+    char err[128] = "";
+    cr_assert_eq(sl_handshake_decode(b, &role, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(role, SL_ROLE_DISPATCHER);
+}
+
+/* Checks that b holds exactly one error frame with request id 0, code and a
+ * message containing each of the NULL-terminated needles. */
+static void expect_error_frame(const uint8_t *b, size_t len, int code, ...)
+{
+    sl_limits_t lim = {.max_payload = 0};
+    sl_frame_t f;
+    size_t consumed = 0;
+    char err[256] = "";
+    cr_assert_eq(sl_frame_decode(b, len, &lim, &f, &consumed, err, sizeof err), 1,
+                 "no whole frame in %zu bytes: %s", len, err);
+    cr_assert_eq(consumed, len, "more than the error frame arrived");
+    cr_assert_eq(f.hdr.type, SL_MSG_ERROR);
+    cr_assert_eq(f.hdr.request_id, 0);
+    const sluice_Error *e = f.msg;
+    cr_assert_eq(e->code, code, "code %d (%s), want %d: %s", e->code, sl_strerror(e->code), code, e->message);
+    va_list ap;
+    va_start(ap, code);
+    for (const char *s; (s = va_arg(ap, const char *));)
+        cr_assert(strstr(e->message, s), "error message \"%s\" does not mention \"%s\"", e->message, s);
+    va_end(ap);
+    sl_frame_clear(&f);
+}
+
+/* The end of every violation test: the server closed with code, and the
+ * peer read (handshake if any) one error frame and a clean EOF. */
+static void expect_failed_with(int fd, bool handshake, int code, const char *needle)
+{
+    cr_assert(run_until(&S.closed, 1, LOOP_MS), "the server did not close the connection");
+    cr_assert_eq(S.close_err, code, "on_close: %d (%s): %s", S.close_err, sl_strerror(S.close_err), S.close_why);
+    cr_assert_null(S.conn);
+    size_t len;
+    bool eof;
+    uint8_t *b = peer_read_all(fd, &len, &eof);
+    cr_assert(eof, "the server did not close cleanly after %zu bytes: %s", len, strerror(errno));
+    size_t off = 0;
+    if (handshake) {
+        peer_expect_handshake(b, len);
+        off = SL_HANDSHAKE_LEN;
+    }
+    expect_error_frame(b + off, len - off, code, needle, (const char *)NULL);
+    free(b);
+    cr_assert_eq(S.frames, 0, "no frame reached on_frame");
+}
+
+/* ---- protocol violations -------------------------------------------------- */
+
+Test(conn, wrong_version_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION + 1);
+    cr_assert(run_until(&S.accepted, 1, LOOP_MS));
+    char v[16];
+    snprintf(v, sizeof v, "%u", SL_PROTOCOL_VERSION + 1);
+    expect_failed_with(fd, false, SL_EVERSION, "version");
+    cr_assert(strstr(S.close_why, v), "on_close names the version: %s", S.close_why);
+    close(fd);
+    server_stop();
+}
+
+Test(conn, bad_magic_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_send(fd, "GET / HTTP/1.0\r\n\r\n", 18);
+    expect_failed_with(fd, false, SL_EPROTO, "magic");
+    close(fd);
+    server_stop();
+}
+
+Test(conn, role_not_served_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_WORKER, SL_PROTOCOL_VERSION);
+    expect_failed_with(fd, false, SL_EPROTO, "worker");
+    close(fd);
+    server_stop();
+}
+
+Test(conn, unknown_role_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, 9, SL_PROTOCOL_VERSION);
+    expect_failed_with(fd, false, SL_EPROTO, "role");
+    close(fd);
+    server_stop();
+}
+
+Test(conn, unknown_type_gets_error_frame_and_close)
+{
+    const unsigned types[] = {0, SL_MSG_COUNT_, 0xffff};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        server_start(1u << SL_ROLE_CLIENT);
+        int fd = peer_connect(S.port);
+        peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+        peer_header(fd, (sl_frame_hdr_t){.type = (uint16_t)types[i], .request_id = 1});
+        char t[16];
+        snprintf(t, sizeof t, "type %u", types[i]);
+        expect_failed_with(fd, true, SL_EPROTO, t);
+        close(fd);
+        server_stop();
+    }
+}
+
+Test(conn, nonzero_flags_get_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_header(fd, (sl_frame_hdr_t){.type = SL_MSG_GET_SPLIT_REQ, .flags = 0x10, .request_id = 1});
+    expect_failed_with(fd, true, SL_EPROTO, "flags");
+    close(fd);
+    server_stop();
+}
+
+/* The header alone claims more than the limit; the server must refuse it
+ * at once rather than wait for (or buffer) the payload. */
+Test(conn, payload_over_limit_gets_error_frame_and_close)
+{
+    const uint32_t lens[] = {MAX_PAYLOAD + 1, UINT32_MAX};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        server_start(1u << SL_ROLE_CLIENT);
+        int fd = peer_connect(S.port);
+        peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+        peer_header(fd, (sl_frame_hdr_t){.type = SL_MSG_REGISTER_DATASET_REQ, .request_id = 3, .payload_len = lens[i]});
+        char lim[32];
+        snprintf(lim, sizeof lim, "limit of %u", MAX_PAYLOAD);
+        expect_failed_with(fd, true, SL_ETOOBIG, lim);
+        close(fd);
+        server_stop();
+    }
+}
+
+Test(conn, message_over_limit_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_header(fd, (sl_frame_hdr_t){.type = SL_MSG_GET_SPLIT_REQ, .request_id = 3, .msg_len = SL_MAX_MESSAGE_LEN + 1});
+    char lim[32];
+    snprintf(lim, sizeof lim, "limit of %u", SL_MAX_MESSAGE_LEN);
+    expect_failed_with(fd, true, SL_ETOOBIG, lim);
+    close(fd);
+    server_stop();
+}
+
+Test(conn, corrupt_message_gets_error_frame_and_close)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_header(fd, (sl_frame_hdr_t){.type = SL_MSG_GET_SPLIT_REQ, .request_id = 3, .msg_len = 3});
+    peer_send(fd, "\x08\xff\xff", 3); /* a varint cut short */
+    expect_failed_with(fd, true, SL_EPROTO, "GET_SPLIT_REQ");
+    close(fd);
+    server_stop();
+}
+
+/* The peer keeps sending after a bad header. The server stops reading, so
+ * its close may turn into a reset (unread data), but the error frame it
+ * wrote before must still reach the peer. */
+Test(conn, error_frame_survives_peer_that_keeps_sending)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_header(fd, (sl_frame_hdr_t){.type = 0, .request_id = 1});
+    size_t n = 256 * 1024, left = n;
+    uint8_t *junk = calloc(1, n);
+    const uint8_t *p = junk;
+    long long end = now_ms() + LOOP_MS;
+    while (left > 0 && now_ms() < end) {
+        ssize_t k = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            p += k;
+            left -= (size_t)k;
+        } else if (k < 0 && errno == EAGAIN) {
+            event_base_loop(S.base, EVLOOP_NONBLOCK);
+        } else {
+            break; /* the server closed: a reset is fine here */
+        }
+    }
+    free(junk);
+    cr_assert(run_until(&S.closed, 1, LOOP_MS), "the server did not close the connection");
+    cr_assert_eq(S.close_err, SL_EPROTO, "%s", S.close_why);
+    size_t len;
+    bool eof;
+    uint8_t *b = peer_read_all(fd, &len, &eof);
+    peer_expect_handshake(b, len);
+    expect_error_frame(b + SL_HANDSHAKE_LEN, len - SL_HANDSHAKE_LEN, SL_EPROTO, "type 0", (const char *)NULL);
+    free(b);
+    cr_assert_eq(S.frames, 0);
+    close(fd);
+    server_stop();
+}
+
+/* ---- frames that are fine ------------------------------------------------- */
+
+static const sluice_GetSplitRequest req42 = {.task_id = 7, .epoch = 3, .max_splits = 5};
+
+static void expect_req42(int i, uint32_t id, const uint8_t *payload, uint32_t payload_len)
+{
+    cr_assert_eq(S.hdr[i].type, SL_MSG_GET_SPLIT_REQ);
+    cr_assert_eq(S.hdr[i].request_id, id);
+    cr_assert_eq(S.hdr[i].flags, 0);
+    cr_assert_eq(S.hdr[i].payload_len, payload_len);
+    cr_assert_eq(S.req[i].task_id, 7);
+    cr_assert_eq(S.req[i].epoch, 3);
+    cr_assert_eq(S.req[i].max_splits, 5);
+    if (payload_len == 0) {
+        cr_assert_null(S.payload[i]);
+    } else {
+        cr_assert_not_null(S.payload[i]);
+        cr_assert_eq(memcmp(S.payload[i], payload, payload_len), 0, "payload bytes differ");
+    }
+}
+
+Test(conn, request_reaches_on_frame)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    uint8_t payload[3000];
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload[i] = (uint8_t)(i * 13 + 1);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 42, &req42, payload, sizeof payload);
+    cr_assert(run_until(&S.frames, 1, LOOP_MS), "on_frame not called");
+    expect_req42(0, 42, payload, sizeof payload);
+    cr_assert_eq(S.closed, 0);
+    cr_assert_not_null(S.conn);
+    cr_assert_eq(sl_conn_peer_role(S.conn), SL_ROLE_CLIENT);
+    cr_assert(strncmp(sl_conn_peer(S.conn), "127.0.0.1:", 10) == 0, "peer %s", sl_conn_peer(S.conn));
+    char host[64];
+    cr_assert_eq(sl_conn_local_host(S.conn, host, sizeof host), 0);
+    cr_assert_str_eq(host, "127.0.0.1");
+    run_until_flushed();
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    peer_read(fd, hs, sizeof hs);
+    peer_expect_handshake(hs, sizeof hs);
+    close(fd);
+    cr_assert(run_until(&S.closed, 1, LOOP_MS), "the server did not notice the close");
+    cr_assert_eq(S.close_err, SL_ECLOSED, "%s", S.close_why);
+    server_stop();
+}
+
+/* The server answers on the same connection: frames, error frames for one
+ * request, and a payload sent from the caller's buffer. */
+Test(conn, server_answers_requests)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    S.answer = true;
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 42, &req42, "abc", 3);
+    sluice_GetSplitRequest none = {.task_id = 9, .max_splits = 0};
+    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 43, &none, NULL, 0);
+    cr_assert(run_until(&S.frames, 2, LOOP_MS));
+    run_until_flushed();
+
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    peer_read(fd, hs, sizeof hs);
+    peer_expect_handshake(hs, sizeof hs);
+    /* Response to 42: a GET_SPLIT_RESP with five splits and "abc". */
+    uint8_t h[SL_FRAME_HEADER_LEN];
+    peer_read(fd, h, sizeof h);
+    sl_limits_t lim = {.max_payload = 16};
+    sl_frame_hdr_t hdr;
+    char err[256];
+    cr_assert_eq(sl_frame_hdr_decode(h, &lim, &hdr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(hdr.type, SL_MSG_GET_SPLIT_RESP);
+    cr_assert_eq(hdr.request_id, 42);
+    cr_assert_eq(hdr.payload_len, 3);
+    uint8_t *rest = malloc(hdr.msg_len + 3);
+    peer_read(fd, rest, hdr.msg_len + 3);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_msg_decode(hdr.type, rest, hdr.msg_len, &resp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(resp.splits_count, 5);
+    cr_assert_eq(resp.epoch, 3);
+    cr_assert_eq(resp.splits[4].split_id, 11);
+    cr_assert_eq(memcmp(rest + hdr.msg_len, "abc", 3), 0);
+    free(rest);
+    /* Response to 43: an error frame with the request's id. */
+    peer_read(fd, h, sizeof h);
+    cr_assert_eq(sl_frame_hdr_decode(h, &lim, &hdr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(hdr.type, SL_MSG_ERROR);
+    cr_assert_eq(hdr.request_id, 43);
+    rest = malloc(hdr.msg_len);
+    peer_read(fd, rest, hdr.msg_len);
+    sluice_Error e = sluice_Error_init_zero;
+    cr_assert_eq(sl_msg_decode(hdr.type, rest, hdr.msg_len, &e, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(e.code, SL_ENOTFOUND);
+    cr_assert_str_eq(e.message, "no task 9");
+    free(rest);
+    cr_assert_eq(S.closed, 0, "an error frame for a request keeps the connection: %s", S.close_why);
+    close(fd);
+    server_stop();
+}
+
+/* A frame that trickles in one byte at a time reaches on_frame once, whole. */
+Test(conn, frame_in_single_bytes)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    uint8_t b[SL_HANDSHAKE_LEN + SL_FRAME_HEADER_LEN + 64 + 10];
+    sl_handshake_encode(b, SL_ROLE_CLIENT);
+    size_t len = 0;
+    cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_REQ, 5, &req42, 10, b + SL_HANDSHAKE_LEN, 64 + 16, &len), 0);
+    len += SL_HANDSHAKE_LEN;
+    memcpy(b + len, "0123456789", 10);
+    len += 10;
+    for (size_t i = 0; i < len; i++) {
+        peer_send(fd, b + i, 1);
+        run_briefly();
+        if (i + 1 < len)
+            cr_assert_eq(S.frames, 0, "on_frame after %zu of %zu bytes", i + 1, len);
+    }
+    cr_assert(run_until(&S.frames, 1, LOOP_MS));
+    expect_req42(0, 5, (const uint8_t *)"0123456789", 10);
+    cr_assert_eq(S.closed, 0);
+    close(fd);
+    server_stop();
+}
+
+/* Frames back to back in one write, and a payload larger than the socket
+ * buffers, arrive in order and whole. */
+Test(conn, pipelined_frames_and_large_payload)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    size_t big = MAX_PAYLOAD; /* exactly the limit */
+    uint8_t *payload = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        payload[i] = (uint8_t)(i ^ (i >> 8));
+    static uint8_t b[4 * 1024];
+    size_t off = 0, len;
+    sl_handshake_encode(b, SL_ROLE_CLIENT);
+    off += SL_HANDSHAKE_LEN;
+    for (uint32_t id = 1; id <= 3; id++) {
+        cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_REQ, id, &req42, 0, b + off, sizeof b - off, &len), 0);
+        off += len;
+    }
+    cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_REQ, 4, &req42, (uint32_t)big, b + off, sizeof b - off, &len), 0);
+    off += len;
+    peer_send(fd, b, off);
+    peer_send_pumping(fd, payload, big);
+    cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_REQ, 5, &req42, 0, b, sizeof b, &len), 0);
+    peer_send(fd, b, len);
+    cr_assert(run_until(&S.frames, 5, LOOP_MS), "%d of 5 frames", S.frames);
+    for (int i = 0; i < 3; i++)
+        expect_req42(i, (uint32_t)i + 1, NULL, 0);
+    expect_req42(3, 4, payload, (uint32_t)big);
+    expect_req42(4, 5, NULL, 0);
+    cr_assert_eq(S.closed, 0);
+    free(payload);
+    close(fd);
+    server_stop();
+}
+
+/* An error frame with request id 0 is the peer giving up: on_close gets its
+ * code and message. */
+Test(conn, peer_error_frame_closes_with_its_code)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    sluice_Error e = {.code = SL_EDATA, .message = "bye now"};
+    peer_frame(fd, SL_MSG_ERROR, 0, &e, NULL, 0);
+    cr_assert(run_until(&S.closed, 1, LOOP_MS));
+    cr_assert_eq(S.close_err, SL_EDATA);
+    cr_assert(strstr(S.close_why, "bye now"), "%s", S.close_why);
+    cr_assert_eq(S.frames, 0);
+    close(fd);
+    server_stop();
+}
+
+Test(conn, eof_during_handshake_closes)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_send(fd, "SLU", 3);
+    cr_assert(run_until(&S.accepted, 1, LOOP_MS));
+    run_briefly();
+    cr_assert_eq(S.closed, 0, "a partial handshake is no failure yet");
+    close(fd);
+    cr_assert(run_until(&S.closed, 1, LOOP_MS));
+    cr_assert_eq(S.close_err, SL_ECLOSED);
+    cr_assert(strstr(S.close_why, "handshake"), "%s", S.close_why);
+    server_stop();
+}
+
+/* ---- sl_rpc_open failures --------------------------------------------------- */
+
+Test(rpc, open_closed_port_is_refused)
+{
+    /* A port that was free a moment ago: bind, read it, close. */
+    int fd;
+    uint16_t port;
+    char err[256] = "";
+    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, &fd, &port, err, sizeof err), 0, "%s", err);
+    close(fd);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    sl_limits_t lim = {.max_payload = MAX_PAYLOAD};
+    sl_rpc_t *r = (sl_rpc_t *)&lim; /* any non-NULL value: sl_rpc_open must reset it */
+    long long t0 = now_ms();
+    int rc = sl_rpc_open(addr, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &lim, 2000, &r, err, sizeof err);
+    long long took = now_ms() - t0;
+    cr_assert_eq(rc, -ECONNREFUSED, "rc %d (%s): %s", rc, sl_strerror(rc), err);
+    cr_assert_null(r);
+    cr_assert_lt(took, 1000, "refusal took %lld ms", took);
+    cr_assert(strstr(err, addr), "the message names the address: %s", err);
+}
+
+Test(rpc, open_silent_peer_times_out)
+{
+    /* A listening socket that nobody accepts on: the kernel completes the TCP
+     * handshake, but no Sluice handshake ever comes back. */
+    int fd;
+    uint16_t port;
+    char err[256] = "";
+    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, &fd, &port, err, sizeof err), 0, "%s", err);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    sl_limits_t lim = {.max_payload = MAX_PAYLOAD};
+    sl_rpc_t *r = NULL;
+    long long t0 = now_ms();
+    int rc = sl_rpc_open(addr, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &lim, 300, &r, err, sizeof err);
+    long long took = now_ms() - t0;
+    close(fd);
+    cr_assert_eq(rc, -ETIMEDOUT, "rc %d (%s): %s", rc, sl_strerror(rc), err);
+    cr_assert_null(r);
+    cr_assert_geq(took, 250, "timed out after only %lld ms", took);
+    cr_assert_lt(took, 1500, "300 ms timeout took %lld ms", took);
+    cr_assert(strstr(err, addr), "the message names the address: %s", err);
+}
+
+Test(rpc, open_bad_address)
+{
+    sl_limits_t lim = {.max_payload = MAX_PAYLOAD};
+    sl_rpc_t *r = NULL;
+    char err[256] = "";
+    cr_assert_eq(sl_rpc_open("no-port-here", SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &lim, 300, &r, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert_null(r);
+    cr_assert(strstr(err, "no-port-here"), "%s", err);
+}
+
+/* ---- sl_rpc against the server, whose loop runs in a thread -------------- */
+
+static atomic_bool stop_server;
+
+static void on_poll_stop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    if (atomic_load(&stop_server))
+        event_base_loopbreak(arg);
+}
+
+static void *server_thread(void *arg)
+{
+    (void)arg;
+    struct event *t = event_new(S.base, -1, EV_PERSIST, on_poll_stop, S.base);
+    struct timeval tv = {0, 10 * 1000};
+    event_add(t, &tv);
+    long long end = now_ms() + 10 * LOOP_MS;
+    while (!atomic_load(&stop_server) && now_ms() < end)
+        event_base_loop(S.base, EVLOOP_ONCE);
+    event_free(t);
+    return NULL;
+}
+
+Test(rpc, calls_against_a_live_server)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    S.answer = true;
+    atomic_store(&stop_server, false);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, server_thread, NULL), 0);
+
+    char addr[64], err[256] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", S.port);
+    sl_limits_t lim = {.max_payload = MAX_PAYLOAD};
+    sl_rpc_t *r = NULL;
+    int rc = sl_rpc_open(addr, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &lim, 2000, &r, err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_not_null(r);
+
+    /* A call with a payload: the response echoes it. */
+    sluice_GetSplitRequest q = {.task_id = 100, .epoch = 2, .max_splits = 64};
+    sluice_GetSplitResponse *resp = calloc(1, sizeof *resp);
+    uint8_t *pl = NULL;
+    size_t pl_len = 0;
+    rc = sl_rpc_call(r, SL_MSG_GET_SPLIT_REQ, &q, "payload!", 8, SL_MSG_GET_SPLIT_RESP, resp, &pl, &pl_len, 2000,
+                     err, sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_eq(resp->splits_count, 64);
+    cr_assert_eq(resp->splits[63].split_id, 163);
+    cr_assert_eq(resp->epoch, 2);
+    cr_assert_eq(pl_len, 8);
+    cr_assert_eq(memcmp(pl, "payload!", 8), 0);
+    free(pl);
+
+    /* An error frame answering the request comes back as its code. */
+    sluice_GetSplitRequest none = {.task_id = 5, .max_splits = 0};
+    memset(resp, 0, sizeof *resp);
+    rc = sl_rpc_call(r, SL_MSG_GET_SPLIT_REQ, &none, NULL, 0, SL_MSG_GET_SPLIT_RESP, resp, &pl, &pl_len, 2000, err,
+                     sizeof err);
+    cr_assert_eq(rc, SL_ENOTFOUND, "rc %d: %s", rc, err);
+    cr_assert_str_eq(err, "no task 5");
+    cr_assert_null(pl);
+
+    /* The connection survives it. */
+    memset(resp, 0, sizeof *resp);
+    q.max_splits = 1;
+    rc = sl_rpc_call(r, SL_MSG_GET_SPLIT_REQ, &q, NULL, 0, SL_MSG_GET_SPLIT_RESP, resp, NULL, NULL, 2000, err,
+                     sizeof err);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_eq(resp->splits_count, 1);
+
+    /* A request the server does not answer times out, and closes the rpc. */
+    sluice_GetElementResponse *never = calloc(1, sizeof *never);
+    long long t0 = now_ms();
+    rc = sl_rpc_call(r, SL_MSG_GET_ELEMENT_REQ, &(sluice_GetElementRequest){.task_id = 1}, NULL, 0,
+                     SL_MSG_GET_ELEMENT_RESP, never, NULL, NULL, 200, err, sizeof err);
+    free(never);
+    long long took = now_ms() - t0;
+    cr_assert_eq(rc, -ETIMEDOUT, "rc %d: %s", rc, err);
+    cr_assert_lt(took, 1500);
+    rc = sl_rpc_call(r, SL_MSG_GET_SPLIT_REQ, &q, NULL, 0, SL_MSG_GET_SPLIT_RESP, resp, NULL, NULL, 2000, err,
+                     sizeof err);
+    cr_assert_eq(rc, SL_ECLOSED, "rc %d: %s", rc, err);
+    free(resp);
+    sl_rpc_close(r);
+
+    atomic_store(&stop_server, true);
+    pthread_join(th, NULL);
+    server_stop();
+}
+
+/* A client whose role the server does not serve learns why. The server's
+ * refusal is an error frame sent in place of its handshake.
+ * Disabled: see the report on protocol/conn.c (the connecting side reads
+ * the error frame's first 8 bytes as a handshake and says "bad magic"). */
+Test(rpc, open_refused_role_reports_server_reason)
+{
+    server_start(1u << SL_ROLE_WORKER);
+    atomic_store(&stop_server, false);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, server_thread, NULL), 0);
+    char addr[64], err[256] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", S.port);
+    sl_limits_t lim = {.max_payload = MAX_PAYLOAD};
+    sl_rpc_t *r = NULL;
+    int rc = sl_rpc_open(addr, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &lim, 2000, &r, err, sizeof err);
+    atomic_store(&stop_server, true);
+    pthread_join(th, NULL);
+    cr_assert_eq(rc, SL_EPROTO, "rc %d: %s", rc, err);
+    cr_assert(strstr(err, "does not serve clients"), "the server's reason is lost: %s", err);
+    server_stop();
+}
