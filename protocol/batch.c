@@ -115,6 +115,15 @@ static int check_component(const sl_wire_batch_t *b, int i, char *err, size_t er
     if (!inside(c->offset, c->length, b->size))
         return bad(err, errlen, i, c, "bytes [%llu, +%llu) outside the %zu bytes of the batch",
                    (unsigned long long)c->offset, (unsigned long long)c->length, b->size);
+    /* Readers take values, string offsets and row splits in place from a
+     * malloc'd buffer, so each must sit at a multiple of its size. */
+    uint64_t align = c->dtype == SL_DTYPE_BYTES ? 8 : sl_dtype_size(c->dtype);
+    if (c->offset % align != 0)
+        return bad(err, errlen, i, c, "offset %llu is not aligned to %llu bytes", (unsigned long long)c->offset,
+                   (unsigned long long)align);
+    if (c->ragged && c->splits_offset % 8 != 0)
+        return bad(err, errlen, i, c, "row splits offset %llu is not aligned to 8 bytes",
+                   (unsigned long long)c->splits_offset);
 
     /* n counts the values the data must hold. */
     uint64_t n = 1;

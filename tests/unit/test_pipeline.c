@@ -664,6 +664,8 @@ Test(batch, validate_dense)
     expect_invalid(b, "component 1 (\"b\"): bytes [17, +16) outside the 32 bytes of the batch");
     b->components[1].offset = UINT64_MAX;
     expect_invalid(b, "component 1 (\"b\"): bytes [18446744073709551615, +16) outside the 32 bytes of the batch");
+    b->components[1].offset = 12;
+    expect_invalid(b, "component 1 (\"b\"): offset 12 is not aligned to 8 bytes");
     b->components[1].offset = 16;
     b->components[1].length = 8;
     expect_invalid(b, "component 1 (\"b\"): 8 bytes for 2 values of float64");
@@ -756,6 +758,9 @@ Test(batch, validate_bytes_and_ragged)
     put64(b->data + 56, 4);
     expect_invalid(b, "component 1 (\"r\"): 3 bytes for 4 values of int8");
     put64(b->data + 56, 3);
+    b->components[1].splits_offset = 28;
+    expect_invalid(b, "component 1 (\"r\"): row splits offset 28 is not aligned to 8 bytes");
+    b->components[1].splits_offset = 32;
     b->components[1].splits_length = 24;
     expect_invalid(b, "component 1 (\"r\"): 24 bytes of row splits for 3 rows");
     b->components[1].splits_length = 32;
