@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "admin.h"
+#include "admin_api.h"
 #include "cli.h"
 #include "log.h"
 #include "net.h"
@@ -35,7 +36,9 @@ static void usage(FILE *f)
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
             "  --split-size N           elements per DYNAMIC split (1024)\n"
+            "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
+            "  --log-format FORMAT      text (default) or json, one line per event\n"
             "  --config FILE.json       options as a JSON object; the command line wins\n",
             program);
 }
@@ -46,14 +49,16 @@ struct options {
     const char *bind;
     const char *admin_bind;
     const char *worker_addresses;
+    const char *admin_token_file;
     int log_level;
+    int log_format;
     sl_dstate_config_t state;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_CLIENT_TO,
-           O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_CONFIG, O_HELP };
+           O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP };
     static const struct option longopts[] = {
         {"port", required_argument, NULL, O_PORT},
         {"admin-port", required_argument, NULL, O_ADMIN_PORT},
@@ -66,6 +71,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
         {"log-level", required_argument, NULL, O_LOG_LEVEL},
+        {"log-format", required_argument, NULL, O_LOG_FORMAT},
+        {"admin-token-file", required_argument, NULL, O_TOKEN},
         {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -110,6 +117,13 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             break;
+        case O_LOG_FORMAT:
+            if ((o->log_format = sl_log_format_parse(optarg)) < 0) {
+                fprintf(stderr, "%s: --log-format: \"%s\" is not text or json\n", program, optarg);
+                return -1;
+            }
+            break;
+        case O_TOKEN: o->admin_token_file = optarg; break;
         case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
@@ -163,17 +177,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(arg, NULL);
 }
 
-static int healthz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
-{
-    sl_dstate_stats_t s;
-    (void)req;
-    (void)rest;
-    sl_dstate_stats(arg, &s);
-    *body = json_pack("{s:s,s:I,s:I,s:I}", "status", "ok", "workers", (json_int_t)s.workers_live, "datasets",
-                      (json_int_t)s.datasets, "jobs_running", (json_int_t)s.jobs_running);
-    return 200;
-}
-
 int main(int argc, char **argv)
 {
     struct options o = {.port = -1, .admin_port = -1, .bind = "0.0.0.0", .admin_bind = "127.0.0.1",
@@ -189,6 +192,7 @@ int main(int argc, char **argv)
         return SL_EXIT_USAGE;
     }
     sl_log_init(program, o.log_level);
+    sl_log_set_format(o.log_format);
     signal(SIGPIPE, SIG_IGN);
 
     int status = SL_EXIT_FAILURE;
@@ -216,7 +220,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
-    sl_admin_route(admin, EVHTTP_REQ_GET, "/healthz", healthz, st);
+    if (o.admin_token_file) {
+        char token[256];
+        if (sl_admin_read_token(o.admin_token_file, token, sizeof token, err, sizeof err) < 0) {
+            fprintf(stderr, "%s: %s\n", program, err);
+            goto out;
+        }
+        sl_admin_set_token(admin, token);
+    }
+    sl_dadmin_register(admin, st);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     event_add(sigint, NULL);

@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "conn.h"
 #include "log.h"
+#include "metrics.h"
 #include "net.h"
 #include "spec.h"
 
@@ -52,11 +54,32 @@ static void dconn_unlink(struct dconn *dc)
     free(dc);
 }
 
+static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_splits;
+
+static void metrics_init(void)
+{
+    for (unsigned t = 1; t < SL_MSG_COUNT_; t++) {
+        const char *name = sl_msg_name(t);
+        size_t n = strlen(name);
+        if (n < 4 || strcmp(name + n - 4, "_REQ") != 0)
+            continue;
+        char labels[96];
+        snprintf(labels, sizeof labels, "type=\"%.*s\"", (int)(n - 4), name);
+        m_requests[t] = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_requests_total", labels,
+                                           "Requests received, by type.", NULL, 0);
+    }
+    m_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_requests_refused_total", NULL,
+                                   "Requests answered with an error frame.", NULL, 0);
+    m_splits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_splits_handed_out_total", NULL,
+                                  "DYNAMIC splits handed out.", NULL, 0);
+}
+
 /* Answers a request: resp of type, or an error frame when rc < 0. */
 static void reply(sl_conn_t *c, const sl_frame_hdr_t *hdr, int rc, unsigned type, const void *resp,
                   const char *err)
 {
     if (rc < 0) {
+        sl_metric_add(m_refused, 1);
         sl_log_debug("%s from %s refused: %s", sl_msg_name(hdr->type), sl_conn_peer(c), err);
         sl_conn_send_error(c, hdr->request_id, rc, "%s", err);
         return;
@@ -72,6 +95,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     char err[1024] = "";
     int rc;
     sl_role_t role = sl_conn_peer_role(c);
+    sl_metric_add(m_requests[hdr->type], 1);
 
     switch (hdr->type) {
     case SL_MSG_WORKER_REGISTER_REQ: {
@@ -116,6 +140,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     case SL_MSG_GET_SPLIT_REQ: {
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
         rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
+        sl_metric_add(m_splits, resp.splits_count);
         reply(c, hdr, rc, SL_MSG_GET_SPLIT_RESP, &resp, err);
         break;
     }
@@ -229,6 +254,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 int sl_dserver_start(struct event_base *base, sl_dstate_t *st, const char *host, uint16_t port,
                      uint16_t *bound_port, sl_dserver_t **out, char *err, size_t errlen)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, metrics_init);
     sl_dserver_t *srv = calloc(1, sizeof *srv);
     if (!srv)
         return -ENOMEM;

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "log.h"
 #include "spec.h"
 
@@ -37,6 +39,8 @@ struct worker {
     uint64_t id;
     char address[128];
     enum worker_state state;
+    bool draining; /* no new tasks or splits (POST /v1/workers/{address}/drain) */
+    int64_t joined;
     int64_t last_seen;
 };
 
@@ -53,6 +57,10 @@ struct task {
     char worker_address[128];
     enum task_state state;
     uint32_t worker_index;
+    /* As the worker last reported them. */
+    uint64_t batches, elements, bytes;
+    int64_t reported_at;
+    double bytes_per_s; /* smoothed over heartbeats */
 };
 
 struct client {
@@ -72,6 +80,7 @@ struct job {
     struct client *clients;
     unsigned num_clients, cap_clients;
     int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
+    int64_t created;
     /* DYNAMIC split cursor. */
     uint64_t split_epoch;
     uint64_t split_next; /* first element not yet handed out in split_epoch */
@@ -239,6 +248,19 @@ static void job_check_finished(struct job *j)
         job_set_state(j, SL_JOB_FINISHED, NULL);
 }
 
+/* Keeps the worker's counts and a smoothed byte rate for the admin views. */
+static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, int64_t now)
+{
+    if (t->reported_at && now > t->reported_at && ts->bytes >= t->bytes) {
+        double rate = (double)(ts->bytes - t->bytes) * 1000.0 / (double)(now - t->reported_at);
+        t->bytes_per_s = t->bytes_per_s ? 0.7 * t->bytes_per_s + 0.3 * rate : rate;
+    }
+    t->batches = ts->batches;
+    t->elements = ts->elements;
+    t->bytes = ts->bytes;
+    t->reported_at = now;
+}
+
 static struct task *job_task_of_worker(struct job *j, uint64_t worker_id)
 {
     for (unsigned k = 0; k < j->num_tasks; k++)
@@ -302,7 +324,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         return -ENOMEM;
     }
     struct worker *w = &st->workers[st->num_workers++];
-    *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .last_seen = now};
+    *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .joined = now, .last_seen = now};
     snprintf(w->address, sizeof w->address, "%s", address);
     *worker_id = w->id;
     sl_log_info("worker %" PRIu64 " joined from %s", w->id, w->address);
@@ -346,6 +368,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         }
         if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING)
             continue;
+        task_record_progress(t, ts, now);
         if (ts->state == SL_TASK_RUNNING) {
             task_set_state(j, t, TASK_RUNNING);
         } else if (ts->state == SL_TASK_DONE) {
@@ -514,10 +537,12 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
     j->dataset = d;
     j->sharding = (sl_sharding_t)req->sharding;
     j->state = SL_JOB_RUNNING;
+    j->created = now;
     /* Every live worker gets its task now, so that no worker can finish the
      * job before the others have heard of it. */
     for (unsigned i = 0; i < st->num_workers; i++) {
-        if (st->workers[i].state == WORKER_LIVE && job_add_task(st, j, &st->workers[i]) < 0) {
+        if (st->workers[i].state == WORKER_LIVE && !st->workers[i].draining &&
+            job_add_task(st, j, &st->workers[i]) < 0) {
             job_free(j);
             snprintf(err, errlen, "out of memory");
             return -ENOMEM;
@@ -601,6 +626,13 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     }
     uint64_t total = (uint64_t)j->dataset->cardinality;
     resp->epoch = req->epoch;
+    struct worker *w = find_worker(st, t->worker_id);
+    if (w && w->draining) {
+        /* A drained worker's splits go to the others from now on. */
+        resp->end_of_epoch = true;
+        resp->finished = true;
+        return 0;
+    }
     if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
         resp->end_of_epoch = true;
         return 0;
@@ -661,4 +693,153 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++)
         out->jobs_running += st->jobs[i]->state == SL_JOB_RUNNING;
+}
+
+/* ---- operator actions ---- */
+
+int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char *err, size_t errlen)
+{
+    struct job *j = find_job(st, job_id);
+    if (!j) {
+        snprintf(err, errlen, "job %" PRIu64 " is unknown", job_id);
+        return SL_ENOTFOUND;
+    }
+    if (j->state != SL_JOB_RUNNING) {
+        snprintf(err, errlen, "job %" PRIu64 " is already %s", job_id, job_state_names[j->state]);
+        return SL_EINVAL;
+    }
+    job_set_state(j, SL_JOB_CANCELLED, why);
+    return 0;
+}
+
+int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        struct worker *w = &st->workers[i];
+        if (w->state == WORKER_LIVE && strcmp(w->address, address) == 0) {
+            if (!w->draining)
+                sl_log_info("worker %" PRIu64 " at %s draining: no new tasks or splits", w->id, w->address);
+            w->draining = true;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "no live worker at %s", address);
+    return SL_ENOTFOUND;
+}
+
+/* ---- admin views ---- */
+
+static const char *worker_state_name(const struct worker *w)
+{
+    return w->state == WORKER_LOST ? "LOST" : w->draining ? "DRAINING" : "LIVE";
+}
+
+json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        const struct worker *w = &st->workers[i];
+        unsigned tasks = 0;
+        for (unsigned k = 0; k < st->num_jobs; k++) {
+            const struct job *j = st->jobs[k];
+            for (unsigned t = 0; t < j->num_tasks; t++)
+                tasks += j->tasks[t].worker_id == w->id &&
+                         (j->tasks[t].state == TASK_ASSIGNED || j->tasks[t].state == TASK_RUNNING);
+        }
+        json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)w->id, "address",
+                                             w->address, "state", worker_state_name(w), "active_tasks",
+                                             (json_int_t)tasks, "last_heartbeat_ms_ago",
+                                             (json_int_t)(now - w->last_seen), "uptime_ms",
+                                             (json_int_t)(now - w->joined)));
+    }
+    return arr;
+}
+
+static json_t *dataset_json(const struct dataset *d, bool with_spec)
+{
+    json_t *o = json_pack("{s:I,s:s,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
+                          (json_int_t)d->cardinality);
+    if (with_spec) {
+        json_t *spec = json_loads(d->canonical, 0, NULL);
+        json_object_set_new(o, "spec", spec ? spec : json_null());
+    }
+    return o;
+}
+
+json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        json_array_append_new(arr, dataset_json(&st->datasets[i], false));
+    return arr;
+}
+
+json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
+{
+    const struct dataset *d = find_dataset(st, id);
+    return d ? dataset_json(d, true) : NULL;
+}
+
+static json_t *job_json(const sl_dstate_t *st, const struct job *j, int64_t now, bool detail)
+{
+    uint64_t elements = 0, bytes = 0, batches = 0;
+    unsigned done = 0;
+    for (unsigned t = 0; t < j->num_tasks; t++) {
+        elements += j->tasks[t].elements;
+        bytes += j->tasks[t].bytes;
+        batches += j->tasks[t].batches;
+        done += j->tasks[t].state == TASK_DONE;
+    }
+    json_t *o = json_pack("{s:I,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "id", (json_int_t)j->id, "name",
+                          j->name, "dataset_id", (json_int_t)j->dataset->id, "sharding",
+                          sl_sharding_name(j->sharding), "state", job_state_names[j->state], "tasks",
+                          (json_int_t)j->num_tasks, "tasks_done", (json_int_t)done, "num_consumers",
+                          (json_int_t)j->num_clients, "elements_served", (json_int_t)elements, "bytes_served",
+                          (json_int_t)bytes, "batches_served", (json_int_t)batches, "age_ms",
+                          (json_int_t)(now - j->created));
+    if (j->error[0])
+        json_object_set_new(o, "error", json_string(j->error));
+    if (j->sharding == SL_SHARDING_DYNAMIC) {
+        uint64_t card = (uint64_t)j->dataset->cardinality, size = st->cfg.split_size;
+        uint64_t per_epoch = (card + size - 1) / size;
+        uint64_t handed = (j->split_next + size - 1) / size;
+        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
+                                                   "handed_out", (json_int_t)handed, "total", (json_int_t)per_epoch,
+                                                   "handed_out_all_epochs", (json_int_t)j->split_seq));
+    }
+    if (!detail)
+        return o;
+    json_t *consumers = json_array();
+    for (unsigned c = 0; c < j->num_clients; c++)
+        json_array_append_new(consumers, json_pack("{s:I,s:I}", "client_id", (json_int_t)j->clients[c].id,
+                                                   "last_heartbeat_ms_ago",
+                                                   (json_int_t)(now - j->clients[c].last_seen)));
+    json_object_set_new(o, "consumers", consumers);
+    json_t *tasks = json_array();
+    for (unsigned t = 0; t < j->num_tasks; t++) {
+        const struct task *tk = &j->tasks[t];
+        json_array_append_new(tasks, json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:f}", "task_id", (json_int_t)tk->id,
+                                               "worker_id", (json_int_t)tk->worker_id, "worker_address",
+                                               tk->worker_address, "state", task_state_names[tk->state], "batches",
+                                               (json_int_t)tk->batches, "elements", (json_int_t)tk->elements, "bytes",
+                                               (json_int_t)tk->bytes, "bytes_per_second", tk->bytes_per_s));
+    }
+    json_object_set_new(o, "tasks", tasks);
+    return o;
+}
+
+json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        json_array_append_new(arr, job_json(st, st->jobs[i], now, false));
+    return arr;
+}
+
+json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->id == id)
+            return job_json(st, st->jobs[i], now, true);
+    return NULL;
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "frame.h"
 
 typedef struct sl_dstate sl_dstate_t;
@@ -95,6 +97,29 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
 
 /** Applies timeouts: lost workers, expired clients, jobs without clients. */
 void sl_dstate_tick(sl_dstate_t *st, int64_t now);
+
+/**
+ * Cancels a running job: its clients get SL_ECANCELLED with why, its
+ * workers drop its tasks.
+ * @return 0, SL_ENOTFOUND, SL_EINVAL (the job already ended)
+ */
+int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char *err, size_t errlen);
+
+/**
+ * Drains the live worker at address: it gets no new task and no more
+ * DYNAMIC splits; the splits it has not taken go to the other workers.
+ * @return 0 or SL_ENOTFOUND
+ */
+int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size_t errlen);
+
+/* Admin views: new JSON values (the caller owns the reference) describing
+ * the state at time now, as docs/admin-api.md shows them. The single-item
+ * views return NULL when there is no such item. */
+json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now);
+json_t *sl_dstate_datasets_json(const sl_dstate_t *st);
+json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id);
+json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now);
+json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now);
 
 /** Counts for logs and the admin endpoint. */
 typedef struct sl_dstate_stats {

@@ -26,6 +26,7 @@ struct route {
 
 struct sl_admin {
     struct evhttp *http;
+    char token[256]; /* empty: no authentication */
     struct route routes[MAX_ROUTES];
     int num_routes;
 };
@@ -40,6 +41,27 @@ json_t *sl_admin_error(const char *fmt, ...)
     return json_pack("{s:s}", "error", msg);
 }
 
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+void sl_admin_reply_text(struct evhttp_request *req, int status, const char *content_type, struct evbuffer *body)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+    evhttp_send_reply(req, status, reason(status), body);
+}
+
 static void send_json(struct evhttp_request *req, int status, json_t *body)
 {
     struct evbuffer *out = evbuffer_new();
@@ -51,10 +73,7 @@ static void send_json(struct evhttp_request *req, int status, json_t *body)
         }
         json_decref(body);
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
-                       : status == 400 ? "Bad Request" : status == 401 ? "Unauthorized" : "Error";
-    evhttp_send_reply(req, status, reason, out);
+    sl_admin_reply_text(req, status, "application/json", out);
     evbuffer_free(out);
 }
 
@@ -65,6 +84,24 @@ static bool route_matches(const struct route *r, const char *path, const char **
         return false;
     *rest = path + n;
     return true;
+}
+
+/* Compares in time independent of where the strings differ. */
+static bool token_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return diff == 0;
+}
+
+static bool authorized(const sl_admin_t *a, struct evhttp_request *req)
+{
+    if (!a->token[0])
+        return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    return h && strncmp(h, "Bearer ", 7) == 0 && token_equal(h + 7, a->token);
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -84,9 +121,15 @@ static void on_request(struct evhttp_request *req, void *arg)
         path_known = true;
         if (r->method != method)
             continue;
+        if (method != EVHTTP_REQ_GET && !authorized(a, req)) {
+            send_json(req, 401, sl_admin_error("%s needs \"Authorization: Bearer <token>\" with the admin token",
+                                               path));
+            return;
+        }
         json_t *body = NULL;
         int status = r->handler(req, rest, &body, r->arg);
-        send_json(req, status, body);
+        if (status > 0)
+            send_json(req, status, body);
         return;
     }
     if (path_known)
@@ -134,6 +177,57 @@ int sl_admin_route(sl_admin_t *a, int method, const char *path, sl_admin_handler
     r->prefix = n > 1 && r->path[n - 1] == '/';
     r->handler = handler;
     r->arg = arg;
+    return 0;
+}
+
+void sl_admin_set_token(sl_admin_t *a, const char *token)
+{
+    snprintf(a->token, sizeof a->token, "%s", token ? token : "");
+}
+
+json_t *sl_admin_body(struct evhttp_request *req, json_t **error)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    if (n == 0)
+        return json_object();
+    json_error_t jerr;
+    json_t *body = json_loadb((const char *)evbuffer_pullup(in, (ssize_t)n), n, 0, &jerr);
+    if (!body) {
+        *error = sl_admin_error("bad JSON body: line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(body)) {
+        json_decref(body);
+        *error = sl_admin_error("the body must be a JSON object");
+        return NULL;
+    }
+    return body;
+}
+
+int sl_admin_read_token(const char *path, char *token, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int rc = -errno;
+        snprintf(err, errlen, "admin token file %s: %s", path, strerror(errno));
+        return rc;
+    }
+    char line[512] = "";
+    if (!fgets(line, sizeof line, f))
+        line[0] = '\0';
+    fclose(f);
+    char *p = line;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    size_t n = strlen(p);
+    while (n && (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+        p[--n] = '\0';
+    if (n == 0 || n >= len) {
+        snprintf(err, errlen, "admin token file %s: %s", path, n ? "token too long" : "empty");
+        return SL_EINVAL;
+    }
+    memcpy(token, p, n + 1);
     return 0;
 }
 

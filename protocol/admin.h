@@ -16,8 +16,9 @@
 typedef struct sl_admin sl_admin_t;
 
 /* Answers one request: returns the HTTP status and sets *body (a new
- * reference, or NULL for an empty body). path_rest is the path after the
- * route's prefix. */
+ * reference, or NULL for an empty body), or returns 0 after replying itself
+ * (for answers that are not JSON). path_rest is the path after the route's
+ * prefix. */
 typedef int (*sl_admin_handler)(struct evhttp_request *req, const char *path_rest, json_t **body, void *arg);
 
 /**
@@ -36,6 +37,28 @@ int sl_admin_route(sl_admin_t *a, int method, const char *path, sl_admin_handler
 
 /** @return a new {"error": message} object */
 json_t *sl_admin_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/**
+ * Requires "Authorization: Bearer <token>" on every request that changes
+ * state (POST, PUT, DELETE); others get 401. token is copied.
+ */
+void sl_admin_set_token(sl_admin_t *a, const char *token);
+
+/**
+ * Parses the request body as a JSON object; an empty body gives an empty object.
+ * @return the object (a new reference), or NULL with *error set to a new
+ *         {"error": ...} object for a 400 answer
+ */
+json_t *sl_admin_body(struct evhttp_request *req, json_t **error);
+
+/** Replies with text of content_type. */
+void sl_admin_reply_text(struct evhttp_request *req, int status, const char *content_type, struct evbuffer *body);
+
+/**
+ * Reads a token file: its first line, without surrounding whitespace.
+ * @return 0, or -errno / SL_EINVAL (empty) with a message naming the file in err
+ */
+int sl_admin_read_token(const char *path, char *token, size_t len, char *err, size_t errlen);
 
 void sl_admin_free(sl_admin_t *a);
 

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "admin.h"
+#include "admin_api.h"
 #include "cli.h"
 #include "log.h"
 #include "net.h"
@@ -38,7 +39,9 @@ static void usage(FILE *f)
             "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
             "  --io-engine uring|pread  how files are read (default uring, pread as fallback)\n"
+            "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
+            "  --log-format FORMAT      text (default) or json, one line per event\n"
             "  --config FILE.json       options as a JSON object; the command line wins\n",
             program);
 }
@@ -51,13 +54,15 @@ struct options {
     int num_data_roots;
     int64_t threads;
     const char *io_engine;
+    const char *admin_token_file;
     int log_level;
+    int log_format;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_PORT, O_ADMIN_PORT, O_ADDR, O_BIND, O_ADMIN_BIND, O_ROOT, O_THREADS, O_BUFFER,
-           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_CONFIG, O_HELP };
+           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"port", required_argument, NULL, O_PORT},
@@ -71,6 +76,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-batch-mb", required_argument, NULL, O_MAXBATCH},
         {"io-engine", required_argument, NULL, O_IO},
         {"log-level", required_argument, NULL, O_LOG_LEVEL},
+        {"log-format", required_argument, NULL, O_LOG_FORMAT},
+        {"admin-token-file", required_argument, NULL, O_TOKEN},
         {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -137,6 +144,13 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             break;
+        case O_LOG_FORMAT:
+            if ((o->log_format = sl_log_format_parse(optarg)) < 0) {
+                fprintf(stderr, "%s: --log-format: \"%s\" is not text or json\n", program, optarg);
+                return -1;
+            }
+            break;
+        case O_TOKEN: o->admin_token_file = optarg; break;
         case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
@@ -184,17 +198,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(arg, NULL);
 }
 
-static int healthz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
-{
-    sl_worker_stats_t s;
-    (void)req;
-    (void)rest;
-    sl_worker_stats(arg, &s);
-    *body = json_pack("{s:s,s:b,s:I,s:I}", "status", "ok", "registered", s.registered, "tasks",
-                      (json_int_t)s.tasks, "clients", (json_int_t)s.clients);
-    return 200;
-}
-
 int main(int argc, char **argv)
 {
     struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
@@ -210,6 +213,7 @@ int main(int argc, char **argv)
         return SL_EXIT_USAGE;
     }
     sl_log_init(program, o.log_level);
+    sl_log_set_format(o.log_format);
     signal(SIGPIPE, SIG_IGN);
     /* Pipeline threads wake the loop through events. */
     evthread_use_pthreads();
@@ -231,7 +235,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
-    sl_admin_route(admin, EVHTTP_REQ_GET, "/healthz", healthz, w);
+    if (o.admin_token_file) {
+        char token[256];
+        if (sl_admin_read_token(o.admin_token_file, token, sizeof token, err, sizeof err) < 0) {
+            fprintf(stderr, "%s: %s\n", program, err);
+            goto out;
+        }
+        sl_admin_set_token(admin, token);
+    }
+    sl_wadmin_register(admin, w);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     event_add(sigint, NULL);

@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "pipeline.h"
 #include "spec.h"
 
@@ -57,9 +59,12 @@ struct sl_task {
     unsigned split_head, split_count;
     uint64_t want_epoch;
     bool epoch_exhausted;
+    bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only */
     /* Counters for the status. */
     uint64_t batches, elements, bytes;
+    uint64_t produced;
+    double pipeline_seconds;
 };
 
 static void notify_loop(sl_task_t *t)
@@ -85,7 +90,7 @@ static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
     if (epoch != t->want_epoch) {
         /* The pipeline moved to a new epoch (repeat): the old one is done. */
         t->want_epoch = epoch;
-        t->epoch_exhausted = false;
+        t->epoch_exhausted = t->splits_finished;
         t->split_head = t->split_count = 0;
     }
     for (;;) {
@@ -120,13 +125,35 @@ static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
     return rc;
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static sl_metric_t *m_batch_latency, *m_produced;
+static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
+
+static void metrics_init(void)
+{
+    m_batch_latency = sl_metric_register(SL_METRIC_HISTOGRAM, "sluice_worker_batch_latency_seconds", NULL,
+                                         "Time the pipeline takes to make one batch.", sl_metric_latency_buckets,
+                                         sl_metric_latency_buckets_count);
+    m_produced = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_produced_total", NULL,
+                                    "Batches the pipelines made.", NULL, 0);
+}
+
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
     for (;;) {
         sl_wire_batch_t *b = NULL;
+        double t0 = seconds_now();
         int rc = sl_pipeline_next(t->pipeline, &b);
+        double spent = seconds_now() - t0;
         pthread_mutex_lock(&t->mu);
+        t->pipeline_seconds += spent;
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
@@ -154,6 +181,9 @@ static void *producer_main(void *arg)
         }
         t->ring[(t->head + t->count) % t->cfg.buffer_batches] = b;
         t->count++;
+        t->produced++;
+        sl_metric_observe(m_batch_latency, spent);
+        sl_metric_add(m_produced, 1);
         t->held_bytes += b->size;
         pthread_mutex_unlock(&t->mu);
         notify_loop(t);
@@ -165,6 +195,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
                 size_t errlen)
 {
     *out = NULL;
+    pthread_once(&metrics_once, metrics_init);
     sl_task_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
@@ -303,6 +334,29 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     pthread_mutex_unlock(&t->mu);
 }
 
+void sl_task_info(sl_task_t *t, sl_task_info_t *out)
+{
+    sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
+    sl_task_status(t, &ts);
+    pthread_mutex_lock(&t->mu);
+    *out = (sl_task_info_t){
+        .task_id = t->def.task_id,
+        .job_id = t->def.job_id,
+        .sharding = (sl_sharding_t)t->def.sharding,
+        .state = (int)ts.state,
+        .batches_produced = t->produced,
+        .batches_served = t->batches,
+        .elements_served = t->elements,
+        .bytes_served = t->bytes,
+        .buffered_batches = t->count,
+        .buffered_bytes = t->held_bytes,
+        .buffer_capacity_batches = t->cfg.buffer_batches,
+        .buffer_capacity_bytes = t->cfg.buffer_bytes,
+        .pipeline_seconds = t->pipeline_seconds,
+    };
+    pthread_mutex_unlock(&t->mu);
+}
+
 bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max)
 {
     if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out)
@@ -338,6 +392,8 @@ void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
         }
         if (resp->end_of_epoch)
             t->epoch_exhausted = true;
+        if (resp->finished)
+            t->splits_finished = true;
     }
     pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);

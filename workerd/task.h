@@ -75,6 +75,22 @@ const char *sl_task_errmsg(sl_task_t *task);
  */
 void sl_task_status(sl_task_t *task, sluice_TaskStatus *out);
 
+/** What GET /v1/tasks shows of a task. */
+typedef struct sl_task_info {
+    uint64_t task_id, job_id;
+    sl_sharding_t sharding;
+    int state;                 /* sl_task_state_t */
+    uint64_t batches_produced; /* by the pipeline */
+    uint64_t batches_served, elements_served, bytes_served;
+    unsigned buffered_batches; /* finished, not yet taken */
+    size_t buffered_bytes;     /* held: buffered, and taken but not yet written */
+    unsigned buffer_capacity_batches;
+    size_t buffer_capacity_bytes;
+    double pipeline_seconds;   /* time spent in the pipeline making batches */
+} sl_task_info_t;
+
+void sl_task_info(sl_task_t *task, sl_task_info_t *out);
+
 /**
  * DYNAMIC: whether the task wants more splits now.
  * @param[out] epoch the epoch to ask for

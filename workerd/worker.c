@@ -15,11 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/listener.h>
 
 #include "conn.h"
 #include "log.h"
+#include "metrics.h"
 #include "net.h"
 
 #define RECONNECT_MS 500
@@ -64,6 +66,7 @@ struct parked {
     struct wconn *wc;
     uint32_t request_id;
     uint64_t task_id;
+    int64_t since_us; /* when it started waiting: the client starves meanwhile */
     struct parked *next;
 };
 
@@ -98,6 +101,15 @@ struct sl_worker {
     struct event *heartbeat_timer;
     struct event *reconnect_timer;
 };
+
+static sl_metric_t *m_client_wait, *m_served, *m_bytes_served;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static void session_connect(sl_worker_t *w);
 static void send_heartbeat(sl_worker_t *w);
@@ -292,6 +304,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * frees it once the socket has taken them. */
+    sl_metric_add(m_served, 1);
+    sl_metric_add(m_bytes_served, (double)b->size);
     int rc = sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
                           on_batch_written, s);
     if (rc < 0)
@@ -344,6 +358,7 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
         /* A dropped task answers from its tombstone. */
         if (!answer_element(w, pk->wc, pk->request_id, id))
             break; /* none ready: the ones behind wait too, in order */
+        sl_metric_observe(m_client_wait, (double)(now_us() - pk->since_us) / 1e6);
         *p = pk->next;
         pk->wc->parked--;
         free(pk);
@@ -380,7 +395,7 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         sl_conn_send_error(c, hdr->request_id, -ENOMEM, "worker out of memory");
         return;
     }
-    *pk = (struct parked){.wc = wc, .request_id = hdr->request_id, .task_id = req->task_id};
+    *pk = (struct parked){.wc = wc, .request_id = hdr->request_id, .task_id = req->task_id, .since_us = now_us()};
     *w->parked_tail = pk;
     w->parked_tail = &pk->next;
     wc->parked++;
@@ -659,6 +674,15 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
 int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint16_t *bound_port,
                     sl_worker_t **out, char *err, size_t errlen)
 {
+    if (!m_served) {
+        m_client_wait = sl_metric_register(SL_METRIC_HISTOGRAM, "sluice_worker_client_wait_seconds", NULL,
+                                           "Time a batch request waited for a batch (client starvation).",
+                                           sl_metric_latency_buckets, sl_metric_latency_buckets_count);
+        m_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_served_total", NULL,
+                                      "Batches sent to clients.", NULL, 0);
+        m_bytes_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_bytes_served_total", NULL,
+                                            "Tensor bytes sent to clients.", NULL, 0);
+    }
     sl_worker_t *w = calloc(1, sizeof *w);
     if (!w)
         return -ENOMEM;
@@ -719,6 +743,12 @@ void sl_worker_free(sl_worker_t *w)
     if (w->listener)
         evconnlistener_free(w->listener);
     free(w);
+}
+
+void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, void *arg), void *arg)
+{
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        fn(wt->task, arg);
 }
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)

@@ -51,4 +51,7 @@ typedef struct sl_worker_stats {
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out);
 
+/** Calls fn for every task the worker runs (on the worker's loop thread). */
+void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, void *arg), void *arg);
+
 #endif

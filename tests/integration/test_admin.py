@@ -1,0 +1,276 @@
+"""The admin endpoints of both daemons, sluicectl, the status page and the
+log format, against running daemons."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from harness import Cluster, binary, parse_jsonl, values
+
+LONG = {"source": {"type": "range", "stop": 2000000000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+
+
+def http(port, path, method='GET', token=None, body=None):
+    """(status, parsed JSON or text, content type)."""
+    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method,
+                                 data=body.encode() if body is not None else None)
+    if token:
+        req.add_header('Authorization', 'Bearer ' + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            status, data, ctype = r.status, r.read().decode(), r.headers.get('Content-Type', '')
+    except urllib.error.HTTPError as e:
+        status, data, ctype = e.code, e.read().decode(), e.headers.get('Content-Type', '')
+    return status, (json.loads(data) if ctype.startswith('application/json') else data), ctype
+
+
+def wait_for(pred, timeout=20, what='condition'):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError('timed out waiting for ' + what)
+
+
+class Admin(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tokdir = tempfile.mkdtemp(prefix='sluice-token-')
+        cls.token = 'secret-%d' % os.getpid()
+        cls.token_file = os.path.join(cls.tokdir, 'token')
+        with open(cls.token_file, 'w') as f:
+            f.write(cls.token + '\n')
+        cls.c = Cluster(workers=2, dispatcher_args=['--admin-token-file', cls.token_file, '--log-format', 'json'],
+                        worker_args=['--admin-token-file', cls.token_file])
+        cls.c.wait_workers_registered(2)
+        cls.a = cls.c.dispatcher.admin_port
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        shutil.rmtree(cls.tokdir, ignore_errors=True)
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def start_job(self, name, spec=LONG, sharding='dynamic'):
+        p = subprocess.Popen(self.c.cat_argv(spec, ['--sharding', sharding, '--job-name', name], fmt='count'),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (p.kill(), p.wait()))
+
+        def find():
+            for j in http(self.a, '/v1/jobs')[1]['jobs']:
+                if j['name'] == name and j['state'] == 'RUNNING' and j['elements_served'] > 0:
+                    return j
+        return p, wait_for(find, what='job %s to serve' % name)
+
+    def test_health_and_readiness(self):
+        st, body, ctype = http(self.a, '/healthz')
+        self.assertEqual((st, body['status'], body['workers']), (200, 'ok', 2))
+        self.assertTrue(ctype.startswith('application/json'))
+        st, body, _ = http(self.a, '/readyz')
+        self.assertEqual((st, body['ready']), (200, True))
+        for w in self.c.workers:
+            st, body, _ = http(w.admin_port, '/healthz')
+            self.assertEqual((st, body['registered']), (200, True))
+
+    def test_readyz_is_503_without_workers(self):
+        c = Cluster(workers=0)
+        try:
+            st, body, _ = http(c.dispatcher.admin_port, '/readyz')
+            self.assertEqual(st, 503)
+            self.assertIn('no live worker', body['error'])
+        finally:
+            c.close()
+
+    def test_workers_datasets_and_jobs(self):
+        st, body, _ = http(self.a, '/v1/workers')
+        self.assertEqual(st, 200)
+        self.assertEqual(sorted(w['address'] for w in body['workers']), sorted(w.addr for w in self.c.workers))
+        self.assertTrue(all(w['state'] == 'LIVE' for w in body['workers']))
+        p, job = self.start_job('views-%d' % os.getpid())
+        st, ds, _ = http(self.a, '/v1/datasets')
+        self.assertIn(job['dataset_id'], [d['id'] for d in ds['datasets']])
+        st, d, _ = http(self.a, '/v1/datasets/%d' % job['dataset_id'])
+        self.assertEqual((st, d['spec']['source']['stop']), (200, 2000000000))
+        st, j, _ = http(self.a, '/v1/jobs/%d' % job['id'])
+        self.assertEqual(st, 200)
+        self.assertEqual((j['sharding'], j['state'], j['num_consumers']), ('dynamic', 'RUNNING', 1))
+        self.assertEqual(len(j['tasks']), 2)
+        self.assertGreater(j['splits']['handed_out'], 0)
+        self.assertGreater(j['splits']['total'], j['splits']['handed_out'])
+        self.assertLess(j['consumers'][0]['last_heartbeat_ms_ago'], 5000)
+        wait_for(lambda: http(self.a, '/v1/jobs/%d' % job['id'])[1]['bytes_served'] > 0, what='bytes served')
+        # The worker's view of the same job.
+        st, t, _ = http(self.c.workers[0].admin_port, '/v1/tasks')
+        mine = [x for x in t['tasks'] if x['job_id'] == job['id']]
+        self.assertEqual(len(mine), 1)
+        self.assertGreater(mine[0]['batches_produced'], 0)
+        self.assertLessEqual(mine[0]['buffer']['batches'], mine[0]['buffer']['capacity_batches'])
+        self.assertGreaterEqual(mine[0]['pipeline_seconds'], 0)
+
+    def test_cancel_gives_clients_a_clear_error(self):
+        p, job = self.start_job('cancel-%d' % os.getpid())
+        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE')
+        self.assertEqual(st, 401)
+        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE', token='wrong')
+        self.assertEqual(st, 401)
+        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE', token=self.token)
+        self.assertEqual((st, body['state']), (200, 'CANCELLED'))
+        _, err = p.communicate(timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('cancelled by the operator', err)
+        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE', token=self.token)
+        self.assertEqual(st, 409)
+        self.assertIn('already', body['error'])
+
+    def test_drain_moves_the_work_elsewhere(self):
+        # A cluster of its own: a drained worker stays drained.
+        c = Cluster(workers=2, dispatcher_args=['--admin-token-file', self.token_file])
+        self.addCleanup(c.close)
+        c.wait_workers_registered(2)
+        a = c.dispatcher.admin_port
+        spec = {"source": {"type": "range", "stop": 3000000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+        name = 'drain-%d' % os.getpid()
+        p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', name,
+                                                    '--max-outstanding', '2']),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: any(j['name'] == name and j['elements_served'] > 0
+                             for j in http(a, '/v1/jobs')[1]['jobs']), what='drain job to start')
+        drained = c.workers[0].addr
+        st, body, _ = http(a, '/v1/workers/%s/drain' % drained, method='POST', token=self.token)
+        self.assertEqual((st, body['state']), (200, 'DRAINING'))
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        vals = values(parse_jsonl(out), 'value')
+        self.assertEqual(len(vals), 3000000)
+        self.assertEqual(len(set(vals)), 3000000)
+        st, body, _ = http(a, '/v1/workers')
+        self.assertEqual({w['address']: w['state'] for w in body['workers']}[drained], 'DRAINING')
+        # No new job gets a task on the drained worker.
+        rc, batches, err = c.cat({"source": {"type": "range", "stop": 500},
+                                       "ops": [{"op": "batch", "batch_size": 100}]}, ['--sharding', 'off'])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(values(batches, 'value')), list(range(500)))
+        st, body, _ = http(a, '/v1/workers/127.0.0.1:1/drain', method='POST', token=self.token)
+        self.assertEqual(st, 404)
+        self.assertIn('127.0.0.1:1', body['error'])
+
+    def test_error_answers(self):
+        st, body, _ = http(self.a, '/no/such/path')
+        self.assertEqual(st, 404)
+        self.assertIn('/no/such/path', body['error'])
+        st, body, _ = http(self.a, '/v1/jobs', method='POST', token=self.token)
+        self.assertEqual(st, 405)
+        self.assertIn('error', body)
+        st, body, _ = http(self.a, '/v1/jobs/abc')
+        self.assertEqual(st, 404)
+        st, body, _ = http(self.a, '/v1/jobs/123456789')
+        self.assertEqual((st, body['error']), (404, 'job 123456789 is unknown'))
+        st, body, _ = http(self.a, '/v1/datasets/77777')
+        self.assertEqual(st, 404)
+        st, body, _ = http(self.a, '/v1/jobs/1', method='DELETE', token=self.token, body='{not json')
+        self.assertEqual(st, 400)
+        self.assertIn('bad JSON body', body['error'])
+        st, body, _ = http(self.c.workers[0].admin_port, '/v1/nothing')
+        self.assertEqual(st, 404)
+        st, body, _ = http(self.c.workers[0].admin_port, '/v1/tasks', method='DELETE', token=self.token)
+        self.assertEqual(st, 405)
+        # Still serving after all of it.
+        self.assertEqual(http(self.a, '/healthz')[0], 200)
+
+    def test_metrics_in_prometheus_format(self):
+        p, job = self.start_job('metrics-%d' % os.getpid())
+        st, text, ctype = http(self.a, '/metrics')
+        self.assertEqual(st, 200)
+        self.assertTrue(ctype.startswith('text/plain'))
+        self.assertIn('# TYPE sluice_dispatcher_requests_total counter', text)
+        self.assertRegex(text, r'sluice_dispatcher_workers 2\b')
+        self.assertRegex(text, r'sluice_dispatcher_splits_handed_out_total [1-9]')
+        st, text, _ = http(self.c.workers[0].admin_port, '/metrics')
+        self.assertIn('# TYPE sluice_worker_batch_latency_seconds histogram', text)
+        self.assertRegex(text, r'sluice_worker_batch_latency_seconds_bucket\{le="\+Inf"\} [1-9]')
+        self.assertIn('sluice_worker_client_wait_seconds_count', text)
+        self.assertRegex(text, r'sluice_worker_bytes_served_total [1-9]')
+        self.assertIn('sluice_worker_buffer_batches', text)
+        # Every sample line is "name{labels} value".
+        for line in text.splitlines():
+            if line and not line.startswith('#'):
+                self.assertRegex(line, r'^[a-z_]+(\{[^}]*\})? [-+0-9.eInf]+$')
+
+    def test_sluicectl(self):
+        p, job = self.start_job('ctl-%d' % os.getpid())
+        ctl = [binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a]
+
+        def run(*args, check=True):
+            r = subprocess.run(ctl + list(args), capture_output=True, text=True, timeout=60)
+            if check:
+                self.assertEqual(r.returncode, 0, r.stderr)
+            return r
+        out = run('workers').stdout
+        self.assertRegex(out.splitlines()[0], r'^ID\s+ADDRESS\s+STATE')
+        for w in self.c.workers:
+            self.assertIn(w.addr, out)
+        self.assertIn('ctl-%d' % os.getpid(), run('jobs').stdout)
+        self.assertIn('dynamic sharding', run('job', str(job['id'])).stdout)
+        self.assertIn('"workers"', run('--json', 'workers').stdout)
+        json.loads(run('--json', 'datasets').stdout)
+        r = run('cancel', str(job['id']), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('401', r.stderr)
+        run('--token-file', self.token_file, 'cancel', str(job['id']))
+        r = run('watch', str(job['id']), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('CANCELLED', r.stdout)
+        r = run('job', 'x', check=False)
+        self.assertEqual(r.returncode, 2)
+
+    def test_sluicectl_watch_ends_with_the_job(self):
+        name = 'watch-%d' % os.getpid()
+        p = subprocess.Popen(self.c.cat_argv({"source": {"type": "range", "stop": 2000000},
+                                              "ops": [{"op": "batch", "batch_size": 1000}]},
+                                             ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1'],
+                                             fmt='count'), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        job = wait_for(lambda: next((j for j in http(self.a, '/v1/jobs')[1]['jobs'] if j['name'] == name), None))
+        r = subprocess.run([binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a, 'watch', str(job['id'])],
+                           capture_output=True, text=True, timeout=300)
+        p.wait(timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn('100%', r.stdout)
+        self.assertIn('FINISHED', r.stdout)
+
+    def test_json_logs(self):
+        lines = [l for l in self.c.dispatcher.stderr().splitlines() if l.strip()]
+        events = [json.loads(l) for l in lines]
+        self.assertTrue(all({'ts', 'level', 'program', 'msg'} <= set(e) for e in events))
+        self.assertTrue(any(re.search(r'worker \d+ joined from 127\.0\.0\.1:\d+', e['msg']) for e in events))
+
+    def test_status_page_in_chromium(self):
+        chromium = shutil.which('chromium') or shutil.which('chromium-browser')
+        self.assertIsNotNone(chromium, 'chromium is not installed (scripts/install-deps.sh installs it)')
+        p, job = self.start_job('page-%d' % os.getpid())
+        profile = tempfile.mkdtemp(prefix='sluice-chromium-')
+        try:
+            r = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
+                                '--no-first-run', '--disable-background-networking', '--disable-component-update',
+                                '--disable-sync', '--user-data-dir=' + profile, '--virtual-time-budget=5000',
+                                '--dump-dom', 'http://127.0.0.1:%d/' % self.a],
+                               capture_output=True, text=True, timeout=120)
+        finally:
+            shutil.rmtree(profile, ignore_errors=True)
+        dom = r.stdout
+        self.assertIn('<span class="job-id">%d</span>' % job['id'], dom, r.stderr[-2000:])
+        self.assertIn('page-%d' % os.getpid(), dom)
+        for w in self.c.workers:
+            self.assertIn(w.addr, dom)
+
+
+if __name__ == '__main__':
+    unittest.main()

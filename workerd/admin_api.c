@@ -1,0 +1,96 @@
+/*
+ * admin_api.c: the worker's JSON admin endpoint: its tasks, health and
+ * metrics.
+ */
+#include "admin_api.h"
+
+#include <event2/buffer.h>
+
+#include "metrics.h"
+#include "task.h"
+
+static sl_metric_t *m_tasks, *m_buffered_batches, *m_buffered_bytes;
+
+static const char *task_state_name(int state)
+{
+    return state == SL_TASK_DONE ? "DONE" : state == SL_TASK_FAILED ? "FAILED" : "RUNNING";
+}
+
+static void add_task(sl_task_t *task, void *arg)
+{
+    sl_task_info_t ti;
+    sl_task_info(task, &ti);
+    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:f}", "task_id",
+                          (json_int_t)ti.task_id, "job_id", (json_int_t)ti.job_id, "sharding",
+                          sl_sharding_name(ti.sharding), "state", task_state_name(ti.state), "batches_produced",
+                          (json_int_t)ti.batches_produced, "batches_served", (json_int_t)ti.batches_served,
+                          "elements_served", (json_int_t)ti.elements_served, "bytes_served",
+                          (json_int_t)ti.bytes_served, "buffer", "batches", (json_int_t)ti.buffered_batches, "bytes",
+                          (json_int_t)ti.buffered_bytes, "capacity_batches", (json_int_t)ti.buffer_capacity_batches,
+                          "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
+                          ti.pipeline_seconds);
+    if (ti.state == SL_TASK_FAILED)
+        json_object_set_new(o, "error", json_string(sl_task_errmsg(task)));
+    json_array_append_new(arg, o);
+}
+
+static int tasks(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    (void)req;
+    (void)rest;
+    json_t *arr = json_array();
+    sl_worker_foreach_task(arg, add_task, arr);
+    *body = json_pack("{s:o}", "tasks", arr);
+    return 200;
+}
+
+static int healthz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    sl_worker_stats_t s;
+    (void)req;
+    (void)rest;
+    sl_worker_stats(arg, &s);
+    *body = json_pack("{s:s,s:b,s:I,s:I}", "status", "ok", "registered", s.registered, "tasks",
+                      (json_int_t)s.tasks, "clients", (json_int_t)s.clients);
+    return 200;
+}
+
+static void sum_buffers(sl_task_t *task, void *arg)
+{
+    double *sums = arg;
+    sl_task_info_t ti;
+    sl_task_info(task, &ti);
+    sums[0] += 1;
+    sums[1] += ti.buffered_batches;
+    sums[2] += (double)ti.buffered_bytes;
+}
+
+static int metrics(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    (void)rest;
+    (void)body;
+    double sums[3] = {0, 0, 0};
+    sl_worker_foreach_task(arg, sum_buffers, sums);
+    sl_metric_set(m_tasks, sums[0]);
+    sl_metric_set(m_buffered_batches, sums[1]);
+    sl_metric_set(m_buffered_bytes, sums[2]);
+    struct evbuffer *out = evbuffer_new();
+    sl_metrics_render(out);
+    sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
+    evbuffer_free(out);
+    return 0;
+}
+
+int sl_wadmin_register(sl_admin_t *a, sl_worker_t *w)
+{
+    m_tasks = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_tasks", NULL, "Tasks the worker runs.", NULL, 0);
+    m_buffered_batches = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_buffer_batches", NULL,
+                                            "Finished batches waiting in task buffers.", NULL, 0);
+    m_buffered_bytes = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_buffer_bytes", NULL,
+                                          "Bytes held by task buffers, sent or not yet.", NULL, 0);
+    int rc = 0;
+    rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, w);
+    rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/metrics", metrics, w);
+    rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/tasks", tasks, w);
+    return rc ? SL_ETOOBIG : 0;
+}
