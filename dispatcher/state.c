@@ -232,17 +232,21 @@ static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
                 job_state_names[next], why ? ": " : "", why ? why : "");
 }
 
-/* A job is finished once no task can produce any more, and one finished. */
-static void job_check_finished(struct job *j)
+/* A job is finished once no task can produce any more, and one finished
+ * by itself: a task that ended only because its worker was drained does
+ * not count while DYNAMIC splits are left, which wait for another worker. */
+static void job_check_finished(sl_dstate_t *st, struct job *j)
 {
     if (j->state != SL_JOB_RUNNING)
         return;
+    bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_next < (uint64_t)j->dataset->cardinality;
     bool any_done = false;
     for (unsigned k = 0; k < j->num_tasks; k++) {
-        enum task_state s = j->tasks[k].state;
-        if (s == TASK_ASSIGNED || s == TASK_RUNNING)
+        const struct task *t = &j->tasks[k];
+        if (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)
             return;
-        any_done |= s == TASK_DONE;
+        const struct worker *w = find_worker(st, t->worker_id);
+        any_done |= t->state == TASK_DONE && (!splits_left || !w || !w->draining);
     }
     if (any_done)
         job_set_state(j, SL_JOB_FINISHED, NULL);
@@ -292,7 +296,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
         struct task *t = job_task_of_worker(j, w->id);
         if (t && (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)) {
             task_set_state(j, t, TASK_LOST);
-            job_check_finished(j);
+            job_check_finished(st, j);
         }
     }
 }
@@ -373,7 +377,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             task_set_state(j, t, TASK_RUNNING);
         } else if (ts->state == SL_TASK_DONE) {
             task_set_state(j, t, TASK_DONE);
-            job_check_finished(j);
+            job_check_finished(st, j);
         } else if (ts->state == SL_TASK_FAILED) {
             task_set_state(j, t, TASK_FAILED);
             char why[700];

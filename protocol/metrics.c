@@ -144,7 +144,7 @@ void sl_metrics_render(struct evbuffer *out)
             char le[48];
             cum += atomic_load_explicit(&m->buckets[b], memory_order_relaxed);
             if (b < m->num_buckets)
-                snprintf(le, sizeof le, "le=\"%.17g\"", m->bounds[b]);
+                snprintf(le, sizeof le, "le=\"%.6g\"", m->bounds[b]);
             else
                 snprintf(le, sizeof le, "le=\"+Inf\"");
             print_series(out, m, "_bucket", le);

@@ -163,6 +163,32 @@ class Admin(unittest.TestCase):
         self.assertEqual(st, 404)
         self.assertIn('127.0.0.1:1', body['error'])
 
+    def test_draining_the_only_worker_leaves_the_job_waiting_for_another(self):
+        c = Cluster(workers=1)
+        self.addCleanup(c.close)
+        c.wait_workers_registered(1)
+        a = c.dispatcher.admin_port
+        name = 'alone-%d' % os.getpid()
+        # Output to a file: a pipe nobody reads yet would stall the consumer.
+        out_path = os.path.join(c.dir, 'alone.out')
+        p = subprocess.Popen(c.cat_argv({"source": {"type": "range", "stop": 2000000},
+                                         "ops": [{"op": "batch", "batch_size": 1000}]},
+                                        ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1']),
+                             stdout=open(out_path, 'w'), stderr=subprocess.PIPE, text=True)
+        job = wait_for(lambda: next((j for j in http(a, '/v1/jobs')[1]['jobs']
+                                     if j['name'] == name and j['elements_served'] > 0), None))
+        self.assertEqual(http(a, '/v1/workers/%s/drain' % c.workers[0].addr, method='POST')[0], 200)
+        wait_for(lambda: http(a, '/v1/jobs/%d' % job['id'])[1]['tasks'][0]['state'] == 'DONE',
+                 what='the drained task to end')
+        time.sleep(1)
+        self.assertEqual(http(a, '/v1/jobs/%d' % job['id'])[1]['state'], 'RUNNING')
+        self.assertIsNone(p.poll())
+        c.add_worker()
+        _, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        with open(out_path) as f:
+            self.assertEqual(sorted(values(parse_jsonl(f.read()), 'value')), list(range(2000000)))
+
     def test_error_answers(self):
         st, body, _ = http(self.a, '/no/such/path')
         self.assertEqual(st, 404)
