@@ -79,6 +79,7 @@ struct sl_iterator {
     struct event *release_timer;
 
     sl_conn_t *disp;
+    bool disp_open; /* handshake done */
     bool hb_out;
     uint32_t hb_id, release_id;
     int64_t disp_last_ok;
@@ -427,7 +428,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
 
 static void send_heartbeat(sl_iterator_t *it)
 {
-    if (!it->disp || it->hb_out)
+    if (!it->disp || !it->disp_open || it->hb_out)
         return;
     sluice_ClientHeartbeatRequest req = {.job_id = it->job_id, .client_id = it->client_id};
     it->hb_id = ++it->next_id;
@@ -437,8 +438,10 @@ static void send_heartbeat(sl_iterator_t *it)
 
 static void disp_ready(sl_conn_t *c, void *arg)
 {
+    sl_iterator_t *it = arg;
     (void)c;
-    send_heartbeat(arg);
+    it->disp_open = true;
+    send_heartbeat(it);
 }
 
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
@@ -447,6 +450,7 @@ static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
     (void)c;
     (void)err;
     it->disp = NULL;
+    it->disp_open = false;
     it->hb_out = false;
     snprintf(it->disp_error, sizeof it->disp_error, "%s", why);
     if (it->release_id)
@@ -570,8 +574,9 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     else
         sl_iterator_opts_init(&it->opts);
     int rc = SL_EINVAL;
-    if (it->opts.job_name && strlen(it->opts.job_name) >= sizeof it->job_name) {
-        snprintf(it->err, sizeof it->err, "job name longer than %zu bytes", sizeof it->job_name - 1);
+    if (it->opts.job_name && strlen(it->opts.job_name) >= sizeof ((sluice_GetOrCreateJobRequest *)0)->job_name) {
+        snprintf(it->err, sizeof it->err, "job name longer than %zu bytes",
+                 sizeof ((sluice_GetOrCreateJobRequest *)0)->job_name - 1);
         goto fail;
     }
     if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||

@@ -5,8 +5,11 @@
  *                 same address registered again). LOST is final; a worker
  *                 that comes back registers under a new id.
  * Job states:     RUNNING -> FINISHED  every task is DONE or LOST, one DONE
+ *                                      by itself (not cut off by a drain
+ *                                      while DYNAMIC splits are left)
  *                 RUNNING -> FAILED    a task reported a pipeline failure
- *                 RUNNING -> CANCELLED no client for job_gc_timeout_ms
+ *                 RUNNING -> CANCELLED no client for job_gc_timeout_ms, or
+ *                                      DELETE /v1/jobs/{id}
  * Task states:    ASSIGNED -> RUNNING -> DONE
  *                 ASSIGNED -> DONE      (finished before its first report)
  *                 ASSIGNED | RUNNING -> FAILED | LOST
@@ -92,7 +95,7 @@ struct sl_dstate {
     uint64_t next_id; /* ids of every kind come from one counter */
     struct worker *workers;
     unsigned num_workers, cap_workers;
-    struct dataset *datasets;
+    struct dataset **datasets; /* each its own allocation: jobs point at them */
     unsigned num_datasets, cap_datasets;
     struct job **jobs; /* oldest first */
     unsigned num_jobs, cap_jobs;
@@ -107,7 +110,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .split_size = 1024,
         .worker_heartbeat_ms = 250,
         .client_heartbeat_ms = 250,
-        .max_workers = 1024,
+        .max_workers = 256, /* a client heartbeat lists at most 256 tasks */
         .max_datasets = 4096,
         .max_jobs = 4096,
         .max_clients_per_job = 1024,
@@ -134,6 +137,8 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
     if (!st)
         return NULL;
     st->cfg = *cfg;
+    if (st->cfg.split_size == 0)
+        st->cfg.split_size = 1; /* an empty split would never move the cursor */
     st->next_id = 1;
     return st;
 }
@@ -154,8 +159,10 @@ void sl_dstate_free(sl_dstate_t *st)
 {
     if (!st)
         return;
-    for (unsigned i = 0; i < st->num_datasets; i++)
-        free(st->datasets[i].canonical);
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        free(st->datasets[i]->canonical);
+        free(st->datasets[i]);
+    }
     for (unsigned i = 0; i < st->num_jobs; i++)
         job_free(st->jobs[i]);
     free(st->workers);
@@ -175,8 +182,8 @@ static struct worker *find_worker(sl_dstate_t *st, uint64_t id)
 static struct dataset *find_dataset(const sl_dstate_t *st, uint64_t id)
 {
     for (unsigned i = 0; i < st->num_datasets; i++)
-        if (st->datasets[i].id == id)
-            return &st->datasets[i];
+        if (st->datasets[i]->id == id)
+            return st->datasets[i];
     return NULL;
 }
 
@@ -415,7 +422,7 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
     const char *canon = sl_spec_canonical(spec);
     const char *fp = sl_spec_fingerprint(spec);
     for (unsigned i = 0; i < st->num_datasets; i++) {
-        struct dataset *d = &st->datasets[i];
+        struct dataset *d = st->datasets[i];
         /* The fingerprint is only a hash: equal text is what makes two
          * specs one dataset. */
         if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0) {
@@ -431,13 +438,15 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         goto out;
     }
     char *copy = strdup(canon);
-    if (!copy || grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
+    struct dataset *d = calloc(1, sizeof *d);
+    if (!copy || !d || grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
         free(copy);
+        free(d);
         snprintf(err, errlen, "out of memory");
         rc = -ENOMEM;
         goto out;
     }
-    struct dataset *d = &st->datasets[st->num_datasets++];
+    st->datasets[st->num_datasets++] = d;
     *d = (struct dataset){.id = st->next_id++, .canonical = copy, .cardinality = sl_spec_source_cardinality(spec)};
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
@@ -774,7 +783,7 @@ json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
 {
     json_t *arr = json_array();
     for (unsigned i = 0; i < st->num_datasets; i++)
-        json_array_append_new(arr, dataset_json(&st->datasets[i], false));
+        json_array_append_new(arr, dataset_json(st->datasets[i], false));
     return arr;
 }
 

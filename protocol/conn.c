@@ -2,8 +2,11 @@
  * conn.c: see conn.h. A connection lives in one of four states:
  *
  *   HANDSHAKE -> OPEN -> DRAINING (our error frame is being written) -> DEAD
+ *   HANDSHAKE ---------> DRAINING (we refused the peer's handshake)
  *   HANDSHAKE ----------------------------------------------------->  DEAD
  *   OPEN ------------------------------------------------------------> DEAD
+ *
+ * Nothing but the handshake may be sent before OPEN.
  *
  * DEAD connections are freed as soon as no callback of theirs is on the
  * stack, so a callback may close its own connection.
@@ -372,6 +375,11 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
     int rc = 0;
     if (c->state == CONN_DEAD || (c->state == CONN_DRAINING && type != SL_MSG_ERROR)) {
         rc = SL_ECLOSED;
+        goto fail;
+    }
+    /* A frame queued before our handshake would reach the peer first. */
+    if (c->state == CONN_HANDSHAKE && !(type == SL_MSG_ERROR && !c->outgoing)) {
+        rc = -EAGAIN;
         goto fail;
     }
     if (payload_len > UINT32_MAX) {

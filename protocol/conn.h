@@ -57,11 +57,12 @@ int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self
 typedef void (*sl_conn_free_fn)(const void *data, size_t len, void *extra);
 
 /**
- * Queues a frame: the message msg of type, then payload_len bytes at
+ * Queues a frame once the connection is open (on_ready, or any frame
+ * received): the message msg of type, then payload_len bytes at
  * payload. With free_fn, payload is referenced, not copied, and free_fn(payload,
  * payload_len, extra) runs when it is no longer needed (also on failure);
  * without, it is copied.
- * @return 0, SL_ETOOBIG, SL_ECLOSED, -ENOMEM
+ * @return 0, SL_ETOOBIG, SL_ECLOSED, -EAGAIN (the handshake is not done), -ENOMEM
  */
 int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra);

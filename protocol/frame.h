@@ -7,8 +7,8 @@
  * msg_len bytes, and payload_len raw bytes (batch tensors, dataset specs).
  *
  * Header, big-endian: type u16 | flags u16 | request_id u32 | msg_len u32 |
- * payload_len u32. Every length is checked against sl_limits_t before a
- * byte is allocated for it.
+ * payload_len u32. msg_len is checked against SL_MAX_MESSAGE_LEN and
+ * payload_len against sl_limits_t before a byte is allocated for either.
  */
 #ifndef SL_FRAME_H
 #define SL_FRAME_H
@@ -27,7 +27,6 @@
 /* No message of sluice.proto encodes larger than this with the bounds of
  * sluice.options; larger msg_len is a protocol violation. */
 #define SL_MAX_MESSAGE_LEN (128 * 1024)
-#define SL_DEFAULT_MAX_PAYLOAD (256u * 1024 * 1024)
 
 typedef enum sl_role {
     SL_ROLE_CLIENT = 1,     /* a trainer's libsluice */

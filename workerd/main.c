@@ -34,11 +34,13 @@ static void usage(FILE *f)
             "                           (default: the local address that reaches the dispatcher)\n"
             "  --bind HOST              protocol address to listen on (default 0.0.0.0)\n"
             "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
-            "  --data-root DIR          a directory pipelines may read below (repeatable)\n"
-            "  --threads N              pipeline threads per task for parallel ops (default 2)\n"
+            "  --data-root DIR          a directory pipelines may read below (repeatable;\n"
+            "                           checked, not used yet: no source reads files yet)\n"
+            "  --threads N              pipeline threads per task for parallel ops (default 2;\n"
+            "                           checked, not used yet: no parallel op yet)\n"
             "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
-            "  --io-engine uring|pread  how files are read (default uring, pread as fallback)\n"
+            "  --io-engine uring|pread  how files are read (checked, not used yet)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
@@ -93,6 +95,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_ADDR:
             if (sl_addr_split(optarg, host, sizeof host, &p, err, sizeof err) < 0) {
                 fprintf(stderr, "%s: --%s: %s\n", program, c == O_DISP ? "dispatcher" : "worker-address", err);
+                return -1;
+            }
+            if (strlen(optarg) >= 128) {
+                fprintf(stderr, "%s: --%s: longer than 127 bytes\n", program,
+                        c == O_DISP ? "dispatcher" : "worker-address");
                 return -1;
             }
             if (c == O_DISP)
@@ -230,8 +237,9 @@ int main(int argc, char **argv)
         goto out;
     }
     o.worker.port = (uint16_t)o.port;
-    if (sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0 ||
-        sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0) {
+    if (sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
+        (o.worker.admin_port = admin_port,
+         sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0)) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }

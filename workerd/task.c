@@ -1,10 +1,10 @@
 /*
  * task.c: see task.h.
  *
- * Pipeline thread states (the producer):
- *   RUNNING -> WAITING_ROOM (buffer full) -> RUNNING
- *   RUNNING -> WAITING_SPLIT (DYNAMIC, no split at hand) -> RUNNING
- *   RUNNING -> ENDED | FAILED | STOPPED
+ * The producer (the pipeline thread) is RUNNING, then ENDED (end of
+ * sequence) or FAILED (the pipeline's error). While RUNNING it may sleep on
+ * `wake` for room in a full buffer or, under DYNAMIC, for a split; a stop
+ * request (sl_task_free) wakes it and it exits, leaving the state RUNNING.
  * The network thread (the consumer) takes batches out and puts splits in.
  * One mutex guards everything the two share; the producer sleeps on
  * `wake`, and wakes the consumer through an event on its loop.

@@ -4,8 +4,10 @@
  * The dispatcher session moves through
  *   DISCONNECTED -> CONNECTING -> REGISTERING -> REGISTERED
  * and back to DISCONNECTED when the connection drops, after which it tries
- * again every RECONNECT_MS. While REGISTERED it heartbeats every
- * heartbeat_ms, and at once when a task finishes.
+ * again every RECONNECT_MS. A heartbeat answered with SL_ENOTFOUND (the
+ * dispatcher forgot us) goes REGISTERED -> REGISTERING; a refused
+ * registration is retried every RECONNECT_MS. While REGISTERED it
+ * heartbeats every heartbeat_ms, and at once when a task finishes.
  */
 #include "worker.h"
 
@@ -100,6 +102,7 @@ struct sl_worker {
     bool heartbeat_soon;
     struct event *heartbeat_timer;
     struct event *reconnect_timer;
+    struct event *retry_register;
 };
 
 static sl_metric_t *m_client_wait, *m_served, *m_bytes_served;
@@ -496,6 +499,7 @@ static void send_register(sl_worker_t *w)
         return;
     sluice_WorkerRegisterRequest req = sluice_WorkerRegisterRequest_init_zero;
     snprintf(req.address, sizeof req.address, "%s", w->address);
+    req.admin_port = w->cfg.admin_port;
     session_set_state(w, SESSION_REGISTERING);
     send_request(w, o, &req);
 }
@@ -536,10 +540,18 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         return;
     }
     const sluice_Error *e = hdr->type == SL_MSG_ERROR ? msg : NULL;
+    /* Every request type is followed by its response type. */
+    if (!e && hdr->type != o->type + 1) {
+        free(payload);
+        sl_conn_fail(c, SL_EPROTO, "answer %s to %s", sl_msg_name(hdr->type), sl_msg_name(o->type));
+        free(o);
+        return;
+    }
     switch (o->type) {
     case SL_MSG_WORKER_REGISTER_REQ:
         if (e) {
-            sl_log_error("dispatcher refused registration: %s", e->message);
+            sl_log_error("dispatcher refused registration: %s (retrying)", e->message);
+            event_add(w->retry_register, &(struct timeval){0, RECONNECT_MS * 1000});
             break;
         }
         w->worker_id = ((const sluice_WorkerRegisterResponse *)msg)->worker_id;
@@ -650,6 +662,15 @@ static void session_connect(sl_worker_t *w)
     }
 }
 
+static void on_retry_register(evutil_socket_t fd, short what, void *arg)
+{
+    sl_worker_t *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->session == SESSION_REGISTERING && w->disp)
+        send_register(w);
+}
+
 static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -697,7 +718,8 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
     w->listener = evconnlistener_new(base, on_accept, w, LEV_OPT_CLOSE_ON_FREE, -1, fd);
     w->heartbeat_timer = event_new(base, -1, EV_PERSIST, on_heartbeat_timer, w);
     w->reconnect_timer = evtimer_new(base, on_reconnect_timer, w);
-    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer) {
+    w->retry_register = evtimer_new(base, on_retry_register, w);
+    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register) {
         if (!w->listener)
             evutil_closesocket(fd);
         snprintf(err, errlen, "out of memory");
@@ -740,6 +762,8 @@ void sl_worker_free(sl_worker_t *w)
         event_free(w->heartbeat_timer);
     if (w->reconnect_timer)
         event_free(w->reconnect_timer);
+    if (w->retry_register)
+        event_free(w->retry_register);
     if (w->listener)
         evconnlistener_free(w->listener);
     free(w);

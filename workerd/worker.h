@@ -22,6 +22,7 @@ typedef struct sl_worker_config {
                                that reaches the dispatcher, and our port */
     const char *bind;       /* protocol listen address */
     uint16_t port;          /* 0 picks one */
+    uint16_t admin_port;    /* told to the dispatcher, for operators */
     unsigned max_tasks;
     int heartbeat_ms;       /* until the dispatcher says otherwise */
     int connect_timeout_ms;

@@ -80,7 +80,7 @@ typedef enum sl_dtype {
     SL_DTYPE_COUNT_
 } sl_dtype_t;
 
-/** Sharding policies (see docs/sharding.md), as numbered on the wire. */
+/** Sharding policies (see docs/architecture.md), as numbered on the wire. */
 typedef enum sl_sharding {
     SL_SHARDING_OFF = 0,
     SL_SHARDING_DYNAMIC = 1,

@@ -1,0 +1,1159 @@
+/*
+ * test_state.c: the dispatcher's state machine (dispatcher/state.c), driven
+ * directly with nanopb structs and a hand-moved clock: datasets, jobs,
+ * tasks, DYNAMIC splits, completion, timeouts and the counts.
+ *
+ * Each test builds its own state with start(); the suite's fini frees it and
+ * the request and response buffers, also when an assertion failed.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "state.h"
+
+#define RANGE_SPEC(stop) "{\"source\": {\"type\": \"range\", \"stop\": " #stop "}}"
+
+static sl_dstate_t *st;
+static sluice_WorkerHeartbeatRequest *wreq;
+static sluice_WorkerHeartbeatResponse *wresp;
+static sluice_ClientHeartbeatResponse *cresp;
+static sluice_GetSplitResponse *sresp;
+static char err[1024];
+
+static void suite_init(void)
+{
+    sl_log_init("test_state", -1); /* nothing: the state logs every event */
+    wreq = calloc(1, sizeof *wreq);
+    wresp = calloc(1, sizeof *wresp);
+    cresp = calloc(1, sizeof *cresp);
+    sresp = calloc(1, sizeof *sresp);
+    cr_assert(wreq && wresp && cresp && sresp);
+}
+
+static void suite_fini(void)
+{
+    sl_dstate_free(st);
+    st = NULL;
+    free(wreq);
+    free(wresp);
+    free(cresp);
+    free(sresp);
+}
+
+TestSuite(state, .init = suite_init, .fini = suite_fini);
+
+/* The defaults with small timeouts: a worker is lost after 100 ms, a client
+ * after 200 ms, a job without clients is cancelled after 500 ms. */
+static void test_config(sl_dstate_config_t *cfg)
+{
+    sl_dstate_config_init(cfg);
+    cfg->worker_timeout_ms = 100;
+    cfg->client_timeout_ms = 200;
+    cfg->job_gc_timeout_ms = 500;
+    cfg->split_size = 1000;
+}
+
+static void start(const sl_dstate_config_t *cfg)
+{
+    st = sl_dstate_new(cfg);
+    cr_assert_not_null(st);
+}
+
+static void start_default(void)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    start(&cfg);
+}
+
+static int dataset_rc(const char *json, uint64_t *id, const char **fp)
+{
+    const char *unused;
+    err[0] = '\0';
+    return sl_dstate_dataset_register(st, json, strlen(json), id, fp ? fp : &unused, err, sizeof err);
+}
+
+static uint64_t dataset(const char *json)
+{
+    uint64_t id = 0;
+    int rc = dataset_rc(json, &id, NULL);
+    cr_assert_eq(rc, 0, "register %s: %d %s", json, rc, err);
+    cr_assert_neq(id, 0);
+    return id;
+}
+
+static uint64_t worker(const char *address, int64_t now)
+{
+    uint64_t id = 0;
+    err[0] = '\0';
+    int rc = sl_dstate_worker_register(st, address, now, &id, err, sizeof err);
+    cr_assert_eq(rc, 0, "register worker %s: %d %s", address, rc, err);
+    cr_assert_neq(id, 0);
+    return id;
+}
+
+static int job_rc(uint64_t ds, const char *name, sl_sharding_t sharding, int64_t now, uint64_t *job_id,
+                  uint64_t *client_id)
+{
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = (uint32_t)sharding};
+    snprintf(req.job_name, sizeof req.job_name, "%s", name ? name : "");
+    err[0] = '\0';
+    return sl_dstate_job_get_or_create(st, &req, now, job_id, client_id, err, sizeof err);
+}
+
+static uint64_t job(uint64_t ds, const char *name, sl_sharding_t sharding, int64_t now, uint64_t *client_id)
+{
+    uint64_t job_id = 0, cid = 0;
+    int rc = job_rc(ds, name, sharding, now, &job_id, &cid);
+    cr_assert_eq(rc, 0, "get_or_create job %s: %d %s", name ? name : "(anonymous)", rc, err);
+    cr_assert_neq(job_id, 0);
+    cr_assert_neq(cid, 0);
+    if (client_id)
+        *client_id = cid;
+    return job_id;
+}
+
+/* One task report of a worker heartbeat. */
+typedef struct report {
+    uint64_t task_id;
+    sl_task_state_t state;
+    const char *error;
+} report_t;
+
+/* A worker heartbeat with n reports; the answer is in *wresp. */
+static int worker_hb(uint64_t worker_id, int64_t now, size_t n, const report_t *reports)
+{
+    memset(wreq, 0, sizeof *wreq);
+    memset(wresp, 0, sizeof *wresp);
+    cr_assert_leq(n, sizeof wreq->tasks / sizeof wreq->tasks[0]);
+    wreq->worker_id = worker_id;
+    for (size_t i = 0; i < n; i++) {
+        wreq->tasks[i].task_id = reports[i].task_id;
+        wreq->tasks[i].state = (uint32_t)reports[i].state;
+        if (reports[i].error)
+            snprintf(wreq->tasks[i].error, sizeof wreq->tasks[i].error, "%s", reports[i].error);
+    }
+    wreq->tasks_count = (pb_size_t)n;
+    err[0] = '\0';
+    return sl_dstate_worker_heartbeat(st, wreq, now, wresp, err, sizeof err);
+}
+
+/* A heartbeat that must succeed and hand the worker exactly one new task. */
+static sluice_TaskDef take_task(uint64_t worker_id, int64_t now)
+{
+    int rc = worker_hb(worker_id, now, 0, NULL);
+    cr_assert_eq(rc, 0, "worker %" PRIu64 " heartbeat: %d %s", worker_id, rc, err);
+    cr_assert_eq(wresp->new_tasks_count, 1, "worker %" PRIu64 ": %u new tasks", worker_id,
+                 (unsigned)wresp->new_tasks_count);
+    cr_assert_eq(wresp->removed_tasks_count, 0);
+    return wresp->new_tasks[0];
+}
+
+static void report(uint64_t worker_id, uint64_t task_id, sl_task_state_t state, const char *error, int64_t now)
+{
+    report_t r = {task_id, state, error};
+    int rc = worker_hb(worker_id, now, 1, &r);
+    cr_assert_eq(rc, 0, "worker %" PRIu64 " heartbeat: %d %s", worker_id, rc, err);
+}
+
+static bool removed(uint64_t task_id)
+{
+    for (pb_size_t i = 0; i < wresp->removed_tasks_count; i++)
+        if (wresp->removed_tasks[i] == task_id)
+            return true;
+    return false;
+}
+
+/* A client heartbeat; the answer is in *cresp. */
+static int client_hb(uint64_t job_id, uint64_t client_id, int64_t now)
+{
+    sluice_ClientHeartbeatRequest req = {.job_id = job_id, .client_id = client_id};
+    memset(cresp, 0, sizeof *cresp);
+    err[0] = '\0';
+    return sl_dstate_client_heartbeat(st, &req, now, cresp, err, sizeof err);
+}
+
+static uint32_t job_state(uint64_t job_id, uint64_t client_id, int64_t now)
+{
+    int rc = client_hb(job_id, client_id, now);
+    cr_assert_eq(rc, 0, "client heartbeat: %d %s", rc, err);
+    return cresp->job_state;
+}
+
+static bool client_sees_task(uint64_t task_id)
+{
+    for (pb_size_t i = 0; i < cresp->tasks_count; i++)
+        if (cresp->tasks[i].task_id == task_id)
+            return true;
+    return false;
+}
+
+/* get_splits; the answer is in *sresp. */
+static int splits(uint64_t task_id, uint64_t epoch, uint32_t max)
+{
+    sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max};
+    memset(sresp, 0, sizeof *sresp);
+    err[0] = '\0';
+    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+}
+
+static sl_dstate_stats_t stats(void)
+{
+    sl_dstate_stats_t s;
+    memset(&s, 0xff, sizeof s);
+    sl_dstate_stats(st, &s);
+    return s;
+}
+
+/* ---- datasets ---------------------------------------------------------- */
+
+Test(state, dataset_same_spec_any_key_order_or_whitespace_is_one_dataset)
+{
+    start_default();
+    const char *a = "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":4}]}";
+    const char *b = "  {\n  \"ops\" : [ { \"batch_size\" : 4 ,\t\"op\" : \"batch\" } ] ,\n"
+                    "  \"source\" : { \"stop\" : 10 , \"start\": 0, \"type\" : \"range\" }\n}\n";
+    uint64_t ida = 0, idb = 0;
+    const char *fpa = NULL, *fpb = NULL;
+    cr_assert_eq(dataset_rc(a, &ida, &fpa), 0, "%s", err);
+    cr_assert_eq(dataset_rc(b, &idb, &fpb), 0, "%s", err);
+    cr_assert_eq(ida, idb, "same spec, ids %" PRIu64 " and %" PRIu64, ida, idb);
+    cr_assert_not_null(fpa);
+    cr_assert_eq(strlen(fpa), 16);
+    cr_assert_str_eq(fpa, fpb);
+
+    const char *canon = sl_dstate_dataset_spec(st, ida);
+    cr_assert_not_null(canon);
+    cr_assert_eq(strchr(canon, ' '), NULL, "canonical form is compact: %s", canon);
+    cr_assert_not_null(strstr(canon, "\"stop\":10"), "%s", canon);
+    cr_assert_eq(stats().datasets, 1);
+
+    /* The canonical text registers as the same dataset too. */
+    char *copy = strdup(canon);
+    uint64_t idc = 0;
+    cr_assert_eq(dataset_rc(copy, &idc, NULL), 0, "%s", err);
+    free(copy);
+    cr_assert_eq(idc, ida);
+}
+
+Test(state, dataset_different_spec_gets_new_id)
+{
+    start_default();
+    uint64_t ida = 0, idb = 0;
+    const char *fpa = NULL, *fpb = NULL;
+    cr_assert_eq(dataset_rc(RANGE_SPEC(10), &ida, &fpa), 0, "%s", err);
+    cr_assert_eq(dataset_rc(RANGE_SPEC(11), &idb, &fpb), 0, "%s", err);
+    cr_assert_neq(ida, idb);
+    cr_assert_str_neq(fpa, fpb);
+    cr_assert_not_null(strstr(sl_dstate_dataset_spec(st, ida), "\"stop\":10"));
+    cr_assert_not_null(strstr(sl_dstate_dataset_spec(st, idb), "\"stop\":11"));
+    cr_assert_null(sl_dstate_dataset_spec(st, ida + idb + 100));
+    cr_assert_eq(stats().datasets, 2);
+}
+
+Test(state, dataset_bad_spec_names_the_json_path)
+{
+    start_default();
+    uint64_t id = 0;
+    cr_assert_eq(dataset_rc("{\"source\": {\"type\": \"range\", \"stop\": \"x\"}}", &id, NULL), SL_ESPEC);
+    cr_assert(strncmp(err, "$.source.stop:", 14) == 0, "err: %s", err);
+
+    cr_assert_eq(dataset_rc("{\"source\": {\"type\": \"range\", \"stop\": 5},"
+                            " \"ops\": [{\"op\": \"take\", \"count\": 1}, {\"op\": \"batch\", \"batch_size\": 0}]}",
+                            &id, NULL),
+                 SL_ESPEC);
+    cr_assert(strncmp(err, "$.ops[1].batch_size:", 20) == 0, "err: %s", err);
+
+    cr_assert_eq(dataset_rc("{\"source\": ", &id, NULL), SL_ESPEC);
+    cr_assert_neq(err[0], '\0');
+    cr_assert_eq(stats().datasets, 0, "a refused spec registers nothing");
+}
+
+Test(state, dataset_limit_is_too_big_but_known_specs_still_resolve)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_datasets = 2;
+    start(&cfg);
+    uint64_t a = dataset(RANGE_SPEC(1));
+    uint64_t b = dataset(RANGE_SPEC(2));
+    uint64_t c = 0;
+    cr_assert_eq(dataset_rc(RANGE_SPEC(3), &c, NULL), SL_ETOOBIG);
+    cr_assert_not_null(strstr(err, "2"), "err: %s", err);
+    cr_assert_eq(stats().datasets, 2);
+    /* A spec already registered is found, not refused. */
+    cr_assert_eq(dataset(RANGE_SPEC(1)), a);
+    cr_assert_eq(dataset(RANGE_SPEC(2)), b);
+}
+
+/* ---- jobs -------------------------------------------------------------- */
+
+Test(state, anonymous_jobs_are_distinct)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1, c2;
+    uint64_t j1 = job(ds, NULL, SL_SHARDING_OFF, 0, &c1);
+    uint64_t j2 = job(ds, "", SL_SHARDING_OFF, 0, &c2);
+    cr_assert_neq(j1, j2);
+    cr_assert_neq(c1, c2);
+    cr_assert_eq(stats().jobs_total, 2);
+    cr_assert_eq(stats().jobs_running, 2);
+    /* Each lease belongs to its own job. */
+    cr_assert_eq(client_hb(j1, c1, 1), 0, "%s", err);
+    cr_assert_eq(client_hb(j2, c2, 1), 0, "%s", err);
+    cr_assert_eq(client_hb(j1, c2, 1), SL_ENOTFOUND);
+}
+
+Test(state, named_job_is_shared)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1, c2;
+    uint64_t j1 = job(ds, "train", SL_SHARDING_DYNAMIC, 0, &c1);
+    uint64_t j2 = job(ds, "train", SL_SHARDING_DYNAMIC, 5, &c2);
+    cr_assert_eq(j1, j2);
+    cr_assert_neq(c1, c2);
+    cr_assert_eq(stats().jobs_total, 1);
+    cr_assert_eq(job_state(j1, c1, 6), SL_JOB_RUNNING);
+    cr_assert_eq(job_state(j1, c2, 6), SL_JOB_RUNNING);
+    /* Another name is another job. */
+    uint64_t j3 = job(ds, "eval", SL_SHARDING_DYNAMIC, 7, NULL);
+    cr_assert_neq(j3, j1);
+    cr_assert_eq(stats().jobs_total, 2);
+}
+
+Test(state, named_job_with_other_sharding_conflicts)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t j = job(ds, "train", SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t j2 = 0, c2 = 0;
+    cr_assert_eq(job_rc(ds, "train", SL_SHARDING_OFF, 1, &j2, &c2), SL_ECONFLICT);
+    cr_assert_not_null(strstr(err, "sharding dynamic, requested off"), "err: %s", err);
+    cr_assert_not_null(strstr(err, "train"), "err: %s", err);
+    cr_assert_eq(stats().jobs_total, 1);
+    /* The job itself is untouched: joining it right still works. */
+    cr_assert_eq(job(ds, "train", SL_SHARDING_DYNAMIC, 2, NULL), j);
+}
+
+Test(state, named_job_with_other_dataset_conflicts)
+{
+    start_default();
+    uint64_t a = dataset(RANGE_SPEC(100));
+    uint64_t b = dataset(RANGE_SPEC(200));
+    job(a, "train", SL_SHARDING_OFF, 0, NULL);
+    uint64_t j2 = 0, c2 = 0;
+    cr_assert_eq(job_rc(b, "train", SL_SHARDING_OFF, 1, &j2, &c2), SL_ECONFLICT);
+    char want[128];
+    snprintf(want, sizeof want, "dataset %" PRIu64 ", requested dataset %" PRIu64, a, b);
+    cr_assert_not_null(strstr(err, want), "err: %s (want %s)", err, want);
+    cr_assert_eq(stats().jobs_total, 1);
+}
+
+Test(state, job_of_unknown_dataset_is_not_found)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(ds + 1000, NULL, SL_SHARDING_OFF, 0, &j, &c), SL_ENOTFOUND);
+    char want[64];
+    snprintf(want, sizeof want, "dataset %" PRIu64 " ", ds + 1000);
+    cr_assert_not_null(strstr(err, want), "err: %s", err);
+    cr_assert_eq(job_rc(ds + 1000, "train", SL_SHARDING_OFF, 0, &j, &c), SL_ENOTFOUND);
+    cr_assert_eq(stats().jobs_total, 0);
+}
+
+Test(state, unsupported_or_unknown_policy_is_invalid)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(ds, NULL, SL_SHARDING_FILE, 0, &j, &c), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "file"), "err: %s", err);
+    cr_assert_eq(job_rc(ds, "train", SL_SHARDING_HINT, 0, &j, &c), SL_EINVAL);
+    cr_assert_eq(job_rc(ds, NULL, (sl_sharding_t)99, 0, &j, &c), SL_EINVAL);
+    cr_assert_eq(stats().jobs_total, 0);
+}
+
+Test(state, job_limit_forgets_only_ended_jobs)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_jobs = 1;
+    start(&cfg);
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t c1;
+    uint64_t j1 = job(ds, NULL, SL_SHARDING_OFF, 0, &c1);
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(ds, NULL, SL_SHARDING_OFF, 1, &j, &c), SL_ETOOBIG, "a running job is never dropped");
+
+    sluice_TaskDef t = take_task(w, 2);
+    report(w, t.task_id, SL_TASK_DONE, NULL, 3);
+    cr_assert_eq(job_state(j1, c1, 4), SL_JOB_FINISHED);
+    uint64_t j2 = job(ds, NULL, SL_SHARDING_OFF, 5, NULL);
+    cr_assert_neq(j2, j1);
+    cr_assert_eq(stats().jobs_total, 1);
+    cr_assert_eq(client_hb(j1, c1, 6), SL_ENOTFOUND, "the finished job was forgotten");
+}
+
+Test(state, clients_per_job_limit)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_clients_per_job = 2;
+    start(&cfg);
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1;
+    uint64_t j1 = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
+    job(ds, "train", SL_SHARDING_OFF, 0, NULL);
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(ds, "train", SL_SHARDING_OFF, 0, &j, &c), SL_ETOOBIG);
+    /* A released lease makes room. */
+    cr_assert_eq(sl_dstate_client_release(st, j1, c1, 1), 0);
+    cr_assert_eq(job(ds, "train", SL_SHARDING_OFF, 2, NULL), j1);
+}
+
+/* ---- tasks ------------------------------------------------------------- */
+
+Test(state, each_live_worker_gets_one_task_of_a_new_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w[3] = {worker("10.0.0.1:5060", 0), worker("10.0.0.2:5060", 0), worker("10.0.0.3:5060", 0)};
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 1, &c);
+
+    sluice_TaskDef t[3];
+    bool index_seen[3] = {false, false, false};
+    for (int i = 0; i < 3; i++) {
+        t[i] = take_task(w[i], 2);
+        cr_assert_eq(t[i].job_id, j);
+        cr_assert_eq(t[i].dataset_id, ds);
+        cr_assert_eq(t[i].sharding, SL_SHARDING_DYNAMIC);
+        cr_assert_eq(t[i].num_workers, 3);
+        cr_assert_lt(t[i].worker_index, 3);
+        cr_assert_not(index_seen[t[i].worker_index], "worker_index %u twice", t[i].worker_index);
+        index_seen[t[i].worker_index] = true;
+        for (int k = 0; k < i; k++)
+            cr_assert_neq(t[i].task_id, t[k].task_id);
+    }
+
+    /* The client sees the same three tasks, with their workers. */
+    cr_assert_eq(client_hb(j, c, 3), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 3);
+    for (int i = 0; i < 3; i++) {
+        const sluice_TaskInfo *ti = NULL;
+        for (pb_size_t k = 0; k < cresp->tasks_count; k++)
+            if (cresp->tasks[k].task_id == t[i].task_id)
+                ti = &cresp->tasks[k];
+        cr_assert_not_null(ti, "task %" PRIu64 " missing", t[i].task_id);
+        cr_assert_eq(ti->worker_id, w[i]);
+        char addr[32];
+        snprintf(addr, sizeof addr, "10.0.0.%d:5060", i + 1);
+        cr_assert_str_eq(ti->worker_address, addr);
+    }
+}
+
+Test(state, task_is_resent_until_reported_then_not)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_OFF, 0, NULL);
+    sluice_TaskDef t = take_task(w, 1);
+    /* The answer may have been lost: without a report the task goes out again. */
+    sluice_TaskDef again = take_task(w, 2);
+    cr_assert_eq(again.task_id, t.task_id);
+    /* Reported: not again, and not removed while the job runs. */
+    report(w, t.task_id, SL_TASK_RUNNING, NULL, 3);
+    cr_assert_eq(wresp->new_tasks_count, 0);
+    cr_assert_eq(wresp->removed_tasks_count, 0);
+    report(w, t.task_id, SL_TASK_RUNNING, NULL, 4);
+    cr_assert_eq(wresp->new_tasks_count, 0);
+    cr_assert_eq(wresp->removed_tasks_count, 0);
+    /* A heartbeat that leaves the running task out does not get it again either. */
+    cr_assert_eq(worker_hb(w, 5, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 0);
+}
+
+Test(state, worker_gets_one_task_per_running_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t j1 = job(ds, NULL, SL_SHARDING_OFF, 0, NULL);
+    uint64_t j2 = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    cr_assert_eq(worker_hb(w, 1, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 2);
+    const sluice_TaskDef *a = &wresp->new_tasks[0], *b = &wresp->new_tasks[1];
+    cr_assert((a->job_id == j1 && b->job_id == j2) || (a->job_id == j2 && b->job_id == j1));
+    cr_assert_eq(a->job_id == j1 ? a->sharding : b->sharding, SL_SHARDING_OFF);
+    cr_assert_eq(a->job_id == j2 ? a->sharding : b->sharding, SL_SHARDING_DYNAMIC);
+    cr_assert_neq(a->task_id, b->task_id);
+}
+
+Test(state, worker_joining_a_running_job_gets_a_task)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, "train", SL_SHARDING_DYNAMIC, 0, &c);
+    sluice_TaskDef t1 = take_task(w1, 1);
+    cr_assert_eq(t1.num_workers, 1);
+
+    uint64_t w2 = worker("w:2", 2);
+    sluice_TaskDef t2 = take_task(w2, 3);
+    cr_assert_eq(t2.job_id, j);
+    cr_assert_eq(t2.dataset_id, ds);
+    cr_assert_eq(t2.sharding, SL_SHARDING_DYNAMIC);
+    cr_assert_neq(t2.task_id, t1.task_id);
+    cr_assert_neq(t2.worker_index, t1.worker_index);
+    cr_assert_eq(t2.num_workers, 2);
+    cr_assert_eq(client_hb(j, c, 4), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 2);
+    cr_assert(client_sees_task(t2.task_id));
+}
+
+Test(state, worker_joining_after_the_job_ended_gets_nothing)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef t = take_task(w1, 1);
+    report(w1, t.task_id, SL_TASK_DONE, NULL, 2);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_FINISHED);
+    uint64_t w2 = worker("w:2", 4);
+    cr_assert_eq(worker_hb(w2, 5, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 0);
+    cr_assert_eq(client_hb(j, c, 6), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 1);
+}
+
+/* ---- DYNAMIC splits ---------------------------------------------------- */
+
+/* Drains one epoch with two tasks taking turns, max 3 splits a call, and
+ * checks that the splits tile [0, total) once: split_size each, the last
+ * short. Split ids go to ids[*nids]. */
+static void drain_epoch(uint64_t t1, uint64_t t2, uint64_t epoch, uint64_t total, uint64_t split_size,
+                        uint64_t *ids, unsigned *nids)
+{
+    uint64_t next = 0;
+    int calls = 0;
+    for (;;) {
+        cr_assert_lt(calls, 100, "epoch %" PRIu64 " never ends", epoch);
+        uint64_t task = calls++ % 2 ? t2 : t1;
+        int rc = splits(task, epoch, 3);
+        cr_assert_eq(rc, 0, "get_splits epoch %" PRIu64 ": %d %s", epoch, rc, err);
+        cr_assert_eq(sresp->epoch, epoch);
+        if (sresp->end_of_epoch) {
+            cr_assert_eq(sresp->splits_count, 0);
+            break;
+        }
+        uint64_t left = (total - next + split_size - 1) / split_size;
+        cr_assert_eq(sresp->splits_count, left < 3 ? left : 3, "%u splits with %" PRIu64 " left",
+                     (unsigned)sresp->splits_count, left);
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            const sluice_Split *s = &sresp->splits[i];
+            cr_assert_eq(s->begin, next, "split [%" PRIu64 ", %" PRIu64 ") after %" PRIu64, s->begin, s->end, next);
+            uint64_t want = total - next < split_size ? total - next : split_size;
+            cr_assert_eq(s->end - s->begin, want, "split [%" PRIu64 ", %" PRIu64 ")", s->begin, s->end);
+            next = s->end;
+            for (unsigned k = 0; k < *nids; k++)
+                cr_assert_neq(ids[k], s->split_id, "split id %" PRIu64 " twice", s->split_id);
+            ids[(*nids)++] = s->split_id;
+        }
+    }
+    cr_assert_eq(next, total, "epoch %" PRIu64 " covered [0, %" PRIu64 ")", epoch, next);
+    /* Both tasks now hear the end of this epoch. */
+    cr_assert_eq(splits(t1, epoch, 3), 0);
+    cr_assert(sresp->end_of_epoch);
+    cr_assert_eq(sresp->splits_count, 0);
+    cr_assert_eq(splits(t2, epoch, 3), 0);
+    cr_assert(sresp->end_of_epoch);
+}
+
+Test(state, dynamic_splits_tile_each_epoch_exactly_once)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(10500));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+
+    uint64_t ids[64];
+    unsigned nids = 0;
+    drain_epoch(t1, t2, 0, 10500, 1000, ids, &nids);
+    cr_assert_eq(nids, 11);
+    drain_epoch(t1, t2, 1, 10500, 1000, ids, &nids);
+    cr_assert_eq(nids, 22, "split ids are unique across epochs");
+    drain_epoch(t2, t1, 2, 10500, 1000, ids, &nids);
+    cr_assert_eq(nids, 33);
+}
+
+Test(state, dynamic_epochs_open_in_order)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(10500));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+
+    cr_assert_eq(splits(t1, 0, 1), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 1);
+    cr_assert_eq(sresp->splits[0].begin, 0);
+    cr_assert_eq(sresp->splits[0].end, 1000);
+
+    /* Epoch 1 does not open while epoch 0 has splits left... */
+    cr_assert_eq(splits(t2, 1, 1), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "epoch 0"), "err: %s", err);
+    /* ...nor does any later one... */
+    cr_assert_eq(splits(t2, 2, 1), SL_EINVAL);
+    /* ...and asking did not disturb epoch 0. */
+    cr_assert_eq(splits(t2, 0, 64), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 10);
+    cr_assert_eq(sresp->splits[0].begin, 1000);
+    cr_assert_eq(sresp->splits[9].begin, 10000);
+    cr_assert_eq(sresp->splits[9].end, 10500);
+    cr_assert_not(sresp->end_of_epoch);
+
+    /* Epoch 0 ran out: epoch 1 opens from the start. */
+    cr_assert_eq(splits(t1, 1, 2), 0, "%s", err);
+    cr_assert_eq(sresp->epoch, 1);
+    cr_assert_eq(sresp->splits_count, 2);
+    cr_assert_eq(sresp->splits[0].begin, 0);
+    cr_assert_eq(sresp->splits[1].end, 2000);
+
+    /* A task still in epoch 0 hears that it ended. */
+    cr_assert_eq(splits(t2, 0, 4), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+    cr_assert_eq(sresp->epoch, 0);
+    cr_assert_eq(sresp->splits_count, 0);
+
+    /* epoch + 2 is refused, epoch + 1 before epoch 1 ran out too. */
+    cr_assert_eq(splits(t1, 3, 1), SL_EINVAL);
+    cr_assert_eq(splits(t1, 2, 1), SL_EINVAL);
+    cr_assert_eq(splits(t2, 1, 1), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 1);
+    cr_assert_eq(sresp->splits[0].begin, 2000, "epoch 1 carries on where it was");
+}
+
+Test(state, dynamic_split_count_bounds_and_element_count)
+{
+    start_default();
+    /* range(0, 30000, 3) yields 10000 elements: splits count elements, not values. */
+    uint64_t small = dataset("{\"source\": {\"type\": \"range\", \"stop\": 30000, \"step\": 3}}");
+    uint64_t big = dataset(RANGE_SPEC(100000));
+    uint64_t w = worker("w:1", 0);
+    uint64_t js = job(small, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    job(big, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    cr_assert_eq(worker_hb(w, 1, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 2);
+    uint64_t ts = wresp->new_tasks[0].job_id == js ? wresp->new_tasks[0].task_id : wresp->new_tasks[1].task_id;
+    uint64_t tb = wresp->new_tasks[0].job_id == js ? wresp->new_tasks[1].task_id : wresp->new_tasks[0].task_id;
+
+    /* max_splits 0 means one. */
+    cr_assert_eq(splits(ts, 0, 0), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 1);
+    cr_assert_eq(splits(ts, 0, 64), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 9);
+    cr_assert_eq(sresp->splits[8].end, 10000);
+
+    /* More than a response holds is cut to what it holds. */
+    cr_assert_eq(splits(tb, 0, 1000), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, sizeof sresp->splits / sizeof sresp->splits[0]);
+    cr_assert_eq(sresp->splits[63].end, 64000);
+    cr_assert_eq(splits(tb, 0, 1000), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 36);
+    cr_assert_eq(sresp->splits[35].end, 100000);
+}
+
+Test(state, splits_of_a_non_dynamic_job_or_unknown_task_are_refused)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(10500));
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_OFF, 0, NULL);
+    sluice_TaskDef t = take_task(w, 1);
+    cr_assert_eq(splits(t.task_id, 0, 1), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "DYNAMIC"), "err: %s", err);
+    cr_assert_eq(sresp->splits_count, 0);
+    cr_assert_eq(splits(t.task_id + 1000, 0, 1), SL_ENOTFOUND);
+}
+
+Test(state, splits_of_an_ended_job_are_end_of_epoch)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(10500));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+    report(w1, t1, SL_TASK_FAILED, "boom", 2);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_FAILED);
+    cr_assert_eq(splits(t2, 0, 4), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+    cr_assert_eq(sresp->splits_count, 0);
+}
+
+/* ---- completion -------------------------------------------------------- */
+
+Test(state, job_finishes_only_when_every_task_is_done)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w[3] = {worker("w:1", 0), worker("w:2", 0), worker("w:3", 0)};
+    uint64_t c;
+    uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c);
+    uint64_t t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = take_task(w[i], 1).task_id;
+        report(w[i], t[i], SL_TASK_RUNNING, NULL, 2);
+    }
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING);
+    report(w[0], t[0], SL_TASK_DONE, NULL, 4);
+    cr_assert_eq(wresp->removed_tasks_count, 0, "the job still runs");
+    cr_assert_eq(job_state(j, c, 5), SL_JOB_RUNNING);
+    report(w[1], t[1], SL_TASK_DONE, NULL, 6);
+    report(w[2], t[2], SL_TASK_RUNNING, NULL, 6);
+    cr_assert_eq(job_state(j, c, 7), SL_JOB_RUNNING);
+    cr_assert_eq(stats().jobs_running, 1);
+    report(w[2], t[2], SL_TASK_DONE, NULL, 8);
+    cr_assert_eq(job_state(j, c, 9), SL_JOB_FINISHED);
+    cr_assert_eq(cresp->error[0], '\0');
+    cr_assert_eq(stats().jobs_running, 0);
+    cr_assert_eq(stats().jobs_total, 1);
+
+    /* Each worker's next report of its task gets it removed. */
+    for (int i = 0; i < 3; i++) {
+        report(w[i], t[i], SL_TASK_DONE, NULL, 10);
+        cr_assert(removed(t[i]), "worker %d: task not removed", i);
+        cr_assert_eq(wresp->removed_tasks_count, 1);
+        cr_assert_eq(wresp->new_tasks_count, 0);
+    }
+}
+
+Test(state, task_done_before_its_first_report_finishes_the_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef t = take_task(w, 1);
+    report(w, t.task_id, SL_TASK_DONE, NULL, 2); /* ASSIGNED -> DONE */
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_FINISHED);
+}
+
+Test(state, failed_task_fails_the_job_with_the_workers_message)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("10.1.1.1:5060", 0), w2 = worker("10.1.1.2:5060", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+    report(w2, t2, SL_TASK_RUNNING, NULL, 2);
+    const char *msg = "tfrecord: data crc mismatch in /data/a.tfrecord at offset 7735 (record 7)";
+    report(w1, t1, SL_TASK_FAILED, msg, 3);
+
+    cr_assert_eq(job_state(j, c, 4), SL_JOB_FAILED);
+    cr_assert_not_null(strstr(cresp->error, msg), "error: %s", cresp->error);
+    cr_assert_not_null(strstr(cresp->error, "10.1.1.1:5060"), "error names the worker: %s", cresp->error);
+    cr_assert_eq(stats().jobs_running, 0);
+
+    /* Both workers are told to drop their tasks; a late DONE changes nothing. */
+    report(w1, t1, SL_TASK_FAILED, msg, 5);
+    cr_assert(removed(t1));
+    report(w2, t2, SL_TASK_DONE, NULL, 5);
+    cr_assert(removed(t2));
+    cr_assert_eq(job_state(j, c, 6), SL_JOB_FAILED);
+}
+
+Test(state, reports_of_foreign_or_unknown_tasks_are_removed)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t1 = take_task(w1, 1).task_id;
+    uint64_t t2 = take_task(w2, 1).task_id;
+    /* w2 claims w1's task done, and an unknown task. */
+    report_t r[2] = {{t1, SL_TASK_DONE, NULL}, {987654, SL_TASK_RUNNING, NULL}};
+    cr_assert_eq(worker_hb(w2, 2, 2, r), 0, "%s", err);
+    cr_assert(removed(t1));
+    cr_assert(removed(987654));
+    cr_assert_eq(wresp->new_tasks_count, 1, "its own task is still to start");
+    cr_assert_eq(wresp->new_tasks[0].task_id, t2);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING, "another worker cannot finish w1's task");
+}
+
+/* ---- timeouts ---------------------------------------------------------- */
+
+Test(state, silent_worker_is_lost_and_the_job_finishes_without_it)
+{
+    start_default(); /* worker_timeout_ms 100 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0), w3 = worker("w:3", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t1 = take_task(w1, 10).task_id, t2 = take_task(w2, 10).task_id, t3 = take_task(w3, 10).task_id;
+    report(w1, t1, SL_TASK_RUNNING, NULL, 80);
+    report(w2, t2, SL_TASK_RUNNING, NULL, 80);
+
+    sl_dstate_tick(st, 110); /* w3: 100 ms since its heartbeat, not more */
+    cr_assert_eq(stats().workers_live, 3);
+    sl_dstate_tick(st, 111);
+    cr_assert_eq(stats().workers_live, 2);
+
+    cr_assert_eq(worker_hb(w3, 112, 0, NULL), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "register again"), "err: %s", err);
+    cr_assert_eq(client_hb(j, c, 112), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 2);
+    cr_assert(client_sees_task(t1));
+    cr_assert(client_sees_task(t2));
+    cr_assert_not(client_sees_task(t3));
+
+    report(w1, t1, SL_TASK_DONE, NULL, 120);
+    cr_assert_eq(job_state(j, c, 121), SL_JOB_RUNNING);
+    report(w2, t2, SL_TASK_DONE, NULL, 130);
+    cr_assert_eq(job_state(j, c, 131), SL_JOB_FINISHED);
+}
+
+Test(state, losing_the_last_unfinished_task_finishes_the_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t1 = take_task(w1, 1).task_id;
+    take_task(w2, 1);
+    report(w1, t1, SL_TASK_DONE, NULL, 90);
+    cr_assert_eq(job_state(j, c, 90), SL_JOB_RUNNING);
+    sl_dstate_tick(st, 102); /* w2 lost, w1 heard at 90 */
+    cr_assert_eq(stats().workers_live, 1);
+    cr_assert_eq(job_state(j, c, 103), SL_JOB_FINISHED);
+    cr_assert_eq(cresp->tasks_count, 1);
+    cr_assert_eq(cresp->tasks[0].task_id, t1);
+}
+
+Test(state, restart_of_the_last_unfinished_worker_finishes_the_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t1 = take_task(w1, 1).task_id;
+    take_task(w2, 1);
+    report(w1, t1, SL_TASK_DONE, NULL, 2);
+    uint64_t w2b = worker("w:2", 3);
+    cr_assert_eq(job_state(j, c, 4), SL_JOB_FINISHED);
+    cr_assert_eq(worker_hb(w2b, 5, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 0, "a finished job has no task for the restarted worker");
+}
+
+Test(state, report_with_an_unknown_state_still_acknowledges_the_task)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef t = take_task(w, 1);
+    report(w, t.task_id, (sl_task_state_t)7, NULL, 2);
+    cr_assert_eq(wresp->new_tasks_count, 0, "the worker has the task: it is not sent again");
+    cr_assert_eq(wresp->removed_tasks_count, 0);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING);
+    report(w, t.task_id, SL_TASK_DONE, NULL, 4);
+    cr_assert_eq(job_state(j, c, 5), SL_JOB_FINISHED);
+}
+
+Test(state, job_whose_tasks_are_all_lost_waits_for_a_new_worker)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    take_task(w1, 1);
+    sl_dstate_tick(st, 150);
+    cr_assert_eq(stats().workers_live, 0);
+    cr_assert_eq(job_state(j, c, 150), SL_JOB_RUNNING, "no task finished: the job is not done");
+    cr_assert_eq(cresp->tasks_count, 0);
+    uint64_t w2 = worker("w:2", 160);
+    sluice_TaskDef t = take_task(w2, 161);
+    cr_assert_eq(t.job_id, j);
+    report(w2, t.task_id, SL_TASK_DONE, NULL, 170);
+    cr_assert_eq(job_state(j, c, 171), SL_JOB_FINISHED);
+}
+
+Test(state, client_without_heartbeat_loses_its_lease)
+{
+    start_default(); /* client_timeout_ms 200 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1, c2;
+    uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
+    job(ds, "train", SL_SHARDING_OFF, 0, &c2);
+    cr_assert_eq(client_hb(j, c1, 150), 0, "%s", err);
+    cr_assert_eq(client_hb(j, c2, 300), 0, "%s", err);
+    sl_dstate_tick(st, 350); /* c1: 200 ms, not more */
+    cr_assert_eq(client_hb(j, c1, 350), 0, "%s", err);
+    sl_dstate_tick(st, 551); /* c1: 201 ms; c2: 251 ms */
+    cr_assert_eq(client_hb(j, c1, 551), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "expired"), "err: %s", err);
+    cr_assert_eq(client_hb(j, c2, 551), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "expired"), "err: %s", err);
+}
+
+Test(state, heartbeating_client_keeps_its_lease_and_job)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    for (int64_t now = 100; now <= 5000; now += 100) {
+        cr_assert_eq(client_hb(j, c, now), 0, "at %" PRId64 ": %s", now, err);
+        sl_dstate_tick(st, now + 50);
+    }
+    cr_assert_eq(job_state(j, c, 5100), SL_JOB_RUNNING);
+    cr_assert_eq(stats().jobs_running, 1);
+}
+
+Test(state, job_without_clients_is_cancelled_after_gc_timeout)
+{
+    start_default(); /* job_gc_timeout_ms 500 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
+    uint64_t t = take_task(w, 1).task_id;
+    cr_assert_eq(sl_dstate_client_release(st, j, c, 10), 0);
+
+    report(w, t, SL_TASK_RUNNING, NULL, 500);
+    sl_dstate_tick(st, 510); /* idle 500 ms, not more */
+    cr_assert_eq(stats().jobs_running, 1);
+    report(w, t, SL_TASK_RUNNING, NULL, 510);
+    cr_assert_eq(wresp->removed_tasks_count, 0);
+
+    sl_dstate_tick(st, 511);
+    cr_assert_eq(stats().jobs_running, 0);
+    cr_assert_eq(stats().jobs_total, 1);
+    report(w, t, SL_TASK_RUNNING, NULL, 512);
+    cr_assert(removed(t), "the cancelled job's task is dropped");
+    cr_assert_eq(splits(t, 0, 1), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch, "a cancelled job hands out no splits");
+}
+
+Test(state, job_whose_client_expired_is_cancelled_after_gc_timeout)
+{
+    start_default(); /* client 200 ms, gc 500 ms */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c;
+    uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c);
+    sl_dstate_tick(st, 201); /* the lease ends here: idle from 201 */
+    cr_assert_eq(client_hb(j, c, 201), SL_ENOTFOUND);
+    sl_dstate_tick(st, 701);
+    cr_assert_eq(stats().jobs_running, 1);
+    sl_dstate_tick(st, 702);
+    cr_assert_eq(stats().jobs_running, 0);
+}
+
+Test(state, client_joining_an_idle_job_saves_it)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1;
+    uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
+    cr_assert_eq(sl_dstate_client_release(st, j, c1, 0), 0);
+    sl_dstate_tick(st, 400);
+    uint64_t c2;
+    cr_assert_eq(job(ds, "train", SL_SHARDING_OFF, 450, &c2), j);
+    sl_dstate_tick(st, 600); /* 600 ms since the first left, but a client is there */
+    cr_assert_eq(job_state(j, c2, 600), SL_JOB_RUNNING);
+}
+
+Test(state, release_ends_a_lease_and_unknown_ones_are_not_found)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c1, c2;
+    uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
+    job(ds, "train", SL_SHARDING_OFF, 0, &c2);
+    cr_assert_eq(sl_dstate_client_release(st, j, c1, 1), 0);
+    cr_assert_eq(client_hb(j, c1, 2), SL_ENOTFOUND);
+    cr_assert_eq(client_hb(j, c2, 2), 0, "the other lease stays: %s", err);
+    cr_assert_eq(sl_dstate_client_release(st, j, c1, 3), SL_ENOTFOUND);
+    cr_assert_eq(sl_dstate_client_release(st, j, 424242, 3), SL_ENOTFOUND);
+    cr_assert_eq(sl_dstate_client_release(st, j + 1000, c2, 3), SL_ENOTFOUND);
+    cr_assert_eq(client_hb(j + 1000, c2, 3), SL_ENOTFOUND);
+    cr_assert_eq(sl_dstate_client_release(st, j, c2, 4), 0);
+}
+
+/* ---- workers ----------------------------------------------------------- */
+
+Test(state, same_address_again_loses_the_old_worker)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t old = worker("10.0.0.9:5060", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    uint64_t t_old = take_task(old, 1).task_id;
+
+    uint64_t fresh = worker("10.0.0.9:5060", 2);
+    cr_assert_neq(fresh, old);
+    cr_assert_eq(worker_hb(old, 3, 0, NULL), SL_ENOTFOUND);
+    cr_assert_eq(stats().workers_live, 1);
+
+    sluice_TaskDef t = take_task(fresh, 3);
+    cr_assert_neq(t.task_id, t_old);
+    cr_assert_eq(t.job_id, j);
+    cr_assert_eq(client_hb(j, c, 4), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 1);
+    cr_assert_eq(cresp->tasks[0].task_id, t.task_id);
+    cr_assert_eq(cresp->tasks[0].worker_id, fresh);
+    cr_assert_eq(cresp->job_state, SL_JOB_RUNNING);
+}
+
+Test(state, worker_limit_counts_live_workers_only)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_workers = 2;
+    start(&cfg);
+    uint64_t w1 = worker("w:1", 0);
+    worker("w:2", 50);
+    uint64_t id = 0;
+    cr_assert_eq(sl_dstate_worker_register(st, "w:3", 60, &id, err, sizeof err), SL_ETOOBIG);
+    cr_assert_not_null(strstr(err, "w:3"), "err: %s", err);
+    /* A restart of a known address is no new worker. */
+    uint64_t w2b = worker("w:2", 70);
+    sl_dstate_tick(st, 101); /* w1 lost */
+    cr_assert_eq(worker_hb(w1, 101, 0, NULL), SL_ENOTFOUND);
+    uint64_t w3 = worker("w:3", 102);
+    cr_assert_neq(w3, w1);
+    cr_assert_eq(stats().workers_live, 2);
+    cr_assert_eq(worker_hb(w2b, 103, 0, NULL), 0, "%s", err);
+    cr_assert_eq(worker_hb(w3, 103, 0, NULL), 0, "%s", err);
+}
+
+Test(state, unknown_worker_heartbeat_is_not_found)
+{
+    start_default();
+    cr_assert_eq(worker_hb(77, 0, 0, NULL), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "77"), "err: %s", err);
+}
+
+/* ---- counts ------------------------------------------------------------ */
+
+Test(state, stats_count_live_workers_datasets_and_jobs)
+{
+    start_default();
+    sl_dstate_stats_t s = stats();
+    cr_assert_eq(s.workers_live, 0);
+    cr_assert_eq(s.datasets, 0);
+    cr_assert_eq(s.jobs_running, 0);
+    cr_assert_eq(s.jobs_total, 0);
+
+    uint64_t a = dataset(RANGE_SPEC(10)), b = dataset(RANGE_SPEC(20));
+    dataset(RANGE_SPEC(10));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c1, c2;
+    uint64_t j1 = job(a, NULL, SL_SHARDING_OFF, 0, &c1);
+    job(b, "train", SL_SHARDING_DYNAMIC, 0, &c2);
+    job(b, "train", SL_SHARDING_DYNAMIC, 0, NULL);
+    s = stats();
+    cr_assert_eq(s.workers_live, 2);
+    cr_assert_eq(s.datasets, 2);
+    cr_assert_eq(s.jobs_running, 2);
+    cr_assert_eq(s.jobs_total, 2);
+
+    /* Finish j1: both workers report its task done. */
+    cr_assert_eq(worker_hb(w1, 10, 0, NULL), 0, "%s", err);
+    report_t r1 = {wresp->new_tasks[0].job_id == j1 ? wresp->new_tasks[0].task_id : wresp->new_tasks[1].task_id,
+                   SL_TASK_DONE, NULL};
+    cr_assert_eq(worker_hb(w2, 10, 0, NULL), 0, "%s", err);
+    report_t r2 = {wresp->new_tasks[0].job_id == j1 ? wresp->new_tasks[0].task_id : wresp->new_tasks[1].task_id,
+                   SL_TASK_DONE, NULL};
+    cr_assert_eq(worker_hb(w1, 20, 1, &r1), 0, "%s", err);
+    cr_assert_eq(worker_hb(w2, 20, 1, &r2), 0, "%s", err);
+    s = stats();
+    cr_assert_eq(s.jobs_running, 1);
+    cr_assert_eq(s.jobs_total, 2);
+
+    sl_dstate_tick(st, 110); /* w1 and w2 heard at 20: not lost yet */
+    cr_assert_eq(stats().workers_live, 2);
+    cr_assert_eq(worker_hb(w2, 110, 0, NULL), 0, "%s", err);
+    sl_dstate_tick(st, 121);
+    s = stats();
+    cr_assert_eq(s.workers_live, 1);
+    cr_assert_eq(s.datasets, 2);
+}
+
+Test(state, config_is_copied)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_workers = 3;
+    start(&cfg);
+    cfg.max_workers = 99;
+    const sl_dstate_config_t *got = sl_dstate_config(st);
+    cr_assert_eq(got->max_workers, 3);
+    cr_assert_eq(got->worker_timeout_ms, 100);
+    cr_assert_eq(got->split_size, 1000);
+
+    sl_dstate_config_t def;
+    sl_dstate_config_init(&def);
+    cr_assert_gt(def.worker_timeout_ms, 0);
+    cr_assert_gt(def.client_timeout_ms, 0);
+    cr_assert_gt(def.job_gc_timeout_ms, 0);
+    cr_assert_gt(def.split_size, 0);
+    cr_assert_gt(def.max_workers, 0);
+    cr_assert_gt(def.max_datasets, 0);
+    cr_assert_gt(def.max_jobs, 0);
+    cr_assert_gt(def.max_clients_per_job, 0);
+}
+
+/* ---- bugs -------------------------------------------------------------- */
+
+/*
+ * Regression: jobs once pointed into the datasets array, which grow()
+ * reallocs; registering a 9th dataset left every older job with a dangling
+ * pointer (wrong dataset ids in heartbeats, freed cardinality in
+ * get_splits, SL_ECONFLICT when joining the job by name).
+ */
+Test(state, job_survives_registration_of_more_datasets)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(10500));
+    uint64_t w = worker("w:1", 0);
+    uint64_t j = job(ds, "train", SL_SHARDING_DYNAMIC, 0, NULL);
+    for (int i = 1; i <= 8; i++) {
+        char spec[128];
+        snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %d}}", i);
+        dataset(spec);
+    }
+    cr_assert_eq(stats().datasets, 9);
+
+    sluice_TaskDef t = take_task(w, 1);
+    cr_assert_eq(t.dataset_id, ds);
+    cr_assert_eq(splits(t.task_id, 0, 64), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 11);
+    cr_assert_eq(sresp->splits[10].end, 10500);
+    uint64_t j2 = 0, c2 = 0;
+    int rc = job_rc(ds, "train", SL_SHARDING_DYNAMIC, 2, &j2, &c2);
+    cr_assert_eq(rc, 0, "joining the job on its own dataset: %d %s", rc, err);
+    cr_assert_eq(j2, j);
+}
