@@ -1,0 +1,899 @@
+/*
+ * test_image.c: the image kernels (workerd/image.c): JPEG decoding of
+ * images encoded here with tjCompress2, bilinear resize against values
+ * computed by hand and against TensorFlow's per-pixel formula, crops,
+ * flips, the random ops' determinism, normalize and the casts.
+ *
+ * Buffers handed to the kernels are malloc'd to their exact length, so that
+ * AddressSanitizer catches any access past the end.
+ */
+#include <criterion/criterion.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <turbojpeg.h>
+
+#include "image.h"
+
+static char err[256];
+
+/* xorshift64*: test data that is the same on every run. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+static uint8_t *xmalloc(size_t n)
+{
+    uint8_t *p = malloc(n ? n : 1);
+    cr_assert_not_null(p);
+    return p;
+}
+
+static uint8_t *random_image(sl_image_shape_t s)
+{
+    uint8_t *p = xmalloc(s.h * s.w * s.c);
+    for (size_t i = 0; i < s.h * s.w * s.c; i++)
+        p[i] = (uint8_t)(rng() >> 56);
+    return p;
+}
+
+/* A smooth color image (gradients and a soft ring) that JPEG keeps well. */
+static uint8_t *smooth_image(size_t h, size_t w, size_t c)
+{
+    uint8_t *p = xmalloc(h * w * c);
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x++) {
+            double dx = (double)x - w / 2.0, dy = (double)y - h / 2.0;
+            double ring = 60.0 * (1.0 - (dx * dx + dy * dy) / (double)(w * w / 4 + h * h / 4));
+            uint8_t *px = p + (y * w + x) * c;
+            px[0] = (uint8_t)(20 + 200 * x / w);
+            if (c == 3) {
+                px[1] = (uint8_t)(30 + 180 * y / h);
+                px[2] = (uint8_t)(100 + ring);
+            }
+        }
+    return p;
+}
+
+/* Encodes an image with TurboJPEG at quality 95; 4:4:4 for color.
+ * @return the JPEG (free with tjFree), its size in *len */
+static uint8_t *encode_flags(const uint8_t *img, size_t h, size_t w, size_t c, int flags, unsigned long *len)
+{
+    tjhandle tj = tjInitCompress();
+    cr_assert_not_null(tj);
+    unsigned char *jpeg = NULL;
+    *len = 0;
+    int rc = tjCompress2(tj, img, (int)w, 0, (int)h, c == 3 ? TJPF_RGB : TJPF_GRAY, &jpeg, len,
+                         c == 3 ? TJSAMP_444 : TJSAMP_GRAY, 95, TJFLAG_ACCURATEDCT | flags);
+    cr_assert_eq(rc, 0, "tjCompress2: %s", tjGetErrorStr2(tj));
+    tjDestroy(tj);
+    return jpeg;
+}
+
+static uint8_t *encode(const uint8_t *img, size_t h, size_t w, size_t c, unsigned long *len)
+{
+    return encode_flags(img, h, w, c, 0, len);
+}
+
+static sl_image_decoder_t *new_decoder(void)
+{
+    sl_image_decoder_t *dec = NULL;
+    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof(err)), 0, "%s", err);
+    cr_assert_not_null(dec);
+    return dec;
+}
+
+static void max_mean_error(const uint8_t *a, const uint8_t *b, size_t n, int *max, double *mean)
+{
+    long sum = 0;
+    *max = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)a[i] - (int)b[i]);
+        sum += d;
+        if (d > *max)
+            *max = d;
+    }
+    *mean = (double)sum / (double)n;
+}
+
+/* ---- JPEG ---- */
+
+Test(image_jpeg, color_round_trip)
+{
+    size_t h = 48, w = 64;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+
+    for (int channels = 0; channels <= 3; channels += 3) {
+        uint8_t *out = NULL;
+        sl_image_shape_t s = {0, 0, 0};
+        int rc = sl_image_decode_jpeg(dec, jpeg, len, channels, SIZE_MAX, &out, &s, err, sizeof(err));
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert_eq(s.h, h);
+        cr_assert_eq(s.w, w);
+        cr_assert_eq(s.c, 3);
+        int max;
+        double mean;
+        max_mean_error(img, out, h * w * 3, &max, &mean);
+        cr_assert_leq(max, 6, "max error %d", max);
+        cr_assert_lt(mean, 1.5, "mean error %f", mean);
+        free(out);
+    }
+    sl_image_decoder_free(dec);
+    tjFree(jpeg);
+    free(img);
+}
+
+Test(image_jpeg, progressive_decodes_as_baseline)
+{
+    /* Decoding limits the number of scans; a normal progressive file is
+     * well within it and gives the same pixels as its baseline twin. */
+    size_t h = 40, w = 72;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long blen, plen;
+    uint8_t *base = encode(img, h, w, 3, &blen), *prog = encode_flags(img, h, w, 3, TJFLAG_PROGRESSIVE, &plen);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *a = NULL, *b = NULL;
+    sl_image_shape_t sa, sb;
+    cr_assert_eq(sl_image_decode_jpeg(dec, base, blen, 3, SIZE_MAX, &a, &sa, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, prog, plen, 3, SIZE_MAX, &b, &sb, err, sizeof(err)), 0, "%s", err);
+    cr_assert(sb.h == h && sb.w == w && sb.c == 3);
+    cr_assert_arr_eq(a, b, h * w * 3);
+    free(b);
+    free(a);
+    sl_image_decoder_free(dec);
+    tjFree(prog);
+    tjFree(base);
+    free(img);
+}
+
+Test(image_jpeg, grayscale)
+{
+    size_t h = 33, w = 17; /* not multiples of the 8x8 block */
+    uint8_t *img = smooth_image(h, w, 1);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 1, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+    int max;
+    double mean;
+
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 0, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 1);
+    max_mean_error(img, out, h * w, &max, &mean);
+    cr_assert_leq(max, 4, "max error %d", max);
+    free(out);
+
+    /* Three channels from a grayscale JPEG repeat the one. */
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 3);
+    for (size_t i = 0; i < h * w; i++) {
+        cr_assert_eq(out[3 * i], out[3 * i + 1]);
+        cr_assert_eq(out[3 * i], out[3 * i + 2]);
+        cr_assert_leq(abs((int)out[3 * i] - (int)img[i]), 4);
+    }
+    free(out);
+    sl_image_decoder_free(dec);
+    tjFree(jpeg);
+    free(img);
+}
+
+Test(image_jpeg, one_channel_from_color_is_luma)
+{
+    size_t h = 40, w = 56;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 1, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 1);
+    for (size_t i = 0; i < h * w; i++) {
+        const uint8_t *p = img + 3 * i;
+        double y = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+        cr_assert_leq(abs((int)out[i] - (int)(y + 0.5)), 5, "pixel %zu: %d vs %f", i, out[i], y);
+    }
+    free(out);
+    sl_image_decoder_free(dec);
+    tjFree(jpeg);
+    free(img);
+}
+
+Test(image_jpeg, header_only)
+{
+    size_t h = 24, w = 40;
+    uint8_t *color = smooth_image(h, w, 3), *gray = smooth_image(h, w, 1);
+    unsigned long clen, glen;
+    uint8_t *cjpeg = encode(color, h, w, 3, &clen), *gjpeg = encode(gray, h, w, 1, &glen);
+    sl_image_decoder_t *dec = new_decoder();
+    sl_image_shape_t s;
+
+    cr_assert_eq(sl_image_jpeg_header(dec, cjpeg, clen, 0, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 3);
+    cr_assert_eq(sl_image_jpeg_header(dec, cjpeg, clen, 1, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 1);
+    cr_assert_eq(sl_image_jpeg_header(dec, gjpeg, glen, 0, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 1);
+    cr_assert_eq(sl_image_jpeg_header(dec, gjpeg, glen, 3, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 3);
+    /* The header is enough: the scan data may be missing. */
+    size_t sos = 0;
+    for (size_t i = 2; i + 3 < clen && !sos; i++)
+        if (cjpeg[i] == 0xff && cjpeg[i + 1] == 0xda)
+            sos = i + 2 + ((size_t)cjpeg[i + 2] << 8 | cjpeg[i + 3]);
+    cr_assert(sos > 0 && sos + 8 < clen);
+    cr_assert_eq(sl_image_jpeg_header(dec, cjpeg, sos + 8, 0, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 3);
+
+    cr_assert_eq(sl_image_jpeg_header(dec, cjpeg, clen, 2, &s, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "channels 2"), "%s", err);
+    cr_assert_eq(sl_image_jpeg_header(dec, cjpeg, 10, 0, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert(strncmp(err, "decode_jpeg: ", 13) == 0 && strlen(err) > 13, "%s", err);
+
+    sl_image_decoder_free(dec);
+    tjFree(gjpeg);
+    tjFree(cjpeg);
+    free(gray);
+    free(color);
+}
+
+Test(image_jpeg, truncated_and_corrupt_are_edata)
+{
+    size_t h = 64, w = 64;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = (uint8_t *)1;
+    sl_image_shape_t s;
+
+    /* An exact-length copy of the first half, so ASan sees any overread. */
+    size_t half = len / 2;
+    uint8_t *cut = xmalloc(half);
+    memcpy(cut, jpeg, half);
+    err[0] = '\0';
+    cr_assert_eq(sl_image_decode_jpeg(dec, cut, half, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "decode_jpeg: ") == err, "%s", err);
+    cr_assert(strstr(err, "Premature end of JPEG file"), "%s", err);
+    free(cut);
+
+    /* Not a JPEG at all. */
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)rng();
+    junk[0] = 0x12;
+    cr_assert_eq(sl_image_decode_jpeg(dec, junk, sizeof(junk), 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert(strstr(err, "JPEG"), "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, junk, 0, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert(strstr(err, "empty"), "%s", err);
+
+    /* Scan data overwritten with junk: some error, never a crash. */
+    uint8_t *bad = xmalloc(len);
+    memcpy(bad, jpeg, len);
+    for (size_t i = len / 2; i < len - 2; i++)
+        bad[i] = (uint8_t)(rng() | 1);
+    int rc = sl_image_decode_jpeg(dec, bad, len, 3, SIZE_MAX, &out, &s, err, sizeof(err));
+    cr_assert(rc == SL_EDATA || rc == 0, "rc %d", rc);
+    free(out);
+    free(bad);
+
+    /* The decoder works on after errors. */
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == h && s.w == w && s.c == 3);
+    free(out);
+
+    sl_image_decoder_free(dec);
+    tjFree(jpeg);
+    free(img);
+}
+
+/* @return the offset of the SOF0 segment's height field in a baseline JPEG */
+static size_t sof_offset(const uint8_t *jpeg, size_t len)
+{
+    for (size_t i = 2; i + 9 < len; i++)
+        if (jpeg[i] == 0xff && jpeg[i + 1] == 0xc0)
+            return i + 5;
+    cr_assert_fail("no SOF0 marker");
+    return 0;
+}
+
+Test(image_jpeg, max_pixels)
+{
+    size_t h = 30, w = 20;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, h * w * 3, &out, &s, err, sizeof(err)), 0, "%s", err);
+    free(out);
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, h * w * 3 - 1, &out, &s, err, sizeof(err)), SL_ETOOBIG);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "30 x 20 x 3"), "%s", err);
+    /* The limit counts the channels asked for. */
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 1, h * w, &out, &s, err, sizeof(err)), 0, "%s", err);
+    free(out);
+
+    /* A header claiming 60000 x 60000 over truncated data: refused on the
+     * header alone, before 10 GB are allocated or a scan is read. */
+    uint8_t *big = xmalloc(len);
+    memcpy(big, jpeg, len);
+    size_t off = sof_offset(big, len);
+    big[off] = 60000 >> 8;
+    big[off + 1] = 60000 & 0xff;
+    big[off + 2] = 60000 >> 8;
+    big[off + 3] = 60000 & 0xff;
+    cr_assert_eq(sl_image_jpeg_header(dec, big, len, 3, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert(s.h == 60000 && s.w == 60000 && s.c == 3);
+    cr_assert_eq(sl_image_decode_jpeg(dec, big, len, 3, (size_t)1 << 28, &out, &s, err, sizeof(err)), SL_ETOOBIG);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "60000 x 60000 x 3") && strstr(err, "268435456"), "%s", err);
+    free(big);
+
+    sl_image_decoder_free(dec);
+    tjFree(jpeg);
+    free(img);
+}
+
+/* ---- resize ---- */
+
+/* TensorFlow's ResizeBilinear (half_pixel_centers) written per pixel, as in
+ * resize_bilinear_op.cc: the reference for the row-cached kernel. */
+static void tf_resize(const uint8_t *src, sl_image_shape_t in, size_t oh, size_t ow, float *dst)
+{
+    float sy = (float)in.h / (float)oh, sx = (float)in.w / (float)ow;
+    for (size_t y = 0; y < oh; y++) {
+        float fy = ((float)y + 0.5f) * sy - 0.5f;
+        float y0f = (float)(long)fy > fy ? (float)(long)fy - 1 : (float)(long)fy;
+        long y0 = (long)y0f < 0 ? 0 : (long)y0f;
+        long y1 = (long)y0f + (y0f < fy);
+        if (y1 > (long)in.h - 1)
+            y1 = (long)in.h - 1;
+        float ty = fy - y0f;
+        for (size_t x = 0; x < ow; x++) {
+            float fx = ((float)x + 0.5f) * sx - 0.5f;
+            float x0f = (float)(long)fx > fx ? (float)(long)fx - 1 : (float)(long)fx;
+            long x0 = (long)x0f < 0 ? 0 : (long)x0f;
+            long x1 = (long)x0f + (x0f < fx);
+            if (x1 > (long)in.w - 1)
+                x1 = (long)in.w - 1;
+            float tx = fx - x0f;
+            for (size_t k = 0; k < in.c; k++) {
+                float tl = src[((size_t)y0 * in.w + (size_t)x0) * in.c + k];
+                float tr = src[((size_t)y0 * in.w + (size_t)x1) * in.c + k];
+                float bl = src[((size_t)y1 * in.w + (size_t)x0) * in.c + k];
+                float br = src[((size_t)y1 * in.w + (size_t)x1) * in.c + k];
+                float top = tl + (tr - tl) * tx;
+                float bottom = bl + (br - bl) * tx;
+                dst[(y * ow + x) * in.c + k] = top + (bottom - top) * ty;
+            }
+        }
+    }
+}
+
+/* Resizes with both variants and checks them against expected values. */
+static void check_resize(const uint8_t *src, sl_image_shape_t in, size_t oh, size_t ow, const float *want_f,
+                         const uint8_t *want_u8)
+{
+    size_t n = oh * ow * in.c;
+    float *f = (float *)xmalloc(n * sizeof(float));
+    uint8_t *u = xmalloc(n);
+    cr_assert_eq(sl_image_resize_f32(src, in, oh, ow, f, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(sl_image_resize_u8(src, in, oh, ow, u, err, sizeof(err)), 0, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_float_eq(f[i], want_f[i], 0.0, "f32[%zu] = %g, want %g", i, (double)f[i], (double)want_f[i]);
+        cr_assert_eq(u[i], want_u8[i], "u8[%zu] = %d, want %d", i, u[i], want_u8[i]);
+    }
+    free(u);
+    free(f);
+}
+
+Test(image_resize, up_2x2_to_4x4)
+{
+    /* Along each axis, 2 -> 4 samples at -0.25, 0.25, 0.75, 1.25: a, .75a+.25b, .25a+.75b, b. */
+    const uint8_t src[] = {0, 100, 200, 40};
+    const float want[] = {0,   25,     75,     100, /* */
+                          50,  58.75f, 76.25f, 85,  /* */
+                          150, 126.25f, 78.75f, 55, /* */
+                          200, 160,    80,     40};
+    const uint8_t want_u8[] = {0, 25, 75, 100, 50, 59, 76, 85, 150, 126, 79, 55, 200, 160, 80, 40};
+    check_resize(src, (sl_image_shape_t){2, 2, 1}, 4, 4, want, want_u8);
+}
+
+Test(image_resize, down_4x4_to_2x2)
+{
+    /* 4 -> 2 samples at 0.5 and 2.5: the mean of each 2x2 block. */
+    uint8_t src[16];
+    for (int i = 0; i < 16; i++)
+        src[i] = (uint8_t)(10 * i);
+    const float want[] = {25, 45, 105, 125};
+    const uint8_t want_u8[] = {25, 45, 105, 125};
+    check_resize(src, (sl_image_shape_t){4, 4, 1}, 2, 2, want, want_u8);
+}
+
+Test(image_resize, non_square_rounds_half_to_even)
+{
+    /* 2x4 -> 4x2: rows as in up_2x2_to_4x4, columns as pair means. */
+    const uint8_t src[] = {0, 20, 40, 60, 100, 100, 200, 200};
+    const float want[] = {10, 50, 32.5f, 87.5f, 77.5f, 162.5f, 100, 200};
+    const uint8_t want_u8[] = {10, 50, 32, 88, 78, 162, 100, 200};
+    check_resize(src, (sl_image_shape_t){2, 4, 1}, 4, 2, want, want_u8);
+}
+
+Test(image_resize, one_row)
+{
+    /* 1x2x3 -> 1x4x3: the height stays, each channel as a, .75a+.25b, .25a+.75b, b. */
+    const uint8_t src[] = {0, 100, 255, 40, 0, 255};
+    const float want[] = {0, 100, 255, 10, 75, 255, 30, 25, 255, 40, 0, 255};
+    const uint8_t want_u8[] = {0, 100, 255, 10, 75, 255, 30, 25, 255, 40, 0, 255};
+    check_resize(src, (sl_image_shape_t){1, 2, 3}, 1, 4, want, want_u8);
+
+    /* 1x3 -> 1x2 samples at 0.25 and 1.75. */
+    const uint8_t src2[] = {0, 100, 200};
+    const float want2[] = {25, 175};
+    const uint8_t want2_u8[] = {25, 175};
+    check_resize(src2, (sl_image_shape_t){1, 3, 1}, 1, 2, want2, want2_u8);
+
+    /* A column, 3x1 -> 5x1, against the formula. */
+    const uint8_t src3[] = {0, 50, 250};
+    float want3[5];
+    uint8_t want3_u8[5];
+    tf_resize(src3, (sl_image_shape_t){3, 1, 1}, 5, 1, want3);
+    sl_image_cast_f32_u8(want3, 5, want3_u8);
+    check_resize(src3, (sl_image_shape_t){3, 1, 1}, 5, 1, want3, want3_u8);
+}
+
+Test(image_resize, identity_returns_input)
+{
+    sl_image_shape_t s = {7, 5, 3};
+    uint8_t *src = random_image(s);
+    size_t n = 7 * 5 * 3;
+    uint8_t *u = xmalloc(n);
+    float *f = (float *)xmalloc(n * sizeof(float));
+    cr_assert_eq(sl_image_resize_u8(src, s, 7, 5, u, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(sl_image_resize_f32(src, s, 7, 5, f, err, sizeof(err)), 0, "%s", err);
+    cr_assert_arr_eq(u, src, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(f[i], (float)src[i]);
+    free(f);
+    free(u);
+    free(src);
+}
+
+Test(image_resize, matches_tensorflow_formula_and_variants_agree)
+{
+    static const size_t sizes[][4] = {{1, 1, 5, 3}, {5, 3, 1, 1}, {375, 500, 224, 224}, {17, 31, 64, 9},
+                                      {64, 9, 17, 31}, {3, 3, 7, 2}, {10, 10, 10, 3}, {2, 200, 3, 7}};
+    for (size_t t = 0; t < sizeof(sizes) / sizeof(sizes[0]); t++)
+        for (size_t c = 1; c <= 3; c += 2) {
+            sl_image_shape_t in = {sizes[t][0], sizes[t][1], c};
+            size_t oh = sizes[t][2], ow = sizes[t][3], n = oh * ow * c;
+            uint8_t *src = random_image(in);
+            float *want = (float *)xmalloc(n * sizeof(float)), *f = (float *)xmalloc(n * sizeof(float));
+            uint8_t *u = xmalloc(n), *fu = xmalloc(n);
+            tf_resize(src, in, oh, ow, want);
+            cr_assert_eq(sl_image_resize_f32(src, in, oh, ow, f, err, sizeof(err)), 0, "%s", err);
+            cr_assert_eq(sl_image_resize_u8(src, in, oh, ow, u, err, sizeof(err)), 0, "%s", err);
+            cr_assert(memcmp(f, want, n * sizeof(float)) == 0, "%zux%zux%zu -> %zux%zu differs from TF", in.h,
+                      in.w, c, oh, ow);
+            sl_image_cast_f32_u8(f, n, fu);
+            cr_assert_arr_eq(u, fu, n, "u8 and rounded f32 differ");
+            free(fu);
+            free(u);
+            free(f);
+            free(want);
+            free(src);
+        }
+}
+
+Test(image_resize, bad_arguments)
+{
+    uint8_t src[12] = {0}, dst[64];
+    float f[64];
+    cr_assert_eq(sl_image_resize_u8(src, (sl_image_shape_t){2, 2, 3}, 0, 4, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "resize: output"), "%s", err);
+    cr_assert_eq(sl_image_resize_f32(src, (sl_image_shape_t){2, 2, 3}, 4, 0, f, err, sizeof(err)), SL_EINVAL);
+    cr_assert_eq(sl_image_resize_u8(src, (sl_image_shape_t){0, 2, 3}, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "resize: input"), "%s", err);
+    cr_assert_eq(sl_image_resize_u8(src, (sl_image_shape_t){2, 2, 2}, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "2 channels"), "%s", err);
+    cr_assert_eq(sl_image_resize_u8(src, (sl_image_shape_t){2, 2, 1}, SIZE_MAX / 2, SIZE_MAX / 2, dst, err,
+                                    sizeof(err)),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "too large"), "%s", err);
+}
+
+/* ---- crops and flips ---- */
+
+Test(image_crop, copies_the_window)
+{
+    sl_image_shape_t s = {4, 5, 3};
+    uint8_t *src = random_image(s);
+    uint8_t *dst = xmalloc(2 * 3 * 3);
+    cr_assert_eq(sl_image_crop(src, s, 1, 2, 2, 3, dst, err, sizeof(err)), 0, "%s", err);
+    for (size_t y = 0; y < 2; y++)
+        for (size_t x = 0; x < 3; x++)
+            for (size_t k = 0; k < 3; k++)
+                cr_assert_eq(dst[(y * 3 + x) * 3 + k], src[((y + 1) * 5 + x + 2) * 3 + k]);
+    free(dst);
+
+    /* The whole image is a window too. */
+    dst = xmalloc(4 * 5 * 3);
+    cr_assert_eq(sl_image_crop(src, s, 0, 0, 4, 5, dst, err, sizeof(err)), 0, "%s", err);
+    cr_assert_arr_eq(dst, src, 4 * 5 * 3);
+    free(dst);
+    free(src);
+}
+
+Test(image_crop, bounds)
+{
+    sl_image_shape_t s = {4, 5, 1};
+    uint8_t src[20] = {0}, dst[20];
+    cr_assert_eq(sl_image_crop(src, s, 3, 0, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "leaves the image"), "%s", err);
+    cr_assert_eq(sl_image_crop(src, s, 0, 4, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert_eq(sl_image_crop(src, s, SIZE_MAX, 0, 1, 1, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert_eq(sl_image_crop(src, s, 0, SIZE_MAX - 1, 1, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert_eq(sl_image_crop(src, s, 0, 0, 5, 1, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "larger than the image"), "%s", err);
+    cr_assert_eq(sl_image_crop(src, s, 0, 0, 0, 1, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "empty window"), "%s", err);
+    cr_assert_eq(sl_image_crop(src, s, 2, 3, 2, 2, dst, err, sizeof(err)), 0, "%s", err);
+}
+
+Test(image_crop, center_offsets)
+{
+    size_t y, x;
+    cr_assert_eq(sl_image_center_crop_offsets((sl_image_shape_t){5, 7, 3}, 2, 3, &y, &x, err, sizeof(err)), 0);
+    cr_assert(y == 1 && x == 2, "(%zu, %zu)", y, x);
+    cr_assert_eq(sl_image_center_crop_offsets((sl_image_shape_t){375, 500, 3}, 224, 224, &y, &x, err, sizeof(err)),
+                 0);
+    cr_assert(y == 75 && x == 138, "(%zu, %zu)", y, x);
+    cr_assert_eq(sl_image_center_crop_offsets((sl_image_shape_t){5, 7, 3}, 5, 7, &y, &x, err, sizeof(err)), 0);
+    cr_assert(y == 0 && x == 0);
+    cr_assert_eq(sl_image_center_crop_offsets((sl_image_shape_t){5, 7, 3}, 6, 7, &y, &x, err, sizeof(err)),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "center_crop"), "%s", err);
+}
+
+Test(image_crop, random_offsets_deterministic_and_in_range)
+{
+    sl_image_shape_t s = {10, 20, 3};
+    sl_image_rng_t a, b;
+    bool seen_y[4] = {false}, seen_x[8] = {false};
+    sl_image_rng_seed(&a, 42);
+    sl_image_rng_seed(&b, 42);
+    for (int i = 0; i < 500; i++) {
+        size_t ya, xa, yb, xb;
+        cr_assert_eq(sl_image_random_crop_offsets(&a, s, 7, 13, &ya, &xa, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(sl_image_random_crop_offsets(&b, s, 7, 13, &yb, &xb, err, sizeof(err)), 0, "%s", err);
+        cr_assert(ya == yb && xa == xb);
+        cr_assert(ya <= 3 && xa <= 7, "(%zu, %zu)", ya, xa);
+        seen_y[ya] = seen_x[xa] = true;
+    }
+    /* Every offset, the extremes included, comes up. */
+    for (int i = 0; i < 4; i++)
+        cr_assert(seen_y[i], "y %d never drawn", i);
+    for (int i = 0; i < 8; i++)
+        cr_assert(seen_x[i], "x %d never drawn", i);
+
+    /* Another seed, another sequence. */
+    sl_image_rng_seed(&a, 42);
+    sl_image_rng_seed(&b, 43);
+    int differ = 0;
+    for (int i = 0; i < 20; i++) {
+        size_t ya, xa, yb, xb;
+        sl_image_random_crop_offsets(&a, s, 7, 13, &ya, &xa, err, sizeof(err));
+        sl_image_random_crop_offsets(&b, s, 7, 13, &yb, &xb, err, sizeof(err));
+        differ += ya != yb || xa != xb;
+    }
+    cr_assert_gt(differ, 5);
+
+    /* A window of the whole image has one place; too big has none. */
+    size_t y, x;
+    cr_assert_eq(sl_image_random_crop_offsets(&a, s, 10, 20, &y, &x, err, sizeof(err)), 0);
+    cr_assert(y == 0 && x == 0);
+    cr_assert_eq(sl_image_random_crop_offsets(&a, s, 11, 20, &y, &x, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "random_crop"), "%s", err);
+}
+
+Test(image_flip, known_values)
+{
+    const uint8_t src[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, /* row 0: three RGB pixels */
+                           10, 11, 12, 13, 14, 15, 16, 17, 18};
+    const uint8_t lr[] = {7, 8, 9, 4, 5, 6, 1, 2, 3, 16, 17, 18, 13, 14, 15, 10, 11, 12};
+    const uint8_t ud[] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    uint8_t dst[18];
+    sl_image_shape_t s = {2, 3, 3};
+    cr_assert_eq(sl_image_flip(src, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, err, sizeof(err)), 0);
+    cr_assert_arr_eq(dst, lr, 18);
+    cr_assert_eq(sl_image_flip(src, s, SL_IMAGE_FLIP_UP_DOWN, dst, err, sizeof(err)), 0);
+    cr_assert_arr_eq(dst, ud, 18);
+    /* In place gives the same. */
+    memcpy(dst, src, 18);
+    cr_assert_eq(sl_image_flip(dst, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, err, sizeof(err)), 0);
+    cr_assert_arr_eq(dst, lr, 18);
+    memcpy(dst, src, 18);
+    cr_assert_eq(sl_image_flip(dst, s, SL_IMAGE_FLIP_UP_DOWN, dst, err, sizeof(err)), 0);
+    cr_assert_arr_eq(dst, ud, 18);
+
+    cr_assert_eq(sl_image_flip(src, s, (sl_image_flip_dir_t)7, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "direction 7"), "%s", err);
+    cr_assert_eq(sl_image_flip(src, (sl_image_shape_t){2, 3, 4}, SL_IMAGE_FLIP_UP_DOWN, dst, err, sizeof(err)),
+                 SL_EINVAL);
+}
+
+Test(image_flip, twice_is_identity)
+{
+    static const size_t shapes[][3] = {{1, 1, 1}, {1, 1, 3}, {4, 5, 3}, {5, 4, 1}, {3, 2000, 3}, {7, 1, 3}};
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++)
+        for (int dir = 0; dir <= 1; dir++) {
+            sl_image_shape_t s = {shapes[t][0], shapes[t][1], shapes[t][2]};
+            size_t n = s.h * s.w * s.c;
+            uint8_t *src = random_image(s), *a = xmalloc(n), *b = xmalloc(n);
+            cr_assert_eq(sl_image_flip(src, s, (sl_image_flip_dir_t)dir, a, err, sizeof(err)), 0);
+            cr_assert_eq(sl_image_flip(a, s, (sl_image_flip_dir_t)dir, b, err, sizeof(err)), 0);
+            cr_assert_arr_eq(b, src, n);
+            /* In place, twice. */
+            cr_assert_eq(sl_image_flip(b, s, (sl_image_flip_dir_t)dir, b, err, sizeof(err)), 0);
+            cr_assert_arr_eq(b, a, n);
+            cr_assert_eq(sl_image_flip(b, s, (sl_image_flip_dir_t)dir, b, err, sizeof(err)), 0);
+            cr_assert_arr_eq(b, src, n);
+            free(b);
+            free(a);
+            free(src);
+        }
+}
+
+Test(image_flip, random_flip_per_seed)
+{
+    sl_image_shape_t s = {3, 4, 3};
+    uint8_t *src = random_image(s), *flipped_img = xmalloc(36), *dst = xmalloc(36), *dst2 = xmalloc(36);
+    int heads = 0, tails = 0;
+    cr_assert_eq(sl_image_flip(src, s, SL_IMAGE_FLIP_LEFT_RIGHT, flipped_img, err, sizeof(err)), 0);
+    for (uint64_t seed = 0; seed < 64; seed++) {
+        sl_image_rng_t a, b;
+        bool fa, fb;
+        sl_image_rng_seed(&a, seed);
+        sl_image_rng_seed(&b, seed);
+        cr_assert_eq(sl_image_random_flip(&a, src, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, &fa, err, sizeof(err)), 0);
+        cr_assert_eq(sl_image_random_flip(&b, src, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst2, &fb, err, sizeof(err)), 0);
+        cr_assert_eq(fa, fb, "seed %llu", (unsigned long long)seed);
+        cr_assert_arr_eq(dst, dst2, 36);
+        cr_assert_arr_eq(dst, fa ? flipped_img : src, 36);
+        heads += fa;
+        tails += !fa;
+    }
+    cr_assert(heads > 10 && tails > 10, "%d flipped, %d not", heads, tails);
+
+    /* In place: flipped or untouched. */
+    memcpy(dst, src, 36);
+    sl_image_rng_t r;
+    bool f;
+    sl_image_rng_seed(&r, 1);
+    cr_assert_eq(sl_image_random_flip(&r, dst, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, &f, err, sizeof(err)), 0);
+    cr_assert_arr_eq(dst, f ? flipped_img : src, 36);
+    cr_assert_eq(sl_image_random_flip(&r, dst, s, (sl_image_flip_dir_t)2, dst, NULL, err, sizeof(err)), SL_EINVAL);
+    free(dst2);
+    free(dst);
+    free(flipped_img);
+    free(src);
+}
+
+Test(image_rng, deterministic_and_bounded)
+{
+    sl_image_rng_t a, b;
+    sl_image_rng_seed(&a, 0);
+    sl_image_rng_seed(&b, 0);
+    uint64_t first = sl_image_rng_next(&a);
+    cr_assert_eq(first, sl_image_rng_next(&b));
+    cr_assert_neq(first, 0);
+    cr_assert_neq(first, sl_image_rng_next(&a));
+
+    /* below(n) stays below n and covers it about evenly. */
+    int counts[6] = {0};
+    for (int i = 0; i < 6000; i++) {
+        uint64_t v = sl_image_rng_below(&a, 6);
+        cr_assert_lt(v, 6);
+        counts[v]++;
+    }
+    for (int i = 0; i < 6; i++)
+        cr_assert(counts[i] > 850 && counts[i] < 1150, "%d drawn %d times", i, counts[i]);
+    cr_assert_eq(sl_image_rng_below(&a, 1), 0);
+    cr_assert_eq(sl_image_rng_below(&a, 0), 0);
+    uint64_t big = UINT64_MAX / 2 + 3;
+    for (int i = 0; i < 100; i++)
+        cr_assert_lt(sl_image_rng_below(&a, big), big);
+}
+
+/* ---- normalize and cast ---- */
+
+Test(image_normalize, exact_values)
+{
+    const uint8_t src[] = {0, 128, 255, 64, 1, 200};
+    sl_image_shape_t s = {1, 2, 3};
+    const float mean[] = {128, 0, 100}, std[] = {2, 1, 0.5f};
+    float dst[6];
+    cr_assert_eq(sl_image_normalize(src, s, mean, std, false, dst, err, sizeof(err)), 0, "%s", err);
+    const float want[] = {-64, 128, 310, -32, 1, 200};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(dst[i], want[i], "[%d] = %g, want %g", i, (double)dst[i], (double)want[i]);
+
+    /* ImageNet's constants with scaling: exactly the expression, every byte. */
+    const float im_mean[] = {0.485f, 0.456f, 0.406f}, im_std[] = {0.229f, 0.224f, 0.225f};
+    uint8_t all[768];
+    float out[768];
+    for (int i = 0; i < 768; i++)
+        all[i] = (uint8_t)(i / 3);
+    cr_assert_eq(sl_image_normalize(all, (sl_image_shape_t){1, 256, 3}, im_mean, im_std, true, out, err,
+                                    sizeof(err)),
+                 0, "%s", err);
+    for (int i = 0; i < 768; i++) {
+        int k = i % 3;
+        float want_v = ((float)all[i] / 255.0f - im_mean[k]) / im_std[k];
+        cr_assert_eq(out[i], want_v, "[%d]", i);
+    }
+    cr_assert_float_eq(out[0], -0.485f / 0.229f, 1e-6);
+    cr_assert_float_eq(out[767], (1.0f - 0.406f) / 0.225f, 1e-6);
+
+    /* One channel. */
+    const float m1 = 0.5f, s1 = 0.5f;
+    cr_assert_eq(sl_image_normalize(all, (sl_image_shape_t){16, 16, 1}, &m1, &s1, true, out, err, sizeof(err)), 0);
+    cr_assert_eq(out[0], -1.0f);
+    cr_assert_eq(out[255], (85.0f / 255.0f - 0.5f) / 0.5f);
+}
+
+Test(image_normalize, bad_std_and_mean)
+{
+    const uint8_t src[3] = {1, 2, 3};
+    float dst[3];
+    sl_image_shape_t s = {1, 1, 3};
+    const float mean[] = {0, 0, 0}, ok[] = {1, 1, 1};
+    const float zero[] = {1, 0, 1}, neg[] = {1, 1, -1}, nan[] = {__builtin_nanf(""), 1, 1};
+    const float inf_mean[] = {0, __builtin_inff(), 0};
+    cr_assert_eq(sl_image_normalize(src, s, mean, zero, false, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "std[1]"), "%s", err);
+    cr_assert_eq(sl_image_normalize(src, s, mean, neg, false, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "std[2]"), "%s", err);
+    cr_assert_eq(sl_image_normalize(src, s, mean, nan, false, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "std[0]"), "%s", err);
+    cr_assert_eq(sl_image_normalize(src, s, inf_mean, ok, false, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "mean[1]"), "%s", err);
+    cr_assert_eq(sl_image_normalize(src, s, mean, ok, false, dst, err, sizeof(err)), 0);
+}
+
+Test(image_cast, round_trips_and_saturation)
+{
+    uint8_t all[256], back[256];
+    float f[256];
+    int32_t i32[256];
+    for (int i = 0; i < 256; i++)
+        all[i] = (uint8_t)i;
+    sl_image_cast_u8_f32(all, 256, f);
+    sl_image_cast_f32_u8(f, 256, back);
+    sl_image_cast_u8_i32(all, 256, i32);
+    for (int i = 0; i < 256; i++) {
+        cr_assert_eq(f[i], (float)i);
+        cr_assert_eq(i32[i], i);
+    }
+    cr_assert_arr_eq(back, all, 256);
+
+    const float in[] = {-1.0f, -0.0f, 300.0f, __builtin_nanf(""), __builtin_inff(), -__builtin_inff(),
+                        0.5f, 1.5f, 2.5f, 254.5f, 254.6f, 0.49999997f, 255.49f, 1e30f, -1e30f, 0.50000006f};
+    const uint8_t want[] = {0, 0, 255, 0, 255, 0, 0, 2, 2, 254, 255, 0, 255, 255, 0, 1};
+    uint8_t out[sizeof(want)];
+    sl_image_cast_f32_u8(in, sizeof(want), out);
+    for (size_t i = 0; i < sizeof(want); i++)
+        cr_assert_eq(out[i], want[i], "%g -> %d, want %d", (double)in[i], out[i], want[i]);
+}
+
+/* binary16 bits to float, exactly (every half is a float). */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0x1f)
+        bits = sign | 0x7f800000u | (m << 13);
+    else if (e != 0)
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    else {
+        /* Subnormal: m * 2^-24. */
+        float v = (float)m / 16777216.0f;
+        return sign ? -v : v;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* The float one step from positive f, down (d = -1) or up (d = 1). */
+static float step(float f, int d)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    bits = (uint32_t)((int64_t)bits + d);
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static uint16_t half(float f)
+{
+    uint16_t h;
+    sl_image_cast_f32_f16(&f, 1, &h);
+    return h;
+}
+
+Test(image_cast, float16_known_values)
+{
+    cr_assert_eq(half(1.0f), 0x3c00);
+    cr_assert_eq(half(65504.0f), 0x7bff);
+    cr_assert_eq(half(1e-8f), 0x0000);
+    cr_assert_eq(half(-1e-8f), 0x8000);
+    cr_assert_eq(half(__builtin_inff()), 0x7c00);
+    cr_assert_eq(half(-__builtin_inff()), 0xfc00);
+    cr_assert_eq(half(0.0f), 0x0000);
+    cr_assert_eq(half(-0.0f), 0x8000);
+    cr_assert_eq(half(-2.0f), 0xc000);
+    cr_assert_eq(half(0.5f), 0x3800);
+    cr_assert_eq(half(0.1f), 0x2e66);
+    cr_assert_eq(half(65519.0f), 0x7bff);              /* below the midpoint to 65536 */
+    cr_assert_eq(half(65520.0f), 0x7c00);              /* the midpoint: to even, which is inf */
+    cr_assert_eq(half(1e6f), 0x7c00);                  /* overflow */
+    cr_assert_eq(half(1.0f + 1.0f / 2048), 0x3c00);    /* tie, down to even */
+    cr_assert_eq(half(1.0f + 3.0f / 2048), 0x3c02);    /* tie, up to even */
+    cr_assert_eq(half(6.103515625e-05f), 0x0400);      /* 2^-14, the smallest normal */
+    cr_assert_eq(half(5.9604644775390625e-08f), 0x0001); /* 2^-24, the smallest subnormal */
+    cr_assert_eq(half(2.98023223876953125e-08f), 0x0000); /* 2^-25: tie, to even zero */
+    cr_assert_eq(half(4.4703483581542969e-08f), 0x0001);  /* 1.5 * 2^-25 */
+    cr_assert_eq(half(8.940696716308594e-08f), 0x0002);   /* 1.5 * 2^-24: tie, up to even */
+    uint16_t n = half(__builtin_nanf(""));
+    cr_assert((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0, "NaN -> %#x", n);
+}
+
+Test(image_cast, float16_every_half_and_midpoint)
+{
+    /* Each finite half maps back to itself; the midpoint between two
+     * neighbours goes to the even one; just off it, to the nearer one. */
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        float f = f16_to_f32((uint16_t)h);
+        cr_assert_eq(half(f), h, "%#x", h);
+        cr_assert_eq(half(-f), h | 0x8000, "-%#x", h);
+        if (h + 1 < 0x7c00) {
+            float next = f16_to_f32((uint16_t)(h + 1));
+            float mid = f + (next - f) / 2;
+            cr_assert_eq(half(mid), (h & 1) ? h + 1 : h, "midpoint after %#x", h);
+            cr_assert_eq(half(step(mid, -1)), h, "below midpoint after %#x", h);
+            cr_assert_eq(half(step(mid, 1)), h + 1, "above midpoint after %#x", h);
+        }
+    }
+#ifdef __FLT16_MAX__
+    /* And the compiler's own conversion agrees on random floats. */
+    for (int i = 0; i < 200000; i++) {
+        uint32_t bits = (uint32_t)rng();
+        float f;
+        memcpy(&f, &bits, sizeof(f));
+        if (f != f)
+            continue;
+        _Float16 c = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &c, sizeof(want));
+        cr_assert_eq(half(f), want, "%a", (double)f);
+    }
+#endif
+}

@@ -1,0 +1,652 @@
+/*
+ * image.c: image kernels on uint8 HWC tensors (image.h).
+ */
+#include "image.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <turbojpeg.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+struct sl_image_decoder {
+    tjhandle tj;
+};
+
+/* Adding and subtracting 1.5 * 2^23 rounds a float in [0, 2^22) to an
+ * integer, half to even, in the default rounding mode, without libm. */
+#define ROUND_MAGIC 0x1.8p23f
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Checks a shape and that its byte count, times elem (the size of the
+ * widest output element), fits in a size_t. @return 0 or SL_EINVAL */
+static int check_shape(const char *what, sl_image_shape_t s, size_t elem, char *err, size_t errlen)
+{
+    if (s.c != 1 && s.c != 3)
+        return fail(SL_EINVAL, err, errlen, "%s: %zu channels, expected 1 or 3", what, s.c);
+    if (s.h == 0 || s.w == 0)
+        return fail(SL_EINVAL, err, errlen, "%s: empty image (%zu x %zu)", what, s.h, s.w);
+    if (s.w > SIZE_MAX / s.c / elem || s.h > SIZE_MAX / (s.w * s.c * elem))
+        return fail(SL_EINVAL, err, errlen, "%s: image of %zu x %zu x %zu is too large", what, s.h, s.w, s.c);
+    return 0;
+}
+
+static inline uint8_t round_u8(float v)
+{
+    /* Written so that NaN takes the first branch. */
+    if (!(v > 0.0f))
+        return 0;
+    if (v >= 255.0f)
+        return 255;
+    return (uint8_t)(int)((v + ROUND_MAGIC) - ROUND_MAGIC);
+}
+
+/* ---- random numbers ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sl_image_rng_seed(sl_image_rng_t *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t sl_image_rng_next(sl_image_rng_t *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+uint64_t sl_image_rng_below(sl_image_rng_t *rng, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    /* Values below 2^64 mod n would make the low residues likelier; drawing
+     * again when one comes up is rare (less than n / 2^64 of the time). */
+    uint64_t threshold = (0 - n) % n;
+    for (;;) {
+        uint64_t r = sl_image_rng_next(rng);
+        if (r >= threshold)
+            return r % n;
+    }
+}
+
+/* ---- JPEG ---- */
+
+int sl_image_decoder_new(sl_image_decoder_t **out, char *err, size_t errlen)
+{
+    sl_image_decoder_t *dec = calloc(1, sizeof(*dec));
+    if (!dec)
+        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory");
+    dec->tj = tjInitDecompress();
+    if (!dec->tj) {
+        free(dec);
+        return fail(-ENOMEM, err, errlen, "decode_jpeg: tjInitDecompress: %s", tjGetErrorStr2(NULL));
+    }
+    *out = dec;
+    return 0;
+}
+
+void sl_image_decoder_free(sl_image_decoder_t *dec)
+{
+    if (!dec)
+        return;
+    tjDestroy(dec->tj);
+    free(dec);
+}
+
+/* Reads the header into shape and the pixel format to ask turbojpeg for. */
+static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
+                       sl_image_shape_t *shape, int *pixel_format, char *err, size_t errlen)
+{
+    int w, h, subsamp, colorspace;
+
+    if (channels != 0 && channels != 1 && channels != 3)
+        return fail(SL_EINVAL, err, errlen, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
+    if (len == 0)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: empty input");
+    if (len > (unsigned long)-1)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: input of %zu bytes is too large", len);
+    if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
+    /* libjpeg converts CMYK to neither RGB nor gray, and Adobe's inverted
+     * CMYK needs a marker turbojpeg does not report. */
+    if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: CMYK JPEG (%d x %d) is not supported", w, h);
+    if (w <= 0 || h <= 0)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: bad image size %d x %d", w, h);
+    if (channels == 0)
+        channels = colorspace == TJCS_GRAY ? 1 : 3;
+    shape->h = (size_t)h;
+    shape->w = (size_t)w;
+    shape->c = (size_t)channels;
+    *pixel_format = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+    return 0;
+}
+
+int sl_image_jpeg_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
+                         sl_image_shape_t *shape, char *err, size_t errlen)
+{
+    int pixel_format;
+    return read_header(dec, src, len, channels, shape, &pixel_format, err, errlen);
+}
+
+int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels, size_t max_pixels,
+                         uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
+{
+    sl_image_shape_t s;
+    int pixel_format, rc;
+    uint8_t *img = NULL;
+
+    *out = NULL;
+    if ((rc = read_header(dec, src, len, channels, &s, &pixel_format, err, errlen)) != 0)
+        return rc;
+    /* JPEG sizes are at most 65535 x 65535, so this product cannot overflow. */
+    size_t n = s.h * s.w * s.c;
+    if (n > max_pixels)
+        return fail(SL_ETOOBIG, err, errlen, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values",
+                    s.h, s.w, s.c, max_pixels);
+    if (!(img = malloc(n)))
+        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory for %zu x %zu x %zu", s.h, s.w, s.c);
+    /* A warning (a truncated file, corrupt data) stops the decode and fails
+     * it: a half-gray image is no training example. LIMITSCANS refuses
+     * progressive files with absurd scan counts, a known CPU sink. */
+    int flags = TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
+    if (tjDecompress2(dec->tj, src, (unsigned long)len, img, (int)s.w, 0, (int)s.h, pixel_format, flags) != 0) {
+        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu x %zu image, %zu bytes of input)",
+                  tjGetErrorStr2(dec->tj), s.h, s.w, len);
+        goto fail;
+    }
+    *out = img;
+    *shape = s;
+    return 0;
+
+fail:
+    free(img);
+    return rc;
+}
+
+/* ---- resize ---- */
+
+/* Where one output coordinate samples the input: between lo and hi (both
+ * already clamped), weight t on hi. For x, lo and hi are byte offsets into a
+ * row (pixel index times channels). */
+typedef struct lerp {
+    uint32_t lo, hi; /* sides are at most 2^24, rows at most 3 * 2^24 bytes */
+    float t;
+} lerp_t;
+
+/* TensorFlow's compute_interpolation_weights with HalfPixelScaler, in the
+ * same float32 steps so that results agree to the bit. */
+static void compute_lerps(size_t in, size_t out, size_t stride, lerp_t *l)
+{
+    float scale = (float)in / (float)out;
+    for (size_t i = 0; i < out; i++) {
+        float s = ((float)i + 0.5f) * scale - 0.5f;
+        /* floor and ceil without libm: s >= -0.5 and s < in, so truncation
+         * toward zero is exact to correct by one. */
+        int64_t f = (int64_t)s;
+        if ((float)f > s)
+            f--;
+        int64_t c = (float)f < s ? f + 1 : f;
+        l[i].t = s - (float)f;
+        if (f < 0)
+            f = 0;
+        if (c > (int64_t)in - 1)
+            c = (int64_t)in - 1;
+        l[i].lo = (uint32_t)((size_t)f * stride);
+        l[i].hi = (uint32_t)((size_t)c * stride);
+    }
+}
+
+/* Interpolates one input row along x into out_w * C floats. C is a
+ * constant in each call so that the compiler unrolls the channel loop. */
+static inline void hlerp_row(const uint8_t *restrict row, const lerp_t *restrict xl, size_t out_w, size_t C,
+                             float *restrict dst)
+{
+    for (size_t x = 0; x < out_w; x++) {
+        const uint8_t *a = row + xl[x].lo, *b = row + xl[x].hi;
+        float t = xl[x].t;
+        for (size_t k = 0; k < C; k++) {
+            float fa = (float)a[k];
+            dst[k] = fa + ((float)b[k] - fa) * t;
+        }
+        dst += C;
+    }
+}
+
+#ifdef __SSE2__
+/* Three channels as one SSE2 op per pixel: the fourth lane reads the next
+ * pixel's first byte and writes a float that the next pixel overwrites, so
+ * the pixels that sample the row's last pixel (they come last: hi never
+ * decreases) and the row's last output pixel go through the scalar loop.
+ * Lanes compute what the scalar code does, to the bit. */
+static void hlerp_rgb(const uint8_t *row, size_t row_bytes, const lerp_t *xl, size_t out_w, float *dst)
+{
+    const __m128i zero = _mm_setzero_si128();
+    size_t x = 0;
+    for (; x + 1 < out_w && xl[x].hi + 3 < row_bytes; x++) {
+        uint32_t wa, wb;
+        memcpy(&wa, row + xl[x].lo, sizeof(wa));
+        memcpy(&wb, row + xl[x].hi, sizeof(wb));
+        __m128 a = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128((int)wa), zero), zero));
+        __m128 b = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128((int)wb), zero), zero));
+        __m128 r = _mm_add_ps(a, _mm_mul_ps(_mm_sub_ps(b, a), _mm_set1_ps(xl[x].t)));
+        _mm_storeu_ps(dst + 3 * x, r);
+    }
+    hlerp_row(row, xl + x, out_w - x, 3, dst + 3 * x);
+}
+#endif
+
+static void hlerp(const uint8_t *row, size_t row_bytes, const lerp_t *xl, size_t out_w, size_t c, float *dst)
+{
+#ifdef __SSE2__
+    if (c == 3) {
+        hlerp_rgb(row, row_bytes, xl, out_w, dst);
+        return;
+    }
+#else
+    (void)row_bytes;
+    if (c == 3) {
+        hlerp_row(row, xl, out_w, 3, dst);
+        return;
+    }
+#endif
+    hlerp_row(row, xl, out_w, 1, dst);
+}
+
+/* The two input rows, interpolated along x, that the current output row
+ * blends. Output rows walk down the input, so a row once computed serves
+ * every output row that needs it until both slots have moved past it. */
+typedef struct row_cache {
+    float *buf[2];
+    int64_t idx[2]; /* the input row in each slot, -1 for none */
+} row_cache_t;
+
+static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t row_bytes, const lerp_t *xl,
+                               size_t out_w, size_t c, size_t row, int keep)
+{
+    for (int k = 0; k < 2; k++)
+        if (rc->idx[k] == (int64_t)row)
+            return rc->buf[k];
+    /* Replace the slot not holding the row still needed (keep), else the
+     * one with the lower row, which no later output row asks for. */
+    int k = keep >= 0 ? !keep : rc->idx[0] <= rc->idx[1] ? 0 : 1;
+    hlerp(src + row * row_bytes, row_bytes, xl, out_w, c, rc->buf[k]);
+    rc->idx[k] = (int64_t)row;
+    return rc->buf[k];
+}
+
+static int slot_of(const row_cache_t *rc, const float *p)
+{
+    return p == rc->buf[0] ? 0 : 1;
+}
+
+/* Blends two interpolated rows along y, four lanes at a time with GCC's
+ * vector extension (SSE2 on x86-64, NEON on arm64): -O2 does not vectorize
+ * loops that need a scalar tail. Each lane computes what the scalar tail
+ * does, so the result does not depend on where a value falls. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+static void vlerp_f32(const float *top, const float *bot, float t, size_t n, float *dst)
+{
+    v4f tv = {t, t, t, t};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f a, b;
+        memcpy(&a, top + i, sizeof(a));
+        memcpy(&b, bot + i, sizeof(b));
+        v4f r = a + (b - a) * tv;
+        memcpy(dst + i, &r, sizeof(r));
+    }
+    for (; i < n; i++)
+        dst[i] = top[i] + (bot[i] - top[i]) * t;
+}
+
+static void vlerp_u8(const float *top, const float *bot, float t, size_t n, uint8_t *dst)
+{
+    /* A blend of two values in [0, 255] stays in it (rounding is monotonic),
+     * so no clamp is needed: after adding ROUND_MAGIC the low mantissa bits
+     * hold the value rounded half to even, as round_u8() gives it. */
+    v4f tv = {t, t, t, t}, magic = {ROUND_MAGIC, ROUND_MAGIC, ROUND_MAGIC, ROUND_MAGIC};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f a, b;
+        memcpy(&a, top + i, sizeof(a));
+        memcpy(&b, bot + i, sizeof(b));
+        v4u bits = (v4u)((a + (b - a) * tv) + magic);
+        dst[i + 0] = (uint8_t)bits[0];
+        dst[i + 1] = (uint8_t)bits[1];
+        dst[i + 2] = (uint8_t)bits[2];
+        dst[i + 3] = (uint8_t)bits[3];
+    }
+    for (; i < n; i++) {
+        float r = (top[i] + (bot[i] - top[i]) * t) + ROUND_MAGIC;
+        uint32_t bits;
+        memcpy(&bits, &r, sizeof(bits));
+        dst[i] = (uint8_t)bits;
+    }
+}
+
+static int resize(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst_u8,
+                  float *dst_f32, char *err, size_t errlen)
+{
+    sl_image_shape_t out = {out_h, out_w, in.c};
+    row_cache_t rc = {{NULL, NULL}, {-1, -1}};
+    lerp_t *xl = NULL, *yl = NULL;
+    int rc_code;
+
+    if ((rc_code = check_shape("resize: input", in, sizeof(float), err, errlen)) != 0)
+        return rc_code;
+    if ((rc_code = check_shape("resize: output", out, sizeof(float), err, errlen)) != 0)
+        return rc_code;
+    /* Float coordinates are exact only below 2^24, as in TensorFlow. */
+    if (in.h > (1u << 24) || in.w > (1u << 24) || out_h > (1u << 24) || out_w > (1u << 24))
+        return fail(SL_EINVAL, err, errlen, "resize: %zu x %zu -> %zu x %zu exceeds 2^24 on a side", in.h, in.w,
+                    out_h, out_w);
+
+    size_t c = in.c, row_bytes = in.w * c, out_row = out_w * c;
+    xl = malloc(out_w * sizeof(*xl));
+    yl = malloc(out_h * sizeof(*yl));
+    rc.buf[0] = malloc(out_row * sizeof(float));
+    rc.buf[1] = malloc(out_row * sizeof(float));
+    if (!xl || !yl || !rc.buf[0] || !rc.buf[1]) {
+        rc_code = fail(-ENOMEM, err, errlen, "resize: out of memory for %zu x %zu -> %zu x %zu", in.h, in.w, out_h,
+                       out_w);
+        goto done;
+    }
+    compute_lerps(in.w, out_w, c, xl);
+    compute_lerps(in.h, out_h, 1, yl);
+
+    for (size_t y = 0; y < out_h; y++) {
+        const float *top = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].lo, -1);
+        const float *bot = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].hi, slot_of(&rc, top));
+        if (dst_f32)
+            vlerp_f32(top, bot, yl[y].t, out_row, dst_f32 + y * out_row);
+        else
+            vlerp_u8(top, bot, yl[y].t, out_row, dst_u8 + y * out_row);
+    }
+    rc_code = 0;
+
+done:
+    free(rc.buf[1]);
+    free(rc.buf[0]);
+    free(yl);
+    free(xl);
+    return rc_code;
+}
+
+int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
+                       size_t errlen)
+{
+    return resize(src, in, out_h, out_w, dst, NULL, err, errlen);
+}
+
+int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
+                        size_t errlen)
+{
+    return resize(src, in, out_h, out_w, NULL, dst, err, errlen);
+}
+
+/* ---- crops and flips ---- */
+
+static int check_window(const char *what, sl_image_shape_t in, size_t h, size_t w, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape(what, in, 1, err, errlen)) != 0)
+        return rc;
+    if (h == 0 || w == 0)
+        return fail(SL_EINVAL, err, errlen, "%s: empty window %zu x %zu", what, h, w);
+    if (h > in.h || w > in.w)
+        return fail(SL_EINVAL, err, errlen, "%s: window %zu x %zu is larger than the image %zu x %zu", what, h, w,
+                    in.h, in.w);
+    return 0;
+}
+
+int sl_image_crop(const uint8_t *src, sl_image_shape_t in, size_t y, size_t x, size_t h, size_t w, uint8_t *dst,
+                  char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_window("crop", in, h, w, err, errlen)) != 0)
+        return rc;
+    if (y > in.h - h || x > in.w - w)
+        return fail(SL_EINVAL, err, errlen, "crop: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h, w,
+                    y, x, in.h, in.w);
+    size_t row_bytes = in.w * in.c, out_row = w * in.c;
+    const uint8_t *s = src + y * row_bytes + x * in.c;
+    for (size_t r = 0; r < h; r++)
+        memcpy(dst + r * out_row, s + r * row_bytes, out_row);
+    return 0;
+}
+
+int sl_image_center_crop_offsets(sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x, char *err,
+                                 size_t errlen)
+{
+    int rc;
+    if ((rc = check_window("center_crop", in, h, w, err, errlen)) != 0)
+        return rc;
+    *y = (in.h - h) / 2;
+    *x = (in.w - w) / 2;
+    return 0;
+}
+
+int sl_image_random_crop_offsets(sl_image_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
+                                 char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_window("random_crop", in, h, w, err, errlen)) != 0)
+        return rc;
+    *y = (size_t)sl_image_rng_below(rng, (uint64_t)(in.h - h) + 1);
+    *x = (size_t)sl_image_rng_below(rng, (uint64_t)(in.w - w) + 1);
+    return 0;
+}
+
+/* Mirrors one row of w pixels of C bytes; dst is src or apart from it. */
+static inline void mirror_row(const uint8_t *src, uint8_t *dst, size_t w, size_t C)
+{
+    if (src == dst) {
+        for (size_t i = 0, j = w - 1; i < j; i++, j--)
+            for (size_t k = 0; k < C; k++) {
+                uint8_t t = dst[i * C + k];
+                dst[i * C + k] = dst[j * C + k];
+                dst[j * C + k] = t;
+            }
+    } else {
+        for (size_t i = 0; i < w; i++)
+            for (size_t k = 0; k < C; k++)
+                dst[i * C + k] = src[(w - 1 - i) * C + k];
+    }
+}
+
+int sl_image_flip(const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir, uint8_t *dst, char *err,
+                  size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("flip", shape, 1, err, errlen)) != 0)
+        return rc;
+    size_t row_bytes = shape.w * shape.c;
+    switch (dir) {
+    case SL_IMAGE_FLIP_LEFT_RIGHT:
+        for (size_t r = 0; r < shape.h; r++) {
+            if (shape.c == 3)
+                mirror_row(src + r * row_bytes, dst + r * row_bytes, shape.w, 3);
+            else
+                mirror_row(src + r * row_bytes, dst + r * row_bytes, shape.w, 1);
+        }
+        return 0;
+    case SL_IMAGE_FLIP_UP_DOWN:
+        if (src == dst) {
+            /* Swap rows pairwise through a small bounce buffer. */
+            uint8_t tmp[4096];
+            for (size_t i = 0, j = shape.h - 1; i < j; i++, j--) {
+                uint8_t *a = dst + i * row_bytes, *b = dst + j * row_bytes;
+                for (size_t off = 0; off < row_bytes; off += sizeof(tmp)) {
+                    size_t n = row_bytes - off < sizeof(tmp) ? row_bytes - off : sizeof(tmp);
+                    memcpy(tmp, a + off, n);
+                    memcpy(a + off, b + off, n);
+                    memcpy(b + off, tmp, n);
+                }
+            }
+        } else {
+            for (size_t r = 0; r < shape.h; r++)
+                memcpy(dst + r * row_bytes, src + (shape.h - 1 - r) * row_bytes, row_bytes);
+        }
+        return 0;
+    }
+    return fail(SL_EINVAL, err, errlen, "flip: unknown direction %d", (int)dir);
+}
+
+int sl_image_random_flip(sl_image_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
+                         uint8_t *dst, bool *flipped, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("random_flip", shape, 1, err, errlen)) != 0)
+        return rc;
+    if (dir != SL_IMAGE_FLIP_LEFT_RIGHT && dir != SL_IMAGE_FLIP_UP_DOWN)
+        return fail(SL_EINVAL, err, errlen, "random_flip: unknown direction %d", (int)dir);
+    /* The top bit: xoshiro256**'s high bits are its best. */
+    bool flip = (sl_image_rng_next(rng) >> 63) != 0;
+    if (flipped)
+        *flipped = flip;
+    if (flip)
+        return sl_image_flip(src, shape, dir, dst, err, errlen);
+    if (dst != src)
+        memcpy(dst, src, shape.h * shape.w * shape.c);
+    return 0;
+}
+
+/* ---- normalize and cast ---- */
+
+int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std, bool scale,
+                       float *dst, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("normalize", shape, sizeof(float), err, errlen)) != 0)
+        return rc;
+    for (size_t k = 0; k < shape.c; k++) {
+        if (!isfinite(mean[k]))
+            return fail(SL_EINVAL, err, errlen, "normalize: mean[%zu] is not finite", k);
+        if (!(std[k] > 0.0f) || !isfinite(std[k]))
+            return fail(SL_EINVAL, err, errlen, "normalize: std[%zu] = %g, must be > 0 and finite", k,
+                        (double)std[k]);
+    }
+    /* A byte has 256 values: a table per channel gives the exact result of
+     * the expression (no reciprocal) at the cost of a load per value. */
+    float table[3][256];
+    for (size_t k = 0; k < shape.c; k++)
+        for (int v = 0; v < 256; v++) {
+            float x = scale ? (float)v / 255.0f : (float)v;
+            table[k][v] = (x - mean[k]) / std[k];
+        }
+    size_t n = shape.h * shape.w;
+    if (shape.c == 3) {
+        for (size_t i = 0; i < n; i++) {
+            dst[3 * i + 0] = table[0][src[3 * i + 0]];
+            dst[3 * i + 1] = table[1][src[3 * i + 1]];
+            dst[3 * i + 2] = table[2][src[3 * i + 2]];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = table[0][src[i]];
+    }
+    return 0;
+}
+
+void sl_image_cast_u8_f32(const uint8_t *src, size_t n, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)src[i];
+}
+
+void sl_image_cast_f32_u8(const float *src, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = round_u8(src[i]);
+}
+
+void sl_image_cast_u8_i32(const uint8_t *src, size_t n, int32_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (int32_t)src[i];
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+
+    if (ax >= 0x7f800000u) {
+        /* Inf stays inf; NaN stays a quiet NaN with the top payload bits. */
+        if (ax == 0x7f800000u)
+            return sign | 0x7c00;
+        return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+    }
+    /* 65520 is halfway between 65504 (the largest half) and 65536: it and
+     * all above round to inf. */
+    if (ax >= 0x477ff000u)
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) {
+        /* Below 2^-14 the half is subnormal, in units of 2^-24; below 2^-25
+         * (and at it, a tie to even) it is zero. */
+        if (ax <= 0x33000000u)
+            return sign;
+        uint32_t e = ax >> 23;
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    /* Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits
+     * to even; a carry out of the mantissa correctly bumps the exponent. */
+    uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+void sl_image_cast_f32_f16(const float *src, size_t n, uint16_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f32_to_f16(src[i]);
+}

@@ -1,0 +1,203 @@
+/*
+ * image.h: image kernels on uint8 HWC tensors (height, width, channels;
+ * row-major; 1 or 3 channels): JPEG decoding, bilinear resize, crops, flips,
+ * normalization and casts.
+ *
+ * These are pure functions over buffers. They know nothing of elements or
+ * pipelines: the ops that wrap them (decode_jpeg, resize, random_crop,
+ * random_flip, normalize, cast) pass in the bytes and the shape of a value.
+ * Every function that can fail returns 0 or a negative code from sluice.h
+ * (SL_EDATA for bad data, SL_EINVAL for bad arguments, SL_ETOOBIG over a
+ * limit, -ENOMEM) and writes a message naming the problem into err (errlen
+ * bytes, may be 0); outputs are left alone on failure unless said otherwise.
+ *
+ * Random ops draw from an sl_image_rng_t (xoshiro256**, seeded through
+ * splitmix64) that the caller owns and seeds, so a seed fixes every outcome.
+ */
+#ifndef SL_IMAGE_H
+#define SL_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+/** The shape of an HWC image: h >= 1, w >= 1, c 1 or 3. */
+typedef struct sl_image_shape {
+    size_t h, w, c;
+} sl_image_shape_t;
+
+/** A JPEG decoder: one TurboJPEG handle. Use it from one thread at a time. */
+typedef struct sl_image_decoder sl_image_decoder_t;
+
+/** The state of a xoshiro256** generator; set it with sl_image_rng_seed(). */
+typedef struct sl_image_rng {
+    uint64_t s[4];
+} sl_image_rng_t;
+
+typedef enum sl_image_flip_dir {
+    SL_IMAGE_FLIP_LEFT_RIGHT = 0, /* mirror each row (the width axis) */
+    SL_IMAGE_FLIP_UP_DOWN = 1     /* reverse the rows (the height axis) */
+} sl_image_flip_dir_t;
+
+/* ---- random numbers ---- */
+
+/**
+ * Seeds rng: the four state words are splitmix64 outputs of seed, so every
+ * seed, 0 included, gives a good state.
+ * @param[out] rng the state to set
+ * @param[in] seed any value
+ */
+void sl_image_rng_seed(sl_image_rng_t *rng, uint64_t seed);
+
+/** @return the next 64 random bits of rng (xoshiro256**) */
+uint64_t sl_image_rng_next(sl_image_rng_t *rng);
+
+/**
+ * @param[in,out] rng the generator
+ * @param[in] n the bound, >= 1
+ * @return a uniform value in [0, n) without modulo bias (0 when n is 0)
+ */
+uint64_t sl_image_rng_below(sl_image_rng_t *rng, uint64_t n);
+
+/* ---- JPEG ---- */
+
+/**
+ * Makes a JPEG decoder, to be reused across images.
+ * @param[out] out the decoder, freed by sl_image_decoder_free()
+ * @return 0, or -ENOMEM
+ */
+int sl_image_decoder_new(sl_image_decoder_t **out, char *err, size_t errlen);
+
+/** Frees dec (NULL is fine). */
+void sl_image_decoder_free(sl_image_decoder_t *dec);
+
+/**
+ * Reads a JPEG's header only and says what sl_image_decode_jpeg() would
+ * return, without decoding.
+ * @param[in] dec a decoder
+ * @param[in] src,len the JPEG bytes, only read during the call
+ * @param[in] channels 0 (1 for a grayscale JPEG, else 3), 1 or 3
+ * @param[out] shape the decoded image's shape
+ * @return 0; SL_EDATA when the header is corrupt, truncated or of a CMYK
+ *         JPEG (turbojpeg's message in err); SL_EINVAL for bad channels
+ */
+int sl_image_jpeg_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
+                         sl_image_shape_t *shape, char *err, size_t errlen);
+
+/**
+ * Decodes a JPEG into uint8 HWC, with TurboJPEG's accurate integer IDCT and
+ * fancy upsampling (as PIL and tf.io.decode_jpeg do). Strict: any libjpeg
+ * warning (a truncated file, corrupt entropy data) fails the image.
+ * @param[in] dec a decoder, not used by another thread during the call
+ * @param[in] src,len the JPEG bytes, only read during the call
+ * @param[in] channels 0 (as in the file: 1 for grayscale, else 3), 1 or 3;
+ *            1 from a color JPEG is its luma (Y) plane, 3 from a grayscale
+ *            JPEG repeats it
+ * @param[in] max_pixels a limit on h * w * channels (the output's bytes),
+ *            checked on the header before anything is allocated
+ * @param[out] out the image, h * w * c bytes from malloc(): the caller frees
+ *            it with free(); NULL on failure
+ * @param[out] shape its shape
+ * @return 0; SL_EDATA for a corrupt, truncated or CMYK JPEG (turbojpeg's
+ *         message in err); SL_ETOOBIG over max_pixels; SL_EINVAL for bad
+ *         channels; -ENOMEM
+ */
+int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels, size_t max_pixels,
+                         uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen);
+
+/* ---- resize ---- */
+
+/**
+ * Bilinear resize as tf.image.resize(method="bilinear", antialias=False)
+ * computes it (ResizeBilinear with half_pixel_centers=True): output pixel
+ * (y, x) samples the input at ((y + 0.5) * in_h / out_h - 0.5, likewise for
+ * x), clamped to the edges, in float32 arithmetic in TensorFlow's order.
+ * @param[in] src the input, in.h * in.w * in.c bytes
+ * @param[in] in its shape
+ * @param[in] out_h,out_w the output size, >= 1
+ * @param[out] dst out_h * out_w * in.c values, not overlapping src; the
+ *            uint8 variant rounds half to even and saturates
+ * @return 0; SL_EINVAL for a bad shape or size; -ENOMEM (a scratch row)
+ */
+int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
+                       size_t errlen);
+/** As sl_image_resize_u8(), with tf.image.resize's float32 output. */
+int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
+                        size_t errlen);
+
+/* ---- crops and flips ---- */
+
+/**
+ * Copies the window of h rows and w columns at (y, x) out of src.
+ * @param[in] src the input, in.h * in.w * in.c bytes
+ * @param[out] dst h * w * in.c bytes, not overlapping src
+ * @return 0; SL_EINVAL when the window is empty or leaves the image
+ */
+int sl_image_crop(const uint8_t *src, sl_image_shape_t in, size_t y, size_t x, size_t h, size_t w, uint8_t *dst,
+                  char *err, size_t errlen);
+
+/**
+ * The offsets of a centered h x w window: ((in.h - h) / 2, (in.w - w) / 2),
+ * rounded down.
+ * @param[out] y,x the offsets to give sl_image_crop()
+ * @return 0; SL_EINVAL when the window is empty or larger than the image
+ */
+int sl_image_center_crop_offsets(sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x, char *err,
+                                 size_t errlen);
+
+/**
+ * Offsets of an h x w window drawn uniformly from all that fit (as
+ * tf.image.random_crop): y in [0, in.h - h], then x in [0, in.w - w].
+ * @param[in,out] rng the generator, advanced by two draws on success
+ * @param[out] y,x the offsets to give sl_image_crop()
+ * @return 0; SL_EINVAL when the window is empty or larger than the image
+ */
+int sl_image_random_crop_offsets(sl_image_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
+                                 char *err, size_t errlen);
+
+/**
+ * Mirrors an image along dir.
+ * @param[in] src the input, shape.h * shape.w * shape.c bytes
+ * @param[out] dst as many bytes: src itself (in place) or a buffer that does
+ *            not overlap it
+ * @return 0; SL_EINVAL for a bad shape or direction
+ */
+int sl_image_flip(const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir, uint8_t *dst, char *err,
+                  size_t errlen);
+
+/**
+ * Mirrors an image along dir with probability 1/2 (one draw from rng), else
+ * copies it (nothing to do when dst is src).
+ * @param[out] flipped whether it was mirrored (may be NULL)
+ * @return as sl_image_flip()
+ */
+int sl_image_random_flip(sl_image_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
+                         uint8_t *dst, bool *flipped, char *err, size_t errlen);
+
+/* ---- normalize and cast ---- */
+
+/**
+ * dst = (x - mean[c]) / std[c] per channel in float32, where x is the byte
+ * itself or, with scale, the byte / 255.0f (torchvision's ToTensor then
+ * Normalize). Exactly this expression for every byte value.
+ * @param[in] mean,std shape.c values each; every std > 0, all finite
+ * @param[out] dst shape.h * shape.w * shape.c floats
+ * @return 0; SL_EINVAL for a bad shape, mean or std
+ */
+int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std, bool scale,
+                       float *dst, char *err, size_t errlen);
+
+/* Element-wise casts of n values; they cannot fail. dst may not overlap src. */
+
+/** uint8 -> float32, exact. */
+void sl_image_cast_u8_f32(const uint8_t *src, size_t n, float *dst);
+/** float32 -> uint8, rounding half to even and saturating to [0, 255]; NaN becomes 0. */
+void sl_image_cast_f32_u8(const float *src, size_t n, uint8_t *dst);
+/** uint8 -> int32, exact. */
+void sl_image_cast_u8_i32(const uint8_t *src, size_t n, int32_t *dst);
+/** float32 -> IEEE 754 binary16 bits, rounding to nearest even; overflow to inf, NaN stays NaN. */
+void sl_image_cast_f32_f16(const float *src, size_t n, uint16_t *dst);
+
+#endif
