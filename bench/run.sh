@@ -5,3 +5,4 @@ set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/stream.py --build "$build"
+/usr/bin/python3 bench/tfrecord_read.py --build "$build"

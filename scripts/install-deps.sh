@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libevent-dev nanopb libnanopb-dev protobuf-compiler python3-protobuf
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev
-  python3 iperf3 chromium
+  python3 iperf3 chromium fio
 )
 
 missing=()
