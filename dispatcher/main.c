@@ -18,7 +18,10 @@
 #include "net.h"
 #include "server.h"
 #include "state.h"
+#include "confine.h"
 #include "workdir.h"
+
+#define MAX_DATA_ROOTS 16
 
 static const char *program = "sluice-dispatcher";
 
@@ -36,7 +39,9 @@ static void usage(FILE *f)
             "  --worker-timeout-ms N    a worker without heartbeat this long is lost (10000)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
-            "  --split-size N           elements per DYNAMIC split (1024)\n"
+            "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
+            "  --data-root DIR          a directory file sources may name (repeatable);\n"
+            "                           their files are listed and counted at registration\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
@@ -51,6 +56,8 @@ struct options {
     const char *admin_bind;
     const char *worker_addresses;
     const char *admin_token_file;
+    const char *data_roots[MAX_DATA_ROOTS];
+    int num_data_roots;
     int log_level;
     int log_format;
     sl_dstate_config_t state;
@@ -59,7 +66,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_CLIENT_TO,
-           O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP };
+           O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_ROOT, O_CONFIG, O_HELP };
     static const struct option longopts[] = {
         {"port", required_argument, NULL, O_PORT},
         {"admin-port", required_argument, NULL, O_ADMIN_PORT},
@@ -74,6 +81,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"log-level", required_argument, NULL, O_LOG_LEVEL},
         {"log-format", required_argument, NULL, O_LOG_FORMAT},
         {"admin-token-file", required_argument, NULL, O_TOKEN},
+        {"data-root", required_argument, NULL, O_ROOT},
         {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -125,6 +133,13 @@ static int parse_args(int argc, char **argv, struct options *o)
             }
             break;
         case O_TOKEN: o->admin_token_file = optarg; break;
+        case O_ROOT:
+            if (o->num_data_roots == MAX_DATA_ROOTS) {
+                fprintf(stderr, "%s: --data-root: at most %d directories\n", program, MAX_DATA_ROOTS);
+                return -1;
+            }
+            o->data_roots[o->num_data_roots++] = optarg;
+            break;
         case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
@@ -199,6 +214,7 @@ int main(int argc, char **argv)
     int status = SL_EXIT_FAILURE;
     char err[1024];
     sl_workdir_t *wd = NULL;
+    sl_confine_t *roots = NULL;
     sl_dstate_t *st = NULL;
     struct event_base *base = NULL;
     sl_dserver_t *srv = NULL;
@@ -210,6 +226,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
+    if (o.num_data_roots > 0 &&
+        sl_confine_create(o.data_roots, (size_t)o.num_data_roots, &roots, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: --data-root: %s\n", program, err);
+        goto out;
+    }
+    o.state.roots = roots;
     st = sl_dstate_new(&o.state);
     base = event_base_new();
     if (!st || !base) {
@@ -249,6 +271,7 @@ out:
     sl_admin_free(admin);
     sl_dserver_free(srv);
     sl_dstate_free(st);
+    sl_confine_destroy(roots);
     if (base)
         event_base_free(base);
     sl_workdir_close(wd);

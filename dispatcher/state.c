@@ -29,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "files.h"
 #include "log.h"
 #include "spec.h"
 
@@ -52,6 +53,9 @@ struct dataset {
     char fingerprint[17];
     char *canonical;
     int64_t cardinality;
+    /* File sources: the files and their record counts, split by file.
+     * Other sources count as one file of cardinality elements. */
+    sl_file_list_t files;
 };
 
 struct task {
@@ -86,8 +90,10 @@ struct job {
     int64_t created;
     /* DYNAMIC split cursor. */
     uint64_t split_epoch;
-    uint64_t split_next; /* first element not yet handed out in split_epoch */
+    uint32_t split_file; /* the file split_next counts in */
+    uint64_t split_next; /* first element (record) of split_file not yet handed out */
     uint64_t split_seq;  /* split ids, unique within the job */
+    uint64_t split_epoch_handed; /* splits handed out in split_epoch */
 };
 
 struct sl_dstate {
@@ -114,6 +120,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_datasets = 4096,
         .max_jobs = 4096,
         .max_clients_per_job = 1024,
+        .max_files = 100000,
     };
 }
 
@@ -161,6 +168,7 @@ void sl_dstate_free(sl_dstate_t *st)
         return;
     for (unsigned i = 0; i < st->num_datasets; i++) {
         free(st->datasets[i]->canonical);
+        sl_file_list_clear(&st->datasets[i]->files);
         free(st->datasets[i]);
     }
     for (unsigned i = 0; i < st->num_jobs; i++)
@@ -177,6 +185,16 @@ static struct worker *find_worker(sl_dstate_t *st, uint64_t id)
         if (st->workers[i].id == id)
             return &st->workers[i];
     return NULL;
+}
+
+static uint32_t dataset_num_files(const struct dataset *d)
+{
+    return d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
+}
+
+static uint64_t dataset_file_records(const struct dataset *d, uint32_t f)
+{
+    return d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
 }
 
 static struct dataset *find_dataset(const sl_dstate_t *st, uint64_t id)
@@ -246,7 +264,7 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
 {
     if (j->state != SL_JOB_RUNNING)
         return;
-    bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_next < (uint64_t)j->dataset->cardinality;
+    bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_file < dataset_num_files(j->dataset);
     bool any_done = false;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         const struct task *t = &j->tasks[k];
@@ -437,17 +455,29 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         rc = SL_ETOOBIG;
         goto out;
     }
+    /* A file source is expanded and counted now: a path outside the data
+     * roots is refused at registration, and DYNAMIC splits need counts. */
+    sl_file_list_t files = {0};
+    if (sl_spec_source_num_patterns(spec) > 0) {
+        rc = sl_file_list_resolve(spec, st->cfg.roots, (int)st->cfg.max_files, &files, err, errlen);
+        if (rc < 0)
+            goto out;
+    }
     char *copy = strdup(canon);
     struct dataset *d = calloc(1, sizeof *d);
     if (!copy || !d || grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
         free(copy);
         free(d);
+        sl_file_list_clear(&files);
         snprintf(err, errlen, "out of memory");
         rc = -ENOMEM;
         goto out;
     }
     st->datasets[st->num_datasets++] = d;
-    *d = (struct dataset){.id = st->next_id++, .canonical = copy, .cardinality = sl_spec_source_cardinality(spec)};
+    *d = (struct dataset){.id = st->next_id++, .canonical = copy, .cardinality = sl_spec_source_cardinality(spec),
+                          .files = files};
+    if (files.num_files > 0)
+        d->cardinality = (int64_t)files.total;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
     *fingerprint = d->fingerprint;
@@ -637,7 +667,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
         return SL_EINVAL;
     }
-    uint64_t total = (uint64_t)j->dataset->cardinality;
+    const struct dataset *d = j->dataset;
+    uint32_t nfiles = dataset_num_files(d);
     resp->epoch = req->epoch;
     struct worker *w = find_worker(st, t->worker_id);
     if (w && w->draining) {
@@ -650,9 +681,11 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         resp->end_of_epoch = true;
         return 0;
     }
-    if (req->epoch == j->split_epoch + 1 && j->split_next >= total) {
+    if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
         j->split_epoch++;
+        j->split_file = 0;
         j->split_next = 0;
+        j->split_epoch_handed = 0;
     } else if (req->epoch != j->split_epoch) {
         snprintf(err, errlen, "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
                  j->id, j->split_epoch, t->id, req->epoch);
@@ -661,12 +694,27 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > sizeof resp->splits / sizeof resp->splits[0])
         max = sizeof resp->splits / sizeof resp->splits[0];
-    while (resp->splits_count < max && j->split_next < total) {
+    /* Splits never cross a file; empty files are stepped over. */
+    while (resp->splits_count < max && j->split_file < nfiles) {
+        uint64_t total = dataset_file_records(d, j->split_file);
+        if (j->split_next >= total) {
+            j->split_file++;
+            j->split_next = 0;
+            continue;
+        }
         sluice_Split *s = &resp->splits[resp->splits_count++];
         s->split_id = j->split_seq++;
+        s->file_index = j->split_file;
         s->begin = j->split_next;
         s->end = total - j->split_next > st->cfg.split_size ? j->split_next + st->cfg.split_size : total;
         j->split_next = s->end;
+        j->split_epoch_handed++;
+    }
+    /* Step past a finished last file now, so that the epoch counts as
+     * exhausted as soon as its last split is out. */
+    while (j->split_file < nfiles && j->split_next >= dataset_file_records(d, j->split_file)) {
+        j->split_file++;
+        j->split_next = 0;
     }
     resp->end_of_epoch = resp->splits_count == 0;
     return 0;
@@ -813,11 +861,12 @@ static json_t *job_json(const sl_dstate_t *st, const struct job *j, int64_t now,
     if (j->error[0])
         json_object_set_new(o, "error", json_string(j->error));
     if (j->sharding == SL_SHARDING_DYNAMIC) {
-        uint64_t card = (uint64_t)j->dataset->cardinality, size = st->cfg.split_size;
-        uint64_t per_epoch = (card + size - 1) / size;
-        uint64_t handed = (j->split_next + size - 1) / size;
+        uint64_t size = st->cfg.split_size, per_epoch = 0;
+        for (uint32_t f = 0; f < dataset_num_files(j->dataset); f++)
+            per_epoch += (dataset_file_records(j->dataset, f) + size - 1) / size;
         json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
-                                                   "handed_out", (json_int_t)handed, "total", (json_int_t)per_epoch,
+                                                   "handed_out", (json_int_t)j->split_epoch_handed, "total",
+                                                   (json_int_t)per_epoch,
                                                    "handed_out_all_epochs", (json_int_t)j->split_seq));
     }
     if (!detail)

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "confine.h"
 #include "frame.h"
 
 typedef struct sl_dstate sl_dstate_t;
@@ -27,6 +28,8 @@ typedef struct sl_dstate_config {
     unsigned max_datasets;
     unsigned max_jobs;            /* jobs kept, finished ones included */
     unsigned max_clients_per_job;
+    unsigned max_files;           /* files of one file source */
+    const sl_confine_t *roots;    /* where file sources may read; NULL: nowhere */
 } sl_dstate_config_t;
 
 /** Fills the defaults. */

@@ -32,6 +32,8 @@ struct sl_spec {
     sl_spec_op_t ops[SL_SPEC_MAX_OPS];
     int64_t cardinality;
     char *canonical; /* from json_dumps(), freed with free() */
+    char **patterns; /* file sources: num_patterns strings, malloc'd */
+    int num_patterns;
     char fingerprint[17];
 };
 
@@ -544,6 +546,9 @@ void sl_spec_free(sl_spec_t *spec)
     if (!spec)
         return;
     free(spec->canonical);
+    for (int i = 0; i < spec->num_patterns; i++)
+        free(spec->patterns[i]);
+    free(spec->patterns);
     free(spec);
 }
 
@@ -560,6 +565,16 @@ const char *sl_spec_fingerprint(const sl_spec_t *spec)
 int64_t sl_spec_source_cardinality(const sl_spec_t *spec)
 {
     return spec->cardinality;
+}
+
+int sl_spec_source_num_patterns(const sl_spec_t *spec)
+{
+    return spec->num_patterns;
+}
+
+const char *sl_spec_source_pattern(const sl_spec_t *spec, int i)
+{
+    return i >= 0 && i < spec->num_patterns ? spec->patterns[i] : NULL;
 }
 
 const sl_spec_source_t *sl_spec_source(const sl_spec_t *spec)

@@ -25,7 +25,13 @@ typedef struct sl_spec sl_spec_t;
 /** Source kinds a parsed spec can hold (those the service supports now). */
 typedef enum sl_source_kind {
     SL_SOURCE_RANGE = 1,
+    SL_SOURCE_TFRECORD,
+    SL_SOURCE_TEXT_LINES,
+    SL_SOURCE_FIXED_LENGTH_RECORDS,
 } sl_source_kind_t;
+
+/** Compression of a file source. */
+typedef enum sl_compression { SL_COMPRESSION_NONE = 0, SL_COMPRESSION_GZIP = 1 } sl_compression_t;
 
 /** Op kinds a parsed spec can hold (those the service supports now). */
 typedef enum sl_op_kind {
@@ -45,6 +51,14 @@ typedef struct sl_spec_source {
         struct {
             int64_t start, stop, step; /* step != 0 */
         } range;
+        /* tfrecord, text_lines, fixed_length_records; the file patterns
+         * are read with sl_spec_source_pattern(). */
+        struct {
+            sl_compression_t compression;
+            bool skip_corrupt;          /* tfrecord: on_corrupt "skip" */
+            int64_t record_bytes;       /* fixed_length_records */
+            int64_t header_bytes, footer_bytes;
+        } files;
     } u;
 } sl_spec_source_t;
 
@@ -100,6 +114,13 @@ const char *sl_spec_fingerprint(const sl_spec_t *spec);
 
 /** @return the number of elements the source yields, or -1 when unknown */
 int64_t sl_spec_source_cardinality(const sl_spec_t *spec);
+
+/** @return the number of file patterns of a file source (paths or glob
+ *  patterns, in spec order), 0 for other sources */
+int sl_spec_source_num_patterns(const sl_spec_t *spec);
+
+/** @return file pattern i, valid until sl_spec_free(); NULL when out of range */
+const char *sl_spec_source_pattern(const sl_spec_t *spec, int i);
 
 /** @return the source, valid until sl_spec_free() */
 const sl_spec_source_t *sl_spec_source(const sl_spec_t *spec);
