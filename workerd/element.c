@@ -33,7 +33,7 @@ sl_element_t *sl_element_new(uint32_t n)
     return e;
 }
 
-void sl_element_clear(sl_element_t *e)
+void sl__element_release(sl_element_t *e)
 {
     for (uint32_t i = 0; i < e->num_components; i++) {
         if (e->v[i].storage == SL_VALUE_HEAP)
@@ -42,8 +42,6 @@ void sl_element_clear(sl_element_t *e)
     }
     free(e->block);
     e->block = NULL;
-    e->block_size = 0;
-    e->num_elements = 0;
 }
 
 void sl_element_free(sl_element_t *e)
@@ -62,17 +60,8 @@ void sl_element_move(sl_element_t *dst, sl_element_t *src)
     sl_element_init(src, src->num_components);
 }
 
-uint8_t *sl_value_alloc(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, size_t size)
+uint8_t *sl__value_alloc_heap(sl_value_t *v, size_t size)
 {
-    v->dtype = dtype;
-    v->rank = (uint8_t)rank;
-    if (rank > 0)
-        memcpy(v->shape, shape, (size_t)rank * sizeof *shape);
-    v->size = size;
-    if (size <= SL_VALUE_INLINE_BYTES) {
-        v->storage = SL_VALUE_INLINE;
-        return v->u.inl;
-    }
     v->u.ptr = malloc(size);
     if (!v->u.ptr) {
         v->storage = SL_VALUE_INLINE;

@@ -83,19 +83,53 @@ sl_element_t *sl_element_new(uint32_t n);
 /** Frees what the element holds and the element; NULL is ignored. */
 void sl_element_free(sl_element_t *e);
 
+/* Frees the HEAP values and the block of e and marks every value INLINE;
+ * sl_element_clear()'s slow path. */
+void sl__element_release(sl_element_t *e);
+
 /** Frees what the element holds and leaves it empty, ready to be filled again. */
-void sl_element_clear(sl_element_t *e);
+static inline void sl_element_clear(sl_element_t *e)
+{
+    /* Clearing runs once per element in every stage, and most elements are
+     * scalars that own nothing: for them it is a look at the storage tags,
+     * with no call and no free(NULL). */
+    int owns = e->block != NULL;
+    for (uint32_t i = 0; i < e->num_components; i++)
+        owns |= e->v[i].storage != SL_VALUE_INLINE;
+    if (owns)
+        sl__element_release(e);
+    e->block_size = 0;
+    e->num_elements = 0;
+}
 
 /** Moves src into dst, which must be empty; src is left empty. Same num_components. */
 void sl_element_move(sl_element_t *dst, sl_element_t *src);
 
+/* Gives v, whose other fields are set, a malloc'd buffer of size bytes;
+ * sl_value_alloc()'s slow path. */
+uint8_t *sl__value_alloc_heap(sl_value_t *v, size_t size);
+
 /**
- * Sets v to a value of dtype and shape with room for size bytes, inline
- * when they fit, else malloc'd and owned by the value.
+ * Sets v, an empty value (INLINE, owning nothing), to a value of dtype and
+ * shape with room for size bytes, inline when they fit, else malloc'd and
+ * owned by the value.
  * @return where to write the size bytes, valid as sl_value_data(); NULL
- *         without memory
+ *         without memory (never for an inline size)
  */
-uint8_t *sl_value_alloc(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, size_t size);
+static inline uint8_t *sl_value_alloc(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, size_t size)
+{
+    v->dtype = dtype;
+    v->rank = (uint8_t)rank;
+    /* A loop, not memcpy: ranks are small, and a scalar copies nothing. */
+    for (int d = 0; d < rank; d++)
+        v->shape[d] = shape[d];
+    v->size = size;
+    if (size <= SL_VALUE_INLINE_BYTES) {
+        v->storage = SL_VALUE_INLINE;
+        return v->u.inl;
+    }
+    return sl__value_alloc_heap(v, size);
+}
 
 /**
  * @return the bytes of a dense value of dtype and shape, or SIZE_MAX when

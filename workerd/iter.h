@@ -42,17 +42,43 @@ typedef struct sl_iter_vtbl {
     void (*destroy)(sl_iter_t *it);
 } sl_iter_vtbl_t;
 
+/*
+ * The bulk path, an optional method of an iterator whose elements are all
+ * alike: every element it yields has, for each component, the same dtype,
+ * shape and size (a fixed-size scalar or dense tensor, never bytes), so a
+ * consumer can learn the layout from one element taken with next() and then
+ * take the following elements as raw rows, with no sl_element_t in between.
+ * batch uses it to fill its block at memory speed.
+ *
+ * next_bulk yields the same elements next() would, in the same order and
+ * with the same side effects (split requests, counts), only without the
+ * element: it writes up to max_rows (>= 1) of them, component c of the i-th
+ * into dst[c] + i * size_c, where size_c is the bytes of component c of
+ * every element. It returns 0 with *rows in [1, max_rows] (fewer than asked
+ * is normal, e.g. at the end of a DYNAMIC split: ask again), 1 at the end of
+ * the sequence, or a negative code with ctx->errmsg set; *rows is 0 unless 0
+ * is returned. It may use the dst rows past *rows as scratch (skip does), up
+ * to max_rows. next() and next_bulk may be mixed freely, and reset() starts
+ * both over.
+ *
+ * Whether an op can offer it depends on its input (take, skip and repeat
+ * forward it when their input has it), so it sits in the head, not the
+ * vtable: NULL when not offered, which sl__iter_init sets.
+ */
+typedef int (*sl_iter_bulk_fn)(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows);
+
 /* The head of every iterator; each kind embeds it as its first member. */
 struct sl_iter {
     const sl_iter_vtbl_t *vt;
-    sl_iter_t *input;       /* owned; NULL for a source */
-    sl_iter_ctx_t *ctx;     /* the pipeline's, outlives the iterator */
-    char label[48];         /* "ops[2] (batch)", "source (range)" for messages */
-    sl_element_spec_t spec; /* what next() yields */
+    sl_iter_bulk_fn next_bulk; /* optional, see above; NULL when not offered */
+    sl_iter_t *input;          /* owned; NULL for a source */
+    sl_iter_ctx_t *ctx;        /* the pipeline's, outlives the iterator */
+    char label[48];            /* "ops[2] (batch)", "source (range)" for messages */
+    sl_element_spec_t spec;    /* what next() yields */
 };
 
-/* Fills in an iterator's head; its spec is its input's (a source sets its
- * own). */
+/* Fills in an iterator's head, without a bulk method; its spec is its
+ * input's (a source sets its own). */
 void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx,
                    const char *label);
 

@@ -21,6 +21,10 @@
  * rows at off[c], 8-byte aligned) and every element is copied straight into
  * its row. The finished element owns that buffer as its block, and the
  * pipeline sends it as the batch's data without another copy.
+ *
+ * When the input offers the bulk path (iter.h), only the first element of a
+ * batch comes as an element; the input writes the other rows straight into
+ * the block, so range -> batch runs at memory speed.
  */
 
 struct batch_iter {
@@ -72,19 +76,66 @@ static int batch_layout(struct batch_iter *b, const sl_element_t *e, size_t *off
     return 0;
 }
 
+/* Whether v, an element's value, has the shape of the batch's rows o
+ * describes (o->shape[0] is the leading dimension). Inline and without
+ * memcmp: it runs for every element, and for a scalar it is two compares. */
+static inline bool batch_row_matches(const sl_value_t *v, const sl_value_t *o, size_t row_size)
+{
+    if (v->rank + 1 != o->rank || v->size != row_size)
+        return false;
+    for (int d = 0; d < v->rank; d++) {
+        if (v->shape[d] != o->shape[d + 1])
+            return false;
+    }
+    return true;
+}
+
+/* Copies one row; scalars take a fixed-size copy, which compiles to a
+ * single load and store instead of a call to memcpy. */
+static inline void batch_copy_row(uint8_t *dst, const uint8_t *src, size_t size)
+{
+    switch (size) {
+    case 8: memcpy(dst, src, 8); break;
+    case 4: memcpy(dst, src, 4); break;
+    case 2: memcpy(dst, src, 2); break;
+    case 1: *dst = *src; break;
+    default: memcpy(dst, src, size); break;
+    }
+}
+
+static int batch_row_mismatch(struct batch_iter *b, uint32_t c, const sl_value_t *v, const sl_value_t *o,
+                              size_t row_size, uint64_t row)
+{
+    const char *name = b->base.spec.c[c].name;
+    /* Equal shapes with unequal sizes mean a stage broke its spec. */
+    if (v->rank + 1 == o->rank && v->size != row_size &&
+        memcmp(v->shape, o->shape + 1, v->rank * sizeof v->shape[0]) == 0)
+        return sl__iter_fail(&b->base, SL_EINTERNAL,
+                             "component \"%s\" has %zu bytes in element %" PRIu64 " of the batch but %zu in element 0",
+                             name, v->size, row, row_size);
+    char want[128], got[128];
+    shape_str(o->shape + 1, o->rank - 1, want, sizeof want);
+    shape_str(v->shape, v->rank, got, sizeof got);
+    return sl__iter_fail(&b->base, SL_EDATA,
+                         "component \"%s\" has shape %s in element %" PRIu64
+                         " of the batch but %s in element 0; batch needs equal shapes",
+                         name, got, row, want);
+}
+
 static int batch_next(sl_iter_t *it, sl_element_t *out)
 {
     struct batch_iter *b = (struct batch_iter *)it;
+    sl_iter_t *input = it->input;
     sl_element_t *in = b->in;
     uint32_t n = it->spec.num_components;
-    size_t off[SL_MAX_COMPONENTS], total = 0;
+    size_t off[SL_MAX_COMPONENTS], row_size[SL_MAX_COMPONENTS], total = 0;
     uint8_t *block = NULL;
     uint64_t rows = 0;
     int rc;
 
     if (b->input_done)
         return 1;
-    rc = it->input->vt->next(it->input, in);
+    rc = input->vt->next(input, in);
     if (rc == 1)
         b->input_done = true;
     if (rc != 0)
@@ -105,34 +156,50 @@ static int batch_next(sl_iter_t *it, sl_element_t *out)
         o->dtype = in->v[c].dtype;
         o->rank = (uint8_t)(in->v[c].rank + 1);
         memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
-        o->size = in->v[c].size;
+        row_size[c] = in->v[c].size;
+        memcpy(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
     }
-    for (;;) {
-        for (uint32_t c = 0; c < n; c++) {
-            sl_value_t *v = &in->v[c];
-            sl_value_t *o = &out->v[c];
-            if (v->rank + 1 != o->rank || memcmp(v->shape, o->shape + 1, v->rank * sizeof v->shape[0]) != 0) {
-                char want[128], got[128];
-                shape_str(o->shape + 1, o->rank - 1, want, sizeof want);
-                shape_str(v->shape, v->rank, got, sizeof got);
-                rc = sl__iter_fail(it, SL_EDATA,
-                                   "component \"%s\" has shape %s in element %" PRIu64
-                                   " of the batch but %s in element 0; batch needs equal shapes",
-                                   it->spec.c[c].name, got, rows, want);
-                goto fail;
+    sl_element_clear(in);
+    rows = 1;
+
+    if (input->next_bulk) {
+        /* The input's elements are all alike (iter.h), so the first one's
+         * layout holds for the rest: let it write them straight into the
+         * rows, as many per call as it has at hand. */
+        uint8_t *dst[SL_MAX_COMPONENTS];
+        while (rows < b->batch_size) {
+            uint64_t got = 0;
+            for (uint32_t c = 0; c < n; c++)
+                dst[c] = block + off[c] + rows * row_size[c];
+            rc = input->next_bulk(input, dst, b->batch_size - rows, &got);
+            if (rc == 1) {
+                b->input_done = true;
+                break;
             }
-            memcpy(block + off[c] + rows * o->size, sl_value_data(v), o->size);
+            if (rc < 0)
+                goto fail;
+            rows += got;
         }
-        sl_element_clear(in);
-        if (++rows == b->batch_size)
-            break;
-        rc = it->input->vt->next(it->input, in);
-        if (rc == 1) {
-            b->input_done = true;
-            break;
+    } else {
+        while (rows < b->batch_size) {
+            rc = input->vt->next(input, in);
+            if (rc == 1) {
+                b->input_done = true;
+                break;
+            }
+            if (rc < 0)
+                goto fail;
+            for (uint32_t c = 0; c < n; c++) {
+                sl_value_t *v = &in->v[c];
+                if (!batch_row_matches(v, &out->v[c], row_size[c])) {
+                    rc = batch_row_mismatch(b, c, v, &out->v[c], row_size[c], rows);
+                    goto fail;
+                }
+                batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
+            }
+            sl_element_clear(in);
+            rows++;
         }
-        if (rc < 0)
-            goto fail;
     }
     if (rows < b->batch_size && b->drop_remainder) {
         free(block);
@@ -145,7 +212,7 @@ static int batch_next(sl_iter_t *it, sl_element_t *out)
     size_t pos = 0;
     for (uint32_t c = 0; c < n; c++) {
         sl_value_t *o = &out->v[c];
-        size_t start = ALIGN8(pos), len = (size_t)rows * o->size;
+        size_t start = ALIGN8(pos), len = (size_t)rows * row_size[c];
         memset(block + pos, 0, start - pos);
         if (start != off[c])
             memmove(block + start, block + off[c], len);
@@ -368,7 +435,12 @@ int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_
     return 0;
 }
 
-/* ---- take, skip ---- */
+/* ---- take, skip ----
+ *
+ * Both offer the bulk path when their input does, with their counts applied
+ * to rows. pull() takes the next element (out set) or the next rows (out
+ * NULL) from the input, so one function serves both paths.
+ */
 
 struct count_iter {
     sl_iter_t base;
@@ -376,29 +448,77 @@ struct count_iter {
     int64_t done;  /* elements taken or skipped in this iteration */
 };
 
-static int take_next(sl_iter_t *it, sl_element_t *out)
+/* Takes one element into out, or, when out is NULL, up to max_rows rows
+ * into dst; *rows says how many (1 for an element). Returns what the
+ * input's next or next_bulk returned. */
+static inline int pull(sl_iter_t *input, sl_element_t *out, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
+{
+    if (out) {
+        int rc = input->vt->next(input, out);
+        *rows = rc == 0;
+        return rc;
+    }
+    return input->next_bulk(input, dst, max_rows, rows);
+}
+
+/* The rows left of count after done, or max when fewer or count is -1. */
+static uint64_t count_left(const struct count_iter *t, uint64_t max)
+{
+    if (t->count < 0 || (uint64_t)(t->count - t->done) >= max)
+        return max;
+    return (uint64_t)(t->count - t->done);
+}
+
+static int take_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
 {
     struct count_iter *t = (struct count_iter *)it;
+    *rows = 0;
     /* Stop without pulling: the input may be expensive or endless. */
     if (t->count >= 0 && t->done >= t->count)
         return 1;
-    int rc = it->input->vt->next(it->input, out);
+    int rc = pull(it->input, out, dst, count_left(t, max_rows), rows);
     if (rc == 0)
-        t->done++;
+        t->done += (int64_t)*rows;
     return rc;
+}
+
+static int skip_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
+{
+    struct count_iter *s = (struct count_iter *)it;
+    /* What is skipped goes through out, or through dst's rows, which the
+     * bulk contract lets us use as scratch. */
+    while (s->count < 0 || s->done < s->count) {
+        int rc = pull(it->input, out, dst, count_left(s, max_rows), rows);
+        if (rc != 0)
+            return rc;
+        if (out)
+            sl_element_clear(out);
+        s->done += (int64_t)*rows;
+    }
+    return pull(it->input, out, dst, max_rows, rows);
+}
+
+static int take_next(sl_iter_t *it, sl_element_t *out)
+{
+    uint64_t rows;
+    return take_pull(it, out, NULL, 1, &rows);
+}
+
+static int take_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
+{
+    return take_pull(it, NULL, dst, max_rows, rows);
 }
 
 static int skip_next(sl_iter_t *it, sl_element_t *out)
 {
-    struct count_iter *s = (struct count_iter *)it;
-    while (s->count < 0 || s->done < s->count) {
-        int rc = it->input->vt->next(it->input, out);
-        if (rc != 0)
-            return rc;
-        sl_element_clear(out);
-        s->done++;
-    }
-    return it->input->vt->next(it->input, out);
+    uint64_t rows;
+    return skip_pull(it, out, NULL, 1, &rows);
+}
+
+static int skip_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
+{
+    *rows = 0;
+    return skip_pull(it, NULL, dst, max_rows, rows);
 }
 
 static int count_reset(sl_iter_t *it)
@@ -416,13 +536,15 @@ static void count_destroy(sl_iter_t *it)
 static const sl_iter_vtbl_t take_vtbl = {take_next, count_reset, count_destroy};
 static const sl_iter_vtbl_t skip_vtbl = {skip_next, count_reset, count_destroy};
 
-static int count_create(const sl_iter_vtbl_t *vt, int64_t count, sl_iter_t *input, sl_iter_ctx_t *ctx,
-                        const char *label, sl_iter_t **out)
+static int count_create(const sl_iter_vtbl_t *vt, sl_iter_bulk_fn bulk, int64_t count, sl_iter_t *input,
+                        sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out)
 {
     struct count_iter *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     sl__iter_init(&t->base, vt, input, ctx, label);
+    if (input->next_bulk)
+        t->base.next_bulk = bulk;
     t->count = count;
     *out = &t->base;
     return 0;
@@ -431,13 +553,13 @@ static int count_create(const sl_iter_vtbl_t *vt, int64_t count, sl_iter_t *inpu
 int sl__op_take_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                        sl_iter_t **out)
 {
-    return count_create(&take_vtbl, op->u.take.count, input, ctx, label, out);
+    return count_create(&take_vtbl, take_next_bulk, op->u.take.count, input, ctx, label, out);
 }
 
 int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                        sl_iter_t **out)
 {
-    return count_create(&skip_vtbl, op->u.skip.count, input, ctx, label, out);
+    return count_create(&skip_vtbl, skip_next_bulk, op->u.skip.count, input, ctx, label, out);
 }
 
 /* ---- repeat ----
@@ -460,16 +582,19 @@ struct repeat_iter {
     uint64_t requests; /* ctx->split_requests when this iteration began */
 };
 
-static int repeat_next(sl_iter_t *it, sl_element_t *out)
+/* repeat_next and, when the input has it, the bulk path: out NULL pulls
+ * rows into dst instead of an element into out. */
+static int repeat_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
 {
     struct repeat_iter *r = (struct repeat_iter *)it;
     sl_iter_ctx_t *ctx = it->ctx;
+    *rows = 0;
     for (;;) {
         if (r->done || (r->count >= 0 && r->iteration >= r->count)) {
             r->done = true;
             return 1;
         }
-        int rc = it->input->vt->next(it->input, out);
+        int rc = pull(it->input, out, dst, max_rows, rows);
         if (rc == 0)
             r->yielded = true;
         if (rc != 1)
@@ -487,6 +612,17 @@ static int repeat_next(sl_iter_t *it, sl_element_t *out)
         r->yielded = false;
         r->requests = ctx->split_requests;
     }
+}
+
+static int repeat_next(sl_iter_t *it, sl_element_t *out)
+{
+    uint64_t rows;
+    return repeat_pull(it, out, NULL, 1, &rows);
+}
+
+static int repeat_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows)
+{
+    return repeat_pull(it, NULL, dst, max_rows, rows);
 }
 
 static int repeat_reset(sl_iter_t *it)
@@ -514,6 +650,8 @@ int sl__op_repeat_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t
     if (!r)
         return -ENOMEM;
     sl__iter_init(&r->base, &repeat_vtbl, input, ctx, label);
+    if (input->next_bulk)
+        r->base.next_bulk = repeat_next_bulk;
     r->count = op->u.repeat.count;
     r->requests = ctx->split_requests;
     *out = &r->base;

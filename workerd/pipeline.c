@@ -27,6 +27,7 @@ static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
 void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label)
 {
     it->vt = vt;
+    it->next_bulk = NULL;
     it->input = input;
     it->ctx = ctx;
     snprintf(it->label, sizeof it->label, "%s", label);

@@ -620,6 +620,317 @@ Test(pipeline, destroy_mid_stream_frees_everything)
     run_free(&r);
 }
 
+/* ---- the bulk path ----
+ *
+ * range offers batch its rows in bulk (take, skip and repeat pass that on),
+ * and batch then fills its block with no element in between. These tests
+ * pin that path to the element-by-element one: each spec runs as it is, and
+ * again with a shuffle of buffer 1 just before the batch (it yields its
+ * input in order, element by element, and offers no bulk path). Both runs
+ * must agree on every value, every batch size, the end or the error and its
+ * message, and the splits asked for; and both must give what the ops mean,
+ * computed here from the range. */
+
+struct seq {
+    int64_t *v;
+    size_t n;
+};
+
+static struct seq seq_range(int64_t start, int64_t step, uint64_t count)
+{
+    struct seq s = {calloc(count ? count : 1, sizeof(int64_t)), count};
+    cr_assert_not_null(s.v);
+    for (uint64_t i = 0; i < count; i++)
+        s.v[i] = (int64_t)((uint64_t)start + i * (uint64_t)step);
+    return s;
+}
+
+/* skip and take as the ops mean them: k < 0 is "all". */
+static void seq_skip(struct seq *s, int64_t k)
+{
+    size_t drop = k < 0 || (uint64_t)k > s->n ? s->n : (size_t)k;
+    memmove(s->v, s->v + drop, (s->n - drop) * sizeof *s->v);
+    s->n -= drop;
+}
+
+static void seq_take(struct seq *s, int64_t k)
+{
+    if (k >= 0 && (uint64_t)k < s->n)
+        s->n = (size_t)k;
+}
+
+static void seq_repeat(struct seq *s, int times)
+{
+    int64_t *v = calloc(s->n * (size_t)times + 1, sizeof *v);
+    cr_assert_not_null(v);
+    for (int t = 0; t < times; t++)
+        memcpy(v + s->n * (size_t)t, s->v, s->n * sizeof *v);
+    free(s->v);
+    s->v = v;
+    s->n *= (size_t)times;
+}
+
+/* Asserts that r is want in batches of size (the last one short unless
+ * drop). */
+static void assert_batched(const struct run *r, const struct seq *want, uint64_t size, bool drop)
+{
+    size_t n = drop ? want->n / size * size : want->n;
+    assert_values(r, want->v, n);
+    size_t batches = (n + size - 1) / size;
+    cr_assert_eq(r->batches, batches, "got %zu batches, want %zu", r->batches, batches);
+    for (size_t i = 0; i < batches && i < sizeof r->sizes / sizeof r->sizes[0]; i++) {
+        uint64_t w = i + 1 < batches || n % size == 0 ? size : n % size;
+        cr_assert_eq(r->sizes[i], w, "batch %zu has %" PRIu64 " elements, want %" PRIu64, i, r->sizes[i], w);
+    }
+}
+
+/* Runs {"source": source, "ops": [ops..., batch]} on the bulk path and on
+ * the element path (see above), under DYNAMIC with a fresh copy of *dyn
+ * when dyn is set, asserts they agree and returns the bulk run. */
+static struct run run_both(const char *source, const char *ops, const char *batch, const struct splits *dyn)
+{
+    char bulk_json[1024], elem_json[1024];
+    const char *sep = ops[0] ? "," : "";
+    int len = snprintf(bulk_json, sizeof bulk_json, "{\"source\":%s,\"ops\":[%s%s%s]}", source, ops, sep, batch);
+    cr_assert_lt((size_t)len, sizeof bulk_json);
+    len = snprintf(elem_json, sizeof elem_json,
+                   "{\"source\":%s,\"ops\":[%s%s{\"op\":\"shuffle\",\"buffer_size\":1},%s]}", source, ops, sep,
+                   batch);
+    cr_assert_lt((size_t)len, sizeof elem_json);
+
+    struct splits s_bulk = {0}, s_elem = {0};
+    sl_pipeline_opts_t o_bulk, o_elem;
+    if (dyn) {
+        s_bulk = *dyn;
+        s_elem = *dyn;
+        o_bulk = dynamic(&s_bulk);
+        o_elem = dynamic(&s_elem);
+    }
+    struct run a = run_spec(bulk_json, dyn ? &o_bulk : NULL);
+    struct run b = run_spec(elem_json, dyn ? &o_elem : NULL);
+    cr_assert_eq(a.rc, b.rc, "%s: ends with %d in bulk, %d element by element (%s | %s)", bulk_json, a.rc, b.rc,
+                 a.errmsg, b.errmsg);
+    cr_assert_str_eq(a.errmsg, b.errmsg, "%s", bulk_json);
+    cr_assert_leq(b.batches, sizeof b.sizes / sizeof b.sizes[0], "%s: too many batches to compare", bulk_json);
+    assert_values(&a, b.values, b.n);
+    assert_sizes(&a, b.sizes, b.batches);
+    if (dyn) {
+        cr_assert_eq(s_bulk.calls, s_elem.calls, "%s: %d split requests in bulk, %d element by element", bulk_json,
+                     s_bulk.calls, s_elem.calls);
+        cr_assert_eq(s_bulk.epochs_seen, s_elem.epochs_seen, "%s", bulk_json);
+    }
+    run_free(&b);
+    return a;
+}
+
+static const char *batch_op(uint64_t size, bool drop, char *buf, size_t len)
+{
+    snprintf(buf, len, "{\"op\":\"batch\",\"batch_size\":%" PRIu64 ",\"drop_remainder\":%s}", size,
+             drop ? "true" : "false");
+    return buf;
+}
+
+Test(pipeline, bulk_off_matches_elements)
+{
+    static const struct {
+        const char *source;
+        int64_t start, step;
+        uint64_t count, batch;
+    } cases[] = {
+        {"{\"type\":\"range\",\"stop\":1000}", 0, 1, 1000, 64},
+        {"{\"type\":\"range\",\"stop\":200}", 0, 1, 200, 1},
+        {"{\"type\":\"range\",\"stop\":1000}", 0, 1, 1000, 1000},
+        {"{\"type\":\"range\",\"stop\":1000}", 0, 1, 1000, 5000},
+        {"{\"type\":\"range\",\"start\":5,\"stop\":-1000,\"step\":-7}", 5, -7, 144, 10},
+        {"{\"type\":\"range\",\"start\":5,\"stop\":-1000,\"step\":-7}", 5, -7, 144, 3},
+        {"{\"type\":\"range\",\"start\":-9223372036854775808,\"stop\":9223372036854775807,"
+         "\"step\":9223372036854775807}",
+         INT64_MIN, INT64_MAX, 3, 2},
+        {"{\"type\":\"range\",\"stop\":0}", 0, 1, 0, 4},
+    };
+    char b[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int drop = 0; drop < 2; drop++) {
+            struct seq want = seq_range(cases[i].start, cases[i].step, cases[i].count);
+            struct run r = run_both(cases[i].source, "", batch_op(cases[i].batch, drop, b, sizeof b), NULL);
+            cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+            assert_batched(&r, &want, cases[i].batch, drop);
+            run_free(&r);
+            free(want.v);
+        }
+    }
+}
+
+Test(pipeline, bulk_dynamic_batches_span_splits)
+{
+    static const struct {
+        const char *source;
+        int64_t start, step;
+        uint64_t count, chunk, batch;
+    } cases[] = {
+        {"{\"type\":\"range\",\"stop\":1000}", 0, 1, 1000, 7, 64},
+        {"{\"type\":\"range\",\"stop\":1000}", 0, 1, 1000, 7, 7},
+        {"{\"type\":\"range\",\"stop\":2500}", 0, 1, 2500, 1000, 300},
+        {"{\"type\":\"range\",\"stop\":2500}", 0, 1, 2500, 1000, 1000},
+        {"{\"type\":\"range\",\"stop\":50}", 0, 1, 50, 1, 3},
+        {"{\"type\":\"range\",\"stop\":50}", 0, 1, 50, 1000, 64},
+        {"{\"type\":\"range\",\"start\":5,\"stop\":-1000,\"step\":-7}", 5, -7, 144, 7, 10},
+        {"{\"type\":\"range\",\"start\":5,\"stop\":-1000,\"step\":-7}", 5, -7, 144, 1000, 64},
+    };
+    char b[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int drop = 0; drop < 2; drop++) {
+            struct splits s = {.card = cases[i].count, .chunk = cases[i].chunk, .skip_epoch = UINT64_MAX};
+            struct seq want = seq_range(cases[i].start, cases[i].step, cases[i].count);
+            struct run r = run_both(cases[i].source, "", batch_op(cases[i].batch, drop, b, sizeof b), &s);
+            cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+            assert_batched(&r, &want, cases[i].batch, drop);
+            run_free(&r);
+            free(want.v);
+        }
+    }
+}
+
+Test(pipeline, bulk_take_skip_between_range_and_batch)
+{
+    static const struct {
+        const char *ops;
+        int64_t skip1, take1, skip2, take2; /* applied in that order; INT64_MIN: not there */
+    } cases[] = {
+        {"{\"op\":\"skip\",\"count\":13},{\"op\":\"take\",\"count\":500}", 13, 500, INT64_MIN, INT64_MIN},
+        {"{\"op\":\"take\",\"count\":500},{\"op\":\"skip\",\"count\":13}", INT64_MIN, 500, 13, INT64_MIN},
+        {"{\"op\":\"skip\",\"count\":3},{\"op\":\"skip\",\"count\":4},{\"op\":\"take\",\"count\":100},"
+         "{\"op\":\"take\",\"count\":50}",
+         7, 100, INT64_MIN, 50},
+        {"{\"op\":\"skip\",\"count\":-1}", -1, INT64_MIN, INT64_MIN, INT64_MIN},
+        {"{\"op\":\"take\",\"count\":0}", INT64_MIN, 0, INT64_MIN, INT64_MIN},
+        {"{\"op\":\"skip\",\"count\":2000}", 2000, INT64_MIN, INT64_MIN, INT64_MIN},
+        {"{\"op\":\"skip\",\"count\":999}", 999, INT64_MIN, INT64_MIN, INT64_MIN},
+        {"{\"op\":\"take\",\"count\":5000},{\"op\":\"skip\",\"count\":0}", INT64_MIN, 5000, 0, INT64_MIN},
+        {"{\"op\":\"take\",\"count\":-1},{\"op\":\"skip\",\"count\":64}", INT64_MIN, -1, 64, INT64_MIN},
+    };
+    static const uint64_t sizes[] = {64, 7, 1};
+    char b[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            for (int mode = 0; mode < 4; mode++) {
+                bool drop = mode & 1, dyn = mode & 2;
+                struct splits s = {.card = 1000, .chunk = 7, .skip_epoch = UINT64_MAX};
+                struct seq want = seq_range(0, 1, 1000);
+                if (cases[i].skip1 != INT64_MIN)
+                    seq_skip(&want, cases[i].skip1);
+                if (cases[i].take1 != INT64_MIN)
+                    seq_take(&want, cases[i].take1);
+                if (cases[i].skip2 != INT64_MIN)
+                    seq_skip(&want, cases[i].skip2);
+                if (cases[i].take2 != INT64_MIN)
+                    seq_take(&want, cases[i].take2);
+                /* Batches of 1 over up to 1000 elements would pass the 256
+                 * sizes a run records. */
+                if (sizes[k] == 1 && want.n > 256) {
+                    free(want.v);
+                    continue;
+                }
+                struct run r = run_both("{\"type\":\"range\",\"stop\":1000}", cases[i].ops,
+                                        batch_op(sizes[k], drop, b, sizeof b), dyn ? &s : NULL);
+                cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+                assert_batched(&r, &want, sizes[k], drop);
+                run_free(&r);
+                free(want.v);
+            }
+        }
+    }
+}
+
+Test(pipeline, bulk_repeat_under_dynamic)
+{
+    static const struct {
+        const char *ops;
+        int64_t skip_before, take_before, skip_after, take_after; /* around the repeat of 3; -2: not there */
+    } cases[] = {
+        {"{\"op\":\"repeat\",\"count\":3}", -2, -2, -2, -2},
+        {"{\"op\":\"repeat\",\"count\":3},{\"op\":\"skip\",\"count\":5},{\"op\":\"take\",\"count\":250}", -2, -2, 5,
+         250},
+        {"{\"op\":\"skip\",\"count\":5},{\"op\":\"take\",\"count\":50},{\"op\":\"repeat\",\"count\":3}", 5, 50, -2, -2},
+        /* After each reset, skip's first pull is a bulk one, and under
+         * DYNAMIC it skips over two splits. */
+        {"{\"op\":\"skip\",\"count\":13},{\"op\":\"take\",\"count\":30},{\"op\":\"repeat\",\"count\":3}", 13, 30, -2,
+         -2},
+    };
+    static const uint64_t sizes[] = {64, 7, 100};
+    char b[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            for (int mode = 0; mode < 4; mode++) {
+                bool drop = mode & 1, dyn = mode & 2;
+                struct splits s = {.card = 100, .chunk = 7, .skip_epoch = UINT64_MAX};
+                struct seq want = seq_range(0, 1, 100);
+                if (cases[i].skip_before != -2)
+                    seq_skip(&want, cases[i].skip_before);
+                if (cases[i].take_before != -2)
+                    seq_take(&want, cases[i].take_before);
+                seq_repeat(&want, 3);
+                if (cases[i].skip_after != -2)
+                    seq_skip(&want, cases[i].skip_after);
+                if (cases[i].take_after != -2)
+                    seq_take(&want, cases[i].take_after);
+                struct run r = run_both("{\"type\":\"range\",\"stop\":100}", cases[i].ops,
+                                        batch_op(sizes[k], drop, b, sizeof b), dyn ? &s : NULL);
+                cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+                assert_batched(&r, &want, sizes[k], drop);
+                run_free(&r);
+                free(want.v);
+            }
+        }
+    }
+}
+
+Test(pipeline, bulk_split_error_mid_batch)
+{
+    /* Splits of 7: request n (1-based) hands out [7 (n - 1), 7 n), so a
+     * failure at request f leaves 7 (f - 1) elements, of which only the
+     * whole batches arrive: the batch being filled is lost with the error. */
+    static const int fail_at[] = {1, 2, 5, 10};
+    static const uint64_t sizes[] = {10, 7, 64};
+    char b[128];
+    for (size_t i = 0; i < sizeof fail_at / sizeof fail_at[0]; i++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            for (int drop = 0; drop < 2; drop++) {
+                struct splits s = {.card = 1000,
+                                   .chunk = 7,
+                                   .skip_epoch = UINT64_MAX,
+                                   .fail_at = fail_at[i],
+                                   .fail_code = -ECONNRESET};
+                struct seq want = seq_range(0, 1, 7 * (uint64_t)(fail_at[i] - 1));
+                struct run r = run_both("{\"type\":\"range\",\"stop\":1000}", "", batch_op(sizes[k], drop, b, sizeof b),
+                                        &s);
+                cr_assert_eq(r.rc, -ECONNRESET);
+                char msg[256];
+                snprintf(msg, sizeof msg, "source (range): next_split for epoch 0 failed: %s", strerror(ECONNRESET));
+                cr_assert_str_eq(r.errmsg, msg);
+                assert_batched(&r, &want, sizes[k], true);
+                run_free(&r);
+                free(want.v);
+            }
+        }
+    }
+
+    /* In the second epoch of a repeat, behind a skip and a take: epoch 0
+     * asks 3 splits and the end (4 requests), so request 6 fails after
+     * [0, 7) of epoch 1. */
+    struct splits s = {.card = 20, .chunk = 7, .skip_epoch = UINT64_MAX, .fail_at = 6, .fail_code = SL_ECANCELLED};
+    struct run r = run_both("{\"type\":\"range\",\"stop\":20}",
+                            "{\"op\":\"repeat\",\"count\":3},{\"op\":\"skip\",\"count\":2},"
+                            "{\"op\":\"take\",\"count\":50}",
+                            batch_op(8, false, b, sizeof b), &s);
+    cr_assert_eq(r.rc, SL_ECANCELLED);
+    cr_assert_str_eq(r.errmsg, "source (range): next_split for epoch 1 failed: job cancelled");
+    /* 2..19 of epoch 0 and 0..6 of epoch 1: 25 elements, 3 whole batches. */
+    ASSERT_VALUES(r, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 0, 1, 2, 3, 4, 5);
+    ASSERT_SIZES(r, 8, 8, 8);
+    run_free(&r);
+}
+
 /* ---- sl_wire_batch_validate ---- */
 
 static sl_wire_batch_t *dense_batch(void)
