@@ -304,6 +304,10 @@ static sl_conn_t *conn_new(struct event_base *base, int fd, sl_role_t self, cons
     c->limits = *limits;
     c->cbs = *cbs;
     c->arg = arg;
+    /* libevent moves at most 16 KiB per read or write call by default:
+     * far too little for MiB-sized batches. */
+    bufferevent_set_max_single_read(c->bev, 1 << 20);
+    bufferevent_set_max_single_write(c->bev, 1 << 20);
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
     return c;
 }
