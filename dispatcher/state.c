@@ -56,6 +56,7 @@ struct dataset {
     /* File sources: the files and their record counts, split by file.
      * Other sources count as one file of cardinality elements. */
     sl_file_list_t files;
+    uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
 };
 
 struct task {
@@ -185,6 +186,37 @@ static struct worker *find_worker(sl_dstate_t *st, uint64_t id)
         if (st->workers[i].id == id)
             return &st->workers[i];
     return NULL;
+}
+
+/* Ops that turn each element into exactly one element, so that a count of
+ * source elements is the same count at the next op. */
+static bool op_keeps_count(const char *name)
+{
+    static const char *const keep[] = {"shuffle", "repeat", "parse_example", "decode_jpeg", "resize",
+                                       "random_crop", "center_crop", "random_flip", "normalize", "cast",
+                                       "map", "prefetch", "cache"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        if (strcmp(name, keep[i]) == 0)
+            return true;
+    return false;
+}
+
+/* DYNAMIC splits are rounded up to a multiple of the batch size when every
+ * element of the source reaches the first batch op one for one: then each
+ * worker builds only full batches from a run of splits, and the only short
+ * batches of an epoch are at the end of a worker's share. */
+static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
+{
+    for (int i = 0; i < sl_spec_num_ops(spec); i++) {
+        const sl_spec_op_t *op = sl_spec_op(spec, i);
+        if (op->kind == SL_OP_BATCH) {
+            uint64_t b = (uint64_t)op->u.batch.batch_size;
+            return (size + b - 1) / b * b;
+        }
+        if (!op_keeps_count(sl_spec_op_name(op->kind)))
+            break;
+    }
+    return size;
 }
 
 static uint32_t dataset_num_files(const struct dataset *d)
@@ -475,7 +507,7 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
     }
     st->datasets[st->num_datasets++] = d;
     *d = (struct dataset){.id = st->next_id++, .canonical = copy, .cardinality = sl_spec_source_cardinality(spec),
-                          .files = files};
+                          .files = files, .split_size = split_size_for(spec, st->cfg.split_size)};
     if (files.num_files > 0)
         d->cardinality = (int64_t)files.total;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
@@ -706,7 +738,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         s->split_id = j->split_seq++;
         s->file_index = j->split_file;
         s->begin = j->split_next;
-        s->end = total - j->split_next > st->cfg.split_size ? j->split_next + st->cfg.split_size : total;
+        s->end = total - j->split_next > d->split_size ? j->split_next + d->split_size : total;
         j->split_next = s->end;
         j->split_epoch_handed++;
     }
@@ -841,7 +873,7 @@ json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
     return d ? dataset_json(d, true) : NULL;
 }
 
-static json_t *job_json(const sl_dstate_t *st, const struct job *j, int64_t now, bool detail)
+static json_t *job_json(const struct job *j, int64_t now, bool detail)
 {
     uint64_t elements = 0, bytes = 0, batches = 0;
     unsigned done = 0;
@@ -861,7 +893,7 @@ static json_t *job_json(const sl_dstate_t *st, const struct job *j, int64_t now,
     if (j->error[0])
         json_object_set_new(o, "error", json_string(j->error));
     if (j->sharding == SL_SHARDING_DYNAMIC) {
-        uint64_t size = st->cfg.split_size, per_epoch = 0;
+        uint64_t size = j->dataset->split_size, per_epoch = 0;
         for (uint32_t f = 0; f < dataset_num_files(j->dataset); f++)
             per_epoch += (dataset_file_records(j->dataset, f) + size - 1) / size;
         json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
@@ -894,7 +926,7 @@ json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
 {
     json_t *arr = json_array();
     for (unsigned i = 0; i < st->num_jobs; i++)
-        json_array_append_new(arr, job_json(st, st->jobs[i], now, false));
+        json_array_append_new(arr, job_json(st->jobs[i], now, false));
     return arr;
 }
 
@@ -902,6 +934,6 @@ json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now)
 {
     for (unsigned i = 0; i < st->num_jobs; i++)
         if (st->jobs[i]->id == id)
-            return job_json(st, st->jobs[i], now, true);
+            return job_json(st->jobs[i], now, true);
     return NULL;
 }

@@ -38,6 +38,8 @@ class ThreeWorkers(unittest.TestCase):
         rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'dynamic'])
         self.assertEqual(rc, 0, err)
         self.assert_each(values(batches, 'value'), 1, 100000)
+        # Splits are whole batches, so no worker makes a short one.
+        self.assertEqual(len(batches), 1000)
         s = summary(err)
         self.assertEqual((s['elements'], s['batches']), (100000, len(batches)))
         self.assertGreaterEqual(s['bytes'], 800000)

@@ -1157,3 +1157,37 @@ Test(state, job_survives_registration_of_more_datasets)
     cr_assert_eq(rc, 0, "joining the job on its own dataset: %d %s", rc, err);
     cr_assert_eq(j2, j);
 }
+
+/* ---- split size and batches -------------------------------------------- */
+
+/* With split_size 1000 and a batch of 300 right after the source (a shuffle
+ * between them keeps every element), splits are 1200 long: each worker
+ * then builds only full batches from its run of splits. */
+Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
+{
+    start_default();
+    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
+                          "{\"op\": \"shuffle\", \"buffer_size\": 10}, {\"op\": \"batch\", \"batch_size\": 300}]}");
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    sluice_TaskDef t = take_task(w, 0);
+    cr_assert_eq(splits(t.task_id, 0, 64), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 5);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sresp->splits[i].end - sresp->splits[i].begin, 1200, "split %d", i);
+    cr_assert_eq(sresp->splits[4].begin, 4800);
+    cr_assert_eq(sresp->splits[4].end, 5000);
+}
+
+/* A take before the batch changes counts: the split size stays as set. */
+Test(state, split_size_kept_when_counts_change_before_the_batch)
+{
+    start_default();
+    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
+                          "{\"op\": \"take\", \"count\": 4000}, {\"op\": \"batch\", \"batch_size\": 300}]}");
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    sluice_TaskDef t = take_task(w, 0);
+    cr_assert_eq(splits(t.task_id, 0, 1), 0, "%s", err);
+    cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, 1000);
+}
