@@ -7,9 +7,10 @@
 #include <event2/buffer.h>
 
 #include "metrics.h"
+#include "reader.h"
 #include "task.h"
 
-static sl_metric_t *m_tasks, *m_buffered_batches, *m_buffered_bytes;
+static sl_metric_t *m_tasks, *m_buffered_batches, *m_buffered_bytes, *m_read_uring, *m_read_pread;
 
 static const char *task_state_name(int state)
 {
@@ -74,6 +75,9 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_tasks, sums[0]);
     sl_metric_set(m_buffered_batches, sums[1]);
     sl_metric_set(m_buffered_bytes, sums[2]);
+    /* The reader counts in its own atomics; the counters mirror them. */
+    sl_metric_set(m_read_uring, (double)sl_reader_bytes(SL_IO_URING));
+    sl_metric_set(m_read_pread, (double)sl_reader_bytes(SL_IO_PREAD));
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -88,6 +92,10 @@ int sl_wadmin_register(sl_admin_t *a, sl_worker_t *w)
                                             "Finished batches waiting in task buffers.", NULL, 0);
     m_buffered_bytes = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_buffer_bytes", NULL,
                                           "Bytes held by task buffers, sent or not yet.", NULL, 0);
+    m_read_uring = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_read_bytes_total", "engine=\"uring\"",
+                                      "Bytes read from files, by io engine.", NULL, 0);
+    m_read_pread = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_read_bytes_total", "engine=\"pread\"",
+                                      "Bytes read from files, by io engine.", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, w);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/metrics", metrics, w);

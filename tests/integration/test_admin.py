@@ -226,6 +226,8 @@ class Admin(unittest.TestCase):
         self.assertIn('sluice_worker_client_wait_seconds_count', text)
         self.assertRegex(text, r'sluice_worker_bytes_served_total [1-9]')
         self.assertIn('sluice_worker_buffer_batches', text)
+        self.assertIn('sluice_worker_read_bytes_total{engine="uring"}', text)
+        self.assertIn('sluice_worker_read_bytes_total{engine="pread"}', text)
         # Every sample line is "name{labels} value".
         for line in text.splitlines():
             if line and not line.startswith('#'):
