@@ -3,11 +3,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+
+#include "log.h"
 
 int sl_cli_int(const char *program, const char *opt, const char *val, int64_t min, int64_t max, int64_t *out)
 {
@@ -33,7 +36,7 @@ void sl_cli_free_argv(int argc, char **argv)
     free(argv);
 }
 
-int sl_cli_config_argv(const char *program, const char *file, int argc, char **argv, int *out_argc,
+static int config_argv(const char *program, const char *file, int argc, char **argv, int *out_argc,
                        char ***out_argv)
 {
     json_error_t jerr;
@@ -97,4 +100,36 @@ bad:
     if (av)
         sl_cli_free_argv(k, av);
     return -1;
+}
+
+int sl_cli_config_argv(const char *program, int argc, char **argv, int *out_argc, char ***out_argv)
+{
+    *out_argc = 0;
+    *out_argv = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *file = NULL;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            file = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            file = argv[i] + 9;
+        if (file)
+            return config_argv(program, file, argc, argv, out_argc, out_argv);
+    }
+    return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    sl_log_info("signal %d: shutting down", (int)sig);
+    event_base_loopexit(arg, NULL);
+}
+
+int sl_cli_stop_on_signals(struct event_base *base, struct event *events[2])
+{
+    events[0] = evsignal_new(base, SIGINT, on_signal, base);
+    events[1] = evsignal_new(base, SIGTERM, on_signal, base);
+    if (!events[0] || !events[1] || event_add(events[0], NULL) < 0 || event_add(events[1], NULL) < 0)
+        return -ENOMEM;
+    return 0;
 }

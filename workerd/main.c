@@ -182,29 +182,6 @@ static int parse_args(int argc, char **argv, struct options *o)
     return 0;
 }
 
-static int load_config(int argc, char **argv, int *out_argc, char ***out_argv)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *file = NULL;
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            file = argv[i + 1];
-        else if (strncmp(argv[i], "--config=", 9) == 0)
-            file = argv[i] + 9;
-        if (file)
-            return sl_cli_config_argv(program, file, argc, argv, out_argc, out_argv);
-    }
-    *out_argc = 0;
-    *out_argv = NULL;
-    return 0;
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-    (void)what;
-    sl_log_info("signal %d: shutting down", (int)sig);
-    event_base_loopexit(arg, NULL);
-}
-
 int main(int argc, char **argv)
 {
     struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
@@ -212,7 +189,7 @@ int main(int argc, char **argv)
     sl_worker_config_init(&o.worker);
     int cargc;
     char **cargv;
-    if (load_config(argc, argv, &cargc, &cargv) < 0)
+    if (sl_cli_config_argv(program, argc, argv, &cargc, &cargv) < 0)
         return SL_EXIT_USAGE;
     int prc = cargv ? parse_args(cargc, cargv, &o) : parse_args(argc, argv, &o);
     if (prc < 0) {
@@ -230,7 +207,7 @@ int main(int argc, char **argv)
     struct event_base *base = event_base_new();
     sl_worker_t *w = NULL;
     sl_admin_t *admin = NULL;
-    struct event *sigint = NULL, *sigterm = NULL;
+    struct event *sigs[2] = {NULL, NULL};
     uint16_t port = 0, admin_port = 0;
     if (!base) {
         fprintf(stderr, "%s: cannot create the event loop\n", program);
@@ -252,20 +229,19 @@ int main(int argc, char **argv)
         sl_admin_set_token(admin, token);
     }
     sl_wadmin_register(admin, w);
-    sigint = evsignal_new(base, SIGINT, on_signal, base);
-    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-    event_add(sigint, NULL);
-    event_add(sigterm, NULL);
+    if (sl_cli_stop_on_signals(base, sigs) < 0) {
+        fprintf(stderr, "%s: out of memory\n", program);
+        goto out;
+    }
 
     printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
     fflush(stdout);
     event_base_dispatch(base);
     status = SL_EXIT_OK;
 out:
-    if (sigint)
-        event_free(sigint);
-    if (sigterm)
-        event_free(sigterm);
+    for (int i = 0; i < 2; i++)
+        if (sigs[i])
+            event_free(sigs[i]);
     sl_admin_free(admin);
     sl_worker_free(w);
     if (base)

@@ -171,6 +171,35 @@ class Failures(unittest.TestCase):
             self.assertEqual(r.returncode, 2, argv)
             self.assertTrue(r.stderr.strip(), argv)
 
+    def test_config_file_sets_options_and_the_command_line_wins(self):
+        from harness import binary
+        c = Cluster(workers=0)
+        try:
+            cfg = os.path.join(c.dir, 'dispatcher.json')
+            with open(cfg, 'w') as f:
+                f.write('{"split-size": 7, "log-format": "json", "admin-bind": "127.0.0.1"}')
+            bad = os.path.join(c.dir, 'bad.json')
+            with open(bad, 'w') as f:
+                f.write('{"split-size": "many"}')
+            r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                                os.path.join(c.dir, 'w2'), '--config', bad], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn('split-size', r.stderr)
+            d = c._start([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                          os.path.join(c.dir, 'w3'), '--config', cfg, '--log-format', 'text'], 'configured')
+            w = c._start([binary('sluice-workerd'), '--dispatcher', d.addr, '--port', '0', '--admin-port', '0'],
+                         'configured-worker')
+            rc, batches, err = c.cat({"source": {"type": "range", "stop": 20}}, ['--sharding', 'dynamic'],
+                                     dispatcher=d.addr)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches, 'value')), list(range(20)))
+            # The command line's text format won over the file's json.
+            self.assertIn(' info sluice-dispatcher: ', d.stderr())
+            self.assertTrue(w.alive())
+        finally:
+            c.close()
+
     def test_work_dir_in_use_is_refused(self):
         c = Cluster(workers=0)
         try:
