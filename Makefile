@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps build build-asan test unit integration demo bench fuzz clean
+.PHONY: all deps build build-asan test unit integration demo bench fuzz install clean
 
 all: build
 
@@ -34,6 +34,10 @@ demo: build
 
 bench: build
 	bash bench/run.sh $(BUILD)
+
+# PREFIX=/usr/local (default) or any other; DESTDIR works as usual.
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 fuzz: deps
 	bash scripts/fuzz.sh

@@ -6,3 +6,4 @@ build=${1:-build}
 cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/stream.py --build "$build"
 /usr/bin/python3 bench/tfrecord_read.py --build "$build"
+/usr/bin/python3 bench/python_vs_c.py --build "$build"

@@ -276,12 +276,17 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     struct itask *t = arg;
     (void)c;
-    (void)err;
     t->conn = NULL;
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
     if (t->state == TC_ENDED)
         return;
+    /* A batch over max_batch_bytes, or a frame we could not read, is lost
+     * for good: the worker counts it as sent. Say so instead of retrying. */
+    if (err == SL_ETOOBIG || err == SL_EPROTO) {
+        iterator_fail(t->it, err, "worker %s: %s", t->address, why);
+        return;
+    }
     /* Retried from the tick until the worker answers or timeout_ms passed. */
     t->state = TC_IDLE;
     if (!t->unreachable_since)

@@ -8,6 +8,7 @@ packages=(
   libevent-dev nanopb libnanopb-dev protobuf-compiler python3-protobuf
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev
   python3 iperf3 chromium fio
+  python3-numpy python3-torch python3-pil
 )
 
 missing=()

@@ -10,3 +10,5 @@ echo "== unit tests ($build)"
 ctest --test-dir "$build" --output-on-failure -j2
 echo "== integration tests ($build)"
 /usr/bin/python3 tests/integration/run.py --build "$build"
+echo "== python client tests ($build)"
+/usr/bin/python3 tests/python/run.py --build "$build"

@@ -1,0 +1,47 @@
+"""Sluice: the Python client of the Sluice input-data service.
+
+Build a dataset as in tf.data, then stream its batches from the workers:
+
+    import sluice
+    ds = sluice.range(0, 1_000_000).shuffle(4096, seed=7).batch(256)
+    with ds.distribute("127.0.0.1:5050", sharding="dynamic") as it:
+        for batch in it:           # {"value": numpy int64 array of shape (256,)}
+            ...
+
+The arrays view the batch's memory in libsluice (no copy); the batch is
+released once its arrays are gone. sluice.torch adapts this to PyTorch.
+libsluice is loaded through ctypes on first use: from $SLUICE_LIB, else from
+where `cmake --install` put it, else from the repository's build/ tree.
+See docs/python.md."""
+from . import errors
+from ._lib import LibraryNotFound, library_path
+# range is left out of __all__ so that `from sluice import *` keeps the builtin.
+from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
+from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
+                     SluiceConnectionError, SluiceError, SluiceTimeoutError, SpecError)
+
+__version__ = '0.1.0'
+
+__all__ = [
+    'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute',
+    'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
+    'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
+    'ConflictError', 'NotFoundError',
+]
+
+
+def distribute(dataset, dispatcher, **kwargs):
+    """sluice.client.distribute(): a BatchIterator over dataset's batches."""
+    from .client import distribute as _distribute
+    return _distribute(dataset, dispatcher, **kwargs)
+
+
+def __getattr__(name):
+    # Loaded on first use: NumPy for the client, PyTorch for sluice.torch.
+    if name == 'BatchIterator':
+        from .client import BatchIterator
+        return BatchIterator
+    if name in ('client', 'torch'):
+        import importlib
+        return importlib.import_module('.' + name, __name__)
+    raise AttributeError('module %r has no attribute %r' % (__name__, name))

@@ -1,0 +1,329 @@
+"""distribute(): registers a dataset, joins a job and iterates over its
+batches through libsluice.
+
+Each batch becomes a dict from component name to NumPy arrays that view the
+batch's memory in place (no copy). The arrays keep a small owner object
+alive through their .base chain; when the last array of a batch is gone, the
+owner's finalizer calls sl_batch_release(). Bytes components are copied
+into Python bytes objects, so they hold nothing."""
+import ctypes
+import threading
+
+from . import _lib
+from .dataset import Dataset, from_spec
+from .errors import InvalidArgumentError, from_code
+
+import numpy as np
+
+# sl_dtype_t -> NumPy typestr (little-endian, as on the wire).
+_TYPESTR = {1: '|b1', 2: '|i1', 3: '<i2', 4: '<i4', 5: '<i8', 6: '|u1', 7: '<u2', 8: '<u4', 9: '<u8',
+            10: '<f2', 11: '<u2', 12: '<f4', 13: '<f8'}
+
+# NumPy has no bfloat16: ml_dtypes gives one when it is installed; without
+# it bfloat16 arrives as uint16 bits, marked in the dtype's metadata so that
+# sluice.torch can still make torch.bfloat16 of it.
+try:
+    import ml_dtypes
+    _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    _BFLOAT16 = np.dtype('<u2', metadata={'sluice_dtype': 'bfloat16'})
+
+_INT_MAX = 2**31 - 1
+
+# Live libsluice handles, for tests and leak hunting: live_handles().
+_counts = {'batches': 0, 'iterators': 0}
+
+
+def live_handles():
+    """{'batches': n, 'iterators': m}: C batches not yet released and C
+    iterators not yet closed by this process."""
+    return dict(_counts)
+
+
+class _Batch:
+    """Owns one sl_batch_t; releases it when the last array viewing it goes."""
+
+    __slots__ = ('ptr', 'num_elements', 'task_id', '_release', '__weakref__')
+
+    def __init__(self, ptr, num_elements, task_id, release):
+        self.ptr = ptr
+        self.num_elements = num_elements
+        self.task_id = task_id
+        self._release = release
+        _counts['batches'] += 1
+
+    def release(self):
+        """Frees the C batch now; arrays viewing it must not be used after."""
+        p, self.ptr = self.ptr, None
+        if p:
+            self._release(p)
+            _counts['batches'] -= 1
+
+    def __del__(self):
+        self.release()
+
+    def __repr__(self):
+        return '<sluice batch of %d elements from task %d%s>' % (self.num_elements, self.task_id,
+                                                                 '' if self.ptr else ', released')
+
+
+class _View:
+    """What np.asarray() turns into an array over the batch's memory; keeps
+    the batch alive (array.base is this object, this.batch the owner)."""
+
+    __slots__ = ('__array_interface__', 'batch')
+
+    def __init__(self, batch, ptr, shape, typestr):
+        self.batch = batch
+        self.__array_interface__ = {'version': 3, 'shape': shape, 'typestr': typestr, 'data': (ptr, False)}
+
+
+def _array(batch, ptr, shape, dtype):
+    """A writable array viewing shape values of sl_dtype dtype at ptr."""
+    typestr = _TYPESTR[dtype]
+    if not ptr:  # no bytes at all: nothing to view
+        return np.zeros(shape, typestr)
+    a = np.asarray(_View(batch, ptr, shape, typestr))
+    if dtype == _lib.DTYPE_BFLOAT16:
+        a = a.view(_BFLOAT16)
+    return a
+
+
+def _strings(ptr, size, n, shape):
+    """n bytes values (n + 1 uint64 offsets, then the bytes) as an object
+    array of Python bytes of the given shape (copied)."""
+    out = np.empty(n, dtype=object)
+    if n:
+        raw = ctypes.string_at(ptr, size)
+        head = (n + 1) * 8
+        offs = np.frombuffer(raw, '<u8', n + 1).tolist()
+        out[:] = [raw[head + offs[k]:head + offs[k + 1]] for k in range(n)]
+    return out.reshape(shape)
+
+
+def tensor_to_numpy(batch, t):
+    """One sl_tensor_t as NumPy: an array (dense), a (values, row_splits)
+    tuple (ragged), an object array of bytes (bytes). batch is the owner the
+    arrays keep alive."""
+    dtype, rank = t.dtype, t.rank
+    shape = tuple(t.shape[:rank])
+    if t.row_splits:
+        splits = _array(batch, t.row_splits, (t.num_row_splits,), _lib.DTYPE_NAMES.index('int64'))
+        rows = int(splits[-1]) if t.num_row_splits else 0
+        vshape = (rows,) + shape[2:]
+        if dtype == _lib.DTYPE_BYTES:
+            n = int(np.prod(vshape, dtype=np.int64))
+            return _strings(t.data, t.size, n, vshape), splits
+        return _array(batch, t.data, vshape, dtype), splits
+    if dtype == _lib.DTYPE_BYTES:
+        return _strings(t.data, t.size, int(np.prod(shape, dtype=np.int64)), shape)
+    if dtype not in _TYPESTR:
+        raise from_code(_lib.SL_EPROTO, 'component "%s" has dtype %d, which this package does not know'
+                        % (t.name.decode('utf-8', 'replace'), dtype))
+    return _array(batch, t.data, shape, dtype)
+
+
+def _batch_to_dict(lib, ptr):
+    owner = _Batch(ptr, lib.sl_batch_num_elements(ptr), lib.sl_batch_task_id(ptr), lib.sl_batch_release)
+    out = {}
+    for i in range(lib.sl_batch_num_tensors(ptr)):
+        t = lib.sl_batch_tensor(ptr, i).contents
+        out[t.name.decode('utf-8', 'replace')] = tensor_to_numpy(owner, t)
+    return out
+
+
+def _positive(name, v):
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= _INT_MAX:
+        raise InvalidArgumentError('%s must be an integer in [1, %d], got %r' % (name, _INT_MAX, v),
+                                   _lib.SL_EINVAL)
+    return v
+
+
+def _spec_text(dataset):
+    if isinstance(dataset, Dataset):
+        return dataset.to_json()
+    if isinstance(dataset, dict):
+        return from_spec(dataset).to_json()
+    if isinstance(dataset, bytes):
+        return dataset.decode('utf-8')
+    if isinstance(dataset, str):
+        return dataset
+    raise TypeError('dataset must be a sluice.Dataset, a spec dict or JSON text, got %s' % type(dataset).__name__)
+
+
+class BatchIterator:
+    """An iterator over the batches of one job: dicts from component name to
+    NumPy arrays. Closed (its C handles freed) at the end of the job, by
+    close(), on leaving a with block and when garbage-collected; arrays
+    already handed out stay valid after that.
+
+    Not thread-safe: use one iterator from one thread at a time."""
+
+    def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
+                 consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
+                 connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20):
+        self._client = None
+        self._it = None
+        self._mu = threading.Lock()
+        self.job_id = None
+        self.dataset_id = None
+        self.dispatcher = str(dispatcher)
+        if num_consumers not in (None, 1) or consumer_index not in (None, 0):
+            raise NotImplementedError(
+                'coordinated reads (num_consumers=%r, consumer_index=%r) are not supported by libsluice yet'
+                % (num_consumers, consumer_index))
+        self.spec = _spec_text(dataset)
+        self.sharding = self._sharding(sharding)
+        for name, v in (('max_outstanding', max_outstanding), ('timeout_ms', timeout_ms),
+                        ('per_worker_outstanding', per_worker_outstanding),
+                        ('connect_timeout_ms', connect_timeout_ms), ('request_timeout_ms', request_timeout_ms)):
+            _positive(name, v)
+        if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
+            raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
+                                       _lib.SL_EINVAL)
+        lib = self._lib = _lib.load()
+        self._next = lib.sl_iterator_next
+
+        # No single wait may outlast timeout_ms, as in sluice-cat.
+        co = _lib.ClientOpts()
+        lib.sl_client_opts_init(ctypes.byref(co))
+        co.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
+        co.request_timeout_ms = min(request_timeout_ms, timeout_ms)
+        client = ctypes.c_void_p()
+        rc = lib.sl_client_open(self.dispatcher.encode(), ctypes.byref(co), ctypes.byref(client))
+        self._client = client.value
+        if rc < 0:
+            err = from_code(rc, self._client_err(), 'dispatcher %s' % self.dispatcher)
+            self._close_handles()
+            raise err
+        spec = self.spec.encode('utf-8')
+        ds = ctypes.c_uint64()
+        rc = lib.sl_client_register_dataset(self._client, spec, len(spec), ctypes.byref(ds))
+        if rc < 0:
+            err = from_code(rc, self._client_err(), 'dataset refused by %s' % self.dispatcher)
+            self._close_handles()
+            raise err
+        self.dataset_id = ds.value
+
+        io = _lib.IteratorOpts()
+        lib.sl_iterator_opts_init(ctypes.byref(io))
+        io.sharding = self.sharding
+        name = job_name.encode('utf-8') if job_name is not None else None
+        io.job_name = name
+        io.max_outstanding = max_outstanding
+        io.per_worker_outstanding = per_worker_outstanding
+        io.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
+        io.timeout_ms = timeout_ms
+        io.max_batch_bytes = max_batch_bytes
+        it = ctypes.c_void_p()
+        rc = lib.sl_iterator_open(self._client, self.dataset_id, ctypes.byref(io), ctypes.byref(it))
+        self._it = it.value
+        if self._it:
+            _counts['iterators'] += 1
+        if rc < 0:
+            err = from_code(rc, self._iter_err(), 'cannot open an iterator on %s' % self.dispatcher)
+            self._close_handles()
+            raise err
+        self.job_id = lib.sl_iterator_job_id(self._it)
+
+    @staticmethod
+    def _sharding(s):
+        if isinstance(s, str) and s.lower() in _lib.SHARDING:
+            return _lib.SHARDING[s.lower()]
+        if isinstance(s, int) and not isinstance(s, bool) and s in _lib.SHARDING.values():
+            return s
+        raise InvalidArgumentError('sharding must be one of %s, got %r' % (', '.join(_lib.SHARDING), s),
+                                   _lib.SL_EINVAL)
+
+    def _client_err(self):
+        return self._lib.sl_client_errmsg(self._client).decode('utf-8', 'replace')
+
+    def _iter_err(self):
+        return self._lib.sl_iterator_errmsg(self._it).decode('utf-8', 'replace')
+
+    # ---- iteration ----
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self._mu:
+            if not self._it:
+                raise StopIteration
+            b = ctypes.c_void_p()
+            rc = self._next(self._it, ctypes.byref(b))
+            if rc == 0:
+                # The owner made first thing in there releases the batch
+                # however the conversion ends.
+                return _batch_to_dict(self._lib, b.value)
+            if rc == 1:
+                self._close_handles()
+                raise StopIteration
+            err = from_code(rc, self._iter_err(), 'job %s on %s' % (self.job_id, self.dispatcher))
+            self._close_handles()
+            raise err
+
+    # ---- closing ----
+
+    @property
+    def closed(self):
+        return self._it is None and self._client is None
+
+    def close(self):
+        """Leaves the job and frees the C handles. Arrays already handed out
+        stay valid. Idempotent."""
+        with self._mu:
+            self._close_handles()
+
+    def _close_handles(self):
+        # The iterator first: sl_client_close() wants its iterators closed.
+        it, self._it = self._it, None
+        if it:
+            self._lib.sl_iterator_close(it)
+            _counts['iterators'] -= 1
+        client, self._client = self._client, None
+        if client:
+            self._lib.sl_client_close(client)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        # A failed __init__ may leave no lock; the handles are None then.
+        if getattr(self, '_it', None) or getattr(self, '_client', None):
+            self._close_handles()
+
+    def __repr__(self):
+        return '<sluice.BatchIterator job %s on %s%s>' % (self.job_id, self.dispatcher,
+                                                          ', closed' if self.closed else '')
+
+    def state_dict(self):
+        raise NotImplementedError('iterator checkpoints do not exist in libsluice yet: an iterator cannot be '
+                                  'saved and resumed')
+
+    def load_state_dict(self, state):
+        raise NotImplementedError('iterator checkpoints do not exist in libsluice yet: an iterator cannot be '
+                                  'saved and resumed')
+
+
+def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
+               max_outstanding=8, timeout_ms=30000, **options):
+    """Registers dataset (a Dataset, a spec dict or JSON text) with the
+    dispatcher at "host:port", joins the job named job_name (or creates an
+    anonymous job) and returns a BatchIterator.
+
+    sharding: "off", "dynamic", "file", "data", "file_or_data" or "hint".
+    max_outstanding: batch requests in flight plus batches queued.
+    timeout_ms: the longest wait for a dispatcher or worker that does not
+    answer; no single wait lasts longer.
+    options: per_worker_outstanding (2), connect_timeout_ms (5000),
+    request_timeout_ms (10000), max_batch_bytes (256 MiB).
+    num_consumers, consumer_index: coordinated reads, not supported yet
+    (NotImplementedError unless 1 and 0)."""
+    return BatchIterator(dataset, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
+                         consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,
+                         **options)

@@ -1,0 +1,254 @@
+"""The dataset builder: one function per source and one method per op, as in
+tf.data. Each call returns a new Dataset whose spec is the JSON document of
+docs/dataset-spec.md; nothing is checked here beyond what Python needs to
+write JSON. The dispatcher validates the spec at registration and names the
+offending field by its JSON path (sluice.SpecError).
+
+Ops and sources the workers do not run yet (see docs/python.md) are written
+into the spec like the others and refused by the dispatcher until they run."""
+import builtins
+import copy
+import json
+import numbers
+import operator
+import os
+
+
+def _plain(v):
+    """v as plain JSON values: NumPy scalars and arrays, tuples and dtypes
+    become ints, floats, lists and dtype names."""
+    if v is None or isinstance(v, (bool, str, int, float)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, numbers.Integral):
+        return operator.index(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, type):  # numpy.float32
+        return _dtype_name(v)
+    if hasattr(v, 'tolist'):  # a NumPy array or scalar, a torch tensor
+        return _plain(v.tolist())
+    if hasattr(v, 'dtype') or type(v).__module__ in ('numpy', 'torch'):
+        return _dtype_name(v)
+    return v  # json.dumps says what it cannot write
+
+
+def _dtype_name(d):
+    """A dtype given as 'float32', numpy.float32, numpy.dtype('f4') or
+    torch.float32, as the spec's name ('float32')."""
+    if isinstance(d, str):
+        return d
+    mod = type(d).__module__
+    if mod == 'torch':
+        return str(d).split('.', 1)[-1]
+    try:
+        import numpy
+        return numpy.dtype(d).name
+    except (ImportError, TypeError):
+        return str(d)
+
+
+def _files(files):
+    if isinstance(files, (str, bytes, os.PathLike)):
+        files = [files]
+    return [os.fsdecode(f) for f in files]
+
+
+def _omit_none(fields):
+    return {k: _plain(v) for k, v in fields.items() if v is not None}
+
+
+def _not_callable(op, fn):
+    if callable(fn):
+        raise TypeError(
+            '%s runs on the workers, which cannot run Python: pass the name of a built-in or of a plugin '
+            'function (with plugin=PATH to its shared object). To transform batches in Python, do it on the '
+            'arrays distribute() yields.' % op)
+
+
+class Dataset:
+    """A source and a list of ops. Immutable: every op returns a new Dataset."""
+
+    __slots__ = ('_source', '_ops')
+
+    def __init__(self, source, ops=()):
+        self._source = dict(source)
+        self._ops = tuple(dict(o) for o in ops)
+
+    # ---- what it is ----
+
+    @property
+    def spec(self):
+        """The spec as a JSON-able dict (a fresh copy)."""
+        return {'source': copy.deepcopy(self._source), 'ops': [copy.deepcopy(o) for o in self._ops]}
+
+    def to_json(self, indent=None):
+        """The spec as JSON text (compact unless indent is given)."""
+        if indent is None:
+            return json.dumps(self.spec, separators=(',', ':'))
+        return json.dumps(self.spec, indent=indent)
+
+    def __repr__(self):
+        return 'sluice.Dataset(%s)' % self.to_json()
+
+    def __eq__(self, other):
+        return isinstance(other, Dataset) and self.spec == other.spec
+
+    def __hash__(self):
+        return hash(self.to_json())
+
+    # ---- ops ----
+
+    def op(self, op, **fields):
+        """Appends {"op": op, **fields} (None fields left out): the escape
+        hatch for an op this module has no method for."""
+        entry = {'op': op}
+        entry.update(_omit_none(fields))
+        return Dataset(self._source, self._ops + (entry,))
+
+    def batch(self, batch_size, drop_remainder=False):
+        return self.op('batch', batch_size=batch_size, drop_remainder=drop_remainder)
+
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True):
+        return self.op('shuffle', buffer_size=buffer_size, seed=seed,
+                       reshuffle_each_iteration=reshuffle_each_iteration)
+
+    def take(self, count):
+        return self.op('take', count=count)
+
+    def skip(self, count):
+        return self.op('skip', count=count)
+
+    def repeat(self, count=None):
+        """count None (or -1) repeats forever."""
+        return self.op('repeat', count=-1 if count is None else count)
+
+    def parse_example(self, features):
+        """features: {name: {"dtype": ..., "shape": [...]}}; a value may also
+        be a dtype alone or a (dtype, shape) pair."""
+        out = {}
+        for name, f in dict(features).items():
+            if isinstance(f, dict):
+                f = dict(f)
+                if 'dtype' in f:
+                    f['dtype'] = _dtype_name(f['dtype'])
+            elif isinstance(f, (tuple, list)) and len(f) == 2:
+                f = {'dtype': _dtype_name(f[0]), 'shape': f[1]}
+            else:
+                f = {'dtype': _dtype_name(f)}
+            out[str(name)] = f
+        return self.op('parse_example', features=out)
+
+    def decode_jpeg(self, key, channels=3):
+        return self.op('decode_jpeg', key=key, channels=channels)
+
+    def resize(self, key, height, width):
+        return self.op('resize', key=key, size=[height, width])
+
+    def random_crop(self, key, height, width, seed=None):
+        return self.op('random_crop', key=key, size=[height, width], seed=seed)
+
+    def random_flip(self, key, seed=None):
+        return self.op('random_flip', key=key, seed=seed)
+
+    def normalize(self, key, mean, std):
+        return self.op('normalize', key=key, mean=mean, std=std)
+
+    def cast(self, key, dtype):
+        return self.op('cast', key=key, dtype=_dtype_name(dtype))
+
+    def map(self, fn, key=None, plugin=None, args=None):
+        """fn: the name of a built-in map, or of the function in the plugin
+        (a shared object, plugin=PATH); args: its JSON arguments."""
+        _not_callable('map', fn)
+        return self.op('map', fn=fn, key=key, plugin=plugin, args=args)
+
+    def filter(self, fn, key=None, plugin=None, args=None):
+        """As map(); the function keeps an element when it returns true."""
+        _not_callable('filter', fn)
+        return self.op('filter', fn=fn, key=key, plugin=plugin, args=args)
+
+    def shard(self, num_shards, index):
+        """num_shards and index may be "hint" (bound under HINT sharding)."""
+        return self.op('shard', num_shards=num_shards, index=index)
+
+    def prefetch(self, buffer_size):
+        return self.op('prefetch', buffer_size=buffer_size)
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False):
+        return self.op('padded_batch', batch_size=batch_size, padded_shapes=padded_shapes,
+                       padding_values=padding_values, drop_remainder=drop_remainder)
+
+    def cache(self, filename=None):
+        """filename None keeps the cache in the worker's memory."""
+        return self.op('cache', filename=filename)
+
+    def interleave(self, cycle_length, block_length=1):
+        """Reads cycle_length files of the source at once, block_length
+        records from each in turn."""
+        return self.op('interleave', cycle_length=cycle_length, block_length=block_length)
+
+    # ---- running it ----
+
+    def distribute(self, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
+                   max_outstanding=8, timeout_ms=30000, **options):
+        """Registers the dataset with the dispatcher at "host:port", joins or
+        creates a job and returns an iterator of batches: dicts from
+        component name to NumPy arrays that view the batch's memory. See
+        sluice.client.BatchIterator for the options and the arrays."""
+        from .client import distribute
+        return distribute(self, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
+                          consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,
+                          **options)
+
+
+# ---- sources ----
+
+def range(start, stop=None, step=1, name='value'):  # noqa: A001 (mirrors tf.data.Dataset.range)
+    """The integers start, start + step, ... below stop, as int64 scalars;
+    range(n) counts 0 .. n-1, as Python's range does."""
+    if stop is None:
+        start, stop = 0, start
+    return Dataset(dict({'type': 'range'}, **_omit_none({'start': start, 'stop': stop, 'step': step,
+                                                         'name': name})))
+
+
+def tfrecord(files, compression='none', on_corrupt=None, name=None):
+    """The records of TFRecord files ("none" or "gzip"), one bytes component
+    (default name "record"). on_corrupt: what a worker does with a record
+    whose CRC does not match (left to the service's default when None)."""
+    return Dataset(dict({'type': 'tfrecord', 'files': _files(files)},
+                        **_omit_none({'compression': compression, 'on_corrupt': on_corrupt, 'name': name})))
+
+
+def text_lines(files, name=None):
+    """The lines of text files, one bytes component (default name "line")."""
+    return Dataset(dict({'type': 'text_lines', 'files': _files(files)}, **_omit_none({'name': name})))
+
+
+def fixed_length_records(files, record_bytes, header_bytes=0, footer_bytes=0, compression='none', name=None):
+    """Records of record_bytes bytes after a header and before a footer,
+    one bytes component (default name "record")."""
+    return Dataset(dict({'type': 'fixed_length_records', 'files': _files(files)},
+                        **_omit_none({'record_bytes': record_bytes, 'header_bytes': header_bytes,
+                                      'footer_bytes': footer_bytes, 'compression': compression, 'name': name})))
+
+
+def from_spec(spec):
+    """A Dataset from a spec given as a dict or as JSON text."""
+    if isinstance(spec, (str, bytes)):
+        spec = json.loads(spec)
+    if not isinstance(spec, dict) or not isinstance(spec.get('source'), dict):
+        raise ValueError('a spec is an object with a "source" object (docs/dataset-spec.md)')
+    extra = sorted(set(spec) - {'source', 'ops'})
+    if extra:
+        raise ValueError('$.%s: unknown field (a spec has only "source" and "ops")' % extra[0])
+    ops = spec.get('ops', [])
+    if not isinstance(ops, (list, tuple)) or not builtins.all(isinstance(o, dict) for o in ops):
+        raise ValueError('the "ops" of a spec are a list of objects')
+    return Dataset(copy.deepcopy(spec['source']), copy.deepcopy(list(ops)))

@@ -1,0 +1,590 @@
+"""Tests of the Python client (client/python/sluice) against real daemons on
+free loopback ports, started through tests/integration/harness.py. Run them
+with tests/python/run.py, which sets SLUICE_BUILD and SLUICE_LIB."""
+import collections
+import ctypes
+import gc
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import weakref
+
+import numpy as np
+
+import sluice
+import sluice.client
+from sluice import _lib
+from harness import Cluster, values
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PAGE = os.sysconf('SC_PAGE_SIZE')
+
+
+def rss_bytes():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def free_port():
+    """A loopback port nobody listens on (bound, then closed)."""
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def owner_of(a):
+    """The batch owner an array keeps alive through its .base chain."""
+    while a is not None:
+        if isinstance(a, sluice.client._View):
+            return a.batch
+        a = getattr(a, 'base', None)
+    return None
+
+
+# ---------------------------------------------------------------- the builder
+
+class BuilderTest(unittest.TestCase):
+
+    def test_range_like_python_range(self):
+        self.assertEqual(sluice.range(5).spec,
+                         {'source': {'type': 'range', 'start': 0, 'stop': 5, 'step': 1, 'name': 'value'},
+                          'ops': []})
+        self.assertEqual(sluice.range(2, 10, 3, name='id').spec['source'],
+                         {'type': 'range', 'start': 2, 'stop': 10, 'step': 3, 'name': 'id'})
+        self.assertEqual(sluice.range(10, 0, -2).spec['source'],
+                         {'type': 'range', 'start': 10, 'stop': 0, 'step': -2, 'name': 'value'})
+        # NumPy integers become JSON integers.
+        self.assertEqual(sluice.range(np.int64(3), np.int32(9)).to_json(),
+                         '{"source":{"type":"range","start":3,"stop":9,"step":1,"name":"value"},"ops":[]}')
+
+    def test_sources(self):
+        self.assertEqual(sluice.tfrecord('/d/a.tfrecord').spec['source'],
+                         {'type': 'tfrecord', 'files': ['/d/a.tfrecord'], 'compression': 'none'})
+        self.assertEqual(sluice.tfrecord(['/d/a', '/d/b'], compression='gzip', on_corrupt='skip').spec['source'],
+                         {'type': 'tfrecord', 'files': ['/d/a', '/d/b'], 'compression': 'gzip',
+                          'on_corrupt': 'skip'})
+        self.assertEqual(sluice.text_lines(['/d/t.txt']).spec['source'],
+                         {'type': 'text_lines', 'files': ['/d/t.txt']})
+        self.assertEqual(sluice.fixed_length_records('/d/r.bin', 16, header_bytes=4).spec['source'],
+                         {'type': 'fixed_length_records', 'files': ['/d/r.bin'], 'record_bytes': 16,
+                          'header_bytes': 4, 'footer_bytes': 0, 'compression': 'none'})
+
+    def test_running_ops(self):
+        ds = (sluice.range(0, 100).skip(2).take(50).shuffle(16).shuffle(8, seed=7, reshuffle_each_iteration=False)
+              .repeat(3).repeat().batch(4).batch(2, drop_remainder=True))
+        self.assertEqual(ds.spec['ops'], [
+            {'op': 'skip', 'count': 2},
+            {'op': 'take', 'count': 50},
+            {'op': 'shuffle', 'buffer_size': 16, 'reshuffle_each_iteration': True},
+            {'op': 'shuffle', 'buffer_size': 8, 'seed': 7, 'reshuffle_each_iteration': False},
+            {'op': 'repeat', 'count': 3},
+            {'op': 'repeat', 'count': -1},
+            {'op': 'batch', 'batch_size': 4, 'drop_remainder': False},
+            {'op': 'batch', 'batch_size': 2, 'drop_remainder': True},
+        ])
+
+    def test_ops_not_run_yet(self):
+        ds = (sluice.tfrecord('/d/a')
+              .parse_example({'label': {'dtype': 'int64', 'shape': []}, 'image': np.uint8,
+                              'bbox': ('float32', (4,))})
+              .decode_jpeg('image')
+              .resize('image', 224, 256)
+              .random_crop('image', 200, 210, seed=3)
+              .random_flip('image')
+              .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
+              .cast('image', np.float16)
+              .map('my_fn', plugin='/p/libplug.so', args={'k': 1})
+              .filter('keep_even', key='label')
+              .shard(4, 1)
+              .shard('hint', 'hint')
+              .interleave(4)
+              .padded_batch(8, padded_shapes={'label': []}, padding_values={'label': -1})
+              .cache()
+              .cache('/tmp/c')
+              .prefetch(2))
+        self.assertEqual(ds.spec['ops'], [
+            {'op': 'parse_example', 'features': {'label': {'dtype': 'int64', 'shape': []},
+                                                 'image': {'dtype': 'uint8'},
+                                                 'bbox': {'dtype': 'float32', 'shape': [4]}}},
+            {'op': 'decode_jpeg', 'key': 'image', 'channels': 3},
+            {'op': 'resize', 'key': 'image', 'size': [224, 256]},
+            {'op': 'random_crop', 'key': 'image', 'size': [200, 210], 'seed': 3},
+            {'op': 'random_flip', 'key': 'image'},
+            {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
+            {'op': 'cast', 'key': 'image', 'dtype': 'float16'},
+            {'op': 'map', 'fn': 'my_fn', 'plugin': '/p/libplug.so', 'args': {'k': 1}},
+            {'op': 'filter', 'fn': 'keep_even', 'key': 'label'},
+            {'op': 'shard', 'num_shards': 4, 'index': 1},
+            {'op': 'shard', 'num_shards': 'hint', 'index': 'hint'},
+            {'op': 'interleave', 'cycle_length': 4, 'block_length': 1},
+            {'op': 'padded_batch', 'batch_size': 8, 'padded_shapes': {'label': []},
+             'padding_values': {'label': -1}, 'drop_remainder': False},
+            {'op': 'cache'},
+            {'op': 'cache', 'filename': '/tmp/c'},
+            {'op': 'prefetch', 'buffer_size': 2},
+        ])
+
+    def test_immutable_and_json(self):
+        base = sluice.range(10)
+        a, b = base.batch(2), base.take(3)
+        self.assertEqual(base.spec['ops'], [])
+        self.assertEqual(a.spec['ops'], [{'op': 'batch', 'batch_size': 2, 'drop_remainder': False}])
+        self.assertEqual(b.spec['ops'], [{'op': 'take', 'count': 3}])
+        s = a.spec
+        s['ops'].append({'op': 'bogus'})  # a copy: the dataset does not change
+        self.assertEqual(len(a.spec['ops']), 1)
+        self.assertEqual(sluice.from_spec(a.to_json()), a)
+        self.assertEqual(sluice.from_spec(a.spec).to_json(indent=2), a.to_json(indent=2))
+        with self.assertRaises(ValueError):
+            sluice.from_spec({'source': {'type': 'range', 'stop': 1}, 'bogus': 1})
+
+    def test_python_callables_refused(self):
+        with self.assertRaisesRegex(TypeError, 'workers'):
+            sluice.range(3).map(lambda x: x)
+        with self.assertRaisesRegex(TypeError, 'workers'):
+            sluice.range(3).filter(lambda x: True)
+
+
+# ------------------------------------------------------ tensors to NumPy, offline
+
+class ConvertTest(unittest.TestCase):
+    """sl_tensor_t -> NumPy on tensors built here, for the dtypes and layouts
+    no worker sends yet (bytes, ragged, every dtype)."""
+
+    class Owner:
+        pass
+
+    def tensor(self, name, dtype, shape, buf, splits=None):
+        t = _lib.Tensor()
+        t.name = name.encode()
+        t.dtype = dtype
+        t.rank = len(shape)
+        for i, d in enumerate(shape):
+            t.shape[i] = d
+        t.data = ctypes.addressof(buf)
+        t.size = ctypes.sizeof(buf)
+        if splits is not None:
+            t.row_splits = ctypes.addressof(splits)
+            t.num_row_splits = len(splits)
+        return t
+
+    def test_every_fixed_width_dtype(self):
+        for code, name in enumerate(_lib.DTYPE_NAMES):
+            if name in ('invalid', 'bytes'):
+                continue
+            npname = 'uint16' if name == 'bfloat16' else name
+            src = np.arange(6).astype(npname).reshape(2, 3)
+            buf = (ctypes.c_uint8 * src.nbytes).from_buffer_copy(src.tobytes())
+            owner = self.Owner()
+            a = sluice.client.tensor_to_numpy(owner, self.tensor('x', code, (2, 3), buf))
+            self.assertEqual(a.shape, (2, 3), name)
+            self.assertEqual(a.dtype, np.dtype(npname), name)
+            np.testing.assert_array_equal(a, src)
+            self.assertFalse(a.flags.owndata)
+            self.assertEqual(a.ctypes.data, ctypes.addressof(buf))  # a view, not a copy
+            self.assertIs(owner_of(a), owner)
+
+    def test_bfloat16(self):
+        import torch
+        import sluice.torch as st
+        bits = np.array([0x3F80, 0xC000, 0x4040], dtype='<u2')  # 1.0, -2.0, 3.0
+        buf = (ctypes.c_uint8 * bits.nbytes).from_buffer_copy(bits.tobytes())
+        a = sluice.client.tensor_to_numpy(self.Owner(), self.tensor('h', _lib.DTYPE_BFLOAT16, (3,), buf))
+        self.assertFalse(a.flags.owndata)
+        t = st.to_tensor(a)
+        self.assertEqual(t.dtype, torch.bfloat16)
+        self.assertEqual(t.tolist(), [1.0, -2.0, 3.0])
+        self.assertEqual(t.data_ptr(), ctypes.addressof(buf))
+
+    def test_bytes(self):
+        vals = [b'ab', b'', b'xyz\x00', b'q']
+        offs = np.cumsum([0] + [len(v) for v in vals]).astype('<u8')
+        raw = offs.tobytes() + b''.join(vals)
+        buf = (ctypes.c_uint8 * len(raw)).from_buffer_copy(raw)
+        a = sluice.client.tensor_to_numpy(self.Owner(), self.tensor('s', _lib.DTYPE_BYTES, (2, 2), buf))
+        self.assertEqual(a.shape, (2, 2))
+        self.assertEqual(a.tolist(), [[b'ab', b''], [b'xyz\x00', b'q']])
+
+    def test_ragged(self):
+        splits = (ctypes.c_int64 * 4)(0, 2, 2, 5)  # 3 rows of 2, 0 and 3 values of shape [2]
+        src = np.arange(10, dtype=np.float32)
+        buf = (ctypes.c_uint8 * src.nbytes).from_buffer_copy(src.tobytes())
+        v, s = sluice.client.tensor_to_numpy(self.Owner(), self.tensor('r', 12, (3, -1, 2), buf, splits))
+        self.assertEqual(v.shape, (5, 2))
+        np.testing.assert_array_equal(v.ravel(), src)
+        self.assertEqual(s.tolist(), [0, 2, 2, 5])
+        self.assertFalse(s.flags.owndata)
+
+    def test_torch_conversion(self):
+        import torch
+        import sluice.torch as st
+        a = np.arange(4, dtype=np.int64)
+        t = st.to_tensor(a)
+        self.assertEqual(t.data_ptr(), a.ctypes.data)
+        self.assertEqual(st.to_tensor(np.arange(3, dtype=np.uint16)).dtype, torch.int32)
+        self.assertEqual(st.to_tensor(np.arange(3, dtype=np.uint64)).tolist(), [0, 1, 2])
+        with self.assertRaises(TypeError):
+            st.to_tensor(np.array([2**63], dtype=np.uint64))
+        self.assertEqual(st.to_tensor(np.array([b'a', b'b'], dtype=object)), [b'a', b'b'])
+        v, s = st.to_tensor((np.zeros((2, 2), np.float32), np.array([0, 1, 2])))
+        self.assertEqual((tuple(v.shape), s.tolist()), ((2, 2), [0, 1, 2]))
+
+
+# --------------------------------------------------------- errors, no daemons
+
+class NoServerTest(unittest.TestCase):
+
+    def test_closed_port_fails_within_the_timeout(self):
+        addr = '127.0.0.1:%d' % free_port()
+        t0 = time.monotonic()
+        with self.assertRaises(sluice.SluiceError) as cm:
+            sluice.range(10).distribute(addr, timeout_ms=3000)
+        self.assertLess(time.monotonic() - t0, 3.0)
+        e = cm.exception
+        self.assertIsInstance(e, sluice.SluiceConnectionError)
+        self.assertEqual(e.code_name, 'ECONNREFUSED')
+        self.assertIn(addr, str(e))
+        self.assertEqual(sluice.client.live_handles()['iterators'], 0)
+
+    def test_unanswering_dispatcher_times_out(self):
+        # A listener that never answers the handshake.
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        s.listen(4)
+        try:
+            addr = '127.0.0.1:%d' % s.getsockname()[1]
+            t0 = time.monotonic()
+            with self.assertRaises(sluice.SluiceTimeoutError) as cm:
+                sluice.range(10).distribute(addr, timeout_ms=1000)
+            self.assertLess(time.monotonic() - t0, 3.0)
+            self.assertEqual(cm.exception.code_name, 'ETIMEDOUT')
+        finally:
+            s.close()
+
+    def test_bad_options(self):
+        with self.assertRaises(sluice.InvalidArgumentError):
+            sluice.range(3).distribute('127.0.0.1:1', sharding='sideways')
+        with self.assertRaises(sluice.InvalidArgumentError):
+            sluice.range(3).distribute('127.0.0.1:1', max_outstanding=0)
+        with self.assertRaisesRegex(NotImplementedError, 'coordinated reads'):
+            sluice.range(3).distribute('127.0.0.1:1', num_consumers=2, consumer_index=0)
+
+    def test_library_not_found_lists_where_it_looked(self):
+        env = dict(os.environ, SLUICE_LIB='/nonexistent/libsluice.so',
+                   PYTHONPATH=os.path.join(REPO, 'client', 'python'))
+        r = subprocess.run([sys.executable, '-c', 'import sluice; sluice.library_path()'], env=env,
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('LibraryNotFound', r.stderr)
+        self.assertIn('/nonexistent/libsluice.so', r.stderr)
+
+    def test_found_in_the_build_tree_without_sluice_lib(self):
+        build = os.path.join(REPO, 'build', 'client', 'libsluice.so')
+        if not os.path.exists(build):
+            self.skipTest('no build/ tree')
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'client', 'python'))
+        env.pop('SLUICE_LIB', None)
+        r = subprocess.run([sys.executable, '-c', 'import sluice; print(sluice.library_path())'], env=env,
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), build)
+
+
+# ------------------------------------------------------- against real daemons
+
+class ClusterTest(unittest.TestCase):
+    """A dispatcher and two workers shared by the tests of this class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=2)
+        try:
+            cls.c.wait_workers_registered(2)
+        except BaseException:
+            cls.c.close()
+            raise
+        cls.addr = cls.c.dispatcher.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not exit cleanly: %s' % bad)
+
+    def setUp(self):
+        gc.collect()
+        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
+
+    def tearDown(self):
+        gc.collect()
+        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
+
+    def values_of(self, ds, key='value', **kw):
+        out = []
+        with ds.distribute(self.addr, **kw) as it:
+            for b in it:
+                out.extend(b[key].tolist())
+        return out
+
+    def test_dynamic_matches_sluice_cat(self):
+        ds = sluice.range(0, 5000).shuffle(100, seed=3).batch(64)
+        rc, batches, err = self.c.cat(ds.spec, ['--sharding', 'dynamic'])
+        self.assertEqual(rc, 0, err)
+        from_cat = collections.Counter(values(batches, 'value'))
+        from_py = collections.Counter(self.values_of(ds, sharding='dynamic'))
+        self.assertEqual(from_py, from_cat)
+        self.assertEqual(from_py, collections.Counter(range(5000)))
+
+    def test_off_gives_each_value_once_per_worker(self):
+        got = collections.Counter(self.values_of(sluice.range(0, 3000).batch(100), sharding='off'))
+        self.assertEqual(got, collections.Counter({v: 2 for v in range(3000)}))
+
+    def test_dtype_and_shape(self):
+        with sluice.range(10, 0, -1, name='id').batch(4).distribute(self.addr, sharding='dynamic') as it:
+            bs = list(it)
+        self.assertEqual([sorted(b) for b in bs], [['id']] * 3)
+        for b in bs:
+            self.assertEqual(b['id'].dtype, np.int64)
+            self.assertEqual(b['id'].ndim, 1)
+        self.assertEqual(sorted(len(b['id']) for b in bs), [2, 4, 4])
+        self.assertEqual(sorted(v for b in bs for v in b['id'].tolist()), list(range(1, 11)))
+        # Unbatched elements arrive one scalar per batch, shape ().
+        with sluice.range(3).distribute(self.addr, sharding='dynamic') as it:
+            scalars = list(it)
+        self.assertEqual([b['value'].shape for b in scalars], [()] * 3)
+        self.assertEqual(sorted(int(b['value']) for b in scalars), [0, 1, 2])
+
+    def test_arrays_are_views_and_release_the_batch(self):
+        it = sluice.range(0, 256).batch(64).distribute(self.addr, sharding='dynamic')
+        b = next(it)
+        a = b['value']
+        self.assertFalse(a.flags.owndata)
+        self.assertTrue(a.flags.writeable)
+        owner = owner_of(a)
+        self.assertIsInstance(owner, sluice.client._Batch)
+        self.assertTrue(owner.ptr)
+        self.assertEqual(owner.num_elements, 64)
+        # A slice and a torch tensor view the same memory and keep it alive.
+        import torch
+        part = a[10:20]
+        t = torch.from_numpy(a)
+        self.assertTrue(np.shares_memory(part, a))
+        self.assertEqual(t.data_ptr(), a.ctypes.data)
+        ref = weakref.ref(owner)
+        expect = a.tolist()
+        del b, a, owner
+        self.assertEqual(sluice.client.live_handles()['batches'], 1)
+        it.close()  # the batch outlives its iterator
+        self.assertEqual(t.tolist(), expect)
+        self.assertEqual(part.tolist(), expect[10:20])
+        del part
+        self.assertIsNotNone(ref())
+        del t
+        self.assertIsNone(ref())
+        self.assertEqual(sluice.client.live_handles()['batches'], 0)
+
+    def test_bad_spec_names_the_field(self):
+        with self.assertRaises(sluice.SluiceError) as cm:
+            sluice.range(10).batch(0).distribute(self.addr)
+        e = cm.exception
+        self.assertIsInstance(e, sluice.SpecError)
+        self.assertIn('$.ops[0].batch_size', str(e))
+        self.assertIn('$.ops[0].batch_size', e.message)
+        self.assertEqual(e.code, _lib.SL_ESPEC)
+        self.assertEqual(e.code_name, 'SL_ESPEC')
+        with self.assertRaisesRegex(sluice.SpecError, r'\$\.source\.step'):
+            sluice.range(0, 10, 0).distribute(self.addr)
+        with self.assertRaisesRegex(sluice.SpecError, r'\$\.ops\[1\]\.op: op "map" is not supported yet'):
+            sluice.range(10).batch(2).map('f').distribute(self.addr)
+
+    def test_iterator_error_carries_the_c_message(self):
+        # An operator cancels the job: the next batch fails with SL_ECANCELLED
+        # and sl_iterator_errmsg()'s text (from the dispatcher's heartbeat
+        # answer or the worker's error frame, whichever comes first).
+        import json
+        import urllib.request
+        it = sluice.range(0, 10**6).repeat().batch(64).distribute(self.addr)
+        next(it)
+        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (self.c.dispatcher.admin_port, it.job_id),
+                                     data=json.dumps({'reason': 'stopped by test_python_client'}).encode(),
+                                     method='DELETE')
+        urllib.request.urlopen(req, timeout=5).read()
+        t0 = time.monotonic()
+        with self.assertRaises(sluice.JobCancelledError) as cm:
+            for _ in it:
+                self.assertLess(time.monotonic() - t0, 10)
+        e = cm.exception
+        self.assertEqual(e.code_name, 'SL_ECANCELLED')
+        self.assertIn('cancelled', e.message)
+        self.assertIn('job %d' % it.job_id, str(e))
+        self.assertTrue(it.closed)
+        self.assertEqual(list(it), [])
+
+    def test_batch_over_max_batch_bytes_is_an_error_not_a_silent_loss(self):
+        # 1000 int64 values make 8000-byte batches; the client takes 4000.
+        it = sluice.range(0, 100000).batch(1000).distribute(self.addr, max_batch_bytes=4000)
+        with self.assertRaises(sluice.SluiceError) as cm:
+            for _ in it:
+                pass
+        self.assertEqual(cm.exception.code_name, 'SL_ETOOBIG')
+        self.assertIn('exceeds the limit of 4000', str(cm.exception))
+
+    def test_closing(self):
+        ds = sluice.range(0, 10**6).repeat().batch(16)
+        # close() mid-stream, then nothing more.
+        it = ds.distribute(self.addr)
+        next(it)
+        it.close()
+        it.close()
+        self.assertTrue(it.closed)
+        self.assertRaises(StopIteration, next, it)
+        # A with block.
+        with ds.distribute(self.addr) as it:
+            next(it)
+            self.assertEqual(sluice.client.live_handles()['iterators'], 1)
+        self.assertTrue(it.closed)
+        # Garbage collection.
+        it = ds.distribute(self.addr)
+        next(it)
+        del it
+        gc.collect()
+        self.assertEqual(sluice.client.live_handles()['iterators'], 0)
+        # Exhaustion.
+        it = sluice.range(5).batch(5).distribute(self.addr, sharding='dynamic')
+        self.assertEqual(len(list(it)), 1)
+        self.assertTrue(it.closed)
+
+    def test_named_job_splits_one_stream(self):
+        ds = sluice.range(0, 4000).batch(50)
+        a = ds.distribute(self.addr, sharding='dynamic', job_name='shared-py')
+        b = ds.distribute(self.addr, sharding='dynamic', job_name='shared-py')
+        self.assertEqual(a.job_id, b.job_id)
+        got = []
+        live = [a, b]
+        while live:
+            for it in list(live):
+                try:
+                    got.extend(next(it)['value'].tolist())
+                except StopIteration:
+                    live.remove(it)
+        self.assertEqual(collections.Counter(got), collections.Counter(range(4000)))
+
+    def test_no_checkpoints_yet(self):
+        import sluice.torch as st
+        with self.assertRaisesRegex(NotImplementedError, 'checkpoints'):
+            st.SluiceIterableDataset(sluice.range(3), self.addr).state_dict()
+        with self.assertRaisesRegex(NotImplementedError, 'checkpoints'):
+            st.loader(sluice.range(3), self.addr).load_state_dict({})
+
+    def test_torch_iterable_dataset_in_a_dataloader(self):
+        import torch
+        import sluice.torch as st
+        ds = st.SluiceIterableDataset(sluice.range(0, 1000).batch(100), self.addr, sharding='dynamic')
+        loader = torch.utils.data.DataLoader(ds, batch_size=None)
+        seen = []
+        for epoch in range(2):  # each epoch is a new job
+            got = []
+            for b in loader:
+                self.assertIsInstance(b['value'], torch.Tensor)
+                self.assertEqual(b['value'].dtype, torch.int64)
+                got.extend(b['value'].tolist())
+            seen.append(sorted(got))
+        self.assertEqual(seen, [list(range(1000))] * 2)
+
+    def test_torch_loader_zero_copy_and_pin(self):
+        import torch
+        import sluice.torch as st
+        ld = st.loader(sluice.range(0, 640).batch(64), self.addr, pin_memory=True, sharding='dynamic')
+        self.assertEqual(ld.pin_memory, torch.cuda.is_available())
+        total, first = 0, None
+        for b in ld:
+            t = b['value']
+            first = t if first is None else first
+            total += int(t.sum())
+        self.assertEqual(total, sum(range(640)))
+        if not torch.cuda.is_available():
+            # Not pinned: the tensor views its batch and keeps it alive.
+            del b, t
+            gc.collect()
+            self.assertEqual(sluice.client.live_handles()['batches'], 1)
+            self.assertEqual(len(first.tolist()), 64)
+            del first
+            self.assertEqual(sluice.client.live_handles()['batches'], 0)
+
+    def test_training_loop(self):
+        """The example of docs/python.md: linear regression y = 3x + 1 on
+        batches served by the workers; the loss falls by 10x or more."""
+        import torch
+        import sluice.torch
+
+        torch.manual_seed(0)
+        ds = sluice.range(0, 1024).shuffle(1024, seed=1).repeat(40).batch(64, drop_remainder=True)
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        losses = []
+        for batch in sluice.torch.loader(ds, self.addr, sharding='dynamic'):
+            x = batch['value'].to(torch.float32).unsqueeze(1) / 1024  # in [0, 1)
+            y = 3 * x + 1
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        self.assertGreater(len(losses), 500)
+        first, last = np.mean(losses[:5]), np.mean(losses[-20:])
+        self.assertGreaterEqual(first / last, 10, 'loss %.4g -> %.4g' % (first, last))
+        w, b = model.weight.item(), model.bias.item()
+        self.assertAlmostEqual(w, 3, delta=0.1)
+        self.assertAlmostEqual(b, 1, delta=0.1)
+
+    @unittest.skipIf(os.environ.get('SLUICE_SANITIZED'), "ASan's quarantine holds freed memory: RSS says nothing")
+    def test_resident_memory_flat_over_10000_batches(self):
+        # Two workers under OFF each send 6000 batches of 64 int64.
+        ds = sluice.range(0, 64 * 1000).repeat(6).batch(64)
+        n, total, warm, before = 0, 0, 1000, None
+        with ds.distribute(self.addr, sharding='off') as it:
+            for b in it:
+                total += int(b['value'].sum())
+                n += 1
+                if n == warm:
+                    gc.collect()
+                    before = rss_bytes()
+                if n == warm + 10000:
+                    break
+            del b
+            gc.collect()
+            after = rss_bytes()
+            self.assertLessEqual(sluice.client.live_handles()['batches'], 0)
+        self.assertEqual(n, warm + 10000)
+        grew = (after - before) / 2**20
+        self.assertLess(grew, 20, 'RSS grew by %.1f MiB over 10000 batches' % grew)
+
+
+class DispatcherLossTest(unittest.TestCase):
+    """A running iterator whose dispatcher dies fails within its timeout."""
+
+    def test_iterator_fails_when_the_dispatcher_dies(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            it = sluice.range(0, 10**6).repeat().batch(64).distribute(c.dispatcher.addr, timeout_ms=1500)
+            next(it)
+            c.dispatcher.kill()
+            t0 = time.monotonic()
+            with self.assertRaises(sluice.SluiceError) as cm:
+                for _ in it:
+                    pass
+            self.assertLess(time.monotonic() - t0, 10)
+            self.assertIsInstance(cm.exception, sluice.SluiceTimeoutError, str(cm.exception))
+            self.assertTrue(it.closed)
+        finally:
+            c.close()
+
+
+if __name__ == '__main__':
+    unittest.main()
