@@ -13,6 +13,17 @@ BUILD = os.environ.get('SLUICE_BUILD', 'build')
 LISTEN = re.compile(r'listening port=(\d+) admin_port=(\d+)')
 
 
+def child_env():
+    """The environment for our own binaries. Under the Python tests of an ASan
+    build the interpreter runs with leak checks off (CPython keeps memory
+    until exit); the daemons and tools get the original options back."""
+    env = dict(os.environ)
+    if 'SLUICE_CHILD_ASAN_OPTIONS' in env:
+        env['ASAN_OPTIONS'] = env['SLUICE_CHILD_ASAN_OPTIONS']
+        env.pop('LD_PRELOAD', None)
+    return env
+
+
 def binary(name):
     for sub in ('dispatcher', 'workerd', 'client', ''):
         p = os.path.join(BUILD, sub, name)
@@ -30,7 +41,7 @@ class Daemon:
         self.err_path = os.path.join(workdir, name + '.err')
         self.argv = argv
         self.proc = subprocess.Popen(argv, stdout=open(self.out_path, 'w'), stderr=open(self.err_path, 'w'),
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, env=child_env())
         deadline = time.time() + timeout
         while time.time() < deadline:
             m = LISTEN.search(open(self.out_path).read())
@@ -125,7 +136,7 @@ class Cluster:
     def cat(self, spec, args=(), fmt='jsonl', timeout=300, dispatcher=None):
         """Runs sluice-cat to the end: (returncode, batches, stderr)."""
         r = subprocess.run(self.cat_argv(spec, args, fmt, dispatcher), capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=child_env())
         return r.returncode, parse_jsonl(r.stdout), r.stderr
 
     def close(self):

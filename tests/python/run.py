@@ -39,7 +39,9 @@ def sanitizer_runtime(lib):
 asan = sanitizer_runtime(os.environ['SLUICE_LIB']) if os.path.exists(os.environ['SLUICE_LIB']) else None
 if asan and asan not in os.environ.get('LD_PRELOAD', ''):
     os.environ['LD_PRELOAD'] = ' '.join(filter(None, [asan, os.environ.get('LD_PRELOAD')]))
-    os.environ['ASAN_OPTIONS'] = 'detect_leaks=0:' + os.environ.get('ASAN_OPTIONS', '')
+    os.environ['SLUICE_CHILD_ASAN_OPTIONS'] = os.environ.get('ASAN_OPTIONS', '')
+    # Last wins among repeated ASan options: detect_leaks=0 goes at the end.
+    os.environ['ASAN_OPTIONS'] = ':'.join(filter(None, [os.environ.get('ASAN_OPTIONS'), 'detect_leaks=0']))
     os.environ['SLUICE_SANITIZED'] = '1'
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
