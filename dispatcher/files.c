@@ -48,31 +48,53 @@ static int add_file(void *arg, const char *resolved)
     return 0;
 }
 
-/* Counts newline-terminated lines, and a last line without one. */
+/* Counts newline-terminated lines, and a last line without one, as the
+ * workers read them: a plain file as it is (gzread would inflate a gzip
+ * file given as "none", and the counts would differ), a gzip one inflated. */
 static int count_lines(const char *path, bool gzip, uint64_t *lines, char *err, size_t errlen)
 {
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
         snprintf(err, errlen, "text_lines: cannot open %s: %s", path, strerror(errno));
-        return -errno ? -errno : -EIO;
+        return rc;
     }
-    (void)gzip; /* gzread reads plain files as they are */
+    gzFile f = gzip ? gzdopen(fd, "rb") : NULL;
+    if (gzip && !f) {
+        close(fd);
+        snprintf(err, errlen, "text_lines: cannot open %s: out of memory", path);
+        return -ENOMEM;
+    }
     static _Thread_local char buf[1 << 16];
     uint64_t n = 0;
     char last = '\n';
-    int got;
-    while ((got = gzread(f, buf, sizeof buf)) > 0) {
-        for (int i = 0; i < got; i++)
+    ssize_t got;
+    for (;;) {
+        got = gzip ? gzread(f, buf, sizeof buf) : read(fd, buf, sizeof buf);
+        if (got < 0 && !gzip && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        /* gzread passes a file that is not gzip through as it is. */
+        if (gzip && gzdirect(f)) {
+            snprintf(err, errlen, "text_lines: %s is not a gzip file (compression \"gzip\")", path);
+            gzclose(f);
+            return SL_EDATA;
+        }
+        for (ssize_t i = 0; i < got; i++)
             n += buf[i] == '\n';
         last = buf[got - 1];
     }
     int rc = 0;
     if (got < 0) {
         int zerr;
-        snprintf(err, errlen, "text_lines: reading %s: %s", path, gzerror(f, &zerr));
+        snprintf(err, errlen, "text_lines: reading %s: %s", path, gzip ? gzerror(f, &zerr) : strerror(errno));
         rc = SL_EDATA;
     }
-    gzclose(f);
+    if (gzip)
+        gzclose(f);
+    else
+        close(fd);
     *lines = n + (last != '\n');
     return rc;
 }
@@ -122,7 +144,7 @@ int sl_file_list_resolve(const sl_spec_t *spec, const sl_confine_t *roots, int m
                                    &out->records[i], err, errlen);
             /* A corrupt record only costs its own data when skipping, but
              * a file cut short cannot be counted past the damage. */
-            if (rc < 0 && src->u.files.skip_corrupt && rc == SL_EDATA)
+            if (rc < 0 && src->u.files.on_corrupt == SL_ON_CORRUPT_SKIP && rc == SL_EDATA)
                 rc = 0;
             break;
         case SL_SOURCE_TEXT_LINES:

@@ -8,6 +8,15 @@
  * values. A new op is a new row in ops[] and a field table; names the
  * design promises but this build does not implement yet have rows without
  * fields, and are refused as "not supported yet" rather than "unknown".
+ *
+ * Field types: integers, booleans, component names, strings from a fixed
+ * set (stored as the value of the chosen entry), lists of integers, of
+ * numbers and of strings, and custom fields with a parser and an emitter of
+ * their own (parse_example's features, padded_batch's maps). What one field
+ * cannot check alone (a range's length, a mean and a std of equal length)
+ * is checked by the kind's check function once all its fields are parsed.
+ * Memory a parsed spec needs beyond its fixed descriptors (file patterns,
+ * features, defaults) is taken with spec_alloc() and freed with the spec.
  */
 #include "spec.h"
 
@@ -20,11 +29,23 @@
 
 #include <jansson.h>
 
+#include "batch.h"
+
+_Static_assert(SL_SPEC_MAX_FEATURES == SL_MAX_COMPONENTS, "parse_example yields at most one element's components");
+/* Enum fields are stored through an int. */
+_Static_assert(sizeof(sl_dtype_t) == sizeof(int) && sizeof(sl_compression_t) == sizeof(int) &&
+                   sizeof(sl_on_corrupt_t) == sizeof(int),
+               "enums are int-sized");
+
 /* Counts (range length, take, skip, repeat) stay below 2^62 so that sums
  * and differences of them never overflow an int64. */
 #define MAX_COUNT (INT64_C(1) << 62)
 #define MAX_BATCH_SIZE (INT64_C(1) << 20)
 #define MAX_SHUFFLE_BUFFER (INT64_C(1) << 24)
+#define MAX_IMAGE_SIDE (INT64_C(1) << 16)
+#define MAX_RECORD_BYTES (INT64_C(1) << 30)
+#define MAX_FEATURE_VALUES (INT64_C(1) << 24)
+#define PATH_BYTES 4096 /* PATH_MAX on Linux: the longest file pattern, with its NUL */
 
 struct sl_spec {
     sl_spec_source_t source;
@@ -32,12 +53,24 @@ struct sl_spec {
     sl_spec_op_t ops[SL_SPEC_MAX_OPS];
     int64_t cardinality;
     char *canonical; /* from json_dumps(), freed with free() */
-    char **patterns; /* file sources: num_patterns strings, malloc'd */
+    char **patterns; /* file sources: the source's files.v (in allocs) */
     int num_patterns;
+    void **allocs; /* everything spec_alloc() gave out */
+    int num_allocs, cap_allocs;
     char fingerprint[17];
 };
 
-enum field_type { F_INT, F_BOOL, F_NAME };
+enum field_type {
+    F_INT,     /* int64_t, within [min, max] */
+    F_BOOL,    /* bool */
+    F_NAME,    /* char[SL_MAX_NAME], a component name */
+    F_STRING,  /* one of choices[], stored as its value in an int-sized enum */
+    F_INTS,    /* sl_spec_ints_t: min_count .. max_count integers, each within [min, max] */
+    F_FLOATS,  /* sl_spec_floats_t: min_count .. max_count numbers */
+    F_STRINGS, /* sl_spec_strings_t: a string, or a list of min_count .. max_count strings */
+    F_CUSTOM,  /* custom->parse and custom->emit do everything */
+    F_LATER,   /* only known here; the kind's check reads it from the JSON object */
+};
 
 enum field_need {
     F_REQUIRED, /* absent is an error */
@@ -45,79 +78,256 @@ enum field_need {
     F_OPTIONAL, /* absent stays absent, also in the canonical form */
 };
 
-/* One field of a source or op. off locates the value (int64_t, bool or
- * char[SL_MAX_NAME]) inside the descriptor (sl_spec_source_t or
- * sl_spec_op_t); an F_OPTIONAL field also has a bool at has_off that says
- * whether it was given. */
+struct choice {
+    const char *name;
+    int value;
+};
+
+/* A custom field. parse gets the field's JSON value (NULL when absent and
+ * the field has a default) and the whole descriptor; emit gives the
+ * canonical JSON value, or NULL without memory. */
+struct custom {
+    int (*parse)(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+    json_t *(*emit)(const void *desc);
+};
+
+/* One field of a source or op. off locates the value inside the descriptor
+ * (sl_spec_source_t, sl_spec_op_t, or a private one); an F_OPTIONAL field
+ * also has a bool at has_off that says whether it was given. */
 struct field {
     const char *name;
     enum field_type type;
     enum field_need need;
-    int64_t min, max;
-    int64_t def;
-    const char *def_name;
+    int64_t min, max; /* F_INT, and each value of F_INTS */
+    int64_t def;      /* F_INT, F_BOOL, F_STRING (a choice's value) */
+    const char *def_name; /* F_NAME */
     size_t off;
     size_t has_off;
+    const struct choice *choices; /* F_STRING: ends with a NULL name */
+    int min_count, max_count;     /* F_INTS, F_FLOATS, F_STRINGS */
+    const struct custom *custom;  /* F_CUSTOM */
 };
 
 /* A source or op kind. id 0 marks a name that is planned but not supported
- * yet. check, when set, validates what one field alone cannot. */
+ * yet. check, when set, validates what one field alone cannot, with the
+ * JSON object at hand for F_LATER fields. */
 struct kind {
     const char *name;
     int id;
     const struct field *fields;
-    int (*check)(sl_spec_t *spec, void *desc, const char *path, char *err, size_t errlen);
+    int (*check)(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 };
 
-#define INT_FIELD(n, need, lo, hi, d, type, member) \
-    {n, F_INT, need, lo, hi, d, NULL, offsetof(type, member), 0}
-#define BOOL_FIELD(n, d, type, member) \
-    {n, F_BOOL, F_DEFAULT, 0, 0, d, NULL, offsetof(type, member), 0}
+#define INT_FIELD(n, nd, lo, hi, d, T, member)                                                                    \
+    {.name = n, .type = F_INT, .need = nd, .min = lo, .max = hi, .def = d, .off = offsetof(T, member)}
+#define OPT_INT_FIELD(n, lo, hi, T, member, has)                                                                  \
+    {.name = n, .type = F_INT, .need = F_OPTIONAL, .min = lo, .max = hi, .off = offsetof(T, member),            \
+     .has_off = offsetof(T, has)}
+#define BOOL_FIELD(n, d, T, member) {.name = n, .type = F_BOOL, .need = F_DEFAULT, .def = d, .off = offsetof(T, member)}
+#define NAME_FIELD(n, nd, d, T, member) {.name = n, .type = F_NAME, .need = nd, .def_name = d, .off = offsetof(T, member)}
+#define STRING_FIELD(n, nd, d, ch, T, member)                                                                     \
+    {.name = n, .type = F_STRING, .need = nd, .def = d, .choices = ch, .off = offsetof(T, member)}
+#define SIZE_FIELD(T, member)                                                                                     \
+    {.name = "size", .type = F_INTS, .need = F_REQUIRED, .min = 1, .max = MAX_IMAGE_SIDE, .min_count = 2,          \
+     .max_count = 2, .off = offsetof(T, member)}
+#define END_FIELDS {.name = NULL}
+
+/* ---- the tables ---- */
+
+static const struct choice compressions[] = {{"none", SL_COMPRESSION_NONE}, {"gzip", SL_COMPRESSION_GZIP}, {NULL, 0}};
+static const struct choice on_corrupts[] = {{"fail", SL_ON_CORRUPT_FAIL}, {"skip", SL_ON_CORRUPT_SKIP}, {NULL, 0}};
+static const struct choice feature_dtypes[] = {
+    {"int64", SL_DTYPE_INT64}, {"float32", SL_DTYPE_FLOAT32}, {"bytes", SL_DTYPE_BYTES}, {NULL, 0}};
+static const struct choice resize_dtypes[] = {{"uint8", SL_DTYPE_UINT8}, {"float32", SL_DTYPE_FLOAT32}, {NULL, 0}};
+static const struct choice numeric_dtypes[] = {
+    {"bool", SL_DTYPE_BOOL},       {"int8", SL_DTYPE_INT8},       {"int16", SL_DTYPE_INT16},
+    {"int32", SL_DTYPE_INT32},     {"int64", SL_DTYPE_INT64},     {"uint8", SL_DTYPE_UINT8},
+    {"uint16", SL_DTYPE_UINT16},   {"uint32", SL_DTYPE_UINT32},   {"uint64", SL_DTYPE_UINT64},
+    {"float16", SL_DTYPE_FLOAT16}, {"bfloat16", SL_DTYPE_BFLOAT16}, {"float32", SL_DTYPE_FLOAT32},
+    {"float64", SL_DTYPE_FLOAT64}, {NULL, 0}};
+static const struct choice directions[] = {{"left_right", 0}, {"up_down", 1}, {NULL, 0}};
+
+static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_num_shards(const void *desc);
+static int parse_features(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_features(const void *desc);
+static int parse_padded_shapes(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_padded_shapes(const void *desc);
+static int parse_padding_values(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_padding_values(const void *desc);
+
+static const struct custom num_shards_custom = {parse_num_shards, emit_num_shards};
+static const struct custom features_custom = {parse_features, emit_features};
+static const struct custom padded_shapes_custom = {parse_padded_shapes, emit_padded_shapes};
+static const struct custom padding_values_custom = {parse_padding_values, emit_padding_values};
 
 static const struct field range_fields[] = {
     INT_FIELD("start", F_DEFAULT, INT64_MIN, INT64_MAX, 0, sl_spec_source_t, u.range.start),
     INT_FIELD("stop", F_REQUIRED, INT64_MIN, INT64_MAX, 0, sl_spec_source_t, u.range.stop),
     INT_FIELD("step", F_DEFAULT, INT64_MIN, INT64_MAX, 1, sl_spec_source_t, u.range.step),
-    {"name", F_NAME, F_DEFAULT, 0, 0, 0, "value", offsetof(sl_spec_source_t, name), 0},
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    NAME_FIELD("name", F_DEFAULT, "value", sl_spec_source_t, name),
+    END_FIELDS,
+};
+
+#define FILES_FIELD                                                                                                  \
+    {.name = "files", .type = F_STRINGS, .need = F_REQUIRED, .min_count = 1, .max_count = SL_SPEC_MAX_PATTERNS,    \
+     .off = offsetof(sl_spec_source_t, u.files.files)}
+
+static const struct field tfrecord_fields[] = {
+    FILES_FIELD,
+    STRING_FIELD("compression", F_DEFAULT, SL_COMPRESSION_NONE, compressions, sl_spec_source_t, u.files.compression),
+    STRING_FIELD("on_corrupt", F_DEFAULT, SL_ON_CORRUPT_FAIL, on_corrupts, sl_spec_source_t, u.files.on_corrupt),
+    NAME_FIELD("name", F_DEFAULT, "record", sl_spec_source_t, name),
+    END_FIELDS,
+};
+
+static const struct field text_lines_fields[] = {
+    FILES_FIELD,
+    STRING_FIELD("compression", F_DEFAULT, SL_COMPRESSION_NONE, compressions, sl_spec_source_t, u.files.compression),
+    NAME_FIELD("name", F_DEFAULT, "line", sl_spec_source_t, name),
+    END_FIELDS,
+};
+
+static const struct field fixed_length_fields[] = {
+    FILES_FIELD,
+    INT_FIELD("record_bytes", F_REQUIRED, 1, MAX_RECORD_BYTES, 0, sl_spec_source_t, u.files.record_bytes),
+    INT_FIELD("header_bytes", F_DEFAULT, 0, MAX_COUNT, 0, sl_spec_source_t, u.files.header_bytes),
+    INT_FIELD("footer_bytes", F_DEFAULT, 0, MAX_COUNT, 0, sl_spec_source_t, u.files.footer_bytes),
+    NAME_FIELD("name", F_DEFAULT, "record", sl_spec_source_t, name),
+    END_FIELDS,
 };
 
 static const struct field batch_fields[] = {
     INT_FIELD("batch_size", F_REQUIRED, 1, MAX_BATCH_SIZE, 0, sl_spec_op_t, u.batch.batch_size),
     BOOL_FIELD("drop_remainder", 0, sl_spec_op_t, u.batch.drop_remainder),
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    END_FIELDS,
 };
 
 static const struct field shuffle_fields[] = {
     INT_FIELD("buffer_size", F_REQUIRED, 1, MAX_SHUFFLE_BUFFER, 0, sl_spec_op_t, u.shuffle.buffer_size),
-    {"seed", F_INT, F_OPTIONAL, 0, INT64_MAX, 0, NULL, offsetof(sl_spec_op_t, u.shuffle.seed),
-     offsetof(sl_spec_op_t, u.shuffle.has_seed)},
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.shuffle.seed, u.shuffle.has_seed),
     BOOL_FIELD("reshuffle_each_iteration", 1, sl_spec_op_t, u.shuffle.reshuffle_each_iteration),
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    END_FIELDS,
 };
 
 static const struct field take_fields[] = {
     INT_FIELD("count", F_REQUIRED, -1, MAX_COUNT, 0, sl_spec_op_t, u.take.count),
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    END_FIELDS,
 };
 
 static const struct field skip_fields[] = {
     INT_FIELD("count", F_REQUIRED, -1, MAX_COUNT, 0, sl_spec_op_t, u.skip.count),
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    END_FIELDS,
 };
 
 static const struct field repeat_fields[] = {
     INT_FIELD("count", F_DEFAULT, -1, MAX_COUNT, -1, sl_spec_op_t, u.repeat.count),
-    {NULL, 0, 0, 0, 0, 0, NULL, 0, 0},
+    END_FIELDS,
 };
 
-static int range_check(sl_spec_t *spec, void *desc, const char *path, char *err, size_t errlen);
+static const struct field parse_example_fields[] = {
+    {.name = "features", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &features_custom},
+    {.name = "key", .type = F_NAME, .need = F_OPTIONAL, .off = offsetof(sl_spec_op_t, u.parse_example.key),
+     .has_off = offsetof(sl_spec_op_t, u.parse_example.has_key)},
+    END_FIELDS,
+};
+
+static const struct field decode_jpeg_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.decode_jpeg.key),
+    INT_FIELD("channels", F_DEFAULT, 0, 3, 3, sl_spec_op_t, u.decode_jpeg.channels),
+    END_FIELDS,
+};
+
+static const struct field resize_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.resize.key),
+    SIZE_FIELD(sl_spec_op_t, u.resize.size),
+    STRING_FIELD("dtype", F_DEFAULT, SL_DTYPE_FLOAT32, resize_dtypes, sl_spec_op_t, u.resize.dtype),
+    END_FIELDS,
+};
+
+static const struct field random_crop_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_crop.key),
+    SIZE_FIELD(sl_spec_op_t, u.random_crop.size),
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_crop.seed, u.random_crop.has_seed),
+    END_FIELDS,
+};
+
+static const struct field center_crop_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.center_crop.key),
+    SIZE_FIELD(sl_spec_op_t, u.center_crop.size),
+    END_FIELDS,
+};
+
+static const struct field random_flip_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
+    {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
+     .off = offsetof(sl_spec_op_t, u.random_flip.direction)},
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_flip.seed, u.random_flip.has_seed),
+    END_FIELDS,
+};
+
+static const struct field normalize_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.normalize.key),
+    {.name = "mean", .type = F_FLOATS, .need = F_REQUIRED, .min_count = 1, .max_count = 3,
+     .off = offsetof(sl_spec_op_t, u.normalize.mean)},
+    {.name = "std", .type = F_FLOATS, .need = F_REQUIRED, .min_count = 1, .max_count = 3,
+     .off = offsetof(sl_spec_op_t, u.normalize.std)},
+    BOOL_FIELD("scale", 0, sl_spec_op_t, u.normalize.scale),
+    END_FIELDS,
+};
+
+static const struct field cast_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.cast.key),
+    STRING_FIELD("dtype", F_REQUIRED, 0, numeric_dtypes, sl_spec_op_t, u.cast.dtype),
+    END_FIELDS,
+};
+
+static const struct field shard_fields[] = {
+    {.name = "num_shards", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &num_shards_custom},
+    INT_FIELD("index", F_REQUIRED, 0, INT64_MAX, 0, sl_spec_op_t, u.shard.index),
+    END_FIELDS,
+};
+
+static const struct field padded_batch_fields[] = {
+    INT_FIELD("batch_size", F_REQUIRED, 1, MAX_BATCH_SIZE, 0, sl_spec_op_t, u.padded_batch.batch_size),
+    BOOL_FIELD("drop_remainder", 0, sl_spec_op_t, u.padded_batch.drop_remainder),
+    {.name = "padded_shapes", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &padded_shapes_custom},
+    {.name = "padding_values", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &padding_values_custom},
+    END_FIELDS,
+};
+
+/* A feature of parse_example while it is parsed: default is read by
+ * feature_check once dtype and shape are known. */
+struct feature_desc {
+    sl_spec_feature_t f;
+    sl_spec_ints_t shape;
+    bool has_shape;
+};
+
+static const struct field feature_fields[] = {
+    STRING_FIELD("dtype", F_REQUIRED, 0, feature_dtypes, struct feature_desc, f.dtype),
+    BOOL_FIELD("varlen", 0, struct feature_desc, f.varlen),
+    {.name = "shape", .type = F_INTS, .need = F_OPTIONAL, .min = 0, .max = INT64_MAX, .min_count = 0,
+     .max_count = SL_MAX_RANK, .off = offsetof(struct feature_desc, shape),
+     .has_off = offsetof(struct feature_desc, has_shape)},
+    {.name = "default", .type = F_LATER, .need = F_OPTIONAL},
+    END_FIELDS,
+};
+
+static int range_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int files_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int parse_example_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
+                               size_t errlen);
+static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 
 static const struct kind sources[] = {
     {"range", SL_SOURCE_RANGE, range_fields, range_check},
-    {"tfrecord", 0, NULL, NULL},
-    {"text_lines", 0, NULL, NULL},
-    {"fixed_length_records", 0, NULL, NULL},
+    {"tfrecord", SL_SOURCE_TFRECORD, tfrecord_fields, files_check},
+    {"text_lines", SL_SOURCE_TEXT_LINES, text_lines_fields, files_check},
+    {"fixed_length_records", SL_SOURCE_FIXED_LENGTH_RECORDS, fixed_length_fields, files_check},
 };
 
 static const struct kind ops[] = {
@@ -126,23 +336,28 @@ static const struct kind ops[] = {
     {"take", SL_OP_TAKE, take_fields, NULL},
     {"skip", SL_OP_SKIP, skip_fields, NULL},
     {"repeat", SL_OP_REPEAT, repeat_fields, NULL},
-    {"parse_example", 0, NULL, NULL},
+    {"parse_example", SL_OP_PARSE_EXAMPLE, parse_example_fields, parse_example_check},
+    {"decode_jpeg", SL_OP_DECODE_JPEG, decode_jpeg_fields, decode_jpeg_check},
+    {"resize", SL_OP_RESIZE, resize_fields, NULL},
+    {"random_crop", SL_OP_RANDOM_CROP, random_crop_fields, NULL},
+    {"center_crop", SL_OP_CENTER_CROP, center_crop_fields, NULL},
+    {"random_flip", SL_OP_RANDOM_FLIP, random_flip_fields, NULL},
+    {"normalize", SL_OP_NORMALIZE, normalize_fields, normalize_check},
+    {"cast", SL_OP_CAST, cast_fields, NULL},
+    {"shard", SL_OP_SHARD, shard_fields, shard_check},
+    {"padded_batch", SL_OP_PADDED_BATCH, padded_batch_fields, NULL},
     {"map", 0, NULL, NULL},
     {"filter", 0, NULL, NULL},
-    {"decode_jpeg", 0, NULL, NULL},
-    {"resize", 0, NULL, NULL},
-    {"random_crop", 0, NULL, NULL},
-    {"random_flip", 0, NULL, NULL},
-    {"normalize", 0, NULL, NULL},
-    {"cast", 0, NULL, NULL},
-    {"shard", 0, NULL, NULL},
     {"interleave", 0, NULL, NULL},
-    {"padded_batch", 0, NULL, NULL},
     {"prefetch", 0, NULL, NULL},
     {"cache", 0, NULL, NULL},
 };
 
+static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
+
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- helpers ---- */
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -155,6 +370,30 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
         va_end(ap);
     }
     return SL_ESPEC;
+}
+
+/* Memory that lives as long as the spec, zeroed. */
+static void *spec_alloc(sl_spec_t *spec, size_t n)
+{
+    if (spec->num_allocs == spec->cap_allocs) {
+        int cap = spec->cap_allocs ? spec->cap_allocs * 2 : 8;
+        void **p = realloc(spec->allocs, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        spec->allocs = p;
+        spec->cap_allocs = cap;
+    }
+    void *m = calloc(1, n ? n : 1);
+    if (m)
+        spec->allocs[spec->num_allocs++] = m;
+    return m;
+}
+
+static int nomem(char *err, size_t errlen, const char *path)
+{
+    if (err && errlen > 0)
+        snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
 }
 
 /* Writes s (n bytes) JSON-escaped into buf, at most about max input bytes,
@@ -205,15 +444,37 @@ static void describe(const json_t *v, char *buf, size_t buflen)
     }
 }
 
-/* Says which integers a field takes, for its error message. */
-static void int_bounds(const struct field *f, int64_t got, bool have_got, char *buf, size_t buflen)
+/* Says which integers [min, max] takes, for an error message about got. */
+static void int_bounds(int64_t min, int64_t max, int64_t got, bool have_got, char *buf, size_t buflen)
 {
-    if (have_got && got > f->max)
-        snprintf(buf, buflen, "an integer <= %" PRId64, f->max);
-    else if (f->min == INT64_MIN)
+    if (have_got && got > max)
+        snprintf(buf, buflen, "an integer <= %" PRId64, max);
+    else if (min == INT64_MIN)
         snprintf(buf, buflen, "an integer");
     else
-        snprintf(buf, buflen, "an integer >= %" PRId64, f->min);
+        snprintf(buf, buflen, "an integer >= %" PRId64, min);
+}
+
+/* "a list of 2 integers", "a list of 1 to 3 numbers", "a list of at most 8 integers" */
+static void list_phrase(int min_count, int max_count, const char *what, char *buf, size_t buflen)
+{
+    if (min_count == max_count)
+        snprintf(buf, buflen, "a list of %d %s", min_count, what);
+    else if (min_count == 0)
+        snprintf(buf, buflen, "a list of at most %d %s", max_count, what);
+    else
+        snprintf(buf, buflen, "a list of %d to %d %s", min_count, max_count, what);
+}
+
+/* '"a" or "b"', '"a", "b" or "c"' */
+static void choices_phrase(const struct choice *ch, char *buf, size_t buflen)
+{
+    size_t o = 0, n = 0;
+    while (ch[n].name)
+        n++;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && o < buflen; i++)
+        o += (size_t)snprintf(buf + o, buflen - o, "%s\"%s\"", i == 0 ? "" : i + 1 == n ? " or " : ", ", ch[i].name);
 }
 
 static bool name_ok(const char *s, size_t n)
@@ -230,83 +491,267 @@ static bool name_ok(const char *s, size_t n)
     return true;
 }
 
+static int bad_name(const char *path, const json_t *v, char *err, size_t errlen)
+{
+    char got[128];
+    describe(v, got, sizeof got);
+    return fail(err, errlen, "%s: must be a string of 1 to %d characters from [A-Za-z0-9_./-], got %s", path,
+                SL_MAX_NAME - 1, got);
+}
+
+/* The path of a key inside the object at path, the key escaped. */
+static void key_path(const char *path, const char *key, char *buf, size_t buflen)
+{
+    char kbuf[160];
+    escape(key, strlen(key), 64, kbuf, sizeof kbuf);
+    snprintf(buf, buflen, "%s.%s", path, kbuf);
+}
+
+static int parse_int(const json_t *v, int64_t min, int64_t max, const char *path, int64_t *out, char *err,
+                     size_t errlen)
+{
+    char got[128], want[64];
+    if (!json_is_integer(v)) {
+        describe(v, got, sizeof got);
+        int_bounds(min, max, 0, false, want, sizeof want);
+        return fail(err, errlen, "%s: must be %s, got %s", path, want, got);
+    }
+    int64_t x = json_integer_value(v);
+    if (x < min || x > max) {
+        describe(v, got, sizeof got);
+        int_bounds(min, max, x, true, want, sizeof want);
+        return fail(err, errlen, "%s: must be %s, got %s", path, want, got);
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_ints(const json_t *v, int64_t min, int64_t max, int min_count, int max_count, const char *path,
+                      sl_spec_ints_t *out, char *err, size_t errlen)
+{
+    char got[128], want[64], ipath[160];
+    if (!json_is_array(v) || json_array_size(v) < (size_t)min_count || json_array_size(v) > (size_t)max_count) {
+        if (json_is_array(v))
+            snprintf(got, sizeof got, "%zu", json_array_size(v));
+        else
+            describe(v, got, sizeof got);
+        list_phrase(min_count, max_count, "integers", want, sizeof want);
+        return fail(err, errlen, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
+    }
+    out->n = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        snprintf(ipath, sizeof ipath, "%s[%zu]", path, i);
+        int rc = parse_int(e, min, max, ipath, &out->v[i], err, errlen);
+        if (rc < 0)
+            return rc;
+        out->n++;
+    }
+    return 0;
+}
+
+static int parse_number(const json_t *v, const char *path, double *out, char *err, size_t errlen)
+{
+    if (!json_is_number(v)) {
+        char got[128];
+        describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be a number, got %s", path, got);
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int parse_floats(const json_t *v, int min_count, int max_count, const char *path, sl_spec_floats_t *out,
+                        char *err, size_t errlen)
+{
+    char got[128], want[64], ipath[160];
+    if (!json_is_array(v) || json_array_size(v) < (size_t)min_count || json_array_size(v) > (size_t)max_count) {
+        if (json_is_array(v))
+            snprintf(got, sizeof got, "%zu", json_array_size(v));
+        else
+            describe(v, got, sizeof got);
+        list_phrase(min_count, max_count, "numbers", want, sizeof want);
+        return fail(err, errlen, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
+    }
+    out->n = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        snprintf(ipath, sizeof ipath, "%s[%zu]", path, i);
+        int rc = parse_number(e, ipath, &out->v[i], err, errlen);
+        if (rc < 0)
+            return rc;
+        out->n++;
+    }
+    return 0;
+}
+
+/* A string, or a list of strings; copies go in the spec's memory. */
+static int parse_strings(sl_spec_t *spec, const json_t *v, int min_count, int max_count, const char *path,
+                         sl_spec_strings_t *out, char *err, size_t errlen)
+{
+    char got[128], ipath[160];
+    size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if ((!json_is_string(v) && !json_is_array(v)) || n < (size_t)min_count || n > (size_t)max_count) {
+        if (json_is_array(v))
+            snprintf(got, sizeof got, "a list of %zu", n);
+        else
+            describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be a string or a list of %d to %d strings, got %s", path, min_count,
+                    max_count, got);
+    }
+    out->v = spec_alloc(spec, n * sizeof *out->v);
+    if (!out->v)
+        return nomem(err, errlen, path);
+    out->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_is_string(v) ? v : json_array_get(v, i);
+        if (json_is_string(v))
+            snprintf(ipath, sizeof ipath, "%s", path);
+        else
+            snprintf(ipath, sizeof ipath, "%s[%zu]", path, i);
+        if (!json_is_string(e)) {
+            describe(e, got, sizeof got);
+            return fail(err, errlen, "%s: must be a string, got %s", ipath, got);
+        }
+        char *s = spec_alloc(spec, json_string_length(e) + 1);
+        if (!s)
+            return nomem(err, errlen, path);
+        memcpy(s, json_string_value(e), json_string_length(e));
+        out->v[out->n++] = s;
+    }
+    return 0;
+}
+
+/* ---- fields ---- */
+
+static void set_default(const struct field *f, char *base)
+{
+    switch (f->type) {
+    case F_INT: memcpy(base + f->off, &f->def, sizeof(int64_t)); break;
+    case F_BOOL: *(bool *)(base + f->off) = f->def != 0; break;
+    case F_NAME: snprintf(base + f->off, SL_MAX_NAME, "%s", f->def_name); break;
+    case F_STRING: {
+        int x = (int)f->def;
+        memcpy(base + f->off, &x, sizeof x);
+        break;
+    }
+    case F_INTS: memset(base + f->off, 0, sizeof(sl_spec_ints_t)); break;
+    case F_FLOATS: memset(base + f->off, 0, sizeof(sl_spec_floats_t)); break;
+    case F_STRINGS: memset(base + f->off, 0, sizeof(sl_spec_strings_t)); break;
+    case F_CUSTOM:
+    case F_LATER: break;
+    }
+}
+
 /* Parses one field of obj into desc, or fills in its default. */
-static int parse_field(const struct field *f, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+static int parse_field(sl_spec_t *spec, const struct field *f, json_t *obj, void *desc, const char *path, char *err,
+                       size_t errlen)
 {
     char *base = desc;
     json_t *v = json_object_get(obj, f->name);
-    char got[128];
+    char got[128], fpath[192];
+    int rc = 0;
 
+    snprintf(fpath, sizeof fpath, "%s.%s", path, f->name);
+    if (f->type == F_LATER)
+        return 0;
     if (!v) {
         switch (f->need) {
-        case F_REQUIRED: return fail(err, errlen, "%s.%s: required field missing", path, f->name);
-        case F_OPTIONAL: *(bool *)(base + f->has_off) = false; return 0;
+        case F_REQUIRED: return fail(err, errlen, "%s: required field missing", fpath);
+        case F_OPTIONAL:
+            if (f->type != F_CUSTOM)
+                *(bool *)(base + f->has_off) = false;
+            return 0;
         case F_DEFAULT: break;
         }
-        switch (f->type) {
-        case F_INT: memcpy(base + f->off, &f->def, sizeof(int64_t)); break;
-        case F_BOOL: *(bool *)(base + f->off) = f->def != 0; break;
-        case F_NAME: snprintf(base + f->off, SL_MAX_NAME, "%s", f->def_name); break;
-        }
+        if (f->type == F_CUSTOM)
+            return f->custom->parse(spec, NULL, desc, fpath, err, errlen);
+        set_default(f, base);
         return 0;
     }
 
     describe(v, got, sizeof got);
     switch (f->type) {
     case F_INT: {
-        char want[64];
-        if (!json_is_integer(v)) {
-            int_bounds(f, 0, false, want, sizeof want);
-            return fail(err, errlen, "%s.%s: must be %s, got %s", path, f->name, want, got);
-        }
-        int64_t x = json_integer_value(v);
-        if (x < f->min || x > f->max) {
-            int_bounds(f, x, true, want, sizeof want);
-            return fail(err, errlen, "%s.%s: must be %s, got %s", path, f->name, want, got);
-        }
-        memcpy(base + f->off, &x, sizeof x);
+        int64_t x;
+        rc = parse_int(v, f->min, f->max, fpath, &x, err, errlen);
+        if (rc == 0)
+            memcpy(base + f->off, &x, sizeof x);
         break;
     }
     case F_BOOL:
         if (!json_is_boolean(v))
-            return fail(err, errlen, "%s.%s: must be true or false, got %s", path, f->name, got);
+            return fail(err, errlen, "%s: must be true or false, got %s", fpath, got);
         *(bool *)(base + f->off) = json_is_true(v);
         break;
     case F_NAME:
         if (!json_is_string(v) || !name_ok(json_string_value(v), json_string_length(v)))
-            return fail(err, errlen,
-                        "%s.%s: must be a string of 1 to %d characters from [A-Za-z0-9_./-], got %s", path,
-                        f->name, SL_MAX_NAME - 1, got);
+            return bad_name(fpath, v, err, errlen);
         snprintf(base + f->off, SL_MAX_NAME, "%s", json_string_value(v));
         break;
+    case F_STRING: {
+        const struct choice *c = f->choices;
+        if (json_is_string(v)) {
+            while (c->name && (strlen(c->name) != json_string_length(v) || strcmp(c->name, json_string_value(v)) != 0))
+                c++;
+        } else {
+            while (c->name)
+                c++;
+        }
+        if (!c->name) {
+            char want[256];
+            choices_phrase(f->choices, want, sizeof want);
+            return fail(err, errlen, "%s: must be %s, got %s", fpath, want, got);
+        }
+        memcpy(base + f->off, &c->value, sizeof c->value);
+        break;
     }
+    case F_INTS:
+        rc = parse_ints(v, f->min, f->max, f->min_count, f->max_count, fpath, (sl_spec_ints_t *)(base + f->off), err,
+                        errlen);
+        break;
+    case F_FLOATS:
+        rc = parse_floats(v, f->min_count, f->max_count, fpath, (sl_spec_floats_t *)(base + f->off), err, errlen);
+        break;
+    case F_STRINGS:
+        rc = parse_strings(spec, v, f->min_count, f->max_count, fpath, (sl_spec_strings_t *)(base + f->off), err,
+                           errlen);
+        break;
+    case F_CUSTOM: return f->custom->parse(spec, v, desc, fpath, err, errlen);
+    case F_LATER: break;
+    }
+    if (rc < 0)
+        return rc;
     if (f->need == F_OPTIONAL)
         *(bool *)(base + f->has_off) = true;
     return 0;
 }
 
-/* Parses a source or op object: every key must be tag_key or a field of k. */
+/* Parses a source, op or feature object: every key must be tag_key (if
+ * any) or a field of k. */
 static int parse_fields(sl_spec_t *spec, const struct kind *k, const char *tag_key, json_t *obj, void *desc,
                         const char *path, char *err, size_t errlen)
 {
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        bool known = strcmp(key, tag_key) == 0;
+        bool known = tag_key && strcmp(key, tag_key) == 0;
         for (const struct field *f = k->fields; !known && f->name; f++)
             known = strcmp(key, f->name) == 0;
         if (!known) {
-            char kbuf[160];
-            escape(key, strlen(key), 64, kbuf, sizeof kbuf);
-            return fail(err, errlen, "%s.%s: unknown field", path, kbuf);
+            char kpath[256];
+            key_path(path, key, kpath, sizeof kpath);
+            return fail(err, errlen, "%s: unknown field", kpath);
         }
     }
     for (const struct field *f = k->fields; f->name; f++) {
-        int rc = parse_field(f, obj, desc, path, err, errlen);
+        int rc = parse_field(spec, f, obj, desc, path, err, errlen);
         if (rc < 0)
             return rc;
     }
-    return k->check ? k->check(spec, desc, path, err, errlen) : 0;
+    return k->check ? k->check(spec, obj, desc, path, err, errlen) : 0;
 }
 
 /* Finds the kind named by obj[tag_key] in table; what says "source" or "op"
@@ -336,6 +781,8 @@ static int find_kind(const struct kind *table, size_t n, const char *what, const
     return fail(err, errlen, "%s.%s: unknown %s %s", path, tag_key, what, got);
 }
 
+/* ---- checks of whole sources and ops ---- */
+
 /* Number of elements of range(start, stop, step), in unsigned arithmetic so
  * that no intermediate overflows. */
 static uint64_t range_count(int64_t start, int64_t stop, int64_t step)
@@ -355,9 +802,10 @@ static uint64_t range_count(int64_t start, int64_t stop, int64_t step)
     return span / stride + (span % stride != 0);
 }
 
-static int range_check(sl_spec_t *spec, void *desc, const char *path, char *err, size_t errlen)
+static int range_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
 {
     sl_spec_source_t *src = desc;
+    (void)obj;
     if (src->u.range.step == 0)
         return fail(err, errlen, "%s.step: must be a nonzero integer, got 0", path);
     uint64_t n = range_count(src->u.range.start, src->u.range.stop, src->u.range.step);
@@ -368,6 +816,469 @@ static int range_check(sl_spec_t *spec, void *desc, const char *path, char *err,
     return 0;
 }
 
+/* File sources: every pattern is an absolute path. Whether it lies inside a
+ * data root is for the dispatcher and the workers, which know their roots.
+ * Their cardinality stays unknown here: the dispatcher counts the records. */
+static int files_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_source_t *src = desc;
+    const sl_spec_strings_t *files = &src->u.files.files;
+    for (int i = 0; i < files->n; i++) {
+        const char *p = files->v[i];
+        char got[160], ipath[160];
+        if (json_is_string(json_object_get(obj, "files")))
+            snprintf(ipath, sizeof ipath, "%s.files", path);
+        else
+            snprintf(ipath, sizeof ipath, "%s.files[%d]", path, i);
+        escape(p, strlen(p), 40, got, sizeof got);
+        if (p[0] != '/')
+            return fail(err, errlen, "%s: must be an absolute path or glob pattern, got \"%s\"", ipath, got);
+        if (strlen(p) >= PATH_BYTES)
+            return fail(err, errlen, "%s: must be shorter than %d bytes, got %zu", ipath, PATH_BYTES, strlen(p));
+    }
+    spec->patterns = files->v;
+    spec->num_patterns = files->n;
+    return 0;
+}
+
+static int parse_example_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
+                               size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)obj;
+    (void)path;
+    (void)err;
+    (void)errlen;
+    /* The records are the source's one component unless said otherwise;
+     * the canonical form names it. */
+    if (!op->u.parse_example.has_key) {
+        memcpy(op->u.parse_example.key, spec->source.name, SL_MAX_NAME);
+        op->u.parse_example.has_key = true;
+    }
+    return 0;
+}
+
+static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    if (op->u.decode_jpeg.channels == 2)
+        return fail(err, errlen, "%s.channels: must be 0, 1 or 3, got 2", path);
+    return 0;
+}
+
+static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    const sl_spec_floats_t *mean = &op->u.normalize.mean, *std = &op->u.normalize.std;
+    if (mean->n != std->n)
+        return fail(err, errlen, "%s.std: must have as many values as mean (%d), got %d", path, mean->n, std->n);
+    for (int i = 0; i < std->n; i++) {
+        if (!(std->v[i] > 0))
+            return fail(err, errlen, "%s.std[%d]: must be a number > 0, got %.15g", path, i, std->v[i]);
+    }
+    return 0;
+}
+
+static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    if (op->u.shard.index >= op->u.shard.num_shards)
+        return fail(err, errlen, "%s.index: must be an integer < num_shards (%" PRId64 "), got %" PRId64, path,
+                    op->u.shard.num_shards, op->u.shard.index);
+    return 0;
+}
+
+/* ---- custom fields ---- */
+
+static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0)
+        return fail(err, errlen,
+                    "%s: \"hint\" (bound to the worker by HINT sharding) is not supported yet; give an integer >= 1",
+                    path);
+    return parse_int(v, 1, INT64_MAX, path, &op->u.shard.num_shards, err, errlen);
+}
+
+static json_t *emit_num_shards(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    return json_integer(op->u.shard.num_shards);
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The keys of an object, sorted, so that what is made from them has one
+ * order whatever the order of the text. keys has room for max. */
+static size_t sorted_keys(json_t *obj, const char **keys, size_t max)
+{
+    size_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        if (n < max)
+            keys[n++] = key;
+    }
+    qsort(keys, n, sizeof *keys, cmp_keys);
+    return n;
+}
+
+static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    struct feature_desc *fd = desc;
+    sl_spec_feature_t *f = &fd->f;
+    json_t *def = json_object_get(obj, "default");
+    char got[128], ipath[256];
+    if (f->varlen) {
+        if (fd->has_shape)
+            return fail(err, errlen, "%s.shape: a varlen feature has no shape", path);
+        if (def)
+            return fail(err, errlen, "%s.default: a varlen feature has no default", path);
+        return 0;
+    }
+    f->rank = fd->shape.n;
+    uint64_t count = 1;
+    for (int d = 0; d < f->rank; d++) {
+        f->shape[d] = fd->shape.v[d];
+        if (__builtin_mul_overflow(count, (uint64_t)f->shape[d], &count) || count > (uint64_t)MAX_FEATURE_VALUES)
+            return fail(err, errlen, "%s.shape: holds more than %" PRId64 " values", path, MAX_FEATURE_VALUES);
+    }
+    fd->has_shape = true; /* the canonical form shows the default [] */
+    if (!def)
+        return 0;
+
+    char dpath[256];
+    snprintf(dpath, sizeof dpath, "%s.default", path);
+    size_t n = json_is_array(def) ? json_array_size(def) : 1;
+    if (n != 1 && n != count)
+        return fail(err, errlen, "%s: %zu values, the shape needs 1 or %" PRIu64, dpath, n, count);
+    size_t each = f->dtype == SL_DTYPE_INT64 ? sizeof(int64_t) : f->dtype == SL_DTYPE_FLOAT32 ? sizeof(double)
+                                                                                               : sizeof(sl_spec_bytes_t);
+    uint8_t *vals = spec_alloc(spec, n * each);
+    if (!vals)
+        return nomem(err, errlen, dpath);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(def) ? json_array_get(def, i) : def;
+        if (json_is_array(def))
+            snprintf(ipath, sizeof ipath, "%s[%zu]", dpath, i);
+        else
+            snprintf(ipath, sizeof ipath, "%s", dpath);
+        int rc = 0;
+        switch (f->dtype) {
+        case SL_DTYPE_INT64: {
+            int64_t x = 0;
+            rc = parse_int(e, INT64_MIN, INT64_MAX, ipath, &x, err, errlen);
+            memcpy(vals + i * each, &x, sizeof x);
+            break;
+        }
+        case SL_DTYPE_FLOAT32: {
+            double x = 0;
+            rc = parse_number(e, ipath, &x, err, errlen);
+            memcpy(vals + i * each, &x, sizeof x);
+            break;
+        }
+        default: {
+            if (!json_is_string(e)) {
+                describe(e, got, sizeof got);
+                return fail(err, errlen, "%s: must be a string, got %s", ipath, got);
+            }
+            size_t len = json_string_length(e);
+            char *s = spec_alloc(spec, len);
+            if (!s)
+                return nomem(err, errlen, ipath);
+            memcpy(s, json_string_value(e), len);
+            sl_spec_bytes_t b = {s, len};
+            memcpy(vals + i * each, &b, sizeof b);
+            break;
+        }
+        }
+        if (rc < 0)
+            return rc;
+    }
+    f->default_values = vals;
+    f->default_count = n;
+    return 0;
+}
+
+static int parse_features(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    char got[128], fpath[256];
+    if (!json_is_object(v) || json_object_size(v) == 0 || json_object_size(v) > SL_SPEC_MAX_FEATURES) {
+        if (json_is_object(v))
+            snprintf(got, sizeof got, "%zu features", json_object_size(v));
+        else
+            describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an object of 1 to %d features, got %s", path, SL_SPEC_MAX_FEATURES, got);
+    }
+    const char *keys[SL_SPEC_MAX_FEATURES];
+    size_t n = sorted_keys(v, keys, SL_SPEC_MAX_FEATURES);
+    sl_spec_feature_t *features = spec_alloc(spec, n * sizeof *features);
+    if (!features)
+        return nomem(err, errlen, path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *fv = json_object_get(v, keys[i]);
+        key_path(path, keys[i], fpath, sizeof fpath);
+        if (!name_ok(keys[i], strlen(keys[i])))
+            return fail(err, errlen, "%s: a feature name must have 1 to %d characters from [A-Za-z0-9_./-]", fpath,
+                        SL_MAX_NAME - 1);
+        if (!json_is_object(fv)) {
+            describe(fv, got, sizeof got);
+            return fail(err, errlen, "%s: must be an object, got %s", fpath, got);
+        }
+        struct feature_desc fd;
+        memset(&fd, 0, sizeof fd);
+        int rc = parse_fields(spec, &feature_kind, NULL, fv, &fd, fpath, err, errlen);
+        if (rc < 0)
+            return rc;
+        snprintf(fd.f.name, sizeof fd.f.name, "%s", keys[i]);
+        features[i] = fd.f;
+    }
+    op->u.parse_example.features = features;
+    op->u.parse_example.num_features = (int)n;
+    return 0;
+}
+
+static json_t *emit_default(const sl_spec_feature_t *f)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    for (size_t i = 0; i < f->default_count; i++) {
+        json_t *e;
+        switch (f->dtype) {
+        case SL_DTYPE_INT64: e = json_integer(((const int64_t *)f->default_values)[i]); break;
+        case SL_DTYPE_FLOAT32: e = json_real(((const double *)f->default_values)[i]); break;
+        default: {
+            const sl_spec_bytes_t *b = &((const sl_spec_bytes_t *)f->default_values)[i];
+            e = json_stringn(b->data, b->len);
+            break;
+        }
+        }
+        if (json_array_append_new(arr, e) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    /* One value is written as a value, so [7] and 7 are one spec. */
+    if (f->default_count == 1) {
+        json_t *one = json_incref(json_array_get(arr, 0));
+        json_decref(arr);
+        return one;
+    }
+    return arr;
+}
+
+static json_t *emit_features(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    for (int i = 0; i < op->u.parse_example.num_features; i++) {
+        const sl_spec_feature_t *f = &op->u.parse_example.features[i];
+        const char *dtype = sl_dtype_name(f->dtype);
+        json_t *fo = json_pack("{s:s,s:b}", "dtype", dtype, "varlen", f->varlen);
+        if (!fo || json_object_set_new(o, f->name, fo) < 0)
+            goto fail;
+        if (f->varlen)
+            continue;
+        json_t *shape = json_array();
+        if (json_object_set_new(fo, "shape", shape) < 0)
+            goto fail;
+        for (int d = 0; d < f->rank; d++) {
+            if (json_array_append_new(shape, json_integer(f->shape[d])) < 0)
+                goto fail;
+        }
+        if (f->default_count > 0 && json_object_set_new(fo, "default", emit_default(f)) < 0)
+            goto fail;
+    }
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+static int parse_padded_shapes(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    char got[128], kpath[256];
+    op->u.padded_batch.num_padded_shapes = 0;
+    op->u.padded_batch.padded_shapes = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_object(v) || json_object_size(v) > SL_MAX_COMPONENTS) {
+        if (json_is_object(v))
+            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
+        else
+            describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an object of at most %d component names and shapes, got %s", path,
+                    SL_MAX_COMPONENTS, got);
+    }
+    const char *keys[SL_MAX_COMPONENTS];
+    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
+    sl_spec_padded_shape_t *shapes = spec_alloc(spec, n * sizeof *shapes);
+    if (!shapes)
+        return nomem(err, errlen, path);
+    for (size_t i = 0; i < n; i++) {
+        key_path(path, keys[i], kpath, sizeof kpath);
+        if (!name_ok(keys[i], strlen(keys[i])))
+            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
+                        SL_MAX_NAME - 1);
+        int rc = parse_ints(json_object_get(v, keys[i]), -1, INT64_MAX, 0, SL_MAX_RANK - 1, kpath, &shapes[i].dims,
+                            err, errlen);
+        if (rc < 0)
+            return rc;
+        snprintf(shapes[i].name, sizeof shapes[i].name, "%s", keys[i]);
+    }
+    op->u.padded_batch.padded_shapes = shapes;
+    op->u.padded_batch.num_padded_shapes = (int)n;
+    return 0;
+}
+
+static json_t *emit_padded_shapes(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    json_t *o = json_object();
+    for (int i = 0; o && i < op->u.padded_batch.num_padded_shapes; i++) {
+        const sl_spec_padded_shape_t *s = &op->u.padded_batch.padded_shapes[i];
+        json_t *dims = json_array();
+        if (json_object_set_new(o, s->name, dims) < 0)
+            goto fail;
+        for (int d = 0; d < s->dims.n; d++) {
+            if (json_array_append_new(dims, json_integer(s->dims.v[d])) < 0)
+                goto fail;
+        }
+    }
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+static int parse_padding_values(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    char got[128], kpath[256];
+    op->u.padded_batch.num_padding_values = 0;
+    op->u.padded_batch.padding_values = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_object(v) || json_object_size(v) > SL_MAX_COMPONENTS) {
+        if (json_is_object(v))
+            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
+        else
+            describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an object of at most %d component names and numbers, got %s", path,
+                    SL_MAX_COMPONENTS, got);
+    }
+    const char *keys[SL_MAX_COMPONENTS];
+    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
+    sl_spec_padding_value_t *vals = spec_alloc(spec, n * sizeof *vals);
+    if (!vals)
+        return nomem(err, errlen, path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object_get(v, keys[i]);
+        key_path(path, keys[i], kpath, sizeof kpath);
+        if (!name_ok(keys[i], strlen(keys[i])))
+            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
+                        SL_MAX_NAME - 1);
+        int rc = parse_number(e, kpath, &vals[i].d, err, errlen);
+        if (rc < 0)
+            return rc;
+        vals[i].is_int = json_is_integer(e);
+        vals[i].i = vals[i].is_int ? json_integer_value(e) : 0;
+        snprintf(vals[i].name, sizeof vals[i].name, "%s", keys[i]);
+    }
+    op->u.padded_batch.padding_values = vals;
+    op->u.padded_batch.num_padding_values = (int)n;
+    return 0;
+}
+
+static json_t *emit_padding_values(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    json_t *o = json_object();
+    for (int i = 0; o && i < op->u.padded_batch.num_padding_values; i++) {
+        const sl_spec_padding_value_t *p = &op->u.padded_batch.padding_values[i];
+        if (json_object_set_new(o, p->name, p->is_int ? json_integer(p->i) : json_real(p->d)) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/* ---- canonical form ---- */
+
+static json_t *emit_field(const struct field *f, const char *base)
+{
+    switch (f->type) {
+    case F_INT: {
+        int64_t x;
+        memcpy(&x, base + f->off, sizeof x);
+        return json_integer(x);
+    }
+    case F_BOOL: return json_boolean(*(const bool *)(base + f->off));
+    case F_NAME: return json_string(base + f->off);
+    case F_STRING: {
+        int x;
+        memcpy(&x, base + f->off, sizeof x);
+        for (const struct choice *c = f->choices; c->name; c++) {
+            if (c->value == x)
+                return json_string(c->name);
+        }
+        return NULL;
+    }
+    case F_INTS: {
+        const sl_spec_ints_t *l = (const sl_spec_ints_t *)(base + f->off);
+        json_t *a = json_array();
+        for (int i = 0; a && i < l->n; i++) {
+            if (json_array_append_new(a, json_integer(l->v[i])) < 0) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    case F_FLOATS: {
+        const sl_spec_floats_t *l = (const sl_spec_floats_t *)(base + f->off);
+        json_t *a = json_array();
+        for (int i = 0; a && i < l->n; i++) {
+            if (json_array_append_new(a, json_real(l->v[i])) < 0) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    case F_STRINGS: {
+        const sl_spec_strings_t *l = (const sl_spec_strings_t *)(base + f->off);
+        json_t *a = json_array();
+        for (int i = 0; a && i < l->n; i++) {
+            if (json_array_append_new(a, json_string(l->v[i])) < 0) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    case F_CUSTOM: return f->custom->emit(base);
+    case F_LATER: break;
+    }
+    return NULL;
+}
+
 /* Builds {tag_key: name, field: value...} from a parsed descriptor. */
 static json_t *canonical_object(const struct kind *k, const char *tag_key, const void *desc)
 {
@@ -376,20 +1287,10 @@ static json_t *canonical_object(const struct kind *k, const char *tag_key, const
     if (!o || json_object_set_new(o, tag_key, json_string(k->name)) < 0)
         goto fail;
     for (const struct field *f = k->fields; f->name; f++) {
-        json_t *v = NULL;
-        if (f->need == F_OPTIONAL && !*(const bool *)(base + f->has_off))
+        if (f->need == F_OPTIONAL && f->type != F_CUSTOM && !*(const bool *)(base + f->has_off))
             continue;
-        switch (f->type) {
-        case F_INT: {
-            int64_t x;
-            memcpy(&x, base + f->off, sizeof x);
-            v = json_integer(x);
-            break;
-        }
-        case F_BOOL: v = json_boolean(*(const bool *)(base + f->off)); break;
-        case F_NAME: v = json_string(base + f->off); break;
-        }
-        if (json_object_set_new(o, f->name, v) < 0)
+        /* json_object_set_new() refuses a NULL value: out of memory. */
+        if (json_object_set_new(o, f->name, emit_field(f, base)) < 0)
             goto fail;
     }
     return o;
@@ -419,7 +1320,9 @@ static int make_canonical(sl_spec_t *spec, const struct kind *src_kind, const st
         goto fail;
     }
     arr = NULL;
-    spec->canonical = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    /* Numbers with 15 significant digits (DBL_DIG): 0.1 stays "0.1", and
+     * text printed so parses to a double that prints as the same text. */
+    spec->canonical = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     if (!spec->canonical)
         goto fail;
 
@@ -435,6 +1338,8 @@ fail:
     json_decref(root);
     return rc;
 }
+
+/* ---- the document ---- */
 
 int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size_t errlen)
 {
@@ -474,9 +1379,9 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
     json_t *v;
     json_object_foreach(root, key, v) {
         if (strcmp(key, "source") != 0 && strcmp(key, "ops") != 0) {
-            char kbuf[160];
-            escape(key, strlen(key), 64, kbuf, sizeof kbuf);
-            rc = fail(err, errlen, "$.%s: unknown field", kbuf);
+            char kpath[256];
+            key_path("$", key, kpath, sizeof kpath);
+            rc = fail(err, errlen, "%s: unknown field", kpath);
             goto fail;
         }
     }
@@ -546,9 +1451,9 @@ void sl_spec_free(sl_spec_t *spec)
     if (!spec)
         return;
     free(spec->canonical);
-    for (int i = 0; i < spec->num_patterns; i++)
-        free(spec->patterns[i]);
-    free(spec->patterns);
+    for (int i = 0; i < spec->num_allocs; i++)
+        free(spec->allocs[i]);
+    free(spec->allocs);
     free(spec);
 }
 

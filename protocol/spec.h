@@ -6,7 +6,9 @@
  *
  * The parsed source and ops are plain read-only descriptors (like LMDB's
  * MDB_stat): the worker's pipeline builds its iterators from them, the
- * dispatcher reads the source's cardinality to cut splits.
+ * dispatcher reads the source's cardinality (or its file patterns) to cut
+ * splits. Lists inside them (file patterns, features, padded shapes) are
+ * owned by the spec and valid until sl_spec_free().
  */
 #ifndef SL_SPEC_H
 #define SL_SPEC_H
@@ -19,6 +21,8 @@
 
 #define SL_SPEC_MAX_BYTES (1u << 20) /* longest spec text accepted */
 #define SL_SPEC_MAX_OPS 64           /* most ops in one spec */
+#define SL_SPEC_MAX_PATTERNS 4096    /* most file patterns of a file source */
+#define SL_SPEC_MAX_FEATURES 32      /* most features of parse_example (SL_MAX_COMPONENTS) */
 
 typedef struct sl_spec sl_spec_t;
 
@@ -33,15 +37,84 @@ typedef enum sl_source_kind {
 /** Compression of a file source. */
 typedef enum sl_compression { SL_COMPRESSION_NONE = 0, SL_COMPRESSION_GZIP = 1 } sl_compression_t;
 
-/** Op kinds a parsed spec can hold (those the service supports now). */
+/** What a tfrecord source does with a corrupt or truncated record. */
+typedef enum sl_on_corrupt { SL_ON_CORRUPT_FAIL = 0, SL_ON_CORRUPT_SKIP = 1 } sl_on_corrupt_t;
+
+/** Op kinds a parsed spec can hold (those the service supports now). A new
+ *  op goes before SL_OP_COUNT_. */
 typedef enum sl_op_kind {
     SL_OP_BATCH = 1,
     SL_OP_SHUFFLE,
     SL_OP_TAKE,
     SL_OP_SKIP,
     SL_OP_REPEAT,
+    SL_OP_PARSE_EXAMPLE,
+    SL_OP_DECODE_JPEG,
+    SL_OP_RESIZE,
+    SL_OP_RANDOM_CROP,
+    SL_OP_CENTER_CROP,
+    SL_OP_RANDOM_FLIP,
+    SL_OP_NORMALIZE,
+    SL_OP_CAST,
+    SL_OP_SHARD,
+    SL_OP_PADDED_BATCH,
     SL_OP_COUNT_
 } sl_op_kind_t;
+
+#define SL_SPEC_MAX_FLOATS 4 /* most values of a list of numbers (mean, std) */
+
+/** A list of integers (a size, a shape). */
+typedef struct sl_spec_ints {
+    int n;
+    int64_t v[SL_MAX_RANK];
+} sl_spec_ints_t;
+
+/** A list of numbers (a mean, a std). */
+typedef struct sl_spec_floats {
+    int n;
+    double v[SL_SPEC_MAX_FLOATS];
+} sl_spec_floats_t;
+
+/** A list of strings (file patterns); the strings are owned by the spec. */
+typedef struct sl_spec_strings {
+    int n;
+    char **v;
+} sl_spec_strings_t;
+
+/** One bytes value of a default; data is owned by the spec, not NUL-terminated. */
+typedef struct sl_spec_bytes {
+    const void *data;
+    size_t len;
+} sl_spec_bytes_t;
+
+/** One feature of parse_example. */
+typedef struct sl_spec_feature {
+    char name[SL_MAX_NAME];
+    sl_dtype_t dtype; /* SL_DTYPE_INT64, SL_DTYPE_FLOAT32 or SL_DTYPE_BYTES */
+    bool varlen;      /* any number of values: a ragged component; no shape, no default */
+    int rank;
+    int64_t shape[SL_MAX_RANK];
+    /* The value of a record without the feature; 0 values: it is required.
+     * 1 value (repeated over the shape) or as many as the shape holds:
+     * int64_t (int64), double (float32) or sl_spec_bytes_t (bytes). */
+    size_t default_count;
+    const void *default_values;
+} sl_spec_feature_t;
+
+/** padded_batch: the shape one component is padded to; -1 pads a dimension
+ *  to the longest in the batch. */
+typedef struct sl_spec_padded_shape {
+    char name[SL_MAX_NAME];
+    sl_spec_ints_t dims;
+} sl_spec_padded_shape_t;
+
+/** padded_batch: the value padding is filled with for one component. */
+typedef struct sl_spec_padding_value {
+    char name[SL_MAX_NAME];
+    bool is_int; /* given as a JSON integer: i; else d */
+    int64_t i;
+    double d;
+} sl_spec_padding_value_t;
 
 /** The parsed source, defaults filled in. */
 typedef struct sl_spec_source {
@@ -52,11 +125,12 @@ typedef struct sl_spec_source {
             int64_t start, stop, step; /* step != 0 */
         } range;
         /* tfrecord, text_lines, fixed_length_records; the file patterns
-         * are read with sl_spec_source_pattern(). */
+         * are also read with sl_spec_source_pattern(). */
         struct {
-            sl_compression_t compression;
-            bool skip_corrupt;          /* tfrecord: on_corrupt "skip" */
-            int64_t record_bytes;       /* fixed_length_records */
+            sl_spec_strings_t files;     /* absolute paths or glob patterns, >= 1 */
+            sl_compression_t compression; /* tfrecord, text_lines */
+            sl_on_corrupt_t on_corrupt;  /* tfrecord */
+            int64_t record_bytes;        /* fixed_length_records, >= 1 */
             int64_t header_bytes, footer_bytes;
         } files;
     } u;
@@ -85,6 +159,58 @@ typedef struct sl_spec_op {
         struct {
             int64_t count; /* -1: forever */
         } repeat;
+        struct {
+            char key[SL_MAX_NAME]; /* the serialized records; default the source's component */
+            bool has_key;          /* always true once parsed */
+            int num_features;      /* 1 .. SL_MAX_COMPONENTS, sorted by name */
+            const sl_spec_feature_t *features; /* owned by the spec */
+        } parse_example;
+        struct {
+            char key[SL_MAX_NAME];
+            int64_t channels; /* 0 (as in the file), 1 or 3 */
+        } decode_jpeg;
+        struct {
+            char key[SL_MAX_NAME];
+            sl_spec_ints_t size; /* [height, width] */
+            sl_dtype_t dtype;    /* SL_DTYPE_UINT8 or SL_DTYPE_FLOAT32 */
+        } resize;
+        struct {
+            char key[SL_MAX_NAME];
+            sl_spec_ints_t size; /* [height, width] */
+            bool has_seed;
+            int64_t seed;
+        } random_crop;
+        struct {
+            char key[SL_MAX_NAME];
+            sl_spec_ints_t size; /* [height, width] */
+        } center_crop;
+        struct {
+            char key[SL_MAX_NAME];
+            int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
+            bool has_seed;
+            int64_t seed;
+        } random_flip;
+        struct {
+            char key[SL_MAX_NAME];
+            sl_spec_floats_t mean, std; /* as many values each; every std > 0 */
+            bool scale;                 /* divide by 255 first */
+        } normalize;
+        struct {
+            char key[SL_MAX_NAME];
+            sl_dtype_t dtype; /* any dtype but bytes */
+        } cast;
+        struct {
+            int64_t num_shards; /* >= 1 */
+            int64_t index;      /* 0 .. num_shards - 1 */
+        } shard;
+        struct {
+            int64_t batch_size; /* 1 .. 1<<20 */
+            bool drop_remainder;
+            int num_padded_shapes;
+            const sl_spec_padded_shape_t *padded_shapes; /* owned by the spec */
+            int num_padding_values;
+            const sl_spec_padding_value_t *padding_values; /* owned by the spec */
+        } padded_batch;
     } u;
 } sl_spec_op_t;
 

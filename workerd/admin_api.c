@@ -21,7 +21,7 @@ static void add_task(sl_task_t *task, void *arg)
 {
     sl_task_info_t ti;
     sl_task_info(task, &ti);
-    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:f}", "task_id",
+    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:f,s:I}", "task_id",
                           (json_int_t)ti.task_id, "job_id", (json_int_t)ti.job_id, "sharding",
                           sl_sharding_name(ti.sharding), "state", task_state_name(ti.state), "batches_produced",
                           (json_int_t)ti.batches_produced, "batches_served", (json_int_t)ti.batches_served,
@@ -29,7 +29,7 @@ static void add_task(sl_task_t *task, void *arg)
                           (json_int_t)ti.bytes_served, "buffer", "batches", (json_int_t)ti.buffered_batches, "bytes",
                           (json_int_t)ti.buffered_bytes, "capacity_batches", (json_int_t)ti.buffer_capacity_batches,
                           "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
-                          ti.pipeline_seconds);
+                          ti.pipeline_seconds, "records_skipped", (json_int_t)ti.records_skipped);
     if (ti.state == SL_TASK_FAILED)
         json_object_set_new(o, "error", json_string(sl_task_errmsg(task)));
     json_array_append_new(arg, o);

@@ -21,8 +21,10 @@ void sl_element_init(sl_element_t *e, uint32_t n)
     e->block = NULL;
     e->block_size = 0;
     e->num_components = n;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         e->v[i].storage = SL_VALUE_INLINE;
+        e->v[i].ragged = 0;
+    }
 }
 
 sl_element_t *sl_element_new(uint32_t n)
@@ -39,6 +41,7 @@ void sl__element_release(sl_element_t *e)
         if (e->v[i].storage == SL_VALUE_HEAP)
             free(e->v[i].u.ptr);
         e->v[i].storage = SL_VALUE_INLINE;
+        e->v[i].ragged = 0;
     }
     free(e->block);
     e->block = NULL;
@@ -71,6 +74,60 @@ uint8_t *sl__value_alloc_heap(sl_value_t *v, size_t size)
     return v->u.ptr;
 }
 
+int sl_value_set_bytes(sl_value_t *v, const void *data, size_t len)
+{
+    uint64_t offsets[2] = {0, len};
+    uint8_t *p = sl_value_alloc(v, SL_DTYPE_BYTES, 0, NULL, sizeof offsets + len);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p, offsets, sizeof offsets);
+    if (len > 0)
+        memcpy(p + sizeof offsets, data, len);
+    return 0;
+}
+
+void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, uint8_t *buf, size_t size)
+{
+    v->dtype = dtype;
+    v->rank = (uint8_t)rank;
+    v->ragged = 0;
+    for (int d = 0; d < rank; d++)
+        v->shape[d] = shape[d];
+    v->size = size;
+    v->storage = SL_VALUE_HEAP;
+    v->u.ptr = buf;
+}
+
+int sl_value_copy(sl_value_t *dst, const sl_value_t *src)
+{
+    uint8_t *p = sl_value_alloc(dst, src->dtype, src->rank, src->shape, src->size);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p, src->storage == SL_VALUE_INLINE ? src->u.inl : src->u.ptr, src->size);
+    return 0;
+}
+
+void sl_value_clear(sl_value_t *v)
+{
+    if (v->storage == SL_VALUE_HEAP)
+        free(v->u.ptr);
+    v->storage = SL_VALUE_INLINE;
+    v->ragged = 0;
+}
+
+uint64_t sl_value_count(const sl_value_t *v)
+{
+    uint64_t n = 1;
+    int first = 0;
+    if (v->ragged) {
+        n = (uint64_t)v->u.splits[v->shape[0]];
+        first = 2;
+    }
+    for (int d = first; d < v->rank; d++)
+        n *= (uint64_t)v->shape[d];
+    return n;
+}
+
 size_t sl_value_dense_size(sl_dtype_t dtype, int rank, const int64_t *shape)
 {
     size_t n = sl_dtype_size(dtype);
@@ -83,8 +140,13 @@ size_t sl_value_dense_size(sl_dtype_t dtype, int rank, const int64_t *shape)
     return n;
 }
 
+static size_t splits_size(const sl_value_t *v)
+{
+    return v->ragged ? ((size_t)v->shape[0] + 1) * sizeof(int64_t) : 0;
+}
+
 static void describe_component(sl_component_t *c, const sl_element_spec_t *spec, uint32_t i, const sl_value_t *v,
-                               uint64_t offset)
+                               uint64_t offset, uint64_t splits_offset)
 {
     memset(c, 0, sizeof *c);
     memcpy(c->name, spec->c[i].name, sizeof c->name);
@@ -93,6 +155,11 @@ static void describe_component(sl_component_t *c, const sl_element_spec_t *spec,
     memcpy(c->shape, v->shape, (size_t)v->rank * sizeof v->shape[0]);
     c->offset = offset;
     c->length = v->size;
+    if (v->ragged) {
+        c->ragged = true;
+        c->splits_offset = splits_offset;
+        c->splits_length = splits_size(v);
+    }
 }
 
 int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_batch_t **out)
@@ -110,16 +177,20 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
 
     if (all_in_block) {
         /* The block is already in wire layout: hand it over. */
-        for (uint32_t i = 0; i < e->num_components; i++)
-            describe_component(&b->components[i], spec, i, &e->v[i], (uint64_t)(e->v[i].u.ptr - e->block));
+        for (uint32_t i = 0; i < e->num_components; i++) {
+            const sl_value_t *v = &e->v[i];
+            describe_component(&b->components[i], spec, i, v, (uint64_t)(v->u.ptr - e->block),
+                               v->ragged ? (uint64_t)((uint8_t *)v->u.splits - e->block) : 0);
+        }
         b->data = e->block;
         b->size = e->block_size;
         e->block = NULL;
         e->block_size = 0;
     } else {
+        /* A ragged value's row splits go right before its values. */
         size_t size = 0;
         for (uint32_t i = 0; i < e->num_components; i++)
-            size = ALIGN8(size) + e->v[i].size;
+            size = ALIGN8(ALIGN8(size) + splits_size(&e->v[i])) + e->v[i].size;
         /* calloc: the alignment gaps go on the wire and must not leak memory. */
         data = calloc(1, size ? size : 1);
         if (!data) {
@@ -128,10 +199,14 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
         }
         size_t off = 0;
         for (uint32_t i = 0; i < e->num_components; i++) {
-            off = ALIGN8(off);
-            describe_component(&b->components[i], spec, i, &e->v[i], off);
-            memcpy(data + off, sl_value_data(&e->v[i]), e->v[i].size);
-            off += e->v[i].size;
+            sl_value_t *v = &e->v[i];
+            size_t splits_off = ALIGN8(off);
+            off = ALIGN8(splits_off + splits_size(v));
+            describe_component(&b->components[i], spec, i, v, off, splits_off);
+            if (v->ragged)
+                memcpy(data + splits_off, v->u.splits, splits_size(v));
+            memcpy(data + off, sl_value_data(v), v->size);
+            off += v->size;
         }
         b->data = data;
         b->size = size;

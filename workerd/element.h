@@ -15,6 +15,11 @@
  *     layout that holds several values (what batch makes). Such an element
  *     becomes a wire batch without copying a byte.
  *
+ * A bytes value of n strings is n + 1 uint64 offsets and the strings
+ * (batch.h). A ragged value (what batch makes of a varlen component) is a
+ * batch of rows of different lengths: shape [rows, -1, inner...], its values
+ * at u.ptr and rows + 1 int64 row splits at u.splits, both in the block.
+ *
  * Elements are moved, not shared: sl_element_move() hands over every buffer.
  * An element ends with a flexible array of values, so a slot for one is
  * sl_element_size(n) bytes; arrays of slots (a shuffle buffer) are one
@@ -23,8 +28,10 @@
 #ifndef SL_ELEMENT_H
 #define SL_ELEMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "batch.h"
 #include "sluice.h"
@@ -37,10 +44,14 @@ typedef struct sl_value {
     sl_dtype_t dtype;
     uint8_t rank;
     uint8_t storage; /* enum sl_value_storage */
-    size_t size;     /* bytes in wire layout */
+    uint8_t ragged;  /* 1: a ragged batch, BLOCK storage only */
+    size_t size;     /* bytes of the values in wire layout, row splits not counted */
     int64_t shape[SL_MAX_RANK];
     union {
-        uint8_t *ptr; /* HEAP (owned) or BLOCK (into the element's block) */
+        struct {
+            uint8_t *ptr;    /* HEAP (owned) or BLOCK (into the element's block) */
+            int64_t *splits; /* ragged: shape[0] + 1 row splits, in the block */
+        };
         uint8_t inl[SL_VALUE_INLINE_BYTES];
     } u;
 } sl_value_t;
@@ -53,12 +64,15 @@ typedef struct sl_element {
     sl_value_t v[];
 } sl_element_t;
 
-/** Names and dtypes of the components a pipeline stage yields. */
+/** Names and dtypes of the components a pipeline stage yields. A varlen
+ *  component's leading dimension differs from element to element
+ *  (parse_example's varlen features): batch makes it a ragged value. */
 typedef struct sl_element_spec {
     uint32_t num_components;
     struct {
         char name[SL_MAX_NAME];
         sl_dtype_t dtype;
+        bool varlen;
     } c[SL_MAX_COMPONENTS];
 } sl_element_spec_t;
 
@@ -120,6 +134,7 @@ static inline uint8_t *sl_value_alloc(sl_value_t *v, sl_dtype_t dtype, int rank,
 {
     v->dtype = dtype;
     v->rank = (uint8_t)rank;
+    v->ragged = 0;
     /* A loop, not memcpy: ranks are small, and a scalar copies nothing. */
     for (int d = 0; d < rank; d++)
         v->shape[d] = shape[d];
@@ -129,6 +144,46 @@ static inline uint8_t *sl_value_alloc(sl_value_t *v, sl_dtype_t dtype, int rank,
         return v->u.inl;
     }
     return sl__value_alloc_heap(v, size);
+}
+
+/**
+ * Sets v, an empty value, to the scalar bytes value data (len bytes, copied).
+ * @return 0, -ENOMEM
+ */
+int sl_value_set_bytes(sl_value_t *v, const void *data, size_t len);
+
+/**
+ * Sets v, an empty value, to a value of dtype and shape whose size bytes are
+ * buf, a buffer from malloc() it takes ownership of.
+ */
+void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, uint8_t *buf, size_t size);
+
+/**
+ * Sets dst, an empty value, to a copy of src, which is not ragged.
+ * @return 0, -ENOMEM
+ */
+int sl_value_copy(sl_value_t *dst, const sl_value_t *src);
+
+/** Frees what v owns (a HEAP buffer) and leaves it empty. A BLOCK value's
+ *  bytes stay with its element's block. */
+void sl_value_clear(sl_value_t *v);
+
+/** @return the number of values of v (the product of its shape; a ragged
+ *  value's row splits say how many it holds) */
+uint64_t sl_value_count(const sl_value_t *v);
+
+/**
+ * String i of a bytes value of n strings (wire layout, batch.h).
+ * @param[out] len its length
+ * @return its bytes, valid while the value is
+ */
+static inline const uint8_t *sl_bytes_at(const uint8_t *data, uint64_t n, uint64_t i, size_t *len)
+{
+    uint64_t a, b;
+    memcpy(&a, data + 8 * i, 8);
+    memcpy(&b, data + 8 * (i + 1), 8);
+    *len = (size_t)(b - a);
+    return data + 8 * (n + 1) + a;
 }
 
 /**

@@ -3,10 +3,17 @@
  *
  * A pipeline is a chain of iterators, the source first, each op pulling
  * from the one before it (its input), as in tf.data. pipeline.c builds the
- * chain and owns what the iterators share; sources.c holds the sources and
- * ops_basic.c the ops that only move elements (batch, shuffle, take, skip,
- * repeat). A new op family is a new file with its constructors declared
- * here and a row in pipeline.c's table.
+ * chain and owns what the iterators share. The families:
+ *   sources.c        range
+ *   sources_files.c  tfrecord, text_lines, fixed_length_records
+ *   ops_basic.c      ops that only move elements: shuffle, take, skip,
+ *                    repeat, shard
+ *   ops_batch.c      batch, padded_batch
+ *   ops_example.c    parse_example
+ *   ops_image.c      decode_jpeg, resize, random_crop, center_crop,
+ *                    random_flip, normalize, cast
+ * A new op family is a new file with its constructors declared here and a
+ * row in pipeline.c's table.
  */
 #ifndef SL_ITER_H
 #define SL_ITER_H
@@ -24,7 +31,8 @@ typedef struct sl_iter sl_iter_t;
 typedef struct sl_iter_ctx {
     sl_pipeline_opts_t opts;  /* max_batch_bytes is never 0 here */
     uint64_t split_requests;  /* next_split calls so far; repeat reads it */
-    char errmsg[512];         /* the first failure, "label: why" */
+    uint64_t records_skipped; /* corrupt records a source skipped (on_corrupt "skip") */
+    char errmsg[1024];        /* the first failure, "label: why" */
 } sl_iter_ctx_t;
 
 typedef struct sl_iter_vtbl {
@@ -86,13 +94,43 @@ void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl
  * was recorded, and returns code. */
 int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Records a constructor's failure as "label: message" (the pipeline is not
+ * built) and returns code. */
+int sl__ctx_fail(sl_iter_ctx_t *ctx, int code, const char *label, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Destroys it and its inputs; NULL is ignored. */
 void sl__iter_destroy(sl_iter_t *it);
 
+/* The index of the component named name in spec, or -1. */
+int sl__spec_find(const sl_element_spec_t *spec, const char *name);
+
+/* Writes "a, b, c", the names of spec's components, for messages. */
+void sl__spec_names(const sl_element_spec_t *spec, char *buf, size_t buflen);
+
+/* Writes "[2, 3]" for messages. */
+void sl__shape_str(const int64_t *shape, int rank, char *buf, size_t buflen);
+
+/* Random numbers for ops that draw them (shuffle, random_crop,
+ * random_flip): a seed for an op without one, different for every
+ * pipeline, as tf.data draws one per iterator; and the seed of epoch e (the
+ * e-th reset) of an op seeded with seed, so that each epoch draws anew and
+ * every run with the same seed draws the same. */
+uint64_t sl__random_seed(const void *salt);
+uint64_t sl__epoch_seed(uint64_t seed, uint64_t epoch);
+
+/* Converts n values of dtype from at src into dtype to at dst (any
+ * dtypes but bytes; dst may not overlap src). Floats to integers round
+ * half to even and saturate, NaN becomes 0; anything to bool is "not 0". */
+void sl__cast_values(sl_dtype_t from, const void *src, size_t n, sl_dtype_t to, void *dst);
+
 /* Constructors. A source starts the chain; an op takes over input on
- * success only. Each returns 0 or -ENOMEM, with *out the new iterator
- * labelled label (copied). */
+ * success only. Each returns 0 with *out the new iterator labelled label
+ * (copied), -ENOMEM, or another code with the reason in ctx->errmsg (a
+ * component the op needs is missing or of another dtype, a file pattern
+ * matches nothing). */
 int sl__source_range_create(const sl_spec_t *spec, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
+int sl__source_files_create(const sl_spec_t *spec, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
 
 typedef int (*sl_op_create_fn)(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                                sl_iter_t **out);
@@ -106,5 +144,14 @@ int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *
                        sl_iter_t **out);
 int sl__op_repeat_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                          sl_iter_t **out);
+int sl__op_shard_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out);
+int sl__op_padded_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                               sl_iter_t **out);
+int sl__op_parse_example_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                                sl_iter_t **out);
+/* decode_jpeg, resize, random_crop, center_crop, random_flip, normalize, cast */
+int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out);
 
 #endif

@@ -15,8 +15,10 @@
 #include "admin.h"
 #include "admin_api.h"
 #include "cli.h"
+#include "confine.h"
 #include "log.h"
 #include "net.h"
+#include "reader.h"
 #include "worker.h"
 
 static const char *program = "sluice-workerd";
@@ -34,13 +36,14 @@ static void usage(FILE *f)
             "                           (default: the local address that reaches the dispatcher)\n"
             "  --bind HOST              protocol address to listen on (default 0.0.0.0)\n"
             "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
-            "  --data-root DIR          a directory pipelines may read below (repeatable;\n"
-            "                           checked, not used yet: no source reads files yet)\n"
+            "  --data-root DIR          a directory file sources may read below (repeatable;\n"
+            "                           without one every file source is refused)\n"
             "  --threads N              pipeline threads per task for parallel ops (default 2;\n"
             "                           checked, not used yet: no parallel op yet)\n"
             "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
-            "  --io-engine uring|pread  how files are read (checked, not used yet)\n"
+            "  --io-engine uring|pread  how files are read (default: io_uring, or pread where\n"
+            "                           io_uring cannot be set up, logged once)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
@@ -55,7 +58,7 @@ struct options {
     const char *data_roots[MAX_DATA_ROOTS];
     int num_data_roots;
     int64_t threads;
-    const char *io_engine;
+    sl_io_engine_t io_engine;
     const char *admin_token_file;
     int log_level;
     int log_format;
@@ -139,11 +142,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->worker.task.max_batch_bytes = (size_t)v << 20;
             break;
         case O_IO:
-            if (strcmp(optarg, "uring") != 0 && strcmp(optarg, "pread") != 0) {
+            if ((strcmp(optarg, "uring") != 0 && strcmp(optarg, "pread") != 0) ||
+                sl_reader_engine_parse(optarg, &o->io_engine) < 0) {
                 fprintf(stderr, "%s: --io-engine: \"%s\" is not uring or pread\n", program, optarg);
                 return -1;
             }
-            o->io_engine = optarg;
             break;
         case O_LOG_LEVEL:
             if ((o->log_level = sl_log_level_parse(optarg)) < 0) {
@@ -185,7 +188,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 int main(int argc, char **argv)
 {
     struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
-                        .io_engine = "uring", .log_level = SL_LOG_INFO};
+                        .io_engine = SL_IO_AUTO, .log_level = SL_LOG_INFO};
     sl_worker_config_init(&o.worker);
     int cargc;
     char **cargv;
@@ -204,6 +207,15 @@ int main(int argc, char **argv)
 
     int status = SL_EXIT_FAILURE;
     char err[1024];
+    sl_confine_t *roots = NULL;
+    if (o.num_data_roots > 0 &&
+        sl_confine_create(o.data_roots, (size_t)o.num_data_roots, &roots, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        sl_cli_free_argv(cargc, cargv);
+        return SL_EXIT_USAGE;
+    }
+    o.worker.task.roots = roots;
+    o.worker.task.io_engine = o.io_engine;
     struct event_base *base = event_base_new();
     sl_worker_t *w = NULL;
     sl_admin_t *admin = NULL;
@@ -244,6 +256,7 @@ out:
             event_free(sigs[i]);
     sl_admin_free(admin);
     sl_worker_free(w);
+    sl_confine_destroy(roots);
     if (base)
         event_base_free(base);
     sl_cli_free_argv(cargc, cargv);

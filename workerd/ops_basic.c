@@ -1,270 +1,15 @@
 /*
  * ops_basic.c: the ops that arrange elements without looking into them:
- * batch, shuffle, take, skip and repeat, with tf.data's semantics.
+ * shuffle, take, skip, repeat and shard, with tf.data's semantics (batch
+ * and padded_batch are in ops_batch.c).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "iter.h"
-
-#define ALIGN8(x) (((x) + 7) & ~(size_t)7)
-
-/* ---- batch ----
- *
- * The first element of a batch fixes each component's size, so the whole
- * batch is laid out at once in one buffer in wire layout (component c's
- * rows at off[c], 8-byte aligned) and every element is copied straight into
- * its row. The finished element owns that buffer as its block, and the
- * pipeline sends it as the batch's data without another copy.
- *
- * When the input offers the bulk path (iter.h), only the first element of a
- * batch comes as an element; the input writes the other rows straight into
- * the block, so range -> batch runs at memory speed.
- */
-
-struct batch_iter {
-    sl_iter_t base;
-    uint64_t batch_size;
-    bool drop_remainder;
-    bool input_done;
-    sl_element_t *in; /* the slot the input fills */
-};
-
-static void shape_str(const int64_t *shape, int rank, char *buf, size_t buflen)
-{
-    size_t o = (size_t)snprintf(buf, buflen, "[");
-    for (int d = 0; d < rank && o < buflen; d++)
-        o += (size_t)snprintf(buf + o, buflen - o, "%s%" PRId64, d > 0 ? ", " : "", shape[d]);
-    if (o < buflen)
-        snprintf(buf + o, buflen - o, "]");
-}
-
-/* Lays out a batch whose first element is e: where each component's rows
- * start, and the bytes of the whole batch. */
-static int batch_layout(struct batch_iter *b, const sl_element_t *e, size_t *off, size_t *total)
-{
-    const sl_element_spec_t *spec = &b->base.spec;
-    size_t limit = b->base.ctx->opts.max_batch_bytes;
-    size_t size = 0;
-    for (uint32_t c = 0; c < e->num_components; c++) {
-        const sl_value_t *v = &e->v[c];
-        size_t rows;
-        if (v->dtype == SL_DTYPE_BYTES)
-            return sl__iter_fail(&b->base, SL_EDATA,
-                                 "component \"%s\" is of dtype bytes, which batch does not support yet",
-                                 spec->c[c].name);
-        if (v->rank + 1 > SL_MAX_RANK)
-            return sl__iter_fail(&b->base, SL_EDATA, "component \"%s\" has rank %d; batched it would exceed rank %d",
-                                 spec->c[c].name, v->rank, SL_MAX_RANK);
-        off[c] = ALIGN8(size);
-        if (__builtin_mul_overflow(v->size, (size_t)b->batch_size, &rows) ||
-            __builtin_add_overflow(off[c], rows, &size) || size > limit) {
-            size_t elem = 0;
-            for (uint32_t k = 0; k < e->num_components; k++)
-                elem += e->v[k].size;
-            return sl__iter_fail(&b->base, SL_ETOOBIG,
-                                 "batch of %" PRIu64 " elements of %zu bytes each exceeds max_batch_bytes %zu",
-                                 b->batch_size, elem, limit);
-        }
-    }
-    *total = size;
-    return 0;
-}
-
-/* Whether v, an element's value, has the shape of the batch's rows o
- * describes (o->shape[0] is the leading dimension). Inline and without
- * memcmp: it runs for every element, and for a scalar it is two compares. */
-static inline bool batch_row_matches(const sl_value_t *v, const sl_value_t *o, size_t row_size)
-{
-    if (v->rank + 1 != o->rank || v->size != row_size)
-        return false;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] != o->shape[d + 1])
-            return false;
-    }
-    return true;
-}
-
-/* Copies one row; scalars take a fixed-size copy, which compiles to a
- * single load and store instead of a call to memcpy. */
-static inline void batch_copy_row(uint8_t *dst, const uint8_t *src, size_t size)
-{
-    switch (size) {
-    case 8: memcpy(dst, src, 8); break;
-    case 4: memcpy(dst, src, 4); break;
-    case 2: memcpy(dst, src, 2); break;
-    case 1: *dst = *src; break;
-    default: memcpy(dst, src, size); break;
-    }
-}
-
-static int batch_row_mismatch(struct batch_iter *b, uint32_t c, const sl_value_t *v, const sl_value_t *o,
-                              size_t row_size, uint64_t row)
-{
-    const char *name = b->base.spec.c[c].name;
-    /* Equal shapes with unequal sizes mean a stage broke its spec. */
-    if (v->rank + 1 == o->rank && v->size != row_size &&
-        memcmp(v->shape, o->shape + 1, v->rank * sizeof v->shape[0]) == 0)
-        return sl__iter_fail(&b->base, SL_EINTERNAL,
-                             "component \"%s\" has %zu bytes in element %" PRIu64 " of the batch but %zu in element 0",
-                             name, v->size, row, row_size);
-    char want[128], got[128];
-    shape_str(o->shape + 1, o->rank - 1, want, sizeof want);
-    shape_str(v->shape, v->rank, got, sizeof got);
-    return sl__iter_fail(&b->base, SL_EDATA,
-                         "component \"%s\" has shape %s in element %" PRIu64
-                         " of the batch but %s in element 0; batch needs equal shapes",
-                         name, got, row, want);
-}
-
-static int batch_next(sl_iter_t *it, sl_element_t *out)
-{
-    struct batch_iter *b = (struct batch_iter *)it;
-    sl_iter_t *input = it->input;
-    sl_element_t *in = b->in;
-    uint32_t n = it->spec.num_components;
-    size_t off[SL_MAX_COMPONENTS], row_size[SL_MAX_COMPONENTS], total = 0;
-    uint8_t *block = NULL;
-    uint64_t rows = 0;
-    int rc;
-
-    if (b->input_done)
-        return 1;
-    rc = input->vt->next(input, in);
-    if (rc == 1)
-        b->input_done = true;
-    if (rc != 0)
-        return rc;
-
-    rc = batch_layout(b, in, off, &total);
-    if (rc < 0)
-        goto fail;
-    block = malloc(total ? total : 1);
-    if (!block) {
-        rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
-        goto fail;
-    }
-    /* The first element fixes the batch's dtypes, shapes (behind the
-     * leading dimension) and row sizes; every other element must match. */
-    for (uint32_t c = 0; c < n; c++) {
-        sl_value_t *o = &out->v[c];
-        o->dtype = in->v[c].dtype;
-        o->rank = (uint8_t)(in->v[c].rank + 1);
-        memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
-        row_size[c] = in->v[c].size;
-        memcpy(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
-    }
-    sl_element_clear(in);
-    rows = 1;
-
-    if (input->next_bulk) {
-        /* The input's elements are all alike (iter.h), so the first one's
-         * layout holds for the rest: let it write them straight into the
-         * rows, as many per call as it has at hand. */
-        uint8_t *dst[SL_MAX_COMPONENTS];
-        while (rows < b->batch_size) {
-            uint64_t got = 0;
-            for (uint32_t c = 0; c < n; c++)
-                dst[c] = block + off[c] + rows * row_size[c];
-            rc = input->next_bulk(input, dst, b->batch_size - rows, &got);
-            if (rc == 1) {
-                b->input_done = true;
-                break;
-            }
-            if (rc < 0)
-                goto fail;
-            rows += got;
-        }
-    } else {
-        while (rows < b->batch_size) {
-            rc = input->vt->next(input, in);
-            if (rc == 1) {
-                b->input_done = true;
-                break;
-            }
-            if (rc < 0)
-                goto fail;
-            for (uint32_t c = 0; c < n; c++) {
-                sl_value_t *v = &in->v[c];
-                if (!batch_row_matches(v, &out->v[c], row_size[c])) {
-                    rc = batch_row_mismatch(b, c, v, &out->v[c], row_size[c], rows);
-                    goto fail;
-                }
-                batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
-            }
-            sl_element_clear(in);
-            rows++;
-        }
-    }
-    if (rows < b->batch_size && b->drop_remainder) {
-        free(block);
-        return 1;
-    }
-
-    /* Pack the components down (a short last batch leaves room behind each)
-     * and zero the alignment gaps: the whole block goes on the wire.
-     * Components only move towards the start, so going in order is safe. */
-    size_t pos = 0;
-    for (uint32_t c = 0; c < n; c++) {
-        sl_value_t *o = &out->v[c];
-        size_t start = ALIGN8(pos), len = (size_t)rows * row_size[c];
-        memset(block + pos, 0, start - pos);
-        if (start != off[c])
-            memmove(block + start, block + off[c], len);
-        o->storage = SL_VALUE_BLOCK;
-        o->u.ptr = block + start;
-        o->shape[0] = (int64_t)rows;
-        o->size = len;
-        pos = start + len;
-    }
-    out->block = block;
-    out->block_size = pos;
-    out->num_elements = rows;
-    return 0;
-fail:
-    free(block);
-    sl_element_clear(in);
-    return rc;
-}
-
-static int batch_reset(sl_iter_t *it)
-{
-    struct batch_iter *b = (struct batch_iter *)it;
-    b->input_done = false;
-    return it->input->vt->reset(it->input);
-}
-
-static void batch_destroy(sl_iter_t *it)
-{
-    struct batch_iter *b = (struct batch_iter *)it;
-    sl_element_free(b->in);
-    free(b);
-}
-
-static const sl_iter_vtbl_t batch_vtbl = {batch_next, batch_reset, batch_destroy};
-
-int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
-                        sl_iter_t **out)
-{
-    struct batch_iter *b = calloc(1, sizeof *b);
-    if (!b)
-        return -ENOMEM;
-    b->in = sl_element_new(input->spec.num_components);
-    if (!b->in) {
-        free(b);
-        return -ENOMEM;
-    }
-    sl__iter_init(&b->base, &batch_vtbl, input, ctx, label);
-    b->batch_size = (uint64_t)op->u.batch.batch_size;
-    b->drop_remainder = op->u.batch.drop_remainder;
-    *out = &b->base;
-    return 0;
-}
 
 /* ---- shuffle ----
  *
@@ -332,9 +77,7 @@ static uint64_t random_below(uint64_t *s, uint64_t n)
 
 static void shuffle_seed(struct shuffle_iter *s)
 {
-    uint64_t x = s->seed;
-    if (s->reshuffle)
-        x += s->epoch * UINT64_C(0xd1342543de82ef95);
+    uint64_t x = s->reshuffle ? sl__epoch_seed(s->seed, s->epoch) : s->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
 }
@@ -405,20 +148,6 @@ static void shuffle_destroy(sl_iter_t *it)
 
 static const sl_iter_vtbl_t shuffle_vtbl = {shuffle_next, shuffle_reset, shuffle_destroy};
 
-/* A seed for a shuffle without one: different for every pipeline, as
- * tf.data draws one per iterator. */
-static uint64_t random_seed(const void *salt)
-{
-    uint64_t x;
-    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
-        return x;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    x ^= (uint64_t)(uintptr_t)salt;
-    return splitmix64(&x);
-}
-
 int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                           sl_iter_t **out)
 {
@@ -427,7 +156,7 @@ int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_
         return -ENOMEM;
     sl__iter_init(&s->base, &shuffle_vtbl, input, ctx, label);
     s->buffer_size = (uint64_t)op->u.shuffle.buffer_size;
-    s->seed = op->u.shuffle.has_seed ? (uint64_t)op->u.shuffle.seed : random_seed(s);
+    s->seed = op->u.shuffle.has_seed ? (uint64_t)op->u.shuffle.seed : sl__random_seed(s);
     s->reshuffle = op->u.shuffle.reshuffle_each_iteration;
     s->stride = sl_element_size(input->spec.num_components);
     shuffle_seed(s);
@@ -655,5 +384,57 @@ int sl__op_repeat_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t
     r->count = op->u.repeat.count;
     r->requests = ctx->split_requests;
     *out = &r->base;
+    return 0;
+}
+
+/* ---- shard ----
+ *
+ * Keeps element k of each iteration when k % num_shards == index, as
+ * tf.data's shard does; a reset starts counting again.
+ */
+
+struct shard_iter {
+    sl_iter_t base;
+    uint64_t num_shards, index;
+    uint64_t k; /* elements of the input seen in this iteration */
+};
+
+static int shard_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct shard_iter *s = (struct shard_iter *)it;
+    for (;;) {
+        int rc = it->input->vt->next(it->input, out);
+        if (rc != 0)
+            return rc;
+        if (s->k++ % s->num_shards == s->index)
+            return 0;
+        sl_element_clear(out);
+    }
+}
+
+static int shard_reset(sl_iter_t *it)
+{
+    struct shard_iter *s = (struct shard_iter *)it;
+    s->k = 0;
+    return it->input->vt->reset(it->input);
+}
+
+static void shard_destroy(sl_iter_t *it)
+{
+    free(it);
+}
+
+static const sl_iter_vtbl_t shard_vtbl = {shard_next, shard_reset, shard_destroy};
+
+int sl__op_shard_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out)
+{
+    struct shard_iter *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    sl__iter_init(&s->base, &shard_vtbl, input, ctx, label);
+    s->num_shards = (uint64_t)op->u.shard.num_shards;
+    s->index = (uint64_t)op->u.shard.index;
+    *out = &s->base;
     return 0;
 }

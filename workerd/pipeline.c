@@ -5,10 +5,13 @@
 #include "pipeline.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "iter.h"
 
@@ -20,8 +23,21 @@ struct sl_pipeline {
 };
 
 static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
-    [SL_OP_BATCH] = sl__op_batch_create, [SL_OP_SHUFFLE] = sl__op_shuffle_create, [SL_OP_TAKE] = sl__op_take_create,
-    [SL_OP_SKIP] = sl__op_skip_create,   [SL_OP_REPEAT] = sl__op_repeat_create,
+    [SL_OP_BATCH] = sl__op_batch_create,
+    [SL_OP_SHUFFLE] = sl__op_shuffle_create,
+    [SL_OP_TAKE] = sl__op_take_create,
+    [SL_OP_SKIP] = sl__op_skip_create,
+    [SL_OP_REPEAT] = sl__op_repeat_create,
+    [SL_OP_PARSE_EXAMPLE] = sl__op_parse_example_create,
+    [SL_OP_DECODE_JPEG] = sl__op_image_create,
+    [SL_OP_RESIZE] = sl__op_image_create,
+    [SL_OP_RANDOM_CROP] = sl__op_image_create,
+    [SL_OP_CENTER_CROP] = sl__op_image_create,
+    [SL_OP_RANDOM_FLIP] = sl__op_image_create,
+    [SL_OP_NORMALIZE] = sl__op_image_create,
+    [SL_OP_CAST] = sl__op_image_create,
+    [SL_OP_SHARD] = sl__op_shard_create,
+    [SL_OP_PADDED_BATCH] = sl__op_padded_batch_create,
 };
 
 void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label)
@@ -48,6 +64,70 @@ int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
         snprintf(it->ctx->errmsg, sizeof it->ctx->errmsg, "%s: %s", it->label, msg);
     }
     return code;
+}
+
+int sl__ctx_fail(sl_iter_ctx_t *ctx, int code, const char *label, const char *fmt, ...)
+{
+    if (ctx->errmsg[0] == '\0') {
+        char msg[900];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s: %s", label, msg);
+    }
+    return code;
+}
+
+int sl__spec_find(const sl_element_spec_t *spec, const char *name)
+{
+    for (uint32_t i = 0; i < spec->num_components; i++) {
+        if (strcmp(spec->c[i].name, name) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+void sl__spec_names(const sl_element_spec_t *spec, char *buf, size_t buflen)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < spec->num_components && o < buflen; i++)
+        o += (size_t)snprintf(buf + o, buflen - o, "%s%s", i ? ", " : "", spec->c[i].name);
+}
+
+void sl__shape_str(const int64_t *shape, int rank, char *buf, size_t buflen)
+{
+    size_t o = (size_t)snprintf(buf, buflen, "[");
+    for (int d = 0; d < rank && o < buflen; d++)
+        o += (size_t)snprintf(buf + o, buflen - o, "%s%" PRId64, d > 0 ? ", " : "", shape[d]);
+    if (o < buflen)
+        snprintf(buf + o, buflen - o, "]");
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+uint64_t sl__random_seed(const void *salt)
+{
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+        return x;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)(uintptr_t)salt;
+    return splitmix64(&x);
+}
+
+uint64_t sl__epoch_seed(uint64_t seed, uint64_t epoch)
+{
+    return seed + epoch * UINT64_C(0xd1342543de82ef95);
 }
 
 void sl__iter_destroy(sl_iter_t *it)
@@ -103,12 +183,15 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     snprintf(label, sizeof label, "source (%s)", sl_spec_source_name(src->kind));
     switch (src->kind) {
     case SL_SOURCE_RANGE: rc = sl__source_range_create(spec, &p->ctx, label, &it); break;
+    case SL_SOURCE_TFRECORD:
+    case SL_SOURCE_TEXT_LINES:
+    case SL_SOURCE_FIXED_LENGTH_RECORDS: rc = sl__source_files_create(spec, &p->ctx, label, &it); break;
     default:
         rc = fail(err, errlen, SL_EINTERNAL, "pipeline: source kind %d has no iterator", (int)src->kind);
         goto fail;
     }
     if (rc < 0)
-        goto nomem;
+        goto failed;
 
     for (int i = 0; i < sl_spec_num_ops(spec); i++) {
         const sl_spec_op_t *op = sl_spec_op(spec, i);
@@ -118,8 +201,9 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
             goto fail;
         }
         snprintf(label, sizeof label, "ops[%d] (%s)", i, sl_spec_op_name(op->kind));
-        if (op_create[op->kind](op, it, &p->ctx, label, &next) < 0)
-            goto nomem;
+        rc = op_create[op->kind](op, it, &p->ctx, label, &next);
+        if (rc < 0)
+            goto failed;
         it = next;
     }
 
@@ -130,7 +214,13 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     *out = p;
     return 0;
 nomem:
-    rc = fail(err, errlen, -ENOMEM, "pipeline: out of memory");
+    rc = -ENOMEM;
+failed:
+    /* A constructor says why it failed in errmsg; without memory it may not. */
+    if (p && p->ctx.errmsg[0])
+        fail(err, errlen, rc, "%s", p->ctx.errmsg);
+    else
+        fail(err, errlen, rc, "pipeline: %s", rc == -ENOMEM ? "out of memory" : sl_strerror(rc));
 fail:
     sl__iter_destroy(it);
     free(p);
@@ -173,6 +263,11 @@ fail:
         snprintf(p->ctx.errmsg, sizeof p->ctx.errmsg, "pipeline: %s", sl_strerror(rc));
     p->state = rc;
     return rc;
+}
+
+uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p)
+{
+    return p->ctx.records_skipped;
 }
 
 const char *sl_pipeline_errmsg(const sl_pipeline_t *p)

@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #include "batch.h"
+#include "confine.h"
+#include "reader.h"
 #include "spec.h"
 #include "sluice.h"
 
@@ -22,16 +24,22 @@
 
 typedef struct sl_pipeline sl_pipeline_t;
 
+/** One DYNAMIC split: the records [begin, end) of file file_index of the
+ *  source's file list (0-based, the files in the order the patterns expand
+ *  to), or the elements [begin, end) of a range source (file_index 0). */
+typedef struct sl_split {
+    uint32_t file_index;
+    uint64_t begin, end;
+} sl_split_t;
+
 /**
  * How a source learns which elements to read under DYNAMIC sharding.
- * next_split blocks until the dispatcher answers: it returns 0 with *begin
- * and *end set (elements [begin, end) of the source, counted from its first
- * element, 0-based), 1 when epoch `epoch` has no split left, or a negative
- * code on error (the pipeline then fails with that code). Called on the
- * pipeline's thread.
+ * next_split blocks until the dispatcher answers: it returns 0 with *split
+ * set, 1 when epoch `epoch` has no split left, or a negative code on error
+ * (the pipeline then fails with that code). Called on the pipeline's thread.
  */
 typedef struct sl_split_source {
-    int (*next_split)(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end);
+    int (*next_split)(void *arg, uint64_t epoch, sl_split_t *split);
     void *arg;
 } sl_split_source_t;
 
@@ -41,6 +49,10 @@ typedef struct sl_pipeline_opts {
     sl_split_source_t splits;           /* used under DYNAMIC */
     uint32_t worker_index, num_workers; /* for the static policies, not used yet */
     size_t max_batch_bytes;             /* a larger batch fails with SL_ETOOBIG; 0: the default */
+    const sl_confine_t *roots;          /* file sources read only below these (--data-root);
+                                           NULL: every file source is refused. Must outlive
+                                           the pipeline. */
+    sl_io_engine_t io_engine;           /* how file sources read (default SL_IO_AUTO) */
 } sl_pipeline_opts_t;
 
 /**
@@ -48,9 +60,12 @@ typedef struct sl_pipeline_opts {
  * @param[in] spec the spec; only read during the call, it may be freed after
  * @param[in] opts copied; NULL means OFF sharding and the default limit
  * @param[out] out the pipeline, freed by sl_pipeline_destroy()
- * @param[out] err on failure a message saying why
- * @return 0, SL_EINVAL (a sharding policy the pipeline does not run, or
- *         DYNAMIC without next_split), -ENOMEM
+ * @param[out] err on failure a message saying why, naming the op
+ *         ("ops[2] (resize): component \"img\" is not in its input (id, image)")
+ * @return 0, SL_EINVAL (a sharding policy the pipeline does not run,
+ *         DYNAMIC without next_split, an op whose input lacks a component
+ *         it needs or has it of another dtype), -EACCES / -ENOENT (a file
+ *         pattern outside the roots or matching nothing), -ENOMEM
  */
 int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl_pipeline_t **out, char *err,
                        size_t errlen);
@@ -63,11 +78,17 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
  * @param[out] out the batch, owned by the caller, freed by sl_wire_batch_free()
  * @return 0 with *out set; 1 at the end of the sequence (and on every later
  *         call); or an error, which every later call returns too:
- *         SL_ETOOBIG (a batch over max_batch_bytes), SL_EDATA, SL_EPROTO (a
- *         split outside the source), the code next_split returned, -ENOMEM;
+ *         SL_ETOOBIG (a batch over max_batch_bytes), SL_EDATA (bad data: a
+ *         corrupt record, an undecodable image, unequal shapes in a batch),
+ *         SL_EPROTO (a split outside the source), -errno (a failed read),
+ *         the code next_split returned, -ENOMEM;
  *         sl_pipeline_errmsg() names the op, e.g. "ops[2] (batch): ..."
  */
 int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
+
+/** @return the corrupt records the pipeline's source skipped so far
+ *  (tfrecord with on_corrupt "skip"); call it on the pipeline's thread */
+uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p);
 
 /** @return the message of the pipeline's failure, or ""; valid until sl_pipeline_destroy() */
 const char *sl_pipeline_errmsg(const sl_pipeline_t *p);

@@ -1,7 +1,8 @@
 /*
  * sources.c: the iterators that start a pipeline.
  *
- * range: one int64 scalar per element. Under OFF it yields the whole range
+ * range: one int64 scalar per element (the file sources are in
+ * sources_files.c). Under OFF it yields the whole range
  * every epoch; under DYNAMIC it yields, for its current epoch, the splits
  * next_split hands out (element indices [begin, end) of the range) until
  * the dispatcher says the epoch is over. Each reset moves it to the next
@@ -36,9 +37,10 @@ static int range_next_split(struct range_iter *r)
         return 1;
     }
     for (;;) {
-        uint64_t begin = 0, end = 0;
+        sl_split_t split = {0, 0, 0};
         ctx->split_requests++;
-        int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, r->epoch, &begin, &end);
+        int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, r->epoch, &split);
+        uint64_t begin = split.begin, end = split.end;
         if (rc == 1) {
             r->epoch_over = true;
             return 1;
@@ -48,6 +50,9 @@ static int range_next_split(struct range_iter *r)
                                  sl_strerror(rc));
         if (rc != 0)
             return sl__iter_fail(&r->base, SL_EINTERNAL, "next_split returned %d", rc);
+        if (split.file_index != 0)
+            return sl__iter_fail(&r->base, SL_EPROTO, "split of epoch %" PRIu64 " names file %" PRIu32
+                                 "; a range has no files", r->epoch, split.file_index);
         if (begin > end || end > r->count)
             return sl__iter_fail(&r->base, SL_EPROTO,
                                  "split [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64

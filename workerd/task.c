@@ -27,6 +27,7 @@
 #define MAX_SPLITS 64
 
 struct split {
+    uint32_t file_index;
     uint64_t begin, end;
 };
 
@@ -65,6 +66,7 @@ struct sl_task {
     uint64_t batches, elements, bytes;
     uint64_t produced;
     double pipeline_seconds;
+    uint64_t records_skipped;
 };
 
 static void notify_loop(sl_task_t *t)
@@ -82,7 +84,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 
 /* The pipeline's split source: blocks the pipeline thread until the network
  * thread has a split of `epoch`, or knows that the epoch has none left. */
-static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
+static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
 {
     sl_task_t *t = arg;
     int rc;
@@ -104,8 +106,7 @@ static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
         }
         if (t->split_count > 0) {
             struct split *s = &t->splits[t->split_head];
-            *begin = s->begin;
-            *end = s->end;
+            *out = (sl_split_t){.file_index = s->file_index, .begin = s->begin, .end = s->end};
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             t->split_count--;
             rc = 0;
@@ -154,6 +155,7 @@ static void *producer_main(void *arg)
         double spent = seconds_now() - t0;
         pthread_mutex_lock(&t->mu);
         t->pipeline_seconds += spent;
+        t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
@@ -223,10 +225,23 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .worker_index = def->worker_index,
         .num_workers = def->num_workers,
         .max_batch_bytes = cfg->max_batch_bytes,
+        .roots = cfg->roots,
+        .io_engine = cfg->io_engine,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
-    if (rc < 0)
+    if (rc == -ENOMEM)
         goto fail;
+    if (rc < 0) {
+        /* The dispatcher accepted the spec, but this worker cannot run it
+         * (its files differ, a component is missing): the task fails at
+         * once and says why, as a pipeline that failed while running. */
+        t->producer = PRODUCER_FAILED;
+        t->error_code = rc;
+        snprintf(t->error, sizeof t->error, "%s", err);
+        sl_log_error("task %" PRIu64 ": pipeline failed: %s", t->def.task_id, t->error);
+        *out = t;
+        return 0;
+    }
     rc = -pthread_create(&t->thread, NULL, producer_main, t);
     if (rc < 0) {
         snprintf(err, errlen, "cannot start the pipeline thread: %s", strerror(-rc));
@@ -353,6 +368,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .buffer_capacity_batches = t->cfg.buffer_batches,
         .buffer_capacity_bytes = t->cfg.buffer_bytes,
         .pipeline_seconds = t->pipeline_seconds,
+        .records_skipped = t->records_skipped,
     };
     pthread_mutex_unlock(&t->mu);
 }
@@ -386,6 +402,7 @@ void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
                          t->def.task_id, (unsigned)resp->splits_count);
         for (pb_size_t i = 0; i < resp->splits_count && t->split_count < MAX_SPLITS; i++) {
             struct split *s = &t->splits[(t->split_head + t->split_count) % MAX_SPLITS];
+            s->file_index = resp->splits[i].file_index;
             s->begin = resp->splits[i].begin;
             s->end = resp->splits[i].end;
             t->split_count++;

@@ -19,7 +19,9 @@
 #include <event2/event.h>
 
 #include "batch.h"
+#include "confine.h"
 #include "frame.h"
+#include "reader.h"
 
 typedef struct sl_task sl_task_t;
 
@@ -30,13 +32,20 @@ typedef struct sl_task_config {
     unsigned buffer_batches; /* and at most this many */
     size_t max_batch_bytes; /* the largest batch the pipeline may make */
     unsigned split_prefetch; /* DYNAMIC splits kept ahead of the pipeline */
+    const sl_confine_t *roots; /* where file sources may read (--data-root); NULL: nowhere.
+                                  Must outlive every task. */
+    sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
 } sl_task_config_t;
 
 /**
  * Parses the task's dataset spec, builds its pipeline and starts its thread.
+ * A pipeline that cannot be built for this worker (a file pattern outside
+ * its data roots or matching nothing here, an op whose component is
+ * missing) still gives a task: one that is FAILED from the start, with the
+ * reason as its error, so that the dispatcher and the clients hear it.
  * @param[in] spec_json the canonical spec, len bytes (copied)
  * @param[out] out the task, freed by sl_task_free()
- * @return 0, SL_ESPEC / SL_EINVAL with a message in err, -ENOMEM, -errno
+ * @return 0; SL_ESPEC with a message in err; -ENOMEM; -errno
  */
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
                 const sl_task_config_t *cfg, sl_task_notify_fn notify, void *arg, sl_task_t **out, char *err,
@@ -87,6 +96,7 @@ typedef struct sl_task_info {
     unsigned buffer_capacity_batches;
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */
+    uint64_t records_skipped;  /* corrupt records skipped (tfrecord, on_corrupt "skip") */
 } sl_task_info_t;
 
 void sl_task_info(sl_task_t *task, sl_task_info_t *out);

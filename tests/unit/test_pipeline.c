@@ -241,7 +241,8 @@ Test(pipeline, batch_of_batches_has_two_dimensions)
     /* [4, 5] and [6] do not make a full outer batch of equal shapes. */
     cr_assert_eq(sl_pipeline_next(p, &b), SL_EDATA);
     cr_assert_str_eq(sl_pipeline_errmsg(p), "ops[1] (batch): component \"x\" has shape [1] in element 1 of the "
-                                            "batch but [2] in element 0; batch needs equal shapes");
+                                            "batch but [2] in element 0; batch needs equal shapes (padded_batch "
+                                            "pads them)");
     sl_pipeline_destroy(p);
 }
 
@@ -409,6 +410,47 @@ Test(pipeline, shuffled_batches)
     run_free(&r);
 }
 
+Test(pipeline, shard_keeps_every_nth_element)
+{
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"shard\","
+                            "\"num_shards\":3,\"index\":1}]}",
+                            NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 1, 4, 7);
+    run_free(&r);
+
+    /* Each iteration of a repeat counts from 0 again; batch after shard. */
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":7},\"ops\":[{\"op\":\"shard\",\"num_shards\":2,"
+                 "\"index\":0},{\"op\":\"repeat\",\"count\":2},{\"op\":\"batch\",\"batch_size\":3}]}",
+                 NULL);
+    cr_assert_eq(r.rc, 1);
+    ASSERT_VALUES(r, 0, 2, 4, 6, 0, 2, 4, 6);
+    ASSERT_SIZES(r, 3, 3, 2);
+    run_free(&r);
+
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":5},\"ops\":[{\"op\":\"shard\",\"num_shards\":1,"
+                 "\"index\":0}]}",
+                 NULL);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 4);
+    run_free(&r);
+
+    /* Every shard together holds every element once. */
+    int64_t seen[50] = {0};
+    for (int i = 0; i < 4; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"source\":{\"type\":\"range\",\"stop\":50},\"ops\":[{\"op\":\"shard\",\"num_shards\":4,"
+                 "\"index\":%d}]}",
+                 i);
+        r = run_spec(json, NULL);
+        for (size_t k = 0; k < r.n; k++)
+            seen[r.values[k]]++;
+        run_free(&r);
+    }
+    for (int v = 0; v < 50; v++)
+        cr_assert_eq(seen[v], 1);
+}
+
 /* ---- limits and options ---- */
 
 Test(pipeline, max_batch_bytes)
@@ -476,11 +518,14 @@ struct splits {
     uint64_t epochs_seen; /* bit e: epoch e was asked for */
     uint64_t skip_epoch;  /* an epoch whose splits "other workers" took, or UINT64_MAX */
     bool bad_split;       /* hand out a split past the end */
+    uint32_t file_index;  /* of every split: a range has only file 0 */
 };
 
-static int next_split(void *arg, uint64_t epoch, uint64_t *begin, uint64_t *end)
+static int next_split(void *arg, uint64_t epoch, sl_split_t *split)
 {
     struct splits *s = arg;
+    uint64_t *begin = &split->begin, *end = &split->end;
+    split->file_index = s->file_index;
     s->calls++;
     cr_assert_lt(epoch, 16);
     s->epochs_seen |= UINT64_C(1) << epoch;
@@ -603,6 +648,13 @@ Test(pipeline, dynamic_split_outside_the_source)
     struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10}}", &o);
     cr_assert_eq(r.rc, SL_EPROTO);
     cr_assert_str_eq(r.errmsg, "source (range): split [9, 11) of epoch 0 is not inside the source's 10 elements");
+    run_free(&r);
+
+    s = (struct splits){.card = 10, .chunk = 10, .skip_epoch = UINT64_MAX, .file_index = 1};
+    o = dynamic(&s);
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10}}", &o);
+    cr_assert_eq(r.rc, SL_EPROTO);
+    cr_assert_str_eq(r.errmsg, "source (range): split of epoch 0 names file 1; a range has no files");
     run_free(&r);
 }
 

@@ -276,11 +276,6 @@ Test(spec, source_errors)
     expect_error("{\"source\":{}}", "$.source.type: required field missing");
     expect_error("{\"source\":{\"type\":3}}", "$.source.type: must be a string, got 3");
     expect_error("{\"source\":{\"type\":\"foo\"}}", "$.source.type: unknown source \"foo\"");
-    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":[]}}",
-                 "$.source.type: source \"tfrecord\" is not supported yet");
-    expect_error("{\"source\":{\"type\":\"text_lines\"}}", "$.source.type: source \"text_lines\" is not supported yet");
-    expect_error("{\"source\":{\"type\":\"fixed_length_records\"}}",
-                 "$.source.type: source \"fixed_length_records\" is not supported yet");
     expect_error("{\"source\":{\"type\":\"range\"}}", "$.source.stop: required field missing");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":1,\"bogus\":2}}", "$.source.bogus: unknown field");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":\"10\"}}", "$.source.stop: must be an integer, got \"10\"");
@@ -344,9 +339,7 @@ Test(spec, op_errors)
 
 Test(spec, planned_ops_are_not_supported_yet)
 {
-    const char *names[] = {"parse_example", "map",          "filter",    "decode_jpeg", "resize",
-                           "random_crop",   "random_flip",  "normalize", "cast",        "shard",
-                           "interleave",    "padded_batch", "prefetch",  "cache"};
+    const char *names[] = {"map", "filter", "interleave", "prefetch", "cache"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char json[256], want[128];
         snprintf(json, sizeof json,
@@ -448,4 +441,375 @@ Test(spec, small_error_buffer_is_cut_safely)
     cr_assert_str_eq(err, "$.sourc");
     cr_assert_eq(sl_spec_parse("{}", 2, &spec, NULL, 0), SL_ESPEC);
     cr_assert_null(spec);
+}
+
+/* ---- file sources ---- */
+
+Test(spec, file_sources_with_defaults)
+{
+    sl_spec_t *spec = parse_ok("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/data/train-*.tfrecord\"}}");
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":[],\"source\":{\"compression\":\"none\",\"files\":[\"/data/train-*.tfrecord\"],"
+                     "\"name\":\"record\",\"on_corrupt\":\"fail\",\"type\":\"tfrecord\"}}");
+    const sl_spec_source_t *src = sl_spec_source(spec);
+    cr_assert_eq(src->kind, SL_SOURCE_TFRECORD);
+    cr_assert_str_eq(src->name, "record");
+    cr_assert_eq(src->u.files.compression, SL_COMPRESSION_NONE);
+    cr_assert_eq(src->u.files.on_corrupt, SL_ON_CORRUPT_FAIL);
+    cr_assert_eq(src->u.files.files.n, 1);
+    cr_assert_eq(sl_spec_source_cardinality(spec), -1, "the dispatcher counts the records");
+    cr_assert_eq(sl_spec_source_num_patterns(spec), 1);
+    cr_assert_str_eq(sl_spec_source_pattern(spec, 0), "/data/train-*.tfrecord");
+    cr_assert_null(sl_spec_source_pattern(spec, 1));
+    cr_assert_str_eq(sl_spec_source_name(src->kind), "tfrecord");
+    sl_spec_free(spec);
+
+    spec = parse_ok("{\"source\":{\"type\":\"tfrecord\",\"files\":[\"/a/x.gz\",\"/b/*.gz\"],\"compression\":\"gzip\","
+                    "\"on_corrupt\":\"skip\",\"name\":\"rec\"}}");
+    src = sl_spec_source(spec);
+    cr_assert_eq(src->u.files.compression, SL_COMPRESSION_GZIP);
+    cr_assert_eq(src->u.files.on_corrupt, SL_ON_CORRUPT_SKIP);
+    cr_assert_eq(sl_spec_source_num_patterns(spec), 2);
+    cr_assert_str_eq(sl_spec_source_pattern(spec, 1), "/b/*.gz");
+    sl_spec_free(spec);
+
+    spec = parse_ok("{\"source\":{\"type\":\"text_lines\",\"files\":[\"/t/a.txt\"]}}");
+    cr_assert_str_eq(sl_spec_canonical(spec), "{\"ops\":[],\"source\":{\"compression\":\"none\",\"files\":[\"/t/a.txt\"],"
+                                              "\"name\":\"line\",\"type\":\"text_lines\"}}");
+    sl_spec_free(spec);
+
+    spec = parse_ok("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/f/*.bin\",\"record_bytes\":3072,"
+                    "\"header_bytes\":16}}");
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":[],\"source\":{\"files\":[\"/f/*.bin\"],\"footer_bytes\":0,\"header_bytes\":16,"
+                     "\"name\":\"record\",\"record_bytes\":3072,\"type\":\"fixed_length_records\"}}");
+    src = sl_spec_source(spec);
+    cr_assert_eq(src->u.files.record_bytes, 3072);
+    cr_assert_eq(src->u.files.header_bytes, 16);
+    cr_assert_eq(src->u.files.footer_bytes, 0);
+    sl_spec_free(spec);
+
+    /* A string and a list of one string are one spec. */
+    char *a = fingerprint_of("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/d/x\"}}");
+    char *b = fingerprint_of("{\"source\":{\"type\":\"tfrecord\",\"files\":[\"/d/x\"],\"compression\":\"none\"}}");
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+}
+
+Test(spec, file_source_errors)
+{
+    expect_error("{\"source\":{\"type\":\"tfrecord\"}}", "$.source.files: required field missing");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":[]}}",
+                 "$.source.files: must be a string or a list of 1 to 4096 strings, got a list of 0");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":7}}",
+                 "$.source.files: must be a string or a list of 1 to 4096 strings, got 7");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":[\"/a\",3]}}", "$.source.files[1]: must be a string, got 3");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":[\"/a\",\"data/*.tfrecord\"]}}",
+                 "$.source.files[1]: must be an absolute path or glob pattern, got \"data/*.tfrecord\"");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":\"\"}}",
+                 "$.source.files: must be an absolute path or glob pattern, got \"\"");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/a\",\"compression\":\"zlib\"}}",
+                 "$.source.compression: must be \"none\" or \"gzip\", got \"zlib\"");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/a\",\"compression\":null}}",
+                 "$.source.compression: must be \"none\" or \"gzip\", got null");
+    expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/a\",\"on_corrupt\":\"ignore\"}}",
+                 "$.source.on_corrupt: must be \"fail\" or \"skip\", got \"ignore\"");
+    expect_error("{\"source\":{\"type\":\"text_lines\",\"files\":\"/a\",\"on_corrupt\":\"skip\"}}",
+                 "$.source.on_corrupt: unknown field");
+    expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\"}}",
+                 "$.source.record_bytes: required field missing");
+    expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":0}}",
+                 "$.source.record_bytes: must be an integer >= 1, got 0");
+    expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":4,"
+                 "\"footer_bytes\":-1}}",
+                 "$.source.footer_bytes: must be an integer >= 0, got -1");
+    expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":4,"
+                 "\"compression\":\"gzip\"}}",
+                 "$.source.compression: unknown field");
+    char *json = malloc(6000);
+    char *p = json + sprintf(json, "{\"source\":{\"type\":\"tfrecord\",\"files\":\"/");
+    memset(p, 'x', 4096);
+    strcpy(p + 4096, "\"}}");
+    expect_error(json, "$.source.files: must be shorter than 4096 bytes, got 4097");
+    free(json);
+}
+
+/* ---- the ops of records and images ---- */
+
+#define OPS(...) "{\"source\":{\"type\":\"tfrecord\",\"files\":\"/d/*\"},\"ops\":[" __VA_ARGS__ "]}"
+
+Test(spec, parse_example_features)
+{
+    sl_spec_t *spec = parse_ok(OPS("{\"op\":\"parse_example\",\"features\":{"
+                                   "\"label\":{\"dtype\":\"int64\",\"default\":[7]},"
+                                   "\"x\":{\"dtype\":\"float32\",\"shape\":[2],\"default\":[0.5,2]},"
+                                   "\"tok\":{\"dtype\":\"int64\",\"varlen\":true},"
+                                   "\"image/encoded\":{\"dtype\":\"bytes\"},"
+                                   "\"s\":{\"dtype\":\"bytes\",\"shape\":[2,1],\"default\":\"ab\"}}}"));
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":[{\"features\":{"
+                     "\"image/encoded\":{\"dtype\":\"bytes\",\"shape\":[],\"varlen\":false},"
+                     "\"label\":{\"default\":7,\"dtype\":\"int64\",\"shape\":[],\"varlen\":false},"
+                     "\"s\":{\"default\":\"ab\",\"dtype\":\"bytes\",\"shape\":[2,1],\"varlen\":false},"
+                     "\"tok\":{\"dtype\":\"int64\",\"varlen\":true},"
+                     "\"x\":{\"default\":[0.5,2.0],\"dtype\":\"float32\",\"shape\":[2],\"varlen\":false}},"
+                     "\"key\":\"record\",\"op\":\"parse_example\"}],"
+                     "\"source\":{\"compression\":\"none\",\"files\":[\"/d/*\"],\"name\":\"record\",\"on_corrupt\":"
+                     "\"fail\",\"type\":\"tfrecord\"}}");
+    const sl_spec_op_t *op = sl_spec_op(spec, 0);
+    cr_assert_eq(op->kind, SL_OP_PARSE_EXAMPLE);
+    cr_assert_str_eq(op->u.parse_example.key, "record", "the source's component by default");
+    cr_assert_eq(op->u.parse_example.num_features, 5);
+    const sl_spec_feature_t *f = op->u.parse_example.features;
+    /* Sorted by name. */
+    cr_assert_str_eq(f[0].name, "image/encoded");
+    cr_assert_eq(f[0].dtype, SL_DTYPE_BYTES);
+    cr_assert_eq(f[0].rank, 0);
+    cr_assert_eq(f[0].default_count, 0, "required");
+    cr_assert_str_eq(f[1].name, "label");
+    cr_assert_eq(f[1].default_count, 1);
+    cr_assert_eq(((const int64_t *)f[1].default_values)[0], 7);
+    cr_assert_str_eq(f[2].name, "s");
+    cr_assert_eq(f[2].rank, 2);
+    cr_assert(f[2].shape[0] == 2 && f[2].shape[1] == 1);
+    const sl_spec_bytes_t *sb = f[2].default_values;
+    cr_assert(sb[0].len == 2 && memcmp(sb[0].data, "ab", 2) == 0);
+    cr_assert_str_eq(f[3].name, "tok");
+    cr_assert(f[3].varlen);
+    cr_assert_str_eq(f[4].name, "x");
+    cr_assert_eq(f[4].default_count, 2);
+    cr_assert_eq(((const double *)f[4].default_values)[0], 0.5);
+    cr_assert_str_eq(sl_spec_op_name(SL_OP_PARSE_EXAMPLE), "parse_example");
+
+    sl_spec_t *again = parse_ok(sl_spec_canonical(spec));
+    cr_assert_str_eq(sl_spec_canonical(again), sl_spec_canonical(spec));
+    sl_spec_free(again);
+    sl_spec_free(spec);
+
+    /* One default value written as a value or a list, the key given or
+     * not, shape [] given or not: one spec. */
+    char *a = fingerprint_of(OPS("{\"op\":\"parse_example\",\"features\":{\"l\":{\"dtype\":\"int64\",\"default\":3}}}"));
+    char *b = fingerprint_of(OPS("{\"op\":\"parse_example\",\"key\":\"record\",\"features\":{\"l\":{\"dtype\":"
+                                 "\"int64\",\"shape\":[],\"varlen\":false,\"default\":[3]}}}"));
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+
+    /* The key defaults to the source's component, whatever its name. */
+    spec = parse_ok("{\"source\":{\"type\":\"text_lines\",\"files\":\"/t\"},\"ops\":[{\"op\":\"parse_example\","
+                    "\"features\":{\"a\":{\"dtype\":\"bytes\"}}}]}");
+    cr_assert_str_eq(sl_spec_op(spec, 0)->u.parse_example.key, "line");
+    sl_spec_free(spec);
+}
+
+Test(spec, parse_example_errors)
+{
+#define PE(f) OPS("{\"op\":\"parse_example\",\"features\":" f "}")
+    expect_error(OPS("{\"op\":\"parse_example\"}"), "$.ops[0].features: required field missing");
+    expect_error(PE("{}"), "$.ops[0].features: must be an object of 1 to 32 features, got 0 features");
+    expect_error(PE("[]"), "$.ops[0].features: must be an object of 1 to 32 features, got an array");
+    expect_error(PE("{\"a\":\"int64\"}"), "$.ops[0].features.a: must be an object, got \"int64\"");
+    expect_error(PE("{\"a b\":{\"dtype\":\"int64\"}}"),
+                 "$.ops[0].features.a b: a feature name must have 1 to 63 characters from [A-Za-z0-9_./-]");
+    expect_error(PE("{\"a\":{}}"), "$.ops[0].features.a.dtype: required field missing");
+    expect_error(PE("{\"a\":{\"dtype\":\"int32\"}}"),
+                 "$.ops[0].features.a.dtype: must be \"int64\", \"float32\" or \"bytes\", got \"int32\"");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"bogus\":1}}"), "$.ops[0].features.a.bogus: unknown field");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":[2,-1]}}"),
+                 "$.ops[0].features.a.shape[1]: must be an integer >= 0, got -1");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":3}}"),
+                 "$.ops[0].features.a.shape: must be a list of at most 8 integers, got 3");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":[1,1,1,1,1,1,1,1,1]}}"),
+                 "$.ops[0].features.a.shape: must be a list of at most 8 integers, got a list of 9");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":[65536,65536]}}"),
+                 "$.ops[0].features.a.shape: holds more than 16777216 values");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"varlen\":\"yes\"}}"),
+                 "$.ops[0].features.a.varlen: must be true or false, got \"yes\"");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"varlen\":true,\"shape\":[]}}"),
+                 "$.ops[0].features.a.shape: a varlen feature has no shape");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"varlen\":true,\"default\":1}}"),
+                 "$.ops[0].features.a.default: a varlen feature has no default");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":[3],\"default\":[1,2]}}"),
+                 "$.ops[0].features.a.default: 2 values, the shape needs 1 or 3");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"default\":[]}}"),
+                 "$.ops[0].features.a.default: 0 values, the shape needs 1 or 1");
+    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"default\":1.5}}"),
+                 "$.ops[0].features.a.default: must be an integer, got 1.5");
+    expect_error(PE("{\"a\":{\"dtype\":\"float32\",\"shape\":[2],\"default\":[1,\"x\"]}}"),
+                 "$.ops[0].features.a.default[1]: must be a number, got \"x\"");
+    expect_error(PE("{\"a\":{\"dtype\":\"bytes\",\"default\":7}}"), "$.ops[0].features.a.default: must be a string, got 7");
+    expect_error(OPS("{\"op\":\"parse_example\",\"key\":\"\",\"features\":{\"a\":{\"dtype\":\"int64\"}}}"),
+                 "$.ops[0].key: must be a string of 1 to 63 characters from [A-Za-z0-9_./-], got \"\"");
+#undef PE
+}
+
+Test(spec, image_ops_with_defaults)
+{
+    sl_spec_t *spec = parse_ok(OPS("{\"op\":\"decode_jpeg\",\"key\":\"img\"},"
+                                   "{\"op\":\"random_crop\",\"key\":\"img\",\"size\":[36,40]},"
+                                   "{\"op\":\"center_crop\",\"key\":\"img\",\"size\":[30,30]},"
+                                   "{\"op\":\"random_flip\",\"key\":\"img\",\"seed\":4},"
+                                   "{\"op\":\"resize\",\"key\":\"img\",\"size\":[32,32]},"
+                                   "{\"op\":\"normalize\",\"key\":\"img\",\"mean\":[0,0.5,1],\"std\":[1,2,3]},"
+                                   "{\"op\":\"cast\",\"key\":\"img\",\"dtype\":\"float16\"}"));
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":[{\"channels\":3,\"key\":\"img\",\"op\":\"decode_jpeg\"},"
+                     "{\"key\":\"img\",\"op\":\"random_crop\",\"size\":[36,40]},"
+                     "{\"key\":\"img\",\"op\":\"center_crop\",\"size\":[30,30]},"
+                     "{\"direction\":\"left_right\",\"key\":\"img\",\"op\":\"random_flip\",\"seed\":4},"
+                     "{\"dtype\":\"float32\",\"key\":\"img\",\"op\":\"resize\",\"size\":[32,32]},"
+                     "{\"key\":\"img\",\"mean\":[0.0,0.5,1.0],\"op\":\"normalize\",\"scale\":false,\"std\":[1.0,2.0,3.0]},"
+                     "{\"dtype\":\"float16\",\"key\":\"img\",\"op\":\"cast\"}],"
+                     "\"source\":{\"compression\":\"none\",\"files\":[\"/d/*\"],\"name\":\"record\",\"on_corrupt\":"
+                     "\"fail\",\"type\":\"tfrecord\"}}");
+    const sl_spec_op_t *op = sl_spec_op(spec, 0);
+    cr_assert_eq(op->kind, SL_OP_DECODE_JPEG);
+    cr_assert_str_eq(op->u.decode_jpeg.key, "img");
+    cr_assert_eq(op->u.decode_jpeg.channels, 3);
+    op = sl_spec_op(spec, 1);
+    cr_assert_eq(op->kind, SL_OP_RANDOM_CROP);
+    cr_assert(op->u.random_crop.size.n == 2 && op->u.random_crop.size.v[0] == 36 && op->u.random_crop.size.v[1] == 40);
+    cr_assert_not(op->u.random_crop.has_seed);
+    op = sl_spec_op(spec, 3);
+    cr_assert_eq(op->u.random_flip.direction, 0);
+    cr_assert(op->u.random_flip.has_seed && op->u.random_flip.seed == 4);
+    op = sl_spec_op(spec, 4);
+    cr_assert_eq(op->u.resize.dtype, SL_DTYPE_FLOAT32);
+    op = sl_spec_op(spec, 5);
+    cr_assert_eq(op->u.normalize.mean.n, 3);
+    cr_assert_eq(op->u.normalize.mean.v[1], 0.5);
+    cr_assert_eq(op->u.normalize.std.v[2], 3.0);
+    cr_assert_not(op->u.normalize.scale);
+    cr_assert_eq(sl_spec_op(spec, 6)->u.cast.dtype, SL_DTYPE_FLOAT16);
+    sl_spec_t *again = parse_ok(sl_spec_canonical(spec));
+    cr_assert_str_eq(sl_spec_canonical(again), sl_spec_canonical(spec));
+    sl_spec_free(again);
+    sl_spec_free(spec);
+
+    spec = parse_ok(OPS("{\"op\":\"decode_jpeg\",\"key\":\"img\",\"channels\":0},"
+                        "{\"op\":\"random_flip\",\"key\":\"img\",\"direction\":\"up_down\"},"
+                        "{\"op\":\"resize\",\"key\":\"img\",\"size\":[1,65536],\"dtype\":\"uint8\"},"
+                        "{\"op\":\"normalize\",\"key\":\"img\",\"mean\":[0.5],\"std\":[0.25],\"scale\":true}"));
+    /* Reals keep 15 significant digits: 0.485 stays 0.485. */
+    sl_spec_t *reals = parse_ok(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0.485,1e-7,0.1234567890123456789],"
+                                    "\"std\":[0.229,3,2.5]}"));
+    cr_assert(strstr(sl_spec_canonical(reals), "\"mean\":[0.485,1e-7,0.123456789012346]") &&
+                  strstr(sl_spec_canonical(reals), "\"std\":[0.229,3.0,2.5]"),
+              "%s", sl_spec_canonical(reals));
+    sl_spec_t *again2 = parse_ok(sl_spec_canonical(reals));
+    cr_assert_str_eq(sl_spec_canonical(again2), sl_spec_canonical(reals));
+    sl_spec_free(again2);
+    sl_spec_free(reals);
+    cr_assert_eq(sl_spec_op(spec, 0)->u.decode_jpeg.channels, 0);
+    cr_assert_eq(sl_spec_op(spec, 1)->u.random_flip.direction, 1);
+    cr_assert_eq(sl_spec_op(spec, 2)->u.resize.dtype, SL_DTYPE_UINT8);
+    cr_assert(sl_spec_op(spec, 3)->u.normalize.scale);
+    sl_spec_free(spec);
+}
+
+Test(spec, image_op_errors)
+{
+    expect_error(OPS("{\"op\":\"decode_jpeg\"}"), "$.ops[0].key: required field missing");
+    expect_error(OPS("{\"op\":\"decode_jpeg\",\"key\":\"i\",\"channels\":2}"),
+                 "$.ops[0].channels: must be 0, 1 or 3, got 2");
+    expect_error(OPS("{\"op\":\"decode_jpeg\",\"key\":\"i\",\"channels\":4}"),
+                 "$.ops[0].channels: must be an integer <= 3, got 4");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\"}"), "$.ops[0].size: required field missing");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":32}"),
+                 "$.ops[0].size: must be a list of 2 integers, got 32");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[32]}"),
+                 "$.ops[0].size: must be a list of 2 integers, got a list of 1");
+    expect_error(OPS("{\"op\":\"take\",\"count\":1},{\"op\":\"resize\",\"key\":\"i\",\"size\":[32,0]}"),
+                 "$.ops[1].size[1]: must be an integer >= 1, got 0");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[65537,2]}"),
+                 "$.ops[0].size[0]: must be an integer <= 65536, got 65537");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,\"2\"]}"),
+                 "$.ops[0].size[1]: must be an integer >= 1, got \"2\"");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"dtype\":\"int8\"}"),
+                 "$.ops[0].dtype: must be \"uint8\" or \"float32\", got \"int8\"");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"method\":\"bilinear\"}"),
+                 "$.ops[0].method: unknown field");
+    expect_error(OPS("{\"op\":\"random_crop\",\"key\":\"i\",\"size\":[2,2],\"seed\":-1}"),
+                 "$.ops[0].seed: must be an integer >= 0, got -1");
+    expect_error(OPS("{\"op\":\"center_crop\",\"key\":\"i\",\"size\":[2,2],\"seed\":1}"), "$.ops[0].seed: unknown field");
+    expect_error(OPS("{\"op\":\"random_flip\",\"key\":\"i\",\"direction\":\"diagonal\"}"),
+                 "$.ops[0].direction: must be \"left_right\" or \"up_down\", got \"diagonal\"");
+    expect_error(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0],\"std\":[]}"),
+                 "$.ops[0].std: must be a list of 1 to 3 numbers, got a list of 0");
+    expect_error(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0,0],\"std\":[1]}"),
+                 "$.ops[0].std: must have as many values as mean (2), got 1");
+    expect_error(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0,null],\"std\":[1,1]}"),
+                 "$.ops[0].mean[1]: must be a number, got null");
+    expect_error(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0,0],\"std\":[1,-2]}"),
+                 "$.ops[0].std[1]: must be a number > 0, got -2");
+    expect_error(OPS("{\"op\":\"cast\",\"key\":\"i\"}"), "$.ops[0].dtype: required field missing");
+    expect_error_prefix(OPS("{\"op\":\"cast\",\"key\":\"i\",\"dtype\":\"bytes\"}"),
+                        "$.ops[0].dtype: must be \"bool\", \"int8\", ");
+}
+
+Test(spec, shard_and_padded_batch)
+{
+    sl_spec_t *spec =
+        parse_ok(OPS("{\"op\":\"shard\",\"num_shards\":4,\"index\":3},"
+                     "{\"op\":\"padded_batch\",\"batch_size\":8},"
+                     "{\"op\":\"padded_batch\",\"batch_size\":2,\"drop_remainder\":true,"
+                     "\"padded_shapes\":{\"tok\":[-1],\"img\":[32,-1,3]},\"padding_values\":{\"tok\":-1,\"img\":0.5}}"));
+    cr_assert_str_eq(sl_spec_canonical(spec),
+                     "{\"ops\":[{\"index\":3,\"num_shards\":4,\"op\":\"shard\"},"
+                     "{\"batch_size\":8,\"drop_remainder\":false,\"op\":\"padded_batch\",\"padded_shapes\":{},"
+                     "\"padding_values\":{}},"
+                     "{\"batch_size\":2,\"drop_remainder\":true,\"op\":\"padded_batch\",\"padded_shapes\":{\"img\":"
+                     "[32,-1,3],\"tok\":[-1]},\"padding_values\":{\"img\":0.5,\"tok\":-1}}],"
+                     "\"source\":{\"compression\":\"none\",\"files\":[\"/d/*\"],\"name\":\"record\",\"on_corrupt\":"
+                     "\"fail\",\"type\":\"tfrecord\"}}");
+    const sl_spec_op_t *op = sl_spec_op(spec, 0);
+    cr_assert_eq(op->kind, SL_OP_SHARD);
+    cr_assert_eq(op->u.shard.num_shards, 4);
+    cr_assert_eq(op->u.shard.index, 3);
+    op = sl_spec_op(spec, 1);
+    cr_assert_eq(op->u.padded_batch.num_padded_shapes, 0);
+    cr_assert_eq(op->u.padded_batch.num_padding_values, 0);
+    op = sl_spec_op(spec, 2);
+    cr_assert_eq(op->u.padded_batch.num_padded_shapes, 2);
+    cr_assert_str_eq(op->u.padded_batch.padded_shapes[0].name, "img");
+    cr_assert_eq(op->u.padded_batch.padded_shapes[0].dims.n, 3);
+    cr_assert_eq(op->u.padded_batch.padded_shapes[0].dims.v[1], -1);
+    cr_assert_str_eq(op->u.padded_batch.padding_values[1].name, "tok");
+    cr_assert(op->u.padded_batch.padding_values[1].is_int);
+    cr_assert_eq(op->u.padded_batch.padding_values[1].i, -1);
+    cr_assert_not(op->u.padded_batch.padding_values[0].is_int);
+    cr_assert_eq(op->u.padded_batch.padding_values[0].d, 0.5);
+    sl_spec_t *again = parse_ok(sl_spec_canonical(spec));
+    cr_assert_str_eq(sl_spec_canonical(again), sl_spec_canonical(spec));
+    sl_spec_free(again);
+    sl_spec_free(spec);
+
+    char *a = fingerprint_of(OPS("{\"op\":\"padded_batch\",\"batch_size\":8}"));
+    char *b = fingerprint_of(OPS("{\"op\":\"padded_batch\",\"batch_size\":8,\"padded_shapes\":{},\"padding_values\":{}}"));
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+
+    expect_error(OPS("{\"op\":\"shard\",\"index\":0}"), "$.ops[0].num_shards: required field missing");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":\"hint\",\"index\":0}"),
+                 "$.ops[0].num_shards: \"hint\" (bound to the worker by HINT sharding) is not supported yet; give an "
+                 "integer >= 1");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":0,\"index\":0}"),
+                 "$.ops[0].num_shards: must be an integer >= 1, got 0");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":2}"), "$.ops[0].index: required field missing");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":2,\"index\":2}"),
+                 "$.ops[0].index: must be an integer < num_shards (2), got 2");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":2,\"index\":-1}"), "$.ops[0].index: must be an integer >= 0, got -1");
+    expect_error(OPS("{\"op\":\"padded_batch\"}"), "$.ops[0].batch_size: required field missing");
+    expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padded_shapes\":[]}"),
+                 "$.ops[0].padded_shapes: must be an object of at most 32 component names and shapes, got an array");
+    expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padded_shapes\":{\"a\":[-2]}}"),
+                 "$.ops[0].padded_shapes.a[0]: must be an integer >= -1, got -2");
+    expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padded_shapes\":{\"a\":4}}"),
+                 "$.ops[0].padded_shapes.a: must be a list of at most 7 integers, got 4");
+    expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padded_shapes\":{\"a b\":[]}}"),
+                 "$.ops[0].padded_shapes.a b: a component name must have 1 to 63 characters from [A-Za-z0-9_./-]");
+    expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padding_values\":{\"a\":\"0\"}}"),
+                 "$.ops[0].padding_values.a: must be a number, got \"0\"");
 }

@@ -1,0 +1,402 @@
+/*
+ * test_ops_image.c: the image ops and cast (workerd/ops_image.c) in
+ * pipelines over the JPEG fixtures of tests/data/tfrecord: decoded means
+ * against PIL's (MANIFEST.json), crops and flips against the decoded
+ * pixels, seeded randomness, resize, normalize, cast, and the refusals.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline_util.h"
+
+static sl_confine_t *roots;
+
+static void setup(void)
+{
+    roots = roots_at(FIXTURES);
+}
+
+static void teardown(void)
+{
+    sl_confine_destroy(roots);
+}
+
+TestSuite(image_ops, .init = setup, .fini = teardown);
+
+#define IMAGES_SRC "{\"type\":\"tfrecord\",\"files\":\"" FIXTURES "/images-*.tfrecord\"}"
+#define PARSE                                                                                                        \
+    "{\"op\":\"parse_example\",\"features\":{\"id\":{\"dtype\":\"int64\"},\"image/encoded\":{\"dtype\":\"bytes\"}," \
+    "\"label\":{\"dtype\":\"int64\"}},\"key\":\"record\"}"
+#define PARSE_AS_IMAGE                                                                                               \
+    "{\"op\":\"parse_example\",\"features\":{\"id\":{\"dtype\":\"int64\"},\"image/encoded\":{\"dtype\":\"bytes\"}}}"
+#define DECODE "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"}"
+
+/* Runs the image pipeline with ops after decoding, one image per batch. */
+static batches_t run_images(const char *ops)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    return run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "," DECODE "%s%s]}", *ops ? "," : "",
+                          ops),
+                    &o);
+}
+
+static const sl_component_t *image_of(const sl_wire_batch_t *b, int64_t *h, int64_t *w)
+{
+    const sl_component_t *c = comp_of(b, "image/encoded");
+    cr_assert_eq(c->rank, 3);
+    cr_assert_eq(c->shape[2], 3);
+    *h = c->shape[0];
+    *w = c->shape[1];
+    return c;
+}
+
+Test(image_ops, decoded_means_match_pil)
+{
+    json_t *m = manifest_load();
+    batches_t bs = run_images("");
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    cr_assert_eq(bs.n, 32);
+    for (size_t k = 0; k < bs.n; k++) {
+        const sl_wire_batch_t *b = bs.b[k];
+        int64_t id = i64_at(b, comp_of(b, "id"), 0), h, w;
+        cr_assert_eq(id, (int64_t)k);
+        json_t *im = json_array_get(json_object_get(manifest_file(m, k < 16 ? "images-00000-of-00002.tfrecord"
+                                                                             : "images-00001-of-00002.tfrecord"),
+                                                    "images"),
+                                    k % 16);
+        const sl_component_t *c = image_of(b, &h, &w);
+        cr_assert_eq(c->dtype, SL_DTYPE_UINT8);
+        cr_assert_eq(h, json_integer_value(json_object_get(im, "height")));
+        cr_assert_eq(w, json_integer_value(json_object_get(im, "width")));
+        const uint8_t *px = b->data + c->offset;
+        double sum[3] = {0, 0, 0};
+        for (int64_t i = 0; i < h * w; i++)
+            for (int ch = 0; ch < 3; ch++)
+                sum[ch] += px[3 * i + ch];
+        for (int ch = 0; ch < 3; ch++) {
+            double mean = sum[ch] / (double)(h * w);
+            double want = json_number_value(json_array_get(json_object_get(im, "mean_rgb_pil"), (size_t)ch));
+            cr_assert(fabs(mean - want) <= 1.0, "image %zu channel %d: mean %.3f, PIL %.3f", k, ch, mean, want);
+        }
+    }
+    batches_free(&bs);
+    json_decref(m);
+}
+
+Test(image_ops, grayscale_decode)
+{
+    batches_t bs = run_images("{\"op\":\"take\",\"count\":1}");
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t gs = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",{\"op\":\"decode_jpeg\","
+                            "\"key\":\"image/encoded\",\"channels\":1},{\"op\":\"take\",\"count\":1}]}",
+                            &o);
+    cr_assert_eq(gs.rc, 1, "%s", gs.errmsg);
+    const sl_component_t *c = comp_of(gs.b[0], "image/encoded"), *rgb = comp_of(bs.b[0], "image/encoded");
+    cr_assert_eq(c->rank, 3);
+    cr_assert_eq(c->shape[2], 1);
+    cr_assert(c->shape[0] == rgb->shape[0] && c->shape[1] == rgb->shape[1]);
+    batches_free(&gs);
+    batches_free(&bs);
+}
+
+/* The decoded images, for comparing what later ops make of them. */
+static batches_t decoded(void)
+{
+    batches_t bs = run_images("");
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    cr_assert_eq(bs.n, 32);
+    return bs;
+}
+
+Test(image_ops, center_crop_is_the_middle)
+{
+    batches_t src = decoded();
+    batches_t bs = run_images("{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]}");
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    for (size_t k = 0; k < bs.n; k++) {
+        int64_t h, w, sh, sw;
+        const sl_component_t *c = image_of(bs.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+        cr_assert(h == 30 && w == 36);
+        int64_t y = (sh - 30) / 2, x = (sw - 36) / 2;
+        const uint8_t *a = bs.b[k]->data + c->offset, *b = src.b[k]->data + s->offset;
+        for (int64_t r = 0; r < 30; r++)
+            cr_assert_eq(memcmp(a + r * 36 * 3, b + ((y + r) * sw + x) * 3, 36 * 3), 0, "image %zu row %" PRId64, k, r);
+    }
+    batches_free(&bs);
+    batches_free(&src);
+}
+
+/* Whether the h x w image a is a window of the image b (bh x bw). */
+static bool is_window(const uint8_t *a, int64_t h, int64_t w, const uint8_t *b, int64_t bh, int64_t bw)
+{
+    for (int64_t y = 0; y + h <= bh; y++) {
+        for (int64_t x = 0; x + w <= bw; x++) {
+            bool same = true;
+            for (int64_t r = 0; r < h && same; r++)
+                same = memcmp(a + r * w * 3, b + ((y + r) * bw + x) * 3, (size_t)w * 3) == 0;
+            if (same)
+                return true;
+        }
+    }
+    return false;
+}
+
+Test(image_ops, random_crop_is_a_window_and_seeded)
+{
+    batches_t src = decoded();
+    const char *ops = "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[38,40],\"seed\":11}";
+    batches_t a = run_images(ops), b = run_images(ops);
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    for (size_t k = 0; k < a.n; k++) {
+        int64_t h, w, sh, sw;
+        const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+        cr_assert(h == 38 && w == 40);
+        cr_assert(is_window(a.b[k]->data + c->offset, h, w, src.b[k]->data + s->offset, sh, sw), "image %zu", k);
+        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "same seed, same crop");
+    }
+    batches_free(&a);
+    batches_free(&b);
+
+    /* The smallest image is 38 high: a crop of 39 fails, naming it. */
+    a = run_images("{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[39,40]}");
+    cr_assert_eq(a.rc, SL_EDATA);
+    cr_assert(strstr(a.errmsg, "ops[2] (random_crop): component \"image/encoded\" has shape [38, 56, 3], smaller than "
+                               "the crop [39, 40]") == a.errmsg,
+              "%s", a.errmsg);
+    batches_free(&a);
+    batches_free(&src);
+}
+
+Test(image_ops, random_flip_mirrors_some)
+{
+    batches_t src = decoded();
+    const char *ops = "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":3}";
+    batches_t a = run_images(ops);
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    int flipped = 0;
+    for (size_t k = 0; k < a.n; k++) {
+        int64_t h, w, sh, sw;
+        const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+        const uint8_t *p = a.b[k]->data + c->offset, *q = src.b[k]->data + s->offset;
+        if (memcmp(p, q, (size_t)(h * w * 3)) == 0)
+            continue;
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++)
+                cr_assert_eq(memcmp(p + (y * w + x) * 3, q + (y * w + (w - 1 - x)) * 3, 3), 0,
+                             "image %zu is neither itself nor its mirror", k);
+        flipped++;
+    }
+    cr_assert(flipped > 0 && flipped < 32, "%d of 32 flipped", flipped);
+
+    /* Up-down. */
+    batches_t ud = run_images("{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":3,\"direction\":\"up_down\"}");
+    cr_assert_eq(ud.rc, 1, "%s", ud.errmsg);
+    for (size_t k = 0; k < ud.n; k++) {
+        int64_t h, w, sh, sw;
+        const sl_component_t *c = image_of(ud.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+        const uint8_t *p = ud.b[k]->data + c->offset, *q = src.b[k]->data + s->offset;
+        if (memcmp(p, q, (size_t)(h * w * 3)) != 0)
+            cr_assert_eq(memcmp(p, q + (h - 1) * w * 3, (size_t)w * 3), 0, "image %zu: first row is the last", k);
+    }
+    batches_free(&ud);
+    batches_free(&a);
+    batches_free(&src);
+}
+
+Test(image_ops, seeded_draws_differ_per_epoch)
+{
+    /* Two epochs of one pipeline with a seed: each epoch draws anew, and
+     * the whole run is the same every time. */
+    const char *ops = "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[20,20],\"seed\":5},"
+                      "{\"op\":\"repeat\",\"count\":2}";
+    sl_pipeline_opts_t o = {.roots = roots};
+    const char *json = specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "," DECODE ",%s]}", ops);
+    char spec[4096];
+    snprintf(spec, sizeof spec, "%s", json);
+    batches_t a = run_spec(spec, &o), b = run_spec(spec, &o);
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    cr_assert_eq(a.n, 64);
+    int same_across_epochs = 0;
+    for (size_t k = 0; k < 64; k++) {
+        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0);
+        if (k < 32)
+            same_across_epochs += memcmp(a.b[k]->data, a.b[k + 32]->data, a.b[k]->size) == 0;
+    }
+    cr_assert_lt(same_across_epochs, 32);
+    batches_free(&a);
+    batches_free(&b);
+}
+
+Test(image_ops, resize_normalize_cast)
+{
+    batches_t src = decoded();
+    batches_t f = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[32,24]}");
+    batches_t u = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[32,24],\"dtype\":\"uint8\"}");
+    cr_assert_eq(f.rc, 1, "%s", f.errmsg);
+    cr_assert_eq(u.rc, 1, "%s", u.errmsg);
+    for (size_t k = 0; k < f.n; k++) {
+        const sl_component_t *fc = comp_of(f.b[k], "image/encoded"), *uc = comp_of(u.b[k], "image/encoded");
+        cr_assert_eq(fc->dtype, SL_DTYPE_FLOAT32);
+        cr_assert_eq(uc->dtype, SL_DTYPE_UINT8);
+        cr_assert(fc->rank == 3 && fc->shape[0] == 32 && fc->shape[1] == 24 && fc->shape[2] == 3);
+        for (uint64_t i = 0; i < 32 * 24 * 3; i++) {
+            float v = f32_at(f.b[k], fc, i);
+            cr_assert(v >= 0.0f && v <= 255.0f);
+            cr_assert_eq(u.b[k]->data[uc->offset + i], (uint8_t)nearbyintf(v));
+        }
+    }
+    batches_free(&f);
+    batches_free(&u);
+
+    /* normalize: (x / 255 - mean) / std per channel. */
+    batches_t n = run_images("{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,0.406],"
+                             "\"std\":[0.229,0.224,0.225],\"scale\":true}");
+    cr_assert_eq(n.rc, 1, "%s", n.errmsg);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    for (size_t k = 0; k < n.n; k += 7) {
+        const sl_component_t *c = comp_of(n.b[k], "image/encoded"), *s = comp_of(src.b[k], "image/encoded");
+        cr_assert_eq(c->dtype, SL_DTYPE_FLOAT32);
+        uint64_t count = count_of(n.b[k], c);
+        for (uint64_t i = 0; i < count; i += 97) {
+            float x = src.b[k]->data[s->offset + i];
+            float want = (x / 255.0f - mean[i % 3]) / sd[i % 3];
+            cr_assert_eq(f32_at(n.b[k], c, i), want, "image %zu value %" PRIu64, k, i);
+        }
+    }
+    batches_free(&n);
+
+    /* cast there and back. */
+    batches_t c = run_images("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"float32\"},"
+                             "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"int16\"},"
+                             "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"}");
+    cr_assert_eq(c.rc, 1, "%s", c.errmsg);
+    for (size_t k = 0; k < c.n; k++) {
+        const sl_component_t *a = comp_of(c.b[k], "image/encoded"), *s = comp_of(src.b[k], "image/encoded");
+        cr_assert_eq(a->dtype, SL_DTYPE_UINT8);
+        cr_assert_eq(a->length, s->length);
+        cr_assert_eq(memcmp(c.b[k]->data + a->offset, src.b[k]->data + s->offset, a->length), 0);
+    }
+    batches_free(&c);
+    batches_free(&src);
+}
+
+Test(image_ops, cast_saturates_and_rounds)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t bs = run_spec("{\"source\":{\"type\":\"range\",\"start\":-40000,\"stop\":40001,\"step\":20000},"
+                            "\"ops\":[{\"op\":\"cast\",\"key\":\"value\",\"dtype\":\"int16\"},"
+                            "{\"op\":\"batch\",\"batch_size\":5}]}",
+                            &o);
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    const sl_component_t *c = comp_of(bs.b[0], "value");
+    cr_assert_eq(c->dtype, SL_DTYPE_INT16);
+    int16_t v[5];
+    memcpy(v, bs.b[0]->data + c->offset, sizeof v);
+    cr_assert(v[0] == INT16_MIN && v[1] == -20000 && v[2] == 0 && v[3] == 20000 && v[4] == INT16_MAX);
+    batches_free(&bs);
+
+    bs = run_spec("{\"source\":{\"type\":\"range\",\"start\":-3,\"stop\":4},"
+                  "\"ops\":[{\"op\":\"cast\",\"key\":\"value\",\"dtype\":\"float64\"},"
+                  "{\"op\":\"cast\",\"key\":\"value\",\"dtype\":\"bool\"},{\"op\":\"batch\",\"batch_size\":7}]}",
+                  &o);
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    c = comp_of(bs.b[0], "value");
+    cr_assert_eq(c->dtype, SL_DTYPE_BOOL);
+    const uint8_t want[7] = {1, 1, 1, 0, 1, 1, 1};
+    cr_assert_eq(memcmp(bs.b[0]->data + c->offset, want, 7), 0);
+    batches_free(&bs);
+}
+
+Test(image_ops, the_end_to_end_spec)
+{
+    /* parse, decode, random crop, flip, resize to 32x32, normalize, batch. */
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t bs = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE ","
+                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\",\"channels\":3},"
+                            "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[36,36]},"
+                            "{\"op\":\"random_flip\",\"key\":\"image/encoded\"},"
+                            "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[32,32]},"
+                            "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[127.5,127.5,127.5],\"std\":[127.5,127.5,127.5]},"
+                            "{\"op\":\"batch\",\"batch_size\":5}]}",
+                            &o);
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    cr_assert_eq(bs.n, 7);
+    size_t n;
+    int64_t *ids = all_i64(&bs, "id", &n);
+    cr_assert_eq(n, 32);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ids[i], (int64_t)i);
+    for (size_t k = 0; k < bs.n; k++) {
+        const sl_component_t *c = comp_of(bs.b[k], "image/encoded");
+        cr_assert_eq(c->dtype, SL_DTYPE_FLOAT32);
+        cr_assert(c->rank == 4 && c->shape[0] == (k < 6 ? 5 : 2) && c->shape[1] == 32 && c->shape[2] == 32 &&
+                  c->shape[3] == 3);
+        for (uint64_t i = 0; i < count_of(bs.b[k], c); i++) {
+            float v = f32_at(bs.b[k], c, i);
+            cr_assert(v >= -1.0f && v <= 1.0f);
+        }
+        cr_assert_eq(comp_of(bs.b[k], "label")->dtype, SL_DTYPE_INT64);
+    }
+    free(ids);
+    batches_free(&bs);
+}
+
+Test(image_ops, refusals)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    sl_pipeline_t *p;
+    char err[1024];
+    int rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE ",{\"op\":\"resize\",\"key\":\"image/encoded\","
+                          "\"size\":[4,4]}]}",
+                          &o, &p, err, sizeof err);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_str_eq(err, "ops[1] (resize): component \"image/encoded\" is bytes; resize takes uint8 images (decode_jpeg makes "
+                          "them)");
+    rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE ",{\"op\":\"decode_jpeg\",\"key\":\"img\"}]}", &o,
+                      &p, err, sizeof err);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_str_eq(err, "ops[1] (decode_jpeg): component \"img\" is not in its input (id, image/encoded, label)");
+    rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE ",{\"op\":\"decode_jpeg\",\"key\":\"id\"}]}", &o,
+                      &p, err, sizeof err);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_str_eq(err, "ops[1] (decode_jpeg): component \"id\" is int64; decode_jpeg takes encoded images (bytes)");
+    rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE ",{\"op\":\"cast\",\"key\":\"image/encoded\","
+                      "\"dtype\":\"int32\"}]}",
+                      &o, &p, err, sizeof err);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_str_eq(err, "ops[1] (cast): component \"image/encoded\" is bytes; cast takes numbers");
+
+    /* Found while running. */
+    batches_t bs = run_images("{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.5],\"std\":[0.5]}");
+    cr_assert_eq(bs.rc, SL_EDATA);
+    cr_assert_str_eq(bs.errmsg, "ops[2] (normalize): component \"image/encoded\" has 3 channels, but mean and std have "
+                                "1 values");
+    batches_free(&bs);
+    bs = run_images("{\"op\":\"batch\",\"batch_size\":2}");
+    cr_assert_eq(bs.rc, SL_EDATA);
+    cr_assert(strstr(bs.errmsg, "ops[2] (batch): component \"image/encoded\" has shape [44, 108, 3] in element 1 of "
+                                "the batch but [51, 81, 3] in element 0; batch needs equal shapes (padded_batch pads "
+                                "them)"),
+              "%s", bs.errmsg);
+    batches_free(&bs);
+    bs = run_spec("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES "/basic-00000-of-00004.tfrecord\"},"
+                  "\"ops\":[{\"op\":\"parse_example\",\"features\":{\"name\":{\"dtype\":\"bytes\"}}},"
+                  "{\"op\":\"decode_jpeg\",\"key\":\"name\"}]}",
+                  &o);
+    cr_assert_eq(bs.rc, SL_EDATA);
+    cr_assert(strstr(bs.errmsg, "ops[1] (decode_jpeg): component \"name\" (9 bytes): ") == bs.errmsg, "%s", bs.errmsg);
+    batches_free(&bs);
+    bs = run_images("{\"op\":\"batch\",\"batch_size\":1},{\"op\":\"random_flip\",\"key\":\"image/encoded\"}");
+    cr_assert_eq(bs.rc, SL_EDATA);
+    cr_assert(strstr(bs.errmsg, "ops[3] (random_flip): component \"image/encoded\" has shape [1, 51, 81, 3]; "
+                                "random_flip takes one image of shape [height, width, 1 or 3] per element (put it "
+                                "before batch)"),
+              "%s", bs.errmsg);
+    batches_free(&bs);
+}

@@ -1,0 +1,547 @@
+/*
+ * ops_image.c: the ops that change one component of an element:
+ * decode_jpeg, resize, random_crop, center_crop, random_flip and normalize
+ * on uint8 HWC images (through image.h), and cast on numbers of any shape.
+ * Each replaces the value of its `key` component and passes the other
+ * components on as they are.
+ *
+ * Images come one per element, shape [height, width, channels] with 1 or
+ * 3 channels: these ops go before batch, as in a tf.data map. decode_jpeg
+ * makes uint8 images and resize takes them; resize makes float32 ones (as
+ * tf.image.resize) or uint8; the crops and random_flip take images of any
+ * numeric dtype, normalize uint8 or float32 ones.
+ *
+ * The random ops (random_crop, random_flip) draw from a generator of their
+ * own. With a seed, epoch e (the e-th reset) draws from
+ * sl__epoch_seed(seed, e): every run with the same seed makes the same
+ * draws, and each epoch new ones. Without a seed each pipeline instance
+ * draws its own.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image.h"
+#include "iter.h"
+
+struct image_iter {
+    sl_iter_t base;
+    sl_op_kind_t kind;
+    uint32_t key;       /* the component changed */
+    sl_spec_op_t op;    /* a copy: these ops' descriptors hold no pointers */
+    sl_image_decoder_t *dec; /* decode_jpeg */
+    uint64_t seed, epoch;    /* random ops */
+    sl_image_rng_t rng;
+};
+
+/* ---- casts ---- */
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13); /* inf, NaN */
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        /* A subnormal half is a normal float. */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t float_to_bfloat16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if (isnan(f))
+        return (uint16_t)((bits >> 16) | 0x40); /* stays a quiet NaN */
+    bits += 0x7fff + ((bits >> 16) & 1);     /* round to nearest even */
+    return (uint16_t)(bits >> 16);
+}
+
+static float bfloat16_to_float(uint16_t b)
+{
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* long double holds every value of every dtype exactly on x86-64 and
+ * aarch64 (64- and 113-bit mantissas), int64 and uint64 included. */
+static long double load(sl_dtype_t t, const uint8_t *p)
+{
+    switch (t) {
+    case SL_DTYPE_BOOL: return *p != 0;
+    case SL_DTYPE_INT8: return (int8_t)*p;
+    case SL_DTYPE_UINT8: return *p;
+#define LOAD(dt, ctype)                                                                                              \
+    case dt: {                                                                                                       \
+        ctype x;                                                                                                     \
+        memcpy(&x, p, sizeof x);                                                                                     \
+        return x;                                                                                                    \
+    }
+        LOAD(SL_DTYPE_INT16, int16_t)
+        LOAD(SL_DTYPE_INT32, int32_t)
+        LOAD(SL_DTYPE_INT64, int64_t)
+        LOAD(SL_DTYPE_UINT16, uint16_t)
+        LOAD(SL_DTYPE_UINT32, uint32_t)
+        LOAD(SL_DTYPE_UINT64, uint64_t)
+        LOAD(SL_DTYPE_FLOAT32, float)
+        LOAD(SL_DTYPE_FLOAT64, double)
+#undef LOAD
+    case SL_DTYPE_FLOAT16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return half_to_float(h);
+    }
+    case SL_DTYPE_BFLOAT16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return bfloat16_to_float(h);
+    }
+    default: return 0;
+    }
+}
+
+static void store(sl_dtype_t t, long double x, uint8_t *p)
+{
+    switch (t) {
+    case SL_DTYPE_BOOL: *p = x != 0; return;
+    case SL_DTYPE_FLOAT32: {
+        float f = (float)x;
+        memcpy(p, &f, sizeof f);
+        return;
+    }
+    case SL_DTYPE_FLOAT64: {
+        double d = (double)x;
+        memcpy(p, &d, sizeof d);
+        return;
+    }
+    case SL_DTYPE_FLOAT16: {
+        float f = (float)x;
+        uint16_t h;
+        sl_image_cast_f32_f16(&f, 1, &h);
+        memcpy(p, &h, 2);
+        return;
+    }
+    case SL_DTYPE_BFLOAT16: {
+        uint16_t h = float_to_bfloat16((float)x);
+        memcpy(p, &h, 2);
+        return;
+    }
+    default: break;
+    }
+    /* Integers: round half to even, saturate, NaN is 0. */
+    x = isnan(x) ? 0 : nearbyintl(x);
+    switch (t) {
+#define STORE(dt, ctype, lo, hi)                                                                                     \
+    case dt: {                                                                                                       \
+        ctype v = x <= (long double)(lo) ? (ctype)(lo) : x >= (long double)(hi) ? (ctype)(hi) : (ctype)x;            \
+        memcpy(p, &v, sizeof v);                                                                                     \
+        return;                                                                                                      \
+    }
+        STORE(SL_DTYPE_INT8, int8_t, INT8_MIN, INT8_MAX)
+        STORE(SL_DTYPE_INT16, int16_t, INT16_MIN, INT16_MAX)
+        STORE(SL_DTYPE_INT32, int32_t, INT32_MIN, INT32_MAX)
+        STORE(SL_DTYPE_INT64, int64_t, INT64_MIN, INT64_MAX)
+        STORE(SL_DTYPE_UINT8, uint8_t, 0, UINT8_MAX)
+        STORE(SL_DTYPE_UINT16, uint16_t, 0, UINT16_MAX)
+        STORE(SL_DTYPE_UINT32, uint32_t, 0, UINT32_MAX)
+        STORE(SL_DTYPE_UINT64, uint64_t, 0, UINT64_MAX)
+#undef STORE
+    default: return;
+    }
+}
+
+void sl__cast_values(sl_dtype_t from, const void *src, size_t n, sl_dtype_t to, void *dst)
+{
+    /* The kernels of image.h do the common image casts, with the same
+     * rounding as the general loop. */
+    if (from == to) {
+        memcpy(dst, src, n * sl_dtype_size(from));
+    } else if (from == SL_DTYPE_UINT8 && to == SL_DTYPE_FLOAT32) {
+        sl_image_cast_u8_f32(src, n, dst);
+    } else if (from == SL_DTYPE_FLOAT32 && to == SL_DTYPE_UINT8) {
+        sl_image_cast_f32_u8(src, n, dst);
+    } else if (from == SL_DTYPE_UINT8 && to == SL_DTYPE_INT32) {
+        sl_image_cast_u8_i32(src, n, dst);
+    } else if (from == SL_DTYPE_FLOAT32 && to == SL_DTYPE_FLOAT16) {
+        sl_image_cast_f32_f16(src, n, dst);
+    } else {
+        size_t a = sl_dtype_size(from), b = sl_dtype_size(to);
+        const uint8_t *s = src;
+        uint8_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            store(to, load(from, s + i * a), d + i * b);
+    }
+}
+
+/* ---- the ops ---- */
+
+static const char *key_name(const struct image_iter *ii)
+{
+    return ii->base.spec.c[ii->key].name;
+}
+
+/* Checks that v is one image of a dtype the op takes and gives its shape. */
+static int image_shape(struct image_iter *ii, const sl_value_t *v, sl_image_shape_t *s)
+{
+    const char *op = sl_spec_op_name(ii->kind);
+    bool ok = v->dtype != SL_DTYPE_BYTES;
+    if (ii->kind == SL_OP_RESIZE)
+        ok = v->dtype == SL_DTYPE_UINT8;
+    else if (ii->kind == SL_OP_NORMALIZE)
+        ok = v->dtype == SL_DTYPE_UINT8 || v->dtype == SL_DTYPE_FLOAT32;
+    if (!ok)
+        return sl__iter_fail(&ii->base, SL_EDATA, "component \"%s\" is %s, which %s does not take", key_name(ii),
+                             sl_dtype_name(v->dtype), op);
+    if (v->ragged || v->rank != 3 || v->shape[0] < 1 || v->shape[1] < 1 || (v->shape[2] != 1 && v->shape[2] != 3)) {
+        char got[128];
+        sl__shape_str(v->shape, v->rank, got, sizeof got);
+        return sl__iter_fail(&ii->base, SL_EDATA,
+                             "component \"%s\" has shape %s%s; %s takes one image of shape [height, width, 1 or 3] "
+                             "per element (put it before batch)",
+                             key_name(ii), v->ragged ? "(ragged)" : "", got, op);
+    }
+    *s = (sl_image_shape_t){(size_t)v->shape[0], (size_t)v->shape[1], (size_t)v->shape[2]};
+    return 0;
+}
+
+/* Replaces v with buf, a malloc'd HWC result of dtype (taken over). */
+static void set_image(sl_value_t *v, sl_dtype_t dtype, size_t h, size_t w, size_t c, uint8_t *buf)
+{
+    int64_t shape[3] = {(int64_t)h, (int64_t)w, (int64_t)c};
+    sl_value_clear(v);
+    sl_value_adopt(v, dtype, 3, shape, buf, h * w * c * sl_dtype_size(dtype));
+}
+
+static int nomem(struct image_iter *ii, size_t bytes)
+{
+    return sl__iter_fail(&ii->base, -ENOMEM, "out of memory for %zu bytes of component \"%s\"", bytes, key_name(ii));
+}
+
+static int do_decode_jpeg(struct image_iter *ii, sl_value_t *v)
+{
+    char err[256];
+    if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
+        char got[128];
+        sl__shape_str(v->shape, v->rank, got, sizeof got);
+        return sl__iter_fail(&ii->base, SL_EDATA,
+                             "component \"%s\" is %s of shape %s; decode_jpeg takes one encoded image (a bytes "
+                             "scalar) per element",
+                             key_name(ii), sl_dtype_name(v->dtype), got);
+    }
+    size_t len;
+    const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
+    uint8_t *img = NULL;
+    sl_image_shape_t s;
+    int rc = sl_image_decode_jpeg(ii->dec, jpeg, len, (int)ii->op.u.decode_jpeg.channels,
+                                  ii->base.ctx->opts.max_batch_bytes, &img, &s, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    set_image(v, SL_DTYPE_UINT8, s.h, s.w, s.c, img);
+    return 0;
+}
+
+static int do_resize(struct image_iter *ii, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    size_t h = (size_t)ii->op.u.resize.size.v[0], w = (size_t)ii->op.u.resize.size.v[1];
+    sl_dtype_t dt = ii->op.u.resize.dtype;
+    size_t bytes = h * w * s.c * sl_dtype_size(dt);
+    uint8_t *out = malloc(bytes);
+    if (!out)
+        return nomem(ii, bytes);
+    if (dt == SL_DTYPE_FLOAT32)
+        rc = sl_image_resize_f32(sl_value_data(v), s, h, w, (float *)out, err, sizeof err);
+    else
+        rc = sl_image_resize_u8(sl_value_data(v), s, h, w, out, err, sizeof err);
+    if (rc < 0) {
+        free(out);
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    }
+    set_image(v, dt, h, w, s.c, out);
+    return 0;
+}
+
+static int do_crop(struct image_iter *ii, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    const sl_spec_ints_t *size = ii->kind == SL_OP_RANDOM_CROP ? &ii->op.u.random_crop.size : &ii->op.u.center_crop.size;
+    size_t h = (size_t)size->v[0], w = (size_t)size->v[1], y, x;
+    if (h > s.h || w > s.w) {
+        char got[128];
+        sl__shape_str(v->shape, v->rank, got, sizeof got);
+        return sl__iter_fail(&ii->base, SL_EDATA, "component \"%s\" has shape %s, smaller than the crop [%zu, %zu]",
+                             key_name(ii), got, h, w);
+    }
+    if (ii->kind == SL_OP_RANDOM_CROP)
+        rc = sl_image_random_crop_offsets(&ii->rng, s, h, w, &y, &x, err, sizeof err);
+    else
+        rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    /* A pixel is c values of the dtype: rows of the window are copied whole. */
+    size_t px = s.c * sl_dtype_size(v->dtype);
+    uint8_t *out = malloc(h * w * px);
+    if (!out)
+        return nomem(ii, h * w * px);
+    const uint8_t *src = sl_value_data(v);
+    for (size_t r = 0; r < h; r++)
+        memcpy(out + r * w * px, src + ((y + r) * s.w + x) * px, w * px);
+    set_image(v, v->dtype, h, w, s.c, out);
+    return 0;
+}
+
+static int do_random_flip(struct image_iter *ii, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    /* In place: the value's bytes are its own (heap, inline or its
+     * element's block). */
+    uint8_t *data = sl_value_data(v);
+    if (v->dtype == SL_DTYPE_UINT8) {
+        rc = sl_image_random_flip(&ii->rng, data, s, (sl_image_flip_dir_t)ii->op.u.random_flip.direction, data, NULL,
+                                  err, sizeof err);
+        if (rc < 0)
+            return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+        return 0;
+    }
+    /* Other dtypes: the same draw as image.h's (the top bit), then pixels
+     * of c values swapped whole. */
+    if ((sl_image_rng_next(&ii->rng) >> 63) == 0)
+        return 0;
+    size_t px = s.c * sl_dtype_size(v->dtype), row = s.w * px;
+    uint8_t tmp[64];
+    if (ii->op.u.random_flip.direction == SL_IMAGE_FLIP_LEFT_RIGHT) {
+        for (size_t y = 0; y < s.h; y++) {
+            uint8_t *r = data + y * row;
+            for (size_t i = 0, j = s.w - 1; i < j; i++, j--) {
+                memcpy(tmp, r + i * px, px);
+                memcpy(r + i * px, r + j * px, px);
+                memcpy(r + j * px, tmp, px);
+            }
+        }
+    } else {
+        for (size_t i = 0, j = s.h - 1; i < j; i++, j--) {
+            uint8_t *a = data + i * row, *b = data + j * row;
+            for (size_t k = 0; k < row; k += px) {
+                memcpy(tmp, a + k, px);
+                memcpy(a + k, b + k, px);
+                memcpy(b + k, tmp, px);
+            }
+        }
+    }
+    return 0;
+}
+
+static int do_normalize(struct image_iter *ii, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    const sl_spec_floats_t *mean = &ii->op.u.normalize.mean, *std = &ii->op.u.normalize.std;
+    if ((size_t)mean->n != s.c)
+        return sl__iter_fail(&ii->base, SL_EDATA, "component \"%s\" has %zu channel%s, but mean and std have %d values",
+                             key_name(ii), s.c, s.c == 1 ? "" : "s", mean->n);
+    float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
+    for (int i = 0; i < mean->n; i++) {
+        m[i] = (float)mean->v[i];
+        d[i] = (float)std->v[i];
+    }
+    size_t n = s.h * s.w * s.c, bytes = n * sizeof(float);
+    if (v->dtype == SL_DTYPE_FLOAT32) {
+        /* In place, with the expression image.h uses for bytes. */
+        float *x = (float *)sl_value_data(v); /* 8-aligned: heap, inline or block */
+        bool scale = ii->op.u.normalize.scale;
+        for (size_t i = 0; i < n; i++) {
+            float y = scale ? x[i] / 255.0f : x[i];
+            x[i] = (y - m[i % s.c]) / d[i % s.c];
+        }
+        return 0;
+    }
+    float *out = malloc(bytes);
+    if (!out)
+        return nomem(ii, bytes);
+    rc = sl_image_normalize(sl_value_data(v), s, m, d, ii->op.u.normalize.scale, out, err, sizeof err);
+    if (rc < 0) {
+        free(out);
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    }
+    set_image(v, SL_DTYPE_FLOAT32, s.h, s.w, s.c, (uint8_t *)out);
+    return 0;
+}
+
+static int do_cast(struct image_iter *ii, sl_value_t *v)
+{
+    sl_dtype_t to = ii->op.u.cast.dtype;
+    if (v->dtype == to)
+        return 0;
+    if (v->dtype == SL_DTYPE_BYTES || v->ragged)
+        return sl__iter_fail(&ii->base, SL_EDATA, "component \"%s\" is %s%s; cast takes numbers (cast before batch)",
+                             key_name(ii), v->ragged ? "a ragged batch of " : "", sl_dtype_name(v->dtype));
+    uint64_t n = sl_value_count(v);
+    size_t bytes = (size_t)n * sl_dtype_size(to);
+    int64_t shape[SL_MAX_RANK];
+    memcpy(shape, v->shape, sizeof shape);
+    sl_value_t nv;
+    uint8_t *dst = sl_value_alloc(&nv, to, v->rank, shape, bytes);
+    if (!dst)
+        return nomem(ii, bytes);
+    sl__cast_values(v->dtype, sl_value_data(v), (size_t)n, to, dst);
+    sl_value_clear(v);
+    *v = nv;
+    return 0;
+}
+
+static int image_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct image_iter *ii = (struct image_iter *)it;
+    int rc = it->input->vt->next(it->input, out);
+    if (rc != 0)
+        return rc;
+    sl_value_t *v = &out->v[ii->key];
+    switch (ii->kind) {
+    case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, v); break;
+    case SL_OP_RESIZE: rc = do_resize(ii, v); break;
+    case SL_OP_RANDOM_CROP:
+    case SL_OP_CENTER_CROP: rc = do_crop(ii, v); break;
+    case SL_OP_RANDOM_FLIP: rc = do_random_flip(ii, v); break;
+    case SL_OP_NORMALIZE: rc = do_normalize(ii, v); break;
+    case SL_OP_CAST: rc = do_cast(ii, v); break;
+    default: rc = sl__iter_fail(it, SL_EINTERNAL, "op kind %d is not an image op", (int)ii->kind); break;
+    }
+    if (rc < 0)
+        sl_element_clear(out);
+    return rc;
+}
+
+static void image_seed(struct image_iter *ii)
+{
+    sl_image_rng_seed(&ii->rng, sl__epoch_seed(ii->seed, ii->epoch));
+}
+
+static int image_reset(sl_iter_t *it)
+{
+    struct image_iter *ii = (struct image_iter *)it;
+    ii->epoch++;
+    image_seed(ii);
+    return it->input->vt->reset(it->input);
+}
+
+static void image_destroy(sl_iter_t *it)
+{
+    struct image_iter *ii = (struct image_iter *)it;
+    sl_image_decoder_free(ii->dec);
+    free(ii);
+}
+
+static const sl_iter_vtbl_t image_vtbl = {image_next, image_reset, image_destroy};
+
+/* The key field of each op. */
+static const char *op_key(const sl_spec_op_t *op)
+{
+    switch (op->kind) {
+    case SL_OP_DECODE_JPEG: return op->u.decode_jpeg.key;
+    case SL_OP_RESIZE: return op->u.resize.key;
+    case SL_OP_RANDOM_CROP: return op->u.random_crop.key;
+    case SL_OP_CENTER_CROP: return op->u.center_crop.key;
+    case SL_OP_RANDOM_FLIP: return op->u.random_flip.key;
+    case SL_OP_NORMALIZE: return op->u.normalize.key;
+    case SL_OP_CAST: return op->u.cast.key;
+    default: return NULL;
+    }
+}
+
+/* Whether the op takes a component of dtype dt; what it takes, for the
+ * message when not. */
+static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
+{
+    switch (kind) {
+    case SL_OP_DECODE_JPEG: *what = "encoded images (bytes)"; return dt == SL_DTYPE_BYTES;
+    case SL_OP_RESIZE: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_NORMALIZE:
+        *what = "uint8 or float32 images";
+        return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
+    case SL_OP_CAST: *what = "numbers"; return dt != SL_DTYPE_BYTES;
+    default: *what = "images of numbers (decode_jpeg makes them)"; return dt != SL_DTYPE_BYTES;
+    }
+}
+
+int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out)
+{
+    char names[1024], err[256];
+    const char *key = op_key(op), *takes;
+    if (!key)
+        return sl__ctx_fail(ctx, SL_EINTERNAL, label, "op kind %d is not an image op", (int)op->kind);
+    int k = sl__spec_find(&input->spec, key);
+    if (k < 0) {
+        sl__spec_names(&input->spec, names, sizeof names);
+        return sl__ctx_fail(ctx, SL_EINVAL, label, "component \"%s\" is not in its input (%s)", key, names);
+    }
+    sl_dtype_t dt = input->spec.c[k].dtype;
+    if (!op_takes(op->kind, dt, &takes))
+        return sl__ctx_fail(ctx, SL_EINVAL, label, "component \"%s\" is %s; %s takes %s", key, sl_dtype_name(dt),
+                            sl_spec_op_name(op->kind), takes);
+
+    struct image_iter *ii = calloc(1, sizeof *ii);
+    if (!ii)
+        return -ENOMEM;
+    sl__iter_init(&ii->base, &image_vtbl, input, ctx, label);
+    ii->kind = op->kind;
+    ii->key = (uint32_t)k;
+    ii->op = *op;
+    switch (op->kind) {
+    case SL_OP_DECODE_JPEG:
+        if (sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
+        ii->base.spec.c[k].dtype = SL_DTYPE_UINT8;
+        break;
+    case SL_OP_RESIZE: ii->base.spec.c[k].dtype = op->u.resize.dtype; break;
+    case SL_OP_NORMALIZE: ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32; break;
+    case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
+    case SL_OP_RANDOM_CROP:
+        ii->seed = op->u.random_crop.has_seed ? (uint64_t)op->u.random_crop.seed : sl__random_seed(ii);
+        break;
+    case SL_OP_RANDOM_FLIP:
+        ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);
+        break;
+    default: break;
+    }
+    /* An image is one per element; a cast keeps a varlen component varlen. */
+    if (op->kind != SL_OP_CAST)
+        ii->base.spec.c[k].varlen = false;
+    image_seed(ii);
+    *out = &ii->base;
+    return 0;
+}
