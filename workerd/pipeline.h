@@ -90,6 +90,25 @@ int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
  *  (tfrecord with on_corrupt "skip"); call it on the pipeline's thread */
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p);
 
+/** The time one stage of the pipeline (the source or an op) took. */
+typedef struct sl_pipeline_op_stats {
+    char label[48];      /* "source (tfrecord)", "ops[2] (resize)" */
+    uint64_t calls;      /* calls of its next (or bulk next) */
+    uint64_t elements;   /* elements it yielded (rows, for a bulk call) */
+    double seconds;      /* time in those calls, its inputs' included; estimated
+                            from one call in 16 timed */
+    double self_seconds; /* seconds less its input's: its own work, an estimate
+                            (an op that waits on a thread of its own, or on the
+                            dispatcher, counts the wait) */
+} sl_pipeline_op_stats_t;
+
+/**
+ * Copies the time per stage, source first, into out[0..max).
+ * Safe to call from any thread while the pipeline runs.
+ * @return how many stages were written: min(max, the number of stages)
+ */
+int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max);
+
 /** @return the message of the pipeline's failure, or ""; valid until sl_pipeline_destroy() */
 const char *sl_pipeline_errmsg(const sl_pipeline_t *p);
 

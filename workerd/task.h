@@ -21,7 +21,13 @@
 #include "batch.h"
 #include "confine.h"
 #include "frame.h"
+#include "pipeline.h"
 #include "reader.h"
+#include "spec.h"
+
+/* The most pipeline stages sl_task_info() reports: the source and every op,
+ * with room for iterators an op adds of its own. */
+#define SL_TASK_MAX_STAGES (2 * SL_SPEC_MAX_OPS + 2)
 
 typedef struct sl_task sl_task_t;
 
@@ -97,6 +103,9 @@ typedef struct sl_task_info {
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */
     uint64_t records_skipped;  /* corrupt records skipped (tfrecord, on_corrupt "skip") */
+    int num_stages;            /* time per pipeline stage, source first (0 when the
+                                  pipeline could not be built) */
+    sl_pipeline_op_stats_t stages[SL_TASK_MAX_STAGES];
 } sl_task_info_t;
 
 void sl_task_info(sl_task_t *task, sl_task_info_t *out);
