@@ -69,10 +69,10 @@ class BuilderTest(unittest.TestCase):
                          {'type': 'tfrecord', 'files': ['/d/a', '/d/b'], 'compression': 'gzip',
                           'on_corrupt': 'skip'})
         self.assertEqual(sluice.text_lines(['/d/t.txt']).spec['source'],
-                         {'type': 'text_lines', 'files': ['/d/t.txt']})
+                         {'type': 'text_lines', 'files': ['/d/t.txt'], 'compression': 'none'})
         self.assertEqual(sluice.fixed_length_records('/d/r.bin', 16, header_bytes=4).spec['source'],
                          {'type': 'fixed_length_records', 'files': ['/d/r.bin'], 'record_bytes': 16,
-                          'header_bytes': 4, 'footer_bytes': 0, 'compression': 'none'})
+                          'header_bytes': 4, 'footer_bytes': 0})
 
     def test_running_ops(self):
         ds = (sluice.range(0, 100).skip(2).take(50).shuffle(16).shuffle(8, seed=7, reshuffle_each_iteration=False)
