@@ -51,7 +51,6 @@ ap.add_argument('--batches', type=int, default=24, help='batches timed')
 ap.add_argument('--runs', type=int, default=2)
 ap.add_argument('--workers', type=int, default=1, help='Sluice pipeline threads = DataLoader num_workers')
 ap.add_argument('--only', choices=['sluice', 'torch'], help='run one side (for profiling)')
-ap.add_argument('--fast', action='store_true', help='decode_jpeg "fast": true on the Sluice side')
 args = ap.parse_args()
 BUILD = os.path.abspath(args.build)
 os.environ['SLUICE_BUILD'] = BUILD
@@ -161,8 +160,6 @@ def sluice_rate(data_dir):
     try:
         c.wait_workers_registered(1)
         decode = {"op": "decode_jpeg", "key": "image/encoded", "channels": 3}
-        if args.fast:
-            decode["fast"] = True
         spec = {"source": {"type": "tfrecord", "files": [os.path.join(data_dir, 'images-*.tfrecord')]},
                 "ops": [{"op": "repeat"},
                         {"op": "parse_example", "features": {"image/encoded": {"dtype": "bytes"},
@@ -333,7 +330,6 @@ def main():
         "torch_num_workers": args.workers,
         "pipeline": "tfrecord, parse_example, decode_jpeg, random_crop %dx%d, random_flip, resize %dx%d bilinear "
                     "uint8, normalize float32, batch %d" % (args.crop, args.crop, args.size, args.size, args.batch),
-        "sluice_decode_fast": args.fast,
         "images_timed": args.batches * args.batch,
         "warmup_images": args.warmup * args.batch,
         "dataset_images": args.images,
