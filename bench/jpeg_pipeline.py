@@ -18,6 +18,10 @@ and std on x / 255, and batch 64 images (HWC, float32) with their labels.
   parsed in Python (a minimal wire-format parser; the CRCs are not checked
   there, which only favours it), PIL to decode, crop, flip and resize
   (Image.BILINEAR), NumPy to normalize, default_collate to batch.
+  PIL's bilinear filter widens when it downscales (256 -> 224: a support of
+  1.14 pixels each side instead of 1), a little more work than Sluice's
+  resize (tf.image.resize's bilinear, two taps), and its pixels differ
+  slightly; everything else is the same work.
 
 Each side skips --warmup batches and then times --batches batches; the two
 run --runs times, alternately, and each keeps its best (the machine is
