@@ -14,6 +14,7 @@
 
 #include "admin.h"
 #include "admin_api.h"
+#include "big_alloc.h"
 #include "cli.h"
 #include "confine.h"
 #include "log.h"
@@ -204,6 +205,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Pipeline threads wake the loop through events. */
     evthread_use_pthreads();
+    /* Batch blocks reuse freed memory rather than fault in fresh pages. */
+    sl__big_alloc_setup(o.worker.task.max_batch_bytes);
 
     int status = SL_EXIT_FAILURE;
     char err[1024];

@@ -35,6 +35,11 @@ struct image_iter {
     sl_image_decoder_t *dec; /* decode_jpeg */
     uint64_t seed, epoch;    /* random ops */
     sl_image_rng_t rng;
+    /* decode_jpeg directly followed by a crop of the same component: the
+     * decode passes the bytes on and the crop decodes only its window
+     * (sl_image_decode_jpeg_window), with the same result. */
+    bool fused;                       /* decode_jpeg: leave the decoding to the crop */
+    struct image_iter *fused_decode;  /* random_crop, center_crop: the decode_jpeg before it */
 };
 
 /* ---- casts ---- */
@@ -245,6 +250,8 @@ static int do_decode_jpeg(struct image_iter *ii, sl_value_t *v)
                              "scalar) per element",
                              key_name(ii), sl_dtype_name(v->dtype), got);
     }
+    if (ii->fused)
+        return 0;
     size_t len;
     const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
     uint8_t *img = NULL;
@@ -282,10 +289,61 @@ static int do_resize(struct image_iter *ii, sl_value_t *v)
     return 0;
 }
 
+/* A crop fused with the decode_jpeg before it: v is still the encoded
+ * image. The offsets are drawn from the header's shape with the draws
+ * do_crop makes, so the window is the one decode-then-crop would cut. */
+static int do_decode_crop(struct image_iter *ii, sl_value_t *v)
+{
+    struct image_iter *d = ii->fused_decode;
+    char err[256];
+    if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
+        char got[128];
+        sl__shape_str(v->shape, v->rank, got, sizeof got);
+        return sl__iter_fail(&d->base, SL_EDATA,
+                             "component \"%s\" is %s of shape %s; decode_jpeg takes one encoded image (a bytes "
+                             "scalar) per element",
+                             key_name(ii), sl_dtype_name(v->dtype), got);
+    }
+    size_t len;
+    const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
+    int channels = (int)d->op.u.decode_jpeg.channels;
+    sl_image_shape_t s;
+    int rc = sl_image_jpeg_header(d->dec, jpeg, len, channels, &s, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    const sl_spec_ints_t *size = ii->kind == SL_OP_RANDOM_CROP ? &ii->op.u.random_crop.size : &ii->op.u.center_crop.size;
+    size_t h = (size_t)size->v[0], w = (size_t)size->v[1], y, x;
+    /* An image over the limit fails in the window decoder, as decode_jpeg
+     * fails it, before the crop's size is looked at. */
+    bool too_big = s.h * s.w * s.c > d->base.ctx->opts.max_batch_bytes;
+    if (!too_big && (h > s.h || w > s.w))
+        return sl__iter_fail(&ii->base, SL_EDATA,
+                             "component \"%s\" has shape [%zu, %zu, %zu], smaller than the crop [%zu, %zu]",
+                             key_name(ii), s.h, s.w, s.c, h, w);
+    if (too_big)
+        y = x = 0;
+    else if (ii->kind == SL_OP_RANDOM_CROP)
+        rc = sl_image_random_crop_offsets(&ii->rng, s, h, w, &y, &x, err, sizeof err);
+    else
+        rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    uint8_t *img = NULL;
+    sl_image_shape_t ws;
+    rc = sl_image_decode_jpeg_window(jpeg, len, channels, d->base.ctx->opts.max_batch_bytes, y, x, h, w, &img, &ws,
+                                     err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
+    return 0;
+}
+
 static int do_crop(struct image_iter *ii, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
+    if (ii->fused_decode)
+        return do_decode_crop(ii, v);
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
@@ -495,6 +553,19 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     }
 }
 
+/* A crop straight after decode_jpeg of the same component takes the
+ * decoding over (see struct image_iter). */
+static void fuse_with_decode(struct image_iter *crop, sl_iter_t *input)
+{
+    if (input->vt != &image_vtbl)
+        return;
+    struct image_iter *d = (struct image_iter *)input;
+    if (d->kind != SL_OP_DECODE_JPEG || d->key != crop->key || d->fused)
+        return;
+    d->fused = true;
+    crop->fused_decode = d;
+}
+
 int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out)
 {
@@ -532,7 +603,9 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
     case SL_OP_RANDOM_CROP:
         ii->seed = op->u.random_crop.has_seed ? (uint64_t)op->u.random_crop.seed : sl__random_seed(ii);
+        fuse_with_decode(ii, input);
         break;
+    case SL_OP_CENTER_CROP: fuse_with_decode(ii, input); break;
     case SL_OP_RANDOM_FLIP:
         ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);
         break;
