@@ -22,9 +22,9 @@
 
 #include "sluice.h"
 
-_Static_assert(SLUICE_DTYPE_BOOL == SL_DTYPE_BOOL && SLUICE_DTYPE_INT64 == SL_DTYPE_INT64 &&
-                   SLUICE_DTYPE_FLOAT32 == SL_DTYPE_FLOAT32 && SLUICE_DTYPE_BYTES == SL_DTYPE_BYTES &&
-                   SLUICE_DTYPE_FLOAT64 == SL_DTYPE_FLOAT64 && SLUICE_PLUGIN_MAX_RANK == SL_MAX_RANK,
+_Static_assert((int)SLUICE_DTYPE_BOOL == (int)SL_DTYPE_BOOL && (int)SLUICE_DTYPE_INT64 == (int)SL_DTYPE_INT64 &&
+                   (int)SLUICE_DTYPE_FLOAT32 == (int)SL_DTYPE_FLOAT32 && (int)SLUICE_DTYPE_BYTES == (int)SL_DTYPE_BYTES &&
+                   (int)SLUICE_DTYPE_FLOAT64 == (int)SL_DTYPE_FLOAT64 && SLUICE_PLUGIN_MAX_RANK == SL_MAX_RANK,
                "sluice_plugin.h and sluice.h agree");
 
 struct loaded {
