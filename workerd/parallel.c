@@ -45,6 +45,7 @@ struct slot {
     struct slot *qnext; /* in the pool's queue */
     sl_element_t *el;   /* room for SL_MAX_COMPONENTS values */
     int state;          /* enum slot_state, under the pool's mu */
+    bool busy;          /* pulled and not yet yielded: the pipeline thread's alone */
     int rc;             /* what the ops made of it: 0, 1 dropped, < 0 failed */
     uint64_t ordinal;
     char err[SL_ITER_ERRBUF];
@@ -210,6 +211,7 @@ static void drain(struct par_iter *pi)
         if (pi->slots[i].el)
             sl_element_clear(pi->slots[i].el);
         pi->slots[i].state = SLOT_FREE;
+        pi->slots[i].busy = false;
     }
     pi->inflight = 0;
 }
@@ -221,7 +223,7 @@ static void fill(struct par_iter *pi)
     while (!pi->ended && pi->inflight < pi->cap) {
         struct slot *s = NULL;
         for (unsigned i = 0; i < pi->cap && !s; i++) {
-            if (pi->slots[i].state == SLOT_FREE)
+            if (!pi->slots[i].busy)
                 s = &pi->slots[i];
         }
         if (!s)
@@ -240,6 +242,7 @@ static void fill(struct par_iter *pi)
             return;
         }
         s->ordinal = pi->next_ordinal++;
+        s->busy = true;
         s->rc = 0;
         s->qnext = NULL;
         pthread_mutex_lock(&pool->mu);
@@ -284,8 +287,10 @@ static int par_next(sl_iter_t *it, sl_element_t *out)
                 if (pi->ordered && s)
                     break;
             }
-            if (s)
+            if (s) {
+                s->state = SLOT_FREE;
                 break;
+            }
             pthread_cond_wait(&pi->done, &pool->mu);
         }
         pthread_mutex_unlock(&pool->mu);
@@ -299,15 +304,15 @@ static int par_next(sl_iter_t *it, sl_element_t *out)
             pi->head++;
         pi->inflight--;
         int rc = s->rc;
+        /* DONE: no pool thread touches the slot any more. */
+        s->busy = false;
         if (rc < 0) {
             sl_element_clear(s->el);
-            s->state = SLOT_FREE;
             return par_fail(pi, rc, s->err);
         }
         if (rc == 0)
             sl_element_move(out, s->el);
         sl_element_clear(s->el);
-        s->state = SLOT_FREE;
         if (rc == 0)
             return 0;
         /* Dropped by a filter: on to the next. */
