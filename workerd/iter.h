@@ -131,8 +131,9 @@ uint64_t sl__element_seed(uint64_t seed, uint64_t epoch, uint64_t ordinal);
 /* parallel.c: records an op's num_parallel_calls and deterministic on its
  * iterator (autotune is opts.threads); then, once the chain is built,
  * replaces every run of adjacent element-wise ops with parallelism by one
- * parallel stage on the pipeline's pool (made here, at most opts.threads
- * threads). *top is updated. 0, -ENOMEM or -errno with ctx->errmsg set. */
+ * parallel stage on the pipeline's pool (made here, opts.threads - 1
+ * threads at most: the pipeline thread works too). *top is updated. 0,
+ * -ENOMEM or -errno with ctx->errmsg set. */
 void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_t *ctx);
 int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top);
 /* Stops and frees ctx->pool, after every iterator is destroyed. */

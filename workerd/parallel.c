@@ -17,8 +17,9 @@
  * sees each element at the same ordinal as the stage's input, and a seeded
  * random op draws the same for any num_parallel_calls.
  *
- * Bounds: the pool has min(--threads, the largest num_parallel_calls) threads
- * per pipeline; a stage keeps at most 2 * num_parallel_calls elements in
+ * Bounds: min(--threads, the largest num_parallel_calls) threads work per
+ * pipeline: the pipeline thread, which runs queued elements itself rather
+ * than wait, and a pool of one fewer; a stage keeps at most 2 * num_parallel_calls elements in
  * flight (pulled, not yet yielded). Errors are kept with their element and
  * surface when that element's turn comes, so the first failing element in
  * input order is the pipeline's error. Destroying or resetting a stage takes
@@ -66,7 +67,8 @@ struct par_iter {
     int nops;
     sl_iter_t *ops[SL_SPEC_MAX_OPS]; /* the run, first to last */
     struct sl_pool *pool;
-    void **locals;        /* pool->n * nops, thread t's local of op k at t * nops + k */
+    void **locals;        /* (pool->n + 1) * nops, thread t's local of op k at t * nops + k;
+                             row pool->n is the pipeline thread's */
     unsigned cap;         /* in-flight bound */
     struct slot *slots;   /* cap */
     pthread_cond_t done;  /* a slot of this stage became DONE (pool mu) */
@@ -184,6 +186,22 @@ void sl__parallel_pool_destroy(sl_iter_ctx_t *ctx)
 
 /* ---- the stage ---- */
 
+/* Takes the oldest queued slot of stage pi off the queue, or NULL; under mu. */
+static struct slot *dequeue_own(struct sl_pool *pool, struct par_iter *pi)
+{
+    struct slot **pp = &pool->head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->qnext) {
+        struct slot *s = *pp;
+        if (s->stage != pi)
+            continue;
+        *pp = s->qnext;
+        if (pool->tail == s)
+            pool->tail = prev;
+        return s;
+    }
+    return NULL;
+}
+
 /* Takes the stage's queued slots back and waits for its running ones;
  * then empties every slot. */
 static void drain(struct par_iter *pi)
@@ -291,6 +309,18 @@ static int par_next(sl_iter_t *it, sl_element_t *out)
                 s->state = SLOT_FREE;
                 break;
             }
+            /* Rather than wait, the pipeline thread runs a queued element
+             * of its own: min(--threads, num_parallel_calls) threads work,
+             * it and the pool. */
+            struct slot *q = dequeue_own(pool, pi);
+            if (q) {
+                q->state = SLOT_RUNNING;
+                pthread_mutex_unlock(&pool->mu);
+                run_slot(q, pool->n);
+                pthread_mutex_lock(&pool->mu);
+                q->state = SLOT_DONE;
+                continue;
+            }
             pthread_cond_wait(&pi->done, &pool->mu);
         }
         pthread_mutex_unlock(&pool->mu);
@@ -341,7 +371,7 @@ static void par_destroy(sl_iter_t *it)
         free(pi->slots);
     }
     if (pi->locals) {
-        for (int t = 0; t < pi->pool->n; t++) {
+        for (int t = 0; t <= pi->pool->n; t++) {
             for (int k = 0; k < pi->nops; k++) {
                 sl_iter_t *op = pi->ops[k];
                 if (op->elem->local_free && pi->locals[t * pi->nops + k])
@@ -398,7 +428,7 @@ static int stage_create(sl_iter_ctx_t *ctx, sl_iter_t **run, int n, sl_iter_t **
     pi->pool = ctx->pool;
     pi->cap = (unsigned)(2 * calls);
     pi->slots = calloc(pi->cap, sizeof *pi->slots);
-    pi->locals = calloc((size_t)pi->pool->n * (size_t)n, sizeof *pi->locals);
+    pi->locals = calloc((size_t)(pi->pool->n + 1) * (size_t)n, sizeof *pi->locals);
     if (!pi->slots || !pi->locals)
         goto nomem;
     for (unsigned i = 0; i < pi->cap; i++) {
@@ -406,7 +436,7 @@ static int stage_create(sl_iter_ctx_t *ctx, sl_iter_t **run, int n, sl_iter_t **
         if (!(pi->slots[i].el = sl_element_new(SL_MAX_COMPONENTS)))
             goto nomem;
     }
-    for (int t = 0; t < pi->pool->n; t++) {
+    for (int t = 0; t <= pi->pool->n; t++) {
         for (int k = 0; k < n; k++) {
             if (run[k]->elem->local_new && run[k]->elem->local_new(run[k], &pi->locals[t * n + k]) < 0)
                 goto nomem;
@@ -435,7 +465,8 @@ int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top)
     if (most == 0)
         return 0;
     unsigned threads = ctx->opts.threads ? ctx->opts.threads : DEFAULT_THREADS;
-    int rc = pool_create(ctx, (int)(most < (int64_t)threads ? most : (int64_t)threads));
+    /* The pipeline thread works too (par_next), so the pool has one fewer. */
+    int rc = pool_create(ctx, (int)(most < (int64_t)threads ? most : (int64_t)threads) - 1);
     if (rc < 0)
         return rc;
     sl_iter_t *above = NULL; /* the iterator above chain[i], or NULL at the top */

@@ -56,7 +56,8 @@ typedef struct sl_pipeline_opts {
     struct sl_plugins *plugins;         /* where map and filter find plugins (--plugin-dir);
                                            NULL: every plugin op is refused. Must outlive
                                            the pipeline. */
-    unsigned threads;                   /* most pool threads for parallel ops (--threads);
+    unsigned threads;                   /* most threads for parallel ops, the pipeline's own
+                                           included (--threads);
                                            0: 2 */
 } sl_pipeline_opts_t;
 

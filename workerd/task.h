@@ -37,7 +37,7 @@ typedef struct sl_task_config {
     sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
     struct sl_plugins *plugins; /* --plugin-dir's registry, shared by every task; NULL: no
                                    plugins. Must outlive every task. */
-    unsigned threads;          /* pool threads per task for parallel ops (--threads) */
+    unsigned threads;          /* threads per task for parallel ops, its pipeline thread included (--threads) */
 } sl_task_config_t;
 
 /**
