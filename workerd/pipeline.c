@@ -57,6 +57,8 @@ static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
     [SL_OP_CAST] = sl__op_image_create,
     [SL_OP_SHARD] = sl__op_shard_create,
     [SL_OP_PADDED_BATCH] = sl__op_padded_batch_create,
+    [SL_OP_MAP] = sl__op_map_create,
+    [SL_OP_FILTER] = sl__op_filter_create,
 };
 
 void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label)
@@ -68,19 +70,24 @@ void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl
     snprintf(it->label, sizeof it->label, "%s", label);
     if (input)
         it->spec = input->spec;
+    it->elem = NULL;
+    it->par_calls = 0;
+    it->deterministic = true;
 }
 
 int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
 {
     /* The first failure is the cause; the iterators above it only pass
      * its code on. */
-    if (it->ctx->errmsg[0] == '\0') {
+    char *dst = sl__iter_errbuf ? sl__iter_errbuf : it->ctx->errmsg;
+    size_t dstlen = sl__iter_errbuf ? SL_ITER_ERRBUF : sizeof it->ctx->errmsg;
+    if (dst[0] == '\0') {
         char msg[400];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        snprintf(it->ctx->errmsg, sizeof it->ctx->errmsg, "%s: %s", it->label, msg);
+        snprintf(dst, dstlen, "%s: %s", it->label, msg);
     }
     return code;
 }
@@ -328,7 +335,11 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
         if (rc < 0)
             goto failed;
         it = next;
+        sl__parallel_opts(it, op, &p->ctx);
     }
+    rc = sl__parallel_build(&p->ctx, &it);
+    if (rc < 0)
+        goto failed;
 
     p->out = sl_element_new(it->spec.num_components);
     if (!p->out)
@@ -358,6 +369,7 @@ failed:
 fail:
     sl__iter_destroy(it);
     if (p) {
+        sl__parallel_pool_destroy(&p->ctx);
         sl_element_free(p->out);
         free(p->stages);
     }
@@ -441,6 +453,7 @@ void sl_pipeline_destroy(sl_pipeline_t *p)
     if (!p)
         return;
     sl__iter_destroy(p->top);
+    sl__parallel_pool_destroy(&p->ctx);
     sl_element_free(p->out);
     free(p->stages);
     free(p);

@@ -53,6 +53,12 @@ typedef struct sl_pipeline_opts {
                                            NULL: every file source is refused. Must outlive
                                            the pipeline. */
     sl_io_engine_t io_engine;           /* how file sources read (default SL_IO_AUTO) */
+    struct sl_plugins *plugins;         /* where map and filter find plugins (--plugin-dir);
+                                           NULL: every plugin op is refused. Must outlive
+                                           the pipeline. */
+    unsigned threads;                   /* most threads for parallel ops, the pipeline's own
+                                           included (--threads);
+                                           0: 2 */
 } sl_pipeline_opts_t;
 
 /**

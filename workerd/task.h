@@ -41,6 +41,9 @@ typedef struct sl_task_config {
     const sl_confine_t *roots; /* where file sources may read (--data-root); NULL: nowhere.
                                   Must outlive every task. */
     sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
+    struct sl_plugins *plugins; /* --plugin-dir's registry, shared by every task; NULL: no
+                                   plugins. Must outlive every task. */
+    unsigned threads;          /* threads per task for parallel ops, its pipeline thread included (--threads) */
 } sl_task_config_t;
 
 /**

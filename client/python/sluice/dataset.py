@@ -179,16 +179,26 @@ class Dataset:
     def cast(self, key, dtype):
         return self.op('cast', key=key, dtype=_dtype_name(dtype))
 
-    def map(self, fn, key=None, plugin=None, args=None):
-        """fn: the name of a built-in map, or of the function in the plugin
-        (a shared object, plugin=PATH); args: its JSON arguments."""
-        _not_callable('map', fn)
-        return self.op('map', fn=fn, key=key, plugin=plugin, args=args)
+    def map(self, plugin, function=None, output=None, keep_input=True, num_parallel_calls=None, deterministic=None):
+        """Runs `function` of the C plugin `plugin` (a file name in the
+        workers' --plugin-dir, docs/plugins.md) on every element; output maps
+        the component names it makes to their dtypes."""
+        _not_callable('map', plugin)
+        _not_callable('map', function)
+        return self.op('map', plugin=plugin, function=function,
+                       output=None if output is None else {str(k): _dtype_name(v) for k, v in dict(output).items()},
+                       keep_input=keep_input,
+                       num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
-    def filter(self, fn, key=None, plugin=None, args=None):
-        """As map(); the function keeps an element when it returns true."""
-        _not_callable('filter', fn)
-        return self.op('filter', fn=fn, key=key, plugin=plugin, args=args)
+    def filter(self, key=None, cmp=None, value=None, plugin=None, function=None, num_parallel_calls=None,
+               deterministic=None):
+        """Keeps the elements whose scalar component `key` compares true
+        (cmp "eq", "ne", "lt", "le", "gt", "ge", or "in" with a list of
+        values), or for which the plugin predicate `function` says keep."""
+        _not_callable('filter', key)
+        _not_callable('filter', function)
+        return self.op('filter', key=key, cmp=cmp, value=value, plugin=plugin, function=function,
+                       num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
     def shard(self, num_shards, index):
         """num_shards and index may be "hint" (bound under HINT sharding)."""
