@@ -163,16 +163,21 @@ def sluice_rate(data_dir):
                 worker_args=['--data-root', data_dir, '--threads', str(args.workers), '--buffer-mb', '128'])
     try:
         c.wait_workers_registered(1)
-        decode = {"op": "decode_jpeg", "key": "image/encoded", "channels": 3}
+        # With more than one thread, the element-wise ops run as one parallel
+        # stage over --workers threads (the worker's --threads).
+        par = {"num_parallel_calls": args.workers} if args.workers > 1 else {}
+        decode = dict({"op": "decode_jpeg", "key": "image/encoded", "channels": 3}, **par)
         spec = {"source": {"type": "tfrecord", "files": [os.path.join(data_dir, 'images-*.tfrecord')]},
                 "ops": [{"op": "repeat"},
-                        {"op": "parse_example", "features": {"image/encoded": {"dtype": "bytes"},
-                                                             "image/class/label": {"dtype": "int64"}}},
+                        dict({"op": "parse_example", "features": {"image/encoded": {"dtype": "bytes"},
+                                                                  "image/class/label": {"dtype": "int64"}}}, **par),
                         decode,
-                        {"op": "random_crop", "key": "image/encoded", "size": [args.crop, args.crop]},
-                        {"op": "random_flip", "key": "image/encoded"},
-                        {"op": "resize", "key": "image/encoded", "size": [args.size, args.size], "dtype": "uint8"},
-                        {"op": "normalize", "key": "image/encoded", "mean": MEAN, "std": STD, "scale": True},
+                        dict({"op": "random_crop", "key": "image/encoded", "size": [args.crop, args.crop]}, **par),
+                        dict({"op": "random_flip", "key": "image/encoded"}, **par),
+                        dict({"op": "resize", "key": "image/encoded", "size": [args.size, args.size],
+                              "dtype": "uint8"}, **par),
+                        dict({"op": "normalize", "key": "image/encoded", "mean": MEAN, "std": STD, "scale": True},
+                             **par),
                         {"op": "batch", "batch_size": args.batch, "drop_remainder": True},
                         {"op": "take", "count": args.warmup + args.batches}]}
         it = sluice.distribute(spec, c.dispatcher.addr, max_outstanding=4)
