@@ -208,6 +208,7 @@ int main(int argc, char **argv)
         goto out;
     }
     o.state.roots = roots;
+    o.state.worker_addresses = o.worker_addresses;
     st = sl_dstate_new(&o.state);
     base = event_base_new();
     if (!st || !base) {
