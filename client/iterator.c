@@ -531,7 +531,10 @@ static void pump(sl_iterator_t *it)
 
 static void check_finished(sl_iterator_t *it)
 {
-    if (!it->job_state_known || it->job_state != SL_JOB_FINISHED)
+    /* A client of local workers only is done once each of them ended: the
+     * job itself may wait on workers it does not read from. */
+    bool local = it->opts.target_workers == SL_TARGET_LOCAL && it->tasks;
+    if (!local && (!it->job_state_known || it->job_state != SL_JOB_FINISHED))
         return;
     for (struct itask *t = it->tasks; t; t = t->next)
         if (t->state != TC_ENDED)

@@ -46,6 +46,15 @@ def ids_by_worker(batches):
     return by
 
 
+def finish(p, timeout=300):
+    """The rest of a process's stdout and its stderr, after a readline():
+    communicate() would lose what the text wrapper already buffered."""
+    out = p.stdout.read()
+    err = p.stderr.read()
+    p.wait(timeout)
+    return out, err
+
+
 def get_json(port, path):
     with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=5) as r:
         return json.load(r)
@@ -212,20 +221,34 @@ class Dynamic(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
     def test_a_worker_added_mid_epoch_takes_splits(self):
-        c = self.cluster(workers=2, split_size=10)
+        # 40 epochs of 4 splits of 250 ids. While this test reads nothing,
+        # sluice-cat's pipe and the two workers' buffers (16 batches and 4
+        # splits each) fill up and the workers stop taking splits, well
+        # before the 160 splits are out; the third worker then joins,
+        # starts its task (asking for splits at once) and takes part.
+        c = self.cluster(workers=2, split_size=250)
         try:
-            spec = basic_spec(self.data, batch=10)
+            spec = basic_spec(self.data, batch=250, ops_after=[{"op": "repeat", "count": 40}])
             p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--with-worker', '--max-outstanding',
                                                    '1']), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=child_env())
-            # Read a little of the epoch first, then add the third worker.
             first = p.stdout.readline()
             w = c.add_worker(self.roots)
-            out, err = p.communicate(timeout=300)
+            c.wait_workers_registered(3)
+            deadline = time.time() + 30
+            running = False
+            while time.time() < deadline and not running:
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % jobs[0]['id'])
+                running = any(t['worker_address'] == w.addr and t['state'] in ('RUNNING', 'DONE')
+                              for t in job['tasks'])
+                time.sleep(0.05)
+            self.assertTrue(running)
+            out, err = finish(p)
             self.assertEqual(p.returncode, 0, err)
             batches = parse_jsonl(first + out)
-            self.assertEqual(sorted(values(batches, 'id')), IDS)
-            self.assertIn(w.addr.replace('127.0.0.1:', ''), ' '.join(ids_by_worker(batches).keys()))
+            self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 40))
+            self.assertIn(w.addr, ids_by_worker(batches))
         finally:
             self.assertEqual(c.close(), {})
 
@@ -296,7 +319,7 @@ class Coordinated(unittest.TestCase):
             w = c.add_worker()
             outs = []
             for p, f in zip(procs, first):
-                out, err = p.communicate(timeout=120)
+                out, err = finish(p)
                 self.assertEqual(p.returncode, 0, err)
                 outs.append(parse_jsonl(f + out))
             a, b = outs
@@ -372,7 +395,7 @@ class Lifecycle(unittest.TestCase):
             # The job finishes once its task reports DONE.
             deadline = time.time() + 20
             while time.time() < deadline:
-                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
                 if jobs and all(j['state'] == 'FINISHED' for j in jobs):
                     break
                 time.sleep(0.05)
@@ -398,7 +421,7 @@ class Lifecycle(unittest.TestCase):
             deadline = time.time() + 30
             job = None
             while time.time() < deadline:
-                job = get_json(c.dispatcher.admin_port, '/v1/jobs')[0]
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
                 if job['state'] == 'CANCELLED':
                     break
                 time.sleep(0.05)
@@ -406,10 +429,10 @@ class Lifecycle(unittest.TestCase):
             self.assertIn('no client', job['error'])
             deadline = time.time() + 30
             while time.time() < deadline:
-                if get_json(c.dispatcher.admin_port, '/v1/workers')[0]['active_tasks'] == 0:
+                if get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]['active_tasks'] == 0:
                     break
                 time.sleep(0.05)
-            self.assertEqual(get_json(c.dispatcher.admin_port, '/v1/workers')[0]['active_tasks'], 0)
+            self.assertEqual(get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]['active_tasks'], 0)
             deadline = time.time() + 30
             while time.time() < deadline and 'removed (cancelled)' not in c.workers[0].stderr():
                 time.sleep(0.05)
@@ -431,7 +454,7 @@ class Lifecycle(unittest.TestCase):
             deadline = time.time() + 20
             jobs = []
             while time.time() < deadline and not jobs:
-                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
                 time.sleep(0.05)
             req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (c.dispatcher.admin_port, jobs[0]['id']),
                                          method='DELETE')
