@@ -100,6 +100,7 @@ struct job {
     sl_sharding_t effective; /* what the tasks run: FILE_OR_DATA resolved to FILE or DATA */
     uint32_t num_consumers;  /* > 0: coordinated reads */
     uint64_t round_horizon;  /* coordinated reads: the largest round a consumer was allowed */
+    bool started;            /* the tasks of its creation are made: later ones join mid-job */
     sl_job_state_t state;
     char error[512];
     struct task *tasks;
@@ -414,7 +415,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
     *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED, .worker_index = index};
     /* A task that joins coordinated reads starts after every round a
      * consumer may already be in (see the top of this file). */
-    if (j->num_consumers > 0 && j->num_clients > 0)
+    if (j->num_consumers > 0 && j->started)
         t->start_round = j->round_horizon + 1;
     snprintf(t->worker_address, sizeof t->worker_address, "%s", w->address);
     j->num_tasks++;
@@ -842,6 +843,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
             return -ENOMEM;
         }
     }
+    j->started = true;
     st->jobs[st->num_jobs++] = j;
     /* A finished job's name starts a new job: one more pass over the data,
      * as a new tf.data iteration of the same job name does. */
