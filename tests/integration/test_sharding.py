@@ -180,6 +180,20 @@ class StaticNeedsAddresses(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+    def test_worker_addresses_given_twice_or_with_empty_entries_are_usage_errors(self):
+        tmp = tempfile.mkdtemp(prefix='sluice-wa-')
+        try:
+            for arg, want in (('127.0.0.1:1,127.0.0.1:1', '127.0.0.1:1 is listed twice'),
+                              ('127.0.0.1:1,,127.0.0.1:2', 'without spaces or empty entries')):
+                r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                                    os.path.join(tmp, 'w'), '--worker-addresses', arg], capture_output=True,
+                                   text=True, timeout=30, env=child_env())
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(want, r.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class Dynamic(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
