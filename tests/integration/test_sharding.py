@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -370,7 +371,16 @@ class Coordinated(unittest.TestCase):
         finally:
             self.assertEqual(c.close(), {})
 
+    def test_a_silent_worker_does_not_leave_a_consumer_waiting_forever(self):
+        # A stopped worker keeps its connections open and answers nothing;
+        # the dispatcher declares it lost after --worker-timeout-ms and the
+        # consumers stop waiting on it.
+        self.lost_worker_fails_the_consumers(signal.SIGSTOP)
+
     def test_a_lost_worker_does_not_leave_a_consumer_waiting_forever(self):
+        self.lost_worker_fails_the_consumers(signal.SIGKILL)
+
+    def lost_worker_fails_the_consumers(self, sig):
         c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'])
         try:
             c.wait_workers_registered(2)
@@ -380,7 +390,7 @@ class Coordinated(unittest.TestCase):
             procs = [subprocess.Popen(argv(i), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       env=child_env()) for i in range(2)]
             time.sleep(1)
-            c.workers[1].kill()
+            c.workers[1].kill(sig)
             errs = []
             for p in procs:
                 _, err = p.communicate(timeout=120)
@@ -389,6 +399,8 @@ class Coordinated(unittest.TestCase):
             for e in errs:
                 self.assertIn('which was lost; no other worker can serve that round to every consumer', e)
         finally:
+            if sig == signal.SIGSTOP:
+                c.workers[1].kill(signal.SIGCONT)
             c.close()
 
 
