@@ -39,6 +39,7 @@
 #define RETRY_MS 200
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
+#define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -99,6 +100,12 @@ struct sl_iterator {
     struct event *kick;
     struct event *tick;
     struct event *release_timer;
+    /* Every task ended and the job is not known finished yet: the
+     * dispatcher hears of the last task's end from its worker about when
+     * we do, so ask again soon, backing off from END_PROBE_MIN_MS to the
+     * heartbeat interval, instead of waiting out a whole heartbeat. */
+    struct event *end_probe;
+    uint32_t end_probe_ms;
 
     sl_conn_t *disp;
     bool disp_open; /* handshake done */
@@ -534,15 +541,30 @@ static void check_finished(sl_iterator_t *it)
     /* A client of local workers only is done once each of them ended: the
      * job itself may wait on workers it does not read from. */
     bool local = it->opts.target_workers == SL_TARGET_LOCAL && it->tasks;
-    if (!local && (!it->job_state_known || it->job_state != SL_JOB_FINISHED))
-        return;
     for (struct itask *t = it->tasks; t; t = t->next)
         if (t->state != TC_ENDED)
             return;
+    if (!local && (!it->job_state_known || it->job_state != SL_JOB_FINISHED)) {
+        if (it->tasks && it->end_probe && !evtimer_pending(it->end_probe, NULL)) {
+            it->end_probe_ms = it->end_probe_ms ? it->end_probe_ms * 2 : END_PROBE_MIN_MS;
+            if (it->end_probe_ms > it->heartbeat_ms)
+                it->end_probe_ms = it->heartbeat_ms;
+            struct timeval tv = {it->end_probe_ms / 1000, (it->end_probe_ms % 1000) * 1000};
+            evtimer_add(it->end_probe, &tv);
+        }
+        return;
+    }
     pthread_mutex_lock(&it->mu);
     it->finished = true;
     pthread_cond_broadcast(&it->cv);
     pthread_mutex_unlock(&it->mu);
+}
+
+static void on_end_probe(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    send_heartbeat(arg);
 }
 
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
@@ -830,7 +852,8 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     it->kick = event_new(it->base, -1, 0, on_kick, it);
     it->tick = event_new(it->base, -1, EV_PERSIST, on_tick, it);
     it->release_timer = evtimer_new(it->base, on_release_timeout, it);
-    if (!it->kick || !it->tick || !it->release_timer)
+    it->end_probe = evtimer_new(it->base, on_end_probe, it);
+    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe)
         goto fail;
     struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
     event_add(it->tick, &tv);
@@ -929,6 +952,8 @@ void sl_iterator_close(sl_iterator_t *it)
         event_free(it->tick);
     if (it->release_timer)
         event_free(it->release_timer);
+    if (it->end_probe)
+        event_free(it->end_probe);
     if (it->base)
         event_base_free(it->base);
     pthread_cond_destroy(&it->cv);
