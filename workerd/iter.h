@@ -12,6 +12,9 @@
  *   ops_example.c    parse_example
  *   ops_image.c      decode_jpeg, resize, random_crop, center_crop,
  *                    random_flip, normalize, cast
+ *   ops_interleave.c interleave (over the files of a file source)
+ *   ops_prefetch.c   prefetch
+ *   ops_cache.c      cache (in memory, or on disk through storage/cachedb.h)
  * A new op family is a new file with its constructors declared here and a
  * row in pipeline.c's table.
  */
@@ -33,6 +36,9 @@ typedef struct sl_iter_ctx {
     uint64_t split_requests;  /* next_split calls so far; repeat reads it */
     uint64_t records_skipped; /* corrupt records a source skipped (on_corrupt "skip") */
     char errmsg[1024];        /* the first failure, "label: why" */
+    uint64_t files_opened;    /* files the file sources and interleave opened */
+    uint64_t cache_overflows; /* cache ops that gave up caching (over their bound) */
+    const sl_spec_t *spec;    /* the spec, while the pipeline is built only; else NULL */
 } sl_iter_ctx_t;
 
 typedef struct sl_iter_vtbl {
@@ -153,5 +159,24 @@ int sl__op_parse_example_create(const sl_spec_op_t *op, sl_iter_t *input, sl_ite
 /* decode_jpeg, resize, random_crop, center_crop, random_flip, normalize, cast */
 int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out);
+
+int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                             sl_iter_t **out);
+int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                           sl_iter_t **out);
+int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out);
+
+/* What interleave needs of a file source (sources_files.c). A reader is a
+ * file source of its own, made from the source src, that reads only what it
+ * is assigned: sl__files_assign() opens file s->file_index and positions it
+ * at record s->begin; next() then yields records [begin, end) (the whole
+ * file when end is UINT64_MAX) and 1 after them, until it is assigned
+ * again. Its reads count in ctx. */
+bool sl__files_is_source(const sl_iter_t *it);
+int sl__files_count(const sl_iter_t *src);
+int sl__files_reader_create(const sl_iter_t *src, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
+/* Returns 0, or an error in the reader's ctx (a split outside the file). */
+int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s);
 
 #endif

@@ -43,6 +43,19 @@ typedef struct sl_split_source {
     void *arg;
 } sl_split_source_t;
 
+/** What the cache ops of every pipeline of a worker share: the memory
+ *  budget of in-memory caches (--cache-mb) and the LMDB environment of disk
+ *  caches (--cache-dir). Created by the worker, outlives its pipelines. */
+typedef struct sl_cache_env {
+    size_t mem_limit;          /* bytes all in-memory caches may hold together */
+    size_t mem_used;           /* updated atomically by the cache ops */
+    struct sl_cachedb *db;     /* NULL: no --cache-dir, disk caches are refused */
+    uint64_t overflows;        /* caches that gave up (atomic) */
+} sl_cache_env_t;
+
+/* The memory budget of a pipeline built without a cache env. */
+#define SL_PIPELINE_DEFAULT_CACHE_BYTES ((size_t)256 << 20)
+
 typedef struct sl_pipeline_opts {
     sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
                                            splits next_split hands out; others: refused for now */
@@ -53,6 +66,9 @@ typedef struct sl_pipeline_opts {
                                            NULL: every file source is refused. Must outlive
                                            the pipeline. */
     sl_io_engine_t io_engine;           /* how file sources read (default SL_IO_AUTO) */
+    unsigned autotune_threads;          /* interleave's "autotune" (--threads); 0: 2 */
+    sl_cache_env_t *cache;              /* shared by the worker's pipelines; NULL: the pipeline's
+                                           own, SL_PIPELINE_DEFAULT_CACHE_BYTES, no disk */
 } sl_pipeline_opts_t;
 
 /**
@@ -89,6 +105,14 @@ int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
 /** @return the corrupt records the pipeline's source skipped so far
  *  (tfrecord with on_corrupt "skip"); call it on the pipeline's thread */
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p);
+
+/** @return the files the pipeline opened so far (file sources, interleave);
+ *  a cached epoch opens none. Call it on the pipeline's thread. */
+uint64_t sl_pipeline_files_opened(const sl_pipeline_t *p);
+
+/** @return the cache ops of this pipeline that gave up caching because
+ *  their cache would have exceeded its bound; call it on the pipeline's thread */
+uint64_t sl_pipeline_cache_overflows(const sl_pipeline_t *p);
 
 /** @return the message of the pipeline's failure, or ""; valid until sl_pipeline_destroy() */
 const char *sl_pipeline_errmsg(const sl_pipeline_t *p);
