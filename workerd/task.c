@@ -227,6 +227,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .max_batch_bytes = cfg->max_batch_bytes,
         .roots = cfg->roots,
         .io_engine = cfg->io_engine,
+        .autotune_threads = cfg->autotune_threads,
+        .cache = cfg->cache,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
     if (rc == -ENOMEM)

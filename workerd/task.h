@@ -21,6 +21,7 @@
 #include "batch.h"
 #include "confine.h"
 #include "frame.h"
+#include "pipeline.h"
 #include "reader.h"
 
 typedef struct sl_task sl_task_t;
@@ -35,6 +36,8 @@ typedef struct sl_task_config {
     const sl_confine_t *roots; /* where file sources may read (--data-root); NULL: nowhere.
                                   Must outlive every task. */
     sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
+    unsigned autotune_threads; /* interleave's "autotune" (--threads) */
+    sl_cache_env_t *cache;     /* what cache ops share (--cache-mb, --cache-dir); NULL: per pipeline */
 } sl_task_config_t;
 
 /**
