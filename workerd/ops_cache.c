@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@
 #include "crc32c.h"
 #include "iter.h"
 #include "log.h"
+#include "metrics.h"
 
 #define BLOB_MAGIC 0x45434c53u /* "SLCE" */
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
@@ -261,6 +263,15 @@ static void drop_memory(struct cache_iter *c)
     c->complete = false;
 }
 
+static sl_metric_t *m_overflows;
+static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
+
+static void metrics_init(void)
+{
+    m_overflows = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_cache_overflows_total", NULL,
+                                     "Cache ops that stopped caching because they would exceed their bound.", NULL, 0);
+}
+
 static void give_up(struct cache_iter *c, const char *why)
 {
     if (c->w) {
@@ -271,6 +282,8 @@ static void give_up(struct cache_iter *c, const char *why)
     c->mode = M_GAVE_UP;
     c->base.ctx->cache_overflows++;
     __atomic_add_fetch(&c->env->overflows, 1, __ATOMIC_RELAXED);
+    if (m_overflows)
+        sl_metric_add(m_overflows, 1);
     sl_log_warn("%s: cache %s gives up and reads its input in every epoch: %s", c->base.label, c->key, why);
 }
 
@@ -487,6 +500,7 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
                             "storage \"disk\" needs a worker started with --cache-dir, and this one has none");
     if (!ctx->spec)
         return sl__ctx_fail(ctx, SL_EINTERNAL, label, "no spec to key the cache with");
+    pthread_once(&metrics_once, metrics_init);
     struct cache_iter *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;

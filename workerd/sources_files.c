@@ -27,12 +27,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "iter.h"
+#include "metrics.h"
 #include "tfrecord.h"
 
 #define MAX_LINE_BYTES ((size_t)64 << 20)
@@ -74,6 +76,16 @@ struct file_iter {
     size_t line_cap;
     bool assigned; /* an interleave reader: reads what sl__files_assign() gave it, nothing else */
 };
+
+static sl_metric_t *m_files_opened;
+static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
+
+static void metrics_init(void)
+{
+    m_files_opened = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_files_opened_total", NULL,
+                                        "Files the pipelines' file sources opened (a cached epoch opens none).",
+                                        NULL, 0);
+}
 
 /* ---- files ---- */
 
@@ -155,6 +167,9 @@ static int file_open(struct file_iter *f, int i)
         return sl__iter_fail(&f->base, rc, "%s", err);
     }
     f->base.ctx->files_opened++;
+    pthread_once(&metrics_once, metrics_init);
+    if (m_files_opened)
+        sl_metric_add(m_files_opened, 1);
     if (f->kind == SL_SOURCE_TEXT_LINES && f->compression == SL_COMPRESSION_GZIP) {
         f->s.gzip = true;
         f->s.zbuf = malloc(ZBUF_LEN);
