@@ -30,8 +30,8 @@
  * pipeline's): a damaged record fails the pipeline, naming the cache.
  *
  * Under DYNAMIC sharding the splits a worker gets differ from epoch to
- * epoch, so a whole-epoch cache would yield the wrong elements: cache is
- * refused there for now (per-split keys are the way to add it).
+ * epoch, so a whole-epoch cache would yield the wrong elements: there the
+ * cache keeps a disk entry per split ("per split" below).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +81,18 @@ struct cache_iter {
     uint8_t *buf; /* serialization */
     size_t buf_cap;
     bool dirty; /* the input was read since it last started over */
+    /* DYNAMIC: one entry per split, see "per split" below. */
+    bool dynamic;
+    uint64_t hash;            /* of the prefix and sharding; split keys derive from it */
+    sl_split_source_t real;   /* the task's split source; the chain below asks wrap_next_split */
+    uint64_t epoch;
+    bool epoch_over;          /* the dispatcher said the epoch has no split left */
+    bool source_active;       /* the source reads a split this cache handed it or let it take */
+    bool has_pending;
+    sl_split_t pending;       /* a split for the source, taken by the cache */
+    sl_split_t *queue;        /* cached splits taken while the source asked, to serve */
+    size_t qhead, qn, qcap;
+    bool gave_up;
 };
 
 /* ---- serialization ---- */
@@ -279,7 +291,10 @@ static void give_up(struct cache_iter *c, const char *why)
         c->w = NULL;
     }
     drop_memory(c);
-    c->mode = M_GAVE_UP;
+    if (c->dynamic)
+        c->gave_up = true; /* splits already cached are still served */
+    else
+        c->mode = M_GAVE_UP;
     c->base.ctx->cache_overflows++;
     __atomic_add_fetch(&c->env->overflows, 1, __ATOMIC_RELAXED);
     if (m_overflows)
@@ -372,11 +387,231 @@ static int start_epoch(struct cache_iter *c)
     return input_rewind(c);
 }
 
+/* ---- per split (DYNAMIC) ----
+ *
+ * Under DYNAMIC a cache keeps one disk entry per split (file, [begin,
+ * end)), keyed by the prefix hash and the split: a split this worker read
+ * in an earlier epoch (or job) is served from the cache, any other one is
+ * read by the source and cached as it passes. This needs every element
+ * reaching the cache to belong to the split the source is reading, so only
+ * element-wise ops may come between the source and the cache (checked when
+ * the pipeline is built), and the chain below is pulled one element at a
+ * time: when the source asks for its next split, every element of the
+ * previous one has passed the cache, and that entry is complete.
+ *
+ * The cache replaces the pipeline's split source with wrap_next_split. It
+ * asks the dispatcher itself while it has nothing to read: a cached split
+ * is served from the cache, any other one is handed to the source as the
+ * answer to its next request. When the source asks on its own (its split
+ * is used up), the wrapper finishes that split's entry and asks the
+ * dispatcher until it gets a split that is not cached (those that are
+ * cached are queued and served after the source's) or the epoch's end.
+ */
+
+static void split_key(const struct cache_iter *c, const sl_split_t *s, char *key, size_t keylen)
+{
+    uint64_t h = c->hash, v[3] = {s->file_index, s->begin, s->end};
+    const uint8_t *p = (const uint8_t *)v;
+    for (size_t i = 0; i < sizeof v; i++)
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    snprintf(key, keylen, "%016" PRIx64, h);
+}
+
+/* Commits the entry of the split the source finished. */
+static void finish_split(struct cache_iter *c)
+{
+    char err[512];
+    if (!c->w)
+        return;
+    int rc = sl_cachedb_writer_finish(c->w, err, sizeof err);
+    c->w = NULL;
+    if (rc < 0)
+        give_up(c, err);
+}
+
+/* Starts caching the split the source is about to read. */
+static void begin_split(struct cache_iter *c, const sl_split_t *s)
+{
+    char key[20], err[512];
+    if (c->gave_up)
+        return;
+    split_key(c, s, key, sizeof key);
+    int rc = sl_cachedb_writer_begin(c->env->db, key, &c->w, err, sizeof err);
+    if (rc == -EBUSY)
+        sl_log_debug("%s: %s; reading the split without caching", c->base.label, err);
+    else if (rc < 0)
+        give_up(c, err);
+}
+
+/* 0 and *r open when split s is cached; 1 when not; or an error. */
+static int open_split(struct cache_iter *c, const sl_split_t *s, sl_cachedb_reader_t **r)
+{
+    char key[20], err[512];
+    *r = NULL;
+    if (c->gave_up)
+        return 1;
+    split_key(c, s, key, sizeof key);
+    int rc = sl_cachedb_reader_open(c->env->db, key, r, err, sizeof err);
+    return rc < 0 ? sl__iter_fail(&c->base, rc, "%s", err) : rc;
+}
+
+static int real_next_split(struct cache_iter *c, sl_split_t *s)
+{
+    int rc = c->real.next_split(c->real.arg, c->epoch, s);
+    if (rc == 1)
+        c->epoch_over = true;
+    return rc;
+}
+
+static int wrap_next_split(void *arg, uint64_t epoch, sl_split_t *out)
+{
+    struct cache_iter *c = arg;
+    (void)epoch; /* the cache's epoch, which the source's follows */
+    finish_split(c);
+    if (c->has_pending) {
+        c->has_pending = false;
+        *out = c->pending;
+        begin_split(c, out);
+        return 0;
+    }
+    if (c->epoch_over)
+        return 1;
+    for (;;) {
+        sl_split_t s;
+        int rc = real_next_split(c, &s);
+        if (rc != 0)
+            return rc;
+        sl_cachedb_reader_t *r;
+        rc = open_split(c, &s, &r);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            sl_cachedb_reader_close(r);
+            if (c->qn == c->qcap) {
+                size_t cap = c->qcap ? c->qcap * 2 : 16;
+                sl_split_t *q = realloc(c->queue, cap * sizeof *q);
+                if (!q)
+                    return -ENOMEM;
+                c->queue = q;
+                c->qcap = cap;
+            }
+            c->queue[c->qn++] = s;
+            continue;
+        }
+        *out = s;
+        begin_split(c, out);
+        return 0;
+    }
+}
+
+static int dynamic_next(struct cache_iter *c, sl_element_t *out)
+{
+    sl_iter_t *it = &c->base;
+    char err[512];
+    for (;;) {
+        if (c->r) {
+            const void *data;
+            size_t len;
+            int rc = sl_cachedb_reader_next(c->r, &data, &len, err, sizeof err);
+            if (rc == 0)
+                return deserialize(c, data, len, out);
+            sl_cachedb_reader_close(c->r);
+            c->r = NULL;
+            if (rc < 0)
+                return sl__iter_fail(it, rc, "%s", err);
+            continue;
+        }
+        if (c->source_active) {
+            int rc = input_next(c, out);
+            if (rc == 0) {
+                if (c->w && (rc = keep(c, out)) < 0)
+                    sl_element_clear(out);
+                return rc;
+            }
+            if (rc < 0)
+                return rc;
+            /* The source's epoch is over: the dispatcher said so. */
+            c->source_active = false;
+            finish_split(c);
+        }
+        if (c->qhead < c->qn) {
+            sl_split_t s = c->queue[c->qhead++];
+            int rc = open_split(c, &s, &c->r);
+            if (rc < 0)
+                return rc;
+            if (rc == 1)
+                return sl__iter_fail(it, SL_EINTERNAL, "cached split [%" PRIu64 ", %" PRIu64 ") of file %" PRIu32
+                                     " is gone", s.begin, s.end, s.file_index);
+            continue;
+        }
+        if (c->epoch_over)
+            return 1;
+        /* Nothing to read: ask the dispatcher. */
+        sl_split_t s;
+        it->ctx->split_requests++;
+        int rc = real_next_split(c, &s);
+        if (rc == 1)
+            return 1;
+        if (rc < 0)
+            return sl__iter_fail(it, rc, "next_split for epoch %" PRIu64 " failed: %s", c->epoch, sl_strerror(rc));
+        rc = open_split(c, &s, &c->r);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            c->pending = s;
+            c->has_pending = true;
+            c->source_active = true;
+        }
+    }
+}
+
+static int dynamic_reset(struct cache_iter *c)
+{
+    sl_cachedb_writer_abort(c->w); /* a split cut short is not cached */
+    c->w = NULL;
+    sl_cachedb_reader_close(c->r);
+    c->r = NULL;
+    c->epoch++;
+    c->epoch_over = false;
+    c->source_active = false;
+    c->has_pending = false;
+    c->qhead = c->qn = 0;
+    return c->base.input->vt->reset(c->base.input);
+}
+
+/* Only element-wise ops may come between the source and a cache under
+ * DYNAMIC, and the source must read one split at a time. */
+static int dynamic_check(const sl_spec_t *spec, int index, sl_iter_ctx_t *ctx, const char *label)
+{
+    for (int j = 0; j < index; j++) {
+        sl_op_kind_t k = sl_spec_op(spec, j)->kind;
+        switch (k) {
+        case SL_OP_PARSE_EXAMPLE:
+        case SL_OP_DECODE_JPEG:
+        case SL_OP_RESIZE:
+        case SL_OP_RANDOM_CROP:
+        case SL_OP_CENTER_CROP:
+        case SL_OP_RANDOM_FLIP:
+        case SL_OP_NORMALIZE:
+        case SL_OP_CAST: break;
+        default:
+            return sl__ctx_fail(ctx, SL_EINVAL, label,
+                                "under DYNAMIC sharding only element-wise ops (parse_example, image ops, cast) may "
+                                "come between the source and a cache, so that each element belongs to the split it "
+                                "was read from; ops[%d] is %s",
+                                j, sl_spec_op_name(k));
+        }
+    }
+    return 0;
+}
+
 static int cache_next(sl_iter_t *it, sl_element_t *out)
 {
     struct cache_iter *c = (struct cache_iter *)it;
     char err[512];
     int rc;
+    if (c->dynamic)
+        return dynamic_next(c, out);
     if (c->mode == M_FRESH && (rc = start_epoch(c)) < 0)
         return rc;
     switch (c->mode) {
@@ -432,6 +667,8 @@ static int cache_next(sl_iter_t *it, sl_element_t *out)
 static int cache_reset(sl_iter_t *it)
 {
     struct cache_iter *c = (struct cache_iter *)it;
+    if (c->dynamic)
+        return dynamic_reset(c);
     if (c->mode == M_FILLING) {
         /* Cut short: what this epoch cached is not a whole epoch. */
         sl_cachedb_writer_abort(c->w);
@@ -454,6 +691,7 @@ static void cache_destroy(sl_iter_t *it)
     sl_cachedb_writer_abort(c->w);
     sl_cachedb_reader_close(c->r);
     drop_memory(c);
+    free(c->queue);
     free(c->buf);
     free(c);
 }
@@ -462,7 +700,8 @@ static const sl_iter_vtbl_t cache_vtbl = {cache_next, cache_reset, cache_destroy
 
 /* The key of the cache: FNV-1a 64 of the format, the sharding and the
  * canonical spec cut before op index. */
-static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, char *key, size_t keylen)
+static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, char *key, size_t keylen,
+                    uint64_t *hash)
 {
     json_error_t jerr;
     const char *canonical = sl_spec_canonical(spec);
@@ -484,6 +723,7 @@ static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, ch
     for (const char *p = text; *p; p++)
         h = (h ^ (uint8_t)*p) * UINT64_C(0x100000001b3);
     free(text);
+    *hash = h;
     snprintf(key, keylen, "%016" PRIx64, h);
     return 0;
 }
@@ -491,15 +731,19 @@ static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, ch
 int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out)
 {
-    if (ctx->opts.sharding == SL_SHARDING_DYNAMIC)
+    bool dynamic = ctx->opts.sharding == SL_SHARDING_DYNAMIC;
+    if (dynamic && op->u.cache.storage != SL_CACHE_DISK)
         return sl__ctx_fail(ctx, SL_EINVAL, label,
-                            "cache is not supported under DYNAMIC sharding yet: a worker's splits differ from "
-                            "epoch to epoch, so a cached epoch would repeat the wrong elements");
+                            "under DYNAMIC sharding a cache keeps one entry per split on disk: give \"storage\": "
+                            "\"disk\" (the splits a worker gets differ from epoch to epoch)");
     if (op->u.cache.storage == SL_CACHE_DISK && !ctx->opts.cache->db)
         return sl__ctx_fail(ctx, SL_EINVAL, label,
                             "storage \"disk\" needs a worker started with --cache-dir, and this one has none");
     if (!ctx->spec)
         return sl__ctx_fail(ctx, SL_EINTERNAL, label, "no spec to key the cache with");
+    int index = (int)(op - sl_spec_op(ctx->spec, 0));
+    if (dynamic && dynamic_check(ctx->spec, index, ctx, label) < 0)
+        return SL_EINVAL;
     pthread_once(&metrics_once, metrics_init);
     struct cache_iter *c = calloc(1, sizeof *c);
     if (!c)
@@ -507,10 +751,15 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     sl__iter_init(&c->base, &cache_vtbl, input, ctx, label);
     c->storage = op->u.cache.storage;
     c->env = ctx->opts.cache;
-    int index = (int)(op - sl_spec_op(ctx->spec, 0));
-    if (make_key(ctx->spec, index, ctx->opts.sharding, c->key, sizeof c->key) < 0) {
+    if (make_key(ctx->spec, index, ctx->opts.sharding, c->key, sizeof c->key, &c->hash) < 0) {
         free(c);
         return -ENOMEM;
+    }
+    if (dynamic) {
+        /* The chain below asks this cache for splits (see "per split"). */
+        c->dynamic = true;
+        c->real = ctx->opts.splits;
+        ctx->opts.splits = (sl_split_source_t){wrap_next_split, c};
     }
     *out = &c->base;
     return 0;

@@ -5,7 +5,8 @@ exactly once across the two workers, and once per worker under OFF; a
 repeat(2) over a disk cache yields every record twice per worker while the
 workers open each file once (their sluice_worker_files_opened_total
 counters), and a second job of the same spec is served from the cache
-without opening a file."""
+without opening a file; under DYNAMIC a disk cache (an entry per split)
+keeps every record exactly once per epoch."""
 import collections
 import os
 import re
@@ -97,6 +98,16 @@ class CacheInterleave(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(sorted(values(batches2, 'id')), sorted(ids))
         self.assertEqual(self.opened() - before, 0)
+
+    def test_repeat_over_a_disk_cache_under_dynamic_every_record_once_per_epoch(self):
+        spec = {"source": {"type": "tfrecord", "files": [os.path.join(self.data, "basic-*-of-00004.tfrecord")]},
+                "ops": [{"op": "parse_example", "features": {"id": {"dtype": "int64"}}},
+                        {"op": "cache", "storage": "disk"}, {"op": "repeat", "count": 2},
+                        {"op": "batch", "batch_size": 50}]}
+        for run in range(2):
+            rc, batches, err = self.c.cat(spec, ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            self.assert_each(values(batches, 'id'), 2, 1000)
 
     def test_worker_without_cache_dir_refuses_disk_cache(self):
         w = self.c.add_worker(['--data-root', self.data])

@@ -315,7 +315,17 @@ Test(cache, refusals)
     split_list_t l = {NULL, 0, 0, 0};
     o = dynamic_opts(&l, roots, SL_IO_AUTO);
     cr_assert_eq(pipeline_try(spec_of("{\"op\":\"cache\"}"), &o, &p, err, sizeof err), SL_EINVAL);
-    cr_assert(strstr(err, "ops[0] (cache): cache is not supported under DYNAMIC sharding yet"), "%s", err);
+    cr_assert(strstr(err, "ops[0] (cache): under DYNAMIC sharding a cache keeps one entry per split on disk"), "%s",
+              err);
+    sl_cache_env_t env = disk_env((size_t)1 << 20);
+    o.cache = &env;
+    cr_assert_eq(pipeline_try(spec_of("{\"op\":\"batch\",\"batch_size\":2},{\"op\":\"cache\",\"storage\":\"disk\"}"), &o,
+                              &p, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "ops[1] (cache): under DYNAMIC sharding only element-wise ops") &&
+                  strstr(err, "ops[0] is batch"),
+              "%s", err);
+    sl_cachedb_close(env.db);
     const char *bad = "{\"source\":{\"type\":\"range\",\"stop\":4},\"ops\":[{\"op\":\"cache\",\"storage\":\"tape\"}]}";
     sl_spec_t *spec = NULL;
     cr_assert_eq(sl_spec_parse(bad, strlen(bad), &spec, err, sizeof err), SL_ESPEC);
@@ -491,6 +501,70 @@ Test(cache, damaged_records_fail_naming_the_cache)
     cr_assert(strstr(bs.errmsg, "ops[0] (cache): cache entry ") && strstr(bs.errmsg, "checksum mismatch"), "%s",
               bs.errmsg);
     batches_free(&bs);
+    sl_pipeline_destroy(p);
+    sl_cachedb_close(env.db);
+    sl_confine_destroy(roots);
+}
+
+/* ---- DYNAMIC: an entry per split ---- */
+
+struct epochs {
+    const sl_split_t *e[4];
+    size_t n[4], next[4];
+};
+
+static int epochs_next(void *arg, uint64_t epoch, sl_split_t *out)
+{
+    struct epochs *x = arg;
+    if (epoch >= 4 || x->next[epoch] == x->n[epoch])
+        return 1;
+    *out = x->e[epoch][x->next[epoch]++];
+    return 0;
+}
+
+Test(cache, dynamic_splits_seen_before_come_from_the_disk)
+{
+    write_files(2, 10, 3);
+    sl_confine_t *roots = roots_at(dir);
+    sl_cache_env_t env = disk_env((size_t)16 << 20);
+    const sl_split_t e01[] = {{0, 0, 5}, {0, 5, 10}, {1, 0, 10}};
+    const sl_split_t e2[] = {{0, 0, 4}, {1, 0, 10}};
+    const sl_split_t e3[] = {{1, 0, 10}, {0, 0, 4}, {0, 4, 6}};
+    struct epochs x = {{e01, e01, e2, e3}, {3, 3, 2, 3}, {0, 0, 0, 0}};
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_DYNAMIC, .splits = {epochs_next, &x}, .roots = roots,
+                            .cache = &env};
+    sl_pipeline_t *p = pipeline_make(spec_of("{\"op\":\"cache\",\"storage\":\"disk\"},{\"op\":\"repeat\",\"count\":4}"),
+                                     &o);
+    batches_t e0 = run_pipeline_n(p, 20);
+    cr_assert_eq(e0.n, 20);
+    cr_assert_eq(sl_pipeline_files_opened(p), 2);
+    batches_t e1 = run_pipeline_n(p, 20);
+    cr_assert_eq(e1.n, 20);
+    cr_assert_eq(sl_pipeline_files_opened(p), 2, "epoch 1 has the splits of epoch 0: no file opened");
+    char *a = lines_of(&e0, 0, 20), *b = lines_of(&e1, 0, 20);
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    /* Epoch 2: a new split, read from f0 and cached, then a cached one
+     * that the cache queued while the source asked. */
+    batches_t e2b = run_pipeline_n(p, 14);
+    char *c = lines_of(&e2b, 0, 14);
+    cr_assert_str_eq(c, "|f0-000|f0-001|f0-002|f0-003|f1-000|f1-001|f1-002|f1-003|f1-004|f1-005|f1-006|f1-007|f1-008"
+                        "|f1-009");
+    free(c);
+    cr_assert_eq(sl_pipeline_files_opened(p), 3);
+    /* Epoch 3: two cached splits and one new. */
+    batches_t rest = run_pipeline(p);
+    cr_assert_eq(rest.rc, 1, "%s", rest.errmsg);
+    char *d = lines_of(&rest, 0, rest.n);
+    cr_assert_str_eq(d, "|f1-000|f1-001|f1-002|f1-003|f1-004|f1-005|f1-006|f1-007|f1-008|f1-009|f0-000|f0-001"
+                        "|f0-002|f0-003|f0-004|f0-005");
+    free(d);
+    cr_assert_eq(sl_pipeline_files_opened(p), 4);
+    batches_free(&e0);
+    batches_free(&e1);
+    batches_free(&e2b);
+    batches_free(&rest);
     sl_pipeline_destroy(p);
     sl_cachedb_close(env.db);
     sl_confine_destroy(roots);
