@@ -176,6 +176,14 @@ static void prefetch_destroy(sl_iter_t *it)
 {
     struct prefetch_iter *pf = (struct prefetch_iter *)it;
     stop_thread(pf);
+    /* The inputs are destroyed after this iterator and may still count
+     * (a file source closing its file): they count in the pipeline's
+     * context again. */
+    for (sl_iter_t *x = it->input; x && x->ctx == &pf->sub; x = x->input) {
+        x->ctx = it->ctx;
+        if (x->vt == &prefetch_vtbl)
+            break;
+    }
     if (pf->ring) {
         for (unsigned i = 0; i < pf->cap; i++)
             sl_element_free(pf->ring[i]);
