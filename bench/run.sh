@@ -7,3 +7,4 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/stream.py --build "$build"
 /usr/bin/python3 bench/tfrecord_read.py --build "$build"
 /usr/bin/python3 bench/python_vs_c.py --build "$build"
+./"$build"/bench/bench_pipeline_ops

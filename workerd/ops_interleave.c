@@ -55,9 +55,9 @@ struct slot {
     uint64_t folded_skipped, folded_opened;
     /* Read ahead (threads > 0); under mu. */
     bool eof, busy;
+    bool full; /* its reader found it full and waits for it to drain to half */
     int err;
     uint64_t pub_skipped;  /* ctx.records_skipped, as of the last read */
-    sl_element_t *tmp;     /* what the thread reads into */
     sl_element_t **ring;   /* SLOT_RECORDS elements */
     unsigned head, count;
     size_t bytes;
@@ -81,9 +81,10 @@ struct interleave_iter {
     pthread_t *tids;
     unsigned started;
     pthread_mutex_t mu;
-    pthread_cond_t fill;  /* a slot has room or a new input; or stop */
+    pthread_cond_t *fill; /* per thread: one of its slots has room or a new input; or stop */
     pthread_cond_t taken; /* a slot has a record, or ended, or a thread finished a read */
     bool stop;
+    bool main_waiting; /* the pipeline's thread waits on taken: only then is it signalled */
 };
 
 struct thread_arg {
@@ -128,6 +129,8 @@ static void *reader_main(void *arg)
 {
     struct thread_arg *ta = arg;
     struct interleave_iter *il = ta->il;
+    /* Thread t reads slots t, t + T, ...: each slot has one reader, so
+     * only its thread waits on fill[t] for it. */
     unsigned t = ta->t, T = il->threads;
     int rr = 0; /* where the last search ended: the thread's slots take turns */
     pthread_mutex_lock(&il->mu);
@@ -137,32 +140,51 @@ static void *reader_main(void *arg)
         for (int k = 0; k < mine && !pick; k++) {
             int i = (int)t + (int)T * ((rr + k) % mine);
             struct slot *s = &il->slots[i];
-            if (s->active && !s->eof && !s->err && !s->busy && s->count < SLOT_RECORDS && s->bytes < SLOT_BYTES) {
-                pick = s;
-                rr = (rr + k + 1) % mine;
+            if (!s->active || s->eof || s->err || s->busy)
+                continue;
+            if (s->count >= SLOT_RECORDS || s->bytes >= SLOT_BYTES) {
+                s->full = true;
+                continue;
             }
+            /* A full slot is refilled once it drained to half, in a burst,
+             * so that the threads are not woken for every record. */
+            if (s->full)
+                continue;
+            pick = s;
+            rr = (rr + k + 1) % mine;
         }
         if (!pick) {
-            pthread_cond_wait(&il->fill, &il->mu);
+            pthread_cond_wait(&il->fill[t], &il->mu);
             continue;
         }
+        /* The ring positions past the queued records belong to the
+         * reader until it publishes them: it fills them without the lock,
+         * as many as there is room for, and publishes them at once. */
         pick->busy = true;
+        unsigned room = SLOT_RECORDS - pick->count, tail = (pick->head + pick->count) % SLOT_RECORDS, n = 0;
+        size_t bytes = pick->bytes, added = 0;
         pthread_mutex_unlock(&il->mu);
-        int rc = pick->reader->vt->next(pick->reader, pick->tmp);
+        int rc = 0;
+        while (n < room && bytes + added < SLOT_BYTES) {
+            sl_element_t *dst = pick->ring[(tail + n) % SLOT_RECORDS];
+            rc = pick->reader->vt->next(pick->reader, dst);
+            if (rc != 0)
+                break;
+            added += element_bytes(dst);
+            n++;
+        }
         pthread_mutex_lock(&il->mu);
         pick->busy = false;
-        if (rc == 0) {
-            sl_element_t *dst = pick->ring[(pick->head + pick->count) % SLOT_RECORDS];
-            pick->bytes += element_bytes(pick->tmp);
-            sl_element_move(dst, pick->tmp);
-            pick->count++;
-        } else if (rc == 1) {
+        pick->count += n;
+        pick->bytes += added;
+        if (rc == 1)
             pick->eof = true;
-        } else {
+        else if (rc < 0)
             pick->err = rc;
-        }
         pick->pub_skipped = pick->ctx.records_skipped;
-        pthread_cond_broadcast(&il->taken);
+        /* Waking costs a system call: only when it waits. */
+        if (il->main_waiting)
+            pthread_cond_broadcast(&il->taken);
     }
     pthread_mutex_unlock(&il->mu);
     free(ta);
@@ -195,8 +217,11 @@ static int slot_take(struct interleave_iter *il, struct slot *s, sl_element_t *o
         return rc < 0 ? slot_failed(il, s, rc) : rc;
     }
     pthread_mutex_lock(&il->mu);
-    while (s->count == 0 && !s->eof && !s->err)
+    while (s->count == 0 && !s->eof && !s->err) {
+        il->main_waiting = true;
         pthread_cond_wait(&il->taken, &il->mu);
+        il->main_waiting = false;
+    }
     int rc;
     if (s->count > 0) {
         sl_element_t *e = s->ring[s->head];
@@ -204,7 +229,10 @@ static int slot_take(struct interleave_iter *il, struct slot *s, sl_element_t *o
         sl_element_move(out, e);
         s->head = (s->head + 1) % SLOT_RECORDS;
         s->count--;
-        pthread_cond_broadcast(&il->fill);
+        if (s->full && s->count <= SLOT_RECORDS / 2 && s->bytes <= SLOT_BYTES / 2) {
+            s->full = false;
+            pthread_cond_signal(&il->fill[(s - il->slots) % il->threads]);
+        }
         rc = 0;
     } else {
         rc = s->err ? s->err : 1;
@@ -255,8 +283,9 @@ static int slot_open(struct interleave_iter *il, struct slot *s, const sl_split_
         s->active = true;
         s->eof = false;
         s->err = 0;
+        s->full = false;
         s->pub_skipped = s->ctx.records_skipped;
-        pthread_cond_broadcast(&il->fill);
+        pthread_cond_signal(&il->fill[(s - il->slots) % il->threads]);
         pthread_mutex_unlock(&il->mu);
     } else {
         s->active = true;
@@ -330,11 +359,15 @@ static int interleave_reset(sl_iter_t *it)
         pthread_mutex_lock(&il->mu);
     for (int i = 0; i < il->cycle; i++) {
         struct slot *s = &il->slots[i];
-        while (s->busy)
+        while (s->busy) {
+            il->main_waiting = true;
             pthread_cond_wait(&il->taken, &il->mu);
+            il->main_waiting = false;
+        }
         s->active = false;
         s->eof = false;
         s->err = 0;
+        s->full = false;
         for (; s->count > 0; s->count--, s->head = (s->head + 1) % SLOT_RECORDS)
             sl_element_clear(s->ring[s->head]);
         s->head = 0;
@@ -364,12 +397,14 @@ static void interleave_destroy(sl_iter_t *it)
     if (il->threads > 0) {
         pthread_mutex_lock(&il->mu);
         il->stop = true;
-        pthread_cond_broadcast(&il->fill);
+        for (unsigned t = 0; t < il->threads; t++)
+            pthread_cond_signal(&il->fill[t]);
         pthread_mutex_unlock(&il->mu);
         for (unsigned t = 0; t < il->started; t++)
             pthread_join(il->tids[t], NULL);
         pthread_mutex_destroy(&il->mu);
-        pthread_cond_destroy(&il->fill);
+        for (unsigned t = 0; t < il->threads; t++)
+            pthread_cond_destroy(&il->fill[t]);
         pthread_cond_destroy(&il->taken);
     }
     for (int i = 0; il->slots && i < il->cycle; i++) {
@@ -381,10 +416,10 @@ static void interleave_destroy(sl_iter_t *it)
                 sl_element_free(s->ring[k]);
             free(s->ring);
         }
-        sl_element_free(s->tmp);
     }
     free(il->slots);
     free(il->tids);
+    free(il->fill);
     free(il);
 }
 
@@ -418,9 +453,8 @@ int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_c
         if (rc < 0)
             goto nomem;
         if (il->threads > 0) {
-            s->tmp = sl_element_new(1);
             s->ring = calloc(SLOT_RECORDS, sizeof *s->ring);
-            if (!s->tmp || !s->ring)
+            if (!s->ring)
                 goto nomem;
             for (unsigned k = 0; k < SLOT_RECORDS; k++)
                 if (!(s->ring[k] = sl_element_new(1)))
@@ -429,10 +463,12 @@ int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_c
     }
     if (il->threads > 0) {
         il->tids = calloc(il->threads, sizeof *il->tids);
-        if (!il->tids)
+        il->fill = calloc(il->threads, sizeof *il->fill);
+        if (!il->tids || !il->fill)
             goto nomem;
         pthread_mutex_init(&il->mu, NULL);
-        pthread_cond_init(&il->fill, NULL);
+        for (unsigned t = 0; t < il->threads; t++)
+            pthread_cond_init(&il->fill[t], NULL);
         pthread_cond_init(&il->taken, NULL);
     }
     *out = &il->base;
