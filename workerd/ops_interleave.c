@@ -26,9 +26,11 @@
  * bounded ring (SLOT_RECORDS records or SLOT_BYTES bytes, whichever is
  * reached first, and the record being read). New inputs are still taken on
  * the pipeline's thread (next_split is called there), and the order of the
- * output is the sequential one. The memory an interleave holds is thus at
- * most cycle_length * (SLOT_RECORDS + 1) records, and cycle_length *
- * SLOT_BYTES plus one record per slot.
+ * output is the sequential one. A reader fills its slot in bursts
+ * (BURST_RECORDS) without the lock, and once the slot is full it waits
+ * until it has drained to half, so that threads are not woken for every
+ * record. The memory an interleave holds is thus at most cycle_length *
+ * SLOT_RECORDS records and cycle_length * (SLOT_BYTES + one record).
  *
  * Each reader has a context of its own (its reads may run on another
  * thread); what it counts (records skipped, files opened) is added to the
@@ -45,8 +47,12 @@
 
 #include "iter.h"
 
-#define SLOT_RECORDS 16
+#define SLOT_RECORDS 256
 #define SLOT_BYTES ((size_t)4 << 20)
+/* A reader publishes what it read after at most this many records or
+ * bytes, so the pipeline's thread need not wait for a whole refill. */
+#define BURST_RECORDS 32
+#define BURST_BYTES ((size_t)256 << 10)
 
 struct slot {
     sl_iter_t *reader; /* owned */
@@ -159,13 +165,15 @@ static void *reader_main(void *arg)
         }
         /* The ring positions past the queued records belong to the
          * reader until it publishes them: it fills them without the lock,
-         * as many as there is room for, and publishes them at once. */
+         * a burst at a time, and publishes them at once. */
         pick->busy = true;
         unsigned room = SLOT_RECORDS - pick->count, tail = (pick->head + pick->count) % SLOT_RECORDS, n = 0;
         size_t bytes = pick->bytes, added = 0;
         pthread_mutex_unlock(&il->mu);
         int rc = 0;
-        while (n < room && bytes + added < SLOT_BYTES) {
+        if (room > BURST_RECORDS)
+            room = BURST_RECORDS;
+        while (n < room && bytes + added < SLOT_BYTES && added < BURST_BYTES) {
             sl_element_t *dst = pick->ring[(tail + n) % SLOT_RECORDS];
             rc = pick->reader->vt->next(pick->reader, dst);
             if (rc != 0)

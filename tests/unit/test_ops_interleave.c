@@ -293,3 +293,44 @@ Test(interleave, canonical_form_fills_defaults)
               "%s", sl_spec_canonical(spec));
     sl_spec_free(spec);
 }
+
+Test(interleave, long_files_fill_and_drain_the_read_ahead_buffers)
+{
+    /* 2000 records per file: the read-ahead buffers fill (256 records),
+     * drain to half and refill in bursts. */
+    write_lines("x", 2000);
+    write_lines("y", 2000);
+    write_lines("z", 2000);
+    sl_confine_t *roots = roots_at(dir);
+    sl_pipeline_opts_t o = {.roots = roots};
+    size_t cap = 3 * 2000 * 8, at = 0;
+    char *want = malloc(cap);
+    for (int i = 0; i < 2000; i++)
+        at += (size_t)snprintf(want + at, cap - at, "%sx%d y%d", i ? " " : "", i, i);
+    for (int i = 0; i < 2000; i++)
+        at += (size_t)snprintf(want + at, cap - at, " z%d", i);
+    for (int threads = 1; threads <= 2; threads++) {
+        batches_t bs = run_spec(specf("{\"source\":{\"type\":\"text_lines\",\"files\":[\"%s/*\"]},\"ops\":[{\"op\":"
+                                      "\"interleave\",\"cycle_length\":2,\"num_parallel_calls\":%d},{\"op\":\"batch\","
+                                      "\"batch_size\":100}]}",
+                                      dir, threads),
+                                &o);
+        cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+        char *got = malloc(cap);
+        lines_of(&bs, got, cap);
+        cr_assert(strcmp(got, want) == 0, "threads %d", threads);
+        free(got);
+        batches_free(&bs);
+    }
+    free(want);
+    /* Stopped while the buffers are full. */
+    sl_pipeline_t *p = pipeline_make(specf("{\"source\":{\"type\":\"text_lines\",\"files\":[\"%s/*\"]},\"ops\":[{\"op\":"
+                                           "\"interleave\",\"cycle_length\":3,\"num_parallel_calls\":3}]}",
+                                           dir),
+                                     &o);
+    batches_t bs = run_pipeline_n(p, 5);
+    cr_assert_eq(bs.n, 5);
+    batches_free(&bs);
+    sl_pipeline_destroy(p);
+    sl_confine_destroy(roots);
+}
