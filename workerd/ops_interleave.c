@@ -67,6 +67,10 @@ struct slot {
     sl_element_t **ring;   /* SLOT_RECORDS elements */
     unsigned head, count;
     size_t bytes;
+    /* The pipeline's thread's own (no lock): records it claimed and may
+     * take from mhead on, and what it took since it last handed back. */
+    unsigned claimed, mhead, consumed;
+    size_t consumed_bytes;
 };
 
 struct interleave_iter {
@@ -216,7 +220,12 @@ static int start_threads(struct interleave_iter *il)
     return 0;
 }
 
-/* The next record of the slot's input into out: 0, 1 at its end, or an error. */
+/* The next record of the slot's input into out: 0, 1 at its end, or an error.
+ *
+ * With reader threads, the pipeline's thread takes the lock only when the
+ * records it claimed are used up: it then hands back what it consumed and
+ * claims every record queued. The claimed records stay counted in the
+ * slot (so the reader never writes over them) until they are handed back. */
 static int slot_take(struct interleave_iter *il, struct slot *s, sl_element_t *out)
 {
     if (il->threads == 0) {
@@ -224,30 +233,41 @@ static int slot_take(struct interleave_iter *il, struct slot *s, sl_element_t *o
         fold(il, s, s->ctx.records_skipped);
         return rc < 0 ? slot_failed(il, s, rc) : rc;
     }
-    pthread_mutex_lock(&il->mu);
-    while (s->count == 0 && !s->eof && !s->err) {
-        il->main_waiting = true;
-        pthread_cond_wait(&il->taken, &il->mu);
-        il->main_waiting = false;
-    }
-    int rc;
-    if (s->count > 0) {
-        sl_element_t *e = s->ring[s->head];
-        s->bytes -= element_bytes(e);
-        sl_element_move(out, e);
-        s->head = (s->head + 1) % SLOT_RECORDS;
-        s->count--;
+    if (s->claimed == 0) {
+        pthread_mutex_lock(&il->mu);
+        s->head = (s->head + s->consumed) % SLOT_RECORDS;
+        s->count -= s->consumed;
+        s->bytes -= s->consumed_bytes;
+        s->consumed = 0;
+        s->consumed_bytes = 0;
         if (s->full && s->count <= SLOT_RECORDS / 2 && s->bytes <= SLOT_BYTES / 2) {
             s->full = false;
             pthread_cond_signal(&il->fill[(s - il->slots) % il->threads]);
         }
-        rc = 0;
-    } else {
-        rc = s->err ? s->err : 1;
+        while (s->count == 0 && !s->eof && !s->err) {
+            il->main_waiting = true;
+            pthread_cond_wait(&il->taken, &il->mu);
+            il->main_waiting = false;
+        }
+        int rc = 0;
+        if (s->count > 0) {
+            s->claimed = s->count;
+            s->mhead = s->head;
+        } else {
+            rc = s->err ? s->err : 1;
+        }
+        fold(il, s, s->pub_skipped);
+        pthread_mutex_unlock(&il->mu);
+        if (rc != 0)
+            return rc < 0 ? slot_failed(il, s, rc) : rc;
     }
-    fold(il, s, s->pub_skipped);
-    pthread_mutex_unlock(&il->mu);
-    return rc < 0 ? slot_failed(il, s, rc) : rc;
+    sl_element_t *e = s->ring[s->mhead];
+    s->consumed_bytes += element_bytes(e);
+    sl_element_move(out, e);
+    s->mhead = (s->mhead + 1) % SLOT_RECORDS;
+    s->claimed--;
+    s->consumed++;
+    return 0;
 }
 
 /* The next input: 0 with *split set, 1 when there is none left. */
@@ -380,6 +400,8 @@ static int interleave_reset(sl_iter_t *it)
             sl_element_clear(s->ring[s->head]);
         s->head = 0;
         s->bytes = 0;
+        s->claimed = s->mhead = s->consumed = 0;
+        s->consumed_bytes = 0;
     }
     if (il->threads > 0)
         pthread_mutex_unlock(&il->mu);
