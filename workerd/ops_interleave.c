@@ -29,7 +29,8 @@
  * output is the sequential one. A reader fills its slot in bursts
  * (BURST_RECORDS) without the lock, and once the slot is full it waits
  * until it has drained to half, so that threads are not woken for every
- * record. The memory an interleave holds is thus at most cycle_length *
+ * record; the pipeline's thread claims every queued record of a slot at
+ * once and takes them without the lock. The memory an interleave holds is thus at most cycle_length *
  * SLOT_RECORDS records and cycle_length * (SLOT_BYTES + one record).
  *
  * Each reader has a context of its own (its reads may run on another

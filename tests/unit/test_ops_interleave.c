@@ -334,3 +334,36 @@ Test(interleave, long_files_fill_and_drain_the_read_ahead_buffers)
     sl_pipeline_destroy(p);
     sl_confine_destroy(roots);
 }
+
+Test(interleave, fixed_length_records_with_header_and_footer)
+{
+    const char *files[][2] = {{"r0", "HHa0a1a2F"}, {"r1", "HHb0b1F"}};
+    for (int i = 0; i < 2; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i][0]);
+        FILE *f = fopen(p, "w");
+        cr_assert_not_null(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    sl_confine_t *roots = roots_at(dir);
+    sl_pipeline_opts_t o = {.roots = roots};
+    for (int threads = 1; threads <= 2; threads++) {
+        batches_t bs = run_spec(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":[\"%s/r*\"],"
+                                      "\"record_bytes\":2,\"header_bytes\":2,\"footer_bytes\":1},\"ops\":[{\"op\":"
+                                      "\"interleave\",\"cycle_length\":2,\"num_parallel_calls\":%d}]}",
+                                      dir, threads),
+                                &o);
+        cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+        char got[64] = "";
+        for (size_t k = 0; k < bs.n; k++) {
+            size_t len;
+            const uint8_t *s = str_at(bs.b[k], comp_of(bs.b[k], "record"), 0, &len);
+            strncat(got, (const char *)s, len);
+            strcat(got, " ");
+        }
+        cr_assert_str_eq(got, "a0 b0 a1 b1 a2 ");
+        batches_free(&bs);
+    }
+    sl_confine_destroy(roots);
+}
