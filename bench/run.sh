@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/stream.py --build "$build"
 /usr/bin/python3 bench/tfrecord_read.py --build "$build"
 /usr/bin/python3 bench/python_vs_c.py --build "$build"
+/usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 1
+/usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 2
+/usr/bin/python3 bench/parallel_map.py --build "$build"
 ./"$build"/bench/bench_pipeline_ops

@@ -230,7 +230,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
             return;
         }
         iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "worker %s: %s%s", t->address, e->message,
-                      t->unknown_since ? " (for longer than the timeout)" : "");
+                      e->code == SL_ENOTFOUND ? " (for longer than the timeout)" : "");
         return;
     }
     t->unknown_since = 0;

@@ -19,6 +19,7 @@
 #include "server.h"
 #include "state.h"
 #include "confine.h"
+#include "store.h"
 #include "workdir.h"
 
 #define MAX_DATA_ROOTS 16
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
     int status = SL_EXIT_FAILURE;
     char err[1024];
     sl_workdir_t *wd = NULL;
+    sl_store_t *store = NULL;
     sl_confine_t *roots = NULL;
     sl_dstate_t *st = NULL;
     struct event_base *base = NULL;
@@ -199,6 +201,15 @@ int main(int argc, char **argv)
     uint16_t port = 0, admin_port = 0;
 
     if (sl_workdir_open(o.work_dir, &wd, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    /* The state store is opened and checked at start, so that a work dir
+     * the dispatcher must not use (unwritable, full, corrupt, of a newer
+     * format) is refused before it serves; docs/fault-tolerance.md. */
+    static const char *const tables[] = {"datasets", "jobs", "workers", "splits"};
+    sl_store_opts_t so = {.tables = tables, .num_tables = 4};
+    if (sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
@@ -249,6 +260,7 @@ out:
     sl_confine_destroy(roots);
     if (base)
         event_base_free(base);
+    sl_store_close(store);
     sl_workdir_close(wd);
     sl_cli_free_argv(cargc, cargv);
     return status;

@@ -27,6 +27,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 
+#include "big_alloc.h"
 #include "net.h"
 
 /* How long an accepted peer may take to send its handshake, and how long we
@@ -195,7 +196,7 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     evbuffer_drain(in, head);
     uint8_t *payload = NULL;
     if (hdr.payload_len) {
-        payload = malloc(hdr.payload_len);
+        payload = sl__big_alloc(hdr.payload_len); /* a batch: huge pages, far fewer faults */
         if (!payload) {
             free(msg);
             conn_fail(c, -ENOMEM, "out of memory for a frame payload");

@@ -132,6 +132,17 @@ struct kind {
      .max_count = 2, .off = offsetof(T, member)}
 #define END_FIELDS {.name = NULL}
 
+static int parse_parallel(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_parallel(const void *desc);
+static const struct custom parallel_custom = {parse_parallel, emit_parallel};
+/* An optional custom field is left out of the canonical form while the
+ * bool at has_off is false (its parser sets it). */
+#define PARALLEL_FIELDS                                                                                              \
+    {.name = "num_parallel_calls", .type = F_CUSTOM, .need = F_OPTIONAL, .custom = &parallel_custom,               \
+     .has_off = offsetof(sl_spec_op_t, has_num_parallel_calls)},                                                   \
+    {.name = "deterministic", .type = F_BOOL, .need = F_OPTIONAL, .off = offsetof(sl_spec_op_t, deterministic),    \
+     .has_off = offsetof(sl_spec_op_t, has_deterministic)}
+
 /* ---- the tables ---- */
 
 static const struct choice compressions[] = {{"none", SL_COMPRESSION_NONE}, {"gzip", SL_COMPRESSION_GZIP}, {NULL, 0}};
@@ -229,12 +240,14 @@ static const struct field parse_example_fields[] = {
     {.name = "features", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &features_custom},
     {.name = "key", .type = F_NAME, .need = F_OPTIONAL, .off = offsetof(sl_spec_op_t, u.parse_example.key),
      .has_off = offsetof(sl_spec_op_t, u.parse_example.has_key)},
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
 static const struct field decode_jpeg_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.decode_jpeg.key),
     INT_FIELD("channels", F_DEFAULT, 0, 3, 3, sl_spec_op_t, u.decode_jpeg.channels),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
@@ -242,6 +255,7 @@ static const struct field resize_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.resize.key),
     SIZE_FIELD(sl_spec_op_t, u.resize.size),
     STRING_FIELD("dtype", F_DEFAULT, SL_DTYPE_FLOAT32, resize_dtypes, sl_spec_op_t, u.resize.dtype),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
@@ -249,12 +263,14 @@ static const struct field random_crop_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_crop.key),
     SIZE_FIELD(sl_spec_op_t, u.random_crop.size),
     OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_crop.seed, u.random_crop.has_seed),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
 static const struct field center_crop_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.center_crop.key),
     SIZE_FIELD(sl_spec_op_t, u.center_crop.size),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
@@ -263,6 +279,7 @@ static const struct field random_flip_fields[] = {
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
      .off = offsetof(sl_spec_op_t, u.random_flip.direction)},
     OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_flip.seed, u.random_flip.has_seed),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
@@ -273,12 +290,14 @@ static const struct field normalize_fields[] = {
     {.name = "std", .type = F_FLOATS, .need = F_REQUIRED, .min_count = 1, .max_count = 3,
      .off = offsetof(sl_spec_op_t, u.normalize.std)},
     BOOL_FIELD("scale", 0, sl_spec_op_t, u.normalize.scale),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
 static const struct field cast_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.cast.key),
     STRING_FIELD("dtype", F_REQUIRED, 0, numeric_dtypes, sl_spec_op_t, u.cast.dtype),
+    PARALLEL_FIELDS,
     END_FIELDS,
 };
 
@@ -340,6 +359,57 @@ static const struct field feature_fields[] = {
     END_FIELDS,
 };
 
+/* ---- map, filter and the parallel fields of element-wise ops ---- */
+
+static int parse_plugin(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_plugin(const void *desc);
+static int parse_function(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_function(const void *desc);
+static int parse_outputs(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_outputs(const void *desc);
+static int parse_filter_value(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_filter_value(const void *desc);
+static int filter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+
+static const struct custom plugin_custom = {parse_plugin, emit_plugin};
+static const struct custom function_custom = {parse_function, emit_function};
+static const struct custom outputs_custom = {parse_outputs, emit_outputs};
+static const struct custom filter_value_custom = {parse_filter_value, emit_filter_value};
+
+static const struct choice output_dtypes[] = {
+    {"bool", SL_DTYPE_BOOL},       {"int8", SL_DTYPE_INT8},       {"int16", SL_DTYPE_INT16},
+    {"int32", SL_DTYPE_INT32},     {"int64", SL_DTYPE_INT64},     {"uint8", SL_DTYPE_UINT8},
+    {"uint16", SL_DTYPE_UINT16},   {"uint32", SL_DTYPE_UINT32},   {"uint64", SL_DTYPE_UINT64},
+    {"float16", SL_DTYPE_FLOAT16}, {"bfloat16", SL_DTYPE_BFLOAT16}, {"float32", SL_DTYPE_FLOAT32},
+    {"float64", SL_DTYPE_FLOAT64}, {"bytes", SL_DTYPE_BYTES},     {NULL, 0}};
+static const struct choice filter_cmps[] = {{"eq", SL_FILTER_EQ}, {"ne", SL_FILTER_NE}, {"lt", SL_FILTER_LT},
+                                            {"le", SL_FILTER_LE}, {"gt", SL_FILTER_GT}, {"ge", SL_FILTER_GE},
+                                            {"in", SL_FILTER_IN}, {NULL, 0}};
+
+static const struct field map_fields[] = {
+    {.name = "plugin", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &plugin_custom},
+    {.name = "function", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &function_custom},
+    {.name = "output", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &outputs_custom},
+    BOOL_FIELD("keep_input", 1, sl_spec_op_t, u.map.keep_input),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
+static const struct field filter_fields[] = {
+    {.name = "plugin", .type = F_CUSTOM, .need = F_OPTIONAL, .custom = &plugin_custom,
+     .has_off = offsetof(sl_spec_op_t, u.filter.has_plugin)},
+    {.name = "function", .type = F_CUSTOM, .need = F_OPTIONAL, .custom = &function_custom,
+     .has_off = offsetof(sl_spec_op_t, u.filter.has_plugin)},
+    {.name = "key", .type = F_NAME, .need = F_OPTIONAL, .off = offsetof(sl_spec_op_t, u.filter.key),
+     .has_off = offsetof(sl_spec_op_t, u.filter.has_key)},
+    {.name = "cmp", .type = F_STRING, .need = F_OPTIONAL, .choices = filter_cmps,
+     .off = offsetof(sl_spec_op_t, u.filter.cmp), .has_off = offsetof(sl_spec_op_t, u.filter.has_cmp)},
+    {.name = "value", .type = F_CUSTOM, .need = F_OPTIONAL, .custom = &filter_value_custom,
+     .has_off = offsetof(sl_spec_op_t, u.filter.has_value)},
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static int range_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int files_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int parse_example_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
@@ -373,11 +443,11 @@ static const struct kind ops[] = {
     {"cast", SL_OP_CAST, cast_fields, NULL},
     {"shard", SL_OP_SHARD, shard_fields, shard_check},
     {"padded_batch", SL_OP_PADDED_BATCH, padded_batch_fields, NULL},
+    {"map", SL_OP_MAP, map_fields, NULL},
+    {"filter", SL_OP_FILTER, filter_fields, filter_check},
     {"interleave", SL_OP_INTERLEAVE, interleave_fields, interleave_check},
     {"prefetch", SL_OP_PREFETCH, prefetch_fields, NULL},
     {"cache", SL_OP_CACHE, cache_fields, NULL},
-    {"map", 0, NULL, NULL},
-    {"filter", 0, NULL, NULL},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1296,6 +1366,232 @@ static json_t *emit_padding_values(const void *desc)
     return o;
 }
 
+/* ---- map, filter, num_parallel_calls ---- */
+
+static int parse_parallel(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    sl_spec_op_t *op = desc;
+    if (json_is_string(v) && strcmp(json_string_value(v), "autotune") == 0 &&
+        json_string_length(v) == strlen("autotune")) {
+        op->num_parallel_calls = SL_SPEC_AUTOTUNE;
+    } else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= SL_SPEC_MAX_PARALLEL) {
+        op->num_parallel_calls = json_integer_value(v);
+    } else {
+        char got[128];
+        describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an integer from 1 to %d or \"autotune\", got %s", path,
+                    SL_SPEC_MAX_PARALLEL, got);
+    }
+    op->has_num_parallel_calls = true;
+    return 0;
+}
+
+static json_t *emit_parallel(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    return op->num_parallel_calls == SL_SPEC_AUTOTUNE ? json_string("autotune") : json_integer(op->num_parallel_calls);
+}
+
+/* A plugin is named by its file name alone: it is looked up in the
+ * worker's --plugin-dir directories, never anywhere else. */
+static int parse_plugin(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    sl_spec_op_t *op = desc;
+    char got[128];
+    describe(v, got, sizeof got);
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= SL_SPEC_PLUGIN_NAME)
+        return fail(err, errlen, "%s: must be a file name of 1 to %d characters, got %s", path,
+                    SL_SPEC_PLUGIN_NAME - 1, got);
+    const char *name = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (strlen(name) != n || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        strstr(name, ".."))
+        return fail(err, errlen,
+                    "%s: must be a file name in the worker's --plugin-dir (no '/', no \"..\"), got %s", path, got);
+    char *dst = op->kind == SL_OP_MAP ? op->u.map.plugin : op->u.filter.plugin;
+    snprintf(dst, SL_SPEC_PLUGIN_NAME, "%s", name);
+    if (op->kind == SL_OP_FILTER)
+        op->u.filter.has_plugin = true;
+    return 0;
+}
+
+static json_t *emit_plugin(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    return json_string(op->kind == SL_OP_MAP ? op->u.map.plugin : op->u.filter.plugin);
+}
+
+/* A C identifier, as the plugin's table names its functions. */
+static int parse_function(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    sl_spec_op_t *op = desc;
+    bool ok = json_is_string(v) && json_string_length(v) > 0 && json_string_length(v) < SL_SPEC_FUNCTION_NAME &&
+              strlen(json_string_value(v)) == json_string_length(v);
+    for (const char *c = ok ? json_string_value(v) : ""; ok && *c; c++)
+        ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '_' ||
+             (c != json_string_value(v) && *c >= '0' && *c <= '9');
+    if (!ok) {
+        char got[128];
+        describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be a function name (a C identifier of 1 to %d characters), got %s", path,
+                    SL_SPEC_FUNCTION_NAME - 1, got);
+    }
+    char *dst = op->kind == SL_OP_MAP ? op->u.map.function : op->u.filter.function;
+    snprintf(dst, SL_SPEC_FUNCTION_NAME, "%s", json_string_value(v));
+    return 0;
+}
+
+static json_t *emit_function(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    return json_string(op->kind == SL_OP_MAP ? op->u.map.function : op->u.filter.function);
+}
+
+/* map's output: {"name": "dtype", ...}, kept sorted by name. */
+static int parse_outputs(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    char got[128], kpath[256], want[512];
+    if (!json_is_object(v) || json_object_size(v) < 1 || json_object_size(v) > SL_MAX_COMPONENTS) {
+        if (json_is_object(v))
+            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
+        else
+            describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an object of 1 to %d component names and dtypes, got %s", path,
+                    SL_MAX_COMPONENTS, got);
+    }
+    const char *keys[SL_MAX_COMPONENTS];
+    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
+    sl_spec_map_output_t *outs = spec_alloc(spec, n * sizeof *outs);
+    if (!outs)
+        return nomem(err, errlen, path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object_get(v, keys[i]);
+        key_path(path, keys[i], kpath, sizeof kpath);
+        if (!name_ok(keys[i], strlen(keys[i])))
+            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
+                        SL_MAX_NAME - 1);
+        const struct choice *c = output_dtypes;
+        while (c->name && !(json_is_string(e) && strcmp(c->name, json_string_value(e)) == 0 &&
+                            strlen(c->name) == json_string_length(e)))
+            c++;
+        if (!c->name) {
+            describe(e, got, sizeof got);
+            choices_phrase(output_dtypes, want, sizeof want);
+            return fail(err, errlen, "%s: must be %s, got %s", kpath, want, got);
+        }
+        snprintf(outs[i].name, sizeof outs[i].name, "%s", keys[i]);
+        outs[i].dtype = (sl_dtype_t)c->value;
+    }
+    op->u.map.outputs = outs;
+    op->u.map.num_outputs = (int)n;
+    return 0;
+}
+
+static json_t *emit_outputs(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    json_t *o = json_object();
+    for (int i = 0; o && i < op->u.map.num_outputs; i++) {
+        const struct choice *c = output_dtypes;
+        while (c->name && c->value != (int)op->u.map.outputs[i].dtype)
+            c++;
+        if (json_object_set_new(o, op->u.map.outputs[i].name, json_string(c->name ? c->name : "invalid")) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/* filter's value: a number, or for "in" a list of numbers. */
+static int parse_filter_value(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    char ipath[192];
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (json_is_array(v) && (n < 1 || n > SL_SPEC_MAX_FILTER_VALUES))
+        return fail(err, errlen, "%s: must be a number or a list of 1 to %d numbers, got a list of %zu", path,
+                    SL_SPEC_MAX_FILTER_VALUES, n);
+    sl_spec_filter_value_t *vals = spec_alloc(spec, n * sizeof *vals);
+    if (!vals)
+        return nomem(err, errlen, path);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (json_is_array(v))
+            snprintf(ipath, sizeof ipath, "%s[%zu]", path, i);
+        else
+            snprintf(ipath, sizeof ipath, "%s", path);
+        int rc = parse_number(e, ipath, &vals[i].d, err, errlen);
+        if (rc < 0)
+            return rc;
+        vals[i].is_int = json_is_integer(e);
+        vals[i].i = vals[i].is_int ? json_integer_value(e) : 0;
+    }
+    op->u.filter.values = vals;
+    op->u.filter.num_values = (int)n;
+    op->u.filter.has_value = true;
+    /* A list is kept a list in the canonical form, even of one value. */
+    op->u.filter.cmp = op->u.filter.has_cmp ? op->u.filter.cmp : SL_FILTER_EQ;
+    if (json_is_array(v) && !op->u.filter.has_cmp)
+        op->u.filter.cmp = SL_FILTER_IN;
+    return 0;
+}
+
+static json_t *emit_filter_value(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    json_t *a = op->u.filter.cmp == SL_FILTER_IN ? json_array() : NULL;
+    for (int i = 0; i < op->u.filter.num_values; i++) {
+        const sl_spec_filter_value_t *x = &op->u.filter.values[i];
+        json_t *e = x->is_int ? json_integer(x->i) : json_real(x->d);
+        if (!a)
+            return e;
+        if (json_array_append_new(a, e) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* A filter is either a plugin predicate (plugin and function) or a
+ * comparison (key, cmp and value), never both. */
+static int filter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    sl_spec_op_t *op = desc;
+    bool plugin = json_object_get(obj, "plugin") != NULL, function = json_object_get(obj, "function") != NULL;
+    bool key = op->u.filter.has_key, cmp = op->u.filter.has_cmp, value = op->u.filter.has_value;
+    if (plugin || function) {
+        if (!plugin)
+            return fail(err, errlen, "%s.plugin: required field missing (a filter with a function needs its plugin)",
+                        path);
+        if (!function)
+            return fail(err, errlen, "%s.function: required field missing (a filter with a plugin needs a function)",
+                        path);
+        if (key || cmp || value)
+            return fail(err, errlen, "%s.%s: a filter takes a plugin predicate or a comparison, not both", path,
+                        key ? "key" : cmp ? "cmp" : "value");
+        return 0;
+    }
+    if (!key)
+        return fail(err, errlen, "%s.key: required field missing (or give plugin and function)", path);
+    if (!cmp)
+        return fail(err, errlen, "%s.cmp: required field missing", path);
+    if (!value)
+        return fail(err, errlen, "%s.value: required field missing", path);
+    bool list = json_is_array(json_object_get(obj, "value"));
+    if (op->u.filter.cmp == SL_FILTER_IN && !list)
+        return fail(err, errlen, "%s.value: must be a list of numbers for cmp \"in\"", path);
+    if (op->u.filter.cmp != SL_FILTER_IN && list)
+        return fail(err, errlen, "%s.value: must be a number (a list goes with cmp \"in\")", path);
+    return 0;
+}
+
 /* ---- canonical form ---- */
 
 static json_t *emit_field(const struct field *f, const char *base)
@@ -1365,6 +1661,8 @@ static json_t *canonical_object(const struct kind *k, const char *tag_key, const
         goto fail;
     for (const struct field *f = k->fields; f->name; f++) {
         if (f->need == F_OPTIONAL && f->type != F_CUSTOM && !*(const bool *)(base + f->has_off))
+            continue;
+        if (f->need == F_OPTIONAL && f->type == F_CUSTOM && f->has_off && !*(const bool *)(base + f->has_off))
             continue;
         /* json_object_set_new() refuses a NULL value: out of memory. */
         if (json_object_set_new(o, f->name, emit_field(f, base)) < 0)

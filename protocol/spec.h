@@ -58,6 +58,8 @@ typedef enum sl_op_kind {
     SL_OP_CAST,
     SL_OP_SHARD,
     SL_OP_PADDED_BATCH,
+    SL_OP_MAP,
+    SL_OP_FILTER,
     SL_OP_INTERLEAVE,
     SL_OP_PREFETCH,
     SL_OP_CACHE,
@@ -121,6 +123,36 @@ typedef struct sl_spec_padding_value {
     int64_t i;
     double d;
 } sl_spec_padding_value_t;
+
+/** map: one component the plugin function makes. */
+typedef struct sl_spec_map_output {
+    char name[SL_MAX_NAME];
+    sl_dtype_t dtype; /* any dtype, bytes included */
+} sl_spec_map_output_t;
+
+/** filter: one value a comparison compares with. */
+typedef struct sl_spec_filter_value {
+    bool is_int; /* given as a JSON integer: i; else d */
+    int64_t i;
+    double d;
+} sl_spec_filter_value_t;
+
+/** filter: the built-in comparisons. */
+typedef enum sl_filter_cmp {
+    SL_FILTER_EQ = 0,
+    SL_FILTER_NE,
+    SL_FILTER_LT,
+    SL_FILTER_LE,
+    SL_FILTER_GT,
+    SL_FILTER_GE,
+    SL_FILTER_IN,
+} sl_filter_cmp_t;
+
+#define SL_SPEC_PLUGIN_NAME 256     /* longest plugin file name, with its NUL */
+#define SL_SPEC_FUNCTION_NAME 128   /* longest plugin function name, with its NUL */
+#define SL_SPEC_MAX_FILTER_VALUES 256 /* most values of filter's "in" */
+#define SL_SPEC_MAX_PARALLEL 256    /* largest num_parallel_calls */
+#define SL_SPEC_AUTOTUNE 0          /* num_parallel_calls "autotune": the worker's --threads */
 
 /** The parsed source, defaults filled in. */
 typedef struct sl_spec_source {
@@ -218,6 +250,23 @@ typedef struct sl_spec_op {
             const sl_spec_padding_value_t *padding_values; /* owned by the spec */
         } padded_batch;
         struct {
+            char plugin[SL_SPEC_PLUGIN_NAME];     /* a file name in a --plugin-dir, no '/' */
+            char function[SL_SPEC_FUNCTION_NAME]; /* a function of the plugin's table */
+            int num_outputs;                      /* 1 .. SL_MAX_COMPONENTS, sorted by name */
+            const sl_spec_map_output_t *outputs;  /* owned by the spec */
+            bool keep_input;                      /* pass the input's other components on */
+        } map;
+        struct {
+            bool has_plugin; /* a plugin predicate (plugin, function); else a comparison */
+            char plugin[SL_SPEC_PLUGIN_NAME];
+            char function[SL_SPEC_FUNCTION_NAME];
+            bool has_key, has_cmp, has_value; /* a comparison has all three */
+            char key[SL_MAX_NAME]; /* comparison: a scalar numeric component */
+            sl_filter_cmp_t cmp;
+            int num_values; /* 1, or 1 .. SL_SPEC_MAX_FILTER_VALUES for "in" */
+            const sl_spec_filter_value_t *values; /* owned by the spec */
+        } filter;
+        struct {
             int64_t cycle_length;       /* 1 .. 1024 */
             int64_t block_length;       /* 1 .. 1<<20 */
             int64_t num_parallel_calls; /* 1 .. 256, or 0: "autotune" (the worker's --threads) */
@@ -229,6 +278,15 @@ typedef struct sl_spec_op {
             sl_cache_storage_t storage; /* memory (default) or disk */
         } cache;
     } u;
+    /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
+     * center_crop, random_flip, normalize, cast, map, filter) may run on
+     * several threads: num_parallel_calls, when given, is 1 ..
+     * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
+     * true) keeps the order. Other ops never have them. */
+    bool has_num_parallel_calls;
+    int64_t num_parallel_calls;
+    bool has_deterministic;
+    bool deterministic;
 } sl_spec_op_t;
 
 /**

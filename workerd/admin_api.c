@@ -30,6 +30,14 @@ static void add_task(sl_task_t *task, void *arg)
                           (json_int_t)ti.buffered_bytes, "capacity_batches", (json_int_t)ti.buffer_capacity_batches,
                           "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
                           ti.pipeline_seconds, "records_skipped", (json_int_t)ti.records_skipped);
+    json_t *ops = json_array();
+    for (int i = 0; i < ti.num_stages; i++) {
+        const sl_pipeline_op_stats_t *st = &ti.stages[i];
+        json_array_append_new(ops, json_pack("{s:s,s:I,s:I,s:f,s:f}", "stage", st->label, "calls",
+                                             (json_int_t)st->calls, "elements", (json_int_t)st->elements,
+                                             "seconds", st->seconds, "self_seconds", st->self_seconds));
+    }
+    json_object_set_new(o, "ops", ops);
     if (ti.state == SL_TASK_FAILED)
         json_object_set_new(o, "error", json_string(sl_task_errmsg(task)));
     json_array_append_new(arg, o);

@@ -200,4 +200,34 @@ void sl_image_cast_u8_i32(const uint8_t *src, size_t n, int32_t *dst);
 /** float32 -> IEEE 754 binary16 bits, rounding to nearest even; overflow to inf, NaN stays NaN. */
 void sl_image_cast_f32_f16(const float *src, size_t n, uint16_t *dst);
 
+/* ---- JPEG: decoding only a window (image_window.c) ---- */
+
+/**
+ * Decodes the window of h rows and w columns at (y, x) of a JPEG, what
+ * sl_image_decode_jpeg() then sl_image_crop() give, byte for byte, without
+ * the work outside the window: libjpeg-turbo's jpeg_crop_scanline() leaves
+ * out the columns left and right of it (but for a margin of one iMCU, where
+ * upsampling reads its neighbours), jpeg_skip_scanlines() skips the rows
+ * above it without the IDCT, and decoding stops after its last row.
+ * Entropy-coded data after the window's rows is not read, so damage there
+ * goes unnoticed; anything in the rows read fails as in
+ * sl_image_decode_jpeg() (any libjpeg warning is an error; a progressive
+ * JPEG of more than 500 scans is refused).
+ * @param[in] src,len the JPEG bytes, only read during the call
+ * @param[in] channels 0, 1 or 3, as in sl_image_decode_jpeg()
+ * @param[in] max_pixels the limit on the whole image's h * w * channels, as
+ *            sl_image_decode_jpeg() applies it
+ * @param[in] y,x,h,w the window, inside the image (sl_image_jpeg_header()
+ *            gives its size)
+ * @param[out] out h * w * channels bytes from malloc() (the caller frees
+ *            it); NULL on failure
+ * @param[out] shape the window's shape {h, w, channels}
+ * @return 0; SL_EDATA for a corrupt, truncated or CMYK JPEG; SL_ETOOBIG over
+ *         max_pixels; SL_EINVAL for bad channels or a window that is empty
+ *         or leaves the image; -ENOMEM
+ */
+int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x,
+                                size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err,
+                                size_t errlen);
+
 #endif

@@ -12,6 +12,8 @@
  *   ops_example.c    parse_example
  *   ops_image.c      decode_jpeg, resize, random_crop, center_crop,
  *                    random_flip, normalize, cast
+ *   ops_map.c        map, filter (plugins: plugin.h)
+ *   parallel.c       parallel stages of element-wise ops (num_parallel_calls)
  *   ops_interleave.c interleave (over the files of a file source)
  *   ops_prefetch.c   prefetch
  *   ops_cache.c      cache (in memory, or on disk through storage/cachedb.h)
@@ -36,6 +38,7 @@ typedef struct sl_iter_ctx {
     uint64_t split_requests;  /* next_split calls so far; repeat reads it */
     uint64_t records_skipped; /* corrupt records a source skipped (on_corrupt "skip") */
     char errmsg[1024];        /* the first failure, "label: why" */
+    struct sl_pool *pool;     /* the pipeline's threads for parallel stages (parallel.c); NULL: none */
     uint64_t files_opened;    /* files the file sources and interleave opened */
     uint64_t cache_overflows; /* cache ops that gave up caching (over their bound) */
     const sl_spec_t *spec;    /* the spec, while the pipeline is built only; else NULL */
@@ -89,7 +92,58 @@ struct sl_iter {
     sl_iter_ctx_t *ctx;        /* the pipeline's, outlives the iterator */
     char label[48];            /* "ops[2] (batch)", "source (range)" for messages */
     sl_element_spec_t spec;    /* what next() yields */
+    /* Element-wise ops (see sl_iter_elem_t below); sl__iter_init clears them. */
+    const struct sl_iter_elem *elem; /* the per-element method, or NULL */
+    int64_t par_calls;               /* num_parallel_calls, resolved: 0 runs in next() */
+    bool deterministic;              /* a parallel stage keeps the order */
 };
+
+/*
+ * The per-element method of an element-wise op (parse_example, the image
+ * ops, cast, map, filter): what next() does to one element, without the
+ * pulling, so that parallel.c can run it on pool threads for several
+ * elements at once (num_parallel_calls) and fuse adjacent element-wise ops
+ * into one parallel stage.
+ *
+ * apply gets el, an element of the op's input spec in a slot with room for
+ * SL_MAX_COMPONENTS values, and the element's ordinal (its index in the
+ * op's input sequence since the last reset, which seeded random ops draw
+ * from). It returns 0 with el turned into an element of the op's spec
+ * (num_components set), 1 when the op drops the element (a filter; el left
+ * empty), or a negative code with the reason recorded through
+ * sl__iter_fail() (el left empty). apply runs on several threads at once:
+ * it may only read the iterator, and keeps what it must change per call in
+ * local (one per thread, made by local_new, NULL when local_new is NULL).
+ * next() calls apply on the pipeline's thread with a local of its own.
+ */
+typedef struct sl_iter_elem {
+    int (*apply)(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_t *el);
+    int (*local_new)(sl_iter_t *it, void **local); /* optional; 0 or -ENOMEM */
+    void (*local_free)(sl_iter_t *it, void *local);
+    bool drops; /* may return 1: ends a fused stage (ordinals stay those of each op's input) */
+} sl_iter_elem_t;
+
+/* On a pool thread, where sl__iter_fail() records a failure instead of
+ * ctx->errmsg (a buffer of SL_ITER_ERRBUF bytes per element, so that
+ * errors surface in order); NULL on the pipeline's thread. */
+#define SL_ITER_ERRBUF 1024
+extern _Thread_local char *sl__iter_errbuf;
+
+/* A per-element generator state for the random ops: the seed of element
+ * ordinal of epoch epoch of an op seeded with seed, the same whichever
+ * thread draws it. */
+uint64_t sl__element_seed(uint64_t seed, uint64_t epoch, uint64_t ordinal);
+
+/* parallel.c: records an op's num_parallel_calls and deterministic on its
+ * iterator (autotune is opts.threads); then, once the chain is built,
+ * replaces every run of adjacent element-wise ops with parallelism by one
+ * parallel stage on the pipeline's pool (made here, opts.threads - 1
+ * threads at most: the pipeline thread works too). *top is updated. 0,
+ * -ENOMEM or -errno with ctx->errmsg set. */
+void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_t *ctx);
+int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top);
+/* Stops and frees ctx->pool, after every iterator is destroyed. */
+void sl__parallel_pool_destroy(sl_iter_ctx_t *ctx);
 
 /* Fills in an iterator's head, without a bulk method; its spec is its
  * input's (a source sets its own). */
@@ -159,6 +213,11 @@ int sl__op_parse_example_create(const sl_spec_op_t *op, sl_iter_t *input, sl_ite
 /* decode_jpeg, resize, random_crop, center_crop, random_flip, normalize, cast */
 int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out);
+/* ops_map.c: map (a plugin function) and filter (a comparison or a plugin predicate) */
+int sl__op_map_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                      sl_iter_t **out);
+int sl__op_filter_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                         sl_iter_t **out);
 
 int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                              sl_iter_t **out);

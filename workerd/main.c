@@ -15,9 +15,11 @@
 #include "admin.h"
 #include "admin_api.h"
 #include "cachedb.h"
+#include "big_alloc.h"
 #include "cli.h"
 #include "confine.h"
 #include "log.h"
+#include "plugin.h"
 #include "net.h"
 #include "reader.h"
 #include "worker.h"
@@ -39,8 +41,11 @@ static void usage(FILE *f)
             "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
             "  --data-root DIR          a directory file sources may read below (repeatable;\n"
             "                           without one every file source is refused)\n"
-            "  --threads N              pipeline threads per task for parallel ops (default 2;\n"
-            "                           interleave's num_parallel_calls \"autotune\")\n"
+            "  --threads N              threads that run a task's ops with num_parallel_calls:\n"
+            "                           its pipeline thread and N-1 more (default 2;\n"
+            "                           num_parallel_calls \"autotune\" means N)\n"
+            "  --plugin-dir DIR         a directory map and filter load plugins from, by file\n"
+            "                           name (repeatable; without one every plugin op is refused)\n"
             "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
             "  --io-engine uring|pread  how files are read (default: io_uring, or pread where\n"
@@ -63,6 +68,8 @@ struct options {
     const char *admin_bind;
     const char *data_roots[MAX_DATA_ROOTS];
     int num_data_roots;
+    const char *plugin_dirs[SL_PLUGINS_MAX_DIRS];
+    int num_plugin_dirs;
     int64_t threads;
     sl_io_engine_t io_engine;
     const char *admin_token_file;
@@ -75,8 +82,8 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_PORT, O_ADMIN_PORT, O_ADDR, O_BIND, O_ADMIN_BIND, O_ROOT, O_THREADS, O_BUFFER,
-           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP, O_CACHE_MB, O_CACHE_DIR,
-           O_CACHE_DISK_MB };
+           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
+           O_CACHE_DIR, O_CACHE_DISK_MB };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"port", required_argument, NULL, O_PORT},
@@ -94,6 +101,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"admin-token-file", required_argument, NULL, O_TOKEN},
         {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
+        {"plugin-dir", required_argument, NULL, O_PLUGIN_DIR},
         {"cache-mb", required_argument, NULL, O_CACHE_MB},
         {"cache-dir", required_argument, NULL, O_CACHE_DIR},
         {"cache-disk-mb", required_argument, NULL, O_CACHE_DISK_MB},
@@ -138,6 +146,13 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             o->data_roots[o->num_data_roots++] = optarg;
+            break;
+        case O_PLUGIN_DIR:
+            if (o->num_plugin_dirs == SL_PLUGINS_MAX_DIRS) {
+                fprintf(stderr, "%s: --plugin-dir: at most %d directories\n", program, SL_PLUGINS_MAX_DIRS);
+                return -1;
+            }
+            o->plugin_dirs[o->num_plugin_dirs++] = optarg;
             break;
         case O_THREADS:
             if (sl_cli_int(program, "threads", optarg, 1, 256, &o->threads) < 0)
@@ -226,6 +241,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Pipeline threads wake the loop through events. */
     evthread_use_pthreads();
+    /* Batch blocks reuse freed memory rather than fault in fresh pages. */
+    sl__big_alloc_setup(o.worker.task.max_batch_bytes);
 
     int status = SL_EXIT_FAILURE;
     char err[1024];
@@ -237,12 +254,22 @@ int main(int argc, char **argv)
         return SL_EXIT_USAGE;
     }
     o.worker.task.roots = roots;
+    sl_plugins_t *plugins = NULL;
+    if (o.num_plugin_dirs > 0 &&
+        sl_plugins_create(o.plugin_dirs, o.num_plugin_dirs, &plugins, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        sl_confine_destroy(roots);
+        sl_cli_free_argv(cargc, cargv);
+        return SL_EXIT_USAGE;
+    }
+    o.worker.task.plugins = plugins;
+    o.worker.task.threads = (unsigned)o.threads;
     o.worker.task.io_engine = o.io_engine;
-    o.worker.task.autotune_threads = (unsigned)o.threads;
     sl_cache_env_t cache = {.mem_limit = (size_t)o.cache_mb << 20};
     if (o.cache_dir &&
         sl_cachedb_open(o.cache_dir, (size_t)o.cache_disk_mb << 20, &cache.db, err, sizeof err) < 0) {
         fprintf(stderr, "%s: --cache-dir: %s\n", program, err);
+        sl_plugins_destroy(plugins);
         sl_confine_destroy(roots);
         sl_cli_free_argv(cargc, cargv);
         return SL_EXIT_USAGE;
@@ -288,6 +315,8 @@ out:
             event_free(sigs[i]);
     sl_admin_free(admin);
     sl_worker_free(w);
+    /* After every task (and its pipeline) is gone. */
+    sl_plugins_destroy(plugins);
     sl_cachedb_close(cache.db);
     sl_confine_destroy(roots);
     if (base)

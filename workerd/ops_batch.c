@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "big_alloc.h"
 #include "iter.h"
 
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
@@ -162,7 +163,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     rc = batch_layout(b, in, off, &total);
     if (rc < 0)
         goto fail;
-    block = malloc(total ? total : 1);
+    block = sl__big_alloc(total);
     if (!block) {
         rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
         goto fail;

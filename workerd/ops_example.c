@@ -26,20 +26,28 @@ struct example_iter {
     int rank[SL_MAX_COMPONENTS];      /* of each fixed feature */
     int64_t shape[SL_MAX_COMPONENTS][SL_MAX_RANK];
     sl_example_decoder_t *dec;
-    sl_element_t *in; /* the slot the input fills */
+    sl_element_t *in; /* the slot the input fills, room for SL_MAX_COMPONENTS */
+    /* What a pool thread's decoder is made of (example_local_new). The
+     * names and some defaults point into the spec, which lives only during
+     * sl_pipeline_create(): parallel.c makes every thread's local then. */
+    sl_example_feature_t feats[SL_MAX_COMPONENTS];
+    void *mem[SL_MAX_COMPONENTS];
 };
 
-static int example_next(sl_iter_t *it, sl_element_t *out)
+/* The per-element method (iter.h): decodes el's record with dec (the
+ * thread's decoder) and turns el into the output element in place. */
+static int example_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_t *el)
 {
+    (void)ordinal;
     struct example_iter *x = (struct example_iter *)it;
-    sl_element_t *in = x->in;
+    sl_example_decoder_t *dec = local;
     sl_example_value_t vals[SL_MAX_COMPONENTS];
+    sl_value_t outv[SL_MAX_COMPONENTS];
+    uint32_t nout = 0;
     char err[512];
-    int rc = it->input->vt->next(it->input, in);
-    if (rc != 0)
-        return rc;
+    int rc;
 
-    sl_value_t *rec = &in->v[x->key];
+    sl_value_t *rec = &el->v[x->key];
     const char *key = it->input->spec.c[x->key].name;
     if (rec->dtype != SL_DTYPE_BYTES || rec->rank != 0) {
         char got[128];
@@ -52,49 +60,95 @@ static int example_next(sl_iter_t *it, sl_element_t *out)
     }
     size_t len;
     const uint8_t *data = sl_bytes_at(sl_value_data(rec), 1, 0, &len);
-    rc = sl_example_decode(x->dec, data, len, vals, err, sizeof err);
+    rc = sl_example_decode(dec, data, len, vals, err, sizeof err);
     if (rc < 0) {
         rc = sl__iter_fail(it, rc, "%s", err);
         goto fail;
     }
-
     /* The other components move over, or are copied when their bytes live
      * in the input's block (a batched input). */
+    bool moved[SL_MAX_COMPONENTS] = {false};
     for (uint32_t j = 0; j < x->num_kept; j++) {
-        sl_value_t *v = &in->v[x->kept[j]];
-        if (in->block) {
+        sl_value_t *v = &el->v[x->kept[j]];
+        if (el->block) {
             if (v->ragged) {
                 rc = sl__iter_fail(it, SL_EDATA, "component \"%s\" is a ragged batch; parse_example goes before batch",
                                    it->input->spec.c[x->kept[j]].name);
                 goto fail;
             }
-            if (sl_value_copy(&out->v[j], v) < 0)
+            outv[nout].storage = SL_VALUE_INLINE;
+            if (sl_value_copy(&outv[nout], v) < 0)
                 goto nomem;
         } else {
-            out->v[j] = *v;
-            v->storage = SL_VALUE_INLINE;
+            outv[nout] = *v;
+            moved[x->kept[j]] = true;
         }
+        nout++;
     }
     for (int f = 0; f < x->num_features; f++) {
         const sl_example_value_t *ev = &vals[f];
-        sl_value_t *v = &out->v[x->num_kept + (uint32_t)f];
+        sl_value_t *v = &outv[nout];
         int64_t n = (int64_t)ev->count;
         bool varlen = it->spec.c[x->num_kept + (uint32_t)f].varlen;
+        v->storage = SL_VALUE_INLINE;
         uint8_t *p = varlen ? sl_value_alloc(v, ev->dtype, 1, &n, ev->size)
                             : sl_value_alloc(v, ev->dtype, x->rank[f], x->shape[f], ev->size);
         if (!p)
             goto nomem;
+        nout++;
         memcpy(p, ev->data, ev->size);
     }
-    out->num_elements = 1;
-    sl_element_clear(in);
+    for (uint32_t c = 0; c < el->num_components; c++) {
+        if (!moved[c])
+            sl_value_clear(&el->v[c]);
+    }
+    free(el->block);
+    el->block = NULL;
+    el->block_size = 0;
+    for (uint32_t j = 0; j < nout; j++)
+        el->v[j] = outv[j];
+    el->num_components = nout;
+    el->num_elements = 1;
     return 0;
 nomem:
     rc = sl__iter_fail(it, -ENOMEM, "out of memory for a decoded record");
+    for (uint32_t j = 0; j < nout; j++) {
+        if (!(j < x->num_kept && !el->block))
+            sl_value_clear(&outv[j]);
+    }
 fail:
-    sl_element_clear(out);
-    sl_element_clear(in);
+    sl_element_clear(el);
     return rc;
+}
+
+static int example_local_new(sl_iter_t *it, void **local)
+{
+    struct example_iter *x = (struct example_iter *)it;
+    char err[512];
+    *local = NULL;
+    int rc = sl_example_decoder_new(x->feats, x->num_features, it->ctx->opts.max_batch_bytes,
+                                    (sl_example_decoder_t **)local, err, sizeof err);
+    return rc < 0 ? -ENOMEM : 0;
+}
+
+static void example_local_free(sl_iter_t *it, void *local)
+{
+    (void)it;
+    sl_example_decoder_free(local);
+}
+
+static int example_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct example_iter *x = (struct example_iter *)it;
+    sl_element_init(x->in, it->input->spec.num_components);
+    int rc = it->input->vt->next(it->input, x->in);
+    if (rc != 0)
+        return rc;
+    rc = example_apply(it, x->dec, 0, x->in);
+    if (rc != 0)
+        return rc;
+    sl_element_move(out, x->in);
+    return 0;
 }
 
 static int example_reset(sl_iter_t *it)
@@ -107,10 +161,13 @@ static void example_destroy(sl_iter_t *it)
     struct example_iter *x = (struct example_iter *)it;
     sl_example_decoder_free(x->dec);
     sl_element_free(x->in);
+    for (int f = 0; f < x->num_features; f++)
+        free(x->mem[f]);
     free(x);
 }
 
 static const sl_iter_vtbl_t example_vtbl = {example_next, example_reset, example_destroy};
+static const sl_iter_elem_t example_elem = {example_apply, example_local_new, example_local_free, false};
 
 /* The spec's defaults in the decoder's types; float32 defaults are given
  * as doubles. Returns 0 or -ENOMEM; *mem is freed by the caller. */
@@ -174,9 +231,10 @@ int sl__op_parse_example_create(const sl_spec_op_t *op, sl_iter_t *input, sl_ite
     sl_example_feature_t feats[SL_MAX_COMPONENTS];
     void *mem[SL_MAX_COMPONENTS] = {NULL};
     int rc = -ENOMEM;
-    if (!x || !(x->in = sl_element_new(in->num_components)))
+    if (!x || !(x->in = sl_element_new(SL_MAX_COMPONENTS)))
         goto fail;
     sl__iter_init(&x->base, &example_vtbl, input, ctx, label);
+    x->base.elem = &example_elem;
     x->key = (uint32_t)k;
     x->num_features = nf;
     x->base.spec.num_components = 0;
@@ -210,8 +268,9 @@ int sl__op_parse_example_create(const sl_spec_op_t *op, sl_iter_t *input, sl_ite
             rc = sl__ctx_fail(ctx, rc, label, "%s", err);
         goto fail;
     }
-    for (int f = 0; f < nf; f++)
-        free(mem[f]);
+    /* Pool threads make decoders of their own from the same list. */
+    memcpy(x->feats, feats, sizeof feats);
+    memcpy(x->mem, mem, sizeof mem);
     *out = &x->base;
     return 0;
 fail:

@@ -11,11 +11,11 @@
  * tf.image.resize) or uint8; the crops and random_flip take images of any
  * numeric dtype, normalize uint8 or float32 ones.
  *
- * The random ops (random_crop, random_flip) draw from a generator of their
- * own. With a seed, epoch e (the e-th reset) draws from
- * sl__epoch_seed(seed, e): every run with the same seed makes the same
- * draws, and each epoch new ones. Without a seed each pipeline instance
- * draws its own.
+ * The random ops (random_crop, random_flip) draw, for the element at
+ * ordinal i of epoch e (the e-th reset), from a generator seeded with
+ * sl__element_seed(seed, e, i): every run with the same seed makes the same
+ * draws, whatever num_parallel_calls, and each epoch new ones. Without a
+ * seed each pipeline instance draws its own.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,7 +34,15 @@ struct image_iter {
     sl_spec_op_t op;    /* a copy: these ops' descriptors hold no pointers */
     sl_image_decoder_t *dec; /* decode_jpeg */
     uint64_t seed, epoch;    /* random ops */
-    sl_image_rng_t rng;
+    sl_image_rng_t rng;      /* unused: each element draws from its own (image_apply) */
+    uint64_t ordinal;        /* next()'s count of elements since the last reset */
+    /* decode_jpeg directly followed by a crop of the same component, both
+     * run alike (in next(), or in parallel with the same num_parallel_calls):
+     * the decode passes the bytes on and the crop decodes only its window
+     * (sl_image_decode_jpeg_window), with the same result. The crop then
+     * has a decoder of its own (dec, and one per thread as its local). */
+    bool fused;                       /* decode_jpeg: leave the decoding to the crop */
+    struct image_iter *fused_decode;  /* random_crop, center_crop: the decode_jpeg before it */
 };
 
 /* ---- casts ---- */
@@ -234,7 +242,7 @@ static int nomem(struct image_iter *ii, size_t bytes)
     return sl__iter_fail(&ii->base, -ENOMEM, "out of memory for %zu bytes of component \"%s\"", bytes, key_name(ii));
 }
 
-static int do_decode_jpeg(struct image_iter *ii, sl_value_t *v)
+static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v)
 {
     char err[256];
     if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
@@ -245,11 +253,13 @@ static int do_decode_jpeg(struct image_iter *ii, sl_value_t *v)
                              "scalar) per element",
                              key_name(ii), sl_dtype_name(v->dtype), got);
     }
+    if (ii->fused)
+        return 0;
     size_t len;
     const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
     uint8_t *img = NULL;
     sl_image_shape_t s;
-    int rc = sl_image_decode_jpeg(ii->dec, jpeg, len, (int)ii->op.u.decode_jpeg.channels,
+    int rc = sl_image_decode_jpeg(dec, jpeg, len, (int)ii->op.u.decode_jpeg.channels,
                                   ii->base.ctx->opts.max_batch_bytes, &img, &s, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
@@ -282,7 +292,56 @@ static int do_resize(struct image_iter *ii, sl_value_t *v)
     return 0;
 }
 
-static int do_crop(struct image_iter *ii, sl_value_t *v)
+/* A crop fused with the decode_jpeg before it: v is still the encoded
+ * image. The offsets are drawn from the header's shape with the draws
+ * do_crop makes, so the window is the one decode-then-crop would cut. */
+static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_image_rng_t *rng, sl_value_t *v)
+{
+    struct image_iter *d = ii->fused_decode;
+    char err[256];
+    if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
+        char got[128];
+        sl__shape_str(v->shape, v->rank, got, sizeof got);
+        return sl__iter_fail(&d->base, SL_EDATA,
+                             "component \"%s\" is %s of shape %s; decode_jpeg takes one encoded image (a bytes "
+                             "scalar) per element",
+                             key_name(ii), sl_dtype_name(v->dtype), got);
+    }
+    size_t len;
+    const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
+    int channels = (int)d->op.u.decode_jpeg.channels;
+    sl_image_shape_t s;
+    int rc = sl_image_jpeg_header(dec, jpeg, len, channels, &s, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    const sl_spec_ints_t *size = ii->kind == SL_OP_RANDOM_CROP ? &ii->op.u.random_crop.size : &ii->op.u.center_crop.size;
+    size_t h = (size_t)size->v[0], w = (size_t)size->v[1], y, x;
+    /* An image over the limit fails in the window decoder, as decode_jpeg
+     * fails it, before the crop's size is looked at. */
+    bool too_big = s.h * s.w * s.c > d->base.ctx->opts.max_batch_bytes;
+    if (!too_big && (h > s.h || w > s.w))
+        return sl__iter_fail(&ii->base, SL_EDATA,
+                             "component \"%s\" has shape [%zu, %zu, %zu], smaller than the crop [%zu, %zu]",
+                             key_name(ii), s.h, s.w, s.c, h, w);
+    if (too_big)
+        y = x = 0;
+    else if (ii->kind == SL_OP_RANDOM_CROP)
+        rc = sl_image_random_crop_offsets(rng, s, h, w, &y, &x, err, sizeof err);
+    else
+        rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    uint8_t *img = NULL;
+    sl_image_shape_t ws;
+    rc = sl_image_decode_jpeg_window(jpeg, len, channels, d->base.ctx->opts.max_batch_bytes, y, x, h, w, &img, &ws,
+                                     err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
+    return 0;
+}
+
+static int do_crop(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
@@ -298,7 +357,7 @@ static int do_crop(struct image_iter *ii, sl_value_t *v)
                              key_name(ii), got, h, w);
     }
     if (ii->kind == SL_OP_RANDOM_CROP)
-        rc = sl_image_random_crop_offsets(&ii->rng, s, h, w, &y, &x, err, sizeof err);
+        rc = sl_image_random_crop_offsets(rng, s, h, w, &y, &x, err, sizeof err);
     else
         rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
     if (rc < 0)
@@ -315,7 +374,7 @@ static int do_crop(struct image_iter *ii, sl_value_t *v)
     return 0;
 }
 
-static int do_random_flip(struct image_iter *ii, sl_value_t *v)
+static int do_random_flip(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
@@ -326,7 +385,7 @@ static int do_random_flip(struct image_iter *ii, sl_value_t *v)
      * element's block). */
     uint8_t *data = sl_value_data(v);
     if (v->dtype == SL_DTYPE_UINT8) {
-        rc = sl_image_random_flip(&ii->rng, data, s, (sl_image_flip_dir_t)ii->op.u.random_flip.direction, data, NULL,
+        rc = sl_image_random_flip(rng, data, s, (sl_image_flip_dir_t)ii->op.u.random_flip.direction, data, NULL,
                                   err, sizeof err);
         if (rc < 0)
             return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
@@ -334,7 +393,7 @@ static int do_random_flip(struct image_iter *ii, sl_value_t *v)
     }
     /* Other dtypes: the same draw as image.h's (the top bit), then pixels
      * of c values swapped whole. */
-    if ((sl_image_rng_next(&ii->rng) >> 63) == 0)
+    if ((sl_image_rng_next(rng) >> 63) == 0)
         return 0;
     size_t px = s.c * sl_dtype_size(v->dtype), row = s.w * px;
     uint8_t tmp[64];
@@ -421,19 +480,23 @@ static int do_cast(struct image_iter *ii, sl_value_t *v)
     return 0;
 }
 
-static int image_next(sl_iter_t *it, sl_element_t *out)
+/* The per-element method (iter.h): local is the thread's decoder
+ * (decode_jpeg, and a crop fused with it). A random op draws from a generator seeded by (seed, epoch,
+ * ordinal), so the draws do not depend on which thread runs the element. */
+static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_t *out)
 {
     struct image_iter *ii = (struct image_iter *)it;
-    int rc = it->input->vt->next(it->input, out);
-    if (rc != 0)
-        return rc;
+    int rc;
+    sl_image_rng_t rng;
+    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP)
+        sl_image_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
-    case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, v); break;
+    case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, local, v); break;
     case SL_OP_RESIZE: rc = do_resize(ii, v); break;
     case SL_OP_RANDOM_CROP:
-    case SL_OP_CENTER_CROP: rc = do_crop(ii, v); break;
-    case SL_OP_RANDOM_FLIP: rc = do_random_flip(ii, v); break;
+    case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
+    case SL_OP_RANDOM_FLIP: rc = do_random_flip(ii, &rng, v); break;
     case SL_OP_NORMALIZE: rc = do_normalize(ii, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
     default: rc = sl__iter_fail(it, SL_EINTERNAL, "op kind %d is not an image op", (int)ii->kind); break;
@@ -441,6 +504,31 @@ static int image_next(sl_iter_t *it, sl_element_t *out)
     if (rc < 0)
         sl_element_clear(out);
     return rc;
+}
+
+static int image_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct image_iter *ii = (struct image_iter *)it;
+    int rc = it->input->vt->next(it->input, out);
+    if (rc != 0)
+        return rc;
+    return image_apply(it, ii->dec, ii->ordinal++, out);
+}
+
+static int image_local_new(sl_iter_t *it, void **local)
+{
+    struct image_iter *ii = (struct image_iter *)it;
+    char err[256];
+    *local = NULL;
+    if (ii->kind != SL_OP_DECODE_JPEG && !ii->fused_decode)
+        return 0;
+    return sl_image_decoder_new((sl_image_decoder_t **)local, err, sizeof err) < 0 ? -ENOMEM : 0;
+}
+
+static void image_local_free(sl_iter_t *it, void *local)
+{
+    (void)it;
+    sl_image_decoder_free(local);
 }
 
 static void image_seed(struct image_iter *ii)
@@ -452,6 +540,7 @@ static int image_reset(sl_iter_t *it)
 {
     struct image_iter *ii = (struct image_iter *)it;
     ii->epoch++;
+    ii->ordinal = 0;
     image_seed(ii);
     return it->input->vt->reset(it->input);
 }
@@ -464,6 +553,7 @@ static void image_destroy(sl_iter_t *it)
 }
 
 static const sl_iter_vtbl_t image_vtbl = {image_next, image_reset, image_destroy};
+static const sl_iter_elem_t image_elem = {image_apply, image_local_new, image_local_free, false};
 
 /* The key field of each op. */
 static const char *op_key(const sl_spec_op_t *op)
@@ -495,6 +585,32 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     }
 }
 
+/* A crop straight after decode_jpeg of the same component takes the
+ * decoding over (see struct image_iter). */
+static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_iter_t *input)
+{
+    if (input->vt != &image_vtbl)
+        return 0;
+    struct image_iter *d = (struct image_iter *)input;
+    if (d->kind != SL_OP_DECODE_JPEG || d->key != crop->key || d->fused)
+        return 0;
+    /* Only when both run alike: the decoding must not move from a parallel
+     * stage into a sequential crop, or the other way. The pipeline records
+     * d's parallelism right after building it (sl__parallel_opts); the
+     * crop's is recorded here the same way to compare them. */
+    sl__parallel_opts(&crop->base, op, crop->base.ctx);
+    const sl_iter_t *a = &d->base, *b = &crop->base;
+    bool pa = a->par_calls > 1, pb = b->par_calls > 1;
+    if (pa != pb || (pa && (a->par_calls != b->par_calls || a->deterministic != b->deterministic)))
+        return 0;
+    char err[256];
+    if (sl_image_decoder_new(&crop->dec, err, sizeof err) < 0)
+        return -ENOMEM;
+    d->fused = true;
+    crop->fused_decode = d;
+    return 0;
+}
+
 int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out)
 {
@@ -516,6 +632,7 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     if (!ii)
         return -ENOMEM;
     sl__iter_init(&ii->base, &image_vtbl, input, ctx, label);
+    ii->base.elem = &image_elem;
     ii->kind = op->kind;
     ii->key = (uint32_t)k;
     ii->op = *op;
@@ -532,6 +649,16 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
     case SL_OP_RANDOM_CROP:
         ii->seed = op->u.random_crop.has_seed ? (uint64_t)op->u.random_crop.seed : sl__random_seed(ii);
+        if (fuse_with_decode(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
+        break;
+    case SL_OP_CENTER_CROP:
+        if (fuse_with_decode(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
         break;
     case SL_OP_RANDOM_FLIP:
         ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);

@@ -470,7 +470,7 @@ int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_c
     il->block = op->u.interleave.block_length;
     int64_t n = op->u.interleave.num_parallel_calls;
     if (n == 0)
-        n = ctx->opts.autotune_threads;
+        n = ctx->opts.threads ? ctx->opts.threads : 2;
     il->threads = n > 1 ? (unsigned)(n < il->cycle ? n : il->cycle) : 0;
     il->num_files = sl__files_count(input);
     il->dynamic = ctx->opts.sharding == SL_SHARDING_DYNAMIC;

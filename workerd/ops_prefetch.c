@@ -179,8 +179,9 @@ static void prefetch_destroy(sl_iter_t *it)
     /* The inputs are destroyed after this iterator and may still count
      * (a file source closing its file): they count in the pipeline's
      * context again. */
-    for (sl_iter_t *x = it->input; x && x->ctx == &pf->sub; x = x->input) {
-        x->ctx = it->ctx;
+    for (sl_iter_t *x = it->input; x; x = x->input) {
+        if (x->ctx == &pf->sub)
+            x->ctx = it->ctx;
         if (x->vt == &prefetch_vtbl)
             break;
     }

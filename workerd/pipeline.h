@@ -66,7 +66,12 @@ typedef struct sl_pipeline_opts {
                                            NULL: every file source is refused. Must outlive
                                            the pipeline. */
     sl_io_engine_t io_engine;           /* how file sources read (default SL_IO_AUTO) */
-    unsigned autotune_threads;          /* interleave's "autotune" (--threads); 0: 2 */
+    struct sl_plugins *plugins;         /* where map and filter find plugins (--plugin-dir);
+                                           NULL: every plugin op is refused. Must outlive
+                                           the pipeline. */
+    unsigned threads;                   /* most threads for parallel ops, the pipeline's own
+                                           included (--threads);
+                                           0: 2; interleave's "autotune" */
     sl_cache_env_t *cache;              /* shared by the worker's pipelines; NULL: the pipeline's
                                            own, SL_PIPELINE_DEFAULT_CACHE_BYTES, no disk */
 } sl_pipeline_opts_t;
@@ -106,6 +111,24 @@ int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
  *  (tfrecord with on_corrupt "skip"); call it on the pipeline's thread */
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p);
 
+/** The time one stage of the pipeline (the source or an op) took. */
+typedef struct sl_pipeline_op_stats {
+    char label[48];      /* "source (tfrecord)", "ops[2] (resize)" */
+    uint64_t calls;      /* calls of its next (or bulk next) */
+    uint64_t elements;   /* elements it yielded (rows, for a bulk call) */
+    double seconds;      /* time in those calls, its inputs' included; estimated
+                            from one call in 16 timed */
+    double self_seconds; /* seconds less its input's: its own work, an estimate
+                            (an op that waits on a thread of its own, or on the
+                            dispatcher, counts the wait) */
+} sl_pipeline_op_stats_t;
+
+/**
+ * Copies the time per stage, source first, into out[0..max).
+ * Safe to call from any thread while the pipeline runs.
+ * @return how many stages were written: min(max, the number of stages)
+ */
+int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max);
 /** @return the files the pipeline opened so far (file sources, interleave);
  *  a cached epoch opens none. Call it on the pipeline's thread. */
 uint64_t sl_pipeline_files_opened(const sl_pipeline_t *p);

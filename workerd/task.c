@@ -227,7 +227,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .max_batch_bytes = cfg->max_batch_bytes,
         .roots = cfg->roots,
         .io_engine = cfg->io_engine,
-        .autotune_threads = cfg->autotune_threads,
+        .plugins = cfg->plugins,
+        .threads = cfg->threads,
         .cache = cfg->cache,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
@@ -373,6 +374,9 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .records_skipped = t->records_skipped,
     };
     pthread_mutex_unlock(&t->mu);
+    /* The pipeline lives as long as the task; its counters are atomics. */
+    if (t->pipeline)
+        out->num_stages = sl_pipeline_op_stats(t->pipeline, out->stages, SL_TASK_MAX_STAGES);
 }
 
 bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max)

@@ -23,6 +23,11 @@
 #include "frame.h"
 #include "pipeline.h"
 #include "reader.h"
+#include "spec.h"
+
+/* The most pipeline stages sl_task_info() reports: the source and every op,
+ * with room for iterators an op adds of its own. */
+#define SL_TASK_MAX_STAGES (2 * SL_SPEC_MAX_OPS + 2)
 
 typedef struct sl_task sl_task_t;
 
@@ -36,7 +41,9 @@ typedef struct sl_task_config {
     const sl_confine_t *roots; /* where file sources may read (--data-root); NULL: nowhere.
                                   Must outlive every task. */
     sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
-    unsigned autotune_threads; /* interleave's "autotune" (--threads) */
+    struct sl_plugins *plugins; /* --plugin-dir's registry, shared by every task; NULL: no
+                                   plugins. Must outlive every task. */
+    unsigned threads;          /* threads per task for parallel ops, its pipeline thread included (--threads) */
     sl_cache_env_t *cache;     /* what cache ops share (--cache-mb, --cache-dir); NULL: per pipeline */
 } sl_task_config_t;
 
@@ -100,6 +107,9 @@ typedef struct sl_task_info {
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */
     uint64_t records_skipped;  /* corrupt records skipped (tfrecord, on_corrupt "skip") */
+    int num_stages;            /* time per pipeline stage, source first (0 when the
+                                  pipeline could not be built) */
+    sl_pipeline_op_stats_t stages[SL_TASK_MAX_STAGES];
 } sl_task_info_t;
 
 void sl_task_info(sl_task_t *task, sl_task_info_t *out);

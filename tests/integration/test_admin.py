@@ -115,6 +115,15 @@ class Admin(unittest.TestCase):
         self.assertGreater(mine[0]['batches_produced'], 0)
         self.assertLessEqual(mine[0]['buffer']['batches'], mine[0]['buffer']['capacity_batches'])
         self.assertGreaterEqual(mine[0]['pipeline_seconds'], 0)
+        # Time per pipeline op: the source, then each op of the spec.
+        ops = mine[0]['ops']
+        self.assertEqual([o['stage'] for o in ops], ['source (range)', 'ops[0] (batch)'])
+        self.assertGreater(ops[0]['elements'], 0)
+        self.assertGreater(ops[1]['elements'], 0)
+        for o in ops:
+            self.assertGreater(o['calls'], 0)  # range gives batch rows in bulk: fewer calls than elements
+            self.assertGreater(o['seconds'], 0)
+            self.assertTrue(0 <= o['self_seconds'] <= o['seconds'])
 
     def test_cancel_gives_clients_a_clear_error(self):
         p, job = self.start_job('cancel-%d' % os.getpid())

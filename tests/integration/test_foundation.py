@@ -2,9 +2,12 @@
 batches streamed through libsluice (sluice-cat) with OFF and DYNAMIC."""
 import collections
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -210,6 +213,71 @@ class Failures(unittest.TestCase):
             self.assertIn('in use', r.stderr)
         finally:
             c.close()
+
+
+class BadStateStore(unittest.TestCase):
+    """A work dir the dispatcher must not use is refused at start, with the
+    reason, and nothing in it is written."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix='sluice-store-')
+        self.mounts = []
+
+    def tearDown(self):
+        for m in reversed(self.mounts):
+            subprocess.run(['umount', m], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, work):
+        from harness import binary
+        return subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir', work],
+                              capture_output=True, text=True, timeout=30)
+
+    def mount_tmpfs(self, path, options):
+        os.makedirs(path)
+        r = subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, 'these tests run as root and mount a small tmpfs: %s' % r.stderr)
+        self.mounts.append(path)
+
+    def test_corrupt_store(self):
+        work = os.path.join(self.dir, 'corrupt')
+        os.makedirs(work)
+        junk = bytes((i * 7 + 3) & 0xff for i in range(65536))
+        with open(os.path.join(work, 'state.mdb'), 'wb') as f:
+            f.write(junk)
+        r = self.start(work)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('state store %s/state.mdb cannot be opened' % work, r.stderr)
+        with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+            self.assertEqual(f.read(), junk)
+
+    def test_full_file_system(self):
+        work = os.path.join(self.dir, 'full')
+        self.mount_tmpfs(work, 'size=4m')
+        r = self.start(work)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r'work dir %s is full: \d+ bytes free' % re.escape(work))
+        self.assertFalse(os.path.exists(os.path.join(work, 'state.mdb')))
+
+    def test_read_only_file_system(self):
+        from harness import binary
+        work = os.path.join(self.dir, 'ro')
+        self.mount_tmpfs(work, 'size=64m')
+        # A store made while it was writable, by a dispatcher stopped cleanly.
+        p = subprocess.Popen([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir', work],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertIn('listening', p.stdout.readline())
+        p.terminate()
+        self.assertEqual(p.wait(timeout=30), 0)
+        with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+            before = f.read()
+        subprocess.run(['mount', '-o', 'remount,ro', work], check=True)
+        r = self.start(work)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(work, r.stderr)
+        self.assertIn('Read-only file system', r.stderr)
+        with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+            self.assertEqual(f.read(), before)
 
 
 class WorkerJoinsLater(unittest.TestCase):

@@ -69,10 +69,10 @@ class BuilderTest(unittest.TestCase):
                          {'type': 'tfrecord', 'files': ['/d/a', '/d/b'], 'compression': 'gzip',
                           'on_corrupt': 'skip'})
         self.assertEqual(sluice.text_lines(['/d/t.txt']).spec['source'],
-                         {'type': 'text_lines', 'files': ['/d/t.txt']})
+                         {'type': 'text_lines', 'files': ['/d/t.txt'], 'compression': 'none'})
         self.assertEqual(sluice.fixed_length_records('/d/r.bin', 16, header_bytes=4).spec['source'],
                          {'type': 'fixed_length_records', 'files': ['/d/r.bin'], 'record_bytes': 16,
-                          'header_bytes': 4, 'footer_bytes': 0, 'compression': 'none'})
+                          'header_bytes': 4, 'footer_bytes': 0})
 
     def test_running_ops(self):
         ds = (sluice.range(0, 100).skip(2).take(50).shuffle(16).shuffle(8, seed=7, reshuffle_each_iteration=False)
@@ -98,8 +98,8 @@ class BuilderTest(unittest.TestCase):
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
-              .map('my_fn', plugin='/p/libplug.so', args={'k': 1})
-              .filter('keep_even', key='label')
+              .map('libplug.so', 'my_fn', {'x': 'float32'}, num_parallel_calls='autotune', deterministic=False)
+              .filter('label', 'in', [1, 2])
               .shard(4, 1)
               .shard('hint', 'hint')
               .interleave(4)
@@ -118,8 +118,9 @@ class BuilderTest(unittest.TestCase):
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},
-            {'op': 'map', 'fn': 'my_fn', 'plugin': '/p/libplug.so', 'args': {'k': 1}},
-            {'op': 'filter', 'fn': 'keep_even', 'key': 'label'},
+            {'op': 'map', 'plugin': 'libplug.so', 'function': 'my_fn', 'output': {'x': 'float32'},
+             'keep_input': True, 'num_parallel_calls': 'autotune', 'deterministic': False},
+            {'op': 'filter', 'key': 'label', 'cmp': 'in', 'value': [1, 2]},
             {'op': 'shard', 'num_shards': 4, 'index': 1},
             {'op': 'shard', 'num_shards': 'hint', 'index': 'hint'},
             {'op': 'interleave', 'cycle_length': 4, 'block_length': 1},
@@ -401,8 +402,8 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(e.code_name, 'SL_ESPEC')
         with self.assertRaisesRegex(sluice.SpecError, r'\$\.source\.step'):
             sluice.range(0, 10, 0).distribute(self.addr)
-        with self.assertRaisesRegex(sluice.SpecError, r'\$\.ops\[1\]\.op: op "map" is not supported yet'):
-            sluice.range(10).batch(2).map('f').distribute(self.addr)
+        with self.assertRaisesRegex(sluice.SpecError, r'\$\.ops\[1\]\.plugin: must be a file name'):
+            sluice.range(10).batch(2).map('/p/libplug.so', 'f', {'x': 'int64'}).distribute(self.addr)
 
     def test_iterator_error_carries_the_c_message(self):
         # An operator cancels the job: the next batch fails with SL_ECANCELLED

@@ -569,3 +569,26 @@ Test(cache, dynamic_splits_seen_before_come_from_the_disk)
     sl_cachedb_close(env.db);
     sl_confine_destroy(roots);
 }
+
+Test(cache, dynamic_refuses_parallel_ops_before_it)
+{
+    sl_confine_t *roots = roots_at(dir);
+    write_files(1, 1, 1);
+    split_list_t l = {NULL, 0, 0, 0};
+    sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);
+    sl_cache_env_t env = disk_env((size_t)1 << 20);
+    o.cache = &env;
+    sl_pipeline_t *p = NULL;
+    char err[1024];
+    cr_assert_eq(pipeline_try("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"filter\",\"key\":"
+                              "\"value\",\"cmp\":\"eq\",\"value\":1,\"num_parallel_calls\":2},{\"op\":\"cache\","
+                              "\"storage\":\"disk\"}]}",
+                              &o, &p, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "ops[1] (cache): under DYNAMIC sharding the ops between the source and a cache must run "
+                          "one element at a time") &&
+                  strstr(err, "ops[0] (filter) has num_parallel_calls"),
+              "%s", err);
+    sl_cachedb_close(env.db);
+    sl_confine_destroy(roots);
+}

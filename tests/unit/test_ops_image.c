@@ -400,3 +400,32 @@ Test(image_ops, refusals)
               "%s", bs.errmsg);
     batches_free(&bs);
 }
+
+/* decode_jpeg straight before a crop decodes only the window (fused);
+ * anything in between (a cast to what it already is) keeps them apart. Both
+ * must give the same bytes, draws included. */
+Test(image_ops, fused_decode_crop_equals_decode_then_crop)
+{
+    const char *crops[] = {
+        "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[36,36],\"seed\":3}",
+        "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[17,29],\"seed\":9}",
+        "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]}",
+        "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[38,40]}",
+    };
+    for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
+        char apart[512];
+        snprintf(apart, sizeof apart, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"},%s", crops[i]);
+        batches_t fused = run_images(crops[i]), unfused = run_images(apart);
+        cr_assert_eq(fused.rc, 1, "%s", fused.errmsg);
+        cr_assert_eq(unfused.rc, 1, "%s", unfused.errmsg);
+        cr_assert_eq(fused.n, unfused.n);
+        cr_assert_gt(fused.n, 0);
+        for (size_t k = 0; k < fused.n; k++) {
+            cr_assert_eq(fused.b[k]->size, unfused.b[k]->size);
+            cr_assert_eq(memcmp(fused.b[k]->data, unfused.b[k]->data, fused.b[k]->size), 0, "%s: image %zu",
+                         crops[i], k);
+        }
+        batches_free(&fused);
+        batches_free(&unfused);
+    }
+}

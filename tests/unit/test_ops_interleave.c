@@ -100,7 +100,7 @@ Test(interleave, cycle_3_block_1_matches_tf_data)
 {
     write_abcd();
     sl_confine_t *roots = roots_at(dir);
-    sl_pipeline_opts_t o = {.roots = roots, .autotune_threads = 3};
+    sl_pipeline_opts_t o = {.roots = roots, .threads = 3};
     const char *want = "a0 b0 c0 a1 b1 c1 a2 c2 a3 d0 c3 a4";
     check_order("{\"op\":\"interleave\",\"cycle_length\":3}", &o, want);
     check_order("{\"op\":\"interleave\",\"cycle_length\":3,\"num_parallel_calls\":3}", &o, want);

@@ -173,3 +173,31 @@ Test(prefetch, spec_refusals_name_the_field)
         cr_assert(strncmp(err, bad[i][1], strlen(bad[i][1])) == 0, "got %s, want %s", err, bad[i][1]);
     }
 }
+
+Test(prefetch, over_a_parallel_stage_and_a_file_source)
+{
+    sl_confine_t *roots = roots_at(FIXTURES);
+    sl_pipeline_opts_t o = {.roots = roots, .threads = 3};
+    for (int limit = 0; limit < 2; limit++) {
+        sl_pipeline_t *p = pipeline_make(
+            specf("{\"source\":{\"type\":\"tfrecord\",\"files\":[\"%s/basic-*.tfrecord\"]},\"ops\":[{\"op\":"
+                  "\"parse_example\",\"features\":{\"id\":{\"dtype\":\"int64\"}},\"num_parallel_calls\":3},"
+                  "{\"op\":\"prefetch\",\"buffer_size\":8},{\"op\":\"batch\",\"batch_size\":100}]}",
+                  FIXTURES),
+            &o);
+        batches_t bs = run_pipeline_n(p, limit ? 2 : SIZE_MAX);
+        if (!limit) {
+            cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+            size_t n;
+            int64_t *ids = all_i64(&bs, "id", &n);
+            cr_assert_eq(n, 1000);
+            for (size_t i = 0; i < n; i++)
+                cr_assert_eq(ids[i], (int64_t)i);
+            free(ids);
+            cr_assert_eq(sl_pipeline_files_opened(p), 4);
+        }
+        batches_free(&bs);
+        sl_pipeline_destroy(p);
+    }
+    sl_confine_destroy(roots);
+}

@@ -1133,3 +1133,40 @@ Test(batch, validate_bytes_and_ragged)
     cr_assert_eq(sl_wire_batch_validate(b, err, sizeof err), 0, "%s", err);
     sl_wire_batch_free(b);
 }
+
+/* GET /v1/tasks shows these: one stage per iterator, source first, each
+ * counting the elements it yielded, with the time of its calls. */
+Test(pipeline, op_stats_per_stage)
+{
+    sl_pipeline_t *p = make("{\"source\": {\"type\": \"range\", \"stop\": 1000},"
+                            " \"ops\": [{\"op\": \"shuffle\", \"buffer_size\": 64, \"seed\": 1},"
+                            "           {\"op\": \"take\", \"count\": 900},"
+                            "           {\"op\": \"batch\", \"batch_size\": 10}]}",
+                            NULL);
+    sl_pipeline_op_stats_t st[8];
+    cr_assert_eq(sl_pipeline_op_stats(p, st, 8), 4);
+    cr_assert_eq(st[0].calls, 0);
+    struct run r = run_pipeline(p, SIZE_MAX);
+    cr_assert_eq(r.n, 900);
+    cr_assert_eq(sl_pipeline_op_stats(p, st, 8), 4);
+    cr_assert_eq(sl_pipeline_op_stats(p, st, 2), 2, "max bounds what is written");
+    cr_assert_str_eq(st[0].label, "source (range)");
+    cr_assert_str_eq(st[1].label, "ops[0] (shuffle)");
+    cr_assert_str_eq(st[2].label, "ops[1] (take)");
+    cr_assert_str_eq(st[3].label, "ops[2] (batch)");
+    /* take stops after 900: shuffle yields 900 of its 1000 (it fills its
+     * buffer of 64 first), batch 90 batches and then the end. */
+    cr_assert_geq(st[0].elements, 900 + 63);
+    cr_assert_eq(st[1].elements, 900);
+    cr_assert_eq(st[2].elements, 900);
+    cr_assert_eq(st[3].elements, 90);
+    cr_assert_eq(st[3].calls, 91);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_geq(st[i].calls, st[i].elements, "stage %d", i);
+        cr_assert_gt(st[i].seconds, 0, "stage %d was timed", i);
+        cr_assert_geq(st[i].self_seconds, 0);
+        cr_assert_leq(st[i].self_seconds, st[i].seconds);
+    }
+    run_free(&r);
+    sl_pipeline_destroy(p);
+}

@@ -40,9 +40,12 @@ def _plain(v):
 
 def _dtype_name(d):
     """A dtype given as 'float32', numpy.float32, numpy.dtype('f4') or
-    torch.float32, as the spec's name ('float32')."""
+    torch.float32, as the spec's name ('float32'); Python's bytes and str
+    are "bytes"."""
     if isinstance(d, str):
         return d
+    if d in (bytes, str):
+        return 'bytes'
     mod = type(d).__module__
     if mod == 'torch':
         return str(d).split('.', 1)[-1]
@@ -128,50 +131,74 @@ class Dataset:
         """count None (or -1) repeats forever."""
         return self.op('repeat', count=-1 if count is None else count)
 
-    def parse_example(self, features):
-        """features: {name: {"dtype": ..., "shape": [...]}}; a value may also
-        be a dtype alone or a (dtype, shape) pair."""
+    def parse_example(self, features, key=None):
+        """features: {name: {"dtype": ..., "shape": [...], "default": ...,
+        "varlen": bool}}; a value may also be a dtype alone or a (dtype,
+        shape) pair. Dtypes are "int64", "float32" or "bytes" (Python's
+        int, float, bytes and str, and NumPy's int64 and float32 say the
+        same). key: the component holding the serialized Examples (the
+        source's, by default)."""
+        def dtype(d):  # Python's int and float are Example's int64 and float32
+            return {int: 'int64', float: 'float32'}.get(d) if d in (int, float) else _dtype_name(d)
+
         out = {}
         for name, f in dict(features).items():
             if isinstance(f, dict):
                 f = dict(f)
                 if 'dtype' in f:
-                    f['dtype'] = _dtype_name(f['dtype'])
+                    f['dtype'] = dtype(f['dtype'])
             elif isinstance(f, (tuple, list)) and len(f) == 2:
-                f = {'dtype': _dtype_name(f[0]), 'shape': f[1]}
+                f = {'dtype': dtype(f[0]), 'shape': f[1]}
             else:
-                f = {'dtype': _dtype_name(f)}
+                f = {'dtype': dtype(f)}
             out[str(name)] = f
-        return self.op('parse_example', features=out)
+        return self.op('parse_example', features=out, key=key)
 
     def decode_jpeg(self, key, channels=3):
         return self.op('decode_jpeg', key=key, channels=channels)
 
-    def resize(self, key, height, width):
-        return self.op('resize', key=key, size=[height, width])
+    def resize(self, key, height, width, dtype=None):
+        """Bilinear; dtype "float32" (the default, as tf.image.resize) or "uint8"."""
+        return self.op('resize', key=key, size=[height, width], dtype=None if dtype is None else _dtype_name(dtype))
 
     def random_crop(self, key, height, width, seed=None):
         return self.op('random_crop', key=key, size=[height, width], seed=seed)
 
-    def random_flip(self, key, seed=None):
-        return self.op('random_flip', key=key, seed=seed)
+    def center_crop(self, key, height, width):
+        return self.op('center_crop', key=key, size=[height, width])
 
-    def normalize(self, key, mean, std):
-        return self.op('normalize', key=key, mean=mean, std=std)
+    def random_flip(self, key, direction=None, seed=None):
+        """direction "left_right" (the default) or "up_down"."""
+        return self.op('random_flip', key=key, direction=direction, seed=seed)
+
+    def normalize(self, key, mean, std, scale=None):
+        """(x - mean) / std per channel, to float32; scale=True divides by
+        255 first (docs/dataset-spec.md)."""
+        return self.op('normalize', key=key, mean=mean, std=std, scale=scale)
 
     def cast(self, key, dtype):
         return self.op('cast', key=key, dtype=_dtype_name(dtype))
 
-    def map(self, fn, key=None, plugin=None, args=None):
-        """fn: the name of a built-in map, or of the function in the plugin
-        (a shared object, plugin=PATH); args: its JSON arguments."""
-        _not_callable('map', fn)
-        return self.op('map', fn=fn, key=key, plugin=plugin, args=args)
+    def map(self, plugin, function=None, output=None, keep_input=True, num_parallel_calls=None, deterministic=None):
+        """Runs `function` of the C plugin `plugin` (a file name in the
+        workers' --plugin-dir, docs/plugins.md) on every element; output maps
+        the component names it makes to their dtypes."""
+        _not_callable('map', plugin)
+        _not_callable('map', function)
+        return self.op('map', plugin=plugin, function=function,
+                       output=None if output is None else {str(k): _dtype_name(v) for k, v in dict(output).items()},
+                       keep_input=keep_input,
+                       num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
-    def filter(self, fn, key=None, plugin=None, args=None):
-        """As map(); the function keeps an element when it returns true."""
-        _not_callable('filter', fn)
-        return self.op('filter', fn=fn, key=key, plugin=plugin, args=args)
+    def filter(self, key=None, cmp=None, value=None, plugin=None, function=None, num_parallel_calls=None,
+               deterministic=None):
+        """Keeps the elements whose scalar component `key` compares true
+        (cmp "eq", "ne", "lt", "le", "gt", "ge", or "in" with a list of
+        values), or for which the plugin predicate `function` says keep."""
+        _not_callable('filter', key)
+        _not_callable('filter', function)
+        return self.op('filter', key=key, cmp=cmp, value=value, plugin=plugin, function=function,
+                       num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
     def shard(self, num_shards, index):
         """num_shards and index may be "hint" (bound under HINT sharding)."""
@@ -229,17 +256,19 @@ def tfrecord(files, compression='none', on_corrupt=None, name=None):
                         **_omit_none({'compression': compression, 'on_corrupt': on_corrupt, 'name': name})))
 
 
-def text_lines(files, name=None):
-    """The lines of text files, one bytes component (default name "line")."""
-    return Dataset(dict({'type': 'text_lines', 'files': _files(files)}, **_omit_none({'name': name})))
+def text_lines(files, compression='none', name=None):
+    """The lines of text files ("none" or "gzip"), one bytes component
+    (default name "line")."""
+    return Dataset(dict({'type': 'text_lines', 'files': _files(files)},
+                        **_omit_none({'compression': compression, 'name': name})))
 
 
-def fixed_length_records(files, record_bytes, header_bytes=0, footer_bytes=0, compression='none', name=None):
+def fixed_length_records(files, record_bytes, header_bytes=0, footer_bytes=0, name=None):
     """Records of record_bytes bytes after a header and before a footer,
-    one bytes component (default name "record")."""
+    one bytes component (default name "record"). Uncompressed files only."""
     return Dataset(dict({'type': 'fixed_length_records', 'files': _files(files)},
                         **_omit_none({'record_bytes': record_bytes, 'header_bytes': header_bytes,
-                                      'footer_bytes': footer_bytes, 'compression': compression, 'name': name})))
+                                      'footer_bytes': footer_bytes, 'name': name})))
 
 
 def from_spec(spec):

@@ -1,0 +1,256 @@
+/*
+ * test_parallel.c: parallel stages (workerd/parallel.c): num_parallel_calls
+ * on map, filter and the built-in element-wise ops gives the sequential
+ * output, in order (deterministic) or as a multiset; seeded random ops draw
+ * the same for any num_parallel_calls; errors surface in input order; the
+ * pool stays within --threads; reset and destroy mid-stream are clean.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "element.h"
+#include "pipeline_util.h"
+#include "plugin.h"
+
+static sl_plugins_t *plugins;
+static sl_confine_t *roots;
+
+static void setup(void)
+{
+    const char *dirs[] = {SL_TEST_PLUGIN_DIR};
+    char err[512];
+    cr_assert_eq(sl_plugins_create(dirs, 1, &plugins, err, sizeof err), 0, "%s", err);
+    roots = roots_at(FIXTURES);
+}
+
+static void teardown(void)
+{
+    sl_plugins_destroy(plugins);
+    sl_confine_destroy(roots);
+}
+
+TestSuite(parallel, .init = setup, .fini = teardown);
+
+#define MAP_DOUBLE "{\"op\":\"map\",\"plugin\":\"libsltest.so\",\"function\":\"add_double\",\"output\":{\"double\":\"int64\"}"
+#define EVEN "{\"op\":\"filter\",\"plugin\":\"libsltest.so\",\"function\":\"is_even\""
+
+static batches_t run_range(int n, const char *ops, unsigned threads)
+{
+    sl_pipeline_opts_t o = {.plugins = plugins, .roots = roots, .threads = threads};
+    return run_spec(specf("{\"source\":{\"type\":\"range\",\"stop\":%d},\"ops\":[%s]}", n, ops), &o);
+}
+
+/* Every batch's bytes, in order, as one comparable list. */
+static void assert_same(const batches_t *a, const batches_t *b, const char *what)
+{
+    cr_assert_eq(a->rc, b->rc, "%s: %d vs %d (%s / %s)", what, a->rc, b->rc, a->errmsg, b->errmsg);
+    cr_assert_eq(a->n, b->n, "%s: %zu vs %zu batches", what, a->n, b->n);
+    for (size_t i = 0; i < a->n; i++) {
+        cr_assert_eq(a->b[i]->size, b->b[i]->size, "%s: batch %zu", what, i);
+        cr_assert_eq(memcmp(a->b[i]->data, b->b[i]->data, a->b[i]->size), 0, "%s: batch %zu differs", what, i);
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+Test(parallel, map_equals_sequential_in_order)
+{
+    batches_t seq = run_range(300, MAP_DOUBLE "}", 4);
+    cr_assert_eq(seq.rc, 1, "%s", seq.errmsg);
+    cr_assert_eq(seq.n, 300);
+    for (int calls = 1; calls <= 8; calls *= 2) {
+        char ops[512];
+        snprintf(ops, sizeof ops, MAP_DOUBLE ",\"num_parallel_calls\":%d}", calls);
+        batches_t par = run_range(300, ops, 4);
+        assert_same(&seq, &par, ops);
+        batches_free(&par);
+    }
+    batches_free(&seq);
+}
+
+Test(parallel, nondeterministic_is_the_same_multiset)
+{
+    batches_t par = run_range(500, EVEN ",\"num_parallel_calls\":4,\"deterministic\":false}," MAP_DOUBLE
+                                   ",\"num_parallel_calls\":4,\"deterministic\":false}",
+                              4);
+    cr_assert_eq(par.rc, 1, "%s", par.errmsg);
+    cr_assert_eq(par.n, 250);
+    int64_t got[250];
+    for (size_t i = 0; i < par.n; i++) {
+        got[i] = i64_at(par.b[i], comp_of(par.b[i], "value"), 0);
+        cr_assert_eq(i64_at(par.b[i], comp_of(par.b[i], "double"), 0), 2 * got[i]);
+    }
+    qsort(got, par.n, sizeof got[0], cmp_i64);
+    for (size_t i = 0; i < par.n; i++)
+        cr_assert_eq(got[i], 2 * (int64_t)i, "each even value once");
+    batches_free(&par);
+}
+
+Test(parallel, filter_and_builtins_fused_equal_sequential)
+{
+    const char *seq_ops = "{\"op\":\"filter\",\"key\":\"value\",\"cmp\":\"ne\",\"value\":5}," MAP_DOUBLE "},"
+                          "{\"op\":\"cast\",\"key\":\"double\",\"dtype\":\"float32\"},{\"op\":\"batch\",\"batch_size\":7}";
+    const char *par_ops = "{\"op\":\"filter\",\"key\":\"value\",\"cmp\":\"ne\",\"value\":5,\"num_parallel_calls\":3},"
+                          MAP_DOUBLE ",\"num_parallel_calls\":3},"
+                          "{\"op\":\"cast\",\"key\":\"double\",\"dtype\":\"float32\",\"num_parallel_calls\":\"autotune\"},"
+                          "{\"op\":\"batch\",\"batch_size\":7}";
+    batches_t a = run_range(200, seq_ops, 2), b = run_range(200, par_ops, 2);
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    assert_same(&a, &b, par_ops);
+    batches_free(&a);
+    batches_free(&b);
+}
+
+#define IMAGES_SRC "{\"type\":\"tfrecord\",\"files\":\"" FIXTURES "/images-*.tfrecord\"}"
+
+/* The JPEG pipeline, every element-wise op with num_parallel_calls calls
+ * (0: none), over two epochs. */
+static batches_t run_images(int calls, int seed)
+{
+    char par[64] = "";
+    if (calls > 0)
+        snprintf(par, sizeof par, ",\"num_parallel_calls\":%d", calls);
+    sl_pipeline_opts_t o = {.roots = roots, .threads = 4};
+    const char *json = specf(
+        "{\"source\":" IMAGES_SRC ",\"ops\":["
+        "{\"op\":\"parse_example\",\"features\":{\"id\":{\"dtype\":\"int64\"},\"image/encoded\":{\"dtype\":\"bytes\"}}%s},"
+        "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s},"
+        "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[20,24],\"seed\":%d%s},"
+        "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":%d%s},"
+        "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[16,16]%s},"
+        "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.5,0.5,0.5],\"std\":[0.25,0.25,0.25],\"scale\":true%s},"
+        "{\"op\":\"repeat\",\"count\":2}]}",
+        par, par, seed, par, seed + 1, par, par, par);
+    return run_spec(json, &o);
+}
+
+Test(parallel, seeded_random_ops_equal_across_num_parallel_calls)
+{
+    batches_t seq = run_images(0, 7);
+    cr_assert_eq(seq.rc, 1, "%s", seq.errmsg);
+    cr_assert_gt(seq.n, 4);
+    int calls[] = {1, 2, 4};
+    for (size_t i = 0; i < 3; i++) {
+        batches_t par = run_images(calls[i], 7);
+        char what[64];
+        snprintf(what, sizeof what, "num_parallel_calls %d", calls[i]);
+        assert_same(&seq, &par, what);
+        batches_free(&par);
+    }
+    /* And the seed matters: another one crops elsewhere somewhere. */
+    batches_t other = run_images(4, 8);
+    bool differs = false;
+    for (size_t i = 0; i < other.n && !differs; i++)
+        differs = memcmp(other.b[i]->data, seq.b[i]->data, seq.b[i]->size) != 0;
+    cr_assert(differs);
+    batches_free(&other);
+    batches_free(&seq);
+}
+
+Test(parallel, errors_surface_in_input_order)
+{
+    for (int calls = 2; calls <= 8; calls *= 2) {
+        char ops[512];
+        snprintf(ops, sizeof ops,
+                 "{\"op\":\"map\",\"plugin\":\"libsltest.so\",\"function\":\"fail_on_7\",\"output\":{\"double\":"
+                 "\"int64\"},\"num_parallel_calls\":%d},{\"op\":\"cast\",\"key\":\"double\",\"dtype\":\"int32\","
+                 "\"num_parallel_calls\":%d}",
+                 calls, calls);
+        batches_t bs = run_range(100, ops, 4);
+        cr_assert_eq(bs.rc, SL_EDATA, "%s", bs.errmsg);
+        cr_assert_eq(bs.n, 7, "the 7 elements before the failing one, in order");
+        for (size_t i = 0; i < bs.n; i++) {
+            const sl_component_t *c = comp_of(bs.b[i], "value");
+            cr_assert_eq(i64_at(bs.b[i], c, 0), (int64_t)i);
+        }
+        cr_assert_not_null(strstr(bs.errmsg, "ops[0] (map): plugin \"libsltest.so\" function \"fail_on_7\" failed (7): "
+                                             "value 7 is unlucky"),
+                           "%s", bs.errmsg);
+        batches_free(&bs);
+    }
+}
+
+/* Threads of this process now. */
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+Test(parallel, pool_stays_within_threads)
+{
+    struct {
+        unsigned threads;
+        const char *calls;
+        int want;
+    } cases[] = {{2, "8", 1}, {3, "\"autotune\"", 2}, {4, "2", 1}, {1, "4", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_pipeline_opts_t o = {.plugins = plugins, .threads = cases[i].threads};
+        int before = threads_now();
+        sl_pipeline_t *p = pipeline_make(specf("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[" MAP_DOUBLE
+                                               ",\"num_parallel_calls\":%s}," EVEN ",\"num_parallel_calls\":%s}]}",
+                                               cases[i].calls, cases[i].calls),
+                                         &o);
+        /* The pipeline's thread works too: the pool has one fewer. */
+        cr_assert_eq(threads_now() - before, cases[i].want, "--threads %u, num_parallel_calls %s", cases[i].threads,
+                     cases[i].calls);
+        batches_t bs = run_pipeline(p);
+        cr_assert_eq(bs.n, 5, "%s", bs.errmsg);
+        batches_free(&bs);
+        sl_pipeline_destroy(p);
+        cr_assert_eq(threads_now(), before, "the pool's threads are joined");
+    }
+}
+
+Test(parallel, sequential_ops_start_no_thread)
+{
+    sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
+    int before = threads_now();
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[" MAP_DOUBLE
+                                     ",\"num_parallel_calls\":1}]}",
+                                     &o);
+    cr_assert_eq(threads_now(), before);
+    sl_pipeline_destroy(p);
+}
+
+Test(parallel, reset_and_destroy_mid_stream)
+{
+    /* take ends the stage's input early and repeat resets it with
+     * elements still in flight: every epoch starts over, in order. */
+    batches_t bs = run_range(1000, MAP_DOUBLE ",\"num_parallel_calls\":4},{\"op\":\"take\",\"count\":5},"
+                                   "{\"op\":\"repeat\",\"count\":3}",
+                             4);
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    cr_assert_eq(bs.n, 15);
+    for (size_t i = 0; i < bs.n; i++)
+        cr_assert_eq(i64_at(bs.b[i], comp_of(bs.b[i], "double"), 0), 2 * (int64_t)(i % 5));
+    batches_free(&bs);
+
+    /* Destroyed after a few elements, with the stage's window full. */
+    sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
+    int before = threads_now();
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":100000},\"ops\":[" MAP_DOUBLE
+                                     ",\"num_parallel_calls\":4,\"deterministic\":false}]}",
+                                     &o);
+    bs = run_pipeline_n(p, 3);
+    cr_assert_eq(bs.n, 3);
+    batches_free(&bs);
+    sl_pipeline_destroy(p);
+    cr_assert_eq(threads_now(), before);
+}

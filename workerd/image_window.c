@@ -1,0 +1,186 @@
+/*
+ * image_window.c: decoding only a window of a JPEG (image.h), with
+ * libjpeg-turbo's libjpeg API: TurboJPEG 2.1 has no cropping call.
+ *
+ * Decoding what sl_image_decode_jpeg() decodes, in the same way: the
+ * accurate integer IDCT (JDCT_ISLOW), fancy upsampling, RGB or grayscale
+ * output, a warning fails the image (as TJFLAG_STOPONWARNING) and a
+ * progressive JPEG of more than 500 scans is refused (as
+ * TJFLAG_LIMITSCANS). Only the window's neighbourhood is decoded:
+ *
+ * - columns: jpeg_crop_scanline() over the window widened by one iMCU on
+ *   each side (it rounds the left edge down to an iMCU boundary itself).
+ *   Fancy upsampling reads a chroma sample's neighbours, and at the edge of
+ *   a cropped region it repeats the edge sample instead: the margin keeps
+ *   the window's pixels away from those edges, so they come out as in a full
+ *   decode.
+ * - rows: jpeg_skip_scanlines() up to one iMCU above the window (the skipped
+ *   rows are entropy-decoded but get no IDCT, upsampling or colour
+ *   conversion), then rows are read up to the window's last; the rest of
+ *   the image is not decoded.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "image.h"
+
+#define MAX_SCANS 500 /* as TurboJPEG's TJFLAG_LIMITSCANS */
+
+struct werr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX + 64];
+};
+
+struct wprog {
+    struct jpeg_progress_mgr pub;
+    struct werr *err;
+};
+
+/* Everything freed on the way out, kept out of locals so that longjmp()
+ * cannot leave it stale. */
+struct wstate {
+    struct jpeg_decompress_struct ci;
+    struct werr jerr;
+    struct wprog prog;
+    uint8_t *img, *row;
+};
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static void on_error(j_common_ptr c)
+{
+    struct werr *e = (struct werr *)c->err;
+    (*c->err->format_message)(c, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void on_message(j_common_ptr c, int level)
+{
+    /* level < 0 is a warning (corrupt or truncated data): fail the image,
+     * as TJFLAG_STOPONWARNING does. Trace messages (level > 0) are dropped. */
+    if (level < 0)
+        on_error(c);
+}
+
+static void on_progress(j_common_ptr c)
+{
+    struct wprog *p = (struct wprog *)c->progress;
+    if (c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > MAX_SCANS) {
+        snprintf(p->err->msg, sizeof p->err->msg, "progressive JPEG image has more than %d scans", MAX_SCANS);
+        longjmp(p->err->jb, 1);
+    }
+}
+
+int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x,
+                                size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err,
+                                size_t errlen)
+{
+    *out = NULL;
+    if (channels != 0 && channels != 1 && channels != 3)
+        return fail(SL_EINVAL, err, errlen, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
+    if (len == 0)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: empty input");
+    if (len > (unsigned long)-1)
+        return fail(SL_EDATA, err, errlen, "decode_jpeg: input of %zu bytes is too large", len);
+    if (h == 0 || w == 0)
+        return fail(SL_EINVAL, err, errlen, "decode_jpeg: empty window %zu x %zu", h, w);
+
+    struct wstate *st = calloc(1, sizeof *st);
+    if (!st)
+        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory");
+    int rc;
+    st->ci.err = jpeg_std_error(&st->jerr.pub);
+    st->jerr.pub.error_exit = on_error;
+    st->jerr.pub.emit_message = on_message;
+    st->prog.pub.progress_monitor = on_progress;
+    st->prog.err = &st->jerr;
+    if (setjmp(st->jerr.jb)) {
+        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu bytes of input)", st->jerr.msg, len);
+        goto done;
+    }
+    jpeg_create_decompress(&st->ci);
+    st->ci.progress = &st->prog.pub;
+    jpeg_mem_src(&st->ci, src, (unsigned long)len);
+    jpeg_read_header(&st->ci, TRUE);
+
+    j_decompress_ptr ci = &st->ci;
+    if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK) {
+        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: CMYK JPEG (%u x %u) is not supported", ci->image_width,
+                  ci->image_height);
+        goto done;
+    }
+    size_t ih = ci->image_height, iw = ci->image_width;
+    if (channels == 0)
+        channels = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
+    size_t c = (size_t)channels;
+    if (ih * iw * c > max_pixels) {
+        rc = fail(SL_ETOOBIG, err, errlen, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values", ih,
+                  iw, c, max_pixels);
+        goto done;
+    }
+    if (h > ih || w > iw || y > ih - h || x > iw - w) {
+        rc = fail(SL_EINVAL, err, errlen, "decode_jpeg: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h,
+                  w, y, x, ih, iw);
+        goto done;
+    }
+    ci->out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    ci->dct_method = JDCT_ISLOW;
+    ci->do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(ci);
+
+    /* The iMCU: the unit of decoding, 8 pixels times the largest sampling
+     * factor each way (one margin of it around the window). */
+    size_t mx = (size_t)ci->max_h_samp_factor * DCTSIZE, my = (size_t)ci->max_v_samp_factor * DCTSIZE;
+    size_t x0 = x > mx ? x - mx : 0, x1 = x + w + mx < iw ? x + w + mx : iw;
+    size_t y0 = y > my ? y - my : 0;
+    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (x0 > 0 || x1 < iw)
+        jpeg_crop_scanline(ci, &xoff, &cw); /* xoff rounds down, cw grows to match */
+    if (!(st->img = malloc(h * w * c)) || !(st->row = malloc((size_t)ci->output_width * c))) {
+        rc = fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory for a %zu x %zu x %zu window", h, w, c);
+        goto done;
+    }
+    if (y0 > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)y0) != (JDIMENSION)y0) {
+        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: could not skip to row %zu (%zu bytes of input)", y0, len);
+        goto done;
+    }
+    size_t from = (x - (size_t)xoff) * c, row_bytes = w * c;
+    for (size_t r = y0; r < y + h; r++) {
+        JSAMPROW rows[1] = {st->row};
+        if (jpeg_read_scanlines(ci, rows, 1) != 1) {
+            rc = fail(SL_EDATA, err, errlen, "decode_jpeg: no data for row %zu (%zu bytes of input)", r, len);
+            goto done;
+        }
+        if (r >= y)
+            memcpy(st->img + (r - y) * row_bytes, st->row + from, row_bytes);
+    }
+    *out = st->img;
+    st->img = NULL;
+    *shape = (sl_image_shape_t){h, w, c};
+    rc = 0;
+
+done:
+    /* Abort rather than finish: the rows after the window are not read. */
+    jpeg_destroy_decompress(&st->ci);
+    free(st->row);
+    free(st->img);
+    free(st);
+    return rc;
+}
