@@ -708,9 +708,10 @@ static void cache_destroy(sl_iter_t *it)
 
 static const sl_iter_vtbl_t cache_vtbl = {cache_next, cache_reset, cache_destroy};
 
-/* The key of the cache: FNV-1a 64 of the format, the sharding and the
- * canonical spec cut before op index. */
-static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, char *key, size_t keylen,
+/* The key of the cache: FNV-1a 64 of the format, the sharding (policy,
+ * worker index, number of workers) and the canonical spec cut before op
+ * index. */
+static int make_key(const sl_spec_t *spec, int index, const sl_pipeline_opts_t *opts, char *key, size_t keylen,
                     uint64_t *hash)
 {
     json_error_t jerr;
@@ -726,7 +727,10 @@ static int make_key(const sl_spec_t *spec, int index, sl_sharding_t sharding, ch
     if (!text)
         return -ENOMEM;
     char head[64];
-    int n = snprintf(head, sizeof head, "sluice-cache/%u/%d\n", SL_CACHEDB_FORMAT, (int)sharding);
+    /* The static policies read a share that depends on the worker's index
+     * and the number of workers: those are part of the key too. */
+    int n = snprintf(head, sizeof head, "sluice-cache/%u/%d/%u/%u\n", SL_CACHEDB_FORMAT, (int)opts->sharding,
+                     opts->worker_index, opts->num_workers);
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (int i = 0; i < n; i++)
         h = (h ^ (uint8_t)head[i]) * UINT64_C(0x100000001b3);
@@ -761,7 +765,7 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     sl__iter_init(&c->base, &cache_vtbl, input, ctx, label);
     c->storage = op->u.cache.storage;
     c->env = ctx->opts.cache;
-    if (make_key(ctx->spec, index, ctx->opts.sharding, c->key, sizeof c->key, &c->hash) < 0) {
+    if (make_key(ctx->spec, index, &ctx->opts, c->key, sizeof c->key, &c->hash) < 0) {
         free(c);
         return -ENOMEM;
     }
