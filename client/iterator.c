@@ -11,6 +11,12 @@
  * A task's connection moves IDLE -> CONNECTING -> OPEN -> ENDED (its end of
  * sequence arrived); a lost connection goes back to IDLE and is retried
  * until the dispatcher stops listing the task or timeout_ms passes.
+ *
+ * Coordinated reads (num_consumers > 0) ask for rounds instead: round r
+ * comes from the r mod n-th (by task id) of the n tasks that serve round r
+ * (start_round <= r < end_round), never past the horizon the dispatcher
+ * last answered, and batches are handed out in round order. See
+ * docs/sharding.md for why every consumer picks the same worker.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,12 +37,15 @@
 #include "frame.h"
 
 #define RETRY_MS 200
+#define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
 struct sl_batch {
     uint64_t task_id;
+    uint64_t round;
+    char worker[128];
     uint64_t num_elements;
     int num_tensors;
     sl_tensor_t tensors[SL_MAX_COMPONENTS];
@@ -61,7 +70,20 @@ struct itask {
      * next heartbeat): ask again from not_before on. */
     int64_t unknown_since;
     int64_t not_before;
+    uint64_t start_round, end_round; /* coordinated reads */
+    bool lost;
     struct itask *next;
+};
+
+/* Coordinated reads: one round asked for or received, at index round % MAX_WINDOW. */
+enum slot_state { SLOT_EMPTY, SLOT_SENT, SLOT_HAVE, SLOT_END };
+
+struct slot {
+    enum slot_state state;
+    uint64_t round;
+    uint32_t request_id;
+    struct itask *task;
+    struct sl_batch *batch;
 };
 
 struct sl_iterator {
@@ -89,6 +111,12 @@ struct sl_iterator {
     unsigned in_flight;
     sl_job_state_t job_state;
     bool job_state_known;
+    char notice[512];
+    /* Coordinated reads. */
+    bool coord;
+    uint64_t deliver_round; /* the next round handed to the caller */
+    uint64_t horizon;       /* rounds up to this one may be asked for */
+    struct slot slots[MAX_WINDOW];
 
     /* Shared with the caller's thread. */
     pthread_mutex_t mu;
@@ -199,6 +227,7 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
 
 static void pump(sl_iterator_t *it);
 static void check_finished(sl_iterator_t *it);
+static void send_heartbeat(sl_iterator_t *it);
 
 static void task_drop_conn(struct itask *t)
 {
@@ -210,6 +239,146 @@ static void task_drop_conn(struct itask *t)
     t->in_flight = 0;
 }
 
+/* ---- coordinated reads ---- */
+
+static struct slot *slot_of_request(sl_iterator_t *it, const struct itask *t, uint32_t request_id)
+{
+    for (unsigned i = 0; i < MAX_WINDOW; i++)
+        if (it->slots[i].state == SLOT_SENT && it->slots[i].task == t && it->slots[i].request_id == request_id)
+            return &it->slots[i];
+    return NULL;
+}
+
+/* The task that serves round r: the (r mod n)-th by id of the n tasks whose
+ * rounds include r. Every consumer knows the same tasks up to its horizon,
+ * so every consumer picks the same one. */
+static struct itask *task_for_round(sl_iterator_t *it, uint64_t r)
+{
+    struct itask *serving[256];
+    unsigned n = 0;
+    for (struct itask *t = it->tasks; t && n < 256; t = t->next)
+        if (t->start_round <= r && (t->end_round == 0 || r < t->end_round))
+            serving[n++] = t;
+    if (n == 0)
+        return NULL;
+    /* Insertion sort by task id: n is small. */
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned k = i; k > 0 && serving[k - 1]->task_id > serving[k]->task_id; k--) {
+            struct itask *x = serving[k];
+            serving[k] = serving[k - 1];
+            serving[k - 1] = x;
+        }
+    return serving[r % n];
+}
+
+/* Hands the rounds that are complete, in order, to the caller's queue. */
+static void coord_deliver(sl_iterator_t *it)
+{
+    pthread_mutex_lock(&it->mu);
+    for (;;) {
+        struct slot *sl = &it->slots[it->deliver_round % MAX_WINDOW];
+        if (sl->round != it->deliver_round)
+            break;
+        if (sl->state == SLOT_END) {
+            it->finished = true;
+            break;
+        }
+        if (sl->state != SLOT_HAVE)
+            break;
+        *it->ready_tail = sl->batch;
+        it->ready_tail = &sl->batch->next;
+        it->ready_count++;
+        *sl = (struct slot){.state = SLOT_EMPTY};
+        it->deliver_round++;
+    }
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+}
+
+static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
+                          const sluice_GetElementResponse *resp, uint8_t *payload, size_t size)
+{
+    if (!sl) {
+        free(payload); /* an answer for a round forgotten meanwhile */
+        pump(it);
+        return;
+    }
+    t->unknown_since = 0;
+    if (resp->end_of_sequence) {
+        free(payload);
+        sl->state = SLOT_END;
+    } else {
+        char err[512];
+        struct sl_batch *b = batch_from_wire(resp, payload, size, err, sizeof err);
+        if (!b) {
+            iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
+            return;
+        }
+        snprintf(b->worker, sizeof b->worker, "%s", t->address);
+        b->round = sl->round;
+        sl->batch = b;
+        sl->state = SLOT_HAVE;
+    }
+    coord_deliver(it);
+    pump(it);
+}
+
+/* Rounds asked of t and not answered are asked again (reconnected), or of
+ * nobody (gone: forget it too). */
+static void coord_forget_task(sl_iterator_t *it, struct itask *t, bool gone)
+{
+    if (!it->coord)
+        return;
+    for (unsigned i = 0; i < MAX_WINDOW; i++) {
+        struct slot *sl = &it->slots[i];
+        if (sl->task != t)
+            continue;
+        if (sl->state == SLOT_SENT)
+            sl->state = SLOT_EMPTY;
+        if (gone)
+            sl->task = NULL;
+    }
+}
+
+static void coord_pump(sl_iterator_t *it, unsigned queued)
+{
+    int64_t now = now_ms();
+    unsigned budget = (unsigned)it->opts.max_outstanding > queued ? (unsigned)it->opts.max_outstanding - queued : 0;
+    if (budget > MAX_WINDOW)
+        budget = MAX_WINDOW;
+    for (uint64_t r = it->deliver_round; r < it->deliver_round + budget; r++) {
+        if (r > it->horizon) {
+            /* Ask the dispatcher to move the horizon instead of waiting
+             * for the next tick. */
+            send_heartbeat(it);
+            break;
+        }
+        struct slot *sl = &it->slots[r % MAX_WINDOW];
+        if (sl->state != SLOT_EMPTY)
+            continue;
+        struct itask *t = task_for_round(it, r);
+        if (!t)
+            break; /* no task known yet: the next heartbeat tells */
+        if (t->lost) {
+            iterator_fail(it, SL_EREMOTE,
+                          "job %" PRIu64 ": round %" PRIu64 " of the coordinated reads was to come from worker %s, "
+                          "which was lost; no other worker can serve that round to every consumer",
+                          it->job_id, r, t->address);
+            return;
+        }
+        if (t->state != TC_OPEN || now < t->not_before)
+            continue;
+        uint32_t id = ++it->next_id;
+        sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id, .coordinated = true,
+                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
+        if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
+            continue;
+        *sl = (struct slot){.state = SLOT_SENT, .round = r, .request_id = id, .task = t};
+        t->in_flight++;
+        it->in_flight++;
+    }
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
@@ -219,6 +388,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         t->in_flight--;
         it->in_flight--;
     }
+    struct slot *slot = it->coord ? slot_of_request(it, t, hdr->request_id) : NULL;
     if (hdr->type == SL_MSG_ERROR) {
         const sluice_Error *e = msg;
         free(payload);
@@ -227,6 +397,8 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
             if (!t->unknown_since)
                 t->unknown_since = now;
             t->not_before = now + RETRY_MS;
+            if (slot)
+                slot->state = SLOT_EMPTY; /* asked again once the worker knows the task */
             return;
         }
         iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "worker %s: %s%s", t->address, e->message,
@@ -240,6 +412,10 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementResponse *resp = msg;
+    if (it->coord) {
+        coord_arrived(it, t, slot, resp, payload, hdr->payload_len);
+        return;
+    }
     if (resp->end_of_sequence) {
         free(payload);
         t->state = TC_ENDED;
@@ -254,6 +430,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
         return;
     }
+    snprintf(b->worker, sizeof b->worker, "%s", t->address);
     pthread_mutex_lock(&it->mu);
     *it->ready_tail = b;
     it->ready_tail = &b->next;
@@ -279,6 +456,7 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
     t->conn = NULL;
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
+    coord_forget_task(t->it, t, false);
     if (t->state == TC_ENDED)
         return;
     /* A batch over max_batch_bytes, or a frame we could not read, is lost
@@ -325,6 +503,10 @@ static void pump(sl_iterator_t *it)
     pthread_mutex_unlock(&it->mu);
     if (stop)
         return;
+    if (it->coord) {
+        coord_pump(it, queued);
+        return;
+    }
     /* Round-robin, one request per task per pass, so that every worker
      * gets its share of the budget. */
     bool sent = true;
@@ -349,7 +531,10 @@ static void pump(sl_iterator_t *it)
 
 static void check_finished(sl_iterator_t *it)
 {
-    if (!it->job_state_known || it->job_state != SL_JOB_FINISHED)
+    /* A client of local workers only is done once each of them ended: the
+     * job itself may wait on workers it does not read from. */
+    bool local = it->opts.target_workers == SL_TARGET_LOCAL && it->tasks;
+    if (!local && (!it->job_state_known || it->job_state != SL_JOB_FINISHED))
         return;
     for (struct itask *t = it->tasks; t; t = t->next)
         if (t->state != TC_ENDED)
@@ -375,6 +560,8 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
     }
     for (struct itask *t = it->tasks; t; t = t->next)
         t->listed = false;
+    if (it->coord && resp->round_horizon > it->horizon)
+        it->horizon = resp->round_horizon;
     for (pb_size_t i = 0; i < resp->tasks_count; i++) {
         const sluice_TaskInfo *ti = &resp->tasks[i];
         struct itask *t = it->tasks;
@@ -391,9 +578,18 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             snprintf(t->address, sizeof t->address, "%s", ti->worker_address);
             t->next = it->tasks;
             it->tasks = t;
-            task_connect(t);
+            if (!ti->lost)
+                task_connect(t);
         }
         t->listed = true;
+        t->start_round = ti->start_round;
+        t->end_round = ti->end_round;
+        if (ti->lost && !t->lost) {
+            t->lost = true;
+            task_drop_conn(t);
+            coord_forget_task(it, t, false);
+            t->state = TC_ENDED;
+        }
     }
     /* A task the dispatcher no longer lists lost its worker. */
     for (struct itask **p = &it->tasks; *p;) {
@@ -403,6 +599,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             continue;
         }
         task_drop_conn(t);
+        coord_forget_task(it, t, true);
         *p = t->next;
         free(t);
     }
@@ -435,7 +632,8 @@ static void send_heartbeat(sl_iterator_t *it)
 {
     if (!it->disp || !it->disp_open || it->hb_out)
         return;
-    sluice_ClientHeartbeatRequest req = {.job_id = it->job_id, .client_id = it->client_id};
+    sluice_ClientHeartbeatRequest req = {.job_id = it->job_id, .client_id = it->client_id,
+                                         .round = it->deliver_round};
     it->hb_id = ++it->next_id;
     if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, &req, NULL, 0, NULL, NULL) == 0)
         it->hb_out = true;
@@ -590,6 +788,18 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
                  "options out of range: outstanding, timeouts and max_batch_bytes must be positive");
         goto fail;
     }
+    if (it->opts.num_consumers < 0 || (it->opts.num_consumers > 0 && (it->opts.consumer_index < 0 ||
+                                                                        it->opts.consumer_index >= it->opts.num_consumers)) ||
+        (it->opts.num_consumers == 0 && it->opts.consumer_index != 0)) {
+        snprintf(it->err, sizeof it->err, "consumer_index %d is out of range for num_consumers %d",
+                 it->opts.consumer_index, it->opts.num_consumers);
+        goto fail;
+    }
+    if (!sl_target_workers_name(it->opts.target_workers)) {
+        snprintf(it->err, sizeof it->err, "target_workers %d is unknown", (int)it->opts.target_workers);
+        goto fail;
+    }
+    it->coord = it->opts.num_consumers > 0;
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
@@ -598,6 +808,9 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
     req.dataset_id = dataset_id;
     req.sharding = it->opts.sharding;
+    req.num_consumers = (uint32_t)it->opts.num_consumers;
+    req.consumer_index = (uint32_t)it->opts.consumer_index;
+    req.target_workers = (uint32_t)it->opts.target_workers;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
     rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, NULL, 0, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp);
     if (rc < 0) {
@@ -606,6 +819,7 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     }
     it->job_id = resp.job_id;
     it->client_id = resp.client_id;
+    snprintf(it->notice, sizeof it->notice, "%s", resp.notice);
     it->heartbeat_ms = resp.heartbeat_ms ? resp.heartbeat_ms : 250;
 
     pthread_once(&evthread_once, evthread_init);
@@ -707,6 +921,8 @@ void sl_iterator_close(sl_iterator_t *it)
         it->ready = b->next;
         batch_free(b);
     }
+    for (unsigned i = 0; i < MAX_WINDOW; i++)
+        batch_free(it->slots[i].batch);
     if (it->kick)
         event_free(it->kick);
     if (it->tick)
@@ -751,6 +967,21 @@ size_t sl_batch_size(const sl_batch_t *b)
 uint64_t sl_batch_task_id(const sl_batch_t *b)
 {
     return b->task_id;
+}
+
+const char *sl_batch_worker(const sl_batch_t *b)
+{
+    return b->worker;
+}
+
+uint64_t sl_batch_round(const sl_batch_t *b)
+{
+    return b->round;
+}
+
+const char *sl_iterator_notice(const sl_iterator_t *it)
+{
+    return it ? it->notice : "";
 }
 
 void sl_batch_release(sl_batch_t *b)

@@ -159,12 +159,38 @@ static int parse_args(int argc, char **argv, struct options *o)
         /* Checked now so that a typo fails at start, not at the first job. */
         char list[4096], host[256], err[300];
         uint16_t p;
+        if (strlen(o->worker_addresses) >= sizeof list) {
+            fprintf(stderr, "%s: --worker-addresses: longer than %zu bytes\n", program, sizeof list - 1);
+            return -1;
+        }
         snprintf(list, sizeof list, "%s", o->worker_addresses);
+        /* A worker's index is its one place in the list: an address given
+         * twice would leave an index no worker can take. */
+        const char *seen[512];
+        unsigned n = 0;
         for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
             if (sl_addr_split(a, host, sizeof host, &p, err, sizeof err) < 0) {
                 fprintf(stderr, "%s: --worker-addresses: %s\n", program, err);
                 return -1;
             }
+            if (strlen(a) >= 128 || n >= o->state.max_workers || n >= sizeof seen / sizeof seen[0]) {
+                fprintf(stderr, "%s: --worker-addresses: %s: addresses are at most 127 bytes, and at most %u\n",
+                        program, a, o->state.max_workers);
+                return -1;
+            }
+            for (unsigned i = 0; i < n; i++) {
+                if (strcmp(seen[i], a) == 0) {
+                    fprintf(stderr, "%s: --worker-addresses: %s is listed twice\n", program, a);
+                    return -1;
+                }
+            }
+            seen[n++] = a;
+        }
+        if (strchr(o->worker_addresses, ' ') || strstr(o->worker_addresses, ",,") ||
+            o->worker_addresses[0] == ',' || o->worker_addresses[strlen(o->worker_addresses) - 1] == ',') {
+            fprintf(stderr, "%s: --worker-addresses: \"%s\": give H:P,H:P without spaces or empty entries\n",
+                    program, o->worker_addresses);
+            return -1;
         }
     }
     return 0;
@@ -219,6 +245,7 @@ int main(int argc, char **argv)
         goto out;
     }
     o.state.roots = roots;
+    o.state.worker_addresses = o.worker_addresses;
     st = sl_dstate_new(&o.state);
     base = event_base_new();
     if (!st || !base) {

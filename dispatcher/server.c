@@ -15,6 +15,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "policy.h"
 #include "spec.h"
 
 /* The largest payload a dispatcher accepts: a dataset spec. */
@@ -156,7 +157,10 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     }
     case SL_MSG_GET_OR_CREATE_JOB_REQ: {
         sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
-        rc = sl_dstate_job_get_or_create(st, msg, now, &resp.job_id, &resp.client_id, err, sizeof err);
+        char host[128] = "";
+        if (sl_policy_host(sl_conn_peer(c), host, sizeof host) < 0)
+            host[0] = '\0';
+        rc = sl_dstate_job_join(st, msg, host, now, &resp, err, sizeof err);
         resp.heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
         reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp, err);
         break;

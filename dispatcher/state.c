@@ -16,6 +16,13 @@
  * DYNAMIC splits: one cursor per job over the source's elements, cut into
  *                 split_size pieces, for one epoch at a time: epoch e+1
  *                 opens when a task asks for it after e ran out.
+ * Static policies (FILE, DATA, FILE_OR_DATA, HINT): a task's worker_index
+ *                 is its worker's place in --worker-addresses; the job
+ *                 finishes once every index has a DONE task.
+ * Coordinated reads (num_consumers > 0): the job's round_horizon only
+ *                 grows; a task added later starts at horizon + 1, a lost
+ *                 task ends at horizon + 1, so no consumer has passed
+ *                 either round when it learns of it (docs/sharding.md).
  */
 #include "state.h"
 
@@ -31,6 +38,8 @@
 
 #include "files.h"
 #include "log.h"
+#include "net.h"
+#include "policy.h"
 #include "spec.h"
 
 enum worker_state { WORKER_LIVE, WORKER_LOST };
@@ -57,6 +66,8 @@ struct dataset {
      * Other sources count as one file of cardinality elements. */
     sl_file_list_t files;
     uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
+    int hint_op;         /* the first shard op with num_shards "hint", or -1 */
+    bool infinite;       /* the pipeline never ends (coordinated reads need it) */
 };
 
 struct task {
@@ -69,11 +80,16 @@ struct task {
     uint64_t batches, elements, bytes;
     int64_t reported_at;
     double bytes_per_s; /* smoothed over heartbeats */
+    uint64_t start_round, end_round; /* coordinated reads; end_round 0: none */
 };
 
 struct client {
     uint64_t id;
     int64_t last_seen;
+    uint32_t consumer_index;   /* coordinated reads */
+    uint64_t round;            /* the next round it asks for, as it last said */
+    sl_target_workers_t target;
+    char host[64];             /* its IP address as the dispatcher sees it */
 };
 
 struct job {
@@ -81,6 +97,10 @@ struct job {
     char name[129];
     struct dataset *dataset;
     sl_sharding_t sharding;
+    sl_sharding_t effective; /* what the tasks run: FILE_OR_DATA resolved to FILE or DATA */
+    uint32_t num_consumers;  /* > 0: coordinated reads */
+    uint64_t round_horizon;  /* coordinated reads: the largest round a consumer was allowed */
+    bool started;            /* the tasks of its creation are made: later ones join mid-job */
     sl_job_state_t state;
     char error[512];
     struct task *tasks;
@@ -106,6 +126,8 @@ struct sl_dstate {
     unsigned num_datasets, cap_datasets;
     struct job **jobs; /* oldest first */
     unsigned num_jobs, cap_jobs;
+    char (*addresses)[128]; /* --worker-addresses, in order */
+    unsigned num_addresses;
 };
 
 void sl_dstate_config_init(sl_dstate_config_t *cfg)
@@ -122,6 +144,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_jobs = 4096,
         .max_clients_per_job = 1024,
         .max_files = 100000,
+        .round_lookahead = 64,
     };
 }
 
@@ -145,6 +168,27 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
     if (!st)
         return NULL;
     st->cfg = *cfg;
+    if (cfg->worker_addresses && cfg->worker_addresses[0]) {
+        const char *p = cfg->worker_addresses;
+        unsigned n = 1;
+        for (const char *q = p; *q; q++)
+            n += *q == ',';
+        if (n > st->cfg.max_workers || !(st->addresses = calloc(n, sizeof *st->addresses))) {
+            free(st);
+            return NULL;
+        }
+        while (*p) {
+            size_t len = strcspn(p, ",");
+            if (len > 0 && len < sizeof st->addresses[0]) {
+                memcpy(st->addresses[st->num_addresses], p, len);
+                st->addresses[st->num_addresses++][len] = '\0';
+            }
+            p += len + (p[len] == ',');
+        }
+    }
+    st->cfg.worker_addresses = NULL; /* the copy above is what counts */
+    if (st->cfg.round_lookahead == 0)
+        st->cfg.round_lookahead = 1;
     if (st->cfg.split_size == 0)
         st->cfg.split_size = 1; /* an empty split would never move the cursor */
     st->next_id = 1;
@@ -175,6 +219,7 @@ void sl_dstate_free(sl_dstate_t *st)
     for (unsigned i = 0; i < st->num_jobs; i++)
         job_free(st->jobs[i]);
     free(st->workers);
+    free(st->addresses);
     free(st->datasets);
     free(st->jobs);
     free(st);
@@ -259,6 +304,21 @@ static struct task *find_task(sl_dstate_t *st, uint64_t id, struct job **job)
     return NULL;
 }
 
+static bool is_static(sl_sharding_t p)
+{
+    return p == SL_SHARDING_FILE || p == SL_SHARDING_DATA || p == SL_SHARDING_FILE_OR_DATA ||
+           p == SL_SHARDING_HINT;
+}
+
+/* The place of address in --worker-addresses, or -1. */
+static int address_index(const sl_dstate_t *st, const char *address)
+{
+    for (unsigned i = 0; i < st->num_addresses; i++)
+        if (strcmp(st->addresses[i], address) == 0)
+            return (int)i;
+    return -1;
+}
+
 static void task_set_state(struct job *j, struct task *t, enum task_state next)
 {
     if (t->state == next)
@@ -305,6 +365,18 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
         const struct worker *w = find_worker(st, t->worker_id);
         any_done |= t->state == TASK_DONE && (!splits_left || !w || !w->draining);
     }
+    /* Under a static policy every index owns its own shard: the job waits
+     * for each one, also for an index whose worker was lost (it reads its
+     * shard again from the start when it registers again). */
+    if (any_done && is_static(j->sharding)) {
+        for (unsigned i = 0; i < st->num_addresses; i++) {
+            bool done = false;
+            for (unsigned k = 0; k < j->num_tasks && !done; k++)
+                done = j->tasks[k].worker_index == i && j->tasks[k].state == TASK_DONE;
+            if (!done)
+                return;
+        }
+    }
     if (any_done)
         job_set_state(j, SL_JOB_FINISHED, NULL);
 }
@@ -335,8 +407,16 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
     if (grow(&j->tasks, &j->cap_tasks, j->num_tasks, sizeof *j->tasks) < 0)
         return -1;
     struct task *t = &j->tasks[j->num_tasks];
-    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED,
-                       .worker_index = j->num_tasks};
+    uint32_t index = j->num_tasks;
+    if (is_static(j->sharding)) {
+        int a = address_index(st, w->address);
+        index = a < 0 ? 0 : (uint32_t)a; /* registration refuses unlisted workers */
+    }
+    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED, .worker_index = index};
+    /* A task that joins coordinated reads starts after every round a
+     * consumer may already be in (see the top of this file). */
+    if (j->num_consumers > 0 && j->started)
+        t->start_round = j->round_horizon + 1;
     snprintf(t->worker_address, sizeof t->worker_address, "%s", w->address);
     j->num_tasks++;
     return 0;
@@ -352,6 +432,8 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
         struct job *j = st->jobs[i];
         struct task *t = job_task_of_worker(j, w->id);
         if (t && (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)) {
+            if (j->num_consumers > 0)
+                t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
             task_set_state(j, t, TASK_LOST);
             job_check_finished(st, j);
         }
@@ -361,6 +443,15 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
 int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now, uint64_t *worker_id,
                               char *err, size_t errlen)
 {
+    if (st->num_addresses > 0 && address_index(st, address) < 0) {
+        size_t o = (size_t)snprintf(err, errlen, "worker %s refused: it is not in the dispatcher's --worker-addresses (",
+                                    address);
+        for (unsigned i = 0; i < st->num_addresses && o < errlen; i++)
+            o += (size_t)snprintf(err + o, errlen - o, "%s%s", i ? "," : "", st->addresses[i]);
+        if (o < errlen)
+            snprintf(err + o, errlen - o, ")");
+        return SL_EREFUSED;
+    }
     unsigned live = 0;
     for (unsigned i = 0; i < st->num_workers; i++) {
         struct worker *w = &st->workers[i];
@@ -455,9 +546,10 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         d->task_id = t->id;
         d->job_id = j->id;
         d->dataset_id = j->dataset->id;
-        d->sharding = j->sharding;
+        d->sharding = j->effective;
         d->worker_index = t->worker_index;
-        d->num_workers = j->num_tasks;
+        d->num_workers = is_static(j->sharding) ? st->num_addresses : j->num_tasks;
+        d->num_consumers = j->num_consumers;
     }
     return 0;
 }
@@ -510,6 +602,8 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
                           .files = files, .split_size = split_size_for(spec, st->cfg.split_size)};
     if (files.num_files > 0)
         d->cardinality = (int64_t)files.total;
+    d->hint_op = sl_policy_hint_op(spec);
+    d->infinite = sl_policy_infinite(spec, d->cardinality);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
     *fingerprint = d->fingerprint;
@@ -525,8 +619,8 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
     return d ? d->canonical : NULL;
 }
 
-static int job_add_client(sl_dstate_t *st, struct job *j, int64_t now, uint64_t *client_id, char *err,
-                          size_t errlen)
+static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
+                          const char *host, int64_t now, uint64_t *client_id, char *err, size_t errlen)
 {
     if (j->num_clients >= st->cfg.max_clients_per_job) {
         snprintf(err, errlen, "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
@@ -537,7 +631,9 @@ static int job_add_client(sl_dstate_t *st, struct job *j, int64_t now, uint64_t 
         return -ENOMEM;
     }
     struct client *c = &j->clients[j->num_clients++];
-    *c = (struct client){.id = st->next_id++, .last_seen = now};
+    *c = (struct client){.id = st->next_id++, .last_seen = now, .consumer_index = req->consumer_index,
+                         .target = (sl_target_workers_t)req->target_workers};
+    snprintf(c->host, sizeof c->host, "%s", host ? host : "");
     *client_id = c->id;
     return 0;
 }
@@ -558,8 +654,111 @@ static int jobs_make_room(sl_dstate_t *st)
     return -1;
 }
 
-int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
-                                uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen)
+/* Checks what a new job's policy needs of its dataset and the dispatcher's
+ * configuration, and resolves FILE_OR_DATA. @return 0 or SL_EINVAL */
+static int job_check_policy(const sl_dstate_t *st, const struct dataset *d, sl_sharding_t p,
+                            sl_sharding_t *effective, char *err, size_t errlen)
+{
+    const char *policy = sl_sharding_name(p);
+    *effective = p;
+    if (d->hint_op >= 0 && p != SL_SHARDING_HINT) {
+        snprintf(err, errlen, "dataset %" PRIu64 ": ops[%d] is a shard with num_shards \"hint\", which only HINT "
+                 "sharding binds; this job's sharding is %s", d->id, d->hint_op, policy);
+        return SL_EINVAL;
+    }
+    if (p == SL_SHARDING_DYNAMIC && d->cardinality < 0) {
+        snprintf(err, errlen, "dynamic sharding needs a source of known size; dataset %" PRIu64 " has none", d->id);
+        return SL_EINVAL;
+    }
+    if (!is_static(p))
+        return 0;
+    unsigned n = st->num_addresses;
+    if (n == 0) {
+        snprintf(err, errlen, "%s sharding needs the dispatcher's --worker-addresses: a worker's index is its place "
+                 "in that list", policy);
+        return SL_EINVAL;
+    }
+    if (p == SL_SHARDING_FILE_OR_DATA)
+        *effective = (unsigned)d->files.num_files >= n ? SL_SHARDING_FILE : SL_SHARDING_DATA;
+    if (*effective == SL_SHARDING_FILE && d->files.num_files == 0) {
+        snprintf(err, errlen, "file sharding needs a file source; dataset %" PRIu64 " has no files (use data, "
+                 "file_or_data or dynamic sharding)", d->id);
+        return SL_EINVAL;
+    }
+    if (*effective == SL_SHARDING_FILE && (unsigned)d->files.num_files < n) {
+        snprintf(err, errlen, "file sharding needs at least as many files as workers: dataset %" PRIu64
+                 " has %zu files, --worker-addresses lists %u workers (file_or_data would pick data)", d->id,
+                 (size_t)d->files.num_files, n);
+        return SL_EINVAL;
+    }
+    if (p == SL_SHARDING_HINT && d->hint_op < 0) {
+        snprintf(err, errlen, "hint sharding binds a shard op whose num_shards and index are \"hint\"; dataset %"
+                 PRIu64 " has none", d->id);
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+/* Checks a request for coordinated reads against the dataset, and against
+ * the job it joins when j is not NULL. @return 0, SL_EINVAL or SL_ECONFLICT */
+static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
+                               const struct dataset *d, const struct job *j, char *err, size_t errlen)
+{
+    if (req->num_consumers == 0) {
+        if (j && j->num_consumers > 0) {
+            snprintf(err, errlen, "job \"%s\" has coordinated reads with %u consumers; this client asked for none "
+                     "(give num_consumers %u and a consumer_index)", j->name, j->num_consumers, j->num_consumers);
+            return SL_ECONFLICT;
+        }
+        return 0;
+    }
+    if (!req->job_name[0]) {
+        snprintf(err, errlen, "coordinated reads (num_consumers %u) need a named job: the consumers share one job "
+                 "by its name", req->num_consumers);
+        return SL_EINVAL;
+    }
+    if (req->num_consumers > st->cfg.max_clients_per_job || req->consumer_index >= req->num_consumers) {
+        snprintf(err, errlen, "consumer_index %u is out of range: num_consumers is %u (at most %u)",
+                 req->consumer_index, req->num_consumers, st->cfg.max_clients_per_job);
+        return SL_EINVAL;
+    }
+    if (req->target_workers != SL_TARGET_ANY) {
+        snprintf(err, errlen, "coordinated reads take every round from the job's workers in turn: target_workers "
+                 "must be any, not %s", sl_target_workers_name((sl_target_workers_t)req->target_workers));
+        return SL_EINVAL;
+    }
+    if (!d->infinite) {
+        snprintf(err, errlen, "coordinated reads need an infinite dataset (a repeat without count, no take after "
+                 "it): every round must have a batch for every consumer; dataset %" PRIu64 " ends", d->id);
+        return SL_EINVAL;
+    }
+    if (!j)
+        return 0;
+    if (j->num_consumers != req->num_consumers) {
+        snprintf(err, errlen, "job \"%s\" exists with num_consumers %u, requested %u", j->name, j->num_consumers,
+                 req->num_consumers);
+        return SL_ECONFLICT;
+    }
+    for (unsigned i = 0; i < j->num_clients; i++) {
+        if (j->clients[i].consumer_index == req->consumer_index) {
+            snprintf(err, errlen, "job \"%s\": consumer_index %u is taken by client %" PRIu64, j->name,
+                     req->consumer_index, j->clients[i].id);
+            return SL_ECONFLICT;
+        }
+    }
+    return 0;
+}
+
+static bool has_local_worker(const sl_dstate_t *st, const char *host)
+{
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].state == WORKER_LIVE && sl_policy_is_local(st->workers[i].address, host))
+            return true;
+    return false;
+}
+
+int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, const char *client_host,
+                       int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
 {
     struct dataset *d = find_dataset(st, req->dataset_id);
     if (!d) {
@@ -571,38 +770,56 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
         snprintf(err, errlen, "sharding policy %u is unknown", req->sharding);
         return SL_EINVAL;
     }
-    if (req->sharding != SL_SHARDING_OFF && req->sharding != SL_SHARDING_DYNAMIC) {
-        snprintf(err, errlen, "sharding policy %s is not supported yet (off and dynamic are)", policy);
+    const char *target = sl_target_workers_name((sl_target_workers_t)req->target_workers);
+    if (!target) {
+        snprintf(err, errlen, "target_workers %u is unknown", req->target_workers);
         return SL_EINVAL;
     }
+    if (req->target_workers == SL_TARGET_LOCAL && !has_local_worker(st, client_host)) {
+        snprintf(err, errlen, "target_workers local: no live worker is on this client's host %s (a worker is local "
+                 "when the host of its --worker-address is the address the client connects from)",
+                 client_host && client_host[0] ? client_host : "(unknown)");
+        return SL_ENOTFOUND;
+    }
+    struct job *j = NULL;
+    const struct job *ended = NULL;
     if (req->job_name[0]) {
-        for (unsigned i = 0; i < st->num_jobs; i++) {
-            struct job *j = st->jobs[i];
-            if (strcmp(j->name, req->job_name) != 0)
+        for (unsigned i = 0; i < st->num_jobs && !j; i++) {
+            if (strcmp(st->jobs[i]->name, req->job_name) != 0)
                 continue;
-            if (j->dataset != d) {
-                snprintf(err, errlen, "job \"%s\" exists with dataset %" PRIu64 ", requested dataset %" PRIu64,
-                         j->name, j->dataset->id, d->id);
-                return SL_ECONFLICT;
-            }
-            if (j->sharding != (sl_sharding_t)req->sharding) {
-                snprintf(err, errlen, "job \"%s\" exists with sharding %s, requested %s", j->name,
-                         sl_sharding_name(j->sharding), policy);
-                return SL_ECONFLICT;
-            }
-            *job_id = j->id;
-            return job_add_client(st, j, now, client_id, err, errlen);
+            if (st->jobs[i]->state == SL_JOB_RUNNING)
+                j = st->jobs[i];
+            else
+                ended = st->jobs[i];
         }
     }
-    if (req->sharding == SL_SHARDING_DYNAMIC && d->cardinality < 0) {
-        snprintf(err, errlen, "dynamic sharding needs a source of known size; dataset %" PRIu64 " has none", d->id);
-        return SL_EINVAL;
+    int rc;
+    if (j) {
+        if (j->dataset != d) {
+            snprintf(err, errlen, "job \"%s\" exists with dataset %" PRIu64 ", requested dataset %" PRIu64, j->name,
+                     j->dataset->id, d->id);
+            return SL_ECONFLICT;
+        }
+        if (j->sharding != (sl_sharding_t)req->sharding) {
+            snprintf(err, errlen, "job \"%s\" exists with sharding %s, requested %s", j->name,
+                     sl_sharding_name(j->sharding), policy);
+            return SL_ECONFLICT;
+        }
+        if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
+            return rc;
+        resp->job_id = j->id;
+        return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
     }
+    sl_sharding_t effective;
+    if ((rc = job_check_policy(st, d, (sl_sharding_t)req->sharding, &effective, err, errlen)) < 0)
+        return rc;
+    if ((rc = job_check_consumers(st, req, d, NULL, err, errlen)) < 0)
+        return rc;
     if (jobs_make_room(st) < 0) {
         snprintf(err, errlen, "job refused: %u running jobs is the limit", st->cfg.max_jobs);
         return SL_ETOOBIG;
     }
-    struct job *j = calloc(1, sizeof *j);
+    j = calloc(1, sizeof *j);
     if (!j) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -611,6 +828,9 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
     j->dataset = d;
     j->sharding = (sl_sharding_t)req->sharding;
+    j->effective = effective;
+    j->num_consumers = req->num_consumers;
+    j->round_horizon = st->cfg.round_lookahead;
     j->state = SL_JOB_RUNNING;
     j->created = now;
     /* Every live worker gets its task now, so that no worker can finish the
@@ -623,11 +843,32 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
             return -ENOMEM;
         }
     }
+    j->started = true;
     st->jobs[st->num_jobs++] = j;
-    sl_log_info("job %" PRIu64 "%s%s%s created: dataset %" PRIu64 ", sharding %s, %u tasks", j->id,
-                j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "", d->id, policy, j->num_tasks);
-    *job_id = j->id;
-    return job_add_client(st, j, now, client_id, err, errlen);
+    /* A finished job's name starts a new job: one more pass over the data,
+     * as a new tf.data iteration of the same job name does. */
+    if (ended) {
+        snprintf(resp->notice, sizeof resp->notice, "job \"%s\" (id %" PRIu64 ") had already ended (%s); a new "
+                 "job %" PRIu64 " was created under its name, reading the dataset from the start", j->name,
+                 ended->id, job_state_names[ended->state], j->id);
+        sl_log_info("%s", resp->notice);
+    }
+    sl_log_info("job %" PRIu64 "%s%s%s created: dataset %" PRIu64 ", sharding %s%s%s, %u tasks, %u consumers", j->id,
+                j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "", d->id, policy,
+                effective != j->sharding ? " as " : "", effective != j->sharding ? sl_sharding_name(effective) : "",
+                j->num_tasks, j->num_consumers);
+    resp->job_id = j->id;
+    return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+}
+
+int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
+                                uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen)
+{
+    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+    int rc = sl_dstate_job_join(st, req, "", now, &resp, err, errlen);
+    *job_id = resp.job_id;
+    *client_id = resp.client_id;
+    return rc;
 }
 
 static struct client *job_find_client(struct job *j, uint64_t client_id)
@@ -662,9 +903,21 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     c->last_seen = now;
     resp->job_state = j->state;
     snprintf(resp->error, sizeof resp->error, "%s", j->error);
+    if (j->num_consumers > 0) {
+        /* The horizon only grows, and only here: every round up to it has
+         * its tasks fixed (see the top of this file). */
+        c->round = req->round;
+        if (req->round + st->cfg.round_lookahead > j->round_horizon)
+            j->round_horizon = req->round + st->cfg.round_lookahead;
+        resp->round_horizon = j->round_horizon;
+    }
     for (unsigned k = 0; k < j->num_tasks; k++) {
         const struct task *t = &j->tasks[k];
-        if (t->state == TASK_LOST)
+        /* Coordinated reads list a lost task too: consumers need its rounds
+         * to agree on who served which round. */
+        if (t->state == TASK_LOST && (j->num_consumers == 0 || t->end_round <= t->start_round))
+            continue;
+        if (c->target == SL_TARGET_LOCAL && !sl_policy_is_local(t->worker_address, c->host))
             continue;
         if (resp->tasks_count >= sizeof resp->tasks / sizeof resp->tasks[0])
             break;
@@ -672,6 +925,9 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->task_id = t->id;
         ti->worker_id = t->worker_id;
         snprintf(ti->worker_address, sizeof ti->worker_address, "%s", t->worker_address);
+        ti->start_round = t->start_round;
+        ti->end_round = t->end_round;
+        ti->lost = t->state == TASK_LOST;
     }
     return 0;
 }
@@ -836,7 +1092,7 @@ json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
         for (unsigned k = 0; k < st->num_jobs; k++) {
             const struct job *j = st->jobs[k];
             for (unsigned t = 0; t < j->num_tasks; t++)
-                tasks += j->tasks[t].worker_id == w->id &&
+                tasks += j->state == SL_JOB_RUNNING && j->tasks[t].worker_id == w->id &&
                          (j->tasks[t].state == TASK_ASSIGNED || j->tasks[t].state == TASK_RUNNING);
         }
         json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)w->id, "address",
@@ -892,6 +1148,11 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                           (json_int_t)(now - j->created));
     if (j->error[0])
         json_object_set_new(o, "error", json_string(j->error));
+    if (j->effective != j->sharding)
+        json_object_set_new(o, "sharding_resolved", json_string(sl_sharding_name(j->effective)));
+    if (j->num_consumers > 0)
+        json_object_set_new(o, "coordinated", json_pack("{s:I,s:I}", "num_consumers", (json_int_t)j->num_consumers,
+                                                        "round_horizon", (json_int_t)j->round_horizon));
     if (j->sharding == SL_SHARDING_DYNAMIC) {
         uint64_t size = j->dataset->split_size, per_epoch = 0;
         for (uint32_t f = 0; f < dataset_num_files(j->dataset); f++)
@@ -917,6 +1178,7 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                                                tk->worker_address, "state", task_state_names[tk->state], "batches",
                                                (json_int_t)tk->batches, "elements", (json_int_t)tk->elements, "bytes",
                                                (json_int_t)tk->bytes, "bytes_per_second", tk->bytes_per_s));
+        json_object_set_new(json_array_get(tasks, t), "worker_index", json_integer(tk->worker_index));
     }
     json_object_set_new(o, "tasks", tasks);
     return o;

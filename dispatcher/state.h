@@ -30,12 +30,18 @@ typedef struct sl_dstate_config {
     unsigned max_clients_per_job;
     unsigned max_files;           /* files of one file source */
     const sl_confine_t *roots;    /* where file sources may read; NULL: nowhere */
+    const char *worker_addresses; /* "host:port,..." (--worker-addresses) or NULL: the only
+                                     workers accepted, each one's index for the static
+                                     policies its place here; copied by sl_dstate_new() */
+    uint64_t round_lookahead;     /* coordinated reads: rounds a consumer may run ahead of
+                                     the dispatcher's last answer (see docs/sharding.md) */
 } sl_dstate_config_t;
 
 /** Fills the defaults. */
 void sl_dstate_config_init(sl_dstate_config_t *cfg);
 
-/** @return a new empty state (config copied), or NULL when out of memory */
+/** @return a new empty state (config copied), or NULL when out of memory or
+ *  when cfg->worker_addresses lists more than max_workers addresses */
 sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg);
 
 void sl_dstate_free(sl_dstate_t *st);
@@ -79,6 +85,17 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id);
  */
 int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
                                 uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen);
+
+/**
+ * As sl_dstate_job_get_or_create(), for a client that reaches the
+ * dispatcher from client_host (its IP address as the connection shows it;
+ * what SL_TARGET_LOCAL compares worker hosts with). Fills resp's job_id,
+ * client_id and notice.
+ * @return as sl_dstate_job_get_or_create(), and SL_ENOTFOUND when
+ *         target_workers is local and no live worker is on client_host
+ */
+int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, const char *client_host,
+                       int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen);
 
 /**
  * A client's heartbeat: renews its lease, answers the job's tasks and state.

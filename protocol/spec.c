@@ -160,6 +160,8 @@ static const struct choice directions[] = {{"left_right", 0}, {"up_down", 1}, {N
 
 static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
 static json_t *emit_num_shards(const void *desc);
+static int parse_shard_index(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_shard_index(const void *desc);
 static int parse_features(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
 static json_t *emit_features(const void *desc);
 static int parse_padded_shapes(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
@@ -168,6 +170,7 @@ static int parse_padding_values(sl_spec_t *spec, json_t *v, void *desc, const ch
 static json_t *emit_padding_values(const void *desc);
 
 static const struct custom num_shards_custom = {parse_num_shards, emit_num_shards};
+static const struct custom shard_index_custom = {parse_shard_index, emit_shard_index};
 static const struct custom features_custom = {parse_features, emit_features};
 static const struct custom padded_shapes_custom = {parse_padded_shapes, emit_padded_shapes};
 static const struct custom padding_values_custom = {parse_padding_values, emit_padding_values};
@@ -303,7 +306,7 @@ static const struct field cast_fields[] = {
 
 static const struct field shard_fields[] = {
     {.name = "num_shards", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &num_shards_custom},
-    INT_FIELD("index", F_REQUIRED, 0, INT64_MAX, 0, sl_spec_op_t, u.shard.index),
+    {.name = "index", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &shard_index_custom},
     END_FIELDS,
 };
 
@@ -985,7 +988,11 @@ static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pat
     sl_spec_op_t *op = desc;
     (void)spec;
     (void)obj;
-    if (op->u.shard.index >= op->u.shard.num_shards)
+    bool hint_n = op->u.shard.num_shards == SL_SPEC_SHARD_HINT, hint_i = op->u.shard.index == SL_SPEC_SHARD_HINT;
+    if (hint_n != hint_i)
+        return fail(err, errlen, "%s.%s: \"hint\" must be given for both num_shards and index, or for neither",
+                    path, hint_n ? "index" : "num_shards");
+    if (!hint_n && op->u.shard.index >= op->u.shard.num_shards)
         return fail(err, errlen, "%s.index: must be an integer < num_shards (%" PRId64 "), got %" PRId64, path,
                     op->u.shard.num_shards, op->u.shard.index);
     return 0;
@@ -1047,17 +1054,44 @@ static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *
 {
     sl_spec_op_t *op = desc;
     (void)spec;
-    if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0)
-        return fail(err, errlen,
-                    "%s: \"hint\" (bound to the worker by HINT sharding) is not supported yet; give an integer >= 1",
-                    path);
+    /* "hint" is bound to (number of workers, worker index) by HINT
+     * sharding when the worker builds the pipeline. */
+    if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0) {
+        op->u.shard.num_shards = SL_SPEC_SHARD_HINT;
+        return 0;
+    }
+    if (json_is_string(v))
+        return fail(err, errlen, "%s: must be an integer >= 1 or \"hint\", got \"%s\"", path, json_string_value(v));
     return parse_int(v, 1, INT64_MAX, path, &op->u.shard.num_shards, err, errlen);
 }
 
 static json_t *emit_num_shards(const void *desc)
 {
     const sl_spec_op_t *op = desc;
+    if (op->u.shard.num_shards == SL_SPEC_SHARD_HINT)
+        return json_string("hint");
     return json_integer(op->u.shard.num_shards);
+}
+
+static int parse_shard_index(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0) {
+        op->u.shard.index = SL_SPEC_SHARD_HINT;
+        return 0;
+    }
+    if (json_is_string(v))
+        return fail(err, errlen, "%s: must be an integer >= 0 or \"hint\", got \"%s\"", path, json_string_value(v));
+    return parse_int(v, 0, INT64_MAX, path, &op->u.shard.index, err, errlen);
+}
+
+static json_t *emit_shard_index(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    if (op->u.shard.index == SL_SPEC_SHARD_HINT)
+        return json_string("hint");
+    return json_integer(op->u.shard.index);
 }
 
 static int cmp_keys(const void *a, const void *b)

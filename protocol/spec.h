@@ -21,6 +21,7 @@
 
 #define SL_SPEC_MAX_BYTES (1u << 20) /* longest spec text accepted */
 #define SL_SPEC_MAX_OPS 64           /* most ops in one spec */
+#define SL_SPEC_SHARD_HINT (-1)       /* shard num_shards and index given as "hint" */
 #define SL_SPEC_MAX_PATTERNS 4096    /* most file patterns of a file source */
 #define SL_SPEC_MAX_FEATURES 32      /* most features of parse_example (SL_MAX_COMPONENTS) */
 
@@ -238,8 +239,8 @@ typedef struct sl_spec_op {
             sl_dtype_t dtype; /* any dtype but bytes */
         } cast;
         struct {
-            int64_t num_shards; /* >= 1 */
-            int64_t index;      /* 0 .. num_shards - 1 */
+            int64_t num_shards; /* >= 1, or SL_SPEC_SHARD_HINT */
+            int64_t index;      /* 0 .. num_shards - 1, or SL_SPEC_SHARD_HINT (both or neither) */
         } shard;
         struct {
             int64_t batch_size; /* 1 .. 1<<20 */

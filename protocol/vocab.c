@@ -73,3 +73,21 @@ int sl_sharding_parse(const char *name, sl_sharding_t *out)
     }
     return SL_EINVAL;
 }
+
+static const char *targets[SL_TARGET_COUNT_] = {"any", "local"};
+
+const char *sl_target_workers_name(sl_target_workers_t t)
+{
+    return (unsigned)t < SL_TARGET_COUNT_ ? targets[t] : NULL;
+}
+
+int sl_target_workers_parse(const char *name, sl_target_workers_t *out)
+{
+    for (int i = 0; i < SL_TARGET_COUNT_; i++) {
+        if (strcmp(name, targets[i]) == 0) {
+            *out = (sl_target_workers_t)i;
+            return 0;
+        }
+    }
+    return SL_EINVAL;
+}

@@ -219,6 +219,13 @@ int sl__op_map_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *c
 int sl__op_filter_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                          sl_iter_t **out);
 
+/* Static sharding (sharding.c). DATA: wraps the source *it in a shard that
+ * keeps element k when k mod num_workers = worker_index, before any op (so
+ * before any shuffle); on failure *it is left as it was. FILE: whether the
+ * file source reads file i (i mod num_workers = worker_index). */
+int sl__static_shard_wrap(sl_iter_ctx_t *ctx, sl_iter_t **it);
+bool sl__static_file_is_mine(const sl_iter_ctx_t *ctx, uint64_t file_index);
+
 int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                              sl_iter_t **out);
 int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,

@@ -429,12 +429,26 @@ static const sl_iter_vtbl_t shard_vtbl = {shard_next, shard_reset, shard_destroy
 int sl__op_shard_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out)
 {
+    uint64_t n = (uint64_t)op->u.shard.num_shards, index = (uint64_t)op->u.shard.index;
+    /* "hint" is bound here to the worker's place among the job's workers
+     * (HINT sharding); any other policy has nothing to bind it to. */
+    if (op->u.shard.num_shards == SL_SPEC_SHARD_HINT) {
+        if (ctx->opts.sharding != SL_SHARDING_HINT || ctx->opts.num_workers == 0 ||
+            ctx->opts.worker_index >= ctx->opts.num_workers) {
+            const char *name = sl_sharding_name(ctx->opts.sharding);
+            return sl__ctx_fail(ctx, SL_EINVAL, label,
+                                "num_shards \"hint\" is bound only by HINT sharding; this job's is %s",
+                                name ? name : "(invalid)");
+        }
+        n = ctx->opts.num_workers;
+        index = ctx->opts.worker_index;
+    }
     struct shard_iter *s = calloc(1, sizeof *s);
     if (!s)
         return -ENOMEM;
     sl__iter_init(&s->base, &shard_vtbl, input, ctx, label);
-    s->num_shards = (uint64_t)op->u.shard.num_shards;
-    s->index = (uint64_t)op->u.shard.index;
+    s->num_shards = n;
+    s->index = index;
     *out = &s->base;
     return 0;
 }

@@ -3,8 +3,9 @@
  * tf.data's Dataset.from_tensor_slices(files).interleave(reader,
  * cycle_length, block_length) does.
  *
- * The inputs are the source's files in order under OFF, or the splits
- * (file, record range) the dispatcher hands out under DYNAMIC. Up to
+ * The inputs are the source's files in order under OFF (under FILE
+ * sharding, the files of this worker's index), or the splits (file, record
+ * range) the dispatcher hands out under DYNAMIC; DATA sharding is refused. Up to
  * cycle_length of them are open at once, one per slot of the cycle. The
  * iterator yields block_length records from the slot at the cycle index,
  * then moves to the next slot; a slot whose input is used up is emptied and
@@ -276,6 +277,9 @@ static int next_input(struct interleave_iter *il, sl_split_t *split)
 {
     sl_iter_ctx_t *ctx = il->base.ctx;
     if (!il->dynamic) {
+        /* FILE sharding: only the files of this worker's index. */
+        while (il->next_file < il->num_files && !sl__static_file_is_mine(ctx, (uint64_t)il->next_file))
+            il->next_file++;
         if (il->next_file >= il->num_files)
             return 1;
         *split = (sl_split_t){(uint32_t)il->next_file++, 0, UINT64_MAX};
@@ -459,6 +463,12 @@ static const sl_iter_vtbl_t interleave_vtbl = {interleave_next, interleave_reset
 int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                              sl_iter_t **out)
 {
+    /* DATA sharding wraps the source in a shard of its elements, which
+     * interleave would bypass: it reads the files itself. */
+    if (ctx->opts.sharding == SL_SHARDING_DATA)
+        return sl__ctx_fail(ctx, SL_EINVAL, label,
+                            "interleave is not supported under DATA sharding (it reads the files itself, past "
+                            "the DATA shard of the source's elements); use FILE or DYNAMIC sharding");
     /* The spec puts interleave first after a file source; this holds it. */
     if (!sl__files_is_source(input))
         return sl__ctx_fail(ctx, SL_EINVAL, label, "interleave must come directly after a file source");

@@ -297,11 +297,17 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     *out = NULL;
     if (err && errlen > 0)
         err[0] = '\0';
-    if (opts && opts->sharding != SL_SHARDING_OFF && opts->sharding != SL_SHARDING_DYNAMIC) {
+    if (opts && (opts->sharding == SL_SHARDING_FILE_OR_DATA || !sl_sharding_name(opts->sharding))) {
+        /* The dispatcher resolves FILE_OR_DATA to FILE or DATA per job. */
         const char *name = sl_sharding_name(opts->sharding);
-        return fail(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is not supported yet",
+        return fail(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is resolved by the dispatcher, not run",
                     name ? name : "(invalid)");
     }
+    if (opts && (opts->sharding == SL_SHARDING_FILE || opts->sharding == SL_SHARDING_DATA ||
+                 opts->sharding == SL_SHARDING_HINT) &&
+        (opts->num_workers == 0 || opts->worker_index >= opts->num_workers))
+        return fail(err, errlen, SL_EINVAL, "pipeline: worker index %u is not below the %u workers of %s sharding",
+                    opts->worker_index, opts->num_workers, sl_sharding_name(opts->sharding));
     if (opts && opts->sharding == SL_SHARDING_DYNAMIC && !opts->splits.next_split)
         return fail(err, errlen, SL_EINVAL, "pipeline: DYNAMIC sharding needs a split source");
 
@@ -331,6 +337,11 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     }
     if (rc < 0)
         goto failed;
+    if (p->ctx.opts.sharding == SL_SHARDING_DATA) {
+        rc = sl__static_shard_wrap(&p->ctx, &it);
+        if (rc < 0)
+            goto failed;
+    }
 
     for (int i = 0; i < sl_spec_num_ops(spec); i++) {
         const sl_spec_op_t *op = sl_spec_op(spec, i);

@@ -482,6 +482,9 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
                 if (rc != 0)
                     return rc;
             } else {
+                /* FILE sharding: only the files of this worker's index. */
+                while (f->next_file < f->num_files && !sl__static_file_is_mine(it->ctx, (uint64_t)f->next_file))
+                    f->next_file++;
                 if (f->next_file >= f->num_files)
                     return 1;
                 int rc = file_open(f, f->next_file++);

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "rounds.h"
 
 #define RECONNECT_MS 500
 #define MAX_PARKED_PER_CONN 64
@@ -46,6 +47,7 @@ struct outstanding {
 
 struct wtask {
     sl_task_t *task;
+    sl_rounds_t *rounds; /* coordinated reads, or NULL */
     sl_worker_t *w;
     int last_state; /* sl_task_state_t last reported */
     struct wtask *next;
@@ -68,6 +70,9 @@ struct parked {
     struct wconn *wc;
     uint32_t request_id;
     uint64_t task_id;
+    bool coordinated; /* a round of a coordinated read */
+    uint64_t round;
+    uint32_t consumer;
     int64_t since_us; /* when it started waiting: the client starves meanwhile */
     struct parked *next;
 };
@@ -230,6 +235,13 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         free(wt);
         return;
     }
+    if (def->num_consumers > 0 && !(wt->rounds = sl_rounds_new(def->num_consumers))) {
+        sl_log_error("task %" PRIu64 " of job %" PRIu64 " cannot start: %u consumers (at most %d) or out of memory",
+                     def->task_id, def->job_id, def->num_consumers, SL_ROUNDS_MAX_CONSUMERS);
+        sl_task_free(wt->task);
+        free(wt);
+        return;
+    }
     wt->next = w->tasks;
     w->tasks = wt;
     w->num_tasks++;
@@ -253,6 +265,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         w->num_tasks--;
         /* Requests still parked on it get the same answer a late one would. */
         serve_parked(w, wt);
+        sl_rounds_free(wt->rounds);
         sl_task_free(wt->task);
         free(wt);
         sl_log_info("task %" PRIu64 " removed (%s)", task_id, tb->done ? "done" : "cancelled");
@@ -317,7 +330,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
 }
 
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
-static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id)
+static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id,
+                           const struct parked *how)
 {
     struct wtask *wt = find_task(w, task_id);
     if (!wt) {
@@ -334,7 +348,24 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         return true;
     }
     sl_wire_batch_t *b = NULL;
-    int rc = sl_task_take(wt->task, &b);
+    int rc;
+    if (how->coordinated != (wt->rounds != NULL)) {
+        sl_conn_send_error(wc->conn, request_id, SL_EINVAL, "task %" PRIu64 " on worker %s %s", task_id, w->address,
+                           wt->rounds ? "serves coordinated reads: the request names no round"
+                                      : "does not serve coordinated reads");
+        return true;
+    }
+    if (wt->rounds) {
+        char err[256];
+        rc = sl_rounds_take(wt->rounds, wt->task, how->round, how->consumer, &b, err, sizeof err);
+        if (rc == SL_EINVAL) {
+            sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s: %s", task_id, w->address,
+                               err);
+            return true;
+        }
+    } else {
+        rc = sl_task_take(wt->task, &b);
+    }
     if (rc == SL_TASK_PENDING)
         return false;
     if (rc == SL_TASK_BATCH) {
@@ -358,9 +389,16 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
             p = &pk->next;
             continue;
         }
-        /* A dropped task answers from its tombstone. */
-        if (!answer_element(w, pk->wc, pk->request_id, id))
+        /* A dropped task answers from its tombstone. A round of a
+         * coordinated read may wait on another consumer's request behind
+         * it, so the ones behind are tried too. */
+        if (!answer_element(w, pk->wc, pk->request_id, id, pk)) {
+            if (pk->coordinated) {
+                p = &pk->next;
+                continue;
+            }
             break; /* none ready: the ones behind wait too, in order */
+        }
         sl_metric_observe(m_client_wait, (double)(now_us() - pk->since_us) / 1e6);
         *p = pk->next;
         pk->wc->parked--;
@@ -383,10 +421,11 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     const sluice_GetElementRequest *req = msg;
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
+    struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index};
     bool behind = false;
     for (struct parked *pk = w->parked; pk; pk = pk->next)
-        behind |= pk->task_id == req->task_id;
-    if (!behind && answer_element(w, wc, hdr->request_id, req->task_id))
+        behind |= pk->task_id == req->task_id && !req->coordinated;
+    if (!behind && answer_element(w, wc, hdr->request_id, req->task_id, &how))
         return;
     if (wc->parked >= MAX_PARKED_PER_CONN) {
         sl_conn_send_error(c, hdr->request_id, SL_ETOOBIG, "more than %d requests waiting on one connection",
@@ -398,7 +437,11 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         sl_conn_send_error(c, hdr->request_id, -ENOMEM, "worker out of memory");
         return;
     }
-    *pk = (struct parked){.wc = wc, .request_id = hdr->request_id, .task_id = req->task_id, .since_us = now_us()};
+    *pk = how;
+    pk->wc = wc;
+    pk->request_id = hdr->request_id;
+    pk->task_id = req->task_id;
+    pk->since_us = now_us();
     *w->parked_tail = pk;
     w->parked_tail = &pk->next;
     wc->parked++;
@@ -755,6 +798,7 @@ void sl_worker_free(sl_worker_t *w)
     while (w->tasks) {
         struct wtask *wt = w->tasks;
         w->tasks = wt->next;
+        sl_rounds_free(wt->rounds);
         sl_task_free(wt->task);
         free(wt);
     }

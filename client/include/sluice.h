@@ -91,6 +91,14 @@ typedef enum sl_sharding {
     SL_SHARDING_COUNT_
 } sl_sharding_t;
 
+/** Which workers an iterator reads from (see docs/sharding.md), as numbered on the wire. */
+typedef enum sl_target_workers {
+    SL_TARGET_ANY = 0,   /* every worker of the job */
+    SL_TARGET_LOCAL = 1, /* only workers whose address has the host this client
+                            connects to the dispatcher from; refused when none */
+    SL_TARGET_COUNT_
+} sl_target_workers_t;
+
 /** Job states (see docs/architecture.md), as numbered on the wire. */
 typedef enum sl_job_state {
     SL_JOB_RUNNING = 0,
@@ -141,6 +149,10 @@ typedef struct sl_iterator_opts {
     int timeout_ms;             /* longest wait for the dispatcher or a worker
                                    that does not answer, default 30000 */
     size_t max_batch_bytes;     /* largest batch accepted, default 256 MiB */
+    int num_consumers;          /* > 0: coordinated reads (a named job over an infinite
+                                   dataset); 0 (default): each batch to whoever asks first */
+    int consumer_index;         /* 0 .. num_consumers - 1 */
+    sl_target_workers_t target_workers; /* default SL_TARGET_ANY */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */
@@ -244,6 +256,24 @@ SL_EXPORT size_t sl_batch_size(const sl_batch_t *b);
 
 /** @return the id of the worker task the batch came from */
 SL_EXPORT uint64_t sl_batch_task_id(const sl_batch_t *b);
+
+/** @return the address ("host:port") of the worker that made the batch,
+ *  valid until sl_batch_release() */
+SL_EXPORT const char *sl_batch_worker(const sl_batch_t *b);
+
+/** @return the round of a coordinated read the batch belongs to (0 otherwise) */
+SL_EXPORT uint64_t sl_batch_round(const sl_batch_t *b);
+
+/** @return what the dispatcher said when the iterator joined its job, for
+ *  the user to see (e.g. that a finished job's name was reused), or "";
+ *  valid until sl_iterator_close() */
+SL_EXPORT const char *sl_iterator_notice(const sl_iterator_t *it);
+
+/** @return the name of a target ("any", "local"), or NULL when out of range */
+SL_EXPORT const char *sl_target_workers_name(sl_target_workers_t t);
+
+/** Parses a target's name. @return 0, or SL_EINVAL */
+SL_EXPORT int sl_target_workers_parse(const char *name, sl_target_workers_t *out);
 
 /** Frees the batch and every tensor in it. */
 SL_EXPORT void sl_batch_release(sl_batch_t *b);

@@ -27,7 +27,10 @@ static void usage(FILE *f)
             "usage: %s --dispatcher HOST:PORT --dataset SPEC.json [options]\n"
             "  --sharding POLICY        off (default), dynamic, file, data, file_or_data, hint\n"
             "  --job-name NAME          join or create the named (shared) job\n"
-            "  --num-consumers N --consumer-index I   coordinated reads\n"
+            "  --num-consumers N --consumer-index I   coordinated reads (a named job, an infinite dataset)\n"
+            "  --target-workers T       any (default) or local (workers on this host only)\n"
+            "  --with-worker            jsonl: add \"_worker\" (the worker's address) and, for\n"
+            "                           coordinated reads, \"_round\" to every batch\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
@@ -166,9 +169,17 @@ static void print_tensor(FILE *out, const sl_tensor_t *t)
     fputc(']', out);
 }
 
-static void print_batch_json(FILE *out, const sl_batch_t *b)
+static void print_batch_json(FILE *out, const sl_batch_t *b, bool with_worker, bool coordinated)
 {
     fputc('{', out);
+    if (with_worker) {
+        fputs("\"_worker\":", out);
+        print_bytes(out, (const uint8_t *)sl_batch_worker(b), strlen(sl_batch_worker(b)));
+        if (coordinated)
+            fprintf(out, ",\"_round\":%" PRIu64, sl_batch_round(b));
+        if (sl_batch_num_tensors(b) > 0)
+            fputc(',', out);
+    }
     for (int i = 0; i < sl_batch_num_tensors(b); i++) {
         const sl_tensor_t *t = sl_batch_tensor(b, i);
         if (i)
@@ -215,7 +226,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -228,13 +239,15 @@ int main(int argc, char **argv)
         {"max-outstanding", required_argument, NULL, O_OUT},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"progress", no_argument, NULL, O_PROGRESS},
+        {"target-workers", required_argument, NULL, O_TARGET},
+        {"with-worker", no_argument, NULL, O_WITH_WORKER},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *dispatcher = NULL, *dataset = NULL;
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
-    bool progress = false;
+    bool progress = false, with_worker = false, have_index = false;
     sl_iterator_opts_t io;
     sl_iterator_opts_init(&io);
     int c;
@@ -251,7 +264,17 @@ int main(int argc, char **argv)
             break;
         case O_JOB: io.job_name = optarg; break;
         case O_NCONS: num_consumers = parse_long("num-consumers", optarg, 1, 1 << 16); break;
-        case O_CIDX: parse_long("consumer-index", optarg, 0, 1 << 16); break;
+        case O_CIDX:
+            io.consumer_index = (int)parse_long("consumer-index", optarg, 0, 1 << 16);
+            have_index = true;
+            break;
+        case O_TARGET:
+            if (sl_target_workers_parse(optarg, &io.target_workers) < 0) {
+                fprintf(stderr, "%s: --target-workers: \"%s\" is not any or local\n", program, optarg);
+                return 2;
+            }
+            break;
+        case O_WITH_WORKER: with_worker = true; break;
         case O_FORMAT:
             if (strcmp(optarg, "jsonl") == 0)
                 fmt = FMT_JSONL;
@@ -276,10 +299,16 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (num_consumers > 1) {
-        fprintf(stderr, "%s: --num-consumers: coordinated reads are not supported yet\n", program);
+    if ((num_consumers > 0) != have_index) {
+        fprintf(stderr, "%s: --num-consumers and --consumer-index go together\n", program);
         return 2;
     }
+    if (num_consumers > 0 && io.consumer_index >= num_consumers) {
+        fprintf(stderr, "%s: --consumer-index: %d is not below --num-consumers %ld\n", program, io.consumer_index,
+                num_consumers);
+        return 2;
+    }
+    io.num_consumers = (int)num_consumers;
     size_t spec_len;
     char *spec = read_file(dataset, &spec_len);
     if (!spec)
@@ -312,6 +341,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: cannot open an iterator: %s\n", program, sl_iterator_errmsg(it));
         goto out;
     }
+    if (sl_iterator_notice(it)[0])
+        fprintf(stderr, "%s: %s\n", program, sl_iterator_notice(it));
     double t0 = now_s(), last_progress = t0;
     uint64_t elements = 0, batches = 0, bytes = 0;
     for (;;) {
@@ -327,7 +358,7 @@ int main(int argc, char **argv)
         elements += sl_batch_num_elements(b);
         bytes += sl_batch_size(b);
         if (fmt == FMT_JSONL) {
-            print_batch_json(stdout, b);
+            print_batch_json(stdout, b, with_worker, num_consumers > 0);
         } else if (fmt == FMT_RAW) {
             for (int i = 0; i < sl_batch_num_tensors(b); i++) {
                 const sl_tensor_t *t = sl_batch_tensor(b, i);

@@ -274,8 +274,12 @@ class NoServerTest(unittest.TestCase):
             sluice.range(3).distribute('127.0.0.1:1', sharding='sideways')
         with self.assertRaises(sluice.InvalidArgumentError):
             sluice.range(3).distribute('127.0.0.1:1', max_outstanding=0)
-        with self.assertRaisesRegex(NotImplementedError, 'coordinated reads'):
-            sluice.range(3).distribute('127.0.0.1:1', num_consumers=2, consumer_index=0)
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'consumer_index 2 is out of range'):
+            sluice.range(3).distribute('127.0.0.1:1', num_consumers=2, consumer_index=2)
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'go together'):
+            sluice.range(3).distribute('127.0.0.1:1', num_consumers=2)
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'target_workers'):
+            sluice.range(3).distribute('127.0.0.1:1', target_workers='near')
 
     def test_library_not_found_lists_where_it_looked(self):
         env = dict(os.environ, SLUICE_LIB='/nonexistent/libsluice.so',
@@ -342,6 +346,17 @@ class ClusterTest(unittest.TestCase):
         from_py = collections.Counter(self.values_of(ds, sharding='dynamic'))
         self.assertEqual(from_py, from_cat)
         self.assertEqual(from_py, collections.Counter(range(5000)))
+
+    def test_coordinated_reads_give_each_consumer_its_batch_of_every_round(self):
+        ds = sluice.range(0, 1000).repeat().batch(4)
+        with ds.distribute(self.addr, job_name='py-coord', num_consumers=2, consumer_index=0) as a, \
+                ds.distribute(self.addr, job_name='py-coord', num_consumers=2, consumer_index=1) as b:
+            self.assertEqual(a.job_id, b.job_id)
+            for _ in range(10):
+                x = next(a)['value'].tolist()
+                y = next(b)['value'].tolist()
+                # The round's two batches are consecutive batches of one worker.
+                self.assertEqual(x[-1] + 1, y[0])
 
     def test_off_gives_each_value_once_per_worker(self):
         got = collections.Counter(self.values_of(sluice.range(0, 3000).batch(100), sharding='off'))

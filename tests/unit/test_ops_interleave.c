@@ -367,3 +367,24 @@ Test(interleave, fixed_length_records_with_header_and_footer)
     }
     sl_confine_destroy(roots);
 }
+
+Test(interleave, file_sharding_reads_this_workers_files_and_data_sharding_is_refused)
+{
+    write_abcd();
+    sl_confine_t *roots = roots_at(dir);
+    /* Worker 1 of 2: files 1 (b) and 3 (d). */
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_FILE, .worker_index = 1, .num_workers = 2, .roots = roots};
+    check_order("{\"op\":\"interleave\",\"cycle_length\":2,\"num_parallel_calls\":2}", &o, "b0 d0 b1");
+    o.worker_index = 0;
+    check_order("{\"op\":\"interleave\",\"cycle_length\":2}", &o, "a0 c0 a1 c1 a2 c2 a3 c3 a4");
+    o.sharding = SL_SHARDING_DATA;
+    sl_pipeline_t *p = NULL;
+    char err[1024];
+    cr_assert_eq(pipeline_try(specf("{\"source\":{\"type\":\"text_lines\",\"files\":[\"%s/*\"]},\"ops\":[{\"op\":"
+                                    "\"interleave\",\"cycle_length\":2}]}",
+                                    dir),
+                              &o, &p, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "ops[0] (interleave): interleave is not supported under DATA sharding"), "%s", err);
+    sl_confine_destroy(roots);
+}

@@ -494,10 +494,14 @@ Test(pipeline, refused_options)
     const char *json = "{\"source\":{\"type\":\"range\",\"stop\":5}}";
     cr_assert_eq(sl_spec_parse(json, strlen(json), &spec, err, sizeof err), 0);
 
-    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_FILE};
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_FILE_OR_DATA, .num_workers = 2};
     cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
     cr_assert_null(p);
-    cr_assert_str_eq(err, "pipeline: sharding policy file is not supported yet");
+    cr_assert_str_eq(err, "pipeline: sharding policy file_or_data is resolved by the dispatcher, not run");
+
+    o = (sl_pipeline_opts_t){.sharding = SL_SHARDING_DATA, .worker_index = 2, .num_workers = 2};
+    cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "pipeline: worker index 2 is not below the 2 workers of data sharding");
 
     o = (sl_pipeline_opts_t){.sharding = SL_SHARDING_DYNAMIC};
     cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
@@ -1169,4 +1173,38 @@ Test(pipeline, op_stats_per_stage)
     }
     run_free(&r);
     sl_pipeline_destroy(p);
+}
+
+/* ---- static sharding ---- */
+
+Test(pipeline, data_sharding_keeps_element_k_of_index_k_mod_n_before_the_ops)
+{
+    /* The shuffle comes after the DATA shard: worker 1 of 3 gets exactly
+     * the values 1, 4, 7, ... whatever the shuffle does with them. */
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_DATA, .worker_index = 1, .num_workers = 3};
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10},"
+                            "\"ops\":[{\"op\":\"skip\",\"count\":1}]}", &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    ASSERT_VALUES(r, 4, 7); /* 1, 4, 7 then skip(1) */
+    run_free(&r);
+}
+
+Test(pipeline, hint_binds_the_shard_op_and_other_policies_refuse_it)
+{
+    const char *json = "{\"source\":{\"type\":\"range\",\"stop\":10},"
+                       "\"ops\":[{\"op\":\"shard\",\"num_shards\":\"hint\",\"index\":\"hint\"}]}";
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_HINT, .worker_index = 2, .num_workers = 4};
+    struct run r = run_spec(json, &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    ASSERT_VALUES(r, 2, 6);
+    run_free(&r);
+
+    sl_spec_t *spec = NULL;
+    sl_pipeline_t *p = NULL;
+    char err[256];
+    cr_assert_eq(sl_spec_parse(json, strlen(json), &spec, err, sizeof err), 0);
+    o = (sl_pipeline_opts_t){.sharding = SL_SHARDING_OFF};
+    cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "ops[0] (shard): num_shards \"hint\" is bound only by HINT sharding; this job's is off");
+    sl_spec_free(spec);
 }

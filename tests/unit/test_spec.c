@@ -779,8 +779,11 @@ Test(spec, shard_and_padded_batch)
 
     expect_error(OPS("{\"op\":\"shard\",\"index\":0}"), "$.ops[0].num_shards: required field missing");
     expect_error(OPS("{\"op\":\"shard\",\"num_shards\":\"hint\",\"index\":0}"),
-                 "$.ops[0].num_shards: \"hint\" (bound to the worker by HINT sharding) is not supported yet; give an "
-                 "integer >= 1");
+                 "$.ops[0].index: \"hint\" must be given for both num_shards and index, or for neither");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":2,\"index\":\"hint\"}"),
+                 "$.ops[0].num_shards: \"hint\" must be given for both num_shards and index, or for neither");
+    expect_error(OPS("{\"op\":\"shard\",\"num_shards\":\"all\",\"index\":0}"),
+                 "$.ops[0].num_shards: must be an integer >= 1 or \"hint\", got \"all\"");
     expect_error(OPS("{\"op\":\"shard\",\"num_shards\":0,\"index\":0}"),
                  "$.ops[0].num_shards: must be an integer >= 1, got 0");
     expect_error(OPS("{\"op\":\"shard\",\"num_shards\":2}"), "$.ops[0].index: required field missing");
@@ -798,4 +801,14 @@ Test(spec, shard_and_padded_batch)
                  "$.ops[0].padded_shapes.a b: a component name must have 1 to 63 characters from [A-Za-z0-9_./-]");
     expect_error(OPS("{\"op\":\"padded_batch\",\"batch_size\":2,\"padding_values\":{\"a\":\"0\"}}"),
                  "$.ops[0].padding_values.a: must be a number, got \"0\"");
+}
+
+Test(spec, shard_hint_round_trips)
+{
+    sl_spec_t *spec = parse_ok(OPS("{\"op\":\"shard\",\"num_shards\":\"hint\",\"index\":\"hint\"}"));
+    cr_assert_eq(sl_spec_op(spec, 0)->u.shard.num_shards, SL_SPEC_SHARD_HINT);
+    cr_assert_eq(sl_spec_op(spec, 0)->u.shard.index, SL_SPEC_SHARD_HINT);
+    cr_assert_not_null(strstr(sl_spec_canonical(spec), "{\"index\":\"hint\",\"num_shards\":\"hint\",\"op\":\"shard\"}"),
+                       "%s", sl_spec_canonical(spec));
+    sl_spec_free(spec);
 }

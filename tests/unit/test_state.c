@@ -369,7 +369,7 @@ Test(state, job_of_unknown_dataset_is_not_found)
     cr_assert_eq(stats().jobs_total, 0);
 }
 
-Test(state, unsupported_or_unknown_policy_is_invalid)
+Test(state, static_policy_without_addresses_or_unknown_policy_is_invalid)
 {
     start_default();
     uint64_t ds = dataset(RANGE_SPEC(100));
@@ -1190,4 +1190,176 @@ Test(state, split_size_kept_when_counts_change_before_the_batch)
     sluice_TaskDef t = take_task(w, 0);
     cr_assert_eq(splits(t.task_id, 0, 1), 0, "%s", err);
     cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, 1000);
+}
+
+/* ---- static policies, coordinated reads, target workers, name reuse ---- */
+
+static void start_with_addresses(const char *list)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.worker_addresses = list;
+    cfg.round_lookahead = 10;
+    start(&cfg);
+}
+
+Test(state, worker_outside_worker_addresses_is_refused)
+{
+    start_with_addresses("h:1,h:2");
+    uint64_t id = 0;
+    cr_assert_eq(sl_dstate_worker_register(st, "h:3", 0, &id, err, sizeof err), SL_EREFUSED);
+    cr_assert_str_eq(err, "worker h:3 refused: it is not in the dispatcher's --worker-addresses (h:1,h:2)");
+    worker("h:2", 0);
+}
+
+Test(state, static_task_index_is_the_place_in_worker_addresses)
+{
+    start_with_addresses("h:1,h:2,h:3");
+    uint64_t w3 = worker("h:3", 0), w1 = worker("h:1", 0);
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    job(ds, NULL, SL_SHARDING_DATA, 0, NULL);
+    sluice_TaskDef t3 = take_task(w3, 1), t1 = take_task(w1, 1);
+    cr_assert_eq(t3.worker_index, 2);
+    cr_assert_eq(t1.worker_index, 0);
+    cr_assert_eq(t3.num_workers, 3);
+    cr_assert_eq(t3.sharding, SL_SHARDING_DATA);
+    /* FILE over a range, and FILE_OR_DATA over a range (resolved to DATA). */
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(ds, NULL, SL_SHARDING_FILE, 0, &j, &c), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "file sharding needs a file source"), "%s", err);
+    job(ds, NULL, SL_SHARDING_FILE_OR_DATA, 0, NULL);
+    report(w1, t1.task_id, SL_TASK_RUNNING, NULL, 2);
+    cr_assert_eq(wresp->new_tasks_count, 1);
+    cr_assert_eq(wresp->new_tasks[0].sharding, SL_SHARDING_DATA);
+}
+
+Test(state, static_job_finishes_only_when_every_index_is_done)
+{
+    start_with_addresses("h:1,h:2");
+    uint64_t w1 = worker("h:1", 0);
+    uint64_t c = 0, j = job(dataset(RANGE_SPEC(10)), NULL, SL_SHARDING_DATA, 0, &c);
+    sluice_TaskDef t1 = take_task(w1, 1);
+    report(w1, t1.task_id, SL_TASK_DONE, NULL, 2);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING); /* index 1 has not read its shard */
+    uint64_t w2 = worker("h:2", 4);
+    sluice_TaskDef t2 = take_task(w2, 5);
+    cr_assert_eq(t2.worker_index, 1);
+    report(w2, t2.task_id, SL_TASK_DONE, NULL, 6);
+    cr_assert_eq(job_state(j, c, 7), SL_JOB_FINISHED);
+}
+
+Test(state, static_policy_without_worker_addresses_is_refused)
+{
+    start_default();
+    uint64_t j = 0, c = 0;
+    cr_assert_eq(job_rc(dataset(RANGE_SPEC(10)), NULL, SL_SHARDING_DATA, 0, &j, &c), SL_EINVAL);
+    cr_assert_str_eq(err, "data sharding needs the dispatcher's --worker-addresses: a worker's index is its place in "
+                          "that list");
+}
+
+Test(state, finished_named_job_name_starts_a_new_job_with_a_notice)
+{
+    start_default();
+    uint64_t w = worker("h:1", 0);
+    uint64_t ds = dataset(RANGE_SPEC(10));
+    uint64_t c = 0, j = job(ds, "again", SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef t = take_task(w, 1);
+    report(w, t.task_id, SL_TASK_DONE, NULL, 2);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_FINISHED);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds};
+    snprintf(req.job_name, sizeof req.job_name, "again");
+    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", 4, &resp, err, sizeof err), 0, "%s", err);
+    cr_assert_neq(resp.job_id, j);
+    char want[200];
+    snprintf(want, sizeof want, "job \"again\" (id %" PRIu64 ") had already ended (FINISHED); a new job %" PRIu64,
+             j, resp.job_id);
+    cr_assert_not_null(strstr(resp.notice, want), "%s", resp.notice);
+    /* A second client joins the new, running job without a notice. */
+    sluice_GetOrCreateJobResponse again = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", 5, &again, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(again.job_id, resp.job_id);
+    cr_assert_str_eq(again.notice, "");
+}
+
+#define FOREVER_SPEC "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}"
+
+static int join(uint64_t ds, const char *name, uint32_t n, uint32_t i, uint32_t target, const char *host,
+                int64_t now, sluice_GetOrCreateJobResponse *resp)
+{
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .num_consumers = n, .consumer_index = i,
+                                        .target_workers = target};
+    snprintf(req.job_name, sizeof req.job_name, "%s", name ? name : "");
+    memset(resp, 0, sizeof *resp);
+    err[0] = '\0';
+    return sl_dstate_job_join(st, &req, host, now, resp, err, sizeof err);
+}
+
+Test(state, coordinated_reads_refusals)
+{
+    start_default();
+    worker("h:1", 0);
+    uint64_t finite = dataset(RANGE_SPEC(10)), forever = dataset(FOREVER_SPEC);
+    sluice_GetOrCreateJobResponse r;
+    cr_assert_eq(join(forever, NULL, 2, 0, 0, "", 0, &r), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "need a named job"), "%s", err);
+    cr_assert_eq(join(finite, "c", 2, 0, 0, "", 0, &r), SL_EINVAL);
+    cr_assert_not_null(strstr(err, "need an infinite dataset"), "%s", err);
+    cr_assert_eq(join(forever, "c", 2, 2, 0, "", 0, &r), SL_EINVAL);
+    cr_assert_eq(join(forever, "c", 2, 0, 0, "", 0, &r), 0, "%s", err);
+    cr_assert_eq(join(forever, "c", 3, 1, 0, "", 0, &r), SL_ECONFLICT);
+    cr_assert_str_eq(err, "job \"c\" exists with num_consumers 2, requested 3");
+    cr_assert_eq(join(forever, "c", 2, 0, 0, "", 0, &r), SL_ECONFLICT);
+    cr_assert_not_null(strstr(err, "consumer_index 0 is taken"), "%s", err);
+    cr_assert_eq(join(forever, "c", 2, 1, 0, "", 0, &r), 0, "%s", err);
+}
+
+Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
+{
+    start_default(); /* lookahead 64 */
+    worker("h:1", 0);
+    uint64_t ds = dataset(FOREVER_SPEC);
+    sluice_GetOrCreateJobResponse r;
+    cr_assert_eq(join(ds, "c", 1, 0, 0, "", 0, &r), 0, "%s", err);
+    sluice_ClientHeartbeatRequest req = {.job_id = r.job_id, .client_id = r.client_id, .round = 100};
+    memset(cresp, 0, sizeof *cresp);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &req, 1, cresp, err, sizeof err), 0);
+    cr_assert_eq(cresp->round_horizon, 164);
+    uint64_t w2 = worker("h:2", 2);
+    req.round = 90; /* a client never moves the horizon back */
+    memset(cresp, 0, sizeof *cresp);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &req, 3, cresp, err, sizeof err), 0);
+    cr_assert_eq(cresp->round_horizon, 164);
+    cr_assert_eq(cresp->tasks_count, 2);
+    for (pb_size_t i = 0; i < cresp->tasks_count; i++)
+        cr_assert_eq(cresp->tasks[i].start_round, cresp->tasks[i].worker_id == w2 ? 165 : 0);
+    /* Lost after the horizon moved to 200 + 64: it serves rounds < 265. */
+    req.round = 200;
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &req, 50, cresp, err, sizeof err), 0);
+    sl_dstate_tick(st, 150); /* both workers silent for over 100 ms: lost */
+    memset(cresp, 0, sizeof *cresp);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &req, 150, cresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 2);
+    for (pb_size_t i = 0; i < cresp->tasks_count; i++) {
+        cr_assert(cresp->tasks[i].lost);
+        cr_assert_eq(cresp->tasks[i].end_round, 265);
+    }
+}
+
+Test(state, local_target_lists_only_workers_on_the_clients_host)
+{
+    start_default();
+    worker("10.0.0.1:5060", 0);
+    worker("10.0.0.2:5060", 0);
+    uint64_t ds = dataset(RANGE_SPEC(10));
+    sluice_GetOrCreateJobResponse r;
+    cr_assert_eq(join(ds, NULL, 0, 0, SL_TARGET_LOCAL, "10.0.0.3", 0, &r), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "no live worker is on this client's host 10.0.0.3"), "%s", err);
+    cr_assert_eq(join(ds, NULL, 0, 0, SL_TARGET_LOCAL, "10.0.0.2", 0, &r), 0, "%s", err);
+    cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
+    cr_assert_eq(cresp->tasks_count, 1);
+    cr_assert_str_eq(cresp->tasks[0].worker_address, "10.0.0.2:5060");
+    cr_assert_eq(join(ds, NULL, 0, 0, SL_TARGET_ANY, "10.0.0.2", 0, &r), 0, "%s", err);
+    cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
+    cr_assert_eq(cresp->tasks_count, 2);
 }

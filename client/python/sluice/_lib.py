@@ -40,6 +40,7 @@ DTYPE_BFLOAT16 = 11
 SL_MAX_RANK = 8
 
 SHARDING = {'off': 0, 'dynamic': 1, 'file': 2, 'data': 3, 'file_or_data': 4, 'hint': 5}
+TARGET_WORKERS = {'any': 0, 'local': 1}
 
 
 class Tensor(ctypes.Structure):
@@ -71,6 +72,9 @@ class IteratorOpts(ctypes.Structure):
         ('connect_timeout_ms', ctypes.c_int),
         ('timeout_ms', ctypes.c_int),
         ('max_batch_bytes', ctypes.c_size_t),
+        ('num_consumers', ctypes.c_int),
+        ('consumer_index', ctypes.c_int),
+        ('target_workers', ctypes.c_int),
     ]
 
 
@@ -176,6 +180,9 @@ def _declare(lib):
     fn('sl_batch_tensor', P(Tensor), c_void_p, c_int)
     fn('sl_batch_size', c_size_t, c_void_p)
     fn('sl_batch_task_id', ctypes.c_uint64, c_void_p)
+    fn('sl_batch_worker', ctypes.c_char_p, c_void_p)
+    fn('sl_batch_round', ctypes.c_uint64, c_void_p)
+    fn('sl_iterator_notice', ctypes.c_char_p, c_void_p)
     fn('sl_batch_release', None, c_void_p)
 
 

@@ -161,17 +161,28 @@ class BatchIterator:
 
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
                  consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
-                 connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20):
+                 connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
+                 target_workers='any'):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
         self.job_id = None
         self.dataset_id = None
         self.dispatcher = str(dispatcher)
-        if num_consumers not in (None, 1) or consumer_index not in (None, 0):
-            raise NotImplementedError(
-                'coordinated reads (num_consumers=%r, consumer_index=%r) are not supported by libsluice yet'
-                % (num_consumers, consumer_index))
+        self.notice = ''
+        if (num_consumers is None) != (consumer_index is None):
+            raise InvalidArgumentError('num_consumers and consumer_index go together, got %r and %r'
+                                       % (num_consumers, consumer_index), _lib.SL_EINVAL)
+        if num_consumers is not None:
+            for name, v in (('num_consumers', num_consumers), ('consumer_index', consumer_index)):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise InvalidArgumentError('%s must be an integer >= 0, got %r' % (name, v), _lib.SL_EINVAL)
+            if num_consumers < 1 or consumer_index >= num_consumers:
+                raise InvalidArgumentError('consumer_index %r is out of range for num_consumers %r'
+                                           % (consumer_index, num_consumers), _lib.SL_EINVAL)
+        if target_workers not in _lib.TARGET_WORKERS:
+            raise InvalidArgumentError('target_workers must be one of %s, got %r'
+                                       % (', '.join(_lib.TARGET_WORKERS), target_workers), _lib.SL_EINVAL)
         self.spec = _spec_text(dataset)
         self.sharding = self._sharding(sharding)
         for name, v in (('max_outstanding', max_outstanding), ('timeout_ms', timeout_ms),
@@ -215,6 +226,9 @@ class BatchIterator:
         io.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
         io.timeout_ms = timeout_ms
         io.max_batch_bytes = max_batch_bytes
+        io.num_consumers = num_consumers or 0
+        io.consumer_index = consumer_index or 0
+        io.target_workers = _lib.TARGET_WORKERS[target_workers]
         it = ctypes.c_void_p()
         rc = lib.sl_iterator_open(self._client, self.dataset_id, ctypes.byref(io), ctypes.byref(it))
         self._it = it.value
@@ -225,6 +239,8 @@ class BatchIterator:
             self._close_handles()
             raise err
         self.job_id = lib.sl_iterator_job_id(self._it)
+        # What the dispatcher said on joining (a finished job's name reused).
+        self.notice = lib.sl_iterator_notice(self._it).decode('utf-8', 'replace')
 
     @staticmethod
     def _sharding(s):
@@ -322,8 +338,11 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     answer; no single wait lasts longer.
     options: per_worker_outstanding (2), connect_timeout_ms (5000),
     request_timeout_ms (10000), max_batch_bytes (256 MiB).
-    num_consumers, consumer_index: coordinated reads, not supported yet
-    (NotImplementedError unless 1 and 0)."""
+    num_consumers, consumer_index: coordinated reads: consumer i of a named
+    job over an infinite dataset gets the i-th batch of every round, all
+    batches of a round from one worker (docs/sharding.md).
+    options also takes target_workers: "any" (default) or "local" (only
+    workers on this host)."""
     return BatchIterator(dataset, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
                          consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,
                          **options)

@@ -1,0 +1,524 @@
+"""Every sharding policy, coordinated reads, target workers and the job
+lifecycle, end to end (issue 4): a dispatcher and 3 workers on loopback
+read the tfrecord fixtures through sluice-cat, and each test checks the
+exact multiset of ids it received and, with --with-worker, which worker
+made each batch."""
+import collections
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+
+from harness import Cluster, binary, child_env, parse_jsonl, summary, values
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
+IDS = list(range(1000))  # basic-*-of-00004: ids 0..999, 250 per file in order
+
+
+def free_ports(n):
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def basic_spec(data, files='basic-*-of-00004.tfrecord', batch=10, ops_before=(), ops_after=()):
+    return {"source": {"type": "tfrecord", "files": os.path.join(data, files)},
+            "ops": list(ops_before) + [{"op": "parse_example", "features": {"id": {"dtype": "int64"}}}] +
+            list(ops_after) + [{"op": "batch", "batch_size": batch}]}
+
+
+def ids_by_worker(batches):
+    by = collections.defaultdict(list)
+    for b in batches:
+        by[b['_worker']].extend(b['id'])
+    return by
+
+
+def finish(p, timeout=300):
+    """The rest of a process's stdout and its stderr, after a readline():
+    communicate() would lose what the text wrapper already buffered."""
+    out = p.stdout.read()
+    err = p.stderr.read()
+    p.wait(timeout)
+    return out, err
+
+
+def get_json(port, path):
+    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=5) as r:
+        return json.load(r)
+
+
+class Static(unittest.TestCase):
+    """FILE, DATA, FILE_OR_DATA and HINT over 3 workers of --worker-addresses."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='sluice-shard-')
+        cls.data = os.path.join(cls.tmp, 'tfrecord')
+        shutil.copytree(FIXTURES, cls.data)
+        ports = free_ports(3)
+        cls.addrs = ['127.0.0.1:%d' % p for p in ports]
+        roots = ['--data-root', cls.data]
+        cls.c = Cluster(dispatcher_args=roots + ['--worker-addresses', ','.join(cls.addrs)])
+        for p, a in zip(ports, cls.addrs):
+            cls.c.add_worker(roots + ['--port', str(p), '--worker-address', a])
+        cls.c.wait_workers_registered(3)
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert not bad, bad
+
+    def cat(self, spec, *args):
+        rc, batches, err = self.c.cat(spec, list(args) + ['--with-worker'])
+        self.assertEqual(rc, 0, err)
+        return batches
+
+    def test_file_reads_each_file_on_the_worker_its_index_names(self):
+        batches = self.cat(basic_spec(self.data), '--sharding', 'file')
+        self.assertEqual(sorted(values(batches, 'id')), IDS)
+        by = ids_by_worker(batches)
+        # Worker i reads files i, i + 3, ...: file f holds ids [250 f, 250 f + 250).
+        for i, a in enumerate(self.addrs):
+            want = [x for f in range(4) if f % 3 == i for x in range(250 * f, 250 * f + 250)]
+            self.assertEqual(sorted(by[a]), want, a)
+
+    def test_data_reads_element_k_on_worker_k_mod_n_before_any_shuffle(self):
+        spec = basic_spec(self.data, ops_after=[{"op": "shuffle", "buffer_size": 64, "seed": 3}])
+        batches = self.cat(spec, '--sharding', 'data')
+        self.assertEqual(sorted(values(batches, 'id')), IDS)
+        by = ids_by_worker(batches)
+        for i, a in enumerate(self.addrs):
+            self.assertEqual(sorted(by[a]), [k for k in IDS if k % 3 == i], a)
+
+    def test_file_or_data_picks_file_with_enough_files(self):
+        batches = self.cat(basic_spec(self.data), '--sharding', 'file_or_data')
+        by = ids_by_worker(batches)
+        self.assertEqual(sorted(values(batches, 'id')), IDS)
+        self.assertEqual(sorted(by[self.addrs[0]]), list(range(0, 250)) + list(range(750, 1000)))
+
+    def test_file_or_data_picks_data_with_fewer_files_than_workers(self):
+        spec = basic_spec(self.data, files='basic-0000[01]-of-00004.tfrecord')
+        batches = self.cat(spec, '--sharding', 'file_or_data')
+        self.assertEqual(sorted(values(batches, 'id')), list(range(500)))
+        by = ids_by_worker(batches)
+        for i, a in enumerate(self.addrs):
+            self.assertEqual(sorted(by[a]), [k for k in range(500) if k % 3 == i], a)
+
+    def test_hint_binds_the_shard_op_to_the_worker(self):
+        spec = basic_spec(self.data, ops_after=[{"op": "shard", "num_shards": "hint", "index": "hint"}])
+        batches = self.cat(spec, '--sharding', 'hint')
+        self.assertEqual(sorted(values(batches, 'id')), IDS)
+        by = ids_by_worker(batches)
+        for i, a in enumerate(self.addrs):
+            self.assertEqual(sorted(by[a]), [k for k in IDS if k % 3 == i], a)
+
+    def test_file_with_fewer_files_than_workers_is_refused(self):
+        spec = basic_spec(self.data, files='basic-0000[01]-of-00004.tfrecord')
+        rc, _, err = self.c.cat(spec, ['--sharding', 'file'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('file sharding needs at least as many files as workers', err)
+        self.assertIn('has 2 files, --worker-addresses lists 3 workers', err)
+
+    def test_file_over_a_range_is_refused(self):
+        rc, _, err = self.c.cat({"source": {"type": "range", "stop": 10}, "ops": []}, ['--sharding', 'file'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('file sharding needs a file source', err)
+
+    def test_hint_without_a_hint_shard_is_refused(self):
+        rc, _, err = self.c.cat(basic_spec(self.data), ['--sharding', 'hint'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('hint sharding binds a shard op', err)
+
+    def test_a_hint_shard_under_another_policy_is_refused(self):
+        spec = basic_spec(self.data, ops_after=[{"op": "shard", "num_shards": "hint", "index": "hint"}])
+        rc, _, err = self.c.cat(spec, ['--sharding', 'data'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('which only HINT sharding binds', err)
+
+    def test_a_worker_not_in_the_list_is_refused(self):
+        w = self.c.add_worker(['--data-root', self.data])
+        try:
+            deadline = time.time() + 20
+            while time.time() < deadline and 'not in the dispatcher' not in w.stderr():
+                time.sleep(0.05)
+            self.assertIn("is not in the dispatcher's --worker-addresses", w.stderr())
+        finally:
+            w.stop()
+            self.c.daemons.remove(w)
+            self.c.workers.remove(w)
+
+    def test_off_reads_each_element_once_per_worker(self):
+        batches = self.cat(basic_spec(self.data), '--sharding', 'off')
+        self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 3))
+        for a, ids in ids_by_worker(batches).items():
+            self.assertEqual(sorted(ids), IDS, a)
+
+
+class StaticNeedsAddresses(unittest.TestCase):
+    def test_static_policy_without_worker_addresses_is_refused(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            rc, _, err = c.cat({"source": {"type": "range", "stop": 10}, "ops": []}, ['--sharding', 'data'])
+            self.assertNotEqual(rc, 0)
+            self.assertIn("data sharding needs the dispatcher's --worker-addresses", err)
+        finally:
+            self.assertEqual(c.close(), {})
+
+
+    def test_worker_addresses_given_twice_or_with_empty_entries_are_usage_errors(self):
+        tmp = tempfile.mkdtemp(prefix='sluice-wa-')
+        try:
+            for arg, want in (('127.0.0.1:1,127.0.0.1:1', '127.0.0.1:1 is listed twice'),
+                              ('127.0.0.1:1,,127.0.0.1:2', 'without spaces or empty entries')):
+                r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                                    os.path.join(tmp, 'w'), '--worker-addresses', arg], capture_output=True,
+                                   text=True, timeout=30, env=child_env())
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(want, r.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Dynamic(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='sluice-dyn-')
+        cls.data = os.path.join(cls.tmp, 'tfrecord')
+        shutil.copytree(FIXTURES, cls.data)
+        cls.roots = ['--data-root', cls.data]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cluster(self, workers=3, split_size=None):
+        extra = ['--split-size', str(split_size)] if split_size else []
+        c = Cluster(workers=workers, dispatcher_args=self.roots + extra, worker_args=self.roots)
+        c.wait_workers_registered(workers)
+        return c
+
+    def test_dynamic_every_id_once_and_uneven_files_spread_over_workers(self):
+        c = self.cluster(split_size=50)
+        try:
+            # 4 files of 250 ids over 3 workers: splits of 50 let every
+            # worker take part, and none reads a whole file alone.
+            rc, batches, err = c.cat(basic_spec(self.data), ['--sharding', 'dynamic', '--with-worker'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches, 'id')), IDS)
+            self.assertEqual(len(ids_by_worker(batches)), 3)
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_dynamic_repeat_3_is_three_epochs_each_exactly_once(self):
+        c = self.cluster(split_size=50)
+        try:
+            spec = basic_spec(self.data, ops_after=[{"op": "repeat", "count": 3}])
+            rc, batches, err = c.cat(spec, ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 3))
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_a_worker_added_mid_epoch_takes_splits(self):
+        # 40 epochs of 4 splits of 250 ids. While this test reads nothing,
+        # sluice-cat's pipe and the two workers' buffers (16 batches and 4
+        # splits each) fill up and the workers stop taking splits, well
+        # before the 160 splits are out; the third worker then joins,
+        # starts its task (asking for splits at once) and takes part.
+        c = self.cluster(workers=2, split_size=250)
+        try:
+            spec = basic_spec(self.data, batch=250, ops_after=[{"op": "repeat", "count": 40}])
+            p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--with-worker', '--max-outstanding',
+                                                   '1']), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=child_env())
+            first = p.stdout.readline()
+            w = c.add_worker(self.roots)
+            c.wait_workers_registered(3)
+            deadline = time.time() + 30
+            running = False
+            while time.time() < deadline and not running:
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % jobs[0]['id'])
+                running = any(t['worker_address'] == w.addr and t['state'] in ('RUNNING', 'DONE')
+                              for t in job['tasks'])
+                time.sleep(0.05)
+            self.assertTrue(running)
+            out, err = finish(p)
+            self.assertEqual(p.returncode, 0, err)
+            batches = parse_jsonl(first + out)
+            self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 40))
+            self.assertIn(w.addr, ids_by_worker(batches))
+        finally:
+            self.assertEqual(c.close(), {})
+
+
+class Coordinated(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=3)
+        cls.c.wait_workers_registered(3)
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        assert not bad, bad
+
+    SPEC = {"source": {"type": "range", "stop": 1000}, "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 4}]}
+
+    def consumers(self, name, n=2, limit=30, spec=None):
+        procs = [subprocess.Popen(self.c.cat_argv(spec or self.SPEC, ['--job-name', name, '--num-consumers', str(n),
+                                                                      '--consumer-index', str(i), '--limit',
+                                                                      str(limit), '--with-worker']),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+                 for i in range(n)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            outs.append(parse_jsonl(out))
+        return outs
+
+    def test_each_round_comes_from_one_worker_and_consumers_get_distinct_batches(self):
+        a, b = self.consumers('coord-rounds')
+        self.assertEqual(len(a), 30)
+        self.assertEqual(len(b), 30)
+        workers = set()
+        for x, y in zip(a, b):
+            self.assertEqual(x['_round'], y['_round'])
+            self.assertEqual(x['_worker'], y['_worker'], 'round %d' % x['_round'])
+            self.assertNotEqual(x['value'], y['value'])
+            workers.add(x['_worker'])
+        self.assertEqual([x['_round'] for x in a], list(range(30)))
+        self.assertEqual(len(workers), 3)
+        # Round r's two batches are consecutive batches of that worker's stream.
+        for x, y in zip(a, b):
+            self.assertEqual(x['value'][-1] + 1, y['value'][0])
+
+    def test_coordinated_reads_need_a_named_job(self):
+        rc, _, err = self.c.cat(self.SPEC, ['--num-consumers', '2', '--consumer-index', '0'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('coordinated reads (num_consumers 2) need a named job', err)
+
+    def test_coordinated_reads_need_an_infinite_dataset(self):
+        spec = {"source": {"type": "range", "stop": 10}, "ops": []}
+        rc, _, err = self.c.cat(spec, ['--job-name', 'coord-finite', '--num-consumers', '2', '--consumer-index', '0'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('coordinated reads need an infinite dataset', err)
+
+    def test_a_worker_that_joins_enters_at_a_round_both_consumers_agree_on(self):
+        # Batches of 500 values make lines of about 3 KB: while this test
+        # reads nothing, each sluice-cat blocks on its full pipe after a few
+        # dozen rounds, far from the 400 it will read. The third worker then
+        # joins and its task enters at a round past every consumer's.
+        spec = {"source": {"type": "range", "stop": 1000000},
+                "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 500}]}
+        c = Cluster(workers=2)
+        try:
+            c.wait_workers_registered(2)
+            argv = lambda i: c.cat_argv(spec, ['--job-name', 'coord-join', '--num-consumers', '2',
+                                               '--consumer-index', str(i), '--limit', '400',
+                                               '--with-worker', '--max-outstanding', '2'])
+            procs = [subprocess.Popen(argv(i), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=child_env()) for i in range(2)]
+            first = [p.stdout.readline() for p in procs]
+            w = c.add_worker()
+            c.wait_workers_registered(3)
+            deadline = time.time() + 30
+            entered = None
+            while time.time() < deadline and entered is None:
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % jobs[0]['id'])
+                if any(t['worker_address'] == w.addr for t in job['tasks']):
+                    entered = job['coordinated']['round_horizon']
+                time.sleep(0.05)
+            self.assertIsNotNone(entered)
+            self.assertLess(entered, 390)
+            # Both read at once: a consumer waits for the other at each
+            # worker's 16 open rounds.
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                results = list(ex.map(finish, procs))
+            outs = []
+            for p, f, (out, err) in zip(procs, first, results):
+                self.assertEqual(p.returncode, 0, err)
+                outs.append(parse_jsonl(f + out))
+            a, b = outs
+            self.assertEqual(len(a), 400)
+            self.assertEqual(len(b), 400)
+            for x, y in zip(a, b):
+                self.assertEqual(x['_round'], y['_round'])
+                self.assertEqual(x['_worker'], y['_worker'], 'round %d' % x['_round'])
+            # The new worker serves from one round on, the same for both.
+            joined = [x['_round'] for x in a if x['_worker'] == w.addr]
+            self.assertTrue(joined)
+            self.assertGreater(joined[0], 0)
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_a_silent_worker_does_not_leave_a_consumer_waiting_forever(self):
+        # A stopped worker keeps its connections open and answers nothing;
+        # the dispatcher declares it lost after --worker-timeout-ms and the
+        # consumers stop waiting on it.
+        self.lost_worker_fails_the_consumers(signal.SIGSTOP)
+
+    def test_a_lost_worker_does_not_leave_a_consumer_waiting_forever(self):
+        self.lost_worker_fails_the_consumers(signal.SIGKILL)
+
+    def lost_worker_fails_the_consumers(self, sig):
+        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'])
+        try:
+            c.wait_workers_registered(2)
+            argv = lambda i: c.cat_argv(self.SPEC, ['--job-name', 'coord-lost', '--num-consumers', '2',
+                                                    '--consumer-index', str(i), '--with-worker',
+                                                    '--timeout-ms', '60000'])
+            procs = [subprocess.Popen(argv(i), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      env=child_env()) for i in range(2)]
+            time.sleep(1)
+            c.workers[1].kill(sig)
+            errs = []
+            for p in procs:
+                _, err = p.communicate(timeout=120)
+                self.assertNotEqual(p.returncode, 0)
+                errs.append(err)
+            for e in errs:
+                self.assertIn('which was lost; no other worker can serve that round to every consumer', e)
+        finally:
+            if sig == signal.SIGSTOP:
+                c.workers[1].kill(signal.SIGCONT)
+            c.close()
+
+
+class TargetWorkers(unittest.TestCase):
+    def test_local_reads_only_from_workers_on_the_clients_host(self):
+        ports = free_ports(3)
+        c = Cluster()
+        try:
+            c.add_worker(['--port', str(ports[0]), '--worker-address', '127.0.0.1:%d' % ports[0]])
+            c.add_worker(['--port', str(ports[1]), '--worker-address', '127.0.0.1:%d' % ports[1]])
+            c.add_worker(['--port', str(ports[2]), '--worker-address', '127.0.0.2:%d' % ports[2]])
+            c.wait_workers_registered(3)
+            spec = {"source": {"type": "range", "stop": 100}, "ops": [{"op": "batch", "batch_size": 10}]}
+            rc, batches, err = c.cat(spec, ['--target-workers', 'local', '--with-worker'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(collections.Counter(values(batches, 'value')), collections.Counter(list(range(100)) * 2))
+            self.assertEqual({b['_worker'] for b in batches}, {'127.0.0.1:%d' % p for p in ports[:2]})
+            rc, batches, err = c.cat(spec, ['--target-workers', 'any'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(len(values(batches, 'value')), 300)
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_local_without_a_local_worker_is_refused(self):
+        port = free_ports(1)[0]
+        c = Cluster()
+        try:
+            c.add_worker(['--port', str(port), '--worker-address', '127.0.0.2:%d' % port])
+            c.wait_workers_registered(1)
+            rc, _, err = c.cat({"source": {"type": "range", "stop": 10}, "ops": []}, ['--target-workers', 'local'])
+            self.assertNotEqual(rc, 0)
+            self.assertIn("no live worker is on this client's host 127.0.0.1", err)
+        finally:
+            self.assertEqual(c.close(), {})
+
+
+class Lifecycle(unittest.TestCase):
+    SPEC = {"source": {"type": "range", "stop": 50}, "ops": [{"op": "batch", "batch_size": 10}]}
+
+    def test_reusing_a_finished_jobs_name_starts_a_new_job_and_says_so(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            rc, batches, err = c.cat(self.SPEC, ['--job-name', 'again'])
+            self.assertEqual(rc, 0, err)
+            # The job finishes once its task reports DONE.
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                if jobs and all(j['state'] == 'FINISHED' for j in jobs):
+                    break
+                time.sleep(0.05)
+            rc, batches2, err = c.cat(self.SPEC, ['--job-name', 'again'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches2, 'value')), list(range(50)))
+            self.assertIn('had already ended (FINISHED); a new job', err)
+            self.assertIn('was created under its name', err)
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_a_job_without_clients_is_collected_and_its_tasks_removed(self):
+        c = Cluster(workers=1, dispatcher_args=['--client-timeout-ms', '300', '--job-gc-timeout-ms', '300'])
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "repeat"}]}
+            p = subprocess.Popen(c.cat_argv(spec, ['--job-name', 'gc', '--format', 'count']),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env())
+            time.sleep(1)
+            # A stopped client sends no heartbeat: its lease expires, then
+            # the job without clients is collected.
+            p.send_signal(19)  # SIGSTOP
+            deadline = time.time() + 30
+            job = None
+            while time.time() < deadline:
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
+                if job['state'] == 'CANCELLED':
+                    break
+                time.sleep(0.05)
+            self.assertEqual(job['state'], 'CANCELLED')
+            self.assertIn('no client', job['error'])
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                if get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]['active_tasks'] == 0:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]['active_tasks'], 0)
+            deadline = time.time() + 30
+            while time.time() < deadline and 'removed (cancelled)' not in c.workers[0].stderr():
+                time.sleep(0.05)
+            self.assertIn('removed (cancelled)', c.workers[0].stderr())
+            p.send_signal(18)  # SIGCONT
+            _, err = p.communicate(timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertRegex(err, 'lease expired|was cancelled')
+        finally:
+            self.assertEqual(c.close(), {})
+
+    def test_a_cancelled_job_gives_its_clients_a_clear_error(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "repeat"}]}
+            p = subprocess.Popen(c.cat_argv(spec, ['--job-name', 'cancel-me', '--format', 'count']),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env())
+            deadline = time.time() + 20
+            jobs = []
+            while time.time() < deadline and not jobs:
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                time.sleep(0.05)
+            req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (c.dispatcher.admin_port, jobs[0]['id']),
+                                         method='DELETE')
+            urllib.request.urlopen(req, timeout=5).read()
+            _, err = p.communicate(timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn('was cancelled', err)
+        finally:
+            self.assertEqual(c.close(), {})
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,110 @@
+/*
+ * test_rounds.c: coordinated reads on a worker (workerd/rounds.c), over a
+ * real task running a range pipeline: each round holds consecutive
+ * batches, one per consumer; a consumer's batch is given once; at most
+ * SL_ROUNDS_OPEN rounds are open.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "rounds.h"
+#include "task.h"
+
+static struct event_base *base;
+static sl_task_t *task;
+static sl_rounds_t *rounds;
+
+static void notify(sl_task_t *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+}
+
+static void setup(void)
+{
+    sl_log_init("test_rounds", -1);
+    base = event_base_new();
+    cr_assert_not_null(base);
+    /* Batches of 2 values: batch b holds 2b and 2b + 1. */
+    const char *spec = "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}";
+    sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .num_consumers = 2};
+    sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = 8, .max_batch_bytes = 1 << 20};
+    char err[256];
+    cr_assert_eq(sl_task_new(base, &def, spec, strlen(spec), &cfg, notify, NULL, &task, err, sizeof err), 0, "%s",
+                 err);
+    rounds = sl_rounds_new(2);
+    cr_assert_not_null(rounds);
+}
+
+static void teardown(void)
+{
+    sl_rounds_free(rounds);
+    sl_task_free(task);
+    event_base_free(base);
+}
+
+TestSuite(rounds, .init = setup, .fini = teardown);
+
+/* Takes consumer's batch of round, waiting for the pipeline while it is
+ * pending; returns the first value of the batch. */
+static int64_t take(uint64_t round, uint32_t consumer)
+{
+    char err[256];
+    for (int i = 0; i < 10000; i++) {
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_rounds_take(rounds, task, round, consumer, &b, err, sizeof err);
+        if (rc == SL_TASK_BATCH) {
+            int64_t v;
+            memcpy(&v, b->data + b->components[0].offset, sizeof v);
+            sl_task_release(task, b->size);
+            sl_wire_batch_free(b);
+            return v;
+        }
+        cr_assert_eq(rc, SL_TASK_PENDING, "round %" PRIu64 ": %d %s", round, rc, err);
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert_fail("round %" PRIu64 " of consumer %u never came", round, consumer);
+    return -1;
+}
+
+Test(rounds, each_round_holds_consecutive_batches_one_per_consumer)
+{
+    /* The consumers ask in any order; a round's batches are taken together. */
+    int64_t r0c1 = take(0, 1), r0c0 = take(0, 0);
+    cr_assert_eq(r0c0, 0);
+    cr_assert_eq(r0c1, 2);
+    int64_t r5c0 = take(5, 0), r5c1 = take(5, 1);
+    cr_assert_eq(r5c0, 4);
+    cr_assert_eq(r5c1, 6);
+}
+
+Test(rounds, a_consumers_batch_is_given_once_and_out_of_range_is_refused)
+{
+    char err[256];
+    sl_wire_batch_t *b = NULL;
+    take(3, 0);
+    cr_assert_eq(sl_rounds_take(rounds, task, 3, 0, &b, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "consumer 0 already took its batch of round 3");
+    take(3, 1);
+    cr_assert_eq(sl_rounds_take(rounds, task, 3, 1, &b, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "round 3 was already served to every consumer");
+    cr_assert_eq(sl_rounds_take(rounds, task, 4, 2, &b, err, sizeof err), SL_EINVAL);
+    cr_assert_str_eq(err, "consumer_index 2 is out of range: the job has 2 consumers");
+}
+
+Test(rounds, at_most_sl_rounds_open_rounds_are_open)
+{
+    char err[256];
+    for (uint64_t r = 0; r < SL_ROUNDS_OPEN; r++)
+        take(r, 0);
+    sl_wire_batch_t *b = NULL;
+    cr_assert_eq(sl_rounds_take(rounds, task, SL_ROUNDS_OPEN, 0, &b, err, sizeof err), SL_TASK_PENDING);
+    take(0, 1); /* round 0 completes: a place opens */
+    take(SL_ROUNDS_OPEN, 0);
+}

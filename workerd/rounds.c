@@ -1,0 +1,165 @@
+/* rounds.c: see rounds.h. */
+#include "rounds.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct round {
+    bool open;
+    bool ended;       /* the pipeline ended before the round was full */
+    uint64_t round;
+    uint32_t filled;  /* batches taken from the task so far */
+    uint32_t served;  /* consumers that took theirs */
+    sl_wire_batch_t **batches; /* num_consumers; NULL once served */
+    uint8_t *taken;            /* num_consumers flags */
+};
+
+struct sl_rounds {
+    uint32_t num_consumers;
+    struct round open[SL_ROUNDS_OPEN];
+    /* The last rounds completed, so that a late duplicate request is
+     * refused instead of opening the round again. */
+    uint64_t completed[SL_ROUNDS_OPEN * 4];
+    unsigned completed_next;
+};
+
+sl_rounds_t *sl_rounds_new(uint32_t num_consumers)
+{
+    if (num_consumers < 1 || num_consumers > SL_ROUNDS_MAX_CONSUMERS)
+        return NULL;
+    sl_rounds_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->num_consumers = num_consumers;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        r->open[i].batches = calloc(num_consumers, sizeof *r->open[i].batches);
+        r->open[i].taken = calloc(num_consumers, 1);
+        if (!r->open[i].batches || !r->open[i].taken) {
+            sl_rounds_free(r);
+            return NULL;
+        }
+    }
+    for (unsigned i = 0; i < sizeof r->completed / sizeof r->completed[0]; i++)
+        r->completed[i] = UINT64_MAX;
+    return r;
+}
+
+void sl_rounds_free(sl_rounds_t *r)
+{
+    if (!r)
+        return;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        if (r->open[i].batches)
+            for (uint32_t c = 0; c < r->num_consumers; c++)
+                sl_wire_batch_free(r->open[i].batches[c]);
+        free(r->open[i].batches);
+        free(r->open[i].taken);
+    }
+    free(r);
+}
+
+static bool was_completed(const sl_rounds_t *r, uint64_t round)
+{
+    for (unsigned i = 0; i < sizeof r->completed / sizeof r->completed[0]; i++)
+        if (r->completed[i] == round)
+            return true;
+    return false;
+}
+
+static struct round *find_or_open(sl_rounds_t *r, uint64_t round)
+{
+    struct round *free_slot = NULL;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        struct round *o = &r->open[i];
+        if (o->open && o->round == round)
+            return o;
+        if (!o->open && !free_slot)
+            free_slot = o;
+    }
+    if (!free_slot)
+        return NULL;
+    free_slot->open = true;
+    free_slot->ended = false;
+    free_slot->round = round;
+    free_slot->filled = 0;
+    free_slot->served = 0;
+    for (uint32_t c = 0; c < r->num_consumers; c++)
+        free_slot->taken[c] = 0;
+    return free_slot;
+}
+
+/* Rounds are filled one at a time, in the order they were opened, so that
+ * each holds C consecutive batches of the task. */
+static struct round *filling(sl_rounds_t *r)
+{
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        struct round *o = &r->open[i];
+        if (o->open && !o->ended && o->filled > 0 && o->filled < r->num_consumers)
+            return o;
+    }
+    return NULL;
+}
+
+/* Takes batches from the task until round o holds one per consumer.
+ * @return 0 (full, or ended), or what sl_task_take() said otherwise */
+static int fill(sl_rounds_t *r, sl_task_t *task, struct round *o)
+{
+    while (!o->ended && o->filled < r->num_consumers) {
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_task_take(task, &b);
+        if (rc == SL_TASK_BATCH) {
+            o->batches[o->filled++] = b;
+            continue;
+        }
+        if (rc == SL_TASK_END) {
+            o->ended = true;
+            break;
+        }
+        return rc; /* pending, or the task's failure */
+    }
+    return 0;
+}
+
+int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t consumer, sl_wire_batch_t **out,
+                   char *err, size_t errlen)
+{
+    *out = NULL;
+    if (consumer >= r->num_consumers) {
+        snprintf(err, errlen, "consumer_index %" PRIu32 " is out of range: the job has %" PRIu32 " consumers",
+                 consumer, r->num_consumers);
+        return SL_EINVAL;
+    }
+    if (was_completed(r, round)) {
+        snprintf(err, errlen, "round %" PRIu64 " was already served to every consumer", round);
+        return SL_EINVAL;
+    }
+    struct round *o = find_or_open(r, round);
+    if (!o)
+        return SL_TASK_PENDING;
+    if (o->taken[consumer]) {
+        snprintf(err, errlen, "consumer %" PRIu32 " already took its batch of round %" PRIu64, consumer, round);
+        return SL_EINVAL;
+    }
+    /* Finish the round being filled before this one takes any batch. */
+    struct round *f = filling(r);
+    if (f && f != o) {
+        int rc = fill(r, task, f);
+        if (rc != 0)
+            return rc;
+    }
+    int rc = fill(r, task, o);
+    if (rc != 0)
+        return rc;
+    if (o->ended)
+        return SL_TASK_END;
+    *out = o->batches[consumer];
+    o->batches[consumer] = NULL;
+    o->taken[consumer] = 1;
+    if (++o->served == r->num_consumers) {
+        o->open = false;
+        r->completed[r->completed_next++ % (sizeof r->completed / sizeof r->completed[0])] = round;
+    }
+    return SL_TASK_BATCH;
+}

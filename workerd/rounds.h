@@ -1,0 +1,42 @@
+/*
+ * rounds.h: coordinated reads on a worker (docs/sharding.md). A task of a
+ * job with num_consumers C serves in rounds: the first request for round r
+ * takes the next C batches of the task, consumer i gets the i-th, and the
+ * round is forgotten once every consumer took its batch. Which rounds come
+ * to this worker the consumers decide among themselves; the worker only
+ * keeps each round's batches apart. At most SL_ROUNDS_OPEN rounds are open
+ * at once; a request for another one waits until the oldest completes.
+ */
+#ifndef SL_ROUNDS_H
+#define SL_ROUNDS_H
+
+#include <stdint.h>
+
+#include "task.h"
+
+#define SL_ROUNDS_OPEN 16
+#define SL_ROUNDS_MAX_CONSUMERS 1024
+
+typedef struct sl_rounds sl_rounds_t;
+
+/** @return rounds for num_consumers (1 .. SL_ROUNDS_MAX_CONSUMERS) consumers, or NULL */
+sl_rounds_t *sl_rounds_new(uint32_t num_consumers);
+
+/** Frees the rounds and the batches they hold (not released to the task:
+ *  call it only when the task is freed too). NULL is ignored. */
+void sl_rounds_free(sl_rounds_t *r);
+
+/**
+ * Consumer's batch of round.
+ * @param[out] out on SL_TASK_BATCH, the batch, owned by the caller, who
+ *             hands it back with sl_task_release() as for sl_task_take()
+ * @return SL_TASK_BATCH, SL_TASK_PENDING (the round's batches are not all
+ *         made yet, or SL_ROUNDS_OPEN rounds are open), SL_TASK_END (the
+ *         pipeline ended before the round was full: no consumer gets it),
+ *         the task's failure code, or SL_EINVAL with err (consumer out of
+ *         range, or its batch of that round already taken)
+ */
+int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t consumer, sl_wire_batch_t **out,
+                   char *err, size_t errlen);
+
+#endif
