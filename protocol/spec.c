@@ -318,6 +318,32 @@ static const struct field padded_batch_fields[] = {
     END_FIELDS,
 };
 
+#define MAX_CYCLE_LENGTH 1024
+#define MAX_PARALLEL_CALLS 256
+#define MAX_PREFETCH (INT64_C(1) << 16)
+
+static int parse_parallel_calls(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_parallel_calls(const void *desc);
+static const struct custom parallel_calls_custom = {parse_parallel_calls, emit_parallel_calls};
+static const struct choice cache_storages[] = {{"memory", SL_CACHE_MEMORY}, {"disk", SL_CACHE_DISK}, {NULL, 0}};
+
+static const struct field interleave_fields[] = {
+    INT_FIELD("cycle_length", F_REQUIRED, 1, MAX_CYCLE_LENGTH, 0, sl_spec_op_t, u.interleave.cycle_length),
+    INT_FIELD("block_length", F_DEFAULT, 1, MAX_BATCH_SIZE, 1, sl_spec_op_t, u.interleave.block_length),
+    {.name = "num_parallel_calls", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &parallel_calls_custom},
+    END_FIELDS,
+};
+
+static const struct field prefetch_fields[] = {
+    INT_FIELD("buffer_size", F_REQUIRED, 1, MAX_PREFETCH, 0, sl_spec_op_t, u.prefetch.buffer_size),
+    END_FIELDS,
+};
+
+static const struct field cache_fields[] = {
+    STRING_FIELD("storage", F_DEFAULT, SL_CACHE_MEMORY, cache_storages, sl_spec_op_t, u.cache.storage),
+    END_FIELDS,
+};
+
 /* A feature of parse_example while it is parsed: default is read by
  * feature_check once dtype and shape are known. */
 struct feature_desc {
@@ -395,6 +421,7 @@ static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const cha
 static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 
 static const struct kind sources[] = {
     {"range", SL_SOURCE_RANGE, range_fields, range_check},
@@ -421,9 +448,9 @@ static const struct kind ops[] = {
     {"padded_batch", SL_OP_PADDED_BATCH, padded_batch_fields, NULL},
     {"map", SL_OP_MAP, map_fields, NULL},
     {"filter", SL_OP_FILTER, filter_fields, filter_check},
-    {"interleave", 0, NULL, NULL},
-    {"prefetch", 0, NULL, NULL},
-    {"cache", 0, NULL, NULL},
+    {"interleave", SL_OP_INTERLEAVE, interleave_fields, interleave_check},
+    {"prefetch", SL_OP_PREFETCH, prefetch_fields, NULL},
+    {"cache", SL_OP_CACHE, cache_fields, NULL},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -971,7 +998,57 @@ static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pat
     return 0;
 }
 
+/* interleave reads the files of a file source cycle_length at a time, so
+ * it must be the first op of such a source: the pipeline hands it the
+ * source's file list (or, under DYNAMIC, the source's splits). */
+static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    const sl_spec_op_t *op = desc;
+    (void)obj;
+    ptrdiff_t i = op - spec->ops;
+    if (spec->source.kind == SL_SOURCE_RANGE)
+        return fail(err, errlen,
+                    "%s: interleave must come directly after a file source (tfrecord, text_lines, "
+                    "fixed_length_records); the source is a range, which has no files to interleave",
+                    path);
+    if (i != 0)
+        return fail(err, errlen,
+                    "%s: interleave must come directly after a file source (tfrecord, text_lines, "
+                    "fixed_length_records), as the first op; here it follows ops[%td] (%s)",
+                    path, i - 1, sl_spec_op_name(spec->ops[i - 1].kind));
+    return 0;
+}
+
 /* ---- custom fields ---- */
+
+static int parse_parallel_calls(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    if (!v) {
+        op->u.interleave.num_parallel_calls = 1;
+        return 0;
+    }
+    if (json_is_string(v) && strcmp(json_string_value(v), "autotune") == 0) {
+        op->u.interleave.num_parallel_calls = 0;
+        return 0;
+    }
+    if (!json_is_integer(v)) {
+        char got[128];
+        describe(v, got, sizeof got);
+        return fail(err, errlen, "%s: must be an integer in [1, %d] or \"autotune\", got %s", path,
+                    MAX_PARALLEL_CALLS, got);
+    }
+    return parse_int(v, 1, MAX_PARALLEL_CALLS, path, &op->u.interleave.num_parallel_calls, err, errlen);
+}
+
+static json_t *emit_parallel_calls(const void *desc)
+{
+    const sl_spec_op_t *op = desc;
+    if (op->u.interleave.num_parallel_calls == 0)
+        return json_string("autotune");
+    return json_integer(op->u.interleave.num_parallel_calls);
+}
 
 static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {

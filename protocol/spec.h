@@ -61,10 +61,16 @@ typedef enum sl_op_kind {
     SL_OP_PADDED_BATCH,
     SL_OP_MAP,
     SL_OP_FILTER,
+    SL_OP_INTERLEAVE,
+    SL_OP_PREFETCH,
+    SL_OP_CACHE,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
 #define SL_SPEC_MAX_FLOATS 4 /* most values of a list of numbers (mean, std) */
+
+/** Where a cache op keeps what it caches. */
+typedef enum sl_cache_storage { SL_CACHE_MEMORY = 0, SL_CACHE_DISK = 1 } sl_cache_storage_t;
 
 /** A list of integers (a size, a shape). */
 typedef struct sl_spec_ints {
@@ -261,6 +267,17 @@ typedef struct sl_spec_op {
             int num_values; /* 1, or 1 .. SL_SPEC_MAX_FILTER_VALUES for "in" */
             const sl_spec_filter_value_t *values; /* owned by the spec */
         } filter;
+        struct {
+            int64_t cycle_length;       /* 1 .. 1024 */
+            int64_t block_length;       /* 1 .. 1<<20 */
+            int64_t num_parallel_calls; /* 1 .. 256, or 0: "autotune" (the worker's --threads) */
+        } interleave;
+        struct {
+            int64_t buffer_size; /* 1 .. 1<<16 elements */
+        } prefetch;
+        struct {
+            sl_cache_storage_t storage; /* memory (default) or disk */
+        } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
      * center_crop, random_flip, normalize, cast, map, filter) may run on

@@ -14,6 +14,9 @@
  *                    random_flip, normalize, cast
  *   ops_map.c        map, filter (plugins: plugin.h)
  *   parallel.c       parallel stages of element-wise ops (num_parallel_calls)
+ *   ops_interleave.c interleave (over the files of a file source)
+ *   ops_prefetch.c   prefetch
+ *   ops_cache.c      cache (in memory, or on disk through storage/cachedb.h)
  * A new op family is a new file with its constructors declared here and a
  * row in pipeline.c's table.
  */
@@ -36,6 +39,9 @@ typedef struct sl_iter_ctx {
     uint64_t records_skipped; /* corrupt records a source skipped (on_corrupt "skip") */
     char errmsg[1024];        /* the first failure, "label: why" */
     struct sl_pool *pool;     /* the pipeline's threads for parallel stages (parallel.c); NULL: none */
+    uint64_t files_opened;    /* files the file sources and interleave opened */
+    uint64_t cache_overflows; /* cache ops that gave up caching (over their bound) */
+    const sl_spec_t *spec;    /* the spec, while the pipeline is built only; else NULL */
 } sl_iter_ctx_t;
 
 typedef struct sl_iter_vtbl {
@@ -219,5 +225,24 @@ int sl__op_filter_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t
  * file source reads file i (i mod num_workers = worker_index). */
 int sl__static_shard_wrap(sl_iter_ctx_t *ctx, sl_iter_t **it);
 bool sl__static_file_is_mine(const sl_iter_ctx_t *ctx, uint64_t file_index);
+
+int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                             sl_iter_t **out);
+int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                           sl_iter_t **out);
+int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                        sl_iter_t **out);
+
+/* What interleave needs of a file source (sources_files.c). A reader is a
+ * file source of its own, made from the source src, that reads only what it
+ * is assigned: sl__files_assign() opens file s->file_index and positions it
+ * at record s->begin; next() then yields records [begin, end) (the whole
+ * file when end is UINT64_MAX) and 1 after them, until it is assigned
+ * again. Its reads count in ctx. */
+bool sl__files_is_source(const sl_iter_t *it);
+int sl__files_count(const sl_iter_t *src);
+int sl__files_reader_create(const sl_iter_t *src, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
+/* Returns 0, or an error in the reader's ctx (a split outside the file). */
+int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "admin.h"
 #include "admin_api.h"
+#include "cachedb.h"
 #include "big_alloc.h"
 #include "cli.h"
 #include "confine.h"
@@ -49,6 +50,11 @@ static void usage(FILE *f)
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
             "  --io-engine uring|pread  how files are read (default: io_uring, or pread where\n"
             "                           io_uring cannot be set up, logged once)\n"
+            "  --cache-mb N             memory all in-memory cache ops together may hold, in MiB\n"
+            "                           (default 256; a cache over it stops caching, logged)\n"
+            "  --cache-dir DIR          the LMDB disk cache of cache ops with storage \"disk\"\n"
+            "                           (one worker per directory; default: none, refused)\n"
+            "  --cache-disk-mb N        the most the disk cache holds, in MiB (default 1024)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
@@ -69,12 +75,15 @@ struct options {
     const char *admin_token_file;
     int log_level;
     int log_format;
+    int64_t cache_mb, cache_disk_mb;
+    const char *cache_dir;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_PORT, O_ADMIN_PORT, O_ADDR, O_BIND, O_ADMIN_BIND, O_ROOT, O_THREADS, O_BUFFER,
-           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP, O_PLUGIN_DIR };
+           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
+           O_CACHE_DIR, O_CACHE_DISK_MB };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"port", required_argument, NULL, O_PORT},
@@ -93,6 +102,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {"plugin-dir", required_argument, NULL, O_PLUGIN_DIR},
+        {"cache-mb", required_argument, NULL, O_CACHE_MB},
+        {"cache-dir", required_argument, NULL, O_CACHE_DIR},
+        {"cache-disk-mb", required_argument, NULL, O_CACHE_DISK_MB},
         {NULL, 0, NULL, 0},
     };
     char err[300], host[256];
@@ -178,6 +190,15 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_TOKEN: o->admin_token_file = optarg; break;
         case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
+        case O_CACHE_MB:
+            if (sl_cli_int(program, "cache-mb", optarg, 0, 1 << 24, &o->cache_mb) < 0)
+                return -1;
+            break;
+        case O_CACHE_DIR: o->cache_dir = optarg; break;
+        case O_CACHE_DISK_MB:
+            if (sl_cli_int(program, "cache-disk-mb", optarg, 1, 1 << 24, &o->cache_disk_mb) < 0)
+                return -1;
+            break;
         default: usage(stderr); return -1;
         }
     }
@@ -203,7 +224,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 int main(int argc, char **argv)
 {
     struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
-                        .io_engine = SL_IO_AUTO, .log_level = SL_LOG_INFO};
+                        .io_engine = SL_IO_AUTO, .log_level = SL_LOG_INFO, .cache_mb = 256,
+                        .cache_disk_mb = 1024};
     sl_worker_config_init(&o.worker);
     int cargc;
     char **cargv;
@@ -243,6 +265,16 @@ int main(int argc, char **argv)
     o.worker.task.plugins = plugins;
     o.worker.task.threads = (unsigned)o.threads;
     o.worker.task.io_engine = o.io_engine;
+    sl_cache_env_t cache = {.mem_limit = (size_t)o.cache_mb << 20};
+    if (o.cache_dir &&
+        sl_cachedb_open(o.cache_dir, (size_t)o.cache_disk_mb << 20, &cache.db, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: --cache-dir: %s\n", program, err);
+        sl_plugins_destroy(plugins);
+        sl_confine_destroy(roots);
+        sl_cli_free_argv(cargc, cargv);
+        return SL_EXIT_USAGE;
+    }
+    o.worker.task.cache = &cache;
     struct event_base *base = event_base_new();
     sl_worker_t *w = NULL;
     sl_admin_t *admin = NULL;
@@ -285,6 +317,7 @@ out:
     sl_worker_free(w);
     /* After every task (and its pipeline) is gone. */
     sl_plugins_destroy(plugins);
+    sl_cachedb_close(cache.db);
     sl_confine_destroy(roots);
     if (base)
         event_base_free(base);

@@ -39,6 +39,7 @@ struct sl_pipeline {
     int state;             /* 0 running, 1 ended, < 0 failed with that code */
     int num_stages;        /* 1 + the number of ops */
     struct stage **stages; /* source first; owned by the chain */
+    sl_cache_env_t own_cache; /* opts.cache when none was given */
 };
 
 static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
@@ -59,6 +60,9 @@ static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
     [SL_OP_PADDED_BATCH] = sl__op_padded_batch_create,
     [SL_OP_MAP] = sl__op_map_create,
     [SL_OP_FILTER] = sl__op_filter_create,
+    [SL_OP_INTERLEAVE] = sl__op_interleave_create,
+    [SL_OP_PREFETCH] = sl__op_prefetch_create,
+    [SL_OP_CACHE] = sl__op_cache_create,
 };
 
 void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label)
@@ -314,6 +318,11 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
         p->ctx.opts = *opts;
     if (p->ctx.opts.max_batch_bytes == 0)
         p->ctx.opts.max_batch_bytes = SL_PIPELINE_DEFAULT_MAX_BATCH_BYTES;
+    if (!p->ctx.opts.cache) {
+        p->own_cache.mem_limit = SL_PIPELINE_DEFAULT_CACHE_BYTES;
+        p->ctx.opts.cache = &p->own_cache;
+    }
+    p->ctx.spec = spec;
 
     const sl_spec_source_t *src = sl_spec_source(spec);
     snprintf(label, sizeof label, "source (%s)", sl_spec_source_name(src->kind));
@@ -352,6 +361,7 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     if (rc < 0)
         goto failed;
 
+    p->ctx.spec = NULL;
     p->out = sl_element_new(it->spec.num_components);
     if (!p->out)
         goto nomem;
@@ -429,6 +439,16 @@ fail:
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p)
 {
     return p->ctx.records_skipped;
+}
+
+uint64_t sl_pipeline_files_opened(const sl_pipeline_t *p)
+{
+    return p->ctx.files_opened;
+}
+
+uint64_t sl_pipeline_cache_overflows(const sl_pipeline_t *p)
+{
+    return p->ctx.cache_overflows;
 }
 
 int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max)

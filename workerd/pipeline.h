@@ -43,6 +43,19 @@ typedef struct sl_split_source {
     void *arg;
 } sl_split_source_t;
 
+/** What the cache ops of every pipeline of a worker share: the memory
+ *  budget of in-memory caches (--cache-mb) and the LMDB environment of disk
+ *  caches (--cache-dir). Created by the worker, outlives its pipelines. */
+typedef struct sl_cache_env {
+    size_t mem_limit;          /* bytes all in-memory caches may hold together */
+    size_t mem_used;           /* updated atomically by the cache ops */
+    struct sl_cachedb *db;     /* NULL: no --cache-dir, disk caches are refused */
+    uint64_t overflows;        /* caches that gave up (atomic) */
+} sl_cache_env_t;
+
+/* The memory budget of a pipeline built without a cache env. */
+#define SL_PIPELINE_DEFAULT_CACHE_BYTES ((size_t)256 << 20)
+
 typedef struct sl_pipeline_opts {
     sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
                                            splits next_split hands out; others: refused for now */
@@ -58,7 +71,9 @@ typedef struct sl_pipeline_opts {
                                            the pipeline. */
     unsigned threads;                   /* most threads for parallel ops, the pipeline's own
                                            included (--threads);
-                                           0: 2 */
+                                           0: 2; interleave's "autotune" */
+    sl_cache_env_t *cache;              /* shared by the worker's pipelines; NULL: the pipeline's
+                                           own, SL_PIPELINE_DEFAULT_CACHE_BYTES, no disk */
 } sl_pipeline_opts_t;
 
 /**
@@ -114,6 +129,13 @@ typedef struct sl_pipeline_op_stats {
  * @return how many stages were written: min(max, the number of stages)
  */
 int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max);
+/** @return the files the pipeline opened so far (file sources, interleave);
+ *  a cached epoch opens none. Call it on the pipeline's thread. */
+uint64_t sl_pipeline_files_opened(const sl_pipeline_t *p);
+
+/** @return the cache ops of this pipeline that gave up caching because
+ *  their cache would have exceeded its bound; call it on the pipeline's thread */
+uint64_t sl_pipeline_cache_overflows(const sl_pipeline_t *p);
 
 /** @return the message of the pipeline's failure, or ""; valid until sl_pipeline_destroy() */
 const char *sl_pipeline_errmsg(const sl_pipeline_t *p);

@@ -27,12 +27,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "iter.h"
+#include "metrics.h"
 #include "tfrecord.h"
 
 #define MAX_LINE_BYTES ((size_t)64 << 20)
@@ -72,7 +74,18 @@ struct file_iter {
     struct stream s;
     uint8_t *line; /* text_lines: a line spanning views */
     size_t line_cap;
+    bool assigned; /* an interleave reader: reads what sl__files_assign() gave it, nothing else */
 };
+
+static sl_metric_t *m_files_opened;
+static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
+
+static void metrics_init(void)
+{
+    m_files_opened = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_files_opened_total", NULL,
+                                        "Files the pipelines' file sources opened (a cached epoch opens none).",
+                                        NULL, 0);
+}
 
 /* ---- files ---- */
 
@@ -153,6 +166,10 @@ static int file_open(struct file_iter *f, int i)
         f->file = -1;
         return sl__iter_fail(&f->base, rc, "%s", err);
     }
+    f->base.ctx->files_opened++;
+    pthread_once(&metrics_once, metrics_init);
+    if (m_files_opened)
+        sl_metric_add(m_files_opened, 1);
     if (f->kind == SL_SOURCE_TEXT_LINES && f->compression == SL_COMPRESSION_GZIP) {
         f->s.gzip = true;
         f->s.zbuf = malloc(ZBUF_LEN);
@@ -458,6 +475,8 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
     struct file_iter *f = (struct file_iter *)it;
     for (;;) {
         if (f->file < 0 || f->index >= f->end) {
+            if (f->assigned)
+                return 1;
             if (f->dynamic) {
                 int rc = take_split(f);
                 if (rc != 0)
@@ -560,5 +579,77 @@ int sl__source_files_create(const sl_spec_t *spec, sl_iter_ctx_t *ctx, const cha
         }
     }
     *out = &f->base;
+    return 0;
+}
+
+/* ---- readers for interleave ---- */
+
+bool sl__files_is_source(const sl_iter_t *it)
+{
+    return it->vt == &files_vtbl;
+}
+
+int sl__files_count(const sl_iter_t *src)
+{
+    return ((const struct file_iter *)src)->num_files;
+}
+
+int sl__files_reader_create(const sl_iter_t *src, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out)
+{
+    const struct file_iter *s = (const struct file_iter *)src;
+    struct file_iter *f = calloc(1, sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    sl__iter_init(&f->base, &files_vtbl, NULL, ctx, label);
+    f->base.spec = s->base.spec;
+    f->kind = s->kind;
+    f->compression = s->compression;
+    f->on_corrupt = s->on_corrupt;
+    f->record_bytes = s->record_bytes;
+    f->header_bytes = s->header_bytes;
+    f->footer_bytes = s->footer_bytes;
+    f->dynamic = s->dynamic;
+    f->assigned = true;
+    f->file = -1;
+    for (int i = 0; i < s->num_files; i++) {
+        int rc = add_path(f, s->paths[i]);
+        if (rc < 0) {
+            files_destroy(&f->base);
+            return rc;
+        }
+    }
+    *out = &f->base;
+    return 0;
+}
+
+int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s)
+{
+    struct file_iter *f = (struct file_iter *)reader;
+    char why[PATH_MAX + 128];
+    f->epoch = epoch;
+    f->end = 0;
+    if (s->begin > s->end)
+        return sl__iter_fail(&f->base, SL_EPROTO,
+                             "split [%" PRIu64 ", %" PRIu64 ") of file %" PRIu32 " of epoch %" PRIu64 " is reversed",
+                             s->begin, s->end, s->file_index, epoch);
+    if (s->file_index >= (uint32_t)f->num_files) {
+        snprintf(why, sizeof why, "this worker's patterns match %d files", f->num_files);
+        return different_files(f, s, why);
+    }
+    /* As take_split: forward in the open file when the split starts at or
+     * after where it is; from its start otherwise. */
+    if (f->file != (int)s->file_index || f->index > s->begin) {
+        int rc = file_open(f, (int)s->file_index);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = s->begin > f->index ? skip_to(f, s->begin) : 0;
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        snprintf(why, sizeof why, "%s has only %" PRIu64 " records", f->paths[f->file], f->index);
+        return different_files(f, s, why);
+    }
+    f->end = s->end;
     return 0;
 }

@@ -229,6 +229,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .io_engine = cfg->io_engine,
         .plugins = cfg->plugins,
         .threads = cfg->threads,
+        .cache = cfg->cache,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
     if (rc == -ENOMEM)

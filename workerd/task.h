@@ -44,6 +44,7 @@ typedef struct sl_task_config {
     struct sl_plugins *plugins; /* --plugin-dir's registry, shared by every task; NULL: no
                                    plugins. Must outlive every task. */
     unsigned threads;          /* threads per task for parallel ops, its pipeline thread included (--threads) */
+    sl_cache_env_t *cache;     /* what cache ops share (--cache-mb, --cache-dir); NULL: per pipeline */
 } sl_task_config_t;
 
 /**

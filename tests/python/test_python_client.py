@@ -105,7 +105,8 @@ class BuilderTest(unittest.TestCase):
               .interleave(4)
               .padded_batch(8, padded_shapes={'label': []}, padding_values={'label': -1})
               .cache()
-              .cache('/tmp/c')
+              .cache('disk')
+              .interleave(2, 3, num_parallel_calls='autotune')
               .prefetch(2))
         self.assertEqual(ds.spec['ops'], [
             {'op': 'parse_example', 'features': {'label': {'dtype': 'int64', 'shape': []},
@@ -126,7 +127,8 @@ class BuilderTest(unittest.TestCase):
             {'op': 'padded_batch', 'batch_size': 8, 'padded_shapes': {'label': []},
              'padding_values': {'label': -1}, 'drop_remainder': False},
             {'op': 'cache'},
-            {'op': 'cache', 'filename': '/tmp/c'},
+            {'op': 'cache', 'storage': 'disk'},
+            {'op': 'interleave', 'cycle_length': 2, 'block_length': 3, 'num_parallel_calls': 'autotune'},
             {'op': 'prefetch', 'buffer_size': 2},
         ])
 

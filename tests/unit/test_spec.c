@@ -337,20 +337,6 @@ Test(spec, op_errors)
 #undef SRC
 }
 
-Test(spec, planned_ops_are_not_supported_yet)
-{
-    const char *names[] = {"interleave", "prefetch", "cache"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char json[256], want[128];
-        snprintf(json, sizeof json,
-                 "{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"batch\",\"batch_size\":1},"
-                 "{\"op\":\"%s\",\"anything\":1}]}",
-                 names[i]);
-        snprintf(want, sizeof want, "$.ops[1].op: op \"%s\" is not supported yet", names[i]);
-        expect_error(json, want);
-    }
-}
-
 Test(spec, too_many_ops)
 {
     size_t cap = 64 + 40 * (SL_SPEC_MAX_OPS + 1);

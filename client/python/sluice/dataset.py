@@ -211,14 +211,17 @@ class Dataset:
         return self.op('padded_batch', batch_size=batch_size, padded_shapes=padded_shapes,
                        padding_values=padding_values, drop_remainder=drop_remainder)
 
-    def cache(self, filename=None):
-        """filename None keeps the cache in the worker's memory."""
-        return self.op('cache', filename=filename)
+    def cache(self, storage=None):
+        """storage None or "memory" keeps the cache in the worker's memory,
+        "disk" in the worker's LMDB cache (its --cache-dir)."""
+        return self.op('cache', storage=storage)
 
-    def interleave(self, cycle_length, block_length=1):
+    def interleave(self, cycle_length, block_length=1, num_parallel_calls=None):
         """Reads cycle_length files of the source at once, block_length
-        records from each in turn."""
-        return self.op('interleave', cycle_length=cycle_length, block_length=block_length)
+        records from each in turn; the first op after a file source.
+        num_parallel_calls: an int, or "autotune" (the worker's --threads)."""
+        return self.op('interleave', cycle_length=cycle_length, block_length=block_length,
+                       num_parallel_calls=num_parallel_calls)
 
     # ---- running it ----
 

@@ -1,0 +1,239 @@
+/*
+ * ops_prefetch.c: prefetch runs its input on a thread of its own, ahead of
+ * the pipeline, into a bounded queue of buffer_size elements (or batches,
+ * when it follows batch), as tf.data's prefetch does.
+ *
+ * The thread starts when the first element is asked for, and waits while
+ * the queue is full: an interleave holds at most buffer_size finished
+ * elements plus the one its input is making, so its memory is bounded by
+ * buffer_size times the largest element (a batch is at most the worker's
+ * --max-batch-mb). The end of the input and its failure travel through the
+ * queue after the elements made before them, so the pipeline sees them in
+ * order: every element made before an error is yielded first, then the
+ * error with its own message.
+ *
+ * The iterators below a prefetch run on its thread, so they get a context
+ * of their own (prefetch rebinds their ctx when it is built); what they
+ * count (split requests, records skipped, files opened, cache overflows)
+ * is published with each element and added to the pipeline's context on
+ * the pipeline's thread. The DYNAMIC split source is thread-safe
+ * (task.c), so splits may be asked for on the prefetch thread.
+ *
+ * reset() and destroy() stop the thread first (it finishes the element it
+ * is making, then exits), drop what is queued, and then reset or free the
+ * input on the calling thread: clean mid-stream.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+
+struct counters {
+    uint64_t requests, skipped, opened, overflows;
+};
+
+struct prefetch_iter {
+    sl_iter_t base;
+    sl_iter_ctx_t sub; /* the context of the iterators below */
+    unsigned cap;
+    sl_element_t **ring; /* cap elements */
+    sl_element_t *tmp;   /* what the thread makes */
+    pthread_t tid;
+    bool running;
+    /* Under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t not_full, not_empty;
+    unsigned head, count;
+    bool done; /* the thread has put the end or an error, final */
+    int final;
+    bool stop;
+    struct counters pub, folded;
+};
+
+static const sl_iter_vtbl_t prefetch_vtbl;
+
+static void publish(struct prefetch_iter *pf)
+{
+    pf->pub = (struct counters){pf->sub.split_requests, pf->sub.records_skipped, pf->sub.files_opened,
+                                pf->sub.cache_overflows};
+}
+
+/* Adds what the iterators below counted since the last fold; under mu or
+ * with the thread stopped. */
+static void fold(struct prefetch_iter *pf)
+{
+    sl_iter_ctx_t *ctx = pf->base.ctx;
+    ctx->split_requests += pf->pub.requests - pf->folded.requests;
+    ctx->records_skipped += pf->pub.skipped - pf->folded.skipped;
+    ctx->files_opened += pf->pub.opened - pf->folded.opened;
+    ctx->cache_overflows += pf->pub.overflows - pf->folded.overflows;
+    pf->folded = pf->pub;
+}
+
+static void *producer_main(void *arg)
+{
+    struct prefetch_iter *pf = arg;
+    sl_iter_t *input = pf->base.input;
+    pthread_mutex_lock(&pf->mu);
+    for (;;) {
+        while (pf->count == pf->cap && !pf->stop)
+            pthread_cond_wait(&pf->not_full, &pf->mu);
+        if (pf->stop)
+            break;
+        pthread_mutex_unlock(&pf->mu);
+        int rc = input->vt->next(input, pf->tmp);
+        pthread_mutex_lock(&pf->mu);
+        publish(pf);
+        if (rc == 0) {
+            sl_element_move(pf->ring[(pf->head + pf->count) % pf->cap], pf->tmp);
+            pf->count++;
+        } else {
+            pf->final = rc;
+            pf->done = true;
+        }
+        pthread_cond_broadcast(&pf->not_empty);
+        if (pf->done)
+            break;
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return NULL;
+}
+
+static void stop_thread(struct prefetch_iter *pf)
+{
+    if (!pf->running)
+        return;
+    pthread_mutex_lock(&pf->mu);
+    pf->stop = true;
+    pthread_cond_broadcast(&pf->not_full);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->tid, NULL);
+    pf->running = false;
+    pf->stop = false;
+}
+
+static int prefetch_next(sl_iter_t *it, sl_element_t *out)
+{
+    struct prefetch_iter *pf = (struct prefetch_iter *)it;
+    if (!pf->running && !pf->done) {
+        int rc = pthread_create(&pf->tid, NULL, producer_main, pf);
+        if (rc != 0)
+            return sl__iter_fail(it, -rc, "cannot start the prefetch thread: %s", strerror(rc));
+        pf->running = true;
+    }
+    pthread_mutex_lock(&pf->mu);
+    while (pf->count == 0 && !pf->done)
+        pthread_cond_wait(&pf->not_empty, &pf->mu);
+    fold(pf);
+    int rc;
+    if (pf->count > 0) {
+        sl_element_move(out, pf->ring[pf->head]);
+        pf->head = (pf->head + 1) % pf->cap;
+        pf->count--;
+        pthread_cond_broadcast(&pf->not_full);
+        rc = 0;
+    } else {
+        rc = pf->final;
+        /* The thread wrote the message before it put the error. */
+        if (rc < 0 && it->ctx->errmsg[0] == '\0') {
+            if (pf->sub.errmsg[0])
+                snprintf(it->ctx->errmsg, sizeof it->ctx->errmsg, "%s", pf->sub.errmsg);
+            else
+                sl__iter_fail(it, rc, "its input failed: %s", sl_strerror(rc));
+        }
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return rc;
+}
+
+static void drop_queued(struct prefetch_iter *pf)
+{
+    for (; pf->count > 0; pf->count--, pf->head = (pf->head + 1) % pf->cap)
+        sl_element_clear(pf->ring[pf->head]);
+    pf->head = 0;
+    sl_element_clear(pf->tmp);
+}
+
+static int prefetch_reset(sl_iter_t *it)
+{
+    struct prefetch_iter *pf = (struct prefetch_iter *)it;
+    stop_thread(pf);
+    drop_queued(pf);
+    pf->done = false;
+    pf->final = 0;
+    int rc = it->input->vt->reset(it->input);
+    publish(pf);
+    fold(pf);
+    if (rc < 0 && it->ctx->errmsg[0] == '\0' && pf->sub.errmsg[0])
+        snprintf(it->ctx->errmsg, sizeof it->ctx->errmsg, "%s", pf->sub.errmsg);
+    return rc;
+}
+
+static void prefetch_destroy(sl_iter_t *it)
+{
+    struct prefetch_iter *pf = (struct prefetch_iter *)it;
+    stop_thread(pf);
+    /* The inputs are destroyed after this iterator and may still count
+     * (a file source closing its file): they count in the pipeline's
+     * context again. */
+    for (sl_iter_t *x = it->input; x; x = x->input) {
+        if (x->ctx == &pf->sub)
+            x->ctx = it->ctx;
+        if (x->vt == &prefetch_vtbl)
+            break;
+    }
+    if (pf->ring) {
+        for (unsigned i = 0; i < pf->cap; i++)
+            sl_element_free(pf->ring[i]);
+        free(pf->ring);
+    }
+    sl_element_free(pf->tmp);
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->not_full);
+    pthread_cond_destroy(&pf->not_empty);
+    free(pf);
+}
+
+static const sl_iter_vtbl_t prefetch_vtbl = {prefetch_next, prefetch_reset, prefetch_destroy};
+
+int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
+                           sl_iter_t **out)
+{
+    struct prefetch_iter *pf = calloc(1, sizeof *pf);
+    if (!pf)
+        return -ENOMEM;
+    sl__iter_init(&pf->base, &prefetch_vtbl, input, ctx, label);
+    pthread_mutex_init(&pf->mu, NULL);
+    pthread_cond_init(&pf->not_full, NULL);
+    pthread_cond_init(&pf->not_empty, NULL);
+    pf->cap = (unsigned)op->u.prefetch.buffer_size;
+    pf->ring = calloc(pf->cap, sizeof *pf->ring);
+    pf->tmp = sl_element_new(input->spec.num_components);
+    if (!pf->ring || !pf->tmp)
+        goto nomem;
+    for (unsigned i = 0; i < pf->cap; i++)
+        if (!(pf->ring[i] = sl_element_new(input->spec.num_components)))
+            goto nomem;
+    /* The iterators below now run on the prefetch thread: they count in
+     * sub. Below an inner prefetch they already have a context of its own. */
+    pf->sub.opts = ctx->opts;
+    pf->sub.split_requests = ctx->split_requests;
+    pf->sub.records_skipped = ctx->records_skipped;
+    pf->sub.files_opened = ctx->files_opened;
+    pf->sub.cache_overflows = ctx->cache_overflows;
+    publish(pf);
+    pf->folded = pf->pub;
+    for (sl_iter_t *x = input; x; x = x->input) {
+        x->ctx = &pf->sub;
+        if (x->vt == &prefetch_vtbl)
+            break;
+    }
+    *out = &pf->base;
+    return 0;
+nomem:
+    prefetch_destroy(&pf->base);
+    return -ENOMEM;
+}
