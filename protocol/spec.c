@@ -1050,48 +1050,46 @@ static json_t *emit_parallel_calls(const void *desc)
     return json_integer(op->u.interleave.num_parallel_calls);
 }
 
-static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+/* A shard field: an integer in [min, INT64_MAX], or "hint", which HINT
+ * sharding binds to (number of workers, worker index) when the worker
+ * builds the pipeline. */
+static int parse_int_or_hint(json_t *v, int64_t min, const char *path, int64_t *out, char *err, size_t errlen)
 {
-    sl_spec_op_t *op = desc;
-    (void)spec;
-    /* "hint" is bound to (number of workers, worker index) by HINT
-     * sharding when the worker builds the pipeline. */
     if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0) {
-        op->u.shard.num_shards = SL_SPEC_SHARD_HINT;
+        *out = SL_SPEC_SHARD_HINT;
         return 0;
     }
     if (json_is_string(v))
-        return fail(err, errlen, "%s: must be an integer >= 1 or \"hint\", got \"%s\"", path, json_string_value(v));
-    return parse_int(v, 1, INT64_MAX, path, &op->u.shard.num_shards, err, errlen);
+        return fail(err, errlen, "%s: must be an integer >= %" PRId64 " or \"hint\", got \"%s\"", path, min,
+                    json_string_value(v));
+    return parse_int(v, min, INT64_MAX, path, out, err, errlen);
+}
+
+static json_t *emit_int_or_hint(int64_t v)
+{
+    return v == SL_SPEC_SHARD_HINT ? json_string("hint") : json_integer(v);
+}
+
+static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    return parse_int_or_hint(v, 1, path, &((sl_spec_op_t *)desc)->u.shard.num_shards, err, errlen);
 }
 
 static json_t *emit_num_shards(const void *desc)
 {
-    const sl_spec_op_t *op = desc;
-    if (op->u.shard.num_shards == SL_SPEC_SHARD_HINT)
-        return json_string("hint");
-    return json_integer(op->u.shard.num_shards);
+    return emit_int_or_hint(((const sl_spec_op_t *)desc)->u.shard.num_shards);
 }
 
 static int parse_shard_index(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
-    sl_spec_op_t *op = desc;
     (void)spec;
-    if (json_is_string(v) && strcmp(json_string_value(v), "hint") == 0) {
-        op->u.shard.index = SL_SPEC_SHARD_HINT;
-        return 0;
-    }
-    if (json_is_string(v))
-        return fail(err, errlen, "%s: must be an integer >= 0 or \"hint\", got \"%s\"", path, json_string_value(v));
-    return parse_int(v, 0, INT64_MAX, path, &op->u.shard.index, err, errlen);
+    return parse_int_or_hint(v, 0, path, &((sl_spec_op_t *)desc)->u.shard.index, err, errlen);
 }
 
 static json_t *emit_shard_index(const void *desc)
 {
-    const sl_spec_op_t *op = desc;
-    if (op->u.shard.index == SL_SPEC_SHARD_HINT)
-        return json_string("hint");
-    return json_integer(op->u.shard.index);
+    return emit_int_or_hint(((const sl_spec_op_t *)desc)->u.shard.index);
 }
 
 static int cmp_keys(const void *a, const void *b)

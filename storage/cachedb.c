@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "sluice.h"
 
 #define FORMAT_KEY "sluice-cache-format"
@@ -67,19 +68,6 @@ struct sl_cachedb_reader {
     unsigned reads; /* in this txn */
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* An LMDB code as one of ours. */
 static int translate(int rc)
 {
@@ -99,7 +87,7 @@ static int translate(int rc)
 
 static int lmdb_fail(sl_cachedb_t *db, int rc, const char *what, char *err, size_t errlen)
 {
-    return fail(err, errlen, translate(rc), "cache %s: %s: %s", db->dir, what, mdb_strerror(rc));
+    return sl_errf(err, errlen, translate(rc), "cache %s: %s: %s", db->dir, what, mdb_strerror(rc));
 }
 
 static void record_key(char *buf, size_t buflen, const char *key, uint64_t i)
@@ -160,7 +148,7 @@ static int check_and_sweep(sl_cachedb_t *db, char *err, size_t errlen)
         mdb_stat(txn, db->dbi, &st);
         if (st.ms_entries > 0) {
             mdb_txn_abort(txn);
-            return fail(err, errlen, SL_EDATA,
+            return sl_errf(err, errlen, SL_EDATA,
                         "cache %s: holds an LMDB database that this worker did not write (no format number); "
                         "remove it or give another --cache-dir",
                         db->dir);
@@ -183,7 +171,7 @@ static int check_and_sweep(sl_cachedb_t *db, char *err, size_t errlen)
         memcpy(&f, fv.mv_data, sizeof f);
     if (fv.mv_size != sizeof f || f != SL_CACHEDB_FORMAT) {
         mdb_txn_abort(txn);
-        return fail(err, errlen, SL_EDATA,
+        return sl_errf(err, errlen, SL_EDATA,
                     "cache %s: has format %" PRIu32 ", this worker writes format %u; remove it or give another "
                     "--cache-dir",
                     db->dir, f, SL_CACHEDB_FORMAT);
@@ -238,9 +226,9 @@ int sl_cachedb_open(const char *dir, size_t map_bytes, sl_cachedb_t **out, char 
 {
     *out = NULL;
     if (strlen(dir) + 16 >= sizeof ((sl_cachedb_t *)0)->dir)
-        return fail(err, errlen, SL_EINVAL, "cache %s: path too long", dir);
+        return sl_errf(err, errlen, SL_EINVAL, "cache %s: path too long", dir);
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return fail(err, errlen, -errno, "cache %s: cannot create it: %s", dir, strerror(errno));
+        return sl_errf(err, errlen, -errno, "cache %s: cannot create it: %s", dir, strerror(errno));
     sl_cachedb_t *db = calloc(1, sizeof *db);
     if (!db)
         return -ENOMEM;
@@ -252,12 +240,12 @@ int sl_cachedb_open(const char *dir, size_t map_bytes, sl_cachedb_t **out, char 
     snprintf(path, sizeof path, "%s/sluice-cache.lock", dir);
     db->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (db->lock_fd < 0) {
-        rc = fail(err, errlen, -errno, "cache %s: cannot open %s: %s", dir, path, strerror(errno));
+        rc = sl_errf(err, errlen, -errno, "cache %s: cannot open %s: %s", dir, path, strerror(errno));
         goto fail;
     }
     if (flock(db->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-        rc = errno == EWOULDBLOCK ? fail(err, errlen, -EBUSY, "cache %s: in use by another worker", dir)
-                                  : fail(err, errlen, -errno, "cache %s: cannot lock it: %s", dir, strerror(errno));
+        rc = errno == EWOULDBLOCK ? sl_errf(err, errlen, -EBUSY, "cache %s: in use by another worker", dir)
+                                  : sl_errf(err, errlen, -errno, "cache %s: cannot lock it: %s", dir, strerror(errno));
         goto fail;
     }
     rc = mdb_env_create(&db->env);
@@ -266,7 +254,7 @@ int sl_cachedb_open(const char *dir, size_t map_bytes, sl_cachedb_t **out, char 
     if (rc == 0)
         rc = mdb_env_open(db->env, dir, MDB_NOTLS, 0600);
     if (rc != 0) {
-        rc = fail(err, errlen, translate(rc), "cache %s: cannot open it as an LMDB environment: %s", dir,
+        rc = sl_errf(err, errlen, translate(rc), "cache %s: cannot open it as an LMDB environment: %s", dir,
                   mdb_strerror(rc));
         goto fail;
     }
@@ -331,7 +319,7 @@ int sl_cachedb_writer_begin(sl_cachedb_t *db, const char *key, sl_cachedb_writer
 {
     *out = NULL;
     if (strlen(key) > SL_CACHEDB_MAX_KEY || strchr(key, '/'))
-        return fail(err, errlen, SL_EINVAL, "cache %s: bad key \"%s\"", db->dir, key);
+        return sl_errf(err, errlen, SL_EINVAL, "cache %s: bad key \"%s\"", db->dir, key);
     sl_cachedb_writer_t *w = calloc(1, sizeof *w);
     if (!w)
         return -ENOMEM;
@@ -342,14 +330,14 @@ int sl_cachedb_writer_begin(sl_cachedb_t *db, const char *key, sl_cachedb_writer
     pthread_mutex_lock(&db->mu);
     for (int i = 0; i < MAX_WRITERS; i++) {
         if (db->writing[i] && strcmp(db->writing[i], key) == 0) {
-            rc = fail(err, errlen, -EBUSY, "cache %s: entry %s is being written by another pipeline", db->dir, key);
+            rc = sl_errf(err, errlen, -EBUSY, "cache %s: entry %s is being written by another pipeline", db->dir, key);
             break;
         }
         if (!db->writing[i] && w->slot < 0)
             w->slot = i;
     }
     if (rc == 0 && w->slot < 0)
-        rc = fail(err, errlen, -EBUSY, "cache %s: %d entries are being written already", db->dir, MAX_WRITERS);
+        rc = sl_errf(err, errlen, -EBUSY, "cache %s: %d entries are being written already", db->dir, MAX_WRITERS);
     if (rc == 0 && !(db->writing[w->slot] = strdup(key)))
         rc = -ENOMEM;
     pthread_mutex_unlock(&db->mu);
@@ -407,7 +395,7 @@ static int flush(sl_cachedb_writer_t *w, bool last, char *err, size_t errlen)
         mdb_txn_abort(txn);
     if (rc != 0) {
         if (rc == MDB_MAP_FULL)
-            return fail(err, errlen, -ENOSPC, "cache %s: full (--cache-disk-mb) after %" PRIu64 " records of entry %s",
+            return sl_errf(err, errlen, -ENOSPC, "cache %s: full (--cache-disk-mb) after %" PRIu64 " records of entry %s",
                         db->dir, w->committed, w->key);
         return lmdb_fail(db, rc, "cannot write records", err, errlen);
     }
@@ -426,7 +414,7 @@ int sl_cachedb_writer_put(sl_cachedb_writer_t *w, const void *data, size_t len, 
             cap *= 2;
         uint8_t *p = realloc(w->pending, cap);
         if (!p)
-            return fail(err, errlen, -ENOMEM, "cache %s: out of memory", w->db->dir);
+            return sl_errf(err, errlen, -ENOMEM, "cache %s: out of memory", w->db->dir);
         w->pending = p;
         w->pending_cap = cap;
     }
@@ -488,7 +476,7 @@ int sl_cachedb_reader_open(sl_cachedb_t *db, const char *key, sl_cachedb_reader_
 {
     *out = NULL;
     if (strlen(key) > SL_CACHEDB_MAX_KEY)
-        return fail(err, errlen, SL_EINVAL, "cache %s: bad key \"%s\"", db->dir, key);
+        return sl_errf(err, errlen, SL_EINVAL, "cache %s: bad key \"%s\"", db->dir, key);
     sl_cachedb_reader_t *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
@@ -526,7 +514,7 @@ int sl_cachedb_reader_next(sl_cachedb_reader_t *r, const void **data, size_t *le
     MDB_val mk = val_of(k, strlen(k)), mv;
     int rc = mdb_get(r->txn, r->db->dbi, &mk, &mv);
     if (rc == MDB_NOTFOUND)
-        return fail(err, errlen, SL_EDATA, "cache %s: entry %s lacks record %" PRIu64 " of %" PRIu64, r->db->dir,
+        return sl_errf(err, errlen, SL_EDATA, "cache %s: entry %s lacks record %" PRIu64 " of %" PRIu64, r->db->dir,
                     r->key, r->next, r->count);
     if (rc != 0)
         return lmdb_fail(r->db, rc, "cannot read a record", err, errlen);

@@ -20,6 +20,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "errbuf.h"
 #include "sluice.h"
 
 #define SL_STORE_MAGIC "sluice-dispatcher-state"
@@ -42,19 +43,6 @@ struct sl_store {
     uint64_t commits;
     size_t map_bytes;
 };
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* An LMDB or errno code as ours. */
 static int code_of(int rc)
@@ -82,18 +70,18 @@ static int check_writable(const char *dir, char *err, size_t errlen)
 {
     char probe[4096];
     if ((size_t)snprintf(probe, sizeof probe, "%s/.state-write-probe", dir) >= sizeof probe)
-        return fail(err, errlen, -ENAMETOOLONG, "work dir %s: path too long", dir);
+        return sl_errf(err, errlen, -ENAMETOOLONG, "work dir %s: path too long", dir);
     FILE *f = fopen(probe, "w");
     if (!f) {
         int e = errno;
-        return fail(err, errlen, -e, "work dir %s is not writable: %s", dir, strerror(e));
+        return sl_errf(err, errlen, -e, "work dir %s is not writable: %s", dir, strerror(e));
     }
     int bad = fputc('x', f) == EOF;
     bad |= fclose(f) != 0;
     int e = errno;
     unlink(probe);
     if (bad)
-        return fail(err, errlen, e == ENOSPC ? -ENOSPC : -EIO, "work dir %s: cannot write a file: %s", dir,
+        return sl_errf(err, errlen, e == ENOSPC ? -ENOSPC : -EIO, "work dir %s: cannot write a file: %s", dir,
                     strerror(e));
     return 0;
 }
@@ -103,11 +91,11 @@ static int check_free(const char *dir, size_t min_free, char *err, size_t errlen
     struct statvfs vfs;
     if (statvfs(dir, &vfs) != 0) {
         int e = errno;
-        return fail(err, errlen, -e, "work dir %s: %s", dir, strerror(e));
+        return sl_errf(err, errlen, -e, "work dir %s: %s", dir, strerror(e));
     }
     uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     if (avail < min_free)
-        return fail(err, errlen, -ENOSPC,
+        return sl_errf(err, errlen, -ENOSPC,
                     "work dir %s is full: %" PRIu64 " bytes free, the state store needs at least %zu", dir, avail,
                     min_free);
     return 0;
@@ -119,33 +107,33 @@ static int check_meta(sl_store_t *s, const char *path, char *err, size_t errlen)
     MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc)
-        return fail(err, errlen, code_of(rc), "state store %s cannot be read: %s", path, mdb_strerror(rc));
+        return sl_errf(err, errlen, code_of(rc), "state store %s cannot be read: %s", path, mdb_strerror(rc));
     MDB_val k = {strlen("magic"), "magic"}, v;
     rc = mdb_dbi_open(txn, "meta", 0, &s->meta);
     if (rc == 0)
         rc = mdb_get(txn, s->meta, &k, &v);
     if (rc || v.mv_size != strlen(SL_STORE_MAGIC) || memcmp(v.mv_data, SL_STORE_MAGIC, v.mv_size) != 0) {
         mdb_txn_abort(txn);
-        return fail(err, errlen, SL_EDATA, "state store %s is corrupt or not a sluice state store: %s", path,
+        return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt or not a sluice state store: %s", path,
                     rc ? mdb_strerror(rc) : "wrong magic record");
     }
     k = (MDB_val){strlen("format"), "format"};
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc || v.mv_size != 4) {
         mdb_txn_abort(txn);
-        return fail(err, errlen, SL_EDATA, "state store %s is corrupt: %s", path,
+        return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: %s", path,
                     rc ? "no format record" : "a format record of the wrong size");
     }
     const uint8_t *b = v.mv_data;
     uint32_t format = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
     mdb_txn_abort(txn);
     if (format > SL_STORE_FORMAT)
-        return fail(err, errlen, SL_EVERSION,
+        return sl_errf(err, errlen, SL_EVERSION,
                     "state store %s was written by a newer format version %" PRIu32
                     " (this build reads up to version %d); use a newer sluice-dispatcher or another --work-dir",
                     path, format, SL_STORE_FORMAT);
     if (format == 0)
-        return fail(err, errlen, SL_EDATA, "state store %s is corrupt: format version 0", path);
+        return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: format version 0", path);
     return 0;
 }
 
@@ -164,7 +152,7 @@ static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path
     MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc)
-        return fail(err, errlen, code_of(rc), "state store %s: %s", path, mdb_strerror(rc));
+        return sl_errf(err, errlen, code_of(rc), "state store %s: %s", path, mdb_strerror(rc));
     for (int i = 0; i < o->num_tables && rc == 0; i++)
         rc = mdb_dbi_open(txn, o->tables[i], MDB_CREATE, &s->dbi[i]);
     if (rc == 0 && s->is_new) {
@@ -193,12 +181,12 @@ static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path
     }
     if (rc) {
         mdb_txn_abort(txn);
-        return fail(err, errlen, code_of(rc), "state store %s %s: %s", path,
+        return sl_errf(err, errlen, code_of(rc), "state store %s %s: %s", path,
                     s->is_new ? "cannot be created" : "is corrupt", mdb_strerror(rc));
     }
     rc = mdb_txn_commit(txn);
     if (rc)
-        return fail(err, errlen, code_of(rc), "state store %s cannot be written: %s", path, mdb_strerror(rc));
+        return sl_errf(err, errlen, code_of(rc), "state store %s cannot be written: %s", path, mdb_strerror(rc));
     return 0;
 }
 
@@ -211,13 +199,13 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
 
     *out = NULL;
     if (o.num_tables < 1 || o.num_tables > SL_STORE_MAX_TABLES)
-        return fail(err, errlen, SL_EINVAL, "state store: %d tables (1 .. %d)", o.num_tables, SL_STORE_MAX_TABLES);
+        return sl_errf(err, errlen, SL_EINVAL, "state store: %d tables (1 .. %d)", o.num_tables, SL_STORE_MAX_TABLES);
     if (!o.map_bytes)
         o.map_bytes = DEFAULT_MAP_BYTES;
     if (!o.min_free_bytes)
         o.min_free_bytes = DEFAULT_MIN_FREE;
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SL_STORE_FILE) >= sizeof path)
-        return fail(err, errlen, -ENAMETOOLONG, "work dir %s: path too long", dir);
+        return sl_errf(err, errlen, -ENAMETOOLONG, "work dir %s: path too long", dir);
 
     rc = check_writable(dir, err, errlen);
     if (rc == 0)
@@ -226,15 +214,15 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
         return rc;
     bool exists = stat(path, &st) == 0;
     if (exists && !S_ISREG(st.st_mode))
-        return fail(err, errlen, SL_EDATA, "state store %s is not a regular file", path);
+        return sl_errf(err, errlen, SL_EDATA, "state store %s is not a regular file", path);
     /* LMDB would make an empty (truncated) file a new store. */
     if (exists && st.st_size < 2 * 4096)
-        return fail(err, errlen, SL_EDATA, "state store %s is corrupt: %lld bytes, shorter than an LMDB header",
+        return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: %lld bytes, shorter than an LMDB header",
                     path, (long long)st.st_size);
 
     sl_store_t *s = calloc(1, sizeof *s);
     if (!s)
-        return fail(err, errlen, -ENOMEM, "state store: out of memory");
+        return sl_errf(err, errlen, -ENOMEM, "state store: out of memory");
     s->is_new = !exists;
     s->num_tables = o.num_tables;
     s->map_bytes = o.map_bytes;
@@ -244,14 +232,14 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
     if (rc == 0)
         rc = mdb_env_set_mapsize(s->env, o.map_bytes);
     if (rc) {
-        rc = fail(err, errlen, code_of(rc), "state store %s: %s", path, mdb_strerror(rc));
+        rc = sl_errf(err, errlen, code_of(rc), "state store %s: %s", path, mdb_strerror(rc));
         goto fail;
     }
     /* MDB_NOTLS: transactions are not tied to threads; the default sync
      * mode: a commit returns once it is on disk. */
     rc = mdb_env_open(s->env, path, MDB_NOSUBDIR | MDB_NOTLS, 0600);
     if (rc) {
-        rc = fail(err, errlen, code_of(rc), "state store %s cannot be opened: %s", path, mdb_strerror(rc));
+        rc = sl_errf(err, errlen, code_of(rc), "state store %s cannot be opened: %s", path, mdb_strerror(rc));
         goto fail;
     }
     if (!s->is_new) {
@@ -333,7 +321,7 @@ int sl_store_commit(sl_store_txn_t *t, char *err, size_t errlen)
     int rc = mdb_txn_commit(t->txn);
     s->in_txn = false;
     if (rc)
-        return fail(err, errlen, code_of(rc), "state store: commit failed: %s%s", mdb_strerror(rc),
+        return sl_errf(err, errlen, code_of(rc), "state store: commit failed: %s%s", mdb_strerror(rc),
                     rc == MDB_MAP_FULL ? " (raise the store's size limit)" : "");
     s->commits++;
     return 0;

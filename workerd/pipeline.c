@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "errbuf.h"
 #include "iter.h"
 
 /*
@@ -169,19 +170,6 @@ void sl__iter_destroy(sl_iter_t *it)
     }
 }
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -300,16 +288,16 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     if (opts && (opts->sharding == SL_SHARDING_FILE_OR_DATA || !sl_sharding_name(opts->sharding))) {
         /* The dispatcher resolves FILE_OR_DATA to FILE or DATA per job. */
         const char *name = sl_sharding_name(opts->sharding);
-        return fail(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is resolved by the dispatcher, not run",
+        return sl_errf(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is resolved by the dispatcher, not run",
                     name ? name : "(invalid)");
     }
     if (opts && (opts->sharding == SL_SHARDING_FILE || opts->sharding == SL_SHARDING_DATA ||
                  opts->sharding == SL_SHARDING_HINT) &&
         (opts->num_workers == 0 || opts->worker_index >= opts->num_workers))
-        return fail(err, errlen, SL_EINVAL, "pipeline: worker index %u is not below the %u workers of %s sharding",
+        return sl_errf(err, errlen, SL_EINVAL, "pipeline: worker index %u is not below the %u workers of %s sharding",
                     opts->worker_index, opts->num_workers, sl_sharding_name(opts->sharding));
     if (opts && opts->sharding == SL_SHARDING_DYNAMIC && !opts->splits.next_split)
-        return fail(err, errlen, SL_EINVAL, "pipeline: DYNAMIC sharding needs a split source");
+        return sl_errf(err, errlen, SL_EINVAL, "pipeline: DYNAMIC sharding needs a split source");
 
     p = calloc(1, sizeof *p);
     if (!p)
@@ -332,7 +320,7 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     case SL_SOURCE_TEXT_LINES:
     case SL_SOURCE_FIXED_LENGTH_RECORDS: rc = sl__source_files_create(spec, &p->ctx, label, &it); break;
     default:
-        rc = fail(err, errlen, SL_EINTERNAL, "pipeline: source kind %d has no iterator", (int)src->kind);
+        rc = sl_errf(err, errlen, SL_EINTERNAL, "pipeline: source kind %d has no iterator", (int)src->kind);
         goto fail;
     }
     if (rc < 0)
@@ -347,7 +335,7 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
         const sl_spec_op_t *op = sl_spec_op(spec, i);
         sl_iter_t *next = NULL;
         if ((unsigned)op->kind >= SL_OP_COUNT_ || !op_create[op->kind]) {
-            rc = fail(err, errlen, SL_EINTERNAL, "pipeline: op kind %d has no iterator", (int)op->kind);
+            rc = sl_errf(err, errlen, SL_EINTERNAL, "pipeline: op kind %d has no iterator", (int)op->kind);
             goto fail;
         }
         snprintf(label, sizeof label, "ops[%d] (%s)", i, sl_spec_op_name(op->kind));
@@ -384,9 +372,9 @@ nomem:
 failed:
     /* A constructor says why it failed in errmsg; without memory it may not. */
     if (p && p->ctx.errmsg[0])
-        fail(err, errlen, rc, "%s", p->ctx.errmsg);
+        sl_errf(err, errlen, rc, "%s", p->ctx.errmsg);
     else
-        fail(err, errlen, rc, "pipeline: %s", rc == -ENOMEM ? "out of memory" : sl_strerror(rc));
+        sl_errf(err, errlen, rc, "pipeline: %s", rc == -ENOMEM ? "out of memory" : sl_strerror(rc));
 fail:
     sl__iter_destroy(it);
     if (p) {

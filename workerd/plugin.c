@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "errbuf.h"
 #include "sluice.h"
 
 _Static_assert((int)SLUICE_DTYPE_BOOL == (int)SL_DTYPE_BOOL && (int)SLUICE_DTYPE_INT64 == (int)SL_DTYPE_INT64 &&
@@ -41,24 +42,11 @@ struct sl_plugins {
     struct loaded loaded[SL_PLUGINS_MAX];
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 int sl_plugins_create(const char *const *dirs, int n, sl_plugins_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (n < 1 || n > SL_PLUGINS_MAX_DIRS)
-        return fail(err, errlen, SL_EINVAL, "--plugin-dir: 1 to %d directories, got %d", SL_PLUGINS_MAX_DIRS, n);
+        return sl_errf(err, errlen, SL_EINVAL, "--plugin-dir: 1 to %d directories, got %d", SL_PLUGINS_MAX_DIRS, n);
     sl_plugins_t *reg = calloc(1, sizeof *reg);
     if (!reg)
         return -ENOMEM;
@@ -67,11 +55,11 @@ int sl_plugins_create(const char *const *dirs, int n, sl_plugins_t **out, char *
         if (!realpath(dirs[i], reg->dirs[i])) {
             int e = errno;
             free(reg);
-            return fail(err, errlen, -e, "--plugin-dir %s: %s", dirs[i], strerror(e));
+            return sl_errf(err, errlen, -e, "--plugin-dir %s: %s", dirs[i], strerror(e));
         }
         if (stat(reg->dirs[i], &st) < 0 || !S_ISDIR(st.st_mode)) {
             free(reg);
-            return fail(err, errlen, -ENOTDIR, "--plugin-dir %s: not a directory", dirs[i]);
+            return sl_errf(err, errlen, -ENOTDIR, "--plugin-dir %s: not a directory", dirs[i]);
         }
     }
     reg->num_dirs = n;
@@ -104,7 +92,7 @@ static int resolve(sl_plugins_t *reg, const char *file, char *real, char *err, s
 {
     char cand[PATH_MAX + 256];
     if (!file[0] || strchr(file, '/') || strstr(file, ".."))
-        return fail(err, errlen, SL_EINVAL, "plugin \"%s\": must be a file name in a --plugin-dir (no '/', no \"..\")",
+        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": must be a file name in a --plugin-dir (no '/', no \"..\")",
                     file);
     for (int i = 0; i < reg->num_dirs; i++) {
         snprintf(cand, sizeof cand, "%s/%s", reg->dirs[i], file);
@@ -112,19 +100,19 @@ static int resolve(sl_plugins_t *reg, const char *file, char *real, char *err, s
         if (lstat(cand, &st) < 0)
             continue;
         if (!realpath(cand, real))
-            return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s: %s", file, cand, strerror(errno));
+            return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s: %s", file, cand, strerror(errno));
         if (!inside(reg->dirs[i], real))
-            return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s resolves to %s, outside the --plugin-dir %s",
+            return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s resolves to %s, outside the --plugin-dir %s",
                         file, cand, real, reg->dirs[i]);
         if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
-            return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s is not a regular file", file, real);
+            return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s is not a regular file", file, real);
         return 0;
     }
     size_t o = 0;
     char where[1024] = "";
     for (int i = 0; i < reg->num_dirs && o < sizeof where; i++)
         o += (size_t)snprintf(where + o, sizeof where - o, "%s%s/%s", i ? ", " : "", reg->dirs[i], file);
-    return fail(err, errlen, SL_EINVAL, "plugin \"%s\": not found (looked for %s)", file, where);
+    return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": not found (looked for %s)", file, where);
 }
 
 /* Loads the plugin at real (resolved) unless loaded; called under mu. */
@@ -138,11 +126,11 @@ static int load(sl_plugins_t *reg, const char *file, const char *real, const slu
         }
     }
     if (reg->num_loaded == SL_PLUGINS_MAX)
-        return fail(err, errlen, SL_EINVAL, "plugin \"%s\": at most %d plugins can be loaded", file, SL_PLUGINS_MAX);
+        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": at most %d plugins can be loaded", file, SL_PLUGINS_MAX);
     void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        return fail(err, errlen, SL_EINVAL, "plugin \"%s\": cannot load %s: %s", file, real, why ? why : "dlopen failed");
+        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": cannot load %s: %s", file, real, why ? why : "dlopen failed");
     }
     sluice_plugin_entry_fn entry;
     /* POSIX lets a data pointer carry a function's address; dlsym returns one. */
@@ -151,14 +139,14 @@ static int load(sl_plugins_t *reg, const char *file, const char *real, const slu
     const sluice_plugin_t *t = sym ? entry() : NULL;
     if (!sym || !t) {
         dlclose(h);
-        return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s %s", file, real,
+        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s %s", file, real,
                     sym ? "returned no table from " SLUICE_PLUGIN_ENTRY "()"
                         : "does not export " SLUICE_PLUGIN_ENTRY " (see sluice_plugin.h)");
     }
     if (t->abi_version != SLUICE_PLUGIN_ABI_VERSION) {
         unsigned v = t->abi_version;
         dlclose(h);
-        return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s has ABI version %u, this worker takes version %u", file,
+        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s has ABI version %u, this worker takes version %u", file,
                     real, v, SLUICE_PLUGIN_ABI_VERSION);
     }
     struct loaded *l = &reg->loaded[reg->num_loaded++];
@@ -176,7 +164,7 @@ int sl_plugins_find(sl_plugins_t *reg, const char *file, const char *function, i
     const sluice_plugin_t *t = NULL;
     *out = NULL;
     if (!reg)
-        return fail(err, errlen, SL_EINVAL,
+        return sl_errf(err, errlen, SL_EINVAL,
                     "plugin \"%s\": this worker loads no plugins (start sluice-workerd with --plugin-dir DIR)", file);
     int rc = resolve(reg, file, real, err, errlen);
     if (rc < 0)
@@ -192,10 +180,10 @@ int sl_plugins_find(sl_plugins_t *reg, const char *file, const char *function, i
         if (!f->name || strcmp(f->name, function) != 0)
             continue;
         if (f->kind != kind || (kind == SLUICE_PLUGIN_MAP ? !f->map : !f->filter))
-            return fail(err, errlen, SL_EINVAL, "plugin \"%s\": function \"%s\" in %s is not a %s function", file,
+            return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": function \"%s\" in %s is not a %s function", file,
                         function, real, want);
         *out = f;
         return 0;
     }
-    return fail(err, errlen, SL_EINVAL, "plugin \"%s\": %s has no function \"%s\"", file, real, function);
+    return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s has no function \"%s\"", file, real, function);
 }
