@@ -149,9 +149,9 @@ static int check_and_sweep(sl_cachedb_t *db, char *err, size_t errlen)
         if (st.ms_entries > 0) {
             mdb_txn_abort(txn);
             return sl_errf(err, errlen, SL_EDATA,
-                        "cache %s: holds an LMDB database that this worker did not write (no format number); "
-                        "remove it or give another --cache-dir",
-                        db->dir);
+                           "cache %s: holds an LMDB database that this worker did not write (no format number); "
+                           "remove it or give another --cache-dir",
+                           db->dir);
         }
         uint32_t f = SL_CACHEDB_FORMAT;
         fv = val_of(&f, sizeof f);
@@ -172,9 +172,9 @@ static int check_and_sweep(sl_cachedb_t *db, char *err, size_t errlen)
     if (fv.mv_size != sizeof f || f != SL_CACHEDB_FORMAT) {
         mdb_txn_abort(txn);
         return sl_errf(err, errlen, SL_EDATA,
-                    "cache %s: has format %" PRIu32 ", this worker writes format %u; remove it or give another "
-                    "--cache-dir",
-                    db->dir, f, SL_CACHEDB_FORMAT);
+                       "cache %s: has format %" PRIu32 ", this worker writes format %u; remove it or give another "
+                       "--cache-dir",
+                       db->dir, f, SL_CACHEDB_FORMAT);
     }
 
     /* Sweep: the records of each entry that has no marker. */
@@ -255,7 +255,7 @@ int sl_cachedb_open(const char *dir, size_t map_bytes, sl_cachedb_t **out, char 
         rc = mdb_env_open(db->env, dir, MDB_NOTLS, 0600);
     if (rc != 0) {
         rc = sl_errf(err, errlen, translate(rc), "cache %s: cannot open it as an LMDB environment: %s", dir,
-                  mdb_strerror(rc));
+                     mdb_strerror(rc));
         goto fail;
     }
     rc = check_and_sweep(db, err, errlen);
@@ -395,8 +395,9 @@ static int flush(sl_cachedb_writer_t *w, bool last, char *err, size_t errlen)
         mdb_txn_abort(txn);
     if (rc != 0) {
         if (rc == MDB_MAP_FULL)
-            return sl_errf(err, errlen, -ENOSPC, "cache %s: full (--cache-disk-mb) after %" PRIu64 " records of entry %s",
-                        db->dir, w->committed, w->key);
+            return sl_errf(err, errlen, -ENOSPC,
+                           "cache %s: full (--cache-disk-mb) after %" PRIu64 " records of entry %s",
+                           db->dir, w->committed, w->key);
         return lmdb_fail(db, rc, "cannot write records", err, errlen);
     }
     w->committed += w->pending_records;
@@ -515,7 +516,7 @@ int sl_cachedb_reader_next(sl_cachedb_reader_t *r, const void **data, size_t *le
     int rc = mdb_get(r->txn, r->db->dbi, &mk, &mv);
     if (rc == MDB_NOTFOUND)
         return sl_errf(err, errlen, SL_EDATA, "cache %s: entry %s lacks record %" PRIu64 " of %" PRIu64, r->db->dir,
-                    r->key, r->next, r->count);
+                       r->key, r->next, r->count);
     if (rc != 0)
         return lmdb_fail(r->db, rc, "cannot read a record", err, errlen);
     r->next++;

@@ -82,7 +82,7 @@ static int check_writable(const char *dir, char *err, size_t errlen)
     unlink(probe);
     if (bad)
         return sl_errf(err, errlen, e == ENOSPC ? -ENOSPC : -EIO, "work dir %s: cannot write a file: %s", dir,
-                    strerror(e));
+                       strerror(e));
     return 0;
 }
 
@@ -96,8 +96,8 @@ static int check_free(const char *dir, size_t min_free, char *err, size_t errlen
     uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     if (avail < min_free)
         return sl_errf(err, errlen, -ENOSPC,
-                    "work dir %s is full: %" PRIu64 " bytes free, the state store needs at least %zu", dir, avail,
-                    min_free);
+                       "work dir %s is full: %" PRIu64 " bytes free, the state store needs at least %zu", dir, avail,
+                       min_free);
     return 0;
 }
 
@@ -115,23 +115,23 @@ static int check_meta(sl_store_t *s, const char *path, char *err, size_t errlen)
     if (rc || v.mv_size != strlen(SL_STORE_MAGIC) || memcmp(v.mv_data, SL_STORE_MAGIC, v.mv_size) != 0) {
         mdb_txn_abort(txn);
         return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt or not a sluice state store: %s", path,
-                    rc ? mdb_strerror(rc) : "wrong magic record");
+                       rc ? mdb_strerror(rc) : "wrong magic record");
     }
     k = (MDB_val){strlen("format"), "format"};
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc || v.mv_size != 4) {
         mdb_txn_abort(txn);
         return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: %s", path,
-                    rc ? "no format record" : "a format record of the wrong size");
+                       rc ? "no format record" : "a format record of the wrong size");
     }
     const uint8_t *b = v.mv_data;
     uint32_t format = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
     mdb_txn_abort(txn);
     if (format > SL_STORE_FORMAT)
         return sl_errf(err, errlen, SL_EVERSION,
-                    "state store %s was written by a newer format version %" PRIu32
-                    " (this build reads up to version %d); use a newer sluice-dispatcher or another --work-dir",
-                    path, format, SL_STORE_FORMAT);
+                       "state store %s was written by a newer format version %" PRIu32
+                       " (this build reads up to version %d); use a newer sluice-dispatcher or another --work-dir",
+                       path, format, SL_STORE_FORMAT);
     if (format == 0)
         return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: format version 0", path);
     return 0;
@@ -182,7 +182,7 @@ static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path
     if (rc) {
         mdb_txn_abort(txn);
         return sl_errf(err, errlen, code_of(rc), "state store %s %s: %s", path,
-                    s->is_new ? "cannot be created" : "is corrupt", mdb_strerror(rc));
+                       s->is_new ? "cannot be created" : "is corrupt", mdb_strerror(rc));
     }
     rc = mdb_txn_commit(txn);
     if (rc)
@@ -218,7 +218,7 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
     /* LMDB would make an empty (truncated) file a new store. */
     if (exists && st.st_size < 2 * 4096)
         return sl_errf(err, errlen, SL_EDATA, "state store %s is corrupt: %lld bytes, shorter than an LMDB header",
-                    path, (long long)st.st_size);
+                       path, (long long)st.st_size);
 
     sl_store_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -322,7 +322,7 @@ int sl_store_commit(sl_store_txn_t *t, char *err, size_t errlen)
     s->in_txn = false;
     if (rc)
         return sl_errf(err, errlen, code_of(rc), "state store: commit failed: %s%s", mdb_strerror(rc),
-                    rc == MDB_MAP_FULL ? " (raise the store's size limit)" : "");
+                       rc == MDB_MAP_FULL ? " (raise the store's size limit)" : "");
     s->commits++;
     return 0;
 }

@@ -289,13 +289,13 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
         /* The dispatcher resolves FILE_OR_DATA to FILE or DATA per job. */
         const char *name = sl_sharding_name(opts->sharding);
         return sl_errf(err, errlen, SL_EINVAL, "pipeline: sharding policy %s is resolved by the dispatcher, not run",
-                    name ? name : "(invalid)");
+                       name ? name : "(invalid)");
     }
     if (opts && (opts->sharding == SL_SHARDING_FILE || opts->sharding == SL_SHARDING_DATA ||
                  opts->sharding == SL_SHARDING_HINT) &&
         (opts->num_workers == 0 || opts->worker_index >= opts->num_workers))
         return sl_errf(err, errlen, SL_EINVAL, "pipeline: worker index %u is not below the %u workers of %s sharding",
-                    opts->worker_index, opts->num_workers, sl_sharding_name(opts->sharding));
+                       opts->worker_index, opts->num_workers, sl_sharding_name(opts->sharding));
     if (opts && opts->sharding == SL_SHARDING_DYNAMIC && !opts->splits.next_split)
         return sl_errf(err, errlen, SL_EINVAL, "pipeline: DYNAMIC sharding needs a split source");
 

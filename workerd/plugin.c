@@ -92,8 +92,9 @@ static int resolve(sl_plugins_t *reg, const char *file, char *real, char *err, s
 {
     char cand[PATH_MAX + 256];
     if (!file[0] || strchr(file, '/') || strstr(file, ".."))
-        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": must be a file name in a --plugin-dir (no '/', no \"..\")",
-                    file);
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "plugin \"%s\": must be a file name in a --plugin-dir (no '/', no \"..\")",
+                       file);
     for (int i = 0; i < reg->num_dirs; i++) {
         snprintf(cand, sizeof cand, "%s/%s", reg->dirs[i], file);
         struct stat st;
@@ -103,7 +104,7 @@ static int resolve(sl_plugins_t *reg, const char *file, char *real, char *err, s
             return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s: %s", file, cand, strerror(errno));
         if (!inside(reg->dirs[i], real))
             return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s resolves to %s, outside the --plugin-dir %s",
-                        file, cand, real, reg->dirs[i]);
+                           file, cand, real, reg->dirs[i]);
         if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
             return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s is not a regular file", file, real);
         return 0;
@@ -130,7 +131,8 @@ static int load(sl_plugins_t *reg, const char *file, const char *real, const slu
     void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": cannot load %s: %s", file, real, why ? why : "dlopen failed");
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "plugin \"%s\": cannot load %s: %s", file, real, why ? why : "dlopen failed");
     }
     sluice_plugin_entry_fn entry;
     /* POSIX lets a data pointer carry a function's address; dlsym returns one. */
@@ -140,14 +142,15 @@ static int load(sl_plugins_t *reg, const char *file, const char *real, const slu
     if (!sym || !t) {
         dlclose(h);
         return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s %s", file, real,
-                    sym ? "returned no table from " SLUICE_PLUGIN_ENTRY "()"
+                       sym ? "returned no table from " SLUICE_PLUGIN_ENTRY "()"
                         : "does not export " SLUICE_PLUGIN_ENTRY " (see sluice_plugin.h)");
     }
     if (t->abi_version != SLUICE_PLUGIN_ABI_VERSION) {
         unsigned v = t->abi_version;
         dlclose(h);
-        return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": %s has ABI version %u, this worker takes version %u", file,
-                    real, v, SLUICE_PLUGIN_ABI_VERSION);
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "plugin \"%s\": %s has ABI version %u, this worker takes version %u", file,
+                       real, v, SLUICE_PLUGIN_ABI_VERSION);
     }
     struct loaded *l = &reg->loaded[reg->num_loaded++];
     snprintf(l->path, sizeof l->path, "%s", real);
@@ -165,7 +168,8 @@ int sl_plugins_find(sl_plugins_t *reg, const char *file, const char *function, i
     *out = NULL;
     if (!reg)
         return sl_errf(err, errlen, SL_EINVAL,
-                    "plugin \"%s\": this worker loads no plugins (start sluice-workerd with --plugin-dir DIR)", file);
+                       "plugin \"%s\": this worker loads no plugins (start sluice-workerd with --plugin-dir DIR)",
+                       file);
     int rc = resolve(reg, file, real, err, errlen);
     if (rc < 0)
         return rc;
@@ -181,7 +185,7 @@ int sl_plugins_find(sl_plugins_t *reg, const char *file, const char *function, i
             continue;
         if (f->kind != kind || (kind == SLUICE_PLUGIN_MAP ? !f->map : !f->filter))
             return sl_errf(err, errlen, SL_EINVAL, "plugin \"%s\": function \"%s\" in %s is not a %s function", file,
-                        function, real, want);
+                           function, real, want);
         *out = f;
         return 0;
     }
