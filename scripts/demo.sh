@@ -25,14 +25,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts a daemon in the background and waits for its listening line.
+# Starts a daemon in the background, waits for its listening line and
+# sets $port. Not to be called in $(...): the daemon must be a child of
+# this shell, for the cleanup and the wait below.
 start() {
   local name=$1; shift
   "$@" >"$var/$name.out" 2>"$var/$name.log" &
   pids+=($!)
   for _ in $(seq 1 200); do
     if grep -q 'listening port=' "$var/$name.out"; then
-      sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$var/$name.out"
+      port=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$var/$name.out")
       return
     fi
     kill -0 "${pids[-1]}" 2>/dev/null || { echo "demo: $name failed:"; cat "$var/$name.log"; exit 1; }
@@ -41,10 +43,12 @@ start() {
   echo "demo: $name did not start"; exit 1
 }
 
-dport=$(start dispatcher "$build/dispatcher/sluice-dispatcher" --port 0 --admin-port 0 --work-dir "$var/dispatcher")
+start dispatcher "$build/dispatcher/sluice-dispatcher" --port 0 --admin-port 0 --work-dir "$var/dispatcher"
+dport=$port
 echo "demo: dispatcher on 127.0.0.1:$dport"
 for i in 1 2; do
-  wport=$(start "worker$i" "$build/workerd/sluice-workerd" --dispatcher "127.0.0.1:$dport" --port 0 --admin-port 0)
+  start "worker$i" "$build/workerd/sluice-workerd" --dispatcher "127.0.0.1:$dport" --port 0 --admin-port 0
+  wport=$port
   echo "demo: worker $i on 127.0.0.1:$wport"
 done
 
