@@ -139,7 +139,8 @@ static int job_cancel(struct evhttp_request *req, const char *rest, json_t **bod
     char why[300];
     snprintf(why, sizeof why, "%s", r ? json_string_value(r) : reason);
     json_decref(in);
-    int rc = sl_dstate_job_cancel(arg, id, why, err, sizeof err);
+    sl_dstate_t *st = sl_dserver_state(arg);
+    int rc = sl_dstate_job_cancel(st, id, why, err, sizeof err);
     if (rc == SL_ENOTFOUND) {
         *body = sl_admin_error("%s", err);
         return 404;
@@ -148,8 +149,12 @@ static int job_cancel(struct evhttp_request *req, const char *rest, json_t **bod
         *body = sl_admin_error("%s", err);
         return 409;
     }
+    if (sl_dserver_commit(arg, err, sizeof err) < 0) {
+        *body = sl_admin_error("the cancellation was not stored, the job is not cancelled: %s", err);
+        return 503;
+    }
     sl_log_info("job %" PRIu64 " cancelled through the admin endpoint: %s", id, why);
-    *body = sl_dstate_job_json(arg, id, sl_now_ms());
+    *body = sl_dstate_job_json(st, id, sl_now_ms());
     return 200;
 }
 
@@ -171,9 +176,13 @@ static int worker_drain(struct evhttp_request *req, const char *rest, json_t **b
     char *decoded = evhttp_uridecode(raw, 0, NULL);
     snprintf(address, sizeof address, "%s", decoded ? decoded : raw);
     free(decoded);
-    if (sl_dstate_worker_drain(arg, address, err, sizeof err) < 0) {
+    if (sl_dstate_worker_drain(sl_dserver_state(arg), address, err, sizeof err) < 0) {
         *body = sl_admin_error("%s", err);
         return 404;
+    }
+    if (sl_dserver_commit(arg, err, sizeof err) < 0) {
+        *body = sl_admin_error("the drain was not stored, the worker is not draining: %s", err);
+        return 503;
     }
     *body = json_pack("{s:s,s:s}", "address", address, "state", "DRAINING");
     return 200;
@@ -207,8 +216,9 @@ static int status_page(struct evhttp_request *req, const char *rest, json_t **bo
     return 0;
 }
 
-int sl_dadmin_register(sl_admin_t *a, sl_dstate_t *st)
+int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
 {
+    sl_dstate_t *st = sl_dserver_state(srv);
     m_workers = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_workers", NULL, "Live workers.", NULL, 0);
     m_jobs = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_jobs_running", NULL, "Running jobs.", NULL, 0);
     m_datasets = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_datasets", NULL, "Registered datasets.",
@@ -219,11 +229,11 @@ int sl_dadmin_register(sl_admin_t *a, sl_dstate_t *st)
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/readyz", readyz, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/metrics", metrics, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/workers", workers, st);
-    rc |= sl_admin_route(a, EVHTTP_REQ_POST, "/v1/workers/", worker_drain, st);
+    rc |= sl_admin_route(a, EVHTTP_REQ_POST, "/v1/workers/", worker_drain, srv);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/datasets", datasets, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/datasets/", dataset, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs", jobs, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs/", job, st);
-    rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/jobs/", job_cancel, st);
+    rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/jobs/", job_cancel, srv);
     return rc ? SL_ETOOBIG : 0;
 }

@@ -5,9 +5,11 @@
 #define SL_DADMIN_H
 
 #include "admin.h"
-#include "state.h"
+#include "server.h"
 
-/** Routes every dispatcher endpoint of a to st. @return 0 or SL_ETOOBIG */
-int sl_dadmin_register(sl_admin_t *a, sl_dstate_t *st);
+/** Routes every dispatcher endpoint of a to the server's state; the
+ *  endpoints that change it commit before they answer.
+ *  @return 0 or SL_ETOOBIG */
+int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv);
 
 #endif

@@ -19,6 +19,7 @@
 #include "server.h"
 #include "state.h"
 #include "confine.h"
+#include "persist.h"
 #include "store.h"
 #include "workdir.h"
 
@@ -233,8 +234,9 @@ int main(int argc, char **argv)
     /* The state store is opened and checked at start, so that a work dir
      * the dispatcher must not use (unwritable, full, corrupt, of a newer
      * format) is refused before it serves; docs/fault-tolerance.md. */
-    static const char *const tables[] = {"datasets", "jobs", "workers", "splits"};
-    sl_store_opts_t so = {.tables = tables, .num_tables = 4};
+    int num_tables;
+    const char *const *tables = sl_dpersist_tables(&num_tables);
+    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables};
     if (sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
@@ -252,7 +254,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: out of memory\n", program);
         goto out;
     }
-    if (sl_dserver_start(base, st, o.bind, (uint16_t)o.port, &port, &srv, err, sizeof err) < 0 ||
+    /* What the last run committed: its workers, datasets, jobs, leases
+     * and split cursors (docs/fault-tolerance.md). */
+    if (sl_dpersist_load(st, store, sl_now_ms(), err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    if (sl_dserver_start(base, st, store, o.bind, (uint16_t)o.port, &port, &srv, err, sizeof err) < 0 ||
         sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
@@ -265,7 +273,7 @@ int main(int argc, char **argv)
         }
         sl_admin_set_token(admin, token);
     }
-    sl_dadmin_register(admin, st);
+    sl_dadmin_register(admin, srv);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
         fprintf(stderr, "%s: out of memory\n", program);
         goto out;
@@ -276,7 +284,7 @@ int main(int argc, char **argv)
     sl_log_info("serving on %s:%u, admin on %s:%u, work dir %s", o.bind, port, o.admin_bind, admin_port,
                 sl_workdir_path(wd));
     event_base_dispatch(base);
-    status = SL_EXIT_OK;
+    status = sl_dserver_failed(srv) ? SL_EXIT_FAILURE : SL_EXIT_OK;
 out:
     for (int i = 0; i < 2; i++)
         if (sigs[i])

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "persist.h"
 #include "policy.h"
 #include "spec.h"
 
@@ -26,6 +27,7 @@ struct dconn {
     sl_dserver_t *srv;
     sl_conn_t *conn;
     uint64_t worker_id; /* the worker registered over this connection, 0 if none */
+    bool corked;        /* its answers wait for the next commit */
     struct dconn *prev, *next;
 };
 
@@ -34,7 +36,10 @@ struct sl_dserver {
     sl_dstate_t *st;
     struct evconnlistener *listener;
     struct event *tick;
+    struct event *commit; /* activated by the first request of a loop pass */
     struct dconn *conns;
+    sl_store_t *store;
+    bool failed; /* the store failed and could not be reloaded */
 };
 
 int64_t sl_now_ms(void)
@@ -55,7 +60,7 @@ static void dconn_unlink(struct dconn *dc)
     free(dc);
 }
 
-static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_splits;
+static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_splits, *m_commits, *m_commit_failures;
 
 static void metrics_init(void)
 {
@@ -73,6 +78,63 @@ static void metrics_init(void)
                                    "Requests answered with an error frame.", NULL, 0);
     m_splits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_splits_handed_out_total", NULL,
                                   "DYNAMIC splits handed out.", NULL, 0);
+    m_commits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commits_total", NULL,
+                                   "Commits of state changes to the state store (one per group).", NULL, 0);
+    m_commit_failures = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commit_failures_total",
+                                           NULL, "Commits that failed; their answers were not sent.", NULL, 0);
+}
+
+int sl_dserver_commit(sl_dserver_t *srv, char *err, size_t errlen)
+{
+    if (!srv->store || !sl_dpersist_dirty(srv->st))
+        return 0;
+    int rc = sl_dpersist_save(srv->st, srv->store, err, errlen);
+    if (rc == 0) {
+        sl_metric_add(m_commits, 1);
+        return 0;
+    }
+    sl_metric_add(m_commit_failures, 1);
+    sl_log_error("%s: the changes since the last commit are dropped and the state is reloaded", err);
+    char rerr[512];
+    if (sl_dpersist_reload(srv->st, srv->store, sl_now_ms(), rerr, sizeof rerr) < 0) {
+        sl_log_error("%s: stopping", rerr);
+        srv->failed = true;
+        event_base_loopbreak(srv->base);
+    }
+    return rc;
+}
+
+sl_dstate_t *sl_dserver_state(sl_dserver_t *srv)
+{
+    return srv->st;
+}
+
+int sl_dserver_failed(const sl_dserver_t *srv)
+{
+    return srv->failed;
+}
+
+/* Runs once the requests of a loop pass are handled: one commit for all
+ * of them, then their answers go out; after a failed commit none do. */
+static void on_commit(evutil_socket_t fd, short what, void *arg)
+{
+    sl_dserver_t *srv = arg;
+    (void)fd;
+    (void)what;
+    char err[512];
+    bool ok = sl_dserver_commit(srv, err, sizeof err) == 0;
+    for (struct dconn *dc = srv->conns, *next; dc; dc = next) {
+        next = dc->next;
+        if (!dc->corked)
+            continue;
+        dc->corked = false;
+        if (ok) {
+            sl_conn_uncork(dc->conn);
+        } else {
+            sl_conn_close(dc->conn);
+            dconn_unlink(dc);
+        }
+    }
 }
 
 /* Answers a request: resp of type, or an error frame when rc < 0. */
@@ -97,6 +159,15 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     int rc;
     sl_role_t role = sl_conn_peer_role(c);
     sl_metric_add(m_requests[hdr->type], 1);
+    if (!dc->corked && dc->srv->store) {
+        if (sl_conn_cork(c) < 0) {
+            sl_conn_fail(c, -ENOMEM, "out of memory");
+            free(payload);
+            return;
+        }
+        dc->corked = true;
+        event_active(dc->srv->commit, EV_TIMEOUT, 0);
+    }
 
     switch (hdr->type) {
     case SL_MSG_WORKER_REGISTER_REQ: {
@@ -253,9 +324,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sl_dstate_tick(srv->st, sl_now_ms());
+    char err[512];
+    sl_dserver_commit(srv, err, sizeof err); /* logged there; nobody waits for an answer */
 }
 
-int sl_dserver_start(struct event_base *base, sl_dstate_t *st, const char *host, uint16_t port,
+int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, const char *host, uint16_t port,
                      uint16_t *bound_port, sl_dserver_t **out, char *err, size_t errlen)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -265,6 +338,7 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, const char *host,
         return -ENOMEM;
     srv->base = base;
     srv->st = st;
+    srv->store = store;
     int fd = -1;
     int rc = sl_listen_tcp(host, port, &fd, bound_port, err, errlen);
     if (rc < 0)
@@ -279,7 +353,8 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, const char *host,
     evconnlistener_set_error_cb(srv->listener, on_accept_error);
     srv->tick = event_new(base, -1, EV_PERSIST, on_tick, srv);
     struct timeval tv = {0, TICK_MS * 1000};
-    if (!srv->tick || event_add(srv->tick, &tv) < 0) {
+    srv->commit = event_new(base, -1, 0, on_commit, srv);
+    if (!srv->tick || !srv->commit || event_add(srv->tick, &tv) < 0) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -301,6 +376,8 @@ void sl_dserver_free(sl_dserver_t *srv)
     }
     if (srv->tick)
         event_free(srv->tick);
+    if (srv->commit)
+        event_free(srv->commit);
     if (srv->listener)
         evconnlistener_free(srv->listener);
     free(srv);

@@ -25,6 +25,7 @@
  *                 either round when it learns of it (docs/sharding.md).
  */
 #include "state.h"
+#include "state_types.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -42,93 +43,8 @@
 #include "policy.h"
 #include "spec.h"
 
-enum worker_state { WORKER_LIVE, WORKER_LOST };
-enum task_state { TASK_ASSIGNED, TASK_RUNNING, TASK_DONE, TASK_FAILED, TASK_LOST };
-
 static const char *task_state_names[] = {"ASSIGNED", "RUNNING", "DONE", "FAILED", "LOST"};
 static const char *job_state_names[] = {"RUNNING", "FINISHED", "CANCELLED", "FAILED"};
-
-struct worker {
-    uint64_t id;
-    char address[128];
-    enum worker_state state;
-    bool draining; /* no new tasks or splits (POST /v1/workers/{address}/drain) */
-    int64_t joined;
-    int64_t last_seen;
-};
-
-struct dataset {
-    uint64_t id;
-    char fingerprint[17];
-    char *canonical;
-    int64_t cardinality;
-    /* File sources: the files and their record counts, split by file.
-     * Other sources count as one file of cardinality elements. */
-    sl_file_list_t files;
-    uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
-    int hint_op;         /* the first shard op with num_shards "hint", or -1 */
-    bool infinite;       /* the pipeline never ends (coordinated reads need it) */
-};
-
-struct task {
-    uint64_t id;
-    uint64_t worker_id;
-    char worker_address[128];
-    enum task_state state;
-    uint32_t worker_index;
-    /* As the worker last reported them. */
-    uint64_t batches, elements, bytes;
-    int64_t reported_at;
-    double bytes_per_s; /* smoothed over heartbeats */
-    uint64_t start_round, end_round; /* coordinated reads; end_round 0: none */
-};
-
-struct client {
-    uint64_t id;
-    int64_t last_seen;
-    uint32_t consumer_index;   /* coordinated reads */
-    uint64_t round;            /* the next round it asks for, as it last said */
-    sl_target_workers_t target;
-    char host[64];             /* its IP address as the dispatcher sees it */
-};
-
-struct job {
-    uint64_t id;
-    char name[129];
-    struct dataset *dataset;
-    sl_sharding_t sharding;
-    sl_sharding_t effective; /* what the tasks run: FILE_OR_DATA resolved to FILE or DATA */
-    uint32_t num_consumers;  /* > 0: coordinated reads */
-    uint64_t round_horizon;  /* coordinated reads: the largest round a consumer was allowed */
-    bool started;            /* the tasks of its creation are made: later ones join mid-job */
-    sl_job_state_t state;
-    char error[512];
-    struct task *tasks;
-    unsigned num_tasks, cap_tasks;
-    struct client *clients;
-    unsigned num_clients, cap_clients;
-    int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
-    int64_t created;
-    /* DYNAMIC split cursor. */
-    uint64_t split_epoch;
-    uint32_t split_file; /* the file split_next counts in */
-    uint64_t split_next; /* first element (record) of split_file not yet handed out */
-    uint64_t split_seq;  /* split ids, unique within the job */
-    uint64_t split_epoch_handed; /* splits handed out in split_epoch */
-};
-
-struct sl_dstate {
-    sl_dstate_config_t cfg;
-    uint64_t next_id; /* ids of every kind come from one counter */
-    struct worker *workers;
-    unsigned num_workers, cap_workers;
-    struct dataset **datasets; /* each its own allocation: jobs point at them */
-    unsigned num_datasets, cap_datasets;
-    struct job **jobs; /* oldest first */
-    unsigned num_jobs, cap_jobs;
-    char (*addresses)[128]; /* --worker-addresses, in order */
-    unsigned num_addresses;
-};
 
 void sl_dstate_config_init(sl_dstate_config_t *cfg)
 {
@@ -162,6 +78,19 @@ static int grow(void *arr, unsigned *cap, unsigned num, size_t elem)
     return 0;
 }
 
+/* Queues the deletion of a stored record for the next commit. The queue is
+ * bounded by what one request can remove (a job and its tasks' hand-outs,
+ * the lost workers forgotten at one registration); on out of memory the
+ * record stays in the store and is dropped again at the next load. */
+static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
+{
+    if (grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
+        sl_log_warn("out of memory: stored record %" PRIu64 " stays until the next restart", key);
+        return;
+    }
+    st->dels[st->num_dels++] = (struct sl_ddel){table, key};
+}
+
 sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
 {
     sl_dstate_t *st = calloc(1, sizeof *st);
@@ -191,7 +120,7 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
         st->cfg.round_lookahead = 1;
     if (st->cfg.split_size == 0)
         st->cfg.split_size = 1; /* an empty split would never move the cursor */
-    st->next_id = 1;
+    st->next_id = st->saved_next_id = 1;
     return st;
 }
 
@@ -202,15 +131,16 @@ const sl_dstate_config_t *sl_dstate_config(const sl_dstate_t *st)
 
 static void job_free(struct job *j)
 {
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        free(j->tasks[k].last_splits);
     free(j->tasks);
     free(j->clients);
     free(j);
 }
 
-void sl_dstate_free(sl_dstate_t *st)
+/* Frees what st holds, keeping its configuration. */
+static void dstate_clear(sl_dstate_t *st)
 {
-    if (!st)
-        return;
     for (unsigned i = 0; i < st->num_datasets; i++) {
         free(st->datasets[i]->canonical);
         sl_file_list_clear(&st->datasets[i]->files);
@@ -219,9 +149,31 @@ void sl_dstate_free(sl_dstate_t *st)
     for (unsigned i = 0; i < st->num_jobs; i++)
         job_free(st->jobs[i]);
     free(st->workers);
-    free(st->addresses);
+    free(st->dels);
     free(st->datasets);
     free(st->jobs);
+}
+
+void sl_dstate_reset(sl_dstate_t *st)
+{
+    dstate_clear(st);
+    st->workers = NULL;
+    st->num_workers = st->cap_workers = 0;
+    st->dels = NULL;
+    st->num_dels = st->cap_dels = 0;
+    st->datasets = NULL;
+    st->num_datasets = st->cap_datasets = 0;
+    st->jobs = NULL;
+    st->num_jobs = st->cap_jobs = 0;
+    st->next_id = st->saved_next_id = 1;
+}
+
+void sl_dstate_free(sl_dstate_t *st)
+{
+    if (!st)
+        return;
+    dstate_clear(st);
+    free(st->addresses);
     free(st);
 }
 
@@ -335,6 +287,7 @@ static void task_set_state(struct job *j, struct task *t, enum task_state next)
     sl_log_debug("job %" PRIu64 " task %" PRIu64 ": %s -> %s", j->id, t->id, task_state_names[t->state],
                  task_state_names[next]);
     t->state = next;
+    j->dirty = true;
 }
 
 static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
@@ -343,6 +296,7 @@ static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
     if (j->state != SL_JOB_RUNNING)
         return;
     j->state = next;
+    j->dirty = true;
     if (why)
         snprintf(j->error, sizeof j->error, "%s", why);
     sl_log_info("job %" PRIu64 "%s%s%s %s%s%s", j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "",
@@ -419,6 +373,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
         t->start_round = j->round_horizon + 1;
     snprintf(t->worker_address, sizeof t->worker_address, "%s", w->address);
     j->num_tasks++;
+    j->dirty = true;
     return 0;
 }
 
@@ -427,6 +382,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
     if (w->state == WORKER_LOST)
         return;
     w->state = WORKER_LOST;
+    w->dirty = true;
     sl_log_warn("worker %" PRIu64 " at %s lost: %s", w->id, w->address, why);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
@@ -466,9 +422,12 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
     /* Lost workers are forgotten once the table is full of them. */
     if (st->num_workers >= st->cfg.max_workers) {
         unsigned k = 0;
-        for (unsigned i = 0; i < st->num_workers; i++)
+        for (unsigned i = 0; i < st->num_workers; i++) {
             if (st->workers[i].state == WORKER_LIVE)
                 st->workers[k++] = st->workers[i];
+            else
+                queue_del(st, SL_DT_WORKERS, st->workers[i].id);
+        }
         st->num_workers = k;
     }
     if (grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
@@ -476,7 +435,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         return -ENOMEM;
     }
     struct worker *w = &st->workers[st->num_workers++];
-    *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .joined = now, .last_seen = now};
+    *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .joined = now, .last_seen = now, .dirty = true};
     snprintf(w->address, sizeof w->address, "%s", address);
     *worker_id = w->id;
     sl_log_info("worker %" PRIu64 " joined from %s", w->id, w->address);
@@ -604,6 +563,7 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         d->cardinality = (int64_t)files.total;
     d->hint_op = sl_policy_hint_op(spec);
     d->infinite = sl_policy_infinite(spec, d->cardinality);
+    d->dirty = true;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
     *fingerprint = d->fingerprint;
@@ -635,6 +595,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
                          .target = (sl_target_workers_t)req->target_workers};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
     *client_id = c->id;
+    j->dirty = true;
     return 0;
 }
 
@@ -645,7 +606,13 @@ static int jobs_make_room(sl_dstate_t *st)
         return grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         if (st->jobs[i]->state != SL_JOB_RUNNING) {
-            job_free(st->jobs[i]);
+            struct job *old = st->jobs[i];
+            queue_del(st, SL_DT_JOBS, old->id);
+            queue_del(st, SL_DT_CURSORS, old->id);
+            for (unsigned k = 0; k < old->num_tasks; k++)
+                if (old->tasks[k].last_splits)
+                    queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
+            job_free(old);
             memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
             st->num_jobs--;
             return 0;
@@ -844,6 +811,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         }
     }
     j->started = true;
+    j->dirty = true;
+    j->cursor_dirty = true;
     st->jobs[st->num_jobs++] = j;
     /* A finished job's name starts a new job: one more pass over the data,
      * as a new tf.data iteration of the same job name does. */
@@ -882,6 +851,7 @@ static struct client *job_find_client(struct job *j, uint64_t client_id)
 static void job_remove_client(struct job *j, struct client *c, int64_t now)
 {
     *c = j->clients[--j->num_clients];
+    j->dirty = true;
     if (j->num_clients == 0)
         j->idle_since = now;
 }
@@ -906,9 +876,13 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */
+        if (c->round != req->round)
+            j->dirty = true;
         c->round = req->round;
-        if (req->round + st->cfg.round_lookahead > j->round_horizon)
+        if (req->round + st->cfg.round_lookahead > j->round_horizon) {
             j->round_horizon = req->round + st->cfg.round_lookahead;
+            j->dirty = true;
+        }
         resp->round_horizon = j->round_horizon;
     }
     for (unsigned k = 0; k < j->num_tasks; k++) {
@@ -955,6 +929,18 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
         return SL_EINVAL;
     }
+    /* A worker that did not get our answer (we or the connection died)
+     * asks again with the same request_seq: it gets the same splits, so a
+     * split is never handed out without reaching its worker. */
+    if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
+        if (req->request_seq == t->split_req_seq && t->last_splits) {
+            *resp = *t->last_splits;
+            return 0;
+        }
+        snprintf(err, errlen, "task %" PRIu64 " asked for splits with request_seq %" PRIu64 ", older than its last "
+                 "answered request %" PRIu64, t->id, req->request_seq, t->split_req_seq);
+        return SL_EINVAL;
+    }
     const struct dataset *d = j->dataset;
     uint32_t nfiles = dataset_num_files(d);
     resp->epoch = req->epoch;
@@ -970,6 +956,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         return 0;
     }
     if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
+        j->cursor_dirty = true;
         j->split_epoch++;
         j->split_file = 0;
         j->split_next = 0;
@@ -978,6 +965,10 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
                  j->id, j->split_epoch, t->id, req->epoch);
         return SL_EINVAL;
+    }
+    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
     }
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > sizeof resp->splits / sizeof resp->splits[0])
@@ -988,9 +979,11 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         if (j->split_next >= total) {
             j->split_file++;
             j->split_next = 0;
+            j->cursor_dirty = true;
             continue;
         }
         sluice_Split *s = &resp->splits[resp->splits_count++];
+        j->cursor_dirty = true;
         s->split_id = j->split_seq++;
         s->file_index = j->split_file;
         s->begin = j->split_next;
@@ -1003,8 +996,14 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     while (j->split_file < nfiles && j->split_next >= dataset_file_records(d, j->split_file)) {
         j->split_file++;
         j->split_next = 0;
+        j->cursor_dirty = true;
     }
     resp->end_of_epoch = resp->splits_count == 0;
+    if (req->request_seq != 0 && resp->splits_count > 0) {
+        *t->last_splits = *resp;
+        t->split_req_seq = req->request_seq;
+        t->handout_dirty = true;
+    }
     return 0;
 }
 
@@ -1069,6 +1068,7 @@ int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size
             if (!w->draining)
                 sl_log_info("worker %" PRIu64 " at %s draining: no new tasks or splits", w->id, w->address);
             w->draining = true;
+            w->dirty = true;
             return 0;
         }
     }

@@ -46,6 +46,10 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg);
 
 void sl_dstate_free(sl_dstate_t *st);
 
+/** Drops every worker, dataset and job (the configuration stays): what a
+ *  reload from the state store starts from (persist.h). */
+void sl_dstate_reset(sl_dstate_t *st);
+
 /** @return the state's configuration */
 const sl_dstate_config_t *sl_dstate_config(const sl_dstate_t *st);
 

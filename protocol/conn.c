@@ -53,6 +53,7 @@ struct sl_conn {
     int fail_code;      /* DRAINING: the code on_close will get */
     char fail_why[512]; /* DRAINING: the reason on_close will get */
     char peer_addr[80];
+    struct evbuffer *held; /* corked: frames wait here (sl_conn_cork) */
 };
 
 static const char *state_names[] = {"HANDSHAKE", "OPEN", "DRAINING", "DEAD"};
@@ -67,6 +68,8 @@ static void set_state(sl_conn_t *c, enum conn_state next)
 
 static void conn_free(sl_conn_t *c)
 {
+    if (c->held)
+        evbuffer_free(c->held);
     if (c->bev)
         bufferevent_free(c->bev);
     free(c);
@@ -395,7 +398,9 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
     rc = sl_frame_encode(type, request_id, msg, (uint32_t)payload_len, buf, sizeof buf, &len);
     if (rc < 0)
         goto fail;
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    /* Error frames of a failing connection are not held: it closes once
+     * its output is written. */
+    struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : bufferevent_get_output(c->bev);
     if (evbuffer_add(out, buf, len) < 0) {
         rc = -ENOMEM;
         goto fail;
@@ -443,6 +448,24 @@ void sl_conn_close(sl_conn_t *c)
     c->depth++;
     conn_die(c, false, 0, NULL);
     leave(c);
+}
+
+int sl_conn_cork(sl_conn_t *c)
+{
+    if (!c->held && !(c->held = evbuffer_new()))
+        return -ENOMEM;
+    return 0;
+}
+
+void sl_conn_uncork(sl_conn_t *c)
+{
+    if (!c->held)
+        return;
+    struct evbuffer *held = c->held;
+    c->held = NULL;
+    if (c->state == CONN_OPEN && evbuffer_get_length(held) > 0)
+        evbuffer_add_buffer(bufferevent_get_output(c->bev), held);
+    evbuffer_free(held);
 }
 
 size_t sl_conn_pending(const sl_conn_t *c)

@@ -78,6 +78,18 @@ void sl_conn_fail(sl_conn_t *c, int code, const char *fmt, ...) __attribute__((f
 void sl_conn_close(sl_conn_t *c);
 
 /** @return bytes queued for sending and not yet written */
+/**
+ * Corks the connection: frames sent from now on are held, not written,
+ * until sl_conn_uncork() (the dispatcher holds its answers until their
+ * changes are committed). A connection that fails or closes meanwhile
+ * drops what it held.
+ * @return 0 or -ENOMEM
+ */
+int sl_conn_cork(sl_conn_t *c);
+
+/** Writes what the cork held, in order, and sends directly again. */
+void sl_conn_uncork(sl_conn_t *c);
+
 size_t sl_conn_pending(const sl_conn_t *c);
 
 /** @return the peer's role (after the handshake) */

@@ -62,6 +62,7 @@ struct sl_task {
     bool epoch_exhausted;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only */
+    uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* Counters for the status. */
     uint64_t batches, elements, bytes;
     uint64_t produced;
@@ -379,8 +380,9 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         out->num_stages = sl_pipeline_op_stats(t->pipeline, out->stages, SL_TASK_MAX_STAGES);
 }
 
-bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max)
+bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t *seq)
 {
+    *seq = t->split_seq + 1;
     if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out)
         return false;
     bool want = false;
@@ -399,6 +401,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max)
 void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
 {
     t->split_request_out = false;
+    t->split_seq++;
     pthread_mutex_lock(&t->mu);
     /* An answer for an epoch the pipeline has left is stale. It cannot hold
      * splits: the dispatcher ends an epoch only when none is left. */

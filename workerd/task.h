@@ -118,10 +118,13 @@ void sl_task_info(sl_task_t *task, sl_task_info_t *out);
  * DYNAMIC: whether the task wants more splits now.
  * @param[out] epoch the epoch to ask for
  * @param[out] max how many to ask for
+ * @param[out] seq the request's request_seq: one more than the last answered
+ *             request's, the same again after a failed request, so that the
+ *             dispatcher answers a repeated request with the same splits
  * @return true when a request should go out; the caller then calls
  *         sl_task_splits_arrived() or sl_task_splits_failed() exactly once
  */
-bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max);
+bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq);
 
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);

@@ -184,7 +184,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
 {
     uint64_t epoch;
     uint32_t max;
-    if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max))
+    uint64_t seq;
+    if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max, &seq))
         return;
     struct outstanding *o = expect_answer(w, SL_MSG_GET_SPLIT_REQ);
     if (!o) {
@@ -192,7 +193,7 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
         return;
     }
     o->task_id = sl_task_id(wt->task);
-    sluice_GetSplitRequest req = {.task_id = o->task_id, .epoch = epoch, .max_splits = max};
+    sluice_GetSplitRequest req = {.task_id = o->task_id, .epoch = epoch, .max_splits = max, .request_seq = seq};
     send_request(w, o, &req);
 }
 

@@ -1,0 +1,610 @@
+/*
+ * persist.c: see persist.h.
+ *
+ * Records (key: the id as 8 big-endian bytes, so tables read in creation
+ * order; value: a JSON object):
+ *   datasets  {spec, fingerprint, cardinality, split_size, hint_op, infinite, files: [[path, records]...]}
+ *   workers   {address, lost, draining}
+ *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
+ *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
+ *              clients: [{id, consumer_index, round, target, host}...]}
+ *   cursors   per job: {epoch, file, next, seq, handed}
+ *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
+ *             end]...]}
+ *   meta      "next_id": 8 big-endian bytes
+ * Enums are stored as their numbers and checked at load. The file list of
+ * a dataset is stored, not expanded again, so the (file, record range)
+ * numbering of splits handed out before a restart keeps its meaning.
+ */
+#include "persist.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "errbuf.h"
+#include "log.h"
+#include "state_types.h"
+
+static const char *const table_names[SL_DT_COUNT_] = {"datasets", "jobs", "workers", "splits", "handouts",
+                                                      "dispatcher"};
+
+const char *const *sl_dpersist_tables(int *n)
+{
+    *n = SL_DT_COUNT_;
+    return table_names;
+}
+
+static void key_of(uint64_t id, uint8_t key[8])
+{
+    for (int i = 7; i >= 0; i--, id >>= 8)
+        key[i] = (uint8_t)id;
+}
+
+static uint64_t id_of(const void *key, size_t klen)
+{
+    const uint8_t *k = key;
+    uint64_t id = 0;
+    for (size_t i = 0; i < klen && i < 8; i++)
+        id = id << 8 | k[i];
+    return klen == 8 ? id : 0;
+}
+
+/* ---- encoding ---- */
+
+static json_t *dataset_record(const struct dataset *d)
+{
+    json_t *files = json_array();
+    for (int f = 0; f < d->files.num_files; f++)
+        json_array_append_new(files, json_pack("[s,I]", d->files.paths[f], (json_int_t)d->files.records[f]));
+    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o}", "spec", d->canonical, "fingerprint", d->fingerprint,
+                     "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size, "hint_op",
+                     d->hint_op, "infinite", d->infinite, "files", files);
+}
+
+static json_t *worker_record(const struct worker *w)
+{
+    return json_pack("{s:s,s:b,s:b}", "address", w->address, "lost", w->state == WORKER_LOST, "draining",
+                     w->draining);
+}
+
+static json_t *job_record(const struct job *j)
+{
+    json_t *tasks = json_array(), *clients = json_array();
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        json_array_append_new(tasks, json_pack("{s:I,s:I,s:s,s:i,s:i,s:I,s:I}", "id", (json_int_t)t->id, "worker",
+                                               (json_int_t)t->worker_id, "address", t->worker_address, "state",
+                                               (int)t->state, "index", (int)t->worker_index, "start_round",
+                                               (json_int_t)t->start_round, "end_round", (json_int_t)t->end_round));
+    }
+    for (unsigned k = 0; k < j->num_clients; k++) {
+        const struct client *c = &j->clients[k];
+        json_array_append_new(clients, json_pack("{s:I,s:i,s:I,s:i,s:s}", "id", (json_int_t)c->id, "consumer_index",
+                                                 (int)c->consumer_index, "round", (json_int_t)c->round, "target",
+                                                 (int)c->target, "host", c->host));
+    }
+    return json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o}", "name", j->name, "dataset",
+                     (json_int_t)j->dataset->id, "sharding", (int)j->sharding, "effective", (int)j->effective,
+                     "num_consumers", (int)j->num_consumers, "round_horizon", (json_int_t)j->round_horizon, "state",
+                     (int)j->state, "error", j->error, "tasks", tasks, "clients", clients);
+}
+
+static json_t *cursor_record(const struct job *j)
+{
+    return json_pack("{s:I,s:i,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch, "file", (int)j->split_file,
+                     "next", (json_int_t)j->split_next, "seq", (json_int_t)j->split_seq, "handed",
+                     (json_int_t)j->split_epoch_handed);
+}
+
+static json_t *handout_record(const struct task *t)
+{
+    const sluice_GetSplitResponse *r = t->last_splits;
+    json_t *splits = json_array();
+    for (pb_size_t i = 0; i < r->splits_count; i++)
+        json_array_append_new(splits, json_pack("[I,i,I,I]", (json_int_t)r->splits[i].split_id,
+                                                (int)r->splits[i].file_index, (json_int_t)r->splits[i].begin,
+                                                (json_int_t)r->splits[i].end));
+    return json_pack("{s:I,s:I,s:b,s:b,s:o}", "seq", (json_int_t)t->split_req_seq, "epoch", (json_int_t)r->epoch,
+                     "end_of_epoch", r->end_of_epoch, "finished", r->finished, "splits", splits);
+}
+
+/* Writes one record; rec is consumed. */
+static int put_json(sl_store_txn_t *txn, enum sl_dtable table, uint64_t id, json_t *rec)
+{
+    if (!rec)
+        return -ENOMEM;
+    char *text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    if (!text)
+        return -ENOMEM;
+    uint8_t key[8];
+    key_of(id, key);
+    int rc = sl_store_put(txn, table, key, sizeof key, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+bool sl_dpersist_dirty(const sl_dstate_t *st)
+{
+    if (st->num_dels > 0 || st->next_id != st->saved_next_id)
+        return true;
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        if (st->datasets[i]->dirty)
+            return true;
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].dirty)
+            return true;
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        const struct job *j = st->jobs[i];
+        if (j->dirty || j->cursor_dirty)
+            return true;
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            if (j->tasks[k].handout_dirty)
+                return true;
+    }
+    return false;
+}
+
+static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
+{
+    int rc = 0;
+    for (unsigned i = 0; i < st->num_dels && rc == 0; i++) {
+        uint8_t key[8];
+        key_of(st->dels[i].key, key);
+        rc = sl_store_del(txn, st->dels[i].table, key, sizeof key);
+    }
+    for (unsigned i = 0; i < st->num_datasets && rc == 0; i++)
+        if (st->datasets[i]->dirty)
+            rc = put_json(txn, SL_DT_DATASETS, st->datasets[i]->id, dataset_record(st->datasets[i]));
+    for (unsigned i = 0; i < st->num_workers && rc == 0; i++)
+        if (st->workers[i].dirty)
+            rc = put_json(txn, SL_DT_WORKERS, st->workers[i].id, worker_record(&st->workers[i]));
+    for (unsigned i = 0; i < st->num_jobs && rc == 0; i++) {
+        const struct job *j = st->jobs[i];
+        if (j->dirty)
+            rc = put_json(txn, SL_DT_JOBS, j->id, job_record(j));
+        if (j->cursor_dirty && rc == 0)
+            rc = put_json(txn, SL_DT_CURSORS, j->id, cursor_record(j));
+        for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
+            if (j->tasks[k].handout_dirty)
+                rc = put_json(txn, SL_DT_HANDOUTS, j->tasks[k].id, handout_record(&j->tasks[k]));
+    }
+    if (rc == 0 && st->next_id != st->saved_next_id) {
+        uint8_t val[8];
+        key_of(st->next_id, val);
+        rc = sl_store_put(txn, SL_DT_META, "next_id", 7, val, sizeof val);
+    }
+    return rc;
+}
+
+static void clear_dirty(sl_dstate_t *st)
+{
+    st->num_dels = 0;
+    st->saved_next_id = st->next_id;
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        st->datasets[i]->dirty = false;
+    for (unsigned i = 0; i < st->num_workers; i++)
+        st->workers[i].dirty = false;
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        j->dirty = j->cursor_dirty = false;
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            j->tasks[k].handout_dirty = false;
+    }
+}
+
+int sl_dpersist_save(sl_dstate_t *st, sl_store_t *store, char *err, size_t errlen)
+{
+    if (!sl_dpersist_dirty(st))
+        return 0;
+    sl_store_txn_t *txn = NULL;
+    int rc = sl_store_begin(store, &txn);
+    if (rc < 0)
+        return sl_errf(err, errlen, rc, "state store: cannot begin a transaction: %s", sl_strerror(rc));
+    rc = write_dirty(st, txn);
+    if (rc < 0) {
+        sl_store_abort(txn);
+        return sl_errf(err, errlen, rc, "state store: cannot write the changes: %s", sl_strerror(rc));
+    }
+    rc = sl_store_commit(txn, err, errlen);
+    if (rc == 0)
+        clear_dirty(st);
+    return rc;
+}
+
+/* ---- decoding ---- */
+
+struct load {
+    sl_dstate_t *st;
+    int64_t now;
+    const char *table;
+    char *err;
+    size_t errlen;
+};
+
+static int bad(struct load *l, uint64_t id, const char *what)
+{
+    return sl_errf(l->err, l->errlen, SL_EDATA, "state store: %s record %" PRIu64 ": %s", l->table, id, what);
+}
+
+/* Parses a record's JSON; *out is NULL and the error set on failure. */
+static int parse(struct load *l, const void *key, size_t klen, const void *val, size_t vlen, uint64_t *id,
+                 json_t **out)
+{
+    json_error_t je;
+    *id = id_of(key, klen);
+    *out = NULL;
+    if (*id == 0)
+        return bad(l, 0, "a key that is not an id");
+    *out = json_loadb(val, vlen, 0, &je);
+    if (!*out || !json_is_object(*out)) {
+        char what[300];
+        snprintf(what, sizeof what, "not a JSON object: %s", *out ? "another type" : je.text);
+        json_decref(*out);
+        *out = NULL;
+        return bad(l, *id, what);
+    }
+    return 0;
+}
+
+static int unpack_failed(struct load *l, uint64_t id, json_t *rec, const json_error_t *je)
+{
+    json_decref(rec);
+    char what[300];
+    snprintf(what, sizeof what, "%s", je->text);
+    return bad(l, id, what);
+}
+
+static int grow_ptrs(void *arr, unsigned *cap, unsigned num, size_t elem)
+{
+    if (num < *cap)
+        return 0;
+    unsigned ncap = *cap ? *cap * 2 : 8;
+    void *p = realloc(*(void **)arr, (size_t)ncap * elem);
+    if (!p)
+        return -ENOMEM;
+    *(void **)arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+static int load_dataset(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    sl_dstate_t *st = l->st;
+    uint64_t id;
+    json_t *rec, *files;
+    int rc = parse(l, key, klen, val, vlen, &id, &rec);
+    if (rc < 0)
+        return rc;
+    const char *spec, *fp;
+    json_int_t card, split_size;
+    int hint_op, infinite;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:s,s:I,s:I,s:i,s:b,s:o}", "spec", &spec, "fingerprint", &fp,
+                       "cardinality", &card, "split_size", &split_size, "hint_op", &hint_op, "infinite", &infinite,
+                       "files", &files) < 0)
+        return unpack_failed(l, id, rec, &je);
+    if (!json_is_array(files) || split_size <= 0 || strlen(fp) >= sizeof ((struct dataset *)0)->fingerprint) {
+        json_decref(rec);
+        return bad(l, id, "files, split_size or fingerprint out of range");
+    }
+    struct dataset *d = calloc(1, sizeof *d);
+    size_t nfiles = json_array_size(files);
+    if (!d || grow_ptrs(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0)
+        goto nomem;
+    st->datasets[st->num_datasets++] = d;
+    *d = (struct dataset){.id = id, .cardinality = card, .split_size = (uint64_t)split_size, .hint_op = hint_op,
+                          .infinite = infinite};
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    if (!(d->canonical = strdup(spec)))
+        goto nomem_in;
+    if (nfiles > 0) {
+        d->files.paths = calloc(nfiles, sizeof *d->files.paths);
+        d->files.records = calloc(nfiles, sizeof *d->files.records);
+        if (!d->files.paths || !d->files.records)
+            goto nomem_in;
+        for (size_t f = 0; f < nfiles; f++) {
+            const char *path;
+            json_int_t n;
+            if (json_unpack(json_array_get(files, f), "[s,I]", &path, &n) < 0 || n < 0) {
+                json_decref(rec);
+                return bad(l, id, "files: each entry must be [path, records]");
+            }
+            if (!(d->files.paths[f] = strdup(path)))
+                goto nomem_in;
+            d->files.num_files = (int)f + 1;
+            d->files.records[f] = (uint64_t)n;
+            d->files.total += (uint64_t)n;
+        }
+    }
+    json_decref(rec);
+    return 0;
+nomem:
+    free(d);
+nomem_in:
+    json_decref(rec);
+    return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+}
+
+static int load_worker(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    sl_dstate_t *st = l->st;
+    uint64_t id;
+    json_t *rec;
+    int rc = parse(l, key, klen, val, vlen, &id, &rec);
+    if (rc < 0)
+        return rc;
+    const char *address;
+    int lost, draining;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s:b}", "address", &address, "lost", &lost, "draining",
+                       &draining) < 0)
+        return unpack_failed(l, id, rec, &je);
+    if (grow_ptrs(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
+        json_decref(rec);
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+    }
+    struct worker *w = &st->workers[st->num_workers++];
+    *w = (struct worker){.id = id, .state = lost ? WORKER_LOST : WORKER_LIVE, .draining = draining,
+                         .joined = l->now, .last_seen = l->now};
+    snprintf(w->address, sizeof w->address, "%s", address);
+    json_decref(rec);
+    return 0;
+}
+
+static struct dataset *dataset_by_id(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        if (st->datasets[i]->id == id)
+            return st->datasets[i];
+    return NULL;
+}
+
+static struct job *job_by_id(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->id == id)
+            return st->jobs[i];
+    return NULL;
+}
+
+static int load_tasks(struct load *l, struct job *j, json_t *tasks)
+{
+    size_t n = json_array_size(tasks);
+    if (n == 0)
+        return 0;
+    if (!(j->tasks = calloc(n, sizeof *j->tasks)))
+        return -ENOMEM;
+    j->cap_tasks = (unsigned)n;
+    for (size_t k = 0; k < n; k++) {
+        json_int_t id, worker, start, end;
+        int state, index;
+        const char *address;
+        json_error_t je;
+        if (json_unpack_ex(json_array_get(tasks, k), &je, JSON_STRICT, "{s:I,s:I,s:s,s:i,s:i,s:I,s:I}", "id", &id,
+                           "worker", &worker, "address", &address, "state", &state, "index", &index, "start_round",
+                           &start, "end_round", &end) < 0 ||
+            state < TASK_ASSIGNED || state > TASK_LOST || index < 0)
+            return bad(l, j->id, "tasks: a task with missing or out-of-range fields");
+        struct task *t = &j->tasks[j->num_tasks++];
+        *t = (struct task){.id = (uint64_t)id, .worker_id = (uint64_t)worker, .state = (enum task_state)state,
+                           .worker_index = (uint32_t)index, .start_round = (uint64_t)start,
+                           .end_round = (uint64_t)end};
+        snprintf(t->worker_address, sizeof t->worker_address, "%s", address);
+    }
+    return 0;
+}
+
+static int load_clients(struct load *l, struct job *j, json_t *clients)
+{
+    size_t n = json_array_size(clients);
+    if (n == 0)
+        return 0;
+    if (!(j->clients = calloc(n, sizeof *j->clients)))
+        return -ENOMEM;
+    j->cap_clients = (unsigned)n;
+    for (size_t k = 0; k < n; k++) {
+        json_int_t id, round;
+        int index, target;
+        const char *host;
+        json_error_t je;
+        if (json_unpack_ex(json_array_get(clients, k), &je, JSON_STRICT, "{s:I,s:i,s:I,s:i,s:s}", "id", &id,
+                           "consumer_index", &index, "round", &round, "target", &target, "host", &host) < 0 ||
+            index < 0 || target < 0 || target >= SL_TARGET_COUNT_)
+            return bad(l, j->id, "clients: a client with missing or out-of-range fields");
+        struct client *c = &j->clients[j->num_clients++];
+        *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .consumer_index = (uint32_t)index,
+                             .round = (uint64_t)round, .target = (sl_target_workers_t)target};
+        snprintf(c->host, sizeof c->host, "%s", host);
+    }
+    return 0;
+}
+
+static int load_job(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    sl_dstate_t *st = l->st;
+    uint64_t id;
+    json_t *rec, *tasks, *clients;
+    int rc = parse(l, key, klen, val, vlen, &id, &rec);
+    if (rc < 0)
+        return rc;
+    const char *name, *error;
+    json_int_t dataset, horizon;
+    int sharding, effective, consumers, state;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o}", "name", &name, "dataset",
+                       &dataset, "sharding", &sharding, "effective", &effective, "num_consumers", &consumers,
+                       "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks, "clients",
+                       &clients) < 0)
+        return unpack_failed(l, id, rec, &je);
+    struct dataset *d = dataset_by_id(st, (uint64_t)dataset);
+    if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
+        state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
+        !json_is_array(clients)) {
+        json_decref(rec);
+        return bad(l, id, d ? "a field out of range" : "its dataset is not in the store");
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j || grow_ptrs(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs) < 0) {
+        free(j);
+        json_decref(rec);
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+    }
+    st->jobs[st->num_jobs++] = j;
+    *j = (struct job){.id = id, .dataset = d, .sharding = (sl_sharding_t)sharding,
+                      .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
+                      .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
+                      .idle_since = l->now, .created = l->now};
+    snprintf(j->name, sizeof j->name, "%s", name);
+    snprintf(j->error, sizeof j->error, "%s", error);
+    rc = load_tasks(l, j, tasks);
+    if (rc == 0)
+        rc = load_clients(l, j, clients);
+    json_decref(rec);
+    if (rc == -ENOMEM)
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+    return rc;
+}
+
+static int load_cursor(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    uint64_t id;
+    json_t *rec;
+    int rc = parse(l, key, klen, val, vlen, &id, &rec);
+    if (rc < 0)
+        return rc;
+    json_int_t epoch, next, seq, handed;
+    int file;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:I,s:i,s:I,s:I,s:I}", "epoch", &epoch, "file", &file, "next",
+                       &next, "seq", &seq, "handed", &handed) < 0)
+        return unpack_failed(l, id, rec, &je);
+    json_decref(rec);
+    struct job *j = job_by_id(l->st, id);
+    if (!j || file < 0)
+        return bad(l, id, j ? "file out of range" : "its job is not in the store");
+    j->split_epoch = (uint64_t)epoch;
+    j->split_file = (uint32_t)file;
+    j->split_next = (uint64_t)next;
+    j->split_seq = (uint64_t)seq;
+    j->split_epoch_handed = (uint64_t)handed;
+    return 0;
+}
+
+static struct task *task_by_id(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        for (unsigned k = 0; k < st->jobs[i]->num_tasks; k++)
+            if (st->jobs[i]->tasks[k].id == id)
+                return &st->jobs[i]->tasks[k];
+    return NULL;
+}
+
+static int load_handout(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    uint64_t id;
+    json_t *rec, *splits;
+    int rc = parse(l, key, klen, val, vlen, &id, &rec);
+    if (rc < 0)
+        return rc;
+    json_int_t seq, epoch;
+    int eoe, finished;
+    json_error_t je;
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:I,s:I,s:b,s:b,s:o}", "seq", &seq, "epoch", &epoch,
+                       "end_of_epoch", &eoe, "finished", &finished, "splits", &splits) < 0)
+        return unpack_failed(l, id, rec, &je);
+    struct task *t = task_by_id(l->st, id);
+    sluice_GetSplitResponse *r = t ? calloc(1, sizeof *r) : NULL;
+    size_t max = sizeof r->splits / sizeof r->splits[0];
+    if (!t || !r || !json_is_array(splits) || json_array_size(splits) > max) {
+        free(r);
+        json_decref(rec);
+        return t && r == NULL ? sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store")
+                              : bad(l, id, t ? "splits out of range" : "its task is not in the store");
+    }
+    r->epoch = (uint64_t)epoch;
+    r->end_of_epoch = eoe;
+    r->finished = finished;
+    for (size_t i = 0; i < json_array_size(splits); i++) {
+        json_int_t sid, begin, end;
+        int file;
+        if (json_unpack(json_array_get(splits, i), "[I,i,I,I]", &sid, &file, &begin, &end) < 0 || file < 0) {
+            free(r);
+            json_decref(rec);
+            return bad(l, id, "splits: each must be [id, file, begin, end]");
+        }
+        r->splits[r->splits_count++] = (sluice_Split){.split_id = (uint64_t)sid, .file_index = (uint32_t)file,
+                                                      .begin = (uint64_t)begin, .end = (uint64_t)end};
+    }
+    json_decref(rec);
+    free(t->last_splits);
+    t->last_splits = r;
+    t->split_req_seq = (uint64_t)seq;
+    return 0;
+}
+
+static int load_meta(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    if (klen == 7 && memcmp(key, "next_id", 7) == 0) {
+        if (vlen != 8)
+            return sl_errf(l->err, l->errlen, SL_EDATA, "state store: dispatcher record next_id: not 8 bytes");
+        uint64_t next = id_of(val, vlen);
+        if (next > l->st->next_id)
+            l->st->next_id = next;
+    }
+    return 0;
+}
+
+int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen)
+{
+    struct load l = {.st = st, .now = now, .err = err, .errlen = errlen};
+    static const struct {
+        enum sl_dtable table;
+        sl_store_visit_fn fn;
+    } order[] = {{SL_DT_DATASETS, load_dataset}, {SL_DT_WORKERS, load_worker}, {SL_DT_JOBS, load_job},
+                 {SL_DT_CURSORS, load_cursor},   {SL_DT_HANDOUTS, load_handout}, {SL_DT_META, load_meta}};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        l.table = table_names[order[i].table];
+        int rc = sl_store_foreach(store, order[i].table, order[i].fn, &l);
+        if (rc < 0)
+            return rc;
+    }
+    /* An id below one already used would name two things. */
+    uint64_t max = 0;
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        max = st->datasets[i]->id > max ? st->datasets[i]->id : max;
+    for (unsigned i = 0; i < st->num_workers; i++)
+        max = st->workers[i].id > max ? st->workers[i].id : max;
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        const struct job *j = st->jobs[i];
+        max = j->id > max ? j->id : max;
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            max = j->tasks[k].id > max ? j->tasks[k].id : max;
+        for (unsigned k = 0; k < j->num_clients; k++)
+            max = j->clients[k].id > max ? j->clients[k].id : max;
+    }
+    if (st->next_id <= max)
+        st->next_id = max + 1;
+    st->saved_next_id = st->next_id;
+    if (st->num_jobs > 0 || st->num_workers > 0)
+        sl_log_info("state store loaded: %u datasets, %u workers, %u jobs", st->num_datasets, st->num_workers,
+                    st->num_jobs);
+    return 0;
+}
+
+int sl_dpersist_reload(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen)
+{
+    sl_dstate_reset(st);
+    return sl_dpersist_load(st, store, now, err, errlen);
+}

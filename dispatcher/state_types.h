@@ -1,0 +1,125 @@
+/*
+ * state_types.h: the dispatcher state's records, shared by the state
+ * machine (state.c) and its durable form (persist.c) only. Everything else
+ * goes through state.h.
+ *
+ * Durability: a change that must survive a restart marks what it changed
+ * dirty (a job, its split cursor, a task's last split hand-out, a worker,
+ * a dataset) or queues a deletion; persist.c writes exactly that in the
+ * next commit. What is not written (heartbeat times, progress counts,
+ * rates) starts afresh at load.
+ */
+#ifndef SL_DSTATE_TYPES_H
+#define SL_DSTATE_TYPES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "files.h"
+#include "state.h"
+
+enum worker_state { WORKER_LIVE, WORKER_LOST };
+enum task_state { TASK_ASSIGNED, TASK_RUNNING, TASK_DONE, TASK_FAILED, TASK_LOST };
+
+/* The store's tables (persist.c names them). */
+enum sl_dtable { SL_DT_DATASETS, SL_DT_JOBS, SL_DT_WORKERS, SL_DT_CURSORS, SL_DT_HANDOUTS, SL_DT_META, SL_DT_COUNT_ };
+
+struct worker {
+    uint64_t id;
+    char address[128];
+    enum worker_state state;
+    bool draining; /* no new tasks or splits (POST /v1/workers/{address}/drain) */
+    int64_t joined;
+    int64_t last_seen;
+    bool dirty;
+};
+
+struct dataset {
+    uint64_t id;
+    char fingerprint[17];
+    char *canonical;
+    int64_t cardinality;
+    /* File sources: the files and their record counts, split by file.
+     * Other sources count as one file of cardinality elements. */
+    sl_file_list_t files;
+    uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
+    int hint_op;         /* the first shard op with num_shards "hint", or -1 */
+    bool infinite;       /* the pipeline never ends (coordinated reads need it) */
+    bool dirty;
+};
+
+struct task {
+    uint64_t id;
+    uint64_t worker_id;
+    char worker_address[128];
+    enum task_state state;
+    uint32_t worker_index;
+    /* As the worker last reported them. */
+    uint64_t batches, elements, bytes;
+    int64_t reported_at;
+    double bytes_per_s; /* smoothed over heartbeats */
+    uint64_t start_round, end_round; /* coordinated reads; end_round 0: none */
+    /* DYNAMIC: the last GetSplit answer, kept (and stored) so that a worker
+     * that asks again with the same request_seq gets the same splits. */
+    uint64_t split_req_seq;
+    sluice_GetSplitResponse *last_splits; /* malloc'd on the first hand-out */
+    bool handout_dirty;
+};
+
+struct client {
+    uint64_t id;
+    int64_t last_seen;
+    uint32_t consumer_index;   /* coordinated reads */
+    uint64_t round;            /* the next round it asks for, as it last said */
+    sl_target_workers_t target;
+    char host[64];             /* its IP address as the dispatcher sees it */
+};
+
+struct job {
+    uint64_t id;
+    char name[129];
+    struct dataset *dataset;
+    sl_sharding_t sharding;
+    sl_sharding_t effective; /* what the tasks run: FILE_OR_DATA resolved to FILE or DATA */
+    uint32_t num_consumers;  /* > 0: coordinated reads */
+    uint64_t round_horizon;  /* coordinated reads: the largest round a consumer was allowed */
+    bool started;            /* the tasks of its creation are made: later ones join mid-job */
+    sl_job_state_t state;
+    char error[512];
+    struct task *tasks;
+    unsigned num_tasks, cap_tasks;
+    struct client *clients;
+    unsigned num_clients, cap_clients;
+    int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
+    int64_t created;
+    /* DYNAMIC split cursor. */
+    uint64_t split_epoch;
+    uint32_t split_file; /* the file split_next counts in */
+    uint64_t split_next; /* first element (record) of split_file not yet handed out */
+    uint64_t split_seq;  /* split ids, unique within the job */
+    uint64_t split_epoch_handed; /* splits handed out in split_epoch */
+    bool dirty;        /* the job record: everything above but the cursor */
+    bool cursor_dirty; /* the split cursor */
+};
+
+struct sl_dstate {
+    sl_dstate_config_t cfg;
+    uint64_t next_id; /* ids of every kind come from one counter */
+    struct worker *workers;
+    unsigned num_workers, cap_workers;
+    struct dataset **datasets; /* each its own allocation: jobs point at them */
+    unsigned num_datasets, cap_datasets;
+    struct job **jobs; /* oldest first */
+    unsigned num_jobs, cap_jobs;
+    char (*addresses)[128]; /* --worker-addresses, in order */
+    unsigned num_addresses;
+    /* Durability (see the top of this file). */
+    uint64_t saved_next_id; /* next_id as last committed */
+    struct sl_ddel {
+        enum sl_dtable table;
+        uint64_t key;
+    } *dels;                /* records to delete in the next commit */
+    unsigned num_dels, cap_dels;
+};
+
+#endif
