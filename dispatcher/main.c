@@ -37,7 +37,7 @@ static void usage(FILE *f)
             "  --bind HOST              protocol address to listen on (default 0.0.0.0)\n"
             "  --admin-bind HOST        admin address to listen on (default 127.0.0.1)\n"
             "  --worker-addresses LIST  H:P,... workers of the static sharding policies\n"
-            "                           (checked, not used yet: off and dynamic only)\n"
+            "                           (their order gives each worker its shard index)\n"
             "  --worker-timeout-ms N    a worker without heartbeat this long is lost (10000)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"

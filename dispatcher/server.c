@@ -177,7 +177,13 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             rc = SL_EINVAL;
             snprintf(err, sizeof err, "worker registration needs a worker role and an address");
         } else {
-            rc = sl_dstate_worker_register(st, req->address, now, &resp.worker_id, err, sizeof err);
+            rc = SL_ENOTFOUND;
+            if (req->worker_id != 0 && sl_dstate_worker_resume(st, req->address, req->worker_id, now) == 0) {
+                resp.worker_id = req->worker_id;
+                rc = 0;
+            }
+            if (rc < 0)
+                rc = sl_dstate_worker_register(st, req->address, now, &resp.worker_id, err, sizeof err);
         }
         if (rc == 0) {
             dc->worker_id = resp.worker_id;

@@ -450,6 +450,16 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
     return 0;
 }
 
+int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worker_id, int64_t now)
+{
+    struct worker *w = find_worker(st, worker_id);
+    if (!w || w->state != WORKER_LIVE || strcmp(w->address, address) != 0)
+        return SL_ENOTFOUND;
+    w->last_seen = now;
+    sl_log_info("worker %" PRIu64 " at %s reconnected", w->id, w->address);
+    return 0;
+}
+
 static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
 {
     for (pb_size_t i = 0; i < req->tasks_count; i++)

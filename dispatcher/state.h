@@ -62,6 +62,14 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
                               char *err, size_t errlen);
 
 /**
+ * A worker that reconnects under the id it had: when that id is a live
+ * worker at the same address (the dispatcher restarted, or the connection
+ * broke), the worker carries on with its tasks.
+ * @return 0, or SL_ENOTFOUND: it must register as a new worker
+ */
+int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worker_id, int64_t now);
+
+/**
  * A worker's heartbeat: takes its task reports and answers the tasks it must
  * start and the tasks it must drop.
  * @return 0, or SL_ENOTFOUND when the worker is unknown or was declared lost

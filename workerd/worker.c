@@ -544,6 +544,7 @@ static void send_register(sl_worker_t *w)
     sluice_WorkerRegisterRequest req = sluice_WorkerRegisterRequest_init_zero;
     snprintf(req.address, sizeof req.address, "%s", w->address);
     req.admin_port = w->cfg.admin_port;
+    req.worker_id = w->worker_id; /* 0 at first; the id to resume with after a reconnect */
     session_set_state(w, SESSION_REGISTERING);
     send_request(w, o, &req);
 }
@@ -598,15 +599,24 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
             event_add(w->retry_register, &(struct timeval){0, RECONNECT_MS * 1000});
             break;
         }
+        uint64_t prev = w->worker_id;
         w->worker_id = ((const sluice_WorkerRegisterResponse *)msg)->worker_id;
         if (((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms)
             w->cfg.heartbeat_ms = (int)((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms;
         session_set_state(w, SESSION_REGISTERED);
-        sl_log_info("registered with dispatcher %s as worker %" PRIu64 " at %s", w->dispatcher, w->worker_id,
-                    w->address);
+        if (prev == w->worker_id)
+            sl_log_info("reconnected to dispatcher %s as worker %" PRIu64 ", keeping its tasks", w->dispatcher,
+                        w->worker_id);
+        else
+            sl_log_info("registered with dispatcher %s as worker %" PRIu64 " at %s", w->dispatcher, w->worker_id,
+                        w->address);
         struct timeval tv = {w->cfg.heartbeat_ms / 1000, (w->cfg.heartbeat_ms % 1000) * 1000};
         event_add(w->heartbeat_timer, &tv);
         send_heartbeat(w);
+        /* Split requests that the lost connection failed are asked again
+         * (with the same request_seq, see task.h). */
+        for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+            fetch_splits(w, wt);
         break;
     case SL_MSG_WORKER_HEARTBEAT_REQ:
         w->heartbeat_out = false;

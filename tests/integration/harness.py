@@ -97,6 +97,20 @@ class Cluster:
         for _ in range(workers):
             self.add_worker(worker_args)
 
+    def restart_dispatcher(self, sig=signal.SIGKILL):
+        """Stops the dispatcher with sig (-9: a crash) and starts it again on the
+        same ports and work dir, as an operator's supervisor would."""
+        old = self.dispatcher
+        if sig == signal.SIGKILL:
+            old.kill()
+        else:
+            old.stop()
+        argv = list(old.argv)
+        argv[argv.index('--port') + 1] = str(old.port)
+        argv[argv.index('--admin-port') + 1] = str(old.admin_port)
+        self.dispatcher = self._start(argv, 'dispatcher%d' % len(self.daemons))
+        return self.dispatcher
+
     def _start(self, argv, name):
         d = Daemon(argv, self.dir, name)
         self.daemons.append(d)

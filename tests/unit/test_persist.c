@@ -1,0 +1,255 @@
+/*
+ * test_persist.c: the dispatcher state's durable form (dispatcher/persist.c)
+ * on a real LMDB store in a temporary dir: what is saved loads back the
+ * same, a split request asked again gets the same splits across a restart,
+ * a failed commit goes back to what was committed, and a damaged record is
+ * refused with its table and id named.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "persist.h"
+#include "sluice.h"
+#include "state.h"
+#include "store.h"
+
+static char dir[64];
+static sl_store_t *store;
+static sl_dstate_t *st, *st2;
+static char err[1024];
+
+static void setup(void)
+{
+    sl_log_init("test_persist", -1);
+    snprintf(dir, sizeof dir, "/tmp/sl-persist-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    sl_dstate_free(st);
+    sl_dstate_free(st2);
+    st = st2 = NULL;
+    sl_store_close(store);
+    store = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(persist, .init = setup, .fini = teardown);
+
+static void open_store(size_t map_bytes)
+{
+    int n;
+    const char *const *tables = sl_dpersist_tables(&n);
+    sl_store_opts_t o = {.tables = tables, .num_tables = n, .map_bytes = map_bytes};
+    cr_assert_eq(sl_store_open(dir, &o, &store, err, sizeof err), 0, "%s", err);
+}
+
+static sl_dstate_t *new_state(void)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    sl_dstate_t *s = sl_dstate_new(&cfg);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static void save(sl_dstate_t *s)
+{
+    cr_assert_eq(sl_dpersist_save(s, store, err, sizeof err), 0, "%s", err);
+    cr_assert_not(sl_dpersist_dirty(s));
+}
+
+static sl_dstate_t *reopen(void)
+{
+    sl_dstate_t *s = new_state();
+    cr_assert_eq(sl_dpersist_load(s, store, 1000, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
+static uint64_t dataset(sl_dstate_t *s, const char *spec)
+{
+    uint64_t id;
+    const char *fp;
+    cr_assert_eq(sl_dstate_dataset_register(s, spec, strlen(spec), &id, &fp, err, sizeof err), 0, "%s", err);
+    return id;
+}
+
+static uint64_t worker(sl_dstate_t *s, const char *address)
+{
+    uint64_t id;
+    cr_assert_eq(sl_dstate_worker_register(s, address, 0, &id, err, sizeof err), 0, "%s", err);
+    return id;
+}
+
+static void job(sl_dstate_t *s, uint64_t ds, const char *name, uint64_t *job_id, uint64_t *client_id)
+{
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC};
+    snprintf(req.job_name, sizeof req.job_name, "%s", name);
+    cr_assert_eq(sl_dstate_job_get_or_create(s, &req, 0, job_id, client_id, err, sizeof err), 0, "%s", err);
+}
+
+/* The job's first task id, from its admin view. */
+static uint64_t first_task(sl_dstate_t *s, uint64_t job_id)
+{
+    json_t *j = sl_dstate_job_json(s, job_id, 0);
+    cr_assert_not_null(j);
+    uint64_t id = (uint64_t)json_integer_value(json_object_get(json_array_get(json_object_get(j, "tasks"), 0),
+                                                               "task_id"));
+    json_decref(j);
+    return id;
+}
+
+static void splits(sl_dstate_t *s, uint64_t task, uint64_t seq, sluice_GetSplitResponse *resp, int want_rc)
+{
+    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = 3, .request_seq = seq};
+    *resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    int rc = sl_dstate_get_splits(s, &req, resp, err, sizeof err);
+    cr_assert_eq(rc, want_rc, "get_splits seq %" PRIu64 ": %d %s", seq, rc, err);
+}
+
+/* The admin views without what starts afresh at load (times, rates). */
+static char *views(sl_dstate_t *s)
+{
+    json_t *all = json_pack("{s:o,s:o,s:o}", "workers", sl_dstate_workers_json(s, 0), "datasets",
+                            sl_dstate_datasets_json(s), "jobs", sl_dstate_jobs_json(s, 0));
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(all, "workers"), i, v) {
+        json_object_del(v, "last_heartbeat_ms_ago");
+        json_object_del(v, "uptime_ms");
+    }
+    json_array_foreach(json_object_get(all, "jobs"), i, v)
+        json_object_del(v, "age_ms");
+    char *text = json_dumps(all, JSON_SORT_KEYS);
+    json_decref(all);
+    return text;
+}
+
+Test(persist, what_is_saved_loads_back_the_same)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    worker(st, "127.0.0.1:2");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
+    uint64_t job_id, cid;
+    job(st, ds, "train", &job_id, &cid);
+    sluice_GetSplitResponse r;
+    splits(st, first_task(st, job_id), 1, &r, 0);
+    cr_assert_eq(r.splits_count, 3);
+    cr_assert(sl_dpersist_dirty(st));
+    save(st);
+
+    st2 = reopen();
+    char *a = views(st), *b = views(st2);
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    /* The same client lease and job name carry on; new ids are new. */
+    sluice_ClientHeartbeatRequest hb = {.job_id = job_id, .client_id = cid};
+    sluice_ClientHeartbeatResponse *hr = calloc(1, sizeof *hr);
+    cr_assert_eq(sl_dstate_client_heartbeat(st2, &hb, 1000, hr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(hr->tasks_count, 2);
+    free(hr);
+    uint64_t ds2 = dataset(st2, "{\"source\": {\"type\": \"range\", \"stop\": 5}}");
+    cr_assert_gt(ds2, cid);
+}
+
+Test(persist, a_split_request_asked_again_gets_the_same_splits_across_a_restart)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
+    uint64_t job_id, cid;
+    job(st, ds, "", &job_id, &cid);
+    uint64_t task = first_task(st, job_id);
+    sluice_GetSplitResponse first, again, next;
+    splits(st, task, 1, &first, 0);
+    save(st);
+    /* The answer was lost with the dispatcher: the worker asks again. */
+    st2 = reopen();
+    splits(st2, task, 1, &again, 0);
+    cr_assert_eq(again.splits_count, first.splits_count);
+    for (pb_size_t i = 0; i < first.splits_count; i++) {
+        cr_assert_eq(again.splits[i].split_id, first.splits[i].split_id);
+        cr_assert_eq(again.splits[i].begin, first.splits[i].begin);
+        cr_assert_eq(again.splits[i].end, first.splits[i].end);
+    }
+    cr_assert_not(sl_dpersist_dirty(st2), "a repeated answer changes nothing");
+    /* The next request continues where the cursor was: nothing twice. */
+    splits(st2, task, 2, &next, 0);
+    cr_assert_eq(next.splits[0].begin, first.splits[first.splits_count - 1].end);
+    cr_assert_gt(next.splits[0].split_id, first.splits[first.splits_count - 1].split_id);
+    /* An older request than the last answered one is refused. */
+    splits(st2, task, 1, &again, SL_EINVAL);
+    cr_assert(strstr(err, "older than its last answered request 2"), "%s", err);
+}
+
+Test(persist, a_failed_commit_goes_back_to_what_was_committed)
+{
+    open_store(128 << 10); /* a small map fills up quickly */
+    st = new_state();
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
+    save(st);
+    char *committed = views(st);
+    int rc = 0;
+    char spec[200];
+    for (int i = 0; i < 5000 && rc == 0; i++) {
+        /* Each dataset its own record, with a long name to fill pages. */
+        snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %d, \"name\": \"%062d\"}}",
+                 i + 1, i);
+        dataset(st, spec);
+        char *before = views(st);
+        rc = sl_dpersist_save(st, store, err, sizeof err);
+        if (rc == 0) {
+            free(committed);
+            committed = before;
+        } else {
+            free(before);
+        }
+    }
+    cr_assert_eq(rc, -ENOSPC, "the map never filled: %d %s", rc, err);
+    cr_assert(sl_dpersist_dirty(st));
+    cr_assert_eq(sl_dpersist_reload(st, store, 0, err, sizeof err), 0, "%s", err);
+    char *now = views(st);
+    cr_assert_str_eq(now, committed, "after a failed commit the state is what was committed before");
+    cr_assert_not_null(sl_dstate_dataset_spec(st, ds));
+    free(now);
+    free(committed);
+}
+
+Test(persist, a_damaged_record_is_refused_naming_its_table_and_id)
+{
+    open_store(0);
+    st = new_state();
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}}");
+    uint64_t job_id, cid;
+    job(st, ds, "j", &job_id, &cid);
+    save(st);
+    /* A job record with a field of the wrong type. */
+    sl_store_txn_t *t;
+    cr_assert_eq(sl_store_begin(store, &t), 0);
+    uint8_t key[8];
+    for (int i = 0; i < 8; i++)
+        key[i] = (uint8_t)(job_id >> (56 - 8 * i));
+    const char *bad = "{\"name\": 7}";
+    cr_assert_eq(sl_store_put(t, 1 /* jobs */, key, sizeof key, bad, strlen(bad)), 0);
+    cr_assert_eq(sl_store_commit(t, err, sizeof err), 0, "%s", err);
+    st2 = new_state();
+    cr_assert_eq(sl_dpersist_load(st2, store, 0, err, sizeof err), SL_EDATA);
+    char want[64];
+    snprintf(want, sizeof want, "jobs record %" PRIu64 ":", job_id);
+    cr_assert(strstr(err, want), "%s", err);
+}
