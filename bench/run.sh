@@ -11,3 +11,4 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 2
 /usr/bin/python3 bench/parallel_map.py --build "$build"
 ./"$build"/bench/bench_pipeline_ops
+/usr/bin/python3 bench/split_handout.py --build "$build"
