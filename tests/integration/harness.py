@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -162,6 +163,19 @@ class Cluster:
                 bad[d.name] = (rc, d.stderr()[-3000:])
         shutil.rmtree(self.dir, ignore_errors=True)
         return bad
+
+
+def free_ports(n):
+    """n loopback ports free right now (for daemons whose address must be known in advance)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def parse_jsonl(text):

@@ -13,7 +13,8 @@ import time
 import unittest
 import urllib.request
 
-from harness import Cluster, child_env, parse_jsonl, summary
+from harness import Cluster, child_env, free_ports
+
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
 BATCH = 100
@@ -46,11 +47,11 @@ class DispatcherCrash(unittest.TestCase):
         bad = self.cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
-    def run_with_kills(self, spec, kills, seed, args=()):
+    def run_with_kills(self, spec, kills, seed, args=(), sharding='dynamic'):
         """Streams spec through sluice-cat, killing (-9) and restarting the
         dispatcher after the batch counts in kills; returns every value read."""
         rng = random.Random(seed)
-        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '4'] + list(args))
+        argv = self.cluster.cat_argv(spec, ['--sharding', sharding, '--max-outstanding', '4'] + list(args))
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
         got, batches = [], 0
         try:
@@ -92,6 +93,29 @@ class DispatcherCrash(unittest.TestCase):
         jobs = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs']
         self.assertEqual([j['state'] for j in jobs], ['FINISHED'], where)
         self.assertEqual(jobs[0]['splits']['handed_out_all_epochs'], N // 1000, where)
+
+    def test_kill9_under_data_sharding_every_element_exactly_once(self):
+        """A static policy: each worker's shard is fixed by --worker-addresses;
+        the restarted dispatcher must keep the tasks and indexes it gave out."""
+        self.assertEqual(self.cluster.close(), {})
+        ports = free_ports(3)
+        addrs = ['127.0.0.1:%d' % p for p in ports]
+        self.cluster = Cluster(dispatcher_args=['--worker-addresses', ','.join(addrs)])
+        for p, a in zip(ports, addrs):
+            self.cluster.add_worker(['--port', str(p), '--worker-address', a])
+        self.cluster.wait_workers_registered(3)
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        total = N // BATCH
+        kills = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
+        spec = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": BATCH}]}
+        rc, got, err = self.run_with_kills(spec, kills, seed, sharding='data')
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), kills after batches %s' % (seed, seed, kills)
+        self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        missing, duplicated, unexpected = missing_and_duplicated(got, range(N))
+        self.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
+                         '%s: %d missing (first %s), %d duplicated (first %s)' %
+                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
 
     def test_state_survives_a_restart_and_ids_are_not_reused(self):
         spec = {"source": {"type": "range", "stop": 5000}, "ops": [{"op": "batch", "batch_size": 100}]}

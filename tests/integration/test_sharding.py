@@ -8,30 +8,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import unittest
 import urllib.request
 
-from harness import Cluster, binary, child_env, parse_jsonl, summary, values
+from harness import Cluster, binary, child_env, free_ports, parse_jsonl, summary, values
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
 IDS = list(range(1000))  # basic-*-of-00004: ids 0..999, 250 per file in order
-
-
-def free_ports(n):
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(('127.0.0.1', 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def basic_spec(data, files='basic-*-of-00004.tfrecord', batch=10, ops_before=(), ops_after=()):
