@@ -39,6 +39,8 @@ static void usage(FILE *f)
             "  --worker-addresses LIST  H:P,... workers of the static sharding policies\n"
             "                           (their order gives each worker its shard index)\n"
             "  --worker-timeout-ms N    a worker without heartbeat this long is lost (10000)\n"
+            "  --stall-timeout-ms N     a worker whose pipeline makes no batch this long while\n"
+            "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
             "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
@@ -67,7 +69,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_CLIENT_TO,
+    enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO,
            O_GC_TO, O_SPLIT, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_ROOT, O_CONFIG, O_HELP };
     static const struct option longopts[] = {
         {"port", required_argument, NULL, O_PORT},
@@ -77,6 +79,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"admin-bind", required_argument, NULL, O_ADMIN_BIND},
         {"worker-addresses", required_argument, NULL, O_WORKERS},
         {"worker-timeout-ms", required_argument, NULL, O_WORKER_TO},
+        {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
@@ -107,6 +110,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_WORKERS: o->worker_addresses = optarg; break;
         case O_WORKER_TO:
             if (sl_cli_int(program, "worker-timeout-ms", optarg, 100, 86400000, &o->state.worker_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_STALL_TO:
+            if (sl_cli_int(program, "stall-timeout-ms", optarg, 0, 86400000, &o->state.stall_timeout_ms) < 0)
                 return -1;
             break;
         case O_CLIENT_TO:

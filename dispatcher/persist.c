@@ -4,7 +4,7 @@
  * Records (key: the id as 8 big-endian bytes, so tables read in creation
  * order; value: a JSON object):
  *   datasets  {spec, fingerprint, cardinality, split_size, hint_op, infinite, files: [[path, records]...]}
- *   workers   {address, lost, draining}
+ *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
  *              clients: [{id, consumer_index, round, target, host}...]}
@@ -68,8 +68,8 @@ static json_t *dataset_record(const struct dataset *d)
 
 static json_t *worker_record(const struct worker *w)
 {
-    return json_pack("{s:s,s:b,s:b}", "address", w->address, "lost", w->state == WORKER_LOST, "draining",
-                     w->draining);
+    return json_pack("{s:s,s:b,s:s,s:b}", "address", w->address, "lost", w->state == WORKER_LOST, "why_lost",
+                     w->why_lost, "draining", w->draining);
 }
 
 static json_t *job_record(const struct job *j)
@@ -341,11 +341,11 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
-    const char *address;
+    const char *address, *why;
     int lost, draining;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s:b}", "address", &address, "lost", &lost, "draining",
-                       &draining) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s:s,s:b}", "address", &address, "lost", &lost, "why_lost",
+                       &why, "draining", &draining) < 0)
         return unpack_failed(l, id, rec, &je);
     if (grow_ptrs(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
         json_decref(rec);
@@ -355,6 +355,7 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     *w = (struct worker){.id = id, .state = lost ? WORKER_LOST : WORKER_LIVE, .draining = draining,
                          .joined = l->now, .last_seen = l->now};
     snprintf(w->address, sizeof w->address, "%s", address);
+    snprintf(w->why_lost, sizeof w->why_lost, "%s", why);
     json_decref(rec);
     return 0;
 }

@@ -50,6 +50,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
 {
     *cfg = (sl_dstate_config_t){
         .worker_timeout_ms = 10000,
+        .stall_timeout_ms = 60000,
         .client_timeout_ms = 30000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
@@ -383,6 +384,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
         return;
     w->state = WORKER_LOST;
     w->dirty = true;
+    snprintf(w->why_lost, sizeof w->why_lost, "%s", why);
     sl_log_warn("worker %" PRIu64 " at %s lost: %s", w->id, w->address, why);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
@@ -478,6 +480,24 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         return SL_ENOTFOUND;
     }
     w->last_seen = now;
+    /* Alive but stuck: its heartbeats come, its pipeline makes nothing. */
+    for (pb_size_t i = 0; i < req->tasks_count && st->cfg.stall_timeout_ms > 0; i++) {
+        struct job *sj = NULL;
+        const struct task *stk = find_task(st, req->tasks[i].task_id, &sj);
+        /* Only its own running tasks count: a task of the id it had before
+         * (still unwinding) is dropped through removed_tasks below. */
+        if (!stk || stk->worker_id != w->id || (stk->state != TASK_ASSIGNED && stk->state != TASK_RUNNING))
+            continue;
+        if (req->tasks[i].state == SL_TASK_RUNNING && req->tasks[i].stalled_ms > (uint64_t)st->cfg.stall_timeout_ms) {
+            char why[200];
+            snprintf(why, sizeof why, "stuck: task %" PRIu64 " made no batch for %" PRIu64 " ms while not waiting "
+                     "for input (--stall-timeout-ms %" PRId64 ")", req->tasks[i].task_id, req->tasks[i].stalled_ms,
+                     st->cfg.stall_timeout_ms);
+            worker_lose(st, w, why);
+            snprintf(err, errlen, "worker %" PRIu64 " was declared lost: %s; register again", w->id, why);
+            return SL_ENOTFOUND;
+        }
+    }
     for (pb_size_t i = 0; i < req->tasks_count; i++) {
         const sluice_TaskStatus *ts = &req->tasks[i];
         struct job *j = NULL;
@@ -1110,6 +1130,9 @@ json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
                                              (json_int_t)tasks, "last_heartbeat_ms_ago",
                                              (json_int_t)(now - w->last_seen), "uptime_ms",
                                              (json_int_t)(now - w->joined)));
+        if (w->state == WORKER_LOST)
+            json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "lost_reason",
+                                json_string(w->why_lost));
     }
     return arr;
 }

@@ -19,6 +19,7 @@ typedef struct sl_dstate sl_dstate_t;
 
 typedef struct sl_dstate_config {
     int64_t worker_timeout_ms; /* a worker without heartbeat this long is lost */
+    int64_t stall_timeout_ms;  /* a worker reporting a task stalled this long is lost; 0: never */
     int64_t client_timeout_ms; /* a client without heartbeat this long is released */
     int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
     uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */

@@ -31,6 +31,7 @@ struct worker {
     bool draining; /* no new tasks or splits (POST /v1/workers/{address}/drain) */
     int64_t joined;
     int64_t last_seen;
+    char why_lost[200]; /* LOST: the reason */
     bool dirty;
 };
 

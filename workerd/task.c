@@ -68,6 +68,10 @@ struct sl_task {
     uint64_t produced;
     double pipeline_seconds;
     uint64_t records_skipped;
+    /* Stall detection: the pipeline is in sl_pipeline_next() and not
+     * waiting in next_split() since working_since (CLOCK_MONOTONIC s). */
+    bool working;
+    double working_since;
 };
 
 static void notify_loop(sl_task_t *t)
@@ -81,6 +85,13 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     t->notify(t, t->notify_arg);
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* The pipeline's split source: blocks the pipeline thread until the network
@@ -118,20 +129,17 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
             break;
         }
         notify_loop(t);
+        /* Waiting for the dispatcher is not being stuck. */
+        t->working = false;
         pthread_cond_wait(&t->wake, &t->mu);
     }
+    t->working = true;
+    t->working_since = seconds_now();
     pthread_mutex_unlock(&t->mu);
     /* Ask for the next splits while this one is read. */
     if (rc == 0)
         notify_loop(t);
     return rc;
-}
-
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static sl_metric_t *m_batch_latency, *m_produced;
@@ -152,9 +160,14 @@ static void *producer_main(void *arg)
     for (;;) {
         sl_wire_batch_t *b = NULL;
         double t0 = seconds_now();
+        pthread_mutex_lock(&t->mu);
+        t->working = true;
+        t->working_since = t0;
+        pthread_mutex_unlock(&t->mu);
         int rc = sl_pipeline_next(t->pipeline, &b);
         double spent = seconds_now() - t0;
         pthread_mutex_lock(&t->mu);
+        t->working = false;
         t->pipeline_seconds += spent;
         t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
         if (rc != 0) {
@@ -350,6 +363,8 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     } else {
         out->state = SL_TASK_RUNNING;
     }
+    if (t->working)
+        out->stalled_ms = (uint64_t)((seconds_now() - t->working_since) * 1000);
     pthread_mutex_unlock(&t->mu);
 }
 

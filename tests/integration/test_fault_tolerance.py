@@ -147,5 +147,44 @@ class DispatcherCrash(unittest.TestCase):
         self.assertGreater(min(fresh), max(old_ids | set(workers_before)))
 
 
+class StuckWorker(unittest.TestCase):
+    """A worker whose pipeline hangs (a plugin sleeping 3 s on value 5, once
+    per process) while its heartbeats keep coming is declared lost once
+    --stall-timeout-ms passes, and registers again as a new worker, which
+    joins the running job."""
+
+    def test_a_stuck_worker_is_lost_and_comes_back(self):
+        import shutil
+        import tempfile
+        import harness
+        plugdir = tempfile.mkdtemp(prefix='sluice-plug-')
+        shutil.copy(os.path.join(harness.BUILD, 'tests', 'plugins', 'libsltest.so'), plugdir)
+        c = Cluster(workers=2, dispatcher_args=['--stall-timeout-ms', '1000'],
+                    worker_args=['--plugin-dir', plugdir])
+        try:
+            c.wait_workers_registered(2)
+            spec = {"source": {"type": "range", "stop": 20},
+                    "ops": [{"op": "map", "plugin": "libsltest.so", "function": "sleep_once_on_5",
+                             "output": {"double": "int64"}},
+                            {"op": "batch", "batch_size": 1}]}
+            rc, batches, err = c.cat(spec, ['--sharding', 'off'], timeout=120)
+            self.assertEqual(rc, 0, err)
+            workers = get_json(c.dispatcher.admin_port, '/v1/workers')['workers']
+            lost = [w for w in workers if w['state'] == 'LOST']
+            self.assertEqual(len(lost), 2, workers)  # both ran the whole range (sharding off)
+            for w in lost:
+                self.assertIn('stuck: task', w['lost_reason'])
+                self.assertIn('--stall-timeout-ms 1000', w['lost_reason'])
+            # Each came back under a new id and read the whole range for the job.
+            self.assertEqual(len([w for w in workers if w['state'] == 'LIVE']), 2, workers)
+            counts = collections.Counter(v for b in batches for v in b['value'])
+            self.assertEqual(sorted(counts), list(range(20)))
+            self.assertTrue(all(counts[v] >= 2 for v in range(20)), counts)
+        finally:
+            bad = c.close()
+            shutil.rmtree(plugdir, ignore_errors=True)
+        self.assertEqual(bad, {})
+
+
 if __name__ == '__main__':
     unittest.main()

@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "sluice_plugin.h"
 
@@ -72,6 +73,19 @@ static int fail_on_7(const sluice_element_t *in, sluice_output_t *out, char *err
     return add_double(in, out, err, errlen);
 }
 
+/* Hangs for 3 s on value 5, the first time in this process only (a stuck
+ * pipeline, for stall detection; the worker's next task runs through). */
+static int sleep_once_on_5(const sluice_element_t *in, sluice_output_t *out, char *err, size_t errlen)
+{
+    static _Atomic int slept;
+    int64_t v;
+    if (get_value(in, &v, err, errlen))
+        return 1;
+    if (v == 5 && !slept++)
+        nanosleep(&(struct timespec){3, 0}, NULL);
+    return add_double(in, out, err, errlen);
+}
+
 /* Sets "double" as float32, which the spec declares int64. */
 static int wrong_dtype(const sluice_element_t *in, sluice_output_t *out, char *err, size_t errlen)
 {
@@ -106,6 +120,7 @@ static const sluice_plugin_function_t functions[] = {
     {"add_double", SLUICE_PLUGIN_MAP, add_double, NULL},
     {"add_name", SLUICE_PLUGIN_MAP, add_name, NULL},
     {"fail_on_7", SLUICE_PLUGIN_MAP, fail_on_7, NULL},
+    {"sleep_once_on_5", SLUICE_PLUGIN_MAP, sleep_once_on_5, NULL},
     {"wrong_dtype", SLUICE_PLUGIN_MAP, wrong_dtype, NULL},
     {"sets_nothing", SLUICE_PLUGIN_MAP, sets_nothing, NULL},
     {"is_even", SLUICE_PLUGIN_FILTER, NULL, is_even},
