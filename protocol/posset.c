@@ -1,0 +1,222 @@
+/* posset.c: see posset.h. */
+#include "posset.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+#include "sluice.h"
+
+#define MAGIC "SLPS"
+#define VERSION 1
+#define HEADER 16
+#define RUN_BYTES 24
+
+void sl_posset_init(sl_posset_t *s, size_t max_runs)
+{
+    *s = (sl_posset_t){.max_runs = max_runs};
+}
+
+void sl_posset_clear(sl_posset_t *s)
+{
+    free(s->runs);
+    s->runs = NULL;
+    s->num = s->cap = 0;
+}
+
+/* -1, 0, 1 as (epoch, file) of r is before, equal to or after (e, f). */
+static int cmp_key(const sl_posrun_t *r, uint32_t e, uint32_t f)
+{
+    if (r->epoch != e)
+        return r->epoch < e ? -1 : 1;
+    if (r->file != f)
+        return r->file < f ? -1 : 1;
+    return 0;
+}
+
+/* The first run that is after (e, f) or of (e, f) and ends at or after pos. */
+static size_t lower(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
+{
+    size_t lo = 0, hi = s->num;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const sl_posrun_t *r = &s->runs[mid];
+        int c = cmp_key(r, e, f);
+        if (c > 0 || (c == 0 && r->begin + r->count >= pos))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static uint64_t overlap_of(const sl_posrun_t *r, uint64_t begin, uint64_t end)
+{
+    uint64_t b = r->begin > begin ? r->begin : begin;
+    uint64_t e = r->begin + r->count < end ? r->begin + r->count : end;
+    return e > b ? e - b : 0;
+}
+
+int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t count, uint64_t *overlap)
+{
+    if (overlap)
+        *overlap = 0;
+    if (count == 0)
+        return 0;
+    uint64_t end = begin + count;
+    size_t i = lower(s, epoch, file, begin), j = i;
+    uint64_t lo = begin, hi = end, seen = 0;
+    /* Runs i..j-1 overlap or touch [begin, end): they merge into one. */
+    while (j < s->num && cmp_key(&s->runs[j], epoch, file) == 0 && s->runs[j].begin <= end) {
+        const sl_posrun_t *r = &s->runs[j];
+        seen += overlap_of(r, begin, end);
+        lo = r->begin < lo ? r->begin : lo;
+        hi = r->begin + r->count > hi ? r->begin + r->count : hi;
+        j++;
+    }
+    size_t merged = j - i;
+    if (merged == 0) {
+        if (s->num + 1 > s->max_runs)
+            return -ENOSPC;
+        if (s->num == s->cap) {
+            size_t ncap = s->cap ? s->cap * 2 : 16;
+            if (ncap > s->max_runs)
+                ncap = s->max_runs;
+            sl_posrun_t *p = realloc(s->runs, ncap * sizeof *p);
+            if (!p)
+                return -ENOMEM;
+            s->runs = p;
+            s->cap = ncap;
+        }
+        memmove(&s->runs[i + 1], &s->runs[i], (s->num - i) * sizeof *s->runs);
+        s->num++;
+    } else if (merged > 1) {
+        memmove(&s->runs[i + 1], &s->runs[j], (s->num - j) * sizeof *s->runs);
+        s->num -= merged - 1;
+    }
+    s->runs[i] = (sl_posrun_t){epoch, file, lo, hi - lo};
+    if (overlap)
+        *overlap = seen;
+    return 0;
+}
+
+uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end)
+{
+    uint64_t n = 0;
+    for (size_t i = lower(s, epoch, file, begin + 1);
+         i < s->num && cmp_key(&s->runs[i], epoch, file) == 0 && s->runs[i].begin < end; i++)
+        n += overlap_of(&s->runs[i], begin, end);
+    return n;
+}
+
+size_t sl_posset_within(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+                        sl_posrun_t *out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = lower(s, epoch, file, begin + 1);
+         i < s->num && cmp_key(&s->runs[i], epoch, file) == 0 && s->runs[i].begin < end; i++) {
+        const sl_posrun_t *r = &s->runs[i];
+        uint64_t b = r->begin > begin ? r->begin : begin;
+        uint64_t len = overlap_of(r, begin, end);
+        if (len == 0)
+            continue;
+        if (n < max)
+            out[n] = (sl_posrun_t){epoch, file, b, len};
+        n++;
+    }
+    return n;
+}
+
+uint64_t sl_posset_size(const sl_posset_t *s)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->num; i++)
+        n += s->runs[i].count;
+    return n;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap)
+{
+    size_t need = HEADER + s->num * RUN_BYTES;
+    if (cap < need)
+        return need;
+    memcpy(buf, MAGIC, 4);
+    put32(buf + 4, VERSION);
+    put64(buf + 8, s->num);
+    for (size_t i = 0; i < s->num; i++) {
+        uint8_t *p = buf + HEADER + i * RUN_BYTES;
+        put32(p, s->runs[i].epoch);
+        put32(p + 4, s->runs[i].file);
+        put64(p + 8, s->runs[i].begin);
+        put64(p + 16, s->runs[i].count);
+    }
+    return need;
+}
+
+int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+    if (len < HEADER || memcmp(buf, MAGIC, 4) != 0)
+        return sl_errf(err, errlen, SL_EDATA, "not a position set (no \"" MAGIC "\" header)");
+    if (get32(buf + 4) != VERSION)
+        return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads version %d",
+                       get32(buf + 4), VERSION);
+    uint64_t n = get64(buf + 8);
+    if (n > (len - HEADER) / RUN_BYTES || HEADER + n * RUN_BYTES != len)
+        return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu runs", len,
+                       (unsigned long long)n);
+    if (n > s->max_runs)
+        return sl_errf(err, errlen, -ENOSPC, "position set of %llu runs, more than the limit %zu",
+                       (unsigned long long)n, s->max_runs);
+    sl_posrun_t *runs = n ? malloc(n * sizeof *runs) : NULL;
+    if (n && !runs)
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = buf + HEADER + i * RUN_BYTES;
+        runs[i] = (sl_posrun_t){get32(p), get32(p + 4), get64(p + 8), get64(p + 16)};
+        const sl_posrun_t *r = &runs[i], *prev = i ? &runs[i - 1] : NULL;
+        bool ok = r->count > 0 && r->begin + r->count > r->begin;
+        if (ok && prev) {
+            int c = cmp_key(prev, r->epoch, r->file);
+            ok = c < 0 || (c == 0 && prev->begin + prev->count < r->begin);
+        }
+        if (!ok) {
+            free(runs);
+            return sl_errf(err, errlen, SL_EDATA, "position set run %llu is empty, overflows, or is not after "
+                           "the one before it", (unsigned long long)i);
+        }
+    }
+    free(s->runs);
+    s->runs = runs;
+    s->num = s->cap = (size_t)n;
+    return 0;
+}

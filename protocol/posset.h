@@ -1,0 +1,72 @@
+/*
+ * posset.h: a set of source positions, (epoch, file, record), kept as
+ * sorted, disjoint, coalesced runs. What a client consumed (its iterator
+ * checkpoint), and what the dispatcher tells a worker to skip of a split,
+ * are such sets (docs/fault-tolerance.md).
+ *
+ * Positions mostly arrive in order, so adding a run after the last one is
+ * O(1); anywhere else it is a binary search and a move. The number of runs
+ * is bounded by max_runs: an add that would need more fails with -ENOSPC
+ * and changes nothing.
+ */
+#ifndef SL_POSSET_H
+#define SL_POSSET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The same layout as sl_provenance_run_t (sluice.h). */
+typedef struct sl_posrun {
+    uint32_t epoch;
+    uint32_t file;
+    uint64_t begin;
+    uint64_t count;
+} sl_posrun_t;
+
+typedef struct sl_posset {
+    sl_posrun_t *runs;
+    size_t num, cap, max_runs;
+} sl_posset_t;
+
+/** An empty set of at most max_runs runs (nothing allocated yet). */
+void sl_posset_init(sl_posset_t *s, size_t max_runs);
+
+void sl_posset_clear(sl_posset_t *s);
+
+/**
+ * Adds [begin, begin + count) of (epoch, file).
+ * @param[out] overlap if not NULL, how many of them were in the set already
+ * @return 0, -ENOSPC (over max_runs), -ENOMEM; on error the set is unchanged
+ */
+int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t count,
+                  uint64_t *overlap);
+
+/** @return how many positions of [begin, end) of (epoch, file) are in the set */
+uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end);
+
+/**
+ * The set's runs inside [begin, end) of (epoch, file), clipped to it, in
+ * order: what a split of that range must skip.
+ * @return how many there are; at most max of them are written to out
+ */
+size_t sl_posset_within(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+                        sl_posrun_t *out, size_t max);
+
+/** @return the number of positions in the set */
+uint64_t sl_posset_size(const sl_posset_t *s);
+
+/**
+ * The set as bytes: "SLPS", a u32 version (1), a u64 run count, then the
+ * runs (u32 epoch, u32 file, u64 begin, u64 count), all little-endian.
+ * @return the bytes needed; written only when cap is at least that
+ */
+size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap);
+
+/**
+ * Replaces s's contents by the decoded bytes; checks the header, that runs
+ * are sorted, disjoint and not empty, and that they fit max_runs.
+ * @return 0, SL_EDATA with what was wrong in err, -ENOSPC, -ENOMEM
+ */
+int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+#endif

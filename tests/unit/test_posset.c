@@ -1,0 +1,147 @@
+/*
+ * test_posset.c: position sets (protocol/posset.c) against a bitmap model:
+ * random adds in and out of order, counts, clipped runs, the run limit,
+ * and the byte form, including damaged bytes.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "posset.h"
+#include "sluice.h"
+
+#define EPOCHS 2
+#define FILES 3
+#define RECORDS 200
+
+static bool model[EPOCHS][FILES][RECORDS];
+
+static void check_invariants(const sl_posset_t *s)
+{
+    for (size_t i = 0; i < s->num; i++) {
+        cr_assert_gt(s->runs[i].count, 0);
+        if (i == 0)
+            continue;
+        const sl_posrun_t *a = &s->runs[i - 1], *b = &s->runs[i];
+        bool ordered = a->epoch < b->epoch || (a->epoch == b->epoch && a->file < b->file) ||
+                       (a->epoch == b->epoch && a->file == b->file && a->begin + a->count < b->begin);
+        cr_assert(ordered, "runs %zu and %zu are not sorted, disjoint and apart", i - 1, i);
+    }
+}
+
+static void check_model(const sl_posset_t *s)
+{
+    uint64_t total = 0;
+    for (int e = 0; e < EPOCHS; e++)
+        for (int f = 0; f < FILES; f++)
+            for (int r = 0; r < RECORDS; r++) {
+                total += model[e][f][r];
+                cr_assert_eq(sl_posset_count(s, (uint32_t)e, (uint32_t)f, (uint64_t)r, (uint64_t)r + 1),
+                             model[e][f][r], "position (%d, %d, %d)", e, f, r);
+            }
+    cr_assert_eq(sl_posset_size(s), total);
+}
+
+Test(posset, random_adds_match_a_bitmap)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 100000);
+    memset(model, 0, sizeof model);
+    srand(7);
+    for (int i = 0; i < 3000; i++) {
+        uint32_t e = (uint32_t)(rand() % EPOCHS), f = (uint32_t)(rand() % FILES);
+        uint64_t b = (uint64_t)(rand() % RECORDS), n = (uint64_t)(1 + rand() % 8);
+        if (b + n > RECORDS)
+            n = RECORDS - b;
+        uint64_t want = 0, overlap = 99;
+        for (uint64_t r = b; r < b + n; r++)
+            want += model[e][f][r];
+        cr_assert_eq(sl_posset_add(&s, e, f, b, n, &overlap), 0);
+        cr_assert_eq(overlap, want, "add %d: overlap", i);
+        for (uint64_t r = b; r < b + n; r++)
+            model[e][f][r] = true;
+        check_invariants(&s);
+        if (i % 300 == 0)
+            check_model(&s);
+    }
+    check_model(&s);
+    /* Ranges count what they hold; within() clips to the range. */
+    sl_posrun_t out[RECORDS];
+    size_t n = sl_posset_within(&s, 1, 2, 50, 150, out, RECORDS);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(out[i].begin >= 50 && out[i].begin + out[i].count <= 150);
+        sum += out[i].count;
+    }
+    cr_assert_eq(sum, sl_posset_count(&s, 1, 2, 50, 150));
+    sl_posset_clear(&s);
+}
+
+Test(posset, in_order_runs_coalesce_into_one)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 4);
+    for (uint64_t b = 0; b < 1000; b += 10)
+        cr_assert_eq(sl_posset_add(&s, 0, 0, b, 10, NULL), 0);
+    cr_assert_eq(s.num, 1);
+    cr_assert_eq(s.runs[0].count, 1000);
+    /* A gap filled later merges the two sides. */
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 1010, 5, NULL), 0);
+    cr_assert_eq(s.num, 2);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 1000, 10, NULL), 0);
+    cr_assert_eq(s.num, 1);
+    cr_assert_eq(s.runs[0].count, 1015);
+    sl_posset_clear(&s);
+}
+
+Test(posset, an_add_over_the_limit_changes_nothing)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 2);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 0, 1, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 5, 1, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 9, 1, NULL), -ENOSPC);
+    cr_assert_eq(s.num, 2);
+    cr_assert_eq(sl_posset_size(&s), 2);
+    /* Merging needs no new run: still fine at the limit. */
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 1, 4, NULL), 0);
+    cr_assert_eq(s.num, 1);
+    sl_posset_clear(&s);
+}
+
+Test(posset, bytes_round_trip_and_damage_is_refused)
+{
+    sl_posset_t s, t;
+    sl_posset_init(&s, 100);
+    sl_posset_init(&t, 100);
+    cr_assert_eq(sl_posset_add(&s, 0, 1, 10, 5, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 2, 0, 0, 7, NULL), 0);
+    size_t need = sl_posset_encode(&s, NULL, 0);
+    uint8_t *buf = malloc(need);
+    cr_assert_eq(sl_posset_encode(&s, buf, need), need);
+    char err[256];
+    cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.num, 2);
+    cr_assert_eq(memcmp(t.runs, s.runs, 2 * sizeof *s.runs), 0);
+    /* Truncated, foreign, out of order: each refused, t unchanged. */
+    cr_assert_eq(sl_posset_decode(&t, buf, need - 1, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "cannot hold"), "%s", err);
+    buf[0] = 'X';
+    cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
+    buf[0] = 'S';
+    uint8_t saved[24];
+    memcpy(saved, buf + 16, 24);
+    memmove(buf + 16, buf + 40, 24); /* the second run first, twice */
+    cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "run 1"), "%s", err);
+    cr_assert_eq(t.num, 2);
+    sl_posset_t small;
+    sl_posset_init(&small, 1);
+    memcpy(buf + 16, saved, 24);
+    cr_assert_eq(sl_posset_decode(&small, buf, need, err, sizeof err), -ENOSPC);
+    free(buf);
+    sl_posset_clear(&s);
+    sl_posset_clear(&t);
+}
