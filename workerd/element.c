@@ -21,6 +21,9 @@ void sl_element_init(sl_element_t *e, uint32_t n)
     e->block = NULL;
     e->block_size = 0;
     e->num_components = n;
+    e->prov_n = 0;
+    e->prov_cap = 0;
+    e->prov_heap = NULL;
     for (uint32_t i = 0; i < n; i++) {
         e->v[i].storage = SL_VALUE_INLINE;
         e->v[i].ragged = 0;
@@ -45,6 +48,10 @@ void sl__element_release(sl_element_t *e)
     }
     free(e->block);
     e->block = NULL;
+    free(e->prov_heap);
+    e->prov_heap = NULL;
+    e->prov_cap = 0;
+    e->prov_n = 0;
 }
 
 void sl_element_free(sl_element_t *e)
@@ -210,6 +217,16 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
         }
         b->data = data;
         b->size = size;
+    }
+    /* The provenance goes with the batch; a merged element's runs are
+     * handed over, not copied. */
+    b->prov_n = e->prov_n;
+    if (e->prov_heap) {
+        b->prov_heap = e->prov_heap;
+        e->prov_heap = NULL;
+        e->prov_cap = 0;
+    } else {
+        b->prov_one = e->prov;
     }
     sl_element_clear(e);
     *out = b;

@@ -61,6 +61,15 @@ typedef struct sl_element {
     uint8_t *block;        /* owned, may be NULL: holds the BLOCK values */
     size_t block_size;     /* bytes of block in use, in wire layout */
     uint32_t num_components;
+    /* Provenance (docs/architecture.md, "Provenance and split-done
+     * notices"): prov_n runs of the source records the element came from.
+     * One run (what a source yields) lives in prov, costing no allocation;
+     * merged elements (batch) keep theirs in prov_heap, owned, with room
+     * for prov_cap, once they have more than one. */
+    uint32_t prov_cap;
+    uint64_t prov_n;
+    sl_provenance_run_t prov;
+    sl_provenance_run_t *prov_heap;
     sl_value_t v[];
 } sl_element_t;
 
@@ -107,14 +116,47 @@ static inline void sl_element_clear(sl_element_t *e)
     /* Clearing runs once per element in every stage, and most elements are
      * scalars that own nothing: for them it is a look at the storage tags,
      * with no call and no free(NULL). */
-    int owns = e->block != NULL;
+    int owns = (e->block != NULL) | (e->prov_heap != NULL);
     for (uint32_t i = 0; i < e->num_components; i++)
         owns |= e->v[i].storage != SL_VALUE_INLINE;
     if (owns)
         sl__element_release(e);
     e->block_size = 0;
     e->num_elements = 0;
+    e->prov_n = 0;
 }
+
+/** @return the element's e->prov_n provenance runs, valid while e is
+ *  neither moved nor cleared */
+static inline const sl_provenance_run_t *sl_prov_runs(const sl_element_t *e)
+{
+    return e->prov_heap ? e->prov_heap : &e->prov;
+}
+
+/** Gives e, an element a source just filled (no provenance yet), the one
+ *  run of record pos of file file_index in epoch epoch. */
+static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_index, uint64_t pos)
+{
+    e->prov_n = 1;
+    e->prov.epoch = (uint32_t)epoch;
+    e->prov.file_index = file_index;
+    e->prov.begin = pos;
+    e->prov.count = 1;
+}
+
+/**
+ * Appends n runs to dst's provenance, merging a run into the one before it
+ * when they are contiguous (same epoch and file, and it begins where that
+ * one ends), so that an unshuffled batch has one run (provenance.c).
+ * @return 0, -ENOMEM (some runs may be appended: the element is then dropped)
+ */
+int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n);
+
+/** Drops e's provenance (its values stay). */
+void sl_prov_clear(sl_element_t *e);
+
+/** Drops dst's provenance and gives it a copy of src's. @return 0, -ENOMEM */
+int sl_prov_copy(sl_element_t *dst, const sl_element_t *src);
 
 /** Moves src into dst, which must be empty; src is left empty. Same num_components. */
 void sl_element_move(sl_element_t *dst, sl_element_t *src);
