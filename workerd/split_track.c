@@ -1,0 +1,175 @@
+/*
+ * split_track.c: see split_track.h.
+ *
+ * The entries are an array in the order the splits were handed out; a
+ * settle looks a run up by (epoch, file, record) with a linear scan that
+ * starts at the entry the previous run hit, since a batch's runs mostly
+ * fall in few splits. A run may span two splits of one file (the sources
+ * read them one after the other and batch merges the runs), so it is cut
+ * at each split's end.
+ */
+#include "split_track.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct entry {
+    sl_split_done_rec_t rec;
+    sl_skip_run_t *skips; /* owned */
+    uint64_t read;        /* records the source yielded; final once read_done */
+    bool read_done;
+    uint64_t dropped, out, sent;
+};
+
+struct sl_split_track {
+    struct entry *e;
+    unsigned n, cap;
+    unsigned hint;
+    bool ended;
+};
+
+sl_split_track_t *sl_split_track_new(void)
+{
+    return calloc(1, sizeof(sl_split_track_t));
+}
+
+void sl_split_track_free(sl_split_track_t *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->n; i++)
+        free(t->e[i].skips);
+    free(t->e);
+    free(t);
+}
+
+int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_skip_run_t *skips)
+{
+    if (t->n == t->cap) {
+        unsigned cap = t->cap ? t->cap * 2 : 16;
+        struct entry *p = realloc(t->e, cap * sizeof *p);
+        if (!p) {
+            free(skips);
+            return -ENOMEM;
+        }
+        t->e = p;
+        t->cap = cap;
+    }
+    struct entry *e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    e->rec = (sl_split_done_rec_t){.split_id = s->split_id,
+                                   .epoch = (uint32_t)epoch,
+                                   .file_index = s->file_index,
+                                   .begin = s->begin,
+                                   .end = s->end};
+    e->skips = skips;
+    s->skips = skips;
+    return 0;
+}
+
+static struct entry *find_id(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        if (!e->read_done && e->rec.split_id == s->split_id && e->rec.epoch == (uint32_t)epoch &&
+            e->rec.file_index == s->file_index && e->rec.begin == s->begin && e->rec.end == s->end)
+            return e;
+    }
+    return NULL;
+}
+
+void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s, uint64_t records)
+{
+    struct entry *e = find_id(t, epoch, s);
+    if (e) {
+        e->read = records;
+        e->read_done = true;
+    }
+}
+
+/* The entry holding record rec of file of epoch, or NULL. */
+static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t file, uint64_t rec)
+{
+    for (unsigned k = 0; k < t->n; k++) {
+        unsigned i = (t->hint + k) % t->n;
+        struct entry *e = &t->e[i];
+        if (e->rec.epoch == epoch && e->rec.file_index == file && rec >= e->rec.begin && rec < e->rec.end) {
+            t->hint = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
+{
+    /* After the end, a pipeline being destroyed drops what it held; the
+     * end already counted that. */
+    if (t->ended && how == SL_SETTLE_DROPPED)
+        return;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t begin = runs[i].begin, count = runs[i].count;
+        while (count > 0) {
+            struct entry *e = find_record(t, runs[i].epoch, runs[i].file_index, begin);
+            if (!e)
+                break;
+            uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
+            switch (how) {
+            case SL_SETTLE_DROPPED: e->dropped += k; break;
+            case SL_SETTLE_OUT: e->out += k; break;
+            case SL_SETTLE_SENT: e->sent += k; break;
+            }
+            begin += k;
+            count -= k;
+        }
+    }
+}
+
+void sl_split_track_end(sl_split_track_t *t)
+{
+    t->ended = true;
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        e->read_done = true;
+        e->read = e->dropped + e->out;
+    }
+}
+
+static bool is_done(const struct entry *e)
+{
+    return e->read_done && e->dropped + e->sent == e->read;
+}
+
+bool sl_split_track_has_done(const sl_split_track_t *t)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        if (is_done(&t->e[i]))
+            return true;
+    }
+    return false;
+}
+
+unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max)
+{
+    unsigned got = 0, keep = 0;
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        if (got < max && is_done(e)) {
+            out[got] = e->rec;
+            out[got].delivered = e->sent;
+            got++;
+            free(e->skips);
+            continue;
+        }
+        t->e[keep++] = *e;
+    }
+    t->n = keep;
+    t->hint = 0;
+    return got;
+}
+
+unsigned sl_split_track_size(const sl_split_track_t *t)
+{
+    return t->n;
+}
