@@ -268,7 +268,8 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     b->num_elements = wb.num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
-    b->size = size;
+    /* The tensors' bytes: the provenance after them is not counted. */
+    b->size = num_prov > 0 ? (size_t)resp->provenance_offset : size;
     for (int i = 0; i < wb.num_components; i++) {
         const sl_component_t *c = &wb.components[i];
         sl_tensor_t *t = &b->tensors[i];

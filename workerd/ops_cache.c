@@ -740,6 +740,7 @@ static int cache_reset(sl_iter_t *it)
     struct cache_iter *c = (struct cache_iter *)it;
     if (c->dynamic)
         return dynamic_reset(c);
+    c->epoch++; /* the epoch replayed elements carry in their provenance */
     if (c->mode == M_FILLING) {
         /* Cut short: what this epoch cached is not a whole epoch. */
         sl_cachedb_writer_abort(c->w);
