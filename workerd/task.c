@@ -74,16 +74,30 @@ struct sl_task {
     /* DYNAMIC: the splits handed to the pipeline and not yet reported done
      * (split_track.h); NULL under the other policies. */
     sl_split_track_t *track;
+    bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
 };
 
-/* Frees the skip runs of the queued splits and empties the queue. */
-static void splits_clear(sl_task_t *t)
+/* A split of epoch this task got but its pipeline will never read (the
+ * pipeline left the epoch or ended): it is done at once, with nothing
+ * read, so that it too gets its notice. Takes s's skip runs. */
+static void split_unread(sl_task_t *t, uint64_t epoch, struct split *s)
 {
-    for (unsigned i = 0; i < t->split_count; i++) {
-        struct split *s = &t->splits[(t->split_head + i) % MAX_SPLITS];
-        free(s->skips);
-        s->skips = NULL;
+    sl_split_t ss = {.file_index = s->file_index, .begin = s->begin, .end = s->end, .split_id = s->split_id};
+    sl_skip_run_t *skips = s->skips;
+    s->skips = NULL;
+    if (!t->track) {
+        free(skips);
+        return;
     }
+    if (sl_split_track_add(t->track, epoch, &ss, skips) == 0)
+        sl_split_track_read(t->track, epoch, &ss, 0);
+}
+
+/* Empties the queue of splits of epoch, each one done unread. */
+static void splits_clear(sl_task_t *t, uint64_t epoch)
+{
+    for (unsigned i = 0; i < t->split_count; i++)
+        split_unread(t, epoch, &t->splits[(t->split_head + i) % MAX_SPLITS]);
     t->split_head = t->split_count = 0;
 }
 
@@ -126,9 +140,9 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     pthread_mutex_lock(&t->mu);
     if (epoch != t->want_epoch) {
         /* The pipeline moved to a new epoch (repeat): the old one is done. */
+        splits_clear(t, t->want_epoch);
         t->want_epoch = epoch;
         t->epoch_exhausted = t->splits_finished;
-        splits_clear(t);
     }
     for (;;) {
         if (t->stop) {
@@ -202,8 +216,10 @@ static void *producer_main(void *arg)
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
-                if (t->track)
+                if (t->track) {
+                    splits_clear(t, t->want_epoch);
                     sl_split_track_end(t->track);
+                }
             } else if (!t->stop) {
                 t->producer = PRODUCER_FAILED;
                 if (!t->error_code)
@@ -326,7 +342,7 @@ void sl_task_free(sl_task_t *t)
     free(t->ring);
     /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
-    splits_clear(t);
+    splits_clear(t, t->want_epoch);
     sl_split_track_free(t->track);
     sl_spec_free(t->spec);
     if (t->notify_ev)
@@ -400,8 +416,10 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
         out->state = SL_TASK_FAILED;
         snprintf(out->error, sizeof out->error, "%s", t->error);
     } else if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
-               !(t->track && sl_split_track_size(t->track) > 0)) {
-        /* DYNAMIC: done once every split's notice went out too. */
+               (!t->track || t->end_sent || sl_split_track_size(t->track) == 0)) {
+        /* DYNAMIC: done once every split's notice went out too, or an
+         * end-of-sequence answer did (which carries what is left): a
+         * client asks until it gets one, and no longer. */
         out->state = SL_TASK_DONE;
     } else {
         out->state = SL_TASK_RUNNING;
@@ -521,6 +539,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
                          t->def.task_id, (unsigned)resp->splits_count);
         for (pb_size_t i = 0; i < resp->splits_count && t->split_count < MAX_SPLITS; i++) {
             struct split *s = &t->splits[(t->split_head + t->split_count) % MAX_SPLITS];
+            s->skips = NULL;
             s->file_index = resp->splits[i].file_index;
             s->begin = resp->splits[i].begin;
             s->end = resp->splits[i].end;
@@ -537,6 +556,9 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             }
             t->split_count++;
         }
+        /* Splits that came after the pipeline ended are never read. */
+        if (t->producer != PRODUCER_RUNNING)
+            splits_clear(t, t->want_epoch);
         if (resp->end_of_epoch)
             t->epoch_exhausted = true;
         if (resp->finished)
@@ -567,6 +589,8 @@ unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_don
     pthread_mutex_lock(&t->mu);
     if (b)
         sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
+    else
+        t->end_sent = true;
     unsigned n = sl_split_track_collect(t->track, out, max);
     pthread_mutex_unlock(&t->mu);
     return n;

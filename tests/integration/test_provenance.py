@@ -89,6 +89,29 @@ class ProvenanceTest(unittest.TestCase):
         self.assertEqual(len(batches), 60)
         self.assertTrue(all(len(b['_provenance']) == 1 for b in batches))
 
+    def test_take_cuts_splits_short_and_every_split_handed_out_gets_its_notice(self):
+        # Each worker stops after 200 elements: it is reading a split, has
+        # more queued (prefetch), and may get some after its pipeline ended.
+        ops = [{"op": "shuffle", "buffer_size": 50, "seed": 8}, {"op": "take", "count": 200},
+               {"op": "batch", "batch_size": 25}]
+        lines, job = self.run_job(ops)
+        batches = [b for b in lines if 'value' in b]
+        done = [d for b in lines for d in b.get('_splits_done', [])]
+        seen = []
+        for b in batches:
+            positions = [p for (_, _, begin, count) in b['_provenance'] for p in range(begin, begin + count)]
+            self.assertEqual([START + STEP * p for p in positions], b['value'])
+            seen.extend(positions)
+        self.assertEqual(len(seen), 400)
+        self.assertEqual(len(seen), len(set(seen)))
+        self.assertEqual(len(done), len({d['split_id'] for d in done}))
+        self.assertEqual(len(done), job['splits']['handed_out_all_epochs'], (done, job['splits']))
+        by_split = collections.Counter()
+        for d in done:
+            by_split[d['split_id']] = d['delivered']
+            self.assertEqual(d['delivered'], sum(1 for p in seen if d['begin'] <= p < d['end']), d)
+        self.assertEqual(sum(by_split.values()), 400)
+
 
 if __name__ == '__main__':
     unittest.main()
