@@ -1,12 +1,13 @@
 /*
  * split_track.c: see split_track.h.
  *
- * The entries are an array in the order the splits were handed out; a
- * settle looks a run up by (epoch, file, record) with a linear scan that
- * starts at the entry the previous run hit, since a batch's runs mostly
- * fall in few splits. A run may span two splits of one file (the sources
- * read them one after the other and batch merges the runs), so it is cut
- * at each split's end.
+ * The entries are an array in the order the splits were handed out, and
+ * an index sorts them by (epoch, file, begin): a settle looks each run up
+ * there with a binary search, after a look at the entry the previous run
+ * hit. It runs for every run of every batch (a shuffled batch of 1024 has
+ * about 1024), so it must cost a few nanoseconds. A run may span two splits
+ * of one file (the sources read them one after the other and batch merges
+ * the runs), so it is cut at each split's end.
  */
 #include "split_track.h"
 
@@ -22,12 +23,43 @@ struct entry {
     uint64_t dropped, out, sent;
 };
 
+/* An index row: the sort key of entry e. */
+struct key {
+    uint64_t hi;    /* epoch << 32 | file_index */
+    uint64_t begin;
+    unsigned e;
+};
+
 struct sl_split_track {
     struct entry *e;
+    struct key *idx; /* n rows, sorted by (hi, begin) */
     unsigned n, cap;
-    unsigned hint;
+    unsigned hint;   /* the entry the last run hit */
     bool ended;
 };
+
+static uint64_t key_hi(uint32_t epoch, uint32_t file)
+{
+    return (uint64_t)epoch << 32 | file;
+}
+
+static bool key_less(uint64_t ahi, uint64_t abegin, const struct key *b)
+{
+    return ahi < b->hi || (ahi == b->hi && abegin < b->begin);
+}
+
+/* Rebuilds the index from the entries (insertion sort: n is small). */
+static void reindex(sl_split_track_t *t)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        struct key k = {key_hi(t->e[i].rec.epoch, t->e[i].rec.file_index), t->e[i].rec.begin, i};
+        unsigned j = i;
+        for (; j > 0 && key_less(k.hi, k.begin, &t->idx[j - 1]); j--)
+            t->idx[j] = t->idx[j - 1];
+        t->idx[j] = k;
+    }
+    t->hint = 0;
+}
 
 sl_split_track_t *sl_split_track_new(void)
 {
@@ -41,6 +73,7 @@ void sl_split_track_free(sl_split_track_t *t)
     for (unsigned i = 0; i < t->n; i++)
         free(t->e[i].skips);
     free(t->e);
+    free(t->idx);
     free(t);
 }
 
@@ -49,11 +82,14 @@ int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_sk
     if (t->n == t->cap) {
         unsigned cap = t->cap ? t->cap * 2 : 16;
         struct entry *p = realloc(t->e, cap * sizeof *p);
-        if (!p) {
+        if (p)
+            t->e = p;
+        struct key *k = p ? realloc(t->idx, cap * sizeof *k) : NULL;
+        if (!k) {
             free(skips);
             return -ENOMEM;
         }
-        t->e = p;
+        t->idx = k;
         t->cap = cap;
     }
     struct entry *e = &t->e[t->n++];
@@ -65,6 +101,7 @@ int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_sk
                                    .end = s->end};
     e->skips = skips;
     s->skips = skips;
+    reindex(t);
     return 0;
 }
 
@@ -91,15 +128,28 @@ void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *
 /* The entry holding record rec of file of epoch, or NULL. */
 static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t file, uint64_t rec)
 {
-    for (unsigned k = 0; k < t->n; k++) {
-        unsigned i = (t->hint + k) % t->n;
-        struct entry *e = &t->e[i];
-        if (e->rec.epoch == epoch && e->rec.file_index == file && rec >= e->rec.begin && rec < e->rec.end) {
-            t->hint = i;
-            return e;
-        }
+    if (t->n == 0)
+        return NULL;
+    struct entry *e = &t->e[t->hint];
+    if (e->rec.epoch == epoch && e->rec.file_index == file && rec >= e->rec.begin && rec < e->rec.end)
+        return e;
+    /* The last index row whose key is at most (epoch, file, rec). */
+    uint64_t hi = key_hi(epoch, file);
+    unsigned lo = 0, n = t->n;
+    while (n > 1) {
+        unsigned half = n / 2;
+        if (!key_less(hi, rec, &t->idx[lo + half]))
+            lo += half;
+        n -= half;
     }
-    return NULL;
+    const struct key *k = &t->idx[lo];
+    if (k->hi != hi || rec < k->begin)
+        return NULL;
+    e = &t->e[k->e];
+    if (rec >= e->rec.end)
+        return NULL;
+    t->hint = k->e;
+    return e;
 }
 
 void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
@@ -165,7 +215,8 @@ unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, u
         t->e[keep++] = *e;
     }
     t->n = keep;
-    t->hint = 0;
+    if (got > 0)
+        reindex(t);
     return got;
 }
 
