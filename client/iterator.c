@@ -53,7 +53,8 @@ struct sl_batch {
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
     uint8_t *payload;
     size_t size;
-    sl_provenance_run_t *prov; /* owned, num_prov runs */
+    const sl_provenance_run_t *prov_at; /* num_prov runs, in payload or prov */
+    sl_provenance_run_t *prov;          /* owned: a copy when they were not aligned in payload */
     size_t num_prov;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
@@ -249,14 +250,18 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     struct sl_batch *b = calloc(1, sizeof *b);
     sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
     if (b && num_prov > 0) {
-        /* Copied out: the runs need not be aligned in the payload. */
-        b->prov = malloc(num_prov * sizeof *b->prov);
-        if (b->prov) {
-            memcpy(b->prov, payload + resp->provenance_offset, num_prov * sizeof *b->prov);
-            b->num_prov = num_prov;
+        /* Read in place when aligned, as a worker sends them; else copied. */
+        if (resp->provenance_offset % _Alignof(sl_provenance_run_t) == 0) {
+            b->prov_at = (const sl_provenance_run_t *)(payload + resp->provenance_offset);
+        } else {
+            b->prov = malloc(num_prov * sizeof *b->prov);
+            if (b->prov)
+                memcpy(b->prov, payload + resp->provenance_offset, num_prov * sizeof *b->prov);
+            b->prov_at = b->prov;
         }
+        b->num_prov = b->prov_at ? num_prov : 0;
     }
-    if (!b || (num_prov > 0 && !b->prov) ||
+    if (!b || (num_prov > 0 && !b->prov_at) ||
         done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
         snprintf(err, errlen, "out of memory");
         if (b)
@@ -1107,7 +1112,7 @@ void sl_batch_release(sl_batch_t *b)
 const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
 {
     *num_runs = b->num_prov;
-    return b->num_prov ? b->prov : NULL;
+    return b->num_prov ? b->prov_at : NULL;
 }
 
 const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)

@@ -22,8 +22,6 @@ void sl_element_init(sl_element_t *e, uint32_t n)
     e->block_size = 0;
     e->num_components = n;
     e->prov_n = 0;
-    e->prov_cap = 0;
-    e->prov_heap = NULL;
     for (uint32_t i = 0; i < n; i++) {
         e->v[i].storage = SL_VALUE_INLINE;
         e->v[i].ragged = 0;
@@ -48,9 +46,8 @@ void sl__element_release(sl_element_t *e)
     }
     free(e->block);
     e->block = NULL;
-    free(e->prov_heap);
-    e->prov_heap = NULL;
-    e->prov_cap = 0;
+    if (e->prov_n & SL_PROV_HEAP)
+        free(e->prov.heap.runs);
     e->prov_n = 0;
 }
 
@@ -220,14 +217,12 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
     }
     /* The provenance goes with the batch; a merged element's runs are
      * handed over, not copied. */
-    b->prov_n = e->prov_n;
-    if (e->prov_heap) {
-        b->prov_heap = e->prov_heap;
-        e->prov_heap = NULL;
-        e->prov_cap = 0;
-    } else {
-        b->prov_one = e->prov;
-    }
+    b->prov_n = sl_prov_count(e);
+    if (e->prov_n & SL_PROV_HEAP)
+        b->prov_heap = e->prov.heap.runs;
+    else
+        b->prov_one = e->prov.one;
+    e->prov_n = 0;
     sl_element_clear(e);
     *out = b;
     return 0;

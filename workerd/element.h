@@ -38,6 +38,9 @@
 
 #define SL_VALUE_INLINE_BYTES 16
 
+/* sl_element_t.prov_n: the runs are on the heap. */
+#define SL_PROV_HEAP 0x80000000u
+
 enum sl_value_storage { SL_VALUE_INLINE = 0, SL_VALUE_HEAP = 1, SL_VALUE_BLOCK = 2 };
 
 typedef struct sl_value {
@@ -62,14 +65,19 @@ typedef struct sl_element {
     size_t block_size;     /* bytes of block in use, in wire layout */
     uint32_t num_components;
     /* Provenance (docs/architecture.md, "Provenance and split-done
-     * notices"): prov_n runs of the source records the element came from.
-     * One run (what a source yields) lives in prov, costing no allocation;
-     * merged elements (batch) keep theirs in prov_heap, owned, with room
-     * for prov_cap, once they have more than one. */
-    uint32_t prov_cap;
-    uint64_t prov_n;
-    sl_provenance_run_t prov;
-    sl_provenance_run_t *prov_heap;
+     * notices"): sl_prov_count() runs of the source records the element
+     * came from, at sl_prov_runs(). One run (what a source yields) lives in
+     * prov.one, costing no allocation; a merged element (batch) with more
+     * keeps them in prov.heap (owned, room for cap), and prov_n has
+     * SL_PROV_HEAP set. Kept small: elements are moved by value. */
+    uint32_t prov_n;
+    union {
+        sl_provenance_run_t one;
+        struct {
+            sl_provenance_run_t *runs;
+            uint64_t cap;
+        } heap;
+    } prov;
     sl_value_t v[];
 } sl_element_t;
 
@@ -116,7 +124,7 @@ static inline void sl_element_clear(sl_element_t *e)
     /* Clearing runs once per element in every stage, and most elements are
      * scalars that own nothing: for them it is a look at the storage tags,
      * with no call and no free(NULL). */
-    int owns = (e->block != NULL) | (e->prov_heap != NULL);
+    int owns = (e->block != NULL) | (int)(e->prov_n >> 31); /* SL_PROV_HEAP */
     for (uint32_t i = 0; i < e->num_components; i++)
         owns |= e->v[i].storage != SL_VALUE_INLINE;
     if (owns)
@@ -126,11 +134,17 @@ static inline void sl_element_clear(sl_element_t *e)
     e->prov_n = 0;
 }
 
-/** @return the element's e->prov_n provenance runs, valid while e is
+/** @return how many provenance runs the element has */
+static inline uint32_t sl_prov_count(const sl_element_t *e)
+{
+    return e->prov_n & ~SL_PROV_HEAP;
+}
+
+/** @return the element's sl_prov_count() provenance runs, valid while e is
  *  neither moved nor cleared */
 static inline const sl_provenance_run_t *sl_prov_runs(const sl_element_t *e)
 {
-    return e->prov_heap ? e->prov_heap : &e->prov;
+    return (e->prov_n & SL_PROV_HEAP) ? e->prov.heap.runs : &e->prov.one;
 }
 
 /** Gives e, an element a source just filled (no provenance yet), the one
@@ -138,10 +152,10 @@ static inline const sl_provenance_run_t *sl_prov_runs(const sl_element_t *e)
 static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_index, uint64_t pos)
 {
     e->prov_n = 1;
-    e->prov.epoch = (uint32_t)epoch;
-    e->prov.file_index = file_index;
-    e->prov.begin = pos;
-    e->prov.count = 1;
+    e->prov.one.epoch = (uint32_t)epoch;
+    e->prov.one.file_index = file_index;
+    e->prov.one.begin = pos;
+    e->prov.one.count = 1;
 }
 
 /**
@@ -151,6 +165,10 @@ static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_in
  * @return 0, -ENOMEM (some runs may be appended: the element is then dropped)
  */
 int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n);
+
+/** Makes room for n runs on the heap once e has more than one, so that a
+ *  batch that will not merge its runs allocates them once. @return 0, -ENOMEM */
+int sl_prov_reserve(sl_element_t *e, uint64_t n);
 
 /** Drops e's provenance (its values stay). */
 void sl_prov_clear(sl_element_t *e);

@@ -178,7 +178,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         row_size[c] = in->v[c].size;
         memcpy(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
     }
-    if (sl_prov_append(out, sl_prov_runs(in), in->prov_n) < 0)
+    if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
         goto nomem_prov;
     sl_element_clear(in);
     rows = 1;
@@ -221,7 +221,11 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
                 }
                 batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
             }
-            if (sl_prov_append(out, sl_prov_runs(in), in->prov_n) < 0)
+            if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
+                goto nomem_prov;
+            /* Runs that do not merge (a shuffled input) come one per
+             * element: room for all at once, not by doubling. */
+            if (out->prov_n == (2 | SL_PROV_HEAP) && sl_prov_reserve(out, b->batch_size) < 0)
                 goto nomem_prov;
             sl_element_clear(in);
             rows++;
@@ -229,7 +233,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     }
     if (rows < b->batch_size && b->drop_remainder) {
         /* The short last batch is dropped, and its records with it. */
-        sl__ctx_dropped(it->ctx, sl_prov_runs(out), out->prov_n);
+        sl__ctx_dropped(it->ctx, sl_prov_runs(out), sl_prov_count(out));
         sl_prov_clear(out);
         free(block);
         return 1;
@@ -607,7 +611,8 @@ static int batch_next_gather(sl_iter_t *it, sl_element_t *out)
     }
     for (uint64_t i = 0; i < b->n; i++) {
         const sl_element_t *e = slot(b, i);
-        if (sl_prov_append(out, sl_prov_runs(e), e->prov_n) < 0) {
+        if (sl_prov_append(out, sl_prov_runs(e), sl_prov_count(e)) < 0 ||
+            (out->prov_n == (2 | SL_PROV_HEAP) && sl_prov_reserve(out, b->n) < 0)) {
             rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
             goto fail;
         }

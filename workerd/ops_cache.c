@@ -122,7 +122,7 @@ static int serialize(struct cache_iter *c, sl_element_t *e, size_t *len)
     size_t n = 16;
     for (uint32_t i = 0; i < e->num_components; i++)
         n += sizeof(struct comp_hdr) + ALIGN8(e->v[i].size) + ALIGN8(splits_bytes(&e->v[i]));
-    n += 8 + e->prov_n * SL_PROV_RUN_BYTES; /* the provenance */
+    n += 8 + (size_t)sl_prov_count(e) * SL_PROV_RUN_BYTES; /* the provenance */
     n += 8;
     if (n > c->buf_cap) {
         uint8_t *p = realloc(c->buf, n);
@@ -152,10 +152,11 @@ static int serialize(struct cache_iter *c, sl_element_t *e, size_t *len)
             memcpy(p + off, v->u.splits, h.splits_bytes);
         off += ALIGN8(h.splits_bytes);
     }
-    memcpy(p + off, &e->prov_n, 8);
+    uint64_t prov_n = sl_prov_count(e);
+    memcpy(p + off, &prov_n, 8);
     off += 8;
-    memcpy(p + off, sl_prov_runs(e), e->prov_n * SL_PROV_RUN_BYTES);
-    off += e->prov_n * SL_PROV_RUN_BYTES;
+    memcpy(p + off, sl_prov_runs(e), prov_n * SL_PROV_RUN_BYTES);
+    off += prov_n * SL_PROV_RUN_BYTES;
     uint32_t crc = sl_crc32c(p, off);
     memcpy(p + off, &crc, 4);
     *len = off + 8;
@@ -565,7 +566,7 @@ static int dynamic_next(struct cache_iter *c, sl_element_t *out)
             if (rc == 0) {
                 rc = deserialize(c, data, len, out);
                 if (rc == 0)
-                    c->replayed += out->prov_n ? 1 : 0;
+                    c->replayed += sl_prov_count(out) ? 1 : 0;
                 return rc;
             }
             sl_cachedb_reader_close(c->r);

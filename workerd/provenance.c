@@ -3,6 +3,7 @@
  * merging, copying, and moving them into a wire batch.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,63 +11,72 @@
 #include "element.h"
 #include "iter.h"
 
-/* Room for at least want runs at e->prov_heap, the inline run moved there
+/* Room for at least want runs on the heap, the inline run moved there
  * first. The array grows by doubling; it never holds more runs than the
  * element has records, since every run counts at least one. */
 static int prov_reserve(sl_element_t *e, uint64_t want)
 {
-    if (e->prov_heap && want <= e->prov_cap)
+    bool heap = e->prov_n & SL_PROV_HEAP;
+    if (heap && want <= e->prov.heap.cap)
         return 0;
-    uint64_t cap = e->prov_cap ? e->prov_cap : 8;
+    uint64_t cap = heap ? e->prov.heap.cap : 8;
     while (cap < want)
         cap *= 2;
-    if (cap > UINT32_MAX)
+    if (cap > SL_PROV_HEAP - 1)
         return -ENOMEM;
-    sl_provenance_run_t *p = realloc(e->prov_heap, cap * sizeof *p);
+    sl_provenance_run_t one = e->prov.one;
+    sl_provenance_run_t *p = realloc(heap ? e->prov.heap.runs : NULL, cap * sizeof *p);
     if (!p)
         return -ENOMEM;
-    if (!e->prov_heap && e->prov_n == 1)
-        p[0] = e->prov;
-    e->prov_heap = p;
-    e->prov_cap = (uint32_t)cap;
+    if (!heap && e->prov_n == 1)
+        p[0] = one;
+    e->prov.heap.runs = p;
+    e->prov.heap.cap = cap;
+    e->prov_n |= SL_PROV_HEAP;
     return 0;
+}
+
+int sl_prov_reserve(sl_element_t *e, uint64_t n)
+{
+    return sl_prov_count(e) > 1 ? prov_reserve(e, n) : 0;
 }
 
 int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++) {
         const sl_provenance_run_t *r = &runs[i];
-        if (dst->prov_n > 0) {
-            sl_provenance_run_t *last = (dst->prov_heap ? dst->prov_heap : &dst->prov) + dst->prov_n - 1;
+        uint32_t count = sl_prov_count(dst);
+        if (count > 0) {
+            sl_provenance_run_t *last = (sl_provenance_run_t *)sl_prov_runs(dst) + count - 1;
             if (last->epoch == r->epoch && last->file_index == r->file_index && last->begin + last->count == r->begin) {
                 last->count += r->count;
                 continue;
             }
         }
-        if (dst->prov_n == 0 && !dst->prov_heap) {
-            dst->prov = *r;
+        if (dst->prov_n == 0) {
+            dst->prov.one = *r;
             dst->prov_n = 1;
             continue;
         }
-        if (prov_reserve(dst, dst->prov_n + 1) < 0)
+        if (prov_reserve(dst, (uint64_t)count + 1) < 0)
             return -ENOMEM;
-        dst->prov_heap[dst->prov_n++] = *r;
+        dst->prov.heap.runs[count] = *r;
+        dst->prov_n = (count + 1) | SL_PROV_HEAP;
     }
     return 0;
 }
 
 void sl_prov_clear(sl_element_t *e)
 {
-    free(e->prov_heap);
-    e->prov_heap = NULL;
-    e->prov_cap = 0;
+    if (e->prov_n & SL_PROV_HEAP)
+        free(e->prov.heap.runs);
     e->prov_n = 0;
 }
 
 int sl_prov_copy(sl_element_t *dst, const sl_element_t *src)
 {
-    dst->prov_n = 0;
-    return sl_prov_append(dst, sl_prov_runs(src), src->prov_n);
+    sl_prov_clear(dst);
+    return sl_prov_append(dst, sl_prov_runs(src), sl_prov_count(src));
 }
 
 /* ---- drops and split reads, for the iterators (iter.h) ---- */
@@ -79,7 +89,7 @@ void sl__ctx_dropped(sl_iter_ctx_t *ctx, const sl_provenance_run_t *runs, uint64
 
 void sl__iter_drop(sl_iter_t *it, sl_element_t *e)
 {
-    sl__ctx_dropped(it->ctx, sl_prov_runs(e), e->prov_n);
+    sl__ctx_dropped(it->ctx, sl_prov_runs(e), sl_prov_count(e));
     sl_element_clear(e);
 }
 

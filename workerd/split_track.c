@@ -30,12 +30,26 @@ struct key {
     unsigned e;
 };
 
+/* A cache in front of the binary search: the entry that last held a record
+ * of each block of CACHE_BLOCK records, direct-mapped. A shuffled batch's
+ * runs fall in the few splits the shuffle buffer spans, so nearly every
+ * lookup is one load and a containment check. Rows are valid while gen
+ * matches the table's (every reindex bumps it). */
+#define CACHE_SLOTS 64
+#define CACHE_BLOCK_BITS 10
+
+struct cache_row {
+    uint64_t hi, block;
+    unsigned e, gen;
+};
+
 struct sl_split_track {
     struct entry *e;
     struct key *idx; /* n rows, sorted by (hi, begin) */
     unsigned n, cap;
-    unsigned hint;   /* the entry the last run hit */
+    unsigned gen;
     bool ended;
+    struct cache_row cache[CACHE_SLOTS];
 };
 
 static uint64_t key_hi(uint32_t epoch, uint32_t file)
@@ -58,7 +72,7 @@ static void reindex(sl_split_track_t *t)
             t->idx[j] = t->idx[j - 1];
         t->idx[j] = k;
     }
-    t->hint = 0;
+    t->gen++;
 }
 
 sl_split_track_t *sl_split_track_new(void)
@@ -130,11 +144,15 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
 {
     if (t->n == 0)
         return NULL;
-    struct entry *e = &t->e[t->hint];
-    if (e->rec.epoch == epoch && e->rec.file_index == file && rec >= e->rec.begin && rec < e->rec.end)
-        return e;
+    uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
+    struct cache_row *c = &t->cache[(block * UINT64_C(0x9e3779b97f4a7c15) + hi) >> 58];
+    struct entry *e;
+    if (c->gen == t->gen && c->hi == hi && c->block == block) {
+        e = &t->e[c->e];
+        if (rec >= e->rec.begin && rec < e->rec.end)
+            return e;
+    }
     /* The last index row whose key is at most (epoch, file, rec). */
-    uint64_t hi = key_hi(epoch, file);
     unsigned lo = 0, n = t->n;
     while (n > 1) {
         unsigned half = n / 2;
@@ -148,7 +166,7 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     e = &t->e[k->e];
     if (rec >= e->rec.end)
         return NULL;
-    t->hint = k->e;
+    *c = (struct cache_row){hi, block, k->e, t->gen};
     return e;
 }
 

@@ -163,7 +163,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             t->split_count--;
             /* The tracker owns the skip runs from now on. */
-            rc = sl_split_track_add(t->track, epoch, out, s->skips);
+            rc = t->track ? sl_split_track_add(t->track, epoch, out, s->skips) : 0;
             s->skips = NULL;
             break;
         }

@@ -333,8 +333,9 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         pc->splits_offset = c->splits_offset;
         pc->splits_length = c->splits_length;
     }
-    /* The provenance goes after the tensor bytes; done splits ride along. */
-    resp->provenance_offset = b->size;
+    /* The provenance goes after the tensor bytes, 8-byte aligned so that
+     * the client can read it in place; done splits ride along. */
+    resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
     resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
     resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done);
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
@@ -343,7 +344,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)b->size);
     int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
-                               sl_wire_batch_prov(b), (size_t)resp->provenance_length, on_batch_written, s);
+                               (size_t)(resp->provenance_offset - b->size), sl_wire_batch_prov(b),
+                               (size_t)resp->provenance_length, on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
     free(resp);
