@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cachedb.h"
 #include "element.h"
 #include "pipeline_util.h"
 #include "split_track.h"
@@ -219,6 +220,37 @@ Test(provenance, memory_cache_replays_it_in_the_replaying_epoch)
     }
     cr_assert_eq(check_range(&bs, 0, 0, false), 20);
     batches_free(&bs);
+}
+
+Test(provenance, disk_cache_replays_it_in_a_new_pipeline)
+{
+    char dir[] = "/tmp/sl-prov-cache-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    sl_cache_env_t env = {.mem_limit = 1 << 20};
+    char err[512];
+    cr_assert_eq(sl_cachedb_open(dir, (size_t)16 << 20, &env.db, err, sizeof err), 0, "%s", err);
+    sl_pipeline_opts_t o = {.cache = &env};
+    const char *spec = "{\"source\":" RANGE(5, 45) ",\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":8},"
+                       "{\"op\":\"cache\",\"storage\":\"disk\"},{\"op\":\"batch\",\"batch_size\":40}]}";
+    /* The first pipeline writes the entry, the second reads it from its
+     * first epoch: the unseeded shuffle's order, frozen in the cache, and
+     * the same provenance, epoch 0 both times. */
+    batches_t a = run_spec(spec, &o), b = run_spec(spec, &o);
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+    cr_assert_eq(a.n, 1);
+    cr_assert_eq(b.n, 1);
+    cr_assert_eq(check_range(&a, 5, 0, true), 40);
+    cr_assert_eq(check_range(&b, 5, 0, true), 40);
+    cr_assert_eq(a.b[0]->prov_n, b.b[0]->prov_n);
+    cr_assert_eq(memcmp(sl_wire_batch_prov(a.b[0]), sl_wire_batch_prov(b.b[0]), a.b[0]->prov_n * SL_PROV_RUN_BYTES), 0);
+    cr_assert_eq(memcmp(a.b[0]->data, b.b[0]->data, a.b[0]->size), 0);
+    batches_free(&a);
+    batches_free(&b);
+    sl_cachedb_close(env.db);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 /* ---- DYNAMIC: skip runs and settling ---- */
