@@ -53,6 +53,11 @@ struct sl_batch {
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
     uint8_t *payload;
     size_t size;
+    const sl_provenance_run_t *prov_at; /* num_prov runs, in payload or prov */
+    sl_provenance_run_t *prov;          /* owned: a copy when they were not aligned in payload */
+    size_t num_prov;
+    sl_split_done_t *done;     /* owned, num_done notices */
+    size_t num_done;
     struct sl_batch *next;
 };
 
@@ -130,6 +135,8 @@ struct sl_iterator {
     pthread_cond_t cv;
     struct sl_batch *ready, **ready_tail;
     unsigned ready_count;
+    sl_split_done_t *pending_done; /* end-of-sequence notices no waiting batch took (end_notices) */
+    size_t num_pending_done;
     int error;
     char err[1024];
     bool finished;
@@ -174,7 +181,38 @@ static void batch_free(struct sl_batch *b)
     if (!b)
         return;
     free(b->payload);
+    free(b->prov);
+    free(b->done);
     free(b);
+}
+
+/* Appends n split-done notices to *arr (*num of them). 0 or -ENOMEM. */
+static int done_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n)
+{
+    if (n == 0)
+        return 0;
+    sl_split_done_t *p = realloc(*arr, (*num + n) * sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p + *num, add, n * sizeof *p);
+    *arr = p;
+    *num += n;
+    return 0;
+}
+
+/* The notices of a GET_ELEMENT answer in the client's type; n of them. */
+static size_t done_from_wire(const sluice_GetElementResponse *resp, sl_split_done_t *out)
+{
+    for (pb_size_t i = 0; i < resp->splits_done_count; i++) {
+        const sluice_SplitDone *d = &resp->splits_done[i];
+        out[i] = (sl_split_done_t){.split_id = d->split_id,
+                                   .epoch = d->epoch,
+                                   .file_index = d->file_index,
+                                   .begin = d->begin,
+                                   .end = d->end,
+                                   .delivered = d->delivered};
+    }
+    return resp->splits_done_count;
 }
 
 /* Builds a batch from a GET_ELEMENT answer, checking every component
@@ -197,13 +235,37 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
         c->splits_offset = pc->splits_offset;
         c->splits_length = pc->splits_length;
     }
+    uint64_t num_prov = 0;
+    char why[400];
     if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
         free(payload);
         return NULL;
     }
+    if (sl_wire_prov_validate(resp->provenance_offset, resp->provenance_length, size, payload, resp->num_elements,
+                              &num_prov, why, sizeof why) < 0) {
+        snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
+        free(payload);
+        return NULL;
+    }
     struct sl_batch *b = calloc(1, sizeof *b);
-    if (!b) {
+    sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
+    if (b && num_prov > 0) {
+        /* Read in place when aligned, as a worker sends them; else copied. */
+        if (resp->provenance_offset % _Alignof(sl_provenance_run_t) == 0) {
+            b->prov_at = (const sl_provenance_run_t *)(payload + resp->provenance_offset);
+        } else {
+            b->prov = malloc(num_prov * sizeof *b->prov);
+            if (b->prov)
+                memcpy(b->prov, payload + resp->provenance_offset, num_prov * sizeof *b->prov);
+            b->prov_at = b->prov;
+        }
+        b->num_prov = b->prov_at ? num_prov : 0;
+    }
+    if (!b || (num_prov > 0 && !b->prov_at) ||
+        done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
         snprintf(err, errlen, "out of memory");
+        if (b)
+            batch_free(b);
         free(payload);
         return NULL;
     }
@@ -211,7 +273,8 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     b->num_elements = wb.num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
-    b->size = size;
+    /* The tensors' bytes: the provenance after them is not counted. */
+    b->size = num_prov > 0 ? (size_t)resp->provenance_offset : size;
     for (int i = 0; i < wb.num_components; i++) {
         const sl_component_t *c = &wb.components[i];
         sl_tensor_t *t = &b->tensors[i];
@@ -302,6 +365,27 @@ static void coord_deliver(sl_iterator_t *it)
     pthread_mutex_unlock(&it->mu);
 }
 
+/* The split-done notices of an end-of-sequence frame: they go with the last
+ * batch waiting for the caller, which came before them, or, when none
+ * waits, with the next batch the caller gets (sl_iterator_splits_done()
+ * shows them after the end). */
+static void end_notices(sl_iterator_t *it, const sluice_GetElementResponse *resp)
+{
+    sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
+    size_t n = done_from_wire(resp, done);
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&it->mu);
+    struct sl_batch *last = NULL;
+    for (struct sl_batch *b = it->ready; b; b = b->next)
+        last = b;
+    int rc = last ? done_append(&last->done, &last->num_done, done, n)
+                  : done_append(&it->pending_done, &it->num_pending_done, done, n);
+    pthread_mutex_unlock(&it->mu);
+    if (rc < 0)
+        iterator_fail(it, -ENOMEM, "out of memory for %zu split-done notices", n);
+}
+
 static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
                           const sluice_GetElementResponse *resp, uint8_t *payload, size_t size)
 {
@@ -313,6 +397,7 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
     t->unknown_since = 0;
     if (resp->end_of_sequence) {
         free(payload);
+        end_notices(it, resp);
         sl->state = SLOT_END;
     } else {
         char err[512];
@@ -425,6 +510,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     }
     if (resp->end_of_sequence) {
         free(payload);
+        end_notices(it, resp);
         t->state = TC_ENDED;
         if (t->in_flight == 0)
             task_drop_conn(t);
@@ -884,6 +970,14 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
                 it->ready_tail = &it->ready;
             it->ready_count--;
             b->next = NULL;
+            /* Notices that came after the batches before this one. */
+            if (it->num_pending_done > 0 &&
+                done_append(&b->done, &b->num_done, it->pending_done, it->num_pending_done) < 0) {
+                batch_free(b);
+                rc = -ENOMEM;
+                break;
+            }
+            it->num_pending_done = 0;
             *out = b;
             rc = 0;
             break;
@@ -944,6 +1038,7 @@ void sl_iterator_close(sl_iterator_t *it)
         it->ready = b->next;
         batch_free(b);
     }
+    free(it->pending_done);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         batch_free(it->slots[i].batch);
     if (it->kick)
@@ -1012,4 +1107,22 @@ const char *sl_iterator_notice(const sl_iterator_t *it)
 void sl_batch_release(sl_batch_t *b)
 {
     batch_free(b);
+}
+
+const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
+{
+    *num_runs = b->num_prov;
+    return b->num_prov ? b->prov_at : NULL;
+}
+
+const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)
+{
+    *num = b->num_done;
+    return b->num_done ? b->done : NULL;
+}
+
+const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it, size_t *num)
+{
+    *num = it->num_pending_done;
+    return it->num_pending_done ? it->pending_done : NULL;
 }

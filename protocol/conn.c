@@ -419,6 +419,70 @@ fail:
     return rc;
 }
 
+static void no_free(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    (void)extra;
+}
+
+int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
+                      size_t payload_len, size_t pad, const void *tail, size_t tail_len, sl_conn_free_fn free_fn,
+                      void *extra)
+{
+    static _Thread_local uint8_t buf[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
+    static const uint8_t zeros[8];
+    int rc = 0;
+    if (tail_len == 0)
+        return sl_conn_send(c, type, request_id, msg, payload, payload_len, free_fn, extra);
+    if (c->state == CONN_DEAD || c->state == CONN_DRAINING) {
+        rc = SL_ECLOSED;
+        goto fail;
+    }
+    if (c->state == CONN_HANDSHAKE) {
+        rc = -EAGAIN;
+        goto fail;
+    }
+    if (pad >= sizeof zeros || payload_len > UINT32_MAX || tail_len > UINT32_MAX - payload_len - pad) {
+        rc = SL_ETOOBIG;
+        goto fail;
+    }
+    size_t len;
+    rc = sl_frame_encode(type, request_id, msg, (uint32_t)(payload_len + pad + tail_len), buf, sizeof buf, &len);
+    if (rc < 0)
+        goto fail;
+    /* The parts go into a buffer of their own first, so that the output
+     * gets the whole frame or nothing of it. Nothing is copied but the
+     * header: payload and tail are referenced, and free_fn rides on the
+     * tail, the last part to go. */
+    struct evbuffer *frame = evbuffer_new();
+    if (!frame) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (evbuffer_add(frame, buf, len) < 0 ||
+        (payload_len > 0 && evbuffer_add_reference(frame, payload, payload_len, no_free, NULL) < 0) ||
+        (pad > 0 && evbuffer_add_reference(frame, zeros, pad, no_free, NULL) < 0)) {
+        evbuffer_free(frame);
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (evbuffer_add_reference(frame, tail, tail_len, free_fn ? free_fn : no_free, extra) < 0) {
+        evbuffer_free(frame);
+        rc = -ENOMEM;
+        goto fail;
+    }
+    /* free_fn now runs when the tail is written or dropped; the frame's
+     * parts keep their order when moved. */
+    rc = evbuffer_add_buffer(bufferevent_get_output(c->bev), frame) < 0 ? -ENOMEM : 0;
+    evbuffer_free(frame);
+    return rc;
+fail:
+    if (free_fn)
+        free_fn(payload, payload_len, extra);
+    return rc;
+}
+
 int sl_conn_send_error(sl_conn_t *c, uint32_t request_id, int code, const char *fmt, ...)
 {
     char msg[1024];

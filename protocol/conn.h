@@ -67,6 +67,18 @@ typedef void (*sl_conn_free_fn)(const void *data, size_t len, void *extra);
 int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra);
 
+/**
+ * sl_conn_send() with a payload of three parts: payload_len bytes at
+ * payload, pad (< 8) zero bytes, then tail_len bytes at tail (a batch's
+ * tensor bytes and its provenance, aligned). payload and tail are
+ * referenced, not copied; free_fn(payload, payload_len, extra), if given,
+ * runs once neither is needed any more (also on failure).
+ * @return as sl_conn_send()
+ */
+int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
+                      size_t payload_len, size_t pad, const void *tail, size_t tail_len, sl_conn_free_fn free_fn,
+                      void *extra);
+
 /** Sends an error frame answering request_id (0: the connection). */
 int sl_conn_send_error(sl_conn_t *c, uint32_t request_id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -21,6 +21,7 @@ void sl_element_init(sl_element_t *e, uint32_t n)
     e->block = NULL;
     e->block_size = 0;
     e->num_components = n;
+    e->prov_n = 0;
     for (uint32_t i = 0; i < n; i++) {
         e->v[i].storage = SL_VALUE_INLINE;
         e->v[i].ragged = 0;
@@ -45,6 +46,9 @@ void sl__element_release(sl_element_t *e)
     }
     free(e->block);
     e->block = NULL;
+    if (e->prov_n & SL_PROV_HEAP)
+        free(e->prov.heap.runs);
+    e->prov_n = 0;
 }
 
 void sl_element_free(sl_element_t *e)
@@ -211,6 +215,14 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
         b->data = data;
         b->size = size;
     }
+    /* The provenance goes with the batch; a merged element's runs are
+     * handed over, not copied. */
+    b->prov_n = sl_prov_count(e);
+    if (e->prov_n & SL_PROV_HEAP)
+        b->prov_heap = e->prov.heap.runs;
+    else
+        b->prov_one = e->prov.one;
+    e->prov_n = 0;
     sl_element_clear(e);
     *out = b;
     return 0;

@@ -38,6 +38,9 @@
 
 #define SL_VALUE_INLINE_BYTES 16
 
+/* sl_element_t.prov_n: the runs are on the heap. */
+#define SL_PROV_HEAP 0x80000000u
+
 enum sl_value_storage { SL_VALUE_INLINE = 0, SL_VALUE_HEAP = 1, SL_VALUE_BLOCK = 2 };
 
 typedef struct sl_value {
@@ -61,6 +64,20 @@ typedef struct sl_element {
     uint8_t *block;        /* owned, may be NULL: holds the BLOCK values */
     size_t block_size;     /* bytes of block in use, in wire layout */
     uint32_t num_components;
+    /* Provenance (docs/architecture.md, "Provenance and split-done
+     * notices"): sl_prov_count() runs of the source records the element
+     * came from, at sl_prov_runs(). One run (what a source yields) lives in
+     * prov.one, costing no allocation; a merged element (batch) with more
+     * keeps them in prov.heap (owned, room for cap), and prov_n has
+     * SL_PROV_HEAP set. Kept small: elements are moved by value. */
+    uint32_t prov_n;
+    union {
+        sl_provenance_run_t one;
+        struct {
+            sl_provenance_run_t *runs;
+            uint64_t cap;
+        } heap;
+    } prov;
     sl_value_t v[];
 } sl_element_t;
 
@@ -107,14 +124,57 @@ static inline void sl_element_clear(sl_element_t *e)
     /* Clearing runs once per element in every stage, and most elements are
      * scalars that own nothing: for them it is a look at the storage tags,
      * with no call and no free(NULL). */
-    int owns = e->block != NULL;
+    int owns = (e->block != NULL) | (int)(e->prov_n >> 31); /* SL_PROV_HEAP */
     for (uint32_t i = 0; i < e->num_components; i++)
         owns |= e->v[i].storage != SL_VALUE_INLINE;
     if (owns)
         sl__element_release(e);
     e->block_size = 0;
     e->num_elements = 0;
+    e->prov_n = 0;
 }
+
+/** @return how many provenance runs the element has */
+static inline uint32_t sl_prov_count(const sl_element_t *e)
+{
+    return e->prov_n & ~SL_PROV_HEAP;
+}
+
+/** @return the element's sl_prov_count() provenance runs, valid while e is
+ *  neither moved nor cleared */
+static inline const sl_provenance_run_t *sl_prov_runs(const sl_element_t *e)
+{
+    return (e->prov_n & SL_PROV_HEAP) ? e->prov.heap.runs : &e->prov.one;
+}
+
+/** Gives e, an element a source just filled (no provenance yet), the one
+ *  run of record pos of file file_index in epoch epoch. */
+static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_index, uint64_t pos)
+{
+    e->prov_n = 1;
+    e->prov.one.epoch = (uint32_t)epoch;
+    e->prov.one.file_index = file_index;
+    e->prov.one.begin = pos;
+    e->prov.one.count = 1;
+}
+
+/**
+ * Appends n runs to dst's provenance, merging a run into the one before it
+ * when they are contiguous (same epoch and file, and it begins where that
+ * one ends), so that an unshuffled batch has one run (provenance.c).
+ * @return 0, -ENOMEM (some runs may be appended: the element is then dropped)
+ */
+int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n);
+
+/** Makes room for n runs on the heap once e has more than one, so that a
+ *  batch that will not merge its runs allocates them once. @return 0, -ENOMEM */
+int sl_prov_reserve(sl_element_t *e, uint64_t n);
+
+/** Drops e's provenance (its values stay). */
+void sl_prov_clear(sl_element_t *e);
+
+/** Drops dst's provenance and gives it a copy of src's. @return 0, -ENOMEM */
+int sl_prov_copy(sl_element_t *dst, const sl_element_t *src);
 
 /** Moves src into dst, which must be empty; src is left empty. Same num_components. */
 void sl_element_move(sl_element_t *dst, sl_element_t *src);

@@ -42,6 +42,7 @@ typedef struct sl_iter_ctx {
     uint64_t files_opened;    /* files the file sources and interleave opened */
     uint64_t cache_overflows; /* cache ops that gave up caching (over their bound) */
     const sl_spec_t *spec;    /* the spec, while the pipeline is built only; else NULL */
+    sl_provenance_run_t bulk_prov; /* the rows of the last next_bulk that returned 0 (iter.h) */
 } sl_iter_ctx_t;
 
 typedef struct sl_iter_vtbl {
@@ -82,6 +83,11 @@ typedef struct sl_iter_vtbl {
  * forward it when their input has it), so it sits in the head, not the
  * vtable: NULL when not offered, which sl__iter_init sets.
  */
+/* Provenance on the bulk path: the rows of one next_bulk call are always
+ * consecutive records of one file (a source stops a call at the end of a
+ * split and before a skip run), and after a call that returned 0,
+ * ctx->bulk_prov is their one run. An op that passes rows through leaves
+ * it; one that drops leading rows (skip) moves its begin. */
 typedef int (*sl_iter_bulk_fn)(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows, uint64_t *rows);
 
 /* The head of every iterator; each kind embeds it as its first member. */
@@ -244,5 +250,18 @@ int sl__files_count(const sl_iter_t *src);
 int sl__files_reader_create(const sl_iter_t *src, sl_iter_ctx_t *ctx, const char *label, sl_iter_t **out);
 /* Returns 0, or an error in the reader's ctx (a split outside the file). */
 int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s);
+
+/* Provenance and splits (provenance.c). */
+
+/* Drops e: tells the split source's dropped (if any) about its provenance,
+ * then clears it. Any thread. */
+void sl__iter_drop(sl_iter_t *it, sl_element_t *e);
+/* The same for runs without an element (rows of the bulk path). */
+void sl__ctx_dropped(sl_iter_ctx_t *ctx, const sl_provenance_run_t *runs, uint64_t n);
+/* Tells the split source's split_read (if any) that split s of epoch is read. */
+void sl__split_read(sl_iter_ctx_t *ctx, uint64_t epoch, const sl_split_t *s, uint64_t records);
+/* Checks a split's skip runs: each of count >= 1, sorted, disjoint, inside
+ * [begin, end). 0, or SL_EPROTO with the reason recorded on it. */
+int sl__split_check_skips(sl_iter_t *it, uint64_t epoch, const sl_split_t *s);
 
 #endif

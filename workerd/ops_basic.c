@@ -124,7 +124,7 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
 static void shuffle_drop(struct shuffle_iter *s)
 {
     for (uint64_t i = 0; i < s->n; i++)
-        sl_element_clear(slot(s, i));
+        sl__iter_drop(&s->base, slot(s, i));
     s->n = 0;
 }
 
@@ -221,7 +221,9 @@ static int skip_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, uint
         if (rc != 0)
             return rc;
         if (out)
-            sl_element_clear(out);
+            sl__iter_drop(it, out);
+        else
+            sl__ctx_dropped(it->ctx, &it->ctx->bulk_prov, 1);
         s->done += (int64_t)*rows;
     }
     return pull(it->input, out, dst, max_rows, rows);
@@ -408,7 +410,7 @@ static int shard_next(sl_iter_t *it, sl_element_t *out)
             return rc;
         if (s->k++ % s->num_shards == s->index)
             return 0;
-        sl_element_clear(out);
+        sl__iter_drop(it, out);
     }
 }
 

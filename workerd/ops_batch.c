@@ -178,6 +178,8 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         row_size[c] = in->v[c].size;
         memcpy(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
     }
+    if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
+        goto nomem_prov;
     sl_element_clear(in);
     rows = 1;
 
@@ -198,6 +200,9 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
             if (rc < 0)
                 goto fail;
             rows += got;
+            /* The rows' provenance is one run (iter.h). */
+            if (sl_prov_append(out, &it->ctx->bulk_prov, 1) < 0)
+                goto nomem_prov;
         }
     } else {
         while (rows < b->batch_size) {
@@ -216,11 +221,20 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
                 }
                 batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
             }
+            if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
+                goto nomem_prov;
+            /* Runs that do not merge (a shuffled input) come one per
+             * element: room for all at once, not by doubling. */
+            if (out->prov_n == (2 | SL_PROV_HEAP) && sl_prov_reserve(out, b->batch_size) < 0)
+                goto nomem_prov;
             sl_element_clear(in);
             rows++;
         }
     }
     if (rows < b->batch_size && b->drop_remainder) {
+        /* The short last batch is dropped, and its records with it. */
+        sl__ctx_dropped(it->ctx, sl_prov_runs(out), sl_prov_count(out));
+        sl_prov_clear(out);
         free(block);
         return 1;
     }
@@ -245,7 +259,10 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     out->block_size = pos;
     out->num_elements = rows;
     return 0;
+nomem_prov:
+    rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
 fail:
+    sl_prov_clear(out);
     free(block);
     sl_element_clear(in);
     return rc;
@@ -257,6 +274,16 @@ fail:
 static sl_element_t *slot(struct batch_iter *b, uint64_t i)
 {
     return (sl_element_t *)(b->slots + i * b->stride);
+}
+
+/* Drops the gathered elements as records the pipeline dropped (the split
+ * source hears of them), unlike gather_drop, which frees what is left of
+ * elements already in a batch. */
+static void gather_discard(struct batch_iter *b)
+{
+    for (uint64_t i = 0; i < b->n; i++)
+        sl__iter_drop(&b->base, slot(b, i));
+    b->n = 0;
 }
 
 static void gather_drop(struct batch_iter *b)
@@ -579,8 +606,16 @@ static int batch_next_gather(sl_iter_t *it, sl_element_t *out)
     if (rc < 0)
         goto fail;
     if (b->n == 0 || (b->n < b->batch_size && b->drop_remainder)) {
-        gather_drop(b);
+        gather_discard(b);
         return 1;
+    }
+    for (uint64_t i = 0; i < b->n; i++) {
+        const sl_element_t *e = slot(b, i);
+        if (sl_prov_append(out, sl_prov_runs(e), sl_prov_count(e)) < 0 ||
+            (out->prov_n == (2 | SL_PROV_HEAP) && sl_prov_reserve(out, b->n) < 0)) {
+            rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
+            goto fail;
+        }
     }
     for (uint32_t c = 0; c < n; c++) {
         rc = b->padded ? layout_padded(b, c, &cols[c]) : layout_batch(b, c, &cols[c]);
@@ -629,6 +664,7 @@ static int batch_next_gather(sl_iter_t *it, sl_element_t *out)
     gather_drop(b);
     return 0;
 fail:
+    sl_prov_clear(out);
     free(block);
     gather_drop(b);
     return rc;
@@ -645,7 +681,7 @@ static int batch_next(sl_iter_t *it, sl_element_t *out)
 static int batch_reset(sl_iter_t *it)
 {
     struct batch_iter *b = (struct batch_iter *)it;
-    gather_drop(b);
+    gather_discard(b);
     b->input_done = false;
     return it->input->vt->reset(it->input);
 }

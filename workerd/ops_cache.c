@@ -47,7 +47,11 @@
 #include "log.h"
 #include "metrics.h"
 
-#define BLOB_MAGIC 0x45434c53u /* "SLCE" */
+/* A cached element's blob. Version 2 ("SLC2") ends with the element's
+ * provenance; version 1 ("SLCE") had none. The version is part of the
+ * cache's key too, so entries of version 1 are never looked up again. */
+#define BLOB_MAGIC 0x32434c53u /* "SLC2" */
+#define BLOB_VERSION 2
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
 enum mode {
@@ -85,6 +89,8 @@ struct cache_iter {
     bool dynamic;
     uint64_t hash;            /* of the prefix and sharding; split keys derive from it */
     sl_split_source_t real;   /* the task's split source; the chain below asks wrap_next_split */
+    sl_split_t replaying;     /* DYNAMIC: the cached split c->r reads */
+    uint64_t replayed;        /* and the elements of it yielded so far */
     uint64_t epoch;
     bool epoch_over;          /* the dispatcher said the epoch has no split left */
     bool source_active;       /* the source reads a split this cache handed it or let it take */
@@ -116,6 +122,7 @@ static int serialize(struct cache_iter *c, sl_element_t *e, size_t *len)
     size_t n = 16;
     for (uint32_t i = 0; i < e->num_components; i++)
         n += sizeof(struct comp_hdr) + ALIGN8(e->v[i].size) + ALIGN8(splits_bytes(&e->v[i]));
+    n += 8 + (size_t)sl_prov_count(e) * SL_PROV_RUN_BYTES; /* the provenance */
     n += 8;
     if (n > c->buf_cap) {
         uint8_t *p = realloc(c->buf, n);
@@ -145,6 +152,11 @@ static int serialize(struct cache_iter *c, sl_element_t *e, size_t *len)
             memcpy(p + off, v->u.splits, h.splits_bytes);
         off += ALIGN8(h.splits_bytes);
     }
+    uint64_t prov_n = sl_prov_count(e);
+    memcpy(p + off, &prov_n, 8);
+    off += 8;
+    memcpy(p + off, sl_prov_runs(e), prov_n * SL_PROV_RUN_BYTES);
+    off += prov_n * SL_PROV_RUN_BYTES;
     uint32_t crc = sl_crc32c(p, off);
     memcpy(p + off, &crc, 4);
     *len = off + 8;
@@ -218,6 +230,15 @@ static int deserialize(struct cache_iter *c, const uint8_t *p, size_t len, sl_el
         }
         off += ALIGN8(h.size) + ALIGN8(h.splits_bytes);
     }
+    uint64_t prov_n;
+    if (end - off < 8)
+        return bad_blob(c, "truncated");
+    memcpy(&prov_n, p + off, 8);
+    off += 8;
+    size_t prov_at = off;
+    if (prov_n > out->num_elements || prov_n > (end - off) / SL_PROV_RUN_BYTES)
+        return bad_blob(c, "bad provenance");
+    off += prov_n * SL_PROV_RUN_BYTES;
     if (off != end)
         return bad_blob(c, "trailing bytes");
     if (block > 0) {
@@ -256,6 +277,17 @@ static int deserialize(struct cache_iter *c, const uint8_t *p, size_t len, sl_el
             boff += ALIGN8(h.size);
         }
         off += ALIGN8(h.size) + ALIGN8(h.splits_bytes);
+    }
+    /* The provenance, with the epoch it is replayed in: a replay is that
+     * epoch's reading of those records. */
+    for (uint64_t i = 0; i < prov_n; i++) {
+        sl_provenance_run_t r;
+        memcpy(&r, p + prov_at + i * SL_PROV_RUN_BYTES, sizeof r);
+        r.epoch = (uint32_t)c->epoch;
+        if (sl_prov_append(out, &r, 1) < 0) {
+            sl_element_clear(out);
+            return sl__iter_fail(&c->base, -ENOMEM, "out of memory reading the cache");
+        }
     }
     return 0;
 }
@@ -433,7 +465,8 @@ static void finish_split(struct cache_iter *c)
 static void begin_split(struct cache_iter *c, const sl_split_t *s)
 {
     char key[20], err[512];
-    if (c->gave_up)
+    /* A split with skip runs is read without them, not whole: no entry. */
+    if (c->gave_up || s->num_skips > 0)
         return;
     split_key(c, s, key, sizeof key);
     int rc = sl_cachedb_writer_begin(c->env->db, key, &c->w, err, sizeof err);
@@ -448,7 +481,9 @@ static int open_split(struct cache_iter *c, const sl_split_t *s, sl_cachedb_read
 {
     char key[20], err[512];
     *r = NULL;
-    if (c->gave_up)
+    /* A split handed out again with skip runs is read from the source,
+     * which skips them; its whole entry would yield them all. */
+    if (c->gave_up || s->num_skips > 0)
         return 1;
     split_key(c, s, key, sizeof key);
     int rc = sl_cachedb_reader_open(c->env->db, key, r, err, sizeof err);
@@ -504,6 +539,21 @@ static int wrap_next_split(void *arg, uint64_t epoch, sl_split_t *out)
     }
 }
 
+/* The chain below tells the task's split source through the cache. */
+static void wrap_split_read(void *arg, uint64_t epoch, const sl_split_t *split, uint64_t records)
+{
+    struct cache_iter *c = arg;
+    if (c->real.split_read)
+        c->real.split_read(c->real.arg, epoch, split, records);
+}
+
+static void wrap_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
+{
+    struct cache_iter *c = arg;
+    if (c->real.dropped)
+        c->real.dropped(c->real.arg, runs, n);
+}
+
 static int dynamic_next(struct cache_iter *c, sl_element_t *out)
 {
     sl_iter_t *it = &c->base;
@@ -513,10 +563,18 @@ static int dynamic_next(struct cache_iter *c, sl_element_t *out)
             const void *data;
             size_t len;
             int rc = sl_cachedb_reader_next(c->r, &data, &len, err, sizeof err);
-            if (rc == 0)
-                return deserialize(c, data, len, out);
+            if (rc == 0) {
+                rc = deserialize(c, data, len, out);
+                if (rc == 0)
+                    c->replayed += sl_prov_count(out) ? 1 : 0;
+                return rc;
+            }
             sl_cachedb_reader_close(c->r);
             c->r = NULL;
+            /* The cached split is read: the task's split source hears it,
+             * as it hears of the splits the source reads. */
+            if (rc == 1 && c->real.split_read)
+                c->real.split_read(c->real.arg, c->epoch, &c->replaying, c->replayed);
             if (rc < 0)
                 return sl__iter_fail(it, rc, "%s", err);
             continue;
@@ -536,6 +594,8 @@ static int dynamic_next(struct cache_iter *c, sl_element_t *out)
         }
         if (c->qhead < c->qn) {
             sl_split_t s = c->queue[c->qhead++];
+            c->replaying = s;
+            c->replayed = 0;
             int rc = open_split(c, &s, &c->r);
             if (rc < 0)
                 return rc;
@@ -554,6 +614,8 @@ static int dynamic_next(struct cache_iter *c, sl_element_t *out)
             return 1;
         if (rc < 0)
             return sl__iter_fail(it, rc, "next_split for epoch %" PRIu64 " failed: %s", c->epoch, sl_strerror(rc));
+        c->replaying = s;
+        c->replayed = 0;
         rc = open_split(c, &s, &c->r);
         if (rc < 0)
             return rc;
@@ -679,6 +741,7 @@ static int cache_reset(sl_iter_t *it)
     struct cache_iter *c = (struct cache_iter *)it;
     if (c->dynamic)
         return dynamic_reset(c);
+    c->epoch++; /* the epoch replayed elements carry in their provenance */
     if (c->mode == M_FILLING) {
         /* Cut short: what this epoch cached is not a whole epoch. */
         sl_cachedb_writer_abort(c->w);
@@ -729,8 +792,8 @@ static int make_key(const sl_spec_t *spec, int index, const sl_pipeline_opts_t *
     char head[64];
     /* The static policies read a share that depends on the worker's index
      * and the number of workers: those are part of the key too. */
-    int n = snprintf(head, sizeof head, "sluice-cache/%u/%d/%u/%u\n", SL_CACHEDB_FORMAT, (int)opts->sharding,
-                     opts->worker_index, opts->num_workers);
+    int n = snprintf(head, sizeof head, "sluice-cache/%u.%u/%d/%u/%u\n", SL_CACHEDB_FORMAT, BLOB_VERSION,
+                     (int)opts->sharding, opts->worker_index, opts->num_workers);
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (int i = 0; i < n; i++)
         h = (h ^ (uint8_t)head[i]) * UINT64_C(0x100000001b3);
@@ -773,7 +836,7 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         /* The chain below asks this cache for splits (see "per split"). */
         c->dynamic = true;
         c->real = ctx->opts.splits;
-        ctx->opts.splits = (sl_split_source_t){wrap_next_split, c};
+        ctx->opts.splits = (sl_split_source_t){wrap_next_split, c, wrap_split_read, wrap_dropped};
     }
     *out = &c->base;
     return 0;

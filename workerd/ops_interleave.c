@@ -282,11 +282,11 @@ static int next_input(struct interleave_iter *il, sl_split_t *split)
             il->next_file++;
         if (il->next_file >= il->num_files)
             return 1;
-        *split = (sl_split_t){(uint32_t)il->next_file++, 0, UINT64_MAX};
+        *split = (sl_split_t){.file_index = (uint32_t)il->next_file++, .begin = 0, .end = UINT64_MAX};
         return 0;
     }
     for (;;) {
-        sl_split_t s = {0, 0, 0};
+        sl_split_t s = {.file_index = 0};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, il->epoch, &s);
         if (rc == 1)
@@ -296,8 +296,10 @@ static int next_input(struct interleave_iter *il, sl_split_t *split)
                                  sl_strerror(rc));
         if (rc != 0)
             return sl__iter_fail(&il->base, SL_EINTERNAL, "next_split returned %d", rc);
-        if (s.begin == s.end && s.file_index < (uint32_t)il->num_files)
+        if (s.begin == s.end && s.file_index < (uint32_t)il->num_files) {
+            sl__split_read(ctx, il->epoch, &s, 0); /* nothing to read: read */
             continue;
+        }
         *split = s;
         return 0;
     }
@@ -402,7 +404,7 @@ static int interleave_reset(sl_iter_t *it)
         s->err = 0;
         s->full = false;
         for (; s->count > 0; s->count--, s->head = (s->head + 1) % SLOT_RECORDS)
-            sl_element_clear(s->ring[s->head]);
+            sl__iter_drop(&il->base, s->ring[s->head]);
         s->head = 0;
         s->bytes = 0;
         s->claimed = s->mhead = s->consumed = 0;

@@ -439,7 +439,7 @@ static int filter_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element
     }
     if (keep)
         return 0;
-    sl_element_clear(el);
+    sl__iter_drop(it, el);
     return 1;
 fail:
     sl_element_clear(el);

@@ -152,7 +152,7 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
 static void drop_queued(struct prefetch_iter *pf)
 {
     for (; pf->count > 0; pf->count--, pf->head = (pf->head + 1) % pf->cap)
-        sl_element_clear(pf->ring[pf->head]);
+        sl__iter_drop(&pf->base, pf->ring[pf->head]);
     pf->head = 0;
     sl_element_clear(pf->tmp);
 }

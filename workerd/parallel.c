@@ -226,7 +226,7 @@ static void drain(struct par_iter *pi)
     pthread_mutex_unlock(&pool->mu);
     for (unsigned i = 0; i < pi->cap; i++) {
         if (pi->slots[i].el)
-            sl_element_clear(pi->slots[i].el);
+            sl__iter_drop(&pi->base, pi->slots[i].el);
         pi->slots[i].state = SLOT_FREE;
         pi->slots[i].busy = false;
     }

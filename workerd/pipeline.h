@@ -24,12 +24,23 @@
 
 typedef struct sl_pipeline sl_pipeline_t;
 
+/** Records [begin, begin + count) of a split that a source skips. */
+typedef struct sl_skip_run {
+    uint64_t begin, count;
+} sl_skip_run_t;
+
 /** One DYNAMIC split: the records [begin, end) of file file_index of the
  *  source's file list (0-based, the files in the order the patterns expand
  *  to), or the elements [begin, end) of a range source (file_index 0). */
 typedef struct sl_split {
     uint32_t file_index;
     uint64_t begin, end;
+    uint64_t split_id;           /* the dispatcher's id of the split */
+    const sl_skip_run_t *skips;  /* records of [begin, end) the source must not yield (a split
+                                    handed out again: a consumer already has them), sorted,
+                                    disjoint; owned by the split source, valid until it hears
+                                    split_read for the split or the pipeline is destroyed */
+    uint32_t num_skips;
 } sl_split_t;
 
 /**
@@ -41,6 +52,15 @@ typedef struct sl_split {
 typedef struct sl_split_source {
     int (*next_split)(void *arg, uint64_t epoch, sl_split_t *split);
     void *arg;
+    /* Optional (NULL: not told). The source has read all it will of split
+     * (its end, or a reset moved it on) and yielded records of it. Called
+     * on the pipeline's thread, once per split next_split handed out,
+     * except for the splits being read when the pipeline ends. */
+    void (*split_read)(void *arg, uint64_t epoch, const sl_split_t *split, uint64_t records);
+    /* Optional (NULL: not told). The pipeline dropped elements whose
+     * provenance is runs[0..n): a filter, skip or shard, drop_remainder, a
+     * buffer discarded by a reset. Called on any of the pipeline's threads. */
+    void (*dropped)(void *arg, const sl_provenance_run_t *runs, uint64_t n);
 } sl_split_source_t;
 
 /** What the cache ops of every pipeline of a worker share: the memory

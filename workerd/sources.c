@@ -23,21 +23,52 @@ struct range_iter {
     uint64_t epoch;
     bool dynamic;
     bool epoch_over; /* DYNAMIC: the dispatcher has no split left for epoch */
+    /* DYNAMIC: the split being read, the records of it yielded so far, and
+     * its next skip run. */
+    bool have_split;
+    sl_split_t split;
+    uint64_t yielded;
+    uint32_t skip_i;
 };
 
-/* DYNAMIC: asks for splits until one is not empty. 0: [pos, end) is the
- * new split; 1: the epoch is over. */
+/* DYNAMIC: the split being read is read; the split source hears it. */
+static void range_split_done(struct range_iter *r)
+{
+    if (r->have_split) {
+        r->have_split = false;
+        sl__split_read(r->base.ctx, r->epoch, &r->split, r->yielded);
+    }
+}
+
+/* Moves pos past a skip run that starts there; returns the most elements
+ * that may follow from pos without meeting one. */
+static uint64_t range_skip(struct range_iter *r)
+{
+    while (r->skip_i < r->split.num_skips) {
+        const sl_skip_run_t *k = &r->split.skips[r->skip_i];
+        if (r->pos < k->begin)
+            return k->begin - r->pos;
+        r->pos = k->begin + k->count;
+        r->skip_i++;
+    }
+    return r->end - r->pos;
+}
+
+/* DYNAMIC: tells the split source the current split is read, then asks
+ * for splits until one is not empty. 0: [pos, end) is the new split (its
+ * skip runs still to be stepped over); 1: the epoch is over. */
 static int range_next_split(struct range_iter *r)
 {
     sl_iter_ctx_t *ctx = r->base.ctx;
     /* An empty source has no split to ask for; not asking also tells
      * repeat that another epoch would be just as empty. */
+    range_split_done(r);
     if (r->epoch_over || r->count == 0) {
         r->epoch_over = true;
         return 1;
     }
     for (;;) {
-        sl_split_t split = {0, 0, 0};
+        sl_split_t split = {.file_index = 0};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, r->epoch, &split);
         uint64_t begin = split.begin, end = split.end;
@@ -58,24 +89,47 @@ static int range_next_split(struct range_iter *r)
                                  "split [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64
                                  " is not inside the source's %" PRIu64 " elements",
                                  begin, end, r->epoch, r->count);
-        if (begin < end) {
-            r->pos = begin;
-            r->end = end;
+        int crc = sl__split_check_skips(&r->base, r->epoch, &split);
+        if (crc < 0)
+            return crc;
+        r->split = split;
+        r->yielded = 0;
+        r->skip_i = 0;
+        r->pos = begin;
+        r->end = end;
+        r->have_split = true;
+        if (begin < end)
             return 0;
+        range_split_done(r);
+    }
+}
+
+/* Moves to the next element to yield, past skip runs and into the next
+ * split when needed. 0: pos is it; 1: the end of the sequence. */
+static int range_advance(struct range_iter *r)
+{
+    for (;;) {
+        if (r->pos == r->end) {
+            if (!r->dynamic)
+                return 1;
+            int rc = range_next_split(r);
+            if (rc != 0)
+                return rc;
         }
+        if (!r->dynamic || range_skip(r) > 0)
+            return 0;
     }
 }
 
 static int range_next(sl_iter_t *it, sl_element_t *out)
 {
     struct range_iter *r = (struct range_iter *)it;
-    if (r->pos == r->end) {
-        if (!r->dynamic)
-            return 1;
-        int rc = range_next_split(r);
-        if (rc != 0)
-            return rc;
-    }
+    int rc = range_advance(r);
+    if (rc != 0)
+        return rc;
+    if (r->dynamic)
+        r->yielded++;
+    sl_prov_set(out, r->epoch, 0, r->pos);
     /* Every value lies between start and stop, so the sum is exact; it is
      * done in unsigned arithmetic only because the intermediate product
      * may wrap. */
@@ -94,14 +148,13 @@ static int range_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows
 {
     struct range_iter *r = (struct range_iter *)it;
     *rows = 0;
-    if (r->pos == r->end) {
-        if (!r->dynamic)
-            return 1;
-        int rc = range_next_split(r);
-        if (rc != 0)
-            return rc;
-    }
-    uint64_t n = r->end - r->pos < max_rows ? r->end - r->pos : max_rows;
+    int rc = range_advance(r);
+    if (rc != 0)
+        return rc;
+    uint64_t left = r->dynamic ? range_skip(r) : r->end - r->pos;
+    uint64_t n = left < max_rows ? left : max_rows;
+    r->yielded += n;
+    it->ctx->bulk_prov = (sl_provenance_run_t){(uint32_t)r->epoch, 0, r->pos, n};
     uint64_t step = (uint64_t)r->step;
     uint64_t x = (uint64_t)r->start + r->pos * step; /* wraps as in range_next */
     uint8_t *d = dst[0];
@@ -115,6 +168,7 @@ static int range_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows
 static int range_reset(sl_iter_t *it)
 {
     struct range_iter *r = (struct range_iter *)it;
+    range_split_done(r);
     r->epoch++;
     r->epoch_over = false;
     r->pos = 0;

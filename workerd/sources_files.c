@@ -75,7 +75,46 @@ struct file_iter {
     uint8_t *line; /* text_lines: a line spanning views */
     size_t line_cap;
     bool assigned; /* an interleave reader: reads what sl__files_assign() gave it, nothing else */
+    /* DYNAMIC: the split being read, the records of it yielded so far, and
+     * its next skip run. */
+    bool have_split;
+    sl_split_t split;
+    uint64_t yielded;
+    uint32_t skip_i;
 };
+
+/* DYNAMIC: the split being read is read; the split source hears it. */
+static void files_split_done(struct file_iter *f)
+{
+    if (f->have_split) {
+        f->have_split = false;
+        sl__split_read(f->base.ctx, f->epoch, &f->split, f->yielded);
+    }
+}
+
+/* Starts reading split s (already checked). */
+static void files_split_start(struct file_iter *f, const sl_split_t *s)
+{
+    f->split = *s;
+    f->have_split = true;
+    f->yielded = 0;
+    f->skip_i = 0;
+}
+
+/* Whether record i of the current split is in one of its skip runs;
+ * records come in increasing order. */
+static bool files_skipped(struct file_iter *f, uint64_t i)
+{
+    while (f->skip_i < f->split.num_skips) {
+        const sl_skip_run_t *k = &f->split.skips[f->skip_i];
+        if (i < k->begin)
+            return false;
+        if (i < k->begin + k->count)
+            return true;
+        f->skip_i++;
+    }
+    return false;
+}
 
 static sl_metric_t *m_files_opened;
 static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
@@ -424,10 +463,11 @@ static int take_split(struct file_iter *f)
 {
     sl_iter_ctx_t *ctx = f->base.ctx;
     char why[PATH_MAX + 128];
+    files_split_done(f);
     if (f->epoch_over)
         return 1;
     for (;;) {
-        sl_split_t s = {0, 0, 0};
+        sl_split_t s = {.file_index = 0};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, f->epoch, &s);
         if (rc == 1) {
@@ -447,8 +487,14 @@ static int take_split(struct file_iter *f)
             snprintf(why, sizeof why, "this worker's patterns match %d files", f->num_files);
             return different_files(f, &s, why);
         }
-        if (s.begin == s.end)
+        rc = sl__split_check_skips(&f->base, f->epoch, &s);
+        if (rc < 0)
+            return rc;
+        if (s.begin == s.end) {
+            files_split_start(f, &s);
+            files_split_done(f);
             continue;
+        }
         /* Forward in the open file when the split starts at or after where
          * it is; from its start otherwise. */
         if (f->file != (int)s.file_index || f->index > s.begin) {
@@ -464,6 +510,7 @@ static int take_split(struct file_iter *f)
             return different_files(f, &s, why);
         }
         f->end = s.end;
+        files_split_start(f, &s);
         return 0;
     }
 }
@@ -475,8 +522,10 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
     struct file_iter *f = (struct file_iter *)it;
     for (;;) {
         if (f->file < 0 || f->index >= f->end) {
-            if (f->assigned)
+            if (f->assigned) {
+                files_split_done(f);
                 return 1;
+            }
             if (f->dynamic) {
                 int rc = take_split(f);
                 if (rc != 0)
@@ -501,7 +550,7 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
             /* Under DYNAMIC the split must be read whole, unless what is
              * left of it were corrupt records skipped on the way. */
             if (f->dynamic && f->index < f->end) {
-                sl_split_t s = {(uint32_t)f->file, at, f->end};
+                sl_split_t s = {.file_index = (uint32_t)f->file, .begin = at, .end = f->end};
                 char why[PATH_MAX + 128];
                 snprintf(why, sizeof why, "%s ends after record %" PRIu64, f->paths[f->file], f->index);
                 return different_files(f, &s, why);
@@ -518,6 +567,17 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
             sl_value_clear(&out->v[0]);
             continue;
         }
+        /* The record just read is index - 1 (at, unless corrupt ones
+         * were stepped over). A skipped one is read past, not yielded. */
+        uint64_t rec = f->index - 1;
+        if (f->dynamic) {
+            if (files_skipped(f, rec)) {
+                sl_value_clear(&out->v[0]);
+                continue;
+            }
+            f->yielded++;
+        }
+        sl_prov_set(out, f->epoch, (uint32_t)f->file, rec);
         out->num_elements = 1;
         return 0;
     }
@@ -526,6 +586,7 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
 static int files_reset(sl_iter_t *it)
 {
     struct file_iter *f = (struct file_iter *)it;
+    files_split_done(f);
     file_close(f);
     f->epoch++;
     f->epoch_over = false;
@@ -626,6 +687,7 @@ int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s)
 {
     struct file_iter *f = (struct file_iter *)reader;
     char why[PATH_MAX + 128];
+    files_split_done(f);
     f->epoch = epoch;
     f->end = 0;
     if (s->begin > s->end)
@@ -650,6 +712,11 @@ int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s)
         snprintf(why, sizeof why, "%s has only %" PRIu64 " records", f->paths[f->file], f->index);
         return different_files(f, s, why);
     }
+    rc = sl__split_check_skips(&f->base, epoch, s);
+    if (rc < 0)
+        return rc;
     f->end = s->end;
+    if (f->dynamic)
+        files_split_start(f, s);
     return 0;
 }

@@ -23,12 +23,16 @@
 #include "metrics.h"
 #include "pipeline.h"
 #include "spec.h"
+#include "split_track.h"
 
 #define MAX_SPLITS 64
 
 struct split {
     uint32_t file_index;
     uint64_t begin, end;
+    uint64_t split_id;
+    sl_skip_run_t *skips; /* owned until handed to the tracker */
+    uint32_t num_skips;
 };
 
 enum producer_state { PRODUCER_RUNNING, PRODUCER_ENDED, PRODUCER_FAILED };
@@ -72,7 +76,52 @@ struct sl_task {
      * waiting in next_split() since working_since (CLOCK_MONOTONIC s). */
     bool working;
     double working_since;
+    /* DYNAMIC: the splits handed to the pipeline and not yet reported done
+     * (split_track.h); NULL under the other policies. */
+    sl_split_track_t *track;
+    bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
 };
+
+/* A split of epoch this task got but its pipeline will never read (the
+ * pipeline left the epoch or ended): it is done at once, with nothing
+ * read, so that it too gets its notice. Takes s's skip runs. */
+static void split_unread(sl_task_t *t, uint64_t epoch, struct split *s)
+{
+    sl_split_t ss = {.file_index = s->file_index, .begin = s->begin, .end = s->end, .split_id = s->split_id};
+    sl_skip_run_t *skips = s->skips;
+    s->skips = NULL;
+    if (!t->track) {
+        free(skips);
+        return;
+    }
+    if (sl_split_track_add(t->track, epoch, &ss, skips) == 0)
+        sl_split_track_read(t->track, epoch, &ss, 0);
+}
+
+/* Empties the queue of splits of epoch, each one done unread. */
+static void splits_clear(sl_task_t *t, uint64_t epoch)
+{
+    for (unsigned i = 0; i < t->split_count; i++)
+        split_unread(t, epoch, &t->splits[(t->split_head + i) % MAX_SPLITS]);
+    t->split_head = t->split_count = 0;
+}
+
+/* The pipeline's split_read and dropped (pipeline.h): any pipeline thread. */
+static void on_split_read(void *arg, uint64_t epoch, const sl_split_t *split, uint64_t records)
+{
+    sl_task_t *t = arg;
+    pthread_mutex_lock(&t->mu);
+    sl_split_track_read(t->track, epoch, split, records);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void on_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
+{
+    sl_task_t *t = arg;
+    pthread_mutex_lock(&t->mu);
+    sl_split_track_settle(t->track, runs, n, SL_SETTLE_DROPPED);
+    pthread_mutex_unlock(&t->mu);
+}
 
 static void notify_loop(sl_task_t *t)
 {
@@ -103,9 +152,9 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     pthread_mutex_lock(&t->mu);
     if (epoch != t->want_epoch) {
         /* The pipeline moved to a new epoch (repeat): the old one is done. */
+        splits_clear(t, t->want_epoch);
         t->want_epoch = epoch;
         t->epoch_exhausted = t->splits_finished;
-        t->split_head = t->split_count = 0;
     }
     for (;;) {
         if (t->stop) {
@@ -118,10 +167,16 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         }
         if (t->split_count > 0) {
             struct split *s = &t->splits[t->split_head];
-            *out = (sl_split_t){.file_index = s->file_index, .begin = s->begin, .end = s->end};
+            *out = (sl_split_t){.file_index = s->file_index,
+                                .begin = s->begin,
+                                .end = s->end,
+                                .split_id = s->split_id,
+                                .num_skips = s->num_skips};
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             t->split_count--;
-            rc = 0;
+            /* The tracker owns the skip runs from now on. */
+            rc = t->track ? sl_split_track_add(t->track, epoch, out, s->skips) : 0;
+            s->skips = NULL;
             break;
         }
         if (t->epoch_exhausted) {
@@ -170,9 +225,15 @@ static void *producer_main(void *arg)
         t->working = false;
         t->pipeline_seconds += spent;
         t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
+        if (rc == 0 && t->track)
+            sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_OUT);
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
+                if (t->track) {
+                    splits_clear(t, t->want_epoch);
+                    sl_split_track_end(t->track);
+                }
             } else if (!t->stop) {
                 t->producer = PRODUCER_FAILED;
                 if (!t->error_code)
@@ -233,9 +294,16 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
     if (rc < 0)
         goto fail;
+    if (def->sharding == SL_SHARDING_DYNAMIC && !(t->track = sl_split_track_new())) {
+        rc = -ENOMEM;
+        goto fail;
+    }
     sl_pipeline_opts_t po = {
         .sharding = (sl_sharding_t)def->sharding,
-        .splits = {.next_split = next_split, .arg = t},
+        .splits = {.next_split = next_split,
+                   .arg = t,
+                   .split_read = t->track ? on_split_read : NULL,
+                   .dropped = t->track ? on_dropped : NULL},
         .worker_index = def->worker_index,
         .num_workers = def->num_workers,
         .max_batch_bytes = cfg->max_batch_bytes,
@@ -286,7 +354,10 @@ void sl_task_free(sl_task_t *t)
     for (unsigned i = 0; i < t->count; i++)
         sl_wire_batch_free(t->ring[(t->head + i) % t->cfg.buffer_batches]);
     free(t->ring);
+    /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
+    splits_clear(t, t->want_epoch);
+    sl_split_track_free(t->track);
     sl_spec_free(t->spec);
     if (t->notify_ev)
         event_free(t->notify_ev);
@@ -358,7 +429,11 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     if (t->producer == PRODUCER_FAILED) {
         out->state = SL_TASK_FAILED;
         snprintf(out->error, sizeof out->error, "%s", t->error);
-    } else if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0) {
+    } else if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
+               (!t->track || t->end_sent || sl_split_track_size(t->track) == 0)) {
+        /* DYNAMIC: done once every split's notice went out too, or an
+         * end-of-sequence answer did (which carries what is left): a
+         * client asks until it gets one, and no longer. */
         out->state = SL_TASK_DONE;
     } else {
         out->state = SL_TASK_RUNNING;
@@ -415,8 +490,64 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
 
 void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
 {
+    sl_task_splits_arrived_payload(t, resp, NULL, 0);
+}
+
+/* Reads split i's skip runs from the payload: 0 with *out (malloc'd, NULL
+ * when none), or SL_EPROTO / -ENOMEM with a message in err. */
+static int read_skips(const sluice_Split *s, const uint8_t *payload, size_t len, sl_skip_run_t **out, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    if (s->skip_count == 0)
+        return 0;
+    if (s->skip_count > len / 16 || s->skip_offset > len || s->skip_count * 16 > len - s->skip_offset) {
+        snprintf(err, errlen,
+                 "split %" PRIu64 " has %" PRIu64 " skip runs at offset %" PRIu64 ", outside the %zu bytes of payload",
+                 s->split_id, s->skip_count, s->skip_offset, len);
+        return SL_EPROTO;
+    }
+    sl_skip_run_t *k = malloc(s->skip_count * sizeof *k);
+    if (!k) {
+        snprintf(err, errlen, "out of memory for %" PRIu64 " skip runs", s->skip_count);
+        return -ENOMEM;
+    }
+    /* sl_skip_run_t is two u64, the wire's little-endian layout. */
+    memcpy(k, payload + s->skip_offset, s->skip_count * 16);
+    uint64_t at = s->begin;
+    for (uint64_t i = 0; i < s->skip_count; i++) {
+        if (k[i].count == 0 || k[i].begin < at || k[i].begin > s->end || k[i].count > s->end - k[i].begin) {
+            snprintf(err, errlen,
+                     "skip run %" PRIu64 " [%" PRIu64 ", +%" PRIu64 ") of split %" PRIu64 " [%" PRIu64 ", %" PRIu64
+                     ") is empty, out of order, overlapping or outside the split",
+                     i, k[i].begin, k[i].count, s->split_id, s->begin, s->end);
+            free(k);
+            return SL_EPROTO;
+        }
+        at = k[i].begin + k[i].count;
+    }
+    *out = k;
+    return 0;
+}
+
+void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse *resp, const uint8_t *payload,
+                                    size_t len)
+{
     t->split_request_out = false;
     t->split_seq++;
+    for (pb_size_t i = 0; i < resp->splits_count; i++) {
+        const sluice_Split *s = &resp->splits[i];
+        if (s->skip_count == 0)
+            continue;
+        char err[300];
+        sl_skip_run_t *k;
+        int rc = read_skips(s, payload, len, &k, err, sizeof err);
+        free(k);
+        if (rc < 0) {
+            sl_task_splits_failed(t, false, rc, err);
+            return;
+        }
+    }
     pthread_mutex_lock(&t->mu);
     /* An answer for an epoch the pipeline has left is stale. It cannot hold
      * splits: the dispatcher ends an epoch only when none is left. */
@@ -426,11 +557,26 @@ void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
                          t->def.task_id, (unsigned)resp->splits_count);
         for (pb_size_t i = 0; i < resp->splits_count && t->split_count < MAX_SPLITS; i++) {
             struct split *s = &t->splits[(t->split_head + t->split_count) % MAX_SPLITS];
+            s->skips = NULL;
             s->file_index = resp->splits[i].file_index;
             s->begin = resp->splits[i].begin;
             s->end = resp->splits[i].end;
+            s->split_id = resp->splits[i].split_id;
+            s->num_skips = (uint32_t)resp->splits[i].skip_count;
+            char err[300];
+            /* Checked above: only memory can fail here. */
+            if (read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {
+                if (!t->error_code) {
+                    t->error_code = -ENOMEM;
+                    snprintf(t->error, sizeof t->error, "getting splits: %s", err);
+                }
+                break;
+            }
             t->split_count++;
         }
+        /* Splits that came after the pipeline ended are never read. */
+        if (t->producer != PRODUCER_RUNNING)
+            splits_clear(t, t->want_epoch);
         if (resp->end_of_epoch)
             t->epoch_exhausted = true;
         if (resp->finished)
@@ -452,4 +598,18 @@ void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
     }
     pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);
+}
+
+unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max)
+{
+    if (!t->track)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    if (b)
+        sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
+    else
+        t->end_sent = true;
+    unsigned n = sl_split_track_collect(t->track, out, max);
+    pthread_mutex_unlock(&t->mu);
+    return n;
 }

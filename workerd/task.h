@@ -24,6 +24,7 @@
 #include "pipeline.h"
 #include "reader.h"
 #include "spec.h"
+#include "split_track.h"
 
 /* The most pipeline stages sl_task_info() reports: the source and every op,
  * with room for iterators an op adds of its own. */
@@ -128,6 +129,21 @@ bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64
 
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);
+
+/** DYNAMIC: the same with the frame's payload, where the splits' skip
+ *  runs lie (sluice.proto's Split); runs outside it or not sorted, disjoint
+ *  and inside their split fail the task with SL_EPROTO. */
+void sl_task_splits_arrived_payload(sl_task_t *task, const sluice_GetSplitResponse *resp, const uint8_t *payload,
+                                    size_t len);
+
+/**
+ * A batch the task gave out (sl_task_take) is handed to a client connection
+ * now (b NULL: no batch, an end-of-sequence frame): its records settle, and
+ * the splits that are done with that are taken out of the task's table.
+ * @param[out] out up to max done splits, for the frame's splits_done
+ * @return how many (0 unless DYNAMIC)
+ */
+unsigned sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max);
 
 /** DYNAMIC: the split request failed: the request may be retried (retry)
  *  or the task fails with code and msg. */

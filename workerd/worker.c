@@ -290,6 +290,22 @@ static void on_batch_written(const void *data, size_t len, void *extra)
     free(s);
 }
 
+/* Settles a batch (or none, for an end-of-sequence frame) handed to a
+ * client now and fills the frame's splits_done; returns how many. */
+static unsigned fill_done(sl_task_t *task, const sl_wire_batch_t *b, sluice_SplitDone *out)
+{
+    sl_split_done_rec_t recs[sizeof(((sluice_GetElementResponse *)0)->splits_done) / sizeof(sluice_SplitDone)];
+    unsigned n = sl_task_batch_sent(task, b, recs, sizeof recs / sizeof recs[0]);
+    for (unsigned i = 0; i < n; i++)
+        out[i] = (sluice_SplitDone){.split_id = recs[i].split_id,
+                                    .epoch = recs[i].epoch,
+                                    .file_index = recs[i].file_index,
+                                    .begin = recs[i].begin,
+                                    .end = recs[i].end,
+                                    .delivered = recs[i].delivered};
+    return n;
+}
+
 static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b)
 {
     sluice_GetElementResponse *resp = calloc(1, sizeof *resp);
@@ -318,13 +334,19 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         pc->splits_offset = c->splits_offset;
         pc->splits_length = c->splits_length;
     }
+    /* The provenance goes after the tensor bytes, 8-byte aligned so that
+     * the client can read it in place; done splits ride along. */
+    resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
+    resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
+    resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done);
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * frees it once the socket has taken them. */
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)b->size);
-    int rc = sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
-                          on_batch_written, s);
+    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
+                               (size_t)(resp->provenance_offset - b->size), sl_wire_batch_prov(b),
+                               (size_t)resp->provenance_length, on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
     free(resp);
@@ -373,6 +395,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         send_batch(wc, request_id, wt, b);
     } else if (rc == SL_TASK_END) {
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
+        end.splits_done_count = (pb_size_t)fill_done(wt->task, NULL, end.splits_done);
         sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
     } else {
         sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s failed: %s", task_id, w->address,
@@ -644,7 +667,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
             if (e)
                 sl_task_splits_failed(wt->task, false, e->code < 0 ? e->code : SL_EREMOTE, e->message);
             else
-                sl_task_splits_arrived(wt->task, msg);
+                sl_task_splits_arrived_payload(wt->task, msg, payload, hdr->payload_len);
             fetch_splits(w, wt);
         }
         break;

@@ -133,6 +133,37 @@ typedef struct sl_tensor {
     size_t num_row_splits;
 } sl_tensor_t;
 
+/**
+ * Where a batch's elements came from: records [begin, begin + count) of
+ * file file_index of the source, read in epoch epoch. Files are numbered as
+ * DYNAMIC splits number them (the source's patterns expanded in order, each
+ * sorted; a range source is file 0 and its elements' ordinals are the
+ * records), records from each file's first. A batch's runs follow its
+ * elements in order; adjacent runs are merged when contiguous.
+ * docs/protocol.md gives the wire layout.
+ */
+typedef struct sl_provenance_run {
+    uint32_t epoch;
+    uint32_t file_index;
+    uint64_t begin;
+    uint64_t count;
+} sl_provenance_run_t;
+
+/**
+ * A worker's notice that a DYNAMIC split is done: it read all of the split
+ * it will ever read, and every record it read has left its pipeline, in a
+ * batch handed to a client or dropped (filter, drop_remainder, a buffer
+ * discarded at the end). delivered is how many of the split's records went
+ * out in batches (to this or another consumer of the task).
+ */
+typedef struct sl_split_done {
+    uint64_t split_id;
+    uint32_t epoch;
+    uint32_t file_index;
+    uint64_t begin, end;
+    uint64_t delivered;
+} sl_split_done_t;
+
 /** Client options. sl_client_opts_init() fills the defaults. */
 typedef struct sl_client_opts {
     int connect_timeout_ms; /* connect + handshake, default 5000 */
@@ -274,6 +305,35 @@ SL_EXPORT const char *sl_target_workers_name(sl_target_workers_t t);
 
 /** Parses a target's name. @return 0, or SL_EINVAL */
 SL_EXPORT int sl_target_workers_parse(const char *name, sl_target_workers_t *out);
+
+/**
+ * The provenance of the batch's elements, in element order.
+ * @param[in] b the batch
+ * @param[out] num_runs how many runs; 0 when the worker sent none (an older
+ *             worker), else between 1 and sl_batch_num_elements(b), their
+ *             counts summing to it
+ * @return the runs, valid until sl_batch_release(b); NULL when there are none
+ */
+SL_EXPORT const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs);
+
+/**
+ * The split-done notices (DYNAMIC sharding) that reached the iterator with
+ * this batch or, from end-of-sequence frames, since the previous batch it
+ * returned. A notice comes after every batch that holds records of its split.
+ * @param[out] num how many
+ * @return the notices, valid until sl_batch_release(b); NULL when none
+ */
+SL_EXPORT const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num);
+
+/**
+ * The split-done notices that arrived after the last batch the iterator
+ * returned (with end-of-sequence frames): read them once sl_iterator_next()
+ * has returned the end of the sequence.
+ * @param[out] num how many
+ * @return the notices, valid until the next sl_iterator_next() or
+ *         sl_iterator_close(); NULL when none
+ */
+SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it, size_t *num);
 
 /** Frees the batch and every tensor in it. */
 SL_EXPORT void sl_batch_release(sl_batch_t *b);

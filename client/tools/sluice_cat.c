@@ -31,6 +31,10 @@ static void usage(FILE *f)
             "  --target-workers T       any (default) or local (workers on this host only)\n"
             "  --with-worker            jsonl: add \"_worker\" (the worker's address) and, for\n"
             "                           coordinated reads, \"_round\" to every batch\n"
+            "  --with-provenance        jsonl: add \"_provenance\" ([[epoch, file, begin, count], ...])\n"
+            "                           and, under dynamic sharding, \"_splits_done\" (the splits the\n"
+            "                           worker finished with that batch); notices after the last\n"
+            "                           batch come as a last line {\"_splits_done\": [...]}\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
@@ -169,9 +173,44 @@ static void print_tensor(FILE *out, const sl_tensor_t *t)
     fputc(']', out);
 }
 
+static void print_splits_done(FILE *out, const sl_split_done_t *d, size_t n)
+{
+    fputs("\"_splits_done\":[", out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out,
+                "%s{\"split_id\":%" PRIu64 ",\"epoch\":%" PRIu32 ",\"file_index\":%" PRIu32 ",\"begin\":%" PRIu64
+                ",\"end\":%" PRIu64 ",\"delivered\":%" PRIu64 "}",
+                i ? "," : "", d[i].split_id, d[i].epoch, d[i].file_index, d[i].begin, d[i].end, d[i].delivered);
+    fputc(']', out);
+}
+
+/* "_provenance" and "_splits_done" of --with-provenance, then a comma when
+ * the batch has tensors to follow. */
+static void print_provenance(FILE *out, const sl_batch_t *b)
+{
+    size_t n, nd;
+    const sl_provenance_run_t *r = sl_batch_provenance(b, &n);
+    const sl_split_done_t *d = sl_batch_splits_done(b, &nd);
+    fputs("\"_provenance\":[", out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s[%" PRIu32 ",%" PRIu32 ",%" PRIu64 ",%" PRIu64 "]", i ? "," : "", r[i].epoch,
+                r[i].file_index, r[i].begin, r[i].count);
+    fputc(']', out);
+    if (nd > 0) {
+        fputc(',', out);
+        print_splits_done(out, d, nd);
+    }
+    if (sl_batch_num_tensors(b) > 0)
+        fputc(',', out);
+}
+
+static bool with_provenance;
+
 static void print_batch_json(FILE *out, const sl_batch_t *b, bool with_worker, bool coordinated)
 {
     fputc('{', out);
+    if (with_provenance)
+        print_provenance(out, b);
     if (with_worker) {
         fputs("\"_worker\":", out);
         print_bytes(out, (const uint8_t *)sl_batch_worker(b), strlen(sl_batch_worker(b)));
@@ -226,7 +265,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -241,6 +280,7 @@ int main(int argc, char **argv)
         {"progress", no_argument, NULL, O_PROGRESS},
         {"target-workers", required_argument, NULL, O_TARGET},
         {"with-worker", no_argument, NULL, O_WITH_WORKER},
+        {"with-provenance", no_argument, NULL, O_WITH_PROV},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -275,6 +315,7 @@ int main(int argc, char **argv)
             }
             break;
         case O_WITH_WORKER: with_worker = true; break;
+        case O_WITH_PROV: with_provenance = true; break;
         case O_FORMAT:
             if (strcmp(optarg, "jsonl") == 0)
                 fmt = FMT_JSONL;
@@ -375,6 +416,15 @@ int main(int argc, char **argv)
     }
     if (progress)
         fputc('\n', stderr);
+    if (rc == 1 && with_provenance && fmt == FMT_JSONL) {
+        size_t nd;
+        const sl_split_done_t *d = sl_iterator_splits_done(it, &nd);
+        if (nd > 0) {
+            fputc('{', stdout);
+            print_splits_done(stdout, d, nd);
+            fputs("}\n", stdout);
+        }
+    }
     if (rc < 0) {
         fprintf(stderr, "%s: %s\n", program, sl_iterator_errmsg(it));
     } else {

@@ -527,9 +527,9 @@ Test(cache, dynamic_splits_seen_before_come_from_the_disk)
     write_files(2, 10, 3);
     sl_confine_t *roots = roots_at(dir);
     sl_cache_env_t env = disk_env((size_t)16 << 20);
-    const sl_split_t e01[] = {{0, 0, 5}, {0, 5, 10}, {1, 0, 10}};
-    const sl_split_t e2[] = {{0, 0, 4}, {1, 0, 10}};
-    const sl_split_t e3[] = {{1, 0, 10}, {0, 0, 4}, {0, 4, 6}};
+    const sl_split_t e01[] = {{.file_index = 0, .begin = 0, .end = 5}, {.file_index = 0, .begin = 5, .end = 10}, {.file_index = 1, .begin = 0, .end = 10}};
+    const sl_split_t e2[] = {{.file_index = 0, .begin = 0, .end = 4}, {.file_index = 1, .begin = 0, .end = 10}};
+    const sl_split_t e3[] = {{.file_index = 1, .begin = 0, .end = 10}, {.file_index = 0, .begin = 0, .end = 4}, {.file_index = 0, .begin = 4, .end = 6}};
     struct epochs x = {{e01, e01, e2, e3}, {3, 3, 2, 3}, {0, 0, 0, 0}};
     sl_pipeline_opts_t o = {.sharding = SL_SHARDING_DYNAMIC, .splits = {epochs_next, &x}, .roots = roots,
                             .cache = &env};

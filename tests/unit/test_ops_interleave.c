@@ -175,7 +175,7 @@ Test(interleave, dynamic_splits_each_record_once)
     write_abcd();
     sl_confine_t *roots = roots_at(dir);
     /* Files: 0 a, 1 b, 2 c, 3 d. An empty split is skipped. */
-    const sl_split_t splits[] = {{0, 0, 3}, {1, 0, 2}, {3, 0, 0}, {0, 3, 5}, {2, 1, 4}};
+    const sl_split_t splits[] = {{.file_index = 0, .begin = 0, .end = 3}, {.file_index = 1, .begin = 0, .end = 2}, {.file_index = 3, .begin = 0, .end = 0}, {.file_index = 0, .begin = 3, .end = 5}, {.file_index = 2, .begin = 1, .end = 4}};
     for (int threads = 1; threads <= 2; threads++) {
         split_list_t l = {splits, 5, 0, 0};
         sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);
@@ -191,7 +191,7 @@ Test(interleave, dynamic_split_past_the_file_fails_naming_it)
 {
     write_abcd();
     sl_confine_t *roots = roots_at(dir);
-    const sl_split_t splits[] = {{1, 0, 2}, {1, 5, 9}};
+    const sl_split_t splits[] = {{.file_index = 1, .begin = 0, .end = 2}, {.file_index = 1, .begin = 5, .end = 9}};
     for (int threads = 1; threads <= 2; threads++) {
         split_list_t l = {splits, 2, 0, 0};
         sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);

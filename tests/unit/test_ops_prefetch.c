@@ -104,7 +104,7 @@ static int epoch_splits(void *arg, uint64_t epoch, sl_split_t *out)
     int *calls = arg;
     int k = (*calls)++;
     (void)k;
-    static const sl_split_t e0[] = {{0, 0, 4}, {0, 4, 10}};
+    static const sl_split_t e0[] = {{.file_index = 0, .begin = 0, .end = 4}, {.file_index = 0, .begin = 4, .end = 10}};
     static int served[3];
     if (k == 0)
         memset(served, 0, sizeof served);
@@ -114,7 +114,7 @@ static int epoch_splits(void *arg, uint64_t epoch, sl_split_t *out)
     }
     if (epoch == 1 && served[1] < 1) {
         served[1]++;
-        *out = (sl_split_t){0, 10, 20};
+        *out = (sl_split_t){.begin = 10, .end = 20};
         return 0;
     }
     return 1;

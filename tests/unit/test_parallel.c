@@ -254,3 +254,36 @@ Test(parallel, reset_and_destroy_mid_stream)
     sl_pipeline_destroy(p);
     cr_assert_eq(threads_now(), before);
 }
+
+/* Plugins do not see provenance: the host keeps each element's around the
+ * plugin's map and drops it with the element a plugin filter drops, in
+ * order or not, sequential or parallel. */
+Test(parallel, plugin_map_and_filter_keep_provenance)
+{
+    const char *ops[] = {
+        MAP_DOUBLE "}," EVEN "},{\"op\":\"batch\",\"batch_size\":8}",
+        "{\"op\":\"shuffle\",\"buffer_size\":16,\"seed\":3}," MAP_DOUBLE ",\"num_parallel_calls\":4,"
+        "\"deterministic\":false}," EVEN ",\"num_parallel_calls\":3},{\"op\":\"batch\",\"batch_size\":8}",
+    };
+    for (int s = 0; s < 2; s++) {
+        batches_t bs = run_range(200, ops[s], 4);
+        cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+        size_t total = 0;
+        for (size_t i = 0; i < bs.n; i++) {
+            const sl_wire_batch_t *b = bs.b[i];
+            const sl_component_t *v = comp_of(b, "value"), *d = comp_of(b, "double");
+            const sl_provenance_run_t *r = sl_wire_batch_prov(b);
+            uint64_t k = 0;
+            for (uint64_t j = 0; j < b->prov_n; j++) {
+                for (uint64_t x = 0; x < r[j].count; x++, k++) {
+                    cr_assert_eq(i64_at(b, v, k), (int64_t)(r[j].begin + x), "ops %d batch %zu", s, i);
+                    cr_assert_eq(i64_at(b, d, k), 2 * (int64_t)(r[j].begin + x));
+                }
+            }
+            cr_assert_eq(k, b->num_elements);
+            total += k;
+        }
+        cr_assert_eq(total, 100);
+        batches_free(&bs);
+    }
+}

@@ -327,7 +327,7 @@ Test(sources, dynamic_reads_exactly_its_splits)
      * jump between files, go back inside one (it is opened again) and
      * forward (records skipped). */
     static const sl_split_t splits[] = {
-        {2, 10, 20}, {0, 0, 5}, {0, 100, 103}, {0, 3, 4}, {3, 249, 250}, {1, 0, 0}, {1, 248, 250}, {1, 0, 2},
+        {.file_index = 2, .begin = 10, .end = 20}, {.file_index = 0, .begin = 0, .end = 5}, {.file_index = 0, .begin = 100, .end = 103}, {.file_index = 0, .begin = 3, .end = 4}, {.file_index = 3, .begin = 249, .end = 250}, {.file_index = 1, .begin = 0, .end = 0}, {.file_index = 1, .begin = 248, .end = 250}, {.file_index = 1, .begin = 0, .end = 2},
     };
     static const int64_t want[] = {510, 511, 512, 513, 514, 515, 516, 517, 518, 519, 0,   1,   2,  3,
                                    4,   100, 101, 102, 3,   999, 498, 499, 250, 251};
@@ -354,7 +354,7 @@ Test(sources, dynamic_reads_exactly_its_splits)
 
 Test(sources, dynamic_gzip_splits)
 {
-    static const sl_split_t splits[] = {{0, 200, 203}, {0, 249, 250}, {0, 5, 6}};
+    static const sl_split_t splits[] = {{.file_index = 0, .begin = 200, .end = 203}, {.file_index = 0, .begin = 249, .end = 250}, {.file_index = 0, .begin = 5, .end = 6}};
     sl_confine_t *roots = roots_at(FIXTURES);
     split_list_t l = {splits, 3, 0, 0};
     sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);
@@ -382,7 +382,7 @@ Test(sources, dynamic_splits_the_worker_cannot_have)
     char json[1024];
     snprintf(json, sizeof json, "%s", spec);
 
-    static const sl_split_t beyond_files[] = {{2, 0, 10}};
+    static const sl_split_t beyond_files[] = {{.file_index = 2, .begin = 0, .end = 10}};
     split_list_t l = {beyond_files, 1, 0, 0};
     sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);
     batches_t bs = run_spec(json, &o);
@@ -392,7 +392,7 @@ Test(sources, dynamic_splits_the_worker_cannot_have)
     batches_free(&bs);
 
     /* Past the end of a file: found when skipping, and when reading. */
-    static const sl_split_t past_skip[] = {{1, 251, 260}};
+    static const sl_split_t past_skip[] = {{.file_index = 1, .begin = 251, .end = 260}};
     l = (split_list_t){past_skip, 1, 0, 0};
     bs = run_spec(json, &o);
     cr_assert_eq(bs.rc, SL_EDATA);
@@ -400,7 +400,7 @@ Test(sources, dynamic_splits_the_worker_cannot_have)
               bs.errmsg);
     batches_free(&bs);
 
-    static const sl_split_t past_read[] = {{0, 245, 255}};
+    static const sl_split_t past_read[] = {{.file_index = 0, .begin = 245, .end = 255}};
     l = (split_list_t){past_read, 1, 0, 0};
     bs = run_spec(json, &o);
     cr_assert_eq(bs.rc, SL_EDATA);
@@ -428,7 +428,7 @@ Test(sources, dynamic_skips_corrupt_records_inside_its_splits)
     cr_assert_eq(whole.rc, 1, "%s", whole.errmsg);
     cr_assert_eq(whole.n, 19);
 
-    static const sl_split_t splits[] = {{0, 5, 8}, {0, 8, 20}, {0, 0, 5}, {0, 6, 7}};
+    static const sl_split_t splits[] = {{.file_index = 0, .begin = 5, .end = 8}, {.file_index = 0, .begin = 8, .end = 20}, {.file_index = 0, .begin = 0, .end = 5}, {.file_index = 0, .begin = 6, .end = 7}};
     split_list_t l = {splits, 4, 0, 0};
     sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_PREAD);
     batches_t bs = run_spec(json, &o);
@@ -444,7 +444,7 @@ Test(sources, dynamic_skips_corrupt_records_inside_its_splits)
 
     /* A split that ends on the corrupt record, and the last record
      * corrupt: [0, 8) of a file whose record 7 is bad ends cleanly. */
-    static const sl_split_t ends_bad[] = {{0, 0, 8}};
+    static const sl_split_t ends_bad[] = {{.file_index = 0, .begin = 0, .end = 8}};
     l = (split_list_t){ends_bad, 1, 0, 0};
     batches_t b2 = run_spec(json, &o);
     cr_assert_eq(b2.rc, 1, "%s", b2.errmsg);
@@ -459,7 +459,7 @@ Test(sources, dynamic_repeat_asks_for_each_epoch)
 {
     /* The split list has splits in epoch 0 only: a repeat reads them once
      * and finds epochs 1 and 2 empty. */
-    static const sl_split_t splits[] = {{1, 0, 3}};
+    static const sl_split_t splits[] = {{.file_index = 1, .begin = 0, .end = 3}};
     sl_confine_t *roots = roots_at(FIXTURES);
     split_list_t l = {splits, 1, 0, 0};
     sl_pipeline_opts_t o = dynamic_opts(&l, roots, SL_IO_AUTO);
@@ -543,7 +543,7 @@ Test(sources, text_lines_plain_and_gzip)
         batches_free(&bs);
 
         /* DYNAMIC: lines are records. */
-        static const sl_split_t splits[] = {{0, 1, 3}, {1, 1, 2}, {0, 3, 4}, {0, 0, 1}};
+        static const sl_split_t splits[] = {{.file_index = 0, .begin = 1, .end = 3}, {.file_index = 1, .begin = 1, .end = 2}, {.file_index = 0, .begin = 3, .end = 4}, {.file_index = 0, .begin = 0, .end = 1}};
         split_list_t l = {splits, 4, 0, 0};
         o = dynamic_opts(&l, roots, engines[e]);
         const char *want_dyn[] = {"second", "", "b1", "last without newline", "first"};
@@ -589,7 +589,7 @@ Test(sources, fixed_length_records)
         check_strings(&bs, "record", want, 6);
         batches_free(&bs);
 
-        static const sl_split_t splits[] = {{0, 3, 5}, {1, 0, 1}, {0, 1, 2}, {0, 4, 5}};
+        static const sl_split_t splits[] = {{.file_index = 0, .begin = 3, .end = 5}, {.file_index = 1, .begin = 0, .end = 1}, {.file_index = 0, .begin = 1, .end = 2}, {.file_index = 0, .begin = 4, .end = 5}};
         split_list_t l = {splits, 4, 0, 0};
         o = dynamic_opts(&l, roots, engines[e]);
         bs = run_spec(spec, &o);

@@ -1,0 +1,244 @@
+/*
+ * split_track.c: see split_track.h.
+ *
+ * The entries are an array in the order the splits were handed out, and
+ * an index sorts them by (epoch, file, begin): a settle looks each run up
+ * there with a binary search, after a look at the entry the previous run
+ * hit. It runs for every run of every batch (a shuffled batch of 1024 has
+ * about 1024), so it must cost a few nanoseconds. A run may span two splits
+ * of one file (the sources read them one after the other and batch merges
+ * the runs), so it is cut at each split's end.
+ */
+#include "split_track.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct entry {
+    sl_split_done_rec_t rec;
+    sl_skip_run_t *skips; /* owned */
+    uint64_t read;        /* records the source yielded; final once read_done */
+    bool read_done;
+    uint64_t dropped, out, sent;
+};
+
+/* An index row: the sort key of entry e. */
+struct key {
+    uint64_t hi;    /* epoch << 32 | file_index */
+    uint64_t begin;
+    unsigned e;
+};
+
+/* A cache in front of the binary search: the entry that last held a record
+ * of each block of CACHE_BLOCK records, direct-mapped. A shuffled batch's
+ * runs fall in the few splits the shuffle buffer spans, so nearly every
+ * lookup is one load and a containment check. Rows are valid while gen
+ * matches the table's (every reindex bumps it). */
+#define CACHE_SLOTS 64
+#define CACHE_BLOCK_BITS 10
+
+struct cache_row {
+    uint64_t hi, block;
+    unsigned e, gen;
+};
+
+struct sl_split_track {
+    struct entry *e;
+    struct key *idx; /* n rows, sorted by (hi, begin) */
+    unsigned n, cap;
+    unsigned gen;
+    bool ended;
+    struct cache_row cache[CACHE_SLOTS];
+};
+
+static uint64_t key_hi(uint32_t epoch, uint32_t file)
+{
+    return (uint64_t)epoch << 32 | file;
+}
+
+static bool key_less(uint64_t ahi, uint64_t abegin, const struct key *b)
+{
+    return ahi < b->hi || (ahi == b->hi && abegin < b->begin);
+}
+
+/* Rebuilds the index from the entries (insertion sort: n is small). */
+static void reindex(sl_split_track_t *t)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        struct key k = {key_hi(t->e[i].rec.epoch, t->e[i].rec.file_index), t->e[i].rec.begin, i};
+        unsigned j = i;
+        for (; j > 0 && key_less(k.hi, k.begin, &t->idx[j - 1]); j--)
+            t->idx[j] = t->idx[j - 1];
+        t->idx[j] = k;
+    }
+    t->gen++;
+}
+
+sl_split_track_t *sl_split_track_new(void)
+{
+    return calloc(1, sizeof(sl_split_track_t));
+}
+
+void sl_split_track_free(sl_split_track_t *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->n; i++)
+        free(t->e[i].skips);
+    free(t->e);
+    free(t->idx);
+    free(t);
+}
+
+int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_skip_run_t *skips)
+{
+    if (t->n == t->cap) {
+        unsigned cap = t->cap ? t->cap * 2 : 16;
+        struct entry *p = realloc(t->e, cap * sizeof *p);
+        if (p)
+            t->e = p;
+        struct key *k = p ? realloc(t->idx, cap * sizeof *k) : NULL;
+        if (!k) {
+            free(skips);
+            return -ENOMEM;
+        }
+        t->idx = k;
+        t->cap = cap;
+    }
+    struct entry *e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    e->rec = (sl_split_done_rec_t){.split_id = s->split_id,
+                                   .epoch = (uint32_t)epoch,
+                                   .file_index = s->file_index,
+                                   .begin = s->begin,
+                                   .end = s->end};
+    e->skips = skips;
+    s->skips = skips;
+    reindex(t);
+    return 0;
+}
+
+static struct entry *find_id(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        if (!e->read_done && e->rec.split_id == s->split_id && e->rec.epoch == (uint32_t)epoch &&
+            e->rec.file_index == s->file_index && e->rec.begin == s->begin && e->rec.end == s->end)
+            return e;
+    }
+    return NULL;
+}
+
+void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s, uint64_t records)
+{
+    struct entry *e = find_id(t, epoch, s);
+    if (e) {
+        e->read = records;
+        e->read_done = true;
+    }
+}
+
+/* The entry holding record rec of file of epoch, or NULL. */
+static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t file, uint64_t rec)
+{
+    if (t->n == 0)
+        return NULL;
+    uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
+    struct cache_row *c = &t->cache[(block * UINT64_C(0x9e3779b97f4a7c15) + hi) >> 58];
+    struct entry *e;
+    if (c->gen == t->gen && c->hi == hi && c->block == block) {
+        e = &t->e[c->e];
+        if (rec >= e->rec.begin && rec < e->rec.end)
+            return e;
+    }
+    /* The last index row whose key is at most (epoch, file, rec). */
+    unsigned lo = 0, n = t->n;
+    while (n > 1) {
+        unsigned half = n / 2;
+        if (!key_less(hi, rec, &t->idx[lo + half]))
+            lo += half;
+        n -= half;
+    }
+    const struct key *k = &t->idx[lo];
+    if (k->hi != hi || rec < k->begin)
+        return NULL;
+    e = &t->e[k->e];
+    if (rec >= e->rec.end)
+        return NULL;
+    *c = (struct cache_row){hi, block, k->e, t->gen};
+    return e;
+}
+
+void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
+{
+    /* After the end, a pipeline being destroyed drops what it held; the
+     * end already counted that. */
+    if (t->ended && how == SL_SETTLE_DROPPED)
+        return;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t begin = runs[i].begin, count = runs[i].count;
+        while (count > 0) {
+            struct entry *e = find_record(t, runs[i].epoch, runs[i].file_index, begin);
+            if (!e)
+                break;
+            uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
+            switch (how) {
+            case SL_SETTLE_DROPPED: e->dropped += k; break;
+            case SL_SETTLE_OUT: e->out += k; break;
+            case SL_SETTLE_SENT: e->sent += k; break;
+            }
+            begin += k;
+            count -= k;
+        }
+    }
+}
+
+void sl_split_track_end(sl_split_track_t *t)
+{
+    t->ended = true;
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        e->read_done = true;
+        e->read = e->dropped + e->out;
+    }
+}
+
+static bool is_done(const struct entry *e)
+{
+    return e->read_done && e->dropped + e->sent == e->read;
+}
+
+bool sl_split_track_has_done(const sl_split_track_t *t)
+{
+    for (unsigned i = 0; i < t->n; i++) {
+        if (is_done(&t->e[i]))
+            return true;
+    }
+    return false;
+}
+
+unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max)
+{
+    unsigned got = 0, keep = 0;
+    for (unsigned i = 0; i < t->n; i++) {
+        struct entry *e = &t->e[i];
+        if (got < max && is_done(e)) {
+            out[got] = e->rec;
+            out[got].delivered = e->sent;
+            got++;
+            free(e->skips);
+            continue;
+        }
+        t->e[keep++] = *e;
+    }
+    t->n = keep;
+    if (got > 0)
+        reindex(t);
+    return got;
+}
+
+unsigned sl_split_track_size(const sl_split_track_t *t)
+{
+    return t->n;
+}

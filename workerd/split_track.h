@@ -1,0 +1,76 @@
+/*
+ * split_track.h: which DYNAMIC splits of a task are done (task.c).
+ *
+ * A split is done when its source has read all it will of it and every
+ * record it read has settled: left the pipeline in a batch that was handed
+ * to a client connection, or been dropped inside it. The table holds one
+ * entry per split handed to the pipeline and not yet reported done, so it
+ * is bounded by the splits in flight: those the pipeline is reading (one,
+ * or interleave's cycle_length) plus those whose records its buffers still
+ * hold (a shuffle buffer may hold records of many) plus those whose batches
+ * wait in the task's buffer. docs/architecture.md, "Provenance and
+ * split-done notices", says what the notices are for.
+ *
+ * Not thread-safe: the task calls it under its mutex.
+ */
+#ifndef SL_SPLIT_TRACK_H
+#define SL_SPLIT_TRACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline.h"
+
+typedef struct sl_split_track sl_split_track_t;
+
+/** How records settle. */
+enum sl_settle {
+    SL_SETTLE_DROPPED = 0, /* dropped inside the pipeline */
+    SL_SETTLE_OUT = 1,     /* left the pipeline in a batch, now in the task's buffer */
+    SL_SETTLE_SENT = 2,    /* that batch was handed to a client connection */
+};
+
+/** @return a new empty table, freed by sl_split_track_free(); NULL without memory */
+sl_split_track_t *sl_split_track_new(void);
+
+/** Frees the table and the skip runs it owns; NULL is ignored. */
+void sl_split_track_free(sl_split_track_t *t);
+
+/**
+ * Starts tracking split s of epoch, handed to the pipeline now; takes
+ * ownership of skips (malloc'd, s->num_skips runs, may be NULL), which
+ * stay valid until the split is reported done, and points s->skips at them.
+ * @return 0, -ENOMEM (skips freed)
+ */
+int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_skip_run_t *skips);
+
+/** The source read all it will of split s of epoch: records of it. */
+void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s, uint64_t records);
+
+/** Records of the runs settled as how says. Runs of no tracked split are ignored. */
+void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how);
+
+/** The pipeline ended: whatever it still held was dropped, so every split
+ *  is read, and its records are those that settled or wait in batches. */
+void sl_split_track_end(sl_split_track_t *t);
+
+/** One done split, as sluice.SplitDone says it. */
+typedef struct sl_split_done_rec {
+    uint64_t split_id;
+    uint32_t epoch, file_index;
+    uint64_t begin, end, delivered;
+} sl_split_done_rec_t;
+
+/**
+ * Takes up to max done splits out of the table into out, oldest first.
+ * @return how many
+ */
+unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max);
+
+/** @return whether a split is done and not yet collected */
+bool sl_split_track_has_done(const sl_split_track_t *t);
+
+/** @return the splits tracked (for the bound's test) */
+unsigned sl_split_track_size(const sl_split_track_t *t);
+
+#endif
