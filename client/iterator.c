@@ -34,12 +34,15 @@
 #include "batch.h"
 #include "client_internal.h"
 #include "conn.h"
+#include "errbuf.h"
 #include "frame.h"
+#include "posset.h"
 
 #define RETRY_MS 200
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
+#define CKPT_MAX_RUNS 65536 /* runs of positions a checkpoint may hold (the dispatcher takes as many) */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -137,6 +140,13 @@ struct sl_iterator {
     unsigned ready_count;
     sl_split_done_t *pending_done; /* end-of-sequence notices no waiting batch took (end_notices) */
     size_t num_pending_done;
+    /* Checkpoints (DYNAMIC, with provenance): the positions of what the
+     * caller was given. restored: what the checkpoint it was restored from
+     * held; got: since then, a split's holes (records its pipeline dropped)
+     * filled once its notice says every record it delivered was given. */
+    uint64_t dataset_id;
+    sl_posset_t restored, got;
+    int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
     int error;
     char err[1024];
     bool finished;
@@ -461,7 +471,8 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         if (t->state != TC_OPEN || now < t->not_before)
             continue;
         uint32_t id = ++it->next_id;
-        sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id, .coordinated = true,
+        sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
+                                        .provenance = it->opts.provenance != 0, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
             continue;
@@ -612,7 +623,8 @@ static void pump(sl_iterator_t *it)
                 continue;
             if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
                 break;
-            sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id};
+            sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
+                                            .provenance = it->opts.provenance != 0};
             if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                 continue;
             t->in_flight++;
@@ -871,7 +883,10 @@ static void evthread_init(void)
     evthread_use_pthreads();
 }
 
-int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, sl_iterator_t **out)
+/* sl_iterator_open(), and sl_iterator_restore() with the checkpoint's
+ * positions (posset bytes) in exclude. */
+static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, const uint8_t *exclude,
+                         size_t exclude_len, sl_iterator_t **out)
 {
     sl_iterator_t *it = calloc(1, sizeof *it);
     *out = it;
@@ -880,6 +895,18 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->cv, NULL);
     it->ready_tail = &it->ready;
+    it->dataset_id = dataset_id;
+    sl_posset_init(&it->restored, CKPT_MAX_RUNS);
+    sl_posset_init(&it->got, CKPT_MAX_RUNS);
+    if (exclude_len > 0) {
+        char why[256];
+        int drc = sl_posset_decode(&it->restored, exclude, exclude_len, why, sizeof why);
+        if (drc < 0) {
+            snprintf(it->err, sizeof it->err, "checkpoint: %s", why);
+            it->error = drc;
+            return drc;
+        }
+    }
     if (opts)
         it->opts = *opts;
     else
@@ -920,7 +947,8 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     req.consumer_index = (uint32_t)it->opts.consumer_index;
     req.target_workers = (uint32_t)it->opts.target_workers;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
-    rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, NULL, 0, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp);
+    rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, exclude, exclude_len, SL_MSG_GET_OR_CREATE_JOB_RESP,
+                         &resp);
     if (rc < 0) {
         snprintf(it->err, sizeof it->err, "%s", c->err);
         goto fail;
@@ -957,6 +985,24 @@ fail:
     return rc;
 }
 
+/* Records what the caller is given (under it->mu). */
+static void ledger_add(sl_iterator_t *it, const sl_provenance_run_t *runs, size_t n, const sl_split_done_t *done,
+                       size_t ndone)
+{
+    if (!it->opts.provenance || it->ckpt_rc < 0)
+        return;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = sl_posset_add(&it->got, runs[i].epoch, runs[i].file_index, runs[i].begin, runs[i].count, NULL);
+    for (size_t i = 0; i < ndone && rc == 0; i++) {
+        const sl_split_done_t *d = &done[i];
+        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+    }
+    if (rc < 0)
+        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+}
+
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
 {
     *out = NULL;
@@ -978,6 +1024,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
                 break;
             }
             it->num_pending_done = 0;
+            ledger_add(it, b->prov_at, b->num_prov, b->done, b->num_done);
             *out = b;
             rc = 0;
             break;
@@ -987,6 +1034,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             break;
         }
         if (it->finished) {
+            ledger_add(it, NULL, 0, it->pending_done, it->num_pending_done);
             rc = 1;
             break;
         }
@@ -1001,6 +1049,100 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
     if (rc == 0)
         event_active(it->kick, EV_READ, 0);
     return rc;
+}
+
+int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, sl_iterator_t **out)
+{
+    return iterator_open(c, dataset_id, opts, NULL, 0, out);
+}
+
+/* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
+ * the positions given to the caller (posset.h's bytes). */
+#define CKPT_MAGIC "SLCK"
+#define CKPT_VERSION 1
+#define CKPT_HEADER 16
+
+static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
+{
+    if (o->sharding != SL_SHARDING_DYNAMIC || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
+        !o->provenance)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with dynamic "
+                       "sharding and provenance on (opts.provenance)");
+    return 0;
+}
+
+int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int rc = checkpointable(&it->opts, it->err, sizeof it->err);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&it->mu);
+    sl_posset_t all;
+    sl_posset_init(&all, CKPT_MAX_RUNS);
+    rc = it->ckpt_rc;
+    if (rc < 0)
+        snprintf(it->err, sizeof it->err, "checkpoint: what was consumed needs more than %d runs of positions "
+                 "(a shuffle over many files fragments them)", CKPT_MAX_RUNS);
+    for (size_t i = 0; i < it->restored.num && rc == 0; i++)
+        rc = sl_posset_add(&all, it->restored.runs[i].epoch, it->restored.runs[i].file, it->restored.runs[i].begin,
+                           it->restored.runs[i].count, NULL);
+    for (size_t i = 0; i < it->got.num && rc == 0; i++)
+        rc = sl_posset_add(&all, it->got.runs[i].epoch, it->got.runs[i].file, it->got.runs[i].begin,
+                           it->got.runs[i].count, NULL);
+    pthread_mutex_unlock(&it->mu);
+    size_t n = rc == 0 ? sl_posset_encode(&all, NULL, 0) : 0;
+    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + n) : NULL;
+    if (rc == 0 && !buf)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        memcpy(buf, CKPT_MAGIC, 4);
+        for (int i = 0; i < 4; i++)
+            buf[4 + i] = (uint8_t)(CKPT_VERSION >> (8 * i));
+        for (int i = 0; i < 8; i++)
+            buf[8 + i] = (uint8_t)(it->dataset_id >> (8 * i));
+        sl_posset_encode(&all, buf + CKPT_HEADER, n);
+        *out = buf;
+        *len = CKPT_HEADER + n;
+    } else if (rc == -ENOSPC) {
+        rc = SL_ETOOBIG;
+        snprintf(it->err, sizeof it->err, "checkpoint: more than %d runs of positions", CKPT_MAX_RUNS);
+    }
+    sl_posset_clear(&all);
+    return rc;
+}
+
+int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, const uint8_t *ckpt,
+                        size_t len, sl_iterator_t **out)
+{
+    char err[300];
+    int rc = opts ? checkpointable(opts, err, sizeof err) : sl_errf(err, sizeof err, SL_EINVAL, "restore needs "
+                                                                     "options: dynamic sharding, provenance on");
+    uint64_t ds = 0;
+    if (rc == 0 && (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0))
+        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
+    if (rc == 0 && (ckpt[4] | ckpt[5] << 8 | ckpt[6] << 16 | (uint32_t)ckpt[7] << 24) != CKPT_VERSION)
+        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: version %u, this library reads version %d",
+                     (unsigned)(ckpt[4] | ckpt[5] << 8 | ckpt[6] << 16 | (uint32_t)ckpt[7] << 24), CKPT_VERSION);
+    for (int i = 7; rc == 0 && i >= 0; i--)
+        ds = ds << 8 | ckpt[8 + i];
+    if (rc == 0 && ds != dataset_id)
+        rc = sl_errf(err, sizeof err, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
+                     ds, dataset_id);
+    if (rc < 0) {
+        sl_iterator_t *it = calloc(1, sizeof *it);
+        *out = it;
+        if (!it)
+            return -ENOMEM;
+        pthread_mutex_init(&it->mu, NULL);
+        pthread_cond_init(&it->cv, NULL);
+        it->ready_tail = &it->ready;
+        snprintf(it->err, sizeof it->err, "%s", err);
+        it->error = rc;
+        return rc;
+    }
+    return iterator_open(c, dataset_id, opts, ckpt + CKPT_HEADER, len - CKPT_HEADER, out);
 }
 
 const char *sl_iterator_errmsg(const sl_iterator_t *it)
@@ -1039,6 +1181,8 @@ void sl_iterator_close(sl_iterator_t *it)
         batch_free(b);
     }
     free(it->pending_done);
+    sl_posset_clear(&it->restored);
+    sl_posset_clear(&it->got);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         batch_free(it->slots[i].batch);
     if (it->kick)

@@ -12,7 +12,12 @@
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
  *             end]...]}
  *   meta      "next_id": 8 big-endian bytes
- * Enums are stored as their numbers and checked at load. The file list of
+ *   exclusions per restored job: its consumed positions, posset.h's bytes (not JSON)
+ * A hand-out's skip runs are stored as "skips": [[begin, count]...], each
+ * split's skip_offset / skip_count indexing them as in the answer payload.
+ * Enums are stored as their numbers and checked at load. Fields added
+ * after format 1 first shipped (a worker's why_lost, a hand-out's skips)
+ * are optional at load, so an older store still loads. The file list of
  * a dataset is stored, not expanded again, so the (file, record range)
  * numbering of splits handed out before a restart keeps its meaning.
  */
@@ -30,8 +35,8 @@
 #include "log.h"
 #include "state_types.h"
 
-static const char *const table_names[SL_DT_COUNT_] = {"datasets", "jobs", "workers", "splits", "handouts",
-                                                      "dispatcher"};
+static const char *const table_names[SL_DT_COUNT_] = {"datasets", "jobs",       "workers",   "splits",
+                                                      "handouts", "dispatcher", "exclusions"};
 
 const char *const *sl_dpersist_tables(int *n)
 {
@@ -101,16 +106,35 @@ static json_t *cursor_record(const struct job *j)
                      (json_int_t)j->split_epoch_handed);
 }
 
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 static json_t *handout_record(const struct task *t)
 {
     const sluice_GetSplitResponse *r = t->last_splits;
-    json_t *splits = json_array();
+    json_t *splits = json_array(), *skips = json_array();
     for (pb_size_t i = 0; i < r->splits_count; i++)
-        json_array_append_new(splits, json_pack("[I,i,I,I]", (json_int_t)r->splits[i].split_id,
+        json_array_append_new(splits, json_pack("[I,i,I,I,I,I]", (json_int_t)r->splits[i].split_id,
                                                 (int)r->splits[i].file_index, (json_int_t)r->splits[i].begin,
-                                                (json_int_t)r->splits[i].end));
-    return json_pack("{s:I,s:I,s:b,s:b,s:o}", "seq", (json_int_t)t->split_req_seq, "epoch", (json_int_t)r->epoch,
-                     "end_of_epoch", r->end_of_epoch, "finished", r->finished, "splits", splits);
+                                                (json_int_t)r->splits[i].end, (json_int_t)r->splits[i].skip_offset,
+                                                (json_int_t)r->splits[i].skip_count));
+    for (size_t o = 0; o + 16 <= t->last_skips_len; o += 16)
+        json_array_append_new(skips, json_pack("[I,I]", (json_int_t)get_le64(t->last_skips + o),
+                                               (json_int_t)get_le64(t->last_skips + o + 8)));
+    return json_pack("{s:I,s:I,s:b,s:b,s:o,s:o}", "seq", (json_int_t)t->split_req_seq, "epoch",
+                     (json_int_t)r->epoch, "end_of_epoch", r->end_of_epoch, "finished", r->finished, "splits",
+                     splits, "skips", skips);
 }
 
 /* Writes one record; rec is consumed. */
@@ -129,6 +153,20 @@ static int put_json(sl_store_txn_t *txn, enum sl_dtable table, uint64_t id, json
     return rc;
 }
 
+static int put_exclusions(sl_store_txn_t *txn, const struct job *j)
+{
+    size_t len = sl_posset_encode(&j->exclude, NULL, 0);
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    sl_posset_encode(&j->exclude, buf, len);
+    uint8_t key[8];
+    key_of(j->id, key);
+    int rc = sl_store_put(txn, SL_DT_EXCLUDE, key, sizeof key, buf, len);
+    free(buf);
+    return rc;
+}
+
 bool sl_dpersist_dirty(const sl_dstate_t *st)
 {
     if (st->num_dels > 0 || st->next_id != st->saved_next_id)
@@ -141,7 +179,7 @@ bool sl_dpersist_dirty(const sl_dstate_t *st)
             return true;
     for (unsigned i = 0; i < st->num_jobs; i++) {
         const struct job *j = st->jobs[i];
-        if (j->dirty || j->cursor_dirty)
+        if (j->dirty || j->cursor_dirty || j->exclude_dirty)
             return true;
         for (unsigned k = 0; k < j->num_tasks; k++)
             if (j->tasks[k].handout_dirty)
@@ -170,6 +208,8 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
             rc = put_json(txn, SL_DT_JOBS, j->id, job_record(j));
         if (j->cursor_dirty && rc == 0)
             rc = put_json(txn, SL_DT_CURSORS, j->id, cursor_record(j));
+        if (j->exclude_dirty && rc == 0)
+            rc = put_exclusions(txn, j);
         for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
             if (j->tasks[k].handout_dirty)
                 rc = put_json(txn, SL_DT_HANDOUTS, j->tasks[k].id, handout_record(&j->tasks[k]));
@@ -192,7 +232,7 @@ static void clear_dirty(sl_dstate_t *st)
         st->workers[i].dirty = false;
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
-        j->dirty = j->cursor_dirty = false;
+        j->dirty = j->cursor_dirty = j->exclude_dirty = false;
         for (unsigned k = 0; k < j->num_tasks; k++)
             j->tasks[k].handout_dirty = false;
     }
@@ -341,10 +381,10 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
-    const char *address, *why;
+    const char *address, *why = "";
     int lost, draining;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s:s,s:b}", "address", &address, "lost", &lost, "why_lost",
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s?s,s:b}", "address", &address, "lost", &lost, "why_lost",
                        &why, "draining", &draining) < 0)
         return unpack_failed(l, id, rec, &je);
     if (grow_ptrs(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
@@ -353,7 +393,7 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     }
     struct worker *w = &st->workers[st->num_workers++];
     *w = (struct worker){.id = id, .state = lost ? WORKER_LOST : WORKER_LIVE, .draining = draining,
-                         .joined = l->now, .last_seen = l->now};
+                         .joined = l->now, .last_seen = l->now, .unconfirmed = true};
     snprintf(w->address, sizeof w->address, "%s", address);
     snprintf(w->why_lost, sizeof w->why_lost, "%s", why);
     json_decref(rec);
@@ -464,6 +504,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
                       .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
                       .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
                       .idle_since = l->now, .created = l->now};
+    sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->error, sizeof j->error, "%s", error);
     rc = load_tasks(l, j, tasks);
@@ -514,16 +555,20 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
 {
     struct load *l = arg;
     uint64_t id;
-    json_t *rec, *splits;
+    json_t *rec, *splits, *skips = NULL;
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
     json_int_t seq, epoch;
     int eoe, finished;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:I,s:I,s:b,s:b,s:o}", "seq", &seq, "epoch", &epoch,
-                       "end_of_epoch", &eoe, "finished", &finished, "splits", &splits) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:I,s:I,s:b,s:b,s:o,s?o}", "seq", &seq, "epoch", &epoch,
+                       "end_of_epoch", &eoe, "finished", &finished, "splits", &splits, "skips", &skips) < 0)
         return unpack_failed(l, id, rec, &je);
+    if ((skips && !json_is_array(skips)) || json_array_size(skips) * 16 > l->st->cfg.max_skip_bytes) {
+        json_decref(rec);
+        return bad(l, id, "skips out of range");
+    }
     struct task *t = task_by_id(l->st, id);
     sluice_GetSplitResponse *r = t ? calloc(1, sizeof *r) : NULL;
     size_t max = sizeof r->splits / sizeof r->splits[0];
@@ -536,22 +581,60 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
     r->epoch = (uint64_t)epoch;
     r->end_of_epoch = eoe;
     r->finished = finished;
+    size_t nskips = json_array_size(skips);
     for (size_t i = 0; i < json_array_size(splits); i++) {
-        json_int_t sid, begin, end;
+        json_int_t sid, begin, end, soff = 0, scount = 0;
         int file;
-        if (json_unpack(json_array_get(splits, i), "[I,i,I,I]", &sid, &file, &begin, &end) < 0 || file < 0) {
+        json_t *sp = json_array_get(splits, i);
+        int unpacked = json_array_size(sp) == 4 ? json_unpack(sp, "[I,i,I,I]", &sid, &file, &begin, &end)
+                                                : json_unpack(sp, "[I,i,I,I,I,I]", &sid, &file, &begin, &end, &soff,
+                                                              &scount);
+        if (unpacked < 0 ||
+            file < 0 || soff < 0 || scount < 0 || (size_t)soff / 16 + (size_t)scount > nskips) {
             free(r);
             json_decref(rec);
-            return bad(l, id, "splits: each must be [id, file, begin, end]");
+            return bad(l, id, "splits: each must be [id, file, begin, end, skip_offset, skip_count]");
         }
         r->splits[r->splits_count++] = (sluice_Split){.split_id = (uint64_t)sid, .file_index = (uint32_t)file,
-                                                      .begin = (uint64_t)begin, .end = (uint64_t)end};
+                                                      .begin = (uint64_t)begin, .end = (uint64_t)end,
+                                                      .skip_offset = (uint64_t)soff, .skip_count = (uint64_t)scount};
+    }
+    uint8_t *sk = nskips ? malloc(l->st->cfg.max_skip_bytes) : NULL;
+    for (size_t i = 0; sk && i < nskips; i++) {
+        json_int_t b, n;
+        if (json_unpack(json_array_get(skips, i), "[I,I]", &b, &n) < 0) {
+            free(sk);
+            free(r);
+            json_decref(rec);
+            return bad(l, id, "skips: each must be [begin, count]");
+        }
+        put_le64(sk + 16 * i, (uint64_t)b);
+        put_le64(sk + 16 * i + 8, (uint64_t)n);
     }
     json_decref(rec);
+    if (nskips && !sk) {
+        free(r);
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+    }
+    free(t->last_skips);
+    t->last_skips = sk;
+    t->last_skips_len = nskips * 16;
     free(t->last_splits);
     t->last_splits = r;
     t->split_req_seq = (uint64_t)seq;
     return 0;
+}
+
+static int load_exclusions(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    uint64_t id = id_of(key, klen);
+    struct job *j = job_by_id(l->st, id);
+    if (!j)
+        return bad(l, id, "its job is not in the store");
+    char why[256];
+    int rc = sl_posset_decode(&j->exclude, val, vlen, why, sizeof why);
+    return rc < 0 ? bad(l, id, why) : 0;
 }
 
 static int load_meta(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
@@ -574,7 +657,8 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
         enum sl_dtable table;
         sl_store_visit_fn fn;
     } order[] = {{SL_DT_DATASETS, load_dataset}, {SL_DT_WORKERS, load_worker}, {SL_DT_JOBS, load_job},
-                 {SL_DT_CURSORS, load_cursor},   {SL_DT_HANDOUTS, load_handout}, {SL_DT_META, load_meta}};
+                 {SL_DT_CURSORS, load_cursor},   {SL_DT_HANDOUTS, load_handout}, {SL_DT_META, load_meta},
+                 {SL_DT_EXCLUDE, load_exclusions}};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         l.table = table_names[order[i].table];
         int rc = sl_store_foreach(store, order[i].table, order[i].fn, &l);

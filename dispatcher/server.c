@@ -19,8 +19,10 @@
 #include "policy.h"
 #include "spec.h"
 
-/* The largest payload a dispatcher accepts: a dataset spec. */
-#define MAX_PAYLOAD (SL_SPEC_MAX_BYTES + 1024)
+/* The largest payload a dispatcher accepts: a dataset spec, or a restored
+ * iterator's consumed positions (16 + 24 bytes per run). */
+#define EXCLUDE_MAX_BYTES (16 + 24 * SL_DSTATE_MAX_EXCLUDE_RUNS)
+#define MAX_PAYLOAD (SL_SPEC_MAX_BYTES > EXCLUDE_MAX_BYTES ? SL_SPEC_MAX_BYTES + 1024 : EXCLUDE_MAX_BYTES + 1024)
 #define TICK_MS 100
 
 struct dconn {
@@ -219,7 +221,13 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
         rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
         sl_metric_add(m_splits, resp.splits_count);
-        reply(c, hdr, rc, SL_MSG_GET_SPLIT_RESP, &resp, err);
+        size_t skips_len = 0;
+        const uint8_t *skips = rc == 0 ? sl_dstate_split_skips(st, ((const sluice_GetSplitRequest *)msg)->task_id,
+                                                               &skips_len) : NULL;
+        if (skips)
+            sl_conn_send(c, SL_MSG_GET_SPLIT_RESP, hdr->request_id, &resp, skips, skips_len, NULL, NULL);
+        else
+            reply(c, hdr, rc, SL_MSG_GET_SPLIT_RESP, &resp, err);
         break;
     }
     case SL_MSG_REGISTER_DATASET_REQ: {
@@ -237,7 +245,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         char host[128] = "";
         if (sl_policy_host(sl_conn_peer(c), host, sizeof host) < 0)
             host[0] = '\0';
-        rc = sl_dstate_job_join(st, msg, host, now, &resp, err, sizeof err);
+        rc = sl_dstate_job_join(st, msg, host, payload, hdr->payload_len, now, &resp, err, sizeof err);
         resp.heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
         reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp, err);
         break;

@@ -62,6 +62,8 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_clients_per_job = 1024,
         .max_files = 100000,
         .round_lookahead = 64,
+        .max_exclude_runs = SL_DSTATE_MAX_EXCLUDE_RUNS,
+        .max_skip_bytes = 256u << 10,
     };
 }
 
@@ -132,9 +134,12 @@ const sl_dstate_config_t *sl_dstate_config(const sl_dstate_t *st)
 
 static void job_free(struct job *j)
 {
-    for (unsigned k = 0; k < j->num_tasks; k++)
+    for (unsigned k = 0; k < j->num_tasks; k++) {
         free(j->tasks[k].last_splits);
+        free(j->tasks[k].last_skips);
+    }
     free(j->tasks);
+    sl_posset_clear(&j->exclude);
     free(j->clients);
     free(j);
 }
@@ -452,6 +457,22 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
     return 0;
 }
 
+/* A worker loaded from the store is heard from again: it takes part in the
+ * running jobs created while it was unconfirmed, as a new worker would. */
+static int worker_confirm(sl_dstate_t *st, struct worker *w)
+{
+    if (!w->unconfirmed)
+        return 0;
+    w->unconfirmed = false;
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        if (j->state == SL_JOB_RUNNING && !w->draining && !job_task_of_worker(j, w->id) &&
+            job_add_task(st, j, w) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
 int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worker_id, int64_t now)
 {
     struct worker *w = find_worker(st, worker_id);
@@ -459,7 +480,7 @@ int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worke
         return SL_ENOTFOUND;
     w->last_seen = now;
     sl_log_info("worker %" PRIu64 " at %s reconnected", w->id, w->address);
-    return 0;
+    return worker_confirm(st, w);
 }
 
 static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
@@ -480,6 +501,10 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         return SL_ENOTFOUND;
     }
     w->last_seen = now;
+    if (worker_confirm(st, w) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     /* Alive but stuck: its heartbeats come, its pipeline makes nothing. */
     for (pb_size_t i = 0; i < req->tasks_count && st->cfg.stall_timeout_ms > 0; i++) {
         struct job *sj = NULL;
@@ -639,6 +664,8 @@ static int jobs_make_room(sl_dstate_t *st)
             struct job *old = st->jobs[i];
             queue_del(st, SL_DT_JOBS, old->id);
             queue_del(st, SL_DT_CURSORS, old->id);
+            if (old->exclude.num > 0)
+                queue_del(st, SL_DT_EXCLUDE, old->id);
             for (unsigned k = 0; k < old->num_tasks; k++)
                 if (old->tasks[k].last_splits)
                     queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
@@ -755,8 +782,14 @@ static bool has_local_worker(const sl_dstate_t *st, const char *host)
 }
 
 int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, const char *client_host,
-                       int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
+                       const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
+                       char *err, size_t errlen)
 {
+    if (exclude_len > 0 && (req->job_name[0] || req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
+        snprintf(err, errlen, "a restored iterator reads a job of its own: dynamic sharding, no job name, no "
+                 "coordinated reads");
+        return SL_EINVAL;
+    }
     struct dataset *d = find_dataset(st, req->dataset_id);
     if (!d) {
         snprintf(err, errlen, "dataset %" PRIu64 " is not registered", req->dataset_id);
@@ -821,6 +854,16 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
+    sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
+    if (exclude_len > 0) {
+        char why[300];
+        if ((rc = sl_posset_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
+            job_free(j);
+            snprintf(err, errlen, "the restored iterator's checkpoint: %s", why);
+            return rc;
+        }
+        j->exclude_dirty = true;
+    }
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
     j->dataset = d;
@@ -833,7 +876,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     /* Every live worker gets its task now, so that no worker can finish the
      * job before the others have heard of it. */
     for (unsigned i = 0; i < st->num_workers; i++) {
-        if (st->workers[i].state == WORKER_LIVE && !st->workers[i].draining &&
+        if (st->workers[i].state == WORKER_LIVE && !st->workers[i].draining && !st->workers[i].unconfirmed &&
             job_add_task(st, j, &st->workers[i]) < 0) {
             job_free(j);
             snprintf(err, errlen, "out of memory");
@@ -864,7 +907,7 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
                                 uint64_t *job_id, uint64_t *client_id, char *err, size_t errlen)
 {
     sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
-    int rc = sl_dstate_job_join(st, req, "", now, &resp, err, errlen);
+    int rc = sl_dstate_job_join(st, req, "", NULL, 0, now, &resp, err, errlen);
     *job_id = resp.job_id;
     *client_id = resp.client_id;
     return rc;
@@ -946,6 +989,58 @@ int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_i
     return 0;
 }
 
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A restored job's split [begin, *end) of file f: its records the consumer
+ * already has become skip runs in the task's answer payload (16 bytes each,
+ * docs/protocol.md). When they do not all fit, the split ends where the
+ * first that does not fit begins.
+ * @return 0 (*nskips runs added), 1 (all of it consumed: hand nothing out),
+ *         2 (no room left in this answer), -ENOMEM */
+static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t f, uint64_t begin, uint64_t *end,
+                       uint32_t *nskips)
+{
+    const sl_posset_t *ex = &j->exclude;
+    uint32_t epoch = (uint32_t)j->split_epoch;
+    uint64_t have = sl_posset_count(ex, epoch, f, begin, *end);
+    *nskips = 0;
+    if (have == *end - begin)
+        return 1;
+    if (have == 0)
+        return 0;
+    size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
+    size_t n = sl_posset_within(ex, epoch, f, begin, *end, NULL, 0);
+    if (room == 0)
+        return 2;
+    size_t take = n > room ? room : n;
+    sl_posrun_t *runs = malloc((take + 1) * sizeof *runs);
+    if (!runs)
+        return -ENOMEM;
+    sl_posset_within(ex, epoch, f, begin, *end, runs, take + 1);
+    if (n > room)
+        *end = runs[room].begin;
+    for (size_t i = 0; i < take; i++) {
+        put_le64(t->last_skips + t->last_skips_len, runs[i].begin);
+        put_le64(t->last_skips + t->last_skips_len + 8, runs[i].count);
+        t->last_skips_len += 16;
+    }
+    free(runs);
+    *nskips = (uint32_t)take;
+    return 0;
+}
+
+const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)
+{
+    struct job *j = NULL;
+    struct task *t = find_task(st, task_id, &j);
+    *len = t && t->last_skips ? t->last_skips_len : 0;
+    return *len ? t->last_skips : NULL;
+}
+
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
                          char *err, size_t errlen)
 {
@@ -971,6 +1066,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
                  "answered request %" PRIu64, t->id, req->request_seq, t->split_req_seq);
         return SL_EINVAL;
     }
+    t->last_skips_len = 0; /* a new answer: none of the last one's skips */
     const struct dataset *d = j->dataset;
     uint32_t nfiles = dataset_num_files(d);
     resp->epoch = req->epoch;
@@ -1000,6 +1096,11 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
+    bool excl = j->exclude.num > 0;
+    if (excl && !t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > sizeof resp->splits / sizeof resp->splits[0])
         max = sizeof resp->splits / sizeof resp->splits[0];
@@ -1012,12 +1113,32 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
             j->cursor_dirty = true;
             continue;
         }
+        uint64_t begin = j->split_next;
+        uint64_t end = total - begin > d->split_size ? begin + d->split_size : total;
+        uint32_t skips = 0;
+        uint64_t skip_offset = t->last_skips_len;
+        if (excl) {
+            int rc = split_skips(st, j, t, j->split_file, begin, &end, &skips);
+            if (rc == 1) { /* every record of it was consumed already */
+                j->split_next = end;
+                j->cursor_dirty = true;
+                continue;
+            }
+            if (rc == 2)
+                break; /* no room for its skips in this answer: the next one */
+            if (rc < 0) {
+                snprintf(err, errlen, "out of memory");
+                return rc;
+            }
+        }
         sluice_Split *s = &resp->splits[resp->splits_count++];
         j->cursor_dirty = true;
         s->split_id = j->split_seq++;
         s->file_index = j->split_file;
-        s->begin = j->split_next;
-        s->end = total - j->split_next > d->split_size ? j->split_next + d->split_size : total;
+        s->begin = begin;
+        s->end = end;
+        s->skip_offset = skips ? skip_offset : 0;
+        s->skip_count = skips;
         j->split_next = s->end;
         j->split_epoch_handed++;
     }

@@ -17,6 +17,10 @@
 
 typedef struct sl_dstate sl_dstate_t;
 
+/* The most runs of consumed positions a restored iterator may bring
+ * (24 bytes each in the GetOrCreateJob payload). */
+#define SL_DSTATE_MAX_EXCLUDE_RUNS 65536
+
 typedef struct sl_dstate_config {
     int64_t worker_timeout_ms; /* a worker without heartbeat this long is lost */
     int64_t stall_timeout_ms;  /* a worker reporting a task stalled this long is lost; 0: never */
@@ -36,6 +40,8 @@ typedef struct sl_dstate_config {
                                      policies its place here; copied by sl_dstate_new() */
     uint64_t round_lookahead;     /* coordinated reads: rounds a consumer may run ahead of
                                      the dispatcher's last answer (see docs/sharding.md) */
+    unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions */
+    unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
 } sl_dstate_config_t;
 
 /** Fills the defaults. */
@@ -103,12 +109,16 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
  * As sl_dstate_job_get_or_create(), for a client that reaches the
  * dispatcher from client_host (its IP address as the connection shows it;
  * what SL_TARGET_LOCAL compares worker hosts with). Fills resp's job_id,
- * client_id and notice.
+ * client_id and notice. exclude (may be NULL) is a restored iterator's
+ * consumed positions (posset.h bytes): they make a new anonymous DYNAMIC job
+ * whose splits never hand them out.
  * @return as sl_dstate_job_get_or_create(), and SL_ENOTFOUND when
- *         target_workers is local and no live worker is on client_host
+ *         target_workers is local and no live worker is on client_host;
+ *         SL_EINVAL, SL_EDATA for exclusions that do not fit the request
  */
 int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, const char *client_host,
-                       int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen);
+                       const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
+                       char *err, size_t errlen);
 
 /**
  * A client's heartbeat: renews its lease, answers the job's tasks and state.
@@ -127,6 +137,10 @@ int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_i
  */
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
                          char *err, size_t errlen);
+
+/** The skip runs (the payload) of the task's last GetSplit answer, valid
+ *  until its next request; NULL when there are none. */
+const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len);
 
 /** Applies timeouts: lost workers, expired clients, jobs without clients. */
 void sl_dstate_tick(sl_dstate_t *st, int64_t now);

@@ -16,13 +16,16 @@
 #include <stdint.h>
 
 #include "files.h"
+#include "posset.h"
 #include "state.h"
 
 enum worker_state { WORKER_LIVE, WORKER_LOST };
 enum task_state { TASK_ASSIGNED, TASK_RUNNING, TASK_DONE, TASK_FAILED, TASK_LOST };
 
 /* The store's tables (persist.c names them). */
-enum sl_dtable { SL_DT_DATASETS, SL_DT_JOBS, SL_DT_WORKERS, SL_DT_CURSORS, SL_DT_HANDOUTS, SL_DT_META, SL_DT_COUNT_ };
+enum sl_dtable {
+    SL_DT_DATASETS, SL_DT_JOBS, SL_DT_WORKERS, SL_DT_CURSORS, SL_DT_HANDOUTS, SL_DT_META, SL_DT_EXCLUDE, SL_DT_COUNT_
+};
 
 struct worker {
     uint64_t id;
@@ -32,6 +35,7 @@ struct worker {
     int64_t joined;
     int64_t last_seen;
     char why_lost[200]; /* LOST: the reason */
+    bool unconfirmed;   /* loaded from the store and not heard from since: gets no new tasks */
     bool dirty;
 };
 
@@ -64,6 +68,8 @@ struct task {
      * that asks again with the same request_seq gets the same splits. */
     uint64_t split_req_seq;
     sluice_GetSplitResponse *last_splits; /* malloc'd on the first hand-out */
+    uint8_t *last_skips;                  /* its splits' skip runs (the answer's payload) */
+    size_t last_skips_len;
     bool handout_dirty;
 };
 
@@ -99,6 +105,10 @@ struct job {
     uint64_t split_next; /* first element (record) of split_file not yet handed out */
     uint64_t split_seq;  /* split ids, unique within the job */
     uint64_t split_epoch_handed; /* splits handed out in split_epoch */
+    /* A restored iterator's job: positions its consumer already has,
+     * which no split hands out (written once, with the job). */
+    sl_posset_t exclude;
+    bool exclude_dirty;
     bool dirty;        /* the job record: everything above but the cursor */
     bool cursor_dirty; /* the split cursor */
 };

@@ -478,7 +478,9 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     bool want = false;
     pthread_mutex_lock(&t->mu);
     if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING &&
-        t->split_count < t->cfg.split_prefetch) {
+        t->split_count <= t->cfg.split_prefetch / 2) {
+        /* Asked for only once half the queue is used, so that each request
+         * (and the dispatcher's commit behind it) carries several splits. */
         *epoch = t->want_epoch;
         *max = t->cfg.split_prefetch - t->split_count;
         want = true;

@@ -62,6 +62,7 @@ struct wconn {
     sl_worker_t *w;
     sl_conn_t *conn;
     unsigned parked;
+    bool provenance; /* its client asks for provenance runs (GetElementRequest.provenance) */
     struct wconn *prev, *next;
 };
 
@@ -336,8 +337,10 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     }
     /* The provenance goes after the tensor bytes, 8-byte aligned so that
      * the client can read it in place; done splits ride along. */
-    resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
-    resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
+    if (wc->provenance) {
+        resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
+        resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
+    }
     resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done);
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
@@ -345,7 +348,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)b->size);
     int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
-                               (size_t)(resp->provenance_offset - b->size), sl_wire_batch_prov(b),
+                               wc->provenance ? (size_t)(resp->provenance_offset - b->size) : 0, sl_wire_batch_prov(b),
                                (size_t)resp->provenance_length, on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
@@ -443,6 +446,7 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementRequest *req = msg;
+    wc->provenance = req->provenance;
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index};
@@ -765,7 +769,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .heartbeat_ms = 250,
         .connect_timeout_ms = 5000,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
-                 .split_prefetch = 4},
+                 .split_prefetch = 16},
     };
 }
 

@@ -184,6 +184,9 @@ typedef struct sl_iterator_opts {
                                    dataset); 0 (default): each batch to whoever asks first */
     int consumer_index;         /* 0 .. num_consumers - 1 */
     sl_target_workers_t target_workers; /* default SL_TARGET_ANY */
+    int provenance;             /* non-zero: workers send each batch's provenance
+                                   (sl_batch_provenance), which checkpoints need;
+                                   default 0, as it costs up to 24 bytes per element */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */
@@ -334,6 +337,32 @@ SL_EXPORT const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_
  *         sl_iterator_close(); NULL when none
  */
 SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it, size_t *num);
+
+/**
+ * Takes a checkpoint of the iterator: which elements the batches returned
+ * so far held (and, for a restored iterator, those of its checkpoint), as
+ * opaque bytes. sl_iterator_restore() in any process continues right after
+ * the last batch returned: every other element of the job, exactly once,
+ * also mid-epoch and with shuffle and filter in the pipeline. Needs an
+ * iterator of its own anonymous job with SL_SHARDING_DYNAMIC and
+ * opts.provenance set. At most 65536 runs of positions (contiguous records
+ * make one run).
+ * @param[out] out the bytes, malloc'd: free() them
+ * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the
+ *         message in sl_iterator_errmsg()
+ */
+SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len);
+
+/**
+ * Opens an iterator that continues from a checkpoint: a new job over
+ * dataset_id (the checkpoint's dataset) whose splits skip every element the
+ * checkpoint holds. opts as for sl_iterator_checkpoint(). *out is set also
+ * on failure (close it).
+ * @return as sl_iterator_open(); SL_EDATA (not a checkpoint, or damaged),
+ *         SL_EINVAL (options, or another dataset's checkpoint)
+ */
+SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
+                                  const uint8_t *ckpt, size_t len, sl_iterator_t **out);
 
 /** Frees the batch and every tensor in it. */
 SL_EXPORT void sl_batch_release(sl_batch_t *b);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "sluice.h"
@@ -35,6 +36,10 @@ static void usage(FILE *f)
             "                           and, under dynamic sharding, \"_splits_done\" (the splits the\n"
             "                           worker finished with that batch); notices after the last\n"
             "                           batch come as a last line {\"_splits_done\": [...]}\n"
+            "  --checkpoint-out FILE    at the end (or --limit), write the iterator's checkpoint\n"
+            "                           (dynamic sharding; turns provenance on)\n"
+            "  --resume-from FILE       continue from a checkpoint: every element it does not\n"
+            "                           hold, exactly once (same dataset, dynamic sharding)\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
@@ -230,24 +235,55 @@ static void print_batch_json(FILE *out, const sl_batch_t *b, bool with_worker, b
     fputs("}\n", out);
 }
 
-static char *read_file(const char *path, size_t *len)
+/* A checkpoint holds at most 65536 runs of 24 bytes, and headers. */
+#define MAX_CKPT_BYTES (65536 * 24 + 64)
+
+static char *read_file(const char *opt, const char *path, size_t max, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "%s: --dataset %s: %s\n", program, path, strerror(errno));
+        fprintf(stderr, "%s: --%s %s: %s\n", program, opt, path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(MAX_SPEC_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_SPEC_BYTES + 1, f) : 0;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
     fclose(f);
-    if (!buf || n > MAX_SPEC_BYTES) {
-        fprintf(stderr, "%s: --dataset %s: larger than %d bytes\n", program, path, MAX_SPEC_BYTES);
+    if (!buf || n > max) {
+        fprintf(stderr, "%s: --%s %s: larger than %zu bytes\n", program, opt, path, max);
         free(buf);
         return NULL;
     }
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+/* Writes the iterator's checkpoint to path: to path.tmp, synced, then
+ * renamed, so path is the old checkpoint or the new one, never half. */
+static int write_checkpoint(sl_iterator_t *it, const char *path)
+{
+    uint8_t *ckpt;
+    size_t len;
+    int rc = sl_iterator_checkpoint(it, &ckpt, &len);
+    if (rc < 0) {
+        fprintf(stderr, "%s: --checkpoint-out: %s\n", program, sl_iterator_errmsg(it));
+        return rc;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(ckpt, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (ok && rename(tmp, path) != 0)
+        ok = false;
+    free(ckpt);
+    if (!ok) {
+        fprintf(stderr, "%s: --checkpoint-out %s: %s\n", program, path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }
 
 static long parse_long(const char *opt, const char *v, long min, long max)
@@ -265,7 +301,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -281,10 +317,12 @@ int main(int argc, char **argv)
         {"target-workers", required_argument, NULL, O_TARGET},
         {"with-worker", no_argument, NULL, O_WITH_WORKER},
         {"with-provenance", no_argument, NULL, O_WITH_PROV},
+        {"checkpoint-out", required_argument, NULL, O_CKPT_OUT},
+        {"resume-from", required_argument, NULL, O_RESUME},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
-    const char *dispatcher = NULL, *dataset = NULL;
+    const char *dispatcher = NULL, *dataset = NULL, *checkpoint_out = NULL, *resume_from = NULL;
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
     bool progress = false, with_worker = false, have_index = false;
@@ -315,7 +353,18 @@ int main(int argc, char **argv)
             }
             break;
         case O_WITH_WORKER: with_worker = true; break;
-        case O_WITH_PROV: with_provenance = true; break;
+        case O_WITH_PROV:
+            with_provenance = true;
+            io.provenance = 1;
+            break;
+        case O_CKPT_OUT:
+            checkpoint_out = optarg;
+            io.provenance = 1;
+            break;
+        case O_RESUME:
+            resume_from = optarg;
+            io.provenance = 1;
+            break;
         case O_FORMAT:
             if (strcmp(optarg, "jsonl") == 0)
                 fmt = FMT_JSONL;
@@ -351,7 +400,7 @@ int main(int argc, char **argv)
     }
     io.num_consumers = (int)num_consumers;
     size_t spec_len;
-    char *spec = read_file(dataset, &spec_len);
+    char *spec = read_file("dataset", dataset, MAX_SPEC_BYTES, &spec_len);
     if (!spec)
         return 2;
     if (io.timeout_ms < io.connect_timeout_ms)
@@ -377,7 +426,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: dataset %s refused: %s\n", program, dataset, sl_client_errmsg(cl));
         goto out;
     }
-    rc = sl_iterator_open(cl, ds, &io, &it);
+    if (resume_from) {
+        size_t ckpt_len;
+        char *ckpt = read_file("resume-from", resume_from, MAX_CKPT_BYTES, &ckpt_len);
+        if (!ckpt)
+            goto out;
+        rc = sl_iterator_restore(cl, ds, &io, (const uint8_t *)ckpt, ckpt_len, &it);
+        free(ckpt);
+    } else {
+        rc = sl_iterator_open(cl, ds, &io, &it);
+    }
     if (rc < 0) {
         fprintf(stderr, "%s: cannot open an iterator: %s\n", program, sl_iterator_errmsg(it));
         goto out;
@@ -427,6 +485,8 @@ int main(int argc, char **argv)
     }
     if (rc < 0) {
         fprintf(stderr, "%s: %s\n", program, sl_iterator_errmsg(it));
+    } else if (checkpoint_out && write_checkpoint(it, checkpoint_out) < 0) {
+        rc = -1;
     } else {
         status = 0;
     }

@@ -147,6 +147,69 @@ class DispatcherCrash(unittest.TestCase):
         self.assertGreater(min(fresh), max(old_ids | set(workers_before)))
 
 
+class Checkpoints(unittest.TestCase):
+    """Iterator checkpoints (sl_iterator_checkpoint / sl_iterator_restore,
+    sluice-cat --checkpoint-out / --resume-from): a consumer stops after a
+    seeded number of batches mid-epoch and writes its checkpoint; a new
+    process resumes from it, twice in a chain; across the three processes
+    every element that passes the filter arrives exactly once."""
+
+    def setUp(self):
+        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
+        self.cluster.wait_workers_registered(3)
+
+    def tearDown(self):
+        bad = self.cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+    def test_resume_mid_epoch_exactly_once_with_shuffle_and_filter(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "filter", "key": "value", "cmp": "ne", "value": 7},
+                        {"op": "shuffle", "buffer_size": 2000, "seed": 11},
+                        {"op": "filter", "key": "value", "cmp": "lt", "value": N - 3},
+                        {"op": "batch", "batch_size": BATCH}]}
+        expected = [v for v in range(N) if v != 7 and v < N - 3]
+        total = len(expected) // BATCH
+        stops = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), stops after batches %s' % (seed, seed, stops)
+        ckpt = [os.path.join(self.cluster.dir, 'ckpt%d' % i) for i in range(2)]
+        runs = [['--limit', str(stops[0]), '--checkpoint-out', ckpt[0]],
+                ['--limit', str(stops[1] - stops[0]), '--resume-from', ckpt[0], '--checkpoint-out', ckpt[1]],
+                ['--resume-from', ckpt[1]]]
+        got = []
+        for i, args in enumerate(runs):
+            rc, batches, err = self.cluster.cat(spec, ['--sharding', 'dynamic'] + args)
+            self.assertEqual(rc, 0, '%s: run %d: %s' % (where, i, err[-2000:]))
+            got.extend(v for b in batches for v in b['value'])
+        counts = collections.Counter(got)
+        missing = [v for v in expected if counts[v] == 0]
+        duplicated = sorted(v for v, n in counts.items() if n > 1)
+        self.assertEqual((len(missing), len(duplicated), len(got)), (0, 0, len(expected)),
+                         '%s: %d missing (first %s), %d duplicated (first %s)' %
+                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+
+    def test_checkpoints_refuse_what_they_cannot_resume(self):
+        spec = {"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch", "batch_size": 100}]}
+        path = os.path.join(self.cluster.dir, 'ckpt')
+        rc, _, err = self.cluster.cat(spec, ['--sharding', 'off', '--limit', '2', '--checkpoint-out', path])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('checkpoints need an iterator of its own anonymous job with dynamic sharding', err)
+        with open(path, 'wb') as f:
+            f.write(b'not a checkpoint at all')
+        rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('not a Sluice iterator checkpoint', err)
+        # Another dataset's checkpoint.
+        rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--limit', '2', '--checkpoint-out', path])
+        self.assertEqual(rc, 0, err)
+        other = {"source": {"type": "range", "stop": 999}, "ops": [{"op": "batch", "batch_size": 100}]}
+        rc, _, err = self.cluster.cat(other, ['--sharding', 'dynamic', '--resume-from', path])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('checkpoint of dataset', err)
+
+
 class StuckWorker(unittest.TestCase):
     """A worker whose pipeline hangs (a plugin sleeping 3 s on value 5, once
     per process) while its heartbeats keep coming is declared lost once

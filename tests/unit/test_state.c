@@ -1269,7 +1269,7 @@ Test(state, finished_named_job_name_starts_a_new_job_with_a_notice)
     sluice_GetOrCreateJobRequest req = {.dataset_id = ds};
     snprintf(req.job_name, sizeof req.job_name, "again");
     sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
-    cr_assert_eq(sl_dstate_job_join(st, &req, "", 4, &resp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 4, &resp, err, sizeof err), 0, "%s", err);
     cr_assert_neq(resp.job_id, j);
     char want[200];
     snprintf(want, sizeof want, "job \"again\" (id %" PRIu64 ") had already ended (FINISHED); a new job %" PRIu64,
@@ -1277,7 +1277,7 @@ Test(state, finished_named_job_name_starts_a_new_job_with_a_notice)
     cr_assert_not_null(strstr(resp.notice, want), "%s", resp.notice);
     /* A second client joins the new, running job without a notice. */
     sluice_GetOrCreateJobResponse again = sluice_GetOrCreateJobResponse_init_zero;
-    cr_assert_eq(sl_dstate_job_join(st, &req, "", 5, &again, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 5, &again, err, sizeof err), 0, "%s", err);
     cr_assert_eq(again.job_id, resp.job_id);
     cr_assert_str_eq(again.notice, "");
 }
@@ -1292,7 +1292,7 @@ static int join(uint64_t ds, const char *name, uint32_t n, uint32_t i, uint32_t 
     snprintf(req.job_name, sizeof req.job_name, "%s", name ? name : "");
     memset(resp, 0, sizeof *resp);
     err[0] = '\0';
-    return sl_dstate_job_join(st, &req, host, now, resp, err, sizeof err);
+    return sl_dstate_job_join(st, &req, host, NULL, 0, now, resp, err, sizeof err);
 }
 
 Test(state, coordinated_reads_refusals)

@@ -75,6 +75,7 @@ class IteratorOpts(ctypes.Structure):
         ('num_consumers', ctypes.c_int),
         ('consumer_index', ctypes.c_int),
         ('target_workers', ctypes.c_int),
+        ('provenance', ctypes.c_int),
     ]
 
 
