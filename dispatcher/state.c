@@ -222,6 +222,19 @@ static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
     return size;
 }
 
+/* Splits per epoch, counted once (a file source may have many files). */
+static uint64_t dataset_splits_per_epoch(struct dataset *d)
+{
+    if (d->splits_per_epoch == 0) {
+        uint32_t n = d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
+        for (uint32_t f = 0; f < n; f++) {
+            uint64_t records = d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
+            d->splits_per_epoch += (records + d->split_size - 1) / d->split_size;
+        }
+    }
+    return d->splits_per_epoch;
+}
+
 static uint32_t dataset_num_files(const struct dataset *d)
 {
     return d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
@@ -1067,7 +1080,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         return SL_EINVAL;
     }
     t->last_skips_len = 0; /* a new answer: none of the last one's skips */
-    const struct dataset *d = j->dataset;
+    struct dataset *d = j->dataset;
     uint32_t nfiles = dataset_num_files(d);
     resp->epoch = req->epoch;
     struct worker *w = find_worker(st, t->worker_id);
@@ -1102,6 +1115,17 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         return -ENOMEM;
     }
     unsigned max = req->max_splits ? req->max_splits : 1;
+    /* Guided hand-out: no task takes more than half its share of what is
+     * left of the epoch, so a worker asking for many splits at a time (to
+     * make each commit count) leaves some for the others near the end. */
+    unsigned live = 0;
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
+    uint64_t per_epoch = dataset_splits_per_epoch(d);
+    uint64_t left = per_epoch > j->split_epoch_handed ? per_epoch - j->split_epoch_handed : 0;
+    uint64_t fair = (left + 2 * (uint64_t)live - 1) / (2 * (uint64_t)(live ? live : 1));
+    if (live >= 2 && max > fair)
+        max = fair > 0 ? (unsigned)fair : 1;
     if (max > sizeof resp->splits / sizeof resp->splits[0])
         max = sizeof resp->splits / sizeof resp->splits[0];
     /* Splits never cross a file; empty files are stepped over. */

@@ -48,6 +48,7 @@ struct dataset {
      * Other sources count as one file of cardinality elements. */
     sl_file_list_t files;
     uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
+    uint64_t splits_per_epoch; /* counted at the first hand-out; 0: not yet */
     int hint_op;         /* the first shard op with num_shards "hint", or -1 */
     bool infinite;       /* the pipeline never ends (coordinated reads need it) */
     bool dirty;

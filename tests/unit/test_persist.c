@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "persist.h"
+#include "posset.h"
 #include "sluice.h"
 #include "state.h"
 #include "store.h"
@@ -252,4 +253,59 @@ Test(persist, a_damaged_record_is_refused_naming_its_table_and_id)
     char want[64];
     snprintf(want, sizeof want, "jobs record %" PRIu64 ":", job_id);
     cr_assert(strstr(err, want), "%s", err);
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restart)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
+    /* The consumer had records [0, 100) (the first split, whole) and [150, 160). */
+    sl_posset_t had;
+    sl_posset_init(&had, 16);
+    cr_assert_eq(sl_posset_add(&had, 0, 0, 0, 100, NULL), 0);
+    cr_assert_eq(sl_posset_add(&had, 0, 0, 150, 10, NULL), 0);
+    uint8_t bytes[256];
+    size_t n = sl_posset_encode(&had, bytes, sizeof bytes);
+    sl_posset_clear(&had);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC};
+    sluice_GetOrCreateJobResponse jr = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", bytes, n, 0, &jr, err, sizeof err), 0, "%s", err);
+    uint64_t task = first_task(st, jr.job_id);
+    sluice_GetSplitResponse r;
+    splits(st, task, 1, &r, 0);
+    cr_assert_eq(r.splits_count, 3);
+    cr_assert_eq(r.splits[0].begin, 100, "the split the consumer had whole is not handed out");
+    cr_assert_eq(r.splits[0].skip_count, 1);
+    cr_assert_eq(r.splits[1].skip_count, 0);
+    size_t len;
+    const uint8_t *skips = sl_dstate_split_skips(st, task, &len);
+    cr_assert_eq(len, 16);
+    cr_assert_eq(le64(skips + r.splits[0].skip_offset), 150);
+    cr_assert_eq(le64(skips + r.splits[0].skip_offset + 8), 10);
+    save(st);
+    /* After a restart: the same answer again, and the exclusions still apply. */
+    st2 = reopen();
+    sluice_GetSplitResponse again;
+    splits(st2, task, 1, &again, 0);
+    cr_assert_eq(again.splits[0].begin, 100);
+    skips = sl_dstate_split_skips(st2, task, &len);
+    cr_assert_eq(len, 16);
+    cr_assert_eq(le64(skips), 150);
+    /* Named jobs, other policies and damaged bytes are refused. */
+    snprintf(req.job_name, sizeof req.job_name, "named");
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EINVAL);
+    req.job_name[0] = '\0';
+    bytes[0] = 'X';
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "checkpoint"), "%s", err);
 }
