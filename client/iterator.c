@@ -1113,6 +1113,11 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     return rc;
 }
 
+void sl_free(void *p)
+{
+    free(p);
+}
+
 int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, const uint8_t *ckpt,
                         size_t len, sl_iterator_t **out)
 {

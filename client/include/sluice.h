@@ -347,7 +347,7 @@ SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it
  * iterator of its own anonymous job with SL_SHARDING_DYNAMIC and
  * opts.provenance set. At most 65536 runs of positions (contiguous records
  * make one run).
- * @param[out] out the bytes, malloc'd: free() them
+ * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the
  *         message in sl_iterator_errmsg()
  */
@@ -363,6 +363,10 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  */
 SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
                                   const uint8_t *ckpt, size_t len, sl_iterator_t **out);
+
+/** free(), for callers that cannot reach libsluice's C library (Python's
+ *  ctypes): frees what sl_iterator_checkpoint() returned. NULL is ignored. */
+SL_EXPORT void sl_free(void *p);
 
 /** Frees the batch and every tensor in it. */
 SL_EXPORT void sl_batch_release(sl_batch_t *b);

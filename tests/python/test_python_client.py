@@ -492,12 +492,49 @@ class ClusterTest(unittest.TestCase):
                     live.remove(it)
         self.assertEqual(collections.Counter(got), collections.Counter(range(4000)))
 
-    def test_no_checkpoints_yet(self):
+    def test_checkpoint_resumes_mid_epoch_exactly_once(self):
+        ds = sluice.range(0, 20000).shuffle(500, seed=3).batch(100)
+        it = ds.distribute(self.addr, sharding='dynamic', checkpointable=True)
+        got = []
+        for _ in range(37):
+            got.extend(next(it)['value'].tolist())
+        ck = it.checkpoint()
+        self.assertIsInstance(ck, bytes)
+        self.assertEqual(it.state_dict(), {'checkpoint': it.checkpoint()})
+        it.close()
+        with ds.distribute(self.addr, sharding='dynamic', checkpoint=ck) as rest:
+            for b in rest:
+                got.extend(b['value'].tolist())
+        self.assertEqual(len(got), 20000)
+        self.assertEqual(sorted(got), list(range(20000)))
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'checkpoints need an iterator'):
+            with ds.distribute(self.addr, sharding='off') as plain:
+                next(plain)
+                plain.checkpoint()
+        with self.assertRaises(sluice.SluiceError) as cm:
+            ds.distribute(self.addr, sharding='dynamic', checkpoint=b'garbage-bytes-not-a-checkpoint')
+        self.assertIn('not a Sluice iterator checkpoint', str(cm.exception))
+
+    def test_torch_loader_state_dict_resumes_in_a_new_loader(self):
         import sluice.torch as st
-        with self.assertRaisesRegex(NotImplementedError, 'checkpoints'):
+        ds = sluice.range(0, 6000).shuffle(300, seed=5).batch(50)
+        first = st.loader(ds, self.addr, sharding='dynamic')
+        got = []
+        for i, b in enumerate(first):
+            got.extend(b['value'].tolist())
+            if i == 40:
+                state = first.state_dict()
+                break
+        first.close()
+        second = st.loader(ds, self.addr, sharding='dynamic')
+        second.load_state_dict(state)
+        for b in second:
+            got.extend(b['value'].tolist())
+        self.assertEqual(sorted(got), list(range(6000)))
+        with self.assertRaisesRegex(NotImplementedError, 'sluice.torch.loader'):
             st.SluiceIterableDataset(sluice.range(3), self.addr).state_dict()
-        with self.assertRaisesRegex(NotImplementedError, 'checkpoints'):
-            st.loader(sluice.range(3), self.addr).load_state_dict({})
+        with self.assertRaisesRegex(NotImplementedError, 'sharding="dynamic"'):
+            st.loader(sluice.range(3), self.addr).state_dict()
 
     def test_torch_iterable_dataset_in_a_dataloader(self):
         import torch

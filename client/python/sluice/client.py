@@ -162,7 +162,7 @@ class BatchIterator:
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
                  consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
-                 target_workers='any'):
+                 target_workers='any', checkpointable=False, checkpoint=None):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -229,8 +229,19 @@ class BatchIterator:
         io.num_consumers = num_consumers or 0
         io.consumer_index = consumer_index or 0
         io.target_workers = _lib.TARGET_WORKERS[target_workers]
+        # Checkpoints need the batches' provenance (libsluice's opts.provenance).
+        io.provenance = 1 if (checkpointable or checkpoint is not None) else 0
         it = ctypes.c_void_p()
-        rc = lib.sl_iterator_open(self._client, self.dataset_id, ctypes.byref(io), ctypes.byref(it))
+        if checkpoint is not None:
+            if not isinstance(checkpoint, (bytes, bytearray)):
+                self._close_handles()
+                raise InvalidArgumentError('checkpoint must be the bytes checkpoint() returned, got %r'
+                                           % type(checkpoint).__name__, _lib.SL_EINVAL)
+            ck = bytes(checkpoint)
+            rc = lib.sl_iterator_restore(self._client, self.dataset_id, ctypes.byref(io), ck, len(ck),
+                                         ctypes.byref(it))
+        else:
+            rc = lib.sl_iterator_open(self._client, self.dataset_id, ctypes.byref(io), ctypes.byref(it))
         self._it = it.value
         if self._it:
             _counts['iterators'] += 1
@@ -317,13 +328,33 @@ class BatchIterator:
         return '<sluice.BatchIterator job %s on %s%s>' % (self.job_id, self.dispatcher,
                                                           ', closed' if self.closed else '')
 
+    def checkpoint(self):
+        """The iterator's checkpoint as bytes: distribute(..., checkpoint=these
+        bytes) in any process continues right after the last batch this
+        iterator returned, every other element exactly once. Needs
+        sharding="dynamic", no job_name, and checkpointable=True (or an
+        iterator that was itself restored)."""
+        with self._mu:
+            if not self._it:
+                raise InvalidArgumentError('the iterator is closed: take the checkpoint before its end or '
+                                           'close()', _lib.SL_EINVAL)
+            buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+            rc = self._lib.sl_iterator_checkpoint(self._it, ctypes.byref(buf), ctypes.byref(n))
+            if rc < 0:
+                raise from_code(rc, self._iter_err(), 'checkpoint of job %s' % self.job_id)
+            try:
+                return ctypes.string_at(buf.value, n.value)
+            finally:
+                self._lib.sl_free(buf)
+
     def state_dict(self):
-        raise NotImplementedError('iterator checkpoints do not exist in libsluice yet: an iterator cannot be '
-                                  'saved and resumed')
+        """{"checkpoint": bytes}: see checkpoint()."""
+        return {'checkpoint': self.checkpoint()}
 
     def load_state_dict(self, state):
-        raise NotImplementedError('iterator checkpoints do not exist in libsluice yet: an iterator cannot be '
-                                  'saved and resumed')
+        raise InvalidArgumentError('an open iterator cannot jump: pass the state\'s checkpoint to '
+                                   'distribute(..., checkpoint=state["checkpoint"]), or use '
+                                   'sluice.torch.loader, whose load_state_dict() does', _lib.SL_EINVAL)
 
 
 def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
@@ -337,7 +368,11 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     timeout_ms: the longest wait for a dispatcher or worker that does not
     answer; no single wait lasts longer.
     options: per_worker_outstanding (2), connect_timeout_ms (5000),
-    request_timeout_ms (10000), max_batch_bytes (256 MiB).
+    request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers.
+    checkpointable: make it.checkpoint() possible (sharding="dynamic", no
+    job_name); workers then send each batch's provenance.
+    checkpoint: bytes from it.checkpoint(): a new iterator that continues
+    right after that iterator's last batch (docs/fault-tolerance.md).
     num_consumers, consumer_index: coordinated reads: consumer i of a named
     job over an infinite dataset gets the i-th batch of every round, all
     batches of a round from one worker (docs/sharding.md).

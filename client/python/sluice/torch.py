@@ -58,8 +58,9 @@ def _pin(v):
 
 
 def _no_checkpoints():
-    raise NotImplementedError('iterator checkpoints do not exist in libsluice yet: a Sluice iterator cannot be '
-                              'saved and resumed mid-epoch, so there is no state_dict to give or load')
+    raise NotImplementedError('a SluiceIterableDataset runs one iterator per DataLoader process, and their '
+                              'checkpoints are not collected: use sluice.torch.loader, whose state_dict() and '
+                              'load_state_dict() resume mid-epoch')
 
 
 class SluiceIterableDataset(torch.utils.data.IterableDataset):
@@ -101,7 +102,13 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
     pin_memory: copy each batch into page-locked memory for faster
     host-to-GPU transfers. Only when torch.cuda.is_available(); without
     CUDA it is a no-op and the tensors stay zero-copy views.
-    kw: the options of sluice.distribute()."""
+    kw: the options of sluice.distribute().
+
+    Like torchdata's StatefulDataLoader, state_dict() says where the
+    iteration under way is, and load_state_dict() makes the next iter()
+    continue from there, in this process or another: the batches not yet
+    yielded, each element exactly once. This needs sharding="dynamic" and
+    no job_name (the loader then asks for checkpointable iterators)."""
 
     def __init__(self, ds, dispatcher, pin_memory=False, **kw):
         self.ds = ds
@@ -109,10 +116,17 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.kw = kw
         self._it = None
+        self._resume = None
+        self._stateful = kw.get('sharding') == 'dynamic' and not kw.get('job_name')
 
     def __iter__(self):
         self.close()
-        it = self._it = distribute(self.ds, self.dispatcher, **self.kw)
+        kw = dict(self.kw)
+        if self._stateful:
+            kw['checkpointable'] = True
+        if self._resume is not None:
+            kw['checkpoint'], self._resume = self._resume, None
+        it = self._it = distribute(self.ds, self.dispatcher, **kw)
         try:
             for batch in it:
                 yield batch_to_torch(batch, self.pin_memory)
@@ -125,8 +139,23 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
             self._it.close()
             self._it = None
 
+    def _need_stateful(self):
+        if not self._stateful:
+            raise NotImplementedError('state_dict() needs sharding="dynamic" and no job_name: checkpoints '
+                                      'resume a job of the loader\'s own')
+
     def state_dict(self):
-        _no_checkpoints()
+        """{"checkpoint": bytes} of the iteration under way, or
+        {"checkpoint": None} when none is (the next iter() starts anew)."""
+        self._need_stateful()
+        if self._it is None or self._it.closed:
+            return {'checkpoint': self._resume}
+        return {'checkpoint': self._it.checkpoint()}
 
     def load_state_dict(self, state):
-        _no_checkpoints()
+        """The next iter() continues from state (what state_dict() gave)."""
+        self._need_stateful()
+        ck = state.get('checkpoint') if isinstance(state, dict) else None
+        if ck is not None and not isinstance(ck, (bytes, bytearray)):
+            raise TypeError('state["checkpoint"] must be bytes or None, got %r' % type(ck).__name__)
+        self._resume = bytes(ck) if ck is not None else None
