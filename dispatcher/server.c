@@ -97,6 +97,15 @@ int sl_dserver_commit(sl_dserver_t *srv, char *err, size_t errlen)
     }
     sl_metric_add(m_commit_failures, 1);
     sl_log_error("%s: the changes since the last commit are dropped and the state is reloaded", err);
+    /* Answers held for the dropped changes must never go out: their
+     * connections close and the peers ask again. */
+    for (struct dconn *dc = srv->conns, *next; dc; dc = next) {
+        next = dc->next;
+        if (dc->corked) {
+            sl_conn_close(dc->conn);
+            dconn_unlink(dc);
+        }
+    }
     char rerr[512];
     if (sl_dpersist_reload(srv->st, srv->store, sl_now_ms(), rerr, sizeof rerr) < 0) {
         sl_log_error("%s: stopping", rerr);
@@ -124,17 +133,11 @@ static void on_commit(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     char err[512];
-    bool ok = sl_dserver_commit(srv, err, sizeof err) == 0;
-    for (struct dconn *dc = srv->conns, *next; dc; dc = next) {
-        next = dc->next;
-        if (!dc->corked)
-            continue;
-        dc->corked = false;
-        if (ok) {
+    sl_dserver_commit(srv, err, sizeof err); /* a failure closed the corked connections */
+    for (struct dconn *dc = srv->conns; dc; dc = dc->next) {
+        if (dc->corked) {
+            dc->corked = false;
             sl_conn_uncork(dc->conn);
-        } else {
-            sl_conn_close(dc->conn);
-            dconn_unlink(dc);
         }
     }
 }

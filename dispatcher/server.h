@@ -31,8 +31,10 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store
 
 /**
  * Commits the state's changes now (the admin endpoint calls it before it
- * answers). On failure the state is reloaded from the store, and when even
- * that fails the event loop is stopped: sl_dserver_failed() says so.
+ * answers). On failure the connections holding answers are closed (their
+ * changes are dropped; the peers ask again), the state is reloaded from the
+ * store, and when even that fails the event loop is stopped:
+ * sl_dserver_failed() says so.
  * @return 0, or the commit's error with a message in err
  */
 int sl_dserver_commit(sl_dserver_t *srv, char *err, size_t errlen);

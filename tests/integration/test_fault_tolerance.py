@@ -210,6 +210,79 @@ class Checkpoints(unittest.TestCase):
         self.assertIn('checkpoint of dataset', err)
 
 
+class StoreFillsWhileServing(unittest.TestCase):
+    """The state store's file system fills up while the dispatcher serves: a
+    commit fails, its answers are never sent (the client sees its connection
+    close), the dispatcher keeps serving what was committed, and once space
+    is back the same request succeeds and survives a restart."""
+
+    def setUp(self):
+        import tempfile
+        self.dir = tempfile.mkdtemp(prefix='sluice-full-')
+        self.work = os.path.join(self.dir, 'work')
+        os.makedirs(self.work)
+        r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=20m', 'tmpfs', self.work], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, 'this test runs as root and mounts a small tmpfs: %s' % r.stderr)
+        self.cluster = None
+
+    def tearDown(self):
+        import shutil
+        bad = self.cluster.close() if self.cluster else {}
+        subprocess.run(['umount', self.work], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(bad, {})
+
+    def spec(self, i):
+        # About 2 KB each: the store needs new pages every few datasets.
+        return {"source": {"type": "range", "stop": 10 + i},
+                "ops": [{"op": "filter", "key": "value", "cmp": "in", "value": list(range(i, i + 256))}]}
+
+    def test_a_failed_commit_answers_nothing_and_loses_nothing_committed(self):
+        self.cluster = Cluster(workers=1)
+        self.cluster.dispatcher.stop()
+        argv = list(self.cluster.dispatcher.argv)
+        argv[argv.index('--work-dir') + 1] = self.work
+        self.cluster.dispatcher = self.cluster._start(argv, 'dispatcher-tmpfs')
+        admin = self.cluster.dispatcher.admin_port
+        committed = []
+        for i in range(3):  # committed before the file system fills
+            rc, _, err = self.cluster.cat(self.spec(i), ['--sharding', 'off', '--format', 'count', '--limit', '0'])
+            self.assertEqual(rc, 0, err)
+            committed.append(i)
+        filler = os.path.join(self.work, 'filler')
+        with open(filler, 'wb') as f:
+            try:
+                while True:
+                    f.write(b'\0' * (1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+        failed_at, failed_err = None, ''
+        for i in range(3, 200):
+            rc, _, err = self.cluster.cat(self.spec(i), ['--sharding', 'off', '--format', 'count', '--limit', '0'],
+                                          timeout=60)
+            if rc != 0:
+                failed_at, failed_err = i, err
+                break
+            committed.append(i)
+        self.assertIsNotNone(failed_at, 'the store never filled')
+        # The registration got no answer: its connection closed.
+        self.assertRegex(failed_err, r"dataset .* refused: .* closed the connection")
+        self.assertTrue(self.cluster.dispatcher.alive())
+        self.assertIn('the changes since the last commit are dropped and the state is reloaded',
+                      self.cluster.dispatcher.stderr())
+        listed = get_json(admin, '/v1/datasets')['datasets']
+        self.assertEqual(len(listed), len(committed), 'only what was answered is there')
+        os.unlink(filler)
+        rc, _, err = self.cluster.cat(self.spec(failed_at), ['--sharding', 'off', '--format', 'count',
+                                                              '--limit', '0'])
+        self.assertEqual(rc, 0, err)
+        self.cluster.restart_dispatcher()
+        after = get_json(self.cluster.dispatcher.admin_port, '/v1/datasets')['datasets']
+        self.assertEqual(len(after), len(committed) + 1)
+
+
 class StuckWorker(unittest.TestCase):
     """A worker whose pipeline hangs (a plugin sleeping 3 s on value 5, once
     per process) while its heartbeats keep coming is declared lost once
