@@ -36,6 +36,7 @@
 #include "conn.h"
 #include "errbuf.h"
 #include "frame.h"
+#include "le.h"
 #include "posset.h"
 
 #define RETRY_MS 200
@@ -1098,10 +1099,8 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
         rc = -ENOMEM;
     if (rc == 0) {
         memcpy(buf, CKPT_MAGIC, 4);
-        for (int i = 0; i < 4; i++)
-            buf[4 + i] = (uint8_t)(CKPT_VERSION >> (8 * i));
-        for (int i = 0; i < 8; i++)
-            buf[8 + i] = (uint8_t)(it->dataset_id >> (8 * i));
+        sl_put_le32(buf + 4, CKPT_VERSION);
+        sl_put_le64(buf + 8, it->dataset_id);
         sl_posset_encode(&all, buf + CKPT_HEADER, n);
         *out = buf;
         *len = CKPT_HEADER + n;
@@ -1124,14 +1123,12 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
     char err[300];
     int rc = opts ? checkpointable(opts, err, sizeof err) : sl_errf(err, sizeof err, SL_EINVAL, "restore needs "
                                                                      "options: dynamic sharding, provenance on");
-    uint64_t ds = 0;
     if (rc == 0 && (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0))
         rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
-    if (rc == 0 && (ckpt[4] | ckpt[5] << 8 | ckpt[6] << 16 | (uint32_t)ckpt[7] << 24) != CKPT_VERSION)
+    if (rc == 0 && sl_get_le32(ckpt + 4) != CKPT_VERSION)
         rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: version %u, this library reads version %d",
-                     (unsigned)(ckpt[4] | ckpt[5] << 8 | ckpt[6] << 16 | (uint32_t)ckpt[7] << 24), CKPT_VERSION);
-    for (int i = 7; rc == 0 && i >= 0; i--)
-        ds = ds << 8 | ckpt[8 + i];
+                     (unsigned)sl_get_le32(ckpt + 4), CKPT_VERSION);
+    uint64_t ds = rc == 0 ? sl_get_le64(ckpt + 8) : 0;
     if (rc == 0 && ds != dataset_id)
         rc = sl_errf(err, sizeof err, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
                      ds, dataset_id);

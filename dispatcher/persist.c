@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "errbuf.h"
+#include "le.h"
 #include "log.h"
 #include "state_types.h"
 
@@ -106,20 +107,6 @@ static json_t *cursor_record(const struct job *j)
                      (json_int_t)j->split_epoch_handed);
 }
 
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static json_t *handout_record(const struct task *t)
 {
     const sluice_GetSplitResponse *r = t->last_splits;
@@ -130,8 +117,8 @@ static json_t *handout_record(const struct task *t)
                                                 (json_int_t)r->splits[i].end, (json_int_t)r->splits[i].skip_offset,
                                                 (json_int_t)r->splits[i].skip_count));
     for (size_t o = 0; o + 16 <= t->last_skips_len; o += 16)
-        json_array_append_new(skips, json_pack("[I,I]", (json_int_t)get_le64(t->last_skips + o),
-                                               (json_int_t)get_le64(t->last_skips + o + 8)));
+        json_array_append_new(skips, json_pack("[I,I]", (json_int_t)sl_get_le64(t->last_skips + o),
+                                               (json_int_t)sl_get_le64(t->last_skips + o + 8)));
     return json_pack("{s:I,s:I,s:b,s:b,s:o,s:o}", "seq", (json_int_t)t->split_req_seq, "epoch",
                      (json_int_t)r->epoch, "end_of_epoch", r->end_of_epoch, "finished", r->finished, "splits",
                      splits, "skips", skips);
@@ -300,19 +287,6 @@ static int unpack_failed(struct load *l, uint64_t id, json_t *rec, const json_er
     return bad(l, id, what);
 }
 
-static int grow_ptrs(void *arr, unsigned *cap, unsigned num, size_t elem)
-{
-    if (num < *cap)
-        return 0;
-    unsigned ncap = *cap ? *cap * 2 : 8;
-    void *p = realloc(*(void **)arr, (size_t)ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *(void **)arr = p;
-    *cap = ncap;
-    return 0;
-}
-
 static int load_dataset(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 {
     struct load *l = arg;
@@ -336,7 +310,7 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
     }
     struct dataset *d = calloc(1, sizeof *d);
     size_t nfiles = json_array_size(files);
-    if (!d || grow_ptrs(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0)
+    if (!d || sl__dstate_grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0)
         goto nomem;
     st->datasets[st->num_datasets++] = d;
     *d = (struct dataset){.id = id, .cardinality = card, .split_size = (uint64_t)split_size, .hint_op = hint_op,
@@ -387,7 +361,7 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:b,s?s,s:b}", "address", &address, "lost", &lost, "why_lost",
                        &why, "draining", &draining) < 0)
         return unpack_failed(l, id, rec, &je);
-    if (grow_ptrs(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
+    if (sl__dstate_grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
         json_decref(rec);
         return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
     }
@@ -398,22 +372,6 @@ static int load_worker(const void *key, size_t klen, const void *val, size_t vle
     snprintf(w->why_lost, sizeof w->why_lost, "%s", why);
     json_decref(rec);
     return 0;
-}
-
-static struct dataset *dataset_by_id(sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_datasets; i++)
-        if (st->datasets[i]->id == id)
-            return st->datasets[i];
-    return NULL;
-}
-
-static struct job *job_by_id(sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        if (st->jobs[i]->id == id)
-            return st->jobs[i];
-    return NULL;
 }
 
 static int load_tasks(struct load *l, struct job *j, json_t *tasks)
@@ -486,7 +444,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
                        "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks, "clients",
                        &clients) < 0)
         return unpack_failed(l, id, rec, &je);
-    struct dataset *d = dataset_by_id(st, (uint64_t)dataset);
+    struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
         state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
         !json_is_array(clients)) {
@@ -494,7 +452,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
         return bad(l, id, d ? "a field out of range" : "its dataset is not in the store");
     }
     struct job *j = calloc(1, sizeof *j);
-    if (!j || grow_ptrs(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs) < 0) {
+    if (!j || sl__dstate_grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs) < 0) {
         free(j);
         json_decref(rec);
         return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
@@ -531,7 +489,7 @@ static int load_cursor(const void *key, size_t klen, const void *val, size_t vle
                        &next, "seq", &seq, "handed", &handed) < 0)
         return unpack_failed(l, id, rec, &je);
     json_decref(rec);
-    struct job *j = job_by_id(l->st, id);
+    struct job *j = sl__dstate_job(l->st, id);
     if (!j || file < 0)
         return bad(l, id, j ? "file out of range" : "its job is not in the store");
     j->split_epoch = (uint64_t)epoch;
@@ -540,15 +498,6 @@ static int load_cursor(const void *key, size_t klen, const void *val, size_t vle
     j->split_seq = (uint64_t)seq;
     j->split_epoch_handed = (uint64_t)handed;
     return 0;
-}
-
-static struct task *task_by_id(sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        for (unsigned k = 0; k < st->jobs[i]->num_tasks; k++)
-            if (st->jobs[i]->tasks[k].id == id)
-                return &st->jobs[i]->tasks[k];
-    return NULL;
 }
 
 static int load_handout(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
@@ -569,7 +518,8 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
         json_decref(rec);
         return bad(l, id, "skips out of range");
     }
-    struct task *t = task_by_id(l->st, id);
+    struct job *tj;
+    struct task *t = sl__dstate_task(l->st, id, &tj);
     sluice_GetSplitResponse *r = t ? calloc(1, sizeof *r) : NULL;
     size_t max = sizeof r->splits / sizeof r->splits[0];
     if (!t || !r || !json_is_array(splits) || json_array_size(splits) > max) {
@@ -608,8 +558,8 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
             json_decref(rec);
             return bad(l, id, "skips: each must be [begin, count]");
         }
-        put_le64(sk + 16 * i, (uint64_t)b);
-        put_le64(sk + 16 * i + 8, (uint64_t)n);
+        sl_put_le64(sk + 16 * i, (uint64_t)b);
+        sl_put_le64(sk + 16 * i + 8, (uint64_t)n);
     }
     json_decref(rec);
     if (nskips && !sk) {
@@ -629,7 +579,7 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
 {
     struct load *l = arg;
     uint64_t id = id_of(key, klen);
-    struct job *j = job_by_id(l->st, id);
+    struct job *j = sl__dstate_job(l->st, id);
     if (!j)
         return bad(l, id, "its job is not in the store");
     char why[256];

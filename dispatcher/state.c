@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "files.h"
+#include "le.h"
 #include "log.h"
 #include "net.h"
 #include "policy.h"
@@ -67,15 +68,14 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
     };
 }
 
-/* Grows *arr (of elem bytes each) to hold one more than *cap when full. */
-static int grow(void *arr, unsigned *cap, unsigned num, size_t elem)
+int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem)
 {
     if (num < *cap)
         return 0;
     unsigned ncap = *cap ? *cap * 2 : 8;
     void *p = realloc(*(void **)arr, (size_t)ncap * elem);
     if (!p)
-        return -1;
+        return -ENOMEM;
     *(void **)arr = p;
     *cap = ncap;
     return 0;
@@ -87,7 +87,7 @@ static int grow(void *arr, unsigned *cap, unsigned num, size_t elem)
  * record stays in the store and is dropped again at the next load. */
 static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
 {
-    if (grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
+    if (sl__dstate_grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
         sl_log_warn("out of memory: stored record %" PRIu64 " stays until the next restart", key);
         return;
     }
@@ -222,19 +222,6 @@ static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
     return size;
 }
 
-/* Splits per epoch, counted once (a file source may have many files). */
-static uint64_t dataset_splits_per_epoch(struct dataset *d)
-{
-    if (d->splits_per_epoch == 0) {
-        uint32_t n = d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
-        for (uint32_t f = 0; f < n; f++) {
-            uint64_t records = d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
-            d->splits_per_epoch += (records + d->split_size - 1) / d->split_size;
-        }
-    }
-    return d->splits_per_epoch;
-}
-
 static uint32_t dataset_num_files(const struct dataset *d)
 {
     return d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
@@ -245,7 +232,16 @@ static uint64_t dataset_file_records(const struct dataset *d, uint32_t f)
     return d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
 }
 
-static struct dataset *find_dataset(const sl_dstate_t *st, uint64_t id)
+/* Splits per epoch, counted once (a file source may have many files). */
+static uint64_t dataset_splits_per_epoch(struct dataset *d)
+{
+    if (d->splits_per_epoch == 0)
+        for (uint32_t f = 0; f < dataset_num_files(d); f++)
+            d->splits_per_epoch += (dataset_file_records(d, f) + d->split_size - 1) / d->split_size;
+    return d->splits_per_epoch;
+}
+
+struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id)
 {
     for (unsigned i = 0; i < st->num_datasets; i++)
         if (st->datasets[i]->id == id)
@@ -253,7 +249,7 @@ static struct dataset *find_dataset(const sl_dstate_t *st, uint64_t id)
     return NULL;
 }
 
-static struct job *find_job(sl_dstate_t *st, uint64_t id)
+struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id)
 {
     for (unsigned i = 0; i < st->num_jobs; i++)
         if (st->jobs[i]->id == id)
@@ -261,7 +257,7 @@ static struct job *find_job(sl_dstate_t *st, uint64_t id)
     return NULL;
 }
 
-static struct task *find_task(sl_dstate_t *st, uint64_t id, struct job **job)
+struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job)
 {
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
@@ -377,7 +373,7 @@ static struct task *job_task_of_worker(struct job *j, uint64_t worker_id)
 
 static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
 {
-    if (grow(&j->tasks, &j->cap_tasks, j->num_tasks, sizeof *j->tasks) < 0)
+    if (sl__dstate_grow(&j->tasks, &j->cap_tasks, j->num_tasks, sizeof *j->tasks) < 0)
         return -1;
     struct task *t = &j->tasks[j->num_tasks];
     uint32_t index = j->num_tasks;
@@ -450,7 +446,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         }
         st->num_workers = k;
     }
-    if (grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
+    if (sl__dstate_grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
@@ -521,7 +517,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
     /* Alive but stuck: its heartbeats come, its pipeline makes nothing. */
     for (pb_size_t i = 0; i < req->tasks_count && st->cfg.stall_timeout_ms > 0; i++) {
         struct job *sj = NULL;
-        const struct task *stk = find_task(st, req->tasks[i].task_id, &sj);
+        const struct task *stk = sl__dstate_task(st, req->tasks[i].task_id, &sj);
         /* Only its own running tasks count: a task of the id it had before
          * (still unwinding) is dropped through removed_tasks below. */
         if (!stk || stk->worker_id != w->id || (stk->state != TASK_ASSIGNED && stk->state != TASK_RUNNING))
@@ -539,7 +535,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
     for (pb_size_t i = 0; i < req->tasks_count; i++) {
         const sluice_TaskStatus *ts = &req->tasks[i];
         struct job *j = NULL;
-        struct task *t = find_task(st, ts->task_id, &j);
+        struct task *t = sl__dstate_task(st, ts->task_id, &j);
         if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING) {
             if (resp->removed_tasks_count < sizeof resp->removed_tasks / sizeof resp->removed_tasks[0])
                 resp->removed_tasks[resp->removed_tasks_count++] = ts->task_id;
@@ -616,7 +612,7 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
     }
     char *copy = strdup(canon);
     struct dataset *d = calloc(1, sizeof *d);
-    if (!copy || !d || grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
+    if (!copy || !d || sl__dstate_grow(&st->datasets, &st->cap_datasets, st->num_datasets, sizeof *st->datasets) < 0) {
         free(copy);
         free(d);
         sl_file_list_clear(&files);
@@ -643,7 +639,7 @@ out:
 
 const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
 {
-    const struct dataset *d = find_dataset(st, dataset_id);
+    const struct dataset *d = sl__dstate_dataset(st, dataset_id);
     return d ? d->canonical : NULL;
 }
 
@@ -654,7 +650,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
         snprintf(err, errlen, "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
         return SL_ETOOBIG;
     }
-    if (grow(&j->clients, &j->cap_clients, j->num_clients, sizeof *j->clients) < 0) {
+    if (sl__dstate_grow(&j->clients, &j->cap_clients, j->num_clients, sizeof *j->clients) < 0) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
@@ -671,7 +667,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
 static int jobs_make_room(sl_dstate_t *st)
 {
     if (st->num_jobs < st->cfg.max_jobs)
-        return grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
+        return sl__dstate_grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         if (st->jobs[i]->state != SL_JOB_RUNNING) {
             struct job *old = st->jobs[i];
@@ -803,7 +799,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                  "coordinated reads");
         return SL_EINVAL;
     }
-    struct dataset *d = find_dataset(st, req->dataset_id);
+    struct dataset *d = sl__dstate_dataset(st, req->dataset_id);
     if (!d) {
         snprintf(err, errlen, "dataset %" PRIu64 " is not registered", req->dataset_id);
         return SL_ENOTFOUND;
@@ -945,7 +941,7 @@ static void job_remove_client(struct job *j, struct client *c, int64_t now)
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
-    struct job *j = find_job(st, req->job_id);
+    struct job *j = sl__dstate_job(st, req->job_id);
     if (!j) {
         snprintf(err, errlen, "job %" PRIu64 " is unknown", req->job_id);
         return SL_ENOTFOUND;
@@ -994,18 +990,12 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 
 int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now)
 {
-    struct job *j = find_job(st, job_id);
+    struct job *j = sl__dstate_job(st, job_id);
     struct client *c = j ? job_find_client(j, client_id) : NULL;
     if (!c)
         return SL_ENOTFOUND;
     job_remove_client(j, c, now);
     return 0;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* A restored job's split [begin, *end) of file f: its records the consumer
@@ -1037,8 +1027,8 @@ static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t 
     if (n > room)
         *end = runs[room].begin;
     for (size_t i = 0; i < take; i++) {
-        put_le64(t->last_skips + t->last_skips_len, runs[i].begin);
-        put_le64(t->last_skips + t->last_skips_len + 8, runs[i].count);
+        sl_put_le64(t->last_skips + t->last_skips_len, runs[i].begin);
+        sl_put_le64(t->last_skips + t->last_skips_len + 8, runs[i].count);
         t->last_skips_len += 16;
     }
     free(runs);
@@ -1049,7 +1039,7 @@ static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t 
 const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)
 {
     struct job *j = NULL;
-    struct task *t = find_task(st, task_id, &j);
+    struct task *t = sl__dstate_task(st, task_id, &j);
     *len = t && t->last_skips ? t->last_skips_len : 0;
     return *len ? t->last_skips : NULL;
 }
@@ -1058,7 +1048,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
                          char *err, size_t errlen)
 {
     struct job *j = NULL;
-    struct task *t = find_task(st, req->task_id, &j);
+    struct task *t = sl__dstate_task(st, req->task_id, &j);
     if (!t) {
         snprintf(err, errlen, "task %" PRIu64 " is unknown", req->task_id);
         return SL_ENOTFOUND;
@@ -1222,7 +1212,7 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
 
 int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char *err, size_t errlen)
 {
-    struct job *j = find_job(st, job_id);
+    struct job *j = sl__dstate_job(st, job_id);
     if (!j) {
         snprintf(err, errlen, "job %" PRIu64 " is unknown", job_id);
         return SL_ENOTFOUND;
@@ -1303,7 +1293,7 @@ json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
 
 json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
 {
-    const struct dataset *d = find_dataset(st, id);
+    const struct dataset *d = sl__dstate_dataset(st, id);
     return d ? dataset_json(d, true) : NULL;
 }
 
@@ -1332,9 +1322,7 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         json_object_set_new(o, "coordinated", json_pack("{s:I,s:I}", "num_consumers", (json_int_t)j->num_consumers,
                                                         "round_horizon", (json_int_t)j->round_horizon));
     if (j->sharding == SL_SHARDING_DYNAMIC) {
-        uint64_t size = j->dataset->split_size, per_epoch = 0;
-        for (uint32_t f = 0; f < dataset_num_files(j->dataset); f++)
-            per_epoch += (dataset_file_records(j->dataset, f) + size - 1) / size;
+        uint64_t per_epoch = dataset_splits_per_epoch(j->dataset);
         json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
                                                    "handed_out", (json_int_t)j->split_epoch_handed, "total",
                                                    (json_int_t)per_epoch,

@@ -134,4 +134,15 @@ struct sl_dstate {
     unsigned num_dels, cap_dels;
 };
 
+/* Shared by state.c and persist.c. */
+
+/** Grows *arr (of elem bytes each) to hold one more than num when full.
+ *  @return 0 or -ENOMEM */
+int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
+
+/** The dataset, job or task of an id, or NULL (a task's job in *job). */
+struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
+struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id);
+struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
+
 #endif

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "le.h"
 
 void sl_wire_batch_free(sl_wire_batch_t *b)
 {
@@ -51,14 +52,6 @@ static int bad(char *err, size_t errlen, int i, const sl_component_t *c, const c
     return SL_EPROTO;
 }
 
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Checks that [off, off + len) lies inside a buffer of size bytes. */
 static bool inside(uint64_t off, uint64_t len, size_t size)
 {
@@ -85,7 +78,7 @@ static int check_values(const sl_wire_batch_t *b, int i, const sl_component_t *c
     const uint8_t *p = b->data + c->offset;
     uint64_t prev = 0;
     for (uint64_t k = 0; k <= n; k++) {
-        uint64_t o = get_le64(p + 8 * k);
+        uint64_t o = sl_get_le64(p + 8 * k);
         if ((k == 0 && o != 0) || o < prev)
             return bad(err, errlen, i, c, "string offset %llu is %llu, after %llu", (unsigned long long)k,
                        (unsigned long long)o, (unsigned long long)prev);
@@ -144,7 +137,7 @@ static int check_component(const sl_wire_batch_t *b, int i, char *err, size_t er
         const uint8_t *s = b->data + c->splits_offset;
         int64_t prev = 0;
         for (uint64_t r = 0; r <= rows; r++) {
-            int64_t v = (int64_t)get_le64(s + 8 * r);
+            int64_t v = (int64_t)sl_get_le64(s + 8 * r);
             if ((r == 0 && v != 0) || v < prev)
                 return bad(err, errlen, i, c, "row split %llu is %lld, after %lld", (unsigned long long)r,
                            (long long)v, (long long)prev);

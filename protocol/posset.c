@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "le.h"
 #include "sluice.h"
 
 #define MAGIC "SLPS"
@@ -137,48 +138,20 @@ uint64_t sl_posset_size(const sl_posset_t *s)
     return n;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap)
 {
     size_t need = HEADER + s->num * RUN_BYTES;
     if (cap < need)
         return need;
     memcpy(buf, MAGIC, 4);
-    put32(buf + 4, VERSION);
-    put64(buf + 8, s->num);
+    sl_put_le32(buf + 4, VERSION);
+    sl_put_le64(buf + 8, s->num);
     for (size_t i = 0; i < s->num; i++) {
         uint8_t *p = buf + HEADER + i * RUN_BYTES;
-        put32(p, s->runs[i].epoch);
-        put32(p + 4, s->runs[i].file);
-        put64(p + 8, s->runs[i].begin);
-        put64(p + 16, s->runs[i].count);
+        sl_put_le32(p, s->runs[i].epoch);
+        sl_put_le32(p + 4, s->runs[i].file);
+        sl_put_le64(p + 8, s->runs[i].begin);
+        sl_put_le64(p + 16, s->runs[i].count);
     }
     return need;
 }
@@ -187,10 +160,10 @@ int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, 
 {
     if (len < HEADER || memcmp(buf, MAGIC, 4) != 0)
         return sl_errf(err, errlen, SL_EDATA, "not a position set (no \"" MAGIC "\" header)");
-    if (get32(buf + 4) != VERSION)
+    if (sl_get_le32(buf + 4) != VERSION)
         return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads version %d",
-                       get32(buf + 4), VERSION);
-    uint64_t n = get64(buf + 8);
+                       sl_get_le32(buf + 4), VERSION);
+    uint64_t n = sl_get_le64(buf + 8);
     if (n > (len - HEADER) / RUN_BYTES || HEADER + n * RUN_BYTES != len)
         return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu runs", len,
                        (unsigned long long)n);
@@ -202,7 +175,7 @@ int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, 
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     for (uint64_t i = 0; i < n; i++) {
         const uint8_t *p = buf + HEADER + i * RUN_BYTES;
-        runs[i] = (sl_posrun_t){get32(p), get32(p + 4), get64(p + 8), get64(p + 16)};
+        runs[i] = (sl_posrun_t){sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), sl_get_le64(p + 16)};
         const sl_posrun_t *r = &runs[i], *prev = i ? &runs[i - 1] : NULL;
         bool ok = r->count > 0 && r->begin + r->count > r->begin;
         if (ok && prev) {

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "crc32c.h"
+#include "le.h"
 #include "log.h"
 #include "sluice.h"
 
@@ -40,19 +41,6 @@ struct sl_tfrecord {
     char path[PATH_MAX];
     char errmsg[PATH_MAX + 256];
 };
-
-static inline uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static inline uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 void sl_tfrecord_opts_init(sl_tfrecord_opts_t *opts)
 {
@@ -219,9 +207,9 @@ static int read_header(sl_tfrecord_t *t, uint64_t *length)
     }
     if (got < HEADER_LEN)
         return corrupt_end(t, "truncated record", start);
-    if (sl_crc32c_mask(sl_crc32c(hdr, 8)) != le32(hdr + 8))
+    if (sl_crc32c_mask(sl_crc32c(hdr, 8)) != sl_get_le32(hdr + 8))
         return corrupt_end(t, "length crc mismatch", start);
-    *length = le64(hdr);
+    *length = sl_get_le64(hdr);
     return 0;
 }
 
@@ -268,7 +256,7 @@ int sl_tfrecord_next(sl_tfrecord_t *t, const uint8_t **data, size_t *len)
                 return corrupt_end(t, "truncated record", start);
             p = t->rec;
         }
-        if (sl_crc32c_mask(sl_crc32c(p, (size_t)length)) != le32(p + length)) {
+        if (sl_crc32c_mask(sl_crc32c(p, (size_t)length)) != sl_get_le32(p + length)) {
             if (t->opts.on_corrupt != SL_TFRECORD_SKIP)
                 return fail_record(t, SL_EDATA, "data crc mismatch", start);
             sl_log_warn("tfrecord: data crc mismatch in %s at offset %" PRIu64 " (record %" PRIu64
@@ -315,11 +303,11 @@ static int walk_headers(sl_reader_t *r, uint64_t *offset, uint64_t n, uint64_t *
             return SL_EDATA;
         }
         const uint8_t *hdr = win + (off - win_off);
-        if (sl_crc32c_mask(sl_crc32c(hdr, 8)) != le32(hdr + 8)) {
+        if (sl_crc32c_mask(sl_crc32c(hdr, 8)) != sl_get_le32(hdr + 8)) {
             *what = "length crc mismatch";
             return SL_EDATA;
         }
-        uint64_t length = le64(hdr);
+        uint64_t length = sl_get_le64(hdr);
         if (length > size || off + HEADER_LEN + length + FOOTER_LEN > size) {
             *what = "truncated record";
             return SL_EDATA;

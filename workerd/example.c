@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
 #include "tf/example.pb.h"
 
 /* A Feature's kind: the tag of the oneof member that holds its list. */
@@ -110,26 +111,6 @@ __attribute__((format(printf, 3, 4))) static bool fail(sl_example_decoder_t *dec
         }
     }
     return false;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, &v, 8);
-#else
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-#endif
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, &v, 4);
-#else
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-#endif
 }
 
 /* The kind's name with its article, for messages. */
@@ -218,7 +199,7 @@ static bool int64_cb(pb_istream_t *stream, const pb_field_t *field, void **arg)
         if (feat_keeps(f)) {
             if (!feat_resize(p->dec, f, (f->count + 1) * 8))
                 return false;
-            put_le64(f->buf + f->count * 8, v);
+            sl_put_le64(f->buf + f->count * 8, v);
         }
         f->count++;
     }
@@ -267,7 +248,7 @@ static bool bytes_cb(pb_istream_t *stream, const pb_field_t *field, void **arg)
     uint64_t head = (f->count + 1) * 8;
     if (p->index >= f->count || p->pos + len > f->payload)
         return fail(p->dec, SL_EINTERNAL, "feature \"%s\": values changed between passes", f->name);
-    put_le64(f->buf + p->index * 8, p->pos);
+    sl_put_le64(f->buf + p->index * 8, p->pos);
     if (!pb_read(stream, f->buf + head + p->pos, len))
         return false;
     p->index++;
@@ -429,7 +410,7 @@ static bool entry_cb(pb_istream_t *stream, const pb_field_t *field, void **arg)
             return false;
         if (c.index != f->count || c.pos != f->payload)
             return fail(dec, SL_EINTERNAL, "feature \"%s\": values changed between passes", f->name);
-        put_le64(f->buf + f->count * 8, f->payload);
+        sl_put_le64(f->buf + f->count * 8, f->payload);
     }
     f->present = true;
     return true;
@@ -527,17 +508,17 @@ static int make_default(feat_t *f, const sl_example_feature_t *in, size_t max_by
         size_t j = in->default_count == 1 ? 0 : (size_t)i;
         switch (f->dtype) {
         case SL_DTYPE_INT64:
-            put_le64(f->def + i * 8, (uint64_t)((const int64_t *)in->default_values)[j]);
+            sl_put_le64(f->def + i * 8, (uint64_t)((const int64_t *)in->default_values)[j]);
             break;
         case SL_DTYPE_FLOAT32: {
             uint32_t bits;
             memcpy(&bits, &((const float *)in->default_values)[j], 4);
-            put_le32(f->def + i * 4, bits);
+            sl_put_le32(f->def + i * 4, bits);
             break;
         }
         default: {
             const sl_example_bytes_t *b = &((const sl_example_bytes_t *)in->default_values)[j];
-            put_le64(f->def + i * 8, pos);
+            sl_put_le64(f->def + i * 8, pos);
             if (b->len > 0)
                 memcpy(f->def + head + pos, b->data, b->len);
             pos += b->len;
@@ -546,7 +527,7 @@ static int make_default(feat_t *f, const sl_example_feature_t *in, size_t max_by
         }
     }
     if (f->dtype == SL_DTYPE_BYTES)
-        put_le64(f->def + f->expect * 8, pos);
+        sl_put_le64(f->def + f->expect * 8, pos);
     return 0;
 }
 

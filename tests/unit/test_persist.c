@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "le.h"
 #include "log.h"
 #include "persist.h"
 #include "posset.h"
@@ -255,14 +256,6 @@ Test(persist, a_damaged_record_is_refused_naming_its_table_and_id)
     cr_assert(strstr(err, want), "%s", err);
 }
 
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restart)
 {
     open_store(0);
@@ -290,8 +283,8 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     size_t len;
     const uint8_t *skips = sl_dstate_split_skips(st, task, &len);
     cr_assert_eq(len, 16);
-    cr_assert_eq(le64(skips + r.splits[0].skip_offset), 150);
-    cr_assert_eq(le64(skips + r.splits[0].skip_offset + 8), 10);
+    cr_assert_eq(sl_get_le64(skips + r.splits[0].skip_offset), 150);
+    cr_assert_eq(sl_get_le64(skips + r.splits[0].skip_offset + 8), 10);
     save(st);
     /* After a restart: the same answer again, and the exclusions still apply. */
     st2 = reopen();
@@ -300,7 +293,7 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     cr_assert_eq(again.splits[0].begin, 100);
     skips = sl_dstate_split_skips(st2, task, &len);
     cr_assert_eq(len, 16);
-    cr_assert_eq(le64(skips), 150);
+    cr_assert_eq(sl_get_le64(skips), 150);
     /* Named jobs, other policies and damaged bytes are refused. */
     snprintf(req.job_name, sizeof req.job_name, "named");
     cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EINVAL);
