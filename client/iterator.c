@@ -82,6 +82,7 @@ struct itask {
     int64_t not_before;
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
+    uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
     struct itask *next;
 };
 
@@ -148,6 +149,14 @@ struct sl_iterator {
     uint64_t dataset_id;
     sl_posset_t restored, got;
     int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
+    /* DYNAMIC (not coordinated), unless opts.provenance < 0: the ledger is
+     * kept and workers send provenance, so that after a worker loss the
+     * dispatcher can learn what this client received (send_report). */
+    bool track;
+    uint64_t reported_gen; /* the last report generation answered */
+    uint64_t report_gen_out;
+    uint32_t report_id;
+    bool report_out;
     int error;
     char err[1024];
     bool finished;
@@ -473,7 +482,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
             continue;
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                        .provenance = it->opts.provenance != 0, .coordinated = true,
+                                        .provenance = it->opts.provenance > 0, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
             continue;
@@ -520,6 +529,8 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         coord_arrived(it, t, slot, resp, payload, hdr->payload_len);
         return;
     }
+    if (resp->done_below > t->done_below)
+        t->done_below = resp->done_below;
     if (resp->end_of_sequence) {
         free(payload);
         end_notices(it, resp);
@@ -625,7 +636,7 @@ static void pump(sl_iterator_t *it)
             if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
                 break;
             sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                            .provenance = it->opts.provenance != 0};
+                                            .provenance = it->opts.provenance > 0 || it->track};
             if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                 continue;
             t->in_flight++;
@@ -664,6 +675,68 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     send_heartbeat(arg);
+}
+
+/* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
+static int report_add(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (runs[i].epoch >= from)
+            rc = sl_posset_add(set, runs[i].epoch, runs[i].file, runs[i].begin, runs[i].count, NULL);
+    return rc;
+}
+
+/* What this client received of the epochs from `from` on, as posset bytes
+ * (malloc'd): what the caller was given, and the batches waiting for it.
+ * @return 0, or < 0 when it does not know (the ledger overflowed) */
+static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, size_t *len)
+{
+    sl_posset_t set;
+    sl_posset_init(&set, CKPT_MAX_RUNS);
+    pthread_mutex_lock(&it->mu);
+    int rc = it->ckpt_rc;
+    if (rc == 0)
+        rc = report_add(&set, it->restored.runs, it->restored.num, from);
+    if (rc == 0)
+        rc = report_add(&set, it->got.runs, it->got.num, from);
+    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
+        for (size_t i = 0; i < b->num_prov && rc == 0; i++)
+            if (b->prov_at[i].epoch >= from)
+                rc = sl_posset_add(&set, b->prov_at[i].epoch, b->prov_at[i].file_index, b->prov_at[i].begin,
+                                   b->prov_at[i].count, NULL);
+    pthread_mutex_unlock(&it->mu);
+    *len = rc == 0 ? sl_posset_encode(&set, NULL, 0) : 0;
+    *buf = rc == 0 ? malloc(*len) : NULL;
+    if (rc == 0 && !*buf)
+        rc = -ENOMEM;
+    if (rc == 0)
+        sl_posset_encode(&set, *buf, *len);
+    sl_posset_clear(&set);
+    return rc;
+}
+
+/* A worker of the job was lost: the tasks it served are dropped already
+ * (the heartbeat no longer lists them), so nothing more can arrive from
+ * them; say what arrived, so that the dispatcher hands out the rest of
+ * their splits again, and nothing twice. */
+static void send_report(sl_iterator_t *it, uint64_t gen, uint64_t from)
+{
+    if (it->report_out || !it->disp || !it->disp_open)
+        return;
+    sluice_ReportReceivedRequest req = {.job_id = it->job_id, .client_id = it->client_id, .report_gen = gen};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (!it->track || report_positions(it, from, &buf, &len) < 0) {
+        req.untracked = true; /* the dispatcher warns: some of it may come again */
+        len = 0;
+    }
+    it->report_id = ++it->next_id;
+    if (sl_conn_send(it->disp, SL_MSG_REPORT_RECEIVED_REQ, it->report_id, &req, buf, len, NULL, NULL) == 0) {
+        it->report_out = true;
+        it->report_gen_out = gen;
+    }
+    free(buf);
 }
 
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
@@ -724,6 +797,8 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         *p = t->next;
         free(t);
     }
+    if (resp->report_gen > it->reported_gen)
+        send_report(it, resp->report_gen, resp->report_from_epoch);
     check_finished(it);
     pump(it);
 }
@@ -735,6 +810,17 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
     free(payload);
     if (hdr->request_id == it->release_id) {
         event_base_loopbreak(it->base);
+        return;
+    }
+    if (it->report_out && hdr->request_id == it->report_id) {
+        it->report_out = false;
+        if (hdr->type == SL_MSG_ERROR) {
+            const sluice_Error *e = msg;
+            iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "dispatcher %s refused what this client "
+                          "received: %s", it->dispatcher, e->message);
+        } else {
+            it->reported_gen = it->report_gen_out;
+        }
         return;
     }
     if (hdr->request_id != it->hb_id)
@@ -753,11 +839,23 @@ static void send_heartbeat(sl_iterator_t *it)
 {
     if (!it->disp || !it->disp_open || it->hb_out)
         return;
-    sluice_ClientHeartbeatRequest req = {.job_id = it->job_id, .client_id = it->client_id,
-                                         .round = it->deliver_round};
+    sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
+    if (!req)
+        return; /* the next tick tries again */
+    *req = (sluice_ClientHeartbeatRequest){.job_id = it->job_id, .client_id = it->client_id,
+                                           .round = it->deliver_round};
+    /* How far each task's splits reached us: what lets the dispatcher
+     * forget them (outstanding.h). */
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (t->done_below == 0 || req->progress_count >= sizeof req->progress / sizeof req->progress[0])
+            continue;
+        req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = t->task_id,
+                                                                     .done_below = t->done_below};
+    }
     it->hb_id = ++it->next_id;
-    if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, &req, NULL, 0, NULL, NULL) == 0)
+    if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, req, NULL, 0, NULL, NULL) == 0)
         it->hb_out = true;
+    free(req);
 }
 
 static void disp_ready(sl_conn_t *c, void *arg)
@@ -936,6 +1034,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     }
     it->coord = it->opts.num_consumers > 0;
+    it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
@@ -990,7 +1089,7 @@ fail:
 static void ledger_add(sl_iterator_t *it, const sl_provenance_run_t *runs, size_t n, const sl_split_done_t *done,
                        size_t ndone)
 {
-    if (!it->opts.provenance || it->ckpt_rc < 0)
+    if ((it->opts.provenance <= 0 && !it->track) || it->ckpt_rc < 0)
         return;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
@@ -1066,9 +1165,9 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
 {
     if (o->sharding != SL_SHARDING_DYNAMIC || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
-        !o->provenance)
+        o->provenance < 0)
         return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with dynamic "
-                       "sharding and provenance on (opts.provenance)");
+                       "sharding and provenance not turned off (opts.provenance >= 0)");
     return 0;
 }
 
@@ -1122,7 +1221,7 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
 {
     char err[300];
     int rc = opts ? checkpointable(opts, err, sizeof err) : sl_errf(err, sizeof err, SL_EINVAL, "restore needs "
-                                                                     "options: dynamic sharding, provenance on");
+                                                                     "options: dynamic sharding");
     if (rc == 0 && (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0))
         rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
     if (rc == 0 && sl_get_le32(ckpt + 4) != CKPT_VERSION)

@@ -13,6 +13,10 @@
  *             end]...]}
  *   meta      "next_id": 8 big-endian bytes
  *   exclusions per restored job: its consumed positions, posset.h's bytes (not JSON)
+ *   outstanding per DYNAMIC split handed out and not confirmed, or of a lost task (outstanding.h);
+ *             key: job id and split id (8 big-endian bytes each); value (not JSON, little-endian):
+ *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 zero, then
+ *             runs x (u64 begin, u64 count): what the consumers have of it
  * A hand-out's skip runs are stored as "skips": [[begin, count]...], each
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
@@ -36,8 +40,9 @@
 #include "log.h"
 #include "state_types.h"
 
-static const char *const table_names[SL_DT_COUNT_] = {"datasets", "jobs",       "workers",   "splits",
-                                                      "handouts", "dispatcher", "exclusions"};
+static const char *const table_names[SL_DT_COUNT_] = {"datasets",   "jobs",      "workers",
+                                                      "splits",     "handouts",  "dispatcher",
+                                                      "exclusions", "outstanding"};
 
 const char *const *sl_dpersist_tables(int *n)
 {
@@ -94,10 +99,11 @@ static json_t *job_record(const struct job *j)
                                                  (int)c->consumer_index, "round", (json_int_t)c->round, "target",
                                                  (int)c->target, "host", c->host));
     }
-    return json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o}", "name", j->name, "dataset",
+    return json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s:I}", "name", j->name, "dataset",
                      (json_int_t)j->dataset->id, "sharding", (int)j->sharding, "effective", (int)j->effective,
                      "num_consumers", (int)j->num_consumers, "round_horizon", (json_int_t)j->round_horizon, "state",
-                     (int)j->state, "error", j->error, "tasks", tasks, "clients", clients);
+                     (int)j->state, "error", j->error, "tasks", tasks, "clients", clients, "report_gen",
+                     (json_int_t)j->report_gen);
 }
 
 static json_t *cursor_record(const struct job *j)
@@ -154,6 +160,66 @@ static int put_exclusions(sl_store_txn_t *txn, const struct job *j)
     return rc;
 }
 
+#define OSPLIT_HEAD 48 /* bytes of an outstanding record before its runs */
+
+static void osplit_key(uint64_t job, uint64_t split, uint8_t key[16])
+{
+    key_of(job, key);
+    key_of(split, key + 8);
+}
+
+static int put_osplit(sl_store_txn_t *txn, uint64_t job, const struct osplit *o)
+{
+    size_t runs = o->have ? o->have->num : 0;
+    size_t len = OSPLIT_HEAD + 16 * runs;
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    sl_put_le64(buf, o->task_id);
+    sl_put_le64(buf + 8, o->epoch);
+    sl_put_le64(buf + 16, o->begin);
+    sl_put_le64(buf + 24, o->end);
+    sl_put_le32(buf + 32, o->file);
+    sl_put_le32(buf + 36, (uint32_t)o->state);
+    sl_put_le32(buf + 40, (uint32_t)runs);
+    sl_put_le32(buf + 44, 0);
+    for (size_t i = 0; i < runs; i++) {
+        sl_put_le64(buf + OSPLIT_HEAD + 16 * i, o->have->runs[i].begin);
+        sl_put_le64(buf + OSPLIT_HEAD + 16 * i + 8, o->have->runs[i].count);
+    }
+    uint8_t key[16];
+    osplit_key(job, o->id, key);
+    int rc = sl_store_put(txn, SL_DT_OUTSTANDING, key, sizeof key, buf, len);
+    free(buf);
+    return rc;
+}
+
+static int write_outstanding(sl_store_txn_t *txn, const struct job *j)
+{
+    int rc = 0;
+    for (unsigned k = 0; k < j->num_tasks && rc == 0; k++) {
+        const struct task *t = &j->tasks[k];
+        for (unsigned i = t->out_saved > t->out_head ? t->out_saved : t->out_head; i < t->out_num && rc == 0; i++)
+            rc = put_osplit(txn, j->id, &t->out[i]);
+    }
+    for (unsigned i = 0; i < j->num_orphans && j->orphans_dirty && rc == 0; i++)
+        if (j->orphans[i].dirty)
+            rc = put_osplit(txn, j->id, &j->orphans[i]);
+    return rc;
+}
+
+static int del_record(sl_store_txn_t *txn, const struct sl_ddel *d)
+{
+    uint8_t key[16];
+    key_of(d->key, key);
+    if (d->table != SL_DT_OUTSTANDING)
+        return sl_store_del(txn, d->table, key, 8);
+    if (d->key2 == UINT64_MAX)
+        return sl_store_del_prefix(txn, d->table, key, 8); /* every record of the job */
+    key_of(d->key2, key + 8);
+    return sl_store_del(txn, d->table, key, sizeof key);
+}
+
 bool sl_dpersist_dirty(const sl_dstate_t *st)
 {
     if (st->num_dels > 0 || st->next_id != st->saved_next_id)
@@ -166,10 +232,10 @@ bool sl_dpersist_dirty(const sl_dstate_t *st)
             return true;
     for (unsigned i = 0; i < st->num_jobs; i++) {
         const struct job *j = st->jobs[i];
-        if (j->dirty || j->cursor_dirty || j->exclude_dirty)
+        if (j->dirty || j->cursor_dirty || j->exclude_dirty || j->orphans_dirty)
             return true;
         for (unsigned k = 0; k < j->num_tasks; k++)
-            if (j->tasks[k].handout_dirty)
+            if (j->tasks[k].handout_dirty || j->tasks[k].out_saved < j->tasks[k].out_num)
                 return true;
     }
     return false;
@@ -178,11 +244,8 @@ bool sl_dpersist_dirty(const sl_dstate_t *st)
 static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
 {
     int rc = 0;
-    for (unsigned i = 0; i < st->num_dels && rc == 0; i++) {
-        uint8_t key[8];
-        key_of(st->dels[i].key, key);
-        rc = sl_store_del(txn, st->dels[i].table, key, sizeof key);
-    }
+    for (unsigned i = 0; i < st->num_dels && rc == 0; i++)
+        rc = del_record(txn, &st->dels[i]);
     for (unsigned i = 0; i < st->num_datasets && rc == 0; i++)
         if (st->datasets[i]->dirty)
             rc = put_json(txn, SL_DT_DATASETS, st->datasets[i]->id, dataset_record(st->datasets[i]));
@@ -200,6 +263,8 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
         for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
             if (j->tasks[k].handout_dirty)
                 rc = put_json(txn, SL_DT_HANDOUTS, j->tasks[k].id, handout_record(&j->tasks[k]));
+        if (rc == 0)
+            rc = write_outstanding(txn, j);
     }
     if (rc == 0 && st->next_id != st->saved_next_id) {
         uint8_t val[8];
@@ -220,8 +285,13 @@ static void clear_dirty(sl_dstate_t *st)
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
         j->dirty = j->cursor_dirty = j->exclude_dirty = false;
-        for (unsigned k = 0; k < j->num_tasks; k++)
+        for (unsigned k = 0; k < j->num_tasks; k++) {
             j->tasks[k].handout_dirty = false;
+            j->tasks[k].out_saved = j->tasks[k].out_num;
+        }
+        for (unsigned i = 0; i < j->num_orphans; i++)
+            j->orphans[i].dirty = false;
+        j->orphans_dirty = false;
     }
 }
 
@@ -436,13 +506,13 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     if (rc < 0)
         return rc;
     const char *name, *error;
-    json_int_t dataset, horizon;
+    json_int_t dataset, horizon, report_gen = 0;
     int sharding, effective, consumers, state;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o}", "name", &name, "dataset",
-                       &dataset, "sharding", &sharding, "effective", &effective, "num_consumers", &consumers,
-                       "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks, "clients",
-                       &clients) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I}", "name", &name,
+                       "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
+                       &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
+                       "clients", &clients, "report_gen", &report_gen) < 0)
         return unpack_failed(l, id, rec, &je);
     struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
@@ -461,7 +531,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     *j = (struct job){.id = id, .dataset = d, .sharding = (sl_sharding_t)sharding,
                       .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
                       .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
-                      .idle_since = l->now, .created = l->now};
+                      .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen};
     sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->error, sizeof j->error, "%s", error);
@@ -587,6 +657,70 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
     return rc < 0 ? bad(l, id, why) : 0;
 }
 
+static int load_outstanding(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    const uint8_t *v = val;
+    uint64_t job = klen == 16 ? id_of(key, 8) : 0, split = klen == 16 ? id_of((const uint8_t *)key + 8, 8) : 0;
+    if (klen != 16)
+        return sl_errf(l->err, l->errlen, SL_EDATA, "state store: outstanding record with a %zu-byte key", klen);
+    if (vlen < OSPLIT_HEAD || (vlen - OSPLIT_HEAD) % 16 != 0 ||
+        sl_get_le32(v + 40) != (vlen - OSPLIT_HEAD) / 16)
+        return sl_errf(l->err, l->errlen, SL_EDATA,
+                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": %zu bytes, not the "
+                       "length its run count says", job, split, vlen);
+    struct osplit o = {.id = split, .task_id = sl_get_le64(v), .epoch = sl_get_le64(v + 8),
+                       .begin = sl_get_le64(v + 16), .end = sl_get_le64(v + 24), .file = sl_get_le32(v + 32)};
+    uint32_t state = sl_get_le32(v + 36);
+    struct job *tj = NULL;
+    struct job *j = sl__dstate_job(l->st, job);
+    struct task *t = sl__dstate_task(l->st, o.task_id, &tj);
+    if (!j || j->state != SL_JOB_RUNNING || !t || tj != j)
+        return 0; /* left by a deletion that did not reach the store: the job or task is gone */
+    if (state > OS_QUEUED || o.begin >= o.end)
+        return sl_errf(l->err, l->errlen, SL_EDATA,
+                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": state %" PRIu32
+                       " or range [%" PRIu64 ", %" PRIu64 ") out of range", job, split, state, o.begin, o.end);
+    o.state = (enum osplit_state)state;
+    uint32_t runs = sl_get_le32(v + 40);
+    int rc = 0;
+    if (runs > 0) {
+        o.have = malloc(sizeof *o.have);
+        if (!o.have)
+            return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+        sl_posset_init(o.have, (size_t)((o.end - o.begin) / 2 + 1));
+        for (uint32_t i = 0; i < runs && rc == 0; i++) {
+            uint64_t b = sl_get_le64(v + OSPLIT_HEAD + 16 * i), n = sl_get_le64(v + OSPLIT_HEAD + 16 * i + 8);
+            rc = n == 0 || b < o.begin || b > o.end || n > o.end - b
+                     ? SL_EDATA
+                     : sl_posset_add(o.have, (uint32_t)o.epoch, o.file, b, n, NULL);
+        }
+    }
+    if (rc == 0 && o.state == OS_OUT) {
+        rc = sl__dstate_grow(&t->out, &t->out_cap, t->out_num, sizeof *t->out);
+        if (rc == 0) {
+            t->out[t->out_num++] = o;
+            t->out_saved = t->out_num;
+        }
+    } else if (rc == 0) {
+        rc = sl__dstate_grow(&j->orphans, &j->cap_orphans, j->num_orphans, sizeof *j->orphans);
+        if (rc == 0)
+            j->orphans[j->num_orphans++] = o;
+    }
+    if (rc < 0) {
+        if (o.have) {
+            sl_posset_clear(o.have);
+            free(o.have);
+        }
+        return rc == -ENOMEM ? sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store")
+                             : sl_errf(l->err, l->errlen, SL_EDATA,
+                                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64
+                                       ": a run of what the consumers have is empty, overlapping or outside the split",
+                                       job, split);
+    }
+    return 0;
+}
+
 static int load_meta(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 {
     struct load *l = arg;
@@ -608,7 +742,7 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
         sl_store_visit_fn fn;
     } order[] = {{SL_DT_DATASETS, load_dataset}, {SL_DT_WORKERS, load_worker}, {SL_DT_JOBS, load_job},
                  {SL_DT_CURSORS, load_cursor},   {SL_DT_HANDOUTS, load_handout}, {SL_DT_META, load_meta},
-                 {SL_DT_EXCLUDE, load_exclusions}};
+                 {SL_DT_EXCLUDE, load_exclusions}, {SL_DT_OUTSTANDING, load_outstanding}};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         l.table = table_names[order[i].table];
         int rc = sl_store_foreach(store, order[i].table, order[i].fn, &l);
@@ -631,6 +765,17 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
     }
     if (st->next_id <= max)
         st->next_id = max + 1;
+    /* Clients that reported before the restart are not known to have: they
+     * are asked again, under a new generation. */
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        for (unsigned k = 0; k < j->num_orphans; k++)
+            if (j->orphans[k].state == OS_AWAIT) {
+                j->report_gen++;
+                j->dirty = true;
+                break;
+            }
+    }
     st->saved_next_id = st->next_id;
     if (st->num_jobs > 0 || st->num_workers > 0)
         sl_log_info("state store loaded: %u datasets, %u workers, %u jobs", st->num_datasets, st->num_workers,

@@ -272,6 +272,12 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         reply(c, hdr, rc, SL_MSG_RELEASE_CLIENT_RESP, &resp, err);
         break;
     }
+    case SL_MSG_REPORT_RECEIVED_REQ: {
+        sluice_ReportReceivedResponse resp = sluice_ReportReceivedResponse_init_zero;
+        rc = sl_dstate_client_report(st, msg, payload, hdr->payload_len, now, err, sizeof err);
+        reply(c, hdr, rc, SL_MSG_REPORT_RECEIVED_RESP, &resp, err);
+        break;
+    }
     default:
         /* A known type that is no request of a dispatcher's. */
         sl_conn_fail(c, SL_EPROTO, "a dispatcher does not serve %s", sl_msg_name(hdr->type));
@@ -285,6 +291,12 @@ static void on_close(sl_conn_t *c, int err, const char *why, void *arg)
     struct dconn *dc = arg;
     (void)c;
     sl_log_debug("connection closed (%s): %s", sl_strerror(err), why);
+    /* A worker's session ended: its process died (or the network broke;
+     * then it registers again). Its tasks' splits go to the others. */
+    if (dc->worker_id && sl_dstate_worker_disconnected(dc->srv->st, dc->worker_id, why)) {
+        if (dc->srv->store)
+            event_active(dc->srv->commit, EV_TIMEOUT, 0);
+    }
     dconn_unlink(dc);
 }
 

@@ -41,8 +41,13 @@
 #include "le.h"
 #include "log.h"
 #include "net.h"
+#include "outstanding.h"
 #include "policy.h"
 #include "spec.h"
+
+/* How long a task waits before asking for splits again when its job has
+ * none for it yet (GetSplitResponse.retry_ms). */
+#define RETRY_SPLITS_MS 50
 
 static const char *task_state_names[] = {"ASSIGNED", "RUNNING", "DONE", "FAILED", "LOST"};
 static const char *job_state_names[] = {"RUNNING", "FINISHED", "CANCELLED", "FAILED"};
@@ -65,6 +70,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .round_lookahead = 64,
         .max_exclude_runs = SL_DSTATE_MAX_EXCLUDE_RUNS,
         .max_skip_bytes = 256u << 10,
+        .max_outstanding = 16384,
     };
 }
 
@@ -85,13 +91,18 @@ int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem)
  * bounded by what one request can remove (a job and its tasks' hand-outs,
  * the lost workers forgotten at one registration); on out of memory the
  * record stays in the store and is dropped again at the next load. */
-static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
+void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2)
 {
     if (sl__dstate_grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
         sl_log_warn("out of memory: stored record %" PRIu64 " stays until the next restart", key);
         return;
     }
-    st->dels[st->num_dels++] = (struct sl_ddel){table, key};
+    st->dels[st->num_dels++] = (struct sl_ddel){table, key, key2};
+}
+
+static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
+{
+    sl__dstate_del(st, table, key, 0);
 }
 
 sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
@@ -137,9 +148,13 @@ static void job_free(struct job *j)
     for (unsigned k = 0; k < j->num_tasks; k++) {
         free(j->tasks[k].last_splits);
         free(j->tasks[k].last_skips);
+        sl__out_free_task(&j->tasks[k]);
     }
     free(j->tasks);
+    sl__out_free_job(j);
     sl_posset_clear(&j->exclude);
+    for (unsigned i = 0; i < j->num_clients; i++)
+        sl__out_free_client(&j->clients[i]);
     free(j->clients);
     free(j);
 }
@@ -294,6 +309,8 @@ static void task_set_state(struct job *j, struct task *t, enum task_state next)
     switch (t->state) {
     case TASK_ASSIGNED: ok = next != TASK_ASSIGNED; break;
     case TASK_RUNNING: ok = next == TASK_DONE || next == TASK_FAILED || next == TASK_LOST; break;
+    /* A DONE task whose worker is lost before its clients had all of it. */
+    case TASK_DONE: ok = next == TASK_LOST; break;
     default: ok = false; break;
     }
     assert(ok && "task state transition");
@@ -305,13 +322,14 @@ static void task_set_state(struct job *j, struct task *t, enum task_state next)
     j->dirty = true;
 }
 
-static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
+static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, const char *why)
 {
     assert(j->state == SL_JOB_RUNNING && next != SL_JOB_RUNNING);
     if (j->state != SL_JOB_RUNNING)
         return;
     j->state = next;
     j->dirty = true;
+    sl__out_clear(st, j); /* nothing more is handed out */
     if (why)
         snprintf(j->error, sizeof j->error, "%s", why);
     sl_log_info("job %" PRIu64 "%s%s%s %s%s%s", j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "",
@@ -324,6 +342,10 @@ static void job_set_state(struct job *j, sl_job_state_t next, const char *why)
 static void job_check_finished(sl_dstate_t *st, struct job *j)
 {
     if (j->state != SL_JOB_RUNNING)
+        return;
+    /* DYNAMIC: not before every split reached its clients (a worker lost
+     * now would have some handed out again). */
+    if (sl__out_tracked(j) && sl__out_pending(j))
         return;
     bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_file < dataset_num_files(j->dataset);
     bool any_done = false;
@@ -347,7 +369,7 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
         }
     }
     if (any_done)
-        job_set_state(j, SL_JOB_FINISHED, NULL);
+        job_set_state(st, j, SL_JOB_FINISHED, NULL);
 }
 
 /* Keeps the worker's counts and a smoothed byte rate for the admin views. */
@@ -392,6 +414,30 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
     return 0;
 }
 
+/* DYNAMIC: lost splits that every client answered for need a running task
+ * to take them; when every task of the job has ended, a live worker gets a
+ * new one (or the next worker to register does). */
+static void job_ensure_task(sl_dstate_t *st, struct job *j)
+{
+    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(st, j))
+        return;
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        if (j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING)
+            return;
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        const struct worker *w = &st->workers[i];
+        if (w->state != WORKER_LIVE || w->draining || w->unconfirmed)
+            continue;
+        if (job_add_task(st, j, w) < 0) {
+            sl_log_error("job %" PRIu64 ": out of memory for a task to take the lost splits", j->id);
+            return;
+        }
+        sl_log_info("job %" PRIu64 ": task %" PRIu64 " on worker %s takes the lost workers' splits", j->id,
+                    j->tasks[j->num_tasks - 1].id, w->address);
+        return;
+    }
+}
+
 static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
 {
     if (w->state == WORKER_LOST)
@@ -402,11 +448,25 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
     sl_log_warn("worker %" PRIu64 " at %s lost: %s", w->id, w->address, why);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
-        struct task *t = job_task_of_worker(j, w->id);
-        if (t && (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)) {
-            if (j->num_consumers > 0)
+        bool lost_one = false;
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            struct task *t = &j->tasks[k];
+            if (t->worker_id != w->id)
+                continue;
+            bool active = t->state == TASK_ASSIGNED || t->state == TASK_RUNNING;
+            /* A task that ended while its clients had not all of it yet. */
+            bool unfinished = t->state == TASK_DONE && j->state == SL_JOB_RUNNING && sl__out_count(t) > 0;
+            if (!active && !unfinished)
+                continue;
+            if (j->num_consumers > 0 && active)
                 t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
             task_set_state(j, t, TASK_LOST);
+            if (j->state == SL_JOB_RUNNING)
+                sl__out_orphan(st, j, t);
+            lost_one = true;
+        }
+        if (lost_one) {
+            job_ensure_task(st, j);
             job_check_finished(st, j);
         }
     }
@@ -478,6 +538,7 @@ static int worker_confirm(sl_dstate_t *st, struct worker *w)
         if (j->state == SL_JOB_RUNNING && !w->draining && !job_task_of_worker(j, w->id) &&
             job_add_task(st, j, w) < 0)
             return -ENOMEM;
+        job_ensure_task(st, j);
     }
     return 0;
 }
@@ -548,31 +609,37 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             task_set_state(j, t, TASK_RUNNING);
         } else if (ts->state == SL_TASK_DONE) {
             task_set_state(j, t, TASK_DONE);
+            sl__out_unreceived(st, j, t, ts->done_below);
+            job_ensure_task(st, j); /* t may move */
             job_check_finished(st, j);
         } else if (ts->state == SL_TASK_FAILED) {
             task_set_state(j, t, TASK_FAILED);
             char why[700];
             snprintf(why, sizeof why, "worker %s: %s", w->address, ts->error);
-            job_set_state(j, SL_JOB_FAILED, why);
+            job_set_state(st, j, SL_JOB_FAILED, why);
         }
     }
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
         if (j->state != SL_JOB_RUNNING)
             continue;
-        struct task *t = job_task_of_worker(j, w->id);
-        if (!t || t->state != TASK_ASSIGNED || reported(req, t->id))
-            continue;
-        if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
-            break; /* the rest go out with the next heartbeat */
-        sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
-        d->task_id = t->id;
-        d->job_id = j->id;
-        d->dataset_id = j->dataset->id;
-        d->sharding = j->effective;
-        d->worker_index = t->worker_index;
-        d->num_workers = is_static(j->sharding) ? st->num_addresses : j->num_tasks;
-        d->num_consumers = j->num_consumers;
+        /* A worker may hold a second task of a job: one that takes lost
+         * splits after its first ended. */
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            const struct task *t = &j->tasks[k];
+            if (t->worker_id != w->id || t->state != TASK_ASSIGNED || reported(req, t->id))
+                continue;
+            if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
+                return 0; /* the rest go out with the next heartbeat */
+            sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
+            d->task_id = t->id;
+            d->job_id = j->id;
+            d->dataset_id = j->dataset->id;
+            d->sharding = j->effective;
+            d->worker_index = t->worker_index;
+            d->num_workers = is_static(j->sharding) ? st->num_addresses : j->num_tasks;
+            d->num_consumers = j->num_consumers;
+        }
     }
     return 0;
 }
@@ -930,12 +997,18 @@ static struct client *job_find_client(struct job *j, uint64_t client_id)
     return NULL;
 }
 
-static void job_remove_client(struct job *j, struct client *c, int64_t now)
+static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
 {
+    sl__out_free_client(c);
     *c = j->clients[--j->num_clients];
     j->dirty = true;
     if (j->num_clients == 0)
         j->idle_since = now;
+    /* One client fewer to wait for: its progress no longer holds splits
+     * back, and its report is no longer awaited. */
+    sl__out_progress(st, j, NULL, NULL, 0);
+    job_ensure_task(st, j);
+    job_check_finished(st, j);
 }
 
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
@@ -953,8 +1026,14 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         return SL_ENOTFOUND;
     }
     c->last_seen = now;
+    if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
+        sl__out_progress(st, j, c, req->progress, req->progress_count);
+        job_check_finished(st, j);
+    }
     resp->job_state = j->state;
     snprintf(resp->error, sizeof resp->error, "%s", j->error);
+    resp->report_gen = j->report_gen;
+    resp->report_from_epoch = sl__out_report_from(j);
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */
@@ -988,13 +1067,31 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     return 0;
 }
 
+int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
+                            size_t len, int64_t now, char *err, size_t errlen)
+{
+    struct job *j = sl__dstate_job(st, req->job_id);
+    struct client *c = j ? job_find_client(j, req->client_id) : NULL;
+    if (!c) {
+        snprintf(err, errlen, "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
+        return SL_ENOTFOUND;
+    }
+    c->last_seen = now;
+    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
+        return 0;
+    int rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
+    if (rc == 0)
+        job_ensure_task(st, j);
+    return rc;
+}
+
 int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now)
 {
     struct job *j = sl__dstate_job(st, job_id);
     struct client *c = j ? job_find_client(j, client_id) : NULL;
     if (!c)
         return SL_ENOTFOUND;
-    job_remove_client(j, c, now);
+    job_remove_client(st, j, c, now);
     return 0;
 }
 
@@ -1080,6 +1177,29 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         resp->finished = true;
         return 0;
     }
+    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
+    if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
+        /* Its clients are that far behind: hold it back until they report. */
+        resp->retry_ms = RETRY_SPLITS_MS;
+        return 0;
+    }
+    if (tracked && j->num_orphans > 0) {
+        /* Lost workers' splits first, whatever epoch the task is in. */
+        unsigned rmax = req->max_splits ? req->max_splits : 1;
+        if (rmax > sizeof resp->splits / sizeof resp->splits[0])
+            rmax = sizeof resp->splits / sizeof resp->splits[0];
+        int rc = sl__out_reissue(st, j, t, resp, rmax);
+        if (rc < 0) {
+            snprintf(err, errlen, "out of memory");
+            return rc;
+        }
+        if (resp->splits_count > 0)
+            goto answered;
+    }
     if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
         resp->end_of_epoch = true;
         return 0;
@@ -1094,10 +1214,6 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
                  j->id, j->split_epoch, t->id, req->epoch);
         return SL_EINVAL;
-    }
-    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
     }
     bool excl = j->exclude.num > 0;
     if (excl && !t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes))) {
@@ -1145,14 +1261,21 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
                 return rc;
             }
         }
-        sluice_Split *s = &resp->splits[resp->splits_count++];
+        sluice_Split *s = &resp->splits[resp->splits_count];
         j->cursor_dirty = true;
         s->split_id = j->split_seq++;
         s->file_index = j->split_file;
         s->begin = begin;
         s->end = end;
+        s->epoch = j->split_epoch;
         s->skip_offset = skips ? skip_offset : 0;
         s->skip_count = skips;
+        if (tracked && sl__out_add(t, s, skips ? t->last_skips + skip_offset : NULL) < 0) {
+            t->last_skips_len = skip_offset;
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        resp->splits_count++;
         j->split_next = s->end;
         j->split_epoch_handed++;
     }
@@ -1164,12 +1287,30 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         j->cursor_dirty = true;
     }
     resp->end_of_epoch = resp->splits_count == 0;
+    if (resp->end_of_epoch && tracked && j->num_orphans > 0) {
+        /* Lost splits wait for the clients' reports: the epoch is not over
+         * yet, and the task may take them once they are queued. */
+        resp->end_of_epoch = false;
+        resp->retry_ms = RETRY_SPLITS_MS;
+    }
+answered:
     if (req->request_seq != 0 && resp->splits_count > 0) {
         *t->last_splits = *resp;
         t->split_req_seq = req->request_seq;
         t->handout_dirty = true;
     }
     return 0;
+}
+
+bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why)
+{
+    struct worker *w = find_worker(st, worker_id);
+    if (!w || w->state != WORKER_LIVE)
+        return false;
+    char reason[sizeof w->why_lost];
+    snprintf(reason, sizeof reason, "its connection closed: %s", why ? why : "");
+    worker_lose(st, w, reason);
+    return true;
 }
 
 void sl_dstate_tick(sl_dstate_t *st, int64_t now)
@@ -1189,13 +1330,15 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
             if (now - c->last_seen > st->cfg.client_timeout_ms) {
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
-                job_remove_client(j, c, now);
+                job_remove_client(st, j, c, now);
             } else {
                 k++;
             }
         }
         if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms)
-            job_set_state(j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
+            job_set_state(st, j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
+        else if (j->num_orphans > 0)
+            job_ensure_task(st, j); /* e.g. a worker that can take them is back */
     }
 }
 
@@ -1221,7 +1364,7 @@ int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char
         snprintf(err, errlen, "job %" PRIu64 " is already %s", job_id, job_state_names[j->state]);
         return SL_EINVAL;
     }
-    job_set_state(j, SL_JOB_CANCELLED, why);
+    job_set_state(st, j, SL_JOB_CANCELLED, why);
     return 0;
 }
 
@@ -1327,6 +1470,20 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                                                    "handed_out", (json_int_t)j->split_epoch_handed, "total",
                                                    (json_int_t)per_epoch,
                                                    "handed_out_all_epochs", (json_int_t)j->split_seq));
+    }
+    if (sl__out_tracked(j)) {
+        /* Exactly once across worker losses (docs/fault-tolerance.md). */
+        unsigned outstanding = 0, waiting = 0, queued = 0;
+        for (unsigned t = 0; t < j->num_tasks; t++)
+            outstanding += sl__out_count(&j->tasks[t]);
+        for (unsigned i = 0; i < j->num_orphans; i++) {
+            waiting += j->orphans[i].state == OS_AWAIT;
+            queued += j->orphans[i].state == OS_QUEUED;
+        }
+        json_object_set_new(o, "lost_splits", json_pack("{s:I,s:I,s:I,s:I}", "outstanding", (json_int_t)outstanding,
+                                                        "awaiting_reports", (json_int_t)waiting, "queued",
+                                                        (json_int_t)queued, "report_gen",
+                                                        (json_int_t)j->report_gen));
     }
     if (!detail)
         return o;

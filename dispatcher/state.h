@@ -7,6 +7,7 @@
 #ifndef SL_DSTATE_H
 #define SL_DSTATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,8 @@ typedef struct sl_dstate_config {
                                      the dispatcher's last answer (see docs/sharding.md) */
     unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions */
     unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
+    unsigned max_outstanding;     /* DYNAMIC splits a task may hold that its clients have not all
+                                     confirmed; past it the task waits (GetSplitResponse.retry_ms) */
 } sl_dstate_config_t;
 
 /** Fills the defaults. */
@@ -127,6 +130,15 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen);
 
+/**
+ * A client's report of what it received (DYNAMIC, after a worker loss; the
+ * payload is posset.h bytes, see outstanding.h).
+ * @return 0, SL_ENOTFOUND (job or lease gone), SL_EDATA with what was wrong
+ *         in err, -ENOMEM
+ */
+int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
+                            size_t len, int64_t now, char *err, size_t errlen);
+
 /** Ends a client's lease. @return 0 or SL_ENOTFOUND */
 int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now);
 
@@ -141,6 +153,10 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
 /** The skip runs (the payload) of the task's last GetSplit answer, valid
  *  until its next request; NULL when there are none. */
 const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len);
+
+/** The connection a live worker registered over closed (why): it is lost.
+ *  @return whether it was live (the state changed) */
+bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why);
 
 /** Applies timeouts: lost workers, expired clients, jobs without clients. */
 void sl_dstate_tick(sl_dstate_t *st, int64_t now);

@@ -24,7 +24,25 @@ enum task_state { TASK_ASSIGNED, TASK_RUNNING, TASK_DONE, TASK_FAILED, TASK_LOST
 
 /* The store's tables (persist.c names them). */
 enum sl_dtable {
-    SL_DT_DATASETS, SL_DT_JOBS, SL_DT_WORKERS, SL_DT_CURSORS, SL_DT_HANDOUTS, SL_DT_META, SL_DT_EXCLUDE, SL_DT_COUNT_
+    SL_DT_DATASETS, SL_DT_JOBS, SL_DT_WORKERS, SL_DT_CURSORS, SL_DT_HANDOUTS, SL_DT_META, SL_DT_EXCLUDE,
+    SL_DT_OUTSTANDING, SL_DT_COUNT_
+};
+
+/* A DYNAMIC split handed out and not yet known to have reached the
+ * consumers whole (outstanding.c). OUT: its task holds it. AWAIT: its
+ * task was lost; the consumers are asked what they received of it. QUEUED:
+ * they answered; it is handed out again without what they have. */
+enum osplit_state { OS_OUT, OS_AWAIT, OS_QUEUED };
+
+struct osplit {
+    uint64_t id;      /* the split id (unique within its job) */
+    uint64_t task_id; /* the task it was handed to */
+    uint64_t epoch;
+    uint32_t file;
+    enum osplit_state state;
+    uint64_t begin, end;
+    sl_posset_t *have; /* positions of it the consumers already have (its skip runs), or NULL */
+    bool dirty;        /* orphans: the stored record is not up to date */
 };
 
 struct worker {
@@ -72,6 +90,10 @@ struct task {
     uint8_t *last_skips;                  /* its splits' skip runs (the answer's payload) */
     size_t last_skips_len;
     bool handout_dirty;
+    /* DYNAMIC: its outstanding splits, by id: out[out_head, out_num);
+     * those from out_saved on are not stored yet. */
+    struct osplit *out;
+    unsigned out_head, out_num, out_cap, out_saved;
 };
 
 struct client {
@@ -81,6 +103,13 @@ struct client {
     uint64_t round;            /* the next round it asks for, as it last said */
     sl_target_workers_t target;
     char host[64];             /* its IP address as the dispatcher sees it */
+    /* DYNAMIC: the report generation it answered, and for each task the
+     * largest done_below it said (TaskProgress); neither is stored. */
+    uint64_t reported_gen;
+    struct client_progress {
+        uint64_t task_id, done_below;
+    } *progress;
+    unsigned num_progress, cap_progress;
 };
 
 struct job {
@@ -110,6 +139,12 @@ struct job {
      * which no split hands out (written once, with the job). */
     sl_posset_t exclude;
     bool exclude_dirty;
+    /* DYNAMIC: lost tasks' splits, AWAIT or QUEUED (outstanding.c); every
+     * client must answer report_gen before the AWAIT ones are queued. */
+    struct osplit *orphans;
+    unsigned num_orphans, cap_orphans;
+    bool orphans_dirty;
+    uint64_t report_gen;
     bool dirty;        /* the job record: everything above but the cursor */
     bool cursor_dirty; /* the split cursor */
 };
@@ -129,7 +164,7 @@ struct sl_dstate {
     uint64_t saved_next_id; /* next_id as last committed */
     struct sl_ddel {
         enum sl_dtable table;
-        uint64_t key;
+        uint64_t key, key2; /* key2: the outstanding table's second half (a split id) */
     } *dels;                /* records to delete in the next commit */
     unsigned num_dels, cap_dels;
 };
@@ -144,5 +179,8 @@ int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id);
 struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
+
+/** Queues the deletion of a record (key2 only for SL_DT_OUTSTANDING). */
+void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2);
 
 #endif

@@ -42,6 +42,8 @@ static const struct msg_info msg_table[SL_MSG_COUNT_] = {
     MSG(SL_MSG_RELEASE_CLIENT_RESP, "RELEASE_CLIENT_RESP", ReleaseClientResponse),
     MSG(SL_MSG_GET_ELEMENT_REQ, "GET_ELEMENT_REQ", GetElementRequest),
     MSG(SL_MSG_GET_ELEMENT_RESP, "GET_ELEMENT_RESP", GetElementResponse),
+    MSG(SL_MSG_REPORT_RECEIVED_REQ, "REPORT_RECEIVED_REQ", ReportReceivedRequest),
+    MSG(SL_MSG_REPORT_RECEIVED_RESP, "REPORT_RECEIVED_RESP", ReportReceivedResponse),
 };
 #undef MSG
 

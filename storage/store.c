@@ -315,6 +315,27 @@ int sl_store_del(sl_store_txn_t *t, int table, const void *key, size_t klen)
     return rc == MDB_NOTFOUND ? 0 : code_of(rc);
 }
 
+int sl_store_del_prefix(sl_store_txn_t *t, int table, const void *prefix, size_t plen)
+{
+    if (check_table(t, table) < 0 || plen == 0 || plen > 511)
+        return SL_EINVAL;
+    MDB_cursor *c = NULL;
+    int rc = mdb_cursor_open(t->txn, t->store->dbi[table], &c);
+    if (rc)
+        return code_of(rc);
+    MDB_val k = {plen, (void *)prefix}, v;
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    while (rc == 0 && k.mv_size >= plen && memcmp(k.mv_data, prefix, plen) == 0) {
+        rc = mdb_cursor_del(c, 0);
+        if (rc == 0) {
+            k = (MDB_val){plen, (void *)prefix};
+            rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+        }
+    }
+    mdb_cursor_close(c);
+    return rc == 0 || rc == MDB_NOTFOUND ? 0 : code_of(rc);
+}
+
 int sl_store_commit(sl_store_txn_t *t, char *err, size_t errlen)
 {
     sl_store_t *s = t->store;

@@ -57,6 +57,10 @@ int sl_store_put(sl_store_txn_t *t, int table, const void *key, size_t klen, con
 /** Deletes key from table; a missing key is not an error. */
 int sl_store_del(sl_store_txn_t *t, int table, const void *key, size_t klen);
 
+/** Deletes every key of table that starts with prefix (plen bytes, 1..511).
+ *  @return 0 or an error code */
+int sl_store_del_prefix(sl_store_txn_t *t, int table, const void *prefix, size_t plen);
+
 /** Makes the transaction's changes durable and ends it.
  *  @return 0; -ENOSPC (full; nothing of it was written); -EIO; message in err */
 int sl_store_commit(sl_store_txn_t *t, char *err, size_t errlen);

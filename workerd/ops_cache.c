@@ -283,7 +283,7 @@ static int deserialize(struct cache_iter *c, const uint8_t *p, size_t len, sl_el
     for (uint64_t i = 0; i < prov_n; i++) {
         sl_provenance_run_t r;
         memcpy(&r, p + prov_at + i * SL_PROV_RUN_BYTES, sizeof r);
-        r.epoch = (uint32_t)c->epoch;
+        r.epoch = (uint32_t)(c->dynamic ? c->replaying.epoch : c->epoch);
         if (sl_prov_append(out, &r, 1) < 0) {
             sl_element_clear(out);
             return sl__iter_fail(&c->base, -ENOMEM, "out of memory reading the cache");
@@ -492,6 +492,7 @@ static int open_split(struct cache_iter *c, const sl_split_t *s, sl_cachedb_read
 
 static int real_next_split(struct cache_iter *c, sl_split_t *s)
 {
+    *s = (sl_split_t){.epoch = c->epoch};
     int rc = c->real.next_split(c->real.arg, c->epoch, s);
     if (rc == 1)
         c->epoch_over = true;
@@ -574,7 +575,7 @@ static int dynamic_next(struct cache_iter *c, sl_element_t *out)
             /* The cached split is read: the task's split source hears it,
              * as it hears of the splits the source reads. */
             if (rc == 1 && c->real.split_read)
-                c->real.split_read(c->real.arg, c->epoch, &c->replaying, c->replayed);
+                c->real.split_read(c->real.arg, c->replaying.epoch, &c->replaying, c->replayed);
             if (rc < 0)
                 return sl__iter_fail(it, rc, "%s", err);
             continue;

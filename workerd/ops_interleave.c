@@ -286,7 +286,7 @@ static int next_input(struct interleave_iter *il, sl_split_t *split)
         return 0;
     }
     for (;;) {
-        sl_split_t s = {.file_index = 0};
+        sl_split_t s = {.file_index = 0, .epoch = il->epoch};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, il->epoch, &s);
         if (rc == 1)
@@ -297,7 +297,7 @@ static int next_input(struct interleave_iter *il, sl_split_t *split)
         if (rc != 0)
             return sl__iter_fail(&il->base, SL_EINTERNAL, "next_split returned %d", rc);
         if (s.begin == s.end && s.file_index < (uint32_t)il->num_files) {
-            sl__split_read(ctx, il->epoch, &s, 0); /* nothing to read: read */
+            sl__split_read(ctx, s.epoch, &s, 0); /* nothing to read: read */
             continue;
         }
         *split = s;

@@ -41,6 +41,10 @@ typedef struct sl_split {
                                     disjoint; owned by the split source, valid until it hears
                                     split_read for the split or the pipeline is destroyed */
     uint32_t num_skips;
+    uint64_t epoch;              /* the epoch whose reading of the records this is (their
+                                    provenance): set by the source to the epoch it asks for,
+                                    which a split source may change (a lost worker's split of
+                                    an earlier epoch, handed out again) */
 } sl_split_t;
 
 /**

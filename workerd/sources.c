@@ -36,7 +36,7 @@ static void range_split_done(struct range_iter *r)
 {
     if (r->have_split) {
         r->have_split = false;
-        sl__split_read(r->base.ctx, r->epoch, &r->split, r->yielded);
+        sl__split_read(r->base.ctx, r->split.epoch, &r->split, r->yielded);
     }
 }
 
@@ -68,7 +68,7 @@ static int range_next_split(struct range_iter *r)
         return 1;
     }
     for (;;) {
-        sl_split_t split = {.file_index = 0};
+        sl_split_t split = {.file_index = 0, .epoch = r->epoch};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, r->epoch, &split);
         uint64_t begin = split.begin, end = split.end;
@@ -89,7 +89,7 @@ static int range_next_split(struct range_iter *r)
                                  "split [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64
                                  " is not inside the source's %" PRIu64 " elements",
                                  begin, end, r->epoch, r->count);
-        int crc = sl__split_check_skips(&r->base, r->epoch, &split);
+        int crc = sl__split_check_skips(&r->base, split.epoch, &split);
         if (crc < 0)
             return crc;
         r->split = split;
@@ -129,7 +129,7 @@ static int range_next(sl_iter_t *it, sl_element_t *out)
         return rc;
     if (r->dynamic)
         r->yielded++;
-    sl_prov_set(out, r->epoch, 0, r->pos);
+    sl_prov_set(out, r->dynamic ? r->split.epoch : r->epoch, 0, r->pos);
     /* Every value lies between start and stop, so the sum is exact; it is
      * done in unsigned arithmetic only because the intermediate product
      * may wrap. */
@@ -154,7 +154,7 @@ static int range_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows
     uint64_t left = r->dynamic ? range_skip(r) : r->end - r->pos;
     uint64_t n = left < max_rows ? left : max_rows;
     r->yielded += n;
-    it->ctx->bulk_prov = (sl_provenance_run_t){(uint32_t)r->epoch, 0, r->pos, n};
+    it->ctx->bulk_prov = (sl_provenance_run_t){(uint32_t)(r->dynamic ? r->split.epoch : r->epoch), 0, r->pos, n};
     uint64_t step = (uint64_t)r->step;
     uint64_t x = (uint64_t)r->start + r->pos * step; /* wraps as in range_next */
     uint8_t *d = dst[0];

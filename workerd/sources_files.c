@@ -88,7 +88,7 @@ static void files_split_done(struct file_iter *f)
 {
     if (f->have_split) {
         f->have_split = false;
-        sl__split_read(f->base.ctx, f->epoch, &f->split, f->yielded);
+        sl__split_read(f->base.ctx, f->split.epoch, &f->split, f->yielded);
     }
 }
 
@@ -467,7 +467,7 @@ static int take_split(struct file_iter *f)
     if (f->epoch_over)
         return 1;
     for (;;) {
-        sl_split_t s = {.file_index = 0};
+        sl_split_t s = {.file_index = 0, .epoch = f->epoch};
         ctx->split_requests++;
         int rc = ctx->opts.splits.next_split(ctx->opts.splits.arg, f->epoch, &s);
         if (rc == 1) {
@@ -487,7 +487,7 @@ static int take_split(struct file_iter *f)
             snprintf(why, sizeof why, "this worker's patterns match %d files", f->num_files);
             return different_files(f, &s, why);
         }
-        rc = sl__split_check_skips(&f->base, f->epoch, &s);
+        rc = sl__split_check_skips(&f->base, s.epoch, &s);
         if (rc < 0)
             return rc;
         if (s.begin == s.end) {
@@ -577,7 +577,7 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
             }
             f->yielded++;
         }
-        sl_prov_set(out, f->epoch, (uint32_t)f->file, rec);
+        sl_prov_set(out, f->dynamic ? f->split.epoch : f->epoch, (uint32_t)f->file, rec);
         out->num_elements = 1;
         return 0;
     }
@@ -712,7 +712,7 @@ int sl__files_assign(sl_iter_t *reader, uint64_t epoch, const sl_split_t *s)
         snprintf(why, sizeof why, "%s has only %" PRIu64 " records", f->paths[f->file], f->index);
         return different_files(f, s, why);
     }
-    rc = sl__split_check_skips(&f->base, epoch, s);
+    rc = sl__split_check_skips(&f->base, s->epoch, s);
     if (rc < 0)
         return rc;
     f->end = s->end;

@@ -242,3 +242,12 @@ unsigned sl_split_track_size(const sl_split_track_t *t)
 {
     return t->n;
 }
+
+uint64_t sl_split_track_min_id(const sl_split_track_t *t)
+{
+    uint64_t min = UINT64_MAX;
+    for (unsigned i = 0; i < t->n; i++)
+        if (t->e[i].rec.split_id < min)
+            min = t->e[i].rec.split_id;
+    return min;
+}

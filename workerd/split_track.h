@@ -73,4 +73,8 @@ bool sl_split_track_has_done(const sl_split_track_t *t);
 /** @return the splits tracked (for the bound's test) */
 unsigned sl_split_track_size(const sl_split_track_t *t);
 
+/** @return the smallest split id in the table (a split not done, or done
+ *  and not collected yet), or UINT64_MAX when it is empty */
+uint64_t sl_split_track_min_id(const sl_split_track_t *t);
+
 #endif

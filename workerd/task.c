@@ -33,6 +33,7 @@ struct split {
     uint64_t split_id;
     sl_skip_run_t *skips; /* owned until handed to the tracker */
     uint32_t num_skips;
+    uint64_t epoch; /* whose reading of the records this is (sl_split_t.epoch) */
 };
 
 enum producer_state { PRODUCER_RUNNING, PRODUCER_ENDED, PRODUCER_FAILED };
@@ -66,6 +67,9 @@ struct sl_task {
     bool epoch_exhausted;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only */
+    uint64_t split_next_id; /* one more than the largest split id received */
+    struct event *retry_ev; /* the dispatcher said to ask again later (retry_ms) */
+    bool retry_wait;        /* network thread only: until retry_ev fires */
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* Counters for the status. */
     uint64_t batches, elements, bytes;
@@ -82,27 +86,28 @@ struct sl_task {
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
 };
 
-/* A split of epoch this task got but its pipeline will never read (the
- * pipeline left the epoch or ended): it is done at once, with nothing
- * read, so that it too gets its notice. Takes s's skip runs. */
-static void split_unread(sl_task_t *t, uint64_t epoch, struct split *s)
+/* A split this task got but its pipeline will never read (the pipeline
+ * left the epoch or ended): it is done at once, with nothing read, so that
+ * it too gets its notice. Takes s's skip runs. */
+static void split_unread(sl_task_t *t, struct split *s)
 {
-    sl_split_t ss = {.file_index = s->file_index, .begin = s->begin, .end = s->end, .split_id = s->split_id};
+    sl_split_t ss = {.file_index = s->file_index, .begin = s->begin, .end = s->end, .split_id = s->split_id,
+                     .epoch = s->epoch};
     sl_skip_run_t *skips = s->skips;
     s->skips = NULL;
     if (!t->track) {
         free(skips);
         return;
     }
-    if (sl_split_track_add(t->track, epoch, &ss, skips) == 0)
-        sl_split_track_read(t->track, epoch, &ss, 0);
+    if (sl_split_track_add(t->track, s->epoch, &ss, skips) == 0)
+        sl_split_track_read(t->track, s->epoch, &ss, 0);
 }
 
-/* Empties the queue of splits of epoch, each one done unread. */
-static void splits_clear(sl_task_t *t, uint64_t epoch)
+/* Empties the queue of splits, each one done unread. */
+static void splits_clear(sl_task_t *t)
 {
     for (unsigned i = 0; i < t->split_count; i++)
-        split_unread(t, epoch, &t->splits[(t->split_head + i) % MAX_SPLITS]);
+        split_unread(t, &t->splits[(t->split_head + i) % MAX_SPLITS]);
     t->split_head = t->split_count = 0;
 }
 
@@ -126,6 +131,16 @@ static void on_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
 static void notify_loop(sl_task_t *t)
 {
     event_active(t->notify_ev, EV_READ, 0);
+}
+
+/* The wait the dispatcher asked for is over: ask for splits again. */
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    sl_task_t *t = arg;
+    (void)fd;
+    (void)what;
+    t->retry_wait = false;
+    t->notify(t, t->notify_arg);
 }
 
 static void on_notify(evutil_socket_t fd, short what, void *arg)
@@ -152,7 +167,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     pthread_mutex_lock(&t->mu);
     if (epoch != t->want_epoch) {
         /* The pipeline moved to a new epoch (repeat): the old one is done. */
-        splits_clear(t, t->want_epoch);
+        splits_clear(t);
         t->want_epoch = epoch;
         t->epoch_exhausted = t->splits_finished;
     }
@@ -171,11 +186,12 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
                                 .begin = s->begin,
                                 .end = s->end,
                                 .split_id = s->split_id,
-                                .num_skips = s->num_skips};
+                                .num_skips = s->num_skips,
+                                .epoch = s->epoch};
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             t->split_count--;
             /* The tracker owns the skip runs from now on. */
-            rc = t->track ? sl_split_track_add(t->track, epoch, out, s->skips) : 0;
+            rc = t->track ? sl_split_track_add(t->track, out->epoch, out, s->skips) : 0;
             s->skips = NULL;
             break;
         }
@@ -231,7 +247,7 @@ static void *producer_main(void *arg)
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
                 if (t->track) {
-                    splits_clear(t, t->want_epoch);
+                    splits_clear(t);
                     sl_split_track_end(t->track);
                 }
             } else if (!t->stop) {
@@ -289,7 +305,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     int rc = -ENOMEM;
     t->ring = calloc(cfg->buffer_batches, sizeof *t->ring);
     t->notify_ev = event_new(base, -1, 0, on_notify, t);
-    if (!t->ring || !t->notify_ev)
+    t->retry_ev = evtimer_new(base, on_retry, t);
+    if (!t->ring || !t->notify_ev || !t->retry_ev)
         goto fail;
     rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
     if (rc < 0)
@@ -356,11 +373,13 @@ void sl_task_free(sl_task_t *t)
     free(t->ring);
     /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
-    splits_clear(t, t->want_epoch);
+    splits_clear(t);
     sl_split_track_free(t->track);
     sl_spec_free(t->spec);
     if (t->notify_ev)
         event_free(t->notify_ev);
+    if (t->retry_ev)
+        event_free(t->retry_ev);
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->mu);
     free(t);
@@ -419,6 +438,22 @@ const char *sl_task_errmsg(sl_task_t *t)
     return t->error;
 }
 
+/* Every split with a smaller id is done: the smallest id the tracker or the
+ * queue still holds, else the next one to come (under t->mu). */
+static uint64_t done_below(const sl_task_t *t)
+{
+    uint64_t below = t->split_next_id;
+    uint64_t tracked = sl_split_track_min_id(t->track);
+    if (tracked < below)
+        below = tracked;
+    for (unsigned i = 0; i < t->split_count; i++) {
+        uint64_t id = t->splits[(t->split_head + i) % MAX_SPLITS].split_id;
+        if (id < below)
+            below = id;
+    }
+    return below;
+}
+
 void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
 {
     pthread_mutex_lock(&t->mu);
@@ -440,6 +475,8 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     }
     if (t->working)
         out->stalled_ms = (uint64_t)((seconds_now() - t->working_since) * 1000);
+    if (t->track)
+        out->done_below = done_below(t);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -473,7 +510,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
 bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t *seq)
 {
     *seq = t->split_seq + 1;
-    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out)
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || t->retry_wait)
         return false;
     bool want = false;
     pthread_mutex_lock(&t->mu);
@@ -537,6 +574,14 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
 {
     t->split_request_out = false;
     t->split_seq++;
+    if (resp->splits_count == 0 && !resp->end_of_epoch && resp->retry_ms > 0) {
+        /* Nothing now, the epoch is not over: ask again after the wait. */
+        uint32_t ms = resp->retry_ms > 10000 ? 10000 : resp->retry_ms;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        t->retry_wait = true;
+        evtimer_add(t->retry_ev, &tv);
+        return;
+    }
     for (pb_size_t i = 0; i < resp->splits_count; i++) {
         const sluice_Split *s = &resp->splits[i];
         if (s->skip_count == 0)
@@ -565,6 +610,9 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             s->end = resp->splits[i].end;
             s->split_id = resp->splits[i].split_id;
             s->num_skips = (uint32_t)resp->splits[i].skip_count;
+            s->epoch = resp->splits[i].epoch;
+            if (s->split_id >= t->split_next_id)
+                t->split_next_id = s->split_id + 1;
             char err[300];
             /* Checked above: only memory can fail here. */
             if (read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {
@@ -578,7 +626,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
         }
         /* Splits that came after the pipeline ended are never read. */
         if (t->producer != PRODUCER_RUNNING)
-            splits_clear(t, t->want_epoch);
+            splits_clear(t);
         if (resp->end_of_epoch)
             t->epoch_exhausted = true;
         if (resp->finished)
@@ -602,8 +650,10 @@ void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
     pthread_mutex_unlock(&t->mu);
 }
 
-unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max)
+unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max,
+                            uint64_t *below)
 {
+    *below = 0;
     if (!t->track)
         return 0;
     pthread_mutex_lock(&t->mu);
@@ -612,6 +662,7 @@ unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_don
     else
         t->end_sent = true;
     unsigned n = sl_split_track_collect(t->track, out, max);
+    *below = done_below(t);
     pthread_mutex_unlock(&t->mu);
     return n;
 }

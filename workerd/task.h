@@ -141,9 +141,12 @@ void sl_task_splits_arrived_payload(sl_task_t *task, const sluice_GetSplitRespon
  * now (b NULL: no batch, an end-of-sequence frame): its records settle, and
  * the splits that are done with that are taken out of the task's table.
  * @param[out] out up to max done splits, for the frame's splits_done
+ * @param[out] done_below every split with a smaller id is done and went out
+ *             with this frame or before (GetElementResponse.done_below)
  * @return how many (0 unless DYNAMIC)
  */
-unsigned sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max);
+unsigned sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max,
+                            uint64_t *done_below);
 
 /** DYNAMIC: the split request failed: the request may be retried (retry)
  *  or the task fails with code and msg. */

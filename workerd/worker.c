@@ -293,10 +293,10 @@ static void on_batch_written(const void *data, size_t len, void *extra)
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
  * client now and fills the frame's splits_done; returns how many. */
-static unsigned fill_done(sl_task_t *task, const sl_wire_batch_t *b, sluice_SplitDone *out)
+static unsigned fill_done(sl_task_t *task, const sl_wire_batch_t *b, sluice_SplitDone *out, uint64_t *done_below)
 {
     sl_split_done_rec_t recs[sizeof(((sluice_GetElementResponse *)0)->splits_done) / sizeof(sluice_SplitDone)];
-    unsigned n = sl_task_batch_sent(task, b, recs, sizeof recs / sizeof recs[0]);
+    unsigned n = sl_task_batch_sent(task, b, recs, sizeof recs / sizeof recs[0], done_below);
     for (unsigned i = 0; i < n; i++)
         out[i] = (sluice_SplitDone){.split_id = recs[i].split_id,
                                     .epoch = recs[i].epoch,
@@ -341,7 +341,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
         resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
     }
-    resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done);
+    resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done, &resp->done_below);
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * frees it once the socket has taken them. */
@@ -398,7 +398,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         send_batch(wc, request_id, wt, b);
     } else if (rc == SL_TASK_END) {
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
-        end.splits_done_count = (pb_size_t)fill_done(wt->task, NULL, end.splits_done);
+        end.splits_done_count = (pb_size_t)fill_done(wt->task, NULL, end.splits_done, &end.done_below);
         sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
     } else {
         sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s failed: %s", task_id, w->address,

@@ -112,6 +112,21 @@ class Cluster:
         self.dispatcher = self._start(argv, 'dispatcher%d' % len(self.daemons))
         return self.dispatcher
 
+    def restart_worker(self, i, sig=signal.SIGKILL, down=0.0):
+        """Stops worker i with sig (-9: a crash), waits `down` seconds, and starts
+        it again on the same ports, as a supervisor would."""
+        old = self.workers[i]
+        if sig == signal.SIGKILL:
+            old.kill()
+        else:
+            old.stop()
+        time.sleep(down)
+        argv = list(old.argv)
+        argv[argv.index('--port') + 1] = str(old.port)
+        argv[argv.index('--admin-port') + 1] = str(old.admin_port)
+        self.workers[i] = self._start(argv, 'worker%d-%d' % (i, len(self.daemons)))
+        return self.workers[i]
+
     def _start(self, argv, name):
         d = Daemon(argv, self.dir, name)
         self.daemons.append(d)

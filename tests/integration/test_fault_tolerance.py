@@ -147,6 +147,77 @@ class DispatcherCrash(unittest.TestCase):
         self.assertGreater(min(fresh), max(old_ids | set(workers_before)))
 
 
+class WorkerCrash(unittest.TestCase):
+    """Workers killed with -9 mid-epoch under DYNAMIC sharding: the dispatcher
+    sees the connection close, the consumer says what it received of the
+    lost worker's splits, and the rest of them goes to the other workers;
+    the killed worker comes back on its address and rejoins. Every element
+    arrives exactly once."""
+
+    def setUp(self):
+        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
+        self.cluster.wait_workers_registered(3)
+
+    def tearDown(self):
+        bad = self.cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+    def run_with_worker_kills(self, spec, kills, seed, args=()):
+        """Streams spec through sluice-cat; after each batch count in kills
+        (at, worker index) kills that worker and starts it again on its ports
+        after a seeded pause. Returns (returncode, values, stderr)."""
+        rng = random.Random(seed)
+        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '4'] + list(args))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        got, batches = [], 0
+        try:
+            for at, victim in kills:
+                while batches < at:
+                    line = proc.stdout.readline()
+                    if not line:
+                        break
+                    got.extend(json.loads(line)['value'])
+                    batches += 1
+                self.cluster.restart_worker(victim, down=rng.uniform(0.0, 1.0))
+            for line in proc.stdout:
+                if line.strip():
+                    got.extend(json.loads(line)['value'])
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return proc.returncode, got, proc.stderr.read()
+
+    def test_kill9_workers_mid_epoch_every_element_exactly_once(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        total = N // BATCH
+        ats = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
+        kills = [(at, rng.randrange(3)) for at in ats]
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
+        rc, got, err = self.run_with_worker_kills(spec, kills, seed)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        missing, duplicated, unexpected = missing_and_duplicated(got, range(N))
+        self.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
+                         '%s: %d missing (first %s), %d duplicated (first %s)' %
+                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+        admin = self.cluster.dispatcher.admin_port
+        workers = get_json(admin, '/v1/workers')['workers']
+        lost = [w for w in workers if w['state'] == 'LOST']
+        self.assertEqual(len(lost), 2, '%s: %s' % (where, workers))
+        for w in lost:
+            self.assertIn('its connection closed', w['lost_reason'], where)
+        # The killed workers came back on their addresses and registered again.
+        self.assertEqual(len([w for w in workers if w['state'] == 'LIVE']), 3, '%s: %s' % (where, workers))
+        job = get_json(admin, '/v1/jobs')['jobs'][0]
+        self.assertEqual(job['state'], 'FINISHED', where)
+        self.assertEqual(job['lost_splits'], {'outstanding': 0, 'awaiting_reports': 0, 'queued': 0,
+                                              'report_gen': 2}, where)
+
+
 class Checkpoints(unittest.TestCase):
     """Iterator checkpoints (sl_iterator_checkpoint / sl_iterator_restore,
     sluice-cat --checkpoint-out / --resume-from): a consumer stops after a

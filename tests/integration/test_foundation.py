@@ -1,6 +1,7 @@
 """The foundation, end to end: a real dispatcher and real workers on loopback,
 batches streamed through libsluice (sluice-cat) with OFF and DYNAMIC."""
 import collections
+import concurrent.futures
 import os
 import re
 import shutil
@@ -61,7 +62,11 @@ class ThreeWorkers(unittest.TestCase):
         args = ['--sharding', 'dynamic', '--job-name', 'shared-%d' % os.getpid(), '--max-outstanding', '2']
         procs = [subprocess.Popen(self.c.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for _ in range(2)]
-        outs = [p.communicate(timeout=300) for p in procs]
+        # Read both at once: a consumer blocked on its output would hold the
+        # job's end for the other (a DYNAMIC job ends once every consumer
+        # has what was sent to it, docs/fault-tolerance.md).
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(lambda p: p.communicate(timeout=300), procs))
         for p, (out, err) in zip(procs, outs):
             self.assertEqual(p.returncode, 0, err)
         got = [values(parse_jsonl(out), 'value') for out, _ in outs]

@@ -1,0 +1,445 @@
+/*
+ * outstanding.c: see outstanding.h.
+ *
+ * Why a split is safe to forget once every client reading its task passed
+ * its done_below: a worker puts done_below into a batch when it sends it,
+ * and a split below it had every record sent in that batch or an earlier
+ * one. A client's connection delivers in order, so a client that got a
+ * batch with done_below d also got every earlier batch sent to it; any
+ * record of a split below the smallest d of all clients went to one of
+ * them in a batch it received.
+ *
+ * Memory and storage: a task holds the splits between its worker's reading
+ * and its slowest client's progress report, an array pruned from the front.
+ * Each split is one stored record, put when handed out, deleted when
+ * pruned; orphans are rewritten when they change (a loss is rare).
+ */
+#include "outstanding.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "le.h"
+#include "log.h"
+#include "policy.h"
+
+bool sl__out_tracked(const struct job *j)
+{
+    return j->sharding == SL_SHARDING_DYNAMIC && j->num_consumers == 0;
+}
+
+static void osplit_free(struct osplit *o)
+{
+    if (o->have) {
+        sl_posset_clear(o->have);
+        free(o->have);
+        o->have = NULL;
+    }
+}
+
+/* A position set for what the consumers have of o: it never needs more
+ * runs than half the split's records, rounded up. */
+static sl_posset_t *have_new(const struct osplit *o)
+{
+    sl_posset_t *p = malloc(sizeof *p);
+    if (p)
+        sl_posset_init(p, (size_t)((o->end - o->begin) / 2 + 1));
+    return p;
+}
+
+/* Adds runs (begin, count pairs, 16 bytes each, little-endian) to o's have. */
+static int have_add_wire(struct osplit *o, const uint8_t *runs, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    if (!o->have && !(o->have = have_new(o)))
+        return -ENOMEM;
+    for (uint64_t i = 0; i < n; i++) {
+        int rc = sl_posset_add(o->have, (uint32_t)o->epoch, o->file, sl_get_le64(runs + 16 * i),
+                               sl_get_le64(runs + 16 * i + 8), NULL);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips)
+{
+    if (t->out_head > 0 && t->out_num == t->out_cap) {
+        /* Reuse the room pruning left at the front. */
+        memmove(t->out, t->out + t->out_head, (t->out_num - t->out_head) * sizeof *t->out);
+        t->out_num -= t->out_head;
+        t->out_saved -= t->out_head;
+        t->out_head = 0;
+    }
+    if (sl__dstate_grow(&t->out, &t->out_cap, t->out_num, sizeof *t->out) < 0)
+        return -ENOMEM;
+    struct osplit *o = &t->out[t->out_num];
+    *o = (struct osplit){.id = s->split_id, .task_id = t->id, .epoch = s->epoch, .file = s->file_index,
+                         .state = OS_OUT, .begin = s->begin, .end = s->end};
+    if (skips && have_add_wire(o, skips, s->skip_count) < 0) {
+        osplit_free(o);
+        return -ENOMEM;
+    }
+    t->out_num++;
+    return 0;
+}
+
+unsigned sl__out_count(const struct task *t)
+{
+    return t->out_num - t->out_head;
+}
+
+bool sl__out_pending(const struct job *j)
+{
+    if (j->num_orphans > 0)
+        return true;
+    if (j->num_clients == 0)
+        return false; /* nobody to protect, nobody to say what arrived */
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        if (sl__out_count(&j->tasks[k]) > 0)
+            return true;
+    return false;
+}
+
+static struct client_progress *progress_of(struct client *c, uint64_t task_id)
+{
+    for (unsigned i = 0; i < c->num_progress; i++)
+        if (c->progress[i].task_id == task_id)
+            return &c->progress[i];
+    return NULL;
+}
+
+/* Whether client c reads task t (a client of local workers only does not
+ * read the others). */
+static bool reads(const struct client *c, const struct task *t)
+{
+    return c->target != SL_TARGET_LOCAL || sl_policy_is_local(t->worker_address, c->host);
+}
+
+static void prune(sl_dstate_t *st, struct job *j, struct task *t)
+{
+    if (sl__out_count(t) == 0)
+        return;
+    uint64_t below = UINT64_MAX;
+    unsigned readers = 0;
+    for (unsigned i = 0; i < j->num_clients; i++) {
+        struct client *c = &j->clients[i];
+        if (!reads(c, t))
+            continue;
+        readers++;
+        const struct client_progress *p = progress_of(c, t->id);
+        uint64_t b = p ? p->done_below : 0;
+        if (b < below)
+            below = b;
+    }
+    if (readers == 0)
+        return;
+    while (t->out_head < t->out_num && t->out[t->out_head].id < below) {
+        if (t->out_head < t->out_saved)
+            sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, t->out[t->out_head].id);
+        osplit_free(&t->out[t->out_head]);
+        t->out_head++;
+    }
+    if (t->out_saved < t->out_head)
+        t->out_saved = t->out_head;
+    if (t->out_head == t->out_num)
+        t->out_head = t->out_num = t->out_saved = 0;
+}
+
+void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
+{
+    if (!sl__out_tracked(j))
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        struct job *tj = NULL;
+        struct task *t = sl__dstate_task(st, p[i].task_id, &tj);
+        if (!t || tj != j)
+            continue; /* a task of another job, or forgotten: nothing to prune */
+        struct client_progress *cp = progress_of(c, p[i].task_id);
+        if (!cp) {
+            if (sl__dstate_grow(&c->progress, &c->cap_progress, c->num_progress, sizeof *c->progress) < 0)
+                continue; /* out of memory: the splits stay outstanding, which is safe */
+            cp = &c->progress[c->num_progress++];
+            *cp = (struct client_progress){.task_id = p[i].task_id};
+        }
+        if (p[i].done_below > cp->done_below)
+            cp->done_below = p[i].done_below;
+    }
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        prune(st, j, &j->tasks[k]);
+}
+
+static int orphans_append(struct job *j, const struct osplit *o)
+{
+    if (sl__dstate_grow(&j->orphans, &j->cap_orphans, j->num_orphans, sizeof *j->orphans) < 0)
+        return -ENOMEM;
+    j->orphans[j->num_orphans++] = *o;
+    j->orphans_dirty = true;
+    return 0;
+}
+
+/* Moves t's outstanding splits from index `from` on to the orphans in state
+ * `state`. @return how many moved */
+static unsigned move_to_orphans(sl_dstate_t *st, struct job *j, struct task *t, unsigned from,
+                                enum osplit_state state)
+{
+    unsigned moved = 0;
+    for (unsigned i = from; i < t->out_num; i++) {
+        struct osplit o = t->out[i];
+        o.state = state;
+        o.dirty = true;
+        if (orphans_append(j, &o) < 0) {
+            /* Cannot keep it: say so loudly; its records may be missing. */
+            sl_log_error("job %" PRIu64 ": out of memory: split %" PRIu64 " (file %" PRIu32 " [%" PRIu64 ", %" PRIu64
+                         ") of epoch %" PRIu64 ") of lost task %" PRIu64 " is not handed out again",
+                         j->id, o.id, o.file, o.begin, o.end, o.epoch, t->id);
+            if (i < t->out_saved)
+                sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, o.id);
+            osplit_free(&t->out[i]);
+            continue;
+        }
+        moved++;
+    }
+    t->out_num = from > t->out_head ? from : t->out_head;
+    if (t->out_saved > t->out_num)
+        t->out_saved = t->out_num;
+    if (t->out_head == t->out_num)
+        t->out_head = t->out_num = t->out_saved = 0;
+    return moved;
+}
+
+void sl__out_orphan(sl_dstate_t *st, struct job *j, struct task *t)
+{
+    if (!sl__out_tracked(j) || sl__out_count(t) == 0)
+        return;
+    unsigned n = move_to_orphans(st, j, t, t->out_head, OS_AWAIT);
+    j->report_gen++;
+    j->dirty = true;
+    sl_log_warn("job %" PRIu64 ": %u splits of lost task %" PRIu64 " wait for the clients to say what they received "
+                "(report %" PRIu64 ")", j->id, n, t->id, j->report_gen);
+}
+
+void sl__out_unreceived(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below)
+{
+    if (!sl__out_tracked(j))
+        return;
+    unsigned from = t->out_head;
+    while (from < t->out_num && t->out[from].id < below)
+        from++;
+    if (from == t->out_num)
+        return;
+    unsigned n = move_to_orphans(st, j, t, from, OS_QUEUED);
+    sl_log_info("job %" PRIu64 ": task %" PRIu64 " ended without reading %u of its splits: they are handed out again",
+                j->id, t->id, n);
+}
+
+int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
+                   const uint8_t *payload, size_t len, char *err, size_t errlen)
+{
+    if (req->report_gen != j->report_gen) {
+        sl_log_debug("job %" PRIu64 ": client %" PRIu64 " answered report %" PRIu64 ", the job is at %" PRIu64, j->id,
+                     c->id, req->report_gen, j->report_gen);
+        return 0;
+    }
+    if (req->untracked) {
+        sl_log_warn("job %" PRIu64 ": client %" PRIu64 " cannot say what it received of the lost workers' splits: "
+                    "what it got of them may come again", j->id, c->id);
+        c->reported_gen = req->report_gen;
+        return 0;
+    }
+    sl_posset_t got;
+    sl_posset_init(&got, st->cfg.max_exclude_runs);
+    char why[200];
+    int rc = sl_posset_decode(&got, payload, len, why, sizeof why);
+    if (rc < 0) {
+        sl_posset_clear(&got);
+        if (rc == -ENOSPC)
+            snprintf(err, errlen, "report of client %" PRIu64 ": more than %u runs of positions", c->id,
+                     st->cfg.max_exclude_runs);
+        else
+            snprintf(err, errlen, "report of client %" PRIu64 ": %s", c->id, rc == -ENOMEM ? "out of memory" : why);
+        return rc == -ENOMEM ? rc : SL_EDATA;
+    }
+    uint64_t added = 0;
+    for (unsigned i = 0; i < j->num_orphans && rc == 0; i++) {
+        struct osplit *o = &j->orphans[i];
+        if (o->state != OS_AWAIT)
+            continue;
+        size_t n = sl_posset_within(&got, (uint32_t)o->epoch, o->file, o->begin, o->end, NULL, 0);
+        if (n == 0)
+            continue;
+        sl_posrun_t *runs = malloc(n * sizeof *runs);
+        if (!runs || (!o->have && !(o->have = have_new(o)))) {
+            free(runs);
+            rc = -ENOMEM;
+            break;
+        }
+        sl_posset_within(&got, (uint32_t)o->epoch, o->file, o->begin, o->end, runs, n);
+        for (size_t r = 0; r < n && rc == 0; r++) {
+            uint64_t dup = 0;
+            rc = sl_posset_add(o->have, (uint32_t)o->epoch, o->file, runs[r].begin, runs[r].count, &dup);
+            added += runs[r].count - dup;
+        }
+        free(runs);
+        o->dirty = true;
+        j->orphans_dirty = true;
+    }
+    sl_posset_clear(&got);
+    if (rc < 0) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    sl_log_info("job %" PRIu64 ": client %" PRIu64 " reported for %" PRIu64 ": %" PRIu64
+                " more records of the lost splits received", j->id, c->id, req->report_gen, added);
+    c->reported_gen = req->report_gen;
+    return 0;
+}
+
+bool sl__out_check_reports(sl_dstate_t *st, struct job *j)
+{
+    (void)st;
+    bool waiting = false, queued = false;
+    for (unsigned i = 0; i < j->num_orphans; i++) {
+        waiting |= j->orphans[i].state == OS_AWAIT;
+        queued |= j->orphans[i].state == OS_QUEUED;
+    }
+    if (!waiting)
+        return queued;
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].reported_gen < j->report_gen)
+            return queued;
+    unsigned n = 0;
+    uint64_t have = 0;
+    for (unsigned i = 0; i < j->num_orphans; i++) {
+        struct osplit *o = &j->orphans[i];
+        if (o->state != OS_AWAIT)
+            continue;
+        o->state = OS_QUEUED;
+        o->dirty = true;
+        n++;
+        have += o->have ? sl_posset_size(o->have) : 0;
+    }
+    j->orphans_dirty = true;
+    sl_log_info("job %" PRIu64 ": every client reported: %u splits of lost tasks are handed out again, without the %"
+                PRIu64 " records the clients have", j->id, n, have);
+    return true;
+}
+
+uint64_t sl__out_report_from(const struct job *j)
+{
+    uint64_t from = UINT64_MAX;
+    for (unsigned i = 0; i < j->num_orphans; i++)
+        if (j->orphans[i].state == OS_AWAIT && j->orphans[i].epoch < from)
+            from = j->orphans[i].epoch;
+    return from == UINT64_MAX ? 0 : from;
+}
+
+/* Drops orphan i (handed out whole, or all of it received). */
+static void orphan_remove(sl_dstate_t *st, struct job *j, unsigned i)
+{
+    sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, j->orphans[i].id);
+    osplit_free(&j->orphans[i]);
+    memmove(&j->orphans[i], &j->orphans[i + 1], (j->num_orphans - i - 1) * sizeof *j->orphans);
+    j->num_orphans--;
+}
+
+int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSplitResponse *resp, unsigned max)
+{
+    for (unsigned i = 0; i < j->num_orphans && resp->splits_count < max;) {
+        struct osplit *o = &j->orphans[i];
+        if (o->state != OS_QUEUED) {
+            i++;
+            continue;
+        }
+        uint32_t e = (uint32_t)o->epoch;
+        uint64_t have = o->have ? sl_posset_count(o->have, e, o->file, o->begin, o->end) : 0;
+        if (have == o->end - o->begin) {
+            orphan_remove(st, j, i); /* every record of it arrived: nothing to hand out */
+            continue;
+        }
+        size_t n = have ? sl_posset_within(o->have, e, o->file, o->begin, o->end, NULL, 0) : 0;
+        size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
+        if (n > 0 && room == 0)
+            break; /* no room for its skips in this answer: the next one */
+        if (n > 0 && !t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
+            return -ENOMEM;
+        size_t take = n > room ? room : n;
+        sl_posrun_t *runs = NULL;
+        if (n > 0 && !(runs = malloc((take + 1) * sizeof *runs)))
+            return -ENOMEM;
+        if (n > 0)
+            sl_posset_within(o->have, e, o->file, o->begin, o->end, runs, take + 1);
+        uint64_t end = n > room ? runs[room].begin : o->end; /* cut where the skips stop fitting */
+        sluice_Split *s = &resp->splits[resp->splits_count];
+        *s = (sluice_Split){.split_id = j->split_seq++, .file_index = o->file, .begin = o->begin, .end = end,
+                            .epoch = o->epoch, .skip_offset = take ? t->last_skips_len : 0, .skip_count = take};
+        for (size_t r = 0; r < take; r++) {
+            sl_put_le64(t->last_skips + t->last_skips_len, runs[r].begin);
+            sl_put_le64(t->last_skips + t->last_skips_len + 8, runs[r].count);
+            t->last_skips_len += 16;
+        }
+        free(runs);
+        j->cursor_dirty = true; /* split_seq */
+        if (sl__out_add(t, s, take ? t->last_skips + s->skip_offset : NULL) < 0) {
+            t->last_skips_len = (size_t)s->skip_offset;
+            return -ENOMEM;
+        }
+        resp->splits_count++;
+        sl_log_debug("job %" PRIu64 ": split %" PRIu64 " (file %" PRIu32 " [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64
+                     ", %zu runs skipped) handed again to task %" PRIu64 " as split %" PRIu64, j->id, o->id, o->file,
+                     o->begin, end, o->epoch, take, t->id, s->split_id);
+        if (end == o->end) {
+            orphan_remove(st, j, i);
+        } else {
+            o->begin = end;
+            o->dirty = true;
+            j->orphans_dirty = true;
+            break;
+        }
+    }
+    return 0;
+}
+
+void sl__out_clear(sl_dstate_t *st, struct job *j)
+{
+    bool stored = j->num_orphans > 0;
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        struct task *t = &j->tasks[k];
+        stored |= t->out_saved > t->out_head;
+        sl__out_free_task(t);
+    }
+    sl__out_free_job(j);
+    /* Every record of the job: a split id of UINT64_MAX stands for all. */
+    if (stored)
+        sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, UINT64_MAX);
+}
+
+void sl__out_free_task(struct task *t)
+{
+    for (unsigned i = t->out_head; i < t->out_num; i++)
+        osplit_free(&t->out[i]);
+    free(t->out);
+    t->out = NULL;
+    t->out_head = t->out_num = t->out_cap = t->out_saved = 0;
+}
+
+void sl__out_free_job(struct job *j)
+{
+    for (unsigned i = 0; i < j->num_orphans; i++)
+        osplit_free(&j->orphans[i]);
+    free(j->orphans);
+    j->orphans = NULL;
+    j->num_orphans = j->cap_orphans = 0;
+    j->orphans_dirty = false;
+}
+
+void sl__out_free_client(struct client *c)
+{
+    free(c->progress);
+    c->progress = NULL;
+    c->num_progress = c->cap_progress = 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * outstanding.h: DYNAMIC splits exactly once across a worker loss, for the
+ * state machine (state.c) only.
+ *
+ * Every split handed out stays outstanding at its task until each client
+ * that reads the task said it reached it whole (TaskProgress.done_below,
+ * from the batches' done_below). When the task's worker is lost, its
+ * outstanding splits become orphans (AWAIT) and the job's report_gen grows:
+ * each client drops the lost task and reports the positions it received.
+ * Once every client did, the orphans are QUEUED and handed out again
+ * before any new split, with what was received as skip runs. A task that
+ * ended without ever getting some of its splits (an answer it never read)
+ * has them QUEUED at once: nobody can have any of their records.
+ */
+#ifndef SL_DOUTSTANDING_H
+#define SL_DOUTSTANDING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state_types.h"
+
+/** Whether the job keeps outstanding splits (DYNAMIC, not coordinated). */
+bool sl__out_tracked(const struct job *j);
+
+/**
+ * Records split s as handed to t; skips are its s->skip_count skip runs
+ * (16 bytes each, docs/protocol.md), or NULL.
+ * @return 0 or -ENOMEM (then nothing is recorded)
+ */
+int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips);
+
+/** @return how many splits t holds outstanding */
+unsigned sl__out_count(const struct task *t);
+
+/** Whether the job has orphans, or (with clients) outstanding splits. */
+bool sl__out_pending(const struct job *j);
+
+/** A client said how far each task's splits reached it (n of them; c may
+ *  be NULL when n is 0: a client left): every split that reached every
+ *  client reading its task is no longer outstanding. */
+void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
+
+/** Task t's worker was lost: its outstanding splits wait for the clients'
+ *  reports (a new report generation). */
+void sl__out_orphan(sl_dstate_t *st, struct job *j, struct task *t);
+
+/** Task t ended without ever getting its splits from id below on: they are
+ *  queued to be handed out again at once. */
+void sl__out_unreceived(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below);
+
+/**
+ * A client's answer to report generation req->report_gen: payload is a
+ * position set (posset.h bytes) of what it received.
+ * @return 0 (an answer for an older generation is taken and ignored),
+ *         SL_EDATA with what was wrong in err, -ENOMEM
+ */
+int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
+                   const uint8_t *payload, size_t len, char *err, size_t errlen);
+
+/** Queues the orphans waiting for reports once every client of the job
+ *  answered. @return true when there are queued orphans */
+bool sl__out_check_reports(sl_dstate_t *st, struct job *j);
+
+/** The smallest epoch of an orphan waiting for reports (what clients report from). */
+uint64_t sl__out_report_from(const struct job *j);
+
+/**
+ * Hands out queued orphans to t: at most max splits appended to resp,
+ * their skip runs appended to t's answer payload (last_skips).
+ * @return 0 or -ENOMEM
+ */
+int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSplitResponse *resp, unsigned max);
+
+/** The job ended: forgets its outstanding splits and orphans, and their
+ *  stored records. */
+void sl__out_clear(sl_dstate_t *st, struct job *j);
+
+/** Frees what t (a task being freed) holds. */
+void sl__out_free_task(struct task *t);
+
+/** Frees the job's orphans (a job being freed). */
+void sl__out_free_job(struct job *j);
+
+/** Frees what a client record holds (its progress). */
+void sl__out_free_client(struct client *c);
+
+#endif
