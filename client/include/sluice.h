@@ -184,9 +184,14 @@ typedef struct sl_iterator_opts {
                                    dataset); 0 (default): each batch to whoever asks first */
     int consumer_index;         /* 0 .. num_consumers - 1 */
     sl_target_workers_t target_workers; /* default SL_TARGET_ANY */
-    int provenance;             /* non-zero: workers send each batch's provenance
-                                   (sl_batch_provenance), which checkpoints need;
-                                   default 0, as it costs up to 24 bytes per element */
+    int provenance;             /* whether workers send each batch's provenance
+                                   (sl_batch_provenance): 0 (default) under
+                                   SL_SHARDING_DYNAMIC (without coordinated reads) only,
+                                   where the iterator also keeps what it received, for
+                                   checkpoints and exactly once across a worker loss;
+                                   > 0 under every policy; < 0 never (DYNAMIC is then at
+                                   least once across a worker loss, and takes no
+                                   checkpoints) */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */
@@ -345,7 +350,7 @@ SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it
  * the last batch returned: every other element of the job, exactly once,
  * also mid-epoch and with shuffle and filter in the pipeline. Needs an
  * iterator of its own anonymous job with SL_SHARDING_DYNAMIC and
- * opts.provenance set. At most 65536 runs of positions (contiguous records
+ * opts.provenance not below 0. At most 65536 runs of positions (contiguous records
  * make one run).
  * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the

@@ -1,0 +1,382 @@
+/*
+ * test_outstanding.c: DYNAMIC splits exactly once across a worker loss
+ * (dispatcher/outstanding.c), through the state machine's public calls and
+ * a real LMDB store: a lost task's splits wait for every client's report,
+ * go out again first without what the clients have, are forgotten once
+ * every client confirmed them, survive a restart, and keep the job from
+ * finishing until nothing is left.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "persist.h"
+#include "posset.h"
+#include "sluice.h"
+#include "state.h"
+#include "store.h"
+
+static char dir[64];
+static sl_store_t *store;
+static sl_dstate_t *st;
+static char err[1024];
+static sluice_ClientHeartbeatResponse *hb;
+
+static void setup(void)
+{
+    sl_log_init("test_outstanding", -1);
+    snprintf(dir, sizeof dir, "/tmp/sl-out-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    int n;
+    const char *const *tables = sl_dpersist_tables(&n);
+    sl_store_opts_t o = {.tables = tables, .num_tables = n};
+    cr_assert_eq(sl_store_open(dir, &o, &store, err, sizeof err), 0, "%s", err);
+    hb = calloc(1, sizeof *hb);
+}
+
+static void teardown(void)
+{
+    sl_dstate_free(st);
+    st = NULL;
+    sl_store_close(store);
+    store = NULL;
+    free(hb);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(outstanding, .init = setup, .fini = teardown);
+
+static sl_dstate_t *new_state(void)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    sl_dstate_t *s = sl_dstate_new(&cfg);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static uint64_t worker(const char *address)
+{
+    uint64_t id;
+    cr_assert_eq(sl_dstate_worker_register(st, address, 0, &id, err, sizeof err), 0, "%s", err);
+    return id;
+}
+
+/* A named DYNAMIC job over range(1000) with two clients. */
+static uint64_t job(uint64_t *c1, uint64_t *c2)
+{
+    const char *spec = "{\"source\": {\"type\": \"range\", \"stop\": 1000}}";
+    uint64_t ds, job_id;
+    const char *fp;
+    cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "shared"};
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, c1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, c2, err, sizeof err), 0, "%s", err);
+    return job_id;
+}
+
+static json_t *job_view(uint64_t job_id)
+{
+    json_t *j = sl_dstate_job_json(st, job_id, 0);
+    cr_assert_not_null(j);
+    return j;
+}
+
+/* The id of the job's task on worker w (the last one, when it has two). */
+static uint64_t task_of(uint64_t job_id, uint64_t w)
+{
+    json_t *j = job_view(job_id);
+    uint64_t id = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(j, "tasks"), i, t)
+        if ((uint64_t)json_integer_value(json_object_get(t, "worker_id")) == w)
+            id = (uint64_t)json_integer_value(json_object_get(t, "task_id"));
+    json_decref(j);
+    cr_assert_neq(id, 0);
+    return id;
+}
+
+static json_int_t lost_splits(uint64_t job_id, const char *field)
+{
+    json_t *j = job_view(job_id);
+    json_int_t v = json_integer_value(json_object_get(json_object_get(j, "lost_splits"), field));
+    json_decref(j);
+    return v;
+}
+
+static const char *job_state(uint64_t job_id)
+{
+    static char state[32];
+    json_t *j = job_view(job_id);
+    snprintf(state, sizeof state, "%s", json_string_value(json_object_get(j, "state")));
+    json_decref(j);
+    return state;
+}
+
+static void get_splits(uint64_t task, uint64_t seq, uint32_t max, sluice_GetSplitResponse *r)
+{
+    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = max, .request_seq = seq};
+    *r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, r, err, sizeof err), 0, "%s", err);
+}
+
+/* A client heartbeat saying how far each of n tasks reached it. */
+static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64_t *tasks, const uint64_t *below)
+{
+    sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
+    req->job_id = job_id;
+    req->client_id = client;
+    for (unsigned i = 0; i < n; i++)
+        req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = tasks[i], .done_below = below[i]};
+    memset(hb, 0, sizeof *hb);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, req, 0, hb, err, sizeof err), 0, "%s", err);
+    free(req);
+}
+
+/* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
+static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, const uint64_t (*runs)[2])
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 1000);
+    for (unsigned i = 0; i < n; i++)
+        cr_assert_eq(sl_posset_add(&s, 0, 0, runs[i][0], runs[i][1], NULL), 0);
+    size_t len = sl_posset_encode(&s, NULL, 0);
+    uint8_t *buf = malloc(len);
+    sl_posset_encode(&s, buf, len);
+    sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
+    int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
+    free(buf);
+    sl_posset_clear(&s);
+    return rc;
+}
+
+static void save(void)
+{
+    cr_assert_eq(sl_dpersist_save(st, store, err, sizeof err), 0, "%s", err);
+}
+
+static void restart(void)
+{
+    sl_dstate_free(st);
+    st = new_state();
+    cr_assert_eq(sl_dpersist_load(st, store, 0, err, sizeof err), 0, "%s", err);
+}
+
+Test(outstanding, a_lost_tasks_splits_go_again_without_what_the_clients_received)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r); /* [0,100) [100,200) [200,300) */
+    cr_assert_eq(r.splits_count, 3);
+    cr_assert_eq(r.splits[2].end, 300);
+    cr_assert_eq(lost_splits(j, "outstanding"), 3);
+
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    heartbeat(j, c1, 0, NULL, NULL);
+    cr_assert_eq(hb->report_gen, 1);
+    cr_assert_eq(hb->report_from_epoch, 0);
+    for (pb_size_t i = 0; i < hb->tasks_count; i++)
+        cr_assert_neq(hb->tasks[i].task_id, ta, "a client no longer reads the lost task");
+
+    /* Until every client reported, the lost splits wait; new ones go out. */
+    const uint64_t got1[][2] = {{0, 50}, {120, 10}, {900, 5}};
+    cr_assert_eq(report(j, c1, 1, 3, got1), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    get_splits(tb, 1, 1, &r);
+    cr_assert_eq(r.splits_count, 1);
+    cr_assert_eq(r.splits[0].begin, 300);
+    /* A report for an older generation changes nothing. */
+    const uint64_t none[][2] = {{0, 1}};
+    cr_assert_eq(report(j, c2, 0, 1, none), 0);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    const uint64_t got2[][2] = {{50, 50}};
+    cr_assert_eq(report(j, c2, 1, 1, got2), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 3);
+
+    /* [0,100) arrived whole: dropped. [100,200) goes out again without
+     * [120,130), in its own epoch; then [200,300) whole. */
+    get_splits(tb, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 2);
+    cr_assert_eq(r.splits[0].begin, 100);
+    cr_assert_eq(r.splits[0].end, 200);
+    cr_assert_eq(r.splits[0].epoch, 0);
+    cr_assert_eq(r.splits[0].skip_count, 1);
+    size_t len;
+    const uint8_t *skips = sl_dstate_split_skips(st, tb, &len);
+    cr_assert_eq(len, 16);
+    uint64_t k[2];
+    memcpy(k, skips + r.splits[0].skip_offset, sizeof k);
+    cr_assert_eq(k[0], 120);
+    cr_assert_eq(k[1], 10);
+    cr_assert_eq(r.splits[1].begin, 200);
+    cr_assert_eq(r.splits[1].end, 300);
+    cr_assert_eq(r.splits[1].skip_count, 0);
+    cr_assert_eq(lost_splits(j, "queued"), 0);
+    cr_assert_gt(r.splits[0].split_id, 3, "a split handed out again gets a new id");
+}
+
+Test(outstanding, splits_are_forgotten_once_every_client_has_them)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r);
+    uint64_t first = r.splits[0].split_id;
+    save();
+    uint64_t below = first + 2;
+    heartbeat(j, c1, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 4, "one client is not all of them");
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2);
+    /* A smaller done_below later changes nothing (it only grows). */
+    uint64_t less = first;
+    heartbeat(j, c2, 1, &ta, &less);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2);
+    save();
+    restart();
+    cr_assert_eq(lost_splits(j, "outstanding"), 2, "the forgotten ones are gone from the store too");
+    /* A client that leaves is no longer waited for. */
+    below = first + 4;
+    heartbeat(j, c1, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2);
+    cr_assert_eq(sl_dstate_client_release(st, j, c2, 0), 0);
+    cr_assert_eq(lost_splits(j, "outstanding"), 0);
+}
+
+Test(outstanding, lost_splits_and_reports_survive_a_restart)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 2, &r); /* [0,100) [100,200) */
+    save();
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    const uint64_t got1[][2] = {{10, 20}};
+    cr_assert_eq(report(j, c1, 1, 1, got1), 0, "%s", err);
+    save();
+    restart();
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 2);
+    /* The generation moved on: who reported before the restart is asked again. */
+    cr_assert_eq(lost_splits(j, "report_gen"), 2);
+    cr_assert_eq(report(j, c1, 2, 0, NULL), 0, "%s", err);
+    cr_assert_eq(report(j, c2, 2, 0, NULL), 0, "%s", err);
+    get_splits(tb, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 2);
+    cr_assert_eq(r.splits[0].begin, 0);
+    cr_assert_eq(r.splits[0].skip_count, 1, "what c1 said before the restart is kept");
+}
+
+Test(outstanding, the_job_waits_for_lost_splits_and_a_live_worker_takes_them)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 5, &r); /* the guided hand-out gives it [0,300) of 10 splits for 2 tasks */
+    pb_size_t held = r.splits_count;
+    cr_assert_eq(held, 3);
+    get_splits(tb, 1, 8, &r);
+    uint64_t seq = 2;
+    while (!r.end_of_epoch)
+        get_splits(tb, seq++, 8, &r);
+    /* b ended its pipeline and its clients have all of its splits. */
+    sluice_WorkerHeartbeatRequest *wr = calloc(1, sizeof *wr);
+    sluice_WorkerHeartbeatResponse *wp = calloc(1, sizeof *wp);
+    wr->worker_id = wb;
+    wr->tasks_count = 1;
+    wr->tasks[0] = (sluice_TaskStatus){.task_id = tb, .state = SL_TASK_DONE, .done_below = 1000};
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    uint64_t below = 1000;
+    heartbeat(j, c1, 1, &tb, &below);
+    heartbeat(j, c2, 1, &tb, &below);
+    cr_assert_str_eq(job_state(j), "RUNNING", "a's splits are not confirmed");
+    /* a dies: its splits wait for reports, then b's worker gets a new task. */
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    cr_assert_eq(report(j, c1, 1, 0, NULL), 0, "%s", err);
+    cr_assert_eq(report(j, c2, 1, 0, NULL), 0, "%s", err);
+    cr_assert_str_eq(job_state(j), "RUNNING");
+    uint64_t tc = task_of(j, wb);
+    cr_assert_neq(tc, tb, "a second task on b's worker takes the lost splits");
+    memset(wp, 0, sizeof *wp);
+    wr->tasks_count = 0;
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(wp->new_tasks_count, 1);
+    cr_assert_eq(wp->new_tasks[0].task_id, tc);
+    /* It asks for epoch 0 and gets a's splits back, then the epoch's end. */
+    get_splits(tc, 1, 8, &r);
+    cr_assert_eq(r.splits_count, held);
+    cr_assert_eq(r.splits[0].begin, 0);
+    get_splits(tc, 2, 8, &r);
+    cr_assert(r.end_of_epoch);
+    wr->tasks_count = 1;
+    wr->tasks[0] = (sluice_TaskStatus){.task_id = tc, .state = SL_TASK_DONE, .done_below = r.splits_count + 1000};
+    memset(wp, 0, sizeof *wp);
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(job_state(j), "RUNNING", "the clients have not confirmed c's splits");
+    below = UINT64_MAX;
+    heartbeat(j, c1, 1, &tc, &below);
+    heartbeat(j, c2, 1, &tc, &below);
+    cr_assert_str_eq(job_state(j), "FINISHED");
+    free(wr);
+    free(wp);
+}
+
+Test(outstanding, splits_a_task_never_read_go_out_again_at_once)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r);
+    uint64_t last = r.splits[2].split_id;
+    /* Its pipeline ended having read only the first two (the answer with
+     * the third was lost, say): the third goes out again, no report needed. */
+    sluice_WorkerHeartbeatRequest *wr = calloc(1, sizeof *wr);
+    sluice_WorkerHeartbeatResponse *wp = calloc(1, sizeof *wp);
+    wr->worker_id = wa;
+    wr->tasks_count = 1;
+    wr->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_DONE, .done_below = last};
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 1);
+    get_splits(tb, 1, 8, &r);
+    cr_assert_eq(r.splits[0].begin, 200);
+    cr_assert_eq(r.splits[0].end, 300);
+    free(wr);
+    free(wp);
+}
+
+Test(outstanding, a_damaged_report_is_refused_with_what_was_wrong)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    sluice_GetSplitResponse r;
+    get_splits(task_of(j, wa), 1, 1, &r);
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    sluice_ReportReceivedRequest req = {.job_id = j, .client_id = c1, .report_gen = 1};
+    const uint8_t junk[] = "not a position set";
+    cr_assert_eq(sl_dstate_client_report(st, &req, junk, sizeof junk, 0, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "report of client"), "%s", err);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 1, "the client must report again");
+    req.client_id = 999;
+    cr_assert_eq(sl_dstate_client_report(st, &req, NULL, 0, 0, err, sizeof err), SL_ENOTFOUND);
+}
