@@ -103,6 +103,128 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
     return 0;
 }
 
+/* Orders runs by (epoch, file, begin). */
+static int cmp_run(const void *a, const void *b)
+{
+    const sl_posrun_t *x = a, *y = b;
+    int c = cmp_key(x, y->epoch, y->file);
+    if (c != 0)
+        return c;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Appends r to out[0..*n), merging it into the last run when it is of the
+ * same (epoch, file) and overlaps or touches it. Runs come in cmp_run order. */
+static void append_run(sl_posrun_t *out, size_t *n, const sl_posrun_t *r)
+{
+    if (*n > 0) {
+        sl_posrun_t *last = &out[*n - 1];
+        uint64_t end = last->begin + last->count;
+        if (cmp_key(last, r->epoch, r->file) == 0 && r->begin <= end) {
+            if (r->begin + r->count > end)
+                last->count = r->begin + r->count - last->begin;
+            return;
+        }
+    }
+    out[(*n)++] = *r;
+}
+
+/* The first run after every position that [begin, end) of (e, f) overlaps
+ * or touches. */
+static size_t upper(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t end)
+{
+    size_t lo = 0, hi = s->num;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const sl_posrun_t *r = &s->runs[mid];
+        int c = cmp_key(r, e, f);
+        if (c > 0 || (c == 0 && r->begin > end))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (n > SIZE_MAX / 2 / sizeof(sl_posrun_t))
+        return -ENOMEM;
+    /* One buffer: the new runs, sorted and coalesced in place, then room
+     * for their merge with the set's runs they reach. */
+    sl_posrun_t *add = malloc(n * sizeof *add);
+    sl_posrun_t *out = NULL;
+    int rc = -ENOMEM;
+    if (!add)
+        goto done;
+    memcpy(add, runs, n * sizeof *add);
+    bool sorted = true;
+    for (size_t i = 0; i < n; i++) {
+        if (add[i].begin + add[i].count < add[i].begin) {
+            rc = -EOVERFLOW;
+            goto done;
+        }
+        if (i > 0 && sorted && cmp_run(&add[i - 1], &add[i]) > 0)
+            sorted = false;
+    }
+    if (!sorted)
+        qsort(add, n, sizeof *add, cmp_run);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (add[i].count > 0)
+            append_run(add, &m, &add[i]);
+    }
+    rc = 0;
+    if (m == 0)
+        goto done;
+
+    /* Set runs [i0, i1) may merge with the new ones: from the first that
+     * reaches the first new run to the last that the last new run reaches
+     * (coalesced and sorted, the last new run ends last in its key). */
+    const sl_posrun_t *first = &add[0], *last = &add[m - 1];
+    size_t i0 = lower(s, first->epoch, first->file, first->begin);
+    size_t i1 = upper(s, last->epoch, last->file, last->begin + last->count);
+    if (i1 < i0)
+        i1 = i0;
+    size_t reach = i1 - i0, k = 0;
+    rc = -ENOMEM;
+    out = malloc((reach + m) * sizeof *out);
+    if (!out)
+        goto done;
+    size_t a = i0, b = 0;
+    while (a < i1 || b < m) {
+        bool take_set = b == m || (a < i1 && cmp_run(&s->runs[a], &add[b]) <= 0);
+        append_run(out, &k, take_set ? &s->runs[a++] : &add[b++]);
+    }
+    size_t tail = s->num - i1, total = i0 + k + tail;
+    rc = -ENOSPC;
+    if (total > s->max_runs)
+        goto done;
+    if (total > s->cap) {
+        size_t ncap = s->cap * 2 > total ? s->cap * 2 : total;
+        if (ncap < 16)
+            ncap = 16;
+        if (ncap > s->max_runs)
+            ncap = s->max_runs;
+        sl_posrun_t *p = realloc(s->runs, ncap * sizeof *p);
+        rc = -ENOMEM;
+        if (!p)
+            goto done;
+        s->runs = p;
+        s->cap = ncap;
+    }
+    memmove(&s->runs[i0 + k], &s->runs[i1], tail * sizeof *s->runs);
+    memcpy(&s->runs[i0], out, k * sizeof *out);
+    s->num = total;
+    rc = 0;
+done:
+    free(out);
+    free(add);
+    return rc;
+}
+
 uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end)
 {
     uint64_t n = 0;
