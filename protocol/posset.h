@@ -27,11 +27,17 @@ typedef struct sl_posrun {
 typedef struct sl_posset {
     sl_posrun_t *runs;
     size_t num, cap, max_runs;
+    /* sl_posset_add_many()'s working memory, kept for the next call:
+     * scratch_cap bytes (at most twice a batch's runs, the runs of the set
+     * it reaches, and a bitmap of about a word per run). */
+    void *scratch;
+    size_t scratch_cap;
 } sl_posset_t;
 
 /** An empty set of at most max_runs runs (nothing allocated yet). */
 void sl_posset_init(sl_posset_t *s, size_t max_runs);
 
+/** Frees what the set holds; it is empty then (max_runs kept). */
 void sl_posset_clear(sl_posset_t *s);
 
 /**

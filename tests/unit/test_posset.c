@@ -150,7 +150,8 @@ Test(posset, bytes_round_trip_and_damage_is_refused)
  * frontier, as a shuffled stream's do, with some far behind it. */
 static sl_posrun_t random_run(uint64_t frontier)
 {
-    sl_posrun_t r = {(uint32_t)(rand() % EPOCHS), (uint32_t)(rand() % FILES), 0, (uint64_t)(rand() % 6)};
+    sl_posrun_t r = {(uint32_t)(rand() % EPOCHS), (uint32_t)(rand() % FILES), 0,
+                     (uint64_t)(rand() % 20 ? rand() % 6 : rand() % 200)};
     uint64_t back = (uint64_t)(rand() % 10 == 0 ? rand() % 5000 : rand() % 300);
     r.begin = frontier > back ? frontier - back : 0;
     return r;
@@ -182,10 +183,14 @@ Test(posset, add_many_matches_one_at_a_time_on_random_batches)
         size_t n = (size_t)(rand() % 600);
         for (size_t i = 0; i < n; i++)
             batch[i] = random_run(frontier + (uint64_t)(rand() % 400));
-        /* Sometimes an in-order batch: the sorted fast path. */
+        /* Sometimes an in-order batch (the sorted path), sometimes more
+         * files than a batch coalesces by bitmap (the sort). */
         if (round % 7 == 0)
             for (size_t i = 0; i < n; i++)
                 batch[i] = (sl_posrun_t){1, 2, frontier + 3 * i, 2};
+        if (round % 7 == 3)
+            for (size_t i = 0; i < n; i++)
+                batch[i].file = (uint32_t)(rand() % 40);
         frontier += 150;
         for (size_t i = 0; i < n; i++)
             cr_assert_eq(sl_posset_add(&one, batch[i].epoch, batch[i].file, batch[i].begin, batch[i].count, NULL), 0);
