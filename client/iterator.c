@@ -38,6 +38,7 @@
 #include "frame.h"
 #include "le.h"
 #include "posset.h"
+#include "provwire.h"
 
 #define RETRY_MS 200
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
@@ -57,8 +58,12 @@ struct sl_batch {
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
     uint8_t *payload;
     size_t size;
-    const sl_provenance_run_t *prov_at; /* num_prov runs, in payload or prov */
-    sl_provenance_run_t *prov;          /* owned: a copy when they were not aligned in payload */
+    /* The provenance: num_prov runs, checked, encoded at prov_wire (in
+     * payload; provwire.h) and decoded into prov (owned) when the caller
+     * asks for them: the ledger reads them without keeping a copy. */
+    const uint8_t *prov_wire;
+    size_t prov_wire_len;
+    sl_provenance_run_t *prov;
     size_t num_prov;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
@@ -147,6 +152,8 @@ struct sl_iterator {
      * filled once its notice says every record it delivered was given. */
     uint64_t dataset_id;
     sl_posset_t restored, got;
+    sl_provenance_run_t *ledger_runs; /* a batch's runs on their way into got: ledger_cap of them */
+    size_t ledger_cap;
     int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
     int error;
     char err[1024];
@@ -252,28 +259,23 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
         free(payload);
         return NULL;
     }
-    if (sl_wire_prov_validate(resp->provenance_offset, resp->provenance_length, size, payload, resp->num_elements,
-                              &num_prov, why, sizeof why) < 0) {
+    /* The provenance (docs/protocol.md): checked against the payload and
+     * the batch's elements now, decoded when it is read. */
+    int prc = SL_EPROTO;
+    if (resp->provenance_offset > size || resp->provenance_length > size - resp->provenance_offset)
+        snprintf(why, sizeof why, "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes",
+                 resp->provenance_offset, resp->provenance_length, size);
+    else
+        prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
+                               resp->num_elements, NULL, &num_prov, why, sizeof why);
+    if (prc < 0) {
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
         free(payload);
         return NULL;
     }
     struct sl_batch *b = calloc(1, sizeof *b);
     sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
-    if (b && num_prov > 0) {
-        /* Read in place when aligned, as a worker sends them; else copied. */
-        if (resp->provenance_offset % _Alignof(sl_provenance_run_t) == 0) {
-            b->prov_at = (const sl_provenance_run_t *)(payload + resp->provenance_offset);
-        } else {
-            b->prov = malloc(num_prov * sizeof *b->prov);
-            if (b->prov)
-                memcpy(b->prov, payload + resp->provenance_offset, num_prov * sizeof *b->prov);
-            b->prov_at = b->prov;
-        }
-        b->num_prov = b->prov_at ? num_prov : 0;
-    }
-    if (!b || (num_prov > 0 && !b->prov_at) ||
-        done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
+    if (!b || done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
         snprintf(err, errlen, "out of memory");
         if (b)
             batch_free(b);
@@ -284,6 +286,9 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     b->num_elements = wb.num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
+    b->num_prov = (size_t)num_prov;
+    b->prov_wire = payload + resp->provenance_offset;
+    b->prov_wire_len = (size_t)resp->provenance_length;
     /* The tensors' bytes: the provenance after them is not counted. */
     b->size = num_prov > 0 ? (size_t)resp->provenance_offset : size;
     for (int i = 0; i < wb.num_components; i++) {
@@ -986,15 +991,29 @@ fail:
     return rc;
 }
 
-/* Records what the caller is given (under it->mu). */
-static void ledger_add(sl_iterator_t *it, const sl_provenance_run_t *runs, size_t n, const sl_split_done_t *done,
-                       size_t ndone)
+/* Records what the caller is given, batch b (or none) and done notices
+ * (under it->mu). */
+static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if (!it->opts.provenance || it->ckpt_rc < 0)
         return;
+    /* A shuffled batch is one run per element: decoded into the ledger's
+     * own buffer (no allocation per batch) and added at once, sorted and
+     * merged in one pass (sl_provenance_run_t has sl_posrun_t's layout). */
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = sl_posset_add(&it->got, runs[i].epoch, runs[i].file_index, runs[i].begin, runs[i].count, NULL);
+    if (b && b->num_prov > 0) {
+        if (b->num_prov > it->ledger_cap) {
+            free(it->ledger_runs);
+            it->ledger_runs = malloc(b->num_prov * sizeof *it->ledger_runs);
+            it->ledger_cap = it->ledger_runs ? b->num_prov : 0;
+        }
+        uint64_t n = 0;
+        rc = it->ledger_runs ? sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, it->ledger_runs, &n,
+                                                NULL, 0)
+                             : -ENOMEM;
+        if (rc == 0)
+            rc = sl_posset_add_many(&it->got, it->ledger_runs, (size_t)n);
+    }
     for (size_t i = 0; i < ndone && rc == 0; i++) {
         const sl_split_done_t *d = &done[i];
         if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
@@ -1025,7 +1044,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
                 break;
             }
             it->num_pending_done = 0;
-            ledger_add(it, b->prov_at, b->num_prov, b->done, b->num_done);
+            ledger_add(it, b, b->done, b->num_done);
             *out = b;
             rc = 0;
             break;
@@ -1035,7 +1054,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             break;
         }
         if (it->finished) {
-            ledger_add(it, NULL, 0, it->pending_done, it->num_pending_done);
+            ledger_add(it, NULL, it->pending_done, it->num_pending_done);
             rc = 1;
             break;
         }
@@ -1185,6 +1204,7 @@ void sl_iterator_close(sl_iterator_t *it)
     free(it->pending_done);
     sl_posset_clear(&it->restored);
     sl_posset_clear(&it->got);
+    free(it->ledger_runs);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         batch_free(it->slots[i].batch);
     if (it->kick)
@@ -1257,8 +1277,22 @@ void sl_batch_release(sl_batch_t *b)
 
 const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
 {
+    /* Decoded on first use; the bytes were checked when the batch came. */
+    struct sl_batch *mb = (struct sl_batch *)b;
+    *num_runs = 0;
+    if (b->num_prov == 0)
+        return NULL;
+    if (!mb->prov) {
+        uint64_t n = 0;
+        mb->prov = malloc(b->num_prov * sizeof *mb->prov);
+        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, mb->prov, &n, NULL, 0) < 0) {
+            free(mb->prov);
+            mb->prov = NULL;
+            return NULL;
+        }
+    }
     *num_runs = b->num_prov;
-    return b->num_prov ? b->prov_at : NULL;
+    return b->prov;
 }
 
 const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)

@@ -338,40 +338,26 @@ int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
         }
     }
 
-    /* The merge. Set runs between two new ones go out as a block, but for
-     * those that the last run out (a new one, maybe grown) reaches. */
-    size_t a = i0, k = 0;
-    for (size_t b = 0; b <= m; b++) {
-        size_t p = i1;
-        if (b < m) {
-            /* Gallop from a (a new run mostly lands a few set runs on),
-             * then search the last step. */
-            size_t lo = a, hi = a, step = 1;
-            while (hi < i1 && not_after(&s->runs[hi], &add[b])) {
-                lo = hi + 1;
-                hi = i1 - hi > step ? hi + step : i1;
-                step *= 2;
-            }
-            while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (not_after(&s->runs[mid], &add[b]))
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            p = lo;
-        }
-        while (a < p && k > 0 && key_of(&out[k - 1]) == key_of(&s->runs[a]) &&
-               s->runs[a].begin <= out[k - 1].begin + out[k - 1].count)
-            append_run(out, &k, &s->runs[a++]);
-        if (a < p) {
-            memcpy(&out[k], &s->runs[a], (p - a) * sizeof *out);
-            k += p - a;
-            a = p;
-        }
-        if (b < m)
-            append_run(out, &k, &add[b]);
+    /* The merge, in one pass: the smaller run of either side goes out
+     * next (chosen without a branch: which one is as good as random), and
+     * append_run() joins it to the last one out when they touch. */
+    size_t a = i0, b = 0, k = 0;
+    const sl_posrun_t *set = s->runs;
+    while (a < i1 && b < m) {
+        bool take_set = not_after(&set[a], &add[b]);
+        const sl_posrun_t *r = take_set ? &set[a] : &add[b];
+        a += take_set;
+        b += !take_set;
+        append_run(out, &k, r);
     }
+    while (b < m)
+        append_run(out, &k, &add[b++]);
+    /* The set's runs left: those the last run out reaches join it, the
+     * rest (apart from each other) are copied as they are. */
+    while (a < i1 && key_of(&out[k - 1]) == key_of(&set[a]) && set[a].begin <= out[k - 1].begin + out[k - 1].count)
+        append_run(out, &k, &set[a++]);
+    memcpy(&out[k], &set[a], (i1 - a) * sizeof *out);
+    k += i1 - a;
     size_t tail = s->num - i1, total = i0 + k + tail;
     if (total > s->max_runs)
         return -ENOSPC;
