@@ -45,6 +45,8 @@
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
 #define CKPT_MAX_RUNS 65536 /* runs of positions a checkpoint may hold (the dispatcher takes as many) */
+#define LEDGER_BATCHES 8     /* batches whose runs wait before they go into the ledger at once */
+#define LEDGER_RUNS 16384    /* ... or runs: the most that wait is this plus one batch's */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -152,8 +154,14 @@ struct sl_iterator {
      * filled once its notice says every record it delivered was given. */
     uint64_t dataset_id;
     sl_posset_t restored, got;
-    sl_provenance_run_t *ledger_runs; /* a batch's runs on their way into got: ledger_cap of them */
-    size_t ledger_cap;
+    /* The runs and notices of the last batches given, not yet in got
+     * (ledger_add(), ledger_sync()): whoever reads got calls ledger_sync()
+     * first. */
+    sl_provenance_run_t *ledger_runs;
+    size_t ledger_num, ledger_cap;
+    sl_split_done_t *ledger_done;
+    size_t ledger_ndone;
+    unsigned ledger_batches;
     int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
     int error;
     char err[1024];
@@ -991,36 +999,64 @@ fail:
     return rc;
 }
 
+/* Brings got up to date with what the caller was given (under it->mu): the
+ * waiting runs go in at once, sorted and merged in one pass
+ * (sl_provenance_run_t has sl_posrun_t's layout), then each waiting notice
+ * whose split the caller was given every delivered record of fills the
+ * split's holes (records its pipeline dropped). A notice comes after every
+ * batch with records of its split, so counting then is as counting when it
+ * came. */
+static void ledger_sync(sl_iterator_t *it)
+{
+    int rc = it->ckpt_rc;
+    if (rc == 0)
+        rc = sl_posset_add_many(&it->got, it->ledger_runs, it->ledger_num);
+    for (size_t i = 0; i < it->ledger_ndone && rc == 0; i++) {
+        const sl_split_done_t *d = &it->ledger_done[i];
+        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+    }
+    if (rc < 0 && it->ckpt_rc == 0)
+        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+    it->ledger_num = it->ledger_ndone = 0;
+    it->ledger_batches = 0;
+}
+
 /* Records what the caller is given, batch b (or none) and done notices
- * (under it->mu). */
+ * (under it->mu). A shuffled batch is one run per element, and merging
+ * them into got costs a pass over the part of got they reach (the holes
+ * the shuffle leaves): so runs wait, decoded into a buffer of the ledger's
+ * own, and go in LEDGER_BATCHES batches at a time, when the holes between
+ * them have mostly filled. */
 static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if (!it->opts.provenance || it->ckpt_rc < 0)
         return;
-    /* A shuffled batch is one run per element: decoded into the ledger's
-     * own buffer (no allocation per batch) and added at once, sorted and
-     * merged in one pass (sl_provenance_run_t has sl_posrun_t's layout). */
     int rc = 0;
     if (b && b->num_prov > 0) {
-        if (b->num_prov > it->ledger_cap) {
-            free(it->ledger_runs);
-            it->ledger_runs = malloc(b->num_prov * sizeof *it->ledger_runs);
-            it->ledger_cap = it->ledger_runs ? b->num_prov : 0;
+        size_t need = it->ledger_num + b->num_prov;
+        if (need > it->ledger_cap) {
+            size_t cap = it->ledger_cap * 2 > need ? it->ledger_cap * 2 : need;
+            sl_provenance_run_t *p = realloc(it->ledger_runs, cap * sizeof *p);
+            if (p) {
+                it->ledger_runs = p;
+                it->ledger_cap = cap;
+            }
         }
         uint64_t n = 0;
-        rc = it->ledger_runs ? sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, it->ledger_runs, &n,
-                                                NULL, 0)
-                             : -ENOMEM;
-        if (rc == 0)
-            rc = sl_posset_add_many(&it->got, it->ledger_runs, (size_t)n);
+        rc = need <= it->ledger_cap ? sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements,
+                                                       it->ledger_runs + it->ledger_num, &n, NULL, 0)
+                                    : -ENOMEM;
+        it->ledger_num += (size_t)n;
     }
-    for (size_t i = 0; i < ndone && rc == 0; i++) {
-        const sl_split_done_t *d = &done[i];
-        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
-            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+    if (rc == 0 && ndone > 0)
+        rc = done_append(&it->ledger_done, &it->ledger_ndone, done, ndone);
+    if (rc < 0) {
+        it->ckpt_rc = rc;
+        return;
     }
-    if (rc < 0)
-        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+    if (!b || ++it->ledger_batches >= LEDGER_BATCHES || it->ledger_num >= LEDGER_RUNS)
+        ledger_sync(it);
 }
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
@@ -1099,6 +1135,7 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&it->mu);
+    ledger_sync(it);
     sl_posset_t all;
     sl_posset_init(&all, CKPT_MAX_RUNS);
     rc = it->ckpt_rc;
@@ -1205,6 +1242,7 @@ void sl_iterator_close(sl_iterator_t *it)
     sl_posset_clear(&it->restored);
     sl_posset_clear(&it->got);
     free(it->ledger_runs);
+    free(it->ledger_done);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         batch_free(it->slots[i].batch);
     if (it->kick)

@@ -228,35 +228,71 @@ static void block_to_runs(const uint64_t *w, const struct block *bk, sl_posrun_t
  * blocks the runs touch (w: BITMAP_WORDS): O(n + blocks) where a sort
  * compares n log n times through a function pointer. @return false when
  * the runs touch more than MAX_BLOCKS blocks (add is unchanged then) */
+struct blocks {
+    struct block bk[MAX_BLOCKS];
+    size_t nb;
+    uint8_t slot[4 * MAX_BLOCKS]; /* a hash of the blocks: index + 1, 0 free */
+    uint8_t recent[16];           /* by no % 16: index + 1 of a block seen lately, 0 none */
+    uint64_t *w;
+};
+
+/* The index of block no of (e, f), made (its bitmap cleared) if new.
+ * @return it, or -1 when there would be more than MAX_BLOCKS */
+static inline long find_block(struct blocks *t, uint32_t e, uint32_t f, uint64_t no)
+{
+    uint8_t c = t->recent[no % 16];
+    if (c && t->bk[c - 1].no == no && t->bk[c - 1].epoch == e && t->bk[c - 1].file == f)
+        return c - 1;
+    uint64_t h = (no ^ ((uint64_t)e << 32 | f) * 0x9E3779B97F4A7C15ull) * 0x9E3779B97F4A7C15ull;
+    size_t k = (size_t)(h >> 56) % sizeof t->slot;
+    while (t->slot[k] &&
+           (t->bk[t->slot[k] - 1].no != no || t->bk[t->slot[k] - 1].epoch != e || t->bk[t->slot[k] - 1].file != f))
+        k = (k + 1) % sizeof t->slot;
+    if (!t->slot[k]) {
+        if (t->nb == MAX_BLOCKS)
+            return -1;
+        t->bk[t->nb] = (struct block){e, f, no};
+        memset(t->w + t->nb * BLOCK_WORDS, 0, BLOCK_WORDS * sizeof *t->w);
+        t->slot[k] = (uint8_t)++t->nb;
+    }
+    t->recent[no % 16] = t->slot[k];
+    return t->slot[k] - 1;
+}
+
+/* Sorts and coalesces add[0..n) into add[0..*m) through bitmaps of the
+ * blocks the runs touch (w: BITMAP_WORDS): O(n + blocks) where a sort
+ * compares n log n times through a function pointer. @return false when
+ * the runs touch more than MAX_BLOCKS blocks (add is unchanged then) */
 static bool coalesce_by_bitmap(sl_posrun_t *add, size_t n, uint64_t *w, size_t *m)
 {
-    struct block bk[MAX_BLOCKS];
-    uint8_t slot[4 * MAX_BLOCKS] = {0}; /* a hash of the blocks: index + 1, 0 free */
-    size_t nb = 0, last = 0;
+    struct blocks t;
+    t.nb = 0;
+    t.w = w;
+    memset(t.slot, 0, sizeof t.slot);
+    memset(t.recent, 0, sizeof t.recent);
+    struct block *bk = t.bk;
     for (size_t i = 0; i < n; i++) {
         const sl_posrun_t *r = &add[i];
+        if (r->count == 1) {
+            /* A shuffled element: one bit. */
+            long b = find_block(&t, r->epoch, r->file, r->begin >> BLOCK_BITS);
+            if (b < 0)
+                return false;
+            uint64_t off = r->begin & ((1u << BLOCK_BITS) - 1);
+            w[(size_t)b * BLOCK_WORDS + off / 64] |= (uint64_t)1 << (off % 64);
+            continue;
+        }
         uint64_t end = r->begin + r->count;
         for (uint64_t no = r->begin >> BLOCK_BITS; r->count > 0 && no <= (end - 1) >> BLOCK_BITS; no++) {
-            if (nb == 0 || bk[last].no != no || bk[last].epoch != r->epoch || bk[last].file != r->file) {
-                uint64_t h = (no ^ ((uint64_t)r->epoch << 32 | r->file) * 0x9E3779B97F4A7C15ull) * 0x9E3779B97F4A7C15ull;
-                size_t k = (size_t)(h >> 56) % sizeof slot;
-                while (slot[k] && (bk[slot[k] - 1].no != no || bk[slot[k] - 1].epoch != r->epoch ||
-                                   bk[slot[k] - 1].file != r->file))
-                    k = (k + 1) % sizeof slot;
-                if (!slot[k]) {
-                    if (nb == MAX_BLOCKS)
-                        return false;
-                    bk[nb] = (struct block){r->epoch, r->file, no};
-                    memset(w + nb * BLOCK_WORDS, 0, BLOCK_WORDS * sizeof *w);
-                    slot[k] = (uint8_t)++nb;
-                }
-                last = slot[k] - 1u;
-            }
+            long b = find_block(&t, r->epoch, r->file, no);
+            if (b < 0)
+                return false;
             uint64_t base = no << BLOCK_BITS, lo = r->begin > base ? r->begin : base;
             uint64_t hi = end - base < ((uint64_t)1 << BLOCK_BITS) ? end : base + ((uint64_t)1 << BLOCK_BITS);
-            set_bits(w + last * BLOCK_WORDS, lo - base, hi - base);
+            set_bits(w + (size_t)b * BLOCK_WORDS, lo - base, hi - base);
         }
     }
+    size_t nb = t.nb;
     /* The blocks in order (few: an insertion sort of their indexes), then
      * each one's runs. */
     size_t order[MAX_BLOCKS];

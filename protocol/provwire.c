@@ -172,6 +172,15 @@ static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *
                    start);
 }
 
+static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_elements, uint64_t sum, char *err,
+                     size_t errlen)
+{
+    return sl_errf(err, errlen, SL_EPROTO,
+                   "provenance run %" PRIu64 " counts %" PRIu64 " records from %" PRIu64 "; the batch has %" PRIu64
+                   " elements and the runs before it count %" PRIu64,
+                   i, count, begin, num_elements, sum);
+}
+
 /* Pairs whose table and ends a read keeps on the stack. */
 #define STACK_PAIRS 64
 
@@ -223,9 +232,29 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
         goto done;
     }
     uint64_t sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    if (num_pairs == 1) {
+        /* One pair, no indexes (most batches): the loop below without the
+         * table's loads and stores. */
+        uint64_t end = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t dist, count;
+            if ((rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
+                (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
+                goto done;
+            uint64_t begin = end + unzigzag(dist);
+            if (count == 0 || count > num_elements - sum || begin + count < begin) {
+                rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
+                goto done;
+            }
+            if (out)
+                out[i] = (sl_provenance_run_t){pairs[0].epoch, pairs[0].file, begin, count};
+            end = begin + count;
+            sum += count;
+        }
+    }
+    for (uint64_t i = 0; num_pairs > 1 && i < n; i++) {
         uint64_t k = 0, dist, count;
-        if ((num_pairs > 1 && (rc = get_varint(p, len, &pos, &k, "a run's pair", err, errlen)) < 0) ||
+        if ((rc = get_varint(p, len, &pos, &k, "a run's pair", err, errlen)) < 0 ||
             (rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
             (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
             goto done;
@@ -236,10 +265,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
         }
         uint64_t begin = pairs[k].end + unzigzag(dist);
         if (count == 0 || count > num_elements - sum || begin + count < begin) {
-            rc = sl_errf(err, errlen, SL_EPROTO,
-                         "provenance run %" PRIu64 " counts %" PRIu64 " records from %" PRIu64 "; the batch has %" PRIu64
-                         " elements and the runs before it count %" PRIu64,
-                         i, count, begin, num_elements, sum);
+            rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
             goto done;
         }
         if (out)

@@ -55,6 +55,19 @@ Test(provwire, random_runs_round_trip)
     }
 }
 
+Test(provwire, many_pairs_round_trip)
+{
+    /* More pairs than the decoder keeps on the stack: 300 files, each
+     * element of another, as a shuffle over an interleave makes them. */
+    enum { N = 900 };
+    static sl_provenance_run_t runs[N];
+    for (int i = 0; i < N; i++)
+        runs[i] = (sl_provenance_run_t){(uint32_t)(i % 2), (uint32_t)((i * 7) % 300), (uint64_t)(i / 3), 1};
+    size_t len;
+    round_trip(runs, N, N, &len);
+    cr_assert_leq(len, (size_t)N * 4 + 300 * 4, "%zu bytes", len);
+}
+
 Test(provwire, a_shuffled_batch_takes_a_few_bytes_a_run)
 {
     /* A shuffle buffer of 4096 over one file: one run per element, each
