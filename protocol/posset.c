@@ -392,8 +392,10 @@ int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
      * rest (apart from each other) are copied as they are. */
     while (a < i1 && key_of(&out[k - 1]) == key_of(&set[a]) && set[a].begin <= out[k - 1].begin + out[k - 1].count)
         append_run(out, &k, &set[a++]);
-    memcpy(&out[k], &set[a], (i1 - a) * sizeof *out);
-    k += i1 - a;
+    if (a < i1) { /* (an empty set has no runs to copy from) */
+        memcpy(&out[k], &set[a], (i1 - a) * sizeof *out);
+        k += i1 - a;
+    }
     size_t tail = s->num - i1, total = i0 + k + tail;
     if (total > s->max_runs)
         return -ENOSPC;
