@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build')
 ap.add_argument('--elements', type=int, default=4000000)
-ap.add_argument('--rounds', type=int, default=3, help='runs of each side')
+ap.add_argument('--rounds', type=int, default=5, help='runs of each side')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
