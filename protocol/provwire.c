@@ -132,7 +132,8 @@ static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *
                            size_t errlen);
 
 /* Reads a varint at *pos of p[0..len); names what in the message. Values
- * of one and two bytes, most of them, take the inline path. */
+ * of up to three bytes (up to 2^21: counts, and distances within a shuffle
+ * buffer over a few splits) take the inline path. */
 static inline int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
                              size_t errlen)
 {
@@ -145,6 +146,11 @@ static inline int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t
     if (i + 1 < len && p[i + 1] < 0x80) {
         *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)p[i + 1] << 7;
         *pos = i + 2;
+        return 0;
+    }
+    if (i + 2 < len && p[i + 2] < 0x80) {
+        *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)(p[i + 1] & 0x7f) << 7 | (uint64_t)p[i + 2] << 14;
+        *pos = i + 3;
         return 0;
     }
     return get_varint_slow(p, len, pos, v, what, err, errlen);
