@@ -12,3 +12,4 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/parallel_map.py --build "$build"
 ./"$build"/bench/bench_pipeline_ops
 /usr/bin/python3 bench/split_handout.py --build "$build"
+/usr/bin/python3 bench/provenance_cost.py --build "$build"

@@ -38,12 +38,15 @@
 #include "frame.h"
 #include "le.h"
 #include "posset.h"
+#include "provwire.h"
 
 #define RETRY_MS 200
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
 #define CKPT_MAX_RUNS 65536 /* runs of positions a checkpoint may hold (the dispatcher takes as many) */
+#define LEDGER_BATCHES 8     /* batches whose runs wait before they go into the ledger at once */
+#define LEDGER_RUNS 16384    /* ... or runs: the most that wait is this plus one batch's */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -57,8 +60,12 @@ struct sl_batch {
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
     uint8_t *payload;
     size_t size;
-    const sl_provenance_run_t *prov_at; /* num_prov runs, in payload or prov */
-    sl_provenance_run_t *prov;          /* owned: a copy when they were not aligned in payload */
+    /* The provenance: num_prov runs, checked, encoded at prov_wire (in
+     * payload; provwire.h) and decoded into prov (owned) when the caller
+     * asks for them: the ledger reads them without keeping a copy. */
+    const uint8_t *prov_wire;
+    size_t prov_wire_len;
+    sl_provenance_run_t *prov;
     size_t num_prov;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
@@ -148,6 +155,14 @@ struct sl_iterator {
      * filled once its notice says every record it delivered was given. */
     uint64_t dataset_id;
     sl_posset_t restored, got;
+    /* The runs and notices of the last batches given, not yet in got
+     * (ledger_add(), ledger_sync()): whoever reads got calls ledger_sync()
+     * first. */
+    sl_provenance_run_t *ledger_runs;
+    size_t ledger_num, ledger_cap;
+    sl_split_done_t *ledger_done;
+    size_t ledger_ndone;
+    unsigned ledger_batches;
     int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
     /* DYNAMIC (not coordinated), unless opts.provenance < 0: the ledger is
      * kept and workers send provenance, so that after a worker loss the
@@ -261,28 +276,23 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
         free(payload);
         return NULL;
     }
-    if (sl_wire_prov_validate(resp->provenance_offset, resp->provenance_length, size, payload, resp->num_elements,
-                              &num_prov, why, sizeof why) < 0) {
+    /* The provenance (docs/protocol.md): checked against the payload and
+     * the batch's elements now, decoded when it is read. */
+    int prc = SL_EPROTO;
+    if (resp->provenance_offset > size || resp->provenance_length > size - resp->provenance_offset)
+        snprintf(why, sizeof why, "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes",
+                 resp->provenance_offset, resp->provenance_length, size);
+    else
+        prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
+                               resp->num_elements, NULL, &num_prov, why, sizeof why);
+    if (prc < 0) {
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
         free(payload);
         return NULL;
     }
     struct sl_batch *b = calloc(1, sizeof *b);
     sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
-    if (b && num_prov > 0) {
-        /* Read in place when aligned, as a worker sends them; else copied. */
-        if (resp->provenance_offset % _Alignof(sl_provenance_run_t) == 0) {
-            b->prov_at = (const sl_provenance_run_t *)(payload + resp->provenance_offset);
-        } else {
-            b->prov = malloc(num_prov * sizeof *b->prov);
-            if (b->prov)
-                memcpy(b->prov, payload + resp->provenance_offset, num_prov * sizeof *b->prov);
-            b->prov_at = b->prov;
-        }
-        b->num_prov = b->prov_at ? num_prov : 0;
-    }
-    if (!b || (num_prov > 0 && !b->prov_at) ||
-        done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
+    if (!b || done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
         snprintf(err, errlen, "out of memory");
         if (b)
             batch_free(b);
@@ -293,6 +303,9 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     b->num_elements = wb.num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
+    b->num_prov = (size_t)num_prov;
+    b->prov_wire = payload + resp->provenance_offset;
+    b->prov_wire_len = (size_t)resp->provenance_length;
     /* The tensors' bytes: the provenance after them is not counted. */
     b->size = num_prov > 0 ? (size_t)resp->provenance_offset : size;
     for (int i = 0; i < wb.num_components; i++) {
@@ -677,6 +690,8 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
     send_heartbeat(arg);
 }
 
+static void ledger_sync(sl_iterator_t *it);
+
 /* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
 static int report_add(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
 {
@@ -694,18 +709,35 @@ static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, siz
 {
     sl_posset_t set;
     sl_posset_init(&set, CKPT_MAX_RUNS);
+    sl_provenance_run_t *runs = NULL;
+    size_t cap = 0;
     pthread_mutex_lock(&it->mu);
+    ledger_sync(it);
     int rc = it->ckpt_rc;
     if (rc == 0)
         rc = report_add(&set, it->restored.runs, it->restored.num, from);
     if (rc == 0)
         rc = report_add(&set, it->got.runs, it->got.num, from);
-    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
-        for (size_t i = 0; i < b->num_prov && rc == 0; i++)
-            if (b->prov_at[i].epoch >= from)
-                rc = sl_posset_add(&set, b->prov_at[i].epoch, b->prov_at[i].file_index, b->prov_at[i].begin,
-                                   b->prov_at[i].count, NULL);
+    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next) {
+        if (b->num_prov == 0)
+            continue;
+        if (b->num_prov > cap) {
+            sl_provenance_run_t *p = realloc(runs, b->num_prov * sizeof *p);
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            runs = p;
+            cap = b->num_prov;
+        }
+        uint64_t n = 0;
+        rc = sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, runs, &n, NULL, 0);
+        /* sl_provenance_run_t has sl_posrun_t's layout */
+        if (rc == 0)
+            rc = report_add(&set, (const sl_posrun_t *)runs, (size_t)n, from);
+    }
     pthread_mutex_unlock(&it->mu);
+    free(runs);
     *len = rc == 0 ? sl_posset_encode(&set, NULL, 0) : 0;
     *buf = rc == 0 ? malloc(*len) : NULL;
     if (rc == 0 && !*buf)
@@ -1085,22 +1117,64 @@ fail:
     return rc;
 }
 
-/* Records what the caller is given (under it->mu). */
-static void ledger_add(sl_iterator_t *it, const sl_provenance_run_t *runs, size_t n, const sl_split_done_t *done,
-                       size_t ndone)
+/* Brings got up to date with what the caller was given (under it->mu): the
+ * waiting runs go in at once, sorted and merged in one pass
+ * (sl_provenance_run_t has sl_posrun_t's layout), then each waiting notice
+ * whose split the caller was given every delivered record of fills the
+ * split's holes (records its pipeline dropped). A notice comes after every
+ * batch with records of its split, so counting then is as counting when it
+ * came. */
+static void ledger_sync(sl_iterator_t *it)
+{
+    int rc = it->ckpt_rc;
+    if (rc == 0)
+        rc = sl_posset_add_many(&it->got, it->ledger_runs, it->ledger_num);
+    for (size_t i = 0; i < it->ledger_ndone && rc == 0; i++) {
+        const sl_split_done_t *d = &it->ledger_done[i];
+        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+    }
+    if (rc < 0 && it->ckpt_rc == 0)
+        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+    it->ledger_num = it->ledger_ndone = 0;
+    it->ledger_batches = 0;
+}
+
+/* Records what the caller is given, batch b (or none) and done notices
+ * (under it->mu). A shuffled batch is one run per element, and merging
+ * them into got costs a pass over the part of got they reach (the holes
+ * the shuffle leaves): so runs wait, decoded into a buffer of the ledger's
+ * own, and go in LEDGER_BATCHES batches at a time, when the holes between
+ * them have mostly filled. */
+static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if ((it->opts.provenance <= 0 && !it->track) || it->ckpt_rc < 0)
         return;
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = sl_posset_add(&it->got, runs[i].epoch, runs[i].file_index, runs[i].begin, runs[i].count, NULL);
-    for (size_t i = 0; i < ndone && rc == 0; i++) {
-        const sl_split_done_t *d = &done[i];
-        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
-            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+    if (b && b->num_prov > 0) {
+        size_t need = it->ledger_num + b->num_prov;
+        if (need > it->ledger_cap) {
+            size_t cap = it->ledger_cap * 2 > need ? it->ledger_cap * 2 : need;
+            sl_provenance_run_t *p = realloc(it->ledger_runs, cap * sizeof *p);
+            if (p) {
+                it->ledger_runs = p;
+                it->ledger_cap = cap;
+            }
+        }
+        uint64_t n = 0;
+        rc = need <= it->ledger_cap ? sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements,
+                                                       it->ledger_runs + it->ledger_num, &n, NULL, 0)
+                                    : -ENOMEM;
+        it->ledger_num += (size_t)n;
     }
-    if (rc < 0)
-        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+    if (rc == 0 && ndone > 0)
+        rc = done_append(&it->ledger_done, &it->ledger_ndone, done, ndone);
+    if (rc < 0) {
+        it->ckpt_rc = rc;
+        return;
+    }
+    if (!b || ++it->ledger_batches >= LEDGER_BATCHES || it->ledger_num >= LEDGER_RUNS)
+        ledger_sync(it);
 }
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
@@ -1124,7 +1198,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
                 break;
             }
             it->num_pending_done = 0;
-            ledger_add(it, b->prov_at, b->num_prov, b->done, b->num_done);
+            ledger_add(it, b, b->done, b->num_done);
             *out = b;
             rc = 0;
             break;
@@ -1134,7 +1208,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             break;
         }
         if (it->finished) {
-            ledger_add(it, NULL, 0, it->pending_done, it->num_pending_done);
+            ledger_add(it, NULL, it->pending_done, it->num_pending_done);
             rc = 1;
             break;
         }
@@ -1179,6 +1253,7 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&it->mu);
+    ledger_sync(it);
     sl_posset_t all;
     sl_posset_init(&all, CKPT_MAX_RUNS);
     rc = it->ckpt_rc;
@@ -1284,6 +1359,8 @@ void sl_iterator_close(sl_iterator_t *it)
     free(it->pending_done);
     sl_posset_clear(&it->restored);
     sl_posset_clear(&it->got);
+    free(it->ledger_runs);
+    free(it->ledger_done);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         batch_free(it->slots[i].batch);
     if (it->kick)
@@ -1356,8 +1433,22 @@ void sl_batch_release(sl_batch_t *b)
 
 const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
 {
+    /* Decoded on first use; the bytes were checked when the batch came. */
+    struct sl_batch *mb = (struct sl_batch *)b;
+    *num_runs = 0;
+    if (b->num_prov == 0)
+        return NULL;
+    if (!mb->prov) {
+        uint64_t n = 0;
+        mb->prov = malloc(b->num_prov * sizeof *mb->prov);
+        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, mb->prov, &n, NULL, 0) < 0) {
+            free(mb->prov);
+            mb->prov = NULL;
+            return NULL;
+        }
+    }
     *num_runs = b->num_prov;
-    return b->num_prov ? b->prov_at : NULL;
+    return b->prov;
 }
 
 const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)

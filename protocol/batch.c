@@ -13,13 +13,11 @@
  */
 #include "batch.h"
 
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errbuf.h"
 #include "le.h"
 
 void sl_wire_batch_free(sl_wire_batch_t *b)
@@ -28,6 +26,7 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
         return;
     free(b->data);
     free(b->prov_heap);
+    free(b->prov_wire);
     free(b);
 }
 
@@ -164,38 +163,5 @@ int sl_wire_batch_validate(const sl_wire_batch_t *b, char *err, size_t errlen)
         if (rc < 0)
             return rc;
     }
-    return 0;
-}
-
-int sl_wire_prov_validate(uint64_t offset, uint64_t len, size_t size, const uint8_t *payload, uint64_t num_elements,
-                          uint64_t *num_runs, char *err, size_t errlen)
-{
-    *num_runs = 0;
-    if (len % SL_PROV_RUN_BYTES != 0)
-        return sl_errf(err, errlen, SL_EPROTO, "provenance of %" PRIu64 " bytes is not a multiple of %d", len,
-                       SL_PROV_RUN_BYTES);
-    if (offset > size || len > size - offset)
-        return sl_errf(err, errlen, SL_EPROTO,
-                       "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes", offset, len,
-                       size);
-    uint64_t n = len / SL_PROV_RUN_BYTES;
-    if (n > num_elements)
-        return sl_errf(err, errlen, SL_EPROTO, "%" PRIu64 " provenance runs for %" PRIu64 " elements", n,
-                       num_elements);
-    uint64_t sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        sl_provenance_run_t r;
-        memcpy(&r, payload + offset + i * SL_PROV_RUN_BYTES, sizeof r);
-        if (r.count == 0 || r.count > num_elements - sum)
-            return sl_errf(err, errlen, SL_EPROTO,
-                           "provenance run %" PRIu64 " counts %" PRIu64 " records; the batch has %" PRIu64
-                           " elements and the runs before it count %" PRIu64,
-                           i, r.count, num_elements, sum);
-        sum += r.count;
-    }
-    if (n > 0 && sum != num_elements)
-        return sl_errf(err, errlen, SL_EPROTO, "provenance runs count %" PRIu64 " records for %" PRIu64 " elements",
-                       sum, num_elements);
-    *num_runs = n;
     return 0;
 }

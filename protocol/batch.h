@@ -38,33 +38,28 @@ typedef struct sl_wire_batch {
     size_t size;
     /* The elements' provenance: prov_n runs (0: none), at prov_heap (owned)
      * or, when prov_heap is NULL, the one in prov_one. The wire carries
-     * them after data, SL_PROV_RUN_BYTES each (docs/protocol.md). */
+     * them after data, encoded (prov_wire; docs/protocol.md). */
     uint64_t prov_n;
     sl_provenance_run_t prov_one;
     sl_provenance_run_t *prov_heap;
+    /* The runs as the wire carries them (provwire.h), prov_wire_len bytes,
+     * owned; encoded by the worker when a client asks for them. */
+    uint8_t *prov_wire;
+    size_t prov_wire_len;
 } sl_wire_batch_t;
 
-/* One provenance run on the wire: u32 epoch, u32 file_index, u64 begin,
- * u64 count, little-endian; sl_provenance_run_t has that layout. */
+/* One provenance run in memory and in a disk cache's blobs: u32 epoch,
+ * u32 file_index, u64 begin, u64 count; sl_provenance_run_t and
+ * sl_posrun_t (posset.h) have that layout. The wire encodes runs compactly
+ * (provwire.h). */
 #define SL_PROV_RUN_BYTES 24
-_Static_assert(sizeof(sl_provenance_run_t) == SL_PROV_RUN_BYTES, "sl_provenance_run_t is its wire layout");
+_Static_assert(sizeof(sl_provenance_run_t) == SL_PROV_RUN_BYTES, "sl_provenance_run_t is 24 bytes");
 
 /** @return b's b->prov_n provenance runs, valid while b is */
 static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_t *b)
 {
     return b->prov_heap ? b->prov_heap : &b->prov_one;
 }
-
-/**
- * Checks provenance received with a batch of num_elements elements: len
- * bytes at offset of a payload of size bytes, a multiple of
- * SL_PROV_RUN_BYTES, at most num_elements runs, each of count >= 1, the
- * counts summing to num_elements.
- * @param[out] num_runs the runs there
- * @return 0, or SL_EPROTO with a message in err
- */
-int sl_wire_prov_validate(uint64_t offset, uint64_t len, size_t size, const uint8_t *payload, uint64_t num_elements,
-                          uint64_t *num_runs, char *err, size_t errlen);
 
 /** Frees the batch's data and the batch itself (allocated with malloc). NULL is ignored. */
 void sl_wire_batch_free(sl_wire_batch_t *b);

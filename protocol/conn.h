@@ -70,7 +70,7 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
 /**
  * sl_conn_send() with a payload of three parts: payload_len bytes at
  * payload, pad (< 8) zero bytes, then tail_len bytes at tail (a batch's
- * tensor bytes and its provenance, aligned). payload and tail are
+ * tensor bytes and its encoded provenance). payload and tail are
  * referenced, not copied; free_fn(payload, payload_len, extra), if given,
  * runs once neither is needed any more (also on failure).
  * @return as sl_conn_send()

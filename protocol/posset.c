@@ -23,8 +23,10 @@ void sl_posset_init(sl_posset_t *s, size_t max_runs)
 void sl_posset_clear(sl_posset_t *s)
 {
     free(s->runs);
+    free(s->scratch);
     s->runs = NULL;
-    s->num = s->cap = 0;
+    s->scratch = NULL;
+    s->num = s->cap = s->scratch_cap = 0;
 }
 
 /* -1, 0, 1 as (epoch, file) of r is before, equal to or after (e, f). */
@@ -100,6 +102,318 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
     s->runs[i] = (sl_posrun_t){epoch, file, lo, hi - lo};
     if (overlap)
         *overlap = seen;
+    return 0;
+}
+
+/* Orders runs by (epoch, file, begin). */
+static int cmp_run(const void *a, const void *b)
+{
+    const sl_posrun_t *x = a, *y = b;
+    int c = cmp_key(x, y->epoch, y->file);
+    if (c != 0)
+        return c;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+static inline uint64_t key_of(const sl_posrun_t *r)
+{
+    return (uint64_t)r->epoch << 32 | r->file;
+}
+
+/* cmp_run(a, b) <= 0, inline for the merge's searches. */
+static inline bool not_after(const sl_posrun_t *a, const sl_posrun_t *b)
+{
+    uint64_t ka = key_of(a), kb = key_of(b);
+    return ka < kb || (ka == kb && a->begin <= b->begin);
+}
+
+/* Appends r to out[0..*n), merging it into the last run when it is of the
+ * same (epoch, file) and overlaps or touches it. Runs come in cmp_run order. */
+static inline void append_run(sl_posrun_t *out, size_t *n, const sl_posrun_t *r)
+{
+    if (*n > 0) {
+        sl_posrun_t *last = &out[*n - 1];
+        uint64_t end = last->begin + last->count;
+        if (key_of(last) == key_of(r) && r->begin <= end) {
+            if (r->begin + r->count > end)
+                last->count = r->begin + r->count - last->begin;
+            return;
+        }
+    }
+    out[(*n)++] = *r;
+}
+
+/* The first run after every position that [begin, end) of (e, f) overlaps
+ * or touches. */
+static size_t upper(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t end)
+{
+    size_t lo = 0, hi = s->num;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const sl_posrun_t *r = &s->runs[mid];
+        int c = cmp_key(r, e, f);
+        if (c > 0 || (c == 0 && r->begin > end))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Coalescing by bitmap: positions in blocks of BLOCK, one bitmap each, at
+ * most MAX_BLOCKS of them (for all the (epoch, file) pairs of a batch). A
+ * shuffle's buffer holds records of a few splits, each within a few blocks. */
+#define BLOCK_BITS 12
+#define BLOCK_WORDS ((1u << BLOCK_BITS) / 64)
+#define MAX_BLOCKS 32
+#define BITMAP_WORDS (MAX_BLOCKS * BLOCK_WORDS)
+
+struct block {
+    uint32_t epoch, file;
+    uint64_t no; /* positions [no << BLOCK_BITS, (no + 1) << BLOCK_BITS) */
+};
+
+static int cmp_block(const struct block *a, const struct block *b)
+{
+    if (a->epoch != b->epoch)
+        return a->epoch < b->epoch ? -1 : 1;
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    return a->no < b->no ? -1 : a->no > b->no;
+}
+
+/* Sets bits [lo, hi) of w (hi - lo <= 64 * words of w). */
+static void set_bits(uint64_t *w, uint64_t lo, uint64_t hi)
+{
+    while (lo < hi) {
+        uint64_t off = lo & 63, nb = 64 - off < hi - lo ? 64 - off : hi - lo;
+        w[lo >> 6] |= (nb == 64 ? ~(uint64_t)0 : (((uint64_t)1 << nb) - 1)) << off;
+        lo += nb;
+    }
+}
+
+/* Appends the runs of set bits of a block's bitmap w, as runs of the
+ * block's (epoch, file), to out[0..*m) (append_run: a run that goes on
+ * from the block before merges with it). */
+static void block_to_runs(const uint64_t *w, const struct block *bk, sl_posrun_t *out, size_t *m)
+{
+    uint64_t base = bk->no << BLOCK_BITS, start = 0;
+    bool in = false;
+    for (unsigned i = 0; i < BLOCK_WORDS; i++) {
+        uint64_t x = w[i];
+        if (x == (in ? ~(uint64_t)0 : 0))
+            continue;
+        unsigned bit = 0;
+        while (bit < 64) {
+            uint64_t rest = (in ? ~x : x) >> bit;
+            if (rest == 0)
+                break;
+            bit += (unsigned)__builtin_ctzll(rest);
+            uint64_t at = (uint64_t)i * 64 + bit;
+            if (in) {
+                sl_posrun_t r = {bk->epoch, bk->file, base + start, at - start};
+                append_run(out, m, &r);
+            }
+            start = at;
+            in = !in;
+        }
+    }
+    if (in) {
+        sl_posrun_t r = {bk->epoch, bk->file, base + start, ((uint64_t)1 << BLOCK_BITS) - start};
+        append_run(out, m, &r);
+    }
+}
+
+/* Sorts and coalesces add[0..n) into add[0..*m) through bitmaps of the
+ * blocks the runs touch (w: BITMAP_WORDS): O(n + blocks) where a sort
+ * compares n log n times through a function pointer. @return false when
+ * the runs touch more than MAX_BLOCKS blocks (add is unchanged then) */
+struct blocks {
+    struct block bk[MAX_BLOCKS];
+    size_t nb;
+    uint8_t slot[4 * MAX_BLOCKS]; /* a hash of the blocks: index + 1, 0 free */
+    uint8_t recent[16];           /* by no % 16: index + 1 of a block seen lately, 0 none */
+    uint64_t *w;
+};
+
+/* The index of block no of (e, f), made (its bitmap cleared) if new.
+ * @return it, or -1 when there would be more than MAX_BLOCKS */
+static inline long find_block(struct blocks *t, uint32_t e, uint32_t f, uint64_t no)
+{
+    uint8_t c = t->recent[no % 16];
+    if (c && t->bk[c - 1].no == no && t->bk[c - 1].epoch == e && t->bk[c - 1].file == f)
+        return c - 1;
+    uint64_t h = (no ^ ((uint64_t)e << 32 | f) * 0x9E3779B97F4A7C15ull) * 0x9E3779B97F4A7C15ull;
+    size_t k = (size_t)(h >> 56) % sizeof t->slot;
+    while (t->slot[k] &&
+           (t->bk[t->slot[k] - 1].no != no || t->bk[t->slot[k] - 1].epoch != e || t->bk[t->slot[k] - 1].file != f))
+        k = (k + 1) % sizeof t->slot;
+    if (!t->slot[k]) {
+        if (t->nb == MAX_BLOCKS)
+            return -1;
+        t->bk[t->nb] = (struct block){e, f, no};
+        memset(t->w + t->nb * BLOCK_WORDS, 0, BLOCK_WORDS * sizeof *t->w);
+        t->slot[k] = (uint8_t)++t->nb;
+    }
+    t->recent[no % 16] = t->slot[k];
+    return t->slot[k] - 1;
+}
+
+/* Sorts and coalesces add[0..n) into add[0..*m) through bitmaps of the
+ * blocks the runs touch (w: BITMAP_WORDS): O(n + blocks) where a sort
+ * compares n log n times through a function pointer. @return false when
+ * the runs touch more than MAX_BLOCKS blocks (add is unchanged then) */
+static bool coalesce_by_bitmap(sl_posrun_t *add, size_t n, uint64_t *w, size_t *m)
+{
+    struct blocks t;
+    t.nb = 0;
+    t.w = w;
+    memset(t.slot, 0, sizeof t.slot);
+    memset(t.recent, 0, sizeof t.recent);
+    struct block *bk = t.bk;
+    for (size_t i = 0; i < n; i++) {
+        const sl_posrun_t *r = &add[i];
+        if (r->count == 1) {
+            /* A shuffled element: one bit. */
+            long b = find_block(&t, r->epoch, r->file, r->begin >> BLOCK_BITS);
+            if (b < 0)
+                return false;
+            uint64_t off = r->begin & ((1u << BLOCK_BITS) - 1);
+            w[(size_t)b * BLOCK_WORDS + off / 64] |= (uint64_t)1 << (off % 64);
+            continue;
+        }
+        uint64_t end = r->begin + r->count;
+        for (uint64_t no = r->begin >> BLOCK_BITS; r->count > 0 && no <= (end - 1) >> BLOCK_BITS; no++) {
+            long b = find_block(&t, r->epoch, r->file, no);
+            if (b < 0)
+                return false;
+            uint64_t base = no << BLOCK_BITS, lo = r->begin > base ? r->begin : base;
+            uint64_t hi = end - base < ((uint64_t)1 << BLOCK_BITS) ? end : base + ((uint64_t)1 << BLOCK_BITS);
+            set_bits(w + (size_t)b * BLOCK_WORDS, lo - base, hi - base);
+        }
+    }
+    size_t nb = t.nb;
+    /* The blocks in order (few: an insertion sort of their indexes), then
+     * each one's runs. */
+    size_t order[MAX_BLOCKS];
+    for (size_t k = 0; k < nb; k++) {
+        size_t j = k;
+        for (; j > 0 && cmp_block(&bk[order[j - 1]], &bk[k]) > 0; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+    }
+    *m = 0;
+    for (size_t k = 0; k < nb; k++)
+        block_to_runs(w + order[k] * BLOCK_WORDS, &bk[order[k]], add, m);
+    return true;
+}
+
+/* At least bytes of scratch memory, kept in s for the next call. */
+static void *scratch(sl_posset_t *s, size_t bytes)
+{
+    if (bytes > s->scratch_cap) {
+        free(s->scratch);
+        s->scratch = malloc(bytes);
+        s->scratch_cap = s->scratch ? bytes : 0;
+    }
+    return s->scratch;
+}
+
+int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
+{
+    /* First, what the runs reach without moving them: the first (least
+     * (epoch, file, begin)) and the last (greatest (epoch, file, end)). */
+    sl_posrun_t first = {0}, last = {0};
+    bool sorted = true, any = false;
+    sl_posrun_t prev = {0};
+    for (size_t i = 0; i < n; i++) {
+        sl_posrun_t r;
+        memcpy(&r, (const uint8_t *)runs + i * sizeof r, sizeof r);
+        if (r.begin + r.count < r.begin)
+            return -EOVERFLOW;
+        if (i > 0 && sorted && cmp_run(&prev, &r) > 0)
+            sorted = false;
+        prev = r;
+        if (r.count == 0)
+            continue;
+        if (!any || cmp_run(&r, &first) < 0)
+            first = r;
+        int c = any ? cmp_key(&r, last.epoch, last.file) : 1;
+        if (c > 0 || (c == 0 && r.begin + r.count > last.begin + last.count))
+            last = r;
+        any = true;
+    }
+    if (!any)
+        return 0;
+    /* Set runs [i0, i1) may merge with the new ones: from the first that
+     * reaches the first new run to the last that the last new run reaches. */
+    size_t i0 = lower(s, first.epoch, first.file, first.begin);
+    size_t i1 = upper(s, last.epoch, last.file, last.begin + last.count);
+    if (i1 < i0)
+        i1 = i0;
+    size_t reach = i1 - i0;
+
+    /* Scratch: the new runs, sorted and coalesced in place; their merge
+     * with set runs [i0, i1); the bitmaps. */
+    if (n > SIZE_MAX / 8 / sizeof(sl_posrun_t) || reach > SIZE_MAX / 8 / sizeof(sl_posrun_t))
+        return -ENOMEM;
+    size_t words = sorted ? 0 : BITMAP_WORDS;
+    sl_posrun_t *add = scratch(s, (2 * n + reach) * sizeof(sl_posrun_t) + words * sizeof(uint64_t));
+    if (!add)
+        return -ENOMEM;
+    sl_posrun_t *out = add + n;
+    uint64_t *w = (uint64_t *)(out + n + reach);
+    memcpy(add, runs, n * sizeof *add);
+    size_t m = 0;
+    if (sorted || !coalesce_by_bitmap(add, n, w, &m)) {
+        if (!sorted)
+            qsort(add, n, sizeof *add, cmp_run);
+        for (size_t i = 0; i < n; i++) {
+            if (add[i].count > 0)
+                append_run(add, &m, &add[i]);
+        }
+    }
+
+    /* The merge, in one pass: the smaller run of either side goes out
+     * next (chosen without a branch: which one is as good as random), and
+     * append_run() joins it to the last one out when they touch. */
+    size_t a = i0, b = 0, k = 0;
+    const sl_posrun_t *set = s->runs;
+    while (a < i1 && b < m) {
+        bool take_set = not_after(&set[a], &add[b]);
+        const sl_posrun_t *r = take_set ? &set[a] : &add[b];
+        a += take_set;
+        b += !take_set;
+        append_run(out, &k, r);
+    }
+    while (b < m)
+        append_run(out, &k, &add[b++]);
+    /* The set's runs left: those the last run out reaches join it, the
+     * rest (apart from each other) are copied as they are. */
+    while (a < i1 && key_of(&out[k - 1]) == key_of(&set[a]) && set[a].begin <= out[k - 1].begin + out[k - 1].count)
+        append_run(out, &k, &set[a++]);
+    if (a < i1) { /* (an empty set has no runs to copy from) */
+        memcpy(&out[k], &set[a], (i1 - a) * sizeof *out);
+        k += i1 - a;
+    }
+    size_t tail = s->num - i1, total = i0 + k + tail;
+    if (total > s->max_runs)
+        return -ENOSPC;
+    if (total > s->cap) {
+        size_t ncap = s->cap * 2 > total ? s->cap * 2 : total;
+        if (ncap < 16)
+            ncap = 16;
+        if (ncap > s->max_runs)
+            ncap = s->max_runs;
+        sl_posrun_t *p = realloc(s->runs, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        s->runs = p;
+        s->cap = ncap;
+    }
+    memmove(&s->runs[i0 + k], &s->runs[i1], tail * sizeof *s->runs);
+    memcpy(&s->runs[i0], out, k * sizeof *out);
+    s->num = total;
     return 0;
 }
 

@@ -5,7 +5,8 @@
  * are such sets (docs/fault-tolerance.md).
  *
  * Positions mostly arrive in order, so adding a run after the last one is
- * O(1); anywhere else it is a binary search and a move. The number of runs
+ * O(1); anywhere else it is a binary search and a move (sl_posset_add_many()
+ * takes many at once, sorted and merged in one pass). The number of runs
  * is bounded by max_runs: an add that would need more fails with -ENOSPC
  * and changes nothing.
  */
@@ -26,11 +27,17 @@ typedef struct sl_posrun {
 typedef struct sl_posset {
     sl_posrun_t *runs;
     size_t num, cap, max_runs;
+    /* sl_posset_add_many()'s working memory, kept for the next call:
+     * scratch_cap bytes (at most twice a batch's runs, the runs of the set
+     * it reaches, and a bitmap of about a word per run). */
+    void *scratch;
+    size_t scratch_cap;
 } sl_posset_t;
 
 /** An empty set of at most max_runs runs (nothing allocated yet). */
 void sl_posset_init(sl_posset_t *s, size_t max_runs);
 
+/** Frees what the set holds; it is empty then (max_runs kept). */
 void sl_posset_clear(sl_posset_t *s);
 
 /**
@@ -40,6 +47,21 @@ void sl_posset_clear(sl_posset_t *s);
  */
 int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t count,
                   uint64_t *overlap);
+
+/**
+ * Adds n runs at once, in any order, overlapping or touching each other and
+ * the set or not: the set becomes what n sl_posset_add() calls would make
+ * it. The runs are sorted and coalesced, then merged with the part of the
+ * set they reach in one pass, and the runs after that part are moved once;
+ * so a batch of shuffled elements costs one sort, not a search and a move
+ * per element.
+ * @param[in] runs n runs laid out as sl_posrun_t (sl_provenance_run_t has
+ *   that layout: they are read with memcpy, so either may be passed);
+ *   runs of count 0 are ignored
+ * @return 0, -ENOSPC (over max_runs), -ENOMEM, -EOVERFLOW (a run's end is
+ *   past 2^64); on error the set is unchanged
+ */
+int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n);
 
 /** @return how many positions of [begin, end) of (epoch, file) are in the set */
 uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end);

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "provwire.h"
 #include "rounds.h"
 
 #define RECONNECT_MS 500
@@ -311,7 +312,11 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
 {
     sluice_GetElementResponse *resp = calloc(1, sizeof *resp);
     struct sent *s = malloc(sizeof *s);
-    if (!resp || !s) {
+    /* The provenance, encoded for the wire (docs/protocol.md) once: a
+     * batch is sent once. */
+    bool prov_nomem = wc->provenance && b->prov_n > 0 && !b->prov_wire &&
+                      sl_provwire_encode(sl_wire_batch_prov(b), b->prov_n, &b->prov_wire, &b->prov_wire_len) < 0;
+    if (!resp || !s || prov_nomem) {
         free(resp);
         free(s);
         sl_task_release(wt->task, b->size);
@@ -335,11 +340,11 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         pc->splits_offset = c->splits_offset;
         pc->splits_length = c->splits_length;
     }
-    /* The provenance goes after the tensor bytes, 8-byte aligned so that
-     * the client can read it in place; done splits ride along. */
-    if (wc->provenance) {
-        resp->provenance_offset = (b->size + 7) & ~(uint64_t)7;
-        resp->provenance_length = b->prov_n * SL_PROV_RUN_BYTES;
+    /* The provenance goes right after the tensor bytes; done splits ride
+     * along. */
+    if (wc->provenance && b->prov_wire) {
+        resp->provenance_offset = b->size;
+        resp->provenance_length = b->prov_wire_len;
     }
     resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done, &resp->done_below);
     *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
@@ -348,8 +353,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)b->size);
     int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
-                               wc->provenance ? (size_t)(resp->provenance_offset - b->size) : 0, sl_wire_batch_prov(b),
-                               (size_t)resp->provenance_length, on_batch_written, s);
+                               0, b->prov_wire, (size_t)resp->provenance_length, on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
     free(resp);

@@ -321,6 +321,9 @@ SL_EXPORT int sl_target_workers_parse(const char *name, sl_target_workers_t *out
  *             worker), else between 1 and sl_batch_num_elements(b), their
  *             counts summing to it
  * @return the runs, valid until sl_batch_release(b); NULL when there are none
+ *         (or, with *num_runs 0, when there was no memory to decode them:
+ *         the first call decodes them from the wire's form, so calls on one
+ *         batch must not race each other)
  */
 SL_EXPORT const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs);
 

@@ -36,6 +36,9 @@ static void usage(FILE *f)
             "                           and, under dynamic sharding, \"_splits_done\" (the splits the\n"
             "                           worker finished with that batch); notices after the last\n"
             "                           batch come as a last line {\"_splits_done\": [...]}\n"
+            "  --no-provenance          dynamic sharding: workers send no provenance and the client\n"
+            "                           keeps no record of what it received (cheaper; after a\n"
+            "                           worker loss some elements may come twice; no checkpoints)\n"
             "  --checkpoint-out FILE    at the end (or --limit), write the iterator's checkpoint\n"
             "                           (dynamic sharding; turns provenance on)\n"
             "  --resume-from FILE       continue from a checkpoint: every element it does not\n"
@@ -301,7 +304,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -317,6 +320,7 @@ int main(int argc, char **argv)
         {"target-workers", required_argument, NULL, O_TARGET},
         {"with-worker", no_argument, NULL, O_WITH_WORKER},
         {"with-provenance", no_argument, NULL, O_WITH_PROV},
+        {"no-provenance", no_argument, NULL, O_NO_PROV},
         {"checkpoint-out", required_argument, NULL, O_CKPT_OUT},
         {"resume-from", required_argument, NULL, O_RESUME},
         {"help", no_argument, NULL, O_HELP},
@@ -325,7 +329,7 @@ int main(int argc, char **argv)
     const char *dispatcher = NULL, *dataset = NULL, *checkpoint_out = NULL, *resume_from = NULL;
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
-    bool progress = false, with_worker = false, have_index = false;
+    bool progress = false, with_worker = false, have_index = false, no_provenance = false;
     sl_iterator_opts_t io;
     sl_iterator_opts_init(&io);
     int c;
@@ -357,6 +361,7 @@ int main(int argc, char **argv)
             with_provenance = true;
             io.provenance = 1;
             break;
+        case O_NO_PROV: no_provenance = true; break;
         case O_CKPT_OUT:
             checkpoint_out = optarg;
             io.provenance = 1;
@@ -399,6 +404,13 @@ int main(int argc, char **argv)
         return 2;
     }
     io.num_consumers = (int)num_consumers;
+    if (no_provenance && (with_provenance || checkpoint_out || resume_from)) {
+        fprintf(stderr, "%s: --no-provenance cannot go with --with-provenance, --checkpoint-out or --resume-from\n",
+                program);
+        return 2;
+    }
+    if (no_provenance)
+        io.provenance = -1;
     size_t spec_len;
     char *spec = read_file("dataset", dataset, MAX_SPEC_BYTES, &spec_len);
     if (!spec)

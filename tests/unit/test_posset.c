@@ -145,3 +145,111 @@ Test(posset, bytes_round_trip_and_damage_is_refused)
     sl_posset_clear(&s);
     sl_posset_clear(&t);
 }
+
+/* A random run over a few epochs and files; begins cluster near a moving
+ * frontier, as a shuffled stream's do, with some far behind it. */
+static sl_posrun_t random_run(uint64_t frontier)
+{
+    sl_posrun_t r = {(uint32_t)(rand() % EPOCHS), (uint32_t)(rand() % FILES), 0,
+                     (uint64_t)(rand() % 20 ? rand() % 6 : rand() % 200)};
+    uint64_t back = (uint64_t)(rand() % 10 == 0 ? rand() % 5000 : rand() % 300);
+    r.begin = frontier > back ? frontier - back : 0;
+    return r;
+}
+
+static void assert_same_set(const sl_posset_t *got, const sl_posset_t *want, int round)
+{
+    check_invariants(got);
+    cr_assert_eq(got->num, want->num, "round %d: %zu runs, the one-at-a-time set has %zu", round, got->num,
+                 want->num);
+    for (size_t i = 0; i < got->num; i++) {
+        const sl_posrun_t *a = &got->runs[i], *b = &want->runs[i];
+        cr_assert(a->epoch == b->epoch && a->file == b->file && a->begin == b->begin && a->count == b->count,
+                  "round %d run %zu: (%u, %u, %lu, +%lu), one at a time (%u, %u, %lu, +%lu)", round, i, a->epoch,
+                  a->file, (unsigned long)a->begin, (unsigned long)a->count, b->epoch, b->file,
+                  (unsigned long)b->begin, (unsigned long)b->count);
+    }
+}
+
+Test(posset, add_many_matches_one_at_a_time_on_random_batches)
+{
+    sl_posset_t many, one;
+    sl_posset_init(&many, 1000000);
+    sl_posset_init(&one, 1000000);
+    srand(11);
+    sl_posrun_t batch[600];
+    uint64_t frontier = 0;
+    for (int round = 0; round < 400; round++) {
+        size_t n = (size_t)(rand() % 600);
+        for (size_t i = 0; i < n; i++)
+            batch[i] = random_run(frontier + (uint64_t)(rand() % 400));
+        /* Sometimes an in-order batch (the sorted path), sometimes more
+         * files than a batch coalesces by bitmap (the sort). */
+        if (round % 7 == 0)
+            for (size_t i = 0; i < n; i++)
+                batch[i] = (sl_posrun_t){1, 2, frontier + 3 * i, 2};
+        if (round % 7 == 3)
+            for (size_t i = 0; i < n; i++)
+                batch[i].file = (uint32_t)(rand() % 40);
+        frontier += 150;
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(sl_posset_add(&one, batch[i].epoch, batch[i].file, batch[i].begin, batch[i].count, NULL), 0);
+        cr_assert_eq(sl_posset_add_many(&many, batch, n), 0, "round %d", round);
+        assert_same_set(&many, &one, round);
+    }
+    cr_assert_gt(many.num, 100, "the test should build a set of many runs (%zu)", many.num);
+    sl_posset_clear(&many);
+    sl_posset_clear(&one);
+}
+
+Test(posset, add_many_matches_a_bitmap_with_overlaps_inside_the_batch)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 100000);
+    memset(model, 0, sizeof model);
+    srand(3);
+    for (int round = 0; round < 300; round++) {
+        sl_posrun_t batch[40];
+        size_t n = (size_t)(rand() % 40);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t b = (uint64_t)(rand() % RECORDS), c = (uint64_t)(rand() % 12);
+            if (b + c > RECORDS)
+                c = RECORDS - b;
+            batch[i] = (sl_posrun_t){(uint32_t)(rand() % EPOCHS), (uint32_t)(rand() % FILES), b, c};
+            for (uint64_t r = b; r < b + c; r++)
+                model[batch[i].epoch][batch[i].file][r] = true;
+        }
+        cr_assert_eq(sl_posset_add_many(&s, batch, n), 0);
+        check_invariants(&s);
+        if (round % 30 == 0)
+            check_model(&s);
+    }
+    check_model(&s);
+    sl_posset_clear(&s);
+}
+
+Test(posset, add_many_takes_provenance_runs_and_refuses_what_does_not_fit)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 3);
+    /* sl_provenance_run_t has the layout; the batch fills a gap and
+     * merges three runs into one. */
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 0, 2, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 5, 2, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 9, 2, NULL), 0);
+    sl_provenance_run_t fill[] = {{0, 0, 7, 2}, {0, 0, 2, 3}, {0, 0, 3, 0}};
+    cr_assert_eq(sl_posset_add_many(&s, fill, 3), 0);
+    cr_assert_eq(s.num, 1);
+    cr_assert_eq(s.runs[0].count, 11);
+    /* Four new runs do not fit in three: the set is unchanged. */
+    sl_provenance_run_t apart[] = {{1, 0, 0, 1}, {1, 0, 2, 1}, {1, 0, 4, 1}};
+    cr_assert_eq(sl_posset_add_many(&s, apart, 3), -ENOSPC);
+    cr_assert_eq(s.num, 1);
+    cr_assert_eq(sl_posset_size(&s), 11);
+    /* A run ending past 2^64 is refused, the set unchanged. */
+    sl_provenance_run_t wrap[] = {{0, 0, 20, 1}, {0, 1, UINT64_MAX - 1, 5}};
+    cr_assert_eq(sl_posset_add_many(&s, wrap, 2), -EOVERFLOW);
+    cr_assert_eq(s.num, 1);
+    cr_assert_eq(sl_posset_add_many(&s, NULL, 0), 0);
+    sl_posset_clear(&s);
+}

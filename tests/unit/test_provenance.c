@@ -12,6 +12,7 @@
 #include "cachedb.h"
 #include "element.h"
 #include "pipeline_util.h"
+#include "provwire.h"
 #include "split_track.h"
 
 #define RANGE(start, stop) "{\"type\":\"range\",\"start\":" #start ",\"stop\":" #stop "}"
@@ -493,25 +494,33 @@ Test(provenance, a_run_spanning_two_splits_settles_in_both)
     sl_split_track_free(t);
 }
 
-Test(provenance, wire_validation)
+/* What a worker sends is what a client reads: the runs of shuffled,
+ * repeated, interleaved batches survive the wire encoding (provwire.c),
+ * each in fewer bytes than the 24 of a run in memory. */
+Test(provenance, wire_encoding_round_trips_pipeline_batches)
 {
-    sl_provenance_run_t runs[2] = {{0, 0, 5, 3}, {0, 1, 0, 2}};
-    uint8_t payload[64 + sizeof runs];
-    memset(payload, 0, sizeof payload);
-    memcpy(payload + 64, runs, sizeof runs);
-    uint64_t n;
-    char err[256];
-    cr_assert_eq(sl_wire_prov_validate(64, sizeof runs, sizeof payload, payload, 5, &n, err, sizeof err), 0, "%s",
-                 err);
-    cr_assert_eq(n, 2);
-    cr_assert_eq(sl_wire_prov_validate(64, 0, sizeof payload, payload, 5, &n, err, sizeof err), 0);
-    cr_assert_eq(n, 0);
-    cr_assert_eq(sl_wire_prov_validate(64, 47, sizeof payload, payload, 5, &n, err, sizeof err), SL_EPROTO);
-    cr_assert(strstr(err, "multiple of 24"), "%s", err);
-    cr_assert_eq(sl_wire_prov_validate(72, sizeof runs, sizeof payload, payload, 5, &n, err, sizeof err), SL_EPROTO);
-    cr_assert(strstr(err, "outside the payload"), "%s", err);
-    cr_assert_eq(sl_wire_prov_validate(64, sizeof runs, sizeof payload, payload, 6, &n, err, sizeof err), SL_EPROTO);
-    cr_assert(strstr(err, "count 5 records for 6"), "%s", err);
-    cr_assert_eq(sl_wire_prov_validate(64, sizeof runs, sizeof payload, payload, 1, &n, err, sizeof err), SL_EPROTO);
-    cr_assert(strstr(err, "2 provenance runs for 1 elements"), "%s", err);
+    batches_t bs = run_spec("{\"source\":" RANGE(0, 3000) ",\"ops\":["
+                            "{\"op\":\"repeat\",\"count\":2},"
+                            "{\"op\":\"shuffle\",\"buffer_size\":512,\"seed\":9},"
+                            "{\"op\":\"batch\",\"batch_size\":100}]}",
+                            NULL);
+    cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+    cr_assert_eq(bs.n, 60);
+    for (size_t i = 0; i < bs.n; i++) {
+        const sl_wire_batch_t *b = bs.b[i];
+        uint8_t *wire;
+        size_t len;
+        cr_assert_eq(sl_provwire_encode(sl_wire_batch_prov(b), b->prov_n, &wire, &len), 0);
+        cr_assert_lt(len, b->prov_n * SL_PROV_RUN_BYTES / 4, "batch %zu: %zu bytes for %lu runs", i, len,
+                     (unsigned long)b->prov_n);
+        sl_provenance_run_t *runs;
+        uint64_t n;
+        char err[256];
+        cr_assert_eq(sl_provwire_decode(wire, len, b->num_elements, &runs, &n, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(n, b->prov_n);
+        cr_assert_eq(memcmp(runs, sl_wire_batch_prov(b), n * sizeof *runs), 0, "batch %zu", i);
+        free(runs);
+        free(wire);
+    }
+    batches_free(&bs);
 }

@@ -1,0 +1,320 @@
+/*
+ * provwire.c: see provwire.h. The layout (docs/protocol.md, "Provenance"):
+ *
+ *   varint P                      distinct (epoch, file) pairs, 1 <= P <= N
+ *   P x (varint epoch, varint file_index)
+ *   varint N                      runs, 1 <= N <= num_elements
+ *   N x ([varint pair, when P > 1], varint zigzag(begin - end), varint count)
+ *
+ * where end is where the previous run of the same pair ended (0 before its
+ * first), so that a pair's runs that follow each other cost one byte of
+ * distance and a shuffle's jumps within its buffer two or three.
+ */
+#include "provwire.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+
+#define MAX_VARINT 10
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* A difference of two u64 (mod 2^64) as a signed number, small ones small. */
+static uint64_t zigzag(uint64_t d)
+{
+    return (d << 1) ^ (0 - (d >> 63));
+}
+
+static uint64_t unzigzag(uint64_t z)
+{
+    return (z >> 1) ^ (0 - (z & 1));
+}
+
+/* An open-addressing table of (epoch, file) -> pair index. */
+struct slot {
+    uint32_t epoch, file;
+    uint32_t index; /* + 1; 0: free */
+};
+
+static size_t slot_of(uint32_t epoch, uint32_t file, size_t mask)
+{
+    uint64_t h = ((uint64_t)epoch << 32 | file) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & mask;
+}
+
+int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    /* Pair indexes are u32 and the bound below must not overflow; a batch
+     * has far fewer runs than that. */
+    if (n == 0 || n > UINT32_MAX / 2)
+        return -ENOMEM;
+    bool one_pair = true;
+    for (uint64_t i = 1; i < n && one_pair; i++)
+        one_pair = runs[i].epoch == runs[0].epoch && runs[i].file_index == runs[0].file_index;
+
+    size_t cap = 1, num_pairs = 1;
+    struct slot *slots = NULL;
+    uint32_t *pair_of = NULL, *first = NULL;
+    uint64_t *ends = NULL;
+    void *block = NULL;
+    if (!one_pair) {
+        while (cap < 2 * n)
+            cap <<= 1;
+        /* One block: where each pair's last run ended, the slots (at most
+         * half full), the pair of each run and each pair's first run. */
+        block = calloc(1, n * sizeof *ends + cap * sizeof *slots + n * 2 * sizeof *pair_of);
+        if (!block)
+            return -ENOMEM;
+        ends = block;
+        slots = (struct slot *)(ends + n);
+        pair_of = (uint32_t *)(slots + cap);
+        first = pair_of + n;
+        num_pairs = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            size_t k = slot_of(runs[i].epoch, runs[i].file_index, cap - 1);
+            while (slots[k].index && (slots[k].epoch != runs[i].epoch || slots[k].file != runs[i].file_index))
+                k = (k + 1) & (cap - 1);
+            if (!slots[k].index) {
+                slots[k] = (struct slot){runs[i].epoch, runs[i].file_index, (uint32_t)num_pairs + 1};
+                first[num_pairs++] = (uint32_t)i;
+            }
+            pair_of[i] = slots[k].index - 1;
+        }
+    }
+    size_t bound = 2 * MAX_VARINT + num_pairs * 2 * MAX_VARINT + (size_t)n * 3 * MAX_VARINT;
+    uint8_t *buf = malloc(bound);
+    if (!buf) {
+        free(block);
+        return -ENOMEM;
+    }
+    uint8_t *p = put_varint(buf, num_pairs);
+    for (size_t k = 0; k < num_pairs; k++) {
+        const sl_provenance_run_t *r = &runs[one_pair ? 0 : first[k]];
+        p = put_varint(p, r->epoch);
+        p = put_varint(p, r->file_index);
+    }
+    p = put_varint(p, n);
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t *e = &end;
+        if (!one_pair) {
+            p = put_varint(p, pair_of[i]);
+            e = &ends[pair_of[i]];
+        }
+        p = put_varint(p, zigzag(runs[i].begin - *e));
+        p = put_varint(p, runs[i].count);
+        *e = runs[i].begin + runs[i].count;
+    }
+    free(block);
+    *len = (size_t)(p - buf);
+    /* Give back what the bound overestimated (most of it). */
+    uint8_t *shrunk = realloc(buf, *len);
+    *out = shrunk ? shrunk : buf;
+    return 0;
+}
+
+static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
+                           size_t errlen);
+
+/* Reads a varint at *pos of p[0..len); names what in the message. Values
+ * of up to three bytes (up to 2^21: counts, and distances within a shuffle
+ * buffer over a few splits) take the inline path. */
+static inline int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
+                             size_t errlen)
+{
+    size_t i = *pos;
+    if (i < len && p[i] < 0x80) {
+        *v = p[i];
+        *pos = i + 1;
+        return 0;
+    }
+    if (i + 1 < len && p[i + 1] < 0x80) {
+        *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)p[i + 1] << 7;
+        *pos = i + 2;
+        return 0;
+    }
+    if (i + 2 < len && p[i + 2] < 0x80) {
+        *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)(p[i + 1] & 0x7f) << 7 | (uint64_t)p[i + 2] << 14;
+        *pos = i + 3;
+        return 0;
+    }
+    return get_varint_slow(p, len, pos, v, what, err, errlen);
+}
+
+static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
+                      size_t errlen)
+{
+    uint64_t x = 0;
+    size_t start = *pos;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= len)
+            return sl_errf(err, errlen, SL_EPROTO, "provenance: %s at byte %zu runs past the end of the %zu bytes",
+                           what, start, len);
+        uint8_t b = p[(*pos)++];
+        if (shift == 63 && b > 1)
+            break;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return sl_errf(err, errlen, SL_EPROTO, "provenance: %s at byte %zu is not a varint of at most 64 bits", what,
+                   start);
+}
+
+static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_elements, uint64_t sum, char *err,
+                     size_t errlen)
+{
+    return sl_errf(err, errlen, SL_EPROTO,
+                   "provenance run %" PRIu64 " counts %" PRIu64 " records from %" PRIu64 "; the batch has %" PRIu64
+                   " elements and the runs before it count %" PRIu64,
+                   i, count, begin, num_elements, sum);
+}
+
+/* Pairs whose table and ends a read keeps on the stack. */
+#define STACK_PAIRS 64
+
+int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out,
+                     uint64_t *num_runs, char *err, size_t errlen)
+{
+    *num_runs = 0;
+    if (len == 0)
+        return 0;
+    size_t pos = 0;
+    uint64_t num_pairs, n;
+    int rc = get_varint(p, len, &pos, &num_pairs, "the number of (epoch, file) pairs", err, errlen);
+    if (rc < 0)
+        return rc;
+    /* A pair takes at least 2 bytes and a run as many; there are at most
+     * as many pairs as runs and runs as elements. */
+    if (num_pairs == 0 || num_pairs > num_elements || num_pairs > (len - pos) / 2)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "provenance: %" PRIu64 " (epoch, file) pairs for %" PRIu64 " elements in %zu bytes",
+                       num_pairs, num_elements, len);
+    /* Each pair's (epoch, file) and where its last run ended. */
+    struct pair {
+        uint32_t epoch, file;
+        uint64_t end;
+    } stack[STACK_PAIRS], *pairs = stack;
+    if (num_pairs > STACK_PAIRS && !(pairs = malloc(num_pairs * sizeof *pairs)))
+        return sl_errf(err, errlen, -ENOMEM, "provenance: out of memory for %" PRIu64 " pairs", num_pairs);
+    for (uint64_t k = 0; k < num_pairs; k++) {
+        uint64_t epoch, file;
+        if ((rc = get_varint(p, len, &pos, &epoch, "a pair's epoch", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &file, "a pair's file index", err, errlen)) < 0)
+            goto done;
+        if (epoch > UINT32_MAX || file > UINT32_MAX) {
+            rc = sl_errf(err, errlen, SL_EPROTO,
+                         "provenance: pair %" PRIu64 " is (epoch %" PRIu64 ", file %" PRIu64 "), more than 32 bits", k,
+                         epoch, file);
+            goto done;
+        }
+        pairs[k] = (struct pair){(uint32_t)epoch, (uint32_t)file, 0};
+    }
+    if ((rc = get_varint(p, len, &pos, &n, "the number of runs", err, errlen)) < 0)
+        goto done;
+    size_t min_run = num_pairs > 1 ? 3 : 2;
+    if (n < num_pairs || n > num_elements || n > (len - pos) / min_run) {
+        rc = sl_errf(err, errlen, SL_EPROTO,
+                     "provenance: %" PRIu64 " runs of %" PRIu64 " pairs for %" PRIu64
+                     " elements, in %zu bytes left of %zu",
+                     n, num_pairs, num_elements, len - pos, len);
+        goto done;
+    }
+    uint64_t sum = 0;
+    if (num_pairs == 1) {
+        /* One pair, no indexes (most batches): the loop below without the
+         * table's loads and stores. */
+        uint64_t end = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t dist, count;
+            if ((rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
+                (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
+                goto done;
+            uint64_t begin = end + unzigzag(dist);
+            if (count == 0 || count > num_elements - sum || begin + count < begin) {
+                rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
+                goto done;
+            }
+            if (out)
+                out[i] = (sl_provenance_run_t){pairs[0].epoch, pairs[0].file, begin, count};
+            end = begin + count;
+            sum += count;
+        }
+    }
+    for (uint64_t i = 0; num_pairs > 1 && i < n; i++) {
+        uint64_t k = 0, dist, count;
+        if ((rc = get_varint(p, len, &pos, &k, "a run's pair", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
+            goto done;
+        if (k >= num_pairs) {
+            rc = sl_errf(err, errlen, SL_EPROTO, "provenance run %" PRIu64 ": pair %" PRIu64 " of %" PRIu64, i, k,
+                         num_pairs);
+            goto done;
+        }
+        uint64_t begin = pairs[k].end + unzigzag(dist);
+        if (count == 0 || count > num_elements - sum || begin + count < begin) {
+            rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
+            goto done;
+        }
+        if (out)
+            out[i] = (sl_provenance_run_t){pairs[k].epoch, pairs[k].file, begin, count};
+        pairs[k].end = begin + count;
+        sum += count;
+    }
+    if (sum != num_elements) {
+        rc = sl_errf(err, errlen, SL_EPROTO, "provenance runs count %" PRIu64 " records for %" PRIu64 " elements",
+                     sum, num_elements);
+        goto done;
+    }
+    if (pos != len) {
+        rc = sl_errf(err, errlen, SL_EPROTO, "provenance: %zu bytes left over after the last run, at byte %zu of %zu",
+                     len - pos, pos, len);
+        goto done;
+    }
+    *num_runs = n;
+    rc = 0;
+done:
+    if (pairs != stack)
+        free(pairs);
+    return rc;
+}
+
+int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t **runs,
+                       uint64_t *num_runs, char *err, size_t errlen)
+{
+    *runs = NULL;
+    int rc = sl_provwire_read(p, len, num_elements, NULL, num_runs, err, errlen);
+    if (rc < 0 || *num_runs == 0)
+        return rc;
+    sl_provenance_run_t *out = malloc(*num_runs * sizeof *out);
+    if (!out) {
+        uint64_t n = *num_runs;
+        *num_runs = 0;
+        return sl_errf(err, errlen, -ENOMEM, "provenance: out of memory for %" PRIu64 " runs", n);
+    }
+    rc = sl_provwire_read(p, len, num_elements, out, num_runs, err, errlen);
+    if (rc < 0) {
+        free(out);
+        return rc;
+    }
+    *runs = out;
+    return 0;
+}

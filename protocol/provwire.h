@@ -1,0 +1,52 @@
+/*
+ * provwire.h: a batch's provenance runs on the wire, compact: a table of
+ * the batch's distinct (epoch, file) pairs, then per run its pair's index
+ * (left out when there is one pair), the distance of its begin from the
+ * end of the pair's previous run (zig-zag) and its count, all as varints.
+ * A shuffled batch, one run per element, takes about 3 bytes per element
+ * instead of the 24 of sl_provenance_run_t. docs/protocol.md has the
+ * layout and what the decoder refuses.
+ */
+#ifndef SL_PROVWIRE_H
+#define SL_PROVWIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+/**
+ * Encodes n runs (n >= 1).
+ * @param[out] out the bytes, malloc'd; the caller frees them
+ * @param[out] len how many
+ * @return 0 or -ENOMEM
+ */
+int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len);
+
+/**
+ * Checks the provenance of a batch of num_elements elements, len bytes at p
+ * (0: the batch has none), as sl_provwire_decode() does, and decodes it into
+ * out when out is not NULL: a first call without out gives the number of
+ * runs, a second writes them. Nothing is allocated unless the batch has
+ * more than 64 (epoch, file) pairs.
+ * @param[out] out room for the runs, or NULL
+ * @param[out] num_runs how many runs there are
+ * @return 0, SL_EPROTO with what was wrong and where in err, -ENOMEM
+ */
+int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out,
+                     uint64_t *num_runs, char *err, size_t errlen);
+
+/**
+ * Decodes and checks the provenance of a batch of num_elements elements:
+ * len bytes at p (0: the batch has none). Everything is bounded before it
+ * is allocated: at most num_elements runs and no more than the bytes can
+ * hold, at most as many pairs as runs, each count >= 1, the counts summing
+ * to num_elements, no run ending past 2^64, no byte left over.
+ * @param[out] runs the runs, malloc'd (the caller frees them), NULL for none
+ * @param[out] num_runs how many
+ * @return 0, SL_EPROTO with what was wrong and where in err, -ENOMEM
+ */
+int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t **runs,
+                       uint64_t *num_runs, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,191 @@
+/*
+ * test_provwire.c: the wire encoding of provenance runs (protocol/provwire.c):
+ * random runs round-trip, a shuffled batch takes a few bytes a run, and
+ * every kind of bad encoding is refused with SL_EPROTO and a message naming
+ * what was wrong.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "provwire.h"
+
+static void round_trip(const sl_provenance_run_t *runs, uint64_t n, uint64_t elements, size_t *len_out)
+{
+    uint8_t *wire;
+    size_t len;
+    cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
+    sl_provenance_run_t *got;
+    uint64_t m;
+    char err[256];
+    cr_assert_eq(sl_provwire_decode(wire, len, elements, &got, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(m, n);
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert(memcmp(&got[i], &runs[i], sizeof got[i]) == 0, "run %lu: (%u, %u, %lu, +%lu) came back as "
+                  "(%u, %u, %lu, +%lu)", (unsigned long)i, runs[i].epoch, runs[i].file_index,
+                  (unsigned long)runs[i].begin, (unsigned long)runs[i].count, got[i].epoch, got[i].file_index,
+                  (unsigned long)got[i].begin, (unsigned long)got[i].count);
+    free(got);
+    free(wire);
+    if (len_out)
+        *len_out = len;
+}
+
+Test(provwire, random_runs_round_trip)
+{
+    srand(5);
+    sl_provenance_run_t runs[500];
+    for (int round = 0; round < 200; round++) {
+        uint64_t n = 1 + (uint64_t)(rand() % 500), elements = 0;
+        int pairs = 1 + rand() % 6;
+        for (uint64_t i = 0; i < n; i++) {
+            int k = rand() % pairs;
+            /* Epochs and files up to 2^32 - 1, begins anywhere in u64
+             * (jumps forward and back), counts up to 2^40. */
+            runs[i].epoch = k == 5 ? UINT32_MAX : (uint32_t)k;
+            runs[i].file_index = k == 4 ? UINT32_MAX : (uint32_t)(k * 1000);
+            uint64_t big = (uint64_t)rand() << 33 | (uint64_t)rand();
+            runs[i].begin = rand() % 3 ? (uint64_t)(rand() % 100000) : big;
+            runs[i].count = 1 + (rand() % 4 ? (uint64_t)(rand() % 5) : (uint64_t)rand() << 9);
+            if (runs[i].begin + runs[i].count < runs[i].begin)
+                runs[i].begin = 0;
+            elements += runs[i].count;
+        }
+        round_trip(runs, n, elements, NULL);
+    }
+}
+
+Test(provwire, many_pairs_round_trip)
+{
+    /* More pairs than the decoder keeps on the stack: 300 files, each
+     * element of another, as a shuffle over an interleave makes them. */
+    enum { N = 900 };
+    static sl_provenance_run_t runs[N];
+    for (int i = 0; i < N; i++)
+        runs[i] = (sl_provenance_run_t){(uint32_t)(i % 2), (uint32_t)((i * 7) % 300), (uint64_t)(i / 3), 1};
+    size_t len;
+    round_trip(runs, N, N, &len);
+    cr_assert_leq(len, (size_t)N * 4 + 300 * 4, "%zu bytes", len);
+}
+
+Test(provwire, a_shuffled_batch_takes_a_few_bytes_a_run)
+{
+    /* A shuffle buffer of 4096 over one file: one run per element, each
+     * within the buffer of the one before. No pair index (one pair). */
+    srand(9);
+    enum { N = 1024 };
+    sl_provenance_run_t runs[N];
+    for (int i = 0; i < N; i++)
+        runs[i] = (sl_provenance_run_t){0, 0, 1000000 + (uint64_t)i * 4 + (uint64_t)(rand() % 4096), 1};
+    size_t len;
+    round_trip(runs, N, N, &len);
+    cr_assert_leq(len, (size_t)N * 4, "%zu bytes for %d runs", len, N);
+    /* Two files alternating, each in order: a pair index, a distance of
+     * 0 and a count, 3 bytes a run. */
+    for (int i = 0; i < N; i++)
+        runs[i] = (sl_provenance_run_t){2, (uint32_t)(i % 2), (uint64_t)(i / 2) * 3, 3};
+    round_trip(runs, N, 3 * N, &len);
+    cr_assert_leq(len, (size_t)N * 3 + 16, "%zu bytes for %d runs", len, N);
+    /* One run: a handful of bytes. */
+    sl_provenance_run_t one = {0, 0, 5, 1024};
+    round_trip(&one, 1, 1024, &len);
+    cr_assert_leq(len, 8);
+}
+
+Test(provwire, nothing_is_no_runs)
+{
+    sl_provenance_run_t *runs = (sl_provenance_run_t *)1;
+    uint64_t n = 7;
+    char err[256];
+    cr_assert_eq(sl_provwire_decode(NULL, 0, 10, &runs, &n, err, sizeof err), 0);
+    cr_assert_null(runs);
+    cr_assert_eq(n, 0);
+}
+
+static uint8_t *put(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Decodes len bytes of buf for elements elements; expects SL_EPROTO with
+ * want in the message. */
+static void refused(const uint8_t *buf, size_t len, uint64_t elements, const char *want)
+{
+    sl_provenance_run_t *runs = NULL;
+    uint64_t n = 0;
+    char err[256] = "";
+    cr_assert_eq(sl_provwire_decode(buf, len, elements, &runs, &n, err, sizeof err), SL_EPROTO,
+                 "accepted, expected \"%s\"", want);
+    cr_assert_null(runs);
+    cr_assert_eq(n, 0);
+    cr_assert(strstr(err, want), "\"%s\" does not say \"%s\"", err, want);
+    cr_assert(strncmp(err, "provenance", 10) == 0, "\"%s\" does not name the provenance", err);
+}
+
+Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
+{
+    uint8_t b[64], *p;
+    /* Good: 2 pairs (0, 0) and (1, 7); 2 runs: pair 1 at 4 +3, pair 0 at 2 +1. */
+    p = put(put(put(put(put(b, 2), 0), 0), 1), 7);
+    p = put(p, 2);
+    p = put(put(put(p, 1), 8), 3);
+    p = put(put(put(p, 0), 4), 1);
+    size_t good = (size_t)(p - b);
+    sl_provenance_run_t *runs;
+    uint64_t n;
+    char err[256];
+    cr_assert_eq(sl_provwire_decode(b, good, 4, &runs, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert(runs[0].epoch == 1 && runs[0].file_index == 7 && runs[0].begin == 4 && runs[0].count == 3);
+    cr_assert(runs[1].epoch == 0 && runs[1].file_index == 0 && runs[1].begin == 2 && runs[1].count == 1);
+    free(runs);
+
+    refused(b, good - 1, 4, "2 runs of 2 pairs for 4 elements, in 5 bytes left of 11");
+    uint8_t cut = 0x80;
+    refused(&cut, 1, 4, "the number of (epoch, file) pairs at byte 0 runs past the end of the 1 bytes");
+    refused(b, good, 5, "runs count 4 records for 5 elements");
+    refused(b, good, 3, "run 1 counts 1 records from 2; the batch has 3 elements and the runs before it count 3");
+    uint8_t extra[64];
+    memcpy(extra, b, good);
+    extra[good] = 0;
+    refused(extra, good + 1, 4, "1 bytes left over after the last run, at byte 12 of 13");
+
+    /* No pairs; more pairs than elements; more runs than elements. */
+    p = put(b, 0);
+    refused(b, (size_t)(p - b), 4, "0 (epoch, file) pairs");
+    p = put(put(put(put(put(b, 2), 0), 0), 1), 7);
+    refused(b, (size_t)(p - b), 1, "2 (epoch, file) pairs for 1 elements");
+    p = put(put(put(b, 1), 0), 0);
+    p = put(p, 3);
+    for (int i = 0; i < 3; i++)
+        p = put(put(p, 0), 1);
+    refused(b, (size_t)(p - b), 2, "3 runs of 1 pairs for 2 elements");
+
+    /* A pair index past the table; an epoch over 32 bits; a count of 0. */
+    p = put(put(put(put(put(b, 2), 0), 0), 1), 7);
+    p = put(p, 2);
+    p = put(put(put(p, 2), 0), 1);
+    p = put(put(put(p, 0), 0), 1);
+    refused(b, (size_t)(p - b), 2, "run 0: pair 2 of 2");
+    p = put(put(put(b, 1), 1ull << 32), 0);
+    p = put(put(put(p, 1), 0), 1);
+    refused(b, (size_t)(p - b), 1, "pair 0 is (epoch 4294967296, file 0)");
+    p = put(put(put(b, 1), 0), 0);
+    p = put(put(put(p, 1), 0), 0);
+    refused(b, (size_t)(p - b), 1, "run 0 counts 0 records");
+
+    /* A run ending past 2^64: begin 2^64 - 1 (zig-zag of -1 is 1), count 2. */
+    p = put(put(put(b, 1), 0), 0);
+    p = put(put(put(p, 1), 1), 2);
+    refused(b, (size_t)(p - b), 2, "run 0 counts 2 records from 18446744073709551615");
+
+    /* A varint of 11 bytes. */
+    memset(b, 0xff, 11);
+    b[11] = 0;
+    refused(b, 12, 4, "the number of (epoch, file) pairs at byte 0 is not a varint of at most 64 bits");
+}
