@@ -218,6 +218,26 @@ class WorkerCrash(unittest.TestCase):
                                               'report_gen': 2}, where)
 
 
+    def test_without_provenance_a_worker_loss_is_at_least_once(self):
+        """--no-provenance: the client cannot say what it received; the lost
+        splits go out again whole, so nothing is missing (some may repeat),
+        and the dispatcher says why."""
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
+        kills = [(rng.randrange(N // BATCH // 10, N // BATCH // 2), rng.randrange(3))]
+        rc, got, err = self.run_with_worker_kills(spec, kills, seed, ['--no-provenance'])
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        missing, _, unexpected = missing_and_duplicated(got, range(N))
+        self.assertEqual((len(missing), unexpected), (0, []), '%s: missing %s' % (where, missing[:10]))
+        self.assertIn('cannot say what it received of the lost workers', self.cluster.dispatcher.stderr(), where)
+        rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--no-provenance', '--checkpoint-out', 'x'])
+        self.assertEqual(rc, 2)
+        self.assertIn('--no-provenance cannot go with', err)
+
+
 class Checkpoints(unittest.TestCase):
     """Iterator checkpoints (sl_iterator_checkpoint / sl_iterator_restore,
     sluice-cat --checkpoint-out / --resume-from): a consumer stops after a
