@@ -1154,6 +1154,15 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         snprintf(err, errlen, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
         return SL_EINVAL;
     }
+    if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING) {
+        /* A task declared lost (its worker alive but cut off, or stuck) gets
+         * nothing more: its splits go to the others, and its clients no
+         * longer read it. */
+        resp->epoch = req->epoch;
+        resp->end_of_epoch = true;
+        resp->finished = true;
+        return 0;
+    }
     /* A worker that did not get our answer (we or the connection died)
      * asks again with the same request_seq: it gets the same splits, so a
      * split is never handed out without reaching its worker. */

@@ -185,6 +185,13 @@ Test(outstanding, a_lost_tasks_splits_go_again_without_what_the_clients_received
 
     cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
     cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    /* The lost task's worker may still be alive: it gets nothing more,
+     * not even its last answer again. */
+    get_splits(ta, 2, 3, &r);
+    cr_assert_eq(r.splits_count, 0);
+    cr_assert(r.finished);
+    get_splits(ta, 1, 3, &r);
+    cr_assert_eq(r.splits_count, 0);
     heartbeat(j, c1, 0, NULL, NULL);
     cr_assert_eq(hb->report_gen, 1);
     cr_assert_eq(hb->report_from_epoch, 0);
