@@ -1238,10 +1238,12 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
 
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
 {
-    if (o->sharding != SL_SHARDING_DYNAMIC || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
-        o->provenance < 0)
-        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with dynamic "
-                       "sharding and provenance not turned off (opts.provenance >= 0)");
+    bool dynamic = o->sharding == SL_SHARDING_DYNAMIC;
+    if (o->sharding == SL_SHARDING_OFF || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
+        o->provenance < 0 || (!dynamic && o->provenance == 0))
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with a "
+                       "sharding policy: dynamic (provenance not turned off, opts.provenance >= 0), or a static "
+                       "one with opts.provenance > 0");
     return 0;
 }
 

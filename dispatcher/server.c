@@ -272,6 +272,25 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         reply(c, hdr, rc, SL_MSG_RELEASE_CLIENT_RESP, &resp, err);
         break;
     }
+    case SL_MSG_GET_EXCLUSIONS_REQ: {
+        const sluice_GetExclusionsRequest *req = msg;
+        const sl_posset_t *ex = sl_dstate_job_exclusions(st, req->job_id);
+        if (!ex) {
+            sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);
+            break;
+        }
+        size_t len = sl_posset_encode(ex, NULL, 0);
+        uint8_t *buf = malloc(len);
+        if (!buf) {
+            sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
+            break;
+        }
+        sl_posset_encode(ex, buf, len);
+        sluice_GetExclusionsResponse resp = {.job_id = req->job_id};
+        sl_conn_send(c, SL_MSG_GET_EXCLUSIONS_RESP, hdr->request_id, &resp, buf, len, NULL, NULL);
+        free(buf);
+        break;
+    }
     case SL_MSG_REPORT_RECEIVED_REQ: {
         sluice_ReportReceivedResponse resp = sluice_ReportReceivedResponse_init_zero;
         rc = sl_dstate_client_report(st, msg, payload, hdr->payload_len, now, err, sizeof err);

@@ -639,6 +639,9 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             d->worker_index = t->worker_index;
             d->num_workers = is_static(j->sharding) ? st->num_addresses : j->num_tasks;
             d->num_consumers = j->num_consumers;
+            /* A static shard skips the positions itself (DYNAMIC: the
+             * dispatcher's splits do). */
+            d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
         }
     }
     return 0;
@@ -861,9 +864,9 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
                        char *err, size_t errlen)
 {
-    if (exclude_len > 0 && (req->job_name[0] || req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
-        snprintf(err, errlen, "a restored iterator reads a job of its own: dynamic sharding, no job name, no "
-                 "coordinated reads");
+    if (exclude_len > 0 && (req->job_name[0] || req->sharding == SL_SHARDING_OFF || req->num_consumers > 0)) {
+        snprintf(err, errlen, "a restored iterator reads a job of its own: a sharding policy other than off, no job "
+                 "name, no coordinated reads");
         return SL_EINVAL;
     }
     struct dataset *d = sl__dstate_dataset(st, req->dataset_id);
@@ -1131,6 +1134,12 @@ static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t 
     free(runs);
     *nskips = (uint32_t)take;
     return 0;
+}
+
+const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id)
+{
+    const struct job *j = sl__dstate_job((sl_dstate_t *)st, job_id);
+    return j ? &j->exclude : NULL;
 }
 
 const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)

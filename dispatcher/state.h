@@ -15,6 +15,7 @@
 
 #include "confine.h"
 #include "frame.h"
+#include "posset.h"
 
 typedef struct sl_dstate sl_dstate_t;
 
@@ -149,6 +150,10 @@ int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_i
  */
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
                          char *err, size_t errlen);
+
+/** The positions a restored iterator's job excludes (empty for any other
+ *  job), or NULL when the job is unknown; valid while the state is. */
+const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id);
 
 /** The skip runs (the payload) of the task's last GetSplit answer, valid
  *  until its next request; NULL when there are none. */

@@ -44,6 +44,8 @@ static const struct msg_info msg_table[SL_MSG_COUNT_] = {
     MSG(SL_MSG_GET_ELEMENT_RESP, "GET_ELEMENT_RESP", GetElementResponse),
     MSG(SL_MSG_REPORT_RECEIVED_REQ, "REPORT_RECEIVED_REQ", ReportReceivedRequest),
     MSG(SL_MSG_REPORT_RECEIVED_RESP, "REPORT_RECEIVED_RESP", ReportReceivedResponse),
+    MSG(SL_MSG_GET_EXCLUSIONS_REQ, "GET_EXCLUSIONS_REQ", GetExclusionsRequest),
+    MSG(SL_MSG_GET_EXCLUSIONS_RESP, "GET_EXCLUSIONS_RESP", GetExclusionsResponse),
 };
 #undef MSG
 

@@ -58,6 +58,8 @@ typedef enum sl_msg_type {
     SL_MSG_GET_ELEMENT_RESP,
     SL_MSG_REPORT_RECEIVED_REQ,
     SL_MSG_REPORT_RECEIVED_RESP,
+    SL_MSG_GET_EXCLUSIONS_REQ,
+    SL_MSG_GET_EXCLUSIONS_RESP,
     SL_MSG_COUNT_
 } sl_msg_type_t;
 

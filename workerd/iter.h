@@ -230,6 +230,10 @@ int sl__op_filter_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t
  * before any shuffle); on failure *it is left as it was. FILE: whether the
  * file source reads file i (i mod num_workers = worker_index). */
 int sl__static_shard_wrap(sl_iter_ctx_t *ctx, sl_iter_t **it);
+
+/** Static policies with opts.exclude: wraps *it (the source) in an iterator
+ *  that drops the elements whose positions are excluded. */
+int sl__static_exclude_wrap(sl_iter_ctx_t *ctx, sl_iter_t **it);
 bool sl__static_file_is_mine(const sl_iter_ctx_t *ctx, uint64_t file_index);
 
 int sl__op_interleave_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,

@@ -325,6 +325,12 @@ int sl_pipeline_create(const sl_spec_t *spec, const sl_pipeline_opts_t *opts, sl
     }
     if (rc < 0)
         goto failed;
+    if (p->ctx.opts.exclude && p->ctx.opts.sharding != SL_SHARDING_OFF &&
+        p->ctx.opts.sharding != SL_SHARDING_DYNAMIC) {
+        rc = sl__static_exclude_wrap(&p->ctx, &it);
+        if (rc < 0)
+            goto failed;
+    }
     if (p->ctx.opts.sharding == SL_SHARDING_DATA) {
         rc = sl__static_shard_wrap(&p->ctx, &it);
         if (rc < 0)

@@ -19,6 +19,8 @@
 #include "spec.h"
 #include "sluice.h"
 
+struct sl_posset;
+
 /* The largest batch when sl_pipeline_opts_t.max_batch_bytes is 0. */
 #define SL_PIPELINE_DEFAULT_MAX_BATCH_BYTES ((size_t)256 << 20)
 
@@ -98,6 +100,10 @@ typedef struct sl_pipeline_opts {
                                            0: 2; interleave's "autotune" */
     sl_cache_env_t *cache;              /* shared by the worker's pipelines; NULL: the pipeline's
                                            own, SL_PIPELINE_DEFAULT_CACHE_BYTES, no disk */
+    const struct sl_posset *exclude;    /* static policies: positions (epoch, file, record) the
+                                           source must not yield, dropped before the shard (a
+                                           restored iterator's job); NULL: none. Must outlive
+                                           the pipeline. */
 } sl_pipeline_opts_t;
 
 /**

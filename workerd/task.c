@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "posset.h"
 #include "pipeline.h"
 #include "spec.h"
 #include "split_track.h"
@@ -84,6 +85,8 @@ struct sl_task {
      * (split_track.h); NULL under the other policies. */
     sl_split_track_t *track;
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
+    /* Static policies, a restored iterator's job: positions not to yield. */
+    sl_posset_t exclude;
 };
 
 /* A split this task got but its pipeline will never read (the pipeline
@@ -284,8 +287,8 @@ static void *producer_main(void *arg)
 }
 
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
-                const sl_task_config_t *cfg, sl_task_notify_fn notify, void *arg, sl_task_t **out, char *err,
-                size_t errlen)
+                const uint8_t *exclude, size_t exclude_len, const sl_task_config_t *cfg, sl_task_notify_fn notify,
+                void *arg, sl_task_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     pthread_once(&metrics_once, metrics_init);
@@ -311,6 +314,16 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
     if (rc < 0)
         goto fail;
+    sl_posset_init(&t->exclude, SL_TASK_MAX_EXCLUDE_RUNS);
+    if (exclude && exclude_len > 0) {
+        char why[256];
+        rc = sl_posset_decode(&t->exclude, exclude, exclude_len, why, sizeof why);
+        if (rc < 0) {
+            snprintf(err, errlen, "the job's excluded positions: %s", rc == -ENOSPC ? "too many runs" : why);
+            rc = rc == -ENOMEM ? rc : SL_EDATA;
+            goto fail;
+        }
+    }
     if (def->sharding == SL_SHARDING_DYNAMIC && !(t->track = sl_split_track_new())) {
         rc = -ENOMEM;
         goto fail;
@@ -329,6 +342,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .plugins = cfg->plugins,
         .threads = cfg->threads,
         .cache = cfg->cache,
+        .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
     if (rc == -ENOMEM)
@@ -375,6 +389,7 @@ void sl_task_free(sl_task_t *t)
     sl_pipeline_destroy(t->pipeline);
     splits_clear(t);
     sl_split_track_free(t->track);
+    sl_posset_clear(&t->exclude);
     sl_spec_free(t->spec);
     if (t->notify_ev)
         event_free(t->notify_ev);

@@ -29,6 +29,8 @@
 /* The most pipeline stages sl_task_info() reports: the source and every op,
  * with room for iterators an op adds of its own. */
 #define SL_TASK_MAX_STAGES (2 * SL_SPEC_MAX_OPS + 2)
+/* Runs of excluded positions a task takes (the dispatcher keeps as many). */
+#define SL_TASK_MAX_EXCLUDE_RUNS 65536
 
 typedef struct sl_task sl_task_t;
 
@@ -55,12 +57,16 @@ typedef struct sl_task_config {
  * missing) still gives a task: one that is FAILED from the start, with the
  * reason as its error, so that the dispatcher and the clients hear it.
  * @param[in] spec_json the canonical spec, len bytes (copied)
+ * @param[in] exclude static policies (def->exclusions): the positions the
+ *            pipeline must not yield, a position set's bytes (posset.h,
+ *            GET_EXCLUSIONS); NULL otherwise
  * @param[out] out the task, freed by sl_task_free()
- * @return 0; SL_ESPEC with a message in err; -ENOMEM; -errno
+ * @return 0; SL_ESPEC with a message in err; SL_EDATA (exclude is damaged);
+ *         -ENOMEM; -errno
  */
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
-                const sl_task_config_t *cfg, sl_task_notify_fn notify, void *arg, sl_task_t **out, char *err,
-                size_t errlen);
+                const uint8_t *exclude, size_t exclude_len, const sl_task_config_t *cfg, sl_task_notify_fn notify,
+                void *arg, sl_task_t **out, char *err, size_t errlen);
 
 /** Stops the pipeline thread, frees buffered batches and the task. */
 void sl_task_free(sl_task_t *task);

@@ -41,7 +41,9 @@ static const char *session_names[] = {"DISCONNECTED", "CONNECTING", "REGISTERING
 struct outstanding {
     uint32_t id;
     unsigned type;
-    sluice_TaskDef def; /* GET_DATASET: the task it is for */
+    sluice_TaskDef def; /* GET_DATASET, GET_EXCLUSIONS: the task it is for */
+    char *spec;         /* GET_EXCLUSIONS: the task's spec (owned) */
+    size_t spec_len;
     uint64_t task_id;   /* GET_SPLIT: the task it is for */
     struct outstanding *next;
 };
@@ -220,7 +222,8 @@ static void on_task_notify(sl_task_t *task, void *arg)
     }
 }
 
-static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *spec, size_t len)
+static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *spec, size_t len,
+                       const uint8_t *exclude, size_t exclude_len)
 {
     if (find_task(w, def->task_id))
         return;
@@ -230,7 +233,8 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         return;
     wt->w = w;
     wt->last_state = SL_TASK_RUNNING;
-    int rc = sl_task_new(w->base, def, spec, len, &w->cfg.task, on_task_notify, wt, &wt->task, err, sizeof err);
+    int rc = sl_task_new(w->base, def, spec, len, exclude, exclude_len, &w->cfg.task, on_task_notify, wt, &wt->task,
+                         err, sizeof err);
     if (rc < 0) {
         /* The dispatcher checked the spec; a worker that cannot run it says
          * so in the log, and the task's clients see it never produce. */
@@ -588,7 +592,8 @@ static void on_heartbeat_answer(sl_worker_t *w, const sluice_WorkerHeartbeatResp
         const sluice_TaskDef *def = &resp->new_tasks[i];
         bool fetching = false;
         for (struct outstanding *o = w->outstanding; o; o = o->next)
-            fetching |= o->type == SL_MSG_GET_DATASET_REQ && o->def.task_id == def->task_id;
+            fetching |= (o->type == SL_MSG_GET_DATASET_REQ || o->type == SL_MSG_GET_EXCLUSIONS_REQ) &&
+                        o->def.task_id == def->task_id;
         if (find_task(w, def->task_id) || fetching)
             continue;
         if (w->num_tasks >= w->cfg.max_tasks) {
@@ -603,6 +608,25 @@ static void on_heartbeat_answer(sl_worker_t *w, const sluice_WorkerHeartbeatResp
         sluice_GetDatasetRequest req = {.dataset_id = def->dataset_id};
         send_request(w, o, &req);
     }
+}
+
+/* A task of a restored iterator's job under a static policy: its spec is
+ * here; the positions its pipeline must skip come next. */
+static void fetch_exclusions(sl_worker_t *w, const sluice_TaskDef *def, const char *spec, size_t len)
+{
+    char *copy = malloc(len ? len : 1);
+    struct outstanding *o = copy ? expect_answer(w, SL_MSG_GET_EXCLUSIONS_REQ) : NULL;
+    if (!o) {
+        free(copy);
+        sl_log_error("task %" PRIu64 ": out of memory", def->task_id);
+        return; /* asked again: the heartbeat still lists the task */
+    }
+    memcpy(copy, spec, len);
+    o->def = *def;
+    o->spec = copy;
+    o->spec_len = len;
+    sluice_GetExclusionsRequest req = {.job_id = def->job_id};
+    send_request(w, o, &req);
 }
 
 static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
@@ -620,6 +644,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
     if (!e && hdr->type != o->type + 1) {
         free(payload);
         sl_conn_fail(c, SL_EPROTO, "answer %s to %s", sl_msg_name(hdr->type), sl_msg_name(o->type));
+        free(o->spec);
         free(o);
         return;
     }
@@ -666,8 +691,18 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         if (e)
             sl_log_error("task %" PRIu64 ": dataset %" PRIu64 " unavailable: %s", o->def.task_id,
                          o->def.dataset_id, e->message);
+        else if (o->def.exclusions)
+            fetch_exclusions(w, &o->def, (const char *)payload, hdr->payload_len);
         else
-            start_task(w, &o->def, (const char *)payload, hdr->payload_len);
+            start_task(w, &o->def, (const char *)payload, hdr->payload_len, NULL, 0);
+        break;
+    case SL_MSG_GET_EXCLUSIONS_REQ:
+        if (e)
+            sl_log_error("task %" PRIu64 ": the excluded positions of job %" PRIu64 " are unavailable: %s",
+                         o->def.task_id, o->def.job_id, e->message);
+        else
+            start_task(w, &o->def, o->spec, o->spec_len, payload, hdr->payload_len);
+        free(o->spec);
         break;
     case SL_MSG_GET_SPLIT_REQ: {
         struct wtask *wt = find_task(w, o->task_id);
@@ -697,6 +732,7 @@ static void session_reset(sl_worker_t *w)
             if (wt)
                 sl_task_splits_failed(wt->task, true, SL_ECLOSED, "dispatcher connection lost");
         }
+        free(o->spec);
         free(o);
     }
     w->heartbeat_out = false;

@@ -352,8 +352,10 @@ SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it
  * opaque bytes. sl_iterator_restore() in any process continues right after
  * the last batch returned: every other element of the job, exactly once,
  * also mid-epoch and with shuffle and filter in the pipeline. Needs an
- * iterator of its own anonymous job with SL_SHARDING_DYNAMIC and
- * opts.provenance not below 0. At most 65536 runs of positions (contiguous records
+ * iterator of its own anonymous job, not coordinated, with
+ * SL_SHARDING_DYNAMIC and opts.provenance not below 0, or a static policy
+ * (FILE, DATA, FILE_OR_DATA, HINT) and opts.provenance above 0. At most
+ * 65536 runs of positions (contiguous records
  * make one run).
  * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the

@@ -281,12 +281,48 @@ class Checkpoints(unittest.TestCase):
                          '%s: %d missing (first %s), %d duplicated (first %s)' %
                          (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
 
+    def test_resume_under_data_sharding_exactly_once(self):
+        """A static policy: the restored job's workers drop the checkpoint's
+        positions before their shard, so the shards still split the rest."""
+        self.assertEqual(self.cluster.close(), {})
+        ports = free_ports(3)
+        addrs = ['127.0.0.1:%d' % p for p in ports]
+        self.cluster = Cluster(dispatcher_args=['--worker-addresses', ','.join(addrs)])
+        for p, a in zip(ports, addrs):
+            self.cluster.add_worker(['--port', str(p), '--worker-address', a])
+        self.cluster.wait_workers_registered(3)
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "filter", "key": "value", "cmp": "ne", "value": 7},
+                        {"op": "shuffle", "buffer_size": 2000, "seed": 11},
+                        {"op": "batch", "batch_size": BATCH}]}
+        expected = [v for v in range(N) if v != 7]
+        total = len(expected) // BATCH
+        stops = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), stops after batches %s' % (seed, seed, stops)
+        ckpt = [os.path.join(self.cluster.dir, 'ckpt%d' % i) for i in range(2)]
+        runs = [['--limit', str(stops[0]), '--checkpoint-out', ckpt[0]],
+                ['--limit', str(stops[1] - stops[0]), '--resume-from', ckpt[0], '--checkpoint-out', ckpt[1]],
+                ['--resume-from', ckpt[1]]]
+        got = []
+        for i, args in enumerate(runs):
+            rc, batches, err = self.cluster.cat(spec, ['--sharding', 'data'] + args)
+            self.assertEqual(rc, 0, '%s: run %d: %s' % (where, i, err[-2000:]))
+            got.extend(v for b in batches for v in b['value'])
+        counts = collections.Counter(got)
+        missing = [v for v in expected if counts[v] == 0]
+        duplicated = sorted(v for v, n in counts.items() if n > 1)
+        self.assertEqual((len(missing), len(duplicated), len(got)), (0, 0, len(expected)),
+                         '%s: %d missing (first %s), %d duplicated (first %s)' %
+                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+
     def test_checkpoints_refuse_what_they_cannot_resume(self):
         spec = {"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch", "batch_size": 100}]}
         path = os.path.join(self.cluster.dir, 'ckpt')
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'off', '--limit', '2', '--checkpoint-out', path])
         self.assertNotEqual(rc, 0)
-        self.assertIn('checkpoints need an iterator of its own anonymous job with dynamic sharding', err)
+        self.assertIn('checkpoints need an iterator of its own anonymous job with a sharding policy', err)
         with open(path, 'wb') as f:
             f.write(b'not a checkpoint at all')
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])

@@ -35,7 +35,7 @@ static void setup(void)
     sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .num_consumers = 2};
     sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = 8, .max_batch_bytes = 1 << 20};
     char err[256];
-    cr_assert_eq(sl_task_new(base, &def, spec, strlen(spec), &cfg, notify, NULL, &task, err, sizeof err), 0, "%s",
+    cr_assert_eq(sl_task_new(base, &def, spec, strlen(spec), NULL, 0, &cfg, notify, NULL, &task, err, sizeof err), 0, "%s",
                  err);
     rounds = sl_rounds_new(2);
     cr_assert_not_null(rounds);
