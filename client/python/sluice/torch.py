@@ -22,10 +22,18 @@ from .client import distribute
 
 _WIDEN = {np.dtype('<u2'): np.int32, np.dtype('<u4'): np.int64}
 
+# dtypes torch.from_numpy() takes as they are: one set lookup decides for
+# almost every array a trainer sees. (uint16 with sluice's bfloat16 metadata
+# compares equal to uint16, which is not in here.)
+_DIRECT = frozenset(np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                          np.float16, np.float32, np.float64))
+
 
 def to_tensor(a):
     """One value of a batch dict (an array, a ragged tuple or a bytes
     array) as torch: tensors that share the array's memory where torch can."""
+    if a.__class__ is np.ndarray and a.dtype in _DIRECT:
+        return torch.from_numpy(a)
     if isinstance(a, tuple):
         return tuple(to_tensor(x) for x in a)
     if a.dtype == object:
@@ -43,7 +51,9 @@ def to_tensor(a):
 
 def batch_to_torch(batch, pin_memory=False):
     """A batch dict of NumPy arrays as a dict of torch tensors."""
-    out = {k: to_tensor(v) for k, v in batch.items()}
+    out = {}
+    for k, v in batch.items():
+        out[k] = to_tensor(v)
     if pin_memory:
         out = {k: _pin(v) for k, v in out.items()}
     return out
