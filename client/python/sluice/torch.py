@@ -72,6 +72,10 @@ def _pin(v):
         return v.pin_memory()
     if isinstance(v, tuple):
         return tuple(_pin(x) for x in v)
+    if isinstance(v, dict):  # what a user's collate_fn may make of a batch
+        return {k: _pin(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_pin(x) for x in v]
     return v
 
 
@@ -89,7 +93,7 @@ class _Stamped:
 
     def pin_memory(self):
         # DataLoader(pin_memory=True) calls this in its pinning thread.
-        return _Stamped({k: _pin(v) for k, v in self.batch.items()}, self.share, self.checkpoint)
+        return _Stamped(_pin(self.batch), self.share, self.checkpoint)
 
 
 class _StampedCollate:
