@@ -4,8 +4,11 @@ a dispatcher and two workers on free loopback ports. Each test counts the
 elements that went missing and those that came twice across a save and a
 restore. Run with tests/python/run.py."""
 import collections
+import json
 import os
 import pickle
+import subprocess
+import sys
 import tempfile
 import unittest
 import warnings
@@ -16,6 +19,8 @@ import sluice
 import sluice.torch as st
 from sluice._share import share_spec
 from harness import Cluster
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # torch warns when a DataLoader starts more worker processes than there are
 # cores; these tests start 3 to 5 on purpose.
@@ -225,6 +230,19 @@ class StatefulLoaderTest(unittest.TestCase):
             self.loader(ds, 1, persistent_workers=True)
         with self.assertRaisesRegex(TypeError, 'SluiceIterableDataset'):
             st.StatefulDataLoader([1, 2, 3])
+
+    def test_spawned_workers(self):
+        # Workers started with "spawn" (as with CUDA) get the dataset and the
+        # state to resume from by pickle, not by fork. spawn imports the main
+        # module again in each worker, so this runs in a script of its own.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(sluice.__file__)))
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'spawn_resume.py'), self.addr], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        out = json.loads(r.stdout)
+        self.assertEqual((out['missing'], out['duplicated']), (0, 0), out)
+        self.assertEqual(out['first_pass_batches'], 60)
+        self.assertEqual(out['plain_spawn_batches'], 60)  # two shares of 30
 
     def test_collate_fn_and_pin_memory(self):
         ds = sluice.range(0, 800).batch(100)

@@ -148,6 +148,13 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         self._it = None
         self._share = (0, 1)
 
+    def __getstate__(self):
+        # What goes to a DataLoader worker started with "spawn": not the
+        # iterator of an iteration in this process.
+        state = dict(self.__dict__)
+        state['_it'] = None
+        return state
+
     def __iter__(self):
         # Not a generator itself: the share and the checkpoint to resume
         # from are fixed when iter() is called (in the DataLoader worker, or
