@@ -145,6 +145,9 @@ class StatefulLoaderTest(unittest.TestCase):
                 self.assertIsInstance(b['value'], torch.Tensor)
                 got += flat(b)
             self.assertEqual(tally(got, range(5000)), (0, 0), 'epoch %d' % epoch)
+        # More workers than elements: some shares are empty ranges.
+        tiny = self.loader(sluice.range(0, 3).batch(2), 4)
+        self.assertEqual(sorted(v for b in tiny for v in flat(b)), [0, 1, 2])
 
     def test_state_saved_before_any_batch_and_after_a_share_ended(self):
         ds = sluice.range(0, 3000).batch(100)
