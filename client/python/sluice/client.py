@@ -164,31 +164,27 @@ def _name(p):
 
 class _Reader:
     """Turns sl_batch_t pointers into dicts of arrays with as few calls
-    into libsluice as a batch allows: the number of tensors, the address of
-    the first one (the tensors of a batch are one C array), one copy of
-    their bytes."""
+    into libsluice as a batch allows: the number of tensors, then per tensor
+    its address, one copy of its bytes and one struct unpack."""
 
-    __slots__ = ('_num', '_first', '_release')
+    __slots__ = ('_num', '_tensor', '_release')
 
     def __init__(self, lib):
         self._num = lib.sl_batch_num_tensors
         # A function object of its own, so that its restype (a plain address)
         # does not change lib.sl_batch_tensor's for other callers.
-        first = lib['sl_batch_tensor']
-        first.restype = ctypes.c_void_p
-        first.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self._first = first
+        tensor = lib['sl_batch_tensor']
+        tensor.restype = ctypes.c_void_p
+        tensor.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self._tensor = tensor
         self._release = lib.sl_batch_release
 
     def __call__(self, ptr):
         # The owner, made first, releases the batch however the rest ends.
         owner = _Batch(ptr, self._release)
-        n = self._num(ptr)
         out = {}
-        if n <= 0:
-            return out
-        raw = ctypes.string_at(self._first(ptr, 0), n * _TENSOR.size)
-        for f in _TENSOR.iter_unpack(raw):
+        for i in range(self._num(ptr)):
+            f = _TENSOR.unpack(ctypes.string_at(self._tensor(ptr, i), _TENSOR.size))
             name_p, dtype, rank, data = f[0], f[1], f[2], f[11]
             typestr = _TYPESTR.get(dtype)
             if typestr is not None and not f[13] and data:
