@@ -40,7 +40,7 @@ def free_port():
 def owner_of(a):
     """The batch owner an array keeps alive through its .base chain."""
     while a is not None:
-        if isinstance(a, sluice.client._View):
+        if isinstance(a, ctypes.Array) and hasattr(a, 'batch'):
             return a.batch
         a = getattr(a, 'base', None)
     return None

@@ -20,6 +20,8 @@ import numpy as np
 _TYPESTR = {1: '|b1', 2: '|i1', 3: '<i2', 4: '<i4', 5: '<i8', 6: '|u1', 7: '<u2', 8: '<u4', 9: '<u8',
             10: '<f2', 11: '<u2', 12: '<f4', 13: '<f8'}
 
+_DTYPES = {k: np.dtype(v) for k, v in _TYPESTR.items()}
+
 # NumPy has no bfloat16: ml_dtypes gives one when it is installed; without
 # it bfloat16 arrives as uint16 bits, marked in the dtype's metadata so that
 # sluice.torch can still make torch.bfloat16 of it.
@@ -77,23 +79,39 @@ class _Batch:
         return '<sluice batch of %d elements from task %d>' % (self.num_elements, self.task_id)
 
 
-class _View:
-    """What np.asarray() turns into an array over the batch's memory; keeps
-    the batch alive (array.base is this object, this.batch the owner)."""
+# ctypes array types of n bytes, made here rather than with `c_char * n`:
+# ctypes keeps every type made that way for good, and batches of varying
+# sizes would make new ones without end. These are forgotten past _MAX_BUFS.
+_BUFS = {}
+_MAX_BUFS = 256
 
-    __slots__ = ('__array_interface__', 'batch')
 
-    def __init__(self, batch, ptr, shape, typestr):
-        self.batch = batch
-        self.__array_interface__ = {'version': 3, 'shape': shape, 'typestr': typestr, 'data': (ptr, False)}
+def _buf_type(n):
+    t = _BUFS.get(n)
+    if t is None:
+        if len(_BUFS) >= _MAX_BUFS:
+            _BUFS.clear()
+        t = _BUFS[n] = type('sluice_bytes_%d' % n, (ctypes.Array,), {'_type_': ctypes.c_char, '_length_': n})
+    return t
 
 
 def _array(batch, ptr, shape, dtype):
-    """A writable array viewing shape values of sl_dtype dtype at ptr."""
-    typestr = _TYPESTR[dtype]
-    if not ptr:  # no bytes at all: nothing to view
-        return np.zeros(shape, typestr)
-    a = np.asarray(_View(batch, ptr, shape, typestr))
+    """A writable array viewing shape values of sl_dtype dtype at ptr. Its
+    .base chain leads to a ctypes array over the C memory whose attribute
+    batch is the owner: the batch stays alive as long as any view of it."""
+    npdtype = _DTYPES[dtype]
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * npdtype.itemsize
+    if not ptr or nbytes <= 0:  # no bytes at all: nothing to view
+        a = np.zeros(shape, npdtype)
+    else:
+        buf = _buf_type(nbytes).from_address(ptr)
+        buf.batch = batch
+        a = np.frombuffer(buf, npdtype)
+        if len(shape) != 1:
+            a = a.reshape(shape)
     if dtype == _lib.DTYPE_BFLOAT16:
         a = a.view(_BFLOAT16)
     return a
@@ -186,12 +204,8 @@ class _Reader:
         for i in range(self._num(ptr)):
             f = _TENSOR.unpack(ctypes.string_at(self._tensor(ptr, i), _TENSOR.size))
             name_p, dtype, rank, data = f[0], f[1], f[2], f[11]
-            typestr = _TYPESTR.get(dtype)
-            if typestr is not None and not f[13] and data:
-                # The common case, a dense fixed-width component, inline.
-                a = np.asarray(_View(owner, data, f[3:3 + rank], typestr))
-                if dtype == _lib.DTYPE_BFLOAT16:
-                    a = a.view(_BFLOAT16)
+            if dtype in _DTYPES and not f[13]:
+                a = _array(owner, data, f[3:3 + rank], dtype)
             else:
                 a = _convert(owner, ctypes.string_at(name_p), dtype, f[3:3 + rank], data, f[12], f[13], f[14])
             out[_name(name_p)] = a
