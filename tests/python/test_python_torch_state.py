@@ -22,6 +22,23 @@ from harness import Cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# How DataLoader worker processes start. fork, torch's default, in a normal
+# build. Under ASan a fork while another thread of this process (a
+# multiprocessing queue feeder left by the test before) holds ASan's
+# allocator lock leaves the child stuck in its first malloc: there the
+# workers come from a forkserver, a process with one thread.
+if os.environ.get('SLUICE_SANITIZED'):
+    import multiprocessing
+    multiprocessing.set_forkserver_preload(['torch', 'sluice.torch'])
+    WORKERS_CONTEXT = multiprocessing.get_context('forkserver')
+else:
+    WORKERS_CONTEXT = None
+
+
+def doubled(batch):
+    """A collate_fn (module level: the forkserver's workers unpickle it)."""
+    return {'double': batch['value'] * 2}
+
 # torch warns when a DataLoader starts more worker processes than there are
 # cores; these tests start 3 to 5 on purpose.
 warnings.filterwarnings('ignore', message='This DataLoader will create')
@@ -82,6 +99,8 @@ class StatefulLoaderTest(unittest.TestCase):
             raise AssertionError('daemons did not exit cleanly: %s' % bad)
 
     def loader(self, ds, num_workers, **kw):
+        if num_workers > 0:
+            kw.setdefault('multiprocessing_context', WORKERS_CONTEXT)
         return st.StatefulDataLoader(st.SluiceIterableDataset(ds, self.addr, sharding='dynamic'),
                                      num_workers=num_workers, **kw)
 
@@ -249,7 +268,7 @@ class StatefulLoaderTest(unittest.TestCase):
 
     def test_collate_fn_and_pin_memory(self):
         ds = sluice.range(0, 800).batch(100)
-        dl = self.loader(ds, 2, collate_fn=lambda b: {'double': b['value'] * 2}, pin_memory=True)
+        dl = self.loader(ds, 2, collate_fn=doubled, pin_memory=True)
         got = []
         for b in dl:
             got += b['double'].tolist()

@@ -188,14 +188,11 @@ class _Reader:
     __slots__ = ('_num', '_tensor', '_release')
 
     def __init__(self, lib):
-        self._num = lib.sl_batch_num_tensors
-        # A function object of its own, so that its restype (a plain address)
-        # does not change lib.sl_batch_tensor's for other callers.
-        tensor = lib['sl_batch_tensor']
-        tensor.restype = ctypes.c_void_p
-        tensor.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self._tensor = tensor
-        self._release = lib.sl_batch_release
+        # These return at once: called holding the GIL (_lib.load_holding_gil).
+        held = _lib.load_holding_gil()
+        self._num = held.sl_batch_num_tensors
+        self._tensor = held.sl_batch_tensor
+        self._release = held.sl_batch_release
 
     def __call__(self, ptr):
         # The owner, made first, releases the batch however the rest ends.
