@@ -190,6 +190,27 @@ def _declare(lib):
     fn('sl_free', None, c_void_p)
 
 
+_held = None
+
+
+def load_holding_gil():
+    """libsluice again, as a ctypes.PyDLL: its functions run without
+    releasing the GIL. For the few that return at once (a batch's accessors,
+    sl_batch_release()), where handing the GIL over and taking it back costs
+    more than the call; never for one that waits (sl_iterator_next())."""
+    global _held
+    if _held is None:
+        lib = ctypes.PyDLL(library_path())
+        for name, restype, argtypes in (('sl_batch_num_tensors', ctypes.c_int, [ctypes.c_void_p]),
+                                        ('sl_batch_tensor', ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
+                                        ('sl_batch_release', None, [ctypes.c_void_p])):
+            f = getattr(lib, name)
+            f.restype = restype
+            f.argtypes = argtypes
+        _held = lib
+    return _held
+
+
 def strerror(code):
     """sl_strerror(code) as str; works without the library for SL_* codes."""
     try:

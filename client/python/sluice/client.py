@@ -7,6 +7,7 @@ alive through their .base chain; when the last array of a batch is gone, the
 owner's finalizer calls sl_batch_release(). Bytes components are copied
 into Python bytes objects, so they hold nothing."""
 import ctypes
+import struct
 import threading
 
 from . import _lib
@@ -18,6 +19,8 @@ import numpy as np
 # sl_dtype_t -> NumPy typestr (little-endian, as on the wire).
 _TYPESTR = {1: '|b1', 2: '|i1', 3: '<i2', 4: '<i4', 5: '<i8', 6: '|u1', 7: '<u2', 8: '<u4', 9: '<u8',
             10: '<f2', 11: '<u2', 12: '<f4', 13: '<f8'}
+
+_DTYPES = {k: np.dtype(v) for k, v in _TYPESTR.items()}
 
 # NumPy has no bfloat16: ml_dtypes gives one when it is installed; without
 # it bfloat16 arrives as uint16 bits, marked in the dtype's metadata so that
@@ -43,14 +46,22 @@ def live_handles():
 class _Batch:
     """Owns one sl_batch_t; releases it when the last array viewing it goes."""
 
-    __slots__ = ('ptr', 'num_elements', 'task_id', '_release', '__weakref__')
+    __slots__ = ('ptr', '_release', '__weakref__')
 
-    def __init__(self, ptr, num_elements, task_id, release):
+    def __init__(self, ptr, release):
         self.ptr = ptr
-        self.num_elements = num_elements
-        self.task_id = task_id
         self._release = release
         _counts['batches'] += 1
+
+    # Read from the C batch when asked: a trainer seldom asks, and two
+    # ctypes calls per batch are a measurable share of the Python path.
+    @property
+    def num_elements(self):
+        return _lib.load().sl_batch_num_elements(self.ptr) if self.ptr else None
+
+    @property
+    def task_id(self):
+        return _lib.load().sl_batch_task_id(self.ptr) if self.ptr else None
 
     def release(self):
         """Frees the C batch now; arrays viewing it must not be used after."""
@@ -63,27 +74,44 @@ class _Batch:
         self.release()
 
     def __repr__(self):
-        return '<sluice batch of %d elements from task %d%s>' % (self.num_elements, self.task_id,
-                                                                 '' if self.ptr else ', released')
+        if not self.ptr:
+            return '<sluice batch, released>'
+        return '<sluice batch of %d elements from task %d>' % (self.num_elements, self.task_id)
 
 
-class _View:
-    """What np.asarray() turns into an array over the batch's memory; keeps
-    the batch alive (array.base is this object, this.batch the owner)."""
+# ctypes array types of n bytes, made here rather than with `c_char * n`:
+# ctypes keeps every type made that way for good, and batches of varying
+# sizes would make new ones without end. These are forgotten past _MAX_BUFS.
+_BUFS = {}
+_MAX_BUFS = 256
 
-    __slots__ = ('__array_interface__', 'batch')
 
-    def __init__(self, batch, ptr, shape, typestr):
-        self.batch = batch
-        self.__array_interface__ = {'version': 3, 'shape': shape, 'typestr': typestr, 'data': (ptr, False)}
+def _buf_type(n):
+    t = _BUFS.get(n)
+    if t is None:
+        if len(_BUFS) >= _MAX_BUFS:
+            _BUFS.clear()
+        t = _BUFS[n] = type('sluice_bytes_%d' % n, (ctypes.Array,), {'_type_': ctypes.c_char, '_length_': n})
+    return t
 
 
 def _array(batch, ptr, shape, dtype):
-    """A writable array viewing shape values of sl_dtype dtype at ptr."""
-    typestr = _TYPESTR[dtype]
-    if not ptr:  # no bytes at all: nothing to view
-        return np.zeros(shape, typestr)
-    a = np.asarray(_View(batch, ptr, shape, typestr))
+    """A writable array viewing shape values of sl_dtype dtype at ptr. Its
+    .base chain leads to a ctypes array over the C memory whose attribute
+    batch is the owner: the batch stays alive as long as any view of it."""
+    npdtype = _DTYPES[dtype]
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * npdtype.itemsize
+    if not ptr or nbytes <= 0:  # no bytes at all: nothing to view
+        a = np.zeros(shape, npdtype)
+    else:
+        buf = _buf_type(nbytes).from_address(ptr)
+        buf.batch = batch
+        a = np.frombuffer(buf, npdtype)
+        if len(shape) != 1:
+            a = a.reshape(shape)
     if dtype == _lib.DTYPE_BFLOAT16:
         a = a.view(_BFLOAT16)
     return a
@@ -105,31 +133,80 @@ def tensor_to_numpy(batch, t):
     """One sl_tensor_t as NumPy: an array (dense), a (values, row_splits)
     tuple (ragged), an object array of bytes (bytes). batch is the owner the
     arrays keep alive."""
-    dtype, rank = t.dtype, t.rank
-    shape = tuple(t.shape[:rank])
-    if t.row_splits:
-        splits = _array(batch, t.row_splits, (t.num_row_splits,), _lib.DTYPE_NAMES.index('int64'))
-        rows = int(splits[-1]) if t.num_row_splits else 0
+    return _convert(batch, t.name, t.dtype, tuple(t.shape[:t.rank]), t.data, t.size, t.row_splits,
+                    t.num_row_splits)
+
+
+def _convert(batch, name, dtype, shape, data, size, row_splits, num_row_splits):
+    """tensor_to_numpy() from the fields of an sl_tensor_t (name as bytes)."""
+    if row_splits:
+        splits = _array(batch, row_splits, (num_row_splits,), _INT64)
+        rows = int(splits[-1]) if num_row_splits else 0
         vshape = (rows,) + shape[2:]
         if dtype == _lib.DTYPE_BYTES:
             n = int(np.prod(vshape, dtype=np.int64))
-            return _strings(t.data, t.size, n, vshape), splits
-        return _array(batch, t.data, vshape, dtype), splits
+            return _strings(data, size, n, vshape), splits
+        return _array(batch, data, vshape, dtype), splits
     if dtype == _lib.DTYPE_BYTES:
-        return _strings(t.data, t.size, int(np.prod(shape, dtype=np.int64)), shape)
+        return _strings(data, size, int(np.prod(shape, dtype=np.int64)), shape)
     if dtype not in _TYPESTR:
         raise from_code(_lib.SL_EPROTO, 'component "%s" has dtype %d, which this package does not know'
-                        % (t.name.decode('utf-8', 'replace'), dtype))
-    return _array(batch, t.data, shape, dtype)
+                        % (name.decode('utf-8', 'replace'), dtype))
+    return _array(batch, data, shape, dtype)
 
 
-def _batch_to_dict(lib, ptr):
-    owner = _Batch(ptr, lib.sl_batch_num_elements(ptr), lib.sl_batch_task_id(ptr), lib.sl_batch_release)
-    out = {}
-    for i in range(lib.sl_batch_num_tensors(ptr)):
-        t = lib.sl_batch_tensor(ptr, i).contents
-        out[t.name.decode('utf-8', 'replace')] = tensor_to_numpy(owner, t)
-    return out
+_INT64 = _lib.DTYPE_NAMES.index('int64')
+
+# sl_tensor_t as the C compiler lays it out (native alignment): name, dtype,
+# rank, shape[SL_MAX_RANK], data, size, row_splits, num_row_splits. One
+# unpack per tensor costs less than reading a ctypes Structure field by field.
+_TENSOR = struct.Struct('@Pii%dqPNPN' % _lib.SL_MAX_RANK)
+if _TENSOR.size != ctypes.sizeof(_lib.Tensor):  # pragma: no cover
+    raise ImportError('sluice: sl_tensor_t is %d bytes to ctypes, %d to struct'
+                      % (ctypes.sizeof(_lib.Tensor), _TENSOR.size))
+
+# Component names seen, bytes -> str: a trainer's batches reuse a few names.
+_NAMES = {}
+_MAX_NAMES = 4096
+
+
+def _name(p):
+    raw = ctypes.string_at(p)
+    s = _NAMES.get(raw)
+    if s is None:
+        if len(_NAMES) >= _MAX_NAMES:
+            _NAMES.clear()
+        s = _NAMES[raw] = raw.decode('utf-8', 'replace')
+    return s
+
+
+class _Reader:
+    """Turns sl_batch_t pointers into dicts of arrays with as few calls
+    into libsluice as a batch allows: the number of tensors, then per tensor
+    its address, one copy of its bytes and one struct unpack."""
+
+    __slots__ = ('_num', '_tensor', '_release')
+
+    def __init__(self, lib):
+        # These return at once: called holding the GIL (_lib.load_holding_gil).
+        held = _lib.load_holding_gil()
+        self._num = held.sl_batch_num_tensors
+        self._tensor = held.sl_batch_tensor
+        self._release = held.sl_batch_release
+
+    def __call__(self, ptr):
+        # The owner, made first, releases the batch however the rest ends.
+        owner = _Batch(ptr, self._release)
+        out = {}
+        for i in range(self._num(ptr)):
+            f = _TENSOR.unpack(ctypes.string_at(self._tensor(ptr, i), _TENSOR.size))
+            name_p, dtype, rank, data = f[0], f[1], f[2], f[11]
+            if dtype in _DTYPES and not f[13]:
+                a = _array(owner, data, f[3:3 + rank], dtype)
+            else:
+                a = _convert(owner, ctypes.string_at(name_p), dtype, f[3:3 + rank], data, f[12], f[13], f[14])
+            out[_name(name_p)] = a
+        return out
 
 
 def _positive(name, v):
@@ -194,6 +271,11 @@ class BatchIterator:
                                        _lib.SL_EINVAL)
         lib = self._lib = _lib.load()
         self._next = lib.sl_iterator_next
+        self._read = _Reader(lib)
+        # One out-parameter for every sl_iterator_next(): a byref() per call
+        # is an allocation the loop does not need.
+        self._out = ctypes.c_void_p()
+        self._out_ref = ctypes.byref(self._out)
 
         # No single wait may outlast timeout_ms, as in sluice-cat.
         co = _lib.ClientOpts()
@@ -277,12 +359,9 @@ class BatchIterator:
         with self._mu:
             if not self._it:
                 raise StopIteration
-            b = ctypes.c_void_p()
-            rc = self._next(self._it, ctypes.byref(b))
+            rc = self._next(self._it, self._out_ref)
             if rc == 0:
-                # The owner made first thing in there releases the batch
-                # however the conversion ends.
-                return _batch_to_dict(self._lib, b.value)
+                return self._read(self._out.value)
             if rc == 1:
                 self._close_handles()
                 raise StopIteration

@@ -14,18 +14,34 @@ dtypes torch cannot view (NumPy's uint16 and uint32) are widened with a copy
 to int32 and int64; uint64 is viewed as int64 when every value fits (a
 TypeError otherwise); bfloat16 becomes torch.bfloat16 without a copy. Ragged
 components are (values, row_splits) tuples of tensors; bytes components are
-lists of Python bytes (nested for rank > 1)."""
+lists of Python bytes (nested for rank > 1).
+
+State, like torchdata's StatefulDataLoader: loader(..., sharding="dynamic")
+in one process, StatefulDataLoader(SluiceIterableDataset(...,
+sharding="dynamic"), num_workers=n) across worker processes, each of which
+reads a share of the source as a checkpointable job of its own."""
+import copy
+
 import numpy as np
 import torch
 
+from ._share import share_spec
 from .client import distribute
 
 _WIDEN = {np.dtype('<u2'): np.int32, np.dtype('<u4'): np.int64}
+
+# dtypes torch.from_numpy() takes as they are: one set lookup decides for
+# almost every array a trainer sees. (uint16 with sluice's bfloat16 metadata
+# compares equal to uint16, which is not in here.)
+_DIRECT = frozenset(np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                          np.float16, np.float32, np.float64))
 
 
 def to_tensor(a):
     """One value of a batch dict (an array, a ragged tuple or a bytes
     array) as torch: tensors that share the array's memory where torch can."""
+    if a.__class__ is np.ndarray and a.dtype in _DIRECT:
+        return torch.from_numpy(a)
     if isinstance(a, tuple):
         return tuple(to_tensor(x) for x in a)
     if a.dtype == object:
@@ -43,7 +59,9 @@ def to_tensor(a):
 
 def batch_to_torch(batch, pin_memory=False):
     """A batch dict of NumPy arrays as a dict of torch tensors."""
-    out = {k: to_tensor(v) for k, v in batch.items()}
+    out = {}
+    for k, v in batch.items():
+        out[k] = to_tensor(v)
     if pin_memory:
         out = {k: _pin(v) for k, v in out.items()}
     return out
@@ -54,45 +72,260 @@ def _pin(v):
         return v.pin_memory()
     if isinstance(v, tuple):
         return tuple(_pin(x) for x in v)
+    if isinstance(v, dict):  # what a user's collate_fn may make of a batch
+        return {k: _pin(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_pin(x) for x in v]
     return v
 
 
-def _no_checkpoints():
-    raise NotImplementedError('a SluiceIterableDataset runs one iterator per DataLoader process, and their '
-                              'checkpoints are not collected: use sluice.torch.loader, whose state_dict() and '
-                              'load_state_dict() resume mid-epoch')
+class _Stamped:
+    """What a SluiceIterableDataset yields inside a StatefulDataLoader: a
+    batch, the share it came from and that share's checkpoint right after it.
+    The loader's main process unwraps it."""
+
+    __slots__ = ('batch', 'share', 'checkpoint')
+
+    def __init__(self, batch, share, checkpoint):
+        self.batch = batch
+        self.share = share
+        self.checkpoint = checkpoint
+
+    def pin_memory(self):
+        # DataLoader(pin_memory=True) calls this in its pinning thread.
+        return _Stamped(_pin(self.batch), self.share, self.checkpoint)
+
+
+class _StampedCollate:
+    """A user's collate_fn applied to the batch inside a _Stamped."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, item):
+        if isinstance(item, _Stamped):
+            return _Stamped(self.fn(item.batch), item.share, item.checkpoint)
+        return self.fn(item)
+
+
+def _check_checkpoint(ck, where):
+    if ck is not None and not isinstance(ck, (bytes, bytearray)):
+        raise TypeError('%s must be bytes or None, got %s' % (where, type(ck).__name__))
+    return bytes(ck) if ck is not None else None
 
 
 class SluiceIterableDataset(torch.utils.data.IterableDataset):
     """A torch IterableDataset over a Sluice job. Each iter() registers the
-    dataset and opens a new iterator (an anonymous job per epoch, unless
-    job_name names a shared one) and yields dicts of torch tensors.
+    dataset and opens a new iterator and yields dicts of torch tensors.
 
     distribute_kwargs go to sluice.distribute(): sharding, job_name,
     max_outstanding, timeout_ms, ... Use it in a DataLoader with
-    batch_size=None. With num_workers > 0 every loader process opens its own
-    iterator: under sharding="off" each one gets the whole dataset; give a
-    job_name and sharding="dynamic" to split one epoch between them."""
+    batch_size=None.
+
+    With sharding="dynamic" and no job_name the dataset is *shared out*:
+    in a DataLoader of n worker processes, worker i reads share i of n of the
+    source (sluice._share.share_spec: every n-th item of the range or of the
+    files list) as an anonymous job of its own, checkpointable; with
+    num_workers=0 the one share is the whole dataset. StatefulDataLoader
+    collects the shares' checkpoints into a state that resumes each element
+    exactly once. Otherwise (sharding="off", or a job_name naming a job the
+    workers share) every loader process opens its own iterator over the
+    whole job, and there is no state."""
 
     def __init__(self, ds, dispatcher, **distribute_kwargs):
         super().__init__()
         self.ds = ds
         self.dispatcher = dispatcher
         self.distribute_kwargs = distribute_kwargs
+        kw = distribute_kwargs
+        self.shared_out = (kw.get('sharding') == 'dynamic' and not kw.get('job_name')
+                           and kw.get('num_consumers') is None)
+        # Set by StatefulDataLoader on its own copy: yield _Stamped items.
+        self._stamp = False
+        # What the next iter() resumes from: a loader state (every share's
+        # checkpoint) or one share's state, or None.
+        self._resume = None
+        self._it = None
+        self._share = (0, 1)
+
+    def __getstate__(self):
+        # What goes to a DataLoader worker started with "spawn": not the
+        # iterator of an iteration in this process.
+        state = dict(self.__dict__)
+        state['_it'] = None
+        return state
 
     def __iter__(self):
-        it = distribute(self.ds, self.dispatcher, **self.distribute_kwargs)
+        # Not a generator itself: the share and the checkpoint to resume
+        # from are fixed when iter() is called (in the DataLoader worker, or
+        # in the main process with num_workers=0), before the caller can
+        # clear what it set for this iteration.
+        kw = dict(self.distribute_kwargs)
+        spec, index, count = self.ds, 0, 1
+        if self.shared_out:
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                index, count = info.id, info.num_workers
+            spec = share_spec(self.ds, index, count)
+            kw['checkpointable'] = True
+            ck = self._resume_for(index, count)
+            if ck is not None:
+                kw['checkpoint'] = ck
+        self._resume = None
+        it = distribute(spec, self.dispatcher, **kw)
+        self._it, self._share = it, (index, count)
+        return self._batches(it, index)
+
+    def _resume_for(self, index, count):
+        state = self._resume
+        if state is None:
+            return None
+        if 'share' in state:
+            got = tuple(state['share'])
+            if got != (index, count):
+                raise ValueError('state of share %d of %d cannot resume share %d of %d (a DataLoader of %d '
+                                 'workers)' % (got[0], got[1], index, count, count))
+            return state['checkpoint']
+        if state['shares'] != count:
+            raise ValueError('state of %d shares cannot resume in %d (num_workers must stay the same: each '
+                             'share is a dataset of its own)' % (state['shares'], count))
+        return state['checkpoints'][index]
+
+    def _batches(self, it, index):
+        stamp = self._stamp
         try:
             for batch in it:
-                yield batch_to_torch(batch)
+                out = batch_to_torch(batch)
+                if stamp:
+                    # Taken before the batch leaves: the state that goes
+                    # with it holds it and every batch of this share before.
+                    out = _Stamped(out, index, it.checkpoint())
+                yield out
         finally:
             it.close()
 
+    def _need_shared_out(self):
+        if not self.shared_out:
+            raise NotImplementedError('state needs sharding="dynamic" and no job_name (each DataLoader worker '
+                                      'then reads a share of its own); with a job_name the workers share one job, '
+                                      'whose consumers libsluice cannot checkpoint')
+
     def state_dict(self):
-        _no_checkpoints()
+        """The state of this process's iteration: {"share": [i, n],
+        "checkpoint": bytes or None}. Exact where nothing sits between the
+        dataset and the training loop (num_workers=0); with worker processes
+        use StatefulDataLoader, which knows which batches the loop took."""
+        self._need_shared_out()
+        if self._it is None or self._it.closed:
+            if self._resume is not None and 'share' in self._resume:
+                return dict(self._resume)
+            return {'share': list(self._share), 'checkpoint': None}
+        return {'share': list(self._share), 'checkpoint': self._it.checkpoint()}
 
     def load_state_dict(self, state):
-        _no_checkpoints()
+        """The next iter() resumes from state: a share's state_dict(), or a
+        StatefulDataLoader's."""
+        self._need_shared_out()
+        if not isinstance(state, dict) or not ('share' in state or 'shares' in state):
+            raise TypeError('a state is a dict from state_dict(), got %r' % (state,))
+        if 'share' in state:
+            i, n = state['share']
+            self._resume = {'share': [int(i), int(n)],
+                            'checkpoint': _check_checkpoint(state.get('checkpoint'), 'state["checkpoint"]')}
+        else:
+            self._resume = _loader_state(state, state.get('shares'))
+
+
+def _loader_state(state, shares):
+    """A checked copy of a StatefulDataLoader state of shares shares."""
+    if not isinstance(state, dict) or state.get('version', 1) != 1 or not isinstance(state.get('checkpoints'), list):
+        raise TypeError('a StatefulDataLoader state is {"version": 1, "shares": n, "checkpoints": [...]}, got %r'
+                        % (state,))
+    if state.get('shares') != shares or len(state['checkpoints']) != shares:
+        raise ValueError('state of %r shares (a DataLoader of that many workers) cannot resume in a loader of %d: '
+                         'num_workers must stay the same, each share is a dataset of its own'
+                         % (state.get('shares'), shares))
+    return {'version': 1, 'shares': shares,
+            'checkpoints': [_check_checkpoint(c, 'state["checkpoints"][%d]' % i)
+                            for i, c in enumerate(state['checkpoints'])]}
+
+
+class StatefulDataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader over a SluiceIterableDataset (sharding="dynamic",
+    no job_name) with state_dict() and load_state_dict(), like torchdata's
+    StatefulDataLoader.
+
+    Each of the num_workers worker processes reads a share of the source as
+    an anonymous job of its own and sends, with every batch, its share's
+    checkpoint right after that batch. state_dict() is, for each share, the
+    checkpoint that came with the last batch the training loop took from it:
+    batches the workers had made and the loop had not taken are not in it, so
+    a loader given the state with load_state_dict() (in this process or
+    another, with the same num_workers) continues on its next iter() with
+    every element not yet taken, each exactly once.
+
+    The arguments are DataLoader's, except: batch_size must be None (the
+    Sluice workers batch), persistent_workers must be False (each iter()
+    starts workers that read the state to resume from)."""
+
+    def __init__(self, dataset, batch_size=None, num_workers=0, collate_fn=None, persistent_workers=False, **kw):
+        if not isinstance(dataset, SluiceIterableDataset):
+            raise TypeError('StatefulDataLoader reads a sluice.torch.SluiceIterableDataset, got %s'
+                            % type(dataset).__name__)
+        dataset._need_shared_out()
+        if batch_size is not None:
+            raise ValueError('batch_size must be None: the Sluice workers batch already (.batch() in the dataset)')
+        if persistent_workers:
+            raise ValueError('persistent_workers=True would keep the workers of the first iter(), and '
+                             'load_state_dict() could not reach them')
+        ds = copy.copy(dataset)
+        ds._stamp = True
+        ds._resume = None
+        ds._it = None
+        super().__init__(ds, batch_size=None, num_workers=num_workers,
+                         collate_fn=_StampedCollate(collate_fn) if collate_fn is not None else None,
+                         persistent_workers=False, **kw)
+        self._shares = max(num_workers, 1)
+        self._live = None    # the checkpoints of the iteration under way, one per share
+        self._resume = None  # a state for the next iter()
+
+    def __iter__(self):
+        resume, self._resume = self._resume, None
+        live = list(resume['checkpoints']) if resume else [None] * self._shares
+        self._live = live
+        # The workers (or, with num_workers=0, the dataset's iter()) read
+        # the state to resume from when the DataLoader iterator starts them.
+        self.dataset._resume = resume
+        try:
+            inner = super().__iter__()
+        finally:
+            self.dataset._resume = None
+        return self._unstamp(inner, live)
+
+    def _unstamp(self, inner, live):
+        for item in inner:
+            live[item.share] = item.checkpoint
+            yield item.batch
+        # The epoch ended: the next state starts a new one.
+        if self._live is live:
+            self._live = None
+
+    def state_dict(self):
+        """{"version": 1, "shares": n, "checkpoints": [bytes or None] * n}:
+        where the iteration under way is (None for a share the loop has taken
+        nothing of). Between epochs, every checkpoint is None."""
+        if self._live is not None:
+            cks = list(self._live)
+        elif self._resume is not None:
+            cks = list(self._resume['checkpoints'])
+        else:
+            cks = [None] * self._shares
+        return {'version': 1, 'shares': self._shares, 'checkpoints': cks}
+
+    def load_state_dict(self, state):
+        """The next iter() continues from state (what state_dict() gave, in
+        a loader of the same num_workers)."""
+        self._resume = _loader_state(state, self._shares)
 
 
 class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))

@@ -1,0 +1,279 @@
+"""Tests of sluice.torch's state across DataLoader worker processes
+(StatefulDataLoader, SluiceIterableDataset shares) against real daemons:
+a dispatcher and two workers on free loopback ports. Each test counts the
+elements that went missing and those that came twice across a save and a
+restore. Run with tests/python/run.py."""
+import collections
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import torch
+
+import sluice
+import sluice.torch as st
+from sluice._share import share_spec
+from harness import Cluster
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# How DataLoader worker processes start. fork, torch's default, in a normal
+# build. Under ASan a fork while another thread of this process (a
+# multiprocessing queue feeder left by the test before) holds ASan's
+# allocator lock leaves the child stuck in its first malloc: there the
+# workers come from a forkserver, a process with one thread.
+if os.environ.get('SLUICE_SANITIZED'):
+    import multiprocessing
+    multiprocessing.set_forkserver_preload(['torch', 'sluice.torch'])
+    WORKERS_CONTEXT = multiprocessing.get_context('forkserver')
+else:
+    WORKERS_CONTEXT = None
+
+
+def doubled(batch):
+    """A collate_fn (module level: the forkserver's workers unpickle it)."""
+    return {'double': batch['value'] * 2}
+
+# torch warns when a DataLoader starts more worker processes than there are
+# cores; these tests start 3 to 5 on purpose.
+warnings.filterwarnings('ignore', message='This DataLoader will create')
+
+
+def flat(batch, key='value'):
+    return batch[key].tolist()
+
+
+def tally(got, want):
+    """(missing, duplicated): elements of want never got, extra copies got."""
+    c = collections.Counter(got)
+    w = collections.Counter(want)
+    missing = sum((w - c).values())
+    dup = sum((c - w).values())
+    return missing, dup
+
+
+class ShareSpecTest(unittest.TestCase):
+    """share_spec() alone: what each share of a source reads."""
+
+    def test_range_shares_partition_the_range(self):
+        for start, stop, step, n in ((0, 100, 1, 3), (5, 77, 4, 4), (100, -3, -7, 2), (0, 2, 1, 5)):
+            got = []
+            for i in range(n):
+                src = share_spec(sluice.range(start, stop, step), i, n)['source']
+                got += list(range(src['start'], src['stop'], src['step']))
+            self.assertEqual(sorted(got), sorted(range(start, stop, step)), (start, stop, step, n))
+
+    def test_file_shares_and_their_limits(self):
+        ds = sluice.text_lines(['/d/a', '/d/b', '/d/c']).batch(2)
+        self.assertEqual(share_spec(ds, 0, 2)['source']['files'], ['/d/a', '/d/c'])
+        self.assertEqual(share_spec(ds, 1, 2)['source']['files'], ['/d/b'])
+        self.assertEqual(share_spec(ds, 1, 2)['ops'], ds.spec['ops'])
+        self.assertEqual(share_spec(ds, 0, 1), ds.spec)
+        with self.assertRaisesRegex(ValueError, r'source.files: 3 entries cannot make 4 shares'):
+            share_spec(ds, 0, 4)
+        with self.assertRaisesRegex(ValueError, r'want 0 <= index < count'):
+            share_spec(ds, 2, 2)
+
+
+class StatefulLoaderTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.data = tempfile.mkdtemp(prefix='sluice-py-state-')
+        cls.c = Cluster(workers=2, dispatcher_args=['--data-root', cls.data], worker_args=['--data-root', cls.data])
+        cls.c.wait_workers_registered(2)
+        cls.addr = cls.c.dispatcher.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        for name in os.listdir(cls.data):
+            os.unlink(os.path.join(cls.data, name))
+        os.rmdir(cls.data)
+        if bad:
+            raise AssertionError('daemons did not exit cleanly: %s' % bad)
+
+    def loader(self, ds, num_workers, **kw):
+        if num_workers > 0:
+            kw.setdefault('multiprocessing_context', WORKERS_CONTEXT)
+        return st.StatefulDataLoader(st.SluiceIterableDataset(ds, self.addr, sharding='dynamic'),
+                                     num_workers=num_workers, **kw)
+
+    def run_until(self, dl, stop_after, got, extra_after_state=0):
+        """Takes stop_after batches from a new iter(dl) into got, saves the
+        state, then takes extra_after_state more batches that a crash would
+        lose (not added to got), and abandons the iteration."""
+        it = iter(dl)
+        for _ in range(stop_after):
+            got += flat(next(it))
+        state = dl.state_dict()
+        for _ in range(extra_after_state):
+            next(it)
+        del it
+        return state
+
+    def test_two_workers_resume_exactly_once(self):
+        # A shuffle and a filter in the pipeline, a restore in a new loader
+        # (through pickle, as torch.save would), and batches taken after the
+        # save that the restore must give again.
+        ds = sluice.range(0, 30000).filter('value', 'ne', 7).shuffle(400, seed=11).batch(100)
+        want = [v for v in range(30000) if v != 7]
+        got = []
+        state = self.run_until(self.loader(ds, 2), 37, got, extra_after_state=5)
+        self.assertEqual(state['shares'], 2)
+        self.assertTrue(all(isinstance(c, bytes) for c in state['checkpoints']), state)
+        state = pickle.loads(pickle.dumps(state))
+        second = self.loader(ds, 2)
+        second.load_state_dict(state)
+        # A state loaded and not yet used is the state.
+        self.assertEqual(second.state_dict(), state)
+        for b in second:
+            got += flat(b)
+        missing, dup = tally(got, want)
+        self.assertEqual((missing, dup), (0, 0), 'missing %d, duplicated %d of %d' % (missing, dup, len(want)))
+        # The epoch ended: the state starts the next one.
+        self.assertEqual(second.state_dict(), {'version': 1, 'shares': 2, 'checkpoints': [None, None]})
+
+    def test_restores_chain(self):
+        ds = sluice.range(0, 20000).shuffle(300, seed=2).batch(50)
+        got = []
+        state = self.run_until(self.loader(ds, 3), 30, got, extra_after_state=4)
+        second = self.loader(ds, 3)
+        second.load_state_dict(state)
+        state = self.run_until(second, 70, got, extra_after_state=2)
+        third = self.loader(ds, 3)
+        third.load_state_dict(state)
+        for b in third:
+            got += flat(b)
+        missing, dup = tally(got, range(20000))
+        self.assertEqual((missing, dup), (0, 0), 'missing %d, duplicated %d' % (missing, dup))
+
+    def test_one_epoch_with_workers_reads_each_element_once(self):
+        # Shared out, the worker processes split the epoch between them (each
+        # one used to read the whole dataset), epoch after epoch.
+        ds = sluice.range(0, 5000).batch(64)
+        dl = self.loader(ds, 2)
+        for epoch in range(2):
+            got = []
+            for b in dl:
+                self.assertIsInstance(b['value'], torch.Tensor)
+                got += flat(b)
+            self.assertEqual(tally(got, range(5000)), (0, 0), 'epoch %d' % epoch)
+        # More workers than elements: some shares are empty ranges.
+        tiny = self.loader(sluice.range(0, 3).batch(2), 4)
+        self.assertEqual(sorted(v for b in tiny for v in flat(b)), [0, 1, 2])
+
+    def test_state_saved_before_any_batch_and_after_a_share_ended(self):
+        ds = sluice.range(0, 3000).batch(100)
+        dl = self.loader(ds, 2)
+        self.assertEqual(dl.state_dict(), {'version': 1, 'shares': 2, 'checkpoints': [None, None]})
+        # Take all but the last batch: by then a share may have ended.
+        got = []
+        state = self.run_until(dl, 29, got)
+        second = self.loader(ds, 2)
+        second.load_state_dict(state)
+        for b in second:
+            got += flat(b)
+        self.assertEqual(tally(got, range(3000)), (0, 0))
+
+    def test_file_source_shares(self):
+        files = []
+        for k in range(4):
+            path = os.path.join(self.data, 'part-%d.txt' % k)
+            with open(path, 'w') as f:
+                f.write(''.join('%d-%d\n' % (k, i) for i in range(700)))
+            files.append(path)
+        want = [b'%d-%d' % (k, i) for k in range(4) for i in range(700)]
+        ds = sluice.text_lines(files).shuffle(200, seed=4).batch(32)
+        dl = self.loader(ds, 2)
+        got = []
+        it = iter(dl)
+        for _ in range(25):
+            got += next(it)['line']
+        state = dl.state_dict()
+        del it
+        second = self.loader(ds, 2)
+        second.load_state_dict(state)
+        for b in second:
+            got += b['line']
+        self.assertEqual(tally(got, want), (0, 0))
+        with self.assertRaisesRegex(ValueError, 'source.files: 4 entries cannot make 5 shares'):
+            next(iter(self.loader(ds, 5)))
+
+    def test_single_process_loader_and_dataset_state(self):
+        ds = sluice.range(0, 4000).shuffle(100, seed=9).batch(40)
+        got = []
+        state = self.run_until(self.loader(ds, 0), 17, got, extra_after_state=3)
+        self.assertEqual(state['shares'], 1)
+        second = self.loader(ds, 0)
+        second.load_state_dict(state)
+        for b in second:
+            got += flat(b)
+        self.assertEqual(tally(got, range(4000)), (0, 0))
+        # The dataset's own state in a plain DataLoader without workers: the
+        # loop takes what the dataset yields, one by one.
+        tds = st.SluiceIterableDataset(ds, self.addr, sharding='dynamic')
+        got = []
+        it = iter(torch.utils.data.DataLoader(tds, batch_size=None))
+        for _ in range(11):
+            got += flat(next(it))
+        share_state = tds.state_dict()
+        self.assertEqual(share_state['share'], [0, 1])
+        del it
+        tds2 = st.SluiceIterableDataset(ds, self.addr, sharding='dynamic')
+        tds2.load_state_dict(share_state)
+        for b in torch.utils.data.DataLoader(tds2, batch_size=None):
+            got += flat(b)
+        self.assertEqual(tally(got, range(4000)), (0, 0))
+
+    def test_refusals(self):
+        ds = sluice.range(0, 1000).batch(10)
+        two = self.loader(ds, 2)
+        it = iter(two)
+        next(it)
+        state = two.state_dict()
+        del it
+        with self.assertRaisesRegex(ValueError, r'state of 2 shares .* cannot resume in a loader of 3'):
+            self.loader(ds, 3).load_state_dict(state)
+        with self.assertRaisesRegex(TypeError, r'checkpoints\"\]\[0\] must be bytes'):
+            two.load_state_dict({'version': 1, 'shares': 2, 'checkpoints': ['x', None]})
+        with self.assertRaisesRegex(NotImplementedError, 'no job_name'):
+            st.StatefulDataLoader(st.SluiceIterableDataset(ds, self.addr, sharding='dynamic', job_name='j'))
+        with self.assertRaisesRegex(NotImplementedError, 'sharding="dynamic"'):
+            st.SluiceIterableDataset(ds, self.addr, sharding='off').state_dict()
+        with self.assertRaisesRegex(ValueError, 'batch_size must be None'):
+            self.loader(ds, 1, batch_size=4)
+        with self.assertRaisesRegex(ValueError, 'persistent_workers'):
+            self.loader(ds, 1, persistent_workers=True)
+        with self.assertRaisesRegex(TypeError, 'SluiceIterableDataset'):
+            st.StatefulDataLoader([1, 2, 3])
+
+    def test_spawned_workers(self):
+        # Workers started with "spawn" (as with CUDA) get the dataset and the
+        # state to resume from by pickle, not by fork. spawn imports the main
+        # module again in each worker, so this runs in a script of its own.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(sluice.__file__)))
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'spawn_resume.py'), self.addr], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        out = json.loads(r.stdout)
+        self.assertEqual((out['missing'], out['duplicated']), (0, 0), out)
+        self.assertEqual(out['first_pass_batches'], 60)
+        self.assertEqual(out['plain_spawn_batches'], 60)  # two shares of 30
+
+    def test_collate_fn_and_pin_memory(self):
+        ds = sluice.range(0, 800).batch(100)
+        dl = self.loader(ds, 2, collate_fn=doubled, pin_memory=True)
+        got = []
+        for b in dl:
+            got += b['double'].tolist()
+        self.assertEqual(sorted(got), [2 * v for v in range(800)])
+
+
+if __name__ == '__main__':
+    unittest.main()
