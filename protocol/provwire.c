@@ -197,7 +197,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
     if (len == 0)
         return 0;
     size_t pos = 0;
-    uint64_t num_pairs, n;
+    uint64_t num_pairs = 0, n = 0;
     int rc = get_varint(p, len, &pos, &num_pairs, "the number of (epoch, file) pairs", err, errlen);
     if (rc < 0)
         return rc;
@@ -215,7 +215,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
     if (num_pairs > STACK_PAIRS && !(pairs = malloc(num_pairs * sizeof *pairs)))
         return sl_errf(err, errlen, -ENOMEM, "provenance: out of memory for %" PRIu64 " pairs", num_pairs);
     for (uint64_t k = 0; k < num_pairs; k++) {
-        uint64_t epoch, file;
+        uint64_t epoch = 0, file = 0;
         if ((rc = get_varint(p, len, &pos, &epoch, "a pair's epoch", err, errlen)) < 0 ||
             (rc = get_varint(p, len, &pos, &file, "a pair's file index", err, errlen)) < 0)
             goto done;
@@ -243,7 +243,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
          * table's loads and stores. */
         uint64_t end = 0;
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t dist, count;
+            uint64_t dist = 0, count = 0;
             if ((rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
                 (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
                 goto done;
@@ -259,7 +259,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
         }
     }
     for (uint64_t i = 0; num_pairs > 1 && i < n; i++) {
-        uint64_t k = 0, dist, count;
+        uint64_t k = 0, dist = 0, count = 0;
         if ((rc = get_varint(p, len, &pos, &k, "a run's pair", err, errlen)) < 0 ||
             (rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
             (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
