@@ -38,6 +38,53 @@ def missing_and_duplicated(got, expected):
     return missing, duplicated, unexpected
 
 
+def assert_exactly_once(test, got, n, where):
+    """Every value of range(n) in got once, and nothing else."""
+    missing, duplicated, unexpected = missing_and_duplicated(got, range(n))
+    test.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
+                     '%s: %d missing (first %s), %d duplicated (first %s)' %
+                     (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+
+
+def stream_with_faults(cluster, spec, args, faults):
+    """Streams spec through sluice-cat (jsonl), calling act() once batch `at`
+    was read, for each (at, act) of faults in order; returns (returncode,
+    every value read, stderr)."""
+    argv = cluster.cat_argv(spec, ['--max-outstanding', '4'] + list(args))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    got, batches = [], 0
+    try:
+        for at, act in faults:
+            while batches < at:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                got.extend(json.loads(line)['value'])
+                batches += 1
+            act()
+        for line in proc.stdout:
+            if line.strip():
+                got.extend(json.loads(line)['value'])
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, got, proc.stderr.read()
+
+
+def addressed_cluster(n=3):
+    """A dispatcher with --worker-addresses and n workers on those addresses
+    (what the static policies need)."""
+    ports = free_ports(n)
+    addrs = ['127.0.0.1:%d' % p for p in ports]
+    cluster = Cluster(dispatcher_args=['--worker-addresses', ','.join(addrs)])
+    for p, a in zip(ports, addrs):
+        cluster.add_worker(['--port', str(p), '--worker-address', a])
+    cluster.wait_workers_registered(n)
+    return cluster
+
+
 class DispatcherCrash(unittest.TestCase):
     def setUp(self):
         self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
@@ -51,29 +98,12 @@ class DispatcherCrash(unittest.TestCase):
         """Streams spec through sluice-cat, killing (-9) and restarting the
         dispatcher after the batch counts in kills; returns every value read."""
         rng = random.Random(seed)
-        argv = self.cluster.cat_argv(spec, ['--sharding', sharding, '--max-outstanding', '4'] + list(args))
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
-        got, batches = [], 0
-        try:
-            for at in kills:
-                while batches < at:
-                    line = proc.stdout.readline()
-                    if not line:
-                        break
-                    got.extend(json.loads(line)['value'])
-                    batches += 1
-                self.cluster.restart_dispatcher()
-                time.sleep(rng.uniform(0.0, 0.5))
-            for line in proc.stdout:
-                if line.strip():
-                    got.extend(json.loads(line)['value'])
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        err = proc.stderr.read()
-        return proc.returncode, got, err
+
+        def restart():
+            self.cluster.restart_dispatcher()
+            time.sleep(rng.uniform(0.0, 0.5))
+        return stream_with_faults(self.cluster, spec, ['--sharding', sharding] + list(args),
+                                  [(at, restart) for at in kills])
 
     def test_kill9_mid_epoch_every_element_exactly_once(self):
         seed = chaos_seed()
@@ -85,10 +115,7 @@ class DispatcherCrash(unittest.TestCase):
         rc, got, err = self.run_with_kills(spec, kills, seed)
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), kills after batches %s' % (seed, seed, kills)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
-        missing, duplicated, unexpected = missing_and_duplicated(got, range(N))
-        self.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
-                         '%s: %d missing (first %s), %d duplicated (first %s)' %
-                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+        assert_exactly_once(self, got, N, where)
         # The restarted dispatcher carried the job on: one job, finished.
         jobs = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs']
         self.assertEqual([j['state'] for j in jobs], ['FINISHED'], where)
@@ -98,12 +125,7 @@ class DispatcherCrash(unittest.TestCase):
         """A static policy: each worker's shard is fixed by --worker-addresses;
         the restarted dispatcher must keep the tasks and indexes it gave out."""
         self.assertEqual(self.cluster.close(), {})
-        ports = free_ports(3)
-        addrs = ['127.0.0.1:%d' % p for p in ports]
-        self.cluster = Cluster(dispatcher_args=['--worker-addresses', ','.join(addrs)])
-        for p, a in zip(ports, addrs):
-            self.cluster.add_worker(['--port', str(p), '--worker-address', a])
-        self.cluster.wait_workers_registered(3)
+        self.cluster = addressed_cluster(3)
         seed = chaos_seed()
         rng = random.Random(seed)
         total = N // BATCH
@@ -112,10 +134,7 @@ class DispatcherCrash(unittest.TestCase):
         rc, got, err = self.run_with_kills(spec, kills, seed, sharding='data')
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), kills after batches %s' % (seed, seed, kills)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
-        missing, duplicated, unexpected = missing_and_duplicated(got, range(N))
-        self.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
-                         '%s: %d missing (first %s), %d duplicated (first %s)' %
-                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+        assert_exactly_once(self, got, N, where)
 
     def test_state_survives_a_restart_and_ids_are_not_reused(self):
         spec = {"source": {"type": "range", "stop": 5000}, "ops": [{"op": "batch", "batch_size": 100}]}
@@ -167,27 +186,9 @@ class WorkerCrash(unittest.TestCase):
         (at, worker index) kills that worker and starts it again on its ports
         after a seeded pause. Returns (returncode, values, stderr)."""
         rng = random.Random(seed)
-        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '4'] + list(args))
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
-        got, batches = [], 0
-        try:
-            for at, victim in kills:
-                while batches < at:
-                    line = proc.stdout.readline()
-                    if not line:
-                        break
-                    got.extend(json.loads(line)['value'])
-                    batches += 1
-                self.cluster.restart_worker(victim, down=rng.uniform(0.0, 1.0))
-            for line in proc.stdout:
-                if line.strip():
-                    got.extend(json.loads(line)['value'])
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        return proc.returncode, got, proc.stderr.read()
+        faults = [(at, lambda v=victim: self.cluster.restart_worker(v, down=rng.uniform(0.0, 1.0)))
+                  for at, victim in kills]
+        return stream_with_faults(self.cluster, spec, ['--sharding', 'dynamic'] + list(args), faults)
 
     def test_kill9_workers_mid_epoch_every_element_exactly_once(self):
         seed = chaos_seed()
@@ -200,10 +201,7 @@ class WorkerCrash(unittest.TestCase):
         rc, got, err = self.run_with_worker_kills(spec, kills, seed)
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
-        missing, duplicated, unexpected = missing_and_duplicated(got, range(N))
-        self.assertEqual((len(missing), len(duplicated), unexpected), (0, 0, []),
-                         '%s: %d missing (first %s), %d duplicated (first %s)' %
-                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+        assert_exactly_once(self, got, N, where)
         admin = self.cluster.dispatcher.admin_port
         workers = get_json(admin, '/v1/workers')['workers']
         lost = [w for w in workers if w['state'] == 'LOST']
@@ -216,7 +214,6 @@ class WorkerCrash(unittest.TestCase):
         self.assertEqual(job['state'], 'FINISHED', where)
         self.assertEqual(job['lost_splits'], {'outstanding': 0, 'awaiting_reports': 0, 'queued': 0,
                                               'report_gen': 2}, where)
-
 
     def test_without_provenance_a_worker_loss_is_at_least_once(self):
         """--no-provenance: the client cannot say what it received; the lost
@@ -253,15 +250,12 @@ class Checkpoints(unittest.TestCase):
         bad = self.cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
-    def test_resume_mid_epoch_exactly_once_with_shuffle_and_filter(self):
+    def resume_chain(self, spec, expected, sharding):
+        """Three sluice-cat processes over spec: the first two stop at seeded
+        batch counts and write checkpoints, each next one resumes from the
+        last; together they must give every expected value once."""
         seed = chaos_seed()
         rng = random.Random(seed)
-        spec = {"source": {"type": "range", "stop": N},
-                "ops": [{"op": "filter", "key": "value", "cmp": "ne", "value": 7},
-                        {"op": "shuffle", "buffer_size": 2000, "seed": 11},
-                        {"op": "filter", "key": "value", "cmp": "lt", "value": N - 3},
-                        {"op": "batch", "batch_size": BATCH}]}
-        expected = [v for v in range(N) if v != 7 and v < N - 3]
         total = len(expected) // BATCH
         stops = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), stops after batches %s' % (seed, seed, stops)
@@ -271,7 +265,7 @@ class Checkpoints(unittest.TestCase):
                 ['--resume-from', ckpt[1]]]
         got = []
         for i, args in enumerate(runs):
-            rc, batches, err = self.cluster.cat(spec, ['--sharding', 'dynamic'] + args)
+            rc, batches, err = self.cluster.cat(spec, ['--sharding', sharding] + args)
             self.assertEqual(rc, 0, '%s: run %d: %s' % (where, i, err[-2000:]))
             got.extend(v for b in batches for v in b['value'])
         counts = collections.Counter(got)
@@ -281,41 +275,24 @@ class Checkpoints(unittest.TestCase):
                          '%s: %d missing (first %s), %d duplicated (first %s)' %
                          (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
 
+    def test_resume_mid_epoch_exactly_once_with_shuffle_and_filter(self):
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "filter", "key": "value", "cmp": "ne", "value": 7},
+                        {"op": "shuffle", "buffer_size": 2000, "seed": 11},
+                        {"op": "filter", "key": "value", "cmp": "lt", "value": N - 3},
+                        {"op": "batch", "batch_size": BATCH}]}
+        self.resume_chain(spec, [v for v in range(N) if v != 7 and v < N - 3], 'dynamic')
+
     def test_resume_under_data_sharding_exactly_once(self):
         """A static policy: the restored job's workers drop the checkpoint's
         positions before their shard, so the shards still split the rest."""
         self.assertEqual(self.cluster.close(), {})
-        ports = free_ports(3)
-        addrs = ['127.0.0.1:%d' % p for p in ports]
-        self.cluster = Cluster(dispatcher_args=['--worker-addresses', ','.join(addrs)])
-        for p, a in zip(ports, addrs):
-            self.cluster.add_worker(['--port', str(p), '--worker-address', a])
-        self.cluster.wait_workers_registered(3)
-        seed = chaos_seed()
-        rng = random.Random(seed)
+        self.cluster = addressed_cluster(3)
         spec = {"source": {"type": "range", "stop": N},
                 "ops": [{"op": "filter", "key": "value", "cmp": "ne", "value": 7},
                         {"op": "shuffle", "buffer_size": 2000, "seed": 11},
                         {"op": "batch", "batch_size": BATCH}]}
-        expected = [v for v in range(N) if v != 7]
-        total = len(expected) // BATCH
-        stops = sorted(rng.sample(range(total // 10, total * 7 // 10), 2))
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), stops after batches %s' % (seed, seed, stops)
-        ckpt = [os.path.join(self.cluster.dir, 'ckpt%d' % i) for i in range(2)]
-        runs = [['--limit', str(stops[0]), '--checkpoint-out', ckpt[0]],
-                ['--limit', str(stops[1] - stops[0]), '--resume-from', ckpt[0], '--checkpoint-out', ckpt[1]],
-                ['--resume-from', ckpt[1]]]
-        got = []
-        for i, args in enumerate(runs):
-            rc, batches, err = self.cluster.cat(spec, ['--sharding', 'data'] + args)
-            self.assertEqual(rc, 0, '%s: run %d: %s' % (where, i, err[-2000:]))
-            got.extend(v for b in batches for v in b['value'])
-        counts = collections.Counter(got)
-        missing = [v for v in expected if counts[v] == 0]
-        duplicated = sorted(v for v, n in counts.items() if n > 1)
-        self.assertEqual((len(missing), len(duplicated), len(got)), (0, 0, len(expected)),
-                         '%s: %d missing (first %s), %d duplicated (first %s)' %
-                         (where, len(missing), missing[:10], len(duplicated), duplicated[:10]))
+        self.resume_chain(spec, [v for v in range(N) if v != 7], 'data')
 
     def test_checkpoints_refuse_what_they_cannot_resume(self):
         spec = {"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch", "batch_size": 100}]}
