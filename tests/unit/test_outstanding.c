@@ -26,6 +26,8 @@ static sl_store_t *store;
 static sl_dstate_t *st;
 static char err[1024];
 static sluice_ClientHeartbeatResponse *hb;
+static sluice_WorkerHeartbeatRequest *wreq;
+static sluice_WorkerHeartbeatResponse *wresp;
 
 static void setup(void)
 {
@@ -37,6 +39,8 @@ static void setup(void)
     sl_store_opts_t o = {.tables = tables, .num_tables = n};
     cr_assert_eq(sl_store_open(dir, &o, &store, err, sizeof err), 0, "%s", err);
     hb = calloc(1, sizeof *hb);
+    wreq = calloc(1, sizeof *wreq);
+    wresp = calloc(1, sizeof *wresp);
 }
 
 static void teardown(void)
@@ -46,6 +50,8 @@ static void teardown(void)
     sl_store_close(store);
     store = NULL;
     free(hb);
+    free(wreq);
+    free(wresp);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
@@ -157,6 +163,21 @@ static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, co
     free(buf);
     sl_posset_clear(&s);
     return rc;
+}
+
+/* Worker w's heartbeat: task DONE with done_below (task 0: it reports no
+ * task). @return the answer, valid until the next call */
+static const sluice_WorkerHeartbeatResponse *worker_hb(uint64_t w, uint64_t task, uint64_t done_below)
+{
+    memset(wreq, 0, sizeof *wreq);
+    memset(wresp, 0, sizeof *wresp);
+    wreq->worker_id = w;
+    if (task) {
+        wreq->tasks_count = 1;
+        wreq->tasks[0] = (sluice_TaskStatus){.task_id = task, .state = SL_TASK_DONE, .done_below = done_below};
+    }
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 0, wresp, err, sizeof err), 0, "%s", err);
+    return wresp;
 }
 
 static void save(void)
@@ -305,12 +326,7 @@ Test(outstanding, the_job_waits_for_lost_splits_and_a_live_worker_takes_them)
     while (!r.end_of_epoch)
         get_splits(tb, seq++, 8, &r);
     /* b ended its pipeline and its clients have all of its splits. */
-    sluice_WorkerHeartbeatRequest *wr = calloc(1, sizeof *wr);
-    sluice_WorkerHeartbeatResponse *wp = calloc(1, sizeof *wp);
-    wr->worker_id = wb;
-    wr->tasks_count = 1;
-    wr->tasks[0] = (sluice_TaskStatus){.task_id = tb, .state = SL_TASK_DONE, .done_below = 1000};
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    worker_hb(wb, tb, 1000);
     uint64_t below = 1000;
     heartbeat(j, c1, 1, &tb, &below);
     heartbeat(j, c2, 1, &tb, &below);
@@ -322,9 +338,7 @@ Test(outstanding, the_job_waits_for_lost_splits_and_a_live_worker_takes_them)
     cr_assert_str_eq(job_state(j), "RUNNING");
     uint64_t tc = task_of(j, wb);
     cr_assert_neq(tc, tb, "a second task on b's worker takes the lost splits");
-    memset(wp, 0, sizeof *wp);
-    wr->tasks_count = 0;
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    const sluice_WorkerHeartbeatResponse *wp = worker_hb(wb, 0, 0);
     cr_assert_eq(wp->new_tasks_count, 1);
     cr_assert_eq(wp->new_tasks[0].task_id, tc);
     /* It asks for epoch 0 and gets a's splits back, then the epoch's end. */
@@ -333,17 +347,12 @@ Test(outstanding, the_job_waits_for_lost_splits_and_a_live_worker_takes_them)
     cr_assert_eq(r.splits[0].begin, 0);
     get_splits(tc, 2, 8, &r);
     cr_assert(r.end_of_epoch);
-    wr->tasks_count = 1;
-    wr->tasks[0] = (sluice_TaskStatus){.task_id = tc, .state = SL_TASK_DONE, .done_below = r.splits_count + 1000};
-    memset(wp, 0, sizeof *wp);
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    worker_hb(wb, tc, r.splits_count + 1000);
     cr_assert_str_eq(job_state(j), "RUNNING", "the clients have not confirmed c's splits");
     below = UINT64_MAX;
     heartbeat(j, c1, 1, &tc, &below);
     heartbeat(j, c2, 1, &tc, &below);
     cr_assert_str_eq(job_state(j), "FINISHED");
-    free(wr);
-    free(wp);
 }
 
 Test(outstanding, splits_a_task_never_read_go_out_again_at_once)
@@ -357,18 +366,11 @@ Test(outstanding, splits_a_task_never_read_go_out_again_at_once)
     uint64_t last = r.splits[2].split_id;
     /* Its pipeline ended having read only the first two (the answer with
      * the third was lost, say): the third goes out again, no report needed. */
-    sluice_WorkerHeartbeatRequest *wr = calloc(1, sizeof *wr);
-    sluice_WorkerHeartbeatResponse *wp = calloc(1, sizeof *wp);
-    wr->worker_id = wa;
-    wr->tasks_count = 1;
-    wr->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_DONE, .done_below = last};
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wr, 0, wp, err, sizeof err), 0, "%s", err);
+    worker_hb(wa, ta, last);
     cr_assert_eq(lost_splits(j, "queued"), 1);
     get_splits(tb, 1, 8, &r);
     cr_assert_eq(r.splits[0].begin, 200);
     cr_assert_eq(r.splits[0].end, 300);
-    free(wr);
-    free(wp);
 }
 
 Test(outstanding, a_damaged_report_is_refused_with_what_was_wrong)
