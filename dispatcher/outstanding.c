@@ -299,9 +299,8 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
     return 0;
 }
 
-bool sl__out_check_reports(sl_dstate_t *st, struct job *j)
+bool sl__out_check_reports(struct job *j)
 {
-    (void)st;
     bool waiting = false, queued = false;
     for (unsigned i = 0; i < j->num_orphans; i++) {
         waiting |= j->orphans[i].state == OS_AWAIT;
@@ -355,42 +354,29 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
             i++;
             continue;
         }
-        uint32_t e = (uint32_t)o->epoch;
-        uint64_t have = o->have ? sl_posset_count(o->have, e, o->file, o->begin, o->end) : 0;
-        if (have == o->end - o->begin) {
+        uint64_t end = o->end, offset = t->last_skips_len;
+        uint32_t take = 0;
+        int rc = o->have ? sl__dstate_split_skips(st, t, o->have, (uint32_t)o->epoch, o->file, o->begin, &end, &take)
+                         : 0;
+        if (rc == 1) {
             orphan_remove(st, j, i); /* every record of it arrived: nothing to hand out */
             continue;
         }
-        size_t n = have ? sl_posset_within(o->have, e, o->file, o->begin, o->end, NULL, 0) : 0;
-        size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
-        if (n > 0 && room == 0)
+        if (rc == 2)
             break; /* no room for its skips in this answer: the next one */
-        if (n > 0 && !t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
-            return -ENOMEM;
-        size_t take = n > room ? room : n;
-        sl_posrun_t *runs = NULL;
-        if (n > 0 && !(runs = malloc((take + 1) * sizeof *runs)))
-            return -ENOMEM;
-        if (n > 0)
-            sl_posset_within(o->have, e, o->file, o->begin, o->end, runs, take + 1);
-        uint64_t end = n > room ? runs[room].begin : o->end; /* cut where the skips stop fitting */
+        if (rc < 0)
+            return rc;
         sluice_Split *s = &resp->splits[resp->splits_count];
         *s = (sluice_Split){.split_id = j->split_seq++, .file_index = o->file, .begin = o->begin, .end = end,
-                            .epoch = o->epoch, .skip_offset = take ? t->last_skips_len : 0, .skip_count = take};
-        for (size_t r = 0; r < take; r++) {
-            sl_put_le64(t->last_skips + t->last_skips_len, runs[r].begin);
-            sl_put_le64(t->last_skips + t->last_skips_len + 8, runs[r].count);
-            t->last_skips_len += 16;
-        }
-        free(runs);
+                            .epoch = o->epoch, .skip_offset = take ? offset : 0, .skip_count = take};
         j->cursor_dirty = true; /* split_seq */
-        if (sl__out_add(t, s, take ? t->last_skips + s->skip_offset : NULL) < 0) {
-            t->last_skips_len = (size_t)s->skip_offset;
+        if (sl__out_add(t, s, take ? t->last_skips + offset : NULL) < 0) {
+            t->last_skips_len = (size_t)offset;
             return -ENOMEM;
         }
         resp->splits_count++;
         sl_log_debug("job %" PRIu64 ": split %" PRIu64 " (file %" PRIu32 " [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64
-                     ", %zu runs skipped) handed again to task %" PRIu64 " as split %" PRIu64, j->id, o->id, o->file,
+                     ", %" PRIu32 " runs skipped) handed again to task %" PRIu64 " as split %" PRIu64, j->id, o->id, o->file,
                      o->begin, end, o->epoch, take, t->id, s->split_id);
         if (end == o->end) {
             orphan_remove(st, j, i);

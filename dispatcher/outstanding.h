@@ -61,7 +61,7 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
 
 /** Queues the orphans waiting for reports once every client of the job
  *  answered. @return true when there are queued orphans */
-bool sl__out_check_reports(sl_dstate_t *st, struct job *j);
+bool sl__out_check_reports(struct job *j);
 
 /** The smallest epoch of an orphan waiting for reports (what clients report from). */
 uint64_t sl__out_report_from(const struct job *j);

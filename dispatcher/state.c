@@ -419,7 +419,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
  * new one (or the next worker to register does). */
 static void job_ensure_task(sl_dstate_t *st, struct job *j)
 {
-    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(st, j))
+    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(j))
         return;
     for (unsigned k = 0; k < j->num_tasks; k++)
         if (j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING)
@@ -1098,17 +1098,9 @@ int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_i
     return 0;
 }
 
-/* A restored job's split [begin, *end) of file f: its records the consumer
- * already has become skip runs in the task's answer payload (16 bytes each,
- * docs/protocol.md). When they do not all fit, the split ends where the
- * first that does not fit begins.
- * @return 0 (*nskips runs added), 1 (all of it consumed: hand nothing out),
- *         2 (no room left in this answer), -ENOMEM */
-static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t f, uint64_t begin, uint64_t *end,
-                       uint32_t *nskips)
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
+                           uint64_t begin, uint64_t *end, uint32_t *nskips)
 {
-    const sl_posset_t *ex = &j->exclude;
-    uint32_t epoch = (uint32_t)j->split_epoch;
     uint64_t have = sl_posset_count(ex, epoch, f, begin, *end);
     *nskips = 0;
     if (have == *end - begin)
@@ -1119,6 +1111,8 @@ static int split_skips(sl_dstate_t *st, struct job *j, struct task *t, uint32_t 
     size_t n = sl_posset_within(ex, epoch, f, begin, *end, NULL, 0);
     if (room == 0)
         return 2;
+    if (!t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
+        return -ENOMEM;
     size_t take = n > room ? room : n;
     sl_posrun_t *runs = malloc((take + 1) * sizeof *runs);
     if (!runs)
@@ -1234,10 +1228,6 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         return SL_EINVAL;
     }
     bool excl = j->exclude.num > 0;
-    if (excl && !t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes))) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
     unsigned max = req->max_splits ? req->max_splits : 1;
     /* Guided hand-out: no task takes more than half its share of what is
      * left of the epoch, so a worker asking for many splits at a time (to
@@ -1266,7 +1256,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         uint32_t skips = 0;
         uint64_t skip_offset = t->last_skips_len;
         if (excl) {
-            int rc = split_skips(st, j, t, j->split_file, begin, &end, &skips);
+            int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
+                                            &end, &skips);
             if (rc == 1) { /* every record of it was consumed already */
                 j->split_next = end;
                 j->cursor_dirty = true;

@@ -180,6 +180,17 @@ struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id);
 struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
 
+/**
+ * A split [begin, *end) of file f in epoch: its records in ex (what a
+ * consumer already has) become skip runs in t's answer payload (16 bytes
+ * each, docs/protocol.md). When they do not all fit, the split ends where
+ * the first that does not fit begins.
+ * @return 0 (*nskips runs added), 1 (ex holds all of it: hand nothing out),
+ *         2 (no room left in this answer), -ENOMEM
+ */
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
+                           uint64_t begin, uint64_t *end, uint32_t *nskips);
+
 /** Queues the deletion of a record (key2 only for SL_DT_OUTSTANDING). */
 void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2);
 
