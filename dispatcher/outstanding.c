@@ -154,11 +154,20 @@ void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sl
 {
     if (!sl__out_tracked(j))
         return;
+    if (!c) {
+        /* A client left: any task's smallest progress may have grown. */
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            prune(st, j, &j->tasks[k]);
+        return;
+    }
+    /* Only the tasks whose progress from c grew can have a larger minimum. */
     for (unsigned i = 0; i < n; i++) {
-        struct job *tj = NULL;
-        struct task *t = sl__dstate_task(st, p[i].task_id, &tj);
-        if (!t || tj != j)
-            continue; /* a task of another job, or forgotten: nothing to prune */
+        struct task *t = NULL;
+        for (unsigned k = 0; k < j->num_tasks && !t; k++)
+            if (j->tasks[k].id == p[i].task_id)
+                t = &j->tasks[k];
+        if (!t)
+            continue; /* not a task of this job: nothing to prune */
         struct client_progress *cp = progress_of(c, p[i].task_id);
         if (!cp) {
             if (sl__dstate_grow(&c->progress, &c->cap_progress, c->num_progress, sizeof *c->progress) < 0)
@@ -166,11 +175,11 @@ void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sl
             cp = &c->progress[c->num_progress++];
             *cp = (struct client_progress){.task_id = p[i].task_id};
         }
-        if (p[i].done_below > cp->done_below)
+        if (p[i].done_below > cp->done_below) {
             cp->done_below = p[i].done_below;
+            prune(st, j, t);
+        }
     }
-    for (unsigned k = 0; k < j->num_tasks; k++)
-        prune(st, j, &j->tasks[k]);
 }
 
 static int orphans_append(struct job *j, const struct osplit *o)
