@@ -176,6 +176,11 @@ struct sl_iterator {
     char err[1024];
     bool finished;
     bool stop;
+    /* pump() stopped at max_outstanding: the caller's next batch taken makes
+     * room, and sl_iterator_next() wakes the loop for it. Otherwise the
+     * caller does not wake the loop: a wake-up per batch costs the caller
+     * and the loop a system call each. */
+    bool budget_full;
 };
 
 static int64_t now_ms(void)
@@ -519,7 +524,13 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         const sluice_Error *e = msg;
         free(payload);
         int64_t now = now_ms();
-        if (e->code == SL_ENOTFOUND && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
+        /* A worker that does not know the task (yet), or dropped it because
+         * the dispatcher took it away (the worker was declared lost, or the
+         * job ended), does not end the read: the dispatcher's next answer
+         * says what became of the task, and the loop asks again until then,
+         * for at most timeout_ms. */
+        bool gone = e->code == SL_ENOTFOUND || e->code == SL_ECANCELLED;
+        if (gone && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
             if (!t->unknown_since)
                 t->unknown_since = now;
             t->not_before = now + RETRY_MS;
@@ -528,7 +539,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
             return;
         }
         iterator_fail(it, e->code < 0 ? e->code : SL_EREMOTE, "worker %s: %s%s", t->address, e->message,
-                      e->code == SL_ENOTFOUND ? " (for longer than the timeout)" : "");
+                      gone ? " (for longer than the timeout)" : "");
         return;
     }
     t->unknown_since = 0;
@@ -626,36 +637,51 @@ static void pump(sl_iterator_t *it)
 {
     if (failed(it))
         return;
-    pthread_mutex_lock(&it->mu);
-    unsigned queued = it->ready_count;
-    bool stop = it->stop;
-    pthread_mutex_unlock(&it->mu);
-    if (stop)
-        return;
-    if (it->coord) {
-        coord_pump(it, queued);
-        return;
-    }
-    /* Round-robin, one request per task per pass, so that every worker
-     * gets its share of the budget. */
-    bool sent = true;
-    int64_t now = now_ms();
-    while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
-        sent = false;
-        for (struct itask *t = it->tasks; t; t = t->next) {
-            if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
-                now < t->not_before)
-                continue;
-            if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
-                break;
-            sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                            .provenance = it->opts.provenance > 0 || it->track};
-            if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
-                continue;
-            t->in_flight++;
-            it->in_flight++;
-            sent = true;
+    for (;;) {
+        pthread_mutex_lock(&it->mu);
+        unsigned queued = it->ready_count;
+        bool stop = it->stop;
+        /* Coordinated reads count their budget in rounds: every batch taken
+         * may let them ask for one more. */
+        it->budget_full = it->coord;
+        pthread_mutex_unlock(&it->mu);
+        if (stop)
+            return;
+        if (it->coord) {
+            coord_pump(it, queued);
+            return;
         }
+        /* Round-robin, one request per task per pass, so that every worker
+         * gets its share of the budget. */
+        bool sent = true;
+        int64_t now = now_ms();
+        while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
+            sent = false;
+            for (struct itask *t = it->tasks; t; t = t->next) {
+                if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
+                    now < t->not_before)
+                    continue;
+                if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
+                    break;
+                sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
+                                                .provenance = it->opts.provenance > 0 || it->track};
+                if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
+                    continue;
+                t->in_flight++;
+                it->in_flight++;
+                sent = true;
+            }
+        }
+        if (it->in_flight + queued < (unsigned)it->opts.max_outstanding)
+            return; /* held back by the workers, not by the budget */
+        /* Held back by the budget: the caller wakes the loop when it takes a
+         * batch, unless it took one meanwhile, which makes room now. */
+        pthread_mutex_lock(&it->mu);
+        bool took = it->ready_count < queued;
+        it->budget_full = !took;
+        pthread_mutex_unlock(&it->mu);
+        if (!took)
+            return;
     }
 }
 
@@ -1182,6 +1208,7 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
     *out = NULL;
     pthread_mutex_lock(&it->mu);
     int rc;
+    bool kick = false;
     for (;;) {
         if (it->ready) {
             struct sl_batch *b = it->ready;
@@ -1201,6 +1228,8 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             ledger_add(it, b, b->done, b->num_done);
             *out = b;
             rc = 0;
+            kick = it->budget_full;
+            it->budget_full = false;
             break;
         }
         if (it->error) {
@@ -1219,8 +1248,8 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
         pthread_cond_wait(&it->cv, &it->mu);
     }
     pthread_mutex_unlock(&it->mu);
-    /* Room freed in the budget: let the loop ask for more. */
-    if (rc == 0)
+    /* Room freed in a full budget: let the loop ask for more. */
+    if (kick)
         event_active(it->kick, EV_READ, 0);
     return rc;
 }

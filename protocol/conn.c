@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -375,6 +376,132 @@ int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self
     return 0;
 }
 
+/* One part of a frame to send: copied when queued (copy) or referenced. */
+struct part {
+    const void *p;
+    size_t n;
+    bool copy;
+};
+
+/* The release of a frame queued in part: free_fn gets the payload and
+ * length it was given, whatever part of the frame is the last to go. */
+struct release {
+    sl_conn_free_fn free_fn;
+    const void *payload;
+    size_t payload_len;
+    void *extra;
+};
+
+static void run_release(const void *data, size_t len, void *arg)
+{
+    struct release *r = arg;
+    (void)data;
+    (void)len;
+    r->free_fn(r->payload, r->payload_len, r->extra);
+    free(r);
+}
+
+static void no_free(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    (void)extra;
+}
+
+/* Writes what it can of the parts straight to the socket: when nothing is
+ * queued before them, a frame costs one system call rather than a trip
+ * through the loop (enable the write event, wait for it, write, disable
+ * it). Errors are left to the bufferevent, which meets them on its own
+ * next write. @return the bytes written */
+static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
+{
+    struct iovec iov[4];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (parts[i].n > 0)
+            iov[k++] = (struct iovec){.iov_base = (void *)parts[i].p, .iov_len = parts[i].n};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t w;
+    do
+        w = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    return w > 0 ? (size_t)w : 0;
+}
+
+/* Sends a frame of n (<= 4) parts, the first its header: straight to the
+ * socket when the connection is open, not corked and has nothing queued,
+ * and what that did not take (all of it otherwise) to the output, or to
+ * the cork's buffer. The output gets the rest of the frame or nothing of
+ * it. free_fn(payload, payload_len, extra), if given, runs once no part is
+ * needed any more, also on failure. */
+static int send_parts(sl_conn_t *c, const struct part *parts, int n, sl_conn_free_fn free_fn, const void *payload,
+                      size_t payload_len, void *extra)
+{
+    struct evbuffer *output = bufferevent_get_output(c->bev);
+    /* Error frames of a failing connection are not held: it closes once
+     * its output is written. */
+    struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : output;
+    size_t skip = 0;
+    if (out == output && c->state == CONN_OPEN && evbuffer_get_length(output) == 0) {
+        skip = write_now(c, parts, n);
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += parts[i].n;
+        if (skip == total) {
+            if (free_fn)
+                free_fn(payload, payload_len, extra);
+            return 0;
+        }
+    }
+    int last = n - 1;
+    while (last > 0 && parts[last].n == 0)
+        last--;
+    /* The release rides on the last part if it is referenced; when it is
+     * copied, nothing refers to the payload once the frame is queued. */
+    bool ride = free_fn && !parts[last].copy;
+    struct release *r = NULL;
+    struct evbuffer *frame = evbuffer_new();
+    if (!frame || (ride && !(r = malloc(sizeof *r)))) {
+        if (frame)
+            evbuffer_free(frame);
+        goto nomem;
+    }
+    if (r)
+        *r = (struct release){.free_fn = free_fn, .payload = payload, .payload_len = payload_len, .extra = extra};
+    for (int i = 0; i <= last; i++) {
+        size_t from = skip < parts[i].n ? skip : parts[i].n;
+        skip -= from;
+        const uint8_t *p = (const uint8_t *)parts[i].p + from;
+        size_t len = parts[i].n - from;
+        int rc;
+        if (i == last && r)
+            rc = evbuffer_add_reference(frame, p, len, run_release, r);
+        else if (len == 0)
+            rc = 0;
+        else if (parts[i].copy)
+            rc = evbuffer_add(frame, p, len);
+        else
+            rc = evbuffer_add_reference(frame, p, len, no_free, NULL);
+        if (rc < 0) {
+            /* The release is not in the frame: it runs below. */
+            evbuffer_free(frame);
+            free(r);
+            goto nomem;
+        }
+    }
+    /* The parts keep their order when moved; the release rides on the
+     * last, and runs when it is written or dropped. */
+    int rc = evbuffer_add_buffer(out, frame) < 0 ? -ENOMEM : 0;
+    evbuffer_free(frame);
+    if (free_fn && !ride)
+        free_fn(payload, payload_len, extra);
+    return rc;
+nomem:
+    if (free_fn)
+        free_fn(payload, payload_len, extra);
+    return -ENOMEM;
+}
+
 int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra)
 {
@@ -398,32 +525,13 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
     rc = sl_frame_encode(type, request_id, msg, (uint32_t)payload_len, buf, sizeof buf, &len);
     if (rc < 0)
         goto fail;
-    /* Error frames of a failing connection are not held: it closes once
-     * its output is written. */
-    struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : bufferevent_get_output(c->bev);
-    if (evbuffer_add(out, buf, len) < 0) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if (payload_len == 0) {
-        if (free_fn)
-            free_fn(payload, 0, extra);
-        return 0;
-    }
-    if (free_fn)
-        return evbuffer_add_reference(out, payload, payload_len, free_fn, extra) < 0 ? -ENOMEM : 0;
-    return evbuffer_add(out, payload, payload_len) < 0 ? -ENOMEM : 0;
+    /* Without free_fn the payload is copied, if it is queued at all. */
+    struct part parts[2] = {{buf, len, true}, {payload, payload_len, !free_fn}};
+    return send_parts(c, parts, 2, free_fn, payload, payload_len, extra);
 fail:
     if (free_fn)
         free_fn(payload, payload_len, extra);
     return rc;
-}
-
-static void no_free(const void *data, size_t len, void *extra)
-{
-    (void)data;
-    (void)len;
-    (void)extra;
 }
 
 int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
@@ -451,32 +559,9 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
     rc = sl_frame_encode(type, request_id, msg, (uint32_t)(payload_len + pad + tail_len), buf, sizeof buf, &len);
     if (rc < 0)
         goto fail;
-    /* The parts go into a buffer of their own first, so that the output
-     * gets the whole frame or nothing of it. Nothing is copied but the
-     * header: payload and tail are referenced, and free_fn rides on the
-     * tail, the last part to go. */
-    struct evbuffer *frame = evbuffer_new();
-    if (!frame) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if (evbuffer_add(frame, buf, len) < 0 ||
-        (payload_len > 0 && evbuffer_add_reference(frame, payload, payload_len, no_free, NULL) < 0) ||
-        (pad > 0 && evbuffer_add_reference(frame, zeros, pad, no_free, NULL) < 0)) {
-        evbuffer_free(frame);
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if (evbuffer_add_reference(frame, tail, tail_len, free_fn ? free_fn : no_free, extra) < 0) {
-        evbuffer_free(frame);
-        rc = -ENOMEM;
-        goto fail;
-    }
-    /* free_fn now runs when the tail is written or dropped; the frame's
-     * parts keep their order when moved. */
-    rc = evbuffer_add_buffer(bufferevent_get_output(c->bev), frame) < 0 ? -ENOMEM : 0;
-    evbuffer_free(frame);
-    return rc;
+    /* Nothing is copied but the header: payload and tail are referenced. */
+    struct part parts[4] = {{buf, len, true}, {payload, payload_len, false}, {zeros, pad, false}, {tail, tail_len, false}};
+    return send_parts(c, parts, 4, free_fn, payload, payload_len, extra);
 fail:
     if (free_fn)
         free_fn(payload, payload_len, extra);

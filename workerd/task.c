@@ -61,6 +61,14 @@ struct sl_task {
     unsigned head, count;
     size_t held_bytes; /* in the ring, plus taken and not yet released */
     unsigned taken;    /* batches taken and not yet released */
+    /* The producer sleeps on `wake` for room in the ring; it is woken once
+     * the ring has drained to half (room_to_wake()), so that it makes
+     * several batches per wake-up rather than one. */
+    bool room_wait;
+    /* sl_task_take() found nothing: the network thread has a request
+     * parked, and the next batch made must tell its loop. Batches made
+     * while nobody waits go into the ring without waking the loop. */
+    bool taker_waiting;
     /* DYNAMIC splits for want_epoch. */
     struct split splits[MAX_SPLITS];
     unsigned split_head, split_count;
@@ -134,6 +142,17 @@ static void on_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
 static void notify_loop(sl_task_t *t)
 {
     event_active(t->notify_ev, EV_READ, 0);
+}
+
+/* Whether a producer waiting for room should be woken now (under mu): the
+ * ring has drained to half its batches and, unless it is empty, to half its
+ * bytes. A producer never waits on more than that, so it cannot be left
+ * asleep while the ring drains (an empty ring always has room). */
+static bool room_to_wake(const sl_task_t *t)
+{
+    if (!t->room_wait || t->count > t->cfg.buffer_batches / 2)
+        return false;
+    return t->count + t->taken == 0 || t->held_bytes <= t->cfg.buffer_bytes / 2;
 }
 
 /* The wait the dispatcher asked for is over: ask for splits again. */
@@ -268,8 +287,11 @@ static void *producer_main(void *arg)
         /* Backpressure: wait while the buffer is full. A task always gets
          * room for one batch, whatever its size, so it cannot deadlock. */
         while (!t->stop && (t->count == t->cfg.buffer_batches ||
-                            (t->count + t->taken > 0 && t->held_bytes + b->size > t->cfg.buffer_bytes)))
+                            (t->count + t->taken > 0 && t->held_bytes + b->size > t->cfg.buffer_bytes))) {
+            t->room_wait = true;
             pthread_cond_wait(&t->wake, &t->mu);
+        }
+        t->room_wait = false;
         if (t->stop) {
             pthread_mutex_unlock(&t->mu);
             sl_wire_batch_free(b);
@@ -281,8 +303,11 @@ static void *producer_main(void *arg)
         sl_metric_observe(m_batch_latency, spent);
         sl_metric_add(m_produced, 1);
         t->held_bytes += b->size;
+        bool waiting = t->taker_waiting;
+        t->taker_waiting = false;
         pthread_mutex_unlock(&t->mu);
-        notify_loop(t);
+        if (waiting)
+            notify_loop(t);
     }
 }
 
@@ -423,13 +448,15 @@ int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
         t->elements += b->num_elements;
         t->bytes += b->size;
         *out = b;
-        pthread_cond_broadcast(&t->wake);
+        if (room_to_wake(t))
+            pthread_cond_broadcast(&t->wake);
         rc = SL_TASK_BATCH;
     } else if (t->producer == PRODUCER_ENDED) {
         rc = SL_TASK_END;
     } else if (t->producer == PRODUCER_FAILED) {
         rc = t->error_code;
     } else {
+        t->taker_waiting = true;
         rc = SL_TASK_PENDING;
     }
     pthread_mutex_unlock(&t->mu);
@@ -441,7 +468,8 @@ void sl_task_release(sl_task_t *t, size_t size)
     pthread_mutex_lock(&t->mu);
     t->held_bytes -= size;
     t->taken--;
-    pthread_cond_broadcast(&t->wake);
+    if (room_to_wake(t))
+        pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);
     notify_loop(t);
 }

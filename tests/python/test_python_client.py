@@ -362,6 +362,25 @@ class ClusterTest(unittest.TestCase):
         got = collections.Counter(self.values_of(sluice.range(0, 3000).batch(100), sharding='off'))
         self.assertEqual(got, collections.Counter({v: 2 for v in range(3000)}))
 
+    def test_a_consumer_slower_than_its_workers_gets_every_batch_promptly(self):
+        # max_outstanding 1: the budget is full whenever a batch waits, so
+        # the loop asks for the next batch only when the caller takes one
+        # and wakes it. Were that wake-up lost, each batch would wait for
+        # the loop's next tick (a heartbeat, 250 ms here): 600 batches would
+        # take 150 s, against about a second when it works. The consumer
+        # pauses now and then so that batches do wait for it.
+        import time
+        deadline = time.monotonic() + 60
+        got = []
+        with sluice.range(0, 600).batch(1).distribute(self.addr, sharding='dynamic', max_outstanding=1,
+                                                      per_worker_outstanding=1) as it:
+            for n, b in enumerate(it):
+                got.extend(b['value'].tolist())
+                if n % 50 == 0:
+                    time.sleep(0.01)
+                self.assertLess(time.monotonic(), deadline, 'stalled after %d batches' % n)
+        self.assertEqual(sorted(got), list(range(600)))
+
     def test_dtype_and_shape(self):
         with sluice.range(10, 0, -1, name='id').batch(4).distribute(self.addr, sharding='dynamic') as it:
             bs = list(it)

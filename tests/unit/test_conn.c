@@ -668,6 +668,148 @@ Test(conn, pipelined_frames_and_large_payload)
     server_stop();
 }
 
+/* ---- sending: straight to the socket, or queued behind what waits ------- */
+
+struct released {
+    int calls;
+    const void *data;
+    size_t len;
+};
+
+static void on_released(const void *data, size_t len, void *extra)
+{
+    struct released *r = extra;
+    r->calls++;
+    r->data = data;
+    r->len = len;
+}
+
+/* Reads exactly len bytes without blocking the server: its loop runs
+ * whenever the socket has nothing, so that what it queued gets written. */
+static void peer_read_pumping(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    long long end = now_ms() + LOOP_MS;
+    while (len > 0) {
+        cr_assert_lt(now_ms(), end, "%zu bytes still missing", len);
+        ssize_t r = recv(fd, p, len, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_base_loop(S.base, EVLOOP_NONBLOCK);
+            continue;
+        }
+        cr_assert_gt(r, 0, "recv: %s", r == 0 ? "EOF" : strerror(errno));
+        p += r;
+        len -= (size_t)r;
+    }
+}
+
+/* Reads one frame: its header (type and request id checked) and its
+ * payload, which must be want (want_len bytes). */
+static void peer_expect_frame(int fd, unsigned type, uint32_t id, const uint8_t *want, size_t want_len)
+{
+    uint8_t h[SL_FRAME_HEADER_LEN];
+    peer_read_pumping(fd, h, sizeof h);
+    sl_limits_t lim = {.max_payload = UINT32_MAX};
+    sl_frame_hdr_t hdr;
+    char err[256];
+    cr_assert_eq(sl_frame_hdr_decode(h, &lim, &hdr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(hdr.type, type);
+    cr_assert_eq(hdr.request_id, id, "frame %u where %u was next", hdr.request_id, id);
+    cr_assert_eq(hdr.payload_len, want_len, "frame %u: payload of %u bytes, want %zu", id, hdr.payload_len, want_len);
+    uint8_t *rest = malloc(hdr.msg_len + want_len + 1);
+    peer_read_pumping(fd, rest, hdr.msg_len + want_len);
+    cr_assert(memcmp(rest + hdr.msg_len, want, want_len) == 0, "frame %u: the payload differs", id);
+    free(rest);
+}
+
+/* Frames go straight to the socket while nothing waits before them; a
+ * payload the socket cannot take at once is queued from where the write
+ * stopped, and frames sent meanwhile queue behind it. Every frame arrives
+ * whole and in order, and each referenced payload's release runs once,
+ * with the payload and length it was given, only once all of it is out. */
+Test(conn, sends_in_order_whether_written_at_once_or_queued)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 1, &req42, NULL, 0);
+    cr_assert(run_until(&S.frames, 1, LOOP_MS));
+    run_until_flushed();
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    peer_read(fd, hs, sizeof hs);
+    peer_expect_handshake(hs, sizeof hs);
+
+    size_t big = 16u << 20; /* more than loopback's socket buffers take at once */
+    uint8_t *payload = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        payload[i] = (uint8_t)(i * 31 + (i >> 12));
+    static const uint8_t tail[5] = {'t', 'a', 'i', 'l', '!'};
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released small = {0}, large = {0}, with_tail = {0};
+
+    /* Nothing waits: written at once, released at once. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 10, &resp, payload, 100, on_released, &small), 0);
+    cr_assert_eq(small.calls, 1, "a frame the socket took whole is released at once");
+    cr_assert(small.data == payload && small.len == 100);
+    cr_assert_eq(sl_conn_pending(S.conn), 0);
+    /* Too large for the socket: the rest waits, and so does its release. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 11, &resp, payload, big, on_released, &large), 0);
+    cr_assert_gt(sl_conn_pending(S.conn), 0, "the socket took %zu bytes at once", big);
+    cr_assert_eq(large.calls, 0, "released while part of it was still to be written");
+    /* Behind it: a copied payload, then a frame of payload, pad and tail. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 12, &resp, "copied", 6, NULL, NULL), 0);
+    cr_assert_eq(sl_conn_send_tail(S.conn, SL_MSG_GET_SPLIT_RESP, 13, &resp, payload + 7, 3, 5, tail, sizeof tail,
+                                   on_released, &with_tail),
+                 0);
+    cr_assert_eq(with_tail.calls, 0);
+
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 10, payload, 100);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 11, payload, big);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 12, (const uint8_t *)"copied", 6);
+    uint8_t want[3 + 5 + sizeof tail] = {0};
+    memcpy(want, payload + 7, 3);
+    memcpy(want + 8, tail, sizeof tail);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 13, want, sizeof want);
+    run_until_flushed();
+    cr_assert_eq(large.calls, 1);
+    cr_assert(large.data == payload && large.len == big, "released with %p and %zu", large.data, large.len);
+    cr_assert_eq(with_tail.calls, 1);
+    cr_assert(with_tail.data == payload + 7 && with_tail.len == 3);
+    /* The queue drained: the next frame goes straight out again. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 14, &resp, payload, 1, on_released, &small), 0);
+    cr_assert_eq(small.calls, 2);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 14, payload, 1);
+    cr_assert_eq(S.closed, 0, "%s", S.close_why);
+    free(payload);
+    close(fd);
+    server_stop();
+}
+
+/* A frame queued on a connection that then closes is released once. */
+Test(conn, queued_frame_released_when_the_connection_closes)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 1, &req42, NULL, 0);
+    cr_assert(run_until(&S.frames, 1, LOOP_MS));
+    size_t big = 16u << 20;
+    uint8_t *payload = calloc(1, big);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released r = {0};
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 2, &resp, payload, big, on_released, &r), 0);
+    cr_assert_gt(sl_conn_pending(S.conn), 0);
+    cr_assert_eq(r.calls, 0);
+    sl_conn_close(S.conn);
+    S.conn = NULL;
+    run_briefly(); /* libevent frees a bufferevent's buffers from its loop */
+    cr_assert_eq(r.calls, 1, "the queued payload was not released on close");
+    cr_assert(r.data == payload && r.len == big);
+    free(payload);
+    close(fd);
+    server_stop();
+}
+
 /* An error frame with request id 0 is the peer giving up: on_close gets its
  * code and message. */
 Test(conn, peer_error_frame_closes_with_its_code)
