@@ -37,6 +37,7 @@
 #include "errbuf.h"
 #include "frame.h"
 #include "le.h"
+#include "net.h"
 #include "posset.h"
 #include "provwire.h"
 
@@ -1013,9 +1014,15 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static void *loop_main(void *arg)
 {
     sl_iterator_t *it = arg;
+    /* A worker or dispatcher that resets its connection must not kill the
+     * trainer's process with SIGPIPE (net.h): blocked in this thread for
+     * its whole life; one raised is dropped when the thread ends. */
+    sl_sigpipe_guard_t guard;
+    sl_sigpipe_block(&guard);
     it->disp_last_ok = now_ms();
     disp_connect(it);
     event_base_dispatch(it->base);
+    sl_sigpipe_unblock(&guard);
     return NULL;
 }
 

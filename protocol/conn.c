@@ -55,6 +55,13 @@ struct sl_conn {
     char fail_why[512]; /* DRAINING: the reason on_close will get */
     char peer_addr[80];
     struct evbuffer *held; /* corked: frames wait here (sl_conn_cork) */
+    /* A frame whose header and message are in and whose payload is not:
+     * the payload is read into its own buffer, straight from the socket
+     * (read_payload()). rx_msg is NULL when no frame is part-read. */
+    sl_frame_hdr_t rx_hdr;
+    void *rx_msg;
+    uint8_t *rx_payload;
+    size_t rx_have;
 };
 
 static const char *state_names[] = {"HANDSHAKE", "OPEN", "DRAINING", "DEAD"};
@@ -69,6 +76,8 @@ static void set_state(sl_conn_t *c, enum conn_state next)
 
 static void conn_free(sl_conn_t *c)
 {
+    free(c->rx_msg);
+    free(c->rx_payload);
     if (c->held)
         evbuffer_free(c->held);
     if (c->bev)
@@ -163,9 +172,76 @@ static void on_handshake(sl_conn_t *c, const uint8_t *hs)
         c->cbs.on_ready(c, c->arg);
 }
 
-/* Takes one frame off the input if a whole one is there. @return true to go on */
+/* Hands a whole frame over (owning msg and payload). @return true to go on */
+static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload)
+{
+    if (hdr->type == SL_MSG_ERROR && hdr->request_id == 0) {
+        /* The peer gives up on the connection and says why. */
+        const sluice_Error *e = msg;
+        char why[1100];
+        snprintf(why, sizeof why, "%s closed the connection: %s", c->peer_addr, e->message);
+        int code = e->code < 0 ? e->code : SL_EREMOTE;
+        free(msg);
+        free(payload);
+        conn_die(c, true, code, why);
+        return false;
+    }
+    c->cbs.on_frame(c, hdr, msg, payload, c->arg);
+    free(msg);
+    return true;
+}
+
+/* Moves the part-read frame's payload on: first what libevent already read
+ * into the input, then straight from the socket into the payload's buffer
+ * (libevent reads at most 4096 bytes per call, an epoll_wait and two system
+ * calls each: a 1 MiB batch would take 256 turns of the loop). It reads no
+ * further than the frame's end, so the next frame stays for libevent.
+ * @return true once the frame was delivered and the input may hold more */
+static bool read_payload(sl_conn_t *c, struct evbuffer *in)
+{
+    size_t need = c->rx_hdr.payload_len - c->rx_have;
+    size_t from_in = evbuffer_get_length(in);
+    if (from_in > need)
+        from_in = need;
+    if (from_in > 0) {
+        evbuffer_remove(in, c->rx_payload + c->rx_have, from_in);
+        c->rx_have += from_in;
+        need -= from_in;
+    }
+    int fd = bufferevent_getfd(c->bev);
+    while (need > 0) {
+        ssize_t r = recv(fd, c->rx_payload + c->rx_have, need, MSG_DONTWAIT);
+        if (r > 0) {
+            c->rx_have += (size_t)r;
+            need -= (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false; /* the rest comes with the next read event */
+        char why[256];
+        int err = r == 0 ? SL_ECLOSED : -errno;
+        snprintf(why, sizeof why, "%s %s in the middle of a frame", c->peer_addr,
+                 r == 0 ? "closed the connection" : strerror(errno));
+        conn_die(c, true, err, why);
+        return false;
+    }
+    sl_frame_hdr_t hdr = c->rx_hdr;
+    void *msg = c->rx_msg;
+    uint8_t *payload = c->rx_payload;
+    c->rx_msg = NULL;
+    c->rx_payload = NULL;
+    c->rx_have = 0;
+    return deliver(c, &hdr, msg, payload);
+}
+
+/* Takes one frame off the input if a whole one is there; a frame whose
+ * header and message are in goes on with read_payload(). @return true to go on */
 static bool read_frame(sl_conn_t *c, struct evbuffer *in)
 {
+    if (c->rx_msg)
+        return read_payload(c, in);
     size_t avail = evbuffer_get_length(in);
     if (avail < SL_FRAME_HEADER_LEN)
         return false;
@@ -179,9 +255,9 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
         return false;
     }
     size_t head = SL_FRAME_HEADER_LEN + (size_t)hdr.msg_len;
-    if (avail < head + hdr.payload_len) {
-        /* Wake us only when the whole frame is in. */
-        bufferevent_setwatermark(c->bev, EV_READ, head + hdr.payload_len, 0);
+    if (avail < head) {
+        /* Wake us only when the whole message is in. */
+        bufferevent_setwatermark(c->bev, EV_READ, head, 0);
         return false;
     }
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
@@ -198,30 +274,20 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
         return false;
     }
     evbuffer_drain(in, head);
-    uint8_t *payload = NULL;
-    if (hdr.payload_len) {
-        payload = sl__big_alloc(hdr.payload_len); /* a batch: huge pages, far fewer faults */
-        if (!payload) {
-            free(msg);
-            conn_fail(c, -ENOMEM, "out of memory for a frame payload");
-            return false;
-        }
-        evbuffer_remove(in, payload, hdr.payload_len);
-    }
-    if (hdr.type == SL_MSG_ERROR && hdr.request_id == 0) {
-        /* The peer gives up on the connection and says why. */
-        const sluice_Error *e = msg;
-        char why[1100];
-        snprintf(why, sizeof why, "%s closed the connection: %s", c->peer_addr, e->message);
-        int code = e->code < 0 ? e->code : SL_EREMOTE;
+    if (hdr.payload_len == 0)
+        return deliver(c, &hdr, msg, NULL);
+    /* Within c->limits, checked above before anything was allocated. */
+    uint8_t *payload = sl__big_alloc(hdr.payload_len); /* a batch: huge pages, far fewer faults */
+    if (!payload) {
         free(msg);
-        free(payload);
-        conn_die(c, true, code, why);
+        conn_fail(c, -ENOMEM, "out of memory for a frame payload");
         return false;
     }
-    c->cbs.on_frame(c, &hdr, msg, payload, c->arg);
-    free(msg);
-    return true;
+    c->rx_hdr = hdr;
+    c->rx_msg = msg;
+    c->rx_payload = payload;
+    c->rx_have = 0;
+    return read_payload(c, in);
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)

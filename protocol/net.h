@@ -4,6 +4,8 @@
 #ifndef SL_NET_H
 #define SL_NET_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -28,5 +30,25 @@ int sl_addr_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t
  * @return 0, or -errno with a message in err
  */
 int sl_listen_tcp(const char *host, uint16_t port, int *fd, uint16_t *bound_port, char *err, size_t errlen);
+
+/*
+ * SIGPIPE in a process that is not ours (libsluice runs in the trainer): a
+ * write to a peer that reset the connection must fail with EPIPE, not kill
+ * the process, and the process's disposition of SIGPIPE is not ours to
+ * change. conn.c's own writes pass MSG_NOSIGNAL; libevent's writev cannot,
+ * so a thread that runs a libevent loop blocks SIGPIPE while it does. A
+ * SIGPIPE raised meanwhile is thread-directed, stays pending on the thread,
+ * and sl_sigpipe_unblock() takes it off before the mask comes back.
+ */
+typedef struct sl_sigpipe_guard {
+    sigset_t old;
+    bool was_pending;
+} sl_sigpipe_guard_t;
+
+/** Blocks SIGPIPE in the calling thread until sl_sigpipe_unblock(g). */
+void sl_sigpipe_block(sl_sigpipe_guard_t *g);
+
+/** Drops a SIGPIPE raised since sl_sigpipe_block(g), and restores the mask. */
+void sl_sigpipe_unblock(const sl_sigpipe_guard_t *g);
 
 #endif

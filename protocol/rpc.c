@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "net.h"
 
 struct sl_rpc {
     struct event_base *base;
@@ -99,8 +100,12 @@ static int wait_done(sl_rpc_t *r, int timeout_ms, const char *what)
         return -ENOMEM;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     evtimer_add(t, &tv);
+    /* The caller's thread: a peer's reset must not kill its process (net.h). */
+    sl_sigpipe_guard_t guard;
+    sl_sigpipe_block(&guard);
     while (!r->done && evtimer_pending(t, NULL))
         event_base_loop(r->base, EVLOOP_ONCE);
+    sl_sigpipe_unblock(&guard);
     event_free(t);
     if (!r->done) {
         snprintf(r->err, r->errlen, "%s: no answer within %d ms", what, timeout_ms);

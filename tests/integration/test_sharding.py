@@ -384,7 +384,7 @@ class Coordinated(unittest.TestCase):
                 self.assertNotEqual(p.returncode, 0)
                 errs.append(err)
             for e in errs:
-                self.assertIn('which was lost; no other worker can serve that round to every consumer', e)
+                self.assertIn('which was lost; no other worker can serve that round to every consumer', e, 'exit code %s' % [p.returncode for p in procs])
         finally:
             if sig == signal.SIGSTOP:
                 c.workers[1].kill(signal.SIGCONT)

@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -1012,4 +1013,31 @@ Test(rpc, open_refused_role_reports_server_reason)
     cr_assert_eq(rc, SL_EPROTO, "rc %d: %s", rc, err);
     cr_assert(strstr(err, "does not serve clients"), "the server's reason is lost: %s", err);
     server_stop();
+}
+
+/* ---- SIGPIPE (net.h) ------------------------------------------------------ */
+
+/* A write to a closed peer inside the guard fails with EPIPE and leaves
+ * nothing behind: the process lives on (SIGPIPE's default would end it) and
+ * no SIGPIPE is pending once the mask is back. */
+Test(net, sigpipe_guard_turns_a_broken_pipe_into_epipe)
+{
+    signal(SIGPIPE, SIG_DFL);
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    close(sv[1]);
+    sl_sigpipe_guard_t g;
+    sl_sigpipe_block(&g);
+    ssize_t n = write(sv[0], "x", 1);
+    int e = errno;
+    sl_sigpipe_unblock(&g);
+    cr_assert_eq(n, -1);
+    cr_assert_eq(e, EPIPE, "%s", strerror(e));
+    sigset_t pending;
+    cr_assert_eq(sigpending(&pending), 0);
+    cr_assert_eq(sigismember(&pending, SIGPIPE), 0, "a SIGPIPE is still pending");
+    sigset_t now;
+    pthread_sigmask(SIG_SETMASK, NULL, &now);
+    cr_assert_eq(sigismember(&now, SIGPIPE), 0, "SIGPIPE is still blocked");
+    close(sv[0]);
 }
