@@ -32,6 +32,7 @@
 #include <event2/thread.h>
 
 #include "batch.h"
+#include "big_alloc.h"
 #include "client_internal.h"
 #include "conn.h"
 #include "errbuf.h"
@@ -221,7 +222,7 @@ static void batch_free(struct sl_batch *b)
 {
     if (!b)
         return;
-    free(b->payload);
+    sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
     free(b->prov);
     free(b->done);
     free(b);

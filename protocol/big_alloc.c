@@ -4,6 +4,8 @@
 #include "big_alloc.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #ifdef __GLIBC__
@@ -25,8 +27,96 @@ void sl__big_alloc_setup(size_t max_batch_bytes)
 #endif
 }
 
+#ifdef __GLIBC__
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    void *p;
+    size_t size; /* malloc_usable_size() */
+} cache[SL_BIG_CACHE_BLOCKS];
+static unsigned cache_n;
+static size_t cache_bytes;
+
+/* The smallest kept block of size to 2 * size bytes, taken out; or NULL. */
+static void *cache_take(size_t size)
+{
+    if (size < SL_BIG_CACHE_MIN || size > SL_BIG_CACHE_BYTES)
+        return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&cache_mu);
+    unsigned best = cache_n;
+    for (unsigned i = 0; i < cache_n; i++)
+        if (cache[i].size >= size && cache[i].size / 2 <= size && (best == cache_n || cache[i].size < cache[best].size))
+            best = i;
+    if (best < cache_n) {
+        p = cache[best].p;
+        cache_bytes -= cache[best].size;
+        cache[best] = cache[--cache_n];
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return p;
+}
+#endif
+
+void sl__big_free(void *p)
+{
+    if (!p)
+        return;
+#ifdef __GLIBC__
+    size_t size = malloc_usable_size(p);
+    if (size >= SL_BIG_CACHE_MIN && size <= SL_BIG_CACHE_BYTES) {
+        pthread_mutex_lock(&cache_mu);
+        bool kept = cache_n < SL_BIG_CACHE_BLOCKS && cache_bytes + size <= SL_BIG_CACHE_BYTES;
+        if (kept) {
+            cache[cache_n].p = p;
+            cache[cache_n].size = size;
+            cache_n++;
+            cache_bytes += size;
+        }
+        pthread_mutex_unlock(&cache_mu);
+        if (kept)
+            return;
+    }
+#endif
+    free(p);
+}
+
+void sl__big_cache_drain(void)
+{
+#ifdef __GLIBC__
+    pthread_mutex_lock(&cache_mu);
+    for (unsigned i = 0; i < cache_n; i++)
+        free(cache[i].p);
+    cache_n = 0;
+    cache_bytes = 0;
+    pthread_mutex_unlock(&cache_mu);
+#endif
+}
+
+size_t sl__big_cache_kept(unsigned *blocks)
+{
+    *blocks = 0;
+    size_t bytes = 0;
+#ifdef __GLIBC__
+    pthread_mutex_lock(&cache_mu);
+    *blocks = cache_n;
+    bytes = cache_bytes;
+    pthread_mutex_unlock(&cache_mu);
+#endif
+    return bytes;
+}
+
+__attribute__((destructor)) static void cache_at_exit(void)
+{
+    sl__big_cache_drain();
+}
+
 void *sl__big_alloc(size_t size)
 {
+#ifdef __GLIBC__
+    void *kept = cache_take(size);
+    if (kept)
+        return kept;
+#endif
     void *p = malloc(size ? size : 1);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (p && size >= 2 * HUGE_PAGE) {

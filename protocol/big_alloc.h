@@ -27,7 +27,34 @@
  */
 void sl__big_alloc_setup(size_t max_batch_bytes);
 
-/** malloc(size), with huge pages requested when size is at least 4 MiB. */
+/**
+ * malloc(size), with huge pages requested when size is at least 4 MiB, or a
+ * block sl__big_free() kept of between size and twice size bytes.
+ */
 void *sl__big_alloc(size_t size);
+
+/*
+ * Freed blocks kept for reuse. A process that is not ours (libsluice in a
+ * trainer) cannot set malloc up as sl__big_alloc_setup() does, and there
+ * glibc hands a freed batch block of a few hundred KiB back to the kernel
+ * and faults the next one in again, page by page: 25 faults per 512 KiB
+ * batch cost a Python consumer more than reading the batch. A block given
+ * to sl__big_free() is kept instead, already faulted in, for the next
+ * sl__big_alloc() of about its size: at most SL_BIG_CACHE_BLOCKS blocks of
+ * at least SL_BIG_CACHE_MIN bytes and SL_BIG_CACHE_BYTES bytes in all per
+ * process, freed at exit. Not glibc: sl__big_free() is free().
+ */
+#define SL_BIG_CACHE_BLOCKS 16
+#define SL_BIG_CACHE_MIN (64u << 10)
+#define SL_BIG_CACHE_BYTES (64u << 20)
+
+/** Frees a block of sl__big_alloc() (or malloc), or keeps it for reuse. */
+void sl__big_free(void *p);
+
+/** Frees every kept block (also done at exit). */
+void sl__big_cache_drain(void);
+
+/** @return the bytes kept now (usable sizes), with the count of blocks in blocks */
+size_t sl__big_cache_kept(unsigned *blocks);
 
 #endif

@@ -1,0 +1,97 @@
+/*
+ * test_big_alloc.c: the kept blocks of protocol/big_alloc.c: a freed block
+ * comes back for the next allocation of about its size, and what is kept
+ * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES.
+ */
+#include <criterion/criterion.h>
+
+#include <malloc.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "big_alloc.h"
+
+static void drain(void)
+{
+    sl__big_cache_drain();
+}
+
+TestSuite(big_alloc, .init = drain, .fini = drain);
+
+Test(big_alloc, a_freed_block_comes_back_for_about_its_size)
+{
+    size_t size = 512u << 10;
+    uint8_t *a = sl__big_alloc(size);
+    cr_assert_not_null(a);
+    memset(a, 1, size);
+    sl__big_free(a);
+    uint8_t *b = sl__big_alloc(size - 100); /* a little smaller: the same block */
+    cr_assert_eq(b, a, "the kept block was not reused");
+    sl__big_free(b);
+    uint8_t *c = sl__big_alloc(size / 4); /* far smaller: a block of its own */
+    cr_assert_neq(c, a, "a block four times too large was handed out");
+    uint8_t *d = sl__big_alloc(size * 2); /* larger: a block of its own */
+    cr_assert_neq(d, a);
+    cr_assert_geq(malloc_usable_size(d), size * 2);
+    memset(d, 2, size * 2); /* all of it is there */
+    free(c); /* plain free() of a block from sl__big_alloc() is fine */
+    sl__big_free(d);
+    uint8_t *e = sl__big_alloc(size);
+    cr_assert_eq(e, a, "the best fit is the smallest block large enough");
+    sl__big_free(e);
+}
+
+static unsigned kept_blocks(void)
+{
+    unsigned n;
+    sl__big_cache_kept(&n);
+    return n;
+}
+
+Test(big_alloc, small_blocks_are_not_kept)
+{
+    void *a = sl__big_alloc(1024);
+    cr_assert_not_null(a);
+    sl__big_free(a);
+    cr_assert_eq(kept_blocks(), 0, "a 1 KiB block was kept");
+    void *b = sl__big_alloc(SL_BIG_CACHE_MIN);
+    sl__big_free(b);
+    cr_assert_eq(kept_blocks(), 1);
+    sl__big_cache_drain();
+    unsigned n;
+    cr_assert_eq(sl__big_cache_kept(&n), 0);
+    cr_assert_eq(n, 0);
+}
+
+Test(big_alloc, what_is_kept_is_bounded)
+{
+    enum { N = SL_BIG_CACHE_BLOCKS + 4 };
+    void *blocks[N];
+    size_t size = 128u << 10;
+    for (int i = 0; i < N; i++)
+        blocks[i] = sl__big_alloc(size);
+    for (int i = 0; i < N; i++)
+        sl__big_free(blocks[i]);
+    unsigned n;
+    size_t bytes = sl__big_cache_kept(&n);
+    cr_assert_eq(n, SL_BIG_CACHE_BLOCKS, "%u blocks kept", n);
+    cr_assert_leq(bytes, SL_BIG_CACHE_BYTES);
+    cr_assert_geq(bytes, SL_BIG_CACHE_BLOCKS * size);
+    /* Blocks of 8 MiB: the byte bound stops them first. */
+    sl__big_cache_drain();
+    enum { M = SL_BIG_CACHE_BYTES / (8u << 20) + 2 };
+    void *big[M];
+    for (int i = 0; i < M; i++)
+        big[i] = sl__big_alloc(8u << 20);
+    for (int i = 0; i < M; i++)
+        sl__big_free(big[i]);
+    bytes = sl__big_cache_kept(&n);
+    cr_assert_leq(bytes, SL_BIG_CACHE_BYTES);
+    cr_assert_lt(n, M, "every 8 MiB block was kept: %u", n);
+    /* A block over the byte bound is never kept. */
+    sl__big_cache_drain();
+    void *huge = sl__big_alloc(SL_BIG_CACHE_BYTES + 1);
+    cr_assert_not_null(huge);
+    sl__big_free(huge);
+    cr_assert_eq(kept_blocks(), 0);
+}
