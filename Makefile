@@ -3,9 +3,10 @@
 JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+RELEASE_BUILD ?= build-release
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps build build-asan test unit integration demo bench fuzz install clean
+.PHONY: all deps build build-asan build-release test unit integration demo bench fuzz install clean
 
 all: build
 
@@ -24,8 +25,17 @@ build: deps $(BUILD)/CMakeCache.txt
 build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
-# The whole suite, twice: a normal build, then ASan + UBSan.
-test: build build-asan
+$(RELEASE_BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release
+
+# Compiled only: -O3 warns of things -O2 does not see (maybe-uninitialized),
+# and -Werror makes them errors in a Release build.
+build-release: deps $(RELEASE_BUILD)/CMakeCache.txt
+	cmake --build $(RELEASE_BUILD) -j$(JOBS)
+
+# The whole suite, twice: a normal build, then ASan + UBSan; and a Release
+# build compiled, so that its warnings fail here rather than later.
+test: build build-asan build-release
 	bash scripts/run-tests.sh $(BUILD)
 	bash scripts/run-tests.sh $(ASAN_BUILD)
 
@@ -43,4 +53,4 @@ fuzz: deps
 	bash scripts/fuzz.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz var
+	rm -rf $(BUILD) $(ASAN_BUILD) $(RELEASE_BUILD) build-fuzz var
