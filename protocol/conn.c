@@ -57,7 +57,9 @@ struct sl_conn {
     struct evbuffer *held; /* corked: frames wait here (sl_conn_cork) */
     /* A frame whose header and message are in and whose payload is not:
      * the payload is read into its own buffer, straight from the socket
-     * (read_payload()). rx_msg is NULL when no frame is part-read. */
+     * (read_payload()), or, on an incoming connection, waits in the input
+     * until it is whole (rx_payload NULL till then). rx_msg is NULL when
+     * no frame is part-read. */
     sl_frame_hdr_t rx_hdr;
     void *rx_msg;
     uint8_t *rx_payload;
@@ -240,6 +242,19 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
  * header and message are in goes on with read_payload(). @return true to go on */
 static bool read_frame(sl_conn_t *c, struct evbuffer *in)
 {
+    if (c->rx_msg && !c->rx_payload) {
+        /* An incoming frame waiting for its whole payload in the input. */
+        if (evbuffer_get_length(in) < c->rx_hdr.payload_len)
+            return false;
+        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+        uint8_t *payload = sl__big_alloc(c->rx_hdr.payload_len);
+        if (!payload) {
+            conn_fail(c, -ENOMEM, "out of memory for a frame payload");
+            return false;
+        }
+        c->rx_payload = payload;
+        c->rx_have = 0;
+    }
     if (c->rx_msg)
         return read_payload(c, in);
     size_t avail = evbuffer_get_length(in);
@@ -276,7 +291,18 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     evbuffer_drain(in, head);
     if (hdr.payload_len == 0)
         return deliver(c, &hdr, msg, NULL);
-    /* Within c->limits, checked above before anything was allocated. */
+    /* The payload's buffer, within c->limits (checked above). On a
+     * connection we opened (to a dispatcher, or a worker the dispatcher
+     * named) it is allocated now and read into straight from the socket;
+     * on one a peer opened to us it is allocated only once the peer sent
+     * all of it, so that a peer cannot make us hold more than it sent. */
+    if (!c->outgoing && evbuffer_get_length(in) < hdr.payload_len) {
+        c->rx_hdr = hdr;
+        c->rx_msg = msg;
+        c->rx_payload = NULL;
+        bufferevent_setwatermark(c->bev, EV_READ, hdr.payload_len, 0);
+        return false;
+    }
     uint8_t *payload = sl__big_alloc(hdr.payload_len); /* a batch: huge pages, far fewer faults */
     if (!payload) {
         free(msg);
@@ -507,9 +533,9 @@ static int send_parts(sl_conn_t *c, const struct part *parts, int n, sl_conn_fre
     /* Error frames of a failing connection are not held: it closes once
      * its output is written. */
     struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : output;
-    size_t skip = 0;
+    size_t skip = 0, written = 0;
     if (out == output && c->state == CONN_OPEN && evbuffer_get_length(output) == 0) {
-        skip = write_now(c, parts, n);
+        skip = written = write_now(c, parts, n);
         size_t total = 0;
         for (int i = 0; i < n; i++)
             total += parts[i].n;
@@ -563,6 +589,10 @@ static int send_parts(sl_conn_t *c, const struct part *parts, int n, sl_conn_fre
         free_fn(payload, payload_len, extra);
     return rc;
 nomem:
+    /* Part of the frame may have gone out: the stream cannot go on. The
+     * bufferevent meets the shut-down socket on its next turn and closes. */
+    if (written > 0)
+        shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
     if (free_fn)
         free_fn(payload, payload_len, extra);
     return -ENOMEM;

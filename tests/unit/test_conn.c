@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -1013,6 +1014,125 @@ Test(rpc, open_refused_role_reports_server_reason)
     cr_assert_eq(rc, SL_EPROTO, "rc %d: %s", rc, err);
     cr_assert(strstr(err, "does not serve clients"), "the server's reason is lost: %s", err);
     server_stop();
+}
+
+/* ---- receiving on a connection we opened: payloads straight from the socket */
+
+struct out_side {
+    int ready, frames, closed, close_err;
+    char close_why[512];
+    sl_frame_hdr_t hdr;
+    uint8_t *payload;
+};
+
+static void out_on_ready(sl_conn_t *c, void *arg)
+{
+    (void)c;
+    ((struct out_side *)arg)->ready++;
+}
+
+static void out_on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct out_side *o = arg;
+    (void)c;
+    (void)msg;
+    o->frames++;
+    o->hdr = *hdr;
+    free(o->payload);
+    o->payload = payload;
+}
+
+static void out_on_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    struct out_side *o = arg;
+    (void)c;
+    o->closed++;
+    o->close_err = err;
+    snprintf(o->close_why, sizeof o->close_why, "%s", why);
+}
+
+/* Runs base until *flag >= want or LOOP_MS passed, writing [p, p+len) to fd
+ * in between as the socket takes it (all of it written on return when it
+ * got there). */
+static bool pump_out(struct event_base *base, const int *flag, int want, int fd, const uint8_t *p, size_t len)
+{
+    long long end = now_ms() + LOOP_MS;
+    while ((*flag < want || len > 0) && now_ms() < end) {
+        if (len > 0) {
+            ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                p += n;
+                len -= (size_t)n;
+            }
+        }
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    }
+    return *flag >= want && len == 0;
+}
+
+/* A payload larger than the socket's buffers, arriving in pieces on a
+ * connection we opened, reaches on_frame once, whole; a peer that closes in
+ * the middle of the next frame's payload closes the connection, and the
+ * part-read frame is dropped. */
+Test(conn, outgoing_payload_read_in_pieces_and_cut_short)
+{
+    int lfd;
+    uint16_t port;
+    char err[256];
+    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, &lfd, &port, err, sizeof err), 0, "%s", err);
+    int fl = fcntl(lfd, F_GETFL);
+    fcntl(lfd, F_SETFL, fl & ~O_NONBLOCK);
+    struct event_base *base = event_base_new();
+    struct out_side o = {0};
+    const sl_conn_cbs_t cbs = {out_on_ready, out_on_frame, out_on_close};
+    sl_limits_t limits = {.max_payload = 32u << 20};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    sl_conn_t *c;
+    cr_assert_eq(sl_conn_connect(base, addr, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits, LOOP_MS, &cbs, &o, &c, err,
+                                 sizeof err),
+                 0, "%s", err);
+    int fd = accept(lfd, NULL, NULL);
+    cr_assert_geq(fd, 0, "accept: %s", strerror(errno));
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    sl_handshake_encode(hs, SL_ROLE_DISPATCHER);
+    cr_assert(pump_out(base, &o.ready, 1, fd, hs, sizeof hs), "the handshake did not complete");
+
+    size_t big = 16u << 20;
+    uint8_t *frame = malloc(SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN + big);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    size_t head;
+    cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_RESP, 7, &resp, (uint32_t)big, frame,
+                                 SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN, &head),
+                 0);
+    for (size_t i = 0; i < big; i++)
+        frame[head + i] = (uint8_t)(i * 7 + (i >> 16));
+    cr_assert(pump_out(base, &o.frames, 1, fd, frame, head + big), "%d frames", o.frames);
+    cr_assert_eq(o.hdr.request_id, 7);
+    cr_assert_eq(o.hdr.payload_len, big);
+    cr_assert(memcmp(o.payload, frame + head, big) == 0, "the payload differs");
+    cr_assert_eq(o.closed, 0, "%s", o.close_why);
+
+    /* The next frame: header, half its payload, then the peer goes. */
+    cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_RESP, 8, &resp, (uint32_t)big, frame,
+                                 SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN, &head),
+                 0);
+    int zero = 0;
+    cr_assert(pump_out(base, &zero, 0, fd, frame, head + big / 2));
+    uint8_t theirs[SL_HANDSHAKE_LEN];
+    peer_read(fd, theirs, sizeof theirs); /* read, so that the close is a FIN, not a reset */
+    close(fd);
+    cr_assert(pump_out(base, &o.closed, 1, -1, NULL, 0), "the close went unnoticed");
+    cr_assert_eq(o.frames, 1, "a cut frame was delivered");
+    cr_assert_eq(o.close_err, SL_ECLOSED, "%d: %s", o.close_err, o.close_why);
+    /* Whichever read met the end first (libevent's, or the payload's own,
+     * which adds "in the middle of a frame"), it says the peer closed. */
+    cr_assert(strstr(o.close_why, "closed the connection"), "%s", o.close_why);
+    free(o.payload);
+    free(frame);
+    event_base_loop(base, EVLOOP_NONBLOCK); /* frees the closed connection */
+    event_base_free(base);
+    close(lfd);
 }
 
 /* ---- SIGPIPE (net.h) ------------------------------------------------------ */
