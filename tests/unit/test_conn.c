@@ -729,13 +729,20 @@ static void peer_expect_frame(int fd, unsigned type, uint32_t id, const uint8_t 
  * stopped, and frames sent meanwhile queue behind it. Every frame arrives
  * whole and in order, and each referenced payload's release runs once,
  * with the payload and length it was given, only once all of it is out. */
-Test(conn, sends_in_order_whether_written_at_once_or_queued)
+/* A client peer whose connection the server holds open, after one request. */
+static int peer_open(void)
 {
     server_start(1u << SL_ROLE_CLIENT);
     int fd = peer_connect(S.port);
     peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
     peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 1, &req42, NULL, 0);
     cr_assert(run_until(&S.frames, 1, LOOP_MS));
+    return fd;
+}
+
+Test(conn, sends_in_order_whether_written_at_once_or_queued)
+{
+    int fd = peer_open();
     run_until_flushed();
     uint8_t hs[SL_HANDSHAKE_LEN];
     peer_read(fd, hs, sizeof hs);
@@ -790,11 +797,7 @@ Test(conn, sends_in_order_whether_written_at_once_or_queued)
 /* A frame queued on a connection that then closes is released once. */
 Test(conn, queued_frame_released_when_the_connection_closes)
 {
-    server_start(1u << SL_ROLE_CLIENT);
-    int fd = peer_connect(S.port);
-    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
-    peer_frame(fd, SL_MSG_GET_SPLIT_REQ, 1, &req42, NULL, 0);
-    cr_assert(run_until(&S.frames, 1, LOOP_MS));
+    int fd = peer_open();
     size_t big = 16u << 20;
     uint8_t *payload = calloc(1, big);
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
