@@ -1268,9 +1268,13 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
 }
 
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller (posset.h's bytes). */
+ * the positions given to the caller. Version 2 (written): u64 the number of
+ * positions, then their runs in provwire.h's compact form, about 3 bytes a
+ * run where posset.h's bytes take 24 (a shuffle leaves thousands of short
+ * runs near the stream's front). Version 1 (still read): posset.h's bytes. */
 #define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
+#define CKPT_V1 1
 #define CKPT_HEADER 16
 
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
@@ -1306,22 +1310,70 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
         rc = sl_posset_add(&all, it->got.runs[i].epoch, it->got.runs[i].file, it->got.runs[i].begin,
                            it->got.runs[i].count, NULL);
     pthread_mutex_unlock(&it->mu);
-    size_t n = rc == 0 ? sl_posset_encode(&all, NULL, 0) : 0;
-    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + n) : NULL;
+    /* sl_posrun_t has sl_provenance_run_t's layout (posset.h). */
+    uint8_t *runs = NULL;
+    size_t n = 0;
+    if (rc == 0 && all.num > 0)
+        rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
+    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + 8 + n) : NULL;
     if (rc == 0 && !buf)
         rc = -ENOMEM;
     if (rc == 0) {
         memcpy(buf, CKPT_MAGIC, 4);
         sl_put_le32(buf + 4, CKPT_VERSION);
         sl_put_le64(buf + 8, it->dataset_id);
-        sl_posset_encode(&all, buf + CKPT_HEADER, n);
+        sl_put_le64(buf + CKPT_HEADER, sl_posset_size(&all));
+        if (n > 0)
+            memcpy(buf + CKPT_HEADER + 8, runs, n);
         *out = buf;
-        *len = CKPT_HEADER + n;
+        *len = CKPT_HEADER + 8 + n;
     } else if (rc == -ENOSPC) {
         rc = SL_ETOOBIG;
         snprintf(it->err, sizeof it->err, "checkpoint: more than %d runs of positions", CKPT_MAX_RUNS);
     }
+    free(runs);
     sl_posset_clear(&all);
+    return rc;
+}
+
+/* A version 2 checkpoint's positions (after the header) as posset.h's
+ * bytes, which the restore sends the dispatcher. The decoder bounds what it
+ * allocates by the bytes it is given; the set, by CKPT_MAX_RUNS.
+ * @return 0, or SL_EDATA / SL_ETOOBIG / -ENOMEM with a message in err */
+static int ckpt_v2_positions(const uint8_t *p, size_t len, uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (len < 8)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes after the header)", len);
+    uint64_t positions = sl_get_le64(p);
+    sl_provenance_run_t *runs = NULL;
+    uint64_t n = 0;
+    char why[256];
+    int rc = positions > 0 ? sl_provwire_decode(p + 8, len - 8, positions, &runs, &n, why, sizeof why)
+                           : (len > 8 ? sl_errf(why, sizeof why, SL_EPROTO, "%zu bytes after no positions", len - 8)
+                                      : 0);
+    if (rc < 0) {
+        free(runs);
+        return rc == -ENOMEM ? rc : sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions: %s", why);
+    }
+    sl_posset_t set;
+    sl_posset_init(&set, CKPT_MAX_RUNS);
+    rc = n > 0 ? sl_posset_add_many(&set, runs, n) : 0;
+    free(runs);
+    if (rc == -ENOSPC)
+        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %d runs of positions", CKPT_MAX_RUNS);
+    else if (rc < 0 && rc != -ENOMEM)
+        rc = sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
+    if (rc == 0) {
+        *out_len = sl_posset_encode(&set, NULL, 0);
+        *out = malloc(*out_len);
+        if (*out)
+            sl_posset_encode(&set, *out, *out_len);
+        else
+            rc = -ENOMEM;
+    }
+    sl_posset_clear(&set);
     return rc;
 }
 
@@ -1338,13 +1390,18 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
                                                                      "options: dynamic sharding");
     if (rc == 0 && (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0))
         rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
-    if (rc == 0 && sl_get_le32(ckpt + 4) != CKPT_VERSION)
-        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: version %u, this library reads version %d",
-                     (unsigned)sl_get_le32(ckpt + 4), CKPT_VERSION);
+    uint32_t version = rc == 0 ? sl_get_le32(ckpt + 4) : 0;
+    if (rc == 0 && version != CKPT_VERSION && version != CKPT_V1)
+        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: version %u, this library reads versions %d and %d",
+                     (unsigned)version, CKPT_V1, CKPT_VERSION);
     uint64_t ds = rc == 0 ? sl_get_le64(ckpt + 8) : 0;
     if (rc == 0 && ds != dataset_id)
         rc = sl_errf(err, sizeof err, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
                      ds, dataset_id);
+    uint8_t *positions = NULL;
+    size_t positions_len = 0;
+    if (rc == 0 && version == CKPT_VERSION)
+        rc = ckpt_v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, &positions, &positions_len, err, sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;
@@ -1357,7 +1414,11 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
         it->error = rc;
         return rc;
     }
-    return iterator_open(c, dataset_id, opts, ckpt + CKPT_HEADER, len - CKPT_HEADER, out);
+    if (version == CKPT_V1)
+        return iterator_open(c, dataset_id, opts, ckpt + CKPT_HEADER, len - CKPT_HEADER, out);
+    rc = iterator_open(c, dataset_id, opts, positions, positions_len, out);
+    free(positions);
+    return rc;
 }
 
 const char *sl_iterator_errmsg(const sl_iterator_t *it)

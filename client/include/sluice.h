@@ -367,9 +367,10 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  * Opens an iterator that continues from a checkpoint: a new job over
  * dataset_id (the checkpoint's dataset) whose splits skip every element the
  * checkpoint holds. opts as for sl_iterator_checkpoint(). *out is set also
- * on failure (close it).
+ * on failure (close it). Takes the checkpoints of this library (version 2,
+ * compact) and of earlier ones (version 1).
  * @return as sl_iterator_open(); SL_EDATA (not a checkpoint, or damaged),
- *         SL_EINVAL (options, or another dataset's checkpoint)
+ *         SL_EINVAL (options, or another dataset's checkpoint), SL_ETOOBIG
  */
 SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
                                   const uint8_t *ckpt, size_t len, sl_iterator_t **out);
