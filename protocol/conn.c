@@ -193,14 +193,33 @@ static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t 
     return true;
 }
 
-/* Moves the part-read frame's payload on: first what libevent already read
- * into the input, then straight from the socket into the payload's buffer
- * (libevent reads at most 4096 bytes per call, an epoll_wait and two system
+/* Moves the part-read frame's payload on, its buffer allocated first: what
+ * libevent already read into the input, then straight from the socket into
+ * the payload's buffer (libevent reads at most 4096 bytes per call, an epoll_wait and two system
  * calls each: a 1 MiB batch would take 256 turns of the loop). It reads no
  * further than the frame's end, so the next frame stays for libevent.
  * @return true once the frame was delivered and the input may hold more */
 static bool read_payload(sl_conn_t *c, struct evbuffer *in)
 {
+    if (!c->rx_payload) {
+        /* The payload's buffer, within c->limits (checked on the header).
+         * On a connection we opened (to a dispatcher, or a worker the
+         * dispatcher named) it is allocated at once and read into straight
+         * from the socket; on one a peer opened to us, only once the peer
+         * sent all of it, so that a peer cannot make us hold more than it
+         * sent. */
+        if (!c->outgoing && evbuffer_get_length(in) < c->rx_hdr.payload_len) {
+            bufferevent_setwatermark(c->bev, EV_READ, c->rx_hdr.payload_len, 0);
+            return false;
+        }
+        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+        c->rx_payload = sl__big_alloc(c->rx_hdr.payload_len); /* a batch: huge pages, far fewer faults */
+        if (!c->rx_payload) {
+            conn_fail(c, -ENOMEM, "out of memory for a frame payload");
+            return false;
+        }
+        c->rx_have = 0;
+    }
     size_t need = c->rx_hdr.payload_len - c->rx_have;
     size_t from_in = evbuffer_get_length(in);
     if (from_in > need)
@@ -242,19 +261,6 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
  * header and message are in goes on with read_payload(). @return true to go on */
 static bool read_frame(sl_conn_t *c, struct evbuffer *in)
 {
-    if (c->rx_msg && !c->rx_payload) {
-        /* An incoming frame waiting for its whole payload in the input. */
-        if (evbuffer_get_length(in) < c->rx_hdr.payload_len)
-            return false;
-        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-        uint8_t *payload = sl__big_alloc(c->rx_hdr.payload_len);
-        if (!payload) {
-            conn_fail(c, -ENOMEM, "out of memory for a frame payload");
-            return false;
-        }
-        c->rx_payload = payload;
-        c->rx_have = 0;
-    }
     if (c->rx_msg)
         return read_payload(c, in);
     size_t avail = evbuffer_get_length(in);
@@ -291,28 +297,8 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     evbuffer_drain(in, head);
     if (hdr.payload_len == 0)
         return deliver(c, &hdr, msg, NULL);
-    /* The payload's buffer, within c->limits (checked above). On a
-     * connection we opened (to a dispatcher, or a worker the dispatcher
-     * named) it is allocated now and read into straight from the socket;
-     * on one a peer opened to us it is allocated only once the peer sent
-     * all of it, so that a peer cannot make us hold more than it sent. */
-    if (!c->outgoing && evbuffer_get_length(in) < hdr.payload_len) {
-        c->rx_hdr = hdr;
-        c->rx_msg = msg;
-        c->rx_payload = NULL;
-        bufferevent_setwatermark(c->bev, EV_READ, hdr.payload_len, 0);
-        return false;
-    }
-    uint8_t *payload = sl__big_alloc(hdr.payload_len); /* a batch: huge pages, far fewer faults */
-    if (!payload) {
-        free(msg);
-        conn_fail(c, -ENOMEM, "out of memory for a frame payload");
-        return false;
-    }
     c->rx_hdr = hdr;
     c->rx_msg = msg;
-    c->rx_payload = payload;
-    c->rx_have = 0;
     return read_payload(c, in);
 }
 
