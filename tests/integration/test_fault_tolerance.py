@@ -85,7 +85,10 @@ def addressed_cluster(n=3):
     return cluster
 
 
-class DispatcherCrash(unittest.TestCase):
+class ThreeWorkers(unittest.TestCase):
+    """A dispatcher cutting splits of 1000 records and three workers, new for
+    each test and checked to exit cleanly after it."""
+
     def setUp(self):
         self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
         self.cluster.wait_workers_registered(3)
@@ -94,6 +97,8 @@ class DispatcherCrash(unittest.TestCase):
         bad = self.cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
+
+class DispatcherCrash(ThreeWorkers):
     def run_with_kills(self, spec, kills, seed, args=(), sharding='dynamic'):
         """Streams spec through sluice-cat, killing (-9) and restarting the
         dispatcher after the batch counts in kills; returns every value read."""
@@ -166,20 +171,12 @@ class DispatcherCrash(unittest.TestCase):
         self.assertGreater(min(fresh), max(old_ids | set(workers_before)))
 
 
-class WorkerCrash(unittest.TestCase):
+class WorkerCrash(ThreeWorkers):
     """Workers killed with -9 mid-epoch under DYNAMIC sharding: the dispatcher
     sees the connection close, the consumer says what it received of the
     lost worker's splits, and the rest of them goes to the other workers;
     the killed worker comes back on its address and rejoins. Every element
     arrives exactly once."""
-
-    def setUp(self):
-        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
-        self.cluster.wait_workers_registered(3)
-
-    def tearDown(self):
-        bad = self.cluster.close()
-        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
     def run_with_worker_kills(self, spec, kills, seed, args=()):
         """Streams spec through sluice-cat; after each batch count in kills
@@ -235,20 +232,12 @@ class WorkerCrash(unittest.TestCase):
         self.assertIn('--no-provenance cannot go with', err)
 
 
-class Checkpoints(unittest.TestCase):
+class Checkpoints(ThreeWorkers):
     """Iterator checkpoints (sl_iterator_checkpoint / sl_iterator_restore,
     sluice-cat --checkpoint-out / --resume-from): a consumer stops after a
     seeded number of batches mid-epoch and writes its checkpoint; a new
     process resumes from it, twice in a chain; across the three processes
     every element that passes the filter arrives exactly once."""
-
-    def setUp(self):
-        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
-        self.cluster.wait_workers_registered(3)
-
-    def tearDown(self):
-        bad = self.cluster.close()
-        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
     def resume_chain(self, spec, expected, sharding):
         """Three sluice-cat processes over spec: the first two stop at seeded
