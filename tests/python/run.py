@@ -7,8 +7,6 @@ the line 'N passed, N failed'. Exit 1 on any failure.
 import argparse
 import os
 import sys
-import time
-import unittest
 
 
 def main():
@@ -25,7 +23,6 @@ def main():
     os.environ['SLUICE_BUILD'] = build
     os.environ['SLUICE_LIB'] = os.path.join(build, 'client', 'libsluice.so')
 
-
     def sanitizer_runtime(lib):
         """The path of libasan when lib was built with -fsanitize=address."""
         import re
@@ -36,7 +33,6 @@ def main():
             return None
         m = re.search(r'libasan\.so\S*\s+=>\s+(\S+)', out)
         return m.group(1) if m else None
-
 
     # An ASan build of libsluice loads into Python only with the ASan runtime
     # first in the process: run again with it preloaded. Leak checking stays
@@ -50,30 +46,14 @@ def main():
         os.environ['SLUICE_SANITIZED'] = '1'
         os.execv(sys.executable, [sys.executable] + sys.argv)
 
-    # The package from the source tree, the daemons' harness from the integration tests.
+    # The package from the source tree; the daemons' harness and the runner
+    # (suite.py) from the integration tests.
     sys.path.insert(0, os.path.join(repo, 'client', 'python'))
     sys.path.insert(0, os.path.join(repo, 'tests', 'integration'))
     sys.path.insert(0, here)
 
-    suite = unittest.defaultTestLoader.discover(here, pattern='test_*.py', top_level_dir=here)
-
-
-    def flatten(s):
-        for t in s:
-            if isinstance(t, unittest.TestSuite):
-                yield from flatten(t)
-            else:
-                yield t
-
-
-    tests = [t for t in flatten(suite) if not args.pattern or args.pattern in t.id()]
-    t0 = time.time()
-    result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(tests))
-    failed = len(result.failures) + len(result.errors)
-    skipped = len(result.skipped)
-    print('python client (%s): %.0f s, %d skipped' % (args.build, time.time() - t0, skipped))
-    print('%d passed, %d failed' % (result.testsRun - failed - skipped, failed))
-    sys.exit(1 if failed or result.testsRun == 0 else 0)
+    import suite
+    suite.run(here, args.pattern, 'python client (%s)' % args.build)
 
 
 if __name__ == '__main__':
