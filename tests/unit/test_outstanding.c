@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "dstate_util.h"
 #include "log.h"
 #include "persist.h"
 #include "posset.h"
@@ -34,10 +35,7 @@ static void setup(void)
     sl_log_init("test_outstanding", -1);
     snprintf(dir, sizeof dir, "/tmp/sl-out-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
-    int n;
-    const char *const *tables = sl_dpersist_tables(&n);
-    sl_store_opts_t o = {.tables = tables, .num_tables = n};
-    cr_assert_eq(sl_store_open(dir, &o, &store, err, sizeof err), 0, "%s", err);
+    store = open_state_store(dir, 0);
     hb = calloc(1, sizeof *hb);
     wreq = calloc(1, sizeof *wreq);
     wresp = calloc(1, sizeof *wresp);
@@ -52,22 +50,10 @@ static void teardown(void)
     free(hb);
     free(wreq);
     free(wresp);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 
 TestSuite(outstanding, .init = setup, .fini = teardown);
-
-static sl_dstate_t *new_state(void)
-{
-    sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    sl_dstate_t *s = sl_dstate_new(&cfg);
-    cr_assert_not_null(s);
-    return s;
-}
 
 static uint64_t worker(const char *address)
 {

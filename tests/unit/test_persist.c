@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "dstate_util.h"
 #include "le.h"
 #include "log.h"
 #include "persist.h"
@@ -41,29 +42,14 @@ static void teardown(void)
     st = st2 = NULL;
     sl_store_close(store);
     store = NULL;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 
 TestSuite(persist, .init = setup, .fini = teardown);
 
 static void open_store(size_t map_bytes)
 {
-    int n;
-    const char *const *tables = sl_dpersist_tables(&n);
-    sl_store_opts_t o = {.tables = tables, .num_tables = n, .map_bytes = map_bytes};
-    cr_assert_eq(sl_store_open(dir, &o, &store, err, sizeof err), 0, "%s", err);
-}
-
-static sl_dstate_t *new_state(void)
-{
-    sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    sl_dstate_t *s = sl_dstate_new(&cfg);
-    cr_assert_not_null(s);
-    return s;
+    store = open_state_store(dir, map_bytes);
 }
 
 static void save(sl_dstate_t *s)
