@@ -242,19 +242,39 @@ static int done_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t
     return 0;
 }
 
-/* The notices of a GET_ELEMENT answer in the client's type; n of them. */
-static size_t done_from_wire(const sluice_GetElementResponse *resp, sl_split_done_t *out)
+/* The split-done notices of a GET_ELEMENT answer whose payload is size
+ * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
+ * them. They take at most a sixth of the payload, which the frame limit
+ * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err */
+static int notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
+                             sl_split_done_t **out, size_t *n, char *err, size_t errlen)
 {
-    for (pb_size_t i = 0; i < resp->splits_done_count; i++) {
-        const sluice_SplitDone *d = &resp->splits_done[i];
-        out[i] = (sl_split_done_t){.split_id = d->split_id,
-                                   .epoch = d->epoch,
-                                   .file_index = d->file_index,
-                                   .begin = d->begin,
-                                   .end = d->end,
-                                   .delivered = d->delivered};
+    *out = NULL;
+    *n = 0;
+    if (resp->notices_length == 0)
+        return 0;
+    if (resp->notices_offset > size || resp->notices_length > size - resp->notices_offset)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "task %" PRIu64 ": split-done notices at [%" PRIu64 ", +%" PRIu64
+                       ") are outside the payload of %zu bytes",
+                       resp->task_id, resp->notices_offset, resp->notices_length, size);
+    const uint8_t *p = payload + resp->notices_offset;
+    size_t len = (size_t)resp->notices_length;
+    char why[300];
+    uint64_t num = 0;
+    int rc = sl_provwire_read_done(p, len, NULL, &num, why, sizeof why);
+    if (rc == 0 && num > 0) {
+        if (!(*out = malloc((size_t)num * sizeof **out)))
+            return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " split-done notices", num);
+        rc = sl_provwire_read_done(p, len, *out, &num, why, sizeof why);
     }
-    return resp->splits_done_count;
+    if (rc < 0) {
+        free(*out);
+        *out = NULL;
+        return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s", resp->task_id, why);
+    }
+    *n = (size_t)num;
+    return 0;
 }
 
 /* Builds a batch from a GET_ELEMENT answer, checking every component
@@ -262,8 +282,14 @@ static size_t done_from_wire(const sluice_GetElementResponse *resp, sl_split_don
 static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
                                         char *err, size_t errlen)
 {
+    /* The tensor bytes end where the provenance or the notices begin. */
+    size_t tensors = size;
+    if (resp->provenance_length > 0 && resp->provenance_offset < tensors)
+        tensors = (size_t)resp->provenance_offset;
+    if (resp->notices_length > 0 && resp->notices_offset < tensors)
+        tensors = (size_t)resp->notices_offset;
     sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
-                          .data = payload, .size = size};
+                          .data = payload, .size = tensors};
     for (int i = 0; i < wb.num_components; i++) {
         const sluice_Component *pc = &resp->components[i];
         sl_component_t *c = &wb.components[i];
@@ -298,11 +324,13 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
         return NULL;
     }
     struct sl_batch *b = calloc(1, sizeof *b);
-    sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
-    if (!b || done_append(&b->done, &b->num_done, done, done_from_wire(resp, done)) < 0) {
+    if (!b) {
         snprintf(err, errlen, "out of memory");
-        if (b)
-            batch_free(b);
+        free(payload);
+        return NULL;
+    }
+    if (notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0) {
+        batch_free(b);
         free(payload);
         return NULL;
     }
@@ -313,8 +341,9 @@ static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, u
     b->num_prov = (size_t)num_prov;
     b->prov_wire = payload + resp->provenance_offset;
     b->prov_wire_len = (size_t)resp->provenance_length;
-    /* The tensors' bytes: the provenance after them is not counted. */
-    b->size = num_prov > 0 ? (size_t)resp->provenance_offset : size;
+    /* The tensors' bytes: the provenance and notices after them are not
+     * counted. */
+    b->size = tensors;
     for (int i = 0; i < wb.num_components; i++) {
         const sl_component_t *c = &wb.components[i];
         sl_tensor_t *t = &b->tensors[i];
@@ -405,25 +434,37 @@ static void coord_deliver(sl_iterator_t *it)
     pthread_mutex_unlock(&it->mu);
 }
 
-/* The split-done notices of an end-of-sequence frame: they go with the last
- * batch waiting for the caller, which came before them, or, when none
- * waits, with the next batch the caller gets (sl_iterator_splits_done()
- * shows them after the end). */
-static void end_notices(sl_iterator_t *it, const sluice_GetElementResponse *resp)
+/* The split-done notices of an end-of-sequence frame, its payload of size
+ * bytes: they go with the last batch waiting for the caller, which came
+ * before them, or, when none waits, with the next batch the caller gets
+ * (sl_iterator_splits_done() shows them after the end). @return false when
+ * the iterator failed */
+static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElementResponse *resp,
+                        const uint8_t *payload, size_t size)
 {
-    sl_split_done_t done[sizeof resp->splits_done / sizeof resp->splits_done[0]];
-    size_t n = done_from_wire(resp, done);
+    sl_split_done_t *done = NULL;
+    size_t n = 0;
+    char err[512];
+    int rc = notices_from_wire(resp, payload, size, &done, &n, err, sizeof err);
+    if (rc < 0) {
+        iterator_fail(it, rc, "worker %s sent a bad end of sequence: %s", t->address, err);
+        return false;
+    }
     if (n == 0)
-        return;
+        return true;
     pthread_mutex_lock(&it->mu);
     struct sl_batch *last = NULL;
     for (struct sl_batch *b = it->ready; b; b = b->next)
         last = b;
-    int rc = last ? done_append(&last->done, &last->num_done, done, n)
-                  : done_append(&it->pending_done, &it->num_pending_done, done, n);
+    rc = last ? done_append(&last->done, &last->num_done, done, n)
+              : done_append(&it->pending_done, &it->num_pending_done, done, n);
     pthread_mutex_unlock(&it->mu);
-    if (rc < 0)
+    free(done);
+    if (rc < 0) {
         iterator_fail(it, -ENOMEM, "out of memory for %zu split-done notices", n);
+        return false;
+    }
+    return true;
 }
 
 static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
@@ -436,8 +477,10 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
     }
     t->unknown_since = 0;
     if (resp->end_of_sequence) {
+        bool ok = end_notices(it, t, resp, payload, size);
         free(payload);
-        end_notices(it, resp);
+        if (!ok)
+            return;
         sl->state = SLOT_END;
     } else {
         char err[512];
@@ -558,8 +601,10 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     if (resp->done_below > t->done_below)
         t->done_below = resp->done_below;
     if (resp->end_of_sequence) {
+        bool ok = end_notices(it, t, resp, payload, hdr->payload_len);
         free(payload);
-        end_notices(it, resp);
+        if (!ok)
+            return;
         t->state = TC_ENDED;
         if (t->in_flight == 0)
             task_drop_conn(t);

@@ -132,6 +132,13 @@ static void conn_fail(sl_conn_t *c, int code, const char *why)
 {
     if (c->state == CONN_DEAD || c->state == CONN_DRAINING)
         return;
+    /* A corked connection's held answers wait for a commit that this
+     * connection will not see through; they are dropped, and the error
+     * frame goes to the output, not behind them into the cork. */
+    if (c->held) {
+        evbuffer_free(c->held);
+        c->held = NULL;
+    }
     send_error_frame(c, 0, code, why);
     c->fail_code = code;
     snprintf(c->fail_why, sizeof c->fail_why, "%s", why);
@@ -461,6 +468,9 @@ struct part {
     bool copy;
 };
 
+/* The parts of a frame at most: header, payload, pad and two tails. */
+#define MAX_PARTS 5
+
 /* The release of a frame queued in part: free_fn gets the payload and
  * length it was given, whatever part of the frame is the last to go. */
 struct release {
@@ -493,7 +503,7 @@ static void no_free(const void *data, size_t len, void *extra)
  * next write. @return the bytes written */
 static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
 {
-    struct iovec iov[4];
+    struct iovec iov[MAX_PARTS];
     int k = 0;
     for (int i = 0; i < n; i++)
         if (parts[i].n > 0)
@@ -506,7 +516,7 @@ static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
     return w > 0 ? (size_t)w : 0;
 }
 
-/* Sends a frame of n (<= 4) parts, the first its header: straight to the
+/* Sends a frame of n (<= MAX_PARTS) parts, the first its header: straight to the
  * socket when the connection is open, not corked and has nothing queued,
  * and what that did not take (all of it otherwise) to the output, or to
  * the cork's buffer. The output gets the rest of the frame or nothing of
@@ -617,13 +627,19 @@ fail:
 }
 
 int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
-                      size_t payload_len, size_t pad, const void *tail, size_t tail_len, sl_conn_free_fn free_fn,
+                      size_t payload_len, size_t pad, const struct iovec *tail, int ntail, sl_conn_free_fn free_fn,
                       void *extra)
 {
     static _Thread_local uint8_t buf[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
     static const uint8_t zeros[8];
     int rc = 0;
-    if (tail_len == 0)
+    size_t tail_len = 0;
+    bool too_big = ntail < 0 || ntail > MAX_PARTS - 3;
+    for (int i = 0; i < ntail && !too_big; i++) {
+        too_big = tail[i].iov_len > UINT32_MAX - tail_len;
+        tail_len += tail[i].iov_len;
+    }
+    if (!too_big && tail_len == 0)
         return sl_conn_send(c, type, request_id, msg, payload, payload_len, free_fn, extra);
     if (c->state == CONN_DEAD || c->state == CONN_DRAINING) {
         rc = SL_ECLOSED;
@@ -633,7 +649,7 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
         rc = -EAGAIN;
         goto fail;
     }
-    if (pad >= sizeof zeros || payload_len > UINT32_MAX || tail_len > UINT32_MAX - payload_len - pad) {
+    if (too_big || pad >= sizeof zeros || payload_len > UINT32_MAX || tail_len > UINT32_MAX - payload_len - pad) {
         rc = SL_ETOOBIG;
         goto fail;
     }
@@ -641,9 +657,11 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
     rc = sl_frame_encode(type, request_id, msg, (uint32_t)(payload_len + pad + tail_len), buf, sizeof buf, &len);
     if (rc < 0)
         goto fail;
-    /* Nothing is copied but the header: payload and tail are referenced. */
-    struct part parts[4] = {{buf, len, true}, {payload, payload_len, false}, {zeros, pad, false}, {tail, tail_len, false}};
-    return send_parts(c, parts, 4, free_fn, payload, payload_len, extra);
+    /* Nothing is copied but the header: payload and tails are referenced. */
+    struct part parts[MAX_PARTS] = {{buf, len, true}, {payload, payload_len, false}, {zeros, pad, false}};
+    for (int i = 0; i < ntail; i++)
+        parts[3 + i] = (struct part){tail[i].iov_base, tail[i].iov_len, false};
+    return send_parts(c, parts, 3 + ntail, free_fn, payload, payload_len, extra);
 fail:
     if (free_fn)
         free_fn(payload, payload_len, extra);

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <event2/event.h>
 
@@ -68,15 +69,16 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra);
 
 /**
- * sl_conn_send() with a payload of three parts: payload_len bytes at
- * payload, pad (< 8) zero bytes, then tail_len bytes at tail (a batch's
- * tensor bytes and its encoded provenance). payload and tail are
- * referenced, not copied; free_fn(payload, payload_len, extra), if given,
- * runs once neither is needed any more (also on failure).
- * @return as sl_conn_send()
+ * sl_conn_send() with a payload in parts: payload_len bytes at payload,
+ * pad (< 8) zero bytes, then the ntail (<= 2) tails in order (a batch's
+ * tensor bytes, then its encoded provenance and split-done notices).
+ * payload and tails are referenced, not copied; free_fn(payload,
+ * payload_len, extra), if given, runs once none is needed any more (also
+ * on failure).
+ * @return as sl_conn_send(); SL_ETOOBIG for more than 2 tails
  */
 int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
-                      size_t payload_len, size_t pad, const void *tail, size_t tail_len, sl_conn_free_fn free_fn,
+                      size_t payload_len, size_t pad, const struct iovec *tail, int ntail, sl_conn_free_fn free_fn,
                       void *extra);
 
 /** Sends an error frame answering request_id (0: the connection). */

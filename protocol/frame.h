@@ -21,7 +21,7 @@
 #include "sluice.h"
 #include "sluice.pb.h"
 
-#define SL_PROTOCOL_VERSION 1
+#define SL_PROTOCOL_VERSION 2
 #define SL_HANDSHAKE_LEN 8
 #define SL_FRAME_HEADER_LEN 16
 /* No message of sluice.proto encodes larger than this with the bounds of

@@ -318,3 +318,86 @@ int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_p
     *runs = out;
     return 0;
 }
+
+/*
+ * Split-done notices (docs/protocol.md, "Split-done notices"):
+ *
+ *   varint N                      notices, N >= 1
+ *   N x (varint zigzag(split_id - previous split_id), varint epoch,
+ *        varint file_index, varint begin, varint end - begin,
+ *        varint delivered)
+ *
+ * with a previous split_id of 0 before the first. Every field takes at
+ * least a byte, so a notice takes at least NOTICE_MIN_BYTES.
+ */
+#define NOTICE_MIN_BYTES 6
+
+int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (n == 0 || n > SIZE_MAX / (NOTICE_MIN_BYTES * MAX_VARINT) - 1)
+        return -ENOMEM;
+    uint8_t *buf = malloc(MAX_VARINT + n * NOTICE_MIN_BYTES * MAX_VARINT);
+    if (!buf)
+        return -ENOMEM;
+    uint8_t *p = put_varint(buf, n);
+    uint64_t prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        p = put_varint(p, zigzag(d[i].split_id - prev));
+        p = put_varint(p, d[i].epoch);
+        p = put_varint(p, d[i].file_index);
+        p = put_varint(p, d[i].begin);
+        p = put_varint(p, d[i].end - d[i].begin);
+        p = put_varint(p, d[i].delivered);
+        prev = d[i].split_id;
+    }
+    *len = (size_t)(p - buf);
+    uint8_t *shrunk = realloc(buf, *len);
+    *out = shrunk ? shrunk : buf;
+    return 0;
+}
+
+int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, uint64_t *num, char *err,
+                          size_t errlen)
+{
+    *num = 0;
+    if (len == 0)
+        return 0;
+    size_t pos = 0;
+    uint64_t n = 0;
+    int rc = get_varint(p, len, &pos, &n, "the number of split-done notices", err, errlen);
+    if (rc < 0)
+        return rc;
+    if (n == 0 || n > (len - pos) / NOTICE_MIN_BYTES)
+        return sl_errf(err, errlen, SL_EPROTO, "split-done notices: %" PRIu64 " of them in %zu bytes", n, len);
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t id = 0, epoch = 0, file = 0, begin = 0, count = 0, delivered = 0;
+        if ((rc = get_varint(p, len, &pos, &id, "a split-done notice's split id", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &epoch, "a split-done notice's epoch", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &file, "a split-done notice's file index", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &begin, "a split-done notice's begin", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &count, "a split-done notice's length", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &delivered, "a split-done notice's delivered count", err, errlen)) < 0)
+            return rc;
+        if (epoch > UINT32_MAX || file > UINT32_MAX || begin + count < begin || delivered > count)
+            return sl_errf(err, errlen, SL_EPROTO,
+                           "split-done notice %" PRIu64 ": epoch %" PRIu64 ", file %" PRIu64 ", [%" PRIu64
+                           ", +%" PRIu64 "), %" PRIu64 " delivered: out of range",
+                           i, epoch, file, begin, count, delivered);
+        prev += unzigzag(id);
+        if (out)
+            out[i] = (sl_split_done_t){.split_id = prev,
+                                       .epoch = (uint32_t)epoch,
+                                       .file_index = (uint32_t)file,
+                                       .begin = begin,
+                                       .end = begin + count,
+                                       .delivered = delivered};
+    }
+    if (pos != len)
+        return sl_errf(err, errlen, SL_EPROTO, "split-done notices: %zu bytes left over after the last, at byte %zu",
+                       len - pos, pos);
+    *num = n;
+    return 0;
+}

@@ -6,6 +6,9 @@
  * A shuffled batch, one run per element, takes about 3 bytes per element
  * instead of the 24 of sl_provenance_run_t. docs/protocol.md has the
  * layout and what the decoder refuses.
+ *
+ * Split-done notices (DYNAMIC) travel in the same frames, after the
+ * provenance, in a compact form of their own (sl_provwire_encode_done()).
  */
 #ifndef SL_PROVWIRE_H
 #define SL_PROVWIRE_H
@@ -48,5 +51,27 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
  */
 int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t **runs,
                        uint64_t *num_runs, char *err, size_t errlen);
+
+/**
+ * Encodes n (>= 1) split-done notices: their count, then per notice the
+ * zig-zag distance of its split id from the previous one's, its epoch,
+ * file index, begin, length and delivered count, all as varints.
+ * @param[out] out the bytes, malloc'd; the caller frees them
+ * @param[out] len how many
+ * @return 0 or -ENOMEM
+ */
+int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, size_t *len);
+
+/**
+ * Checks split-done notices, len bytes at p (0: none), and decodes them
+ * into out when out is not NULL: a first call without out gives their
+ * number, which is at most len / 6, a second writes them. Refuses an
+ * epoch or file index past 32 bits, a split that ends past 2^64, more
+ * delivered records than the split has, and bytes left over.
+ * @param[out] num how many notices there are
+ * @return 0, or SL_EPROTO with what was wrong and where in err
+ */
+int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, uint64_t *num, char *err,
+                          size_t errlen);
 
 #endif

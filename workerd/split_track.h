@@ -54,12 +54,9 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
  *  is read, and its records are those that settled or wait in batches. */
 void sl_split_track_end(sl_split_track_t *t);
 
-/** One done split, as sluice.SplitDone says it. */
-typedef struct sl_split_done_rec {
-    uint64_t split_id;
-    uint32_t epoch, file_index;
-    uint64_t begin, end, delivered;
-} sl_split_done_rec_t;
+/** One done split, as a split-done notice says it (the client's type:
+ *  protocol/provwire.c encodes it). */
+typedef sl_split_done_t sl_split_done_rec_t;
 
 /**
  * Takes up to max done splits out of the table into out, oldest first.

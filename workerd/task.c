@@ -693,19 +693,34 @@ void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
     pthread_mutex_unlock(&t->mu);
 }
 
-unsigned sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max,
-                            uint64_t *below)
+int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t **out, unsigned *num,
+                       uint64_t *below)
 {
+    *out = NULL;
+    *num = 0;
     *below = 0;
     if (!t->track)
         return 0;
+    int rc = 0;
     pthread_mutex_lock(&t->mu);
     if (b)
         sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
-    else
+    /* Every notice that is ready goes with this frame: the table bounds
+     * how many there can be. */
+    unsigned room = sl_split_track_has_done(t->track) ? sl_split_track_size(t->track) : 0;
+    if (room > 0 && !(*out = malloc(room * sizeof **out)))
+        rc = -ENOMEM; /* they wait in the table for a later frame */
+    else if (room > 0)
+        *num = sl_split_track_collect(t->track, *out, room);
+    /* An end-of-sequence answer makes the task DONE only once it carried
+     * every notice: then none is left in the table. */
+    if (!b && rc == 0)
         t->end_sent = true;
-    unsigned n = sl_split_track_collect(t->track, out, max);
     *below = done_below(t);
     pthread_mutex_unlock(&t->mu);
-    return n;
+    if (*num == 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
 }

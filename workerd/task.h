@@ -145,14 +145,18 @@ void sl_task_splits_arrived_payload(sl_task_t *task, const sluice_GetSplitRespon
 /**
  * A batch the task gave out (sl_task_take) is handed to a client connection
  * now (b NULL: no batch, an end-of-sequence frame): its records settle, and
- * the splits that are done with that are taken out of the task's table.
- * @param[out] out up to max done splits, for the frame's splits_done
+ * the splits that are done with that are taken out of the task's table,
+ * all of them: a frame carries every notice that is ready.
+ * @param[out] out the done splits, malloc'd (the caller frees them), NULL
+ *             for none
+ * @param[out] num how many
  * @param[out] done_below every split with a smaller id is done and went out
  *             with this frame or before (GetElementResponse.done_below)
- * @return how many (0 unless DYNAMIC)
+ * @return 0, or -ENOMEM: nothing was taken out, and for an end-of-sequence
+ *         frame the task is not done (its notices are still to be sent)
  */
-unsigned sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t *out, unsigned max,
-                            uint64_t *done_below);
+int sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t **out, unsigned *num,
+                       uint64_t *done_below);
 
 /** DYNAMIC: the split request failed: the request may be retried (retry)
  *  or the task fails with code and msg. */

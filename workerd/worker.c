@@ -86,6 +86,7 @@ struct sent {
     sl_worker_t *w;
     uint64_t task_id;
     sl_wire_batch_t *batch;
+    uint8_t *notices; /* the frame's encoded split-done notices, owned */
 };
 
 struct sl_worker {
@@ -293,23 +294,25 @@ static void on_batch_written(const void *data, size_t len, void *extra)
     if (wt)
         sl_task_release(wt->task, s->batch->size);
     sl_wire_batch_free(s->batch);
+    free(s->notices);
     free(s);
 }
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
- * client now and fills the frame's splits_done; returns how many. */
-static unsigned fill_done(sl_task_t *task, const sl_wire_batch_t *b, sluice_SplitDone *out, uint64_t *done_below)
+ * client now and encodes every split-done notice that is ready into
+ * *notices (malloc'd, *len bytes; NULL for none). @return 0 or -ENOMEM */
+static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, uint8_t **notices, size_t *len,
+                     uint64_t *done_below)
 {
-    sl_split_done_rec_t recs[sizeof(((sluice_GetElementResponse *)0)->splits_done) / sizeof(sluice_SplitDone)];
-    unsigned n = sl_task_batch_sent(task, b, recs, sizeof recs / sizeof recs[0], done_below);
-    for (unsigned i = 0; i < n; i++)
-        out[i] = (sluice_SplitDone){.split_id = recs[i].split_id,
-                                    .epoch = recs[i].epoch,
-                                    .file_index = recs[i].file_index,
-                                    .begin = recs[i].begin,
-                                    .end = recs[i].end,
-                                    .delivered = recs[i].delivered};
-    return n;
+    sl_split_done_rec_t *recs = NULL;
+    unsigned n = 0;
+    *notices = NULL;
+    *len = 0;
+    int rc = sl_task_batch_sent(task, b, &recs, &n, done_below);
+    if (rc == 0 && n > 0)
+        rc = sl_provwire_encode_done(recs, n, notices, len);
+    free(recs);
+    return rc;
 }
 
 static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b)
@@ -350,14 +353,23 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         resp->provenance_offset = b->size;
         resp->provenance_length = b->prov_wire_len;
     }
-    resp->splits_done_count = (pb_size_t)fill_done(wt->task, b, resp->splits_done, &resp->done_below);
-    *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b};
+    /* Notices that cannot be encoded now wait in the task for a later
+     * frame (done_below stays below them). */
+    uint8_t *notices = NULL;
+    size_t notices_len = 0;
+    (void)fill_done(wt->task, b, &notices, &notices_len, &resp->done_below);
+    if (notices) {
+        resp->notices_offset = b->size + resp->provenance_length;
+        resp->notices_length = notices_len;
+    }
+    *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b, .notices = notices};
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * frees it once the socket has taken them. */
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)b->size);
-    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size,
-                               0, b->prov_wire, (size_t)resp->provenance_length, on_batch_written, s);
+    struct iovec tails[2] = {{b->prov_wire, (size_t)resp->provenance_length}, {notices, notices_len}};
+    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size, 0, tails, 2,
+                               on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
     free(resp);
@@ -405,9 +417,19 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
     if (rc == SL_TASK_BATCH) {
         send_batch(wc, request_id, wt, b);
     } else if (rc == SL_TASK_END) {
+        /* The end carries every notice that is left, as the payload. */
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
-        end.splits_done_count = (pb_size_t)fill_done(wt->task, NULL, end.splits_done, &end.done_below);
-        sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
+        uint8_t *notices = NULL;
+        size_t notices_len = 0;
+        if (fill_done(wt->task, NULL, &notices, &notices_len, &end.done_below) < 0) {
+            sl_conn_send_error(wc->conn, request_id, -ENOMEM,
+                               "worker %s is out of memory for the split-done notices of task %" PRIu64, w->address,
+                               task_id);
+            return true;
+        }
+        end.notices_length = notices_len;
+        sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, notices, notices_len, NULL, NULL);
+        free(notices);
     } else {
         sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s failed: %s", task_id, w->address,
                            sl_task_errmsg(wt->task));

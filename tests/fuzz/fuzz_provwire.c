@@ -7,7 +7,8 @@
  * UBSan), it checks what sl_provwire_decode promises: only its documented
  * results; on success at most num_elements runs, each of count >= 1 and
  * not wrapping, counting num_elements in all; and that the runs encode to
- * bytes that decode to the same runs.
+ * bytes that decode to the same runs. The bytes after the u16 are also
+ * read as split-done notices (sl_provwire_read_done).
  *
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_provwire); seeds are in
  * tests/fuzz/corpus/fuzz_provwire/.
@@ -29,6 +30,38 @@
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The same bytes as split-done notices (what a batch or an end of sequence
+ * carries after the provenance): only the documented results, at most one
+ * notice per 6 bytes, each in range, and they encode to bytes that decode
+ * to the same notices. */
+static void check_notices(const uint8_t *p, size_t len)
+{
+    uint64_t n = 0;
+    char err[256];
+    int rc = sl_provwire_read_done(p, len, NULL, &n, err, sizeof err);
+    CHECK(rc == 0 || rc == SL_EPROTO);
+    if (rc < 0 || n == 0) {
+        CHECK(n == 0);
+        return;
+    }
+    CHECK(n <= len / 6);
+    sl_split_done_t *d = malloc(n * sizeof *d);
+    CHECK(d != NULL);
+    CHECK(sl_provwire_read_done(p, len, d, &n, err, sizeof err) == 0);
+    for (uint64_t i = 0; i < n; i++)
+        CHECK(d[i].end >= d[i].begin && d[i].delivered <= d[i].end - d[i].begin);
+    uint8_t *wire;
+    size_t wlen;
+    CHECK(sl_provwire_encode_done(d, n, &wire, &wlen) == 0);
+    sl_split_done_t *again = malloc(n * sizeof *again);
+    uint64_t m = 0;
+    CHECK(again != NULL && sl_provwire_read_done(wire, wlen, again, &m, err, sizeof err) == 0);
+    CHECK(m == n && memcmp(again, d, n * sizeof *d) == 0);
+    free(again);
+    free(wire);
+    free(d);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -63,5 +96,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(wire);
     }
     free(runs);
+    check_notices(data + 2, size - 2);
     return 0;
 }

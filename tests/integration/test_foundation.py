@@ -103,7 +103,7 @@ class ThreeWorkers(unittest.TestCase):
         self.assertIn('$.source.type', err)
 
     def test_garbage_on_the_wire_leaves_the_dispatcher_serving(self):
-        for payload in (b'GET / HTTP/1.0\r\n\r\n', b'SLUC\x00\x09\x00\x01', b'SLUC\x00\x01\x00\x01' + b'\xff' * 64):
+        for payload in (b'GET / HTTP/1.0\r\n\r\n', b'SLUC\x00\x09\x00\x01', b'SLUC\x00\x02\x00\x01' + b'\xff' * 64):
             s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=5)
             s.sendall(payload)
             s.settimeout(5)

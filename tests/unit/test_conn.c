@@ -765,9 +765,11 @@ Test(conn, sends_in_order_whether_written_at_once_or_queued)
     cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 11, &resp, payload, big, on_released, &large), 0);
     cr_assert_gt(sl_conn_pending(S.conn), 0, "the socket took %zu bytes at once", big);
     cr_assert_eq(large.calls, 0, "released while part of it was still to be written");
-    /* Behind it: a copied payload, then a frame of payload, pad and tail. */
+    /* Behind it: a copied payload, then a frame of payload, pad and two
+     * tails (a batch's provenance and its split-done notices). */
     cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 12, &resp, "copied", 6, NULL, NULL), 0);
-    cr_assert_eq(sl_conn_send_tail(S.conn, SL_MSG_GET_SPLIT_RESP, 13, &resp, payload + 7, 3, 5, tail, sizeof tail,
+    struct iovec tails[2] = {{(void *)tail, 2}, {(void *)(tail + 2), sizeof tail - 2}};
+    cr_assert_eq(sl_conn_send_tail(S.conn, SL_MSG_GET_SPLIT_RESP, 13, &resp, payload + 7, 3, 5, tails, 2,
                                    on_released, &with_tail),
                  0);
     cr_assert_eq(with_tail.calls, 0);

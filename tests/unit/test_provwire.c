@@ -189,3 +189,96 @@ Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
     b[11] = 0;
     refused(b, 12, 4, "the number of (epoch, file) pairs at byte 0 is not a varint of at most 64 bits");
 }
+
+/* ---- split-done notices ---- */
+
+static sl_split_done_t *notices_decode(const uint8_t *wire, size_t len, uint64_t *n, int *rc, char *err,
+                                       size_t errlen)
+{
+    *rc = sl_provwire_read_done(wire, len, NULL, n, err, errlen);
+    if (*rc < 0 || *n == 0)
+        return NULL;
+    sl_split_done_t *d = malloc(*n * sizeof *d);
+    cr_assert_not_null(d);
+    *rc = sl_provwire_read_done(wire, len, d, n, err, errlen);
+    return d;
+}
+
+Test(provwire, notices_round_trip_however_many_there_are)
+{
+    /* A large shuffle buffer finishes hundreds of splits in its last
+     * batches; an end of sequence carries every one that is left. */
+    srand(11);
+    static sl_split_done_t d[5000];
+    for (int round = 0; round < 20; round++) {
+        size_t n = 1 + (size_t)(rand() % 5000);
+        uint64_t id = (uint64_t)rand();
+        for (size_t i = 0; i < n; i++) {
+            /* Ids mostly rising, sometimes falling (a lost task's split
+             * handed out again); any epoch, file and range. */
+            id = rand() % 8 ? id + 1 + (uint64_t)(rand() % 3) : id - (uint64_t)(rand() % 1000);
+            uint64_t begin = rand() % 4 ? (uint64_t)rand() * 1024 : UINT64_MAX - 5000;
+            uint64_t len = (uint64_t)(rand() % 5000);
+            d[i] = (sl_split_done_t){.split_id = id,
+                                     .epoch = rand() % 5 ? (uint32_t)(rand() % 3) : UINT32_MAX,
+                                     .file_index = rand() % 5 ? (uint32_t)(rand() % 400) : UINT32_MAX,
+                                     .begin = begin,
+                                     .end = begin + len,
+                                     .delivered = len ? (uint64_t)rand() % (len + 1) : 0};
+        }
+        uint8_t *wire;
+        size_t len;
+        cr_assert_eq(sl_provwire_encode_done(d, n, &wire, &len), 0);
+        uint64_t m = 0;
+        int rc;
+        char err[256];
+        sl_split_done_t *got = notices_decode(wire, len, &m, &rc, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert_eq(m, n);
+        cr_assert(memcmp(got, d, n * sizeof *d) == 0, "round %d: %zu notices did not come back", round, n);
+        free(got);
+        free(wire);
+    }
+}
+
+Test(provwire, notices_take_a_few_bytes_each)
+{
+    static sl_split_done_t d[1000];
+    for (uint64_t i = 0; i < 1000; i++)
+        d[i] = (sl_split_done_t){.split_id = 5000 + i, .epoch = 2, .file_index = 7, .begin = i * 1024,
+                                 .end = i * 1024 + 1024, .delivered = 1024};
+    uint8_t *wire;
+    size_t len;
+    cr_assert_eq(sl_provwire_encode_done(d, 1000, &wire, &len), 0);
+    cr_assert_lt(len, 1000 * 10, "1000 notices took %zu bytes", len);
+    free(wire);
+}
+
+Test(provwire, bad_notices_are_refused_by_name)
+{
+    char err[256];
+    uint64_t n = 99;
+    /* Empty: no notices. */
+    cr_assert_eq(sl_provwire_read_done(NULL, 0, NULL, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 0);
+    struct {
+        const char *what;
+        uint8_t bytes[16];
+        size_t len;
+        const char *says;
+    } bad[] = {
+        {"a count of zero", {0}, 1, "0 of them"},
+        {"more notices than the bytes hold", {3, 0, 0, 0, 0, 0, 0}, 7, "3 of them in 7 bytes"},
+        {"cut short", {1, 2, 0, 0, 0, 0, 0x80}, 7, "runs past the end"},
+        {"an epoch past 32 bits", {1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0}, 11, "out of range"},
+        {"more delivered than the split holds", {1, 0, 0, 0, 0, 4, 5}, 7, "5 delivered"},
+        {"bytes left over", {1, 0, 0, 0, 0, 4, 4, 9}, 8, "left over"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        int rc = sl_provwire_read_done(bad[i].bytes, bad[i].len, NULL, &n, err, sizeof err);
+        cr_assert_eq(rc, SL_EPROTO, "%s: accepted", bad[i].what);
+        cr_assert(strstr(err, bad[i].says), "%s: the message \"%s\" does not say \"%s\"", bad[i].what, err,
+                  bad[i].says);
+    }
+}
