@@ -46,7 +46,6 @@
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
-#define CKPT_MAX_RUNS 65536 /* runs of positions a checkpoint may hold (the dispatcher takes as many) */
 #define LEDGER_BATCHES 8     /* batches whose runs wait before they go into the ledger at once */
 #define LEDGER_RUNS 16384    /* ... or runs: the most that wait is this plus one batch's */
 
@@ -765,6 +764,14 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
 
 static void ledger_sync(sl_iterator_t *it);
 
+/* The runs of positions the iterator's ledger, a restored checkpoint and a
+ * report may hold. */
+static size_t ledger_max(const sl_iterator_opts_t *o)
+{
+    return o->max_ledger_runs == 0 || o->max_ledger_runs > SL_POSSET_MAX_RUNS ? SL_POSSET_MAX_RUNS
+                                                                              : o->max_ledger_runs;
+}
+
 /* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
 static int report_add(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
 {
@@ -781,7 +788,7 @@ static int report_add(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint6
 static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, size_t *len)
 {
     sl_posset_t set;
-    sl_posset_init(&set, CKPT_MAX_RUNS);
+    sl_posset_init(&set, ledger_max(&it->opts));
     sl_provenance_run_t *runs = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&it->mu);
@@ -1106,8 +1113,12 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     pthread_cond_init(&it->cv, NULL);
     it->ready_tail = &it->ready;
     it->dataset_id = dataset_id;
-    sl_posset_init(&it->restored, CKPT_MAX_RUNS);
-    sl_posset_init(&it->got, CKPT_MAX_RUNS);
+    if (opts)
+        it->opts = *opts;
+    else
+        sl_iterator_opts_init(&it->opts);
+    sl_posset_init(&it->restored, ledger_max(&it->opts));
+    sl_posset_init(&it->got, ledger_max(&it->opts));
     if (exclude_len > 0) {
         char why[256];
         int drc = sl_posset_decode(&it->restored, exclude, exclude_len, why, sizeof why);
@@ -1117,10 +1128,6 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
             return drc;
         }
     }
-    if (opts)
-        it->opts = *opts;
-    else
-        sl_iterator_opts_init(&it->opts);
     int rc = SL_EINVAL;
     if (it->opts.job_name && strlen(it->opts.job_name) >= sizeof ((sluice_GetOrCreateJobRequest *)0)->job_name) {
         snprintf(it->err, sizeof it->err, "job name longer than %zu bytes",
@@ -1213,8 +1220,16 @@ static void ledger_sync(sl_iterator_t *it)
         if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
             rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
     }
-    if (rc < 0 && it->ckpt_rc == 0)
+    if (rc < 0 && it->ckpt_rc == 0) {
         it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+        /* Nothing else would tell the trainer before a checkpoint fails or
+         * a worker dies. */
+        fprintf(stderr,
+                "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
+                "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
+                "now on may deliver some elements twice\n",
+                it->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), ledger_max(&it->opts));
+    }
     it->ledger_num = it->ledger_ndone = 0;
     it->ledger_batches = 0;
 }
@@ -1343,11 +1358,12 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     pthread_mutex_lock(&it->mu);
     ledger_sync(it);
     sl_posset_t all;
-    sl_posset_init(&all, CKPT_MAX_RUNS);
+    sl_posset_init(&all, ledger_max(&it->opts));
     rc = it->ckpt_rc;
     if (rc < 0)
-        snprintf(it->err, sizeof it->err, "checkpoint: what was consumed needs more than %d runs of positions "
-                 "(a shuffle over many files fragments them)", CKPT_MAX_RUNS);
+        snprintf(it->err, sizeof it->err, "checkpoint: what was consumed needs more than %zu runs of positions "
+                 "(max_ledger_runs; a shuffle buffer leaves about half its size in holes per worker)",
+                 ledger_max(&it->opts));
     for (size_t i = 0; i < it->restored.num && rc == 0; i++)
         rc = sl_posset_add(&all, it->restored.runs[i].epoch, it->restored.runs[i].file, it->restored.runs[i].begin,
                            it->restored.runs[i].count, NULL);
@@ -1374,7 +1390,8 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
         *len = CKPT_HEADER + 8 + n;
     } else if (rc == -ENOSPC) {
         rc = SL_ETOOBIG;
-        snprintf(it->err, sizeof it->err, "checkpoint: more than %d runs of positions", CKPT_MAX_RUNS);
+        snprintf(it->err, sizeof it->err, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
+                 ledger_max(&it->opts));
     }
     free(runs);
     sl_posset_clear(&all);
@@ -1383,9 +1400,10 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
 
 /* A version 2 checkpoint's positions (after the header) as posset.h's
  * bytes, which the restore sends the dispatcher. The decoder bounds what it
- * allocates by the bytes it is given; the set, by CKPT_MAX_RUNS.
+ * allocates by the bytes it is given; the set, by max_runs.
  * @return 0, or SL_EDATA / SL_ETOOBIG / -ENOMEM with a message in err */
-static int ckpt_v2_positions(const uint8_t *p, size_t len, uint8_t **out, size_t *out_len, char *err, size_t errlen)
+static int ckpt_v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t **out, size_t *out_len,
+                             char *err, size_t errlen)
 {
     *out = NULL;
     *out_len = 0;
@@ -1403,11 +1421,12 @@ static int ckpt_v2_positions(const uint8_t *p, size_t len, uint8_t **out, size_t
         return rc == -ENOMEM ? rc : sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions: %s", why);
     }
     sl_posset_t set;
-    sl_posset_init(&set, CKPT_MAX_RUNS);
+    sl_posset_init(&set, max_runs);
     rc = n > 0 ? sl_posset_add_many(&set, runs, n) : 0;
     free(runs);
     if (rc == -ENOSPC)
-        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %d runs of positions", CKPT_MAX_RUNS);
+        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
+                     max_runs);
     else if (rc < 0 && rc != -ENOMEM)
         rc = sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
     if (rc == 0) {
@@ -1446,7 +1465,8 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
     uint8_t *positions = NULL;
     size_t positions_len = 0;
     if (rc == 0 && version == CKPT_VERSION)
-        rc = ckpt_v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, &positions, &positions_len, err, sizeof err);
+        rc = ckpt_v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, ledger_max(opts), &positions, &positions_len,
+                               err, sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;

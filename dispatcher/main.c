@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384)\n"
+            "  --max-exclude-runs N     runs of positions a restored checkpoint or a client's\n"
+            "                           report may hold (2097152, the most; 24 bytes a run)\n"
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
             "                           their files are listed and counted at registration\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
@@ -72,7 +74,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO,
-           O_GC_TO, O_SPLIT, O_MAX_OUT, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_ROOT, O_CONFIG, O_HELP };
+           O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_ROOT, O_CONFIG, O_HELP };
     static const struct option longopts[] = {
         {"port", required_argument, NULL, O_PORT},
         {"admin-port", required_argument, NULL, O_ADMIN_PORT},
@@ -86,6 +88,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
+        {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
         {"log-level", required_argument, NULL, O_LOG_LEVEL},
         {"log-format", required_argument, NULL, O_LOG_FORMAT},
         {"admin-token-file", required_argument, NULL, O_TOKEN},
@@ -136,6 +139,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "max-outstanding-splits", optarg, 1, 1 << 24, &v) < 0)
                 return -1;
             o->state.max_outstanding = (unsigned)v;
+            break;
+        case O_MAX_EXCL:
+            if (sl_cli_int(program, "max-exclude-runs", optarg, 1, SL_POSSET_MAX_RUNS, &v) < 0)
+                return -1;
+            o->state.max_exclude_runs = (unsigned)v;
             break;
         case O_LOG_LEVEL:
             if ((o->log_level = sl_log_level_parse(optarg)) < 0) {

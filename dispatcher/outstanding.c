@@ -93,6 +93,11 @@ unsigned sl__out_count(const struct task *t)
     return t->out_num - t->out_head;
 }
 
+uint64_t sl__out_oldest(const struct task *t)
+{
+    return t->out_head < t->out_num ? t->out[t->out_head].id : UINT64_MAX;
+}
+
 bool sl__out_pending(const struct job *j)
 {
     if (j->num_orphans > 0)

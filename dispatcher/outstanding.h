@@ -34,6 +34,9 @@ int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips);
 /** @return how many splits t holds outstanding */
 unsigned sl__out_count(const struct task *t);
 
+/** @return the smallest id of t's outstanding splits, UINT64_MAX for none */
+uint64_t sl__out_oldest(const struct task *t);
+
 /** Whether the job has orphans, or (with clients) outstanding splits. */
 bool sl__out_pending(const struct job *j);
 

@@ -19,10 +19,15 @@
 #include "policy.h"
 #include "spec.h"
 
-/* The largest payload a dispatcher accepts: a dataset spec, or a restored
- * iterator's consumed positions (16 + 24 bytes per run). */
-#define EXCLUDE_MAX_BYTES (16 + 24 * SL_DSTATE_MAX_EXCLUDE_RUNS)
-#define MAX_PAYLOAD (SL_SPEC_MAX_BYTES > EXCLUDE_MAX_BYTES ? SL_SPEC_MAX_BYTES + 1024 : EXCLUDE_MAX_BYTES + 1024)
+/* The largest payload a dispatcher accepts: a dataset spec, or a position
+ * set of --max-exclude-runs runs (a restored iterator's consumed positions,
+ * a client's report). */
+static uint32_t max_payload(const sl_dstate_t *st)
+{
+    size_t excl = SL_POSSET_MAX_BYTES(sl_dstate_config(st)->max_exclude_runs);
+    return (uint32_t)((SL_SPEC_MAX_BYTES > excl ? SL_SPEC_MAX_BYTES : excl) + 1024);
+}
+
 #define TICK_MS 100
 
 struct dconn {
@@ -332,7 +337,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
-    sl_limits_t limits = {.max_payload = MAX_PAYLOAD};
+    sl_limits_t limits = {.max_payload = max_payload(srv->st)};
     dc->srv = srv;
     dc->conn = sl_conn_accept(srv->base, fd, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
                               &limits, &dispatcher_cbs, dc);

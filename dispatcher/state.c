@@ -68,7 +68,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_clients_per_job = 1024,
         .max_files = 100000,
         .round_lookahead = 64,
-        .max_exclude_runs = SL_DSTATE_MAX_EXCLUDE_RUNS,
+        .max_exclude_runs = SL_POSSET_MAX_RUNS,
         .max_skip_bytes = 256u << 10,
         .max_outstanding = 16384,
     };
@@ -219,12 +219,35 @@ static bool op_keeps_count(const char *name)
     return false;
 }
 
-/* DYNAMIC splits are rounded up to a multiple of the batch size when every
+/* Splits a shuffle buffer spans at most, once split_size_for() sized them. */
+#define SHUFFLE_SPAN_SPLITS 64
+
+/* DYNAMIC splits are at least 1/SHUFFLE_SPAN_SPLITS of the records a shuffle
+ * buffer holds: a buffer of B records lets a split's last record out about
+ * B ln(N) records after its first came in (N the records read), so a task
+ * holds about B ln(N) / size splits it has not finished, all outstanding;
+ * with 1024-record splits a buffer of 10^6 would pass --max-outstanding-
+ * splits. Records per buffered element are counted through batch ops before
+ * the shuffle (a filter makes them more, which the bound's check catches).
+ * Then they are rounded up to a multiple of the batch size when every
  * element of the source reaches the first batch op one for one: then each
  * worker builds only full batches from a run of splits, and the only short
  * batches of an epoch are at the end of a worker's share. */
 static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
 {
+    uint64_t per = 1; /* records per element at op i, as far as batch ops say */
+    for (int i = 0; i < sl_spec_num_ops(spec); i++) {
+        const sl_spec_op_t *op = sl_spec_op(spec, i);
+        if (op->kind == SL_OP_SHUFFLE) {
+            uint64_t b = (uint64_t)op->u.shuffle.buffer_size * per;
+            uint64_t want = (b + SHUFFLE_SPAN_SPLITS - 1) / SHUFFLE_SPAN_SPLITS;
+            if (want > size)
+                size = want;
+        } else if (op->kind == SL_OP_BATCH || op->kind == SL_OP_PADDED_BATCH) {
+            uint64_t bs = (uint64_t)(op->kind == SL_OP_BATCH ? op->u.batch.batch_size : op->u.padded_batch.batch_size);
+            per = per > (UINT64_C(1) << 36) / bs ? UINT64_C(1) << 36 : per * bs;
+        }
+    }
     for (int i = 0; i < sl_spec_num_ops(spec); i++) {
         const sl_spec_op_t *op = sl_spec_op(spec, i);
         if (op->kind == SL_OP_BATCH) {
@@ -383,6 +406,39 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
     t->elements = ts->elements;
     t->bytes = ts->bytes;
     t->reported_at = now;
+}
+
+/* A DYNAMIC task held back at --max-outstanding-splits waits for its
+ * clients to confirm splits. When every split it holds is one its worker has
+ * not finished (its done_below is at or below the oldest), no client can:
+ * the pipeline's buffers span more splits than the bound (a shuffle buffer
+ * far larger than the splits) and it needs another split to finish any. Past
+ * HELD_FAIL_MS of that the job fails, naming the bound, rather than wait for
+ * ever. */
+#define HELD_FAIL_MS 5000
+
+static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)
+{
+    bool full = t->held && sl__out_count(t) >= st->cfg.max_outstanding && sl__out_oldest(t) >= ts->done_below;
+    t->held = false;
+    if (!full) {
+        t->held_full_since = 0;
+        return;
+    }
+    if (t->held_full_since == 0) {
+        t->held_full_since = now;
+        return;
+    }
+    if (now - t->held_full_since < HELD_FAIL_MS)
+        return;
+    char why[400];
+    snprintf(why, sizeof why,
+             "task %" PRIu64 " on worker %s holds %u splits it has not finished, as many as "
+             "--max-outstanding-splits %u allows, and cannot finish one without another: its pipeline's buffers "
+             "(a shuffle buffer) span more splits than that; raise --max-outstanding-splits or --split-size",
+             t->id, t->worker_address, sl__out_count(t), st->cfg.max_outstanding);
+    sl_log_error("job %" PRIu64 ": %s", j->id, why);
+    job_set_state(st, j, SL_JOB_FAILED, why);
 }
 
 static struct task *job_task_of_worker(struct job *j, uint64_t worker_id)
@@ -607,6 +663,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         task_record_progress(t, ts, now);
         if (ts->state == SL_TASK_RUNNING) {
             task_set_state(j, t, TASK_RUNNING);
+            task_check_held(st, j, t, ts, now);
         } else if (ts->state == SL_TASK_DONE) {
             task_set_state(j, t, TASK_DONE);
             sl__out_unreceived(st, j, t, ts->done_below);
@@ -1195,7 +1252,9 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     }
     bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
-        /* Its clients are that far behind: hold it back until they report. */
+        /* Its clients are that far behind: hold it back until they report
+         * (task_check_held() fails the job if they are not). */
+        t->held = true;
         resp->retry_ms = RETRY_SPLITS_MS;
         return 0;
     }

@@ -19,9 +19,6 @@
 
 typedef struct sl_dstate sl_dstate_t;
 
-/* The most runs of consumed positions a restored iterator may bring
- * (24 bytes each in the GetOrCreateJob payload). */
-#define SL_DSTATE_MAX_EXCLUDE_RUNS 65536
 
 typedef struct sl_dstate_config {
     int64_t worker_timeout_ms; /* a worker without heartbeat this long is lost */
@@ -42,7 +39,8 @@ typedef struct sl_dstate_config {
                                      policies its place here; copied by sl_dstate_new() */
     uint64_t round_lookahead;     /* coordinated reads: rounds a consumer may run ahead of
                                      the dispatcher's last answer (see docs/sharding.md) */
-    unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions */
+    unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions, and
+                                     of a client's report (at most SL_POSSET_MAX_RUNS) */
     unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
     unsigned max_outstanding;     /* DYNAMIC splits a task may hold that its clients have not all
                                      confirmed; past it the task waits (GetSplitResponse.retry_ms) */

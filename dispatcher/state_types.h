@@ -94,6 +94,11 @@ struct task {
      * those from out_saved on are not stored yet. */
     struct osplit *out;
     unsigned out_head, out_num, out_cap, out_saved;
+    /* DYNAMIC: held back at --max-outstanding-splits since the last
+     * heartbeat, and since when every split it holds is one its worker has
+     * not finished (0: not so); neither is stored. */
+    bool held;
+    int64_t held_full_since;
 };
 
 struct client {

@@ -8,12 +8,14 @@
 
 #include "errbuf.h"
 #include "le.h"
+#include "varint.h"
 #include "sluice.h"
 
 #define MAGIC "SLPS"
-#define VERSION 1
+#define VERSION 2         /* what sl_posset_encode() writes */
 #define HEADER 16
-#define RUN_BYTES 24
+#define RUN_BYTES_V1 24   /* version 1: every run in full */
+#define RUN_MIN_BYTES 3   /* version 2: a run takes three varints at least */
 
 void sl_posset_init(sl_posset_t *s, size_t max_runs)
 {
@@ -452,33 +454,139 @@ uint64_t sl_posset_size(const sl_posset_t *s)
     return n;
 }
 
+/*
+ * Version 2 (docs/protocol.md, "Position sets"): after the header, per run
+ *
+ *   varint sel     0: the same (epoch, file) as the run before; else the
+ *                  epoch is the previous one + sel - 1, followed by
+ *   varint file    when sel > 0: the file, counted from 0 when the epoch
+ *                  moved, else from the previous file + 1
+ *   varint begin   when sel > 0: the begin; else its distance - 1 from
+ *                  where the run before ended (runs never touch)
+ *   varint count - 1
+ *
+ * so the holes a shuffle leaves in what a client received cost about three
+ * bytes a run rather than 24.
+ */
+struct v2_run {
+    uint64_t sel, file, begin;
+    bool pair;
+};
+
+static struct v2_run v2_of(const sl_posrun_t *r, const sl_posrun_t *prev)
+{
+    if (prev && prev->epoch == r->epoch && prev->file == r->file)
+        return (struct v2_run){0, 0, r->begin - (prev->begin + prev->count) - 1, false};
+    uint64_t de = prev ? (uint64_t)(r->epoch - prev->epoch) : r->epoch;
+    uint64_t file = prev && de == 0 ? (uint64_t)(r->file - prev->file - 1) : r->file;
+    return (struct v2_run){de + 1, file, r->begin, true};
+}
+
 size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap)
 {
-    size_t need = HEADER + s->num * RUN_BYTES;
+    size_t need = HEADER;
+    for (size_t i = 0; i < s->num; i++) {
+        struct v2_run v = v2_of(&s->runs[i], i ? &s->runs[i - 1] : NULL);
+        need += sl_varint_len(v.sel) + (v.pair ? sl_varint_len(v.file) : 0) + sl_varint_len(v.begin) +
+                sl_varint_len(s->runs[i].count - 1);
+    }
     if (cap < need)
         return need;
     memcpy(buf, MAGIC, 4);
     sl_put_le32(buf + 4, VERSION);
     sl_put_le64(buf + 8, s->num);
+    uint8_t *p = buf + HEADER;
     for (size_t i = 0; i < s->num; i++) {
-        uint8_t *p = buf + HEADER + i * RUN_BYTES;
-        sl_put_le32(p, s->runs[i].epoch);
-        sl_put_le32(p + 4, s->runs[i].file);
-        sl_put_le64(p + 8, s->runs[i].begin);
-        sl_put_le64(p + 16, s->runs[i].count);
+        struct v2_run v = v2_of(&s->runs[i], i ? &s->runs[i - 1] : NULL);
+        p = sl_put_varint(p, v.sel);
+        if (v.pair)
+            p = sl_put_varint(p, v.file);
+        p = sl_put_varint(p, v.begin);
+        p = sl_put_varint(p, s->runs[i].count - 1);
     }
     return need;
+}
+
+static int bad_run(char *err, size_t errlen, uint64_t i)
+{
+    return sl_errf(err, errlen, SL_EDATA,
+                   "position set run %llu is empty, overflows, is cut short, or is not after the one before it",
+                   (unsigned long long)i);
+}
+
+/* Version 1: every run in full, 24 bytes. */
+static int decode_v1(sl_posrun_t *runs, uint64_t n, const uint8_t *buf, char *err, size_t errlen)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = buf + HEADER + i * RUN_BYTES_V1;
+        runs[i] = (sl_posrun_t){sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), sl_get_le64(p + 16)};
+        const sl_posrun_t *r = &runs[i], *prev = i ? &runs[i - 1] : NULL;
+        bool ok = r->count > 0 && r->begin + r->count > r->begin;
+        if (ok && prev) {
+            int c = cmp_key(prev, r->epoch, r->file);
+            ok = c < 0 || (c == 0 && prev->begin + prev->count < r->begin);
+        }
+        if (!ok)
+            return bad_run(err, errlen, i);
+    }
+    return 0;
+}
+
+/* Version 2 (above): every run is after the one before it by construction;
+ * what is checked is that nothing overflows and no byte is left. */
+static int decode_v2(sl_posrun_t *runs, uint64_t n, const uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+    size_t pos = HEADER;
+    for (uint64_t i = 0; i < n; i++) {
+        const sl_posrun_t *prev = i ? &runs[i - 1] : NULL;
+        uint64_t sel = 0, file = 0, begin = 0, count = 0;
+        if (sl_get_varint(buf, len, &pos, &sel) < 0 || (sel > 0 && sl_get_varint(buf, len, &pos, &file) < 0) ||
+            sl_get_varint(buf, len, &pos, &begin) < 0 || sl_get_varint(buf, len, &pos, &count) < 0)
+            return bad_run(err, errlen, i);
+        sl_posrun_t r;
+        if (sel == 0) {
+            if (!prev)
+                return bad_run(err, errlen, i);
+            uint64_t end = prev->begin + prev->count;
+            if (end == UINT64_MAX || begin > UINT64_MAX - end - 1)
+                return bad_run(err, errlen, i);
+            r = (sl_posrun_t){prev->epoch, prev->file, end + 1 + begin, 0};
+        } else {
+            uint64_t epoch = prev ? (uint64_t)prev->epoch + (sel - 1) : sel - 1;
+            if (sel - 1 > UINT32_MAX || epoch > UINT32_MAX)
+                return bad_run(err, errlen, i);
+            if (prev && sel == 1) {
+                if (file > (uint64_t)UINT32_MAX - prev->file - 1)
+                    return bad_run(err, errlen, i);
+                file += (uint64_t)prev->file + 1;
+            }
+            if (file > UINT32_MAX)
+                return bad_run(err, errlen, i);
+            r = (sl_posrun_t){(uint32_t)epoch, (uint32_t)file, begin, 0};
+        }
+        if (count >= UINT64_MAX - r.begin) /* the run's end, begin + count + 1, must not pass 2^64 - 1 */
+            return bad_run(err, errlen, i);
+        r.count = count + 1;
+        runs[i] = r;
+    }
+    if (pos != len)
+        return sl_errf(err, errlen, SL_EDATA, "position set: %zu bytes left over after its %llu runs", len - pos,
+                       (unsigned long long)n);
+    return 0;
 }
 
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
     if (len < HEADER || memcmp(buf, MAGIC, 4) != 0)
         return sl_errf(err, errlen, SL_EDATA, "not a position set (no \"" MAGIC "\" header)");
-    if (sl_get_le32(buf + 4) != VERSION)
-        return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads version %d",
-                       sl_get_le32(buf + 4), VERSION);
+    uint32_t version = sl_get_le32(buf + 4);
+    if (version != 1 && version != 2)
+        return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads versions 1 and 2",
+                       version);
     uint64_t n = sl_get_le64(buf + 8);
-    if (n > (len - HEADER) / RUN_BYTES || HEADER + n * RUN_BYTES != len)
+    bool fits = version == 1 ? n <= (len - HEADER) / RUN_BYTES_V1 && HEADER + n * RUN_BYTES_V1 == len
+                             : n <= (len - HEADER) / RUN_MIN_BYTES;
+    if (!fits)
         return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu runs", len,
                        (unsigned long long)n);
     if (n > s->max_runs)
@@ -487,20 +595,10 @@ int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, 
     sl_posrun_t *runs = n ? malloc(n * sizeof *runs) : NULL;
     if (n && !runs)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *p = buf + HEADER + i * RUN_BYTES;
-        runs[i] = (sl_posrun_t){sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), sl_get_le64(p + 16)};
-        const sl_posrun_t *r = &runs[i], *prev = i ? &runs[i - 1] : NULL;
-        bool ok = r->count > 0 && r->begin + r->count > r->begin;
-        if (ok && prev) {
-            int c = cmp_key(prev, r->epoch, r->file);
-            ok = c < 0 || (c == 0 && prev->begin + prev->count < r->begin);
-        }
-        if (!ok) {
-            free(runs);
-            return sl_errf(err, errlen, SL_EDATA, "position set run %llu is empty, overflows, or is not after "
-                           "the one before it", (unsigned long long)i);
-        }
+    int rc = version == 1 ? decode_v1(runs, n, buf, err, errlen) : decode_v2(runs, n, buf, len, err, errlen);
+    if (rc < 0) {
+        free(runs);
+        return rc;
     }
     free(s->runs);
     s->runs = runs;

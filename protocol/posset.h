@@ -16,6 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The most runs a position set may have on the wire: what a client
+ * checkpoints and reports, what a dispatcher keeps of a restored iterator
+ * and sends its workers (docs/protocol.md, "Limits"). */
+#define SL_POSSET_MAX_RUNS (1u << 21)
+
+/* The bytes a set of n runs may take on the wire: its header and 6 a run
+ * (a shuffle's holes take about 3; runs far apart or over many files
+ * more). */
+#define SL_POSSET_MAX_BYTES(n) (16 + 6 * (size_t)(n))
+
 /* The same layout as sl_provenance_run_t (sluice.h). */
 typedef struct sl_posrun {
     uint32_t epoch;
@@ -78,15 +88,20 @@ size_t sl_posset_within(const sl_posset_t *s, uint32_t epoch, uint32_t file, uin
 uint64_t sl_posset_size(const sl_posset_t *s);
 
 /**
- * The set as bytes: "SLPS", a u32 version (1), a u64 run count, then the
- * runs (u32 epoch, u32 file, u64 begin, u64 count), all little-endian.
+ * The set as bytes: "SLPS", a u32 version (2), a u64 run count (all
+ * little-endian), then the runs as varints, each against the one before
+ * it: about 3 bytes a run where a shuffle left holes (posset.c,
+ * docs/protocol.md).
  * @return the bytes needed; written only when cap is at least that
  */
 size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap);
 
 /**
- * Replaces s's contents by the decoded bytes; checks the header, that runs
- * are sorted, disjoint and not empty, and that they fit max_runs.
+ * Replaces s's contents by the decoded bytes (version 2, or version 1:
+ * every run in full, 24 bytes); checks the header, that runs are sorted,
+ * disjoint, not touching and not empty, that none passes 2^64, that no
+ * byte is left over, and that they fit max_runs before anything is
+ * allocated (a version 2 run takes 3 bytes at least).
  * @return 0, SL_EDATA with what was wrong in err, -ENOSPC, -ENOMEM
  */
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen);

@@ -19,29 +19,7 @@
 #include <string.h>
 
 #include "errbuf.h"
-
-#define MAX_VARINT 10
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-/* A difference of two u64 (mod 2^64) as a signed number, small ones small. */
-static uint64_t zigzag(uint64_t d)
-{
-    return (d << 1) ^ (0 - (d >> 63));
-}
-
-static uint64_t unzigzag(uint64_t z)
-{
-    return (z >> 1) ^ (0 - (z & 1));
-}
+#include "varint.h"
 
 /* An open-addressing table of (epoch, file) -> pair index. */
 struct slot {
@@ -96,28 +74,28 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
             pair_of[i] = slots[k].index - 1;
         }
     }
-    size_t bound = 2 * MAX_VARINT + num_pairs * 2 * MAX_VARINT + (size_t)n * 3 * MAX_VARINT;
+    size_t bound = 2 * SL_VARINT_MAX + num_pairs * 2 * SL_VARINT_MAX + (size_t)n * 3 * SL_VARINT_MAX;
     uint8_t *buf = malloc(bound);
     if (!buf) {
         free(block);
         return -ENOMEM;
     }
-    uint8_t *p = put_varint(buf, num_pairs);
+    uint8_t *p = sl_put_varint(buf, num_pairs);
     for (size_t k = 0; k < num_pairs; k++) {
         const sl_provenance_run_t *r = &runs[one_pair ? 0 : first[k]];
-        p = put_varint(p, r->epoch);
-        p = put_varint(p, r->file_index);
+        p = sl_put_varint(p, r->epoch);
+        p = sl_put_varint(p, r->file_index);
     }
-    p = put_varint(p, n);
+    p = sl_put_varint(p, n);
     uint64_t end = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t *e = &end;
         if (!one_pair) {
-            p = put_varint(p, pair_of[i]);
+            p = sl_put_varint(p, pair_of[i]);
             e = &ends[pair_of[i]];
         }
-        p = put_varint(p, zigzag(runs[i].begin - *e));
-        p = put_varint(p, runs[i].count);
+        p = sl_put_varint(p, sl_zigzag(runs[i].begin - *e));
+        p = sl_put_varint(p, runs[i].count);
         *e = runs[i].begin + runs[i].count;
     }
     free(block);
@@ -247,7 +225,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
             if ((rc = get_varint(p, len, &pos, &dist, "a run's begin", err, errlen)) < 0 ||
                 (rc = get_varint(p, len, &pos, &count, "a run's count", err, errlen)) < 0)
                 goto done;
-            uint64_t begin = end + unzigzag(dist);
+            uint64_t begin = end + sl_unzigzag(dist);
             if (count == 0 || count > num_elements - sum || begin + count < begin) {
                 rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
                 goto done;
@@ -269,7 +247,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
                          num_pairs);
             goto done;
         }
-        uint64_t begin = pairs[k].end + unzigzag(dist);
+        uint64_t begin = pairs[k].end + sl_unzigzag(dist);
         if (count == 0 || count > num_elements - sum || begin + count < begin) {
             rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
             goto done;
@@ -336,20 +314,20 @@ int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, s
 {
     *out = NULL;
     *len = 0;
-    if (n == 0 || n > SIZE_MAX / (NOTICE_MIN_BYTES * MAX_VARINT) - 1)
+    if (n == 0 || n > SIZE_MAX / (NOTICE_MIN_BYTES * SL_VARINT_MAX) - 1)
         return -ENOMEM;
-    uint8_t *buf = malloc(MAX_VARINT + n * NOTICE_MIN_BYTES * MAX_VARINT);
+    uint8_t *buf = malloc(SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX);
     if (!buf)
         return -ENOMEM;
-    uint8_t *p = put_varint(buf, n);
+    uint8_t *p = sl_put_varint(buf, n);
     uint64_t prev = 0;
     for (size_t i = 0; i < n; i++) {
-        p = put_varint(p, zigzag(d[i].split_id - prev));
-        p = put_varint(p, d[i].epoch);
-        p = put_varint(p, d[i].file_index);
-        p = put_varint(p, d[i].begin);
-        p = put_varint(p, d[i].end - d[i].begin);
-        p = put_varint(p, d[i].delivered);
+        p = sl_put_varint(p, sl_zigzag(d[i].split_id - prev));
+        p = sl_put_varint(p, d[i].epoch);
+        p = sl_put_varint(p, d[i].file_index);
+        p = sl_put_varint(p, d[i].begin);
+        p = sl_put_varint(p, d[i].end - d[i].begin);
+        p = sl_put_varint(p, d[i].delivered);
         prev = d[i].split_id;
     }
     *len = (size_t)(p - buf);
@@ -386,7 +364,7 @@ int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, ui
                            "split-done notice %" PRIu64 ": epoch %" PRIu64 ", file %" PRIu64 ", [%" PRIu64
                            ", +%" PRIu64 "), %" PRIu64 " delivered: out of range",
                            i, epoch, file, begin, count, delivered);
-        prev += unzigzag(id);
+        prev += sl_unzigzag(id);
         if (out)
             out[i] = (sl_split_done_t){.split_id = prev,
                                        .epoch = (uint32_t)epoch,

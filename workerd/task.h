@@ -23,14 +23,15 @@
 #include "frame.h"
 #include "pipeline.h"
 #include "reader.h"
+#include "posset.h"
 #include "spec.h"
 #include "split_track.h"
 
 /* The most pipeline stages sl_task_info() reports: the source and every op,
  * with room for iterators an op adds of its own. */
 #define SL_TASK_MAX_STAGES (2 * SL_SPEC_MAX_OPS + 2)
-/* Runs of excluded positions a task takes (the dispatcher keeps as many). */
-#define SL_TASK_MAX_EXCLUDE_RUNS 65536
+/* Runs of excluded positions a task takes: as many as a dispatcher keeps. */
+#define SL_TASK_MAX_EXCLUDE_RUNS SL_POSSET_MAX_RUNS
 
 typedef struct sl_task sl_task_t;
 

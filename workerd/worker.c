@@ -793,7 +793,8 @@ static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 static void session_connect(sl_worker_t *w)
 {
     char err[512];
-    sl_limits_t limits = {.max_payload = 2 * 1024 * 1024}; /* a dataset spec */
+    /* A dataset spec, or a restored job's excluded positions. */
+    sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSSET_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
     session_set_state(w, SESSION_CONNECTING);
     int rc = sl_conn_connect(w->base, w->dispatcher, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits,
                              w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);

@@ -192,6 +192,14 @@ typedef struct sl_iterator_opts {
                                    > 0 under every policy; < 0 never (DYNAMIC is then at
                                    least once across a worker loss, and takes no
                                    checkpoints) */
+    size_t max_ledger_runs;     /* runs of positions the record of what the iterator
+                                   received may hold (what checkpoints and worker-loss
+                                   reports say); a shuffle buffer of B elements on each
+                                   of W workers leaves about W * B / 2 holes, 24 bytes a
+                                   run in memory. 0 (default) and anything larger mean
+                                   2,097,152, the most a dispatcher takes. Past it the
+                                   iterator says so on stderr once, takes no checkpoint,
+                                   and a worker loss is at least once */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */

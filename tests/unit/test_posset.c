@@ -111,36 +111,118 @@ Test(posset, an_add_over_the_limit_changes_nothing)
     sl_posset_clear(&s);
 }
 
+static uint8_t *encode(const sl_posset_t *s, size_t *len)
+{
+    *len = sl_posset_encode(s, NULL, 0);
+    uint8_t *buf = malloc(*len + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(sl_posset_encode(s, buf, *len), *len);
+    return buf;
+}
+
 Test(posset, bytes_round_trip_and_damage_is_refused)
 {
     sl_posset_t s, t;
     sl_posset_init(&s, 100);
     sl_posset_init(&t, 100);
     cr_assert_eq(sl_posset_add(&s, 0, 1, 10, 5, NULL), 0);
-    cr_assert_eq(sl_posset_add(&s, 2, 0, 0, 7, NULL), 0);
-    size_t need = sl_posset_encode(&s, NULL, 0);
-    uint8_t *buf = malloc(need);
-    cr_assert_eq(sl_posset_encode(&s, buf, need), need);
+    cr_assert_eq(sl_posset_add(&s, 0, 1, 16, 1, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 4, 0, 3, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 2, 0, UINT64_MAX - 7, 7, NULL), 0);
+    size_t need;
+    uint8_t *buf = encode(&s, &need);
     char err[256];
     cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(t.num, 2);
-    cr_assert_eq(memcmp(t.runs, s.runs, 2 * sizeof *s.runs), 0);
-    /* Truncated, foreign, out of order: each refused, t unchanged. */
+    cr_assert_eq(t.num, 4);
+    cr_assert_eq(memcmp(t.runs, s.runs, 4 * sizeof *s.runs), 0);
+    /* Cut short, a byte left over, foreign, a version it does not know:
+     * each refused by name, t unchanged. */
     cr_assert_eq(sl_posset_decode(&t, buf, need - 1, err, sizeof err), SL_EDATA);
-    cr_assert(strstr(err, "cannot hold"), "%s", err);
+    cr_assert(strstr(err, "cut short"), "%s", err);
+    buf[need] = 0;
+    cr_assert_eq(sl_posset_decode(&t, buf, need + 1, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "left over"), "%s", err);
     buf[0] = 'X';
     cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "no \"SLPS\" header"), "%s", err);
     buf[0] = 'S';
-    uint8_t saved[24];
-    memcpy(saved, buf + 16, 24);
-    memmove(buf + 16, buf + 40, 24); /* the second run first, twice */
+    buf[4] = 3;
     cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
-    cr_assert(strstr(err, "run 1"), "%s", err);
-    cr_assert_eq(t.num, 2);
+    cr_assert(strstr(err, "version 3"), "%s", err);
+    buf[4] = 2;
+    /* More runs than the bytes can hold, or than the limit: refused before
+     * anything is allocated. */
+    buf[8] = 200;
+    cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "cannot hold"), "%s", err);
+    buf[8] = 4;
     sl_posset_t small;
-    sl_posset_init(&small, 1);
-    memcpy(buf + 16, saved, 24);
+    sl_posset_init(&small, 3);
     cr_assert_eq(sl_posset_decode(&small, buf, need, err, sizeof err), -ENOSPC);
+    cr_assert_eq(t.num, 4);
+    free(buf);
+
+    /* A last run that would end past 2^64 - 1. */
+    uint8_t wrap[] = {'S', 'L', 'P', 'S', 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                      1, 0, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 1};
+    cr_assert_eq(sl_posset_decode(&t, wrap, sizeof wrap, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "run 0"), "%s", err);
+    /* A first run that says "the same file as the run before". */
+    uint8_t first[] = {'S', 'L', 'P', 'S', 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 5, 1};
+    cr_assert_eq(sl_posset_decode(&t, first, sizeof first, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "run 0"), "%s", err);
+    sl_posset_clear(&s);
+    sl_posset_clear(&t);
+}
+
+Test(posset, version_1_bytes_still_decode)
+{
+    /* Checkpoints and stores written before version 2 hold every run in
+     * full: (u32 epoch, u32 file, u64 begin, u64 count). */
+    uint8_t v1[16 + 48] = {'S', 'L', 'P', 'S', 1, 0, 0, 0, 2};
+    uint8_t *r = v1 + 16;
+    r[4] = 1, r[8] = 10, r[16] = 5;            /* (0, 1, [10, 15)) */
+    r[24] = 2, r[24 + 16] = 7;                 /* (2, 0, [0, 7)) */
+    sl_posset_t t;
+    sl_posset_init(&t, 100);
+    char err[256];
+    cr_assert_eq(sl_posset_decode(&t, v1, sizeof v1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.num, 2);
+    cr_assert(t.runs[0].file == 1 && t.runs[0].begin == 10 && t.runs[0].count == 5);
+    cr_assert(t.runs[1].epoch == 2 && t.runs[1].count == 7);
+    /* Out of order: the second run first, twice. */
+    memcpy(r, r + 24, 24);
+    cr_assert_eq(sl_posset_decode(&t, v1, sizeof v1, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "run 1"), "%s", err);
+    cr_assert_eq(sl_posset_decode(&t, v1, sizeof v1 - 1, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "cannot hold"), "%s", err);
+    sl_posset_clear(&t);
+}
+
+Test(posset, a_shuffles_holes_take_about_three_bytes_a_run)
+{
+    /* What a client received of 400,000 records while a shuffle buffer of
+     * 100,000 still held a random half of the last 200,000: about 100,000
+     * runs over 3 files and 2 epochs, which round-trip. */
+    sl_posset_t s, t;
+    sl_posset_init(&s, 1u << 20);
+    sl_posset_init(&t, 1u << 20);
+    srand(3);
+    for (uint32_t e = 0; e < 2; e++)
+        for (uint32_t f = 0; f < 3; f += 2) {
+            cr_assert_eq(sl_posset_add(&s, e, f, 0, 200000, NULL), 0);
+            for (uint64_t k = 200000; k < 400000; k++)
+                if (rand() % 2)
+                    cr_assert_eq(sl_posset_add(&s, e, f, k, 1, NULL), 0);
+        }
+    size_t len;
+    uint8_t *buf = encode(&s, &len);
+    cr_assert_gt(s.num, 150000);
+    cr_assert_lt(len, 16 + 3 * s.num + 32, "%zu runs took %zu bytes", s.num, len);
+    char err[256];
+    cr_assert_eq(sl_posset_decode(&t, buf, len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.num, s.num);
+    cr_assert_eq(memcmp(t.runs, s.runs, s.num * sizeof *s.runs), 0);
     free(buf);
     sl_posset_clear(&s);
     sl_posset_clear(&t);

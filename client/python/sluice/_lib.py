@@ -76,6 +76,7 @@ class IteratorOpts(ctypes.Structure):
         ('consumer_index', ctypes.c_int),
         ('target_workers', ctypes.c_int),
         ('provenance', ctypes.c_int),
+        ('max_ledger_runs', ctypes.c_size_t),
     ]
 
 
