@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import unittest
 
 import numpy as np
@@ -154,11 +155,41 @@ class OutstandingBound(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+def read_with_kill(cluster, spec, args, at_bytes, victim, down):
+    """Streams spec (--format raw) and, once at_bytes were read, kills worker
+    `victim` with -9 and starts it again on its ports after `down` seconds.
+    Reading stops meanwhile, so the job cannot end before the kill unless the
+    workers hold all the rest in their buffers; either way every element must
+    come once. Returns (returncode, values, stderr)."""
+    # stderr to a file: communicate() would read stdout past what its
+    # buffered reader already holds.
+    err_path = os.path.join(cluster.dir, 'cat-kill.err')
+    with open(err_path, 'wb') as err_file:
+        proc = subprocess.Popen(cluster.cat_argv(spec, ['--sharding', 'dynamic'] + list(args), fmt='raw'),
+                                stdout=subprocess.PIPE, stderr=err_file, env=child_env())
+    watchdog = threading.Timer(600, proc.kill)  # a hang fails the test rather than the run
+    watchdog.start()
+    try:
+        head = proc.stdout.read(at_bytes)
+        cluster.restart_worker(victim, down=down)
+        tail = proc.stdout.read()
+        proc.wait(timeout=600)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with open(err_path, 'rb') as f:
+        err = f.read().decode(errors='replace')
+    return proc.returncode, np.frombuffer(head + tail, dtype='<i8'), err
+
+
 class PropertyTest(unittest.TestCase):
     """Seeded draws: dataset size, shuffle buffer, split size, batch size,
-    workers, provenance, an optional filter, and an optional checkpoint and
-    resume at a random batch. Every element the filter keeps comes exactly
-    once. Prints the seed; SLUICE_SEED replays it."""
+    workers, provenance, an optional filter, and a fault: none, a checkpoint
+    and a resume in a new process at a random batch, or a worker killed with
+    -9 at a random point and started again. Every element the filter keeps
+    comes exactly once. Prints the seed; SLUICE_SEED replays it."""
 
     DRAWS = 6
 
@@ -174,9 +205,16 @@ class PropertyTest(unittest.TestCase):
             workers = rng.randint(1, 3)
             provenance = rng.random() < 0.75
             low = rng.choice([0, 0, n // 3])
-            ckpt_at = rng.randrange(1, max(2, (n - low) // batch // 2)) if provenance and rng.random() < 0.5 else 0
-            what = ('seed %d draw %d: n=%d buffer=%d split=%d batch=%d workers=%d provenance=%s low=%d '
-                    'checkpoint_at=%d' % (seed, draw, n, buffer, split, batch, workers, provenance, low, ckpt_at))
+            # Without provenance a worker loss is at least once by design
+            # (docs/fault-tolerance.md), and there are no checkpoints.
+            fault = rng.choice(['none', 'checkpoint', 'kill']) if provenance else 'none'
+            batches = max(2, (n - low) // batch)
+            ckpt_at = rng.randrange(1, batches) if fault == 'checkpoint' else 0
+            kill_at = 8 * rng.randrange(1, n - low) if fault == 'kill' else 0
+            victim, down = rng.randrange(workers), rng.uniform(0.0, 0.5)
+            what = ('seed %d draw %d: n=%d buffer=%d split=%d batch=%d workers=%d provenance=%s low=%d fault=%s '
+                    'checkpoint_at=%d kill_at_byte=%d victim=%d' % (seed, draw, n, buffer, split, batch, workers,
+                                                                   provenance, low, fault, ckpt_at, kill_at, victim))
             pre = [{"op": "filter", "key": "value", "cmp": "ge", "value": low}] if low else []
             spec = range_spec(n, buffer, batch, seed=draw, pre=pre)
             c = Cluster(workers=workers, dispatcher_args=['--split-size', str(split)])
@@ -190,7 +228,10 @@ class PropertyTest(unittest.TestCase):
                     self.assertEqual(rc, 0, what + ': ' + err[-2000:])
                     parts.append(got)
                     args = args + ['--resume-from', ckpt]
-                rc, got, err = read_values(c, spec, args)
+                if kill_at:
+                    rc, got, err = read_with_kill(c, spec, args, kill_at, victim, down)
+                else:
+                    rc, got, err = read_values(c, spec, args)
                 self.assertEqual(rc, 0, what + ': ' + err[-2000:])
                 parts.append(got)
                 self.assertIsNone(exactly(np.concatenate(parts), n, low=low), what)
