@@ -46,8 +46,7 @@
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
-#define LEDGER_BATCHES 8     /* batches whose runs wait before they go into the ledger at once */
-#define LEDGER_RUNS 16384    /* ... or runs: the most that wait is this plus one batch's */
+#define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into the ledger at once */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -1215,11 +1214,25 @@ static void ledger_sync(sl_iterator_t *it)
     int rc = it->ckpt_rc;
     if (rc == 0)
         rc = sl_posset_add_many(&it->got, it->ledger_runs, it->ledger_num);
+    /* The splits whose every delivered record the caller was given fill
+     * whole, in one merge (the runs' buffer is free again for them). */
+    size_t fill = 0;
+    if (rc == 0 && it->ledger_ndone > it->ledger_cap) {
+        sl_provenance_run_t *p = realloc(it->ledger_runs, it->ledger_ndone * sizeof *p);
+        if (p) {
+            it->ledger_runs = p;
+            it->ledger_cap = it->ledger_ndone;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
     for (size_t i = 0; i < it->ledger_ndone && rc == 0; i++) {
         const sl_split_done_t *d = &it->ledger_done[i];
-        if (sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
-            rc = sl_posset_add(&it->got, d->epoch, d->file_index, d->begin, d->end - d->begin, NULL);
+        if (d->end > d->begin && sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+            it->ledger_runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
     }
+    if (rc == 0 && fill > 0)
+        rc = sl_posset_add_many(&it->got, it->ledger_runs, fill);
     if (rc < 0 && it->ckpt_rc == 0) {
         it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
         /* Nothing else would tell the trainer before a checkpoint fails or
@@ -1238,8 +1251,8 @@ static void ledger_sync(sl_iterator_t *it)
  * (under it->mu). A shuffled batch is one run per element, and merging
  * them into got costs a pass over the part of got they reach (the holes
  * the shuffle leaves): so runs wait, decoded into a buffer of the ledger's
- * own, and go in LEDGER_BATCHES batches at a time, when the holes between
- * them have mostly filled. */
+ * own, and go in LEDGER_BATCHES batches at a time or more, when the holes
+ * between them have mostly filled. */
 static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if ((it->opts.provenance <= 0 && !it->track) || it->ckpt_rc < 0)
@@ -1267,7 +1280,11 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
         it->ckpt_rc = rc;
         return;
     }
-    if (!b || ++it->ledger_batches >= LEDGER_BATCHES || it->ledger_num >= LEDGER_RUNS)
+    /* A merge costs a pass over the part of the ledger the runs reach,
+     * which behind a large shuffle is most of it (its holes): so the runs
+     * wait until they are a quarter of the ledger, for a constant cost a
+     * run. */
+    if (!b || (++it->ledger_batches >= LEDGER_BATCHES && it->ledger_num * 4 >= it->got.num))
         ledger_sync(it);
 }
 
