@@ -9,12 +9,15 @@
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 
 #include "net.h"
 #include "sluice.h"
 
 #define MAX_ROUTES 32
+#define MAX_BODY_BYTES (64 * 1024)
+#define MAX_HEADERS_BYTES (16 * 1024)
 
 struct route {
     int method;
@@ -50,6 +53,7 @@ static const char *reason(int status)
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Error";
     }
@@ -104,14 +108,41 @@ static bool authorized(const sl_admin_t *a, struct evhttp_request *req)
     return h && strncmp(h, "Bearer ", 7) == 0 && token_equal(h + 7, a->token);
 }
 
+static const char *method_name(int method)
+{
+    switch (method) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return NULL;
+    }
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     sl_admin_t *a = arg;
+    int method = evhttp_request_get_command(req);
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_POST && method != EVHTTP_REQ_PUT &&
+        method != EVHTTP_REQ_DELETE) {
+        /* Every method reaches us (see sl_admin_start), so that this answer
+         * is JSON too. libevent read no body for a method it does not know:
+         * the connection closes rather than read it as the next request. */
+        const char *name = method_name(method);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        send_json(req, 501, sl_admin_error("method %s is not implemented: the admin API serves GET, POST, PUT "
+                                           "and DELETE", name ? name : "(unknown)"));
+        return;
+    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path || !*path)
         path = "/";
-    int method = evhttp_request_get_command(req);
     bool path_known = false;
     for (int i = 0; i < a->num_routes; i++) {
         const struct route *r = &a->routes[i];
@@ -138,6 +169,99 @@ static void on_request(struct evhttp_request *req, void *arg)
         send_json(req, 404, sl_admin_error("no such endpoint: %s", path));
 }
 
+/* libevent answers some requests itself, before any callback of ours runs,
+ * with an HTML page from evhttp_send_error(): 400 for a request line or
+ * headers it cannot parse (also headers over MAX_HEADERS_BYTES, or a bad
+ * Content-Length), 413 for a body over MAX_BODY_BYTES or a chunked body it
+ * cannot parse, 417 for an Expect header other than 100-continue. libevent
+ * 2.1 has no hook for those answers, so each connection's output buffer is
+ * watched (on_output), and such a page, which always ends the connection
+ * ("Connection: close"), is replaced by the same status with a JSON body
+ * before a byte of it is written. */
+static const char html_head[] = "<HTML><HEAD>\n<TITLE>";
+static const char html_tail[] = "</BODY></HTML>\n";
+
+static json_t *own_error(int status)
+{
+    switch (status) {
+    case 400:
+        return sl_admin_error("bad request: the request line or the headers (at most %d bytes) cannot be parsed",
+                              MAX_HEADERS_BYTES);
+    case 413:
+        return sl_admin_error("request body too large (at most %d bytes), or its chunked encoding cannot be "
+                              "parsed", MAX_BODY_BYTES);
+    case 417: return sl_admin_error("expectation failed: the only Expect accepted is 100-continue");
+    default: return sl_admin_error("the HTTP server refused the request");
+    }
+}
+
+/* Finds the last occurrence of what (n bytes) in [p, p + len). */
+static const char *find_last(const char *p, size_t len, const char *what, size_t n)
+{
+    for (size_t i = len >= n ? len - n + 1 : 0; i-- > 0;)
+        if (memcmp(p + i, what, n) == 0)
+            return p + i;
+    return NULL;
+}
+
+static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)arg;
+    size_t tail_len = sizeof html_tail - 1;
+    size_t len = evbuffer_get_length(buf);
+    if (info->n_added == 0 || len < tail_len)
+        return;
+    char tail[sizeof html_tail];
+    struct evbuffer_ptr at;
+    if (evbuffer_ptr_set(buf, &at, len - tail_len, EVBUFFER_PTR_SET) < 0 ||
+        evbuffer_copyout_from(buf, &at, tail, tail_len) != (ev_ssize_t)tail_len ||
+        memcmp(tail, html_tail, tail_len) != 0)
+        return; /* the usual case: not one of libevent's pages, or not whole yet */
+    /* The page is the last response in the buffer (libevent serves one
+     * request of a connection at a time, so it is the only one). */
+    const char *all = (const char *)evbuffer_pullup(buf, -1);
+    if (!all)
+        return;
+    const char *body = find_last(all, len, html_head, sizeof html_head - 1);
+    const char *status_line = body ? find_last(all, (size_t)(body - all), "HTTP/1.", 7) : NULL;
+    const char *eol = status_line ? memchr(status_line, '\r', (size_t)(body - status_line)) : NULL;
+    char line[128];
+    int status = 0;
+    if (!eol || (size_t)(eol - status_line) >= sizeof line)
+        return;
+    memcpy(line, status_line, (size_t)(eol - status_line));
+    line[eol - status_line] = '\0';
+    if (sscanf(line, "HTTP/1.%*d %3d", &status) != 1 || status < 400)
+        return;
+    json_t *err = own_error(status);
+    char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;
+    json_decref(err);
+    if (!text)
+        return;
+    size_t keep = (size_t)(status_line - all);
+    struct evbuffer *out = evbuffer_new();
+    if (out && evbuffer_remove_buffer(buf, out, keep) == (int)keep) {
+        evbuffer_add_printf(out,
+                            "%s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                            "Connection: close\r\nContent-Length: %zu\r\n\r\n%s\n",
+                            line, strlen(text) + 1, text);
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        evbuffer_add_buffer(buf, out); /* runs this callback again: no page ends the buffer now */
+    }
+    if (out)
+        evbuffer_free(out);
+    free(text);
+}
+
+static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
+{
+    /* What evhttp makes when given none, plus the watch on its output. */
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    if (bev)
+        evbuffer_add_cb(bufferevent_get_output(bev), on_output, arg);
+    return bev;
+}
+
 int sl_admin_start(struct event_base *base, const char *host, uint16_t port, uint16_t *bound_port,
                    sl_admin_t **out, char *err, size_t errlen)
 {
@@ -155,9 +279,16 @@ int sl_admin_start(struct event_base *base, const char *host, uint16_t port, uin
         rc = -ENOMEM;
         goto fail;
     }
-    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE | EVHTTP_REQ_PUT);
-    evhttp_set_max_body_size(a->http, 64 * 1024);
-    evhttp_set_max_headers_size(a->http, 16 * 1024);
+    /* Every method, also one libevent does not know (its 1 << 15), reaches
+     * on_request, which answers the ones not served with a JSON 501;
+     * libevent's own 501 is an HTML page. */
+    evhttp_set_allowed_methods(a->http, 0xffff);
+    evhttp_set_max_body_size(a->http, MAX_BODY_BYTES);
+    evhttp_set_max_headers_size(a->http, MAX_HEADERS_BYTES);
+    /* A body over the limit is read and dropped before the 413, so that the
+     * client, still sending it, gets the answer rather than a reset. */
+    evhttp_set_flags(a->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_bevcb(a->http, make_bufferevent, a);
     evhttp_set_gencb(a->http, on_request, a);
     *out = a;
     return 0;

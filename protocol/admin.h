@@ -2,7 +2,10 @@
  * admin.h: the JSON-over-HTTP admin endpoint both daemons serve
  * (docs/admin-api.md), on libevent's evhttp. A daemon registers handlers
  * by method and path prefix; unknown paths get 404, known paths with
- * another method 405, each with {"error": "..."}.
+ * another method 405, methods other than GET, POST, PUT and DELETE 501,
+ * each with {"error": "..."}. libevent's own answers to requests it cannot
+ * parse (400), bodies over 64 KiB (413) and other Expect headers than
+ * 100-continue (417) get a JSON body too.
  */
 #ifndef SL_ADMIN_H
 #define SL_ADMIN_H

@@ -1,0 +1,143 @@
+"""Protocol violations at a real dispatcher, over a raw socket: each one is
+answered with an ERROR frame of request id 0 naming it, and then the
+connection closes (docs/protocol.md, "Limits": "On a violation ...")."""
+import os
+import re
+import socket
+import struct
+import unittest
+
+from harness import Cluster
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SL_EPROTO = -5001
+ROLE_CLIENT = 1
+ROLE_DISPATCHER = 3
+
+
+def protocol_version():
+    """SL_PROTOCOL_VERSION from protocol/frame.h: the handshake must carry it."""
+    with open(os.path.join(HERE, '..', '..', 'protocol', 'frame.h')) as f:
+        return int(re.search(r'#define SL_PROTOCOL_VERSION (\d+)', f.read()).group(1))
+
+
+def varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7f) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def decode_error(msg):
+    """(code, message) of an encoded sluice.Error."""
+    code, text, i = 0, '', 0
+    while i < len(msg):
+        key, i = varint(msg, i)
+        if key == (1 << 3) | 0:
+            v, i = varint(msg, i)
+            code = v - (1 << 64) if v >= 1 << 63 else v
+        elif key == (2 << 3) | 2:
+            n, i = varint(msg, i)
+            text = msg[i:i + n].decode()
+            i += n
+        else:
+            raise AssertionError('unexpected field key %d in an Error' % key)
+    return code, text
+
+
+def frame(msg_type, request_id=7, msg=b'', payload=b''):
+    return struct.pack('>HHIII', msg_type, 0, request_id, len(msg), len(payload)) + msg + payload
+
+
+class ViolationsAtTheDispatcher(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster()
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def exchange(self, data):
+        """Handshakes as a client, sends data, and reads until the dispatcher
+        closes: (the frames after its handshake as (type, request_id, message)
+        tuples, whether it closed)."""
+        s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=10)
+        try:
+            s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_CLIENT) + data)
+            got = b''
+            closed = False
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        closed = True
+                        break
+                    got += chunk
+            except socket.timeout:
+                pass
+        finally:
+            s.close()
+        self.assertEqual(got[:8], b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_DISPATCHER),
+                         'no handshake: %r' % got[:64])
+        frames, i = [], 8
+        while i + 16 <= len(got):
+            t, flags, rid, mlen, plen = struct.unpack('>HHIII', got[i:i + 16])
+            frames.append((t, rid, got[i + 16:i + 16 + mlen]))
+            i += 16 + mlen + plen
+        self.assertEqual(i, len(got), 'a part-frame at the end: %r' % got[-32:])
+        return frames, closed
+
+    def assert_refused(self, data, code, text):
+        frames, closed = self.exchange(data)
+        self.assertTrue(closed, 'the dispatcher kept the connection open')
+        self.assertTrue(frames, 'the dispatcher closed without an error frame')
+        t, rid, msg = frames[-1]
+        self.assertEqual((t, rid), (1, 0), 'the last frame is not an ERROR of request id 0: %r' % (frames,))
+        got_code, got_text = decode_error(msg)
+        self.assertEqual(got_code, code, got_text)
+        self.assertIn(text, got_text)
+
+    def test_types_it_does_not_serve_get_an_error_frame(self):
+        for msg_type, name in ((18, 'GET_ELEMENT_REQ'), (19, 'GET_ELEMENT_RESP'), (3, 'WORKER_REGISTER_RESP')):
+            with self.subTest(type=msg_type):
+                self.assert_refused(frame(msg_type), SL_EPROTO, 'a dispatcher does not serve ' + name)
+
+    def test_after_a_request_in_the_same_read(self):
+        # The release is answered (an error: no such lease) and that answer
+        # waits for the commit; the violation behind it must still be told.
+        release = bytes([0x08, 0x01, 0x10, 0x01])  # job_id 1, client_id 1
+        self.assert_refused(frame(16, 1, release) + frame(18, 2), SL_EPROTO,
+                            'a dispatcher does not serve GET_ELEMENT_REQ')
+
+    def test_a_bad_header_gets_an_error_frame(self):
+        self.assert_refused(frame(200), SL_EPROTO, 'unknown message type 200')
+        self.assert_refused(struct.pack('>HHIII', 16, 1, 9, 0, 0), SL_EPROTO, 'unknown flags')
+
+    def test_the_dispatcher_serves_on(self):
+        self.assert_refused(frame(19), SL_EPROTO, 'GET_ELEMENT_RESP')
+        # A request on a new connection is answered, and that connection stays.
+        s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=10)
+        try:
+            s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_CLIENT) +
+                      frame(16, 5, bytes([0x08, 0x01, 0x10, 0x01])))
+            got = b''
+            while len(got) < 8 + 16 or len(got) < 8 + 16 + struct.unpack('>I', got[16:20])[0]:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, 'the dispatcher closed a good connection')
+                got += chunk
+        finally:
+            s.close()
+        t, _, rid, mlen, _ = struct.unpack('>HHIII', got[8:24])
+        self.assertEqual((t, rid), (1, 5))
+        self.assertEqual(decode_error(got[24:24 + mlen])[0], -5005)  # SL_ENOTFOUND: no such lease
+
+
+if __name__ == '__main__':
+    unittest.main()
