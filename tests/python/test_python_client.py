@@ -347,6 +347,18 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(from_py, from_cat)
         self.assertEqual(from_py, collections.Counter(range(5000)))
 
+    def test_dynamic_behind_a_shuffle_of_100000_is_exactly_once(self):
+        """The user's path of the shuffle-repeat bug: distribute(...,
+        sharding="dynamic") over range(1,000,000).shuffle(100000) once
+        delivered 1,140,864 elements."""
+        ds = sluice.range(0, 1000000).shuffle(100000, seed=1).batch(1024)
+        counts = np.zeros(1000000, dtype=np.int64)
+        with ds.distribute(self.addr, sharding='dynamic') as it:
+            for b in it:
+                np.add.at(counts, b['value'], 1)
+        wrong = np.nonzero(counts != 1)[0]
+        self.assertEqual(wrong.size, 0, '%d values not seen exactly once (first %s)' % (wrong.size, wrong[:5]))
+
     def test_coordinated_reads_give_each_consumer_its_batch_of_every_round(self):
         ds = sluice.range(0, 1000).repeat().batch(4)
         with ds.distribute(self.addr, job_name='py-coord', num_consumers=2, consumer_index=0) as a, \
