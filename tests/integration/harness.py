@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import unittest
 
 BUILD = os.environ.get('SLUICE_BUILD', 'build')
 LISTEN = re.compile(r'listening port=(\d+) admin_port=(\d+)')
@@ -180,6 +181,30 @@ class Cluster:
         return bad
 
 
+class ClusterCase(unittest.TestCase):
+    """Tests that share one cluster: `workers` workers (dispatcher_args and
+    worker_args for their command lines), started once for the class and
+    checked to shut down cleanly after it."""
+    workers = 1
+    dispatcher_args = ()
+    worker_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=cls.workers, dispatcher_args=cls.dispatcher_args, worker_args=cls.worker_args)
+        try:
+            cls.c.wait_workers_registered(cls.workers)
+        except BaseException:
+            cls.c.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+
 def free_ports(n):
     """n loopback ports free right now (for daemons whose address must be known in advance)."""
     socks = []
@@ -191,6 +216,35 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def read_to_close(sock):
+    """Everything the peer sends on sock until it closes."""
+    got = b''
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+
+
+def wait_for(pred, what='condition', timeout=60):
+    """pred()'s first true value, polled until a generous deadline: a slow
+    machine makes a failing test slower, never a passing one fail."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError('timed out after %ds waiting for %s' % (timeout, what))
+
+
+def get_json(admin_port, path, timeout=10):
+    """GET http://127.0.0.1:admin_port/path, decoded."""
+    import urllib.request
+    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (admin_port, path), timeout=timeout) as r:
+        return json.load(r)
 
 
 def parse_jsonl(text):

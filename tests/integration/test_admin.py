@@ -4,16 +4,21 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
 import urllib.request
 
-from harness import Cluster, binary, parse_jsonl, values
+from harness import Cluster, ClusterCase, binary, child_env, parse_jsonl, read_to_close, values, wait_for
 
-LONG = {"source": {"type": "range", "stop": 2000000000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+# A job that never ends by itself (repeat without a count): the tests that
+# need a running job must not depend on how fast the machine gets through it.
+LONG = {"source": {"type": "range", "stop": 2000000000},
+        "ops": [{"op": "batch", "batch_size": 1000}, {"op": "repeat"}]}
 
 
 def http(port, path, method='GET', token=None, body=None):
@@ -30,14 +35,56 @@ def http(port, path, method='GET', token=None, body=None):
     return status, (json.loads(data) if ctype.startswith('application/json') else data), ctype
 
 
-def wait_for(pred, timeout=20, what='condition'):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError('timed out waiting for ' + what)
+class Drain:
+    """A thread that reads a binary stream to its end; .text() is what it
+    has read so far."""
+
+    def __init__(self, stream):
+        self.chunks = []
+        self.thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _run(self, stream):
+        for chunk in iter(lambda: os.read(stream.fileno(), 1 << 16), b''):
+            self.chunks.append(chunk)
+
+    def text(self):
+        return b''.join(self.chunks).decode()
+
+
+class HeldConsumer:
+    """sluice-cat writing JSON lines into a pipe nobody reads until
+    release(). Once the pipe, sluice-cat's requests in flight and the
+    workers' buffers are full (a few dozen batches), it asks for nothing
+    more: its job cannot end before release(), however fast the machine."""
+
+    def __init__(self, test, cluster, spec, args):
+        fd, self.err_path = tempfile.mkstemp(prefix='held-', suffix='.err', dir=cluster.dir)
+        with os.fdopen(fd, 'w') as err:
+            self.p = subprocess.Popen(cluster.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=err,
+                                      env=child_env())
+        self.out = None
+        test.addCleanup(self.kill)
+
+    def release(self):
+        self.out = Drain(self.p.stdout)
+
+    def finish(self, timeout=300):
+        """(returncode, stdout, stderr) once the consumer exited (released first)."""
+        if self.out is None:
+            self.release()
+        self.p.wait(timeout)
+        self.out.thread.join(timeout)
+        with open(self.err_path) as f:
+            return self.p.returncode, self.out.text(), f.read()
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        if self.out:
+            self.out.thread.join(60)
+        self.p.stdout.close()
 
 
 class Admin(unittest.TestCase):
@@ -108,16 +155,21 @@ class Admin(unittest.TestCase):
         self.assertGreater(j['splits']['total'], j['splits']['handed_out'])
         self.assertLess(j['consumers'][0]['last_heartbeat_ms_ago'], 5000)
         wait_for(lambda: http(self.a, '/v1/jobs/%d' % job['id'])[1]['bytes_served'] > 0, what='bytes served')
-        # The worker's view of the same job.
-        st, t, _ = http(self.c.workers[0].admin_port, '/v1/tasks')
-        mine = [x for x in t['tasks'] if x['job_id'] == job['id']]
+        # The worker's view of the same job, once worker 0 made a batch of it:
+        # the job's counts above may all be worker 1's so far (a loaded
+        # machine starts worker 0's task later).
+        def worker0_tasks():
+            t = http(self.c.workers[0].admin_port, '/v1/tasks')[1]
+            mine = [x for x in t['tasks'] if x['job_id'] == job['id']]
+            return mine if mine and mine[0]['batches_produced'] > 0 else None
+        mine = wait_for(worker0_tasks, what='worker 0 to make a batch of job %d' % job['id'])
         self.assertEqual(len(mine), 1)
         self.assertGreater(mine[0]['batches_produced'], 0)
         self.assertLessEqual(mine[0]['buffer']['batches'], mine[0]['buffer']['capacity_batches'])
         self.assertGreaterEqual(mine[0]['pipeline_seconds'], 0)
         # Time per pipeline op: the source, then each op of the spec.
         ops = mine[0]['ops']
-        self.assertEqual([o['stage'] for o in ops], ['source (range)', 'ops[0] (batch)'])
+        self.assertEqual([o['stage'] for o in ops], ['source (range)', 'ops[0] (batch)', 'ops[1] (repeat)'])
         self.assertGreater(ops[0]['elements'], 0)
         self.assertGreater(ops[1]['elements'], 0)
         for o in ops:
@@ -178,25 +230,26 @@ class Admin(unittest.TestCase):
         c.wait_workers_registered(1)
         a = c.dispatcher.admin_port
         name = 'alone-%d' % os.getpid()
-        # Output to a file: a pipe nobody reads yet would stall the consumer.
-        out_path = os.path.join(c.dir, 'alone.out')
-        p = subprocess.Popen(c.cat_argv({"source": {"type": "range", "stop": 2000000},
-                                         "ops": [{"op": "batch", "batch_size": 1000}]},
-                                        ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1']),
-                             stdout=open(out_path, 'w'), stderr=subprocess.PIPE, text=True)
+        # The consumer is held until the worker is drained, so the job cannot
+        # end before the drain (unheld, its 2000 batches took half a second).
+        consumer = HeldConsumer(self, c, {"source": {"type": "range", "stop": 2000000},
+                                          "ops": [{"op": "batch", "batch_size": 1000}]},
+                                ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1'])
         job = wait_for(lambda: next((j for j in http(a, '/v1/jobs')[1]['jobs']
-                                     if j['name'] == name and j['elements_served'] > 0), None))
+                                     if j['name'] == name and j['elements_served'] > 0), None),
+                       what='job %s to serve' % name)
         self.assertEqual(http(a, '/v1/workers/%s/drain' % c.workers[0].addr, method='POST')[0], 200)
+        # Read on: the drained task sends what it made of its splits, and ends.
+        consumer.release()
         wait_for(lambda: http(a, '/v1/jobs/%d' % job['id'])[1]['tasks'][0]['state'] == 'DONE',
                  what='the drained task to end')
-        time.sleep(1)
+        time.sleep(1)  # time for a wrong end to show; the job waits whatever the speed
         self.assertEqual(http(a, '/v1/jobs/%d' % job['id'])[1]['state'], 'RUNNING')
-        self.assertIsNone(p.poll())
+        self.assertIsNone(consumer.p.poll())
         c.add_worker()
-        _, err = p.communicate(timeout=300)
-        self.assertEqual(p.returncode, 0, err)
-        with open(out_path) as f:
-            self.assertEqual(sorted(values(parse_jsonl(f.read()), 'value')), list(range(2000000)))
+        rc, out, err = consumer.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(values(parse_jsonl(out), 'value')), list(range(2000000)))
 
     def test_error_answers(self):
         st, body, _ = http(self.a, '/no/such/path')
@@ -229,7 +282,12 @@ class Admin(unittest.TestCase):
         self.assertIn('# TYPE sluice_dispatcher_requests_total counter', text)
         self.assertRegex(text, r'sluice_dispatcher_workers 2\b')
         self.assertRegex(text, r'sluice_dispatcher_splits_handed_out_total [1-9]')
-        st, text, _ = http(self.c.workers[0].admin_port, '/metrics')
+        # Once worker 0 served a batch: the job's first batches may all be
+        # worker 1's (a loaded machine starts worker 0's task later).
+        def worker0_metrics():
+            text = http(self.c.workers[0].admin_port, '/metrics')[1]
+            return text if re.search(r'sluice_worker_bytes_served_total [1-9]', text) else None
+        text = wait_for(worker0_metrics, what='worker 0 to serve a batch')
         self.assertIn('# TYPE sluice_worker_batch_latency_seconds histogram', text)
         self.assertRegex(text, r'sluice_worker_batch_latency_seconds_bucket\{le="\+Inf"\} [1-9]')
         self.assertIn('sluice_worker_client_wait_seconds_count', text)
@@ -271,17 +329,33 @@ class Admin(unittest.TestCase):
 
     def test_sluicectl_watch_ends_with_the_job(self):
         name = 'watch-%d' % os.getpid()
-        p = subprocess.Popen(self.c.cat_argv({"source": {"type": "range", "stop": 2000000},
-                                              "ops": [{"op": "batch", "batch_size": 1000}]},
-                                             ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1'],
-                                             fmt='count'), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        job = wait_for(lambda: next((j for j in http(self.a, '/v1/jobs')[1]['jobs'] if j['name'] == name), None))
-        r = subprocess.run([binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a, 'watch', str(job['id'])],
-                           capture_output=True, text=True, timeout=300)
-        p.wait(timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn('100%', r.stdout)
-        self.assertIn('FINISHED', r.stdout)
+        # The consumer is held until watch has drawn the job running: unheld,
+        # the job could end before watch starts, however fast the machine.
+        consumer = HeldConsumer(self, self.c, {"source": {"type": "range", "stop": 2000000},
+                                               "ops": [{"op": "batch", "batch_size": 1000}]},
+                                ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1'])
+        job = wait_for(lambda: next((j for j in http(self.a, '/v1/jobs')[1]['jobs'] if j['name'] == name), None),
+                       what='job %s' % name)
+        watch = subprocess.Popen([binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a, 'watch', str(job['id'])],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        shown = Drain(watch.stdout)
+
+        def stop_watch():
+            if watch.poll() is None:
+                watch.kill()
+            watch.wait()
+            shown.thread.join(60)
+            watch.stdout.close()
+        self.addCleanup(stop_watch)
+        wait_for(lambda: 'RUNNING' in shown.text(), what='watch to draw the running job')
+        consumer.release()
+        rc, _, err = consumer.finish()
+        self.assertEqual(rc, 0, err)
+        watch.wait(timeout=300)
+        shown.thread.join(60)
+        self.assertEqual(watch.returncode, 0, shown.text())
+        self.assertIn('100%', shown.text())
+        self.assertIn('FINISHED', shown.text())
 
     def test_json_logs(self):
         lines = [l for l in self.c.dispatcher.stderr().splitlines() if l.strip()]
@@ -307,6 +381,48 @@ class Admin(unittest.TestCase):
         self.assertIn('page-%d' % os.getpid(), dom)
         for w in self.c.workers:
             self.assertIn(w.addr, dom)
+
+
+def raw_http(port, data):
+    """Sends data as it is and reads until the daemon closes:
+    (status, Content-Type, body)."""
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    try:
+        s.sendall(data)
+        got = read_to_close(s)
+    finally:
+        s.close()
+    head, _, body = got.partition(b'\r\n\r\n')
+    lines = head.decode('latin-1').split('\r\n')
+    headers = dict(l.split(': ', 1) for l in lines[1:] if ': ' in l)
+    return int(lines[0].split()[1]), headers.get('Content-Type', ''), body.decode('latin-1')
+
+
+class RequestsLibeventRefuses(ClusterCase):
+    """Requests libevent's HTTP server answers on its own (an HTML page of
+    its own making) get a JSON body like every other answer."""
+
+
+    def assert_json_error(self, port, data, status, text):
+        got_status, ctype, body = raw_http(port, data)
+        self.assertEqual(got_status, status, body)
+        self.assertTrue(ctype.startswith('application/json'), (ctype, body))
+        self.assertIn(text, json.loads(body)['error'])
+
+    def test_malformed_oversize_and_unsupported(self):
+        for name, port in (('dispatcher', self.c.dispatcher.admin_port), ('worker', self.c.workers[0].admin_port)):
+            with self.subTest(daemon=name):
+                self.assert_json_error(port, b'NOT AN HTTP REQUEST\r\n\r\n', 400, 'bad request')
+                self.assert_json_error(port, b'GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n',
+                                       400, 'bad request')
+                body = b'{"reason": "%s"}' % (b'x' * 70000)
+                self.assert_json_error(port, b'DELETE /v1/jobs/1 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n'
+                                       % len(body) + body, 413, 'at most 65536 bytes')
+                self.assert_json_error(port, b'PATCH /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n', 501,
+                                       'method PATCH is not implemented')
+                self.assert_json_error(port, b'BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n', 501, 'not implemented')
+                # Served on after all of it.
+                self.assertEqual(http(port, '/healthz')[0], 200)
 
 
 if __name__ == '__main__':

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BUILD, Cluster, Daemon, binary, child_env
+from harness import BUILD, ClusterCase, Daemon, binary, child_env, read_to_close
 from test_wire_errors import decode_error, protocol_version
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
@@ -94,12 +94,7 @@ def function_body(path, name):
 def refused_limit(sock):
     """Reads until the peer closes and returns the limit its last error frame
     of request id 0 names ("... exceeds the limit of N")."""
-    got = b''
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        got += chunk
+    got = read_to_close(sock)
     i, last = 0, None
     if got[:4] == b'SLUC':
         i = 8
@@ -180,16 +175,7 @@ class Options(unittest.TestCase):
         self.assertEqual(missing, [], 'options of --help that no file of docs/ mentions')
 
 
-class ProtocolLimits(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+class ProtocolLimits(ClusterCase):
 
     def code_limits(self):
         """{row of the table: (the limit, {every byte count the row may state}, {run counts})}."""

@@ -11,9 +11,8 @@ import signal
 import subprocess
 import time
 import unittest
-import urllib.request
 
-from harness import Cluster, child_env, free_ports, values
+from harness import Cluster, child_env, free_ports, get_json, values, wait_for
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -23,11 +22,6 @@ BATCH = 100
 def chaos_seed():
     env = os.environ.get('SLUICE_CHAOS_SEED')
     return int(env) if env else random.randrange(1 << 32)
-
-
-def get_json(admin_port, path):
-    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (admin_port, path), timeout=5) as r:
-        return json.load(r)
 
 
 def missing_and_duplicated(got, expected):
@@ -183,8 +177,20 @@ class WorkerCrash(ThreeWorkers):
         (at, worker index) kills that worker and starts it again on its ports
         after a seeded pause. Returns (returncode, values, stderr)."""
         rng = random.Random(seed)
-        faults = [(at, lambda v=victim: self.cluster.restart_worker(v, down=rng.uniform(0.0, 1.0)))
-                  for at, victim in kills]
+
+        def kill(victim):
+            # The victim takes part before it goes: it has a task of the job
+            # that made batches, so it holds splits the consumer has not
+            # confirmed. A worker restarted by the kill before may not even
+            # have registered yet, however many batches were read since; its
+            # pipeline fills its buffer while nothing is read, so this wait
+            # ends without the consumer.
+            w = self.cluster.workers[victim]
+            wait_for(lambda: any(t['state'] == 'RUNNING' and t['batches_produced'] > 0
+                                 for t in get_json(w.admin_port, '/v1/tasks')['tasks']),
+                     'worker %d (%s) to make batches before it is killed' % (victim, w.addr))
+            self.cluster.restart_worker(victim, down=rng.uniform(0.0, 1.0))
+        faults = [(at, lambda v=victim: kill(v)) for at, victim in kills]
         return stream_with_faults(self.cluster, spec, ['--sharding', 'dynamic'] + list(args), faults)
 
     def test_kill9_workers_mid_epoch_every_element_exactly_once(self):
@@ -200,6 +206,8 @@ class WorkerCrash(ThreeWorkers):
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
         assert_exactly_once(self, got, N, where)
         admin = self.cluster.dispatcher.admin_port
+        # The last worker restarted may register after the job ended.
+        self.cluster.wait_workers_registered(3, timeout=60)
         workers = get_json(admin, '/v1/workers')['workers']
         lost = [w for w in workers if w['state'] == 'LOST']
         self.assertEqual(len(lost), 2, '%s: %s' % (where, workers))

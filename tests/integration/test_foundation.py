@@ -2,6 +2,7 @@
 batches streamed through libsluice (sluice-cat) with OFF and DYNAMIC."""
 import collections
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -11,11 +12,17 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.request
 
-from harness import Cluster, parse_jsonl, summary, values
+from harness import Cluster, parse_jsonl, summary, values, wait_for
 
 RANGE_100K = {"source": {"type": "range", "start": 0, "stop": 100000},
               "ops": [{"op": "batch", "batch_size": 100}]}
+
+
+def jobs(cluster):
+    with urllib.request.urlopen('http://127.0.0.1:%d/v1/jobs' % cluster.dispatcher.admin_port, timeout=10) as r:
+        return json.load(r)['jobs']
 
 
 class ThreeWorkers(unittest.TestCase):
@@ -62,7 +69,13 @@ class ThreeWorkers(unittest.TestCase):
         args = ['--sharding', 'dynamic', '--job-name', 'shared-%d' % os.getpid(), '--max-outstanding', '2']
         procs = [subprocess.Popen(self.c.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for _ in range(2)]
-        # Read both at once: a consumer blocked on its output would hold the
+        # Nothing is read until both consumers joined the job: their pipes
+        # fill and hold them after a few hundred of the 4000 batches, so the
+        # first one cannot take the whole job before the second one starts.
+        name = args[args.index('--job-name') + 1]
+        wait_for(lambda: any(j['name'] == name and j['num_consumers'] == 2 for j in jobs(self.c)),
+                 'both consumers to join job %s' % name)
+        # Then read both at once: a consumer blocked on its output would hold the
         # job's end for the other (a DYNAMIC job ends once every consumer
         # has what was sent to it, docs/fault-tolerance.md).
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -77,11 +90,14 @@ class ThreeWorkers(unittest.TestCase):
 
     def test_named_job_with_other_parameters_is_refused(self):
         name = 'conflict-%d' % os.getpid()
-        spec = {"source": {"type": "range", "stop": 10000000}, "ops": [{"op": "batch", "batch_size": 10}]}
+        # A job that never ends, running before the second request comes.
+        spec = {"source": {"type": "range", "stop": 10000000},
+                "ops": [{"op": "batch", "batch_size": 10}, {"op": "repeat"}]}
         p = subprocess.Popen(self.c.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', name], fmt='count'),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            time.sleep(0.5)
+            wait_for(lambda: any(j['name'] == name and j['state'] == 'RUNNING' for j in jobs(self.c)),
+                     'job %s to run' % name)
             rc, _, err = self.c.cat(spec, ['--sharding', 'off', '--job-name', name])
             self.assertNotEqual(rc, 0)
             self.assertIn('sharding dynamic, requested off', err)
@@ -104,9 +120,9 @@ class ThreeWorkers(unittest.TestCase):
 
     def test_garbage_on_the_wire_leaves_the_dispatcher_serving(self):
         for payload in (b'GET / HTTP/1.0\r\n\r\n', b'SLUC\x00\x09\x00\x01', b'SLUC\x00\x02\x00\x01' + b'\xff' * 64):
-            s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=5)
+            s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=30)
             s.sendall(payload)
-            s.settimeout(5)
+            s.settimeout(30)
             data = b''
             try:
                 while True:
@@ -292,7 +308,9 @@ class WorkerJoinsLater(unittest.TestCase):
             p = subprocess.Popen(c.cat_argv({"source": {"type": "range", "stop": 5000},
                                              "ops": [{"op": "batch", "batch_size": 50}]}, ['--sharding', 'dynamic']),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(0.5)
+            # The job exists, without a task, before the worker comes.
+            job = wait_for(lambda: jobs(c), 'the job to be created')[0]
+            self.assertEqual((job['state'], job['tasks']), ('RUNNING', 0))
             c.add_worker()
             out, err = p.communicate(timeout=120)
             self.assertEqual(p.returncode, 0, err)

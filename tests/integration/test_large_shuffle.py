@@ -9,14 +9,16 @@ split sizes, batch sizes, worker counts, filters and checkpoints at random;
 set SLUICE_SEED to replay one draw."""
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
 import numpy as np
 
-from harness import Cluster, child_env, summary
+from harness import Cluster, ClusterCase, child_env
 
 
 def range_spec(n, buffer, batch, seed=1, pre=(), post=()):
@@ -47,18 +49,8 @@ def exactly(values, n, times=1, low=0):
         wrong.size, n - low, more, fewer, wrong[0] + low, counts[wrong[0]])
 
 
-class Shuffle(unittest.TestCase):
+class Shuffle(ClusterCase):
     workers = 1
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=cls.workers)
-        cls.c.wait_workers_registered(cls.workers)
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        assert not bad, bad
 
     def once(self, n, buffer, args=(), batch=1024):
         rc, got, err = read_values(self.c, range_spec(n, buffer, batch), args)
@@ -100,28 +92,27 @@ class ShuffleThreeWorkers(Shuffle):
     workers = 3
 
 
-class TextFiles(unittest.TestCase):
+class TextFiles(ClusterCase):
     """50 files of 20,000 lines behind shuffle(100000), two workers."""
 
     FILES, LINES = 50, 20000
+    workers = 2
 
     @classmethod
     def setUpClass(cls):
-        import tempfile
         cls.data = tempfile.mkdtemp(prefix='sluice-lines-')
         for f in range(cls.FILES):
             with open(os.path.join(cls.data, 'part-%03d.txt' % f), 'w') as out:
                 out.write(''.join('%d\n' % (f * cls.LINES + i) for i in range(cls.LINES)))
-        roots = ['--data-root', cls.data]
-        cls.c = Cluster(workers=2, dispatcher_args=roots, worker_args=roots)
-        cls.c.wait_workers_registered(2)
+        cls.dispatcher_args = cls.worker_args = ['--data-root', cls.data]
+        super().setUpClass()
 
     @classmethod
     def tearDownClass(cls):
-        import shutil
-        bad = cls.c.close()
-        shutil.rmtree(cls.data, ignore_errors=True)
-        assert not bad, bad
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.data, ignore_errors=True)
 
     def test_every_line_once(self):
         n = self.FILES * self.LINES

@@ -4,21 +4,14 @@ source with shuffle, filter and batch(drop_remainder), and sluice-cat
 --with-provenance shows where every element came from and which splits the
 workers finished."""
 import collections
-import json
 import unittest
-import urllib.request
 
-from harness import Cluster
+from harness import Cluster, get_json
 
 START, STOP, STEP = 7, 7 + 3 * 3000, 3  # 3000 elements: value = START + STEP * position
 SPLIT = 97  # --split-size; the dispatcher rounds it up to a multiple of the batch size when it can
 CUT = START + STEP * 2500               # a filter keeps values below this (whole splits dropped past it)
 ODD = START + STEP * 1234               # and another drops this one
-
-
-def get_json(port, path):
-    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=5) as r:
-        return json.load(r)
 
 
 class ProvenanceTest(unittest.TestCase):

@@ -4,7 +4,6 @@ read the tfrecord fixtures through sluice-cat, and each test checks the
 exact multiset of ids it received and, with --with-worker, which worker
 made each batch."""
 import collections
-import json
 import os
 import shutil
 import signal
@@ -14,7 +13,7 @@ import time
 import unittest
 import urllib.request
 
-from harness import Cluster, binary, child_env, free_ports, parse_jsonl, summary, values
+from harness import Cluster, binary, child_env, free_ports, get_json, parse_jsonl, values, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
@@ -41,11 +40,6 @@ def finish(p, timeout=300):
     err = p.stderr.read()
     p.wait(timeout)
     return out, err
-
-
-def get_json(port, path):
-    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=5) as r:
-        return json.load(r)
 
 
 class Static(unittest.TestCase):
@@ -376,7 +370,17 @@ class Coordinated(unittest.TestCase):
                                                     '--timeout-ms', '60000'])
             procs = [subprocess.Popen(argv(i), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       env=child_env()) for i in range(2)]
-            time.sleep(1)
+
+            # Both consumers read rounds of both workers' tasks before one
+            # worker goes (a fixed pause assumed the machine was fast enough).
+            def serving():
+                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                if not jobs:
+                    return False
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % jobs[0]['id'])
+                return (job['num_consumers'] == 2 and len(job['tasks']) == 2 and
+                        all(t['state'] == 'RUNNING' and t['batches'] > 0 for t in job['tasks']))
+            wait_for(serving, 'both consumers to read from both workers')
             c.workers[1].kill(sig)
             errs = []
             for p in procs:
@@ -455,7 +459,9 @@ class Lifecycle(unittest.TestCase):
             spec = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "repeat"}]}
             p = subprocess.Popen(c.cat_argv(spec, ['--job-name', 'gc', '--format', 'count']),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env())
-            time.sleep(1)
+            # The job exists before its client stops (a fixed pause assumed
+            # the machine was fast enough).
+            wait_for(lambda: get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'], 'job gc to be created')
             # A stopped client sends no heartbeat: its lease expires, then
             # the job without clients is collected.
             p.send_signal(19)  # SIGSTOP
