@@ -402,8 +402,14 @@ class StoreFillsWhileServing(unittest.TestCase):
                 break
             committed.append(i)
         self.assertIsNotNone(failed_at, 'the store never filled')
-        # The registration got no answer: its connection closed.
-        self.assertRegex(failed_err, r"dataset .* refused: .* closed the connection")
+        # The request whose commit failed got no answer: its connection
+        # closed. Each sluice-cat registers its dataset, then creates a job;
+        # which of the two meets the full store first depends on what the
+        # heartbeats committed meanwhile, so either may. A registration that
+        # was answered is committed.
+        self.assertRegex(failed_err, r"(dataset .* refused|cannot open an iterator): .* closed the connection")
+        if 'cannot open an iterator' in failed_err:
+            committed.append(failed_at)
         self.assertTrue(self.cluster.dispatcher.alive())
         self.assertIn('the changes since the last commit are dropped and the state is reloaded',
                       self.cluster.dispatcher.stderr())
@@ -415,7 +421,7 @@ class StoreFillsWhileServing(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.cluster.restart_dispatcher()
         after = get_json(self.cluster.dispatcher.admin_port, '/v1/datasets')['datasets']
-        self.assertEqual(len(after), len(committed) + 1)
+        self.assertEqual(len(after), len(set(committed) | {failed_at}))
 
 
 class StuckWorker(unittest.TestCase):
