@@ -17,6 +17,12 @@
  * (start_round <= r < end_round), never past the horizon the dispatcher
  * last answered, and batches are handed out in round order. See
  * docs/sharding.md for why every consumer picks the same worker.
+ *
+ * What arrives is checked and kept by received.c; what was handed to the
+ * caller is recorded by ledger.c. The rest stays in one file, past 900
+ * lines, because it is one loop's state: tasks, rounds and the dispatcher
+ * session read and change the same fields of sl_iterator under the same
+ * mutex, and splitting them would put those fields in a header for all.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -37,40 +43,18 @@
 #include "conn.h"
 #include "errbuf.h"
 #include "frame.h"
-#include "le.h"
+#include "ledger.h"
 #include "net.h"
 #include "posset.h"
 #include "provwire.h"
+#include "received.h"
 
 #define RETRY_MS 200
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
-#define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into the ledger at once */
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
-
-struct sl_batch {
-    uint64_t task_id;
-    uint64_t round;
-    char worker[128];
-    uint64_t num_elements;
-    int num_tensors;
-    sl_tensor_t tensors[SL_MAX_COMPONENTS];
-    char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
-    uint8_t *payload;
-    size_t size;
-    /* The provenance: num_prov runs, checked, encoded at prov_wire (in
-     * payload; provwire.h) and decoded into prov (owned) when the caller
-     * asks for them: the ledger reads them without keeping a copy. */
-    const uint8_t *prov_wire;
-    size_t prov_wire_len;
-    sl_provenance_run_t *prov;
-    size_t num_prov;
-    sl_split_done_t *done;     /* owned, num_done notices */
-    size_t num_done;
-    struct sl_batch *next;
-};
 
 struct itask {
     sl_iterator_t *it;
@@ -149,21 +133,10 @@ struct sl_iterator {
     unsigned ready_count;
     sl_split_done_t *pending_done; /* end-of-sequence notices no waiting batch took (end_notices) */
     size_t num_pending_done;
-    /* Checkpoints (DYNAMIC, with provenance): the positions of what the
-     * caller was given. restored: what the checkpoint it was restored from
-     * held; got: since then, a split's holes (records its pipeline dropped)
-     * filled once its notice says every record it delivered was given. */
+    /* What the caller was given, as positions (ledger.h): what checkpoints
+     * hold and reports say. */
     uint64_t dataset_id;
-    sl_posset_t restored, got;
-    /* The runs and notices of the last batches given, not yet in got
-     * (ledger_add(), ledger_sync()): whoever reads got calls ledger_sync()
-     * first. */
-    sl_provenance_run_t *ledger_runs;
-    size_t ledger_num, ledger_cap;
-    sl_split_done_t *ledger_done;
-    size_t ledger_ndone;
-    unsigned ledger_batches;
-    int ckpt_rc; /* < 0: got overflowed, no checkpoint can be taken */
+    sl_ledger_t ledger;
     /* DYNAMIC (not coordinated), unless opts.provenance < 0: the ledger is
      * kept and workers send provenance, so that after a worker loss the
      * dispatcher can learn what this client received (send_report). */
@@ -212,152 +185,6 @@ static bool failed(sl_iterator_t *it)
     bool f = it->error != 0;
     pthread_mutex_unlock(&it->mu);
     return f;
-}
-
-/* ---- batches ---- */
-
-static void batch_free(struct sl_batch *b)
-{
-    if (!b)
-        return;
-    sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
-    free(b->prov);
-    free(b->done);
-    free(b);
-}
-
-/* Appends n split-done notices to *arr (*num of them). 0 or -ENOMEM. */
-static int done_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n)
-{
-    if (n == 0)
-        return 0;
-    sl_split_done_t *p = realloc(*arr, (*num + n) * sizeof *p);
-    if (!p)
-        return -ENOMEM;
-    memcpy(p + *num, add, n * sizeof *p);
-    *arr = p;
-    *num += n;
-    return 0;
-}
-
-/* The split-done notices of a GET_ELEMENT answer whose payload is size
- * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
- * them. They take at most a sixth of the payload, which the frame limit
- * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err */
-static int notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
-                             sl_split_done_t **out, size_t *n, char *err, size_t errlen)
-{
-    *out = NULL;
-    *n = 0;
-    if (resp->notices_length == 0)
-        return 0;
-    if (resp->notices_offset > size || resp->notices_length > size - resp->notices_offset)
-        return sl_errf(err, errlen, SL_EPROTO,
-                       "task %" PRIu64 ": split-done notices at [%" PRIu64 ", +%" PRIu64
-                       ") are outside the payload of %zu bytes",
-                       resp->task_id, resp->notices_offset, resp->notices_length, size);
-    const uint8_t *p = payload + resp->notices_offset;
-    size_t len = (size_t)resp->notices_length;
-    char why[300];
-    uint64_t num = 0;
-    int rc = sl_provwire_read_done(p, len, NULL, &num, why, sizeof why);
-    if (rc == 0 && num > 0) {
-        if (!(*out = malloc((size_t)num * sizeof **out)))
-            return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " split-done notices", num);
-        rc = sl_provwire_read_done(p, len, *out, &num, why, sizeof why);
-    }
-    if (rc < 0) {
-        free(*out);
-        *out = NULL;
-        return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s", resp->task_id, why);
-    }
-    *n = (size_t)num;
-    return 0;
-}
-
-/* Builds a batch from a GET_ELEMENT answer, checking every component
- * against the payload. Takes ownership of payload. */
-static struct sl_batch *batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
-                                        char *err, size_t errlen)
-{
-    /* The tensor bytes end where the provenance or the notices begin. */
-    size_t tensors = size;
-    if (resp->provenance_length > 0 && resp->provenance_offset < tensors)
-        tensors = (size_t)resp->provenance_offset;
-    if (resp->notices_length > 0 && resp->notices_offset < tensors)
-        tensors = (size_t)resp->notices_offset;
-    sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
-                          .data = payload, .size = tensors};
-    for (int i = 0; i < wb.num_components; i++) {
-        const sluice_Component *pc = &resp->components[i];
-        sl_component_t *c = &wb.components[i];
-        snprintf(c->name, sizeof c->name, "%s", pc->name);
-        c->dtype = (sl_dtype_t)pc->dtype;
-        c->rank = (int)pc->shape_count;
-        memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
-        c->offset = pc->offset;
-        c->length = pc->length;
-        c->ragged = pc->ragged;
-        c->splits_offset = pc->splits_offset;
-        c->splits_length = pc->splits_length;
-    }
-    uint64_t num_prov = 0;
-    char why[400];
-    if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
-        free(payload);
-        return NULL;
-    }
-    /* The provenance (docs/protocol.md): checked against the payload and
-     * the batch's elements now, decoded when it is read. */
-    int prc = SL_EPROTO;
-    if (resp->provenance_offset > size || resp->provenance_length > size - resp->provenance_offset)
-        snprintf(why, sizeof why, "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes",
-                 resp->provenance_offset, resp->provenance_length, size);
-    else
-        prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
-                               resp->num_elements, NULL, &num_prov, why, sizeof why);
-    if (prc < 0) {
-        snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
-        free(payload);
-        return NULL;
-    }
-    struct sl_batch *b = calloc(1, sizeof *b);
-    if (!b) {
-        snprintf(err, errlen, "out of memory");
-        free(payload);
-        return NULL;
-    }
-    if (notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0) {
-        batch_free(b);
-        free(payload);
-        return NULL;
-    }
-    b->task_id = resp->task_id;
-    b->num_elements = wb.num_elements;
-    b->num_tensors = wb.num_components;
-    b->payload = payload;
-    b->num_prov = (size_t)num_prov;
-    b->prov_wire = payload + resp->provenance_offset;
-    b->prov_wire_len = (size_t)resp->provenance_length;
-    /* The tensors' bytes: the provenance and notices after them are not
-     * counted. */
-    b->size = tensors;
-    for (int i = 0; i < wb.num_components; i++) {
-        const sl_component_t *c = &wb.components[i];
-        sl_tensor_t *t = &b->tensors[i];
-        snprintf(b->names[i], sizeof b->names[i], "%s", c->name);
-        t->name = b->names[i];
-        t->dtype = c->dtype;
-        t->rank = c->rank;
-        memcpy(t->shape, c->shape, sizeof t->shape);
-        t->data = payload + c->offset;
-        t->size = c->length;
-        if (c->ragged) {
-            t->row_splits = (const int64_t *)(payload + c->splits_offset);
-            t->num_row_splits = c->splits_length / sizeof(int64_t);
-        }
-    }
-    return b;
 }
 
 /* ---- the loop thread ---- */
@@ -443,7 +270,7 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     sl_split_done_t *done = NULL;
     size_t n = 0;
     char err[512];
-    int rc = notices_from_wire(resp, payload, size, &done, &n, err, sizeof err);
+    int rc = sl__notices_from_wire(resp, payload, size, &done, &n, err, sizeof err);
     if (rc < 0) {
         iterator_fail(it, rc, "worker %s sent a bad end of sequence: %s", t->address, err);
         return false;
@@ -454,8 +281,8 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     struct sl_batch *last = NULL;
     for (struct sl_batch *b = it->ready; b; b = b->next)
         last = b;
-    rc = last ? done_append(&last->done, &last->num_done, done, n)
-              : done_append(&it->pending_done, &it->num_pending_done, done, n);
+    rc = last ? sl__notices_append(&last->done, &last->num_done, done, n)
+              : sl__notices_append(&it->pending_done, &it->num_pending_done, done, n);
     pthread_mutex_unlock(&it->mu);
     free(done);
     if (rc < 0) {
@@ -482,7 +309,7 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
         sl->state = SLOT_END;
     } else {
         char err[512];
-        struct sl_batch *b = batch_from_wire(resp, payload, size, err, sizeof err);
+        struct sl_batch *b = sl__batch_from_wire(resp, payload, size, err, sizeof err);
         if (!b) {
             iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
             return;
@@ -610,7 +437,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     char err[512];
-    struct sl_batch *b = batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
+    struct sl_batch *b = sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
     if (!b) {
         iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
         return;
@@ -761,60 +588,19 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
     send_heartbeat(arg);
 }
 
-static void ledger_sync(sl_iterator_t *it);
-
-/* The runs of positions the iterator's ledger, a restored checkpoint and a
- * report may hold. */
-static size_t ledger_max(const sl_iterator_opts_t *o)
-{
-    return o->max_ledger_runs == 0 || o->max_ledger_runs > SL_POSSET_MAX_RUNS ? SL_POSSET_MAX_RUNS
-                                                                              : o->max_ledger_runs;
-}
-
-/* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
-static int report_add(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
-{
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        if (runs[i].epoch >= from)
-            rc = sl_posset_add(set, runs[i].epoch, runs[i].file, runs[i].begin, runs[i].count, NULL);
-    return rc;
-}
-
 /* What this client received of the epochs from `from` on, as posset bytes
  * (malloc'd): what the caller was given, and the batches waiting for it.
  * @return 0, or < 0 when it does not know (the ledger overflowed) */
 static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, size_t *len)
 {
     sl_posset_t set;
-    sl_posset_init(&set, ledger_max(&it->opts));
     sl_provenance_run_t *runs = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&it->mu);
-    ledger_sync(it);
-    int rc = it->ckpt_rc;
-    if (rc == 0)
-        rc = report_add(&set, it->restored.runs, it->restored.num, from);
-    if (rc == 0)
-        rc = report_add(&set, it->got.runs, it->got.num, from);
-    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next) {
-        if (b->num_prov == 0)
-            continue;
-        if (b->num_prov > cap) {
-            sl_provenance_run_t *p = realloc(runs, b->num_prov * sizeof *p);
-            if (!p) {
-                rc = -ENOMEM;
-                break;
-            }
-            runs = p;
-            cap = b->num_prov;
-        }
-        uint64_t n = 0;
-        rc = sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, runs, &n, NULL, 0);
-        /* sl_provenance_run_t has sl_posrun_t's layout */
-        if (rc == 0)
-            rc = report_add(&set, (const sl_posrun_t *)runs, (size_t)n, from);
-    }
+    int rc = sl__ledger_report(&it->ledger, from, &set);
+    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
+        rc = sl__report_add_wire(&set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_elements, from,
+                                 &runs, &cap);
     pthread_mutex_unlock(&it->mu);
     free(runs);
     *len = rc == 0 ? sl_posset_encode(&set, NULL, 0) : 0;
@@ -1116,11 +902,10 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         it->opts = *opts;
     else
         sl_iterator_opts_init(&it->opts);
-    sl_posset_init(&it->restored, ledger_max(&it->opts));
-    sl_posset_init(&it->got, ledger_max(&it->opts));
+    sl__ledger_init(&it->ledger, sl__ledger_max_runs(&it->opts));
     if (exclude_len > 0) {
         char why[256];
-        int drc = sl_posset_decode(&it->restored, exclude, exclude_len, why, sizeof why);
+        int drc = sl__ledger_restore(&it->ledger, exclude, exclude_len, why, sizeof why);
         if (drc < 0) {
             snprintf(it->err, sizeof it->err, "checkpoint: %s", why);
             it->error = drc;
@@ -1171,6 +956,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     }
     it->job_id = resp.job_id;
+    it->ledger.job_id = resp.job_id;
     it->client_id = resp.client_id;
     snprintf(it->notice, sizeof it->notice, "%s", resp.notice);
     it->heartbeat_ms = resp.heartbeat_ms ? resp.heartbeat_ms : 250;
@@ -1202,90 +988,14 @@ fail:
     return rc;
 }
 
-/* Brings got up to date with what the caller was given (under it->mu): the
- * waiting runs go in at once, sorted and merged in one pass
- * (sl_provenance_run_t has sl_posrun_t's layout), then each waiting notice
- * whose split the caller was given every delivered record of fills the
- * split's holes (records its pipeline dropped). A notice comes after every
- * batch with records of its split, so counting then is as counting when it
- * came. */
-static void ledger_sync(sl_iterator_t *it)
-{
-    int rc = it->ckpt_rc;
-    if (rc == 0)
-        rc = sl_posset_add_many(&it->got, it->ledger_runs, it->ledger_num);
-    /* The splits whose every delivered record the caller was given fill
-     * whole, in one merge (the runs' buffer is free again for them). */
-    size_t fill = 0;
-    if (rc == 0 && it->ledger_ndone > it->ledger_cap) {
-        sl_provenance_run_t *p = realloc(it->ledger_runs, it->ledger_ndone * sizeof *p);
-        if (p) {
-            it->ledger_runs = p;
-            it->ledger_cap = it->ledger_ndone;
-        } else {
-            rc = -ENOMEM;
-        }
-    }
-    for (size_t i = 0; i < it->ledger_ndone && rc == 0; i++) {
-        const sl_split_done_t *d = &it->ledger_done[i];
-        if (d->end > d->begin && sl_posset_count(&it->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
-            it->ledger_runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
-    }
-    if (rc == 0 && fill > 0)
-        rc = sl_posset_add_many(&it->got, it->ledger_runs, fill);
-    if (rc < 0 && it->ckpt_rc == 0) {
-        it->ckpt_rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
-        /* Nothing else would tell the trainer before a checkpoint fails or
-         * a worker dies. */
-        fprintf(stderr,
-                "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
-                "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
-                "now on may deliver some elements twice\n",
-                it->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), ledger_max(&it->opts));
-    }
-    it->ledger_num = it->ledger_ndone = 0;
-    it->ledger_batches = 0;
-}
-
-/* Records what the caller is given, batch b (or none) and done notices
- * (under it->mu). A shuffled batch is one run per element, and merging
- * them into got costs a pass over the part of got they reach (the holes
- * the shuffle leaves): so runs wait, decoded into a buffer of the ledger's
- * own, and go in LEDGER_BATCHES batches at a time or more, when the holes
- * between them have mostly filled. */
+/* Records what the caller is given, batch b (or none: the end) and done
+ * notices (under it->mu). */
 static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
-    if ((it->opts.provenance <= 0 && !it->track) || it->ckpt_rc < 0)
+    if (it->opts.provenance <= 0 && !it->track)
         return;
-    int rc = 0;
-    if (b && b->num_prov > 0) {
-        size_t need = it->ledger_num + b->num_prov;
-        if (need > it->ledger_cap) {
-            size_t cap = it->ledger_cap * 2 > need ? it->ledger_cap * 2 : need;
-            sl_provenance_run_t *p = realloc(it->ledger_runs, cap * sizeof *p);
-            if (p) {
-                it->ledger_runs = p;
-                it->ledger_cap = cap;
-            }
-        }
-        uint64_t n = 0;
-        rc = need <= it->ledger_cap ? sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements,
-                                                       it->ledger_runs + it->ledger_num, &n, NULL, 0)
-                                    : -ENOMEM;
-        it->ledger_num += (size_t)n;
-    }
-    if (rc == 0 && ndone > 0)
-        rc = done_append(&it->ledger_done, &it->ledger_ndone, done, ndone);
-    if (rc < 0) {
-        it->ckpt_rc = rc;
-        return;
-    }
-    /* A merge costs a pass over the part of the ledger the runs reach,
-     * which behind a large shuffle is most of it (its holes): so the runs
-     * wait until they are a quarter of the ledger, for a constant cost a
-     * run. */
-    if (!b || (++it->ledger_batches >= LEDGER_BATCHES && it->ledger_num * 4 >= it->got.num))
-        ledger_sync(it);
+    sl__ledger_add(&it->ledger, b ? b->prov_wire : NULL, b && b->num_prov > 0 ? b->prov_wire_len : 0,
+                   b ? b->num_elements : 0, done, ndone, !b);
 }
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
@@ -1304,8 +1014,8 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             b->next = NULL;
             /* Notices that came after the batches before this one. */
             if (it->num_pending_done > 0 &&
-                done_append(&b->done, &b->num_done, it->pending_done, it->num_pending_done) < 0) {
-                batch_free(b);
+                sl__notices_append(&b->done, &b->num_done, it->pending_done, it->num_pending_done) < 0) {
+                sl__batch_free(b);
                 rc = -ENOMEM;
                 break;
             }
@@ -1344,16 +1054,6 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     return iterator_open(c, dataset_id, opts, NULL, 0, out);
 }
 
-/* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller. Version 2 (written): u64 the number of
- * positions, then their runs in provwire.h's compact form, about 3 bytes a
- * run where posset.h's bytes take 24 (a shuffle leaves thousands of short
- * runs near the stream's front). Version 1 (still read): posset.h's bytes. */
-#define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 2
-#define CKPT_V1 1
-#define CKPT_HEADER 16
-
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
 {
     bool dynamic = o->sharding == SL_SHARDING_DYNAMIC;
@@ -1373,88 +1073,8 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&it->mu);
-    ledger_sync(it);
-    sl_posset_t all;
-    sl_posset_init(&all, ledger_max(&it->opts));
-    rc = it->ckpt_rc;
-    if (rc < 0)
-        snprintf(it->err, sizeof it->err, "checkpoint: what was consumed needs more than %zu runs of positions "
-                 "(max_ledger_runs; a shuffle buffer leaves about half its size in holes per worker)",
-                 ledger_max(&it->opts));
-    for (size_t i = 0; i < it->restored.num && rc == 0; i++)
-        rc = sl_posset_add(&all, it->restored.runs[i].epoch, it->restored.runs[i].file, it->restored.runs[i].begin,
-                           it->restored.runs[i].count, NULL);
-    for (size_t i = 0; i < it->got.num && rc == 0; i++)
-        rc = sl_posset_add(&all, it->got.runs[i].epoch, it->got.runs[i].file, it->got.runs[i].begin,
-                           it->got.runs[i].count, NULL);
+    rc = sl__ledger_checkpoint(&it->ledger, it->dataset_id, out, len, it->err, sizeof it->err);
     pthread_mutex_unlock(&it->mu);
-    /* sl_posrun_t has sl_provenance_run_t's layout (posset.h). */
-    uint8_t *runs = NULL;
-    size_t n = 0;
-    if (rc == 0 && all.num > 0)
-        rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
-    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + 8 + n) : NULL;
-    if (rc == 0 && !buf)
-        rc = -ENOMEM;
-    if (rc == 0) {
-        memcpy(buf, CKPT_MAGIC, 4);
-        sl_put_le32(buf + 4, CKPT_VERSION);
-        sl_put_le64(buf + 8, it->dataset_id);
-        sl_put_le64(buf + CKPT_HEADER, sl_posset_size(&all));
-        if (n > 0)
-            memcpy(buf + CKPT_HEADER + 8, runs, n);
-        *out = buf;
-        *len = CKPT_HEADER + 8 + n;
-    } else if (rc == -ENOSPC) {
-        rc = SL_ETOOBIG;
-        snprintf(it->err, sizeof it->err, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
-                 ledger_max(&it->opts));
-    }
-    free(runs);
-    sl_posset_clear(&all);
-    return rc;
-}
-
-/* A version 2 checkpoint's positions (after the header) as posset.h's
- * bytes, which the restore sends the dispatcher. The decoder bounds what it
- * allocates by the bytes it is given; the set, by max_runs.
- * @return 0, or SL_EDATA / SL_ETOOBIG / -ENOMEM with a message in err */
-static int ckpt_v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t **out, size_t *out_len,
-                             char *err, size_t errlen)
-{
-    *out = NULL;
-    *out_len = 0;
-    if (len < 8)
-        return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes after the header)", len);
-    uint64_t positions = sl_get_le64(p);
-    sl_provenance_run_t *runs = NULL;
-    uint64_t n = 0;
-    char why[256];
-    int rc = positions > 0 ? sl_provwire_decode(p + 8, len - 8, positions, &runs, &n, why, sizeof why)
-                           : (len > 8 ? sl_errf(why, sizeof why, SL_EPROTO, "%zu bytes after no positions", len - 8)
-                                      : 0);
-    if (rc < 0) {
-        free(runs);
-        return rc == -ENOMEM ? rc : sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions: %s", why);
-    }
-    sl_posset_t set;
-    sl_posset_init(&set, max_runs);
-    rc = n > 0 ? sl_posset_add_many(&set, runs, n) : 0;
-    free(runs);
-    if (rc == -ENOSPC)
-        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
-                     max_runs);
-    else if (rc < 0 && rc != -ENOMEM)
-        rc = sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
-    if (rc == 0) {
-        *out_len = sl_posset_encode(&set, NULL, 0);
-        *out = malloc(*out_len);
-        if (*out)
-            sl_posset_encode(&set, *out, *out_len);
-        else
-            rc = -ENOMEM;
-    }
-    sl_posset_clear(&set);
     return rc;
 }
 
@@ -1469,21 +1089,11 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
     char err[300];
     int rc = opts ? checkpointable(opts, err, sizeof err) : sl_errf(err, sizeof err, SL_EINVAL, "restore needs "
                                                                      "options: dynamic sharding");
-    if (rc == 0 && (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0))
-        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
-    uint32_t version = rc == 0 ? sl_get_le32(ckpt + 4) : 0;
-    if (rc == 0 && version != CKPT_VERSION && version != CKPT_V1)
-        rc = sl_errf(err, sizeof err, SL_EDATA, "checkpoint: version %u, this library reads versions %d and %d",
-                     (unsigned)version, CKPT_V1, CKPT_VERSION);
-    uint64_t ds = rc == 0 ? sl_get_le64(ckpt + 8) : 0;
-    if (rc == 0 && ds != dataset_id)
-        rc = sl_errf(err, sizeof err, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
-                     ds, dataset_id);
     uint8_t *positions = NULL;
     size_t positions_len = 0;
-    if (rc == 0 && version == CKPT_VERSION)
-        rc = ckpt_v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, ledger_max(opts), &positions, &positions_len,
-                               err, sizeof err);
+    if (rc == 0)
+        rc = sl__checkpoint_read(ckpt, len, dataset_id, sl__ledger_max_runs(opts), &positions, &positions_len, err,
+                                 sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;
@@ -1496,8 +1106,6 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
         it->error = rc;
         return rc;
     }
-    if (version == CKPT_V1)
-        return iterator_open(c, dataset_id, opts, ckpt + CKPT_HEADER, len - CKPT_HEADER, out);
     rc = iterator_open(c, dataset_id, opts, positions, positions_len, out);
     free(positions);
     return rc;
@@ -1536,15 +1144,12 @@ void sl_iterator_close(sl_iterator_t *it)
     while (it->ready) {
         struct sl_batch *b = it->ready;
         it->ready = b->next;
-        batch_free(b);
+        sl__batch_free(b);
     }
     free(it->pending_done);
-    sl_posset_clear(&it->restored);
-    sl_posset_clear(&it->got);
-    free(it->ledger_runs);
-    free(it->ledger_done);
+    sl__ledger_free(&it->ledger);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
-        batch_free(it->slots[i].batch);
+        sl__batch_free(it->slots[i].batch);
     if (it->kick)
         event_free(it->kick);
     if (it->tick)
@@ -1560,83 +1165,9 @@ void sl_iterator_close(sl_iterator_t *it)
     free(it);
 }
 
-uint64_t sl_batch_num_elements(const sl_batch_t *b)
-{
-    return b->num_elements;
-}
-
-int sl_batch_num_tensors(const sl_batch_t *b)
-{
-    return b->num_tensors;
-}
-
-const sl_tensor_t *sl_batch_tensor(const sl_batch_t *b, int i)
-{
-    return i >= 0 && i < b->num_tensors ? &b->tensors[i] : NULL;
-}
-
-const sl_tensor_t *sl_batch_find(const sl_batch_t *b, const char *name)
-{
-    for (int i = 0; i < b->num_tensors; i++)
-        if (strcmp(b->names[i], name) == 0)
-            return &b->tensors[i];
-    return NULL;
-}
-
-size_t sl_batch_size(const sl_batch_t *b)
-{
-    return b->size;
-}
-
-uint64_t sl_batch_task_id(const sl_batch_t *b)
-{
-    return b->task_id;
-}
-
-const char *sl_batch_worker(const sl_batch_t *b)
-{
-    return b->worker;
-}
-
-uint64_t sl_batch_round(const sl_batch_t *b)
-{
-    return b->round;
-}
-
 const char *sl_iterator_notice(const sl_iterator_t *it)
 {
     return it ? it->notice : "";
-}
-
-void sl_batch_release(sl_batch_t *b)
-{
-    batch_free(b);
-}
-
-const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
-{
-    /* Decoded on first use; the bytes were checked when the batch came. */
-    struct sl_batch *mb = (struct sl_batch *)b;
-    *num_runs = 0;
-    if (b->num_prov == 0)
-        return NULL;
-    if (!mb->prov) {
-        uint64_t n = 0;
-        mb->prov = malloc(b->num_prov * sizeof *mb->prov);
-        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, mb->prov, &n, NULL, 0) < 0) {
-            free(mb->prov);
-            mb->prov = NULL;
-            return NULL;
-        }
-    }
-    *num_runs = b->num_prov;
-    return b->prov;
-}
-
-const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)
-{
-    *num = b->num_done;
-    return b->num_done ? b->done : NULL;
 }
 
 const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it, size_t *num)

@@ -12,6 +12,7 @@
 
 #include <zlib.h>
 
+#include "errbuf.h"
 #include "tfrecord.h"
 
 struct collect {
@@ -56,14 +57,12 @@ static int count_lines(const char *path, bool gzip, uint64_t *lines, char *err, 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int rc = -errno;
-        snprintf(err, errlen, "text_lines: cannot open %s: %s", path, strerror(errno));
-        return rc;
+        return sl_errf(err, errlen, rc, "text_lines: cannot open %s: %s", path, strerror(errno));
     }
     gzFile f = gzip ? gzdopen(fd, "rb") : NULL;
     if (gzip && !f) {
         close(fd);
-        snprintf(err, errlen, "text_lines: cannot open %s: out of memory", path);
-        return -ENOMEM;
+        return sl_errf(err, errlen, -ENOMEM, "text_lines: cannot open %s: out of memory", path);
     }
     static _Thread_local char buf[1 << 16];
     uint64_t n = 0;
@@ -103,8 +102,8 @@ static int count_fixed(const char *path, const sl_spec_source_t *src, uint64_t *
 {
     struct stat st;
     if (stat(path, &st) < 0) {
-        snprintf(err, errlen, "fixed_length_records: %s: %s", path, strerror(errno));
-        return -errno;
+        int e = errno;
+        return sl_errf(err, errlen, -e, "fixed_length_records: %s: %s", path, strerror(e));
     }
     int64_t body = (int64_t)st.st_size - src->u.files.header_bytes - src->u.files.footer_bytes;
     if (body < 0 || body % src->u.files.record_bytes != 0) {
@@ -127,8 +126,7 @@ int sl_file_list_resolve(const sl_spec_t *spec, const sl_confine_t *roots, int m
     struct collect c = {.list = out, .max_files = max_files, .err = err, .errlen = errlen};
     int rc = 0;
     if (!roots) {
-        snprintf(err, errlen, "file sources need the dispatcher's --data-root");
-        return -EACCES;
+        return sl_errf(err, errlen, -EACCES, "file sources need the dispatcher's --data-root");
     }
     for (int i = 0; i < sl_spec_source_num_patterns(spec); i++) {
         rc = sl_confine_glob(roots, sl_spec_source_pattern(spec, i), add_file, &c, err, errlen);

@@ -23,7 +23,6 @@
 #include "store.h"
 #include "workdir.h"
 
-#define MAX_DATA_ROOTS 16
 
 static const char *program = "sluice-dispatcher";
 
@@ -58,29 +57,19 @@ static void usage(FILE *f)
 }
 
 struct options {
-    int64_t port, admin_port;
+    sl_daemon_opts_t d; /* what both daemons take */
     const char *work_dir;
-    const char *bind;
-    const char *admin_bind;
     const char *worker_addresses;
-    const char *admin_token_file;
-    const char *data_roots[MAX_DATA_ROOTS];
-    int num_data_roots;
-    int log_level;
-    int log_format;
     sl_dstate_config_t state;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_PORT = 1, O_ADMIN_PORT, O_WORK_DIR, O_BIND, O_ADMIN_BIND, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO,
-           O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_ROOT, O_CONFIG, O_HELP };
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL,
+           O_HELP };
     static const struct option longopts[] = {
-        {"port", required_argument, NULL, O_PORT},
-        {"admin-port", required_argument, NULL, O_ADMIN_PORT},
+        SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
-        {"bind", required_argument, NULL, O_BIND},
-        {"admin-bind", required_argument, NULL, O_ADMIN_BIND},
         {"worker-addresses", required_argument, NULL, O_WORKERS},
         {"worker-timeout-ms", required_argument, NULL, O_WORKER_TO},
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
@@ -89,11 +78,6 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"split-size", required_argument, NULL, O_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
-        {"log-level", required_argument, NULL, O_LOG_LEVEL},
-        {"log-format", required_argument, NULL, O_LOG_FORMAT},
-        {"admin-token-file", required_argument, NULL, O_TOKEN},
-        {"data-root", required_argument, NULL, O_ROOT},
-        {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -101,18 +85,13 @@ static int parse_args(int argc, char **argv, struct options *o)
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int taken = sl_daemon_opt(program, c, optarg, &o->d);
+        if (taken < 0)
+            return -1;
+        if (taken)
+            continue;
         switch (c) {
-        case O_PORT:
-            if (sl_cli_int(program, "port", optarg, 0, 65535, &o->port) < 0)
-                return -1;
-            break;
-        case O_ADMIN_PORT:
-            if (sl_cli_int(program, "admin-port", optarg, 0, 65535, &o->admin_port) < 0)
-                return -1;
-            break;
         case O_WORK_DIR: o->work_dir = optarg; break;
-        case O_BIND: o->bind = optarg; break;
-        case O_ADMIN_BIND: o->admin_bind = optarg; break;
         case O_WORKERS: o->worker_addresses = optarg; break;
         case O_WORKER_TO:
             if (sl_cli_int(program, "worker-timeout-ms", optarg, 100, 86400000, &o->state.worker_timeout_ms) < 0)
@@ -145,27 +124,6 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             o->state.max_exclude_runs = (unsigned)v;
             break;
-        case O_LOG_LEVEL:
-            if ((o->log_level = sl_log_level_parse(optarg)) < 0) {
-                fprintf(stderr, "%s: --log-level: \"%s\" is not error, warn, info or debug\n", program, optarg);
-                return -1;
-            }
-            break;
-        case O_LOG_FORMAT:
-            if ((o->log_format = sl_log_format_parse(optarg)) < 0) {
-                fprintf(stderr, "%s: --log-format: \"%s\" is not text or json\n", program, optarg);
-                return -1;
-            }
-            break;
-        case O_TOKEN: o->admin_token_file = optarg; break;
-        case O_ROOT:
-            if (o->num_data_roots == MAX_DATA_ROOTS) {
-                fprintf(stderr, "%s: --data-root: at most %d directories\n", program, MAX_DATA_ROOTS);
-                return -1;
-            }
-            o->data_roots[o->num_data_roots++] = optarg;
-            break;
-        case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
         }
@@ -174,7 +132,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, argv[optind]);
         return -1;
     }
-    if (o->port < 0 || o->admin_port < 0 || !o->work_dir) {
+    if (o->d.port < 0 || o->d.admin_port < 0 || !o->work_dir) {
         fprintf(stderr, "%s: --port, --admin-port and --work-dir are required\n", program);
         usage(stderr);
         return -1;
@@ -222,8 +180,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 int main(int argc, char **argv)
 {
-    struct options o = {.port = -1, .admin_port = -1, .bind = "0.0.0.0", .admin_bind = "127.0.0.1",
-                        .log_level = SL_LOG_INFO};
+    struct options o = {0};
+    sl_daemon_opts_init(&o.d);
     sl_dstate_config_init(&o.state);
     int cargc;
     char **cargv;
@@ -234,8 +192,8 @@ int main(int argc, char **argv)
         sl_cli_free_argv(cargc, cargv);
         return SL_EXIT_USAGE;
     }
-    sl_log_init(program, o.log_level);
-    sl_log_set_format(o.log_format);
+    sl_log_init(program, o.d.log_level);
+    sl_log_set_format(o.d.log_format);
     signal(SIGPIPE, SIG_IGN);
 
     int status = SL_EXIT_FAILURE;
@@ -264,8 +222,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
-    if (o.num_data_roots > 0 &&
-        sl_confine_create(o.data_roots, (size_t)o.num_data_roots, &roots, err, sizeof err) < 0) {
+    if (o.d.num_data_roots > 0 &&
+        sl_confine_create(o.d.data_roots, (size_t)o.d.num_data_roots, &roots, err, sizeof err) < 0) {
         fprintf(stderr, "%s: --data-root: %s\n", program, err);
         goto out;
     }
@@ -283,18 +241,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
-    if (sl_dserver_start(base, st, store, o.bind, (uint16_t)o.port, &port, &srv, err, sizeof err) < 0 ||
-        sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0) {
+    if (sl_dserver_start(base, st, store, o.d.bind, (uint16_t)o.d.port, &port, &srv, err, sizeof err) < 0 ||
+        sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
+        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
-    }
-    if (o.admin_token_file) {
-        char token[256];
-        if (sl_admin_read_token(o.admin_token_file, token, sizeof token, err, sizeof err) < 0) {
-            fprintf(stderr, "%s: %s\n", program, err);
-            goto out;
-        }
-        sl_admin_set_token(admin, token);
     }
     sl_dadmin_register(admin, srv);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
@@ -302,9 +253,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
-    fflush(stdout);
-    sl_log_info("serving on %s:%u, admin on %s:%u, work dir %s", o.bind, port, o.admin_bind, admin_port,
+    sl_cli_announce(program, port, admin_port);
+    sl_log_info("serving on %s:%u, admin on %s:%u, work dir %s", o.d.bind, port, o.d.admin_bind, admin_port,
                 sl_workdir_path(wd));
     event_base_dispatch(base);
     status = sl_dserver_failed(srv) ? SL_EXIT_FAILURE : SL_EXIT_OK;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
 #include "le.h"
 #include "log.h"
 #include "policy.h"
@@ -275,8 +276,8 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
             snprintf(err, errlen, "report of client %" PRIu64 ": more than %u runs of positions", c->id,
                      st->cfg.max_exclude_runs);
         else
-            snprintf(err, errlen, "report of client %" PRIu64 ": %s", c->id, rc == -ENOMEM ? "out of memory" : why);
-        return rc == -ENOMEM ? rc : SL_EDATA;
+            return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA,
+                           "report of client %" PRIu64 ": %s", c->id, rc == -ENOMEM ? "out of memory" : why);
     }
     uint64_t added = 0;
     for (unsigned i = 0; i < j->num_orphans && rc == 0; i++) {
@@ -304,8 +305,7 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
     }
     sl_posset_clear(&got);
     if (rc < 0) {
-        snprintf(err, errlen, "out of memory");
-        return rc;
+        return sl_errf(err, errlen, rc, "out of memory");
     }
     sl_log_info("job %" PRIu64 ": client %" PRIu64 " reported for %" PRIu64 ": %" PRIu64
                 " more records of the lost splits received", j->id, c->id, req->report_gen, added);

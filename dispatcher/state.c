@@ -1,18 +1,28 @@
 /*
- * state.c: see state.h.
+ * state.c: see state.h. The hand-out of DYNAMIC splits is handout.c, what
+ * happens to a lost task's splits outstanding.c, the admin views views.c,
+ * what they share state_base.c. Past 900 lines: the transitions below, of
+ * workers, jobs, tasks and clients, call each other (a lost worker loses its
+ * tasks, which may finish or fail their jobs).
  *
- * Worker states:  LIVE -> LOST (no heartbeat for worker_timeout_ms, or the
- *                 same address registered again). LOST is final; a worker
- *                 that comes back registers under a new id.
+ * Worker states:  LIVE -> LOST (its connection closed, no heartbeat for
+ *                 worker_timeout_ms, stuck for stall_timeout_ms, or the same
+ *                 address registered again). A worker that reconnects with
+ *                 the id it had while the dispatcher still knows it LIVE
+ *                 resumes it (a dispatcher restart); otherwise it registers
+ *                 under a new id.
  * Job states:     RUNNING -> FINISHED  every task is DONE or LOST, one DONE
  *                                      by itself (not cut off by a drain
  *                                      while DYNAMIC splits are left)
- *                 RUNNING -> FAILED    a task reported a pipeline failure
+ *                 RUNNING -> FAILED    a task reported a pipeline failure, or
+ *                                      stays held at --max-outstanding-splits
  *                 RUNNING -> CANCELLED no client for job_gc_timeout_ms, or
  *                                      DELETE /v1/jobs/{id}
  * Task states:    ASSIGNED -> RUNNING -> DONE
  *                 ASSIGNED -> DONE      (finished before its first report)
  *                 ASSIGNED | RUNNING -> FAILED | LOST
+ *                 DONE -> LOST          (DYNAMIC: its worker was lost before
+ *                                      every client confirmed its splits)
  * DYNAMIC splits: one cursor per job over the source's elements, cut into
  *                 split_size pieces, for one epoch at a time: epoch e+1
  *                 opens when a task asks for it after e ran out.
@@ -37,6 +47,7 @@
 
 #include <jansson.h>
 
+#include "errbuf.h"
 #include "files.h"
 #include "le.h"
 #include "log.h"
@@ -44,13 +55,6 @@
 #include "outstanding.h"
 #include "policy.h"
 #include "spec.h"
-
-/* How long a task waits before asking for splits again when its job has
- * none for it yet (GetSplitResponse.retry_ms). */
-#define RETRY_SPLITS_MS 50
-
-static const char *task_state_names[] = {"ASSIGNED", "RUNNING", "DONE", "FAILED", "LOST"};
-static const char *job_state_names[] = {"RUNNING", "FINISHED", "CANCELLED", "FAILED"};
 
 void sl_dstate_config_init(sl_dstate_config_t *cfg)
 {
@@ -72,32 +76,6 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_skip_bytes = 256u << 10,
         .max_outstanding = 16384,
     };
-}
-
-int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem)
-{
-    if (num < *cap)
-        return 0;
-    unsigned ncap = *cap ? *cap * 2 : 8;
-    void *p = realloc(*(void **)arr, (size_t)ncap * elem);
-    if (!p)
-        return -ENOMEM;
-    *(void **)arr = p;
-    *cap = ncap;
-    return 0;
-}
-
-/* Queues the deletion of a stored record for the next commit. The queue is
- * bounded by what one request can remove (a job and its tasks' hand-outs,
- * the lost workers forgotten at one registration); on out of memory the
- * record stays in the store and is dropped again at the next load. */
-void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2)
-{
-    if (sl__dstate_grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
-        sl_log_warn("out of memory: stored record %" PRIu64 " stays until the next restart", key);
-        return;
-    }
-    st->dels[st->num_dels++] = (struct sl_ddel){table, key, key2};
 }
 
 static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
@@ -198,14 +176,6 @@ void sl_dstate_free(sl_dstate_t *st)
     free(st);
 }
 
-static struct worker *find_worker(sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_workers; i++)
-        if (st->workers[i].id == id)
-            return &st->workers[i];
-    return NULL;
-}
-
 /* Ops that turn each element into exactly one element, so that a count of
  * source elements is the same count at the next op. */
 static bool op_keeps_count(const char *name)
@@ -260,55 +230,6 @@ static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
     return size;
 }
 
-static uint32_t dataset_num_files(const struct dataset *d)
-{
-    return d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
-}
-
-static uint64_t dataset_file_records(const struct dataset *d, uint32_t f)
-{
-    return d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
-}
-
-/* Splits per epoch, counted once (a file source may have many files). */
-static uint64_t dataset_splits_per_epoch(struct dataset *d)
-{
-    if (d->splits_per_epoch == 0)
-        for (uint32_t f = 0; f < dataset_num_files(d); f++)
-            d->splits_per_epoch += (dataset_file_records(d, f) + d->split_size - 1) / d->split_size;
-    return d->splits_per_epoch;
-}
-
-struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_datasets; i++)
-        if (st->datasets[i]->id == id)
-            return st->datasets[i];
-    return NULL;
-}
-
-struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        if (st->jobs[i]->id == id)
-            return st->jobs[i];
-    return NULL;
-}
-
-struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job)
-{
-    for (unsigned i = 0; i < st->num_jobs; i++) {
-        struct job *j = st->jobs[i];
-        for (unsigned k = 0; k < j->num_tasks; k++) {
-            if (j->tasks[k].id == id) {
-                *job = j;
-                return &j->tasks[k];
-            }
-        }
-    }
-    return NULL;
-}
-
 static bool is_static(sl_sharding_t p)
 {
     return p == SL_SHARDING_FILE || p == SL_SHARDING_DATA || p == SL_SHARDING_FILE_OR_DATA ||
@@ -339,8 +260,8 @@ static void task_set_state(struct job *j, struct task *t, enum task_state next)
     assert(ok && "task state transition");
     if (!ok)
         return;
-    sl_log_debug("job %" PRIu64 " task %" PRIu64 ": %s -> %s", j->id, t->id, task_state_names[t->state],
-                 task_state_names[next]);
+    sl_log_debug("job %" PRIu64 " task %" PRIu64 ": %s -> %s", j->id, t->id, sl__task_state_names[t->state],
+                 sl__task_state_names[next]);
     t->state = next;
     j->dirty = true;
 }
@@ -356,7 +277,7 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     if (why)
         snprintf(j->error, sizeof j->error, "%s", why);
     sl_log_info("job %" PRIu64 "%s%s%s %s%s%s", j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "",
-                job_state_names[next], why ? ": " : "", why ? why : "");
+                sl__job_state_names[next], why ? ": " : "", why ? why : "");
 }
 
 /* A job is finished once no task can produce any more, and one finished
@@ -370,13 +291,13 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
      * now would have some handed out again). */
     if (sl__out_tracked(j) && sl__out_pending(j))
         return;
-    bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_file < dataset_num_files(j->dataset);
+    bool splits_left = j->sharding == SL_SHARDING_DYNAMIC && j->split_file < sl__dataset_num_files(j->dataset);
     bool any_done = false;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         const struct task *t = &j->tasks[k];
         if (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)
             return;
-        const struct worker *w = find_worker(st, t->worker_id);
+        const struct worker *w = sl__dstate_worker(st, t->worker_id);
         any_done |= t->state == TASK_DONE && (!splits_left || !w || !w->draining);
     }
     /* Under a static policy every index owns its own shard: the job waits
@@ -548,8 +469,8 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         live += w->state == WORKER_LIVE;
     }
     if (live >= st->cfg.max_workers) {
-        snprintf(err, errlen, "worker %s refused: %u workers is the limit", address, st->cfg.max_workers);
-        return SL_ETOOBIG;
+        return sl_errf(err, errlen, SL_ETOOBIG,
+                       "worker %s refused: %u workers is the limit", address, st->cfg.max_workers);
     }
     /* Lost workers are forgotten once the table is full of them. */
     if (st->num_workers >= st->cfg.max_workers) {
@@ -563,8 +484,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         st->num_workers = k;
     }
     if (sl__dstate_grow(&st->workers, &st->cap_workers, st->num_workers, sizeof *st->workers) < 0) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     struct worker *w = &st->workers[st->num_workers++];
     *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .joined = now, .last_seen = now, .dirty = true};
@@ -575,8 +495,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
         if (j->state == SL_JOB_RUNNING && job_add_task(st, j, w) < 0) {
-            snprintf(err, errlen, "out of memory");
-            return -ENOMEM;
+            return sl_errf(err, errlen, -ENOMEM, "out of memory");
         }
     }
     return 0;
@@ -601,7 +520,7 @@ static int worker_confirm(sl_dstate_t *st, struct worker *w)
 
 int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worker_id, int64_t now)
 {
-    struct worker *w = find_worker(st, worker_id);
+    struct worker *w = sl__dstate_worker(st, worker_id);
     if (!w || w->state != WORKER_LIVE || strcmp(w->address, address) != 0)
         return SL_ENOTFOUND;
     w->last_seen = now;
@@ -620,16 +539,15 @@ static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
 int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequest *req, int64_t now,
                                sluice_WorkerHeartbeatResponse *resp, char *err, size_t errlen)
 {
-    struct worker *w = find_worker(st, req->worker_id);
+    struct worker *w = sl__dstate_worker(st, req->worker_id);
     if (!w || w->state != WORKER_LIVE) {
-        snprintf(err, errlen, "worker %" PRIu64 " is not registered (or was declared lost): register again",
-                 req->worker_id);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND,
+                       "worker %" PRIu64 " is not registered (or was declared lost): register again",
+                   req->worker_id);
     }
     w->last_seen = now;
     if (worker_confirm(st, w) < 0) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     /* Alive but stuck: its heartbeats come, its pipeline makes nothing. */
     for (pb_size_t i = 0; i < req->tasks_count && st->cfg.stall_timeout_ms > 0; i++) {
@@ -645,8 +563,8 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
                      "for input (--stall-timeout-ms %" PRId64 ")", req->tasks[i].task_id, req->tasks[i].stalled_ms,
                      st->cfg.stall_timeout_ms);
             worker_lose(st, w, why);
-            snprintf(err, errlen, "worker %" PRIu64 " was declared lost: %s; register again", w->id, why);
-            return SL_ENOTFOUND;
+            return sl_errf(err, errlen, SL_ENOTFOUND,
+                           "worker %" PRIu64 " was declared lost: %s; register again", w->id, why);
         }
     }
     for (pb_size_t i = 0; i < req->tasks_count; i++) {
@@ -774,12 +692,11 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
                           const char *host, int64_t now, uint64_t *client_id, char *err, size_t errlen)
 {
     if (j->num_clients >= st->cfg.max_clients_per_job) {
-        snprintf(err, errlen, "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
-        return SL_ETOOBIG;
+        return sl_errf(err, errlen, SL_ETOOBIG,
+                       "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
     }
     if (sl__dstate_grow(&j->clients, &j->cap_clients, j->num_clients, sizeof *j->clients) < 0) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     struct client *c = &j->clients[j->num_clients++];
     *c = (struct client){.id = st->next_id++, .last_seen = now, .consumer_index = req->consumer_index,
@@ -822,39 +739,39 @@ static int job_check_policy(const sl_dstate_t *st, const struct dataset *d, sl_s
     const char *policy = sl_sharding_name(p);
     *effective = p;
     if (d->hint_op >= 0 && p != SL_SHARDING_HINT) {
-        snprintf(err, errlen, "dataset %" PRIu64 ": ops[%d] is a shard with num_shards \"hint\", which only HINT "
-                 "sharding binds; this job's sharding is %s", d->id, d->hint_op, policy);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "dataset %" PRIu64 ": ops[%d] is a shard with num_shards \"hint\", which only HINT "
+                   "sharding binds; this job's sharding is %s", d->id, d->hint_op, policy);
     }
     if (p == SL_SHARDING_DYNAMIC && d->cardinality < 0) {
-        snprintf(err, errlen, "dynamic sharding needs a source of known size; dataset %" PRIu64 " has none", d->id);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "dynamic sharding needs a source of known size; dataset %" PRIu64 " has none", d->id);
     }
     if (!is_static(p))
         return 0;
     unsigned n = st->num_addresses;
     if (n == 0) {
-        snprintf(err, errlen, "%s sharding needs the dispatcher's --worker-addresses: a worker's index is its place "
-                 "in that list", policy);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "%s sharding needs the dispatcher's --worker-addresses: a worker's index is its place "
+                   "in that list", policy);
     }
     if (p == SL_SHARDING_FILE_OR_DATA)
         *effective = (unsigned)d->files.num_files >= n ? SL_SHARDING_FILE : SL_SHARDING_DATA;
     if (*effective == SL_SHARDING_FILE && d->files.num_files == 0) {
-        snprintf(err, errlen, "file sharding needs a file source; dataset %" PRIu64 " has no files (use data, "
-                 "file_or_data or dynamic sharding)", d->id);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "file sharding needs a file source; dataset %" PRIu64 " has no files (use data, "
+                   "file_or_data or dynamic sharding)", d->id);
     }
     if (*effective == SL_SHARDING_FILE && (unsigned)d->files.num_files < n) {
-        snprintf(err, errlen, "file sharding needs at least as many files as workers: dataset %" PRIu64
-                 " has %zu files, --worker-addresses lists %u workers (file_or_data would pick data)", d->id,
-                 (size_t)d->files.num_files, n);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "file sharding needs at least as many files as workers: dataset %" PRIu64
+                   " has %zu files, --worker-addresses lists %u workers (file_or_data would pick data)", d->id,
+                   (size_t)d->files.num_files, n);
     }
     if (p == SL_SHARDING_HINT && d->hint_op < 0) {
-        snprintf(err, errlen, "hint sharding binds a shard op whose num_shards and index are \"hint\"; dataset %"
-                 PRIu64 " has none", d->id);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "hint sharding binds a shard op whose num_shards and index are \"hint\"; dataset %"
+                   PRIu64 " has none", d->id);
     }
     return 0;
 }
@@ -866,44 +783,43 @@ static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJo
 {
     if (req->num_consumers == 0) {
         if (j && j->num_consumers > 0) {
-            snprintf(err, errlen, "job \"%s\" has coordinated reads with %u consumers; this client asked for none "
-                     "(give num_consumers %u and a consumer_index)", j->name, j->num_consumers, j->num_consumers);
-            return SL_ECONFLICT;
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" has coordinated reads with %u consumers; this client asked for none "
+                       "(give num_consumers %u and a consumer_index)", j->name, j->num_consumers, j->num_consumers);
         }
         return 0;
     }
     if (!req->job_name[0]) {
-        snprintf(err, errlen, "coordinated reads (num_consumers %u) need a named job: the consumers share one job "
-                 "by its name", req->num_consumers);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "coordinated reads (num_consumers %u) need a named job: the consumers share one job "
+                   "by its name", req->num_consumers);
     }
     if (req->num_consumers > st->cfg.max_clients_per_job || req->consumer_index >= req->num_consumers) {
-        snprintf(err, errlen, "consumer_index %u is out of range: num_consumers is %u (at most %u)",
-                 req->consumer_index, req->num_consumers, st->cfg.max_clients_per_job);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL, "consumer_index %u is out of range: num_consumers is %u (at most %u)",
+                   req->consumer_index, req->num_consumers, st->cfg.max_clients_per_job);
     }
     if (req->target_workers != SL_TARGET_ANY) {
-        snprintf(err, errlen, "coordinated reads take every round from the job's workers in turn: target_workers "
-                 "must be any, not %s", sl_target_workers_name((sl_target_workers_t)req->target_workers));
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "coordinated reads take every round from the job's workers in turn: target_workers "
+                   "must be any, not %s", sl_target_workers_name((sl_target_workers_t)req->target_workers));
     }
     if (!d->infinite) {
-        snprintf(err, errlen, "coordinated reads need an infinite dataset (a repeat without count, no take after "
-                 "it): every round must have a batch for every consumer; dataset %" PRIu64 " ends", d->id);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "coordinated reads need an infinite dataset (a repeat without count, no take after "
+                   "it): every round must have a batch for every consumer; dataset %" PRIu64 " ends", d->id);
     }
     if (!j)
         return 0;
     if (j->num_consumers != req->num_consumers) {
-        snprintf(err, errlen, "job \"%s\" exists with num_consumers %u, requested %u", j->name, j->num_consumers,
-                 req->num_consumers);
-        return SL_ECONFLICT;
+        return sl_errf(err, errlen, SL_ECONFLICT,
+                       "job \"%s\" exists with num_consumers %u, requested %u", j->name, j->num_consumers,
+                   req->num_consumers);
     }
     for (unsigned i = 0; i < j->num_clients; i++) {
         if (j->clients[i].consumer_index == req->consumer_index) {
-            snprintf(err, errlen, "job \"%s\": consumer_index %u is taken by client %" PRIu64, j->name,
-                     req->consumer_index, j->clients[i].id);
-            return SL_ECONFLICT;
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\": consumer_index %u is taken by client %" PRIu64, j->name,
+                       req->consumer_index, j->clients[i].id);
         }
     }
     return 0;
@@ -922,30 +838,27 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        char *err, size_t errlen)
 {
     if (exclude_len > 0 && (req->job_name[0] || req->sharding == SL_SHARDING_OFF || req->num_consumers > 0)) {
-        snprintf(err, errlen, "a restored iterator reads a job of its own: a sharding policy other than off, no job "
-                 "name, no coordinated reads");
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "a restored iterator reads a job of its own: a sharding policy other than off, no job "
+                   "name, no coordinated reads");
     }
     struct dataset *d = sl__dstate_dataset(st, req->dataset_id);
     if (!d) {
-        snprintf(err, errlen, "dataset %" PRIu64 " is not registered", req->dataset_id);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered", req->dataset_id);
     }
     const char *policy = sl_sharding_name((sl_sharding_t)req->sharding);
     if (!policy) {
-        snprintf(err, errlen, "sharding policy %u is unknown", req->sharding);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL, "sharding policy %u is unknown", req->sharding);
     }
     const char *target = sl_target_workers_name((sl_target_workers_t)req->target_workers);
     if (!target) {
-        snprintf(err, errlen, "target_workers %u is unknown", req->target_workers);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL, "target_workers %u is unknown", req->target_workers);
     }
     if (req->target_workers == SL_TARGET_LOCAL && !has_local_worker(st, client_host)) {
-        snprintf(err, errlen, "target_workers local: no live worker is on this client's host %s (a worker is local "
-                 "when the host of its --worker-address is the address the client connects from)",
-                 client_host && client_host[0] ? client_host : "(unknown)");
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND,
+                       "target_workers local: no live worker is on this client's host %s (a worker is local "
+                   "when the host of its --worker-address is the address the client connects from)",
+                   client_host && client_host[0] ? client_host : "(unknown)");
     }
     struct job *j = NULL;
     const struct job *ended = NULL;
@@ -962,14 +875,13 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     int rc;
     if (j) {
         if (j->dataset != d) {
-            snprintf(err, errlen, "job \"%s\" exists with dataset %" PRIu64 ", requested dataset %" PRIu64, j->name,
-                     j->dataset->id, d->id);
-            return SL_ECONFLICT;
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" exists with dataset %" PRIu64 ", requested dataset %" PRIu64, j->name,
+                       j->dataset->id, d->id);
         }
         if (j->sharding != (sl_sharding_t)req->sharding) {
-            snprintf(err, errlen, "job \"%s\" exists with sharding %s, requested %s", j->name,
-                     sl_sharding_name(j->sharding), policy);
-            return SL_ECONFLICT;
+            return sl_errf(err, errlen, SL_ECONFLICT, "job \"%s\" exists with sharding %s, requested %s", j->name,
+                       sl_sharding_name(j->sharding), policy);
         }
         if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
             return rc;
@@ -982,21 +894,18 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     if ((rc = job_check_consumers(st, req, d, NULL, err, errlen)) < 0)
         return rc;
     if (jobs_make_room(st) < 0) {
-        snprintf(err, errlen, "job refused: %u running jobs is the limit", st->cfg.max_jobs);
-        return SL_ETOOBIG;
+        return sl_errf(err, errlen, SL_ETOOBIG, "job refused: %u running jobs is the limit", st->cfg.max_jobs);
     }
     j = calloc(1, sizeof *j);
     if (!j) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
     if (exclude_len > 0) {
         char why[300];
         if ((rc = sl_posset_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
             job_free(j);
-            snprintf(err, errlen, "the restored iterator's checkpoint: %s", why);
-            return rc;
+            return sl_errf(err, errlen, rc, "the restored iterator's checkpoint: %s", why);
         }
         j->exclude_dirty = true;
     }
@@ -1015,8 +924,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if (st->workers[i].state == WORKER_LIVE && !st->workers[i].draining && !st->workers[i].unconfirmed &&
             job_add_task(st, j, &st->workers[i]) < 0) {
             job_free(j);
-            snprintf(err, errlen, "out of memory");
-            return -ENOMEM;
+            return sl_errf(err, errlen, -ENOMEM, "out of memory");
         }
     }
     j->started = true;
@@ -1028,7 +936,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     if (ended) {
         snprintf(resp->notice, sizeof resp->notice, "job \"%s\" (id %" PRIu64 ") had already ended (%s); a new "
                  "job %" PRIu64 " was created under its name, reading the dataset from the start", j->name,
-                 ended->id, job_state_names[ended->state], j->id);
+                 ended->id, sl__job_state_names[ended->state], j->id);
         sl_log_info("%s", resp->notice);
     }
     sl_log_info("job %" PRIu64 "%s%s%s created: dataset %" PRIu64 ", sharding %s%s%s, %u tasks, %u consumers", j->id,
@@ -1076,14 +984,13 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 {
     struct job *j = sl__dstate_job(st, req->job_id);
     if (!j) {
-        snprintf(err, errlen, "job %" PRIu64 " is unknown", req->job_id);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);
     }
     struct client *c = job_find_client(j, req->client_id);
     if (!c) {
-        snprintf(err, errlen, "client %" PRIu64 " of job %" PRIu64 " is unknown: its lease expired after %" PRId64
-                 " ms without heartbeat", req->client_id, j->id, st->cfg.client_timeout_ms);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND,
+                       "client %" PRIu64 " of job %" PRIu64 " is unknown: its lease expired after %" PRId64
+                   " ms without heartbeat", req->client_id, j->id, st->cfg.client_timeout_ms);
     }
     c->last_seen = now;
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
@@ -1133,8 +1040,8 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
     struct job *j = sl__dstate_job(st, req->job_id);
     struct client *c = j ? job_find_client(j, req->client_id) : NULL;
     if (!c) {
-        snprintf(err, errlen, "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND,
+                       "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
     }
     c->last_seen = now;
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
@@ -1155,224 +1062,15 @@ int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_i
     return 0;
 }
 
-int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
-                           uint64_t begin, uint64_t *end, uint32_t *nskips)
-{
-    uint64_t have = sl_posset_count(ex, epoch, f, begin, *end);
-    *nskips = 0;
-    if (have == *end - begin)
-        return 1;
-    if (have == 0)
-        return 0;
-    size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
-    size_t n = sl_posset_within(ex, epoch, f, begin, *end, NULL, 0);
-    if (room == 0)
-        return 2;
-    if (!t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
-        return -ENOMEM;
-    size_t take = n > room ? room : n;
-    sl_posrun_t *runs = malloc((take + 1) * sizeof *runs);
-    if (!runs)
-        return -ENOMEM;
-    sl_posset_within(ex, epoch, f, begin, *end, runs, take + 1);
-    if (n > room)
-        *end = runs[room].begin;
-    for (size_t i = 0; i < take; i++) {
-        sl_put_le64(t->last_skips + t->last_skips_len, runs[i].begin);
-        sl_put_le64(t->last_skips + t->last_skips_len + 8, runs[i].count);
-        t->last_skips_len += 16;
-    }
-    free(runs);
-    *nskips = (uint32_t)take;
-    return 0;
-}
-
 const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id)
 {
     const struct job *j = sl__dstate_job((sl_dstate_t *)st, job_id);
     return j ? &j->exclude : NULL;
 }
 
-const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)
-{
-    struct job *j = NULL;
-    struct task *t = sl__dstate_task(st, task_id, &j);
-    *len = t && t->last_skips ? t->last_skips_len : 0;
-    return *len ? t->last_skips : NULL;
-}
-
-int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
-                         char *err, size_t errlen)
-{
-    struct job *j = NULL;
-    struct task *t = sl__dstate_task(st, req->task_id, &j);
-    if (!t) {
-        snprintf(err, errlen, "task %" PRIu64 " is unknown", req->task_id);
-        return SL_ENOTFOUND;
-    }
-    if (j->sharding != SL_SHARDING_DYNAMIC) {
-        snprintf(err, errlen, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
-        return SL_EINVAL;
-    }
-    if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING) {
-        /* A task declared lost (its worker alive but cut off, or stuck) gets
-         * nothing more: its splits go to the others, and its clients no
-         * longer read it. */
-        resp->epoch = req->epoch;
-        resp->end_of_epoch = true;
-        resp->finished = true;
-        return 0;
-    }
-    /* A worker that did not get our answer (we or the connection died)
-     * asks again with the same request_seq: it gets the same splits, so a
-     * split is never handed out without reaching its worker. */
-    if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
-        if (req->request_seq == t->split_req_seq && t->last_splits) {
-            *resp = *t->last_splits;
-            return 0;
-        }
-        snprintf(err, errlen, "task %" PRIu64 " asked for splits with request_seq %" PRIu64 ", older than its last "
-                 "answered request %" PRIu64, t->id, req->request_seq, t->split_req_seq);
-        return SL_EINVAL;
-    }
-    t->last_skips_len = 0; /* a new answer: none of the last one's skips */
-    struct dataset *d = j->dataset;
-    uint32_t nfiles = dataset_num_files(d);
-    resp->epoch = req->epoch;
-    struct worker *w = find_worker(st, t->worker_id);
-    if (w && w->draining) {
-        /* A drained worker's splits go to the others from now on. */
-        resp->end_of_epoch = true;
-        resp->finished = true;
-        return 0;
-    }
-    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
-    if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
-        /* Its clients are that far behind: hold it back until they report
-         * (task_check_held() fails the job if they are not). */
-        t->held = true;
-        resp->retry_ms = RETRY_SPLITS_MS;
-        return 0;
-    }
-    if (tracked && j->num_orphans > 0) {
-        /* Lost workers' splits first, whatever epoch the task is in. */
-        unsigned rmax = req->max_splits ? req->max_splits : 1;
-        if (rmax > sizeof resp->splits / sizeof resp->splits[0])
-            rmax = sizeof resp->splits / sizeof resp->splits[0];
-        int rc = sl__out_reissue(st, j, t, resp, rmax);
-        if (rc < 0) {
-            snprintf(err, errlen, "out of memory");
-            return rc;
-        }
-        if (resp->splits_count > 0)
-            goto answered;
-    }
-    if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
-        resp->end_of_epoch = true;
-        return 0;
-    }
-    if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
-        j->cursor_dirty = true;
-        j->split_epoch++;
-        j->split_file = 0;
-        j->split_next = 0;
-        j->split_epoch_handed = 0;
-    } else if (req->epoch != j->split_epoch) {
-        snprintf(err, errlen, "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
-                 j->id, j->split_epoch, t->id, req->epoch);
-        return SL_EINVAL;
-    }
-    bool excl = j->exclude.num > 0;
-    unsigned max = req->max_splits ? req->max_splits : 1;
-    /* Guided hand-out: no task takes more than half its share of what is
-     * left of the epoch, so a worker asking for many splits at a time (to
-     * make each commit count) leaves some for the others near the end. */
-    unsigned live = 0;
-    for (unsigned k = 0; k < j->num_tasks; k++)
-        live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
-    uint64_t per_epoch = dataset_splits_per_epoch(d);
-    uint64_t left = per_epoch > j->split_epoch_handed ? per_epoch - j->split_epoch_handed : 0;
-    uint64_t fair = (left + 2 * (uint64_t)live - 1) / (2 * (uint64_t)(live ? live : 1));
-    if (live >= 2 && max > fair)
-        max = fair > 0 ? (unsigned)fair : 1;
-    if (max > sizeof resp->splits / sizeof resp->splits[0])
-        max = sizeof resp->splits / sizeof resp->splits[0];
-    /* Splits never cross a file; empty files are stepped over. */
-    while (resp->splits_count < max && j->split_file < nfiles) {
-        uint64_t total = dataset_file_records(d, j->split_file);
-        if (j->split_next >= total) {
-            j->split_file++;
-            j->split_next = 0;
-            j->cursor_dirty = true;
-            continue;
-        }
-        uint64_t begin = j->split_next;
-        uint64_t end = total - begin > d->split_size ? begin + d->split_size : total;
-        uint32_t skips = 0;
-        uint64_t skip_offset = t->last_skips_len;
-        if (excl) {
-            int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
-                                            &end, &skips);
-            if (rc == 1) { /* every record of it was consumed already */
-                j->split_next = end;
-                j->cursor_dirty = true;
-                continue;
-            }
-            if (rc == 2)
-                break; /* no room for its skips in this answer: the next one */
-            if (rc < 0) {
-                snprintf(err, errlen, "out of memory");
-                return rc;
-            }
-        }
-        sluice_Split *s = &resp->splits[resp->splits_count];
-        j->cursor_dirty = true;
-        s->split_id = j->split_seq++;
-        s->file_index = j->split_file;
-        s->begin = begin;
-        s->end = end;
-        s->epoch = j->split_epoch;
-        s->skip_offset = skips ? skip_offset : 0;
-        s->skip_count = skips;
-        if (tracked && sl__out_add(t, s, skips ? t->last_skips + skip_offset : NULL) < 0) {
-            t->last_skips_len = skip_offset;
-            snprintf(err, errlen, "out of memory");
-            return -ENOMEM;
-        }
-        resp->splits_count++;
-        j->split_next = s->end;
-        j->split_epoch_handed++;
-    }
-    /* Step past a finished last file now, so that the epoch counts as
-     * exhausted as soon as its last split is out. */
-    while (j->split_file < nfiles && j->split_next >= dataset_file_records(d, j->split_file)) {
-        j->split_file++;
-        j->split_next = 0;
-        j->cursor_dirty = true;
-    }
-    resp->end_of_epoch = resp->splits_count == 0;
-    if (resp->end_of_epoch && tracked && j->num_orphans > 0) {
-        /* Lost splits wait for the clients' reports: the epoch is not over
-         * yet, and the task may take them once they are queued. */
-        resp->end_of_epoch = false;
-        resp->retry_ms = RETRY_SPLITS_MS;
-    }
-answered:
-    if (req->request_seq != 0 && resp->splits_count > 0) {
-        *t->last_splits = *resp;
-        t->split_req_seq = req->request_seq;
-        t->handout_dirty = true;
-    }
-    return 0;
-}
-
 bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why)
 {
-    struct worker *w = find_worker(st, worker_id);
+    struct worker *w = sl__dstate_worker(st, worker_id);
     if (!w || w->state != WORKER_LIVE)
         return false;
     char reason[sizeof w->why_lost];
@@ -1425,12 +1123,11 @@ int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char
 {
     struct job *j = sl__dstate_job(st, job_id);
     if (!j) {
-        snprintf(err, errlen, "job %" PRIu64 " is unknown", job_id);
-        return SL_ENOTFOUND;
+        return sl_errf(err, errlen, SL_ENOTFOUND, "job %" PRIu64 " is unknown", job_id);
     }
     if (j->state != SL_JOB_RUNNING) {
-        snprintf(err, errlen, "job %" PRIu64 " is already %s", job_id, job_state_names[j->state]);
-        return SL_EINVAL;
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "job %" PRIu64 " is already %s", job_id, sl__job_state_names[j->state]);
     }
     job_set_state(st, j, SL_JOB_CANCELLED, why);
     return 0;
@@ -1448,145 +1145,5 @@ int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size
             return 0;
         }
     }
-    snprintf(err, errlen, "no live worker at %s", address);
-    return SL_ENOTFOUND;
-}
-
-/* ---- admin views ---- */
-
-static const char *worker_state_name(const struct worker *w)
-{
-    return w->state == WORKER_LOST ? "LOST" : w->draining ? "DRAINING" : "LIVE";
-}
-
-json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
-{
-    json_t *arr = json_array();
-    for (unsigned i = 0; i < st->num_workers; i++) {
-        const struct worker *w = &st->workers[i];
-        unsigned tasks = 0;
-        for (unsigned k = 0; k < st->num_jobs; k++) {
-            const struct job *j = st->jobs[k];
-            for (unsigned t = 0; t < j->num_tasks; t++)
-                tasks += j->state == SL_JOB_RUNNING && j->tasks[t].worker_id == w->id &&
-                         (j->tasks[t].state == TASK_ASSIGNED || j->tasks[t].state == TASK_RUNNING);
-        }
-        json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)w->id, "address",
-                                             w->address, "state", worker_state_name(w), "active_tasks",
-                                             (json_int_t)tasks, "last_heartbeat_ms_ago",
-                                             (json_int_t)(now - w->last_seen), "uptime_ms",
-                                             (json_int_t)(now - w->joined)));
-        if (w->state == WORKER_LOST)
-            json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "lost_reason",
-                                json_string(w->why_lost));
-    }
-    return arr;
-}
-
-static json_t *dataset_json(const struct dataset *d, bool with_spec)
-{
-    json_t *o = json_pack("{s:I,s:s,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
-                          (json_int_t)d->cardinality);
-    if (with_spec) {
-        json_t *spec = json_loads(d->canonical, 0, NULL);
-        json_object_set_new(o, "spec", spec ? spec : json_null());
-    }
-    return o;
-}
-
-json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
-{
-    json_t *arr = json_array();
-    for (unsigned i = 0; i < st->num_datasets; i++)
-        json_array_append_new(arr, dataset_json(st->datasets[i], false));
-    return arr;
-}
-
-json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
-{
-    const struct dataset *d = sl__dstate_dataset(st, id);
-    return d ? dataset_json(d, true) : NULL;
-}
-
-static json_t *job_json(const struct job *j, int64_t now, bool detail)
-{
-    uint64_t elements = 0, bytes = 0, batches = 0;
-    unsigned done = 0;
-    for (unsigned t = 0; t < j->num_tasks; t++) {
-        elements += j->tasks[t].elements;
-        bytes += j->tasks[t].bytes;
-        batches += j->tasks[t].batches;
-        done += j->tasks[t].state == TASK_DONE;
-    }
-    json_t *o = json_pack("{s:I,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "id", (json_int_t)j->id, "name",
-                          j->name, "dataset_id", (json_int_t)j->dataset->id, "sharding",
-                          sl_sharding_name(j->sharding), "state", job_state_names[j->state], "tasks",
-                          (json_int_t)j->num_tasks, "tasks_done", (json_int_t)done, "num_consumers",
-                          (json_int_t)j->num_clients, "elements_served", (json_int_t)elements, "bytes_served",
-                          (json_int_t)bytes, "batches_served", (json_int_t)batches, "age_ms",
-                          (json_int_t)(now - j->created));
-    if (j->error[0])
-        json_object_set_new(o, "error", json_string(j->error));
-    if (j->effective != j->sharding)
-        json_object_set_new(o, "sharding_resolved", json_string(sl_sharding_name(j->effective)));
-    if (j->num_consumers > 0)
-        json_object_set_new(o, "coordinated", json_pack("{s:I,s:I}", "num_consumers", (json_int_t)j->num_consumers,
-                                                        "round_horizon", (json_int_t)j->round_horizon));
-    if (j->sharding == SL_SHARDING_DYNAMIC) {
-        uint64_t per_epoch = dataset_splits_per_epoch(j->dataset);
-        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
-                                                   "handed_out", (json_int_t)j->split_epoch_handed, "total",
-                                                   (json_int_t)per_epoch,
-                                                   "handed_out_all_epochs", (json_int_t)j->split_seq));
-    }
-    if (sl__out_tracked(j)) {
-        /* Exactly once across worker losses (docs/fault-tolerance.md). */
-        unsigned outstanding = 0, waiting = 0, queued = 0;
-        for (unsigned t = 0; t < j->num_tasks; t++)
-            outstanding += sl__out_count(&j->tasks[t]);
-        for (unsigned i = 0; i < j->num_orphans; i++) {
-            waiting += j->orphans[i].state == OS_AWAIT;
-            queued += j->orphans[i].state == OS_QUEUED;
-        }
-        json_object_set_new(o, "lost_splits", json_pack("{s:I,s:I,s:I,s:I}", "outstanding", (json_int_t)outstanding,
-                                                        "awaiting_reports", (json_int_t)waiting, "queued",
-                                                        (json_int_t)queued, "report_gen",
-                                                        (json_int_t)j->report_gen));
-    }
-    if (!detail)
-        return o;
-    json_t *consumers = json_array();
-    for (unsigned c = 0; c < j->num_clients; c++)
-        json_array_append_new(consumers, json_pack("{s:I,s:I}", "client_id", (json_int_t)j->clients[c].id,
-                                                   "last_heartbeat_ms_ago",
-                                                   (json_int_t)(now - j->clients[c].last_seen)));
-    json_object_set_new(o, "consumers", consumers);
-    json_t *tasks = json_array();
-    for (unsigned t = 0; t < j->num_tasks; t++) {
-        const struct task *tk = &j->tasks[t];
-        json_array_append_new(tasks, json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:f}", "task_id", (json_int_t)tk->id,
-                                               "worker_id", (json_int_t)tk->worker_id, "worker_address",
-                                               tk->worker_address, "state", task_state_names[tk->state], "batches",
-                                               (json_int_t)tk->batches, "elements", (json_int_t)tk->elements, "bytes",
-                                               (json_int_t)tk->bytes, "bytes_per_second", tk->bytes_per_s));
-        json_object_set_new(json_array_get(tasks, t), "worker_index", json_integer(tk->worker_index));
-    }
-    json_object_set_new(o, "tasks", tasks);
-    return o;
-}
-
-json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
-{
-    json_t *arr = json_array();
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        json_array_append_new(arr, job_json(st->jobs[i], now, false));
-    return arr;
-}
-
-json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now)
-{
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        if (st->jobs[i]->id == id)
-            return job_json(st->jobs[i], now, true);
-    return NULL;
+    return sl_errf(err, errlen, SL_ENOTFOUND, "no live worker at %s", address);
 }

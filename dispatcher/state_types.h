@@ -174,16 +174,29 @@ struct sl_dstate {
     unsigned num_dels, cap_dels;
 };
 
-/* Shared by state.c and persist.c. */
+/* Shared by the parts of the state (state_base.c). */
+
+/** The names of enum task_state and sl_job_state_t values. */
+extern const char *const sl__task_state_names[];
+extern const char *const sl__job_state_names[];
 
 /** Grows *arr (of elem bytes each) to hold one more than num when full.
  *  @return 0 or -ENOMEM */
 int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
 
-/** The dataset, job or task of an id, or NULL (a task's job in *job). */
+/** The worker, dataset, job or task of an id, or NULL (a task's job in *job). */
+struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id);
 struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
+
+/** A dataset's files (a source without files counts as one file of
+ *  cardinality records), and the records of file f. */
+uint32_t sl__dataset_num_files(const struct dataset *d);
+uint64_t sl__dataset_file_records(const struct dataset *d, uint32_t f);
+
+/** A dataset's DYNAMIC splits per epoch, counted at the first call. */
+uint64_t sl__dataset_splits_per_epoch(struct dataset *d);
 
 /**
  * A split [begin, *end) of file f in epoch: its records in ex (what a

@@ -12,8 +12,6 @@
 
 #include "sluice.h"
 
-#define SL_MAX_COMPONENTS 32
-
 /* Bytes of a component inside sl_wire_batch_t.data. A bytes (string) tensor
  * of n values is laid out as n + 1 little-endian uint64 offsets, relative to
  * the end of the offsets, followed by the concatenated values. A ragged

@@ -26,7 +26,6 @@
 
 static const char *program = "sluice-workerd";
 
-#define MAX_DATA_ROOTS 16
 
 static void usage(FILE *f)
 {
@@ -63,43 +62,28 @@ static void usage(FILE *f)
 }
 
 struct options {
+    sl_daemon_opts_t d; /* what both daemons take */
     sl_worker_config_t worker;
-    int64_t port, admin_port;
-    const char *admin_bind;
-    const char *data_roots[MAX_DATA_ROOTS];
-    int num_data_roots;
     const char *plugin_dirs[SL_PLUGINS_MAX_DIRS];
     int num_plugin_dirs;
     int64_t threads;
     sl_io_engine_t io_engine;
-    const char *admin_token_file;
-    int log_level;
-    int log_format;
     int64_t cache_mb, cache_disk_mb;
     const char *cache_dir;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_DISP = 1, O_PORT, O_ADMIN_PORT, O_ADDR, O_BIND, O_ADMIN_BIND, O_ROOT, O_THREADS, O_BUFFER,
-           O_MAXBATCH, O_IO, O_LOG_LEVEL, O_LOG_FORMAT, O_TOKEN, O_CONFIG, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
+    enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
            O_CACHE_DIR, O_CACHE_DISK_MB };
     static const struct option longopts[] = {
+        SL_CLI_DAEMON_LONGOPTS,
         {"dispatcher", required_argument, NULL, O_DISP},
-        {"port", required_argument, NULL, O_PORT},
-        {"admin-port", required_argument, NULL, O_ADMIN_PORT},
         {"worker-address", required_argument, NULL, O_ADDR},
-        {"bind", required_argument, NULL, O_BIND},
-        {"admin-bind", required_argument, NULL, O_ADMIN_BIND},
-        {"data-root", required_argument, NULL, O_ROOT},
         {"threads", required_argument, NULL, O_THREADS},
         {"buffer-mb", required_argument, NULL, O_BUFFER},
         {"max-batch-mb", required_argument, NULL, O_MAXBATCH},
         {"io-engine", required_argument, NULL, O_IO},
-        {"log-level", required_argument, NULL, O_LOG_LEVEL},
-        {"log-format", required_argument, NULL, O_LOG_FORMAT},
-        {"admin-token-file", required_argument, NULL, O_TOKEN},
-        {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, O_HELP},
         {"plugin-dir", required_argument, NULL, O_PLUGIN_DIR},
         {"cache-mb", required_argument, NULL, O_CACHE_MB},
@@ -113,6 +97,11 @@ static int parse_args(int argc, char **argv, struct options *o)
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int taken = sl_daemon_opt(program, c, optarg, &o->d);
+        if (taken < 0)
+            return -1;
+        if (taken)
+            continue;
         switch (c) {
         case O_DISP:
         case O_ADDR:
@@ -129,23 +118,6 @@ static int parse_args(int argc, char **argv, struct options *o)
                 o->worker.dispatcher = optarg;
             else
                 o->worker.address = optarg;
-            break;
-        case O_PORT:
-            if (sl_cli_int(program, "port", optarg, 0, 65535, &o->port) < 0)
-                return -1;
-            break;
-        case O_ADMIN_PORT:
-            if (sl_cli_int(program, "admin-port", optarg, 0, 65535, &o->admin_port) < 0)
-                return -1;
-            break;
-        case O_BIND: o->worker.bind = optarg; break;
-        case O_ADMIN_BIND: o->admin_bind = optarg; break;
-        case O_ROOT:
-            if (o->num_data_roots == MAX_DATA_ROOTS) {
-                fprintf(stderr, "%s: --data-root: at most %d directories\n", program, MAX_DATA_ROOTS);
-                return -1;
-            }
-            o->data_roots[o->num_data_roots++] = optarg;
             break;
         case O_PLUGIN_DIR:
             if (o->num_plugin_dirs == SL_PLUGINS_MAX_DIRS) {
@@ -175,20 +147,6 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             break;
-        case O_LOG_LEVEL:
-            if ((o->log_level = sl_log_level_parse(optarg)) < 0) {
-                fprintf(stderr, "%s: --log-level: \"%s\" is not error, warn, info or debug\n", program, optarg);
-                return -1;
-            }
-            break;
-        case O_LOG_FORMAT:
-            if ((o->log_format = sl_log_format_parse(optarg)) < 0) {
-                fprintf(stderr, "%s: --log-format: \"%s\" is not text or json\n", program, optarg);
-                return -1;
-            }
-            break;
-        case O_TOKEN: o->admin_token_file = optarg; break;
-        case O_CONFIG: break; /* read before parsing */
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         case O_CACHE_MB:
             if (sl_cli_int(program, "cache-mb", optarg, 0, 1 << 24, &o->cache_mb) < 0)
@@ -206,15 +164,16 @@ static int parse_args(int argc, char **argv, struct options *o)
         fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, argv[optind]);
         return -1;
     }
-    if (!o->worker.dispatcher || o->port < 0 || o->admin_port < 0) {
+    if (!o->worker.dispatcher || o->d.port < 0 || o->d.admin_port < 0) {
         fprintf(stderr, "%s: --dispatcher, --port and --admin-port are required\n", program);
         usage(stderr);
         return -1;
     }
-    for (int i = 0; i < o->num_data_roots; i++) {
+    o->worker.bind = o->d.bind;
+    for (int i = 0; i < o->d.num_data_roots; i++) {
         char real[PATH_MAX];
-        if (!realpath(o->data_roots[i], real)) {
-            fprintf(stderr, "%s: --data-root %s: %s\n", program, o->data_roots[i], strerror(errno));
+        if (!realpath(o->d.data_roots[i], real)) {
+            fprintf(stderr, "%s: --data-root %s: %s\n", program, o->d.data_roots[i], strerror(errno));
             return -1;
         }
     }
@@ -223,9 +182,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 int main(int argc, char **argv)
 {
-    struct options o = {.port = -1, .admin_port = -1, .admin_bind = "127.0.0.1", .threads = 2,
-                        .io_engine = SL_IO_AUTO, .log_level = SL_LOG_INFO, .cache_mb = 256,
-                        .cache_disk_mb = 1024};
+    struct options o = {.threads = 2, .io_engine = SL_IO_AUTO, .cache_mb = 256, .cache_disk_mb = 1024};
+    sl_daemon_opts_init(&o.d);
     sl_worker_config_init(&o.worker);
     int cargc;
     char **cargv;
@@ -236,8 +194,8 @@ int main(int argc, char **argv)
         sl_cli_free_argv(cargc, cargv);
         return SL_EXIT_USAGE;
     }
-    sl_log_init(program, o.log_level);
-    sl_log_set_format(o.log_format);
+    sl_log_init(program, o.d.log_level);
+    sl_log_set_format(o.d.log_format);
     signal(SIGPIPE, SIG_IGN);
     /* Pipeline threads wake the loop through events. */
     evthread_use_pthreads();
@@ -247,8 +205,8 @@ int main(int argc, char **argv)
     int status = SL_EXIT_FAILURE;
     char err[1024];
     sl_confine_t *roots = NULL;
-    if (o.num_data_roots > 0 &&
-        sl_confine_create(o.data_roots, (size_t)o.num_data_roots, &roots, err, sizeof err) < 0) {
+    if (o.d.num_data_roots > 0 &&
+        sl_confine_create(o.d.data_roots, (size_t)o.d.num_data_roots, &roots, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         sl_cli_free_argv(cargc, cargv);
         return SL_EXIT_USAGE;
@@ -284,20 +242,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: cannot create the event loop\n", program);
         goto out;
     }
-    o.worker.port = (uint16_t)o.port;
-    if (sl_admin_start(base, o.admin_bind, (uint16_t)o.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
-        (o.worker.admin_port = admin_port,
-         sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0)) {
+    o.worker.port = (uint16_t)o.d.port;
+    if (sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
+        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0 ||
+        (o.worker.admin_port = admin_port, sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0)) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
-    }
-    if (o.admin_token_file) {
-        char token[256];
-        if (sl_admin_read_token(o.admin_token_file, token, sizeof token, err, sizeof err) < 0) {
-            fprintf(stderr, "%s: %s\n", program, err);
-            goto out;
-        }
-        sl_admin_set_token(admin, token);
     }
     sl_wadmin_register(admin, w);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
@@ -305,8 +255,7 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
-    fflush(stdout);
+    sl_cli_announce(program, port, admin_port);
     event_base_dispatch(base);
     status = SL_EXIT_OK;
 out:

@@ -8,6 +8,10 @@
  * dispatcher forgot us) goes REGISTERED -> REGISTERING; a refused
  * registration is retried every RECONNECT_MS. While REGISTERED it
  * heartbeats every heartbeat_ms, and at once when a task finishes.
+ *
+ * Past 900 lines: the dispatcher session and the client connections share
+ * the worker's tasks and its one loop; the task runner is task.c, rounds
+ * rounds.c.
  */
 #include "worker.h"
 

@@ -58,10 +58,10 @@ def c_int(expr, names=None):
 
 def resolve(expr):
     """c_int() of expr with every NAME in it replaced by its #define from the
-    headers of protocol/, dispatcher/, workerd/ and client/include/."""
+    headers of the source folders (include/, common/, protocol/, ...)."""
     names = {}
     for name in set(re.findall(r'\b[A-Z][A-Z0-9_]+\b', expr)):
-        for p in sorted(glob.glob(os.path.join(ROOT, '*', '*.h')) + glob.glob(os.path.join(ROOT, 'client', 'include', '*.h'))):
+        for p in sorted(glob.glob(os.path.join(ROOT, '*', '*.h'))):
             with open(p) as f:
                 m = re.search(r'^#define %s (.+?)\s*(/\*.*)?$' % name, f.read(), re.M)
             if m:
@@ -191,7 +191,7 @@ class ProtocolLimits(ClusterCase):
         # The dispatcher takes 1024 bytes more than the larger of a spec and
         # a position set of its default number of runs (dispatcher/server.c).
         dispatcher = probe_accepting(c.dispatcher.port, 16, 0, TOO_MUCH)
-        spec = c_int(define('protocol/spec.h', 'SL_SPEC_MAX_BYTES'))
+        spec = c_int(define('spec/spec.h', 'SL_SPEC_MAX_BYTES'))
         m = re.search(r'\.max_exclude_runs = ([^,]+),', function_body('dispatcher/state.c', 'sl_dstate_config_init'))
         runs = resolve(m.group(1))
         self.assertGreater(dispatcher - 1024, spec)
@@ -297,7 +297,7 @@ class Links(unittest.TestCase):
 class Metrics(unittest.TestCase):
     def test_every_metric_is_documented_and_every_documented_one_exists(self):
         registered = set()
-        for d in ('dispatcher', 'workerd', 'protocol', 'storage'):
+        for d in ('dispatcher', 'workerd', 'pipeline', 'protocol', 'common', 'storage'):
             for p in glob.glob(os.path.join(ROOT, d, '*.c')):
                 with open(p) as f:
                     registered |= set(re.findall(r'"(sluice_(?:dispatcher|worker)_[a-z_]+)"', f.read()))

@@ -1,5 +1,5 @@
 /*
- * test_big_alloc.c: the kept blocks of protocol/big_alloc.c: a freed block
+ * test_big_alloc.c: the kept blocks of common/big_alloc.c: a freed block
  * comes back for the next allocation of about its size, and what is kept
  * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES.
  */

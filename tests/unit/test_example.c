@@ -1,5 +1,5 @@
 /*
- * test_example.c: tf.train.Example decoding (workerd/example.c). Records
+ * test_example.c: tf.train.Example decoding (pipeline/example.c). Records
  * are built here byte by byte, so each test chooses the encoding (packed or
  * not, field order, duplicates); the fixtures in tests/data/tfrecord, made
  * by an independent writer, check the decoder against real files.

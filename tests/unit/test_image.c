@@ -1,5 +1,5 @@
 /*
- * test_image.c: the image kernels (workerd/image.c): JPEG decoding of
+ * test_image.c: the image kernels (pipeline/image.c): JPEG decoding of
  * images encoded here with tjCompress2, bilinear resize against values
  * computed by hand and against TensorFlow's per-pixel formula, crops,
  * flips, the random ops' determinism, normalize and the casts.
@@ -576,10 +576,10 @@ Test(image_crop, center_offsets)
 Test(image_crop, random_offsets_deterministic_and_in_range)
 {
     sl_image_shape_t s = {10, 20, 3};
-    sl_image_rng_t a, b;
+    sl_rng_t a, b;
     bool seen_y[4] = {false}, seen_x[8] = {false};
-    sl_image_rng_seed(&a, 42);
-    sl_image_rng_seed(&b, 42);
+    sl_rng_seed(&a, 42);
+    sl_rng_seed(&b, 42);
     for (int i = 0; i < 500; i++) {
         size_t ya, xa, yb, xb;
         cr_assert_eq(sl_image_random_crop_offsets(&a, s, 7, 13, &ya, &xa, err, sizeof(err)), 0, "%s", err);
@@ -595,8 +595,8 @@ Test(image_crop, random_offsets_deterministic_and_in_range)
         cr_assert(seen_x[i], "x %d never drawn", i);
 
     /* Another seed, another sequence. */
-    sl_image_rng_seed(&a, 42);
-    sl_image_rng_seed(&b, 43);
+    sl_rng_seed(&a, 42);
+    sl_rng_seed(&b, 43);
     int differ = 0;
     for (int i = 0; i < 20; i++) {
         size_t ya, xa, yb, xb;
@@ -669,10 +669,10 @@ Test(image_flip, random_flip_per_seed)
     int heads = 0, tails = 0;
     cr_assert_eq(sl_image_flip(src, s, SL_IMAGE_FLIP_LEFT_RIGHT, flipped_img, err, sizeof(err)), 0);
     for (uint64_t seed = 0; seed < 64; seed++) {
-        sl_image_rng_t a, b;
+        sl_rng_t a, b;
         bool fa, fb;
-        sl_image_rng_seed(&a, seed);
-        sl_image_rng_seed(&b, seed);
+        sl_rng_seed(&a, seed);
+        sl_rng_seed(&b, seed);
         cr_assert_eq(sl_image_random_flip(&a, src, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, &fa, err, sizeof(err)), 0);
         cr_assert_eq(sl_image_random_flip(&b, src, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst2, &fb, err, sizeof(err)), 0);
         cr_assert_eq(fa, fb, "seed %llu", (unsigned long long)seed);
@@ -685,9 +685,9 @@ Test(image_flip, random_flip_per_seed)
 
     /* In place: flipped or untouched. */
     memcpy(dst, src, 36);
-    sl_image_rng_t r;
+    sl_rng_t r;
     bool f;
-    sl_image_rng_seed(&r, 1);
+    sl_rng_seed(&r, 1);
     cr_assert_eq(sl_image_random_flip(&r, dst, s, SL_IMAGE_FLIP_LEFT_RIGHT, dst, &f, err, sizeof(err)), 0);
     cr_assert_arr_eq(dst, f ? flipped_img : src, 36);
     cr_assert_eq(sl_image_random_flip(&r, dst, s, (sl_image_flip_dir_t)2, dst, NULL, err, sizeof(err)), SL_EINVAL);
@@ -699,28 +699,28 @@ Test(image_flip, random_flip_per_seed)
 
 Test(image_rng, deterministic_and_bounded)
 {
-    sl_image_rng_t a, b;
-    sl_image_rng_seed(&a, 0);
-    sl_image_rng_seed(&b, 0);
-    uint64_t first = sl_image_rng_next(&a);
-    cr_assert_eq(first, sl_image_rng_next(&b));
+    sl_rng_t a, b;
+    sl_rng_seed(&a, 0);
+    sl_rng_seed(&b, 0);
+    uint64_t first = sl_rng_next(&a);
+    cr_assert_eq(first, sl_rng_next(&b));
     cr_assert_neq(first, 0);
-    cr_assert_neq(first, sl_image_rng_next(&a));
+    cr_assert_neq(first, sl_rng_next(&a));
 
     /* below(n) stays below n and covers it about evenly. */
     int counts[6] = {0};
     for (int i = 0; i < 6000; i++) {
-        uint64_t v = sl_image_rng_below(&a, 6);
+        uint64_t v = sl_rng_below(&a, 6);
         cr_assert_lt(v, 6);
         counts[v]++;
     }
     for (int i = 0; i < 6; i++)
         cr_assert(counts[i] > 850 && counts[i] < 1150, "%d drawn %d times", i, counts[i]);
-    cr_assert_eq(sl_image_rng_below(&a, 1), 0);
-    cr_assert_eq(sl_image_rng_below(&a, 0), 0);
+    cr_assert_eq(sl_rng_below(&a, 1), 0);
+    cr_assert_eq(sl_rng_below(&a, 0), 0);
     uint64_t big = UINT64_MAX / 2 + 3;
     for (int i = 0; i < 100; i++)
-        cr_assert_lt(sl_image_rng_below(&a, big), big);
+        cr_assert_lt(sl_rng_below(&a, big), big);
 }
 
 /* ---- normalize and cast ---- */

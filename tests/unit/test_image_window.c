@@ -1,9 +1,9 @@
 /*
  * test_image_window.c: decoding only a window of a JPEG
- * (sl_image_decode_jpeg_window, workerd/image_window.c) gives, byte for
+ * (sl_image_decode_jpeg_window, pipeline/image_window.c) gives, byte for
  * byte, what a full decode then a crop give, for every chroma subsampling,
  * progressive files, channel conversions, odd sizes and windows at every
- * edge and corner; and its refusals. Also protocol/big_alloc.c's buffers.
+ * edge and corner; and its refusals. Also common/big_alloc.c's buffers.
  *
  * The JPEGs are encoded here with tjCompress2 from noisy images, so that
  * every block has detail and an upsampling slip shows.

@@ -1,5 +1,5 @@
 /*
- * test_ops_cache.c: cache (workerd/ops_cache.c) in memory and on disk
+ * test_ops_cache.c: cache (pipeline/ops_cache.c) in memory and on disk
  * (storage/cachedb.c on a real LMDB in a temp dir): later epochs are the
  * first one again and open no file (counted, and the files deleted after
  * the first epoch); a second pipeline reads a complete disk entry at once;

@@ -1,6 +1,6 @@
 /*
- * test_ops_example.c: parse_example (workerd/ops_example.c) and what batch
- * and padded_batch (workerd/ops_batch.c) make of its components: bytes
+ * test_ops_example.c: parse_example (pipeline/ops_example.c) and what batch
+ * and padded_batch (pipeline/ops_batch.c) make of its components: bytes
  * batches with rebased offsets, varlen features as ragged batches, padding.
  * Records come from the fixtures of tests/data/tfrecord.
  */

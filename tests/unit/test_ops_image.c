@@ -1,5 +1,5 @@
 /*
- * test_ops_image.c: the image ops and cast (workerd/ops_image.c) in
+ * test_ops_image.c: the image ops and cast (pipeline/ops_image.c) in
  * pipelines over the JPEG fixtures of tests/data/tfrecord: decoded means
  * against PIL's (MANIFEST.json), crops and flips against the decoded
  * pixels, seeded randomness, resize, normalize, cast, and the refusals.

@@ -1,5 +1,5 @@
 /*
- * test_ops_interleave.c: interleave (workerd/ops_interleave.c) against
+ * test_ops_interleave.c: interleave (pipeline/ops_interleave.c) against
  * orders computed by hand from tf.data's interleave algorithm, on
  * text_lines files written here (a temp dir under /tmp, removed by each
  * test) and on the tfrecord fixtures; sequential and read ahead on threads

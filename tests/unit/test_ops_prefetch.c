@@ -1,5 +1,5 @@
 /*
- * test_ops_prefetch.c: prefetch (workerd/ops_prefetch.c): the same elements
+ * test_ops_prefetch.c: prefetch (pipeline/ops_prefetch.c): the same elements
  * in the same order as without it, over batches and repeats; a failure
  * arrives after the elements made before it, with its own message; DYNAMIC
  * split requests counted for repeat; destroyed mid-stream with a full

@@ -1,5 +1,5 @@
 /*
- * test_parallel.c: parallel stages (workerd/parallel.c): num_parallel_calls
+ * test_parallel.c: parallel stages (pipeline/parallel.c): num_parallel_calls
  * on map, filter and the built-in element-wise ops gives the sequential
  * output, in order (deterministic) or as a multiset; seeded random ops draw
  * the same for any num_parallel_calls; errors surface in input order; the

@@ -1,5 +1,5 @@
 /*
- * test_pipeline.c: the worker's pipeline (workerd/pipeline.c and its
+ * test_pipeline.c: the worker's pipeline (pipeline/pipeline.c and its
  * iterators) run from specs, under OFF and DYNAMIC sharding, and the checks
  * of finished batches (protocol/batch.c).
  */

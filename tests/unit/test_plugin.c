@@ -1,6 +1,6 @@
 /*
- * test_plugin.c: the plugin registry (workerd/plugin.c), the map and filter
- * ops (workerd/ops_map.c) and their spec fields (protocol/spec.c), with the
+ * test_plugin.c: the plugin registry (pipeline/plugin.c), the map and filter
+ * ops (pipeline/ops_map.c) and their spec fields (spec/spec.c), with the
  * test plugins built under BUILD/tests/plugins (tests/plugins/).
  */
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /*
- * test_provenance.c: element provenance (workerd/provenance.c) through
+ * test_provenance.c: element provenance (pipeline/provenance.c) through
  * every kind of op, batch's merging of runs, the cache's replay, skip runs
  * on DYNAMIC splits, and the split-done accounting of split_track.c, run
  * on real pipelines.

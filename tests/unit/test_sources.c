@@ -1,5 +1,5 @@
 /*
- * test_sources.c: the file sources of the pipeline (workerd/sources_files.c)
+ * test_sources.c: the file sources of the pipeline (pipeline/sources_files.c)
  * run from specs: tfrecord on the fixtures of tests/data/tfrecord (as
  * MANIFEST.json describes them) with both io engines, gzip, the corrupt
  * files failing or skipping, confinement to the data roots, DYNAMIC splits

@@ -1,5 +1,5 @@
 /*
- * test_spec.c: the dataset spec parser (protocol/spec.c): valid specs,
+ * test_spec.c: the dataset spec parser (spec/spec.c): valid specs,
  * canonical form and fingerprint, and every refusal with its JSON path.
  */
 #include <criterion/criterion.h>

@@ -7,11 +7,12 @@ alive through their .base chain; when the last array of a batch is gone, the
 owner's finalizer calls sl_batch_release(). Bytes components are copied
 into Python bytes objects, so they hold nothing."""
 import ctypes
+import json
 import struct
 import threading
 
 from . import _lib
-from .dataset import Dataset, from_spec
+from . import _spec
 from .errors import InvalidArgumentError, from_code
 
 import numpy as np
@@ -217,10 +218,12 @@ def _positive(name, v):
 
 
 def _spec_text(dataset):
-    if isinstance(dataset, Dataset):
+    # A sluice.Dataset (dataset.py, which imports this module) by what it has.
+    if callable(getattr(dataset, 'to_json', None)) and isinstance(getattr(dataset, 'spec', None), dict):
         return dataset.to_json()
     if isinstance(dataset, dict):
-        return from_spec(dataset).to_json()
+        source, ops = _spec.checked(dataset)
+        return json.dumps({'source': source, 'ops': ops}, separators=(',', ':'))
     if isinstance(dataset, bytes):
         return dataset.decode('utf-8')
     if isinstance(dataset, str):

@@ -6,12 +6,13 @@ offending field by its JSON path (sluice.SpecError).
 
 Ops and sources the workers do not run yet (see docs/python.md) are written
 into the spec like the others and refused by the dispatcher until they run."""
-import builtins
 import copy
 import json
 import numbers
 import operator
 import os
+
+from . import _spec
 
 
 def _plain(v):
@@ -275,12 +276,4 @@ def from_spec(spec):
     """A Dataset from a spec given as a dict or as JSON text."""
     if isinstance(spec, (str, bytes)):
         spec = json.loads(spec)
-    if not isinstance(spec, dict) or not isinstance(spec.get('source'), dict):
-        raise ValueError('a spec is an object with a "source" object (docs/dataset-spec.md)')
-    extra = sorted(set(spec) - {'source', 'ops'})
-    if extra:
-        raise ValueError('$.%s: unknown field (a spec has only "source" and "ops")' % extra[0])
-    ops = spec.get('ops', [])
-    if not isinstance(ops, (list, tuple)) or not builtins.all(isinstance(o, dict) for o in ops):
-        raise ValueError('the "ops" of a spec are a list of objects')
-    return Dataset(copy.deepcopy(spec['source']), copy.deepcopy(list(ops)))
+    return Dataset(*_spec.checked(spec))

@@ -13,6 +13,8 @@
 #include <turbojpeg.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
+
+#include "errbuf.h"
 #endif
 
 struct sl_image_decoder {
@@ -23,28 +25,16 @@ struct sl_image_decoder {
  * integer, half to even, in the default rounding mode, without libm. */
 #define ROUND_MAGIC 0x1.8p23f
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* Checks a shape and that its byte count, times elem (the size of the
  * widest output element), fits in a size_t. @return 0 or SL_EINVAL */
 static int check_shape(const char *what, sl_image_shape_t s, size_t elem, char *err, size_t errlen)
 {
     if (s.c != 1 && s.c != 3)
-        return fail(SL_EINVAL, err, errlen, "%s: %zu channels, expected 1 or 3", what, s.c);
+        return sl_errf(err, errlen, SL_EINVAL, "%s: %zu channels, expected 1 or 3", what, s.c);
     if (s.h == 0 || s.w == 0)
-        return fail(SL_EINVAL, err, errlen, "%s: empty image (%zu x %zu)", what, s.h, s.w);
+        return sl_errf(err, errlen, SL_EINVAL, "%s: empty image (%zu x %zu)", what, s.h, s.w);
     if (s.w > SIZE_MAX / s.c / elem || s.h > SIZE_MAX / (s.w * s.c * elem))
-        return fail(SL_EINVAL, err, errlen, "%s: image of %zu x %zu x %zu is too large", what, s.h, s.w, s.c);
+        return sl_errf(err, errlen, SL_EINVAL, "%s: image of %zu x %zu x %zu is too large", what, s.h, s.w, s.c);
     return 0;
 }
 
@@ -58,66 +48,17 @@ static inline uint8_t round_u8(float v)
     return (uint8_t)(int)((v + ROUND_MAGIC) - ROUND_MAGIC);
 }
 
-/* ---- random numbers ---- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void sl_image_rng_seed(sl_image_rng_t *rng, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++)
-        rng->s[i] = splitmix64(&seed);
-}
-
-static inline uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t sl_image_rng_next(sl_image_rng_t *rng)
-{
-    uint64_t *s = rng->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-uint64_t sl_image_rng_below(sl_image_rng_t *rng, uint64_t n)
-{
-    if (n == 0)
-        return 0;
-    /* Values below 2^64 mod n would make the low residues likelier; drawing
-     * again when one comes up is rare (less than n / 2^64 of the time). */
-    uint64_t threshold = (0 - n) % n;
-    for (;;) {
-        uint64_t r = sl_image_rng_next(rng);
-        if (r >= threshold)
-            return r % n;
-    }
-}
-
 /* ---- JPEG ---- */
 
 int sl_image_decoder_new(sl_image_decoder_t **out, char *err, size_t errlen)
 {
     sl_image_decoder_t *dec = calloc(1, sizeof(*dec));
     if (!dec)
-        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory");
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory");
     dec->tj = tjInitDecompress();
     if (!dec->tj) {
         free(dec);
-        return fail(-ENOMEM, err, errlen, "decode_jpeg: tjInitDecompress: %s", tjGetErrorStr2(NULL));
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: tjInitDecompress: %s", tjGetErrorStr2(NULL));
     }
     *out = dec;
     return 0;
@@ -138,19 +79,19 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
     int w, h, subsamp, colorspace;
 
     if (channels != 0 && channels != 1 && channels != 3)
-        return fail(SL_EINVAL, err, errlen, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
+        return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
     if (len == 0)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: empty input");
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: input of %zu bytes is too large", len);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: input of %zu bytes is too large", len);
     if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
     /* libjpeg converts CMYK to neither RGB nor gray, and Adobe's inverted
      * CMYK needs a marker turbojpeg does not report. */
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: CMYK JPEG (%d x %d) is not supported", w, h);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: CMYK JPEG (%d x %d) is not supported", w, h);
     if (w <= 0 || h <= 0)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: bad image size %d x %d", w, h);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: bad image size %d x %d", w, h);
     if (channels == 0)
         channels = colorspace == TJCS_GRAY ? 1 : 3;
     shape->h = (size_t)h;
@@ -180,16 +121,16 @@ int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len
     /* JPEG sizes are at most 65535 x 65535, so this product cannot overflow. */
     size_t n = s.h * s.w * s.c;
     if (n > max_pixels)
-        return fail(SL_ETOOBIG, err, errlen, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values",
+        return sl_errf(err, errlen, SL_ETOOBIG, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values",
                     s.h, s.w, s.c, max_pixels);
     if (!(img = malloc(n)))
-        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory for %zu x %zu x %zu", s.h, s.w, s.c);
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory for %zu x %zu x %zu", s.h, s.w, s.c);
     /* A warning (a truncated file, corrupt data) stops the decode and fails
      * it: a half-gray image is no training example. LIMITSCANS refuses
      * progressive files with absurd scan counts, a known CPU sink. */
     int flags = TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
     if (tjDecompress2(dec->tj, src, (unsigned long)len, img, (int)s.w, 0, (int)s.h, pixel_format, flags) != 0) {
-        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu x %zu image, %zu bytes of input)",
+        rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu x %zu image, %zu bytes of input)",
                   tjGetErrorStr2(dec->tj), s.h, s.w, len);
         goto fail;
     }
@@ -379,7 +320,7 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t 
         return rc_code;
     /* Float coordinates are exact only below 2^24, as in TensorFlow. */
     if (in.h > (1u << 24) || in.w > (1u << 24) || out_h > (1u << 24) || out_w > (1u << 24))
-        return fail(SL_EINVAL, err, errlen, "resize: %zu x %zu -> %zu x %zu exceeds 2^24 on a side", in.h, in.w,
+        return sl_errf(err, errlen, SL_EINVAL, "resize: %zu x %zu -> %zu x %zu exceeds 2^24 on a side", in.h, in.w,
                     out_h, out_w);
 
     size_t c = in.c, row_bytes = in.w * c, out_row = out_w * c;
@@ -388,7 +329,7 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t 
     rc.buf[0] = malloc(out_row * sizeof(float));
     rc.buf[1] = malloc(out_row * sizeof(float));
     if (!xl || !yl || !rc.buf[0] || !rc.buf[1]) {
-        rc_code = fail(-ENOMEM, err, errlen, "resize: out of memory for %zu x %zu -> %zu x %zu", in.h, in.w, out_h,
+        rc_code = sl_errf(err, errlen, -ENOMEM, "resize: out of memory for %zu x %zu -> %zu x %zu", in.h, in.w, out_h,
                        out_w);
         goto done;
     }
@@ -433,9 +374,9 @@ static int check_window(const char *what, sl_image_shape_t in, size_t h, size_t 
     if ((rc = check_shape(what, in, 1, err, errlen)) != 0)
         return rc;
     if (h == 0 || w == 0)
-        return fail(SL_EINVAL, err, errlen, "%s: empty window %zu x %zu", what, h, w);
+        return sl_errf(err, errlen, SL_EINVAL, "%s: empty window %zu x %zu", what, h, w);
     if (h > in.h || w > in.w)
-        return fail(SL_EINVAL, err, errlen, "%s: window %zu x %zu is larger than the image %zu x %zu", what, h, w,
+        return sl_errf(err, errlen, SL_EINVAL, "%s: window %zu x %zu is larger than the image %zu x %zu", what, h, w,
                     in.h, in.w);
     return 0;
 }
@@ -447,7 +388,7 @@ int sl_image_crop(const uint8_t *src, sl_image_shape_t in, size_t y, size_t x, s
     if ((rc = check_window("crop", in, h, w, err, errlen)) != 0)
         return rc;
     if (y > in.h - h || x > in.w - w)
-        return fail(SL_EINVAL, err, errlen, "crop: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h, w,
+        return sl_errf(err, errlen, SL_EINVAL, "crop: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h, w,
                     y, x, in.h, in.w);
     size_t row_bytes = in.w * in.c, out_row = w * in.c;
     const uint8_t *s = src + y * row_bytes + x * in.c;
@@ -467,14 +408,14 @@ int sl_image_center_crop_offsets(sl_image_shape_t in, size_t h, size_t w, size_t
     return 0;
 }
 
-int sl_image_random_crop_offsets(sl_image_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
+int sl_image_random_crop_offsets(sl_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
                                  char *err, size_t errlen)
 {
     int rc;
     if ((rc = check_window("random_crop", in, h, w, err, errlen)) != 0)
         return rc;
-    *y = (size_t)sl_image_rng_below(rng, (uint64_t)(in.h - h) + 1);
-    *x = (size_t)sl_image_rng_below(rng, (uint64_t)(in.w - w) + 1);
+    *y = (size_t)sl_rng_below(rng, (uint64_t)(in.h - h) + 1);
+    *x = (size_t)sl_rng_below(rng, (uint64_t)(in.w - w) + 1);
     return 0;
 }
 
@@ -530,19 +471,19 @@ int sl_image_flip(const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_
         }
         return 0;
     }
-    return fail(SL_EINVAL, err, errlen, "flip: unknown direction %d", (int)dir);
+    return sl_errf(err, errlen, SL_EINVAL, "flip: unknown direction %d", (int)dir);
 }
 
-int sl_image_random_flip(sl_image_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
+int sl_image_random_flip(sl_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
                          uint8_t *dst, bool *flipped, char *err, size_t errlen)
 {
     int rc;
     if ((rc = check_shape("random_flip", shape, 1, err, errlen)) != 0)
         return rc;
     if (dir != SL_IMAGE_FLIP_LEFT_RIGHT && dir != SL_IMAGE_FLIP_UP_DOWN)
-        return fail(SL_EINVAL, err, errlen, "random_flip: unknown direction %d", (int)dir);
+        return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)dir);
     /* The top bit: xoshiro256**'s high bits are its best. */
-    bool flip = (sl_image_rng_next(rng) >> 63) != 0;
+    bool flip = (sl_rng_next(rng) >> 63) != 0;
     if (flipped)
         *flipped = flip;
     if (flip)
@@ -562,9 +503,9 @@ int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *
         return rc;
     for (size_t k = 0; k < shape.c; k++) {
         if (!isfinite(mean[k]))
-            return fail(SL_EINVAL, err, errlen, "normalize: mean[%zu] is not finite", k);
+            return sl_errf(err, errlen, SL_EINVAL, "normalize: mean[%zu] is not finite", k);
         if (!(std[k] > 0.0f) || !isfinite(std[k]))
-            return fail(SL_EINVAL, err, errlen, "normalize: std[%zu] = %g, must be > 0 and finite", k,
+            return sl_errf(err, errlen, SL_EINVAL, "normalize: std[%zu] = %g, must be > 0 and finite", k,
                         (double)std[k]);
     }
     /* A byte has 256 values: a table per channel gives the exact result of

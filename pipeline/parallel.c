@@ -32,8 +32,7 @@
 #include <string.h>
 
 #include "iter.h"
-
-_Thread_local char *sl__iter_errbuf;
+#include "rng.h"
 
 #define DEFAULT_THREADS 2
 
@@ -84,10 +83,7 @@ uint64_t sl__element_seed(uint64_t seed, uint64_t epoch, uint64_t ordinal)
 {
     /* splitmix64 of the epoch seed and the ordinal: neighbouring ordinals
      * give unrelated seeds. */
-    uint64_t z = sl__epoch_seed(seed, epoch) ^ (ordinal * UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return sl_mix64(sl__epoch_seed(seed, epoch) ^ (ordinal * UINT64_C(0x9e3779b97f4a7c15)));
 }
 
 /* ---- the pool ---- */

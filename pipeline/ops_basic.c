@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "iter.h"
+#include "rng.h"
 
 /* ---- shuffle ----
  *
@@ -32,54 +33,15 @@ struct shuffle_iter {
     bool reshuffle;
     bool input_done;
     uint64_t epoch;
-    uint64_t rng[4];
+    sl_rng_t rng;
     uint8_t *slots; /* cap slots of stride bytes, the first n holding elements */
     size_t stride;
     uint64_t cap, n;
 };
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro_next(uint64_t *s)
-{
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* A uniform integer in [0, n), by rejection so that no value is favoured. */
-static uint64_t random_below(uint64_t *s, uint64_t n)
-{
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t r;
-    do
-        r = xoshiro_next(s);
-    while (r >= limit);
-    return r % n;
-}
-
 static void shuffle_seed(struct shuffle_iter *s)
 {
-    uint64_t x = s->reshuffle ? sl__epoch_seed(s->seed, s->epoch) : s->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+    sl_rng_seed(&s->rng, s->reshuffle ? sl__epoch_seed(s->seed, s->epoch) : s->seed);
 }
 
 static sl_element_t *slot(struct shuffle_iter *s, uint64_t i)
@@ -113,7 +75,7 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
     }
     if (s->n == 0)
         return 1;
-    uint64_t i = random_below(s->rng, s->n);
+    uint64_t i = sl_rng_below(&s->rng, s->n);
     sl_element_move(out, slot(s, i));
     if (i != s->n - 1)
         sl_element_move(slot(s, i), slot(s, s->n - 1));

@@ -370,3 +370,15 @@ void sl_admin_free(sl_admin_t *a)
         evhttp_free(a->http);
     free(a);
 }
+
+int sl_admin_use_token_file(sl_admin_t *a, const char *path, char *err, size_t errlen)
+{
+    if (!path)
+        return 0;
+    char token[256];
+    int rc = sl_admin_read_token(path, token, sizeof token, err, errlen);
+    if (rc < 0)
+        return rc;
+    sl_admin_set_token(a, token);
+    return 0;
+}

@@ -63,6 +63,13 @@ void sl_admin_reply_text(struct evhttp_request *req, int status, const char *con
  */
 int sl_admin_read_token(const char *path, char *token, size_t len, char *err, size_t errlen);
 
+/**
+ * With a path: reads the token there (sl_admin_read_token()) and requires
+ * it of a's changes (sl_admin_set_token()); without, does nothing.
+ * @return 0, or < 0 with what is wrong in err
+ */
+int sl_admin_use_token_file(sl_admin_t *a, const char *path, char *err, size_t errlen);
+
 void sl_admin_free(sl_admin_t *a);
 
 #endif

@@ -133,3 +133,47 @@ int sl_cli_stop_on_signals(struct event_base *base, struct event *events[2])
         return -ENOMEM;
     return 0;
 }
+
+void sl_daemon_opts_init(sl_daemon_opts_t *o)
+{
+    *o = (sl_daemon_opts_t){.port = -1, .admin_port = -1, .bind = "0.0.0.0", .admin_bind = "127.0.0.1",
+                            .log_level = SL_LOG_INFO};
+}
+
+int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t *o)
+{
+    switch (c) {
+    case SL_CLI_O_PORT: return sl_cli_int(program, "port", arg, 0, 65535, &o->port) < 0 ? -1 : 1;
+    case SL_CLI_O_ADMIN_PORT: return sl_cli_int(program, "admin-port", arg, 0, 65535, &o->admin_port) < 0 ? -1 : 1;
+    case SL_CLI_O_BIND: o->bind = arg; return 1;
+    case SL_CLI_O_ADMIN_BIND: o->admin_bind = arg; return 1;
+    case SL_CLI_O_TOKEN: o->admin_token_file = arg; return 1;
+    case SL_CLI_O_ROOT:
+        if (o->num_data_roots == SL_CLI_MAX_DATA_ROOTS) {
+            fprintf(stderr, "%s: --data-root: at most %d directories\n", program, SL_CLI_MAX_DATA_ROOTS);
+            return -1;
+        }
+        o->data_roots[o->num_data_roots++] = arg;
+        return 1;
+    case SL_CLI_O_LOG_LEVEL:
+        if ((o->log_level = sl_log_level_parse(arg)) < 0) {
+            fprintf(stderr, "%s: --log-level: \"%s\" is not error, warn, info or debug\n", program, arg);
+            return -1;
+        }
+        return 1;
+    case SL_CLI_O_LOG_FORMAT:
+        if ((o->log_format = sl_log_format_parse(arg)) < 0) {
+            fprintf(stderr, "%s: --log-format: \"%s\" is not text or json\n", program, arg);
+            return -1;
+        }
+        return 1;
+    case SL_CLI_O_CONFIG: return 1; /* read before getopt runs */
+    default: return 0;
+    }
+}
+
+void sl_cli_announce(const char *program, unsigned port, unsigned admin_port)
+{
+    printf("%s listening port=%u admin_port=%u\n", program, port, admin_port);
+    fflush(stdout);
+}

@@ -2,7 +2,7 @@
  * example.c: decodes tf.train.Example records with nanopb (see example.h).
  *
  * Nothing in an Example is statically bounded, so every variable-size field
- * is a nanopb callback (protocol/tf/feature.options), bounded here by the
+ * is a nanopb callback (pipeline/tf/feature.options), bounded here by the
  * feature list and the decoder's max_bytes instead:
  *
  *   Features.feature       entry_cb: one map entry. It reads the entry's key

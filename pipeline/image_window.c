@@ -28,6 +28,7 @@
 
 #include <jpeglib.h>
 
+#include "errbuf.h"
 #include "image.h"
 
 #define MAX_SCANS 500 /* as TurboJPEG's TJFLAG_LIMITSCANS */
@@ -51,18 +52,6 @@ struct wstate {
     struct wprog prog;
     uint8_t *img, *row;
 };
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static void on_error(j_common_ptr c)
 {
@@ -94,17 +83,17 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
 {
     *out = NULL;
     if (channels != 0 && channels != 1 && channels != 3)
-        return fail(SL_EINVAL, err, errlen, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
+        return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
     if (len == 0)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: empty input");
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
-        return fail(SL_EDATA, err, errlen, "decode_jpeg: input of %zu bytes is too large", len);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: input of %zu bytes is too large", len);
     if (h == 0 || w == 0)
-        return fail(SL_EINVAL, err, errlen, "decode_jpeg: empty window %zu x %zu", h, w);
+        return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: empty window %zu x %zu", h, w);
 
     struct wstate *st = calloc(1, sizeof *st);
     if (!st)
-        return fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory");
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory");
     int rc;
     st->ci.err = jpeg_std_error(&st->jerr.pub);
     st->jerr.pub.error_exit = on_error;
@@ -112,7 +101,7 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
     st->prog.pub.progress_monitor = on_progress;
     st->prog.err = &st->jerr;
     if (setjmp(st->jerr.jb)) {
-        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: %s (%zu bytes of input)", st->jerr.msg, len);
+        rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", st->jerr.msg, len);
         goto done;
     }
     jpeg_create_decompress(&st->ci);
@@ -122,7 +111,7 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
 
     j_decompress_ptr ci = &st->ci;
     if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK) {
-        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: CMYK JPEG (%u x %u) is not supported", ci->image_width,
+        rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: CMYK JPEG (%u x %u) is not supported", ci->image_width,
                   ci->image_height);
         goto done;
     }
@@ -131,12 +120,12 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
         channels = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
     size_t c = (size_t)channels;
     if (ih * iw * c > max_pixels) {
-        rc = fail(SL_ETOOBIG, err, errlen, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values", ih,
+        rc = sl_errf(err, errlen, SL_ETOOBIG, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values", ih,
                   iw, c, max_pixels);
         goto done;
     }
     if (h > ih || w > iw || y > ih - h || x > iw - w) {
-        rc = fail(SL_EINVAL, err, errlen, "decode_jpeg: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h,
+        rc = sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h,
                   w, y, x, ih, iw);
         goto done;
     }
@@ -154,18 +143,18 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
     if (x0 > 0 || x1 < iw)
         jpeg_crop_scanline(ci, &xoff, &cw); /* xoff rounds down, cw grows to match */
     if (!(st->img = malloc(h * w * c)) || !(st->row = malloc((size_t)ci->output_width * c))) {
-        rc = fail(-ENOMEM, err, errlen, "decode_jpeg: out of memory for a %zu x %zu x %zu window", h, w, c);
+        rc = sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory for a %zu x %zu x %zu window", h, w, c);
         goto done;
     }
     if (y0 > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)y0) != (JDIMENSION)y0) {
-        rc = fail(SL_EDATA, err, errlen, "decode_jpeg: could not skip to row %zu (%zu bytes of input)", y0, len);
+        rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: could not skip to row %zu (%zu bytes of input)", y0, len);
         goto done;
     }
     size_t from = (x - (size_t)xoff) * c, row_bytes = w * c;
     for (size_t r = y0; r < y + h; r++) {
         JSAMPROW rows[1] = {st->row};
         if (jpeg_read_scanlines(ci, rows, 1) != 1) {
-            rc = fail(SL_EDATA, err, errlen, "decode_jpeg: no data for row %zu (%zu bytes of input)", r, len);
+            rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: no data for row %zu (%zu bytes of input)", r, len);
             goto done;
         }
         if (r >= y)

@@ -1,5 +1,5 @@
 /*
- * example.h: decodes tf.train.Example records (protocol/tf/example.proto),
+ * example.h: decodes tf.train.Example records (pipeline/tf/example.proto),
  * the usual payload of a TFRecord, into typed values, as parse_example does.
  *
  * A decoder is made once per pipeline from a list of features to extract,

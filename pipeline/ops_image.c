@@ -34,7 +34,7 @@ struct image_iter {
     sl_spec_op_t op;    /* a copy: these ops' descriptors hold no pointers */
     sl_image_decoder_t *dec; /* decode_jpeg */
     uint64_t seed, epoch;    /* random ops */
-    sl_image_rng_t rng;      /* unused: each element draws from its own (image_apply) */
+    sl_rng_t rng;      /* unused: each element draws from its own (image_apply) */
     uint64_t ordinal;        /* next()'s count of elements since the last reset */
     /* decode_jpeg directly followed by a crop of the same component, both
      * run alike (in next(), or in parallel with the same num_parallel_calls):
@@ -295,7 +295,7 @@ static int do_resize(struct image_iter *ii, sl_value_t *v)
 /* A crop fused with the decode_jpeg before it: v is still the encoded
  * image. The offsets are drawn from the header's shape with the draws
  * do_crop makes, so the window is the one decode-then-crop would cut. */
-static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_image_rng_t *rng, sl_value_t *v)
+static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
 {
     struct image_iter *d = ii->fused_decode;
     char err[256];
@@ -341,7 +341,7 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_ima
     return 0;
 }
 
-static int do_crop(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t *v)
+static int do_crop(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
@@ -374,7 +374,7 @@ static int do_crop(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
-static int do_random_flip(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t *v)
+static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
@@ -393,7 +393,7 @@ static int do_random_flip(struct image_iter *ii, sl_image_rng_t *rng, sl_value_t
     }
     /* Other dtypes: the same draw as image.h's (the top bit), then pixels
      * of c values swapped whole. */
-    if ((sl_image_rng_next(rng) >> 63) == 0)
+    if ((sl_rng_next(rng) >> 63) == 0)
         return 0;
     size_t px = s.c * sl_dtype_size(v->dtype), row = s.w * px;
     uint8_t tmp[64];
@@ -487,9 +487,9 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
 {
     struct image_iter *ii = (struct image_iter *)it;
     int rc;
-    sl_image_rng_t rng;
+    sl_rng_t rng;
     if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP)
-        sl_image_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
+        sl_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
     case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, local, v); break;
@@ -533,7 +533,7 @@ static void image_local_free(sl_iter_t *it, void *local)
 
 static void image_seed(struct image_iter *ii)
 {
-    sl_image_rng_seed(&ii->rng, sl__epoch_seed(ii->seed, ii->epoch));
+    sl_rng_seed(&ii->rng, sl__epoch_seed(ii->seed, ii->epoch));
 }
 
 static int image_reset(sl_iter_t *it)

@@ -17,6 +17,10 @@
  * is checked by the kind's check function once all its fields are parsed.
  * Memory a parsed spec needs beyond its fixed descriptors (file patterns,
  * features, defaults) is taken with spec_alloc() and freed with the spec.
+ *
+ * Past 900 lines: the tables of every source and op (about half the file)
+ * sit beside the routines that read them. The tables and their custom
+ * parsers could be a file of their own; the generic routine is the rest.
  */
 #include "spec.h"
 
@@ -29,7 +33,7 @@
 
 #include <jansson.h>
 
-#include "batch.h"
+#include "errbuf.h"
 
 _Static_assert(SL_SPEC_MAX_FEATURES == SL_MAX_COMPONENTS, "parse_example yields at most one element's components");
 /* Enum fields are stored through an int. */
@@ -459,19 +463,6 @@ static const struct kind feature_kind = {"feature", 1, feature_fields, feature_c
 
 /* ---- helpers ---- */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return SL_ESPEC;
-}
-
 /* Memory that lives as long as the spec, zeroed. */
 static void *spec_alloc(sl_spec_t *spec, size_t n)
 {
@@ -595,7 +586,7 @@ static int bad_name(const char *path, const json_t *v, char *err, size_t errlen)
 {
     char got[128];
     describe(v, got, sizeof got);
-    return fail(err, errlen, "%s: must be a string of 1 to %d characters from [A-Za-z0-9_./-], got %s", path,
+    return sl_errf(err, errlen, SL_ESPEC, "%s: must be a string of 1 to %d characters from [A-Za-z0-9_./-], got %s", path,
                 SL_MAX_NAME - 1, got);
 }
 
@@ -614,13 +605,13 @@ static int parse_int(const json_t *v, int64_t min, int64_t max, const char *path
     if (!json_is_integer(v)) {
         describe(v, got, sizeof got);
         int_bounds(min, max, 0, false, want, sizeof want);
-        return fail(err, errlen, "%s: must be %s, got %s", path, want, got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s", path, want, got);
     }
     int64_t x = json_integer_value(v);
     if (x < min || x > max) {
         describe(v, got, sizeof got);
         int_bounds(min, max, x, true, want, sizeof want);
-        return fail(err, errlen, "%s: must be %s, got %s", path, want, got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s", path, want, got);
     }
     *out = x;
     return 0;
@@ -636,7 +627,7 @@ static int parse_ints(const json_t *v, int64_t min, int64_t max, int min_count, 
         else
             describe(v, got, sizeof got);
         list_phrase(min_count, max_count, "integers", want, sizeof want);
-        return fail(err, errlen, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
     }
     out->n = 0;
     size_t i;
@@ -656,7 +647,7 @@ static int parse_number(const json_t *v, const char *path, double *out, char *er
     if (!json_is_number(v)) {
         char got[128];
         describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be a number, got %s", path, got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number, got %s", path, got);
     }
     *out = json_number_value(v);
     return 0;
@@ -672,7 +663,7 @@ static int parse_floats(const json_t *v, int min_count, int max_count, const cha
         else
             describe(v, got, sizeof got);
         list_phrase(min_count, max_count, "numbers", want, sizeof want);
-        return fail(err, errlen, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s%s", path, want, json_is_array(v) ? "a list of " : "", got);
     }
     out->n = 0;
     size_t i;
@@ -698,7 +689,7 @@ static int parse_strings(sl_spec_t *spec, const json_t *v, int min_count, int ma
             snprintf(got, sizeof got, "a list of %zu", n);
         else
             describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be a string or a list of %d to %d strings, got %s", path, min_count,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a string or a list of %d to %d strings, got %s", path, min_count,
                     max_count, got);
     }
     out->v = spec_alloc(spec, n * sizeof *out->v);
@@ -713,7 +704,7 @@ static int parse_strings(sl_spec_t *spec, const json_t *v, int min_count, int ma
             snprintf(ipath, sizeof ipath, "%s[%zu]", path, i);
         if (!json_is_string(e)) {
             describe(e, got, sizeof got);
-            return fail(err, errlen, "%s: must be a string, got %s", ipath, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be a string, got %s", ipath, got);
         }
         char *s = spec_alloc(spec, json_string_length(e) + 1);
         if (!s)
@@ -759,7 +750,7 @@ static int parse_field(sl_spec_t *spec, const struct field *f, json_t *obj, void
         return 0;
     if (!v) {
         switch (f->need) {
-        case F_REQUIRED: return fail(err, errlen, "%s: required field missing", fpath);
+        case F_REQUIRED: return sl_errf(err, errlen, SL_ESPEC, "%s: required field missing", fpath);
         case F_OPTIONAL:
             if (f->type != F_CUSTOM)
                 *(bool *)(base + f->has_off) = false;
@@ -783,7 +774,7 @@ static int parse_field(sl_spec_t *spec, const struct field *f, json_t *obj, void
     }
     case F_BOOL:
         if (!json_is_boolean(v))
-            return fail(err, errlen, "%s: must be true or false, got %s", fpath, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be true or false, got %s", fpath, got);
         *(bool *)(base + f->off) = json_is_true(v);
         break;
     case F_NAME:
@@ -803,7 +794,7 @@ static int parse_field(sl_spec_t *spec, const struct field *f, json_t *obj, void
         if (!c->name) {
             char want[256];
             choices_phrase(f->choices, want, sizeof want);
-            return fail(err, errlen, "%s: must be %s, got %s", fpath, want, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s", fpath, want, got);
         }
         memcpy(base + f->off, &c->value, sizeof c->value);
         break;
@@ -843,7 +834,7 @@ static int parse_fields(sl_spec_t *spec, const struct kind *k, const char *tag_k
         if (!known) {
             char kpath[256];
             key_path(path, key, kpath, sizeof kpath);
-            return fail(err, errlen, "%s: unknown field", kpath);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: unknown field", kpath);
         }
     }
     for (const struct field *f = k->fields; f->name; f++) {
@@ -862,23 +853,23 @@ static int find_kind(const struct kind *table, size_t n, const char *what, const
     json_t *tag = json_object_get(obj, tag_key);
     char got[128];
     if (!tag)
-        return fail(err, errlen, "%s.%s: required field missing", path, tag_key);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.%s: required field missing", path, tag_key);
     if (!json_is_string(tag)) {
         describe(tag, got, sizeof got);
-        return fail(err, errlen, "%s.%s: must be a string, got %s", path, tag_key, got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.%s: must be a string, got %s", path, tag_key, got);
     }
     const char *name = json_string_value(tag);
     for (size_t i = 0; i < n; i++) {
         /* Compare lengths too: a JSON string may hold "\u0000". */
         if (strlen(table[i].name) == json_string_length(tag) && strcmp(table[i].name, name) == 0) {
             if (table[i].id == 0)
-                return fail(err, errlen, "%s.%s: %s \"%s\" is not supported yet", path, tag_key, what, name);
+                return sl_errf(err, errlen, SL_ESPEC, "%s.%s: %s \"%s\" is not supported yet", path, tag_key, what, name);
             *out = &table[i];
             return 0;
         }
     }
     describe(tag, got, sizeof got);
-    return fail(err, errlen, "%s.%s: unknown %s %s", path, tag_key, what, got);
+    return sl_errf(err, errlen, SL_ESPEC, "%s.%s: unknown %s %s", path, tag_key, what, got);
 }
 
 /* ---- checks of whole sources and ops ---- */
@@ -907,10 +898,10 @@ static int range_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pat
     sl_spec_source_t *src = desc;
     (void)obj;
     if (src->u.range.step == 0)
-        return fail(err, errlen, "%s.step: must be a nonzero integer, got 0", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.step: must be a nonzero integer, got 0", path);
     uint64_t n = range_count(src->u.range.start, src->u.range.stop, src->u.range.step);
     if (n > (uint64_t)MAX_COUNT)
-        return fail(err, errlen, "%s.stop: the range yields %" PRIu64 " elements, at most %" PRId64 " (2^62) allowed",
+        return sl_errf(err, errlen, SL_ESPEC, "%s.stop: the range yields %" PRIu64 " elements, at most %" PRId64 " (2^62) allowed",
                     path, n, MAX_COUNT);
     spec->cardinality = (int64_t)n;
     return 0;
@@ -932,9 +923,9 @@ static int files_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pat
             snprintf(ipath, sizeof ipath, "%s.files[%d]", path, i);
         escape(p, strlen(p), 40, got, sizeof got);
         if (p[0] != '/')
-            return fail(err, errlen, "%s: must be an absolute path or glob pattern, got \"%s\"", ipath, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be an absolute path or glob pattern, got \"%s\"", ipath, got);
         if (strlen(p) >= PATH_BYTES)
-            return fail(err, errlen, "%s: must be shorter than %d bytes, got %zu", ipath, PATH_BYTES, strlen(p));
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be shorter than %d bytes, got %zu", ipath, PATH_BYTES, strlen(p));
     }
     spec->patterns = files->v;
     spec->num_patterns = files->n;
@@ -964,7 +955,7 @@ static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const cha
     (void)spec;
     (void)obj;
     if (op->u.decode_jpeg.channels == 2)
-        return fail(err, errlen, "%s.channels: must be 0, 1 or 3, got 2", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.channels: must be 0, 1 or 3, got 2", path);
     return 0;
 }
 
@@ -975,10 +966,10 @@ static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char 
     (void)obj;
     const sl_spec_floats_t *mean = &op->u.normalize.mean, *std = &op->u.normalize.std;
     if (mean->n != std->n)
-        return fail(err, errlen, "%s.std: must have as many values as mean (%d), got %d", path, mean->n, std->n);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.std: must have as many values as mean (%d), got %d", path, mean->n, std->n);
     for (int i = 0; i < std->n; i++) {
         if (!(std->v[i] > 0))
-            return fail(err, errlen, "%s.std[%d]: must be a number > 0, got %.15g", path, i, std->v[i]);
+            return sl_errf(err, errlen, SL_ESPEC, "%s.std[%d]: must be a number > 0, got %.15g", path, i, std->v[i]);
     }
     return 0;
 }
@@ -990,10 +981,10 @@ static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pat
     (void)obj;
     bool hint_n = op->u.shard.num_shards == SL_SPEC_SHARD_HINT, hint_i = op->u.shard.index == SL_SPEC_SHARD_HINT;
     if (hint_n != hint_i)
-        return fail(err, errlen, "%s.%s: \"hint\" must be given for both num_shards and index, or for neither",
+        return sl_errf(err, errlen, SL_ESPEC, "%s.%s: \"hint\" must be given for both num_shards and index, or for neither",
                     path, hint_n ? "index" : "num_shards");
     if (!hint_n && op->u.shard.index >= op->u.shard.num_shards)
-        return fail(err, errlen, "%s.index: must be an integer < num_shards (%" PRId64 "), got %" PRId64, path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s.index: must be an integer < num_shards (%" PRId64 "), got %" PRId64, path,
                     op->u.shard.num_shards, op->u.shard.index);
     return 0;
 }
@@ -1007,12 +998,12 @@ static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char
     (void)obj;
     ptrdiff_t i = op - spec->ops;
     if (spec->source.kind == SL_SOURCE_RANGE)
-        return fail(err, errlen,
+        return sl_errf(err, errlen, SL_ESPEC,
                     "%s: interleave must come directly after a file source (tfrecord, text_lines, "
                     "fixed_length_records); the source is a range, which has no files to interleave",
                     path);
     if (i != 0)
-        return fail(err, errlen,
+        return sl_errf(err, errlen, SL_ESPEC,
                     "%s: interleave must come directly after a file source (tfrecord, text_lines, "
                     "fixed_length_records), as the first op; here it follows ops[%td] (%s)",
                     path, i - 1, sl_spec_op_name(spec->ops[i - 1].kind));
@@ -1036,7 +1027,7 @@ static int parse_parallel_calls(sl_spec_t *spec, json_t *v, void *desc, const ch
     if (!json_is_integer(v)) {
         char got[128];
         describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an integer in [1, %d] or \"autotune\", got %s", path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be an integer in [1, %d] or \"autotune\", got %s", path,
                     MAX_PARALLEL_CALLS, got);
     }
     return parse_int(v, 1, MAX_PARALLEL_CALLS, path, &op->u.interleave.num_parallel_calls, err, errlen);
@@ -1060,7 +1051,7 @@ static int parse_int_or_hint(json_t *v, int64_t min, const char *path, int64_t *
         return 0;
     }
     if (json_is_string(v))
-        return fail(err, errlen, "%s: must be an integer >= %" PRId64 " or \"hint\", got \"%s\"", path, min,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be an integer >= %" PRId64 " or \"hint\", got \"%s\"", path, min,
                     json_string_value(v));
     return parse_int(v, min, INT64_MAX, path, out, err, errlen);
 }
@@ -1120,9 +1111,9 @@ static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *p
     char got[128], ipath[256];
     if (f->varlen) {
         if (fd->has_shape)
-            return fail(err, errlen, "%s.shape: a varlen feature has no shape", path);
+            return sl_errf(err, errlen, SL_ESPEC, "%s.shape: a varlen feature has no shape", path);
         if (def)
-            return fail(err, errlen, "%s.default: a varlen feature has no default", path);
+            return sl_errf(err, errlen, SL_ESPEC, "%s.default: a varlen feature has no default", path);
         return 0;
     }
     f->rank = fd->shape.n;
@@ -1130,7 +1121,7 @@ static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *p
     for (int d = 0; d < f->rank; d++) {
         f->shape[d] = fd->shape.v[d];
         if (__builtin_mul_overflow(count, (uint64_t)f->shape[d], &count) || count > (uint64_t)MAX_FEATURE_VALUES)
-            return fail(err, errlen, "%s.shape: holds more than %" PRId64 " values", path, MAX_FEATURE_VALUES);
+            return sl_errf(err, errlen, SL_ESPEC, "%s.shape: holds more than %" PRId64 " values", path, MAX_FEATURE_VALUES);
     }
     fd->has_shape = true; /* the canonical form shows the default [] */
     if (!def)
@@ -1140,7 +1131,7 @@ static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *p
     snprintf(dpath, sizeof dpath, "%s.default", path);
     size_t n = json_is_array(def) ? json_array_size(def) : 1;
     if (n != 1 && n != count)
-        return fail(err, errlen, "%s: %zu values, the shape needs 1 or %" PRIu64, dpath, n, count);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: %zu values, the shape needs 1 or %" PRIu64, dpath, n, count);
     size_t each = f->dtype == SL_DTYPE_INT64 ? sizeof(int64_t) : f->dtype == SL_DTYPE_FLOAT32 ? sizeof(double)
                                                                                                : sizeof(sl_spec_bytes_t);
     uint8_t *vals = spec_alloc(spec, n * each);
@@ -1169,7 +1160,7 @@ static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *p
         default: {
             if (!json_is_string(e)) {
                 describe(e, got, sizeof got);
-                return fail(err, errlen, "%s: must be a string, got %s", ipath, got);
+                return sl_errf(err, errlen, SL_ESPEC, "%s: must be a string, got %s", ipath, got);
             }
             size_t len = json_string_length(e);
             char *s = spec_alloc(spec, len);
@@ -1189,42 +1180,67 @@ static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *p
     return 0;
 }
 
+/* An object keyed by component (or feature) names, as parse_example's
+ * features, padded_batch's maps and map's outputs are: checks that v is an
+ * object of min (0 or 1) to max entries and puts its keys, sorted, in keys
+ * (room for max). what says what the object holds, entries what a count of
+ * them is called, in messages. @return the number of keys, or SL_ESPEC */
+static int named_object(json_t *v, const char *path, size_t min, size_t max, const char *what, const char *entries,
+                        const char **keys, char *err, size_t errlen)
+{
+    char got[128];
+    if (!json_is_object(v) || json_object_size(v) < min || json_object_size(v) > max) {
+        if (json_is_object(v))
+            snprintf(got, sizeof got, "%zu %s", json_object_size(v), entries);
+        else
+            describe(v, got, sizeof got);
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be an object of %s%zu %s, got %s", path,
+                       min ? "1 to " : "at most ", max, what, got);
+    }
+    return (int)sorted_keys(v, keys, max);
+}
+
+/* The error of a key of such an object that is not a name (noun: "component"
+ * or "feature"), at kpath. @return SL_ESPEC, or 0 when it is a name */
+static int check_name(const char *key, const char *kpath, const char *noun, char *err, size_t errlen)
+{
+    if (name_ok(key, strlen(key)))
+        return 0;
+    return sl_errf(err, errlen, SL_ESPEC, "%s: a %s name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
+                   noun, SL_MAX_NAME - 1);
+}
+
 static int parse_features(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
     sl_spec_op_t *op = desc;
     char got[128], fpath[256];
-    if (!json_is_object(v) || json_object_size(v) == 0 || json_object_size(v) > SL_SPEC_MAX_FEATURES) {
-        if (json_is_object(v))
-            snprintf(got, sizeof got, "%zu features", json_object_size(v));
-        else
-            describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an object of 1 to %d features, got %s", path, SL_SPEC_MAX_FEATURES, got);
-    }
     const char *keys[SL_SPEC_MAX_FEATURES];
-    size_t n = sorted_keys(v, keys, SL_SPEC_MAX_FEATURES);
-    sl_spec_feature_t *features = spec_alloc(spec, n * sizeof *features);
+    int n = named_object(v, path, 1, SL_SPEC_MAX_FEATURES, "features", "features", keys, err, errlen);
+    if (n < 0)
+        return n;
+    sl_spec_feature_t *features = spec_alloc(spec, (size_t)n * sizeof *features);
     if (!features)
         return nomem(err, errlen, path);
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         json_t *fv = json_object_get(v, keys[i]);
         key_path(path, keys[i], fpath, sizeof fpath);
-        if (!name_ok(keys[i], strlen(keys[i])))
-            return fail(err, errlen, "%s: a feature name must have 1 to %d characters from [A-Za-z0-9_./-]", fpath,
-                        SL_MAX_NAME - 1);
+        int rc = check_name(keys[i], fpath, "feature", err, errlen);
+        if (rc < 0)
+            return rc;
         if (!json_is_object(fv)) {
             describe(fv, got, sizeof got);
-            return fail(err, errlen, "%s: must be an object, got %s", fpath, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be an object, got %s", fpath, got);
         }
         struct feature_desc fd;
         memset(&fd, 0, sizeof fd);
-        int rc = parse_fields(spec, &feature_kind, NULL, fv, &fd, fpath, err, errlen);
+        rc = parse_fields(spec, &feature_kind, NULL, fv, &fd, fpath, err, errlen);
         if (rc < 0)
             return rc;
         snprintf(fd.f.name, sizeof fd.f.name, "%s", keys[i]);
         features[i] = fd.f;
     }
     op->u.parse_example.features = features;
-    op->u.parse_example.num_features = (int)n;
+    op->u.parse_example.num_features = n;
     return 0;
 }
 
@@ -1291,37 +1307,31 @@ fail:
 static int parse_padded_shapes(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
     sl_spec_op_t *op = desc;
-    char got[128], kpath[256];
+    char kpath[256];
     op->u.padded_batch.num_padded_shapes = 0;
     op->u.padded_batch.padded_shapes = NULL;
     if (!v)
         return 0;
-    if (!json_is_object(v) || json_object_size(v) > SL_MAX_COMPONENTS) {
-        if (json_is_object(v))
-            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
-        else
-            describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an object of at most %d component names and shapes, got %s", path,
-                    SL_MAX_COMPONENTS, got);
-    }
     const char *keys[SL_MAX_COMPONENTS];
-    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
-    sl_spec_padded_shape_t *shapes = spec_alloc(spec, n * sizeof *shapes);
+    int n = named_object(v, path, 0, SL_MAX_COMPONENTS, "component names and shapes", "entries", keys, err, errlen);
+    if (n < 0)
+        return n;
+    sl_spec_padded_shape_t *shapes = spec_alloc(spec, (size_t)n * sizeof *shapes);
     if (!shapes)
         return nomem(err, errlen, path);
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         key_path(path, keys[i], kpath, sizeof kpath);
-        if (!name_ok(keys[i], strlen(keys[i])))
-            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
-                        SL_MAX_NAME - 1);
-        int rc = parse_ints(json_object_get(v, keys[i]), -1, INT64_MAX, 0, SL_MAX_RANK - 1, kpath, &shapes[i].dims,
-                            err, errlen);
+        int rc = check_name(keys[i], kpath, "component", err, errlen);
+        if (rc < 0)
+            return rc;
+        rc = parse_ints(json_object_get(v, keys[i]), -1, INT64_MAX, 0, SL_MAX_RANK - 1, kpath, &shapes[i].dims, err,
+                        errlen);
         if (rc < 0)
             return rc;
         snprintf(shapes[i].name, sizeof shapes[i].name, "%s", keys[i]);
     }
     op->u.padded_batch.padded_shapes = shapes;
-    op->u.padded_batch.num_padded_shapes = (int)n;
+    op->u.padded_batch.num_padded_shapes = n;
     return 0;
 }
 
@@ -1348,31 +1358,25 @@ fail:
 static int parse_padding_values(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
     sl_spec_op_t *op = desc;
-    char got[128], kpath[256];
+    char kpath[256];
     op->u.padded_batch.num_padding_values = 0;
     op->u.padded_batch.padding_values = NULL;
     if (!v)
         return 0;
-    if (!json_is_object(v) || json_object_size(v) > SL_MAX_COMPONENTS) {
-        if (json_is_object(v))
-            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
-        else
-            describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an object of at most %d component names and numbers, got %s", path,
-                    SL_MAX_COMPONENTS, got);
-    }
     const char *keys[SL_MAX_COMPONENTS];
-    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
-    sl_spec_padding_value_t *vals = spec_alloc(spec, n * sizeof *vals);
+    int n = named_object(v, path, 0, SL_MAX_COMPONENTS, "component names and numbers", "entries", keys, err, errlen);
+    if (n < 0)
+        return n;
+    sl_spec_padding_value_t *vals = spec_alloc(spec, (size_t)n * sizeof *vals);
     if (!vals)
         return nomem(err, errlen, path);
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         json_t *e = json_object_get(v, keys[i]);
         key_path(path, keys[i], kpath, sizeof kpath);
-        if (!name_ok(keys[i], strlen(keys[i])))
-            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
-                        SL_MAX_NAME - 1);
-        int rc = parse_number(e, kpath, &vals[i].d, err, errlen);
+        int rc = check_name(keys[i], kpath, "component", err, errlen);
+        if (rc < 0)
+            return rc;
+        rc = parse_number(e, kpath, &vals[i].d, err, errlen);
         if (rc < 0)
             return rc;
         vals[i].is_int = json_is_integer(e);
@@ -1380,7 +1384,7 @@ static int parse_padding_values(sl_spec_t *spec, json_t *v, void *desc, const ch
         snprintf(vals[i].name, sizeof vals[i].name, "%s", keys[i]);
     }
     op->u.padded_batch.padding_values = vals;
-    op->u.padded_batch.num_padding_values = (int)n;
+    op->u.padded_batch.num_padding_values = n;
     return 0;
 }
 
@@ -1412,7 +1416,7 @@ static int parse_parallel(sl_spec_t *spec, json_t *v, void *desc, const char *pa
     } else {
         char got[128];
         describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an integer from 1 to %d or \"autotune\", got %s", path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be an integer from 1 to %d or \"autotune\", got %s", path,
                     SL_SPEC_MAX_PARALLEL, got);
     }
     op->has_num_parallel_calls = true;
@@ -1434,13 +1438,13 @@ static int parse_plugin(sl_spec_t *spec, json_t *v, void *desc, const char *path
     char got[128];
     describe(v, got, sizeof got);
     if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= SL_SPEC_PLUGIN_NAME)
-        return fail(err, errlen, "%s: must be a file name of 1 to %d characters, got %s", path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a file name of 1 to %d characters, got %s", path,
                     SL_SPEC_PLUGIN_NAME - 1, got);
     const char *name = json_string_value(v);
     size_t n = json_string_length(v);
     if (strlen(name) != n || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
         strstr(name, ".."))
-        return fail(err, errlen,
+        return sl_errf(err, errlen, SL_ESPEC,
                     "%s: must be a file name in the worker's --plugin-dir (no '/', no \"..\"), got %s", path, got);
     char *dst = op->kind == SL_OP_MAP ? op->u.map.plugin : op->u.filter.plugin;
     snprintf(dst, SL_SPEC_PLUGIN_NAME, "%s", name);
@@ -1468,7 +1472,7 @@ static int parse_function(sl_spec_t *spec, json_t *v, void *desc, const char *pa
     if (!ok) {
         char got[128];
         describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be a function name (a C identifier of 1 to %d characters), got %s", path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a function name (a C identifier of 1 to %d characters), got %s", path,
                     SL_SPEC_FUNCTION_NAME - 1, got);
     }
     char *dst = op->kind == SL_OP_MAP ? op->u.map.function : op->u.filter.function;
@@ -1487,25 +1491,19 @@ static int parse_outputs(sl_spec_t *spec, json_t *v, void *desc, const char *pat
 {
     sl_spec_op_t *op = desc;
     char got[128], kpath[256], want[512];
-    if (!json_is_object(v) || json_object_size(v) < 1 || json_object_size(v) > SL_MAX_COMPONENTS) {
-        if (json_is_object(v))
-            snprintf(got, sizeof got, "%zu entries", json_object_size(v));
-        else
-            describe(v, got, sizeof got);
-        return fail(err, errlen, "%s: must be an object of 1 to %d component names and dtypes, got %s", path,
-                    SL_MAX_COMPONENTS, got);
-    }
     const char *keys[SL_MAX_COMPONENTS];
-    size_t n = sorted_keys(v, keys, SL_MAX_COMPONENTS);
-    sl_spec_map_output_t *outs = spec_alloc(spec, n * sizeof *outs);
+    int n = named_object(v, path, 1, SL_MAX_COMPONENTS, "component names and dtypes", "entries", keys, err, errlen);
+    if (n < 0)
+        return n;
+    sl_spec_map_output_t *outs = spec_alloc(spec, (size_t)n * sizeof *outs);
     if (!outs)
         return nomem(err, errlen, path);
-    for (size_t i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         json_t *e = json_object_get(v, keys[i]);
         key_path(path, keys[i], kpath, sizeof kpath);
-        if (!name_ok(keys[i], strlen(keys[i])))
-            return fail(err, errlen, "%s: a component name must have 1 to %d characters from [A-Za-z0-9_./-]", kpath,
-                        SL_MAX_NAME - 1);
+        int rc = check_name(keys[i], kpath, "component", err, errlen);
+        if (rc < 0)
+            return rc;
         const struct choice *c = output_dtypes;
         while (c->name && !(json_is_string(e) && strcmp(c->name, json_string_value(e)) == 0 &&
                             strlen(c->name) == json_string_length(e)))
@@ -1513,13 +1511,13 @@ static int parse_outputs(sl_spec_t *spec, json_t *v, void *desc, const char *pat
         if (!c->name) {
             describe(e, got, sizeof got);
             choices_phrase(output_dtypes, want, sizeof want);
-            return fail(err, errlen, "%s: must be %s, got %s", kpath, want, got);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: must be %s, got %s", kpath, want, got);
         }
         snprintf(outs[i].name, sizeof outs[i].name, "%s", keys[i]);
         outs[i].dtype = (sl_dtype_t)c->value;
     }
     op->u.map.outputs = outs;
-    op->u.map.num_outputs = (int)n;
+    op->u.map.num_outputs = n;
     return 0;
 }
 
@@ -1546,7 +1544,7 @@ static int parse_filter_value(sl_spec_t *spec, json_t *v, void *desc, const char
     char ipath[192];
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (json_is_array(v) && (n < 1 || n > SL_SPEC_MAX_FILTER_VALUES))
-        return fail(err, errlen, "%s: must be a number or a list of 1 to %d numbers, got a list of %zu", path,
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number or a list of 1 to %d numbers, got a list of %zu", path,
                     SL_SPEC_MAX_FILTER_VALUES, n);
     sl_spec_filter_value_t *vals = spec_alloc(spec, n * sizeof *vals);
     if (!vals)
@@ -1600,27 +1598,27 @@ static int filter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pa
     bool key = op->u.filter.has_key, cmp = op->u.filter.has_cmp, value = op->u.filter.has_value;
     if (plugin || function) {
         if (!plugin)
-            return fail(err, errlen, "%s.plugin: required field missing (a filter with a function needs its plugin)",
+            return sl_errf(err, errlen, SL_ESPEC, "%s.plugin: required field missing (a filter with a function needs its plugin)",
                         path);
         if (!function)
-            return fail(err, errlen, "%s.function: required field missing (a filter with a plugin needs a function)",
+            return sl_errf(err, errlen, SL_ESPEC, "%s.function: required field missing (a filter with a plugin needs a function)",
                         path);
         if (key || cmp || value)
-            return fail(err, errlen, "%s.%s: a filter takes a plugin predicate or a comparison, not both", path,
+            return sl_errf(err, errlen, SL_ESPEC, "%s.%s: a filter takes a plugin predicate or a comparison, not both", path,
                         key ? "key" : cmp ? "cmp" : "value");
         return 0;
     }
     if (!key)
-        return fail(err, errlen, "%s.key: required field missing (or give plugin and function)", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.key: required field missing (or give plugin and function)", path);
     if (!cmp)
-        return fail(err, errlen, "%s.cmp: required field missing", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.cmp: required field missing", path);
     if (!value)
-        return fail(err, errlen, "%s.value: required field missing", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.value: required field missing", path);
     bool list = json_is_array(json_object_get(obj, "value"));
     if (op->u.filter.cmp == SL_FILTER_IN && !list)
-        return fail(err, errlen, "%s.value: must be a list of numbers for cmp \"in\"", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.value: must be a list of numbers for cmp \"in\"", path);
     if (op->u.filter.cmp != SL_FILTER_IN && list)
-        return fail(err, errlen, "%s.value: must be a number (a list goes with cmp \"in\")", path);
+        return sl_errf(err, errlen, SL_ESPEC, "%s.value: must be a number (a list goes with cmp \"in\")", path);
     return 0;
 }
 
@@ -1762,24 +1760,24 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
     if (err && errlen > 0)
         err[0] = '\0';
     if (len > SL_SPEC_MAX_BYTES)
-        return fail(err, errlen, "$: the spec is %zu bytes, at most %u allowed", len, SL_SPEC_MAX_BYTES);
+        return sl_errf(err, errlen, SL_ESPEC, "$: the spec is %zu bytes, at most %u allowed", len, SL_SPEC_MAX_BYTES);
     if (!json && len > 0)
-        return fail(err, errlen, "$: no spec text");
+        return sl_errf(err, errlen, SL_ESPEC, "$: no spec text");
 
     root = json_loadb(json ? json : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
-        return fail(err, errlen, "$: invalid JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        return sl_errf(err, errlen, SL_ESPEC, "$: invalid JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
     spec = calloc(1, sizeof *spec);
     if (!spec) {
         rc = -ENOMEM;
-        fail(err, errlen, "$: out of memory");
+        sl_errf(err, errlen, SL_ESPEC, "$: out of memory");
         goto fail;
     }
     spec->cardinality = -1;
 
     if (!json_is_object(root)) {
         describe(root, got, sizeof got);
-        rc = fail(err, errlen, "$: must be an object, got %s", got);
+        rc = sl_errf(err, errlen, SL_ESPEC, "$: must be an object, got %s", got);
         goto fail;
     }
     const char *key;
@@ -1788,19 +1786,19 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
         if (strcmp(key, "source") != 0 && strcmp(key, "ops") != 0) {
             char kpath[256];
             key_path("$", key, kpath, sizeof kpath);
-            rc = fail(err, errlen, "%s: unknown field", kpath);
+            rc = sl_errf(err, errlen, SL_ESPEC, "%s: unknown field", kpath);
             goto fail;
         }
     }
 
     json_t *src = json_object_get(root, "source");
     if (!src) {
-        rc = fail(err, errlen, "$.source: required field missing");
+        rc = sl_errf(err, errlen, SL_ESPEC, "$.source: required field missing");
         goto fail;
     }
     if (!json_is_object(src)) {
         describe(src, got, sizeof got);
-        rc = fail(err, errlen, "$.source: must be an object, got %s", got);
+        rc = sl_errf(err, errlen, SL_ESPEC, "$.source: must be an object, got %s", got);
         goto fail;
     }
     rc = find_kind(sources, COUNT_OF(sources), "source", "type", src, "$.source", &src_kind, err, errlen);
@@ -1814,11 +1812,11 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
     json_t *arr = json_object_get(root, "ops");
     if (arr && !json_is_array(arr)) {
         describe(arr, got, sizeof got);
-        rc = fail(err, errlen, "$.ops: must be an array, got %s", got);
+        rc = sl_errf(err, errlen, SL_ESPEC, "$.ops: must be an array, got %s", got);
         goto fail;
     }
     if (arr && json_array_size(arr) > SL_SPEC_MAX_OPS) {
-        rc = fail(err, errlen, "$.ops: at most %d ops allowed, got %zu", SL_SPEC_MAX_OPS, json_array_size(arr));
+        rc = sl_errf(err, errlen, SL_ESPEC, "$.ops: at most %d ops allowed, got %zu", SL_SPEC_MAX_OPS, json_array_size(arr));
         goto fail;
     }
     size_t i;
@@ -1826,7 +1824,7 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
         snprintf(path, sizeof path, "$.ops[%zu]", i);
         if (!json_is_object(v)) {
             describe(v, got, sizeof got);
-            rc = fail(err, errlen, "%s: must be an object, got %s", path, got);
+            rc = sl_errf(err, errlen, SL_ESPEC, "%s: must be an object, got %s", path, got);
             goto fail;
         }
         rc = find_kind(ops, COUNT_OF(ops), "op", "op", v, path, &op_kinds[i], err, errlen);
@@ -1841,7 +1839,7 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
 
     rc = make_canonical(spec, src_kind, op_kinds);
     if (rc < 0) {
-        fail(err, errlen, "$: out of memory");
+        sl_errf(err, errlen, SL_ESPEC, "$: out of memory");
         goto fail;
     }
     json_decref(root);

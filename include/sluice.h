@@ -107,8 +107,9 @@ typedef enum sl_job_state {
     SL_JOB_FAILED = 3
 } sl_job_state_t;
 
-#define SL_MAX_RANK 8
-#define SL_MAX_NAME 64
+#define SL_MAX_RANK 8        /* dimensions of a tensor */
+#define SL_MAX_NAME 64       /* bytes of a component's name, with its NUL */
+#define SL_MAX_COMPONENTS 32 /* components of an element, tensors of a batch */
 
 typedef struct sl_client sl_client_t;
 typedef struct sl_iterator sl_iterator_t;

@@ -11,8 +11,9 @@
  * limit, -ENOMEM) and writes a message naming the problem into err (errlen
  * bytes, may be 0); outputs are left alone on failure unless said otherwise.
  *
- * Random ops draw from an sl_image_rng_t (xoshiro256**, seeded through
- * splitmix64) that the caller owns and seeds, so a seed fixes every outcome.
+ * Random ops draw from an sl_rng_t (common/rng.h: xoshiro256**, seeded
+ * through splitmix64) that the caller owns and seeds, so a seed fixes every
+ * outcome.
  */
 #ifndef SL_IMAGE_H
 #define SL_IMAGE_H
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "sluice.h"
 
 /** The shape of an HWC image: h >= 1, w >= 1, c 1 or 3. */
@@ -31,35 +33,10 @@ typedef struct sl_image_shape {
 /** A JPEG decoder: one TurboJPEG handle. Use it from one thread at a time. */
 typedef struct sl_image_decoder sl_image_decoder_t;
 
-/** The state of a xoshiro256** generator; set it with sl_image_rng_seed(). */
-typedef struct sl_image_rng {
-    uint64_t s[4];
-} sl_image_rng_t;
-
 typedef enum sl_image_flip_dir {
     SL_IMAGE_FLIP_LEFT_RIGHT = 0, /* mirror each row (the width axis) */
     SL_IMAGE_FLIP_UP_DOWN = 1     /* reverse the rows (the height axis) */
 } sl_image_flip_dir_t;
-
-/* ---- random numbers ---- */
-
-/**
- * Seeds rng: the four state words are splitmix64 outputs of seed, so every
- * seed, 0 included, gives a good state.
- * @param[out] rng the state to set
- * @param[in] seed any value
- */
-void sl_image_rng_seed(sl_image_rng_t *rng, uint64_t seed);
-
-/** @return the next 64 random bits of rng (xoshiro256**) */
-uint64_t sl_image_rng_next(sl_image_rng_t *rng);
-
-/**
- * @param[in,out] rng the generator
- * @param[in] n the bound, >= 1
- * @return a uniform value in [0, n) without modulo bias (0 when n is 0)
- */
-uint64_t sl_image_rng_below(sl_image_rng_t *rng, uint64_t n);
 
 /* ---- JPEG ---- */
 
@@ -154,7 +131,7 @@ int sl_image_center_crop_offsets(sl_image_shape_t in, size_t h, size_t w, size_t
  * @param[out] y,x the offsets to give sl_image_crop()
  * @return 0; SL_EINVAL when the window is empty or larger than the image
  */
-int sl_image_random_crop_offsets(sl_image_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
+int sl_image_random_crop_offsets(sl_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
                                  char *err, size_t errlen);
 
 /**
@@ -173,7 +150,7 @@ int sl_image_flip(const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_
  * @param[out] flipped whether it was mirrored (may be NULL)
  * @return as sl_image_flip()
  */
-int sl_image_random_flip(sl_image_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
+int sl_image_random_flip(sl_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
                          uint8_t *dst, bool *flipped, char *err, size_t errlen);
 
 /* ---- normalize and cast ---- */

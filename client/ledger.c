@@ -1,0 +1,294 @@
+/* ledger.c: see ledger.h. */
+#include "ledger.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+#include "le.h"
+#include "provwire.h"
+
+#define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into got at once */
+
+/* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
+ * the positions given to the caller. Version 2 (written): u64 the number of
+ * positions, then their runs in provwire.h's compact form, about 3 bytes a
+ * run where posset.h's version 1 bytes take 24 (a shuffle leaves thousands
+ * of short runs near the stream's front). Version 1 (still read): posset.h's
+ * bytes. */
+#define CKPT_MAGIC "SLCK"
+#define CKPT_VERSION 2
+#define CKPT_V1 1
+#define CKPT_HEADER 16
+
+size_t sl__ledger_max_runs(const sl_iterator_opts_t *opts)
+{
+    return opts->max_ledger_runs == 0 || opts->max_ledger_runs > SL_POSSET_MAX_RUNS ? SL_POSSET_MAX_RUNS
+                                                                                    : opts->max_ledger_runs;
+}
+
+void sl__ledger_init(sl_ledger_t *l, size_t max_runs)
+{
+    *l = (sl_ledger_t){.max_runs = max_runs};
+    sl_posset_init(&l->restored, max_runs);
+    sl_posset_init(&l->got, max_runs);
+}
+
+void sl__ledger_free(sl_ledger_t *l)
+{
+    sl_posset_clear(&l->restored);
+    sl_posset_clear(&l->got);
+    free(l->runs);
+    free(l->done);
+    l->runs = NULL;
+    l->done = NULL;
+    l->num = l->cap = l->ndone = 0;
+}
+
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, char *err, size_t errlen)
+{
+    return sl_posset_decode(&l->restored, posset, len, err, errlen);
+}
+
+/* Room for n runs in l->runs. 0 or -ENOMEM */
+static int runs_room(sl_ledger_t *l, size_t n)
+{
+    if (n <= l->cap)
+        return 0;
+    size_t cap = l->cap * 2 > n ? l->cap * 2 : n;
+    sl_provenance_run_t *p = realloc(l->runs, cap * sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    l->runs = p;
+    l->cap = cap;
+    return 0;
+}
+
+/* The waiting runs go in at once, sorted and merged in one pass
+ * (sl_provenance_run_t has sl_posrun_t's layout); then each waiting notice
+ * whose split the caller was given every delivered record of fills the
+ * split's holes, all in one more merge. A notice comes after every batch
+ * with records of its split, so counting now is as counting when it came. */
+void sl__ledger_sync(sl_ledger_t *l)
+{
+    int rc = l->rc;
+    if (rc == 0)
+        rc = sl_posset_add_many(&l->got, l->runs, l->num);
+    /* The runs' buffer is free again: it takes the filled splits. */
+    if (rc == 0)
+        rc = runs_room(l, l->ndone);
+    size_t fill = 0;
+    for (size_t i = 0; i < l->ndone && rc == 0; i++) {
+        const sl_split_done_t *d = &l->done[i];
+        if (d->end > d->begin && sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+            l->runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
+    }
+    if (rc == 0 && fill > 0)
+        rc = sl_posset_add_many(&l->got, l->runs, fill);
+    if (rc < 0 && l->rc == 0) {
+        l->rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+        /* Nothing else would tell the trainer before a checkpoint fails or
+         * a worker dies. */
+        fprintf(stderr,
+                "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
+                "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
+                "now on may deliver some elements twice\n",
+                l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs);
+    }
+    l->num = l->ndone = 0;
+    l->batches = 0;
+}
+
+void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+                    const sl_split_done_t *done, size_t ndone, bool last)
+{
+    if (l->rc < 0)
+        return;
+    int rc = 0;
+    if (prov_len > 0) {
+        /* At most one run an element (provwire.h). */
+        uint64_t n = 0;
+        rc = runs_room(l, l->num + (size_t)num_elements);
+        if (rc == 0)
+            rc = sl_provwire_read(prov, prov_len, num_elements, l->runs + l->num, &n, NULL, 0);
+        l->num += (size_t)n;
+    }
+    if (rc == 0 && ndone > 0) {
+        sl_split_done_t *p = realloc(l->done, (l->ndone + ndone) * sizeof *p);
+        if (p) {
+            memcpy(p + l->ndone, done, ndone * sizeof *p);
+            l->done = p;
+            l->ndone += ndone;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (rc < 0) {
+        l->rc = rc;
+        return;
+    }
+    /* A merge costs a pass over the part of got the runs reach, which
+     * behind a large shuffle is most of it (its holes): so the runs wait
+     * until they are a quarter of got, for a constant cost a run, and at
+     * least LEDGER_BATCHES batches, when the holes between them have mostly
+     * filled. */
+    if (last || (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num))
+        sl__ledger_sync(l);
+}
+
+/* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
+static int add_from(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
+{
+    size_t first = 0;
+    while (first < n && runs[first].epoch < from)
+        first++;
+    /* Runs are sorted by epoch first: the rest are all of later epochs. */
+    return n > first ? sl_posset_add_many(set, runs + first, n - first) : 0;
+}
+
+int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
+{
+    sl_posset_init(set, l->max_runs);
+    sl__ledger_sync(l);
+    int rc = l->rc;
+    if (rc == 0)
+        rc = add_from(set, l->restored.runs, l->restored.num, from);
+    if (rc == 0)
+        rc = add_from(set, l->got.runs, l->got.num, from);
+    return rc;
+}
+
+int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+                        uint64_t from, sl_provenance_run_t **scratch, size_t *cap)
+{
+    if (prov_len == 0)
+        return 0;
+    if (num_elements > *cap) {
+        sl_provenance_run_t *p = realloc(*scratch, (size_t)num_elements * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        *scratch = p;
+        *cap = (size_t)num_elements;
+    }
+    uint64_t n = 0;
+    int rc = sl_provwire_read(prov, prov_len, num_elements, *scratch, &n, NULL, 0);
+    size_t k = 0;
+    for (uint64_t i = 0; i < n && rc == 0; i++)
+        if ((*scratch)[i].epoch >= from)
+            (*scratch)[k++] = (*scratch)[i];
+    /* sl_provenance_run_t has sl_posrun_t's layout (posset.h). */
+    return rc == 0 && k > 0 ? sl_posset_add_many(set, *scratch, k) : rc;
+}
+
+int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, uint8_t **out, size_t *len, char *err,
+                          size_t errlen)
+{
+    *out = NULL;
+    *len = 0;
+    sl__ledger_sync(l);
+    if (l->rc < 0)
+        return sl_errf(err, errlen, l->rc,
+                       "checkpoint: what was consumed needs more than %zu runs of positions (max_ledger_runs; a "
+                       "shuffle buffer leaves about half its size in holes per worker)",
+                       l->max_runs);
+    sl_posset_t all;
+    sl_posset_init(&all, l->max_runs);
+    int rc = sl_posset_add_many(&all, l->restored.runs, l->restored.num);
+    if (rc == 0)
+        rc = sl_posset_add_many(&all, l->got.runs, l->got.num);
+    /* sl_posrun_t has sl_provenance_run_t's layout (posset.h). */
+    uint8_t *runs = NULL;
+    size_t n = 0;
+    if (rc == 0 && all.num > 0)
+        rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
+    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + 8 + n) : NULL;
+    if (rc == 0 && !buf)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        memcpy(buf, CKPT_MAGIC, 4);
+        sl_put_le32(buf + 4, CKPT_VERSION);
+        sl_put_le64(buf + 8, dataset_id);
+        sl_put_le64(buf + CKPT_HEADER, sl_posset_size(&all));
+        if (n > 0)
+            memcpy(buf + CKPT_HEADER + 8, runs, n);
+        *out = buf;
+        *len = CKPT_HEADER + 8 + n;
+    } else if (rc == -ENOSPC) {
+        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
+                     l->max_runs);
+    } else {
+        rc = sl_errf(err, errlen, rc, "checkpoint: %s", sl_strerror(rc));
+    }
+    free(runs);
+    sl_posset_clear(&all);
+    return rc;
+}
+
+/* A version 2 checkpoint's positions (after the header) as posset bytes.
+ * The decoder bounds what it allocates by the bytes it is given; the set,
+ * by max_runs. */
+static int v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t **out, size_t *out_len, char *err,
+                        size_t errlen)
+{
+    if (len < 8)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes after the header)", len);
+    uint64_t positions = sl_get_le64(p);
+    sl_provenance_run_t *runs = NULL;
+    uint64_t n = 0;
+    char why[256];
+    int rc = positions > 0 ? sl_provwire_decode(p + 8, len - 8, positions, &runs, &n, why, sizeof why)
+                           : (len > 8 ? sl_errf(why, sizeof why, SL_EPROTO, "%zu bytes after no positions", len - 8)
+                                      : 0);
+    if (rc < 0) {
+        free(runs);
+        return rc == -ENOMEM ? sl_errf(err, errlen, rc, "checkpoint: out of memory")
+                             : sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions: %s", why);
+    }
+    sl_posset_t set;
+    sl_posset_init(&set, max_runs);
+    rc = n > 0 ? sl_posset_add_many(&set, runs, n) : 0;
+    free(runs);
+    if (rc == -ENOSPC)
+        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
+                     max_runs);
+    else if (rc < 0 && rc != -ENOMEM)
+        rc = sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
+    if (rc == 0) {
+        *out_len = sl_posset_encode(&set, NULL, 0);
+        *out = malloc(*out_len);
+        if (*out)
+            sl_posset_encode(&set, *out, *out_len);
+        else
+            rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
+    }
+    sl_posset_clear(&set);
+    return rc;
+}
+
+int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, size_t max_runs, uint8_t **posset,
+                        size_t *posset_len, char *err, size_t errlen)
+{
+    *posset = NULL;
+    *posset_len = 0;
+    if (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
+    uint32_t version = sl_get_le32(ckpt + 4);
+    if (version != CKPT_VERSION && version != CKPT_V1)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d and %d",
+                       (unsigned)version, CKPT_V1, CKPT_VERSION);
+    uint64_t ds = sl_get_le64(ckpt + 8);
+    if (ds != dataset_id)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
+                       ds, dataset_id);
+    if (version == CKPT_VERSION)
+        return v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, max_runs, posset, posset_len, err, errlen);
+    /* Version 1: posset bytes as they are, checked by the restore. */
+    if (!(*posset = malloc(len - CKPT_HEADER > 0 ? len - CKPT_HEADER : 1)))
+        return sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
+    memcpy(*posset, ckpt + CKPT_HEADER, len - CKPT_HEADER);
+    *posset_len = len - CKPT_HEADER;
+    return 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * ledger.h: the record of what an iterator handed its caller, as source
+ * positions (posset.h), and the checkpoints made of it (iterator.c uses it;
+ * docs/fault-tolerance.md, "Iterator checkpoints").
+ *
+ * What a checkpoint holds and what a worker-loss report says come from here:
+ * `restored` (what the checkpoint the iterator was restored from held) and
+ * `got` (what the caller was given since), with a split's holes (records its
+ * pipeline dropped) filled once its split-done notice says every record it
+ * delivered was given. A shuffled batch is one run per element and merging
+ * them costs a pass over the part of `got` they reach, so runs and notices
+ * wait in the ledger and go in together (sl__ledger_sync()).
+ *
+ * Not thread-safe: the iterator calls it under its mutex.
+ */
+#ifndef SL_CLIENT_LEDGER_H
+#define SL_CLIENT_LEDGER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "posset.h"
+#include "sluice.h"
+
+typedef struct sl_ledger {
+    sl_posset_t restored, got;
+    /* Runs and notices of the batches given since the last sync. */
+    sl_provenance_run_t *runs;
+    size_t num, cap;
+    sl_split_done_t *done;
+    size_t ndone;
+    unsigned batches;
+    size_t max_runs; /* of restored, got, a report, a checkpoint */
+    uint64_t job_id; /* named in the overflow's message */
+    int rc;          /* < 0: got overflowed or ran out of memory; nothing is recorded any more */
+} sl_ledger_t;
+
+/** The runs a ledger keeps with opts.max_ledger_runs (0: the most). */
+size_t sl__ledger_max_runs(const sl_iterator_opts_t *opts);
+
+/** An empty ledger of at most max_runs runs. */
+void sl__ledger_init(sl_ledger_t *l, size_t max_runs);
+
+void sl__ledger_free(sl_ledger_t *l);
+
+/**
+ * Sets what a restored checkpoint held (posset bytes).
+ * @return 0, or < 0 with the decoder's message in err
+ */
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, char *err, size_t errlen);
+
+/**
+ * Records a batch given to the caller: its provenance (prov_len bytes of
+ * provwire.h's form at prov, for num_elements elements; none when prov_len
+ * is 0) and split-done notices; last when nothing more will come (the end).
+ * Syncs once enough waits. Does nothing once rc < 0.
+ */
+void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+                    const sl_split_done_t *done, size_t ndone, bool last);
+
+/** Merges what waits into got. On overflow says so once on stderr and sets rc. */
+void sl__ledger_sync(sl_ledger_t *l);
+
+/**
+ * Starts a report of what was received of epochs from `from` on: syncs,
+ * then puts restored and got's runs of those epochs in set (initialised
+ * here with the ledger's bound). Add what waits elsewhere with
+ * sl__report_add_wire(), then encode set.
+ * @return 0, or < 0 when the ledger does not know (it overflowed)
+ */
+int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set);
+
+/**
+ * Adds the runs of a batch's provenance (provwire.h's form) of epochs from
+ * `from` on to set; *scratch (of *cap runs) is grown as needed, freed by
+ * the caller. @return 0 or < 0
+ */
+int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+                        uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
+
+/**
+ * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 2, u64
+ * dataset id, u64 the number of positions, then their runs in provwire.h's
+ * compact form (little-endian).
+ * @param[out] out the bytes, malloc'd
+ * @return 0, or SL_ETOOBIG / -ENOMEM with a message in err
+ */
+int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, uint8_t **out, size_t *len, char *err,
+                          size_t errlen);
+
+/**
+ * Reads a checkpoint: checks its header (and that it is of dataset_id) and
+ * turns its positions into posset bytes (version 1 holds them as they are),
+ * which the restore sends the dispatcher; at most max_runs runs.
+ * @param[out] posset the bytes, malloc'd
+ * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
+ */
+int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, size_t max_runs, uint8_t **posset,
+                        size_t *posset_len, char *err, size_t errlen);
+
+#endif

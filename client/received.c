@@ -1,0 +1,232 @@
+/* received.c: see received.h. */
+#include "received.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "big_alloc.h"
+#include "errbuf.h"
+#include "provwire.h"
+
+void sl__batch_free(struct sl_batch *b)
+{
+    if (!b)
+        return;
+    sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
+    free(b->prov);
+    free(b->done);
+    free(b);
+}
+
+/* Appends n split-done notices to *arr (*num of them). 0 or -ENOMEM. */
+int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n)
+{
+    if (n == 0)
+        return 0;
+    sl_split_done_t *p = realloc(*arr, (*num + n) * sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p + *num, add, n * sizeof *p);
+    *arr = p;
+    *num += n;
+    return 0;
+}
+
+/* The split-done notices of a GET_ELEMENT answer whose payload is size
+ * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
+ * them. They take at most a sixth of the payload, which the frame limit
+ * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err */
+int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
+                             sl_split_done_t **out, size_t *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    if (resp->notices_length == 0)
+        return 0;
+    if (resp->notices_offset > size || resp->notices_length > size - resp->notices_offset)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "task %" PRIu64 ": split-done notices at [%" PRIu64 ", +%" PRIu64
+                       ") are outside the payload of %zu bytes",
+                       resp->task_id, resp->notices_offset, resp->notices_length, size);
+    const uint8_t *p = payload + resp->notices_offset;
+    size_t len = (size_t)resp->notices_length;
+    char why[300];
+    uint64_t num = 0;
+    int rc = sl_provwire_read_done(p, len, NULL, &num, why, sizeof why);
+    if (rc == 0 && num > 0) {
+        if (!(*out = malloc((size_t)num * sizeof **out)))
+            return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " split-done notices", num);
+        rc = sl_provwire_read_done(p, len, *out, &num, why, sizeof why);
+    }
+    if (rc < 0) {
+        free(*out);
+        *out = NULL;
+        return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s", resp->task_id, why);
+    }
+    *n = (size_t)num;
+    return 0;
+}
+
+/* Builds a batch from a GET_ELEMENT answer, checking every component
+ * against the payload. Takes ownership of payload. */
+struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
+                                        char *err, size_t errlen)
+{
+    /* The tensor bytes end where the provenance or the notices begin. */
+    size_t tensors = size;
+    if (resp->provenance_length > 0 && resp->provenance_offset < tensors)
+        tensors = (size_t)resp->provenance_offset;
+    if (resp->notices_length > 0 && resp->notices_offset < tensors)
+        tensors = (size_t)resp->notices_offset;
+    sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
+                          .data = payload, .size = tensors};
+    for (int i = 0; i < wb.num_components; i++) {
+        const sluice_Component *pc = &resp->components[i];
+        sl_component_t *c = &wb.components[i];
+        snprintf(c->name, sizeof c->name, "%s", pc->name);
+        c->dtype = (sl_dtype_t)pc->dtype;
+        c->rank = (int)pc->shape_count;
+        memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
+        c->offset = pc->offset;
+        c->length = pc->length;
+        c->ragged = pc->ragged;
+        c->splits_offset = pc->splits_offset;
+        c->splits_length = pc->splits_length;
+    }
+    uint64_t num_prov = 0;
+    char why[400];
+    if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
+        free(payload);
+        return NULL;
+    }
+    /* The provenance (docs/protocol.md): checked against the payload and
+     * the batch's elements now, decoded when it is read. */
+    int prc = SL_EPROTO;
+    if (resp->provenance_offset > size || resp->provenance_length > size - resp->provenance_offset)
+        snprintf(why, sizeof why, "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes",
+                 resp->provenance_offset, resp->provenance_length, size);
+    else
+        prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
+                               resp->num_elements, NULL, &num_prov, why, sizeof why);
+    if (prc < 0) {
+        snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
+        free(payload);
+        return NULL;
+    }
+    struct sl_batch *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        free(payload);
+        return NULL;
+    }
+    if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0) {
+        sl__batch_free(b);
+        free(payload);
+        return NULL;
+    }
+    b->task_id = resp->task_id;
+    b->num_elements = wb.num_elements;
+    b->num_tensors = wb.num_components;
+    b->payload = payload;
+    b->num_prov = (size_t)num_prov;
+    b->prov_wire = payload + resp->provenance_offset;
+    b->prov_wire_len = (size_t)resp->provenance_length;
+    /* The tensors' bytes: the provenance and notices after them are not
+     * counted. */
+    b->size = tensors;
+    for (int i = 0; i < wb.num_components; i++) {
+        const sl_component_t *c = &wb.components[i];
+        sl_tensor_t *t = &b->tensors[i];
+        snprintf(b->names[i], sizeof b->names[i], "%s", c->name);
+        t->name = b->names[i];
+        t->dtype = c->dtype;
+        t->rank = c->rank;
+        memcpy(t->shape, c->shape, sizeof t->shape);
+        t->data = payload + c->offset;
+        t->size = c->length;
+        if (c->ragged) {
+            t->row_splits = (const int64_t *)(payload + c->splits_offset);
+            t->num_row_splits = c->splits_length / sizeof(int64_t);
+        }
+    }
+    return b;
+}
+
+/* ---- sluice.h's accessors ---- */
+
+uint64_t sl_batch_num_elements(const sl_batch_t *b)
+{
+    return b->num_elements;
+}
+
+int sl_batch_num_tensors(const sl_batch_t *b)
+{
+    return b->num_tensors;
+}
+
+const sl_tensor_t *sl_batch_tensor(const sl_batch_t *b, int i)
+{
+    return i >= 0 && i < b->num_tensors ? &b->tensors[i] : NULL;
+}
+
+const sl_tensor_t *sl_batch_find(const sl_batch_t *b, const char *name)
+{
+    for (int i = 0; i < b->num_tensors; i++)
+        if (strcmp(b->names[i], name) == 0)
+            return &b->tensors[i];
+    return NULL;
+}
+
+size_t sl_batch_size(const sl_batch_t *b)
+{
+    return b->size;
+}
+
+uint64_t sl_batch_task_id(const sl_batch_t *b)
+{
+    return b->task_id;
+}
+
+const char *sl_batch_worker(const sl_batch_t *b)
+{
+    return b->worker;
+}
+
+uint64_t sl_batch_round(const sl_batch_t *b)
+{
+    return b->round;
+}
+
+void sl_batch_release(sl_batch_t *b)
+{
+    sl__batch_free(b);
+}
+
+const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_runs)
+{
+    /* Decoded on first use; the bytes were checked when the batch came. */
+    struct sl_batch *mb = (struct sl_batch *)b;
+    *num_runs = 0;
+    if (b->num_prov == 0)
+        return NULL;
+    if (!mb->prov) {
+        uint64_t n = 0;
+        mb->prov = malloc(b->num_prov * sizeof *mb->prov);
+        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, mb->prov, &n, NULL, 0) < 0) {
+            free(mb->prov);
+            mb->prov = NULL;
+            return NULL;
+        }
+    }
+    *num_runs = b->num_prov;
+    return b->prov;
+}
+
+const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_t *num)
+{
+    *num = b->num_done;
+    return b->num_done ? b->done : NULL;
+}

@@ -1,0 +1,64 @@
+/*
+ * received.h: a batch as the client received it (struct sl_batch, which
+ * sluice.h keeps opaque): built from a GET_ELEMENT answer, its components,
+ * provenance and split-done notices checked against the payload before the
+ * caller sees it (iterator.c takes them from the wire; received.c also has
+ * sluice.h's sl_batch_* accessors).
+ */
+#ifndef SL_CLIENT_RECEIVED_H
+#define SL_CLIENT_RECEIVED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "frame.h"
+#include "sluice.h"
+
+struct sl_batch {
+    uint64_t task_id;
+    uint64_t round;
+    char worker[128];
+    uint64_t num_elements;
+    int num_tensors;
+    sl_tensor_t tensors[SL_MAX_COMPONENTS];
+    char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
+    uint8_t *payload;
+    size_t size;
+    /* The provenance: num_prov runs, checked, encoded at prov_wire (in
+     * payload; provwire.h) and decoded into prov (owned) when the caller
+     * asks for them: the ledger reads them without keeping a copy. */
+    const uint8_t *prov_wire;
+    size_t prov_wire_len;
+    sl_provenance_run_t *prov;
+    size_t num_prov;
+    sl_split_done_t *done;     /* owned, num_done notices */
+    size_t num_done;
+    struct sl_batch *next;
+};
+
+/** Frees a batch and what it owns; NULL is ignored. */
+void sl__batch_free(struct sl_batch *b);
+
+/** Appends n split-done notices to *arr (*num of them). @return 0 or -ENOMEM */
+int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n);
+
+/**
+ * The split-done notices of a GET_ELEMENT answer whose payload is size
+ * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
+ * them. They take at most a sixth of the payload, which the frame limit
+ * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err
+ */
+int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
+                          sl_split_done_t **out, size_t *n, char *err, size_t errlen);
+
+/**
+ * Builds a batch from a GET_ELEMENT answer, checking every component, the
+ * provenance and the notices against the payload. Takes ownership of
+ * payload (freed on failure too).
+ * @return the batch, or NULL with what was wrong in err
+ */
+struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size, char *err,
+                                     size_t errlen);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * rng.h: the one random-number generator: xoshiro256** (Blackman and
+ * Vigna), its state seeded through splitmix64 so that any seed, 0 included,
+ * gives a good state. Deterministic for a seed, so a spec's seed fixes every
+ * shuffle order, crop and flip. Not for secrets.
+ */
+#ifndef SL_RNG_H
+#define SL_RNG_H
+
+#include <stdint.h>
+
+typedef struct sl_rng {
+    uint64_t s[4];
+} sl_rng_t;
+
+/** splitmix64's finalizer: a bijection of 64 bits that scatters near values. */
+static inline uint64_t sl_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/** splitmix64: the next value of the sequence whose state is *x. */
+static inline uint64_t sl_splitmix64(uint64_t *x)
+{
+    return sl_mix64(*x += UINT64_C(0x9e3779b97f4a7c15));
+}
+
+/** Sets r's four state words to splitmix64 outputs of seed. */
+static inline void sl_rng_seed(sl_rng_t *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = sl_splitmix64(&seed);
+}
+
+static inline uint64_t sl_rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+/** @return the next 64 random bits of r (xoshiro256**; the high bits are its best) */
+static inline uint64_t sl_rng_next(sl_rng_t *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = sl_rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = sl_rotl64(s[3], 45);
+    return result;
+}
+
+/** @return a uniform value in [0, n) without modulo bias (0 when n is 0) */
+static inline uint64_t sl_rng_below(sl_rng_t *r, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    /* Values below 2^64 mod n would make the low residues likelier; drawing
+     * again when one comes up is rare (less than n / 2^64 of the time). */
+    uint64_t threshold = (0 - n) % n;
+    for (;;) {
+        uint64_t v = sl_rng_next(r);
+        if (v >= threshold)
+            return v % n;
+    }
+}
+
+#endif

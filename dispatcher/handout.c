@@ -1,0 +1,193 @@
+/*
+ * handout.c: DYNAMIC split hand-out (GetSplit, docs/architecture.md): a
+ * request asked again gets the same answer; a task held at
+ * --max-outstanding-splits waits; lost workers' splits go out first; then
+ * splits from the job's cursor, epoch by epoch, at most half a task's share
+ * of what is left, with the skip runs of a restored iterator's exclusions.
+ */
+#include "state.h"
+#include "state_types.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+#include "outstanding.h"
+
+/* How long a task waits before asking for splits again when its job has
+ * none for it yet (GetSplitResponse.retry_ms). */
+#define RETRY_SPLITS_MS 50
+
+const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)
+{
+    struct job *j = NULL;
+    struct task *t = sl__dstate_task(st, task_id, &j);
+    *len = t && t->last_skips ? t->last_skips_len : 0;
+    return *len ? t->last_skips : NULL;
+}
+
+int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
+                         char *err, size_t errlen)
+{
+    struct job *j = NULL;
+    struct task *t = sl__dstate_task(st, req->task_id, &j);
+    if (!t) {
+        return sl_errf(err, errlen, SL_ENOTFOUND, "task %" PRIu64 " is unknown", req->task_id);
+    }
+    if (j->sharding != SL_SHARDING_DYNAMIC) {
+        return sl_errf(err, errlen, SL_EINVAL, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
+    }
+    if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING) {
+        /* A task declared lost (its worker alive but cut off, or stuck) gets
+         * nothing more: its splits go to the others, and its clients no
+         * longer read it. */
+        resp->epoch = req->epoch;
+        resp->end_of_epoch = true;
+        resp->finished = true;
+        return 0;
+    }
+    /* A worker that did not get our answer (we or the connection died)
+     * asks again with the same request_seq: it gets the same splits, so a
+     * split is never handed out without reaching its worker. */
+    if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
+        if (req->request_seq == t->split_req_seq && t->last_splits) {
+            *resp = *t->last_splits;
+            return 0;
+        }
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "task %" PRIu64 " asked for splits with request_seq %" PRIu64 ", older than its last "
+                   "answered request %" PRIu64, t->id, req->request_seq, t->split_req_seq);
+    }
+    t->last_skips_len = 0; /* a new answer: none of the last one's skips */
+    struct dataset *d = j->dataset;
+    uint32_t nfiles = sl__dataset_num_files(d);
+    resp->epoch = req->epoch;
+    struct worker *w = sl__dstate_worker(st, t->worker_id);
+    if (w && w->draining) {
+        /* A drained worker's splits go to the others from now on. */
+        resp->end_of_epoch = true;
+        resp->finished = true;
+        return 0;
+    }
+    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    }
+    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
+    if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
+        /* Its clients are that far behind: hold it back until they report
+         * (task_check_held() fails the job if they are not). */
+        t->held = true;
+        resp->retry_ms = RETRY_SPLITS_MS;
+        return 0;
+    }
+    if (tracked && j->num_orphans > 0) {
+        /* Lost workers' splits first, whatever epoch the task is in. */
+        unsigned rmax = req->max_splits ? req->max_splits : 1;
+        if (rmax > sizeof resp->splits / sizeof resp->splits[0])
+            rmax = sizeof resp->splits / sizeof resp->splits[0];
+        int rc = sl__out_reissue(st, j, t, resp, rmax);
+        if (rc < 0) {
+            return sl_errf(err, errlen, rc, "out of memory");
+        }
+        if (resp->splits_count > 0)
+            goto answered;
+    }
+    if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
+        resp->end_of_epoch = true;
+        return 0;
+    }
+    if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
+        j->cursor_dirty = true;
+        j->split_epoch++;
+        j->split_file = 0;
+        j->split_next = 0;
+        j->split_epoch_handed = 0;
+    } else if (req->epoch != j->split_epoch) {
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
+                   j->id, j->split_epoch, t->id, req->epoch);
+    }
+    bool excl = j->exclude.num > 0;
+    unsigned max = req->max_splits ? req->max_splits : 1;
+    /* Guided hand-out: no task takes more than half its share of what is
+     * left of the epoch, so a worker asking for many splits at a time (to
+     * make each commit count) leaves some for the others near the end. */
+    unsigned live = 0;
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
+    uint64_t per_epoch = sl__dataset_splits_per_epoch(d);
+    uint64_t left = per_epoch > j->split_epoch_handed ? per_epoch - j->split_epoch_handed : 0;
+    uint64_t fair = (left + 2 * (uint64_t)live - 1) / (2 * (uint64_t)(live ? live : 1));
+    if (live >= 2 && max > fair)
+        max = fair > 0 ? (unsigned)fair : 1;
+    if (max > sizeof resp->splits / sizeof resp->splits[0])
+        max = sizeof resp->splits / sizeof resp->splits[0];
+    /* Splits never cross a file; empty files are stepped over. */
+    while (resp->splits_count < max && j->split_file < nfiles) {
+        uint64_t total = sl__dataset_file_records(d, j->split_file);
+        if (j->split_next >= total) {
+            j->split_file++;
+            j->split_next = 0;
+            j->cursor_dirty = true;
+            continue;
+        }
+        uint64_t begin = j->split_next;
+        uint64_t end = total - begin > d->split_size ? begin + d->split_size : total;
+        uint32_t skips = 0;
+        uint64_t skip_offset = t->last_skips_len;
+        if (excl) {
+            int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
+                                            &end, &skips);
+            if (rc == 1) { /* every record of it was consumed already */
+                j->split_next = end;
+                j->cursor_dirty = true;
+                continue;
+            }
+            if (rc == 2)
+                break; /* no room for its skips in this answer: the next one */
+            if (rc < 0) {
+                return sl_errf(err, errlen, rc, "out of memory");
+            }
+        }
+        sluice_Split *s = &resp->splits[resp->splits_count];
+        j->cursor_dirty = true;
+        s->split_id = j->split_seq++;
+        s->file_index = j->split_file;
+        s->begin = begin;
+        s->end = end;
+        s->epoch = j->split_epoch;
+        s->skip_offset = skips ? skip_offset : 0;
+        s->skip_count = skips;
+        if (tracked && sl__out_add(t, s, skips ? t->last_skips + skip_offset : NULL) < 0) {
+            t->last_skips_len = skip_offset;
+            return sl_errf(err, errlen, -ENOMEM, "out of memory");
+        }
+        resp->splits_count++;
+        j->split_next = s->end;
+        j->split_epoch_handed++;
+    }
+    /* Step past a finished last file now, so that the epoch counts as
+     * exhausted as soon as its last split is out. */
+    while (j->split_file < nfiles && j->split_next >= sl__dataset_file_records(d, j->split_file)) {
+        j->split_file++;
+        j->split_next = 0;
+        j->cursor_dirty = true;
+    }
+    resp->end_of_epoch = resp->splits_count == 0;
+    if (resp->end_of_epoch && tracked && j->num_orphans > 0) {
+        /* Lost splits wait for the clients' reports: the epoch is not over
+         * yet, and the task may take them once they are queued. */
+        resp->end_of_epoch = false;
+        resp->retry_ms = RETRY_SPLITS_MS;
+    }
+answered:
+    if (req->request_seq != 0 && resp->splits_count > 0) {
+        *t->last_splits = *resp;
+        t->split_req_seq = req->request_seq;
+        t->handout_dirty = true;
+    }
+    return 0;
+}

@@ -1,0 +1,135 @@
+/*
+ * state_base.c: what every part of the dispatcher's state shares
+ * (state_types.h): its tables' growth and lookups, the names of task and job
+ * states, deletions queued for the next commit, and the skip runs of a split
+ * (a restored iterator's exclusions, a lost split's received records). Below
+ * state.c, handout.c, outstanding.c, views.c and persist.c, and includes none
+ * of them.
+ */
+#include "state_types.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "le.h"
+#include "log.h"
+
+const char *const sl__task_state_names[] = {"ASSIGNED", "RUNNING", "DONE", "FAILED", "LOST"};
+const char *const sl__job_state_names[] = {"RUNNING", "FINISHED", "CANCELLED", "FAILED"};
+
+int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem)
+{
+    if (num < *cap)
+        return 0;
+    unsigned ncap = *cap ? *cap * 2 : 8;
+    void *p = realloc(*(void **)arr, (size_t)ncap * elem);
+    if (!p)
+        return -ENOMEM;
+    *(void **)arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+/* Queues the deletion of a stored record for the next commit. The queue is
+ * bounded by what one request can remove (a job and its tasks' hand-outs,
+ * the lost workers forgotten at one registration); on out of memory the
+ * record stays in the store and is dropped again at the next load. */
+void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2)
+{
+    if (sl__dstate_grow(&st->dels, &st->cap_dels, st->num_dels, sizeof *st->dels) < 0) {
+        sl_log_warn("out of memory: stored record %" PRIu64 " stays until the next restart", key);
+        return;
+    }
+    st->dels[st->num_dels++] = (struct sl_ddel){table, key, key2};
+}
+
+struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].id == id)
+            return &st->workers[i];
+    return NULL;
+}
+
+struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        if (st->datasets[i]->id == id)
+            return st->datasets[i];
+    return NULL;
+}
+
+struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->id == id)
+            return st->jobs[i];
+    return NULL;
+}
+
+struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            if (j->tasks[k].id == id) {
+                *job = j;
+                return &j->tasks[k];
+            }
+        }
+    }
+    return NULL;
+}
+
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
+                           uint64_t begin, uint64_t *end, uint32_t *nskips)
+{
+    uint64_t have = sl_posset_count(ex, epoch, f, begin, *end);
+    *nskips = 0;
+    if (have == *end - begin)
+        return 1;
+    if (have == 0)
+        return 0;
+    size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
+    size_t n = sl_posset_within(ex, epoch, f, begin, *end, NULL, 0);
+    if (room == 0)
+        return 2;
+    if (!t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
+        return -ENOMEM;
+    size_t take = n > room ? room : n;
+    sl_posrun_t *runs = malloc((take + 1) * sizeof *runs);
+    if (!runs)
+        return -ENOMEM;
+    sl_posset_within(ex, epoch, f, begin, *end, runs, take + 1);
+    if (n > room)
+        *end = runs[room].begin;
+    for (size_t i = 0; i < take; i++) {
+        sl_put_le64(t->last_skips + t->last_skips_len, runs[i].begin);
+        sl_put_le64(t->last_skips + t->last_skips_len + 8, runs[i].count);
+        t->last_skips_len += 16;
+    }
+    free(runs);
+    *nskips = (uint32_t)take;
+    return 0;
+}
+
+uint32_t sl__dataset_num_files(const struct dataset *d)
+{
+    return d->files.num_files > 0 ? (uint32_t)d->files.num_files : 1;
+}
+
+uint64_t sl__dataset_file_records(const struct dataset *d, uint32_t f)
+{
+    return d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
+}
+
+/* Splits per epoch, counted once (a file source may have many files). */
+uint64_t sl__dataset_splits_per_epoch(struct dataset *d)
+{
+    if (d->splits_per_epoch == 0)
+        for (uint32_t f = 0; f < sl__dataset_num_files(d); f++)
+            d->splits_per_epoch += (sl__dataset_file_records(d, f) + d->split_size - 1) / d->split_size;
+    return d->splits_per_epoch;
+}

@@ -1,0 +1,152 @@
+/*
+ * views.c: the dispatcher's state as the admin API shows it (JSON for
+ * GET /v1/workers, /v1/datasets, /v1/jobs; docs/admin-api.md). Reads the
+ * state, changes nothing.
+ */
+#include "state.h"
+#include "state_types.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "outstanding.h"
+
+static const char *worker_state_name(const struct worker *w)
+{
+    return w->state == WORKER_LOST ? "LOST" : w->draining ? "DRAINING" : "LIVE";
+}
+
+json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_workers; i++) {
+        const struct worker *w = &st->workers[i];
+        unsigned tasks = 0;
+        for (unsigned k = 0; k < st->num_jobs; k++) {
+            const struct job *j = st->jobs[k];
+            for (unsigned t = 0; t < j->num_tasks; t++)
+                tasks += j->state == SL_JOB_RUNNING && j->tasks[t].worker_id == w->id &&
+                         (j->tasks[t].state == TASK_ASSIGNED || j->tasks[t].state == TASK_RUNNING);
+        }
+        json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)w->id, "address",
+                                             w->address, "state", worker_state_name(w), "active_tasks",
+                                             (json_int_t)tasks, "last_heartbeat_ms_ago",
+                                             (json_int_t)(now - w->last_seen), "uptime_ms",
+                                             (json_int_t)(now - w->joined)));
+        if (w->state == WORKER_LOST)
+            json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "lost_reason",
+                                json_string(w->why_lost));
+    }
+    return arr;
+}
+
+static json_t *dataset_json(const struct dataset *d, bool with_spec)
+{
+    json_t *o = json_pack("{s:I,s:s,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
+                          (json_int_t)d->cardinality);
+    if (with_spec) {
+        json_t *spec = json_loads(d->canonical, 0, NULL);
+        json_object_set_new(o, "spec", spec ? spec : json_null());
+    }
+    return o;
+}
+
+json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        json_array_append_new(arr, dataset_json(st->datasets[i], false));
+    return arr;
+}
+
+json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
+{
+    const struct dataset *d = sl__dstate_dataset(st, id);
+    return d ? dataset_json(d, true) : NULL;
+}
+
+static json_t *job_json(const struct job *j, int64_t now, bool detail)
+{
+    uint64_t elements = 0, bytes = 0, batches = 0;
+    unsigned done = 0;
+    for (unsigned t = 0; t < j->num_tasks; t++) {
+        elements += j->tasks[t].elements;
+        bytes += j->tasks[t].bytes;
+        batches += j->tasks[t].batches;
+        done += j->tasks[t].state == TASK_DONE;
+    }
+    json_t *o = json_pack("{s:I,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "id", (json_int_t)j->id, "name",
+                          j->name, "dataset_id", (json_int_t)j->dataset->id, "sharding",
+                          sl_sharding_name(j->sharding), "state", sl__job_state_names[j->state], "tasks",
+                          (json_int_t)j->num_tasks, "tasks_done", (json_int_t)done, "num_consumers",
+                          (json_int_t)j->num_clients, "elements_served", (json_int_t)elements, "bytes_served",
+                          (json_int_t)bytes, "batches_served", (json_int_t)batches, "age_ms",
+                          (json_int_t)(now - j->created));
+    if (j->error[0])
+        json_object_set_new(o, "error", json_string(j->error));
+    if (j->effective != j->sharding)
+        json_object_set_new(o, "sharding_resolved", json_string(sl_sharding_name(j->effective)));
+    if (j->num_consumers > 0)
+        json_object_set_new(o, "coordinated", json_pack("{s:I,s:I}", "num_consumers", (json_int_t)j->num_consumers,
+                                                        "round_horizon", (json_int_t)j->round_horizon));
+    if (j->sharding == SL_SHARDING_DYNAMIC) {
+        uint64_t per_epoch = sl__dataset_splits_per_epoch(j->dataset);
+        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
+                                                   "handed_out", (json_int_t)j->split_epoch_handed, "total",
+                                                   (json_int_t)per_epoch,
+                                                   "handed_out_all_epochs", (json_int_t)j->split_seq));
+    }
+    if (sl__out_tracked(j)) {
+        /* Exactly once across worker losses (docs/fault-tolerance.md). */
+        unsigned outstanding = 0, waiting = 0, queued = 0;
+        for (unsigned t = 0; t < j->num_tasks; t++)
+            outstanding += sl__out_count(&j->tasks[t]);
+        for (unsigned i = 0; i < j->num_orphans; i++) {
+            waiting += j->orphans[i].state == OS_AWAIT;
+            queued += j->orphans[i].state == OS_QUEUED;
+        }
+        json_object_set_new(o, "lost_splits", json_pack("{s:I,s:I,s:I,s:I}", "outstanding", (json_int_t)outstanding,
+                                                        "awaiting_reports", (json_int_t)waiting, "queued",
+                                                        (json_int_t)queued, "report_gen",
+                                                        (json_int_t)j->report_gen));
+    }
+    if (!detail)
+        return o;
+    json_t *consumers = json_array();
+    for (unsigned c = 0; c < j->num_clients; c++)
+        json_array_append_new(consumers, json_pack("{s:I,s:I}", "client_id", (json_int_t)j->clients[c].id,
+                                                   "last_heartbeat_ms_ago",
+                                                   (json_int_t)(now - j->clients[c].last_seen)));
+    json_object_set_new(o, "consumers", consumers);
+    json_t *tasks = json_array();
+    for (unsigned t = 0; t < j->num_tasks; t++) {
+        const struct task *tk = &j->tasks[t];
+        json_array_append_new(tasks, json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:f}", "task_id", (json_int_t)tk->id,
+                                               "worker_id", (json_int_t)tk->worker_id, "worker_address",
+                                               tk->worker_address, "state", sl__task_state_names[tk->state], "batches",
+                                               (json_int_t)tk->batches, "elements", (json_int_t)tk->elements, "bytes",
+                                               (json_int_t)tk->bytes, "bytes_per_second", tk->bytes_per_s));
+        json_object_set_new(json_array_get(tasks, t), "worker_index", json_integer(tk->worker_index));
+    }
+    json_object_set_new(o, "tasks", tasks);
+    return o;
+}
+
+json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        json_array_append_new(arr, job_json(st->jobs[i], now, false));
+    return arr;
+}
+
+json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->id == id)
+            return job_json(st->jobs[i], now, true);
+    return NULL;
+}
