@@ -1,0 +1,205 @@
+/*
+ * test_iterator.c: libsluice's iterator (client/iterator.c) against a real
+ * dispatcher and two real workers running in-process on one event loop
+ * thread, over loopback: under DYNAMIC behind shuffle(50000) every element
+ * comes exactly once; a checkpoint taken mid-epoch restores in a new
+ * iterator to exactly the rest; an iterator over OFF gets the dataset once
+ * per worker; a dataset that cannot be registered is refused by name.
+ */
+#include <criterion/criterion.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstate_util.h"
+#include "server.h"
+#include "sluice.h"
+#include "worker.h"
+
+#define N 200000
+
+static struct {
+    char dir[64];
+    struct event_base *base;
+    sl_store_t *store;
+    sl_dstate_t *st;
+    sl_dserver_t *srv;
+    sl_worker_t *w[2];
+    char addr[64];
+    pthread_t thread;
+} C;
+
+static void *loop_main(void *arg)
+{
+    (void)arg;
+    event_base_loop(C.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static void cluster_start(void)
+{
+    evthread_use_pthreads();
+    snprintf(C.dir, sizeof C.dir, "/tmp/sl-test-iter-XXXXXX");
+    cr_assert_not_null(mkdtemp(C.dir));
+    C.base = event_base_new();
+    C.store = open_state_store(C.dir, 0);
+    C.st = new_state();
+    char err[512];
+    uint16_t dport, port;
+    cr_assert_eq(sl_dserver_start(C.base, C.st, C.store, "127.0.0.1", 0, &dport, &C.srv, err, sizeof err), 0, "%s",
+                 err);
+    snprintf(C.addr, sizeof C.addr, "127.0.0.1:%u", dport);
+    for (int i = 0; i < 2; i++) {
+        sl_worker_config_t cfg;
+        sl_worker_config_init(&cfg);
+        cfg.dispatcher = C.addr;
+        cfg.bind = "127.0.0.1";
+        cr_assert_eq(sl_worker_start(C.base, &cfg, &port, &C.w[i], err, sizeof err), 0, "%s", err);
+    }
+    /* Both workers registered before the loop moves to its thread (the
+     * state is read on the loop's thread only), at most 30 s. */
+    for (int i = 0; i < 3000; i++) {
+        sl_dstate_stats_t ds;
+        sl_dstate_stats(C.st, &ds);
+        if (ds.workers_live == 2)
+            break;
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(C.base, &tv);
+        event_base_dispatch(C.base);
+    }
+    sl_dstate_stats_t ds;
+    sl_dstate_stats(C.st, &ds);
+    cr_assert_eq(ds.workers_live, 2);
+    cr_assert_eq(pthread_create(&C.thread, NULL, loop_main, NULL), 0);
+}
+
+static void cluster_stop(void)
+{
+    event_base_loopbreak(C.base);
+    pthread_join(C.thread, NULL);
+    for (int i = 0; i < 2; i++)
+        sl_worker_free(C.w[i]);
+    sl_dserver_free(C.srv);
+    sl_dstate_free(C.st);
+    sl_store_close(C.store);
+    event_base_free(C.base);
+    remove_dir(C.dir);
+}
+
+TestSuite(iterator, .init = cluster_start, .fini = cluster_stop, .timeout = 120);
+
+static uint64_t register_spec(sl_client_t *c, const char *spec)
+{
+    uint64_t id = 0;
+    cr_assert_eq(sl_client_register_dataset(c, spec, strlen(spec), &id), 0, "%s", sl_client_errmsg(c));
+    return id;
+}
+
+/* Reads up to limit batches (0: to the end), counting each value in seen.
+ * @return the batches read */
+static int read_batches(sl_iterator_t *it, unsigned *seen, int limit)
+{
+    int batches = 0;
+    while (limit == 0 || batches < limit) {
+        sl_batch_t *b;
+        int rc = sl_iterator_next(it, &b);
+        if (rc == 1)
+            break;
+        cr_assert_eq(rc, 0, "%s", sl_iterator_errmsg(it));
+        const sl_tensor_t *t = sl_batch_find(b, "value");
+        cr_assert_not_null(t);
+        const int64_t *v = t->data;
+        for (uint64_t i = 0; i < sl_batch_num_elements(b); i++) {
+            cr_assert(v[i] >= 0 && v[i] < N, "value %ld", (long)v[i]);
+            seen[v[i]]++;
+        }
+        sl_batch_release(b);
+        batches++;
+    }
+    return batches;
+}
+
+static void assert_each(const unsigned *seen, unsigned times)
+{
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(seen[i], times, "value %d came %u times, not %u", i, seen[i], times);
+}
+
+static const char *shuffled =
+    "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":50000,"
+    "\"seed\":4},{\"op\":\"batch\",\"batch_size\":512}]}";
+
+Test(iterator, dynamic_behind_a_shuffle_is_exactly_once)
+{
+    sl_client_t *c;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
+    uint64_t ds = register_spec(c, shuffled);
+    sl_iterator_opts_t o;
+    sl_iterator_opts_init(&o);
+    o.sharding = SL_SHARDING_DYNAMIC;
+    sl_iterator_t *it;
+    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
+    static unsigned seen[N];
+    memset(seen, 0, sizeof seen);
+    read_batches(it, seen, 0);
+    assert_each(seen, 1);
+    sl_iterator_close(it);
+    sl_client_close(c);
+}
+
+Test(iterator, a_checkpoint_restores_to_exactly_the_rest)
+{
+    sl_client_t *c;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
+    uint64_t ds = register_spec(c, shuffled);
+    sl_iterator_opts_t o;
+    sl_iterator_opts_init(&o);
+    o.sharding = SL_SHARDING_DYNAMIC;
+    sl_iterator_t *it;
+    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
+    static unsigned seen[N];
+    memset(seen, 0, sizeof seen);
+    cr_assert_eq(read_batches(it, seen, 100), 100);
+    uint8_t *ckpt;
+    size_t len;
+    cr_assert_eq(sl_iterator_checkpoint(it, &ckpt, &len), 0, "%s", sl_iterator_errmsg(it));
+    sl_iterator_close(it);
+    cr_assert_eq(sl_iterator_restore(c, ds, &o, ckpt, len, &it), 0, "%s", sl_iterator_errmsg(it));
+    sl_free(ckpt);
+    read_batches(it, seen, 0);
+    assert_each(seen, 1);
+    sl_iterator_close(it);
+    sl_client_close(c);
+}
+
+Test(iterator, off_gives_the_dataset_once_per_worker)
+{
+    sl_client_t *c;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
+    uint64_t ds = register_spec(c, "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"batch\","
+                                   "\"batch_size\":1000}]}");
+    sl_iterator_opts_t o;
+    sl_iterator_opts_init(&o);
+    sl_iterator_t *it;
+    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
+    static unsigned seen[N];
+    memset(seen, 0, sizeof seen);
+    read_batches(it, seen, 0);
+    assert_each(seen, 2);
+    sl_iterator_close(it);
+    sl_client_close(c);
+}
+
+Test(iterator, a_bad_spec_is_refused_naming_the_field)
+{
+    sl_client_t *c;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
+    const char *spec = "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":0}]}";
+    uint64_t id;
+    cr_assert_eq(sl_client_register_dataset(c, spec, strlen(spec), &id), SL_ESPEC);
+    cr_assert(strstr(sl_client_errmsg(c), "$.ops[0].batch_size"), "%s", sl_client_errmsg(c));
+    sl_client_close(c);
+}
