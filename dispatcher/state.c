@@ -331,16 +331,18 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
 
 /* A DYNAMIC task held back at --max-outstanding-splits waits for its
  * clients to confirm splits. When every split it holds is one its worker has
- * not finished (its done_below is at or below the oldest), no client can:
- * the pipeline's buffers span more splits than the bound (a shuffle buffer
- * far larger than the splits) and it needs another split to finish any. Past
- * HELD_FAIL_MS of that the job fails, naming the bound, rather than wait for
- * ever. */
+ * not finished (its done_below is at or below the oldest), no client can;
+ * when its pipeline also waits for a split (starved: not for buffer room, as
+ * behind a consumer that pauses), it cannot finish one either: its buffers
+ * span more splits than the bound (a shuffle buffer far larger than the
+ * splits). Past HELD_FAIL_MS of that the job fails, naming the bound, rather
+ * than wait for ever. */
 #define HELD_FAIL_MS 5000
 
 static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)
 {
-    bool full = t->held && sl__out_count(t) >= st->cfg.max_outstanding && sl__out_oldest(t) >= ts->done_below;
+    bool full = t->held && ts->starved && sl__out_count(t) >= st->cfg.max_outstanding &&
+                sl__out_oldest(t) >= ts->done_below;
     t->held = false;
     if (!full) {
         t->held_full_since = 0;

@@ -89,6 +89,7 @@ struct sl_task {
      * waiting in next_split() since working_since (CLOCK_MONOTONIC s). */
     bool working;
     double working_since;
+    bool split_wait; /* the pipeline waits in next_split() with no split queued */
     /* DYNAMIC: the splits handed to the pipeline and not yet reported done
      * (split_track.h); NULL under the other policies. */
     sl_split_track_t *track;
@@ -224,7 +225,9 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         notify_loop(t);
         /* Waiting for the dispatcher is not being stuck. */
         t->working = false;
+        t->split_wait = true;
         pthread_cond_wait(&t->wake, &t->mu);
+        t->split_wait = false;
     }
     t->working = true;
     t->working_since = seconds_now();
@@ -518,8 +521,11 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     }
     if (t->working)
         out->stalled_ms = (uint64_t)((seconds_now() - t->working_since) * 1000);
-    if (t->track)
+    if (t->track) {
         out->done_below = done_below(t);
+        /* Nothing waits for a client: the pipeline alone holds its splits. */
+        out->starved = t->split_wait && t->count == 0 && t->taken == 0;
+    }
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import numpy as np
 
-from harness import Cluster, ClusterCase, child_env
+from harness import Cluster, ClusterCase, child_env, get_json, wait_for
 
 
 def range_spec(n, buffer, batch, seed=1, pre=(), post=()):
@@ -173,6 +174,43 @@ def read_with_kill(cluster, spec, args, at_bytes, victim, down):
     with open(err_path, 'rb') as f:
         err = f.read().decode(errors='replace')
     return proc.returncode, np.frombuffer(head + tail, dtype='<i8'), err
+
+
+class PausedConsumer(unittest.TestCase):
+    def test_a_consumer_that_pauses_at_the_bound_does_not_fail_its_job(self):
+        """A trainer that stops reading for longer than the bound's 5 s (it
+        saves its model, say) while its task holds --max-outstanding-splits:
+        the splits wait in the worker's buffer for the consumer, not for the
+        pipeline; the job must go on, exactly once, when it reads again."""
+        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '8', '--split-size', '1000'])
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 200000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            err_path = os.path.join(c.dir, 'cat-paused.err')
+            with open(err_path, 'wb') as err_file:
+                proc = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '1'],
+                                                   fmt='raw'),
+                                        stdout=subprocess.PIPE, stderr=err_file, env=child_env())
+            try:
+                head = proc.stdout.read(8 * 2000)
+                # Nobody reads now: the task reaches the bound and is held.
+                wait_for(lambda: get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'][0]['lost_splits']
+                         ['outstanding'] >= 8, 'the task to hold --max-outstanding-splits')
+                time.sleep(7)  # longer than the bound's 5 s: a pause, not a wait for speed
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
+                self.assertEqual(job['state'], 'RUNNING', job)
+                tail = proc.stdout.read()
+                proc.wait(timeout=300)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            with open(err_path) as f:
+                err = f.read()
+            self.assertEqual(proc.returncode, 0, err[-2000:])
+            self.assertIsNone(exactly(np.frombuffer(head + tail, dtype="<i8"), 200000), err[-1000:])
+        finally:
+            self.assertEqual(c.close(), {})
 
 
 class PropertyTest(unittest.TestCase):
