@@ -132,65 +132,69 @@ static const char *shuffled =
     "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":50000,"
     "\"seed\":4},{\"op\":\"batch\",\"batch_size\":512}]}";
 
+/* A client and an iterator over spec under sharding, from its first batch. */
+struct reader {
+    sl_client_t *c;
+    uint64_t ds;
+    sl_iterator_opts_t o;
+    sl_iterator_t *it;
+};
+
+static void reader_open(struct reader *r, const char *spec, sl_sharding_t sharding)
+{
+    cr_assert_eq(sl_client_open(C.addr, NULL, &r->c), 0);
+    r->ds = register_spec(r->c, spec);
+    sl_iterator_opts_init(&r->o);
+    r->o.sharding = sharding;
+    cr_assert_eq(sl_iterator_open(r->c, r->ds, &r->o, &r->it), 0, "%s", sl_iterator_errmsg(r->it));
+}
+
+static void reader_close(struct reader *r)
+{
+    sl_iterator_close(r->it);
+    sl_client_close(r->c);
+}
+
+static unsigned seen[N];
+
 Test(iterator, dynamic_behind_a_shuffle_is_exactly_once)
 {
-    sl_client_t *c;
-    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
-    uint64_t ds = register_spec(c, shuffled);
-    sl_iterator_opts_t o;
-    sl_iterator_opts_init(&o);
-    o.sharding = SL_SHARDING_DYNAMIC;
-    sl_iterator_t *it;
-    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
-    static unsigned seen[N];
+    struct reader r;
+    reader_open(&r, shuffled, SL_SHARDING_DYNAMIC);
     memset(seen, 0, sizeof seen);
-    read_batches(it, seen, 0);
+    read_batches(r.it, seen, 0);
     assert_each(seen, 1);
-    sl_iterator_close(it);
-    sl_client_close(c);
+    reader_close(&r);
 }
 
 Test(iterator, a_checkpoint_restores_to_exactly_the_rest)
 {
-    sl_client_t *c;
-    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
-    uint64_t ds = register_spec(c, shuffled);
-    sl_iterator_opts_t o;
-    sl_iterator_opts_init(&o);
-    o.sharding = SL_SHARDING_DYNAMIC;
-    sl_iterator_t *it;
-    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
-    static unsigned seen[N];
+    struct reader r;
+    reader_open(&r, shuffled, SL_SHARDING_DYNAMIC);
     memset(seen, 0, sizeof seen);
-    cr_assert_eq(read_batches(it, seen, 100), 100);
+    cr_assert_eq(read_batches(r.it, seen, 100), 100);
     uint8_t *ckpt;
     size_t len;
-    cr_assert_eq(sl_iterator_checkpoint(it, &ckpt, &len), 0, "%s", sl_iterator_errmsg(it));
-    sl_iterator_close(it);
-    cr_assert_eq(sl_iterator_restore(c, ds, &o, ckpt, len, &it), 0, "%s", sl_iterator_errmsg(it));
+    cr_assert_eq(sl_iterator_checkpoint(r.it, &ckpt, &len), 0, "%s", sl_iterator_errmsg(r.it));
+    sl_iterator_close(r.it);
+    cr_assert_eq(sl_iterator_restore(r.c, r.ds, &r.o, ckpt, len, &r.it), 0, "%s", sl_iterator_errmsg(r.it));
     sl_free(ckpt);
-    read_batches(it, seen, 0);
+    read_batches(r.it, seen, 0);
     assert_each(seen, 1);
-    sl_iterator_close(it);
-    sl_client_close(c);
+    reader_close(&r);
 }
 
 Test(iterator, off_gives_the_dataset_once_per_worker)
 {
-    sl_client_t *c;
-    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
-    uint64_t ds = register_spec(c, "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"batch\","
-                                   "\"batch_size\":1000}]}");
-    sl_iterator_opts_t o;
-    sl_iterator_opts_init(&o);
-    sl_iterator_t *it;
-    cr_assert_eq(sl_iterator_open(c, ds, &o, &it), 0, "%s", sl_iterator_errmsg(it));
-    static unsigned seen[N];
+    struct reader r;
+    reader_open(&r,
+                "{\"source\":{\"type\":\"range\",\"stop\":200000},"
+                "\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+                SL_SHARDING_OFF);
     memset(seen, 0, sizeof seen);
-    read_batches(it, seen, 0);
+    read_batches(r.it, seen, 0);
     assert_each(seen, 2);
-    sl_iterator_close(it);
-    sl_client_close(c);
+    reader_close(&r);
 }
 
 Test(iterator, a_bad_spec_is_refused_naming_the_field)
