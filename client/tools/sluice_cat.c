@@ -43,6 +43,9 @@ static void usage(FILE *f)
             "                           (dynamic sharding; turns provenance on)\n"
             "  --resume-from FILE       continue from a checkpoint: every element it does not\n"
             "                           hold, exactly once (same dataset, dynamic sharding)\n"
+            "  --max-ledger-runs N      runs of positions the record of what arrived may hold\n"
+            "                           (default and most 2097152; past it: no checkpoint, and a\n"
+            "                           worker loss may repeat elements, said on stderr)\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
@@ -304,7 +307,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -323,6 +326,7 @@ int main(int argc, char **argv)
         {"no-provenance", no_argument, NULL, O_NO_PROV},
         {"checkpoint-out", required_argument, NULL, O_CKPT_OUT},
         {"resume-from", required_argument, NULL, O_RESUME},
+        {"max-ledger-runs", required_argument, NULL, O_LEDGER},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -386,6 +390,7 @@ int main(int argc, char **argv)
         case O_OUT: io.max_outstanding = (int)parse_long("max-outstanding", optarg, 1, 4096); break;
         case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
         case O_PROGRESS: progress = true; break;
+        case O_LEDGER: io.max_ledger_runs = (size_t)parse_long("max-ledger-runs", optarg, 1, 1L << 21); break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -77,6 +77,18 @@ class Shuffle(ClusterCase):
                 self.assertEqual(rc, 0, err[-2000:])
                 self.assertIsNone(exactly(got, 300000, times=3))
 
+    def test_past_max_ledger_runs_it_says_so_and_takes_no_checkpoint(self):
+        """The documented fallback of a ledger too small for the shuffle's
+        holes: a line on stderr, and a checkpoint refused by name, never a
+        checkpoint that would repeat or lose elements."""
+        ckpt = os.path.join(self.c.dir, 'ckpt-small-%d' % self.workers)
+        rc, got, err = read_values(self.c, range_spec(1000000, 100000, 1024),
+                                   ['--limit', '50', '--max-ledger-runs', '1000', '--checkpoint-out', ckpt])
+        self.assertNotEqual(rc, 0, err[-2000:])
+        self.assertIn('no longer fits its ledger', err)
+        self.assertIn('more than 1000 runs of positions (max_ledger_runs', err)
+        self.assertFalse(os.path.exists(ckpt))
+
     def test_a_checkpoint_mid_epoch_resumes_exactly_once(self):
         spec = range_spec(1000000, 500000, 1024)
         ckpt = os.path.join(self.c.dir, 'ckpt-%d' % self.workers)

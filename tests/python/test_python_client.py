@@ -546,6 +546,16 @@ class ClusterTest(unittest.TestCase):
             ds.distribute(self.addr, sharding='dynamic', checkpoint=b'garbage-bytes-not-a-checkpoint')
         self.assertIn('not a Sluice iterator checkpoint', str(cm.exception))
 
+    def test_max_ledger_runs_bounds_the_record_and_a_checkpoint_past_it_is_refused(self):
+        ds = sluice.range(0, 200000).shuffle(20000, seed=3).batch(100)
+        with ds.distribute(self.addr, sharding='dynamic', checkpointable=True, max_ledger_runs=100) as it:
+            for _ in range(50):
+                next(it)
+            with self.assertRaisesRegex(sluice.SluiceError, 'more than 100 runs of positions'):
+                it.checkpoint()
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'max_ledger_runs must be'):
+            ds.distribute(self.addr, sharding='dynamic', max_ledger_runs=-1)
+
     def test_torch_loader_state_dict_resumes_in_a_new_loader(self):
         import sluice.torch as st
         ds = sluice.range(0, 6000).shuffle(300, seed=5).batch(50)

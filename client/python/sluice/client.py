@@ -242,7 +242,7 @@ class BatchIterator:
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
                  consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
-                 target_workers='any', checkpointable=False, checkpoint=None):
+                 target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -272,6 +272,9 @@ class BatchIterator:
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
                                        _lib.SL_EINVAL)
+        if isinstance(max_ledger_runs, bool) or not isinstance(max_ledger_runs, int) or max_ledger_runs < 0:
+            raise InvalidArgumentError('max_ledger_runs must be an integer >= 0 (0: the most), got %r'
+                                       % (max_ledger_runs,), _lib.SL_EINVAL)
         lib = self._lib = _lib.load()
         self._next = lib.sl_iterator_next
         self._read = _Reader(lib)
@@ -311,6 +314,7 @@ class BatchIterator:
         io.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
         io.timeout_ms = timeout_ms
         io.max_batch_bytes = max_batch_bytes
+        io.max_ledger_runs = max_ledger_runs
         io.num_consumers = num_consumers or 0
         io.consumer_index = consumer_index or 0
         io.target_workers = _lib.TARGET_WORKERS[target_workers]
@@ -450,7 +454,9 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     timeout_ms: the longest wait for a dispatcher or worker that does not
     answer; no single wait lasts longer.
     options: per_worker_outstanding (2), connect_timeout_ms (5000),
-    request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers.
+    request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers,
+    max_ledger_runs (0: 2,097,152, the most; the runs of positions the
+    record of what arrived may hold, which checkpoints are made of).
     checkpointable: make it.checkpoint() possible (sharding="dynamic", no
     job_name); workers then send each batch's provenance.
     checkpoint: bytes from it.checkpoint(): a new iterator that continues
