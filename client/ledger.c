@@ -10,6 +10,7 @@
 #include "errbuf.h"
 #include "le.h"
 #include "provwire.h"
+#include "received.h"
 
 #define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into got at once */
 
@@ -116,16 +117,8 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
             rc = sl_provwire_read(prov, prov_len, num_elements, l->runs + l->num, &n, NULL, 0);
         l->num += (size_t)n;
     }
-    if (rc == 0 && ndone > 0) {
-        sl_split_done_t *p = realloc(l->done, (l->ndone + ndone) * sizeof *p);
-        if (p) {
-            memcpy(p + l->ndone, done, ndone * sizeof *p);
-            l->done = p;
-            l->ndone += ndone;
-        } else {
-            rc = -ENOMEM;
-        }
-    }
+    if (rc == 0)
+        rc = sl__notices_append(&l->done, &l->ndone, done, ndone);
     if (rc < 0) {
         l->rc = rc;
         return;
