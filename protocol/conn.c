@@ -282,6 +282,11 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
         conn_fail(c, rc, err);
         return false;
     }
+    if (c->state == CONN_OPEN && !sl_msg_allowed(c->peer, hdr.type)) {
+        snprintf(err, sizeof err, "a %s may not send %s", sl_role_name(c->peer), sl_msg_name(hdr.type));
+        conn_fail(c, SL_EPROTO, err);
+        return false;
+    }
     size_t head = SL_FRAME_HEADER_LEN + (size_t)hdr.msg_len;
     if (avail < head) {
         /* Wake us only when the whole message is in. */

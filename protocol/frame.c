@@ -74,6 +74,32 @@ const char *sl_msg_name(unsigned type)
     return mi ? mi->name : "unknown";
 }
 
+/* The requests a peer of each role may send; any peer may answer one of
+ * ours and send ERROR. */
+bool sl_msg_allowed(unsigned role, unsigned type)
+{
+    switch (type) {
+    case SL_MSG_ERROR:
+        return true;
+    case SL_MSG_WORKER_REGISTER_REQ:
+    case SL_MSG_WORKER_HEARTBEAT_REQ:
+    case SL_MSG_GET_DATASET_REQ:
+    case SL_MSG_GET_SPLIT_REQ:
+    case SL_MSG_GET_EXCLUSIONS_REQ:
+        return role == SL_ROLE_WORKER;
+    case SL_MSG_REGISTER_DATASET_REQ:
+    case SL_MSG_GET_OR_CREATE_JOB_REQ:
+    case SL_MSG_CLIENT_HEARTBEAT_REQ:
+    case SL_MSG_RELEASE_CLIENT_REQ:
+    case SL_MSG_GET_ELEMENT_REQ:
+    case SL_MSG_REPORT_RECEIVED_REQ:
+        return role == SL_ROLE_CLIENT;
+    default:
+        /* A response: only the side that serves requests sends them. */
+        return role == SL_ROLE_DISPATCHER || role == SL_ROLE_WORKER;
+    }
+}
+
 const char *sl_role_name(unsigned role)
 {
     switch (role) {

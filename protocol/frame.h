@@ -13,6 +13,7 @@
 #ifndef SL_FRAME_H
 #define SL_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +22,7 @@
 #include "sluice.h"
 #include "sluice.pb.h"
 
-#define SL_PROTOCOL_VERSION 2
+#define SL_PROTOCOL_VERSION 3
 #define SL_HANDSHAKE_LEN 8
 #define SL_FRAME_HEADER_LEN 16
 /* No message of sluice.proto encodes larger than this with the bounds of
@@ -97,6 +98,13 @@ size_t sl_msg_size(unsigned type);
 
 /** @return a frame type's name for messages ("GET_ELEMENT_REQ"), "unknown" if unknown */
 const char *sl_msg_name(unsigned type);
+
+/**
+ * @return whether a peer of role may send frames of type: a client only
+ * its requests, a worker its requests to the dispatcher and its answers to
+ * clients, a dispatcher its answers (conn.c refuses any other frame)
+ */
+bool sl_msg_allowed(unsigned role, unsigned type);
 
 /** @return a role's name ("worker"), "unknown" if unknown */
 const char *sl_role_name(unsigned role);
