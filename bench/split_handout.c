@@ -146,7 +146,7 @@ static struct fake *connect_fake(struct fake *f, sl_role_t role)
 {
     char err[256];
     sl_limits_t limits = {.max_payload = 1 << 20};
-    if (sl_conn_connect(b.base, b.address, role, SL_ROLE_DISPATCHER, &limits, 5000, &cbs, f, &f->conn, err,
+    if (sl_conn_connect(b.base, b.address, NULL, role, SL_ROLE_DISPATCHER, &limits, 5000, &cbs, f, &f->conn, err,
                         sizeof err) < 0)
         die(err);
     wait_for(&f->ready, NULL);

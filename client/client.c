@@ -24,7 +24,7 @@ static int client_connect(sl_client_t *c)
 {
     if (c->rpc)
         return 0;
-    return sl_rpc_open(c->address, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &client_limits, c->opts.connect_timeout_ms,
+    return sl_rpc_open(c->address, &c->env, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &client_limits, c->opts.connect_timeout_ms,
                        &c->rpc, c->err, sizeof c->err);
 }
 
@@ -59,6 +59,16 @@ int sl_client_open(const char *address, const sl_client_opts_t *opts, sl_client_
         snprintf(c->err, sizeof c->err, "timeouts must be positive");
         return SL_EINVAL;
     }
+    sl_auth_opts_t ao = {.token_file = c->opts.auth_token_file,
+                         .tls_cert = c->opts.tls_cert,
+                         .tls_key = c->opts.tls_key,
+                         .tls_ca = c->opts.tls_ca};
+    int rc = sl_auth_load(&c->auth, &ao, c->err, sizeof c->err);
+    if (rc < 0)
+        return rc;
+    /* The caller's strings need not outlive this call. */
+    c->opts.auth_token_file = c->opts.tls_cert = c->opts.tls_key = c->opts.tls_ca = NULL;
+    c->env.auth = &c->auth;
     return client_connect(c);
 }
 
@@ -67,6 +77,7 @@ void sl_client_close(sl_client_t *c)
     if (!c)
         return;
     sl_rpc_close(c->rpc);
+    sl_auth_free(&c->auth);
     free(c);
 }
 

@@ -12,6 +12,8 @@
 struct sl_client {
     char address[256];
     sl_client_opts_t opts;
+    sl_auth_t auth;     /* the token and TLS of opts, loaded */
+    sl_conn_env_t env;  /* .auth = &auth */
     sl_rpc_t *rpc; /* NULL until connected, and after a transport failure */
     char err[1024];
 };

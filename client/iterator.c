@@ -92,6 +92,8 @@ struct sl_iterator {
     sl_iterator_opts_t opts;
     char job_name[129];
     char dispatcher[256];
+    sl_auth_t auth;     /* the client's token and TLS, copied */
+    sl_conn_env_t env;  /* .auth = &auth */
     uint64_t job_id, client_id;
     uint32_t heartbeat_ms;
 
@@ -493,7 +495,7 @@ static void task_connect(struct itask *t)
     size_t maxp = it->opts.max_batch_bytes > UINT32_MAX ? UINT32_MAX : it->opts.max_batch_bytes;
     sl_limits_t limits = {.max_payload = (uint32_t)maxp};
     t->state = TC_CONNECTING;
-    int rc = sl_conn_connect(it->base, t->address, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
+    int rc = sl_conn_connect(it->base, t->address, &it->env, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
                              it->opts.connect_timeout_ms, &worker_cbs, t, &t->conn, t->last_error,
                              sizeof t->last_error);
     if (rc < 0) {
@@ -781,7 +783,7 @@ static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 static void disp_connect(sl_iterator_t *it)
 {
     sl_limits_t limits = {.max_payload = 1024 * 1024};
-    if (sl_conn_connect(it->base, it->dispatcher, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
+    if (sl_conn_connect(it->base, it->dispatcher, &it->env, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
                         it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
                         sizeof it->disp_error) < 0)
         it->disp = NULL;
@@ -898,6 +900,8 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     pthread_cond_init(&it->cv, NULL);
     it->ready_tail = &it->ready;
     it->dataset_id = dataset_id;
+    sl_auth_copy(&it->auth, &c->auth);
+    it->env.auth = &it->auth;
     if (opts)
         it->opts = *opts;
     else
@@ -1148,6 +1152,7 @@ void sl_iterator_close(sl_iterator_t *it)
     }
     free(it->pending_done);
     sl__ledger_free(&it->ledger);
+    sl_auth_free(&it->auth);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         sl__batch_free(it->slots[i].batch);
     if (it->kick)

@@ -136,7 +136,14 @@ int sl_cli_stop_on_signals(struct event_base *base, struct event *events[2])
 
 void sl_daemon_opts_init(sl_daemon_opts_t *o)
 {
-    *o = (sl_daemon_opts_t){.port = -1, .admin_port = -1, .bind = "0.0.0.0", .admin_bind = "127.0.0.1",
+    *o = (sl_daemon_opts_t){.port = -1,
+                            .admin_port = -1,
+                            .bind = "0.0.0.0",
+                            .admin_bind = "127.0.0.1",
+                            .max_connections = 4096,
+                            .max_partial_frame_mb = 512,
+                            .handshake_timeout_ms = 10000,
+                            .idle_timeout_ms = 600000,
                             .log_level = SL_LOG_INFO};
 }
 
@@ -168,6 +175,19 @@ int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t 
         }
         return 1;
     case SL_CLI_O_CONFIG: return 1; /* read before getopt runs */
+    case SL_CLI_O_AUTH_TOKEN: o->auth_token_file = arg; return 1;
+    case SL_CLI_O_TLS_CERT: o->tls_cert = arg; return 1;
+    case SL_CLI_O_TLS_KEY: o->tls_key = arg; return 1;
+    case SL_CLI_O_TLS_CA: o->tls_ca = arg; return 1;
+    case SL_CLI_O_INSECURE: o->insecure = true; return 1;
+    case SL_CLI_O_MAX_CONNS:
+        return sl_cli_int(program, "max-connections", arg, 1, 1000000, &o->max_connections) < 0 ? -1 : 1;
+    case SL_CLI_O_MAX_PARTIAL:
+        return sl_cli_int(program, "max-partial-frame-mb", arg, 1, 1 << 20, &o->max_partial_frame_mb) < 0 ? -1 : 1;
+    case SL_CLI_O_HANDSHAKE_MS:
+        return sl_cli_int(program, "handshake-timeout-ms", arg, 100, 600000, &o->handshake_timeout_ms) < 0 ? -1 : 1;
+    case SL_CLI_O_IDLE_MS:
+        return sl_cli_int(program, "idle-timeout-ms", arg, 0, INT32_MAX, &o->idle_timeout_ms) < 0 ? -1 : 1;
     default: return 0;
     }
 }

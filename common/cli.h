@@ -7,6 +7,7 @@
 #define SL_CLI_H
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/event.h>
@@ -50,6 +51,14 @@ typedef struct sl_daemon_opts {
     const char *bind;         /* protocol address, default 0.0.0.0 */
     const char *admin_bind;   /* admin address, default 127.0.0.1 */
     const char *admin_token_file;
+    /* Security (docs/security.md). */
+    const char *auth_token_file; /* NULL: SLUICE_AUTH_TOKEN_FILE */
+    const char *tls_cert, *tls_key, *tls_ca;
+    bool insecure;               /* serve any peer without a token or TLS */
+    int64_t max_connections;     /* protocol connections open at once */
+    int64_t max_partial_frame_mb; /* unfinished frames of all peers together */
+    int64_t handshake_timeout_ms; /* a peer's whole handshake */
+    int64_t idle_timeout_ms;     /* 0: never */
     const char *data_roots[SL_CLI_MAX_DATA_ROOTS];
     int num_data_roots;
     int log_level;  /* SL_LOG_INFO unless given */
@@ -69,6 +78,15 @@ enum {
     SL_CLI_O_LOG_LEVEL,
     SL_CLI_O_LOG_FORMAT,
     SL_CLI_O_CONFIG,
+    SL_CLI_O_AUTH_TOKEN,
+    SL_CLI_O_TLS_CERT,
+    SL_CLI_O_TLS_KEY,
+    SL_CLI_O_TLS_CA,
+    SL_CLI_O_INSECURE,
+    SL_CLI_O_MAX_CONNS,
+    SL_CLI_O_MAX_PARTIAL,
+    SL_CLI_O_HANDSHAKE_MS,
+    SL_CLI_O_IDLE_MS,
 };
 #define SL_CLI_DAEMON_LONGOPTS                                                                                      \
     {"port", required_argument, NULL, SL_CLI_O_PORT}, {"admin-port", required_argument, NULL, SL_CLI_O_ADMIN_PORT}, \
@@ -78,7 +96,26 @@ enum {
         {"data-root", required_argument, NULL, SL_CLI_O_ROOT},                                                      \
         {"log-level", required_argument, NULL, SL_CLI_O_LOG_LEVEL},                                                 \
         {"log-format", required_argument, NULL, SL_CLI_O_LOG_FORMAT},                                               \
-        {"config", required_argument, NULL, SL_CLI_O_CONFIG}
+        {"config", required_argument, NULL, SL_CLI_O_CONFIG},                                                       \
+        {"auth-token-file", required_argument, NULL, SL_CLI_O_AUTH_TOKEN},                                          \
+        {"tls-cert", required_argument, NULL, SL_CLI_O_TLS_CERT},                                                   \
+        {"tls-key", required_argument, NULL, SL_CLI_O_TLS_KEY}, {"tls-ca", required_argument, NULL, SL_CLI_O_TLS_CA}, \
+        {"insecure", no_argument, NULL, SL_CLI_O_INSECURE},                                                         \
+        {"max-connections", required_argument, NULL, SL_CLI_O_MAX_CONNS},                                           \
+        {"max-partial-frame-mb", required_argument, NULL, SL_CLI_O_MAX_PARTIAL},                                    \
+        {"handshake-timeout-ms", required_argument, NULL, SL_CLI_O_HANDSHAKE_MS},                                   \
+        {"idle-timeout-ms", required_argument, NULL, SL_CLI_O_IDLE_MS}
+
+/* The usage lines of the options above that concern security and limits. */
+#define SL_CLI_DAEMON_SECURITY_USAGE                                                                                \
+    "  --auth-token-file FILE   cluster token every peer must prove (also SLUICE_AUTH_TOKEN_FILE)\n"               \
+    "  --tls-cert FILE --tls-key FILE --tls-ca FILE\n"                                                              \
+    "                           TLS 1.3 on every protocol connection, peers verified against the CA\n"            \
+    "  --insecure               without a token or TLS, serve non-loopback peers too (default: loopback only)\n"   \
+    "  --max-connections N      protocol connections open at once (default 4096)\n"                               \
+    "  --max-partial-frame-mb N bytes of unfinished frames from all peers together (default 512)\n"              \
+    "  --handshake-timeout-ms N a peer's whole handshake, TLS included (default 10000)\n"                        \
+    "  --idle-timeout-ms N      close a connection quiet this long that is owed nothing (default 600000, 0 never)\n"
 
 /** The defaults: no ports yet, 0.0.0.0 and 127.0.0.1, info logs as text. */
 void sl_daemon_opts_init(sl_daemon_opts_t *o);

@@ -14,6 +14,10 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "log.h"
 #include "sluice.h"
 
 int sl_addr_split(const char *hostport, char *host, size_t hostlen, uint16_t *port, char *err, size_t errlen)
@@ -119,4 +123,35 @@ void sl_sigpipe_unblock(const sl_sigpipe_guard_t *g)
         }
     }
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+static void listener_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(arg);
+}
+
+void sl_listener_on_error(struct evconnlistener *l, void *arg)
+{
+    static _Thread_local time_t logged_at;
+    static _Thread_local unsigned unlogged;
+    int e = EVUTIL_SOCKET_ERROR();
+    (void)arg;
+    time_t now = time(NULL);
+    if (now != logged_at) {
+        if (unlogged)
+            sl_log_warn("accept: %s (and %u more accept errors in the last second)", strerror(e), unlogged);
+        else
+            sl_log_warn("accept: %s", strerror(e));
+        logged_at = now;
+        unlogged = 0;
+    } else {
+        unlogged++;
+    }
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+        evconnlistener_disable(l);
+        struct timeval tv = {0, 100000};
+        event_base_once(evconnlistener_get_base(l), -1, EV_TIMEOUT, listener_resume, l, &tv);
+    }
 }

@@ -51,4 +51,14 @@ void sl_sigpipe_block(sl_sigpipe_guard_t *g);
 /** Drops a SIGPIPE raised since sl_sigpipe_block(g), and restores the mask. */
 void sl_sigpipe_unblock(const sl_sigpipe_guard_t *g);
 
+struct evconnlistener;
+
+/**
+ * An evconnlistener's error callback for the daemons: out of descriptors
+ * (or kernel memory) it stops accepting for 100 ms instead of spinning on
+ * the pending connection, and it logs at most once a second (with how many
+ * errors it did not log).
+ */
+void sl_listener_on_error(struct evconnlistener *l, void *arg);
+
 #endif

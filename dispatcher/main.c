@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "log.h"
 #include "net.h"
+#include "netenv.h"
 #include "server.h"
 #include "state.h"
 #include "confine.h"
@@ -50,6 +51,7 @@ static void usage(FILE *f)
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
             "                           their files are listed and counted at registration\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
+            SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
             "  --config FILE.json       options as a JSON object; the command line wins\n",
@@ -207,6 +209,14 @@ int main(int argc, char **argv)
     sl_admin_t *admin = NULL;
     struct event *sigs[2] = {NULL, NULL};
     uint16_t port = 0, admin_port = 0;
+    sl_auth_t auth = {0};
+    sl_conn_env_t env;
+
+    /* Credentials first: a token file that cannot be read stops the start. */
+    if (sl_netenv_init(&o.d, &auth, &env, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
 
     if (sl_workdir_open(o.work_dir, &wd, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
@@ -241,7 +251,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
-    if (sl_dserver_start(base, st, store, o.d.bind, (uint16_t)o.d.port, &port, &srv, err, sizeof err) < 0 ||
+    if (sl_dserver_start(base, st, store, &env, o.d.bind, (uint16_t)o.d.port, &port, &srv, err, sizeof err) < 0 ||
         sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
         sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
@@ -270,6 +280,7 @@ out:
         event_base_free(base);
     sl_store_close(store);
     sl_workdir_close(wd);
+    sl_auth_free(&auth);
     sl_cli_free_argv(cargc, cargv);
     return status;
 }

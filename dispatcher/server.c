@@ -42,6 +42,7 @@ struct sl_dserver {
     struct event_base *base;
     sl_dstate_t *st;
     struct evconnlistener *listener;
+    sl_conn_env_t *env; /* credentials and connection limits, the caller's */
     struct event *tick;
     struct event *commit; /* activated by the first request of a loop pass */
     struct dconn *conns;
@@ -339,7 +340,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     sl_limits_t limits = {.max_payload = max_payload(srv->st)};
     dc->srv = srv;
-    dc->conn = sl_conn_accept(srv->base, fd, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
+    dc->conn = sl_conn_accept(srv->base, fd, srv->env, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
                               &limits, &dispatcher_cbs, dc);
     if (!dc->conn) {
         free(dc);
@@ -349,26 +350,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (srv->conns)
         srv->conns->prev = dc;
     srv->conns = dc;
-}
-
-static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    evconnlistener_enable(arg);
-}
-
-static void on_accept_error(struct evconnlistener *l, void *arg)
-{
-    int e = EVUTIL_SOCKET_ERROR();
-    (void)arg;
-    sl_log_warn("accept: %s", strerror(e));
-    /* Out of descriptors: stop accepting for a moment instead of spinning. */
-    if (e == EMFILE || e == ENFILE) {
-        evconnlistener_disable(l);
-        struct timeval tv = {0, 100000};
-        event_base_once(evconnlistener_get_base(l), -1, EV_TIMEOUT, on_accept_resume, l, &tv);
-    }
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -381,8 +362,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     sl_dserver_commit(srv, err, sizeof err); /* logged there; nobody waits for an answer */
 }
 
-int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, const char *host, uint16_t port,
-                     uint16_t *bound_port, sl_dserver_t **out, char *err, size_t errlen)
+int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, sl_conn_env_t *env,
+                     const char *host, uint16_t port, uint16_t *bound_port, sl_dserver_t **out, char *err,
+                     size_t errlen)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, metrics_init);
@@ -392,6 +374,7 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store
     srv->base = base;
     srv->st = st;
     srv->store = store;
+    srv->env = env;
     int fd = -1;
     int rc = sl_listen_tcp(host, port, &fd, bound_port, err, errlen);
     if (rc < 0)
@@ -403,7 +386,7 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store
         snprintf(err, errlen, "cannot start the listener");
         goto fail;
     }
-    evconnlistener_set_error_cb(srv->listener, on_accept_error);
+    evconnlistener_set_error_cb(srv->listener, sl_listener_on_error);
     srv->tick = event_new(base, -1, EV_PERSIST, on_tick, srv);
     struct timeval tv = {0, TICK_MS * 1000};
     srv->commit = event_new(base, -1, 0, on_commit, srv);

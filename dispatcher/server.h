@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 
+#include "conn.h"
 #include "state.h"
 #include "store.h"
 
@@ -26,7 +27,8 @@ typedef struct sl_dserver sl_dserver_t;
  * @param[out] bound_port the port it listens on
  * @return 0, or -errno with a message in err
  */
-int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, const char *host, uint16_t port,
+int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, sl_conn_env_t *env,
+                     const char *host, uint16_t port,
                      uint16_t *bound_port, sl_dserver_t **out, char *err, size_t errlen);
 
 /**

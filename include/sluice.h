@@ -59,6 +59,8 @@ extern "C" {
 #define SL_EDATA     (-5011) /* the pipeline failed on its data */
 #define SL_EINVAL    (-5012) /* an argument is out of its range */
 #define SL_EREFUSED  (-5013) /* the peer refused the request */
+#define SL_EAUTH     (-5015) /* the peer did not prove it holds the cluster token or certificate */
+#define SL_ELIMIT    (-5016) /* a configured limit of the daemon was reached */
 
 /** Element dtypes, as numbered on the wire. */
 typedef enum sl_dtype {
@@ -169,6 +171,11 @@ typedef struct sl_split_done {
 typedef struct sl_client_opts {
     int connect_timeout_ms; /* connect + handshake, default 5000 */
     int request_timeout_ms; /* a dispatcher request, default 10000 */
+    /* Security (docs/security.md); iterators of the client use the same. */
+    const char *auth_token_file; /* the cluster token; NULL: SLUICE_AUTH_TOKEN_FILE if set, else none */
+    const char *tls_cert;        /* TLS 1.3 with this certificate and key, peers verified */
+    const char *tls_key;         /* against tls_ca; all three or none */
+    const char *tls_ca;
 } sl_client_opts_t;
 
 /** Iterator options. sl_iterator_opts_init() fills the defaults. */

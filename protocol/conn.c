@@ -1,12 +1,16 @@
 /*
- * conn.c: see conn.h. A connection lives in one of four states:
+ * conn.c: see conn.h. A connection lives in one of five states:
  *
- *   HANDSHAKE -> OPEN -> DRAINING (our error frame is being written) -> DEAD
- *   HANDSHAKE ---------> DRAINING (we refused the peer's handshake)
- *   HANDSHAKE ----------------------------------------------------->  DEAD
- *   OPEN ------------------------------------------------------------> DEAD
+ *   HANDSHAKE -> [PROOF] -> OPEN -> DRAINING (our error frame is being written) -> DEAD
+ *   HANDSHAKE, PROOF --------------> DRAINING (we refused the peer's handshake)
+ *   HANDSHAKE, PROOF ---------------------------------------------------------->  DEAD
+ *   OPEN ---------------------------------------------------------------------->  DEAD
  *
- * Nothing but the handshake may be sent before OPEN.
+ * HANDSHAKE: TLS (if any), then the hellos. The connector sends its hello;
+ * the acceptor answers with its own, and with its proof when it holds the
+ * cluster token; the connector checks that proof and sends its own
+ * (PROOF: the acceptor waits for it). Nothing but the handshake may be
+ * sent before OPEN.
  *
  * DEAD connections are freed as soon as no callback of theirs is on the
  * stack, so a callback may close its own connection.
@@ -21,27 +25,54 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "big_alloc.h"
+#include "log.h"
+#include "metrics.h"
 #include "net.h"
 
-/* How long an accepted peer may take to send its handshake, and how long we
- * wait for our last error frame to be written before closing anyway. */
+/* How long an accepted peer may take for its whole handshake (unless the
+ * env says), and how long we wait for our last error frame to be written
+ * before closing anyway. */
 #define HANDSHAKE_TIMEOUT_MS 10000
 #define DRAIN_TIMEOUT_MS 2000
+/* A connection that held this much in unfinished frames gives the freed
+ * memory back to the system when it goes (malloc_trim). */
+#define TRIM_AFTER_BYTES (1u << 20)
 
-enum conn_state { CONN_HANDSHAKE, CONN_OPEN, CONN_DRAINING, CONN_DEAD };
+enum conn_state { CONN_HANDSHAKE, CONN_PROOF, CONN_OPEN, CONN_DRAINING, CONN_DEAD };
 
 struct sl_conn {
     struct bufferevent *bev;
     enum conn_state state;
     bool outgoing;
+    bool tls;
+    bool counted;           /* accepted: counted in env->conns */
+    bool prefix_checked;    /* the peer's hello prefix (magic, version, role) was checked */
+    bool hello_sent;        /* connector: our hello went out */
+    sl_conn_env_t *env;     /* accepted connections update its counters */
+    const sl_auth_t *auth;  /* NULL: no token */
+    uint8_t hello_self[SL_HANDSHAKE_LEN];
+    uint8_t hello_peer[SL_HANDSHAKE_LEN];
+    struct event *deadline; /* the handshake's, from connect or accept */
+    int deadline_ms;
+    struct event *idle;     /* accepted connections with env->idle_ms */
+    int64_t last_active_ms;
+    unsigned owed;          /* accepted: the peer's requests not answered yet */
+    size_t partial;         /* accepted: bytes of the input counted in env->partial_bytes */
+    size_t partial_peak;
     sl_role_t self;
     sl_role_t peer;
     sl_role_t expect;      /* outgoing: the role the peer must have */
@@ -66,7 +97,23 @@ struct sl_conn {
     size_t rx_have;
 };
 
-static const char *state_names[] = {"HANDSHAKE", "OPEN", "DRAINING", "DEAD"};
+/* Counts one refusal of env's (counter and metric). */
+static void count(uint64_t *counter, struct sl_metric *m)
+{
+    (*counter)++;
+    if (m)
+        sl_metric_add(m, 1);
+}
+
+static void publish(const sl_conn_env_t *env)
+{
+    if (env->m_conns)
+        sl_metric_set(env->m_conns, env->conns);
+    if (env->m_partial_bytes)
+        sl_metric_set(env->m_partial_bytes, (double)env->partial_bytes);
+}
+
+static const char *state_names[] = {"HANDSHAKE", "PROOF", "OPEN", "DRAINING", "DEAD"};
 
 static void set_state(sl_conn_t *c, enum conn_state next)
 {
@@ -82,8 +129,22 @@ static void conn_free(sl_conn_t *c)
     free(c->rx_payload);
     if (c->held)
         evbuffer_free(c->held);
+    if (c->deadline)
+        event_free(c->deadline);
+    if (c->idle)
+        event_free(c->idle);
     if (c->bev)
         bufferevent_free(c->bev);
+    if (c->env && !c->outgoing) {
+        c->env->partial_bytes -= c->partial;
+        if (c->counted)
+            c->env->conns--;
+        publish(c->env);
+    }
+    /* The input's chains are freed; a peer that made us hold a lot must not
+     * leave the process that much larger. */
+    if (c->partial_peak >= TRIM_AFTER_BYTES)
+        malloc_trim(0);
     free(c);
 }
 
@@ -103,6 +164,10 @@ static void conn_die(sl_conn_t *c, bool notify, int err, const char *why)
         return;
     set_state(c, CONN_DEAD);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    if (c->deadline)
+        event_del(c->deadline);
+    if (c->idle)
+        event_del(c->idle);
     c->free_pending = true;
     if (notify && c->cbs.on_close)
         c->cbs.on_close(c, err, why, c->arg);
@@ -149,36 +214,211 @@ static void conn_fail(sl_conn_t *c, int code, const char *why)
         conn_die(c, true, code, c->fail_why);
 }
 
-static void on_handshake(sl_conn_t *c, const uint8_t *hs)
+static bool has_token(const sl_conn_t *c)
+{
+    return c->auth && c->auth->token_len > 0;
+}
+
+static int64_t loop_ms(const sl_conn_t *c)
+{
+    struct timeval tv;
+    event_base_gettimeofday_cached(bufferevent_get_base(c->bev), &tv);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void arm_ms(struct event *ev, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_add(ev, &tv);
+}
+
+/* The handshake is done: frames flow. */
+static void open_conn(sl_conn_t *c)
+{
+    set_state(c, CONN_OPEN);
+    event_del(c->deadline);
+    c->last_active_ms = loop_ms(c);
+    if (c->idle)
+        arm_ms(c->idle, c->env->idle_ms);
+    if (c->outgoing && c->cbs.on_ready)
+        c->cbs.on_ready(c, c->arg);
+}
+
+static void refuse_auth(sl_conn_t *c, const char *why)
+{
+    if (c->env && !c->outgoing)
+        count(&c->env->refused_auth, c->env->m_refused_auth);
+    conn_fail(c, SL_EAUTH, why);
+}
+
+/* Our hello: role, whether we prove a token, a fresh nonce. @return 0 or -errno */
+static int make_hello(sl_conn_t *c)
+{
+    uint8_t nonce[SL_HELLO_NONCE_LEN];
+    int rc = sl_auth_random(nonce, sizeof nonce);
+    if (rc < 0)
+        return rc;
+    sl_handshake_encode(c->hello_self, c->self, has_token(c) ? SL_HELLO_TOKEN : 0, nonce);
+    return 0;
+}
+
+/* The peer's whole hello is in c->hello_peer (its role checked by
+ * check_prefix()), and, on a connector facing a token, its proof. */
+static void on_hello(sl_conn_t *c, const uint8_t *proof)
+{
+    char err[512];
+    bool theirs = sl_handshake_flags(c->hello_peer) & SL_HELLO_TOKEN;
+    const char *self = sl_role_name(c->self);
+    if (!c->outgoing) {
+        if (has_token(c) && !theirs) {
+            snprintf(err, sizeof err,
+                     "authentication required: this %s needs the cluster token (--auth-token-file or "
+                     "SLUICE_AUTH_TOKEN_FILE)",
+                     self);
+            refuse_auth(c, err);
+            return;
+        }
+        if (!has_token(c) && theirs) {
+            snprintf(err, sizeof err,
+                     "this %s runs without a cluster token, the peer has one: start the %s with the same "
+                     "--auth-token-file",
+                     self, self);
+            refuse_auth(c, err);
+            return;
+        }
+        int rc = make_hello(c);
+        if (rc < 0) {
+            conn_fail(c, rc, "no random bytes for the handshake's nonce");
+            return;
+        }
+        bufferevent_write(c->bev, c->hello_self, sizeof c->hello_self);
+        if (!has_token(c)) {
+            open_conn(c);
+            return;
+        }
+        uint8_t mine[SL_AUTH_PROOF_LEN];
+        sl_auth_proof(c->auth, true, c->hello_peer, c->hello_self, SL_HANDSHAKE_LEN, mine);
+        bufferevent_write(c->bev, mine, sizeof mine);
+        set_state(c, CONN_PROOF);
+        return;
+    }
+    if (has_token(c) && !theirs) {
+        snprintf(err, sizeof err,
+                 "%s does not prove the cluster token: it runs without --auth-token-file (refusing to talk to "
+                 "it with ours)",
+                 c->peer_addr);
+        refuse_auth(c, err);
+        return;
+    }
+    if (!has_token(c) && theirs) {
+        snprintf(err, sizeof err, "%s requires the cluster token: give --auth-token-file or SLUICE_AUTH_TOKEN_FILE",
+                 c->peer_addr);
+        refuse_auth(c, err);
+        return;
+    }
+    if (has_token(c)) {
+        uint8_t want[SL_AUTH_PROOF_LEN];
+        sl_auth_proof(c->auth, true, c->hello_self, c->hello_peer, SL_HANDSHAKE_LEN, want);
+        if (!sl_auth_proof_eq(want, proof)) {
+            snprintf(err, sizeof err,
+                     "%s did not prove it holds the cluster token: its token differs from the one in %s",
+                     c->peer_addr, c->auth->token_from);
+            refuse_auth(c, err);
+            return;
+        }
+        uint8_t mine[SL_AUTH_PROOF_LEN];
+        sl_auth_proof(c->auth, false, c->hello_self, c->hello_peer, SL_HANDSHAKE_LEN, mine);
+        bufferevent_write(c->bev, mine, sizeof mine);
+    }
+    open_conn(c);
+}
+
+/* The acceptor has the connector's proof. */
+static void on_proof(sl_conn_t *c, const uint8_t *proof)
+{
+    uint8_t want[SL_AUTH_PROOF_LEN];
+    sl_auth_proof(c->auth, false, c->hello_peer, c->hello_self, SL_HANDSHAKE_LEN, want);
+    if (!sl_auth_proof_eq(want, proof)) {
+        char err[256];
+        snprintf(err, sizeof err,
+                 "authentication failed: the peer's proof does not match this %s's cluster token (another "
+                 "token?)",
+                 sl_role_name(c->self));
+        refuse_auth(c, err);
+        return;
+    }
+    open_conn(c);
+}
+
+/* Checks the start of the peer's hello as soon as it is in, so that a peer
+ * of another version or role is told at once. @return true to go on */
+static bool check_prefix(sl_conn_t *c, const uint8_t *hs)
 {
     char err[256];
     sl_role_t role;
     int rc = sl_handshake_decode(hs, &role, err, sizeof err);
     if (rc < 0) {
         conn_fail(c, rc, err);
-        return;
+        return false;
     }
     if (c->outgoing && role != c->expect) {
         snprintf(err, sizeof err, "handshake: %s is a %s, expected a %s", c->peer_addr, sl_role_name(role),
                  sl_role_name(c->expect));
         conn_fail(c, SL_EPROTO, err);
-        return;
+        return false;
     }
     if (!c->outgoing && !(c->accept_roles & (1u << role))) {
         snprintf(err, sizeof err, "handshake: a %s does not serve %ss", sl_role_name(c->self), sl_role_name(role));
         conn_fail(c, SL_EPROTO, err);
-        return;
+        return false;
     }
     c->peer = role;
-    if (!c->outgoing) {
-        uint8_t out[SL_HANDSHAKE_LEN];
-        sl_handshake_encode(out, c->self);
-        bufferevent_write(c->bev, out, sizeof out);
+    c->prefix_checked = true;
+    return true;
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->state >= CONN_OPEN)
+        return;
+    char why[256];
+    if (c->outgoing) {
+        snprintf(why, sizeof why, "%s: connect and handshake timed out after %d ms", c->peer_addr, c->deadline_ms);
+    } else {
+        if (c->env)
+            count(&c->env->expired_handshakes, c->env->m_expired_handshakes);
+        snprintf(why, sizeof why, "%s: no whole handshake within %d ms", c->peer_addr, c->deadline_ms);
     }
-    set_state(c, CONN_OPEN);
-    set_timeout(c, 0);
-    if (c->outgoing && c->cbs.on_ready)
-        c->cbs.on_ready(c, c->arg);
+    c->depth++;
+    conn_die(c, true, -ETIMEDOUT, why);
+    leave(c);
+}
+
+/* Closes an accepted connection on which nothing moved for env->idle_ms
+ * while it owed the peer nothing. */
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->state != CONN_OPEN)
+        return;
+    int64_t quiet = loop_ms(c) - c->last_active_ms;
+    int idle_ms = c->env->idle_ms;
+    if (c->owed > 0 || quiet < idle_ms) {
+        arm_ms(c->idle, c->owed > 0 ? idle_ms : (int)(idle_ms - quiet));
+        return;
+    }
+    count(&c->env->closed_idle, c->env->m_closed_idle);
+    c->depth++;
+    char why[256];
+    snprintf(why, sizeof why, "closed after %d ms without a frame either way (the %s's --idle-timeout-ms)", idle_ms,
+             sl_role_name(c->self));
+    conn_fail(c, -ETIMEDOUT, why);
+    leave(c);
 }
 
 /* Hands a whole frame over (owning msg and payload). @return true to go on */
@@ -195,6 +435,9 @@ static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t 
         conn_die(c, true, code, why);
         return false;
     }
+    c->last_active_ms = loop_ms(c);
+    if (!c->outgoing && hdr->request_id != 0)
+        c->owed++;
     c->cbs.on_frame(c, hdr, msg, payload, c->arg);
     free(msg);
     return true;
@@ -236,6 +479,9 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
         c->rx_have += from_in;
         need -= from_in;
     }
+    /* Under TLS the bytes come decrypted through the bufferevent only. */
+    if (c->tls && need > 0)
+        return false;
     int fd = bufferevent_getfd(c->bev);
     while (need > 0) {
         ssize_t r = recv(fd, c->rx_payload + c->rx_have, need, MSG_DONTWAIT);
@@ -314,6 +560,36 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     return read_payload(c, in);
 }
 
+/* Accepted connections: what the input holds counts against the env's
+ * bound on unfinished frames; the connection that crosses it is refused. */
+static void count_partial(sl_conn_t *c, struct evbuffer *in)
+{
+    sl_conn_env_t *env = c->env;
+    size_t now = c->state == CONN_DEAD ? 0 : evbuffer_get_length(in);
+    if (c->rx_msg && c->rx_payload)
+        now += c->rx_have;
+    env->partial_bytes = env->partial_bytes - c->partial + now;
+    c->partial = now;
+    if (now > c->partial_peak)
+        c->partial_peak = now;
+    publish(env);
+    if (env->max_partial_bytes && env->partial_bytes > env->max_partial_bytes && c->state < CONN_DRAINING &&
+        now > 0) {
+        count(&env->refused_partial, env->m_refused_partial);
+        char why[256];
+        snprintf(why, sizeof why,
+                 "this %s holds %zu bytes of unfinished frames from its peers, over its limit of %zu "
+                 "(--max-partial-frame-mb): this connection's %zu are dropped",
+                 sl_role_name(c->self), env->partial_bytes, env->max_partial_bytes, now);
+        conn_fail(c, SL_ELIMIT, why);
+        /* What the input held is no longer held. */
+        evbuffer_drain(in, evbuffer_get_length(in));
+        env->partial_bytes -= c->partial;
+        c->partial = 0;
+        publish(env);
+    }
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     sl_conn_t *c = arg;
@@ -329,15 +605,42 @@ static void read_cb(struct bufferevent *bev, void *arg)
                     break;
                 continue;
             }
-            if (evbuffer_get_length(in) < SL_HANDSHAKE_LEN)
+            size_t have = evbuffer_get_length(in);
+            if (!c->prefix_checked) {
+                if (have < SL_HANDSHAKE_PREFIX_LEN)
+                    break;
+                uint8_t prefix[SL_HANDSHAKE_PREFIX_LEN];
+                evbuffer_copyout(in, prefix, sizeof prefix);
+                if (!check_prefix(c, prefix))
+                    break;
+            }
+            if (have < SL_HANDSHAKE_LEN)
                 break;
-            uint8_t hs[SL_HANDSHAKE_LEN];
-            evbuffer_remove(in, hs, sizeof hs);
-            on_handshake(c, hs);
+            size_t need = SL_HANDSHAKE_LEN;
+            if (c->outgoing) {
+                evbuffer_copyout(in, c->hello_peer, SL_HANDSHAKE_LEN);
+                if (sl_handshake_flags(c->hello_peer) & SL_HELLO_TOKEN)
+                    need += SL_AUTH_PROOF_LEN;
+            }
+            if (have < need)
+                break;
+            uint8_t proof[SL_AUTH_PROOF_LEN] = {0};
+            evbuffer_remove(in, c->hello_peer, SL_HANDSHAKE_LEN);
+            if (need > SL_HANDSHAKE_LEN)
+                evbuffer_remove(in, proof, sizeof proof);
+            on_hello(c, proof);
+        } else if (c->state == CONN_PROOF) {
+            if (evbuffer_get_length(in) < SL_AUTH_PROOF_LEN)
+                break;
+            uint8_t proof[SL_AUTH_PROOF_LEN];
+            evbuffer_remove(in, proof, sizeof proof);
+            on_proof(c, proof);
         } else if (c->state != CONN_OPEN || !read_frame(c, in)) {
             break;
         }
     }
+    if (c->env && !c->outgoing)
+        count_partial(c, in);
     leave(c);
 }
 
@@ -356,16 +659,38 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     sl_conn_t *c = arg;
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        uint8_t out[SL_HANDSHAKE_LEN];
-        sl_handshake_encode(out, c->self);
-        bufferevent_write(c->bev, out, sizeof out);
+        /* A TLS connection reports the TCP connect and the TLS handshake
+         * both, and an accepted one its TLS handshake: the connector's
+         * hello goes once, after the last. */
+        if (!c->outgoing || c->hello_sent ||
+            (c->tls && SSL_is_init_finished(bufferevent_openssl_get_ssl(c->bev)) != 1))
+            return;
+        c->hello_sent = true;
+        int rc = make_hello(c);
+        if (rc < 0) {
+            c->depth++;
+            conn_die(c, true, rc, "no random bytes for the handshake's nonce");
+            leave(c);
+            return;
+        }
+        bufferevent_write(c->bev, c->hello_self, sizeof c->hello_self);
         return;
     }
-    char why[256];
+    char why[512];
     int err;
+    unsigned long ssl_err = c->tls ? bufferevent_get_openssl_error(c->bev) : 0;
     if (c->state == CONN_DRAINING) {
         err = c->fail_code;
         snprintf(why, sizeof why, "%s", c->fail_why);
+    } else if (ssl_err) {
+        char reason[256];
+        ERR_error_string_n(ssl_err, reason, sizeof reason);
+        while (bufferevent_get_openssl_error(c->bev))
+            ;
+        err = SL_EAUTH;
+        if (c->env && !c->outgoing)
+            count(&c->env->refused_auth, c->env->m_refused_auth);
+        snprintf(why, sizeof why, "TLS with %s failed: %s", c->peer_addr, reason);
     } else if (what & BEV_EVENT_TIMEOUT) {
         err = -ETIMEDOUT;
         snprintf(why, sizeof why, "%s: %s timed out", c->peer_addr,
@@ -384,14 +709,35 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     leave(c);
 }
 
-static sl_conn_t *conn_new(struct event_base *base, int fd, sl_role_t self, const sl_limits_t *limits,
-                           const sl_conn_cbs_t *cbs, void *arg)
+static sl_conn_t *conn_new(struct event_base *base, int fd, const sl_conn_env_t *env, bool outgoing, sl_role_t self,
+                           const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg)
 {
     sl_conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) {
+    c->outgoing = outgoing;
+    c->auth = env && env->auth && env->auth->token_len > 0 ? env->auth : NULL;
+    struct ssl_ctx_st *tls = env && env->auth ? (outgoing ? env->auth->tls_connect : env->auth->tls_accept) : NULL;
+    if (tls) {
+        SSL *ssl = SSL_new(tls);
+        if (ssl)
+            c->bev = bufferevent_openssl_socket_new(
+                base, fd, ssl, outgoing ? BUFFEREVENT_SSL_CONNECTING : BUFFEREVENT_SSL_ACCEPTING,
+                BEV_OPT_CLOSE_ON_FREE);
+        c->tls = true;
+        if (c->bev)
+            /* A peer that closes without close_notify ends the stream like EOF. */
+            bufferevent_openssl_set_allow_dirty_shutdown(c->bev, 1);
+        else if (ssl)
+            SSL_free(ssl);
+    } else {
+        c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (!c->bev || !(c->deadline = evtimer_new(base, on_deadline, c))) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else if (fd >= 0)
+            close(fd);
         free(c);
         return NULL;
     }
@@ -407,53 +753,124 @@ static sl_conn_t *conn_new(struct event_base *base, int fd, sl_role_t self, cons
     return c;
 }
 
-sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_role_t self, unsigned accept_roles,
-                          const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg)
+static void peer_name(int fd, char *out, size_t len, bool *loopback)
 {
-    evutil_make_socket_nonblocking(fd);
-    sl_conn_t *c = conn_new(base, fd, self, limits, cbs, arg);
-    if (!c) {
-        close(fd);
-        return NULL;
-    }
-    c->accept_roles = accept_roles;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     char host[INET6_ADDRSTRLEN] = "?";
     uint16_t port = 0;
+    *loopback = false;
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
         if (ss.ss_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+            *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
         } else if (ss.ss_family == AF_INET6) {
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+            *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) ||
+                        (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && a->sin6_addr.s6_addr[12] == 127);
+        } else if (ss.ss_family == AF_UNIX) {
+            *loopback = true;
         }
     }
-    snprintf(c->peer_addr, sizeof c->peer_addr, "%s:%u", host, port);
-    set_timeout(c, HANDSHAKE_TIMEOUT_MS);
+    snprintf(out, len, "%s:%u", host, port);
+}
+
+/* Frames go out as soon as they are written: a frame written in parts
+ * (under TLS, a record each) must not wait for the peer's delayed ACK. */
+static void set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Refuses an accepted socket before any handshake: an error frame (a
+ * connector reads one in place of a hello), then close. */
+static void refuse_socket(int fd, int code, const char *why)
+{
+    sluice_Error e = sluice_Error_init_zero;
+    e.code = code;
+    snprintf(e.message, sizeof e.message, "%s", why);
+    uint8_t buf[SL_FRAME_HEADER_LEN + 1100];
+    size_t len;
+    if (sl_frame_encode(SL_MSG_ERROR, 0, &e, 0, buf, sizeof buf, &len) == 0) {
+        ssize_t w;
+        do
+            w = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (w < 0 && errno == EINTR);
+    }
+    close(fd);
+}
+
+sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, sl_role_t self, unsigned accept_roles,
+                          const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg)
+{
+    evutil_make_socket_nonblocking(fd);
+    set_nodelay(fd);
+    char peer[80];
+    bool loopback;
+    peer_name(fd, peer, sizeof peer, &loopback);
+    if (env && env->loopback_only && !loopback) {
+        count(&env->refused_remote, env->m_refused_remote);
+        char why[512];
+        snprintf(why, sizeof why,
+                 "this %s is in protected mode: it runs without --auth-token-file and TLS, so it serves peers on "
+                 "loopback only; start it with a token (or TLS), or with --insecure to serve %s",
+                 sl_role_name(self), peer);
+        sl_log_warn("refused %s: protected mode (no --auth-token-file, no TLS, no --insecure)", peer);
+        refuse_socket(fd, SL_EAUTH, why);
+        return NULL;
+    }
+    if (env && env->max_conns && env->conns >= env->max_conns) {
+        count(&env->refused_conns, env->m_refused_conns);
+        char why[256];
+        snprintf(why, sizeof why, "this %s has %u connections open, its limit (--max-connections): try again later",
+                 sl_role_name(self), env->conns);
+        refuse_socket(fd, SL_ELIMIT, why);
+        return NULL;
+    }
+    sl_conn_t *c = conn_new(base, fd, env, false, self, limits, cbs, arg);
+    if (!c)
+        return NULL;
+    c->accept_roles = accept_roles;
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s", peer);
+    if (env) {
+        c->env = env;
+        env->conns++;
+        c->counted = true;
+        publish(env);
+        if (env->idle_ms > 0 && !(c->idle = evtimer_new(base, on_idle, c))) {
+            conn_free(c);
+            return NULL;
+        }
+    }
+    c->deadline_ms = env && env->handshake_ms > 0 ? env->handshake_ms : HANDSHAKE_TIMEOUT_MS;
+    arm_ms(c->deadline, c->deadline_ms);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     return c;
 }
 
-int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self, sl_role_t expect,
-                    const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
-                    sl_conn_t **out, char *err, size_t errlen)
+int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_env_t *env, sl_role_t self,
+                    sl_role_t expect, const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs,
+                    void *arg, sl_conn_t **out, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sslen;
     int rc = sl_addr_resolve(address, &ss, &sslen, err, errlen);
     if (rc < 0)
         return rc;
-    sl_conn_t *c = conn_new(base, -1, self, limits, cbs, arg);
+    sl_conn_t *c = conn_new(base, -1, env, true, self, limits, cbs, arg);
     if (!c) {
         snprintf(err, errlen, "out of memory connecting to %s", address);
         return -ENOMEM;
     }
-    c->outgoing = true;
     c->expect = expect;
     snprintf(c->peer_addr, sizeof c->peer_addr, "%s", address);
-    set_timeout(c, timeout_ms);
+    c->deadline_ms = timeout_ms > 0 ? timeout_ms : HANDSHAKE_TIMEOUT_MS;
+    arm_ms(c->deadline, c->deadline_ms);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&ss, (int)sslen) < 0) {
         int e = EVUTIL_SOCKET_ERROR();
@@ -461,6 +878,7 @@ int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self
         conn_free(c);
         return e ? -e : -ECONNREFUSED;
     }
+    set_nodelay(bufferevent_getfd(c->bev));
     /* A non-blocking connect fails later through event_cb. */
     *out = c;
     return 0;
@@ -535,7 +953,7 @@ static int send_parts(sl_conn_t *c, const struct part *parts, int n, sl_conn_fre
      * its output is written. */
     struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : output;
     size_t skip = 0, written = 0;
-    if (out == output && c->state == CONN_OPEN && evbuffer_get_length(output) == 0) {
+    if (out == output && c->state == CONN_OPEN && !c->tls && evbuffer_get_length(output) == 0) {
         skip = written = write_now(c, parts, n);
         size_t total = 0;
         for (int i = 0; i < n; i++)
@@ -599,6 +1017,18 @@ nomem:
     return -ENOMEM;
 }
 
+/* A frame goes out: on an accepted connection, one with a request id
+ * answers one of the peer's requests. */
+static void answered(sl_conn_t *c, uint32_t request_id)
+{
+    if (c->outgoing)
+        return;
+    if (request_id != 0 && c->owed > 0)
+        c->owed--;
+    if (c->idle)
+        c->last_active_ms = loop_ms(c);
+}
+
 int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra)
 {
@@ -610,10 +1040,11 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
         goto fail;
     }
     /* A frame queued before our handshake would reach the peer first. */
-    if (c->state == CONN_HANDSHAKE && !(type == SL_MSG_ERROR && !c->outgoing)) {
+    if (c->state < CONN_OPEN && !(type == SL_MSG_ERROR && !c->outgoing)) {
         rc = -EAGAIN;
         goto fail;
     }
+    answered(c, request_id);
     if (payload_len > UINT32_MAX) {
         rc = SL_ETOOBIG;
         goto fail;
@@ -650,10 +1081,11 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
         rc = SL_ECLOSED;
         goto fail;
     }
-    if (c->state == CONN_HANDSHAKE) {
+    if (c->state < CONN_OPEN) {
         rc = -EAGAIN;
         goto fail;
     }
+    answered(c, request_id);
     if (too_big || pad >= sizeof zeros || payload_len > UINT32_MAX || tail_len > UINT32_MAX - payload_len - pad) {
         rc = SL_ETOOBIG;
         goto fail;

@@ -18,9 +18,34 @@
 
 #include <event2/event.h>
 
+#include "auth.h"
 #include "frame.h"
 
 typedef struct sl_conn sl_conn_t;
+
+/*
+ * What a process's connections share: how peers prove themselves, and the
+ * limits on what accepted peers can make us hold. One per event loop (the
+ * counters are not atomic). NULL where a function takes one: no token, no
+ * TLS, no limits.
+ */
+typedef struct sl_conn_env {
+    const sl_auth_t *auth;    /* the token and TLS contexts; NULL or empty: none */
+    bool loopback_only;       /* protected mode: accept peers on loopback addresses only */
+    int handshake_ms;         /* an accepted peer's whole handshake, TLS included (0: 10000) */
+    int idle_ms;              /* accepted connections: closed after this long with no frame either
+                                 way and no request of the peer's unanswered (0: never) */
+    size_t max_partial_bytes; /* accepted connections together: bytes received and not yet a
+                                 whole frame (0: no bound) */
+    unsigned max_conns;       /* accepted connections open at once (0: no bound) */
+    /* What is held now, and what was refused. */
+    size_t partial_bytes;
+    unsigned conns;
+    uint64_t refused_auth, refused_partial, refused_conns, refused_remote, closed_idle, expired_handshakes;
+    /* The same on /metrics (netenv.c registers them; NULL: not published). */
+    struct sl_metric *m_partial_bytes, *m_conns, *m_refused_auth, *m_refused_partial, *m_refused_conns,
+        *m_refused_remote, *m_closed_idle, *m_expired_handshakes;
+} sl_conn_env_t;
 
 typedef struct sl_conn_cbs {
     /* The handshake is done; the connection can send. May be NULL. */
@@ -36,23 +61,27 @@ typedef struct sl_conn_cbs {
 } sl_conn_cbs_t;
 
 /**
- * Takes over an accepted socket; the peer speaks first.
+ * Takes over an accepted socket; the peer speaks first. A peer env does
+ * not admit (not on loopback in protected mode, env->max_conns open) is
+ * sent an error frame that says why, and closed.
+ * @param[in] env the limits and credentials (may be NULL)
  * @param[in] accept_roles bit (1 << role) for each peer role to accept
- * @return the connection, or NULL (fd closed) when out of memory
+ * @return the connection, or NULL (fd closed) when refused or out of memory
  */
-sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_role_t self, unsigned accept_roles,
+sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, sl_role_t self, unsigned accept_roles,
                           const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg);
 
 /**
- * Connects to a peer of role expect at address ("host:port"). on_ready fires
- * once the handshake is done; on_close if that does not happen within
- * timeout_ms or the peer refuses.
+ * Connects to a peer of role expect at address ("host:port"), with the
+ * token and TLS of env->auth (env may be NULL). on_ready fires once the
+ * handshake is done; on_close if that does not happen within timeout_ms
+ * (connect, TLS and hellos together) or the peer refuses.
  * @param[out] out the connection
  * @return 0, or SL_EINVAL / -EHOSTUNREACH / -ENOMEM with a message in err
  */
-int sl_conn_connect(struct event_base *base, const char *address, sl_role_t self, sl_role_t expect,
-                    const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
-                    sl_conn_t **out, char *err, size_t errlen);
+int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_env_t *env, sl_role_t self,
+                    sl_role_t expect, const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs,
+                    void *arg, sl_conn_t **out, char *err, size_t errlen);
 
 /** Payload release callback: called once the bytes are written or dropped. */
 typedef void (*sl_conn_free_fn)(const void *data, size_t len, void *extra);

@@ -134,14 +134,21 @@ static uint32_t get32(const uint8_t *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-void sl_handshake_encode(uint8_t out[SL_HANDSHAKE_LEN], sl_role_t role)
+void sl_handshake_encode(uint8_t out[SL_HANDSHAKE_LEN], sl_role_t role, uint32_t flags, const uint8_t *nonce)
 {
     memcpy(out, magic, sizeof magic);
     put16(out + 4, SL_PROTOCOL_VERSION);
     put16(out + 6, (uint16_t)role);
+    put32(out + 8, flags);
+    memcpy(out + 12, nonce, SL_HELLO_NONCE_LEN);
 }
 
-int sl_handshake_decode(const uint8_t in[SL_HANDSHAKE_LEN], sl_role_t *role, char *err, size_t errlen)
+uint32_t sl_handshake_flags(const uint8_t in[SL_HANDSHAKE_LEN])
+{
+    return get32(in + 8);
+}
+
+int sl_handshake_decode(const uint8_t in[SL_HANDSHAKE_PREFIX_LEN], sl_role_t *role, char *err, size_t errlen)
 {
     if (memcmp(in, magic, sizeof magic) != 0) {
         snprintf(err, errlen, "handshake: bad magic %02x%02x%02x%02x (not a sluice peer)", in[0], in[1],

@@ -1,8 +1,10 @@
 /*
  * frame.h: the frame codec of the Sluice wire protocol (docs/protocol.md).
  *
- * A connection opens with a handshake of SL_HANDSHAKE_LEN bytes each way:
- * magic "SLUC", protocol version (u16) and role (u16), big-endian. Then
+ * A connection opens with a hello of SL_HANDSHAKE_LEN bytes each way:
+ * magic "SLUC", protocol version (u16), role (u16), flags (u32), all
+ * big-endian, and a 32-byte random nonce; with a cluster token, each side's
+ * proof follows (auth.h, docs/protocol.md). Then
  * frames: a header of SL_FRAME_HEADER_LEN bytes, a nanopb message of
  * msg_len bytes, and payload_len raw bytes (batch tensors, dataset specs).
  *
@@ -23,7 +25,13 @@
 #include "sluice.pb.h"
 
 #define SL_PROTOCOL_VERSION 3
-#define SL_HANDSHAKE_LEN 8
+#define SL_HANDSHAKE_LEN 44
+/* The part of a hello that every protocol version starts with: magic,
+ * version, role. A peer of another version is told so after these. */
+#define SL_HANDSHAKE_PREFIX_LEN 8
+#define SL_HELLO_NONCE_LEN 32
+/* Hello flags. */
+#define SL_HELLO_TOKEN 1u /* this side holds a cluster token and proves it */
 #define SL_FRAME_HEADER_LEN 16
 /* No message of sluice.proto encodes larger than this with the bounds of
  * sluice.options; larger msg_len is a protocol violation. */
@@ -109,15 +117,18 @@ bool sl_msg_allowed(unsigned role, unsigned type);
 /** @return a role's name ("worker"), "unknown" if unknown */
 const char *sl_role_name(unsigned role);
 
-/** Writes our handshake for role into out. */
-void sl_handshake_encode(uint8_t out[SL_HANDSHAKE_LEN], sl_role_t role);
+/** Writes our hello for role into out: flags SL_HELLO_*, nonce SL_HELLO_NONCE_LEN bytes. */
+void sl_handshake_encode(uint8_t out[SL_HANDSHAKE_LEN], sl_role_t role, uint32_t flags, const uint8_t *nonce);
 
 /**
- * Checks a peer's handshake.
+ * Checks the first SL_HANDSHAKE_PREFIX_LEN bytes of a peer's hello.
  * @param[out] role the peer's role
  * @return 0, SL_EPROTO (bad magic or role) or SL_EVERSION, with a message in err
  */
-int sl_handshake_decode(const uint8_t in[SL_HANDSHAKE_LEN], sl_role_t *role, char *err, size_t errlen);
+int sl_handshake_decode(const uint8_t in[SL_HANDSHAKE_PREFIX_LEN], sl_role_t *role, char *err, size_t errlen);
+
+/** @return the flags of a whole hello */
+uint32_t sl_handshake_flags(const uint8_t in[SL_HANDSHAKE_LEN]);
 
 void sl_frame_hdr_encode(const sl_frame_hdr_t *hdr, uint8_t out[SL_FRAME_HEADER_LEN]);
 

@@ -115,7 +115,7 @@ static int wait_done(sl_rpc_t *r, int timeout_ms, const char *what)
     return r->rc;
 }
 
-int sl_rpc_open(const char *address, sl_role_t self, sl_role_t expect, const sl_limits_t *limits,
+int sl_rpc_open(const char *address, const sl_conn_env_t *env, sl_role_t self, sl_role_t expect, const sl_limits_t *limits,
                 int timeout_ms, sl_rpc_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -129,7 +129,7 @@ int sl_rpc_open(const char *address, sl_role_t self, sl_role_t expect, const sl_
     }
     r->err = err;
     r->errlen = errlen;
-    int rc = sl_conn_connect(r->base, address, self, expect, limits, timeout_ms, &rpc_cbs, r, &r->conn, err, errlen);
+    int rc = sl_conn_connect(r->base, address, env, self, expect, limits, timeout_ms, &rpc_cbs, r, &r->conn, err, errlen);
     if (rc < 0)
         goto fail;
     char what[200];

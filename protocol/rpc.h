@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conn.h"
 #include "frame.h"
 
 typedef struct sl_rpc sl_rpc_t;
@@ -21,7 +22,7 @@ typedef struct sl_rpc sl_rpc_t;
  * @return 0, -ECONNREFUSED, -ETIMEDOUT, SL_EVERSION, SL_EPROTO, SL_EINVAL,
  *         with a message naming the address in err
  */
-int sl_rpc_open(const char *address, sl_role_t self, sl_role_t expect, const sl_limits_t *limits,
+int sl_rpc_open(const char *address, const sl_conn_env_t *env, sl_role_t self, sl_role_t expect, const sl_limits_t *limits,
                 int timeout_ms, sl_rpc_t **out, char *err, size_t errlen);
 
 /**

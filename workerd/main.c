@@ -21,6 +21,7 @@
 #include "log.h"
 #include "plugin.h"
 #include "net.h"
+#include "netenv.h"
 #include "reader.h"
 #include "worker.h"
 
@@ -55,6 +56,7 @@ static void usage(FILE *f)
             "                           (one worker per directory; default: none, refused)\n"
             "  --cache-disk-mb N        the most the disk cache holds, in MiB (default 1024)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
+            SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
             "  --config FILE.json       options as a JSON object; the command line wins\n",
@@ -238,6 +240,13 @@ int main(int argc, char **argv)
     sl_admin_t *admin = NULL;
     struct event *sigs[2] = {NULL, NULL};
     uint16_t port = 0, admin_port = 0;
+    sl_auth_t auth = {0};
+    sl_conn_env_t env;
+    if (sl_netenv_init(&o.d, &auth, &env, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", program, err);
+        goto out;
+    }
+    o.worker.env = &env;
     if (!base) {
         fprintf(stderr, "%s: cannot create the event loop\n", program);
         goto out;
@@ -270,6 +279,7 @@ out:
     sl_confine_destroy(roots);
     if (base)
         event_base_free(base);
+    sl_auth_free(&auth);
     sl_cli_free_argv(cargc, cargv);
     libevent_global_shutdown();
     return status;

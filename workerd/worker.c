@@ -555,7 +555,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     sl_limits_t limits = {.max_payload = 0}; /* clients send no payloads */
     wc->w = w;
-    wc->conn = sl_conn_accept(w->base, fd, SL_ROLE_WORKER, 1u << SL_ROLE_CLIENT, &limits, &client_cbs, wc);
+    wc->conn = sl_conn_accept(w->base, fd, w->cfg.env, SL_ROLE_WORKER, 1u << SL_ROLE_CLIENT, &limits, &client_cbs, wc);
     if (!wc->conn) {
         free(wc);
         return;
@@ -800,7 +800,7 @@ static void session_connect(sl_worker_t *w)
     /* A dataset spec, or a restored job's excluded positions. */
     sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSSET_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
     session_set_state(w, SESSION_CONNECTING);
-    int rc = sl_conn_connect(w->base, w->dispatcher, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits,
+    int rc = sl_conn_connect(w->base, w->dispatcher, w->cfg.env, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits,
                              w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);
     if (rc < 0) {
         sl_log_warn("cannot connect to dispatcher: %s", err);
@@ -864,6 +864,8 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
     if (rc < 0)
         goto fail;
     w->listener = evconnlistener_new(base, on_accept, w, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (w->listener)
+        evconnlistener_set_error_cb(w->listener, sl_listener_on_error);
     w->heartbeat_timer = event_new(base, -1, EV_PERSIST, on_heartbeat_timer, w);
     w->reconnect_timer = evtimer_new(base, on_reconnect_timer, w);
     w->retry_register = evtimer_new(base, on_retry_register, w);

@@ -12,6 +12,7 @@
 
 #include <event2/event.h>
 
+#include "conn.h"
 #include "task.h"
 
 typedef struct sl_worker sl_worker_t;
@@ -26,6 +27,7 @@ typedef struct sl_worker_config {
     unsigned max_tasks;
     int heartbeat_ms;       /* until the dispatcher says otherwise */
     int connect_timeout_ms;
+    sl_conn_env_t *env;     /* credentials and connection limits (NULL: none), the caller's */
     sl_task_config_t task;
 } sl_worker_config_t;
 

@@ -46,6 +46,9 @@ static void usage(FILE *f)
             "  --max-ledger-runs N      runs of positions the record of what arrived may hold\n"
             "                           (default and most 2097152; past it: no checkpoint, and a\n"
             "                           worker loss may repeat elements, said on stderr)\n"
+            "  --auth-token-file FILE   the cluster token (default: SLUICE_AUTH_TOKEN_FILE, if set)\n"
+            "  --tls-cert FILE --tls-key FILE --tls-ca FILE\n"
+            "                           TLS 1.3 to the dispatcher and workers, verified against the CA\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
@@ -307,7 +310,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -327,6 +330,10 @@ int main(int argc, char **argv)
         {"checkpoint-out", required_argument, NULL, O_CKPT_OUT},
         {"resume-from", required_argument, NULL, O_RESUME},
         {"max-ledger-runs", required_argument, NULL, O_LEDGER},
+        {"auth-token-file", required_argument, NULL, O_AUTH},
+        {"tls-cert", required_argument, NULL, O_CERT},
+        {"tls-key", required_argument, NULL, O_KEY},
+        {"tls-ca", required_argument, NULL, O_CA},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -336,6 +343,8 @@ int main(int argc, char **argv)
     bool progress = false, with_worker = false, have_index = false, no_provenance = false;
     sl_iterator_opts_t io;
     sl_iterator_opts_init(&io);
+    sl_client_opts_t co;
+    sl_client_opts_init(&co);
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -391,6 +400,10 @@ int main(int argc, char **argv)
         case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
         case O_PROGRESS: progress = true; break;
         case O_LEDGER: io.max_ledger_runs = (size_t)parse_long("max-ledger-runs", optarg, 1, 1L << 21); break;
+        case O_AUTH: co.auth_token_file = optarg; break;
+        case O_CERT: co.tls_cert = optarg; break;
+        case O_KEY: co.tls_key = optarg; break;
+        case O_CA: co.tls_ca = optarg; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -426,8 +439,6 @@ int main(int argc, char **argv)
     int status = 1;
     sl_client_t *cl = NULL;
     sl_iterator_t *it = NULL;
-    sl_client_opts_t co;
-    sl_client_opts_init(&co);
     if (co.connect_timeout_ms > io.timeout_ms)
         co.connect_timeout_ms = io.timeout_ms;
     if (co.request_timeout_ms > io.timeout_ms)

@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 from harness import BUILD, ClusterCase, Daemon, binary, child_env, read_to_close
-from test_wire_errors import decode_error, protocol_version
+from test_wire_errors import HELLO_LEN, decode_error, hello
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 DOCS = os.path.join(ROOT, 'docs')
@@ -97,7 +97,7 @@ def refused_limit(sock):
     got = read_to_close(sock)
     i, last = 0, None
     if got[:4] == b'SLUC':
-        i = 8
+        i = HELLO_LEN
     while i + 16 <= len(got):
         t, _, rid, mlen, plen = struct.unpack('>HHIII', got[i:i + 16])
         if t == 1 and rid == 0:
@@ -116,7 +116,7 @@ def probe_accepting(port, msg_type, msg_len, payload_len):
     header over a limit: the limit the daemon answers with."""
     s = socket.create_connection(('127.0.0.1', port), timeout=10)
     try:
-        s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_CLIENT) +
+        s.sendall(hello(ROLE_CLIENT) +
                   struct.pack('>HHIII', msg_type, 0, 1, msg_len, payload_len))
         return refused_limit(s)
     finally:
@@ -139,9 +139,9 @@ def probe_worker_to_dispatcher():
         s.settimeout(20)
         try:
             hs = b''
-            while len(hs) < 8:
-                hs += s.recv(8 - len(hs))
-            s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_DISPATCHER))
+            while len(hs) < HELLO_LEN:
+                hs += s.recv(HELLO_LEN - len(hs))
+            s.sendall(hello(ROLE_DISPATCHER))
             head = b''
             while len(head) < 16 or len(head) < 16 + sum(struct.unpack('>II', head[8:16])):
                 chunk = s.recv(65536)

@@ -21,6 +21,14 @@ def protocol_version():
         return int(re.search(r'#define SL_PROTOCOL_VERSION (\d+)', f.read()).group(1))
 
 
+HELLO_LEN = 44  # SL_HANDSHAKE_LEN
+
+
+def hello(role, flags=0, nonce=bytes(32)):
+    """A hello (protocol/frame.h): magic, version, role, flags, nonce."""
+    return b'SLUC' + struct.pack('>HHI', protocol_version(), role, flags) + nonce
+
+
 def varint(buf, i):
     v = shift = 0
     while True:
@@ -70,7 +78,7 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         tuples, whether it closed)."""
         s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=10)
         try:
-            s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_CLIENT) + data)
+            s.sendall(hello(ROLE_CLIENT) + data)
             got = b''
             closed = False
             try:
@@ -84,9 +92,8 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
                 pass
         finally:
             s.close()
-        self.assertEqual(got[:8], b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_DISPATCHER),
-                         'no handshake: %r' % got[:64])
-        frames, i = [], 8
+        self.assertEqual(got[:8], hello(ROLE_DISPATCHER)[:8], 'no handshake: %r' % got[:64])
+        frames, i = [], HELLO_LEN
         while i + 16 <= len(got):
             t, flags, rid, mlen, plen = struct.unpack('>HHIII', got[i:i + 16])
             frames.append((t, rid, got[i + 16:i + 16 + mlen]))
@@ -105,9 +112,15 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         self.assertIn(text, got_text)
 
     def test_types_it_does_not_serve_get_an_error_frame(self):
-        for msg_type, name in ((18, 'GET_ELEMENT_REQ'), (19, 'GET_ELEMENT_RESP'), (3, 'WORKER_REGISTER_RESP')):
+        # A client's request that only workers serve, and frames no client
+        # may send at all (the role table of protocol/frame.c).
+        for msg_type, text in ((18, 'a dispatcher does not serve GET_ELEMENT_REQ'),
+                               (19, 'a client may not send GET_ELEMENT_RESP'),
+                               (3, 'a client may not send WORKER_REGISTER_RESP'),
+                               (4, 'a client may not send WORKER_HEARTBEAT_REQ'),
+                               (8, 'a client may not send GET_SPLIT_REQ')):
             with self.subTest(type=msg_type):
-                self.assert_refused(frame(msg_type), SL_EPROTO, 'a dispatcher does not serve ' + name)
+                self.assert_refused(frame(msg_type), SL_EPROTO, text)
 
     def test_after_a_request_in_the_same_read(self):
         # The release is answered (an error: no such lease) and that answer
@@ -121,22 +134,22 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         self.assert_refused(struct.pack('>HHIII', 16, 1, 9, 0, 0), SL_EPROTO, 'unknown flags')
 
     def test_the_dispatcher_serves_on(self):
-        self.assert_refused(frame(19), SL_EPROTO, 'GET_ELEMENT_RESP')
+        self.assert_refused(frame(19), SL_EPROTO, 'GET_ELEMENT_RESP')  # no client may send it
         # A request on a new connection is answered, and that connection stays.
         s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=10)
         try:
-            s.sendall(b'SLUC' + struct.pack('>HH', protocol_version(), ROLE_CLIENT) +
-                      frame(16, 5, bytes([0x08, 0x01, 0x10, 0x01])))
+            s.sendall(hello(ROLE_CLIENT) + frame(16, 5, bytes([0x08, 0x01, 0x10, 0x01])))
             got = b''
-            while len(got) < 8 + 16 or len(got) < 8 + 16 + struct.unpack('>I', got[16:20])[0]:
+            h = HELLO_LEN
+            while len(got) < h + 16 or len(got) < h + 16 + struct.unpack('>I', got[h + 8:h + 12])[0]:
                 chunk = s.recv(65536)
                 self.assertTrue(chunk, 'the dispatcher closed a good connection')
                 got += chunk
         finally:
             s.close()
-        t, _, rid, mlen, _ = struct.unpack('>HHIII', got[8:24])
+        t, _, rid, mlen, _ = struct.unpack('>HHIII', got[h:h + 16])
         self.assertEqual((t, rid), (1, 5))
-        self.assertEqual(decode_error(got[24:24 + mlen])[0], -5005)  # SL_ENOTFOUND: no such lease
+        self.assertEqual(decode_error(got[h + 16:h + 16 + mlen])[0], -5005)  # SL_ENOTFOUND: no such lease
 
 
 if __name__ == '__main__':

@@ -356,12 +356,17 @@ Test(frame, encode_refuses_small_buffer_and_unknown_type)
 
 Test(frame, handshake_good)
 {
-    uint8_t hs[SL_HANDSHAKE_LEN];
-    sl_handshake_encode(hs, SL_ROLE_DISPATCHER);
-    const uint8_t want[SL_HANDSHAKE_LEN] = {'S', 'L', 'U', 'C', 0, SL_PROTOCOL_VERSION, 0, 3};
-    cr_assert_eq(memcmp(hs, want, sizeof hs), 0, "magic, version and role are big-endian");
+    uint8_t hs[SL_HANDSHAKE_LEN], nonce[SL_HELLO_NONCE_LEN];
+    for (size_t i = 0; i < sizeof nonce; i++)
+        nonce[i] = (uint8_t)(0xa0 + i);
+    sl_handshake_encode(hs, SL_ROLE_DISPATCHER, SL_HELLO_TOKEN, nonce);
+    const uint8_t want[12] = {'S', 'L', 'U', 'C', 0, SL_PROTOCOL_VERSION, 0, 3, 0, 0, 0, 1};
+    cr_assert_eq(memcmp(hs, want, sizeof want), 0, "magic, version, role and flags are big-endian");
+    cr_assert_eq(memcmp(hs + 12, nonce, sizeof nonce), 0, "the nonce follows the flags");
+    cr_assert_eq(sl_handshake_flags(hs), SL_HELLO_TOKEN);
     for (sl_role_t r = SL_ROLE_CLIENT; r <= SL_ROLE_DISPATCHER; r++) {
-        sl_handshake_encode(hs, r);
+        sl_handshake_encode(hs, r, 0, nonce);
+        cr_assert_eq(sl_handshake_flags(hs), 0);
         sl_role_t got = 0;
         char err[128] = "";
         cr_assert_eq(sl_handshake_decode(hs, &got, err, sizeof err), 0, "%s", err);
@@ -385,8 +390,8 @@ Test(frame, handshake_other_version)
 {
     const uint16_t versions[] = {0, SL_PROTOCOL_VERSION + 1, 0x0100, 0xffff};
     for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
-        uint8_t hs[SL_HANDSHAKE_LEN];
-        sl_handshake_encode(hs, SL_ROLE_CLIENT);
+        uint8_t hs[SL_HANDSHAKE_LEN], nonce[SL_HELLO_NONCE_LEN] = {0};
+        sl_handshake_encode(hs, SL_ROLE_CLIENT, 0, nonce);
         hs[4] = (uint8_t)(versions[i] >> 8);
         hs[5] = (uint8_t)versions[i];
         sl_role_t got = 0;
@@ -398,12 +403,30 @@ Test(frame, handshake_other_version)
     }
 }
 
+/* Which frames each role may send: a client only its requests. */
+Test(frame, roles_and_messages)
+{
+    cr_assert(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_GET_ELEMENT_REQ));
+    cr_assert(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_CLIENT_HEARTBEAT_REQ));
+    cr_assert_not(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_WORKER_HEARTBEAT_REQ), "a client posing as a worker");
+    cr_assert_not(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_GET_SPLIT_REQ), "a client stealing splits");
+    cr_assert_not(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_GET_ELEMENT_RESP), "a client serving batches");
+    cr_assert(sl_msg_allowed(SL_ROLE_WORKER, SL_MSG_GET_SPLIT_REQ));
+    cr_assert(sl_msg_allowed(SL_ROLE_WORKER, SL_MSG_GET_ELEMENT_RESP));
+    cr_assert_not(sl_msg_allowed(SL_ROLE_WORKER, SL_MSG_GET_OR_CREATE_JOB_REQ));
+    cr_assert_not(sl_msg_allowed(SL_ROLE_DISPATCHER, SL_MSG_GET_SPLIT_REQ));
+    cr_assert(sl_msg_allowed(SL_ROLE_DISPATCHER, SL_MSG_GET_SPLIT_RESP));
+    /* Any role may answer with an error. */
+    for (unsigned r = SL_ROLE_CLIENT; r <= SL_ROLE_DISPATCHER; r++)
+        cr_assert(sl_msg_allowed(r, SL_MSG_ERROR));
+}
+
 Test(frame, handshake_unknown_role)
 {
     const uint16_t roles[] = {0, 4, 0x0100, 0xffff};
     for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
-        uint8_t hs[SL_HANDSHAKE_LEN];
-        sl_handshake_encode(hs, SL_ROLE_CLIENT);
+        uint8_t hs[SL_HANDSHAKE_LEN], nonce[SL_HELLO_NONCE_LEN] = {0};
+        sl_handshake_encode(hs, SL_ROLE_CLIENT, 0, nonce);
         hs[6] = (uint8_t)(roles[i] >> 8);
         hs[7] = (uint8_t)roles[i];
         sl_role_t got = 0;

@@ -49,7 +49,7 @@ static void cluster_start(void)
     C.st = new_state();
     char err[512];
     uint16_t dport, port;
-    cr_assert_eq(sl_dserver_start(C.base, C.st, C.store, "127.0.0.1", 0, &dport, &C.srv, err, sizeof err), 0, "%s",
+    cr_assert_eq(sl_dserver_start(C.base, C.st, C.store, NULL, "127.0.0.1", 0, &dport, &C.srv, err, sizeof err), 0, "%s",
                  err);
     snprintf(C.addr, sizeof C.addr, "127.0.0.1:%u", dport);
     for (int i = 0; i < 2; i++) {

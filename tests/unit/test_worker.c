@@ -31,7 +31,7 @@ static void dispatcher_start(struct rig *r, uint16_t port)
     char err[512];
     r->st = new_state();
     cr_assert_eq(sl_dpersist_load(r->st, r->store, sl_now_ms(), err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl_dserver_start(r->base, r->st, r->store, "127.0.0.1", port, &r->dport, &r->srv, err, sizeof err),
+    cr_assert_eq(sl_dserver_start(r->base, r->st, r->store, NULL, "127.0.0.1", port, &r->dport, &r->srv, err, sizeof err),
                  0, "%s", err);
 }
 

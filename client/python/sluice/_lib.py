@@ -23,12 +23,15 @@ SL_EINTERNAL = -5010
 SL_EDATA = -5011
 SL_EINVAL = -5012
 SL_EREFUSED = -5013
+SL_EAUTH = -5015
+SL_ELIMIT = -5016
 
 CODE_NAMES = {
     SL_EPROTO: 'SL_EPROTO', SL_EVERSION: 'SL_EVERSION', SL_ETOOBIG: 'SL_ETOOBIG', SL_ESPEC: 'SL_ESPEC',
     SL_ENOTFOUND: 'SL_ENOTFOUND', SL_ECONFLICT: 'SL_ECONFLICT', SL_EREMOTE: 'SL_EREMOTE',
     SL_ECANCELLED: 'SL_ECANCELLED', SL_ECLOSED: 'SL_ECLOSED', SL_EINTERNAL: 'SL_EINTERNAL',
     SL_EDATA: 'SL_EDATA', SL_EINVAL: 'SL_EINVAL', SL_EREFUSED: 'SL_EREFUSED',
+    SL_EAUTH: 'SL_EAUTH', SL_ELIMIT: 'SL_ELIMIT',
 }
 
 # sl_dtype_t, as numbered on the wire.
@@ -59,7 +62,9 @@ class Tensor(ctypes.Structure):
 
 class ClientOpts(ctypes.Structure):
     """sl_client_opts_t."""
-    _fields_ = [('connect_timeout_ms', ctypes.c_int), ('request_timeout_ms', ctypes.c_int)]
+    _fields_ = [('connect_timeout_ms', ctypes.c_int), ('request_timeout_ms', ctypes.c_int),
+                ('auth_token_file', ctypes.c_char_p), ('tls_cert', ctypes.c_char_p),
+                ('tls_key', ctypes.c_char_p), ('tls_ca', ctypes.c_char_p)]
 
 
 class IteratorOpts(ctypes.Structure):

@@ -8,6 +8,7 @@ owner's finalizer calls sl_batch_release(). Bytes components are copied
 into Python bytes objects, so they hold nothing."""
 import ctypes
 import json
+import os
 import struct
 import threading
 
@@ -242,7 +243,8 @@ class BatchIterator:
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
                  consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
-                 target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0):
+                 target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
+                 auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -288,6 +290,14 @@ class BatchIterator:
         lib.sl_client_opts_init(ctypes.byref(co))
         co.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
         co.request_timeout_ms = min(request_timeout_ms, timeout_ms)
+        # Security (docs/security.md): read by sl_client_open(), which keeps
+        # what it needs; None leaves SLUICE_AUTH_TOKEN_FILE to decide.
+        for name, v in (('auth_token_file', auth_token_file), ('tls_cert', tls_cert), ('tls_key', tls_key),
+                        ('tls_ca', tls_ca)):
+            if v is not None:
+                if not isinstance(v, (str, bytes, os.PathLike)):
+                    raise InvalidArgumentError('%s must be a path, got %r' % (name, v), _lib.SL_EINVAL)
+                setattr(co, name, os.fsencode(v))
         client = ctypes.c_void_p()
         rc = lib.sl_client_open(self.dispatcher.encode(), ctypes.byref(co), ctypes.byref(client))
         self._client = client.value
@@ -456,7 +466,9 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     options: per_worker_outstanding (2), connect_timeout_ms (5000),
     request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers,
     max_ledger_runs (0: 2,097,152, the most; the runs of positions the
-    record of what arrived may hold, which checkpoints are made of).
+    record of what arrived may hold, which checkpoints are made of);
+    auth_token_file (the cluster token; default SLUICE_AUTH_TOKEN_FILE),
+    tls_cert, tls_key, tls_ca (TLS 1.3, all three or none; docs/security.md).
     checkpointable: make it.checkpoint() possible (sharding="dynamic", no
     job_name); workers then send each batch's provenance.
     checkpoint: bytes from it.checkpoint(): a new iterator that continues
