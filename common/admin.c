@@ -100,12 +100,47 @@ static bool token_equal(const char *a, const char *b)
     return diff == 0;
 }
 
+/* Decodes base64 text into out (NUL-terminated). @return false when it is
+ * not base64 or does not fit */
+static bool base64_decode(const char *in, char *out, size_t cap)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (const char *p = in; *p && *p != '='; p++) {
+        const char *k = strchr(abc, *p);
+        if (!k || !*p)
+            return false;
+        acc = (acc << 6) | (uint32_t)(k - abc);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n + 1 >= cap)
+                return false;
+            out[n++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* "Bearer <token>", or HTTP Basic with the token as the password (what a
+ * browser sends for the status page: any user name). */
 static bool authorized(const sl_admin_t *a, struct evhttp_request *req)
 {
     if (!a->token[0])
         return true;
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    return h && strncmp(h, "Bearer ", 7) == 0 && token_equal(h + 7, a->token);
+    if (!h)
+        return false;
+    if (strncmp(h, "Bearer ", 7) == 0)
+        return token_equal(h + 7, a->token);
+    char cred[600];
+    if (strncmp(h, "Basic ", 6) != 0 || !base64_decode(h + 6, cred, sizeof cred))
+        return false;
+    const char *colon = strchr(cred, ':');
+    return colon && token_equal(colon + 1, a->token);
 }
 
 static const char *method_name(int method)
@@ -152,7 +187,13 @@ static void on_request(struct evhttp_request *req, void *arg)
         path_known = true;
         if (r->method != method)
             continue;
-        if (method != EVHTTP_REQ_GET && !authorized(a, req)) {
+        /* With a token, only the probes answer without it: an orchestrator
+         * asks them, and they tell nothing about jobs or data. */
+        bool probe = method == EVHTTP_REQ_GET && (!strcmp(path, "/healthz") || !strcmp(path, "/readyz"));
+        if (!probe && !authorized(a, req)) {
+            /* A browser asks its user for the token (as the password). */
+            evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                              "Basic realm=\"sluice admin\", charset=\"UTF-8\"");
             send_json(req, 401, sl_admin_error("%s needs \"Authorization: Bearer <token>\" with the admin token",
                                                path));
             return;

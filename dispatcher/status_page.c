@@ -26,7 +26,8 @@ const char sl_status_page_html[] =
     ":(j.tasks?j.tasks_done/j.tasks:0);if(j.state==='FINISHED')f=1;"
     "return '<span class=\"bar\"><div style=\"width:'+Math.round(f*100)+'%\"></div></span> '+Math.round(f*100)+'%'}\n"
     "async function refresh(){try{\n"
-    " var w=await (await fetch('/v1/workers')).json(), j=await (await fetch('/v1/jobs')).json();\n"
+    " var o=location.origin;\n" /* without the user:token a browser may show in the page's URL */
+    " var w=await (await fetch(o+'/v1/workers')).json(), j=await (await fetch(o+'/v1/jobs')).json();\n"
     " document.querySelector('#workers tbody').innerHTML=w.workers.map(x=>row([x.id,esc(x.address),x.state,"
     "x.active_tasks,x.last_heartbeat_ms_ago+' ms ago'])).join('');\n"
     " document.querySelector('#jobs tbody').innerHTML=j.jobs.map(x=>row(['<span class=\"job-id\">'+x.id+'</span>',"

@@ -48,6 +48,9 @@
  * before closing anyway. */
 #define HANDSHAKE_TIMEOUT_MS 10000
 #define DRAIN_TIMEOUT_MS 2000
+/* After our error frame is out: how long the peer must have been quiet
+ * before we close (see drained()). */
+#define LINGER_MS 100
 /* A connection that held this much in unfinished frames gives the freed
  * memory back to the system when it goes (malloc_trim). */
 #define TRIM_AFTER_BYTES (1u << 20)
@@ -62,6 +65,8 @@ struct sl_conn {
     bool counted;           /* accepted: counted in env->conns */
     bool prefix_checked;    /* the peer's hello prefix (magic, version, role) was checked */
     bool hello_sent;        /* connector: our hello went out */
+    bool error_queued;      /* DRAINING: our error frame is on its way */
+    bool lingering;         /* DRAINING: it is out, we half-closed and drop what still comes */
     sl_conn_env_t *env;     /* accepted connections update its counters */
     const sl_auth_t *auth;  /* NULL: no token */
     uint8_t hello_self[SL_HANDSHAKE_LEN];
@@ -193,6 +198,26 @@ static int send_error_frame(sl_conn_t *c, uint32_t request_id, int code, const c
 
 /* Our side found the peer at fault: say why in an error frame, stop reading
  * and close once the frame is out (or DRAIN_TIMEOUT_MS passed). */
+static void arm_ms(struct event *ev, int ms);
+
+/* The error frame of a failing connection is written. Without TLS we
+ * half-close and read (and drop) what the peer still sends until it has
+ * been quiet for LINGER_MS (DRAIN_TIMEOUT_MS at most): closing with unread
+ * bytes would make the kernel reset the connection, and a reset can
+ * destroy the error frame before the peer reads it. */
+static void drained(sl_conn_t *c)
+{
+    if (c->tls || !c->error_queued) {
+        conn_die(c, true, c->fail_code, c->fail_why);
+        return;
+    }
+    if (!c->lingering) {
+        c->lingering = true;
+        shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    }
+    arm_ms(c->deadline, LINGER_MS);
+}
+
 static void conn_fail(sl_conn_t *c, int code, const char *why)
 {
     if (c->state == CONN_DEAD || c->state == CONN_DRAINING)
@@ -204,14 +229,13 @@ static void conn_fail(sl_conn_t *c, int code, const char *why)
         evbuffer_free(c->held);
         c->held = NULL;
     }
-    send_error_frame(c, 0, code, why);
+    c->error_queued = send_error_frame(c, 0, code, why) == 0;
     c->fail_code = code;
     snprintf(c->fail_why, sizeof c->fail_why, "%s", why);
     set_state(c, CONN_DRAINING);
-    bufferevent_disable(c->bev, EV_READ);
     set_timeout(c, DRAIN_TIMEOUT_MS);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-        conn_die(c, true, code, c->fail_why);
+        drained(c);
 }
 
 static bool has_token(const sl_conn_t *c)
@@ -382,6 +406,13 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     sl_conn_t *c = arg;
     (void)fd;
     (void)what;
+    if (c->state == CONN_DRAINING) {
+        /* The peer was quiet for LINGER_MS after our error frame. */
+        c->depth++;
+        conn_die(c, true, c->fail_code, c->fail_why);
+        leave(c);
+        return;
+    }
     if (c->state >= CONN_OPEN)
         return;
     char why[256];
@@ -458,11 +489,8 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
          * from the socket; on one a peer opened to us, only once the peer
          * sent all of it, so that a peer cannot make us hold more than it
          * sent. */
-        if (!c->outgoing && evbuffer_get_length(in) < c->rx_hdr.payload_len) {
-            bufferevent_setwatermark(c->bev, EV_READ, c->rx_hdr.payload_len, 0);
-            return false;
-        }
-        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+        if (!c->outgoing && evbuffer_get_length(in) < c->rx_hdr.payload_len)
+            return false; /* read_cb runs on every read: count_partial() sees what it holds */
         c->rx_payload = sl__big_alloc(c->rx_hdr.payload_len); /* a batch: huge pages, far fewer faults */
         if (!c->rx_payload) {
             conn_fail(c, -ENOMEM, "out of memory for a frame payload");
@@ -535,11 +563,14 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     }
     size_t head = SL_FRAME_HEADER_LEN + (size_t)hdr.msg_len;
     if (avail < head) {
-        /* Wake us only when the whole message is in. */
-        bufferevent_setwatermark(c->bev, EV_READ, head, 0);
+        /* Wake us only when the whole message is in; an accepted peer's
+         * reads wake us each, for count_partial(). */
+        if (c->outgoing)
+            bufferevent_setwatermark(c->bev, EV_READ, head, 0);
         return false;
     }
-    bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+    if (c->outgoing)
+        bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     void *msg = calloc(1, sl_msg_size(hdr.type));
     if (!msg) {
         conn_fail(c, -ENOMEM, "out of memory decoding a frame");
@@ -596,6 +627,13 @@ static void read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
     c->depth++;
     for (;;) {
+        if (c->state == CONN_DRAINING) {
+            /* Nothing it sends now is read; see drained(). */
+            evbuffer_drain(in, evbuffer_get_length(in));
+            if (c->lingering)
+                arm_ms(c->deadline, LINGER_MS);
+            break;
+        }
         if (c->state == CONN_HANDSHAKE) {
             uint8_t first[2];
             /* A peer that refuses our handshake answers with an error frame
@@ -649,8 +687,9 @@ static void write_cb(struct bufferevent *bev, void *arg)
     sl_conn_t *c = arg;
     (void)bev;
     c->depth++;
-    if (c->state == CONN_DRAINING)
-        conn_die(c, true, c->fail_code, c->fail_why);
+    if (c->state == CONN_DRAINING && !c->lingering &&
+        evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        drained(c);
     leave(c);
 }
 
@@ -787,9 +826,38 @@ static void set_nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* A refused socket half-closed after its error frame, read and dropped
+ * until its peer is quiet (as drained() does for connections), so that the
+ * close does not reset the connection before the peer reads why. */
+struct linger_sock {
+    struct event *ev;
+    int fd;
+    int rounds;
+};
+
+/* Refused sockets lingering at once; past it they close at once. */
+#define MAX_LINGERING 256
+static _Thread_local int lingering_socks;
+
+static void linger_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct linger_sock *l = arg;
+    char sink[4096];
+    ssize_t r = (what & EV_READ) ? recv(fd, sink, sizeof sink, MSG_DONTWAIT) : 0;
+    if (r > 0 && ++l->rounds < 256) {
+        struct timeval tv = {0, LINGER_MS * 1000};
+        event_add(l->ev, &tv);
+        return;
+    }
+    event_free(l->ev);
+    close(l->fd);
+    free(l);
+    lingering_socks--;
+}
+
 /* Refuses an accepted socket before any handshake: an error frame (a
  * connector reads one in place of a hello), then close. */
-static void refuse_socket(int fd, int code, const char *why)
+static void refuse_socket(struct event_base *base, int fd, int code, const char *why)
 {
     sluice_Error e = sluice_Error_init_zero;
     e.code = code;
@@ -802,6 +870,16 @@ static void refuse_socket(int fd, int code, const char *why)
             w = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         while (w < 0 && errno == EINTR);
     }
+    struct linger_sock *l = lingering_socks < MAX_LINGERING ? calloc(1, sizeof *l) : NULL;
+    if (l && (l->ev = event_new(base, fd, EV_READ, linger_cb, l))) {
+        shutdown(fd, SHUT_WR);
+        l->fd = fd;
+        lingering_socks++;
+        struct timeval tv = {0, LINGER_MS * 1000};
+        event_add(l->ev, &tv);
+        return;
+    }
+    free(l);
     close(fd);
 }
 
@@ -821,7 +899,7 @@ sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, s
                  "loopback only; start it with a token (or TLS), or with --insecure to serve %s",
                  sl_role_name(self), peer);
         sl_log_warn("refused %s: protected mode (no --auth-token-file, no TLS, no --insecure)", peer);
-        refuse_socket(fd, SL_EAUTH, why);
+        refuse_socket(base, fd, SL_EAUTH, why);
         return NULL;
     }
     if (env && env->max_conns && env->conns >= env->max_conns) {
@@ -829,7 +907,7 @@ sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, s
         char why[256];
         snprintf(why, sizeof why, "this %s has %u connections open, its limit (--max-connections): try again later",
                  sl_role_name(self), env->conns);
-        refuse_socket(fd, SL_ELIMIT, why);
+        refuse_socket(base, fd, SL_ELIMIT, why);
         return NULL;
     }
     sl_conn_t *c = conn_new(base, fd, env, false, self, limits, cbs, arg);

@@ -21,8 +21,15 @@ LONG = {"source": {"type": "range", "stop": 2000000000},
         "ops": [{"op": "batch", "batch_size": 1000}, {"op": "repeat"}]}
 
 
-def http(port, path, method='GET', token=None, body=None):
+# The admin token of the cluster under test: http() sends it unless told
+# token=None (every endpoint but /healthz and /readyz needs it).
+ADMIN_TOKEN = None
+
+
+def http(port, path, method='GET', token=Ellipsis, body=None):
     """(status, parsed JSON or text, content type)."""
+    if token is Ellipsis:
+        token = ADMIN_TOKEN
     req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method,
                                  data=body.encode() if body is not None else None)
     if token:
@@ -91,7 +98,8 @@ class Admin(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tokdir = tempfile.mkdtemp(prefix='sluice-token-')
-        cls.token = 'secret-%d' % os.getpid()
+        global ADMIN_TOKEN
+        cls.token = ADMIN_TOKEN = 'secret-%d' % os.getpid()
         cls.token_file = os.path.join(cls.tokdir, 'token')
         with open(cls.token_file, 'w') as f:
             f.write(cls.token + '\n')
@@ -177,9 +185,23 @@ class Admin(unittest.TestCase):
             self.assertGreater(o['seconds'], 0)
             self.assertTrue(0 <= o['self_seconds'] <= o['seconds'])
 
+    def test_every_endpoint_but_the_probes_needs_the_token(self):
+        for path in ('/v1/workers', '/v1/datasets', '/v1/jobs', '/metrics', '/'):
+            st, _, _ = http(self.a, path, token=None)
+            self.assertEqual(st, 401, path)
+            st, _, _ = http(self.a, path, token='wrong')
+            self.assertEqual(st, 401, path)
+            st, _, _ = http(self.a, path)
+            self.assertEqual(st, 200, path)
+        for path in ('/healthz', '/readyz'):
+            st, _, _ = http(self.a, path, token=None)
+            self.assertEqual(st, 200, path)
+        st, _, _ = http(self.c.workers[0].admin_port, '/v1/tasks', token=None)
+        self.assertEqual(st, 401, 'a worker\'s admin endpoint too')
+
     def test_cancel_gives_clients_a_clear_error(self):
         p, job = self.start_job('cancel-%d' % os.getpid())
-        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE')
+        st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE', token=None)
         self.assertEqual(st, 401)
         st, body, _ = http(self.a, '/v1/jobs/%d' % job['id'], method='DELETE', token='wrong')
         self.assertEqual(st, 401)
@@ -304,8 +326,9 @@ class Admin(unittest.TestCase):
         p, job = self.start_job('ctl-%d' % os.getpid())
         ctl = [binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a]
 
-        def run(*args, check=True):
-            r = subprocess.run(ctl + list(args), capture_output=True, text=True, timeout=60)
+        def run(*args, check=True, token=True):
+            auth = ['--token-file', self.token_file] if token else []
+            r = subprocess.run(ctl + auth + list(args), capture_output=True, text=True, timeout=60)
             if check:
                 self.assertEqual(r.returncode, 0, r.stderr)
             return r
@@ -317,10 +340,13 @@ class Admin(unittest.TestCase):
         self.assertIn('dynamic sharding', run('job', str(job['id'])).stdout)
         self.assertIn('"workers"', run('--json', 'workers').stdout)
         json.loads(run('--json', 'datasets').stdout)
-        r = run('cancel', str(job['id']), check=False)
+        r = run('cancel', str(job['id']), check=False, token=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn('401', r.stderr)
-        run('--token-file', self.token_file, 'cancel', str(job['id']))
+        r = run('jobs', check=False, token=False)
+        self.assertEqual(r.returncode, 1, 'reading jobs needs the admin token too')
+        self.assertIn('401', r.stderr)
+        run('cancel', str(job['id']))
         r = run('watch', str(job['id']), check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn('CANCELLED', r.stdout)
@@ -336,7 +362,8 @@ class Admin(unittest.TestCase):
                                 ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding', '1'])
         job = wait_for(lambda: next((j for j in http(self.a, '/v1/jobs')[1]['jobs'] if j['name'] == name), None),
                        what='job %s' % name)
-        watch = subprocess.Popen([binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a, 'watch', str(job['id'])],
+        watch = subprocess.Popen([binary('sluicectl'), '--admin', '127.0.0.1:%d' % self.a, '--token-file',
+                                  self.token_file, 'watch', str(job['id'])],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         shown = Drain(watch.stdout)
 
@@ -372,7 +399,7 @@ class Admin(unittest.TestCase):
             r = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
                                 '--no-first-run', '--disable-background-networking', '--disable-component-update',
                                 '--disable-sync', '--user-data-dir=' + profile, '--virtual-time-budget=5000',
-                                '--dump-dom', 'http://127.0.0.1:%d/' % self.a],
+                                '--dump-dom', 'http://operator:%s@127.0.0.1:%d/' % (self.token, self.a)],
                                capture_output=True, text=True, timeout=120)
         finally:
             shutil.rmtree(profile, ignore_errors=True)
