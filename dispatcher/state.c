@@ -113,6 +113,12 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
     if (st->cfg.split_size == 0)
         st->cfg.split_size = 1; /* an empty split would never move the cursor */
     st->next_id = st->saved_next_id = 1;
+    if (sl_cap_secret_new(st->secret) < 0) {
+        free(st->addresses);
+        free(st);
+        return NULL;
+    }
+    st->secret_dirty = true;
     return st;
 }
 
@@ -173,6 +179,7 @@ void sl_dstate_free(sl_dstate_t *st)
         return;
     dstate_clear(st);
     free(st->addresses);
+    explicit_bzero(st->secret, sizeof st->secret);
     free(st);
 }
 
@@ -530,6 +537,52 @@ int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worke
     return worker_confirm(st, w);
 }
 
+/* Whether task t is worker w's: given to it, or to the id it had before it
+ * registered again over the same connection (that worker is gone and had
+ * its address; it runs those tasks until it hears to drop them). */
+static bool worker_owns_task(sl_dstate_t *st, const struct worker *w, const struct task *t)
+{
+    if (t->worker_id == w->id)
+        return true;
+    const struct worker *prev = sl__dstate_worker(st, t->worker_id);
+    return (!prev || prev->state != WORKER_LIVE) && strcmp(t->worker_address, w->address) == 0;
+}
+
+int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what, uint64_t id, char *err,
+                         size_t errlen)
+{
+    static const char *const names[] = {"task", "job", "dataset"};
+    if (worker_id == 0) {
+        return sl_errf(err, errlen, SL_EPERM,
+                       "no worker registered over this connection: WORKER_REGISTER first");
+    }
+    const struct worker *w = sl__dstate_worker(st, worker_id);
+    if (!w) {
+        return sl_errf(err, errlen, SL_ENOTFOUND, "worker %" PRIu64 " is not registered: register again",
+                       worker_id);
+    }
+    if (what == SL_DACCESS_TASK) {
+        struct job *j = NULL;
+        const struct task *t = sl__dstate_task(st, id, &j);
+        if (!t || worker_owns_task(st, w, t))
+            return 0; /* an unknown task is the request's to answer */
+    } else {
+        for (unsigned i = 0; i < st->num_jobs; i++) {
+            const struct job *j = st->jobs[i];
+            if (what == SL_DACCESS_JOB ? j->id != id : j->dataset->id != id)
+                continue;
+            for (unsigned k = 0; k < j->num_tasks; k++)
+                if (worker_owns_task(st, w, &j->tasks[k]))
+                    return 0;
+        }
+    }
+    return sl_errf(err, errlen, SL_EPERM, "%s %" PRIu64 " is not worker %" PRIu64 "'s: %s", names[what], id,
+                   worker_id,
+                   what == SL_DACCESS_TASK ? "a worker asks only for its own tasks' splits"
+                   : what == SL_DACCESS_JOB ? "it has no task of that job"
+                                            : "none of its tasks reads that dataset");
+}
+
 static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
 {
     for (pb_size_t i = 0; i < req->tasks_count; i++)
@@ -546,6 +599,16 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         return sl_errf(err, errlen, SL_ENOTFOUND,
                        "worker %" PRIu64 " is not registered (or was declared lost): register again",
                    req->worker_id);
+    }
+    /* Another worker's task: refused whole, before anything changes. */
+    for (pb_size_t i = 0; i < req->tasks_count; i++) {
+        struct job *oj = NULL;
+        const struct task *ot = sl__dstate_task(st, req->tasks[i].task_id, &oj);
+        if (ot && !worker_owns_task(st, w, ot)) {
+            return sl_errf(err, errlen, SL_EPERM,
+                           "worker %" PRIu64 " reported task %" PRIu64 ", which is not one of its tasks: "
+                           "heartbeat refused, nothing changed", w->id, ot->id);
+        }
     }
     w->last_seen = now;
     if (worker_confirm(st, w) < 0) {
@@ -619,6 +682,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             /* A static shard skips the positions itself (DYNAMIC: the
              * dispatcher's splits do). */
             d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
+            sl_cap_task_key(st->secret, t->id, d->task_key);
         }
     }
     return 0;
@@ -827,6 +891,16 @@ static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJo
     return 0;
 }
 
+/* Leases a client id of job j for the caller, with its secret. */
+static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req, const char *client_host,
+                  int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
+{
+    int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+    if (rc == 0)
+        sl_cap_client_secret(st->secret, j->id, resp->client_id, resp->client_secret);
+    return rc;
+}
+
 static bool has_local_worker(const sl_dstate_t *st, const char *host)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -888,7 +962,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
             return rc;
         resp->job_id = j->id;
-        return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+        return joined(st, j, req, client_host, now, resp, err, errlen);
     }
     sl_sharding_t effective;
     if ((rc = job_check_policy(st, d, (sl_sharding_t)req->sharding, &effective, err, errlen)) < 0)
@@ -946,7 +1020,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                 effective != j->sharding ? " as " : "", effective != j->sharding ? sl_sharding_name(effective) : "",
                 j->num_tasks, j->num_consumers);
     resp->job_id = j->id;
-    return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+    return joined(st, j, req, client_host, now, resp, err, errlen);
 }
 
 int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
@@ -981,9 +1055,40 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
     job_check_finished(st, j);
 }
 
+void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t client_id, uint8_t out[16])
+{
+    sl_cap_client_secret(st->secret, job_id, client_id, out);
+}
+
+void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16])
+{
+    sl_cap_task_key(st->secret, task_id, out);
+}
+
+/* Checked before anything is looked up: a wrong secret learns nothing, not
+ * even whether the client exists. */
+static int check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
+                               const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen)
+{
+    uint8_t want[SL_CAP_LEN];
+    sl_cap_client_secret(st->secret, job_id, client_id, want);
+    bool ok = sl_cap_equal(want, secret);
+    explicit_bzero(want, sizeof want);
+    if (ok)
+        return 0;
+    return sl_errf(err, errlen, SL_EPERM,
+                   "%s refused: client_secret is not the one job %" PRIu64 " gave client %" PRIu64
+                   " (GetOrCreateJobResponse.client_secret); nothing changed",
+                   what, job_id, client_id);
+}
+
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
+    int rc = check_client_secret(st, "CLIENT_HEARTBEAT", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
     struct job *j = sl__dstate_job(st, req->job_id);
     if (!j) {
         return sl_errf(err, errlen, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);
@@ -1032,6 +1137,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->start_round = t->start_round;
         ti->end_round = t->end_round;
         ti->lost = t->state == TASK_LOST;
+        sl_cap_task_key(st->secret, t->id, ti->task_key);
     }
     return 0;
 }
@@ -1039,6 +1145,10 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
                             size_t len, int64_t now, char *err, size_t errlen)
 {
+    int rc = check_client_secret(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
     struct job *j = sl__dstate_job(st, req->job_id);
     struct client *c = j ? job_find_client(j, req->client_id) : NULL;
     if (!c) {
@@ -1048,18 +1158,25 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
     c->last_seen = now;
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
         return 0;
-    int rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
+    rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
     if (rc == 0)
         job_ensure_task(st, j);
     return rc;
 }
 
-int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now)
+int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
+                             size_t errlen)
 {
-    struct job *j = sl__dstate_job(st, job_id);
-    struct client *c = j ? job_find_client(j, client_id) : NULL;
-    if (!c)
-        return SL_ENOTFOUND;
+    int rc = check_client_secret(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
+    struct job *j = sl__dstate_job(st, req->job_id);
+    struct client *c = j ? job_find_client(j, req->client_id) : NULL;
+    if (!c) {
+        return sl_errf(err, errlen, SL_ENOTFOUND, "client %" PRIu64 " of job %" PRIu64 " is unknown",
+                       req->client_id, req->job_id);
+    }
     job_remove_client(st, j, c, now);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "caps.h"
 #include "files.h"
 #include "posset.h"
 #include "state.h"
@@ -156,6 +157,10 @@ struct job {
 
 struct sl_dstate {
     sl_dstate_config_t cfg;
+    /* The key of every capability it hands out (caps.h): random at the
+     * first start, then the one the store keeps. */
+    uint8_t secret[SL_CAP_SECRET_LEN];
+    bool secret_dirty; /* not in the store yet */
     uint64_t next_id; /* ids of every kind come from one counter */
     struct worker *workers;
     unsigned num_workers, cap_workers;

@@ -59,6 +59,8 @@ extern "C" {
 #define SL_EDATA     (-5011) /* the pipeline failed on its data */
 #define SL_EINVAL    (-5012) /* an argument is out of its range */
 #define SL_EREFUSED  (-5013) /* the peer refused the request */
+#define SL_EPERM     (-5014) /* the request names what its sender does not own (a wrong
+                                client secret or task key, another worker's task) */
 
 /** Element dtypes, as numbered on the wire. */
 typedef enum sl_dtype {

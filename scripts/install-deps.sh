@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libevent-dev nanopb libnanopb-dev protobuf-compiler python3-protobuf
-  liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libssl-dev
   python3 iperf3 chromium fio
   python3-numpy python3-torch python3-pil
 )
