@@ -188,11 +188,18 @@ class Trainer:
                 if j['id'] in before or j['state'] != 'RUNNING':
                     continue
                 job = get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])
-                # Its client joined, and every task has run and served.
-                if job['consumers'] and job['tasks'] and all(t['batches'] > 0 for t in job['tasks']):
+                # Its client joined, and a task has made batches (not
+                # every one need have: the trainer may be held before the
+                # last worker's first batch).
+                if job['consumers'] and any(t['batches'] > 0 for t in job['tasks']):
                     return job
             return None
         self.job = wait_for(started, 'the trainer\'s job to run')
+
+    @property
+    def serving(self):
+        """A task its worker runs (it has made batches)."""
+        return next(t for t in self.job['tasks'] if t['batches'] > 0)
 
     @property
     def client_id(self):
@@ -217,7 +224,10 @@ class Ownership(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(prefix='sluice-root-')
-        cls.c = Cluster(workers=2, dispatcher_args=['--data-root', cls.root])
+        # The attackers' connections send no heartbeats: a long worker
+        # timeout keeps them registered however slow the machine is.
+        cls.c = Cluster(workers=2, dispatcher_args=['--data-root', cls.root, '--worker-timeout-ms', '600000',
+                                                    '--client-timeout-ms', '600000'])
         try:
             cls.c.wait_workers_registered(2)
         except BaseException:
@@ -280,7 +290,7 @@ class Ownership(unittest.TestCase):
 
     def test_attack_2_get_element_without_the_task_key(self):
         trainer = Trainer(self.c)
-        task = trainer.job['tasks'][0]
+        task = trainer.serving
         worker = next(w for w in self.c.workers if w.addr == task['worker_address'])
         # The attacker's own job over the same dataset gives it real keys, of
         # its own tasks: they open nothing else.
@@ -318,7 +328,7 @@ class Ownership(unittest.TestCase):
     def test_attack_3_forged_worker_heartbeats(self):
         fake, fake_id = self.fake_worker()
         trainer = Trainer(self.c)
-        victim = trainer.job['tasks'][0]
+        victim = trainer.serving
         status_done = fb(2, fv(1, victim['task_id']) + fv(2, TASK_DONE))
         status_failed = fb(2, fv(1, victim['task_id']) + fv(2, TASK_FAILED) + fb(6, 'the attacker\'s text'))
         # In the name of the real worker, over its own connection.
@@ -348,7 +358,7 @@ class Ownership(unittest.TestCase):
         client.close()
         job = get_json(self.disp.admin_port, '/v1/jobs/%d' % trainer.job['id'])
         self.assertEqual(job['state'], 'RUNNING', job)
-        self.assertNotIn(victim['task_id'], [k['task_id'] for k in job['tasks'] if k['state'] != 'RUNNING'])
+        self.assertEqual([k['state'] for k in job['tasks'] if k['task_id'] == victim['task_id']], ['RUNNING'])
         fake.close()
         trainer.finish(self)
 
