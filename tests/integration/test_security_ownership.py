@@ -476,5 +476,42 @@ class WorkerBeforeRegistration(unittest.TestCase):
         self.assertEqual(bad, {})
 
 
+
+class WorkerIdsAreNotCapabilities(unittest.TestCase):
+    """WORKER_REGISTER with a live worker's id resumes it only when no other
+    open connection holds that id: a stranger naming it gets an id of its
+    own, never the worker's tasks and keys."""
+
+    def test_a_registered_workers_id_is_not_resumed_over_another_connection(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            real = get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]
+            p = Peer(c.dispatcher.port, ROLE_WORKER, ROLE_DISPATCHER)
+            t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, real['address']) + fv(3, real['id']))
+            self.assertEqual(t, WORKER_REGISTER_REQ + 1, error_of(m) if t == ERROR else '')
+            got = one(decode(m), 1)
+            self.assertNotEqual(got, real['id'])
+            # Its heartbeat in the real worker's name is refused.
+            self.assert_perm(p.refused(WORKER_HEARTBEAT_REQ, fv(1, real['id'])))
+            p.close()
+            # The real worker registers again and serves on.
+            wait_for(lambda: any(w['state'] == 'LIVE' and w['address'] == real['address'] and w['id'] not in
+                                 (real['id'], got) for w in get_json(c.dispatcher.admin_port, '/v1/workers')['workers']),
+                     'the real worker to register again')
+            rc, batches, err = c.cat({"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch",
+                                                                                        "batch_size": 100}]},
+                                     ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches, 'value')), list(range(1000)))
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {})
+
+    def assert_perm(self, got):
+        self.assertEqual(got[0], SL_EPERM, got[1])
+        self.assertIn('is not the worker registered over this connection', got[1])
+
+
 if __name__ == '__main__':
     unittest.main()
