@@ -1,9 +1,10 @@
 /*
  * state.c: see state.h. The hand-out of DYNAMIC splits is handout.c, what
  * happens to a lost task's splits outstanding.c, the admin views views.c,
- * what they share state_base.c. Past 900 lines: the transitions below, of
- * workers, jobs, tasks and clients, call each other (a lost worker loses its
- * tasks, which may finish or fail their jobs).
+ * what they share state_base.c, who may touch what ownership.c. Past 900
+ * lines: the transitions below, of workers, jobs, tasks and clients, call
+ * each other (a lost worker loses its tasks, which may finish or fail their
+ * jobs).
  *
  * Worker states:  LIVE -> LOST (its connection closed, no heartbeat for
  *                 worker_timeout_ms, stuck for stall_timeout_ms, or the same
@@ -537,52 +538,6 @@ int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worke
     return worker_confirm(st, w);
 }
 
-/* Whether task t is worker w's: given to it, or to the id it had before it
- * registered again over the same connection (that worker is gone and had
- * its address; it runs those tasks until it hears to drop them). */
-static bool worker_owns_task(sl_dstate_t *st, const struct worker *w, const struct task *t)
-{
-    if (t->worker_id == w->id)
-        return true;
-    const struct worker *prev = sl__dstate_worker(st, t->worker_id);
-    return (!prev || prev->state != WORKER_LIVE) && strcmp(t->worker_address, w->address) == 0;
-}
-
-int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what, uint64_t id, char *err,
-                         size_t errlen)
-{
-    static const char *const names[] = {"task", "job", "dataset"};
-    if (worker_id == 0) {
-        return sl_errf(err, errlen, SL_EPERM,
-                       "no worker registered over this connection: WORKER_REGISTER first");
-    }
-    const struct worker *w = sl__dstate_worker(st, worker_id);
-    if (!w) {
-        return sl_errf(err, errlen, SL_ENOTFOUND, "worker %" PRIu64 " is not registered: register again",
-                       worker_id);
-    }
-    if (what == SL_DACCESS_TASK) {
-        struct job *j = NULL;
-        const struct task *t = sl__dstate_task(st, id, &j);
-        if (!t || worker_owns_task(st, w, t))
-            return 0; /* an unknown task is the request's to answer */
-    } else {
-        for (unsigned i = 0; i < st->num_jobs; i++) {
-            const struct job *j = st->jobs[i];
-            if (what == SL_DACCESS_JOB ? j->id != id : j->dataset->id != id)
-                continue;
-            for (unsigned k = 0; k < j->num_tasks; k++)
-                if (worker_owns_task(st, w, &j->tasks[k]))
-                    return 0;
-        }
-    }
-    return sl_errf(err, errlen, SL_EPERM, "%s %" PRIu64 " is not worker %" PRIu64 "'s: %s", names[what], id,
-                   worker_id,
-                   what == SL_DACCESS_TASK ? "a worker asks only for its own tasks' splits"
-                   : what == SL_DACCESS_JOB ? "it has no task of that job"
-                                            : "none of its tasks reads that dataset");
-}
-
 static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
 {
     for (pb_size_t i = 0; i < req->tasks_count; i++)
@@ -604,7 +559,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
     for (pb_size_t i = 0; i < req->tasks_count; i++) {
         struct job *oj = NULL;
         const struct task *ot = sl__dstate_task(st, req->tasks[i].task_id, &oj);
-        if (ot && !worker_owns_task(st, w, ot)) {
+        if (ot && !sl__dstate_worker_owns_task(st, w, ot)) {
             return sl_errf(err, errlen, SL_EPERM,
                            "worker %" PRIu64 " reported task %" PRIu64 ", which is not one of its tasks: "
                            "heartbeat refused, nothing changed", w->id, ot->id);
@@ -1055,37 +1010,10 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
     job_check_finished(st, j);
 }
 
-void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t client_id, uint8_t out[16])
-{
-    sl_cap_client_secret(st->secret, job_id, client_id, out);
-}
-
-void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16])
-{
-    sl_cap_task_key(st->secret, task_id, out);
-}
-
-/* Checked before anything is looked up: a wrong secret learns nothing, not
- * even whether the client exists. */
-static int check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
-                               const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen)
-{
-    uint8_t want[SL_CAP_LEN];
-    sl_cap_client_secret(st->secret, job_id, client_id, want);
-    bool ok = sl_cap_equal(want, secret);
-    explicit_bzero(want, sizeof want);
-    if (ok)
-        return 0;
-    return sl_errf(err, errlen, SL_EPERM,
-                   "%s refused: client_secret is not the one job %" PRIu64 " gave client %" PRIu64
-                   " (GetOrCreateJobResponse.client_secret); nothing changed",
-                   what, job_id, client_id);
-}
-
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
-    int rc = check_client_secret(st, "CLIENT_HEARTBEAT", req->job_id, req->client_id, req->client_secret, err,
+    int rc = sl__dstate_check_client_secret(st, "CLIENT_HEARTBEAT", req->job_id, req->client_id, req->client_secret, err,
                                  errlen);
     if (rc < 0)
         return rc;
@@ -1145,7 +1073,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
                             size_t len, int64_t now, char *err, size_t errlen)
 {
-    int rc = check_client_secret(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, err,
+    int rc = sl__dstate_check_client_secret(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, err,
                                  errlen);
     if (rc < 0)
         return rc;
@@ -1167,7 +1095,7 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
 int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
                              size_t errlen)
 {
-    int rc = check_client_secret(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, err,
+    int rc = sl__dstate_check_client_secret(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, err,
                                  errlen);
     if (rc < 0)
         return rc;
