@@ -59,6 +59,7 @@ enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 struct itask {
     sl_iterator_t *it;
     uint64_t task_id;
+    uint8_t key[16]; /* TaskInfo.task_key: every GET_ELEMENT for the task carries it */
     char address[128];
     sl_conn_t *conn;
     enum tc_state state;
@@ -95,6 +96,7 @@ struct sl_iterator {
     sl_auth_t auth;     /* the client's token and TLS, copied */
     sl_conn_env_t env;  /* .auth = &auth */
     uint64_t job_id, client_id;
+    uint8_t client_secret[16]; /* GetOrCreateJobResponse.client_secret: our requests carry it */
     uint32_t heartbeat_ms;
 
     pthread_t thread;
@@ -374,6 +376,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
+        memcpy(req.task_key, t->key, sizeof req.task_key);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
             continue;
         *sl = (struct slot){.state = SLOT_SENT, .round = r, .request_id = id, .task = t};
@@ -539,6 +542,7 @@ static void pump(sl_iterator_t *it)
                     break;
                 sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                                 .provenance = it->opts.provenance > 0 || it->track};
+                memcpy(req.task_key, t->key, sizeof req.task_key);
                 if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                     continue;
                 t->in_flight++;
@@ -624,6 +628,7 @@ static void send_report(sl_iterator_t *it, uint64_t gen, uint64_t from)
     if (it->report_out || !it->disp || !it->disp_open)
         return;
     sluice_ReportReceivedRequest req = {.job_id = it->job_id, .client_id = it->client_id, .report_gen = gen};
+    memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);
     uint8_t *buf = NULL;
     size_t len = 0;
     if (!it->track || report_positions(it, from, &buf, &len) < 0) {
@@ -668,6 +673,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             }
             t->it = it;
             t->task_id = ti->task_id;
+            memcpy(t->key, ti->task_key, sizeof t->key);
             snprintf(t->address, sizeof t->address, "%s", ti->worker_address);
             t->next = it->tasks;
             it->tasks = t;
@@ -675,6 +681,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
                 task_connect(t);
         }
         t->listed = true;
+        memcpy(t->key, ti->task_key, sizeof t->key);
         t->start_round = ti->start_round;
         t->end_round = ti->end_round;
         if (ti->lost && !t->lost) {
@@ -743,6 +750,7 @@ static void send_heartbeat(sl_iterator_t *it)
         return; /* the next tick tries again */
     *req = (sluice_ClientHeartbeatRequest){.job_id = it->job_id, .client_id = it->client_id,
                                            .round = it->deliver_round};
+    memcpy(req->client_secret, it->client_secret, sizeof req->client_secret);
     /* How far each task's splits reached us: what lets the dispatcher
      * forget them (outstanding.h). */
     for (struct itask *t = it->tasks; t; t = t->next) {
@@ -842,6 +850,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     }
     /* Leave the job politely; do not wait long for the answer. */
     sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
+    memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);
     it->release_id = ++it->next_id;
     if (!it->disp || sl_conn_send(it->disp, SL_MSG_RELEASE_CLIENT_REQ, it->release_id, &req, NULL, 0, NULL, NULL) < 0) {
         event_base_loopbreak(it->base);
@@ -962,6 +971,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->job_id = resp.job_id;
     it->ledger.job_id = resp.job_id;
     it->client_id = resp.client_id;
+    memcpy(it->client_secret, resp.client_secret, sizeof it->client_secret);
     snprintf(it->notice, sizeof it->notice, "%s", resp.notice);
     it->heartbeat_ms = resp.heartbeat_ms ? resp.heartbeat_ms : 250;
 

@@ -25,6 +25,7 @@ const char *sl_strerror(int err)
     case SL_EDATA: return "pipeline failed on its data";
     case SL_EINVAL: return "invalid argument";
     case SL_EREFUSED: return "request refused";
+    case SL_EPERM: return "not permitted: the sender does not own what it names";
     case SL_EAUTH: return "authentication failed";
     case SL_ELIMIT: return "a configured limit was reached";
     default: break;

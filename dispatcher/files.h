@@ -24,10 +24,14 @@ typedef struct sl_file_list {
  * Expands a file source's patterns below the roots and counts the records
  * of every file. Patterns match in spec order, each pattern's matches
  * sorted; a pattern that matches nothing, a path outside every root, an
- * unreadable or corrupt file is an error naming it.
+ * unreadable or corrupt file is an error naming it. A pattern that matches
+ * nothing and one with a match outside every root get the same answer
+ * (sl_confine_glob()), so that it does not tell whether a path outside the
+ * roots exists.
  * @param[out] out filled; release with sl_file_list_clear()
- * @return 0; -EACCES (outside the roots), -ENOENT, SL_EDATA, SL_ETOOBIG
- *         (more than max_files files), with a message in err
+ * @return 0; -ENOENT (no match, or a match outside the roots), -EACCES (no
+ *         --data-root), SL_EDATA, SL_ETOOBIG (more than max_files files),
+ *         with a message in err
  */
 int sl_file_list_resolve(const sl_spec_t *spec, const sl_confine_t *roots, int max_files, sl_file_list_t *out,
                          char *err, size_t errlen);

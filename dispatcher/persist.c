@@ -11,7 +11,8 @@
  *   cursors   per job: {epoch, file, next, seq, handed}
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
  *             end]...]}
- *   meta      "next_id": 8 big-endian bytes
+ *   meta      "next_id": 8 big-endian bytes; "secret": the dispatcher's 32-byte secret (caps.h), written
+ *             at the first commit and never again: client secrets and task keys survive a restart
  *   exclusions per restored job: its consumed positions, posset.h's bytes (not JSON)
  *   outstanding per DYNAMIC split handed out and not confirmed, or of a lost task (outstanding.h);
  *             key: job id and split id (8 big-endian bytes each); value (not JSON, little-endian):
@@ -222,7 +223,7 @@ static int del_record(sl_store_txn_t *txn, const struct sl_ddel *d)
 
 bool sl_dpersist_dirty(const sl_dstate_t *st)
 {
-    if (st->num_dels > 0 || st->next_id != st->saved_next_id)
+    if (st->num_dels > 0 || st->next_id != st->saved_next_id || st->secret_dirty)
         return true;
     for (unsigned i = 0; i < st->num_datasets; i++)
         if (st->datasets[i]->dirty)
@@ -271,6 +272,8 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
         key_of(st->next_id, val);
         rc = sl_store_put(txn, SL_DT_META, "next_id", 7, val, sizeof val);
     }
+    if (rc == 0 && st->secret_dirty)
+        rc = sl_store_put(txn, SL_DT_META, "secret", 6, st->secret, sizeof st->secret);
     return rc;
 }
 
@@ -278,6 +281,7 @@ static void clear_dirty(sl_dstate_t *st)
 {
     st->num_dels = 0;
     st->saved_next_id = st->next_id;
+    st->secret_dirty = false;
     for (unsigned i = 0; i < st->num_datasets; i++)
         st->datasets[i]->dirty = false;
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -730,6 +734,12 @@ static int load_meta(const void *key, size_t klen, const void *val, size_t vlen,
         uint64_t next = id_of(val, vlen);
         if (next > l->st->next_id)
             l->st->next_id = next;
+    } else if (klen == 6 && memcmp(key, "secret", 6) == 0) {
+        if (vlen != sizeof l->st->secret)
+            return sl_errf(l->err, l->errlen, SL_EDATA, "state store: dispatcher record secret: not %zu bytes",
+                           sizeof l->st->secret);
+        memcpy(l->st->secret, val, sizeof l->st->secret);
+        l->st->secret_dirty = false;
     }
     return 0;
 }
@@ -737,6 +747,9 @@ static int load_meta(const void *key, size_t klen, const void *val, size_t vlen,
 int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen)
 {
     struct load l = {.st = st, .now = now, .err = err, .errlen = errlen};
+    /* A store without a secret (new, or written before there was one)
+     * gets the one st has at the next commit. */
+    st->secret_dirty = true;
     static const struct {
         enum sl_dtable table;
         sl_store_visit_fn fn;

@@ -68,7 +68,7 @@ static void dconn_unlink(struct dconn *dc)
     free(dc);
 }
 
-static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_splits, *m_commits, *m_commit_failures;
+static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_forbidden, *m_splits, *m_commits, *m_commit_failures;
 
 static void metrics_init(void)
 {
@@ -84,6 +84,9 @@ static void metrics_init(void)
     }
     m_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_requests_refused_total", NULL,
                                    "Requests answered with an error frame.", NULL, 0);
+    m_forbidden = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_requests_forbidden_total", NULL,
+                                     "Requests refused with SL_EPERM: they named what their sender does not own "
+                                     "(a wrong client secret, another worker's task, job or dataset).", NULL, 0);
     m_splits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_splits_handed_out_total", NULL,
                                   "DYNAMIC splits handed out.", NULL, 0);
     m_commits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commits_total", NULL,
@@ -154,11 +157,22 @@ static void reply(sl_conn_t *c, const sl_frame_hdr_t *hdr, int rc, unsigned type
 {
     if (rc < 0) {
         sl_metric_add(m_refused, 1);
+        if (rc == SL_EPERM)
+            sl_metric_add(m_forbidden, 1);
         sl_log_debug("%s from %s refused: %s", sl_msg_name(hdr->type), sl_conn_peer(c), err);
         sl_conn_send_error(c, hdr->request_id, rc, "%s", err);
         return;
     }
     sl_conn_send(c, type, hdr->request_id, resp, NULL, 0, NULL, NULL);
+}
+
+/* Whether a connection other than dc holds worker worker_id. */
+static bool worker_bound_elsewhere(const struct dconn *dc, uint64_t worker_id)
+{
+    for (const struct dconn *o = dc->srv->conns; o; o = o->next)
+        if (o != dc && o->worker_id == worker_id)
+            return true;
+    return false;
 }
 
 static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
@@ -189,7 +203,11 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             snprintf(err, sizeof err, "worker registration needs a worker role and an address");
         } else {
             rc = SL_ENOTFOUND;
-            if (req->worker_id != 0 && sl_dstate_worker_resume(st, req->address, req->worker_id, now) == 0) {
+            /* An id is no capability: a worker resumes only an id that no
+             * other open connection holds (after a dispatcher restart none
+             * does); else it registers anew. */
+            if (req->worker_id != 0 && !worker_bound_elsewhere(dc, req->worker_id) &&
+                sl_dstate_worker_resume(st, req->address, req->worker_id, now) == 0) {
                 resp.worker_id = req->worker_id;
                 rc = 0;
             }
@@ -197,6 +215,9 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
                 rc = sl_dstate_worker_register(st, req->address, now, &resp.worker_id, err, sizeof err);
         }
         if (rc == 0) {
+            /* One worker a connection: one it registered before is gone. */
+            if (dc->worker_id && dc->worker_id != resp.worker_id)
+                sl_dstate_worker_disconnected(st, dc->worker_id, "its connection registered another worker");
             dc->worker_id = resp.worker_id;
             resp.heartbeat_ms = sl_dstate_config(st)->worker_heartbeat_ms;
         }
@@ -209,13 +230,29 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
             break;
         }
-        rc = sl_dstate_worker_heartbeat(st, msg, now, resp, err, sizeof err);
+        const sluice_WorkerHeartbeatRequest *req = msg;
+        if (dc->worker_id == 0) {
+            rc = SL_EPERM;
+            snprintf(err, sizeof err, "WORKER_HEARTBEAT refused: no worker registered over this connection "
+                     "(WORKER_REGISTER first)");
+        } else if (req->worker_id != dc->worker_id) {
+            rc = SL_EPERM;
+            snprintf(err, sizeof err, "WORKER_HEARTBEAT refused: worker_id %" PRIu64 " is not the worker registered "
+                     "over this connection (%" PRIu64 ")", req->worker_id, dc->worker_id);
+        } else {
+            rc = sl_dstate_worker_heartbeat(st, req, now, resp, err, sizeof err);
+        }
         reply(c, hdr, rc, SL_MSG_WORKER_HEARTBEAT_RESP, resp, err);
         free(resp);
         break;
     }
     case SL_MSG_GET_DATASET_REQ: {
         const sluice_GetDatasetRequest *req = msg;
+        rc = sl_dstate_worker_may(st, dc->worker_id, SL_DACCESS_DATASET, req->dataset_id, err, sizeof err);
+        if (rc < 0) {
+            reply(c, hdr, rc, 0, NULL, err);
+            break;
+        }
         const char *spec = sl_dstate_dataset_spec(st, req->dataset_id);
         if (!spec) {
             sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered",
@@ -228,6 +265,12 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     }
     case SL_MSG_GET_SPLIT_REQ: {
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+        rc = sl_dstate_worker_may(st, dc->worker_id, SL_DACCESS_TASK, ((const sluice_GetSplitRequest *)msg)->task_id,
+                                  err, sizeof err);
+        if (rc < 0) {
+            reply(c, hdr, rc, 0, NULL, err);
+            break;
+        }
         rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
         sl_metric_add(m_splits, resp.splits_count);
         size_t skips_len = 0;
@@ -273,13 +316,17 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     case SL_MSG_RELEASE_CLIENT_REQ: {
         const sluice_ReleaseClientRequest *req = msg;
         sluice_ReleaseClientResponse resp = sluice_ReleaseClientResponse_init_zero;
-        rc = sl_dstate_client_release(st, req->job_id, req->client_id, now);
-        snprintf(err, sizeof err, "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
+        rc = sl_dstate_client_release(st, req, now, err, sizeof err);
         reply(c, hdr, rc, SL_MSG_RELEASE_CLIENT_RESP, &resp, err);
         break;
     }
     case SL_MSG_GET_EXCLUSIONS_REQ: {
         const sluice_GetExclusionsRequest *req = msg;
+        rc = sl_dstate_worker_may(st, dc->worker_id, SL_DACCESS_JOB, req->job_id, err, sizeof err);
+        if (rc < 0) {
+            reply(c, hdr, rc, 0, NULL, err);
+            break;
+        }
         const sl_posset_t *ex = sl_dstate_job_exclusions(st, req->job_id);
         if (!ex) {
             sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);

@@ -1,9 +1,10 @@
 /*
  * state.c: see state.h. The hand-out of DYNAMIC splits is handout.c, what
  * happens to a lost task's splits outstanding.c, the admin views views.c,
- * what they share state_base.c. Past 900 lines: the transitions below, of
- * workers, jobs, tasks and clients, call each other (a lost worker loses its
- * tasks, which may finish or fail their jobs).
+ * what they share state_base.c, who may touch what ownership.c. Past 900
+ * lines: the transitions below, of workers, jobs, tasks and clients, call
+ * each other (a lost worker loses its tasks, which may finish or fail their
+ * jobs).
  *
  * Worker states:  LIVE -> LOST (its connection closed, no heartbeat for
  *                 worker_timeout_ms, stuck for stall_timeout_ms, or the same
@@ -113,6 +114,12 @@ sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
     if (st->cfg.split_size == 0)
         st->cfg.split_size = 1; /* an empty split would never move the cursor */
     st->next_id = st->saved_next_id = 1;
+    if (sl_cap_secret_new(st->secret) < 0) {
+        free(st->addresses);
+        free(st);
+        return NULL;
+    }
+    st->secret_dirty = true;
     return st;
 }
 
@@ -173,6 +180,7 @@ void sl_dstate_free(sl_dstate_t *st)
         return;
     dstate_clear(st);
     free(st->addresses);
+    explicit_bzero(st->secret, sizeof st->secret);
     free(st);
 }
 
@@ -547,6 +555,16 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
                        "worker %" PRIu64 " is not registered (or was declared lost): register again",
                    req->worker_id);
     }
+    /* Another worker's task: refused whole, before anything changes. */
+    for (pb_size_t i = 0; i < req->tasks_count; i++) {
+        struct job *oj = NULL;
+        const struct task *ot = sl__dstate_task(st, req->tasks[i].task_id, &oj);
+        if (ot && !sl__dstate_worker_owns_task(st, w, ot)) {
+            return sl_errf(err, errlen, SL_EPERM,
+                           "worker %" PRIu64 " reported task %" PRIu64 ", which is not one of its tasks: "
+                           "heartbeat refused, nothing changed", w->id, ot->id);
+        }
+    }
     w->last_seen = now;
     if (worker_confirm(st, w) < 0) {
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
@@ -619,6 +637,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             /* A static shard skips the positions itself (DYNAMIC: the
              * dispatcher's splits do). */
             d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
+            sl_cap_task_key(st->secret, t->id, d->task_key);
         }
     }
     return 0;
@@ -827,6 +846,16 @@ static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJo
     return 0;
 }
 
+/* Leases a client id of job j for the caller, with its secret. */
+static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req, const char *client_host,
+                  int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
+{
+    int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+    if (rc == 0)
+        sl_cap_client_secret(st->secret, j->id, resp->client_id, resp->client_secret);
+    return rc;
+}
+
 static bool has_local_worker(const sl_dstate_t *st, const char *host)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -888,7 +917,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
             return rc;
         resp->job_id = j->id;
-        return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+        return joined(st, j, req, client_host, now, resp, err, errlen);
     }
     sl_sharding_t effective;
     if ((rc = job_check_policy(st, d, (sl_sharding_t)req->sharding, &effective, err, errlen)) < 0)
@@ -946,7 +975,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                 effective != j->sharding ? " as " : "", effective != j->sharding ? sl_sharding_name(effective) : "",
                 j->num_tasks, j->num_consumers);
     resp->job_id = j->id;
-    return job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+    return joined(st, j, req, client_host, now, resp, err, errlen);
 }
 
 int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
@@ -984,6 +1013,10 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
+    int rc = sl__dstate_check_client_secret(st, "CLIENT_HEARTBEAT", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
     struct job *j = sl__dstate_job(st, req->job_id);
     if (!j) {
         return sl_errf(err, errlen, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);
@@ -1032,6 +1065,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->start_round = t->start_round;
         ti->end_round = t->end_round;
         ti->lost = t->state == TASK_LOST;
+        sl_cap_task_key(st->secret, t->id, ti->task_key);
     }
     return 0;
 }
@@ -1039,6 +1073,10 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
                             size_t len, int64_t now, char *err, size_t errlen)
 {
+    int rc = sl__dstate_check_client_secret(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
     struct job *j = sl__dstate_job(st, req->job_id);
     struct client *c = j ? job_find_client(j, req->client_id) : NULL;
     if (!c) {
@@ -1048,18 +1086,25 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
     c->last_seen = now;
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
         return 0;
-    int rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
+    rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
     if (rc == 0)
         job_ensure_task(st, j);
     return rc;
 }
 
-int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now)
+int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
+                             size_t errlen)
 {
-    struct job *j = sl__dstate_job(st, job_id);
-    struct client *c = j ? job_find_client(j, client_id) : NULL;
-    if (!c)
-        return SL_ENOTFOUND;
+    int rc = sl__dstate_check_client_secret(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, err,
+                                 errlen);
+    if (rc < 0)
+        return rc;
+    struct job *j = sl__dstate_job(st, req->job_id);
+    struct client *c = j ? job_find_client(j, req->client_id) : NULL;
+    if (!c) {
+        return sl_errf(err, errlen, SL_ENOTFOUND, "client %" PRIu64 " of job %" PRIu64 " is unknown",
+                       req->client_id, req->job_id);
+    }
     job_remove_client(st, j, c, now);
     return 0;
 }

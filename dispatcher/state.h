@@ -49,8 +49,10 @@ typedef struct sl_dstate_config {
 /** Fills the defaults. */
 void sl_dstate_config_init(sl_dstate_config_t *cfg);
 
-/** @return a new empty state (config copied), or NULL when out of memory or
- *  when cfg->worker_addresses lists more than max_workers addresses */
+/** @return a new empty state (config copied) with a new random secret (the
+ *  key of the capabilities it hands out, caps.h; a store's replaces it at
+ *  load), or NULL when out of memory, when cfg->worker_addresses lists more
+ *  than max_workers addresses, or when the system has no random bytes */
 sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg);
 
 void sl_dstate_free(sl_dstate_t *st);
@@ -80,12 +82,33 @@ int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worke
 
 /**
  * A worker's heartbeat: takes its task reports and answers the tasks it must
- * start and the tasks it must drop.
+ * start (each TaskDef with its task_key) and the tasks it must drop. The
+ * caller checks that req->worker_id is the worker registered over the
+ * connection it came on.
  * @return 0, or SL_ENOTFOUND when the worker is unknown or was declared lost
- *         (it must register again)
+ *         (it must register again), or SL_EPERM when it reports a task that
+ *         is another worker's (nothing changes)
  */
 int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequest *req, int64_t now,
                                sluice_WorkerHeartbeatResponse *resp, char *err, size_t errlen);
+
+/** What a worker asks the dispatcher about (sl_dstate_worker_may()). */
+typedef enum sl_daccess {
+    SL_DACCESS_TASK,    /* GET_SPLIT: the task */
+    SL_DACCESS_JOB,     /* GET_EXCLUSIONS: the job */
+    SL_DACCESS_DATASET, /* GET_DATASET: the dataset */
+} sl_daccess_t;
+
+/**
+ * Whether the worker registered over a connection (worker_id, 0 for none)
+ * may ask about id: a task that is its own (or of the id it had before it
+ * registered again, at the same address), a job it has a task of, a
+ * dataset one of its tasks reads. Changes nothing.
+ * @return 0; SL_EPERM with what was wrong in err; SL_ENOTFOUND when the
+ *         worker is unknown (it must register again)
+ */
+int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what, uint64_t id, char *err,
+                         size_t errlen);
 
 /**
  * Finds or registers the dataset of spec (same canonical spec, same id).
@@ -100,7 +123,7 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id);
 
 /**
  * Joins the job named req->job_name, or creates it (or an anonymous job),
- * and leases a client id for the caller.
+ * and leases a client id for the caller (its secret: sl_dstate_job_join()).
  * @return 0, SL_ENOTFOUND (dataset), SL_ECONFLICT (the named job has other
  *         parameters; err names the parameter), SL_EINVAL, SL_ETOOBIG
  */
@@ -111,7 +134,7 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
  * As sl_dstate_job_get_or_create(), for a client that reaches the
  * dispatcher from client_host (its IP address as the connection shows it;
  * what SL_TARGET_LOCAL compares worker hosts with). Fills resp's job_id,
- * client_id and notice. exclude (may be NULL) is a restored iterator's
+ * client_id, client_secret and notice. exclude (may be NULL) is a restored iterator's
  * consumed positions (posset.h bytes): they make a new anonymous DYNAMIC job
  * whose splits never hand them out.
  * @return as sl_dstate_job_get_or_create(), and SL_ENOTFOUND when
@@ -122,9 +145,18 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
                        char *err, size_t errlen);
 
+/** The secret of client client_id of job job_id (what job_join answers and
+ *  the client's requests must carry), and the key of task task_id (what a
+ *  TaskDef and a TaskInfo carry): caps.h. */
+void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t client_id, uint8_t out[16]);
+void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16]);
+
 /**
- * A client's heartbeat: renews its lease, answers the job's tasks and state.
- * @return 0, or SL_ENOTFOUND when the job or the lease is gone
+ * A client's heartbeat: renews its lease, answers the job's tasks and state
+ * (each TaskInfo with its task_key).
+ * @return 0; SL_EPERM when req->client_secret is not the client's (checked
+ *         first: nothing is looked up, nothing changes); SL_ENOTFOUND when
+ *         the job or the lease is gone
  */
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen);
@@ -132,14 +164,17 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
 /**
  * A client's report of what it received (DYNAMIC, after a worker loss; the
  * payload is posset.h bytes, see outstanding.h).
- * @return 0, SL_ENOTFOUND (job or lease gone), SL_EDATA with what was wrong
- *         in err, -ENOMEM
+ * @return 0, SL_EPERM (a wrong client_secret, as for the heartbeat),
+ *         SL_ENOTFOUND (job or lease gone), SL_EDATA with what was wrong in
+ *         err, -ENOMEM
  */
 int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
                             size_t len, int64_t now, char *err, size_t errlen);
 
-/** Ends a client's lease. @return 0 or SL_ENOTFOUND */
-int sl_dstate_client_release(sl_dstate_t *st, uint64_t job_id, uint64_t client_id, int64_t now);
+/** Ends a client's lease. @return 0, SL_EPERM (a wrong client_secret, as
+ *  for the heartbeat: the client stays), SL_ENOTFOUND; err says which */
+int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
+                             size_t errlen);
 
 /**
  * Hands out DYNAMIC splits of the task's job for an epoch.

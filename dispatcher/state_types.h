@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "caps.h"
 #include "files.h"
 #include "posset.h"
 #include "state.h"
@@ -156,6 +157,10 @@ struct job {
 
 struct sl_dstate {
     sl_dstate_config_t cfg;
+    /* The key of every capability it hands out (caps.h): random at the
+     * first start, then the one the store keeps. */
+    uint8_t secret[SL_CAP_SECRET_LEN];
+    bool secret_dirty; /* not in the store yet */
     uint64_t next_id; /* ids of every kind come from one counter */
     struct worker *workers;
     unsigned num_workers, cap_workers;
@@ -208,6 +213,15 @@ uint64_t sl__dataset_splits_per_epoch(struct dataset *d);
  */
 int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
                            uint64_t begin, uint64_t *end, uint32_t *nskips);
+
+/** Whether task t is worker w's: given to it, or to the id it had before it
+ *  registered again (a worker no longer live at w's address). ownership.c */
+bool sl__dstate_worker_owns_task(sl_dstate_t *st, const struct worker *w, const struct task *t);
+
+/** @return 0 when secret is client client_id of job job_id's, else SL_EPERM
+ *  with a message naming the request (what) in err. ownership.c */
+int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
+                                   const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen);
 
 /** Queues the deletion of a record (key2 only for SL_DT_OUTSTANDING). */
 void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2);

@@ -59,6 +59,8 @@ extern "C" {
 #define SL_EDATA     (-5011) /* the pipeline failed on its data */
 #define SL_EINVAL    (-5012) /* an argument is out of its range */
 #define SL_EREFUSED  (-5013) /* the peer refused the request */
+#define SL_EPERM     (-5014) /* the request names what its sender does not own (a wrong
+                                client secret or task key, another worker's task) */
 #define SL_EAUTH     (-5015) /* the peer did not prove it holds the cluster token or certificate */
 #define SL_ELIMIT    (-5016) /* a configured limit of the daemon was reached */
 

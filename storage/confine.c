@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "log.h"
+
 struct sl_confine {
     size_t n;
     char **roots; /* resolved, without a trailing slash except for "/" */
@@ -125,6 +127,20 @@ static int glob_error(const char *epath, int eerrno)
     return 1;
 }
 
+/* What a peer is told of a pattern that matches nothing it may read: the
+ * same whether nothing matched, a match lies outside every root, or a
+ * directory outside them could not be read, so that a pattern cannot probe
+ * whether a path outside the roots exists (docs/security.md, "Ownership").
+ * The log has what it was. */
+static int hidden(const sl_confine_t *c, const char *pattern, const char *why, char *err, size_t errlen)
+{
+    if (why)
+        sl_log_info("data root: %s: %s (the requester is told only that it matches nothing it may read)", pattern,
+                    why);
+    snprintf(err, errlen, "%s matches no file, or a file outside every --data-root (%s)", pattern, c->names);
+    return -ENOENT;
+}
+
 int sl_confine_glob(const sl_confine_t *c, const char *pattern, sl_confine_glob_cb cb, void *arg,
                     char *err, size_t errlen)
 {
@@ -137,14 +153,19 @@ int sl_confine_glob(const sl_confine_t *c, const char *pattern, sl_confine_glob_
     glob_errno = 0;
     int grc = glob(pattern, GLOB_ERR, glob_error, &g);
     if (grc == GLOB_NOMATCH) {
-        snprintf(err, errlen, "%s matches no file", pattern);
         globfree(&g);
-        return -ENOENT;
+        return hidden(c, pattern, NULL, err, errlen);
     }
     if (grc == GLOB_ABORTED) {
         int rc = glob_errno ? -glob_errno : -EIO;
-        snprintf(err, errlen, "%s: cannot read %s: %s", pattern, glob_epath, strerror(-rc));
+        char real[PATH_MAX], why[PATH_MAX + 128], unused[PATH_MAX * 2 + 128];
         globfree(&g);
+        /* A directory inside a root that cannot be read is the operator's
+         * to know; one outside is nobody's business. */
+        snprintf(why, sizeof why, "cannot read %s: %s", glob_epath, strerror(-rc));
+        if (sl_confine_check(c, glob_epath, real, sizeof real, unused, sizeof unused) < 0)
+            return hidden(c, pattern, why, err, errlen);
+        snprintf(err, errlen, "%s: %s", pattern, why);
         return rc;
     }
     if (grc != 0) {
@@ -165,8 +186,14 @@ int sl_confine_glob(const sl_confine_t *c, const char *pattern, sl_confine_glob_
     for (size_t i = 0; i < n; i++) {
         char real[PATH_MAX], why[PATH_MAX * 2 + 128];
         rc = sl_confine_check(c, g.gl_pathv[i], real, sizeof real, why, sizeof why);
-        if (rc < 0) {
+        if (rc == -ENAMETOOLONG) {
             snprintf(err, errlen, "%s: %s", pattern, why);
+            goto out;
+        }
+        if (rc < 0) {
+            /* Outside every root, or not resolvable (a dangling link): the
+             * same answer as no match. */
+            rc = hidden(c, pattern, why, err, errlen);
             goto out;
         }
         if (!(resolved[i] = strdup(real))) {

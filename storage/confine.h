@@ -65,10 +65,17 @@ typedef int (*sl_confine_glob_cb)(void *arg, const char *resolved);
 /**
  * Expands a glob(3) pattern and checks every match; all of them are checked
  * before the first callback, so either every match is handed out or none.
- * @param[out] err names the pattern (and the refused match)
- * @return 0; -ENOENT when nothing matches; -EACCES when a match lies outside
- *         the roots (or none is configured); -EIO, ... when a directory
- *         cannot be read; -ENOMEM; or the callback's nonzero value
+ * A pattern that matches nothing, one with a match outside every root (or
+ * that cannot be resolved), and one that meets a directory outside the roots
+ * it cannot read all fail alike, with -ENOENT and the same message ("P
+ * matches no file, or a file outside every --data-root (R)"), so that the
+ * answer does not tell whether a path outside the roots exists; the log
+ * says which it was.
+ * @param[out] err names the pattern (and, for a directory inside a root it
+ *             cannot read, that directory)
+ * @return 0; -ENOENT (as above); -EACCES when no root is configured; -EIO,
+ *         ... when a directory inside a root cannot be read; -ENAMETOOLONG;
+ *         -ENOMEM; or the callback's nonzero value
  */
 int sl_confine_glob(const sl_confine_t *c, const char *pattern, sl_confine_glob_cb cb, void *arg,
                     char *err, size_t errlen);

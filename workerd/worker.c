@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include <event2/listener.h>
+#include <openssl/crypto.h>
 
 #include "conn.h"
 #include "log.h"
@@ -57,12 +58,14 @@ struct wtask {
     sl_rounds_t *rounds; /* coordinated reads, or NULL */
     sl_worker_t *w;
     int last_state; /* sl_task_state_t last reported */
+    uint8_t key[16]; /* TaskDef.task_key: what a GET_ELEMENT for it must carry */
     struct wtask *next;
 };
 
 struct tombstone {
     uint64_t task_id;
     bool done; /* finished; otherwise cancelled */
+    uint8_t key[16]; /* the task's key: a late request must still carry it */
 };
 
 struct wconn {
@@ -119,7 +122,7 @@ struct sl_worker {
     struct event *retry_register;
 };
 
-static sl_metric_t *m_client_wait, *m_served, *m_bytes_served;
+static sl_metric_t *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
 
 static int64_t now_us(void)
 {
@@ -238,6 +241,7 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         return;
     wt->w = w;
     wt->last_state = SL_TASK_RUNNING;
+    memcpy(wt->key, def->task_key, sizeof wt->key);
     int rc = sl_task_new(w->base, def, spec, len, exclude, exclude_len, &w->cfg.task, on_task_notify, wt, &wt->task,
                          err, sizeof err);
     if (rc < 0) {
@@ -273,6 +277,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         struct tombstone *tb = &w->tombstones[w->tomb_next++ % TOMBSTONES];
         tb->task_id = task_id;
         tb->done = ts.state == SL_TASK_DONE;
+        memcpy(tb->key, wt->key, sizeof tb->key);
         *p = wt->next;
         w->num_tasks--;
         /* Requests still parked on it get the same answer a late one would. */
@@ -480,6 +485,20 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementRequest *req = msg;
+    /* The task's key, which only the dispatcher hands out (to the task's
+     * job's clients): a task id is no capability. A task this worker does
+     * not have answers SL_ENOTFOUND, as before it registered, when it has
+     * none. */
+    const struct wtask *kt = find_task(w, req->task_id);
+    const struct tombstone *tb = kt ? NULL : find_tombstone(w, req->task_id);
+    const uint8_t *key = kt ? kt->key : tb ? tb->key : NULL;
+    if (key && CRYPTO_memcmp(key, req->task_key, sizeof req->task_key) != 0) {
+        sl_metric_add(m_forbidden, 1);
+        sl_conn_send_error(c, hdr->request_id, SL_EPERM,
+                           "task %" PRIu64 " on worker %s: task_key is not the task's (TaskInfo.task_key); "
+                           "nothing served", req->task_id, w->address);
+        return;
+    }
     wc->provenance = req->provenance;
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
@@ -851,6 +870,9 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                       "Batches sent to clients.", NULL, 0);
         m_bytes_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_bytes_served_total", NULL,
                                             "Tensor bytes sent to clients.", NULL, 0);
+        m_forbidden = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_forbidden_total", NULL,
+                                         "GET_ELEMENT requests refused with SL_EPERM: their task_key was not the "
+                                         "task's.", NULL, 0);
     }
     sl_worker_t *w = calloc(1, sizeof *w);
     if (!w)

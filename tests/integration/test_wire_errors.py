@@ -123,7 +123,7 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
                 self.assert_refused(frame(msg_type), SL_EPROTO, text)
 
     def test_after_a_request_in_the_same_read(self):
-        # The release is answered (an error: no such lease) and that answer
+        # The release is answered (an error: no client secret) and that answer
         # waits for the commit; the violation behind it must still be told.
         release = bytes([0x08, 0x01, 0x10, 0x01])  # job_id 1, client_id 1
         self.assert_refused(frame(16, 1, release) + frame(18, 2), SL_EPROTO,
@@ -149,7 +149,7 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
             s.close()
         t, _, rid, mlen, _ = struct.unpack('>HHIII', got[h:h + 16])
         self.assertEqual((t, rid), (1, 5))
-        self.assertEqual(decode_error(got[h + 16:h + 16 + mlen])[0], -5005)  # SL_ENOTFOUND: no such lease
+        self.assertEqual(decode_error(got[h + 16:h + 16 + mlen])[0], -5014)  # SL_EPERM: not the client's secret
 
 
 if __name__ == '__main__':

@@ -127,6 +127,7 @@ static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64
     sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
     req->job_id = job_id;
     req->client_id = client;
+    sl_dstate_client_secret(st, job_id, client, req->client_secret);
     for (unsigned i = 0; i < n; i++)
         req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = tasks[i], .done_below = below[i]};
     memset(hb, 0, sizeof *hb);
@@ -145,6 +146,7 @@ static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, co
     uint8_t *buf = malloc(len);
     sl_posset_encode(&s, buf, len);
     sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
+    sl_dstate_client_secret(st, job_id, client, req.client_secret);
     int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
     free(buf);
     sl_posset_clear(&s);
@@ -268,7 +270,9 @@ Test(outstanding, splits_are_forgotten_once_every_client_has_them)
     below = first + 4;
     heartbeat(j, c1, 1, &ta, &below);
     cr_assert_eq(lost_splits(j, "outstanding"), 2);
-    cr_assert_eq(sl_dstate_client_release(st, j, c2, 0), 0);
+    sluice_ReleaseClientRequest rel = {.job_id = j, .client_id = c2};
+    sl_dstate_client_secret(st, j, c2, rel.client_secret);
+    cr_assert_eq(sl_dstate_client_release(st, &rel, 0, err, sizeof err), 0, "%s", err);
     cr_assert_eq(lost_splits(j, "outstanding"), 0);
 }
 
@@ -368,10 +372,12 @@ Test(outstanding, a_damaged_report_is_refused_with_what_was_wrong)
     get_splits(task_of(j, wa), 1, 1, &r);
     cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
     sluice_ReportReceivedRequest req = {.job_id = j, .client_id = c1, .report_gen = 1};
+    sl_dstate_client_secret(st, j, c1, req.client_secret);
     const uint8_t junk[] = "not a position set";
     cr_assert_eq(sl_dstate_client_report(st, &req, junk, sizeof junk, 0, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "report of client"), "%s", err);
     cr_assert_eq(lost_splits(j, "awaiting_reports"), 1, "the client must report again");
     req.client_id = 999;
+    sl_dstate_client_secret(st, j, 999, req.client_secret);
     cr_assert_eq(sl_dstate_client_report(st, &req, NULL, 0, 0, err, sizeof err), SL_ENOTFOUND);
 }

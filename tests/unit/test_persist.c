@@ -146,6 +146,8 @@ Test(persist, what_is_saved_loads_back_the_same)
     free(b);
     /* The same client lease and job name carry on; new ids are new. */
     sluice_ClientHeartbeatRequest hb = {.job_id = job_id, .client_id = cid};
+    /* The secret the first dispatcher gave the client is still its own. */
+    sl_dstate_client_secret(st, job_id, cid, hb.client_secret);
     sluice_ClientHeartbeatResponse *hr = calloc(1, sizeof *hr);
     cr_assert_eq(sl_dstate_client_heartbeat(st2, &hb, 1000, hr, err, sizeof err), 0, "%s", err);
     cr_assert_eq(hr->tasks_count, 2);
@@ -287,4 +289,31 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     bytes[0] = 'X';
     cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "checkpoint"), "%s", err);
+}
+
+/* The dispatcher's secret (caps.h) is written at the first commit and kept:
+ * the client secrets and task keys it handed out hold after a restart, and
+ * a store that has one never takes another. */
+Test(persist, the_secret_survives_a_restart)
+{
+    open_store(0);
+    st = new_state();
+    cr_assert(sl_dpersist_dirty(st), "a new secret waits for its first commit");
+    uint8_t key[16], key2[16], fresh[16], sec[16], sec2[16];
+    sl_dstate_task_key(st, 42, key);
+    sl_dstate_client_secret(st, 7, 8, sec);
+    save(st);
+
+    st2 = reopen(); /* a state of its own random secret, replaced by the store's */
+    sl_dstate_task_key(st2, 42, key2);
+    sl_dstate_client_secret(st2, 7, 8, sec2);
+    cr_assert_arr_eq(key, key2, 16);
+    cr_assert_arr_eq(sec, sec2, 16);
+    cr_assert_not(sl_dpersist_dirty(st2), "the store's secret is not written again");
+
+    /* A state never loaded has another secret. */
+    sl_dstate_t *other = new_state();
+    sl_dstate_task_key(other, 42, fresh);
+    cr_assert_arr_neq(key, fresh, 16);
+    sl_dstate_free(other);
 }

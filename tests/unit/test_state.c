@@ -169,10 +169,20 @@ static bool removed(uint64_t task_id)
     return false;
 }
 
+/* Client client_id of job job_id leaves, with its secret. */
+static int release(uint64_t job_id, uint64_t client_id, int64_t now)
+{
+    sluice_ReleaseClientRequest req = {.job_id = job_id, .client_id = client_id};
+    sl_dstate_client_secret(st, job_id, client_id, req.client_secret);
+    err[0] = '\0';
+    return sl_dstate_client_release(st, &req, now, err, sizeof err);
+}
+
 /* A client heartbeat; the answer is in *cresp. */
 static int client_hb(uint64_t job_id, uint64_t client_id, int64_t now)
 {
     sluice_ClientHeartbeatRequest req = {.job_id = job_id, .client_id = client_id};
+    sl_dstate_client_secret(st, job_id, client_id, req.client_secret);
     memset(cresp, 0, sizeof *cresp);
     err[0] = '\0';
     return sl_dstate_client_heartbeat(st, &req, now, cresp, err, sizeof err);
@@ -416,7 +426,7 @@ Test(state, clients_per_job_limit)
     uint64_t j = 0, c = 0;
     cr_assert_eq(job_rc(ds, "train", SL_SHARDING_OFF, 0, &j, &c), SL_ETOOBIG);
     /* A released lease makes room. */
-    cr_assert_eq(sl_dstate_client_release(st, j1, c1, 1), 0);
+    cr_assert_eq(release(j1, c1, 1), 0);
     cr_assert_eq(job(ds, "train", SL_SHARDING_OFF, 2, NULL), j1);
 }
 
@@ -789,7 +799,10 @@ Test(state, failed_task_fails_the_job_with_the_workers_message)
     cr_assert_eq(job_state(j, c, 6), SL_JOB_FAILED);
 }
 
-Test(state, reports_of_foreign_or_unknown_tasks_are_removed)
+/* A worker reports only its own tasks (ids are not capabilities): a
+ * heartbeat that names another worker's task is refused whole, and changes
+ * nothing; an unknown task (its job collected) is one to drop. */
+Test(state, reports_of_foreign_tasks_are_refused_and_of_unknown_ones_removed)
 {
     start_default();
     uint64_t ds = dataset(RANGE_SPEC(100));
@@ -799,13 +812,24 @@ Test(state, reports_of_foreign_or_unknown_tasks_are_removed)
     uint64_t t1 = take_task(w1, 1).task_id;
     uint64_t t2 = take_task(w2, 1).task_id;
     /* w2 claims w1's task done, and an unknown task. */
-    report_t r[2] = {{t1, SL_TASK_DONE, NULL}, {987654, SL_TASK_RUNNING, NULL}};
-    cr_assert_eq(worker_hb(w2, 2, 2, r), 0, "%s", err);
-    cr_assert(removed(t1));
+    report_t r[2] = {{987654, SL_TASK_RUNNING, NULL}, {t1, SL_TASK_DONE, NULL}};
+    cr_assert_eq(worker_hb(w2, 2, 2, r), SL_EPERM);
+    char want[128];
+    snprintf(want, sizeof want, "worker %" PRIu64 " reported task %" PRIu64 ", which is not one of its tasks", w2,
+             t1);
+    cr_assert(strstr(err, want), "%s", err);
+    cr_assert_eq(wresp->new_tasks_count + wresp->removed_tasks_count, 0, "a refused heartbeat answers nothing");
+    report_t failed = {t1, SL_TASK_FAILED, "forged"};
+    cr_assert_eq(worker_hb(w2, 2, 1, &failed), SL_EPERM);
+    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING, "another worker cannot finish or fail w1's task");
+    /* Its own heartbeat goes on as before. */
+    report_t unknown = {987654, SL_TASK_RUNNING, NULL};
+    cr_assert_eq(worker_hb(w2, 4, 1, &unknown), 0, "%s", err);
     cr_assert(removed(987654));
     cr_assert_eq(wresp->new_tasks_count, 1, "its own task is still to start");
     cr_assert_eq(wresp->new_tasks[0].task_id, t2);
-    cr_assert_eq(job_state(j, c, 3), SL_JOB_RUNNING, "another worker cannot finish w1's task");
+    report(w1, t1, SL_TASK_RUNNING, NULL, 5);
+    cr_assert_eq(job_state(j, c, 6), SL_JOB_RUNNING);
 }
 
 /* ---- timeouts ---------------------------------------------------------- */
@@ -949,7 +973,7 @@ Test(state, job_without_clients_is_cancelled_after_gc_timeout)
     uint64_t c;
     uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
     uint64_t t = take_task(w, 1).task_id;
-    cr_assert_eq(sl_dstate_client_release(st, j, c, 10), 0);
+    cr_assert_eq(release(j, c, 10), 0);
 
     report(w, t, SL_TASK_RUNNING, NULL, 500);
     sl_dstate_tick(st, 510); /* idle 500 ms, not more */
@@ -986,7 +1010,7 @@ Test(state, client_joining_an_idle_job_saves_it)
     uint64_t ds = dataset(RANGE_SPEC(100));
     uint64_t c1;
     uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
-    cr_assert_eq(sl_dstate_client_release(st, j, c1, 0), 0);
+    cr_assert_eq(release(j, c1, 0), 0);
     sl_dstate_tick(st, 400);
     uint64_t c2;
     cr_assert_eq(job(ds, "train", SL_SHARDING_OFF, 450, &c2), j);
@@ -1001,14 +1025,14 @@ Test(state, release_ends_a_lease_and_unknown_ones_are_not_found)
     uint64_t c1, c2;
     uint64_t j = job(ds, "train", SL_SHARDING_OFF, 0, &c1);
     job(ds, "train", SL_SHARDING_OFF, 0, &c2);
-    cr_assert_eq(sl_dstate_client_release(st, j, c1, 1), 0);
+    cr_assert_eq(release(j, c1, 1), 0);
     cr_assert_eq(client_hb(j, c1, 2), SL_ENOTFOUND);
     cr_assert_eq(client_hb(j, c2, 2), 0, "the other lease stays: %s", err);
-    cr_assert_eq(sl_dstate_client_release(st, j, c1, 3), SL_ENOTFOUND);
-    cr_assert_eq(sl_dstate_client_release(st, j, 424242, 3), SL_ENOTFOUND);
-    cr_assert_eq(sl_dstate_client_release(st, j + 1000, c2, 3), SL_ENOTFOUND);
+    cr_assert_eq(release(j, c1, 3), SL_ENOTFOUND);
+    cr_assert_eq(release(j, 424242, 3), SL_ENOTFOUND);
+    cr_assert_eq(release(j + 1000, c2, 3), SL_ENOTFOUND);
     cr_assert_eq(client_hb(j + 1000, c2, 3), SL_ENOTFOUND);
-    cr_assert_eq(sl_dstate_client_release(st, j, c2, 4), 0);
+    cr_assert_eq(release(j, c2, 4), 0);
 }
 
 /* ---- workers ----------------------------------------------------------- */
@@ -1332,6 +1356,7 @@ Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
     sluice_GetOrCreateJobResponse r;
     cr_assert_eq(join(ds, "c", 1, 0, 0, "", 0, &r), 0, "%s", err);
     sluice_ClientHeartbeatRequest req = {.job_id = r.job_id, .client_id = r.client_id, .round = 100};
+    memcpy(req.client_secret, r.client_secret, sizeof req.client_secret);
     memset(cresp, 0, sizeof *cresp);
     cr_assert_eq(sl_dstate_client_heartbeat(st, &req, 1, cresp, err, sizeof err), 0);
     cr_assert_eq(cresp->round_horizon, 164);
@@ -1372,4 +1397,136 @@ Test(state, local_target_lists_only_workers_on_the_clients_host)
     cr_assert_eq(join(ds, NULL, 0, 0, SL_TARGET_ANY, "10.0.0.2", 0, &r), 0, "%s", err);
     cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
     cr_assert_eq(cresp->tasks_count, 2);
+}
+
+/* ---- ownership: ids are not capabilities -------------------------------- */
+
+/* A client request with a secret that is not the client's: SL_EPERM. */
+static int client_hb_with(uint64_t job_id, uint64_t client_id, const uint8_t secret[16], int64_t now)
+{
+    sluice_ClientHeartbeatRequest req = {.job_id = job_id, .client_id = client_id};
+    memcpy(req.client_secret, secret, sizeof req.client_secret);
+    memset(cresp, 0, sizeof *cresp);
+    err[0] = '\0';
+    return sl_dstate_client_heartbeat(st, &req, now, cresp, err, sizeof err);
+}
+
+Test(state, a_client_secret_is_handed_out_at_join_and_differs_by_client)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    sluice_GetOrCreateJobResponse a, b;
+    cr_assert_eq(join(ds, "train", 0, 0, 0, "", 0, &a), 0, "%s", err);
+    cr_assert_eq(join(ds, "train", 0, 0, 0, "", 0, &b), 0, "%s", err);
+    cr_assert_eq(a.job_id, b.job_id);
+    uint8_t want[16], zero[16] = {0};
+    sl_dstate_client_secret(st, a.job_id, a.client_id, want);
+    cr_assert_arr_eq(a.client_secret, want, 16);
+    cr_assert_arr_neq(a.client_secret, b.client_secret, 16);
+    cr_assert_arr_neq(a.client_secret, zero, 16);
+    /* Another dispatcher's secret makes other capabilities. */
+    sl_dstate_t *other = sl_dstate_new(sl_dstate_config(st));
+    cr_assert_not_null(other);
+    uint8_t theirs[16];
+    sl_dstate_client_secret(other, a.job_id, a.client_id, theirs);
+    cr_assert_arr_neq(theirs, want, 16);
+    sl_dstate_free(other);
+}
+
+/* Attack 8: a guessed secret neither renews nor ends another's lease. */
+Test(state, client_requests_with_a_wrong_secret_are_refused_and_change_nothing)
+{
+    start_default(); /* client_timeout_ms 200 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    sluice_GetOrCreateJobResponse r;
+    cr_assert_eq(join(ds, NULL, 0, 0, 0, "", 0, &r), 0, "%s", err);
+    take_task(w, 1);
+    uint8_t wrong[16] = {0};
+    cr_assert_eq(client_hb_with(r.job_id, r.client_id, wrong, 1), SL_EPERM);
+    cr_assert(strstr(err, "client_secret is not the one"), "%s", err);
+    cr_assert_eq(cresp->tasks_count, 0, "a refused heartbeat lists no task (and no key)");
+    /* Refused before any lookup: an unknown client is told the same. */
+    cr_assert_eq(client_hb_with(r.job_id, 999999, wrong, 1), SL_EPERM);
+    cr_assert_eq(client_hb_with(999999, r.client_id, wrong, 1), SL_EPERM);
+    /* Another client's secret is wrong too. */
+    sluice_GetOrCreateJobResponse other;
+    cr_assert_eq(join(ds, NULL, 0, 0, 0, "", 0, &other), 0, "%s", err);
+    cr_assert_eq(client_hb_with(r.job_id, r.client_id, other.client_secret, 1), SL_EPERM);
+
+    sluice_ReleaseClientRequest rel = {.job_id = r.job_id, .client_id = r.client_id};
+    cr_assert_eq(sl_dstate_client_release(st, &rel, 2, err, sizeof err), SL_EPERM);
+    cr_assert(strstr(err, "RELEASE_CLIENT refused"), "%s", err);
+    sluice_ReportReceivedRequest rep = {.job_id = r.job_id, .client_id = r.client_id, .report_gen = 1};
+    cr_assert_eq(sl_dstate_client_report(st, &rep, NULL, 0, 2, err, sizeof err), SL_EPERM);
+    cr_assert(strstr(err, "REPORT_RECEIVED refused"), "%s", err);
+
+    /* The real client is still there, and its lease was not renewed by
+     * the forged heartbeats: it expires from its own last one (join, 0). */
+    cr_assert_eq(client_hb_with(r.job_id, r.client_id, r.client_secret, 150), 0, "%s", err);
+    cr_assert_eq(cresp->job_state, SL_JOB_RUNNING);
+    cr_assert_eq(client_hb_with(r.job_id, r.client_id, wrong, 340), SL_EPERM);
+    sl_dstate_tick(st, 351);
+    cr_assert_eq(client_hb_with(r.job_id, r.client_id, r.client_secret, 351), SL_ENOTFOUND);
+    cr_assert(strstr(err, "expired"), "%s", err);
+}
+
+Test(state, task_keys_go_to_the_worker_and_the_clients_alike)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef d1 = take_task(w1, 1), d2 = take_task(w2, 1);
+    uint8_t want[16];
+    sl_dstate_task_key(st, d1.task_id, want);
+    cr_assert_arr_eq(d1.task_key, want, 16);
+    cr_assert_arr_neq(d1.task_key, d2.task_key, 16);
+    cr_assert_eq(client_hb(j, c, 2), 0, "%s", err);
+    cr_assert_eq(cresp->tasks_count, 2);
+    for (pb_size_t i = 0; i < cresp->tasks_count; i++) {
+        const sluice_TaskDef *d = cresp->tasks[i].task_id == d1.task_id ? &d1 : &d2;
+        cr_assert_arr_eq(cresp->tasks[i].task_key, d->task_key, 16);
+    }
+}
+
+/* Attacks 1 and 15: a worker asks only about its own tasks, the jobs it has
+ * a task of, the datasets its tasks read. */
+Test(state, a_worker_may_ask_only_about_what_its_tasks_are)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100)), unread = dataset(RANGE_SPEC(7));
+    uint64_t w1 = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
+    uint64_t w2 = worker("w:2", 0); /* joins mid-job: a task of it too */
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+    cr_assert_eq(sl_dstate_worker_may(st, w1, SL_DACCESS_TASK, t1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_worker_may(st, w1, SL_DACCESS_TASK, t2, err, sizeof err), SL_EPERM);
+    char want[128];
+    snprintf(want, sizeof want, "task %" PRIu64 " is not worker %" PRIu64 "'s", t2, w1);
+    cr_assert(strstr(err, want), "%s", err);
+    cr_assert_eq(sl_dstate_worker_may(st, w2, SL_DACCESS_JOB, j, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_worker_may(st, w2, SL_DACCESS_JOB, j + 1000, err, sizeof err), SL_EPERM);
+    cr_assert(strstr(err, "no task of that job"), "%s", err);
+    cr_assert_eq(sl_dstate_worker_may(st, w2, SL_DACCESS_DATASET, ds, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_worker_may(st, w2, SL_DACCESS_DATASET, unread, err, sizeof err), SL_EPERM);
+    cr_assert(strstr(err, "none of its tasks reads that dataset"), "%s", err);
+    /* A connection that registered no worker may ask nothing. */
+    cr_assert_eq(sl_dstate_worker_may(st, 0, SL_DACCESS_DATASET, ds, err, sizeof err), SL_EPERM);
+    cr_assert(strstr(err, "WORKER_REGISTER first"), "%s", err);
+    /* An unknown task is the request's to answer (SL_ENOTFOUND there). */
+    cr_assert_eq(sl_dstate_worker_may(st, w1, SL_DACCESS_TASK, 987654, err, sizeof err), 0);
+    /* A worker that registered again (declared lost, same address) may still
+     * ask about its old id's tasks while it unwinds them: they answer
+     * "finished", and its heartbeat drops them. */
+    cr_assert(sl_dstate_worker_disconnected(st, w1, "test"));
+    uint64_t w1b = worker("w:1", 2);
+    cr_assert_eq(sl_dstate_worker_may(st, w1b, SL_DACCESS_TASK, t1, err, sizeof err), 0, "%s", err);
+    report_t old = {t1, SL_TASK_RUNNING, NULL};
+    cr_assert_eq(worker_hb(w1b, 3, 1, &old), 0, "%s", err);
+    cr_assert(removed(t1));
+    /* But not about another live worker's. */
+    cr_assert_eq(sl_dstate_worker_may(st, w1b, SL_DACCESS_TASK, t2, err, sizeof err), SL_EPERM);
 }

@@ -1,0 +1,517 @@
+"""Roles and ownership (issue 15, attacks 1, 2, 3, 8 and 15; docs/security.md,
+"Ownership"): ids are not capabilities. Each test replays an attack against
+real daemons, speaking the wire protocol by hand over a raw socket, while a
+real trainer (sluice-cat) reads a job: the attack is refused with an error
+answer that says what was wrong, the daemons keep serving, and the trainer
+gets every element exactly once.
+
+The trainer is held mid-job without timing: its stdout is a pipe the test
+does not read until the attacks are done, so sluice-cat blocks writing once
+the pipe is full while its iterator thread keeps its lease (heartbeats), and
+the job stays RUNNING with most of its elements still to come."""
+import os
+import re
+import socket
+import struct
+import subprocess
+import tempfile
+import unittest
+import urllib.request
+
+from harness import Cluster, binary, child_env, get_json, parse_jsonl, values, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+ROLE_CLIENT, ROLE_WORKER, ROLE_DISPATCHER = 1, 2, 3
+SL_EPROTO, SL_ENOTFOUND, SL_EPERM = -5001, -5005, -5014
+
+# enum sl_msg_type (protocol/frame.h)
+ERROR = 1
+WORKER_REGISTER_REQ, WORKER_HEARTBEAT_REQ, GET_DATASET_REQ, GET_SPLIT_REQ = 2, 4, 6, 8
+REGISTER_DATASET_REQ, GET_OR_CREATE_JOB_REQ, CLIENT_HEARTBEAT_REQ, RELEASE_CLIENT_REQ = 10, 12, 14, 16
+GET_ELEMENT_REQ, REPORT_RECEIVED_REQ, GET_EXCLUSIONS_REQ = 18, 20, 22
+
+TASK_DONE, TASK_FAILED = 2, 3  # sl_task_state_t
+N = 300000                     # elements: far more than the pipe, the iterator and the workers hold
+SPEC = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": 100}]}
+
+
+def protocol_version():
+    with open(os.path.join(HERE, '..', '..', 'protocol', 'frame.h')) as f:
+        return int(re.search(r'#define SL_PROTOCOL_VERSION (\d+)', f.read()).group(1))
+
+
+def recv_exact(sock, n):
+    got = b''
+    while len(got) < n:
+        chunk = sock.recv(n - len(got))
+        if not chunk:
+            raise ConnectionError('the peer closed after %d of %d bytes' % (len(got), n))
+        got += chunk
+    return got
+
+
+def handshake(sock, role, peer_role):
+    """The connection's handshake as `role`, checking the peer answers as
+    `peer_role`: the one place in this file that knows its bytes."""
+    version = protocol_version()
+    sock.sendall(b'SLUC' + struct.pack('>HH', version, role))
+    got = recv_exact(sock, 8)
+    if got != b'SLUC' + struct.pack('>HH', version, peer_role):
+        raise AssertionError('unexpected handshake answer %r' % got)
+
+
+# ---- protobuf, by hand ----
+
+def enc_varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7f
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def fv(num, v):
+    """A varint field (left out at its default, as proto3 does)."""
+    return enc_varint(num << 3) + enc_varint(v) if v else b''
+
+
+def fb(num, b):
+    """A length-delimited field: bytes, a string, a message."""
+    b = b.encode() if isinstance(b, str) else b
+    return enc_varint(num << 3 | 2) + enc_varint(len(b)) + b
+
+
+def dec_varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7f) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def decode(msg):
+    """{field number: [values]}: ints for varints, bytes for the rest."""
+    out, i = {}, 0
+    while i < len(msg):
+        key, i = dec_varint(msg, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = dec_varint(msg, i)
+        elif wt == 2:
+            n, i = dec_varint(msg, i)
+            v, i = msg[i:i + n], i + n
+        elif wt == 1:
+            v, i = msg[i:i + 8], i + 8
+        elif wt == 5:
+            v, i = msg[i:i + 4], i + 4
+        else:
+            raise AssertionError('wire type %d' % wt)
+        out.setdefault(num, []).append(v)
+    return out
+
+
+def one(fields, num, default=0):
+    return fields.get(num, [default])[0]
+
+
+def error_of(msg):
+    f = decode(msg)
+    code = one(f, 1)
+    return (code - (1 << 64) if code >= 1 << 63 else code), one(f, 2, b'').decode()
+
+
+class Peer:
+    """A raw protocol connection: requests numbered from 1, answers matched by id."""
+
+    def __init__(self, port, role, peer_role):
+        self.sock = socket.create_connection(('127.0.0.1', port), timeout=30)
+        handshake(self.sock, role, peer_role)
+        self.next_id = 0
+
+    def send(self, msg_type, msg=b'', payload=b''):
+        self.next_id += 1
+        self.sock.sendall(struct.pack('>HHIII', msg_type, 0, self.next_id, len(msg), len(payload)) + msg + payload)
+        return self.next_id
+
+    def recv(self):
+        """(type, request_id, message, payload) of the next frame."""
+        t, _, rid, mlen, plen = struct.unpack('>HHIII', recv_exact(self.sock, 16))
+        msg = recv_exact(self.sock, mlen)
+        return t, rid, msg, recv_exact(self.sock, plen)
+
+    def call(self, msg_type, msg=b'', payload=b''):
+        rid = self.send(msg_type, msg, payload)
+        while True:
+            t, got, m, p = self.recv()
+            if got == rid:
+                return t, m, p
+            if got == 0:
+                raise AssertionError('connection-level error: %r' % (error_of(m),))
+
+    def refused(self, msg_type, msg=b'', payload=b''):
+        """The (code, message) of the error that answers the request."""
+        t, m, _ = self.call(msg_type, msg, payload)
+        if t != ERROR:
+            raise AssertionError('answered with type %d, not refused: %r' % (t, decode(m)))
+        return error_of(m)
+
+    def close(self):
+        self.sock.close()
+
+
+def metric(admin_port, name):
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^%s(?:\{[^}]*\})? (\S+)$' % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+class Trainer:
+    """sluice-cat reading SPEC to the end, held mid-job (see the top)."""
+
+    def __init__(self, cluster, args=()):
+        self.c = cluster
+        before = {j['id'] for j in get_json(cluster.dispatcher.admin_port, '/v1/jobs')['jobs']}
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cluster.cat_argv(SPEC, ['--sharding', 'dynamic'] + list(args)),
+                                     stdout=subprocess.PIPE, stderr=self.err, env=child_env())
+
+        def started():
+            for j in get_json(cluster.dispatcher.admin_port, '/v1/jobs')['jobs']:
+                if j['id'] in before or j['state'] != 'RUNNING':
+                    continue
+                job = get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])
+                # Its client joined, and a task has made batches (not
+                # every one need have: the trainer may be held before the
+                # last worker's first batch).
+                if job['consumers'] and any(t['batches'] > 0 for t in job['tasks']):
+                    return job
+            return None
+        self.job = wait_for(started, 'the trainer\'s job to run')
+
+    @property
+    def serving(self):
+        """A task its worker runs (it has made batches)."""
+        return next(t for t in self.job['tasks'] if t['batches'] > 0)
+
+    @property
+    def client_id(self):
+        return self.job['consumers'][0]['client_id']
+
+    def still_running(self):
+        job = get_json(self.c.dispatcher.admin_port, '/v1/jobs/%d' % self.job['id'])
+        return job['state'] == 'RUNNING' and [k['client_id'] for k in job['consumers']] == [self.client_id]
+
+    def finish(self, test):
+        """Reads the trainer to its end and checks it got 0..N-1 once each."""
+        out, _ = self.proc.communicate(timeout=600)
+        self.err.seek(0)
+        err = self.err.read().decode(errors='replace')
+        test.assertEqual(self.proc.returncode, 0, err[-3000:])
+        got = values(parse_jsonl(out.decode()), 'value')
+        test.assertEqual(len(got), N, 'elements lost or repeated')
+        test.assertEqual(sorted(got), list(range(N)))
+
+
+class Ownership(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix='sluice-root-')
+        # The attackers' connections send no heartbeats: a long worker
+        # timeout keeps them registered however slow the machine is.
+        cls.c = Cluster(workers=2, dispatcher_args=['--data-root', cls.root, '--worker-timeout-ms', '600000',
+                                                    '--client-timeout-ms', '600000'])
+        try:
+            cls.c.wait_workers_registered(2)
+        except BaseException:
+            cls.c.close()
+            raise
+        cls.fake = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        os.rmdir(cls.root)
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    @property
+    def disp(self):
+        return self.c.dispatcher
+
+    def fake_worker(self):
+        """A worker-role connection registered as a worker of its own, drained
+        (so the trainer's job gives it no task) before the trainer starts:
+        (peer, its worker id)."""
+        type(self).fake += 1
+        address = '127.0.0.1:%d' % type(self).fake  # nobody listens there
+        p = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
+        t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, address))
+        self.assertEqual(t, WORKER_REGISTER_REQ + 1, error_of(m) if t == ERROR else '')
+        wid = one(decode(m), 1)
+        req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (self.disp.admin_port, address),
+                                     method='POST')
+        urllib.request.urlopen(req, timeout=10).read()
+        return p, wid
+
+    def assert_refused(self, got, code, *texts):
+        self.assertEqual(got[0], code, got[1])
+        for text in texts:
+            self.assertIn(text, got[1])
+
+    def test_attack_1_get_split_of_another_workers_task(self):
+        fake, fake_id = self.fake_worker()
+        trainer = Trainer(self.c)
+        forbidden = metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total')
+        # Task ids counted up, as the attacker would (the admin view gives
+        # the real ones: the attack's best case).
+        for task in trainer.job['tasks']:
+            for seq in (0, 1, 1000):
+                req = fv(1, task['task_id']) + fv(3, 64) + fv(4, seq)
+                self.assert_refused(fake.refused(GET_SPLIT_REQ, req), SL_EPERM,
+                                    'task %d is not worker %d\'s' % (task['task_id'], fake_id))
+        # Without registering at all.
+        bare = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
+        self.assert_refused(bare.refused(GET_SPLIT_REQ, fv(1, trainer.job['tasks'][0]['task_id']) + fv(3, 64)),
+                            SL_EPERM, 'WORKER_REGISTER first')
+        bare.close()
+        self.assertGreaterEqual(metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total'),
+                                forbidden + 7)
+        self.assertTrue(trainer.still_running())
+        fake.close()
+        trainer.finish(self)
+
+    def test_attack_2_get_element_without_the_task_key(self):
+        trainer = Trainer(self.c)
+        task = trainer.serving
+        worker = next(w for w in self.c.workers if w.addr == task['worker_address'])
+        # The attacker's own job over the same dataset gives it real keys, of
+        # its own tasks: they open nothing else.
+        me = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        t, m, _ = me.call(GET_OR_CREATE_JOB_REQ, fv(1, trainer.job['dataset_id']))
+        self.assertEqual(t, GET_OR_CREATE_JOB_REQ + 1, error_of(m) if t == ERROR else '')
+        mine = decode(m)
+        my_job, my_client, my_secret = one(mine, 1), one(mine, 2), one(mine, 5, b'')
+        self.assertEqual(len(my_secret), 16)
+        t, m, _ = me.call(CLIENT_HEARTBEAT_REQ, fv(1, my_job) + fv(2, my_client) + fb(5, my_secret))
+        self.assertEqual(t, CLIENT_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
+        my_keys = [one(decode(ti), 7, b'') for ti in decode(m).get(1, [])]
+        self.assertTrue(my_keys and all(len(k) == 16 for k in my_keys), my_keys)
+
+        thief = Peer(worker.port, ROLE_CLIENT, ROLE_WORKER)
+        base = fv(1, task['task_id']) + fv(2, trainer.client_id)
+        for key in (None, bytes(16), my_keys[0], b'\x01' * 16):
+            with self.subTest(key=key):
+                req = base + (fb(7, key) if key is not None else b'')
+                self.assert_refused(thief.refused(GET_ELEMENT_REQ, req), SL_EPERM,
+                                    'task %d on worker %s: task_key is not the task\'s' % (task['task_id'],
+                                                                                          worker.addr))
+        # Coordinated-looking and provenance requests alike.
+        self.assert_refused(thief.refused(GET_ELEMENT_REQ, base + fv(3, 1) + fv(4, 5) + fv(6, 1)), SL_EPERM,
+                            'task_key')
+        # The connection stays: its next request is answered too.
+        self.assert_refused(thief.refused(GET_ELEMENT_REQ, base), SL_EPERM, 'nothing served')
+        thief.close()
+        self.assertTrue(trainer.still_running())
+        t, m, _ = me.call(RELEASE_CLIENT_REQ, fv(1, my_job) + fv(2, my_client) + fb(3, my_secret))
+        self.assertEqual(t, RELEASE_CLIENT_REQ + 1, error_of(m) if t == ERROR else '')
+        me.close()
+        trainer.finish(self)
+
+    def test_attack_3_forged_worker_heartbeats(self):
+        fake, fake_id = self.fake_worker()
+        trainer = Trainer(self.c)
+        victim = trainer.serving
+        status_done = fb(2, fv(1, victim['task_id']) + fv(2, TASK_DONE))
+        status_failed = fb(2, fv(1, victim['task_id']) + fv(2, TASK_FAILED) + fb(6, 'the attacker\'s text'))
+        # In the name of the real worker, over its own connection.
+        for status in (status_done, status_failed):
+            self.assert_refused(fake.refused(WORKER_HEARTBEAT_REQ, fv(1, victim['worker_id']) + status), SL_EPERM,
+                                'worker_id %d is not the worker registered over this connection (%d)'
+                                % (victim['worker_id'], fake_id))
+        # In its own name, reporting the real worker's task.
+        for status in (status_done, status_failed):
+            self.assert_refused(fake.refused(WORKER_HEARTBEAT_REQ, fv(1, fake_id) + status), SL_EPERM,
+                                'worker %d reported task %d, which is not one of its tasks'
+                                % (fake_id, victim['task_id']))
+        # Its own heartbeat is still answered (it has no task: drained).
+        t, m, _ = fake.call(WORKER_HEARTBEAT_REQ, fv(1, fake_id))
+        self.assertEqual(t, WORKER_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
+        # Over a connection that registered nothing.
+        bare = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
+        self.assert_refused(bare.refused(WORKER_HEARTBEAT_REQ, fv(1, victim['worker_id']) + status_done), SL_EPERM,
+                            'no worker registered over this connection')
+        bare.close()
+        # Over a client-role connection: the role table closes it.
+        client = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        client.send(WORKER_HEARTBEAT_REQ, fv(1, victim['worker_id']) + status_failed)
+        t, rid, m, _ = client.recv()
+        self.assertEqual((t, rid), (ERROR, 0))
+        self.assertEqual(error_of(m)[0], SL_EPROTO, error_of(m)[1])
+        client.close()
+        job = get_json(self.disp.admin_port, '/v1/jobs/%d' % trainer.job['id'])
+        self.assertEqual(job['state'], 'RUNNING', job)
+        self.assertEqual([k['state'] for k in job['tasks'] if k['task_id'] == victim['task_id']], ['RUNNING'])
+        fake.close()
+        trainer.finish(self)
+
+    def test_attack_8_client_requests_with_guessed_ids(self):
+        trainer = Trainer(self.c)
+        job_id, client_id = trainer.job['id'], trainer.client_id
+        attacker = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        # A secret of its own, from a job of its own: no key to another's.
+        t, m, _ = attacker.call(GET_OR_CREATE_JOB_REQ, fv(1, trainer.job['dataset_id']))
+        mine = decode(m)
+        my_secret = one(mine, 5, b'')
+        for secret in (None, bytes(16), my_secret):
+            with self.subTest(secret=secret):
+                s = fb(3, secret) if secret is not None else b''
+                self.assert_refused(attacker.refused(RELEASE_CLIENT_REQ, fv(1, job_id) + fv(2, client_id) + s),
+                                    SL_EPERM, 'RELEASE_CLIENT refused: client_secret is not the one job %d gave '
+                                    'client %d' % (job_id, client_id))
+                s = fb(5, secret) if secret is not None else b''
+                self.assert_refused(attacker.refused(CLIENT_HEARTBEAT_REQ, fv(1, job_id) + fv(2, client_id) + s),
+                                    SL_EPERM, 'CLIENT_HEARTBEAT refused')
+                self.assert_refused(attacker.refused(REPORT_RECEIVED_REQ, fv(1, job_id) + fv(2, client_id) +
+                                                     fv(3, 1) + fv(4, 1) + s), SL_EPERM, 'REPORT_RECEIVED refused')
+        # Guessed ids near the real ones are told the same, whether they exist or not.
+        for j, c in ((job_id, client_id + 1), (job_id + 1, client_id), (10 ** 9, 10 ** 9)):
+            self.assert_refused(attacker.refused(RELEASE_CLIENT_REQ, fv(1, j) + fv(2, c)), SL_EPERM,
+                                'client_secret is not the one job %d gave client %d' % (j, c))
+        self.assertTrue(trainer.still_running(), 'the trainer was released')
+        t, m, _ = attacker.call(RELEASE_CLIENT_REQ, fv(1, one(mine, 1)) + fv(2, one(mine, 2)) + fb(3, my_secret))
+        self.assertEqual(t, RELEASE_CLIENT_REQ + 1, error_of(m) if t == ERROR else '')
+        attacker.close()
+        trainer.finish(self)
+
+    def test_attack_15_dataset_specs_and_exclusions_of_others(self):
+        fake, fake_id = self.fake_worker()
+        trainer = Trainer(self.c)
+        ds = trainer.job['dataset_id']
+        for d in range(1, ds + 3):  # counted up
+            self.assert_refused(fake.refused(GET_DATASET_REQ, fv(1, d)), SL_EPERM,
+                                'dataset %d is not worker %d\'s: none of its tasks reads that dataset' % (d, fake_id))
+        self.assert_refused(fake.refused(GET_EXCLUSIONS_REQ, fv(1, trainer.job['id'])), SL_EPERM,
+                            'job %d is not worker %d\'s: it has no task of that job' % (trainer.job['id'], fake_id))
+        bare = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
+        self.assert_refused(bare.refused(GET_DATASET_REQ, fv(1, ds)), SL_EPERM, 'WORKER_REGISTER first')
+        bare.close()
+        # A client may not ask at all (the role table).
+        client = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        client.send(GET_DATASET_REQ, fv(1, ds))
+        t, rid, m, _ = client.recv()
+        self.assertEqual((t, rid, error_of(m)[0]), (ERROR, 0, SL_EPROTO))
+        client.close()
+        self.assertTrue(trainer.still_running())
+        fake.close()
+        trainer.finish(self)
+
+    def test_attack_15_glob_errors_do_not_tell_what_exists_outside_the_root(self):
+        outside = tempfile.mkdtemp(prefix='sluice-outside-')
+        try:
+            with open(os.path.join(outside, 'secret.txt'), 'w') as f:
+                f.write('x\n')
+            p = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+            answers = {}
+            for name, pattern in (('exists', outside + '/secret.txt'), ('missing', outside + '/nothing.txt'),
+                                  ('exists-via-dotdot', self.root + '/..' + outside + '/secret.txt'),
+                                  ('missing-via-dotdot', self.root + '/..' + outside + '/nothing.txt'),
+                                  ('exists-glob', outside + '/s*.txt'), ('missing-glob', outside + '/n*.txt'),
+                                  ('missing-inside', self.root + '/nothing.txt')):
+                spec = '{"source": {"type": "text_lines", "files": ["%s"]}}' % pattern
+                code, text = p.refused(REGISTER_DATASET_REQ, b'', spec.encode())
+                self.assertIn(pattern, text)
+                answers[name] = (code, text.replace(pattern, 'P'))
+            p.close()
+            self.assertEqual(len(set(answers.values())), 1, answers)
+            code, text = answers['exists']
+            self.assertIn('P matches no file, or a file outside every --data-root (%s)' % os.path.realpath(self.root),
+                          text)
+            self.assertTrue(self.disp.alive())
+        finally:
+            os.unlink(os.path.join(outside, 'secret.txt'))
+            os.rmdir(outside)
+
+    def test_checkpoint_and_restore_get_a_new_secret_and_every_element_once(self):
+        ckpt = os.path.join(self.c.dir, 'ckpt')
+        rc, first, err = self.c.cat(SPEC, ['--sharding', 'dynamic', '--limit', '40', '--checkpoint-out', ckpt])
+        self.assertEqual(rc, 0, err)
+        rc, rest, err = self.c.cat(SPEC, ['--sharding', 'dynamic', '--resume-from', ckpt])
+        self.assertEqual(rc, 0, err)
+        got = values(first, 'value') + values(rest, 'value')
+        self.assertEqual(sorted(got), list(range(N)))
+
+
+class WorkerBeforeRegistration(unittest.TestCase):
+    """A worker serves no client before the dispatcher accepted it: it has no
+    task (tasks, and their keys, come only in the dispatcher's heartbeat
+    answers), so every GET_ELEMENT is answered SL_ENOTFOUND."""
+
+    def test_a_worker_that_never_registered_serves_nothing(self):
+        c = Cluster()
+        try:
+            # A dispatcher address where nobody listens: it never registers.
+            s = socket.socket()
+            s.bind(('127.0.0.1', 0))
+            nowhere = '127.0.0.1:%d' % s.getsockname()[1]
+            s.close()
+            w = c._start([binary('sluice-workerd'), '--dispatcher', nowhere, '--port', '0', '--admin-port', '0'],
+                         'lonely')
+            p = Peer(w.port, ROLE_CLIENT, ROLE_WORKER)
+            for task in (1, 2, 3, 1000):
+                code, text = p.refused(GET_ELEMENT_REQ, fv(1, task) + fb(7, bytes(16)))
+                self.assertEqual(code, SL_ENOTFOUND, text)
+                self.assertIn('task %d is not on worker' % task, text)
+            p.close()
+            self.assertTrue(w.alive())
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {})
+
+
+
+class WorkerIdsAreNotCapabilities(unittest.TestCase):
+    """WORKER_REGISTER with a live worker's id resumes it only when no other
+    open connection holds that id: a stranger naming it gets an id of its
+    own, never the worker's tasks and keys."""
+
+    def test_a_registered_workers_id_is_not_resumed_over_another_connection(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            real = get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]
+            p = Peer(c.dispatcher.port, ROLE_WORKER, ROLE_DISPATCHER)
+            t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, real['address']) + fv(3, real['id']))
+            self.assertEqual(t, WORKER_REGISTER_REQ + 1, error_of(m) if t == ERROR else '')
+            got = one(decode(m), 1)
+            self.assertNotEqual(got, real['id'])
+            # Its heartbeat in the real worker's name is refused.
+            self.assert_perm(p.refused(WORKER_HEARTBEAT_REQ, fv(1, real['id'])))
+            p.close()
+            # The real worker registers again and serves on.
+            wait_for(lambda: any(w['state'] == 'LIVE' and w['address'] == real['address'] and w['id'] not in
+                                 (real['id'], got) for w in get_json(c.dispatcher.admin_port, '/v1/workers')['workers']),
+                     'the real worker to register again')
+            rc, batches, err = c.cat({"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch",
+                                                                                        "batch_size": 100}]},
+                                     ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches, 'value')), list(range(1000)))
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {})
+
+    def assert_perm(self, got):
+        self.assertEqual(got[0], SL_EPERM, got[1])
+        self.assertIn('is not the worker registered over this connection', got[1])
+
+
+if __name__ == '__main__':
+    unittest.main()
