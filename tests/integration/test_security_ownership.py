@@ -19,6 +19,7 @@ import unittest
 import urllib.request
 
 from harness import Cluster, binary, child_env, get_json, parse_jsonl, values, wait_for
+from test_wire_errors import HELLO_LEN, hello
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,11 +37,6 @@ N = 300000                     # elements: far more than the pipe, the iterator 
 SPEC = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": 100}]}
 
 
-def protocol_version():
-    with open(os.path.join(HERE, '..', '..', 'protocol', 'frame.h')) as f:
-        return int(re.search(r'#define SL_PROTOCOL_VERSION (\d+)', f.read()).group(1))
-
-
 def recv_exact(sock, n):
     got = b''
     while len(got) < n:
@@ -54,10 +50,9 @@ def recv_exact(sock, n):
 def handshake(sock, role, peer_role):
     """The connection's handshake as `role`, checking the peer answers as
     `peer_role`: the one place in this file that knows its bytes."""
-    version = protocol_version()
-    sock.sendall(b'SLUC' + struct.pack('>HH', version, role))
-    got = recv_exact(sock, 8)
-    if got != b'SLUC' + struct.pack('>HH', version, peer_role):
+    sock.sendall(hello(role))
+    got = recv_exact(sock, HELLO_LEN)
+    if got[:8] != hello(peer_role)[:8]:
         raise AssertionError('unexpected handshake answer %r' % got)
 
 
