@@ -1087,7 +1087,8 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&it->mu);
-    rc = sl__ledger_checkpoint(&it->ledger, it->dataset_id, out, len, it->err, sizeof it->err);
+    rc = sl__ledger_checkpoint(&it->ledger, it->dataset_id, it->auth.token, it->auth.token_len, out, len, it->err,
+                               sizeof it->err);
     pthread_mutex_unlock(&it->mu);
     return rc;
 }
@@ -1106,8 +1107,8 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
     uint8_t *positions = NULL;
     size_t positions_len = 0;
     if (rc == 0)
-        rc = sl__checkpoint_read(ckpt, len, dataset_id, sl__ledger_max_runs(opts), &positions, &positions_len, err,
-                                 sizeof err);
+        rc = sl__checkpoint_read(ckpt, len, dataset_id, c->auth.token, c->auth.token_len, sl__ledger_max_runs(opts),
+                                 &positions, &positions_len, err, sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;

@@ -2,10 +2,16 @@
 #include "ledger.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include "errbuf.h"
 #include "le.h"
@@ -15,15 +21,40 @@
 #define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into got at once */
 
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller. Version 2 (written): u64 the number of
- * positions, then their runs in provwire.h's compact form, about 3 bytes a
- * run where posset.h's version 1 bytes take 24 (a shuffle leaves thousands
- * of short runs near the stream's front). Version 1 (still read): posset.h's
- * bytes. */
+ * the positions given to the caller. Version 3 (written): u32 flags
+ * (CKPT_MAC), u32 0, then as version 2, then a 32-byte tag over all that
+ * comes before it: HMAC-SHA256 under the cluster token when the client has
+ * one (CKPT_MAC), else SHA-256. Version 2 (read only without a token): u64
+ * the number of positions, then their runs in provwire.h's compact form,
+ * about 3 bytes a run where posset.h's version 1 bytes take 24 (a shuffle
+ * leaves thousands of short runs near the stream's front). Version 1 (read
+ * only without a token): posset.h's bytes. */
 #define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
+#define CKPT_V2 2
 #define CKPT_V1 1
 #define CKPT_HEADER 16
+#define CKPT_V3_FLAGS 8 /* flags and a reserved u32 after the header */
+#define CKPT_TAG 32
+#define CKPT_MAC 1u
+
+/* The tag of a version 3 checkpoint's bytes before it: HMAC-SHA256 under
+ * key over a label and the bytes, or SHA-256 without a key. @return 0 or -ENOMEM */
+static int ckpt_tag(const uint8_t *key, size_t key_len, const uint8_t *p, size_t len, uint8_t tag[CKPT_TAG])
+{
+    static const char label[] = "sluice checkpoint v3";
+    if (key_len == 0)
+        return SHA256(p, len, tag) ? 0 : -ENOMEM;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0), OSSL_PARAM_construct_end()};
+    size_t n = 0;
+    int ok = ctx && EVP_MAC_init(ctx, key, key_len, params) && EVP_MAC_update(ctx, (const uint8_t *)label, sizeof label) &&
+             EVP_MAC_update(ctx, p, len) && EVP_MAC_final(ctx, tag, &n, CKPT_TAG) && n == CKPT_TAG;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -ENOMEM;
+}
 
 size_t sl__ledger_max_runs(const sl_iterator_opts_t *opts)
 {
@@ -176,8 +207,8 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
     return rc == 0 && k > 0 ? sl_posset_add_many(set, *scratch, k) : rc;
 }
 
-int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, uint8_t **out, size_t *len, char *err,
-                          size_t errlen)
+int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *key, size_t key_len, uint8_t **out,
+                          size_t *len, char *err, size_t errlen)
 {
     *out = NULL;
     *len = 0;
@@ -197,24 +228,32 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, uint8_t **out, si
     size_t n = 0;
     if (rc == 0 && all.num > 0)
         rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
-    uint8_t *buf = rc == 0 ? malloc(CKPT_HEADER + 8 + n) : NULL;
+    size_t body = CKPT_HEADER + CKPT_V3_FLAGS + 8 + n;
+    uint8_t *buf = rc == 0 ? malloc(body + CKPT_TAG) : NULL;
     if (rc == 0 && !buf)
         rc = -ENOMEM;
     if (rc == 0) {
         memcpy(buf, CKPT_MAGIC, 4);
         sl_put_le32(buf + 4, CKPT_VERSION);
         sl_put_le64(buf + 8, dataset_id);
-        sl_put_le64(buf + CKPT_HEADER, sl_posset_size(&all));
+        sl_put_le32(buf + CKPT_HEADER, key_len > 0 ? CKPT_MAC : 0);
+        sl_put_le32(buf + CKPT_HEADER + 4, 0);
+        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, sl_posset_size(&all));
         if (n > 0)
-            memcpy(buf + CKPT_HEADER + 8, runs, n);
+            memcpy(buf + CKPT_HEADER + CKPT_V3_FLAGS + 8, runs, n);
+        rc = ckpt_tag(key, key_len, buf, body, buf + body);
+    }
+    if (rc == 0) {
         *out = buf;
-        *len = CKPT_HEADER + 8 + n;
+        *len = body + CKPT_TAG;
     } else if (rc == -ENOSPC) {
         rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
                      l->max_runs);
     } else {
         rc = sl_errf(err, errlen, rc, "checkpoint: %s", sl_strerror(rc));
     }
+    if (rc < 0)
+        free(buf);
     free(runs);
     sl_posset_clear(&all);
     return rc;
@@ -261,24 +300,67 @@ static int v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t *
     return rc;
 }
 
-int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, size_t max_runs, uint8_t **posset,
-                        size_t *posset_len, char *err, size_t errlen)
+int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, char *err, size_t errlen)
 {
     *posset = NULL;
     *posset_len = 0;
     if (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
     uint32_t version = sl_get_le32(ckpt + 4);
-    if (version != CKPT_VERSION && version != CKPT_V1)
-        return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d and %d",
+    if (version != CKPT_VERSION && version != CKPT_V2 && version != CKPT_V1)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d to %d",
                        (unsigned)version, CKPT_V1, CKPT_VERSION);
+    if (version == CKPT_VERSION) {
+        /* The tag first: nothing of a damaged or forged checkpoint is used. */
+        if (len < CKPT_HEADER + CKPT_V3_FLAGS + CKPT_TAG)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes)", len);
+        uint32_t flags = sl_get_le32(ckpt + CKPT_HEADER);
+        bool mac = flags & CKPT_MAC;
+        if (mac && key_len == 0)
+            return sl_errf(err, errlen, SL_EDATA,
+                           "checkpoint: it was made with a cluster token (its integrity tag is a MAC), or it is "
+                           "damaged: restore it with the same --auth-token-file");
+        /* Without a MAC the tag is SHA-256, which anyone can check. */
+        uint8_t tag[CKPT_TAG];
+        size_t body = len - CKPT_TAG;
+        if (ckpt_tag(mac ? key : NULL, mac ? key_len : 0, ckpt, body, tag) < 0)
+            return sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
+        if (CRYPTO_memcmp(tag, ckpt + body, CKPT_TAG) != 0)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: it is damaged: its %s does not match its bytes%s",
+                           mac ? "MAC" : "SHA-256 checksum", mac ? " (or it was made with another cluster token)" : "");
+        if (!mac && key_len > 0)
+            return sl_errf(err, errlen, SL_EDATA,
+                           "checkpoint: it was made without a cluster token, and this client has one: a client "
+                           "with a token restores only checkpoints MAC'd with it");
+        if ((flags & ~CKPT_MAC) != 0 || sl_get_le32(ckpt + CKPT_HEADER + 4) != 0)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: unknown flags %#x (a newer library wrote it)",
+                           (unsigned)flags);
+    } else if (key_len > 0) {
+        return sl_errf(err, errlen, SL_EDATA,
+                       "checkpoint: version %u carries no integrity tag; a client with a cluster token restores "
+                       "only version %d checkpoints MAC'd with it",
+                       (unsigned)version, CKPT_VERSION);
+    }
     uint64_t ds = sl_get_le64(ckpt + 8);
     if (ds != dataset_id)
         return sl_errf(err, errlen, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
                        ds, dataset_id);
     if (version == CKPT_VERSION)
+        return v2_positions(ckpt + CKPT_HEADER + CKPT_V3_FLAGS, len - CKPT_HEADER - CKPT_V3_FLAGS - CKPT_TAG, max_runs,
+                            posset, posset_len, err, errlen);
+    if (version == CKPT_V2)
         return v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, max_runs, posset, posset_len, err, errlen);
-    /* Version 1: posset bytes as they are, checked by the restore. */
+    /* Version 1: posset bytes as they are, checked here as the restore
+     * will (a version 3 checkpoint whose version bits were damaged into 1
+     * must not pass this function). */
+    sl_posset_t check;
+    sl_posset_init(&check, max_runs);
+    char why[256];
+    int rc = sl_posset_decode(&check, ckpt + CKPT_HEADER, len - CKPT_HEADER, why, sizeof why);
+    sl_posset_clear(&check);
+    if (rc < 0)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: version 1 positions: %s", why);
     if (!(*posset = malloc(len - CKPT_HEADER > 0 ? len - CKPT_HEADER : 1)))
         return sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
     memcpy(*posset, ckpt + CKPT_HEADER, len - CKPT_HEADER);

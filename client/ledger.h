@@ -80,23 +80,28 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
 
 /**
- * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 2, u64
- * dataset id, u64 the number of positions, then their runs in provwire.h's
- * compact form (little-endian).
+ * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 3, u64
+ * dataset id, u32 flags, u32 0, u64 the number of positions, their runs in
+ * provwire.h's compact form (little-endian), then a 32-byte tag over all
+ * of it: HMAC-SHA256 under key (the cluster token) when key_len > 0, else
+ * SHA-256 (docs/fault-tolerance.md).
  * @param[out] out the bytes, malloc'd
  * @return 0, or SL_ETOOBIG / -ENOMEM with a message in err
  */
-int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, uint8_t **out, size_t *len, char *err,
-                          size_t errlen);
+int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *key, size_t key_len, uint8_t **out,
+                          size_t *len, char *err, size_t errlen);
 
 /**
- * Reads a checkpoint: checks its header (and that it is of dataset_id) and
- * turns its positions into posset bytes (version 1 holds them as they are),
- * which the restore sends the dispatcher; at most max_runs runs.
+ * Reads a checkpoint: checks its tag under key (a MAC with a cluster token,
+ * a SHA-256 checksum without) before anything else, its header (and that
+ * it is of dataset_id), and turns its positions into posset bytes (version
+ * 1 holds them as they are), which the restore sends the dispatcher; at
+ * most max_runs runs. Versions 1 and 2 (no tag) are read only without a
+ * key.
  * @param[out] posset the bytes, malloc'd
  * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
  */
-int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, size_t max_runs, uint8_t **posset,
-                        size_t *posset_len, char *err, size_t errlen);
+int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, char *err, size_t errlen);
 
 #endif

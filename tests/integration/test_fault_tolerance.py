@@ -311,8 +311,9 @@ class Checkpoints(ThreeWorkers):
         self.assertIn('checkpoint of dataset', err)
 
     def test_a_version_1_checkpoint_still_resumes(self):
-        # Checkpoints are written in version 2 (compact runs); one written
-        # by an earlier library (version 1: posset bytes) must still resume.
+        # Checkpoints are written in version 3 (compact runs and an
+        # integrity tag); one written by an earlier library (version 1:
+        # posset bytes) must still resume, by a client without a token.
         # Made by hand: the dataset id of a real checkpoint, then positions
         # [0, 300) of epoch 0 of the range as one run.
         import struct
@@ -321,10 +322,10 @@ class Checkpoints(ThreeWorkers):
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path])
         self.assertEqual(rc, 0, err)
         with open(path, 'rb') as f:
-            v2 = f.read()
-        self.assertEqual(v2[:4], b'SLCK')
-        self.assertEqual(struct.unpack_from('<I', v2, 4)[0], 2, 'checkpoints are written in version 2')
-        dataset_id = struct.unpack_from('<Q', v2, 8)[0]
+            v3 = f.read()
+        self.assertEqual(v3[:4], b'SLCK')
+        self.assertEqual(struct.unpack_from('<I', v3, 4)[0], 3, 'checkpoints are written in version 3')
+        dataset_id = struct.unpack_from('<Q', v3, 8)[0]
         positions = b'SLPS' + struct.pack('<IQ', 1, 1) + struct.pack('<IIQQ', 0, 0, 0, 300)
         with open(path, 'wb') as f:
             f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + positions)
@@ -333,16 +334,21 @@ class Checkpoints(ThreeWorkers):
         self.assertEqual(sorted(values(batches, 'value')), list(range(300, 1000)))
         # An unknown version is refused by name.
         with open(path, 'wb') as f:
-            f.write(b'SLCK' + struct.pack('<IQ', 3, dataset_id) + positions)
+            f.write(b'SLCK' + struct.pack('<IQ', 4, dataset_id) + positions)
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])
         self.assertNotEqual(rc, 0)
-        self.assertIn('checkpoint: version 3, this library reads versions 1 and 2', err)
-        # A version 2 checkpoint cut short is refused, not half read.
-        with open(path, 'wb') as f:
-            f.write(v2[:-1])
-        rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])
-        self.assertNotEqual(rc, 0)
-        self.assertIn('checkpoint: its positions: ', err)
+        self.assertIn('checkpoint: version 4, this library reads versions 1 to 3', err)
+        # A version 3 checkpoint cut short, or with one bit flipped (attack
+        # 16 of issue 15: a flip once gave 10,000 duplicates), is refused
+        # by its checksum, not half read.
+        for damaged, what in ((v3[:-1], 'cut short'), (v3[:20] + bytes([v3[20] ^ 4]) + v3[21:], 'a bit flipped'),
+                              (v3[:-5] + bytes([v3[-5] ^ 1]) + v3[-4:], 'a bit of the checksum flipped')):
+            with self.subTest(what):
+                with open(path, 'wb') as f:
+                    f.write(damaged)
+                rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])
+                self.assertNotEqual(rc, 0)
+                self.assertIn('checkpoint: it is damaged: its SHA-256 checksum does not match its bytes', err)
 
 
 class StoreFillsWhileServing(unittest.TestCase):

@@ -3,6 +3,7 @@ the connection limits (attacks 10, 11 and 14) against a dispatcher and a
 worker that must keep serving. docs/security.md says what each case checks."""
 import os
 import re
+import shutil
 import resource
 import socket
 import struct
@@ -86,6 +87,7 @@ class Token(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
         bad = cls.c.close()
         if bad:
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)
@@ -162,6 +164,7 @@ class Tls(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
         bad = cls.c.close()
         if bad:
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)

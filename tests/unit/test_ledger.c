@@ -33,8 +33,9 @@ static void checkpoint_set(sl_ledger_t *l, sl_posset_t *out)
     uint8_t *ckpt = NULL, *posset = NULL;
     size_t len = 0, plen = 0;
     char err[300];
-    cr_assert_eq(sl__ledger_checkpoint(l, 42, &ckpt, &len, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, l->max_runs, &posset, &plen, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_checkpoint(l, 42, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, l->max_runs, &posset, &plen, err, sizeof err), 0, "%s",
+                 err);
     sl_posset_init(out, l->max_runs);
     cr_assert_eq(sl_posset_decode(out, posset, plen, err, sizeof err), 0, "%s", err);
     free(ckpt);
@@ -143,7 +144,7 @@ Test(ledger, past_its_bound_it_says_so_and_takes_no_checkpoint)
     uint8_t *ckpt = NULL;
     size_t len = 0;
     char err[300] = "";
-    cr_assert_eq(sl__ledger_checkpoint(&l, 1, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
+    cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
     cr_assert_null(ckpt);
     cr_assert(strstr(err, "more than 10 runs") && strstr(err, "max_ledger_runs"), "%s", err);
     sl_posset_t set;
@@ -161,7 +162,7 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     uint8_t *ckpt;
     size_t len;
     char err[300];
-    cr_assert_eq(sl__ledger_checkpoint(&l, 5, &ckpt, &len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_checkpoint(&l, 5, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
     uint8_t *pos;
     size_t plen;
     struct {
@@ -174,16 +175,17 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     } bad[] = {
         {"another dataset", 0, 'S', 0, 6, "checkpoint of dataset 5, restored over dataset 6"},
         {"not a checkpoint", 0, 'X', 0, 5, "not a Sluice iterator checkpoint"},
-        {"a later version", 4, 3, 0, 5, "version 3"},
+        {"a later version", 4, 4, 0, 5, "version 4"},
         {"cut short", 0, 'S', 20, 5, "checkpoint"},
+        {"a position changed", 40, 0x7f, 0, 5, "damaged: its SHA-256 checksum does not match"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint8_t *c = malloc(len);
         memcpy(c, ckpt, len);
         c[bad[i].at] = bad[i].byte;
         err[0] = '\0';
-        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, 100, &pos, &plen, err,
-                                     sizeof err);
+        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, NULL, 0, 100, &pos, &plen,
+                                     err, sizeof err);
         cr_assert_lt(rc, 0, "%s: accepted", bad[i].what);
         cr_assert(strstr(err, bad[i].says), "%s: \"%s\" does not say \"%s\"", bad[i].what, err, bad[i].says);
         cr_assert_null(pos);
@@ -191,4 +193,81 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     }
     free(ckpt);
     sl__ledger_free(&l);
+}
+
+/* A large checkpoint of a shuffled stream (thousands of runs), for the
+ * integrity tests below. */
+static void shuffled_checkpoint(const uint8_t *key, size_t key_len, uint8_t **ckpt, size_t *len)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1u << 16);
+    enum { N = 3000 };
+    static sl_provenance_run_t runs[N];
+    for (int i = 0; i < N; i++)
+        runs[i] = (sl_provenance_run_t){0, (uint32_t)(i % 7), (uint64_t)i * 3, 1 + (uint64_t)(i % 2)};
+    give(&l, runs, N, NULL, 0, true);
+    char err[300];
+    cr_assert_eq(sl__ledger_checkpoint(&l, 9, key, key_len, ckpt, len, err, sizeof err), 0, "%s", err);
+    sl__ledger_free(&l);
+}
+
+/* Attack 16: a bit flipped anywhere is refused before anything is used.
+ * Every bit of the first and last 512 bytes, and every 13th bit between. */
+Test(ledger, every_flipped_bit_is_refused)
+{
+    static const uint8_t key[] = "0123456789abcdef-cluster-token";
+    for (int keyed = 0; keyed < 2; keyed++) {
+        uint8_t *ckpt;
+        size_t len;
+        shuffled_checkpoint(keyed ? key : NULL, keyed ? sizeof key - 1 : 0, &ckpt, &len);
+        cr_assert_gt(len, 4096, "a checkpoint of many runs");
+        uint8_t *c = malloc(len);
+        size_t tried = 0;
+        for (size_t bit = 0; bit < len * 8; bit++) {
+            size_t byte = bit / 8;
+            if (byte >= 512 && byte < len - 512 && bit % 13 != 0)
+                continue;
+            memcpy(c, ckpt, len);
+            c[byte] ^= (uint8_t)(1u << (bit % 8));
+            uint8_t *pos = NULL;
+            size_t plen;
+            char err[300] = "";
+            int rc = sl__checkpoint_read(c, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
+                                         &plen, err, sizeof err);
+            cr_assert_lt(rc, 0, "bit %zu of %zu flipped (%s): accepted", bit, len * 8, keyed ? "MAC" : "checksum");
+            cr_assert_null(pos);
+            tried++;
+        }
+        uint8_t *pos = NULL;
+        size_t plen;
+        char err[300] = "";
+        cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
+                                         &plen, err, sizeof err),
+                     0, "the checkpoint itself: %s", err);
+        free(pos);
+        cr_assert_gt(tried, 8000);
+        free(c);
+        free(ckpt);
+    }
+}
+
+Test(ledger, a_mac_needs_the_same_token)
+{
+    static const uint8_t a[] = "token-a-0123456789", b[] = "token-b-0123456789";
+    uint8_t *ckpt, *pos = NULL;
+    size_t len, plen;
+    char err[300];
+    shuffled_checkpoint(a, sizeof a - 1, &ckpt, &len);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, b, sizeof b - 1, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "another cluster token"), "%s", err);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, NULL, 0, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "made with a cluster token"), "%s", err);
+    free(ckpt);
+    /* A checkpoint without a MAC could be forged by anyone: a client with a
+     * token refuses it. */
+    shuffled_checkpoint(NULL, 0, &ckpt, &len);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, a, sizeof a - 1, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "made without a cluster token"), "%s", err);
+    cr_assert_null(pos);
+    free(ckpt);
 }
