@@ -141,8 +141,13 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         if (excl) {
             int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
                                             &end, &skips);
-            if (rc == 1) { /* every record of it was consumed already */
-                j->split_next = end;
+            if (rc == 1) {
+                /* Every record of it was consumed already: step past the
+                 * whole run of consumed records at once, not a split at a
+                 * time (a checkpoint's one run over 2^62 records would
+                 * otherwise hold the loop for hours). */
+                uint64_t to = sl_posset_covered_to(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin);
+                j->split_next = to > end ? (to < total ? to : total) : end;
                 j->cursor_dirty = true;
                 continue;
             }

@@ -428,6 +428,15 @@ uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, ui
     return n;
 }
 
+uint64_t sl_posset_covered_to(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    size_t i = lower(s, epoch, file, pos + 1);
+    if (i < s->num && cmp_key(&s->runs[i], epoch, file) == 0 && s->runs[i].begin <= pos &&
+        s->runs[i].begin + s->runs[i].count > pos)
+        return s->runs[i].begin + s->runs[i].count;
+    return pos;
+}
+
 size_t sl_posset_within(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
                         sl_posrun_t *out, size_t max)
 {

@@ -84,6 +84,13 @@ uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, ui
 size_t sl_posset_within(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
                         sl_posrun_t *out, size_t max);
 
+/**
+ * @return the first position of (epoch, file) at pos or after that is not
+ * in the set: pos when pos is not in it, else the end of the run that holds
+ * it (runs are coalesced). O(log runs), whatever the run's length.
+ */
+uint64_t sl_posset_covered_to(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos);
+
 /** @return the number of positions in the set */
 uint64_t sl_posset_size(const sl_posset_t *s);
 

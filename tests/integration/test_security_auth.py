@@ -340,5 +340,43 @@ class Limits(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+class HugeCheckpoint(unittest.TestCase):
+    """Attack 5: a hand-made checkpoint whose one run covers a range of
+    2^62 elements once held the dispatcher's loop for over 11 minutes,
+    stepping over the consumed range a split at a time."""
+
+    def test_one_run_over_two_to_the_62_is_stepped_over_at_once(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 1 << 62}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            path = os.path.join(c.dir, 'ckpt')
+            rc, _, err = c.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path],
+                               fmt='count')
+            self.assertEqual(rc, 0, err)
+            with open(path, 'rb') as f:
+                dataset_id = struct.unpack_from('<Q', f.read(), 8)[0]
+            # Version 1 (a position set as it is), one run: epoch 0, file 0,
+            # records [0, 2^62).
+            positions = b'SLPS' + struct.pack('<IQ', 1, 1) + struct.pack('<IIQQ', 0, 0, 0, 1 << 62)
+            with open(path, 'wb') as f:
+                f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + positions)
+            p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--resume-from', path], 'count'),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            try:
+                # The dispatcher answers its probes while the job runs out.
+                self.assertEqual(get_json(c.dispatcher.admin_port, '/healthz')['status'], 'ok')
+                _, err = p.communicate(timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn('"elements": 0', err, 'every element was in the checkpoint')
+            self.assertEqual(get_json(c.dispatcher.admin_port, '/healthz')['status'], 'ok')
+        finally:
+            self.assertEqual(c.close(), {})
+
+
 if __name__ == '__main__':
     unittest.main()

@@ -335,3 +335,22 @@ Test(posset, add_many_takes_provenance_runs_and_refuses_what_does_not_fit)
     cr_assert_eq(sl_posset_add_many(&s, NULL, 0), 0);
     sl_posset_clear(&s);
 }
+
+/* What handout.c steps over at once: the end of the run that holds a
+ * position, however long (attack 5 of issue 15: one run of 2^62). */
+Test(posset, covered_to_is_the_end_of_the_run_that_holds_a_position)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 16);
+    cr_assert_eq(sl_posset_add(&s, 0, 0, 0, 1ull << 62, NULL), 0);
+    cr_assert_eq(sl_posset_add(&s, 0, 1, 100, 50, NULL), 0);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 0, 0), 1ull << 62);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 0, 12345), 1ull << 62);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 0, 1ull << 62), 1ull << 62, "not in the set: itself");
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 1, 99), 99);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 1, 100), 150);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 1, 149), 150);
+    cr_assert_eq(sl_posset_covered_to(&s, 0, 1, 150), 150);
+    cr_assert_eq(sl_posset_covered_to(&s, 1, 0, 5), 5, "another epoch");
+    sl_posset_clear(&s);
+}
