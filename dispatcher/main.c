@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384)\n"
+            "  --max-exclude-total-runs N  runs of restored checkpoints' positions all running\n"
+            "                           jobs hold together (8388608; memory, and the state store)\n"
             "  --max-exclude-runs N     runs of positions a restored checkpoint or a client's\n"
             "                           report may hold (2097152, the most; 24 bytes a run)\n"
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
@@ -67,7 +69,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL,
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -80,6 +82,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"split-size", required_argument, NULL, O_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
+        {"max-exclude-total-runs", required_argument, NULL, O_MAX_EXCL_TOTAL},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -120,6 +123,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "max-outstanding-splits", optarg, 1, 1 << 24, &v) < 0)
                 return -1;
             o->state.max_outstanding = (unsigned)v;
+            break;
+        case O_MAX_EXCL_TOTAL:
+            if (sl_cli_int(program, "max-exclude-total-runs", optarg, 1, INT64_C(1) << 32, &v) < 0)
+                return -1;
+            o->state.max_exclude_total = (uint64_t)v;
             break;
         case O_MAX_EXCL:
             if (sl_cli_int(program, "max-exclude-runs", optarg, 1, SL_POSSET_MAX_RUNS, &v) < 0)

@@ -74,6 +74,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .max_files = 100000,
         .round_lookahead = 64,
         .max_exclude_runs = SL_POSSET_MAX_RUNS,
+        .max_exclude_total = 4 * (uint64_t)SL_POSSET_MAX_RUNS,
         .max_skip_bytes = 256u << 10,
         .max_outstanding = 16384,
     };
@@ -937,6 +938,23 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if ((rc = sl_posset_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
             job_free(j);
             return sl_errf(err, errlen, rc, "the restored iterator's checkpoint: %s", why);
+        }
+        /* Every running job's restored positions stay in memory and in the
+         * state store until the job ends: bounded together, so that a
+         * stream of restores cannot fill the store (then every commit
+         * would fail). */
+        uint64_t held = 0;
+        for (unsigned i = 0; i < st->num_jobs; i++)
+            if (st->jobs[i]->state == SL_JOB_RUNNING)
+                held += st->jobs[i]->exclude.num;
+        if (held + j->exclude.num > st->cfg.max_exclude_total) {
+            uint64_t mine = j->exclude.num;
+            job_free(j);
+            return sl_errf(err, errlen, SL_ELIMIT,
+                           "job refused: its checkpoint's %" PRIu64 " runs of positions with the %" PRIu64
+                           " that running jobs restored hold are over the dispatcher's limit of %" PRIu64
+                           " (--max-exclude-total-runs); retry when restored jobs end",
+                           mine, held, st->cfg.max_exclude_total);
         }
         j->exclude_dirty = true;
     }

@@ -41,6 +41,8 @@ typedef struct sl_dstate_config {
                                      the dispatcher's last answer (see docs/sharding.md) */
     unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions, and
                                      of a client's report (at most SL_POSSET_MAX_RUNS) */
+    uint64_t max_exclude_total;   /* runs of restored iterators' positions all running jobs
+                                     hold together (memory and the state store; attack 6) */
     unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
     unsigned max_outstanding;     /* DYNAMIC splits a task may hold that its clients have not all
                                      confirmed; past it the task waits (GetSplitResponse.retry_ms) */

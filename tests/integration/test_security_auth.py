@@ -378,5 +378,57 @@ class HugeCheckpoint(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+class RestoredPositionsBound(unittest.TestCase):
+    """Attack 6: restores with large exclusion sets once filled the state
+    store (1 GiB in 7 s), after which every commit failed, also after a
+    restart. Running jobs' restored positions are bounded together."""
+
+    def test_restores_past_the_total_are_refused_and_the_dispatcher_serves_on(self):
+        c = Cluster(workers=1, dispatcher_args=['--max-exclude-total-runs', '1000', '--client-timeout-ms', '2000',
+                                                       '--job-gc-timeout-ms', '1000'])
+        held = None
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 1 << 40}, "ops": [{"op": "batch", "batch_size": 10}]}
+            path = os.path.join(c.dir, 'ckpt')
+            rc, _, err = c.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path],
+                               fmt='count')
+            self.assertEqual(rc, 0, err)
+            with open(path, 'rb') as f:
+                dataset_id = struct.unpack_from('<Q', f.read(), 8)[0]
+            # 600 runs: every other element of the first 1200.
+            runs = b''.join(struct.pack('<IIQQ', 0, 0, 2 * i, 1) for i in range(600))
+            with open(path, 'wb') as f:
+                f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + b'SLPS' + struct.pack('<IQ', 1, 600) + runs)
+            args = ['--sharding', 'dynamic', '--resume-from', path]
+            # The first restore runs on: nobody reads its pipe, so it holds
+            # its job open (an unbounded job, gated by the reader).
+            held = subprocess.Popen(c.cat_argv(spec, args, 'jsonl'), stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=child_env())
+            wait_for(lambda: any(j['state'] == 'RUNNING' for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                                 if j.get('name', '') == ''), what='the first restored job to run')
+            rc, _, err = c.cat(spec, args + ['--timeout-ms', '10000'], fmt='count')
+            self.assertEqual(rc, 1)
+            self.assertIn('--max-exclude-total-runs', err)
+            self.assertEqual(get_json(c.dispatcher.admin_port, '/healthz')['status'], 'ok')
+            held.kill()
+            held.wait()
+            held.stdout.close()
+            held = None
+
+            # Once the first job's lease ran out and the job was collected, a
+            # restore fits.
+            def restored():
+                rc, _, err = c.cat(spec, args + ['--limit', '1', '--timeout-ms', '10000'], fmt='count')
+                return rc == 0
+            wait_for(restored, what='a restore after the held job ended')
+        finally:
+            if held:
+                held.kill()
+                held.wait()
+                held.stdout.close()
+            self.assertEqual(c.close(), {})
+
+
 if __name__ == '__main__':
     unittest.main()
