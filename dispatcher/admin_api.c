@@ -92,6 +92,29 @@ static int dataset(struct evhttp_request *req, const char *rest, json_t **body, 
     return 200;
 }
 
+static int dataset_delete(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    uint64_t id;
+    const char *after;
+    char err[256];
+    (void)req;
+    if (parse_id(rest, &id, &after) < 0 || *after) {
+        *body = sl_admin_error("no such endpoint: /v1/datasets/%s (expected a dataset id)", rest);
+        return 404;
+    }
+    int rc = sl_dstate_dataset_delete(sl_dserver_state(arg), id, err, sizeof err);
+    if (rc < 0) {
+        *body = sl_admin_error("%s", err);
+        return rc == SL_ENOTFOUND ? 404 : 409;
+    }
+    if (sl_dserver_commit(arg, err, sizeof err) < 0) {
+        *body = sl_admin_error("the deletion was not stored, the dataset is still registered: %s", err);
+        return 503;
+    }
+    *body = json_pack("{s:I,s:b}", "id", (json_int_t)id, "deleted", 1);
+    return 200;
+}
+
 static int jobs(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
 {
     (void)req;
@@ -232,6 +255,7 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     rc |= sl_admin_route(a, EVHTTP_REQ_POST, "/v1/workers/", worker_drain, srv);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/datasets", datasets, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/datasets/", dataset, st);
+    rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/datasets/", dataset_delete, srv);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs", jobs, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs/", job, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/jobs/", job_cancel, srv);

@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
+            "  --dataset-gc-timeout-ms N  a dataset no running job read this long is deleted\n"
+            "                           (86400000; 0: never; a full registry drops the oldest such)\n"
             "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384)\n"
@@ -69,7 +71,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -79,6 +81,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
+        {"dataset-gc-timeout-ms", required_argument, NULL, O_DS_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
@@ -112,6 +115,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_GC_TO:
             if (sl_cli_int(program, "job-gc-timeout-ms", optarg, 0, 86400000, &o->state.job_gc_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_DS_GC_TO:
+            if (sl_cli_int(program, "dataset-gc-timeout-ms", optarg, 0, INT64_C(1) << 40,
+                           &o->state.dataset_gc_timeout_ms) < 0)
                 return -1;
             break;
         case O_SPLIT:

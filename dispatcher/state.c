@@ -69,6 +69,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .client_heartbeat_ms = 250,
         .max_workers = 256, /* a client heartbeat lists at most 256 tasks */
         .max_datasets = 4096,
+        .dataset_gc_timeout_ms = 86400000,
         .max_jobs = 4096,
         .max_clients_per_job = 1024,
         .max_files = 100000,
@@ -644,6 +645,9 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
     return 0;
 }
 
+static uint64_t dataset_reader(const sl_dstate_t *st, const struct dataset *d);
+static void dataset_drop(sl_dstate_t *st, unsigned di);
+
 int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t len, uint64_t *dataset_id,
                                const char **fingerprint, char *err, size_t errlen)
 {
@@ -665,9 +669,23 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         }
     }
     if (st->num_datasets >= st->cfg.max_datasets) {
-        snprintf(err, errlen, "dataset refused: %u datasets is the limit", st->cfg.max_datasets);
-        rc = SL_ETOOBIG;
-        goto out;
+        /* Full: the dataset no running job read for the longest goes (a
+         * client registers its spec again before it joins a job, and gets
+         * the same dataset back as a new one). */
+        int oldest = -1;
+        for (unsigned i = 0; i < st->num_datasets; i++)
+            if (!dataset_reader(st, st->datasets[i]) &&
+                (oldest < 0 || st->datasets[i]->last_used < st->datasets[oldest]->last_used))
+                oldest = (int)i;
+        if (oldest < 0) {
+            snprintf(err, errlen, "dataset refused: %u datasets are registered, the limit, each read by a running "
+                     "job", st->cfg.max_datasets);
+            rc = SL_ELIMIT;
+            goto out;
+        }
+        sl_log_info("dataset %" PRIu64 " deleted to make room: the registry is full (%u datasets)",
+                    st->datasets[oldest]->id, st->cfg.max_datasets);
+        dataset_drop(st, (unsigned)oldest);
     }
     /* A file source is expanded and counted now: a path outside the data
      * roots is refused at registration, and DYNAMIC splits need counts. */
@@ -694,6 +712,7 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         d->cardinality = (int64_t)files.total;
     d->hint_op = sl_policy_hint_op(spec);
     d->infinite = sl_policy_infinite(spec, d->cardinality);
+    d->last_used = st->now;
     d->dirty = true;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
@@ -730,27 +749,94 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
 }
 
 /* Makes room for one more job by forgetting the oldest job that ended. */
+/* Forgets an ended job i, in memory and (at the next commit) in the store. */
+static void job_drop(sl_dstate_t *st, unsigned i)
+{
+    struct job *old = st->jobs[i];
+    queue_del(st, SL_DT_JOBS, old->id);
+    queue_del(st, SL_DT_CURSORS, old->id);
+    if (old->exclude.num > 0)
+        queue_del(st, SL_DT_EXCLUDE, old->id);
+    for (unsigned k = 0; k < old->num_tasks; k++)
+        if (old->tasks[k].last_splits)
+            queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
+    job_free(old);
+    memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
+    st->num_jobs--;
+}
+
 static int jobs_make_room(sl_dstate_t *st)
 {
     if (st->num_jobs < st->cfg.max_jobs)
         return sl__dstate_grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
     for (unsigned i = 0; i < st->num_jobs; i++) {
         if (st->jobs[i]->state != SL_JOB_RUNNING) {
-            struct job *old = st->jobs[i];
-            queue_del(st, SL_DT_JOBS, old->id);
-            queue_del(st, SL_DT_CURSORS, old->id);
-            if (old->exclude.num > 0)
-                queue_del(st, SL_DT_EXCLUDE, old->id);
-            for (unsigned k = 0; k < old->num_tasks; k++)
-                if (old->tasks[k].last_splits)
-                    queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
-            job_free(old);
-            memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
-            st->num_jobs--;
+            job_drop(st, i);
             return 0;
         }
     }
     return -1;
+}
+
+/* @return the id of a running job that reads dataset d, 0 if none */
+static uint64_t dataset_reader(const sl_dstate_t *st, const struct dataset *d)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++)
+        if (st->jobs[i]->dataset == d && st->jobs[i]->state == SL_JOB_RUNNING)
+            return st->jobs[i]->id;
+    return 0;
+}
+
+/* Deletes dataset di, which no running job reads, with the ended jobs that
+ * read it. */
+static void dataset_drop(sl_dstate_t *st, unsigned di)
+{
+    struct dataset *d = st->datasets[di];
+    for (unsigned i = 0; i < st->num_jobs;) {
+        if (st->jobs[i]->dataset == d)
+            job_drop(st, i);
+        else
+            i++;
+    }
+    queue_del(st, SL_DT_DATASETS, d->id);
+    free(d->canonical);
+    sl_file_list_clear(&d->files);
+    free(d);
+    memmove(&st->datasets[di], &st->datasets[di + 1], (st->num_datasets - di - 1) * sizeof *st->datasets);
+    st->num_datasets--;
+}
+
+int sl_dstate_dataset_delete(sl_dstate_t *st, uint64_t id, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        if (st->datasets[i]->id != id)
+            continue;
+        uint64_t reader = dataset_reader(st, st->datasets[i]);
+        if (reader)
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "dataset %" PRIu64 " is read by running job %" PRIu64 ": cancel the job first", id, reader);
+        dataset_drop(st, i);
+        sl_log_info("dataset %" PRIu64 " deleted", id);
+        return 0;
+    }
+    return sl_errf(err, errlen, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered", id);
+}
+
+/* Deletes datasets that no running job read for dataset_gc_timeout_ms. */
+static void datasets_collect(sl_dstate_t *st, int64_t now)
+{
+    for (unsigned i = 0; i < st->num_datasets;) {
+        struct dataset *d = st->datasets[i];
+        if (d->last_used == 0 || dataset_reader(st, d))
+            d->last_used = now;
+        if (st->cfg.dataset_gc_timeout_ms > 0 && now - d->last_used > st->cfg.dataset_gc_timeout_ms) {
+            sl_log_info("dataset %" PRIu64 " deleted: no running job read it for %" PRId64 " ms", d->id,
+                        now - d->last_used);
+            dataset_drop(st, i);
+        } else {
+            i++;
+        }
+    }
 }
 
 /* Checks what a new job's policy needs of its dataset and the dispatcher's
@@ -961,6 +1047,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
     j->dataset = d;
+    d->last_used = now;
     j->sharding = (sl_sharding_t)req->sharding;
     j->effective = effective;
     j->num_consumers = req->num_consumers;
@@ -1146,6 +1233,8 @@ bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const ch
 
 void sl_dstate_tick(sl_dstate_t *st, int64_t now)
 {
+    st->now = now;
+    datasets_collect(st, now);
     for (unsigned i = 0; i < st->num_workers; i++) {
         struct worker *w = &st->workers[i];
         if (w->state == WORKER_LIVE && now - w->last_seen > st->cfg.worker_timeout_ms) {

@@ -25,6 +25,7 @@ typedef struct sl_dstate_config {
     int64_t stall_timeout_ms;  /* a worker reporting a task stalled this long is lost; 0: never */
     int64_t client_timeout_ms; /* a client without heartbeat this long is released */
     int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
+    int64_t dataset_gc_timeout_ms; /* a dataset no running job read for this long is deleted (0: never) */
     uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */
     uint32_t worker_heartbeat_ms;
     uint32_t client_heartbeat_ms;
@@ -117,6 +118,14 @@ int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what,
  * @param[out] fingerprint valid while the state is
  * @return 0, SL_ESPEC with the offending field's JSON path in err, SL_ETOOBIG
  */
+/**
+ * Deletes a dataset that no running job reads, with the ended jobs that
+ * read it (the admin endpoint's DELETE /v1/datasets/{id}).
+ * @return 0, SL_ENOTFOUND, or SL_ECONFLICT (a running job reads it), with a
+ *         message in err
+ */
+int sl_dstate_dataset_delete(sl_dstate_t *st, uint64_t id, char *err, size_t errlen);
+
 int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec, size_t len, uint64_t *dataset_id,
                                const char **fingerprint, char *err, size_t errlen);
 

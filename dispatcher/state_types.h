@@ -70,6 +70,8 @@ struct dataset {
     uint64_t splits_per_epoch; /* counted at the first hand-out; 0: not yet */
     int hint_op;         /* the first shard op with num_shards "hint", or -1 */
     bool infinite;       /* the pipeline never ends (coordinated reads need it) */
+    int64_t last_used;   /* registered, or a job of it created or running (not stored: 0 after a
+                            load, which the next tick sets to its time) */
     bool dirty;
 };
 
@@ -157,6 +159,7 @@ struct job {
 
 struct sl_dstate {
     sl_dstate_config_t cfg;
+    int64_t now; /* the last tick's time (0 before the first) */
     /* The key of every capability it hands out (caps.h): random at the
      * first start, then the one the store keeps. */
     uint8_t secret[SL_CAP_SECRET_LEN];

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 from harness import Cluster, Daemon, binary, child_env, get_json, wait_for
@@ -422,6 +423,57 @@ class RestoredPositionsBound(unittest.TestCase):
                 rc, _, err = c.cat(spec, args + ['--limit', '1', '--timeout-ms', '10000'], fmt='count')
                 return rc == 0
             wait_for(restored, what='a restore after the held job ended')
+        finally:
+            if held:
+                held.kill()
+                held.wait()
+                held.stdout.close()
+            self.assertEqual(c.close(), {})
+
+
+def admin(port, path, method='GET'):
+    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+class DatasetLifecycle(unittest.TestCase):
+    """Attack 7: registrations once filled the registry for good, also
+    after a restart, and nothing deleted a dataset."""
+
+    def test_unread_datasets_go_and_deleting_one_survives_a_restart(self):
+        c = Cluster(workers=1, dispatcher_args=['--dataset-gc-timeout-ms', '1000'])
+        held = None
+        try:
+            c.wait_workers_registered(1)
+            a = c.dispatcher.admin_port
+            rc, batches, err = c.cat(RANGE, ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            wait_for(lambda: get_json(a, '/v1/datasets')['datasets'] == [], what='the unread dataset to go')
+            # A running job keeps its dataset; DELETE says which job reads it.
+            endless = {"source": {"type": "range", "stop": 1 << 40}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            held = subprocess.Popen(c.cat_argv(endless, ['--sharding', 'dynamic']), stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=child_env())
+            ds = wait_for(lambda: get_json(a, '/v1/datasets')['datasets'], what='the dataset')[0]['id']
+            self.assertEqual(admin(a, '/v1/datasets/%d' % ds, 'DELETE'), 409)
+            held.kill()
+            held.wait()
+            held.stdout.close()
+            held = None
+            job = next(j for j in get_json(a, '/v1/jobs')['jobs'] if j['dataset_id'] == ds and j['state'] == 'RUNNING')
+            self.assertEqual(admin(a, '/v1/jobs/%d' % job['id'], 'DELETE'), 200)
+            self.assertEqual(admin(a, '/v1/datasets/%d' % ds, 'DELETE'), 200)
+            self.assertEqual(admin(a, '/v1/datasets/%d' % ds, 'DELETE'), 404)
+            c.restart_dispatcher()
+            self.assertEqual(get_json(c.dispatcher.admin_port, '/v1/datasets')['datasets'], [],
+                             'a deleted dataset came back after a restart')
+            c.wait_workers_registered(1)
+            rc, batches, err = c.cat(RANGE, ['--sharding', 'dynamic'])
+            self.assertEqual(rc, 0, err)
+            exactly_once(self, batches, 200000)
         finally:
             if held:
                 held.kill()

@@ -284,7 +284,7 @@ Test(state, dataset_bad_spec_names_the_json_path)
     cr_assert_eq(stats().datasets, 0, "a refused spec registers nothing");
 }
 
-Test(state, dataset_limit_is_too_big_but_known_specs_still_resolve)
+Test(state, dataset_limit_is_a_limit_only_for_datasets_in_use_and_known_specs_still_resolve)
 {
     sl_dstate_config_t cfg;
     test_config(&cfg);
@@ -292,8 +292,11 @@ Test(state, dataset_limit_is_too_big_but_known_specs_still_resolve)
     start(&cfg);
     uint64_t a = dataset(RANGE_SPEC(1));
     uint64_t b = dataset(RANGE_SPEC(2));
+    uint64_t cid;
+    job(a, NULL, SL_SHARDING_OFF, 0, &cid);
+    job(b, NULL, SL_SHARDING_OFF, 0, &cid);
     uint64_t c = 0;
-    cr_assert_eq(dataset_rc(RANGE_SPEC(3), &c, NULL), SL_ETOOBIG);
+    cr_assert_eq(dataset_rc(RANGE_SPEC(3), &c, NULL), SL_ELIMIT);
     cr_assert_not_null(strstr(err, "2"), "err: %s", err);
     cr_assert_eq(stats().datasets, 2);
     /* A spec already registered is found, not refused. */
@@ -1529,4 +1532,66 @@ Test(state, a_worker_may_ask_only_about_what_its_tasks_are)
     cr_assert(removed(t1));
     /* But not about another live worker's. */
     cr_assert_eq(sl_dstate_worker_may(st, w1b, SL_DACCESS_TASK, t2, err, sizeof err), SL_EPERM);
+}
+
+/* ---- the dataset registry's lifecycle (attack 7 of issue 15) ---- */
+
+static bool registered(uint64_t id)
+{
+    json_t *j = sl_dstate_dataset_json(st, id);
+    json_decref(j);
+    return j != NULL;
+}
+
+Test(state, a_full_registry_drops_the_dataset_unread_for_longest)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.max_datasets = 3;
+    start(&cfg);
+    sl_dstate_tick(st, 1000);
+    uint64_t a = dataset("{\"source\":{\"type\":\"range\",\"stop\":1}}");
+    sl_dstate_tick(st, 2000);
+    uint64_t b = dataset("{\"source\":{\"type\":\"range\",\"stop\":2}}");
+    sl_dstate_tick(st, 3000);
+    uint64_t c = dataset("{\"source\":{\"type\":\"range\",\"stop\":3}}");
+    uint64_t cid;
+    job(a, NULL, SL_SHARDING_OFF, 3000, &cid); /* a is read: b is the oldest unread */
+    uint64_t d = dataset("{\"source\":{\"type\":\"range\",\"stop\":4}}");
+    cr_assert(registered(a) && !registered(b) && registered(c) && registered(d));
+    /* Every dataset read by a running job: refused by name. */
+    job(c, NULL, SL_SHARDING_OFF, 3000, &cid);
+    job(d, NULL, SL_SHARDING_OFF, 3000, &cid);
+    uint64_t e = 0;
+    cr_assert_eq(dataset_rc("{\"source\":{\"type\":\"range\",\"stop\":5}}", &e, NULL), SL_ELIMIT);
+    cr_assert(strstr(err, "3 datasets") && strstr(err, "running job"), "%s", err);
+}
+
+Test(state, unread_datasets_are_collected_and_deleted_on_request)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.dataset_gc_timeout_ms = 10000;
+    cfg.job_gc_timeout_ms = 1000000;
+    cfg.client_timeout_ms = 1000000;
+    start(&cfg);
+    sl_dstate_tick(st, 1000);
+    uint64_t idle = dataset("{\"source\":{\"type\":\"range\",\"stop\":1}}");
+    uint64_t busy = dataset("{\"source\":{\"type\":\"range\",\"stop\":2}}");
+    uint64_t cid;
+    uint64_t j = job(busy, NULL, SL_SHARDING_OFF, 1000, &cid);
+    sl_dstate_tick(st, 5000);
+    cr_assert(registered(idle) && registered(busy));
+    sl_dstate_tick(st, 11001);
+    cr_assert(!registered(idle), "no job read it for the gc timeout");
+    cr_assert(registered(busy), "a running job reads it");
+    cr_assert_eq(sl_dstate_dataset_delete(st, busy, err, sizeof err), SL_ECONFLICT);
+    char want[64];
+    snprintf(want, sizeof want, "running job %" PRIu64, j);
+    cr_assert(strstr(err, want), "%s", err);
+    cr_assert_eq(sl_dstate_job_cancel(st, j, "test", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_dataset_delete(st, busy, err, sizeof err), 0, "%s", err);
+    cr_assert_null(sl_dstate_job_json(st, j, 12000), "the ended job that read it went with it");
+    cr_assert(!registered(busy));
+    cr_assert_eq(sl_dstate_dataset_delete(st, busy, err, sizeof err), SL_ENOTFOUND);
 }
