@@ -34,6 +34,13 @@ def binary(name):
     raise FileNotFoundError('no %s under %s' % (name, BUILD))
 
 
+def asan_build():
+    """Whether the daemons under test are built with AddressSanitizer (whose
+    allocator keeps freed memory in a quarantine: RSS says less there)."""
+    with open(binary('sluice-dispatcher'), 'rb') as f:
+        return b'__asan_init' in f.read()
+
+
 class Daemon:
     """A daemon process started on port 0; .port and .admin_port once it listens."""
 

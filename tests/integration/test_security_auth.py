@@ -14,7 +14,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import Cluster, Daemon, binary, child_env, get_json, wait_for
+from harness import Cluster, Daemon, asan_build, binary, child_env, get_json, wait_for
 from test_wire_errors import HELLO_LEN, decode_error, hello
 
 ROLE_CLIENT = 1
@@ -266,7 +266,11 @@ class Limits(unittest.TestCase):
             socks = []
             wait_for(lambda: metric(c.dispatcher.admin_port, 'sluice_conn_partial_frame_bytes') == 0,
                      what='the held bytes to go')
-            self.assertLess(rss_mb() - base, 48, 'memory was not given back')
+            # Given back to the system: glibc's malloc_trim. ASan's allocator
+            # keeps freed memory in its quarantine by design, so under ASan
+            # only the bound above is checked.
+            if not asan_build():
+                self.assertLess(rss_mb() - base, 48, 'memory was not given back')
             c.wait_workers_registered(1)
             rc, batches, err = c.cat(RANGE, ['--sharding', 'dynamic'])
             self.assertEqual(rc, 0, err)
@@ -402,13 +406,16 @@ class RestoredPositionsBound(unittest.TestCase):
             with open(path, 'wb') as f:
                 f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + b'SLPS' + struct.pack('<IQ', 1, 600) + runs)
             args = ['--sharding', 'dynamic', '--resume-from', path]
+            before = {j['id'] for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']}
             # The first restore runs on: nobody reads its pipe, so it holds
             # its job open (an unbounded job, gated by the reader).
             held = subprocess.Popen(c.cat_argv(spec, args, 'jsonl'), stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, env=child_env())
-            wait_for(lambda: any(j['state'] == 'RUNNING' for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
-                                 if j.get('name', '') == ''), what='the first restored job to run')
-            rc, _, err = c.cat(spec, args + ['--timeout-ms', '10000'], fmt='count')
+            wait_for(lambda: any(j['state'] == 'RUNNING' and j['id'] not in before
+                                 for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']),
+                     what='the first restored job to run')
+            # Bounded by --limit should it be accepted against expectation.
+            rc, _, err = c.cat(spec, args + ['--timeout-ms', '10000', '--limit', '1'], fmt='count')
             self.assertEqual(rc, 1)
             self.assertIn('--max-exclude-total-runs', err)
             self.assertEqual(get_json(c.dispatcher.admin_port, '/healthz')['status'], 'ok')
