@@ -1175,19 +1175,30 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     return 0;
 }
 
+/* The client a request names, once its secret proved it is the client's:
+ * REPORT_RECEIVED and RELEASE_CLIENT. @return 0, SL_EPERM or SL_ENOTFOUND */
+static int owned_client(sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id, const uint8_t *secret,
+                        struct job **jp, struct client **cp, char *err, size_t errlen)
+{
+    int rc = sl__dstate_check_client_secret(st, what, job_id, client_id, secret, err, errlen);
+    if (rc < 0)
+        return rc;
+    *jp = sl__dstate_job(st, job_id);
+    *cp = *jp ? job_find_client(*jp, client_id) : NULL;
+    if (!*cp)
+        return sl_errf(err, errlen, SL_ENOTFOUND, "client %" PRIu64 " of job %" PRIu64 " is unknown", client_id,
+                       job_id);
+    return 0;
+}
+
 int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest *req, const uint8_t *payload,
                             size_t len, int64_t now, char *err, size_t errlen)
 {
-    int rc = sl__dstate_check_client_secret(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, err,
-                                 errlen);
+    struct job *j;
+    struct client *c;
+    int rc = owned_client(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
-    struct job *j = sl__dstate_job(st, req->job_id);
-    struct client *c = j ? job_find_client(j, req->client_id) : NULL;
-    if (!c) {
-        return sl_errf(err, errlen, SL_ENOTFOUND,
-                       "client %" PRIu64 " of job %" PRIu64 " is unknown", req->client_id, req->job_id);
-    }
     c->last_seen = now;
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
         return 0;
@@ -1200,16 +1211,11 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
 int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
                              size_t errlen)
 {
-    int rc = sl__dstate_check_client_secret(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, err,
-                                 errlen);
+    struct job *j;
+    struct client *c;
+    int rc = owned_client(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
-    struct job *j = sl__dstate_job(st, req->job_id);
-    struct client *c = j ? job_find_client(j, req->client_id) : NULL;
-    if (!c) {
-        return sl_errf(err, errlen, SL_ENOTFOUND, "client %" PRIu64 " of job %" PRIu64 " is unknown",
-                       req->client_id, req->job_id);
-    }
     job_remove_client(st, j, c, now);
     return 0;
 }

@@ -74,7 +74,19 @@ def refusal(sock):
     return decode_error(got[i + 16:i + 16 + mlen])
 
 
-class Token(unittest.TestCase):
+class SecuredCluster(unittest.TestCase):
+    """A cluster of the class's (cls.c) with its files in cls.dir, both
+    gone after the class."""
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+
+class Token(SecuredCluster):
     """Dispatcher and workers with a cluster token: only its holders join."""
 
     @classmethod
@@ -85,13 +97,6 @@ class Token(unittest.TestCase):
         cls.c = Cluster(workers=2, dispatcher_args=['--auth-token-file', cls.tok],
                         worker_args=['--auth-token-file', cls.tok])
         cls.c.wait_workers_registered(2)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
     def test_holders_read_exactly_once(self):
         rc, batches, err = self.c.cat(RANGE, ['--sharding', 'dynamic', '--auth-token-file', self.tok])
@@ -148,7 +153,7 @@ class Token(unittest.TestCase):
             w.stop()
 
 
-class Tls(unittest.TestCase):
+class Tls(SecuredCluster):
     """TLS 1.3 with certificates of one CA, and the token inside it."""
 
     @classmethod
@@ -162,13 +167,6 @@ class Tls(unittest.TestCase):
         cls.c = Cluster(workers=2, dispatcher_args=d + ['--auth-token-file', cls.tok],
                         worker_args=w + ['--auth-token-file', cls.tok])
         cls.c.wait_workers_registered(2)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
     def test_members_read_exactly_once(self):
         rc, batches, err = self.c.cat(RANGE, ['--sharding', 'dynamic'] + self.trainer)

@@ -20,6 +20,7 @@ import urllib.request
 
 from harness import Cluster, binary, child_env, get_json, parse_jsonl, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
+from test_wire_errors import varint as dec_varint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,17 +79,6 @@ def fb(num, b):
     """A length-delimited field: bytes, a string, a message."""
     b = b.encode() if isinstance(b, str) else b
     return enc_varint(num << 3 | 2) + enc_varint(len(b)) + b
-
-
-def dec_varint(buf, i):
-    v = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7f) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
 
 
 def decode(msg):
