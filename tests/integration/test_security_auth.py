@@ -343,6 +343,21 @@ class Limits(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+def hand_made_checkpoint(tc, c, spec, runs):
+    """Writes a version 1 checkpoint of spec's dataset (its id taken from a
+    real checkpoint) whose positions are runs [(epoch, file, begin, count)],
+    and returns its path."""
+    path = os.path.join(c.dir, 'ckpt')
+    rc, _, err = c.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path], fmt='count')
+    tc.assertEqual(rc, 0, err)
+    with open(path, 'rb') as f:
+        dataset_id = struct.unpack_from('<Q', f.read(), 8)[0]
+    positions = b'SLPS' + struct.pack('<IQ', 1, len(runs)) + b''.join(struct.pack('<IIQQ', *r) for r in runs)
+    with open(path, 'wb') as f:
+        f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + positions)
+    return path
+
+
 class HugeCheckpoint(unittest.TestCase):
     """Attack 5: a hand-made checkpoint whose one run covers a range of
     2^62 elements once held the dispatcher's loop for over 11 minutes,
@@ -353,17 +368,8 @@ class HugeCheckpoint(unittest.TestCase):
         try:
             c.wait_workers_registered(1)
             spec = {"source": {"type": "range", "stop": 1 << 62}, "ops": [{"op": "batch", "batch_size": 1000}]}
-            path = os.path.join(c.dir, 'ckpt')
-            rc, _, err = c.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path],
-                               fmt='count')
-            self.assertEqual(rc, 0, err)
-            with open(path, 'rb') as f:
-                dataset_id = struct.unpack_from('<Q', f.read(), 8)[0]
-            # Version 1 (a position set as it is), one run: epoch 0, file 0,
-            # records [0, 2^62).
-            positions = b'SLPS' + struct.pack('<IQ', 1, 1) + struct.pack('<IIQQ', 0, 0, 0, 1 << 62)
-            with open(path, 'wb') as f:
-                f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + positions)
+            # One run: epoch 0, file 0, records [0, 2^62).
+            path = hand_made_checkpoint(self, c, spec, [(0, 0, 0, 1 << 62)])
             p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--resume-from', path], 'count'),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
             try:
@@ -388,21 +394,13 @@ class RestoredPositionsBound(unittest.TestCase):
 
     def test_restores_past_the_total_are_refused_and_the_dispatcher_serves_on(self):
         c = Cluster(workers=1, dispatcher_args=['--max-exclude-total-runs', '1000', '--client-timeout-ms', '2000',
-                                                       '--job-gc-timeout-ms', '1000'])
+                                                '--job-gc-timeout-ms', '1000'])
         held = None
         try:
             c.wait_workers_registered(1)
             spec = {"source": {"type": "range", "stop": 1 << 40}, "ops": [{"op": "batch", "batch_size": 10}]}
-            path = os.path.join(c.dir, 'ckpt')
-            rc, _, err = c.cat(spec, ['--sharding', 'dynamic', '--limit', '1', '--checkpoint-out', path],
-                               fmt='count')
-            self.assertEqual(rc, 0, err)
-            with open(path, 'rb') as f:
-                dataset_id = struct.unpack_from('<Q', f.read(), 8)[0]
             # 600 runs: every other element of the first 1200.
-            runs = b''.join(struct.pack('<IIQQ', 0, 0, 2 * i, 1) for i in range(600))
-            with open(path, 'wb') as f:
-                f.write(b'SLCK' + struct.pack('<IQ', 1, dataset_id) + b'SLPS' + struct.pack('<IQ', 1, 600) + runs)
+            path = hand_made_checkpoint(self, c, spec, [(0, 0, 2 * i, 1) for i in range(600)])
             args = ['--sharding', 'dynamic', '--resume-from', path]
             before = {j['id'] for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']}
             # The first restore runs on: nobody reads its pipe, so it holds
