@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "                           report may hold (2097152, the most; 24 bytes a run)\n"
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
             "                           their files are listed and counted at registration\n"
+            "  --count-timeout-ms N     listing and counting a new file source's records, off\n"
+            "                           the event loop (60000; 0: no limit)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -72,7 +74,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_HELP };
+           O_COUNT_TO, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -86,6 +88,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
         {"max-exclude-total-runs", required_argument, NULL, O_MAX_EXCL_TOTAL},
+        {"count-timeout-ms", required_argument, NULL, O_COUNT_TO},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -141,6 +144,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "max-exclude-runs", optarg, 1, SL_POSSET_MAX_RUNS, &v) < 0)
                 return -1;
             o->state.max_exclude_runs = (unsigned)v;
+            break;
+        case O_COUNT_TO:
+            if (sl_cli_int(program, "count-timeout-ms", optarg, 0, 86400000, &o->state.count_timeout_ms) < 0)
+                return -1;
             break;
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;

@@ -12,6 +12,8 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "counter.h"
+#include "errbuf.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -48,6 +50,19 @@ struct sl_dserver {
     struct dconn *conns;
     sl_store_t *store;
     bool failed; /* the store failed and could not be reloaded */
+    sl_dcounter_t *counter;   /* counts file sources' records off the loop */
+    struct pending_reg *regs; /* registrations waiting for their count */
+};
+
+/* A REGISTER_DATASET whose files are being counted (counter.h). */
+struct pending_reg {
+    sl_dserver_t *srv;
+    struct dconn *dc; /* NULL once its connection closed */
+    uint32_t request_id;
+    char *text;
+    size_t len;
+    sl_spec_t *spec;
+    struct pending_reg *prev, *next;
 };
 
 int64_t sl_now_ms(void)
@@ -59,6 +74,9 @@ int64_t sl_now_ms(void)
 
 static void dconn_unlink(struct dconn *dc)
 {
+    for (struct pending_reg *r = dc->srv->regs; r; r = r->next)
+        if (r->dc == dc)
+            r->dc = NULL; /* its count's answer has nobody to go to */
     if (dc->prev)
         dc->prev->next = dc->next;
     else
@@ -175,6 +193,95 @@ static bool worker_bound_elsewhere(const struct dconn *dc, uint64_t worker_id)
     return false;
 }
 
+/* A count ended (on the loop): the dataset is registered with the files
+ * it counted, and the request answered once that is committed. */
+static void on_counted(int rc, sl_file_list_t *files, const char *cerr, void *arg)
+{
+    struct pending_reg *r = arg;
+    sl_dserver_t *srv = r->srv;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        srv->regs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    struct dconn *dc = r->dc;
+    if (dc) {
+        sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
+        sl_frame_hdr_t hdr = {.type = SL_MSG_REGISTER_DATASET_REQ, .request_id = r->request_id};
+        char err[1024];
+        const char *fp = NULL;
+        snprintf(err, sizeof err, "%s", cerr);
+        if (rc == 0)
+            rc = sl_dstate_dataset_register_counted(srv->st, r->text, r->len, files, &resp.dataset_id, &fp, err,
+                                                    sizeof err);
+        if (rc == 0)
+            snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+        /* The answer waits for the commit of the new dataset. */
+        if (!dc->corked && srv->store) {
+            if (sl_conn_cork(dc->conn) < 0) {
+                sl_conn_fail(dc->conn, -ENOMEM, "out of memory");
+                goto out;
+            }
+            dc->corked = true;
+        }
+        if (srv->store)
+            event_active(srv->commit, EV_TIMEOUT, 0);
+        reply(dc->conn, &hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
+    }
+out:
+    sl_spec_free(r->spec);
+    free(r->text);
+    free(r);
+}
+
+/* REGISTER_DATASET: a new file source's files are listed and counted off
+ * the loop (counter.h: a gzip bomb takes as long as its inflated size) and
+ * the request is answered when that is done; anything else at once. */
+static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const uint8_t *payload)
+{
+    sl_dserver_t *srv = dc->srv;
+    sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
+    char err[1024] = "";
+    const char *fp = NULL;
+    sl_spec_t *spec = NULL;
+    int rc = sl_spec_parse((const char *)payload, hdr->payload_len, &spec, err, sizeof err);
+    if (rc == 0 && srv->counter && sl_spec_source_num_patterns(spec) > 0 && !sl_dstate_dataset_known(srv->st, spec)) {
+        struct pending_reg *r = calloc(1, sizeof *r);
+        char *text = malloc(hdr->payload_len + 1);
+        if (!r || !text) {
+            free(r);
+            free(text);
+            rc = sl_errf(err, sizeof err, -ENOMEM, "out of memory");
+        } else {
+            memcpy(text, payload, hdr->payload_len);
+            text[hdr->payload_len] = '\0';
+            *r = (struct pending_reg){.srv = srv, .dc = dc, .request_id = hdr->request_id, .text = text,
+                                      .len = hdr->payload_len, .spec = spec};
+            rc = sl_dcounter_submit(srv->counter, spec, on_counted, r);
+            if (rc == 0) {
+                r->next = srv->regs;
+                if (srv->regs)
+                    srv->regs->prev = r;
+                srv->regs = r;
+                return; /* on_counted() answers */
+            }
+            free(text);
+            free(r);
+            snprintf(err, sizeof err,
+                     "dataset refused: %d registrations wait for their files to be counted already, the most at "
+                     "a time; retry later", SL_DCOUNT_MAX_QUEUED);
+        }
+    }
+    sl_spec_free(spec);
+    if (rc == 0)
+        rc = sl_dstate_dataset_register(srv->st, (const char *)payload, hdr->payload_len, &resp.dataset_id, &fp,
+                                        err, sizeof err);
+    if (rc == 0)
+        snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+    reply(dc->conn, hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
+}
+
 static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct dconn *dc = arg;
@@ -282,16 +389,9 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             reply(c, hdr, rc, SL_MSG_GET_SPLIT_RESP, &resp, err);
         break;
     }
-    case SL_MSG_REGISTER_DATASET_REQ: {
-        sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
-        const char *fp = NULL;
-        rc = sl_dstate_dataset_register(st, (const char *)payload, hdr->payload_len, &resp.dataset_id, &fp, err,
-                                        sizeof err);
-        if (rc == 0)
-            snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
-        reply(c, hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
+    case SL_MSG_REGISTER_DATASET_REQ:
+        register_dataset(dc, hdr, payload);
         break;
-    }
     case SL_MSG_GET_OR_CREATE_JOB_REQ: {
         sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
         char host[128] = "";
@@ -434,6 +534,11 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store
         goto fail;
     }
     evconnlistener_set_error_cb(srv->listener, sl_listener_on_error);
+    const sl_dstate_config_t *cfg = sl_dstate_config(st);
+    if ((rc = sl_dcounter_new(base, cfg->roots, (int)cfg->max_files, cfg->count_timeout_ms, &srv->counter)) < 0) {
+        snprintf(err, errlen, "cannot start the record counting thread: %s", strerror(-rc));
+        goto fail;
+    }
     srv->tick = event_new(base, -1, EV_PERSIST, on_tick, srv);
     struct timeval tv = {0, TICK_MS * 1000};
     srv->commit = event_new(base, -1, 0, on_commit, srv);
@@ -457,6 +562,7 @@ void sl_dserver_free(sl_dserver_t *srv)
         sl_conn_close(dc->conn);
         dconn_unlink(dc);
     }
+    sl_dcounter_free(srv->counter); /* after the connections: its answers have nobody to go to */
     if (srv->tick)
         event_free(srv->tick);
     if (srv->commit)

@@ -76,6 +76,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .round_lookahead = 64,
         .max_exclude_runs = SL_POSSET_MAX_RUNS,
         .max_exclude_total = 4 * (uint64_t)SL_POSSET_MAX_RUNS,
+        .count_timeout_ms = 60000,
         .max_skip_bytes = 256u << 10,
         .max_outstanding = 16384,
     };
@@ -648,8 +649,34 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
 static uint64_t dataset_reader(const sl_dstate_t *st, const struct dataset *d);
 static void dataset_drop(sl_dstate_t *st, unsigned di);
 
+/* The registered dataset of spec (the same canonical text), or NULL. */
+static struct dataset *dataset_of_spec(const sl_dstate_t *st, const sl_spec_t *spec)
+{
+    const char *canon = sl_spec_canonical(spec);
+    const char *fp = sl_spec_fingerprint(spec);
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        struct dataset *d = st->datasets[i];
+        /* The fingerprint is only a hash: equal text is what makes two
+         * specs one dataset. */
+        if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec)
+{
+    return dataset_of_spec(st, spec) != NULL;
+}
+
 int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t len, uint64_t *dataset_id,
                                const char **fingerprint, char *err, size_t errlen)
+{
+    return sl_dstate_dataset_register_counted(st, spec_text, len, NULL, dataset_id, fingerprint, err, errlen);
+}
+
+int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, size_t len, sl_file_list_t *counted,
+                                       uint64_t *dataset_id, const char **fingerprint, char *err, size_t errlen)
 {
     sl_spec_t *spec = NULL;
     int rc = sl_spec_parse(spec_text, len, &spec, err, errlen);
@@ -657,16 +684,12 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
         return rc;
     const char *canon = sl_spec_canonical(spec);
     const char *fp = sl_spec_fingerprint(spec);
-    for (unsigned i = 0; i < st->num_datasets; i++) {
-        struct dataset *d = st->datasets[i];
-        /* The fingerprint is only a hash: equal text is what makes two
-         * specs one dataset. */
-        if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0) {
-            *dataset_id = d->id;
-            *fingerprint = d->fingerprint;
-            sl_spec_free(spec);
-            return 0;
-        }
+    const struct dataset *known = dataset_of_spec(st, spec);
+    if (known) {
+        *dataset_id = known->id;
+        *fingerprint = known->fingerprint;
+        sl_spec_free(spec);
+        return 0;
     }
     if (st->num_datasets >= st->cfg.max_datasets) {
         /* Full: the dataset no running job read for the longest goes (a
@@ -687,10 +710,14 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t le
                     st->datasets[oldest]->id, st->cfg.max_datasets);
         dataset_drop(st, (unsigned)oldest);
     }
-    /* A file source is expanded and counted now: a path outside the data
-     * roots is refused at registration, and DYNAMIC splits need counts. */
+    /* A file source is expanded and counted at registration: a path
+     * outside the data roots is refused, and DYNAMIC splits need counts.
+     * The server counts off its event loop and hands the list in. */
     sl_file_list_t files = {0};
-    if (sl_spec_source_num_patterns(spec) > 0) {
+    if (counted) {
+        files = *counted;
+        memset(counted, 0, sizeof *counted);
+    } else if (sl_spec_source_num_patterns(spec) > 0) {
         rc = sl_file_list_resolve(spec, st->cfg.roots, (int)st->cfg.max_files, &files, err, errlen);
         if (rc < 0)
             goto out;

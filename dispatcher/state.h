@@ -14,8 +14,10 @@
 #include <jansson.h>
 
 #include "confine.h"
+#include "files.h"
 #include "frame.h"
 #include "posset.h"
+#include "spec.h"
 
 typedef struct sl_dstate sl_dstate_t;
 
@@ -42,6 +44,8 @@ typedef struct sl_dstate_config {
                                      the dispatcher's last answer (see docs/sharding.md) */
     unsigned max_exclude_runs;    /* runs of a restored iterator's consumed positions, and
                                      of a client's report (at most SL_POSSET_MAX_RUNS) */
+    int64_t count_timeout_ms;     /* listing and counting a new file source's records at registration
+                                     (off the event loop, counter.h); 0: no limit */
     uint64_t max_exclude_total;   /* runs of restored iterators' positions all running jobs
                                      hold together (memory and the state store; attack 6) */
     unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
@@ -128,6 +132,18 @@ int sl_dstate_dataset_delete(sl_dstate_t *st, uint64_t id, char *err, size_t err
 
 int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec, size_t len, uint64_t *dataset_id,
                                const char **fingerprint, char *err, size_t errlen);
+
+/**
+ * As sl_dstate_dataset_register(), with a file source's files already
+ * listed and counted (off the event loop, counter.h): *files is taken (and
+ * zeroed) when the dataset is new; counted NULL: counted here.
+ */
+int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec, size_t len, sl_file_list_t *files,
+                                       uint64_t *dataset_id, const char **fingerprint, char *err, size_t errlen);
+
+/** @return whether the dataset of spec is registered (its registration
+ *  needs no count of its files) */
+bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec);
 
 /** @return the canonical spec of a dataset, or NULL; valid while the state is */
 const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id);

@@ -1,0 +1,280 @@
+"""The dispatcher's resource limits (issue 15) against real daemons: each
+limit is a configuration option, a refusal at it is a clear error naming
+the option and counts in a metric, and the dispatcher keeps serving
+(docs/security.md, "Limits"). Requests are sent by hand over the wire, as
+an attacker would. Attacks 5, 6 and 7 are replayed in test_security_auth."""
+import gzip
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+from harness import Cluster, get_json, values, wait_for
+from test_wire_errors import HELLO_LEN, hello
+
+ROLE_CLIENT, ROLE_WORKER, ROLE_DISPATCHER = 1, 2, 3
+MSG_ERROR = 1
+MSG_WORKER_REGISTER_REQ = 2
+MSG_REGISTER_DATASET_REQ = 10
+MSG_GET_OR_CREATE_JOB_REQ = 12
+SL_ETOOBIG, SL_ELIMIT = -5003, -5016
+ETIMEDOUT = -110
+SHARDING_OFF, SHARDING_DYNAMIC = 0, 1
+
+
+def handshake(sock, role):
+    """The protocol handshake as a peer of role, without a token (the
+    dispatcher serves loopback peers then): the one place here that knows
+    its bytes."""
+    sock.sendall(hello(role))
+    got = b''
+    while len(got) < HELLO_LEN:
+        chunk = sock.recv(HELLO_LEN - len(got))
+        if not chunk:
+            raise AssertionError('the dispatcher closed during the handshake: %r' % got)
+        got += chunk
+    if got[:8] != hello(ROLE_DISPATCHER)[:8]:
+        raise AssertionError('unexpected handshake answer %r' % got)
+
+
+def varint(v):
+    out = b''
+    while True:
+        b = v & 0x7f
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def read_varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7f) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def pb_uint(field, v):
+    return varint(field << 3) + varint(v) if v else b''
+
+
+def pb_bytes(field, data):
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def pb_decode(msg):
+    """{field: value} of a protobuf message (varints and bytes only)."""
+    out, i = {}, 0
+    while i < len(msg):
+        key, i = read_varint(msg, i)
+        if key & 7 == 0:
+            v, i = read_varint(msg, i)
+            out[key >> 3] = v
+        elif key & 7 == 2:
+            n, i = read_varint(msg, i)
+            out[key >> 3] = msg[i:i + n]
+            i += n
+        else:
+            raise AssertionError('wire type %d' % (key & 7))
+    return out
+
+
+class Wire:
+    """A raw protocol connection to the dispatcher."""
+
+    def __init__(self, port, role=ROLE_CLIENT, timeout=120):
+        self.sock = socket.create_connection(('127.0.0.1', port), timeout=timeout)
+        handshake(self.sock, role)
+        self.next_id = 1
+
+    def send(self, msg_type, msg=b'', payload=b''):
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(struct.pack('>HHIII', msg_type, 0, rid, len(msg), len(payload)) + msg + payload)
+        return rid
+
+    def _read(self, n):
+        got = b''
+        while len(got) < n:
+            chunk = self.sock.recv(n - len(got))
+            if not chunk:
+                raise AssertionError('the dispatcher closed the connection')
+            got += chunk
+        return got
+
+    def answer(self, rid):
+        """(type, fields) of the answer to request rid; an ERROR's fields
+        are {'code', 'message'}."""
+        while True:
+            t, _, got_id, mlen, plen = struct.unpack('>HHIII', self._read(16))
+            msg = self._read(mlen)
+            self._read(plen)
+            if got_id != rid:
+                continue
+            f = pb_decode(msg)
+            if t == MSG_ERROR:
+                code = f.get(1, 0)
+                code = code - (1 << 64) if code >= 1 << 63 else code
+                return t, {'code': code, 'message': f.get(2, b'').decode()}
+            return t, f
+
+    def request(self, msg_type, msg=b'', payload=b''):
+        return self.answer(self.send(msg_type, msg, payload))
+
+    def register_dataset(self, spec):
+        return self.request(MSG_REGISTER_DATASET_REQ, b'', spec.encode() if isinstance(spec, str) else spec)
+
+    def job(self, dataset_id, sharding=SHARDING_DYNAMIC, exclusions=b''):
+        return self.request(MSG_GET_OR_CREATE_JOB_REQ, pb_uint(1, dataset_id) + pb_uint(3, sharding), exclusions)
+
+    def register_worker(self, address):
+        return self.request(MSG_WORKER_REGISTER_REQ, pb_bytes(1, address.encode()))
+
+    def close(self):
+        self.sock.close()
+
+
+def range_spec(stop, name=''):
+    return '{"source": {"type": "range", "stop": %d%s}, "ops": [{"op": "batch", "batch_size": 10}]}' % (
+        stop, ', "name": "%s"' % name if name else '')
+
+
+def exclusions(runs, first=0):
+    """A position set of version 1 (posset.h): runs of one position, apart."""
+    return b'SLPS' + struct.pack('<IQ', 1, runs) + b''.join(
+        struct.pack('<IIQQ', 0, 0, first + 2 * i, 1) for i in range(runs))
+
+
+def metric(admin_port, name, labels='', token=None):
+    st, text = http(admin_port, '/metrics', token=token)
+    assert st == 200, text
+    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def http(port, path, method='GET', token=None):
+    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method)
+    if token:
+        req.add_header('Authorization', 'Bearer ' + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+class LimitCase(unittest.TestCase):
+    """A dispatcher with an admin token (every admin endpoint but the probes
+    needs it), dispatcher_args, and `workers` workers."""
+    dispatcher_args = ()
+    workers = 0
+
+    def setUp(self):
+        self.token = 'limits-%d' % os.getpid()
+        self.token_dir = tempfile.mkdtemp(prefix='sluice-limits-')
+        self.token_file = os.path.join(self.token_dir, 'admin-token')
+        with open(self.token_file, 'w') as f:
+            f.write(self.token + '\n')
+        self.c = Cluster(workers=self.workers,
+                         dispatcher_args=['--admin-token-file', self.token_file] + list(self.dispatcher_args))
+        self.wires = []
+
+    def tearDown(self):
+        for w in self.wires:
+            w.close()
+        bad = self.c.close()
+        shutil.rmtree(self.token_dir, ignore_errors=True)
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def wire(self, role=ROLE_CLIENT):
+        w = Wire(self.c.dispatcher.port, role)
+        self.wires.append(w)
+        return w
+
+    def get(self, path):
+        st, body = http(self.c.dispatcher.admin_port, path, token=self.token)
+        self.assertEqual(st, 200, body)
+        return json.loads(body)
+
+    def metric(self, name, labels=''):
+        return metric(self.c.dispatcher.admin_port, name, labels, self.token)
+
+    def restart(self, extra=()):
+        """The dispatcher again (SIGKILL, the same work dir and ports), with extra options."""
+        old = self.c.dispatcher
+        old.kill()
+        argv = list(old.argv) + list(extra)
+        argv[argv.index('--port') + 1] = str(old.port)
+        argv[argv.index('--admin-port') + 1] = str(old.admin_port)
+        self.c.dispatcher = self.c._start(argv, 'dispatcher%d' % len(self.c.daemons))
+        return self.c.dispatcher
+
+    def assert_refused(self, answer, code, *texts):
+        t, f = answer
+        self.assertEqual(t, MSG_ERROR, 'not refused: %r' % (f,))
+        self.assertEqual(f['code'], code, f['message'])
+        for text in texts:
+            self.assertIn(text, f['message'])
+        return f['message']
+
+
+def gzip_bomb(path, gigabytes):
+    """A gzip file of text lines inflating to `gigabytes` GiB: one member of
+    64 MiB of newlines, written 16 times a GiB (gzread reads members on)."""
+    member = gzip.compress(b'\n' * (64 << 20), compresslevel=9)
+    with open(path, 'wb') as f:
+        for _ in range(16 * gigabytes):
+            f.write(member)
+
+
+class RecordCountingOffTheLoop(LimitCase):
+    """Attack 12: a gzip bomb's records are counted on a thread of their
+    own, bounded by --count-timeout-ms, and the outcome is cached."""
+    workers = 1
+
+    def test_a_bomb_does_not_stop_the_dispatcher(self):
+        root = os.path.join(self.c.dir, 'data')
+        os.makedirs(root)
+        bomb = os.path.join(root, 'bomb.txt.gz')
+        gzip_bomb(bomb, 32)
+        d = self.restart(['--data-root', root, '--count-timeout-ms', '8000'])
+        self.c.wait_workers_registered(1)
+        spec = {"source": {"type": "text_lines", "files": [bomb], "compression": "gzip"},
+                "ops": [{"op": "batch", "batch_size": 10}]}
+        w = self.wire()
+        rid = w.send(MSG_REGISTER_DATASET_REQ, b'', json.dumps(spec).encode())
+        wait_for(lambda: self.metric('sluice_dispatcher_record_counts_in_progress') == 1, 'the count under way')
+        # While it counts: health, and another client's whole job.
+        self.assertEqual(get_json(d.admin_port, '/healthz')['status'], 'ok')
+        rc, batches, err = self.c.cat({"source": {"type": "range", "stop": 100},
+                                       "ops": [{"op": "batch", "batch_size": 10}]}, ['--sharding', 'dynamic'])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(values(batches, 'value')), list(range(100)))
+        self.assertEqual(self.metric('sluice_dispatcher_record_counts_in_progress'), 1,
+                         'the count ended before the other job was served (a machine this fast needs a '
+                         'bigger bomb)')
+        # The count ends at its time limit with a clear error.
+        self.assert_refused(w.answer(rid), ETIMEDOUT, 'did not finish within --count-timeout-ms 8000', bomb)
+        self.assertEqual(self.metric('sluice_dispatcher_record_count_timeouts_total'), 1)
+        # A variant of the spec is answered from the cache, not counted again.
+        spec['ops'][0]['batch_size'] = 20
+        self.assert_refused(w.register_dataset(json.dumps(spec)), ETIMEDOUT, '--count-timeout-ms')
+        self.assertEqual(self.metric('sluice_dispatcher_record_count_timeouts_total'), 1)
+        self.assertEqual(self.metric('sluice_dispatcher_record_count_cache_hits_total'), 1)
+        self.assertEqual(self.metric('sluice_dispatcher_record_counts_in_progress'), 0)
+
+
+if __name__ == '__main__':
+    unittest.main()
