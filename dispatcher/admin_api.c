@@ -19,6 +19,8 @@
 #include "status_page.h"
 
 static sl_metric_t *m_workers, *m_jobs, *m_datasets;
+/* The limits (docs/security.md, "Limits"). */
+static sl_metric_t *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
 /* Parses the decimal id at the start of s; rest points after it. */
 static int parse_id(const char *s, uint64_t *id, const char **rest)
@@ -220,6 +222,11 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_workers, s.workers_live);
     sl_metric_set(m_jobs, s.jobs_running);
     sl_metric_set(m_datasets, s.datasets);
+    sl_metric_set(m_exclude_runs, (double)s.exclude_runs);
+    sl_metric_set(m_datasets_refused, (double)s.datasets_refused);
+    sl_metric_set(m_jobs_refused, (double)s.jobs_refused);
+    sl_metric_set(m_workers_refused, (double)s.workers_refused);
+    sl_metric_set(m_excl_refused, (double)s.exclusions_refused);
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -246,6 +253,17 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     m_jobs = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_jobs_running", NULL, "Running jobs.", NULL, 0);
     m_datasets = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_datasets", NULL, "Registered datasets.",
                                     NULL, 0);
+    static const char refusals[] = "Requests refused at a configured limit (docs/security.md).";
+    m_exclude_runs = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_exclude_runs", NULL,
+                                        "Runs of restored checkpoints' positions the running jobs hold.", NULL, 0);
+    m_datasets_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
+                                            "limit=\"max_datasets\"", refusals, NULL, 0);
+    m_jobs_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
+                                        "limit=\"max_jobs\"", refusals, NULL, 0);
+    m_workers_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
+                                           "limit=\"max_workers\"", refusals, NULL, 0);
+    m_excl_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
+                                        "limit=\"max_exclude_runs\"", refusals, NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/", status_page, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, st);

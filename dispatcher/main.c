@@ -54,6 +54,9 @@ static void usage(FILE *f)
             "                           report may hold (2097152, the most; 24 bytes a run)\n"
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
             "                           their files are listed and counted at registration\n"
+            "  --max-workers N          live workers at most (256); more are refused\n"
+            "  --max-datasets N         registered datasets at most (4096)\n"
+            "  --max-jobs N             running jobs at most (4096); ended ones make room\n"
             "  --count-timeout-ms N     listing and counting a new file source's records, off\n"
             "                           the event loop (60000; 0: no limit)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
@@ -74,7 +77,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_COUNT_TO, O_HELP };
+           O_COUNT_TO, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -89,6 +92,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
         {"max-exclude-total-runs", required_argument, NULL, O_MAX_EXCL_TOTAL},
         {"count-timeout-ms", required_argument, NULL, O_COUNT_TO},
+        {"max-workers", required_argument, NULL, O_MAX_WORKERS},
+        {"max-datasets", required_argument, NULL, O_MAX_DATASETS},
+        {"max-jobs", required_argument, NULL, O_MAX_JOBS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -148,6 +154,21 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_COUNT_TO:
             if (sl_cli_int(program, "count-timeout-ms", optarg, 0, 86400000, &o->state.count_timeout_ms) < 0)
                 return -1;
+            break;
+        case O_MAX_WORKERS: /* a client heartbeat answer lists at most 256 tasks */
+            if (sl_cli_int(program, "max-workers", optarg, 1, 256, &v) < 0)
+                return -1;
+            o->state.max_workers = (unsigned)v;
+            break;
+        case O_MAX_DATASETS:
+            if (sl_cli_int(program, "max-datasets", optarg, 1, 1 << 20, &v) < 0)
+                return -1;
+            o->state.max_datasets = (unsigned)v;
+            break;
+        case O_MAX_JOBS:
+            if (sl_cli_int(program, "max-jobs", optarg, 1, 1 << 20, &v) < 0)
+                return -1;
+            o->state.max_jobs = (unsigned)v;
             break;
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;

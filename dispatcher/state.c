@@ -482,8 +482,13 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
         live += w->state == WORKER_LIVE;
     }
     if (live >= st->cfg.max_workers) {
-        return sl_errf(err, errlen, SL_ETOOBIG,
-                       "worker %s refused: %u workers is the limit", address, st->cfg.max_workers);
+        st->workers_refused++;
+        sl_errf(err, errlen, SL_ETOOBIG,
+                "worker %s refused: %u workers are live, as many as --max-workers allows (a worker without "
+                "heartbeat for --worker-timeout-ms %" PRId64 " ms is lost and frees its place)",
+                address, st->cfg.max_workers, st->cfg.worker_timeout_ms);
+        sl_log_warn("%s", err);
+        return SL_ETOOBIG;
     }
     /* Lost workers are forgotten once the table is full of them. */
     if (st->num_workers >= st->cfg.max_workers) {
@@ -701,8 +706,10 @@ int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, s
                 (oldest < 0 || st->datasets[i]->last_used < st->datasets[oldest]->last_used))
                 oldest = (int)i;
         if (oldest < 0) {
-            snprintf(err, errlen, "dataset refused: %u datasets are registered, the limit, each read by a running "
-                     "job", st->cfg.max_datasets);
+            snprintf(err, errlen, "dataset refused: %u datasets are registered, as many as --max-datasets allows, "
+                     "each read by a running job", st->cfg.max_datasets);
+            st->datasets_refused++;
+            sl_log_warn("%s", err);
             rc = SL_ELIMIT;
             goto out;
         }
@@ -1039,7 +1046,13 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     if ((rc = job_check_consumers(st, req, d, NULL, err, errlen)) < 0)
         return rc;
     if (jobs_make_room(st) < 0) {
-        return sl_errf(err, errlen, SL_ETOOBIG, "job refused: %u running jobs is the limit", st->cfg.max_jobs);
+        st->jobs_refused++;
+        sl_errf(err, errlen, SL_ETOOBIG,
+                "job refused: %u jobs are running, as many as --max-jobs allows (ended jobs are forgotten to make "
+                "room; a running job without clients is cancelled after --job-gc-timeout-ms %" PRId64 " ms)",
+                st->cfg.max_jobs, st->cfg.job_gc_timeout_ms);
+        sl_log_warn("%s", err);
+        return SL_ETOOBIG;
     }
     j = calloc(1, sizeof *j);
     if (!j) {
@@ -1050,7 +1063,9 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         char why[300];
         if ((rc = sl_posset_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
             job_free(j);
-            return sl_errf(err, errlen, rc, "the restored iterator's checkpoint: %s", why);
+            st->exclusions_refused += rc == -ENOSPC;
+            return sl_errf(err, errlen, rc == -ENOSPC ? SL_ELIMIT : rc, "the restored iterator's checkpoint: %s%s", why,
+                           rc == -ENOSPC ? " (--max-exclude-runs)" : "");
         }
         /* Every running job's restored positions stay in memory and in the
          * state store until the job ends: bounded together, so that a
@@ -1063,6 +1078,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if (held + j->exclude.num > st->cfg.max_exclude_total) {
             uint64_t mine = j->exclude.num;
             job_free(j);
+            st->exclusions_refused++;
             return sl_errf(err, errlen, SL_ELIMIT,
                            "job refused: its checkpoint's %" PRIu64 " runs of positions with the %" PRIu64
                            " that running jobs restored hold are over the dispatcher's limit of %" PRIu64
@@ -1297,11 +1313,16 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
 {
-    *out = (sl_dstate_stats_t){.datasets = st->num_datasets, .jobs_total = st->num_jobs};
+    *out = (sl_dstate_stats_t){.datasets = st->num_datasets, .jobs_total = st->num_jobs,
+                               .datasets_refused = st->datasets_refused, .jobs_refused = st->jobs_refused,
+                               .workers_refused = st->workers_refused, .exclusions_refused = st->exclusions_refused};
     for (unsigned i = 0; i < st->num_workers; i++)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
-    for (unsigned i = 0; i < st->num_jobs; i++)
+    for (unsigned i = 0; i < st->num_jobs; i++) {
         out->jobs_running += st->jobs[i]->state == SL_JOB_RUNNING;
+        if (st->jobs[i]->state == SL_JOB_RUNNING)
+            out->exclude_runs += st->jobs[i]->exclude.num;
+    }
 }
 
 /* ---- operator actions ---- */

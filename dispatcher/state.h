@@ -255,6 +255,9 @@ typedef struct sl_dstate_stats {
     unsigned datasets;
     unsigned jobs_running;
     unsigned jobs_total;
+    uint64_t exclude_runs; /* runs of restored positions the running jobs hold */
+    /* Requests refused at a configured limit, since start. */
+    uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
 } sl_dstate_stats_t;
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);

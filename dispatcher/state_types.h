@@ -180,6 +180,8 @@ struct sl_dstate {
         uint64_t key, key2; /* key2: the outstanding table's second half (a split id) */
     } *dels;                /* records to delete in the next commit */
     unsigned num_dels, cap_dels;
+    /* Requests refused at the configured limits, since start (metrics). */
+    uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
 };
 
 /* Shared by the parts of the state (state_base.c). */

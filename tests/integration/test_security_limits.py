@@ -230,6 +230,77 @@ class LimitCase(unittest.TestCase):
         return f['message']
 
 
+class Registries(LimitCase):
+    """--max-datasets and --max-jobs: a full table is refused with an error
+    naming the option, counted; what no running job needs makes room."""
+    dispatcher_args = ('--max-datasets', '2', '--max-jobs', '2')
+
+    def test_datasets_and_jobs(self):
+        a = self.c.dispatcher.admin_port
+        w = self.wire()
+        ds = [w.register_dataset(range_spec(100 + i))[1][1] for i in range(2)]
+        jobs = [w.job(d, SHARDING_OFF)[1][1] for d in ds]
+        # Each dataset is read by a running job: nothing can make room.
+        self.assert_refused(w.register_dataset(range_spec(999)), SL_ELIMIT, '2 datasets are registered',
+                            '--max-datasets', 'each read by a running job')
+        self.assertEqual(self.metric('sluice_dispatcher_limit_refusals_total', 'limit="max_datasets"'), 1)
+        self.assert_refused(w.job(ds[0], SHARDING_OFF), SL_ETOOBIG, '2 jobs are running', '--max-jobs')
+        self.assertEqual(self.metric('sluice_dispatcher_limit_refusals_total', 'limit="max_jobs"'), 1)
+        self.assertIn('job refused: 2 jobs are running', self.c.dispatcher.stderr())
+        # An ended job makes room for a job, and its dataset for a dataset.
+        st, body = http(a, '/v1/jobs/%d' % jobs[1], 'DELETE', self.token)
+        self.assertEqual(st, 200, body)
+        t, f = w.job(ds[0], SHARDING_OFF)
+        self.assertNotEqual(t, MSG_ERROR, f)
+        t, f = w.register_dataset(range_spec(999))
+        self.assertNotEqual(t, MSG_ERROR, f)
+        got = sorted(d['id'] for d in self.get('/v1/datasets')['datasets'])
+        self.assertEqual(got, sorted([ds[0], f[1]]))
+
+
+class Exclusions(LimitCase):
+    """Attack 6: a restored checkpoint's positions are bounded per restore
+    and for all running jobs together; refusals are counted."""
+    dispatcher_args = ('--max-exclude-runs', '100', '--max-exclude-total-runs', '150')
+
+    def test_per_restore_and_total(self):
+        w = self.wire()
+        t, ds = w.register_dataset(range_spec(10000))
+        self.assert_refused(w.job(ds[1], exclusions=exclusions(101)), SL_ELIMIT, '101 runs',
+                            '--max-exclude-runs')
+        t, f = w.job(ds[1], exclusions=exclusions(100))
+        self.assertNotEqual(t, MSG_ERROR, f)
+        self.assertEqual(self.metric('sluice_dispatcher_exclude_runs'), 100)
+        self.assert_refused(w.job(ds[1], exclusions=exclusions(51, 1000)), SL_ELIMIT, '--max-exclude-total-runs')
+        self.assertEqual(self.metric('sluice_dispatcher_limit_refusals_total', 'limit="max_exclude_runs"'), 2)
+        self.assertEqual(get_json(self.c.dispatcher.admin_port, '/healthz')['status'], 'ok')
+
+
+class Workers(LimitCase):
+    """Attack 9: registrations that never heartbeat hold a place only until
+    --worker-timeout-ms; a refusal at --max-workers is logged and counted."""
+    dispatcher_args = ('--max-workers', '2', '--worker-timeout-ms', '1000')
+
+    def test_dead_registrations_free_their_place(self):
+        a = self.c.dispatcher.admin_port
+        fakes = [self.wire(ROLE_WORKER) for _ in range(3)]
+        for i in range(2):
+            t, f = fakes[i].register_worker('127.0.0.1:%d' % (40001 + i))
+            self.assertNotEqual(t, MSG_ERROR, f)
+        self.assert_refused(fakes[2].register_worker('127.0.0.1:40003'), SL_ETOOBIG, '2 workers are live',
+                            '--max-workers', '--worker-timeout-ms 1000')
+        self.assertEqual(self.metric('sluice_dispatcher_limit_refusals_total', 'limit="max_workers"'), 1)
+        self.assertIn('worker 127.0.0.1:40003 refused', self.c.dispatcher.stderr())
+        # The fakes keep their connections open and never heartbeat: they
+        # are lost after --worker-timeout-ms, and their places are free.
+        wait_for(lambda: get_json(a, '/healthz')['workers'] == 0, 'the silent workers lost')
+        t, f = fakes[2].register_worker('127.0.0.1:40003')
+        self.assertNotEqual(t, MSG_ERROR, f)
+        self.assertEqual(len(re.findall(r'at 127\.0\.0\.1:4000[12] lost: no heartbeat', self.c.dispatcher.stderr())), 2)
+        self.assertEqual([w['address'] for w in self.get('/v1/workers')['workers'] if w['state'] == 'LIVE'],
+                         ['127.0.0.1:40003'])
+
+
 def gzip_bomb(path, gigabytes):
     """A gzip file of text lines inflating to `gigabytes` GiB: one member of
     64 MiB of newlines, written 16 times a GiB (gzread reads members on)."""
