@@ -3,7 +3,8 @@
  *
  * Records (key: the id as 8 big-endian bytes, so tables read in creation
  * order; value: a JSON object):
- *   datasets  {spec, fingerprint, cardinality, split_size, hint_op, infinite, files: [[path, records]...]}
+ *   datasets  {spec, fingerprint, cardinality, split_size, hint_op, infinite, files: [[path, records]...],
+ *             last_used: wall-clock ms of its last use, from which --dataset-gc-timeout-ms counts}
  *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
@@ -33,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -68,14 +70,24 @@ static uint64_t id_of(const void *key, size_t klen)
 
 /* ---- encoding ---- */
 
-static json_t *dataset_record(const struct dataset *d)
+/* Milliseconds of the wall clock: a dataset's last use is stored as such,
+ * the state's clock (monotonic) starting afresh with every process. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static json_t *dataset_record(const sl_dstate_t *st, const struct dataset *d)
 {
     json_t *files = json_array();
     for (int f = 0; f < d->files.num_files; f++)
         json_array_append_new(files, json_pack("[s,I]", d->files.paths[f], (json_int_t)d->files.records[f]));
-    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o}", "spec", d->canonical, "fingerprint", d->fingerprint,
+    int64_t idle = d->last_used > 0 && st->now > d->last_used ? st->now - d->last_used : 0;
+    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s:I}", "spec", d->canonical, "fingerprint", d->fingerprint,
                      "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size, "hint_op",
-                     d->hint_op, "infinite", d->infinite, "files", files);
+                     d->hint_op, "infinite", d->infinite, "files", files, "last_used", (json_int_t)(wall_ms() - idle));
 }
 
 static json_t *worker_record(const struct worker *w)
@@ -249,7 +261,7 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
         rc = del_record(txn, &st->dels[i]);
     for (unsigned i = 0; i < st->num_datasets && rc == 0; i++)
         if (st->datasets[i]->dirty)
-            rc = put_json(txn, SL_DT_DATASETS, st->datasets[i]->id, dataset_record(st->datasets[i]));
+            rc = put_json(txn, SL_DT_DATASETS, st->datasets[i]->id, dataset_record(st, st->datasets[i]));
     for (unsigned i = 0; i < st->num_workers && rc == 0; i++)
         if (st->workers[i].dirty)
             rc = put_json(txn, SL_DT_WORKERS, st->workers[i].id, worker_record(&st->workers[i]));
@@ -282,8 +294,11 @@ static void clear_dirty(sl_dstate_t *st)
     st->num_dels = 0;
     st->saved_next_id = st->next_id;
     st->secret_dirty = false;
-    for (unsigned i = 0; i < st->num_datasets; i++)
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        if (st->datasets[i]->dirty)
+            st->datasets[i]->saved_used = st->datasets[i]->last_used;
         st->datasets[i]->dirty = false;
+    }
     for (unsigned i = 0; i < st->num_workers; i++)
         st->workers[i].dirty = false;
     for (unsigned i = 0; i < st->num_jobs; i++) {
@@ -371,12 +386,12 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
     if (rc < 0)
         return rc;
     const char *spec, *fp;
-    json_int_t card, split_size;
+    json_int_t card, split_size, last_used = -1;
     int hint_op, infinite;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:s,s:I,s:I,s:i,s:b,s:o}", "spec", &spec, "fingerprint", &fp,
-                       "cardinality", &card, "split_size", &split_size, "hint_op", &hint_op, "infinite", &infinite,
-                       "files", &files) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s?I}", "spec", &spec, "fingerprint",
+                       &fp, "cardinality", &card, "split_size", &split_size, "hint_op", &hint_op, "infinite",
+                       &infinite, "files", &files, "last_used", &last_used) < 0)
         return unpack_failed(l, id, rec, &je);
     if (!json_is_array(files) || split_size <= 0 || strlen(fp) >= sizeof ((struct dataset *)0)->fingerprint) {
         json_decref(rec);
@@ -389,6 +404,13 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
     st->datasets[st->num_datasets++] = d;
     *d = (struct dataset){.id = id, .cardinality = card, .split_size = (uint64_t)split_size, .hint_op = hint_op,
                           .infinite = infinite};
+    if (last_used >= 0) {
+        /* Unused for as long as the wall clock says (no time of a clock set back); a
+         * record of before it was stored leaves 0, which the next tick makes now. */
+        int64_t idle = wall_ms() - (int64_t)last_used;
+        int64_t at = l->now - (idle > 0 ? idle : 0);
+        d->last_used = d->saved_used = at > 0 ? at : 1;
+    }
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     if (!(d->canonical = strdup(spec)))
         goto nomem_in;
@@ -747,6 +769,8 @@ static int load_meta(const void *key, size_t klen, const void *val, size_t vlen,
 int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen)
 {
     struct load l = {.st = st, .now = now, .err = err, .errlen = errlen};
+    if (now > st->now)
+        st->now = now; /* the clock datasets' last use is loaded on */
     /* A store without a secret (new, or written before there was one)
      * gets the one st has at the next commit. */
     st->secret_dirty = true;

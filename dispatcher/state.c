@@ -861,11 +861,16 @@ static void datasets_collect(sl_dstate_t *st, int64_t now)
 {
     for (unsigned i = 0; i < st->num_datasets;) {
         struct dataset *d = st->datasets[i];
-        if (d->last_used == 0 || dataset_reader(st, d))
+        if (d->last_used == 0 || dataset_reader(st, d)) {
             d->last_used = now;
+            if (d->last_used - d->saved_used >= 60000)
+                d->dirty = true; /* stored once a minute at most */
+        }
         if (st->cfg.dataset_gc_timeout_ms > 0 && now - d->last_used > st->cfg.dataset_gc_timeout_ms) {
-            sl_log_info("dataset %" PRIu64 " deleted: no running job read it for %" PRId64 " ms", d->id,
-                        now - d->last_used);
+            sl_log_info("dataset %" PRIu64 " deleted: no running job read it for %" PRId64 " ms "
+                        "(--dataset-gc-timeout-ms %" PRId64 ")", d->id, now - d->last_used,
+                        st->cfg.dataset_gc_timeout_ms);
+            st->datasets_collected++;
             dataset_drop(st, i);
         } else {
             i++;
@@ -1315,7 +1320,8 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
 {
     *out = (sl_dstate_stats_t){.datasets = st->num_datasets, .jobs_total = st->num_jobs,
                                .datasets_refused = st->datasets_refused, .jobs_refused = st->jobs_refused,
-                               .workers_refused = st->workers_refused, .exclusions_refused = st->exclusions_refused};
+                               .workers_refused = st->workers_refused, .exclusions_refused = st->exclusions_refused,
+                               .datasets_collected = st->datasets_collected};
     for (unsigned i = 0; i < st->num_workers; i++)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++) {

@@ -70,8 +70,11 @@ struct dataset {
     uint64_t splits_per_epoch; /* counted at the first hand-out; 0: not yet */
     int hint_op;         /* the first shard op with num_shards "hint", or -1 */
     bool infinite;       /* the pipeline never ends (coordinated reads need it) */
-    int64_t last_used;   /* registered, or a job of it created or running (not stored: 0 after a
-                            load, which the next tick sets to its time) */
+    int64_t last_used;   /* registered, or a job of it created or running, on the state's clock;
+                            stored (as wall-clock time, persist.c) when it moved a minute or more
+                            past saved_used, so --dataset-gc-timeout-ms counts across restarts; 0:
+                            not known (the next tick sets it to its time) */
+    int64_t saved_used;  /* last_used as last stored */
     bool dirty;
 };
 
@@ -182,6 +185,7 @@ struct sl_dstate {
     unsigned num_dels, cap_dels;
     /* Requests refused at the configured limits, since start (metrics). */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
+    uint64_t datasets_collected; /* by --dataset-gc-timeout-ms */
 };
 
 /* Shared by the parts of the state (state_base.c). */

@@ -43,10 +43,12 @@ json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
     return arr;
 }
 
-static json_t *dataset_json(const struct dataset *d, bool with_spec)
+static json_t *dataset_json(const sl_dstate_t *st, const struct dataset *d, bool with_spec)
 {
-    json_t *o = json_pack("{s:I,s:s,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
-                          (json_int_t)d->cardinality);
+    /* unused_ms: since a running job last read it (--dataset-gc-timeout-ms). */
+    json_t *o = json_pack("{s:I,s:s,s:I,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
+                          (json_int_t)d->cardinality, "unused_ms",
+                          (json_int_t)(d->last_used > 0 && st->now > d->last_used ? st->now - d->last_used : 0));
     if (with_spec) {
         json_t *spec = json_loads(d->canonical, 0, NULL);
         json_object_set_new(o, "spec", spec ? spec : json_null());
@@ -58,14 +60,14 @@ json_t *sl_dstate_datasets_json(const sl_dstate_t *st)
 {
     json_t *arr = json_array();
     for (unsigned i = 0; i < st->num_datasets; i++)
-        json_array_append_new(arr, dataset_json(st->datasets[i], false));
+        json_array_append_new(arr, dataset_json(st, st->datasets[i], false));
     return arr;
 }
 
 json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
 {
     const struct dataset *d = sl__dstate_dataset(st, id);
-    return d ? dataset_json(d, true) : NULL;
+    return d ? dataset_json(st, d, true) : NULL;
 }
 
 static json_t *job_json(const struct job *j, int64_t now, bool detail)

@@ -258,6 +258,27 @@ class Registries(LimitCase):
         self.assertEqual(got, sorted([ds[0], f[1]]))
 
 
+class DatasetCollection(LimitCase):
+    """Attack 7: a dataset no running job read for --dataset-gc-timeout-ms is
+    deleted, and that time is stored: a restart does not start it afresh."""
+    dispatcher_args = ('--dataset-gc-timeout-ms', '600000')
+
+    def test_collected_and_the_unused_time_survives_a_restart(self):
+        w = self.wire()
+        t, kept = w.register_dataset(range_spec(10))
+        t, gone = w.register_dataset(range_spec(11))
+        t, job = w.job(kept[1], SHARDING_OFF)  # a running job keeps its dataset
+        self.assertNotEqual(t, MSG_ERROR, job)
+        wait_for(lambda: self.get('/v1/datasets/%d' % gone[1])['unused_ms'] >= 1500, 'the dataset unused 1.5 s')
+        # A crash, and a shorter timeout: the time the dataset was last used
+        # comes back from the store.
+        self.restart(['--dataset-gc-timeout-ms', '5000'])
+        self.assertGreaterEqual(self.get('/v1/datasets/%d' % gone[1])['unused_ms'], 1500)
+        wait_for(lambda: self.metric('sluice_dispatcher_datasets_collected_total') == 1, 'a dataset collected')
+        self.assertEqual([d['id'] for d in self.get('/v1/datasets')['datasets']], [kept[1]])
+        self.assertIn('dataset %d deleted: no running job read it' % gone[1], self.c.dispatcher.stderr())
+
+
 class Exclusions(LimitCase):
     """Attack 6: a restored checkpoint's positions are bounded per restore
     and for all running jobs together; refusals are counted."""

@@ -119,6 +119,8 @@ static char *views(sl_dstate_t *s)
     }
     json_array_foreach(json_object_get(all, "jobs"), i, v)
         json_object_del(v, "age_ms");
+    json_array_foreach(json_object_get(all, "datasets"), i, v)
+        json_object_del(v, "unused_ms");
     char *text = json_dumps(all, JSON_SORT_KEYS);
     json_decref(all);
     return text;
