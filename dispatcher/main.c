@@ -55,6 +55,8 @@ static void usage(FILE *f)
             "  --data-root DIR          a directory file sources may name (repeatable);\n"
             "                           their files are listed and counted at registration\n"
             "  --max-workers N          live workers at most (256); more are refused\n"
+            "  --state-store-mb N       the state store's largest size (1024); past 3/4 of it new\n"
+            "                           datasets and restored checkpoints are refused\n"
             "  --max-datasets N         registered datasets at most (4096)\n"
             "  --max-jobs N             running jobs at most (4096); ended ones make room\n"
             "  --count-timeout-ms N     listing and counting a new file source's records, off\n"
@@ -72,12 +74,13 @@ struct options {
     const char *work_dir;
     const char *worker_addresses;
     sl_dstate_config_t state;
+    int64_t store_mb; /* the state store's map size; 0: the store's default (1 GiB) */
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_COUNT_TO, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_HELP };
+           O_COUNT_TO, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -95,6 +98,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-workers", required_argument, NULL, O_MAX_WORKERS},
         {"max-datasets", required_argument, NULL, O_MAX_DATASETS},
         {"max-jobs", required_argument, NULL, O_MAX_JOBS},
+        {"state-store-mb", required_argument, NULL, O_STORE_MB},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -169,6 +173,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "max-jobs", optarg, 1, 1 << 20, &v) < 0)
                 return -1;
             o->state.max_jobs = (unsigned)v;
+            break;
+        case O_STORE_MB:
+            if (sl_cli_int(program, "state-store-mb", optarg, 1, 1 << 20, &o->store_mb) < 0)
+                return -1;
             break;
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
@@ -271,7 +279,7 @@ int main(int argc, char **argv)
      * format) is refused before it serves; docs/fault-tolerance.md. */
     int num_tables;
     const char *const *tables = sl_dpersist_tables(&num_tables);
-    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables};
+    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o.store_mb << 20};
     if (sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;

@@ -678,6 +678,8 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
     struct job *j = sl__dstate_job(l->st, id);
     if (!j)
         return bad(l, id, "its job is not in the store");
+    if (j->state != SL_JOB_RUNNING)
+        return 0; /* an ended job's, stored before they were deleted at its end: not needed */
     char why[256];
     int rc = sl_posset_decode(&j->exclude, val, vlen, why, sizeof why);
     return rc < 0 ? bad(l, id, why) : 0;

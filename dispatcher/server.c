@@ -87,6 +87,7 @@ static void dconn_unlink(struct dconn *dc)
 }
 
 static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_forbidden, *m_splits, *m_commits, *m_commit_failures;
+static sl_metric_t *m_store_refusals, *m_store_live;
 
 static void metrics_init(void)
 {
@@ -111,6 +112,35 @@ static void metrics_init(void)
                                    "Commits of state changes to the state store (one per group).", NULL, 0);
     m_commit_failures = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commit_failures_total",
                                            NULL, "Commits that failed; their answers were not sent.", NULL, 0);
+    m_store_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
+                                          "limit=\"state_store\"",
+                                          "Requests refused at a configured limit (docs/security.md).", NULL, 0);
+    m_store_live = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_state_store_live_bytes", NULL,
+                                      "Bytes the state store's tables hold, as of the last request that grows it.",
+                                      NULL, 0);
+}
+
+/* Requests that grow the state store by about need bytes are refused once
+ * its tables would hold more than three quarters of its map: the last
+ * quarter is kept for the small commits of running jobs (a store filled to
+ * the brim fails every commit, deletions included, as LMDB copies the
+ * pages a commit changes). @return 0, or SL_ELIMIT with a message in err */
+static int store_room(sl_dserver_t *srv, size_t need, const char *what, char *err, size_t errlen)
+{
+    if (!srv->store)
+        return 0;
+    sl_store_stats_t ss;
+    sl_store_stats(srv->store, &ss);
+    sl_metric_set(m_store_live, (double)ss.live_bytes);
+    size_t cap = ss.map_bytes / 4 * 3;
+    if (ss.live_bytes <= cap && need <= cap - ss.live_bytes)
+        return 0;
+    sl_metric_add(m_store_refusals, 1);
+    sl_errf(err, errlen, SL_ELIMIT,
+            "%s refused: the state store holds %zu of its %zu bytes and keeps the last quarter for running jobs; "
+            "delete unused datasets (DELETE /v1/datasets/{id}) or end jobs", what, ss.live_bytes, ss.map_bytes);
+    sl_log_warn("%s", err);
+    return SL_ELIMIT;
 }
 
 int sl_dserver_commit(sl_dserver_t *srv, char *err, size_t errlen)
@@ -212,6 +242,11 @@ static void on_counted(int rc, sl_file_list_t *files, const char *cerr, void *ar
         char err[1024];
         const char *fp = NULL;
         snprintf(err, sizeof err, "%s", cerr);
+        size_t need = r->len + 4096;
+        for (int f = 0; rc == 0 && f < files->num_files; f++)
+            need += strlen(files->paths[f]) + 32;
+        if (rc == 0 && !sl_dstate_dataset_known(srv->st, r->spec))
+            rc = store_room(srv, need, "dataset", err, sizeof err);
         if (rc == 0)
             rc = sl_dstate_dataset_register_counted(srv->st, r->text, r->len, files, &resp.dataset_id, &fp, err,
                                                     sizeof err);
@@ -273,6 +308,8 @@ static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const 
                      "a time; retry later", SL_DCOUNT_MAX_QUEUED);
         }
     }
+    if (rc == 0 && !sl_dstate_dataset_known(srv->st, spec))
+        rc = store_room(srv, hdr->payload_len + 4096, "dataset", err, sizeof err);
     sl_spec_free(spec);
     if (rc == 0)
         rc = sl_dstate_dataset_register(srv->st, (const char *)payload, hdr->payload_len, &resp.dataset_id, &fp,
@@ -397,7 +434,10 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         char host[128] = "";
         if (sl_policy_host(sl_conn_peer(c), host, sizeof host) < 0)
             host[0] = '\0';
-        rc = sl_dstate_job_join(st, msg, host, payload, hdr->payload_len, now, &resp, err, sizeof err);
+        /* A restored iterator's positions are stored with its job. */
+        rc = hdr->payload_len > 0 ? store_room(dc->srv, hdr->payload_len + 4096, "job", err, sizeof err) : 0;
+        if (rc == 0)
+            rc = sl_dstate_job_join(st, msg, host, payload, hdr->payload_len, now, &resp, err, sizeof err);
         resp.heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
         reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp, err);
         break;

@@ -285,6 +285,14 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     j->state = next;
     j->dirty = true;
     sl__out_clear(st, j); /* nothing more is handed out */
+    /* Nor are its restored positions needed: they leave memory and the
+     * store now, not when the job is forgotten (--max-exclude-total-runs
+     * counts running jobs only, so ended ones must not keep theirs). */
+    if (j->exclude.num > 0 || j->exclude_dirty) {
+        sl_posset_clear(&j->exclude);
+        j->exclude_dirty = false;
+        queue_del(st, SL_DT_EXCLUDE, j->id);
+    }
     if (why)
         snprintf(j->error, sizeof j->error, "%s", why);
     sl_log_info("job %" PRIu64 "%s%s%s %s%s%s", j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "",

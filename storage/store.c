@@ -146,6 +146,15 @@ static int count_records(MDB_txn *txn, MDB_dbi dbi, uint64_t *n)
     return rc;
 }
 
+/* The bytes of the pages a table's tree holds. */
+static size_t table_bytes(MDB_txn *txn, MDB_dbi dbi)
+{
+    MDB_stat st;
+    if (mdb_stat(txn, dbi, &st) != 0)
+        return 0;
+    return (st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) * (size_t)st.ms_psize;
+}
+
 /* Opens every table; a new store gets them and its meta records, in one commit. */
 static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path, char *err, size_t errlen)
 {
@@ -386,8 +395,15 @@ void sl_store_stats(sl_store_t *s, sl_store_stats_t *out)
     if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0)
         out->used_bytes = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
     if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) == 0) {
-        for (int i = 0; i < s->num_tables; i++)
+        for (int i = 0; i < s->num_tables; i++) {
             count_records(txn, s->dbi[i], &out->records);
+            out->live_bytes += table_bytes(txn, s->dbi[i]);
+        }
+        /* The meta table, the main tree that names the tables, the two meta pages. */
+        out->live_bytes += table_bytes(txn, s->meta) + table_bytes(txn, 1 /* MAIN_DBI, lmdb.c */);
+        MDB_stat ms;
+        if (mdb_env_stat(s->env, &ms) == 0)
+            out->live_bytes += 2 * (size_t)ms.ms_psize;
         mdb_txn_abort(txn);
     }
 }

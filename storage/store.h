@@ -78,6 +78,8 @@ typedef struct sl_store_stats {
     uint64_t commits;
     uint64_t records; /* in every table */
     size_t map_bytes, used_bytes;
+    size_t live_bytes; /* the pages the tables hold now: used_bytes is the file's high-water mark, and pages
+                          freed below it are used again, so map_bytes - live_bytes is the room left */
 } sl_store_stats_t;
 void sl_store_stats(sl_store_t *s, sl_store_stats_t *out);
 

@@ -297,6 +297,46 @@ class Exclusions(LimitCase):
         self.assertEqual(get_json(self.c.dispatcher.admin_port, '/healthz')['status'], 'ok')
 
 
+class StateStore(LimitCase):
+    """Attack 6: the state store is never filled to the brim (then every
+    commit failed, also after a restart): past three quarters of
+    --state-store-mb, restores are refused; an ended job's positions leave
+    memory and the store at once, and make room again."""
+    dispatcher_args = ('--state-store-mb', '1', '--max-exclude-runs', '40000')
+
+    def test_restores_stop_before_the_store_is_full(self):
+        a = self.c.dispatcher.admin_port
+        w = self.wire()
+        t, ds = w.register_dataset(range_spec(1 << 30))
+        jobs, refused = [], None
+        for k in range(40):
+            t, f = w.job(ds[1], exclusions=exclusions(20000, k * 100000))
+            if t == MSG_ERROR:
+                refused = f
+                break
+            jobs.append(f[1])
+        self.assertIsNotNone(refused, 'never refused: %d restored jobs' % len(jobs))
+        self.assertGreater(len(jobs), 0)
+        self.assertEqual(refused['code'], SL_ELIMIT, refused['message'])
+        self.assertIn('the state store holds', refused['message'])
+        self.assertEqual(self.metric('sluice_dispatcher_limit_refusals_total', 'limit="state_store"'), 1)
+        self.assertEqual(self.metric('sluice_dispatcher_state_commit_failures_total'), 0)
+        # Ended jobs give their positions back, in memory and in the store.
+        for j in jobs:
+            st, body = http(a, '/v1/jobs/%d' % j, 'DELETE', self.token)
+            self.assertEqual(st, 200, body)
+        self.assertEqual(self.metric('sluice_dispatcher_exclude_runs'), 0)
+        t, f = w.job(ds[1], exclusions=exclusions(20000))
+        self.assertNotEqual(t, MSG_ERROR, f)
+        # Every commit went through, and one after a restart still does.
+        self.assertEqual(self.metric('sluice_dispatcher_state_commit_failures_total'), 0)
+        self.restart()
+        w = self.wire()
+        t, f = w.register_dataset(range_spec(7))
+        self.assertNotEqual(t, MSG_ERROR, f)
+        self.assertEqual(self.metric('sluice_dispatcher_state_commit_failures_total'), 0)
+
+
 class Workers(LimitCase):
     """Attack 9: registrations that never heartbeat hold a place only until
     --worker-timeout-ms; a refusal at --max-workers is logged and counted."""
