@@ -407,6 +407,19 @@ class RecordCountingOffTheLoop(LimitCase):
         self.assertEqual(self.metric('sluice_dispatcher_record_count_cache_hits_total'), 1)
         self.assertEqual(self.metric('sluice_dispatcher_record_counts_in_progress'), 0)
 
+    def test_a_shutdown_while_counting_is_clean(self):
+        root = os.path.join(self.c.dir, 'data')
+        os.makedirs(root)
+        bomb = os.path.join(root, 'bomb.txt.gz')
+        gzip_bomb(bomb, 32)
+        self.restart(['--data-root', root])
+        spec = {"source": {"type": "text_lines", "files": [bomb], "compression": "gzip"}}
+        w = self.wire()
+        w.send(MSG_REGISTER_DATASET_REQ, b'', json.dumps(spec).encode())
+        wait_for(lambda: self.metric('sluice_dispatcher_record_counts_in_progress') == 1, 'the count under way')
+        # SIGTERM: the count is cancelled, nothing leaks (ASan), exit 0.
+        self.assertEqual(self.c.dispatcher.stop(), 0, self.c.dispatcher.stderr()[-3000:])
+
 
 if __name__ == '__main__':
     unittest.main()
