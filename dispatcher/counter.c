@@ -102,8 +102,7 @@ static void *count_main(void *arg)
     return NULL;
 }
 
-/* Answers the ended counts, in the order they ended. */
-static void deliver(sl_dcounter_t *c, struct count_job *list)
+static struct count_job *reverse(struct count_job *list)
 {
     struct count_job *rev = NULL;
     while (list) {
@@ -112,6 +111,13 @@ static void deliver(sl_dcounter_t *c, struct count_job *list)
         rev = list;
         list = n;
     }
+    return rev;
+}
+
+/* Answers the ended counts, in the order they ended. */
+static void deliver(sl_dcounter_t *c, struct count_job *list)
+{
+    struct count_job *rev = reverse(list);
     while (rev) {
         struct count_job *j = rev;
         rev = j->next;
@@ -208,14 +214,7 @@ void sl_dcounter_free(sl_dcounter_t *c)
     c->done = c->queue = NULL;
     deliver(c, ended);
     /* deliver() answers a list in reverse: reverse the queue first. */
-    struct count_job *rev = NULL;
-    while (queued) {
-        struct count_job *n = queued->next;
-        queued->next = rev;
-        rev = queued;
-        queued = n;
-    }
-    deliver(c, rev);
+    deliver(c, reverse(queued));
     if (c->wake)
         event_free(c->wake);
     for (int i = 0; i < 2; i++)

@@ -18,6 +18,7 @@ import urllib.request
 
 from harness import Cluster, get_json, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
+from test_wire_errors import varint as read_varint
 
 ROLE_CLIENT, ROLE_WORKER, ROLE_DISPATCHER = 1, 2, 3
 MSG_ERROR = 1
@@ -53,17 +54,6 @@ def varint(v):
             out += bytes([b | 0x80])
         else:
             return out + bytes([b])
-
-
-def read_varint(buf, i):
-    v = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7f) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
 
 
 def pb_uint(field, v):
