@@ -99,6 +99,19 @@ static inline size_t sl_element_size(uint32_t n)
     return sizeof(sl_element_t) + (size_t)n * sizeof(sl_value_t);
 }
 
+/** @return the bytes e owns outside its slot (HEAP values, its block, its
+ *  provenance on the heap): what holding it costs beyond sl_element_size() */
+static inline size_t sl_element_bytes(const sl_element_t *e)
+{
+    size_t n = e->block ? e->block_size : 0;
+    for (uint32_t i = 0; i < e->num_components; i++)
+        if (e->v[i].storage == SL_VALUE_HEAP)
+            n += e->v[i].size;
+    if (e->prov_n & SL_PROV_HEAP)
+        n += (size_t)e->prov.heap.cap * sizeof(sl_provenance_run_t);
+    return n;
+}
+
 /** @return the value's bytes, valid while the value is neither moved nor cleared */
 static inline uint8_t *sl_value_data(sl_value_t *v)
 {

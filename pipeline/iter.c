@@ -49,6 +49,15 @@ int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
     return code;
 }
 
+int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *what)
+{
+    if (sl_memacct_charge(a, bytes))
+        return 0;
+    char msg[400];
+    sl_membudget_refusal(a->budget, bytes, what, msg, sizeof msg);
+    return sl__iter_fail(it, SL_ETOOBIG, "%s", msg);
+}
+
 int sl__ctx_fail(sl_iter_ctx_t *ctx, int code, const char *label, const char *fmt, ...)
 {
     if (ctx->errmsg[0] == '\0') {

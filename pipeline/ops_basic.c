@@ -24,6 +24,11 @@
  * epoch e (the e-th reset) is derived from (seed, e) when reshuffling, so
  * each epoch has its own order and every run with the same seed has the
  * same orders.
+ *
+ * Memory: the slots (charged as they grow, before they are allocated) and
+ * what the buffered elements own (as each enters) are charged to the
+ * worker's memory budget (opts.mem). A charge the budget refuses drops the
+ * buffer, giving its memory back at once, and fails the pipeline.
  */
 
 struct shuffle_iter {
@@ -37,7 +42,21 @@ struct shuffle_iter {
     uint8_t *slots; /* cap slots of stride bytes, the first n holding elements */
     size_t stride;
     uint64_t cap, n;
+    sl_memacct_t mem; /* the slots and what the buffered elements own */
 };
+
+static void shuffle_drop(struct shuffle_iter *s);
+
+/* A charge was refused: gives the buffer back and fails with rc. */
+static int shuffle_refused(struct shuffle_iter *s, int rc)
+{
+    shuffle_drop(s);
+    free(s->slots);
+    s->slots = NULL;
+    s->cap = 0;
+    sl_memacct_release_all(&s->mem);
+    return rc;
+}
 
 static void shuffle_seed(struct shuffle_iter *s)
 {
@@ -57,6 +76,12 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
             uint64_t cap = s->cap ? s->cap * 2 : 64;
             if (cap > s->buffer_size)
                 cap = s->buffer_size;
+            char what[128];
+            snprintf(what, sizeof what, "a shuffle buffer of %" PRIu64 " elements (buffer_size %" PRIu64 ")", cap,
+                     s->buffer_size);
+            int rc = sl__iter_charge(it, &s->mem, (cap - s->cap) * s->stride, what);
+            if (rc < 0)
+                return shuffle_refused(s, rc);
             uint8_t *p = realloc(s->slots, cap * s->stride);
             if (!p)
                 return sl__iter_fail(it, -ENOMEM, "out of memory for %" PRIu64 " buffered elements", cap);
@@ -72,10 +97,22 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
             return rc;
         else
             s->n++;
+        size_t bytes = sl_element_bytes(e);
+        if (bytes > 0) {
+            char what[128];
+            snprintf(what, sizeof what, "element %" PRIu64 " of a shuffle buffer (buffer_size %" PRIu64 ")", s->n,
+                     s->buffer_size);
+            if ((rc = sl__iter_charge(it, &s->mem, bytes, what)) < 0) {
+                sl__iter_drop(it, e);
+                s->n--;
+                return shuffle_refused(s, rc);
+            }
+        }
     }
     if (s->n == 0)
         return 1;
     uint64_t i = sl_rng_below(&s->rng, s->n);
+    sl_memacct_release(&s->mem, sl_element_bytes(slot(s, i)));
     sl_element_move(out, slot(s, i));
     if (i != s->n - 1)
         sl_element_move(slot(s, i), slot(s, s->n - 1));
@@ -85,8 +122,10 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
 
 static void shuffle_drop(struct shuffle_iter *s)
 {
-    for (uint64_t i = 0; i < s->n; i++)
+    for (uint64_t i = 0; i < s->n; i++) {
+        sl_memacct_release(&s->mem, sl_element_bytes(slot(s, i)));
         sl__iter_drop(&s->base, slot(s, i));
+    }
     s->n = 0;
 }
 
@@ -105,6 +144,7 @@ static void shuffle_destroy(sl_iter_t *it)
     struct shuffle_iter *s = (struct shuffle_iter *)it;
     shuffle_drop(s);
     free(s->slots);
+    sl_memacct_release_all(&s->mem);
     free(s);
 }
 
@@ -121,6 +161,7 @@ int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_
     s->seed = op->u.shuffle.has_seed ? (uint64_t)op->u.shuffle.seed : sl__random_seed(s);
     s->reshuffle = op->u.shuffle.reshuffle_each_iteration;
     s->stride = sl_element_size(input->spec.num_components);
+    sl_memacct_init(&s->mem, ctx->opts.mem);
     shuffle_seed(s);
     *out = &s->base;
     return 0;

@@ -35,6 +35,12 @@
  * When the input offers the bulk path (iter.h), only the first element of a
  * batch comes as an element; the input writes the other rows straight into
  * the block, so range -> batch runs at memory speed.
+ *
+ * Memory: the block is charged to the worker's memory budget (opts.mem)
+ * before it is allocated, for as long as the op fills it (what holds the
+ * finished batch then charges it: prefetch, the task's buffer); the gather
+ * path's slots and what its gathered elements own are charged too. A
+ * refused charge fails the pipeline (SL_ETOOBIG).
  */
 
 /* What padded_batch pads one component to and with. */
@@ -56,7 +62,21 @@ struct batch_iter {
     size_t stride;
     uint64_t cap, n;
     struct pad_spec pad[SL_MAX_COMPONENTS];
+    sl_memacct_t mem;        /* the block being filled, the slots, the gathered elements */
+    size_t block_charge;     /* of mem: the block of the batch being made */
+    size_t gathered;         /* of mem: what the gathered elements own */
 };
+
+/* Charges the block of a batch of total bytes, until batch_next returns. */
+static int charge_block(struct batch_iter *b, size_t total)
+{
+    char what[96];
+    snprintf(what, sizeof what, "a batch of %" PRIu64 " elements", b->batch_size);
+    int rc = sl__iter_charge(&b->base, &b->mem, total, what);
+    if (rc == 0)
+        b->block_charge = total;
+    return rc;
+}
 
 /* Lays out a batch whose first element is e: where each component's rows
  * start, and the bytes of the whole batch. */
@@ -161,7 +181,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         return rc;
 
     rc = batch_layout(b, in, off, &total);
-    if (rc < 0)
+    if (rc < 0 || (rc = charge_block(b, total)) < 0)
         goto fail;
     block = sl__big_alloc(total);
     if (!block) {
@@ -284,6 +304,8 @@ static void gather_discard(struct batch_iter *b)
     for (uint64_t i = 0; i < b->n; i++)
         sl__iter_drop(&b->base, slot(b, i));
     b->n = 0;
+    sl_memacct_release(&b->mem, b->gathered);
+    b->gathered = 0;
 }
 
 static void gather_drop(struct batch_iter *b)
@@ -291,6 +313,8 @@ static void gather_drop(struct batch_iter *b)
     for (uint64_t i = 0; i < b->n; i++)
         sl_element_clear(slot(b, i));
     b->n = 0;
+    sl_memacct_release(&b->mem, b->gathered);
+    b->gathered = 0;
 }
 
 /* Takes up to batch_size elements from the input into the slots, which grow
@@ -305,6 +329,11 @@ static int gather_fill(struct batch_iter *b)
             uint64_t cap = b->cap ? b->cap * 2 : 16;
             if (cap > b->batch_size)
                 cap = b->batch_size;
+            char what[96];
+            snprintf(what, sizeof what, "%" PRIu64 " elements of a batch", cap);
+            int rc = sl__iter_charge(it, &b->mem, (cap - b->cap) * b->stride, what);
+            if (rc < 0)
+                return rc;
             uint8_t *p = realloc(b->slots, cap * b->stride);
             if (!p)
                 return sl__iter_fail(it, -ENOMEM, "out of memory for %" PRIu64 " elements of a batch", cap);
@@ -321,6 +350,14 @@ static int gather_fill(struct batch_iter *b)
         if (rc < 0)
             return rc;
         b->n++;
+        size_t owned = sl_element_bytes(e);
+        if (owned > 0) {
+            char what[96];
+            snprintf(what, sizeof what, "element %" PRIu64 " of a batch", b->n);
+            if ((rc = sl__iter_charge(it, &b->mem, owned, what)) < 0)
+                return rc;
+            b->gathered += owned;
+        }
         for (uint32_t c = 0; c < e->num_components; c++)
             held += e->v[c].size;
         if (held > limit)
@@ -629,6 +666,8 @@ static int batch_next_gather(sl_iter_t *it, sl_element_t *out)
         }
         total += cols[c].vals_len;
     }
+    if ((rc = charge_block(b, total)) < 0)
+        goto fail;
     /* calloc: the alignment gaps go on the wire and must not leak memory. */
     block = calloc(1, total ? total : 1);
     if (!block) {
@@ -675,7 +714,10 @@ fail:
 static int batch_next(sl_iter_t *it, sl_element_t *out)
 {
     struct batch_iter *b = (struct batch_iter *)it;
-    return b->gather ? batch_next_gather(it, out) : batch_next_fast(it, out);
+    int rc = b->gather ? batch_next_gather(it, out) : batch_next_fast(it, out);
+    sl_memacct_release(&b->mem, b->block_charge);
+    b->block_charge = 0;
+    return rc;
 }
 
 static int batch_reset(sl_iter_t *it)
@@ -692,6 +734,7 @@ static void batch_destroy(sl_iter_t *it)
     gather_drop(b);
     free(b->slots);
     sl_element_free(b->in);
+    sl_memacct_release_all(&b->mem);
     free(b);
 }
 
@@ -712,6 +755,7 @@ static int batch_new(sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label, in
     b->batch_size = (uint64_t)batch_size;
     b->drop_remainder = drop_remainder;
     b->stride = sl_element_size(input->spec.num_components);
+    sl_memacct_init(&b->mem, ctx->opts.mem);
     /* A batched varlen component is ragged: a later batch cannot take it. */
     for (uint32_t c = 0; c < input->spec.num_components; c++) {
         b->gather = b->gather || input->spec.c[c].dtype == SL_DTYPE_BYTES || input->spec.c[c].varlen;

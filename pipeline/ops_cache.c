@@ -23,7 +23,10 @@
  * budget, disk map full) gives up: it drops what it holds, logs a warning
  * once, counts it (sl_pipeline_cache_overflows, the worker's
  * cache_overflows), and from then on reads its input in every epoch. No
- * element is lost: the one that did not fit is still yielded.
+ * element is lost: the one that did not fit is still yielded. An in-memory
+ * cache is charged to the worker's memory budget too (opts.mem,
+ * --max-memory-mb): a charge it refuses makes the cache give up the same
+ * way, counted as a refusal of the budget.
  *
  * Elements are serialized with their component layout and a CRC32C, and
  * checked when read back (the components, dtypes and sizes must match the
@@ -77,7 +80,8 @@ struct cache_iter {
     /* memory */
     struct blob *blobs;
     uint64_t n, cap, pos;
-    size_t bytes; /* charged to env->mem_used */
+    size_t bytes; /* charged to env->mem_used, and to mem */
+    sl_memacct_t mem; /* the worker's memory budget */
     bool complete;
     /* disk */
     sl_cachedb_writer_t *w;
@@ -304,6 +308,7 @@ static void drop_memory(struct cache_iter *c)
     if (c->bytes)
         __atomic_sub_fetch(&c->env->mem_used, c->bytes, __ATOMIC_RELAXED);
     c->bytes = 0;
+    sl_memacct_release_all(&c->mem);
     c->complete = false;
 }
 
@@ -355,6 +360,12 @@ static int keep(struct cache_iter *c, sl_element_t *e)
         __atomic_sub_fetch(&c->env->mem_used, charge, __ATOMIC_RELAXED);
         snprintf(err, sizeof err, "the in-memory caches of this worker would hold more than %zu bytes (--cache-mb)",
                  c->env->mem_limit);
+        give_up(c, err);
+        return 0;
+    }
+    if (!sl_memacct_charge(&c->mem, charge)) {
+        __atomic_sub_fetch(&c->env->mem_used, charge, __ATOMIC_RELAXED);
+        sl_membudget_refusal(c->mem.budget, charge, "an element of an in-memory cache", err, sizeof err);
         give_up(c, err);
         return 0;
     }
@@ -829,6 +840,7 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     sl__iter_init(&c->base, &cache_vtbl, input, ctx, label);
     c->storage = op->u.cache.storage;
     c->env = ctx->opts.cache;
+    sl_memacct_init(&c->mem, ctx->opts.mem);
     if (make_key(ctx->spec, index, &ctx->opts, c->key, sizeof c->key, &c->hash) < 0) {
         free(c);
         return -ENOMEM;

@@ -16,6 +16,14 @@
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
  * seed each pipeline instance draws its own.
+ *
+ * decode_jpeg reads the JPEG's header before it decodes: an image whose
+ * height x width x channels exceeds the per-image limit (max_batch_bytes,
+ * the worker's --max-batch-mb) or what the worker's memory budget has left
+ * (opts.mem, --max-memory-mb) fails the pipeline with SL_ETOOBIG before its
+ * pixels are allocated. The decoded bytes stay charged to the budget while
+ * the image is decoded; whatever holds the image afterwards (shuffle,
+ * batch, prefetch, cache) charges it in turn.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -259,10 +267,32 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
     uint8_t *img = NULL;
     sl_image_shape_t s;
-    int rc = sl_image_decode_jpeg(dec, jpeg, len, (int)ii->op.u.decode_jpeg.channels,
-                                  ii->base.ctx->opts.max_batch_bytes, &img, &s, err, sizeof err);
+    int channels = (int)ii->op.u.decode_jpeg.channels;
+    size_t limit = ii->base.ctx->opts.max_batch_bytes, charged = 0;
+    sl_membudget_t *mem = ii->base.ctx->opts.mem;
+    int rc;
+    if (mem) {
+        /* The header says what the decode would allocate: charge it first. */
+        rc = sl_image_jpeg_header(dec, jpeg, len, channels, &s, err, sizeof err);
+        if (rc < 0)
+            return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+        size_t n = s.h * s.w * s.c; /* at most 65535 x 65535 x 3: no overflow */
+        if (n <= limit) {
+            if (!sl_membudget_charge(mem, n)) {
+                char what[128], msg[400];
+                snprintf(what, sizeof what, "a decoded %zu x %zu x %zu image", s.h, s.w, s.c);
+                sl_membudget_refusal(mem, n, what, msg, sizeof msg);
+                return sl__iter_fail(&ii->base, SL_ETOOBIG, "component \"%s\" (%zu bytes): %s", key_name(ii), len,
+                                     msg);
+            }
+            charged = n;
+        }
+    }
+    rc = sl_image_decode_jpeg(dec, jpeg, len, channels, limit, &img, &s, err, sizeof err);
+    sl_membudget_release(mem, charged);
     if (rc < 0)
-        return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+        return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s%s", key_name(ii), len, err,
+                             rc == SL_ETOOBIG ? " (the per-image limit is the largest batch, --max-batch-mb)" : "");
     set_image(v, SL_DTYPE_UINT8, s.h, s.w, s.c, img);
     return 0;
 }

@@ -22,6 +22,11 @@
  * reset() and destroy() stop the thread first (it finishes the element it
  * is making, then exits), drop what is queued, and then reset or free the
  * input on the calling thread: clean mid-stream.
+ *
+ * What the queued elements own is charged to the worker's memory budget
+ * (opts.mem) as they enter the queue and released as they leave it; a
+ * refused charge ends the queue with SL_ETOOBIG after the elements before
+ * it, as an error of the input would.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -51,6 +56,7 @@ struct prefetch_iter {
     int final;
     bool stop;
     struct counters pub, folded;
+    sl_memacct_t mem; /* what the queued elements own */
 };
 
 static const sl_iter_vtbl_t prefetch_vtbl;
@@ -87,6 +93,15 @@ static void *producer_main(void *arg)
         int rc = input->vt->next(input, pf->tmp);
         pthread_mutex_lock(&pf->mu);
         publish(pf);
+        if (rc == 0 && !sl_memacct_charge(&pf->mem, sl_element_bytes(pf->tmp))) {
+            char what[96], msg[400];
+            snprintf(what, sizeof what, "element %u of a prefetch buffer (buffer_size %u)", pf->count + 1, pf->cap);
+            sl_membudget_refusal(pf->mem.budget, sl_element_bytes(pf->tmp), what, msg, sizeof msg);
+            if (pf->sub.errmsg[0] == '\0')
+                snprintf(pf->sub.errmsg, sizeof pf->sub.errmsg, "%s: %s", pf->base.label, msg);
+            sl__iter_drop(&pf->base, pf->tmp);
+            rc = SL_ETOOBIG;
+        }
         if (rc == 0) {
             sl_element_move(pf->ring[(pf->head + pf->count) % pf->cap], pf->tmp);
             pf->count++;
@@ -130,6 +145,7 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
     fold(pf);
     int rc;
     if (pf->count > 0) {
+        sl_memacct_release(&pf->mem, sl_element_bytes(pf->ring[pf->head]));
         sl_element_move(out, pf->ring[pf->head]);
         pf->head = (pf->head + 1) % pf->cap;
         pf->count--;
@@ -151,8 +167,10 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
 
 static void drop_queued(struct prefetch_iter *pf)
 {
-    for (; pf->count > 0; pf->count--, pf->head = (pf->head + 1) % pf->cap)
+    for (; pf->count > 0; pf->count--, pf->head = (pf->head + 1) % pf->cap) {
+        sl_memacct_release(&pf->mem, sl_element_bytes(pf->ring[pf->head]));
         sl__iter_drop(&pf->base, pf->ring[pf->head]);
+    }
     pf->head = 0;
     sl_element_clear(pf->tmp);
 }
@@ -191,6 +209,7 @@ static void prefetch_destroy(sl_iter_t *it)
         free(pf->ring);
     }
     sl_element_free(pf->tmp);
+    sl_memacct_release_all(&pf->mem);
     pthread_mutex_destroy(&pf->mu);
     pthread_cond_destroy(&pf->not_full);
     pthread_cond_destroy(&pf->not_empty);
@@ -210,6 +229,7 @@ int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx
     pthread_cond_init(&pf->not_full, NULL);
     pthread_cond_init(&pf->not_empty, NULL);
     pf->cap = (unsigned)op->u.prefetch.buffer_size;
+    sl_memacct_init(&pf->mem, ctx->opts.mem);
     pf->ring = calloc(pf->cap, sizeof *pf->ring);
     pf->tmp = sl_element_new(input->spec.num_components);
     if (!pf->ring || !pf->tmp)

@@ -15,6 +15,7 @@
 
 #include "batch.h"
 #include "confine.h"
+#include "membudget.h"
 #include "reader.h"
 #include "spec.h"
 #include "sluice.h"
@@ -103,6 +104,13 @@ typedef struct sl_pipeline_opts {
     const struct sl_posset *exclude;    /* static policies: positions (epoch, file, record) the
                                            source must not yield, dropped before the shard (a
                                            restored iterator's job); NULL: none. Must outlive
+                                           the pipeline. */
+    sl_membudget_t *mem;                /* the worker's memory budget (--max-memory-mb), shared
+                                           by every pipeline of the worker: shuffle, batch,
+                                           prefetch and cache charge what they hold, and
+                                           decode_jpeg an image while it decodes it; a charge
+                                           over it fails the pipeline with SL_ETOOBIG (a cache
+                                           gives up instead). NULL: no limit. Must outlive
                                            the pipeline. */
 } sl_pipeline_opts_t;
 

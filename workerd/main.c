@@ -19,6 +19,8 @@
 #include "cli.h"
 #include "confine.h"
 #include "log.h"
+#include "membudget.h"
+#include "metrics.h"
 #include "plugin.h"
 #include "net.h"
 #include "netenv.h"
@@ -55,6 +57,9 @@ static void usage(FILE *f)
             "  --cache-dir DIR          the LMDB disk cache of cache ops with storage \"disk\"\n"
             "                           (one worker per directory; default: none, refused)\n"
             "  --cache-disk-mb N        the most the disk cache holds, in MiB (default 1024)\n"
+            "  --max-memory-mb N        memory all tasks together may hold in buffers and images,\n"
+            "                           in MiB (default: half of physical memory or of the\n"
+            "                           cgroup's memory.max; a task over it fails, others go on)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -72,12 +77,13 @@ struct options {
     sl_io_engine_t io_engine;
     int64_t cache_mb, cache_disk_mb;
     const char *cache_dir;
+    int64_t max_memory_mb; /* 0: sl_membudget_default_limit() */
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
-           O_CACHE_DIR, O_CACHE_DISK_MB };
+           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"dispatcher", required_argument, NULL, O_DISP},
@@ -91,6 +97,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"cache-mb", required_argument, NULL, O_CACHE_MB},
         {"cache-dir", required_argument, NULL, O_CACHE_DIR},
         {"cache-disk-mb", required_argument, NULL, O_CACHE_DISK_MB},
+        {"max-memory-mb", required_argument, NULL, O_MAX_MEMORY_MB},
         {NULL, 0, NULL, 0},
     };
     char err[300], host[256];
@@ -157,6 +164,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_CACHE_DIR: o->cache_dir = optarg; break;
         case O_CACHE_DISK_MB:
             if (sl_cli_int(program, "cache-disk-mb", optarg, 1, 1 << 24, &o->cache_disk_mb) < 0)
+                return -1;
+            break;
+        case O_MAX_MEMORY_MB:
+            if (sl_cli_int(program, "max-memory-mb", optarg, 16, (int64_t)1 << 30, &o->max_memory_mb) < 0)
                 return -1;
             break;
         default: usage(stderr); return -1;
@@ -235,6 +246,20 @@ int main(int argc, char **argv)
         return SL_EXIT_USAGE;
     }
     o.worker.task.cache = &cache;
+    /* What every task's buffers and images are charged to (membudget.h). */
+    sl_membudget_t mem;
+    sl_membudget_init(&mem, o.max_memory_mb > 0 ? (size_t)o.max_memory_mb << 20 : sl_membudget_default_limit(),
+                      "sluice-workerd --max-memory-mb");
+    sl_metric_set(sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_memory_budget_bytes", NULL,
+                                     "The worker's memory budget (--max-memory-mb).", NULL, 0),
+                  (double)mem.limit);
+    mem.m_charged = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_memory_charged_bytes", NULL,
+                                       "Bytes the tasks' buffers and images hold against the memory budget.", NULL, 0);
+    mem.m_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_memory_refusals_total", NULL,
+                                        "Charges the memory budget refused (a task failed or a cache gave up).",
+                                        NULL, 0);
+    o.worker.task.mem = &mem;
+    sl_log_info("memory budget: %zu MiB for all tasks (--max-memory-mb)", mem.limit >> 20);
     struct event_base *base = event_base_new();
     sl_worker_t *w = NULL;
     sl_admin_t *admin = NULL;

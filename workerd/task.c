@@ -300,6 +300,20 @@ static void *producer_main(void *arg)
             sl_wire_batch_free(b);
             return NULL;
         }
+        /* The buffered batches are charged to the worker's memory budget
+         * (released in sl_task_release()); a refusal fails the task. */
+        if (!sl_membudget_charge(t->cfg.mem, b->size)) {
+            char msg[400];
+            sl_membudget_refusal(t->cfg.mem, b->size, "a finished batch in the task's buffer", msg, sizeof msg);
+            t->producer = PRODUCER_FAILED;
+            t->error_code = SL_ETOOBIG;
+            snprintf(t->error, sizeof t->error, "task buffer: %s", msg);
+            sl_log_error("task %" PRIu64 ": pipeline failed: %s", t->def.task_id, t->error);
+            pthread_mutex_unlock(&t->mu);
+            sl_wire_batch_free(b);
+            notify_loop(t);
+            return NULL;
+        }
         t->ring[(t->head + t->count) % t->cfg.buffer_batches] = b;
         t->count++;
         t->produced++;
@@ -371,6 +385,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .threads = cfg->threads,
         .cache = cfg->cache,
         .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
+        .mem = cfg->mem,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
     if (rc == -ENOMEM)
@@ -413,6 +428,8 @@ void sl_task_free(sl_task_t *t)
     for (unsigned i = 0; i < t->count; i++)
         sl_wire_batch_free(t->ring[(t->head + i) % t->cfg.buffer_batches]);
     free(t->ring);
+    /* The buffered batches, and those taken and not released. */
+    sl_membudget_release(t->cfg.mem, t->held_bytes);
     /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
     splits_clear(t);
@@ -470,6 +487,7 @@ void sl_task_release(sl_task_t *t, size_t size)
 {
     pthread_mutex_lock(&t->mu);
     t->held_bytes -= size;
+    sl_membudget_release(t->cfg.mem, size);
     t->taken--;
     if (room_to_wake(t))
         pthread_cond_broadcast(&t->wake);

@@ -49,6 +49,9 @@ typedef struct sl_task_config {
                                    plugins. Must outlive every task. */
     unsigned threads;          /* threads per task for parallel ops, its pipeline thread included (--threads) */
     sl_cache_env_t *cache;     /* what cache ops share (--cache-mb, --cache-dir); NULL: per pipeline */
+    sl_membudget_t *mem;       /* the worker's memory budget (--max-memory-mb), shared by every
+                                  task: its pipeline charges what it holds, the task its
+                                  finished batches; NULL: no limit. Must outlive every task. */
 } sl_task_config_t;
 
 /**

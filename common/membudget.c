@@ -1,0 +1,144 @@
+/*
+ * membudget.c: a memory budget and its accounts (membudget.h).
+ */
+#include "membudget.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "metrics.h"
+
+void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option)
+{
+    *b = (sl_membudget_t){.limit = limit, .option = option};
+}
+
+/* Charges bytes, counting a refusal only when count is set (a granule
+ * that does not fit is no refusal: the exact charge is tried next). */
+static bool charge(sl_membudget_t *b, size_t bytes, bool count)
+{
+    if (!b)
+        return true;
+    size_t used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+    do {
+        if (used > b->limit || bytes > b->limit - used) {
+            if (count) {
+                __atomic_add_fetch(&b->refusals, 1, __ATOMIC_RELAXED);
+                if (b->m_refusals)
+                    sl_metric_add(b->m_refusals, 1);
+            }
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&b->used, &used, used + bytes, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    if (b->m_charged)
+        sl_metric_add(b->m_charged, (double)bytes);
+    return true;
+}
+
+bool sl_membudget_charge(sl_membudget_t *b, size_t bytes)
+{
+    return charge(b, bytes, true);
+}
+
+void sl_membudget_release(sl_membudget_t *b, size_t bytes)
+{
+    if (!b || bytes == 0)
+        return;
+    __atomic_sub_fetch(&b->used, bytes, __ATOMIC_RELAXED);
+    if (b->m_charged)
+        sl_metric_add(b->m_charged, -(double)bytes);
+}
+
+size_t sl_membudget_used(const sl_membudget_t *b)
+{
+    return b ? __atomic_load_n(&b->used, __ATOMIC_RELAXED) : 0;
+}
+
+void sl_membudget_refusal(const sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen)
+{
+    size_t limit = b ? b->limit : 0, used = sl_membudget_used(b);
+    size_t left = used < limit ? limit - used : 0;
+    snprintf(buf, buflen,
+             "needs %zu bytes (%.1f MiB) for %s, but the worker's memory budget of %zu bytes (%.1f MiB) has %zu "
+             "bytes left (%s)",
+             bytes, (double)bytes / (1 << 20), what, limit, (double)limit / (1 << 20), left,
+             b && b->option ? b->option : "the memory budget");
+}
+
+/* The cgroup v2 limit of this process, or 0 when there is none. */
+static size_t cgroup_limit(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (!f)
+        return 0;
+    char line[64] = "";
+    size_t v = 0;
+    if (fgets(line, sizeof line, f)) {
+        char *end;
+        unsigned long long x = strtoull(line, &end, 10);
+        if (end != line && (*end == '\n' || *end == '\0'))
+            v = (size_t)x;
+    }
+    fclose(f);
+    return v;
+}
+
+size_t sl_membudget_default_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)4 << 30;
+    size_t cg = cgroup_limit();
+    if (cg > 0 && cg < phys)
+        phys = cg;
+    return phys / 2;
+}
+
+static size_t round_up(size_t x)
+{
+    return (x + SL_MEMACCT_GRANULE - 1) & ~(SL_MEMACCT_GRANULE - 1);
+}
+
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes)
+{
+    size_t want;
+    if (__builtin_add_overflow(a->held, bytes, &want)) {
+        if (a->budget)
+            __atomic_add_fetch(&a->budget->refusals, 1, __ATOMIC_RELAXED);
+        return false;
+    }
+    if (!a->budget) {
+        a->held = a->reserved = want;
+        return true;
+    }
+    /* A granule more than needed, so that the next charges are additions;
+     * near the limit exactly what is needed. */
+    size_t grown = want <= SIZE_MAX - SL_MEMACCT_GRANULE ? round_up(want) : want;
+    if (grown > a->reserved && charge(a->budget, grown - a->reserved, false)) {
+        a->reserved = grown;
+    } else if (sl_membudget_charge(a->budget, want - a->reserved)) {
+        a->reserved = want;
+    } else {
+        return false;
+    }
+    a->held = want;
+    return true;
+}
+
+void sl_memacct_release(sl_memacct_t *a, size_t bytes)
+{
+    if (bytes > a->held)
+        bytes = a->held;
+    a->held -= bytes;
+    if (a->reserved - a->held > 2 * SL_MEMACCT_GRANULE) {
+        size_t keep = a->budget ? round_up(a->held) : a->held;
+        sl_membudget_release(a->budget, a->reserved - keep);
+        a->reserved = keep;
+    }
+}
+
+void sl_memacct_release_all(sl_memacct_t *a)
+{
+    sl_membudget_release(a->budget, a->reserved);
+    a->held = a->reserved = 0;
+}

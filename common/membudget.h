@@ -1,0 +1,106 @@
+/*
+ * membudget.h: a memory budget shared by many owners (a worker's tasks:
+ * sluice-workerd --max-memory-mb), and the accounts its owners charge.
+ *
+ * A budget is a limit and the bytes charged against it, updated atomically
+ * from any thread. What holds memory that can grow large (a shuffle buffer,
+ * a batch being built, a prefetch queue, a decoded image, a task's finished
+ * batches) charges its bytes before it allocates them and releases them
+ * when it frees them; a charge that would take the budget over its limit is
+ * refused, and counted, and the owner fails with a message that says so
+ * (sl_membudget_refusal()).
+ *
+ * An account is one owner's side: single-threaded (or under its owner's
+ * lock), it reserves from the budget in granules of SL_MEMACCT_GRANULE so
+ * that charging an element at a time costs an addition, not an atomic
+ * operation; a charge the granule would take over the limit is retried for
+ * exactly what is needed. What an account reserves beyond what it holds is
+ * at most two granules, given back as it shrinks.
+ *
+ * A NULL budget is no limit: accounts then only count what they hold.
+ */
+#ifndef SL_MEMBUDGET_H
+#define SL_MEMBUDGET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sl_metric;
+
+#define SL_MEMACCT_GRANULE ((size_t)256 << 10)
+
+typedef struct sl_membudget {
+    size_t limit;                /* bytes all owners may hold together */
+    size_t used;                 /* charged now (atomic) */
+    uint64_t refusals;           /* charges refused (atomic) */
+    const char *option;          /* how the limit is set, for messages ("--max-memory-mb") */
+    struct sl_metric *m_charged; /* optional gauge of used, in bytes */
+    struct sl_metric *m_refusals; /* optional counter of refusals */
+} sl_membudget_t;
+
+/** Makes b an empty budget of limit bytes; option names how it is set (kept, not copied). */
+void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option);
+
+/**
+ * Charges bytes against b, from any thread.
+ * @return true; false when used + bytes would exceed the limit: nothing is
+ *         charged and the refusal is counted. A NULL b always charges.
+ */
+bool sl_membudget_charge(sl_membudget_t *b, size_t bytes);
+
+/** Gives back bytes an earlier charge took. NULL b is ignored. */
+void sl_membudget_release(sl_membudget_t *b, size_t bytes);
+
+/** @return the bytes charged now (0 for NULL) */
+size_t sl_membudget_used(const sl_membudget_t *b);
+
+/**
+ * Writes the message of a refused charge: "needs N bytes (X MiB) for WHAT,
+ * but the worker's memory budget of L bytes (Y MiB) has F bytes left
+ * (OPTION)".
+ */
+void sl_membudget_refusal(const sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen);
+
+/**
+ * The default limit: half of the memory this process may use (physical
+ * memory, or its cgroup's memory.max when that is lower).
+ */
+size_t sl_membudget_default_limit(void);
+
+/** One owner's charges against a budget. Zero-initialized, or sl_memacct_init(). */
+typedef struct sl_memacct {
+    sl_membudget_t *budget; /* NULL: no limit */
+    size_t held;            /* what the owner charged and did not release */
+    size_t reserved;        /* taken from the budget: >= held */
+} sl_memacct_t;
+
+static inline void sl_memacct_init(sl_memacct_t *a, sl_membudget_t *budget)
+{
+    a->budget = budget;
+    a->held = a->reserved = 0;
+}
+
+/* sl_memacct_charge()'s slow path: reserves from the budget. */
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes);
+
+/**
+ * Charges bytes to the account.
+ * @return true; false when the budget cannot give them (nothing charged)
+ */
+static inline bool sl_memacct_charge(sl_memacct_t *a, size_t bytes)
+{
+    if (bytes <= a->reserved - a->held) {
+        a->held += bytes;
+        return true;
+    }
+    return sl__memacct_reserve(a, bytes);
+}
+
+/** Releases bytes of what the account holds (at most what it holds). */
+void sl_memacct_release(sl_memacct_t *a, size_t bytes);
+
+/** Releases everything the account holds and reserves. */
+void sl_memacct_release_all(sl_memacct_t *a);
+
+#endif

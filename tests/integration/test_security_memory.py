@@ -1,0 +1,162 @@
+"""Issue 15, attack 13: a worker's memory across tasks. A worker with a small
+--max-memory-mb runs a shuffle of 2^24 elements (about 2.5 GB of buffer
+unbounded): the task fails with an error naming the op, what it needed, the
+budget and the option, while another job on the same worker completes
+exactly, and the worker keeps serving. A 9000 x 9000 JPEG (243 MB decoded)
+is refused on its header, before its pixels are allocated (the worker's
+peak RSS stays far below it), and a header claiming 60000 x 60000 by the
+per-image limit. /metrics shows the budget, what is charged and the
+refusals."""
+import os
+import re
+import subprocess
+import tempfile
+import unittest
+import urllib.request
+
+import numpy as np
+
+from harness import ClusterCase, child_env, wait_for
+
+BUDGET_MB = 64
+
+
+def range_spec(n, ops):
+    return {"source": {"type": "range", "stop": n}, "ops": ops}
+
+
+def metrics(admin_port):
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for name in ('sluice_worker_memory_budget_bytes', 'sluice_worker_memory_charged_bytes',
+                 'sluice_worker_memory_refusals_total'):
+        m = re.search(r'^%s (\S+)$' % name, text, re.M)
+        out[name] = float(m.group(1)) if m else None
+    return out
+
+
+def peak_rss_bytes(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def jpeg_of(w, h):
+    """A real baseline JPEG of w x h gray-ish RGB pixels, made with PIL."""
+    from PIL import Image
+    import io
+    img = Image.new('RGB', (w, h), (90, 120, 150))
+    buf = io.BytesIO()
+    img.save(buf, format='JPEG', quality=50)
+    return buf.getvalue()
+
+
+def claim_size(jpeg, w, h):
+    """The same JPEG with its SOF0 header claiming w x h (the pixels are not there)."""
+    b = bytearray(jpeg)
+    i = b.index(b'\xff\xc0')
+    b[i + 5:i + 7] = h.to_bytes(2, 'big')
+    b[i + 7:i + 9] = w.to_bytes(2, 'big')
+    return bytes(b)
+
+
+class WorkerMemory(ClusterCase):
+    workers = 1
+
+    @classmethod
+    def setUpClass(cls):
+        cls.data = tempfile.mkdtemp(prefix='sluice-mem-')
+        cls.worker_args = ('--max-memory-mb', str(BUDGET_MB), '--data-root', cls.data)
+        cls.dispatcher_args = ('--data-root', cls.data)
+        super().setUpClass()
+
+    def read_values(self, spec, args=()):
+        r = subprocess.run(self.c.cat_argv(spec, ['--sharding', 'dynamic'] + list(args), fmt='raw'),
+                           capture_output=True, timeout=300, env=child_env())
+        return r.returncode, np.frombuffer(r.stdout, dtype='<i8'), r.stderr.decode(errors='replace')
+
+    def test_metrics_show_the_budget(self):
+        m = metrics(self.c.workers[0].admin_port)
+        self.assertEqual(m['sluice_worker_memory_budget_bytes'], BUDGET_MB << 20)
+        self.assertIsNotNone(m['sluice_worker_memory_charged_bytes'])
+        self.assertIsNotNone(m['sluice_worker_memory_refusals_total'])
+
+    def test_a_shuffle_over_the_budget_fails_clearly_while_another_job_completes_exactly(self):
+        n_small = 2000000
+        small = subprocess.Popen(self.c.cat_argv(range_spec(n_small, [{"op": "batch", "batch_size": 1000}]),
+                                                 ['--sharding', 'dynamic'], fmt='raw'),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+        before = metrics(self.c.workers[0].admin_port)['sluice_worker_memory_refusals_total']
+        rc, got, err = self.read_values(range_spec(1 << 24, [{"op": "shuffle", "buffer_size": 1 << 24, "seed": 1},
+                                                             {"op": "batch", "batch_size": 1024}]))
+        out, serr = small.communicate(timeout=300)
+        self.assertNotEqual(rc, 0, 'the shuffle of 2^24 should have been refused')
+        self.assertRegex(err, r'ops\[0\] \(shuffle\): needs \d+ bytes \([0-9.]+ MiB\) for a shuffle buffer of \d+ '
+                              r'elements \(buffer_size 16777216\), but the worker\'s memory budget of %d bytes '
+                              r'\(%d\.0 MiB\) has \d+ bytes left \(sluice-workerd --max-memory-mb\)'
+                         % (BUDGET_MB << 20, BUDGET_MB), err[-3000:])
+        # The other job, on the same worker at the same time, got every element once.
+        self.assertEqual(small.returncode, 0, serr.decode(errors='replace')[-2000:])
+        vals = np.frombuffer(out, dtype='<i8')
+        self.assertEqual(vals.size, n_small)
+        self.assertTrue(np.array_equal(np.sort(vals), np.arange(n_small)))
+        m = metrics(self.c.workers[0].admin_port)
+        self.assertGreater(m['sluice_worker_memory_refusals_total'], before)
+        # The refused shuffle gave its buffer back: a job after it runs, and
+        # nothing stays charged once the jobs are over.
+        rc, got, err = self.read_values(range_spec(100000, [{"op": "shuffle", "buffer_size": 50000, "seed": 2},
+                                                            {"op": "batch", "batch_size": 100}]))
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertTrue(np.array_equal(np.sort(got), np.arange(100000)))
+        self.assertTrue(self.c.workers[0].alive())
+        wait_for(lambda: metrics(self.c.workers[0].admin_port)['sluice_worker_memory_charged_bytes'] == 0,
+                 'the charges to go back to 0 once the jobs are done')
+
+    def jpeg_job(self, name, jpeg):
+        path = os.path.join(self.data, name)
+        with open(path, 'wb') as f:
+            f.write(jpeg)
+        spec = {"source": {"type": "fixed_length_records", "files": path, "record_bytes": len(jpeg)},
+                "ops": [{"op": "decode_jpeg", "key": "record"}, {"op": "resize", "key": "record", "size": [8, 8]},
+                        {"op": "batch", "batch_size": 1}]}
+        r = subprocess.run(self.c.cat_argv(spec, ['--sharding', 'dynamic']), capture_output=True, text=True,
+                           timeout=300, env=child_env())
+        return r.returncode, r.stderr
+
+    def test_a_huge_jpeg_is_refused_before_its_pixels_are_allocated(self):
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            self.skipTest('PIL is not installed')
+        small = jpeg_of(64, 48)
+        # A small image decodes (the budget has room for it).
+        rc, err = self.jpeg_job('small.jpg', small)
+        self.assertEqual(rc, 0, err[-2000:])
+        pid = self.c.workers[0].proc.pid
+        # A real 9000 x 9000 JPEG: 243 MB decoded, under the per-image limit
+        # (--max-batch-mb 256), over the budget.
+        rc, err = self.jpeg_job('huge.jpg', jpeg_of(9000, 9000))
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(err, r'ops\[0\] \(decode_jpeg\): component "record" \(\d+ bytes\): needs 243000000 bytes '
+                              r'\(231\.7 MiB\) for a decoded 9000 x 9000 x 3 image, but the worker\'s memory budget '
+                              r'of %d bytes' % (BUDGET_MB << 20), err[-3000:])
+        self.assertIn('(sluice-workerd --max-memory-mb)', err)
+        peak = peak_rss_bytes(pid)
+        self.assertLess(peak, 200 << 20, 'the worker\'s peak RSS is %d bytes: the pixels were allocated' % peak)
+        # A header claiming 60000 x 60000 (10.8 GB) is over the per-image limit.
+        rc, err = self.jpeg_job('claims.jpg', claim_size(small, 60000, 60000))
+        self.assertNotEqual(rc, 0)
+        self.assertIn('ops[0] (decode_jpeg): component "record"', err)
+        self.assertIn('60000 x 60000 x 3 image exceeds the limit', err)
+        self.assertIn('--max-batch-mb', err)
+        # Still serving.
+        rc, err = self.jpeg_job('small2.jpg', small)
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertLess(peak_rss_bytes(pid), 200 << 20)
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,261 @@
+/*
+ * test_membudget.c: the worker's memory budget (common/membudget.c) and
+ * the pipeline ops that charge it: charges and refusals, accounts that
+ * reserve in granules and give them back, concurrent charges, and
+ * pipelines (shuffle, batch, prefetch, decode_jpeg) that fail with a clear
+ * error over the budget, give everything back, and run exactly under it.
+ */
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "membudget.h"
+#include "pipeline_util.h"
+
+#define MiB ((size_t)1 << 20)
+
+Test(membudget, charges_up_to_the_limit_and_counts_refusals)
+{
+    sl_membudget_t b;
+    sl_membudget_init(&b, 1000, "--max-memory-mb");
+    cr_assert(sl_membudget_charge(&b, 600));
+    cr_assert(sl_membudget_charge(&b, 400));
+    cr_assert_eq(sl_membudget_used(&b), 1000);
+    cr_assert_not(sl_membudget_charge(&b, 1));
+    cr_assert_not(sl_membudget_charge(&b, SIZE_MAX));
+    cr_assert_eq(b.refusals, 2);
+    cr_assert_eq(sl_membudget_used(&b), 1000, "a refused charge took nothing");
+    sl_membudget_release(&b, 600);
+    cr_assert(sl_membudget_charge(&b, 500));
+    sl_membudget_release(&b, 900);
+    cr_assert_eq(sl_membudget_used(&b), 0);
+    /* No budget: everything fits. */
+    cr_assert(sl_membudget_charge(NULL, SIZE_MAX));
+    sl_membudget_release(NULL, 5);
+}
+
+Test(membudget, the_refusal_names_the_need_the_budget_and_the_option)
+{
+    sl_membudget_t b;
+    sl_membudget_init(&b, 64 * MiB, "sluice-workerd --max-memory-mb");
+    cr_assert(sl_membudget_charge(&b, 60 * MiB));
+    char msg[400];
+    sl_membudget_refusal(&b, 8 * MiB, "a shuffle buffer of 8 elements", msg, sizeof msg);
+    cr_assert_str_eq(msg, "needs 8388608 bytes (8.0 MiB) for a shuffle buffer of 8 elements, but the worker's memory "
+                          "budget of 67108864 bytes (64.0 MiB) has 4194304 bytes left "
+                          "(sluice-workerd --max-memory-mb)");
+}
+
+Test(membudget, an_account_reserves_granules_and_gives_them_back)
+{
+    const size_t G = SL_MEMACCT_GRANULE;
+    sl_membudget_t b;
+    sl_membudget_init(&b, 10 * G - 100, "x");
+    sl_memacct_t a;
+    sl_memacct_init(&a, &b);
+    /* Many small charges: one granule from the budget. */
+    for (int i = 0; i < 1000; i++)
+        cr_assert(sl_memacct_charge(&a, 100));
+    cr_assert_eq(a.held, 100000);
+    cr_assert_eq(sl_membudget_used(&b), G);
+    /* Near the limit a charge gets exactly what it needs, not a granule. */
+    sl_memacct_t c;
+    sl_memacct_init(&c, &b);
+    cr_assert(sl_memacct_charge(&c, 9 * G - 200));
+    cr_assert_eq(sl_membudget_used(&b), 10 * G - 200);
+    cr_assert(sl_memacct_charge(&c, 100));
+    cr_assert_eq(sl_membudget_used(&b), 10 * G - 100);
+    cr_assert_eq(b.refusals, 0, "a granule that did not fit is no refusal");
+    cr_assert_not(sl_memacct_charge(&c, 1));
+    cr_assert_eq(b.refusals, 1);
+    cr_assert_eq(c.held, 9 * G - 100);
+    /* Shrinking gives back all but what is held, rounded to a granule. */
+    sl_memacct_release(&c, 9 * G - 105);
+    cr_assert_eq(c.held, 5);
+    cr_assert_eq(c.reserved, G);
+    cr_assert_eq(sl_membudget_used(&b), 2 * G);
+    sl_memacct_release(&c, 1000); /* more than held: what is held */
+    cr_assert_eq(c.held, 0);
+    sl_memacct_release_all(&c);
+    sl_memacct_release_all(&a);
+    cr_assert_eq(sl_membudget_used(&b), 0);
+    /* An account without a budget counts what it holds. */
+    sl_memacct_t u = {0};
+    cr_assert(sl_memacct_charge(&u, SIZE_MAX / 2));
+    cr_assert_not(sl_memacct_charge(&u, SIZE_MAX), "an overflowing charge is refused");
+    sl_memacct_release_all(&u);
+}
+
+struct hammer {
+    sl_membudget_t *b;
+    uint64_t ok;
+};
+
+static void *hammer_main(void *arg)
+{
+    struct hammer *h = arg;
+    sl_memacct_t a;
+    sl_memacct_init(&a, h->b);
+    for (int i = 0; i < 20000; i++) {
+        size_t n = (size_t)(i % 97) * 4099;
+        if (sl_memacct_charge(&a, n)) {
+            h->ok++;
+            if (i % 3 == 0)
+                sl_memacct_release(&a, n);
+        }
+        if (i % 1000 == 999)
+            sl_memacct_release_all(&a);
+    }
+    sl_memacct_release_all(&a);
+    return NULL;
+}
+
+Test(membudget, concurrent_accounts_never_exceed_the_limit_and_give_all_back)
+{
+    sl_membudget_t b;
+    sl_membudget_init(&b, 40 * MiB, "x");
+    struct hammer h[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        h[i] = (struct hammer){&b, 0};
+        cr_assert_eq(pthread_create(&t[i], NULL, hammer_main, &h[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(sl_membudget_used(&b), 0);
+    cr_assert_gt(b.refusals, 0, "the accounts should have met the limit");
+}
+
+/* ---- pipelines ---- */
+
+static sl_membudget_t budget;
+
+static void budget_init(void)
+{
+    sl_membudget_init(&budget, 4 * MiB, "sluice-workerd --max-memory-mb");
+}
+
+TestSuite(membudget_pipeline, .init = budget_init);
+
+Test(membudget_pipeline, a_shuffle_over_the_budget_fails_naming_it_and_gives_its_memory_back)
+{
+    sl_pipeline_opts_t o = {.mem = &budget};
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":["
+                                     "{\"op\":\"shuffle\",\"buffer_size\":1000000,\"seed\":1},"
+                                     "{\"op\":\"batch\",\"batch_size\":100}]}",
+                                     &o);
+    batches_t bs = run_pipeline(p);
+    cr_assert_eq(bs.rc, SL_ETOOBIG, "%d %s", bs.rc, bs.errmsg);
+    cr_assert_eq(bs.n, 0);
+    cr_assert(strstr(bs.errmsg, "ops[0] (shuffle): needs ") == bs.errmsg, "%s", bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "for a shuffle buffer of "), "%s", bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "(buffer_size 1000000), but the worker's memory budget of 4194304 bytes (4.0 MiB) "
+                                "has "),
+              "%s", bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "(sluice-workerd --max-memory-mb)"), "%s", bs.errmsg);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "the refused shuffle gave its buffer back: %zu held",
+                 sl_membudget_used(&budget));
+    cr_assert_eq(budget.refusals, 1);
+    /* Every later call says the same. */
+    sl_wire_batch_t *b = NULL;
+    cr_assert_eq(sl_pipeline_next(p, &b), SL_ETOOBIG);
+    sl_pipeline_destroy(p);
+    batches_free(&bs);
+}
+
+/* Sums the int64 values of component 0 over every batch. */
+static void sum_of(const batches_t *bs, uint64_t *count, int64_t *sum)
+{
+    *count = 0;
+    *sum = 0;
+    for (size_t i = 0; i < bs->n; i++) {
+        const sl_component_t *c = &bs->b[i]->components[0];
+        const int64_t *v = (const int64_t *)(bs->b[i]->data + c->offset);
+        for (int64_t k = 0; k < c->shape[0]; k++)
+            *sum += v[k];
+        *count += (uint64_t)c->shape[0];
+    }
+}
+
+Test(membudget_pipeline, pipelines_under_the_budget_run_exactly_and_give_everything_back)
+{
+    sl_pipeline_opts_t o = {.mem = &budget};
+    const char *specs[] = {
+        "{\"source\":{\"type\":\"range\",\"stop\":20000},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":5000},"
+        "{\"op\":\"batch\",\"batch_size\":64},{\"op\":\"prefetch\",\"buffer_size\":4}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":20000},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":64},"
+        "{\"op\":\"cache\"},{\"op\":\"repeat\",\"count\":2},{\"op\":\"batch\",\"batch_size\":1000}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":20000},\"ops\":[{\"op\":\"cache\"},"
+        "{\"op\":\"repeat\",\"count\":2},{\"op\":\"batch\",\"batch_size\":1000}]}",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        sl_pipeline_t *p = pipeline_make(specs[i], &o);
+        batches_t bs = run_pipeline(p);
+        cr_assert_eq(bs.rc, 1, "%s: %d %s", specs[i], bs.rc, bs.errmsg);
+        uint64_t n;
+        int64_t sum;
+        sum_of(&bs, &n, &sum);
+        uint64_t reps = i >= 1 ? 2 : 1;
+        cr_assert_eq(n, 20000 * reps, "%s", specs[i]);
+        cr_assert_eq(sum, (int64_t)(19999 * 20000 / 2 * reps), "%s", specs[i]);
+        sl_pipeline_destroy(p);
+        batches_free(&bs);
+        cr_assert_eq(sl_membudget_used(&budget), 0, "%s left %zu bytes charged", specs[i], sl_membudget_used(&budget));
+    }
+    cr_assert_eq(budget.refusals, 0);
+}
+
+Test(membudget_pipeline, a_batch_over_the_budget_fails_naming_it)
+{
+    sl_pipeline_opts_t o = {.mem = &budget};
+    /* 1,000,000 int64 rows: an 8 MB block. */
+    batches_t bs = run_spec("{\"source\":{\"type\":\"range\",\"stop\":2000000},\"ops\":["
+                            "{\"op\":\"batch\",\"batch_size\":1000000}]}",
+                            &o);
+    cr_assert_eq(bs.rc, SL_ETOOBIG, "%d %s", bs.rc, bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "ops[0] (batch): needs 8000000 bytes (7.6 MiB) for a batch of 1000000 elements, but "
+                                "the worker's memory budget of 4194304 bytes") == bs.errmsg,
+              "%s", bs.errmsg);
+    cr_assert_eq(sl_membudget_used(&budget), 0);
+    batches_free(&bs);
+}
+
+#define FIXTURES_IMAGES SL_TEST_DATA "/tfrecord"
+
+Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
+{
+    sl_confine_t *roots = roots_at(FIXTURES_IMAGES);
+    sl_membudget_t tiny;
+    sl_membudget_init(&tiny, 1000, "sluice-workerd --max-memory-mb");
+    sl_pipeline_opts_t o = {.roots = roots, .mem = &tiny};
+    batches_t bs = run_spec("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
+                            "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
+                            "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
+                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"}]}",
+                            &o);
+    cr_assert_eq(bs.rc, SL_ETOOBIG, "%d %s", bs.rc, bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "ops[1] (decode_jpeg): component \"image/encoded\" (") == bs.errmsg, "%s",
+              bs.errmsg);
+    cr_assert(strstr(bs.errmsg, " for a decoded "), "%s", bs.errmsg);
+    cr_assert(strstr(bs.errmsg, "the worker's memory budget of 1000 bytes"), "%s", bs.errmsg);
+    cr_assert_eq(sl_membudget_used(&tiny), 0);
+    cr_assert_eq(tiny.refusals, 1);
+    batches_free(&bs);
+    /* With room, the same pipeline decodes every image and gives it all back. */
+    sl_membudget_t room;
+    sl_membudget_init(&room, 64 * MiB, "x");
+    o.mem = &room;
+    bs = run_spec("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
+                  "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
+                  "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
+                  "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\",\"num_parallel_calls\":2},"
+                  "{\"op\":\"shuffle\",\"buffer_size\":8}]}",
+                  &o);
+    cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
+    cr_assert_gt(bs.n, 0);
+    cr_assert_eq(sl_membudget_used(&room), 0);
+    batches_free(&bs);
+    sl_confine_destroy(roots);
+}
