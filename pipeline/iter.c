@@ -49,11 +49,15 @@ int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
     return code;
 }
 
-int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *what)
+int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *fmt, ...)
 {
     if (sl_memacct_charge(a, bytes))
         return 0;
-    char msg[400];
+    char what[160], msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     sl_membudget_refusal(a->budget, bytes, what, msg, sizeof msg);
     return sl__iter_fail(it, SL_ETOOBIG, "%s", msg);
 }

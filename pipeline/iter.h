@@ -160,12 +160,13 @@ void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl
  * was recorded, and returns code. */
 int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Charges bytes that the iterator is about to hold for what ("4096
- * buffered elements") to a, an account of the pipeline's memory budget
- * (opts.mem). Returns 0, or SL_ETOOBIG with the refusal recorded as its
- * failure: "label: needs N bytes for what, but the worker's memory budget
- * of L bytes has F bytes left (--max-memory-mb)". Any thread. */
-int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *what);
+/* Charges bytes that the iterator is about to hold to a, an account of the
+ * pipeline's memory budget (opts.mem). Returns 0, or SL_ETOOBIG with the
+ * refusal recorded as its failure: "label: needs N bytes for WHAT, but the
+ * worker's memory budget of L bytes has F bytes left (--max-memory-mb)",
+ * WHAT formatted from fmt (only then). Any thread. */
+int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Records a constructor's failure as "label: message" (the pipeline is not
  * built) and returns code. */

@@ -76,10 +76,9 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
             uint64_t cap = s->cap ? s->cap * 2 : 64;
             if (cap > s->buffer_size)
                 cap = s->buffer_size;
-            char what[128];
-            snprintf(what, sizeof what, "a shuffle buffer of %" PRIu64 " elements (buffer_size %" PRIu64 ")", cap,
-                     s->buffer_size);
-            int rc = sl__iter_charge(it, &s->mem, (cap - s->cap) * s->stride, what);
+            int rc = sl__iter_charge(it, &s->mem, (cap - s->cap) * s->stride,
+                                     "a shuffle buffer of %" PRIu64 " elements (buffer_size %" PRIu64 ")", cap,
+                                     s->buffer_size);
             if (rc < 0)
                 return shuffle_refused(s, rc);
             uint8_t *p = realloc(s->slots, cap * s->stride);
@@ -99,10 +98,9 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
             s->n++;
         size_t bytes = sl_element_bytes(e);
         if (bytes > 0) {
-            char what[128];
-            snprintf(what, sizeof what, "element %" PRIu64 " of a shuffle buffer (buffer_size %" PRIu64 ")", s->n,
-                     s->buffer_size);
-            if ((rc = sl__iter_charge(it, &s->mem, bytes, what)) < 0) {
+            rc = sl__iter_charge(it, &s->mem, bytes, "element %" PRIu64 " of a shuffle buffer (buffer_size %" PRIu64 ")",
+                                 s->n, s->buffer_size);
+            if (rc < 0) {
                 sl__iter_drop(it, e);
                 s->n--;
                 return shuffle_refused(s, rc);

@@ -70,9 +70,7 @@ struct batch_iter {
 /* Charges the block of a batch of total bytes, until batch_next returns. */
 static int charge_block(struct batch_iter *b, size_t total)
 {
-    char what[96];
-    snprintf(what, sizeof what, "a batch of %" PRIu64 " elements", b->batch_size);
-    int rc = sl__iter_charge(&b->base, &b->mem, total, what);
+    int rc = sl__iter_charge(&b->base, &b->mem, total, "a batch of %" PRIu64 " elements", b->batch_size);
     if (rc == 0)
         b->block_charge = total;
     return rc;
@@ -329,9 +327,7 @@ static int gather_fill(struct batch_iter *b)
             uint64_t cap = b->cap ? b->cap * 2 : 16;
             if (cap > b->batch_size)
                 cap = b->batch_size;
-            char what[96];
-            snprintf(what, sizeof what, "%" PRIu64 " elements of a batch", cap);
-            int rc = sl__iter_charge(it, &b->mem, (cap - b->cap) * b->stride, what);
+            int rc = sl__iter_charge(it, &b->mem, (cap - b->cap) * b->stride, "%" PRIu64 " elements of a batch", cap);
             if (rc < 0)
                 return rc;
             uint8_t *p = realloc(b->slots, cap * b->stride);
@@ -352,9 +348,7 @@ static int gather_fill(struct batch_iter *b)
         b->n++;
         size_t owned = sl_element_bytes(e);
         if (owned > 0) {
-            char what[96];
-            snprintf(what, sizeof what, "element %" PRIu64 " of a batch", b->n);
-            if ((rc = sl__iter_charge(it, &b->mem, owned, what)) < 0)
+            if ((rc = sl__iter_charge(it, &b->mem, owned, "element %" PRIu64 " of a batch", b->n)) < 0)
                 return rc;
             b->gathered += owned;
         }
