@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "sluice.h"
+#include "tlsio.h"
 
 /* The largest token file read: a token is one line. */
 #define TOKEN_FILE_MAX 65536
@@ -97,6 +98,8 @@ static struct ssl_ctx_st *tls_ctx(bool server, const sl_auth_opts_t *o, char *er
     /* No session tickets: nothing but our frames follows the handshake. */
     SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    /* Batches in few system calls (tlsio.h). */
+    sl_tls_tune(ctx);
     if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert) != 1) {
         tls_error(err, errlen, "certificate", o->tls_cert);
         goto fail;

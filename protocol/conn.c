@@ -42,6 +42,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "tlsio.h"
 
 /* How long an accepted peer may take for its whole handshake (unless the
  * env says), and how long we wait for our last error frame to be written
@@ -51,6 +52,9 @@
 /* After our error frame is out: how long the peer must have been quiet
  * before we close (see drained()). */
 #define LINGER_MS 100
+/* Under TLS, how much one read callback takes from what OpenSSL read
+ * ahead before it lets the loop run other work (tls_pump()). */
+#define PUMP_BUDGET (4u << 20)
 /* A connection that held this much in unfinished frames gives the freed
  * memory back to the system when it goes (malloc_trim). */
 #define TRIM_AFTER_BYTES (1u << 20)
@@ -72,6 +76,8 @@ struct sl_conn {
     uint8_t hello_self[SL_HANDSHAKE_LEN];
     uint8_t hello_peer[SL_HANDSHAKE_LEN];
     struct event *deadline; /* the handshake's, from connect or accept */
+    struct event *pump;     /* TLS: records OpenSSL read ahead wait (read_cb again) */
+    struct event *flush;    /* TLS: gathered records wait for the socket (tlsio.h) */
     int deadline_ms;
     struct event *idle;     /* accepted connections with env->idle_ms */
     int64_t last_active_ms;
@@ -123,6 +129,20 @@ static int conn_fd(const sl_conn_t *c)
     return bufferevent_getfd(c->bev);
 }
 
+static SSL *tls_of(const sl_conn_t *c)
+{
+    return bufferevent_openssl_get_ssl(c->bev);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg);
+
+/* A TLS connection that has its socket: records gather (tlsio.h), and
+ * what the socket does not take waits for it to be writable. */
+static bool tls_socket_ready(sl_conn_t *c, struct event_base *base)
+{
+    return sl_tls_gather(tls_of(c)) == 0 && (c->flush = event_new(base, conn_fd(c), EV_WRITE, on_flush, c));
+}
+
 static const char *state_names[] = {"HANDSHAKE", "PROOF", "OPEN", "DRAINING", "DEAD"};
 
 static void set_state(sl_conn_t *c, enum conn_state next)
@@ -143,6 +163,10 @@ static void conn_free(sl_conn_t *c)
         event_free(c->deadline);
     if (c->idle)
         event_free(c->idle);
+    if (c->pump)
+        event_free(c->pump);
+    if (c->flush)
+        event_free(c->flush);
     if (c->bev)
         bufferevent_free(c->bev);
     if (c->env && !c->outgoing) {
@@ -178,6 +202,10 @@ static void conn_die(sl_conn_t *c, bool notify, int err, const char *why)
         event_del(c->deadline);
     if (c->idle)
         event_del(c->idle);
+    if (c->pump)
+        event_del(c->pump);
+    if (c->flush)
+        event_del(c->flush);
     c->free_pending = true;
     if (notify && c->cbs.on_close)
         c->cbs.on_close(c, err, why, c->arg);
@@ -512,9 +540,20 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
         c->rx_have += from_in;
         need -= from_in;
     }
-    /* Under TLS the bytes come decrypted through the bufferevent only. */
-    if (c->tls && need > 0)
-        return false;
+    /* Under TLS, decrypted straight into the payload (tlsio.h). */
+    while (c->tls && need > 0) {
+        char why[256], full[400];
+        long r = sl_tls_read(tls_of(c), c->rx_payload + c->rx_have, need, why, sizeof why);
+        if (r == 0)
+            return false; /* the rest comes with the next read event */
+        if (r < 0) {
+            snprintf(full, sizeof full, "%s %s in the middle of a frame", c->peer_addr, why);
+            conn_die(c, true, (int)r, full);
+            return false;
+        }
+        c->rx_have += (size_t)r;
+        need -= (size_t)r;
+    }
     int fd = conn_fd(c);
     while (need > 0) {
         ssize_t r = recv(fd, c->rx_payload + c->rx_have, need, MSG_DONTWAIT);
@@ -570,7 +609,7 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     if (avail < head) {
         /* Wake us only when the whole message is in; an accepted peer's
          * reads wake us each, for count_partial(). */
-        if (c->outgoing)
+        if (c->outgoing && !c->tls)
             bufferevent_setwatermark(c->bev, EV_READ, head, 0);
         return false;
     }
@@ -626,76 +665,156 @@ static void count_partial(sl_conn_t *c, struct evbuffer *in)
     }
 }
 
+/* One step of reading: a hello, a proof or a frame off the input.
+ * @return true to take another */
+static bool read_step(sl_conn_t *c, struct evbuffer *in)
+{
+    if (c->state == CONN_DRAINING) {
+        /* Nothing it sends now is read; see drained(). */
+        evbuffer_drain(in, evbuffer_get_length(in));
+        if (c->lingering)
+            arm_ms(c->deadline, LINGER_MS);
+        return false;
+    }
+    if (c->state == CONN_HANDSHAKE) {
+        uint8_t first[2];
+        /* A peer that refuses our handshake answers with an error frame
+         * (type 1) instead of its own: read it for the reason. */
+        if (c->outgoing && evbuffer_copyout(in, first, 2) == 2 && first[0] == 0 && first[1] == SL_MSG_ERROR) {
+            return read_frame(c, in);
+        }
+        size_t have = evbuffer_get_length(in);
+        if (!c->prefix_checked) {
+            if (have < SL_HANDSHAKE_PREFIX_LEN)
+                return false;
+            uint8_t prefix[SL_HANDSHAKE_PREFIX_LEN];
+            evbuffer_copyout(in, prefix, sizeof prefix);
+            if (!check_prefix(c, prefix))
+                return false;
+        }
+        if (have < SL_HANDSHAKE_LEN)
+            return false;
+        size_t need = SL_HANDSHAKE_LEN;
+        if (c->outgoing) {
+            evbuffer_copyout(in, c->hello_peer, SL_HANDSHAKE_LEN);
+            if (sl_handshake_flags(c->hello_peer) & SL_HELLO_TOKEN)
+                need += SL_AUTH_PROOF_LEN;
+        }
+        if (have < need)
+            return false;
+        uint8_t proof[SL_AUTH_PROOF_LEN] = {0};
+        evbuffer_remove(in, c->hello_peer, SL_HANDSHAKE_LEN);
+        if (need > SL_HANDSHAKE_LEN)
+            evbuffer_remove(in, proof, sizeof proof);
+        on_hello(c, proof);
+        return true;
+    } else if (c->state == CONN_PROOF) {
+        if (evbuffer_get_length(in) < SL_AUTH_PROOF_LEN)
+            return false;
+        uint8_t proof[SL_AUTH_PROOF_LEN];
+        evbuffer_remove(in, proof, sizeof proof);
+        on_proof(c, proof);
+        return true;
+    }
+    return c->state == CONN_OPEN && read_frame(c, in);
+}
+
+/* Under TLS with read-ahead: moves what OpenSSL holds into the input (a
+ * record at a time), since the socket will not signal it again.
+ * @return the bytes moved, 0 when there were none, -1 when the connection died */
+static long tls_pump(sl_conn_t *c, struct evbuffer *in)
+{
+    SSL *ssl = tls_of(c);
+    if (!sl_tls_has_pending(ssl))
+        return 0;
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(in, 16384, &v, 1) < 1) {
+        conn_die(c, true, -ENOMEM, "out of memory reading a TLS record");
+        return -1;
+    }
+    char why[256], full[400];
+    long r = sl_tls_read(ssl, v.iov_base, v.iov_len, why, sizeof why);
+    if (r > 0) {
+        v.iov_len = (size_t)r;
+        evbuffer_commit_space(in, &v, 1);
+        return r;
+    }
+    if (r == 0)
+        return 0;
+    snprintf(full, sizeof full, "%s %s", c->peer_addr, why);
+    conn_die(c, true, (int)r, full);
+    return -1;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     sl_conn_t *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
+    size_t pumped = 0;
     c->depth++;
     for (;;) {
-        if (c->state == CONN_DRAINING) {
-            /* Nothing it sends now is read; see drained(). */
-            evbuffer_drain(in, evbuffer_get_length(in));
-            if (c->lingering)
-                arm_ms(c->deadline, LINGER_MS);
+        if (read_step(c, in))
+            continue;
+        if (!c->tls || c->state >= CONN_DRAINING)
+            break;
+        if (pumped >= PUMP_BUDGET) {
+            /* The rest on the loop's next turn, after other work. */
+            if (sl_tls_has_pending(tls_of(c)))
+                event_active(c->pump, EV_READ, 0);
             break;
         }
-        if (c->state == CONN_HANDSHAKE) {
-            uint8_t first[2];
-            /* A peer that refuses our handshake answers with an error frame
-             * (type 1) instead of its own: read it for the reason. */
-            if (c->outgoing && evbuffer_copyout(in, first, 2) == 2 && first[0] == 0 && first[1] == SL_MSG_ERROR) {
-                if (!read_frame(c, in))
-                    break;
-                continue;
-            }
-            size_t have = evbuffer_get_length(in);
-            if (!c->prefix_checked) {
-                if (have < SL_HANDSHAKE_PREFIX_LEN)
-                    break;
-                uint8_t prefix[SL_HANDSHAKE_PREFIX_LEN];
-                evbuffer_copyout(in, prefix, sizeof prefix);
-                if (!check_prefix(c, prefix))
-                    break;
-            }
-            if (have < SL_HANDSHAKE_LEN)
-                break;
-            size_t need = SL_HANDSHAKE_LEN;
-            if (c->outgoing) {
-                evbuffer_copyout(in, c->hello_peer, SL_HANDSHAKE_LEN);
-                if (sl_handshake_flags(c->hello_peer) & SL_HELLO_TOKEN)
-                    need += SL_AUTH_PROOF_LEN;
-            }
-            if (have < need)
-                break;
-            uint8_t proof[SL_AUTH_PROOF_LEN] = {0};
-            evbuffer_remove(in, c->hello_peer, SL_HANDSHAKE_LEN);
-            if (need > SL_HANDSHAKE_LEN)
-                evbuffer_remove(in, proof, sizeof proof);
-            on_hello(c, proof);
-        } else if (c->state == CONN_PROOF) {
-            if (evbuffer_get_length(in) < SL_AUTH_PROOF_LEN)
-                break;
-            uint8_t proof[SL_AUTH_PROOF_LEN];
-            evbuffer_remove(in, proof, sizeof proof);
-            on_proof(c, proof);
-        } else if (c->state != CONN_OPEN || !read_frame(c, in)) {
+        long n = tls_pump(c, in);
+        if (n <= 0)
             break;
-        }
+        pumped += (size_t)n;
     }
     if (c->env && !c->outgoing)
         count_partial(c, in);
     leave(c);
 }
 
+static void on_pump(evutil_socket_t fd, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    read_cb(c->bev, c);
+}
+
+/* The output is written (libevent calls this when it is empty). Under
+ * TLS the records it became may still be gathered (tlsio.h): they go now,
+ * and what the socket does not take goes when it is writable (c->flush). */
 static void write_cb(struct bufferevent *bev, void *arg)
 {
     sl_conn_t *c = arg;
     (void)bev;
     c->depth++;
-    if (c->state == CONN_DRAINING && !c->lingering &&
+    bool out = true;
+    if (c->tls && c->state != CONN_DEAD) {
+        int rc = sl_tls_flush(tls_of(c));
+        if (rc < 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s: %s", c->peer_addr, strerror(-rc));
+            conn_die(c, true, rc, why);
+            leave(c);
+            return;
+        }
+        out = rc == 1;
+        if (!out)
+            event_add(c->flush, NULL);
+    }
+    if (out && c->state == CONN_DRAINING && !c->lingering &&
         evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         drained(c);
     leave(c);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    write_cb(c->bev, c);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -703,6 +822,11 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     sl_conn_t *c = arg;
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
+        /* What OpenSSL read ahead with the end of the TLS handshake (the
+         * peer's hello) is not signalled by the socket again. */
+        if (c->tls && c->state < CONN_DRAINING && SSL_is_init_finished(tls_of(c)) == 1 &&
+            sl_tls_has_pending(tls_of(c)))
+            event_active(c->pump, EV_READ, 0);
         /* A TLS connection reports the TCP connect and the TLS handshake
          * both, and an accepted one its TLS handshake: the connector's
          * hello goes once, after the last. */
@@ -779,7 +903,15 @@ static sl_conn_t *conn_new(struct event_base *base, int fd, const sl_conn_env_t 
     } else {
         c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     }
-    if (!c->bev || !(c->deadline = evtimer_new(base, on_deadline, c))) {
+    /* An accepted socket's records gather now; a connector's once it has
+     * its socket (sl_conn_connect()). */
+    bool ok = c->bev && (!c->tls || ((c->pump = event_new(base, -1, 0, on_pump, c)) &&
+                                     (fd < 0 || tls_socket_ready(c, base))));
+    if (!ok || !(c->deadline = evtimer_new(base, on_deadline, c))) {
+        if (c->pump)
+            event_free(c->pump);
+        if (c->flush)
+            event_free(c->flush);
         if (c->bev)
             bufferevent_free(c->bev);
         else if (fd >= 0)
@@ -962,6 +1094,11 @@ int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_
         snprintf(err, errlen, "cannot connect to %s: %s", address, strerror(e ? e : ECONNREFUSED));
         conn_free(c);
         return e ? -e : -ECONNREFUSED;
+    }
+    if (c->tls && !tls_socket_ready(c, base)) {
+        snprintf(err, errlen, "out of memory connecting to %s", address);
+        conn_free(c);
+        return -ENOMEM;
     }
     set_nodelay(conn_fd(c));
     /* A non-blocking connect fails later through event_cb. */
@@ -1241,7 +1378,8 @@ void sl_conn_uncork(sl_conn_t *c)
 
 size_t sl_conn_pending(const sl_conn_t *c)
 {
-    return evbuffer_get_length(bufferevent_get_output(c->bev));
+    size_t n = evbuffer_get_length(bufferevent_get_output(c->bev));
+    return c->tls ? n + sl_tls_unflushed(tls_of(c)) : n;
 }
 
 sl_role_t sl_conn_peer_role(const sl_conn_t *c)

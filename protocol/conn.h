@@ -133,6 +133,8 @@ int sl_conn_cork(sl_conn_t *c);
 /** Writes what the cork held, in order, and sends directly again. */
 void sl_conn_uncork(sl_conn_t *c);
 
+/** @return the bytes queued for the peer and not written yet (under TLS,
+ * with the records gathered for the socket) */
 size_t sl_conn_pending(const sl_conn_t *c);
 
 /** @return the peer's role (after the handshake) */

@@ -42,16 +42,24 @@ static struct {
     pthread_t thread;
     atomic_bool stop;
     bool answer;               /* answer GET_SPLIT_REQ (else leave requests unanswered) */
+    bool stream;               /* answer GET_SPLIT_REQ with the frames of stream_sizes() */
+    atomic_long queued;        /* stream: what the socket did not take once all were sent, +1 */
+    int sndbuf;                /* > 0: SO_SNDBUF of accepted sockets */
     atomic_int closed;
     char close_why[1200];
     int close_err;
 } S;
 
+static void stream_send(sl_conn_t *c, const sluice_GetSplitRequest *q);
+
 static void srv_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
-    (void)msg;
     (void)arg;
     free(payload);
+    if (S.stream && hdr->type == SL_MSG_GET_SPLIT_REQ) {
+        stream_send(c, msg);
+        return;
+    }
     if (S.answer && hdr->type == SL_MSG_GET_SPLIT_REQ) {
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
         resp.epoch = 7;
@@ -76,6 +84,8 @@ static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
     (void)sa;
     (void)salen;
     (void)arg;
+    if (S.sndbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &S.sndbuf, sizeof S.sndbuf);
     sl_conn_accept(S.base, fd, &S.env, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
                    &S.limits, &srv_cbs, NULL);
 }
@@ -385,6 +395,158 @@ Test(auth, tls_refuses_a_certificate_of_another_ca)
     sl_auth_free(&mine);
     server_stop();
     cr_assert_eq(S.env.refused_auth, 1);
+    remove_dir();
+}
+
+/* ---- TLS bulk path (protocol/tlsio.c) ------------------------------------------------- */
+
+/* Frames of random sizes from 0 to the 1 MiB limit, tiny ones (many to a
+ * TLS record) most often: frame i of seed's stream has stream_sizes()[i]
+ * bytes of pattern from offset i % 4093. */
+#define STREAM_FRAMES 1000
+static uint8_t pattern[(1u << 20) + 4096];
+static uint32_t stream_size[STREAM_FRAMES];
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void stream_plan(uint64_t seed)
+{
+    uint64_t x = seed;
+    for (size_t i = 0; i < sizeof pattern; i++)
+        pattern[i] = (uint8_t)(splitmix(&x) >> 56);
+    for (int i = 0; i < STREAM_FRAMES; i++) {
+        uint64_t r = splitmix(&x) % 100;
+        stream_size[i] = r < 70   ? (uint32_t)(splitmix(&x) % 65)
+                         : r < 93 ? (uint32_t)(65 + splitmix(&x) % 40000)
+                                  : (1u << 20);
+    }
+    /* It ends with more than a small socket buffer takes at once. */
+    stream_size[STREAM_FRAMES - 1] = 1u << 20;
+}
+
+static void no_release(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    (void)extra;
+}
+
+/* Server: every frame of the stream at once, then how much waits. */
+static void stream_send(sl_conn_t *c, const sluice_GetSplitRequest *q)
+{
+    (void)q;
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    for (int i = 0; i < STREAM_FRAMES; i++) {
+        resp.epoch = (uint64_t)i;
+        int rc = sl_conn_send(c, SL_MSG_GET_SPLIT_RESP, 0, &resp, pattern + i % 4093, stream_size[i], no_release,
+                              NULL);
+        cr_assert_eq(rc, 0, "frame %d: %d", i, rc);
+    }
+    atomic_store(&S.queued, (long)sl_conn_pending(c) + 1);
+}
+
+struct stream_client {
+    sl_conn_t *conn;
+    bool ready, closed;
+    int frames;
+    uint64_t seed;
+    char why[600];
+};
+
+static void cl_ready(sl_conn_t *c, void *arg)
+{
+    (void)arg;
+    sluice_GetSplitRequest q = {.task_id = 1, .max_splits = 1};
+    cr_assert_eq(sl_conn_send(c, SL_MSG_GET_SPLIT_REQ, 1, &q, NULL, 0, NULL, NULL), 0);
+    ((struct stream_client *)arg)->ready = true;
+}
+
+static void cl_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct stream_client *k = arg;
+    (void)c;
+    const sluice_GetSplitResponse *resp = msg;
+    int i = k->frames++;
+    cr_assert_lt(i, STREAM_FRAMES, "seed %llu: more frames than were sent", (unsigned long long)k->seed);
+    cr_assert_eq(resp->epoch, (uint64_t)i, "seed %llu: frame %llu where %d was next", (unsigned long long)k->seed,
+                 (unsigned long long)resp->epoch, i);
+    cr_assert_eq(hdr->payload_len, stream_size[i], "seed %llu: frame %d has %u bytes, not %u",
+                 (unsigned long long)k->seed, i, hdr->payload_len, stream_size[i]);
+    cr_assert(stream_size[i] == 0 || memcmp(payload, pattern + i % 4093, stream_size[i]) == 0,
+              "seed %llu: frame %d's payload differs", (unsigned long long)k->seed, i);
+    free(payload);
+}
+
+static void cl_close(sl_conn_t *c, int err, const char *why, void *arg)
+{
+    struct stream_client *k = arg;
+    (void)c;
+    k->closed = true;
+    snprintf(k->why, sizeof k->why, "%d: %s", err, why);
+}
+
+/* Under TLS, frames of every size from none to the limit arrive whole and
+ * in order, also when the server queued far more than the sockets hold
+ * before the client read any of it (records gathered and written as the
+ * socket takes them; records read ahead many at a time). The server's send
+ * buffer is small, so that what was gathered last waits for the socket. */
+Test(auth, tls_streams_frames_of_every_size_whole_and_in_order, .timeout = 120)
+{
+    uint64_t seed = (uint64_t)time(NULL);
+    const char *env_seed = getenv("SL_TEST_SEED");
+    if (env_seed)
+        seed = strtoull(env_seed, NULL, 10);
+    cr_log_info("tls stream: seed %llu (SL_TEST_SEED=%llu repeats it)", (unsigned long long)seed,
+                (unsigned long long)seed);
+    stream_plan(seed);
+    make_dir();
+    make_cert("ca", "server");
+    make_cert("ca", "client");
+    load_tls(&S.auth, "ca", "server");
+    S.stream = true;
+    S.sndbuf = 65536;
+    server_start("127.0.0.1");
+    sl_auth_t mine;
+    load_tls(&mine, "ca", "client");
+    struct event_base *base = event_base_new();
+    struct stream_client k = {.seed = seed};
+    char addr[64], err[512] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", S.port);
+    sl_conn_env_t env = {.auth = &mine};
+    sl_limits_t lim = {.max_payload = 1u << 20};
+    static const sl_conn_cbs_t cbs = {cl_ready, cl_frame, cl_close};
+    cr_assert_eq(sl_conn_connect(base, addr, &env, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &lim, WAIT_MS, &cbs, &k,
+                                 &k.conn, err, sizeof err),
+                 0, "%s", err);
+    /* Until the request is out; then the client reads nothing until the
+     * server queued the whole stream. */
+    long long end = now_ms() + WAIT_MS;
+    while (!k.closed && !(k.ready && sl_conn_pending(k.conn) == 0) && now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    cr_assert(k.ready && !k.closed, "seed %llu: no handshake: %s", (unsigned long long)seed, k.why);
+    while (atomic_load(&S.queued) == 0 && now_ms() < end)
+        usleep(2000);
+    long queued = atomic_load(&S.queued) - 1;
+    cr_assert_gt(queued, 0, "seed %llu: the sockets took the whole stream: nothing was left to gather",
+                 (unsigned long long)seed);
+    end = now_ms() + 60000;
+    while (!k.closed && k.frames < STREAM_FRAMES && now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    cr_assert_eq(k.frames, STREAM_FRAMES, "seed %llu: %d of %d frames (%s)", (unsigned long long)seed, k.frames,
+                 STREAM_FRAMES, k.closed ? k.why : "still open");
+    cr_assert(!k.closed, "seed %llu: %s", (unsigned long long)seed, k.why);
+    sl_conn_close(k.conn);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    sl_auth_free(&mine);
+    server_stop();
+    cr_assert_eq(atomic_load(&S.closed), 1, "%s", S.close_why);
     remove_dir();
 }
 
