@@ -10,15 +10,19 @@
   ports free ones) and serve sluice-cat with the token and TLS, their probes
   answer, the autoscaler's metric is one the worker exports, and each
   placeholder secret in the repository stops a daemon at start;
+- deploy/systemd: `systemd-analyze verify` on both units (and with the TLS
+  drop-in) with the build's binaries, their hardening, LimitNOFILE against
+  --max-connections, and the daemons run with the units' command lines;
 - the image: `make image`'s script builds it, and the dispatcher and a worker
   run from it serve sluice-cat.
 
 Each part is skipped, with the reason, where this machine lacks the tool
-(kubectl, podman, or a podman that can run containers)."""
+(kubectl, systemd-analyze, podman, or a podman that can run containers)."""
 import base64
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +35,7 @@ from test_security_auth import make_cert
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 K8S = os.path.join(ROOT, 'deploy', 'k8s')
+SYSTEMD = os.path.join(ROOT, 'deploy', 'systemd')
 DAEMONS = ('sluice-dispatcher', 'sluice-workerd')
 WORKLOADS = ('StatefulSet', 'Deployment', 'DaemonSet')
 SPEC = '{"source": {"type": "range", "stop": 5000}, "ops": [{"op": "batch", "batch_size": 500}]}'
@@ -436,6 +441,150 @@ class Kubernetes(unittest.TestCase):
         for o, pod, _ in containers(objs):
             names = {v['secret']['secretName'] for v in pod['volumes'] if 'secret' in v}
             self.assertEqual(names, {secret['metadata']['name']}, o['metadata']['name'])
+
+
+def unit_file(path):
+    """{key: [values]} of a unit file's [Service] section (and the others')."""
+    keys = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith(('#', '[')):
+                k, _, v = line.partition('=')
+                keys.setdefault(k, []).append(v)
+    return keys
+
+
+class Systemd(unittest.TestCase):
+    UNITS = {'sluice-dispatcher': 'sluice-dispatcher.service', 'sluice-workerd': 'sluice-workerd.service'}
+
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which('systemd-analyze'):
+            raise unittest.SkipTest('systemd-analyze is not installed: deploy/systemd is not verified')
+        cls.dir = tempfile.mkdtemp(prefix='sluice-units-')
+        cls.units = {}
+        for program, unit in cls.UNITS.items():
+            with open(os.path.join(SYSTEMD, unit)) as f:
+                text = f.read()
+            assert '/usr/local/bin/%s ' % program in text
+            text = text.replace('/usr/local/bin/%s ' % program, binary(program) + ' ')
+            cls.units[program] = os.path.join(cls.dir, unit)
+            with open(cls.units[program], 'w') as f:
+                f.write(text)
+            with open(os.path.join(SYSTEMD, 'tls.conf')) as f:
+                with open(os.path.join(cls.dir, 'tls-' + unit), 'w') as g:
+                    g.write(text + f.read())
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def verify(self, path):
+        r = subprocess.run(['systemd-analyze', 'verify', '--man=no', path], capture_output=True, text=True,
+                           timeout=60, cwd=self.dir)
+        self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ''), 'systemd-analyze verify %s' % path)
+
+    def test_systemd_analyze_verify(self):
+        for program, path in self.units.items():
+            with self.subTest(unit=program):
+                self.verify(path)
+                self.verify(os.path.join(self.dir, 'tls-' + os.path.basename(path)))
+
+    def test_hardening(self):
+        want = {'DynamicUser': 'yes', 'NoNewPrivileges': 'yes', 'ProtectSystem': 'strict', 'ProtectHome': 'yes',
+                'PrivateTmp': 'yes', 'PrivateDevices': 'yes', 'CapabilityBoundingSet': '', 'Type': 'exec'}
+        for program, path in self.units.items():
+            keys = unit_file(path)
+            with self.subTest(unit=program):
+                for k, v in want.items():
+                    self.assertEqual(keys.get(k), [v], k)
+                self.assertEqual(keys['RestrictAddressFamilies'], ['AF_INET AF_INET6 AF_UNIX'])
+                self.assertTrue(keys['SystemCallFilter'][0].startswith('@system-service'))
+                self.assertEqual(keys['SystemCallErrorNumber'], ['EPERM'], 'a refused call fails, not kills')
+                self.assertTrue(keys.get('StateDirectory') or keys.get('CacheDirectory'))
+                self.assertIn('EnvironmentFile', keys)
+                r = subprocess.run(['systemd-analyze', 'security', '--offline=yes', path], capture_output=True,
+                                   text=True, timeout=60)
+                m = re.search(r'Overall exposure level for \S+: ([0-9.]+)', r.stdout)
+                if m:  # --offline needs systemd 252
+                    self.assertLessEqual(float(m.group(1)), 2.0, r.stdout)
+
+    def command_line(self, program, tls):
+        """The unit's ExecStart as systemd would run it with the example
+        environment file (and tls.conf), %d, %S and %C made directories here."""
+        keys = unit_file(self.units[program])
+        env = {}
+        with open(os.path.join(SYSTEMD, os.path.basename(keys['EnvironmentFile'][0]))) as f:
+            for line in f:
+                if line.strip() and not line.startswith('#'):
+                    k, _, v = line.strip().partition('=')
+                    env[k] = v
+        extra = keys.get('Environment', []) + (unit_file(os.path.join(SYSTEMD, 'tls.conf'))['Environment']
+                                               if tls else [])
+        creds = os.path.join(self.dir, 'credentials')  # one set, so that both daemons share the token and CA
+        spec = {'%d': creds, '%S': os.path.join(self.dir, 'state'), '%C': os.path.join(self.dir, 'cache')}
+        for e in extra:
+            k, _, v = shlex.split(e)[0].partition('=')
+            env[k] = re.sub(r'%[dSC]', lambda m: spec[m.group(0)], v)
+        env = {k: (shlex.split(v) or [''])[0] if v[:1] in '"\'' and v else v for k, v in env.items()}
+        argv = []
+        for w in shlex.split(keys['ExecStart'][0]):
+            w = re.sub(r'%[dSC]', lambda m: spec[m.group(0)], w)
+            m = re.fullmatch(r'\$(\w+)', w)
+            if m:
+                argv += env.get(m.group(1), '').split()
+            else:
+                argv.append(re.sub(r'\$\{(\w+)\}', lambda m: env[m.group(1)], w))
+        return argv, env, keys, creds
+
+    def test_limit_nofile_covers_max_connections(self):
+        for program in self.units:
+            argv, _, keys, _ = self.command_line(program, False)
+            flags = parse_flags(program, argv[1:])
+            self.assertGreaterEqual(int(keys['LimitNOFILE'][0]), int(flag(flags, '--max-connections')) + 1024,
+                                    program)
+
+    def test_the_daemons_serve_with_the_units_command_lines(self):
+        """Both units' command lines with the example environment files and
+        tls.conf, their credentials made here, the example paths and addresses
+        replaced: the dispatcher and worker serve sluice-cat."""
+        started = []
+
+        def stop_all():
+            self.assertEqual({x.name: x.stop() for x in started}, {x.name: 0 for x in started})
+        self.addCleanup(stop_all)
+        dispatcher = None
+        for program in ('sluice-dispatcher', 'sluice-workerd'):
+            argv, env, keys, creds = self.command_line(program, True)
+            secrets = make_secrets(creds) if dispatcher is None else dispatcher_secrets
+            for c in keys['LoadCredential']:
+                self.assertIn(c.split(':')[0], secrets)
+            with open(os.path.join(SYSTEMD, 'tls.conf')) as f:
+                for c in unit_file(f.name)['LoadCredential']:
+                    self.assertIn(c.split(':')[0], secrets)
+            port, = free_ports(1)
+            out = []
+            for n, v in parse_flags(program, argv[1:]):
+                if n == '--port':
+                    v = str(port)
+                elif n == '--admin-port':
+                    v = '0'
+                elif n == '--dispatcher':
+                    v = dispatcher.addr
+                elif n == '--data-root':
+                    v = tempfile.mkdtemp(dir=self.dir)
+                out += [n] if v is None else [n, v]
+            os.environ['SLUICE_AUTH_TOKEN_FILE'] = env['SLUICE_AUTH_TOKEN_FILE']
+            try:
+                x = Daemon([argv[0]] + out, self.dir, program)
+            finally:
+                del os.environ['SLUICE_AUTH_TOKEN_FILE']
+            started.append(x)
+            if program == 'sluice-dispatcher':
+                dispatcher, dispatcher_secrets = x, secrets
+        wait_for(lambda: http(dispatcher.admin_port, '/readyz')[0] == 200, 'the worker to register', timeout=30)
+        cat(dispatcher.addr, dispatcher_secrets)
 
 
 class Image(unittest.TestCase):
