@@ -14,10 +14,13 @@
   drop-in) with the build's binaries, their hardening, LimitNOFILE against
   --max-connections, and the daemons run with the units' command lines;
 - the image: `make image`'s script builds it, and the dispatcher and a worker
-  run from it serve sluice-cat.
+  run from it serve sluice-cat;
+- a backup: a copy of a serving dispatcher's state store made with mdb_copy
+  starts a dispatcher with the same state.
 
 Each part is skipped, with the reason, where this machine lacks the tool
-(kubectl, systemd-analyze, podman, or a podman that can run containers)."""
+(kubectl, systemd-analyze, podman, or a podman that can run containers,
+mdb_copy)."""
 import base64
 import math
 import os
@@ -30,7 +33,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import Daemon, asan_build, binary, child_env, free_ports, parse_jsonl, wait_for
+from harness import Cluster, Daemon, asan_build, binary, child_env, free_ports, get_json, parse_jsonl, wait_for
 from test_security_auth import make_cert
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
@@ -659,3 +662,33 @@ class Image(unittest.TestCase):
         top = subprocess.run(['podman', 'top', 'sluice-test-dispatcher-' + suffix, 'huser'], capture_output=True,
                              text=True, env=self.env)
         self.assertEqual(top.stdout.split()[1:], ['10001'], 'the dispatcher runs as the image\'s user')
+
+
+class Backup(unittest.TestCase):
+    """docs/operations.md#backups: a copy of a serving dispatcher's state store
+    made with mdb_copy, in a new work dir, is the same state."""
+
+    def test_a_hot_copy_with_mdb_copy_is_the_state(self):
+        if not shutil.which('mdb_copy'):
+            raise unittest.SkipTest('mdb_copy (lmdb-utils) is not installed: the backup is not tested')
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            rc, _, err = c.cat(SPEC, ['--sharding', 'dynamic'], fmt='count')
+            self.assertEqual(rc, 0, err)
+            before = {p: get_json(c.dispatcher.admin_port, p) for p in ('/v1/datasets', '/v1/jobs')}
+            restored = os.path.join(c.dir, 'restored')
+            os.makedirs(restored)
+            r = subprocess.run(['mdb_copy', '-n', os.path.join(c.dir, 'work', 'state.mdb'),
+                                os.path.join(restored, 'state.mdb')], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            d = Daemon([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir', restored],
+                       c.dir, 'restored')
+            c.daemons.append(d)
+            after = {p: get_json(d.admin_port, p) for p in ('/v1/datasets', '/v1/jobs')}
+            self.assertEqual([x['id'] for x in after['/v1/datasets']['datasets']],
+                             [x['id'] for x in before['/v1/datasets']['datasets']])
+            self.assertEqual([(j['id'], j['state']) for j in after['/v1/jobs']['jobs']],
+                             [(j['id'], j['state']) for j in before['/v1/jobs']['jobs']])
+        finally:
+            self.assertEqual(c.close(), {})
