@@ -29,7 +29,7 @@ if grep -q __asan_init "$build/dispatcher/sluice-dispatcher"; then
 fi
 
 if command -v podman >/dev/null; then
-  builder=(podman build)
+  builder=(podman build --layers=false)
 elif command -v buildah >/dev/null; then
   builder=(buildah bud)
 else
