@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 RELEASE_BUILD ?= build-release
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps build build-asan build-release test unit integration demo bench fuzz install clean
+.PHONY: all deps build build-asan build-release test unit integration demo bench fuzz install image clean
 
 all: build
 
@@ -48,6 +48,12 @@ bench: build
 # PREFIX=/usr/local (default) or any other; DESTDIR works as usual.
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+
+# The OCI image sluice:<version> of this build, made with podman or buildah
+# without a base image (docs/operations.md#the-image). IMAGE_TAG overrides it.
+image: build
+	@bash scripts/install-deps.sh image
+	bash scripts/make-image.sh $(BUILD) $(IMAGE_TAG)
 
 fuzz: deps
 	bash scripts/fuzz.sh

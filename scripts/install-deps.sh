@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sluice builds, tests and benchmarks with.
 # Does nothing (and needs no network) when every package is already present.
+# `install-deps.sh image` adds what `make image` needs: podman and buildah, and
+# runc for hosts where crun cannot set rlimits (docs/operations.md).
 set -euo pipefail
 
 packages=(
@@ -8,8 +10,11 @@ packages=(
   libevent-dev libssl-dev openssl nanopb libnanopb-dev protobuf-compiler python3-protobuf
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3 iperf3 chromium fio
-  python3-numpy python3-torch python3-pil
+  python3-numpy python3-torch python3-pil python3-yaml lmdb-utils
 )
+if [[ "${1:-}" == image ]]; then
+  packages+=(podman buildah runc)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -64,6 +64,22 @@ static int healthz(struct evhttp_request *req, const char *rest, json_t **body, 
     return 200;
 }
 
+/* Ready when registered with the dispatcher: it can be given tasks. While the
+ * dispatcher is away the worker keeps serving the tasks it has, unready. */
+static int readyz(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    sl_worker_stats_t s;
+    (void)req;
+    (void)rest;
+    sl_worker_stats(arg, &s);
+    if (!s.registered) {
+        *body = json_pack("{s:b,s:s}", "ready", 0, "error", "not registered with the dispatcher");
+        return 503;
+    }
+    *body = json_pack("{s:b,s:I}", "ready", 1, "tasks", (json_int_t)s.tasks);
+    return 200;
+}
+
 static void sum_buffers(sl_task_t *task, void *arg)
 {
     double *sums = arg;
@@ -106,6 +122,7 @@ int sl_wadmin_register(sl_admin_t *a, sl_worker_t *w)
                                       "Bytes read from files, by io engine.", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, w);
+    rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/readyz", readyz, w);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/metrics", metrics, w);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/tasks", tasks, w);
     return rc ? SL_ETOOBIG : 0;

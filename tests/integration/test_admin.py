@@ -135,6 +135,23 @@ class Admin(unittest.TestCase):
         for w in self.c.workers:
             st, body, _ = http(w.admin_port, '/healthz')
             self.assertEqual((st, body['registered']), (200, True))
+            st, body, _ = http(w.admin_port, '/readyz', token=None)
+            self.assertEqual((st, body['ready']), (200, True))
+
+    def test_worker_readyz_is_503_until_it_registers(self):
+        """A worker whose dispatcher does not answer is alive but not ready."""
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            s.listen(1)  # accepts, never answers the handshake
+            c = Cluster(workers=0)
+            try:
+                w = c.add_worker(['--dispatcher', '127.0.0.1:%d' % s.getsockname()[1]])
+                self.assertEqual(http(w.admin_port, '/healthz')[0], 200)
+                st, body, _ = http(w.admin_port, '/readyz')
+                self.assertEqual((st, body['ready']), (503, False))
+                self.assertIn('not registered', body['error'])
+            finally:
+                self.assertEqual(c.close(), {})
 
     def test_readyz_is_503_without_workers(self):
         c = Cluster(workers=0)
