@@ -52,7 +52,7 @@ install: build
 # The OCI image sluice:<version> of this build, made with podman or buildah
 # without a base image (docs/operations.md#the-image). IMAGE_TAG overrides it.
 image: build
-	@bash scripts/install-deps.sh image
+	@bash scripts/install-deps.sh
 	bash scripts/make-image.sh $(BUILD) $(IMAGE_TAG)
 
 fuzz: deps

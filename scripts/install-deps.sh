@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sluice builds, tests and benchmarks with.
 # Does nothing (and needs no network) when every package is already present.
-# `install-deps.sh image` adds what `make image` needs: podman and buildah, and
-# runc for hosts where crun cannot set rlimits (docs/operations.md).
+# podman and buildah build and test the image (make image, tests/integration/
+# test_deploy.py), with runc for hosts where crun cannot set rlimits
+# (docs/operations.md). Any argument is ignored.
 set -euo pipefail
 
 packages=(
@@ -11,10 +12,8 @@ packages=(
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3 iperf3 chromium fio
   python3-numpy python3-torch python3-pil python3-yaml lmdb-utils
+  podman buildah runc
 )
-if [[ "${1:-}" == image ]]; then
-  packages+=(podman buildah runc)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

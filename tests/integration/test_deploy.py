@@ -598,7 +598,7 @@ class Image(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not shutil.which('podman'):
-            raise unittest.SkipTest('podman is not installed (scripts/install-deps.sh image): the image is not tested')
+            raise unittest.SkipTest('podman is not installed (scripts/install-deps.sh): the image is not tested')
         if asan_build():
             raise unittest.SkipTest('a sanitizer build: make image takes the normal build')
         build = os.path.dirname(os.path.dirname(binary('sluice-dispatcher')))
