@@ -10,8 +10,12 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/keyvalq_struct.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
+#include "log.h"
 #include "net.h"
 #include "sluice.h"
 
@@ -29,6 +33,7 @@ struct route {
 
 struct sl_admin {
     struct evhttp *http;
+    SSL_CTX *tls;    /* NULL: plain HTTP */
     char token[256]; /* empty: no authentication */
     struct route routes[MAX_ROUTES];
     int num_routes;
@@ -296,8 +301,20 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 
 static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
 {
-    /* What evhttp makes when given none, plus the watch on its output. */
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    /* What evhttp makes when given none (under TLS, its OpenSSL form),
+     * plus the watch on its output. */
+    sl_admin_t *a = arg;
+    struct bufferevent *bev = NULL;
+    if (a->tls) {
+        SSL *ssl = SSL_new(a->tls);
+        if (ssl && !(bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                          BEV_OPT_CLOSE_ON_FREE)))
+            SSL_free(ssl);
+        if (bev)
+            bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    } else {
+        bev = bufferevent_socket_new(base, -1, 0);
+    }
     if (bev)
         evbuffer_add_cb(bufferevent_get_output(bev), on_output, arg);
     return bev;
@@ -409,7 +426,78 @@ void sl_admin_free(sl_admin_t *a)
         return;
     if (a->http)
         evhttp_free(a->http);
+    SSL_CTX_free(a->tls);
     free(a);
+}
+
+/* The reason OpenSSL gives for what just failed. */
+static void tls_reason(char *out, size_t len)
+{
+    unsigned long e = ERR_get_error();
+    snprintf(out, len, "unknown error");
+    if (e)
+        ERR_error_string_n(e, out, len);
+    ERR_clear_error();
+}
+
+int sl_admin_use_tls(sl_admin_t *a, const char *cert, const char *key, char *err, size_t errlen)
+{
+    if (!cert && !key)
+        return 0;
+    if (!cert || !key) {
+        snprintf(err, errlen, "--admin-tls-cert and --admin-tls-key go together: %s is missing",
+                 cert ? "--admin-tls-key" : "--admin-tls-cert");
+        return SL_EINVAL;
+    }
+    char why[256];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        tls_reason(why, sizeof why);
+        snprintf(err, errlen, "admin TLS: %s", why);
+        return -ENOMEM;
+    }
+    /* Browsers, curl and scrapers: TLS 1.2 and 1.3; the admin token, not a
+     * client certificate, says who may ask. */
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    const char *what = "certificate", *path = cert;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) == 1) {
+        what = "key";
+        path = key;
+        if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1) {
+            what = "key that matches the certificate";
+            if (SSL_CTX_check_private_key(ctx) == 1) {
+                SSL_CTX_free(a->tls);
+                a->tls = ctx;
+                return 0;
+            }
+        }
+    }
+    tls_reason(why, sizeof why);
+    snprintf(err, errlen, "admin TLS %s %s: %s%s", what, path, why,
+             path == key ? " (is it the key of --admin-tls-cert?)" : "");
+    SSL_CTX_free(ctx);
+    return SL_EINVAL;
+}
+
+bool sl_admin_tls(const sl_admin_t *a)
+{
+    return a->tls != NULL;
+}
+
+void sl_admin_warn_exposure(const sl_admin_t *a, const char *host)
+{
+    bool loopback = host && (!strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost"));
+    if (loopback)
+        return;
+    if (!a->token[0])
+        sl_log_warn("the admin endpoint on %s has no --admin-token-file: anyone who reaches it can read the "
+                    "cluster's state (and, on the dispatcher, cancel jobs)",
+                    host);
+    else if (!a->tls)
+        sl_log_warn("the admin endpoint on %s speaks plain HTTP: the admin token crosses the network in the "
+                    "clear; give it --admin-tls-cert and --admin-tls-key",
+                    host);
 }
 
 int sl_admin_use_token_file(sl_admin_t *a, const char *path, char *err, size_t errlen)

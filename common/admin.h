@@ -10,6 +10,7 @@
 #ifndef SL_ADMIN_H
 #define SL_ADMIN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/event.h>
@@ -31,6 +32,22 @@ typedef int (*sl_admin_handler)(struct evhttp_request *req, const char *path_res
  */
 int sl_admin_start(struct event_base *base, const char *host, uint16_t port, uint16_t *bound_port,
                    sl_admin_t **out, char *err, size_t errlen);
+
+/**
+ * Serves HTTPS (TLS 1.2 or 1.3) with the PEM certificate chain and key from
+ * now on; both NULL: plain HTTP. No client certificate is asked for: the
+ * admin token says who may ask.
+ * @return 0, or SL_EINVAL (a file unreadable, one of the two missing, a key
+ *         that does not match) / -ENOMEM, with the file and reason in err
+ */
+int sl_admin_use_tls(sl_admin_t *a, const char *cert, const char *key, char *err, size_t errlen);
+
+/** @return true when the endpoint serves HTTPS */
+bool sl_admin_tls(const sl_admin_t *a);
+
+/** Warns (log) when the endpoint listens beyond loopback on host without
+ * a token, or with a token over plain HTTP. */
+void sl_admin_warn_exposure(const sl_admin_t *a, const char *host);
 
 /**
  * Routes method (EVHTTP_REQ_GET, ...) on path to handler. A path ending in

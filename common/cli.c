@@ -155,6 +155,8 @@ int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t 
     case SL_CLI_O_BIND: o->bind = arg; return 1;
     case SL_CLI_O_ADMIN_BIND: o->admin_bind = arg; return 1;
     case SL_CLI_O_TOKEN: o->admin_token_file = arg; return 1;
+    case SL_CLI_O_ADMIN_TLS_CERT: o->admin_tls_cert = arg; return 1;
+    case SL_CLI_O_ADMIN_TLS_KEY: o->admin_tls_key = arg; return 1;
     case SL_CLI_O_ROOT:
         if (o->num_data_roots == SL_CLI_MAX_DATA_ROOTS) {
             fprintf(stderr, "%s: --data-root: at most %d directories\n", program, SL_CLI_MAX_DATA_ROOTS);

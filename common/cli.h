@@ -51,6 +51,7 @@ typedef struct sl_daemon_opts {
     const char *bind;         /* protocol address, default 0.0.0.0 */
     const char *admin_bind;   /* admin address, default 127.0.0.1 */
     const char *admin_token_file;
+    const char *admin_tls_cert, *admin_tls_key; /* HTTPS on the admin port */
     /* Security (docs/security.md). */
     const char *auth_token_file; /* NULL: SLUICE_AUTH_TOKEN_FILE */
     const char *tls_cert, *tls_key, *tls_ca;
@@ -87,6 +88,8 @@ enum {
     SL_CLI_O_MAX_PARTIAL,
     SL_CLI_O_HANDSHAKE_MS,
     SL_CLI_O_IDLE_MS,
+    SL_CLI_O_ADMIN_TLS_CERT,
+    SL_CLI_O_ADMIN_TLS_KEY,
 };
 #define SL_CLI_DAEMON_LONGOPTS                                                                                      \
     {"port", required_argument, NULL, SL_CLI_O_PORT}, {"admin-port", required_argument, NULL, SL_CLI_O_ADMIN_PORT}, \
@@ -104,7 +107,9 @@ enum {
         {"max-connections", required_argument, NULL, SL_CLI_O_MAX_CONNS},                                           \
         {"max-partial-frame-mb", required_argument, NULL, SL_CLI_O_MAX_PARTIAL},                                    \
         {"handshake-timeout-ms", required_argument, NULL, SL_CLI_O_HANDSHAKE_MS},                                   \
-        {"idle-timeout-ms", required_argument, NULL, SL_CLI_O_IDLE_MS}
+        {"idle-timeout-ms", required_argument, NULL, SL_CLI_O_IDLE_MS},                                             \
+        {"admin-tls-cert", required_argument, NULL, SL_CLI_O_ADMIN_TLS_CERT},                                       \
+        {"admin-tls-key", required_argument, NULL, SL_CLI_O_ADMIN_TLS_KEY}
 
 /* The usage lines of the options above that concern security and limits. */
 #define SL_CLI_DAEMON_SECURITY_USAGE                                                                                \
@@ -115,7 +120,9 @@ enum {
     "  --max-connections N      protocol connections open at once (default 4096)\n"                               \
     "  --max-partial-frame-mb N bytes of unfinished frames from all peers together (default 512)\n"              \
     "  --handshake-timeout-ms N a peer's whole handshake, TLS included (default 10000)\n"                        \
-    "  --idle-timeout-ms N      close a connection quiet this long that is owed nothing (default 600000, 0 never)\n"
+    "  --idle-timeout-ms N      close a connection quiet this long that is owed nothing (default 600000, 0 never)\n" \
+    "  --admin-tls-cert FILE --admin-tls-key FILE\n"                                                               \
+    "                           HTTPS on the admin port (default: plain HTTP)\n"
 
 /** The defaults: no ports yet, 0.0.0.0 and 127.0.0.1, info logs as text. */
 void sl_daemon_opts_init(sl_daemon_opts_t *o);

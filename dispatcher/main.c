@@ -305,11 +305,13 @@ int main(int argc, char **argv)
     }
     if (sl_dserver_start(base, st, store, &env, o.d.bind, (uint16_t)o.d.port, &port, &srv, err, sizeof err) < 0 ||
         sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
-        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0) {
+        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0 ||
+        sl_admin_use_tls(admin, o.d.admin_tls_cert, o.d.admin_tls_key, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
     sl_dadmin_register(admin, srv);
+    sl_admin_warn_exposure(admin, o.d.admin_bind);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
         fprintf(stderr, "%s: out of memory\n", program);
         goto out;

@@ -213,7 +213,14 @@ long sl_tls_read(SSL *ssl, void *buf, size_t len, char *why, size_t whylen)
     }
     default: {
         char reason[256] = "unknown TLS error";
-        unsigned long ssl_err = ERR_get_error();
+        unsigned long ssl_err = ERR_peek_error();
+        if (ERR_GET_LIB(ssl_err) == ERR_LIB_SSL && ERR_GET_REASON(ssl_err) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+            /* A peer that closed without close_notify (a killed process). */
+            ERR_clear_error();
+            snprintf(why, whylen, "closed the connection");
+            return SL_ECLOSED;
+        }
+        ssl_err = ERR_get_error();
         if (ssl_err)
             ERR_error_string_n(ssl_err, reason, sizeof reason);
         ERR_clear_error();

@@ -18,16 +18,22 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 static const char *program = "sluicectl";
 static int timeout_ms = 10000;
+static const char *ca_file; /* --ca: the CA an https:// admin's certificate must chain to */
 
 #define MAX_RESPONSE (16 * 1024 * 1024)
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: %s --admin HOST:PORT [--json] [--token-file FILE] COMMAND\n"
+            "usage: %s --admin [https://]HOST:PORT [--ca FILE] [--json] [--token-file FILE] COMMAND\n"
+            "  https://HOST:PORT speaks TLS to an admin endpoint started with --admin-tls-cert;\n"
+            "  --ca FILE is the CA its certificate must chain to (default: the system's)\n"
             "commands:\n"
             "  workers          the workers and their state\n"
             "  datasets         the registered datasets\n"
@@ -39,10 +45,72 @@ static void usage(FILE *f)
             program);
 }
 
+/* TLS over fd to the admin endpoint at name, its certificate checked
+ * against --ca (or the system's CAs). @return the SSL, or NULL said on stderr */
+static SSL *tls_open(int fd, const char *name, SSL_CTX **ctx_out)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL *ssl = NULL;
+    const char *step = "setting up TLS";
+    if (ctx) {
+        SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        /* The endpoint closes after its answer without close_notify; the
+         * answer's Content-Length says whether all of it came. */
+        SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+        step = "loading --ca";
+        if ((ca_file ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL) : SSL_CTX_set_default_verify_paths(ctx)) ==
+                1 &&
+            (ssl = SSL_new(ctx)) && SSL_set_fd(ssl, fd) == 1) {
+            step = "the TLS handshake";
+            if (SSL_connect(ssl) == 1) {
+                *ctx_out = ctx;
+                return ssl;
+            }
+        }
+    }
+    unsigned long e = ERR_get_error();
+    char why[256] = "";
+    if (e)
+        ERR_error_string_n(e, why, sizeof why);
+    long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    fprintf(stderr, "%s: %s with %s failed: %s%s%s\n", program, step, name, why[0] ? why : "connection closed",
+            v != X509_V_OK ? ": " : "", v != X509_V_OK ? X509_verify_cert_error_string(v) : "");
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+static ssize_t tls_read(SSL *ssl, char *buf, size_t len)
+{
+    size_t got = 0;
+    if (SSL_read_ex(ssl, buf, len, &got) == 1)
+        return (ssize_t)got;
+    int e = SSL_get_error(ssl, 0);
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+        return 0; /* the server closes after its answer, with or without close_notify */
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+        errno = EAGAIN; /* SO_RCVTIMEO ran out */
+    else if (e != SSL_ERROR_SYSCALL)
+        errno = EPROTO;
+    return -1;
+}
+
+static void tls_close(SSL *ssl, SSL_CTX *ctx)
+{
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+}
+
 /* One HTTP/1.0 request; *body gets the response body (malloc'd). @return the status, or -1 */
 static int http(const char *admin, const char *method, const char *path, const char *token, char **body)
 {
     char host[256], port[16];
+    bool tls = !strncmp(admin, "https://", 8);
+    if (tls)
+        admin += 8;
+    else if (!strncmp(admin, "http://", 7))
+        admin += 7;
     const char *colon = strrchr(admin, ':');
     if (!colon || colon == admin || (size_t)(colon - admin) >= sizeof host) {
         fprintf(stderr, "%s: --admin \"%s\": expected host:port\n", program, admin);
@@ -67,13 +135,20 @@ static int http(const char *admin, const char *method, const char *path, const c
         return -1;
     }
     freeaddrinfo(res);
+    SSL_CTX *ctx = NULL;
+    SSL *ssl = NULL;
+    if (tls && !(ssl = tls_open(fd, admin, &ctx))) {
+        close(fd);
+        return -1;
+    }
     char req[1024], auth[300] = "";
     if (token)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token);
     int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: %s\r\n%sContent-Length: 0\r\n\r\n", method, path,
                      admin, auth);
-    if (write(fd, req, (size_t)n) != n) {
+    if ((ssl ? SSL_write(ssl, req, n) : write(fd, req, (size_t)n)) != n) {
         fprintf(stderr, "%s: sending to %s: %s\n", program, admin, strerror(errno));
+        tls_close(ssl, ctx);
         close(fd);
         return -1;
     }
@@ -86,13 +161,14 @@ static int http(const char *admin, const char *method, const char *path, const c
             cap *= 2;
             buf = realloc(buf, cap + 1);
         }
-        ssize_t r = read(fd, buf + len, cap - len);
+        ssize_t r = ssl ? tls_read(ssl, buf + len, cap - len) : read(fd, buf + len, cap - len);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
             fprintf(stderr, "%s: reading from %s: %s\n", program, admin,
                     errno == EAGAIN ? "no answer within the timeout" : strerror(errno));
             free(buf);
+            tls_close(ssl, ctx);
             close(fd);
             return -1;
         }
@@ -100,12 +176,20 @@ static int http(const char *admin, const char *method, const char *path, const c
             break;
         len += (size_t)r;
     }
+    tls_close(ssl, ctx);
     close(fd);
     buf[len] = '\0';
     int status = 0;
     char *sep = strstr(buf, "\r\n\r\n");
     if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1 || !sep) {
         fprintf(stderr, "%s: %s answered something that is not HTTP\n", program, admin);
+        free(buf);
+        return -1;
+    }
+    const char *cl = strcasestr(buf, "\r\nContent-Length:");
+    if (cl && cl < sep && strtoul(cl + 17, NULL, 10) != strlen(sep + 4)) {
+        fprintf(stderr, "%s: %s's answer was cut short (%zu of %lu bytes)\n", program, admin, strlen(sep + 4),
+                strtoul(cl + 17, NULL, 10));
         free(buf);
         return -1;
     }
@@ -386,7 +470,8 @@ int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
-        {"token-file", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"token-file", required_argument, NULL, 't'}, {"ca", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *admin = NULL, *token_file = NULL;
     bool raw = false;
@@ -396,6 +481,7 @@ int main(int argc, char **argv)
         case 'a': admin = optarg; break;
         case 'j': raw = true; break;
         case 't': token_file = optarg; break;
+        case 'c': ca_file = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

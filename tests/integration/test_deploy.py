@@ -98,12 +98,20 @@ def quantity(q):
     return float(q)
 
 
-def http(port, path, token=None):
-    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path))
+def http(port, path, token=None, tls=False):
+    """GET path; tls: over HTTPS without checking the certificate, as the
+    kubelet's probes do."""
+    req = urllib.request.Request('%s://127.0.0.1:%d%s' % ('https' if tls else 'http', port, path))
     if token:
         req.add_header('Authorization', 'Bearer ' + token)
+    ctx = None
+    if tls:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -286,6 +294,8 @@ class Kubernetes(unittest.TestCase):
                     self.assertTrue(admin_bind and not admin_bind.startswith('127.'),
                                     '%s: the kubelet cannot probe an admin port on loopback' % where)
                     self.assertTrue(flag(flags, '--admin-token-file'), '%s: an admin port off loopback needs a token' % where)
+                    self.assertTrue(flag(flags, '--admin-tls-cert') and flag(flags, '--admin-tls-key'),
+                                    '%s: an admin token off loopback must not cross in the clear' % where)
                     probes = {k: c.get(k) for k in ('livenessProbe', 'readinessProbe')}
                     self.assertEqual(probes['livenessProbe']['httpGet']['path'], '/healthz', where)
                     self.assertEqual(probes['readinessProbe']['httpGet']['path'], '/readyz', where)
@@ -293,6 +303,8 @@ class Kubernetes(unittest.TestCase):
                         if p:
                             self.assertEqual(cports.get(p['httpGet']['port'], p['httpGet']['port']), cports['admin'],
                                              '%s: %s is not on the admin port' % (where, k))
+                            self.assertEqual(p['httpGet'].get('scheme'), 'HTTPS', '%s: %s: the admin port speaks HTTPS'
+                                             % (where, k))
                     if program == 'sluice-workerd':
                         host, _, port = flag(flags, '--dispatcher').rpartition(':')
                         self.assertIn(host, services, '%s: --dispatcher names no Service' % where)
@@ -337,12 +349,12 @@ class Kubernetes(unittest.TestCase):
         disp = self.start(pods['StatefulSet'], d, secrets, None, started)
         workers = [self.start(pods[k], d, secrets, disp, started) for k in ('Deployment', 'DaemonSet')]
         for x, (_, _, c) in zip([disp] + workers, [pods['StatefulSet'], pods['Deployment'], pods['DaemonSet']]):
-            self.assertEqual(http(x.admin_port, c['livenessProbe']['httpGet']['path'])[0], 200, x.name)
-            wait_for(lambda: http(x.admin_port, c['readinessProbe']['httpGet']['path'])[0] == 200,
+            self.assertEqual(http(x.admin_port, c['livenessProbe']['httpGet']['path'], tls=True)[0], 200, x.name)
+            wait_for(lambda: http(x.admin_port, c['readinessProbe']['httpGet']['path'], tls=True)[0] == 200,
                      '%s to be ready' % x.name, timeout=30)
         cat(disp.addr, secrets)
-        self.assertEqual(http(workers[0].admin_port, '/metrics')[0], 401, 'the admin token guards /metrics')
-        status, text = http(workers[0].admin_port, '/metrics', ADMIN_TOKEN)
+        self.assertEqual(http(workers[0].admin_port, '/metrics', tls=True)[0], 401, 'the admin token guards /metrics')
+        status, text = http(workers[0].admin_port, '/metrics', ADMIN_TOKEN, tls=True)
         self.assertEqual(status, 200)
         for m in hpa['spec']['metrics']:
             if m['type'] == 'Pods':

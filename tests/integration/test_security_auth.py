@@ -1,6 +1,7 @@
 """Issue 15 on real daemons: the cluster token, TLS and protected mode, and
 the connection limits (attacks 10, 11 and 14) against a dispatcher and a
 worker that must keep serving. docs/security.md says what each case checks."""
+import json
 import os
 import re
 import shutil
@@ -206,6 +207,92 @@ def outside_address():
     except (OSError, subprocess.SubprocessError):
         return None
     return next((a for a in out if '.' in a and not a.startswith('127.')), None)
+
+
+class AdminTls(unittest.TestCase):
+    """The admin endpoint over HTTPS (--admin-tls-cert/--admin-tls-key):
+    the admin token never crosses in the clear; sluicectl speaks it with
+    https:// and --ca."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix='sluice-admin-tls-')
+        make_cert(cls.dir, 'ca', 'admin')
+        make_cert(cls.dir, 'evil', 'other')
+        cls.ca = os.path.join(cls.dir, 'ca.pem')
+        cls.tok = token_file(cls.dir, 'admin-token', 'admin-' + os.urandom(8).hex())
+        cls.admin_tls = ['--admin-tls-cert', os.path.join(cls.dir, 'admin.pem'),
+                         '--admin-tls-key', os.path.join(cls.dir, 'admin.key')]
+        cls.c = Cluster(workers=1, dispatcher_args=cls.admin_tls + ['--admin-token-file', cls.tok])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def https(self, path, token=True, ca=None):
+        import ssl
+        ctx = ssl.create_default_context(cafile=ca or self.ca)
+        ctx.check_hostname = False  # the cluster's CA makes members, as for the data ports
+        req = urllib.request.Request('https://127.0.0.1:%d%s' % (self.c.dispatcher.admin_port, path))
+        if token:
+            req.add_header('Authorization', 'Bearer ' + open(self.tok).read().strip())
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, r.read().decode()
+
+    def ctl(self, *args):
+        return subprocess.run([binary('sluicectl')] + list(args), capture_output=True, text=True, timeout=60)
+
+    def test_https_serves_probes_and_the_api(self):
+        wait_for(lambda: json.loads(self.https('/healthz', token=False)[1]).get('workers') == 1,
+                 'the worker registered (seen over HTTPS)')
+        status, text = self.https('/v1/workers')
+        self.assertEqual(status, 200)
+        self.assertEqual(len(json.loads(text)['workers']), 1)
+        status, text = self.https('/metrics')
+        self.assertIn('sluice_', text)
+
+    def test_plain_http_and_a_foreign_ca_get_nothing(self):
+        with self.assertRaises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen('http://127.0.0.1:%d/healthz' % self.c.dispatcher.admin_port, timeout=10)
+        import ssl
+        with self.assertRaises((ssl.SSLError, urllib.error.URLError)):
+            self.https('/healthz', ca=os.path.join(self.dir, 'evil.pem'))
+        self.assertEqual(self.https('/healthz', token=False)[0], 200, 'the endpoint serves on')
+
+    def test_sluicectl_over_https(self):
+        wait_for(lambda: json.loads(self.https('/healthz', token=False)[1]).get('workers') == 1,
+                 'the worker registered')
+        url = 'https://127.0.0.1:%d' % self.c.dispatcher.admin_port
+        r = self.ctl('--admin', url, '--ca', self.ca, '--token-file', self.tok, '--json', 'workers')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(json.loads(r.stdout)['workers']), 1)
+        r = self.ctl('--admin', url, '--ca', os.path.join(self.dir, 'evil.pem'), '--token-file', self.tok, 'workers')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('TLS handshake', r.stderr)
+        self.assertIn('certificate', r.stderr)
+        r = self.ctl('--admin', '127.0.0.1:%d' % self.c.dispatcher.admin_port, '--token-file', self.tok, 'workers')
+        self.assertNotEqual(r.returncode, 0, 'plain HTTP to an HTTPS endpoint')
+
+    def test_a_half_configuration_or_a_bad_key_stops_the_daemon(self):
+        d = os.path.join(self.dir, 'half')
+        os.mkdir(d)
+        for args, want in ((self.admin_tls[:2], '--admin-tls-key'),
+                           (['--admin-tls-cert', os.path.join(self.dir, 'admin.pem'),
+                             '--admin-tls-key', os.path.join(self.dir, 'other.key')], 'is it the key of --admin-tls-cert?')):
+            r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir', d] +
+                               args, capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(want, r.stderr)
+
+    def test_an_exposed_plain_endpoint_is_warned_about(self):
+        d = Daemon([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--admin-bind', '0.0.0.0',
+                    '--admin-token-file', self.tok, '--work-dir', os.path.join(self.dir, 'exposed')],
+                   self.dir, 'exposed')
+        try:
+            self.assertIn('plain HTTP: the admin token crosses the network in the clear', d.stderr())
+        finally:
+            d.stop()
 
 
 class ProtectedMode(unittest.TestCase):
