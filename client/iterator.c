@@ -117,6 +117,10 @@ struct sl_iterator {
     bool hb_out;
     uint32_t hb_id, release_id;
     int64_t disp_last_ok;
+    int64_t hb_sent_ms;     /* when the heartbeat in flight (hb_out) went */
+    int64_t disp_retry_at;  /* no connect to the dispatcher before */
+    unsigned disp_attempts; /* connects since the last answer: the backoff */
+    int64_t disp_lost_ms;   /* when it stopped answering (0: it answers), for the notice */
     char disp_error[512];
     struct itask *tasks;
     uint32_t next_id;
@@ -646,6 +650,13 @@ static void send_report(sl_iterator_t *it, uint64_t gen, uint64_t from)
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->disp_last_ok = now_ms();
+    it->disp_attempts = 0;
+    it->disp_retry_at = 0;
+    if (it->disp_lost_ms) {
+        fprintf(stderr, "sluice: dispatcher %s answers again after %" PRId64 " ms\n", it->dispatcher,
+                it->disp_last_ok - it->disp_lost_ms);
+        it->disp_lost_ms = 0;
+    }
     it->job_state = (sl_job_state_t)resp->job_state;
     it->job_state_known = true;
     if (resp->job_state == SL_JOB_CANCELLED) {
@@ -760,8 +771,10 @@ static void send_heartbeat(sl_iterator_t *it)
                                                                      .done_below = t->done_below};
     }
     it->hb_id = ++it->next_id;
-    if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, req, NULL, 0, NULL, NULL) == 0)
+    if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, req, NULL, 0, NULL, NULL) == 0) {
         it->hb_out = true;
+        it->hb_sent_ms = now_ms();
+    }
     free(req);
 }
 
@@ -788,8 +801,28 @@ static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
 
 static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 
+/* Heartbeats unanswered this many intervals (and at least
+ * HB_ANSWER_MIN_MS) mean the connection is dead, whatever TCP thinks: it
+ * is closed and a new one opened, so that a healed network carries
+ * heartbeats at once rather than after TCP's retransmission backoff. */
+#define HB_ANSWER_INTERVALS 8
+#define HB_ANSWER_MIN_MS 2000
+/* Reconnects to the dispatcher back off from 100 ms, doubling, to about a second. */
+#define DISP_BACKOFF_MIN_MS 100
+#define DISP_BACKOFF_MAX_MS 1000
+
 static void disp_connect(sl_iterator_t *it)
 {
+    int64_t now = now_ms();
+    if (now < it->disp_retry_at)
+        return;
+    unsigned shift = it->disp_attempts < 4 ? it->disp_attempts : 4;
+    int64_t wait = (int64_t)DISP_BACKOFF_MIN_MS << shift;
+    if (wait > DISP_BACKOFF_MAX_MS)
+        wait = DISP_BACKOFF_MAX_MS;
+    /* Jitter: trainers that lost one dispatcher do not come back in step. */
+    it->disp_retry_at = now + wait / 2 + (int64_t)(((uint64_t)now * 2654435761u + it->client_id) % (uint64_t)(wait / 2 + 1));
+    it->disp_attempts++;
     sl_limits_t limits = {.max_payload = 1024 * 1024};
     if (sl_conn_connect(it->base, it->dispatcher, &it->env, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
                         it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
@@ -805,10 +838,28 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (failed(it))
         return;
     int64_t now = now_ms();
-    if (now - it->disp_last_ok > it->opts.timeout_ms) {
-        iterator_fail(it, -ETIMEDOUT, "dispatcher %s: no heartbeat answer for %d ms%s%s", it->dispatcher,
-                      it->opts.timeout_ms, it->disp_error[0] ? ": " : "", it->disp_error);
+    if (now - it->disp_last_ok > it->opts.dispatcher_timeout_ms) {
+        iterator_fail(it, -ETIMEDOUT, "dispatcher %s: no heartbeat answer for %d ms (dispatcher_timeout_ms)%s%s",
+                      it->dispatcher, it->opts.dispatcher_timeout_ms, it->disp_error[0] ? ": " : "",
+                      it->disp_error);
         return;
+    }
+    int64_t answer_ms = (int64_t)it->heartbeat_ms * HB_ANSWER_INTERVALS;
+    if (answer_ms < HB_ANSWER_MIN_MS)
+        answer_ms = HB_ANSWER_MIN_MS;
+    if (it->disp && it->hb_out && now - it->hb_sent_ms > answer_ms) {
+        snprintf(it->disp_error, sizeof it->disp_error, "no heartbeat answer for %" PRId64 " ms",
+                 now - it->hb_sent_ms);
+        sl_conn_close(it->disp);
+        it->disp = NULL;
+        it->disp_open = false;
+        it->hb_out = false;
+    }
+    if (!it->disp_lost_ms && now - it->disp_last_ok > answer_ms) {
+        it->disp_lost_ms = it->disp_last_ok;
+        fprintf(stderr, "sluice: dispatcher %s does not answer (%s); reading what the workers serve and "
+                        "reconnecting for up to %d ms\n",
+                it->dispatcher, it->disp_error[0] ? it->disp_error : "no answer", it->opts.dispatcher_timeout_ms);
     }
     if (!it->disp)
         disp_connect(it);
@@ -886,6 +937,7 @@ void sl_iterator_opts_init(sl_iterator_opts_t *o)
         .connect_timeout_ms = 5000,
         .timeout_ms = 30000,
         .max_batch_bytes = 256u << 20,
+        .dispatcher_timeout_ms = 3600000,
     };
 }
 
@@ -931,7 +983,10 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
                  sizeof ((sluice_GetOrCreateJobRequest *)0)->job_name - 1);
         goto fail;
     }
+    if (it->opts.dispatcher_timeout_ms == 0)
+        it->opts.dispatcher_timeout_ms = 3600000;
     if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||
+        it->opts.dispatcher_timeout_ms < 1 ||
         it->opts.connect_timeout_ms < 1 || it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {
         snprintf(it->err, sizeof it->err,
                  "options out of range: outstanding, timeouts and max_batch_bytes must be positive");

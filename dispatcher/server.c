@@ -328,6 +328,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     int rc;
     sl_role_t role = sl_conn_peer_role(c);
     sl_metric_add(m_requests[hdr->type], 1);
+    sl_dstate_heard(st, now);
     if (!dc->corked && dc->srv->store) {
         if (sl_conn_cork(c) < 0) {
             sl_conn_fail(c, -ENOMEM, "out of memory");

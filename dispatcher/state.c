@@ -1293,10 +1293,69 @@ bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const ch
     return true;
 }
 
+void sl_dstate_heard(sl_dstate_t *st, int64_t now)
+{
+    if (now > st->last_rx)
+        st->last_rx = now;
+}
+
+/* Whether any worker is live: without one nothing is served, and a
+ * silence tells nothing. */
+static bool any_live_worker(const sl_dstate_t *st)
+{
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].state == WORKER_LIVE)
+            return true;
+    return false;
+}
+
+/* The dispatcher does not spend leases on its own absence. With live
+ * workers, but no frame from any peer (sl_dstate_heard()) for half the
+ * shorter lease, it is the one cut
+ * off (its host's link, a partition): no lease runs out until it hears
+ * from someone again, and then every lease starts afresh. (After a
+ * restart, sl_dpersist_load() gives every lease a fresh start too.)
+ * @return true while it is silent: expire nothing */
+static bool silence(sl_dstate_t *st, int64_t now)
+{
+    int64_t heard = st->last_rx > 0 && any_live_worker(st) ? st->last_rx : 0;
+    int64_t limit = (st->cfg.worker_timeout_ms < st->cfg.client_timeout_ms ? st->cfg.worker_timeout_ms
+                                                                            : st->cfg.client_timeout_ms) / 2;
+    if (heard == 0) {
+        st->silent = false;
+        return false;
+    }
+    if (now - heard > limit) {
+        if (!st->silent) {
+            st->silent = true;
+            st->silent_since = heard;
+            st->silences++;
+            sl_log_warn("heard from no worker and no client for %" PRId64 " ms: this dispatcher seems cut off; "
+                        "no lease runs out until it hears from one again",
+                        now - heard);
+        }
+        return true;
+    }
+    if (st->silent) {
+        st->silent = false;
+        for (unsigned i = 0; i < st->num_workers; i++)
+            if (st->workers[i].state == WORKER_LIVE)
+                st->workers[i].last_seen = now;
+        for (unsigned i = 0; i < st->num_jobs; i++)
+            for (unsigned k = 0; k < st->jobs[i]->num_clients; k++)
+                st->jobs[i]->clients[k].last_seen = now;
+        sl_log_info("heard again after %" PRId64 " ms of silence: every worker and client lease starts afresh",
+                    now - st->silent_since);
+    }
+    return false;
+}
+
 void sl_dstate_tick(sl_dstate_t *st, int64_t now)
 {
     st->now = now;
     datasets_collect(st, now);
+    if (silence(st, now))
+        return;
     for (unsigned i = 0; i < st->num_workers; i++) {
         struct worker *w = &st->workers[i];
         if (w->state == WORKER_LIVE && now - w->last_seen > st->cfg.worker_timeout_ms) {

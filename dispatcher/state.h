@@ -223,7 +223,15 @@ const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *
  *  @return whether it was live (the state changed) */
 bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why);
 
-/** Applies timeouts: lost workers, expired clients, jobs without clients. */
+/** A frame arrived from some peer at now (what tells the dispatcher it is
+ *  not cut off; see sl_dstate_tick()). */
+void sl_dstate_heard(sl_dstate_t *st, int64_t now);
+
+/** Applies timeouts: lost workers, expired clients, jobs without clients.
+ *  With live workers but no frame from any peer (sl_dstate_heard()) for half
+ *  the shorter of --worker-timeout-ms and --client-timeout-ms, the
+ *  dispatcher takes itself to be cut off: nothing expires until a frame
+ *  comes, and then every live worker's and client's lease starts afresh. */
 void sl_dstate_tick(sl_dstate_t *st, int64_t now);
 
 /**

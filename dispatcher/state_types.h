@@ -186,6 +186,13 @@ struct sl_dstate {
     /* Requests refused at the configured limits, since start (metrics). */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms */
+    /* Heard from no live worker and no client for a while: the dispatcher
+     * itself is probably cut off, and leases do not run out meanwhile
+     * (sl_dstate_tick()). silent_since: the last time it heard anyone. */
+    int64_t last_rx; /* the last frame from any peer (sl_dstate_heard()); 0: never told */
+    bool silent;
+    int64_t silent_since;
+    uint64_t silences; /* stretches of silence, since start */
 };
 
 /* Shared by the parts of the state (state_base.c). */

@@ -187,8 +187,8 @@ typedef struct sl_iterator_opts {
     int max_outstanding;        /* batch requests in flight and buffered, default 8 */
     int per_worker_outstanding; /* requests in flight to one worker, default 2 */
     int connect_timeout_ms;     /* to a worker, default 5000 */
-    int timeout_ms;             /* longest wait for the dispatcher or a worker
-                                   that does not answer, default 30000 */
+    int timeout_ms;             /* longest wait for a worker that does not answer,
+                                   default 30000 (the dispatcher: dispatcher_timeout_ms) */
     size_t max_batch_bytes;     /* largest batch accepted, default 256 MiB */
     int num_consumers;          /* > 0: coordinated reads (a named job over an infinite
                                    dataset); 0 (default): each batch to whoever asks first */
@@ -210,6 +210,11 @@ typedef struct sl_iterator_opts {
                                    2,097,152, the most a dispatcher takes. Past it the
                                    iterator says so on stderr once, takes no checkpoint,
                                    and a worker loss is at least once */
+    int dispatcher_timeout_ms;  /* how long the iterator rides through a dispatcher it
+                                   cannot reach (killed and restarted, cut off), reading
+                                   what known workers serve and reconnecting with backoff,
+                                   before it fails: default 3600000 (60 minutes, as
+                                   tf.data service); 0 means the default */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */

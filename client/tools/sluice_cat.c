@@ -52,7 +52,9 @@ static void usage(FILE *f)
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
-            "  --timeout-ms N           longest wait for an unresponsive peer (default 30000)\n"
+            "  --timeout-ms N           longest wait for an unresponsive worker (default 30000)\n"
+            "  --dispatcher-timeout-ms N  how long to ride through an unreachable dispatcher,\n"
+            "                           reading what the workers serve (default 3600000)\n"
             "  --progress               a progress line on stderr\n",
             program);
 }
@@ -309,7 +311,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 
 int main(int argc, char **argv)
 {
-    enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT,
+    enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
            O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
@@ -322,6 +324,7 @@ int main(int argc, char **argv)
         {"limit", required_argument, NULL, O_LIMIT},
         {"max-outstanding", required_argument, NULL, O_OUT},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+        {"dispatcher-timeout-ms", required_argument, NULL, O_DISP_TIMEOUT},
         {"progress", no_argument, NULL, O_PROGRESS},
         {"target-workers", required_argument, NULL, O_TARGET},
         {"with-worker", no_argument, NULL, O_WITH_WORKER},
@@ -398,6 +401,9 @@ int main(int argc, char **argv)
         case O_LIMIT: limit = parse_long("limit", optarg, 0, __LONG_MAX__); break;
         case O_OUT: io.max_outstanding = (int)parse_long("max-outstanding", optarg, 1, 4096); break;
         case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
+        case O_DISP_TIMEOUT:
+            io.dispatcher_timeout_ms = (int)parse_long("dispatcher-timeout-ms", optarg, 1, 86400000);
+            break;
         case O_PROGRESS: progress = true; break;
         case O_LEDGER: io.max_ledger_runs = (size_t)parse_long("max-ledger-runs", optarg, 1, 1L << 21); break;
         case O_AUTH: co.auth_token_file = optarg; break;

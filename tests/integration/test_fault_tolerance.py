@@ -120,6 +120,28 @@ class DispatcherCrash(ThreeWorkers):
         self.assertEqual([j['state'] for j in jobs], ['FINISHED'], where)
         self.assertEqual(jobs[0]['splits']['handed_out_all_epochs'], N // 1000, where)
 
+    def test_trainers_ride_through_an_outage_longer_than_their_timeout(self):
+        """The dispatcher killed -9 and started again 5 s later, as a
+        rescheduled pod would be: the trainer (--timeout-ms 3000 for workers,
+        the default hour for the dispatcher) reads on from the workers,
+        reconnects, and ends with every element exactly once."""
+        spec = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": BATCH}]}
+        running = []
+
+        def outage():
+            jobs = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs']
+            running.append([j['state'] for j in jobs])
+            self.cluster.dispatcher.kill()
+            time.sleep(5)  # longer than --timeout-ms: the outage the trainer must ride through
+            self.cluster.restart_dispatcher()
+        rc, got, err = stream_with_faults(self.cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '3000'],
+                                          [(N // BATCH // 5, outage)])
+        self.assertEqual(running, [['RUNNING']], 'the job was still running when the dispatcher died')
+        self.assertEqual(rc, 0, 'sluice-cat failed: %s' % err[-3000:])
+        assert_exactly_once(self, got, N, 'a 5 s dispatcher outage')
+        self.assertIn('does not answer', err)
+        self.assertRegex(err, r'dispatcher 127\.0\.0\.1:\d+ answers again after \d+ ms')
+
     def test_kill9_under_data_sharding_every_element_exactly_once(self):
         """A static policy: each worker's shard is fixed by --worker-addresses;
         the restarted dispatcher must keep the tasks and indexes it gave out."""

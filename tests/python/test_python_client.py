@@ -662,13 +662,15 @@ class ClusterTest(unittest.TestCase):
 
 
 class DispatcherLossTest(unittest.TestCase):
-    """A running iterator whose dispatcher dies fails within its timeout."""
+    """A running iterator whose dispatcher dies (and stays away) fails once
+    dispatcher_timeout_ms has passed, not before."""
 
     def test_iterator_fails_when_the_dispatcher_dies(self):
         c = Cluster(workers=1)
         try:
             c.wait_workers_registered(1)
-            it = sluice.range(0, 10**6).repeat().batch(64).distribute(c.dispatcher.addr, timeout_ms=1500)
+            it = sluice.range(0, 10**6).repeat().batch(64).distribute(c.dispatcher.addr, timeout_ms=1500,
+                                                                      dispatcher_timeout_ms=1500)
             next(it)
             c.dispatcher.kill()
             t0 = time.monotonic()
@@ -677,6 +679,7 @@ class DispatcherLossTest(unittest.TestCase):
                     pass
             self.assertLess(time.monotonic() - t0, 10)
             self.assertIsInstance(cm.exception, sluice.SluiceTimeoutError, str(cm.exception))
+            self.assertIn('dispatcher_timeout_ms', str(cm.exception))
             self.assertTrue(it.closed)
         finally:
             c.close()

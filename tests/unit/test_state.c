@@ -1595,3 +1595,38 @@ Test(state, unread_datasets_are_collected_and_deleted_on_request)
     cr_assert(!registered(busy));
     cr_assert_eq(sl_dstate_dataset_delete(st, busy, err, sizeof err), SL_ENOTFOUND);
 }
+
+/* The dispatcher does not spend leases on its own absence: with live
+ * workers but no frame from anyone (sl_dstate_heard()) for half the
+ * shorter lease, nothing expires; the first frame after it gives every
+ * lease a fresh start. One silent peer among talking ones still expires. */
+Test(state, a_dispatcher_that_hears_no_one_expires_no_lease)
+{
+    start_default(); /* worker_timeout_ms 100, client_timeout_ms 200: silence after 50 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sl_dstate_heard(st, 10);
+    cr_assert_eq(worker_hb(w1, 10, 0, NULL), 0, "%s", err);
+    cr_assert_eq(worker_hb(w2, 10, 0, NULL), 0, "%s", err);
+    cr_assert_eq(client_hb(j, c, 10), 0, "%s", err);
+    /* Cut off from 10 to 1000: far past every lease, nothing expires. */
+    for (int64_t now = 20; now <= 1000; now += 10)
+        sl_dstate_tick(st, now);
+    cr_assert_eq(stats().workers_live, 2, "workers lost while the dispatcher heard no one");
+    /* Healed: a frame from w1; the next tick starts every lease afresh. */
+    sl_dstate_heard(st, 1001);
+    cr_assert_eq(worker_hb(w1, 1001, 0, NULL), 0, "%s", err);
+    sl_dstate_tick(st, 1002);
+    cr_assert_eq(stats().workers_live, 2, "the heal expired the leases of the cut");
+    cr_assert_eq(client_hb(j, c, 1050), 0, "the client's lease ran out during the cut: %s", err);
+    /* Back to normal: w2 stays silent while w1 and the client talk. */
+    for (int64_t now = 1010; now <= 1200; now += 10) {
+        sl_dstate_heard(st, now);
+        cr_assert_eq(worker_hb(w1, now, 0, NULL), 0, "%s", err);
+        cr_assert_eq(client_hb(j, c, now), 0, "%s", err);
+        sl_dstate_tick(st, now);
+    }
+    cr_assert_eq(stats().workers_live, 1, "a worker silent among talking peers was not lost");
+}

@@ -83,6 +83,7 @@ class IteratorOpts(ctypes.Structure):
         ('target_workers', ctypes.c_int),
         ('provenance', ctypes.c_int),
         ('max_ledger_runs', ctypes.c_size_t),
+        ('dispatcher_timeout_ms', ctypes.c_int),
     ]
 
 

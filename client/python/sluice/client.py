@@ -244,7 +244,8 @@ class BatchIterator:
                  consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
-                 auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None):
+                 auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
+                 dispatcher_timeout_ms=3600000):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -269,7 +270,8 @@ class BatchIterator:
         self.sharding = self._sharding(sharding)
         for name, v in (('max_outstanding', max_outstanding), ('timeout_ms', timeout_ms),
                         ('per_worker_outstanding', per_worker_outstanding),
-                        ('connect_timeout_ms', connect_timeout_ms), ('request_timeout_ms', request_timeout_ms)):
+                        ('connect_timeout_ms', connect_timeout_ms), ('request_timeout_ms', request_timeout_ms),
+                        ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
             _positive(name, v)
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
@@ -323,6 +325,7 @@ class BatchIterator:
         io.per_worker_outstanding = per_worker_outstanding
         io.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
         io.timeout_ms = timeout_ms
+        io.dispatcher_timeout_ms = dispatcher_timeout_ms
         io.max_batch_bytes = max_batch_bytes
         io.max_ledger_runs = max_ledger_runs
         io.num_consumers = num_consumers or 0
@@ -461,9 +464,12 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
 
     sharding: "off", "dynamic", "file", "data", "file_or_data" or "hint".
     max_outstanding: batch requests in flight plus batches queued.
-    timeout_ms: the longest wait for a dispatcher or worker that does not
-    answer; no single wait lasts longer.
-    options: per_worker_outstanding (2), connect_timeout_ms (5000),
+    timeout_ms: the longest wait for a worker that does not answer; no
+    single wait lasts longer (but one for the dispatcher, below).
+    options: dispatcher_timeout_ms (3600000: how long a running iterator
+    rides through a dispatcher it cannot reach, reading what the workers
+    serve and reconnecting, before it fails; as tf.data service),
+    per_worker_outstanding (2), connect_timeout_ms (5000),
     request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers,
     max_ledger_runs (0: 2,097,152, the most; the runs of positions the
     record of what arrived may hold, which checkpoints are made of);
