@@ -72,6 +72,21 @@ void sl_image_decoder_free(sl_image_decoder_t *dec)
     free(dec);
 }
 
+/* TurboJPEG 2.1's tjDecompressHeader3() does not abort the decompressor
+ * when libjpeg fails inside the header (a size over 65500, a marker cut
+ * short): the handle keeps the half-read stream's state, and the next
+ * image's header fails ("two SOI markers"), so one bad image would fail
+ * every image after it. A fresh handle replaces it; under memory pressure
+ * the old one stays, and the next image may fail. */
+static void reset_handle(sl_image_decoder_t *dec)
+{
+    tjhandle fresh = tjInitDecompress();
+    if (!fresh)
+        return;
+    tjDestroy(dec->tj);
+    dec->tj = fresh;
+}
+
 /* Reads the header into shape and the pixel format to ask turbojpeg for. */
 static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
                        sl_image_shape_t *shape, int *pixel_format, char *err, size_t errlen)
@@ -84,8 +99,11 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: input of %zu bytes is too large", len);
-    if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0)
-        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
+    if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0) {
+        int rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
+        reset_handle(dec);
+        return rc;
+    }
     /* libjpeg converts CMYK to neither RGB nor gray, and Adobe's inverted
      * CMYK needs a marker turbojpeg does not report. */
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)

@@ -312,6 +312,43 @@ static size_t sof_offset(const uint8_t *jpeg, size_t len)
     return 0;
 }
 
+/* A header libjpeg fails after the SOI (a size over its 65500, a segment
+ * cut short) left TurboJPEG's handle mid-stream, and the next image failed
+ * with "two SOI markers" (found by tests/fuzz/fuzz_jpeg.c). */
+Test(image_jpeg, bad_header_does_not_fail_the_next_image)
+{
+    size_t h = 16, w = 24;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+
+    uint8_t *huge = xmalloc(len);
+    memcpy(huge, jpeg, len);
+    size_t at = sof_offset(huge, len);
+    memset(huge + at, 0xff, 4); /* 65535 x 65535 */
+    size_t cut = at + 2;         /* inside the SOF segment */
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(sl_image_jpeg_header(dec, huge, len, 3, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert(strstr(err, "65500"), "%s", err);
+        cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &s, err, sizeof(err)), 0, "%s", err);
+        cr_assert(s.h == h && s.w == w && s.c == 3);
+        cr_assert_eq(sl_image_decode_jpeg(dec, huge, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+        free(out);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, cut, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+        cr_assert(s.h == h && s.w == w && s.c == 3);
+        free(out);
+    }
+    sl_image_decoder_free(dec);
+    free(huge);
+    tjFree(jpeg);
+    free(img);
+}
+
 Test(image_jpeg, max_pixels)
 {
     size_t h = 30, w = 20;
