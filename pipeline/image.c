@@ -72,19 +72,26 @@ void sl_image_decoder_free(sl_image_decoder_t *dec)
     free(dec);
 }
 
-/* TurboJPEG 2.1's tjDecompressHeader3() does not abort the decompressor
- * when libjpeg fails inside the header (a size over 65500, a marker cut
- * short): the handle keeps the half-read stream's state, and the next
- * image's header fails ("two SOI markers"), so one bad image would fail
- * every image after it. A fresh handle replaces it; under memory pressure
- * the old one stays, and the next image may fail. */
-static void reset_handle(sl_image_decoder_t *dec)
+/*
+ * Every image starts on a fresh TurboJPEG handle. A handle keeps what it
+ * read of earlier images: libjpeg keeps quantization and Huffman tables
+ * across the images of a decompressor (for abbreviated streams), so an
+ * image that lacks a table would decode with the previous image's, its
+ * pixels depending on what the pipeline decoded before it (and failing in
+ * sl_image_decode_jpeg_window(), which starts fresh); and TurboJPEG 2.1's
+ * tjDecompressHeader3() does not abort the decompressor when libjpeg fails
+ * inside a header (a size over 65500, a segment cut short), so the next
+ * image's header failed ("two SOI markers"). A handle costs well under a
+ * microsecond to make.
+ */
+static int fresh_handle(sl_image_decoder_t *dec, char *err, size_t errlen)
 {
     tjhandle fresh = tjInitDecompress();
     if (!fresh)
-        return;
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: tjInitDecompress: %s", tjGetErrorStr2(NULL));
     tjDestroy(dec->tj);
     dec->tj = fresh;
+    return 0;
 }
 
 /* Reads the header into shape and the pixel format to ask turbojpeg for. */
@@ -99,11 +106,11 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: input of %zu bytes is too large", len);
-    if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0) {
-        int rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
-        reset_handle(dec);
+    int rc = fresh_handle(dec, err, errlen);
+    if (rc < 0)
         return rc;
-    }
+    if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0)
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
     /* libjpeg converts CMYK to neither RGB nor gray, and Adobe's inverted
      * CMYK needs a marker turbojpeg does not report. */
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)

@@ -349,6 +349,46 @@ Test(image_jpeg, bad_header_does_not_fail_the_next_image)
     free(img);
 }
 
+/* libjpeg keeps tables across the images of a decompressor: a JPEG that
+ * lacks its quantization table decoded with the previous image's on a
+ * reused decoder, and failed on a fresh one (found by
+ * tests/fuzz/fuzz_jpeg.c, as a window decode that disagreed). */
+Test(image_jpeg, tables_of_the_previous_image_are_not_used)
+{
+    size_t h = 16, w = 16;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    uint8_t *notable = xmalloc(len);
+    memcpy(notable, jpeg, len);
+    size_t at = 0;
+    for (size_t i = 2; i + 4 < len && !at; i++)
+        if (notable[i] == 0xff && notable[i + 1] == 0xdb)
+            at = i + 4;
+    cr_assert(at > 0 && notable[at] == 0x00, "no DQT of table 0");
+    notable[at] = 0x02; /* table 0 becomes table 2: the components' table 0 is missing */
+
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert(strstr(err, "Quantization table 0x00"), "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    free(out);
+    out = NULL;
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "Quantization table 0x00"), "%s", err);
+    cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert_eq(sl_image_decode_jpeg_window(notable, len, 3, SIZE_MAX, 0, 0, h, w, &out, &s, err, sizeof(err)),
+                 SL_EDATA);
+    sl_image_decoder_free(dec);
+    free(notable);
+    tjFree(jpeg);
+    free(img);
+}
+
 Test(image_jpeg, max_pixels)
 {
     size_t h = 30, w = 20;
