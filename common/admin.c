@@ -34,6 +34,37 @@ struct sl_admin {
     int num_routes;
 };
 
+/* The length of the valid UTF-8 sequence at p (what jansson accepts: no
+ * overlong forms, no surrogates, at most U+10FFFF), 0 if there is none. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) /* also the terminating NUL */
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
 json_t *sl_admin_error(const char *fmt, ...)
 {
     char msg[512];
@@ -41,6 +72,18 @@ json_t *sl_admin_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Messages quote what the client sent (a path may hold any byte) and
+     * may be cut inside a character: JSON strings are UTF-8, and jansson
+     * makes no string of anything else, which left the answer without a
+     * body. Each byte that starts no valid sequence becomes '?'. */
+    for (unsigned char *p = (unsigned char *)msg; *p;) {
+        size_t n = utf8_seq(p);
+        if (n == 0) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
     return json_pack("{s:s}", "error", msg);
 }
 
@@ -68,6 +111,10 @@ void sl_admin_reply_text(struct evhttp_request *req, int status, const char *con
 
 static void send_json(struct evhttp_request *req, int status, json_t *body)
 {
+    /* An error answer always says what went wrong, also when building its
+     * message failed (out of memory). */
+    if (!body && status >= 400)
+        body = json_pack("{s:s}", "error", reason(status));
     struct evbuffer *out = evbuffer_new();
     if (body) {
         char *text = json_dumps(body, JSON_COMPACT);

@@ -38,7 +38,8 @@ int sl_admin_start(struct event_base *base, const char *host, uint16_t port, uin
  */
 int sl_admin_route(sl_admin_t *a, int method, const char *path, sl_admin_handler handler, void *arg);
 
-/** @return a new {"error": message} object */
+/** @return a new {"error": message} object; a byte of the message that is
+ *  not part of valid UTF-8 (a path may hold any) becomes '?' */
 json_t *sl_admin_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /**

@@ -101,7 +101,7 @@ static int get_json(struct evhttp_request *req, const char *rest, json_t **body,
 {
     (void)req;
     (void)arg;
-    *body = json_pack("{s:s}", "rest", rest);
+    *body = json_pack("{s:I}", "rest", (json_int_t)strlen(rest));
     return 200;
 }
 
@@ -117,7 +117,7 @@ static int post_json(struct evhttp_request *req, const char *rest, json_t **body
         return 400;
     }
     CHECK(error == NULL && json_is_object(in));
-    *body = json_pack("{s:s,s:o}", "rest", rest, "body", in);
+    *body = json_pack("{s:I,s:o}", "rest", (json_int_t)strlen(rest), "body", in);
     return 200;
 }
 
@@ -129,7 +129,7 @@ static int delete_json(struct evhttp_request *req, const char *rest, json_t **bo
         *body = sl_admin_error("no id");
         return 404;
     }
-    *body = json_pack("{s:s,s:b}", "id", rest, "deleted", 1);
+    *body = json_pack("{s:I,s:b}", "id", (json_int_t)strlen(rest), "deleted", 1);
     return 200;
 }
 
