@@ -13,7 +13,10 @@
  * a message on failure; a header over the limit refused with SL_ETOOBIG by
  * both decoders before they allocate (a header may claim 65535 x 65535:
  * the allocation would fail the run); on success the header's shape, and a
- * window that is byte for byte the same window cut out of the whole image;
+ * window that is byte for byte the same window cut out of the whole image
+ * (libjpeg alone takes sampling factors TurboJPEG's header refuses, so a
+ * window of an image whose header fails is not compared: decode_jpeg reads
+ * the header with TurboJPEG before it decodes a window);
  * and after any input, the decoder still reads a good JPEG's header (one
  * bad image must not fail the images after it).
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_jpeg).
@@ -117,8 +120,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(wrc == SL_ETOOBIG);
     if (hrc == 0 && !over)
         CHECK(wrc != SL_ETOOBIG && wrc != SL_EINVAL);
-    if (wrc == 0)
-        CHECK(hrc == 0 && ws.h == h && ws.w == w && ws.c == hs.c);
+    if (wrc == 0) {
+        CHECK(ws.h == h && ws.w == w);
+        if (hrc == 0)
+            CHECK(ws.c == hs.c);
+    }
     if (rc == 0) {
         /* What the whole decode read without a warning, the window reads too. */
         if (wrc != 0)
