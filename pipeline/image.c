@@ -98,7 +98,9 @@ static int fresh_handle(sl_image_decoder_t *dec, char *err, size_t errlen)
 static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
                        sl_image_shape_t *shape, int *pixel_format, char *err, size_t errlen)
 {
-    int w, h, subsamp, colorspace;
+    /* TurboJPEG 2.1 returns 0 for a tables-only stream (tables, no image)
+     * without setting any of these: they must start out as no image. */
+    int w = 0, h = 0, subsamp = -1, colorspace = -1;
 
     if (channels != 0 && channels != 1 && channels != 3)
         return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
@@ -116,7 +118,7 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: CMYK JPEG (%d x %d) is not supported", w, h);
     if (w <= 0 || h <= 0)
-        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: bad image size %d x %d", w, h);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: no image (%d x %d; a stream of tables only?)", w, h);
     if (channels == 0)
         channels = colorspace == TJCS_GRAY ? 1 : 3;
     shape->h = (size_t)h;
@@ -137,7 +139,7 @@ int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len
                          uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
 {
     sl_image_shape_t s;
-    int pixel_format, rc;
+    int pixel_format = TJPF_RGB, rc;
     uint8_t *img = NULL;
 
     *out = NULL;

@@ -389,6 +389,53 @@ Test(image_jpeg, tables_of_the_previous_image_are_not_used)
     free(img);
 }
 
+/* Leaves the stack below the caller full of 0x41 bytes, so that a local
+ * read before it is set shows as a large number. */
+__attribute__((noinline)) static void dirty_stack(void)
+{
+    volatile unsigned char junk[16384];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = 0x41;
+}
+
+/* A stream of tables only (SOI, tables, EOI) is no image. TurboJPEG 2.1
+ * accepts its header without setting the size, which was read unset: the
+ * header passed with whatever the stack held (found by
+ * tests/fuzz/fuzz_jpeg.c as an image size out of range). */
+Test(image_jpeg, tables_only_stream_is_no_image)
+{
+    size_t h = 8, w = 8;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    size_t sof = sof_offset(jpeg, len) - 5;
+    uint8_t *tables = xmalloc(sof + 2);
+    memcpy(tables, jpeg, sof);
+    tables[sof] = 0xff;
+    tables[sof + 1] = 0xd9; /* EOI */
+
+    sl_image_decoder_t *dec = new_decoder();
+    for (int round = 0; round < 3; round++) {
+        sl_image_shape_t s = {7, 7, 7};
+        uint8_t *out = (uint8_t *)1;
+        dirty_stack();
+        cr_assert_eq(sl_image_jpeg_header(dec, tables, sof + 2, 0, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert(strstr(err, "no image"), "%s", err);
+        cr_assert(s.h == 7 && s.w == 7 && s.c == 7);
+        dirty_stack();
+        cr_assert_eq(sl_image_decode_jpeg(dec, tables, sof + 2, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_null(out);
+        cr_assert_eq(sl_image_decode_jpeg_window(tables, sof + 2, 3, SIZE_MAX, 0, 0, 1, 1, &out, &s, err,
+                                                 sizeof(err)),
+                     SL_EDATA);
+        cr_assert_null(out);
+    }
+    sl_image_decoder_free(dec);
+    free(tables);
+    tjFree(jpeg);
+    free(img);
+}
+
 Test(image_jpeg, max_pixels)
 {
     size_t h = 30, w = 20;
