@@ -311,7 +311,9 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
     if (!all)
         return;
     const char *body = find_last(all, len, html_head, sizeof html_head - 1);
-    const char *status_line = body ? find_last(all, (size_t)(body - all), "HTTP/1.", 7) : NULL;
+    /* libevent writes the request's version back, whatever it was: 1.0,
+     * 0.9, also -1.1 (it reads the version with %d). */
+    const char *status_line = body ? find_last(all, (size_t)(body - all), "HTTP/", 5) : NULL;
     const char *eol = status_line ? memchr(status_line, '\r', (size_t)(body - status_line)) : NULL;
     char line[128];
     int status = 0;
@@ -319,7 +321,7 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
         return;
     memcpy(line, status_line, (size_t)(eol - status_line));
     line[eol - status_line] = '\0';
-    if (sscanf(line, "HTTP/1.%*d %3d", &status) != 1 || status < 400)
+    if (sscanf(line, "HTTP/%*d.%*d %3d", &status) != 1 || status < 400)
         return;
     json_t *err = own_error(status);
     char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;

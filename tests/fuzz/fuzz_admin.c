@@ -204,6 +204,8 @@ static void check_answers(const char *p, size_t len, bool reset)
             free(head);
             continue;
         }
+        if (!strcasestr(head, "\r\nContent-Type: application/json\r\n"))
+            fprintf(stderr, "fuzz_admin: an answer that is not JSON:\n%s%.*s\n", head, (int)len, p);
         CHECK(strcasestr(head, "\r\nContent-Type: application/json\r\n") != NULL);
         /* Without a Content-Length (HTTP/1.0), the body runs to the close. */
         const char *cl = strcasestr(head, "\r\nContent-Length: ");
