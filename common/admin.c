@@ -39,6 +39,37 @@ struct sl_admin {
     int num_routes;
 };
 
+/* The length of the valid UTF-8 sequence at p (what jansson accepts: no
+ * overlong forms, no surrogates, at most U+10FFFF), 0 if there is none. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) /* also the terminating NUL */
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
 json_t *sl_admin_error(const char *fmt, ...)
 {
     char msg[512];
@@ -46,6 +77,18 @@ json_t *sl_admin_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Messages quote what the client sent (a path may hold any byte) and
+     * may be cut inside a character: JSON strings are UTF-8, and jansson
+     * makes no string of anything else, which left the answer without a
+     * body. Each byte that starts no valid sequence becomes '?'. */
+    for (unsigned char *p = (unsigned char *)msg; *p;) {
+        size_t n = utf8_seq(p);
+        if (n == 0) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
     return json_pack("{s:s}", "error", msg);
 }
 
@@ -73,6 +116,10 @@ void sl_admin_reply_text(struct evhttp_request *req, int status, const char *con
 
 static void send_json(struct evhttp_request *req, int status, json_t *body)
 {
+    /* An error answer always says what went wrong, also when building its
+     * message failed (out of memory). */
+    if (!body && status >= 400)
+        body = json_pack("{s:s}", "error", reason(status));
     struct evbuffer *out = evbuffer_new();
     if (body) {
         char *text = json_dumps(body, JSON_COMPACT);
@@ -269,7 +316,9 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
     if (!all)
         return;
     const char *body = find_last(all, len, html_head, sizeof html_head - 1);
-    const char *status_line = body ? find_last(all, (size_t)(body - all), "HTTP/1.", 7) : NULL;
+    /* libevent writes the request's version back, whatever it was: 1.0,
+     * 0.9, also -1.1 (it reads the version with %d). */
+    const char *status_line = body ? find_last(all, (size_t)(body - all), "HTTP/", 5) : NULL;
     const char *eol = status_line ? memchr(status_line, '\r', (size_t)(body - status_line)) : NULL;
     char line[128];
     int status = 0;
@@ -277,7 +326,7 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
         return;
     memcpy(line, status_line, (size_t)(eol - status_line));
     line[eol - status_line] = '\0';
-    if (sscanf(line, "HTTP/1.%*d %3d", &status) != 1 || status < 400)
+    if (sscanf(line, "HTTP/%*d.%*d %3d", &status) != 1 || status < 400)
         return;
     json_t *err = own_error(status);
     char *text = err ? json_dumps(err, JSON_COMPACT) : NULL;

@@ -55,7 +55,8 @@ void sl_admin_warn_exposure(const sl_admin_t *a, const char *host);
  */
 int sl_admin_route(sl_admin_t *a, int method, const char *path, sl_admin_handler handler, void *arg);
 
-/** @return a new {"error": message} object */
+/** @return a new {"error": message} object; a byte of the message that is
+ *  not part of valid UTF-8 (a path may hold any) becomes '?' */
 json_t *sl_admin_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /**

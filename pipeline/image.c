@@ -72,11 +72,35 @@ void sl_image_decoder_free(sl_image_decoder_t *dec)
     free(dec);
 }
 
+/*
+ * Every image starts on a fresh TurboJPEG handle. A handle keeps what it
+ * read of earlier images: libjpeg keeps quantization and Huffman tables
+ * across the images of a decompressor (for abbreviated streams), so an
+ * image that lacks a table would decode with the previous image's, its
+ * pixels depending on what the pipeline decoded before it (and failing in
+ * sl_image_decode_jpeg_window(), which starts fresh); and TurboJPEG 2.1's
+ * tjDecompressHeader3() does not abort the decompressor when libjpeg fails
+ * inside a header (a size over 65500, a segment cut short), so the next
+ * image's header failed ("two SOI markers"). A handle costs well under a
+ * microsecond to make.
+ */
+static int fresh_handle(sl_image_decoder_t *dec, char *err, size_t errlen)
+{
+    tjhandle fresh = tjInitDecompress();
+    if (!fresh)
+        return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: tjInitDecompress: %s", tjGetErrorStr2(NULL));
+    tjDestroy(dec->tj);
+    dec->tj = fresh;
+    return 0;
+}
+
 /* Reads the header into shape and the pixel format to ask turbojpeg for. */
 static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
                        sl_image_shape_t *shape, int *pixel_format, char *err, size_t errlen)
 {
-    int w, h, subsamp, colorspace;
+    /* TurboJPEG 2.1 returns 0 for a tables-only stream (tables, no image)
+     * without setting any of these: they must start out as no image. */
+    int w = 0, h = 0, subsamp = -1, colorspace = -1;
 
     if (channels != 0 && channels != 1 && channels != 3)
         return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
@@ -84,6 +108,9 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: input of %zu bytes is too large", len);
+    int rc = fresh_handle(dec, err, errlen);
+    if (rc < 0)
+        return rc;
     if (tjDecompressHeader3(dec->tj, src, (unsigned long)len, &w, &h, &subsamp, &colorspace) != 0)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: %s (%zu bytes of input)", tjGetErrorStr2(dec->tj), len);
     /* libjpeg converts CMYK to neither RGB nor gray, and Adobe's inverted
@@ -91,7 +118,7 @@ static int read_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, 
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: CMYK JPEG (%d x %d) is not supported", w, h);
     if (w <= 0 || h <= 0)
-        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: bad image size %d x %d", w, h);
+        return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: no image (%d x %d; a stream of tables only?)", w, h);
     if (channels == 0)
         channels = colorspace == TJCS_GRAY ? 1 : 3;
     shape->h = (size_t)h;
@@ -112,7 +139,7 @@ int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len
                          uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
 {
     sl_image_shape_t s;
-    int pixel_format, rc;
+    int pixel_format = TJPF_RGB, rc;
     uint8_t *img = NULL;
 
     *out = NULL;

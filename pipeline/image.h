@@ -30,7 +30,9 @@ typedef struct sl_image_shape {
     size_t h, w, c;
 } sl_image_shape_t;
 
-/** A JPEG decoder: one TurboJPEG handle. Use it from one thread at a time. */
+/** A JPEG decoder: a TurboJPEG handle, made anew for every image so that
+ *  nothing of one image (its tables) is left for the next. Use it from one
+ *  thread at a time. */
 typedef struct sl_image_decoder sl_image_decoder_t;
 
 typedef enum sl_image_flip_dir {
@@ -58,7 +60,8 @@ void sl_image_decoder_free(sl_image_decoder_t *dec);
  * @param[in] channels 0 (1 for a grayscale JPEG, else 3), 1 or 3
  * @param[out] shape the decoded image's shape
  * @return 0; SL_EDATA when the header is corrupt, truncated or of a CMYK
- *         JPEG (turbojpeg's message in err); SL_EINVAL for bad channels
+ *         JPEG (turbojpeg's message in err); SL_EINVAL for bad channels;
+ *         -ENOMEM
  */
 int sl_image_jpeg_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
                          sl_image_shape_t *shape, char *err, size_t errlen);

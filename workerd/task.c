@@ -599,10 +599,8 @@ void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
     sl_task_splits_arrived_payload(t, resp, NULL, 0);
 }
 
-/* Reads split i's skip runs from the payload: 0 with *out (malloc'd, NULL
- * when none), or SL_EPROTO / -ENOMEM with a message in err. */
-static int read_skips(const sluice_Split *s, const uint8_t *payload, size_t len, sl_skip_run_t **out, char *err,
-                      size_t errlen)
+int sl_task_read_skips(const sluice_Split *s, const uint8_t *payload, size_t len, sl_skip_run_t **out, char *err,
+                       size_t errlen)
 {
     *out = NULL;
     if (s->skip_count == 0)
@@ -655,7 +653,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             continue;
         char err[300];
         sl_skip_run_t *k;
-        int rc = read_skips(s, payload, len, &k, err, sizeof err);
+        int rc = sl_task_read_skips(s, payload, len, &k, err, sizeof err);
         free(k);
         if (rc < 0) {
             sl_task_splits_failed(t, false, rc, err);
@@ -682,7 +680,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
                 t->split_next_id = s->split_id + 1;
             char err[300];
             /* Checked above: only memory can fail here. */
-            if (read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {
+            if (sl_task_read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {
                 if (!t->error_code) {
                     t->error_code = -ENOMEM;
                     snprintf(t->error, sizeof t->error, "getting splits: %s", err);

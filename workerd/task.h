@@ -140,6 +140,18 @@ bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);
 
+/**
+ * Reads split s's skip runs from a GetSplit answer's payload (len bytes):
+ * s->skip_count runs of (u64 begin, u64 count), little-endian, at
+ * s->skip_offset, each of count >= 1, sorted, disjoint and inside
+ * [s->begin, s->end).
+ * @param[out] out the runs (malloc'd; NULL when there are none)
+ * @return 0; SL_EPROTO (runs outside the payload, empty, out of order,
+ *         overlapping or outside the split) or -ENOMEM with a message in err
+ */
+int sl_task_read_skips(const sluice_Split *s, const uint8_t *payload, size_t len, sl_skip_run_t **out, char *err,
+                       size_t errlen);
+
 /** DYNAMIC: the same with the frame's payload, where the splits' skip
  *  runs lie (sluice.proto's Split); runs outside it or not sorted, disjoint
  *  and inside their split fail the task with SL_EPROTO. */

@@ -312,6 +312,130 @@ static size_t sof_offset(const uint8_t *jpeg, size_t len)
     return 0;
 }
 
+/* A header libjpeg fails after the SOI (a size over its 65500, a segment
+ * cut short) left TurboJPEG's handle mid-stream, and the next image failed
+ * with "two SOI markers" (found by tests/fuzz/fuzz_jpeg.c). */
+Test(image_jpeg, bad_header_does_not_fail_the_next_image)
+{
+    size_t h = 16, w = 24;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+
+    uint8_t *huge = xmalloc(len);
+    memcpy(huge, jpeg, len);
+    size_t at = sof_offset(huge, len);
+    memset(huge + at, 0xff, 4); /* 65535 x 65535 */
+    size_t cut = at + 2;         /* inside the SOF segment */
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(sl_image_jpeg_header(dec, huge, len, 3, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert(strstr(err, "65500"), "%s", err);
+        cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &s, err, sizeof(err)), 0, "%s", err);
+        cr_assert(s.h == h && s.w == w && s.c == 3);
+        cr_assert_eq(sl_image_decode_jpeg(dec, huge, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+        free(out);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, cut, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+        cr_assert(s.h == h && s.w == w && s.c == 3);
+        free(out);
+    }
+    sl_image_decoder_free(dec);
+    free(huge);
+    tjFree(jpeg);
+    free(img);
+}
+
+/* libjpeg keeps tables across the images of a decompressor: a JPEG that
+ * lacks its quantization table decoded with the previous image's on a
+ * reused decoder, and failed on a fresh one (found by
+ * tests/fuzz/fuzz_jpeg.c, as a window decode that disagreed). */
+Test(image_jpeg, tables_of_the_previous_image_are_not_used)
+{
+    size_t h = 16, w = 16;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    uint8_t *notable = xmalloc(len);
+    memcpy(notable, jpeg, len);
+    size_t at = 0;
+    for (size_t i = 2; i + 4 < len && !at; i++)
+        if (notable[i] == 0xff && notable[i + 1] == 0xdb)
+            at = i + 4;
+    cr_assert(at > 0 && notable[at] == 0x00, "no DQT of table 0");
+    notable[at] = 0x02; /* table 0 becomes table 2: the components' table 0 is missing */
+
+    sl_image_decoder_t *dec = new_decoder();
+    uint8_t *out = NULL;
+    sl_image_shape_t s;
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert(strstr(err, "Quantization table 0x00"), "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), 0, "%s", err);
+    free(out);
+    out = NULL;
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "Quantization table 0x00"), "%s", err);
+    cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &s, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(sl_image_decode_jpeg(dec, notable, len, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+    cr_assert_eq(sl_image_decode_jpeg_window(notable, len, 3, SIZE_MAX, 0, 0, h, w, &out, &s, err, sizeof(err)),
+                 SL_EDATA);
+    sl_image_decoder_free(dec);
+    free(notable);
+    tjFree(jpeg);
+    free(img);
+}
+
+/* Leaves the stack below the caller full of 0x41 bytes, so that a local
+ * read before it is set shows as a large number. */
+__attribute__((noinline)) static void dirty_stack(void)
+{
+    volatile unsigned char junk[16384];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = 0x41;
+}
+
+/* A stream of tables only (SOI, tables, EOI) is no image. TurboJPEG 2.1
+ * accepts its header without setting the size, which was read unset: the
+ * header passed with whatever the stack held (found by
+ * tests/fuzz/fuzz_jpeg.c as an image size out of range). */
+Test(image_jpeg, tables_only_stream_is_no_image)
+{
+    size_t h = 8, w = 8;
+    uint8_t *img = smooth_image(h, w, 3);
+    unsigned long len;
+    uint8_t *jpeg = encode(img, h, w, 3, &len);
+    size_t sof = sof_offset(jpeg, len) - 5;
+    uint8_t *tables = xmalloc(sof + 2);
+    memcpy(tables, jpeg, sof);
+    tables[sof] = 0xff;
+    tables[sof + 1] = 0xd9; /* EOI */
+
+    sl_image_decoder_t *dec = new_decoder();
+    for (int round = 0; round < 3; round++) {
+        sl_image_shape_t s = {7, 7, 7};
+        uint8_t *out = (uint8_t *)1;
+        dirty_stack();
+        cr_assert_eq(sl_image_jpeg_header(dec, tables, sof + 2, 0, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert(strstr(err, "no image"), "%s", err);
+        cr_assert(s.h == 7 && s.w == 7 && s.c == 7);
+        dirty_stack();
+        cr_assert_eq(sl_image_decode_jpeg(dec, tables, sof + 2, 3, SIZE_MAX, &out, &s, err, sizeof(err)), SL_EDATA);
+        cr_assert_null(out);
+        cr_assert_eq(sl_image_decode_jpeg_window(tables, sof + 2, 3, SIZE_MAX, 0, 0, 1, 1, &out, &s, err,
+                                                 sizeof(err)),
+                     SL_EDATA);
+        cr_assert_null(out);
+    }
+    sl_image_decoder_free(dec);
+    free(tables);
+    tjFree(jpeg);
+    free(img);
+}
+
 Test(image_jpeg, max_pixels)
 {
     size_t h = 30, w = 20;
