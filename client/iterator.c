@@ -609,7 +609,7 @@ static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, siz
     pthread_mutex_lock(&it->mu);
     int rc = sl__ledger_report(&it->ledger, from, &set);
     for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
-        rc = sl__report_add_wire(&set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_elements, from,
+        rc = sl__report_add_wire(&set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_records, from,
                                  &runs, &cap);
     pthread_mutex_unlock(&it->mu);
     free(runs);
@@ -1064,7 +1064,7 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
     if (it->opts.provenance <= 0 && !it->track)
         return;
     sl__ledger_add(&it->ledger, b ? b->prov_wire : NULL, b && b->num_prov > 0 ? b->prov_wire_len : 0,
-                   b ? b->num_elements : 0, done, ndone, !b);
+                   b ? b->num_records : 0, done, ndone, !b);
 }
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)

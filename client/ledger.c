@@ -134,18 +134,19 @@ void sl__ledger_sync(sl_ledger_t *l)
     l->batches = 0;
 }
 
-void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                     const sl_split_done_t *done, size_t ndone, bool last)
 {
     if (l->rc < 0)
         return;
     int rc = 0;
     if (prov_len > 0) {
-        /* At most one run an element (provwire.h). */
-        uint64_t n = 0;
-        rc = runs_room(l, l->num + (size_t)num_elements);
+        /* At most one run a record, and a run takes 2 bytes at least
+         * (provwire.h): room by what arrived, not by what it claims. */
+        uint64_t n = 0, most = num_records < prov_len / 2 ? num_records : prov_len / 2;
+        rc = runs_room(l, l->num + (size_t)most);
         if (rc == 0)
-            rc = sl_provwire_read(prov, prov_len, num_elements, l->runs + l->num, &n, NULL, 0);
+            rc = sl_provwire_read(prov, prov_len, num_records, l->runs + l->num, &n, NULL, 0);
         l->num += (size_t)n;
     }
     if (rc == 0)
@@ -185,20 +186,21 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
     return rc;
 }
 
-int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap)
 {
     if (prov_len == 0)
         return 0;
-    if (num_elements > *cap) {
-        sl_provenance_run_t *p = realloc(*scratch, (size_t)num_elements * sizeof *p);
+    uint64_t most = num_records < prov_len / 2 ? num_records : prov_len / 2; /* as in sl__ledger_add() */
+    if (most > *cap) {
+        sl_provenance_run_t *p = realloc(*scratch, (size_t)most * sizeof *p);
         if (!p)
             return -ENOMEM;
         *scratch = p;
-        *cap = (size_t)num_elements;
+        *cap = (size_t)most;
     }
     uint64_t n = 0;
-    int rc = sl_provwire_read(prov, prov_len, num_elements, *scratch, &n, NULL, 0);
+    int rc = sl_provwire_read(prov, prov_len, num_records, *scratch, &n, NULL, 0);
     size_t k = 0;
     for (uint64_t i = 0; i < n && rc == 0; i++)
         if ((*scratch)[i].epoch >= from)

@@ -52,11 +52,11 @@ int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, char *
 
 /**
  * Records a batch given to the caller: its provenance (prov_len bytes of
- * provwire.h's form at prov, for num_elements elements; none when prov_len
+ * provwire.h's form at prov, counting num_records source records; none when prov_len
  * is 0) and split-done notices; last when nothing more will come (the end).
  * Syncs once enough waits. Does nothing once rc < 0.
  */
-void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                     const sl_split_done_t *done, size_t ndone, bool last);
 
 /** Merges what waits into got. On overflow says so once on stderr and sets rc. */
@@ -76,7 +76,7 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set);
  * `from` on to set; *scratch (of *cap runs) is grown as needed, freed by
  * the caller. @return 0 or < 0
  */
-int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_elements,
+int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
 
 /**

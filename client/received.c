@@ -110,7 +110,8 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
                  resp->provenance_offset, resp->provenance_length, size);
     else
         prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
-                               resp->num_elements, NULL, &num_prov, why, sizeof why);
+                               resp->num_records ? resp->num_records : resp->num_elements, NULL, &num_prov, why,
+                               sizeof why);
     if (prc < 0) {
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
         free(payload);
@@ -129,6 +130,7 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
     }
     b->task_id = resp->task_id;
     b->num_elements = wb.num_elements;
+    b->num_records = resp->num_records ? resp->num_records : resp->num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
     b->num_prov = (size_t)num_prov;
@@ -215,7 +217,7 @@ const sl_provenance_run_t *sl_batch_provenance(const sl_batch_t *b, size_t *num_
     if (!mb->prov) {
         uint64_t n = 0;
         mb->prov = malloc(b->num_prov * sizeof *mb->prov);
-        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_elements, mb->prov, &n, NULL, 0) < 0) {
+        if (!mb->prov || sl_provwire_read(b->prov_wire, b->prov_wire_len, b->num_records, mb->prov, &n, NULL, 0) < 0) {
             free(mb->prov);
             mb->prov = NULL;
             return NULL;

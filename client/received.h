@@ -20,6 +20,7 @@ struct sl_batch {
     uint64_t round;
     char worker[128];
     uint64_t num_elements;
+    uint64_t num_records; /* the source records its provenance counts */
     int num_tensors;
     sl_tensor_t tensors[SL_MAX_COMPONENTS];
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];

@@ -160,8 +160,8 @@ static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_el
                      size_t errlen)
 {
     return sl_errf(err, errlen, SL_EPROTO,
-                   "provenance run %" PRIu64 " counts %" PRIu64 " records from %" PRIu64 "; the batch has %" PRIu64
-                   " elements and the runs before it count %" PRIu64,
+                   "provenance run %" PRIu64 " counts %" PRIu64 " records from %" PRIu64 "; the batch holds %" PRIu64
+                   " records and the runs before it count %" PRIu64,
                    i, count, begin, num_elements, sum);
 }
 
@@ -258,7 +258,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
         sum += count;
     }
     if (sum != num_elements) {
-        rc = sl_errf(err, errlen, SL_EPROTO, "provenance runs count %" PRIu64 " records for %" PRIu64 " elements",
+        rc = sl_errf(err, errlen, SL_EPROTO, "provenance runs count %" PRIu64 " records, the batch holds %" PRIu64,
                      sum, num_elements);
         goto done;
     }

@@ -27,7 +27,9 @@
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len);
 
 /**
- * Checks the provenance of a batch of num_elements elements, len bytes at p
+ * Checks the provenance of a batch whose elements came from num_elements
+ * source records (GetElementResponse.num_records: more than its elements
+ * when batches nest), len bytes at p
  * (0: the batch has none), as sl_provwire_decode() does, and decodes it into
  * out when out is not NULL: a first call without out gives the number of
  * runs, a second writes them. Nothing is allocated unless the batch has

@@ -148,8 +148,8 @@ Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
     refused(b, good - 1, 4, "2 runs of 2 pairs for 4 elements, in 5 bytes left of 11");
     uint8_t cut = 0x80;
     refused(&cut, 1, 4, "the number of (epoch, file) pairs at byte 0 runs past the end of the 1 bytes");
-    refused(b, good, 5, "runs count 4 records for 5 elements");
-    refused(b, good, 3, "run 1 counts 1 records from 2; the batch has 3 elements and the runs before it count 3");
+    refused(b, good, 5, "runs count 4 records, the batch holds 5");
+    refused(b, good, 3, "run 1 counts 1 records from 2; the batch holds 3 records and the runs before it count 3");
     uint8_t extra[64];
     memcpy(extra, b, good);
     extra[good] = 0;
