@@ -116,6 +116,7 @@ struct sl_worker {
     uint32_t next_request_id;
     struct outstanding *outstanding;
     bool heartbeat_out;
+    int64_t heartbeat_sent_ms; /* when the heartbeat in flight went */
     bool heartbeat_soon;
     struct event *heartbeat_timer;
     struct event *reconnect_timer;
@@ -607,16 +608,40 @@ static void send_heartbeat(sl_worker_t *w)
         req->tasks_count++;
     }
     w->heartbeat_out = true;
+    w->heartbeat_sent_ms = (now_us() / 1000);
     w->heartbeat_soon = false;
     send_request(w, o, req);
     free(req);
 }
 
+/* A heartbeat unanswered this many intervals (and at least
+ * HB_ANSWER_MIN_MS) means the connection is dead, whatever TCP thinks: it
+ * is closed and a new one opened (docs/fault-tolerance.md, "Dispatcher
+ * outages"), so that a healed network carries heartbeats at once rather
+ * than after TCP's retransmission backoff. */
+#define HB_ANSWER_INTERVALS 8
+#define HB_ANSWER_MIN_MS 2000
+
+static void disp_close(sl_conn_t *c, int err, const char *why, void *arg);
+
 static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
 {
+    sl_worker_t *w = arg;
     (void)fd;
     (void)what;
-    send_heartbeat(arg);
+    int64_t answer_ms = (int64_t)w->cfg.heartbeat_ms * HB_ANSWER_INTERVALS;
+    if (answer_ms < HB_ANSWER_MIN_MS)
+        answer_ms = HB_ANSWER_MIN_MS;
+    int64_t waited = (now_us() / 1000) - w->heartbeat_sent_ms;
+    if (w->heartbeat_out && w->disp && waited > answer_ms) {
+        char why[128];
+        snprintf(why, sizeof why, "no heartbeat answer for %" PRId64 " ms", waited);
+        sl_conn_t *c = w->disp;
+        disp_close(c, -ETIMEDOUT, why, w); /* resets the session and schedules a reconnect */
+        sl_conn_close(c);
+        return;
+    }
+    send_heartbeat(w);
 }
 
 static void send_register(sl_worker_t *w)

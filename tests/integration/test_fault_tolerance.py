@@ -142,6 +142,28 @@ class DispatcherCrash(ThreeWorkers):
         self.assertIn('does not answer', err)
         self.assertRegex(err, r'dispatcher 127\.0\.0\.1:\d+ answers again after \d+ ms')
 
+    def test_a_frozen_dispatcher_is_left_and_found_again(self):
+        """The dispatcher stopped (SIGSTOP) for 4 s mid-epoch: its sockets
+        stay open but nothing answers, as behind a partition. The trainer and
+        the workers give up on the silent connections after 2 s of unanswered
+        heartbeats, reconnect, and the epoch ends exactly once."""
+        spec = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": BATCH}]}
+        disp = self.cluster.dispatcher
+
+        def freeze():
+            disp.kill(signal.SIGSTOP)
+            try:
+                time.sleep(4)  # past the 2 s a heartbeat may go unanswered
+            finally:
+                disp.kill(signal.SIGCONT)
+        rc, got, err = stream_with_faults(self.cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '3000'],
+                                          [(N // BATCH // 5, freeze)])
+        self.assertEqual(rc, 0, 'sluice-cat failed: %s' % err[-3000:])
+        assert_exactly_once(self, got, N, 'a 4 s frozen dispatcher')
+        self.assertRegex(err, r'does not answer \(no heartbeat answer for \d+ ms\)')
+        gave_up = [w.name for w in self.cluster.workers if 'no heartbeat answer for' in w.stderr()]
+        self.assertEqual(len(gave_up), 3, 'workers that left the silent connection: %s' % gave_up)
+
     def test_kill9_under_data_sharding_every_element_exactly_once(self):
         """A static policy: each worker's shard is fixed by --worker-addresses;
         the restarted dispatcher must keep the tasks and indexes it gave out."""
