@@ -160,7 +160,8 @@ class DispatcherCrash(ThreeWorkers):
                                           [(N // BATCH // 5, freeze)])
         self.assertEqual(rc, 0, 'sluice-cat failed: %s' % err[-3000:])
         assert_exactly_once(self, got, N, 'a 4 s frozen dispatcher')
-        self.assertRegex(err, r'does not answer \(no heartbeat answer for \d+ ms\)')
+        self.assertRegex(err, r'dispatcher 127\.0\.0\.1:\d+ does not answer')
+        self.assertRegex(err, r'dispatcher 127\.0\.0\.1:\d+ answers again after \d+ ms')
         gave_up = [w.name for w in self.cluster.workers if 'no heartbeat answer for' in w.stderr()]
         self.assertEqual(len(gave_up), 3, 'workers that left the silent connection: %s' % gave_up)
 
