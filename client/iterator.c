@@ -50,6 +50,10 @@
 #include "received.h"
 
 #define RETRY_MS 200
+/* A worker that does not know a task yet (it hears of a new job's tasks
+ * from the dispatcher, which it asks at once when a client names one):
+ * asked again after 5 ms, doubling up to RETRY_MS, not at the next tick. */
+#define UNKNOWN_RETRY_MS 5
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
@@ -72,6 +76,7 @@ struct itask {
      * next heartbeat): ask again from not_before on. */
     int64_t unknown_since;
     int64_t not_before;
+    unsigned unknown_tries; /* since unknown_since: the retry backs off from UNKNOWN_RETRY_MS */
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
@@ -110,6 +115,7 @@ struct sl_iterator {
      * we do, so ask again soon, backing off from END_PROBE_MIN_MS to the
      * heartbeat interval, instead of waiting out a whole heartbeat. */
     struct event *end_probe;
+    struct event *retry_timer; /* asks again a worker that did not know its task yet */
     uint32_t end_probe_ms;
 
     sl_conn_t *disp;
@@ -410,9 +416,17 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
          * for at most timeout_ms. */
         bool gone = e->code == SL_ENOTFOUND || e->code == SL_ECANCELLED;
         if (gone && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
-            if (!t->unknown_since)
+            if (!t->unknown_since) {
                 t->unknown_since = now;
-            t->not_before = now + RETRY_MS;
+                t->unknown_tries = 0;
+            }
+            int64_t wait = (int64_t)UNKNOWN_RETRY_MS << (t->unknown_tries < 6 ? t->unknown_tries : 6);
+            t->unknown_tries++;
+            if (wait > RETRY_MS)
+                wait = RETRY_MS;
+            t->not_before = now + wait;
+            struct timeval tv = {0, (suseconds_t)wait * 1000};
+            evtimer_add(it->retry_timer, &tv);
             if (slot)
                 slot->state = SLOT_EMPTY; /* asked again once the worker knows the task */
             return;
@@ -879,6 +893,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     pump(it);
 }
 
+static void on_retry_timer(evutil_socket_t fd, short what, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)fd;
+    (void)what;
+    if (!failed(it))
+        pump(it);
+}
+
 static void on_release_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1039,7 +1062,8 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->tick = event_new(it->base, -1, EV_PERSIST, on_tick, it);
     it->release_timer = evtimer_new(it->base, on_release_timeout, it);
     it->end_probe = evtimer_new(it->base, on_end_probe, it);
-    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe)
+    it->retry_timer = evtimer_new(it->base, on_retry_timer, it);
+    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe || !it->retry_timer)
         goto fail;
     struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
     event_add(it->tick, &tv);
@@ -1229,6 +1253,8 @@ void sl_iterator_close(sl_iterator_t *it)
         event_free(it->release_timer);
     if (it->end_probe)
         event_free(it->end_probe);
+    if (it->retry_timer)
+        event_free(it->retry_timer);
     if (it->base)
         event_base_free(it->base);
     pthread_cond_destroy(&it->cv);

@@ -39,6 +39,7 @@ static void usage(FILE *f)
             "  --worker-addresses LIST  H:P,... workers of the static sharding policies\n"
             "                           (their order gives each worker its shard index)\n"
             "  --worker-timeout-ms N    a worker without heartbeat this long is lost (10000)\n"
+            "  --worker-heartbeat-ms N  how often workers heartbeat (250; at most half of --worker-timeout-ms)\n"
             "  --stall-timeout-ms N     a worker whose pipeline makes no batch this long while\n"
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
@@ -80,12 +81,13 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_COUNT_TO, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
+           O_COUNT_TO, O_WORKER_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
         {"worker-addresses", required_argument, NULL, O_WORKERS},
         {"worker-timeout-ms", required_argument, NULL, O_WORKER_TO},
+        {"worker-heartbeat-ms", required_argument, NULL, O_WORKER_HB},
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
@@ -117,6 +119,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_WORKER_TO:
             if (sl_cli_int(program, "worker-timeout-ms", optarg, 100, 86400000, &o->state.worker_timeout_ms) < 0)
                 return -1;
+            break;
+        case O_WORKER_HB:
+            if (sl_cli_int(program, "worker-heartbeat-ms", optarg, 10, 3600000, &v) < 0)
+                return -1;
+            o->state.worker_heartbeat_ms = (uint32_t)v;
             break;
         case O_STALL_TO:
             if (sl_cli_int(program, "stall-timeout-ms", optarg, 0, 86400000, &o->state.stall_timeout_ms) < 0)
@@ -189,6 +196,13 @@ static int parse_args(int argc, char **argv, struct options *o)
     if (o->d.port < 0 || o->d.admin_port < 0 || !o->work_dir) {
         fprintf(stderr, "%s: --port, --admin-port and --work-dir are required\n", program);
         usage(stderr);
+        return -1;
+    }
+    if ((int64_t)o->state.worker_heartbeat_ms * 2 > o->state.worker_timeout_ms) {
+        fprintf(stderr,
+                "%s: --worker-heartbeat-ms %u is more than half of --worker-timeout-ms %" PRId64
+                ": a worker would be lost between two heartbeats\n",
+                program, o->state.worker_heartbeat_ms, o->state.worker_timeout_ms);
         return -1;
     }
     if (o->worker_addresses) {

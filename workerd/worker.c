@@ -403,6 +403,16 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         } else {
             sl_conn_send_error(wc->conn, request_id, SL_ENOTFOUND, "task %" PRIu64 " is not on worker %s", task_id,
                                w->address);
+            /* Likely a new job's task, which its client heard of first: ask
+             * the dispatcher now rather than at the next tick, so that a
+             * job's first batch does not wait for the heartbeat interval.
+             * One heartbeat is in flight at a time, whatever clients ask. */
+            if (w->session == SESSION_REGISTERED) {
+                if (w->heartbeat_out)
+                    w->heartbeat_soon = true;
+                else
+                    send_heartbeat(w);
+            }
         }
         return true;
     }

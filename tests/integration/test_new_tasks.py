@@ -1,0 +1,49 @@
+"""A new job's tasks reach the workers when its client first asks for them,
+not at the workers' next heartbeat: with heartbeats every 10 minutes, small
+jobs still run at once (a worker that does not know a task a client names
+asks the dispatcher then; the client asks again within milliseconds).
+bench/first_batch.py measures how long such a job takes."""
+import subprocess
+import unittest
+
+from harness import Cluster, binary, child_env, values
+
+
+SPEC = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "batch", "batch_size": 10}]}
+
+
+class NewTasks(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        # A worker would hear of a task only every 10 minutes by its heartbeat.
+        cls.c = Cluster(workers=2, dispatcher_args=['--worker-heartbeat-ms', '600000',
+                                                    '--worker-timeout-ms', '1200000'])
+        cls.c.wait_workers_registered(2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def cat(self, policy):
+        r = subprocess.run(self.c.cat_argv(SPEC, ['--sharding', policy, '--timeout-ms', '15000']),
+                           capture_output=True, text=True, timeout=60, env=child_env())
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        import json
+        return sorted(values([json.loads(line) for line in r.stdout.splitlines() if line.strip()], 'value'))
+
+    def test_jobs_start_without_waiting_for_a_heartbeat(self):
+        for _ in range(3):
+            self.assertEqual(self.cat('dynamic'), list(range(10)))
+            self.assertEqual(self.cat('off'), sorted(list(range(10)) * 2), 'OFF: each of the 2 workers reads all')
+
+    def test_a_heartbeat_longer_than_half_the_timeout_is_refused(self):
+        r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                            self.c.dir + '/refused', '--worker-heartbeat-ms', '6000'],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn('--worker-heartbeat-ms 6000 is more than half of --worker-timeout-ms 10000', r.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
