@@ -1299,12 +1299,13 @@ void sl_dstate_heard(sl_dstate_t *st, int64_t now)
         st->last_rx = now;
 }
 
-/* Whether any worker is live: without one nothing is served, and a
- * silence tells nothing. */
-static bool any_live_worker(const sl_dstate_t *st)
+/* Whether a live worker has heartbeated since it registered: without one
+ * nothing is served, and a silence tells nothing (registrations that never
+ * heartbeat, as a stranger's, are lost on time as always). */
+static bool any_heartbeating_worker(const sl_dstate_t *st)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
-        if (st->workers[i].state == WORKER_LIVE)
+        if (st->workers[i].state == WORKER_LIVE && st->workers[i].last_seen > st->workers[i].joined)
             return true;
     return false;
 }
@@ -1318,9 +1319,15 @@ static bool any_live_worker(const sl_dstate_t *st)
  * @return true while it is silent: expire nothing */
 static bool silence(sl_dstate_t *st, int64_t now)
 {
-    int64_t heard = st->last_rx > 0 && any_live_worker(st) ? st->last_rx : 0;
+    int64_t heard = st->last_rx > 0 && any_heartbeating_worker(st) ? st->last_rx : 0;
+    /* Half the shorter lease, and never less than 4 heartbeat intervals
+     * (quiet between heartbeats is no silence). */
     int64_t limit = (st->cfg.worker_timeout_ms < st->cfg.client_timeout_ms ? st->cfg.worker_timeout_ms
                                                                             : st->cfg.client_timeout_ms) / 2;
+    int64_t beat = st->cfg.worker_heartbeat_ms > st->cfg.client_heartbeat_ms ? st->cfg.worker_heartbeat_ms
+                                                                             : st->cfg.client_heartbeat_ms;
+    if (limit < 4 * beat)
+        limit = 4 * beat;
     if (heard == 0) {
         st->silent = false;
         return false;

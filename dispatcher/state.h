@@ -228,8 +228,9 @@ bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const ch
 void sl_dstate_heard(sl_dstate_t *st, int64_t now);
 
 /** Applies timeouts: lost workers, expired clients, jobs without clients.
- *  With live workers but no frame from any peer (sl_dstate_heard()) for half
- *  the shorter of --worker-timeout-ms and --client-timeout-ms, the
+ *  With a live worker that has heartbeated but no frame from any peer
+ *  (sl_dstate_heard()) for half the shorter of --worker-timeout-ms and
+ *  --client-timeout-ms (at least 4 heartbeat intervals), the
  *  dispatcher takes itself to be cut off: nothing expires until a frame
  *  comes, and then every live worker's and client's lease starts afresh. */
 void sl_dstate_tick(sl_dstate_t *st, int64_t now);

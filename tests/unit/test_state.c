@@ -1602,7 +1602,10 @@ Test(state, unread_datasets_are_collected_and_deleted_on_request)
  * lease a fresh start. One silent peer among talking ones still expires. */
 Test(state, a_dispatcher_that_hears_no_one_expires_no_lease)
 {
-    start_default(); /* worker_timeout_ms 100, client_timeout_ms 200: silence after 50 */
+    sl_dstate_config_t cfg;
+    test_config(&cfg); /* worker_timeout_ms 100, client_timeout_ms 200 */
+    cfg.worker_heartbeat_ms = cfg.client_heartbeat_ms = 10; /* silence after max(100 / 2, 4 * 10) = 50 */
+    start(&cfg);
     uint64_t ds = dataset(RANGE_SPEC(100));
     uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
     uint64_t c;
@@ -1629,4 +1632,21 @@ Test(state, a_dispatcher_that_hears_no_one_expires_no_lease)
         sl_dstate_tick(st, now);
     }
     cr_assert_eq(stats().workers_live, 1, "a worker silent among talking peers was not lost");
+}
+
+/* Registrations that never heartbeat (a stranger's, attack 9 of the
+ * security issue) are no evidence of a cluster: a dispatcher that hears
+ * nothing else loses them on time, silence or not. */
+Test(state, registrations_that_never_heartbeat_are_lost_in_silence_too)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.worker_heartbeat_ms = cfg.client_heartbeat_ms = 10;
+    start(&cfg);
+    sl_dstate_heard(st, 0);
+    worker("w:1", 0);
+    worker("w:2", 0);
+    for (int64_t now = 10; now <= 300; now += 10)
+        sl_dstate_tick(st, now);
+    cr_assert_eq(stats().workers_live, 0, "registrations without a heartbeat held their places");
 }
