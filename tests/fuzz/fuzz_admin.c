@@ -40,13 +40,7 @@
 
 #include "admin.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_admin: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 #define TOKEN "fuzz-admin-token"
 

@@ -27,13 +27,7 @@
 #include "received.h"
 #include "sluice.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_batch: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 static void check_tensor(const sl_batch_t *b, const sl_tensor_t *t)
 {

@@ -16,13 +16,7 @@
 #include "ledger.h"
 #include "sluice.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_checkpoint: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

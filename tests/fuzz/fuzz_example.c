@@ -25,13 +25,7 @@
 #include "example.h"
 #include "le.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_example: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 #define NF 7
 

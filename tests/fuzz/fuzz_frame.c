@@ -28,13 +28,7 @@
 
 /* Stops the run with a reason: libFuzzer reports the abort as a crash and
  * saves the input. */
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_frame: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 static uint8_t enc1[SL_MAX_MESSAGE_LEN];
 static uint8_t enc2[SL_MAX_MESSAGE_LEN];

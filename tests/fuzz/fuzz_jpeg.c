@@ -32,13 +32,7 @@
 #include "image.h"
 #include "sluice.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_jpeg: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 static sl_image_decoder_t *dec;
 static unsigned char *good; /* a 16 x 8 JPEG, to show the decoder still works */

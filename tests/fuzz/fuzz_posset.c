@@ -15,13 +15,7 @@
 #include "posset.h"
 #include "sluice.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_posset: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 #define MAX_RUNS 4096
 

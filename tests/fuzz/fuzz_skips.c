@@ -28,13 +28,7 @@
 #include "sluice.h"
 #include "task.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_skips: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 #define HEADER 32
 #define MAX_RUNS 4096

@@ -13,13 +13,7 @@
 #include "sluice.h"
 #include "spec.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_spec: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

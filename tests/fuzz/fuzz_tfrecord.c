@@ -36,13 +36,7 @@
 #include "sluice.h"
 #include "tfrecord.h"
 
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz_tfrecord: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-            abort();                                                                                         \
-        }                                                                                                    \
-    } while (0)
+#include "fuzz_check.h"
 
 #define MAX_RECORD 1024
 
