@@ -46,13 +46,12 @@ def _run(argv, timeout=CMD_TIMEOUT, check=True, input=None):
 
 
 def _pid_alive(pid):
+    """Whether pid runs (a zombie does not: its run was killed)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _delete_ns(name):
@@ -253,14 +252,14 @@ class Net:
         # so a partition is silence, as on a real network). Kernels without
         # the egress hook (before 5.16) drop at input and output instead.
         rules = ('table netdev sluice_cut {\n set peers { type ipv4_addr; }\n'
-                 ' chain in { type filter hook ingress device "%s" priority 0; ip saddr @peers drop; }\n'
-                 ' chain out { type filter hook egress device "%s" priority 0; ip daddr @peers drop; }\n}\n'
+                 ' chain in { type filter hook ingress device "%s" priority 0; ip saddr @peers counter drop; }\n'
+                 ' chain out { type filter hook egress device "%s" priority 0; ip daddr @peers counter drop; }\n}\n'
                  % (h.iface, h.iface))
         h.cut_family = 'netdev'
         if h.run(['nft', '-f', '-'], input=rules, check=False).returncode != 0:
             rules = ('table inet sluice_cut {\n set peers { type ipv4_addr; }\n'
-                     ' chain in { type filter hook input priority 0; ip saddr @peers drop; }\n'
-                     ' chain out { type filter hook output priority 0; ip daddr @peers drop; }\n}\n')
+                     ' chain in { type filter hook input priority 0; ip saddr @peers counter drop; }\n'
+                     ' chain out { type filter hook output priority 0; ip daddr @peers counter drop; }\n}\n')
             h.run(['nft', '-f', '-'], input=rules)
             h.cut_family = 'inet'
         self.hosts[name] = h
@@ -315,6 +314,13 @@ class Net:
     def cut_counters(self, a):
         """nft's view of host a's partition table (for failure messages)."""
         return a.run(['nft', 'list', 'table', a.cut_family, 'sluice_cut'], check=False).stdout
+
+    def dropped(self, a):
+        """(packets dropped coming in, going out) by host a's partitions so far."""
+        counts = [int(x) for x in re.findall(r'counter packets (\d+)', self.cut_counters(a))]
+        if len(counts) != 2:
+            raise RuntimeError('no drop counters in %s' % self.cut_counters(a))
+        return tuple(counts)
 
     def close(self):
         """Stops every process started in the Net (SIGTERM, SIGKILL after 10

@@ -17,10 +17,11 @@ with the reason."""
 import collections
 import json
 import os
+import re
 import shutil
-import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -181,7 +182,10 @@ class MultiHost(unittest.TestCase):
     def setUp(self):
         why = netns.unavailable()
         if why:
-            self.skipTest('multi-host tests need network namespaces: %s' % why)
+            why = 'multi-host tests need network namespaces: %s' % why
+            if os.environ.get('SLUICE_REQUIRE_NETNS'):
+                self.fail(why + ' (and SLUICE_REQUIRE_NETNS is set)')
+            self.skipTest(why)
         self.dir = tempfile.mkdtemp(prefix='sluice-mh-')
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.token = os.path.join(self.dir, 'token')
@@ -254,6 +258,10 @@ class MultiHost(unittest.TestCase):
         self.assertEqual(j['state'], 'RUNNING', 'the job must still run %s, or the case tests nothing: %s' %
                          (when, j))
         return j
+
+    def buffered(self, w):
+        """Batches waiting in worker w's running tasks' buffers."""
+        return sum(t['buffer']['batches'] for t in w.admin('/v1/tasks')['tasks'] if t['state'] == 'RUNNING')
 
     def wait_until(self, pred, what, timeout=WAIT):
         deadline = time.time() + timeout
@@ -333,6 +341,8 @@ class WorkerCutFromDispatcher(MultiHost):
         self.assertIn('heartbeat', lost[0]['lost_reason'])
         self.read_each(trainers, N // 20)
         self.assert_running('after the worker was declared lost')
+        self.assertGreater(self.net.dropped(victim)[1], 0, 'no heartbeat was dropped: %s' %
+                           self.net.cut_counters(victim))
         self.net.heal(victim, self.dhost)
         # Healed, the worker registers again under a new id and rejoins.
         self.wait_until(lambda: [x for x in self.workers_view() if x['address'] == w.addr and
@@ -359,6 +369,8 @@ class WorkerCutFromTrainers(MultiHost):
         self.read_each(trainers, N // 10)
         self.assert_running('when the cut is made')
         victim, w = self.whosts[0], self.workers[0]
+        # The cut worker holds batches only the trainers can take.
+        self.wait_until(lambda: self.buffered(w) >= 4, '%s to buffer 4 batches' % w.name)
         ids = sorted(x['id'] for x in self.workers_view())
         for t in self.thosts:
             self.net.partition(victim, t)
@@ -366,13 +378,16 @@ class WorkerCutFromTrainers(MultiHost):
         self.read_each(trainers, N // 20)
         time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
         self.assert_running('at the end of the cut')
+        self.assertGreater(sum(self.net.dropped(victim)), 0, self.net.cut_counters(victim))
         for t in self.thosts:
             self.net.heal(victim, t)
+        from_victim = sum(t.by_worker[w.addr] for t in trainers)
         self.finish_exactly_once(trainers)
         self.assertEqual(self.job()['state'], 'FINISHED')
-        # Nobody was lost: the same three workers, live.
+        # Nobody was lost: the same three workers, live; and what the cut
+        # worker held reached the trainers after the heal.
         self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
-        self.assertTrue(any(w.addr in t.by_worker for t in trainers))
+        self.assertGreater(sum(t.by_worker[w.addr] for t in trainers), from_victim)
 
 
 class TrainerCutFromWorker(MultiHost):
@@ -390,6 +405,7 @@ class TrainerCutFromWorker(MultiHost):
         self.read_each(trainers, N // 20)
         time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
         self.assert_running('at the end of the cut')
+        self.assertGreater(sum(self.net.dropped(self.thosts[0])), 0, self.net.cut_counters(self.thosts[0]))
         self.net.heal(self.thosts[0], self.whosts[0])
         self.finish_exactly_once(trainers)
         self.assertEqual(self.job()['state'], 'FINISHED')
@@ -410,15 +426,14 @@ class DispatcherCutOff(MultiHost):
         j = self.assert_running('when the cut is made')
         # The workers' buffers (16 batches a task) fill while the trainers
         # wait: what the trainers may read during the cut is there before it.
-        def buffered():
-            return sum(t['buffer']['batches'] for w in self.workers for t in w.admin('/v1/tasks')['tasks']
-                       if t['state'] == 'RUNNING')
-        self.wait_until(lambda: buffered() >= 20, 'the workers to buffer 20 batches')
+        self.wait_until(lambda: sum(self.buffered(w) for w in self.workers) >= 20, 'the workers to buffer 20 batches')
         ids = sorted(x['id'] for x in self.workers_view())
         self.net.isolate(self.dhost)
         t0 = time.time()
         self.read_each(trainers, 5 * BATCH)   # 10 of the 20 batches buffered
         time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
+        dropped_in, _ = self.net.dropped(self.dhost)
+        self.assertGreater(dropped_in, 0, 'the cut dropped nothing: %s' % self.net.cut_counters(self.dhost))
         self.net.heal_all()
         self.finish_exactly_once(trainers)
         after = self.job()
@@ -510,14 +525,24 @@ class ThrottledWorker(MultiHost):
         fast = [served[w.addr] for w in self.workers[:2]]
         slow_served = served[self.workers[2].addr]
         tbf = slow.tc_stats()
-        self.assertIn('tbf', tbf)
+        where = 'served per worker: %s; %s' % (dict(served), tbf)
+        # The throttle held the straggler back: tbf made its packets wait.
+        m = re.search(r'qdisc tbf .*?overlimits (\d+)', tbf, re.S)
+        self.assertTrue(m and int(m.group(1)) > 0, where)
+        if harness.asan_build():
+            # Under ASan every batch's allocation costs page faults and fills:
+            # a worker alone moves about 40 MB/s here, so the free links carry
+            # no more than the throttled one and there is no straggler to
+            # compare with. The shares are compared in the normal build.
+            sys.stderr.write('(ASan build: the free workers do not outrun 100 Mbit/s, shares not compared: '
+                             '%s) ' % dict(served))
+            return
         # At 100 Mbit/s the straggler sends 12.5 MB/s; the free links carry
         # hundreds. Splits go to whichever worker asks, and a worker asks when
         # its buffer has room: the straggler's fills and waits on its link, so
         # it serves well under its third (fair) share, and less than the
         # fast workers together and than the busiest of them. (Between equal
         # workers the shares are uneven too: one often serves most.)
-        where = 'served per worker: %s; %s' % (dict(served), tbf)
         self.assertLess(slow_served * 4, RECORDS, where)
         self.assertLess(slow_served * 3, sum(fast), where)
         self.assertLess(slow_served, max(fast), where)
