@@ -561,6 +561,13 @@ class LocalTargetWorkers(MultiHost):
         spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'mh', '--target-workers', 'local']
         trainers = [self.trainer(h, spec, args, name='local%d' % i) for i, h in enumerate(self.whosts)]
+        # One at a time, each trainer reads a batch while the others wait:
+        # the waiting ones' workers fill their buffers and stop asking for
+        # splits, so the reading one's worker gets some (else a worker that
+        # started late may find every split taken, and its trainer reads
+        # nothing, which proves nothing).
+        for t in trainers:
+            t.wait_received(BATCH)
         self.finish_exactly_once(trainers, n)
         for t, w in zip(trainers, self.workers):
             self.assertEqual(set(t.by_worker), {w.addr}, '%s read from %s' % (t.name, dict(t.by_worker)))
