@@ -63,11 +63,12 @@ class Daemon:
         self.host, self.name, self.argv = host, name, argv
         self.out_path = os.path.join(workdir, name + '.out')
         self.err_path = os.path.join(workdir, name + '.err')
-        self.p = host.popen(argv, name=name, stdout=open(self.out_path, 'w'), stderr=open(self.err_path, 'w'),
-                            stdin=subprocess.DEVNULL, env=child_env())
+        with open(self.out_path, 'w') as out, open(self.err_path, 'w') as err:
+            self.p = host.popen(argv, name=name, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env())
         deadline = time.time() + timeout
         while True:
-            m = LISTEN.search(open(self.out_path).read())
+            with open(self.out_path) as f:
+                m = LISTEN.search(f.read())
             if m:
                 self.port, self.admin_port = int(m.group(1)), int(m.group(2))
                 return
@@ -83,7 +84,8 @@ class Daemon:
         return '%s:%d' % (self.host.addr, self.port)
 
     def stderr(self):
-        return open(self.err_path).read()
+        with open(self.err_path) as f:
+            return f.read()
 
     def admin(self, path):
         return self.host.http_get(self.admin_port, path)
@@ -97,8 +99,9 @@ class Trainer:
     def __init__(self, host, argv, workdir, name):
         self.name = name
         self.err_path = os.path.join(workdir, name + '.err')
-        self.p = host.popen(argv, name=name, stdout=subprocess.PIPE, stderr=open(self.err_path, 'w'),
-                            stdin=subprocess.DEVNULL, env=child_env())
+        with open(self.err_path, 'w') as err:
+            self.p = host.popen(argv, name=name, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                env=child_env())
         self.cond = threading.Condition()
         self.allowance = 0
         self.received = 0
@@ -169,7 +172,8 @@ class Trainer:
         return rc
 
     def stderr(self):
-        return open(self.err_path).read()
+        with open(self.err_path) as f:
+            return f.read()
 
 
 class MultiHost(unittest.TestCase):
@@ -222,7 +226,10 @@ class MultiHost(unittest.TestCase):
 
     def _teardown(self):
         for t in self.trainers:
+            t.go()       # its reader thread reads to the end of the pipe and ends
             t.p.stop(5)
+            t.thread.join(10)
+            t.p.proc.stdout.close()
         self.net.heal_all()
         bad = {}
         for d in reversed(self.daemons):
