@@ -7,9 +7,10 @@ the benchmarking range 198.18.0.0/15 (RFC 2544), loopback up. Nothing is
 created in the root namespace: the machine's own network is untouched, and
 every name carries the test process's pid and a counter, so that parallel
 runs never collide. Between two hosts the Net makes partitions (nftables
-rules in one host's namespace that drop both directions to and from the
-peer's address, on the host's interface, as a cut cable would: the sockets
-see silence, not errors) and heals them; on a host it throttles the link
+rules in the hosts' namespaces: each drops what comes in from the other's
+address, so both directions are cut and each host's own stack sends as usual,
+as across a real network whose link broke: the sockets see silence, not
+errors) and heals them; on a host it throttles the link
 (tc tbf). Processes are started in a host with `ip netns exec`. close()
 stops every process it started and deletes every namespace, also after a
 failure; a run that was killed before it could clean up is swept away by
@@ -247,19 +248,19 @@ class Net:
         _run(['ip', '-n', self.bridge_ns, 'link', 'set', port, 'up'])
         _run(['ip', '-n', h.ns, 'addr', 'add', '%s/%d' % (addr, self.prefixlen), 'dev', h.iface])
         _run(['ip', '-n', h.ns, 'link', 'set', h.iface, 'up'])
-        # The partition table: a set of peers whose packets are dropped on the
-        # host's interface, both ways (netdev ingress and egress: below TCP,
-        # so a partition is silence, as on a real network). Kernels without
-        # the egress hook (before 5.16) drop at input and output instead.
+        # The partition table: a set of peers whose packets are dropped as
+        # they come in (netdev ingress: before the stack sees them). Not on
+        # the way out: a packet the host's own qdisc layer drops is an error
+        # its TCP sees (a connection whose own segments are dropped times out
+        # in seconds), where a real partition is silence. Kernels without
+        # netdev hooks drop at input instead, which the sender cannot see either.
         rules = ('table netdev sluice_cut {\n set peers { type ipv4_addr; }\n'
-                 ' chain in { type filter hook ingress device "%s" priority 0; ip saddr @peers counter drop; }\n'
-                 ' chain out { type filter hook egress device "%s" priority 0; ip daddr @peers counter drop; }\n}\n'
-                 % (h.iface, h.iface))
+                 ' chain in { type filter hook ingress device "%s" priority 0; ip saddr @peers counter drop; }\n}\n'
+                 % h.iface)
         h.cut_family = 'netdev'
         if h.run(['nft', '-f', '-'], input=rules, check=False).returncode != 0:
             rules = ('table inet sluice_cut {\n set peers { type ipv4_addr; }\n'
-                     ' chain in { type filter hook input priority 0; ip saddr @peers counter drop; }\n'
-                     ' chain out { type filter hook output priority 0; ip daddr @peers counter drop; }\n}\n')
+                     ' chain in { type filter hook input priority 0; ip saddr @peers counter drop; }\n}\n')
             h.run(['nft', '-f', '-'], input=rules)
             h.cut_family = 'inet'
         self.hosts[name] = h
@@ -293,12 +294,14 @@ class Net:
                     time.sleep(0.05)
 
     def partition(self, a, b):
-        """Cuts a from b: a's namespace drops everything to and from b's address."""
-        a.run(['nft', 'add', 'element', a.cut_family, 'sluice_cut', 'peers', '{ %s }' % b.addr])
+        """Cuts a from b both ways: a drops what comes from b, b what comes from a."""
+        for x, y in ((a, b), (b, a)):
+            x.run(['nft', 'add', 'element', x.cut_family, 'sluice_cut', 'peers', '{ %s }' % y.addr])
         self.cuts.add((a, b))
 
     def heal(self, a, b):
-        a.run(['nft', 'delete', 'element', a.cut_family, 'sluice_cut', 'peers', '{ %s }' % b.addr])
+        for x, y in ((a, b), (b, a)):
+            x.run(['nft', 'delete', 'element', x.cut_family, 'sluice_cut', 'peers', '{ %s }' % y.addr])
         self.cuts.discard((a, b))
 
     def isolate(self, a):
@@ -316,11 +319,11 @@ class Net:
         return a.run(['nft', 'list', 'table', a.cut_family, 'sluice_cut'], check=False).stdout
 
     def dropped(self, a):
-        """(packets dropped coming in, going out) by host a's partitions so far."""
-        counts = [int(x) for x in re.findall(r'counter packets (\d+)', self.cut_counters(a))]
-        if len(counts) != 2:
-            raise RuntimeError('no drop counters in %s' % self.cut_counters(a))
-        return tuple(counts)
+        """Packets host a dropped so far as they came in from hosts cut from it."""
+        m = re.search(r'counter packets (\d+)', self.cut_counters(a))
+        if not m:
+            raise RuntimeError('no drop counter in %s' % self.cut_counters(a))
+        return int(m.group(1))
 
     def close(self):
         """Stops every process started in the Net (SIGTERM, SIGKILL after 10
