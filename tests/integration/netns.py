@@ -19,6 +19,7 @@ the next one (namespaces whose pid is gone).
 Every wait is bounded. unavailable() says why the machine cannot run this
 (not root, no `ip netns`, no nft, no tc), so the tests can skip with the
 reason."""
+import atexit
 import ctypes
 import http.client
 import itertools
@@ -36,6 +37,7 @@ NETNS_DIR = '/var/run/netns'
 CLONE_NEWNET = 0x40000000
 CMD_TIMEOUT = 20
 _counter = itertools.count()
+_open_nets = set()   # closed at exit too, if a run is interrupted (a run killed with -9: sweep_stale)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -216,6 +218,7 @@ class Net:
         self.cuts = set()
         self.namespaces = []
         self.bridge_ns = self.tag + '-br'
+        _open_nets.add(self)
         try:
             self._add_ns(self.bridge_ns)
             _run(['ip', '-n', self.bridge_ns, 'link', 'add', 'br0', 'type', 'bridge'])
@@ -341,4 +344,11 @@ class Net:
         for name in reversed(self.namespaces):
             _delete_ns(name)
         self.namespaces = []
+        _open_nets.discard(self)
         return bad
+
+
+@atexit.register
+def _close_open_nets():
+    for net in list(_open_nets):
+        net.close()

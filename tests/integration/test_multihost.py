@@ -225,18 +225,20 @@ class MultiHost(unittest.TestCase):
                             'worker%d' % i)
 
     def _teardown(self):
-        for t in self.trainers:
-            t.go()       # its reader thread reads to the end of the pipe and ends
-            t.p.stop(5)
-            t.thread.join(10)
-            t.p.proc.stdout.close()
-        self.net.heal_all()
         bad = {}
-        for d in reversed(self.daemons):
-            rc = d.p.stop(20)
-            if rc != 0:
-                bad[d.name] = (rc, d.stderr()[-3000:])
-        self.net.close()
+        try:
+            for t in self.trainers:
+                t.go()       # its reader thread reads to the end of the pipe and ends
+                t.p.stop(5)
+                t.thread.join(10)
+                t.p.proc.stdout.close()
+            self.net.heal_all()   # the daemons shut down with their peers in reach
+            for d in reversed(self.daemons):
+                rc = d.p.stop(20)
+                if rc != 0:
+                    bad[d.name] = (rc, d.stderr()[-3000:])
+        finally:
+            self.net.close()      # whatever happened above: no process, no namespace left
         if bad:
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
