@@ -365,6 +365,32 @@ class WorkerCutFromDispatcher(MultiHost):
                          {'outstanding': 0, 'awaiting_reports': 0, 'queued': 0}, j)
 
 
+class WorkerCutFromDispatcherBriefly(MultiHost):
+    """Case 1, under the lease: the same cut for 3 s with --worker-timeout-ms
+    10000. The worker is not declared lost: it serves what it holds, waits
+    for splits, and carries on under its id once healed."""
+    CUT_S = 3
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '30000')
+
+    def test_dynamic_exactly_once_across_the_cut_and_heal(self):
+        trainers = self.gated_trainers()
+        self.read_each(trainers, N // 10)
+        self.assert_running('when the cut is made')
+        ids = sorted(x['id'] for x in self.workers_view())
+        self.net.partition(self.whosts[0], self.dhost)
+        t0 = time.time()
+        self.read_each(trainers, N // 20)
+        time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
+        self.assert_running('at the end of the cut')
+        self.assertGreater(self.net.dropped(self.dhost), 0, 'none of the worker\'s heartbeats was dropped')
+        self.net.heal(self.whosts[0], self.dhost)
+        self.finish_exactly_once(trainers)
+        j = self.job()
+        self.assertEqual(j['state'], 'FINISHED', j)
+        self.assertEqual(j['lost_splits']['report_gen'], 0, 'a worker was lost: %s' % j)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+
+
 class WorkerCutFromTrainers(MultiHost):
     """Case 2: a worker host loses both trainers but not the dispatcher (its
     heartbeats go on, it stays live) for a few seconds, well under the
