@@ -10,7 +10,7 @@ packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libevent-dev libssl-dev openssl nanopb libnanopb-dev protobuf-compiler python3-protobuf
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
-  python3 iperf3 chromium fio
+  python3 iperf3 chromium fio iproute2 nftables
   python3-numpy python3-torch python3-pil python3-yaml lmdb-utils
   podman buildah runc
 )
