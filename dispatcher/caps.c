@@ -45,6 +45,14 @@ void sl_cap_client_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t job_
     derive(secret, msg, sizeof msg, out);
 }
 
+void sl_cap_worker_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t worker_id, uint8_t out[SL_CAP_LEN])
+{
+    uint8_t msg[6 + 8];
+    memcpy(msg, "worker", 6);
+    put_be64(msg + 6, worker_id);
+    derive(secret, msg, sizeof msg, out);
+}
+
 void sl_cap_task_key(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t task_id, uint8_t out[SL_CAP_LEN])
 {
     uint8_t msg[4 + 8];

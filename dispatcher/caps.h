@@ -8,6 +8,7 @@
  *
  *   client_secret = HMAC-SHA256(secret, "client" || job_id || client_id)[0..16)
  *   task_key      = HMAC-SHA256(secret, "task" || task_id)[0..16)
+ *   worker_secret = HMAC-SHA256(secret, "worker" || worker_id)[0..16)
  *
  * ids as 8 big-endian bytes each (docs/protocol.md, "Ownership").
  */
@@ -27,6 +28,9 @@ int sl_cap_secret_new(uint8_t secret[SL_CAP_SECRET_LEN]);
 /** The secret of client client_id of job job_id. */
 void sl_cap_client_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t job_id, uint64_t client_id,
                           uint8_t out[SL_CAP_LEN]);
+
+/** The secret of worker worker_id (it proves the id on a reconnect). */
+void sl_cap_worker_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t worker_id, uint8_t out[SL_CAP_LEN]);
 
 /** The key of task task_id. */
 void sl_cap_task_key(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t task_id, uint8_t out[SL_CAP_LEN]);

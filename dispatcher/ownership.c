@@ -70,6 +70,11 @@ void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16]
     sl_cap_task_key(st->secret, task_id, out);
 }
 
+void sl_dstate_worker_secret(const sl_dstate_t *st, uint64_t worker_id, uint8_t out[16])
+{
+    sl_cap_worker_secret(st->secret, worker_id, out);
+}
+
 /* Checked before anything is looked up: a wrong secret learns nothing, not
  * even whether the client exists. */
 int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,

@@ -11,6 +11,7 @@
 
 #include <event2/listener.h>
 
+#include "caps.h"
 #include "conn.h"
 #include "counter.h"
 #include "errbuf.h"
@@ -214,13 +215,13 @@ static void reply(sl_conn_t *c, const sl_frame_hdr_t *hdr, int rc, unsigned type
     sl_conn_send(c, type, hdr->request_id, resp, NULL, 0, NULL, NULL);
 }
 
-/* Whether a connection other than dc holds worker worker_id. */
-static bool worker_bound_elsewhere(const struct dconn *dc, uint64_t worker_id)
+/* The connection other than dc that holds worker worker_id, or NULL. */
+static struct dconn *worker_bound_elsewhere(const struct dconn *dc, uint64_t worker_id)
 {
-    for (const struct dconn *o = dc->srv->conns; o; o = o->next)
+    for (struct dconn *o = dc->srv->conns; o; o = o->next)
         if (o != dc && o->worker_id == worker_id)
-            return true;
-    return false;
+            return o;
+    return NULL;
 }
 
 /* A count ended (on the loop): the dataset is registered with the files
@@ -348,11 +349,24 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             snprintf(err, sizeof err, "worker registration needs a worker role and an address");
         } else {
             rc = SL_ENOTFOUND;
-            /* An id is no capability: a worker resumes only an id that no
-             * other open connection holds (after a dispatcher restart none
-             * does); else it registers anew. */
-            if (req->worker_id != 0 && !worker_bound_elsewhere(dc, req->worker_id) &&
+            /* An id is no capability: a worker resumes an id that no other
+             * open connection holds (after a dispatcher restart none does),
+             * or one whose secret it shows: it left a connection that we
+             * have not seen close (a cut it gave up on), which is closed
+             * now; else it registers anew. */
+            struct dconn *old = req->worker_id ? worker_bound_elsewhere(dc, req->worker_id) : NULL;
+            uint8_t secret[16];
+            sl_dstate_worker_secret(st, req->worker_id, secret);
+            bool proven = sl_cap_equal(secret, req->worker_secret);
+            if (req->worker_id != 0 && (!old || proven) &&
                 sl_dstate_worker_resume(st, req->address, req->worker_id, now) == 0) {
+                if (old) {
+                    old->worker_id = 0; /* its close loses nothing now */
+                    sl_log_info("worker %" PRIu64 " reconnected from %s; its connection from %s is closed",
+                                req->worker_id, sl_conn_peer(c), sl_conn_peer(old->conn));
+                    sl_conn_fail(old->conn, SL_ECLOSED, "worker %" PRIu64 " reconnected over another connection",
+                                 req->worker_id);
+                }
                 resp.worker_id = req->worker_id;
                 rc = 0;
             }
@@ -365,6 +379,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
                 sl_dstate_worker_disconnected(st, dc->worker_id, "its connection registered another worker");
             dc->worker_id = resp.worker_id;
             resp.heartbeat_ms = sl_dstate_config(st)->worker_heartbeat_ms;
+            sl_dstate_worker_secret(st, resp.worker_id, resp.worker_secret);
         }
         reply(c, hdr, rc, SL_MSG_WORKER_REGISTER_RESP, &resp, err);
         break;

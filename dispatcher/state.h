@@ -173,10 +173,12 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        char *err, size_t errlen);
 
 /** The secret of client client_id of job job_id (what job_join answers and
- *  the client's requests must carry), and the key of task task_id (what a
- *  TaskDef and a TaskInfo carry): caps.h. */
+ *  the client's requests must carry), the key of task task_id (what a
+ *  TaskDef and a TaskInfo carry), and the secret of worker worker_id (what
+ *  its registration answer carries and a reconnect shows): caps.h. */
 void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t client_id, uint8_t out[16]);
 void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16]);
+void sl_dstate_worker_secret(const sl_dstate_t *st, uint64_t worker_id, uint8_t out[16]);
 
 /**
  * A client's heartbeat: renews its lease, answers the job's tasks and state

@@ -116,6 +116,12 @@ struct sl_worker {
     uint32_t next_request_id;
     struct outstanding *outstanding;
     bool heartbeat_out;
+    uint8_t worker_secret[16]; /* WorkerRegisterResponse.worker_secret: proves worker_id */
+    /* A dispatcher connection given up on (heartbeats unanswered), kept open
+     * until a new one has registered: closing it at once would reach the
+     * dispatcher after a heal before our new registration, and it would
+     * declare us lost. Frames on it are ignored. */
+    sl_conn_t *old_disp;
     int64_t heartbeat_sent_ms; /* when the heartbeat in flight went */
     bool heartbeat_soon;
     struct event *heartbeat_timer;
@@ -648,7 +654,9 @@ static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
         snprintf(why, sizeof why, "no heartbeat answer for %" PRId64 " ms", waited);
         sl_conn_t *c = w->disp;
         disp_close(c, -ETIMEDOUT, why, w); /* resets the session and schedules a reconnect */
-        sl_conn_close(c);
+        if (w->old_disp)
+            sl_conn_close(w->old_disp);
+        w->old_disp = c; /* closed once a new connection registered */
         return;
     }
     send_heartbeat(w);
@@ -663,6 +671,7 @@ static void send_register(sl_worker_t *w)
     snprintf(req.address, sizeof req.address, "%s", w->address);
     req.admin_port = w->cfg.admin_port;
     req.worker_id = w->worker_id; /* 0 at first; the id to resume with after a reconnect */
+    memcpy(req.worker_secret, w->worker_secret, sizeof req.worker_secret);
     session_set_state(w, SESSION_REGISTERING);
     send_request(w, o, &req);
 }
@@ -715,6 +724,11 @@ static void fetch_exclusions(sl_worker_t *w, const sluice_TaskDef *def, const ch
 static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     sl_worker_t *w = arg;
+    (void)msg;
+    if (c != w->disp) { /* the connection given up on: late answers */
+        free(payload);
+        return;
+    }
     struct outstanding *o = take_answer(w, hdr->request_id);
     if (!o) {
         free(payload);
@@ -740,9 +754,16 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         }
         uint64_t prev = w->worker_id;
         w->worker_id = ((const sluice_WorkerRegisterResponse *)msg)->worker_id;
+        memcpy(w->worker_secret, ((const sluice_WorkerRegisterResponse *)msg)->worker_secret,
+               sizeof w->worker_secret);
         if (((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms)
             w->cfg.heartbeat_ms = (int)((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms;
         session_set_state(w, SESSION_REGISTERED);
+        if (w->old_disp) {
+            /* The dispatcher took our id over the new connection. */
+            sl_conn_close(w->old_disp);
+            w->old_disp = NULL;
+        }
         if (prev == w->worker_id)
             sl_log_info("reconnected to dispatcher %s as worker %" PRIu64 ", keeping its tasks", w->dispatcher,
                         w->worker_id);
@@ -827,7 +848,10 @@ static void session_reset(sl_worker_t *w)
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     sl_worker_t *w = arg;
-    (void)c;
+    if (c == w->old_disp) {
+        w->old_disp = NULL;
+        return;
+    }
     if (w->session == SESSION_CONNECTING)
         sl_log_warn("cannot reach dispatcher %s (%s): retrying", w->dispatcher, why);
     else
@@ -961,6 +985,8 @@ void sl_worker_free(sl_worker_t *w)
     }
     if (w->disp)
         sl_conn_close(w->disp);
+    if (w->old_disp)
+        sl_conn_close(w->old_disp);
     session_reset(w);
     while (w->tasks) {
         struct wtask *wt = w->tasks;
