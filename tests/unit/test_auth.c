@@ -545,6 +545,8 @@ Test(auth, tls_streams_frames_of_every_size_whole_and_in_order, .timeout = 120)
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
     sl_auth_free(&mine);
+    /* The server sees the close on its own thread: wait for it, then stop. */
+    cr_assert(wait_closed(1), "the server did not see the client close");
     server_stop();
     cr_assert_eq(atomic_load(&S.closed), 1, "%s", S.close_why);
     remove_dir();
