@@ -187,6 +187,11 @@ void sl_rpc_close(sl_rpc_t *r)
         return;
     if (r->conn)
         sl_conn_close(r->conn);
+    /* A bufferevent with a callback still deferred (a TLS one after a failed
+     * handshake) is freed when that callback has run: let the loop run
+     * what is pending, or freeing the base would leak it. */
+    if (r->base)
+        event_base_loop(r->base, EVLOOP_NONBLOCK);
     if (r->base)
         event_base_free(r->base);
     free(r);

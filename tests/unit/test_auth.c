@@ -45,6 +45,7 @@ static struct {
     bool stream;               /* answer GET_SPLIT_REQ with the frames of stream_sizes() */
     atomic_long queued;        /* stream: what the socket did not take once all were sent, +1 */
     int sndbuf;                /* > 0: SO_SNDBUF of accepted sockets */
+    sl_conn_t *open[256];      /* accepted and not closed: closed by server_stop() */
     atomic_int closed;
     char close_why[1200];
     int close_err;
@@ -69,8 +70,10 @@ static void srv_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_
 
 static void srv_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
-    (void)c;
     (void)arg;
+    for (size_t i = 0; i < sizeof S.open / sizeof S.open[0]; i++)
+        if (S.open[i] == c)
+            S.open[i] = NULL;
     S.close_err = err;
     snprintf(S.close_why, sizeof S.close_why, "%s", why ? why : "");
     atomic_fetch_add(&S.closed, 1);
@@ -86,8 +89,13 @@ static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
     (void)arg;
     if (S.sndbuf > 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &S.sndbuf, sizeof S.sndbuf);
-    sl_conn_accept(S.base, fd, &S.env, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
-                   &S.limits, &srv_cbs, NULL);
+    sl_conn_t *c = sl_conn_accept(S.base, fd, &S.env, SL_ROLE_DISPATCHER,
+                                  (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER), &S.limits, &srv_cbs, NULL);
+    for (size_t i = 0; c && i < sizeof S.open / sizeof S.open[0]; i++)
+        if (!S.open[i]) {
+            S.open[i] = c;
+            break;
+        }
 }
 
 static void on_poll(evutil_socket_t fd, short what, void *arg)
@@ -127,6 +135,15 @@ static void server_stop(void)
 {
     atomic_store(&S.stop, true);
     pthread_join(S.thread, NULL);
+    /* Connections still open (a peer the test left open, or whose close the
+     * loop had not read yet) close with the server, and the loop runs what
+     * their close deferred, so that nothing leaks. */
+    for (size_t i = 0; i < sizeof S.open / sizeof S.open[0]; i++)
+        if (S.open[i]) {
+            sl_conn_close(S.open[i]);
+            S.open[i] = NULL;
+        }
+    event_base_loop(S.base, EVLOOP_NONBLOCK);
     evconnlistener_free(S.lis);
     event_base_free(S.base);
     sl_auth_free(&S.auth);
