@@ -146,36 +146,23 @@ static int count_fixed(const char *path, const sl_spec_source_t *src, uint64_t *
     return 0;
 }
 
-/* A TFRecord file counted 4096 records at a time, so that lim is checked
- * in between (sl_tfrecord_count() in pieces). */
+struct count_check {
+    const sl_count_limit_t *lim;
+    const char *path;
+};
+
+static int count_check(void *arg, char *err, size_t errlen)
+{
+    const struct count_check *c = arg;
+    return limit_check(c->lim, c->path, err, errlen);
+}
+
+/* A TFRecord file counted with lim checked every 4096 records. */
 static int count_tfrecord(const char *path, sl_tfrecord_compression_t comp, const sl_count_limit_t *lim,
                           uint64_t *records, char *err, size_t errlen)
 {
-    if (!lim)
-        return sl_tfrecord_count(path, comp, records, err, errlen);
-    *records = 0;
-    sl_tfrecord_opts_t opts;
-    sl_tfrecord_opts_init(&opts);
-    if (comp == SL_TFRECORD_NONE) {
-        opts.io.engine = SL_IO_PREAD;
-        opts.io.block_size = 4096;
-    }
-    sl_tfrecord_t *t;
-    int rc = sl_tfrecord_open(path, comp, &opts, &t, err, errlen);
-    if (rc < 0)
-        return rc;
-    for (;;) {
-        if ((rc = limit_check(lim, path, err, errlen)) < 0)
-            break;
-        rc = sl_tfrecord_skip_records(t, 4096);
-        if (rc < 0)
-            snprintf(err, errlen, "%s", sl_tfrecord_errmsg(t));
-        if (rc != 0)
-            break;
-    }
-    *records = sl_tfrecord_record_index(t);
-    sl_tfrecord_close(t);
-    return rc < 0 ? rc : 0;
+    struct count_check c = {lim, path};
+    return sl_tfrecord_count_checked(path, comp, lim ? count_check : NULL, &c, records, err, errlen);
 }
 
 /* Counts already made, by file identity (device, inode, size, mtime) and

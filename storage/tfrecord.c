@@ -434,6 +434,15 @@ void sl_tfrecord_close(sl_tfrecord_t *t)
 int sl_tfrecord_count(const char *path, sl_tfrecord_compression_t compression, uint64_t *records,
                       char *err, size_t errlen)
 {
+    return sl_tfrecord_count_checked(path, compression, NULL, NULL, records, err, errlen);
+}
+
+/* Records counted between two calls of check. */
+#define COUNT_STEP 4096
+
+int sl_tfrecord_count_checked(const char *path, sl_tfrecord_compression_t compression, sl_tfrecord_check_fn check,
+                              void *arg, uint64_t *records, char *err, size_t errlen)
+{
     *records = 0;
     sl_tfrecord_opts_t opts;
     sl_tfrecord_opts_init(&opts);
@@ -446,10 +455,16 @@ int sl_tfrecord_count(const char *path, sl_tfrecord_compression_t compression, u
     int rc = sl_tfrecord_open(path, compression, &opts, &t, err, errlen);
     if (rc < 0)
         return rc;
-    rc = sl_tfrecord_skip_records(t, UINT64_MAX);
+    for (;;) {
+        if (check && (rc = check(arg, err, errlen)) < 0)
+            break;
+        rc = sl_tfrecord_skip_records(t, check ? COUNT_STEP : UINT64_MAX);
+        if (rc < 0)
+            snprintf(err, errlen, "%s", t->errmsg);
+        if (rc != 0)
+            break;
+    }
     *records = t->index;
-    if (rc < 0)
-        snprintf(err, errlen, "%s", t->errmsg);
     sl_tfrecord_close(t);
     return rc < 0 ? rc : 0;
 }

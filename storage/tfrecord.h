@@ -121,4 +121,17 @@ void sl_tfrecord_close(sl_tfrecord_t *t);
 int sl_tfrecord_count(const char *path, sl_tfrecord_compression_t compression, uint64_t *records,
                       char *err, size_t errlen);
 
+/** A check between steps of a long operation: 0 to go on, or a negative
+ *  code with err filled to stop it with that code. */
+typedef int (*sl_tfrecord_check_fn)(void *arg, char *err, size_t errlen);
+
+/**
+ * sl_tfrecord_count() that calls check(arg, err, errlen) before every 4096
+ * records and stops with its code when it returns one (a deadline, a
+ * cancel); check NULL is sl_tfrecord_count(). *records is the records
+ * counted before it stopped.
+ */
+int sl_tfrecord_count_checked(const char *path, sl_tfrecord_compression_t compression, sl_tfrecord_check_fn check,
+                              void *arg, uint64_t *records, char *err, size_t errlen);
+
 #endif
