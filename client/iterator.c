@@ -815,12 +815,6 @@ static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
 
 static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 
-/* Heartbeats unanswered this many intervals (and at least
- * HB_ANSWER_MIN_MS) mean the connection is dead, whatever TCP thinks: it
- * is closed and a new one opened, so that a healed network carries
- * heartbeats at once rather than after TCP's retransmission backoff. */
-#define HB_ANSWER_INTERVALS 8
-#define HB_ANSWER_MIN_MS 2000
 /* Reconnects to the dispatcher back off from 100 ms, doubling, to about a second. */
 #define DISP_BACKOFF_MIN_MS 100
 #define DISP_BACKOFF_MAX_MS 1000
@@ -858,9 +852,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
                       it->disp_error);
         return;
     }
-    int64_t answer_ms = (int64_t)it->heartbeat_ms * HB_ANSWER_INTERVALS;
-    if (answer_ms < HB_ANSWER_MIN_MS)
-        answer_ms = HB_ANSWER_MIN_MS;
+    int64_t answer_ms = sl_conn_answer_deadline_ms(it->heartbeat_ms);
     if (it->disp && it->hb_out && now - it->hb_sent_ms > answer_ms) {
         snprintf(it->disp_error, sizeof it->disp_error, "no heartbeat answer for %" PRId64 " ms",
                  now - it->hb_sent_ms);

@@ -152,4 +152,17 @@ void sl_conn_set_arg(sl_conn_t *c, void *arg);
  */
 int sl_conn_local_host(const sl_conn_t *c, char *host, size_t len);
 
+/**
+ * How long a heartbeat may go unanswered before its connection counts as
+ * dead, whatever TCP thinks: 8 intervals, and at least 2 s. The worker and
+ * the client then close it and open a new one, so that a healed network
+ * carries heartbeats at once rather than after TCP's retransmission backoff
+ * (docs/fault-tolerance.md, "Dispatcher outages").
+ */
+static inline int64_t sl_conn_answer_deadline_ms(uint32_t heartbeat_ms)
+{
+    int64_t ms = (int64_t)heartbeat_ms * 8;
+    return ms < 2000 ? 2000 : ms;
+}
+
 #endif

@@ -630,14 +630,6 @@ static void send_heartbeat(sl_worker_t *w)
     free(req);
 }
 
-/* A heartbeat unanswered this many intervals (and at least
- * HB_ANSWER_MIN_MS) means the connection is dead, whatever TCP thinks: it
- * is closed and a new one opened (docs/fault-tolerance.md, "Dispatcher
- * outages"), so that a healed network carries heartbeats at once rather
- * than after TCP's retransmission backoff. */
-#define HB_ANSWER_INTERVALS 8
-#define HB_ANSWER_MIN_MS 2000
-
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg);
 
 static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
@@ -645,9 +637,7 @@ static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
     sl_worker_t *w = arg;
     (void)fd;
     (void)what;
-    int64_t answer_ms = (int64_t)w->cfg.heartbeat_ms * HB_ANSWER_INTERVALS;
-    if (answer_ms < HB_ANSWER_MIN_MS)
-        answer_ms = HB_ANSWER_MIN_MS;
+    int64_t answer_ms = sl_conn_answer_deadline_ms((uint32_t)w->cfg.heartbeat_ms);
     int64_t waited = (now_us() / 1000) - w->heartbeat_sent_ms;
     if (w->heartbeat_out && w->disp && waited > answer_ms) {
         char why[128];
