@@ -55,6 +55,8 @@
  * asked again after 5 ms, doubling up to RETRY_MS, not at the next tick. */
 #define UNKNOWN_RETRY_MS 5
 #define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
+/* sl_iterator_opts_t.dispatcher_timeout_ms unless given: an hour, as tf.data service. */
+#define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
 
@@ -395,6 +397,13 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
     }
 }
 
+/* min, doubled tries times, at most max: a backoff. */
+static int64_t doubled(int64_t min, int64_t max, unsigned tries)
+{
+    int64_t ms = min << (tries < 16 ? tries : 16);
+    return ms < max ? ms : max;
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
@@ -420,10 +429,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
                 t->unknown_since = now;
                 t->unknown_tries = 0;
             }
-            int64_t wait = (int64_t)UNKNOWN_RETRY_MS << (t->unknown_tries < 6 ? t->unknown_tries : 6);
-            t->unknown_tries++;
-            if (wait > RETRY_MS)
-                wait = RETRY_MS;
+            int64_t wait = doubled(UNKNOWN_RETRY_MS, RETRY_MS, t->unknown_tries++);
             t->not_before = now + wait;
             struct timeval tv = {0, (suseconds_t)wait * 1000};
             evtimer_add(it->retry_timer, &tv);
@@ -824,10 +830,7 @@ static void disp_connect(sl_iterator_t *it)
     int64_t now = now_ms();
     if (now < it->disp_retry_at)
         return;
-    unsigned shift = it->disp_attempts < 4 ? it->disp_attempts : 4;
-    int64_t wait = (int64_t)DISP_BACKOFF_MIN_MS << shift;
-    if (wait > DISP_BACKOFF_MAX_MS)
-        wait = DISP_BACKOFF_MAX_MS;
+    int64_t wait = doubled(DISP_BACKOFF_MIN_MS, DISP_BACKOFF_MAX_MS, it->disp_attempts);
     /* Jitter: trainers that lost one dispatcher do not come back in step. */
     it->disp_retry_at = now + wait / 2 + (int64_t)(((uint64_t)now * 2654435761u + it->client_id) % (uint64_t)(wait / 2 + 1));
     it->disp_attempts++;
@@ -952,7 +955,7 @@ void sl_iterator_opts_init(sl_iterator_opts_t *o)
         .connect_timeout_ms = 5000,
         .timeout_ms = 30000,
         .max_batch_bytes = 256u << 20,
-        .dispatcher_timeout_ms = 3600000,
+        .dispatcher_timeout_ms = DISPATCHER_TIMEOUT_MS,
     };
 }
 
@@ -999,7 +1002,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     }
     if (it->opts.dispatcher_timeout_ms == 0)
-        it->opts.dispatcher_timeout_ms = 3600000;
+        it->opts.dispatcher_timeout_ms = DISPATCHER_TIMEOUT_MS;
     if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||
         it->opts.dispatcher_timeout_ms < 1 ||
         it->opts.connect_timeout_ms < 1 || it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {
