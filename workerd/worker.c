@@ -140,6 +140,7 @@ static int64_t now_us(void)
 
 static void session_connect(sl_worker_t *w);
 static void send_heartbeat(sl_worker_t *w);
+static void heartbeat_now(sl_worker_t *w);
 static void serve_parked(sl_worker_t *w, struct wtask *wt);
 
 static void session_set_state(sl_worker_t *w, enum session_state next)
@@ -230,10 +231,7 @@ static void on_task_notify(sl_task_t *task, void *arg)
     if ((int)ts.state != wt->last_state) {
         /* The dispatcher should hear at once that a task finished. */
         wt->last_state = (int)ts.state;
-        if (w->heartbeat_out)
-            w->heartbeat_soon = true;
-        else
-            send_heartbeat(w);
+        heartbeat_now(w);
     }
 }
 
@@ -413,12 +411,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
              * the dispatcher now rather than at the next tick, so that a
              * job's first batch does not wait for the heartbeat interval.
              * One heartbeat is in flight at a time, whatever clients ask. */
-            if (w->session == SESSION_REGISTERED) {
-                if (w->heartbeat_out)
-                    w->heartbeat_soon = true;
-                else
-                    send_heartbeat(w);
-            }
+            heartbeat_now(w);
         }
         return true;
     }
@@ -631,6 +624,16 @@ static void send_heartbeat(sl_worker_t *w)
 }
 
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg);
+
+/* A heartbeat now, not at the next tick; right after the answer when one
+ * is in flight (one at a time). */
+static void heartbeat_now(sl_worker_t *w)
+{
+    if (w->heartbeat_out)
+        w->heartbeat_soon = true;
+    else
+        send_heartbeat(w);
+}
 
 static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
 {
