@@ -507,6 +507,20 @@ static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t 
     return true;
 }
 
+/* sl_tls_read() into buf; a failure ends the connection with the peer's
+ * address, the reason and `where` (" in the middle of a frame").
+ * @return the bytes read, 0 to wait for the socket, -1 when it died */
+static long conn_tls_read(sl_conn_t *c, void *buf, size_t len, const char *where)
+{
+    char why[256], full[480];
+    long r = sl_tls_read(tls_of(c), buf, len, why, sizeof why);
+    if (r >= 0)
+        return r;
+    snprintf(full, sizeof full, "%s %s%s", c->peer_addr, why, where);
+    conn_die(c, true, (int)r, full);
+    return -1;
+}
+
 /* Moves the part-read frame's payload on, its buffer allocated first: what
  * libevent already read into the input, then straight from the socket into
  * the payload's buffer (libevent reads at most 4096 bytes per call, an epoll_wait and two system
@@ -542,15 +556,9 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
     }
     /* Under TLS, decrypted straight into the payload (tlsio.h). */
     while (c->tls && need > 0) {
-        char why[256], full[400];
-        long r = sl_tls_read(tls_of(c), c->rx_payload + c->rx_have, need, why, sizeof why);
-        if (r == 0)
-            return false; /* the rest comes with the next read event */
-        if (r < 0) {
-            snprintf(full, sizeof full, "%s %s in the middle of a frame", c->peer_addr, why);
-            conn_die(c, true, (int)r, full);
-            return false;
-        }
+        long r = conn_tls_read(c, c->rx_payload + c->rx_have, need, " in the middle of a frame");
+        if (r <= 0)
+            return false; /* the rest comes with the next read event, or the connection died */
         c->rx_have += (size_t)r;
         need -= (size_t)r;
     }
@@ -680,9 +688,8 @@ static bool read_step(sl_conn_t *c, struct evbuffer *in)
         uint8_t first[2];
         /* A peer that refuses our handshake answers with an error frame
          * (type 1) instead of its own: read it for the reason. */
-        if (c->outgoing && evbuffer_copyout(in, first, 2) == 2 && first[0] == 0 && first[1] == SL_MSG_ERROR) {
+        if (c->outgoing && evbuffer_copyout(in, first, 2) == 2 && first[0] == 0 && first[1] == SL_MSG_ERROR)
             return read_frame(c, in);
-        }
         size_t have = evbuffer_get_length(in);
         if (!c->prefix_checked) {
             if (have < SL_HANDSHAKE_PREFIX_LEN)
@@ -724,26 +731,19 @@ static bool read_step(sl_conn_t *c, struct evbuffer *in)
  * @return the bytes moved, 0 when there were none, -1 when the connection died */
 static long tls_pump(sl_conn_t *c, struct evbuffer *in)
 {
-    SSL *ssl = tls_of(c);
-    if (!sl_tls_has_pending(ssl))
+    if (!sl_tls_has_pending(tls_of(c)))
         return 0;
     struct evbuffer_iovec v;
     if (evbuffer_reserve_space(in, 16384, &v, 1) < 1) {
         conn_die(c, true, -ENOMEM, "out of memory reading a TLS record");
         return -1;
     }
-    char why[256], full[400];
-    long r = sl_tls_read(ssl, v.iov_base, v.iov_len, why, sizeof why);
+    long r = conn_tls_read(c, v.iov_base, v.iov_len, "");
     if (r > 0) {
         v.iov_len = (size_t)r;
         evbuffer_commit_space(in, &v, 1);
-        return r;
     }
-    if (r == 0)
-        return 0;
-    snprintf(full, sizeof full, "%s %s", c->peer_addr, why);
-    conn_die(c, true, (int)r, full);
-    return -1;
+    return r;
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)
