@@ -20,7 +20,7 @@
 
 static sl_metric_t *m_workers, *m_jobs, *m_datasets;
 /* The limits (docs/security.md, "Limits"). */
-static sl_metric_t *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
+static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
 /* Parses the decimal id at the start of s; rest points after it. */
 static int parse_id(const char *s, uint64_t *id, const char **rest)
@@ -223,6 +223,7 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_jobs, s.jobs_running);
     sl_metric_set(m_datasets, s.datasets);
     sl_metric_set(m_exclude_runs, (double)s.exclude_runs);
+    sl_metric_set(m_clients_away, s.clients_away);
     sl_metric_set(m_datasets_collected, (double)s.datasets_collected);
     sl_metric_set(m_datasets_refused, (double)s.datasets_refused);
     sl_metric_set(m_jobs_refused, (double)s.jobs_refused);
@@ -257,6 +258,9 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     static const char refusals[] = "Requests refused at a configured limit (docs/security.md).";
     m_datasets_collected = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_datasets_collected_total",
                                               NULL, "Datasets deleted by --dataset-gc-timeout-ms.", NULL, 0);
+    m_clients_away = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_clients_away", NULL,
+                                        "Clients of running jobs whose lease ran out, not yet released "
+                                        "(--client-rejoin-ms).", NULL, 0);
     m_exclude_runs = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_exclude_runs", NULL,
                                         "Runs of restored checkpoints' positions the running jobs hold.", NULL, 0);
     m_datasets_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",

@@ -42,7 +42,9 @@ static void usage(FILE *f)
             "  --worker-heartbeat-ms N  how often workers heartbeat (250; at most half of --worker-timeout-ms)\n"
             "  --stall-timeout-ms N     a worker whose pipeline makes no batch this long while\n"
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
-            "  --client-timeout-ms N    a client without heartbeat this long is released (30000)\n"
+            "  --client-timeout-ms N    a client without heartbeat this long is away (30000)\n"
+            "  --client-rejoin-ms N     an away client is released after this long; until then\n"
+            "                           it may come back and go on exactly once (600000; 0: at once)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
             "  --dataset-gc-timeout-ms N  a dataset no running job read this long is deleted\n"
             "                           (86400000; 0: never; a full registry drops the oldest such)\n"
@@ -80,7 +82,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_COUNT_TO, O_WORKER_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -90,6 +92,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"worker-heartbeat-ms", required_argument, NULL, O_WORKER_HB},
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
+        {"client-rejoin-ms", required_argument, NULL, O_CLIENT_REJOIN},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"dataset-gc-timeout-ms", required_argument, NULL, O_DS_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
@@ -131,6 +134,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_CLIENT_TO:
             if (sl_cli_int(program, "client-timeout-ms", optarg, 100, 86400000, &o->state.client_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_CLIENT_REJOIN:
+            if (sl_cli_int(program, "client-rejoin-ms", optarg, 0, 86400000, &o->state.client_rejoin_ms) < 0)
                 return -1;
             break;
         case O_GC_TO:

@@ -134,8 +134,8 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
     unsigned readers = 0;
     for (unsigned i = 0; i < j->num_clients; i++) {
         struct client *c = &j->clients[i];
-        if (!reads(c, t))
-            continue;
+        if (!reads(c, t) || c->away_since)
+            continue; /* an away client holds no split back (state.c, client_away()) */
         readers++;
         const struct client_progress *p = progress_of(c, t->id);
         uint64_t b = p ? p->done_below : 0;

@@ -63,6 +63,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .worker_timeout_ms = 10000,
         .stall_timeout_ms = 60000,
         .client_timeout_ms = 30000,
+        .client_rejoin_ms = 600000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
         .worker_heartbeat_ms = 250,
@@ -771,9 +772,29 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
     return d ? d->canonical : NULL;
 }
 
+static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now);
+static struct client *longest_away(struct job *j);
+
 static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
                           const char *host, int64_t now, uint64_t *client_id, char *err, size_t errlen)
 {
+    /* A client that comes in place of an away one (a restarted trainer)
+     * takes its consumer index; one more than the limit, its place. */
+    for (unsigned i = 0; j->num_consumers > 0 && i < j->num_clients; i++) {
+        if (j->clients[i].away_since && j->clients[i].consumer_index == req->consumer_index) {
+            sl_log_warn("job %" PRIu64 ": client %" PRIu64 ", away for %" PRId64 " ms, released: a new client "
+                        "takes its consumer_index %u", j->id, j->clients[i].id, now - j->clients[i].away_since,
+                        req->consumer_index);
+            job_remove_client(st, j, &j->clients[i], now);
+            break;
+        }
+    }
+    struct client *away = j->num_clients >= st->cfg.max_clients_per_job ? longest_away(j) : NULL;
+    if (away) {
+        sl_log_warn("job %" PRIu64 ": client %" PRIu64 ", away for %" PRId64 " ms, released: the job is at its "
+                    "limit of %u clients", j->id, away->id, now - away->away_since, st->cfg.max_clients_per_job);
+        job_remove_client(st, j, away, now);
+    }
     if (j->num_clients >= st->cfg.max_clients_per_job) {
         return sl_errf(err, errlen, SL_ETOOBIG,
                        "job %" PRIu64 " has %u clients, the limit", j->id, st->cfg.max_clients_per_job);
@@ -971,7 +992,8 @@ static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJo
                    req->num_consumers);
     }
     for (unsigned i = 0; i < j->num_clients; i++) {
-        if (j->clients[i].consumer_index == req->consumer_index) {
+        /* An away client's index goes to the one that asks (job_add_client()). */
+        if (j->clients[i].consumer_index == req->consumer_index && !j->clients[i].away_since) {
             return sl_errf(err, errlen, SL_ECONFLICT,
                            "job \"%s\": consumer_index %u is taken by client %" PRIu64, j->name,
                        req->consumer_index, j->clients[i].id);
@@ -1171,6 +1193,41 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
     job_check_finished(st, j);
 }
 
+/* Client c's lease ran out: it is away. It holds back none of the splits
+ * its peers have (they may end their epoch), but a report after a worker
+ * loss waits for it, and what it has not confirmed stays known, until it
+ * comes back (client_back()) or --client-rejoin-ms passes. */
+static void client_away(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
+{
+    c->away_since = now;
+    sl_log_warn("job %" PRIu64 ": client %" PRIu64 " is away: no heartbeat for %" PRId64 " ms; it may come back "
+                "for %" PRId64 " ms (--client-rejoin-ms)", j->id, c->id, now - c->last_seen,
+                st->cfg.client_rejoin_ms);
+    sl__out_progress(st, j, NULL, NULL, 0); /* its progress no longer holds splits back */
+    job_check_finished(st, j);
+}
+
+/* A frame from client c: its lease starts again, and an away client is back. */
+static void client_heard(const sl_dstate_t *st, const struct job *j, struct client *c, int64_t now)
+{
+    (void)st;
+    if (c->away_since)
+        sl_log_info("job %" PRIu64 ": client %" PRIu64 " is back after %" PRId64 " ms away", j->id, c->id,
+                    now - c->away_since);
+    c->away_since = 0;
+    c->last_seen = now;
+}
+
+/* A client that is away the longest, or NULL. */
+static struct client *longest_away(struct job *j)
+{
+    struct client *a = NULL;
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].away_since && (!a || j->clients[i].away_since < a->away_since))
+            a = &j->clients[i];
+    return a;
+}
+
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
@@ -1185,10 +1242,12 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     struct client *c = job_find_client(j, req->client_id);
     if (!c) {
         return sl_errf(err, errlen, SL_ENOTFOUND,
-                       "client %" PRIu64 " of job %" PRIu64 " is unknown: its lease expired after %" PRId64
-                   " ms without heartbeat", req->client_id, j->id, st->cfg.client_timeout_ms);
+                       "client %" PRIu64 " of job %" PRIu64 " is unknown: it was released after %" PRId64
+                       " ms without heartbeat (--client-timeout-ms %" PRId64 " and --client-rejoin-ms %" PRId64 ")",
+                       req->client_id, j->id, st->cfg.client_timeout_ms + st->cfg.client_rejoin_ms,
+                       st->cfg.client_timeout_ms, st->cfg.client_rejoin_ms);
     }
-    c->last_seen = now;
+    client_heard(st, j, c, now);
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
         sl__out_progress(st, j, c, req->progress, req->progress_count);
         job_check_finished(st, j);
@@ -1255,7 +1314,7 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
     int rc = owned_client(st, "REPORT_RECEIVED", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
-    c->last_seen = now;
+    client_heard(st, j, c, now);
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j))
         return 0;
     rc = sl__out_report(st, j, c, req, payload, len, err, errlen);
@@ -1349,8 +1408,12 @@ static bool silence(sl_dstate_t *st, int64_t now)
             if (st->workers[i].state == WORKER_LIVE)
                 st->workers[i].last_seen = now;
         for (unsigned i = 0; i < st->num_jobs; i++)
-            for (unsigned k = 0; k < st->jobs[i]->num_clients; k++)
-                st->jobs[i]->clients[k].last_seen = now;
+            for (unsigned k = 0; k < st->jobs[i]->num_clients; k++) {
+                struct client *c = &st->jobs[i]->clients[k];
+                c->last_seen = now;
+                if (c->away_since)
+                    c->away_since = now; /* its window starts afresh too */
+            }
         sl_log_info("heard again after %" PRId64 " ms of silence: every worker and client lease starts afresh",
                     now - st->silent_since);
     }
@@ -1375,7 +1438,12 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
         struct job *j = st->jobs[i];
         for (unsigned k = 0; k < j->num_clients;) {
             struct client *c = &j->clients[k];
-            if (now - c->last_seen > st->cfg.client_timeout_ms) {
+            if (c->away_since == 0 && now - c->last_seen > st->cfg.client_timeout_ms &&
+                st->cfg.client_rejoin_ms > 0) {
+                client_away(st, j, c, now);
+                k++;
+            } else if (c->away_since == 0 ? now - c->last_seen > st->cfg.client_timeout_ms
+                                          : now - c->away_since > st->cfg.client_rejoin_ms) {
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
@@ -1400,8 +1468,11 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++) {
         out->jobs_running += st->jobs[i]->state == SL_JOB_RUNNING;
-        if (st->jobs[i]->state == SL_JOB_RUNNING)
-            out->exclude_runs += st->jobs[i]->exclude.num;
+        if (st->jobs[i]->state != SL_JOB_RUNNING)
+            continue;
+        out->exclude_runs += st->jobs[i]->exclude.num;
+        for (unsigned k = 0; k < st->jobs[i]->num_clients; k++)
+            out->clients_away += st->jobs[i]->clients[k].away_since != 0;
     }
 }
 

@@ -25,7 +25,9 @@ typedef struct sl_dstate sl_dstate_t;
 typedef struct sl_dstate_config {
     int64_t worker_timeout_ms; /* a worker without heartbeat this long is lost */
     int64_t stall_timeout_ms;  /* a worker reporting a task stalled this long is lost; 0: never */
-    int64_t client_timeout_ms; /* a client without heartbeat this long is released */
+    int64_t client_timeout_ms; /* a client without heartbeat this long is away */
+    int64_t client_rejoin_ms;  /* an away client is released after this long; until then it
+                                  may come back (docs/fault-tolerance.md); 0: at once */
     int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
     int64_t dataset_gc_timeout_ms; /* a dataset no running job read for this long is deleted (0: never) */
     uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */
@@ -267,6 +269,7 @@ typedef struct sl_dstate_stats {
     unsigned jobs_running;
     unsigned jobs_total;
     uint64_t exclude_runs; /* runs of restored positions the running jobs hold */
+    unsigned clients_away; /* clients of running jobs whose lease ran out, not yet released */
     /* Requests refused at a configured limit, since start. */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms, since start */

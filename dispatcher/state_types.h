@@ -110,6 +110,7 @@ struct task {
 struct client {
     uint64_t id;
     int64_t last_seen;
+    int64_t away_since;        /* its lease ran out then (not stored); 0: present */
     uint32_t consumer_index;   /* coordinated reads */
     uint64_t round;            /* the next round it asks for, as it last said */
     sl_target_workers_t target;

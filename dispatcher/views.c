@@ -118,10 +118,14 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
     if (!detail)
         return o;
     json_t *consumers = json_array();
-    for (unsigned c = 0; c < j->num_clients; c++)
-        json_array_append_new(consumers, json_pack("{s:I,s:I}", "client_id", (json_int_t)j->clients[c].id,
-                                                   "last_heartbeat_ms_ago",
-                                                   (json_int_t)(now - j->clients[c].last_seen)));
+    for (unsigned c = 0; c < j->num_clients; c++) {
+        const struct client *cl = &j->clients[c];
+        json_t *co = json_pack("{s:I,s:I,s:s}", "client_id", (json_int_t)cl->id, "last_heartbeat_ms_ago",
+                               (json_int_t)(now - cl->last_seen), "state", cl->away_since ? "away" : "present");
+        if (cl->away_since)
+            json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
+        json_array_append_new(consumers, co);
+    }
     json_object_set_new(o, "consumers", consumers);
     json_t *tasks = json_array();
     for (unsigned t = 0; t < j->num_tasks; t++) {

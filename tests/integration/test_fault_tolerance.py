@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -285,6 +286,87 @@ class WorkerCrash(ThreeWorkers):
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--no-provenance', '--checkpoint-out', 'x'])
         self.assertEqual(rc, 2)
         self.assertIn('--no-provenance cannot go with', err)
+
+
+class AwayClient(unittest.TestCase):
+    """A trainer whose lease runs out while it is away (stopped with SIGSTOP
+    longer than --client-timeout-ms) is away, not gone: its peer reads on,
+    a worker killed meanwhile has its splits wait for what the away trainer
+    received, and when it comes back it goes on: exactly once across both."""
+
+    def setUp(self):
+        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--client-timeout-ms', '1000'])
+        self.cluster.wait_workers_registered(3)
+
+    def tearDown(self):
+        bad = self.cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+    def test_an_away_trainer_comes_back_exactly_once_across_a_worker_loss(self):
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
+        args = ['--sharding', 'dynamic', '--job-name', 'away', '--max-outstanding', '4', '--timeout-ms', '60000']
+        admin = self.cluster.dispatcher.admin_port
+        trainers, got, counts = [], [[], []], [0, 0]
+        # The peer stops reading while the trainer is away (its stdout is not
+        # read, so it blocks; its heartbeats go on): the epoch cannot end
+        # before the away trainer is back, however fast the machine.
+        peer_reads = threading.Event()
+        peer_reads.set()
+
+        def drain(i, proc):
+            for line in proc.stdout:
+                if i == 1:
+                    peer_reads.wait()
+                if line.endswith('\n'):
+                    got[i].extend(json.loads(line)['value'])
+                    counts[i] += 1
+        threads = []
+        try:
+            for i in range(2):
+                p = subprocess.Popen(self.cluster.cat_argv(spec, args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=child_env())
+                trainers.append(p)
+                t = threading.Thread(target=drain, args=(i, p), daemon=True)
+                t.start()
+                threads.append(t)
+            wait_for(lambda: min(counts) >= 20, 'both trainers to read 20 batches')
+            peer_reads.clear()
+            trainers[0].send_signal(signal.SIGSTOP)
+            job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
+
+            def job():
+                return get_json(admin, '/v1/jobs/%d' % job_id)
+            wait_for(lambda: [c['state'] for c in job()['consumers']] in (['away', 'present'], ['present', 'away']),
+                     'the stopped trainer to be away and its peer present')
+            # A worker that served the job dies while the trainer is away; it
+            # holds splits (its buffer is full, nobody reads).
+            victim = next(i for i, w in enumerate(self.cluster.workers)
+                          if any(t['batches_produced'] > 0 for t in get_json(w.admin_port, '/v1/tasks')['tasks']))
+            self.cluster.restart_worker(victim, down=0.2)
+            wait_for(lambda: job()['lost_splits']['report_gen'] >= 1, 'the dispatcher to see the worker lost')
+            self.assertEqual(job()['state'], 'RUNNING')
+            trainers[0].send_signal(signal.SIGCONT)
+            peer_reads.set()
+            errs = []
+            for p, t in zip(trainers, threads):
+                p.wait(timeout=300)
+                t.join(timeout=60)
+                errs.append(p.stderr.read())
+        finally:
+            peer_reads.set()
+            for p in trainers:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    p.wait()
+        for p, e in zip(trainers, errs):
+            self.assertEqual(p.returncode, 0, 'sluice-cat failed: %s' % e[-3000:])
+        assert_exactly_once(self, got[0] + got[1], N, 'an away trainer and a worker killed meanwhile')
+        log = self.cluster.dispatcher.stderr()
+        self.assertRegex(log, r'client \d+ is away: no heartbeat for \d+ ms')
+        self.assertRegex(log, r'client \d+ is back after \d+ ms away')
+        self.assertEqual(job()['state'], 'FINISHED')
 
 
 class Checkpoints(ThreeWorkers):

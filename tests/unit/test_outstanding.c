@@ -121,8 +121,9 @@ static void get_splits(uint64_t task, uint64_t seq, uint32_t max, sluice_GetSpli
     cr_assert_eq(sl_dstate_get_splits(st, &req, r, err, sizeof err), 0, "%s", err);
 }
 
-/* A client heartbeat saying how far each of n tasks reached it. */
-static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64_t *tasks, const uint64_t *below)
+/* A client heartbeat at `now` saying how far each of n tasks reached it. */
+static void heartbeat_at(int64_t now, uint64_t job_id, uint64_t client, unsigned n, const uint64_t *tasks,
+                         const uint64_t *below)
 {
     sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
     req->job_id = job_id;
@@ -131,8 +132,13 @@ static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64
     for (unsigned i = 0; i < n; i++)
         req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = tasks[i], .done_below = below[i]};
     memset(hb, 0, sizeof *hb);
-    cr_assert_eq(sl_dstate_client_heartbeat(st, req, 0, hb, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, req, now, hb, err, sizeof err), 0, "%s", err);
     free(req);
+}
+
+static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64_t *tasks, const uint64_t *below)
+{
+    heartbeat_at(0, job_id, client, n, tasks, below);
 }
 
 /* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
@@ -380,4 +386,114 @@ Test(outstanding, a_damaged_report_is_refused_with_what_was_wrong)
     req.client_id = 999;
     sl_dstate_client_secret(st, j, 999, req.client_secret);
     cr_assert_eq(sl_dstate_client_report(st, &req, NULL, 0, 0, err, sizeof err), SL_ENOTFOUND);
+}
+
+/* The state of client c in the job's view: "present" or "away". */
+static const char *client_state(uint64_t job_id, uint64_t c)
+{
+    static char state[16];
+    json_t *j = job_view(job_id);
+    size_t i;
+    json_t *o;
+    state[0] = 0;
+    json_array_foreach(json_object_get(j, "consumers"), i, o)
+        if ((uint64_t)json_integer_value(json_object_get(o, "client_id")) == c)
+            snprintf(state, sizeof state, "%s", json_string_value(json_object_get(o, "state")));
+    json_decref(j);
+    return state;
+}
+
+Test(outstanding, an_away_client_holds_no_split_back_but_a_worker_loss_waits_for_what_it_received)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg); /* client_timeout_ms 30000, client_rejoin_ms 600000 */
+    cfg.split_size = 100;
+    cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r); /* [0,100) [100,200) [200,300) */
+    uint64_t first = r.splits[0].split_id;
+    heartbeat_at(25000, j, c1, 0, NULL, NULL);
+    sl_dstate_tick(st, 30000);
+    cr_assert_str_eq(client_state(j, c2), "present", "30000 ms without heartbeat, not more");
+    sl_dstate_tick(st, 30001);
+    cr_assert_str_eq(client_state(j, c2), "away");
+    cr_assert_str_eq(client_state(j, c1), "present");
+    sl_dstate_stats_t s;
+    sl_dstate_stats(st, &s);
+    cr_assert_eq(s.clients_away, 1);
+
+    /* Its peer alone says how far the splits went: c2 holds none back. */
+    uint64_t below = first + 1;
+    heartbeat_at(30002, j, c1, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2);
+
+    /* A worker lost meanwhile: its splits wait for the away client too. */
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    const uint64_t got1[][2] = {{150, 10}};
+    cr_assert_eq(report(j, c1, 1, 1, got1), 0, "%s", err);
+    get_splits(tb, 1, 8, &r);
+    for (pb_size_t i = 0; i < r.splits_count; i++)
+        cr_assert_geq(r.splits[i].begin, 300, "no lost split goes out before the away client said what it has");
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 2);
+
+    /* It comes back (a heartbeat with its id and secret), is asked, says. */
+    heartbeat_at(40000, j, c2, 0, NULL, NULL);
+    cr_assert_str_eq(client_state(j, c2), "present");
+    cr_assert_eq(hb->report_gen, 1);
+    const uint64_t got2[][2] = {{100, 20}, {250, 5}};
+    cr_assert_eq(report(j, c2, 1, 2, got2), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 2);
+    get_splits(tb, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 2);
+    cr_assert_eq(r.splits[0].begin, 100);
+    cr_assert_eq(r.splits[0].skip_count, 2, "without what either client has: [100,120) and [150,160)");
+    cr_assert_eq(r.splits[1].begin, 200);
+    cr_assert_eq(r.splits[1].skip_count, 1, "without [250,255)");
+}
+
+Test(outstanding, an_away_client_is_released_after_the_rejoin_window_and_then_waited_for_no_more)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.client_timeout_ms = 1000;
+    cfg.client_rejoin_ms = 5000;
+    cfg.worker_timeout_ms = 1000000;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 2, &r); /* [0,100) [100,200) */
+    heartbeat_at(900, j, c1, 0, NULL, NULL);
+    sl_dstate_tick(st, 1001); /* c2 away from 1001 */
+    cr_assert_str_eq(client_state(j, c2), "away");
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    for (int64_t now = 1100; now <= 6001; now += 100) {
+        heartbeat_at(now, j, c1, 0, NULL, NULL);
+        if (hb->report_gen == 1 && now == 1100)
+            cr_assert_eq(report(j, c1, 1, 0, NULL), 0, "%s", err);
+        sl_dstate_tick(st, now);
+    }
+    cr_assert_str_eq(client_state(j, c2), "away", "5000 ms away, not more");
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 2);
+    heartbeat_at(6002, j, c1, 0, NULL, NULL);
+    sl_dstate_tick(st, 6002);
+    cr_assert_str_eq(client_state(j, c2), "", "released");
+    get_splits(tb, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 2, "nobody else to wait for: the lost splits go out again");
+    cr_assert_eq(r.splits[0].begin, 0);
+
+    sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
+    req->job_id = j;
+    req->client_id = c2;
+    sl_dstate_client_secret(st, j, c2, req->client_secret);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, req, 6003, hb, err, sizeof err), SL_ENOTFOUND);
+    cr_assert_not_null(strstr(err, "released after 6000 ms"), "%s", err);
+    cr_assert_not_null(strstr(err, "--client-rejoin-ms 5000"), "%s", err);
+    free(req);
 }

@@ -54,6 +54,7 @@ static void test_config(sl_dstate_config_t *cfg)
     sl_dstate_config_init(cfg);
     cfg->worker_timeout_ms = 100;
     cfg->client_timeout_ms = 200;
+    cfg->client_rejoin_ms = 0; /* released when the lease ends (the away state: test_outstanding.c) */
     cfg->job_gc_timeout_ms = 500;
     cfg->split_size = 1000;
 }
@@ -949,9 +950,9 @@ Test(state, client_without_heartbeat_loses_its_lease)
     cr_assert_eq(client_hb(j, c1, 350), 0, "%s", err);
     sl_dstate_tick(st, 551); /* c1: 201 ms; c2: 251 ms */
     cr_assert_eq(client_hb(j, c1, 551), SL_ENOTFOUND);
-    cr_assert_not_null(strstr(err, "expired"), "err: %s", err);
+    cr_assert_not_null(strstr(err, "released after 200 ms"), "err: %s", err);
     cr_assert_eq(client_hb(j, c2, 551), SL_ENOTFOUND);
-    cr_assert_not_null(strstr(err, "expired"), "err: %s", err);
+    cr_assert_not_null(strstr(err, "released"), "err: %s", err);
 }
 
 Test(state, heartbeating_client_keeps_its_lease_and_job)
@@ -1351,6 +1352,43 @@ Test(state, coordinated_reads_refusals)
     cr_assert_eq(join(forever, "c", 2, 1, 0, "", 0, &r), 0, "%s", err);
 }
 
+Test(state, away_clients_give_way_to_new_ones_and_are_counted)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg); /* client_timeout_ms 200 */
+    cfg.client_rejoin_ms = 100000;
+    cfg.max_clients_per_job = 2;
+    cfg.worker_timeout_ms = 1000000;
+    cfg.job_gc_timeout_ms = 1000000;
+    start(&cfg);
+    worker("h:1", 0);
+    uint64_t ds = dataset(FOREVER_SPEC);
+    sluice_GetOrCreateJobResponse r0, r1, r;
+    cr_assert_eq(join(ds, "c", 2, 0, 0, "", 0, &r0), 0, "%s", err);
+    cr_assert_eq(join(ds, "c", 2, 1, 0, "", 0, &r1), 0, "%s", err);
+    cr_assert_eq(client_hb(r1.job_id, r1.client_id, 150), 0, "%s", err);
+    sl_dstate_tick(st, 201); /* consumer 0 is away */
+    cr_assert_eq(stats().clients_away, 1);
+    /* A trainer restarted as consumer 0 takes the away one's place. */
+    cr_assert_eq(join(ds, "c", 2, 1, 0, "", 202, &r), SL_ECONFLICT, "a present consumer keeps its index");
+    cr_assert_eq(join(ds, "c", 2, 0, 0, "", 202, &r), 0, "%s", err);
+    cr_assert_eq(stats().clients_away, 0);
+    cr_assert_eq(client_hb(r0.job_id, r0.client_id, 203), SL_ENOTFOUND, "the away one was released");
+
+    /* At the job's limit of clients, the longest away gives way. */
+    uint64_t c1, c2;
+    uint64_t j = job(ds, "plain", SL_SHARDING_OFF, 1000, &c1);
+    job(ds, "plain", SL_SHARDING_OFF, 1100, &c2);
+    sl_dstate_tick(st, 1201); /* c1 away, c2 not yet */
+    uint64_t c3;
+    cr_assert_eq(job(ds, "plain", SL_SHARDING_OFF, 1202, &c3), j);
+    cr_assert_eq(client_hb(j, c1, 1203), SL_ENOTFOUND);
+    cr_assert_eq(client_hb(j, c2, 1203), 0, "%s", err);
+    cr_assert_eq(client_hb(j, c3, 1203), 0, "%s", err);
+    uint64_t c4 = 0, j4 = 0;
+    cr_assert_eq(job_rc(ds, "plain", SL_SHARDING_OFF, 1204, &j4, &c4), SL_ETOOBIG, "no one away: the limit holds");
+}
+
 Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
 {
     start_default(); /* lookahead 64 */
@@ -1471,7 +1509,7 @@ Test(state, client_requests_with_a_wrong_secret_are_refused_and_change_nothing)
     cr_assert_eq(client_hb_with(r.job_id, r.client_id, wrong, 340), SL_EPERM);
     sl_dstate_tick(st, 351);
     cr_assert_eq(client_hb_with(r.job_id, r.client_id, r.client_secret, 351), SL_ENOTFOUND);
-    cr_assert(strstr(err, "expired"), "%s", err);
+    cr_assert(strstr(err, "released"), "%s", err);
 }
 
 Test(state, task_keys_go_to_the_worker_and_the_clients_alike)
