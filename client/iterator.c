@@ -62,6 +62,10 @@
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
+/* The most requests of one task in flight (per_worker_outstanding): what a
+ * worker holds for redelivery per client and task (SL_HELD_MAX there). */
+#define MAX_PER_WORKER 16
+
 struct itask {
     sl_iterator_t *it;
     uint64_t task_id;
@@ -82,6 +86,15 @@ struct itask {
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
+    /* Redelivery (not for coordinated reads): requests are numbered from 1
+     * (GetElementRequest.seq); fly[0..fly_n) are the seqs not answered yet,
+     * in order, and the first fly_sent of them went on the current
+     * connection. A connection that breaks with answers in flight has them
+     * asked again, same seqs, on the next one: the worker holds what it
+     * served until acknowledged (workerd/held.h). */
+    uint64_t next_seq;
+    uint64_t fly[MAX_PER_WORKER];
+    unsigned fly_n, fly_sent;
     struct itask *next;
 };
 
@@ -217,6 +230,7 @@ static void task_drop_conn(struct itask *t)
     }
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
+    t->fly_n = t->fly_sent = 0; /* nothing to ask again of a task left */
 }
 
 /* ---- coordinated reads ---- */
@@ -413,6 +427,11 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         t->in_flight--;
         it->in_flight--;
     }
+    if (t->fly_sent > 0) {
+        memmove(t->fly, t->fly + 1, (t->fly_n - 1) * sizeof *t->fly);
+        t->fly_n--;
+        t->fly_sent--;
+    }
     struct slot *slot = it->coord ? slot_of_request(it, t, hdr->request_id) : NULL;
     if (hdr->type == SL_MSG_ERROR) {
         const sluice_Error *e = msg;
@@ -497,6 +516,7 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
     t->conn = NULL;
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
+    t->fly_sent = 0; /* what was in flight is asked again on the next connection */
     coord_forget_task(t->it, t, false);
     if (t->state == TC_ENDED)
         return;
@@ -564,11 +584,20 @@ static void pump(sl_iterator_t *it)
                     continue;
                 if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
                     break;
+                /* Asked again first: answers lost with a broken connection. */
+                bool again = t->fly_sent < t->fly_n;
+                if (!t->next_seq)
+                    t->next_seq = 1;
                 sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                                .provenance = it->opts.provenance > 0 || it->track};
+                                                .provenance = it->opts.provenance > 0 || it->track,
+                                                .seq = again ? t->fly[t->fly_sent] : t->next_seq,
+                                                .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
                 memcpy(req.task_key, t->key, sizeof req.task_key);
                 if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                     continue;
+                if (!again)
+                    t->fly[t->fly_n++] = t->next_seq++;
+                t->fly_sent++;
                 t->in_flight++;
                 it->in_flight++;
                 sent = true;
@@ -1003,6 +1032,11 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     if (it->opts.dispatcher_timeout_ms == 0)
         it->opts.dispatcher_timeout_ms = DISPATCHER_TIMEOUT_MS;
+    if (it->opts.per_worker_outstanding > MAX_PER_WORKER) {
+        snprintf(it->err, sizeof it->err, "per_worker_outstanding %d is out of range: 1 to %d", it->opts.per_worker_outstanding,
+                 MAX_PER_WORKER);
+        goto fail;
+    }
     if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||
         it->opts.dispatcher_timeout_ms < 1 ||
         it->opts.connect_timeout_ms < 1 || it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {

@@ -44,7 +44,7 @@ static void usage(FILE *f)
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is away (30000)\n"
             "  --client-rejoin-ms N     an away client is released after this long; until then\n"
-            "                           it may come back and go on exactly once (600000; 0: at once)\n"
+            "                           it may come back and go on exactly once (300000; 0: at once)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled (60000)\n"
             "  --dataset-gc-timeout-ms N  a dataset no running job read this long is deleted\n"
             "                           (86400000; 0: never; a full registry drops the oldest such)\n"

@@ -63,7 +63,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .worker_timeout_ms = 10000,
         .stall_timeout_ms = 60000,
         .client_timeout_ms = 30000,
-        .client_rejoin_ms = 600000,
+        .client_rejoin_ms = 300000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
         .worker_heartbeat_ms = 250,

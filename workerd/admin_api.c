@@ -10,7 +10,7 @@
 #include "reader.h"
 #include "task.h"
 
-static sl_metric_t *m_tasks, *m_buffered_batches, *m_buffered_bytes, *m_read_uring, *m_read_pread;
+static sl_metric_t *m_tasks, *m_buffered_batches, *m_buffered_bytes, *m_read_uring, *m_read_pread, *m_held_batches, *m_held_bytes;
 
 static const char *task_state_name(int state)
 {
@@ -99,6 +99,10 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_tasks, sums[0]);
     sl_metric_set(m_buffered_batches, sums[1]);
     sl_metric_set(m_buffered_bytes, sums[2]);
+    sl_worker_stats_t s;
+    sl_worker_stats(arg, &s);
+    sl_metric_set(m_held_batches, s.held_batches);
+    sl_metric_set(m_held_bytes, (double)s.held_bytes);
     /* The reader counts in its own atomics; the counters mirror them. */
     sl_metric_set(m_read_uring, (double)sl_reader_bytes(SL_IO_URING));
     sl_metric_set(m_read_pread, (double)sl_reader_bytes(SL_IO_PREAD));
@@ -116,6 +120,10 @@ int sl_wadmin_register(sl_admin_t *a, sl_worker_t *w)
                                             "Finished batches waiting in task buffers.", NULL, 0);
     m_buffered_bytes = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_buffer_bytes", NULL,
                                           "Bytes held by task buffers, sent or not yet.", NULL, 0);
+    m_held_batches = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_held_batches", NULL,
+                                        "Batches served and held until their client acknowledges them.", NULL, 0);
+    m_held_bytes = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_held_bytes", NULL,
+                                      "Bytes of the batches held until acknowledged (--hold-timeout-ms).", NULL, 0);
     m_read_uring = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_read_bytes_total", "engine=\"uring\"",
                                       "Bytes read from files, by io engine.", NULL, 0);
     m_read_pread = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_read_bytes_total", "engine=\"pread\"",

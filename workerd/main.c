@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "  --max-memory-mb N        memory all tasks together may hold in buffers and images,\n"
             "                           in MiB (default: half of physical memory or of the\n"
             "                           cgroup's memory.max; a task over it fails, others go on)\n"
+            "  --hold-timeout-ms N      a batch served and not yet acknowledged is held this long\n"
+            "                           after its client's last request, to be sent again if its\n"
+            "                           connection broke (60000)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -83,7 +86,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
-           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB };
+           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"dispatcher", required_argument, NULL, O_DISP},
@@ -98,6 +101,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"cache-dir", required_argument, NULL, O_CACHE_DIR},
         {"cache-disk-mb", required_argument, NULL, O_CACHE_DISK_MB},
         {"max-memory-mb", required_argument, NULL, O_MAX_MEMORY_MB},
+        {"hold-timeout-ms", required_argument, NULL, O_HOLD_TIMEOUT},
         {NULL, 0, NULL, 0},
     };
     char err[300], host[256];
@@ -164,6 +168,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_CACHE_DIR: o->cache_dir = optarg; break;
         case O_CACHE_DISK_MB:
             if (sl_cli_int(program, "cache-disk-mb", optarg, 1, 1 << 24, &o->cache_disk_mb) < 0)
+                return -1;
+            break;
+        case O_HOLD_TIMEOUT:
+            if (sl_cli_int(program, "hold-timeout-ms", optarg, 1000, 86400000, &o->worker.hold_timeout_ms) < 0)
                 return -1;
             break;
         case O_MAX_MEMORY_MB:

@@ -27,6 +27,7 @@
 #include <openssl/crypto.h>
 
 #include "conn.h"
+#include "held.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -59,6 +60,7 @@ struct wtask {
     sl_worker_t *w;
     int last_state; /* sl_task_state_t last reported */
     uint8_t key[16]; /* TaskDef.task_key: what a GET_ELEMENT for it must carry */
+    sl_holders_t *holders; /* batches served and not yet acknowledged (held.h) */
     struct wtask *next;
 };
 
@@ -84,16 +86,15 @@ struct parked {
     bool coordinated; /* a round of a coordinated read */
     uint64_t round;
     uint32_t consumer;
+    uint64_t client_id, seq; /* redelivery (held.h): seq 0 for none */
     int64_t since_us; /* when it started waiting: the client starves meanwhile */
     struct parked *next;
 };
 
-/* What a batch in a socket's output needs to be accounted for once written. */
+/* A send of a served batch in a socket's output: accounted for once written. */
 struct sent {
     sl_worker_t *w;
-    uint64_t task_id;
-    sl_wire_batch_t *batch;
-    uint8_t *notices; /* the frame's encoded split-done notices, owned */
+    sl_served_t *served; /* one reference, the send's */
 };
 
 struct sl_worker {
@@ -125,6 +126,7 @@ struct sl_worker {
     int64_t heartbeat_sent_ms; /* when the heartbeat in flight went */
     bool heartbeat_soon;
     struct event *heartbeat_timer;
+    struct event *hold_timer; /* drops what silent clients hold (held.h) */
     struct event *reconnect_timer;
     struct event *retry_register;
 };
@@ -244,6 +246,10 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
     struct wtask *wt = calloc(1, sizeof *wt);
     if (!wt)
         return;
+    if (!(wt->holders = sl_holders_new(w->cfg.task.mem))) {
+        free(wt);
+        return;
+    }
     wt->w = w;
     wt->last_state = SL_TASK_RUNNING;
     memcpy(wt->key, def->task_key, sizeof wt->key);
@@ -288,6 +294,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         /* Requests still parked on it get the same answer a late one would. */
         serve_parked(w, wt);
         sl_rounds_free(wt->rounds);
+        sl_holders_free(wt->holders);
         sl_task_free(wt->task);
         free(wt);
         sl_log_info("task %" PRIu64 " removed (%s)", task_id, tb->done ? "done" : "cancelled");
@@ -300,16 +307,39 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
 static void on_batch_written(const void *data, size_t len, void *extra)
 {
     struct sent *s = extra;
+    sl_served_t *sv = s->served;
     (void)data;
     (void)len;
-    struct wtask *wt = find_task(s->w, s->task_id);
     /* Releasing makes room for the pipeline and may make the task DONE; the
-     * task's notify event, run from the loop, acts on that. */
+     * task's notify event, run from the loop, acts on that. A batch held for
+     * its client counts in the memory budget from now on, not in the task's
+     * buffer (held.h). */
+    struct wtask *wt = sv->released ? NULL : find_task(s->w, sv->task_id);
     if (wt)
-        sl_task_release(wt->task, s->batch->size);
-    sl_wire_batch_free(s->batch);
-    free(s->notices);
+        sl_task_release(wt->task, sv->batch->size);
+    sv->released = true;
+    sl_served_unref(sv);
     free(s);
+}
+
+/* Writes served batch sv (its answer as first made) to wc. */
+static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
+{
+    struct sent *s = malloc(sizeof *s);
+    if (!s) {
+        sl_conn_send_error(wc->conn, request_id, -ENOMEM, "worker out of memory");
+        return;
+    }
+    sv->refs++;
+    *s = (struct sent){.w = wc->w, .served = sv};
+    sl_metric_add(m_served, 1);
+    sl_metric_add(m_bytes_served, (double)sv->batch->size);
+    struct iovec tails[2] = {{sv->batch->prov_wire, (size_t)sv->resp.provenance_length},
+                             {sv->notices, sv->notices_len}};
+    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &sv->resp, sv->batch->data,
+                               sv->batch->size, 0, tails, 2, on_batch_written, s);
+    if (rc < 0)
+        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
 }
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
@@ -329,23 +359,25 @@ static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, uint8_t **notice
     return rc;
 }
 
-static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b)
+static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b,
+                       const struct parked *how)
 {
-    sluice_GetElementResponse *resp = calloc(1, sizeof *resp);
-    struct sent *s = malloc(sizeof *s);
+    sl_served_t *sv = sl_served_new(sl_task_id(wt->task), b);
     /* The provenance, encoded for the wire (docs/protocol.md) once: a
-     * batch is sent once. */
+     * batch is made once. */
     bool prov_nomem = wc->provenance && b->prov_n > 0 && !b->prov_wire &&
                       sl_provwire_encode(sl_wire_batch_prov(b), b->prov_n, &b->prov_wire, &b->prov_wire_len) < 0;
-    if (!resp || !s || prov_nomem) {
-        free(resp);
-        free(s);
+    if (!sv || prov_nomem) {
+        if (sv)
+            sv->batch = NULL;
+        sl_served_unref(sv);
         sl_task_release(wt->task, b->size);
         sl_wire_batch_free(b);
         sl_conn_send_error(wc->conn, request_id, -ENOMEM, "worker out of memory");
         return;
     }
-    resp->task_id = sl_task_id(wt->task);
+    sluice_GetElementResponse *resp = &sv->resp;
+    resp->task_id = sv->task_id;
     resp->num_elements = b->num_elements;
     resp->components_count = (pb_size_t)b->num_components;
     for (int i = 0; i < b->num_components; i++) {
@@ -372,24 +404,17 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     }
     /* Notices that cannot be encoded now wait in the task for a later
      * frame (done_below stays below them). */
-    uint8_t *notices = NULL;
-    size_t notices_len = 0;
-    (void)fill_done(wt->task, b, &notices, &notices_len, &resp->done_below);
-    if (notices) {
+    (void)fill_done(wt->task, b, &sv->notices, &sv->notices_len, &resp->done_below);
+    if (sv->notices) {
         resp->notices_offset = b->size + resp->provenance_length;
-        resp->notices_length = notices_len;
+        resp->notices_length = sv->notices_len;
     }
-    *s = (struct sent){.w = wc->w, .task_id = resp->task_id, .batch = b, .notices = notices};
+    if (how->seq > 0)
+        sl_holders_keep(wt->holders, how->client_id, how->seq, sv, now_us() / 1000);
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
-     * frees it once the socket has taken them. */
-    sl_metric_add(m_served, 1);
-    sl_metric_add(m_bytes_served, (double)b->size);
-    struct iovec tails[2] = {{b->prov_wire, (size_t)resp->provenance_length}, {notices, notices_len}};
-    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, b->data, b->size, 0, tails, 2,
-                               on_batch_written, s);
-    if (rc < 0)
-        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
-    free(resp);
+     * gives its room back to the task once the socket has taken them. */
+    send_served(wc, request_id, sv);
+    sl_served_unref(sv);
 }
 
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
@@ -437,7 +462,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
     if (rc == SL_TASK_PENDING)
         return false;
     if (rc == SL_TASK_BATCH) {
-        send_batch(wc, request_id, wt, b);
+        send_batch(wc, request_id, wt, b, how);
     } else if (rc == SL_TASK_END) {
         /* The end carries every notice that is left, as the payload. */
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
@@ -513,9 +538,28 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     wc->provenance = req->provenance;
+    struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
+                         .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
+    struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;
+    if (ht) {
+        /* A request asked again after its connection broke gets the batch it
+         * was served; what the client acknowledged is let go (held.h). */
+        sl_served_t *again;
+        char err[512];
+        int rc = sl_holders_ask(ht->holders, req->client_id, req->seq, req->acked_below, now_us() / 1000, &again,
+                                err, sizeof err);
+        if (rc == SL_HELD_AGAIN) {
+            send_served(wc, hdr->request_id, again);
+            return;
+        }
+        if (rc < 0) {
+            sl_conn_send_error(c, hdr->request_id, rc, "task %" PRIu64 " on worker %s: %s", req->task_id, w->address,
+                               err);
+            return;
+        }
+    }
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
-    struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index};
     bool behind = false;
     for (struct parked *pk = w->parked; pk; pk = pk->next)
         behind |= pk->task_id == req->task_id && !req->coordinated;
@@ -902,6 +946,17 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- life cycle ---- */
 
+/* Once a second: what clients silent past the hold timeout hold is let go. */
+static void on_hold_timer(evutil_socket_t fd, short what, void *arg)
+{
+    sl_worker_t *w = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = now_us() / 1000;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        sl_holders_sweep(wt->holders, now, w->cfg.hold_timeout_ms);
+}
+
 void sl_worker_config_init(sl_worker_config_t *cfg)
 {
     *cfg = (sl_worker_config_t){
@@ -909,6 +964,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .max_tasks = 64,
         .heartbeat_ms = 250,
         .connect_timeout_ms = 5000,
+        .hold_timeout_ms = 60000,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
                  .split_prefetch = 8},
     };
@@ -946,13 +1002,16 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
     w->heartbeat_timer = event_new(base, -1, EV_PERSIST, on_heartbeat_timer, w);
     w->reconnect_timer = evtimer_new(base, on_reconnect_timer, w);
     w->retry_register = evtimer_new(base, on_retry_register, w);
-    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register) {
+    w->hold_timer = event_new(base, -1, EV_PERSIST, on_hold_timer, w);
+    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register || !w->hold_timer) {
         if (!w->listener)
             evutil_closesocket(fd);
         snprintf(err, errlen, "out of memory");
         rc = -ENOMEM;
         goto fail;
     }
+    struct timeval hold_tv = {1, 0};
+    event_add(w->hold_timer, &hold_tv);
     if (cfg->address)
         snprintf(w->address, sizeof w->address, "%s", cfg->address);
     else
@@ -985,11 +1044,14 @@ void sl_worker_free(sl_worker_t *w)
         struct wtask *wt = w->tasks;
         w->tasks = wt->next;
         sl_rounds_free(wt->rounds);
+        sl_holders_free(wt->holders);
         sl_task_free(wt->task);
         free(wt);
     }
     if (w->heartbeat_timer)
         event_free(w->heartbeat_timer);
+    if (w->hold_timer)
+        event_free(w->hold_timer);
     if (w->reconnect_timer)
         event_free(w->reconnect_timer);
     if (w->retry_register)
@@ -1011,4 +1073,6 @@ void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)
     for (const struct wconn *wc = w->conns; wc; wc = wc->next)
         n++;
     *out = (sl_worker_stats_t){.tasks = w->num_tasks, .clients = n, .registered = w->session == SESSION_REGISTERED};
+    for (const struct wtask *wt = w->tasks; wt; wt = wt->next)
+        sl_holders_count(wt->holders, &out->held_batches, &out->held_bytes);
 }

@@ -27,6 +27,8 @@ typedef struct sl_worker_config {
     unsigned max_tasks;
     int heartbeat_ms;       /* until the dispatcher says otherwise */
     int connect_timeout_ms;
+    int64_t hold_timeout_ms; /* batches served and not acknowledged are held this long
+                                after their client's last request (held.h) */
     sl_conn_env_t *env;     /* credentials and connection limits (NULL: none), the caller's */
     sl_task_config_t task;
 } sl_worker_config_t;
@@ -50,6 +52,8 @@ typedef struct sl_worker_stats {
     unsigned tasks;
     unsigned clients;
     int registered;
+    unsigned held_batches; /* served, not yet acknowledged (held.h) */
+    size_t held_bytes;
 } sl_worker_stats_t;
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out);

@@ -13,6 +13,7 @@ import threading
 import time
 import unittest
 
+from cutproxy import CutProxy
 from harness import Cluster, child_env, free_ports, get_json, values, wait_for
 
 
@@ -23,6 +24,13 @@ BATCH = 100
 def chaos_seed():
     env = os.environ.get('SLUICE_CHAOS_SEED')
     return int(env) if env else random.randrange(1 << 32)
+
+
+def metrics(admin_port):
+    """The lines of a daemon's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
+        return r.read().decode().splitlines()
 
 
 def missing_and_duplicated(got, expected):
@@ -367,6 +375,54 @@ class AwayClient(unittest.TestCase):
         self.assertRegex(log, r'client \d+ is away: no heartbeat for \d+ ms')
         self.assertRegex(log, r'client \d+ is back after \d+ ms away')
         self.assertEqual(job()['state'], 'FINISHED')
+
+
+class BrokenConnections(unittest.TestCase):
+    """Connections between a trainer and a worker broken with answers in
+    flight (a proxy throws away the bytes the worker sent next and resets
+    both ends): the trainer connects again and asks again for what it did
+    not get, the worker sends the batches it holds, and every element comes
+    exactly once. Sizes, cut points and the policy come from a seed, printed
+    in every failure (SLUICE_CHAOS_SEED reruns one)."""
+
+    def test_answers_lost_with_a_connection_are_sent_again(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        n = rng.randrange(200000, 1000001)
+        batch = rng.choice([64, 100, 256])
+        shuffle = rng.choice([0, 1000, 100000])
+        cuts = rng.randrange(2, 6)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, %d cuts' % (
+            seed, seed, n, batch, shuffle, cuts)
+        real = free_ports(2)
+        cluster = Cluster(dispatcher_args=['--split-size', str(rng.choice([256, 1000, 4096]))])
+        proxies = [CutProxy(p) for p in real]
+        try:
+            for p, proxy in zip(real, proxies):
+                cluster.add_worker(['--port', str(p), '--worker-address', '127.0.0.1:%d' % proxy.port])
+            cluster.wait_workers_registered(2)
+            ops = ([{"op": "shuffle", "buffer_size": shuffle, "seed": seed % 1000}] if shuffle else [])
+            spec = {"source": {"type": "range", "stop": n}, "ops": ops + [{"op": "batch", "batch_size": batch}]}
+            total = n // batch
+            ats = sorted(rng.sample(range(total // 10, total * 8 // 10), cuts))
+            lost = []
+
+            def cut():
+                lost.append(sum(p.cut() for p in proxies))
+            rc, got, err = stream_with_faults(cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '30000'],
+                                              [(at, cut) for at in ats])
+            self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+            assert_exactly_once(self, got, n, '%s, bytes thrown away by each cut %s' % (where, lost))
+            # The cuts threw answers away: what the test is about happened.
+            self.assertGreater(sum(lost), 0, where)
+            held = sum(float(line.split()[-1]) for w in cluster.workers
+                       for line in metrics(w.admin_port) if line.startswith('sluice_worker_held_batches'))
+            self.assertEqual(held, 0, '%s: every batch held was acknowledged at the end' % where)
+        finally:
+            for p in proxies:
+                p.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
 
 class Checkpoints(ThreeWorkers):

@@ -494,7 +494,7 @@ class RestoredPositionsBound(unittest.TestCase):
 
     def test_restores_past_the_total_are_refused_and_the_dispatcher_serves_on(self):
         c = Cluster(workers=1, dispatcher_args=['--max-exclude-total-runs', '1000', '--client-timeout-ms', '2000',
-                                                '--job-gc-timeout-ms', '1000'])
+                                                '--client-rejoin-ms', '1000', '--job-gc-timeout-ms', '1000'])
         held = None
         try:
             c.wait_workers_registered(1)

@@ -280,6 +280,8 @@ class NoServerTest(unittest.TestCase):
             sluice.range(3).distribute('127.0.0.1:1', num_consumers=2)
         with self.assertRaisesRegex(sluice.InvalidArgumentError, 'target_workers'):
             sluice.range(3).distribute('127.0.0.1:1', target_workers='near')
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'per_worker_outstanding must be at most 16'):
+            sluice.range(3).distribute('127.0.0.1:1', per_worker_outstanding=17)
 
     def test_library_not_found_lists_where_it_looked(self):
         env = dict(os.environ, SLUICE_LIB='/nonexistent/libsluice.so',

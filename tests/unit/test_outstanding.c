@@ -406,7 +406,7 @@ static const char *client_state(uint64_t job_id, uint64_t c)
 Test(outstanding, an_away_client_holds_no_split_back_but_a_worker_loss_waits_for_what_it_received)
 {
     sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg); /* client_timeout_ms 30000, client_rejoin_ms 600000 */
+    sl_dstate_config_init(&cfg); /* client_timeout_ms 30000, client_rejoin_ms 300000 */
     cfg.split_size = 100;
     cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
     st = sl_dstate_new(&cfg);

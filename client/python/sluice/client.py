@@ -273,6 +273,9 @@ class BatchIterator:
                         ('connect_timeout_ms', connect_timeout_ms), ('request_timeout_ms', request_timeout_ms),
                         ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
             _positive(name, v)
+        if per_worker_outstanding > 16:
+            raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
+                                       'redelivery), got %r' % (per_worker_outstanding,), _lib.SL_EINVAL)
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
                                        _lib.SL_EINVAL)

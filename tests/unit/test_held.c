@@ -1,0 +1,119 @@
+/*
+ * Batches a worker served and holds until its client acknowledges them
+ * (workerd/held.h): asked again they come again, acknowledged or past the
+ * hold timeout they are let go, and every bound holds.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "held.h"
+#include "sluice.h"
+
+static char err[512];
+
+/* A served batch of `size` bytes of task 7 (one reference, the caller's). */
+static sl_served_t *served(size_t size)
+{
+    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    cr_assert_not_null(b);
+    b->data = calloc(1, size);
+    b->size = size;
+    sl_served_t *s = sl_served_new(7, b);
+    cr_assert_not_null(s);
+    return s;
+}
+
+/* Serves seq to client c as the worker does: ask, then keep. */
+static sl_served_t *serve(sl_holders_t *h, uint64_t c, uint64_t seq, uint64_t acked, int64_t now, size_t size)
+{
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, c, seq, acked, now, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    sl_served_t *s = served(size);
+    sl_holders_keep(h, c, seq, s, now);
+    sl_served_unref(s); /* the holder's reference stays */
+    return s;
+}
+
+static void counts(sl_holders_t *h, unsigned batches, size_t bytes)
+{
+    unsigned b = 0;
+    size_t n = 0;
+    sl_holders_count(h, &b, &n);
+    cr_assert_eq(b, batches);
+    cr_assert_eq(n, bytes);
+}
+
+Test(held, a_batch_asked_again_comes_again_until_acknowledged)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    sl_served_t *s1 = serve(h, 5, 1, 1, 0, 100);
+    sl_served_t *s2 = serve(h, 5, 2, 1, 0, 200);
+    counts(h, 2, 300);
+    /* The connection broke: both asked again, in order, same batches. */
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, 5, 1, 1, 10, &again, err, sizeof err), SL_HELD_AGAIN);
+    cr_assert_eq(again, s1);
+    cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 10, &again, err, sizeof err), SL_HELD_AGAIN);
+    cr_assert_eq(again, s2);
+    /* Request 3 acknowledges 1 and 2: they go; 1 asked again is refused. */
+    serve(h, 5, 3, 3, 20, 50);
+    counts(h, 1, 50);
+    cr_assert_eq(sl_holders_ask(h, 5, 1, 3, 30, &again, err, sizeof err), SL_ECLOSED);
+    cr_assert_not_null(strstr(err, "request 1"), "%s", err);
+    cr_assert_not_null(strstr(err, "lost to this client"), "%s", err);
+    /* Another client's seqs are its own. */
+    serve(h, 6, 1, 1, 30, 10);
+    counts(h, 2, 60);
+    sl_holders_free(h);
+}
+
+Test(held, at_most_SL_HELD_MAX_unacknowledged_requests_and_SL_HOLDERS_MAX_clients)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    for (uint64_t seq = 1; seq <= SL_HELD_MAX; seq++)
+        serve(h, 5, seq, 1, 0, 1);
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, 5, SL_HELD_MAX + 1, 1, 0, &again, err, sizeof err), SL_ELIMIT);
+    cr_assert_not_null(strstr(err, "at most 16 requests"), "%s", err);
+    cr_assert_eq(sl_holders_ask(h, 5, SL_HELD_MAX + 1, 2, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    for (uint64_t c = 100; c < 100 + SL_HOLDERS_MAX - 1; c++)
+        cr_assert_eq(sl_holders_ask(h, c, 1, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    cr_assert_eq(sl_holders_ask(h, 99999, 1, 1, 0, &again, err, sizeof err), SL_ELIMIT);
+    cr_assert_not_null(strstr(err, "more than 1024 clients"), "%s", err);
+    sl_holders_free(h);
+}
+
+Test(held, silent_clients_are_let_go_after_the_timeout)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    serve(h, 5, 1, 1, 0, 100);
+    serve(h, 6, 1, 1, 500, 100);
+    cr_assert_eq(sl_holders_sweep(h, 1000, 1000), 0, "1000 ms silent, not more");
+    cr_assert_eq(sl_holders_sweep(h, 1001, 1000), 1);
+    counts(h, 1, 100);
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, 6, 1, 1, 1100, &again, err, sizeof err), SL_HELD_AGAIN);
+    /* Client 5 comes back: its seq 1 is gone, and the refusal says so. */
+    cr_assert_eq(sl_holders_ask(h, 5, 1, 1, 1100, &again, err, sizeof err), SL_HELD_NEW,
+                 "a client let go starts anew: its next request is served");
+    sl_holders_free(h);
+}
+
+Test(held, held_bytes_are_charged_to_the_budget_and_what_it_refuses_is_not_held)
+{
+    sl_membudget_t mem;
+    sl_membudget_init(&mem, 1000, "--max-memory-mb");
+    sl_holders_t *h = sl_holders_new(&mem);
+    serve(h, 5, 1, 1, 0, 600);
+    cr_assert_eq(sl_membudget_used(&mem), 600);
+    serve(h, 5, 2, 1, 0, 600); /* no room: served, not held */
+    counts(h, 1, 600);
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 0, &again, err, sizeof err), SL_ECLOSED,
+                 "asked again, a batch that could not be held is refused, not served anew");
+    serve(h, 5, 3, 3, 0, 100);
+    cr_assert_eq(sl_membudget_used(&mem), 100, "acknowledged: given back");
+    sl_holders_free(h);
+    cr_assert_eq(sl_membudget_used(&mem), 0);
+}

@@ -1,0 +1,200 @@
+/* held.c: see held.h. */
+#include "held.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+#include "log.h"
+#include "sluice.h"
+
+sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
+{
+    sl_served_t *s = calloc(1, sizeof *s);
+    if (s) {
+        s->task_id = task_id;
+        s->batch = batch;
+        s->refs = 1;
+    }
+    return s;
+}
+
+void sl_served_unref(sl_served_t *s)
+{
+    if (!s || --s->refs > 0)
+        return;
+    sl_wire_batch_free(s->batch);
+    free(s->notices);
+    free(s);
+}
+
+/* What one client of the task holds: its seqs below next_seq were served;
+ * held[0..n) are those not acknowledged yet that could be kept, by seq. */
+struct holder {
+    uint64_t client_id;
+    uint64_t next_seq;
+    int64_t last_ms;
+    sl_served_t *held[SL_HELD_MAX];
+    unsigned n;
+    bool warned; /* the budget refused to keep one of its batches (logged once) */
+};
+
+struct sl_holders {
+    sl_membudget_t *budget;
+    struct holder *v;
+    unsigned n, cap;
+};
+
+sl_holders_t *sl_holders_new(sl_membudget_t *budget)
+{
+    sl_holders_t *h = calloc(1, sizeof *h);
+    if (h)
+        h->budget = budget;
+    return h;
+}
+
+static void drop(sl_holders_t *h, sl_served_t *s)
+{
+    if (h->budget && s->charged)
+        sl_membudget_release(h->budget, s->charged);
+    s->charged = 0;
+    sl_served_unref(s);
+}
+
+/* Drops what holder c holds below seq `below`. */
+static void ack(sl_holders_t *h, struct holder *c, uint64_t below)
+{
+    unsigned k = 0;
+    while (k < c->n && c->held[k]->seq < below)
+        drop(h, c->held[k++]);
+    memmove(c->held, c->held + k, (c->n - k) * sizeof *c->held);
+    c->n -= k;
+}
+
+static void holder_remove(sl_holders_t *h, unsigned i)
+{
+    ack(h, &h->v[i], UINT64_MAX);
+    h->v[i] = h->v[--h->n];
+}
+
+void sl_holders_free(sl_holders_t *h)
+{
+    if (!h)
+        return;
+    while (h->n > 0)
+        holder_remove(h, h->n - 1);
+    free(h->v);
+    free(h);
+}
+
+static struct holder *find(sl_holders_t *h, uint64_t client_id)
+{
+    for (unsigned i = 0; i < h->n; i++)
+        if (h->v[i].client_id == client_id)
+            return &h->v[i];
+    return NULL;
+}
+
+/* The holder of client_id, made if it has none. @return it, or NULL at
+ * SL_HOLDERS_MAX or out of memory */
+static struct holder *get(sl_holders_t *h, uint64_t client_id)
+{
+    struct holder *c = find(h, client_id);
+    if (c || h->n >= SL_HOLDERS_MAX)
+        return c;
+    if (h->n == h->cap) {
+        unsigned cap = h->cap ? 2 * h->cap : 4;
+        struct holder *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        h->v = v;
+        h->cap = cap;
+    }
+    c = &h->v[h->n++];
+    *c = (struct holder){.client_id = client_id, .next_seq = 1};
+    return c;
+}
+
+int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
+                   sl_served_t **again, char *err, size_t errlen)
+{
+    *again = NULL;
+    struct holder *c = get(h, client_id);
+    if (!c)
+        return h->n >= SL_HOLDERS_MAX
+                   ? sl_errf(err, errlen, SL_ELIMIT,
+                             "more than %d clients of the task hold batches not yet acknowledged", SL_HOLDERS_MAX)
+                   : sl_errf(err, errlen, -ENOMEM, "out of memory");
+    c->last_ms = now_ms;
+    ack(h, c, acked_below);
+    if (seq >= c->next_seq) {
+        if (seq - (acked_below < seq ? acked_below : seq) >= SL_HELD_MAX)
+            return sl_errf(err, errlen, SL_ELIMIT,
+                           "request %" PRIu64 " while %" PRIu64 " and later are not acknowledged: at most %d "
+                           "requests of one task may be in flight", seq, acked_below, SL_HELD_MAX);
+        return SL_HELD_NEW;
+    }
+    for (unsigned k = 0; k < c->n; k++) {
+        if (c->held[k]->seq == seq) {
+            *again = c->held[k];
+            return SL_HELD_AGAIN;
+        }
+    }
+    return sl_errf(err, errlen, SL_ECLOSED,
+                   "the batch answered to request %" PRIu64 " was sent on a connection that closed and is no "
+                   "longer held (acknowledged, or dropped after its client was silent past the hold timeout, "
+                   "or no memory to hold it): its elements are lost to this client",
+                   seq);
+}
+
+bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms)
+{
+    struct holder *c = get(h, client_id); /* swept while its request waited */
+    if (!c)
+        return false;
+    if (seq >= c->next_seq)
+        c->next_seq = seq + 1;
+    c->last_ms = now_ms;
+    size_t bytes = s->batch->size + s->notices_len + s->batch->prov_wire_len;
+    if (c->n == SL_HELD_MAX || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
+        if (!c->warned)
+            sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
+                        "until it is acknowledged: if its connection breaks first, it cannot be sent again",
+                        s->task_id, seq, client_id, bytes);
+        c->warned = true;
+        return false;
+    }
+    s->charged = h->budget ? bytes : 0;
+    s->seq = seq;
+    s->refs++;
+    c->held[c->n++] = s;
+    return true;
+}
+
+unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms)
+{
+    unsigned dropped = 0;
+    for (unsigned i = 0; i < h->n;) {
+        if (now_ms - h->v[i].last_ms > timeout_ms) {
+            dropped += h->v[i].n;
+            if (h->v[i].n > 0)
+                sl_log_info("dropped %u batches held for client %" PRIu64 ", silent for %" PRId64 " ms",
+                            h->v[i].n, h->v[i].client_id, now_ms - h->v[i].last_ms);
+            holder_remove(h, i);
+        } else {
+            i++;
+        }
+    }
+    return dropped;
+}
+
+void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)
+{
+    for (unsigned i = 0; i < h->n; i++) {
+        *batches += h->v[i].n;
+        for (unsigned k = 0; k < h->v[i].n; k++)
+            *bytes += h->v[i].held[k]->batch->size;
+    }
+}

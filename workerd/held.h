@@ -1,0 +1,90 @@
+/*
+ * held.h: batches served to a client and held until it says it received
+ * them, so that an answer lost with a broken connection is sent again.
+ *
+ * A client numbers its GET_ELEMENT requests of one task 1, 2, 3 ...
+ * (GetElementRequest.seq) and says, in each, below which seq it received
+ * every answer (acked_below). The worker keeps each batch it served under a
+ * seq (an sl_served_t, shared with the sends still writing it) until a
+ * request of the same client acknowledges it. When a connection breaks with
+ * answers in flight, the client asks again with the same seqs on a new
+ * connection and gets the same batches: the records they carry were counted
+ * as sent (their splits are confirmed by later batches), and would otherwise
+ * be lost. A seq asked again that is no longer held (its client was silent
+ * past the hold timeout, or memory was short) is refused with SL_ECLOSED and a
+ * message that says so: loud, never silent (docs/fault-tolerance.md).
+ *
+ * Bounds: at most SL_HELD_MAX unacknowledged seqs per client and task
+ * (SL_ELIMIT beyond, which a client that keeps at most
+ * SL_HELD_MAX requests in flight never sees), at most SL_HOLDERS_MAX clients
+ * per task, every held byte charged to the worker's memory budget, and
+ * everything a client holds dropped after the hold timeout without a request
+ * from it.
+ */
+#ifndef SL_WORKERD_HELD_H
+#define SL_WORKERD_HELD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "membudget.h"
+#include "sluice.pb.h"
+
+#define SL_HELD_MAX 16      /* unacknowledged seqs per client of a task */
+#define SL_HOLDERS_MAX 1024 /* clients of a task holding batches */
+
+/* One batch as served: its answer, tensor bytes and notices. Shared by the
+ * holder and every send still writing it (refs). */
+typedef struct sl_served {
+    uint64_t task_id;
+    uint64_t seq; /* 0: not held */
+    sluice_GetElementResponse resp;
+    sl_wire_batch_t *batch;
+    uint8_t *notices; /* encoded split-done notices, owned */
+    size_t notices_len;
+    unsigned refs;
+    bool released; /* its size was given back to the task's buffer */
+    size_t charged; /* to the memory budget while held */
+} sl_served_t;
+
+/** A new served batch with one reference (the caller's), or NULL. */
+sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch);
+
+/** Drops one reference; the last frees the batch. */
+void sl_served_unref(sl_served_t *s);
+
+typedef struct sl_holders sl_holders_t;
+
+/** The holders of one task's batches; budget may be NULL (no limit). */
+sl_holders_t *sl_holders_new(sl_membudget_t *budget);
+void sl_holders_free(sl_holders_t *h);
+
+enum { SL_HELD_NEW = 0, SL_HELD_AGAIN = 1 };
+
+/**
+ * A request of client_id with seq (> 0) and acked_below: drops what it
+ * acknowledged and says whether to serve a new batch (SL_HELD_NEW) or send
+ * *again once more (SL_HELD_AGAIN; the holder keeps its reference, take one
+ * for the send).
+ * @return SL_HELD_NEW, SL_HELD_AGAIN, or SL_ECLOSED / SL_ELIMIT with a message
+ */
+int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
+                   sl_served_t **again, char *err, size_t errlen);
+
+/**
+ * Keeps s, just served to client_id under seq, until acknowledged (takes a
+ * reference). A batch the budget has no room for is not kept: a request
+ * asking for it again is refused.
+ * @return true if kept
+ */
+bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms);
+
+/** Drops what clients silent for more than timeout_ms hold. @return batches dropped */
+unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms);
+
+/** Batches and bytes held now. */
+void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes);
+
+#endif
