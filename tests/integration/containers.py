@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 REPO = 'localhost/sluice-test'
@@ -44,6 +45,7 @@ class Podman:
     def __init__(self, tag, argv, env, user):
         self.tag, self.argv, self.env = tag, argv, env
         self.uid, self.gid = user     # the image's user (numeric), for volumes it must write
+        self.ready_s = None           # seconds to build the image and find how to run it
 
     def __repr__(self):
         return ' '.join(self.argv)
@@ -105,6 +107,7 @@ def _make(build, asan):
     with open(os.path.join(build, 'CMakeCache.txt')) as f:
         version = re.search(r'CMAKE_PROJECT_VERSION:STATIC=(\S+)', f.read()).group(1)
     tag = '%s:%s-%d' % (REPO, version, os.getpid())
+    t0 = time.time()
     try:
         r = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'make-image.sh'), build, tag],
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT)
@@ -133,6 +136,7 @@ def _make(build, asan):
             reasons.append('%s: a trial run did not end within %d s' % (p, CMD_TIMEOUT))
             continue
         if r.returncode == 0 and 'usage: sluicectl' in r.stdout:
+            p.ready_s = time.time() - t0
             return p, None
         reasons.append('%s: %s' % (p, _last_line(r)[0]))
     if not shutil.which('runc'):

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -103,6 +104,8 @@ def runtime():
                 why = _podman_in_a_namespace(podman)
             if not why:
                 containers.sweep_stale(netns.PREFIX)
+                sys.stderr.write('\nmulti-host tests: the daemons run from %s with %s (built and tried in %.0f s)\n'
+                                 % (podman.tag, podman, podman.ready_s))
                 _runtime = (podman, None)
             elif want == 'podman':
                 _runtime = (None, '%s=podman, but %s' % (RUNTIME_ENV, why))
@@ -588,6 +591,41 @@ class DispatcherCutOff(MultiHost):
         self.assertEqual(after['id'], j['id'])
         self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
         self.assertEqual([x for x in self.workers_view() if x['state'] != 'LIVE'], [])
+
+
+class DaemonsKilled(MultiHost):
+    """Case 7: kill -9 (of the process, or of the program in its container)
+    and a start again on the same host, while the job runs: first worker 0,
+    which registers again under a new id; then the dispatcher, started again
+    on the same work dir (the same volume), which loads its state: the
+    workers and the trainers carry on under their ids, and the same job
+    ends with every element exactly once (docs/fault-tolerance.md, What
+    survives which failure)."""
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '10000')
+    KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)   # a process's exit code; podman's
+
+    def test_dynamic_exactly_once_across_kills_and_restarts(self):
+        trainers = self.gated_trainers(['--timeout-ms', '20000'])
+        self.read_each(trainers, N // 10)
+        j = self.assert_running('when worker 0 is killed')
+        w = self.workers[0]
+        old = {x['address']: x['id'] for x in self.workers_view()}
+        self.assertIn(w.kill(), self.KILLED)
+        # The trainers read on from the two others meanwhile.
+        self.read_each(trainers, N // 20)
+        self.workers[0] = self.start_worker(0)
+        self.wait_until(lambda: [x for x in self.workers_view() if x['address'] == w.addr and
+                                 x['state'] == 'LIVE' and x['id'] != old[w.addr]],
+                        '%s to register again under a new id' % w.addr)
+        self.read_each(trainers, N // 20)
+        self.assert_running('when the dispatcher is killed')
+        ids = sorted(x['id'] for x in self.wait_live_workers(3))
+        self.assertIn(self.dispatcher.kill(), self.KILLED)
+        self.dispatcher = self.start_dispatcher()
+        self.finish_exactly_once(trainers)
+        after = self.job()
+        self.assertEqual((after['id'], after['state']), (j['id'], 'FINISHED'), after)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
 
 
 RECORD = 4096          # bytes per record of the throttled case
