@@ -35,7 +35,7 @@ import threading
 import time
 import unittest
 
-import containers
+import oci
 import harness
 import netns
 from harness import LISTEN, binary, child_env
@@ -87,7 +87,7 @@ def _podman_in_a_namespace(podman):
 
 def runtime():
     """(podman, None): the daemons run from the image with podman (a
-    containers.Podman); (None, None): as processes; (None, error): the
+    oci.Podman); (None, None): as processes; (None, error): the
     run asked for podman (SLUICE_MULTIHOST_RUNTIME=podman) and podman cannot
     run the image here. Decided once per run; with neither asked for, the
     reason for processes is printed once."""
@@ -99,11 +99,11 @@ def runtime():
         elif want == 'process':
             _runtime = (None, None)
         else:
-            podman, why = containers.image(harness.BUILD, harness.asan_build())
+            podman, why = oci.image(harness.BUILD, harness.asan_build())
             if podman:
                 why = _podman_in_a_namespace(podman)
             if not why:
-                containers.sweep_stale(netns.PREFIX)
+                oci.sweep_stale(netns.PREFIX)
                 sys.stderr.write('\nmulti-host tests: the daemons run from %s with %s (built and tried in %.0f s)\n'
                                  % (podman.tag, podman, podman.ready_s))
                 _runtime = (podman, None)
@@ -129,7 +129,7 @@ class Daemon:
             if podman:
                 # The image's program of that name, with the same arguments;
                 # the case's directory (token, work dir, data) at its path.
-                self.p = containers.Container(
+                self.p = oci.Container(
                     podman, '%s-%s' % (host.net.tag, name), [os.path.basename(argv[0])] + list(argv[1:]),
                     ['--network', 'ns:' + os.path.join(netns.NETNS_DIR, host.ns), '-v', '%s:%s' % (workdir, workdir)],
                     stdout=out, stderr=err, stdin=subprocess.DEVNULL)
@@ -156,7 +156,7 @@ class Daemon:
     def kill(self):
         """kill -9; the exit code it reports (-9 for a process, 137 from podman)."""
         self.killed = True
-        if isinstance(self.p, containers.Container):
+        if isinstance(self.p, oci.Container):
             return self.p.kill()
         self.p.proc.kill()
         return self.p.proc.wait(WAIT)

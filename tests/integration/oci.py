@@ -1,4 +1,4 @@
-"""The image of `make image` under podman, for the integration tests
+"""The OCI image of `make image` under podman, for the integration tests
 (test_deploy.py, test_multihost.py; docs/multi-host-tests.md).
 
 image() builds the image once per test run from the build under test
@@ -84,17 +84,24 @@ def _sweep_images():
             subprocess.run(['podman', 'rmi', '-f', t], capture_output=True, timeout=CMD_TIMEOUT)
 
 
-_image = None     # (Podman or None, reason)
+_images = {}     # build dir: (Podman or None, reason) or the error make-image.sh gave
 
 
 def image(build, asan):
     """(Podman, None) when the image of build runs here, else (None, why
-    not). Built and probed once per process; asan: build is a sanitizer
-    build, whose programs need the sanitizer runtime: make image refuses it."""
-    global _image
-    if _image is None:
-        _image = _make(build, asan)
-    return _image
+    not). Built and tried once per process and build; asan: build is a
+    sanitizer build, whose programs need the sanitizer runtime (make image
+    refuses it). make-image.sh failing is an error (RuntimeError), not a
+    reason: the script is broken, not the machine."""
+    build = os.path.abspath(build)
+    if build not in _images:
+        try:
+            _images[build] = _make(build, asan)
+        except RuntimeError as e:
+            _images[build] = e
+    if isinstance(_images[build], Exception):
+        raise _images[build]
+    return _images[build]
 
 
 def _make(build, asan):
@@ -108,20 +115,24 @@ def _make(build, asan):
         version = re.search(r'CMAKE_PROJECT_VERSION:STATIC=(\S+)', f.read()).group(1)
     tag = '%s:%s-%d' % (REPO, version, os.getpid())
     t0 = time.time()
+    # In a session of its own: on a timeout the builder goes with the script.
+    p = subprocess.Popen(['bash', os.path.join(ROOT, 'scripts', 'make-image.sh'), build, tag],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        r = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'make-image.sh'), build, tag],
-                           capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        out, _ = p.communicate(timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         subprocess.run(['podman', 'rmi', '-f', tag], capture_output=True, timeout=CMD_TIMEOUT)
         return None, 'make-image.sh did not build the image within %d s' % BUILD_TIMEOUT
-    if r.returncode != 0:
-        return None, 'make-image.sh failed: %s' % (r.stdout + r.stderr).strip()[-500:]
+    if p.returncode != 0:
+        raise RuntimeError('make-image.sh %s failed: %s' % (build, out.strip()[-1000:]))
     atexit.register(subprocess.run, ['podman', 'rmi', '-f', tag], capture_output=True, timeout=CMD_TIMEOUT)
     r = subprocess.run(['podman', 'image', 'inspect', '--format', '{{.Config.User}}', tag], capture_output=True,
                        text=True, timeout=CMD_TIMEOUT)
     m = re.fullmatch(r'(\d+):(\d+)', r.stdout.strip())
     if not m:
-        return None, 'the image\'s user is not numeric uid:gid: %r' % r.stdout.strip()
+        raise RuntimeError('the image\'s user is not a numeric uid:gid: %r' % r.stdout.strip())
     user = (int(m.group(1)), int(m.group(2)))
     runners = [(['podman'], dict(os.environ))]
     conf = os.path.join(ROOT, 'deploy', 'podman', 'containers.conf')
