@@ -164,6 +164,7 @@ class Container:
 
     def __init__(self, podman, name, args, run_args=(), **popen_kw):
         self.podman, self.name = podman, name
+        self.removed = False
         podman.remove(name)     # a container of that name left by an earlier run of this process
         self.proc = subprocess.Popen(podman.argv + ['run', '--rm', '--name', name] + list(run_args) +
                                      [podman.tag] + list(args), env=podman.env, **popen_kw)
@@ -181,7 +182,9 @@ class Container:
         container is removed whatever happens."""
         try:
             if self.proc.poll() is None:
-                self.signal(signal.SIGTERM)
+                # The client passes SIGTERM on to the program (podman run's
+                # --sig-proxy), one podman process fewer than podman kill.
+                self.proc.send_signal(signal.SIGTERM)
                 try:
                     self.proc.wait(timeout)
                 except subprocess.TimeoutExpired:
@@ -193,4 +196,6 @@ class Container:
                         self.proc.wait(timeout)
             return self.proc.returncode
         finally:
-            self.podman.remove(self.name)
+            if not self.removed:
+                self.podman.remove(self.name)
+                self.removed = True
