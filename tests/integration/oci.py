@@ -20,18 +20,12 @@ import signal
 import subprocess
 import time
 
+from netns import _pid_alive
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 REPO = 'localhost/sluice-test'
 BUILD_TIMEOUT = 300      # make-image.sh: about 20 s on the 2-core build machine
 CMD_TIMEOUT = 120        # any other podman call (a first run sets up podman's storage)
-
-
-def _pid_alive(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (OSError, IndexError):
-        return False
 
 
 def _last_line(r):
