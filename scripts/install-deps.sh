@@ -2,8 +2,9 @@
 # Installs the Debian packages Sluice builds, tests and benchmarks with.
 # Does nothing (and needs no network) when every package is already present.
 # podman and buildah build and test the image (make image, tests/integration/
-# test_deploy.py), with runc for hosts where crun cannot set rlimits
-# (docs/operations.md). Any argument is ignored.
+# test_deploy.py), and podman runs the multi-host tests' daemons from it
+# (docs/multi-host-tests.md), with runc for hosts where crun cannot set
+# rlimits (docs/operations.md). Any argument is ignored.
 set -euo pipefail
 
 packages=(

@@ -33,6 +33,7 @@ import unittest
 import urllib.error
 import urllib.request
 
+import oci
 from harness import Cluster, Daemon, asan_build, binary, child_env, free_ports, get_json, parse_jsonl, wait_for
 from test_security_auth import make_cert
 
@@ -609,32 +610,13 @@ class Image(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not shutil.which('podman'):
-            raise unittest.SkipTest('podman is not installed (scripts/install-deps.sh): the image is not tested')
-        if asan_build():
-            raise unittest.SkipTest('a sanitizer build: make image takes the normal build')
+        # Built once per run from the build under test, shared with
+        # test_multihost.py, removed at exit (oci.py).
         build = os.path.dirname(os.path.dirname(binary('sluice-dispatcher')))
-        cls.tag = 'localhost/sluice-test:%s-%d' % (project_version(), os.getpid())
-        r = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'make-image.sh'), build, cls.tag],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise AssertionError('make-image.sh failed: %s' % (r.stdout + r.stderr))
-        cls.podman, cls.env, reasons = None, None, []
-        conf = dict(os.environ, CONTAINERS_CONF=os.path.join(ROOT, 'deploy', 'podman', 'containers.conf'))
-        for podman, env in ((['podman'], dict(os.environ)), (['podman', '--runtime', 'runc'], conf)):
-            r = subprocess.run(podman + ['run', '--rm', cls.tag, 'sluicectl', '--help'], capture_output=True,
-                               text=True, timeout=120, env=env)
-            if r.returncode == 0 and 'usage: sluicectl' in r.stdout:
-                cls.podman, cls.env = podman, env
-                break
-            reasons.append('%s: %s' % (' '.join(podman), (r.stderr.strip().splitlines() or ['?'])[-1]))
-        if not cls.podman:
-            subprocess.run(['podman', 'rmi', '-f', cls.tag], capture_output=True)
-            raise unittest.SkipTest('podman cannot run containers here: ' + '; '.join(reasons))
-
-    @classmethod
-    def tearDownClass(cls):
-        subprocess.run(['podman', 'rmi', '-f', cls.tag], capture_output=True, timeout=120)
+        podman, why = oci.image(build, asan_build())
+        if not podman:
+            raise unittest.SkipTest('the image is not tested: ' + why)
+        cls.podman, cls.env, cls.tag = podman.argv, podman.env, podman.tag
 
     def podman_run(self, name, args):
         p = subprocess.run(self.podman + ['run', '-d', '--name', name, '--network', 'host', self.tag] + args,

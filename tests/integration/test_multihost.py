@@ -13,12 +13,20 @@ the cut is made after they received a given count and before they may go
 on, and the job's state is checked on the dispatcher at the cut (a failure
 says so, it does not pass by luck). docs/multi-host-tests.md describes the
 suite; the machine must allow network namespaces (root), else it is skipped
-with the reason."""
+with the reason.
+
+The dispatcher and workers run from the image of `make image` under podman
+(`podman run --network ns:/run/netns/HOST`, the case's directory a volume at
+the same path, the same command lines) where podman can run it here, else as
+processes in the hosts' namespaces; SLUICE_MULTIHOST_RUNTIME=podman or
+process picks one (runtime()). The trainers are sluice-cat processes in
+either mode: the test reads their output through a pipe at its own pace."""
 import collections
 import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -27,6 +35,7 @@ import threading
 import time
 import unittest
 
+import oci
 import harness
 import netns
 from harness import LISTEN, binary, child_env
@@ -55,29 +64,102 @@ def exactly_once(got, n):
     return missing, n - missing - counts.count(1), unexpected[:10]
 
 
-class Daemon:
-    """A daemon in a host, on fixed ports (each host has its own); started
-    once it printed its listening line."""
+RUNTIME_ENV = 'SLUICE_MULTIHOST_RUNTIME'
+_runtime = None
 
-    def __init__(self, host, argv, workdir, name, timeout=WAIT):
+
+def _podman_in_a_namespace(podman):
+    """None when podman runs the image in a network namespace made here,
+    else why not."""
+    probe = '%s-%d-podman' % (netns.PREFIX, os.getpid())
+    r = subprocess.run(['ip', 'netns', 'add', probe], capture_output=True, text=True, timeout=netns.CMD_TIMEOUT)
+    if r.returncode != 0:
+        return '`ip netns add` failed: %s' % r.stderr.strip()
+    try:
+        r = podman.call(['run', '--rm', '--network', 'ns:' + os.path.join(netns.NETNS_DIR, probe), podman.tag,
+                         'sluicectl', '--help'])
+        if r.returncode != 0:
+            return '%s run --network ns:... failed: %s' % (podman, (r.stderr.strip().splitlines() or ['?'])[-1])
+        return None
+    finally:
+        subprocess.run(['ip', 'netns', 'del', probe], capture_output=True, timeout=netns.CMD_TIMEOUT)
+
+
+def runtime():
+    """(podman, None): the daemons run from the image with podman (a
+    oci.Podman); (None, None): as processes; (None, error): the
+    run asked for podman (SLUICE_MULTIHOST_RUNTIME=podman) and podman cannot
+    run the image here. Decided once per run; with neither asked for, the
+    reason for processes is printed once."""
+    global _runtime
+    if _runtime is None:
+        want = os.environ.get(RUNTIME_ENV) or 'auto'
+        if want not in ('auto', 'podman', 'process'):
+            _runtime = (None, '%s=%s: give podman, process or auto' % (RUNTIME_ENV, want))
+        elif want == 'process':
+            _runtime = (None, None)
+        else:
+            podman, why = oci.image(harness.BUILD, harness.asan_build())
+            if podman:
+                why = _podman_in_a_namespace(podman)
+            if not why:
+                oci.sweep_stale(netns.PREFIX)
+                sys.stderr.write('\nmulti-host tests: the daemons run from %s with %s (built and tried in %.0f s)\n'
+                                 % (podman.tag, podman, podman.ready_s))
+                _runtime = (podman, None)
+            elif want == 'podman':
+                _runtime = (None, '%s=podman, but %s' % (RUNTIME_ENV, why))
+            else:
+                sys.stderr.write('\nmulti-host tests: the daemons run as processes, not from the image: %s\n' % why)
+                _runtime = (None, None)
+    return _runtime
+
+
+class Daemon:
+    """A daemon in a host, on fixed ports (each host has its own): a process
+    in the host's namespace, or a container of the image in it (podman);
+    wait_listening() waits for its listening line."""
+
+    def __init__(self, host, argv, workdir, name, podman=None):
         self.host, self.name, self.argv = host, name, argv
+        self.killed = False
         self.out_path = os.path.join(workdir, name + '.out')
         self.err_path = os.path.join(workdir, name + '.err')
         with open(self.out_path, 'w') as out, open(self.err_path, 'w') as err:
-            self.p = host.popen(argv, name=name, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env())
+            if podman:
+                # The image's program of that name, with the same arguments;
+                # the case's directory (token, work dir, data) at its path.
+                self.p = oci.Container(
+                    podman, '%s-%s' % (host.net.tag, name), [os.path.basename(argv[0])] + list(argv[1:]),
+                    ['--network', 'ns:' + os.path.join(netns.NETNS_DIR, host.ns), '-v', '%s:%s' % (workdir, workdir)],
+                    stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                host.net.procs.append(self.p)    # stopped and removed by Net.close() whatever happens
+            else:
+                self.p = host.popen(argv, name=name, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env=child_env())
+
+    def wait_listening(self, timeout=WAIT):
         deadline = time.time() + timeout
         while True:
             with open(self.out_path) as f:
                 m = LISTEN.search(f.read())
             if m:
                 self.port, self.admin_port = int(m.group(1)), int(m.group(2))
-                return
+                return self
             if self.p.proc.poll() is not None:
-                raise RuntimeError('%s exited with %d before listening: %s' % (name, self.p.proc.returncode,
+                raise RuntimeError('%s exited with %d before listening: %s' % (self.name, self.p.proc.returncode,
                                                                                 self.stderr()[-2000:]))
             if time.time() > deadline:
-                raise RuntimeError('%s printed no listening line within %ds' % (name, timeout))
+                raise RuntimeError('%s printed no listening line within %ds' % (self.name, timeout))
             time.sleep(0.02)
+
+    def kill(self):
+        """kill -9; the exit code it reports (-9 for a process, 137 from podman)."""
+        self.killed = True
+        if isinstance(self.p, oci.Container):
+            return self.p.kill()
+        self.p.proc.kill()
+        return self.p.proc.wait(WAIT)
 
     @property
     def addr(self):
@@ -190,12 +272,18 @@ class MultiHost(unittest.TestCase):
             if os.environ.get('SLUICE_REQUIRE_NETNS'):
                 self.fail(why + ' (and SLUICE_REQUIRE_NETNS is set)')
             self.skipTest(why)
+        self.podman, why = runtime()
+        if why:
+            self.fail(why)
+        sys.stderr.write('(daemons: %s) ' % ('podman, %s' % self.podman if self.podman else 'processes'))
         self.dir = tempfile.mkdtemp(prefix='sluice-mh-')
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.token = os.path.join(self.dir, 'token')
         with open(self.token, 'w') as f:
             f.write(os.urandom(32).hex() + '\n')
         os.chmod(self.token, 0o600)
+        self.share(self.dir)
+        self.share(self.token)
         self.net = netns.Net()
         self.daemons = []
         self.trainers = []
@@ -204,25 +292,40 @@ class MultiHost(unittest.TestCase):
         self.whosts = [self.net.add_host('w%d' % i, a) for i, a in enumerate(WORKERS)]
         self.thosts = [self.net.add_host('t%d' % i, a) for i, a in enumerate(TRAINERS)]
         self.net.wait_reachable()
-        self.dispatcher = self._daemon(self.dhost, [
+        self.dispatcher = self.start_dispatcher()
+        self.workers = [self.start_worker(i, wait=False) for i in range(len(WORKERS))]
+        for w in self.workers:   # started together: a container takes a second or two to start
+            w.wait_listening()
+        self.wait_live_workers(len(WORKERS))
+
+    def share(self, path):
+        """Makes path the image's user's, so that the daemons in containers
+        read (and, a directory, write) it; the test (root) still can."""
+        if self.podman:
+            os.chown(path, self.podman.uid, self.podman.gid)
+
+    def _daemon(self, host, argv, name, wait=True):
+        """A daemon named name, or name-2, name-3... when it is started again."""
+        again = sum(1 for d in self.daemons if d.name == name or d.name.startswith(name + '-'))
+        d = Daemon(host, argv, self.dir, name if not again else '%s-%d' % (name, again + 1), self.podman)
+        self.daemons.append(d)
+        return d.wait_listening() if wait else d
+
+    def start_dispatcher(self):
+        """The dispatcher on its host, with the case's work dir (again on
+        the same one when it is started again)."""
+        return self._daemon(self.dhost, [
             binary('sluice-dispatcher'), '--port', str(DPORT), '--admin-port', str(DADMIN),
             '--work-dir', os.path.join(self.dir, 'work'), '--auth-token-file', self.token,
             '--split-size', str(self.split_size), '--data-root', self.dir] + list(self.dispatcher_args), 'dispatcher')
-        self.workers = [self.start_worker(i) for i in range(len(WORKERS))]
-        self.wait_live_workers(len(WORKERS))
 
-    def _daemon(self, host, argv, name):
-        d = Daemon(host, argv, self.dir, name)
-        self.daemons.append(d)
-        return d
-
-    def start_worker(self, i):
+    def start_worker(self, i, wait=True):
         h = self.whosts[i]
         return self._daemon(h, [binary('sluice-workerd'), '--dispatcher', '%s:%d' % (DISPATCHER, DPORT),
                                 '--port', str(WPORT), '--admin-port', str(WADMIN),
                                 '--worker-address', '%s:%d' % (h.addr, WPORT), '--auth-token-file', self.token,
                                 '--buffer-mb', '1', '--data-root', self.dir] + list(self.worker_args),
-                            'worker%d' % i)
+                            'worker%d' % i, wait)
 
     def _teardown(self):
         bad = {}
@@ -233,12 +336,23 @@ class MultiHost(unittest.TestCase):
                 t.thread.join(10)
                 t.p.proc.stdout.close()
             self.net.heal_all()   # the daemons shut down with their peers in reach
-            for d in reversed(self.daemons):
-                rc = d.p.stop(20)
-                if rc != 0:
-                    bad[d.name] = (rc, d.stderr()[-3000:])
+
+            def stop(ds):        # together: stopping a container takes a second
+                rcs = {}
+                threads = [threading.Thread(target=lambda d=d: rcs.__setitem__(d.name, d.p.stop(20))) for d in ds]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                for d in ds:
+                    rc = rcs.get(d.name, 'not stopped')
+                    if rc != 0 and not d.killed:
+                        bad[d.name] = (rc, d.stderr()[-3000:])
+            # The workers first, with the dispatcher still serving them.
+            stop([d for d in self.daemons if d.host is not self.dhost])
+            stop([d for d in self.daemons if d.host is self.dhost])
         finally:
-            self.net.close()      # whatever happened above: no process, no namespace left
+            self.net.close()      # whatever happened above: no process, no container, no namespace left
         if bad:
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
@@ -479,6 +593,41 @@ class DispatcherCutOff(MultiHost):
         self.assertEqual([x for x in self.workers_view() if x['state'] != 'LIVE'], [])
 
 
+class DaemonsKilled(MultiHost):
+    """Case 7: kill -9 (of the process, or of the program in its container)
+    and a start again on the same host, while the job runs: first worker 0,
+    which registers again under a new id; then the dispatcher, started again
+    on the same work dir (the same volume), which loads its state: the
+    workers and the trainers carry on under their ids, and the same job
+    ends with every element exactly once (docs/fault-tolerance.md, What
+    survives which failure)."""
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '10000')
+    KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)   # a process's exit code; podman's
+
+    def test_dynamic_exactly_once_across_kills_and_restarts(self):
+        trainers = self.gated_trainers(['--timeout-ms', '20000'])
+        self.read_each(trainers, N // 10)
+        j = self.assert_running('when worker 0 is killed')
+        w = self.workers[0]
+        old = {x['address']: x['id'] for x in self.workers_view()}
+        self.assertIn(w.kill(), self.KILLED)
+        # The trainers read on from the two others meanwhile.
+        self.read_each(trainers, N // 20)
+        self.workers[0] = self.start_worker(0)
+        self.wait_until(lambda: [x for x in self.workers_view() if x['address'] == w.addr and
+                                 x['state'] == 'LIVE' and x['id'] != old[w.addr]],
+                        '%s to register again under a new id' % w.addr)
+        self.read_each(trainers, N // 20)
+        self.assert_running('when the dispatcher is killed')
+        ids = sorted(x['id'] for x in self.wait_live_workers(3))
+        self.assertIn(self.dispatcher.kill(), self.KILLED)
+        self.dispatcher = self.start_dispatcher()
+        self.finish_exactly_once(trainers)
+        after = self.job()
+        self.assertEqual((after['id'], after['state']), (j['id'], 'FINISHED'), after)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+
+
 RECORD = 4096          # bytes per record of the throttled case
 RECORDS = 16384        # 64 MiB
 MARK = 0x5A << 56      # a record's first 8 bytes: MARK | its index (never a batch offset)
@@ -520,6 +669,7 @@ class ThrottledWorker(MultiHost):
             pad = bytes(RECORD - 8)
             for i in range(RECORDS):
                 f.write(struct.pack('<Q', MARK | i) + pad)
+        self.share(path)
         slow = self.whosts[2]
         slow.throttle('100mbit')
         spec = {"source": {"type": "fixed_length_records", "files": [path], "record_bytes": RECORD},
