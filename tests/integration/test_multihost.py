@@ -593,6 +593,116 @@ class DispatcherCutOff(MultiHost):
         self.assertEqual([x for x in self.workers_view() if x['state'] != 'LIVE'], [])
 
 
+class DispatcherCutOffPastLeases(MultiHost):
+    """The dispatcher host cut from every other host for 12 s, more than twice
+    the leases (--worker-timeout-ms and --client-timeout-ms 5 s): it hears
+    from nobody, so it expires nobody (docs/failure-model.md); healed, the
+    same workers and trainers carry on under their ids. (Each peer must get
+    a frame through within one lease of the first one after the heal; a
+    connect attempt begun during the cut takes up to its 5 s timeout to
+    give up, hence leases of 5 s, not less.)"""
+    CUT_S = 12
+    dispatcher_args = ('--worker-timeout-ms', '5000', '--client-timeout-ms', '5000')
+
+    def test_dynamic_exactly_once_and_no_lease_lost(self):
+        trainers = self.gated_trainers(['--timeout-ms', '20000'])
+        self.read_each(trainers, N // 10)
+        j = self.assert_running('when the cut is made')
+        ids = sorted(x['id'] for x in self.workers_view())
+        self.net.isolate(self.dhost)
+        t0 = time.time()
+        self.read_each(trainers, 2 * BATCH)
+        time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
+        self.assertGreater(self.net.dropped(self.dhost), 0, 'the cut dropped nothing')
+        self.net.heal_all()
+        self.finish_exactly_once(trainers)
+        after = self.job()
+        self.assertEqual((after['id'], after['state']), (j['id'], 'FINISHED'), after)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+        log = self.dispatcher.stderr()
+        self.assertIn('heard from no worker and no client', log)
+        self.assertNotIn('is away', log)
+        self.assertNotIn(' lost: ', log)
+
+
+class TrainerAwayPastItsLease(MultiHost):
+    """Trainer 0 cut from the dispatcher (not from the workers) until the
+    dispatcher counts it away (--client-timeout-ms 3 s); meanwhile worker 2
+    is killed, so its splits wait for what the away trainer received; healed,
+    trainer 0 comes back under its id and every element comes exactly once
+    across both trainers (docs/fault-tolerance.md, Clients away past their
+    lease)."""
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '3000')
+
+    def test_dynamic_exactly_once_across_the_absence_and_a_worker_loss(self):
+        trainers = self.gated_trainers(['--timeout-ms', '20000'])
+        self.read_each(trainers, N // 10)
+        self.assert_running('when the cut is made')
+        self.net.partition(self.thosts[0], self.dhost)
+        self.wait_until(lambda: 'away' in [c['state'] for c in self.job()['consumers']], 'trainer 0 to be away')
+        self.assertIn(self.workers[2].kill(), DaemonsKilled.KILLED)
+        self.wait_until(lambda: self.job()['lost_splits']['report_gen'] >= 1, 'worker 2 to be lost with splits')
+        self.read_each(trainers[1:], N // 20)
+        j = self.assert_running('when the cut heals')
+        self.assertGreater(j['lost_splits']['awaiting_reports'], 0,
+                           'the lost splits wait for the away trainer: %s' % j['lost_splits'])
+        self.net.heal(self.thosts[0], self.dhost)
+        self.finish_exactly_once(trainers)
+        self.assertEqual(self.job()['state'], 'FINISHED')
+        self.assertRegex(self.dispatcher.stderr(), r'client \d+ is back after \d+ ms away')
+
+
+class TrainerCutFromWorkerPastItsTimeout(MultiHost):
+    """Trainer 0 cut from worker 0 for 8 s, longer than its --timeout-ms of
+    3 s: the timeout bounds connecting to a worker, not an open connection,
+    which TCP keeps across the cut; the trainer reads on from the other
+    workers and gets what was in flight once healed."""
+    CUT_S = 8
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '30000')
+
+    def test_dynamic_exactly_once_across_the_cut_and_heal(self):
+        trainers = self.gated_trainers(['--timeout-ms', '3000'])
+        self.read_each(trainers, N // 10)
+        self.assert_running('when the cut is made')
+        self.net.partition(self.thosts[0], self.whosts[0])
+        t0 = time.time()
+        self.read_each(trainers, N // 20)
+        time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
+        self.assert_running('at the end of the cut')
+        self.net.heal(self.thosts[0], self.whosts[0])
+        self.finish_exactly_once(trainers)
+        self.assertEqual(self.job()['state'], 'FINISHED')
+
+
+class DispatcherRestartedAfter45s(MultiHost):
+    """The dispatcher killed -9 and started again 45 s later on its work dir,
+    as a rescheduled Kubernetes pod would be: the trainers (the default
+    dispatcher_timeout_ms of an hour) read what the workers buffered, wait,
+    and carry on with the same job, exactly once."""
+    DOWN_S = 45
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '10000')
+
+    def test_dynamic_exactly_once_across_a_long_outage(self):
+        trainers = self.gated_trainers(['--timeout-ms', '20000'])
+        self.read_each(trainers, N // 10)
+        j = self.assert_running('when the dispatcher is killed')
+        ids = sorted(x['id'] for x in self.wait_live_workers(3))
+        self.assertIn(self.dispatcher.kill(), DaemonsKilled.KILLED)
+        t0 = time.time()
+        self.read_each(trainers, 2 * BATCH)
+        time.sleep(max(0.0, self.DOWN_S - (time.time() - t0)))
+        for t in trainers:
+            self.assertIsNone(t.p.proc.poll(), '%s ended during the outage: %s' % (t.name, t.stderr()[-2000:]))
+        self.dispatcher = self.start_dispatcher()
+        self.finish_exactly_once(trainers)
+        after = self.job()
+        self.assertEqual((after['id'], after['state']), (j['id'], 'FINISHED'), after)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+        for t in trainers:
+            self.assertIn('does not answer', t.stderr())
+            self.assertRegex(t.stderr(), r'answers again after \d+ ms')
+
+
 class DaemonsKilled(MultiHost):
     """Case 7: kill -9 (of the process, or of the program in its container)
     and a start again on the same host, while the job runs: first worker 0,
