@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/stream.py --build "$build"
 /usr/bin/python3 bench/tls_stream.py --build "$build"
 /usr/bin/python3 bench/first_batch.py --build "$build"
+/usr/bin/python3 bench/heal_to_batch.py --build "$build"
 /usr/bin/python3 bench/tfrecord_read.py --build "$build"
 /usr/bin/python3 bench/python_vs_c.py --build "$build"
 /usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 1
