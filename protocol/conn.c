@@ -958,11 +958,23 @@ static void peer_name(int fd, char *out, size_t len, bool *loopback)
 }
 
 /* Frames go out as soon as they are written: a frame written in parts
- * (under TLS, a record each) must not wait for the peer's delayed ACK. */
-static void set_nodelay(int fd)
+ * (under TLS, a record each) must not wait for the peer's delayed ACK.
+ * And a peer gone silent (a partition that neither heals nor resets, a
+ * machine that vanished) ends the connection in about SL_CONN_DEAD_MS,
+ * whether or not data waits on it: keepalive probes on an idle connection
+ * (a trainer waiting for a batch), TCP_USER_TIMEOUT on unacknowledged data
+ * (and, under it, on keepalive), set to match. The peers then connect again
+ * and ask again for what was in flight (workerd/held.h). */
+static void set_socket_options(int fd)
 {
-    int one = 1;
+    int one = 1, idle = SL_CONN_KEEPIDLE_S, intvl = SL_CONN_KEEPINTVL_S, cnt = SL_CONN_KEEPCNT;
+    unsigned user_timeout = SL_CONN_DEAD_MS;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
 /* A refused socket half-closed after its error frame, read and dropped
@@ -1026,7 +1038,7 @@ sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, s
                           const sl_limits_t *limits, const sl_conn_cbs_t *cbs, void *arg)
 {
     evutil_make_socket_nonblocking(fd);
-    set_nodelay(fd);
+    set_socket_options(fd);
     char peer[80];
     bool loopback;
     peer_name(fd, peer, sizeof peer, &loopback);
@@ -1100,7 +1112,7 @@ int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_
         conn_free(c);
         return -ENOMEM;
     }
-    set_nodelay(conn_fd(c));
+    set_socket_options(conn_fd(c));
     /* A non-blocking connect fails later through event_cb. */
     *out = c;
     return 0;

@@ -152,6 +152,16 @@ void sl_conn_set_arg(sl_conn_t *c, void *arg);
  */
 int sl_conn_local_host(const sl_conn_t *c, char *host, size_t len);
 
+/* TCP liveness on every protocol connection (conn.c, set_socket_options()):
+ * an idle connection is probed after SL_CONN_KEEPIDLE_S, every
+ * SL_CONN_KEEPINTVL_S, and a connection whose data or probes go
+ * unacknowledged for SL_CONN_DEAD_MS is closed (TCP_USER_TIMEOUT, which also
+ * bounds the keepalive probes): idle + count * interval = the same 20 s. */
+#define SL_CONN_KEEPIDLE_S 10
+#define SL_CONN_KEEPINTVL_S 2
+#define SL_CONN_KEEPCNT 5
+#define SL_CONN_DEAD_MS 20000
+
 /**
  * How long a heartbeat may go unanswered before its connection counts as
  * dead, whatever TCP thinks: 8 intervals, and at least 2 s. The worker and

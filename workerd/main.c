@@ -62,7 +62,7 @@ static void usage(FILE *f)
             "                           cgroup's memory.max; a task over it fails, others go on)\n"
             "  --hold-timeout-ms N      a batch served and not yet acknowledged is held this long\n"
             "                           after its client's last request, to be sent again if its\n"
-            "                           connection broke (60000)\n"
+            "                           connection broke (300000)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"

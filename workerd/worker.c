@@ -964,7 +964,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .max_tasks = 64,
         .heartbeat_ms = 250,
         .connect_timeout_ms = 5000,
-        .hold_timeout_ms = 60000,
+        .hold_timeout_ms = 300000,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
                  .split_prefetch = 8},
     };

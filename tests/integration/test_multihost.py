@@ -674,6 +674,30 @@ class TrainerCutFromWorkerPastItsTimeout(MultiHost):
         self.assertEqual(self.job()['state'], 'FINISHED')
 
 
+class TrainerCutFromWorkerForGood(MultiHost):
+    """Trainer 0 cut from worker 0 and never healed, with --timeout-ms 3000:
+    TCP liveness (keepalive and TCP_USER_TIMEOUT, 20 s) ends the silent
+    connection, the trainer cannot connect again, and it fails naming the
+    worker after its timeout, instead of waiting on it for ever."""
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '30000')
+
+    def test_the_trainer_fails_in_bounded_time_naming_the_worker(self):
+        trainers = self.gated_trainers(['--timeout-ms', '3000'])
+        self.read_each(trainers, N // 10)
+        self.assert_running('when the cut is made')
+        self.net.partition(self.thosts[0], self.whosts[0])
+        t0 = time.time()
+        trainers[0].go()
+        try:
+            rc = trainers[0].p.proc.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            self.fail('trainer 0 still waits %ds after its worker was cut off for good' % WAIT)
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(trainers[0].stderr(), r'worker %s:%d unreachable for 3000 ms' %
+                         (re.escape(self.whosts[0].addr), WPORT))
+        sys.stderr.write('(failed after %.1f s) ' % (time.time() - t0))
+
+
 class DispatcherRestartedAfter45s(MultiHost):
     """The dispatcher killed -9 and started again 45 s later on its work dir,
     as a rescheduled Kubernetes pod would be: the trainers (the default
