@@ -1051,6 +1051,11 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
                  it->opts.consumer_index, it->opts.num_consumers);
         goto fail;
     }
+    if (it->opts.repetition > 0 && !(it->opts.job_name && it->opts.job_name[0])) {
+        snprintf(it->err, sizeof it->err, "repetition %" PRIu64 " needs a job_name: repetitions are the passes over "
+                 "a named job", it->opts.repetition);
+        goto fail;
+    }
     if (!sl_target_workers_name(it->opts.target_workers)) {
         snprintf(it->err, sizeof it->err, "target_workers %d is unknown", (int)it->opts.target_workers);
         goto fail;
@@ -1068,6 +1073,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     req.num_consumers = (uint32_t)it->opts.num_consumers;
     req.consumer_index = (uint32_t)it->opts.consumer_index;
     req.target_workers = (uint32_t)it->opts.target_workers;
+    req.repetition = it->opts.repetition;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
     rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, exclude, exclude_len, SL_MSG_GET_OR_CREATE_JOB_RESP,
                          &resp);

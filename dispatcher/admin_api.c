@@ -121,7 +121,8 @@ static int jobs(struct evhttp_request *req, const char *rest, json_t **body, voi
 {
     (void)req;
     (void)rest;
-    *body = json_pack("{s:o}", "jobs", sl_dstate_jobs_json(arg, sl_now_ms()));
+    int64_t now = sl_now_ms();
+    *body = json_pack("{s:o,s:o}", "jobs", sl_dstate_jobs_json(arg, now), "names", sl_dstate_job_names_json(arg, now));
     return 200;
 }
 

@@ -8,7 +8,8 @@
  *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
- *              clients: [{id, consumer_index, round, target, host}...]}
+ *              clients: [{id, consumer_index, round, target, host, late}...], report_gen,
+ *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only)}
  *   cursors   per job: {epoch, file, next, seq, handed}
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
  *             end]...]}
@@ -22,8 +23,11 @@
  * A hand-out's skip runs are stored as "skips": [[begin, count]...], each
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
- * after format 1 first shipped (a worker's why_lost, a hand-out's skips)
- * are optional at load, so an older store still loads. The file list of
+ * after format 1 first shipped (a worker's why_lost, a hand-out's skips, a
+ * job's repetition, collected and ended_at, a client's late) are optional at
+ * load, so an older store still loads. A job record without repetition was
+ * written when a join of an ended job's name created a new job: an ended
+ * one loads as collected, so that such a join still does. The file list of
  * a dataset is stored, not expanded again, so the (file, record range)
  * numbering of splits handed out before a restart keeps its meaning.
  */
@@ -96,7 +100,7 @@ static json_t *worker_record(const struct worker *w)
                      w->why_lost, "draining", w->draining);
 }
 
-static json_t *job_record(const struct job *j)
+static json_t *job_record(const sl_dstate_t *st, const struct job *j)
 {
     json_t *tasks = json_array(), *clients = json_array();
     for (unsigned k = 0; k < j->num_tasks; k++) {
@@ -108,15 +112,22 @@ static json_t *job_record(const struct job *j)
     }
     for (unsigned k = 0; k < j->num_clients; k++) {
         const struct client *c = &j->clients[k];
-        json_array_append_new(clients, json_pack("{s:I,s:i,s:I,s:i,s:s}", "id", (json_int_t)c->id, "consumer_index",
-                                                 (int)c->consumer_index, "round", (json_int_t)c->round, "target",
-                                                 (int)c->target, "host", c->host));
+        json_array_append_new(clients, json_pack("{s:I,s:i,s:I,s:i,s:s,s:b}", "id", (json_int_t)c->id,
+                                                 "consumer_index", (int)c->consumer_index, "round",
+                                                 (json_int_t)c->round, "target", (int)c->target, "host", c->host,
+                                                 "late", c->late));
     }
-    return json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s:I}", "name", j->name, "dataset",
-                     (json_int_t)j->dataset->id, "sharding", (int)j->sharding, "effective", (int)j->effective,
-                     "num_consumers", (int)j->num_consumers, "round_horizon", (json_int_t)j->round_horizon, "state",
-                     (int)j->state, "error", j->error, "tasks", tasks, "clients", clients, "report_gen",
-                     (json_int_t)j->report_gen);
+    json_t *rec = json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s:I,s:I,s:b}", "name", j->name, "dataset",
+                            (json_int_t)j->dataset->id, "sharding", (int)j->sharding, "effective", (int)j->effective,
+                            "num_consumers", (int)j->num_consumers, "round_horizon", (json_int_t)j->round_horizon,
+                            "state", (int)j->state, "error", j->error, "tasks", tasks, "clients", clients,
+                            "report_gen", (json_int_t)j->report_gen, "repetition", (json_int_t)j->repetition,
+                            "collected", j->collected);
+    if (rec && j->state != SL_JOB_RUNNING) {
+        int64_t ago = j->ended > 0 && st->now > j->ended ? st->now - j->ended : 0;
+        json_object_set_new(rec, "ended_at", json_integer((json_int_t)(wall_ms() - ago)));
+    }
+    return rec;
 }
 
 static json_t *cursor_record(const struct job *j)
@@ -268,7 +279,7 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
     for (unsigned i = 0; i < st->num_jobs && rc == 0; i++) {
         const struct job *j = st->jobs[i];
         if (j->dirty)
-            rc = put_json(txn, SL_DT_JOBS, j->id, job_record(j));
+            rc = put_json(txn, SL_DT_JOBS, j->id, job_record(st, j));
         if (j->cursor_dirty && rc == 0)
             rc = put_json(txn, SL_DT_CURSORS, j->id, cursor_record(j));
         if (j->exclude_dirty && rc == 0)
@@ -507,16 +518,17 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
     j->cap_clients = (unsigned)n;
     for (size_t k = 0; k < n; k++) {
         json_int_t id, round;
-        int index, target;
+        int index, target, late = 0;
         const char *host;
         json_error_t je;
-        if (json_unpack_ex(json_array_get(clients, k), &je, JSON_STRICT, "{s:I,s:i,s:I,s:i,s:s}", "id", &id,
-                           "consumer_index", &index, "round", &round, "target", &target, "host", &host) < 0 ||
+        if (json_unpack_ex(json_array_get(clients, k), &je, JSON_STRICT, "{s:I,s:i,s:I,s:i,s:s,s?b}", "id", &id,
+                           "consumer_index", &index, "round", &round, "target", &target, "host", &host, "late",
+                           &late) < 0 ||
             index < 0 || target < 0 || target >= SL_TARGET_COUNT_)
             return bad(l, j->id, "clients: a client with missing or out-of-range fields");
         struct client *c = &j->clients[j->num_clients++];
         *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .consumer_index = (uint32_t)index,
-                             .round = (uint64_t)round, .target = (sl_target_workers_t)target};
+                             .round = (uint64_t)round, .target = (sl_target_workers_t)target, .late = late};
         snprintf(c->host, sizeof c->host, "%s", host);
     }
     return 0;
@@ -532,13 +544,14 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     if (rc < 0)
         return rc;
     const char *name, *error;
-    json_int_t dataset, horizon, report_gen = 0;
-    int sharding, effective, consumers, state;
+    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1;
+    int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I}", "name", &name,
-                       "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I}", "name",
+                       &name, "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
                        &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
-                       "clients", &clients, "report_gen", &report_gen) < 0)
+                       "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
+                       &collected, "ended_at", &ended_at) < 0)
         return unpack_failed(l, id, rec, &je);
     struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
@@ -557,7 +570,15 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     *j = (struct job){.id = id, .dataset = d, .sharding = (sl_sharding_t)sharding,
                       .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
                       .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
-                      .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen};
+                      .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen,
+                      .repetition = repetition > 0 ? (uint64_t)repetition : 0, .collected = collected};
+    if (j->state != SL_JOB_RUNNING) {
+        /* Ended as long ago as the wall clock says (none of a clock set back). */
+        int64_t ago = ended_at >= 0 && wall_ms() > ended_at ? wall_ms() - (int64_t)ended_at : 0;
+        j->ended = l->now - ago > 0 ? l->now - ago : 1;
+        /* Written before repetitions: its name made a new job at the next join. */
+        j->collected |= repetition < 0 && name[0];
+    }
     sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->error, sizeof j->error, "%s", error);

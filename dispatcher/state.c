@@ -19,6 +19,11 @@
  *                                      stays held at --max-outstanding-splits
  *                 RUNNING -> CANCELLED no client for job_gc_timeout_ms, or
  *                                      DELETE /v1/jobs/{id}
+ * Named jobs:     keyed by (name, repetition). A join of a running one joins
+ *                 it; of an ended one leases a client that is told the end
+ *                 (it gets no task); of none creates it. An ended one without
+ *                 clients for job_gc_timeout_ms (or one cancelled for that) is
+ *                 collected: the next join creates it again.
  * Task states:    ASSIGNED -> RUNNING -> DONE
  *                 ASSIGNED -> DONE      (finished before its first report)
  *                 ASSIGNED | RUNNING -> FAILED | LOST
@@ -86,6 +91,14 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
 static void queue_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key)
 {
     sl__dstate_del(st, table, key, 0);
+}
+
+/* Requests carry the time: a job that ends in one says when (job_set_state()
+ * reads st->now, which otherwise only the tick moves). */
+static void clock_at(sl_dstate_t *st, int64_t now)
+{
+    if (now > st->now)
+        st->now = now;
 }
 
 sl_dstate_t *sl_dstate_new(const sl_dstate_config_t *cfg)
@@ -284,6 +297,7 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     if (j->state != SL_JOB_RUNNING)
         return;
     j->state = next;
+    j->ended = st->now > 0 ? st->now : 1;
     j->dirty = true;
     sl__out_clear(st, j); /* nothing more is handed out */
     /* Nor are its restored positions needed: they leave memory and the
@@ -566,6 +580,7 @@ static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
 int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequest *req, int64_t now,
                                sluice_WorkerHeartbeatResponse *resp, char *err, size_t errlen)
 {
+    clock_at(st, now);
     struct worker *w = sl__dstate_worker(st, req->worker_id);
     if (!w || w->state != WORKER_LIVE) {
         return sl_errf(err, errlen, SL_ENOTFOUND,
@@ -832,10 +847,15 @@ static int jobs_make_room(sl_dstate_t *st)
 {
     if (st->num_jobs < st->cfg.max_jobs)
         return sl__dstate_grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs);
-    for (unsigned i = 0; i < st->num_jobs; i++) {
-        if (st->jobs[i]->state != SL_JOB_RUNNING) {
-            job_drop(st, i);
-            return 0;
+    /* An ended named job not yet collected goes last: while it is kept, a
+     * late client of it sees its end rather than the data again. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned i = 0; i < st->num_jobs; i++) {
+            const struct job *j = st->jobs[i];
+            if (j->state != SL_JOB_RUNNING && (pass == 1 || !j->name[0] || j->collected)) {
+                job_drop(st, i);
+                return 0;
+            }
         }
     }
     return -1;
@@ -1012,6 +1032,49 @@ static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobReq
     return rc;
 }
 
+/* " repetition N" of a named job (for logs), "" for an anonymous one. */
+static const char *repetition_text(const struct job *j)
+{
+    static _Thread_local char buf[40];
+    if (!j->name[0])
+        return "";
+    snprintf(buf, sizeof buf, " repetition %" PRIu64, j->repetition);
+    return buf;
+}
+
+/* A join of a named job's repetition that already ended: the client is
+ * leased (so that a client of any version hears the end on its first
+ * heartbeat) but listed no task, and told. It never reads the data again. */
+static int joined_ended(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
+                        const char *client_host, int64_t now, sluice_GetOrCreateJobResponse *resp, char *err,
+                        size_t errlen)
+{
+    resp->job_id = j->id;
+    int rc = joined(st, j, req, client_host, now, resp, err, errlen);
+    if (rc < 0)
+        return rc;
+    j->clients[j->num_clients - 1].late = true;
+    snprintf(resp->notice, sizeof resp->notice, "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") had already "
+             "ended (%s) %" PRId64 " ms ago: this client gets its end at once and does not read it again (the next "
+             "epoch is repetition %" PRIu64 ")", j->name, j->repetition, j->id, sl__job_state_names[j->state],
+             j->ended > 0 && now > j->ended ? now - j->ended : 0, j->repetition + 1);
+    sl_log_info("client %" PRIu64 ": %s", resp->client_id, resp->notice);
+    return 0;
+}
+
+/* Forgets the collected jobs of (name, repetition) that no client holds:
+ * the join that creates the repetition again replaces them. */
+static void drop_collected(sl_dstate_t *st, const char *name, uint64_t repetition)
+{
+    for (unsigned i = 0; i < st->num_jobs;) {
+        const struct job *o = st->jobs[i];
+        if (o->collected && o->num_clients == 0 && o->repetition == repetition && strcmp(o->name, name) == 0)
+            job_drop(st, i);
+        else
+            i++;
+    }
+}
+
 static bool has_local_worker(const sl_dstate_t *st, const char *host)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -1047,16 +1110,24 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                    "when the host of its --worker-address is the address the client connects from)",
                    client_host && client_host[0] ? client_host : "(unknown)");
     }
+    clock_at(st, now);
+    /* A named job is keyed by (name, repetition): j is the one a join joins
+     * (running, or ended and not collected yet), gone a collected one. */
     struct job *j = NULL;
-    const struct job *ended = NULL;
+    struct {
+        uint64_t id;
+        sl_job_state_t state;
+        int64_t ended;
+    } gone = {0};
     if (req->job_name[0]) {
-        for (unsigned i = 0; i < st->num_jobs && !j; i++) {
-            if (strcmp(st->jobs[i]->name, req->job_name) != 0)
+        for (unsigned i = 0; i < st->num_jobs; i++) {
+            struct job *o = st->jobs[i];
+            if (strcmp(o->name, req->job_name) != 0 || o->repetition != req->repetition)
                 continue;
-            if (st->jobs[i]->state == SL_JOB_RUNNING)
-                j = st->jobs[i];
-            else
-                ended = st->jobs[i];
+            if (!o->collected && (!j || o->state == SL_JOB_RUNNING))
+                j = o;
+            else if (o->collected)
+                gone.id = o->id, gone.state = o->state, gone.ended = o->ended;
         }
     }
     int rc;
@@ -1070,6 +1141,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
             return sl_errf(err, errlen, SL_ECONFLICT, "job \"%s\" exists with sharding %s, requested %s", j->name,
                        sl_sharding_name(j->sharding), policy);
         }
+        if (j->state != SL_JOB_RUNNING)
+            return joined_ended(st, j, req, client_host, now, resp, err, errlen);
         if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
             return rc;
         resp->job_id = j->id;
@@ -1080,6 +1153,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         return rc;
     if ((rc = job_check_consumers(st, req, d, NULL, err, errlen)) < 0)
         return rc;
+    if (gone.id)
+        drop_collected(st, req->job_name, req->repetition);
     if (jobs_make_room(st) < 0) {
         st->jobs_refused++;
         sl_errf(err, errlen, SL_ETOOBIG,
@@ -1124,6 +1199,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     }
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
+    j->repetition = j->name[0] ? req->repetition : 0;
     j->dataset = d;
     d->last_used = now;
     j->sharding = (sl_sharding_t)req->sharding;
@@ -1145,16 +1221,18 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     j->dirty = true;
     j->cursor_dirty = true;
     st->jobs[st->num_jobs++] = j;
-    /* A finished job's name starts a new job: one more pass over the data,
-     * as a new tf.data iteration of the same job name does. */
-    if (ended) {
-        snprintf(resp->notice, sizeof resp->notice, "job \"%s\" (id %" PRIu64 ") had already ended (%s); a new "
-                 "job %" PRIu64 " was created under its name, reading the dataset from the start", j->name,
-                 ended->id, sl__job_state_names[ended->state], j->id);
+    /* A collected repetition is created again: one more pass over the data,
+     * as tf.data service does once it garbage-collected an iteration. */
+    if (gone.id) {
+        snprintf(resp->notice, sizeof resp->notice, "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") ended "
+                 "(%s) %" PRId64 " ms ago and was collected (no client for --job-gc-timeout-ms %" PRId64 " ms); "
+                 "a new job %" PRIu64 " was created for the repetition, reading the dataset from the start",
+                 j->name, j->repetition, gone.id, sl__job_state_names[gone.state],
+                 gone.ended > 0 && now > gone.ended ? now - gone.ended : 0, st->cfg.job_gc_timeout_ms, j->id);
         sl_log_info("%s", resp->notice);
     }
-    sl_log_info("job %" PRIu64 "%s%s%s created: dataset %" PRIu64 ", sharding %s%s%s, %u tasks, %u consumers", j->id,
-                j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "", d->id, policy,
+    sl_log_info("job %" PRIu64 "%s%s%s%s created: dataset %" PRIu64 ", sharding %s%s%s, %u tasks, %u consumers",
+                j->id, j->name[0] ? " \"" : "", j->name, j->name[0] ? "\"" : "", repetition_text(j), d->id, policy,
                 effective != j->sharding ? " as " : "", effective != j->sharding ? sl_sharding_name(effective) : "",
                 j->num_tasks, j->num_consumers);
     resp->job_id = j->id;
@@ -1231,6 +1309,7 @@ static struct client *longest_away(struct job *j)
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
+    clock_at(st, now);
     int rc = sl__dstate_check_client_secret(st, "CLIENT_HEARTBEAT", req->job_id, req->client_id, req->client_secret, err,
                                  errlen);
     if (rc < 0)
@@ -1268,7 +1347,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         }
         resp->round_horizon = j->round_horizon;
     }
-    for (unsigned k = 0; k < j->num_tasks; k++) {
+    for (unsigned k = 0; k < j->num_tasks && !c->late; k++) {
         const struct task *t = &j->tasks[k];
         /* Coordinated reads list a lost task too: consumers need its rounds
          * to agree on who served which round. */
@@ -1328,6 +1407,7 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
 {
     struct job *j;
     struct client *c;
+    clock_at(st, now);
     int rc = owned_client(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
@@ -1420,6 +1500,18 @@ static bool silence(sl_dstate_t *st, int64_t now)
     return false;
 }
 
+/* An ended named job without clients for job_gc_timeout_ms: the next join
+ * of its (name, repetition) creates it again. */
+static void job_collect(struct job *j)
+{
+    if (!j->name[0] || j->collected)
+        return;
+    j->collected = true;
+    j->dirty = true;
+    sl_log_info("job %" PRIu64 " \"%s\"%s collected: it ended (%s) and had no client for the job's gc timeout; a "
+                "join of it creates it again", j->id, j->name, repetition_text(j), sl__job_state_names[j->state]);
+}
+
 void sl_dstate_tick(sl_dstate_t *st, int64_t now)
 {
     st->now = now;
@@ -1436,14 +1528,17 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
     }
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
+        /* Away is for running jobs: an ended one has nothing left to keep
+         * exactly once, and its clients should not hold its collection. */
+        bool running = j->state == SL_JOB_RUNNING;
         for (unsigned k = 0; k < j->num_clients;) {
             struct client *c = &j->clients[k];
-            if (c->away_since == 0 && now - c->last_seen > st->cfg.client_timeout_ms &&
+            if (c->away_since == 0 && now - c->last_seen > st->cfg.client_timeout_ms && running &&
                 st->cfg.client_rejoin_ms > 0) {
                 client_away(st, j, c, now);
                 k++;
             } else if (c->away_since == 0 ? now - c->last_seen > st->cfg.client_timeout_ms
-                                          : now - c->away_since > st->cfg.client_rejoin_ms) {
+                                          : !running || now - c->away_since > st->cfg.client_rejoin_ms) {
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
@@ -1451,10 +1546,15 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                 k++;
             }
         }
-        if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms)
+        if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms) {
             job_set_state(st, j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
-        else if (j->num_orphans > 0)
+            job_collect(j);
+        } else if (j->state != SL_JOB_RUNNING && j->name[0] && !j->collected && j->num_clients == 0 &&
+                   now - (j->idle_since > j->ended ? j->idle_since : j->ended) > st->cfg.job_gc_timeout_ms) {
+            job_collect(j);
+        } else if (j->num_orphans > 0) {
             job_ensure_task(st, j); /* e.g. a worker that can take them is back */
+        }
     }
 }
 

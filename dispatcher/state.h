@@ -28,7 +28,9 @@ typedef struct sl_dstate_config {
     int64_t client_timeout_ms; /* a client without heartbeat this long is away */
     int64_t client_rejoin_ms;  /* an away client is released after this long; until then it
                                   may come back (docs/fault-tolerance.md); 0: at once */
-    int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
+    int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled; an ended
+                                  named job without clients this long is collected (a join of its
+                                  repetition creates it again) */
     int64_t dataset_gc_timeout_ms; /* a dataset no running job read for this long is deleted (0: never) */
     uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */
     uint32_t worker_heartbeat_ms;
@@ -261,6 +263,9 @@ json_t *sl_dstate_datasets_json(const sl_dstate_t *st);
 json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id);
 json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now);
 json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now);
+/* {name: [{repetition, job_id, state, collected, num_consumers, ended_ms_ago?}...]}: each named
+ * job's repetitions, in repetition order. */
+json_t *sl_dstate_job_names_json(const sl_dstate_t *st, int64_t now);
 
 /** Counts for logs and the admin endpoint. */
 typedef struct sl_dstate_stats {

@@ -115,6 +115,7 @@ struct client {
     uint64_t round;            /* the next round it asks for, as it last said */
     sl_target_workers_t target;
     char host[64];             /* its IP address as the dispatcher sees it */
+    bool late;                 /* it joined after the job had ended: it is listed no task */
     /* DYNAMIC: the report generation it answered, and for each task the
      * largest done_below it said (TaskProgress); neither is stored. */
     uint64_t reported_gen;
@@ -127,6 +128,7 @@ struct client {
 struct job {
     uint64_t id;
     char name[129];
+    uint64_t repetition;     /* a named job is keyed by (name, repetition) */
     struct dataset *dataset;
     sl_sharding_t sharding;
     sl_sharding_t effective; /* what the tasks run: FILE_OR_DATA resolved to FILE or DATA */
@@ -141,6 +143,9 @@ struct job {
     unsigned num_clients, cap_clients;
     int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
     int64_t created;
+    int64_t ended;      /* when it left RUNNING, on the state's clock (0: running) */
+    bool collected;     /* a named job ended and without clients for job_gc_timeout_ms: a join of
+                           its (name, repetition) creates it again */
     /* DYNAMIC split cursor. */
     uint64_t split_epoch;
     uint32_t split_file; /* the file split_next counts in */

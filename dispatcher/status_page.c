@@ -31,7 +31,7 @@ const char sl_status_page_html[] =
     " document.querySelector('#workers tbody').innerHTML=w.workers.map(x=>row([x.id,esc(x.address),x.state,"
     "x.active_tasks,x.last_heartbeat_ms_ago+' ms ago'])).join('');\n"
     " document.querySelector('#jobs tbody').innerHTML=j.jobs.map(x=>row(['<span class=\"job-id\">'+x.id+'</span>',"
-    "esc(x.name||'(anonymous)'),x.sharding,x.state,progress(x),x.num_consumers,x.elements_served,x.bytes_served]))"
+    "esc(x.name||'(anonymous)')+(x.name?' <span class=\"rep\">repetition '+x.repetition+(x.collected?' (collected)':'')+'</span>':''),x.sharding,x.state,progress(x),x.num_consumers,x.elements_served,x.bytes_served]))"
     ".join('');\n"
     " document.getElementById('error').textContent='';\n"
     " document.getElementById('updated').textContent='updated '+new Date().toLocaleTimeString();\n"

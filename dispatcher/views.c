@@ -89,6 +89,12 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                           (json_int_t)(now - j->created));
     if (j->error[0])
         json_object_set_new(o, "error", json_string(j->error));
+    if (j->name[0]) {
+        json_object_set_new(o, "repetition", json_integer((json_int_t)j->repetition));
+        json_object_set_new(o, "collected", json_boolean(j->collected));
+    }
+    if (j->state != SL_JOB_RUNNING && j->ended > 0)
+        json_object_set_new(o, "ended_ms_ago", json_integer((json_int_t)(now > j->ended ? now - j->ended : 0)));
     if (j->effective != j->sharding)
         json_object_set_new(o, "sharding_resolved", json_string(sl_sharding_name(j->effective)));
     if (j->num_consumers > 0)
@@ -147,6 +153,34 @@ json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
     for (unsigned i = 0; i < st->num_jobs; i++)
         json_array_append_new(arr, job_json(st->jobs[i], now, false));
     return arr;
+}
+
+json_t *sl_dstate_job_names_json(const sl_dstate_t *st, int64_t now)
+{
+    json_t *names = json_object();
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        const struct job *j = st->jobs[i];
+        if (!j->name[0])
+            continue;
+        json_t *reps = json_object_get(names, j->name);
+        if (!reps) {
+            reps = json_array();
+            json_object_set_new(names, j->name, reps);
+        }
+        /* In repetition order (jobs are oldest first; a later repetition may
+         * have been created first). */
+        size_t at = json_array_size(reps);
+        while (at > 0 && json_integer_value(json_object_get(json_array_get(reps, at - 1), "repetition")) >
+                             (json_int_t)j->repetition)
+            at--;
+        json_t *r = json_pack("{s:I,s:I,s:s,s:b,s:I}", "repetition", (json_int_t)j->repetition, "job_id",
+                              (json_int_t)j->id, "state", sl__job_state_names[j->state], "collected", j->collected,
+                              "num_consumers", (json_int_t)j->num_clients);
+        if (j->state != SL_JOB_RUNNING && j->ended > 0)
+            json_object_set_new(r, "ended_ms_ago", json_integer((json_int_t)(now > j->ended ? now - j->ended : 0)));
+        json_array_insert_new(reps, at, r);
+    }
+    return names;
 }
 
 json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now)

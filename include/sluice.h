@@ -215,6 +215,13 @@ typedef struct sl_iterator_opts {
                                    what known workers serve and reconnecting with backoff,
                                    before it fails: default 3600000 (60 minutes, as
                                    tf.data service); 0 means the default */
+    uint64_t repetition;        /* a named job: which pass over the dataset (epoch) to join,
+                                   default 0. The dispatcher keys named jobs by (job_name,
+                                   repetition): a repetition that is running is joined, one
+                                   that already ended gives its end at once (with a notice,
+                                   sl_iterator_notice()), one never seen (or collected after
+                                   --job-gc-timeout-ms) is created. Count it up per epoch, as
+                                   tf.data service does; must be 0 without a job_name */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */
@@ -327,7 +334,8 @@ SL_EXPORT const char *sl_batch_worker(const sl_batch_t *b);
 SL_EXPORT uint64_t sl_batch_round(const sl_batch_t *b);
 
 /** @return what the dispatcher said when the iterator joined its job, for
- *  the user to see (e.g. that a finished job's name was reused), or "";
+ *  the user to see (e.g. that the repetition of a named job had already
+ *  ended, or was collected and is created again), or "";
  *  valid until sl_iterator_close() */
 SL_EXPORT const char *sl_iterator_notice(const sl_iterator_t *it);
 

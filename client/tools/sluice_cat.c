@@ -28,6 +28,8 @@ static void usage(FILE *f)
             "usage: %s --dispatcher HOST:PORT --dataset SPEC.json [options]\n"
             "  --sharding POLICY        off (default), dynamic, file, data, file_or_data, hint\n"
             "  --job-name NAME          join or create the named (shared) job\n"
+            "  --repetition N           which pass (epoch) of the named job to join (default 0);\n"
+            "                           one that already ended gives its end at once\n"
             "  --num-consumers N --consumer-index I   coordinated reads (a named job, an infinite dataset)\n"
             "  --target-workers T       any (default) or local (workers on this host only)\n"
             "  --with-worker            jsonl: add \"_worker\" (the worker's address) and, for\n"
@@ -312,12 +314,13 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
         {"sharding", required_argument, NULL, O_SHARDING},
         {"job-name", required_argument, NULL, O_JOB},
+        {"repetition", required_argument, NULL, O_REP},
         {"num-consumers", required_argument, NULL, O_NCONS},
         {"consumer-index", required_argument, NULL, O_CIDX},
         {"format", required_argument, NULL, O_FORMAT},
@@ -361,6 +364,7 @@ int main(int argc, char **argv)
             }
             break;
         case O_JOB: io.job_name = optarg; break;
+        case O_REP: io.repetition = (uint64_t)parse_long("repetition", optarg, 0, __LONG_MAX__); break;
         case O_NCONS: num_consumers = parse_long("num-consumers", optarg, 1, 1 << 16); break;
         case O_CIDX:
             io.consumer_index = (int)parse_long("consumer-index", optarg, 0, 1 << 16);
@@ -428,6 +432,10 @@ int main(int argc, char **argv)
         return 2;
     }
     io.num_consumers = (int)num_consumers;
+    if (io.repetition > 0 && !io.job_name) {
+        fprintf(stderr, "%s: --repetition counts the passes over a named job: give --job-name too\n", program);
+        return 2;
+    }
     if (no_provenance && (with_provenance || checkpoint_out || resume_from)) {
         fprintf(stderr, "%s: --no-provenance cannot go with --with-provenance, --checkpoint-out or --resume-from\n",
                 program);

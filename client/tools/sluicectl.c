@@ -342,8 +342,9 @@ static void print_datasets(json_t *j)
 static void print_jobs(json_t *j)
 {
     static struct table t;
-    const char *head[] = {"ID", "NAME", "DATASET", "SHARDING", "STATE", "PROGRESS", "CONSUMERS", "ELEMENTS", "BYTES"};
-    t.cols = 9;
+    const char *head[] = {"ID", "NAME", "REP", "DATASET", "SHARDING", "STATE", "PROGRESS", "CONSUMERS", "ELEMENTS",
+                          "BYTES"};
+    t.cols = 10;
     for (int c = 0; c < t.cols; c++)
         table_cell(&t, 0, c, "%s", head[c]);
     size_t i;
@@ -355,13 +356,18 @@ static void print_jobs(json_t *j)
         human_bytes(b, sizeof b, (double)num(o, "bytes_served"));
         table_cell(&t, r, 0, "%lld", num(o, "id"));
         table_cell(&t, r, 1, "%s", *str(o, "name") ? str(o, "name") : "-");
-        table_cell(&t, r, 2, "%lld", num(o, "dataset_id"));
-        table_cell(&t, r, 3, "%s", str(o, "sharding"));
-        table_cell(&t, r, 4, "%s", str(o, "state"));
-        table_cell(&t, r, 5, "%.0f%%", 100 * job_progress(o));
-        table_cell(&t, r, 6, "%lld", num(o, "num_consumers"));
-        table_cell(&t, r, 7, "%lld", num(o, "elements_served"));
-        table_cell(&t, r, 8, "%s", b);
+        if (json_object_get(o, "repetition")) /* a named job */
+            table_cell(&t, r, 2, "%lld%s", num(o, "repetition"),
+                       json_is_true(json_object_get(o, "collected")) ? " (collected)" : "");
+        else
+            table_cell(&t, r, 2, "-");
+        table_cell(&t, r, 3, "%lld", num(o, "dataset_id"));
+        table_cell(&t, r, 4, "%s", str(o, "sharding"));
+        table_cell(&t, r, 5, "%s", str(o, "state"));
+        table_cell(&t, r, 6, "%.0f%%", 100 * job_progress(o));
+        table_cell(&t, r, 7, "%lld", num(o, "num_consumers"));
+        table_cell(&t, r, 8, "%lld", num(o, "elements_served"));
+        table_cell(&t, r, 9, "%s", b);
     }
     table_print(&t);
 }
@@ -370,8 +376,10 @@ static void print_job(json_t *o)
 {
     char b[32];
     human_bytes(b, sizeof b, (double)num(o, "bytes_served"));
-    printf("job %lld%s%s%s: %s, %s sharding, dataset %lld\n", num(o, "id"), *str(o, "name") ? " \"" : "",
-           str(o, "name"), *str(o, "name") ? "\"" : "", str(o, "state"), str(o, "sharding"), num(o, "dataset_id"));
+    printf("job %lld%s%s%s", num(o, "id"), *str(o, "name") ? " \"" : "", str(o, "name"), *str(o, "name") ? "\"" : "");
+    if (json_object_get(o, "repetition"))
+        printf(" repetition %lld%s", num(o, "repetition"), json_is_true(json_object_get(o, "collected")) ? " (collected)" : "");
+    printf(": %s, %s sharding, dataset %lld\n", str(o, "state"), str(o, "sharding"), num(o, "dataset_id"));
     printf("progress %.0f%%, %lld elements, %lld batches, %s served\n", 100 * job_progress(o),
            num(o, "elements_served"), num(o, "batches_served"), b);
     if (*str(o, "error"))

@@ -202,7 +202,7 @@ class DispatcherCrash(ThreeWorkers):
         # unused_ms is a time, as age_ms is: compared without it.
         timeless = lambda ds: [{k: v for k, v in d.items() if k != 'unused_ms'} for d in ds['datasets']]
         self.assertEqual(timeless(after['/v1/datasets']), timeless(before['/v1/datasets']))
-        drop = ('age_ms', 'elements_served', 'bytes_served', 'batches_served', 'num_consumers')
+        drop = ('age_ms', 'ended_ms_ago', 'elements_served', 'bytes_served', 'batches_served', 'num_consumers')
         strip = lambda jobs: [{k: v for k, v in j.items() if k not in drop} for j in jobs['jobs']]
         self.assertEqual(strip(after['/v1/jobs']), strip(before['/v1/jobs']))
         # Workers carry on under their ids, without registering again.

@@ -431,24 +431,23 @@ class TargetWorkers(unittest.TestCase):
 class Lifecycle(unittest.TestCase):
     SPEC = {"source": {"type": "range", "stop": 50}, "ops": [{"op": "batch", "batch_size": 10}]}
 
-    def test_reusing_a_finished_jobs_name_starts_a_new_job_and_says_so(self):
+    def test_a_finished_jobs_repetition_ends_at_once_and_the_next_reads_again(self):
         c = Cluster(workers=1)
         try:
             c.wait_workers_registered(1)
             rc, batches, err = c.cat(self.SPEC, ['--job-name', 'again'])
             self.assertEqual(rc, 0, err)
             # The job finishes once its task reports DONE.
-            deadline = time.time() + 20
-            while time.time() < deadline:
-                jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
-                if jobs and all(j['state'] == 'FINISHED' for j in jobs):
-                    break
-                time.sleep(0.05)
+            wait_for(lambda: all(j['state'] == 'FINISHED' for j in get_json(c.dispatcher.admin_port,
+                                                                              '/v1/jobs')['jobs']), 'the job to finish')
             rc, batches2, err = c.cat(self.SPEC, ['--job-name', 'again'])
             self.assertEqual(rc, 0, err)
-            self.assertEqual(sorted(values(batches2, 'value')), list(range(50)))
-            self.assertIn('had already ended (FINISHED); a new job', err)
-            self.assertIn('was created under its name', err)
+            self.assertEqual(batches2, [], 'a late client of repetition 0 reads no epoch twice')
+            self.assertIn('job "again" repetition 0 (id ', err)
+            self.assertIn('had already ended (FINISHED)', err)
+            rc, batches3, err = c.cat(self.SPEC, ['--job-name', 'again', '--repetition', '1'])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(sorted(values(batches3, 'value')), list(range(50)))
         finally:
             self.assertEqual(c.close(), {})
 

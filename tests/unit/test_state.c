@@ -1295,30 +1295,7 @@ Test(state, static_policy_without_worker_addresses_is_refused)
                           "that list");
 }
 
-Test(state, finished_named_job_name_starts_a_new_job_with_a_notice)
-{
-    start_default();
-    uint64_t w = worker("h:1", 0);
-    uint64_t ds = dataset(RANGE_SPEC(10));
-    uint64_t c = 0, j = job(ds, "again", SL_SHARDING_OFF, 0, &c);
-    sluice_TaskDef t = take_task(w, 1);
-    report(w, t.task_id, SL_TASK_DONE, NULL, 2);
-    cr_assert_eq(job_state(j, c, 3), SL_JOB_FINISHED);
-    sluice_GetOrCreateJobRequest req = {.dataset_id = ds};
-    snprintf(req.job_name, sizeof req.job_name, "again");
-    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
-    cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 4, &resp, err, sizeof err), 0, "%s", err);
-    cr_assert_neq(resp.job_id, j);
-    char want[200];
-    snprintf(want, sizeof want, "job \"again\" (id %" PRIu64 ") had already ended (FINISHED); a new job %" PRIu64,
-             j, resp.job_id);
-    cr_assert_not_null(strstr(resp.notice, want), "%s", resp.notice);
-    /* A second client joins the new, running job without a notice. */
-    sluice_GetOrCreateJobResponse again = sluice_GetOrCreateJobResponse_init_zero;
-    cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 5, &again, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(again.job_id, resp.job_id);
-    cr_assert_str_eq(again.notice, "");
-}
+/* Named jobs by (name, repetition): test_repetitions.c. */
 
 #define FOREVER_SPEC "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}"
 
@@ -1387,6 +1364,24 @@ Test(state, away_clients_give_way_to_new_ones_and_are_counted)
     cr_assert_eq(client_hb(j, c3, 1203), 0, "%s", err);
     uint64_t c4 = 0, j4 = 0;
     cr_assert_eq(job_rc(ds, "plain", SL_SHARDING_OFF, 1204, &j4, &c4), SL_ETOOBIG, "no one away: the limit holds");
+}
+
+Test(state, an_ended_job_keeps_no_client_away)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg); /* client_timeout_ms 200 */
+    cfg.client_rejoin_ms = 100000;
+    cfg.job_gc_timeout_ms = 1000000;
+    start(&cfg);
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t c;
+    uint64_t j = job(ds, "ended", SL_SHARDING_OFF, 0, &c);
+    sl_dstate_tick(st, 201);
+    cr_assert_eq(stats().clients_away, 1);
+    cr_assert_eq(sl_dstate_job_cancel(st, j, "test", err, sizeof err), 0, "%s", err);
+    sl_dstate_tick(st, 202);
+    cr_assert_eq(client_hb(j, c, 203), SL_ENOTFOUND, "released once its job ended");
+    cr_assert_not_null(strstr(err, "released"), "%s", err);
 }
 
 Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)

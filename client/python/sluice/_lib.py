@@ -84,6 +84,7 @@ class IteratorOpts(ctypes.Structure):
         ('provenance', ctypes.c_int),
         ('max_ledger_runs', ctypes.c_size_t),
         ('dispatcher_timeout_ms', ctypes.c_int),
+        ('repetition', ctypes.c_uint64),
     ]
 
 

@@ -238,6 +238,14 @@ class BatchIterator:
     close(), on leaving a with block and when garbage-collected; arrays
     already handed out stay valid after that.
 
+    Iterated again once it reached its end (a new `for` loop over it), it
+    gives a new iterator over the same dataset with the same options: the
+    next epoch, as iterating a tf.data dataset again is. Of a named job that
+    is the next repetition: the first iterator joins repetition
+    `repetition` (0 by default), and each new one opened this way one more,
+    so that every rank that loops over its own distribute() joins the same
+    repetition per epoch (docs/sharding.md).
+
     Not thread-safe: use one iterator from one thread at a time."""
 
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
@@ -245,7 +253,7 @@ class BatchIterator:
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
-                 dispatcher_timeout_ms=3600000):
+                 dispatcher_timeout_ms=3600000, repetition=None, _repetitions=None):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -253,6 +261,26 @@ class BatchIterator:
         self.dataset_id = None
         self.dispatcher = str(dispatcher)
         self.notice = ''
+        self._ended = False
+        if repetition is not None and (isinstance(repetition, bool) or not isinstance(repetition, int) or
+                                       not 0 <= repetition < 2**64):
+            raise InvalidArgumentError('repetition must be an integer >= 0, got %r' % (repetition,), _lib.SL_EINVAL)
+        if repetition and not job_name:
+            raise InvalidArgumentError('repetition %d needs a job_name: repetitions are the passes over a named '
+                                       'job' % repetition, _lib.SL_EINVAL)
+        self.repetition = (repetition or 0) if job_name else None
+        # What the next iterator of this distribute() opens: the same
+        # arguments, the next repetition (shared by every iterator opened
+        # from the first, as tf.data counts per distributed dataset).
+        self._again = dict(dataset=dataset, dispatcher=dispatcher, sharding=sharding, job_name=job_name,
+                           num_consumers=num_consumers, consumer_index=consumer_index,
+                           max_outstanding=max_outstanding, timeout_ms=timeout_ms,
+                           per_worker_outstanding=per_worker_outstanding, connect_timeout_ms=connect_timeout_ms,
+                           request_timeout_ms=request_timeout_ms, max_batch_bytes=max_batch_bytes,
+                           target_workers=target_workers, checkpointable=checkpointable,
+                           max_ledger_runs=max_ledger_runs, auth_token_file=auth_token_file, tls_cert=tls_cert,
+                           tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms)
+        self._repetitions = _repetitions if _repetitions is not None else {'next': (repetition or 0) + 1}
         if (num_consumers is None) != (consumer_index is None):
             raise InvalidArgumentError('num_consumers and consumer_index go together, got %r and %r'
                                        % (num_consumers, consumer_index), _lib.SL_EINVAL)
@@ -334,6 +362,7 @@ class BatchIterator:
         io.num_consumers = num_consumers or 0
         io.consumer_index = consumer_index or 0
         io.target_workers = _lib.TARGET_WORKERS[target_workers]
+        io.repetition = self.repetition or 0
         # Checkpoints need the batches' provenance (libsluice's opts.provenance).
         io.provenance = 1 if (checkpointable or checkpoint is not None) else 0
         it = ctypes.c_void_p()
@@ -355,7 +384,8 @@ class BatchIterator:
             self._close_handles()
             raise err
         self.job_id = lib.sl_iterator_job_id(self._it)
-        # What the dispatcher said on joining (a finished job's name reused).
+        # What the dispatcher said on joining (the repetition had already
+        # ended, or was collected and is created again).
         self.notice = lib.sl_iterator_notice(self._it).decode('utf-8', 'replace')
 
     @staticmethod
@@ -376,7 +406,20 @@ class BatchIterator:
     # ---- iteration ----
 
     def __iter__(self):
-        return self
+        if not self._ended:
+            return self
+        return self.next_repetition()
+
+    def next_repetition(self):
+        """A new iterator over the same dataset with the same options: for a
+        named job, the next repetition of this distribute() (each call one
+        more); for an anonymous job, a new job of its own. What iter() gives
+        once this iterator reached its end."""
+        kw = dict(self._again)
+        if kw['job_name']:
+            kw['repetition'] = self._repetitions['next']
+            self._repetitions['next'] += 1
+        return BatchIterator(_repetitions=self._repetitions, **kw)
 
     def __next__(self):
         with self._mu:
@@ -386,6 +429,7 @@ class BatchIterator:
             if rc == 0:
                 return self._read(self._out.value)
             if rc == 1:
+                self._ended = True
                 self._close_handles()
                 raise StopIteration
             err = from_code(rc, self._iter_err(), 'job %s on %s' % (self.job_id, self.dispatcher))
@@ -427,8 +471,9 @@ class BatchIterator:
             self._close_handles()
 
     def __repr__(self):
-        return '<sluice.BatchIterator job %s on %s%s>' % (self.job_id, self.dispatcher,
-                                                          ', closed' if self.closed else '')
+        rep = ' repetition %d' % self.repetition if self.repetition is not None else ''
+        return '<sluice.BatchIterator job %s%s on %s%s>' % (self.job_id, rep, self.dispatcher,
+                                                            ', closed' if self.closed else '')
 
     def checkpoint(self):
         """The iterator's checkpoint as bytes: distribute(..., checkpoint=these
@@ -485,6 +530,10 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     num_consumers, consumer_index: coordinated reads: consumer i of a named
     job over an infinite dataset gets the i-th batch of every round, all
     batches of a round from one worker (docs/sharding.md).
+    repetition: which pass over a named job to join (default 0); a
+    repetition that already ended gives its end at once (it.notice says
+    so). Iterating the returned iterator again after its end opens the next
+    repetition by itself (BatchIterator).
     options also takes target_workers: "any" (default) or "local" (only
     workers on this host)."""
     return BatchIterator(dataset, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,

@@ -21,6 +21,7 @@ in one process, StatefulDataLoader(SluiceIterableDataset(...,
 sharding="dynamic"), num_workers=n) across worker processes, each of which
 reads a share of the source as a checkpointable job of its own."""
 import copy
+import warnings
 
 import numpy as np
 import torch
@@ -130,7 +131,15 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
     collects the shares' checkpoints into a state that resumes each element
     exactly once. Otherwise (sharding="off", or a job_name naming a job the
     workers share) every loader process opens its own iterator over the
-    whole job, and there is no state."""
+    whole job, and there is no state.
+
+    With a job_name, each iter() joins one repetition of the named job (an
+    epoch; docs/sharding.md): set_epoch(e) makes the next iter() join
+    repetition e, and each later iter() in the same process one more. In a
+    DataLoader with worker processes call set_epoch(epoch) before every
+    epoch, as with torch's DistributedSampler: each epoch's workers start
+    from the main process's copy, and without it every epoch would join
+    repetition 0, which after the first has ended."""
 
     def __init__(self, ds, dispatcher, **distribute_kwargs):
         super().__init__()
@@ -147,6 +156,18 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         self._resume = None
         self._it = None
         self._share = (0, 1)
+        # The repetition the next iter() joins (a named job), and whether
+        # set_epoch() said so.
+        self._repetition = 0
+        self._epoch_set = False
+
+    def set_epoch(self, epoch):
+        """The next iter() joins repetition epoch of the named job (and each
+        later iter() in this process one more)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError('epoch must be an integer >= 0, got %r' % (epoch,))
+        self._repetition = epoch
+        self._epoch_set = True
 
     def __getstate__(self):
         # What goes to a DataLoader worker started with "spawn": not the
@@ -172,7 +193,14 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
             if ck is not None:
                 kw['checkpoint'] = ck
         self._resume = None
+        if kw.get('job_name'):
+            kw['repetition'] = kw.get('repetition', 0) + self._repetition
+            self._repetition += 1
         it = distribute(spec, self.dispatcher, **kw)
+        if (it.notice and kw.get('job_name') and not self._epoch_set and
+                torch.utils.data.get_worker_info() is not None):
+            warnings.warn('sluice: %s; in a DataLoader with worker processes call set_epoch(epoch) on the '
+                          'SluiceIterableDataset before every epoch' % it.notice, stacklevel=2)
         self._it, self._share = it, (index, count)
         return self._batches(it, index)
 
@@ -341,7 +369,13 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
     iteration under way is, and load_state_dict() makes the next iter()
     continue from there, in this process or another: the batches not yet
     yielded, each element exactly once. This needs sharding="dynamic" and
-    no job_name (the loader then asks for checkpointable iterators)."""
+    no job_name (the loader then asks for checkpointable iterators).
+
+    With a job_name, iter() number e (from 0) joins repetition e of the
+    named job (its epoch e, docs/sharding.md), so that ranks that each loop
+    over their own loader read every epoch once between them; set_epoch(e)
+    makes the next iter() join repetition e (a trainer that resumes at
+    epoch e in a new process)."""
 
     def __init__(self, ds, dispatcher, pin_memory=False, **kw):
         self.ds = ds
@@ -351,10 +385,21 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
         self._it = None
         self._resume = None
         self._stateful = kw.get('sharding') == 'dynamic' and not kw.get('job_name')
+        self._epoch = 0  # the repetition the next iter() joins (a named job)
+
+    def set_epoch(self, epoch):
+        """The next iter() joins repetition epoch of the named job; each one
+        after it one more."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError('epoch must be an integer >= 0, got %r' % (epoch,))
+        self._epoch = epoch
 
     def __iter__(self):
         self.close()
         kw = dict(self.kw)
+        if kw.get('job_name'):
+            kw['repetition'] = kw.get('repetition', 0) + self._epoch
+            self._epoch += 1
         if self._stateful:
             kw['checkpointable'] = True
         if self._resume is not None:
