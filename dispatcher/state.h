@@ -28,7 +28,9 @@ typedef struct sl_dstate_config {
     int64_t client_timeout_ms; /* a client without heartbeat this long is released */
     int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled */
     int64_t dataset_gc_timeout_ms; /* a dataset no running job read for this long is deleted (0: never) */
-    uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */
+    uint64_t split_size;       /* elements per DYNAMIC split at least (rounded up to the batch size,
+                                  see state.c), and for a worker that asks for no size */
+    uint64_t max_split_size;   /* elements per DYNAMIC split at most (below split_size: split_size) */
     uint32_t worker_heartbeat_ms;
     uint32_t client_heartbeat_ms;
     unsigned max_workers;

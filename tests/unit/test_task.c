@@ -91,9 +91,9 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     bool ended = false;
     uint64_t below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
-        uint64_t epoch, seq;
+        uint64_t epoch, seq, records;
         uint32_t max;
-        if (sl_task_want_splits(r.task, &epoch, &max, &seq)) {
+        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
             sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
             resp.epoch = epoch;
             for (uint32_t i = 0; i < max && next_begin < N && resp.splits_count < 64; i++) {
