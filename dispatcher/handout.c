@@ -6,8 +6,8 @@
  * of what is left, with the skip runs of a restored iterator's exclusions.
  * A split is as long as its worker asks for (split_records: its rate times
  * its target time per split), a multiple of the dataset's split size, kept
- * between it and --max-split-size and, guided self-scheduling, at most
- * 1/GUIDED_PARTS of
+ * between it and --max-split-size and, guided self-scheduling while two or
+ * more tasks read, at most 1/GUIDED_PARTS of
  * a live task's share of what is left, so that splits shrink toward the
  * end of an epoch and the workers finish it together.
  */
@@ -27,9 +27,11 @@
  * none for it yet (GetSplitResponse.retry_ms). */
 #define RETRY_SPLITS_MS 50
 
-/* A split is at most 1/GUIDED_PARTS of a live task's share of the records
- * left: a worker keeps up to 8 splits queued (workerd's split_prefetch), so
- * its queue holds at most half its share. */
+/* With two or more live tasks, a split is at most 1/GUIDED_PARTS of a live
+ * task's share of the records left: a worker keeps up to 8 splits queued
+ * (workerd's split_prefetch), so its queue holds at most half its share. A
+ * lone task keeps splits of the length it asks for to the end: shrinking
+ * them would only make it wait on more hand-outs. */
 #define GUIDED_PARTS 16
 
 /* The length of the next split of d from a cursor with left records left
@@ -43,7 +45,7 @@ static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uin
     if (want > st->cfg.max_split_size)
         want = st->cfg.max_split_size;
     uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
-    if (want > guided)
+    if (live >= 2 && want > guided)
         want = guided;
     /* A multiple of the least: what that size keeps (whole batches, see
      * split_size_for() in state.c) holds for every split. */

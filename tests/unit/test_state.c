@@ -1285,6 +1285,32 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
     }
 }
 
+/* A lone task gets the length it asks for to the epoch's end (no guided
+ * share: shorter splits would only add hand-outs to wait on). */
+Test(state, a_lone_task_keeps_its_split_length_to_the_end)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    start(&cfg);
+    uint64_t ds = dataset(RANGE_SPEC(100000));
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t = take_task(w, 1).task_id;
+    uint64_t next = 0;
+    while (next < 100000) {
+        cr_assert_eq(splits_of(t, 0, 3, 30000), 0, "%s", err);
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            const sluice_Split *s = &sresp->splits[i];
+            cr_assert_eq(s->begin, next);
+            cr_assert_eq(s->end, next + 30000 < 100000 ? next + 30000 : 100000, "[%" PRIu64 ", %" PRIu64 ")",
+                         s->begin, s->end);
+            next = s->end;
+        }
+    }
+    cr_assert_eq(splits_of(t, 0, 3, 30000), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+}
+
 /* A take before the batch changes counts: the split size stays as set. */
 Test(state, split_size_kept_when_counts_change_before_the_batch)
 {
