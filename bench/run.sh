@@ -16,3 +16,8 @@ cd "$(dirname "$0")/.."
 ./"$build"/bench/bench_pipeline_ops
 /usr/bin/python3 bench/split_handout.py --build "$build"
 /usr/bin/python3 bench/provenance_cost.py --build "$build"
+# DYNAMIC against OFF is measured with the Release build when there is one
+# (make build-release): the ratio is of the code, not of debug info.
+dyn_build=$build
+[ -x build-release/client/sluice-cat ] && dyn_build=build-release
+/usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build"

@@ -4,6 +4,12 @@
  * --max-outstanding-splits waits; lost workers' splits go out first; then
  * splits from the job's cursor, epoch by epoch, at most half a task's share
  * of what is left, with the skip runs of a restored iterator's exclusions.
+ * A split is as long as its worker asks for (split_records: its rate times
+ * its target time per split), a multiple of the dataset's split size, kept
+ * between it and --max-split-size and, guided self-scheduling while two or
+ * more tasks read, at most 1/GUIDED_PARTS of
+ * a live task's share of what is left, so that splits shrink toward the
+ * end of an epoch and the workers finish it together.
  */
 #include "state.h"
 #include "state_types.h"
@@ -20,6 +26,32 @@
 /* How long a task waits before asking for splits again when its job has
  * none for it yet (GetSplitResponse.retry_ms). */
 #define RETRY_SPLITS_MS 50
+
+/* With two or more live tasks, a split is at most 1/GUIDED_PARTS of a live
+ * task's share of the records left: a worker keeps up to 8 splits queued
+ * (workerd's split_prefetch), so its queue holds at most half its share. A
+ * lone task keeps splits of the length it asks for to the end: shrinking
+ * them would only make it wait on more hand-outs. */
+#define GUIDED_PARTS 16
+
+/* The length of the next split of d from a cursor with left records left
+ * in the epoch, for a task that asked for want records (0: no wish). */
+static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uint64_t want, uint64_t left,
+                             unsigned live)
+{
+    uint64_t min = d->split_size;
+    if (want <= min)
+        return min;
+    if (want > st->cfg.max_split_size)
+        want = st->cfg.max_split_size;
+    uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
+    if (live >= 2 && want > guided)
+        want = guided;
+    /* A multiple of the least: what that size keeps (whole batches, see
+     * split_size_for() in state.c) holds for every split. */
+    want = want / min * min;
+    return want > min ? want : min;
+}
 
 const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len)
 {
@@ -112,21 +144,20 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     }
     bool excl = j->exclude.num > 0;
     unsigned max = req->max_splits ? req->max_splits : 1;
+    if (max > sizeof resp->splits / sizeof resp->splits[0])
+        max = sizeof resp->splits / sizeof resp->splits[0];
     /* Guided hand-out: no task takes more than half its share of what is
-     * left of the epoch, so a worker asking for many splits at a time (to
-     * make each commit count) leaves some for the others near the end. */
+     * left of the epoch in one answer, so a worker asking for many splits
+     * at a time (to make each commit count) leaves some for the others
+     * near the end. */
     unsigned live = 0;
     for (unsigned k = 0; k < j->num_tasks; k++)
         live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
-    uint64_t per_epoch = sl__dataset_splits_per_epoch(d);
-    uint64_t left = per_epoch > j->split_epoch_handed ? per_epoch - j->split_epoch_handed : 0;
+    uint64_t left = sl__job_records_left(j);
     uint64_t fair = (left + 2 * (uint64_t)live - 1) / (2 * (uint64_t)(live ? live : 1));
-    if (live >= 2 && max > fair)
-        max = fair > 0 ? (unsigned)fair : 1;
-    if (max > sizeof resp->splits / sizeof resp->splits[0])
-        max = sizeof resp->splits / sizeof resp->splits[0];
+    uint64_t given = 0;
     /* Splits never cross a file; empty files are stepped over. */
-    while (resp->splits_count < max && j->split_file < nfiles) {
+    while (resp->splits_count < max && j->split_file < nfiles && (live < 2 || resp->splits_count == 0 || given < fair)) {
         uint64_t total = sl__dataset_file_records(d, j->split_file);
         if (j->split_next >= total) {
             j->split_file++;
@@ -135,7 +166,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
             continue;
         }
         uint64_t begin = j->split_next;
-        uint64_t end = total - begin > d->split_size ? begin + d->split_size : total;
+        uint64_t len = split_length(st, d, req->split_records, sl__job_records_left(j), live);
+        uint64_t end = total - begin > len ? begin + len : total;
         uint32_t skips = 0;
         uint64_t skip_offset = t->last_skips_len;
         if (excl) {
@@ -171,6 +203,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
             return sl_errf(err, errlen, -ENOMEM, "out of memory");
         }
         resp->splits_count++;
+        given += s->end - s->begin;
         j->split_next = s->end;
         j->split_epoch_handed++;
     }

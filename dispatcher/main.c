@@ -49,7 +49,9 @@ static void usage(FILE *f)
             "                           named job's repetition is then collected (60000)\n"
             "  --dataset-gc-timeout-ms N  a dataset no running job read this long is deleted\n"
             "                           (86400000; 0: never; a full registry drops the oldest such)\n"
-            "  --split-size N           elements (records) per DYNAMIC split (1024)\n"
+            "  --split-size N           elements (records) per DYNAMIC split at least (1024)\n"
+            "  --max-split-size N       elements (records) per DYNAMIC split at most (1048576);\n"
+            "                           between the two, splits follow each worker's rate\n"
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384)\n"
             "  --max-exclude-total-runs N  runs of restored checkpoints' positions all running\n"
@@ -83,7 +85,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_COUNT_TO, O_WORKER_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -97,6 +99,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"dataset-gc-timeout-ms", required_argument, NULL, O_DS_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
+        {"max-split-size", required_argument, NULL, O_MAX_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
         {"max-exclude-total-runs", required_argument, NULL, O_MAX_EXCL_TOTAL},
@@ -154,6 +157,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "split-size", optarg, 1, INT64_C(1) << 40, &v) < 0)
                 return -1;
             o->state.split_size = (uint64_t)v;
+            break;
+        case O_MAX_SPLIT:
+            if (sl_cli_int(program, "max-split-size", optarg, 1, INT64_C(1) << 40, &v) < 0)
+                return -1;
+            o->state.max_split_size = (uint64_t)v;
             break;
         case O_MAX_OUT:
             if (sl_cli_int(program, "max-outstanding-splits", optarg, 1, 1 << 24, &v) < 0)

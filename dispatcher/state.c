@@ -71,6 +71,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .client_rejoin_ms = 300000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
+        .max_split_size = 1u << 20,
         .worker_heartbeat_ms = 250,
         .client_heartbeat_ms = 250,
         .max_workers = 256, /* a client heartbeat lists at most 256 tasks */
@@ -164,11 +165,8 @@ static void job_free(struct job *j)
 /* Frees what st holds, keeping its configuration. */
 static void dstate_clear(sl_dstate_t *st)
 {
-    for (unsigned i = 0; i < st->num_datasets; i++) {
-        free(st->datasets[i]->canonical);
-        sl_file_list_clear(&st->datasets[i]->files);
-        free(st->datasets[i]);
-    }
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        sl__dataset_free(st->datasets[i]);
     for (unsigned i = 0; i < st->num_jobs; i++)
         job_free(st->jobs[i]);
     free(st->workers);
@@ -227,7 +225,9 @@ static bool op_keeps_count(const char *name)
  * Then they are rounded up to a multiple of the batch size when every
  * element of the source reaches the first batch op one for one: then each
  * worker builds only full batches from a run of splits, and the only short
- * batches of an epoch are at the end of a worker's share. */
+ * batches of an epoch are at the end of a worker's share. Splits sized to a
+ * worker's rate (handout.c) are multiples of this size, so the same holds
+ * for them. */
 static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
 {
     uint64_t per = 1; /* records per element at op i, as far as batch ops say */
@@ -882,9 +882,7 @@ static void dataset_drop(sl_dstate_t *st, unsigned di)
             i++;
     }
     queue_del(st, SL_DT_DATASETS, d->id);
-    free(d->canonical);
-    sl_file_list_clear(&d->files);
-    free(d);
+    sl__dataset_free(d);
     memmove(&st->datasets[di], &st->datasets[di + 1], (st->num_datasets - di - 1) * sizeof *st->datasets);
     st->num_datasets--;
 }

@@ -32,7 +32,9 @@ typedef struct sl_dstate_config {
                                   named job without clients this long is collected (a join of its
                                   repetition creates it again) */
     int64_t dataset_gc_timeout_ms; /* a dataset no running job read for this long is deleted (0: never) */
-    uint64_t split_size;       /* elements per DYNAMIC split (rounded up to the batch size, see state.c) */
+    uint64_t split_size;       /* elements per DYNAMIC split at least (rounded up to the batch size,
+                                  see state.c), and for a worker that asks for no size */
+    uint64_t max_split_size;   /* elements per DYNAMIC split at most (below split_size: split_size) */
     uint32_t worker_heartbeat_ms;
     uint32_t client_heartbeat_ms;
     unsigned max_workers;

@@ -125,11 +125,46 @@ uint64_t sl__dataset_file_records(const struct dataset *d, uint32_t f)
     return d->files.num_files > 0 ? d->files.records[f] : (uint64_t)d->cardinality;
 }
 
-/* Splits per epoch, counted once (a file source may have many files). */
-uint64_t sl__dataset_splits_per_epoch(struct dataset *d)
+uint64_t sl__dataset_records(const struct dataset *d)
 {
-    if (d->splits_per_epoch == 0)
-        for (uint32_t f = 0; f < sl__dataset_num_files(d); f++)
-            d->splits_per_epoch += (sl__dataset_file_records(d, f) + d->split_size - 1) / d->split_size;
-    return d->splits_per_epoch;
+    return d->files.num_files > 0 ? d->files.total : (uint64_t)d->cardinality;
+}
+
+/* The records of files f and after: from a table made once per dataset (a
+ * file source may have up to --max-files files, and this is asked for at
+ * every hand-out), or counted file by file when there is no memory for it. */
+static uint64_t records_from(struct dataset *d, uint32_t f)
+{
+    uint32_t n = sl__dataset_num_files(d);
+    if (f >= n)
+        return 0;
+    if (n == 1)
+        return sl__dataset_file_records(d, 0);
+    if (!d->records_from && (d->records_from = malloc(((size_t)n + 1) * sizeof *d->records_from))) {
+        d->records_from[n] = 0;
+        for (uint32_t g = n; g-- > 0;)
+            d->records_from[g] = d->records_from[g + 1] + sl__dataset_file_records(d, g);
+    }
+    if (d->records_from)
+        return d->records_from[f];
+    uint64_t sum = 0;
+    for (uint32_t g = f; g < n; g++)
+        sum += sl__dataset_file_records(d, g);
+    return sum;
+}
+
+uint64_t sl__job_records_left(const struct job *j)
+{
+    uint64_t from = records_from(j->dataset, j->split_file);
+    return from > j->split_next ? from - j->split_next : 0;
+}
+
+void sl__dataset_free(struct dataset *d)
+{
+    if (!d)
+        return;
+    free(d->canonical);
+    sl_file_list_clear(&d->files);
+    free(d->records_from);
+    free(d);
 }

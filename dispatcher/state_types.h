@@ -66,8 +66,9 @@ struct dataset {
     /* File sources: the files and their record counts, split by file.
      * Other sources count as one file of cardinality elements. */
     sl_file_list_t files;
-    uint64_t split_size; /* elements per DYNAMIC split, see split_size_for() */
-    uint64_t splits_per_epoch; /* counted at the first hand-out; 0: not yet */
+    uint64_t split_size;  /* elements per DYNAMIC split at least, see split_size_for(); every
+                             split but a file's last is a multiple of it */
+    uint64_t *records_from; /* records of files f.. (num_files + 1), made at the first hand-out; NULL: not yet */
     int hint_op;         /* the first shard op with num_shards "hint", or -1 */
     bool infinite;       /* the pipeline never ends (coordinated reads need it) */
     int64_t last_used;   /* registered, or a job of it created or running, on the state's clock;
@@ -222,8 +223,14 @@ struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
 uint32_t sl__dataset_num_files(const struct dataset *d);
 uint64_t sl__dataset_file_records(const struct dataset *d, uint32_t f);
 
-/** A dataset's DYNAMIC splits per epoch, counted at the first call. */
-uint64_t sl__dataset_splits_per_epoch(struct dataset *d);
+/** A dataset's records per epoch. */
+uint64_t sl__dataset_records(const struct dataset *d);
+
+/** The records of job j's epoch its split cursor has not handed out yet. */
+uint64_t sl__job_records_left(const struct job *j);
+
+/** Frees a dataset and what it holds. */
+void sl__dataset_free(struct dataset *d);
 
 /**
  * A split [begin, *end) of file f in epoch: its records in ex (what a

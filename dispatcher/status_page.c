@@ -22,7 +22,7 @@ const char sl_status_page_html[] =
     "<script>\n"
     "function esc(s){return String(s).replace(/[&<>\"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c]))}\n"
     "function row(cells){return '<tr>'+cells.map(c=>'<td>'+c+'</td>').join('')+'</tr>'}\n"
-    "function progress(j){var f=j.splits?(j.splits.total?j.splits.handed_out/j.splits.total:1)"
+    "function progress(j){var f=j.splits?(j.splits.records?j.splits.records_handed_out/j.splits.records:1)"
     ":(j.tasks?j.tasks_done/j.tasks:0);if(j.state==='FINISHED')f=1;"
     "return '<span class=\"bar\"><div style=\"width:'+Math.round(f*100)+'%\"></div></span> '+Math.round(f*100)+'%'}\n"
     "async function refresh(){try{\n"

@@ -101,11 +101,13 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         json_object_set_new(o, "coordinated", json_pack("{s:I,s:I}", "num_consumers", (json_int_t)j->num_consumers,
                                                         "round_horizon", (json_int_t)j->round_horizon));
     if (j->sharding == SL_SHARDING_DYNAMIC) {
-        uint64_t per_epoch = sl__dataset_splits_per_epoch(j->dataset);
-        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
-                                                   "handed_out", (json_int_t)j->split_epoch_handed, "total",
-                                                   (json_int_t)per_epoch,
-                                                   "handed_out_all_epochs", (json_int_t)j->split_seq));
+        uint64_t records = sl__dataset_records(j->dataset);
+        uint64_t left = sl__job_records_left(j);
+        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
+                                                   "handed_out", (json_int_t)j->split_epoch_handed,
+                                                   "handed_out_all_epochs", (json_int_t)j->split_seq,
+                                                   "records_handed_out", (json_int_t)(records - left),
+                                                   "records", (json_int_t)records));
     }
     if (sl__out_tracked(j)) {
         /* Exactly once across worker losses (docs/fault-tolerance.md). */

@@ -164,10 +164,15 @@ static size_t upper(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t end)
 
 /* Coalescing by bitmap: positions in blocks of BLOCK, one bitmap each, at
  * most MAX_BLOCKS of them (for all the (epoch, file) pairs of a batch). A
- * shuffle's buffer holds records of a few splits, each within a few blocks. */
+ * shuffle's buffer holds records of a few splits, each within a few blocks;
+ * a client's ledger merges several batches of each of its workers at once,
+ * and each worker reads its own part of the source (far from the others'
+ * when splits are long), so the blocks are those of every worker's shuffle
+ * window: MAX_BLOCKS is enough for buffers of 10^4 elements at 8 workers
+ * (a 128 KiB bitmap). */
 #define BLOCK_BITS 12
 #define BLOCK_WORDS ((1u << BLOCK_BITS) / 64)
-#define MAX_BLOCKS 32
+#define MAX_BLOCKS 256
 #define BITMAP_WORDS (MAX_BLOCKS * BLOCK_WORDS)
 
 struct block {
@@ -233,8 +238,8 @@ static void block_to_runs(const uint64_t *w, const struct block *bk, sl_posrun_t
 struct blocks {
     struct block bk[MAX_BLOCKS];
     size_t nb;
-    uint8_t slot[4 * MAX_BLOCKS]; /* a hash of the blocks: index + 1, 0 free */
-    uint8_t recent[16];           /* by no % 16: index + 1 of a block seen lately, 0 none */
+    uint16_t slot[4 * MAX_BLOCKS]; /* a hash of the blocks: index + 1, 0 free */
+    uint16_t recent[16];           /* by no % 16: index + 1 of a block seen lately, 0 none */
     uint64_t *w;
 };
 
@@ -242,20 +247,21 @@ struct blocks {
  * @return it, or -1 when there would be more than MAX_BLOCKS */
 static inline long find_block(struct blocks *t, uint32_t e, uint32_t f, uint64_t no)
 {
-    uint8_t c = t->recent[no % 16];
+    uint16_t c = t->recent[no % 16];
     if (c && t->bk[c - 1].no == no && t->bk[c - 1].epoch == e && t->bk[c - 1].file == f)
         return c - 1;
     uint64_t h = (no ^ ((uint64_t)e << 32 | f) * 0x9E3779B97F4A7C15ull) * 0x9E3779B97F4A7C15ull;
-    size_t k = (size_t)(h >> 56) % sizeof t->slot;
+    const size_t slots = sizeof t->slot / sizeof t->slot[0];
+    size_t k = (size_t)(h >> 48) % slots;
     while (t->slot[k] &&
            (t->bk[t->slot[k] - 1].no != no || t->bk[t->slot[k] - 1].epoch != e || t->bk[t->slot[k] - 1].file != f))
-        k = (k + 1) % sizeof t->slot;
+        k = (k + 1) % slots;
     if (!t->slot[k]) {
         if (t->nb == MAX_BLOCKS)
             return -1;
         t->bk[t->nb] = (struct block){e, f, no};
         memset(t->w + t->nb * BLOCK_WORDS, 0, BLOCK_WORDS * sizeof *t->w);
-        t->slot[k] = (uint8_t)++t->nb;
+        t->slot[k] = (uint16_t)++t->nb;
     }
     t->recent[no % 16] = t->slot[k];
     return t->slot[k] - 1;

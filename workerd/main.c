@@ -49,6 +49,8 @@ static void usage(FILE *f)
             "  --plugin-dir DIR         a directory map and filter load plugins from, by file\n"
             "                           name (repeatable; without one every plugin op is refused)\n"
             "  --buffer-mb N            finished batches buffered per task, in MiB (default 64)\n"
+            "  --split-target-ms N      DYNAMIC: ask for splits that take the pipeline this long at\n"
+            "                           its measured rate (default 50; 0: the dispatcher's --split-size)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
             "  --io-engine uring|pread  how files are read (default: io_uring, or pread where\n"
             "                           io_uring cannot be set up, logged once)\n"
@@ -85,7 +87,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
+    enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_SPLIT_TARGET, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
            O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -93,6 +95,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"worker-address", required_argument, NULL, O_ADDR},
         {"threads", required_argument, NULL, O_THREADS},
         {"buffer-mb", required_argument, NULL, O_BUFFER},
+        {"split-target-ms", required_argument, NULL, O_SPLIT_TARGET},
         {"max-batch-mb", required_argument, NULL, O_MAXBATCH},
         {"io-engine", required_argument, NULL, O_IO},
         {"help", no_argument, NULL, O_HELP},
@@ -142,6 +145,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_THREADS:
             if (sl_cli_int(program, "threads", optarg, 1, 256, &o->threads) < 0)
                 return -1;
+            break;
+        case O_SPLIT_TARGET:
+            if (sl_cli_int(program, "split-target-ms", optarg, 0, 3600000, &v) < 0)
+                return -1;
+            o->worker.task.split_target_ms = (unsigned)v;
             break;
         case O_BUFFER:
             if (sl_cli_int(program, "buffer-mb", optarg, 1, 1 << 20, &v) < 0)

@@ -80,6 +80,16 @@ struct sl_task {
     struct event *retry_ev; /* the dispatcher said to ask again later (retry_ms) */
     bool retry_wait;        /* network thread only: until retry_ev fires */
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
+    /* The pipeline's rate through its splits (records/s, 0: not measured
+     * yet), from which a split request asks for splits of split_target_ms
+     * (docs/sharding.md): records of the splits it finished in the current
+     * window, and the time it spent on them, not waiting for a split. */
+    double split_rate;
+    double split_taken_at;   /* when the pipeline took its last split; 0: none yet */
+    uint64_t split_taken_records;
+    double split_waited;     /* seconds waited in next_split() since then */
+    double window_seconds;
+    uint64_t window_records;
     /* Counters for the status. */
     uint64_t batches, elements, bytes;
     uint64_t produced;
@@ -181,6 +191,33 @@ static double seconds_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The rate is taken over windows of at least this long, so that splits of
+ * a fraction of a millisecond (the first ones) still measure it well; the
+ * first rate is taken from the first split read, so that the second request
+ * already asks for splits of the target length. */
+#define RATE_WINDOW_S 0.005
+
+/* The pipeline takes a split of records records at now (under mu): the
+ * one it took before is read, in the time since less the time it waited. */
+static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
+{
+    if (t->split_taken_at > 0) {
+        double busy = now - t->split_taken_at - t->split_waited;
+        t->window_seconds += busy > 0 ? busy : 0;
+        t->window_records += t->split_taken_records;
+        if (t->window_seconds >= RATE_WINDOW_S || (t->split_rate == 0 && t->window_seconds > 0)) {
+            double r = (double)t->window_records / t->window_seconds;
+            /* Smoothed: half the last window, half what came before. */
+            t->split_rate = t->split_rate > 0 ? (t->split_rate + r) / 2 : r;
+            t->window_seconds = 0;
+            t->window_records = 0;
+        }
+    }
+    t->split_taken_at = now;
+    t->split_taken_records = records;
+    t->split_waited = 0;
+}
+
 /* The pipeline's split source: blocks the pipeline thread until the network
  * thread has a split of `epoch`, or knows that the epoch has none left. */
 static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
@@ -226,11 +263,15 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         /* Waiting for the dispatcher is not being stuck. */
         t->working = false;
         t->split_wait = true;
+        double w0 = seconds_now();
         pthread_cond_wait(&t->wake, &t->mu);
+        t->split_waited += seconds_now() - w0;
         t->split_wait = false;
     }
     t->working = true;
     t->working_since = seconds_now();
+    if (rc == 0)
+        rate_split_taken(t, t->working_since, out->end - out->begin);
     pthread_mutex_unlock(&t->mu);
     /* Ask for the next splits while this one is read. */
     if (rc == 0)
@@ -574,9 +615,10 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         out->num_stages = sl_pipeline_op_stats(t->pipeline, out->stages, SL_TASK_MAX_STAGES);
 }
 
-bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t *seq)
+bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records)
 {
     *seq = t->split_seq + 1;
+    *records = 0;
     if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || t->retry_wait)
         return false;
     bool want = false;
@@ -587,6 +629,11 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
          * (and the dispatcher's commit behind it) carries several splits. */
         *epoch = t->want_epoch;
         *max = t->cfg.split_prefetch - t->split_count;
+        /* Splits long enough that each takes the pipeline split_target_ms:
+         * fewer hand-outs (each a commit in the dispatcher's store), and a
+         * queue that covers an answer's round trip however fast it runs. */
+        double r = t->split_rate * t->cfg.split_target_ms / 1000.0;
+        *records = r >= 1e15 ? (uint64_t)1e15 : (uint64_t)r;
         want = true;
         t->split_request_out = true;
     }

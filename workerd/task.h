@@ -42,6 +42,9 @@ typedef struct sl_task_config {
     unsigned buffer_batches; /* and at most this many */
     size_t max_batch_bytes; /* the largest batch the pipeline may make */
     unsigned split_prefetch; /* DYNAMIC splits kept ahead of the pipeline */
+    unsigned split_target_ms; /* DYNAMIC: how long a split should take the pipeline (the
+                                 length it asks for: its measured rate times this; 0: the
+                                 dispatcher's --split-size) */
     const sl_confine_t *roots; /* where file sources may read (--data-root); NULL: nowhere.
                                   Must outlive every task. */
     sl_io_engine_t io_engine;  /* how file sources read (--io-engine) */
@@ -132,10 +135,13 @@ void sl_task_info(sl_task_t *task, sl_task_info_t *out);
  * @param[out] seq the request's request_seq: one more than the last answered
  *             request's, the same again after a failed request, so that the
  *             dispatcher answers a repeated request with the same splits
+ * @param[out] records the split length to ask for: the pipeline's measured
+ *             rate through its splits times split_target_ms; 0 before it
+ *             was measured
  * @return true when a request should go out; the caller then calls
  *         sl_task_splits_arrived() or sl_task_splits_failed() exactly once
  */
-bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq);
+bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records);
 
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);

@@ -206,8 +206,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
 {
     uint64_t epoch;
     uint32_t max;
-    uint64_t seq;
-    if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max, &seq))
+    uint64_t seq, records;
+    if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max, &seq, &records))
         return;
     struct outstanding *o = expect_answer(w, SL_MSG_GET_SPLIT_REQ);
     if (!o) {
@@ -215,7 +215,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
         return;
     }
     o->task_id = sl_task_id(wt->task);
-    sluice_GetSplitRequest req = {.task_id = o->task_id, .epoch = epoch, .max_splits = max, .request_seq = seq};
+    sluice_GetSplitRequest req = {
+        .task_id = o->task_id, .epoch = epoch, .max_splits = max, .request_seq = seq, .split_records = records};
     send_request(w, o, &req);
 }
 
@@ -966,7 +967,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .connect_timeout_ms = 5000,
         .hold_timeout_ms = 300000,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
-                 .split_prefetch = 8},
+                 .split_prefetch = 8, .split_target_ms = 50},
     };
 }
 

@@ -291,8 +291,8 @@ static double job_progress(json_t *j)
     json_t *s = json_object_get(j, "splits");
     if (strcmp(str(j, "state"), "FINISHED") == 0)
         return 1;
-    if (s && num(s, "total") > 0)
-        return (double)num(s, "handed_out") / (double)num(s, "total");
+    if (s && num(s, "records") > 0)
+        return (double)num(s, "records_handed_out") / (double)num(s, "records");
     return num(j, "tasks") ? (double)num(j, "tasks_done") / (double)num(j, "tasks") : 0;
 }
 
@@ -386,8 +386,8 @@ static void print_job(json_t *o)
         printf("error: %s\n", str(o, "error"));
     json_t *s = json_object_get(o, "splits");
     if (s)
-        printf("splits: epoch %lld, %lld of %lld handed out\n", num(s, "epoch"), num(s, "handed_out"),
-               num(s, "total"));
+        printf("splits: epoch %lld, %lld handed out, %lld of %lld records\n", num(s, "epoch"),
+               num(s, "handed_out"), num(s, "records_handed_out"), num(s, "records"));
     static struct table t;
     const char *head[] = {"TASK", "WORKER", "STATE", "BATCHES", "ELEMENTS", "BYTES", "RATE"};
     t.cols = 7;

@@ -177,7 +177,8 @@ class Admin(unittest.TestCase):
         self.assertEqual((j['sharding'], j['state'], j['num_consumers']), ('dynamic', 'RUNNING', 1))
         self.assertEqual(len(j['tasks']), 2)
         self.assertGreater(j['splits']['handed_out'], 0)
-        self.assertGreater(j['splits']['total'], j['splits']['handed_out'])
+        self.assertGreater(j['splits']['records_handed_out'], 0)
+        self.assertGreater(j['splits']['records'], j['splits']['records_handed_out'])
         self.assertLess(j['consumers'][0]['last_heartbeat_ms_ago'], 5000)
         wait_for(lambda: http(self.a, '/v1/jobs/%d' % job['id'])[1]['bytes_served'] > 0, what='bytes served')
         # The worker's view of the same job, once worker 0 made a batch of it:

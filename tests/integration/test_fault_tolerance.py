@@ -89,11 +89,12 @@ def addressed_cluster(n=3):
 
 
 class ThreeWorkers(unittest.TestCase):
-    """A dispatcher cutting splits of 1000 records and three workers, new for
-    each test and checked to exit cleanly after it."""
+    """A dispatcher cutting splits of 1000 records at least and three workers,
+    new for each test and checked to exit cleanly after it."""
+    worker_args = ()
 
     def setUp(self):
-        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'])
+        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'], worker_args=self.worker_args)
         self.cluster.wait_workers_registered(3)
 
     def tearDown(self):
@@ -127,7 +128,10 @@ class DispatcherCrash(ThreeWorkers):
         # The restarted dispatcher carried the job on: one job, finished.
         jobs = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs']
         self.assertEqual([j['state'] for j in jobs], ['FINISHED'], where)
-        self.assertEqual(jobs[0]['splits']['handed_out_all_epochs'], N // 1000, where)
+        # Its splits (of 1000 records at least, longer as the workers' rates
+        # asked) tiled the range once.
+        self.assertEqual(jobs[0]['splits']['records_handed_out'], N, where)
+        self.assertLessEqual(jobs[0]['splits']['handed_out_all_epochs'], N // 1000, where)
 
     def test_trainers_ride_through_an_outage_longer_than_their_timeout(self):
         """The dispatcher killed -9 and started again 5 s later, as a
@@ -275,6 +279,32 @@ class WorkerCrash(ThreeWorkers):
         self.assertEqual(job['state'], 'FINISHED', where)
         self.assertEqual(job['lost_splits'], {'outstanding': 0, 'awaiting_reports': 0, 'queued': 0,
                                               'report_gen': 2}, where)
+
+    def test_long_splits_of_a_killed_worker_exactly_once(self):
+        """Workers that ask for splits far longer than the least (a target
+        of 100 s a split): the dispatcher hands out each as long as its
+        guided share allows, and a killed worker's long splits go out again
+        without what the consumer has: exactly once."""
+        self.cluster.close()
+        self.cluster = Cluster(workers=3, dispatcher_args=['--split-size', '1000'],
+                               worker_args=['--split-target-ms', '100000'])
+        self.cluster.wait_workers_registered(3)
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        kills = [(rng.randrange(N // BATCH // 10, N // BATCH // 2), rng.randrange(3))]
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
+        rc, got, err = self.run_with_worker_kills(spec, kills, seed)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        assert_exactly_once(self, got, N, where)
+        job = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
+        self.assertEqual(job['state'], 'FINISHED', where)
+        self.assertEqual(job['lost_splits']['report_gen'], 1, where)
+        # Longer splits than the least: fewer of them than 1000-record ones.
+        splits = job['splits']
+        self.assertEqual(splits['records_handed_out'], N, where)
+        self.assertLess(splits['handed_out_all_epochs'], N // 1000, '%s: %s' % (where, splits))
 
     def test_without_provenance_a_worker_loss_is_at_least_once(self):
         """--no-provenance: the client cannot say what it received; the lost

@@ -3,6 +3,7 @@ foundation): a dispatcher and 2 workers run a DYNAMIC job over a range
 source with shuffle, filter and batch(drop_remainder), and sluice-cat
 --with-provenance shows where every element came from and which splits the
 workers finished."""
+import bisect
 import collections
 import unittest
 
@@ -50,18 +51,20 @@ class ProvenanceTest(unittest.TestCase):
         self.assertTrue(set(seen) <= kept)
         # What is missing is what drop_remainder dropped: less than a batch per worker.
         self.assertLess(len(kept) - len(seen), 2 * batch_size)
-        # One notice per split handed out, with the count of its records in batches.
-        total = job['splits']['total']
-        size = max(d['end'] - d['begin'] for d in done)
-        self.assertEqual(total, -(-3000 // size))
-        for p in seen:
-            delivered[p // size] += 1
+        # One notice per split handed out, with the count of its records in
+        # batches; the splits (of lengths the workers' rates chose) tile the
+        # source once.
         self.assertEqual(sorted(d['split_id'] for d in done), sorted(set(d['split_id'] for d in done)))
-        self.assertEqual(len(done), total, done)
+        self.assertEqual(len(done), job['splits']['handed_out_all_epochs'], done)
+        spans = sorted((d['begin'], d['end']) for d in done)
+        self.assertEqual((spans[0][0], spans[-1][1]), (0, 3000), spans)
+        self.assertTrue(all(e == b for (_, e), (b, _) in zip(spans, spans[1:])), spans)
+        self.assertEqual(job['splits']['records_handed_out'], 3000)
+        bounds = [b for b, _ in spans]
+        for p in seen:
+            delivered[bounds[bisect.bisect_right(bounds, p) - 1]] += 1
         for d in done:
-            self.assertEqual(d['end'] - d['begin'], min(size, 3000 - d['begin']))
-            self.assertEqual(d['delivered'], delivered[d['begin'] // size], d)
-        self.assertEqual(sorted(d['begin'] for d in done), [k * size for k in range(total)])
+            self.assertEqual(d['delivered'], delivered[d['begin']], d)
 
     def test_shuffle_filter_batch_every_record_accounted_once(self):
         ops = [{"op": "shuffle", "buffer_size": 300, "seed": 3},

@@ -204,6 +204,15 @@ static bool client_sees_task(uint64_t task_id)
     return false;
 }
 
+/* get_splits asking for splits of want records (0: no wish); the answer is in *sresp. */
+static int splits_of(uint64_t task_id, uint64_t epoch, uint32_t max, uint64_t want)
+{
+    sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max, .split_records = want};
+    memset(sresp, 0, sizeof *sresp);
+    err[0] = '\0';
+    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+}
+
 /* get_splits; the answer is in *sresp. */
 static int splits(uint64_t task_id, uint64_t epoch, uint32_t max)
 {
@@ -1215,6 +1224,92 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
         cr_assert_eq(sresp->splits[i].end - sresp->splits[i].begin, 1200, "split %d", i);
     cr_assert_eq(sresp->splits[4].begin, 4800);
     cr_assert_eq(sresp->splits[4].end, 5000);
+}
+
+/* Splits as long as the workers ask: multiples of the least split size
+ * (1100: 1024 rounded up to the batch of 100), at most --max-split-size and
+ * 1/16 of a live task's share of what is left, at most half that share in
+ * one answer, the least for a task that asks for no length; and whatever
+ * they ask, the splits tile every epoch exactly once. */
+Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_once)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.split_size = 1024;
+    cfg.max_split_size = 55000; /* 50 of the least */
+    start(&cfg);
+    enum { TOTAL = 2000000, MIN = 1100 };
+    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 2000000}, \"ops\": ["
+                          "{\"op\": \"batch\", \"batch_size\": 100}]}");
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t[2] = {take_task(w1, 1).task_id, take_task(w2, 1).task_id};
+    static const uint64_t wishes[] = {0, 1, 500, 1100, 4000, 33333, 1000000, UINT64_C(1) << 62};
+    uint64_t rng = 12345;
+    for (uint64_t epoch = 0; epoch < 2; epoch++) {
+        uint64_t next = 0, longest = 0;
+        for (int calls = 0;; calls++) {
+            cr_assert_lt(calls, 10000, "epoch %" PRIu64 " never ends", epoch);
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            uint64_t want = wishes[(rng >> 33) % (sizeof wishes / sizeof wishes[0])];
+            uint32_t max = 1 + (uint32_t)((rng >> 20) % 8);
+            cr_assert_eq(splits_of(t[calls % 2], epoch, max, want), 0, "%s", err);
+            if (sresp->end_of_epoch)
+                break;
+            uint64_t left = TOTAL - next, share = (left + 3) / 4, given = 0;
+            cr_assert_gt(sresp->splits_count, 0);
+            cr_assert_leq(sresp->splits_count, max);
+            for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+                const sluice_Split *s = &sresp->splits[i];
+                uint64_t len = s->end - s->begin, rest = TOTAL - next;
+                cr_assert_eq(s->begin, next, "split [%" PRIu64 ", %" PRIu64 ") after %" PRIu64, s->begin, s->end,
+                             next);
+                cr_assert_eq(s->epoch, epoch);
+                if (s->end < TOTAL) {
+                    cr_assert_eq(len % MIN, 0, "split of %" PRIu64 " records", len);
+                    uint64_t most = want > 55000 ? 55000 : want;
+                    if (most > rest / 32)
+                        most = rest / 32;
+                    most = most / MIN * MIN;
+                    cr_assert_eq(len, most > MIN ? most : MIN, "wish %" PRIu64 ", %" PRIu64 " left: %" PRIu64,
+                                 want, rest, len);
+                }
+                if (i > 0)
+                    cr_assert_lt(given, share, "past half a task's share in one answer");
+                given += len;
+                next = s->end;
+                longest = len > longest ? len : longest;
+            }
+        }
+        cr_assert_eq(next, TOTAL, "epoch %" PRIu64 " covered [0, %" PRIu64 ")", epoch, next);
+        cr_assert_eq(longest, 55000, "no split reached --max-split-size");
+    }
+}
+
+/* A lone task gets the length it asks for to the epoch's end (no guided
+ * share: shorter splits would only add hand-outs to wait on). */
+Test(state, a_lone_task_keeps_its_split_length_to_the_end)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    start(&cfg);
+    uint64_t ds = dataset(RANGE_SPEC(100000));
+    uint64_t w = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t = take_task(w, 1).task_id;
+    uint64_t next = 0;
+    while (next < 100000) {
+        cr_assert_eq(splits_of(t, 0, 3, 30000), 0, "%s", err);
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            const sluice_Split *s = &sresp->splits[i];
+            cr_assert_eq(s->begin, next);
+            cr_assert_eq(s->end, next + 30000 < 100000 ? next + 30000 : 100000, "[%" PRIu64 ", %" PRIu64 ")",
+                         s->begin, s->end);
+            next = s->end;
+        }
+    }
+    cr_assert_eq(splits_of(t, 0, 3, 30000), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
 }
 
 /* A take before the batch changes counts: the split size stays as set. */

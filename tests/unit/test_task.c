@@ -9,7 +9,9 @@
  * done_below then covers every split (a notice left unsaid made the
  * dispatcher hand splits out again: a shuffle of 100,000 repeated 14% of an
  * epoch). Also: a task over OFF yields the whole range, and the buffer holds
- * the pipeline back while nobody takes batches.
+ * the pipeline back while nobody takes batches; a DYNAMIC task asks for
+ * splits of its target length, never past its prefetch bound, and reads
+ * splits of any length exactly once.
  */
 #include <criterion/criterion.h>
 #include <event2/event.h>
@@ -38,16 +40,21 @@ static sl_task_config_t config(void)
                               .split_prefetch = 8, .threads = 1};
 }
 
-static void start(struct run *r, sl_sharding_t sharding, const char *spec)
+static void start_with(struct run *r, sl_sharding_t sharding, const char *spec, const sl_task_config_t *with)
 {
     r->base = event_base_new();
     cr_assert_not_null(r->base);
     sluice_TaskDef def = {.task_id = 7, .job_id = 3, .dataset_id = 2, .sharding = sharding, .num_workers = 1};
-    sl_task_config_t cfg = config();
+    sl_task_config_t cfg = with ? *with : config();
     char err[512];
     cr_assert_eq(sl_task_new(r->base, &def, spec, strlen(spec), NULL, 0, &cfg, on_notify, r, &r->task, err,
                              sizeof err),
                  0, "%s", err);
+}
+
+static void start(struct run *r, sl_sharding_t sharding, const char *spec)
+{
+    start_with(r, sharding, spec, NULL);
 }
 
 static void stop(struct run *r)
@@ -91,9 +98,9 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     bool ended = false;
     uint64_t below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
-        uint64_t epoch, seq;
+        uint64_t epoch, seq, records;
         uint32_t max;
-        if (sl_task_want_splits(r.task, &epoch, &max, &seq)) {
+        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
             sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
             resp.epoch = epoch;
             for (uint32_t i = 0; i < max && next_begin < N && resp.splits_count < 64; i++) {
@@ -198,4 +205,90 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     sl_task_status(r.task, &ts);
     cr_assert_eq(ts.state, SL_TASK_DONE);
     stop(&r);
+}
+
+/* Runs a DYNAMIC task over range(200000) in batches of 1000 as its
+ * dispatcher: answers each request with what it asks for, splits as long as
+ * its split_records (at least 1000, at most 50000, multiples of 1000).
+ * Checks that a request never asks past split_prefetch, that every element
+ * comes once and every split gets its notice. @return the most records a
+ * request asked for */
+static uint64_t run_sized(const sl_task_config_t *cfg)
+{
+    enum { TOTAL = 200000 };
+    struct run r = {0};
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               cfg);
+    static unsigned char seen[TOTAL];
+    memset(seen, 0, sizeof seen);
+    uint64_t next_id = 1, next_begin = 0, most = 0, noticed = 0, below = 0;
+    bool ended = false;
+    for (int guard = 0; !ended && guard < 1000000; guard++) {
+        uint64_t epoch, seq, records;
+        uint32_t max;
+        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
+            cr_assert_leq(max, cfg->split_prefetch, "asked for %u splits, prefetch %u", max, cfg->split_prefetch);
+            most = records > most ? records : most;
+            uint64_t len = records < 1000 ? 1000 : records > 50000 ? 50000 : records / 1000 * 1000;
+            sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+            resp.epoch = epoch;
+            for (uint32_t i = 0; i < max && next_begin < TOTAL; i++) {
+                uint64_t end = TOTAL - next_begin < len ? TOTAL : next_begin + len;
+                resp.splits[resp.splits_count++] =
+                    (sluice_Split){.split_id = next_id++, .begin = next_begin, .end = end, .epoch = epoch};
+                next_begin = end;
+            }
+            resp.end_of_epoch = resp.splits_count == 0;
+            resp.finished = resp.end_of_epoch;
+            sl_task_splits_arrived(r.task, &resp);
+        }
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_task_take(r.task, &b);
+        if (rc == SL_TASK_PENDING) {
+            wait_notify(&r);
+            continue;
+        }
+        cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r.task));
+        sl_split_done_rec_t *done = NULL;
+        unsigned n = 0;
+        cr_assert_eq(sl_task_batch_sent(r.task, rc == SL_TASK_BATCH ? b : NULL, &done, &n, &below), 0);
+        for (unsigned i = 0; i < n; i++)
+            cr_assert_eq(done[i].delivered, done[i].end - done[i].begin, "split %lu", (unsigned long)done[i].split_id);
+        noticed += n;
+        free(done);
+        if (rc != SL_TASK_BATCH) {
+            ended = true;
+            break;
+        }
+        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+        for (uint64_t i = 0; i < b->num_elements; i++) {
+            cr_assert(v[i] >= 0 && v[i] < TOTAL && !seen[v[i]], "element %ld twice or outside", (long)v[i]);
+            seen[v[i]] = 1;
+        }
+        size_t size = b->size;
+        sl_wire_batch_free(b);
+        sl_task_release(r.task, size);
+    }
+    cr_assert(ended, "the task never ended");
+    for (int i = 0; i < TOTAL; i++)
+        cr_assert(seen[i], "element %d never came", i);
+    cr_assert_eq(noticed, next_id - 1, "%lu notices for %lu splits", (unsigned long)noticed,
+                 (unsigned long)(next_id - 1));
+    stop(&r);
+    return most;
+}
+
+/* A task asks for splits as long as its measured rate times
+ * split_target_ms (so, once it read one, for some length), never for more
+ * than split_prefetch at a time, and reads splits of any length exactly
+ * once; with split_target_ms 0 it never asks for a length. */
+Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_bound)
+{
+    sl_task_config_t cfg = config();
+    cfg.split_target_ms = 1000;
+    cr_assert_gt(run_sized(&cfg), 0, "no request asked for a length");
+    cfg.split_target_ms = 0;
+    cfg.split_prefetch = 3;
+    cr_assert_eq(run_sized(&cfg), 0, "a request asked for a length with split_target_ms 0");
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""What DYNAMIC sharding costs against OFF: a range of --elements int64s in
+batches of 1024 streamed through sluice-cat (one consumer, provenance on, as
+a DYNAMIC iterator has it by default) from 1 and from 2 workers, plain and
+behind a shuffle(10000), each shape once under OFF (the baseline: every
+worker reads the whole range) and once under DYNAMIC (the workers share it
+split by split), in the same run on the same cluster. The rate is elements
+delivered per second, so OFF with 2 workers delivers the range twice. The
+runs alternate and each side keeps its best of --rounds, so that a slow
+moment of the shared machine does not land on one side only. Prints one
+JSON line per shape (ratio = DYNAMIC / OFF) and one with the smallest ratio.
+Run with the Release build: bench/dynamic_vs_off.py --build build-release
+(--elements 4000000 --rounds 1 for a short run while developing)."""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'integration'))
+ap = argparse.ArgumentParser()
+ap.add_argument('--build', default='build-release')
+ap.add_argument('--elements', type=int, default=20000000)
+ap.add_argument('--rounds', type=int, default=2, help='runs of each side')
+ap.add_argument('--workers', default='1,2', help='cluster sizes, comma-separated')
+ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
+ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
+args = ap.parse_args()
+os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
+from harness import Cluster, summary  # noqa: E402
+
+
+def spec(shape):
+    ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
+    ops.append({"op": "batch", "batch_size": 1024, "drop_remainder": False})
+    return {"source": {"type": "range", "start": 0, "stop": args.elements}, "ops": ops}
+
+
+def run(c, workers, shape, sharding):
+    """Elements delivered per second."""
+    extra = ['--sharding', sharding]
+    if sharding == 'dynamic' and args.no_provenance:
+        extra.append('--no-provenance')
+    rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
+    if rc != 0:
+        sys.exit('bench: sluice-cat failed: ' + err[-2000:])
+    s = summary(err)
+    want = args.elements * (workers if sharding == 'off' else 1)
+    if s['elements'] != want:
+        sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
+    return s['elements'] / s['seconds']
+
+
+results = []
+for workers in [int(w) for w in args.workers.split(',')]:
+    c = Cluster(workers=workers)
+    try:
+        c.wait_workers_registered(workers)
+        for shape in args.shapes.split(','):
+            run(c, workers, shape, 'off')  # warm up: page cache, allocator, dispatcher state
+            off, dyn = [], []
+            for _ in range(args.rounds):
+                off.append(run(c, workers, shape, 'off'))
+                dyn.append(run(c, workers, shape, 'dynamic'))
+            r = {"bench": "dynamic_vs_off", "workers": workers, "shape": shape, "elements": args.elements,
+                 "dynamic_elements_per_s": round(max(dyn)), "provenance": not args.no_provenance,
+                 "baseline": "the same job under OFF", "off_elements_per_s": round(max(off)),
+                 "ratio": round(max(dyn) / max(off), 3)}
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    finally:
+        c.close()
+print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
+                  "baseline": "the same job under OFF, per shape",
+                  "ratio": min(r["ratio"] for r in results)}))
