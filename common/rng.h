@@ -69,4 +69,11 @@ static inline uint64_t sl_rng_below(sl_rng_t *r, uint64_t n)
     }
 }
 
+/** A delay of ms, give or take half of it, drawn from r: peers that lost the
+ * same server do not all come back in step. @return in [ms/2, ms/2 + ms) */
+static inline int64_t sl_rng_jitter_ms(sl_rng_t *r, int64_t ms)
+{
+    return ms / 2 + (int64_t)sl_rng_below(r, ms > 0 ? (uint64_t)ms : 0);
+}
+
 #endif

@@ -4,7 +4,7 @@
  * The dispatcher session moves through
  *   DISCONNECTED -> CONNECTING -> REGISTERING -> REGISTERED
  * and back to DISCONNECTED when the connection drops, after which it tries
- * again every RECONNECT_MS. A heartbeat answered with SL_ENOTFOUND (the
+ * again every RECONNECT_MS, give or take half of it. A heartbeat answered with SL_ENOTFOUND (the
  * dispatcher forgot us) goes REGISTERED -> REGISTERING; a refused
  * registration is retried every RECONNECT_MS. While REGISTERED it
  * heartbeats every heartbeat_ms, and at once when a task finishes.
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/listener.h>
 #include <openssl/crypto.h>
@@ -32,6 +33,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "provwire.h"
+#include "rng.h"
 #include "rounds.h"
 
 #define RECONNECT_MS 500
@@ -128,6 +130,7 @@ struct sl_worker {
     struct event *heartbeat_timer;
     struct event *hold_timer; /* drops what silent clients hold (held.h) */
     struct event *reconnect_timer;
+    sl_rng_t jitter; /* draws the reconnect delays (reconnect_later()) */
     struct event *retry_register;
 };
 
@@ -883,6 +886,16 @@ static void session_reset(sl_worker_t *w)
     session_set_state(w, SESSION_DISCONNECTED);
 }
 
+/* The next connect to the dispatcher in RECONNECT_MS, give or take half of
+ * it: the workers of a fleet that lost their dispatcher (a restart, a cut)
+ * do not all come back in step. */
+static void reconnect_later(sl_worker_t *w)
+{
+    int64_t ms = sl_rng_jitter_ms(&w->jitter, RECONNECT_MS);
+    struct timeval tv = {ms / 1000, (suseconds_t)(ms % 1000) * 1000};
+    event_add(w->reconnect_timer, &tv);
+}
+
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     sl_worker_t *w = arg;
@@ -895,8 +908,7 @@ static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
     else
         sl_log_warn("dispatcher connection lost (%s: %s): reconnecting", sl_strerror(err), why);
     session_reset(w);
-    struct timeval tv = {0, RECONNECT_MS * 1000};
-    event_add(w->reconnect_timer, &tv);
+    reconnect_later(w);
 }
 
 static void disp_ready(sl_conn_t *c, void *arg)
@@ -924,8 +936,7 @@ static void session_connect(sl_worker_t *w)
     if (rc < 0) {
         sl_log_warn("cannot connect to dispatcher: %s", err);
         session_set_state(w, SESSION_DISCONNECTED);
-        struct timeval tv = {0, RECONNECT_MS * 1000};
-        event_add(w->reconnect_timer, &tv);
+        reconnect_later(w);
     }
 }
 
@@ -992,6 +1003,7 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
     w->base = base;
     w->cfg = *cfg;
     w->parked_tail = &w->parked;
+    sl_rng_seed(&w->jitter, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32));
     snprintf(w->dispatcher, sizeof w->dispatcher, "%s", cfg->dispatcher);
     int fd = -1;
     int rc = sl_listen_tcp(cfg->bind, cfg->port, &fd, &w->port, err, errlen);

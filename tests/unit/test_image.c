@@ -845,6 +845,18 @@ Test(image_rng, deterministic_and_bounded)
     uint64_t big = UINT64_MAX / 2 + 3;
     for (int i = 0; i < 100; i++)
         cr_assert_lt(sl_rng_below(&a, big), big);
+
+    /* jitter_ms(500): 250 to 749, spread over the range (a worker's
+     * reconnect delay: a fleet does not come back in step). */
+    int64_t lo = 1000, hi = 0;
+    for (int i = 0; i < 2000; i++) {
+        int64_t ms = sl_rng_jitter_ms(&a, 500);
+        cr_assert(ms >= 250 && ms < 750, "%lld", (long long)ms);
+        lo = ms < lo ? ms : lo;
+        hi = ms > hi ? ms : hi;
+    }
+    cr_assert(lo < 275 && hi > 725, "drawn from %lld to %lld only", (long long)lo, (long long)hi);
+    cr_assert_eq(sl_rng_jitter_ms(&a, 0), 0);
 }
 
 /* ---- normalize and cast ---- */
