@@ -43,11 +43,13 @@ start() {
   echo "demo: $name did not start"; exit 1
 }
 
-start dispatcher "$build/dispatcher/sluice-dispatcher" --port 0 --admin-port 0 --work-dir "$var/dispatcher"
+# Both bind loopback only: nothing of the demo is reachable from elsewhere.
+start dispatcher "$build/dispatcher/sluice-dispatcher" --bind 127.0.0.1 --port 0 --admin-port 0 --work-dir "$var/dispatcher"
 dport=$port
 echo "demo: dispatcher on 127.0.0.1:$dport"
 for i in 1 2; do
-  start "worker$i" "$build/workerd/sluice-workerd" --dispatcher "127.0.0.1:$dport" --port 0 --admin-port 0
+  start "worker$i" "$build/workerd/sluice-workerd" --dispatcher "127.0.0.1:$dport" --bind 127.0.0.1 --port 0 \
+    --admin-port 0
   wport=$port
   echo "demo: worker $i on 127.0.0.1:$wport"
 done

@@ -514,8 +514,13 @@ int main(int argc, char **argv)
             last_progress = now;
         }
     }
-    if (progress)
-        fputc('\n', stderr);
+    if (progress) {
+        /* The last line says what arrived in all, not what had at the last
+         * tick (a line short of the total looks like loss). */
+        double now = now_s();
+        fprintf(stderr, "\r%" PRIu64 " elements, %" PRIu64 " batches, %.1f MB, %.0f elements/s%s\n", elements, batches,
+                bytes / 1e6, now > t0 ? elements / (now - t0) : 0.0, rc == 1 ? ", the end" : "   ");
+    }
     if (rc == 1 && with_provenance && fmt == FMT_JSONL) {
         size_t nd;
         const sl_split_done_t *d = sl_iterator_splits_done(it, &nd);

@@ -103,8 +103,12 @@ class Cluster:
         self.dispatcher = self._start([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0',
                                        '--work-dir', os.path.join(self.dir, 'work')] + list(dispatcher_args),
                                       'dispatcher')
-        for _ in range(workers):
-            self.add_worker(worker_args)
+        try:
+            for _ in range(workers):
+                self.add_worker(worker_args)
+        except BaseException:
+            self.close()   # no daemon outlives a cluster that could not start
+            raise
 
     def restart_dispatcher(self, sig=signal.SIGKILL):
         """Stops the dispatcher with sig (-9: a crash) and starts it again on the

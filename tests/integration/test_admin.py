@@ -265,7 +265,10 @@ class Admin(unittest.TestCase):
         self.assertIn('127.0.0.1:1', body['error'])
 
     def test_draining_the_only_worker_leaves_the_job_waiting_for_another(self):
-        c = Cluster(workers=1)
+        # Splits of 1,024 at most, so that the drained worker cannot have been
+        # handed the whole range already however fast it reads (a worker's
+        # rate would make them longer: docs/sharding.md).
+        c = Cluster(workers=1, dispatcher_args=['--max-split-size', '1024'])
         self.addCleanup(c.close)
         c.wait_workers_registered(1)
         a = c.dispatcher.admin_port

@@ -34,5 +34,7 @@ class Demo(unittest.TestCase):
                                capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, 'run %d: %s%s' % (run, r.stdout[-2000:], r.stderr[-2000:]))
             self.assertIn('demo: 20000000 elements in 19532 batches', r.stdout)
+            # The progress line the demo shows is the last one: the whole total.
+            self.assertRegex(r.stdout, r'(?m)^20000000 elements, 19532 batches, .*, the end$')
             self.assertIn('demo: dispatcher and workers stopped cleanly', r.stdout)
             self.assertEqual(demo_daemons(), [], 'run %d left daemons running' % run)

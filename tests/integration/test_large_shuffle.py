@@ -145,7 +145,10 @@ class OutstandingBound(unittest.TestCase):
         """A pipeline whose shuffle buffer needs more splits than
         --max-outstanding-splits before it can finish one would wait for ever:
         the job fails, and the message says which bound and what to raise."""
-        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '16', '--split-size', '1024'])
+        # Splits of 1,024 at most: a worker's rate would otherwise make them
+        # longer (docs/sharding.md), and a fast one fill its buffer.
+        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '16', '--split-size', '1024',
+                                                '--max-split-size', '1024'])
         try:
             c.wait_workers_registered(1)
             # A buffer of 20,000 elements over 16 splits of 1,024 at most: it
