@@ -197,7 +197,10 @@ class PausedConsumer(unittest.TestCase):
         saves its model, say) while its task holds --max-outstanding-splits:
         the splits wait in the worker's buffer for the consumer, not for the
         pipeline; the job must go on, exactly once, when it reads again."""
-        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '8', '--split-size', '1000'])
+        # Splits of 1,000 at most: 200,000 elements are then far more than 8
+        # splits, however fast the worker (its rate would make them longer).
+        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '8', '--split-size', '1000',
+                                                '--max-split-size', '1000'])
         try:
             c.wait_workers_registered(1)
             spec = {"source": {"type": "range", "stop": 200000}, "ops": [{"op": "batch", "batch_size": 1000}]}
