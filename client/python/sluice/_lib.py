@@ -182,6 +182,8 @@ def _declare(lib):
     fn('sl_iterator_opts_init', None, P(IteratorOpts))
     fn('sl_iterator_open', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), P(c_void_p))
     fn('sl_iterator_next', c_int, c_void_p, P(c_void_p))
+    fn('sl_iterator_next_wait', c_int, c_void_p, P(c_void_p), c_int)
+    fn('sl_iterator_waiting', c_size_t, c_void_p, c_char_p, c_size_t)
     fn('sl_iterator_errmsg', c_char_p, c_void_p)
     fn('sl_iterator_job_id', ctypes.c_uint64, c_void_p)
     fn('sl_iterator_close', None, c_void_p)

@@ -37,6 +37,12 @@ class SluiceError(Exception):
         return self._text()
 
 
+class SluiceWaitWarning(UserWarning):
+    """An iterator waits on something that may never come (e.g. no live
+    worker serves its job); the text says what, and which option bounds
+    the wait. libsluice says the same on stderr."""
+
+
 class SpecError(SluiceError, ValueError):
     """The dispatcher refused the dataset spec (SL_ESPEC); the message starts
     with the JSON path of the offending field, e.g. '$.ops[0].batch_size'."""
