@@ -63,6 +63,7 @@ extern "C" {
                                 client secret or task key, another worker's task) */
 #define SL_EAUTH     (-5015) /* the peer did not prove it holds the cluster token or certificate */
 #define SL_ELIMIT    (-5016) /* a configured limit of the daemon was reached */
+#define SL_ENOHOST   (-5017) /* the host name of an address cannot be resolved */
 
 /** Element dtypes, as numbered on the wire. */
 typedef enum sl_dtype {

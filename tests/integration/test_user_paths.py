@@ -101,3 +101,77 @@ class ShardingOffOverWorkers(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class Mistakes(unittest.TestCase):
+    """What users get wrong first, each named in the message."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=1)
+        cls.c.wait_workers_registered(1)
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def cat(self, dispatcher, spec=SPEC, args=()):
+        return self.c.cat(spec, list(args), fmt='count', dispatcher=dispatcher, timeout=120)
+
+    def test_the_admin_port_given_as_the_dispatcher_is_named(self):
+        admin = '127.0.0.1:%d' % self.c.dispatcher.admin_port
+        rc, _, err = self.cat(admin, args=['--timeout-ms', '3600000'])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("handshake: %s answered in HTTP: that is an HTTP port, such as a sluice daemon's admin port "
+                      "(--admin-port); give its protocol port (--port)" % admin, err)
+        # The admin endpoint serves on as before.
+        from harness import get_json
+        self.assertEqual(get_json(self.c.dispatcher.admin_port, '/healthz')['status'], 'ok')
+
+    def test_a_host_name_that_does_not_resolve_is_said_so(self):
+        rc, _, err = self.cat('no-such-host.invalid:5050')
+        self.assertEqual(rc, 1, err)
+        self.assertIn('cannot resolve the host name "no-such-host.invalid" of "no-such-host.invalid:5050"', err)
+        self.assertNotIn('No route to host', err)
+
+    def test_a_grpc_prefix_is_accepted_and_other_schemes_refused(self):
+        rc, _, err = self.cat('grpc://' + self.c.dispatcher.addr)
+        self.assertEqual(rc, 0, err)
+        self.assertIn('"elements": 100,', err)
+        rc, _, err = self.cat('http://' + self.c.dispatcher.addr)
+        self.assertEqual(rc, 1, err)
+        self.assertIn('bad address "http://%s": sluice peers speak their own protocol, not http: give host:port'
+                      % self.c.dispatcher.addr, err)
+
+    def test_an_unknown_spec_field_gets_the_closest_known_one(self):
+        spec = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "batch", "batchsize": 2}]}
+        rc, _, err = self.cat(self.c.dispatcher.addr, spec)
+        self.assertEqual(rc, 1, err)
+        self.assertIn('$.ops[0].batchsize: unknown field; did you mean "batch_size"?', err)
+
+    def test_a_file_source_without_data_root_names_the_json_path(self):
+        spec = {"source": {"type": "tfrecord", "files": ["/nonexistent/x-*.tfrecord"]}}
+        rc, _, err = self.cat(self.c.dispatcher.addr, spec)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("$.source.files: file sources need the dispatcher's --data-root", err)
+
+
+class FilesOutsideTheRoot(unittest.TestCase):
+
+    def test_a_pattern_that_matches_nothing_names_its_json_path(self):
+        root = tempfile.mkdtemp(prefix='sluice-root-')
+        c = Cluster(workers=0, dispatcher_args=['--data-root', root])
+        try:
+            spec = {"source": {"type": "tfrecord", "files": [os.path.join(root, 'a.tfrecord'),
+                                                             os.path.join(root, 'x-*.tfrecord')]}}
+            open(os.path.join(root, 'a.tfrecord'), 'wb').close()
+            rc, _, err = c.cat(spec, fmt='count', timeout=120)
+            self.assertEqual(rc, 1, err)
+            self.assertIn('$.source.files[1]: %s matches no file, or a file outside every --data-root'
+                          % os.path.join(os.path.realpath(root), 'x-*.tfrecord'), err)
+        finally:
+            self.assertEqual(c.close(), {})
+            import shutil
+            shutil.rmtree(root, ignore_errors=True)

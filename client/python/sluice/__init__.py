@@ -18,7 +18,8 @@ from ._lib import LibraryNotFound, library_path
 # range is left out of __all__ so that `from sluice import *` keeps the builtin.
 from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
 from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
-                     SluiceConnectionError, SluiceError, SluiceTimeoutError, SluiceWaitWarning, SpecError)
+                     SluiceConnectionError, SluiceError, SluiceFileNotFoundError,
+                     SluicePermissionError, SluiceTimeoutError, SluiceWaitWarning, SpecError)
 
 __version__ = '0.1.0'
 
@@ -27,6 +28,7 @@ __all__ = [
     'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
     'ConflictError', 'NotFoundError', 'SluiceWaitWarning',
+    'SluiceFileNotFoundError', 'SluicePermissionError',
 ]
 
 
