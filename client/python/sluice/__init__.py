@@ -19,7 +19,8 @@ from ._lib import LibraryNotFound, library_path
 from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
 from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
                      SluiceConnectionError, SluiceError, SluiceFileNotFoundError,
-                     SluicePermissionError, SluiceTimeoutError, SluiceWaitWarning, SpecError)
+                     SluicePermissionError, SluiceTimeoutError, SluiceUsageWarning, SluiceWaitWarning,
+                     SpecError)
 
 __version__ = '0.1.0'
 
@@ -28,7 +29,7 @@ __all__ = [
     'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
     'ConflictError', 'NotFoundError', 'SluiceWaitWarning',
-    'SluiceFileNotFoundError', 'SluicePermissionError',
+    'SluiceFileNotFoundError', 'SluicePermissionError', 'SluiceUsageWarning',
 ]
 
 

@@ -67,6 +67,12 @@ class SluiceWaitWarning(UserWarning):
     the wait. libsluice says the same on stderr."""
 
 
+class SluiceUsageWarning(UserWarning):
+    """A use that works but likely not as meant: a DataLoader that batches
+    the Sluice batches again, DataLoader processes that each read the whole
+    dataset under sharding "off"."""
+
+
 class SpecError(SluiceError, ValueError):
     """The dispatcher refused the dataset spec (SL_ESPEC); the message starts
     with the JSON path of the offending field, e.g. '$.ops[0].batch_size'."""
