@@ -59,6 +59,9 @@
 #define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
+/* A job with no live worker for this long is said on stderr (and by
+ * sl_iterator_waiting()); past timeout_ms the iterator fails. */
+#define NO_WORKER_NOTICE_MS 3000
 
 enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 
@@ -149,6 +152,11 @@ struct sl_iterator {
     sl_job_state_t job_state;
     bool job_state_known;
     char notice[512];
+    /* Since when the dispatcher's answers list no live task for the job
+     * (no worker registered, or every one lost): 0 while one is listed. */
+    int64_t no_worker_since;
+    bool no_worker_said;
+    bool repeat_said; /* sharding OFF over several workers: said once */
     /* Coordinated reads. */
     bool coord;
     uint64_t deliver_round; /* the next round handed to the caller */
@@ -176,6 +184,7 @@ struct sl_iterator {
     bool report_out;
     int error;
     char err[1024];
+    char waiting[512]; /* what sl_iterator_next() waits on, when it is known (sl_iterator_waiting) */
     bool finished;
     bool stop;
     /* pump() stopped at max_outstanding: the caller's next batch taken makes
@@ -696,6 +705,79 @@ static void send_report(sl_iterator_t *it, uint64_t gen, uint64_t from)
     free(buf);
 }
 
+static void set_waiting(sl_iterator_t *it, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What sl_iterator_next() waits on, for sl_iterator_waiting(); fmt NULL: nothing known. */
+static void set_waiting(sl_iterator_t *it, const char *fmt, ...)
+{
+    pthread_mutex_lock(&it->mu);
+    it->waiting[0] = '\0';
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(it->waiting, sizeof it->waiting, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&it->mu);
+}
+
+/* After a heartbeat answer: whether any worker serves the job (a wait on
+ * none is said after NO_WORKER_NOTICE_MS and fails after timeout_ms, in
+ * on_tick), and whether sharding OFF repeats the data over several. */
+static void workers_seen(sl_iterator_t *it)
+{
+    unsigned live = 0;
+    for (struct itask *t = it->tasks; t; t = t->next)
+        live += !t->lost;
+    bool done = it->job_state == SL_JOB_FINISHED;
+    if (live == 0 && !done) {
+        if (!it->no_worker_since)
+            it->no_worker_since = now_ms();
+    } else if (it->no_worker_since) {
+        if (it->no_worker_said)
+            fprintf(stderr, "sluice: job %" PRIu64 ": a worker serves it now, after %" PRId64 " ms with none\n",
+                    it->job_id, now_ms() - it->no_worker_since);
+        it->no_worker_since = 0;
+        it->no_worker_said = false;
+        set_waiting(it, NULL);
+    }
+    if (live >= 2 && !it->repeat_said && it->opts.sharding == SL_SHARDING_OFF && !it->coord) {
+        it->repeat_said = true;
+        fprintf(stderr, "sluice: job %" PRIu64 " reads with sharding off from %u workers: each of them reads the "
+                        "whole dataset, so every element comes once per worker (%u times); for each element once, "
+                        "use sharding dynamic (sluice-cat --sharding dynamic, distribute(..., sharding=\"dynamic\"))\n",
+                it->job_id, live, live);
+    }
+}
+
+/* On every tick: a job with no live worker is said once after
+ * NO_WORKER_NOTICE_MS, and fails after timeout_ms. Only counted while the
+ * dispatcher answers (its absence has dispatcher_timeout_ms). @return
+ * false when the iterator failed */
+static bool no_worker_check(sl_iterator_t *it, int64_t now)
+{
+    if (!it->no_worker_since || it->disp_lost_ms)
+        return true;
+    int64_t waited = now - it->no_worker_since;
+    if (waited > it->opts.timeout_ms) {
+        iterator_fail(it, -ETIMEDOUT, "job %" PRIu64 ": no live worker for %d ms (timeout_ms): the dispatcher %s "
+                      "lists none for it; start sluice-workerd --dispatcher %s, or wait longer with a larger "
+                      "timeout_ms (sluice-cat --timeout-ms)", it->job_id, it->opts.timeout_ms, it->dispatcher,
+                      it->dispatcher);
+        return false;
+    }
+    if (waited >= NO_WORKER_NOTICE_MS && !it->no_worker_said) {
+        it->no_worker_said = true;
+        set_waiting(it, "no live worker for job %" PRIu64 ": the dispatcher %s lists none for it (is a "
+                    "sluice-workerd running with --dispatcher %s?); waiting up to timeout_ms = %d ms",
+                    it->job_id, it->dispatcher, it->dispatcher, it->opts.timeout_ms);
+        pthread_mutex_lock(&it->mu);
+        fprintf(stderr, "sluice: %s\n", it->waiting);
+        pthread_mutex_unlock(&it->mu);
+    }
+    return true;
+}
+
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->disp_last_ok = now_ms();
@@ -705,6 +787,10 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         fprintf(stderr, "sluice: dispatcher %s answers again after %" PRId64 " ms\n", it->dispatcher,
                 it->disp_last_ok - it->disp_lost_ms);
         it->disp_lost_ms = 0;
+        /* A wait on no worker counts from now: a dispatcher back from its
+         * absence lists workers as they register again. */
+        if (it->no_worker_since)
+            it->no_worker_since = it->disp_last_ok;
     }
     it->job_state = (sl_job_state_t)resp->job_state;
     it->job_state_known = true;
@@ -765,6 +851,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
     }
     if (resp->report_gen > it->reported_gen)
         send_report(it, resp->report_gen, resp->report_from_epoch);
+    workers_seen(it);
     check_finished(it);
     pump(it);
 }
@@ -899,6 +986,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
                         "reconnecting for up to %d ms\n",
                 it->dispatcher, it->disp_error[0] ? it->disp_error : "no answer", it->opts.dispatcher_timeout_ms);
     }
+    if (!no_worker_check(it, now))
+        return;
     if (!it->disp)
         disp_connect(it);
     else
@@ -1128,7 +1217,23 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
 {
+    return sl_iterator_next_wait(it, out, -1);
+}
+
+int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
+{
     *out = NULL;
+    struct timespec until;
+    if (wait_ms >= 0) {
+        /* it->cv waits on CLOCK_REALTIME (the default); a clock step makes one wait shorter or longer. */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += wait_ms / 1000;
+        until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+    }
     pthread_mutex_lock(&it->mu);
     int rc;
     bool kick = false;
@@ -1168,7 +1273,12 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
             rc = SL_EINVAL;
             break;
         }
-        pthread_cond_wait(&it->cv, &it->mu);
+        if (wait_ms < 0) {
+            pthread_cond_wait(&it->cv, &it->mu);
+        } else if (pthread_cond_timedwait(&it->cv, &it->mu, &until) == ETIMEDOUT) {
+            rc = -EAGAIN;
+            break;
+        }
     }
     pthread_mutex_unlock(&it->mu);
     /* Room freed in a full budget: let the loop ask for more. */
@@ -1295,6 +1405,16 @@ void sl_iterator_close(sl_iterator_t *it)
     pthread_cond_destroy(&it->cv);
     pthread_mutex_destroy(&it->mu);
     free(it);
+}
+
+size_t sl_iterator_waiting(sl_iterator_t *it, char *buf, size_t len)
+{
+    pthread_mutex_lock(&it->mu);
+    size_t n = strlen(it->waiting);
+    if (len > 0)
+        snprintf(buf, len, "%s", it->waiting);
+    pthread_mutex_unlock(&it->mu);
+    return n;
 }
 
 const char *sl_iterator_notice(const sl_iterator_t *it)

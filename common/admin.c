@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -348,6 +349,34 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
     free(text);
 }
 
+/* A sluice hello (the protocol's magic "SLUC" first) on this port: a client
+ * or worker given the admin port for the protocol port. evhttp would wait
+ * for a request line that never comes, and the peer for a hello, until a
+ * timeout; answer at once in HTTP instead, which the peer's handshake
+ * recognises and names (protocol/conn.c), and drop what it sent. Plain
+ * HTTP only: under TLS the hello never gets past the TLS handshake. */
+static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct bufferevent *bev = arg;
+    size_t len = evbuffer_get_length(buf);
+    if (info->n_added == 0 || info->orig_size >= 4 || len < 4)
+        return;
+    char head[4];
+    if (evbuffer_copyout(buf, head, sizeof head) != (ev_ssize_t)sizeof head || memcmp(head, "SLUC", 4) != 0)
+        return;
+    static const char body[] = "{\"error\":\"this is the HTTP admin port of a sluice daemon; sluice clients "
+                               "and workers connect to its protocol port (--port)\"}\n";
+    char resp[512];
+    int n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s", sizeof body - 1, body);
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    /* A fresh connection's send buffer takes these few hundred bytes. */
+    if (fd >= 0 && n > 0 && (size_t)n < sizeof resp && send(fd, resp, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        return;
+    evbuffer_drain(buf, len);
+}
+
 static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
 {
     /* What evhttp makes when given none (under TLS, its OpenSSL form),
@@ -363,6 +392,8 @@ static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
             bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     } else {
         bev = bufferevent_socket_new(base, -1, 0);
+        if (bev)
+            evbuffer_add_cb(bufferevent_get_input(bev), on_input, bev);
     }
     if (bev)
         evbuffer_add_cb(bufferevent_get_output(bev), on_output, arg);

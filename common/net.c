@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -22,6 +23,17 @@
 
 int sl_addr_split(const char *hostport, char *host, size_t hostlen, uint16_t *port, char *err, size_t errlen)
 {
+    /* tf.data service's addresses carry their protocol ("grpc://host:port"):
+     * taken as host:port. Any other scheme is refused by name. */
+    const char *scheme = strstr(hostport, "://");
+    if (scheme && (size_t)(scheme - hostport) == 4 && strncasecmp(hostport, "grpc", 4) == 0) {
+        hostport = scheme + 3;
+    } else if (scheme) {
+        snprintf(err, errlen, "bad address \"%s\": sluice peers speak their own protocol, not %.*s: give "
+                 "host:port (a grpc:// prefix, as tf.data service writes it, is accepted and dropped)", hostport,
+                 (int)(scheme - hostport < 16 ? scheme - hostport : 16), hostport);
+        return SL_EINVAL;
+    }
     const char *colon = strrchr(hostport, ':');
     const char *h = hostport;
     size_t hl = colon ? (size_t)(colon - hostport) : 0;
@@ -62,8 +74,9 @@ int sl_addr_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t
     snprintf(ports, sizeof ports, "%u", port);
     int gai = getaddrinfo(host, ports, &hints, &res);
     if (gai != 0 || !res) {
-        snprintf(err, errlen, "cannot resolve \"%s\": %s", hostport, gai_strerror(gai));
-        return -EHOSTUNREACH;
+        snprintf(err, errlen, "cannot resolve the host name \"%s\" of \"%s\": %s", host, hostport,
+                 gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+        return SL_ENOHOST;
     }
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     *sslen = res->ai_addrlen;

@@ -18,7 +18,7 @@ int sl_addr_split(const char *hostport, char *host, size_t hostlen, uint16_t *po
 
 /**
  * Resolves "host:port" to a socket address (numeric hosts and names).
- * @return 0, or SL_EINVAL / -EHOSTUNREACH with a message in err
+ * @return 0, or SL_EINVAL / SL_ENOHOST with a message in err
  */
 int sl_addr_resolve(const char *hostport, struct sockaddr_storage *ss, socklen_t *sslen, char *err,
                     size_t errlen);

@@ -28,6 +28,7 @@ const char *sl_strerror(int err)
     case SL_EPERM: return "not permitted: the sender does not own what it names";
     case SL_EAUTH: return "authentication failed";
     case SL_ELIMIT: return "a configured limit was reached";
+    case SL_ENOHOST: return "cannot resolve the host name";
     default: break;
     }
     if (err < 0 && err > -4096)

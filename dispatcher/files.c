@@ -246,12 +246,18 @@ int sl_file_list_resolve_bounded(const sl_spec_t *spec, const sl_confine_t *root
     struct collect c = {.list = out, .max_files = max_files, .err = err, .errlen = errlen};
     int rc = 0;
     if (!roots) {
-        return sl_errf(err, errlen, -EACCES, "file sources need the dispatcher's --data-root");
+        return sl_errf(err, errlen, -EACCES, "$.source.files: file sources need the dispatcher's --data-root "
+                       "(sluice-dispatcher --data-root DIR, the directories its files may come from); it has none");
     }
     for (int i = 0; i < sl_spec_source_num_patterns(spec); i++) {
         rc = sl_confine_glob(roots, sl_spec_source_pattern(spec, i), add_file, &c, err, errlen);
-        if (rc < 0)
+        if (rc < 0) {
+            /* The JSON path of the pattern first, as for every refusal of a spec. */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "$.source.files[%d]: %s", i, why);
             goto fail;
+        }
     }
     for (int i = 0; i < out->num_files; i++) {
         const char *p = out->paths[i];

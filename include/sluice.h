@@ -63,6 +63,7 @@ extern "C" {
                                 client secret or task key, another worker's task) */
 #define SL_EAUTH     (-5015) /* the peer did not prove it holds the cluster token or certificate */
 #define SL_ELIMIT    (-5016) /* a configured limit of the daemon was reached */
+#define SL_ENOHOST   (-5017) /* the host name of an address cannot be resolved */
 
 /** Element dtypes, as numbered on the wire. */
 typedef enum sl_dtype {
@@ -187,8 +188,10 @@ typedef struct sl_iterator_opts {
     int max_outstanding;        /* batch requests in flight and buffered, default 8 */
     int per_worker_outstanding; /* requests in flight to one worker, default 2, at most 16 */
     int connect_timeout_ms;     /* to a worker, default 5000 */
-    int timeout_ms;             /* longest wait for a worker that does not answer,
-                                   default 30000 (the dispatcher: dispatcher_timeout_ms) */
+    int timeout_ms;             /* longest wait for a worker that does not answer, and
+                                   for a job that no live worker serves (none registered,
+                                   every one lost; said on stderr after 3 s), default 30000
+                                   (the dispatcher: dispatcher_timeout_ms) */
     size_t max_batch_bytes;     /* largest batch accepted, default 256 MiB */
     int num_consumers;          /* > 0: coordinated reads (a named job over an infinite
                                    dataset); 0 (default): each batch to whoever asks first */
@@ -297,6 +300,22 @@ SL_EXPORT int sl_iterator_open(sl_client_t *client, uint64_t dataset_id, const s
  *         iterator can only be closed.
  */
 SL_EXPORT int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out);
+
+/**
+ * sl_iterator_next() that waits at most wait_ms (< 0: for ever), so that a
+ * caller can see to its signals (Ctrl-C) and say what it waits for.
+ * @return as sl_iterator_next(), or -EAGAIN when nothing came within
+ *         wait_ms; the iterator stays usable then
+ */
+SL_EXPORT int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms);
+
+/**
+ * What the iterator waits on, when it knows (e.g. "no live worker for job
+ * 7: ..."), said once it waited a few seconds; libsluice says the same on
+ * stderr. Copied into buf (NUL-terminated, cut to len).
+ * @return the length of the whole text; 0 when it waits on nothing known
+ */
+SL_EXPORT size_t sl_iterator_waiting(sl_iterator_t *it, char *buf, size_t len);
 
 /** @return the message of the iterator's last failure */
 SL_EXPORT const char *sl_iterator_errmsg(const sl_iterator_t *it);

@@ -413,6 +413,12 @@ static bool check_prefix(sl_conn_t *c, const uint8_t *hs)
 {
     char err[256];
     sl_role_t role;
+    if (c->outgoing && memcmp(hs, "HTTP/", 5) == 0) {
+        snprintf(err, sizeof err, "handshake: %s answered in HTTP: that is an HTTP port, such as a sluice "
+                 "daemon's admin port (--admin-port); give its protocol port (--port)", c->peer_addr);
+        conn_fail(c, SL_EPROTO, err);
+        return false;
+    }
     int rc = sl_handshake_decode(hs, &role, err, sizeof err);
     if (rc < 0) {
         conn_fail(c, rc, err);

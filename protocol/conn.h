@@ -77,7 +77,7 @@ sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, s
  * handshake is done; on_close if that does not happen within timeout_ms
  * (connect, TLS and hellos together) or the peer refuses.
  * @param[out] out the connection
- * @return 0, or SL_EINVAL / -EHOSTUNREACH / -ENOMEM with a message in err
+ * @return 0, or SL_EINVAL / SL_ENOHOST / -ENOMEM with a message in err
  */
 int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_env_t *env, sl_role_t self,
                     sl_role_t expect, const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs,

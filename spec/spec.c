@@ -820,6 +820,72 @@ static int parse_field(sl_spec_t *spec, const struct field *f, json_t *obj, void
     return 0;
 }
 
+/* The edit distance (insertions, deletions, substitutions, and swaps of
+ * two neighbours) between a and b, or SIZE_MAX when either is longer than
+ * 63 bytes: names here are short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* The name among names[0..n) (NULL entries skipped) closest to what, when
+ * close enough to be a slip (a third of its letters, at least 2), else NULL. */
+static const char *closest(const char *what, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i])
+            continue;
+        size_t d = edit_distance(what, names[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = names[i];
+        }
+    }
+    size_t len = strlen(what), limit = len / 3 > 2 ? len / 3 : 2;
+    return best && best_d <= limit ? best : NULL;
+}
+
+/* "; did you mean \"batch_size\"?" or "; known: a, b, c" for an unknown key
+ * of kind k (tag_key, if any, is known too), into out. */
+static void suggest_field(const struct kind *k, const char *tag_key, const char *key, char *out, size_t outlen)
+{
+    const char *names[64];
+    size_t n = 0;
+    if (tag_key)
+        names[n++] = tag_key;
+    for (const struct field *f = k->fields; f->name && n < 64; f++)
+        names[n++] = f->name;
+    const char *near = closest(key, names, n);
+    if (near) {
+        snprintf(out, outlen, "; did you mean \"%s\"?", near);
+        return;
+    }
+    size_t used = (size_t)snprintf(out, outlen, "; known fields: ");
+    for (size_t i = 0; i < n && used < outlen; i++)
+        used += (size_t)snprintf(out + used, outlen - used, "%s%s", i ? ", " : "", names[i]);
+}
+
 /* Parses a source, op or feature object: every key must be tag_key (if
  * any) or a field of k. */
 static int parse_fields(sl_spec_t *spec, const struct kind *k, const char *tag_key, json_t *obj, void *desc,
@@ -832,9 +898,10 @@ static int parse_fields(sl_spec_t *spec, const struct kind *k, const char *tag_k
         for (const struct field *f = k->fields; !known && f->name; f++)
             known = strcmp(key, f->name) == 0;
         if (!known) {
-            char kpath[256];
+            char kpath[256], hint[512];
             key_path(path, key, kpath, sizeof kpath);
-            return sl_errf(err, errlen, SL_ESPEC, "%s: unknown field", kpath);
+            suggest_field(k, tag_key, key, hint, sizeof hint);
+            return sl_errf(err, errlen, SL_ESPEC, "%s: unknown field%s", kpath, hint);
         }
     }
     for (const struct field *f = k->fields; f->name; f++) {
@@ -869,6 +936,13 @@ static int find_kind(const struct kind *table, size_t n, const char *what, const
         }
     }
     describe(tag, got, sizeof got);
+    const char *names[64];
+    for (size_t i = 0; i < n && i < 64; i++)
+        names[i] = table[i].id ? table[i].name : NULL;
+    const char *near = closest(name, names, n < 64 ? n : 64);
+    if (near)
+        return sl_errf(err, errlen, SL_ESPEC, "%s.%s: unknown %s %s; did you mean \"%s\"?", path, tag_key, what,
+                       got, near);
     return sl_errf(err, errlen, SL_ESPEC, "%s.%s: unknown %s %s", path, tag_key, what, got);
 }
 
@@ -1786,7 +1860,10 @@ int sl_spec_parse(const char *json, size_t len, sl_spec_t **out, char *err, size
         if (strcmp(key, "source") != 0 && strcmp(key, "ops") != 0) {
             char kpath[256];
             key_path("$", key, kpath, sizeof kpath);
-            rc = sl_errf(err, errlen, SL_ESPEC, "%s: unknown field", kpath);
+            const char *names[] = {"source", "ops"};
+            const char *near = closest(key, names, 2);
+            rc = sl_errf(err, errlen, SL_ESPEC, "%s: unknown field; %s%s%s", kpath, near ? "did you mean \"" : "a spec has "
+                         "\"source\" and \"ops\"", near ? near : "", near ? "\"?" : "");
             goto fail;
         }
     }

@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,15 @@ static void usage(FILE *f)
             "                           reading what the workers serve (default 3600000)\n"
             "  --progress               a progress line on stderr\n",
             program);
+}
+
+/* SIGINT or SIGTERM: the loop stops at its next wait (at most INTERRUPT_POLL_MS). */
+static volatile sig_atomic_t interrupted;
+#define INTERRUPT_POLL_MS 100
+
+static void on_signal(int sig)
+{
+    interrupted = sig;
 }
 
 static double now_s(void)
@@ -484,6 +494,12 @@ int main(int argc, char **argv)
     }
     if (sl_iterator_notice(it)[0])
         fprintf(stderr, "%s: %s\n", program, sl_iterator_notice(it));
+    /* Ctrl-C ends the read at once, with the summary line and exit 130
+     * (SIGTERM: 143), also while it waits on a job no worker serves. */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     double t0 = now_s(), last_progress = t0;
     uint64_t elements = 0, batches = 0, bytes = 0;
     for (;;) {
@@ -492,7 +508,13 @@ int main(int argc, char **argv)
             break;
         }
         sl_batch_t *b;
-        rc = sl_iterator_next(it, &b);
+        rc = sl_iterator_next_wait(it, &b, INTERRUPT_POLL_MS);
+        if (rc == -EAGAIN && !interrupted)
+            continue;
+        if (interrupted && rc == 0)
+            sl_batch_release(b);
+        if (interrupted)
+            break;
         if (rc != 0)
             break;
         batches++;
@@ -530,7 +552,13 @@ int main(int argc, char **argv)
             fputs("}\n", stdout);
         }
     }
-    if (rc < 0) {
+    if (interrupted) {
+        char waiting[512];
+        sl_iterator_waiting(it, waiting, sizeof waiting);
+        fprintf(stderr, "%s: interrupted (%s) after %" PRIu64 " batches%s%s\n", program,
+                interrupted == SIGINT ? "SIGINT" : "SIGTERM", batches, waiting[0] ? ", waiting on: " : "", waiting);
+        status = 128 + interrupted;
+    } else if (rc < 0) {
         fprintf(stderr, "%s: %s\n", program, sl_iterator_errmsg(it));
     } else if (checkpoint_out && write_checkpoint(it, checkpoint_out) < 0) {
         rc = -1;

@@ -260,7 +260,7 @@ Test(spec, top_level_errors)
     expect_error("5", "$: must be an object, got 5");
     expect_error("\"x\"", "$: must be an object, got \"x\"");
     expect_error("{}", "$.source: required field missing");
-    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"bogus\":1}", "$.bogus: unknown field");
+    expect_error_prefix("{\"source\":{\"type\":\"range\",\"stop\":1},\"bogus\":1}", "$.bogus: unknown field");
     expect_error("{\"source\":[]}", "$.source: must be an object, got an array");
     expect_error("{\"source\":\"range\"}", "$.source: must be an object, got \"range\"");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":{}}", "$.ops: must be an array, got an object");
@@ -277,7 +277,7 @@ Test(spec, source_errors)
     expect_error("{\"source\":{\"type\":3}}", "$.source.type: must be a string, got 3");
     expect_error("{\"source\":{\"type\":\"foo\"}}", "$.source.type: unknown source \"foo\"");
     expect_error("{\"source\":{\"type\":\"range\"}}", "$.source.stop: required field missing");
-    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1,\"bogus\":2}}", "$.source.bogus: unknown field");
+    expect_error_prefix("{\"source\":{\"type\":\"range\",\"stop\":1,\"bogus\":2}}", "$.source.bogus: unknown field");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":\"10\"}}", "$.source.stop: must be an integer, got \"10\"");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":1.5}}", "$.source.stop: must be an integer, got 1.5");
     expect_error("{\"source\":{\"type\":\"range\",\"stop\":10,\"start\":null}}",
@@ -313,7 +313,7 @@ Test(spec, op_errors)
                  "$.ops[1].batch_size: must be an integer <= 1048576, got 1048577");
     expect_error(SRC "{\"op\":\"batch\",\"batch_size\":4,\"drop_remainder\":1}]}",
                  "$.ops[1].drop_remainder: must be true or false, got 1");
-    expect_error(SRC "{\"op\":\"batch\",\"batch_size\":4,\"bogus\":1}]}", "$.ops[1].bogus: unknown field");
+    expect_error_prefix(SRC "{\"op\":\"batch\",\"batch_size\":4,\"bogus\":1}]}", "$.ops[1].bogus: unknown field");
     expect_error(SRC "{\"op\":\"shuffle\"}]}", "$.ops[1].buffer_size: required field missing");
     expect_error(SRC "{\"op\":\"shuffle\",\"buffer_size\":16777217}]}",
                  "$.ops[1].buffer_size: must be an integer <= 16777216, got 16777217");
@@ -332,8 +332,8 @@ Test(spec, op_errors)
     expect_error(SRC "{\"op\":\"skip\"}]}", "$.ops[1].count: required field missing");
     expect_error(SRC "{\"op\":\"skip\",\"count\":true}]}", "$.ops[1].count: must be an integer >= -1, got true");
     expect_error(SRC "{\"op\":\"repeat\",\"count\":-2}]}", "$.ops[1].count: must be an integer >= -1, got -2");
-    expect_error(SRC "{\"op\":\"repeat\",\"times\":2}]}", "$.ops[1].times: unknown field");
-    expect_error(SRC "{\"op\":\"take\",\"count\":1,\"op2\":1}]}", "$.ops[1].op2: unknown field");
+    expect_error_prefix(SRC "{\"op\":\"repeat\",\"times\":2}]}", "$.ops[1].times: unknown field");
+    expect_error_prefix(SRC "{\"op\":\"take\",\"count\":1,\"op2\":1}]}", "$.ops[1].op2: unknown field");
 #undef SRC
 }
 
@@ -411,7 +411,7 @@ Test(spec, text_is_taken_by_length)
 
 Test(spec, strange_keys_and_values_are_escaped_in_messages)
 {
-    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1,\"a\\\"b\\n\":1}}",
+    expect_error_prefix("{\"source\":{\"type\":\"range\",\"stop\":1,\"a\\\"b\\n\":1}}",
                  "$.source.a\\\"b\\u000a: unknown field");
     expect_error("{\"source\":{\"type\":\"r\\u00e9\\tx\"}}", "$.source.type: unknown source \"r\u00e9\\u0009x\"");
     /* jansson refuses NUL in strings, so no name can hide one. */
@@ -501,7 +501,7 @@ Test(spec, file_source_errors)
                  "$.source.compression: must be \"none\" or \"gzip\", got null");
     expect_error("{\"source\":{\"type\":\"tfrecord\",\"files\":\"/a\",\"on_corrupt\":\"ignore\"}}",
                  "$.source.on_corrupt: must be \"fail\" or \"skip\", got \"ignore\"");
-    expect_error("{\"source\":{\"type\":\"text_lines\",\"files\":\"/a\",\"on_corrupt\":\"skip\"}}",
+    expect_error_prefix("{\"source\":{\"type\":\"text_lines\",\"files\":\"/a\",\"on_corrupt\":\"skip\"}}",
                  "$.source.on_corrupt: unknown field");
     expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\"}}",
                  "$.source.record_bytes: required field missing");
@@ -510,7 +510,7 @@ Test(spec, file_source_errors)
     expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":4,"
                  "\"footer_bytes\":-1}}",
                  "$.source.footer_bytes: must be an integer >= 0, got -1");
-    expect_error("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":4,"
+    expect_error_prefix("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"/a\",\"record_bytes\":4,"
                  "\"compression\":\"gzip\"}}",
                  "$.source.compression: unknown field");
     char *json = malloc(6000);
@@ -601,7 +601,7 @@ Test(spec, parse_example_errors)
     expect_error(PE("{\"a\":{}}"), "$.ops[0].features.a.dtype: required field missing");
     expect_error(PE("{\"a\":{\"dtype\":\"int32\"}}"),
                  "$.ops[0].features.a.dtype: must be \"int64\", \"float32\" or \"bytes\", got \"int32\"");
-    expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"bogus\":1}}"), "$.ops[0].features.a.bogus: unknown field");
+    expect_error_prefix(PE("{\"a\":{\"dtype\":\"int64\",\"bogus\":1}}"), "$.ops[0].features.a.bogus: unknown field");
     expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":[2,-1]}}"),
                  "$.ops[0].features.a.shape[1]: must be an integer >= 0, got -1");
     expect_error(PE("{\"a\":{\"dtype\":\"int64\",\"shape\":3}}"),
@@ -714,11 +714,11 @@ Test(spec, image_op_errors)
                  "$.ops[0].size[1]: must be an integer >= 1, got \"2\"");
     expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"dtype\":\"int8\"}"),
                  "$.ops[0].dtype: must be \"uint8\" or \"float32\", got \"int8\"");
-    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"method\":\"bilinear\"}"),
+    expect_error_prefix(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"method\":\"bilinear\"}"),
                  "$.ops[0].method: unknown field");
     expect_error(OPS("{\"op\":\"random_crop\",\"key\":\"i\",\"size\":[2,2],\"seed\":-1}"),
                  "$.ops[0].seed: must be an integer >= 0, got -1");
-    expect_error(OPS("{\"op\":\"center_crop\",\"key\":\"i\",\"size\":[2,2],\"seed\":1}"), "$.ops[0].seed: unknown field");
+    expect_error_prefix(OPS("{\"op\":\"center_crop\",\"key\":\"i\",\"size\":[2,2],\"seed\":1}"), "$.ops[0].seed: unknown field");
     expect_error(OPS("{\"op\":\"random_flip\",\"key\":\"i\",\"direction\":\"diagonal\"}"),
                  "$.ops[0].direction: must be \"left_right\" or \"up_down\", got \"diagonal\"");
     expect_error(OPS("{\"op\":\"normalize\",\"key\":\"i\",\"mean\":[0],\"std\":[]}"),
@@ -811,4 +811,23 @@ Test(spec, shard_hint_round_trips)
     cr_assert_not_null(strstr(sl_spec_canonical(spec), "{\"index\":\"hint\",\"num_shards\":\"hint\",\"op\":\"shard\"}"),
                        "%s", sl_spec_canonical(spec));
     sl_spec_free(spec);
+}
+
+Test(spec, unknown_names_get_the_closest_known_one)
+{
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"op\":[]}", "$.op: unknown field; did you mean \"ops\"?");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"bogus\":1}",
+                 "$.bogus: unknown field; a spec has \"source\" and \"ops\"");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"batch\",\"batchsize\":4}]}",
+                 "$.ops[0].batchsize: unknown field; did you mean \"batch_size\"?");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"batch\",\"batch_size\":4,"
+                 "\"drop_reminder\":true}]}",
+                 "$.ops[0].drop_reminder: unknown field; did you mean \"drop_remainder\"?");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"batch\",\"batch_size\":4,\"bogus\":1}]}",
+                 "$.ops[0].bogus: unknown field; known fields: op, batch_size, drop_remainder");
+    expect_error("{\"source\":{\"type\":\"range\",\"stpo\":1}}", "$.source.stpo: unknown field; did you mean \"stop\"?");
+    expect_error("{\"source\":{\"type\":\"tfrecords\"}}",
+                 "$.source.type: unknown source \"tfrecords\"; did you mean \"tfrecord\"?");
+    expect_error("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"shufle\"}]}",
+                 "$.ops[0].op: unknown op \"shufle\"; did you mean \"shuffle\"?");
 }

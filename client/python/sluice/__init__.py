@@ -18,7 +18,9 @@ from ._lib import LibraryNotFound, library_path
 # range is left out of __all__ so that `from sluice import *` keeps the builtin.
 from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
 from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
-                     SluiceConnectionError, SluiceError, SluiceTimeoutError, SpecError)
+                     SluiceConnectionError, SluiceError, SluiceFileNotFoundError,
+                     SluicePermissionError, SluiceTimeoutError, SluiceUsageWarning, SluiceWaitWarning,
+                     SpecError)
 
 __version__ = '0.1.0'
 
@@ -26,7 +28,8 @@ __all__ = [
     'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute',
     'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
-    'ConflictError', 'NotFoundError',
+    'ConflictError', 'NotFoundError', 'SluiceWaitWarning',
+    'SluiceFileNotFoundError', 'SluicePermissionError', 'SluiceUsageWarning',
 ]
 
 

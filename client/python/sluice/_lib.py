@@ -26,6 +26,7 @@ SL_EREFUSED = -5013
 SL_EPERM = -5014
 SL_EAUTH = -5015
 SL_ELIMIT = -5016
+SL_ENOHOST = -5017
 
 CODE_NAMES = {
     SL_EPROTO: 'SL_EPROTO', SL_EVERSION: 'SL_EVERSION', SL_ETOOBIG: 'SL_ETOOBIG', SL_ESPEC: 'SL_ESPEC',
@@ -33,6 +34,7 @@ CODE_NAMES = {
     SL_ECANCELLED: 'SL_ECANCELLED', SL_ECLOSED: 'SL_ECLOSED', SL_EINTERNAL: 'SL_EINTERNAL',
     SL_EDATA: 'SL_EDATA', SL_EINVAL: 'SL_EINVAL', SL_EREFUSED: 'SL_EREFUSED',
     SL_EPERM: 'SL_EPERM', SL_EAUTH: 'SL_EAUTH', SL_ELIMIT: 'SL_ELIMIT',
+    SL_ENOHOST: 'SL_ENOHOST',
 }
 
 # sl_dtype_t, as numbered on the wire.
@@ -182,6 +184,8 @@ def _declare(lib):
     fn('sl_iterator_opts_init', None, P(IteratorOpts))
     fn('sl_iterator_open', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), P(c_void_p))
     fn('sl_iterator_next', c_int, c_void_p, P(c_void_p))
+    fn('sl_iterator_next_wait', c_int, c_void_p, P(c_void_p), c_int)
+    fn('sl_iterator_waiting', c_size_t, c_void_p, c_char_p, c_size_t)
     fn('sl_iterator_errmsg', c_char_p, c_void_p)
     fn('sl_iterator_job_id', ctypes.c_uint64, c_void_p)
     fn('sl_iterator_close', None, c_void_p)

@@ -7,14 +7,16 @@ alive through their .base chain; when the last array of a batch is gone, the
 owner's finalizer calls sl_batch_release(). Bytes components are copied
 into Python bytes objects, so they hold nothing."""
 import ctypes
+import errno
 import json
 import os
 import struct
 import threading
+import warnings
 
 from . import _lib
 from . import _spec
-from .errors import InvalidArgumentError, from_code
+from .errors import InvalidArgumentError, SluiceWaitWarning, from_code
 
 import numpy as np
 
@@ -34,6 +36,11 @@ except ImportError:
     _BFLOAT16 = np.dtype('<u2', metadata={'sluice_dtype': 'bfloat16'})
 
 _INT_MAX = 2**31 - 1
+
+# The longest one call into sl_iterator_next_wait() blocks: between calls
+# Python runs its signal handlers (Ctrl-C). Only a wait this long costs a
+# call more; a batch that is there returns at once.
+_WAIT_MS = 100
 
 # Live libsluice handles, for tests and leak hunting: live_handles().
 _counts = {'batches': 0, 'iterators': 0}
@@ -311,7 +318,7 @@ class BatchIterator:
             raise InvalidArgumentError('max_ledger_runs must be an integer >= 0 (0: the most), got %r'
                                        % (max_ledger_runs,), _lib.SL_EINVAL)
         lib = self._lib = _lib.load()
-        self._next = lib.sl_iterator_next
+        self._next = lib.sl_iterator_next_wait
         self._read = _Reader(lib)
         # One out-parameter for every sl_iterator_next(): a byref() per call
         # is an allocation the loop does not need.
@@ -425,7 +432,9 @@ class BatchIterator:
         with self._mu:
             if not self._it:
                 raise StopIteration
-            rc = self._next(self._it, self._out_ref)
+            rc = self._next(self._it, self._out_ref, _WAIT_MS)
+            if rc == -errno.EAGAIN:
+                rc = self._wait()
             if rc == 0:
                 return self._read(self._out.value)
             if rc == 1:
@@ -435,6 +444,22 @@ class BatchIterator:
             err = from_code(rc, self._iter_err(), 'job %s on %s' % (self.job_id, self.dispatcher))
             self._close_handles()
             raise err
+
+    def _wait(self):
+        """sl_iterator_next() in waits of _WAIT_MS, so that Python sees to its
+        signals in between (Ctrl-C raises KeyboardInterrupt in the main
+        thread at once), and warns once of what the wait is on when
+        libsluice knows (no live worker serves the job)."""
+        said = False
+        buf = ctypes.create_string_buffer(512)
+        while True:
+            rc = self._next(self._it, self._out_ref, _WAIT_MS)
+            if rc != -errno.EAGAIN:
+                return rc
+            if not said and self._lib.sl_iterator_waiting(self._it, buf, len(buf)) > 0:
+                said = True
+                warnings.warn(SluiceWaitWarning('sluice: job %s on %s: %s' % (
+                    self.job_id, self.dispatcher, buf.value.decode('utf-8', 'replace'))), stacklevel=3)
 
     # ---- closing ----
 

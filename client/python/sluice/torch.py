@@ -21,13 +21,75 @@ in one process, StatefulDataLoader(SluiceIterableDataset(...,
 sharding="dynamic"), num_workers=n) across worker processes, each of which
 reads a share of the source as a checkpointable job of its own."""
 import copy
+import inspect
+import sys
 import warnings
 
 import numpy as np
 import torch
 
 from ._share import share_spec
-from .client import distribute
+from .client import BatchIterator, distribute
+from .errors import InvalidArgumentError, SluiceUsageWarning
+from . import _lib
+
+# What sluice.distribute() takes besides the dataset and the dispatcher.
+_DISTRIBUTE_ARGS = frozenset(p for p in inspect.signature(BatchIterator.__init__).parameters
+                             if p not in ('self', 'dataset', 'dispatcher') and not p.startswith('_'))
+
+# DataLoader's arguments, which a Sluice loader does not take, and where each goes instead.
+_LOADER_ARGS = {
+    'batch_size': 'the Sluice workers batch: put the batch in the dataset (ds.batch(%r)), and give a DataLoader '
+                  'around a SluiceIterableDataset batch_size=None',
+    'num_workers': 'sluice.torch.loader reads in this process (the Sluice workers do the work); for DataLoader '
+                   'worker processes use torch.utils.data.DataLoader(sluice.torch.SluiceIterableDataset(ds, '
+                   'dispatcher, sharding="dynamic"), batch_size=None, num_workers=%r), or StatefulDataLoader',
+    'shuffle': 'shuffle in the dataset: ds.shuffle(buffer_size), before .batch()',
+    'drop_last': 'drop the last partial batch in the dataset: ds.batch(n, drop_remainder=%r)',
+    'collate_fn': 'map the batches in the loop, or use torch.utils.data.DataLoader(SluiceIterableDataset(...), '
+                  'batch_size=None, collate_fn=...)',
+    'persistent_workers': 'sluice.torch.loader starts no worker processes',
+    'prefetch_factor': 'the Sluice iterator prefetches already: max_outstanding=%r',
+    'sampler': 'a Sluice job has no indices to sample: sharding and shuffle are in the dataset and distribute()',
+    'batch_sampler': 'a Sluice job has no indices to sample: batch in the dataset (ds.batch(n))',
+    'worker_init_fn': 'sluice.torch.loader starts no worker processes',
+}
+
+
+def _check_distribute_args(kw, who):
+    """Refuses, where they are given, arguments that distribute() would
+    refuse later at iter(), with where they go instead."""
+    for name, v in kw.items():
+        if name in _LOADER_ARGS:
+            hint = _LOADER_ARGS[name]
+            if '%r' in hint:
+                hint = hint % (v,)
+            raise TypeError('%s takes no %s (a torch DataLoader argument): %s' % (who, name, hint))
+        if name not in _DISTRIBUTE_ARGS:
+            raise TypeError('%s got an unexpected argument %r; it takes the options of sluice.distribute(): %s'
+                            % (who, name, ', '.join(sorted(_DISTRIBUTE_ARGS))))
+    if 'sharding' in kw:
+        BatchIterator._sharding(kw['sharding'])
+    for name in ('max_outstanding', 'timeout_ms', 'per_worker_outstanding', 'connect_timeout_ms',
+                 'request_timeout_ms', 'dispatcher_timeout_ms'):
+        v = kw.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise InvalidArgumentError('%s must be a positive integer, got %r' % (name, v), _lib.SL_EINVAL)
+
+
+def _collating_loader():
+    """Whether iter() was called by a DataLoader that batches what it gets
+    (batch_size not None: torch's _IterableDatasetFetcher with
+    auto_collation), in this process or in a DataLoader worker."""
+    f = sys._getframe(1)
+    for _ in range(16):
+        if f is None:
+            break
+        obj = f.f_locals.get('self')
+        if obj is not None and type(obj).__name__ == '_IterableDatasetFetcher':
+            return bool(getattr(obj, 'auto_collation', False))
+        f = f.f_back
+    return False
 
 _WIDEN = {np.dtype('<u2'): np.int32, np.dtype('<u4'): np.int64}
 
@@ -143,6 +205,7 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, ds, dispatcher, **distribute_kwargs):
         super().__init__()
+        _check_distribute_args(distribute_kwargs, 'SluiceIterableDataset')
         self.ds = ds
         self.dispatcher = dispatcher
         self.distribute_kwargs = distribute_kwargs
@@ -182,9 +245,19 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
         # in the main process with num_workers=0), before the caller can
         # clear what it set for this iteration.
         kw = dict(self.distribute_kwargs)
+        if _collating_loader():
+            warnings.warn('sluice: a DataLoader with a batch_size (1 by default) batches the Sluice batches again, '
+                          'adding a dimension (shape (1, 64) for batches of 64): give it batch_size=None; the '
+                          'Sluice workers batch (ds.batch(n))', SluiceUsageWarning, stacklevel=3)
+        info = torch.utils.data.get_worker_info()
+        if (info is not None and info.num_workers > 1 and not kw.get('job_name') and
+                kw.get('sharding', 'off') == 'off'):
+            warnings.warn('sluice: %d DataLoader worker processes each open a job of their own with sharding '
+                          '"off": every element comes %d times per Sluice worker; give sharding="dynamic" (each '
+                          'process then reads a share of the source) for each element once'
+                          % (info.num_workers, info.num_workers), SluiceUsageWarning, stacklevel=3)
         spec, index, count = self.ds, 0, 1
         if self.shared_out:
-            info = torch.utils.data.get_worker_info()
             if info is not None:
                 index, count = info.id, info.num_workers
             spec = share_spec(self.ds, index, count)
@@ -378,6 +451,7 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
     epoch e in a new process)."""
 
     def __init__(self, ds, dispatcher, pin_memory=False, **kw):
+        _check_distribute_args(kw, 'sluice.torch.loader')
         self.ds = ds
         self.dispatcher = dispatcher
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()

@@ -1,0 +1,198 @@
+"""The first paths a Python user walks, against real daemons: a wait on a
+job that no worker serves is said (SluiceWaitWarning), bounded by
+timeout_ms, and Ctrl-C raises KeyboardInterrupt in next() at once; errors
+keep their class, code and message through DataLoader worker processes and
+name what was wrong; the torch loaders check their arguments where they
+are given (docs/python.md)."""
+import errno
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import sluice
+from sluice import _lib
+from harness import Cluster, wait_for
+
+PYTHONPATH = os.path.dirname(os.path.dirname(sluice.__file__))
+
+WAIT_IN_NEXT = r'''
+import sys
+import sluice
+it = sluice.distribute(sluice.range(0, 10).batch(2), sys.argv[1], timeout_ms=3600000)
+try:
+    next(it)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt in next()", flush=True)
+    it.close()
+    sys.exit(3)
+print("next() returned", flush=True)
+'''
+
+
+class NoWorker(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=0)
+        cls.addr = cls.c.dispatcher.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def test_ctrl_c_raises_keyboard_interrupt_in_next(self):
+        err = tempfile.NamedTemporaryFile('w+', dir=self.c.dir, suffix='.err', delete=False)
+        p = subprocess.Popen([sys.executable, '-c', WAIT_IN_NEXT, self.addr], stdout=subprocess.PIPE, stderr=err,
+                             text=True, env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+        try:
+            # The warning comes from inside next(): the main thread waits there.
+            wait_for(lambda: 'SluiceWaitWarning' in open(err.name).read(), 'the warning of the wait')
+            p.send_signal(signal.SIGINT)
+            out, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        text = open(err.name).read()
+        self.assertEqual(p.returncode, 3, text)
+        self.assertEqual(out, 'KeyboardInterrupt in next()\n')
+        self.assertRegex(text, r'SluiceWaitWarning: sluice: job \d+ on %s: no live worker for job \d+: the '
+                               r'dispatcher \S+ lists none for it \(is a sluice-workerd running with --dispatcher '
+                               r'\S+\?\); waiting up to timeout_ms = 3600000 ms' % self.addr)
+
+    def test_the_wait_ends_at_timeout_ms(self):
+        it = sluice.distribute(sluice.range(0, 10).batch(2), self.addr, timeout_ms=1000)
+        with self.assertRaises(sluice.SluiceTimeoutError) as cm:
+            next(it)
+        self.assertRegex(str(cm.exception), r'no live worker for 1000 ms \(timeout_ms\)')
+        self.assertTrue(it.closed)
+
+
+class Errors(unittest.TestCase):
+    """Errors keep their class, code and message, also through DataLoader
+    worker processes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=1)
+        cls.c.wait_workers_registered(1)
+        cls.addr = cls.c.dispatcher.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def loader_of(self, spec, workers=1):
+        import torch
+        import sluice.torch as st
+        return torch.utils.data.DataLoader(st.SluiceIterableDataset(spec, self.addr, sharding='off'),
+                                           batch_size=None, num_workers=workers)
+
+    def test_a_spec_error_through_dataloader_workers_keeps_its_code(self):
+        spec = '{"source": {"type": "range", "stop": 10}, "ops": [{"op": "batch", "batchsize": 2}]}'
+        with self.assertRaises(sluice.SpecError) as cm:
+            list(self.loader_of(spec))
+        e = cm.exception
+        self.assertEqual((e.code, e.code_name), (_lib.SL_ESPEC, 'SL_ESPEC'))
+        self.assertIn('$.ops[0].batchsize: unknown field; did you mean "batch_size"?', str(e))
+        self.assertIn('DataLoader worker process', str(e))
+        self.assertEqual(str(e).count('[SL_ESPEC: '), 1, str(e))
+
+    def test_a_file_refusal_through_dataloader_workers_names_the_json_path(self):
+        spec = sluice.tfrecord(['/nonexistent/x-*.tfrecord'])
+        with self.assertRaises(sluice.SluicePermissionError) as cm:
+            list(self.loader_of(spec))
+        e = cm.exception
+        self.assertIsInstance(e, PermissionError)
+        self.assertEqual((e.code, e.errno), (-errno.EACCES, errno.EACCES))
+        self.assertIn("$.source.files: file sources need the dispatcher's --data-root", str(e))
+
+    def test_exceptions_pickle_with_their_code(self):
+        try:
+            sluice.distribute(sluice.range(10), '127.0.0.1:%d' % self.c.dispatcher.admin_port)
+        except sluice.SluiceError as e:
+            got = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(got), got.code_name), (sluice.SluiceError, 'SL_EPROTO'))
+        self.assertIn('answered in HTTP: that is an HTTP port, such as a sluice daemon\'s admin port', str(got))
+
+    def test_a_name_that_does_not_resolve(self):
+        with self.assertRaises(sluice.SluiceConnectionError) as cm:
+            sluice.distribute(sluice.range(10), 'no-such-host.invalid:5050')
+        self.assertEqual(cm.exception.code_name, 'SL_ENOHOST')
+        self.assertIn('cannot resolve the host name "no-such-host.invalid"', str(cm.exception))
+
+    def test_a_grpc_prefix_is_accepted(self):
+        got = [int(v) for b in sluice.distribute(sluice.range(10).batch(5), 'grpc://' + self.addr)
+               for v in b['value']]
+        self.assertEqual(sorted(got), list(range(10)))
+
+
+class LoaderArguments(unittest.TestCase):
+    """The torch loaders check their arguments where they are given."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=2)
+        cls.c.wait_workers_registered(2)
+        cls.addr = cls.c.dispatcher.addr
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def test_dataloader_arguments_are_refused_with_where_they_go(self):
+        import sluice.torch as st
+        ds = sluice.range(100).batch(10)
+        with self.assertRaisesRegex(TypeError, r'takes no num_workers .*DataLoader\(sluice\.torch\.'
+                                               r'SluiceIterableDataset\(.*batch_size=None, num_workers=2\)'):
+            st.loader(ds, self.addr, num_workers=2)
+        with self.assertRaisesRegex(TypeError, r'takes no batch_size .*ds\.batch\(32\)'):
+            st.loader(ds, self.addr, batch_size=32)
+        with self.assertRaisesRegex(TypeError, r"SluiceIterableDataset got an unexpected argument 'timeout'; "
+                                               r"it takes the options of sluice\.distribute\(\): .*timeout_ms"):
+            st.SluiceIterableDataset(ds, self.addr, timeout=5)
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'sharding must be one of'):
+            st.loader(ds, self.addr, sharding='dyn')
+
+    def test_a_dataloader_that_batches_again_warns(self):
+        import torch
+        import sluice.torch as st
+        tds = st.SluiceIterableDataset(sluice.range(100).batch(10), self.addr, sharding='dynamic')
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            shapes = {tuple(b['value'].shape) for b in torch.utils.data.DataLoader(tds)}
+        self.assertEqual(shapes, {(1, 10)})  # what the warning is about
+        said = [str(x.message) for x in w if issubclass(x.category, sluice.SluiceUsageWarning)]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn('give it batch_size=None', said[0])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            shapes = {tuple(b['value'].shape) for b in torch.utils.data.DataLoader(tds, batch_size=None)}
+        self.assertEqual(shapes, {(10,)})
+        self.assertEqual([x for x in w if issubclass(x.category, sluice.SluiceUsageWarning)], [])
+
+    def test_sharding_off_in_dataloader_processes_warns(self):
+        import torch
+        import sluice.torch as st
+        tds = st.SluiceIterableDataset(sluice.range(100).batch(10), self.addr, sharding='off')
+        # Forked workers keep this filter: the warning comes back as an error.
+        with warnings.catch_warnings():
+            warnings.simplefilter('error', sluice.SluiceUsageWarning)
+            with self.assertRaisesRegex(sluice.SluiceUsageWarning, r'2 DataLoader worker processes each open a job '
+                                                                   r'of their own with sharding "off"'):
+                list(torch.utils.data.DataLoader(tds, batch_size=None, num_workers=2))
+
+
+if __name__ == '__main__':
+    unittest.main()
