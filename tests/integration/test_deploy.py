@@ -570,7 +570,7 @@ class Systemd(unittest.TestCase):
         def stop_all():
             self.assertEqual({x.name: x.stop() for x in started}, {x.name: 0 for x in started})
         self.addCleanup(stop_all)
-        dispatcher = None
+        dispatcher = dispatcher_secrets = None
         for program in ('sluice-dispatcher', 'sluice-workerd'):
             argv, env, keys, creds = self.command_line(program, True)
             secrets = make_secrets(creds) if dispatcher is None else dispatcher_secrets

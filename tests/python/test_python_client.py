@@ -18,6 +18,7 @@ import sluice
 import sluice.client
 from sluice import _lib
 from harness import Cluster, values
+from pycase import SluiceCase
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE = os.sysconf('SC_PAGE_SIZE')
@@ -306,32 +307,8 @@ class NoServerTest(unittest.TestCase):
 
 # ------------------------------------------------------- against real daemons
 
-class ClusterTest(unittest.TestCase):
+class ClusterTest(SluiceCase):
     """A dispatcher and two workers shared by the tests of this class."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=2)
-        try:
-            cls.c.wait_workers_registered(2)
-        except BaseException:
-            cls.c.close()
-            raise
-        cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not exit cleanly: %s' % bad)
-
-    def setUp(self):
-        gc.collect()
-        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
-
-    def tearDown(self):
-        gc.collect()
-        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
 
     def values_of(self, ds, key='value', **kw):
         out = []

@@ -4,7 +4,6 @@ as tf.data service counts them; a rank that joins a repetition that already
 ended gets its end at once; sluice.torch's loaders pass the epoch. Run with
 tests/python/run.py."""
 import collections
-import gc
 import unittest
 
 import torch
@@ -12,7 +11,8 @@ import torch
 import sluice
 import sluice.client
 import sluice.torch
-from harness import Cluster, get_json, wait_for
+from harness import get_json, wait_for
+from pycase import SluiceCase
 
 N = 3000
 DS = sluice.range(0, N).batch(50)
@@ -33,31 +33,8 @@ def drain_together(its):
     return got, counts
 
 
-class RepetitionTest(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=2, dispatcher_args=['--job-gc-timeout-ms', '600000'])
-        try:
-            cls.c.wait_workers_registered(2)
-        except BaseException:
-            cls.c.close()
-            raise
-        cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not exit cleanly: %s' % bad)
-
-    def setUp(self):
-        gc.collect()
-        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
-
-    def tearDown(self):
-        gc.collect()
-        self.assertEqual(sluice.client.live_handles(), {'batches': 0, 'iterators': 0})
+class RepetitionTest(SluiceCase):
+    dispatcher_args = ('--job-gc-timeout-ms', '600000')
 
     def repetitions(self, name):
         """The admin API's repetitions of the named job, once all ended."""

@@ -16,7 +16,8 @@ import warnings
 
 import sluice
 from sluice import _lib
-from harness import Cluster, wait_for
+from harness import wait_for
+from pycase import SluiceCase
 
 PYTHONPATH = os.path.dirname(os.path.dirname(sluice.__file__))
 
@@ -34,18 +35,8 @@ print("next() returned", flush=True)
 '''
 
 
-class NoWorker(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=0)
-        cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+class NoWorker(SluiceCase):
+    workers = 0
 
     def test_ctrl_c_raises_keyboard_interrupt_in_next(self):
         err = tempfile.NamedTemporaryFile('w+', dir=self.c.dir, suffix='.err', delete=False)
@@ -75,21 +66,10 @@ class NoWorker(unittest.TestCase):
         self.assertTrue(it.closed)
 
 
-class Errors(unittest.TestCase):
+class Errors(SluiceCase):
+    workers = 1
     """Errors keep their class, code and message, also through DataLoader
     worker processes."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=1)
-        cls.c.wait_workers_registered(1)
-        cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
     def loader_of(self, spec, workers=1):
         import torch
@@ -136,20 +116,8 @@ class Errors(unittest.TestCase):
         self.assertEqual(sorted(got), list(range(10)))
 
 
-class LoaderArguments(unittest.TestCase):
+class LoaderArguments(SluiceCase):
     """The torch loaders check their arguments where they are given."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=2)
-        cls.c.wait_workers_registered(2)
-        cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
     def test_dataloader_arguments_are_refused_with_where_they_go(self):
         import sluice.torch as st
