@@ -849,6 +849,11 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         *p = t->next;
         free(t);
     }
+    if (it->track && resp->epochs_done > 0) {
+        pthread_mutex_lock(&it->mu);
+        sl__ledger_epochs_done(&it->ledger, resp->epochs_done, it->ready_count);
+        pthread_mutex_unlock(&it->mu);
+    }
     if (resp->report_gen > it->reported_gen)
         send_report(it, resp->report_gen, resp->report_from_epoch);
     workers_seen(it);
@@ -1085,9 +1090,9 @@ static void evthread_init(void)
 }
 
 /* sl_iterator_open(), and sl_iterator_restore() with the checkpoint's
- * positions (posset bytes) in exclude. */
+ * positions (posset bytes) in exclude and its done epochs. */
 static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, const uint8_t *exclude,
-                         size_t exclude_len, sl_iterator_t **out)
+                         size_t exclude_len, uint64_t epochs_done, sl_iterator_t **out)
 {
     sl_iterator_t *it = calloc(1, sizeof *it);
     *out = it;
@@ -1106,7 +1111,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     sl__ledger_init(&it->ledger, sl__ledger_max_runs(&it->opts));
     if (exclude_len > 0) {
         char why[256];
-        int drc = sl__ledger_restore(&it->ledger, exclude, exclude_len, why, sizeof why);
+        int drc = sl__ledger_restore(&it->ledger, exclude, exclude_len, epochs_done, why, sizeof why);
         if (drc < 0) {
             snprintf(it->err, sizeof it->err, "checkpoint: %s", why);
             it->error = drc;
@@ -1163,6 +1168,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     req.consumer_index = (uint32_t)it->opts.consumer_index;
     req.target_workers = (uint32_t)it->opts.target_workers;
     req.repetition = it->opts.repetition;
+    req.restore_epochs_done = epochs_done;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
     rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, exclude, exclude_len, SL_MSG_GET_OR_CREATE_JOB_RESP,
                          &resp);
@@ -1289,7 +1295,7 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
 
 int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, sl_iterator_t **out)
 {
-    return iterator_open(c, dataset_id, opts, NULL, 0, out);
+    return iterator_open(c, dataset_id, opts, NULL, 0, 0, out);
 }
 
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
@@ -1330,9 +1336,10 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
                                                                      "options: dynamic sharding");
     uint8_t *positions = NULL;
     size_t positions_len = 0;
+    uint64_t epochs_done = 0;
     if (rc == 0)
         rc = sl__checkpoint_read(ckpt, len, dataset_id, c->auth.token, c->auth.token_len, sl__ledger_max_runs(opts),
-                                 &positions, &positions_len, err, sizeof err);
+                                 &positions, &positions_len, &epochs_done, err, sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;
@@ -1345,7 +1352,7 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
         it->error = rc;
         return rc;
     }
-    rc = iterator_open(c, dataset_id, opts, positions, positions_len, out);
+    rc = iterator_open(c, dataset_id, opts, positions, positions_len, epochs_done, out);
     free(positions);
     return rc;
 }

@@ -21,22 +21,27 @@
 #define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into got at once */
 
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller. Version 3 (written): u32 flags
- * (CKPT_MAC), u32 0, then as version 2, then a 32-byte tag over all that
- * comes before it: HMAC-SHA256 under the cluster token when the client has
- * one (CKPT_MAC), else SHA-256. Version 2 (read only without a token): u64
+ * the positions given to the caller. Version 4 (written): as version 3
+ * with a u64 after the flags: every epoch below it was given whole, and
+ * the positions that follow are of later epochs only (so a checkpoint's
+ * size follows the open epochs, not the run's length). Version 3: u32
+ * flags (CKPT_MAC), u32 0, then as version 2, then a 32-byte tag over all
+ * that comes before it: HMAC-SHA256 under the cluster token when the
+ * client has one (CKPT_MAC), else SHA-256. Version 2 (read only without a token): u64
  * the number of positions, then their runs in provwire.h's compact form,
  * about 3 bytes a run where posset.h's version 1 bytes take 24 (a shuffle
  * leaves thousands of short runs near the stream's front). Version 1 (read
  * only without a token): posset.h's bytes. */
 #define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 3
+#define CKPT_VERSION 4
+#define CKPT_V3 3
 #define CKPT_V2 2
 #define CKPT_V1 1
 #define CKPT_HEADER 16
 #define CKPT_V3_FLAGS 8 /* flags and a reserved u32 after the header */
 #define CKPT_TAG 32
 #define CKPT_MAC 1u
+#define CKPT_V4_DONE 8 /* epochs_done after the flags */
 
 /* The tag of a version 3 checkpoint's bytes before it: HMAC-SHA256 under
  * key over a label and the bytes, or SHA-256 without a key. @return 0 or -ENOMEM */
@@ -80,9 +85,74 @@ void sl__ledger_free(sl_ledger_t *l)
     l->num = l->cap = l->ndone = 0;
 }
 
-int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, char *err, size_t errlen)
+/* The index of the first run of s of epoch `below` or later (runs are
+ * sorted by epoch first). */
+static size_t first_of(const sl_posset_t *s, uint64_t below)
 {
-    return sl_posset_decode(&l->restored, posset, len, err, errlen);
+    size_t lo = 0, hi = s->num;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->runs[mid].epoch < below)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Drops the runs of epochs below `below` from s, and gives back the memory
+ * it no longer needs, so that the set's memory follows the open epochs too. */
+static void drop_below(sl_posset_t *s, uint64_t below)
+{
+    size_t k = first_of(s, below);
+    if (k == 0)
+        return;
+    memmove(s->runs, s->runs + k, (s->num - k) * sizeof *s->runs);
+    s->num -= k;
+    if (s->cap > 64 && s->num < s->cap / 4) {
+        size_t cap = s->num * 2 > 16 ? s->num * 2 : 16;
+        sl_posrun_t *p = realloc(s->runs, cap * sizeof *p);
+        if (p) {
+            s->runs = p;
+            s->cap = cap;
+        }
+    }
+}
+
+/* Every epoch below `below` was given whole: only the number is kept. */
+static void fold(sl_ledger_t *l, uint64_t below)
+{
+    if (below <= l->epochs_done)
+        return;
+    l->epochs_done = below;
+    drop_below(&l->restored, below);
+    drop_below(&l->got, below);
+}
+
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64_t epochs_done, char *err,
+                       size_t errlen)
+{
+    int rc = len > 0 ? sl_posset_decode(&l->restored, posset, len, err, errlen) : 0;
+    if (rc == 0)
+        fold(l, epochs_done);
+    return rc;
+}
+
+void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting)
+{
+    if (below <= l->epochs_done || l->fold_below != 0)
+        return;
+    if (waiting == 0) {
+        fold(l, below);
+        return;
+    }
+    l->fold_below = below;
+    l->fold_at = l->given + waiting;
+}
+
+size_t sl__ledger_runs(const sl_ledger_t *l)
+{
+    return l->restored.num + l->got.num;
 }
 
 /* Room for n runs in l->runs. 0 or -ENOMEM */
@@ -107,6 +177,15 @@ static int runs_room(sl_ledger_t *l, size_t n)
 void sl__ledger_sync(sl_ledger_t *l)
 {
     int rc = l->rc;
+    if (l->epochs_done > 0) {
+        /* Runs of done epochs (a batch that waited while its epoch was
+         * folded) are in the number already. */
+        size_t k = 0;
+        for (size_t i = 0; i < l->num; i++)
+            if (l->runs[i].epoch >= l->epochs_done)
+                l->runs[k++] = l->runs[i];
+        l->num = k;
+    }
     if (rc == 0)
         rc = sl_posset_add_many(&l->got, l->runs, l->num);
     /* The runs' buffer is free again: it takes the filled splits. */
@@ -115,7 +194,7 @@ void sl__ledger_sync(sl_ledger_t *l)
     size_t fill = 0;
     for (size_t i = 0; i < l->ndone && rc == 0; i++) {
         const sl_split_done_t *d = &l->done[i];
-        if (d->end > d->begin && sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+        if (d->end > d->begin && d->epoch >= l->epochs_done && sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
             l->runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
     }
     if (rc == 0 && fill > 0)
@@ -155,6 +234,12 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
         l->rc = rc;
         return;
     }
+    /* The caller now has every batch that waited when the dispatcher said
+     * the epochs below fold_below were done. */
+    if (++l->given >= l->fold_at && l->fold_below != 0) {
+        fold(l, l->fold_below);
+        l->fold_below = 0;
+    }
     /* A merge costs a pass over the part of got the runs reach, which
      * behind a large shuffle is most of it (its holes): so the runs wait
      * until they are a quarter of got, for a constant cost a run, and at
@@ -177,6 +262,11 @@ static int add_from(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_
 int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
 {
     sl_posset_init(set, l->max_runs);
+    /* The dispatcher asks from its oldest lost split's epoch, or 0 when it
+     * has none (then the report is empty of lost splits anyway): no split
+     * of an epoch it said was done can be outstanding or lost. */
+    if (from < l->epochs_done)
+        from = l->epochs_done;
     sl__ledger_sync(l);
     int rc = l->rc;
     if (rc == 0)
@@ -230,7 +320,7 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     size_t n = 0;
     if (rc == 0 && all.num > 0)
         rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
-    size_t body = CKPT_HEADER + CKPT_V3_FLAGS + 8 + n;
+    size_t body = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + 8 + n;
     uint8_t *buf = rc == 0 ? malloc(body + CKPT_TAG) : NULL;
     if (rc == 0 && !buf)
         rc = -ENOMEM;
@@ -240,9 +330,10 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
         sl_put_le64(buf + 8, dataset_id);
         sl_put_le32(buf + CKPT_HEADER, key_len > 0 ? CKPT_MAC : 0);
         sl_put_le32(buf + CKPT_HEADER + 4, 0);
-        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, sl_posset_size(&all));
+        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, l->epochs_done);
+        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE, sl_posset_size(&all));
         if (n > 0)
-            memcpy(buf + CKPT_HEADER + CKPT_V3_FLAGS + 8, runs, n);
+            memcpy(buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + 8, runs, n);
         rc = ckpt_tag(key, key_len, buf, body, buf + body);
     }
     if (rc == 0) {
@@ -303,19 +394,22 @@ static int v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t *
 }
 
 int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
-                        size_t max_runs, uint8_t **posset, size_t *posset_len, char *err, size_t errlen)
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done, char *err,
+                        size_t errlen)
 {
     *posset = NULL;
     *posset_len = 0;
+    *epochs_done = 0;
     if (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
     uint32_t version = sl_get_le32(ckpt + 4);
-    if (version != CKPT_VERSION && version != CKPT_V2 && version != CKPT_V1)
+    if (version != CKPT_VERSION && version != CKPT_V3 && version != CKPT_V2 && version != CKPT_V1)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d to %d",
                        (unsigned)version, CKPT_V1, CKPT_VERSION);
-    if (version == CKPT_VERSION) {
+    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + (version == CKPT_VERSION ? CKPT_V4_DONE : 0);
+    if (version >= CKPT_V3) {
         /* The tag first: nothing of a damaged or forged checkpoint is used. */
-        if (len < CKPT_HEADER + CKPT_V3_FLAGS + CKPT_TAG)
+        if (len < fixed + CKPT_TAG)
             return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes)", len);
         uint32_t flags = sl_get_le32(ckpt + CKPT_HEADER);
         bool mac = flags & CKPT_MAC;
@@ -341,16 +435,24 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
     } else if (key_len > 0) {
         return sl_errf(err, errlen, SL_EDATA,
                        "checkpoint: version %u carries no integrity tag; a client with a cluster token restores "
-                       "only version %d checkpoints MAC'd with it",
-                       (unsigned)version, CKPT_VERSION);
+                       "only version %d and %d checkpoints MAC'd with it",
+                       (unsigned)version, CKPT_V3, CKPT_VERSION);
     }
     uint64_t ds = sl_get_le64(ckpt + 8);
     if (ds != dataset_id)
         return sl_errf(err, errlen, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
                        ds, dataset_id);
-    if (version == CKPT_VERSION)
-        return v2_positions(ckpt + CKPT_HEADER + CKPT_V3_FLAGS, len - CKPT_HEADER - CKPT_V3_FLAGS - CKPT_TAG, max_runs,
-                            posset, posset_len, err, errlen);
+    if (version == CKPT_VERSION) {
+        /* Epochs are 32 bits wide in positions; a larger number is no
+         * checkpoint this library wrote. */
+        uint64_t done = sl_get_le64(ckpt + CKPT_HEADER + CKPT_V3_FLAGS);
+        if (done > UINT32_MAX)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: every epoch below %" PRIu64 " done: past 2^32 epochs",
+                           done);
+        *epochs_done = done;
+    }
+    if (version >= CKPT_V3)
+        return v2_positions(ckpt + fixed, len - fixed - CKPT_TAG, max_runs, posset, posset_len, err, errlen);
     if (version == CKPT_V2)
         return v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, max_runs, posset, posset_len, err, errlen);
     /* Version 1: posset bytes as they are, checked here as the restore

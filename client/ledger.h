@@ -11,6 +11,13 @@
  * them costs a pass over the part of `got` they reach, so runs and notices
  * wait in the ledger and go in together (sl__ledger_sync()).
  *
+ * Over a long run the ledger stays the size of the open epochs: once the
+ * dispatcher says every record of the epochs below E reached this client
+ * (ClientHeartbeatResponse.epochs_done) and the caller was given every batch
+ * that had arrived by then, the runs of those epochs are dropped and the
+ * ledger keeps only "every epoch below E done" (epochs_done), which
+ * checkpoints (version 4) and the restore carry as one number.
+ *
  * Not thread-safe: the iterator calls it under its mutex.
  */
 #ifndef SL_CLIENT_LEDGER_H
@@ -24,7 +31,12 @@
 #include "sluice.h"
 
 typedef struct sl_ledger {
-    sl_posset_t restored, got;
+    sl_posset_t restored, got; /* runs of epochs from epochs_done on only */
+    uint64_t epochs_done;      /* every epoch below this one was given whole (or restored so) */
+    uint64_t given;            /* batches recorded (sl__ledger_add() calls) */
+    /* A fold waiting for the caller: epochs below fold_below are done once
+     * given reaches fold_at (fold_below 0: none waits). */
+    uint64_t fold_below, fold_at;
     /* Runs and notices of the batches given since the last sync. */
     sl_provenance_run_t *runs;
     size_t num, cap;
@@ -45,10 +57,26 @@ void sl__ledger_init(sl_ledger_t *l, size_t max_runs);
 void sl__ledger_free(sl_ledger_t *l);
 
 /**
- * Sets what a restored checkpoint held (posset bytes).
+ * Sets what a restored checkpoint held: every epoch below epochs_done, and
+ * the positions of later ones (posset bytes; runs of epochs below
+ * epochs_done are dropped).
  * @return 0, or < 0 with the decoder's message in err
  */
-int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, char *err, size_t errlen);
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64_t epochs_done, char *err,
+                       size_t errlen);
+
+/**
+ * The dispatcher says every record of the epochs below `below` reached this
+ * client, and `waiting` batches wait for the caller: once the caller was
+ * given those (below's records are among them or given already), the
+ * ledger drops the runs of those epochs and keeps "epochs below `below`
+ * done". A fold already waiting is kept (a later one comes with a later
+ * heartbeat), so that a caller always behind still sees folds.
+ */
+void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting);
+
+/** @return the runs the ledger holds (restored and got; what a checkpoint's size follows) */
+size_t sl__ledger_runs(const sl_ledger_t *l);
 
 /**
  * Records a batch given to the caller: its provenance (prov_len bytes of
@@ -63,7 +91,9 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
 void sl__ledger_sync(sl_ledger_t *l);
 
 /**
- * Starts a report of what was received of epochs from `from` on: syncs,
+ * Starts a report of what was received of epochs from `from` on (from
+ * epochs_done on when `from` is below it: no split of a done epoch can be
+ * outstanding, so no report asks for it): syncs,
  * then puts restored and got's runs of those epochs in set (initialised
  * here with the ledger's bound). Add what waits elsewhere with
  * sl__report_add_wire(), then encode set.
@@ -80,8 +110,9 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
 
 /**
- * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 3, u64
- * dataset id, u32 flags, u32 0, u64 the number of positions, their runs in
+ * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 4, u64
+ * dataset id, u32 flags, u32 0, u64 epochs_done, u64 the number of
+ * positions (of epochs from epochs_done on), their runs in
  * provwire.h's compact form (little-endian), then a 32-byte tag over all
  * of it: HMAC-SHA256 under key (the cluster token) when key_len > 0, else
  * SHA-256 (docs/fault-tolerance.md).
@@ -97,11 +128,13 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
  * it is of dataset_id), and turns its positions into posset bytes (version
  * 1 holds them as they are), which the restore sends the dispatcher; at
  * most max_runs runs. Versions 1 and 2 (no tag) are read only without a
- * key.
+ * key; versions 1 to 3 hold no epochs_done (0).
  * @param[out] posset the bytes, malloc'd
+ * @param[out] epochs_done every epoch below it was consumed whole
  * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
  */
 int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
-                        size_t max_runs, uint8_t **posset, size_t *posset_len, char *err, size_t errlen);
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done, char *err,
+                        size_t errlen);
 
 #endif

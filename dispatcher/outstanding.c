@@ -351,6 +351,26 @@ uint64_t sl__out_report_from(const struct job *j)
     return from == UINT64_MAX ? 0 : from;
 }
 
+uint64_t sl__out_epochs_done(const struct job *j)
+{
+    if (!sl__out_tracked(j) || j->state != SL_JOB_RUNNING)
+        return 0;
+    /* The cursor's epoch is done once every split of it is out; then any
+     * split of it not yet confirmed by every client is outstanding at its
+     * task or an orphan, and holds the number back. */
+    uint64_t done = j->split_epoch + (j->split_file >= sl__dataset_num_files(j->dataset) ? 1 : 0);
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        for (unsigned i = t->out_head; i < t->out_num; i++)
+            if (t->out[i].epoch < done)
+                done = t->out[i].epoch;
+    }
+    for (unsigned i = 0; i < j->num_orphans; i++)
+        if (j->orphans[i].epoch < done)
+            done = j->orphans[i].epoch;
+    return done;
+}
+
 /* Drops orphan i (handed out whole, or all of it received). */
 static void orphan_remove(sl_dstate_t *st, struct job *j, unsigned i)
 {

@@ -70,6 +70,15 @@ bool sl__out_check_reports(struct job *j);
 uint64_t sl__out_report_from(const struct job *j);
 
 /**
+ * The epoch below which every record reached every client of the job: no
+ * split of those epochs is left to hand out, outstanding at a task or
+ * orphaned (ClientHeartbeatResponse.epochs_done). Only grows: later splits,
+ * and orphans handed out again, are of that epoch or later. 0 for a job
+ * that keeps no outstanding splits, or that is not running.
+ */
+uint64_t sl__out_epochs_done(const struct job *j);
+
+/**
  * Hands out queued orphans to t: at most max splits appended to resp,
  * their skip runs appended to t's answer payload (last_skips).
  * @return 0 or -ENOMEM

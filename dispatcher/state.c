@@ -1090,6 +1090,16 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        "a restored iterator reads a job of its own: a sharding policy other than off, no job "
                    "name, no coordinated reads");
     }
+    if (req->restore_epochs_done > 0 &&
+        (req->job_name[0] || req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job of its own skips "
+                       "whole epochs", req->restore_epochs_done);
+    }
+    if (req->restore_epochs_done > UINT32_MAX) {
+        return sl_errf(err, errlen, SL_EINVAL, "restore_epochs_done %" PRIu64 " is past 2^32 epochs",
+                       req->restore_epochs_done);
+    }
     struct dataset *d = sl__dstate_dataset(st, req->dataset_id);
     if (!d) {
         return sl_errf(err, errlen, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered", req->dataset_id);
@@ -1205,6 +1215,9 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     j->num_consumers = req->num_consumers;
     j->round_horizon = st->cfg.round_lookahead;
     j->state = SL_JOB_RUNNING;
+    /* A restored iterator's done epochs are never handed out: its tasks
+     * are told they are over (sl_dstate_get_splits()). */
+    j->split_epoch = req->restore_epochs_done;
     j->created = now;
     /* Every live worker gets its task now, so that no worker can finish the
      * job before the others have heard of it. */
@@ -1333,6 +1346,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     snprintf(resp->error, sizeof resp->error, "%s", j->error);
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
+    resp->epochs_done = sl__out_epochs_done(j);
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */

@@ -3,8 +3,9 @@
  * (client/ledger.c, sl__checkpoint_read), which reads a file a trainer
  * hands back. The first input byte picks whether the reader holds a
  * cluster token. Beyond "no crash, no leak": only the documented results,
- * and positions only when the integrity tag matched (a version 3
- * checkpoint) or without a token (versions 1 and 2).
+ * and positions only when the integrity tag matched (a version 3 or 4
+ * checkpoint) or without a token (versions 1 and 2); done epochs only
+ * from a version 4 one, and never past 2^32.
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_checkpoint).
  */
 #include <errno.h>
@@ -37,8 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 7; i >= 0; i--)
             ds = ds << 8 | data[9 + i]; /* little-endian, at offset 8 of the checkpoint */
     }
+    uint64_t done = 0;
     int rc = sl__checkpoint_read(data + 1, size - 1, ds, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 4096, &pos,
-                                 &plen, err, sizeof err);
+                                 &plen, &done, err, sizeof err);
+    CHECK(rc == 0 || done == 0);
+    CHECK(done <= UINT32_MAX);
     CHECK(rc == 0 || rc == SL_EDATA || rc == SL_EINVAL || rc == SL_ETOOBIG || rc == -ENOMEM);
     CHECK((rc == 0) == (pos != NULL));
     free(pos);

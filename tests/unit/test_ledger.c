@@ -6,11 +6,17 @@
  * loss; damaged checkpoints are refused by name.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdlib.h>
+
+#include <openssl/sha.h>
 #include <string.h>
 
 #include "ledger.h"
 #include "provwire.h"
+
+/* What the last sl__checkpoint_read() said of done epochs. */
+static uint64_t epochs_done;
 
 /* Gives the ledger one batch of the given runs (its provenance on the wire). */
 static void give(sl_ledger_t *l, const sl_provenance_run_t *runs, size_t n, const sl_split_done_t *done,
@@ -34,7 +40,7 @@ static void checkpoint_set(sl_ledger_t *l, sl_posset_t *out)
     size_t len = 0, plen = 0;
     char err[300];
     cr_assert_eq(sl__ledger_checkpoint(l, 42, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, l->max_runs, &posset, &plen, err, sizeof err), 0, "%s",
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, l->max_runs, &posset, &plen, &epochs_done, err, sizeof err), 0, "%s",
                  err);
     sl_posset_init(out, l->max_runs);
     cr_assert_eq(sl_posset_decode(out, posset, plen, err, sizeof err), 0, "%s", err);
@@ -107,7 +113,7 @@ Test(ledger, a_report_says_the_epochs_from_its_first_and_what_was_restored)
     uint8_t buf[256];
     size_t n = sl_posset_encode(&r, buf, sizeof buf);
     char err[200];
-    cr_assert_eq(sl__ledger_restore(&l, buf, n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_restore(&l, buf, n, 0, err, sizeof err), 0, "%s", err);
     sl_posset_clear(&r);
     sl_provenance_run_t runs[3] = {{0, 0, 100, 5}, {1, 0, 50, 5}, {2, 1, 0, 5}};
     give(&l, runs, 3, NULL, 0, false);
@@ -175,7 +181,7 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     } bad[] = {
         {"another dataset", 0, 'S', 0, 6, "checkpoint of dataset 5, restored over dataset 6"},
         {"not a checkpoint", 0, 'X', 0, 5, "not a Sluice iterator checkpoint"},
-        {"a later version", 4, 4, 0, 5, "version 4"},
+        {"a later version", 4, 5, 0, 5, "version 5"},
         {"cut short", 0, 'S', 20, 5, "checkpoint"},
         {"a position changed", 40, 0x7f, 0, 5, "damaged: its SHA-256 checksum does not match"},
     };
@@ -184,7 +190,7 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
         memcpy(c, ckpt, len);
         c[bad[i].at] = bad[i].byte;
         err[0] = '\0';
-        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, NULL, 0, 100, &pos, &plen,
+        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, NULL, 0, 100, &pos, &plen, &epochs_done,
                                      err, sizeof err);
         cr_assert_lt(rc, 0, "%s: accepted", bad[i].what);
         cr_assert(strstr(err, bad[i].says), "%s: \"%s\" does not say \"%s\"", bad[i].what, err, bad[i].says);
@@ -233,7 +239,7 @@ Test(ledger, every_flipped_bit_is_refused)
             size_t plen;
             char err[300] = "";
             int rc = sl__checkpoint_read(c, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
-                                         &plen, err, sizeof err);
+                                         &plen, &epochs_done, err, sizeof err);
             cr_assert_lt(rc, 0, "bit %zu of %zu flipped (%s): accepted", bit, len * 8, keyed ? "MAC" : "checksum");
             cr_assert_null(pos);
             tried++;
@@ -242,7 +248,7 @@ Test(ledger, every_flipped_bit_is_refused)
         size_t plen;
         char err[300] = "";
         cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
-                                         &plen, err, sizeof err),
+                                         &plen, &epochs_done, err, sizeof err),
                      0, "the checkpoint itself: %s", err);
         free(pos);
         cr_assert_gt(tried, 8000);
@@ -258,16 +264,290 @@ Test(ledger, a_mac_needs_the_same_token)
     size_t len, plen;
     char err[300];
     shuffled_checkpoint(a, sizeof a - 1, &ckpt, &len);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, b, sizeof b - 1, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, b, sizeof b - 1, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "another cluster token"), "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, NULL, 0, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, NULL, 0, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "made with a cluster token"), "%s", err);
     free(ckpt);
     /* A checkpoint without a MAC could be forged by anyone: a client with a
      * token refuses it. */
     shuffled_checkpoint(NULL, 0, &ckpt, &len);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, a, sizeof a - 1, 1u << 16, &pos, &plen, err, sizeof err), SL_EDATA);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, a, sizeof a - 1, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "made without a cluster token"), "%s", err);
     cr_assert_null(pos);
     free(ckpt);
+}
+
+/* A long run at a user's size: EPOCHS epochs over F files of R records,
+ * one split per file, records mixed within a window (a shuffle buffer),
+ * BATCH a batch, each split's done notice once all of it was given. */
+enum { F = 400, R = 8, EPOCHS = 300, BATCH = 32, WINDOW = 64, PER_EPOCH = F * R };
+
+struct longrun {
+    sl_ledger_t l;
+    uint8_t *given; /* one byte a position: was it given */
+    uint32_t *left; /* records of each (epoch, file) not given yet */
+    uint64_t next;  /* the next position of the stream in order */
+    uint64_t total; /* positions given */
+    uint32_t epoch; /* of the last batch */
+};
+
+static uint64_t pos_of(uint32_t epoch, uint32_t file, uint64_t rec)
+{
+    return (uint64_t)epoch * PER_EPOCH + (uint64_t)file * R + rec;
+}
+
+/* Gives the next batch: BATCH positions drawn from the window ahead of the
+ * stream's front; fold_lag >= 0: at each epoch's first batch the
+ * dispatcher says every epoch below (epoch - fold_lag) is done, with 3
+ * batches waiting for the caller. */
+static void longrun_batch(struct longrun *lr, int fold_lag)
+{
+    sl_provenance_run_t runs[BATCH];
+    sl_split_done_t done[BATCH];
+    size_t n = 0, nd = 0;
+    uint64_t end = (uint64_t)EPOCHS * PER_EPOCH;
+    while (n < BATCH && lr->total < end) {
+        /* The front moves past given positions; a position of the window
+         * (the same epoch as the front) is picked at random. */
+        while (lr->next < end && lr->given[lr->next])
+            lr->next++;
+        uint64_t epoch_end = (lr->next / PER_EPOCH + 1) * PER_EPOCH;
+        uint64_t span = epoch_end - lr->next < WINDOW ? epoch_end - lr->next : WINDOW;
+        uint64_t p = lr->next + (uint64_t)rand() % span;
+        while (lr->given[p])
+            p = p + 1 < epoch_end ? p + 1 : lr->next;
+        lr->given[p] = 1;
+        lr->total++;
+        uint32_t e = (uint32_t)(p / PER_EPOCH), f = (uint32_t)(p % PER_EPOCH / R);
+        runs[n++] = (sl_provenance_run_t){e, f, p % R, 1};
+        if (--lr->left[(uint64_t)e * F + f] == 0)
+            done[nd++] = (sl_split_done_t){.split_id = (uint64_t)e * F + f, .epoch = e, .file_index = f, .begin = 0,
+                                           .end = R, .delivered = R};
+    }
+    uint32_t epoch = runs[n - 1].epoch;
+    if (fold_lag >= 0 && epoch > lr->epoch && epoch >= (uint32_t)fold_lag)
+        sl__ledger_epochs_done(&lr->l, epoch - (uint32_t)fold_lag, 3);
+    lr->epoch = epoch;
+    give(&lr->l, runs, n, done, nd, lr->total == end);
+}
+
+static void longrun_init(struct longrun *lr, size_t max_runs)
+{
+    memset(lr, 0, sizeof *lr);
+    sl__ledger_init(&lr->l, max_runs);
+    lr->given = calloc((size_t)EPOCHS * PER_EPOCH, 1);
+    lr->left = malloc((size_t)EPOCHS * F * sizeof *lr->left);
+    for (size_t i = 0; i < (size_t)EPOCHS * F; i++)
+        lr->left[i] = R;
+}
+
+static void longrun_free(struct longrun *lr)
+{
+    sl__ledger_free(&lr->l);
+    free(lr->given);
+    free(lr->left);
+}
+
+/* A checkpoint of lr says exactly what was given: every epoch below its
+ * done epochs whole, and of later ones the given positions and no other.
+ * @return the checkpoint's size */
+static size_t longrun_check(struct longrun *lr, uint8_t **ckpt_out)
+{
+    uint8_t *ckpt = NULL, *posset = NULL;
+    size_t len = 0, plen = 0;
+    char err[300];
+    cr_assert_eq(sl__ledger_checkpoint(&lr->l, 42, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, lr->l.max_runs, &posset, &plen, &epochs_done, err,
+                                     sizeof err), 0, "%s", err);
+    sl_posset_t set;
+    sl_posset_init(&set, lr->l.max_runs);
+    cr_assert_eq(sl_posset_decode(&set, posset, plen, err, sizeof err), 0, "%s", err);
+    for (uint64_t p = 0; p < epochs_done * PER_EPOCH; p++)
+        cr_assert(lr->given[p], "position %" PRIu64 " of a done epoch was not given", p);
+    uint64_t later = 0;
+    for (uint64_t p = epochs_done * PER_EPOCH; p < (uint64_t)EPOCHS * PER_EPOCH; p++)
+        later += lr->given[p];
+    cr_assert_eq(sl_posset_size(&set), later, "the checkpoint holds %" PRIu64 " positions past epoch %" PRIu64
+                 ", %" PRIu64 " were given", sl_posset_size(&set), epochs_done, later);
+    for (size_t i = 0; i < set.num; i++) {
+        cr_assert_geq(set.runs[i].epoch, epochs_done);
+        for (uint64_t k = 0; k < set.runs[i].count; k++)
+            cr_assert(lr->given[pos_of(set.runs[i].epoch, set.runs[i].file, set.runs[i].begin + k)]);
+    }
+    /* A report says the same of the open epochs, also when asked from 0. */
+    sl_posset_t rep;
+    cr_assert_eq(sl__ledger_report(&lr->l, 0, &rep), 0);
+    cr_assert_eq(sl_posset_size(&rep), later);
+    sl_posset_clear(&rep);
+    sl_posset_clear(&set);
+    free(posset);
+    if (ckpt_out)
+        *ckpt_out = ckpt;
+    else
+        free(ckpt);
+    return len;
+}
+
+Test(ledger, three_hundred_epochs_over_four_hundred_files_stay_the_size_of_the_open_epochs)
+{
+    /* 960,000 positions, 120,000 (epoch, file) runs in all: past the 65,536
+     * runs a ledger of that bound holds. The dispatcher says epochs are
+     * done one epoch late; the ledger must stay within about two epochs of
+     * runs, and every checkpoint must say exactly what was given. */
+    srand(17);
+    struct longrun lr;
+    longrun_init(&lr, 1u << 16);
+    size_t most_runs = 0, most_bytes = 0;
+    uint64_t batches = 0;
+    while (lr.total < (uint64_t)EPOCHS * PER_EPOCH) {
+        longrun_batch(&lr, 1);
+        cr_assert_eq(lr.l.rc, 0, "the ledger overflowed after %" PRIu64 " positions", lr.total);
+        sl__ledger_sync(&lr.l);
+        size_t runs = sl__ledger_runs(&lr.l);
+        most_runs = runs > most_runs ? runs : most_runs;
+        cr_assert_leq(runs, 3 * F + WINDOW, "%zu runs after %" PRIu64 " positions (epoch %" PRIu64 ")", runs,
+                      lr.total, lr.total / PER_EPOCH);
+        if (++batches % 397 == 0) {
+            size_t bytes = longrun_check(&lr, NULL);
+            most_bytes = bytes > most_bytes ? bytes : most_bytes;
+            /* About 3 bytes a run; the header, done epochs and tag 72. */
+            cr_assert_leq(bytes, 72 + 6 * (3 * F + WINDOW), "a checkpoint of %zu bytes at epoch %" PRIu64, bytes,
+                          lr.total / PER_EPOCH);
+        }
+    }
+    /* At the end the dispatcher says all are done. */
+    sl__ledger_epochs_done(&lr.l, EPOCHS, 0);
+    cr_assert_eq(sl__ledger_runs(&lr.l), 0);
+    longrun_check(&lr, NULL);
+    cr_assert_eq(epochs_done, EPOCHS);
+    cr_log_info("most runs %zu, largest checkpoint %zu bytes", most_runs, most_bytes);
+    longrun_free(&lr);
+}
+
+Test(ledger, without_done_epochs_the_same_run_overflows)
+{
+    /* The bound above is what keeps the ledger small: without it the same
+     * stream needs one run per (epoch, file) and overflows. */
+    srand(17);
+    struct longrun lr;
+    longrun_init(&lr, 1u << 16);
+    while (lr.total < (uint64_t)EPOCHS * PER_EPOCH && lr.l.rc == 0)
+        longrun_batch(&lr, -1);
+    cr_assert_lt(lr.l.rc, 0, "120,000 runs fit 65,536");
+    longrun_free(&lr);
+}
+
+Test(ledger, a_restore_mid_run_carries_the_done_epochs_and_checkpoints_chain)
+{
+    /* Stop at epoch 150 and a bit, restore into a new ledger, go on to the
+     * end: the restored ledger's checkpoint is the first one's, its size
+     * stays flat, and every checkpoint on the way is exact. */
+    srand(23);
+    struct longrun lr;
+    longrun_init(&lr, 1u << 16);
+    while (lr.total < 150 * (uint64_t)PER_EPOCH + 1000)
+        longrun_batch(&lr, 0);
+    uint8_t *ckpt = NULL;
+    size_t len = longrun_check(&lr, &ckpt);
+    cr_assert_geq(epochs_done, 149);
+    uint8_t *posset = NULL;
+    size_t plen = 0;
+    char err[300];
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, 1u << 16, &posset, &plen, &epochs_done, err, sizeof err),
+                 0, "%s", err);
+    sl_ledger_t again;
+    sl__ledger_init(&again, 1u << 16);
+    cr_assert_eq(sl__ledger_restore(&again, posset, plen, epochs_done, err, sizeof err), 0, "%s", err);
+    uint8_t *ckpt2 = NULL;
+    size_t len2 = 0;
+    cr_assert_eq(sl__ledger_checkpoint(&again, 42, NULL, 0, &ckpt2, &len2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(len2, len);
+    cr_assert_eq(memcmp(ckpt2, ckpt, len), 0, "a restored ledger checkpoints as the one it came from");
+    free(ckpt2);
+    free(ckpt);
+    free(posset);
+    /* The rest of the run goes to the restored ledger. */
+    sl__ledger_free(&lr.l);
+    lr.l = again;
+    while (lr.total < (uint64_t)EPOCHS * PER_EPOCH) {
+        longrun_batch(&lr, 0);
+        sl__ledger_sync(&lr.l);
+        cr_assert_leq(sl__ledger_runs(&lr.l), 3 * F + WINDOW);
+    }
+    longrun_check(&lr, NULL);
+    longrun_free(&lr);
+}
+
+Test(ledger, a_fold_waits_for_the_batches_that_waited_and_later_runs_of_done_epochs_are_dropped)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1000);
+    sl_provenance_run_t e0[1] = {{0, 0, 0, 10}}, e0b[1] = {{0, 1, 0, 10}}, e1[1] = {{1, 0, 0, 10}};
+    give(&l, e0, 1, NULL, 0, false);
+    /* Epoch 0 done, with two batches waiting for the caller: not yet. */
+    sl__ledger_epochs_done(&l, 1, 2);
+    give(&l, e0b, 1, NULL, 0, false);
+    sl__ledger_sync(&l);
+    cr_assert_eq(sl__ledger_runs(&l), 2, "epoch 0 is kept until the caller has what waited");
+    cr_assert_eq(l.epochs_done, 0);
+    give(&l, e1, 1, NULL, 0, false);
+    sl__ledger_sync(&l);
+    cr_assert_eq(l.epochs_done, 1);
+    cr_assert_eq(sl__ledger_runs(&l), 1, "only epoch 1's run is left");
+    /* A stray run or notice of a done epoch does not grow it again. */
+    sl_split_done_t d = {.split_id = 1, .epoch = 0, .file_index = 3, .begin = 0, .end = 5, .delivered = 0};
+    give(&l, (sl_provenance_run_t[]){{0, 2, 0, 4}}, 1, &d, 1, true);
+    cr_assert_eq(sl__ledger_runs(&l), 1);
+    /* A report asked from epoch 0 says epoch 1's positions. */
+    sl_posset_t set;
+    cr_assert_eq(sl__ledger_report(&l, 0, &set), 0);
+    cr_assert_eq(set.num, 1);
+    cr_assert_eq(set.runs[0].epoch, 1);
+    sl_posset_clear(&set);
+    sl__ledger_free(&l);
+}
+
+Test(ledger, version_3_checkpoints_still_restore)
+{
+    /* A version 3 checkpoint (no done epochs) made from a version 4 one of
+     * no done epochs, its SHA-256 tag written again: it reads as the same
+     * positions with no done epochs. */
+    sl_ledger_t l;
+    sl__ledger_init(&l, 100);
+    give(&l, (sl_provenance_run_t[]){{2, 1, 5, 10}}, 1, NULL, 0, true);
+    uint8_t *v4 = NULL;
+    size_t len = 0;
+    char err[300];
+    cr_assert_eq(sl__ledger_checkpoint(&l, 5, NULL, 0, &v4, &len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(v4[4], 4, "checkpoints are written in version 4");
+    size_t len3 = len - 8;
+    uint8_t *v3 = malloc(len3);
+    memcpy(v3, v4, 24);
+    memcpy(v3 + 24, v4 + 32, len - 32 - 32);
+    v3[4] = 3;
+    SHA256(v3, len3 - 32, v3 + len3 - 32);
+    uint8_t *pos = NULL;
+    size_t plen = 0;
+    epochs_done = 99;
+    cr_assert_eq(sl__checkpoint_read(v3, len3, 5, NULL, 0, 100, &pos, &plen, &epochs_done, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(epochs_done, 0);
+    sl_posset_t set;
+    sl_posset_init(&set, 100);
+    cr_assert_eq(sl_posset_decode(&set, pos, plen, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_posset_count(&set, 2, 1, 0, 100), 10);
+    cr_assert_eq(sl_posset_size(&set), 10);
+    sl_posset_clear(&set);
+    /* Done epochs past 2^32 are refused by name (the tag written again). */
+    v4[24 + 4] = 1;
+    SHA256(v4, len - 32, v4 + len - 32);
+    free(pos);
+    pos = NULL;
+    cr_assert_eq(sl__checkpoint_read(v4, len, 5, NULL, 0, 100, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "past 2^32 epochs"), "%s", err);
+    cr_assert_null(pos);
+    free(v3);
+    free(v4);
+    sl__ledger_free(&l);
 }

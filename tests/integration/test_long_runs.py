@@ -1,0 +1,194 @@
+"""Exactly once over a long run: 300 epochs (a repeat) over 400 small text
+files under DYNAMIC sharding, read by a chain of sluice-cat processes that
+each stop after a seeded few hundred batches and write a checkpoint the next
+one resumes from; once the chain goes back to an earlier checkpoint drawn at
+random (what came after it is read again), and now and then a worker is
+killed with -9 and started again. Every position (epoch, file, record)
+arrives exactly once, and every record once per epoch; every checkpoint
+stays small (its size and its runs, asserted as bounds: the ledger holds at
+most --max-ledger-runs runs, far below the 120,000 (epoch, file) runs of
+the whole run, or the checkpoint would fail). Set SLUICE_CHAOS_SEED to
+replay one draw."""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import tempfile
+import unittest
+
+from harness import Cluster, child_env, get_json, wait_for
+
+EPOCHS = 300
+FILES = 400
+RECORDS = 2          # per file: 800 elements an epoch, 240,000 in all
+BATCH = 32
+LEDGER_RUNS = 4000   # ten times the files: two open epochs and a shuffle's holes fit
+CKPT_BYTES = 8192    # header, done epochs, tag and about 3 bytes a run of two open epochs
+
+
+def chaos_seed():
+    env = os.environ.get('SLUICE_CHAOS_SEED')
+    return int(env) if env else random.randrange(1 << 32)
+
+
+class LongRun(unittest.TestCase):
+
+    def setUp(self):
+        self.data = tempfile.mkdtemp(prefix='sluice-longrun-')
+        self.files = []
+        for f in range(FILES):
+            path = os.path.join(self.data, 'part-%03d.txt' % f)
+            with open(path, 'w') as out:
+                for r in range(RECORDS):
+                    out.write('%d\n' % (f * RECORDS + r))
+            self.files.append(path)
+        self.cluster = Cluster(workers=2, dispatcher_args=['--data-root', self.data],
+                               worker_args=['--data-root', self.data])
+        self.cluster.wait_workers_registered(2)
+
+    def tearDown(self):
+        bad = self.cluster.close()
+        shutil.rmtree(self.data, ignore_errors=True)
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+    def spec(self):
+        return {"source": {"type": "text_lines", "files": self.files},
+                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": 5},
+                        {"op": "repeat", "count": EPOCHS},
+                        {"op": "batch", "batch_size": BATCH}]}
+
+    def kill(self, victim, rng):
+        # Gate on state: the victim has a task that made batches, so it
+        # holds splits the consumer has not confirmed.
+        w = self.cluster.workers[victim]
+        wait_for(lambda: any(t['state'] == 'RUNNING' and t['batches_produced'] > 0
+                             for t in get_json(w.admin_port, '/v1/tasks')['tasks']),
+                 'worker %d (%s) to make batches before it is killed' % (victim, w.addr), timeout=120)
+        self.cluster.restart_worker(victim, down=rng.uniform(0.0, 0.5))
+
+    def run_one(self, args, limit, kill_at, rng, where):
+        """One sluice-cat of the chain: reads up to `limit` batches (all when
+        None), killing a worker after batch kill_at (when not None); returns
+        the batches' provenance runs and values."""
+        argv = self.cluster.cat_argv(self.spec(), ['--sharding', 'dynamic', '--with-provenance',
+                                                   '--max-ledger-runs', str(LEDGER_RUNS),
+                                                   '--max-outstanding', '4'] + args +
+                                     (['--limit', str(limit)] if limit else []))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        runs, values, batches = [], [], 0
+        try:
+            for line in proc.stdout:
+                b = json.loads(line)
+                if 'line' not in b:
+                    continue  # the last notices
+                runs.extend(b['_provenance'])
+                values.extend(int(v) for v in b['line'])
+                batches += 1
+                if kill_at is not None and batches == kill_at:
+                    self.kill(rng.randrange(2), rng)
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err = proc.stderr.read()
+        self.assertEqual(proc.returncode, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        return runs, values
+
+    def check_checkpoint(self, path, where):
+        with open(path, 'rb') as f:
+            ckpt = f.read()
+        self.assertEqual(ckpt[:4], b'SLCK', where)
+        self.assertEqual(struct.unpack_from('<I', ckpt, 4)[0], 4, where)
+        self.assertLessEqual(len(ckpt), CKPT_BYTES, '%s: a checkpoint of %d bytes' % (where, len(ckpt)))
+        return struct.unpack_from('<Q', ckpt, 24)[0], len(ckpt)
+
+    def test_300_epochs_over_400_files_exactly_once_with_checkpoints_a_restore_and_worker_kills(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it)' % (seed, seed)
+        total = EPOCHS * FILES * RECORDS // BATCH
+        # Stops every few hundred batches; the chain goes back once, from
+        # somewhere in its second half, to a checkpoint drawn at random.
+        stops, at = [], 0
+        while True:
+            at += rng.randrange(300, 700)
+            if at >= total - 100:
+                break
+            stops.append(at)
+        back_after = rng.randrange(len(stops) // 2, len(stops))
+        back_to = rng.randrange(0, back_after)
+        kills = set(rng.sample(range(len(stops)), max(1, len(stops) // 4)))
+        where += ': stops after batches %s, back from checkpoint %d to %d, kills in runs %s' % (
+            stops, back_after, back_to, sorted(kills))
+        # kept[i]: what the chain has taken for good after checkpoint i
+        # was written (the runs and values read before it).
+        kept_runs, kept_values = [], []
+        marks = []  # (len(kept_runs), len(kept_values)) at each checkpoint
+        sizes, dones = [], []
+        resume = None
+        went_back = False
+        i = 0
+        while True:
+            args = ['--resume-from', resume] if resume else []
+            last = i >= len(stops)
+            ckpt = os.path.join(self.cluster.dir, 'ckpt%d' % i)
+            limit = None if last else (stops[i] - (stops[i - 1] if i > 0 else 0))
+            if not last:
+                args += ['--checkpoint-out', ckpt]
+            kill_at = rng.randrange(1, limit) if (i in kills and not last) else None
+            runs, values = self.run_one(args, limit, kill_at, rng, '%s: run %d' % (where, i))
+            kept_runs.extend(runs)
+            kept_values.extend(values)
+            if last:
+                break
+            done, size = self.check_checkpoint(ckpt, '%s: checkpoint %d' % (where, i))
+            # Done epochs follow the stream: at most two behind what the
+            # chain has read.
+            read = len(kept_values) // (FILES * RECORDS)
+            self.assertGreaterEqual(done, read - 2, '%s: checkpoint %d: done epochs %d after %d epochs read' %
+                                    (where, i, done, read))
+            sizes.append(size)
+            dones.append(done)
+            marks.append((len(kept_runs), len(kept_values)))
+            resume = ckpt
+            if i == back_after and not went_back:
+                # Restore from an earlier checkpoint: what was read after it
+                # is read again, so it is dropped from what the chain kept.
+                went_back = True
+                del kept_runs[marks[back_to][0]:]
+                del kept_values[marks[back_to][1]:]
+                del marks[back_to + 1:]
+                resume = os.path.join(self.cluster.dir, 'ckpt%d' % back_to)
+                stops = stops[:back_to + 1] + [s - stops[back_after] + stops[back_to]
+                                                for s in stops[back_after + 1:]]
+                i = back_to + 1
+                continue
+            i += 1
+        # Every position once: each (epoch, file) run expanded.
+        seen = bytearray(EPOCHS * FILES * RECORDS)
+        dup = []
+        for e, f, b, n in kept_runs:
+            for r in range(b, b + n):
+                k = (e * FILES + f) * RECORDS + r
+                if seen[k]:
+                    dup.append((e, f, r))
+                seen[k] = 1
+        missing = seen.count(0)
+        self.assertEqual((missing, len(dup)), (0, 0), '%s: %d positions missing, %d twice (first %s)' %
+                         (where, missing, len(dup), dup[:5]))
+        # Every record once per epoch: 300 times in all, and the values
+        # match the positions (one element a record).
+        counts = [0] * (FILES * RECORDS)
+        for v in kept_values:
+            counts[v] += 1
+        wrong = [(v, c) for v, c in enumerate(counts) if c != EPOCHS]
+        self.assertEqual(wrong, [], '%s: records not read %d times (first %s)' % (where, EPOCHS, wrong[:5]))
+        print('long run %s: %d checkpoints of at most %d bytes, done epochs up to %d' %
+              (where, len(sizes), max(sizes), max(dones)))
+
+
+if __name__ == '__main__':
+    unittest.main()
