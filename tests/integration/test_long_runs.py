@@ -25,7 +25,12 @@ FILES = 400
 RECORDS = 2          # per file: 800 elements an epoch, 240,000 in all
 BATCH = 32
 LEDGER_RUNS = 4000   # ten times the files: two open epochs and a shuffle's holes fit
-CKPT_BYTES = 8192    # header, done epochs, tag and about 3 bytes a run of two open epochs
+# A checkpoint holds the done epochs as one number and the open epochs' runs,
+# about 3 bytes each: at most LEDGER_RUNS of them (two open epochs, a
+# shuffle's holes, a killed worker's splits handed out again out of order;
+# sizes of 1 to 9 KB were seen), where the whole run's 120,000 runs would take
+# some 360 KB.
+CKPT_BYTES = 3 * LEDGER_RUNS + 1024
 
 
 def chaos_seed():
