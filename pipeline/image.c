@@ -221,15 +221,19 @@ static inline void hlerp_row(const uint8_t *restrict row, const lerp_t *restrict
 
 #ifdef __SSE2__
 /* Three channels as one SSE2 op per pixel: the fourth lane reads the next
- * pixel's first byte and writes a float that the next pixel overwrites, so
- * the pixels that sample the row's last pixel (they come last: hi never
- * decreases) and the row's last output pixel go through the scalar loop.
- * Lanes compute what the scalar code does, to the bit. */
+ * input pixel's first byte and writes a float that the next output pixel
+ * overwrites, so the pixels that sample the row's last pixel (they come
+ * last, or first when the row is read mirrored) and the row's last output
+ * pixel go through the scalar loop. Lanes compute what the scalar code
+ * does, to the bit. */
 static void hlerp_rgb(const uint8_t *row, size_t row_bytes, const lerp_t *xl, size_t out_w, float *dst)
 {
     const __m128i zero = _mm_setzero_si128();
-    size_t x = 0;
-    for (; x + 1 < out_w && xl[x].hi + 3 < row_bytes; x++) {
+    for (size_t x = 0; x < out_w; x++) {
+        if (x + 1 == out_w || xl[x].hi + 3 >= row_bytes || xl[x].lo + 3 >= row_bytes) {
+            hlerp_row(row, xl + x, 1, 3, dst + 3 * x);
+            continue;
+        }
         uint32_t wa, wb;
         memcpy(&wa, row + xl[x].lo, sizeof(wa));
         memcpy(&wb, row + xl[x].hi, sizeof(wb));
@@ -238,7 +242,6 @@ static void hlerp_rgb(const uint8_t *row, size_t row_bytes, const lerp_t *xl, si
         __m128 r = _mm_add_ps(a, _mm_mul_ps(_mm_sub_ps(b, a), _mm_set1_ps(xl[x].t)));
         _mm_storeu_ps(dst + 3 * x, r);
     }
-    hlerp_row(row, xl + x, out_w - x, 3, dst + 3 * x);
 }
 #endif
 
@@ -260,11 +263,13 @@ static void hlerp(const uint8_t *row, size_t row_bytes, const lerp_t *xl, size_t
 }
 
 /* The two input rows, interpolated along x, that the current output row
- * blends. Output rows walk down the input, so a row once computed serves
- * every output row that needs it until both slots have moved past it. */
+ * blends. Output rows walk down the input (up it when it is read mirrored
+ * top to bottom), so a row once computed serves every output row that needs
+ * it until both slots have moved past it. */
 typedef struct row_cache {
     float *buf[2];
     int64_t idx[2]; /* the input row in each slot, -1 for none */
+    bool up;        /* rows are asked for bottom to top */
 } row_cache_t;
 
 static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t row_bytes, const lerp_t *xl,
@@ -273,9 +278,16 @@ static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t row_b
     for (int k = 0; k < 2; k++)
         if (rc->idx[k] == (int64_t)row)
             return rc->buf[k];
-    /* Replace the slot not holding the row still needed (keep), else the
-     * one with the lower row, which no later output row asks for. */
-    int k = keep >= 0 ? !keep : rc->idx[0] <= rc->idx[1] ? 0 : 1;
+    /* Replace the slot not holding the row still needed (keep), else an
+     * empty one, else the one behind the walk (the lower row walking down,
+     * the higher walking up), which no later output row asks for. */
+    int k;
+    if (keep >= 0)
+        k = !keep;
+    else if (rc->idx[0] < 0 || rc->idx[1] < 0)
+        k = rc->idx[0] < 0 ? 0 : 1;
+    else
+        k = (rc->idx[0] <= rc->idx[1]) != rc->up ? 0 : 1;
     hlerp(src + row * row_bytes, row_bytes, xl, out_w, c, rc->buf[k]);
     rc->idx[k] = (int64_t)row;
     return rc->buf[k];
@@ -315,6 +327,25 @@ static void vlerp_u8(const float *top, const float *bot, float t, size_t n, uint
      * hold the value rounded half to even, as round_u8() gives it. */
     v4f tv = {t, t, t, t}, magic = {ROUND_MAGIC, ROUND_MAGIC, ROUND_MAGIC, ROUND_MAGIC};
     size_t i = 0;
+#ifdef __SSE2__
+    /* Sixteen at a time: the low bytes of four vectors packed into one
+     * (each is 0..255 once masked, so the saturating packs keep it). */
+    const __m128i low = _mm_set1_epi32(0xff);
+    for (; i + 16 <= n; i += 16) {
+        __m128i q[4];
+        for (int k = 0; k < 4; k++) {
+            v4f a, b;
+            memcpy(&a, top + i + 4 * k, sizeof(a));
+            memcpy(&b, bot + i + 4 * k, sizeof(b));
+            v4f r = (a + (b - a) * tv) + magic;
+            __m128i bits;
+            memcpy(&bits, &r, sizeof(bits));
+            q[k] = _mm_and_si128(bits, low);
+        }
+        __m128i w = _mm_packus_epi16(_mm_packs_epi32(q[0], q[1]), _mm_packs_epi32(q[2], q[3]));
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), w);
+    }
+#endif
     for (; i + 4 <= n; i += 4) {
         v4f a, b;
         memcpy(&a, top + i, sizeof(a));
@@ -333,12 +364,65 @@ static void vlerp_u8(const float *top, const float *bot, float t, size_t n, uint
     }
 }
 
-static int resize(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst_u8,
-                  float *dst_f32, char *err, size_t errlen)
+/* Mirrors lerps computed for an image read mirrored: position p of the
+ * mirrored line is n - 1 - p of the real one (offsets in units of stride). */
+static void mirror_lerps(size_t n, size_t out, size_t stride, lerp_t *l)
+{
+    uint32_t last = (uint32_t)((n - 1) * stride);
+    for (size_t i = 0; i < out; i++) {
+        l[i].lo = last - l[i].lo;
+        l[i].hi = last - l[i].hi;
+    }
+}
+
+/* Normalization after a uint8 resize: a table per channel, as
+ * sl_image_normalize() builds it. */
+typedef struct norm_table {
+    float t[3][256];
+} norm_table_t;
+
+static int norm_table_init(norm_table_t *nt, size_t c, const float *mean, const float *std, bool scale, char *err,
+                           size_t errlen)
+{
+    for (size_t k = 0; k < c; k++) {
+        if (!isfinite(mean[k]))
+            return sl_errf(err, errlen, SL_EINVAL, "normalize: mean[%zu] is not finite", k);
+        if (!(std[k] > 0.0f) || !isfinite(std[k]))
+            return sl_errf(err, errlen, SL_EINVAL, "normalize: std[%zu] = %g, must be > 0 and finite", k,
+                        (double)std[k]);
+        for (int v = 0; v < 256; v++) {
+            float x = scale ? (float)v / 255.0f : (float)v;
+            nt->t[k][v] = (x - mean[k]) / std[k];
+        }
+    }
+    return 0;
+}
+
+/* n bytes of pixels of c channels (n a multiple of c) through the tables. */
+static void norm_row(const norm_table_t *nt, const uint8_t *src, size_t n, size_t c, float *dst)
+{
+    if (c == 3) {
+        for (size_t i = 0; i < n; i += 3) {
+            dst[i + 0] = nt->t[0][src[i + 0]];
+            dst[i + 1] = nt->t[1][src[i + 1]];
+            dst[i + 2] = nt->t[2][src[i + 2]];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nt->t[0][src[i]];
+    }
+}
+
+/* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
+ * into dst_u8, dst_f32, or through nt (non-NULL) into dst_f32: the uint8
+ * result normalized. */
+static int resize(const uint8_t *src, sl_image_shape_t in, int flip, size_t out_h, size_t out_w, uint8_t *dst_u8,
+                  float *dst_f32, const norm_table_t *nt, char *err, size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
-    row_cache_t rc = {{NULL, NULL}, {-1, -1}};
+    row_cache_t rc = {{NULL, NULL}, {-1, -1}, flip == SL_IMAGE_FLIP_UP_DOWN};
     lerp_t *xl = NULL, *yl = NULL;
+    uint8_t *u8row = NULL;
     int rc_code;
 
     if ((rc_code = check_shape("resize: input", in, sizeof(float), err, errlen)) != 0)
@@ -355,25 +439,39 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t 
     yl = malloc(out_h * sizeof(*yl));
     rc.buf[0] = malloc(out_row * sizeof(float));
     rc.buf[1] = malloc(out_row * sizeof(float));
-    if (!xl || !yl || !rc.buf[0] || !rc.buf[1]) {
+    if (nt)
+        u8row = malloc(out_row);
+    if (!xl || !yl || !rc.buf[0] || !rc.buf[1] || (nt && !u8row)) {
         rc_code = sl_errf(err, errlen, -ENOMEM, "resize: out of memory for %zu x %zu -> %zu x %zu", in.h, in.w, out_h,
                        out_w);
         goto done;
     }
     compute_lerps(in.w, out_w, c, xl);
     compute_lerps(in.h, out_h, 1, yl);
+    /* The mirrored image's lerps, in the same float steps, then each
+     * position read from its mirror: the same values as resizing a
+     * flipped copy, to the bit. */
+    if (flip == SL_IMAGE_FLIP_LEFT_RIGHT)
+        mirror_lerps(in.w, out_w, c, xl);
+    else if (flip == SL_IMAGE_FLIP_UP_DOWN)
+        mirror_lerps(in.h, out_h, 1, yl);
 
     for (size_t y = 0; y < out_h; y++) {
         const float *top = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].lo, -1);
         const float *bot = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].hi, slot_of(&rc, top));
-        if (dst_f32)
+        if (nt) {
+            vlerp_u8(top, bot, yl[y].t, out_row, u8row);
+            norm_row(nt, u8row, out_row, c, dst_f32 + y * out_row);
+        } else if (dst_f32) {
             vlerp_f32(top, bot, yl[y].t, out_row, dst_f32 + y * out_row);
-        else
+        } else {
             vlerp_u8(top, bot, yl[y].t, out_row, dst_u8 + y * out_row);
+        }
     }
     rc_code = 0;
 
 done:
+    free(u8row);
     free(rc.buf[1]);
     free(rc.buf[0]);
     free(yl);
@@ -384,13 +482,31 @@ done:
 int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
                        size_t errlen)
 {
-    return resize(src, in, out_h, out_w, dst, NULL, err, errlen);
+    return resize(src, in, -1, out_h, out_w, dst, NULL, NULL, err, errlen);
 }
 
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen)
 {
-    return resize(src, in, out_h, out_w, NULL, dst, err, errlen);
+    return resize(src, in, -1, out_h, out_w, NULL, dst, NULL, err, errlen);
+}
+
+int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
+                          size_t out_w, void *dst, char *err, size_t errlen)
+{
+    if (f->flip && f->flip_dir != SL_IMAGE_FLIP_LEFT_RIGHT && f->flip_dir != SL_IMAGE_FLIP_UP_DOWN)
+        return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)f->flip_dir);
+    int flip = f->flip ? (int)f->flip_dir : -1;
+    if (!f->mean)
+        return f->out_f32 ? resize(src, in, flip, out_h, out_w, NULL, dst, NULL, err, errlen)
+                          : resize(src, in, flip, out_h, out_w, dst, NULL, NULL, err, errlen);
+    int rc;
+    if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
+        return rc;
+    norm_table_t nt;
+    if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
+        return rc;
+    return resize(src, in, flip, out_h, out_w, NULL, dst, &nt, err, errlen);
 }
 
 /* ---- crops and flips ---- */
@@ -528,32 +644,12 @@ int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *
     int rc;
     if ((rc = check_shape("normalize", shape, sizeof(float), err, errlen)) != 0)
         return rc;
-    for (size_t k = 0; k < shape.c; k++) {
-        if (!isfinite(mean[k]))
-            return sl_errf(err, errlen, SL_EINVAL, "normalize: mean[%zu] is not finite", k);
-        if (!(std[k] > 0.0f) || !isfinite(std[k]))
-            return sl_errf(err, errlen, SL_EINVAL, "normalize: std[%zu] = %g, must be > 0 and finite", k,
-                        (double)std[k]);
-    }
     /* A byte has 256 values: a table per channel gives the exact result of
      * the expression (no reciprocal) at the cost of a load per value. */
-    float table[3][256];
-    for (size_t k = 0; k < shape.c; k++)
-        for (int v = 0; v < 256; v++) {
-            float x = scale ? (float)v / 255.0f : (float)v;
-            table[k][v] = (x - mean[k]) / std[k];
-        }
-    size_t n = shape.h * shape.w;
-    if (shape.c == 3) {
-        for (size_t i = 0; i < n; i++) {
-            dst[3 * i + 0] = table[0][src[3 * i + 0]];
-            dst[3 * i + 1] = table[1][src[3 * i + 1]];
-            dst[3 * i + 2] = table[2][src[3 * i + 2]];
-        }
-    } else {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = table[0][src[i]];
-    }
+    norm_table_t nt;
+    if ((rc = norm_table_init(&nt, shape.c, mean, std, scale, err, errlen)) != 0)
+        return rc;
+    norm_row(&nt, src, shape.h * shape.w * shape.c, shape.c, dst);
     return 0;
 }
 

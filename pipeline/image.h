@@ -107,6 +107,31 @@ int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, si
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen);
 
+/** What sl_image_resize_fused() does around the resize. */
+typedef struct sl_image_resize_fuse {
+    bool flip;                    /* resize the image mirrored along flip_dir */
+    sl_image_flip_dir_t flip_dir;
+    bool out_f32;                 /* without mean: float32 output (else uint8) */
+    const float *mean, *std;      /* non-NULL: the uint8 result normalized (float32 output) */
+    bool scale;                   /* normalize's scale */
+} sl_image_resize_fuse_t;
+
+/**
+ * In one pass, what sl_image_flip() (when f->flip), then
+ * sl_image_resize_u8() or sl_image_resize_f32(), then (when f->mean)
+ * sl_image_normalize() of the uint8 result give, to the bit: the flip reads
+ * the input mirrored instead of copying it, and the uint8 rows go through
+ * normalize's tables as they are made, without a whole uint8 image between.
+ * @param[in] src the input, in.h * in.w * in.c bytes
+ * @param[in] f what to do; with mean, mean and std have in.c values each
+ * @param[out] dst out_h * out_w * in.c values: float32 with f->mean or
+ *            f->out_f32, else uint8; not overlapping src
+ * @return 0; SL_EINVAL for a bad shape, size, direction, mean or std (as
+ *         the three functions refuse them); -ENOMEM (scratch rows)
+ */
+int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
+                          size_t out_w, void *dst, char *err, size_t errlen);
+
 /* ---- crops and flips ---- */
 
 /**

@@ -51,6 +51,14 @@ struct image_iter {
      * has a decoder of its own (dec, and one per thread as its local). */
     bool fused;                       /* decode_jpeg: leave the decoding to the crop */
     struct image_iter *fused_decode;  /* random_crop, center_crop: the decode_jpeg before it */
+    /* Likewise random_flip directly followed by a resize, and a uint8
+     * resize directly followed by normalize, of the same component: the
+     * later op does the earlier one's work in the same pass
+     * (sl_image_resize_fused), with the same result. The earlier op passes
+     * the image on (fused); the flip's draw stays its own (its seed and
+     * epoch, the element's ordinal). */
+    struct image_iter *fused_flip;    /* resize: the random_flip before it */
+    struct image_iter *fused_resize;  /* normalize: the uint8 resize before it */
 };
 
 /* ---- casts ---- */
@@ -297,26 +305,52 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     return 0;
 }
 
-static int do_resize(struct image_iter *ii, sl_value_t *v)
+/* resize, with the flip before it (fused_flip) and the normalize after it
+ * (norm, NULL when not fused) in the same pass. The input's shape is
+ * checked by the first of them, which names the op in an error. */
+static int do_resize(struct image_iter *ii, uint64_t ordinal, struct image_iter *norm, sl_value_t *v)
 {
+    struct image_iter *first = ii->fused_flip ? ii->fused_flip : ii;
     sl_image_shape_t s;
     char err[256];
-    int rc = image_shape(ii, v, &s);
+    int rc = image_shape(first, v, &s);
     if (rc < 0)
         return rc;
+    sl_image_resize_fuse_t f = {0};
+    if (ii->fused_flip) {
+        struct image_iter *fl = ii->fused_flip;
+        sl_rng_t rng;
+        sl_rng_seed(&rng, sl__element_seed(fl->seed, fl->epoch, ordinal));
+        /* The draw sl_image_random_flip() makes: the top bit. */
+        f.flip = (sl_rng_next(&rng) >> 63) != 0;
+        f.flip_dir = (sl_image_flip_dir_t)fl->op.u.random_flip.direction;
+    }
+    float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
+    if (norm) {
+        const sl_spec_floats_t *mean = &norm->op.u.normalize.mean, *std = &norm->op.u.normalize.std;
+        if ((size_t)mean->n != s.c)
+            return sl__iter_fail(&norm->base, SL_EDATA,
+                                 "component \"%s\" has %zu channel%s, but mean and std have %d values", key_name(ii),
+                                 s.c, s.c == 1 ? "" : "s", mean->n);
+        for (int i = 0; i < mean->n; i++) {
+            m[i] = (float)mean->v[i];
+            d[i] = (float)std->v[i];
+        }
+        f.mean = m;
+        f.std = d;
+        f.scale = norm->op.u.normalize.scale;
+    }
     size_t h = (size_t)ii->op.u.resize.size.v[0], w = (size_t)ii->op.u.resize.size.v[1];
-    sl_dtype_t dt = ii->op.u.resize.dtype;
+    sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.resize.dtype;
+    f.out_f32 = dt == SL_DTYPE_FLOAT32;
     size_t bytes = h * w * s.c * sl_dtype_size(dt);
     uint8_t *out = malloc(bytes);
     if (!out)
-        return nomem(ii, bytes);
-    if (dt == SL_DTYPE_FLOAT32)
-        rc = sl_image_resize_f32(sl_value_data(v), s, h, w, (float *)out, err, sizeof err);
-    else
-        rc = sl_image_resize_u8(sl_value_data(v), s, h, w, out, err, sizeof err);
+        return nomem(norm ? norm : ii, bytes);
+    rc = sl_image_resize_fused(sl_value_data(v), s, &f, h, w, out, err, sizeof err);
     if (rc < 0) {
         free(out);
-        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+        return sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
     }
     set_image(v, dt, h, w, s.c, out);
     return 0;
@@ -449,8 +483,10 @@ static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
-static int do_normalize(struct image_iter *ii, sl_value_t *v)
+static int do_normalize(struct image_iter *ii, uint64_t ordinal, sl_value_t *v)
 {
+    if (ii->fused_resize)
+        return do_resize(ii->fused_resize, ordinal, ii, v);
     sl_image_shape_t s;
     char err[256];
     int rc = image_shape(ii, v, &s);
@@ -523,11 +559,11 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
     case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, local, v); break;
-    case SL_OP_RESIZE: rc = do_resize(ii, v); break;
+    case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, ordinal, NULL, v); break;
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
-    case SL_OP_RANDOM_FLIP: rc = do_random_flip(ii, &rng, v); break;
-    case SL_OP_NORMALIZE: rc = do_normalize(ii, v); break;
+    case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
+    case SL_OP_NORMALIZE: rc = do_normalize(ii, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
     default: rc = sl__iter_fail(it, SL_EINTERNAL, "op kind %d is not an image op", (int)ii->kind); break;
     }
@@ -615,23 +651,34 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     }
 }
 
+/* Whether op (being built as later) can take over the work of input, an
+ * image op of kind on the same component not already fused: only when both
+ * run alike, so that no work moves from a parallel stage into a sequential
+ * op, or the other way. The pipeline records input's parallelism right after
+ * building it (sl__parallel_opts); later's is recorded here the same way to
+ * compare them. */
+static struct image_iter *fusable(struct image_iter *later, const sl_spec_op_t *op, sl_iter_t *input,
+                                  sl_op_kind_t kind)
+{
+    if (input->vt != &image_vtbl)
+        return NULL;
+    struct image_iter *e = (struct image_iter *)input;
+    if (e->kind != kind || e->key != later->key || e->fused)
+        return NULL;
+    sl__parallel_opts(&later->base, op, later->base.ctx);
+    const sl_iter_t *a = &e->base, *b = &later->base;
+    bool pa = a->par_calls > 1, pb = b->par_calls > 1;
+    if (pa != pb || (pa && (a->par_calls != b->par_calls || a->deterministic != b->deterministic)))
+        return NULL;
+    return e;
+}
+
 /* A crop straight after decode_jpeg of the same component takes the
  * decoding over (see struct image_iter). */
 static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_iter_t *input)
 {
-    if (input->vt != &image_vtbl)
-        return 0;
-    struct image_iter *d = (struct image_iter *)input;
-    if (d->kind != SL_OP_DECODE_JPEG || d->key != crop->key || d->fused)
-        return 0;
-    /* Only when both run alike: the decoding must not move from a parallel
-     * stage into a sequential crop, or the other way. The pipeline records
-     * d's parallelism right after building it (sl__parallel_opts); the
-     * crop's is recorded here the same way to compare them. */
-    sl__parallel_opts(&crop->base, op, crop->base.ctx);
-    const sl_iter_t *a = &d->base, *b = &crop->base;
-    bool pa = a->par_calls > 1, pb = b->par_calls > 1;
-    if (pa != pb || (pa && (a->par_calls != b->par_calls || a->deterministic != b->deterministic)))
+    struct image_iter *d = fusable(crop, op, input, SL_OP_DECODE_JPEG);
+    if (!d)
         return 0;
     char err[256];
     if (sl_image_decoder_new(&crop->dec, err, sizeof err) < 0)
@@ -674,8 +721,17 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         }
         ii->base.spec.c[k].dtype = SL_DTYPE_UINT8;
         break;
-    case SL_OP_RESIZE: ii->base.spec.c[k].dtype = op->u.resize.dtype; break;
-    case SL_OP_NORMALIZE: ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32; break;
+    case SL_OP_RESIZE:
+        ii->base.spec.c[k].dtype = op->u.resize.dtype;
+        if ((ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL)
+            ii->fused_flip->fused = true;
+        break;
+    case SL_OP_NORMALIZE:
+        ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32;
+        /* Only a uint8 resize: normalize's tables then see its bytes. */
+        if (dt == SL_DTYPE_UINT8 && (ii->fused_resize = fusable(ii, op, input, SL_OP_RESIZE)) != NULL)
+            ii->fused_resize->fused = true;
+        break;
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
     case SL_OP_RANDOM_CROP:
         ii->seed = op->u.random_crop.has_seed ? (uint64_t)op->u.random_crop.seed : sl__random_seed(ii);

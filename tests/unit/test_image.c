@@ -627,6 +627,71 @@ Test(image_resize, matches_tensorflow_formula_and_variants_agree)
         }
 }
 
+/* The fused pass gives what flip, resize and normalize give in turn, to the
+ * bit, for every flip, output and channel count, down and up. */
+Test(image_resize, fused_equals_flip_resize_normalize)
+{
+    static const size_t sizes[][4] = {{256, 256, 224, 224}, {375, 500, 224, 224}, {17, 31, 64, 9}, {64, 9, 17, 31},
+                                      {1, 1, 5, 3},         {5, 3, 1, 1},         {2, 200, 3, 7}, {3, 3, 7, 2}};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    for (size_t t = 0; t < sizeof(sizes) / sizeof(sizes[0]); t++)
+        for (size_t c = 1; c <= 3; c += 2)
+            for (int flip = -1; flip <= 1; flip++)
+                for (int mode = 0; mode < 3; mode++) { /* uint8, float32, normalized */
+                    sl_image_shape_t in = {sizes[t][0], sizes[t][1], c}, out = {sizes[t][2], sizes[t][3], c};
+                    size_t n = out.h * out.w * c;
+                    uint8_t *src = random_image(in), *tmp = xmalloc(in.h * in.w * c), *u = xmalloc(n);
+                    float *want = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
+                    const uint8_t *from = src;
+                    if (flip >= 0) {
+                        cr_assert_eq(sl_image_flip(src, in, (sl_image_flip_dir_t)flip, tmp, err, sizeof(err)), 0);
+                        from = tmp;
+                    }
+                    size_t bytes = n * (mode == 0 ? 1 : sizeof(float));
+                    if (mode == 1) {
+                        cr_assert_eq(sl_image_resize_f32(from, in, out.h, out.w, want, err, sizeof(err)), 0, "%s", err);
+                    } else {
+                        cr_assert_eq(sl_image_resize_u8(from, in, out.h, out.w, u, err, sizeof(err)), 0, "%s", err);
+                        if (mode == 0)
+                            memcpy(want, u, n);
+                        else
+                            cr_assert_eq(sl_image_normalize(u, out, mean, std, true, want, err, sizeof(err)), 0, "%s",
+                                         err);
+                    }
+                    sl_image_resize_fuse_t f = {.flip = flip >= 0,
+                                                .flip_dir = flip >= 0 ? (sl_image_flip_dir_t)flip : 0,
+                                                .out_f32 = mode == 1,
+                                                .mean = mode == 2 ? mean : NULL,
+                                                .std = mode == 2 ? std : NULL,
+                                                .scale = true};
+                    cr_assert_eq(sl_image_resize_fused(src, in, &f, out.h, out.w, got, err, sizeof(err)), 0, "%s",
+                                 err);
+                    cr_assert(memcmp(got, want, bytes) == 0, "%zux%zux%zu -> %zux%zu, flip %d, mode %d differs",
+                              in.h, in.w, c, out.h, out.w, flip, mode);
+                    free(got);
+                    free(want);
+                    free(u);
+                    free(tmp);
+                    free(src);
+                }
+}
+
+Test(image_resize, fused_bad_arguments)
+{
+    uint8_t src[12] = {0};
+    float dst[12];
+    const float mean[3] = {0, 0, 0}, bad_std[3] = {1, 0, 1};
+    sl_image_resize_fuse_t f = {.flip = true, .flip_dir = (sl_image_flip_dir_t)7};
+    cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "unknown direction 7"), "%s", err);
+    f = (sl_image_resize_fuse_t){.mean = mean, .std = bad_std};
+    cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "std[1] = 0"), "%s", err);
+    f = (sl_image_resize_fuse_t){.out_f32 = true};
+    cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 0, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "resize: output"), "%s", err);
+}
+
 Test(image_resize, bad_arguments)
 {
     uint8_t src[12] = {0}, dst[64];

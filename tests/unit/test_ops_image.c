@@ -429,3 +429,72 @@ Test(image_ops, fused_decode_crop_equals_decode_then_crop)
         batches_free(&unfused);
     }
 }
+
+/* random_flip then resize then a uint8 resize's normalize run as one pass
+ * (fused); casts to what each already is keep them apart. Both must give the
+ * same bytes, draws included, sequential and in a parallel stage. */
+Test(image_ops, fused_flip_resize_normalize_equals_apart)
+{
+    const char *flips[] = {"{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s}",
+                           "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":8,"
+                           "\"direction\":\"up_down\"%s}"};
+    const char *resizes[] = {"{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[29,37],\"dtype\":\"uint8\"%s}",
+                             "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[64,50]%s}"};
+    const char *norm = "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,0.406],"
+                       "\"std\":[0.229,0.224,0.225],\"scale\":true%s}";
+    for (int par = 0; par < 2; par++)
+        for (size_t f = 0; f < 2; f++)
+            for (size_t r = 0; r < 2; r++) {
+                const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                char fl[256], rs[256], nm[256], cast_u8[128], cast_r[128], fused[1024], apart[1024];
+                snprintf(fl, sizeof fl, flips[f], pc);
+                snprintf(rs, sizeof rs, resizes[r], pc);
+                snprintf(nm, sizeof nm, norm, pc);
+                snprintf(cast_u8, sizeof cast_u8, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s}",
+                         pc);
+                snprintf(cast_r, sizeof cast_r, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"%s\"%s}",
+                         r == 0 ? "uint8" : "float32", pc);
+                snprintf(fused, sizeof fused, "%s,%s,%s", fl, rs, nm);
+                snprintf(apart, sizeof apart, "%s,%s,%s,%s,%s", fl, cast_u8, rs, cast_r, nm);
+                sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
+                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "," DECODE
+                                             ",%s]}",
+                                             fused),
+                                       &o),
+                          b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "," DECODE
+                                             ",%s]}",
+                                             apart),
+                                       &o);
+                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                cr_assert_eq(a.n, 32);
+                cr_assert_eq(a.n, b.n);
+                for (size_t k = 0; k < a.n; k++) {
+                    const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
+                    cr_assert_eq(ca->dtype, SL_DTYPE_FLOAT32);
+                    cr_assert_eq(a.b[k]->size, b.b[k]->size);
+                    cr_assert_eq(memcmp(a.b[k]->data + ca->offset, b.b[k]->data + cb->offset,
+                                        (size_t)(ca->shape[0] * ca->shape[1] * ca->shape[2]) * sizeof(float)),
+                                 0, "%s: image %zu", fused, k);
+                }
+                batches_free(&a);
+                batches_free(&b);
+            }
+}
+
+/* A flip that draws the same for every image would make the test above
+ * vacuous: both outcomes occur with its seeds. */
+Test(image_ops, fused_flip_draws_both_ways)
+{
+    batches_t plain = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[29,37],\"dtype\":\"uint8\"}");
+    batches_t fl = run_images("{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5},"
+                              "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[29,37],\"dtype\":\"uint8\"}");
+    cr_assert_eq(plain.rc, 1, "%s", plain.errmsg);
+    cr_assert_eq(fl.rc, 1, "%s", fl.errmsg);
+    size_t same = 0;
+    for (size_t k = 0; k < fl.n; k++)
+        same += plain.b[k]->size == fl.b[k]->size && memcmp(plain.b[k]->data, fl.b[k]->data, fl.b[k]->size) == 0;
+    cr_assert(same > 0 && same < fl.n, "%zu of %zu images unflipped", same, fl.n);
+    batches_free(&plain);
+    batches_free(&fl);
+}
