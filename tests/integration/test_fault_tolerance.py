@@ -435,12 +435,21 @@ class BrokenConnections(unittest.TestCase):
             spec = {"source": {"type": "range", "stop": n}, "ops": ops + [{"op": "batch", "batch_size": batch}]}
             total = n // batch
             ats = sorted(rng.sample(range(total // 10, total * 8 // 10), cuts))
-            lost = []
+            lost, cutters = [], []
 
             def cut():
-                lost.append(sum(p.cut() for p in proxies))
+                # In the background, while the test reads on: the trainer
+                # keeps asking, so answers are on the wire when the proxy
+                # throws away what comes next (read nothing, and the trainer
+                # would stop asking once its budget is full: nothing to cut).
+                for p in proxies:
+                    t = threading.Thread(target=lambda p=p: lost.append(p.cut()))
+                    t.start()
+                    cutters.append(t)
             rc, got, err = stream_with_faults(cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '30000'],
                                               [(at, cut) for at in ats])
+            for t in cutters:
+                t.join(30)
             self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
             assert_exactly_once(self, got, n, '%s, bytes thrown away by each cut %s' % (where, lost))
             # The cuts threw answers away: what the test is about happened.
