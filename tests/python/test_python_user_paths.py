@@ -22,8 +22,12 @@ from pycase import SluiceCase
 PYTHONPATH = os.path.dirname(os.path.dirname(sluice.__file__))
 
 WAIT_IN_NEXT = r'''
+import signal
 import sys
 import sluice
+# Ctrl-C as a user's process gets it: a test started from a background job
+# inherits SIGINT ignored, and Python then installs no handler of its own.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 it = sluice.distribute(sluice.range(0, 10).batch(2), sys.argv[1], timeout_ms=3600000)
 try:
     next(it)
