@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "log.h"
+#include "sluice.h"
 
 int sl_cli_int(const char *program, const char *opt, const char *val, int64_t min, int64_t max, int64_t *out)
 {
@@ -147,6 +148,12 @@ void sl_daemon_opts_init(sl_daemon_opts_t *o)
                             .log_level = SL_LOG_INFO};
 }
 
+void sl_cli_version(const char *program)
+{
+    printf("%s %s\n", program, sl_version());
+    fflush(stdout);
+}
+
 int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t *o)
 {
     switch (c) {
@@ -182,6 +189,7 @@ int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t 
     case SL_CLI_O_TLS_KEY: o->tls_key = arg; return 1;
     case SL_CLI_O_TLS_CA: o->tls_ca = arg; return 1;
     case SL_CLI_O_INSECURE: o->insecure = true; return 1;
+    case SL_CLI_O_VERSION: sl_cli_version(program); exit(0);
     case SL_CLI_O_MAX_CONNS:
         return sl_cli_int(program, "max-connections", arg, 1, 1000000, &o->max_connections) < 0 ? -1 : 1;
     case SL_CLI_O_MAX_PARTIAL:

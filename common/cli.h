@@ -90,6 +90,7 @@ enum {
     SL_CLI_O_IDLE_MS,
     SL_CLI_O_ADMIN_TLS_CERT,
     SL_CLI_O_ADMIN_TLS_KEY,
+    SL_CLI_O_VERSION,
 };
 #define SL_CLI_DAEMON_LONGOPTS                                                                                      \
     {"port", required_argument, NULL, SL_CLI_O_PORT}, {"admin-port", required_argument, NULL, SL_CLI_O_ADMIN_PORT}, \
@@ -109,7 +110,8 @@ enum {
         {"handshake-timeout-ms", required_argument, NULL, SL_CLI_O_HANDSHAKE_MS},                                   \
         {"idle-timeout-ms", required_argument, NULL, SL_CLI_O_IDLE_MS},                                             \
         {"admin-tls-cert", required_argument, NULL, SL_CLI_O_ADMIN_TLS_CERT},                                       \
-        {"admin-tls-key", required_argument, NULL, SL_CLI_O_ADMIN_TLS_KEY}
+        {"admin-tls-key", required_argument, NULL, SL_CLI_O_ADMIN_TLS_KEY},                                       \
+        {"version", no_argument, NULL, SL_CLI_O_VERSION}
 
 /* The usage lines of the options above that concern security and limits. */
 #define SL_CLI_DAEMON_SECURITY_USAGE                                                                                \
@@ -128,11 +130,16 @@ enum {
 void sl_daemon_opts_init(sl_daemon_opts_t *o);
 
 /**
- * Takes getopt's option c with its argument when it is one of SL_CLI_O_*.
+ * Takes getopt's option c with its argument when it is one of SL_CLI_O_*
+ * (--version prints the version and exits 0).
  * @return 1 taken, 0 not one of them, -1 a bad value (said on stderr as
  *         "PROGRAM: --OPT: ...")
  */
 int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t *o);
+
+/** Prints "PROGRAM VERSION" (the project's version) on stdout: what
+ *  --version says, in every daemon and tool. */
+void sl_cli_version(const char *program);
 
 /** Prints the line tests and scripts wait for, "PROGRAM listening port=P
  *  admin_port=Q", on stdout, flushed. */

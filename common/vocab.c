@@ -95,3 +95,8 @@ int sl_target_workers_parse(const char *name, sl_target_workers_t *out)
     }
     return SL_EINVAL;
 }
+
+const char *sl_version(void)
+{
+    return SLUICE_VERSION;
+}

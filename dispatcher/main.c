@@ -71,7 +71,8 @@ static void usage(FILE *f)
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
             "  --log-format FORMAT      text (default) or json, one line per event\n"
-            "  --config FILE.json       options as a JSON object; the command line wins\n",
+            "  --config FILE.json       options as a JSON object; the command line wins\n"
+            "  --version                print the version and exit\n",
             program);
 }
 

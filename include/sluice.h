@@ -230,6 +230,9 @@ typedef struct sl_iterator_opts {
 /** @return a static description of an error code (negative) */
 SL_EXPORT const char *sl_strerror(int err);
 
+/** The library's version, "MAJOR.MINOR.PATCH" (what the daemons' --version say). */
+SL_EXPORT const char *sl_version(void);
+
 /** @return the name of a dtype ("int64"), or "invalid" */
 SL_EXPORT const char *sl_dtype_name(sl_dtype_t dtype);
 

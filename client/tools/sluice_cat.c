@@ -58,7 +58,8 @@ static void usage(FILE *f)
             "  --timeout-ms N           longest wait for an unresponsive worker (default 30000)\n"
             "  --dispatcher-timeout-ms N  how long to ride through an unreachable dispatcher,\n"
             "                           reading what the workers serve (default 3600000)\n"
-            "  --progress               a progress line on stderr\n",
+            "  --progress               a progress line on stderr\n"
+            "  --version                print the version and exit\n",
             program);
 }
 
@@ -324,7 +325,7 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP, O_VERSION };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -351,6 +352,7 @@ int main(int argc, char **argv)
         {"tls-key", required_argument, NULL, O_KEY},
         {"tls-ca", required_argument, NULL, O_CA},
         {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     const char *dispatcher = NULL, *dataset = NULL, *checkpoint_out = NULL, *resume_from = NULL;
@@ -425,6 +427,7 @@ int main(int argc, char **argv)
         case O_KEY: co.tls_key = optarg; break;
         case O_CA: co.tls_ca = optarg; break;
         case O_HELP: usage(stdout); return 0;
+        case O_VERSION: printf("%s %s\n", program, sl_version()); return 0;
         default: usage(stderr); return 2;
         }
     }

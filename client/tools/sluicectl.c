@@ -41,7 +41,8 @@ static void usage(FILE *f)
             "  job ID           one job in detail: tasks, consumers, rates\n"
             "  cancel ID        cancel a job; its clients get an error\n"
             "  drain ADDR       no new tasks or splits for the worker at ADDR\n"
-            "  watch ID         a live progress bar of a job, until it ends\n",
+            "  watch ID         a live progress bar of a job, until it ends\n"
+            "--version prints the version and exits\n",
             program);
 }
 
@@ -479,7 +480,8 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
         {"token-file", required_argument, NULL, 't'}, {"ca", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'v'},
+        {NULL, 0, NULL, 0},
     };
     const char *admin = NULL, *token_file = NULL;
     bool raw = false;
@@ -491,6 +493,7 @@ int main(int argc, char **argv)
         case 't': token_file = optarg; break;
         case 'c': ca_file = optarg; break;
         case 'h': usage(stdout); return 0;
+        case 'v': printf("%s %s\n", program, SLUICE_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }

@@ -195,6 +195,17 @@ class Failures(unittest.TestCase):
             self.assertEqual(r.returncode, 2, argv)
             self.assertTrue(r.stderr.strip(), argv)
 
+    def test_every_program_says_its_version(self):
+        from harness import BUILD, binary
+        with open(os.path.join(BUILD, 'CMakeCache.txt')) as f:
+            version = re.search(r'^CMAKE_PROJECT_VERSION:STATIC=(.+)$', f.read(), re.M).group(1)
+        # A daemon's --version wins over its missing required options.
+        for name, argv in (('sluice-dispatcher', ['--log-level', 'info', '--version']),
+                           ('sluice-workerd', ['--log-level', 'info', '--version']),
+                           ('sluice-cat', ['--version']), ('sluicectl', ['--version'])):
+            r = subprocess.run([binary(name)] + argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, '%s %s\n' % (name, version), ''), name)
+
     def test_config_file_sets_options_and_the_command_line_wins(self):
         from harness import binary
         c = Cluster(workers=0)

@@ -47,6 +47,16 @@ def owner_of(a):
     return None
 
 
+# ---------------------------------------------------------------- the version
+
+class VersionTest(unittest.TestCase):
+
+    def test_package_and_library_say_one_version(self):
+        # A package loading a libsluice of another release would mislead
+        # whoever reads __version__ in a bug report.
+        self.assertEqual(sluice.__version__, _lib.load().sl_version().decode())
+
+
 # ---------------------------------------------------------------- the builder
 
 class BuilderTest(unittest.TestCase):

@@ -173,6 +173,7 @@ def _declare(lib):
         f.argtypes = list(argtypes)
 
     fn('sl_strerror', c_char_p, c_int)
+    fn('sl_version', c_char_p)
     fn('sl_dtype_name', c_char_p, c_int)
     fn('sl_dtype_size', c_size_t, c_int)
     fn('sl_sharding_parse', c_int, c_char_p, P(c_int))
