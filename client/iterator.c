@@ -554,6 +554,8 @@ static void task_connect(struct itask *t)
     int rc = sl_conn_connect(it->base, t->address, &it->env, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
                              it->opts.connect_timeout_ms, &worker_cbs, t, &t->conn, t->last_error,
                              sizeof t->last_error);
+    if (rc == 0)
+        sl_conn_cap_connect(t->conn, SL_CONN_SYN_MS);
     if (rc < 0) {
         t->state = TC_IDLE;
         t->conn = NULL;
@@ -960,6 +962,8 @@ static void disp_connect(sl_iterator_t *it)
                         it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
                         sizeof it->disp_error) < 0)
         it->disp = NULL;
+    else
+        sl_conn_cap_connect(it->disp, SL_CONN_SYN_MS); /* a new SYN soon after a heal */
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

@@ -79,6 +79,7 @@ struct sl_conn {
     struct event *pump;     /* TLS: records OpenSSL read ahead wait (read_cb again) */
     struct event *flush;    /* TLS: gathered records wait for the socket (tlsio.h) */
     int deadline_ms;
+    int syn_ms;             /* outgoing: the deadline is the TCP connect's, at syn_ms (0: none) */
     struct event *idle;     /* accepted connections with env->idle_ms */
     int64_t last_active_ms;
     unsigned owed;          /* accepted: the peer's requests not answered yet */
@@ -455,6 +456,22 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     if (c->state >= CONN_OPEN)
         return;
     char why[256];
+    if (c->outgoing && c->syn_ms) {
+        int ms = c->syn_ms;
+        c->syn_ms = 0;
+        struct sockaddr_storage peer;
+        socklen_t len = sizeof peer;
+        if (getpeername(conn_fd(c), (struct sockaddr *)&peer, &len) == 0) {
+            arm_ms(c->deadline, c->deadline_ms - ms); /* connected: the handshake's time goes on */
+            return;
+        }
+        snprintf(why, sizeof why, "%s: no answer to the connect within %d ms (the network may be cut)",
+                 c->peer_addr, ms);
+        c->depth++;
+        conn_die(c, true, -ETIMEDOUT, why);
+        leave(c);
+        return;
+    }
     if (c->outgoing) {
         snprintf(why, sizeof why, "%s: connect and handshake timed out after %d ms", c->peer_addr, c->deadline_ms);
     } else {
@@ -1122,6 +1139,14 @@ int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_
     /* A non-blocking connect fails later through event_cb. */
     *out = c;
     return 0;
+}
+
+void sl_conn_cap_connect(sl_conn_t *c, int ms)
+{
+    if (!c->outgoing || c->state != CONN_HANDSHAKE || c->hello_sent || ms <= 0 || ms >= c->deadline_ms)
+        return;
+    c->syn_ms = ms;
+    arm_ms(c->deadline, ms);
 }
 
 /* One part of a frame to send: copied when queued (copy) or referenced. */

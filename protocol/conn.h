@@ -83,6 +83,21 @@ int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_
                     sl_role_t expect, const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs,
                     void *arg, sl_conn_t **out, char *err, size_t errlen);
 
+/**
+ * For a caller that tries again when an attempt fails (a worker or a client
+ * reconnecting): the TCP connect of c (just made by sl_conn_connect()) must
+ * be answered within ms, else c closes with "no answer to the connect". The
+ * rest of the handshake keeps the whole timeout. A SYN sent while the
+ * network was cut is retransmitted by the kernel only after 1, 3, 7 s...;
+ * a new attempt sends a new one, so that a healed network carries the
+ * connection within about ms and a retry interval, not a backoff's step.
+ */
+void sl_conn_cap_connect(sl_conn_t *c, int ms);
+
+/* What reconnecting callers give sl_conn_cap_connect(): past the kernel's
+ * first SYN retransmission (1 s), so one lost SYN costs no attempt. */
+#define SL_CONN_SYN_MS 1500
+
 /** Payload release callback: called once the bytes are written or dropped. */
 typedef void (*sl_conn_free_fn)(const void *data, size_t len, void *extra);
 

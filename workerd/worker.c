@@ -937,7 +937,9 @@ static void session_connect(sl_worker_t *w)
         sl_log_warn("cannot connect to dispatcher: %s", err);
         session_set_state(w, SESSION_DISCONNECTED);
         reconnect_later(w);
+        return;
     }
+    sl_conn_cap_connect(w->disp, SL_CONN_SYN_MS); /* a new SYN soon after a heal */
 }
 
 static void on_retry_register(evutil_socket_t fd, short what, void *arg)
