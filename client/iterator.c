@@ -48,6 +48,7 @@
 #include "posset.h"
 #include "provwire.h"
 #include "received.h"
+#include "resolve.h"
 
 #define RETRY_MS 200
 /* A worker that does not know a task yet (it hears of a new job's tasks
@@ -81,6 +82,8 @@ struct itask {
     int64_t unreachable_since; /* 0 while reachable */
     char last_error[512];
     int64_t retry_at;
+    sl_resolver_t *resolver;  /* the worker's address, looked up off the loop (resolve.h) */
+    int64_t resolving_since;  /* TC_CONNECTING without conn: the lookup under way since */
     /* The worker has not started the task yet (it learns of it with its
      * next heartbeat): ask again from not_before on. */
     int64_t unknown_since;
@@ -143,6 +146,7 @@ struct sl_iterator {
     int64_t disp_last_ok;
     int64_t hb_sent_ms;     /* when the heartbeat in flight (hb_out) went */
     int64_t disp_retry_at;  /* no connect to the dispatcher before */
+    sl_resolver_t *disp_resolver; /* its address, looked up off the loop */
     unsigned disp_attempts; /* connects since the last answer: the backoff */
     int64_t disp_lost_ms;   /* when it stopped answering (0: it answers), for the notice */
     char disp_error[512];
@@ -545,23 +549,50 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
 
 static const sl_conn_cbs_t worker_cbs = {worker_ready, worker_frame, worker_close};
 
+/* A connect to the task's worker failed before it began (the lookup, the
+ * socket): retried from the tick. */
+static void task_connect_failed(struct itask *t)
+{
+    t->state = TC_IDLE;
+    t->conn = NULL;
+    if (!t->unreachable_since)
+        t->unreachable_since = now_ms();
+    t->retry_at = now_ms() + RETRY_MS;
+}
+
+static void task_resolved(int rc, const struct sockaddr_storage *ss, socklen_t sslen, const char *why, void *arg)
+{
+    struct itask *t = arg;
+    sl_iterator_t *it = t->it;
+    if (t->state != TC_CONNECTING || t->conn)
+        return;
+    t->resolving_since = 0;
+    if (rc < 0) {
+        snprintf(t->last_error, sizeof t->last_error, "%s", why);
+        task_connect_failed(t);
+        return;
+    }
+    size_t maxp = it->opts.max_batch_bytes > UINT32_MAX ? UINT32_MAX : it->opts.max_batch_bytes;
+    sl_limits_t limits = {.max_payload = (uint32_t)maxp};
+    if (sl_conn_connect_to(it->base, t->address, ss, sslen, &it->env, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
+                           it->opts.connect_timeout_ms, &worker_cbs, t, &t->conn, t->last_error,
+                           sizeof t->last_error) < 0) {
+        task_connect_failed(t);
+        return;
+    }
+    sl_conn_cap_connect(t->conn, SL_CONN_SYN_MS); /* a new SYN soon after a heal */
+}
+
+/* Looks the worker's address up off the loop, then connects (task_resolved()). */
 static void task_connect(struct itask *t)
 {
     sl_iterator_t *it = t->it;
-    size_t maxp = it->opts.max_batch_bytes > UINT32_MAX ? UINT32_MAX : it->opts.max_batch_bytes;
-    sl_limits_t limits = {.max_payload = (uint32_t)maxp};
     t->state = TC_CONNECTING;
-    int rc = sl_conn_connect(it->base, t->address, &it->env, SL_ROLE_CLIENT, SL_ROLE_WORKER, &limits,
-                             it->opts.connect_timeout_ms, &worker_cbs, t, &t->conn, t->last_error,
-                             sizeof t->last_error);
-    if (rc == 0)
-        sl_conn_cap_connect(t->conn, SL_CONN_SYN_MS);
-    if (rc < 0) {
-        t->state = TC_IDLE;
-        t->conn = NULL;
-        if (!t->unreachable_since)
-            t->unreachable_since = now_ms();
-        t->retry_at = now_ms() + RETRY_MS;
+    t->resolving_since = now_ms();
+    if ((!t->resolver && !(t->resolver = sl_resolver_new(it->base, task_resolved, t))) ||
+        sl_resolver_start(t->resolver, t->address) < 0) {
+        snprintf(t->last_error, sizeof t->last_error, "out of memory looking up %s", t->address);
+        task_connect_failed(t);
     }
 }
 
@@ -849,6 +880,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         task_drop_conn(t);
         coord_forget_task(it, t, true);
         *p = t->next;
+        sl_resolver_free(t->resolver);
         free(t);
     }
     if (it->track && resp->epochs_done > 0) {
@@ -948,22 +980,37 @@ static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 #define DISP_BACKOFF_MIN_MS 100
 #define DISP_BACKOFF_MAX_MS 1000
 
+static void disp_resolved(int rc, const struct sockaddr_storage *ss, socklen_t sslen, const char *why, void *arg)
+{
+    sl_iterator_t *it = arg;
+    if (it->disp)
+        return;
+    if (rc < 0) {
+        snprintf(it->disp_error, sizeof it->disp_error, "%s", why);
+        return;
+    }
+    sl_limits_t limits = {.max_payload = 1024 * 1024};
+    if (sl_conn_connect_to(it->base, it->dispatcher, ss, sslen, &it->env, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
+                           it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
+                           sizeof it->disp_error) < 0)
+        it->disp = NULL;
+    else
+        sl_conn_cap_connect(it->disp, SL_CONN_SYN_MS); /* a new SYN soon after a heal */
+}
+
+/* Looks the dispatcher's address up off the loop (a DNS outage must not
+ * stop the reads from the workers), then connects (disp_resolved()). */
 static void disp_connect(sl_iterator_t *it)
 {
     int64_t now = now_ms();
-    if (now < it->disp_retry_at)
+    if (now < it->disp_retry_at || sl_resolver_busy(it->disp_resolver))
         return;
     int64_t wait = doubled(DISP_BACKOFF_MIN_MS, DISP_BACKOFF_MAX_MS, it->disp_attempts);
     /* Jitter: trainers that lost one dispatcher do not come back in step. */
     it->disp_retry_at = now + wait / 2 + (int64_t)(((uint64_t)now * 2654435761u + it->client_id) % (uint64_t)(wait / 2 + 1));
     it->disp_attempts++;
-    sl_limits_t limits = {.max_payload = 1024 * 1024};
-    if (sl_conn_connect(it->base, it->dispatcher, &it->env, SL_ROLE_CLIENT, SL_ROLE_DISPATCHER, &limits,
-                        it->opts.connect_timeout_ms, &disp_cbs, it, &it->disp, it->disp_error,
-                        sizeof it->disp_error) < 0)
-        it->disp = NULL;
-    else
-        sl_conn_cap_connect(it->disp, SL_CONN_SYN_MS); /* a new SYN soon after a heal */
+    if (sl_resolver_start(it->disp_resolver, it->dispatcher) < 0)
+        snprintf(it->disp_error, sizeof it->disp_error, "out of memory looking up %s", it->dispatcher);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -1002,6 +1049,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     else
         send_heartbeat(it);
     for (struct itask *t = it->tasks; t; t = t->next) {
+        if (t->state == TC_CONNECTING && !t->conn && t->resolving_since &&
+            now - t->resolving_since > it->opts.timeout_ms) {
+            iterator_fail(it, -ETIMEDOUT, "worker %s: its address did not resolve within %d ms (timeout_ms)",
+                          t->address, it->opts.timeout_ms);
+            return;
+        }
         if (t->state != TC_IDLE)
             continue;
         if (now - t->unreachable_since > it->opts.timeout_ms) {
@@ -1197,7 +1250,8 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->release_timer = evtimer_new(it->base, on_release_timeout, it);
     it->end_probe = evtimer_new(it->base, on_end_probe, it);
     it->retry_timer = evtimer_new(it->base, on_retry_timer, it);
-    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe || !it->retry_timer)
+    it->disp_resolver = sl_resolver_new(it->base, disp_resolved, it);
+    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe || !it->retry_timer || !it->disp_resolver)
         goto fail;
     struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
     event_add(it->tick, &tv);
@@ -1387,6 +1441,7 @@ void sl_iterator_close(sl_iterator_t *it)
         it->tasks = t->next;
         if (t->conn)
             sl_conn_close(t->conn);
+        sl_resolver_free(t->resolver);
         free(t);
     }
     if (it->disp)
@@ -1411,6 +1466,7 @@ void sl_iterator_close(sl_iterator_t *it)
         event_free(it->end_probe);
     if (it->retry_timer)
         event_free(it->retry_timer);
+    sl_resolver_free(it->disp_resolver);
     if (it->base)
         event_base_free(it->base);
     pthread_cond_destroy(&it->cv);

@@ -1114,6 +1114,17 @@ int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_
     int rc = sl_addr_resolve(address, &ss, &sslen, err, errlen);
     if (rc < 0)
         return rc;
+    return sl_conn_connect_to(base, address, &ss, sslen, env, self, expect, limits, timeout_ms, cbs, arg, out, err,
+                              errlen);
+}
+
+int sl_conn_connect_to(struct event_base *base, const char *address, const struct sockaddr_storage *addr,
+                       socklen_t addrlen, const sl_conn_env_t *env, sl_role_t self, sl_role_t expect,
+                       const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
+                       sl_conn_t **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss = *addr;
+    socklen_t sslen = addrlen;
     sl_conn_t *c = conn_new(base, -1, env, true, self, limits, cbs, arg);
     if (!c) {
         snprintf(err, errlen, "out of memory connecting to %s", address);

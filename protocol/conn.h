@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <event2/event.h>
@@ -82,6 +83,15 @@ sl_conn_t *sl_conn_accept(struct event_base *base, int fd, sl_conn_env_t *env, s
 int sl_conn_connect(struct event_base *base, const char *address, const sl_conn_env_t *env, sl_role_t self,
                     sl_role_t expect, const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs,
                     void *arg, sl_conn_t **out, char *err, size_t errlen);
+
+/**
+ * sl_conn_connect() to an address already resolved (resolve.h, off the
+ * loop); address ("host:port") names the peer in messages.
+ */
+int sl_conn_connect_to(struct event_base *base, const char *address, const struct sockaddr_storage *addr,
+                       socklen_t addrlen, const sl_conn_env_t *env, sl_role_t self, sl_role_t expect,
+                       const sl_limits_t *limits, int timeout_ms, const sl_conn_cbs_t *cbs, void *arg,
+                       sl_conn_t **out, char *err, size_t errlen);
 
 /**
  * For a caller that tries again when an attempt fails (a worker or a client

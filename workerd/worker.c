@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "provwire.h"
+#include "resolve.h"
 #include "rng.h"
 #include "rounds.h"
 
@@ -130,6 +131,7 @@ struct sl_worker {
     struct event *heartbeat_timer;
     struct event *hold_timer; /* drops what silent clients hold (held.h) */
     struct event *reconnect_timer;
+    sl_resolver_t *resolver; /* the dispatcher's address (session_connect()) */
     sl_rng_t jitter; /* draws the reconnect delays (reconnect_later()) */
     struct event *retry_register;
 };
@@ -925,16 +927,34 @@ static void disp_ready(sl_conn_t *c, void *arg)
 
 static const sl_conn_cbs_t disp_cbs = {disp_ready, disp_frame, disp_close};
 
+/* The dispatcher's address, looked up off the loop (resolve.h): with DNS
+ * down the worker keeps serving what it has while it waits. */
 static void session_connect(sl_worker_t *w)
 {
-    char err[512];
-    /* A dataset spec, or a restored job's excluded positions. */
-    sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSSET_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
     session_set_state(w, SESSION_CONNECTING);
-    int rc = sl_conn_connect(w->base, w->dispatcher, w->cfg.env, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits,
-                             w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);
+    if (sl_resolver_start(w->resolver, w->dispatcher) < 0) {
+        sl_log_warn("cannot look up dispatcher %s: out of memory", w->dispatcher);
+        session_set_state(w, SESSION_DISCONNECTED);
+        reconnect_later(w);
+    }
+}
+
+static void disp_resolved(int rc, const struct sockaddr_storage *ss, socklen_t sslen, const char *why, void *arg)
+{
+    sl_worker_t *w = arg;
+    char err[512];
+    if (w->session != SESSION_CONNECTING || w->disp)
+        return;
+    if (rc == 0) {
+        /* A dataset spec, or a restored job's excluded positions. */
+        sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSSET_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
+        rc = sl_conn_connect_to(w->base, w->dispatcher, ss, sslen, w->cfg.env, SL_ROLE_WORKER, SL_ROLE_DISPATCHER,
+                                &limits, w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);
+        why = err;
+    }
     if (rc < 0) {
-        sl_log_warn("cannot connect to dispatcher: %s", err);
+        sl_log_warn("cannot connect to dispatcher: %s", why);
+        w->disp = NULL;
         session_set_state(w, SESSION_DISCONNECTED);
         reconnect_later(w);
         return;
@@ -1016,9 +1036,11 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
         evconnlistener_set_error_cb(w->listener, sl_listener_on_error);
     w->heartbeat_timer = event_new(base, -1, EV_PERSIST, on_heartbeat_timer, w);
     w->reconnect_timer = evtimer_new(base, on_reconnect_timer, w);
+    w->resolver = sl_resolver_new(base, disp_resolved, w);
     w->retry_register = evtimer_new(base, on_retry_register, w);
     w->hold_timer = event_new(base, -1, EV_PERSIST, on_hold_timer, w);
-    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register || !w->hold_timer) {
+    if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register || !w->hold_timer ||
+        !w->resolver) {
         if (!w->listener)
             evutil_closesocket(fd);
         snprintf(err, errlen, "out of memory");
@@ -1069,6 +1091,7 @@ void sl_worker_free(sl_worker_t *w)
         event_free(w->hold_timer);
     if (w->reconnect_timer)
         event_free(w->reconnect_timer);
+    sl_resolver_free(w->resolver);
     if (w->retry_register)
         event_free(w->retry_register);
     if (w->listener)

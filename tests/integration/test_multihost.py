@@ -264,6 +264,8 @@ class MultiHost(unittest.TestCase):
     dispatcher_args = ()
     worker_args = ()
     split_size = SPLIT
+    dispatcher_host = DISPATCHER   # what workers and trainers are given to reach it
+    processes_only = False         # the case edits the hosts' /etc files, which a container does not see
 
     def setUp(self):
         why = netns.unavailable()
@@ -275,6 +277,8 @@ class MultiHost(unittest.TestCase):
         self.podman, why = runtime()
         if why:
             self.fail(why)
+        if self.processes_only:
+            self.podman = None
         sys.stderr.write('(daemons: %s) ' % ('podman, %s' % self.podman if self.podman else 'processes'))
         self.dir = tempfile.mkdtemp(prefix='sluice-mh-')
         self.addCleanup(shutil.rmtree, self.dir, True)
@@ -291,12 +295,17 @@ class MultiHost(unittest.TestCase):
         self.dhost = self.net.add_host('disp', DISPATCHER)
         self.whosts = [self.net.add_host('w%d' % i, a) for i, a in enumerate(WORKERS)]
         self.thosts = [self.net.add_host('t%d' % i, a) for i, a in enumerate(TRAINERS)]
+        for h in self.whosts + self.thosts:
+            self.prepare_host(h)
         self.net.wait_reachable()
         self.dispatcher = self.start_dispatcher()
         self.workers = [self.start_worker(i, wait=False) for i in range(len(WORKERS))]
         for w in self.workers:   # started together: a container takes a second or two to start
             w.wait_listening()
         self.wait_live_workers(len(WORKERS))
+
+    def prepare_host(self, host):
+        """Before any process starts in host (a case's /etc/netns files)."""
 
     def share(self, path):
         """Makes path the image's user's, so that the daemons in containers
@@ -321,7 +330,7 @@ class MultiHost(unittest.TestCase):
 
     def start_worker(self, i, wait=True):
         h = self.whosts[i]
-        return self._daemon(h, [binary('sluice-workerd'), '--dispatcher', '%s:%d' % (DISPATCHER, DPORT),
+        return self._daemon(h, [binary('sluice-workerd'), '--dispatcher', '%s:%d' % (self.dispatcher_host, DPORT),
                                 '--port', str(WPORT), '--admin-port', str(WADMIN),
                                 '--worker-address', '%s:%d' % (h.addr, WPORT), '--auth-token-file', self.token,
                                 '--buffer-mb', '1', '--data-root', self.dir] + list(self.worker_args),
@@ -404,7 +413,7 @@ class MultiHost(unittest.TestCase):
         return path
 
     def trainer(self, host, spec, args=(), name=None):
-        argv = [binary('sluice-cat'), '--dispatcher', '%s:%d' % (DISPATCHER, DPORT), '--dataset',
+        argv = [binary('sluice-cat'), '--dispatcher', '%s:%d' % (self.dispatcher_host, DPORT), '--dataset',
                 self.spec_file(spec), '--format', 'jsonl', '--with-worker', '--auth-token-file', self.token,
                 '--max-outstanding', '4'] + list(args)
         t = Trainer(host, argv, self.dir, name or 'trainer%d' % len(self.trainers))
@@ -631,6 +640,72 @@ class DispatcherCutOffPastLeases(MultiHost):
             self.assertIn('no answer to the connect within 1500 ms', w.stderr(), w.name)
 
 
+class DispatcherNameUnresolvable(MultiHost):
+    """Workers and trainers reach the dispatcher by name. The name leaves
+    every host's hosts file and the dispatcher host is cut, so that every
+    lookup goes to a name server (the dispatcher host's address) that drops
+    it: with resolv.conf's timeout:30 attempts:5 one lookup blocks for up
+    to 150 s. The workers serve and the trainers read on meanwhile: the
+    lookups run off the event loops (common/resolve.h), where a blocking
+    getaddrinfo() stopped both for the whole lookup. Healed, and the name
+    back, the workers carry on under their ids and every trainer gets the
+    whole range from each worker (OFF). (Processes only: a container has
+    /etc files of its own.)"""
+    NAME = 'sluice-dispatcher.mh.test'
+    dispatcher_host = NAME
+    processes_only = True
+    dispatcher_args = ('--worker-timeout-ms', '600000', '--client-timeout-ms', '600000')
+
+    def prepare_host(self, host):
+        # ip netns exec mounts /etc/netns/NS/FILE over /etc/FILE; rewritten
+        # in place (same inode) the hosts file changes under the processes.
+        d = os.path.join('/etc/netns', host.ns)
+        os.makedirs(d, exist_ok=True)
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, 'resolv.conf'), 'w') as f:
+            f.write('nameserver %s\noptions timeout:30 attempts:5\n' % DISPATCHER)
+        self.hosts_file(host, True)
+
+    def hosts_file(self, host, with_name):
+        with open(os.path.join('/etc/netns', host.ns, 'hosts'), 'w') as f:   # truncated in place
+            f.write('127.0.0.1 localhost\n' + ('%s %s\n' % (DISPATCHER, self.NAME) if with_name else ''))
+
+    def test_workers_serve_and_trainers_read_while_lookups_hang(self):
+        # OFF: each worker streams the whole range with no split from the
+        # dispatcher, so the trainers can read far past what waits in their
+        # pipes and queues (about a dozen batches) while it is away.
+        m = 200_000
+        spec = {"source": {"type": "range", "stop": m}, "ops": [{"op": "batch", "batch_size": BATCH}]}
+        trainers = [self.trainer(h, spec, ['--sharding', 'off']) for h in self.thosts]
+        self.read_each(trainers, 20 * BATCH)
+        ids = sorted(x['id'] for x in self.workers_view())
+        for h in self.whosts + self.thosts:
+            self.hosts_file(h, False)
+        self.net.isolate(self.dhost)
+        # Every worker and trainer gives up its silent dispatcher connection
+        # (the answer deadline) and within its retry interval (at most 0.75 s
+        # for a worker, 1 s for a trainer) starts a lookup that hangs.
+        self.wait_until(lambda: all('dispatcher connection lost' in w.stderr() for w in self.workers),
+                        'every worker to give up its dispatcher connection')
+        self.wait_until(lambda: all('does not answer' in t.stderr() for t in trainers),
+                        'every trainer to give up its dispatcher connection')
+        time.sleep(1.5)
+        # A loop that waited on its lookup would answer and serve nothing for
+        # up to 150 s; these wait 5 s (an admin request) and WAIT (60 s).
+        for w in self.workers:
+            self.assertEqual(w.admin('/healthz')['status'], 'ok', w.name)
+        self.read_each(trainers, 60 * BATCH)
+        for h in self.whosts + self.thosts:
+            self.hosts_file(h, True)
+        self.net.heal_all()
+        for t in trainers:
+            self.assertEqual(t.finish(), 0, '%s failed: %s' % (t.name, t.stderr()[-3000:]))
+            counts = collections.Counter(t.values)
+            self.assertEqual((len(counts), set(counts.values())), (m, {len(self.workers)}),
+                             '%s: every element once from each worker' % t.name)
+        self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+
+
 class TrainerAwayPastItsLease(MultiHost):
     """Trainer 0 cut from the dispatcher (not from the workers) until the
     dispatcher counts it away (--client-timeout-ms 3 s); meanwhile worker 2
@@ -804,7 +879,7 @@ class ThrottledWorker(MultiHost):
                 "ops": [{"op": "batch", "batch_size": 16}]}
         procs = []
         for i, h in enumerate(self.thosts):
-            argv = [binary('sluice-cat'), '--dispatcher', '%s:%d' % (DISPATCHER, DPORT), '--dataset',
+            argv = [binary('sluice-cat'), '--dispatcher', '%s:%d' % (self.dispatcher_host, DPORT), '--dataset',
                     self.spec_file(spec), '--format', 'raw', '--auth-token-file', self.token,
                     '--sharding', 'dynamic', '--job-name', 'mh']
             procs.append(h.popen(argv, name='raw%d' % i, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -897,7 +972,7 @@ class LocalTargetWorkers(MultiHost):
         for t, w in zip(trainers, self.workers):
             self.assertEqual(set(t.by_worker), {w.addr}, '%s read from %s' % (t.name, dict(t.by_worker)))
         # No worker on a trainer host: refused, with the address the dispatcher saw.
-        r = self.thosts[0].run([binary('sluice-cat'), '--dispatcher', '%s:%d' % (DISPATCHER, DPORT), '--dataset',
+        r = self.thosts[0].run([binary('sluice-cat'), '--dispatcher', '%s:%d' % (self.dispatcher_host, DPORT), '--dataset',
                                 self.spec_file(spec), '--format', 'count', '--auth-token-file', self.token,
                                 '--sharding', 'dynamic', '--target-workers', 'local'], check=False, timeout=WAIT)
         self.assertNotEqual(r.returncode, 0)
