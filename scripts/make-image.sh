@@ -8,6 +8,9 @@
 #
 # usage: scripts/make-image.sh BUILD_DIR [TAG]
 #   TAG defaults to sluice:<the CMake project version>. Uses podman, else buildah.
+#   Reproducible: the image's creation time and every file's time are
+#   SOURCE_DATE_EPOCH (default: the time of the checkout's last commit), so
+#   two builds from one build directory are the same image, byte for byte.
 set -euo pipefail
 build=${1:?usage: make-image.sh BUILD_DIR [TAG]}
 cd "$(dirname "$0")/.."
@@ -104,6 +107,8 @@ EOF
 chmod 0755 "$ctx/root/usr/bin/sluice-entrypoint"
 
 revision=$(git -C "$root_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)
+epoch=${SOURCE_DATE_EPOCH:-$(git -C "$root_dir" log -1 --format=%ct 2>/dev/null || echo 0)}
+[[ "$epoch" =~ ^[0-9]+$ ]] || { echo "make-image: SOURCE_DATE_EPOCH=$epoch is not a number of seconds" >&2; exit 1; }
 cat > "$ctx/Containerfile" <<EOF
 FROM scratch
 COPY root/ /
@@ -120,5 +125,5 @@ CMD ["sluice-dispatcher", "--help"]
 EOF
 
 echo "make-image: building $tag with ${builder[*]} ($(du -sh "$ctx/root" | cut -f1) root)"
-"${builder[@]}" --quiet -t "$tag" -f "$ctx/Containerfile" "$ctx" >/dev/null
+"${builder[@]}" --quiet --timestamp "$epoch" -t "$tag" -f "$ctx/Containerfile" "$ctx" >/dev/null
 echo "make-image: built $tag"

@@ -658,6 +658,22 @@ class Image(unittest.TestCase):
         self.assertEqual(top.stdout.split()[1:], ['10001'], 'the dispatcher runs as the image\'s user')
 
 
+    def test_two_builds_of_one_build_are_the_same_image(self):
+        # make-image.sh stamps the image and its files with SOURCE_DATE_EPOCH
+        # (the last commit's time): a rebuild is the same image, so a
+        # registry or a cluster can tell a real change from a rebuild.
+        build = os.path.dirname(os.path.dirname(binary('sluice-dispatcher')))
+        again = '%s:repro-%d' % (oci.REPO, os.getpid())
+        r = subprocess.run(['bash', os.path.join(oci.ROOT, 'scripts', 'make-image.sh'), build, again],
+                           capture_output=True, text=True, timeout=oci.BUILD_TIMEOUT)
+        self.addCleanup(subprocess.run, ['podman', 'rmi', again], capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        ids = [subprocess.run(['podman', 'image', 'inspect', '--format', '{{.Id}}', t], capture_output=True,
+                              text=True, timeout=60).stdout.strip() for t in (self.tag, again)]
+        self.assertTrue(ids[0], 'no image %s' % self.tag)
+        self.assertEqual(ids[0], ids[1], 'two builds of %s differ' % build)
+
+
 class Backup(unittest.TestCase):
     """docs/operations.md#backups: a copy of a serving dispatcher's state store
     made with mdb_copy, in a new work dir, is the same state."""
