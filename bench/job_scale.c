@@ -10,7 +10,9 @@
  * on every worker and a client lease; they stay idle), and the workers keep
  * one GetSplit request (its own request_seq) in flight each for the measured
  * seconds: hand-outs per second and the 99th percentile of a request's
- * latency. Every answer is a committed change. The first level is the
+ * latency. Every answer is a committed change. Then the same with every
+ * request a replay of the last (answered again, nothing to commit): the
+ * dispatcher's own work per request without the store's fsync. The first level is the
  * baseline, measured in the same run against the same dispatcher.
  *
  * usage: bench_job_scale ADDRESS LEVELS [workers [seconds]]
@@ -48,6 +50,7 @@ static struct {
     struct event_base *base;
     const char *address;
     bool measuring;
+    bool replay; /* GetSplit requests repeat the last request_seq */
     uint64_t dataset_id, job_id;
     struct fake fakes[MAX_WORKERS];
     unsigned num;
@@ -75,7 +78,12 @@ static void die(const char *what)
 
 static void send_split(struct fake *f)
 {
-    sluice_GetSplitRequest req = {.task_id = f->task_id, .epoch = 0, .max_splits = 1, .request_seq = ++f->seq};
+    /* Replayed: the last request again, answered from the task's last
+     * answer with nothing to commit (what a worker that lost an answer
+     * sends): the dispatcher's lookups without the store's fsync. */
+    if (!b.replay || f->seq == 0)
+        f->seq++;
+    sluice_GetSplitRequest req = {.task_id = f->task_id, .epoch = 0, .max_splits = 1, .request_seq = f->seq};
     f->sent_at = now_s();
     f->in_flight = sl_conn_send(f->conn, SL_MSG_GET_SPLIT_REQ, ++b.next_id, &req, NULL, 0, NULL, NULL) == 0;
 }
@@ -197,8 +205,9 @@ static int cmp_double(const void *x, const void *y)
 }
 
 /* Keeps one GetSplit in flight on every fake for seconds. */
-static void measure(double seconds, double *per_s, double *p99_ms)
+static void measure(bool replay, double seconds, double *per_s, double *p99_ms)
 {
+    b.replay = replay;
     b.answers = b.splits = 0;
     b.num_lat = 0;
     b.measuring = true;
@@ -268,22 +277,26 @@ int main(int argc, char **argv)
         wait_for(NULL, &f->task_id);
     }
 
-    double per_s[MAX_LEVELS], p99[MAX_LEVELS], make_s[MAX_LEVELS];
+    double per_s[MAX_LEVELS], p99[MAX_LEVELS], make_s[MAX_LEVELS], replay_s[MAX_LEVELS], replay_p99[MAX_LEVELS];
     for (unsigned l = 0; l < num_levels; l++) {
         double t0 = now_s();
         make_jobs(&client, levels[l]);
         make_s[l] = now_s() - t0;
         double warm_rate, warm_p99;
-        measure(seconds / 4, &warm_rate, &warm_p99);
-        measure(seconds, &per_s[l], &p99[l]);
+        measure(false, seconds / 4, &warm_rate, &warm_p99);
+        measure(false, seconds, &per_s[l], &p99[l]);
+        measure(true, seconds / 2, &replay_s[l], &replay_p99[l]);
     }
     printf("{\"bench\": \"job_scale\", \"workers\": %u, \"levels\": [", b.num);
     for (unsigned l = 0; l < num_levels; l++)
         printf("%s{\"jobs\": %" PRIu64 ", \"handouts_per_second\": %.0f, \"p99_ms\": %.3f, "
-               "\"seconds_to_create\": %.2f}", l ? ", " : "", levels[l], per_s[l], p99[l], make_s[l]);
+               "\"replays_per_second\": %.0f, \"replay_p99_ms\": %.3f, \"seconds_to_create\": %.2f}",
+               l ? ", " : "", levels[l], per_s[l], p99[l], replay_s[l], replay_p99[l], make_s[l]);
     unsigned last = num_levels - 1;
     printf("], \"baseline\": \"the same dispatcher holding %" PRIu64 " jobs\", \"rate_ratio\": %.3f, "
-           "\"p99_ratio\": %.3f}\n", levels[0], per_s[last] / per_s[0], p99[last] / p99[0]);
+           "\"p99_ratio\": %.3f, \"replay_rate_ratio\": %.3f, \"replay_p99_ratio\": %.3f}\n", levels[0],
+           per_s[last] / per_s[0], p99[last] / p99[0], replay_s[last] / replay_s[0],
+           replay_p99[last] / replay_p99[0]);
     b.dataset_id = UINT64_MAX; /* closing now */
     for (unsigned i = 0; i < b.num; i++)
         if (b.fakes[i].conn)
