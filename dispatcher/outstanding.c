@@ -135,8 +135,8 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
     unsigned readers = 0;
     for (unsigned i = 0; i < j->num_clients; i++) {
         struct client *c = &j->clients[i];
-        if (!reads(c, t) || c->away_since)
-            continue; /* an away client holds no split back (state.c, client_away()) */
+        if (!reads(c, t) || c->away_since || c->stalled_since)
+            continue; /* an away or stalled client holds no split back (state.c, client_away()) */
         readers++;
         const struct client_progress *p = progress_of(c, t->id);
         uint64_t b = p ? p->done_below : 0;
@@ -157,15 +157,31 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
         t->out_head = t->out_num = t->out_saved = 0;
 }
 
-void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
+bool sl__out_holds_back(const struct job *j, const struct client *c)
 {
     if (!sl__out_tracked(j))
-        return;
+        return false;
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        if (sl__out_count(t) == 0 || !reads(c, t))
+            continue;
+        const struct client_progress *p = progress_of((struct client *)c, t->id);
+        if (!p || p->done_below <= t->out[t->out_head].id)
+            return true;
+    }
+    return false;
+}
+
+bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
+{
+    bool grew = false;
+    if (!sl__out_tracked(j))
+        return false;
     if (!c) {
         /* A client left: any task's smallest progress may have grown. */
         for (unsigned k = 0; k < j->num_tasks; k++)
             prune(st, j, &j->tasks[k]);
-        return;
+        return false;
     }
     /* Only the tasks whose progress from c grew can have a larger minimum. */
     for (unsigned i = 0; i < n; i++) {
@@ -184,9 +200,11 @@ void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sl
         }
         if (p[i].done_below > cp->done_below) {
             cp->done_below = p[i].done_below;
+            grew = true;
             prune(st, j, t);
         }
     }
+    return grew;
 }
 
 static int orphans_append(sl_dstate_t *st, struct job *j, const struct osplit *o)

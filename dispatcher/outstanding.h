@@ -42,8 +42,13 @@ bool sl__out_pending(const struct job *j);
 
 /** A client said how far each task's splits reached it (n of them; c may
  *  be NULL when n is 0: a client left): every split that reached every
- *  client reading its task is no longer outstanding. */
-void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
+ *  client reading its task (away and stalled clients aside) is no longer
+ *  outstanding. @return whether c's progress grew */
+bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
+
+/** Whether client c holds splits back from its peers: a task it reads has
+ *  an outstanding split its progress has not passed. */
+bool sl__out_holds_back(const struct job *j, const struct client *c);
 
 /** Task t's worker was lost: its outstanding splits wait for the clients'
  *  reports (a new report generation). */

@@ -557,7 +557,7 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
             index < 0 || target < 0 || target >= SL_TARGET_COUNT_)
             return bad(l, j->id, "clients: a client with missing or out-of-range fields");
         struct client *c = &j->clients[j->num_clients++];
-        *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .consumer_index = (uint32_t)index,
+        *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .progress_at = l->now, .consumer_index = (uint32_t)index,
                              .round = (uint64_t)round, .target = (sl_target_workers_t)target, .late = late};
         snprintf(c->host, sizeof c->host, "%s", host);
     }

@@ -69,6 +69,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .stall_timeout_ms = 60000,
         .client_timeout_ms = 30000,
         .client_rejoin_ms = 300000,
+        .client_stall_ms = 60000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
         .max_split_size = 1u << 20,
@@ -831,7 +832,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     struct client *c = &j->clients[j->num_clients++];
-    *c = (struct client){.id = st->next_id++, .last_seen = now, .consumer_index = req->consumer_index,
+    *c = (struct client){.id = st->next_id++, .last_seen = now, .progress_at = now, .consumer_index = req->consumer_index,
                          .target = (sl_target_workers_t)req->target_workers};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
     *client_id = c->id;
@@ -1320,6 +1321,20 @@ static void client_away(sl_dstate_t *st, struct job *j, struct client *c, int64_
     job_check_finished(st, j);
 }
 
+/* Client c heartbeats but has received nothing new for --client-stall-ms
+ * while it holds splits back (its caller stopped reading and did not
+ * close): like an away client, it holds none back from its peers until
+ * its progress grows again (sl_dstate_client_heartbeat()). */
+static void client_stalled(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
+{
+    c->stalled_since = now;
+    sl_log_warn("job %" PRIu64 ": client %" PRIu64 " is stalled: it heartbeats but received nothing new for %" PRId64
+                " ms while its peers wait for it (--client-stall-ms); they read on without it", j->id, c->id,
+                now - c->progress_at);
+    sl__out_progress(st, j, NULL, NULL, 0); /* its progress no longer holds splits back */
+    job_check_finished(st, j);
+}
+
 /* A frame from client c: its lease starts again, and an away client is back. */
 static void client_heard(const sl_dstate_t *st, const struct job *j, struct client *c, int64_t now)
 {
@@ -1363,7 +1378,13 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     }
     client_heard(st, j, c, now);
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
-        sl__out_progress(st, j, c, req->progress, req->progress_count);
+        if (sl__out_progress(st, j, c, req->progress, req->progress_count)) {
+            if (c->stalled_since)
+                sl_log_info("job %" PRIu64 ": client %" PRIu64 " reads again after %" PRId64 " ms stalled", j->id,
+                            c->id, now - c->stalled_since);
+            c->progress_at = now;
+            c->stalled_since = 0;
+        }
         job_check_finished(st, j);
     }
     resp->job_state = j->state;
@@ -1530,6 +1551,7 @@ static bool silence(sl_dstate_t *st, int64_t now)
             for (unsigned k = 0; k < st->jobs[i]->num_clients; k++) {
                 struct client *c = &st->jobs[i]->clients[k];
                 c->last_seen = now;
+                c->progress_at = now > c->progress_at ? now : c->progress_at; /* so does its stall's */
                 if (c->away_since)
                     c->away_since = now; /* its window starts afresh too */
             }
@@ -1583,6 +1605,9 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
             } else {
+                if (running && c->away_since == 0 && c->stalled_since == 0 && st->cfg.client_stall_ms > 0 &&
+                    now - c->progress_at > st->cfg.client_stall_ms && sl__out_holds_back(j, c))
+                    client_stalled(st, j, c, now);
                 k++;
             }
         }

@@ -116,6 +116,8 @@ struct client {
     uint64_t id;
     int64_t last_seen;
     int64_t away_since;        /* its lease ran out then (not stored); 0: present */
+    int64_t progress_at;       /* DYNAMIC: when its progress last grew, or it joined (not stored) */
+    int64_t stalled_since;     /* DYNAMIC: stalled then (--client-stall-ms, not stored); 0: reading */
     uint32_t consumer_index;   /* coordinated reads */
     uint64_t round;            /* the next round it asks for, as it last said */
     sl_target_workers_t target;
