@@ -8,7 +8,6 @@
  */
 #include "state_types.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -132,7 +131,14 @@ void sl__dstate_touch(sl_dstate_t *st, struct job *j)
 {
     if (j->listed || !j->indexed)
         return; /* a job not in st->jobs yet is listed when it is added */
-    assert(st->num_dirty_jobs < st->cap_dirty_jobs);
+    if (st->num_dirty_jobs >= st->cap_dirty_jobs) {
+        /* Cannot be: every listed job is one of st->jobs, and the list has
+         * room for all of them. A change left unlisted would be answered
+         * and never stored, so stop rather than go on. */
+        sl_log_error("job %" PRIu64 ": the dirty list is full (%u of %u jobs)", j->id, st->num_dirty_jobs,
+                     st->num_jobs);
+        abort();
+    }
     st->dirty_jobs[st->num_dirty_jobs++] = j;
     j->listed = true;
 }
