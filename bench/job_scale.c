@@ -15,7 +15,11 @@
  * dispatcher's own work per request without the store's fsync. The first level is the
  * baseline, measured in the same run against the same dispatcher.
  *
- * usage: bench_job_scale ADDRESS LEVELS [workers [seconds]]
+ * With the dispatcher's pid it also says the CPU time its loop thread spent
+ * per request (/proc/PID/schedstat), which moves far less than rates and
+ * latencies with the machine's load.
+ *
+ * usage: bench_job_scale ADDRESS LEVELS [workers [seconds [dispatcher_pid]]]
  *   LEVELS: comma-separated job counts, ascending (e.g. 10,1000,10000)
  * Prints one JSON line.
  */
@@ -61,6 +65,7 @@ static struct {
     uint64_t jobs_made;
     uint32_t next_id;
     int failed;
+    int dispatcher_pid; /* > 0: its loop thread's CPU time is read from /proc */
 } b;
 
 static double now_s(void)
@@ -68,6 +73,25 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The CPU time (ns) the dispatcher's loop thread (its main thread) ran,
+ * from /proc/PID/schedstat; 0 when unknown. Unlike wall-clock rates it
+ * hardly moves with what else the machine runs. */
+static uint64_t dispatcher_cpu_ns(void)
+{
+    if (b.dispatcher_pid <= 0)
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/schedstat", b.dispatcher_pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &ns) != 1)
+            ns = 0;
+        fclose(f);
+    }
+    return ns;
 }
 
 static void die(const char *what)
@@ -205,9 +229,10 @@ static int cmp_double(const void *x, const void *y)
 }
 
 /* Keeps one GetSplit in flight on every fake for seconds. */
-static void measure(bool replay, double seconds, double *per_s, double *p99_ms)
+static void measure(bool replay, double seconds, double *per_s, double *p99_ms, double *cpu_us)
 {
     b.replay = replay;
+    uint64_t cpu0 = dispatcher_cpu_ns();
     b.answers = b.splits = 0;
     b.num_lat = 0;
     b.measuring = true;
@@ -229,6 +254,7 @@ static void measure(bool replay, double seconds, double *per_s, double *p99_ms)
     }
     if (b.failed || b.num_lat == 0)
         die("a request failed");
+    *cpu_us = (double)(dispatcher_cpu_ns() - cpu0) / 1e3 / (double)b.num_lat;
     qsort(b.lat, b.num_lat, sizeof *b.lat, cmp_double);
     *p99_ms = b.lat[(size_t)((double)(b.num_lat - 1) * 0.99)] * 1e3;
 }
@@ -249,6 +275,7 @@ int main(int argc, char **argv)
     }
     b.num = argc > 3 ? (unsigned)atoi(argv[3]) : 4;
     double seconds = argc > 4 ? atof(argv[4]) : 2.0;
+    b.dispatcher_pid = argc > 5 ? atoi(argv[5]) : 0;
     if (num_levels == 0 || b.num < 1 || b.num > MAX_WORKERS || seconds <= 0)
         die("workers must be 1..64, seconds > 0");
     b.base = event_base_new();
@@ -278,25 +305,30 @@ int main(int argc, char **argv)
     }
 
     double per_s[MAX_LEVELS], p99[MAX_LEVELS], make_s[MAX_LEVELS], replay_s[MAX_LEVELS], replay_p99[MAX_LEVELS];
+    double cpu[MAX_LEVELS], replay_cpu[MAX_LEVELS], warm_cpu;
     for (unsigned l = 0; l < num_levels; l++) {
         double t0 = now_s();
         make_jobs(&client, levels[l]);
         make_s[l] = now_s() - t0;
         double warm_rate, warm_p99;
-        measure(false, seconds / 4, &warm_rate, &warm_p99);
-        measure(false, seconds, &per_s[l], &p99[l]);
-        measure(true, seconds / 2, &replay_s[l], &replay_p99[l]);
+        measure(false, seconds / 4, &warm_rate, &warm_p99, &warm_cpu);
+        measure(false, seconds, &per_s[l], &p99[l], &cpu[l]);
+        measure(true, seconds / 2, &replay_s[l], &replay_p99[l], &replay_cpu[l]);
     }
     printf("{\"bench\": \"job_scale\", \"workers\": %u, \"levels\": [", b.num);
     for (unsigned l = 0; l < num_levels; l++)
         printf("%s{\"jobs\": %" PRIu64 ", \"handouts_per_second\": %.0f, \"p99_ms\": %.3f, "
-               "\"replays_per_second\": %.0f, \"replay_p99_ms\": %.3f, \"seconds_to_create\": %.2f}",
-               l ? ", " : "", levels[l], per_s[l], p99[l], replay_s[l], replay_p99[l], make_s[l]);
+               "\"cpu_us_per_handout\": %.1f, \"replays_per_second\": %.0f, \"replay_p99_ms\": %.3f, "
+               "\"cpu_us_per_replay\": %.1f, \"seconds_to_create\": %.2f}",
+               l ? ", " : "", levels[l], per_s[l], p99[l], cpu[l], replay_s[l], replay_p99[l], replay_cpu[l],
+               make_s[l]);
     unsigned last = num_levels - 1;
     printf("], \"baseline\": \"the same dispatcher holding %" PRIu64 " jobs\", \"rate_ratio\": %.3f, "
-           "\"p99_ratio\": %.3f, \"replay_rate_ratio\": %.3f, \"replay_p99_ratio\": %.3f}\n", levels[0],
-           per_s[last] / per_s[0], p99[last] / p99[0], replay_s[last] / replay_s[0],
-           replay_p99[last] / replay_p99[0]);
+           "\"p99_ratio\": %.3f, \"cpu_per_handout_ratio\": %.3f, \"replay_rate_ratio\": %.3f, "
+           "\"replay_p99_ratio\": %.3f, \"cpu_per_replay_ratio\": %.3f}\n", levels[0],
+           per_s[last] / per_s[0], p99[last] / p99[0], cpu[0] > 0 ? cpu[last] / cpu[0] : 0.0,
+           replay_s[last] / replay_s[0], replay_p99[last] / replay_p99[0],
+           replay_cpu[0] > 0 ? replay_cpu[last] / replay_cpu[0] : 0.0);
     b.dataset_id = UINT64_MAX; /* closing now */
     for (unsigned i = 0; i < b.num; i++)
         if (b.fakes[i].conn)

@@ -31,7 +31,7 @@ c = Cluster(dispatcher_args=['--split-size', '1', '--max-jobs', str(top + 16),
                              '--max-outstanding-splits', str(1 << 24)])
 try:
     r = subprocess.run([os.path.join(build, 'bench', 'bench_job_scale'), c.dispatcher.addr, args.levels,
-                        str(args.workers), str(args.seconds)],
+                        str(args.workers), str(args.seconds), str(c.dispatcher.proc.pid)],
                        capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         sys.exit('bench: bench_job_scale failed: %s' % r.stderr[-2000:])
