@@ -133,6 +133,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     }
     if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
         j->cursor_dirty = true;
+        sl__dstate_touch(st, j);
         j->split_epoch++;
         j->split_file = 0;
         j->split_next = 0;
@@ -163,6 +164,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
             j->split_file++;
             j->split_next = 0;
             j->cursor_dirty = true;
+            sl__dstate_touch(st, j);
             continue;
         }
         uint64_t begin = j->split_next;
@@ -181,6 +183,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
                 uint64_t to = sl_posset_covered_to(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin);
                 j->split_next = to > end ? (to < total ? to : total) : end;
                 j->cursor_dirty = true;
+                sl__dstate_touch(st, j);
                 continue;
             }
             if (rc == 2)
@@ -191,6 +194,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         }
         sluice_Split *s = &resp->splits[resp->splits_count];
         j->cursor_dirty = true;
+        sl__dstate_touch(st, j);
         s->split_id = j->split_seq++;
         s->file_index = j->split_file;
         s->begin = begin;
@@ -198,7 +202,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         s->epoch = j->split_epoch;
         s->skip_offset = skips ? skip_offset : 0;
         s->skip_count = skips;
-        if (tracked && sl__out_add(t, s, skips ? t->last_skips + skip_offset : NULL) < 0) {
+        if (tracked && sl__out_add(st, j, t, s, skips ? t->last_skips + skip_offset : NULL) < 0) {
             t->last_skips_len = skip_offset;
             return sl_errf(err, errlen, -ENOMEM, "out of memory");
         }
@@ -213,6 +217,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         j->split_file++;
         j->split_next = 0;
         j->cursor_dirty = true;
+        sl__dstate_touch(st, j);
     }
     resp->end_of_epoch = resp->splits_count == 0;
     if (resp->end_of_epoch && tracked && j->num_orphans > 0) {
@@ -226,6 +231,7 @@ answered:
         *t->last_splits = *resp;
         t->split_req_seq = req->request_seq;
         t->handout_dirty = true;
+        sl__dstate_touch(st, j);
     }
     return 0;
 }

@@ -45,6 +45,9 @@ static void usage(FILE *f)
             "  --client-timeout-ms N    a client without heartbeat this long is away (30000)\n"
             "  --client-rejoin-ms N     an away client is released after this long; until then\n"
             "                           it may come back and go on exactly once (300000; 0: at once)\n"
+            "  --client-stall-ms N      DYNAMIC: a client that heartbeats but received nothing new\n"
+            "                           this long while its peers wait for it holds them back no\n"
+            "                           more, until it reads again (60000; 0: never)\n"
             "  --job-gc-timeout-ms N    a job without clients this long is cancelled; an ended\n"
             "                           named job's repetition is then collected (60000)\n"
             "  --dataset-gc-timeout-ms N  a dataset no running job read this long is deleted\n"
@@ -86,7 +89,7 @@ struct options {
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
+    enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_CLIENT_STALL, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_COUNT_TO, O_WORKER_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
@@ -97,6 +100,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
         {"client-rejoin-ms", required_argument, NULL, O_CLIENT_REJOIN},
+        {"client-stall-ms", required_argument, NULL, O_CLIENT_STALL},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
         {"dataset-gc-timeout-ms", required_argument, NULL, O_DS_GC_TO},
         {"split-size", required_argument, NULL, O_SPLIT},
@@ -143,6 +147,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_CLIENT_REJOIN:
             if (sl_cli_int(program, "client-rejoin-ms", optarg, 0, 86400000, &o->state.client_rejoin_ms) < 0)
+                return -1;
+            break;
+        case O_CLIENT_STALL:
+            if (sl_cli_int(program, "client-stall-ms", optarg, 0, 86400000, &o->state.client_stall_ms) < 0)
                 return -1;
             break;
         case O_GC_TO:

@@ -67,7 +67,7 @@ static int have_add_wire(struct osplit *o, const uint8_t *runs, uint64_t n)
     return 0;
 }
 
-int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips)
+int sl__out_add(sl_dstate_t *st, struct job *j, struct task *t, const sluice_Split *s, const uint8_t *skips)
 {
     if (t->out_head > 0 && t->out_num == t->out_cap) {
         /* Reuse the room pruning left at the front. */
@@ -86,6 +86,7 @@ int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips)
         return -ENOMEM;
     }
     t->out_num++;
+    sl__dstate_touch(st, j); /* stored at the next commit */
     return 0;
 }
 
@@ -134,8 +135,8 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
     unsigned readers = 0;
     for (unsigned i = 0; i < j->num_clients; i++) {
         struct client *c = &j->clients[i];
-        if (!reads(c, t) || c->away_since)
-            continue; /* an away client holds no split back (state.c, client_away()) */
+        if (!reads(c, t) || c->away_since || c->stalled_since)
+            continue; /* an away or stalled client holds no split back (state.c, client_away()) */
         readers++;
         const struct client_progress *p = progress_of(c, t->id);
         uint64_t b = p ? p->done_below : 0;
@@ -156,15 +157,31 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
         t->out_head = t->out_num = t->out_saved = 0;
 }
 
-void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
+bool sl__out_holds_back(const struct job *j, const struct client *c)
 {
     if (!sl__out_tracked(j))
-        return;
+        return false;
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        if (sl__out_count(t) == 0 || !reads(c, t))
+            continue;
+        const struct client_progress *p = progress_of((struct client *)c, t->id);
+        if (!p || p->done_below <= t->out[t->out_head].id)
+            return true;
+    }
+    return false;
+}
+
+bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
+{
+    bool grew = false;
+    if (!sl__out_tracked(j))
+        return false;
     if (!c) {
         /* A client left: any task's smallest progress may have grown. */
         for (unsigned k = 0; k < j->num_tasks; k++)
             prune(st, j, &j->tasks[k]);
-        return;
+        return false;
     }
     /* Only the tasks whose progress from c grew can have a larger minimum. */
     for (unsigned i = 0; i < n; i++) {
@@ -183,17 +200,20 @@ void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sl
         }
         if (p[i].done_below > cp->done_below) {
             cp->done_below = p[i].done_below;
+            grew = true;
             prune(st, j, t);
         }
     }
+    return grew;
 }
 
-static int orphans_append(struct job *j, const struct osplit *o)
+static int orphans_append(sl_dstate_t *st, struct job *j, const struct osplit *o)
 {
     if (sl__dstate_grow(&j->orphans, &j->cap_orphans, j->num_orphans, sizeof *j->orphans) < 0)
         return -ENOMEM;
     j->orphans[j->num_orphans++] = *o;
     j->orphans_dirty = true;
+    sl__dstate_touch(st, j);
     return 0;
 }
 
@@ -207,7 +227,7 @@ static unsigned move_to_orphans(sl_dstate_t *st, struct job *j, struct task *t, 
         struct osplit o = t->out[i];
         o.state = state;
         o.dirty = true;
-        if (orphans_append(j, &o) < 0) {
+        if (orphans_append(st, j, &o) < 0) {
             /* Cannot keep it: say so loudly; its records may be missing. */
             sl_log_error("job %" PRIu64 ": out of memory: split %" PRIu64 " (file %" PRIu32 " [%" PRIu64 ", %" PRIu64
                          ") of epoch %" PRIu64 ") of lost task %" PRIu64 " is not handed out again",
@@ -234,6 +254,7 @@ void sl__out_orphan(sl_dstate_t *st, struct job *j, struct task *t)
     unsigned n = move_to_orphans(st, j, t, t->out_head, OS_AWAIT);
     j->report_gen++;
     j->dirty = true;
+    sl__dstate_touch(st, j);
     sl_log_warn("job %" PRIu64 ": %u splits of lost task %" PRIu64 " wait for the clients to say what they received "
                 "(report %" PRIu64 ")", j->id, n, t->id, j->report_gen);
 }
@@ -302,6 +323,7 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
         free(runs);
         o->dirty = true;
         j->orphans_dirty = true;
+        sl__dstate_touch(st, j);
     }
     sl_posset_clear(&got);
     if (rc < 0) {
@@ -313,7 +335,7 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
     return 0;
 }
 
-bool sl__out_check_reports(struct job *j)
+bool sl__out_check_reports(sl_dstate_t *st, struct job *j)
 {
     bool waiting = false, queued = false;
     for (unsigned i = 0; i < j->num_orphans; i++) {
@@ -337,6 +359,7 @@ bool sl__out_check_reports(struct job *j)
         have += o->have ? sl_posset_size(o->have) : 0;
     }
     j->orphans_dirty = true;
+    sl__dstate_touch(st, j);
     sl_log_info("job %" PRIu64 ": every client reported: %u splits of lost tasks are handed out again, without the %"
                 PRIu64 " records the clients have", j->id, n, have);
     return true;
@@ -404,7 +427,8 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         *s = (sluice_Split){.split_id = j->split_seq++, .file_index = o->file, .begin = o->begin, .end = end,
                             .epoch = o->epoch, .skip_offset = take ? offset : 0, .skip_count = take};
         j->cursor_dirty = true; /* split_seq */
-        if (sl__out_add(t, s, take ? t->last_skips + offset : NULL) < 0) {
+        sl__dstate_touch(st, j);
+        if (sl__out_add(st, j, t, s, take ? t->last_skips + offset : NULL) < 0) {
             t->last_skips_len = (size_t)offset;
             return -ENOMEM;
         }
@@ -418,6 +442,7 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
             o->begin = end;
             o->dirty = true;
             j->orphans_dirty = true;
+            sl__dstate_touch(st, j);
             break;
         }
     }

@@ -29,7 +29,7 @@ bool sl__out_tracked(const struct job *j);
  * (16 bytes each, docs/protocol.md), or NULL.
  * @return 0 or -ENOMEM (then nothing is recorded)
  */
-int sl__out_add(struct task *t, const sluice_Split *s, const uint8_t *skips);
+int sl__out_add(sl_dstate_t *st, struct job *j, struct task *t, const sluice_Split *s, const uint8_t *skips);
 
 /** @return how many splits t holds outstanding */
 unsigned sl__out_count(const struct task *t);
@@ -42,8 +42,13 @@ bool sl__out_pending(const struct job *j);
 
 /** A client said how far each task's splits reached it (n of them; c may
  *  be NULL when n is 0: a client left): every split that reached every
- *  client reading its task is no longer outstanding. */
-void sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
+ *  client reading its task (away and stalled clients aside) is no longer
+ *  outstanding. @return whether c's progress grew */
+bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
+
+/** Whether client c holds splits back from its peers: a task it reads has
+ *  an outstanding split its progress has not passed. */
+bool sl__out_holds_back(const struct job *j, const struct client *c);
 
 /** Task t's worker was lost: its outstanding splits wait for the clients'
  *  reports (a new report generation). */
@@ -64,7 +69,7 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
 
 /** Queues the orphans waiting for reports once every client of the job
  *  answered. @return true when there are queued orphans */
-bool sl__out_check_reports(struct job *j);
+bool sl__out_check_reports(sl_dstate_t *st, struct job *j);
 
 /** The smallest epoch of an orphan waiting for reports (what clients report from). */
 uint64_t sl__out_report_from(const struct job *j);

@@ -43,10 +43,15 @@ int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what,
         const struct task *t = sl__dstate_task(st, id, &j);
         if (!t || sl__dstate_worker_owns_task(st, w, t))
             return 0; /* an unknown task is the request's to answer */
+    } else if (what == SL_DACCESS_JOB) {
+        const struct job *j = sl__dstate_job(st, id);
+        for (unsigned k = 0; j && k < j->num_tasks; k++)
+            if (sl__dstate_worker_owns_task(st, w, &j->tasks[k]))
+                return 0;
     } else {
         for (unsigned i = 0; i < st->num_jobs; i++) {
             const struct job *j = st->jobs[i];
-            if (what == SL_DACCESS_JOB ? j->id != id : j->dataset->id != id)
+            if (j->dataset->id != id)
                 continue;
             for (unsigned k = 0; k < j->num_tasks; k++)
                 if (sl__dstate_worker_owns_task(st, w, &j->tasks[k]))

@@ -244,25 +244,63 @@ static int del_record(sl_store_txn_t *txn, const struct sl_ddel *d)
     return sl_store_del(txn, d->table, key, sizeof key);
 }
 
+#ifndef NDEBUG
+static bool job_changed(const struct job *j)
+{
+    if (j->dirty || j->cursor_dirty || j->exclude_dirty || j->orphans_dirty)
+        return true;
+    for (unsigned k = 0; k < j->num_tasks; k++)
+        if (j->tasks[k].handout_dirty || j->tasks[k].out_saved < j->tasks[k].out_num)
+            return true;
+    return false;
+}
+
+/* Debug builds check, while the state is small, that every job with a
+ * change to write is listed (sl__dstate_touch()): a change not listed would
+ * be answered and not stored. */
+static void check_listed(const sl_dstate_t *st)
+{
+    if (st->num_jobs > 256)
+        return;
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        if (!st->jobs[i]->listed && job_changed(st->jobs[i])) {
+            sl_log_error("job %" PRIu64 " changed and is not on the dirty list", st->jobs[i]->id);
+            abort();
+        }
+    }
+    for (unsigned i = 0; i < st->num_workers; i++)
+        if (st->workers[i].dirty && !st->workers_dirty)
+            abort();
+    for (unsigned i = 0; i < st->num_datasets; i++)
+        if (st->datasets[i]->dirty && !st->datasets_dirty)
+            abort();
+}
+#endif
+
 bool sl_dpersist_dirty(const sl_dstate_t *st)
 {
-    if (st->num_dels > 0 || st->next_id != st->saved_next_id || st->secret_dirty)
-        return true;
-    for (unsigned i = 0; i < st->num_datasets; i++)
-        if (st->datasets[i]->dirty)
-            return true;
-    for (unsigned i = 0; i < st->num_workers; i++)
-        if (st->workers[i].dirty)
-            return true;
-    for (unsigned i = 0; i < st->num_jobs; i++) {
-        const struct job *j = st->jobs[i];
-        if (j->dirty || j->cursor_dirty || j->exclude_dirty || j->orphans_dirty)
-            return true;
-        for (unsigned k = 0; k < j->num_tasks; k++)
-            if (j->tasks[k].handout_dirty || j->tasks[k].out_saved < j->tasks[k].out_num)
-                return true;
-    }
-    return false;
+#ifndef NDEBUG
+    check_listed(st);
+#endif
+    return st->num_dels > 0 || st->next_id != st->saved_next_id || st->secret_dirty || st->workers_dirty ||
+           st->datasets_dirty || st->num_dirty_jobs > 0;
+}
+
+static int write_job(sl_dstate_t *st, sl_store_txn_t *txn, const struct job *j)
+{
+    int rc = 0;
+    if (j->dirty)
+        rc = put_json(txn, SL_DT_JOBS, j->id, job_record(st, j));
+    if (j->cursor_dirty && rc == 0)
+        rc = put_json(txn, SL_DT_CURSORS, j->id, cursor_record(j));
+    if (j->exclude_dirty && rc == 0)
+        rc = put_exclusions(txn, j);
+    for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
+        if (j->tasks[k].handout_dirty)
+            rc = put_json(txn, SL_DT_HANDOUTS, j->tasks[k].id, handout_record(&j->tasks[k]));
+    if (rc == 0)
+        rc = write_outstanding(txn, j);
+    return rc;
 }
 
 static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
@@ -270,26 +308,14 @@ static int write_dirty(sl_dstate_t *st, sl_store_txn_t *txn)
     int rc = 0;
     for (unsigned i = 0; i < st->num_dels && rc == 0; i++)
         rc = del_record(txn, &st->dels[i]);
-    for (unsigned i = 0; i < st->num_datasets && rc == 0; i++)
+    for (unsigned i = 0; i < st->num_datasets && st->datasets_dirty && rc == 0; i++)
         if (st->datasets[i]->dirty)
             rc = put_json(txn, SL_DT_DATASETS, st->datasets[i]->id, dataset_record(st, st->datasets[i]));
-    for (unsigned i = 0; i < st->num_workers && rc == 0; i++)
+    for (unsigned i = 0; i < st->num_workers && st->workers_dirty && rc == 0; i++)
         if (st->workers[i].dirty)
             rc = put_json(txn, SL_DT_WORKERS, st->workers[i].id, worker_record(&st->workers[i]));
-    for (unsigned i = 0; i < st->num_jobs && rc == 0; i++) {
-        const struct job *j = st->jobs[i];
-        if (j->dirty)
-            rc = put_json(txn, SL_DT_JOBS, j->id, job_record(st, j));
-        if (j->cursor_dirty && rc == 0)
-            rc = put_json(txn, SL_DT_CURSORS, j->id, cursor_record(j));
-        if (j->exclude_dirty && rc == 0)
-            rc = put_exclusions(txn, j);
-        for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
-            if (j->tasks[k].handout_dirty)
-                rc = put_json(txn, SL_DT_HANDOUTS, j->tasks[k].id, handout_record(&j->tasks[k]));
-        if (rc == 0)
-            rc = write_outstanding(txn, j);
-    }
+    for (unsigned i = 0; i < st->num_dirty_jobs && rc == 0; i++)
+        rc = write_job(st, txn, st->dirty_jobs[i]);
     if (rc == 0 && st->next_id != st->saved_next_id) {
         uint8_t val[8];
         key_of(st->next_id, val);
@@ -305,24 +331,28 @@ static void clear_dirty(sl_dstate_t *st)
     st->num_dels = 0;
     st->saved_next_id = st->next_id;
     st->secret_dirty = false;
-    for (unsigned i = 0; i < st->num_datasets; i++) {
+    for (unsigned i = 0; i < st->num_datasets && st->datasets_dirty; i++) {
         if (st->datasets[i]->dirty)
             st->datasets[i]->saved_used = st->datasets[i]->last_used;
         st->datasets[i]->dirty = false;
     }
-    for (unsigned i = 0; i < st->num_workers; i++)
+    st->datasets_dirty = false;
+    for (unsigned i = 0; i < st->num_workers && st->workers_dirty; i++)
         st->workers[i].dirty = false;
-    for (unsigned i = 0; i < st->num_jobs; i++) {
-        struct job *j = st->jobs[i];
+    st->workers_dirty = false;
+    for (unsigned i = 0; i < st->num_dirty_jobs; i++) {
+        struct job *j = st->dirty_jobs[i];
         j->dirty = j->cursor_dirty = j->exclude_dirty = false;
         for (unsigned k = 0; k < j->num_tasks; k++) {
             j->tasks[k].handout_dirty = false;
             j->tasks[k].out_saved = j->tasks[k].out_num;
         }
-        for (unsigned i = 0; i < j->num_orphans; i++)
-            j->orphans[i].dirty = false;
+        for (unsigned k = 0; k < j->num_orphans; k++)
+            j->orphans[k].dirty = false;
         j->orphans_dirty = false;
+        j->listed = false;
     }
+    st->num_dirty_jobs = 0;
 }
 
 int sl_dpersist_save(sl_dstate_t *st, sl_store_t *store, char *err, size_t errlen)
@@ -527,7 +557,7 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
             index < 0 || target < 0 || target >= SL_TARGET_COUNT_)
             return bad(l, j->id, "clients: a client with missing or out-of-range fields");
         struct client *c = &j->clients[j->num_clients++];
-        *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .consumer_index = (uint32_t)index,
+        *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .progress_at = l->now, .consumer_index = (uint32_t)index,
                              .round = (uint64_t)round, .target = (sl_target_workers_t)target, .late = late};
         snprintf(c->host, sizeof c->host, "%s", host);
     }
@@ -585,6 +615,8 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     rc = load_tasks(l, j, tasks);
     if (rc == 0)
         rc = load_clients(l, j, clients);
+    if (rc == 0)
+        rc = sl__dstate_index_job(st, j);
     json_decref(rec);
     if (rc == -ENOMEM)
         return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
@@ -833,6 +865,7 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
             if (j->orphans[k].state == OS_AWAIT) {
                 j->report_gen++;
                 j->dirty = true;
+                sl__dstate_touch(st, j);
                 break;
             }
     }

@@ -69,6 +69,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .stall_timeout_ms = 60000,
         .client_timeout_ms = 30000,
         .client_rejoin_ms = 300000,
+        .client_stall_ms = 60000,
         .job_gc_timeout_ms = 60000,
         .split_size = 1024,
         .max_split_size = 1u << 20,
@@ -173,6 +174,8 @@ static void dstate_clear(sl_dstate_t *st)
     free(st->dels);
     free(st->datasets);
     free(st->jobs);
+    free(st->dirty_jobs);
+    sl_idmap_clear(&st->index);
 }
 
 void sl_dstate_reset(sl_dstate_t *st)
@@ -186,6 +189,9 @@ void sl_dstate_reset(sl_dstate_t *st)
     st->num_datasets = st->cap_datasets = 0;
     st->jobs = NULL;
     st->num_jobs = st->cap_jobs = 0;
+    st->dirty_jobs = NULL;
+    st->num_dirty_jobs = st->cap_dirty_jobs = 0;
+    st->workers_dirty = st->datasets_dirty = false;
     st->next_id = st->saved_next_id = 1;
 }
 
@@ -270,7 +276,7 @@ static int address_index(const sl_dstate_t *st, const char *address)
     return -1;
 }
 
-static void task_set_state(struct job *j, struct task *t, enum task_state next)
+static void task_set_state(sl_dstate_t *st, struct job *j, struct task *t, enum task_state next)
 {
     if (t->state == next)
         return;
@@ -289,6 +295,7 @@ static void task_set_state(struct job *j, struct task *t, enum task_state next)
                  sl__task_state_names[next]);
     t->state = next;
     j->dirty = true;
+    sl__dstate_touch(st, j);
 }
 
 static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, const char *why)
@@ -299,6 +306,7 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     j->state = next;
     j->ended = st->now > 0 ? st->now : 1;
     j->dirty = true;
+    sl__dstate_touch(st, j);
     sl__out_clear(st, j); /* nothing more is handed out */
     /* Nor are its restored positions needed: they leave memory and the
      * store now, not when the job is forgotten (--max-exclude-total-runs
@@ -422,8 +430,11 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
     if (j->num_consumers > 0 && j->started)
         t->start_round = j->round_horizon + 1;
     snprintf(t->worker_address, sizeof t->worker_address, "%s", w->address);
+    if (sl__dstate_index_task(st, j, j->num_tasks) < 0)
+        return -1;
     j->num_tasks++;
     j->dirty = true;
+    sl__dstate_touch(st, j);
     return 0;
 }
 
@@ -432,7 +443,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
  * new one (or the next worker to register does). */
 static void job_ensure_task(sl_dstate_t *st, struct job *j)
 {
-    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(j))
+    if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(st, j))
         return;
     for (unsigned k = 0; k < j->num_tasks; k++)
         if (j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING)
@@ -457,6 +468,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
         return;
     w->state = WORKER_LOST;
     w->dirty = true;
+    st->workers_dirty = true;
     snprintf(w->why_lost, sizeof w->why_lost, "%s", why);
     sl_log_warn("worker %" PRIu64 " at %s lost: %s", w->id, w->address, why);
     for (unsigned i = 0; i < st->num_jobs; i++) {
@@ -473,7 +485,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
                 continue;
             if (j->num_consumers > 0 && active)
                 t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
-            task_set_state(j, t, TASK_LOST);
+            task_set_state(st, j, t, TASK_LOST);
             if (j->state == SL_JOB_RUNNING)
                 sl__out_orphan(st, j, t);
             lost_one = true;
@@ -529,6 +541,7 @@ int sl_dstate_worker_register(sl_dstate_t *st, const char *address, int64_t now,
     }
     struct worker *w = &st->workers[st->num_workers++];
     *w = (struct worker){.id = st->next_id++, .state = WORKER_LIVE, .joined = now, .last_seen = now, .dirty = true};
+    st->workers_dirty = true;
     snprintf(w->address, sizeof w->address, "%s", address);
     *worker_id = w->id;
     sl_log_info("worker %" PRIu64 " joined from %s", w->id, w->address);
@@ -632,15 +645,15 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             continue;
         task_record_progress(t, ts, now);
         if (ts->state == SL_TASK_RUNNING) {
-            task_set_state(j, t, TASK_RUNNING);
+            task_set_state(st, j, t, TASK_RUNNING);
             task_check_held(st, j, t, ts, now);
         } else if (ts->state == SL_TASK_DONE) {
-            task_set_state(j, t, TASK_DONE);
+            task_set_state(st, j, t, TASK_DONE);
             sl__out_unreceived(st, j, t, ts->done_below);
             job_ensure_task(st, j); /* t may move */
             job_check_finished(st, j);
         } else if (ts->state == SL_TASK_FAILED) {
-            task_set_state(j, t, TASK_FAILED);
+            task_set_state(st, j, t, TASK_FAILED);
             char why[700];
             snprintf(why, sizeof why, "worker %s: %s", w->address, ts->error);
             job_set_state(st, j, SL_JOB_FAILED, why);
@@ -772,6 +785,7 @@ int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, s
     d->infinite = sl_policy_infinite(spec, d->cardinality);
     d->last_used = st->now;
     d->dirty = true;
+    st->datasets_dirty = true;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     *dataset_id = d->id;
     *fingerprint = d->fingerprint;
@@ -818,11 +832,12 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
     struct client *c = &j->clients[j->num_clients++];
-    *c = (struct client){.id = st->next_id++, .last_seen = now, .consumer_index = req->consumer_index,
+    *c = (struct client){.id = st->next_id++, .last_seen = now, .progress_at = now, .consumer_index = req->consumer_index,
                          .target = (sl_target_workers_t)req->target_workers};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
     *client_id = c->id;
     j->dirty = true;
+    sl__dstate_touch(st, j);
     return 0;
 }
 
@@ -838,6 +853,7 @@ static void job_drop(sl_dstate_t *st, unsigned i)
     for (unsigned k = 0; k < old->num_tasks; k++)
         if (old->tasks[k].last_splits)
             queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
+    sl__dstate_unindex_job(st, old);
     job_free(old);
     memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
     st->num_jobs--;
@@ -910,8 +926,10 @@ static void datasets_collect(sl_dstate_t *st, int64_t now)
         struct dataset *d = st->datasets[i];
         if (d->last_used == 0 || dataset_reader(st, d)) {
             d->last_used = now;
-            if (d->last_used - d->saved_used >= 60000)
+            if (d->last_used - d->saved_used >= 60000) {
                 d->dirty = true; /* stored once a minute at most */
+                st->datasets_dirty = true;
+            }
         }
         if (st->cfg.dataset_gc_timeout_ms > 0 && now - d->last_used > st->cfg.dataset_gc_timeout_ms) {
             sl_log_info("dataset %" PRIu64 " deleted: no running job read it for %" PRId64 " ms "
@@ -1204,6 +1222,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                            mine, held, st->cfg.max_exclude_total);
         }
         j->exclude_dirty = true;
+        sl__dstate_touch(st, j);
     }
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
@@ -1232,6 +1251,11 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     j->dirty = true;
     j->cursor_dirty = true;
     st->jobs[st->num_jobs++] = j;
+    if (sl__dstate_index_job(st, j) < 0) { /* lists it for the commit */
+        st->num_jobs--;
+        job_free(j);
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    }
     /* A collected repetition is created again: one more pass over the data,
      * as tf.data service does once it garbage-collected an iteration. */
     if (gone.id) {
@@ -1273,6 +1297,7 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
     sl__out_free_client(c);
     *c = j->clients[--j->num_clients];
     j->dirty = true;
+    sl__dstate_touch(st, j);
     if (j->num_clients == 0)
         j->idle_since = now;
     /* One client fewer to wait for: its progress no longer holds splits
@@ -1292,6 +1317,20 @@ static void client_away(sl_dstate_t *st, struct job *j, struct client *c, int64_
     sl_log_warn("job %" PRIu64 ": client %" PRIu64 " is away: no heartbeat for %" PRId64 " ms; it may come back "
                 "for %" PRId64 " ms (--client-rejoin-ms)", j->id, c->id, now - c->last_seen,
                 st->cfg.client_rejoin_ms);
+    sl__out_progress(st, j, NULL, NULL, 0); /* its progress no longer holds splits back */
+    job_check_finished(st, j);
+}
+
+/* Client c heartbeats but has received nothing new for --client-stall-ms
+ * while it holds splits back (its caller stopped reading and did not
+ * close): like an away client, it holds none back from its peers until
+ * its progress grows again (sl_dstate_client_heartbeat()). */
+static void client_stalled(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
+{
+    c->stalled_since = now;
+    sl_log_warn("job %" PRIu64 ": client %" PRIu64 " is stalled: it heartbeats but received nothing new for %" PRId64
+                " ms while its peers wait for it (--client-stall-ms); they read on without it", j->id, c->id,
+                now - c->progress_at);
     sl__out_progress(st, j, NULL, NULL, 0); /* its progress no longer holds splits back */
     job_check_finished(st, j);
 }
@@ -1339,7 +1378,13 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     }
     client_heard(st, j, c, now);
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
-        sl__out_progress(st, j, c, req->progress, req->progress_count);
+        if (sl__out_progress(st, j, c, req->progress, req->progress_count)) {
+            if (c->stalled_since)
+                sl_log_info("job %" PRIu64 ": client %" PRIu64 " reads again after %" PRId64 " ms stalled", j->id,
+                            c->id, now - c->stalled_since);
+            c->progress_at = now;
+            c->stalled_since = 0;
+        }
         job_check_finished(st, j);
     }
     resp->job_state = j->state;
@@ -1350,12 +1395,15 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */
-        if (c->round != req->round)
+        if (c->round != req->round) {
             j->dirty = true;
+            sl__dstate_touch(st, j);
+        }
         c->round = req->round;
         if (req->round + st->cfg.round_lookahead > j->round_horizon) {
             j->round_horizon = req->round + st->cfg.round_lookahead;
             j->dirty = true;
+            sl__dstate_touch(st, j);
         }
         resp->round_horizon = j->round_horizon;
     }
@@ -1503,6 +1551,7 @@ static bool silence(sl_dstate_t *st, int64_t now)
             for (unsigned k = 0; k < st->jobs[i]->num_clients; k++) {
                 struct client *c = &st->jobs[i]->clients[k];
                 c->last_seen = now;
+                c->progress_at = now > c->progress_at ? now : c->progress_at; /* so does its stall's */
                 if (c->away_since)
                     c->away_since = now; /* its window starts afresh too */
             }
@@ -1514,12 +1563,13 @@ static bool silence(sl_dstate_t *st, int64_t now)
 
 /* An ended named job without clients for job_gc_timeout_ms: the next join
  * of its (name, repetition) creates it again. */
-static void job_collect(struct job *j)
+static void job_collect(sl_dstate_t *st, struct job *j)
 {
     if (!j->name[0] || j->collected)
         return;
     j->collected = true;
     j->dirty = true;
+    sl__dstate_touch(st, j);
     sl_log_info("job %" PRIu64 " \"%s\"%s collected: it ended (%s) and had no client for the job's gc timeout; a "
                 "join of it creates it again", j->id, j->name, repetition_text(j), sl__job_state_names[j->state]);
 }
@@ -1555,15 +1605,18 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
             } else {
+                if (running && c->away_since == 0 && c->stalled_since == 0 && st->cfg.client_stall_ms > 0 &&
+                    now - c->progress_at > st->cfg.client_stall_ms && sl__out_holds_back(j, c))
+                    client_stalled(st, j, c, now);
                 k++;
             }
         }
         if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms) {
             job_set_state(st, j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
-            job_collect(j);
+            job_collect(st, j);
         } else if (j->state != SL_JOB_RUNNING && j->name[0] && !j->collected && j->num_clients == 0 &&
                    now - (j->idle_since > j->ended ? j->idle_since : j->ended) > st->cfg.job_gc_timeout_ms) {
-            job_collect(j);
+            job_collect(st, j);
         } else if (j->num_orphans > 0) {
             job_ensure_task(st, j); /* e.g. a worker that can take them is back */
         }
@@ -1613,6 +1666,7 @@ int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size
                 sl_log_info("worker %" PRIu64 " at %s draining: no new tasks or splits", w->id, w->address);
             w->draining = true;
             w->dirty = true;
+            st->workers_dirty = true;
             return 0;
         }
     }

@@ -28,6 +28,10 @@ typedef struct sl_dstate_config {
     int64_t client_timeout_ms; /* a client without heartbeat this long is away */
     int64_t client_rejoin_ms;  /* an away client is released after this long; until then it
                                   may come back (docs/fault-tolerance.md); 0: at once */
+    int64_t client_stall_ms;   /* DYNAMIC: a client that heartbeats but has received nothing new
+                                  this long while it holds splits back from its peers is stalled:
+                                  like an away client it holds none back until it reads again;
+                                  0: never */
     int64_t job_gc_timeout_ms; /* a running job without clients this long is cancelled; an ended
                                   named job without clients this long is collected (a join of its
                                   repetition creates it again) */

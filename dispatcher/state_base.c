@@ -63,24 +63,84 @@ struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id)
 
 struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id)
 {
-    for (unsigned i = 0; i < st->num_jobs; i++)
-        if (st->jobs[i]->id == id)
-            return st->jobs[i];
-    return NULL;
+    const sl_idmap_entry_t *e = sl_idmap_get(&st->index, id);
+    return e && e->pos == UINT32_MAX ? e->ptr : NULL;
 }
 
 struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job)
 {
-    for (unsigned i = 0; i < st->num_jobs; i++) {
-        struct job *j = st->jobs[i];
-        for (unsigned k = 0; k < j->num_tasks; k++) {
-            if (j->tasks[k].id == id) {
-                *job = j;
-                return &j->tasks[k];
+    const sl_idmap_entry_t *e = sl_idmap_get(&st->index, id);
+    if (!e || e->pos == UINT32_MAX)
+        return NULL;
+    struct job *j = e->ptr;
+    *job = j;
+    return &j->tasks[e->pos];
+}
+
+int sl__dstate_index_task(sl_dstate_t *st, struct job *j, unsigned k)
+{
+    return j->indexed ? sl_idmap_put(&st->index, j->tasks[k].id, j, k) : 0;
+}
+
+int sl__dstate_index_job(sl_dstate_t *st, struct job *j)
+{
+    /* The dirty list has room for every job: touching one never fails. */
+    if (st->cap_dirty_jobs < st->num_jobs) {
+        unsigned ncap = st->cap_jobs > st->num_jobs ? st->cap_jobs : st->num_jobs;
+        struct job **p = realloc(st->dirty_jobs, (size_t)ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        st->dirty_jobs = p;
+        st->cap_dirty_jobs = ncap;
+    }
+    int rc = sl_idmap_put(&st->index, j->id, j, UINT32_MAX);
+    for (unsigned k = 0; k < j->num_tasks && rc == 0; k++)
+        rc = sl_idmap_put(&st->index, j->tasks[k].id, j, k);
+    if (rc < 0) {
+        sl_idmap_del(&st->index, j->id);
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            sl_idmap_del(&st->index, j->tasks[k].id);
+        return rc;
+    }
+    j->indexed = true;
+    if (j->dirty || j->cursor_dirty || j->exclude_dirty || j->orphans_dirty)
+        sl__dstate_touch(st, j);
+    return 0;
+}
+
+void sl__dstate_unindex_job(sl_dstate_t *st, struct job *j)
+{
+    if (j->indexed) {
+        sl_idmap_del(&st->index, j->id);
+        for (unsigned k = 0; k < j->num_tasks; k++)
+            sl_idmap_del(&st->index, j->tasks[k].id);
+        j->indexed = false;
+    }
+    if (j->listed) {
+        for (unsigned i = 0; i < st->num_dirty_jobs; i++) {
+            if (st->dirty_jobs[i] == j) {
+                st->dirty_jobs[i] = st->dirty_jobs[--st->num_dirty_jobs];
+                break;
             }
         }
+        j->listed = false;
     }
-    return NULL;
+}
+
+void sl__dstate_touch(sl_dstate_t *st, struct job *j)
+{
+    if (j->listed || !j->indexed)
+        return; /* a job not in st->jobs yet is listed when it is added */
+    if (st->num_dirty_jobs >= st->cap_dirty_jobs) {
+        /* Cannot be: every listed job is one of st->jobs, and the list has
+         * room for all of them. A change left unlisted would be answered
+         * and never stored, so stop rather than go on. */
+        sl_log_error("job %" PRIu64 ": the dirty list is full (%u of %u jobs)", j->id, st->num_dirty_jobs,
+                     st->num_jobs);
+        abort();
+    }
+    st->dirty_jobs[st->num_dirty_jobs++] = j;
+    j->listed = true;
 }
 
 int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,

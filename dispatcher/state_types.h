@@ -6,7 +6,10 @@
  * Durability: a change that must survive a restart marks what it changed
  * dirty (a job, its split cursor, a task's last split hand-out, a worker,
  * a dataset) or queues a deletion; persist.c writes exactly that in the
- * next commit. What is not written (heartbeat times, progress counts,
+ * next commit. A job that is marked (or whose task's hand-out or outstanding
+ * splits are) goes on the state's list of dirty jobs (sl__dstate_touch()),
+ * and a dirty worker or dataset sets workers_dirty or datasets_dirty: a
+ * commit looks at what changed, not at every job. What is not written (heartbeat times, progress counts,
  * rates) starts afresh at load.
  */
 #ifndef SL_DSTATE_TYPES_H
@@ -17,6 +20,7 @@
 
 #include "caps.h"
 #include "files.h"
+#include "idmap.h"
 #include "posset.h"
 #include "state.h"
 
@@ -112,6 +116,8 @@ struct client {
     uint64_t id;
     int64_t last_seen;
     int64_t away_since;        /* its lease ran out then (not stored); 0: present */
+    int64_t progress_at;       /* DYNAMIC: when its progress last grew, or it joined (not stored) */
+    int64_t stalled_since;     /* DYNAMIC: stalled then (--client-stall-ms, not stored); 0: reading */
     uint32_t consumer_index;   /* coordinated reads */
     uint64_t round;            /* the next round it asks for, as it last said */
     sl_target_workers_t target;
@@ -165,6 +171,8 @@ struct job {
     uint64_t report_gen;
     bool dirty;        /* the job record: everything above but the cursor */
     bool cursor_dirty; /* the split cursor */
+    bool listed;       /* on the state's dirty_jobs */
+    bool indexed;      /* it and its tasks are in the state's index */
 };
 
 struct sl_dstate {
@@ -181,10 +189,17 @@ struct sl_dstate {
     unsigned num_datasets, cap_datasets;
     struct job **jobs; /* oldest first */
     unsigned num_jobs, cap_jobs;
+    /* Jobs and their tasks by id (idmap.h): a job's entry has pos
+     * UINT32_MAX, a task's its job and its place in the job's tasks (a
+     * job's tasks are only ever appended). */
+    sl_idmap_t index;
     char (*addresses)[128]; /* --worker-addresses, in order */
     unsigned num_addresses;
     /* Durability (see the top of this file). */
     uint64_t saved_next_id; /* next_id as last committed */
+    struct job **dirty_jobs; /* jobs the next commit writes (sl__dstate_touch()); room for num_jobs */
+    unsigned num_dirty_jobs, cap_dirty_jobs;
+    bool workers_dirty, datasets_dirty; /* some worker's, some dataset's dirty is set */
     struct sl_ddel {
         enum sl_dtable table;
         uint64_t key, key2; /* key2: the outstanding table's second half (a split id) */
@@ -251,6 +266,24 @@ bool sl__dstate_worker_owns_task(sl_dstate_t *st, const struct worker *w, const 
  *  with a message naming the request (what) in err. ownership.c */
 int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
                                    const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen);
+
+/** Puts job j on the list of jobs the next commit writes: whatever sets one
+ *  of j's dirty flags, one of its tasks' handout_dirty or adds to a task's
+ *  outstanding splits calls it. Never fails: the list has room for every
+ *  job (sl__dstate_index_job()). */
+void sl__dstate_touch(sl_dstate_t *st, struct job *j);
+
+/** Adds job j (just appended to st->jobs) and its tasks to the index, and
+ *  makes room for it on the dirty list. @return 0 or -ENOMEM (then j is in
+ *  neither: the caller takes it out of st->jobs) */
+int sl__dstate_index_job(sl_dstate_t *st, struct job *j);
+
+/** Adds j's task k to the index when j is indexed. @return 0 or -ENOMEM */
+int sl__dstate_index_task(sl_dstate_t *st, struct job *j, unsigned k);
+
+/** Takes job j (about to be freed) and its tasks out of the index and off
+ *  the dirty list. */
+void sl__dstate_unindex_job(sl_dstate_t *st, struct job *j);
 
 /** Queues the deletion of a record (key2 only for SL_DT_OUTSTANDING). */
 void sl__dstate_del(sl_dstate_t *st, enum sl_dtable table, uint64_t key, uint64_t key2);

@@ -129,9 +129,12 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
     for (unsigned c = 0; c < j->num_clients; c++) {
         const struct client *cl = &j->clients[c];
         json_t *co = json_pack("{s:I,s:I,s:s}", "client_id", (json_int_t)cl->id, "last_heartbeat_ms_ago",
-                               (json_int_t)(now - cl->last_seen), "state", cl->away_since ? "away" : "present");
+                               (json_int_t)(now - cl->last_seen), "state",
+                               cl->away_since ? "away" : cl->stalled_since ? "stalled" : "present");
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
+        else if (cl->stalled_since)
+            json_object_set_new(co, "stalled_ms", json_integer(now - cl->stalled_since));
         json_array_append_new(consumers, co);
     }
     json_object_set_new(o, "consumers", consumers);

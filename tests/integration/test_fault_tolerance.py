@@ -407,6 +407,76 @@ class AwayClient(unittest.TestCase):
         self.assertEqual(job()['state'], 'FINISHED')
 
 
+class StalledClient(unittest.TestCase):
+    """A trainer whose caller stops reading without closing (its stdout is
+    not read, so it blocks while its heartbeats go on) is stalled after
+    --client-stall-ms: its peer reads to the end of the job without it, and
+    when it reads again it gets the rest of what it had: exactly once
+    across both."""
+
+    def setUp(self):
+        self.cluster = Cluster(workers=2, dispatcher_args=['--split-size', '1000', '--client-stall-ms', '1000'])
+        self.cluster.wait_workers_registered(2)
+
+    def tearDown(self):
+        bad = self.cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+    def test_a_trainer_that_stops_reading_does_not_hold_its_peer_at_the_end(self):
+        n = 100000
+        spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
+        args = ['--sharding', 'dynamic', '--job-name', 'stall', '--timeout-ms', '60000']
+        admin = self.cluster.dispatcher.admin_port
+        trainers, got, counts = [], [[], []], [0, 0]
+        stalled_reads = threading.Event()
+        stalled_reads.set()
+
+        def drain(i, proc):
+            for line in proc.stdout:
+                if i == 0:
+                    stalled_reads.wait()
+                if line.endswith('\n'):
+                    got[i].extend(json.loads(line)['value'])
+                    counts[i] += 1
+        threads = []
+        try:
+            for i in range(2):
+                p = subprocess.Popen(self.cluster.cat_argv(spec, args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=child_env())
+                trainers.append(p)
+                t = threading.Thread(target=drain, args=(i, p), daemon=True)
+                t.start()
+                threads.append(t)
+            wait_for(lambda: min(counts) >= 5, 'both trainers to read 5 batches')
+            stalled_reads.clear()   # trainer 0's caller stops reading; its process runs on
+            job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
+
+            def job():
+                return get_json(admin, '/v1/jobs/%d' % job_id)
+            # The peer reads on and reaches the job's end without trainer 0:
+            # the job finishes while trainer 0 is stalled.
+            wait_for(lambda: job()['state'] == 'FINISHED', 'the job to finish while trainer 0 does not read',
+                     timeout=300)
+            self.assertIn('stalled', [c['state'] for c in job()['consumers']])
+            trainers[1].wait(timeout=300)
+            threads[1].join(timeout=60)
+            self.assertEqual(trainers[1].returncode, 0, 'the peer failed: %s' % trainers[1].stderr.read()[-3000:])
+            stalled_reads.set()
+            trainers[0].wait(timeout=300)
+            threads[0].join(timeout=60)
+            self.assertEqual(trainers[0].returncode, 0,
+                             'the stalled trainer failed: %s' % trainers[0].stderr.read()[-3000:])
+        finally:
+            stalled_reads.set()
+            for p in trainers:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert_exactly_once(self, got[0] + got[1], n, 'a trainer that stopped reading and its peer')
+        log = self.cluster.dispatcher.stderr()
+        self.assertRegex(log, r'client \d+ is stalled: it heartbeats but received nothing new for \d+ ms')
+
+
 class BrokenConnections(unittest.TestCase):
     """Connections between a trainer and a worker broken with answers in
     flight (a proxy throws away the bytes the worker sent next and resets

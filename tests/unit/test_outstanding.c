@@ -497,3 +497,47 @@ Test(outstanding, an_away_client_is_released_after_the_rejoin_window_and_then_wa
     cr_assert_not_null(strstr(err, "--client-rejoin-ms 5000"), "%s", err);
     free(req);
 }
+
+Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back_until_it_reads_again)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
+    cfg.client_stall_ms = 5000;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r);
+    uint64_t first = r.splits[0].split_id;
+    uint64_t below = first + 1, ahead = first + 3;
+    heartbeat_at(1000, j, c1, 1, &ta, &below);
+    heartbeat_at(1000, j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 3);
+    /* c1 reads on; c2 heartbeats and receives nothing new. */
+    heartbeat_at(4000, j, c1, 1, &ta, &ahead);
+    heartbeat_at(4000, j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 3, "c2 holds them back");
+    sl_dstate_tick(st, 6000);
+    cr_assert_str_eq(client_state(j, c2), "present", "5000 ms without progress, not more");
+    sl_dstate_tick(st, 6001);
+    cr_assert_str_eq(client_state(j, c2), "stalled");
+    cr_assert_str_eq(client_state(j, c1), "present", "c1's progress grew 2001 ms ago");
+    cr_assert_eq(lost_splits(j, "outstanding"), 1, "c1's progress alone decides");
+    /* A heartbeat without new progress does not end it; progress does. */
+    heartbeat_at(7000, j, c2, 1, &ta, &below);
+    cr_assert_str_eq(client_state(j, c2), "stalled");
+    uint64_t caught_up = first + 4;
+    heartbeat_at(8000, j, c2, 1, &ta, &caught_up);
+    cr_assert_str_eq(client_state(j, c2), "present");
+    heartbeat_at(8000, j, c1, 1, &ta, &caught_up);
+    cr_assert_eq(lost_splits(j, "outstanding"), 0);
+    /* Holding nothing back, a client that receives nothing is not stalled. */
+    heartbeat_at(20000, j, c1, 1, &ta, &caught_up);
+    heartbeat_at(20000, j, c2, 1, &ta, &caught_up);
+    sl_dstate_tick(st, 20001);
+    cr_assert_str_eq(client_state(j, c1), "present");
+    cr_assert_str_eq(client_state(j, c2), "present");
+}

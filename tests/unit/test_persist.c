@@ -21,6 +21,7 @@
 #include "posset.h"
 #include "sluice.h"
 #include "state.h"
+#include "state_types.h"
 #include "store.h"
 
 static char dir[64];
@@ -318,4 +319,77 @@ Test(persist, the_secret_survives_a_restart)
     sl_dstate_task_key(other, 42, fresh);
     cr_assert_arr_neq(key, fresh, 16);
     sl_dstate_free(other);
+}
+
+/* 10,000 jobs on two workers: every job and task is found by id, before and
+ * after a restart; a hand-out lists one job for its commit, not all of
+ * them; and what each commit wrote loads back the same. */
+Test(persist, ten_thousand_jobs_are_indexed_and_a_commit_lists_only_what_changed)
+{
+    enum { JOBS = 10000 };
+    open_store(0);
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_jobs = JOBS;
+    st = sl_dstate_new(&cfg);
+    cr_assert_not_null(st);
+    worker(st, "127.0.0.1:1");
+    worker(st, "127.0.0.1:2");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 100000}}");
+    static uint64_t jobs[JOBS];
+    for (unsigned i = 0; i < JOBS; i++) {
+        uint64_t cid;
+        job(st, ds, "", &jobs[i], &cid);
+        if (i % 1000 == 999)
+            save(st); /* a commit writes the jobs made since the last one */
+    }
+    save(st);
+    cr_assert_eq(st->num_jobs, JOBS);
+    /* Every job and each of its tasks are found by id. */
+    for (unsigned i = 0; i < JOBS; i++) {
+        struct job *j = sl__dstate_job(st, jobs[i]);
+        cr_assert(j && j->id == jobs[i] && j->num_tasks == 2);
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            struct job *tj = NULL;
+            struct task *t = sl__dstate_task(st, j->tasks[k].id, &tj);
+            cr_assert(t == &j->tasks[k] && tj == j);
+        }
+        cr_assert_null(sl__dstate_task(st, jobs[i], &(struct job *){NULL}), "a job id is no task id");
+    }
+    /* A hand-out of job 5000's lists that job alone. */
+    uint64_t task = sl__dstate_job(st, jobs[5000])->tasks[0].id;
+    sluice_GetSplitResponse r;
+    splits(st, task, 1, &r, 0);
+    cr_assert_eq(r.splits_count, 3);
+    cr_assert_eq(st->num_dirty_jobs, 1);
+    cr_assert_eq(st->dirty_jobs[0]->id, jobs[5000]);
+    save(st);
+    cr_assert_eq(st->num_dirty_jobs, 0);
+    /* Cancelled jobs make room for new ones: the oldest ended is dropped,
+     * out of the index and out of the dirty list. */
+    cr_assert_eq(sl_dstate_job_cancel(st, jobs[1], "test", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_cancel(st, jobs[2], "test", err, sizeof err), 0, "%s", err);
+    uint64_t extra, cid;
+    job(st, ds, "", &extra, &cid); /* drops job 1, listed and not yet committed */
+    cr_assert_null(sl__dstate_job(st, jobs[1]));
+    cr_assert_not_null(sl__dstate_job(st, jobs[2]));
+    cr_assert_not_null(sl__dstate_job(st, extra));
+    cr_assert_eq(st->num_dirty_jobs, 2, "job 2 (cancelled) and the new job");
+    save(st);
+
+    st2 = reopen();
+    char *a = views(st), *b = views(st2);
+    cr_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    struct job *tj = NULL;
+    cr_assert_not_null(sl__dstate_task(st2, task, &tj));
+    cr_assert_eq(tj->id, jobs[5000]);
+    cr_assert_eq(st2->num_dirty_jobs, 0, "a load lists nothing");
+    /* The restarted state answers the same request the same way. */
+    sluice_GetSplitResponse again;
+    splits(st2, task, 1, &again, 0);
+    cr_assert_eq(again.splits[0].begin, r.splits[0].begin);
+    cr_assert_not(sl_dpersist_dirty(st2));
 }
