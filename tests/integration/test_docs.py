@@ -204,11 +204,11 @@ class ProtocolLimits(ClusterCase):
 
         m = re.search(r'client_limits = \{\.max_payload = ([^}]+)\}', source('client/client.c'))
         client = c_int(m.group(1))
-        m = re.search(r'\.max_payload = ([^}]+)\}', function_body('client/iterator.c', 'disp_connect'))
+        m = re.search(r'\.max_payload = ([^}]+)\}', function_body('client/iterator.c', 'disp_resolved'))
         iterator_dispatcher = c_int(m.group(1))
         m = re.search(r'\.max_batch_bytes = ([^,]+),', source('client/iterator.c'))
         batch_default = c_int(m.group(1))
-        self.assertIn('UINT32_MAX', function_body('client/iterator.c', 'task_connect'))
+        self.assertIn('UINT32_MAX', function_body('client/iterator.c', 'task_resolved'))
         return {
             'message (`msg_len`), every receiver': (msg_limit, {msg_limit, largest}, set()),
             'payload, dispatcher (every connection it accepts)': (dispatcher, {dispatcher, spec, dispatcher - 1024},
