@@ -3,7 +3,7 @@
  *
  * Records (key: the id as 8 big-endian bytes, so tables read in creation
  * order; value: a JSON object):
- *   datasets  {spec, fingerprint, name, cardinality, split_size, hint_op, infinite, files: [[path, records]...],
+ *   datasets  {spec, fingerprint, name (when it has one), cardinality, split_size, hint_op, infinite, files: [[path, records]...],
  *             last_used: wall-clock ms of its last use, from which --dataset-gc-timeout-ms counts}
  *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
@@ -89,10 +89,15 @@ static json_t *dataset_record(const sl_dstate_t *st, const struct dataset *d)
     for (int f = 0; f < d->files.num_files; f++)
         json_array_append_new(files, json_pack("[s,I]", d->files.paths[f], (json_int_t)d->files.records[f]));
     int64_t idle = d->last_used > 0 && st->now > d->last_used ? st->now - d->last_used : 0;
-    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s:I,s:s}", "spec", d->canonical, "fingerprint", d->fingerprint,
-                     "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size, "hint_op",
-                     d->hint_op, "infinite", d->infinite, "files", files, "last_used", (json_int_t)(wall_ms() - idle),
-                     "name", d->name);
+    json_t *rec = json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s:I}", "spec", d->canonical, "fingerprint", d->fingerprint,
+                            "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size,
+                            "hint_op", d->hint_op, "infinite", d->infinite, "files", files, "last_used",
+                            (json_int_t)(wall_ms() - idle));
+    /* Only a named dataset's record has a name: a dispatcher from before
+     * names still reads the others. */
+    if (rec && d->name[0])
+        json_object_set_new(rec, "name", json_string(d->name));
+    return rec;
 }
 
 static json_t *worker_record(const struct worker *w)
