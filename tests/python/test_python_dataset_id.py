@@ -86,6 +86,13 @@ class DatasetIdTest(unittest.TestCase):
         # distribute() of the same spec reads the same dataset.
         with ds.distribute(self.addr, sharding='dynamic') as it:
             self.assertEqual(it.dataset_id, did)
+        # Iterated again after its end, it opens the next repetition of a
+        # named job over the same dataset, as distribute()'s iterators do.
+        it = sluice.from_dataset_id(self.addr, did, sharding='dynamic', job_name='by-id')
+        self.assertEqual(sum(len(b['value']) for b in it), 200)
+        it2 = iter(it)
+        self.assertEqual((it2.repetition, it2.dataset_id), (1, did))
+        self.assertEqual(sorted(int(v) for b in it2 for v in b['value']), list(range(200)))
 
     def test_named_dataset_is_read_in_another_process(self):
         ds = sluice.range(0, 120).shuffle(32, seed=3).batch(10)
@@ -126,17 +133,6 @@ class DatasetIdTest(unittest.TestCase):
             sluice.from_dataset_id(self.addr, 0)
         # The dispatcher keeps serving.
         self.assertIsInstance(sluice.register_dataset(self.addr, sluice.range(3)), int)
-
-    def test_name_survives_a_dispatcher_restart(self):
-        ds = sluice.range(0, 40).batch(8)
-        did = sluice.register_dataset(self.addr, ds, dataset_id='durable')
-        self.c.restart_dispatcher(signal.SIGKILL)
-        self.c.wait_workers_registered(2)
-        self.assertEqual(sluice.register_dataset(self.addr, ds, dataset_id='durable'), did)
-        self.assertEqual(sluice.dataset_element_spec(self.addr, 'durable'),
-                         {'value': sluice.TensorSpec((None,), 'int64')})
-        with self.assertRaises(sluice.ConflictError):
-            sluice.register_dataset(self.addr, sluice.range(1), dataset_id='durable')
 
     # ---- element_spec ----
 
@@ -245,6 +241,27 @@ class DatasetIdTest(unittest.TestCase):
         # the 2 workers' shares make, between these bounds.
         n = sum(1 for _ in sluice.torch.loader(ds.batch(8), self.addr, sharding='dynamic'))
         self.assertTrue(12 <= n <= 13, n)
+
+
+class NamesAcrossRestart(unittest.TestCase):
+    """A dispatcher of its own (no worker: names need none), killed and
+    restarted on its work dir."""
+
+    def setUp(self):
+        self.c = Cluster(workers=0)
+
+    def tearDown(self):
+        self.assertEqual(self.c.close(), {}, 'daemons exited uncleanly')
+
+    def test_name_survives_a_dispatcher_restart(self):
+        ds = sluice.range(0, 40).batch(8)
+        did = sluice.register_dataset(self.c.dispatcher.addr, ds, dataset_id='durable')
+        self.c.restart_dispatcher(signal.SIGKILL)
+        self.assertEqual(sluice.register_dataset(self.c.dispatcher.addr, ds, dataset_id='durable'), did)
+        self.assertEqual(sluice.dataset_element_spec(self.c.dispatcher.addr, 'durable'),
+                         {'value': sluice.TensorSpec((None,), 'int64')})
+        with self.assertRaises(sluice.ConflictError):
+            sluice.register_dataset(self.c.dispatcher.addr, sluice.range(1), dataset_id='durable')
 
 
 if __name__ == '__main__':
