@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "elemspec.h"
 #include "rpc.h"
 #include "sluice.h"
 
@@ -88,6 +89,22 @@ const char *sl_client_errmsg(const sl_client_t *c)
 
 int sl_client_register_dataset(sl_client_t *c, const char *spec_json, size_t len, uint64_t *dataset_id)
 {
+    return sl_client_register_dataset_as(c, spec_json, len, NULL, dataset_id, NULL);
+}
+
+/* A name as the dispatcher takes it (it checks the characters). */
+static int name_fits(sl_client_t *c, const char *name, size_t room)
+{
+    if (name && strlen(name) >= room) {
+        snprintf(c->err, sizeof c->err, "dataset name of %zu bytes: at most %zu", strlen(name), room - 1);
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+int sl_client_register_dataset_as(sl_client_t *c, const char *spec_json, size_t len, const char *name,
+                                  uint64_t *dataset_id, sl_elemspec_t *element_spec)
+{
     sluice_RegisterDatasetRequest req = sluice_RegisterDatasetRequest_init_zero;
     sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
     if (len > client_limits.max_payload) {
@@ -95,10 +112,53 @@ int sl_client_register_dataset(sl_client_t *c, const char *spec_json, size_t len
                  client_limits.max_payload);
         return SL_ETOOBIG;
     }
-    int rc = sl__client_call(c, SL_MSG_REGISTER_DATASET_REQ, &req, spec_json, len, SL_MSG_REGISTER_DATASET_RESP,
-                             &resp);
+    int rc = name_fits(c, name, sizeof req.name);
     if (rc < 0)
         return rc;
+    if (name)
+        memcpy(req.name, name, strlen(name) + 1);
+    rc = sl__client_call(c, SL_MSG_REGISTER_DATASET_REQ, &req, spec_json, len, SL_MSG_REGISTER_DATASET_RESP, &resp);
+    if (rc < 0)
+        return rc;
+    if (element_spec) {
+        /* A dispatcher before element specs sends none: not known. */
+        rc = sl_elemspec_from_wire(&resp.element_spec, element_spec, c->err, sizeof c->err);
+        if (rc < 0)
+            return rc;
+    }
     *dataset_id = resp.dataset_id;
+    return 0;
+}
+
+int sl_client_lookup_dataset(sl_client_t *c, uint64_t dataset_id, const char *name, uint64_t *id_out,
+                             sl_elemspec_t *element_spec)
+{
+    sluice_LookupDatasetRequest req = sluice_LookupDatasetRequest_init_zero;
+    sluice_LookupDatasetResponse resp = sluice_LookupDatasetResponse_init_zero;
+    if ((dataset_id != 0) == (name && name[0])) {
+        snprintf(c->err, sizeof c->err, "a dataset is looked up by its id or by its name: give one of them");
+        return SL_EINVAL;
+    }
+    int rc = name_fits(c, name, sizeof req.name);
+    if (rc < 0)
+        return rc;
+    req.dataset_id = dataset_id;
+    if (name)
+        memcpy(req.name, name, strlen(name) + 1);
+    rc = sl__client_call(c, SL_MSG_LOOKUP_DATASET_REQ, &req, NULL, 0, SL_MSG_LOOKUP_DATASET_RESP, &resp);
+    if (rc < 0)
+        return rc;
+    if (resp.dataset_id == 0 || (dataset_id && resp.dataset_id != dataset_id)) {
+        snprintf(c->err, sizeof c->err, "the dispatcher answered a lookup of dataset %" PRIu64 " with dataset %" PRIu64,
+                 dataset_id, resp.dataset_id);
+        return SL_EPROTO;
+    }
+    if (element_spec) {
+        rc = sl_elemspec_from_wire(&resp.element_spec, element_spec, c->err, sizeof c->err);
+        if (rc < 0)
+            return rc;
+    }
+    if (id_out)
+        *id_out = resp.dataset_id;
     return 0;
 }

@@ -3,7 +3,7 @@
  *
  * Records (key: the id as 8 big-endian bytes, so tables read in creation
  * order; value: a JSON object):
- *   datasets  {spec, fingerprint, cardinality, split_size, hint_op, infinite, files: [[path, records]...],
+ *   datasets  {spec, fingerprint, name (when it has one), cardinality, split_size, hint_op, infinite, files: [[path, records]...],
  *             last_used: wall-clock ms of its last use, from which --dataset-gc-timeout-ms counts}
  *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
@@ -89,9 +89,15 @@ static json_t *dataset_record(const sl_dstate_t *st, const struct dataset *d)
     for (int f = 0; f < d->files.num_files; f++)
         json_array_append_new(files, json_pack("[s,I]", d->files.paths[f], (json_int_t)d->files.records[f]));
     int64_t idle = d->last_used > 0 && st->now > d->last_used ? st->now - d->last_used : 0;
-    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s:I}", "spec", d->canonical, "fingerprint", d->fingerprint,
-                     "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size, "hint_op",
-                     d->hint_op, "infinite", d->infinite, "files", files, "last_used", (json_int_t)(wall_ms() - idle));
+    json_t *rec = json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s:I}", "spec", d->canonical, "fingerprint", d->fingerprint,
+                            "cardinality", (json_int_t)d->cardinality, "split_size", (json_int_t)d->split_size,
+                            "hint_op", d->hint_op, "infinite", d->infinite, "files", files, "last_used",
+                            (json_int_t)(wall_ms() - idle));
+    /* Only a named dataset's record has a name: a dispatcher from before
+     * names still reads the others. */
+    if (rec && d->name[0])
+        json_object_set_new(rec, "name", json_string(d->name));
+    return rec;
 }
 
 static json_t *worker_record(const struct worker *w)
@@ -426,17 +432,18 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
-    const char *spec, *fp;
+    const char *spec, *fp, *name = "";
     json_int_t card, split_size, last_used = -1;
     int hint_op, infinite;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s?I}", "spec", &spec, "fingerprint",
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:s,s:I,s:I,s:i,s:b,s:o,s?I,s?s}", "spec", &spec, "fingerprint",
                        &fp, "cardinality", &card, "split_size", &split_size, "hint_op", &hint_op, "infinite",
-                       &infinite, "files", &files, "last_used", &last_used) < 0)
+                       &infinite, "files", &files, "last_used", &last_used, "name", &name) < 0)
         return unpack_failed(l, id, rec, &je);
-    if (!json_is_array(files) || split_size <= 0 || strlen(fp) >= sizeof ((struct dataset *)0)->fingerprint) {
+    if (!json_is_array(files) || split_size <= 0 || strlen(fp) >= sizeof ((struct dataset *)0)->fingerprint ||
+        strlen(name) >= SL_DATASET_NAME_MAX) {
         json_decref(rec);
-        return bad(l, id, "files, split_size or fingerprint out of range");
+        return bad(l, id, "files, split_size, fingerprint or name out of range");
     }
     struct dataset *d = calloc(1, sizeof *d);
     size_t nfiles = json_array_size(files);
@@ -453,6 +460,7 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
         d->last_used = d->saved_used = at > 0 ? at : 1;
     }
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    snprintf(d->name, sizeof d->name, "%s", name);
     if (!(d->canonical = strdup(spec)))
         goto nomem_in;
     if (nfiles > 0) {

@@ -14,6 +14,7 @@
 #include "caps.h"
 #include "conn.h"
 #include "counter.h"
+#include "elemspec.h"
 #include "errbuf.h"
 #include "log.h"
 #include "metrics.h"
@@ -63,6 +64,7 @@ struct pending_reg {
     char *text;
     size_t len;
     sl_spec_t *spec;
+    char name[SL_DATASET_NAME_MAX];
     struct pending_reg *prev, *next;
 };
 
@@ -224,6 +226,15 @@ static struct dconn *worker_bound_elsewhere(const struct dconn *dc, uint64_t wor
     return NULL;
 }
 
+/* The element spec of a registered dataset's spec, into its answer. */
+static void element_spec(const sl_spec_t *spec, sluice_RegisterDatasetResponse *resp)
+{
+    sl_elemspec_t es;
+    sl_spec_element_spec(spec, &es);
+    sl_elemspec_to_wire(&es, &resp->element_spec);
+    resp->has_element_spec = true;
+}
+
 /* A count ended (on the loop): the dataset is registered with the files
  * it counted, and the request answered once that is committed. */
 static void on_counted(int rc, sl_file_list_t *files, const char *cerr, void *arg)
@@ -246,13 +257,15 @@ static void on_counted(int rc, sl_file_list_t *files, const char *cerr, void *ar
         size_t need = r->len + 4096;
         for (int f = 0; rc == 0 && f < files->num_files; f++)
             need += strlen(files->paths[f]) + 32;
-        if (rc == 0 && !sl_dstate_dataset_known(srv->st, r->spec))
+        if (rc == 0 && !sl_dstate_dataset_known(srv->st, r->spec, r->name))
             rc = store_room(srv, need, "dataset", err, sizeof err);
         if (rc == 0)
-            rc = sl_dstate_dataset_register_counted(srv->st, r->text, r->len, files, &resp.dataset_id, &fp, err,
-                                                    sizeof err);
-        if (rc == 0)
+            rc = sl_dstate_dataset_register_counted(srv->st, r->text, r->len, r->name, files, &resp.dataset_id, &fp,
+                                                    err, sizeof err);
+        if (rc == 0) {
             snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+            element_spec(r->spec, &resp);
+        }
         /* The answer waits for the commit of the new dataset. */
         if (!dc->corked && srv->store) {
             if (sl_conn_cork(dc->conn) < 0) {
@@ -274,15 +287,20 @@ out:
 /* REGISTER_DATASET: a new file source's files are listed and counted off
  * the loop (counter.h: a gzip bomb takes as long as its inflated size) and
  * the request is answered when that is done; anything else at once. */
-static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const uint8_t *payload)
+static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const sluice_RegisterDatasetRequest *req,
+                             const uint8_t *payload)
 {
     sl_dserver_t *srv = dc->srv;
     sluice_RegisterDatasetResponse resp = sluice_RegisterDatasetResponse_init_zero;
     char err[1024] = "";
     const char *fp = NULL;
     sl_spec_t *spec = NULL;
-    int rc = sl_spec_parse((const char *)payload, hdr->payload_len, &spec, err, sizeof err);
-    if (rc == 0 && srv->counter && sl_spec_source_num_patterns(spec) > 0 && !sl_dstate_dataset_known(srv->st, spec)) {
+    const char *name = req->name;
+    int rc = sl_dstate_dataset_name_check(name, err, sizeof err);
+    if (rc == 0)
+        rc = sl_spec_parse((const char *)payload, hdr->payload_len, &spec, err, sizeof err);
+    if (rc == 0 && srv->counter && sl_spec_source_num_patterns(spec) > 0 &&
+        !sl_dstate_dataset_known(srv->st, spec, name)) {
         struct pending_reg *r = calloc(1, sizeof *r);
         char *text = malloc(hdr->payload_len + 1);
         if (!r || !text) {
@@ -294,6 +312,7 @@ static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const 
             text[hdr->payload_len] = '\0';
             *r = (struct pending_reg){.srv = srv, .dc = dc, .request_id = hdr->request_id, .text = text,
                                       .len = hdr->payload_len, .spec = spec};
+            snprintf(r->name, sizeof r->name, "%s", name);
             rc = sl_dcounter_submit(srv->counter, spec, on_counted, r);
             if (rc == 0) {
                 r->next = srv->regs;
@@ -309,14 +328,16 @@ static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const 
                      "a time; retry later", SL_DCOUNT_MAX_QUEUED);
         }
     }
-    if (rc == 0 && !sl_dstate_dataset_known(srv->st, spec))
+    if (rc == 0 && !sl_dstate_dataset_known(srv->st, spec, name))
         rc = store_room(srv, hdr->payload_len + 4096, "dataset", err, sizeof err);
-    sl_spec_free(spec);
     if (rc == 0)
-        rc = sl_dstate_dataset_register(srv->st, (const char *)payload, hdr->payload_len, &resp.dataset_id, &fp,
-                                        err, sizeof err);
-    if (rc == 0)
+        rc = sl_dstate_dataset_register_counted(srv->st, (const char *)payload, hdr->payload_len, name, NULL,
+                                                &resp.dataset_id, &fp, err, sizeof err);
+    if (rc == 0) {
         snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+        element_spec(spec, &resp);
+    }
+    sl_spec_free(spec);
     reply(dc->conn, hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
 }
 
@@ -443,8 +464,29 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         break;
     }
     case SL_MSG_REGISTER_DATASET_REQ:
-        register_dataset(dc, hdr, payload);
+        register_dataset(dc, hdr, msg, payload);
         break;
+    case SL_MSG_LOOKUP_DATASET_REQ: {
+        const sluice_LookupDatasetRequest *req = msg;
+        sluice_LookupDatasetResponse resp = sluice_LookupDatasetResponse_init_zero;
+        const char *canon = NULL, *fp = NULL, *name = NULL;
+        sl_spec_t *spec = NULL;
+        rc = sl_dstate_dataset_lookup(st, req->dataset_id, req->name, &resp.dataset_id, &canon, &fp, &name, err,
+                                      sizeof err);
+        if (rc == 0)
+            rc = sl_spec_parse(canon, strlen(canon), &spec, err, sizeof err);
+        if (rc == 0) {
+            sl_elemspec_t es;
+            sl_spec_element_spec(spec, &es);
+            sl_elemspec_to_wire(&es, &resp.element_spec);
+            resp.has_element_spec = true;
+            snprintf(resp.fingerprint, sizeof resp.fingerprint, "%s", fp);
+            snprintf(resp.name, sizeof resp.name, "%s", name);
+        }
+        sl_spec_free(spec);
+        reply(c, hdr, rc, SL_MSG_LOOKUP_DATASET_RESP, &resp, err);
+        break;
+    }
     case SL_MSG_GET_OR_CREATE_JOB_REQ: {
         sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
         char host[128] = "";

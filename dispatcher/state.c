@@ -691,8 +691,9 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
 static uint64_t dataset_reader(const sl_dstate_t *st, const struct dataset *d);
 static void dataset_drop(sl_dstate_t *st, unsigned di);
 
-/* The registered dataset of spec (the same canonical text), or NULL. */
-static struct dataset *dataset_of_spec(const sl_dstate_t *st, const sl_spec_t *spec)
+/* The registered dataset of spec (the same canonical text) and name ("":
+ * none), or NULL. */
+static struct dataset *dataset_of_spec(const sl_dstate_t *st, const sl_spec_t *spec, const char *name)
 {
     const char *canon = sl_spec_canonical(spec);
     const char *fp = sl_spec_fingerprint(spec);
@@ -700,38 +701,99 @@ static struct dataset *dataset_of_spec(const sl_dstate_t *st, const sl_spec_t *s
         struct dataset *d = st->datasets[i];
         /* The fingerprint is only a hash: equal text is what makes two
          * specs one dataset. */
-        if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0)
+        if (strcmp(d->fingerprint, fp) == 0 && strcmp(d->canonical, canon) == 0 && strcmp(d->name, name) == 0)
             return d;
     }
     return NULL;
 }
 
-bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec)
+static struct dataset *dataset_of_name(const sl_dstate_t *st, const char *name)
 {
-    return dataset_of_spec(st, spec) != NULL;
+    for (unsigned i = 0; name[0] && i < st->num_datasets; i++)
+        if (strcmp(st->datasets[i]->name, name) == 0)
+            return st->datasets[i];
+    return NULL;
+}
+
+bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec, const char *name)
+{
+    name = name ? name : "";
+    return dataset_of_spec(st, spec, name) != NULL || dataset_of_name(st, name) != NULL;
+}
+
+int sl_dstate_dataset_name_check(const char *name, char *err, size_t errlen)
+{
+    if (!name || !name[0])
+        return 0;
+    size_t n = strlen(name);
+    if (n >= SL_DATASET_NAME_MAX)
+        return sl_errf(err, errlen, SL_EINVAL, "dataset name of %zu bytes: at most %d", n, SL_DATASET_NAME_MAX - 1);
+    bool digits = true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("_.:/-", ch)))
+            return sl_errf(err, errlen, SL_EINVAL,
+                           "dataset name \"%.*s\": character %zu is not one of [A-Za-z0-9_.:/-]", (int)n, name, i);
+        digits = digits && ch >= '0' && ch <= '9';
+    }
+    if (digits)
+        return sl_errf(err, errlen, SL_EINVAL, "dataset name \"%s\" is all digits, which is how dataset ids are "
+                       "written: give it a letter", name);
+    return 0;
+}
+
+int sl_dstate_dataset_lookup(const sl_dstate_t *st, uint64_t id, const char *name, uint64_t *id_out,
+                             const char **canonical, const char **fingerprint, const char **name_out, char *err,
+                             size_t errlen)
+{
+    const struct dataset *d = id ? sl__dstate_dataset(st, id) : dataset_of_name(st, name ? name : "");
+    if (!d) {
+        if (id)
+            return sl_errf(err, errlen, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered", id);
+        return sl_errf(err, errlen, SL_ENOTFOUND, "no dataset is registered under the name \"%s\" (datasets "
+                       "no job read for --dataset-gc-timeout-ms are deleted: register it again)", name ? name : "");
+    }
+    *id_out = d->id;
+    *canonical = d->canonical;
+    *fingerprint = d->fingerprint;
+    *name_out = d->name;
+    return 0;
 }
 
 int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec_text, size_t len, uint64_t *dataset_id,
                                const char **fingerprint, char *err, size_t errlen)
 {
-    return sl_dstate_dataset_register_counted(st, spec_text, len, NULL, dataset_id, fingerprint, err, errlen);
+    return sl_dstate_dataset_register_counted(st, spec_text, len, NULL, NULL, dataset_id, fingerprint, err, errlen);
 }
 
-int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, size_t len, sl_file_list_t *counted,
-                                       uint64_t *dataset_id, const char **fingerprint, char *err, size_t errlen)
+int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, size_t len, const char *name,
+                                       sl_file_list_t *counted, uint64_t *dataset_id, const char **fingerprint,
+                                       char *err, size_t errlen)
 {
     sl_spec_t *spec = NULL;
-    int rc = sl_spec_parse(spec_text, len, &spec, err, errlen);
+    name = name ? name : "";
+    int rc = sl_dstate_dataset_name_check(name, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = sl_spec_parse(spec_text, len, &spec, err, errlen);
     if (rc < 0)
         return rc;
     const char *canon = sl_spec_canonical(spec);
     const char *fp = sl_spec_fingerprint(spec);
-    const struct dataset *known = dataset_of_spec(st, spec);
+    const struct dataset *known = dataset_of_spec(st, spec, name);
     if (known) {
         *dataset_id = known->id;
         *fingerprint = known->fingerprint;
         sl_spec_free(spec);
         return 0;
+    }
+    const struct dataset *named = dataset_of_name(st, name);
+    if (named) {
+        rc = sl_errf(err, errlen, SL_ECONFLICT,
+                     "dataset name \"%s\" is registered with another spec (dataset %" PRIu64 ", fingerprint %s; "
+                     "this spec's is %s): pick another name, or delete that dataset first", name, named->id,
+                     named->fingerprint, fp);
+        goto out;
     }
     if (st->num_datasets >= st->cfg.max_datasets) {
         /* Full: the dataset no running job read for the longest goes (a
@@ -787,9 +849,11 @@ int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, s
     d->dirty = true;
     st->datasets_dirty = true;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    snprintf(d->name, sizeof d->name, "%s", name);
     *dataset_id = d->id;
     *fingerprint = d->fingerprint;
-    sl_log_info("dataset %" PRIu64 " registered, fingerprint %s", d->id, d->fingerprint);
+    sl_log_info("dataset %" PRIu64 " registered, fingerprint %s%s%s%s", d->id, d->fingerprint,
+                name[0] ? ", name \"" : "", name, name[0] ? "\"" : "");
 out:
     sl_spec_free(spec);
     return rc;

@@ -148,12 +148,32 @@ int sl_dstate_dataset_register(sl_dstate_t *st, const char *spec, size_t len, ui
  * listed and counted (off the event loop, counter.h): *files is taken (and
  * zeroed) when the dataset is new; counted NULL: counted here.
  */
-int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec, size_t len, sl_file_list_t *files,
-                                       uint64_t *dataset_id, const char **fingerprint, char *err, size_t errlen);
+int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec, size_t len, const char *name,
+                                       sl_file_list_t *files, uint64_t *dataset_id, const char **fingerprint,
+                                       char *err, size_t errlen);
 
-/** @return whether the dataset of spec is registered (its registration
- *  needs no count of its files) */
-bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec);
+#define SL_DATASET_NAME_MAX 128 /* bytes of a dataset's name, with its NUL */
+
+/**
+ * Whether name may name a dataset: 1 to 127 bytes of [A-Za-z0-9_.:/-], not
+ * all digits (those are ids). NULL and "" mean no name and pass.
+ * @return 0, or SL_EINVAL with the reason in err
+ */
+int sl_dstate_dataset_name_check(const char *name, char *err, size_t errlen);
+
+/** @return whether the dataset of spec and name (NULL or "": none) is
+ *  registered (its registration needs no count of its files), or the name
+ *  names another spec's (the registration is refused) */
+bool sl_dstate_dataset_known(const sl_dstate_t *st, const sl_spec_t *spec, const char *name);
+
+/**
+ * Finds a dataset by id, or (id 0) by name.
+ * @param[out] canonical, fingerprint, name_out valid while the state is
+ * @return 0, SL_ENOTFOUND with a message in err
+ */
+int sl_dstate_dataset_lookup(const sl_dstate_t *st, uint64_t id, const char *name, uint64_t *id_out,
+                             const char **canonical, const char **fingerprint, const char **name_out, char *err,
+                             size_t errlen);
 
 /** @return the canonical spec of a dataset, or NULL; valid while the state is */
 const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id);

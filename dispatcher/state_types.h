@@ -65,6 +65,7 @@ struct worker {
 struct dataset {
     uint64_t id;
     char fingerprint[17];
+    char name[SL_DATASET_NAME_MAX]; /* given at registration ("" none): the dataset is (name, spec) */
     char *canonical;
     int64_t cardinality;
     /* File sources: the files and their record counts, split by file.

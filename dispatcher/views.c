@@ -49,6 +49,8 @@ static json_t *dataset_json(const sl_dstate_t *st, const struct dataset *d, bool
     json_t *o = json_pack("{s:I,s:s,s:I,s:I}", "id", (json_int_t)d->id, "fingerprint", d->fingerprint, "cardinality",
                           (json_int_t)d->cardinality, "unused_ms",
                           (json_int_t)(d->last_used > 0 && st->now > d->last_used ? st->now - d->last_used : 0));
+    if (d->name[0])
+        json_object_set_new(o, "name", json_string(d->name));
     if (with_spec) {
         json_t *spec = json_loads(d->canonical, 0, NULL);
         json_object_set_new(o, "spec", spec ? spec : json_null());

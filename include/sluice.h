@@ -116,6 +116,28 @@ typedef enum sl_job_state {
 #define SL_MAX_NAME 64       /* bytes of a component's name, with its NUL */
 #define SL_MAX_COMPONENTS 32 /* components of an element, tensors of a batch */
 
+/**
+ * One component of the elements a dataset yields (what each batch on the
+ * wire holds), as far as the spec says: docs/dataset-spec.md, "Element spec".
+ */
+typedef struct sl_component_spec {
+    char name[SL_MAX_NAME];
+    sl_dtype_t dtype;
+    int rank;                   /* dimensions; -1: not known (a plugin map's output) */
+    int64_t shape[SL_MAX_RANK]; /* -1: a dimension not known before the data (an image's
+                                   size, a short last batch, a varlen feature) */
+    int ragged;                 /* travels as values plus row splits: its dimension 1 varies
+                                   from row to row (a batch of a varlen feature) */
+} sl_component_spec_t;
+
+/** What every element of a dataset holds, derived from its spec. */
+typedef struct sl_elemspec {
+    int known;          /* 0: the spec does not say (e.g. an op's key names no component,
+                           which fails the pipeline when a worker builds it) */
+    int num_components; /* in the order batches hold them */
+    sl_component_spec_t components[SL_MAX_COMPONENTS];
+} sl_elemspec_t;
+
 typedef struct sl_client sl_client_t;
 typedef struct sl_iterator sl_iterator_t;
 typedef struct sl_batch sl_batch_t;
@@ -278,6 +300,32 @@ SL_EXPORT const char *sl_client_errmsg(const sl_client_t *client);
  */
 SL_EXPORT int sl_client_register_dataset(sl_client_t *client, const char *spec_json, size_t len,
                                          uint64_t *dataset_id);
+
+/**
+ * sl_client_register_dataset() under a name, the way tf.data service's
+ * register_dataset(dataset_id=...) names one: other processes find it with
+ * sl_client_lookup_dataset(). A dataset is its (name, canonical spec): the
+ * same pair gives the same id every time; a name registered with another
+ * spec is refused.
+ * @param[in] name NULL or "": none (as sl_client_register_dataset()); else 1 to
+ *            127 of [A-Za-z0-9_.:/-], not all digits
+ * @param[out] element_spec NULL, or what the dataset's elements hold
+ * @return 0, SL_ESPEC, SL_EINVAL (the name), SL_ECONFLICT (the name is
+ *         another spec's), or a transport error
+ */
+SL_EXPORT int sl_client_register_dataset_as(sl_client_t *client, const char *spec_json, size_t len,
+                                            const char *name, uint64_t *dataset_id, sl_elemspec_t *element_spec);
+
+/**
+ * Asks the dispatcher for a registered dataset, by id (name NULL) or by the
+ * name it was registered under (dataset_id 0), and what its elements hold.
+ * @param[out] id_out NULL, or the dataset's id
+ * @param[out] element_spec NULL, or the element spec (known 0 when the spec
+ *             does not say)
+ * @return 0, SL_ENOTFOUND, SL_EINVAL, or a transport error
+ */
+SL_EXPORT int sl_client_lookup_dataset(sl_client_t *client, uint64_t dataset_id, const char *name,
+                                       uint64_t *id_out, sl_elemspec_t *element_spec);
 
 SL_EXPORT void sl_iterator_opts_init(sl_iterator_opts_t *opts);
 

@@ -46,6 +46,8 @@ static const struct msg_info msg_table[SL_MSG_COUNT_] = {
     MSG(SL_MSG_REPORT_RECEIVED_RESP, "REPORT_RECEIVED_RESP", ReportReceivedResponse),
     MSG(SL_MSG_GET_EXCLUSIONS_REQ, "GET_EXCLUSIONS_REQ", GetExclusionsRequest),
     MSG(SL_MSG_GET_EXCLUSIONS_RESP, "GET_EXCLUSIONS_RESP", GetExclusionsResponse),
+    MSG(SL_MSG_LOOKUP_DATASET_REQ, "LOOKUP_DATASET_REQ", LookupDatasetRequest),
+    MSG(SL_MSG_LOOKUP_DATASET_RESP, "LOOKUP_DATASET_RESP", LookupDatasetResponse),
 };
 #undef MSG
 
@@ -93,6 +95,7 @@ bool sl_msg_allowed(unsigned role, unsigned type)
     case SL_MSG_RELEASE_CLIENT_REQ:
     case SL_MSG_GET_ELEMENT_REQ:
     case SL_MSG_REPORT_RECEIVED_REQ:
+    case SL_MSG_LOOKUP_DATASET_REQ:
         return role == SL_ROLE_CLIENT;
     default:
         /* A response: only the side that serves requests sends them. */

@@ -333,6 +333,16 @@ int sl_spec_num_ops(const sl_spec_t *spec);
 /** @return op i (0-based), valid until sl_spec_free(); NULL when out of range */
 const sl_spec_op_t *sl_spec_op(const sl_spec_t *spec, int i);
 
+/**
+ * What the spec's elements hold (names, dtypes, shapes), as far as the spec
+ * says (docs/dataset-spec.md, "Element spec").
+ * @param[out] out filled; out->known is 0 (and 0 components) when the ops
+ *             do not fit their input (the pipeline fails when a worker
+ *             builds it)
+ * @return 0, or -1 when not known
+ */
+int sl_spec_element_spec(const sl_spec_t *spec, sl_elemspec_t *out);
+
 /** @return the op's name in the spec ("batch"), or "invalid" */
 const char *sl_spec_op_name(sl_op_kind_t kind);
 

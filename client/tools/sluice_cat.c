@@ -26,7 +26,14 @@ enum format { FMT_JSONL, FMT_COUNT, FMT_RAW };
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: %s --dispatcher HOST:PORT --dataset SPEC.json [options]\n"
+            "usage: %s --dispatcher HOST:PORT (--dataset SPEC.json | --dataset-id ID) [options]\n"
+            "  --dataset-id ID          read a dataset registered before, by its id or by the name it\n"
+            "                           was registered under (--dataset-name), instead of --dataset\n"
+            "  --dataset-name NAME      register --dataset under NAME (1 to 127 of [A-Za-z0-9_.:/-],\n"
+            "                           not all digits); a name another spec holds is refused\n"
+            "  --describe               print the dataset's id and element spec as one JSON line\n"
+            "                           ({\"dataset_id\": N, \"element_spec\": {name: {\"shape\": [...],\n"
+            "                           \"dtype\": ...}} or null) and read nothing\n"
             "  --sharding POLICY        off (default), dynamic, file, data, file_or_data, hint\n"
             "  --job-name NAME          join or create the named (shared) job\n"
             "  --repetition N           which pass (epoch) of the named job to join (default 0);\n"
@@ -310,6 +317,34 @@ static int write_checkpoint(sl_iterator_t *it, const char *path)
     return 0;
 }
 
+/* The element spec as JSON: {name: {"shape": [d or null...] or null, "dtype": name[, "ragged": true]}}, or null. */
+static void print_element_spec(FILE *out, const sl_elemspec_t *es)
+{
+    if (!es->known) {
+        fputs("null", out);
+        return;
+    }
+    fputc('{', out);
+    for (int i = 0; i < es->num_components; i++) {
+        const sl_component_spec_t *c = &es->components[i];
+        fprintf(out, "%s\"%s\": {\"shape\": ", i ? ", " : "", c->name); /* names are [A-Za-z0-9_./-] */
+        if (c->rank < 0) {
+            fputs("null", out);
+        } else {
+            fputc('[', out);
+            for (int d = 0; d < c->rank; d++) {
+                if (c->shape[d] < 0)
+                    fprintf(out, "%snull", d ? ", " : "");
+                else
+                    fprintf(out, "%s%" PRId64, d ? ", " : "", c->shape[d]);
+            }
+            fputc(']', out);
+        }
+        fprintf(out, ", \"dtype\": \"%s\"%s}", sl_dtype_name(c->dtype), c->ragged ? ", \"ragged\": true" : "");
+    }
+    fputc('}', out);
+}
+
 static long parse_long(const char *opt, const char *v, long min, long max)
 {
     char *end;
@@ -325,10 +360,14 @@ static long parse_long(const char *opt, const char *v, long min, long max)
 int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
-           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP, O_VERSION };
+           O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP,
+           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
+        {"dataset-id", required_argument, NULL, O_DATASET_ID},
+        {"dataset-name", required_argument, NULL, O_DATASET_NAME},
+        {"describe", no_argument, NULL, O_DESCRIBE},
         {"sharding", required_argument, NULL, O_SHARDING},
         {"job-name", required_argument, NULL, O_JOB},
         {"repetition", required_argument, NULL, O_REP},
@@ -356,6 +395,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *dispatcher = NULL, *dataset = NULL, *checkpoint_out = NULL, *resume_from = NULL;
+    const char *dataset_ref = NULL, *dataset_name = NULL;
+    bool describe = false;
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
     bool progress = false, with_worker = false, have_index = false, no_provenance = false;
@@ -368,6 +409,9 @@ int main(int argc, char **argv)
         switch (c) {
         case O_DISP: dispatcher = optarg; break;
         case O_DATASET: dataset = optarg; break;
+        case O_DATASET_ID: dataset_ref = optarg; break;
+        case O_DATASET_NAME: dataset_name = optarg; break;
+        case O_DESCRIBE: describe = true; break;
         case O_SHARDING:
             if (sl_sharding_parse(optarg, &io.sharding) < 0) {
                 fprintf(stderr, "%s: --sharding: \"%s\" is not off, dynamic, file, data, file_or_data or hint\n",
@@ -431,9 +475,27 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (!dispatcher || !dataset || optind < argc) {
+    if (!dispatcher || (!dataset == !dataset_ref) || optind < argc) {
+        if (dataset && dataset_ref)
+            fprintf(stderr, "%s: --dataset and --dataset-id: give one of them\n", program);
         usage(stderr);
         return 2;
+    }
+    if (dataset_name && !dataset) {
+        fprintf(stderr, "%s: --dataset-name names the --dataset it registers\n", program);
+        return 2;
+    }
+    uint64_t ref_id = 0;
+    if (dataset_ref) {
+        const char *p = dataset_ref;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (!*dataset_ref) {
+            fprintf(stderr, "%s: --dataset-id: give an id or a name\n", program);
+            return 2;
+        }
+        if (!*p) /* all digits: an id */
+            ref_id = (uint64_t)parse_long("dataset-id", dataset_ref, 1, __LONG_MAX__);
     }
     if ((num_consumers > 0) != have_index) {
         fprintf(stderr, "%s: --num-consumers and --consumer-index go together\n", program);
@@ -456,9 +518,9 @@ int main(int argc, char **argv)
     }
     if (no_provenance)
         io.provenance = -1;
-    size_t spec_len;
-    char *spec = read_file("dataset", dataset, MAX_SPEC_BYTES, &spec_len);
-    if (!spec)
+    size_t spec_len = 0;
+    char *spec = dataset ? read_file("dataset", dataset, MAX_SPEC_BYTES, &spec_len) : NULL;
+    if (dataset && !spec)
         return 2;
     if (io.timeout_ms < io.connect_timeout_ms)
         io.connect_timeout_ms = io.timeout_ms;
@@ -476,9 +538,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: dispatcher %s: %s\n", program, dispatcher, sl_client_errmsg(cl));
         goto out;
     }
-    rc = sl_client_register_dataset(cl, spec, spec_len, &ds);
+    sl_elemspec_t es;
+    if (dataset)
+        rc = sl_client_register_dataset_as(cl, spec, spec_len, dataset_name, &ds, &es);
+    else
+        rc = sl_client_lookup_dataset(cl, ref_id, ref_id ? NULL : dataset_ref, &ds, &es);
     if (rc < 0) {
-        fprintf(stderr, "%s: dataset %s refused: %s\n", program, dataset, sl_client_errmsg(cl));
+        if (dataset)
+            fprintf(stderr, "%s: dataset %s refused: %s\n", program, dataset, sl_client_errmsg(cl));
+        else
+            fprintf(stderr, "%s: --dataset-id %s: %s\n", program, dataset_ref, sl_client_errmsg(cl));
+        goto out;
+    }
+    if (describe) {
+        printf("{\"dataset_id\": %" PRIu64 ", \"element_spec\": ", ds);
+        print_element_spec(stdout, &es);
+        printf("}\n");
+        status = fflush(stdout) == 0 ? 0 : 1;
         goto out;
     }
     if (resume_from) {

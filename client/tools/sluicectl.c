@@ -321,8 +321,8 @@ static void print_workers(json_t *j)
 static void print_datasets(json_t *j)
 {
     static struct table t;
-    const char *head[] = {"ID", "FINGERPRINT", "CARDINALITY"};
-    t.cols = 3;
+    const char *head[] = {"ID", "FINGERPRINT", "CARDINALITY", "NAME"};
+    t.cols = 4;
     for (int c = 0; c < t.cols; c++)
         table_cell(&t, 0, c, "%s", head[c]);
     size_t i;
@@ -336,6 +336,7 @@ static void print_datasets(json_t *j)
             table_cell(&t, r, 2, "unknown");
         else
             table_cell(&t, r, 2, "%lld", num(d, "cardinality"));
+        table_cell(&t, r, 3, "%s", str(d, "name")[0] ? str(d, "name") : "-");
     }
     table_print(&t);
 }

@@ -276,6 +276,49 @@ Test(state, dataset_different_spec_gets_new_id)
     cr_assert_eq(stats().datasets, 2);
 }
 
+static int named_rc(const char *json, const char *name, uint64_t *id)
+{
+    const char *fp;
+    err[0] = '\0';
+    return sl_dstate_dataset_register_counted(st, json, strlen(json), name, NULL, id, &fp, err, sizeof err);
+}
+
+Test(state, a_dataset_is_its_name_and_spec)
+{
+    start_default();
+    uint64_t plain = 0, a = 0, again = 0, b = 0, other = 0, found = 0;
+    cr_assert_eq(named_rc(RANGE_SPEC(10), NULL, &plain), 0, "%s", err);
+    cr_assert_eq(named_rc(RANGE_SPEC(10), "train", &a), 0, "%s", err);
+    cr_assert_eq(named_rc(RANGE_SPEC(10), "train", &again), 0, "%s", err);
+    cr_assert_eq(named_rc(RANGE_SPEC(10), "eval/v2", &b), 0, "%s", err);
+    cr_assert_eq(a, again);
+    cr_assert(plain != a && a != b && plain != b);
+    /* Unnamed registrations still find the unnamed one. */
+    cr_assert_eq(dataset(RANGE_SPEC(10)), plain);
+    /* A name another spec holds is refused, and nothing is added. */
+    cr_assert_eq(named_rc(RANGE_SPEC(11), "train", &other), SL_ECONFLICT);
+    cr_assert_not_null(strstr(err, "dataset name \"train\" is registered with another spec"), "%s", err);
+    cr_assert_eq(stats().datasets, 3);
+    const char *canon, *fp, *name;
+    cr_assert_eq(sl_dstate_dataset_lookup(st, 0, "eval/v2", &found, &canon, &fp, &name, err, sizeof err), 0);
+    cr_assert_eq(found, b);
+    cr_assert_str_eq(name, "eval/v2");
+    cr_assert_eq(sl_dstate_dataset_lookup(st, plain, NULL, &found, &canon, &fp, &name, err, sizeof err), 0);
+    cr_assert_str_eq(name, "");
+    cr_assert_eq(sl_dstate_dataset_lookup(st, 0, "nope", &found, &canon, &fp, &name, err, sizeof err),
+                 SL_ENOTFOUND);
+    cr_assert_eq(sl_dstate_dataset_lookup(st, 999, NULL, &found, &canon, &fp, &name, err, sizeof err), SL_ENOTFOUND);
+    /* Names: characters, length, not all digits. */
+    cr_assert_eq(named_rc(RANGE_SPEC(10), "12", &other), SL_EINVAL);
+    cr_assert_eq(named_rc(RANGE_SPEC(10), "a\"b", &other), SL_EINVAL);
+    char longname[SL_DATASET_NAME_MAX + 1];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    cr_assert_eq(named_rc(RANGE_SPEC(10), longname, &other), SL_EINVAL);
+    longname[SL_DATASET_NAME_MAX - 1] = '\0';
+    cr_assert_eq(named_rc(RANGE_SPEC(10), longname, &other), 0, "%s", err);
+}
+
 Test(state, dataset_bad_spec_names_the_json_path)
 {
     start_default();

@@ -15,6 +15,7 @@ where `cmake --install` put it, else from the repository's build/ tree.
 See docs/python.md."""
 from . import errors
 from ._lib import LibraryNotFound, library_path
+from ._spec import TensorSpec
 # range is left out of __all__ so that `from sluice import *` keeps the builtin.
 from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
 from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
@@ -26,11 +27,37 @@ __version__ = '0.1.0'
 
 __all__ = [
     'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute',
-    'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
+    'BatchIterator', 'register_dataset', 'from_dataset_id', 'dataset_element_spec', 'TensorSpec',
+    'INFINITE_CARDINALITY', 'UNKNOWN_CARDINALITY', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
     'ConflictError', 'NotFoundError', 'SluiceWaitWarning',
     'SluiceFileNotFoundError', 'SluicePermissionError', 'SluiceUsageWarning',
 ]
+
+
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+
+
+def register_dataset(dispatcher, dataset, dataset_id=None, **options):
+    """sluice.client.register_dataset(): registers dataset, optionally
+    under a name, and returns its id."""
+    from .client import register_dataset as _register
+    return _register(dispatcher, dataset, dataset_id=dataset_id, **options)
+
+
+def from_dataset_id(dispatcher, dataset_id, element_spec=None, **kwargs):
+    """sluice.client.from_dataset_id(): a BatchIterator over a dataset
+    registered before, by id or name."""
+    from .client import from_dataset_id as _from
+    return _from(dispatcher, dataset_id, element_spec=element_spec, **kwargs)
+
+
+def dataset_element_spec(dispatcher, dataset_id, **options):
+    """sluice.client.dataset_element_spec(): {name: TensorSpec} of a
+    registered dataset, or None."""
+    from .client import dataset_element_spec as _es
+    return _es(dispatcher, dataset_id, **options)
 
 
 def distribute(dataset, dispatcher, **kwargs):

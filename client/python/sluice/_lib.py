@@ -63,6 +63,21 @@ class Tensor(ctypes.Structure):
     ]
 
 
+class ComponentSpec(ctypes.Structure):
+    """sl_component_spec_t."""
+    _fields_ = [('name', ctypes.c_char * 64), ('dtype', ctypes.c_int), ('rank', ctypes.c_int),
+                ('shape', ctypes.c_int64 * SL_MAX_RANK), ('ragged', ctypes.c_int)]
+
+
+SL_MAX_COMPONENTS = 32
+
+
+class ElemSpec(ctypes.Structure):
+    """sl_elemspec_t."""
+    _fields_ = [('known', ctypes.c_int), ('num_components', ctypes.c_int),
+                ('components', ComponentSpec * SL_MAX_COMPONENTS)]
+
+
 class ClientOpts(ctypes.Structure):
     """sl_client_opts_t."""
     _fields_ = [('connect_timeout_ms', ctypes.c_int), ('request_timeout_ms', ctypes.c_int),
@@ -182,6 +197,9 @@ def _declare(lib):
     fn('sl_client_close', None, c_void_p)
     fn('sl_client_errmsg', c_char_p, c_void_p)
     fn('sl_client_register_dataset', c_int, c_void_p, c_char_p, c_size_t, P(ctypes.c_uint64))
+    fn('sl_client_register_dataset_as', c_int, c_void_p, c_char_p, c_size_t, c_char_p, P(ctypes.c_uint64),
+       P(ElemSpec))
+    fn('sl_client_lookup_dataset', c_int, c_void_p, ctypes.c_uint64, c_char_p, P(ctypes.c_uint64), P(ElemSpec))
     fn('sl_iterator_opts_init', None, P(IteratorOpts))
     fn('sl_iterator_open', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), P(c_void_p))
     fn('sl_iterator_next', c_int, c_void_p, P(c_void_p))

@@ -239,6 +239,53 @@ def _spec_text(dataset):
     raise TypeError('dataset must be a sluice.Dataset, a spec dict or JSON text, got %s' % type(dataset).__name__)
 
 
+def element_spec_from_c(es):
+    """An sl_elemspec_t as {name: TensorSpec}, or None when not known."""
+    if not es.known:
+        return None
+    out = {}
+    for i in range(es.num_components):
+        c = es.components[i]
+        shape = None if c.rank < 0 else tuple(None if d < 0 else d for d in c.shape[:c.rank])
+        out[c.name.decode('utf-8', 'replace')] = _spec.TensorSpec(shape, _lib.DTYPE_NAMES[c.dtype], c.ragged)
+    return out
+
+
+def _checked_element_spec(given, served, dataset_id):
+    """The element_spec a caller gave from_dataset_id(), as {name:
+    TensorSpec}, checked against what the dispatcher derived (when it
+    could): the dispatcher's where it knows, else the caller's."""
+    if not isinstance(given, dict):
+        raise TypeError('element_spec must be a dict from component name to sluice.TensorSpec (or a (shape, dtype) '
+                        'pair), got %s' % type(given).__name__)
+    spec = {}
+    for name, v in given.items():
+        if not isinstance(v, _spec.TensorSpec):
+            if not isinstance(v, (tuple, list)) or len(v) not in (2, 3):
+                raise TypeError('element_spec[%r] must be a sluice.TensorSpec or a (shape, dtype) pair, got %r'
+                                % (name, v))
+            v = _spec.TensorSpec(*v)
+        spec[str(name)] = v
+    if served is None:
+        return spec
+    if list(spec) != list(served) or not all(spec[k].is_compatible_with(served[k]) for k in spec):
+        raise InvalidArgumentError('element_spec %r does not match what dataset %s yields: %r'
+                                   % (spec, dataset_id, served), _lib.SL_EINVAL)
+    return served
+
+
+def _dataset_ref(ref):
+    """(id, name) to look a dataset up by: an int id, or the name it was registered under."""
+    if isinstance(ref, int) and not isinstance(ref, bool) and 0 < ref < 2**64:
+        return ref, None
+    if isinstance(ref, str) and ref:
+        if ref.isdigit():
+            return int(ref), None
+        return 0, ref.encode('utf-8')
+    raise InvalidArgumentError('dataset_id must be the id register_dataset() returned (an integer >= 1) or the name '
+                               'it was registered under, got %r' % (ref,), _lib.SL_EINVAL)
+
+
 class BatchIterator:
     """An iterator over the batches of one job: dicts from component name to
     NumPy arrays. Closed (its C handles freed) at the end of the job, by
@@ -260,12 +307,14 @@ class BatchIterator:
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
-                 dispatcher_timeout_ms=3600000, repetition=None, _repetitions=None):
+                 dispatcher_timeout_ms=3600000, repetition=None, _repetitions=None, _dataset_id=None,
+                 _element_spec=None):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
         self.job_id = None
         self.dataset_id = None
+        self.element_spec = None
         self.dispatcher = str(dispatcher)
         self.notice = ''
         self._ended = False
@@ -286,7 +335,8 @@ class BatchIterator:
                            request_timeout_ms=request_timeout_ms, max_batch_bytes=max_batch_bytes,
                            target_workers=target_workers, checkpointable=checkpointable,
                            max_ledger_runs=max_ledger_runs, auth_token_file=auth_token_file, tls_cert=tls_cert,
-                           tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms)
+                           tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms,
+                           _dataset_id=_dataset_id, _element_spec=_element_spec)
         self._repetitions = _repetitions if _repetitions is not None else {'next': (repetition or 0) + 1}
         if (num_consumers is None) != (consumer_index is None):
             raise InvalidArgumentError('num_consumers and consumer_index go together, got %r and %r'
@@ -301,7 +351,10 @@ class BatchIterator:
         if target_workers not in _lib.TARGET_WORKERS:
             raise InvalidArgumentError('target_workers must be one of %s, got %r'
                                        % (', '.join(_lib.TARGET_WORKERS), target_workers), _lib.SL_EINVAL)
-        self.spec = _spec_text(dataset)
+        by_id = _dataset_id is not None
+        if by_id:
+            _dataset_ref(_dataset_id)
+        self.spec = None if by_id else _spec_text(dataset)
         self.sharding = self._sharding(sharding)
         for name, v in (('max_outstanding', max_outstanding), ('timeout_ms', timeout_ms),
                         ('per_worker_outstanding', per_worker_outstanding),
@@ -345,14 +398,29 @@ class BatchIterator:
             err = from_code(rc, self._client_err(), 'dispatcher %s' % self.dispatcher)
             self._close_handles()
             raise err
-        spec = self.spec.encode('utf-8')
         ds = ctypes.c_uint64()
-        rc = lib.sl_client_register_dataset(self._client, spec, len(spec), ctypes.byref(ds))
+        es = _lib.ElemSpec()
+        if by_id:
+            num, name = _dataset_ref(_dataset_id)
+            rc = lib.sl_client_lookup_dataset(self._client, num, name, ctypes.byref(ds), ctypes.byref(es))
+            what = 'dataset %s on %s' % (_dataset_id, self.dispatcher)
+        else:
+            spec = self.spec.encode('utf-8')
+            rc = lib.sl_client_register_dataset_as(self._client, spec, len(spec), None, ctypes.byref(ds),
+                                                   ctypes.byref(es))
+            what = 'dataset refused by %s' % self.dispatcher
         if rc < 0:
-            err = from_code(rc, self._client_err(), 'dataset refused by %s' % self.dispatcher)
+            err = from_code(rc, self._client_err(), what)
             self._close_handles()
             raise err
         self.dataset_id = ds.value
+        self.element_spec = element_spec_from_c(es)
+        if _element_spec is not None:
+            try:
+                self.element_spec = _checked_element_spec(_element_spec, self.element_spec, self.dataset_id)
+            except Exception:
+                self._close_handles()
+                raise
 
         io = _lib.IteratorOpts()
         lib.sl_iterator_opts_init(ctypes.byref(io))
@@ -564,3 +632,93 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     return BatchIterator(dataset, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
                          consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,
                          **options)
+
+
+def register_dataset(dispatcher, dataset, dataset_id=None, **options):
+    """Registers dataset (a Dataset, a spec dict or JSON text) with the
+    dispatcher at "host:port" and returns its id (an int), as tf.data
+    service's register_dataset(). dataset_id: a name to register it under
+    (1 to 127 of [A-Za-z0-9_.:/-], not all digits), which from_dataset_id()
+    in any process takes in place of the id. A dataset is its (name, spec):
+    registering the same pair again gives the same id; a name that another
+    spec holds is refused (sluice.ConflictError). options: the client's:
+    connect_timeout_ms, request_timeout_ms, auth_token_file, tls_cert,
+    tls_key, tls_ca."""
+    name = None
+    if dataset_id is not None:
+        if not isinstance(dataset_id, str) or not dataset_id:
+            raise InvalidArgumentError('dataset_id must be a name (a non-empty str), got %r' % (dataset_id,),
+                                       _lib.SL_EINVAL)
+        name = dataset_id.encode('utf-8')
+    spec = _spec_text(dataset).encode('utf-8')
+    with _Client(dispatcher, **options) as c:
+        ds = ctypes.c_uint64()
+        rc = c.lib.sl_client_register_dataset_as(c.ptr, spec, len(spec), name, ctypes.byref(ds), None)
+        if rc < 0:
+            raise from_code(rc, c.err(), 'dataset refused by %s' % dispatcher)
+        return ds.value
+
+
+def dataset_element_spec(dispatcher, dataset_id, **options):
+    """What the elements of a registered dataset (by id or name) hold, as
+    the dispatcher derives it from the spec: {name: TensorSpec} in the order
+    batches hold them, or None when the spec does not say."""
+    num, name = _dataset_ref(dataset_id)
+    with _Client(dispatcher, **options) as c:
+        es = _lib.ElemSpec()
+        rc = c.lib.sl_client_lookup_dataset(c.ptr, num, name, None, ctypes.byref(es))
+        if rc < 0:
+            raise from_code(rc, c.err(), 'dataset %s on %s' % (dataset_id, dispatcher))
+        return element_spec_from_c(es)
+
+
+def from_dataset_id(dispatcher, dataset_id, element_spec=None, sharding='off', job_name=None, **options):
+    """A BatchIterator over a dataset registered before (register_dataset(),
+    in any process): dataset_id is its id or the name it was registered
+    under, as tf.data service's from_dataset_id(). The spec stays on the
+    dispatcher; it.element_spec says what the batches hold before the first
+    one comes. element_spec (optional): {name: TensorSpec or (shape,
+    dtype)}, checked against the dispatcher's where the spec says, used
+    where it does not. The other arguments are distribute()'s."""
+    return BatchIterator(None, dispatcher, sharding=sharding, job_name=job_name, _dataset_id=dataset_id,
+                         _element_spec=element_spec, **options)
+
+
+class _Client:
+    """A libsluice client for one request, closed on leaving the with block."""
+
+    def __init__(self, dispatcher, connect_timeout_ms=5000, request_timeout_ms=10000, auth_token_file=None,
+                 tls_cert=None, tls_key=None, tls_ca=None):
+        _positive('connect_timeout_ms', connect_timeout_ms)
+        _positive('request_timeout_ms', request_timeout_ms)
+        self.lib = _lib.load()
+        co = _lib.ClientOpts()
+        self.lib.sl_client_opts_init(ctypes.byref(co))
+        co.connect_timeout_ms = connect_timeout_ms
+        co.request_timeout_ms = request_timeout_ms
+        for name, v in (('auth_token_file', auth_token_file), ('tls_cert', tls_cert), ('tls_key', tls_key),
+                        ('tls_ca', tls_ca)):
+            if v is not None:
+                setattr(co, name, os.fsencode(v))
+        client = ctypes.c_void_p()
+        rc = self.lib.sl_client_open(str(dispatcher).encode(), ctypes.byref(co), ctypes.byref(client))
+        self.ptr = client.value
+        if rc < 0:
+            err = from_code(rc, self.err(), 'dispatcher %s' % dispatcher)
+            self.close()
+            raise err
+
+    def err(self):
+        return self.lib.sl_client_errmsg(self.ptr).decode('utf-8', 'replace')
+
+    def close(self):
+        p, self.ptr = self.ptr, None
+        if p:
+            self.lib.sl_client_close(p)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

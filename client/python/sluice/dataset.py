@@ -103,6 +103,33 @@ class Dataset:
     def __eq__(self, other):
         return isinstance(other, Dataset) and self.spec == other.spec
 
+    def cardinality(self):
+        """The elements (batches, after a batch op) one pipeline over the
+        whole source yields, from the spec alone, as tf.data's cardinality():
+        a count, sluice.INFINITE_CARDINALITY (-1) or
+        sluice.UNKNOWN_CARDINALITY (-2). Known for a range source through
+        batch, take, skip, repeat, shard with numbers and the ops that yield
+        one element per element; a file source's records are counted by the
+        dispatcher, so its count is unknown here, as after a filter. What a
+        trainer receives also depends on the sharding: under "off" each
+        Sluice worker yields all of it."""
+        return _spec.cardinality(self._source, self._ops)
+
+    def __len__(self):
+        """cardinality() when it is a count; a TypeError, as tf.data's
+        len(), when it is infinite or unknown."""
+        n = self.cardinality()
+        if n == _spec.INFINITE:
+            raise TypeError('the dataset is infinite (a repeat without a count)')
+        if n < 0:
+            raise TypeError('the dataset\'s length is unknown from its spec (a file source, whose records only the '
+                            'dispatcher counts, a filter, or a shard "hint"): see Dataset.cardinality()')
+        return n
+
+    def __bool__(self):
+        # A Dataset is never false, also when its len() is 0 or unknown.
+        return True
+
     def __hash__(self):
         return hash(self.to_json())
 

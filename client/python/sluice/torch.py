@@ -91,6 +91,37 @@ def _collating_loader():
         f = f.f_back
     return False
 
+def _loader_len(ds, kw, resuming):
+    """len() of a loader or SluiceIterableDataset: the batches one iter()
+    yields, where the spec and the options fix that number whatever the
+    Sluice workers; a TypeError saying why not otherwise (torch's
+    convention for an IterableDataset without a length)."""
+    from . import _spec
+    if resuming:
+        raise TypeError('len() is not known: the next iter() resumes from a checkpoint, and yields only what it '
+                        'does not hold')
+    if kw.get('sharding', 'off') in ('off', 0):
+        raise TypeError('len() is not known under sharding "off": every Sluice worker yields the whole dataset, and '
+                        'how many workers serve the job is not known before it runs (ds.cardinality() is what one '
+                        'of them yields)')
+    if kw.get('job_name') or kw.get('num_consumers') is not None:
+        raise TypeError('len() is not known for a named job: its consumers split its batches between them as they '
+                        'ask for them')
+    spec = ds.spec if callable(getattr(ds, 'to_json', None)) else None
+    if spec is None:
+        raise TypeError('len() needs a sluice.Dataset, got %s' % type(ds).__name__)
+    ops = [o for o in spec['ops'] if o.get('op') not in _spec._ONE_TO_ONE]
+    if ops:
+        raise TypeError('len() is not known: each Sluice worker runs %s on its own share of the source, so how many '
+                        'batches come depends on how the source is split between the workers (a short last batch '
+                        'per worker); ds.cardinality() is what one pipeline over the whole source yields'
+                        % ops[0].get('op'))
+    n = _spec.cardinality(spec['source'], [])
+    if n < 0:
+        raise TypeError('len() is not known: the source\'s records are counted by the dispatcher, not here')
+    return n
+
+
 _WIDEN = {np.dtype('<u2'): np.int32, np.dtype('<u4'): np.int64}
 
 # dtypes torch.from_numpy() takes as they are: one set lookup decides for
@@ -231,6 +262,15 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
             raise ValueError('epoch must be an integer >= 0, got %r' % (epoch,))
         self._repetition = epoch
         self._epoch_set = True
+
+    def __len__(self):
+        """The items one iter() yields (over every DataLoader worker), where
+        that is fixed whatever the Sluice workers: an exactly-once sharding
+        ("dynamic", "file", "data", ...) without job_name, over a range
+        source whose ops each yield one element per element (no batch,
+        take, skip, repeat, shard or filter): its length. A TypeError saying
+        why otherwise, as torch's IterableDataset has none."""
+        return _loader_len(self.ds, self.distribute_kwargs, self._resume is not None)
 
     def __getstate__(self):
         # What goes to a DataLoader worker started with "spawn": not the
@@ -484,6 +524,12 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
                 yield batch_to_torch(batch, self.pin_memory)
         finally:
             it.close()
+
+    def __len__(self):
+        """The batches one iter() yields, where that is fixed whatever the
+        Sluice workers (see SluiceIterableDataset.__len__); a TypeError
+        saying why otherwise."""
+        return _loader_len(self.ds, self.kw, self._resume is not None)
 
     def close(self):
         """Closes the iterator of the iteration under way, if any."""
