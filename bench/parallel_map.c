@@ -1,7 +1,9 @@
 /*
  * bench_parallel_map: runs one dataset spec's pipeline in this process to
- * its end and prints {"elements": N, "batches": B, "seconds": S} (the
- * driver is bench/parallel_map.py).
+ * its end and prints {"elements": N, "batches": B, "seconds": S,
+ * "stages": [...]} (the driver is bench/parallel_map.py); each stage is a
+ * parallel stage's parallelism at the end, the least and most it had, its
+ * bound and its autotune decisions.
  *
  *   bench_parallel_map SPEC.json DATA_ROOT THREADS
  */
@@ -55,8 +57,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", sl_pipeline_errmsg(p));
         return 1;
     }
-    printf("{\"elements\": %llu, \"batches\": %llu, \"seconds\": %.6f}\n", (unsigned long long)elements,
+    printf("{\"elements\": %llu, \"batches\": %llu, \"seconds\": %.6f, \"stages\": [", (unsigned long long)elements,
            (unsigned long long)batches, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
+    sl_pipeline_parallel_stats_t st[16];
+    int ns = sl_pipeline_parallel_stats(p, st, 16);
+    for (int i = 0; i < ns; i++)
+        printf("%s{\"label\": \"%s\", \"autotune\": %s, \"parallelism\": %u, \"min\": %u, \"max\": %u, "
+               "\"bound\": %u, \"decisions\": %llu}",
+               i ? ", " : "", st[i].label, st[i].autotune ? "true" : "false", st[i].parallelism,
+               st[i].min_parallelism, st[i].max_parallelism, st[i].bound, (unsigned long long)st[i].decisions);
+    printf("]}\n");
     sl_pipeline_destroy(p);
     sl_spec_free(spec);
     sl_confine_destroy(roots);

@@ -138,11 +138,29 @@ int sl_image_jpeg_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len
 int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels, size_t max_pixels,
                          uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
 {
+    return sl_image_decode_jpeg_scaled(dec, src, len, channels, max_pixels, 1, out, shape, err, errlen);
+}
+
+unsigned sl_image_jpeg_scale_denom(sl_image_shape_t in, size_t out_h, size_t out_w)
+{
+    for (unsigned d = 8; d >= 2; d /= 2) {
+        if (out_h <= in.h / d && out_w <= in.w / d)
+            return d;
+    }
+    return 1;
+}
+
+int sl_image_decode_jpeg_scaled(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
+                                size_t max_pixels, unsigned denom, uint8_t **out, sl_image_shape_t *shape, char *err,
+                                size_t errlen)
+{
     sl_image_shape_t s;
     int pixel_format = TJPF_RGB, rc;
     uint8_t *img = NULL;
 
     *out = NULL;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: scale 1/%u, expected 1/1, 1/2, 1/4 or 1/8", denom);
     if ((rc = read_header(dec, src, len, channels, &s, &pixel_format, err, errlen)) != 0)
         return rc;
     /* JPEG sizes are at most 65535 x 65535, so this product cannot overflow. */
@@ -150,6 +168,10 @@ int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len
     if (n > max_pixels)
         return sl_errf(err, errlen, SL_ETOOBIG, "decode_jpeg: %zu x %zu x %zu image exceeds the limit of %zu values",
                     s.h, s.w, s.c, max_pixels);
+    /* What TurboJPEG makes at scale 1/denom (TJSCALED): each side rounded up. */
+    s.h = (s.h + denom - 1) / denom;
+    s.w = (s.w + denom - 1) / denom;
+    n = s.h * s.w * s.c;
     if (!(img = malloc(n)))
         return sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory for %zu x %zu x %zu", s.h, s.w, s.c);
     /* A warning (a truncated file, corrupt data) stops the decode and fails
@@ -181,10 +203,12 @@ typedef struct lerp {
 } lerp_t;
 
 /* TensorFlow's compute_interpolation_weights with HalfPixelScaler, in the
- * same float32 steps so that results agree to the bit. */
-static void compute_lerps(size_t in, size_t out, size_t stride, lerp_t *l)
+ * same float32 steps so that results agree to the bit. extent > 0: the
+ * input spans that many pixels rather than in (a DCT-scaled decode, whose
+ * last pixel is partly padding). */
+static void compute_lerps(size_t in, size_t out, size_t stride, float extent, lerp_t *l)
 {
-    float scale = (float)in / (float)out;
+    float scale = (extent > 0 ? extent : (float)in) / (float)out;
     for (size_t i = 0; i < out; i++) {
         float s = ((float)i + 0.5f) * scale - 0.5f;
         /* floor and ceil without libm: s >= -0.5 and s < in, so truncation
@@ -416,8 +440,8 @@ static void norm_row(const norm_table_t *nt, const uint8_t *src, size_t n, size_
 /* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
  * into dst_u8, dst_f32, or through nt (non-NULL) into dst_f32: the uint8
  * result normalized. */
-static int resize(const uint8_t *src, sl_image_shape_t in, int flip, size_t out_h, size_t out_w, uint8_t *dst_u8,
-                  float *dst_f32, const norm_table_t *nt, char *err, size_t errlen)
+static int resize(const uint8_t *src, sl_image_shape_t in, int flip, const float *extent, size_t out_h,
+                  size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, char *err, size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
     row_cache_t rc = {{NULL, NULL}, {-1, -1}, flip == SL_IMAGE_FLIP_UP_DOWN};
@@ -446,8 +470,8 @@ static int resize(const uint8_t *src, sl_image_shape_t in, int flip, size_t out_
                        out_w);
         goto done;
     }
-    compute_lerps(in.w, out_w, c, xl);
-    compute_lerps(in.h, out_h, 1, yl);
+    compute_lerps(in.w, out_w, c, extent ? extent[1] : 0, xl);
+    compute_lerps(in.h, out_h, 1, extent ? extent[0] : 0, yl);
     /* The mirrored image's lerps, in the same float steps, then each
      * position read from its mirror: the same values as resizing a
      * flipped copy, to the bit. */
@@ -482,13 +506,13 @@ done:
 int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
                        size_t errlen)
 {
-    return resize(src, in, -1, out_h, out_w, dst, NULL, NULL, err, errlen);
+    return resize(src, in, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
 }
 
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen)
 {
-    return resize(src, in, -1, out_h, out_w, NULL, dst, NULL, err, errlen);
+    return resize(src, in, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
 }
 
 int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
@@ -497,16 +521,21 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     if (f->flip && f->flip_dir != SL_IMAGE_FLIP_LEFT_RIGHT && f->flip_dir != SL_IMAGE_FLIP_UP_DOWN)
         return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)f->flip_dir);
     int flip = f->flip ? (int)f->flip_dir : -1;
+    if (f->extent_h < 0 || f->extent_h > (float)in.h || f->extent_w < 0 || f->extent_w > (float)in.w)
+        return sl_errf(err, errlen, SL_EINVAL, "resize: extent %g x %g outside the image %zu x %zu", (double)f->extent_h,
+                       (double)f->extent_w, in.h, in.w);
+    float ext[2] = {f->extent_h, f->extent_w};
+    const float *extent = f->extent_h > 0 || f->extent_w > 0 ? ext : NULL;
     if (!f->mean)
-        return f->out_f32 ? resize(src, in, flip, out_h, out_w, NULL, dst, NULL, err, errlen)
-                          : resize(src, in, flip, out_h, out_w, dst, NULL, NULL, err, errlen);
+        return f->out_f32 ? resize(src, in, flip, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
+                          : resize(src, in, flip, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
         return rc;
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, flip, out_h, out_w, NULL, dst, &nt, err, errlen);
+    return resize(src, in, flip, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
 }
 
 /* ---- crops and flips ---- */

@@ -87,6 +87,28 @@ int sl_image_jpeg_header(sl_image_decoder_t *dec, const uint8_t *src, size_t len
 int sl_image_decode_jpeg(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels, size_t max_pixels,
                          uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen);
 
+/**
+ * The scale to decode a JPEG at before a resize to out_h x out_w: the
+ * largest d of 8, 4 and 2 with out_h <= in.h / d and out_w <= in.w / d (the
+ * image at 1/d is still at least the resize's size each way), or 1 when the
+ * resize keeps more than half of either side.
+ */
+unsigned sl_image_jpeg_scale_denom(sl_image_shape_t in, size_t out_h, size_t out_w);
+
+/**
+ * As sl_image_decode_jpeg(), at scale 1/denom with libjpeg-turbo's scaled
+ * IDCT (DCT scaling: each 8 x 8 block becomes 8/denom x 8/denom pixels
+ * straight from its coefficients): an image of ceil(h / denom) x
+ * ceil(w / denom). Not the same pixels as decoding whole and resizing: a
+ * low-pass of the blocks, not samples of the pixels. max_pixels still
+ * applies to the full-size image (h * w * channels).
+ * @param[in] denom 1, 2, 4 or 8; 1 is sl_image_decode_jpeg()
+ * @return as sl_image_decode_jpeg(); SL_EINVAL for another denom
+ */
+int sl_image_decode_jpeg_scaled(sl_image_decoder_t *dec, const uint8_t *src, size_t len, int channels,
+                                size_t max_pixels, unsigned denom, uint8_t **out, sl_image_shape_t *shape, char *err,
+                                size_t errlen);
+
 /* ---- resize ---- */
 
 /**
@@ -114,6 +136,11 @@ typedef struct sl_image_resize_fuse {
     bool out_f32;                 /* without mean: float32 output (else uint8) */
     const float *mean, *std;      /* non-NULL: the uint8 result normalized (float32 output) */
     bool scale;                   /* normalize's scale */
+    /* > 0: how many pixels of the input the image spans along that axis, at
+     * most in.h / in.w; 0: all of them. A JPEG decoded at 1/d spans h / d
+     * of its ceil(h / d) rows (the last one partly padding): the resize
+     * maps the output onto that span. Both 0: tf.image.resize exactly. */
+    float extent_h, extent_w;
 } sl_image_resize_fuse_t;
 
 /**

@@ -43,6 +43,8 @@ typedef struct sl_iter_ctx {
     uint64_t cache_overflows; /* cache ops that gave up caching (over their bound) */
     const sl_spec_t *spec;    /* the spec, while the pipeline is built only; else NULL */
     sl_provenance_run_t bulk_prov; /* the rows of the last next_bulk that returned 0 (iter.h) */
+    sl_iter_t *par_stages[SL_SPEC_MAX_OPS]; /* the parallel stages (parallel.c), owned by the chain */
+    int num_par_stages;
 } sl_iter_ctx_t;
 
 typedef struct sl_iter_vtbl {
@@ -101,6 +103,7 @@ struct sl_iter {
     /* Element-wise ops (see sl_iter_elem_t below); sl__iter_init clears them. */
     const struct sl_iter_elem *elem; /* the per-element method, or NULL */
     int64_t par_calls;               /* num_parallel_calls, resolved: 0 runs in next() */
+    bool autotune;                   /* num_parallel_calls "autotune" (par_calls is then --threads) */
     bool deterministic;              /* a parallel stage keeps the order */
 };
 
@@ -141,13 +144,16 @@ extern _Thread_local char *sl__iter_errbuf;
 uint64_t sl__element_seed(uint64_t seed, uint64_t epoch, uint64_t ordinal);
 
 /* parallel.c: records an op's num_parallel_calls and deterministic on its
- * iterator (autotune is opts.threads); then, once the chain is built,
+ * iterator (autotune: opts.threads, the most a stage may choose; see
+ * autotune.h); then, once the chain is built,
  * replaces every run of adjacent element-wise ops with parallelism by one
  * parallel stage on the pipeline's pool (made here, opts.threads - 1
  * threads at most: the pipeline thread works too). *top is updated. 0,
  * -ENOMEM or -errno with ctx->errmsg set. */
 void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_t *ctx);
 int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top);
+/* What sl_pipeline_parallel_stats() returns. */
+int sl__parallel_stats(const sl_iter_ctx_t *ctx, sl_pipeline_parallel_stats_t *out, int max);
 /* Stops and frees ctx->pool, after every iterator is destroyed. */
 void sl__parallel_pool_destroy(sl_iter_ctx_t *ctx);
 

@@ -258,7 +258,11 @@ static int nomem(struct image_iter *ii, size_t bytes)
     return sl__iter_fail(&ii->base, -ENOMEM, "out of memory for %zu bytes of component \"%s\"", bytes, key_name(ii));
 }
 
-static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v)
+/* Decodes v, an encoded image, for ii (a decode_jpeg, named in errors).
+ * With fit_h, fit_w (a resize after it, fused), at the DCT scale
+ * sl_image_jpeg_scale_denom() picks for that size; else whole. */
+static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v, size_t fit_h, size_t fit_w,
+                        float extent[2])
 {
     char err[256];
     if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
@@ -269,8 +273,6 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
                              "scalar) per element",
                              key_name(ii), sl_dtype_name(v->dtype), got);
     }
-    if (ii->fused)
-        return 0;
     size_t len;
     const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
     uint8_t *img = NULL;
@@ -278,14 +280,25 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     int channels = (int)ii->op.u.decode_jpeg.channels;
     size_t limit = ii->base.ctx->opts.max_batch_bytes, charged = 0;
     sl_membudget_t *mem = ii->base.ctx->opts.mem;
+    unsigned denom = 1;
     int rc;
-    if (mem) {
+    if (mem || fit_h) {
         /* The header says what the decode would allocate: charge it first. */
         rc = sl_image_jpeg_header(dec, jpeg, len, channels, &s, err, sizeof err);
         if (rc < 0)
             return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
         size_t n = s.h * s.w * s.c; /* at most 65535 x 65535 x 3: no overflow */
-        if (n <= limit) {
+        if (fit_h) {
+            denom = sl_image_jpeg_scale_denom(s, fit_h, fit_w);
+            /* At 1/d the image spans h / d of its ceil(h / d) rows. */
+            if (denom > 1) {
+                extent[0] = (float)s.h / (float)denom;
+                extent[1] = (float)s.w / (float)denom;
+            }
+        }
+        size_t scaled = ((s.h + denom - 1) / denom) * ((s.w + denom - 1) / denom) * s.c;
+        if (mem && n <= limit) {
+            n = scaled;
             if (!sl_membudget_charge(mem, n)) {
                 char what[128], msg[400];
                 snprintf(what, sizeof what, "a decoded %zu x %zu x %zu image", s.h, s.w, s.c);
@@ -296,7 +309,7 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
             charged = n;
         }
     }
-    rc = sl_image_decode_jpeg(dec, jpeg, len, channels, limit, &img, &s, err, sizeof err);
+    rc = sl_image_decode_jpeg_scaled(dec, jpeg, len, channels, limit, denom, &img, &s, err, sizeof err);
     sl_membudget_release(mem, charged);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s%s", key_name(ii), len, err,
@@ -305,18 +318,39 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     return 0;
 }
 
-/* resize, with the flip before it (fused_flip) and the normalize after it
- * (norm, NULL when not fused) in the same pass. The input's shape is
- * checked by the first of them, which names the op in an error. */
-static int do_resize(struct image_iter *ii, uint64_t ordinal, struct image_iter *norm, sl_value_t *v)
+static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v)
+{
+    if (ii->fused) {
+        /* The op after it decodes; the input is still checked here. */
+        if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged)
+            return decode_value(ii, dec, v, 0, 0, NULL);
+        return 0;
+    }
+    return decode_value(ii, dec, v, 0, 0, NULL);
+}
+
+/* resize, with the decode_jpeg (fused_decode: DCT scaling) or the flip
+ * (fused_flip) before it and the normalize after it (norm, NULL when not
+ * fused) in the same pass. The input's shape is checked by the first of
+ * them, which names the op in an error. dec: the thread's decoder, with
+ * fused_decode. */
+static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t ordinal, struct image_iter *norm,
+                     sl_value_t *v)
 {
     struct image_iter *first = ii->fused_flip ? ii->fused_flip : ii;
     sl_image_shape_t s;
     char err[256];
+    float extent[2] = {0, 0};
+    if (ii->fused_decode) {
+        int drc = decode_value(ii->fused_decode, dec, v, (size_t)ii->op.u.resize.size.v[0],
+                               (size_t)ii->op.u.resize.size.v[1], extent);
+        if (drc < 0)
+            return drc;
+    }
     int rc = image_shape(first, v, &s);
     if (rc < 0)
         return rc;
-    sl_image_resize_fuse_t f = {0};
+    sl_image_resize_fuse_t f = {.extent_h = extent[0], .extent_w = extent[1]};
     if (ii->fused_flip) {
         struct image_iter *fl = ii->fused_flip;
         sl_rng_t rng;
@@ -483,10 +517,10 @@ static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
-static int do_normalize(struct image_iter *ii, uint64_t ordinal, sl_value_t *v)
+static int do_normalize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t ordinal, sl_value_t *v)
 {
     if (ii->fused_resize)
-        return do_resize(ii->fused_resize, ordinal, ii, v);
+        return do_resize(ii->fused_resize, dec, ordinal, ii, v);
     sl_image_shape_t s;
     char err[256];
     int rc = image_shape(ii, v, &s);
@@ -559,11 +593,11 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
     case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, local, v); break;
-    case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, ordinal, NULL, v); break;
+    case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, local, ordinal, NULL, v); break;
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
     case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
-    case SL_OP_NORMALIZE: rc = do_normalize(ii, ordinal, v); break;
+    case SL_OP_NORMALIZE: rc = do_normalize(ii, local, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
     default: rc = sl__iter_fail(it, SL_EINTERNAL, "op kind %d is not an image op", (int)ii->kind); break;
     }
@@ -581,12 +615,20 @@ static int image_next(sl_iter_t *it, sl_element_t *out)
     return image_apply(it, ii->dec, ii->ordinal++, out);
 }
 
+/* Whether the op decodes JPEGs: decode_jpeg, or an op that does its work
+ * (a crop or a resize after it, a normalize after such a resize). */
+static bool needs_decoder(const struct image_iter *ii)
+{
+    return ii->kind == SL_OP_DECODE_JPEG || ii->fused_decode ||
+           (ii->fused_resize && ii->fused_resize->fused_decode);
+}
+
 static int image_local_new(sl_iter_t *it, void **local)
 {
     struct image_iter *ii = (struct image_iter *)it;
     char err[256];
     *local = NULL;
-    if (ii->kind != SL_OP_DECODE_JPEG && !ii->fused_decode)
+    if (!needs_decoder(ii))
         return 0;
     return sl_image_decoder_new((sl_image_decoder_t **)local, err, sizeof err) < 0 ? -ENOMEM : 0;
 }
@@ -725,12 +767,22 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         ii->base.spec.c[k].dtype = op->u.resize.dtype;
         if ((ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL)
             ii->fused_flip->fused = true;
+        else if (fuse_with_decode(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
         break;
     case SL_OP_NORMALIZE:
         ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32;
         /* Only a uint8 resize: normalize's tables then see its bytes. */
-        if (dt == SL_DTYPE_UINT8 && (ii->fused_resize = fusable(ii, op, input, SL_OP_RESIZE)) != NULL)
+        if (dt == SL_DTYPE_UINT8 && (ii->fused_resize = fusable(ii, op, input, SL_OP_RESIZE)) != NULL) {
             ii->fused_resize->fused = true;
+            /* A resize that decodes: normalize runs it, with a decoder of its own. */
+            if (ii->fused_resize->fused_decode && sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
+                free(ii);
+                return -ENOMEM;
+            }
+        }
         break;
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
     case SL_OP_RANDOM_CROP:

@@ -24,13 +24,27 @@
  * surface when that element's turn comes, so the first failing element in
  * input order is the pipeline's error. Destroying or resetting a stage takes
  * its queued elements back and waits for the running ones.
+ *
+ * A stage's parallelism p is how many threads may run its elements at once:
+ * the pipeline thread and at most p - 1 pool threads (pool_take() skips the
+ * slots of a stage with p - 1 pool threads on it); its depth is how many
+ * elements it keeps in flight. Without "autotune" they are the largest
+ * num_parallel_calls and twice that. With "autotune" (any op of the run)
+ * the stage measures the time of its ops per element (on every thread) and
+ * the pipeline thread's time outside them (pulling the input, and the ops
+ * after the stage between two of its yields), and every SL_AUTOTUNE_WINDOW
+ * elements sl_autotune_decide() (autotune.h) sets p and the depth anew,
+ * within min(--threads, the CPUs the worker may use).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "autotune.h"
 #include "iter.h"
 #include "rng.h"
 
@@ -48,6 +62,7 @@ struct slot {
     bool busy;          /* pulled and not yet yielded: the pipeline thread's alone */
     int rc;             /* what the ops made of it: 0, 1 dropped, < 0 failed */
     uint64_t ordinal;
+    uint64_t work_ns;   /* autotune: the time its ops took */
     char err[SL_ITER_ERRBUF];
 };
 
@@ -77,7 +92,27 @@ struct par_iter {
     char end_err[sizeof ((sl_iter_ctx_t *)0)->errmsg];
     int failed;           /* the error this stage returned, again on every call */
     bool ordered;         /* deterministic: yield in input order */
+    /* Parallelism (pool mu): the pool threads running this stage's
+     * elements, and at most how many may (par - 1). */
+    unsigned pool_running;
+    unsigned par, depth;  /* threads (the pipeline's included) and elements in flight now; depth <= cap */
+    /* autotune: measured on the pipeline thread, decided every window */
+    bool autotune;
+    unsigned threads;     /* the configured bound: the pool's threads + 1 */
+    uint64_t win_n, measured;
+    double win_work, win_serial, work_ns, serial_ns; /* the window's sums; the smoothed means */
+    uint64_t last_yield_ns; /* when next() last returned an element; 0: not yet */
+    /* What sl_pipeline_parallel_stats() reads from any thread. */
+    _Atomic unsigned st_par, st_depth, st_min, st_max, st_bound;
+    _Atomic uint64_t st_decisions;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 uint64_t sl__element_seed(uint64_t seed, uint64_t epoch, uint64_t ordinal)
 {
@@ -104,14 +139,35 @@ static void run_slot(struct slot *s, int t)
     s->err[0] = '\0';
     sl__iter_errbuf = s->err;
     int rc = 0;
+    uint64_t t0 = pi->autotune ? now_ns() : 0;
     for (int k = 0; k < pi->nops && rc == 0; k++) {
         sl_iter_t *op = pi->ops[k];
         rc = op->elem->apply(op, pi->locals[t * pi->nops + k], s->ordinal, s->el);
     }
+    s->work_ns = pi->autotune ? now_ns() - t0 : 0;
     sl__iter_errbuf = NULL;
     if (rc < 0 && s->err[0] == '\0')
         snprintf(s->err, sizeof s->err, "%s: %s", pi->base.label, sl_strerror(rc));
     s->rc = rc;
+}
+
+/* Takes the oldest queued slot of a stage that has room for one more pool
+ * thread (fewer than its parallelism - 1 on it) off the queue, or NULL;
+ * under mu. */
+static struct slot *pool_take(struct sl_pool *pool)
+{
+    struct slot **pp = &pool->head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->qnext) {
+        struct slot *s = *pp;
+        if (s->stage->pool_running + 1 >= s->stage->par)
+            continue;
+        *pp = s->qnext;
+        if (pool->tail == s)
+            pool->tail = prev;
+        s->stage->pool_running++;
+        return s;
+    }
+    return NULL;
 }
 
 static void *pool_main(void *arg)
@@ -121,19 +177,21 @@ static void *pool_main(void *arg)
     /* The threads array is complete once the creator lets go of mu. */
     int t = thread_index(pool);
     for (;;) {
-        while (!pool->stop && !pool->head)
+        struct slot *s = NULL;
+        while (!pool->stop && !(s = pool_take(pool)))
             pthread_cond_wait(&pool->work, &pool->mu);
-        if (!pool->head)
+        if (!s)
             break;
-        struct slot *s = pool->head;
-        pool->head = s->qnext;
-        if (!pool->head)
-            pool->tail = NULL;
         s->state = SLOT_RUNNING;
         pthread_mutex_unlock(&pool->mu);
         run_slot(s, t);
         pthread_mutex_lock(&pool->mu);
         s->state = SLOT_DONE;
+        s->stage->pool_running--;
+        /* Room for a pool thread on that stage again: one that skipped its
+         * queued slots may take them now. */
+        if (pool->head)
+            pthread_cond_signal(&pool->work);
         pthread_cond_broadcast(&s->stage->done);
     }
     pthread_mutex_unlock(&pool->mu);
@@ -229,11 +287,11 @@ static void drain(struct par_iter *pi)
     pi->inflight = 0;
 }
 
-/* Pulls input elements into free slots and queues them, up to cap. */
+/* Pulls input elements into free slots and queues them, up to depth. */
 static void fill(struct par_iter *pi)
 {
     struct sl_pool *pool = pi->pool;
-    while (!pi->ended && pi->inflight < pi->cap) {
+    while (!pi->ended && pi->inflight < pi->depth) {
         struct slot *s = NULL;
         for (unsigned i = 0; i < pi->cap && !s; i++) {
             if (!pi->slots[i].busy)
@@ -245,7 +303,10 @@ static void fill(struct par_iter *pi)
          * pull: the pipeline may put a timing stage there after the build. */
         sl_iter_t *src = pi->ops[0]->input;
         sl_element_init(s->el, src->spec.num_components);
+        uint64_t t0 = pi->autotune ? now_ns() : 0;
         int rc = src->vt->next(src, s->el);
+        if (pi->autotune)
+            pi->win_serial += (double)(now_ns() - t0);
         if (rc != 0) {
             /* The input's end or failure comes after every element pulled
              * before it: keep its message until then. */
@@ -274,6 +335,49 @@ static void fill(struct par_iter *pi)
     }
 }
 
+static void publish(struct par_iter *pi, unsigned bound)
+{
+    atomic_store_explicit(&pi->st_par, pi->par, memory_order_relaxed);
+    atomic_store_explicit(&pi->st_depth, pi->depth, memory_order_relaxed);
+    atomic_store_explicit(&pi->st_bound, bound, memory_order_relaxed);
+    if (pi->par < atomic_load_explicit(&pi->st_min, memory_order_relaxed))
+        atomic_store_explicit(&pi->st_min, pi->par, memory_order_relaxed);
+    if (pi->par > atomic_load_explicit(&pi->st_max, memory_order_relaxed))
+        atomic_store_explicit(&pi->st_max, pi->par, memory_order_relaxed);
+}
+
+/* autotune: the element of slot s is yielded; every window, decide. On
+ * the pipeline thread. */
+static void autotune_count(struct par_iter *pi, const struct slot *s)
+{
+    pi->win_work += (double)s->work_ns;
+    if (++pi->win_n < SL_AUTOTUNE_WINDOW)
+        return;
+    double w = pi->win_work / (double)pi->win_n, sr = pi->win_serial / (double)pi->win_n;
+    /* Smoothed over windows: half the last mean, half this window's. */
+    pi->work_ns = pi->measured ? (pi->work_ns + w) / 2 : w;
+    pi->serial_ns = pi->measured ? (pi->serial_ns + sr) / 2 : sr;
+    pi->measured += pi->win_n;
+    pi->win_n = 0;
+    pi->win_work = pi->win_serial = 0;
+    sl_autotune_in_t in = {.threads = pi->threads, .cores = sl_autotune_cores(), .elements = pi->measured,
+                           .work_ns = pi->work_ns, .serial_ns = pi->serial_ns};
+    sl_autotune_out_t d = sl_autotune_decide(&in);
+    if (d.depth > pi->cap)
+        d.depth = pi->cap; /* cannot happen: cap is 2 x threads */
+    struct sl_pool *pool = pi->pool;
+    pthread_mutex_lock(&pool->mu);
+    bool more = d.parallelism > pi->par;
+    pi->par = d.parallelism;
+    pi->depth = d.depth;
+    if (more)
+        pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+    unsigned bound = sl_autotune_decide(&(sl_autotune_in_t){.threads = pi->threads, .cores = in.cores}).parallelism;
+    publish(pi, bound);
+    atomic_fetch_add_explicit(&pi->st_decisions, 1, memory_order_relaxed);
+}
+
 static int par_fail(struct par_iter *pi, int rc, const char *msg)
 {
     sl_iter_ctx_t *ctx = pi->base.ctx;
@@ -289,6 +393,10 @@ static int par_next(sl_iter_t *it, sl_element_t *out)
     struct sl_pool *pool = pi->pool;
     if (pi->failed)
         return pi->failed;
+    if (pi->autotune && pi->last_yield_ns) {
+        pi->win_serial += (double)(now_ns() - pi->last_yield_ns);
+        pi->last_yield_ns = 0;
+    }
     for (;;) {
         fill(pi);
         struct slot *s = NULL;
@@ -341,8 +449,13 @@ static int par_next(sl_iter_t *it, sl_element_t *out)
         if (rc == 0)
             sl_element_move(out, s->el);
         sl_element_clear(s->el);
-        if (rc == 0)
+        if (pi->autotune)
+            autotune_count(pi, s);
+        if (rc == 0) {
+            if (pi->autotune)
+                pi->last_yield_ns = now_ns();
             return 0;
+        }
         /* Dropped by a filter: on to the next. */
     }
 }
@@ -356,6 +469,7 @@ static int par_reset(sl_iter_t *it)
     pi->end_rc = 0;
     pi->end_err[0] = '\0';
     pi->failed = 0;
+    pi->last_yield_ns = 0;
     return it->input->vt->reset(it->input);
 }
 
@@ -389,7 +503,8 @@ void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_
     if (!op->has_num_parallel_calls || !it->elem)
         return;
     unsigned threads = ctx->opts.threads ? ctx->opts.threads : DEFAULT_THREADS;
-    it->par_calls = op->num_parallel_calls == SL_SPEC_AUTOTUNE ? (int64_t)threads : op->num_parallel_calls;
+    it->autotune = op->num_parallel_calls == SL_SPEC_AUTOTUNE;
+    it->par_calls = it->autotune ? (int64_t)threads : op->num_parallel_calls;
     it->deterministic = !op->has_deterministic || op->deterministic;
 }
 
@@ -420,10 +535,23 @@ static int stage_create(sl_iter_ctx_t *ctx, sl_iter_t **run, int n, sl_iter_t **
         pi->ops[k] = run[k];
         if (run[k]->par_calls > calls)
             calls = run[k]->par_calls;
+        pi->autotune |= run[k]->autotune;
     }
     pi->ordered = run[0]->deterministic;
     pi->pool = ctx->pool;
+    pi->threads = (unsigned)pi->pool->n + 1;
     pi->cap = (unsigned)(2 * calls);
+    pi->par = (unsigned)calls;
+    unsigned bound = pi->par < pi->threads ? pi->par : pi->threads;
+    if (pi->autotune) {
+        /* Before the first measurement, as wide as the worker allows. */
+        sl_autotune_in_t in = {.threads = pi->threads, .cores = sl_autotune_cores()};
+        pi->par = bound = sl_autotune_decide(&in).parallelism;
+    }
+    pi->depth = 2 * pi->par;
+    atomic_init(&pi->st_min, pi->par);
+    atomic_init(&pi->st_max, pi->par);
+    publish(pi, bound);
     pi->slots = calloc(pi->cap, sizeof *pi->slots);
     pi->locals = calloc((size_t)(pi->pool->n + 1) * (size_t)n, sizeof *pi->locals);
     if (!pi->slots || !pi->locals)
@@ -487,6 +615,8 @@ int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top)
         rc = stage_create(ctx, run, n, &stage);
         if (rc < 0)
             return sl__ctx_fail(ctx, rc, "pipeline", "out of memory for a parallel stage");
+        if (ctx->num_par_stages < SL_SPEC_MAX_OPS)
+            ctx->par_stages[ctx->num_par_stages++] = stage;
         if (above)
             above->input = stage;
         else
@@ -495,4 +625,22 @@ int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top)
         i = j + 1;
     }
     return 0;
+}
+
+int sl__parallel_stats(const sl_iter_ctx_t *ctx, sl_pipeline_parallel_stats_t *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < ctx->num_par_stages && n < max; i++, n++) {
+        const struct par_iter *pi = (const struct par_iter *)ctx->par_stages[i];
+        sl_pipeline_parallel_stats_t *o = &out[n];
+        snprintf(o->label, sizeof o->label, "%s", pi->base.label);
+        o->autotune = pi->autotune;
+        o->parallelism = atomic_load_explicit(&pi->st_par, memory_order_relaxed);
+        o->depth = atomic_load_explicit(&pi->st_depth, memory_order_relaxed);
+        o->min_parallelism = atomic_load_explicit(&pi->st_min, memory_order_relaxed);
+        o->max_parallelism = atomic_load_explicit(&pi->st_max, memory_order_relaxed);
+        o->bound = atomic_load_explicit(&pi->st_bound, memory_order_relaxed);
+        o->decisions = atomic_load_explicit(&pi->st_decisions, memory_order_relaxed);
+    }
+    return n;
 }

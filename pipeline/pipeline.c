@@ -341,6 +341,11 @@ uint64_t sl_pipeline_cache_overflows(const sl_pipeline_t *p)
     return p->ctx.cache_overflows;
 }
 
+int sl_pipeline_parallel_stats(const sl_pipeline_t *p, sl_pipeline_parallel_stats_t *out, int max)
+{
+    return sl__parallel_stats(&p->ctx, out, max);
+}
+
 int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max)
 {
     double below = 0;

@@ -10,6 +10,7 @@
 #ifndef SL_PIPELINE_H
 #define SL_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -167,6 +168,26 @@ typedef struct sl_pipeline_op_stats {
  * @return how many stages were written: min(max, the number of stages)
  */
 int sl_pipeline_op_stats(const sl_pipeline_t *p, sl_pipeline_op_stats_t *out, int max);
+/** A parallel stage of the pipeline (docs/dataset-spec.md, "Parallel ops"). */
+typedef struct sl_pipeline_parallel_stats {
+    char label[48];           /* "ops[1..5] (parallel)" */
+    bool autotune;            /* an op of the stage says num_parallel_calls "autotune" */
+    unsigned parallelism;     /* threads that may run its elements now, the pipeline's included */
+    unsigned depth;           /* elements it may keep in flight now */
+    unsigned min_parallelism, max_parallelism; /* the least and most parallelism it had so far */
+    unsigned bound;           /* the most it may have: min(--threads, the largest num_parallel_calls),
+                                 or with autotune min(--threads, the worker's CPUs) at the last decision */
+    uint64_t decisions;       /* autotune decisions made so far */
+} sl_pipeline_parallel_stats_t;
+
+/**
+ * Copies what the pipeline's parallel stages run with, first stage (nearest
+ * the source) last, into out[0..max). Safe to call from any thread while the
+ * pipeline runs.
+ * @return how many stages were written: min(max, the number of stages)
+ */
+int sl_pipeline_parallel_stats(const sl_pipeline_t *p, sl_pipeline_parallel_stats_t *out, int max);
+
 /** @return the files the pipeline opened so far (file sources, interleave);
  *  a cached epoch opens none. Call it on the pipeline's thread. */
 uint64_t sl_pipeline_files_opened(const sl_pipeline_t *p);

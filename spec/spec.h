@@ -153,7 +153,8 @@ typedef enum sl_filter_cmp {
 #define SL_SPEC_FUNCTION_NAME 128   /* longest plugin function name, with its NUL */
 #define SL_SPEC_MAX_FILTER_VALUES 256 /* most values of filter's "in" */
 #define SL_SPEC_MAX_PARALLEL 256    /* largest num_parallel_calls */
-#define SL_SPEC_AUTOTUNE 0          /* num_parallel_calls "autotune": the worker's --threads */
+#define SL_SPEC_AUTOTUNE 0          /* num_parallel_calls "autotune": chosen by the worker, within its
+                                       --threads (pipeline/autotune.h; interleave: --threads) */
 
 /** The parsed source, defaults filled in. */
 typedef struct sl_spec_source {

@@ -115,13 +115,16 @@ class WorkerMemory(ClusterCase):
         wait_for(lambda: metrics(self.c.workers[0].admin_port)['sluice_worker_memory_charged_bytes'] == 0,
                  'the charges to go back to 0 once the jobs are done')
 
-    def jpeg_job(self, name, jpeg):
+    def jpeg_job(self, name, jpeg, scaled=False):
+        """decode_jpeg then a resize to 8 x 8; the cast between them keeps the
+        decode whole, unless scaled (then the resize decodes at 1/8)."""
         path = os.path.join(self.data, name)
         with open(path, 'wb') as f:
             f.write(jpeg)
+        between = [] if scaled else [{"op": "cast", "key": "record", "dtype": "uint8"}]
         spec = {"source": {"type": "fixed_length_records", "files": path, "record_bytes": len(jpeg)},
-                "ops": [{"op": "decode_jpeg", "key": "record"}, {"op": "resize", "key": "record", "size": [8, 8]},
-                        {"op": "batch", "batch_size": 1}]}
+                "ops": [{"op": "decode_jpeg", "key": "record"}] + between +
+                       [{"op": "resize", "key": "record", "size": [8, 8]}, {"op": "batch", "batch_size": 1}]}
         r = subprocess.run(self.c.cat_argv(spec, ['--sharding', 'dynamic']), capture_output=True, text=True,
                            timeout=300, env=child_env())
         return r.returncode, r.stderr
@@ -138,7 +141,8 @@ class WorkerMemory(ClusterCase):
         pid = self.c.workers[0].proc.pid
         # A real 9000 x 9000 JPEG: 243 MB decoded, under the per-image limit
         # (--max-batch-mb 256), over the budget.
-        rc, err = self.jpeg_job('huge.jpg', jpeg_of(9000, 9000))
+        huge = jpeg_of(9000, 9000)
+        rc, err = self.jpeg_job('huge.jpg', huge)
         self.assertNotEqual(rc, 0)
         self.assertRegex(err, r'ops\[0\] \(decode_jpeg\): component "record" \(\d+ bytes\): needs 243000000 bytes '
                               r'\(231\.7 MiB\) for a decoded 9000 x 9000 x 3 image, but the worker\'s memory budget '
@@ -154,6 +158,11 @@ class WorkerMemory(ClusterCase):
         self.assertIn('--max-batch-mb', err)
         # Still serving.
         rc, err = self.jpeg_job('small2.jpg', small)
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertLess(peak_rss_bytes(pid), 200 << 20)
+        # Straight into a resize to 8 x 8 the same JPEG decodes at 1/8 (DCT
+        # scaling): 1125 x 1125 x 3, 3.8 MB, which the budget has room for.
+        rc, err = self.jpeg_job('huge2.jpg', huge, scaled=True)
         self.assertEqual(rc, 0, err[-2000:])
         self.assertLess(peak_rss_bytes(pid), 200 << 20)
 

@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1097,4 +1098,235 @@ Test(image_cast, float16_every_half_and_midpoint)
         cr_assert_eq(half(f), want, "%a", (double)f);
     }
 #endif
+}
+
+/* ---- DCT scaling ---- */
+
+/* A photo-like image: smooth colour fields, a few shapes with hard edges,
+ * fine texture and sensor noise (as the JPEG benchmark's pictures). */
+static uint8_t *photo_image(size_t h, size_t w, size_t c, double noise)
+{
+    uint8_t *p = xmalloc(h * w * c);
+    struct {
+        size_t y0, x0, y1, x1;
+        int col[3];
+        bool disc;
+    } shapes[6];
+    for (int i = 0; i < 6; i++) {
+        shapes[i].y0 = (size_t)(rng() % h);
+        shapes[i].x0 = (size_t)(rng() % w);
+        shapes[i].y1 = shapes[i].y0 + 10 + (size_t)(rng() % (h / 2));
+        shapes[i].x1 = shapes[i].x0 + 10 + (size_t)(rng() % (w / 2));
+        for (int k = 0; k < 3; k++)
+            shapes[i].col[k] = (int)(rng() % 256);
+        shapes[i].disc = rng() & 1;
+    }
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x++)
+            for (size_t k = 0; k < c; k++) {
+                double fx = (double)x / (double)w, fy = (double)y / (double)h;
+                double v = 120 + 70 * sin(6.0 * fx + 2.0 * (double)k) * cos(4.0 * fy) +
+                           25 * sin(40.0 * fx + 31.0 * fy + (double)k) + 12 * sin(120.0 * fx) * sin(90.0 * fy);
+                for (int i = 0; i < 6; i++) {
+                    bool in;
+                    if (shapes[i].disc) {
+                        double cy = (shapes[i].y0 + shapes[i].y1) / 2.0, cx = (shapes[i].x0 + shapes[i].x1) / 2.0;
+                        double ry = (shapes[i].y1 - shapes[i].y0) / 2.0, rx = (shapes[i].x1 - shapes[i].x0) / 2.0;
+                        double dy = ((double)y - cy) / ry, dx = ((double)x - cx) / rx;
+                        in = dx * dx + dy * dy <= 1.0;
+                    } else {
+                        in = y >= shapes[i].y0 && y < shapes[i].y1 && x >= shapes[i].x0 && x < shapes[i].x1;
+                    }
+                    if (in)
+                        v = shapes[i].col[k];
+                }
+                /* Roughly normal noise: the sum of four uniforms. */
+                double n = 0;
+                for (int j = 0; j < 4; j++)
+                    n += (double)(rng() >> 11) / 9007199254740992.0 - 0.5;
+                v += n * noise * 1.732;
+                p[(y * w + x) * c + k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : (int)(v + 0.5));
+            }
+    return p;
+}
+
+static uint8_t *encode_q(const uint8_t *img, size_t h, size_t w, size_t c, int subsamp, int quality,
+                         unsigned long *len)
+{
+    tjhandle tj = tjInitCompress();
+    cr_assert_not_null(tj);
+    unsigned char *jpeg = NULL;
+    *len = 0;
+    int rc = tjCompress2(tj, img, (int)w, 0, (int)h, c == 3 ? TJPF_RGB : TJPF_GRAY, &jpeg, len, subsamp, quality,
+                         TJFLAG_ACCURATEDCT);
+    cr_assert_eq(rc, 0, "tjCompress2: %s", tjGetErrorStr2(tj));
+    tjDestroy(tj);
+    return jpeg;
+}
+
+/* The mean of each output pixel's footprint in the input (an area
+ * resize: what an antialiased downscale converges to), rounded. */
+static uint8_t *area_resize(const uint8_t *src, sl_image_shape_t in, size_t oh, size_t ow)
+{
+    uint8_t *dst = xmalloc(oh * ow * in.c);
+    for (size_t y = 0; y < oh; y++)
+        for (size_t x = 0; x < ow; x++)
+            for (size_t k = 0; k < in.c; k++) {
+                double y0 = (double)y * in.h / oh, y1 = (double)(y + 1) * in.h / oh;
+                double x0 = (double)x * in.w / ow, x1 = (double)(x + 1) * in.w / ow;
+                double sum = 0, area = 0;
+                for (size_t yy = (size_t)y0; yy < in.h && (double)yy < y1; yy++) {
+                    double wy = fmin(y1, (double)yy + 1) - fmax(y0, (double)yy);
+                    for (size_t xx = (size_t)x0; xx < in.w && (double)xx < x1; xx++) {
+                        double wx = fmin(x1, (double)xx + 1) - fmax(x0, (double)xx);
+                        sum += wy * wx * src[(yy * in.w + xx) * in.c + k];
+                        area += wy * wx;
+                    }
+                }
+                dst[(y * ow + x) * in.c + k] = (uint8_t)(sum / area + 0.5);
+            }
+    return dst;
+}
+
+static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    double se = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        se += d * d;
+    }
+    return se == 0 ? 99.0 : 10.0 * log10(255.0 * 255.0 / (se / (double)n));
+}
+
+Test(image_jpeg, scale_denom)
+{
+    sl_image_shape_t s = {375, 500, 3};
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 224, 224), 1, "more than half of the height kept");
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 187, 250), 2, "exactly half (rounded down) each way");
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 188, 100), 1, "more than half of one side");
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 112, 112), 2);
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 93, 125), 4);
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 46, 62), 8);
+    cr_assert_eq(sl_image_jpeg_scale_denom(s, 1, 1), 8, "at most 1/8");
+    cr_assert_eq(sl_image_jpeg_scale_denom((sl_image_shape_t){1, 1, 3}, 1, 1), 1);
+}
+
+Test(image_jpeg, scaled_decode_shape_and_refusal)
+{
+    sl_image_decoder_t *dec = new_decoder();
+    const size_t dims[][2] = {{375, 500}, {333, 501}, {17, 9}, {8, 8}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        size_t h = dims[i][0], w = dims[i][1];
+        uint8_t *img = photo_image(h, w, 3, 4);
+        unsigned long len;
+        uint8_t *jpeg = encode_q(img, h, w, 3, TJSAMP_420, 90, &len);
+        for (unsigned d = 1; d <= 8; d *= 2) {
+            uint8_t *out = NULL;
+            sl_image_shape_t s;
+            cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &out, &s, err, sizeof err), 0,
+                         "%s", err);
+            cr_assert_eq(s.h, (h + d - 1) / d, "%zu x %zu at 1/%u", h, w, d);
+            cr_assert_eq(s.w, (w + d - 1) / d);
+            cr_assert_eq(s.c, 3);
+            if (d == 1) {
+                uint8_t *full = NULL;
+                sl_image_shape_t fs;
+                cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, 3, SIZE_MAX, &full, &fs, err, sizeof err), 0);
+                cr_assert_eq(memcmp(full, out, h * w * 3), 0, "1/1 is the plain decode");
+                free(full);
+            }
+            free(out);
+        }
+        uint8_t *out = NULL;
+        sl_image_shape_t s;
+        cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, 3, &out, &s, err, sizeof err), SL_EINVAL);
+        cr_assert_null(out);
+        cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, h * w * 3 - 1, 8, &out, &s, err, sizeof err),
+                     SL_ETOOBIG, "the limit is on the full size: %s", err);
+        tjFree(jpeg);
+        free(img);
+    }
+    sl_image_decoder_free(dec);
+}
+
+/*
+ * The tolerance of DCT scaling, stated in docs/dataset-spec.md (decode_jpeg):
+ * decoding at 1/d then resizing to the target against decoding whole then
+ * resizing (tf.image.resize's bilinear, which takes two taps per output
+ * pixel however far it shrinks), on ImageNet-sized images. The two are
+ * different filters, so the bound is on the mean (PSNR), and the scaled
+ * path must be the nearer of the two to an area resize of the full decode
+ * (the antialiased result): it averages all of each block where the
+ * bilinear resize skips pixels.
+ */
+Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
+{
+    sl_image_decoder_t *dec = new_decoder();
+    const struct {
+        size_t h, w, c;
+        int subsamp;
+        double noise, min_psnr, max_mean;
+    } imgs[] = {
+        {375, 500, 3, TJSAMP_420, 4, 27.0, 6.0},
+        {500, 375, 3, TJSAMP_444, 4, 27.0, 6.0},
+        {480, 640, 1, TJSAMP_GRAY, 4, 27.0, 6.0},
+        {480, 640, 3, TJSAMP_420, 4, 27.0, 6.0},
+        {375, 500, 1, TJSAMP_GRAY, 4, 27.0, 6.0},
+        {375, 500, 3, TJSAMP_420, 16, 26.0, 9.0}, /* heavy noise: the worst case */
+    };
+    /* Half each way (rounded down: 1/2 exactly), then smaller. */
+    const size_t targets[][2] = {{0, 0}, {160, 160}, {112, 112}, {80, 80}, {64, 64}, {40, 40}};
+    double worst = 99;
+    for (size_t i = 0; i < sizeof imgs / sizeof imgs[0]; i++) {
+        size_t h = imgs[i].h, w = imgs[i].w, c = imgs[i].c;
+        uint8_t *img = photo_image(h, w, c, imgs[i].noise);
+        unsigned long len;
+        uint8_t *jpeg = encode_q(img, h, w, c, imgs[i].subsamp, 90, &len);
+        uint8_t *full = NULL;
+        sl_image_shape_t fs;
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, (int)c, SIZE_MAX, &full, &fs, err, sizeof err), 0, "%s", err);
+        for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {
+            size_t oh = t ? targets[t][0] : h / 2, ow = t ? targets[t][1] : w / 2, n = oh * ow * c;
+            unsigned d = sl_image_jpeg_scale_denom(fs, oh, ow);
+            cr_assert_gt(d, 1);
+            uint8_t *scaled = NULL;
+            sl_image_shape_t ss;
+            cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, (int)c, SIZE_MAX, d, &scaled, &ss, err,
+                                                     sizeof err),
+                         0, "%s", err);
+            /* As decode_jpeg fused with a resize does: the output mapped onto
+             * the h / d x w / d pixels the scaled image spans. */
+            sl_image_resize_fuse_t f = {.extent_h = (float)h / (float)d, .extent_w = (float)w / (float)d};
+            uint8_t *a = xmalloc(n), *b = xmalloc(n);
+            cr_assert_eq(sl_image_resize_u8(full, fs, oh, ow, a, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(sl_image_resize_fused(scaled, ss, &f, oh, ow, b, err, sizeof err), 0, "%s", err);
+            uint8_t *ref = area_resize(full, fs, oh, ow);
+            int maxd;
+            double mean;
+            max_mean_error(a, b, n, &maxd, &mean);
+            double p_ab = psnr(a, b, n), p_a = psnr(a, ref, n), p_b = psnr(b, ref, n);
+            cr_log_info("%zux%zux%zu noise %.0f -> %zux%zu at 1/%u: max |diff| %d, mean %.2f, PSNR %.1f dB; "
+                        "against an area resize: unscaled %.1f dB, scaled %.1f dB",
+                        h, w, c, imgs[i].noise, oh, ow, d, maxd, mean, p_ab, p_a, p_b);
+            cr_assert_geq(p_ab, t ? imgs[i].min_psnr : 34.0, "%zu: %zux%zu at 1/%u: PSNR %.1f dB", i, oh, ow, d, p_ab);
+            cr_assert_leq(mean, imgs[i].max_mean, "%zu: %zux%zu at 1/%u: mean %.2f", i, oh, ow, d, mean);
+            cr_assert_leq(maxd, 128, "%zu: %zux%zu at 1/%u: max %d", i, oh, ow, d, maxd);
+            /* Bilinear at exactly 1/2 averages 2 x 2 pixels: an area resize
+             * itself. Below that it skips pixels, the scaled IDCT does not. */
+            if (t)
+                cr_assert_gt(p_b, p_a, "%zu: %zux%zu at 1/%u: the scaled path is nearer an area resize", i, oh, ow,
+                             d);
+            if (p_ab < worst)
+                worst = p_ab;
+            free(a);
+            free(b);
+            free(ref);
+            free(scaled);
+        }
+        free(full);
+        tjFree(jpeg);
+        free(img);
+    }
+    cr_log_info("worst PSNR %.1f dB", worst);
+    sl_image_decoder_free(dec);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "image.h"
 #include "pipeline_util.h"
 
 static sl_confine_t *roots;
@@ -497,4 +498,82 @@ Test(image_ops, fused_flip_draws_both_ways)
     cr_assert(same > 0 && same < fl.n, "%zu of %zu images unflipped", same, fl.n);
     batches_free(&plain);
     batches_free(&fl);
+}
+
+/* decode_jpeg directly followed by a resize to at most half of each side
+ * decodes at 1/2, 1/4 or 1/8 (DCT scaling) and resizes the rest: the same
+ * bytes as the kernels (sl_image_decode_jpeg_scaled, then the resize mapped
+ * onto the span the scaled image covers), sequential or parallel, with or
+ * without a fused normalize; an op between them (a cast) gives the
+ * unscaled result, and so does a resize that keeps more than half. */
+Test(image_ops, decode_resize_scales_the_dct)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
+    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
+    cr_assert_eq(raw.n, 32);
+    sl_image_decoder_t *dec = NULL;
+    char err[256];
+    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
+    const size_t sizes[][2] = {{16, 16}, {9, 20}, {50, 60}};
+    for (size_t z = 0; z < 3; z++)
+        for (int par = 0; par < 2; par++)
+            for (int norm = 0; norm < 2; norm++) {
+                size_t oh = sizes[z][0], ow = sizes[z][1];
+                const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                char dc[256], rs[256], nm[256], ops[1024], apart[1024];
+                snprintf(dc, sizeof dc, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s}", pc);
+                snprintf(rs, sizeof rs, "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[%zu,%zu],"
+                         "\"dtype\":\"uint8\"%s}", oh, ow, pc);
+                snprintf(nm, sizeof nm, "%s{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,0.406],"
+                         "\"std\":[0.229,0.224,0.225],\"scale\":true%s}", norm ? "," : "", pc);
+                snprintf(ops, sizeof ops, "%s,%s%s", dc, rs, norm ? nm : "");
+                snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s%s",
+                         dc, pc, rs, norm ? nm : "");
+                o.threads = par ? 2 : 0;
+                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
+                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
+                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                cr_assert_eq(a.n, 32);
+                cr_assert_eq(b.n, 32);
+                size_t scaled = 0;
+                for (size_t k = 0; k < a.n; k++) {
+                    size_t len;
+                    const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
+                    sl_image_shape_t fs, ss;
+                    cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
+                    unsigned d = sl_image_jpeg_scale_denom(fs, oh, ow);
+                    uint8_t *img = NULL;
+                    cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err),
+                                 0, "%s", err);
+                    float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+                    sl_image_resize_fuse_t f = {.mean = norm ? mean : NULL, .std = norm ? std : NULL, .scale = true};
+                    if (d > 1) {
+                        f.extent_h = (float)fs.h / (float)d;
+                        f.extent_w = (float)fs.w / (float)d;
+                        scaled++;
+                    }
+                    size_t n = oh * ow * 3, bytes = n * (norm ? sizeof(float) : 1);
+                    uint8_t *want = malloc(bytes);
+                    cr_assert_eq(sl_image_resize_fused(img, ss, &f, oh, ow, want, err, sizeof err), 0, "%s", err);
+                    const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
+                    cr_assert_eq(ca->shape[0], (int64_t)oh);
+                    cr_assert_eq(ca->shape[1], (int64_t)ow);
+                    cr_assert_eq(memcmp(a.b[k]->data + ca->offset, want, bytes), 0, "%s: image %zu (1/%u)", ops, k, d);
+                    int same = memcmp(b.b[k]->data + cb->offset, want, bytes) == 0;
+                    cr_assert_eq(same, d == 1, "%s: image %zu at 1/%u: apart, %s", ops, k, d,
+                                 d == 1 ? "unscaled, the same" : "unscaled, different");
+                    free(want);
+                    free(img);
+                }
+                /* 16 x 16 and 9 x 20 are at most half of every fixture
+                 * (39 x 44 the smallest); 50 x 60 keeps more than half of
+                 * every one (95 rows the most). */
+                cr_assert_eq(scaled, z < 2 ? 32 : 0, "%s", ops);
+                batches_free(&a);
+                batches_free(&b);
+            }
+    sl_image_decoder_free(dec);
+    batches_free(&raw);
 }

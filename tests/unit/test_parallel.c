@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune.h"
 #include "element.h"
 #include "pipeline_util.h"
 #include "plugin.h"
@@ -286,4 +287,84 @@ Test(parallel, plugin_map_and_filter_keep_provenance)
         cr_assert_eq(total, 100);
         batches_free(&bs);
     }
+}
+
+/* "autotune": the stage decides while it runs (every SL_AUTOTUNE_WINDOW
+ * elements) and stays within min(--threads, the CPUs of this process),
+ * whatever it measures; the output is the sequential one. */
+Test(parallel, autotune_stays_within_bounds)
+{
+    const char *jpeg = "{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES "/images-*.tfrecord\"},\"ops\":["
+                       "{\"op\":\"repeat\",\"count\":8},"
+                       "{\"op\":\"parse_example\",\"features\":{\"image/encoded\":{\"dtype\":\"bytes\"}}%s},"
+                       "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s},"
+                       "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[36,36],\"seed\":7%s},"
+                       "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[32,32]%s},"
+                       "{\"op\":\"batch\",\"batch_size\":4}]}";
+    const char *tune = ",\"num_parallel_calls\":\"autotune\"";
+    unsigned cores = sl_autotune_cores();
+    for (unsigned threads = 1; threads <= 4; threads++) {
+        sl_pipeline_opts_t o = {.plugins = plugins, .roots = roots, .threads = threads};
+        unsigned bound = cores && cores < threads ? cores : threads;
+        /* A cheap map over many elements, and the JPEG ops of the fixtures. */
+        char cheap[512], heavy[2048], seq_heavy[2048];
+        snprintf(cheap, sizeof cheap,
+                 "{\"source\":{\"type\":\"range\",\"stop\":3000},\"ops\":[" MAP_DOUBLE "%s}]}", tune);
+        snprintf(heavy, sizeof heavy, jpeg, tune, tune, tune, tune);
+        snprintf(seq_heavy, sizeof seq_heavy, jpeg, "", "", "", "");
+        const char *specs[] = {cheap, heavy};
+        for (int k = 0; k < 2; k++) {
+            int before = threads_now();
+            sl_pipeline_t *p = pipeline_make(specs[k], &o);
+            cr_assert_leq(threads_now() - before, (int)threads - 1, "the pool is within --threads");
+            sl_pipeline_parallel_stats_t st[4];
+            bool is_par = threads > 1;
+            cr_assert_eq(sl_pipeline_parallel_stats(p, st, 4), is_par ? 1 : 0, "threads %u", threads);
+            batches_t bs = run_pipeline(p);
+            cr_assert_eq(bs.rc, 1, "%s", bs.errmsg);
+            if (is_par) {
+                cr_assert_eq(sl_pipeline_parallel_stats(p, st, 4), 1);
+                cr_assert(st[0].autotune);
+                cr_assert_gt(st[0].decisions, 0, "spec %d: it decided while it ran", k);
+                cr_assert_geq(st[0].min_parallelism, 1);
+                cr_assert_leq(st[0].max_parallelism, bound, "spec %d threads %u cores %u", k, threads, cores);
+                cr_assert_leq(st[0].parallelism, st[0].bound);
+                cr_assert_eq(st[0].depth, 2 * st[0].parallelism);
+            }
+            if (k == 0) {
+                cr_assert_eq(bs.n, 3000);
+                for (size_t i = 0; i < bs.n; i++)
+                    cr_assert_eq(i64_at(bs.b[i], comp_of(bs.b[i], "double"), 0), 2 * (int64_t)i);
+            } else {
+                batches_t seq = run_spec(seq_heavy, &o);
+                assert_same(&seq, &bs, "autotuned JPEG ops against sequential");
+                cr_assert_eq(bs.n, 8 * 32 / 4);
+                batches_free(&seq);
+            }
+            batches_free(&bs);
+            sl_pipeline_destroy(p);
+            cr_assert_eq(threads_now(), before);
+        }
+    }
+}
+
+/* A given num_parallel_calls is not tuned: the stage keeps it. */
+Test(parallel, explicit_parallelism_is_kept)
+{
+    sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":500},\"ops\":[" MAP_DOUBLE
+                                     ",\"num_parallel_calls\":3}]}",
+                                     &o);
+    batches_t bs = run_pipeline(p);
+    cr_assert_eq(bs.n, 500, "%s", bs.errmsg);
+    sl_pipeline_parallel_stats_t st;
+    cr_assert_eq(sl_pipeline_parallel_stats(p, &st, 1), 1);
+    cr_assert_not(st.autotune);
+    cr_assert_eq(st.parallelism, 3);
+    cr_assert_eq(st.min_parallelism, 3);
+    cr_assert_eq(st.max_parallelism, 3);
+    cr_assert_eq(st.depth, 6);
+    cr_assert_eq(st.decisions, 0);
+    batches_free(&bs);
+    sl_pipeline_destroy(p);
 }
