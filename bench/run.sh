@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 ./"$build"/bench/bench_pipeline_ops
 /usr/bin/python3 bench/split_handout.py --build "$build"
 /usr/bin/python3 bench/provenance_cost.py --build "$build"
+/usr/bin/python3 bench/stateful_state.py --build "$build"
 # DYNAMIC against OFF is measured with the Release build when there is one
 # (make build-release): the ratio is of the code, not of debug info.
 dyn_build=$build
