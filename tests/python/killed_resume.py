@@ -26,7 +26,15 @@ def dataset():
 
 
 def main(addr, values_path, state_path):
-    dl = st.StatefulDataLoader(st.SluiceIterableDataset(dataset(), addr, sharding='dynamic'), num_workers=2)
+    # As in test_python_torch_state.py: under ASan the workers come from a
+    # forkserver (a fork while another thread holds ASan's allocator lock
+    # leaves the child stuck).
+    context = None
+    if os.environ.get('SLUICE_SANITIZED'):
+        import multiprocessing
+        context = multiprocessing.get_context('forkserver')
+    dl = st.StatefulDataLoader(st.SluiceIterableDataset(dataset(), addr, sharding='dynamic'), num_workers=2,
+                               multiprocessing_context=context)
     lines = 0
     with open(values_path, 'w') as values:
         for b in dl:
