@@ -198,6 +198,8 @@ struct sl_iterator {
     bool budget_full;
 };
 
+static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen);
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -1159,6 +1161,13 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     if (it->opts.repetition > 0 && !(it->opts.job_name && it->opts.job_name[0])) {
         snprintf(it->err, sizeof it->err, "repetition %" PRIu64 " needs a job_name: repetitions are the passes over "
                  "a named job", it->opts.repetition);
+        goto fail;
+    }
+    /* Deltas are of the ledger a checkpoint is made of: none to keep otherwise. */
+    if (it->opts.ledger_deltas > 0 && checkpointable(&it->opts, it->err, sizeof it->err) < 0) {
+        char why[sizeof it->err - 64];
+        snprintf(why, sizeof why, "%s", it->err);
+        snprintf(it->err, sizeof it->err, "ledger_deltas: %s", why);
         goto fail;
     }
     if (!sl_target_workers_name(it->opts.target_workers)) {

@@ -226,8 +226,8 @@ typedef struct sl_iterator_opts {
                                    --job-gc-timeout-ms) is created. Count it up per epoch, as
                                    tf.data service does; must be 0 without a job_name */
     int ledger_deltas;          /* > 0: keep what the iterator records of each batch it
-                                   returns for sl_iterator_delta() (a checkpointable
-                                   iterator); 0 (default): not */
+                                   returns for sl_iterator_delta(); only an iterator that
+                                   takes checkpoints (SL_EINVAL otherwise); 0 (default): not */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */

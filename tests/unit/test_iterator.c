@@ -280,5 +280,10 @@ Test(iterator, a_builder_fed_deltas_gives_the_checkpoint_of_every_batch)
     cr_log_info("%" PRIu64 " batches: deltas %zu bytes in all (largest %zu), checkpoints %zu (largest %zu), "
                 "epochs done %" PRIu64 " at most", batches, delta_bytes, most_delta, ckpt_bytes, most_ckpt, most_done);
     sl_ckpt_builder_close(b);
+    sl_iterator_close(r.it);
+    /* Only an iterator that takes checkpoints keeps deltas. */
+    r.o.sharding = SL_SHARDING_OFF;
+    cr_assert_eq(sl_iterator_open(r.c, r.ds, &r.o, &r.it), SL_EINVAL);
+    cr_assert(strstr(sl_iterator_errmsg(r.it), "ledger_deltas: checkpoints need"), "%s", sl_iterator_errmsg(r.it));
     reader_close(&r);
 }
