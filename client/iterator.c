@@ -41,6 +41,7 @@
 #include "big_alloc.h"
 #include "client_internal.h"
 #include "conn.h"
+#include "delta.h"
 #include "errbuf.h"
 #include "frame.h"
 #include "ledger.h"
@@ -178,6 +179,9 @@ struct sl_iterator {
      * hold and reports say. */
     uint64_t dataset_id;
     sl_ledger_t ledger;
+    /* With opts.ledger_deltas: the ledger's calls since the caller last
+     * took them (sl_iterator_delta()). */
+    sl_delta_log_t deltas;
     /* DYNAMIC (not coordinated), unless opts.provenance < 0: the ledger is
      * kept and workers send provenance, so that after a worker loss the
      * dispatcher can learn what this client received (send_report). */
@@ -197,6 +201,8 @@ struct sl_iterator {
      * and the loop a system call each. */
     bool budget_full;
 };
+
+static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen);
 
 static int64_t now_ms(void)
 {
@@ -885,7 +891,14 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
     }
     if (it->track && resp->epochs_done > 0) {
         pthread_mutex_lock(&it->mu);
-        sl__ledger_epochs_done(&it->ledger, resp->epochs_done, it->ready_count);
+        sl_ledger_t *l = &it->ledger;
+        uint64_t was_done = l->epochs_done, was_below = l->fold_below, was_at = l->fold_at;
+        sl__ledger_epochs_done(l, resp->epochs_done, it->ready_count);
+        /* Deltas carry the calls that changed the ledger only: one per
+         * epoch or so, not one per heartbeat. */
+        if (it->opts.ledger_deltas > 0 &&
+            (l->epochs_done != was_done || l->fold_below != was_below || l->fold_at != was_at))
+            sl__delta_log_epochs_done(&it->deltas, resp->epochs_done, it->ready_count);
         pthread_mutex_unlock(&it->mu);
     }
     if (resp->report_gen > it->reported_gen)
@@ -1207,6 +1220,13 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
                  "a named job", it->opts.repetition);
         goto fail;
     }
+    /* Deltas are of the ledger a checkpoint is made of: none to keep otherwise. */
+    if (it->opts.ledger_deltas > 0 && checkpointable(&it->opts, it->err, sizeof it->err) < 0) {
+        char why[sizeof it->err - 64];
+        snprintf(why, sizeof why, "%s", it->err);
+        snprintf(it->err, sizeof it->err, "ledger_deltas: %s", why);
+        goto fail;
+    }
     if (!sl_target_workers_name(it->opts.target_workers)) {
         snprintf(it->err, sizeof it->err, "target_workers %d is unknown", (int)it->opts.target_workers);
         goto fail;
@@ -1275,8 +1295,12 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
 {
     if (it->opts.provenance <= 0 && !it->track)
         return;
-    sl__ledger_add(&it->ledger, b ? b->prov_wire : NULL, b && b->num_prov > 0 ? b->prov_wire_len : 0,
-                   b ? b->num_records : 0, done, ndone, !b);
+    const uint8_t *prov = b ? b->prov_wire : NULL;
+    size_t prov_len = b && b->num_prov > 0 ? b->prov_wire_len : 0;
+    uint64_t num_records = b ? b->num_records : 0;
+    sl__ledger_add(&it->ledger, prov, prov_len, num_records, done, ndone, !b);
+    if (it->opts.ledger_deltas > 0)
+        sl__delta_log_batch(&it->deltas, prov, prov_len, num_records, done, ndone, !b);
 }
 
 int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
@@ -1381,6 +1405,37 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     return rc;
 }
 
+int sl_iterator_delta(sl_iterator_t *it, uint8_t **out, size_t *len, uint8_t **ckpt, size_t *ckpt_len)
+{
+    *out = NULL;
+    *len = 0;
+    if (ckpt) {
+        *ckpt = NULL;
+        *ckpt_len = 0;
+    }
+    int rc = checkpointable(&it->opts, it->err, sizeof it->err);
+    if (rc < 0)
+        return rc;
+    if (it->opts.ledger_deltas <= 0)
+        return sl_errf(it->err, sizeof it->err, SL_EINVAL,
+                       "deltas need an iterator opened with opts.ledger_deltas > 0");
+    pthread_mutex_lock(&it->mu);
+    /* Under one lock: no heartbeat's fold comes between the two. The
+     * checkpoint first, so that a failed one leaves the records in the log. */
+    if (ckpt)
+        rc = sl__ledger_checkpoint(&it->ledger, it->dataset_id, it->auth.token, it->auth.token_len, ckpt, ckpt_len,
+                                   it->err, sizeof it->err);
+    if (rc == 0)
+        rc = sl__delta_log_take(&it->deltas, it->dataset_id, out, len, it->err, sizeof it->err);
+    if (rc < 0 && ckpt) {
+        free(*ckpt);
+        *ckpt = NULL;
+        *ckpt_len = 0;
+    }
+    pthread_mutex_unlock(&it->mu);
+    return rc;
+}
+
 void sl_free(void *p)
 {
     free(p);
@@ -1453,6 +1508,7 @@ void sl_iterator_close(sl_iterator_t *it)
     }
     free(it->pending_done);
     sl__ledger_free(&it->ledger);
+    sl__delta_log_free(&it->deltas);
     sl_auth_free(&it->auth);
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         sl__batch_free(it->slots[i].batch);

@@ -247,6 +247,9 @@ typedef struct sl_iterator_opts {
                                    sl_iterator_notice()), one never seen (or collected after
                                    --job-gc-timeout-ms) is created. Count it up per epoch, as
                                    tf.data service does; must be 0 without a job_name */
+    int ledger_deltas;          /* > 0: keep what the iterator records of each batch it
+                                   returns for sl_iterator_delta(); only an iterator that
+                                   takes checkpoints (SL_EINVAL otherwise); 0 (default): not */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */
@@ -475,6 +478,73 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  */
 SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
                                   const uint8_t *ckpt, size_t len, sl_iterator_t **out);
+
+/**
+ * Takes what the iterator recorded since the last call (or since it was
+ * opened or restored): a delta, small opaque bytes that an
+ * sl_ckpt_builder_t in any process replays to take the checkpoint this
+ * iterator would take, without the iterator sending a whole checkpoint.
+ * Per batch returned, a delta holds that batch's provenance and split-done
+ * notices (about 3 bytes an element shuffled, far fewer in order) and
+ * nothing that grows with the run. Needs opts.ledger_deltas > 0 and an
+ * iterator that takes checkpoints (see sl_iterator_checkpoint()). Take it
+ * after each batch, or every few: past 64 MiB not taken, the iterator
+ * keeps no deltas any more (SL_ETOOBIG from then on).
+ * @param[out] out the delta, malloc'd: free() or sl_free() it
+ * @param[out] ckpt NULL, or the iterator's checkpoint at the same moment
+ *             (what a builder that applied every delta up to this one
+ *             gives), malloc'd
+ * @return 0; SL_EINVAL (not such an iterator, or no opts.ledger_deltas),
+ *         SL_ETOOBIG, -ENOMEM; the message in sl_iterator_errmsg()
+ */
+SL_EXPORT int sl_iterator_delta(sl_iterator_t *it, uint8_t **out, size_t *len, uint8_t **ckpt, size_t *ckpt_len);
+
+/** Replays an iterator's deltas into checkpoints (sl_ckpt_builder_open()). */
+typedef struct sl_ckpt_builder sl_ckpt_builder_t;
+
+/**
+ * Opens a checkpoint builder for the iterator that was opened over
+ * dataset_id, or restored from ckpt: a record of its own of what the
+ * iterator returned, fed with the iterator's deltas in the order it gave
+ * them (sl_ckpt_builder_apply()). Needs no dispatcher.
+ * @param[in] auth_token_file the cluster token of the iterator's client
+ *            (checkpoints are MAC'd with it); NULL: SLUICE_AUTH_TOKEN_FILE
+ *            if set, else none
+ * @param[in] max_ledger_runs the iterator's opts.max_ledger_runs
+ * @param[in] ckpt the checkpoint the iterator was restored from, or NULL
+ *            (len 0) for an iterator opened anew
+ * @param[out] out the builder; set also on failure (close it)
+ * @return 0; SL_EDATA / SL_EINVAL (ckpt refused, as by
+ *         sl_iterator_restore(); the token file), SL_ETOOBIG, -ENOMEM; the
+ *         message in sl_ckpt_builder_errmsg()
+ */
+SL_EXPORT int sl_ckpt_builder_open(uint64_t dataset_id, const char *auth_token_file, size_t max_ledger_runs,
+                                   const uint8_t *ckpt, size_t len, sl_ckpt_builder_t **out);
+
+/**
+ * Applies a delta of sl_iterator_delta(). All of it is checked before any
+ * of it is applied: a delta refused changes nothing, and the builder takes
+ * the next one as if it had not come (the caller decides whether a lost
+ * delta matters; a skipped one makes later checkpoints wrong).
+ * @return 0; SL_EDATA (not a delta, damaged), SL_EINVAL (another
+ *         dataset's), -ENOMEM; the message in sl_ckpt_builder_errmsg()
+ */
+SL_EXPORT int sl_ckpt_builder_apply(sl_ckpt_builder_t *b, const uint8_t *delta, size_t len);
+
+/**
+ * The checkpoint of what the deltas applied so far record: the same bytes
+ * as the iterator's sl_iterator_checkpoint() right after it gave the last
+ * of them.
+ * @param[out] out the bytes, malloc'd: free() or sl_free() them
+ * @return as sl_iterator_checkpoint(); the message in sl_ckpt_builder_errmsg()
+ */
+SL_EXPORT int sl_ckpt_builder_checkpoint(sl_ckpt_builder_t *b, uint8_t **out, size_t *len);
+
+/** @return the message of the builder's last failure ("out of memory" for NULL) */
+SL_EXPORT const char *sl_ckpt_builder_errmsg(const sl_ckpt_builder_t *b);
+
+/** Frees the builder. NULL is ignored. */
+SL_EXPORT void sl_ckpt_builder_close(sl_ckpt_builder_t *b);
 
 /** free(), for callers that cannot reach libsluice's C library (Python's
  *  ctypes): frees what sl_iterator_checkpoint() returned. NULL is ignored. */

@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -265,6 +266,91 @@ class StatefulLoaderTest(unittest.TestCase):
         self.assertEqual((out['missing'], out['duplicated']), (0, 0), out)
         self.assertEqual(out['first_pass_batches'], 60)
         self.assertEqual(out['plain_spawn_batches'], 60)  # two shares of 30
+
+    def test_killed_with_minus_9_resumes_exactly_once(self):
+        # A trainer (killed_resume.py) saves the loader's state every few
+        # batches and is killed with -9 (its DataLoader workers with it)
+        # while it reads on; this process resumes from the last state it
+        # saved: the elements it had taken by then, and the rest, each
+        # exactly once in each of the 3 epochs.
+        sys.path.insert(0, HERE)
+        try:
+            import killed_resume
+        finally:
+            sys.path.remove(HERE)
+        tmp = tempfile.mkdtemp(prefix='sluice-py-killed-')
+        values, state_path = os.path.join(tmp, 'values'), os.path.join(tmp, 'state')
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(sluice.__file__)))
+        child = subprocess.Popen([sys.executable, os.path.join(HERE, 'killed_resume.py'), self.addr, values,
+                                  state_path], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            # Gate on state: the child has saved 6 states (42 batches).
+            saves = 0
+            for line in child.stdout:
+                saves += line.startswith('saved ')
+                if saves == 6:
+                    break
+            self.assertEqual(saves, 6, 'the trainer ended before its 6th save (exit %s)' % child.poll())
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            child.stdout.close()
+        with open(state_path, 'rb') as f:
+            saved = pickle.load(f)
+        with open(values) as f:
+            taken = [json.loads(next(f)) for _ in range(saved['lines'])]
+        got = [v for batch in taken for v in batch]
+        second = self.loader(killed_resume.dataset(), 2)
+        second.load_state_dict(saved['state'])
+        for b in second:
+            got += flat(b)
+        want = [v for v in range(40000) if v not in (11, 20001)] * 3
+        missing, dup = tally(got, want)
+        self.assertEqual((missing, dup), (0, 0), 'missing %d, duplicated %d of %d' % (missing, dup, len(want)))
+        for name in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, name))
+        os.rmdir(tmp)
+
+    def test_what_workers_send_per_batch_stays_constant_over_many_epochs(self):
+        # 12 epochs behind shuffle(5000): the checkpoint of a share holds
+        # the shuffle's holes (thousands of runs), which the workers used to
+        # send with every batch; what they send now is each batch's
+        # provenance (a few bytes an element), the same in the last epoch
+        # as in the first. The state stays bounded too: done epochs fold.
+        sizes = []
+
+        class Measured(st.StatefulDataLoader):
+            def _unstamp(self, inner, live):
+                def spy():
+                    for item in inner:
+                        sizes.append(len(item.delta))
+                        yield item
+                return super()._unstamp(spy(), live)
+
+        batch, epochs = 64, 12
+        ds = sluice.range(0, 20000).shuffle(5000, seed=1).repeat(epochs).batch(batch)
+        dl = Measured(st.SluiceIterableDataset(ds, self.addr, sharding='dynamic'), num_workers=2,
+                      multiprocessing_context=WORKERS_CONTEXT)
+        n, most_state = 0, 0
+        for b in dl:
+            n += len(b['value'])
+            if len(sizes) % 200 == 0:
+                state = dl.state_dict()
+                most_state = max(most_state, max(len(c) for c in state['checkpoints'] if c is not None))
+        self.assertEqual(n, 20000 * epochs)
+        # A delta: 16 bytes of header, 18 a batch record, at most 10 bytes
+        # an element (varints), and the split-done notices it carries.
+        bound = 16 + 18 + 10 * batch + 512
+        first, last = sizes[:len(sizes) // epochs], sizes[-(len(sizes) // epochs):]
+        self.assertLessEqual(max(sizes), bound, 'largest delta %d bytes' % max(sizes))
+        self.assertLessEqual(sum(last) / len(last), 1.5 * sum(first) / len(first) + 64,
+                             'the last epoch\'s deltas average %d bytes, the first\'s %d'
+                             % (sum(last) / len(last), sum(first) / len(first)))
+        # Each share's checkpoint holds its open epochs' holes: about a
+        # shuffle buffer's worth of runs (3 bytes each), not 12 epochs'.
+        self.assertLessEqual(most_state, 72 + 3 * 2 * 5000 + 4096, 'a state checkpoint of %d bytes' % most_state)
+        sys.stderr.write('deltas: %d batches, mean %.0f bytes, largest %d; state checkpoint largest %d bytes\n'
+                         % (len(sizes), sum(sizes) / len(sizes), max(sizes), most_state))
 
     def test_collate_fn_and_pin_memory(self):
         ds = sluice.range(0, 800).batch(100)

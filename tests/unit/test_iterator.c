@@ -4,9 +4,12 @@
  * thread, over loopback: under DYNAMIC behind shuffle(50000) every element
  * comes exactly once; a checkpoint taken mid-epoch restores in a new
  * iterator to exactly the rest; an iterator over OFF gets the dataset once
- * per worker; a dataset that cannot be registered is refused by name.
+ * per worker; a dataset that cannot be registered is refused by name;
+ * a checkpoint builder fed the iterator's deltas gives its checkpoint's
+ * bytes at every batch.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "dstate_util.h"
+#include "le.h"
 #include "server.h"
 #include "sluice.h"
 #include "worker.h"
@@ -206,4 +210,80 @@ Test(iterator, a_bad_spec_is_refused_naming_the_field)
     cr_assert_eq(sl_client_register_dataset(c, spec, strlen(spec), &id), SL_ESPEC);
     cr_assert(strstr(sl_client_errmsg(c), "$.ops[0].batch_size"), "%s", sl_client_errmsg(c));
     sl_client_close(c);
+}
+
+Test(iterator, a_builder_fed_deltas_gives_the_checkpoint_of_every_batch)
+{
+    /* 3 epochs of 120,000 records (a repeat) behind shuffle(10000), with
+     * filters that leave holes in splits (their done notices fill them),
+     * over two workers; the dispatcher's epochs_done folds come as they
+     * come. At every batch, the delta and the checkpoint are taken at one
+     * moment, and the builder's checkpoint must be the same bytes. */
+    const char *spec =
+        "{\"source\":{\"type\":\"range\",\"stop\":120000},\"ops\":["
+        "{\"op\":\"filter\",\"key\":\"value\",\"cmp\":\"ne\",\"value\":7},"
+        "{\"op\":\"filter\",\"key\":\"value\",\"cmp\":\"ne\",\"value\":40003},"
+        "{\"op\":\"filter\",\"key\":\"value\",\"cmp\":\"ne\",\"value\":99999},"
+        "{\"op\":\"shuffle\",\"buffer_size\":10000,\"seed\":3},{\"op\":\"repeat\",\"count\":3},"
+        "{\"op\":\"batch\",\"batch_size\":256}]}";
+    struct reader r;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &r.c), 0);
+    r.ds = register_spec(r.c, spec);
+    sl_iterator_opts_init(&r.o);
+    r.o.sharding = SL_SHARDING_DYNAMIC;
+    r.o.ledger_deltas = 1;
+    cr_assert_eq(sl_iterator_open(r.c, r.ds, &r.o, &r.it), 0, "%s", sl_iterator_errmsg(r.it));
+    sl_ckpt_builder_t *b;
+    cr_assert_eq(sl_ckpt_builder_open(r.ds, NULL, 0, NULL, 0, &b), 0, "%s", sl_ckpt_builder_errmsg(b));
+    uint64_t elements = 0, batches = 0;
+    size_t most_delta = 0, most_ckpt = 0, delta_bytes = 0, ckpt_bytes = 0;
+    uint8_t *d, *ck, *got;
+    size_t dlen, cklen, glen;
+    uint64_t most_done = 0;
+    for (;;) {
+        sl_batch_t *bt;
+        int rc = sl_iterator_next(r.it, &bt);
+        if (rc == 1)
+            break;
+        cr_assert_eq(rc, 0, "%s", sl_iterator_errmsg(r.it));
+        elements += sl_batch_num_elements(bt);
+        sl_batch_release(bt);
+        batches++;
+        cr_assert_eq(sl_iterator_delta(r.it, &d, &dlen, &ck, &cklen), 0, "%s", sl_iterator_errmsg(r.it));
+        cr_assert_eq(sl_ckpt_builder_apply(b, d, dlen), 0, "%s", sl_ckpt_builder_errmsg(b));
+        cr_assert_eq(sl_ckpt_builder_checkpoint(b, &got, &glen), 0, "%s", sl_ckpt_builder_errmsg(b));
+        cr_assert(glen == cklen && memcmp(got, ck, cklen) == 0,
+                  "batch %" PRIu64 ": the builder's checkpoint (%zu bytes) is not the iterator's (%zu bytes)", batches,
+                  glen, cklen);
+        most_done = sl_get_le64(ck + 24) > most_done ? sl_get_le64(ck + 24) : most_done;
+        most_delta = dlen > most_delta ? dlen : most_delta;
+        most_ckpt = cklen > most_ckpt ? cklen : most_ckpt;
+        delta_bytes += dlen;
+        ckpt_bytes += cklen;
+        sl_free(d);
+        sl_free(ck);
+        sl_free(got);
+    }
+    cr_assert_eq(elements, 3 * (120000 - 3));
+    /* The last delta (the end, with the last notices) too. */
+    cr_assert_eq(sl_iterator_delta(r.it, &d, &dlen, &ck, &cklen), 0, "%s", sl_iterator_errmsg(r.it));
+    cr_assert_eq(sl_ckpt_builder_apply(b, d, dlen), 0, "%s", sl_ckpt_builder_errmsg(b));
+    cr_assert_eq(sl_ckpt_builder_checkpoint(b, &got, &glen), 0, "%s", sl_ckpt_builder_errmsg(b));
+    cr_assert(glen == cklen && memcmp(got, ck, cklen) == 0, "after the end");
+    sl_free(d);
+    sl_free(ck);
+    sl_free(got);
+    /* A delta is the size of a batch's provenance (a few bytes an element
+     * shuffled, at most 10 with its varints) and notices: nothing in it
+     * grows with the run, where a checkpoint holds the shuffle's holes. */
+    cr_assert_leq(most_delta, 16 + 18 + 10 * 256 + 1024, "a delta of %zu bytes", most_delta);
+    cr_log_info("%" PRIu64 " batches: deltas %zu bytes in all (largest %zu), checkpoints %zu (largest %zu), "
+                "epochs done %" PRIu64 " at most", batches, delta_bytes, most_delta, ckpt_bytes, most_ckpt, most_done);
+    sl_ckpt_builder_close(b);
+    sl_iterator_close(r.it);
+    /* Only an iterator that takes checkpoints keeps deltas. */
+    r.o.sharding = SL_SHARDING_OFF;
+    cr_assert_eq(sl_iterator_open(r.c, r.ds, &r.o, &r.it), SL_EINVAL);
+    cr_assert(strstr(sl_iterator_errmsg(r.it), "ledger_deltas: checkpoints need"), "%s", sl_iterator_errmsg(r.it));
+    reader_close(&r);
 }

@@ -12,8 +12,10 @@
 #include <openssl/sha.h>
 #include <string.h>
 
+#include "delta.h"
 #include "ledger.h"
 #include "provwire.h"
+#include "sluice.h"
 
 /* What the last sl__checkpoint_read() said of done epochs. */
 static uint64_t epochs_done;
@@ -549,5 +551,233 @@ Test(ledger, version_3_checkpoints_still_restore)
     cr_assert_null(pos);
     free(v3);
     free(v4);
+    sl__ledger_free(&l);
+}
+
+/* Deltas (delta.h): a stream at a user's size, 25 epochs of 50 files of
+ * 100 records (125,000 positions), mixed within a window of 500 (a
+ * shuffle), every seventh record dropped by a "filter" (so done notices
+ * fill holes), the dispatcher saying epochs are done one epoch late with
+ * batches waiting, and now and then with none waiting between batches. */
+enum { DF = 50, DR = 100, DE = 25, DB = 64, DW = 500, DPER = DF * DR };
+
+struct dstream {
+    uint8_t *read;  /* one byte a position: read (given or dropped) */
+    uint32_t *left; /* records of each (epoch, file) not read yet */
+    uint32_t *sent; /* records of each (epoch, file) given */
+    uint64_t next, total;
+    uint32_t epoch;
+};
+
+/* The next batch's calls, made on l and recorded in log: @return false at the end */
+static bool dstream_batch(struct dstream *s, sl_ledger_t *l, sl_delta_log_t *log)
+{
+    uint64_t end = (uint64_t)DE * DPER;
+    if (s->total == end)
+        return false;
+    sl_provenance_run_t runs[DB];
+    sl_split_done_t done[DB];
+    size_t n = 0, nd = 0;
+    while (n < DB && s->total < end) {
+        while (s->next < end && s->read[s->next])
+            s->next++;
+        uint64_t epoch_end = (s->next / DPER + 1) * DPER;
+        uint64_t span = epoch_end - s->next < DW ? epoch_end - s->next : DW;
+        uint64_t p = s->next + (uint64_t)rand() % span;
+        while (s->read[p])
+            p = p + 1 < epoch_end ? p + 1 : s->next;
+        s->read[p] = 1;
+        s->total++;
+        uint32_t e = (uint32_t)(p / DPER), f = (uint32_t)(p % DPER / DR);
+        uint64_t k = (uint64_t)e * DF + f;
+        if (p % 7 != 3) {
+            runs[n++] = (sl_provenance_run_t){e, f, p % DR, 1};
+            s->sent[k]++;
+        }
+        if (--s->left[k] == 0)
+            done[nd++] = (sl_split_done_t){.split_id = k, .epoch = e, .file_index = f, .begin = 0, .end = DR,
+                                           .delivered = s->sent[k]};
+    }
+    uint32_t epoch = n > 0 ? runs[n - 1].epoch : s->epoch;
+    if (epoch > s->epoch && epoch >= 1) {
+        sl__ledger_epochs_done(l, epoch - 1, 3);
+        sl__delta_log_epochs_done(log, epoch - 1, 3);
+    }
+    s->epoch = epoch;
+    uint8_t *wire = NULL;
+    size_t len = 0, elements = n;
+    if (n > 0)
+        cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
+    bool last = s->total == end;
+    sl__ledger_add(l, wire, len, elements, done, nd, last);
+    sl__delta_log_batch(log, wire, len, elements, done, nd, last);
+    free(wire);
+    /* Now and then the dispatcher's word comes between batches, with none
+     * waiting: the ledger folds at once. */
+    if (rand() % 97 == 0 && epoch >= 1) {
+        sl__ledger_epochs_done(l, epoch, 0);
+        sl__delta_log_epochs_done(log, epoch, 0);
+    }
+    return true;
+}
+
+static void dstream_init(struct dstream *s)
+{
+    memset(s, 0, sizeof *s);
+    s->read = calloc((size_t)DE * DPER, 1);
+    s->left = malloc((size_t)DE * DF * sizeof *s->left);
+    s->sent = calloc((size_t)DE * DF, sizeof *s->sent);
+    for (size_t i = 0; i < (size_t)DE * DF; i++)
+        s->left[i] = DR;
+}
+
+static void dstream_free(struct dstream *s)
+{
+    free(s->read);
+    free(s->left);
+    free(s->sent);
+}
+
+static void assert_same_checkpoint(sl_ledger_t *l, sl_ckpt_builder_t *b, uint64_t batch)
+{
+    uint8_t *want = NULL, *got = NULL;
+    size_t wlen = 0, glen = 0;
+    char err[300];
+    cr_assert_eq(sl__ledger_checkpoint(l, 42, NULL, 0, &want, &wlen, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_ckpt_builder_checkpoint(b, &got, &glen), 0, "%s", sl_ckpt_builder_errmsg(b));
+    cr_assert(wlen == glen && memcmp(want, got, wlen) == 0,
+              "batch %" PRIu64 ": the builder's checkpoint (%zu bytes) is not the ledger's (%zu bytes)", batch, glen,
+              wlen);
+    free(want);
+    free(got);
+}
+
+Test(ledger, deltas_replayed_give_the_checkpoint_bytes_of_every_batch)
+{
+    srand(23);
+    struct dstream s;
+    dstream_init(&s);
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1u << 16);
+    sl_delta_log_t log = {0};
+    /* every: a checkpoint after every batch (both sync every batch);
+     * rarely: only every 211 batches (the builder syncs on its own schedule). */
+    sl_ckpt_builder_t *every, *rarely;
+    cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1u << 16, NULL, 0, &every), 0, "%s", sl_ckpt_builder_errmsg(every));
+    cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1u << 16, NULL, 0, &rarely), 0, "%s", sl_ckpt_builder_errmsg(rarely));
+    uint64_t batches = 0;
+    size_t most_delta = 0;
+    char err[300];
+    while (dstream_batch(&s, &l, &log)) {
+        uint8_t *d = NULL;
+        size_t dlen = 0;
+        cr_assert_eq(sl__delta_log_take(&log, 42, &d, &dlen, err, sizeof err), 0, "%s", err);
+        most_delta = dlen > most_delta ? dlen : most_delta;
+        cr_assert_eq(sl_ckpt_builder_apply(every, d, dlen), 0, "%s", sl_ckpt_builder_errmsg(every));
+        cr_assert_eq(sl_ckpt_builder_apply(rarely, d, dlen), 0, "%s", sl_ckpt_builder_errmsg(rarely));
+        free(d);
+        batches++;
+        if (batches % 211 == 0)
+            assert_same_checkpoint(&l, rarely, batches);
+        assert_same_checkpoint(&l, every, batches);
+        if (batches == 900) {
+            /* Halfway: the ledger restored from its own checkpoint (a new
+             * iterator) and a builder opened from the same checkpoint go on
+             * as one. */
+            uint8_t *ck = NULL, *pos = NULL;
+            size_t cklen = 0, plen = 0;
+            uint64_t done = 0;
+            cr_assert_eq(sl__ledger_checkpoint(&l, 42, NULL, 0, &ck, &cklen, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(sl__checkpoint_read(ck, cklen, 42, NULL, 0, 1u << 16, &pos, &plen, &done, err, sizeof err), 0,
+                         "%s", err);
+            cr_assert_gt(done, 0, "folds came by batch 900");
+            sl__ledger_free(&l);
+            sl__ledger_init(&l, 1u << 16);
+            cr_assert_eq(sl__ledger_restore(&l, pos, plen, done, err, sizeof err), 0, "%s", err);
+            sl_ckpt_builder_close(every);
+            cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1u << 16, ck, cklen, &every), 0, "%s",
+                         sl_ckpt_builder_errmsg(every));
+            /* So does one whose deltas came in a lump. */
+            free(ck);
+            free(pos);
+        }
+    }
+    cr_assert_geq(batches, 1600);
+    assert_same_checkpoint(&l, rarely, batches);
+    /* A delta is a batch's provenance (about 2 bytes an element in order
+     * within a window of 500), its notices and 34 bytes: constant over the run. */
+    cr_assert_leq(most_delta, 16 + 18 + 3 * DB + 17 + 6 * 8 * 4, "a delta of %zu bytes", most_delta);
+    cr_log_info("%" PRIu64 " batches, largest delta %zu bytes", batches, most_delta);
+    sl_ckpt_builder_close(every);
+    sl_ckpt_builder_close(rarely);
+    sl__delta_log_free(&log);
+    sl__ledger_free(&l);
+    dstream_free(&s);
+}
+
+Test(ledger, a_damaged_delta_is_refused_by_name_and_changes_nothing)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1000);
+    sl_delta_log_t log = {0};
+    sl_provenance_run_t r[2] = {{0, 1, 0, 3}, {0, 1, 7, 2}};
+    uint8_t *wire = NULL;
+    size_t wlen = 0;
+    cr_assert_eq(sl_provwire_encode(r, 2, &wire, &wlen), 0);
+    sl_split_done_t d = {.split_id = 9, .epoch = 0, .file_index = 1, .begin = 0, .end = 10, .delivered = 5};
+    sl__ledger_add(&l, wire, wlen, 5, &d, 1, false);
+    sl__delta_log_batch(&log, wire, wlen, 5, &d, 1, false);
+    sl__ledger_epochs_done(&l, 1, 4);
+    sl__delta_log_epochs_done(&log, 1, 4);
+    uint8_t *delta = NULL;
+    size_t len = 0;
+    char err[300];
+    cr_assert_eq(sl__delta_log_take(&log, 42, &delta, &len, err, sizeof err), 0, "%s", err);
+    sl_ckpt_builder_t *b;
+    cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1000, NULL, 0, &b), 0);
+    struct {
+        size_t at;
+        uint8_t to;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {0, 'X', SL_EDATA, "not a Sluice iterator delta"},
+        {4, 9, SL_EDATA, "version 9"},
+        {8, 43, SL_EINVAL, "delta of dataset 43"},
+        {16, 'Q', SL_EDATA, "unknown record kind 0x51 at byte 16"},
+        {16 + 1, 4, SL_EDATA, "provenance of the batch at byte 16"},
+        {16 + 9, 200, SL_EDATA, "says 200 bytes of provenance"},
+        {16 + 17, 2, SL_EDATA, "end flag is 2"},
+        {len - 17 + 1 + 4, 1, SL_EDATA, "past 2^32 epochs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t keep = delta[cases[i].at];
+        delta[cases[i].at] = cases[i].to;
+        cr_assert_eq(sl_ckpt_builder_apply(b, delta, len), cases[i].rc, "case %zu: %s", i, sl_ckpt_builder_errmsg(b));
+        cr_assert(strstr(sl_ckpt_builder_errmsg(b), cases[i].says), "case %zu: %s", i, sl_ckpt_builder_errmsg(b));
+        delta[cases[i].at] = keep;
+    }
+    cr_assert_eq(sl_ckpt_builder_apply(b, delta, len - 1), SL_EDATA);
+    cr_assert(strstr(sl_ckpt_builder_errmsg(b), "cut short"), "%s", sl_ckpt_builder_errmsg(b));
+    /* Nothing of those was applied: the good delta once makes the ledger's checkpoint. */
+    cr_assert_eq(sl_ckpt_builder_apply(b, delta, len), 0, "%s", sl_ckpt_builder_errmsg(b));
+    assert_same_checkpoint(&l, b, 1);
+    /* A checkpoint of another dataset, or damaged, does not start a builder. */
+    uint8_t *ck = NULL;
+    size_t cklen = 0;
+    cr_assert_eq(sl__ledger_checkpoint(&l, 42, NULL, 0, &ck, &cklen, err, sizeof err), 0, "%s", err);
+    sl_ckpt_builder_t *o;
+    cr_assert_eq(sl_ckpt_builder_open(7, NULL, 1000, ck, cklen, &o), SL_EINVAL);
+    cr_assert(strstr(sl_ckpt_builder_errmsg(o), "checkpoint of dataset 42"), "%s", sl_ckpt_builder_errmsg(o));
+    sl_ckpt_builder_close(o);
+    ck[20] ^= 1;
+    cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1000, ck, cklen, &o), SL_EDATA);
+    cr_assert(strstr(sl_ckpt_builder_errmsg(o), "damaged"), "%s", sl_ckpt_builder_errmsg(o));
+    sl_ckpt_builder_close(o);
+    free(ck);
+    sl_ckpt_builder_close(b);
+    free(delta);
+    free(wire);
+    sl__delta_log_free(&log);
     sl__ledger_free(&l);
 }

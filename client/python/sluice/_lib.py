@@ -102,6 +102,7 @@ class IteratorOpts(ctypes.Structure):
         ('max_ledger_runs', ctypes.c_size_t),
         ('dispatcher_timeout_ms', ctypes.c_int),
         ('repetition', ctypes.c_uint64),
+        ('ledger_deltas', ctypes.c_int),
     ]
 
 
@@ -219,6 +220,12 @@ def _declare(lib):
     fn('sl_batch_release', None, c_void_p)
     fn('sl_iterator_checkpoint', c_int, c_void_p, P(c_void_p), P(c_size_t))
     fn('sl_iterator_restore', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), c_char_p, c_size_t, P(c_void_p))
+    fn('sl_iterator_delta', c_int, c_void_p, P(c_void_p), P(c_size_t), P(c_void_p), P(c_size_t))
+    fn('sl_ckpt_builder_open', c_int, ctypes.c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, P(c_void_p))
+    fn('sl_ckpt_builder_apply', c_int, c_void_p, c_char_p, c_size_t)
+    fn('sl_ckpt_builder_checkpoint', c_int, c_void_p, P(c_void_p), P(c_size_t))
+    fn('sl_ckpt_builder_errmsg', c_char_p, c_void_p)
+    fn('sl_ckpt_builder_close', None, c_void_p)
     fn('sl_free', None, c_void_p)
 
 

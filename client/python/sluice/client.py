@@ -308,7 +308,7 @@ class BatchIterator:
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  dispatcher_timeout_ms=3600000, repetition=None, _repetitions=None, _dataset_id=None,
-                 _element_spec=None):
+                 _element_spec=None, _deltas=False):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -440,6 +440,9 @@ class BatchIterator:
         io.repetition = self.repetition or 0
         # Checkpoints need the batches' provenance (libsluice's opts.provenance).
         io.provenance = 1 if (checkpointable or checkpoint is not None) else 0
+        # delta() (sluice.torch's StatefulDataLoader workers): the iterator
+        # keeps what it records of each batch until delta() takes it.
+        io.ledger_deltas = 1 if _deltas else 0
         it = ctypes.c_void_p()
         if checkpoint is not None:
             if not isinstance(checkpoint, (bytes, bytearray)):
@@ -587,6 +590,23 @@ class BatchIterator:
             finally:
                 self._lib.sl_free(buf)
 
+    def delta(self):
+        """What the iterator recorded of the batches it returned since the
+        last delta() (or since it opened), as bytes for a CheckpointBuilder
+        in any process: about the size of those batches' provenance, never
+        growing with the run. Needs an iterator opened with _deltas=True."""
+        with self._mu:
+            if not self._it:
+                raise InvalidArgumentError('the iterator is closed', _lib.SL_EINVAL)
+            buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+            rc = self._lib.sl_iterator_delta(self._it, ctypes.byref(buf), ctypes.byref(n), None, None)
+            if rc < 0:
+                raise from_code(rc, self._iter_err(), 'delta of job %s' % self.job_id)
+            try:
+                return ctypes.string_at(buf.value, n.value)
+            finally:
+                self._lib.sl_free(buf)
+
     def state_dict(self):
         """{"checkpoint": bytes}: see checkpoint()."""
         return {'checkpoint': self.checkpoint()}
@@ -722,3 +742,57 @@ class _Client:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class CheckpointBuilder:
+    """The checkpoints of an iterator in another process, from its deltas
+    (BatchIterator.delta()): a record of its own of what that iterator
+    returned, fed the deltas in the order they were taken.
+    checkpoint() gives the bytes the iterator's checkpoint() would have
+    given right after the last delta applied. Needs no dispatcher.
+
+    dataset_id: the iterator's (BatchIterator.dataset_id); checkpoint: the
+    one the iterator was restored from, or None; auth_token_file and
+    max_ledger_runs: the iterator's."""
+
+    def __init__(self, dataset_id, checkpoint=None, auth_token_file=None, max_ledger_runs=0):
+        self._lib = _lib.load()
+        self._b = None
+        ck = bytes(checkpoint) if checkpoint is not None else None
+        b = ctypes.c_void_p()
+        tf = os.fsencode(auth_token_file) if auth_token_file is not None else None
+        rc = self._lib.sl_ckpt_builder_open(dataset_id, tf, max_ledger_runs, ck, len(ck) if ck else 0,
+                                            ctypes.byref(b))
+        self._b = b.value
+        if rc < 0:
+            err = from_code(rc, self._err(), 'checkpoint builder of dataset %d' % dataset_id)
+            self.close()
+            raise err
+
+    def _err(self):
+        return self._lib.sl_ckpt_builder_errmsg(self._b).decode('utf-8', 'replace')
+
+    def apply(self, delta):
+        """Applies one delta; a refused one changes nothing."""
+        rc = self._lib.sl_ckpt_builder_apply(self._b, delta, len(delta))
+        if rc < 0:
+            raise from_code(rc, self._err(), 'delta')
+
+    def checkpoint(self):
+        buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+        rc = self._lib.sl_ckpt_builder_checkpoint(self._b, ctypes.byref(buf), ctypes.byref(n))
+        if rc < 0:
+            raise from_code(rc, self._err(), 'checkpoint')
+        try:
+            return ctypes.string_at(buf.value, n.value)
+        finally:
+            self._lib.sl_free(buf)
+
+    def close(self):
+        b, self._b = self._b, None
+        if b:
+            self._lib.sl_ckpt_builder_close(b)
+
+    def __del__(self):
+        if getattr(self, '_b', None):
+            self.close()

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ._share import share_spec
-from .client import BatchIterator, distribute
+from .client import BatchIterator, CheckpointBuilder, distribute
 from .errors import InvalidArgumentError, SluiceUsageWarning
 from . import _lib
 
@@ -175,19 +175,26 @@ def _pin(v):
 
 class _Stamped:
     """What a SluiceIterableDataset yields inside a StatefulDataLoader: a
-    batch, the share it came from and that share's checkpoint right after it.
-    The loader's main process unwraps it."""
+    batch, the share it came from, and what the share's iterator recorded
+    of it (a delta: its provenance and split-done notices, a few bytes an
+    element, not the share's whole checkpoint) with the share's dataset id.
+    The loader's main process unwraps it and applies the delta to its
+    CheckpointBuilder of the share."""
 
-    __slots__ = ('batch', 'share', 'checkpoint')
+    __slots__ = ('batch', 'share', 'delta', 'dataset_id')
 
-    def __init__(self, batch, share, checkpoint):
+    def __init__(self, batch, share, delta, dataset_id):
         self.batch = batch
         self.share = share
-        self.checkpoint = checkpoint
+        self.delta = delta
+        self.dataset_id = dataset_id
+
+    def restamp(self, batch):
+        return _Stamped(batch, self.share, self.delta, self.dataset_id)
 
     def pin_memory(self):
         # DataLoader(pin_memory=True) calls this in its pinning thread.
-        return _Stamped(_pin(self.batch), self.share, self.checkpoint)
+        return self.restamp(_pin(self.batch))
 
 
 class _StampedCollate:
@@ -198,7 +205,7 @@ class _StampedCollate:
 
     def __call__(self, item):
         if isinstance(item, _Stamped):
-            return _Stamped(self.fn(item.batch), item.share, item.checkpoint)
+            return item.restamp(self.fn(item.batch))
         return self.fn(item)
 
 
@@ -302,6 +309,8 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
                 index, count = info.id, info.num_workers
             spec = share_spec(self.ds, index, count)
             kw['checkpointable'] = True
+            if self._stamp:
+                kw['_deltas'] = True
             ck = self._resume_for(index, count)
             if ck is not None:
                 kw['checkpoint'] = ck
@@ -338,9 +347,10 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
             for batch in it:
                 out = batch_to_torch(batch)
                 if stamp:
-                    # Taken before the batch leaves: the state that goes
-                    # with it holds it and every batch of this share before.
-                    out = _Stamped(out, index, it.checkpoint())
+                    # Taken before the batch leaves: with the deltas before
+                    # it, the main process's builder holds this batch and
+                    # every batch of this share before.
+                    out = _Stamped(out, index, it.delta(), it.dataset_id)
                 yield out
         finally:
             it.close()
@@ -397,10 +407,13 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
     StatefulDataLoader.
 
     Each of the num_workers worker processes reads a share of the source as
-    an anonymous job of its own and sends, with every batch, its share's
-    checkpoint right after that batch. state_dict() is, for each share, the
-    checkpoint that came with the last batch the training loop took from it:
-    batches the workers had made and the loop had not taken are not in it, so
+    an anonymous job of its own and sends, with every batch, what its
+    iterator recorded of it (a delta: the batch's provenance, a few bytes an
+    element); the main process applies the deltas of the batches the
+    training loop took to a CheckpointBuilder per share. state_dict() is,
+    for each share, the checkpoint its iterator had right after the last
+    batch the loop took from it: batches the workers had made and the loop
+    had not taken are not in it, so
     a loader given the state with load_state_dict() (in this process or
     another, with the same num_workers) continues on its next iter() with
     every element not yet taken, each exactly once.
@@ -427,7 +440,10 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
                          collate_fn=_StampedCollate(collate_fn) if collate_fn is not None else None,
                          persistent_workers=False, **kw)
         self._shares = max(num_workers, 1)
-        self._live = None    # the checkpoints of the iteration under way, one per share
+        # The iteration under way, one per share: a CheckpointBuilder once
+        # the loop took a batch of the share, else the checkpoint it resumed
+        # from (or None).
+        self._live = None
         self._resume = None  # a state for the next iter()
 
     def __iter__(self):
@@ -444,8 +460,13 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         return self._unstamp(inner, live)
 
     def _unstamp(self, inner, live):
+        kw = self.dataset.distribute_kwargs
         for item in inner:
-            live[item.share] = item.checkpoint
+            b = live[item.share]
+            if not isinstance(b, CheckpointBuilder):
+                b = live[item.share] = CheckpointBuilder(item.dataset_id, b, kw.get('auth_token_file'),
+                                                         kw.get('max_ledger_runs', 0))
+            b.apply(item.delta)
             yield item.batch
         # The epoch ended: the next state starts a new one.
         if self._live is live:
@@ -456,7 +477,7 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         where the iteration under way is (None for a share the loop has taken
         nothing of). Between epochs, every checkpoint is None."""
         if self._live is not None:
-            cks = list(self._live)
+            cks = [c.checkpoint() if isinstance(c, CheckpointBuilder) else c for c in self._live]
         elif self._resume is not None:
             cks = list(self._resume['checkpoints'])
         else:
