@@ -1298,15 +1298,43 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     return iterator_open(c, dataset_id, opts, NULL, 0, 0, out);
 }
 
+/* A rank of a named job checkpoints what its own caller was given; the
+ * ranks' checkpoints merge into what the job's callers were given, since
+ * DYNAMIC hands each split to one worker and each batch to one client.
+ * Coordinated reads keep no such record (a round's batch lost with a
+ * connection is not sent again), and a static policy's named job shares
+ * its tasks' streams without split-done notices: both stay refused. */
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
 {
     bool dynamic = o->sharding == SL_SHARDING_DYNAMIC;
-    if (o->sharding == SL_SHARDING_OFF || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
-        o->provenance < 0 || (!dynamic && o->provenance == 0))
-        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with a "
-                       "sharding policy: dynamic (provenance not turned off, opts.provenance >= 0), or a static "
-                       "one with opts.provenance > 0");
+    bool named = o->job_name && o->job_name[0];
+    if (o->num_consumers > 0)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints of coordinated reads (num_consumers %d) are not "
+                       "supported", o->num_consumers);
+    if (named && !dynamic)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints of a named job need dynamic sharding, not %s",
+                       sl_sharding_name(o->sharding) ? sl_sharding_name(o->sharding) : "an unknown policy");
+    if (o->sharding == SL_SHARDING_OFF || o->provenance < 0 || (!dynamic && o->provenance == 0))
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator with a sharding policy: dynamic "
+                       "(provenance not turned off, opts.provenance >= 0), or a static one of its own anonymous "
+                       "job with opts.provenance > 0");
     return 0;
+}
+
+int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, const char *auth_token_file,
+                        uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    sl_auth_t auth;
+    sl_auth_opts_t ao = {.token_file = auth_token_file};
+    int rc = sl_auth_load(&auth, &ao, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = sl__checkpoint_merge(ckpts, lens, n, auth.token, auth.token_len, SL_POSSET_MAX_RUNS, out, out_len, err,
+                              errlen);
+    sl_auth_free(&auth);
+    return rc;
 }
 
 int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)

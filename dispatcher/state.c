@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "errbuf.h"
 #include "files.h"
@@ -1073,6 +1074,20 @@ static void drop_collected(sl_dstate_t *st, const char *name, uint64_t repetitio
     }
 }
 
+/* The SHA-256 of a restore's done epochs (u64, little-endian) and
+ * positions (posset.h's bytes). */
+static int restore_digest(uint64_t epochs_done, const uint8_t *exclude, size_t len, uint8_t out[32])
+{
+    uint8_t le[8];
+    sl_put_le64(le, epochs_done);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned n = 0;
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, le, sizeof le) &&
+             (len == 0 || EVP_DigestUpdate(ctx, exclude, len)) && EVP_DigestFinal_ex(ctx, out, &n) && n == 32;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -ENOMEM;
+}
+
 static bool has_local_worker(const sl_dstate_t *st, const char *host)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -1085,15 +1100,15 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
                        char *err, size_t errlen)
 {
-    if (exclude_len > 0 && (req->job_name[0] || req->sharding == SL_SHARDING_OFF || req->num_consumers > 0)) {
+    if (exclude_len > 0 && (req->sharding == SL_SHARDING_OFF || req->num_consumers > 0 ||
+                            (req->job_name[0] && req->sharding != SL_SHARDING_DYNAMIC))) {
         return sl_errf(err, errlen, SL_EINVAL,
-                       "a restored iterator reads a job of its own: a sharding policy other than off, no job "
-                   "name, no coordinated reads");
+                       "a restored iterator reads a job of its own with a sharding policy other than off, or a "
+                       "named DYNAMIC job; no coordinated reads");
     }
-    if (req->restore_epochs_done > 0 &&
-        (req->job_name[0] || req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
+    if (req->restore_epochs_done > 0 && (req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
         return sl_errf(err, errlen, SL_EINVAL,
-                       "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job of its own skips "
+                       "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job skips "
                        "whole epochs", req->restore_epochs_done);
     }
     if (req->restore_epochs_done > UINT32_MAX) {
@@ -1127,10 +1142,21 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         sl_job_state_t state;
         int64_t ended;
     } gone = {0};
+    /* The ranks of a named job restore one merged checkpoint: what they
+     * sent is compared by its digest. */
+    bool restoring = req->job_name[0] && (exclude_len > 0 || req->restore_epochs_done > 0);
+    uint8_t digest[32] = {0};
+    if (restoring && restore_digest(req->restore_epochs_done, exclude, exclude_len, digest) < 0)
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     if (req->job_name[0]) {
         for (unsigned i = 0; i < st->num_jobs; i++) {
             struct job *o = st->jobs[i];
             if (strcmp(o->name, req->job_name) != 0 || o->repetition != req->repetition)
+                continue;
+            /* An ended job of another checkpoint (or of none) is an earlier
+             * run under this name: a restore starts a new one. */
+            if (restoring && o->state != SL_JOB_RUNNING &&
+                !(o->restored && memcmp(o->restore_digest, digest, sizeof digest) == 0))
                 continue;
             if (!o->collected && (!j || o->state == SL_JOB_RUNNING))
                 j = o;
@@ -1148,6 +1174,21 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if (j->sharding != (sl_sharding_t)req->sharding) {
             return sl_errf(err, errlen, SL_ECONFLICT, "job \"%s\" exists with sharding %s, requested %s", j->name,
                        sl_sharding_name(j->sharding), policy);
+        }
+        if (restoring && !(j->restored && memcmp(j->restore_digest, digest, sizeof digest) == 0)) {
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") is running and was %s: every rank "
+                           "restores the same merged checkpoint; cancel the job (DELETE /v1/jobs/%" PRIu64 ") or "
+                           "restore under another job name or repetition",
+                           j->name, j->repetition, j->id,
+                           j->restored ? "restored from another checkpoint" : "not restored from a checkpoint",
+                           j->id);
+        }
+        if (!restoring && j->restored && j->state == SL_JOB_RUNNING) {
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") was restored from a checkpoint: a "
+                           "rank joins it by restoring the same checkpoint",
+                           j->name, j->repetition, j->id);
         }
         if (j->state != SL_JOB_RUNNING)
             return joined_ended(st, j, req, client_host, now, resp, err, errlen);
@@ -1205,6 +1246,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         }
         j->exclude_dirty = true;
     }
+    j->restored = restoring;
+    memcpy(j->restore_digest, digest, sizeof digest);
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
     j->repetition = j->name[0] ? req->repetition : 0;

@@ -157,6 +157,11 @@ struct job {
      * which no split hands out (written once, with the job). */
     sl_posset_t exclude;
     bool exclude_dirty;
+    /* A named job created by a restore: the SHA-256 of what the restore
+     * sent (restore_epochs_done and the positions), which every rank that
+     * joins it must send too (all restore the same merged checkpoint). */
+    bool restored;
+    uint8_t restore_digest[32];
     /* DYNAMIC: lost tasks' splits, AWAIT or QUEUED (outstanding.c); every
      * client must answer report_gen before the AWAIT ones are queued. */
     struct osplit *orphans;
