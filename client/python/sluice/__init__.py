@@ -25,12 +25,18 @@ from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelle
 __version__ = '0.1.0'
 
 __all__ = [
-    'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute',
+    'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute', 'merge_checkpoints',
     'BatchIterator', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
     'ConflictError', 'NotFoundError', 'SluiceWaitWarning',
     'SluiceFileNotFoundError', 'SluicePermissionError', 'SluiceUsageWarning',
 ]
+
+
+def merge_checkpoints(checkpoints, auth_token_file=None):
+    """sluice.client.merge_checkpoints(): one checkpoint of a named job's ranks."""
+    from .client import merge_checkpoints as _merge
+    return _merge(checkpoints, auth_token_file=auth_token_file)
 
 
 def distribute(dataset, dispatcher, **kwargs):

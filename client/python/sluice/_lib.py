@@ -201,6 +201,8 @@ def _declare(lib):
     fn('sl_iterator_checkpoint', c_int, c_void_p, P(c_void_p), P(c_size_t))
     fn('sl_iterator_restore', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), c_char_p, c_size_t, P(c_void_p))
     fn('sl_free', None, c_void_p)
+    fn('sl_checkpoint_merge', c_int, P(c_void_p), P(c_size_t), c_size_t, c_char_p, P(c_void_p), P(c_size_t),
+       ctypes.c_char_p, c_size_t)
 
 
 _held = None
