@@ -178,6 +178,12 @@ struct sl_iterator {
      * kept and workers send provenance, so that after a worker loss the
      * dispatcher can learn what this client received (send_report). */
     bool track;
+    /* A named job's fold (ClientHeartbeatRequest.epochs_given): every
+     * record of the epochs below given_below that reached this client was
+     * given to the caller; given_next becomes it once the ledger has given
+     * given_at batches (those that waited when epochs_done said so). */
+    bool named;
+    uint64_t given_below, given_next, given_at;
     uint64_t reported_gen; /* the last report generation answered */
     uint64_t report_gen_out;
     uint32_t report_id;
@@ -849,7 +855,18 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         *p = t->next;
         free(t);
     }
-    if (it->track && resp->epochs_done > 0) {
+    if (it->track && it->named) {
+        /* Its peers may still hold records of a done epoch, not given: the
+         * ledger folds only what every client of the job was given. */
+        pthread_mutex_lock(&it->mu);
+        if (resp->epochs_done > it->given_below && resp->epochs_done > it->given_next) {
+            it->given_next = resp->epochs_done;
+            it->given_at = it->ledger.given + it->ready_count;
+        }
+        if (resp->epochs_folded > 0)
+            sl__ledger_epochs_done(&it->ledger, resp->epochs_folded, 0);
+        pthread_mutex_unlock(&it->mu);
+    } else if (it->track && resp->epochs_done > 0) {
         pthread_mutex_lock(&it->mu);
         sl__ledger_epochs_done(&it->ledger, resp->epochs_done, it->ready_count);
         pthread_mutex_unlock(&it->mu);
@@ -902,6 +919,13 @@ static void send_heartbeat(sl_iterator_t *it)
         return; /* the next tick tries again */
     *req = (sluice_ClientHeartbeatRequest){.job_id = it->job_id, .client_id = it->client_id,
                                            .round = it->deliver_round};
+    if (it->track && it->named) {
+        pthread_mutex_lock(&it->mu);
+        if (it->given_next > it->given_below && it->ledger.given >= it->given_at)
+            it->given_below = it->given_next;
+        req->epochs_given = it->given_below;
+        pthread_mutex_unlock(&it->mu);
+    }
     memcpy(req->client_secret, it->client_secret, sizeof req->client_secret);
     /* How far each task's splits reached us: what lets the dispatcher
      * forget them (outstanding.h). */
@@ -1156,6 +1180,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     it->coord = it->opts.num_consumers > 0;
     it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
+    it->named = it->opts.job_name && it->opts.job_name[0];
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);

@@ -510,20 +510,11 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
             sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n, why);
             break;
         }
-        /* A rank drops the positions of the epochs its job said were done
-         * and its caller was given; a peer that has not folded them yet
-         * may still hold some of its own, undelivered, so the union of
-         * checkpoints at different done epochs is not what was consumed. */
-        if (i > 0 && e != done) {
-            free(posset);
-            rc = sl_errf(err, errlen, SL_EINVAL,
-                         "merge: checkpoint %zu of %zu has every epoch below %" PRIu64 " done, checkpoint 1 below %"
-                         PRIu64 ": checkpoints taken at different done epochs cannot be merged (take them again "
-                         "at a later common step)",
-                         i + 1, n, e, done);
-            break;
-        }
-        done = e;
+        /* A rank of a named job folds an epoch only once every client of
+         * the job was given its records of it (epochs_folded): the highest
+         * done epochs of any rank were consumed whole by them all. */
+        if (e > done)
+            done = e;
         if (posset_len > 0)
             rc = sl_posset_decode(&one, posset, posset_len, why, sizeof why);
         free(posset);
@@ -538,7 +529,7 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
         sl_posset_clear(&one);
     }
     if (rc == 0) {
-        all.epochs_done = done;
+        sl__ledger_epochs_done(&all, done, 0);
         rc = sl__ledger_checkpoint(&all, dataset_id, key, key_len, out, out_len, err, errlen);
     }
     sl_posset_clear(&one);

@@ -142,7 +142,9 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
  * stopped at a common step) into one: the union of their positions, which
  * is what the job's callers were given. Each is checked as
  * sl__checkpoint_read() does (its tag under key); they must be of one
- * dataset and have the same epochs_done. The result is a version 4
+ * dataset. The result has the highest epochs_done of them (a named job's
+ * client folds an epoch only once every client of the job was given its
+ * records of it) and the positions of later epochs; a version 4
  * checkpoint tagged under key.
  * @param[out] out the bytes, malloc'd
  * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err

@@ -1313,6 +1313,10 @@ static struct client *job_find_client(struct job *j, uint64_t client_id)
 
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
 {
+    if (j->name[0] && j->state == SL_JOB_RUNNING && (!j->given_floor_set || c->epochs_given < j->given_floor)) {
+        j->given_floor = c->epochs_given;
+        j->given_floor_set = true;
+    }
     sl__out_free_client(c);
     *c = j->clients[--j->num_clients];
     j->dirty = true;
@@ -1390,6 +1394,17 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
     resp->epochs_done = sl__out_epochs_done(j);
+    if (req->epochs_given > c->epochs_given)
+        c->epochs_given = req->epochs_given;
+    if (j->name[0] && j->state == SL_JOB_RUNNING) {
+        /* The least over every client, the away ones too (what they were
+         * given is not known until they come back or are released). */
+        uint64_t folded = j->given_floor_set ? j->given_floor : UINT64_MAX;
+        for (unsigned i = 0; i < j->num_clients; i++)
+            if (j->clients[i].epochs_given < folded)
+                folded = j->clients[i].epochs_given;
+        resp->epochs_folded = folded == UINT64_MAX ? 0 : folded;
+    }
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */
