@@ -443,14 +443,13 @@ SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, cons
  * (sl_iterator_restore() with the job name), with any number of ranks.
  * Each checkpoint's tag is checked under the cluster token, and the result
  * tagged under it. Needs no dispatcher.
- * @param[in] ckpts n checkpoints of lens[i] bytes, of one dataset, with
- *   the same done epochs
+ * @param[in] ckpts n checkpoints of lens[i] bytes, of one dataset
  * @param[in] auth_token_file the cluster token the checkpoints were made
  *   with; NULL: SLUICE_AUTH_TOKEN_FILE if set, else none
  * @param[out] out the merged checkpoint, malloc'd: free() or sl_free() it
  * @param[out] err a message on failure (errlen bytes at most)
  * @return 0; SL_EDATA (not a checkpoint, damaged, another token), SL_EINVAL
- *         (no checkpoints, other datasets, other done epochs), SL_ETOOBIG
+ *         (no checkpoints, other datasets), SL_ETOOBIG
  *         (more than 2097152 runs), -ENOMEM, or the token file's error
  */
 SL_EXPORT int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,

@@ -540,8 +540,8 @@ def merge_checkpoints(checkpoints, auth_token_file=None):
     checkpoints: a list of bytes from BatchIterator.checkpoint().
     auth_token_file: the cluster token they were made with (default:
     SLUICE_AUTH_TOKEN_FILE, if set). Needs no dispatcher. Raises DataError
-    (damaged, another token) or InvalidArgumentError (other datasets, other
-    done epochs, none given)."""
+    (damaged, another token) or InvalidArgumentError (other datasets, none
+    given)."""
     cks = []
     for i, c in enumerate(checkpoints):
         if not isinstance(c, (bytes, bytearray)):
