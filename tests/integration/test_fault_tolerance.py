@@ -189,6 +189,42 @@ class NamedJobCheckpoints(ThreeWorkers):
             rest = self.resume(merged, 'train-as-%d' % ranks, ranks, where)
             assert_exactly_once(self, first + rest, self.N, '%s, resumed as %d ranks' % (where, ranks))
 
+    def test_ranks_that_stop_in_later_epochs_resume_exactly_once(self):
+        """Four epochs (a repeat): the ranks stop in the second to fourth,
+        each at its own count, after their job may have folded done epochs
+        (epochs_folded); resumed as three ranks, every element comes once
+        per epoch."""
+        import struct
+        n, epochs = 40000, 4
+        self.spec = {"source": {"type": "range", "stop": n},
+                     "ops": [{"op": "shuffle", "buffer_size": 2000, "seed": 5}, {"op": "repeat", "count": epochs},
+                             {"op": "batch", "batch_size": BATCH}]}
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        total = n * epochs // BATCH
+        stops = [rng.randrange(total // 6, total * 6 // 25) for _ in range(4)]
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), ranks stop after batches %s' % (seed, seed, stops)
+        print('NamedJobCheckpoints epochs: %s' % where)
+        ckpts = [self.path('rank%d.ckpt' % i) for i in range(4)]
+        runs = run_ranks(self.cluster, self.spec, [['--sharding', 'dynamic', '--job-name', 'epochs', '--limit',
+                                                    str(k), '--checkpoint-out', ck] for k, ck in zip(stops, ckpts)])
+        got = []
+        for i, (rc, vals, err) in enumerate(runs):
+            self.assertEqual(rc, 0, '%s: rank %d: %s' % (where, i, err[-2000:]))
+            got.extend(vals)
+        merged = self.path('merged.ckpt')
+        r = subprocess.run([binary('sluice-cat'), '--merge-checkpoints', '--checkpoint-out', merged] + ckpts,
+                           capture_output=True, text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 0, '%s: merge: %s' % (where, r.stderr))
+        with open(merged, 'rb') as f:
+            done = struct.unpack('<Q', f.read()[24:32])[0]
+        print('NamedJobCheckpoints epochs: the merged checkpoint has every epoch below %d done' % done)
+        got.extend(self.resume(merged, 'epochs-as-3', 3, where))
+        counts = collections.Counter(got)
+        wrong = sorted(v for v in range(n) if counts[v] != epochs)
+        self.assertEqual((wrong[:10], len(got)), ([], n * epochs),
+                         '%s (done epochs %d): %d values not %d times' % (where, done, len(wrong), epochs))
+
     def test_a_rank_with_another_checkpoint_is_refused(self):
         _, merged, where, ckpts = self.first_four(chaos_seed())
         # One rank restores the merged checkpoint and stops after a batch:
