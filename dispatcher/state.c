@@ -1394,8 +1394,10 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
     resp->epochs_done = sl__out_epochs_done(j);
-    if (req->epochs_given > c->epochs_given)
-        c->epochs_given = req->epochs_given;
+    /* No client's word folds an epoch that is not done. */
+    uint64_t given = req->epochs_given < resp->epochs_done ? req->epochs_given : resp->epochs_done;
+    if (given > c->epochs_given)
+        c->epochs_given = given;
     if (j->name[0] && j->state == SL_JOB_RUNNING) {
         /* The least over every client, the away ones too (what they were
          * given is not known until they come back or are released). */
