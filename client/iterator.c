@@ -186,6 +186,12 @@ struct sl_iterator {
      * kept and workers send provenance, so that after a worker loss the
      * dispatcher can learn what this client received (send_report). */
     bool track;
+    /* A named job's fold (ClientHeartbeatRequest.epochs_given): every
+     * record of the epochs below given_below that reached this client was
+     * given to the caller; given_next becomes it once the ledger has given
+     * given_at batches (those that waited when epochs_done said so). */
+    bool named;
+    uint64_t given_below, given_next, given_at;
     uint64_t reported_gen; /* the last report generation answered */
     uint64_t report_gen_out;
     uint32_t report_id;
@@ -889,7 +895,18 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         sl_resolver_free(t->resolver);
         free(t);
     }
-    if (it->track && resp->epochs_done > 0) {
+    if (it->track && it->named) {
+        /* Its peers may still hold records of a done epoch, not given: the
+         * ledger folds only what every client of the job was given. */
+        pthread_mutex_lock(&it->mu);
+        if (resp->epochs_done > it->given_below && resp->epochs_done > it->given_next) {
+            it->given_next = resp->epochs_done;
+            it->given_at = it->ledger.given + it->ready_count;
+        }
+        if (resp->epochs_folded > 0)
+            sl__ledger_epochs_done(&it->ledger, resp->epochs_folded, 0);
+        pthread_mutex_unlock(&it->mu);
+    } else if (it->track && resp->epochs_done > 0) {
         pthread_mutex_lock(&it->mu);
         sl_ledger_t *l = &it->ledger;
         uint64_t was_done = l->epochs_done, was_below = l->fold_below, was_at = l->fold_at;
@@ -949,6 +966,13 @@ static void send_heartbeat(sl_iterator_t *it)
         return; /* the next tick tries again */
     *req = (sluice_ClientHeartbeatRequest){.job_id = it->job_id, .client_id = it->client_id,
                                            .round = it->deliver_round};
+    if (it->track && it->named) {
+        pthread_mutex_lock(&it->mu);
+        if (it->given_next > it->given_below && it->ledger.given >= it->given_at)
+            it->given_below = it->given_next;
+        req->epochs_given = it->given_below;
+        pthread_mutex_unlock(&it->mu);
+    }
     memcpy(req->client_secret, it->client_secret, sizeof req->client_secret);
     /* How far each task's splits reached us: what lets the dispatcher
      * forget them (outstanding.h). */
@@ -1233,6 +1257,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     it->coord = it->opts.num_consumers > 0;
     it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
+    it->named = it->opts.job_name && it->opts.job_name[0];
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
@@ -1380,15 +1405,43 @@ int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts
     return iterator_open(c, dataset_id, opts, NULL, 0, 0, out);
 }
 
+/* A rank of a named job checkpoints what its own caller was given; the
+ * ranks' checkpoints merge into what the job's callers were given, since
+ * DYNAMIC hands each split to one worker and each batch to one client.
+ * Coordinated reads keep no such record (a round's batch lost with a
+ * connection is not sent again), and a static policy's named job shares
+ * its tasks' streams without split-done notices: both stay refused. */
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen)
 {
     bool dynamic = o->sharding == SL_SHARDING_DYNAMIC;
-    if (o->sharding == SL_SHARDING_OFF || (o->job_name && o->job_name[0]) || o->num_consumers > 0 ||
-        o->provenance < 0 || (!dynamic && o->provenance == 0))
-        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator of its own anonymous job with a "
-                       "sharding policy: dynamic (provenance not turned off, opts.provenance >= 0), or a static "
-                       "one with opts.provenance > 0");
+    bool named = o->job_name && o->job_name[0];
+    if (o->num_consumers > 0)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints of coordinated reads (num_consumers %d) are not "
+                       "supported", o->num_consumers);
+    if (named && !dynamic)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints of a named job need dynamic sharding, not %s",
+                       sl_sharding_name(o->sharding) ? sl_sharding_name(o->sharding) : "an unknown policy");
+    if (o->sharding == SL_SHARDING_OFF || o->provenance < 0 || (!dynamic && o->provenance == 0))
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoints need an iterator with a sharding policy: dynamic "
+                       "(provenance not turned off, opts.provenance >= 0), or a static one of its own anonymous "
+                       "job with opts.provenance > 0");
     return 0;
+}
+
+int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, const char *auth_token_file,
+                        uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    sl_auth_t auth;
+    sl_auth_opts_t ao = {.token_file = auth_token_file};
+    int rc = sl_auth_load(&auth, &ao, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = sl__checkpoint_merge(ckpts, lens, n, auth.token, auth.token_len, SL_POSSET_MAX_RUNS, out, out_len, err,
+                              errlen);
+    sl_auth_free(&auth);
+    return rc;
 }
 
 int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)

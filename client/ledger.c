@@ -471,3 +471,68 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
     *posset_len = len - CKPT_HEADER;
     return 0;
 }
+
+int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, const uint8_t *key,
+                         size_t key_len, size_t max_runs, uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (n == 0)
+        return sl_errf(err, errlen, SL_EINVAL, "merge: no checkpoints to merge");
+    sl_ledger_t all;
+    sl__ledger_init(&all, max_runs);
+    sl_posset_t one;
+    sl_posset_init(&one, max_runs);
+    uint64_t dataset_id = 0, done = 0;
+    int rc = 0;
+    char why[300];
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (lens[i] < CKPT_HEADER || memcmp(ckpts[i], CKPT_MAGIC, 4) != 0) {
+            rc = sl_errf(err, errlen, SL_EDATA, "merge: checkpoint %zu of %zu: not a Sluice iterator checkpoint",
+                         i + 1, n);
+            break;
+        }
+        uint64_t ds = sl_get_le64(ckpts[i] + 8);
+        if (i == 0) {
+            dataset_id = ds;
+        } else if (ds != dataset_id) {
+            rc = sl_errf(err, errlen, SL_EINVAL,
+                         "merge: checkpoint %zu of %zu is of dataset %" PRIu64 ", checkpoint 1 of dataset %" PRIu64,
+                         i + 1, n, ds, dataset_id);
+            break;
+        }
+        uint8_t *posset = NULL;
+        size_t posset_len = 0;
+        uint64_t e = 0;
+        rc = sl__checkpoint_read(ckpts[i], lens[i], ds, key, key_len, max_runs, &posset, &posset_len, &e, why,
+                                 sizeof why);
+        if (rc < 0) {
+            sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n, why);
+            break;
+        }
+        /* A rank of a named job folds an epoch only once every client of
+         * the job was given its records of it (epochs_folded): the highest
+         * done epochs of any rank were consumed whole by them all. */
+        if (e > done)
+            done = e;
+        if (posset_len > 0)
+            rc = sl_posset_decode(&one, posset, posset_len, why, sizeof why);
+        free(posset);
+        if (rc == 0)
+            rc = sl_posset_add_many(&all.restored, one.runs, one.num);
+        if (rc == -ENOSPC)
+            rc = sl_errf(err, errlen, SL_ETOOBIG, "merge: more than %zu runs of positions in all (max_ledger_runs)",
+                         max_runs);
+        else if (rc < 0)
+            rc = sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n,
+                         rc == SL_EDATA ? why : sl_strerror(rc));
+        sl_posset_clear(&one);
+    }
+    if (rc == 0) {
+        sl__ledger_epochs_done(&all, done, 0);
+        rc = sl__ledger_checkpoint(&all, dataset_id, key, key_len, out, out_len, err, errlen);
+    }
+    sl_posset_clear(&one);
+    sl__ledger_free(&all);
+    return rc;
+}

@@ -137,4 +137,19 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
                         size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done, char *err,
                         size_t errlen);
 
+/**
+ * Merges the checkpoints of several iterators of one named job (its ranks,
+ * stopped at a common step) into one: the union of their positions, which
+ * is what the job's callers were given. Each is checked as
+ * sl__checkpoint_read() does (its tag under key); they must be of one
+ * dataset. The result has the highest epochs_done of them (a named job's
+ * client folds an epoch only once every client of the job was given its
+ * records of it) and the positions of later epochs; a version 4
+ * checkpoint tagged under key.
+ * @param[out] out the bytes, malloc'd
+ * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
+ */
+int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, const uint8_t *key,
+                         size_t key_len, size_t max_runs, uint8_t **out, size_t *out_len, char *err, size_t errlen);
+
 #endif

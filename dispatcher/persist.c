@@ -9,7 +9,9 @@
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
  *              clients: [{id, consumer_index, round, target, host, late}...], report_gen,
- *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only)}
+ *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
+ *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
+ *              given_floor: a named job, the least epochs_given of the clients that left it}
  *   cursors   per job: {epoch, file, next, seq, handed}
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
  *             end]...]}
@@ -24,7 +26,7 @@
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
  * after format 1 first shipped (a worker's why_lost, a hand-out's skips, a
- * job's repetition, collected and ended_at, a client's late) are optional at
+ * job's repetition, collected, ended_at, restore_digest and given_floor, a client's late) are optional at
  * load, so an older store still loads. A job record without repetition was
  * written when a join of an ended job's name created a new job: an ended
  * one loads as collected, so that such a join still does. The file list of
@@ -129,6 +131,14 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
                             "state", (int)j->state, "error", j->error, "tasks", tasks, "clients", clients,
                             "report_gen", (json_int_t)j->report_gen, "repetition", (json_int_t)j->repetition,
                             "collected", j->collected);
+    if (rec && j->restored) {
+        char hex[65];
+        for (int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", j->restore_digest[i]);
+        json_object_set_new(rec, "restore_digest", json_string(hex));
+    }
+    if (rec && j->given_floor_set)
+        json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor));
     if (rec && j->state != SL_JOB_RUNNING) {
         int64_t ago = j->ended > 0 && st->now > j->ended ? st->now - j->ended : 0;
         json_object_set_new(rec, "ended_at", json_integer((json_int_t)(wall_ms() - ago)));
@@ -572,6 +582,25 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
     return 0;
 }
 
+/* 64 hex digits into 32 bytes. @return 0 or -1 */
+static int hex_digest(const char *hex, uint8_t out[32])
+{
+    if (strlen(hex) != 64)
+        return -1;
+    for (int i = 0; i < 32; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[2 * i + k];
+            unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16;
+            if (d > 15)
+                return -1;
+            v = v * 16 + d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
 static int load_job(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 {
     struct load *l = arg;
@@ -581,16 +610,21 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
-    const char *name, *error;
-    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1;
+    const char *name, *error, *digest = NULL;
+    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1;
     int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I}", "name",
-                       &name, "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
-                       &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
-                       "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
-                       &collected, "ended_at", &ended_at) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I}",
+                       "name", &name, "dataset", &dataset, "sharding", &sharding, "effective", &effective,
+                       "num_consumers", &consumers, "round_horizon", &horizon, "state", &state, "error", &error,
+                       "tasks", &tasks, "clients", &clients, "report_gen", &report_gen, "repetition", &repetition,
+                       "collected", &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor) < 0)
         return unpack_failed(l, id, rec, &je);
+    uint8_t restore_digest[32];
+    if (digest && hex_digest(digest, restore_digest) < 0) {
+        json_decref(rec);
+        return bad(l, id, "its restore_digest is not 64 hex digits");
+    }
     struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
         state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
@@ -609,7 +643,11 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
                       .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
                       .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
                       .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen,
-                      .repetition = repetition > 0 ? (uint64_t)repetition : 0, .collected = collected};
+                      .repetition = repetition > 0 ? (uint64_t)repetition : 0, .collected = collected,
+                      .restored = digest != NULL, .given_floor_set = given_floor >= 0,
+                      .given_floor = given_floor > 0 ? (uint64_t)given_floor : 0};
+    if (digest)
+        memcpy(j->restore_digest, restore_digest, sizeof restore_digest);
     if (j->state != SL_JOB_RUNNING) {
         /* Ended as long ago as the wall clock says (none of a clock set back). */
         int64_t ago = ended_at >= 0 && wall_ms() > ended_at ? wall_ms() - (int64_t)ended_at : 0;

@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "errbuf.h"
 #include "files.h"
@@ -1155,6 +1156,20 @@ static void drop_collected(sl_dstate_t *st, const char *name, uint64_t repetitio
     }
 }
 
+/* The SHA-256 of a restore's done epochs (u64, little-endian) and
+ * positions (posset.h's bytes). */
+static int restore_digest(uint64_t epochs_done, const uint8_t *exclude, size_t len, uint8_t out[32])
+{
+    uint8_t le[8];
+    sl_put_le64(le, epochs_done);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned n = 0;
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, le, sizeof le) &&
+             (len == 0 || EVP_DigestUpdate(ctx, exclude, len)) && EVP_DigestFinal_ex(ctx, out, &n) && n == 32;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -ENOMEM;
+}
+
 static bool has_local_worker(const sl_dstate_t *st, const char *host)
 {
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -1167,15 +1182,15 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        const uint8_t *exclude, size_t exclude_len, int64_t now, sluice_GetOrCreateJobResponse *resp,
                        char *err, size_t errlen)
 {
-    if (exclude_len > 0 && (req->job_name[0] || req->sharding == SL_SHARDING_OFF || req->num_consumers > 0)) {
+    if (exclude_len > 0 && (req->sharding == SL_SHARDING_OFF || req->num_consumers > 0 ||
+                            (req->job_name[0] && req->sharding != SL_SHARDING_DYNAMIC))) {
         return sl_errf(err, errlen, SL_EINVAL,
-                       "a restored iterator reads a job of its own: a sharding policy other than off, no job "
-                   "name, no coordinated reads");
+                       "a restored iterator reads a job of its own with a sharding policy other than off, or a "
+                       "named DYNAMIC job; no coordinated reads");
     }
-    if (req->restore_epochs_done > 0 &&
-        (req->job_name[0] || req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
+    if (req->restore_epochs_done > 0 && (req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
         return sl_errf(err, errlen, SL_EINVAL,
-                       "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job of its own skips "
+                       "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job skips "
                        "whole epochs", req->restore_epochs_done);
     }
     if (req->restore_epochs_done > UINT32_MAX) {
@@ -1209,10 +1224,21 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         sl_job_state_t state;
         int64_t ended;
     } gone = {0};
+    /* The ranks of a named job restore one merged checkpoint: what they
+     * sent is compared by its digest. */
+    bool restoring = req->job_name[0] && (exclude_len > 0 || req->restore_epochs_done > 0);
+    uint8_t digest[32] = {0};
+    if (restoring && restore_digest(req->restore_epochs_done, exclude, exclude_len, digest) < 0)
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
     if (req->job_name[0]) {
         for (unsigned i = 0; i < st->num_jobs; i++) {
             struct job *o = st->jobs[i];
             if (strcmp(o->name, req->job_name) != 0 || o->repetition != req->repetition)
+                continue;
+            /* An ended job of another checkpoint (or of none) is an earlier
+             * run under this name: a restore starts a new one. */
+            if (restoring && o->state != SL_JOB_RUNNING &&
+                !(o->restored && memcmp(o->restore_digest, digest, sizeof digest) == 0))
                 continue;
             if (!o->collected && (!j || o->state == SL_JOB_RUNNING))
                 j = o;
@@ -1230,6 +1256,21 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if (j->sharding != (sl_sharding_t)req->sharding) {
             return sl_errf(err, errlen, SL_ECONFLICT, "job \"%s\" exists with sharding %s, requested %s", j->name,
                        sl_sharding_name(j->sharding), policy);
+        }
+        if (restoring && !(j->restored && memcmp(j->restore_digest, digest, sizeof digest) == 0)) {
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") is running and was %s: every rank "
+                           "restores the same merged checkpoint; cancel the job (DELETE /v1/jobs/%" PRIu64 ") or "
+                           "restore under another job name or repetition",
+                           j->name, j->repetition, j->id,
+                           j->restored ? "restored from another checkpoint" : "not restored from a checkpoint",
+                           j->id);
+        }
+        if (!restoring && j->restored && j->state == SL_JOB_RUNNING) {
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") was restored from a checkpoint: a "
+                           "rank joins it by restoring the same checkpoint",
+                           j->name, j->repetition, j->id);
         }
         if (j->state != SL_JOB_RUNNING)
             return joined_ended(st, j, req, client_host, now, resp, err, errlen);
@@ -1288,6 +1329,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         j->exclude_dirty = true;
         sl__dstate_touch(st, j);
     }
+    j->restored = restoring;
+    memcpy(j->restore_digest, digest, sizeof digest);
     j->id = st->next_id++;
     snprintf(j->name, sizeof j->name, "%s", req->job_name);
     j->repetition = j->name[0] ? req->repetition : 0;
@@ -1358,6 +1401,10 @@ static struct client *job_find_client(struct job *j, uint64_t client_id)
 
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
 {
+    if (j->name[0] && j->state == SL_JOB_RUNNING && (!j->given_floor_set || c->epochs_given < j->given_floor)) {
+        j->given_floor = c->epochs_given;
+        j->given_floor_set = true;
+    }
     sl__out_free_client(c);
     *c = j->clients[--j->num_clients];
     j->dirty = true;
@@ -1456,6 +1503,19 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
     resp->epochs_done = sl__out_epochs_done(j);
+    /* No client's word folds an epoch that is not done. */
+    uint64_t given = req->epochs_given < resp->epochs_done ? req->epochs_given : resp->epochs_done;
+    if (given > c->epochs_given)
+        c->epochs_given = given;
+    if (j->name[0] && j->state == SL_JOB_RUNNING) {
+        /* The least over every client, the away ones too (what they were
+         * given is not known until they come back or are released). */
+        uint64_t folded = j->given_floor_set ? j->given_floor : UINT64_MAX;
+        for (unsigned i = 0; i < j->num_clients; i++)
+            if (j->clients[i].epochs_given < folded)
+                folded = j->clients[i].epochs_given;
+        resp->epochs_folded = folded == UINT64_MAX ? 0 : folded;
+    }
     if (j->num_consumers > 0) {
         /* The horizon only grows, and only here: every round up to it has
          * its tasks fixed (see the top of this file). */

@@ -127,6 +127,7 @@ struct client {
     /* DYNAMIC: the report generation it answered, and for each task the
      * largest done_below it said (TaskProgress); neither is stored. */
     uint64_t reported_gen;
+    uint64_t epochs_given; /* a named job's: the largest its heartbeats said (not stored) */
     struct client_progress {
         uint64_t task_id, done_below;
     } *progress;
@@ -164,6 +165,16 @@ struct job {
      * which no split hands out (written once, with the job). */
     sl_posset_t exclude;
     bool exclude_dirty;
+    /* A named job created by a restore: the SHA-256 of what the restore
+     * sent (restore_epochs_done and the positions), which every rank that
+     * joins it must send too (all restore the same merged checkpoint). */
+    bool restored;
+    uint8_t restore_digest[32];
+    /* A named job: the least epochs_given of the clients that left it
+     * (given_floor_set). Records a client had received and not given when
+     * it left were never given, so no later fold passes its epochs. */
+    bool given_floor_set;
+    uint64_t given_floor;
     /* DYNAMIC: lost tasks' splits, AWAIT or QUEUED (outstanding.c); every
      * client must answer report_gen before the AWAIT ones are queued. */
     struct osplit *orphans;

@@ -456,11 +456,13 @@ SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it
  * opaque bytes. sl_iterator_restore() in any process continues right after
  * the last batch returned: every other element of the job, exactly once,
  * also mid-epoch and with shuffle and filter in the pipeline. Needs an
- * iterator of its own anonymous job, not coordinated, with
- * SL_SHARDING_DYNAMIC and opts.provenance not below 0, or a static policy
- * (FILE, DATA, FILE_OR_DATA, HINT) and opts.provenance above 0. At most
- * 65536 runs of positions (contiguous records
- * make one run).
+ * iterator that is not coordinated (num_consumers 0), with
+ * SL_SHARDING_DYNAMIC and opts.provenance not below 0, or of its own
+ * anonymous job with a static policy (FILE, DATA, FILE_OR_DATA, HINT) and
+ * opts.provenance above 0. At most opts.max_ledger_runs runs of positions
+ * (contiguous records make one run). An iterator of a named job (one rank
+ * of several) holds what its own caller was given: merge the ranks'
+ * checkpoints with sl_checkpoint_merge().
  * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the
  *         message in sl_iterator_errmsg()
@@ -473,8 +475,16 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  * checkpoint holds. opts as for sl_iterator_checkpoint(). *out is set also
  * on failure (close it). Takes the checkpoints of this library (version 2,
  * compact) and of earlier ones (version 1).
+ *
+ * With opts.job_name (DYNAMIC): every rank restores the same (merged)
+ * checkpoint with the same job name and repetition; the first creates the
+ * named job skipping what the checkpoint holds, the others join it, any
+ * number of them (elastic resume). A running job of that name and
+ * repetition made otherwise (another checkpoint, or none) refuses the
+ * rank with SL_ECONFLICT; an ended one of another checkpoint is replaced.
  * @return as sl_iterator_open(); SL_EDATA (not a checkpoint, or damaged),
- *         SL_EINVAL (options, or another dataset's checkpoint), SL_ETOOBIG
+ *         SL_EINVAL (options, or another dataset's checkpoint), SL_ETOOBIG,
+ *         SL_ECONFLICT (a named job of another checkpoint is running)
  */
 SL_EXPORT int sl_iterator_restore(sl_client_t *client, uint64_t dataset_id, const sl_iterator_opts_t *opts,
                                   const uint8_t *ckpt, size_t len, sl_iterator_t **out);
@@ -545,6 +555,27 @@ SL_EXPORT const char *sl_ckpt_builder_errmsg(const sl_ckpt_builder_t *b);
 
 /** Frees the builder. NULL is ignored. */
 SL_EXPORT void sl_ckpt_builder_close(sl_ckpt_builder_t *b);
+
+/**
+ * Merges the checkpoints of the ranks of one named DYNAMIC job, taken when
+ * all of them stopped at a common step, into one: the union of what their
+ * callers were given. Everything else (in flight, buffered in a client,
+ * not yet read) is read again by the job restored from it
+ * (sl_iterator_restore() with the job name), with any number of ranks.
+ * Each checkpoint's tag is checked under the cluster token, and the result
+ * tagged under it. Needs no dispatcher.
+ * @param[in] ckpts n checkpoints of lens[i] bytes, of one dataset
+ * @param[in] auth_token_file the cluster token the checkpoints were made
+ *   with; NULL: SLUICE_AUTH_TOKEN_FILE if set, else none
+ * @param[out] out the merged checkpoint, malloc'd: free() or sl_free() it
+ * @param[out] err a message on failure (errlen bytes at most)
+ * @return 0; SL_EDATA (not a checkpoint, damaged, another token), SL_EINVAL
+ *         (no checkpoints, other datasets), SL_ETOOBIG
+ *         (more than 2097152 runs), -ENOMEM, or the token file's error
+ */
+SL_EXPORT int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
+                                  const char *auth_token_file, uint8_t **out, size_t *out_len, char *err,
+                                  size_t errlen);
 
 /** free(), for callers that cannot reach libsluice's C library (Python's
  *  ctypes): frees what sl_iterator_checkpoint() returned. NULL is ignored. */

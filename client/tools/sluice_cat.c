@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -27,6 +28,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: %s --dispatcher HOST:PORT (--dataset SPEC.json | --dataset-id ID) [options]\n"
+            "       %s --merge-checkpoints --checkpoint-out OUT [--auth-token-file FILE] CKPT...\n"
+            "                           merge the checkpoints of a named job's ranks (stopped at a\n"
+            "                           common step) into one that every rank resumes from\n"
             "  --dataset-id ID          read a dataset registered before, by its id or by the name it\n"
             "                           was registered under (--dataset-name), instead of --dataset\n"
             "  --dataset-name NAME      register --dataset under NAME (1 to 127 of [A-Za-z0-9_.:/-],\n"
@@ -67,7 +71,7 @@ static void usage(FILE *f)
             "                           reading what the workers serve (default 3600000)\n"
             "  --progress               a progress line on stderr\n"
             "  --version                print the version and exit\n",
-            program);
+            program, program);
 }
 
 /* SIGINT or SIGTERM: the loop stops at its next wait (at most INTERRUPT_POLL_MS). */
@@ -266,8 +270,9 @@ static void print_batch_json(FILE *out, const sl_batch_t *b, bool with_worker, b
     fputs("}\n", out);
 }
 
-/* A checkpoint holds at most 65536 runs of 24 bytes, and headers. */
-#define MAX_CKPT_BYTES (65536 * 24 + 64)
+/* A checkpoint holds at most 2,097,152 runs (max_ledger_runs) of at most
+ * 30 bytes in the compact form (provwire.h; about 3 a run), and headers. */
+#define MAX_CKPT_BYTES ((size_t)2097152 * 30 + 128)
 
 static char *read_file(const char *opt, const char *path, size_t max, size_t *len)
 {
@@ -276,11 +281,15 @@ static char *read_file(const char *opt, const char *path, size_t max, size_t *le
         fprintf(stderr, "%s: --%s %s: %s\n", program, opt, path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    /* Room for what the file holds now (and one byte to see it grew past max). */
+    struct stat sb;
+    size_t room = fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 && (uint64_t)sb.st_size < max ? (size_t)sb.st_size : max;
+    char *buf = malloc(room + 2);
+    size_t n = buf ? fread(buf, 1, room + 1, f) : 0;
     fclose(f);
-    if (!buf || n > max) {
-        fprintf(stderr, "%s: --%s %s: larger than %zu bytes\n", program, opt, path, max);
+    if (!buf || n > room) {
+        fprintf(stderr, "%s: --%s %s: %s %zu bytes\n", program, opt, path,
+                !buf ? "out of memory for" : room < max ? "grew while read, past" : "larger than", room);
         free(buf);
         return NULL;
     }
@@ -289,17 +298,10 @@ static char *read_file(const char *opt, const char *path, size_t max, size_t *le
     return buf;
 }
 
-/* Writes the iterator's checkpoint to path: to path.tmp, synced, then
+/* Writes a checkpoint (takes ckpt) to path: to path.tmp, synced, then
  * renamed, so path is the old checkpoint or the new one, never half. */
-static int write_checkpoint(sl_iterator_t *it, const char *path)
+static int write_bytes(uint8_t *ckpt, size_t len, const char *path)
 {
-    uint8_t *ckpt;
-    size_t len;
-    int rc = sl_iterator_checkpoint(it, &ckpt, &len);
-    if (rc < 0) {
-        fprintf(stderr, "%s: --checkpoint-out: %s\n", program, sl_iterator_errmsg(it));
-        return rc;
-    }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -345,6 +347,50 @@ static void print_element_spec(FILE *out, const sl_elemspec_t *es)
     fputc('}', out);
 }
 
+static int write_checkpoint(sl_iterator_t *it, const char *path)
+{
+    uint8_t *ckpt;
+    size_t len;
+    int rc = sl_iterator_checkpoint(it, &ckpt, &len);
+    if (rc < 0) {
+        fprintf(stderr, "%s: --checkpoint-out: %s\n", program, sl_iterator_errmsg(it));
+        return rc;
+    }
+    return write_bytes(ckpt, len, path);
+}
+
+/* --merge-checkpoints: the n files' checkpoints merged into out. @return the exit status */
+static int merge_checkpoints(char **files, int n, const char *token_file, const char *out)
+{
+    uint8_t **ckpts = calloc((size_t)n, sizeof *ckpts);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    int status = 1;
+    if (!ckpts || !lens) {
+        fprintf(stderr, "%s: --merge-checkpoints: out of memory\n", program);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!(ckpts[i] = (uint8_t *)read_file("merge-checkpoints", files[i], MAX_CKPT_BYTES, &lens[i])))
+            goto out;
+    }
+    uint8_t *merged;
+    size_t len;
+    char err[512];
+    if (sl_checkpoint_merge((const uint8_t *const *)ckpts, lens, (size_t)n, token_file, &merged, &len, err,
+                            sizeof err) < 0) {
+        fprintf(stderr, "%s: --merge-checkpoints: %s\n", program, err);
+        goto out;
+    }
+    if (write_bytes(merged, len, out) == 0)
+        status = 0;
+out:
+    for (int i = 0; ckpts && i < n; i++)
+        free(ckpts[i]);
+    free(ckpts);
+    free(lens);
+    return status;
+}
+
 static long parse_long(const char *opt, const char *v, long min, long max)
 {
     char *end;
@@ -361,7 +407,7 @@ int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
            O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP,
-           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE };
+           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -390,6 +436,7 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, NULL, O_CERT},
         {"tls-key", required_argument, NULL, O_KEY},
         {"tls-ca", required_argument, NULL, O_CA},
+        {"merge-checkpoints", no_argument, NULL, O_MERGE},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -399,7 +446,7 @@ int main(int argc, char **argv)
     bool describe = false;
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
-    bool progress = false, with_worker = false, have_index = false, no_provenance = false;
+    bool progress = false, with_worker = false, have_index = false, no_provenance = false, merge = false;
     sl_iterator_opts_t io;
     sl_iterator_opts_init(&io);
     sl_client_opts_t co;
@@ -470,10 +517,19 @@ int main(int argc, char **argv)
         case O_CERT: co.tls_cert = optarg; break;
         case O_KEY: co.tls_key = optarg; break;
         case O_CA: co.tls_ca = optarg; break;
+        case O_MERGE: merge = true; break;
         case O_HELP: usage(stdout); return 0;
         case O_VERSION: printf("%s %s\n", program, sl_version()); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (merge) {
+        if (!checkpoint_out || optind >= argc || dispatcher || dataset || dataset_ref || resume_from) {
+            fprintf(stderr, "%s: --merge-checkpoints takes --checkpoint-out OUT and the checkpoint files, and no "
+                    "--dispatcher, --dataset, --dataset-id or --resume-from\n", program);
+            return 2;
+        }
+        return merge_checkpoints(argv + optind, argc - optind, co.auth_token_file, checkpoint_out);
     }
     if (!dispatcher || (!dataset == !dataset_ref) || optind < argc) {
         if (dataset && dataset_ref)

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from cutproxy import CutProxy
-from harness import Cluster, child_env, free_ports, get_json, values, wait_for
+from harness import Cluster, binary, child_env, free_ports, get_json, parse_jsonl, values, wait_for
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -100,6 +100,160 @@ class ThreeWorkers(unittest.TestCase):
     def tearDown(self):
         bad = self.cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+
+def run_ranks(cluster, spec, rank_args):
+    """Starts one sluice-cat per entry of rank_args at once and waits for
+    all: [(returncode, values, stderr)] in that order."""
+    procs = [subprocess.Popen(cluster.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=child_env()) for args in rank_args]
+    # Every rank's pipes are read at once: a rank blocked on a full pipe
+    # would hold its splits back from the job's end.
+    outs = [None] * len(procs)
+
+    def read(i):
+        outs[i] = procs[i].communicate(timeout=600)
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(procs))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [(p.returncode, values(parse_jsonl(o[0]), 'value'), o[1]) if o else (None, [], 'no output')
+                for p, o in zip(procs, outs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+class NamedJobCheckpoints(ThreeWorkers):
+    """Checkpoints of a named DYNAMIC job's ranks: four sluice-cat ranks
+    share job "train" behind a shuffle, each stops after a seeded number of
+    batches and writes its checkpoint; the four are merged
+    (--merge-checkpoints) and the job resumes under another name as three
+    ranks, and again, from the same merged checkpoint, as six: each time
+    every element arrives exactly once across the first four and the
+    resumed ranks."""
+    N = 300000
+
+    def setUp(self):
+        super().setUp()
+        self.spec = {"source": {"type": "range", "stop": self.N},
+                     "ops": [{"op": "shuffle", "buffer_size": 2000, "seed": 5},
+                             {"op": "batch", "batch_size": BATCH}]}
+        self.dir = self.cluster.dir
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def first_four(self, seed):
+        """The four ranks of "train", stopped at seeded batch counts (in all
+        at most half the epoch, so the job is still running when the last
+        stops); returns (values, merged checkpoint path, where)."""
+        rng = random.Random(seed)
+        total = self.N // BATCH
+        stops = [rng.randrange(total // 30, total // 8) for _ in range(4)]
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), ranks stop after batches %s' % (seed, seed, stops)
+        print('NamedJobCheckpoints: %s' % where)
+        ckpts = [self.path('rank%d.ckpt' % i) for i in range(4)]
+        runs = run_ranks(self.cluster, self.spec, [['--sharding', 'dynamic', '--job-name', 'train', '--limit',
+                                                    str(n), '--checkpoint-out', ck] for n, ck in zip(stops, ckpts)])
+        got = []
+        for i, (rc, vals, err) in enumerate(runs):
+            self.assertEqual(rc, 0, '%s: rank %d: %s' % (where, i, err[-2000:]))
+            self.assertEqual(len(vals), stops[i] * BATCH, '%s: rank %d' % (where, i))
+            got.extend(vals)
+        # One job: every rank joined "train" repetition 0 while it ran.
+        reps = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['names']['train']
+        self.assertEqual(len(reps), 1, reps)
+        merged = self.path('merged.ckpt')
+        r = subprocess.run([binary('sluice-cat'), '--merge-checkpoints', '--checkpoint-out', merged] + ckpts,
+                           capture_output=True, text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 0, '%s: merge: %s' % (where, r.stderr))
+        return got, merged, where, ckpts
+
+    def resume(self, merged, name, ranks, where):
+        runs = run_ranks(self.cluster, self.spec, [['--sharding', 'dynamic', '--job-name', name, '--resume-from',
+                                                    merged]] * ranks)
+        got = []
+        for i, (rc, vals, err) in enumerate(runs):
+            self.assertEqual(rc, 0, '%s: resumed rank %d of %d: %s' % (where, i, ranks, err[-2000:]))
+            got.extend(vals)
+        return got
+
+    def test_four_ranks_resume_as_three_and_as_six_exactly_once(self):
+        first, merged, where, _ = self.first_four(chaos_seed())
+        for ranks in (3, 6):
+            rest = self.resume(merged, 'train-as-%d' % ranks, ranks, where)
+            assert_exactly_once(self, first + rest, self.N, '%s, resumed as %d ranks' % (where, ranks))
+
+    def test_ranks_that_stop_in_later_epochs_resume_exactly_once(self):
+        """Four epochs (a repeat): the ranks stop in the second to fourth,
+        each at its own count, after their job may have folded done epochs
+        (epochs_folded); resumed as three ranks, every element comes once
+        per epoch."""
+        import struct
+        n, epochs = 40000, 4
+        self.spec = {"source": {"type": "range", "stop": n},
+                     "ops": [{"op": "shuffle", "buffer_size": 2000, "seed": 5}, {"op": "repeat", "count": epochs},
+                             {"op": "batch", "batch_size": BATCH}]}
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        total = n * epochs // BATCH
+        stops = [rng.randrange(total // 6, total * 6 // 25) for _ in range(4)]
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), ranks stop after batches %s' % (seed, seed, stops)
+        print('NamedJobCheckpoints epochs: %s' % where)
+        ckpts = [self.path('rank%d.ckpt' % i) for i in range(4)]
+        runs = run_ranks(self.cluster, self.spec, [['--sharding', 'dynamic', '--job-name', 'epochs', '--limit',
+                                                    str(k), '--checkpoint-out', ck] for k, ck in zip(stops, ckpts)])
+        got = []
+        for i, (rc, vals, err) in enumerate(runs):
+            self.assertEqual(rc, 0, '%s: rank %d: %s' % (where, i, err[-2000:]))
+            got.extend(vals)
+        merged = self.path('merged.ckpt')
+        r = subprocess.run([binary('sluice-cat'), '--merge-checkpoints', '--checkpoint-out', merged] + ckpts,
+                           capture_output=True, text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 0, '%s: merge: %s' % (where, r.stderr))
+        with open(merged, 'rb') as f:
+            done = struct.unpack('<Q', f.read()[24:32])[0]
+        print('NamedJobCheckpoints epochs: the merged checkpoint has every epoch below %d done' % done)
+        got.extend(self.resume(merged, 'epochs-as-3', 3, where))
+        counts = collections.Counter(got)
+        wrong = sorted(v for v in range(n) if counts[v] != epochs)
+        self.assertEqual((wrong[:10], len(got)), ([], n * epochs),
+                         '%s (done epochs %d): %d values not %d times' % (where, done, len(wrong), epochs))
+
+    def test_a_rank_with_another_checkpoint_is_refused(self):
+        _, merged, where, ckpts = self.first_four(chaos_seed())
+        # One rank restores the merged checkpoint and stops after a batch:
+        # job "again" runs on (most of the epoch is left), made from it.
+        rc, _, err = self.cluster.cat(self.spec, ['--sharding', 'dynamic', '--job-name', 'again', '--resume-from',
+                                                  merged, '--limit', '1'])
+        self.assertEqual(rc, 0, err)
+        rc, _, err = self.cluster.cat(self.spec, ['--sharding', 'dynamic', '--job-name', 'again', '--resume-from',
+                                                  ckpts[0], '--limit', '1'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('was restored from another checkpoint: every rank restores the same merged checkpoint', err)
+        rc, _, err = self.cluster.cat(self.spec, ['--sharding', 'dynamic', '--job-name', 'again', '--limit', '1'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('was restored from a checkpoint: a rank joins it by restoring the same checkpoint', err)
+        # The running "train" was not made from a checkpoint.
+        rc, _, err = self.cluster.cat(self.spec, ['--sharding', 'dynamic', '--job-name', 'train', '--resume-from',
+                                                  merged, '--limit', '1'])
+        self.assertNotEqual(rc, 0)
+        self.assertIn('is running and was not restored from a checkpoint', err)
+        # Checkpoints of other datasets do not merge.
+        other = self.path('other.ckpt')
+        rc, _, err = self.cluster.cat({"source": {"type": "range", "stop": 1000},
+                                       "ops": [{"op": "batch", "batch_size": 10}]},
+                                      ['--sharding', 'dynamic', '--limit', '2', '--checkpoint-out', other])
+        self.assertEqual(rc, 0, err)
+        r = subprocess.run([binary('sluice-cat'), '--merge-checkpoints', '--checkpoint-out', self.path('x'), merged,
+                            other], capture_output=True, text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('merge: checkpoint 2 of 2 is of dataset', r.stderr)
 
 
 class DispatcherCrash(ThreeWorkers):
@@ -595,7 +749,7 @@ class Checkpoints(ThreeWorkers):
         path = os.path.join(self.cluster.dir, 'ckpt')
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'off', '--limit', '2', '--checkpoint-out', path])
         self.assertNotEqual(rc, 0)
-        self.assertIn('checkpoints need an iterator of its own anonymous job with a sharding policy', err)
+        self.assertIn('checkpoints need an iterator with a sharding policy', err)
         with open(path, 'wb') as f:
             f.write(b'not a checkpoint at all')
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])

@@ -535,6 +535,41 @@ class ClusterTest(SluiceCase):
             ds.distribute(self.addr, sharding='dynamic', checkpoint=b'garbage-bytes-not-a-checkpoint')
         self.assertIn('not a Sluice iterator checkpoint', str(cm.exception))
 
+    def test_ranks_of_a_named_job_checkpoint_merge_and_resume_as_more_ranks(self):
+        # Three ranks of a named job read in turn, stop and checkpoint; the
+        # merged checkpoint resumes as four ranks of another name: every
+        # element once across all seven.
+        ds = sluice.range(0, 30000).shuffle(500, seed=4).batch(100)
+        ranks = [ds.distribute(self.addr, sharding='dynamic', job_name='ckpt-py', checkpointable=True)
+                 for _ in range(3)]
+        self.assertEqual(len({r.job_id for r in ranks}), 1)
+        got = []
+        for step in range(20):
+            for r in ranks:
+                got.extend(next(r)['value'].tolist())
+        cks = [r.checkpoint() for r in ranks]
+        for r in ranks:
+            r.close()
+        merged = sluice.merge_checkpoints(cks)
+        resumed = [ds.distribute(self.addr, sharding='dynamic', job_name='ckpt-py-resumed', checkpoint=merged)
+                   for _ in range(4)]
+        self.assertEqual(len({r.job_id for r in resumed}), 1)
+        live = list(resumed)
+        while live:
+            for it in list(live):
+                try:
+                    got.extend(next(it)['value'].tolist())
+                except StopIteration:
+                    live.remove(it)
+        self.assertEqual(collections.Counter(got), collections.Counter(range(30000)))
+        with self.assertRaisesRegex(sluice.ConflictError, 'restored from another checkpoint'):
+            ds.distribute(self.addr, sharding='dynamic', job_name='ckpt-py-other', checkpoint=merged).close()
+            ds.distribute(self.addr, sharding='dynamic', job_name='ckpt-py-other', checkpoint=cks[0])
+        with self.assertRaisesRegex(sluice.DataError, 'checkpoint 2 of 2'):
+            sluice.merge_checkpoints([cks[0], b'SLCK' + cks[1][4:-1] + bytes([cks[1][-1] ^ 1])])
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, 'no checkpoints'):
+            sluice.merge_checkpoints([])
+
     def test_max_ledger_runs_bounds_the_record_and_a_checkpoint_past_it_is_refused(self):
         ds = sluice.range(0, 200000).shuffle(20000, seed=3).batch(100)
         with ds.distribute(self.addr, sharding='dynamic', checkpointable=True, max_ledger_runs=100) as it:

@@ -781,3 +781,157 @@ Test(ledger, a_damaged_delta_is_refused_by_name_and_changes_nothing)
     sl__delta_log_free(&log);
     sl__ledger_free(&l);
 }
+
+/* Reads a checkpoint of dataset 42 under key into a set (of at most the most runs). */
+static void read_set(const uint8_t *ckpt, size_t len, const uint8_t *key, size_t key_len, sl_posset_t *out)
+{
+    uint8_t *posset = NULL;
+    size_t plen = 0;
+    char err[300];
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, key, key_len, SL_POSSET_MAX_RUNS, &posset, &plen, &epochs_done,
+                                     err, sizeof err), 0, "%s", err);
+    sl_posset_init(out, SL_POSSET_MAX_RUNS);
+    cr_assert_eq(sl_posset_decode(out, posset, plen, err, sizeof err), 0, "%s", err);
+    free(posset);
+}
+
+Test(ledger, the_ranks_of_a_named_job_merge_into_what_their_callers_were_given)
+{
+    /* One epoch of 100,000 positions over 4 files, shuffled, in batches of
+     * 100 handed to 4 ranks at random; about half of the last 12 stay in
+     * their rank's buffer (never given). The merged checkpoint holds exactly what
+     * the ranks gave, under the cluster token; a rank restored from it
+     * that gives more checkpoints as the merged set and its own. */
+    enum { N = 100000, BATCH = 100, RANKS = 4, FILES = 4 };
+    static const uint8_t key[] = "a cluster token of some length";
+    uint64_t *order = malloc(N * sizeof *order);
+    for (uint64_t i = 0; i < N; i++)
+        order[i] = i;
+    srand(11);
+    for (uint64_t i = N - 1; i > 0; i--) {
+        uint64_t k = (uint64_t)rand() % (i + 1), t = order[i];
+        order[i] = order[k];
+        order[k] = t;
+    }
+    sl_ledger_t rank[RANKS];
+    for (int r = 0; r < RANKS; r++)
+        sl__ledger_init(&rank[r], SL_POSSET_MAX_RUNS);
+    uint8_t *given = calloc(N, 1);
+    int stop = N / BATCH * 3 / 4; /* the ranks stop at three quarters of the epoch */
+    sl_provenance_run_t runs[BATCH];
+    for (int b = 0; b < stop; b++) {
+        int r = rand() % RANKS;
+        for (int i = 0; i < BATCH; i++) {
+            uint64_t p = order[(size_t)b * BATCH + i];
+            runs[i] = (sl_provenance_run_t){0, (uint32_t)(p % FILES), p / FILES, 1};
+        }
+        /* Some of the last batches stay in their rank's buffer. */
+        if (b >= stop - 3 * RANKS && rand() % 2)
+            continue;
+        give(&rank[r], runs, BATCH, NULL, 0, false);
+        for (int i = 0; i < BATCH; i++)
+            given[order[(size_t)b * BATCH + i]] = 1;
+    }
+    uint8_t *ckpt[RANKS];
+    size_t len[RANKS];
+    char err[300];
+    for (int r = 0; r < RANKS; r++)
+        cr_assert_eq(sl__ledger_checkpoint(&rank[r], 42, key, sizeof key, &ckpt[r], &len[r], err, sizeof err), 0,
+                     "%s", err);
+    uint8_t *merged;
+    size_t mlen;
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ckpt, len, RANKS, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &merged, &mlen, err, sizeof err), 0, "%s", err);
+    sl_posset_t set;
+    read_set(merged, mlen, key, sizeof key, &set);
+    cr_assert_eq(epochs_done, 0);
+    uint64_t want = 0;
+    for (uint64_t p = 0; p < N; p++) {
+        want += given[p];
+        cr_assert_eq(sl_posset_count(&set, 0, (uint32_t)(p % FILES), p / FILES, p / FILES + 1), given[p],
+                     "position %" PRIu64, p);
+    }
+    cr_assert_eq(sl_posset_size(&set), want);
+    sl_posset_clear(&set);
+
+    /* Chained: a rank of the resumed job restores the merged checkpoint
+     * and gives one more batch; its checkpoint merged with a rank that gave
+     * nothing since is the merged set and that batch. */
+    uint8_t *posset = NULL;
+    size_t plen = 0;
+    uint64_t done = 0;
+    cr_assert_eq(sl__checkpoint_read(merged, mlen, 42, key, sizeof key, SL_POSSET_MAX_RUNS, &posset, &plen, &done, err,
+                                     sizeof err), 0, "%s", err);
+    sl_ledger_t a, b;
+    sl__ledger_init(&a, SL_POSSET_MAX_RUNS);
+    sl__ledger_init(&b, SL_POSSET_MAX_RUNS);
+    cr_assert_eq(sl__ledger_restore(&a, posset, plen, done, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_restore(&b, posset, plen, done, err, sizeof err), 0, "%s", err);
+    free(posset);
+    uint64_t extra = 0;
+    for (uint64_t p = 0; p < N && extra < BATCH; p++)
+        if (!given[p])
+            runs[extra++] = (sl_provenance_run_t){0, (uint32_t)(p % FILES), p / FILES, 1};
+    give(&a, runs, BATCH, NULL, 0, false);
+    uint8_t *two[2];
+    size_t two_len[2];
+    cr_assert_eq(sl__ledger_checkpoint(&a, 42, key, sizeof key, &two[0], &two_len[0], err, sizeof err), 0);
+    cr_assert_eq(sl__ledger_checkpoint(&b, 42, key, sizeof key, &two[1], &two_len[1], err, sizeof err), 0);
+    uint8_t *again;
+    size_t again_len;
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)two, two_len, 2, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &again, &again_len, err, sizeof err), 0, "%s", err);
+    read_set(again, again_len, key, sizeof key, &set);
+    cr_assert_eq(sl_posset_size(&set), want + BATCH);
+    sl_posset_clear(&set);
+
+    free(merged);
+    /* Refused by name: a damaged one (which one it is), one made with
+     * another token, none, another dataset. */
+    ckpt[2][len[2] / 2] ^= 4;
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ckpt, len, RANKS, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &merged, &mlen, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "checkpoint 3 of 4") && strstr(err, "damaged"), "%s", err);
+    ckpt[2][len[2] / 2] ^= 4;
+    static const uint8_t other_key[] = "another token";
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ckpt, len, RANKS, other_key, sizeof other_key,
+                                      SL_POSSET_MAX_RUNS, &merged, &mlen, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "checkpoint 1 of 4"), "%s", err);
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ckpt, len, 0, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &merged, &mlen, err, sizeof err), SL_EINVAL);
+    uint8_t *mixed[2] = {ckpt[0], NULL};
+    size_t mixed_len[2] = {len[0], 0};
+    cr_assert_eq(sl__ledger_checkpoint(&rank[1], 43, key, sizeof key, &mixed[1], &mixed_len[1], err, sizeof err), 0);
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)mixed, mixed_len, 2, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &merged, &mlen, err, sizeof err), SL_EINVAL);
+    cr_assert(strstr(err, "checkpoint 2 of 2 is of dataset 43, checkpoint 1 of dataset 42"), "%s", err);
+    free(mixed[1]);
+    /* A rank that folded epoch 0 (every client of the job was given its
+     * records of it) and one that has not yet: the merge has epoch 0 done
+     * and none of its positions, and keeps the later epoch's. */
+    sl__ledger_epochs_done(&rank[1], 1, 0);
+    runs[0] = (sl_provenance_run_t){1, 2, 10, 5};
+    give(&rank[1], runs, 1, NULL, 0, true);
+    cr_assert_eq(sl__ledger_checkpoint(&rank[1], 42, key, sizeof key, &mixed[1], &mixed_len[1], err, sizeof err), 0);
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)mixed, mixed_len, 2, key, sizeof key, SL_POSSET_MAX_RUNS,
+                                      &merged, &mlen, err, sizeof err), 0, "%s", err);
+    read_set(merged, mlen, key, sizeof key, &set);
+    cr_assert_eq(epochs_done, 1);
+    cr_assert_eq(sl_posset_size(&set), 5);
+    cr_assert_eq(sl_posset_count(&set, 1, 2, 10, 15), 5);
+    sl_posset_clear(&set);
+    free(merged);
+    free(mixed[1]);
+
+    for (int r = 0; r < RANKS; r++) {
+        free(ckpt[r]);
+        sl__ledger_free(&rank[r]);
+    }
+    free(two[0]);
+    free(two[1]);
+    free(again);
+    sl__ledger_free(&a);
+    sl__ledger_free(&b);
+    free(given);
+    free(order);
+}

@@ -285,13 +285,62 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     skips = sl_dstate_split_skips(st2, task, &len);
     cr_assert_eq(len, 16);
     cr_assert_eq(sl_get_le64(skips), 150);
-    /* Named jobs, other policies and damaged bytes are refused. */
+    /* Named jobs under a static policy, coordinated reads and damaged
+     * bytes are refused. */
     snprintf(req.job_name, sizeof req.job_name, "named");
+    req.sharding = SL_SHARDING_FILE;
     cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EINVAL);
+    req.sharding = SL_SHARDING_DYNAMIC;
+    req.num_consumers = 2;
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EINVAL);
+    req.num_consumers = 0;
     req.job_name[0] = '\0';
     bytes[0] = 'X';
     cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &jr, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "checkpoint"), "%s", err);
+}
+
+/* The ranks of a named job restore one merged checkpoint: the first makes
+ * the job, the others join it; after a restart a rank with the same bytes
+ * still joins it, and one with other bytes, or none, is refused. */
+Test(persist, a_named_job_made_by_a_restore_takes_only_ranks_of_the_same_checkpoint)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
+    sl_posset_t had;
+    sl_posset_init(&had, 16);
+    cr_assert_eq(sl_posset_add(&had, 0, 0, 0, 100, NULL), 0);
+    uint8_t bytes[256], other[256];
+    size_t n = sl_posset_encode(&had, bytes, sizeof bytes);
+    cr_assert_eq(sl_posset_add(&had, 0, 0, 300, 10, NULL), 0);
+    size_t n_other = sl_posset_encode(&had, other, sizeof other);
+    sl_posset_clear(&had);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC};
+    snprintf(req.job_name, sizeof req.job_name, "train");
+    sluice_GetOrCreateJobResponse a = sluice_GetOrCreateJobResponse_init_zero, b = a, c = a;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", bytes, n, 0, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", bytes, n, 0, &b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(b.job_id, a.job_id);
+    cr_assert_neq(b.client_id, a.client_id);
+    save(st);
+    st2 = reopen();
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.job_id, a.job_id);
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", other, n_other, 0, &c, err, sizeof err), SL_ECONFLICT);
+    cr_assert(strstr(err, "restored from another checkpoint"), "%s", err);
+    /* The same positions with other done epochs are another checkpoint. */
+    req.restore_epochs_done = 1;
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &c, err, sizeof err), SL_ECONFLICT);
+    req.restore_epochs_done = 0;
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", NULL, 0, 0, &c, err, sizeof err), SL_ECONFLICT);
+    cr_assert(strstr(err, "was restored from a checkpoint"), "%s", err);
+    /* A named job made by a plain join takes no restore. */
+    snprintf(req.job_name, sizeof req.job_name, "plain");
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", NULL, 0, 0, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_job_join(st2, &req, "", bytes, n, 0, &c, err, sizeof err), SL_ECONFLICT);
+    cr_assert(strstr(err, "not restored from a checkpoint"), "%s", err);
 }
 
 /* The dispatcher's secret (caps.h) is written at the first commit and kept:

@@ -26,7 +26,7 @@ from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelle
 __version__ = '0.1.0'
 
 __all__ = [
-    'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute',
+    'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute', 'merge_checkpoints',
     'BatchIterator', 'register_dataset', 'from_dataset_id', 'dataset_element_spec', 'TensorSpec',
     'INFINITE_CARDINALITY', 'UNKNOWN_CARDINALITY', 'library_path', 'LibraryNotFound', 'errors', 'SluiceError', 'SpecError',
     'InvalidArgumentError', 'SluiceTimeoutError', 'SluiceConnectionError', 'JobCancelledError', 'DataError',
@@ -58,6 +58,12 @@ def dataset_element_spec(dispatcher, dataset_id, **options):
     registered dataset, or None."""
     from .client import dataset_element_spec as _es
     return _es(dispatcher, dataset_id, **options)
+
+
+def merge_checkpoints(checkpoints, auth_token_file=None):
+    """sluice.client.merge_checkpoints(): one checkpoint of a named job's ranks."""
+    from .client import merge_checkpoints as _merge
+    return _merge(checkpoints, auth_token_file=auth_token_file)
 
 
 def distribute(dataset, dispatcher, **kwargs):

@@ -227,6 +227,8 @@ def _declare(lib):
     fn('sl_ckpt_builder_errmsg', c_char_p, c_void_p)
     fn('sl_ckpt_builder_close', None, c_void_p)
     fn('sl_free', None, c_void_p)
+    fn('sl_checkpoint_merge', c_int, P(c_void_p), P(c_size_t), c_size_t, c_char_p, P(c_void_p), P(c_size_t),
+       ctypes.c_char_p, c_size_t)
 
 
 _held = None

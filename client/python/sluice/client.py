@@ -575,8 +575,10 @@ class BatchIterator:
         """The iterator's checkpoint as bytes: distribute(..., checkpoint=these
         bytes) in any process continues right after the last batch this
         iterator returned, every other element exactly once. Needs
-        sharding="dynamic", no job_name, and checkpointable=True (or an
-        iterator that was itself restored)."""
+        sharding="dynamic" and checkpointable=True (or an iterator that was
+        itself restored), and no num_consumers. An iterator of a named job
+        (one rank of several) holds what its own caller was given: merge the
+        ranks' checkpoints with sluice.merge_checkpoints()."""
         with self._mu:
             if not self._it:
                 raise InvalidArgumentError('the iterator is closed: take the checkpoint before its end or '
@@ -617,6 +619,39 @@ class BatchIterator:
                                    'sluice.torch.loader, whose load_state_dict() does', _lib.SL_EINVAL)
 
 
+def merge_checkpoints(checkpoints, auth_token_file=None):
+    """Merges the checkpoints of the ranks of one named job (sharding
+    "dynamic"), taken when all of them stopped at a common step, into one:
+    the union of what their callers were given. Every rank then resumes
+    with distribute(..., job_name=NAME, checkpoint=merged): the first
+    creates the named job, the others join it, any number of them.
+    checkpoints: a list of bytes from BatchIterator.checkpoint().
+    auth_token_file: the cluster token they were made with (default:
+    SLUICE_AUTH_TOKEN_FILE, if set). Needs no dispatcher. Raises DataError
+    (damaged, another token) or InvalidArgumentError (other datasets, none
+    given)."""
+    cks = []
+    for i, c in enumerate(checkpoints):
+        if not isinstance(c, (bytes, bytearray)):
+            raise InvalidArgumentError('checkpoint %d must be the bytes checkpoint() returned, got %r'
+                                       % (i + 1, type(c).__name__), _lib.SL_EINVAL)
+        cks.append(bytes(c))
+    lib = _lib.load()
+    n = len(cks)
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.cast(ctypes.c_char_p(c), ctypes.c_void_p) for c in cks])
+    lens = (ctypes.c_size_t * max(n, 1))(*[len(c) for c in cks])
+    out, out_len = ctypes.c_void_p(), ctypes.c_size_t()
+    err = ctypes.create_string_buffer(512)
+    token = os.fsencode(auth_token_file) if auth_token_file is not None else None
+    rc = lib.sl_checkpoint_merge(ptrs, lens, n, token, ctypes.byref(out), ctypes.byref(out_len), err, len(err))
+    if rc < 0:
+        raise from_code(rc, err.value.decode('utf-8', 'replace'), 'merge_checkpoints')
+    try:
+        return ctypes.string_at(out.value, out_len.value)
+    finally:
+        lib.sl_free(out)
+
+
 def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
                max_outstanding=8, timeout_ms=30000, **options):
     """Registers dataset (a Dataset, a spec dict or JSON text) with the
@@ -637,9 +672,11 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     auth_token_file (the cluster token; default SLUICE_AUTH_TOKEN_FILE),
     tls_cert, tls_key, tls_ca (TLS 1.3, all three or none; docs/security.md).
     checkpointable: make it.checkpoint() possible (sharding="dynamic", no
-    job_name); workers then send each batch's provenance.
+    num_consumers); workers then send each batch's provenance.
     checkpoint: bytes from it.checkpoint(): a new iterator that continues
-    right after that iterator's last batch (docs/fault-tolerance.md).
+    right after that iterator's last batch (docs/fault-tolerance.md). With
+    job_name: bytes from sluice.merge_checkpoints() of the ranks of a named
+    job, which every rank of the resumed job passes with the same job_name.
     num_consumers, consumer_index: coordinated reads: consumer i of a named
     job over an infinite dataset gets the i-th batch of every round, all
     batches of a round from one worker (docs/sharding.md).
