@@ -823,6 +823,20 @@ static bool no_worker_check(sl_iterator_t *it, int64_t now)
     return true;
 }
 
+/* The dispatcher's word that the epochs below `below` are done, `waiting`
+ * batches still waiting for the caller (sl__ledger_epochs_done()), logged
+ * for deltas when it changed the ledger: one call per epoch or so, not one
+ * per heartbeat. Under it->mu. */
+static void ledger_fold(sl_iterator_t *it, uint64_t below, size_t waiting)
+{
+    sl_ledger_t *l = &it->ledger;
+    uint64_t was_done = l->epochs_done, was_below = l->fold_below, was_at = l->fold_at;
+    sl__ledger_epochs_done(l, below, waiting);
+    if (it->opts.ledger_deltas > 0 &&
+        (l->epochs_done != was_done || l->fold_below != was_below || l->fold_at != was_at))
+        sl__delta_log_epochs_done(&it->deltas, below, waiting);
+}
+
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->disp_last_ok = now_ms();
@@ -904,18 +918,11 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             it->given_at = it->ledger.given + it->ready_count;
         }
         if (resp->epochs_folded > 0)
-            sl__ledger_epochs_done(&it->ledger, resp->epochs_folded, 0);
+            ledger_fold(it, resp->epochs_folded, 0);
         pthread_mutex_unlock(&it->mu);
     } else if (it->track && resp->epochs_done > 0) {
         pthread_mutex_lock(&it->mu);
-        sl_ledger_t *l = &it->ledger;
-        uint64_t was_done = l->epochs_done, was_below = l->fold_below, was_at = l->fold_at;
-        sl__ledger_epochs_done(l, resp->epochs_done, it->ready_count);
-        /* Deltas carry the calls that changed the ledger only: one per
-         * epoch or so, not one per heartbeat. */
-        if (it->opts.ledger_deltas > 0 &&
-            (l->epochs_done != was_done || l->fold_below != was_below || l->fold_at != was_at))
-            sl__delta_log_epochs_done(&it->deltas, resp->epochs_done, it->ready_count);
+        ledger_fold(it, resp->epochs_done, it->ready_count);
         pthread_mutex_unlock(&it->mu);
     }
     if (resp->report_gen > it->reported_gen)
