@@ -562,10 +562,19 @@ class TrainerCutFromWorker(MultiHost):
         self.net.partition(self.thosts[0], self.whosts[0])
         t0 = time.time()
         self.read_each(trainers, N // 20)
+        # The cut must meet traffic: the trainer asks the worker for a batch
+        # only once it has read what it queued, which on a slow machine may
+        # be all from the other workers; so it reads on in small steps until
+        # a packet between the two was dropped (at most N // 4 in all).
+        def dropped():
+            return self.net.dropped(self.thosts[0]) + self.net.dropped(self.whosts[0])
+        read = N // 20
+        while dropped() == 0 and read < N // 4:
+            self.read_each(trainers, N // 100)
+            read += N // 100
         time.sleep(max(0.0, self.CUT_S - (time.time() - t0)))
         self.assert_running('at the end of the cut')
-        self.assertGreater(self.net.dropped(self.thosts[0]) + self.net.dropped(self.whosts[0]), 0,
-                           'the cut dropped nothing')
+        self.assertGreater(dropped(), 0, 'the cut dropped nothing')
         self.net.heal(self.thosts[0], self.whosts[0])
         self.finish_exactly_once(trainers)
         self.assertEqual(self.job()['state'], 'FINISHED')
