@@ -27,6 +27,7 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
     free(b->data);
     free(b->prov_heap);
     free(b->prov_wire);
+    free(b->tally);
     free(b);
 }
 

@@ -44,6 +44,11 @@ typedef struct sl_wire_batch {
      * owned; encoded by the worker when a client asks for them. */
     uint8_t *prov_wire;
     size_t prov_wire_len;
+    /* DYNAMIC: the records counted split by split when the batch left the
+     * pipeline (ntally rows, owned; NULL when not counted): how the worker
+     * settles it when sent, and its tallies on the wire. */
+    sl_split_done_t *tally;
+    uint32_t ntally;
 } sl_wire_batch_t;
 
 /* One provenance run in memory and in a disk cache's blobs: u32 epoch,

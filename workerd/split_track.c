@@ -21,6 +21,7 @@ struct entry {
     uint64_t read;        /* records the source yielded; final once read_done */
     bool read_done;
     uint64_t dropped, out, sent;
+    unsigned tally_gen, tally_ix; /* its row in the tally of the batch being sent, if tally_gen is current */
 };
 
 /* An index row: the sort key of entry e. */
@@ -48,6 +49,7 @@ struct sl_split_track {
     struct key *idx; /* n rows, sorted by (hi, begin) */
     unsigned n, cap;
     unsigned gen;
+    unsigned tally_gen; /* bumped by every sl_split_track_sent() that tallies */
     bool ended;
     struct cache_row cache[CACHE_SLOTS];
 };
@@ -170,7 +172,10 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     return e;
 }
 
-void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
+/* Settles the runs; with tally, also counts their records split by split
+ * into it (*nt rows). */
+static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how,
+                   sl_split_done_rec_t *tally, unsigned *nt)
 {
     /* After the end, a pipeline being destroyed drops what it held; the
      * end already counted that. */
@@ -188,9 +193,42 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
             case SL_SETTLE_OUT: e->out += k; break;
             case SL_SETTLE_SENT: e->sent += k; break;
             }
+            if (tally) {
+                if (e->tally_gen != t->tally_gen) {
+                    e->tally_gen = t->tally_gen;
+                    e->tally_ix = (*nt)++;
+                    tally[e->tally_ix] = e->rec;
+                    tally[e->tally_ix].delivered = 0;
+                }
+                tally[e->tally_ix].delivered += k;
+            }
             begin += k;
             count -= k;
         }
+    }
+}
+
+void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
+{
+    settle(t, runs, n, how, NULL, NULL);
+}
+
+unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
+                            sl_split_done_t *tally)
+{
+    unsigned nt = 0;
+    if (tally && ++t->tally_gen == 0)
+        ++t->tally_gen; /* 0 is every new entry's */
+    settle(t, runs, n, SL_SETTLE_OUT, tally, &nt);
+    return nt;
+}
+
+void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct entry *e = find_record(t, rows[i].epoch, rows[i].file_index, rows[i].begin);
+        if (e && e->rec.begin == rows[i].begin)
+            e->sent += rows[i].delivered;
     }
 }
 

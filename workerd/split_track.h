@@ -50,6 +50,22 @@ void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *
 /** Records of the runs settled as how says. Runs of no tracked split are ignored. */
 void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how);
 
+/**
+ * Settles the runs of a batch that left the pipeline (SL_SETTLE_OUT) and,
+ * when tally is not NULL, counts its records split by split into it: one
+ * row per split the runs reach, its `delivered` the batch's records of that
+ * split (the batch's tallies, which the client may ask for:
+ * GetElementResponse.tallies_offset). tally has room for
+ * sl_split_track_size() rows.
+ * @return the rows written (0 without tally)
+ */
+unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
+                            sl_split_done_t *tally);
+
+/** Settles, as SL_SETTLE_SENT, a batch by the tally rows
+ *  sl_split_track_out() gave it: a row a split, not a run a record. */
+void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n);
+
 /** The pipeline ended: whatever it still held was dropped, so every split
  *  is read, and its records are those that settled or wait in batches. */
 void sl_split_track_end(sl_split_track_t *t);

@@ -307,8 +307,18 @@ static void *producer_main(void *arg)
         t->working = false;
         t->pipeline_seconds += spent;
         t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
-        if (rc == 0 && t->track)
-            sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_OUT);
+        if (rc == 0 && t->track) {
+            /* Counted split by split once, here: the send settles by these
+             * rows, and they are the batch's tallies on the wire. Without
+             * memory for them the send settles run by run. */
+            unsigned size = sl_split_track_size(t->track);
+            b->tally = size > 0 ? malloc(size * sizeof *b->tally) : NULL;
+            b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally);
+            if (b->ntally == 0) {
+                free(b->tally);
+                b->tally = NULL;
+            }
+        }
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
@@ -772,7 +782,9 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         return 0;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
-    if (b)
+    if (b && b->tally)
+        sl_split_track_sent_rows(t->track, b->tally, b->ntally);
+    else if (b)
         sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
     /* Every notice that is ready goes with this frame: the table bounds
      * how many there can be. */

@@ -78,6 +78,7 @@ struct wconn {
     sl_conn_t *conn;
     unsigned parked;
     bool provenance; /* its client asks for provenance runs (GetElementRequest.provenance) */
+    bool tallies;    /* and for tallies (GetElementRequest.tallies) */
     struct wconn *prev, *next;
 };
 
@@ -350,18 +351,32 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
  * client now and encodes every split-done notice that is ready into
- * *notices (malloc'd, *len bytes; NULL for none). @return 0 or -ENOMEM */
-static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, uint8_t **notices, size_t *len,
-                     uint64_t *done_below)
+ * *buf (malloc'd, *notices_len bytes; NULL for none), followed, when the
+ * client asked for them (tally), by the batch's tallies (*tally_len bytes:
+ * 0 when it has none or there is no memory for them; the client then
+ * decodes the provenance instead). @return 0 or -ENOMEM (for the notices) */
+static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint8_t **buf, size_t *notices_len,
+                     size_t *tally_len, uint64_t *done_below)
 {
     sl_split_done_rec_t *recs = NULL;
     unsigned n = 0;
-    *notices = NULL;
-    *len = 0;
+    *buf = NULL;
+    *notices_len = *tally_len = 0;
     int rc = sl_task_batch_sent(task, b, &recs, &n, done_below);
     if (rc == 0 && n > 0)
-        rc = sl_provwire_encode_done(recs, n, notices, len);
+        rc = sl_provwire_encode_done(recs, n, buf, notices_len);
     free(recs);
+    uint8_t *t = NULL;
+    size_t tlen = 0;
+    if (rc == 0 && tally && b && b->ntally > 0 && sl_provwire_encode_done(b->tally, b->ntally, &t, &tlen) == 0) {
+        uint8_t *p = realloc(*buf, *notices_len + tlen);
+        if (p) {
+            memcpy(p + *notices_len, t, tlen);
+            *buf = p;
+            *tally_len = tlen;
+        }
+    }
+    free(t);
     return rc;
 }
 
@@ -410,10 +425,17 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     }
     /* Notices that cannot be encoded now wait in the task for a later
      * frame (done_below stays below them). */
-    (void)fill_done(wt->task, b, &sv->notices, &sv->notices_len, &resp->done_below);
-    if (sv->notices) {
+    size_t notices_len = 0, tally_len = 0;
+    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire, &sv->notices, &notices_len,
+                    &tally_len, &resp->done_below);
+    sv->notices_len = notices_len + tally_len;
+    if (notices_len > 0) {
         resp->notices_offset = b->size + resp->provenance_length;
-        resp->notices_length = sv->notices_len;
+        resp->notices_length = notices_len;
+    }
+    if (tally_len > 0) {
+        resp->tallies_offset = b->size + resp->provenance_length + notices_len;
+        resp->tallies_length = tally_len;
     }
     if (how->seq > 0)
         sl_holders_keep(wt->holders, how->client_id, how->seq, sv, now_us() / 1000);
@@ -473,8 +495,8 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         /* The end carries every notice that is left, as the payload. */
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
         uint8_t *notices = NULL;
-        size_t notices_len = 0;
-        if (fill_done(wt->task, NULL, &notices, &notices_len, &end.done_below) < 0) {
+        size_t notices_len = 0, no_tally;
+        if (fill_done(wt->task, NULL, false, &notices, &notices_len, &no_tally, &end.done_below) < 0) {
             sl_conn_send_error(wc->conn, request_id, -ENOMEM,
                                "worker %s is out of memory for the split-done notices of task %" PRIu64, w->address,
                                task_id);
@@ -544,6 +566,7 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     wc->provenance = req->provenance;
+    wc->tallies = req->tallies;
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
     struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;

@@ -394,7 +394,8 @@ Test(provenance, bad_skip_runs_fail_with_eproto)
 
 /* The accounting the worker does, on a pipeline with shuffle, filter and
  * batch(drop_remainder) over DYNAMIC splits: every batch is "sent" as it
- * comes; at the end every split has exactly one done notice whose delivered
+ * comes, and its tallies count its records split by split, one row a
+ * split (half the batches are sent by those rows, half run by run); at the end every split has exactly one done notice whose delivered
  * count is its records in the batches, and batches plus drops account for
  * every record. */
 Test(provenance, settling_is_exact_with_shuffle_filter_drop_remainder)
@@ -425,15 +426,34 @@ Test(provenance, settling_is_exact_with_shuffle_filter_drop_remainder)
             break;
         size_t n;
         uint64_t *pos = positions(b, &n);
+        uint64_t in_this[(N + SPLIT - 1) / SPLIT] = {0};
         for (size_t i = 0; i < n; i++) {
             cr_assert(!seen[pos[i]], "record %lu twice", (unsigned long)pos[i]);
             seen[pos[i]] = true;
             in_batches[pos[i] / SPLIT]++;
+            in_this[pos[i] / SPLIT]++;
         }
         free(pos);
         sent += n;
-        sl_split_track_settle(k.track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_OUT);
-        sl_split_track_settle(k.track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
+        sl_split_done_t tally[(N + SPLIT - 1) / SPLIT];
+        cr_assert_leq(sl_split_track_size(k.track), (N + SPLIT - 1) / SPLIT);
+        unsigned nt = sl_split_track_out(k.track, sl_wire_batch_prov(b), b->prov_n, tally);
+        unsigned splits_in_this = 0;
+        for (size_t s = 0; s < ns; s++)
+            splits_in_this += in_this[s] > 0;
+        cr_assert_eq(nt, splits_in_this, "a row for each split the batch reaches, once");
+        for (unsigned i = 0; i < nt; i++) {
+            size_t s = tally[i].split_id - 100;
+            cr_assert_eq(tally[i].begin, splits[s].begin);
+            cr_assert_eq(tally[i].end, splits[s].end);
+            cr_assert_eq(tally[i].delivered, in_this[s], "split %zu: tallied %lu of %lu", s,
+                         (unsigned long)tally[i].delivered, (unsigned long)in_this[s]);
+        }
+        /* Sent as the worker sends: by its rows (every other batch) or run by run. */
+        if (sent / 32 % 2)
+            sl_split_track_sent_rows(k.track, tally, nt);
+        else
+            sl_split_track_settle(k.track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
         if (sl_split_track_size(k.track) > max_tracked)
             max_tracked = sl_split_track_size(k.track);
         unsigned got = sl_split_track_collect(k.track, recs, 64);
