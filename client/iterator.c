@@ -644,6 +644,7 @@ static void pump(sl_iterator_t *it)
                     t->next_seq = 1;
                 sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                                 .provenance = it->opts.provenance > 0 || it->track,
+                                                .tallies = it->track,
                                                 .seq = again ? t->fly[t->fly_sent] : t->next_seq,
                                                 .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
                 memcpy(req.task_key, t->key, sizeof req.task_key);
@@ -1330,7 +1331,8 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
     const uint8_t *prov = b ? b->prov_wire : NULL;
     size_t prov_len = b && b->num_prov > 0 ? b->prov_wire_len : 0;
     uint64_t num_records = b ? b->num_records : 0;
-    sl__ledger_add(&it->ledger, prov, prov_len, num_records, done, ndone, !b);
+    sl__ledger_add_tallied(&it->ledger, prov, prov_len, num_records, b ? b->tally : NULL, b ? b->num_tally : 0,
+                           done, ndone, !b);
     if (it->opts.ledger_deltas > 0)
         sl__delta_log_batch(&it->deltas, prov, prov_len, num_records, done, ndone, !b);
 }

@@ -20,6 +20,24 @@
 
 #define LEDGER_BATCHES 8 /* batches whose runs wait at least before they go into got at once */
 
+/* Lazy provenance's bounds: the splits whose notice has not come (a
+ * shuffle buffer spans a few dozen; more only when notices are lost with a
+ * worker), and log's bytes: about 3 a shuffled record, so 6 a run of
+ * max_runs is more than the runs a ledger may hold anyway. */
+#define LAZY_MAX_KEYS 65536
+#define LAZY_LOG_MIN (1u << 20)
+
+struct sl_lazy_entry {
+    uint64_t num_records;
+    uint32_t len;   /* its bytes in log */
+    uint32_t nkeys; /* its keys in keys */
+};
+
+struct sl_lazy_key {
+    uint32_t epoch, file;
+    uint64_t begin;
+};
+
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
  * the positions given to the caller. Version 4 (written): as version 3
  * with a u64 after the flags: every epoch below it was given whole, and
@@ -69,9 +87,10 @@ size_t sl__ledger_max_runs(const sl_iterator_opts_t *opts)
 
 void sl__ledger_init(sl_ledger_t *l, size_t max_runs)
 {
-    *l = (sl_ledger_t){.max_runs = max_runs};
+    *l = (sl_ledger_t){.max_runs = max_runs, .log_max = 6 * max_runs > LAZY_LOG_MIN ? 6 * max_runs : LAZY_LOG_MIN};
     sl_posset_init(&l->restored, max_runs);
     sl_posset_init(&l->got, max_runs);
+    sl__tally_init(&l->open, LAZY_MAX_KEYS);
 }
 
 void sl__ledger_free(sl_ledger_t *l)
@@ -83,6 +102,15 @@ void sl__ledger_free(sl_ledger_t *l)
     l->runs = NULL;
     l->done = NULL;
     l->num = l->cap = l->ndone = 0;
+    free(l->ent);
+    free(l->log);
+    free(l->keys);
+    l->ent = NULL;
+    l->log = NULL;
+    l->keys = NULL;
+    l->ent_head = l->ent_num = l->ent_cap = l->log_head = l->log_len = l->log_cap = 0;
+    l->key_head = l->key_num = l->key_cap = 0;
+    sl__tally_free(&l->open);
 }
 
 /* The index of the first run of s of epoch `below` or later (runs are
@@ -119,6 +147,8 @@ static void drop_below(sl_posset_t *s, uint64_t below)
     }
 }
 
+static void lazy_drop(sl_ledger_t *l);
+
 /* Every epoch below `below` was given whole: only the number is kept. */
 static void fold(sl_ledger_t *l, uint64_t below)
 {
@@ -127,6 +157,9 @@ static void fold(sl_ledger_t *l, uint64_t below)
     l->epochs_done = below;
     drop_below(&l->restored, below);
     drop_below(&l->got, below);
+    /* The waiting batches' records of those epochs matter no more. */
+    sl__tally_drop_below(&l->open, below);
+    lazy_drop(l);
 }
 
 int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64_t epochs_done, char *err,
@@ -155,6 +188,22 @@ size_t sl__ledger_runs(const sl_ledger_t *l)
     return l->restored.num + l->got.num;
 }
 
+/* What the ledger received no longer fits (or there was no memory for
+ * it): nothing is recorded from now on. */
+static void fail(sl_ledger_t *l, int rc)
+{
+    if (l->rc < 0)
+        return;
+    l->rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
+    /* Nothing else would tell the trainer before a checkpoint fails or a
+     * worker dies. */
+    fprintf(stderr,
+            "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
+            "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
+            "now on may deliver some elements twice\n",
+            l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs);
+}
+
 /* Room for n runs in l->runs. 0 or -ENOMEM */
 static int runs_room(sl_ledger_t *l, size_t n)
 {
@@ -169,14 +218,162 @@ static int runs_room(sl_ledger_t *l, size_t n)
     return 0;
 }
 
+/* Grows *arr (of *cap elements of size bytes) to hold want. 0 or -ENOMEM */
+static int room(void **arr, size_t *cap, size_t want, size_t size)
+{
+    if (want <= *cap)
+        return 0;
+    size_t n = *cap * 2 > want ? *cap * 2 : want;
+    void *p = realloc(*arr, n * size);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
+/* Decodes a batch's provenance into the runs that wait. 0 or < 0 */
+static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records)
+{
+    /* At most one run a record, and a run takes 2 bytes at least
+     * (provwire.h): room by what arrived, not by what it claims. */
+    uint64_t n = 0, most = num_records < prov_len / 2 ? num_records : prov_len / 2;
+    int rc = runs_room(l, l->num + (size_t)most);
+    if (rc == 0)
+        rc = sl_provwire_read(prov, prov_len, num_records, l->runs + l->num, &n, NULL, 0);
+    l->num += (size_t)n;
+    return rc;
+}
+
+/* Decodes every batch lazy provenance keeps into the runs that wait. The
+ * splits' counts stay (notices still to come check them). 0 or < 0 */
+static int lazy_flush(sl_ledger_t *l)
+{
+    int rc = 0;
+    size_t at = l->log_head;
+    for (size_t i = l->ent_head; i < l->ent_num && rc == 0; i++) {
+        rc = decode_into_runs(l, l->log + at, l->ent[i].len, l->ent[i].num_records);
+        at += l->ent[i].len;
+    }
+    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+    return rc;
+}
+
+/* Lets go of the oldest batches whose every split was given whole (its key
+ * gone from open): their records are in the whole splits' runs. */
+static void lazy_drop(sl_ledger_t *l)
+{
+    while (l->ent_head < l->ent_num) {
+        const struct sl_lazy_entry *e = &l->ent[l->ent_head];
+        uint64_t count;
+        for (uint32_t k = 0; k < e->nkeys; k++) {
+            const struct sl_lazy_key *key = &l->keys[l->key_head + k];
+            if (sl__tally_get(&l->open, key->epoch, key->file, key->begin, &count))
+                return;
+        }
+        l->log_head += e->len;
+        l->key_head += e->nkeys;
+        l->ent_head++;
+    }
+    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+}
+
+/* Moves what is kept to the front once the part let go is half of it. */
+static void lazy_compact(sl_ledger_t *l)
+{
+    if (l->ent_head > 0 && l->ent_head >= l->ent_num / 2) {
+        memmove(l->ent, l->ent + l->ent_head, (l->ent_num - l->ent_head) * sizeof *l->ent);
+        l->ent_num -= l->ent_head;
+        l->ent_head = 0;
+        memmove(l->log, l->log + l->log_head, l->log_len - l->log_head);
+        l->log_len -= l->log_head;
+        l->log_head = 0;
+        memmove(l->keys, l->keys + l->key_head, (l->key_num - l->key_head) * sizeof *l->keys);
+        l->key_num -= l->key_head;
+        l->key_head = 0;
+    }
+}
+
+/* Keeps a tallied batch undecoded and counts its records into open. 0 or < 0 */
+static int lazy_append(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+                       const sl_split_done_t *tally, size_t ntally)
+{
+    if (prov_len > UINT32_MAX || ntally > UINT32_MAX)
+        return decode_into_runs(l, prov, prov_len, num_records);
+    lazy_compact(l);
+    int rc = room((void **)&l->ent, &l->ent_cap, l->ent_num + 1, sizeof *l->ent);
+    if (rc == 0)
+        rc = room((void **)&l->log, &l->log_cap, l->log_len + prov_len, 1);
+    if (rc == 0)
+        rc = room((void **)&l->keys, &l->key_cap, l->key_num + ntally, sizeof *l->keys);
+    for (size_t i = 0; i < ntally && rc == 0; i++) {
+        const sl_split_done_t *t = &tally[i];
+        rc = sl__tally_add(&l->open, t->epoch, t->file_index, t->begin, t->delivered);
+        if (rc == -ENOSPC) {
+            /* Too many splits wait for their notices (notices lost with a
+             * worker): the counts go, and what they would have let go is
+             * decoded. Splits counted from here on are counted from here,
+             * so they do not look whole; the rows before i are kept. */
+            rc = lazy_flush(l);
+            if (rc == 0) {
+                sl__tally_clear(&l->open);
+                for (size_t j = 0; j <= i && rc == 0; j++)
+                    rc = sl__tally_add(&l->open, tally[j].epoch, tally[j].file_index, tally[j].begin,
+                                       tally[j].delivered);
+            }
+        }
+    }
+    if (rc < 0)
+        return rc;
+    memcpy(l->log + l->log_len, prov, prov_len);
+    l->log_len += prov_len;
+    for (size_t i = 0; i < ntally; i++)
+        l->keys[l->key_num + i] = (struct sl_lazy_key){tally[i].epoch, tally[i].file_index, tally[i].begin};
+    l->key_num += ntally;
+    l->ent[l->ent_num++] = (struct sl_lazy_entry){num_records, (uint32_t)prov_len, (uint32_t)ntally};
+    return 0;
+}
+
+/* The notices of a batch given: a split lazy provenance counts is checked
+ * now (given whole: its run waits in runs, and the batches it kept may go;
+ * not whole: the kept batches are decoded, so that the split's holes stay
+ * holes); the others wait for the sync's check against got. 0 or < 0 */
+static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone)
+{
+    int rc = 0;
+    bool flush = false;
+    for (size_t i = 0; i < ndone && rc == 0; i++) {
+        const sl_split_done_t *d = &done[i];
+        uint64_t count;
+        if (!sl__tally_get(&l->open, d->epoch, d->file_index, d->begin, &count)) {
+            rc = sl__notices_append(&l->done, &l->ndone, d, 1);
+            continue;
+        }
+        sl__tally_remove(&l->open, d->epoch, d->file_index, d->begin);
+        if (count == d->delivered && d->end > d->begin && d->epoch >= l->epochs_done) {
+            rc = runs_room(l, l->num + 1);
+            if (rc == 0)
+                l->runs[l->num++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
+        } else {
+            flush = true;
+        }
+    }
+    if (rc == 0 && flush)
+        rc = lazy_flush(l);
+    return rc;
+}
+
 /* The waiting runs go in at once, sorted and merged in one pass
  * (sl_provenance_run_t has sl_posrun_t's layout); then each waiting notice
  * whose split the caller was given every delivered record of fills the
  * split's holes, all in one more merge. A notice comes after every batch
- * with records of its split, so counting now is as counting when it came. */
-void sl__ledger_sync(sl_ledger_t *l)
+ * with records of its split, so counting now is as counting when it came
+ * (a split whose records lazy provenance keeps undecoded was checked when
+ * its notice came: notices_add()). */
+static void merge(sl_ledger_t *l, int rc)
 {
-    int rc = l->rc;
+    if (l->rc < 0)
+        return;
     if (l->epochs_done > 0) {
         /* Runs of done epochs (a batch that waited while its epoch was
          * folded) are in the number already. */
@@ -199,39 +396,45 @@ void sl__ledger_sync(sl_ledger_t *l)
     }
     if (rc == 0 && fill > 0)
         rc = sl_posset_add_many(&l->got, l->runs, fill);
-    if (rc < 0 && l->rc == 0) {
-        l->rc = rc == -ENOSPC ? SL_ETOOBIG : rc;
-        /* Nothing else would tell the trainer before a checkpoint fails or
-         * a worker dies. */
-        fprintf(stderr,
-                "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
-                "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
-                "now on may deliver some elements twice\n",
-                l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs);
-    }
+    if (rc < 0)
+        fail(l, rc);
     l->num = l->ndone = 0;
     l->batches = 0;
+}
+
+void sl__ledger_sync(sl_ledger_t *l)
+{
+    if (l->rc < 0)
+        return;
+    merge(l, lazy_flush(l));
 }
 
 void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                     const sl_split_done_t *done, size_t ndone, bool last)
 {
+    sl__ledger_add_tallied(l, prov, prov_len, num_records, NULL, 0, done, ndone, last);
+}
+
+void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+                            const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
+                            bool last)
+{
     if (l->rc < 0)
         return;
     int rc = 0;
-    if (prov_len > 0) {
-        /* At most one run a record, and a run takes 2 bytes at least
-         * (provwire.h): room by what arrived, not by what it claims. */
-        uint64_t n = 0, most = num_records < prov_len / 2 ? num_records : prov_len / 2;
-        rc = runs_room(l, l->num + (size_t)most);
-        if (rc == 0)
-            rc = sl_provwire_read(prov, prov_len, num_records, l->runs + l->num, &n, NULL, 0);
-        l->num += (size_t)n;
-    }
+    if (prov_len > 0 && ntally > 0)
+        rc = lazy_append(l, prov, prov_len, num_records, tally, ntally);
+    else if (prov_len > 0)
+        rc = decode_into_runs(l, prov, prov_len, num_records);
     if (rc == 0)
-        rc = sl__notices_append(&l->done, &l->ndone, done, ndone);
+        rc = notices_add(l, done, ndone);
+    if (rc == 0) {
+        lazy_drop(l);
+        if (l->log_len - l->log_head > l->log_max)
+            rc = lazy_flush(l);
+    }
     if (rc < 0) {
-        l->rc = rc;
+        fail(l, rc);
         return;
     }
     /* The caller now has every batch that waited when the dispatcher said
@@ -244,9 +447,11 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
      * behind a large shuffle is most of it (its holes): so the runs wait
      * until they are a quarter of got, for a constant cost a run, and at
      * least LEDGER_BATCHES batches, when the holes between them have mostly
-     * filled. */
-    if (last || (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num))
+     * filled. The end decodes what lazy provenance keeps too. */
+    if (last)
         sl__ledger_sync(l);
+    else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num)
+        merge(l, 0);
 }
 
 /* Adds the runs of epochs from `from` on to set. 0 or a posset error. */

@@ -29,6 +29,7 @@
 
 #include "posset.h"
 #include "sluice.h"
+#include "tally.h"
 
 typedef struct sl_ledger {
     sl_posset_t restored, got; /* runs of epochs from epochs_done on only */
@@ -43,6 +44,20 @@ typedef struct sl_ledger {
     sl_split_done_t *done;
     size_t ndone;
     unsigned batches;
+    /* Lazy provenance: the batches that came with tallies, oldest first,
+     * one entry a batch, their provenance kept as the wire had it (log)
+     * with the keys of the splits their tallies name (keys), until every
+     * split an entry reaches is whole; then the entry goes undecoded, the
+     * splits being in got (or runs) as whole runs. Decoded into runs when
+     * the ledger syncs (a checkpoint, a report, a fold), when a split's
+     * notice finds it was not given whole, and when log passes log_max. */
+    struct sl_lazy_entry *ent;
+    size_t ent_head, ent_num, ent_cap; /* entries [ent_head, ent_num) */
+    uint8_t *log;
+    size_t log_head, log_len, log_cap, log_max;
+    struct sl_lazy_key *keys;
+    size_t key_head, key_num, key_cap;
+    sl_tally_t open; /* records given of each split whose notice has not come */
     size_t max_runs; /* of restored, got, a report, a checkpoint */
     uint64_t job_id; /* named in the overflow's message */
     int rc;          /* < 0: got overflowed or ran out of memory; nothing is recorded any more */
@@ -87,7 +102,19 @@ size_t sl__ledger_runs(const sl_ledger_t *l);
 void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                     const sl_split_done_t *done, size_t ndone, bool last);
 
-/** Merges what waits into got. On overflow says so once on stderr and sets rc. */
+/**
+ * sl__ledger_add() for a batch that came with tallies (ntally rows counting
+ * every one of its num_records records split by split;
+ * GetElementResponse.tallies_offset): its provenance is kept undecoded
+ * until a sync needs it, and goes without being decoded once every split it
+ * reaches was given whole. ntally 0 is sl__ledger_add().
+ */
+void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+                            const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
+                            bool last);
+
+/** Merges what waits into got (decoding what lazy provenance kept). On
+ *  overflow says so once on stderr and sets rc. */
 void sl__ledger_sync(sl_ledger_t *l);
 
 /**

@@ -18,6 +18,7 @@ void sl__batch_free(struct sl_batch *b)
     sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
     free(b->prov);
     free(b->done);
+    free(b->tally);
     free(b);
 }
 
@@ -35,38 +36,78 @@ int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t
     return 0;
 }
 
-/* The split-done notices of a GET_ELEMENT answer whose payload is size
- * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
- * them. They take at most a sixth of the payload, which the frame limit
+/* Rows in the form of split-done notices at [off, off + len) of a
+ * GET_ELEMENT answer's payload of size bytes (what: "split-done notices",
+ * "tallies"): checked and decoded into *out (malloc'd, NULL for none), *n of
+ * them. They take at most a sixth of their bytes, which the frame limit
  * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err */
-int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
-                             sl_split_done_t **out, size_t *n, char *err, size_t errlen)
+static int rows_from_wire(uint64_t task_id, uint64_t off, uint64_t len, const char *what, const uint8_t *payload,
+                          size_t size, sl_split_done_t **out, size_t *n, char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
-    if (resp->notices_length == 0)
+    if (len == 0)
         return 0;
-    if (resp->notices_offset > size || resp->notices_length > size - resp->notices_offset)
+    if (off > size || len > size - off)
         return sl_errf(err, errlen, SL_EPROTO,
-                       "task %" PRIu64 ": split-done notices at [%" PRIu64 ", +%" PRIu64
-                       ") are outside the payload of %zu bytes",
-                       resp->task_id, resp->notices_offset, resp->notices_length, size);
-    const uint8_t *p = payload + resp->notices_offset;
-    size_t len = (size_t)resp->notices_length;
+                       "task %" PRIu64 ": %s at [%" PRIu64 ", +%" PRIu64 ") are outside the payload of %zu bytes",
+                       task_id, what, off, len, size);
+    const uint8_t *p = payload + off;
     char why[300];
     uint64_t num = 0;
-    int rc = sl_provwire_read_done(p, len, NULL, &num, why, sizeof why);
+    int rc = sl_provwire_read_done(p, (size_t)len, NULL, &num, why, sizeof why);
     if (rc == 0 && num > 0) {
         if (!(*out = malloc((size_t)num * sizeof **out)))
-            return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " split-done notices", num);
-        rc = sl_provwire_read_done(p, len, *out, &num, why, sizeof why);
+            return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " %s", num, what);
+        rc = sl_provwire_read_done(p, (size_t)len, *out, &num, why, sizeof why);
     }
     if (rc < 0) {
         free(*out);
         *out = NULL;
-        return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s", resp->task_id, why);
+        return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s: %s", task_id, what, why);
     }
     *n = (size_t)num;
+    return 0;
+}
+
+int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
+                          sl_split_done_t **out, size_t *n, char *err, size_t errlen)
+{
+    return rows_from_wire(resp->task_id, resp->notices_offset, resp->notices_length, "split-done notices", payload,
+                          size, out, n, err, errlen);
+}
+
+/* The batch's tallies (GetElementResponse.tallies_offset), kept in b when
+ * they count every record its provenance counts (else the ledger decodes
+ * the provenance). @return 0, SL_EPROTO or -ENOMEM with a message in err */
+static int tallies_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
+                             struct sl_batch *b, char *err, size_t errlen)
+{
+    sl_split_done_t *rows;
+    size_t n;
+    int rc = rows_from_wire(resp->task_id, resp->tallies_offset, resp->tallies_length, "tallies", payload, size,
+                            &rows, &n, err, errlen);
+    if (rc < 0 || n == 0)
+        return rc;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].delivered == 0 || rows[i].delivered > b->num_records - sum) {
+            sl_split_done_t r = rows[i];
+            free(rows);
+            return sl_errf(err, errlen, SL_EPROTO,
+                           "task %" PRIu64 ": tally %zu (split [%" PRIu64 ", %" PRIu64 ") of file %" PRIu32
+                           " of epoch %" PRIu32 ") counts %" PRIu64 " records: %s",
+                           resp->task_id, i, r.begin, r.end, r.file_index, r.epoch, r.delivered,
+                           r.delivered == 0 ? "none" : "more than the batch's provenance has");
+        }
+        sum += rows[i].delivered;
+    }
+    if (sum != b->num_records || b->num_prov == 0) {
+        free(rows); /* not every record: not usable */
+        return 0;
+    }
+    b->tally = rows;
+    b->num_tally = n;
     return 0;
 }
 
@@ -81,6 +122,8 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
         tensors = (size_t)resp->provenance_offset;
     if (resp->notices_length > 0 && resp->notices_offset < tensors)
         tensors = (size_t)resp->notices_offset;
+    if (resp->tallies_length > 0 && resp->tallies_offset < tensors)
+        tensors = (size_t)resp->tallies_offset;
     sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
                           .data = payload, .size = tensors};
     for (int i = 0; i < wb.num_components; i++) {
@@ -123,21 +166,22 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
         free(payload);
         return NULL;
     }
-    if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0) {
+    b->num_records = resp->num_records ? resp->num_records : resp->num_elements;
+    b->num_prov = (size_t)num_prov;
+    if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0 ||
+        tallies_from_wire(resp, payload, size, b, err, errlen) < 0) {
         sl__batch_free(b);
         free(payload);
         return NULL;
     }
     b->task_id = resp->task_id;
     b->num_elements = wb.num_elements;
-    b->num_records = resp->num_records ? resp->num_records : resp->num_elements;
     b->num_tensors = wb.num_components;
     b->payload = payload;
-    b->num_prov = (size_t)num_prov;
     b->prov_wire = payload + resp->provenance_offset;
     b->prov_wire_len = (size_t)resp->provenance_length;
-    /* The tensors' bytes: the provenance and notices after them are not
-     * counted. */
+    /* The tensors' bytes: the provenance, notices and tallies after them
+     * are not counted. */
     b->size = tensors;
     for (int i = 0; i < wb.num_components; i++) {
         const sl_component_t *c = &wb.components[i];

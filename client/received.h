@@ -35,6 +35,10 @@ struct sl_batch {
     size_t num_prov;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
+    /* The tallies (GetElementResponse.tallies_offset): owned, num_tally
+     * rows, NULL unless they count every record of the provenance. */
+    sl_split_done_t *tally;
+    size_t num_tally;
     struct sl_batch *next;
 };
 

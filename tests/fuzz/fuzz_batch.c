@@ -2,7 +2,7 @@
  * fuzz_batch.c: libFuzzer target for the client's check of a worker's
  * batch (client/received.c, sl__batch_from_wire, with protocol/batch.c's
  * sl_wire_batch_validate): what a GET_ELEMENT answer says of its tensors,
- * provenance and split-done notices, against the payload that came with
+ * provenance, split-done notices and tallies, against the payload that came with
  * it, before the trainer gets pointers into it.
  *
  * The input: a u16 (little-endian) length, that many bytes of an encoded
@@ -13,7 +13,8 @@
  * aligned to its dtype, its size what its dtype and shape (or its row
  * splits) say, every string of a bytes tensor inside the tensor, row splits
  * from 0 and never decreasing, provenance runs that count the batch's
- * elements, and notices in range.
+ * elements, notices in range, and tallies kept only when they count
+ * every record.
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_batch).
  */
 #include <errno.h>
@@ -130,6 +131,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(ndone <= plen / 6 + 1);
     for (size_t i = 0; i < ndone; i++)
         CHECK(done[i].end >= done[i].begin && done[i].delivered <= done[i].end - done[i].begin);
+    /* Tallies are kept only when they count every record of the provenance. */
+    CHECK((b->tally != NULL) == (b->num_tally > 0));
+    if (b->tally) {
+        uint64_t sum = 0;
+        CHECK(b->num_prov > 0);
+        for (size_t i = 0; i < b->num_tally; i++) {
+            CHECK(b->tally[i].delivered >= 1 && b->tally[i].delivered <= b->tally[i].end - b->tally[i].begin);
+            sum += b->tally[i].delivered;
+        }
+        CHECK(sum == b->num_records);
+    }
     sl_batch_release(b);
     free(resp);
     return 0;
