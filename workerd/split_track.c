@@ -21,7 +21,7 @@ struct entry {
     uint64_t read;        /* records the source yielded; final once read_done */
     bool read_done;
     uint64_t dropped, out, sent;
-    unsigned tally_gen, tally_ix; /* its row in the tally of the batch being sent, if tally_gen is current */
+    unsigned tally_gen, tally_ix; /* its row in the tally of the batch being counted, if tally_gen is current */
 };
 
 /* An index row: the sort key of entry e. */
@@ -49,7 +49,7 @@ struct sl_split_track {
     struct key *idx; /* n rows, sorted by (hi, begin) */
     unsigned n, cap;
     unsigned gen;
-    unsigned tally_gen; /* bumped by every sl_split_track_sent() that tallies */
+    unsigned tally_gen; /* bumped by every sl_split_track_out() that tallies */
     bool ended;
     struct cache_row cache[CACHE_SLOTS];
 };
