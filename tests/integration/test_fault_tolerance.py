@@ -499,29 +499,12 @@ class AwayClient(unittest.TestCase):
                 "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'away', '--max-outstanding', '4', '--timeout-ms', '60000']
         admin = self.cluster.dispatcher.admin_port
-        trainers, got, counts = [], [[], []], [0, 0]
         # The peer stops reading while the trainer is away (its stdout is not
         # read, so it blocks; its heartbeats go on): the epoch cannot end
         # before the away trainer is back, however fast the machine.
-        peer_reads = threading.Event()
-        peer_reads.set()
-
-        def drain(i, proc):
-            for line in proc.stdout:
-                if i == 1:
-                    peer_reads.wait()
-                if line.endswith('\n'):
-                    got[i].extend(json.loads(line)['value'])
-                    counts[i] += 1
-        threads = []
+        g = GatedTrainers(self.cluster, spec, args, gated=1)
+        trainers, got, counts, peer_reads = g.procs, g.got, g.counts, g.reads
         try:
-            for i in range(2):
-                p = subprocess.Popen(self.cluster.cat_argv(spec, args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=child_env())
-                trainers.append(p)
-                t = threading.Thread(target=drain, args=(i, p), daemon=True)
-                t.start()
-                threads.append(t)
             wait_for(lambda: min(counts) >= 20, 'both trainers to read 20 batches')
             peer_reads.clear()
             trainers[0].send_signal(signal.SIGSTOP)
@@ -540,25 +523,63 @@ class AwayClient(unittest.TestCase):
             self.assertEqual(job()['state'], 'RUNNING')
             trainers[0].send_signal(signal.SIGCONT)
             peer_reads.set()
-            errs = []
-            for p, t in zip(trainers, threads):
-                p.wait(timeout=300)
-                t.join(timeout=60)
-                errs.append(p.stderr.read())
+            ends = [g.finish(i) for i in range(2)]
         finally:
-            peer_reads.set()
-            for p in trainers:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGCONT)
-                    p.kill()
-                    p.wait()
-        for p, e in zip(trainers, errs):
-            self.assertEqual(p.returncode, 0, 'sluice-cat failed: %s' % e[-3000:])
+            g.kill()
+        for rc, err in ends:
+            self.assertEqual(rc, 0, 'sluice-cat failed: %s' % err[-3000:])
         assert_exactly_once(self, got[0] + got[1], N, 'an away trainer and a worker killed meanwhile')
         log = self.cluster.dispatcher.stderr()
         self.assertRegex(log, r'client \d+ is away: no heartbeat for \d+ ms')
         self.assertRegex(log, r'client \d+ is back after \d+ ms away')
         self.assertEqual(job()['state'], 'FINISHED')
+
+
+class GatedTrainers:
+    """Two sluice-cat trainers of one spec, their stdout drained by threads
+    into got[i] (values) and counts[i] (batches); the drain of trainer
+    `gated` waits while `reads` is clear, so that its caller stops reading
+    (its stdout blocks) while its process and its heartbeats go on."""
+
+    def __init__(self, cluster, spec, args, gated):
+        self.got, self.counts = [[], []], [0, 0]
+        self.reads = threading.Event()
+        self.reads.set()
+        self.procs, self.threads = [], []
+        try:
+            for i in range(2):
+                p = subprocess.Popen(cluster.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=child_env())
+                self.procs.append(p)
+                t = threading.Thread(target=self._drain, args=(i, p, i == gated), daemon=True)
+                t.start()
+                self.threads.append(t)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _drain(self, i, proc, gated):
+        for line in proc.stdout:
+            if gated:
+                self.reads.wait()
+            if line.endswith('\n'):
+                self.got[i].extend(json.loads(line)['value'])
+                self.counts[i] += 1
+
+    def finish(self, i, timeout=300):
+        """Waits for trainer i to exit and its drain to end: (exit code, stderr)."""
+        self.procs[i].wait(timeout=timeout)
+        self.threads[i].join(timeout=60)
+        return self.procs[i].returncode, self.procs[i].stderr.read()
+
+    def kill(self):
+        """Lets every drain read and kills what still runs (a stopped one too)."""
+        self.reads.set()
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait()
 
 
 class StalledClient(unittest.TestCase):
@@ -581,26 +602,9 @@ class StalledClient(unittest.TestCase):
         spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'stall', '--timeout-ms', '60000']
         admin = self.cluster.dispatcher.admin_port
-        trainers, got, counts = [], [[], []], [0, 0]
-        stalled_reads = threading.Event()
-        stalled_reads.set()
-
-        def drain(i, proc):
-            for line in proc.stdout:
-                if i == 0:
-                    stalled_reads.wait()
-                if line.endswith('\n'):
-                    got[i].extend(json.loads(line)['value'])
-                    counts[i] += 1
-        threads = []
+        g = GatedTrainers(self.cluster, spec, args, gated=0)
+        trainers, got, counts, stalled_reads = g.procs, g.got, g.counts, g.reads
         try:
-            for i in range(2):
-                p = subprocess.Popen(self.cluster.cat_argv(spec, args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=child_env())
-                trainers.append(p)
-                t = threading.Thread(target=drain, args=(i, p), daemon=True)
-                t.start()
-                threads.append(t)
             wait_for(lambda: min(counts) >= 5, 'both trainers to read 5 batches')
             stalled_reads.clear()   # trainer 0's caller stops reading; its process runs on
             job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
@@ -612,20 +616,13 @@ class StalledClient(unittest.TestCase):
             wait_for(lambda: job()['state'] == 'FINISHED', 'the job to finish while trainer 0 does not read',
                      timeout=300)
             self.assertIn('stalled', [c['state'] for c in job()['consumers']])
-            trainers[1].wait(timeout=300)
-            threads[1].join(timeout=60)
-            self.assertEqual(trainers[1].returncode, 0, 'the peer failed: %s' % trainers[1].stderr.read()[-3000:])
+            rc, err = g.finish(1)
+            self.assertEqual(rc, 0, 'the peer failed: %s' % err[-3000:])
             stalled_reads.set()
-            trainers[0].wait(timeout=300)
-            threads[0].join(timeout=60)
-            self.assertEqual(trainers[0].returncode, 0,
-                             'the stalled trainer failed: %s' % trainers[0].stderr.read()[-3000:])
+            rc, err = g.finish(0)
+            self.assertEqual(rc, 0, 'the stalled trainer failed: %s' % err[-3000:])
         finally:
-            stalled_reads.set()
-            for p in trainers:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            g.kill()
         assert_exactly_once(self, got[0] + got[1], n, 'a trainer that stopped reading and its peer')
         log = self.cluster.dispatcher.stderr()
         self.assertRegex(log, r'client \d+ is stalled: it heartbeats but received nothing new for \d+ ms')
