@@ -21,7 +21,7 @@ static void add_task(sl_task_t *task, void *arg)
 {
     sl_task_info_t ti;
     sl_task_info(task, &ti);
-    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:f,s:I}", "task_id",
+    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:f,s:f,s:I}", "task_id",
                           (json_int_t)ti.task_id, "job_id", (json_int_t)ti.job_id, "sharding",
                           sl_sharding_name(ti.sharding), "state", task_state_name(ti.state), "batches_produced",
                           (json_int_t)ti.batches_produced, "batches_served", (json_int_t)ti.batches_served,
@@ -29,7 +29,7 @@ static void add_task(sl_task_t *task, void *arg)
                           (json_int_t)ti.bytes_served, "buffer", "batches", (json_int_t)ti.buffered_batches, "bytes",
                           (json_int_t)ti.buffered_bytes, "capacity_batches", (json_int_t)ti.buffer_capacity_batches,
                           "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
-                          ti.pipeline_seconds, "records_skipped", (json_int_t)ti.records_skipped);
+                          ti.pipeline_seconds, "split_wait_seconds", ti.split_wait_seconds, "records_skipped", (json_int_t)ti.records_skipped);
     json_t *ops = json_array();
     for (int i = 0; i < ti.num_stages; i++) {
         const sl_pipeline_op_stats_t *st = &ti.stages[i];

@@ -88,6 +88,8 @@ struct sl_task {
     double split_taken_at;   /* when the pipeline took its last split; 0: none yet */
     uint64_t split_taken_records;
     double split_waited;     /* seconds waited in next_split() since then */
+    double split_wait_total; /* seconds waited in next_split() in all, but the wait under way */
+    double split_wait_since; /* when the wait under way (split_wait) began */
     double window_seconds;
     uint64_t window_records;
     /* Counters for the status. */
@@ -264,8 +266,11 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         t->working = false;
         t->split_wait = true;
         double w0 = seconds_now();
+        t->split_wait_since = w0;
         pthread_cond_wait(&t->wake, &t->mu);
-        t->split_waited += seconds_now() - w0;
+        double waited = seconds_now() - w0;
+        t->split_waited += waited;
+        t->split_wait_total += waited;
         t->split_wait = false;
     }
     t->working = true;
@@ -617,6 +622,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .buffer_capacity_batches = t->cfg.buffer_batches,
         .buffer_capacity_bytes = t->cfg.buffer_bytes,
         .pipeline_seconds = t->pipeline_seconds,
+        .split_wait_seconds = t->split_wait_total + (t->split_wait ? seconds_now() - t->split_wait_since : 0),
         .records_skipped = t->records_skipped,
     };
     pthread_mutex_unlock(&t->mu);

@@ -120,6 +120,7 @@ typedef struct sl_task_info {
     unsigned buffer_capacity_batches;
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */
+    double split_wait_seconds; /* DYNAMIC: of that, waiting for the dispatcher's splits */
     uint64_t records_skipped;  /* corrupt records skipped (tfrecord, on_corrupt "skip") */
     int num_stages;            /* time per pipeline stage, source first (0 when the
                                   pipeline could not be built) */

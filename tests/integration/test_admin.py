@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -293,6 +294,35 @@ class Admin(unittest.TestCase):
         rc, out, err = consumer.finish()
         self.assertEqual(rc, 0, err)
         self.assertEqual(sorted(values(parse_jsonl(out), 'value')), list(range(2000000)))
+
+    def test_a_dynamic_task_counts_its_wait_for_splits(self):
+        # The dispatcher stopped (SIGSTOP) while a DYNAMIC job reads fast: the
+        # worker's queued splits run out, and its pipeline waits for more.
+        # Unbounded range, so the job cannot end meanwhile.
+        c = Cluster(workers=1)
+        self.addCleanup(c.close)
+        c.wait_workers_registered(1)
+        name = 'starved-%d' % os.getpid()
+        p = subprocess.Popen(c.cat_argv(LONG, ['--sharding', 'dynamic', '--job-name', name, '--timeout-ms', '120000'],
+                                        fmt='count'),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (p.kill(), p.wait(), p.stderr.close()))
+
+        def task():
+            tasks = [t for t in http(c.workers[0].admin_port, '/v1/tasks')[1]['tasks'] if t['state'] == 'RUNNING']
+            return tasks[0] if tasks and tasks[0]['batches_produced'] > 0 else None
+        before = wait_for(task, what='the task to make batches')['split_wait_seconds']
+        self.assertGreaterEqual(before, 0)
+        os.kill(c.dispatcher.proc.pid, signal.SIGSTOP)
+        try:
+            waited = wait_for(lambda: (task() or {}).get('split_wait_seconds', 0) >= before + 0.5,
+                              what='the pipeline to wait half a second for splits')
+        finally:
+            os.kill(c.dispatcher.proc.pid, signal.SIGCONT)
+        self.assertTrue(waited)
+        # Splits again: the pipeline makes batches again.
+        made = task()['batches_produced']
+        wait_for(lambda: task()['batches_produced'] > made + 10, what='batches after the dispatcher came back')
 
     def test_error_answers(self):
         st, body, _ = http(self.a, '/no/such/path')
