@@ -204,20 +204,6 @@ static void fail(sl_ledger_t *l, int rc)
             l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs);
 }
 
-/* Room for n runs in l->runs. 0 or -ENOMEM */
-static int runs_room(sl_ledger_t *l, size_t n)
-{
-    if (n <= l->cap)
-        return 0;
-    size_t cap = l->cap * 2 > n ? l->cap * 2 : n;
-    sl_provenance_run_t *p = realloc(l->runs, cap * sizeof *p);
-    if (!p)
-        return -ENOMEM;
-    l->runs = p;
-    l->cap = cap;
-    return 0;
-}
-
 /* Grows *arr (of *cap elements of size bytes) to hold want. 0 or -ENOMEM */
 static int room(void **arr, size_t *cap, size_t want, size_t size)
 {
@@ -230,6 +216,12 @@ static int room(void **arr, size_t *cap, size_t want, size_t size)
     *arr = p;
     *cap = n;
     return 0;
+}
+
+/* Room for n runs in l->runs. 0 or -ENOMEM */
+static int runs_room(sl_ledger_t *l, size_t n)
+{
+    return room((void **)&l->runs, &l->cap, n, sizeof *l->runs);
 }
 
 /* Decodes a batch's provenance into the runs that wait. 0 or < 0 */
@@ -245,6 +237,12 @@ static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
     return rc;
 }
 
+/* Lazy provenance keeps nothing (its memory stays for later batches). */
+static void lazy_reset(sl_ledger_t *l)
+{
+    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+}
+
 /* Decodes every batch lazy provenance keeps into the runs that wait. The
  * splits' counts stay (notices still to come check them). 0 or < 0 */
 static int lazy_flush(sl_ledger_t *l)
@@ -255,7 +253,7 @@ static int lazy_flush(sl_ledger_t *l)
         rc = decode_into_runs(l, l->log + at, l->ent[i].len, l->ent[i].num_records);
         at += l->ent[i].len;
     }
-    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+    lazy_reset(l);
     return rc;
 }
 
@@ -275,7 +273,7 @@ static void lazy_drop(sl_ledger_t *l)
         l->key_head += e->nkeys;
         l->ent_head++;
     }
-    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+    lazy_reset(l);
 }
 
 /* Moves what is kept to the front once the part let go is half of it. */
