@@ -137,7 +137,7 @@ class LongRun(unittest.TestCase):
         # was written (the runs and values read before it).
         kept_runs, kept_values = [], []
         marks = []  # (len(kept_runs), len(kept_values)) at each checkpoint
-        sizes, dones = [], []
+        sizes, dones, reads = [], [], []
         resume = None
         went_back = False
         i = 0
@@ -163,6 +163,7 @@ class LongRun(unittest.TestCase):
                                  (where, i, done, read))
             sizes.append(size)
             dones.append(done)
+            reads.append(read)
             marks.append((len(kept_runs), len(kept_values)))
             resume = ckpt
             if i == back_after and not went_back:
@@ -197,9 +198,11 @@ class LongRun(unittest.TestCase):
             counts[v] += 1
         wrong = [(v, c) for v, c in enumerate(counts) if c != EPOCHS]
         self.assertEqual(wrong, [], '%s: records not read %d times (first %s)' % (where, EPOCHS, wrong[:5]))
-        # The done epochs did follow: the last checkpoint's are past the
-        # first half of the run (each process hears several answers).
-        self.assertGreater(dones[-1], EPOCHS // 2, '%s: done epochs %s' % (where, dones))
+        # The done epochs did follow: the last checkpoint's are past half of
+        # the epochs read when it was written (each process hears several
+        # answers). Not half of the run: going back far leaves the last
+        # checkpoint early in it (back from 11 to 2 of 15 puts it at 40%).
+        self.assertGreater(dones[-1], reads[-1] // 2, '%s: done epochs %s of epochs read %s' % (where, dones, reads))
         print('long run %s: %d checkpoints of at most %d bytes, done epochs up to %d' %
               (where, len(sizes), max(sizes), max(dones)))
 
