@@ -10,7 +10,9 @@
  *   task_key      = HMAC-SHA256(secret, "task" || task_id)[0..16)
  *   worker_secret = HMAC-SHA256(secret, "worker" || worker_id)[0..16)
  *
- * ids as 8 big-endian bytes each (docs/protocol.md, "Ownership").
+ * ids as 8 big-endian bytes each (docs/protocol.md, "Ownership"). The
+ * task key goes to the task's worker only; each client gets its own key to
+ * the task, derived from it (protocol/taskkey.h).
  */
 #ifndef SL_DCAPS_H
 #define SL_DCAPS_H

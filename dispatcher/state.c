@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "errbuf.h"
@@ -62,6 +63,7 @@
 #include "outstanding.h"
 #include "policy.h"
 #include "spec.h"
+#include "taskkey.h"
 
 void sl_dstate_config_init(sl_dstate_config_t *cfg)
 {
@@ -684,6 +686,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
              * dispatcher's splits do). */
             d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
             sl_cap_task_key(st->secret, t->id, d->task_key);
+            d->client_keys = true;
         }
     }
     return 0;
@@ -1548,7 +1551,11 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->start_round = t->start_round;
         ti->end_round = t->end_round;
         ti->lost = t->state == TASK_LOST;
-        sl_cap_task_key(st->secret, t->id, ti->task_key);
+        /* The client's own key to the task, not the task's (taskkey.h). */
+        uint8_t key[SL_CAP_LEN];
+        sl_cap_task_key(st->secret, t->id, key);
+        sl_task_client_key(key, c->id, ti->task_key);
+        OPENSSL_cleanse(key, sizeof key);
     }
     return 0;
 }

@@ -36,6 +36,7 @@
 #include "resolve.h"
 #include "rng.h"
 #include "rounds.h"
+#include "taskkey.h"
 
 #define RECONNECT_MS 500
 #define MAX_PARKED_PER_CONN 64
@@ -62,7 +63,8 @@ struct wtask {
     sl_rounds_t *rounds; /* coordinated reads, or NULL */
     sl_worker_t *w;
     int last_state; /* sl_task_state_t last reported */
-    uint8_t key[16]; /* TaskDef.task_key: what a GET_ELEMENT for it must carry */
+    uint8_t key[16]; /* TaskDef.task_key: what each client's key to it is derived from */
+    bool client_keys; /* TaskDef.client_keys: clients show their own keys, never this one */
     sl_holders_t *holders; /* batches served and not yet acknowledged (held.h) */
     struct wtask *next;
 };
@@ -70,8 +72,10 @@ struct wtask {
 struct tombstone {
     uint64_t task_id;
     bool done; /* finished; otherwise cancelled */
-    uint8_t key[16]; /* the task's key: a late request must still carry it */
+    uint8_t key[16]; /* the task's key: a late request must still carry the client's */
+    bool client_keys;
 };
+
 
 struct wconn {
     sl_worker_t *w;
@@ -79,6 +83,7 @@ struct wconn {
     unsigned parked;
     bool provenance; /* its client asks for provenance runs (GetElementRequest.provenance) */
     bool tallies;    /* and for tallies (GetElementRequest.tallies) */
+    sl_task_key_proof_t proofs[SL_TASK_KEY_PROOFS]; /* keys its requests proved */
     struct wconn *prev, *next;
 };
 
@@ -260,6 +265,7 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
     wt->w = w;
     wt->last_state = SL_TASK_RUNNING;
     memcpy(wt->key, def->task_key, sizeof wt->key);
+    wt->client_keys = def->client_keys;
     int rc = sl_task_new(w->base, def, spec, len, exclude, exclude_len, &w->cfg.task, on_task_notify, wt, &wt->task,
                          err, sizeof err);
     if (rc < 0) {
@@ -296,6 +302,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         tb->task_id = task_id;
         tb->done = ts.state == SL_TASK_DONE;
         memcpy(tb->key, wt->key, sizeof tb->key);
+        tb->client_keys = wt->client_keys;
         *p = wt->next;
         w->num_tasks--;
         /* Requests still parked on it get the same answer a late one would. */
@@ -551,18 +558,22 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementRequest *req = msg;
-    /* The task's key, which only the dispatcher hands out (to the task's
-     * job's clients): a task id is no capability. A task this worker does
+    /* The client's key to the task, which only the dispatcher hands out
+     * (to each of the task's job's clients its own, taskkey.h): a task id
+     * is no capability, and the client_id, which picks the batches held for
+     * it and what it acknowledges, is the sender's. A task this worker does
      * not have answers SL_ENOTFOUND, as before it registered, when it has
      * none. */
     const struct wtask *kt = find_task(w, req->task_id);
     const struct tombstone *tb = kt ? NULL : find_tombstone(w, req->task_id);
     const uint8_t *key = kt ? kt->key : tb ? tb->key : NULL;
-    if (key && CRYPTO_memcmp(key, req->task_key, sizeof req->task_key) != 0) {
+    bool client_keys = kt ? kt->client_keys : tb && tb->client_keys;
+    if (key && !sl_task_key_check(wc->proofs, req->task_id, req->client_id, key, client_keys, req->task_key)) {
         sl_metric_add(m_forbidden, 1);
         sl_conn_send_error(c, hdr->request_id, SL_EPERM,
-                           "task %" PRIu64 " on worker %s: task_key is not the task's (TaskInfo.task_key); "
-                           "nothing served", req->task_id, w->address);
+                           "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
+                           "'s key to the task (TaskInfo.task_key); nothing served",
+                           req->task_id, w->address, req->client_id);
         return;
     }
     wc->provenance = req->provenance;

@@ -34,6 +34,7 @@ REGISTER_DATASET_REQ, GET_OR_CREATE_JOB_REQ, CLIENT_HEARTBEAT_REQ, RELEASE_CLIEN
 GET_ELEMENT_REQ, REPORT_RECEIVED_REQ, GET_EXCLUSIONS_REQ = 18, 20, 22
 
 TASK_DONE, TASK_FAILED = 2, 3  # sl_task_state_t
+SHARDING_DYNAMIC = 1           # sl_sharding_t
 N = 300000                     # elements: far more than the pipe, the iterator and the workers hold
 SPEC = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": 100}]}
 
@@ -296,8 +297,8 @@ class Ownership(unittest.TestCase):
             with self.subTest(key=key):
                 req = base + (fb(7, key) if key is not None else b'')
                 self.assert_refused(thief.refused(GET_ELEMENT_REQ, req), SL_EPERM,
-                                    'task %d on worker %s: task_key is not the task\'s' % (task['task_id'],
-                                                                                          worker.addr))
+                                    'task %d on worker %s: task_key is not client %d\'s key to the task'
+                                    % (task['task_id'], worker.addr, trainer.client_id))
         # Coordinated-looking and provenance requests alike.
         self.assert_refused(thief.refused(GET_ELEMENT_REQ, base + fv(3, 1) + fv(4, 5) + fv(6, 1)), SL_EPERM,
                             'task_key')
@@ -305,6 +306,38 @@ class Ownership(unittest.TestCase):
         self.assert_refused(thief.refused(GET_ELEMENT_REQ, base), SL_EPERM, 'nothing served')
         thief.close()
         self.assertTrue(trainer.still_running())
+        t, m, _ = me.call(RELEASE_CLIENT_REQ, fv(1, my_job) + fv(2, my_client) + fb(3, my_secret))
+        self.assertEqual(t, RELEASE_CLIENT_REQ + 1, error_of(m) if t == ERROR else '')
+        me.close()
+        trainer.finish(self)
+
+    def test_attack_2_a_client_of_the_job_cannot_speak_for_another(self):
+        # A second client of the trainer's named job holds keys to the same
+        # tasks, its own: with the trainer's client_id (whose held batches a
+        # request may be served again, and acknowledges) they open nothing.
+        trainer = Trainer(self.c, ['--job-name', 'shared-keys'])
+        task = trainer.serving
+        worker = next(w for w in self.c.workers if w.addr == task['worker_address'])
+        me = Peer(self.disp.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        t, m, _ = me.call(GET_OR_CREATE_JOB_REQ,
+                          fv(1, trainer.job['dataset_id']) + fb(2, b'shared-keys') + fv(3, SHARDING_DYNAMIC))
+        self.assertEqual(t, GET_OR_CREATE_JOB_REQ + 1, error_of(m) if t == ERROR else '')
+        mine = decode(m)
+        my_job, my_client, my_secret = one(mine, 1), one(mine, 2), one(mine, 5, b'')
+        self.assertEqual(my_job, trainer.job['id'], 'the second client joined the trainer\'s job')
+        self.assertNotEqual(my_client, trainer.client_id)
+        t, m, _ = me.call(CLIENT_HEARTBEAT_REQ, fv(1, my_job) + fv(2, my_client) + fb(5, my_secret))
+        self.assertEqual(t, CLIENT_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
+        mine = {one(decode(ti), 1): one(decode(ti), 7, b'') for ti in decode(m).get(1, [])}
+        self.assertIn(task['task_id'], mine)
+        thief = Peer(worker.port, ROLE_CLIENT, ROLE_WORKER)
+        for extra in (b'', fv(8, 1) + fv(9, 1), fv(8, 5) + fv(9, 5)):  # plain, asked again, acknowledging
+            with self.subTest(extra=extra):
+                req = fv(1, task['task_id']) + fv(2, trainer.client_id) + fb(7, mine[task['task_id']]) + extra
+                self.assert_refused(thief.refused(GET_ELEMENT_REQ, req), SL_EPERM,
+                                    'task %d on worker %s: task_key is not client %d\'s key to the task'
+                                    % (task['task_id'], worker.addr, trainer.client_id))
+        thief.close()
         t, m, _ = me.call(RELEASE_CLIENT_REQ, fv(1, my_job) + fv(2, my_client) + fb(3, my_secret))
         self.assertEqual(t, RELEASE_CLIENT_REQ + 1, error_of(m) if t == ERROR else '')
         me.close()

@@ -15,6 +15,7 @@
 
 #include "log.h"
 #include "state.h"
+#include "taskkey.h"
 
 #define RANGE_SPEC(stop) "{\"source\": {\"type\": \"range\", \"stop\": " #stop "}}"
 
@@ -1645,7 +1646,7 @@ Test(state, client_requests_with_a_wrong_secret_are_refused_and_change_nothing)
     cr_assert(strstr(err, "released"), "%s", err);
 }
 
-Test(state, task_keys_go_to_the_worker_and_the_clients_alike)
+Test(state, the_worker_gets_the_task_key_and_each_client_its_own)
 {
     start_default();
     uint64_t ds = dataset(RANGE_SPEC(100));
@@ -1657,11 +1658,16 @@ Test(state, task_keys_go_to_the_worker_and_the_clients_alike)
     sl_dstate_task_key(st, d1.task_id, want);
     cr_assert_arr_eq(d1.task_key, want, 16);
     cr_assert_arr_neq(d1.task_key, d2.task_key, 16);
+    cr_assert(d1.client_keys && d2.client_keys);
     cr_assert_eq(client_hb(j, c, 2), 0, "%s", err);
     cr_assert_eq(cresp->tasks_count, 2);
+    /* The client gets its own key to each task, derived from the task's
+     * key and its id, never the task's key itself. */
     for (pb_size_t i = 0; i < cresp->tasks_count; i++) {
         const sluice_TaskDef *d = cresp->tasks[i].task_id == d1.task_id ? &d1 : &d2;
-        cr_assert_arr_eq(cresp->tasks[i].task_key, d->task_key, 16);
+        cr_assert_arr_neq(cresp->tasks[i].task_key, d->task_key, 16);
+        cr_assert(sl_task_client_key_ok(d->task_key, c, cresp->tasks[i].task_key));
+        cr_assert_not(sl_task_client_key_ok(d->task_key, c + 1, cresp->tasks[i].task_key));
     }
 }
 
