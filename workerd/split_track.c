@@ -34,9 +34,12 @@ struct key {
 /* A cache in front of the binary search: the entry that last held a record
  * of each block of CACHE_BLOCK records, direct-mapped. A shuffled batch's
  * runs fall in the few splits the shuffle buffer spans, so nearly every
- * lookup is one load and a containment check. Rows are valid while gen
- * matches the table's (every reindex bumps it). */
-#define CACHE_SLOTS 64
+ * lookup is one load and a containment check. A shuffle keeps some records
+ * long, so a batch's records spread over about 7 times its buffer: 512
+ * blocks (16 KB of rows) cover a shuffle(100000)'s batches. Rows are valid
+ * while gen matches the table's (every reindex bumps it). */
+#define CACHE_BITS 9
+#define CACHE_SLOTS (1u << CACHE_BITS)
 #define CACHE_BLOCK_BITS 10
 
 struct cache_row {
@@ -147,7 +150,7 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     if (t->n == 0)
         return NULL;
     uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
-    struct cache_row *c = &t->cache[(block * UINT64_C(0x9e3779b97f4a7c15) + hi) >> 58];
+    struct cache_row *c = &t->cache[(block * UINT64_C(0x9e3779b97f4a7c15) + hi) >> (64 - CACHE_BITS)];
     struct entry *e;
     if (c->gen == t->gen && c->hi == hi && c->block == block) {
         e = &t->e[c->e];
@@ -181,12 +184,22 @@ static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_
      * end already counted that. */
     if (t->ended && how == SL_SETTLE_DROPPED)
         return;
+    struct entry *last = NULL;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t begin = runs[i].begin, count = runs[i].count;
         while (count > 0) {
-            struct entry *e = find_record(t, runs[i].epoch, runs[i].file_index, begin);
-            if (!e)
-                break;
+            /* The split the run before fell in first: behind a shuffle
+             * whose window spans a split or two (splits follow the
+             * pipeline's rate, so a fast one takes long splits), most runs
+             * fall where the one before did. */
+            struct entry *e = last;
+            if (!e || e->rec.epoch != runs[i].epoch || e->rec.file_index != runs[i].file_index ||
+                begin - e->rec.begin >= e->rec.end - e->rec.begin) {
+                e = find_record(t, runs[i].epoch, runs[i].file_index, begin);
+                if (!e)
+                    break;
+                last = e;
+            }
             uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
             switch (how) {
             case SL_SETTLE_DROPPED: e->dropped += k; break;
