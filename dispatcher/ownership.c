@@ -75,6 +75,15 @@ void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16]
     sl_cap_task_key(st->secret, task_id, out);
 }
 
+const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, struct task *t)
+{
+    if (!t->keyed) {
+        sl_cap_task_key(st->secret, t->id, t->key);
+        t->keyed = true;
+    }
+    return t->key;
+}
+
 void sl_dstate_worker_secret(const sl_dstate_t *st, uint64_t worker_id, uint8_t out[16])
 {
     sl_cap_worker_secret(st->secret, worker_id, out);

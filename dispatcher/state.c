@@ -52,7 +52,6 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "errbuf.h"
@@ -669,7 +668,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         /* A worker may hold a second task of a job: one that takes lost
          * splits after its first ended. */
         for (unsigned k = 0; k < j->num_tasks; k++) {
-            const struct task *t = &j->tasks[k];
+            struct task *t = &j->tasks[k];
             if (t->worker_id != w->id || t->state != TASK_ASSIGNED || reported(req, t->id))
                 continue;
             if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
@@ -685,7 +684,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             /* A static shard skips the positions itself (DYNAMIC: the
              * dispatcher's splits do). */
             d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
-            sl_cap_task_key(st->secret, t->id, d->task_key);
+            memcpy(d->task_key, sl__dstate_task_key(st, t), sizeof d->task_key);
             d->client_keys = true;
         }
     }
@@ -1535,7 +1534,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         resp->round_horizon = j->round_horizon;
     }
     for (unsigned k = 0; k < j->num_tasks && !c->late; k++) {
-        const struct task *t = &j->tasks[k];
+        struct task *t = &j->tasks[k];
         /* Coordinated reads list a lost task too: consumers need its rounds
          * to agree on who served which round. */
         if (t->state == TASK_LOST && (j->num_consumers == 0 || t->end_round <= t->start_round))
@@ -1552,10 +1551,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->end_round = t->end_round;
         ti->lost = t->state == TASK_LOST;
         /* The client's own key to the task, not the task's (taskkey.h). */
-        uint8_t key[SL_CAP_LEN];
-        sl_cap_task_key(st->secret, t->id, key);
-        sl_task_client_key(key, c->id, ti->task_key);
-        OPENSSL_cleanse(key, sizeof key);
+        sl_task_client_key(sl__dstate_task_key(st, t), c->id, ti->task_key);
     }
     return 0;
 }

@@ -87,6 +87,11 @@ struct dataset {
 struct task {
     uint64_t id;
     uint64_t worker_id;
+    /* Its task_key (caps.h), derived on first use (sl__dstate_task_key());
+     * not stored. Each client heartbeat derives every listed task's client
+     * keys from it, one HMAC each instead of two. */
+    uint8_t key[16];
+    bool keyed;
     char worker_address[128];
     enum task_state state;
     uint32_t worker_index;
@@ -278,6 +283,9 @@ bool sl__dstate_worker_owns_task(sl_dstate_t *st, const struct worker *w, const 
  *  with a message naming the request (what) in err. ownership.c */
 int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
                                    const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen);
+
+/** Task t's task_key (caps.h), derived once. ownership.c */
+const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, struct task *t);
 
 /** Puts job j on the list of jobs the next commit writes: whatever sets one
  *  of j's dirty flags, one of its tasks' handout_dirty or adds to a task's

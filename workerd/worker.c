@@ -76,7 +76,6 @@ struct tombstone {
     bool client_keys;
 };
 
-
 struct wconn {
     sl_worker_t *w;
     sl_conn_t *conn;
