@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
+
+#include "taskkey.h"
+
+_Static_assert(SL_CAP_LEN == SL_TASK_KEY_LEN, "a capability is what sl_mac16() makes");
 
 int sl_cap_secret_new(uint8_t secret[SL_CAP_SECRET_LEN])
 {
@@ -22,17 +24,7 @@ static void put_be64(uint8_t *p, uint64_t v)
 
 static void derive(const uint8_t secret[SL_CAP_SECRET_LEN], const uint8_t *msg, size_t len, uint8_t out[SL_CAP_LEN])
 {
-    uint8_t mac[EVP_MAX_MD_SIZE];
-    unsigned mac_len = 0;
-    if (!HMAC(EVP_sha256(), secret, SL_CAP_SECRET_LEN, msg, len, mac, &mac_len) || mac_len < SL_CAP_LEN) {
-        /* Never with SHA-256 in OpenSSL's default provider; fail closed:
-         * the random bytes match no key a peer could show. */
-        if (RAND_bytes(out, SL_CAP_LEN) != 1)
-            memset(out, 0xff, SL_CAP_LEN);
-        return;
-    }
-    memcpy(out, mac, SL_CAP_LEN);
-    OPENSSL_cleanse(mac, sizeof mac);
+    sl_mac16(secret, SL_CAP_SECRET_LEN, msg, len, out);
 }
 
 void sl_cap_client_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t job_id, uint64_t client_id,

@@ -8,6 +8,19 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+void sl_mac16(const uint8_t *key, size_t key_len, const uint8_t *msg, size_t len, uint8_t out[SL_TASK_KEY_LEN])
+{
+    uint8_t mac[EVP_MAX_MD_SIZE];
+    unsigned mac_len = 0;
+    if (!HMAC(EVP_sha256(), key, (int)key_len, msg, len, mac, &mac_len) || mac_len < SL_TASK_KEY_LEN) {
+        if (RAND_bytes(out, SL_TASK_KEY_LEN) != 1)
+            memset(out, 0xff, SL_TASK_KEY_LEN);
+        return;
+    }
+    memcpy(out, mac, SL_TASK_KEY_LEN);
+    OPENSSL_cleanse(mac, sizeof mac);
+}
+
 void sl_task_client_key(const uint8_t task_key[SL_TASK_KEY_LEN], uint64_t client_id, uint8_t out[SL_TASK_KEY_LEN])
 {
     static const char label[] = "client task";
@@ -15,18 +28,7 @@ void sl_task_client_key(const uint8_t task_key[SL_TASK_KEY_LEN], uint64_t client
     memcpy(msg, label, sizeof label - 1);
     for (int i = 7; i >= 0; i--, client_id >>= 8)
         msg[sizeof label - 1 + i] = (uint8_t)client_id;
-    uint8_t mac[EVP_MAX_MD_SIZE];
-    unsigned mac_len = 0;
-    if (!HMAC(EVP_sha256(), task_key, SL_TASK_KEY_LEN, msg, sizeof msg, mac, &mac_len) ||
-        mac_len < SL_TASK_KEY_LEN) {
-        /* Never with SHA-256 in OpenSSL's default provider; fail closed:
-         * random bytes match no key a peer could show. */
-        if (RAND_bytes(out, SL_TASK_KEY_LEN) != 1)
-            memset(out, 0xff, SL_TASK_KEY_LEN);
-        return;
-    }
-    memcpy(out, mac, SL_TASK_KEY_LEN);
-    OPENSSL_cleanse(mac, sizeof mac);
+    sl_mac16(task_key, SL_TASK_KEY_LEN, msg, sizeof msg, out);
 }
 
 bool sl_task_client_key_ok(const uint8_t task_key[SL_TASK_KEY_LEN], uint64_t client_id,

@@ -14,9 +14,18 @@
 #define SL_TASKKEY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SL_TASK_KEY_LEN 16
+
+/**
+ * The first 16 bytes of HMAC-SHA256 under key over msg, the form of every
+ * capability (these keys, and the dispatcher's secrets: dispatcher/caps.c).
+ * Should OpenSSL fail (never with SHA-256 in its default provider), random
+ * bytes, which match no key a peer could show: it fails closed.
+ */
+void sl_mac16(const uint8_t *key, size_t key_len, const uint8_t *msg, size_t len, uint8_t out[SL_TASK_KEY_LEN]);
 
 /** Client client_id's key to the task whose key is task_key. */
 void sl_task_client_key(const uint8_t task_key[SL_TASK_KEY_LEN], uint64_t client_id, uint8_t out[SL_TASK_KEY_LEN]);
