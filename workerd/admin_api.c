@@ -29,7 +29,8 @@ static void add_task(sl_task_t *task, void *arg)
                           (json_int_t)ti.bytes_served, "buffer", "batches", (json_int_t)ti.buffered_batches, "bytes",
                           (json_int_t)ti.buffered_bytes, "capacity_batches", (json_int_t)ti.buffer_capacity_batches,
                           "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
-                          ti.pipeline_seconds, "split_wait_seconds", ti.split_wait_seconds, "records_skipped", (json_int_t)ti.records_skipped);
+                          ti.pipeline_seconds, "split_wait_seconds", ti.split_wait_seconds, "records_skipped",
+                          (json_int_t)ti.records_skipped);
     json_t *ops = json_array();
     for (int i = 0; i < ti.num_stages; i++) {
         const sl_pipeline_op_stats_t *st = &ti.stages[i];

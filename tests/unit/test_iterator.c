@@ -2,11 +2,11 @@
  * test_iterator.c: libsluice's iterator (client/iterator.c) against a real
  * dispatcher and two real workers running in-process on one event loop
  * thread, over loopback: under DYNAMIC behind shuffle(50000) every element
- * comes exactly once, every batch with its tallies; a checkpoint taken mid-epoch restores in a new
- * iterator to exactly the rest; an iterator over OFF gets the dataset once
- * per worker; a dataset that cannot be registered is refused by name;
- * a checkpoint builder fed the iterator's deltas gives its checkpoint's
- * bytes at every batch.
+ * comes exactly once, every batch with its tallies; a checkpoint taken
+ * mid-epoch restores in a new iterator to exactly the rest; an iterator
+ * over OFF gets the dataset once per worker; a dataset that cannot be
+ * registered is refused by name; a checkpoint builder fed the iterator's
+ * deltas gives its checkpoint's bytes at every batch.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
