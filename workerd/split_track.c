@@ -2,9 +2,9 @@
  * split_track.c: see split_track.h.
  *
  * The entries are an array in the order the splits were handed out, and
- * an index sorts them by (epoch, file, begin): a settle looks each run up
- * there with a binary search, after a look at the entry the previous run
- * hit. It runs for every run of every batch (a shuffled batch of 1024 has
+ * an index sorts them by (epoch, file, begin), kept sorted as entries come
+ * and go: a settle looks each run up there with a binary search, after a
+ * look at the entry the previous run hit. It runs for every run of every batch (a shuffled batch of 1024 has
  * about 1024), so it must cost a few nanoseconds. A run may span two splits
  * of one file (the sources read them one after the other and batch merges
  * the runs), so it is cut at each split's end.
@@ -12,6 +12,7 @@
 #include "split_track.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ struct entry {
     bool read_done;
     uint64_t dropped, out, sent;
     unsigned tally_gen, tally_ix; /* its row in the tally of the batch being counted, if tally_gen is current */
+    unsigned moved_to;            /* its index after a collect, UINT_MAX when collected */
 };
 
 /* An index row: the sort key of entry e. */
@@ -67,16 +69,23 @@ static bool key_less(uint64_t ahi, uint64_t abegin, const struct key *b)
     return ahi < b->hi || (ahi == b->hi && abegin < b->begin);
 }
 
-/* Rebuilds the index from the entries (insertion sort: n is small). */
-static void reindex(sl_split_track_t *t)
+/* Puts the last entry's row into the index, which holds the others: a
+ * binary search and one move. The order splits are handed out in is not
+ * the index's (interleaved files, splits handed out again), so sorting
+ * the whole index again would cost n^2 with many splits in flight. */
+static void index_last(sl_split_track_t *t)
 {
-    for (unsigned i = 0; i < t->n; i++) {
-        struct key k = {key_hi(t->e[i].rec.epoch, t->e[i].rec.file_index), t->e[i].rec.begin, i};
-        unsigned j = i;
-        for (; j > 0 && key_less(k.hi, k.begin, &t->idx[j - 1]); j--)
-            t->idx[j] = t->idx[j - 1];
-        t->idx[j] = k;
+    unsigned i = t->n - 1, lo = 0, hi = i;
+    struct key k = {key_hi(t->e[i].rec.epoch, t->e[i].rec.file_index), t->e[i].rec.begin, i};
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (key_less(k.hi, k.begin, &t->idx[mid]))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
+    memmove(&t->idx[lo + 1], &t->idx[lo], (i - lo) * sizeof *t->idx);
+    t->idx[lo] = k;
     t->gen++;
 }
 
@@ -120,17 +129,27 @@ int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_sk
                                    .end = s->end};
     e->skips = skips;
     s->skips = skips;
-    reindex(t);
+    index_last(t);
     return 0;
 }
 
+static bool is_split(const struct entry *e, uint64_t epoch, const sl_split_t *s)
+{
+    return !e->read_done && e->rec.split_id == s->split_id && e->rec.epoch == (uint32_t)epoch &&
+           e->rec.file_index == s->file_index && e->rec.begin == s->begin && e->rec.end == s->end;
+}
+
+static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t file, uint64_t rec);
+
 static struct entry *find_id(sl_split_track_t *t, uint64_t epoch, const sl_split_t *s)
 {
+    /* The index finds it, unless an empty split or one tracked twice. */
+    struct entry *e = find_record(t, (uint32_t)epoch, s->file_index, s->begin);
+    if (e && is_split(e, epoch, s))
+        return e;
     for (unsigned i = 0; i < t->n; i++) {
-        struct entry *e = &t->e[i];
-        if (!e->read_done && e->rec.split_id == s->split_id && e->rec.epoch == (uint32_t)epoch &&
-            e->rec.file_index == s->file_index && e->rec.begin == s->begin && e->rec.end == s->end)
-            return e;
+        if (is_split(&t->e[i], epoch, s))
+            return &t->e[i];
     }
     return NULL;
 }
@@ -279,13 +298,27 @@ unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, u
             out[got].delivered = e->sent;
             got++;
             free(e->skips);
-            continue;
+            e->moved_to = UINT_MAX;
+        } else {
+            e->moved_to = keep++;
         }
-        t->e[keep++] = *e;
     }
+    if (got == 0)
+        return 0;
+    /* The index keeps its order: drop the collected rows, renumber the rest. */
+    unsigned k = 0;
+    for (unsigned r = 0; r < t->n; r++) {
+        unsigned to = t->e[t->idx[r].e].moved_to;
+        if (to != UINT_MAX) {
+            t->idx[k] = t->idx[r];
+            t->idx[k++].e = to;
+        }
+    }
+    for (unsigned i = 0; i < t->n; i++)
+        if (t->e[i].moved_to != UINT_MAX)
+            t->e[t->e[i].moved_to] = t->e[i];
     t->n = keep;
-    if (got > 0)
-        reindex(t);
+    t->gen++;
     return got;
 }
 
