@@ -14,6 +14,16 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
+/* Under ASan a kept block is poisoned until it is handed out again, so a
+ * use after sl__big_free() is still caught (as a use after poison). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define KEPT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KEPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KEPT_POISON(p, n) ((void)(p), (void)(n))
+#define KEPT_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 
@@ -49,6 +59,7 @@ static void *cache_take(size_t size)
             best = i;
     if (best < cache_n) {
         p = cache[best].p;
+        KEPT_UNPOISON(p, cache[best].size);
         cache_bytes -= cache[best].size;
         cache[best] = cache[--cache_n];
     }
@@ -67,6 +78,7 @@ void sl__big_free(void *p)
         pthread_mutex_lock(&cache_mu);
         bool kept = cache_n < SL_BIG_CACHE_BLOCKS && cache_bytes + size <= SL_BIG_CACHE_BYTES;
         if (kept) {
+            KEPT_POISON(p, size);
             cache[cache_n].p = p;
             cache[cache_n].size = size;
             cache_n++;
@@ -84,8 +96,10 @@ void sl__big_cache_drain(void)
 {
 #ifdef __GLIBC__
     pthread_mutex_lock(&cache_mu);
-    for (unsigned i = 0; i < cache_n; i++)
+    for (unsigned i = 0; i < cache_n; i++) {
+        KEPT_UNPOISON(cache[i].p, cache[i].size);
         free(cache[i].p);
+    }
     cache_n = 0;
     cache_bytes = 0;
     pthread_mutex_unlock(&cache_mu);

@@ -18,13 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "big_alloc.h"
 #include "le.h"
 
 void sl_wire_batch_free(sl_wire_batch_t *b)
 {
     if (!b)
         return;
-    free(b->data);
+    /* Kept for the pipeline's next batch where it is large: freed, a
+     * worker's batch block would go back to the kernel with its heap and
+     * the next one be faulted in and zeroed again (big_alloc.h). */
+    sl__big_free(b->data);
     free(b->prov_heap);
     free(b->prov_wire);
     free(b->tally);

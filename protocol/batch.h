@@ -64,7 +64,8 @@ static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_
     return b->prov_heap ? b->prov_heap : &b->prov_one;
 }
 
-/** Frees the batch's data and the batch itself (allocated with malloc). NULL is ignored. */
+/** Frees the batch's data (to sl__big_free(): a large block is kept for the
+ *  next batch) and the batch itself (allocated with malloc). NULL is ignored. */
 void sl_wire_batch_free(sl_wire_batch_t *b);
 
 /**

@@ -1,7 +1,8 @@
 /*
  * test_big_alloc.c: the kept blocks of common/big_alloc.c: a freed block
  * comes back for the next allocation of about its size, and what is kept
- * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES.
+ * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES; a freed wire
+ * batch (protocol/batch.c) keeps its block.
  */
 #include <criterion/criterion.h>
 
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "batch.h"
 #include "big_alloc.h"
 
 static void drain(void)
@@ -95,3 +97,42 @@ Test(big_alloc, what_is_kept_is_bounded)
     sl__big_free(huge);
     cr_assert_eq(kept_blocks(), 0);
 }
+
+/* A worker's sent batch: its block is kept for the pipeline's next batch
+ * (freed, it would go back to the kernel with its thread's heap). */
+Test(big_alloc, a_freed_wire_batch_keeps_its_block)
+{
+    size_t size = 38u << 20; /* 64 images of 224 x 224 x 3 float32 */
+    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    cr_assert_not_null(b);
+    b->data = sl__big_alloc(size);
+    b->size = size;
+    cr_assert_not_null(b->data);
+    memset(b->data, 3, size);
+    uint8_t *data = b->data;
+    sl_wire_batch_free(b);
+    cr_assert_eq(kept_blocks(), 1, "the sent batch's block was not kept");
+    uint8_t *next = sl__big_alloc(size);
+    cr_assert_eq(next, data, "the next batch did not get the kept block");
+    sl__big_free(next);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* Under ASan a kept block is poisoned: a use after sl__big_free() is still
+ * caught, though the memory is not freed. */
+Test(big_alloc, a_kept_block_is_poisoned_until_handed_out)
+{
+    size_t size = 512u << 10;
+    uint8_t *a = sl__big_alloc(size);
+    cr_assert_not_null(a);
+    cr_assert_null(__asan_region_is_poisoned(a, size), "a new block is poisoned");
+    sl__big_free(a);
+    cr_assert_eq(kept_blocks(), 1);
+    cr_assert_eq(__asan_region_is_poisoned(a, size), a, "a kept block can be read");
+    uint8_t *b = sl__big_alloc(size);
+    cr_assert_eq(b, a);
+    cr_assert_null(__asan_region_is_poisoned(b, size), "a block handed out again is still poisoned");
+    sl__big_free(b);
+}
+#endif
