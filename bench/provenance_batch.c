@@ -7,7 +7,10 @@
  *            leaves the pipeline (sl_split_track_out());
  *   encode:  the worker encodes the runs for the wire (sl_provwire_encode());
  *   check:   the client checks them at receipt (sl_provwire_read() without
- *            out).
+ *            out);
+ *   dense_encode, dense_check: the same in the dense form, which a
+ *            client that reads it gets for such batches
+ *            (sl_provwire_encode_dense()).
  * The batches are a range cut into splits of --split records behind a
  * shuffle(--buffer) (random replacement, as the shuffle op draws), runs
  * merged as the batch op merges them. Alternating rounds, median of each;
@@ -17,6 +20,7 @@
  *   build-release/bench/bench_provenance_batch [--buffer 10000] [--split 65536]
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -85,13 +89,17 @@ static struct batch *make_batches(uint64_t buffer, uint64_t *records)
 
 static volatile uint64_t sink;
 
-enum step { SUM, TALLY, ENCODE, CHECK, STEPS };
-static const char *const step_name[STEPS] = {"sum", "tally", "encode", "check"};
+enum step { SUM, TALLY, ENCODE, CHECK, DENSE_ENCODE, DENSE_CHECK, STEPS };
+static const char *const step_name[STEPS] = {"sum", "tally", "encode", "check", "dense_encode", "dense_check"};
 
-/* One pass of step over the batches: ns per batch. */
-static double pass(enum step step, const struct batch *bs, sl_split_track_t *track, uint8_t **wire,
-                   size_t *wire_len)
+/* One pass of step over the batches: ns per batch. wire[0] holds the runs
+ * form, wire[1] the dense form. */
+static double pass(enum step step, const struct batch *bs, sl_split_track_t *track, uint8_t **wires[2],
+                   size_t *wire_lens[2])
 {
+    bool dense = step == DENSE_ENCODE || step == DENSE_CHECK;
+    uint8_t **wire = wires[dense];
+    size_t *wire_len = wire_lens[dense];
     sl_split_done_t tally[4096];
     double t0 = now_ns();
     for (int x = 0; x < BATCHES * REPEAT; x++) {
@@ -111,7 +119,13 @@ static double pass(enum step step, const struct batch *bs, sl_split_track_t *tra
             if (sl_provwire_encode(b->runs, b->n, &wire[k], &wire_len[k]) != 0)
                 exit(1);
             break;
+        case DENSE_ENCODE:
+            free(wire[k]);
+            if (sl_provwire_encode_dense(b->runs, b->n, BATCH, &wire[k], &wire_len[k]) != 0)
+                exit(1);
+            break;
         case CHECK:
+        case DENSE_CHECK:
             if (sl_provwire_read(wire[k], wire_len[k], BATCH, NULL, &runs, NULL, 0) != 0)
                 exit(1);
             break;
@@ -149,19 +163,25 @@ int main(int argc, char **argv)
         if (!track || sl_split_track_add(track, 0, &s, NULL) != 0)
             return 1;
     }
-    uint8_t **wire = calloc(BATCHES, sizeof *wire);
-    size_t *wire_len = calloc(BATCHES, sizeof *wire_len), bytes = 0;
+    uint8_t **wire[2] = {calloc(BATCHES, sizeof(uint8_t *)), calloc(BATCHES, sizeof(uint8_t *))};
+    size_t *wire_len[2] = {calloc(BATCHES, sizeof(size_t)), calloc(BATCHES, sizeof(size_t))}, bytes[2] = {0, 0};
+    if (!wire[0] || !wire[1] || !wire_len[0] || !wire_len[1])
+        return 1;
     double ns[STEPS][ROUNDS];
     for (int r = 0; r < ROUNDS; r++)
         for (int s = 0; s < STEPS; s++)
             ns[s][r] = pass((enum step)s, bs, track, wire, wire_len);
-    for (int k = 0; k < BATCHES; k++) {
-        bytes += wire_len[k];
-        free(wire[k]);
+    for (int f = 0; f < 2; f++) {
+        for (int k = 0; k < BATCHES; k++) {
+            bytes[f] += wire_len[f][k];
+            free(wire[f][k]);
+        }
+        free(wire[f]);
+        free(wire_len[f]);
     }
     printf("{\"bench\": \"provenance_batch\", \"buffer\": %llu, \"split\": %llu, \"batch\": %d, "
-           "\"baseline\": \"a pass adding up the runs' counts\", \"wire_bytes\": %zu",
-           (unsigned long long)buffer, (unsigned long long)split, BATCH, bytes / BATCHES);
+           "\"baseline\": \"a pass adding up the runs' counts\", \"wire_bytes\": %zu, \"dense_wire_bytes\": %zu",
+           (unsigned long long)buffer, (unsigned long long)split, BATCH, bytes[0] / BATCHES, bytes[1] / BATCHES);
     double base = 0;
     for (int s = 0; s < STEPS; s++) {
         qsort(ns[s], ROUNDS, sizeof ns[s][0], cmp_double);
@@ -174,8 +194,6 @@ int main(int argc, char **argv)
     }
     printf("}\n");
     sl_split_track_free(track);
-    free(wire);
-    free(wire_len);
     free(bs);
     return 0;
 }

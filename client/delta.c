@@ -168,9 +168,8 @@ static int check_record(const uint8_t *p, size_t n, size_t at, size_t *used, sl_
                        "bytes are left",
                        at, prov_len, dlen, n - BATCH_FIXED);
     if (prov_len > 0) {
-        /* At most one run a record, and a run takes 2 bytes at least, as
-         * in sl__ledger_add(): room by the bytes, not by what they claim. */
-        uint64_t most = num_records < prov_len / 2 ? num_records : prov_len / 2;
+        /* Room by the bytes, not by what they claim, as in sl__ledger_add(). */
+        uint64_t most = sl_provwire_max_runs(p + BATCH_FIXED, prov_len, num_records);
         if (most > *cap) {
             sl_provenance_run_t *r = realloc(*scratch, (size_t)most * sizeof *r);
             if (!r)

@@ -645,6 +645,7 @@ static void pump(sl_iterator_t *it)
                 sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                                 .provenance = it->opts.provenance > 0 || it->track,
                                                 .tallies = it->track,
+                                                .dense_provenance = true,
                                                 .seq = again ? t->fly[t->fly_sent] : t->next_seq,
                                                 .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
                 memcpy(req.task_key, t->key, sizeof req.task_key);

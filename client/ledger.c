@@ -227,9 +227,8 @@ static int runs_room(sl_ledger_t *l, size_t n)
 /* Decodes a batch's provenance into the runs that wait. 0 or < 0 */
 static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records)
 {
-    /* At most one run a record, and a run takes 2 bytes at least
-     * (provwire.h): room by what arrived, not by what it claims. */
-    uint64_t n = 0, most = num_records < prov_len / 2 ? num_records : prov_len / 2;
+    /* Room by what arrived, not by what it claims (provwire.h). */
+    uint64_t n = 0, most = sl_provwire_max_runs(prov, prov_len, num_records);
     int rc = runs_room(l, l->num + (size_t)most);
     if (rc == 0)
         rc = sl_provwire_read(prov, prov_len, num_records, l->runs + l->num, &n, NULL, 0);
@@ -484,7 +483,7 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
 {
     if (prov_len == 0)
         return 0;
-    uint64_t most = num_records < prov_len / 2 ? num_records : prov_len / 2; /* as in sl__ledger_add() */
+    uint64_t most = sl_provwire_max_runs(prov, prov_len, num_records); /* as in sl__ledger_add() */
     if (most > *cap) {
         sl_provenance_run_t *p = realloc(*scratch, (size_t)most * sizeof *p);
         if (!p)

@@ -44,6 +44,7 @@ typedef struct sl_wire_batch {
      * owned; encoded by the worker when a client asks for them. */
     uint8_t *prov_wire;
     size_t prov_wire_len;
+    bool prov_wire_dense; /* prov_wire is in the dense form (provwire.h) */
     /* DYNAMIC: the records counted split by split when the batch left the
      * pipeline (ntally rows, owned; NULL when not counted): how the worker
      * settles it when sent, and its tallies on the wire. */

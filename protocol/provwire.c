@@ -8,7 +8,11 @@
  *
  * where end is where the previous run of the same pair ended (0 before its
  * first), so that a pair's runs that follow each other cost one byte of
- * distance and a shuffle's jumps within its buffer two or three.
+ * distance and a shuffle's jumps within its buffer two or three. Or, the
+ * dense form (sl_provwire_encode_dense()):
+ *
+ *   varint 0, varint epoch, varint file_index, varint least record,
+ *   byte W (1..4), num_records x W-byte little-endian offsets
  */
 #include "provwire.h"
 
@@ -106,6 +110,68 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
     return 0;
 }
 
+/* The dense form's marker: a pair count of 0, which the runs form never has. */
+#define DENSE_MARK 0
+
+int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
+                             size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (n == 0 || n * 2 <= num_records || num_records > SIZE_MAX / 8)
+        return 1;
+    uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const sl_provenance_run_t *r = &runs[i];
+        if (r->epoch != runs[0].epoch || r->file_index != runs[0].file_index || r->count == 0 ||
+            r->begin + r->count < r->begin)
+            return 1;
+        lo = r->begin < lo ? r->begin : lo;
+        hi = r->begin + r->count - 1 > hi ? r->begin + r->count - 1 : hi;
+        sum += r->count;
+    }
+    if (sum != num_records || hi - lo > UINT32_MAX)
+        return 1;
+    unsigned w = 1;
+    while (w < 4 && (hi - lo) >> (8 * w))
+        w++;
+    /* The reader refuses a least record whose widest offset would pass
+     * 2^64 (it does not read the offsets to check them). */
+    if (lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+        return 1;
+    /* Each offset is stored as 4 bytes and the pointer moves w: room for
+     * the last one's spare bytes. */
+    size_t cap = 4 * SL_VARINT_MAX + 1 + (size_t)num_records * w + 3;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return -ENOMEM;
+    uint8_t *p = sl_put_varint(buf, DENSE_MARK);
+    p = sl_put_varint(p, runs[0].epoch);
+    p = sl_put_varint(p, runs[0].file_index);
+    p = sl_put_varint(p, lo);
+    *p++ = (uint8_t)w;
+    for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t k = 0; k < runs[i].count; k++) {
+            uint32_t off = (uint32_t)(runs[i].begin + k - lo);
+            uint8_t le[4] = {(uint8_t)off, (uint8_t)(off >> 8), (uint8_t)(off >> 16), (uint8_t)(off >> 24)};
+            memcpy(p, le, 4);
+            p += w;
+        }
+    }
+    *len = (size_t)(p - buf);
+    *out = buf;
+    return 0;
+}
+
+uint64_t sl_provwire_max_runs(const uint8_t *p, size_t len, uint64_t num_records)
+{
+    /* Dense: one run a record, and a record takes a byte at least. */
+    if (len > 0 && p[0] == DENSE_MARK)
+        return num_records < len ? num_records : len;
+    /* At most one run a record, and a run takes 2 bytes at least. */
+    return num_records < len / 2 ? num_records : len / 2;
+}
+
 static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
                            size_t errlen);
 
@@ -165,6 +231,55 @@ static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_el
                    i, count, begin, num_elements, sum);
 }
 
+/* The dense form after its marker (at pos): (epoch, file), the least
+ * record, the width, then one offset per record. Its size is fixed by
+ * num_elements, so it is checked without reading the offsets. */
+static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_elements, sl_provenance_run_t *out,
+                      uint64_t *num_runs, char *err, size_t errlen)
+{
+    uint64_t epoch = 0, file = 0, lo = 0;
+    int rc;
+    if ((rc = get_varint(p, len, &pos, &epoch, "the dense form's epoch", err, errlen)) < 0 ||
+        (rc = get_varint(p, len, &pos, &file, "the dense form's file index", err, errlen)) < 0 ||
+        (rc = get_varint(p, len, &pos, &lo, "the dense form's least record", err, errlen)) < 0)
+        return rc;
+    if (epoch > UINT32_MAX || file > UINT32_MAX)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "provenance: dense form of (epoch %" PRIu64 ", file %" PRIu64 "), more than 32 bits", epoch,
+                       file);
+    if (pos >= len || p[pos] < 1 || p[pos] > 4)
+        return sl_errf(err, errlen, SL_EPROTO, "provenance: dense form's width at byte %zu is %s, not 1 to 4 bytes",
+                       pos, pos >= len ? "missing" : "out of range");
+    unsigned w = p[pos++];
+    if (num_elements == 0 || (len - pos) / w != num_elements || (len - pos) % w != 0)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "provenance: dense form has %zu bytes of %u-byte offsets for %" PRIu64 " records", len - pos,
+                       w, num_elements);
+    if (lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "provenance: dense form's records from %" PRIu64 " with %u-byte offsets run past 2^64", lo, w);
+    if (out) {
+        const uint8_t *q = p + pos;
+        uint32_t mask = w == 4 ? UINT32_MAX : (UINT32_C(1) << (8 * w)) - 1;
+        /* All but the last few: 4 bytes loaded, w kept (no read past len). */
+        uint64_t i = 0, safe = num_elements > 3 ? num_elements - 3 : 0;
+        for (; i < safe; i++, q += w) {
+            uint8_t b[4];
+            memcpy(b, q, 4);
+            uint32_t off = ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24) & mask;
+            out[i] = (sl_provenance_run_t){(uint32_t)epoch, (uint32_t)file, lo + off, 1};
+        }
+        for (; i < num_elements; i++, q += w) {
+            uint32_t off = 0;
+            for (unsigned k = 0; k < w; k++)
+                off |= (uint32_t)q[k] << (8 * k);
+            out[i] = (sl_provenance_run_t){(uint32_t)epoch, (uint32_t)file, lo + off, 1};
+        }
+    }
+    *num_runs = num_elements;
+    return 0;
+}
+
 /* Pairs whose table and ends a read keeps on the stack. */
 #define STACK_PAIRS 64
 
@@ -179,6 +294,8 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
     int rc = get_varint(p, len, &pos, &num_pairs, "the number of (epoch, file) pairs", err, errlen);
     if (rc < 0)
         return rc;
+    if (num_pairs == DENSE_MARK)
+        return read_dense(p, len, pos, num_elements, out, num_runs, err, errlen);
     /* A pair takes at least 2 bytes and a run as many; there are at most
      * as many pairs as runs and runs as elements. */
     if (num_pairs == 0 || num_pairs > num_elements || num_pairs > (len - pos) / 2)

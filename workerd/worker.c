@@ -82,6 +82,7 @@ struct wconn {
     unsigned parked;
     bool provenance; /* its client asks for provenance runs (GetElementRequest.provenance) */
     bool tallies;    /* and for tallies (GetElementRequest.tallies) */
+    bool dense;      /* and reads the dense form (GetElementRequest.dense_provenance) */
     sl_task_key_proof_t proofs[SL_TASK_KEY_PROOFS]; /* keys its requests proved */
     struct wconn *prev, *next;
 };
@@ -386,14 +387,38 @@ static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint
     return rc;
 }
 
+/* Encodes b's provenance for the wire once (a batch is made once), in the
+ * dense form when the client reads it and it applies, else as runs; again
+ * only if a batch sent again goes to a client that reads the other form.
+ * @return 0 or -ENOMEM */
+static int encode_provenance(sl_wire_batch_t *b, bool dense)
+{
+    if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
+        return 0;
+    free(b->prov_wire);
+    b->prov_wire = NULL;
+    b->prov_wire_dense = false;
+    const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
+    if (dense) {
+        uint64_t records = 0;
+        for (uint64_t i = 0; i < b->prov_n; i++)
+            records += runs[i].count;
+        int rc = sl_provwire_encode_dense(runs, b->prov_n, records, &b->prov_wire, &b->prov_wire_len);
+        if (rc <= 0) {
+            b->prov_wire_dense = rc == 0;
+            return rc;
+        }
+    }
+    return sl_provwire_encode(runs, b->prov_n, &b->prov_wire, &b->prov_wire_len);
+}
+
 static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b,
                        const struct parked *how)
 {
     sl_served_t *sv = sl_served_new(sl_task_id(wt->task), b);
     /* The provenance, encoded for the wire (docs/protocol.md) once: a
      * batch is made once. */
-    bool prov_nomem = wc->provenance && b->prov_n > 0 && !b->prov_wire &&
-                      sl_provwire_encode(sl_wire_batch_prov(b), b->prov_n, &b->prov_wire, &b->prov_wire_len) < 0;
+    bool prov_nomem = wc->provenance && b->prov_n > 0 && encode_provenance(b, wc->dense) < 0;
     if (!sv || prov_nomem) {
         if (sv)
             sv->batch = NULL;
@@ -577,6 +602,7 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     }
     wc->provenance = req->provenance;
     wc->tallies = req->tallies;
+    wc->dense = req->dense_provenance;
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
     struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;

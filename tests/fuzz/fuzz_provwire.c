@@ -7,7 +7,8 @@
  * UBSan), it checks what sl_provwire_decode promises: only its documented
  * results; on success at most num_elements runs, each of count >= 1 and
  * not wrapping, counting num_elements in all; and that the runs encode to
- * bytes that decode to the same runs. The bytes after the u16 are also
+ * bytes that decode to the same runs, and in the dense form to the same
+ * records, one run each. The bytes after the u16 are also
  * read as split-done notices (sl_provwire_read_done).
  *
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_provwire); seeds are in
@@ -88,7 +89,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(m == n && memcmp(again, runs, n * sizeof *runs) == 0);
         free(again);
         free(wire);
+        /* In the dense form, where it applies: one run a record, the same
+         * records in the same order. */
+        int drc = sl_provwire_encode_dense(runs, n, elements, &wire, &len);
+        CHECK(drc == 0 || drc == 1 || drc == -ENOMEM);
+        if (drc == 0) {
+            CHECK(sl_provwire_decode(wire, len, elements, &again, &m, err, sizeof err) == 0);
+            CHECK(m == elements);
+            uint64_t k = 0;
+            for (uint64_t i = 0; i < n; i++)
+                for (uint64_t j = 0; j < runs[i].count; j++, k++)
+                    CHECK(again[k].epoch == runs[i].epoch && again[k].file_index == runs[i].file_index &&
+                          again[k].begin == runs[i].begin + j && again[k].count == 1);
+            free(again);
+            free(wire);
+        }
     }
+    CHECK(n <= sl_provwire_max_runs(data + 2, size - 2, elements));
     free(runs);
     check_notices(data + 2, size - 2);
     return 0;

@@ -6,7 +6,8 @@
  * mid-epoch restores in a new iterator to exactly the rest; an iterator
  * over OFF gets the dataset once per worker; a dataset that cannot be
  * registered is refused by name; a checkpoint builder fed the iterator's
- * deltas gives its checkpoint's bytes at every batch.
+ * deltas gives its checkpoint's bytes at every batch; shuffled batches'
+ * provenance comes in the dense form and names each element.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -199,6 +200,69 @@ Test(iterator, dynamic_behind_a_shuffle_is_exactly_once)
     cr_assert_gt(read_tallied(r.it, seen), 0);
     assert_each(seen, 1);
     reader_close(&r);
+}
+
+/* Behind a shuffle the workers send the provenance in the dense form
+ * (provwire.h), which decodes to one run per record: each batch's runs
+ * must name its values in element order, one record each. A small buffer
+ * puts neighbours side by side often, so runs merged in the runs form
+ * would be fewer than the records. Then without a shuffle: the runs form,
+ * one run per batch. */
+Test(iterator, shuffled_provenance_comes_dense_and_names_each_element)
+{
+    static const char *specs[] = {
+        "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":4,"
+        "\"seed\":4},{\"op\":\"batch\",\"batch_size\":1024}]}",
+        "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1024}]}"};
+    for (int k = 0; k < 2; k++) {
+        struct reader r;
+        cr_assert_eq(sl_client_open(C.addr, NULL, &r.c), 0);
+        r.ds = register_spec(r.c, specs[k]);
+        sl_iterator_opts_init(&r.o);
+        r.o.sharding = SL_SHARDING_DYNAMIC;
+        r.o.provenance = 1;
+        cr_assert_eq(sl_iterator_open(r.c, r.ds, &r.o, &r.it), 0, "%s", sl_iterator_errmsg(r.it));
+        memset(seen, 0, sizeof seen);
+        int batches = 0, dense = 0, adjacent = 0;
+        for (;; batches++) {
+            sl_batch_t *b;
+            int rc = sl_iterator_next(r.it, &b);
+            if (rc == 1)
+                break;
+            cr_assert_eq(rc, 0, "%s", sl_iterator_errmsg(r.it));
+            uint64_t n = sl_batch_num_elements(b);
+            const int64_t *v = sl_batch_find(b, "value")->data;
+            size_t nr;
+            const sl_provenance_run_t *runs = sl_batch_provenance(b, &nr);
+            cr_assert_not_null(runs, "batch %d came without provenance", batches);
+            uint64_t j = 0;
+            for (size_t i = 0; i < nr; i++) {
+                cr_assert(runs[i].epoch == 0 && runs[i].file_index == 0);
+                for (uint64_t x = 0; x < runs[i].count; x++, j++) {
+                    cr_assert_lt(j, n, "batch %d: its runs name more records than its %lu elements", batches,
+                                 (unsigned long)n);
+                    cr_assert_eq((int64_t)(runs[i].begin + x), v[j], "batch %d element %lu: runs say %lu, value %ld",
+                                 batches, (unsigned long)j, (unsigned long)(runs[i].begin + x), (long)v[j]);
+                }
+            }
+            cr_assert_eq(j, n, "batch %d: runs name %lu of %lu elements", batches, (unsigned long)j,
+                         (unsigned long)n);
+            for (uint64_t i = 0; i < n; i++) {
+                seen[v[i]]++;
+                adjacent += i > 0 && v[i] == v[i - 1] + 1;
+            }
+            dense += nr == n && n > 1;
+            sl_batch_release(b);
+        }
+        assert_each(seen, 1);
+        if (k == 0) {
+            cr_assert_gt(adjacent, batches, "the shuffle put too few neighbours side by side to tell the forms apart");
+            cr_assert_geq(dense, batches - 2, "%d of %d shuffled batches came in the dense form", dense, batches);
+        } else {
+            cr_assert_eq(dense, 0, "%d of %d ordered batches came in the dense form", dense, batches);
+        }
+        reader_close(&r);
+    }
 }
 
 Test(iterator, a_checkpoint_restores_to_exactly_the_rest)

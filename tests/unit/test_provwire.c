@@ -155,9 +155,10 @@ Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
     extra[good] = 0;
     refused(extra, good + 1, 4, "1 bytes left over after the last run, at byte 12 of 13");
 
-    /* No pairs; more pairs than elements; more runs than elements. */
+    /* No pairs (the dense form's marker, with nothing after it); more
+     * pairs than elements; more runs than elements. */
     p = put(b, 0);
-    refused(b, (size_t)(p - b), 4, "0 (epoch, file) pairs");
+    refused(b, (size_t)(p - b), 4, "the dense form's epoch at byte 1 runs past the end");
     p = put(put(put(put(put(b, 2), 0), 0), 1), 7);
     refused(b, (size_t)(p - b), 1, "2 (epoch, file) pairs for 1 elements");
     p = put(put(put(b, 1), 0), 0);
@@ -281,4 +282,128 @@ Test(provwire, bad_notices_are_refused_by_name)
         cr_assert(strstr(err, bad[i].says), "%s: the message \"%s\" does not say \"%s\"", bad[i].what, err,
                   bad[i].says);
     }
+}
+
+/* Expands runs to one record each, as the dense form decodes. */
+static uint64_t records_of(const sl_provenance_run_t *runs, uint64_t n, sl_provenance_run_t *out)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t j = 0; j < runs[i].count; j++)
+            out[k++] = (sl_provenance_run_t){runs[i].epoch, runs[i].file_index, runs[i].begin + j, 1};
+    return k;
+}
+
+/* A shuffled batch of one (epoch, file): each record a 1- to 4-byte offset
+ * from the least, read back one run a record in element order, at every
+ * width and at the top of u64. */
+Test(provwire, dense_batches_round_trip_at_every_width)
+{
+    srand(9);
+    static sl_provenance_run_t runs[1024], want[2048], got[2048];
+    const uint64_t spans[] = {200, 60000, 9000000, 4000000000u};
+    const uint64_t bases[] = {0, 123456789, UINT64_MAX - 4000000001u};
+    for (int s = 0; s < 4; s++)
+        for (int b = 0; b < 3; b++)
+            for (uint64_t n = 1; n <= 1024; n = n * 3 + 1) {
+                uint64_t records = 0;
+                for (uint64_t i = 0; i < n; i++) {
+                    uint64_t at = ((uint64_t)rand() << 31 | (uint64_t)rand()) % spans[s];
+                    uint64_t count = rand() % 8 ? 1 : 2;
+                    if (at + count > spans[s])
+                        at = spans[s] - count;
+                    runs[i] = (sl_provenance_run_t){7, 3, bases[b] + at, count};
+                    records += count;
+                }
+                uint8_t *wire;
+                size_t len;
+                int rc = sl_provwire_encode_dense(runs, n, records, &wire, &len);
+                uint64_t lo = UINT64_MAX, hi = 0;
+                for (uint64_t i = 0; i < n; i++) {
+                    lo = runs[i].begin < lo ? runs[i].begin : lo;
+                    hi = runs[i].begin + runs[i].count - 1 > hi ? runs[i].begin + runs[i].count - 1 : hi;
+                }
+                unsigned w = hi - lo < 256 ? 1 : hi - lo < 65536 ? 2 : hi - lo < 16777216 ? 3 : 4;
+                /* At the top of u64 4-byte offsets could run past 2^64:
+                 * the reader would refuse that, so the encoder does not
+                 * use the form. */
+                if (n * 2 <= records || (b == 2 && w == 4)) {
+                    cr_assert_eq(rc, 1, "dense for %lu runs of %lu records", (unsigned long)n,
+                                 (unsigned long)records);
+                    continue;
+                }
+                cr_assert_eq(rc, 0);
+                cr_assert_leq(len, 16 + records * w, "%zu bytes for %lu records of a span of %lu", len,
+                              (unsigned long)records, (unsigned long)spans[s]);
+                cr_assert_eq(sl_provwire_max_runs(wire, len, records), records);
+                uint64_t m = 0;
+                char err[256];
+                cr_assert_eq(sl_provwire_read(wire, len, records, NULL, &m, err, sizeof err), 0, "%s", err);
+                cr_assert_eq(m, records);
+                cr_assert_eq(sl_provwire_read(wire, len, records, got, &m, err, sizeof err), 0, "%s", err);
+                uint64_t k = records_of(runs, n, want);
+                cr_assert_eq(m, k);
+                for (uint64_t i = 0; i < k; i++)
+                    cr_assert(memcmp(&got[i], &want[i], sizeof got[i]) == 0,
+                              "span %lu base %d: record %lu is %lu, not %lu", (unsigned long)spans[s], b,
+                              (unsigned long)i, (unsigned long)got[i].begin, (unsigned long)want[i].begin);
+                /* The wrong number of records is refused. */
+                cr_assert_eq(sl_provwire_read(wire, len, records + 1, NULL, &m, err, sizeof err), SL_EPROTO);
+                free(wire);
+            }
+}
+
+/* The dense form is for one (epoch, file) within 2^32, mostly single
+ * records: otherwise the encoder says so and the runs form is used. */
+Test(provwire, dense_form_only_where_it_applies)
+{
+    uint8_t *wire = NULL;
+    size_t len = 0;
+    sl_provenance_run_t two_files[] = {{0, 0, 5, 1}, {0, 1, 9, 1}, {0, 0, 7, 1}};
+    cr_assert_eq(sl_provwire_encode_dense(two_files, 3, 3, &wire, &len), 1);
+    sl_provenance_run_t two_epochs[] = {{0, 0, 5, 1}, {1, 0, 9, 1}, {0, 0, 7, 1}};
+    cr_assert_eq(sl_provwire_encode_dense(two_epochs, 3, 3, &wire, &len), 1);
+    sl_provenance_run_t far[] = {{0, 0, 0, 1}, {0, 0, UINT64_C(1) << 33, 1}, {0, 0, 7, 1}};
+    cr_assert_eq(sl_provwire_encode_dense(far, 3, 3, &wire, &len), 1);
+    sl_provenance_run_t long_runs[] = {{0, 0, 0, 100}, {0, 0, 500, 100}};
+    cr_assert_eq(sl_provwire_encode_dense(long_runs, 2, 200, &wire, &len), 1);
+    sl_provenance_run_t miscounted[] = {{0, 0, 0, 1}, {0, 0, 5, 1}, {0, 0, 9, 1}};
+    cr_assert_eq(sl_provwire_encode_dense(miscounted, 3, 4, &wire, &len), 1);
+    cr_assert_null(wire);
+}
+
+static void refused_dense(const uint8_t *wire, size_t len, uint64_t records, const char *says)
+{
+    char err[256] = "";
+    uint64_t m = 99;
+    cr_assert_eq(sl_provwire_read(wire, len, records, NULL, &m, err, sizeof err), SL_EPROTO, "accepted: %s", says);
+    cr_assert(strstr(err, says), "\"%s\" does not say \"%s\"", err, says);
+    cr_assert_eq(m, 0);
+}
+
+Test(provwire, bad_dense_forms_are_refused_with_what_was_wrong)
+{
+    /* 0 marker, epoch 1, file 2, least 10, width 1, offsets 0 and 5. */
+    const uint8_t good[] = {0, 1, 2, 10, 1, 0, 5};
+    uint64_t m;
+    char err[256];
+    cr_assert_eq(sl_provwire_read(good, sizeof good, 2, NULL, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(m, 2);
+    const uint8_t width0[] = {0, 1, 2, 10, 0, 0, 5};
+    refused_dense(width0, sizeof width0, 2, "width at byte 4 is out of range");
+    const uint8_t width5[] = {0, 1, 2, 10, 5, 0, 0, 0, 0, 0};
+    refused_dense(width5, sizeof width5, 1, "width at byte 4 is out of range");
+    refused_dense(good, 4, 2, "width at byte 4 is missing");
+    refused_dense(good, sizeof good - 1, 2, "1 bytes of 1-byte offsets for 2 records");
+    refused_dense(good, sizeof good, 3, "2 bytes of 1-byte offsets for 3 records");
+    const uint8_t odd[] = {0, 1, 2, 10, 2, 0, 5, 1};
+    refused_dense(odd, sizeof odd, 1, "3 bytes of 2-byte offsets for 1 records");
+    /* Epoch past 32 bits: 2^32 as a varint. */
+    const uint8_t big_epoch[] = {0, 0x80, 0x80, 0x80, 0x80, 0x10, 2, 10, 1, 0};
+    refused_dense(big_epoch, sizeof big_epoch, 1, "more than 32 bits");
+    /* Least record 2^64 - 2 with 1-byte offsets: runs past 2^64. */
+    const uint8_t top[] = {0, 1, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 0};
+    refused_dense(top, sizeof top, 1, "run past 2^64");
+    const uint8_t cut[] = {0, 1};
+    refused_dense(cut, sizeof cut, 1, "file index");
 }
