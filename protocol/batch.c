@@ -20,6 +20,7 @@
 
 #include "big_alloc.h"
 #include "le.h"
+#include "provwire.h"
 
 void sl_wire_batch_free(sl_wire_batch_t *b)
 {
@@ -33,6 +34,32 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
     free(b->prov_wire);
     free(b->tally);
     free(b);
+}
+
+int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
+{
+    /* The runs form serves every client; the dense form only one that
+     * reads it. */
+    if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
+        return 0;
+    free(b->prov_wire);
+    b->prov_wire = NULL;
+    b->prov_wire_len = 0;
+    b->prov_wire_dense = false;
+    if (b->prov_n == 0)
+        return 0;
+    const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
+    if (dense) {
+        uint64_t records = 0;
+        for (uint64_t i = 0; i < b->prov_n; i++)
+            records += runs[i].count;
+        int rc = sl_provwire_encode_dense(runs, b->prov_n, records, &b->prov_wire, &b->prov_wire_len);
+        if (rc <= 0) {
+            b->prov_wire_dense = rc == 0;
+            return rc;
+        }
+    }
+    return sl_provwire_encode(runs, b->prov_n, &b->prov_wire, &b->prov_wire_len);
 }
 
 static int bad(char *err, size_t errlen, int i, const sl_component_t *c, const char *fmt, ...)

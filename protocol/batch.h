@@ -65,6 +65,16 @@ static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_
     return b->prov_heap ? b->prov_heap : &b->prov_one;
 }
 
+/**
+ * Encodes b's provenance for the wire into b->prov_wire, once: a batch is
+ * made once. In the dense form when dense (the client reads it) and it
+ * applies, else as runs (provwire.h); a batch already encoded is encoded
+ * again only if it is in the dense form and dense is false (a batch sent
+ * again to a client that does not read it). Nothing without runs.
+ * @return 0 or -ENOMEM
+ */
+int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
+
 /** Frees the batch's data (to sl__big_free(): a large block is kept for the
  *  next batch) and the batch itself (allocated with malloc). NULL is ignored. */
 void sl_wire_batch_free(sl_wire_batch_t *b);

@@ -387,38 +387,13 @@ static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint
     return rc;
 }
 
-/* Encodes b's provenance for the wire once (a batch is made once), in the
- * dense form when the client reads it and it applies, else as runs; again
- * only if a batch sent again goes to a client that reads the other form.
- * @return 0 or -ENOMEM */
-static int encode_provenance(sl_wire_batch_t *b, bool dense)
-{
-    if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
-        return 0;
-    free(b->prov_wire);
-    b->prov_wire = NULL;
-    b->prov_wire_dense = false;
-    const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
-    if (dense) {
-        uint64_t records = 0;
-        for (uint64_t i = 0; i < b->prov_n; i++)
-            records += runs[i].count;
-        int rc = sl_provwire_encode_dense(runs, b->prov_n, records, &b->prov_wire, &b->prov_wire_len);
-        if (rc <= 0) {
-            b->prov_wire_dense = rc == 0;
-            return rc;
-        }
-    }
-    return sl_provwire_encode(runs, b->prov_n, &b->prov_wire, &b->prov_wire_len);
-}
-
 static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, sl_wire_batch_t *b,
                        const struct parked *how)
 {
     sl_served_t *sv = sl_served_new(sl_task_id(wt->task), b);
     /* The provenance, encoded for the wire (docs/protocol.md) once: a
      * batch is made once. */
-    bool prov_nomem = wc->provenance && b->prov_n > 0 && encode_provenance(b, wc->dense) < 0;
+    bool prov_nomem = wc->provenance && b->prov_n > 0 && sl_wire_batch_encode_prov(b, wc->dense) < 0;
     if (!sv || prov_nomem) {
         if (sv)
             sv->batch = NULL;

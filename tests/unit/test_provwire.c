@@ -2,12 +2,14 @@
  * test_provwire.c: the wire encoding of provenance runs (protocol/provwire.c):
  * random runs round-trip, a shuffled batch takes a few bytes a run, and
  * every kind of bad encoding is refused with SL_EPROTO and a message naming
- * what was wrong.
+ * what was wrong; the same for the dense form, and a batch is encoded in
+ * the form its client reads (protocol/batch.c).
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "provwire.h"
 
 static void round_trip(const sl_provenance_run_t *runs, uint64_t n, uint64_t elements, size_t *len_out)
@@ -406,4 +408,39 @@ Test(provwire, bad_dense_forms_are_refused_with_what_was_wrong)
     refused_dense(top, sizeof top, 1, "run past 2^64");
     const uint8_t cut[] = {0, 1};
     refused_dense(cut, sizeof cut, 1, "file index");
+}
+
+/* What a worker sends: the dense form to a client that reads it, the runs
+ * form to one that does not, also for a batch encoded dense before (sent
+ * again after a reconnect); a runs encoding serves both. */
+Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
+{
+    sl_wire_batch_t b = {0};
+    b.prov_heap = malloc(64 * sizeof *b.prov_heap);
+    cr_assert_not_null(b.prov_heap);
+    for (int i = 0; i < 64; i++)
+        b.prov_heap[i] = (sl_provenance_run_t){0, 2, 1000 + (uint64_t)((i * 37) % 64) * 3, 1};
+    b.prov_n = 64;
+    cr_assert_eq(sl_wire_batch_encode_prov(&b, true), 0);
+    cr_assert(b.prov_wire && b.prov_wire_dense && b.prov_wire[0] == 0, "a shuffled batch not sent dense");
+    uint8_t *dense = b.prov_wire;
+    cr_assert_eq(sl_wire_batch_encode_prov(&b, true), 0);
+    cr_assert_eq(b.prov_wire, dense, "encoded again for the same client");
+    cr_assert_eq(sl_wire_batch_encode_prov(&b, false), 0);
+    cr_assert(b.prov_wire && !b.prov_wire_dense && b.prov_wire[0] == 1, "a client without the form got it");
+    uint8_t *runs = b.prov_wire;
+    cr_assert_eq(sl_wire_batch_encode_prov(&b, true), 0);
+    cr_assert_eq(b.prov_wire, runs, "the runs form serves a dense client too");
+    sl_provenance_run_t got[64];
+    uint64_t m;
+    char err[256];
+    cr_assert_eq(sl_provwire_read(b.prov_wire, b.prov_wire_len, 64, got, &m, err, sizeof err), 0, "%s", err);
+    cr_assert(m == 64 && memcmp(got, b.prov_heap, sizeof got) == 0);
+    /* An ordered batch is one run: the runs form, whatever the client reads. */
+    sl_wire_batch_t o = {.prov_n = 1, .prov_one = {0, 0, 0, 64}};
+    cr_assert_eq(sl_wire_batch_encode_prov(&o, true), 0);
+    cr_assert(o.prov_wire && !o.prov_wire_dense && o.prov_wire[0] == 1);
+    free(o.prov_wire);
+    free(b.prov_wire);
+    free(b.prov_heap);
 }
