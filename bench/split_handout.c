@@ -208,6 +208,7 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < b.num; i++) {
         struct fake *f = connect_fake(&b.fakes[i], SL_ROLE_WORKER);
         sluice_WorkerRegisterRequest wr = sluice_WorkerRegisterRequest_init_zero;
+        wr.client_keys = true;
         snprintf(wr.address, sizeof wr.address, "127.0.0.1:%u", 20000 + i);
         sl_conn_send(f->conn, SL_MSG_WORKER_REGISTER_REQ, ++b.next_id, &wr, NULL, 0, NULL, NULL);
         wait_for(NULL, &f->worker_id);

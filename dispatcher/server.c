@@ -368,6 +368,16 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         if (role != SL_ROLE_WORKER || !req->address[0]) {
             rc = SL_EINVAL;
             snprintf(err, sizeof err, "worker registration needs a worker role and an address");
+        } else if (!req->client_keys) {
+            /* A worker before client keys takes only the task's own key,
+             * which this dispatcher gives no client: it would refuse them
+             * all. Said here, to both sides, rather than to every client. */
+            rc = SL_EINVAL;
+            snprintf(err, sizeof err,
+                     "worker %.*s is older than this dispatcher: it does not check clients' own task keys "
+                     "(WorkerRegisterRequest.client_keys), so it would refuse every client; upgrade it "
+                     "(docs/security.md, Tasks)",
+                     (int)sizeof req->address, req->address);
         } else {
             rc = SL_ENOTFOUND;
             /* An id is no capability: a worker resumes an id that no other

@@ -749,6 +749,7 @@ static void send_register(sl_worker_t *w)
     req.admin_port = w->cfg.admin_port;
     req.worker_id = w->worker_id; /* 0 at first; the id to resume with after a reconnect */
     memcpy(req.worker_secret, w->worker_secret, sizeof req.worker_secret);
+    req.client_keys = true; /* sl_task_key_check() takes each client's own key */
     session_set_state(w, SESSION_REGISTERING);
     send_request(w, o, &req);
 }

@@ -130,7 +130,7 @@ class Wire:
         return self.request(MSG_GET_OR_CREATE_JOB_REQ, pb_uint(1, dataset_id) + pb_uint(3, sharding), exclusions)
 
     def register_worker(self, address):
-        return self.request(MSG_WORKER_REGISTER_REQ, pb_bytes(1, address.encode()))
+        return self.request(MSG_WORKER_REGISTER_REQ, pb_bytes(1, address.encode()) + pb_uint(5, 1))
 
     def close(self):
         self.sock.close()

@@ -25,7 +25,7 @@ from test_wire_errors import varint as dec_varint
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 ROLE_CLIENT, ROLE_WORKER, ROLE_DISPATCHER = 1, 2, 3
-SL_EPROTO, SL_ENOTFOUND, SL_EPERM = -5001, -5005, -5014
+SL_EPROTO, SL_ENOTFOUND, SL_EINVAL, SL_EPERM = -5001, -5005, -5012, -5014
 
 # enum sl_msg_type (protocol/frame.h)
 ERROR = 1
@@ -239,7 +239,7 @@ class Ownership(unittest.TestCase):
         type(self).fake += 1
         address = '127.0.0.1:%d' % type(self).fake  # nobody listens there
         p = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
-        t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, address))
+        t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, address) + fv(5, 1))
         self.assertEqual(t, WORKER_REGISTER_REQ + 1, error_of(m) if t == ERROR else '')
         wid = one(decode(m), 1)
         req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (self.disp.admin_port, address),
@@ -342,6 +342,19 @@ class Ownership(unittest.TestCase):
         self.assertEqual(t, RELEASE_CLIENT_REQ + 1, error_of(m) if t == ERROR else '')
         me.close()
         trainer.finish(self)
+
+    def test_a_worker_older_than_client_keys_is_refused_by_name(self):
+        # A worker that does not say it checks clients' own task keys
+        # (WorkerRegisterRequest.client_keys, 5) takes only the task's key,
+        # which no client gets: it would refuse every client. It is refused
+        # at registration instead, and nothing is registered.
+        before = len(get_json(self.disp.admin_port, '/v1/workers')['workers'])
+        p = Peer(self.disp.port, ROLE_WORKER, ROLE_DISPATCHER)
+        got = p.refused(WORKER_REGISTER_REQ, fb(1, b'127.0.0.1:9'))
+        self.assert_refused(got, SL_EINVAL, 'worker 127.0.0.1:9 is older than this dispatcher',
+                            'WorkerRegisterRequest.client_keys', 'upgrade it')
+        p.close()
+        self.assertEqual(len(get_json(self.disp.admin_port, '/v1/workers')['workers']), before)
 
     def test_attack_3_forged_worker_heartbeats(self):
         fake, fake_id = self.fake_worker()
@@ -506,7 +519,7 @@ class WorkerIdsAreNotCapabilities(unittest.TestCase):
             c.wait_workers_registered(1)
             real = get_json(c.dispatcher.admin_port, '/v1/workers')['workers'][0]
             p = Peer(c.dispatcher.port, ROLE_WORKER, ROLE_DISPATCHER)
-            t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, real['address']) + fv(3, real['id']))
+            t, m, _ = p.call(WORKER_REGISTER_REQ, fb(1, real['address']) + fv(3, real['id']) + fv(5, 1))
             self.assertEqual(t, WORKER_REGISTER_REQ + 1, error_of(m) if t == ERROR else '')
             got = one(decode(m), 1)
             self.assertNotEqual(got, real['id'])
