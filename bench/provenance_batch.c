@@ -17,7 +17,10 @@
  * prints one JSON line: nanoseconds per batch of each step and the ratio
  * of each to the baseline.
  *
- *   build-release/bench/bench_provenance_batch [--buffer 10000] [--split 65536]
+ *   build-release/bench/bench_provenance_batch [--buffer 10000] [--split 65536] [--files 1]
+ *
+ * --files N spreads the records over N files read in turn (interleave):
+ * batches of records of many (epoch, file) pairs.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -60,9 +63,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The batches a shuffle of buffer records draws from the range; *records
- * how far they reach. */
-static struct batch *make_batches(uint64_t buffer, uint64_t *records)
+/* The batches a shuffle of buffer records draws from the range, its
+ * record r file r % files's record r / files (an interleave of that many
+ * files, one record from each in turn); *records how far they reach. */
+static struct batch *make_batches(uint64_t buffer, uint64_t files, uint64_t *records)
 {
     struct batch *bs = calloc(BATCHES, sizeof *bs);
     uint64_t *buf = malloc(buffer * sizeof *buf), next = 0;
@@ -73,13 +77,14 @@ static struct batch *make_batches(uint64_t buffer, uint64_t *records)
     for (int k = 0; k < BATCHES; k++) {
         struct batch *b = &bs[k];
         for (int i = 0; i < BATCH; i++) {
-            uint64_t j = rng() % buffer, rec = buf[j];
+            uint64_t j = rng() % buffer, rec = buf[j] / files;
+            uint32_t file = (uint32_t)(buf[j] % files);
             buf[j] = next++;
             sl_provenance_run_t *last = b->n ? &b->runs[b->n - 1] : NULL;
-            if (last && last->begin + last->count == rec)
+            if (last && last->file_index == file && last->begin + last->count == rec)
                 last->count++;
             else
-                b->runs[b->n++] = (sl_provenance_run_t){0, 0, rec, 1};
+                b->runs[b->n++] = (sl_provenance_run_t){0, file, rec, 1};
         }
     }
     free(buf);
@@ -139,30 +144,36 @@ static double pass(enum step step, const struct batch *bs, sl_split_track_t *tra
 
 int main(int argc, char **argv)
 {
-    uint64_t buffer = 10000, split = 65536;
+    uint64_t buffer = 10000, split = 65536, files = 1;
     static const struct option longs[] = {{"buffer", required_argument, NULL, 'b'},
-                                          {"split", required_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
+                                          {"split", required_argument, NULL, 's'},
+                                          {"files", required_argument, NULL, 'f'},
+                                          {NULL, 0, NULL, 0}};
     for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
         if (c == 'b')
             buffer = strtoull(optarg, NULL, 10);
         else if (c == 's')
             split = strtoull(optarg, NULL, 10);
+        else if (c == 'f')
+            files = strtoull(optarg, NULL, 10);
         else
             return 2;
     }
-    if (buffer < BATCH || split < BATCH) {
-        fprintf(stderr, "--buffer and --split must be at least %d\n", BATCH);
+    if (buffer < BATCH || split < BATCH || files < 1 || files > 4096) {
+        fprintf(stderr, "--buffer and --split must be at least %d, --files 1 to 4096\n", BATCH);
         return 2;
     }
     uint64_t records;
-    struct batch *bs = make_batches(buffer, &records);
+    struct batch *bs = make_batches(buffer, files, &records);
     /* The splits the batches reach, tracked as a worker tracks them. */
     sl_split_track_t *track = sl_split_track_new();
-    for (uint64_t begin = 0, id = 1; begin < records; begin += split, id++) {
-        sl_split_t s = {.file_index = 0, .begin = begin, .end = begin + split, .split_id = id};
-        if (!track || sl_split_track_add(track, 0, &s, NULL) != 0)
-            return 1;
-    }
+    uint64_t id = 1;
+    for (uint32_t f = 0; f < files; f++)
+        for (uint64_t begin = 0; begin < records / files + 1; begin += split, id++) {
+            sl_split_t s = {.file_index = f, .begin = begin, .end = begin + split, .split_id = id};
+            if (!track || sl_split_track_add(track, 0, &s, NULL) != 0)
+                return 1;
+        }
     uint8_t **wire[2] = {calloc(BATCHES, sizeof(uint8_t *)), calloc(BATCHES, sizeof(uint8_t *))};
     size_t *wire_len[2] = {calloc(BATCHES, sizeof(size_t)), calloc(BATCHES, sizeof(size_t))}, bytes[2] = {0, 0};
     if (!wire[0] || !wire[1] || !wire_len[0] || !wire_len[1])
@@ -179,9 +190,10 @@ int main(int argc, char **argv)
         free(wire[f]);
         free(wire_len[f]);
     }
-    printf("{\"bench\": \"provenance_batch\", \"buffer\": %llu, \"split\": %llu, \"batch\": %d, "
+    printf("{\"bench\": \"provenance_batch\", \"buffer\": %llu, \"split\": %llu, \"files\": %llu, \"batch\": %d, "
            "\"baseline\": \"a pass adding up the runs' counts\", \"wire_bytes\": %zu, \"dense_wire_bytes\": %zu",
-           (unsigned long long)buffer, (unsigned long long)split, BATCH, bytes[0] / BATCHES, bytes[1] / BATCHES);
+           (unsigned long long)buffer, (unsigned long long)split, (unsigned long long)files, BATCH, bytes[0] / BATCHES,
+           bytes[1] / BATCHES);
     double base = 0;
     for (int s = 0; s < STEPS; s++) {
         qsort(ns[s], ROUNDS, sizeof ns[s][0], cmp_double);

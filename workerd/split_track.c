@@ -169,7 +169,11 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     if (t->n == 0)
         return NULL;
     uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
-    struct cache_row *c = &t->cache[(block * UINT64_C(0x9e3779b97f4a7c15) + hi) >> (64 - CACHE_BITS)];
+    /* Both halves of the key mixed into the top bits: with hi only added
+     * in, the same block of every file of a batch (an interleave behind a
+     * shuffle) shared one slot and threw the others out. */
+    uint64_t h = block * UINT64_C(0x9e3779b97f4a7c15) ^ hi * UINT64_C(0xc2b2ae3d27d4eb4f);
+    struct cache_row *c = &t->cache[h >> (64 - CACHE_BITS)];
     struct entry *e;
     if (c->gen == t->gen && c->hi == hi && c->block == block) {
         e = &t->e[c->e];
