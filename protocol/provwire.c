@@ -11,8 +11,10 @@
  * distance and a shuffle's jumps within its buffer two or three. Or, the
  * dense form (sl_provwire_encode_dense()):
  *
- *   varint 0, varint epoch, varint file_index, varint least record,
- *   byte W (1..4), num_records x W-byte little-endian offsets
+ *   varint 0, varint P (1..256), P x (varint epoch, varint file_index,
+ *   varint least record), byte W (1..4), when P > 1 num_records x a byte
+ *   (the record's pair), num_records x W-byte little-endian offsets from
+ *   its pair's least record
  */
 #include "provwire.h"
 
@@ -113,6 +115,15 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
 /* The dense form's marker: a pair count of 0, which the runs form never has. */
 #define DENSE_MARK 0
 
+/* The dense form's pairs: at most DENSE_PAIRS (a shuffled batch of
+ * interleaved files has a few dozen). */
+#define DENSE_PAIRS 256
+
+struct dense_pair {
+    uint32_t epoch, file;
+    uint64_t lo, hi;
+};
+
 int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
                              size_t *len)
 {
@@ -120,39 +131,102 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     *len = 0;
     if (n == 0 || n * 2 <= num_records || num_records > SIZE_MAX / 8)
         return 1;
-    uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        const sl_provenance_run_t *r = &runs[i];
-        if (r->epoch != runs[0].epoch || r->file_index != runs[0].file_index || r->count == 0 ||
-            r->begin + r->count < r->begin)
-            return 1;
+    struct dense_pair pairs[DENSE_PAIRS];
+    uint8_t stack_of[4096], *pair_of = n <= sizeof stack_of ? stack_of : malloc(n);
+    if (!pair_of)
+        return -ENOMEM;
+    unsigned np = 0, k = 0;
+    uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+    int rc = 1;
+    /* One pair (most batches): no index to find or keep. A run of
+     * another pair ends this pass and the one below starts over. */
+    uint64_t i1 = 0;
+    for (; i1 < n && runs[i1].epoch == runs[0].epoch && runs[i1].file_index == runs[0].file_index; i1++) {
+        const sl_provenance_run_t *r = &runs[i1];
+        if (r->count == 0 || r->begin + r->count < r->begin)
+            goto done;
+        uint64_t last = r->begin + r->count - 1;
         lo = r->begin < lo ? r->begin : lo;
-        hi = r->begin + r->count - 1 > hi ? r->begin + r->count - 1 : hi;
+        hi = last > hi ? last : hi;
         sum += r->count;
     }
-    if (sum != num_records || hi - lo > UINT32_MAX)
-        return 1;
+    bool one_pair = i1 == n;
+    if (one_pair) {
+        pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, lo, hi};
+    } else {
+        sum = 0;
+    }
+    /* Several: each run's pair found in a table of twice DENSE_PAIRS
+     * slots, by its file and epoch mixed cheaply (a run's file changes from
+     * one run to the next when a shuffle mixes an interleave's files). */
+    uint16_t table[2 * DENSE_PAIRS]; /* a pair's index + 1; 0: free */
+    if (!one_pair)
+        memset(table, 0, sizeof table);
+    for (uint64_t i = 0; i < n && !one_pair; i++) {
+        const sl_provenance_run_t *r = &runs[i];
+        if (r->count == 0 || r->begin + r->count < r->begin)
+            goto done;
+        size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & (2 * DENSE_PAIRS - 1);
+        while (table[j] && (pairs[table[j] - 1].file != r->file_index || pairs[table[j] - 1].epoch != r->epoch))
+            j = (j + 1) & (2 * DENSE_PAIRS - 1);
+        if (!table[j]) {
+            if (np == DENSE_PAIRS)
+                goto done;
+            table[j] = (uint16_t)(np + 1);
+            pairs[np++] = (struct dense_pair){r->epoch, r->file_index, UINT64_MAX, 0};
+        }
+        k = table[j] - 1u;
+        pair_of[i] = (uint8_t)k;
+        struct dense_pair *d = &pairs[k];
+        uint64_t last = r->begin + r->count - 1;
+        d->lo = r->begin < d->lo ? r->begin : d->lo;
+        d->hi = last > d->hi ? last : d->hi;
+        sum += r->count;
+    }
+    if (sum != num_records)
+        goto done;
+    uint64_t span = 0;
+    for (unsigned j = 0; j < np; j++)
+        span = pairs[j].hi - pairs[j].lo > span ? pairs[j].hi - pairs[j].lo : span;
+    if (span > UINT32_MAX)
+        goto done;
     unsigned w = 1;
-    while (w < 4 && (hi - lo) >> (8 * w))
+    while (w < 4 && span >> (8 * w))
         w++;
     /* The reader refuses a least record whose widest offset would pass
      * 2^64 (it does not read the offsets to check them). */
-    if (lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
-        return 1;
+    for (unsigned j = 0; j < np; j++)
+        if (pairs[j].lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+            goto done;
     /* Each offset is stored as 4 bytes and the pointer moves w: room for
      * the last one's spare bytes. */
-    size_t cap = 4 * SL_VARINT_MAX + 1 + (size_t)num_records * w + 3;
+    size_t cap = (2 + 3 * (size_t)np) * SL_VARINT_MAX + 1 + (size_t)num_records * (w + (np > 1)) + 3;
     uint8_t *buf = malloc(cap);
-    if (!buf)
-        return -ENOMEM;
+    if (!buf) {
+        rc = -ENOMEM;
+        goto done;
+    }
     uint8_t *p = sl_put_varint(buf, DENSE_MARK);
-    p = sl_put_varint(p, runs[0].epoch);
-    p = sl_put_varint(p, runs[0].file_index);
-    p = sl_put_varint(p, lo);
+    p = sl_put_varint(p, np);
+    for (unsigned j = 0; j < np; j++) {
+        p = sl_put_varint(p, pairs[j].epoch);
+        p = sl_put_varint(p, pairs[j].file);
+        p = sl_put_varint(p, pairs[j].lo);
+    }
     *p++ = (uint8_t)w;
+    if (np > 1) {
+        for (uint64_t i = 0; i < n; i++) {
+            memset(p, pair_of[i], runs[i].count);
+            p += runs[i].count;
+        }
+    }
+    uint64_t base = pairs[0].lo;
     for (uint64_t i = 0; i < n; i++) {
-        for (uint64_t k = 0; k < runs[i].count; k++) {
-            uint32_t off = (uint32_t)(runs[i].begin + k - lo);
+        if (!one_pair)
+            base = pairs[pair_of[i]].lo;
+        uint64_t from = runs[i].begin - base;
+        for (uint64_t j = 0; j < runs[i].count; j++) {
+            uint32_t off = (uint32_t)(from + j);
             uint8_t le[4] = {(uint8_t)off, (uint8_t)(off >> 8), (uint8_t)(off >> 16), (uint8_t)(off >> 24)};
             memcpy(p, le, 4);
             p += w;
@@ -160,7 +234,11 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     }
     *len = (size_t)(p - buf);
     *out = buf;
-    return 0;
+    rc = 0;
+done:
+    if (pair_of != stack_of)
+        free(pair_of);
+    return rc;
 }
 
 uint64_t sl_provwire_max_runs(const uint8_t *p, size_t len, uint64_t num_records)
@@ -231,49 +309,77 @@ static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_el
                    i, count, begin, num_elements, sum);
 }
 
-/* The dense form after its marker (at pos): (epoch, file), the least
- * record, the width, then one offset per record. Its size is fixed by
- * num_elements, so it is checked without reading the offsets. */
+/* The dense form after its marker (at pos): P pairs (epoch, file, least
+ * record), the width, then with P > 1 a pair index per record, then one
+ * offset per record. Its size is fixed by num_elements, so it is checked
+ * without reading the offsets (the indexes are read: each must name a
+ * pair). */
 static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_elements, sl_provenance_run_t *out,
                       uint64_t *num_runs, char *err, size_t errlen)
 {
-    uint64_t epoch = 0, file = 0, lo = 0;
-    int rc;
-    if ((rc = get_varint(p, len, &pos, &epoch, "the dense form's epoch", err, errlen)) < 0 ||
-        (rc = get_varint(p, len, &pos, &file, "the dense form's file index", err, errlen)) < 0 ||
-        (rc = get_varint(p, len, &pos, &lo, "the dense form's least record", err, errlen)) < 0)
+    uint64_t np = 0;
+    int rc = get_varint(p, len, &pos, &np, "the dense form's number of pairs", err, errlen);
+    if (rc < 0)
         return rc;
-    if (epoch > UINT32_MAX || file > UINT32_MAX)
+    /* A pair takes 3 bytes at least. */
+    if (np == 0 || np > DENSE_PAIRS || np > num_elements || np > (len - pos) / 3)
         return sl_errf(err, errlen, SL_EPROTO,
-                       "provenance: dense form of (epoch %" PRIu64 ", file %" PRIu64 "), more than 32 bits", epoch,
-                       file);
+                       "provenance: dense form of %" PRIu64 " (epoch, file) pairs (1 to %d, at most one a record) "
+                       "for %" PRIu64 " records in %zu bytes",
+                       np, DENSE_PAIRS, num_elements, len);
+    struct dense_pair pairs[DENSE_PAIRS];
+    for (uint64_t k = 0; k < np; k++) {
+        uint64_t epoch = 0, file = 0, lo = 0;
+        if ((rc = get_varint(p, len, &pos, &epoch, "a dense pair's epoch", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &file, "a dense pair's file index", err, errlen)) < 0 ||
+            (rc = get_varint(p, len, &pos, &lo, "a dense pair's least record", err, errlen)) < 0)
+            return rc;
+        if (epoch > UINT32_MAX || file > UINT32_MAX)
+            return sl_errf(err, errlen, SL_EPROTO,
+                           "provenance: dense pair %" PRIu64 " is (epoch %" PRIu64 ", file %" PRIu64
+                           "), more than 32 bits",
+                           k, epoch, file);
+        pairs[k] = (struct dense_pair){(uint32_t)epoch, (uint32_t)file, lo, 0};
+    }
     if (pos >= len || p[pos] < 1 || p[pos] > 4)
         return sl_errf(err, errlen, SL_EPROTO, "provenance: dense form's width at byte %zu is %s, not 1 to 4 bytes",
                        pos, pos >= len ? "missing" : "out of range");
     unsigned w = p[pos++];
-    if (num_elements == 0 || (len - pos) / w != num_elements || (len - pos) % w != 0)
+    size_t per = w + (np > 1);
+    if ((len - pos) / per != num_elements || (len - pos) % per != 0)
         return sl_errf(err, errlen, SL_EPROTO,
-                       "provenance: dense form has %zu bytes of %u-byte offsets for %" PRIu64 " records", len - pos,
-                       w, num_elements);
-    if (lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
-        return sl_errf(err, errlen, SL_EPROTO,
-                       "provenance: dense form's records from %" PRIu64 " with %u-byte offsets run past 2^64", lo, w);
+                       "provenance: dense form has %zu bytes of %zu-byte records for %" PRIu64 " records", len - pos,
+                       per, num_elements);
+    for (uint64_t k = 0; k < np; k++)
+        if (pairs[k].lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+            return sl_errf(err, errlen, SL_EPROTO,
+                           "provenance: dense pair %" PRIu64 "'s records from %" PRIu64
+                           " with %u-byte offsets run past 2^64",
+                           k, pairs[k].lo, w);
+    const uint8_t *idx = np > 1 ? p + pos : NULL, *q = p + pos + (np > 1 ? num_elements : 0);
+    if (idx) {
+        uint8_t most = 0;
+        for (uint64_t i = 0; i < num_elements; i++)
+            most = idx[i] > most ? idx[i] : most;
+        if (most >= np)
+            return sl_errf(err, errlen, SL_EPROTO, "provenance: a dense record names pair %u of %" PRIu64, most, np);
+    }
     if (out) {
-        const uint8_t *q = p + pos;
         uint32_t mask = w == 4 ? UINT32_MAX : (UINT32_C(1) << (8 * w)) - 1;
         /* All but the last few: 4 bytes loaded, w kept (no read past len). */
         uint64_t i = 0, safe = num_elements > 3 ? num_elements - 3 : 0;
-        for (; i < safe; i++, q += w) {
-            uint8_t b[4];
-            memcpy(b, q, 4);
-            uint32_t off = ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24) & mask;
-            out[i] = (sl_provenance_run_t){(uint32_t)epoch, (uint32_t)file, lo + off, 1};
-        }
         for (; i < num_elements; i++, q += w) {
             uint32_t off = 0;
-            for (unsigned k = 0; k < w; k++)
-                off |= (uint32_t)q[k] << (8 * k);
-            out[i] = (sl_provenance_run_t){(uint32_t)epoch, (uint32_t)file, lo + off, 1};
+            if (i < safe) {
+                uint8_t b[4];
+                memcpy(b, q, 4);
+                off = ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24) & mask;
+            } else {
+                for (unsigned k = 0; k < w; k++)
+                    off |= (uint32_t)q[k] << (8 * k);
+            }
+            const struct dense_pair *d = &pairs[idx ? idx[i] : 0];
+            out[i] = (sl_provenance_run_t){d->epoch, d->file, d->lo + off, 1};
         }
     }
     *num_runs = num_elements;
@@ -289,13 +395,15 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
     *num_runs = 0;
     if (len == 0)
         return 0;
+    /* The dense form's marker is the one byte 0, as sl_provwire_max_runs()
+     * tells it: a longer varint of 0 is a runs form of no pairs (refused). */
+    if (p[0] == DENSE_MARK)
+        return read_dense(p, len, 1, num_elements, out, num_runs, err, errlen);
     size_t pos = 0;
     uint64_t num_pairs = 0, n = 0;
     int rc = get_varint(p, len, &pos, &num_pairs, "the number of (epoch, file) pairs", err, errlen);
     if (rc < 0)
         return rc;
-    if (num_pairs == DENSE_MARK)
-        return read_dense(p, len, pos, num_elements, out, num_runs, err, errlen);
     /* A pair takes at least 2 bytes and a run as many; there are at most
      * as many pairs as runs and runs as elements. */
     if (num_pairs == 0 || num_pairs > num_elements || num_pairs > (len - pos) / 2)

@@ -6,8 +6,8 @@
  * A shuffled batch, one run per element, takes about 3 bytes per element
  * instead of the 24 of sl_provenance_run_t. A client that asks for it
  * (GetElementRequest.dense_provenance) may get such a batch in the dense
- * form instead: a fixed-width offset per record, as small and far cheaper
- * to write and check. docs/protocol.md has the layouts and what the
+ * form instead: a fixed-width offset per record (and its pair's index when
+ * there are several), smaller and far cheaper to check. docs/protocol.md has the layouts and what the
  * decoder refuses.
  *
  * Split-done notices (DYNAMIC) travel in the same frames, after the
@@ -31,11 +31,13 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
 
 /**
  * Encodes n runs of num_records records (their counts' sum) in the dense
- * form, when it applies: every run of one (epoch, file), runs mostly of one
- * record (n * 2 > num_records: a shuffled batch), and the records within
- * 2^32 of the first. Then each record is a fixed-width offset from the
- * least record, 1 to 4 bytes, which the worker writes and the client checks
- * without a branch per record (docs/protocol.md, "Provenance").
+ * form, when it applies: runs of at most 256 (epoch, file) pairs, mostly
+ * of one record (n * 2 > num_records: a shuffled batch), each pair's
+ * records within 2^32 of its least. Then each record is its pair's index
+ * (a byte, when there are two pairs or more) and a fixed-width offset from
+ * its pair's least record, 1 to 4 bytes, which the worker writes and the
+ * client checks without a branch per record (docs/protocol.md,
+ * "Provenance").
  * @param[out] out the bytes, malloc'd; the caller frees them
  * @param[out] len how many
  * @return 0, 1 when the form does not apply (nothing allocated), -ENOMEM
@@ -53,8 +55,10 @@ uint64_t sl_provwire_max_runs(const uint8_t *p, size_t len, uint64_t num_records
  * when batches nest), len bytes at p
  * (0: the batch has none), as sl_provwire_decode() does, and decodes it into
  * out when out is not NULL: a first call without out gives the number of
- * runs, a second writes them. The dense form is checked in constant time
- * and decodes to one run per record, in element order. Nothing is allocated unless the batch has
+ * runs, a second writes them. The dense form is checked without reading
+ * its offsets (in constant time with one (epoch, file) pair, reading each
+ * record's pair byte with more) and decodes to one run per record, in
+ * element order. Nothing is allocated unless the batch has
  * more than 64 (epoch, file) pairs.
  * @param[out] out room for the runs, or NULL
  * @param[out] num_runs how many runs there are

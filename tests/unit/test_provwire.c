@@ -160,7 +160,7 @@ Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
     /* No pairs (the dense form's marker, with nothing after it); more
      * pairs than elements; more runs than elements. */
     p = put(b, 0);
-    refused(b, (size_t)(p - b), 4, "the dense form's epoch at byte 1 runs past the end");
+    refused(b, (size_t)(p - b), 4, "the dense form's number of pairs at byte 1 runs past the end");
     p = put(put(put(put(put(b, 2), 0), 0), 1), 7);
     refused(b, (size_t)(p - b), 1, "2 (epoch, file) pairs for 1 elements");
     p = put(put(put(b, 1), 0), 0);
@@ -355,16 +355,52 @@ Test(provwire, dense_batches_round_trip_at_every_width)
             }
 }
 
-/* The dense form is for one (epoch, file) within 2^32, mostly single
- * records: otherwise the encoder says so and the runs form is used. */
+/* Interleaved files behind a shuffle: each record names its pair, and its
+ * offset is from that pair's least record. */
+Test(provwire, dense_batches_of_many_files_round_trip)
+{
+    srand(11);
+    static sl_provenance_run_t runs[1024], got[1024];
+    for (unsigned pairs = 2; pairs <= 256; pairs *= 2) {
+        for (int i = 0; i < 1024; i++) {
+            unsigned k = (unsigned)rand() % pairs;
+            /* Files far apart in their records, each within 60000. */
+            runs[i] = (sl_provenance_run_t){k % 3, k, (uint64_t)k * 1000000007u + (uint64_t)(rand() % 60000), 1};
+        }
+        uint8_t *wire;
+        size_t len;
+        cr_assert_eq(sl_provwire_encode_dense(runs, 1024, 1024, &wire, &len), 0, "%u pairs", pairs);
+        cr_assert_leq(len, pairs * 15 + 8 + 1024 * 3, "%zu bytes for %u pairs", len, pairs);
+        uint64_t m = 0;
+        char err[256];
+        cr_assert_eq(sl_provwire_read(wire, len, 1024, got, &m, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(m, 1024);
+        cr_assert(memcmp(got, runs, sizeof got) == 0, "%u pairs: the records came back otherwise", pairs);
+        /* A record naming a pair past the table is refused. */
+        size_t first_index = len - 1024 * 3;
+        wire[first_index + 500] = (uint8_t)pairs;
+        if (pairs < 256) {
+            cr_assert_eq(sl_provwire_read(wire, len, 1024, NULL, &m, err, sizeof err), SL_EPROTO);
+            cr_assert(strstr(err, "a dense record names pair"), "%s", err);
+        }
+        free(wire);
+    }
+    /* 257 pairs: the runs form. */
+    for (int i = 0; i < 1024; i++)
+        runs[i] = (sl_provenance_run_t){0, (uint32_t)(i % 257), (uint64_t)i, 1};
+    uint8_t *wire = NULL;
+    size_t len = 0;
+    cr_assert_eq(sl_provwire_encode_dense(runs, 1024, 1024, &wire, &len), 1);
+    cr_assert_null(wire);
+}
+
+/* The dense form is for at most 256 (epoch, file) pairs, each within 2^32,
+ * mostly single records: otherwise the encoder says so and the runs form
+ * is used. */
 Test(provwire, dense_form_only_where_it_applies)
 {
     uint8_t *wire = NULL;
     size_t len = 0;
-    sl_provenance_run_t two_files[] = {{0, 0, 5, 1}, {0, 1, 9, 1}, {0, 0, 7, 1}};
-    cr_assert_eq(sl_provwire_encode_dense(two_files, 3, 3, &wire, &len), 1);
-    sl_provenance_run_t two_epochs[] = {{0, 0, 5, 1}, {1, 0, 9, 1}, {0, 0, 7, 1}};
-    cr_assert_eq(sl_provwire_encode_dense(two_epochs, 3, 3, &wire, &len), 1);
     sl_provenance_run_t far[] = {{0, 0, 0, 1}, {0, 0, UINT64_C(1) << 33, 1}, {0, 0, 7, 1}};
     cr_assert_eq(sl_provwire_encode_dense(far, 3, 3, &wire, &len), 1);
     sl_provenance_run_t long_runs[] = {{0, 0, 0, 100}, {0, 0, 500, 100}};
@@ -385,29 +421,46 @@ static void refused_dense(const uint8_t *wire, size_t len, uint64_t records, con
 
 Test(provwire, bad_dense_forms_are_refused_with_what_was_wrong)
 {
-    /* 0 marker, epoch 1, file 2, least 10, width 1, offsets 0 and 5. */
-    const uint8_t good[] = {0, 1, 2, 10, 1, 0, 5};
+    /* 0 marker, 1 pair: epoch 1, file 2, least 10; width 1, offsets 0 and 5. */
+    const uint8_t good[] = {0, 1, 1, 2, 10, 1, 0, 5};
     uint64_t m;
     char err[256];
     cr_assert_eq(sl_provwire_read(good, sizeof good, 2, NULL, &m, err, sizeof err), 0, "%s", err);
     cr_assert_eq(m, 2);
-    const uint8_t width0[] = {0, 1, 2, 10, 0, 0, 5};
-    refused_dense(width0, sizeof width0, 2, "width at byte 4 is out of range");
-    const uint8_t width5[] = {0, 1, 2, 10, 5, 0, 0, 0, 0, 0};
-    refused_dense(width5, sizeof width5, 1, "width at byte 4 is out of range");
-    refused_dense(good, 4, 2, "width at byte 4 is missing");
-    refused_dense(good, sizeof good - 1, 2, "1 bytes of 1-byte offsets for 2 records");
-    refused_dense(good, sizeof good, 3, "2 bytes of 1-byte offsets for 3 records");
-    const uint8_t odd[] = {0, 1, 2, 10, 2, 0, 5, 1};
-    refused_dense(odd, sizeof odd, 1, "3 bytes of 2-byte offsets for 1 records");
+    const uint8_t width0[] = {0, 1, 1, 2, 10, 0, 0, 5};
+    refused_dense(width0, sizeof width0, 2, "width at byte 5 is out of range");
+    const uint8_t width5[] = {0, 1, 1, 2, 10, 5, 0, 0, 0, 0, 0};
+    refused_dense(width5, sizeof width5, 1, "width at byte 5 is out of range");
+    refused_dense(good, 5, 2, "width at byte 5 is missing");
+    refused_dense(good, sizeof good - 1, 2, "1 bytes of 1-byte records for 2 records");
+    refused_dense(good, sizeof good, 3, "2 bytes of 1-byte records for 3 records");
+    const uint8_t odd[] = {0, 1, 1, 2, 10, 2, 0, 5, 1};
+    refused_dense(odd, sizeof odd, 1, "3 bytes of 2-byte records for 1 records");
+    /* Two pairs: an index byte a record, then the offsets. */
+    const uint8_t two[] = {0, 2, 0, 0, 10, 0, 1, 7, 1, 1, 0, 3, 4};
+    sl_provenance_run_t r2[2];
+    cr_assert_eq(sl_provwire_read(two, sizeof two, 2, r2, &m, err, sizeof err), 0, "%s", err);
+    cr_assert(m == 2 && r2[0].file_index == 1 && r2[0].begin == 10 && r2[1].file_index == 0 && r2[1].begin == 14);
+    refused_dense(two, sizeof two, 1, "dense form of 2 (epoch, file) pairs");
+    const uint8_t no_pairs[] = {0, 0, 1, 0};
+    refused_dense(no_pairs, sizeof no_pairs, 1, "dense form of 0 (epoch, file) pairs");
     /* Epoch past 32 bits: 2^32 as a varint. */
-    const uint8_t big_epoch[] = {0, 0x80, 0x80, 0x80, 0x80, 0x10, 2, 10, 1, 0};
+    const uint8_t big_epoch[] = {0, 1, 0x80, 0x80, 0x80, 0x80, 0x10, 2, 10, 1, 0};
     refused_dense(big_epoch, sizeof big_epoch, 1, "more than 32 bits");
     /* Least record 2^64 - 2 with 1-byte offsets: runs past 2^64. */
-    const uint8_t top[] = {0, 1, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 0};
+    const uint8_t top[] = {0, 1, 1, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 0};
     refused_dense(top, sizeof top, 1, "run past 2^64");
-    const uint8_t cut[] = {0, 1};
-    refused_dense(cut, sizeof cut, 1, "file index");
+    const uint8_t cut[] = {0, 1, 1};
+    refused_dense(cut, sizeof cut, 1, "dense form of 1 (epoch, file) pairs");
+    /* The marker is the one byte 0: a longer varint of 0 is a runs form of
+     * no pairs, refused (found by fuzz_provwire: its records would have
+     * been more than a reader makes room for by sl_provwire_max_runs()). */
+    const uint8_t long_zero[] = {0x80, 0, 1, 6, 10, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    cr_assert_eq(sl_provwire_max_runs(long_zero, sizeof long_zero, 14), 10);
+    char e2[256];
+    uint64_t m2 = 0;
+    cr_assert_eq(sl_provwire_read(long_zero, sizeof long_zero, 14, NULL, &m2, e2, sizeof e2), SL_EPROTO);
+    cr_assert(strstr(e2, "0 (epoch, file) pairs"), "%s", e2);
 }
 
 /* What a worker sends: the dense form to a client that reads it, the runs
