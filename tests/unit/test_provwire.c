@@ -489,6 +489,20 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
     char err[256];
     cr_assert_eq(sl_provwire_read(b.prov_wire, b.prov_wire_len, 64, got, &m, err, sizeof err), 0, "%s", err);
     cr_assert(m == 64 && memcmp(got, b.prov_heap, sizeof got) == 0);
+    /* Records of two files (an interleave behind the shuffle): dense, with
+     * two pairs, read back record by record. */
+    sl_wire_batch_t two = {0};
+    two.prov_heap = malloc(64 * sizeof *two.prov_heap);
+    cr_assert_not_null(two.prov_heap);
+    for (int i = 0; i < 64; i++)
+        two.prov_heap[i] = (sl_provenance_run_t){1, (uint32_t)(i % 2), 500 + (uint64_t)((i * 37) % 64) * 3, 1};
+    two.prov_n = 64;
+    cr_assert_eq(sl_wire_batch_encode_prov(&two, true), 0);
+    cr_assert(two.prov_wire_dense && two.prov_wire[0] == 0 && two.prov_wire[1] == 2, "not dense with two pairs");
+    cr_assert_eq(sl_provwire_read(two.prov_wire, two.prov_wire_len, 64, got, &m, err, sizeof err), 0, "%s", err);
+    cr_assert(m == 64 && memcmp(got, two.prov_heap, sizeof got) == 0);
+    free(two.prov_wire);
+    free(two.prov_heap);
     /* An ordered batch is one run: the runs form, whatever the client reads. */
     sl_wire_batch_t o = {.prov_n = 1, .prov_one = {0, 0, 0, 64}};
     cr_assert_eq(sl_wire_batch_encode_prov(&o, true), 0);
