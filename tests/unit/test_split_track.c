@@ -215,6 +215,45 @@ static void send_batch(struct model *m, struct queued *q, sl_provenance_run_t *r
     free(q->rows);
 }
 
+/* What comes out of the shuffle buffer: dropped by the filter, or into
+ * the batch being built; a full batch leaves the pipeline into the queue
+ * of batches waiting to be sent, whose oldest is sent when it is full. */
+struct stream {
+    struct model *m;
+    unsigned drop_pct;
+    struct rec *pending;
+    size_t npending, batch;
+    struct queued *queue;
+    size_t nqueue, qhead, queue_max;
+    sl_provenance_run_t *runs;
+};
+
+/* The batch being built leaves the pipeline (it may be short: the last). */
+static void emit(struct stream *st)
+{
+    if (st->nqueue == st->queue_max) {
+        send_batch(st->m, &st->queue[st->qhead], st->runs);
+        st->qhead = (st->qhead + 1) % st->queue_max;
+        st->nqueue--;
+    }
+    out_batch(st->m, st->pending, st->npending, st->runs, &st->queue[(st->qhead + st->nqueue) % st->queue_max]);
+    st->nqueue++;
+    st->npending = 0;
+}
+
+static void pass_on(struct stream *st, struct rec r)
+{
+    if (draw() % 100 < st->drop_pct) {
+        settle(st->m, &r, 1, SL_SETTLE_DROPPED, st->runs, false);
+        return;
+    }
+    st->pending[st->npending++] = r;
+    if (st->npending == st->batch) {
+        emit(st);
+        check_done(st->m);
+    }
+}
+
 static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_t buffer)
 {
     /* The stream's shape. */
@@ -289,7 +328,8 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
     sl_provenance_run_t *runs = malloc((buffer > batch ? buffer : batch) * sizeof *runs + sizeof *runs);
     struct queued *queue = calloc(queue_max, sizeof *queue);
     cr_assert(buf && pending && runs && queue);
-    size_t nbuf = 0, npending = 0, nqueue = 0, qhead = 0;
+    struct stream st = {&m, drop_pct, pending, 0, batch, queue, 0, 0, queue_max, runs};
+    size_t nbuf = 0;
     size_t next_split = 0;
     size_t active[8];
     unsigned nactive = 0, turn = 0;
@@ -346,22 +386,7 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
             size_t j = (size_t)(draw() % buffer);
             struct rec outr = buf[j];
             buf[j] = r;
-            if (draw() % 100 < drop_pct) {
-                settle(&m, &outr, 1, SL_SETTLE_DROPPED, runs, false);
-                continue;
-            }
-            pending[npending++] = outr;
-            if (npending == batch) {
-                if (nqueue == queue_max) {
-                    send_batch(&m, &queue[qhead], runs);
-                    qhead = (qhead + 1) % queue_max;
-                    nqueue--;
-                }
-                out_batch(&m, pending, npending, runs, &queue[(qhead + nqueue) % queue_max]);
-                nqueue++;
-                npending = 0;
-                check_done(&m);
-            }
+            pass_on(&st, outr);
         }
         if (s->cursor == s->s.end) {
             sl_split_track_read(m.t, s->epoch, &s->s, s->read);
@@ -372,7 +397,7 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
         }
     }
 
-    if (records_read >= stop_at && (nactive > 0 || next_split < m.ns || nbuf > 0 || npending > 0)) {
+    if (records_read >= stop_at && (nactive > 0 || next_split < m.ns || nbuf > 0 || st.npending > 0)) {
         /* The pipeline ends with records in its buffers and splits half
          * read: the end takes each split as read up to what settled or went
          * out, and what the pipeline drops after it is not counted again. */
@@ -386,7 +411,7 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
             }
         }
         settle(&m, buf, nbuf, SL_SETTLE_DROPPED, runs, true);
-        settle(&m, pending, npending, SL_SETTLE_DROPPED, runs, true);
+        settle(&m, pending, st.npending, SL_SETTLE_DROPPED, runs, true);
     } else {
         /* The input ran out: the buffer drains in a random order, and the
          * last partial batch goes out or is dropped. */
@@ -394,40 +419,18 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
             size_t j = (size_t)(draw() % left);
             struct rec r = buf[j];
             buf[j] = buf[left - 1];
-            if (draw() % 100 < drop_pct) {
-                settle(&m, &r, 1, SL_SETTLE_DROPPED, runs, false);
-                continue;
-            }
-            pending[npending++] = r;
-            if (npending == batch) {
-                if (nqueue == queue_max) {
-                    send_batch(&m, &queue[qhead], runs);
-                    qhead = (qhead + 1) % queue_max;
-                    nqueue--;
-                }
-                out_batch(&m, pending, npending, runs, &queue[(qhead + nqueue) % queue_max]);
-                nqueue++;
-                npending = 0;
-                check_done(&m);
-            }
+            pass_on(&st, r);
         }
-        if (npending > 0 && drop_remainder) {
-            settle(&m, pending, npending, SL_SETTLE_DROPPED, runs, false);
-        } else if (npending > 0) {
-            if (nqueue == queue_max) {
-                send_batch(&m, &queue[qhead], runs);
-                qhead = (qhead + 1) % queue_max;
-                nqueue--;
-            }
-            out_batch(&m, pending, npending, runs, &queue[(qhead + nqueue) % queue_max]);
-            nqueue++;
-        }
-        npending = 0;
+        if (st.npending > 0 && drop_remainder)
+            settle(&m, pending, st.npending, SL_SETTLE_DROPPED, runs, false);
+        else if (st.npending > 0)
+            emit(&st);
+        st.npending = 0;
     }
     check_done(&m);
     /* The queued batches go out; then every split handed out is done. */
-    for (; nqueue > 0; nqueue--, qhead = (qhead + 1) % queue_max) {
-        send_batch(&m, &queue[qhead], runs);
+    for (; st.nqueue > 0; st.nqueue--, st.qhead = (st.qhead + 1) % queue_max) {
+        send_batch(&m, &queue[st.qhead], runs);
         check_done(&m);
     }
     cr_assert_eq(sl_split_track_size(m.t), 0, "seed %u round %u: %u splits never done", seed, round,
