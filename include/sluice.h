@@ -419,11 +419,15 @@ SL_EXPORT const char *sl_target_workers_name(sl_target_workers_t t);
 SL_EXPORT int sl_target_workers_parse(const char *name, sl_target_workers_t *out);
 
 /**
- * The provenance of the batch's elements, in element order.
+ * The provenance of the batch's elements, in element order. Contiguous
+ * records come merged into one run, except in a batch the worker sent in
+ * the dense form (a shuffled one, docs/protocol.md): there each record is
+ * a run of its own.
  * @param[in] b the batch
  * @param[out] num_runs how many runs; 0 when the worker sent none (an older
- *             worker), else between 1 and sl_batch_num_elements(b), their
- *             counts summing to it
+ *             worker), else between 1 and the batch's source records (its
+ *             elements, unless batches nest: GetElementResponse.num_records),
+ *             their counts summing to those records
  * @return the runs, valid until sl_batch_release(b); NULL when there are none
  *         (or, with *num_runs 0, when there was no memory to decode them:
  *         the first call decodes them from the wire's form, so calls on one
