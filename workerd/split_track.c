@@ -4,8 +4,9 @@
  * The entries are an array in the order the splits were handed out, and
  * an index sorts them by (epoch, file, begin), kept sorted as entries come
  * and go: a settle looks each run up there with a binary search, after a
- * look at the entry the previous run hit. It runs for every run of every batch (a shuffled batch of 1024 has
- * about 1024), so it must cost a few nanoseconds. A run may span two splits
+ * look at the entry the previous run hit and at a cache. It runs for every
+ * run of every batch (a shuffled batch of 1024 has about 1024), so it must
+ * cost a few nanoseconds. A run may span two splits
  * of one file (the sources read them one after the other and batch merges
  * the runs), so it is cut at each split's end.
  */
