@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "le.h"
 #include "varint.h"
 
 /* An open-addressing table of (epoch, file) -> pair index. */
@@ -124,6 +125,14 @@ struct dense_pair {
     uint64_t lo, hi;
 };
 
+/* Whether every W-byte offset from least stays below 2^64: the reader
+ * refuses a pair whose widest offset would not (it does not read the
+ * offsets to check them), so the encoder does not use the form there. */
+static bool dense_fits(uint64_t least, unsigned w)
+{
+    return least <= UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1);
+}
+
 int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
                              size_t *len)
 {
@@ -135,7 +144,7 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     uint8_t stack_of[4096], *pair_of = n <= sizeof stack_of ? stack_of : malloc(n);
     if (!pair_of)
         return -ENOMEM;
-    unsigned np = 0, k = 0;
+    unsigned np = 0;
     uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
     int rc = 1;
     /* One pair (most batches): no index to find or keep. A run of
@@ -175,7 +184,7 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
             table[j] = (uint16_t)(np + 1);
             pairs[np++] = (struct dense_pair){r->epoch, r->file_index, UINT64_MAX, 0};
         }
-        k = table[j] - 1u;
+        unsigned k = table[j] - 1u;
         pair_of[i] = (uint8_t)k;
         struct dense_pair *d = &pairs[k];
         uint64_t last = r->begin + r->count - 1;
@@ -193,10 +202,8 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     unsigned w = 1;
     while (w < 4 && span >> (8 * w))
         w++;
-    /* The reader refuses a least record whose widest offset would pass
-     * 2^64 (it does not read the offsets to check them). */
     for (unsigned j = 0; j < np; j++)
-        if (pairs[j].lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+        if (!dense_fits(pairs[j].lo, w))
             goto done;
     /* Each offset is stored as 4 bytes and the pointer moves w: room for
      * the last one's spare bytes. */
@@ -226,9 +233,7 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
             base = pairs[pair_of[i]].lo;
         uint64_t from = runs[i].begin - base;
         for (uint64_t j = 0; j < runs[i].count; j++) {
-            uint32_t off = (uint32_t)(from + j);
-            uint8_t le[4] = {(uint8_t)off, (uint8_t)(off >> 8), (uint8_t)(off >> 16), (uint8_t)(off >> 24)};
-            memcpy(p, le, 4);
+            sl_put_le32(p, (uint32_t)(from + j));
             p += w;
         }
     }
@@ -351,7 +356,7 @@ static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_ele
                        "provenance: dense form has %zu bytes of %zu-byte records for %" PRIu64 " records", len - pos,
                        per, num_elements);
     for (uint64_t k = 0; k < np; k++)
-        if (pairs[k].lo > UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1))
+        if (!dense_fits(pairs[k].lo, w))
             return sl_errf(err, errlen, SL_EPROTO,
                            "provenance: dense pair %" PRIu64 "'s records from %" PRIu64
                            " with %u-byte offsets run past 2^64",
@@ -371,9 +376,7 @@ static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_ele
         for (; i < num_elements; i++, q += w) {
             uint32_t off = 0;
             if (i < safe) {
-                uint8_t b[4];
-                memcpy(b, q, 4);
-                off = ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24) & mask;
+                off = sl_get_le32(q) & mask;
             } else {
                 for (unsigned k = 0; k < w; k++)
                     off |= (uint32_t)q[k] << (8 * k);

@@ -6,9 +6,9 @@
  * and go: a settle looks each run up there with a binary search, after a
  * look at the entry the previous run hit and at a cache. It runs for every
  * run of every batch (a shuffled batch of 1024 has about 1024), so it must
- * cost a few nanoseconds. A run may span two splits
- * of one file (the sources read them one after the other and batch merges
- * the runs), so it is cut at each split's end.
+ * cost a few nanoseconds. A run may span two splits of one file (the
+ * sources read them one after the other and batch merges the runs), so it
+ * is cut at each split's end.
  */
 #include "split_track.h"
 
