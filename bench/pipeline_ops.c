@@ -7,7 +7,13 @@
  *               reader threads; short records gain nothing, as handing a
  *               record between threads costs more than reading it);
  *   cache:      the same files, epoch 1 (reading and inflating, baseline)
- *               against epoch 2 from a memory cache and from the LMDB cache.
+ *               against epoch 2 from a memory cache and from the LMDB cache;
+ *   shuffle:    a range of 10^7 int64s in batches of 1024 behind
+ *               shuffle(10^4) and shuffle(10^5): what the shuffle adds per
+ *               element (the time less the range's alone), against the
+ *               same buffer algorithm on a bare array of int64s, with the
+ *               same generator (the least a shuffle can cost; ratio =
+ *               that over ours).
  * Ratios above 1 mean faster than the baseline.
  */
 #include <inttypes.h>
@@ -22,6 +28,7 @@
 #include "cachedb.h"
 #include "confine.h"
 #include "pipeline.h"
+#include "rng.h"
 #include "spec.h"
 
 #define FILES 8
@@ -48,6 +55,33 @@ static sl_pipeline_t *make(const char *json, const sl_pipeline_opts_t *o)
     }
     sl_spec_free(spec);
     return p;
+}
+
+/* The buffer algorithm shuffle does, on bare int64s; returns the
+ * seconds, and a checksum in *sum so that the work is not dropped. */
+static double bare_shuffle(uint64_t n, uint64_t buffer, int64_t *sum)
+{
+    int64_t *buf = malloc(buffer * sizeof *buf);
+    if (!buf)
+        exit(1);
+    sl_rng_t rng;
+    sl_rng_seed(&rng, 7);
+    double t0 = now();
+    uint64_t next = 0, held = 0;
+    int64_t acc = 0;
+    for (;;) {
+        while (next < n && held < buffer)
+            buf[held++] = (int64_t)next++;
+        if (held == 0)
+            break;
+        uint64_t i = sl_rng_below(&rng, held);
+        acc = acc * 31 + buf[i];
+        buf[i] = buf[--held];
+    }
+    double t = now() - t0;
+    free(buf);
+    *sum = acc;
+    return t;
 }
 
 /* Runs n batches (or to the end); returns the seconds and the rows. */
@@ -163,6 +197,44 @@ int main(void)
                "\"files_opened\": %" PRIu64 "}\n",
                disk ? "disk" : "memory", rows, first, second, first / second, opened);
     }
+
+    /* shuffle: the range alone, then behind two buffer sizes. */
+    const uint64_t elements = 10000000;
+    double base = 0;
+    const unsigned buffers[] = {0, 10000, 100000};
+    for (int k = 0; k < 3; k++) {
+        snprintf(json, sizeof json,
+                 "{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":%" PRIu64 "},\"ops\":[%s"
+                 "{\"op\":\"batch\",\"batch_size\":1024}]}",
+                 elements, k ? "{\"op\":\"shuffle\",\"seed\":7,\"buffer_size\":BUF}," : "");
+        char *b = strstr(json, "BUF");
+        if (b) {
+            char tail[512];
+            snprintf(tail, sizeof tail, "%u%s", buffers[k], b + 3);
+            strcpy(b, tail);
+        }
+        sl_pipeline_t *p = make(json, &o);
+        double secs = drain(p, SIZE_MAX, &rows);
+        sl_pipeline_destroy(p);
+        if (rows != elements) {
+            fprintf(stderr, "pipeline_ops: shuffle: %" PRIu64 " rows, expected %" PRIu64 "\n", rows, elements);
+            return 1;
+        }
+        if (k == 0) {
+            base = secs;
+            continue;
+        }
+        int64_t sum;
+        double bare = bare_shuffle(elements, buffers[k], &sum);
+        double added = secs - base;
+        printf("{\"bench\": \"shuffle_%u\", \"elements\": %" PRIu64
+               ", \"baseline\": \"the buffer algorithm on a bare int64 array\", \"baseline_ns_per_element\": %.1f, "
+               "\"ns_per_element\": %.1f, \"range_alone_s\": %.3f, \"shuffled_s\": %.3f, \"ratio\": %.3f, "
+               "\"checksum\": %" PRId64 "}\n",
+               buffers[k], elements, bare / (double)elements * 1e9, added / (double)elements * 1e9, base, secs,
+               bare / added, sum);
+    }
+
     sl_cachedb_close(env.db);
     sl_confine_destroy(roots);
     char cmd[PATH_MAX + 32];

@@ -9,9 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "batch.h"
+#include "iter.h"
 #include "pipeline.h"
+#include "rng.h"
 #include "spec.h"
 
 /* What a pipeline produced: every value in order, and each batch's size. */
@@ -344,6 +347,71 @@ Test(pipeline, shuffle_is_a_deterministic_permutation)
     run_free(&a);
     run_free(&b);
     run_free(&c);
+}
+
+/* The shuffle's order is the buffer algorithm's, draw for draw, at user
+ * sizes: fill the buffer, output a slot drawn with sl_rng_below() over the
+ * elements held and move the last into it; at the input's end, drain it
+ * the same way; each epoch from sl__epoch_seed(). Whatever the shuffle
+ * does to go faster (its draws made ahead), a trainer that sets a seed gets
+ * the order it got before. Seeded: SLUICE_TEST_SEED repeats a run. */
+static void shuffle_model(uint64_t n, uint64_t buffer, uint64_t seed, uint64_t epochs, int64_t *want)
+{
+    int64_t *buf = malloc((buffer < n ? buffer : n) * sizeof *buf + 1);
+    cr_assert_not_null(buf);
+    size_t out = 0;
+    for (uint64_t e = 0; e < epochs; e++) {
+        sl_rng_t rng;
+        sl_rng_seed(&rng, sl__epoch_seed(seed, e));
+        uint64_t next = 0, held = 0;
+        for (;;) {
+            while (next < n && held < buffer)
+                buf[held++] = (int64_t)next++;
+            if (held == 0)
+                break;
+            uint64_t i = sl_rng_below(&rng, held);
+            want[out++] = buf[i];
+            buf[i] = buf[--held];
+        }
+    }
+    free(buf);
+}
+
+Test(pipeline, shuffle_order_is_the_buffer_algorithms_at_user_sizes, .timeout = 600)
+{
+    const char *env = getenv("SLUICE_TEST_SEED");
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    fprintf(stderr, "pipeline.shuffle_order_is_the_buffer_algorithms_at_user_sizes: seed %u (SLUICE_TEST_SEED=%u "
+                    "repeats it)\n", seed, seed);
+    sl_rng_t draw;
+    sl_rng_seed(&draw, seed);
+    /* Round 0: a million elements through a shuffle(100000) over two
+     * epochs; then sizes drawn, buffers from 1 to past the input. */
+    for (int round = 0; round < 8; round++) {
+        uint64_t n = round == 0 ? 1000000 : 1 + sl_rng_below(&draw, 300000);
+        uint64_t buffer = round == 0 ? 100000 : 1 + sl_rng_below(&draw, round % 3 == 0 ? 2 * n : 200000);
+        uint64_t epochs = round == 0 ? 2 : 1 + sl_rng_below(&draw, 3);
+        uint64_t s = sl_rng_next(&draw) >> 1;
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"source\":{\"type\":\"range\",\"stop\":%" PRIu64 "},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":%"
+                 PRIu64 ",\"seed\":%" PRIu64 "},{\"op\":\"repeat\",\"count\":%" PRIu64
+                 "},{\"op\":\"batch\",\"batch_size\":1024}]}",
+                 n, buffer, s, epochs);
+        struct run r = run_spec(json, NULL);
+        cr_assert_eq(r.rc, 1, "round %d: %s", round, r.errmsg);
+        cr_assert_eq(r.n, n * epochs, "round %d: %zu elements of %" PRIu64, round, r.n, n * epochs);
+        int64_t *want = malloc(n * epochs * sizeof *want);
+        cr_assert_not_null(want);
+        shuffle_model(n, buffer, s, epochs, want);
+        for (size_t i = 0; i < r.n; i++)
+            if (r.values[i] != want[i])
+                cr_assert_fail("round %d (range %" PRIu64 ", buffer %" PRIu64 ", %" PRIu64
+                               " epochs): element %zu is %" PRId64 ", the buffer algorithm gives %" PRId64,
+                               round, n, buffer, epochs, i, r.values[i], want[i]);
+        free(want);
+        run_free(&r);
+    }
 }
 
 Test(pipeline, shuffle_buffer_larger_than_data_and_of_one)
