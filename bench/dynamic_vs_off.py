@@ -8,19 +8,27 @@ split by split), in the same run on the same cluster. The rate is elements
 delivered per second, so OFF with 2 workers delivers the range twice. The
 runs alternate and each side keeps its best of --rounds, so that a slow
 moment of the shared machine does not land on one side only. Prints one
-JSON line per shape (ratio = DYNAMIC / OFF) and one with the smallest ratio.
+JSON line per shape: ratio = DYNAMIC / OFF of the best runs, pair_ratio =
+the median over the rounds of each DYNAMIC run over the OFF run just before
+it (the two closest in time, so a slow stretch of the machine mostly
+cancels), and cpu_ratio = the CPU time per element under OFF over the same
+under DYNAMIC (workers, dispatcher and consumer together, best of each:
+what DYNAMIC costs the machine, whatever else it is doing). Then one line
+with the smallest of each.
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
 import json
 import os
+import resource
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'integration'))
 ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build-release')
 ap.add_argument('--elements', type=int, default=20000000)
-ap.add_argument('--rounds', type=int, default=2, help='runs of each side')
+ap.add_argument('--rounds', type=int, default=4, help='runs of each side')
 ap.add_argument('--workers', default='1,2', help='cluster sizes, comma-separated')
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
 ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
@@ -35,19 +43,37 @@ def spec(shape):
     return {"source": {"type": "range", "start": 0, "stop": args.elements}, "ops": ops}
 
 
+TICK = os.sysconf('SC_CLK_TCK')
+
+
+def cpu_seconds(pid):
+    """User and system time of a live process, all its threads (also those gone)."""
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run(c, workers, shape, sharding):
-    """Elements delivered per second."""
+    """(elements delivered per second, CPU seconds of the whole cluster and consumer per element)."""
     extra = ['--sharding', sharding]
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
+    pids = [d.proc.pid for d in c.daemons]
+    cpu0 = sum(cpu_seconds(p) for p in pids) + children_cpu()
     rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
+    cpu = sum(cpu_seconds(p) for p in pids) + children_cpu() - cpu0
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
     s = summary(err)
     want = args.elements * (workers if sharding == 'off' else 1)
     if s['elements'] != want:
         sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
-    return s['elements'] / s['seconds']
+    return s['elements'] / s['seconds'], cpu / s['elements']
 
 
 results = []
@@ -61,14 +87,21 @@ for workers in [int(w) for w in args.workers.split(',')]:
             for _ in range(args.rounds):
                 off.append(run(c, workers, shape, 'off'))
                 dyn.append(run(c, workers, shape, 'dynamic'))
+            best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
+            cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
             r = {"bench": "dynamic_vs_off", "workers": workers, "shape": shape, "elements": args.elements,
-                 "dynamic_elements_per_s": round(max(dyn)), "provenance": not args.no_provenance,
-                 "baseline": "the same job under OFF", "off_elements_per_s": round(max(off)),
-                 "ratio": round(max(dyn) / max(off), 3)}
+                 "dynamic_elements_per_s": round(best_dyn), "provenance": not args.no_provenance,
+                 "baseline": "the same job under OFF", "off_elements_per_s": round(best_off),
+                 "ratio": round(best_dyn / best_off, 3),
+                 "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
+                 "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
+                 "cpu_ratio": round(cpu_off / cpu_dyn, 3), "rounds": args.rounds}
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
         c.close()
 print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
                   "baseline": "the same job under OFF, per shape",
-                  "ratio": min(r["ratio"] for r in results)}))
+                  "ratio": min(r["ratio"] for r in results),
+                  "pair_ratio": min(r["pair_ratio"] for r in results),
+                  "cpu_ratio": min(r["cpu_ratio"] for r in results)}))
