@@ -14,6 +14,8 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
+
+#include "membudget.h"
 /* Under ASan a kept block is poisoned until it is handed out again, so a
  * use after sl__big_free() is still caught (as a use after poison). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -45,6 +47,7 @@ static struct {
 } cache[SL_BIG_CACHE_BLOCKS];
 static unsigned cache_n;
 static size_t cache_bytes;
+static sl_membudget_t *cache_budget; /* what kept blocks are charged to, or NULL */
 
 /* The smallest kept block of size to 2 * size bytes, taken out; or NULL. */
 static void *cache_take(size_t size)
@@ -61,6 +64,7 @@ static void *cache_take(size_t size)
         p = cache[best].p;
         KEPT_UNPOISON(p, cache[best].size);
         cache_bytes -= cache[best].size;
+        sl_membudget_release(cache_budget, cache[best].size);
         cache[best] = cache[--cache_n];
     }
     pthread_mutex_unlock(&cache_mu);
@@ -76,7 +80,8 @@ void sl__big_free(void *p)
     size_t size = malloc_usable_size(p);
     if (size >= SL_BIG_CACHE_MIN && size <= SL_BIG_CACHE_BYTES) {
         pthread_mutex_lock(&cache_mu);
-        bool kept = cache_n < SL_BIG_CACHE_BLOCKS && cache_bytes + size <= SL_BIG_CACHE_BYTES;
+        bool kept = cache_n < SL_BIG_CACHE_BLOCKS && cache_bytes + size <= SL_BIG_CACHE_BYTES &&
+                    sl_membudget_charge_spare(cache_budget, size);
         if (kept) {
             KEPT_POISON(p, size);
             cache[cache_n].p = p;
@@ -92,17 +97,38 @@ void sl__big_free(void *p)
     free(p);
 }
 
-void sl__big_cache_drain(void)
-{
 #ifdef __GLIBC__
-    pthread_mutex_lock(&cache_mu);
+/* Frees every kept block and gives its charge back; cache_mu held. */
+static void drain_locked(void)
+{
     for (unsigned i = 0; i < cache_n; i++) {
         KEPT_UNPOISON(cache[i].p, cache[i].size);
         free(cache[i].p);
     }
+    sl_membudget_release(cache_budget, cache_bytes);
     cache_n = 0;
     cache_bytes = 0;
+}
+#endif
+
+void sl__big_cache_drain(void)
+{
+#ifdef __GLIBC__
+    pthread_mutex_lock(&cache_mu);
+    drain_locked();
     pthread_mutex_unlock(&cache_mu);
+#endif
+}
+
+void sl__big_cache_set_budget(sl_membudget_t *budget)
+{
+#ifdef __GLIBC__
+    pthread_mutex_lock(&cache_mu);
+    drain_locked();
+    cache_budget = budget;
+    pthread_mutex_unlock(&cache_mu);
+#else
+    (void)budget;
 #endif
 }
 

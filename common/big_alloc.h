@@ -42,11 +42,24 @@ void *sl__big_alloc(size_t size);
  * to sl__big_free() is kept instead, already faulted in, for the next
  * sl__big_alloc() of about its size: at most SL_BIG_CACHE_BLOCKS blocks of
  * at least SL_BIG_CACHE_MIN bytes and SL_BIG_CACHE_BYTES bytes in all per
- * process, freed at exit. Not glibc: sl__big_free() is free().
+ * process, freed at exit, and within a memory budget when one is set
+ * (sl__big_cache_set_budget()). Not glibc: sl__big_free() is free().
  */
 #define SL_BIG_CACHE_BLOCKS 16
 #define SL_BIG_CACHE_MIN (64u << 10)
 #define SL_BIG_CACHE_BYTES (64u << 20)
+
+struct sl_membudget;
+
+/**
+ * Charges what is kept from now on to budget (a worker's --max-memory-mb):
+ * a block is kept only when the budget has room for it, and the budget's
+ * reclaim frees every kept block before it refuses an owner's charge.
+ * NULL: kept blocks are bounded only by SL_BIG_CACHE_BYTES. Frees what was
+ * kept before (charged to the budget set before). Call before threads that
+ * allocate blocks start, and with NULL before budget goes away.
+ */
+void sl__big_cache_set_budget(struct sl_membudget *budget);
 
 /** Frees a block of sl__big_alloc() (or malloc), or keeps it for reuse. */
 void sl__big_free(void *p);

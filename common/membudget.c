@@ -38,7 +38,17 @@ static bool charge(sl_membudget_t *b, size_t bytes, bool count)
 
 bool sl_membudget_charge(sl_membudget_t *b, size_t bytes)
 {
+    if (charge(b, bytes, false))
+        return true;
+    /* Memory held only for reuse goes first; then the charge once more. */
+    if (b->reclaim)
+        b->reclaim();
     return charge(b, bytes, true);
+}
+
+bool sl_membudget_charge_spare(sl_membudget_t *b, size_t bytes)
+{
+    return charge(b, bytes, false);
 }
 
 void sl_membudget_release(sl_membudget_t *b, size_t bytes)

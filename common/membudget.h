@@ -8,7 +8,9 @@
  * batches) charges its bytes before it allocates them and releases them
  * when it frees them; a charge that would take the budget over its limit is
  * refused, and counted, and the owner fails with a message that says so
- * (sl_membudget_refusal()).
+ * (sl_membudget_refusal()). Memory held only for reuse (freed batch blocks
+ * kept for the next batch) is charged too, and given back (reclaim) before
+ * a charge is refused, so that a cache never fails a pipeline.
  *
  * An account is one owner's side: single-threaded (or under its owner's
  * lock), it reserves from the budget in granules of SL_MEMACCT_GRANULE so
@@ -37,6 +39,10 @@ typedef struct sl_membudget {
     const char *option;          /* how the limit is set, for messages ("--max-memory-mb") */
     struct sl_metric *m_charged; /* optional gauge of used, in bytes */
     struct sl_metric *m_refusals; /* optional counter of refusals */
+    /* Optional: gives back memory held only for reuse (kept batch blocks,
+     * big_alloc.h), called once when a charge does not fit, before it is
+     * refused. It must not charge this budget. */
+    void (*reclaim)(void);
 } sl_membudget_t;
 
 /** Makes b an empty budget of limit bytes; option names how it is set (kept, not copied). */
@@ -48,6 +54,13 @@ void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option);
  *         charged and the refusal is counted. A NULL b always charges.
  */
 bool sl_membudget_charge(sl_membudget_t *b, size_t bytes);
+
+/**
+ * Charges bytes against b for memory held only for reuse: like
+ * sl_membudget_charge(), but a charge that does not fit is neither counted
+ * as a refusal nor makes b reclaim. A NULL b always charges.
+ */
+bool sl_membudget_charge_spare(sl_membudget_t *b, size_t bytes);
 
 /** Gives back bytes an earlier charge took. NULL b is ignored. */
 void sl_membudget_release(sl_membudget_t *b, size_t bytes);

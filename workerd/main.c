@@ -272,11 +272,17 @@ int main(int argc, char **argv)
                                      "The worker's memory budget (--max-memory-mb).", NULL, 0),
                   (double)mem.limit);
     mem.m_charged = sl_metric_register(SL_METRIC_GAUGE, "sluice_worker_memory_charged_bytes", NULL,
-                                       "Bytes the tasks' buffers and images hold against the memory budget.", NULL, 0);
+                                       "Bytes the tasks' buffers and images, and batch blocks kept for reuse, hold "
+                                       "against the memory budget.",
+                                       NULL, 0);
     mem.m_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_memory_refusals_total", NULL,
                                         "Charges the memory budget refused (a task failed or a cache gave up).",
                                         NULL, 0);
     o.worker.task.mem = &mem;
+    /* Sent batches' blocks kept for the next batch are charged too, and
+     * freed first when a task needs the room (big_alloc.h). */
+    mem.reclaim = sl__big_cache_drain;
+    sl__big_cache_set_budget(&mem);
     sl_log_info("memory budget: %zu MiB for all tasks (--max-memory-mb)", mem.limit >> 20);
     struct event_base *base = event_base_new();
     sl_worker_t *w = NULL;
@@ -318,6 +324,7 @@ out:
             event_free(sigs[i]);
     sl_admin_free(admin);
     sl_worker_free(w);
+    sl__big_cache_set_budget(NULL); /* mem goes out of scope */
     /* After every task (and its pipeline) is gone. */
     sl_plugins_destroy(plugins);
     sl_cachedb_close(cache.db);

@@ -1,8 +1,8 @@
 /*
  * test_big_alloc.c: the kept blocks of common/big_alloc.c: a freed block
  * comes back for the next allocation of about its size, and what is kept
- * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES; a freed wire
- * batch (protocol/batch.c) keeps its block.
+ * stays within SL_BIG_CACHE_BLOCKS and SL_BIG_CACHE_BYTES and a memory
+ * budget; a freed wire batch (protocol/batch.c) keeps its block.
  */
 #include <criterion/criterion.h>
 
@@ -12,6 +12,7 @@
 
 #include "batch.h"
 #include "big_alloc.h"
+#include "membudget.h"
 
 static void drain(void)
 {
@@ -95,6 +96,60 @@ Test(big_alloc, what_is_kept_is_bounded)
     void *huge = sl__big_alloc(SL_BIG_CACHE_BYTES + 1);
     cr_assert_not_null(huge);
     sl__big_free(huge);
+    cr_assert_eq(kept_blocks(), 0);
+}
+
+/* A worker's kept blocks are charged to its --max-memory-mb budget: kept
+ * only when it has room, given back (freed) before an owner's charge would
+ * be refused, so that keeping blocks never fails a pipeline. */
+Test(big_alloc, kept_blocks_are_charged_to_the_budget_and_give_way_to_its_owners)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, 8u << 20, "--max-memory-mb");
+    budget.reclaim = sl__big_cache_drain;
+    sl__big_cache_set_budget(&budget);
+
+    size_t size = 1u << 20;
+    void *a = sl__big_alloc(size);
+    cr_assert_not_null(a);
+    size_t usable = malloc_usable_size(a);
+    sl__big_free(a);
+    cr_assert_eq(kept_blocks(), 1);
+    cr_assert_eq(sl_membudget_used(&budget), usable, "the kept block is not charged: %zu",
+                 sl_membudget_used(&budget));
+
+    /* An owner's charge that fits only without the kept block: the block
+     * goes, the charge is made, and nothing is refused. */
+    size_t owner = (8u << 20) - (512u << 10);
+    cr_assert(sl_membudget_charge(&budget, owner), "the kept block made an owner's charge fail");
+    cr_assert_eq(kept_blocks(), 0, "the kept block was not freed for the owner");
+    cr_assert_eq(sl_membudget_used(&budget), owner);
+    cr_assert_eq(budget.refusals, 0);
+
+    /* No room: a freed block is freed, not kept. */
+    void *b = sl__big_alloc(size);
+    cr_assert_not_null(b);
+    sl__big_free(b);
+    cr_assert_eq(kept_blocks(), 0, "a block was kept past the budget");
+    cr_assert_eq(sl_membudget_used(&budget), owner);
+
+    /* A charge that does not fit even with nothing kept is refused, once. */
+    cr_assert_not(sl_membudget_charge(&budget, 1u << 20));
+    cr_assert_eq(budget.refusals, 1);
+
+    /* Taking a kept block back gives its charge back. */
+    sl_membudget_release(&budget, owner);
+    void *c = sl__big_alloc(size);
+    sl__big_free(c);
+    cr_assert_eq(sl_membudget_used(&budget), malloc_usable_size(c));
+    void *d = sl__big_alloc(size);
+    cr_assert_eq(d, c);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "a block handed out is still charged as kept");
+    sl__big_free(d);
+
+    /* Without the budget, what it was charged is given back. */
+    sl__big_cache_set_budget(NULL);
+    cr_assert_eq(sl_membudget_used(&budget), 0);
     cr_assert_eq(kept_blocks(), 0);
 }
 
