@@ -54,19 +54,31 @@ static inline uint64_t sl_rng_next(sl_rng_t *r)
     return result;
 }
 
-/** @return a uniform value in [0, n) without modulo bias (0 when n is 0) */
-static inline uint64_t sl_rng_below(sl_rng_t *r, uint64_t n)
+/** @return what sl_rng_below_by() needs for n > 0: 2^64 mod n, the values
+ *  below which a draw is made again (they would make low residues likelier) */
+static inline uint64_t sl_rng_threshold(uint64_t n)
 {
-    if (n == 0)
-        return 0;
-    /* Values below 2^64 mod n would make the low residues likelier; drawing
-     * again when one comes up is rare (less than n / 2^64 of the time). */
-    uint64_t threshold = (0 - n) % n;
+    return (0 - n) % n;
+}
+
+/** sl_rng_below(r, n) for n > 0 with its threshold computed once: the same
+ *  value from the same state, one division fewer (a shuffle's every draw) */
+static inline uint64_t sl_rng_below_by(sl_rng_t *r, uint64_t n, uint64_t threshold)
+{
+    /* Drawing again is rare (less than n / 2^64 of the time). */
     for (;;) {
         uint64_t v = sl_rng_next(r);
         if (v >= threshold)
             return v % n;
     }
+}
+
+/** @return a uniform value in [0, n) without modulo bias (0 when n is 0) */
+static inline uint64_t sl_rng_below(sl_rng_t *r, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    return sl_rng_below_by(r, n, sl_rng_threshold(n));
 }
 
 /** A delay of ms, give or take half of it, drawn from r: peers that lost the

@@ -56,6 +56,7 @@ struct shuffle_iter {
         uint64_t i;
     } ahead[SHUFFLE_AHEAD];
     unsigned ahead_head, ahead_n;
+    uint64_t threshold; /* sl_rng_threshold(buffer_size): the draws ahead's */
 };
 
 static void shuffle_drop(struct shuffle_iter *s);
@@ -150,7 +151,7 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
         while (s->ahead_n < SHUFFLE_AHEAD) {
             unsigned k = (s->ahead_head + s->ahead_n) % SHUFFLE_AHEAD;
             s->ahead[k].before = s->rng;
-            s->ahead[k].i = sl_rng_below(&s->rng, s->buffer_size);
+            s->ahead[k].i = sl_rng_below_by(&s->rng, s->buffer_size, s->threshold);
             const uint8_t *p = (const uint8_t *)slot(s, s->ahead[k].i);
             for (size_t b = 0; b < s->stride; b += 64)
                 __builtin_prefetch(p + b);
@@ -198,6 +199,7 @@ int sl__op_shuffle_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_
         return -ENOMEM;
     sl__iter_init(&s->base, &shuffle_vtbl, input, ctx, label);
     s->buffer_size = (uint64_t)op->u.shuffle.buffer_size;
+    s->threshold = sl_rng_threshold(s->buffer_size); /* the spec's bounds: at least 1 */
     s->seed = op->u.shuffle.has_seed ? (uint64_t)op->u.shuffle.seed : sl__random_seed(s);
     s->reshuffle = op->u.shuffle.reshuffle_each_iteration;
     s->stride = sl_element_size(input->spec.num_components);
