@@ -14,7 +14,8 @@
  *               same buffer algorithm on a bare array of int64s, with the
  *               same generator (the least a shuffle can cost; ratio =
  *               that over ours).
- * Ratios above 1 mean faster than the baseline.
+ * Ratios above 1 mean faster than the baseline. "bench_pipeline_ops
+ * shuffle" runs the shuffle measurements alone (for a profiler).
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -104,8 +105,56 @@ static double drain(sl_pipeline_t *p, size_t n, uint64_t *rows)
     return now() - t0;
 }
 
-int main(void)
+/* shuffle: the range alone, then behind two buffer sizes; 0 or 1. */
+static int shuffle_benches(void)
 {
+    sl_pipeline_opts_t o = {0};
+    char json[1024];
+    uint64_t rows;
+    const uint64_t elements = 10000000;
+    double base = 0;
+    const unsigned buffers[] = {0, 10000, 100000};
+    for (int k = 0; k < 3; k++) {
+        char shuffle[128] = "";
+        if (k)
+            snprintf(shuffle, sizeof shuffle, "{\"op\":\"shuffle\",\"seed\":7,\"buffer_size\":%u},", buffers[k]);
+        snprintf(json, sizeof json,
+                 "{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":%" PRIu64 "},\"ops\":[%s"
+                 "{\"op\":\"batch\",\"batch_size\":1024}]}",
+                 elements, shuffle);
+        sl_pipeline_t *p = make(json, &o);
+        double secs = drain(p, SIZE_MAX, &rows);
+        sl_pipeline_destroy(p);
+        if (rows != elements) {
+            fprintf(stderr, "pipeline_ops: shuffle: %" PRIu64 " rows, expected %" PRIu64 "\n", rows, elements);
+            return 1;
+        }
+        if (k == 0) {
+            base = secs;
+            continue;
+        }
+        int64_t sum;
+        double bare = bare_shuffle(elements, buffers[k], &sum);
+        double added = secs - base;
+        printf("{\"bench\": \"shuffle_%u\", \"elements\": %" PRIu64
+               ", \"baseline\": \"the buffer algorithm on a bare int64 array\", \"baseline_ns_per_element\": %.1f, "
+               "\"ns_per_element\": %.1f, \"range_alone_s\": %.3f, \"shuffled_s\": %.3f, \"ratio\": %.3f, "
+               "\"checksum\": %" PRId64 "}\n",
+               buffers[k], elements, bare / (double)elements * 1e9, added / (double)elements * 1e9, base, secs,
+               bare / added, sum);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bool only_shuffle = argc > 1 && strcmp(argv[1], "shuffle") == 0;
+    if (argc > 1 && !only_shuffle) {
+        fprintf(stderr, "usage: bench_pipeline_ops [shuffle]\n");
+        return 2;
+    }
+    if (only_shuffle)
+        return shuffle_benches();
     char dir[] = "/tmp/sl-bench-ops-XXXXXX";
     if (!mkdtemp(dir))
         return 1;
@@ -198,42 +247,8 @@ int main(void)
                disk ? "disk" : "memory", rows, first, second, first / second, opened);
     }
 
-    /* shuffle: the range alone, then behind two buffer sizes. */
-    const uint64_t elements = 10000000;
-    double base = 0;
-    const unsigned buffers[] = {0, 10000, 100000};
-    for (int k = 0; k < 3; k++) {
-        snprintf(json, sizeof json,
-                 "{\"source\":{\"type\":\"range\",\"start\":0,\"stop\":%" PRIu64 "},\"ops\":[%s"
-                 "{\"op\":\"batch\",\"batch_size\":1024}]}",
-                 elements, k ? "{\"op\":\"shuffle\",\"seed\":7,\"buffer_size\":BUF}," : "");
-        char *b = strstr(json, "BUF");
-        if (b) {
-            char tail[512];
-            snprintf(tail, sizeof tail, "%u%s", buffers[k], b + 3);
-            strcpy(b, tail);
-        }
-        sl_pipeline_t *p = make(json, &o);
-        double secs = drain(p, SIZE_MAX, &rows);
-        sl_pipeline_destroy(p);
-        if (rows != elements) {
-            fprintf(stderr, "pipeline_ops: shuffle: %" PRIu64 " rows, expected %" PRIu64 "\n", rows, elements);
-            return 1;
-        }
-        if (k == 0) {
-            base = secs;
-            continue;
-        }
-        int64_t sum;
-        double bare = bare_shuffle(elements, buffers[k], &sum);
-        double added = secs - base;
-        printf("{\"bench\": \"shuffle_%u\", \"elements\": %" PRIu64
-               ", \"baseline\": \"the buffer algorithm on a bare int64 array\", \"baseline_ns_per_element\": %.1f, "
-               "\"ns_per_element\": %.1f, \"range_alone_s\": %.3f, \"shuffled_s\": %.3f, \"ratio\": %.3f, "
-               "\"checksum\": %" PRId64 "}\n",
-               buffers[k], elements, bare / (double)elements * 1e9, added / (double)elements * 1e9, base, secs,
-               bare / added, sum);
-    }
+    if (shuffle_benches() != 0)
+        return 1;
 
     sl_cachedb_close(env.db);
     sl_confine_destroy(roots);

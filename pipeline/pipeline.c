@@ -22,11 +22,14 @@
  * stage inserted above it once the chain is built (so constructors see the
  * bare chain): the op above calls the stage, the stage calls the iterator.
  * A stage counts every call and times one in SL_STAGE_SAMPLE (two clock
- * reads cost ~30 ns on a VM, more than a cheap op's whole call); the time
- * of all calls is estimated from the sampled ones. One thread at a time
- * calls a stage; any thread may read its counters, hence the atomics.
+ * reads cost ~30 ns on a VM each, more than a cheap op's whole call: at one
+ * in 16 they were 8% of a shuffled range's time, a stage above each op
+ * called once an element); the time of all calls is estimated from the
+ * sampled ones, and the first call of each stage is always timed. One
+ * thread at a time calls a stage; any thread may read its counters, hence
+ * the atomics.
  */
-#define SL_STAGE_SAMPLE 16
+#define SL_STAGE_SAMPLE 64
 
 struct stage {
     sl_iter_t it; /* it.input is the timed iterator */
