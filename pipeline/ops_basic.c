@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "big_alloc.h"
 #include "iter.h"
 #include "rng.h"
 
@@ -96,9 +97,16 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
                                      s->buffer_size);
             if (rc < 0)
                 return shuffle_refused(s, rc);
-            uint8_t *p = realloc(s->slots, cap * s->stride);
+            /* A new block each time, from sl__big_alloc(): one of 4 MiB or
+             * more gets huge pages, so that the random slot each output
+             * reads misses the TLB less (realloc would keep 4 KiB pages).
+             * The old one is freed, not kept: no batch is its size. */
+            uint8_t *p = sl__big_alloc(cap * s->stride);
             if (!p)
                 return sl__iter_fail(it, -ENOMEM, "out of memory for %" PRIu64 " buffered elements", cap);
+            if (s->n > 0)
+                memcpy(p, s->slots, s->n * s->stride);
+            free(s->slots);
             s->slots = p;
             s->cap = cap;
         }
