@@ -6,7 +6,8 @@ exactly, and the worker keeps serving. A 9000 x 9000 JPEG (243 MB decoded)
 is refused on its header, before its pixels are allocated (the worker's
 peak RSS stays far below it), and a header claiming 60000 x 60000 by the
 per-image limit. /metrics shows the budget, what is charged and the
-refusals."""
+refusals. Batch blocks the worker keeps for its next batch are charged to
+the budget and freed before a task's charge would be refused."""
 import os
 import re
 import subprocess
@@ -165,6 +166,44 @@ class WorkerMemory(ClusterCase):
         rc, err = self.jpeg_job('huge2.jpg', huge, scaled=True)
         self.assertEqual(rc, 0, err[-2000:])
         self.assertLess(peak_rss_bytes(pid), 200 << 20)
+
+
+class KeptBatchBlocks(ClusterCase):
+    """Sent batches' blocks that the worker keeps for its next batch are
+    charged to --max-memory-mb, and freed before a task's charge would be
+    refused: a job of large batches leaves some kept, and a shuffle that
+    needs most of the budget after it still runs."""
+    workers = 1
+    worker_args = ('--max-memory-mb', str(BUDGET_MB))
+
+    def test_kept_blocks_are_charged_and_give_way_to_a_task(self):
+        port = self.c.workers[0].admin_port
+        # Batches of 8 MiB (2^20 int64s, the largest batch_size): their
+        # blocks are kept once sent.
+        rows = 1 << 20
+        rc, _, err = self.c.cat(range_spec(4 * rows, [{"op": "batch", "batch_size": rows}]), ['--sharding', 'off'],
+                                fmt='count', timeout=300)
+        self.assertEqual(rc, 0, err[-2000:])
+        wait_for(lambda: metrics(port)['sluice_worker_memory_charged_bytes'] >= 8 << 20,
+                 'a kept 8 MiB block to be charged to the budget')
+        kept = metrics(port)['sluice_worker_memory_charged_bytes']
+        self.assertLessEqual(kept, BUDGET_MB << 20)
+        refusals = metrics(port)['sluice_worker_memory_refusals_total']
+        # A shuffle whose buffer takes 58 MiB of the 64 (152 bytes a slot):
+        # with the kept blocks still charged it would not fit.
+        n = (58 << 20) // 152
+        self.assertGreater(n * 152 + kept, BUDGET_MB << 20, 'the test needs the kept blocks in the way')
+        rc, got, err = self.read_values(range_spec(n, [{"op": "shuffle", "buffer_size": n, "seed": 3},
+                                                       {"op": "batch", "batch_size": 1024}]))
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertTrue(np.array_equal(np.sort(got), np.arange(n)))
+        self.assertEqual(metrics(port)['sluice_worker_memory_refusals_total'], refusals,
+                         'a task\'s charge was refused while kept blocks held the room')
+
+    def read_values(self, spec):
+        r = subprocess.run(self.c.cat_argv(spec, ['--sharding', 'off'], fmt='raw'), capture_output=True, timeout=300,
+                           env=child_env())
+        return r.returncode, np.frombuffer(r.stdout, dtype='<i8'), r.stderr.decode(errors='replace')
 
 
 if __name__ == '__main__':
