@@ -32,7 +32,8 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
     sl__big_free(b->data);
     free(b->prov_heap);
     free(b->prov_wire);
-    free(b->tally);
+    if (b->tally != b->tally_one)
+        free(b->tally);
     free(b);
 }
 

@@ -28,6 +28,9 @@ typedef struct sl_component {
     uint64_t splits_length;
 } sl_component_t;
 
+/* Tally rows a batch keeps in itself; more are malloc'd. */
+#define SL_WIRE_TALLY_INLINE 4
+
 typedef struct sl_wire_batch {
     uint64_t num_elements;
     int num_components;
@@ -48,8 +51,9 @@ typedef struct sl_wire_batch {
     /* DYNAMIC: the records counted split by split when the batch left the
      * pipeline (ntally rows, owned; NULL when not counted): how the worker
      * settles it when sent, and its tallies on the wire. */
-    sl_split_done_t *tally;
+    sl_split_done_t *tally; /* tally_one or malloc'd */
     uint32_t ntally;
+    sl_split_done_t tally_one[SL_WIRE_TALLY_INLINE]; /* most batches fall in a split or two */
 } sl_wire_batch_t;
 
 /* One provenance run in memory and in a disk cache's blobs: u32 epoch,

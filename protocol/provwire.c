@@ -40,6 +40,20 @@ static size_t slot_of(uint32_t epoch, uint32_t file, size_t mask)
     return (size_t)(h >> 32) & mask;
 }
 
+/* A buffer of cap bytes with len used, given back to the allocator down to
+ * len when the bound overestimated by more than SHRINK_SLACK: held batches
+ * keep their encodings, but a realloc for a few bytes costs more than they
+ * do (a batch of one run is a few bytes in a bound of about 50). */
+#define SHRINK_SLACK 1024
+
+static uint8_t *shrink(uint8_t *buf, size_t cap, size_t len)
+{
+    if (cap - len <= SHRINK_SLACK)
+        return buf;
+    uint8_t *shrunk = realloc(buf, len ? len : 1);
+    return shrunk ? shrunk : buf;
+}
+
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len)
 {
     *out = NULL;
@@ -107,9 +121,7 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
     }
     free(block);
     *len = (size_t)(p - buf);
-    /* Give back what the bound overestimated (most of it). */
-    uint8_t *shrunk = realloc(buf, *len);
-    *out = shrunk ? shrunk : buf;
+    *out = shrink(buf, bound, *len);
     return 0;
 }
 
@@ -559,8 +571,7 @@ int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, s
         prev = d[i].split_id;
     }
     *len = (size_t)(p - buf);
-    uint8_t *shrunk = realloc(buf, *len);
-    *out = shrunk ? shrunk : buf;
+    *out = shrink(buf, SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX, *len);
     return 0;
 }
 

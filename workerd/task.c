@@ -317,10 +317,14 @@ static void *producer_main(void *arg)
              * rows, and they are the batch's tallies on the wire. Without
              * memory for them the send settles run by run. */
             unsigned size = sl_split_track_size(t->track);
-            b->tally = size > 0 ? malloc(size * sizeof *b->tally) : NULL;
+            if (size <= SL_WIRE_TALLY_INLINE)
+                b->tally = b->tally_one; /* no allocation a batch */
+            else
+                b->tally = size > 0 ? malloc(size * sizeof *b->tally) : NULL;
             b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally);
             if (b->ntally == 0) {
-                free(b->tally);
+                if (b->tally != b->tally_one)
+                    free(b->tally);
                 b->tally = NULL;
             }
         }

@@ -376,6 +376,12 @@ static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint
     uint8_t *t = NULL;
     size_t tlen = 0;
     if (rc == 0 && tally && b && b->ntally > 0 && sl_provwire_encode_done(b->tally, b->ntally, &t, &tlen) == 0) {
+        if (!*buf) {
+            /* No notices (most batches): the tallies are the buffer. */
+            *buf = t;
+            *tally_len = tlen;
+            return rc;
+        }
         uint8_t *p = realloc(*buf, *notices_len + tlen);
         if (p) {
             memcpy(p + *notices_len, t, tlen);
