@@ -314,13 +314,11 @@ static void *producer_main(void *arg)
         t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
         if (rc == 0 && t->track) {
             /* Counted split by split once, here: the send settles by these
-             * rows, and they are the batch's tallies on the wire. Without
+             * rows, and they are the batch's tallies on the wire. Up to
+             * SL_WIRE_TALLY_INLINE rows live in the batch itself. Without
              * memory for them the send settles run by run. */
             unsigned size = sl_split_track_size(t->track);
-            if (size <= SL_WIRE_TALLY_INLINE)
-                b->tally = b->tally_one; /* no allocation a batch */
-            else
-                b->tally = size > 0 ? malloc(size * sizeof *b->tally) : NULL;
+            b->tally = size <= SL_WIRE_TALLY_INLINE ? b->tally_one : malloc(size * sizeof *b->tally);
             b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally);
             if (b->ntally == 0) {
                 if (b->tally != b->tally_one)
