@@ -160,7 +160,7 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
     int rc = 1;
     /* One pair (most batches): no index to find or keep. A run of
-     * another pair ends this pass and the one below starts over. */
+     * another pair ends this pass, and the one below goes on from it. */
     uint64_t i1 = 0;
     for (; i1 < n && runs[i1].epoch == runs[0].epoch && runs[i1].file_index == runs[0].file_index; i1++) {
         const sl_provenance_run_t *r = &runs[i1];
@@ -172,24 +172,25 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
         sum += r->count;
     }
     bool one_pair = i1 == n;
-    if (one_pair) {
-        pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, lo, hi};
-    } else {
-        sum = 0;
-    }
-    /* Several: each run's pair found in a table of twice DENSE_PAIRS
-     * slots, by its file and epoch mixed cheaply (a run's file changes from
-     * one run to the next when a shuffle mixes an interleave's files). */
+    pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, lo, hi};
+    /* Several: the runs read so far are pair 0; each later run's pair is
+     * found in a table of twice DENSE_PAIRS slots, by its file and epoch
+     * mixed cheaply (a run's file changes from one run to the next when a
+     * shuffle mixes an interleave's files). */
     uint16_t table[2 * DENSE_PAIRS]; /* a pair's index + 1; 0: free */
-    if (!one_pair)
+    const size_t mask = 2 * DENSE_PAIRS - 1;
+    if (!one_pair) {
         memset(table, 0, sizeof table);
-    for (uint64_t i = 0; i < n && !one_pair; i++) {
+        table[(runs[0].file_index ^ runs[0].epoch * 0x9e3779b1u) & mask] = 1;
+        memset(pair_of, 0, i1);
+    }
+    for (uint64_t i = i1; i < n; i++) {
         const sl_provenance_run_t *r = &runs[i];
         if (r->count == 0 || r->begin + r->count < r->begin)
             goto done;
-        size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & (2 * DENSE_PAIRS - 1);
+        size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & mask;
         while (table[j] && (pairs[table[j] - 1].file != r->file_index || pairs[table[j] - 1].epoch != r->epoch))
-            j = (j + 1) & (2 * DENSE_PAIRS - 1);
+            j = (j + 1) & mask;
         if (!table[j]) {
             if (np == DENSE_PAIRS)
                 goto done;
@@ -556,7 +557,8 @@ int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, s
     *len = 0;
     if (n == 0 || n > SIZE_MAX / (NOTICE_MIN_BYTES * SL_VARINT_MAX) - 1)
         return -ENOMEM;
-    uint8_t *buf = malloc(SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX);
+    size_t cap = SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX;
+    uint8_t *buf = malloc(cap);
     if (!buf)
         return -ENOMEM;
     uint8_t *p = sl_put_varint(buf, n);
@@ -571,7 +573,7 @@ int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, s
         prev = d[i].split_id;
     }
     *len = (size_t)(p - buf);
-    *out = shrink(buf, SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX, *len);
+    *out = shrink(buf, cap, *len);
     return 0;
 }
 
