@@ -1,0 +1,581 @@
+/*
+ * getelem.c: GET_ELEMENT's request and answer without nanopb's tables.
+ *
+ * A batch costs one request and one answer. nanopb's codec walks its field
+ * descriptors for every field, about 300 instructions each (callgrind); with
+ * the answer's eight DYNAMIC fields that was most of what DYNAMIC added per
+ * batch (docs/sharding.md). Here each field is a switch case.
+ *
+ * Encoding writes nanopb's bytes: fields in tag order, proto3 zeros left
+ * out, task_key always (a fixed-length bytes field), repeated int64 packed,
+ * a submessage's length before it. Decoding follows pb_decode() case by
+ * case, including its varint rules (a 32-bit varint may carry a sign
+ * extension, a 64-bit one at most 10 bytes), last-one-wins for a field seen
+ * twice, and which fields it zeroes first (a component's shape array is
+ * not). test_getelem checks all of it against nanopb.
+ */
+#include "getelem.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice.h"
+
+enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
+
+#define KEY(tag, wt) ((uint8_t)((tag) << 3 | (wt))) /* every tag here is below 16: one byte */
+
+/* ---- encoding: the caller's buffer holds the generated maximum size ---- */
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline size_t varint_len(uint64_t v)
+{
+    return v ? (size_t)(64 - __builtin_clzll(v) + 6) / 7 : 1;
+}
+
+/* A proto3 uint64 or uint32 field: left out when 0. */
+static inline uint8_t *put_u64(uint8_t *p, uint8_t key, uint64_t v)
+{
+    if (v) {
+        *p++ = key;
+        p = put_varint(p, v);
+    }
+    return p;
+}
+
+static inline size_t u64_len(uint64_t v)
+{
+    return v ? 1 + varint_len(v) : 0;
+}
+
+int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_t *len)
+{
+    uint8_t *p = buf;
+    p = put_u64(p, KEY(sluice_GetElementRequest_task_id_tag, WT_VARINT), m->task_id);
+    p = put_u64(p, KEY(sluice_GetElementRequest_client_id_tag, WT_VARINT), m->client_id);
+    p = put_u64(p, KEY(sluice_GetElementRequest_coordinated_tag, WT_VARINT), m->coordinated);
+    p = put_u64(p, KEY(sluice_GetElementRequest_round_tag, WT_VARINT), m->round);
+    p = put_u64(p, KEY(sluice_GetElementRequest_consumer_index_tag, WT_VARINT), m->consumer_index);
+    p = put_u64(p, KEY(sluice_GetElementRequest_provenance_tag, WT_VARINT), m->provenance);
+    *p++ = KEY(sluice_GetElementRequest_task_key_tag, WT_LEN);
+    *p++ = (uint8_t)sizeof m->task_key;
+    memcpy(p, m->task_key, sizeof m->task_key);
+    p += sizeof m->task_key;
+    p = put_u64(p, KEY(sluice_GetElementRequest_seq_tag, WT_VARINT), m->seq);
+    p = put_u64(p, KEY(sluice_GetElementRequest_acked_below_tag, WT_VARINT), m->acked_below);
+    p = put_u64(p, KEY(sluice_GetElementRequest_tallies_tag, WT_VARINT), m->tallies);
+    p = put_u64(p, KEY(sluice_GetElementRequest_dense_provenance_tag, WT_VARINT), m->dense_provenance);
+    *len = (size_t)(p - buf);
+    return 0;
+}
+
+/* The length of a component's name, -1 when it has no NUL where nanopb
+ * looks for one (within the field's size less one). */
+static inline int name_len(const sluice_Component *c)
+{
+    const char *nul = memchr(c->name, '\0', sizeof c->name);
+    return nul ? (int)(nul - c->name) : -1;
+}
+
+/* The shape's packed bytes (int64 as 64-bit varints, negatives in 10). */
+static size_t shape_len(const sluice_Component *c)
+{
+    size_t n = 0;
+    for (pb_size_t i = 0; i < c->shape_count; i++)
+        n += varint_len((uint64_t)c->shape[i]);
+    return n;
+}
+
+static size_t component_len(const sluice_Component *c, size_t name, size_t shape)
+{
+    size_t n = name ? 1 + varint_len(name) + name : 0;
+    if (c->shape_count)
+        n += 1 + varint_len(shape) + shape;
+    return n + u64_len(c->dtype) + u64_len(c->offset) + u64_len(c->length) + u64_len(c->ragged) +
+           u64_len(c->splits_offset) + u64_len(c->splits_length);
+}
+
+static uint8_t *put_component(uint8_t *p, const sluice_Component *c, size_t name, size_t shape)
+{
+    if (name) {
+        *p++ = KEY(sluice_Component_name_tag, WT_LEN);
+        p = put_varint(p, name);
+        memcpy(p, c->name, name);
+        p += name;
+    }
+    p = put_u64(p, KEY(sluice_Component_dtype_tag, WT_VARINT), c->dtype);
+    if (c->shape_count) {
+        *p++ = KEY(sluice_Component_shape_tag, WT_LEN);
+        p = put_varint(p, shape);
+        for (pb_size_t i = 0; i < c->shape_count; i++)
+            p = put_varint(p, (uint64_t)c->shape[i]);
+    }
+    p = put_u64(p, KEY(sluice_Component_offset_tag, WT_VARINT), c->offset);
+    p = put_u64(p, KEY(sluice_Component_length_tag, WT_VARINT), c->length);
+    p = put_u64(p, KEY(sluice_Component_ragged_tag, WT_VARINT), c->ragged);
+    p = put_u64(p, KEY(sluice_Component_splits_offset_tag, WT_VARINT), c->splits_offset);
+    p = put_u64(p, KEY(sluice_Component_splits_length_tag, WT_VARINT), c->splits_length);
+    return p;
+}
+
+int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, size_t *len)
+{
+    const size_t max_components = sizeof m->components / sizeof m->components[0];
+    const size_t max_dims = sizeof m->components[0].shape / sizeof m->components[0].shape[0];
+    if (m->components_count > max_components)
+        return SL_ETOOBIG;
+    uint8_t *p = buf;
+    p = put_u64(p, KEY(sluice_GetElementResponse_task_id_tag, WT_VARINT), m->task_id);
+    p = put_u64(p, KEY(sluice_GetElementResponse_end_of_sequence_tag, WT_VARINT), m->end_of_sequence);
+    p = put_u64(p, KEY(sluice_GetElementResponse_num_elements_tag, WT_VARINT), m->num_elements);
+    for (pb_size_t i = 0; i < m->components_count; i++) {
+        const sluice_Component *c = &m->components[i];
+        int name = name_len(c);
+        if (name < 0 || c->shape_count > max_dims)
+            return SL_ETOOBIG;
+        size_t shape = shape_len(c);
+        *p++ = KEY(sluice_GetElementResponse_components_tag, WT_LEN);
+        p = put_varint(p, component_len(c, (size_t)name, shape));
+        p = put_component(p, c, (size_t)name, shape);
+    }
+    p = put_u64(p, KEY(sluice_GetElementResponse_provenance_offset_tag, WT_VARINT), m->provenance_offset);
+    p = put_u64(p, KEY(sluice_GetElementResponse_provenance_length_tag, WT_VARINT), m->provenance_length);
+    p = put_u64(p, KEY(sluice_GetElementResponse_done_below_tag, WT_VARINT), m->done_below);
+    p = put_u64(p, KEY(sluice_GetElementResponse_notices_offset_tag, WT_VARINT), m->notices_offset);
+    p = put_u64(p, KEY(sluice_GetElementResponse_notices_length_tag, WT_VARINT), m->notices_length);
+    p = put_u64(p, KEY(sluice_GetElementResponse_num_records_tag, WT_VARINT), m->num_records);
+    p = put_u64(p, KEY(sluice_GetElementResponse_tallies_offset_tag, WT_VARINT), m->tallies_offset);
+    p = put_u64(p, KEY(sluice_GetElementResponse_tallies_length_tag, WT_VARINT), m->tallies_length);
+    *len = (size_t)(p - buf);
+    return 0;
+}
+
+/* ---- decoding ---- */
+
+/* What is left to read, and on failure what was wrong (a constant string)
+ * and in which field. */
+struct rd {
+    const uint8_t *p, *end;
+    const char *why;
+    const char *field;
+    int component; /* the component the field is of, -1: none */
+};
+
+static bool fail(struct rd *r, const char *why)
+{
+    r->why = why;
+    return false;
+}
+
+/* pb_decode_varint(): at most 10 bytes, the 10th 0 or 1. */
+static inline bool get_u64(struct rd *r, uint64_t *v)
+{
+    if (r->p < r->end && *r->p < 0x80) {
+        *v = *r->p++;
+        return true;
+    }
+    uint64_t x = 0;
+    unsigned shift = 0;
+    uint8_t b;
+    do {
+        if (r->p == r->end)
+            return fail(r, "end-of-stream");
+        b = *r->p++;
+        if (shift >= 63 && (b & 0xFE) != 0)
+            return fail(r, "varint overflow");
+        x |= (uint64_t)(b & 0x7F) << shift;
+        shift += 7;
+    } while (b & 0x80);
+    *v = x;
+    return true;
+}
+
+/* pb_decode_varint32(): bits past the 32nd must be zero, or a sign
+ * extension of a value whose bit 31 is set. */
+static inline bool get_u32(struct rd *r, uint32_t *v)
+{
+    if (r->p == r->end)
+        return fail(r, "end-of-stream");
+    uint8_t b = *r->p++;
+    if (!(b & 0x80)) {
+        *v = b;
+        return true;
+    }
+    uint32_t x = b & 0x7F;
+    unsigned bitpos = 7;
+    do {
+        if (r->p == r->end)
+            return fail(r, "end-of-stream");
+        b = *r->p++;
+        if (bitpos >= 32) {
+            uint8_t sign = bitpos < 63 ? 0xFF : 0x01;
+            bool valid = (b & 0x7F) == 0 || ((x >> 31) != 0 && b == sign);
+            if (bitpos >= 64 || !valid)
+                return fail(r, "varint overflow");
+        } else if (bitpos == 28) {
+            if ((b & 0x70) != 0 && (b & 0x78) != 0x78)
+                return fail(r, "varint overflow");
+            x |= (uint32_t)(b & 0x0F) << 28;
+        } else {
+            x |= (uint32_t)(b & 0x7F) << bitpos;
+        }
+        bitpos += 7;
+    } while (b & 0x80);
+    *v = x;
+    return true;
+}
+
+/* A field of no tag here: skipped as pb_skip_field() does. */
+static bool skip(struct rd *r, unsigned wt)
+{
+    uint32_t n;
+    switch (wt) {
+    case WT_VARINT:
+        do {
+            if (r->p == r->end)
+                return fail(r, "end-of-stream");
+        } while (*r->p++ & 0x80);
+        return true;
+    case WT_64BIT:
+        n = 8;
+        break;
+    case WT_32BIT:
+        n = 4;
+        break;
+    case WT_LEN:
+        if (!get_u32(r, &n))
+            return false;
+        break;
+    default:
+        return fail(r, "invalid wire_type");
+    }
+    if ((size_t)(r->end - r->p) < n)
+        return fail(r, "end-of-stream");
+    r->p += n;
+    return true;
+}
+
+static inline bool want(struct rd *r, unsigned wt, unsigned expect, const char *field)
+{
+    r->field = field;
+    return wt == expect || fail(r, "wrong wire type");
+}
+
+static inline bool get_uint64(struct rd *r, unsigned wt, const char *field, uint64_t *v)
+{
+    return want(r, wt, WT_VARINT, field) && get_u64(r, v);
+}
+
+static bool get_uint32(struct rd *r, unsigned wt, const char *field, uint32_t *v)
+{
+    uint64_t x;
+    if (!get_uint64(r, wt, field, &x))
+        return false;
+    if (x > UINT32_MAX)
+        return fail(r, "integer too large");
+    *v = (uint32_t)x;
+    return true;
+}
+
+static inline bool get_bool(struct rd *r, unsigned wt, const char *field, bool *v)
+{
+    uint32_t x;
+    if (!want(r, wt, WT_VARINT, field) || !get_u32(r, &x))
+        return false;
+    *v = x != 0;
+    return true;
+}
+
+/* A length-delimited field's bounds: [r->p, *end). */
+static bool get_len(struct rd *r, const uint8_t **end)
+{
+    uint32_t n;
+    if (!get_u32(r, &n))
+        return false;
+    if ((size_t)(r->end - r->p) < n)
+        return fail(r, "parent stream too short");
+    *end = r->p + n;
+    return true;
+}
+
+/* The next field's tag and wire type; false at a failure (r->why set). */
+static inline bool get_key(struct rd *r, uint32_t *tag, unsigned *wt)
+{
+    uint32_t k;
+    if (r->p < r->end && *r->p < 0x80)
+        k = *r->p++;
+    else if (!get_u32(r, &k))
+        return false;
+    *tag = k >> 3;
+    *wt = k & 7;
+    if (*tag == 0)
+        return fail(r, "zero tag");
+    return true;
+}
+
+static bool get_name(struct rd *r, unsigned wt, char *name, size_t size)
+{
+    uint32_t n;
+    if (!want(r, wt, WT_LEN, "name") || !get_u32(r, &n))
+        return false;
+    if (n == UINT32_MAX)
+        return fail(r, "size too large");
+    if ((size_t)n + 1 > size)
+        return fail(r, "string overflow");
+    name[n] = '\0';
+    if ((size_t)(r->end - r->p) < n)
+        return fail(r, "end-of-stream");
+    memcpy(name, r->p, n);
+    r->p += n;
+    return true;
+}
+
+static bool get_shape(struct rd *r, unsigned wt, sluice_Component *c)
+{
+    const pb_size_t max = sizeof c->shape / sizeof c->shape[0];
+    uint64_t v;
+    r->field = "shape";
+    if (wt != WT_LEN) { /* one dim, unpacked */
+        if (c->shape_count >= max)
+            return fail(r, "array overflow");
+        if (!want(r, wt, WT_VARINT, "shape") || !get_u64(r, &v))
+            return false;
+        c->shape[c->shape_count++] = (int64_t)v;
+        return true;
+    }
+    const uint8_t *end;
+    if (!get_len(r, &end))
+        return false;
+    struct rd sub = {r->p, end, NULL, "shape", -1};
+    while (sub.p < sub.end && c->shape_count < max) {
+        if (!get_u64(&sub, &v))
+            return fail(r, "array overflow"); /* what nanopb says when a packed value fails */
+        c->shape[c->shape_count++] = (int64_t)v;
+    }
+    if (sub.p != sub.end)
+        return fail(r, "array overflow");
+    r->p = end;
+    return true;
+}
+
+static bool get_component(struct rd *r, sluice_Component *c)
+{
+    /* What pb_decode() zeroes: every field but the shape's array. */
+    memset(c->name, 0, sizeof c->name);
+    c->dtype = 0;
+    c->shape_count = 0;
+    c->offset = c->length = c->splits_offset = c->splits_length = 0;
+    c->ragged = false;
+    while (r->p < r->end) {
+        uint32_t tag;
+        unsigned wt;
+        bool ok;
+        r->field = NULL;
+        if (!get_key(r, &tag, &wt))
+            return false;
+        switch (tag) {
+        case sluice_Component_name_tag:
+            ok = get_name(r, wt, c->name, sizeof c->name);
+            break;
+        case sluice_Component_dtype_tag:
+            ok = get_uint32(r, wt, "dtype", &c->dtype);
+            break;
+        case sluice_Component_shape_tag:
+            ok = get_shape(r, wt, c);
+            break;
+        case sluice_Component_offset_tag:
+            ok = get_uint64(r, wt, "offset", &c->offset);
+            break;
+        case sluice_Component_length_tag:
+            ok = get_uint64(r, wt, "length", &c->length);
+            break;
+        case sluice_Component_ragged_tag:
+            ok = get_bool(r, wt, "ragged", &c->ragged);
+            break;
+        case sluice_Component_splits_offset_tag:
+            ok = get_uint64(r, wt, "splits_offset", &c->splits_offset);
+            break;
+        case sluice_Component_splits_length_tag:
+            ok = get_uint64(r, wt, "splits_length", &c->splits_length);
+            break;
+        default:
+            ok = skip(r, wt);
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool get_components(struct rd *r, unsigned wt, sluice_GetElementResponse *m)
+{
+    const pb_size_t max = sizeof m->components / sizeof m->components[0];
+    r->field = "components";
+    if (m->components_count >= max)
+        return fail(r, "array overflow");
+    const uint8_t *end;
+    if (!want(r, wt, WT_LEN, "components") || !get_len(r, &end))
+        return false;
+    struct rd sub = {r->p, end, NULL, NULL, -1};
+    if (!get_component(&sub, &m->components[m->components_count])) {
+        r->p = sub.p;
+        r->why = sub.why;
+        r->field = sub.field;
+        r->component = m->components_count;
+        return false;
+    }
+    m->components_count++;
+    r->p = end;
+    return true;
+}
+
+/* "components[2].shape: array overflow at byte 71" */
+static int failed(const struct rd *r, const uint8_t *buf, char *err, size_t errlen)
+{
+    char comp[32] = "";
+    if (r->component >= 0)
+        snprintf(comp, sizeof comp, "components[%d]%s", r->component, r->field ? "." : "");
+    snprintf(err, errlen, "%s%s%s%s at byte %zu", comp, r->field ? r->field : "", r->field || comp[0] ? ": " : "",
+             r->why, (size_t)(r->p - buf));
+    return SL_EPROTO;
+}
+
+int sl_getelem_req_decode(const uint8_t *buf, size_t len, sluice_GetElementRequest *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    struct rd r = {buf, buf + len, NULL, NULL, -1};
+    while (r.p < r.end) {
+        uint32_t tag, n;
+        unsigned wt;
+        bool ok;
+        r.field = NULL;
+        if (!get_key(&r, &tag, &wt))
+            return failed(&r, buf, err, errlen);
+        switch (tag) {
+        case sluice_GetElementRequest_task_id_tag:
+            ok = get_uint64(&r, wt, "task_id", &m->task_id);
+            break;
+        case sluice_GetElementRequest_client_id_tag:
+            ok = get_uint64(&r, wt, "client_id", &m->client_id);
+            break;
+        case sluice_GetElementRequest_coordinated_tag:
+            ok = get_bool(&r, wt, "coordinated", &m->coordinated);
+            break;
+        case sluice_GetElementRequest_round_tag:
+            ok = get_uint64(&r, wt, "round", &m->round);
+            break;
+        case sluice_GetElementRequest_consumer_index_tag:
+            ok = get_uint32(&r, wt, "consumer_index", &m->consumer_index);
+            break;
+        case sluice_GetElementRequest_provenance_tag:
+            ok = get_bool(&r, wt, "provenance", &m->provenance);
+            break;
+        case sluice_GetElementRequest_task_key_tag:
+            /* pb_dec_fixed_length_bytes(): empty is all zeros, else the exact size */
+            ok = want(&r, wt, WT_LEN, "task_key") && get_u32(&r, &n);
+            if (ok && n > PB_SIZE_MAX)
+                ok = fail(&r, "bytes overflow");
+            else if (ok && n == 0)
+                memset(m->task_key, 0, sizeof m->task_key);
+            else if (ok && n != sizeof m->task_key)
+                ok = fail(&r, "incorrect fixed length bytes size");
+            else if (ok && (size_t)(r.end - r.p) < n)
+                ok = fail(&r, "end-of-stream");
+            else if (ok) {
+                memcpy(m->task_key, r.p, n);
+                r.p += n;
+            }
+            break;
+        case sluice_GetElementRequest_seq_tag:
+            ok = get_uint64(&r, wt, "seq", &m->seq);
+            break;
+        case sluice_GetElementRequest_acked_below_tag:
+            ok = get_uint64(&r, wt, "acked_below", &m->acked_below);
+            break;
+        case sluice_GetElementRequest_tallies_tag:
+            ok = get_bool(&r, wt, "tallies", &m->tallies);
+            break;
+        case sluice_GetElementRequest_dense_provenance_tag:
+            ok = get_bool(&r, wt, "dense_provenance", &m->dense_provenance);
+            break;
+        default:
+            ok = skip(&r, wt);
+        }
+        if (!ok)
+            return failed(&r, buf, err, errlen);
+    }
+    return 0;
+}
+
+int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResponse *m, char *err, size_t errlen)
+{
+    /* What pb_decode() zeroes: every field, the components by their count. */
+    m->task_id = m->num_elements = 0;
+    m->end_of_sequence = false;
+    m->components_count = 0;
+    m->provenance_offset = m->provenance_length = m->done_below = 0;
+    m->notices_offset = m->notices_length = m->num_records = 0;
+    m->tallies_offset = m->tallies_length = 0;
+    struct rd r = {buf, buf + len, NULL, NULL, -1};
+    while (r.p < r.end) {
+        uint32_t tag;
+        unsigned wt;
+        bool ok;
+        r.field = NULL;
+        if (!get_key(&r, &tag, &wt))
+            return failed(&r, buf, err, errlen);
+        switch (tag) {
+        case sluice_GetElementResponse_task_id_tag:
+            ok = get_uint64(&r, wt, "task_id", &m->task_id);
+            break;
+        case sluice_GetElementResponse_end_of_sequence_tag:
+            ok = get_bool(&r, wt, "end_of_sequence", &m->end_of_sequence);
+            break;
+        case sluice_GetElementResponse_num_elements_tag:
+            ok = get_uint64(&r, wt, "num_elements", &m->num_elements);
+            break;
+        case sluice_GetElementResponse_components_tag:
+            ok = get_components(&r, wt, m);
+            break;
+        case sluice_GetElementResponse_provenance_offset_tag:
+            ok = get_uint64(&r, wt, "provenance_offset", &m->provenance_offset);
+            break;
+        case sluice_GetElementResponse_provenance_length_tag:
+            ok = get_uint64(&r, wt, "provenance_length", &m->provenance_length);
+            break;
+        case sluice_GetElementResponse_done_below_tag:
+            ok = get_uint64(&r, wt, "done_below", &m->done_below);
+            break;
+        case sluice_GetElementResponse_notices_offset_tag:
+            ok = get_uint64(&r, wt, "notices_offset", &m->notices_offset);
+            break;
+        case sluice_GetElementResponse_notices_length_tag:
+            ok = get_uint64(&r, wt, "notices_length", &m->notices_length);
+            break;
+        case sluice_GetElementResponse_num_records_tag:
+            ok = get_uint64(&r, wt, "num_records", &m->num_records);
+            break;
+        case sluice_GetElementResponse_tallies_offset_tag:
+            ok = get_uint64(&r, wt, "tallies_offset", &m->tallies_offset);
+            break;
+        case sluice_GetElementResponse_tallies_length_tag:
+            ok = get_uint64(&r, wt, "tallies_length", &m->tallies_length);
+            break;
+        default:
+            ok = skip(&r, wt);
+        }
+        if (!ok)
+            return failed(&r, buf, err, errlen);
+    }
+    return 0;
+}

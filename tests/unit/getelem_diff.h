@@ -1,0 +1,112 @@
+/*
+ * getelem_diff.h: protocol/getelem.c against nanopb, for test_getelem and
+ * fuzz_getelem. Each check runs both codecs on the same input and says what
+ * differs, NULL when nothing does.
+ */
+#ifndef SL_TEST_GETELEM_DIFF_H
+#define SL_TEST_GETELEM_DIFF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <pb_common.h>
+#include <pb_decode.h>
+#include <pb_encode.h>
+
+#include "getelem.h"
+
+/* Either message's struct, decoded by each side; either's encoding. */
+static _Alignas(16) unsigned char getelem_diff_a[sizeof(sluice_GetElementResponse)];
+static _Alignas(16) unsigned char getelem_diff_b[sizeof(sluice_GetElementResponse)];
+static uint8_t getelem_diff_ea[sluice_GetElementResponse_size];
+static uint8_t getelem_diff_eb[sluice_GetElementResponse_size];
+static char getelem_diff_err[256];
+
+static inline const pb_msgdesc_t *getelem_diff_desc(bool resp)
+{
+    return resp ? sluice_GetElementResponse_fields : sluice_GetElementRequest_fields;
+}
+
+static inline size_t getelem_diff_size(bool resp)
+{
+    return resp ? sizeof(sluice_GetElementResponse) : sizeof(sluice_GetElementRequest);
+}
+
+/* The tag of the first field, as desc describes them, whose bytes differ
+ * between messages a and b (every element of an array, used or not; not
+ * the padding between fields); 0 when none does. */
+static inline uint32_t getelem_diff_field(const pb_msgdesc_t *desc, const void *a, const void *b)
+{
+    pb_field_iter_t ia, ib;
+    if (!pb_field_iter_begin(&ia, desc, (void *)a) || !pb_field_iter_begin(&ib, desc, (void *)b))
+        return 0;
+    do {
+        bool repeated = PB_HTYPE(ia.type) == PB_HTYPE_REPEATED;
+        if (repeated && *(const pb_size_t *)ia.pSize != *(const pb_size_t *)ib.pSize)
+            return ia.tag;
+        for (size_t i = 0; i < (repeated ? ia.array_size : 1u); i++) {
+            const char *pa = (const char *)ia.pData + i * ia.data_size;
+            const char *pb = (const char *)ib.pData + i * ib.data_size;
+            if (PB_LTYPE_IS_SUBMSG(ia.type) ? getelem_diff_field(ia.submsg_desc, pa, pb) != 0
+                                            : memcmp(pa, pb, ia.data_size) != 0)
+                return ia.tag;
+        }
+    } while (pb_field_iter_next(&ia) && pb_field_iter_next(&ib));
+    return 0;
+}
+
+/* Decodes len bytes as an answer (resp) or a request with pb_decode() and
+ * with getelem.c, each into a struct of the same stale bytes (as if it had
+ * held another message): they must both refuse (ours with a message), or
+ * both accept into the same fields, and leave the same stale bytes where
+ * nanopb does (array elements past their count). On agreement *out, when
+ * not NULL, points at the decoded struct (until the next check). */
+static inline const char *getelem_diff_decode(bool resp, const uint8_t *buf, size_t len, const void **out)
+{
+    size_t size = getelem_diff_size(resp);
+    for (size_t i = 0; i < size; i++)
+        getelem_diff_a[i] = getelem_diff_b[i] = (unsigned char)(i * 131 + len);
+    pb_istream_t is = pb_istream_from_buffer(buf, len);
+    bool theirs = pb_decode(&is, getelem_diff_desc(resp), getelem_diff_a);
+    getelem_diff_err[0] = '\0';
+    int rc = resp ? sl_getelem_resp_decode(buf, len, (sluice_GetElementResponse *)getelem_diff_b, getelem_diff_err,
+                                           sizeof getelem_diff_err)
+                  : sl_getelem_req_decode(buf, len, (sluice_GetElementRequest *)getelem_diff_b, getelem_diff_err,
+                                          sizeof getelem_diff_err);
+    if (theirs && rc != 0)
+        return "nanopb accepts what getelem refuses";
+    if (!theirs && rc == 0)
+        return "getelem accepts what nanopb refuses";
+    if (rc != 0)
+        return getelem_diff_err[0] ? NULL : "getelem refused without a message";
+    static char differ[64];
+    uint32_t tag = getelem_diff_field(getelem_diff_desc(resp), getelem_diff_a, getelem_diff_b);
+    if (tag != 0) {
+        snprintf(differ, sizeof differ, "the decoded structs differ at field %u", (unsigned)tag);
+        return differ;
+    }
+    if (out)
+        *out = getelem_diff_a;
+    return NULL;
+}
+
+/* Encodes msg with pb_encode() and with getelem.c into buffers of the
+ * message's largest size: both must refuse, or write the same bytes (kept
+ * in getelem_diff_ea until the next check). */
+static inline const char *getelem_diff_encode(bool resp, const void *msg)
+{
+    size_t cap = resp ? sluice_GetElementResponse_size : sluice_GetElementRequest_size;
+    pb_ostream_t os = pb_ostream_from_buffer(getelem_diff_ea, cap);
+    bool theirs = pb_encode(&os, getelem_diff_desc(resp), msg);
+    size_t n = 0;
+    int rc = resp ? sl_getelem_resp_encode(msg, getelem_diff_eb, &n) : sl_getelem_req_encode(msg, getelem_diff_eb, &n);
+    if (theirs != (rc == 0))
+        return theirs ? "getelem refuses what nanopb encodes" : "getelem encodes what nanopb refuses";
+    if (theirs && (n != os.bytes_written || memcmp(getelem_diff_ea, getelem_diff_eb, n) != 0))
+        return "the encodings differ";
+    return NULL;
+}
+
+#endif
