@@ -576,6 +576,27 @@ static uint64_t done_below(const sl_task_t *t)
     return below;
 }
 
+/* The task's state; the caller holds t->mu. */
+static sl_task_state_t state_locked(const sl_task_t *t)
+{
+    if (t->producer == PRODUCER_FAILED)
+        return SL_TASK_FAILED;
+    if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
+        (!t->track || t->end_sent || sl_split_track_size(t->track) == 0))
+        return SL_TASK_DONE; /* DYNAMIC: done once every split's notice went out too, or an
+                              * end-of-sequence answer did (which carries what is left): a
+                              * client asks until it gets one, and no longer. */
+    return SL_TASK_RUNNING;
+}
+
+int sl_task_state(sl_task_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    sl_task_state_t state = state_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    return (int)state;
+}
+
 void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
 {
     pthread_mutex_lock(&t->mu);
@@ -583,18 +604,9 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
     out->batches = t->batches;
     out->elements = t->elements;
     out->bytes = t->bytes;
-    if (t->producer == PRODUCER_FAILED) {
-        out->state = SL_TASK_FAILED;
+    out->state = state_locked(t);
+    if (out->state == SL_TASK_FAILED)
         snprintf(out->error, sizeof out->error, "%s", t->error);
-    } else if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
-               (!t->track || t->end_sent || sl_split_track_size(t->track) == 0)) {
-        /* DYNAMIC: done once every split's notice went out too, or an
-         * end-of-sequence answer did (which carries what is left): a
-         * client asks until it gets one, and no longer. */
-        out->state = SL_TASK_DONE;
-    } else {
-        out->state = SL_TASK_RUNNING;
-    }
     if (t->working)
         out->stalled_ms = (uint64_t)((seconds_now() - t->working_since) * 1000);
     if (t->track) {

@@ -108,6 +108,9 @@ const char *sl_task_errmsg(sl_task_t *task);
  */
 void sl_task_status(sl_task_t *task, sluice_TaskStatus *out);
 
+/** @return the state sl_task_status() reports (sl_task_state_t), without the rest */
+int sl_task_state(sl_task_t *task);
+
 /** What GET /v1/tasks shows of a task. */
 typedef struct sl_task_info {
     uint64_t task_id, job_id;

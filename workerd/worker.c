@@ -240,11 +240,10 @@ static void on_task_notify(sl_task_t *task, void *arg)
     (void)task;
     serve_parked(w, wt);
     fetch_splits(w, wt);
-    sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
-    sl_task_status(wt->task, &ts);
-    if ((int)ts.state != wt->last_state) {
+    int state = sl_task_state(wt->task);
+    if (state != wt->last_state) {
         /* The dispatcher should hear at once that a task finished. */
-        wt->last_state = (int)ts.state;
+        wt->last_state = state;
         heartbeat_now(w);
     }
 }
@@ -296,11 +295,9 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         struct wtask *wt = *p;
         if (sl_task_id(wt->task) != task_id)
             continue;
-        sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
-        sl_task_status(wt->task, &ts);
         struct tombstone *tb = &w->tombstones[w->tomb_next++ % TOMBSTONES];
         tb->task_id = task_id;
-        tb->done = ts.state == SL_TASK_DONE;
+        tb->done = sl_task_state(wt->task) == SL_TASK_DONE;
         memcpy(tb->key, wt->key, sizeof tb->key);
         tb->client_keys = wt->client_keys;
         *p = wt->next;
