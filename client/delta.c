@@ -182,7 +182,7 @@ static int check_record(const uint8_t *p, size_t n, size_t at, size_t *used, sl_
             return sl_errf(err, errlen, SL_EDATA, "delta: the provenance of the batch at byte %zu: %s", at, why);
     }
     uint64_t nd = 0;
-    if (dlen > 0 && sl_provwire_read_done(p + BATCH_FIXED + prov_len, dlen, NULL, &nd, why, sizeof why) < 0)
+    if (dlen > 0 && sl_provwire_read_done(p + BATCH_FIXED + prov_len, dlen, NULL, 0, &nd, why, sizeof why) < 0)
         return sl_errf(err, errlen, SL_EDATA, "delta: the split-done notices of the batch at byte %zu: %s", at, why);
     *used = BATCH_FIXED + prov_len + dlen;
     return 0;
@@ -228,7 +228,7 @@ int sl__ledger_apply_delta(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *p
         size_t prov_len = sl_get_le32(r + 9), dlen = sl_get_le32(r + 13);
         uint64_t nd = 0;
         if (dlen > 0)
-            sl_provwire_read_done(r + BATCH_FIXED + prov_len, dlen, done, &nd, NULL, 0);
+            sl_provwire_read_done(r + BATCH_FIXED + prov_len, dlen, done, most_done, &nd, NULL, 0);
         sl__ledger_add(l, prov_len > 0 ? r + BATCH_FIXED : NULL, prov_len, sl_get_le64(r + 1), done, (size_t)nd,
                        r[17] != 0);
         used = BATCH_FIXED + prov_len + dlen;

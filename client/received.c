@@ -18,7 +18,8 @@ void sl__batch_free(struct sl_batch *b)
     sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
     free(b->prov);
     free(b->done);
-    free(b->tally);
+    if (b->tally != b->tally_one)
+        free(b->tally);
     free(b);
 }
 
@@ -38,11 +39,13 @@ int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t
 
 /* Rows in the form of split-done notices at [off, off + len) of a
  * GET_ELEMENT answer's payload of size bytes (what: "split-done notices",
- * "tallies"): checked and decoded into *out (malloc'd, NULL for none), *n of
- * them. They take at most a sixth of their bytes, which the frame limit
- * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err */
+ * "tallies"): checked and decoded into *out, *n of them: into room when
+ * they are at most room_n, else malloc'd (NULL for none). They take at most
+ * a sixth of their bytes, which the frame limit bounds.
+ * @return 0, SL_EPROTO or -ENOMEM with a message in err */
 static int rows_from_wire(uint64_t task_id, uint64_t off, uint64_t len, const char *what, const uint8_t *payload,
-                          size_t size, sl_split_done_t **out, size_t *n, char *err, size_t errlen)
+                          size_t size, sl_split_done_t *room, size_t room_n, sl_split_done_t **out, size_t *n,
+                          char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
@@ -55,14 +58,17 @@ static int rows_from_wire(uint64_t task_id, uint64_t off, uint64_t len, const ch
     const uint8_t *p = payload + off;
     char why[300];
     uint64_t num = 0;
-    int rc = sl_provwire_read_done(p, (size_t)len, NULL, &num, why, sizeof why);
-    if (rc == 0 && num > 0) {
+    int rc = sl_provwire_read_done(p, (size_t)len, room, room_n, &num, why, sizeof why);
+    if (rc == 0 && num > room_n) {
         if (!(*out = malloc((size_t)num * sizeof **out)))
             return sl_errf(err, errlen, -ENOMEM, "out of memory for %" PRIu64 " %s", num, what);
-        rc = sl_provwire_read_done(p, (size_t)len, *out, &num, why, sizeof why);
+        rc = sl_provwire_read_done(p, (size_t)len, *out, (size_t)num, &num, why, sizeof why);
+    } else if (rc == 0 && num > 0) {
+        *out = room;
     }
     if (rc < 0) {
-        free(*out);
+        if (*out != room)
+            free(*out);
         *out = NULL;
         return sl_errf(err, errlen, rc, "task %" PRIu64 ": %s: %s", task_id, what, why);
     }
@@ -74,7 +80,7 @@ int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *
                           sl_split_done_t **out, size_t *n, char *err, size_t errlen)
 {
     return rows_from_wire(resp->task_id, resp->notices_offset, resp->notices_length, "split-done notices", payload,
-                          size, out, n, err, errlen);
+                          size, NULL, 0, out, n, err, errlen);
 }
 
 /* The batch's tallies (GetElementResponse.tallies_offset), kept in b when
@@ -86,14 +92,15 @@ static int tallies_from_wire(const sluice_GetElementResponse *resp, const uint8_
     sl_split_done_t *rows;
     size_t n;
     int rc = rows_from_wire(resp->task_id, resp->tallies_offset, resp->tallies_length, "tallies", payload, size,
-                            &rows, &n, err, errlen);
+                            b->tally_one, SL_WIRE_TALLY_INLINE, &rows, &n, err, errlen);
     if (rc < 0 || n == 0)
         return rc;
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].delivered == 0 || rows[i].delivered > b->num_records - sum) {
             sl_split_done_t r = rows[i];
-            free(rows);
+            if (rows != b->tally_one)
+                free(rows);
             return sl_errf(err, errlen, SL_EPROTO,
                            "task %" PRIu64 ": tally %zu (split [%" PRIu64 ", %" PRIu64 ") of file %" PRIu32
                            " of epoch %" PRIu32 ") counts %" PRIu64 " records: %s",
@@ -103,7 +110,8 @@ static int tallies_from_wire(const sluice_GetElementResponse *resp, const uint8_
         sum += rows[i].delivered;
     }
     if (sum != b->num_records || b->num_prov == 0) {
-        free(rows); /* not every record: not usable */
+        if (rows != b->tally_one)
+            free(rows); /* not every record: not usable */
         return 0;
     }
     b->tally = rows;

@@ -35,10 +35,12 @@ struct sl_batch {
     size_t num_prov;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
-    /* The tallies (GetElementResponse.tallies_offset): owned, num_tally
-     * rows, NULL unless they count every record of the provenance. */
+    /* The tallies (GetElementResponse.tallies_offset): num_tally rows in
+     * tally_one or malloc'd (owned), NULL unless they count every record
+     * of the provenance. */
     sl_split_done_t *tally;
     size_t num_tally;
+    sl_split_done_t tally_one[SL_WIRE_TALLY_INLINE]; /* most batches fall in a split or two */
     struct sl_batch *next;
 };
 

@@ -31,7 +31,8 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
      * the next one be faulted in and zeroed again (big_alloc.h). */
     sl__big_free(b->data);
     free(b->prov_heap);
-    free(b->prov_wire);
+    if (b->prov_wire != b->prov_wire_one)
+        free(b->prov_wire);
     if (b->tally != b->tally_one)
         free(b->tally);
     free(b);
@@ -43,7 +44,8 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
      * reads it. */
     if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
         return 0;
-    free(b->prov_wire);
+    if (b->prov_wire != b->prov_wire_one)
+        free(b->prov_wire);
     b->prov_wire = NULL;
     b->prov_wire_len = 0;
     b->prov_wire_dense = false;
@@ -60,7 +62,8 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
             return rc;
         }
     }
-    return sl_provwire_encode(runs, b->prov_n, &b->prov_wire, &b->prov_wire_len);
+    return sl_provwire_encode_in(runs, b->prov_n, b->prov_wire_one, sizeof b->prov_wire_one, &b->prov_wire,
+                                 &b->prov_wire_len);
 }
 
 static int bad(char *err, size_t errlen, int i, const sl_component_t *c, const char *fmt, ...)

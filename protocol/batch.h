@@ -31,6 +31,10 @@ typedef struct sl_component {
 /* Tally rows a batch keeps in itself; more are malloc'd. */
 #define SL_WIRE_TALLY_INLINE 4
 
+/* Bytes of encoded provenance a batch keeps in itself: the runs form's
+ * bound of two runs (provwire.h); longer is malloc'd. */
+#define SL_WIRE_PROV_INLINE 128
+
 typedef struct sl_wire_batch {
     uint64_t num_elements;
     int num_components;
@@ -43,11 +47,13 @@ typedef struct sl_wire_batch {
     uint64_t prov_n;
     sl_provenance_run_t prov_one;
     sl_provenance_run_t *prov_heap;
-    /* The runs as the wire carries them (provwire.h), prov_wire_len bytes,
-     * owned; encoded by the worker when a client asks for them. */
+    /* The runs as the wire carries them (provwire.h), prov_wire_len bytes
+     * in prov_wire_one or malloc'd (owned); encoded by the worker when a
+     * client asks for them. */
     uint8_t *prov_wire;
     size_t prov_wire_len;
     bool prov_wire_dense; /* prov_wire is in the dense form (provwire.h) */
+    uint8_t prov_wire_one[SL_WIRE_PROV_INLINE]; /* a plain batch's run or two */
     /* DYNAMIC: the records counted split by split when the batch left the
      * pipeline (ntally rows, owned; NULL when not counted): how the worker
      * settles it when sent, and its tallies on the wire. */

@@ -56,6 +56,12 @@ static uint8_t *shrink(uint8_t *buf, size_t cap, size_t len)
 
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len)
 {
+    return sl_provwire_encode_in(runs, n, NULL, 0, out, len);
+}
+
+int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *room, size_t room_len, uint8_t **out,
+                          size_t *len)
+{
     *out = NULL;
     *len = 0;
     /* Pair indexes are u32 and the bound below must not overflow; a batch
@@ -96,7 +102,7 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
         }
     }
     size_t bound = 2 * SL_VARINT_MAX + num_pairs * 2 * SL_VARINT_MAX + (size_t)n * 3 * SL_VARINT_MAX;
-    uint8_t *buf = malloc(bound);
+    uint8_t *buf = bound <= room_len ? room : malloc(bound);
     if (!buf) {
         free(block);
         return -ENOMEM;
@@ -121,7 +127,7 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
     }
     free(block);
     *len = (size_t)(p - buf);
-    *out = shrink(buf, bound, *len);
+    *out = buf == room ? room : shrink(buf, bound, *len);
     return 0;
 }
 
@@ -553,12 +559,18 @@ int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_p
 
 int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, size_t *len)
 {
+    return sl_provwire_encode_done_in(d, n, NULL, 0, out, len);
+}
+
+int sl_provwire_encode_done_in(const sl_split_done_t *d, size_t n, uint8_t *room, size_t room_len, uint8_t **out,
+                               size_t *len)
+{
     *out = NULL;
     *len = 0;
     if (n == 0 || n > SIZE_MAX / (NOTICE_MIN_BYTES * SL_VARINT_MAX) - 1)
         return -ENOMEM;
     size_t cap = SL_VARINT_MAX + n * NOTICE_MIN_BYTES * SL_VARINT_MAX;
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = cap <= room_len ? room : malloc(cap);
     if (!buf)
         return -ENOMEM;
     uint8_t *p = sl_put_varint(buf, n);
@@ -573,11 +585,11 @@ int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, s
         prev = d[i].split_id;
     }
     *len = (size_t)(p - buf);
-    *out = shrink(buf, cap, *len);
+    *out = buf == room ? room : shrink(buf, cap, *len);
     return 0;
 }
 
-int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, uint64_t *num, char *err,
+int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, size_t cap, uint64_t *num, char *err,
                           size_t errlen)
 {
     *num = 0;
@@ -590,6 +602,8 @@ int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, ui
         return rc;
     if (n == 0 || n > (len - pos) / NOTICE_MIN_BYTES)
         return sl_errf(err, errlen, SL_EPROTO, "split-done notices: %" PRIu64 " of them in %zu bytes", n, len);
+    if (n > cap)
+        out = NULL; /* counted only */
     uint64_t prev = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t id = 0, epoch = 0, file = 0, begin = 0, count = 0, delivered = 0;

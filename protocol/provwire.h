@@ -30,6 +30,14 @@
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len);
 
 /**
+ * sl_provwire_encode() into room, room_len bytes, when the encoding's bound
+ * fits there (2 * SL_VARINT_MAX, 2 * SL_VARINT_MAX a pair, 3 * SL_VARINT_MAX
+ * a run: 70 bytes for one run): *out is room then, else malloc'd.
+ */
+int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *room, size_t room_len, uint8_t **out,
+                          size_t *len);
+
+/**
  * Encodes n runs of num_records records (their counts' sum) in the dense
  * form, when it applies: runs of at most 256 (epoch, file) pairs, mostly
  * of one record (n * 2 > num_records: a shuffled batch), each pair's
@@ -91,15 +99,24 @@ int sl_provwire_decode(const uint8_t *p, size_t len, uint64_t num_elements, sl_p
 int sl_provwire_encode_done(const sl_split_done_t *d, size_t n, uint8_t **out, size_t *len);
 
 /**
+ * sl_provwire_encode_done() into room, room_len bytes, when the encoding's
+ * bound fits there (SL_VARINT_MAX, and 6 * SL_VARINT_MAX a notice: 70
+ * bytes for one): *out is room then, else malloc'd.
+ */
+int sl_provwire_encode_done_in(const sl_split_done_t *d, size_t n, uint8_t *room, size_t room_len, uint8_t **out,
+                               size_t *len);
+
+/**
  * Checks split-done notices, len bytes at p (0: none), and decodes them
- * into out when out is not NULL: a first call without out gives their
- * number, which is at most len / 6, a second writes them. Refuses an
+ * into out, which has room for cap of them, when there are no more than
+ * that: a call with more (or out NULL, cap 0) gives their number, which is
+ * at most len / 6, and a second with room for them writes them. Refuses an
  * epoch or file index past 32 bits, a split that ends past 2^64, more
  * delivered records than the split has, and bytes left over.
  * @param[out] num how many notices there are
  * @return 0, or SL_EPROTO with what was wrong and where in err
  */
-int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, uint64_t *num, char *err,
+int sl_provwire_read_done(const uint8_t *p, size_t len, sl_split_done_t *out, size_t cap, uint64_t *num, char *err,
                           size_t errlen);
 
 #endif

@@ -26,7 +26,8 @@ void sl_served_unref(sl_served_t *s)
     if (!s || --s->refs > 0)
         return;
     sl_wire_batch_free(s->batch);
-    free(s->notices);
+    if (s->notices != s->notices_one)
+        free(s->notices);
     free(s);
 }
 

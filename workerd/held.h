@@ -34,6 +34,9 @@
 
 #define SL_HELD_MAX 16      /* unacknowledged seqs per client of a task */
 #define SL_HOLDERS_MAX 1024 /* clients of a task holding batches */
+/* Bytes of notices and tallies a served batch keeps in itself: the bound of
+ * two tally rows (provwire.h); more are malloc'd. */
+#define SL_SERVED_NOTICES_INLINE 136
 
 /* One batch as served: its answer, tensor bytes and notices. Shared by the
  * holder and every send still writing it (refs). */
@@ -42,8 +45,9 @@ typedef struct sl_served {
     uint64_t seq; /* 0: not held */
     sluice_GetElementResponse resp;
     sl_wire_batch_t *batch;
-    uint8_t *notices; /* encoded split-done notices, owned */
+    uint8_t *notices; /* encoded split-done notices and tallies: notices_one or malloc'd (owned) */
     size_t notices_len;
+    uint8_t notices_one[SL_SERVED_NOTICES_INLINE]; /* a batch's tallies of a split or two */
     unsigned refs;
     bool released; /* its size was given back to the task's buffer */
     size_t charged; /* to the memory budget while held */

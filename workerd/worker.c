@@ -358,9 +358,11 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
  * *buf (malloc'd, *notices_len bytes; NULL for none), followed, when the
  * client asked for them (tally), by the batch's tallies (*tally_len bytes:
  * 0 when it has none or there is no memory for them; the client then
- * decodes the provenance instead). @return 0 or -ENOMEM (for the notices) */
-static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint8_t **buf, size_t *notices_len,
-                     size_t *tally_len, uint64_t *done_below)
+ * decodes the provenance instead). Tallies without notices (most batches)
+ * go into room, room_len bytes, when they fit.
+ * @return 0 or -ENOMEM (for the notices) */
+static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint8_t *room, size_t room_len,
+                     uint8_t **buf, size_t *notices_len, size_t *tally_len, uint64_t *done_below)
 {
     sl_split_done_rec_t *recs = NULL;
     unsigned n = 0;
@@ -372,7 +374,8 @@ static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint
     free(recs);
     uint8_t *t = NULL;
     size_t tlen = 0;
-    if (rc == 0 && tally && b && b->ntally > 0 && sl_provwire_encode_done(b->tally, b->ntally, &t, &tlen) == 0) {
+    if (rc == 0 && tally && b && b->ntally > 0 &&
+        sl_provwire_encode_done_in(b->tally, b->ntally, *buf ? NULL : room, *buf ? 0 : room_len, &t, &tlen) == 0) {
         if (!*buf) {
             /* No notices (most batches): the tallies are the buffer. */
             *buf = t;
@@ -435,8 +438,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     /* Notices that cannot be encoded now wait in the task for a later
      * frame (done_below stays below them). */
     size_t notices_len = 0, tally_len = 0;
-    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire, &sv->notices, &notices_len,
-                    &tally_len, &resp->done_below);
+    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire, sv->notices_one,
+                    sizeof sv->notices_one, &sv->notices, &notices_len, &tally_len, &resp->done_below);
     sv->notices_len = notices_len + tally_len;
     if (notices_len > 0) {
         resp->notices_offset = b->size + resp->provenance_length;
@@ -505,7 +508,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
         uint8_t *notices = NULL;
         size_t notices_len = 0, no_tally;
-        if (fill_done(wt->task, NULL, false, &notices, &notices_len, &no_tally, &end.done_below) < 0) {
+        if (fill_done(wt->task, NULL, false, NULL, 0, &notices, &notices_len, &no_tally, &end.done_below) < 0) {
             sl_conn_send_error(wc->conn, request_id, -ENOMEM,
                                "worker %s is out of memory for the split-done notices of task %" PRIu64, w->address,
                                task_id);

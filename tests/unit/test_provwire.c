@@ -6,6 +6,8 @@
  * the form its client reads (protocol/batch.c).
  */
 #include <criterion/criterion.h>
+
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,12 +200,12 @@ Test(provwire, bad_encodings_are_refused_with_what_was_wrong)
 static sl_split_done_t *notices_decode(const uint8_t *wire, size_t len, uint64_t *n, int *rc, char *err,
                                        size_t errlen)
 {
-    *rc = sl_provwire_read_done(wire, len, NULL, n, err, errlen);
+    *rc = sl_provwire_read_done(wire, len, NULL, 0, n, err, errlen);
     if (*rc < 0 || *n == 0)
         return NULL;
     sl_split_done_t *d = malloc(*n * sizeof *d);
     cr_assert_not_null(d);
-    *rc = sl_provwire_read_done(wire, len, d, n, err, errlen);
+    *rc = sl_provwire_read_done(wire, len, d, (size_t)*n, n, err, errlen);
     return d;
 }
 
@@ -244,6 +246,64 @@ Test(provwire, notices_round_trip_however_many_there_are)
     }
 }
 
+Test(provwire, notices_read_into_a_room_only_when_they_fit)
+{
+    sl_split_done_t d[5];
+    for (uint64_t i = 0; i < 5; i++)
+        d[i] = (sl_split_done_t){.split_id = 40 + i, .epoch = 1, .file_index = 2, .begin = 1024 * i,
+                                 .end = 1024 * i + 1000, .delivered = 7 * i};
+    for (size_t n = 1; n <= 5; n++) {
+        uint8_t *wire;
+        size_t len;
+        cr_assert_eq(sl_provwire_encode_done(d, n, &wire, &len), 0);
+        sl_split_done_t room[4];
+        memset(room, 0xa5, sizeof room);
+        uint64_t m = 0;
+        char err[256];
+        cr_assert_eq(sl_provwire_read_done(wire, len, room, 4, &m, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(m, n, "%zu notices counted as %" PRIu64, n, m);
+        if (n <= 4) {
+            cr_assert(memcmp(room, d, n * sizeof *d) == 0, "%zu notices did not come back in one call", n);
+        } else {
+            for (size_t i = 0; i < sizeof room; i++)
+                cr_assert_eq(((const uint8_t *)room)[i], 0xa5, "5 notices written into a room of 4");
+        }
+        free(wire);
+    }
+}
+
+Test(provwire, encodings_into_a_room_are_the_allocated_ones)
+{
+    /* One run fits a room of 128 bytes (the bound is 70), three do not;
+     * one notice fits (70), two do not in 128 (130). */
+    sl_provenance_run_t runs[3] = {{1, 2, 5000000, 1024}, {1, 2, 6000000, 7}, {1, 3, 0, 1}};
+    sl_split_done_t notices[2] = {{.split_id = 9, .epoch = 1, .file_index = 2, .begin = 0, .end = 4096, .delivered = 4},
+                                  {.split_id = 10, .epoch = 1, .file_index = 2, .begin = 4096, .end = 8192}};
+    uint8_t room[128];
+    for (uint64_t n = 1; n <= 3; n++) {
+        uint8_t *heap, *in;
+        size_t heap_len, in_len;
+        cr_assert_eq(sl_provwire_encode(runs, n, &heap, &heap_len), 0);
+        cr_assert_eq(sl_provwire_encode_in(runs, n, room, sizeof room, &in, &in_len), 0);
+        cr_assert_eq(in == room, n <= 2, "%" PRIu64 " runs: %s the room", n, in == room ? "in" : "not in");
+        cr_assert(in_len == heap_len && memcmp(in, heap, in_len) == 0, "%" PRIu64 " runs encode differently", n);
+        if (in != room)
+            free(in);
+        free(heap);
+    }
+    for (size_t n = 1; n <= 2; n++) {
+        uint8_t *heap, *in;
+        size_t heap_len, in_len;
+        cr_assert_eq(sl_provwire_encode_done(notices, n, &heap, &heap_len), 0);
+        cr_assert_eq(sl_provwire_encode_done_in(notices, n, room, sizeof room, &in, &in_len), 0);
+        cr_assert_eq(in == room, n == 1, "%zu notices: %s the room", n, in == room ? "in" : "not in");
+        cr_assert(in_len == heap_len && memcmp(in, heap, in_len) == 0, "%zu notices encode differently", n);
+        if (in != room)
+            free(in);
+        free(heap);
+    }
+}
+
 Test(provwire, notices_take_a_few_bytes_each)
 {
     static sl_split_done_t d[1000];
@@ -262,7 +322,7 @@ Test(provwire, bad_notices_are_refused_by_name)
     char err[256];
     uint64_t n = 99;
     /* Empty: no notices. */
-    cr_assert_eq(sl_provwire_read_done(NULL, 0, NULL, &n, err, sizeof err), 0);
+    cr_assert_eq(sl_provwire_read_done(NULL, 0, NULL, 0, &n, err, sizeof err), 0);
     cr_assert_eq(n, 0);
     struct {
         const char *what;
@@ -279,7 +339,7 @@ Test(provwire, bad_notices_are_refused_by_name)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
-        int rc = sl_provwire_read_done(bad[i].bytes, bad[i].len, NULL, &n, err, sizeof err);
+        int rc = sl_provwire_read_done(bad[i].bytes, bad[i].len, NULL, 0, &n, err, sizeof err);
         cr_assert_eq(rc, SL_EPROTO, "%s: accepted", bad[i].what);
         cr_assert(strstr(err, bad[i].says), "%s: the message \"%s\" does not say \"%s\"", bad[i].what, err,
                   bad[i].says);
@@ -507,7 +567,7 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
     sl_wire_batch_t o = {.prov_n = 1, .prov_one = {0, 0, 0, 64}};
     cr_assert_eq(sl_wire_batch_encode_prov(&o, true), 0);
     cr_assert(o.prov_wire && !o.prov_wire_dense && o.prov_wire[0] == 1);
-    free(o.prov_wire);
+    cr_assert(o.prov_wire == o.prov_wire_one, "one run not kept in the batch itself");
     free(b.prov_wire);
     free(b.prov_heap);
 }
