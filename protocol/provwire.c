@@ -168,15 +168,17 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
     /* One pair (most batches): no index to find or keep. A run of
      * another pair ends this pass, and the one below goes on from it. */
     uint64_t i1 = 0;
+    bool bad = false; /* a run of no records, or one that ends past 2^64 */
     for (; i1 < n && runs[i1].epoch == runs[0].epoch && runs[i1].file_index == runs[0].file_index; i1++) {
         const sl_provenance_run_t *r = &runs[i1];
-        if (r->count == 0 || r->begin + r->count < r->begin)
-            goto done;
         uint64_t last = r->begin + r->count - 1;
+        bad |= (r->count == 0) | (last < r->begin);
         lo = r->begin < lo ? r->begin : lo;
         hi = last > hi ? last : hi;
         sum += r->count;
     }
+    if (bad)
+        goto done;
     bool one_pair = i1 == n;
     pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, lo, hi};
     /* Several: the runs read so far are pair 0; each later run's pair is
@@ -251,7 +253,9 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
         if (!one_pair)
             base = pairs[pair_of[i]].lo;
         uint64_t from = runs[i].begin - base;
-        for (uint64_t j = 0; j < runs[i].count; j++) {
+        sl_put_le32(p, (uint32_t)from); /* every run has a record (checked above) */
+        p += w;
+        for (uint64_t j = 1; j < runs[i].count; j++) {
             sl_put_le32(p, (uint32_t)(from + j));
             p += w;
         }

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,38 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     return e;
 }
 
+/* A run's (epoch, file_index), the two u32 that start it, as one word to
+ * compare. */
+_Static_assert(offsetof(sl_provenance_run_t, epoch) == 0 && offsetof(sl_provenance_run_t, file_index) == 4,
+               "a run starts with its epoch and file_index");
+static inline uint64_t run_pair(const sl_provenance_run_t *r)
+{
+    uint64_t v;
+    memcpy(&v, r, sizeof v);
+    return v;
+}
+
+/* Adds k records of a batch to e: to the counter how names and, with
+ * tally, to e's row of it (a new row, the first time the batch reaches e). */
+static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64_t k, enum sl_settle how,
+                              sl_split_done_rec_t *tally, unsigned *nt)
+{
+    switch (how) {
+    case SL_SETTLE_DROPPED: e->dropped += k; break;
+    case SL_SETTLE_OUT: e->out += k; break;
+    case SL_SETTLE_SENT: e->sent += k; break;
+    }
+    if (tally) {
+        if (e->tally_gen != t->tally_gen) {
+            e->tally_gen = t->tally_gen;
+            e->tally_ix = (*nt)++;
+            tally[e->tally_ix] = e->rec;
+            tally[e->tally_ix].delivered = 0;
+        }
+        tally[e->tally_ix].delivered += k;
+    }
+}
+
 /* Settles the runs; with tally, also counts their records split by split
  * into it (*nt rows). */
 static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how,
@@ -208,14 +241,23 @@ static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_
      * end already counted that. */
     if (t->ended && how == SL_SETTLE_DROPPED)
         return;
+    /* The split the run before fell in, and the records of the runs since
+     * that fell wholly inside it, added to it at once: behind a shuffle
+     * whose window spans a split or two (splits follow the pipeline's rate,
+     * so a fast one takes long splits), most runs of a batch do. */
     struct entry *last = NULL;
+    uint64_t last_pair = 0, last_begin = 0, last_len = 0, held = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t begin = runs[i].begin, count = runs[i].count;
+        uint64_t begin = runs[i].begin, count = runs[i].count, off = begin - last_begin;
+        if (last && run_pair(&runs[i]) == last_pair && (off < last_len) & (count <= last_len - off)) {
+            held += count;
+            continue;
+        }
+        if (held) {
+            count_into(t, last, held, how, tally, nt);
+            held = 0;
+        }
         while (count > 0) {
-            /* The split the run before fell in first: behind a shuffle
-             * whose window spans a split or two (splits follow the
-             * pipeline's rate, so a fast one takes long splits), most runs
-             * fall where the one before did. */
             struct entry *e = last;
             if (!e || e->rec.epoch != runs[i].epoch || e->rec.file_index != runs[i].file_index ||
                 begin - e->rec.begin >= e->rec.end - e->rec.begin) {
@@ -223,26 +265,18 @@ static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_
                 if (!e)
                     break;
                 last = e;
+                last_pair = run_pair(&runs[i]);
+                last_begin = e->rec.begin;
+                last_len = e->rec.end - e->rec.begin;
             }
             uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
-            switch (how) {
-            case SL_SETTLE_DROPPED: e->dropped += k; break;
-            case SL_SETTLE_OUT: e->out += k; break;
-            case SL_SETTLE_SENT: e->sent += k; break;
-            }
-            if (tally) {
-                if (e->tally_gen != t->tally_gen) {
-                    e->tally_gen = t->tally_gen;
-                    e->tally_ix = (*nt)++;
-                    tally[e->tally_ix] = e->rec;
-                    tally[e->tally_ix].delivered = 0;
-                }
-                tally[e->tally_ix].delivered += k;
-            }
+            count_into(t, e, k, how, tally, nt);
             begin += k;
             count -= k;
         }
     }
+    if (held)
+        count_into(t, last, held, how, tally, nt);
 }
 
 void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)

@@ -470,3 +470,24 @@ Test(split_track, agrees_with_a_model_at_user_sizes, .timeout = 600)
         one_round(seed, round, max_records, buffer);
     }
 }
+
+/* A run that starts inside the split the run before fell in and goes on
+ * into the next split of the file (records read one split after the other,
+ * after a gap a filter left) is cut at the split's end, in the tally too. */
+Test(split_track, a_run_past_the_split_before_is_cut_at_its_end)
+{
+    sl_split_track_t *t = sl_split_track_new();
+    cr_assert_not_null(t);
+    sl_split_t a = {.file_index = 3, .begin = 0, .end = 100, .split_id = 1};
+    sl_split_t b = {.file_index = 3, .begin = 100, .end = 200, .split_id = 2};
+    cr_assert_eq(sl_split_track_add(t, 0, &a, NULL), 0);
+    cr_assert_eq(sl_split_track_add(t, 0, &b, NULL), 0);
+    const sl_provenance_run_t runs[] = {{0, 3, 10, 5}, {0, 3, 90, 20}, {0, 3, 150, 3}, {0, 3, 20, 1}};
+    sl_split_done_t tally[2];
+    cr_assert_eq(sl_split_track_out(t, runs, 4, tally), 2);
+    cr_assert(tally[0].split_id == 1 && tally[0].delivered == 16, "split 1 tallied %lu of 16",
+              (unsigned long)tally[0].delivered);
+    cr_assert(tally[1].split_id == 2 && tally[1].delivered == 13, "split 2 tallied %lu of 13",
+              (unsigned long)tally[1].delivered);
+    sl_split_track_free(t);
+}
