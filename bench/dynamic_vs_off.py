@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'integration'))
 ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build-release')
-ap.add_argument('--elements', type=int, default=20000000)
+ap.add_argument('--elements', type=int, default=40000000, help='the range (issue 16 measures 40,000,000)')
 ap.add_argument('--rounds', type=int, default=4, help='runs of each side')
 ap.add_argument('--workers', default='1,2', help='cluster sizes, comma-separated')
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')

@@ -4,14 +4,15 @@
 # podman and buildah build and test the image (make image, tests/integration/
 # test_deploy.py), and podman runs the multi-host tests' daemons from it
 # (docs/multi-host-tests.md), with runc for hosts where crun cannot set
-# rlimits (docs/operations.md). Any argument is ignored.
+# rlimits (docs/operations.md); valgrind counts instructions for
+# bench/dynamic_instructions.py. Any argument is ignored.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libevent-dev libssl-dev openssl nanopb libnanopb-dev protobuf-compiler python3-protobuf
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
-  python3 iperf3 chromium fio iproute2 nftables
+  python3 iperf3 chromium fio iproute2 nftables valgrind
   python3-numpy python3-torch python3-pil python3-yaml lmdb-utils
   podman buildah runc
 )
