@@ -210,7 +210,9 @@ static void gen_field(const pb_msgdesc_t *desc, struct out *o, int depth)
     if (lt == PB_LTYPE_SUBMESSAGE && depth < 2) {
         gen_msg(it.submsg_desc, &b, depth + 1);
     } else if (lt == PB_LTYPE_FIXED_LENGTH_BYTES || lt == PB_LTYPE_STRING) {
-        uint64_t len = below(3) == 0 ? below(it.data_size + 4) : (lt == PB_LTYPE_STRING ? below(it.data_size) : it.data_size);
+        /* Mostly a length that fits (a string's NUL, a key's exact size), else any. */
+        uint64_t fits = lt == PB_LTYPE_STRING ? below(it.data_size) : it.data_size;
+        uint64_t len = below(3) == 0 ? below(it.data_size + 4) : fits;
         for (uint64_t k = 0; k < len; k++)
             put(&b, below(10) == 0 ? 0 : (uint8_t)(1 + below(255)));
     }
