@@ -368,53 +368,37 @@ static bool get_shape(struct rd *r, unsigned wt, sluice_Component *c)
     return true;
 }
 
-static bool get_component(struct rd *r, sluice_Component *c)
+/* One field of a message, its tag and wire type read: false at a failure. */
+typedef bool (*field_fn)(struct rd *r, uint32_t tag, unsigned wt, void *m);
+
+/* Reads a message's fields to r's end, each by field(): inlined into each
+ * caller, so that field() is a direct call there. */
+static inline __attribute__((always_inline)) bool get_fields(struct rd *r, field_fn field, void *m)
 {
-    /* What pb_decode() zeroes: every field but the shape's array. */
-    memset(c->name, 0, sizeof c->name);
-    c->dtype = 0;
-    c->shape_count = 0;
-    c->offset = c->length = c->splits_offset = c->splits_length = 0;
-    c->ragged = false;
     while (r->p < r->end) {
         uint32_t tag;
         unsigned wt;
-        bool ok;
         r->field = NULL;
-        if (!get_key(r, &tag, &wt))
-            return false;
-        switch (tag) {
-        case sluice_Component_name_tag:
-            ok = get_name(r, wt, c->name, sizeof c->name);
-            break;
-        case sluice_Component_dtype_tag:
-            ok = get_uint32(r, wt, "dtype", &c->dtype);
-            break;
-        case sluice_Component_shape_tag:
-            ok = get_shape(r, wt, c);
-            break;
-        case sluice_Component_offset_tag:
-            ok = get_uint64(r, wt, "offset", &c->offset);
-            break;
-        case sluice_Component_length_tag:
-            ok = get_uint64(r, wt, "length", &c->length);
-            break;
-        case sluice_Component_ragged_tag:
-            ok = get_bool(r, wt, "ragged", &c->ragged);
-            break;
-        case sluice_Component_splits_offset_tag:
-            ok = get_uint64(r, wt, "splits_offset", &c->splits_offset);
-            break;
-        case sluice_Component_splits_length_tag:
-            ok = get_uint64(r, wt, "splits_length", &c->splits_length);
-            break;
-        default:
-            ok = skip(r, wt);
-        }
-        if (!ok)
+        if (!get_key(r, &tag, &wt) || !field(r, tag, wt, m))
             return false;
     }
     return true;
+}
+
+static bool component_field(struct rd *r, uint32_t tag, unsigned wt, void *m)
+{
+    sluice_Component *c = m;
+    switch (tag) {
+    case sluice_Component_name_tag: return get_name(r, wt, c->name, sizeof c->name);
+    case sluice_Component_dtype_tag: return get_uint32(r, wt, "dtype", &c->dtype);
+    case sluice_Component_shape_tag: return get_shape(r, wt, c);
+    case sluice_Component_offset_tag: return get_uint64(r, wt, "offset", &c->offset);
+    case sluice_Component_length_tag: return get_uint64(r, wt, "length", &c->length);
+    case sluice_Component_ragged_tag: return get_bool(r, wt, "ragged", &c->ragged);
+    case sluice_Component_splits_offset_tag: return get_uint64(r, wt, "splits_offset", &c->splits_offset);
+    case sluice_Component_splits_length_tag: return get_uint64(r, wt, "splits_length", &c->splits_length);
+    default: return skip(r, wt);
+    }
 }
 
 static bool get_components(struct rd *r, unsigned wt, sluice_GetElementResponse *m)
@@ -426,8 +410,15 @@ static bool get_components(struct rd *r, unsigned wt, sluice_GetElementResponse 
     const uint8_t *end;
     if (!want(r, wt, WT_LEN, "components") || !get_len(r, &end))
         return false;
+    /* What pb_decode() zeroes: every field but the shape's array. */
+    sluice_Component *c = &m->components[m->components_count];
+    memset(c->name, 0, sizeof c->name);
+    c->dtype = 0;
+    c->shape_count = 0;
+    c->offset = c->length = c->splits_offset = c->splits_length = 0;
+    c->ragged = false;
     struct rd sub = {r->p, end, NULL, NULL, -1};
-    if (!get_component(&sub, &m->components[m->components_count])) {
+    if (!get_fields(&sub, component_field, c)) {
         r->p = sub.p;
         r->why = sub.why;
         r->field = sub.field;
@@ -437,6 +428,76 @@ static bool get_components(struct rd *r, unsigned wt, sluice_GetElementResponse 
     m->components_count++;
     r->p = end;
     return true;
+}
+
+/* pb_dec_fixed_length_bytes(): empty is all zeros, else the exact size. */
+static bool get_task_key(struct rd *r, unsigned wt, uint8_t key[16])
+{
+    uint32_t n;
+    if (!want(r, wt, WT_LEN, "task_key") || !get_u32(r, &n))
+        return false;
+    if (n > PB_SIZE_MAX)
+        return fail(r, "bytes overflow");
+    if (n == 0) {
+        memset(key, 0, 16);
+        return true;
+    }
+    if (n != 16)
+        return fail(r, "incorrect fixed length bytes size");
+    if ((size_t)(r->end - r->p) < n)
+        return fail(r, "end-of-stream");
+    memcpy(key, r->p, n);
+    r->p += n;
+    return true;
+}
+
+static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
+{
+    sluice_GetElementRequest *m = msg;
+    _Static_assert(sizeof m->task_key == 16, "task_key is 16 bytes");
+    switch (tag) {
+    case sluice_GetElementRequest_task_id_tag: return get_uint64(r, wt, "task_id", &m->task_id);
+    case sluice_GetElementRequest_client_id_tag: return get_uint64(r, wt, "client_id", &m->client_id);
+    case sluice_GetElementRequest_coordinated_tag: return get_bool(r, wt, "coordinated", &m->coordinated);
+    case sluice_GetElementRequest_round_tag: return get_uint64(r, wt, "round", &m->round);
+    case sluice_GetElementRequest_consumer_index_tag:
+        return get_uint32(r, wt, "consumer_index", &m->consumer_index);
+    case sluice_GetElementRequest_provenance_tag: return get_bool(r, wt, "provenance", &m->provenance);
+    case sluice_GetElementRequest_task_key_tag: return get_task_key(r, wt, m->task_key);
+    case sluice_GetElementRequest_seq_tag: return get_uint64(r, wt, "seq", &m->seq);
+    case sluice_GetElementRequest_acked_below_tag: return get_uint64(r, wt, "acked_below", &m->acked_below);
+    case sluice_GetElementRequest_tallies_tag: return get_bool(r, wt, "tallies", &m->tallies);
+    case sluice_GetElementRequest_dense_provenance_tag:
+        return get_bool(r, wt, "dense_provenance", &m->dense_provenance);
+    default: return skip(r, wt);
+    }
+}
+
+static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
+{
+    sluice_GetElementResponse *m = msg;
+    switch (tag) {
+    case sluice_GetElementResponse_task_id_tag: return get_uint64(r, wt, "task_id", &m->task_id);
+    case sluice_GetElementResponse_end_of_sequence_tag:
+        return get_bool(r, wt, "end_of_sequence", &m->end_of_sequence);
+    case sluice_GetElementResponse_num_elements_tag: return get_uint64(r, wt, "num_elements", &m->num_elements);
+    case sluice_GetElementResponse_components_tag: return get_components(r, wt, m);
+    case sluice_GetElementResponse_provenance_offset_tag:
+        return get_uint64(r, wt, "provenance_offset", &m->provenance_offset);
+    case sluice_GetElementResponse_provenance_length_tag:
+        return get_uint64(r, wt, "provenance_length", &m->provenance_length);
+    case sluice_GetElementResponse_done_below_tag: return get_uint64(r, wt, "done_below", &m->done_below);
+    case sluice_GetElementResponse_notices_offset_tag:
+        return get_uint64(r, wt, "notices_offset", &m->notices_offset);
+    case sluice_GetElementResponse_notices_length_tag:
+        return get_uint64(r, wt, "notices_length", &m->notices_length);
+    case sluice_GetElementResponse_num_records_tag: return get_uint64(r, wt, "num_records", &m->num_records);
+    case sluice_GetElementResponse_tallies_offset_tag:
+        return get_uint64(r, wt, "tallies_offset", &m->tallies_offset);
+    case sluice_GetElementResponse_tallies_length_tag:
+        return get_uint64(r, wt, "tallies_length", &m->tallies_length);
+    default: return skip(r, wt);
+    }
 }
 
 /* "components[2].shape: array overflow at byte 71" */
@@ -454,67 +515,7 @@ int sl_getelem_req_decode(const uint8_t *buf, size_t len, sluice_GetElementReque
 {
     memset(m, 0, sizeof *m);
     struct rd r = {buf, buf + len, NULL, NULL, -1};
-    while (r.p < r.end) {
-        uint32_t tag, n;
-        unsigned wt;
-        bool ok;
-        r.field = NULL;
-        if (!get_key(&r, &tag, &wt))
-            return failed(&r, buf, err, errlen);
-        switch (tag) {
-        case sluice_GetElementRequest_task_id_tag:
-            ok = get_uint64(&r, wt, "task_id", &m->task_id);
-            break;
-        case sluice_GetElementRequest_client_id_tag:
-            ok = get_uint64(&r, wt, "client_id", &m->client_id);
-            break;
-        case sluice_GetElementRequest_coordinated_tag:
-            ok = get_bool(&r, wt, "coordinated", &m->coordinated);
-            break;
-        case sluice_GetElementRequest_round_tag:
-            ok = get_uint64(&r, wt, "round", &m->round);
-            break;
-        case sluice_GetElementRequest_consumer_index_tag:
-            ok = get_uint32(&r, wt, "consumer_index", &m->consumer_index);
-            break;
-        case sluice_GetElementRequest_provenance_tag:
-            ok = get_bool(&r, wt, "provenance", &m->provenance);
-            break;
-        case sluice_GetElementRequest_task_key_tag:
-            /* pb_dec_fixed_length_bytes(): empty is all zeros, else the exact size */
-            ok = want(&r, wt, WT_LEN, "task_key") && get_u32(&r, &n);
-            if (ok && n > PB_SIZE_MAX)
-                ok = fail(&r, "bytes overflow");
-            else if (ok && n == 0)
-                memset(m->task_key, 0, sizeof m->task_key);
-            else if (ok && n != sizeof m->task_key)
-                ok = fail(&r, "incorrect fixed length bytes size");
-            else if (ok && (size_t)(r.end - r.p) < n)
-                ok = fail(&r, "end-of-stream");
-            else if (ok) {
-                memcpy(m->task_key, r.p, n);
-                r.p += n;
-            }
-            break;
-        case sluice_GetElementRequest_seq_tag:
-            ok = get_uint64(&r, wt, "seq", &m->seq);
-            break;
-        case sluice_GetElementRequest_acked_below_tag:
-            ok = get_uint64(&r, wt, "acked_below", &m->acked_below);
-            break;
-        case sluice_GetElementRequest_tallies_tag:
-            ok = get_bool(&r, wt, "tallies", &m->tallies);
-            break;
-        case sluice_GetElementRequest_dense_provenance_tag:
-            ok = get_bool(&r, wt, "dense_provenance", &m->dense_provenance);
-            break;
-        default:
-            ok = skip(&r, wt);
-        }
-        if (!ok)
-            return failed(&r, buf, err, errlen);
-    }
-    return 0;
+    return get_fields(&r, request_field, m) ? 0 : failed(&r, buf, err, errlen);
 }
 
 int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResponse *m, char *err, size_t errlen)
@@ -527,55 +528,5 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     m->notices_offset = m->notices_length = m->num_records = 0;
     m->tallies_offset = m->tallies_length = 0;
     struct rd r = {buf, buf + len, NULL, NULL, -1};
-    while (r.p < r.end) {
-        uint32_t tag;
-        unsigned wt;
-        bool ok;
-        r.field = NULL;
-        if (!get_key(&r, &tag, &wt))
-            return failed(&r, buf, err, errlen);
-        switch (tag) {
-        case sluice_GetElementResponse_task_id_tag:
-            ok = get_uint64(&r, wt, "task_id", &m->task_id);
-            break;
-        case sluice_GetElementResponse_end_of_sequence_tag:
-            ok = get_bool(&r, wt, "end_of_sequence", &m->end_of_sequence);
-            break;
-        case sluice_GetElementResponse_num_elements_tag:
-            ok = get_uint64(&r, wt, "num_elements", &m->num_elements);
-            break;
-        case sluice_GetElementResponse_components_tag:
-            ok = get_components(&r, wt, m);
-            break;
-        case sluice_GetElementResponse_provenance_offset_tag:
-            ok = get_uint64(&r, wt, "provenance_offset", &m->provenance_offset);
-            break;
-        case sluice_GetElementResponse_provenance_length_tag:
-            ok = get_uint64(&r, wt, "provenance_length", &m->provenance_length);
-            break;
-        case sluice_GetElementResponse_done_below_tag:
-            ok = get_uint64(&r, wt, "done_below", &m->done_below);
-            break;
-        case sluice_GetElementResponse_notices_offset_tag:
-            ok = get_uint64(&r, wt, "notices_offset", &m->notices_offset);
-            break;
-        case sluice_GetElementResponse_notices_length_tag:
-            ok = get_uint64(&r, wt, "notices_length", &m->notices_length);
-            break;
-        case sluice_GetElementResponse_num_records_tag:
-            ok = get_uint64(&r, wt, "num_records", &m->num_records);
-            break;
-        case sluice_GetElementResponse_tallies_offset_tag:
-            ok = get_uint64(&r, wt, "tallies_offset", &m->tallies_offset);
-            break;
-        case sluice_GetElementResponse_tallies_length_tag:
-            ok = get_uint64(&r, wt, "tallies_length", &m->tallies_length);
-            break;
-        default:
-            ok = skip(&r, wt);
-        }
-        if (!ok)
-            return failed(&r, buf, err, errlen);
-    }
-    return 0;
+    return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, err, errlen);
 }
