@@ -4,6 +4,7 @@ three workers and a consumer that carry on by themselves, and every element
 delivered exactly once. The kill points come from a seed, printed in every
 failure message; set SLUICE_CHAOS_SEED to run one again."""
 import collections
+import fcntl
 import json
 import os
 import random
@@ -502,11 +503,10 @@ class AwayClient(unittest.TestCase):
         # The peer stops reading while the trainer is away (its stdout is not
         # read, so it blocks; its heartbeats go on): the epoch cannot end
         # before the away trainer is back, however fast the machine.
-        g = GatedTrainers(self.cluster, spec, args, gated=1)
+        g = GatedTrainers(self.cluster, spec, args, gated=1, stop_after=20)
         trainers, got, counts, peer_reads = g.procs, g.got, g.counts, g.reads
         try:
             wait_for(lambda: min(counts) >= 20, 'both trainers to read 20 batches')
-            peer_reads.clear()
             trainers[0].send_signal(signal.SIGSTOP)
             job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
 
@@ -539,17 +539,25 @@ class GatedTrainers:
     """Two sluice-cat trainers of one spec, their stdout drained by threads
     into got[i] (values) and counts[i] (batches); the drain of trainer
     `gated` waits while `reads` is clear, so that its caller stops reading
-    (its stdout blocks) while its process and its heartbeats go on."""
+    (its stdout blocks) while its process and its heartbeats go on. That
+    drain clears `reads` itself once it has read `stop_after` batches: the
+    gate closes there however fast the job runs (a test that closed it when
+    it saw the count found a 100,000-element job over before it looked).
+    The gated trainer's pipe is one page, so that it blocks after a few
+    batches more, not after 64 KiB of them."""
 
-    def __init__(self, cluster, spec, args, gated):
+    def __init__(self, cluster, spec, args, gated, stop_after):
         self.got, self.counts = [[], []], [0, 0]
         self.reads = threading.Event()
         self.reads.set()
+        self.stop_after = stop_after
         self.procs, self.threads = [], []
         try:
             for i in range(2):
                 p = subprocess.Popen(cluster.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=child_env())
+                if i == gated:
+                    fcntl.fcntl(p.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
                 self.procs.append(p)
                 t = threading.Thread(target=self._drain, args=(i, p, i == gated), daemon=True)
                 t.start()
@@ -565,6 +573,8 @@ class GatedTrainers:
             if line.endswith('\n'):
                 self.got[i].extend(json.loads(line)['value'])
                 self.counts[i] += 1
+                if gated and self.counts[i] == self.stop_after:
+                    self.reads.clear()
 
     def finish(self, i, timeout=300):
         """Waits for trainer i to exit and its drain to end: (exit code, stderr)."""
@@ -602,11 +612,11 @@ class StalledClient(unittest.TestCase):
         spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'stall', '--timeout-ms', '60000']
         admin = self.cluster.dispatcher.admin_port
-        g = GatedTrainers(self.cluster, spec, args, gated=0)
+        # Trainer 0's caller stops reading after 5 batches; its process runs on.
+        g = GatedTrainers(self.cluster, spec, args, gated=0, stop_after=5)
         trainers, got, counts, stalled_reads = g.procs, g.got, g.counts, g.reads
         try:
             wait_for(lambda: min(counts) >= 5, 'both trainers to read 5 batches')
-            stalled_reads.clear()   # trainer 0's caller stops reading; its process runs on
             job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
 
             def job():
