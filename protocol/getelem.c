@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "varint.h"
 
 enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
@@ -28,34 +29,19 @@ enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
 /* ---- encoding: the caller's buffer holds the generated maximum size ---- */
 
-static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static inline size_t varint_len(uint64_t v)
-{
-    return v ? (size_t)(64 - __builtin_clzll(v) + 6) / 7 : 1;
-}
-
 /* A proto3 uint64 or uint32 field: left out when 0. */
 static inline uint8_t *put_u64(uint8_t *p, uint8_t key, uint64_t v)
 {
     if (v) {
         *p++ = key;
-        p = put_varint(p, v);
+        p = sl_put_varint(p, v);
     }
     return p;
 }
 
 static inline size_t u64_len(uint64_t v)
 {
-    return v ? 1 + varint_len(v) : 0;
+    return v ? 1 + sl_varint_len(v) : 0;
 }
 
 int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_t *len)
@@ -92,15 +78,15 @@ static size_t shape_len(const sluice_Component *c)
 {
     size_t n = 0;
     for (pb_size_t i = 0; i < c->shape_count; i++)
-        n += varint_len((uint64_t)c->shape[i]);
+        n += sl_varint_len((uint64_t)c->shape[i]);
     return n;
 }
 
 static size_t component_len(const sluice_Component *c, size_t name, size_t shape)
 {
-    size_t n = name ? 1 + varint_len(name) + name : 0;
+    size_t n = name ? 1 + sl_varint_len(name) + name : 0;
     if (c->shape_count)
-        n += 1 + varint_len(shape) + shape;
+        n += 1 + sl_varint_len(shape) + shape;
     return n + u64_len(c->dtype) + u64_len(c->offset) + u64_len(c->length) + u64_len(c->ragged) +
            u64_len(c->splits_offset) + u64_len(c->splits_length);
 }
@@ -109,16 +95,16 @@ static uint8_t *put_component(uint8_t *p, const sluice_Component *c, size_t name
 {
     if (name) {
         *p++ = KEY(sluice_Component_name_tag, WT_LEN);
-        p = put_varint(p, name);
+        p = sl_put_varint(p, name);
         memcpy(p, c->name, name);
         p += name;
     }
     p = put_u64(p, KEY(sluice_Component_dtype_tag, WT_VARINT), c->dtype);
     if (c->shape_count) {
         *p++ = KEY(sluice_Component_shape_tag, WT_LEN);
-        p = put_varint(p, shape);
+        p = sl_put_varint(p, shape);
         for (pb_size_t i = 0; i < c->shape_count; i++)
-            p = put_varint(p, (uint64_t)c->shape[i]);
+            p = sl_put_varint(p, (uint64_t)c->shape[i]);
     }
     p = put_u64(p, KEY(sluice_Component_offset_tag, WT_VARINT), c->offset);
     p = put_u64(p, KEY(sluice_Component_length_tag, WT_VARINT), c->length);
@@ -145,7 +131,7 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
             return SL_ETOOBIG;
         size_t shape = shape_len(c);
         *p++ = KEY(sluice_GetElementResponse_components_tag, WT_LEN);
-        p = put_varint(p, component_len(c, (size_t)name, shape));
+        p = sl_put_varint(p, component_len(c, (size_t)name, shape));
         p = put_component(p, c, (size_t)name, shape);
     }
     p = put_u64(p, KEY(sluice_GetElementResponse_provenance_offset_tag, WT_VARINT), m->provenance_offset);
@@ -177,26 +163,19 @@ static bool fail(struct rd *r, const char *why)
     return false;
 }
 
-/* pb_decode_varint(): at most 10 bytes, the 10th 0 or 1. */
+/* pb_decode_varint(): at most 10 bytes, the 10th 0 or 1, which are
+ * sl_get_varint()'s rules too. It fails at the 10th byte or at the end:
+ * with 10 bytes left it was the 10th. */
 static inline bool get_u64(struct rd *r, uint64_t *v)
 {
     if (r->p < r->end && *r->p < 0x80) {
         *v = *r->p++;
         return true;
     }
-    uint64_t x = 0;
-    unsigned shift = 0;
-    uint8_t b;
-    do {
-        if (r->p == r->end)
-            return fail(r, "end-of-stream");
-        b = *r->p++;
-        if (shift >= 63 && (b & 0xFE) != 0)
-            return fail(r, "varint overflow");
-        x |= (uint64_t)(b & 0x7F) << shift;
-        shift += 7;
-    } while (b & 0x80);
-    *v = x;
+    size_t pos = 0, left = (size_t)(r->end - r->p);
+    if (sl_get_varint(r->p, left, &pos, v) < 0)
+        return fail(r, left >= SL_VARINT_MAX ? "varint overflow" : "end-of-stream");
+    r->p += pos;
     return true;
 }
 

@@ -26,12 +26,7 @@ static inline uint8_t *sl_put_varint(uint8_t *p, uint64_t v)
 /** @return how many bytes sl_put_varint() writes for v */
 static inline size_t sl_varint_len(uint64_t v)
 {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    return v ? (size_t)(64 - __builtin_clzll(v) + 6) / 7 : 1; /* 7 bits a byte */
 }
 
 /**
