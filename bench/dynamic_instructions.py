@@ -36,6 +36,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build-release')
 ap.add_argument('--elements', type=int, default=1000000, help='the smaller size; the larger is twice it')
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
+ap.add_argument('--keep', metavar='DIR', help='keep the callgrind files in DIR (for callgrind_annotate)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, binary, child_env  # noqa: E402
@@ -85,7 +86,8 @@ def job(shape, sharding, n, out):
     return instructions(out + '.worker'), instructions(out + '.cat')
 
 
-tmp = tempfile.mkdtemp(prefix='sluice-instr-')
+tmp = args.keep or tempfile.mkdtemp(prefix='sluice-instr-')
+os.makedirs(tmp, exist_ok=True)
 results = []
 try:
     for shape in args.shapes.split(','):
@@ -104,6 +106,7 @@ try:
         results.append(r)
         print(json.dumps(r), flush=True)
 finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
 print(json.dumps({"bench": "dynamic_instructions_min", "baseline": "the same job under OFF, per shape",
                   "ratio": min(r["ratio"] for r in results)}))

@@ -117,7 +117,7 @@ static double pass(enum step step, const struct batch *bs, sl_split_track_t *tra
                 runs += b->runs[i].count;
             break;
         case TALLY:
-            runs = sl_split_track_out(track, b->runs, b->n, tally);
+            runs = sl_split_track_out(track, b->runs, b->n, tally, NULL);
             break;
         case ENCODE:
             free(wire[k]);

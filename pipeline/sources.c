@@ -20,6 +20,7 @@ struct range_iter {
     int64_t start, step;
     uint64_t count;    /* elements of the range */
     uint64_t pos, end; /* next index to yield, end of the current split */
+    uint64_t stop;     /* pos may run to here without meeting a skip run or the split's end */
     uint64_t epoch;
     bool dynamic;
     bool epoch_over; /* DYNAMIC: the dispatcher has no split left for epoch */
@@ -105,7 +106,9 @@ static int range_next_split(struct range_iter *r)
 }
 
 /* Moves to the next element to yield, past skip runs and into the next
- * split when needed. 0: pos is it; 1: the end of the sequence. */
+ * split when needed, once pos has reached stop; sets stop. 0: pos is it;
+ * 1: the end of the sequence. Between stops every element is yielded as
+ * it comes, under either policy. */
 static int range_advance(struct range_iter *r)
 {
     for (;;) {
@@ -116,19 +119,23 @@ static int range_advance(struct range_iter *r)
             if (rc != 0)
                 return rc;
         }
-        if (!r->dynamic || range_skip(r) > 0)
+        uint64_t left = r->dynamic ? range_skip(r) : r->end - r->pos;
+        if (left > 0) {
+            r->stop = r->pos + left;
             return 0;
+        }
     }
 }
 
 static int range_next(sl_iter_t *it, sl_element_t *out)
 {
     struct range_iter *r = (struct range_iter *)it;
-    int rc = range_advance(r);
-    if (rc != 0)
-        return rc;
-    if (r->dynamic)
-        r->yielded++;
+    if (r->pos == r->stop) {
+        int rc = range_advance(r);
+        if (rc != 0)
+            return rc;
+    }
+    r->yielded++; /* read under DYNAMIC only */
     sl_prov_set(out, r->dynamic ? r->split.epoch : r->epoch, 0, r->pos);
     /* Every value lies between start and stop, so the sum is exact; it is
      * done in unsigned arithmetic only because the intermediate product
@@ -148,10 +155,12 @@ static int range_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows
 {
     struct range_iter *r = (struct range_iter *)it;
     *rows = 0;
-    int rc = range_advance(r);
-    if (rc != 0)
-        return rc;
-    uint64_t left = r->dynamic ? range_skip(r) : r->end - r->pos;
+    if (r->pos == r->stop) {
+        int rc = range_advance(r);
+        if (rc != 0)
+            return rc;
+    }
+    uint64_t left = r->stop - r->pos;
     uint64_t n = left < max_rows ? left : max_rows;
     r->yielded += n;
     it->ctx->bulk_prov = (sl_provenance_run_t){(uint32_t)(r->dynamic ? r->split.epoch : r->epoch), 0, r->pos, n};
@@ -172,6 +181,7 @@ static int range_reset(sl_iter_t *it)
     r->epoch++;
     r->epoch_over = false;
     r->pos = 0;
+    r->stop = 0;
     r->end = r->dynamic ? 0 : r->count;
     return 0;
 }

@@ -52,11 +52,20 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
     if (b->prov_n == 0)
         return 0;
     const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
-    if (dense) {
-        uint64_t records = 0;
+    if (b->prov_span_known) {
+        b->prov_records = b->prov_span.records;
+    } else if (dense) {
+        sl_prov_span(runs, b->prov_n, &b->prov_span);
+        b->prov_span_known = true;
+        b->prov_records = b->prov_span.records;
+    } else {
+        b->prov_records = 0;
         for (uint64_t i = 0; i < b->prov_n; i++)
-            records += runs[i].count;
-        int rc = sl_provwire_encode_dense(runs, b->prov_n, records, &b->prov_wire, &b->prov_wire_len);
+            b->prov_records += runs[i].count;
+    }
+    if (dense) {
+        int rc = sl_provwire_encode_dense_span(runs, b->prov_n, b->prov_records, &b->prov_span, &b->prov_wire,
+                                               &b->prov_wire_len);
         if (rc <= 0) {
             b->prov_wire_dense = rc == 0;
             return rc;

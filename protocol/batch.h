@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "provwire.h"
 #include "sluice.h"
 
 /* Bytes of a component inside sl_wire_batch_t.data. A bytes (string) tensor
@@ -53,6 +54,12 @@ typedef struct sl_wire_batch {
     uint8_t *prov_wire;
     size_t prov_wire_len;
     bool prov_wire_dense; /* prov_wire is in the dense form (provwire.h) */
+    uint64_t prov_records;  /* the runs' records (their counts' sum), set with prov_wire */
+    /* The runs' span (provwire.h), when prov_span_known: found by whoever
+     * walked them first (a DYNAMIC worker, as it settles the batch), so
+     * that the encoding need not walk them again for it. */
+    bool prov_span_known;
+    sl_prov_span_t prov_span;
     uint8_t prov_wire_one[SL_WIRE_PROV_INLINE]; /* a plain batch's run or two */
     /* DYNAMIC: the records counted split by split when the batch left the
      * pipeline (ntally rows, owned; NULL when not counted): how the worker

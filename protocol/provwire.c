@@ -151,77 +151,86 @@ static bool dense_fits(uint64_t least, unsigned w)
     return least <= UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1);
 }
 
+void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
+{
+    sl_prov_span_start(s, &runs[0]);
+    for (uint64_t i = 0; i < n; i++)
+        sl_prov_span_add(s, &runs[i]);
+}
+
 int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
                              size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (n == 0 || n * 2 <= num_records)
+        return 1;
+    sl_prov_span_t span;
+    sl_prov_span(runs, n, &span);
+    return sl_provwire_encode_dense_span(runs, n, num_records, &span, out, len);
+}
+
+int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records,
+                                  const sl_prov_span_t *span, uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
     if (n == 0 || n * 2 <= num_records || num_records > SIZE_MAX / 8)
         return 1;
     struct dense_pair pairs[DENSE_PAIRS];
-    uint8_t stack_of[4096], *pair_of = n <= sizeof stack_of ? stack_of : malloc(n);
-    if (!pair_of)
-        return -ENOMEM;
+    uint8_t stack_of[4096], *pair_of = NULL;
     unsigned np = 0;
-    uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
     int rc = 1;
-    /* One pair (most batches): no index to find or keep. A run of
-     * another pair ends this pass, and the one below goes on from it. */
-    uint64_t i1 = 0;
-    bool bad = false; /* a run of no records, or one that ends past 2^64 */
-    for (; i1 < n && runs[i1].epoch == runs[0].epoch && runs[i1].file_index == runs[0].file_index; i1++) {
-        const sl_provenance_run_t *r = &runs[i1];
-        uint64_t last = r->begin + r->count - 1;
-        bad |= (r->count == 0) | (last < r->begin);
-        lo = r->begin < lo ? r->begin : lo;
-        hi = last > hi ? last : hi;
-        sum += r->count;
-    }
-    if (bad)
-        goto done;
-    bool one_pair = i1 == n;
-    pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, lo, hi};
-    /* Several: the runs read so far are pair 0; each later run's pair is
-     * found in a table of twice DENSE_PAIRS slots, by its file and epoch
-     * mixed cheaply (a run's file changes from one run to the next when a
-     * shuffle mixes an interleave's files). */
-    uint16_t table[2 * DENSE_PAIRS]; /* a pair's index + 1; 0: free */
-    const size_t mask = 2 * DENSE_PAIRS - 1;
-    if (!one_pair) {
+    /* One pair (most batches): the span says all, and there is no index
+     * to find or keep. Every run must have a record and end below 2^64. */
+    bool one_pair = span->one_pair;
+    if (one_pair) {
+        if (span->wraps || span->empty || span->records != num_records)
+            return 1;
+        pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, span->lo, span->hi};
+    } else {
+        /* Several: each run's pair is found in a table of twice DENSE_PAIRS
+         * slots, by its file and epoch mixed cheaply (a run's file changes
+         * from one run to the next when a shuffle mixes an interleave's
+         * files); pairs are numbered as they first appear. */
+        pair_of = n <= sizeof stack_of ? stack_of : malloc(n);
+        if (!pair_of)
+            return -ENOMEM;
+        uint16_t table[2 * DENSE_PAIRS]; /* a pair's index + 1; 0: free */
+        const size_t mask = 2 * DENSE_PAIRS - 1;
         memset(table, 0, sizeof table);
-        table[(runs[0].file_index ^ runs[0].epoch * 0x9e3779b1u) & mask] = 1;
-        memset(pair_of, 0, i1);
-    }
-    for (uint64_t i = i1; i < n; i++) {
-        const sl_provenance_run_t *r = &runs[i];
-        if (r->count == 0 || r->begin + r->count < r->begin)
-            goto done;
-        size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & mask;
-        while (table[j] && (pairs[table[j] - 1].file != r->file_index || pairs[table[j] - 1].epoch != r->epoch))
-            j = (j + 1) & mask;
-        if (!table[j]) {
-            if (np == DENSE_PAIRS)
+        uint64_t sum = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            const sl_provenance_run_t *r = &runs[i];
+            if (r->count - 1 >= ~r->begin) /* no record, or one at or past 2^64 - 1 */
                 goto done;
-            table[j] = (uint16_t)(np + 1);
-            pairs[np++] = (struct dense_pair){r->epoch, r->file_index, UINT64_MAX, 0};
+            size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & mask;
+            while (table[j] && (pairs[table[j] - 1].file != r->file_index || pairs[table[j] - 1].epoch != r->epoch))
+                j = (j + 1) & mask;
+            if (!table[j]) {
+                if (np == DENSE_PAIRS)
+                    goto done;
+                table[j] = (uint16_t)(np + 1);
+                pairs[np++] = (struct dense_pair){r->epoch, r->file_index, UINT64_MAX, 0};
+            }
+            unsigned k = table[j] - 1u;
+            pair_of[i] = (uint8_t)k;
+            struct dense_pair *d = &pairs[k];
+            uint64_t last = r->begin + r->count - 1;
+            d->lo = r->begin < d->lo ? r->begin : d->lo;
+            d->hi = last > d->hi ? last : d->hi;
+            sum += r->count;
         }
-        unsigned k = table[j] - 1u;
-        pair_of[i] = (uint8_t)k;
-        struct dense_pair *d = &pairs[k];
-        uint64_t last = r->begin + r->count - 1;
-        d->lo = r->begin < d->lo ? r->begin : d->lo;
-        d->hi = last > d->hi ? last : d->hi;
-        sum += r->count;
+        if (sum != num_records)
+            goto done;
     }
-    if (sum != num_records)
-        goto done;
-    uint64_t span = 0;
+    uint64_t span_of = 0;
     for (unsigned j = 0; j < np; j++)
-        span = pairs[j].hi - pairs[j].lo > span ? pairs[j].hi - pairs[j].lo : span;
-    if (span > UINT32_MAX)
+        span_of = pairs[j].hi - pairs[j].lo > span_of ? pairs[j].hi - pairs[j].lo : span_of;
+    if (span_of > UINT32_MAX)
         goto done;
     unsigned w = 1;
-    while (w < 4 && span >> (8 * w))
+    while (w < 4 && span_of >> (8 * w))
         w++;
     for (unsigned j = 0; j < np; j++)
         if (!dense_fits(pairs[j].lo, w))
@@ -248,16 +257,25 @@ int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64
             p += runs[i].count;
         }
     }
-    uint64_t base = pairs[0].lo;
-    for (uint64_t i = 0; i < n; i++) {
-        if (!one_pair)
-            base = pairs[pair_of[i]].lo;
-        uint64_t from = runs[i].begin - base;
-        sl_put_le32(p, (uint32_t)from); /* every run has a record (checked above) */
-        p += w;
-        for (uint64_t j = 1; j < runs[i].count; j++) {
-            sl_put_le32(p, (uint32_t)(from + j));
+    /* Every run has a record (checked above). */
+    if (one_pair) {
+        uint64_t base = pairs[0].lo;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t from = runs[i].begin - base, count = runs[i].count;
+            sl_put_le32(p, (uint32_t)from);
             p += w;
+            for (uint64_t j = 1; j < count; j++) {
+                sl_put_le32(p, (uint32_t)(from + j));
+                p += w;
+            }
+        }
+    } else {
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t from = runs[i].begin - pairs[pair_of[i]].lo, count = runs[i].count;
+            for (uint64_t j = 0; j < count; j++) {
+                sl_put_le32(p, (uint32_t)(from + j));
+                p += w;
+            }
         }
     }
     *len = (size_t)(p - buf);

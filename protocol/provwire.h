@@ -16,10 +16,24 @@
 #ifndef SL_PROVWIRE_H
 #define SL_PROVWIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "sluice.h"
+
+_Static_assert(offsetof(sl_provenance_run_t, epoch) == 0 && offsetof(sl_provenance_run_t, file_index) == 4,
+               "a run starts with its epoch and file_index");
+
+/** @return run r's (epoch, file_index), the two u32 that start it, as one
+ *  word: equal for two runs exactly when their pairs are */
+static inline uint64_t sl_prov_run_pair(const sl_provenance_run_t *r)
+{
+    uint64_t v;
+    memcpy(&v, r, sizeof v);
+    return v;
+}
 
 /**
  * Encodes n runs (n >= 1).
@@ -38,6 +52,42 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
                           size_t *len);
 
 /**
+ * What the dense form needs to know of a batch's runs before it writes a
+ * record. sl_prov_span() finds it in a pass of its own; a caller that walks
+ * the runs anyway may find it there, by the same rules (split_track.c does
+ * as it settles a batch).
+ */
+typedef struct sl_prov_span {
+    uint64_t pair;      /* the first run's sl_prov_run_pair() */
+    bool one_pair;      /* every run is of that pair */
+    bool wraps;         /* a run ends at or past 2^64: begin + count < begin */
+    bool empty;         /* a run has no records */
+    uint64_t records;   /* the counts' sum (mod 2^64) */
+    uint64_t lo, hi;    /* the least begin; the greatest begin + count - 1 (mod 2^64) */
+} sl_prov_span_t;
+
+/** Starts a span at the batch's first run (which sl_prov_span_add() adds too). */
+static inline void sl_prov_span_start(sl_prov_span_t *s, const sl_provenance_run_t *first)
+{
+    *s = (sl_prov_span_t){.pair = sl_prov_run_pair(first), .one_pair = true, .lo = UINT64_MAX};
+}
+
+/** Adds run r to span s. */
+static inline void sl_prov_span_add(sl_prov_span_t *s, const sl_provenance_run_t *r)
+{
+    uint64_t begin = r->begin, count = r->count, last = begin + count - 1;
+    s->one_pair &= sl_prov_run_pair(r) == s->pair;
+    s->wraps |= begin + count < begin;
+    s->empty |= count == 0;
+    s->records += count;
+    s->lo = begin < s->lo ? begin : s->lo;
+    s->hi = last > s->hi ? last : s->hi;
+}
+
+/** The span of n >= 1 runs. */
+void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
+
+/**
  * Encodes n runs of num_records records (their counts' sum) in the dense
  * form, when it applies: runs of at most 256 (epoch, file) pairs, mostly
  * of one record (n * 2 > num_records: a shuffled batch), each pair's
@@ -52,6 +102,11 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
  */
 int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
                              size_t *len);
+
+/** sl_provwire_encode_dense() of runs whose sl_prov_span() is span, which
+ *  it then need not find: the same bytes, one pass fewer. */
+int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records,
+                                  const sl_prov_span_t *span, uint8_t **out, size_t *len);
 
 /** @return the most runs len bytes at p can decode to for a batch of
  *  num_records records: what a reader allocates before sl_provwire_read() */

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "provwire.h"
+
 struct entry {
     sl_split_done_rec_t rec;
     sl_skip_run_t *skips; /* owned */
@@ -200,17 +202,6 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     return e;
 }
 
-/* A run's (epoch, file_index), the two u32 that start it, as one word to
- * compare. */
-_Static_assert(offsetof(sl_provenance_run_t, epoch) == 0 && offsetof(sl_provenance_run_t, file_index) == 4,
-               "a run starts with its epoch and file_index");
-static inline uint64_t run_pair(const sl_provenance_run_t *r)
-{
-    uint64_t v;
-    memcpy(&v, r, sizeof v);
-    return v;
-}
-
 /* Adds k records of a batch to e: to the counter how names and, with
  * tally, to e's row of it (a new row, the first time the batch reaches e). */
 static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64_t k, enum sl_settle how,
@@ -233,64 +224,91 @@ static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64
 }
 
 /* Settles the runs; with tally, also counts their records split by split
- * into it (*nt rows). */
-static void settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how,
-                   sl_split_done_rec_t *tally, unsigned *nt)
+ * into it (*nt rows); with span, finds the runs' span (provwire.h) on the
+ * way. Inlined into each caller, so that the loop of one without a span
+ * does not test for one. */
+static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
+                                                         uint64_t n, enum sl_settle how,
+                                                         sl_split_done_rec_t *tally, unsigned *nt,
+                                                         sl_prov_span_t *span)
 {
     /* After the end, a pipeline being destroyed drops what it held; the
      * end already counted that. */
     if (t->ended && how == SL_SETTLE_DROPPED)
         return;
-    /* The split the run before fell in, and the records of the runs since
-     * that fell wholly inside it, added to it at once: behind a shuffle
-     * whose window spans a split or two (splits follow the pipeline's rate,
-     * so a fast one takes long splits), most runs of a batch do. */
-    struct entry *last = NULL;
-    uint64_t last_pair = 0, last_begin = 0, last_len = 0, held = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t begin = runs[i].begin, count = runs[i].count, off = begin - last_begin;
-        if (last && run_pair(&runs[i]) == last_pair && (off < last_len) & (count <= last_len - off)) {
-            held += count;
-            continue;
-        }
-        if (held) {
-            count_into(t, last, held, how, tally, nt);
-            held = 0;
-        }
+    sl_prov_span_t sp;
+    if (span && n > 0)
+        sl_prov_span_start(&sp, &runs[0]);
+    /* Each run is looked up (cut at the end of each split it reaches);
+     * then the runs that follow wholly inside the split it ended in are
+     * added to that split at once, in a loop of a few instructions a run:
+     * behind a shuffle whose window spans a split or two (splits follow
+     * the pipeline's rate, so a fast one takes long splits), most runs of
+     * a batch do. */
+    uint64_t i = 0;
+    while (i < n) {
+        const sl_provenance_run_t *r = &runs[i++];
+        if (span)
+            sl_prov_span_add(&sp, r);
+        uint64_t begin = r->begin, count = r->count;
+        struct entry *last = NULL;
         while (count > 0) {
-            struct entry *e = last;
-            if (!e || e->rec.epoch != runs[i].epoch || e->rec.file_index != runs[i].file_index ||
-                begin - e->rec.begin >= e->rec.end - e->rec.begin) {
-                e = find_record(t, runs[i].epoch, runs[i].file_index, begin);
-                if (!e)
-                    break;
-                last = e;
-                last_pair = run_pair(&runs[i]);
-                last_begin = e->rec.begin;
-                last_len = e->rec.end - e->rec.begin;
-            }
+            struct entry *e = find_record(t, r->epoch, r->file_index, begin);
+            if (!e)
+                break;
             uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
             count_into(t, e, k, how, tally, nt);
             begin += k;
             count -= k;
+            last = e;
         }
+        if (!last)
+            continue;
+        /* These runs are of r's pair, have records (a run of none goes the
+         * way above) and end inside a split, so below 2^64: of the span
+         * they move only the least and greatest records and the records
+         * (held). */
+        uint64_t pair = sl_prov_run_pair(r), from = last->rec.begin, len = last->rec.end - from, held = 0;
+        uint64_t lo = span ? sp.lo : 0, hi = span ? sp.hi : 0;
+        const sl_provenance_run_t *q = &runs[i], *end = &runs[n];
+        for (; q < end; q++) {
+            uint64_t b = q->begin, off = b - from, c = q->count;
+            if (sl_prov_run_pair(q) != pair || off >= len || c - 1 >= len - off)
+                break;
+            held += c;
+            if (span) {
+                lo = b < lo ? b : lo;
+                hi = b + c - 1 > hi ? b + c - 1 : hi;
+            }
+        }
+        i = (uint64_t)(q - runs);
+        if (span) {
+            sp.lo = lo;
+            sp.hi = hi;
+            sp.records += held;
+        }
+        if (held)
+            count_into(t, last, held, how, tally, nt);
     }
-    if (held)
-        count_into(t, last, held, how, tally, nt);
+    if (span && n > 0)
+        *span = sp;
 }
 
 void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
 {
-    settle(t, runs, n, how, NULL, NULL);
+    settle(t, runs, n, how, NULL, NULL, NULL);
 }
 
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
-                            sl_split_done_t *tally)
+                            sl_split_done_t *tally, sl_prov_span_t *span)
 {
     unsigned nt = 0;
     if (tally && ++t->tally_gen == 0)
         ++t->tally_gen; /* 0 is every new entry's */
-    settle(t, runs, n, SL_SETTLE_OUT, tally, &nt);
+    if (span)
+        settle(t, runs, n, SL_SETTLE_OUT, tally, &nt, span);
+    else
+        settle(t, runs, n, SL_SETTLE_OUT, tally, &nt, NULL);
     return nt;
 }
 

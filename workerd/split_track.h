@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "pipeline.h"
+#include "provwire.h"
 
 typedef struct sl_split_track sl_split_track_t;
 
@@ -56,11 +57,12 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
  * row per split the runs reach, its `delivered` the batch's records of that
  * split (the batch's tallies, which the client may ask for:
  * GetElementResponse.tallies_offset). tally has room for
- * sl_split_track_size() rows.
+ * sl_split_track_size() rows. When span is not NULL and n > 0, also sets
+ * *span to the runs' sl_prov_span(), found in the same walk.
  * @return the rows written (0 without tally)
  */
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
-                            sl_split_done_t *tally);
+                            sl_split_done_t *tally, sl_prov_span_t *span);
 
 /** Settles, as SL_SETTLE_SENT, a batch by the tally rows
  *  sl_split_track_out() gave it: a row a split, not a run a record. */

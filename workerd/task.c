@@ -319,7 +319,8 @@ static void *producer_main(void *arg)
              * memory for them the send settles run by run. */
             unsigned size = sl_split_track_size(t->track);
             b->tally = size <= SL_WIRE_TALLY_INLINE ? b->tally_one : malloc(size * sizeof *b->tally);
-            b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally);
+            b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally, &b->prov_span);
+            b->prov_span_known = b->prov_n > 0;
             if (b->ntally == 0) {
                 if (b->tally != b->tally_one)
                     free(b->tally);

@@ -431,9 +431,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     if (wc->provenance && b->prov_wire) {
         resp->provenance_offset = b->size;
         resp->provenance_length = b->prov_wire_len;
-        const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
-        for (uint32_t i = 0; i < b->prov_n; i++)
-            resp->num_records += runs[i].count;
+        resp->num_records = b->prov_records;
     }
     /* Notices that cannot be encoded now wait in the task for a later
      * frame (done_below stays below them). */

@@ -437,7 +437,7 @@ Test(provenance, settling_is_exact_with_shuffle_filter_drop_remainder)
         sent += n;
         sl_split_done_t tally[(N + SPLIT - 1) / SPLIT];
         cr_assert_leq(sl_split_track_size(k.track), (N + SPLIT - 1) / SPLIT);
-        unsigned nt = sl_split_track_out(k.track, sl_wire_batch_prov(b), b->prov_n, tally);
+        unsigned nt = sl_split_track_out(k.track, sl_wire_batch_prov(b), b->prov_n, tally, NULL);
         unsigned splits_in_this = 0;
         for (size_t s = 0; s < ns; s++)
             splits_in_this += in_this[s] > 0;

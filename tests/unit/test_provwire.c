@@ -467,7 +467,45 @@ Test(provwire, dense_form_only_where_it_applies)
     cr_assert_eq(sl_provwire_encode_dense(long_runs, 2, 200, &wire, &len), 1);
     sl_provenance_run_t miscounted[] = {{0, 0, 0, 1}, {0, 0, 5, 1}, {0, 0, 9, 1}};
     cr_assert_eq(sl_provwire_encode_dense(miscounted, 3, 4, &wire, &len), 1);
+    /* Runs of no records (at record 0 too, where count - 1 and ~begin are
+     * both the largest word) and runs that reach record 2^64 - 1, of the
+     * first pair and of a later one. */
+    const uint64_t top = UINT64_MAX;
+    sl_provenance_run_t odd[][3] = {
+        {{0, 0, 0, 0}, {0, 0, 5, 1}, {0, 0, 9, 2}},   {{0, 0, 4, 1}, {0, 0, 5, 0}, {0, 0, 9, 2}},
+        {{0, 0, 4, 1}, {1, 0, 0, 0}, {0, 0, 9, 2}},   {{0, 0, 4, 1}, {0, 3, 5, 0}, {0, 0, 9, 2}},
+        {{0, 0, top, 1}, {0, 0, 5, 1}, {0, 0, 9, 1}}, {{0, 0, top - 5, 1}, {0, 0, top - 2, 2}, {0, 0, 9, 0}},
+        {{0, 0, 4, 1}, {0, 1, top, 1}, {0, 0, 9, 1}}, {{0, 1, 4, 1}, {0, 0, top - 1, 2}, {0, 1, 9, 0}},
+    };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        uint64_t records = odd[i][0].count + odd[i][1].count + odd[i][2].count;
+        cr_assert_eq(sl_provwire_encode_dense(odd[i], 3, records, &wire, &len), 1, "case %zu", i);
+    }
+    /* A run that wraps past 2^64 among many single records (so that the
+     * batch is mostly single records) from a least record whose byte
+     * offsets fit, as the first pair's and as a later one's. */
+    sl_provenance_run_t wraps[400];
+    for (int later = 0; later < 2; later++) {
+        for (size_t i = 0; i < 400; i++)
+            wraps[i] = (sl_provenance_run_t){0, 0, top - 255, 1};
+        wraps[1].begin = top - 100;
+        wraps[1].count = 300;
+        if (later)
+            wraps[0].file_index = 1;
+        cr_assert_eq(sl_provwire_encode_dense(wraps, 400, 699, &wire, &len), 1, "later pair: %d", later);
+    }
     cr_assert_null(wire);
+    /* The record just below stays in the dense form (offsets of a byte from
+     * 2^64 - 256, the highest least record they fit). */
+    sl_provenance_run_t high[] = {{0, 0, top - 255, 1}, {0, 0, top - 1, 1}, {0, 0, top - 2, 1}};
+    cr_assert_eq(sl_provwire_encode_dense(high, 3, 3, &wire, &len), 0);
+    uint64_t m = 0;
+    sl_provenance_run_t back[3];
+    char err[256] = "";
+    cr_assert_eq(sl_provwire_read(wire, len, 3, back, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(m, 3);
+    cr_assert_eq(back[1].begin, top - 1);
+    free(wire);
 }
 
 static void refused_dense(const uint8_t *wire, size_t len, uint64_t records, const char *says)

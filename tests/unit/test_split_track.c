@@ -163,6 +163,12 @@ struct queued {
     unsigned nrows;
 };
 
+static bool same_span(const sl_prov_span_t *a, const sl_prov_span_t *b)
+{
+    return a->pair == b->pair && a->one_pair == b->one_pair && a->wraps == b->wraps && a->empty == b->empty &&
+           a->records == b->records && a->lo == b->lo && a->hi == b->hi;
+}
+
 /* A batch leaves the pipeline: tallied, checked, queued to be sent. */
 static void out_batch(struct model *m, struct rec *r, size_t n, sl_provenance_run_t *runs, struct queued *q)
 {
@@ -170,8 +176,17 @@ static void out_batch(struct model *m, struct rec *r, size_t n, sl_provenance_ru
     unsigned rows_max = sl_split_track_size(m->t);
     sl_split_done_t *tally = malloc((rows_max + 1) * sizeof *tally);
     cr_assert(tally);
-    unsigned nt = sl_split_track_out(m->t, runs, k, tally);
+    /* The span found on the way is the one sl_prov_span() finds. */
+    bool spans = draw() % 2;
+    sl_prov_span_t span, want;
+    memset(&span, 0xa5, sizeof span);
+    unsigned nt = sl_split_track_out(m->t, runs, k, tally, spans ? &span : NULL);
     cr_assert_leq(nt, rows_max);
+    if (spans && k > 0) {
+        sl_prov_span(runs, k, &want);
+        CHECK(same_span(&span, &want), "seed %u round %u: the batch's span is not sl_prov_span()'s", m->seed,
+              m->round);
+    }
     /* The batch's own count, split by split. */
     uint64_t *count = m->count;
     unsigned reached = 0;
@@ -484,10 +499,79 @@ Test(split_track, a_run_past_the_split_before_is_cut_at_its_end)
     cr_assert_eq(sl_split_track_add(t, 0, &b, NULL), 0);
     const sl_provenance_run_t runs[] = {{0, 3, 10, 5}, {0, 3, 90, 20}, {0, 3, 150, 3}, {0, 3, 20, 1}};
     sl_split_done_t tally[2];
-    cr_assert_eq(sl_split_track_out(t, runs, 4, tally), 2);
+    cr_assert_eq(sl_split_track_out(t, runs, 4, tally, NULL), 2);
     cr_assert(tally[0].split_id == 1 && tally[0].delivered == 16, "split 1 tallied %lu of 16",
               (unsigned long)tally[0].delivered);
     cr_assert(tally[1].split_id == 2 && tally[1].delivered == 13, "split 2 tallied %lu of 13",
               (unsigned long)tally[1].delivered);
     sl_split_track_free(t);
+}
+
+/* The span sl_split_track_out() finds as it settles a batch is the one
+ * sl_prov_span() finds, whatever the runs: of no record, ending at or past
+ * 2^64, outside every split, across two splits, of several (epoch, file)
+ * pairs, with or without a tally. Seeded, like the model above. */
+Test(split_track, the_span_found_on_the_way_is_sl_prov_spans)
+{
+    const char *env = getenv("SLUICE_TEST_SEED");
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    fprintf(stderr, "split_track.the_span_found_on_the_way_is_sl_prov_spans: seed %u (SLUICE_TEST_SEED=%u repeats it)\n",
+            seed, seed);
+    rng_state = seed;
+    static sl_provenance_run_t runs[2048];
+    static sl_split_done_t tally[64];
+    unsigned fast = 0; /* batches mostly settled inside one split: the inner loop ran */
+    for (unsigned round = 0; round < 3000; round++) {
+        sl_split_track_t *t = sl_split_track_new();
+        cr_assert_not_null(t);
+        /* Splits of files 0 and 1 of epochs 0 and 1, from 0 or near 2^64,
+         * some with gaps between them. */
+        uint64_t base = draw() % 2 ? 0 : UINT64_MAX - between(0, 3000);
+        uint64_t id = 1;
+        for (uint32_t pair = 0; pair < 4; pair++) {
+            uint64_t at = base;
+            for (unsigned j = 0; j < 8 && id <= 32; j++) {
+                uint64_t len = between(1, 400);
+                sl_split_t s = {.file_index = pair & 1, .begin = at, .split_id = id++};
+                s.end = at + len < at ? UINT64_MAX : at + len;
+                if (s.begin < s.end)
+                    cr_assert_eq(sl_split_track_add(t, pair >> 1, &s, NULL), 0);
+                at = s.end + (draw() % 3 == 0 ? between(1, 50) : 0);
+                if (at < s.end)
+                    break;
+            }
+        }
+        /* Runs: mostly single records of one pair, near each other. */
+        uint64_t n = between(1, sizeof runs / sizeof runs[0]);
+        uint32_t pairs = draw() % 4 == 0 ? (uint32_t)between(2, 4) : 1;
+        uint64_t near = base + between(0, 1500);
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t pair = (uint32_t)(draw() % pairs);
+            sl_provenance_run_t *r = &runs[i];
+            *r = (sl_provenance_run_t){pair >> 1, pair & 1, near + between(0, 800) - 400, 1};
+            unsigned odd = (unsigned)(draw() % 100);
+            if (odd < 2)
+                r->count = 0;
+            else if (odd < 4)
+                r->count = ~r->begin + between(0, 2); /* ends at 2^64 - 1, 2^64 or past it */
+            else if (odd < 10)
+                r->count = between(2, 600);
+        }
+        sl_prov_span_t got, want;
+        memset(&got, 0xa5, sizeof got);
+        unsigned size = sl_split_track_size(t);
+        cr_assert_leq(size, sizeof tally / sizeof tally[0]);
+        sl_split_track_out(t, runs, n, draw() % 2 ? tally : NULL, &got);
+        sl_prov_span(runs, n, &want);
+        cr_assert(same_span(&got, &want),
+                  "seed %u round %u: span found on the way {pair %#lx one %d wraps %d empty %d records %lu lo %lu "
+                  "hi %lu}, sl_prov_span() {pair %#lx one %d wraps %d empty %d records %lu lo %lu hi %lu}",
+                  seed, round, (unsigned long)got.pair, got.one_pair, got.wraps, got.empty,
+                  (unsigned long)got.records, (unsigned long)got.lo, (unsigned long)got.hi,
+                  (unsigned long)want.pair, want.one_pair, want.wraps, want.empty, (unsigned long)want.records,
+                  (unsigned long)want.lo, (unsigned long)want.hi);
+        fast += pairs == 1;
+        sl_split_track_free(t);
+    }
+    cr_assert_gt(fast, 1000, "too few batches of one pair: the draws are off");
 }
