@@ -6,8 +6,12 @@
  * `wake` for room in a full buffer or, under DYNAMIC, for a split; a stop
  * request (sl_task_free) wakes it and it exits, leaving the state RUNNING.
  * The network thread (the consumer) takes batches out and puts splits in.
- * One mutex guards everything the two share; the producer sleeps on
- * `wake`, and wakes the consumer through an event on its loop.
+ * One mutex guards everything the two share but the DYNAMIC split table,
+ * which has its own (track_mu): the producer counts each batch into the
+ * table under that alone, so that the network thread taking batches out
+ * does not wait for the count. Whoever holds both took mu first. The
+ * producer sleeps on `wake`, and wakes the consumer through an event on
+ * its loop.
  */
 #include "task.h"
 
@@ -103,8 +107,10 @@ struct sl_task {
     double working_since;
     bool split_wait; /* the pipeline waits in next_split() with no split queued */
     /* DYNAMIC: the splits handed to the pipeline and not yet reported done
-     * (split_track.h); NULL under the other policies. */
+     * (split_track.h); NULL under the other policies. Under track_mu, not
+     * mu (taken inside mu where both are held). */
     sl_split_track_t *track;
+    pthread_mutex_t track_mu;
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
     /* Static policies, a restored iterator's job: positions not to yield. */
     sl_posset_t exclude;
@@ -123,8 +129,10 @@ static void split_unread(sl_task_t *t, struct split *s)
         free(skips);
         return;
     }
+    pthread_mutex_lock(&t->track_mu);
     if (sl_split_track_add(t->track, s->epoch, &ss, skips) == 0)
         sl_split_track_read(t->track, s->epoch, &ss, 0);
+    pthread_mutex_unlock(&t->track_mu);
 }
 
 /* Empties the queue of splits, each one done unread. */
@@ -139,17 +147,17 @@ static void splits_clear(sl_task_t *t)
 static void on_split_read(void *arg, uint64_t epoch, const sl_split_t *split, uint64_t records)
 {
     sl_task_t *t = arg;
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&t->track_mu);
     sl_split_track_read(t->track, epoch, split, records);
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->track_mu);
 }
 
 static void on_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
 {
     sl_task_t *t = arg;
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&t->track_mu);
     sl_split_track_settle(t->track, runs, n, SL_SETTLE_DROPPED);
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->track_mu);
 }
 
 static void notify_loop(sl_task_t *t)
@@ -253,7 +261,12 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             t->split_count--;
             /* The tracker owns the skip runs from now on. */
-            rc = t->track ? sl_split_track_add(t->track, out->epoch, out, s->skips) : 0;
+            rc = 0;
+            if (t->track) {
+                pthread_mutex_lock(&t->track_mu);
+                rc = sl_split_track_add(t->track, out->epoch, out, s->skips);
+                pthread_mutex_unlock(&t->track_mu);
+            }
             s->skips = NULL;
             break;
         }
@@ -308,18 +321,19 @@ static void *producer_main(void *arg)
         pthread_mutex_unlock(&t->mu);
         int rc = sl_pipeline_next(t->pipeline, &b);
         double spent = seconds_now() - t0;
-        pthread_mutex_lock(&t->mu);
-        t->working = false;
-        t->pipeline_seconds += spent;
-        t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
         if (rc == 0 && t->track) {
             /* Counted split by split once, here: the send settles by these
              * rows, and they are the batch's tallies on the wire. Up to
              * SL_WIRE_TALLY_INLINE rows live in the batch itself. Without
-             * memory for them the send settles run by run. */
+             * memory for them the send settles run by run. The same walk
+             * finds the span the provenance's encoding needs. Under
+             * track_mu alone: the batch is not in the ring yet, so the
+             * network thread has nothing of it to see. */
+            pthread_mutex_lock(&t->track_mu);
             unsigned size = sl_split_track_size(t->track);
             b->tally = size <= SL_WIRE_TALLY_INLINE ? b->tally_one : malloc(size * sizeof *b->tally);
             b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally, &b->prov_span);
+            pthread_mutex_unlock(&t->track_mu);
             b->prov_span_known = b->prov_n > 0;
             if (b->ntally == 0) {
                 if (b->tally != b->tally_one)
@@ -327,12 +341,18 @@ static void *producer_main(void *arg)
                 b->tally = NULL;
             }
         }
+        pthread_mutex_lock(&t->mu);
+        t->working = false;
+        t->pipeline_seconds += spent;
+        t->records_skipped = sl_pipeline_records_skipped(t->pipeline);
         if (rc != 0) {
             if (rc == 1) {
                 t->producer = PRODUCER_ENDED;
                 if (t->track) {
                     splits_clear(t);
+                    pthread_mutex_lock(&t->track_mu);
                     sl_split_track_end(t->track);
+                    pthread_mutex_unlock(&t->track_mu);
                 }
             } else if (!t->stop) {
                 t->producer = PRODUCER_FAILED;
@@ -405,6 +425,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     if (t->cfg.buffer_batches == 0)
         t->cfg.buffer_batches = 1;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->track_mu, NULL);
     pthread_cond_init(&t->wake, NULL);
     int rc = -ENOMEM;
     t->ring = calloc(cfg->buffer_batches, sizeof *t->ring);
@@ -500,6 +521,7 @@ void sl_task_free(sl_task_t *t)
     if (t->retry_ev)
         event_free(t->retry_ev);
     pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->track_mu);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -563,10 +585,12 @@ const char *sl_task_errmsg(sl_task_t *t)
 
 /* Every split with a smaller id is done: the smallest id the tracker or the
  * queue still holds, else the next one to come (under t->mu). */
-static uint64_t done_below(const sl_task_t *t)
+static uint64_t done_below(sl_task_t *t)
 {
     uint64_t below = t->split_next_id;
+    pthread_mutex_lock(&t->track_mu);
     uint64_t tracked = sl_split_track_min_id(t->track);
+    pthread_mutex_unlock(&t->track_mu);
     if (tracked < below)
         below = tracked;
     for (unsigned i = 0; i < t->split_count; i++) {
@@ -577,13 +601,22 @@ static uint64_t done_below(const sl_task_t *t)
     return below;
 }
 
+/* Whether the split table is empty (under t->mu). */
+static bool track_empty(sl_task_t *t)
+{
+    pthread_mutex_lock(&t->track_mu);
+    bool empty = sl_split_track_size(t->track) == 0;
+    pthread_mutex_unlock(&t->track_mu);
+    return empty;
+}
+
 /* The task's state; the caller holds t->mu. */
-static sl_task_state_t state_locked(const sl_task_t *t)
+static sl_task_state_t state_locked(sl_task_t *t)
 {
     if (t->producer == PRODUCER_FAILED)
         return SL_TASK_FAILED;
     if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
-        (!t->track || t->end_sent || sl_split_track_size(t->track) == 0))
+        (!t->track || t->end_sent || track_empty(t)))
         return SL_TASK_DONE; /* DYNAMIC: done once every split's notice went out too, or an
                               * end-of-sequence answer did (which carries what is left): a
                               * client asks until it gets one, and no longer. */
@@ -803,6 +836,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         return 0;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(&t->track_mu);
     if (b && b->tally)
         sl_split_track_sent_rows(t->track, b->tally, b->ntally);
     else if (b)
@@ -814,6 +848,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         rc = -ENOMEM; /* they wait in the table for a later frame */
     else if (room > 0)
         *num = sl_split_track_collect(t->track, *out, room);
+    pthread_mutex_unlock(&t->track_mu);
     /* An end-of-sequence answer makes the task DONE only once it carried
      * every notice: then none is left in the table. */
     if (!b && rc == 0)
