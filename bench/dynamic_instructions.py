@@ -36,6 +36,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build-release')
 ap.add_argument('--elements', type=int, default=1000000, help='the smaller size; the larger is twice it')
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
+ap.add_argument('--workers', type=int, default=1, help='workers in the cluster (their instructions are summed)')
 ap.add_argument('--keep', metavar='DIR', help='keep the callgrind files in DIR (for callgrind_annotate)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
@@ -70,10 +71,11 @@ def job(shape, sharding, n, out):
     """(worker instructions, consumer instructions) of one job of n elements on a fresh cluster."""
     c = Cluster(workers=0, dispatcher_args=['--split-size', str(SPLIT), '--max-split-size', str(SPLIT)])
     try:
-        vg = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.worker' % out]
-        c._start(vg + [binary('sluice-workerd'), '--dispatcher', c.dispatcher.addr, '--port', '0',
-                       '--admin-port', '0'], 'worker0')
-        c.wait_workers_registered(1, timeout=120)
+        for k in range(args.workers):
+            vg = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.worker%d' % (out, k)]
+            c._start(vg + [binary('sluice-workerd'), '--dispatcher', c.dispatcher.addr, '--port', '0',
+                           '--admin-port', '0'], 'worker%d' % k)
+        c.wait_workers_registered(args.workers, timeout=120)
         argv = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.cat' % out]
         argv += c.cat_argv(spec(shape, n), ['--sharding', sharding], fmt='count')
         r = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=1800)
@@ -83,7 +85,7 @@ def job(shape, sharding, n, out):
         bad = c.close()  # the worker exits on SIGTERM, and callgrind writes its file
         if bad:
             sys.exit('bench: daemons did not stop cleanly: %s' % bad)
-    return instructions(out + '.worker'), instructions(out + '.cat')
+    return sum(instructions('%s.worker%d' % (out, k)) for k in range(args.workers)), instructions(out + '.cat')
 
 
 tmp = args.keep or tempfile.mkdtemp(prefix='sluice-instr-')
@@ -95,10 +97,12 @@ try:
         for sharding in ('off', 'dynamic'):
             small = job(shape, sharding, args.elements, os.path.join(tmp, '%s-%s-1' % (shape, sharding)))
             large = job(shape, sharding, 2 * args.elements, os.path.join(tmp, '%s-%s-2' % (shape, sharding)))
-            batches = args.elements / BATCH
+            # Under OFF every worker reads the whole range: the consumer gets
+            # workers times the batches.
+            batches = args.elements / BATCH * (args.workers if sharding == 'off' else 1)
             per_batch[sharding] = [(large[i] - small[i]) / batches for i in range(2)]
         off, dyn = per_batch['off'], per_batch['dynamic']
-        r = {"bench": "dynamic_instructions", "shape": shape, "elements": args.elements, "workers": 1,
+        r = {"bench": "dynamic_instructions", "shape": shape, "elements": args.elements, "workers": args.workers,
              "baseline": "the same job under OFF", "unit": "instructions per batch of 1024 (callgrind)",
              "off": {"worker": round(off[0]), "consumer": round(off[1])},
              "dynamic": {"worker": round(dyn[0]), "consumer": round(dyn[1])}, "split_records": SPLIT,

@@ -258,7 +258,14 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
         }
     }
     /* Every run has a record (checked above). */
-    if (one_pair) {
+    if (one_pair && span->records == n) {
+        /* And so exactly one: a shuffled batch. */
+        uint64_t base = pairs[0].lo;
+        for (uint64_t i = 0; i < n; i++) {
+            sl_put_le32(p, (uint32_t)(runs[i].begin - base));
+            p += w;
+        }
+    } else if (one_pair) {
         uint64_t base = pairs[0].lo;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t from = runs[i].begin - base, count = runs[i].count;
