@@ -583,14 +583,12 @@ const char *sl_task_errmsg(sl_task_t *t)
     return t->error;
 }
 
-/* Every split with a smaller id is done: the smallest id the tracker or the
- * queue still holds, else the next one to come (under t->mu). */
-static uint64_t done_below(sl_task_t *t)
+/* Every split with a smaller id is done: the smallest id the tracker
+ * (tracked: sl_split_track_min_id()) or the queue still holds, else the
+ * next one to come (under t->mu). */
+static uint64_t done_below_of(const sl_task_t *t, uint64_t tracked)
 {
     uint64_t below = t->split_next_id;
-    pthread_mutex_lock(&t->track_mu);
-    uint64_t tracked = sl_split_track_min_id(t->track);
-    pthread_mutex_unlock(&t->track_mu);
     if (tracked < below)
         below = tracked;
     for (unsigned i = 0; i < t->split_count; i++) {
@@ -599,6 +597,15 @@ static uint64_t done_below(sl_task_t *t)
             below = id;
     }
     return below;
+}
+
+/* done_below_of() with the tracker's smallest id (under t->mu). */
+static uint64_t done_below(sl_task_t *t)
+{
+    pthread_mutex_lock(&t->track_mu);
+    uint64_t tracked = sl_split_track_min_id(t->track);
+    pthread_mutex_unlock(&t->track_mu);
+    return done_below_of(t, tracked);
 }
 
 /* Whether the split table is empty (under t->mu). */
@@ -848,12 +855,13 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         rc = -ENOMEM; /* they wait in the table for a later frame */
     else if (room > 0)
         *num = sl_split_track_collect(t->track, *out, room);
+    uint64_t tracked = sl_split_track_min_id(t->track);
     pthread_mutex_unlock(&t->track_mu);
     /* An end-of-sequence answer makes the task DONE only once it carried
      * every notice: then none is left in the table. */
     if (!b && rc == 0)
         t->end_sent = true;
-    *below = done_below(t);
+    *below = done_below_of(t, tracked);
     pthread_mutex_unlock(&t->mu);
     if (*num == 0) {
         free(*out);
