@@ -179,6 +179,24 @@ static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_in
  */
 int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n);
 
+/** sl_prov_append() of one run, inline where dst's runs are on the heap
+ *  with room for one more (a batch's, once sl_prov_reserve() made room for
+ *  all): the batch op calls it once an element. */
+static inline int sl_prov_append_one(sl_element_t *dst, const sl_provenance_run_t *r)
+{
+    uint32_t count = sl_prov_count(dst);
+    if (!(dst->prov_n & SL_PROV_HEAP) || count == 0 || count >= dst->prov.heap.cap)
+        return sl_prov_append(dst, r, 1);
+    sl_provenance_run_t *last = &dst->prov.heap.runs[count - 1];
+    if (last->epoch == r->epoch && last->file_index == r->file_index && last->begin + last->count == r->begin) {
+        last->count += r->count;
+        return 0;
+    }
+    last[1] = *r;
+    dst->prov_n++; /* the count, below SL_PROV_HEAP (count < cap) */
+    return 0;
+}
+
 /** Makes room for n runs on the heap once e has more than one, so that a
  *  batch that will not merge its runs allocates them once. @return 0, -ENOMEM */
 int sl_prov_reserve(sl_element_t *e, uint64_t n);

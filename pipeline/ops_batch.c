@@ -239,7 +239,9 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
                 }
                 batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
             }
-            if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
+            int prc = sl_prov_count(in) == 1 ? sl_prov_append_one(out, sl_prov_runs(in))
+                                              : sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in));
+            if (prc < 0)
                 goto nomem_prov;
             /* Runs that do not merge (a shuffled input) come one per
              * element: room for all at once, not by doubling. */

@@ -544,3 +544,41 @@ Test(provenance, wire_encoding_round_trips_pipeline_batches)
     }
     batches_free(&bs);
 }
+
+/* The batch op's inline append of one run gives the runs sl_prov_append()
+ * gives, run for run: merging contiguous runs of one epoch and file, on the
+ * inline run and on the heap, full or with room (sl_prov_reserve()). */
+Test(provenance, appending_one_run_inline_is_sl_prov_append)
+{
+    uint64_t s = 12345;
+    for (int round = 0; round < 200; round++) {
+        sl_element_t *a = calloc(1, sl_element_size(1)), *b = calloc(1, sl_element_size(1));
+        cr_assert(a && b);
+        sl_element_init(a, 1);
+        sl_element_init(b, 1);
+        uint64_t at = 0;
+        int n = 1 + (int)(s % 3000);
+        for (int i = 0; i < n; i++) {
+            s = s * 6364136223846793005u + 1442695040888963407u;
+            unsigned d = (unsigned)(s >> 33);
+            /* Mostly contiguous or near, sometimes another file or epoch. */
+            at = d % 4 == 0 ? at + (d >> 8) % 50 : at;
+            sl_provenance_run_t r = {d % 11 == 0, d % 13 == 0, at, 1 + (d >> 16) % 3};
+            at += r.count;
+            cr_assert_eq(sl_prov_append_one(a, &r), 0);
+            cr_assert_eq(sl_prov_append(b, &r, 1), 0);
+            if (round % 2 && sl_prov_count(a) == 2) {
+                cr_assert_eq(sl_prov_reserve(a, (uint64_t)n), 0);
+                cr_assert_eq(sl_prov_reserve(b, (uint64_t)n), 0);
+            }
+        }
+        cr_assert_eq(sl_prov_count(a), sl_prov_count(b), "round %d: %u runs against %u", round, sl_prov_count(a),
+                     sl_prov_count(b));
+        cr_assert(memcmp(sl_prov_runs(a), sl_prov_runs(b), sl_prov_count(a) * sizeof(sl_provenance_run_t)) == 0,
+                  "round %d: other runs", round);
+        sl_element_clear(a);
+        sl_element_clear(b);
+        free(a);
+        free(b);
+    }
+}
