@@ -11,7 +11,7 @@ moment of the shared machine does not land on one side only. Prints one
 JSON line per shape: ratio = DYNAMIC / OFF of the best runs, pair_ratio =
 the median over the rounds of each DYNAMIC run over the OFF run just before
 it (the two closest in time, so a slow stretch of the machine mostly
-cancels), and cpu_ratio = the CPU time per element under OFF over the same
+cancels; pair_ratios lists them all, to show how far they spread), and cpu_ratio = the CPU time per element under OFF over the same
 under DYNAMIC (workers, dispatcher and consumer together, best of each:
 what DYNAMIC costs the machine, whatever else it is doing). Then one line
 with the smallest of each.
@@ -94,6 +94,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "baseline": "the same job under OFF", "off_elements_per_s": round(best_off),
                  "ratio": round(best_dyn / best_off, 3),
                  "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
+                 "pair_ratios": [round(d[0] / o[0], 3) for o, d in zip(off, dyn)],
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3), "rounds": args.rounds}
             results.append(r)
