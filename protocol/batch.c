@@ -52,17 +52,11 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
     if (b->prov_n == 0)
         return 0;
     const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
-    if (b->prov_span_known) {
-        b->prov_records = b->prov_span.records;
-    } else if (dense) {
+    if (!b->prov_span_known) {
         sl_prov_span(runs, b->prov_n, &b->prov_span);
         b->prov_span_known = true;
-        b->prov_records = b->prov_span.records;
-    } else {
-        b->prov_records = 0;
-        for (uint64_t i = 0; i < b->prov_n; i++)
-            b->prov_records += runs[i].count;
     }
+    b->prov_records = b->prov_span.records;
     if (dense) {
         int rc = sl_provwire_encode_dense_span(runs, b->prov_n, b->prov_records, &b->prov_span, &b->prov_wire,
                                                &b->prov_wire_len);

@@ -177,16 +177,18 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
     *len = 0;
     if (n == 0 || n * 2 <= num_records || num_records > SIZE_MAX / 8)
         return 1;
+    /* Every run must have a record and end below 2^64, and the counts must
+     * add up. */
+    if (span->wraps || span->empty || span->records != num_records)
+        return 1;
     struct dense_pair pairs[DENSE_PAIRS];
     uint8_t stack_of[4096], *pair_of = NULL;
     unsigned np = 0;
     int rc = 1;
     /* One pair (most batches): the span says all, and there is no index
-     * to find or keep. Every run must have a record and end below 2^64. */
+     * to find or keep. */
     bool one_pair = span->one_pair;
     if (one_pair) {
-        if (span->wraps || span->empty || span->records != num_records)
-            return 1;
         pairs[np++] = (struct dense_pair){runs[0].epoch, runs[0].file_index, span->lo, span->hi};
     } else {
         /* Several: each run's pair is found in a table of twice DENSE_PAIRS
@@ -199,11 +201,8 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
         uint16_t table[2 * DENSE_PAIRS]; /* a pair's index + 1; 0: free */
         const size_t mask = 2 * DENSE_PAIRS - 1;
         memset(table, 0, sizeof table);
-        uint64_t sum = 0;
         for (uint64_t i = 0; i < n; i++) {
             const sl_provenance_run_t *r = &runs[i];
-            if (r->count - 1 >= ~r->begin) /* no record, or one at or past 2^64 - 1 */
-                goto done;
             size_t j = (r->file_index ^ r->epoch * 0x9e3779b1u) & mask;
             while (table[j] && (pairs[table[j] - 1].file != r->file_index || pairs[table[j] - 1].epoch != r->epoch))
                 j = (j + 1) & mask;
@@ -219,10 +218,7 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
             uint64_t last = r->begin + r->count - 1;
             d->lo = r->begin < d->lo ? r->begin : d->lo;
             d->hi = last > d->hi ? last : d->hi;
-            sum += r->count;
         }
-        if (sum != num_records)
-            goto done;
     }
     uint64_t span_of = 0;
     for (unsigned j = 0; j < np; j++)
@@ -258,7 +254,7 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
         }
     }
     /* Every run has a record (checked above). */
-    if (one_pair && span->records == n) {
+    if (one_pair && num_records == n) {
         /* And so exactly one: a shuffled batch. */
         uint64_t base = pairs[0].lo;
         for (uint64_t i = 0; i < n; i++) {
