@@ -179,6 +179,13 @@ static inline void sl_prov_set(sl_element_t *e, uint64_t epoch, uint32_t file_in
  */
 int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t n);
 
+/** @return whether run r goes on where last ends (same epoch and file, its
+ *  begin last's end): sl_prov_append() merges it into last then */
+static inline bool sl_prov_follows(const sl_provenance_run_t *last, const sl_provenance_run_t *r)
+{
+    return last->epoch == r->epoch && last->file_index == r->file_index && last->begin + last->count == r->begin;
+}
+
 /** sl_prov_append() of one run, inline where dst's runs are on the heap
  *  with room for one more (a batch's, once sl_prov_reserve() made room for
  *  all): the batch op calls it once an element. */
@@ -188,7 +195,7 @@ static inline int sl_prov_append_one(sl_element_t *dst, const sl_provenance_run_
     if (!(dst->prov_n & SL_PROV_HEAP) || count == 0 || count >= dst->prov.heap.cap)
         return sl_prov_append(dst, r, 1);
     sl_provenance_run_t *last = &dst->prov.heap.runs[count - 1];
-    if (last->epoch == r->epoch && last->file_index == r->file_index && last->begin + last->count == r->begin) {
+    if (sl_prov_follows(last, r)) {
         last->count += r->count;
         return 0;
     }

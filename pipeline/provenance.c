@@ -48,7 +48,7 @@ int sl_prov_append(sl_element_t *dst, const sl_provenance_run_t *runs, uint64_t 
         uint32_t count = sl_prov_count(dst);
         if (count > 0) {
             sl_provenance_run_t *last = (sl_provenance_run_t *)sl_prov_runs(dst) + count - 1;
-            if (last->epoch == r->epoch && last->file_index == r->file_index && last->begin + last->count == r->begin) {
+            if (sl_prov_follows(last, r)) {
                 last->count += r->count;
                 continue;
             }
