@@ -151,13 +151,6 @@ static bool dense_fits(uint64_t least, unsigned w)
     return least <= UINT64_MAX - ((UINT64_C(1) << (8 * w)) - 1);
 }
 
-void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
-{
-    sl_prov_span_start(s, &runs[0]);
-    for (uint64_t i = 0; i < n; i++)
-        sl_prov_span_add(s, &runs[i]);
-}
-
 int sl_provwire_encode_dense(const sl_provenance_run_t *runs, uint64_t n, uint64_t num_records, uint8_t **out,
                              size_t *len)
 {

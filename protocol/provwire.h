@@ -53,9 +53,9 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
 
 /**
  * What the dense form needs to know of a batch's runs before it writes a
- * record. sl_prov_span() finds it in a pass of its own; a caller that walks
- * the runs anyway may find it there, by the same rules (split_track.c does
- * as it settles a batch).
+ * record, found by sl_prov_span() in a pass of its own (provspan.c). The
+ * worker finds it before it tallies a batch: a batch whose records all lie
+ * in one split is tallied from the span alone (split_track.c).
  */
 typedef struct sl_prov_span {
     uint64_t pair;      /* the first run's sl_prov_run_pair() */
@@ -84,8 +84,16 @@ static inline void sl_prov_span_add(sl_prov_span_t *s, const sl_provenance_run_t
     s->hi = last > s->hi ? last : s->hi;
 }
 
-/** The span of n >= 1 runs. */
+/** The span of n >= 1 runs: four runs at a time where the CPU has AVX2
+ *  (sl_prov_span_vector()), else sl_prov_span_scalar(). */
 void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
+
+/** The span of n >= 1 runs, a run at a time: the reference the vector path
+ *  is tested against. */
+void sl_prov_span_scalar(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
+
+/** @return whether sl_prov_span() takes the vector path (of 16 runs or more) on this CPU */
+bool sl_prov_span_vector(void);
 
 /**
  * Encodes n runs of num_records records (their counts' sum) in the dense

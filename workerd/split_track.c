@@ -8,7 +8,8 @@
  * run of every batch (a shuffled batch of 1024 has about 1024), so it must
  * cost a few nanoseconds. A run may span two splits of one file (the
  * sources read them one after the other and batch merges the runs), so it
- * is cut at each split's end.
+ * is cut at each split's end. A batch leaving the pipeline whose records
+ * all lie in one split (its span's least and greatest do) skips the walk.
  */
 #include "split_track.h"
 
@@ -224,21 +225,16 @@ static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64
 }
 
 /* Settles the runs; with tally, also counts their records split by split
- * into it (*nt rows); with span, finds the runs' span (provwire.h) on the
- * way. Inlined into each caller, so that the loop of one without a span
- * does not test for one. */
+ * into it (*nt rows). Inlined into each caller, so that the loop of one
+ * without a tally does not test for one. */
 static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
                                                          uint64_t n, enum sl_settle how,
-                                                         sl_split_done_rec_t *tally, unsigned *nt,
-                                                         sl_prov_span_t *span)
+                                                         sl_split_done_rec_t *tally, unsigned *nt)
 {
     /* After the end, a pipeline being destroyed drops what it held; the
      * end already counted that. */
     if (t->ended && how == SL_SETTLE_DROPPED)
         return;
-    sl_prov_span_t sp;
-    if (span && n > 0)
-        sl_prov_span_start(&sp, &runs[0]);
     /* Each run is looked up (cut at the end of each split it reaches);
      * then the runs that follow wholly inside the split it ended in are
      * added to that split at once, in a loop of a few instructions a run:
@@ -248,8 +244,6 @@ static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, co
     uint64_t i = 0;
     while (i < n) {
         const sl_provenance_run_t *r = &runs[i++];
-        if (span)
-            sl_prov_span_add(&sp, r);
         uint64_t begin = r->begin, count = r->count;
         struct entry *last = NULL;
         while (count > 0) {
@@ -264,39 +258,23 @@ static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, co
         }
         if (!last)
             continue;
-        /* These runs are of r's pair, have records (a run of none goes the
-         * way above) and end inside a split, so below 2^64: of the span
-         * they move only the least and greatest records and the records
-         * (held). */
         uint64_t pair = sl_prov_run_pair(r), from = last->rec.begin, len = last->rec.end - from, held = 0;
-        uint64_t lo = span ? sp.lo : 0, hi = span ? sp.hi : 0;
         const sl_provenance_run_t *q = &runs[i], *end = &runs[n];
         for (; q < end; q++) {
-            uint64_t b = q->begin, off = b - from, c = q->count;
+            uint64_t off = q->begin - from, c = q->count;
             if (sl_prov_run_pair(q) != pair || off >= len || c - 1 >= len - off)
                 break;
             held += c;
-            if (span) {
-                lo = b < lo ? b : lo;
-                hi = b + c - 1 > hi ? b + c - 1 : hi;
-            }
         }
         i = (uint64_t)(q - runs);
-        if (span) {
-            sp.lo = lo;
-            sp.hi = hi;
-            sp.records += held;
-        }
         if (held)
             count_into(t, last, held, how, tally, nt);
     }
-    if (span && n > 0)
-        *span = sp;
 }
 
 void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n, enum sl_settle how)
 {
-    settle(t, runs, n, how, NULL, NULL, NULL);
+    settle(t, runs, n, how, NULL, NULL);
 }
 
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
@@ -305,10 +283,24 @@ unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs
     unsigned nt = 0;
     if (tally && ++t->tally_gen == 0)
         ++t->tally_gen; /* 0 is every new entry's */
-    if (span)
-        settle(t, runs, n, SL_SETTLE_OUT, tally, &nt, span);
-    else
-        settle(t, runs, n, SL_SETTLE_OUT, tally, &nt, NULL);
+    if (n == 0)
+        return 0;
+    sl_prov_span_t own;
+    if (!span)
+        span = &own;
+    sl_prov_span(runs, n, span);
+    /* A batch whose records all lie in one split (behind a shuffle whose
+     * window is inside a split: most batches) is that split's at once: the
+     * span's least and greatest records are both in it, and no run is of
+     * another pair, empty or past 2^64. */
+    if (span->one_pair && !span->wraps && !span->empty) {
+        struct entry *e = find_record(t, runs[0].epoch, runs[0].file_index, span->lo);
+        if (e && span->hi < e->rec.end) {
+            count_into(t, e, span->records, SL_SETTLE_OUT, tally, &nt);
+            return nt;
+        }
+    }
+    settle(t, runs, n, SL_SETTLE_OUT, tally, &nt);
     return nt;
 }
 

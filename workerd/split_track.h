@@ -57,8 +57,9 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
  * row per split the runs reach, its `delivered` the batch's records of that
  * split (the batch's tallies, which the client may ask for:
  * GetElementResponse.tallies_offset). tally has room for
- * sl_split_track_size() rows. When span is not NULL and n > 0, also sets
- * *span to the runs' sl_prov_span(), found in the same walk.
+ * sl_split_track_size() rows. It finds the runs' sl_prov_span() first and
+ * settles a batch whose records all lie in one split from it alone; when
+ * span is not NULL and n > 0, *span is that span.
  * @return the rows written (0 without tally)
  */
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,

@@ -8,8 +8,10 @@
 #include <criterion/criterion.h>
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "batch.h"
 #include "provwire.h"
@@ -608,4 +610,68 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
     cr_assert(o.prov_wire == o.prov_wire_one, "one run not kept in the batch itself");
     free(b.prov_wire);
     free(b.prov_heap);
+}
+
+static uint64_t span_rng;
+
+/* splitmix64, seeded as the test says. */
+static uint64_t span_draw(void)
+{
+    uint64_t z = (span_rng += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* sl_prov_span(), four runs at a time where the CPU has AVX2, finds what
+ * the scalar reference finds, for every count of runs around the vector
+ * path's threshold and its width, and every field: pairs that differ in
+ * the epoch or the file alone, runs of no record, runs ending at 2^64 - 1,
+ * at 2^64 or past it, records from 0 and from near 2^64, and counts that
+ * add up past 2^64. Seeded: SLUICE_TEST_SEED repeats a run. */
+Test(provwire, the_vector_span_is_the_scalar_span)
+{
+    const char *env = getenv("SLUICE_TEST_SEED");
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
+    fprintf(stderr, "provwire.the_vector_span_is_the_scalar_span: seed %u (SLUICE_TEST_SEED=%u repeats it), %s\n",
+            seed, seed, sl_prov_span_vector() ? "vector path (AVX2)" : "no vector path on this CPU");
+    span_rng = seed;
+    static sl_provenance_run_t runs[1100];
+    for (unsigned round = 0; round < 20000; round++) {
+        uint64_t n = round < 64 ? round + 1 : 1 + span_draw() % (sizeof runs / sizeof runs[0]);
+        uint64_t base = span_draw() % 3 == 0 ? UINT64_MAX - span_draw() % 5000 : span_draw() % 5000;
+        unsigned odd_pct = (unsigned)(span_draw() % 4) * 2; /* 0 to 6% of runs odd */
+        bool many_pairs = span_draw() % 4 == 0;
+        for (uint64_t i = 0; i < n; i++) {
+            sl_provenance_run_t *r = &runs[i];
+            *r = (sl_provenance_run_t){7, 3, base + span_draw() % 4000 - 2000, 1};
+            if (many_pairs && span_draw() % 8 == 0) {
+                if (span_draw() % 2)
+                    r->epoch ^= 1u << (span_draw() % 32);
+                else
+                    r->file_index ^= 1u << (span_draw() % 32);
+            }
+            if (span_draw() % 100 < odd_pct) {
+                switch (span_draw() % 4) {
+                case 0: r->count = 0; break;
+                case 1: r->count = ~r->begin + span_draw() % 3; break; /* ends at 2^64 - 1, 2^64 or past */
+                case 2: r->count = UINT64_MAX - span_draw() % 3; break; /* the sum goes past 2^64 */
+                default: r->count = 2 + span_draw() % 600; break;
+                }
+            }
+        }
+        sl_prov_span_t got, want;
+        memset(&got, 0x5a, sizeof got);
+        memset(&want, 0xa5, sizeof want);
+        sl_prov_span(runs, n, &got);
+        sl_prov_span_scalar(runs, n, &want);
+        cr_assert(got.pair == want.pair && got.one_pair == want.one_pair && got.wraps == want.wraps &&
+                      got.empty == want.empty && got.records == want.records && got.lo == want.lo &&
+                      got.hi == want.hi,
+                  "seed %u round %u (%" PRIu64 " runs): span {pair %#" PRIx64 " one %d wraps %d empty %d records %" PRIu64
+                  " lo %" PRIu64 " hi %" PRIu64 "}, scalar {pair %#" PRIx64 " one %d wraps %d empty %d records %" PRIu64
+                  " lo %" PRIu64 " hi %" PRIu64 "}",
+                  seed, round, n, got.pair, got.one_pair, got.wraps, got.empty, got.records, got.lo, got.hi, want.pair,
+                  want.one_pair, want.wraps, want.empty, want.records, want.lo, want.hi);
+    }
 }

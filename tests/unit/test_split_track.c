@@ -76,7 +76,12 @@ struct model {
     size_t nlive;
     uint64_t *count; /* a batch's records of each split, zero between batches */
     unsigned seed, round;
+    uint64_t one_split, several; /* batches whose records lie in one split, in more */
 };
+
+/* Both kinds of batch, over all rounds: sl_split_track_out() tallies the
+ * first from the span alone and walks the second run by run. */
+static uint64_t batches_in_one_split, batches_in_more;
 
 /* The runs of records r[0..n): consecutive positions of one file and epoch
  * merge, as batch merges them (a run may span two splits of a file). */
@@ -176,14 +181,14 @@ static void out_batch(struct model *m, struct rec *r, size_t n, sl_provenance_ru
     unsigned rows_max = sl_split_track_size(m->t);
     sl_split_done_t *tally = malloc((rows_max + 1) * sizeof *tally);
     cr_assert(tally);
-    /* The span found on the way is the one sl_prov_span() finds. */
+    /* The span it finds for the batch is sl_prov_span()'s. */
     bool spans = draw() % 2;
     sl_prov_span_t span, want;
     memset(&span, 0xa5, sizeof span);
     unsigned nt = sl_split_track_out(m->t, runs, k, tally, spans ? &span : NULL);
     cr_assert_leq(nt, rows_max);
     if (spans && k > 0) {
-        sl_prov_span(runs, k, &want);
+        sl_prov_span_scalar(runs, k, &want);
         CHECK(same_span(&span, &want), "seed %u round %u: the batch's span is not sl_prov_span()'s", m->seed,
               m->round);
     }
@@ -197,6 +202,10 @@ static void out_batch(struct model *m, struct rec *r, size_t n, sl_provenance_ru
     }
     cr_assert_eq(nt, reached, "seed %u round %u: %u tally rows for a batch reaching %u splits", m->seed, m->round,
                  nt, reached);
+    if (reached == 1)
+        m->one_split++;
+    else if (reached > 1)
+        m->several++;
     for (unsigned i = 0; i < nt; i++) {
         size_t ix = tally[i].split_id - 1;
         CHECK(ix < m->ns, "seed %u round %u: a tally row of a split never handed out", m->seed, m->round);
@@ -269,7 +278,9 @@ static void pass_on(struct stream *st, struct rec r)
     }
 }
 
-static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_t buffer)
+/* like_range: one reader, splits of up to 65,536 records and batches of
+ * 1024, as behind a range source (most batches then lie in one split). */
+static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_t buffer, bool like_range)
 {
     /* The stream's shape. */
     uint32_t epochs = (uint32_t)between(1, 2);
@@ -285,6 +296,11 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
     unsigned cycle = (unsigned)between(1, 8), block = (unsigned)log_between(16);
     unsigned drop_pct = (unsigned)(draw() % 3 == 0 ? 0 : between(1, 60));
     size_t batch = (size_t)log_between(2048);
+    if (like_range) {
+        cycle = 1;
+        split_max = split_min > 65536 ? split_min : 65536;
+        batch = 1024;
+    }
     bool drop_remainder = draw() % 2;
     size_t queue_max = (size_t)between(1, 16);
     unsigned skip_pct = (unsigned)between(0, 30);
@@ -456,8 +472,11 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
         delivered += m.sp[i].sent;
         dropped += m.sp[i].dropped;
     }
-    fprintf(stderr, "    %lu read, %lu delivered, %lu dropped%s\n", (unsigned long)records_read,
-            (unsigned long)delivered, (unsigned long)dropped, ended ? ", ended early" : "");
+    fprintf(stderr, "    %lu read, %lu delivered, %lu dropped%s; batches in one split %lu, in more %lu\n",
+            (unsigned long)records_read, (unsigned long)delivered, (unsigned long)dropped,
+            ended ? ", ended early" : "", (unsigned long)m.one_split, (unsigned long)m.several);
+    batches_in_one_split += m.one_split;
+    batches_in_more += m.several;
     if (!ended)
         cr_assert_eq(delivered + dropped, records_read, "seed %u round %u", seed, round);
     sl_split_track_free(m.t);
@@ -478,12 +497,16 @@ Test(split_track, agrees_with_a_model_at_user_sizes, .timeout = 600)
             seed, seed);
     rng_state = seed;
     /* Rounds 0 and 1 always run a million records through a
-     * shuffle(100000); the rest draw their sizes. */
+     * shuffle(100000), round 2 as behind a range through a shuffle(10000);
+     * the rest draw their sizes. */
     for (unsigned round = 0; round < 30; round++) {
-        uint64_t max_records = round < 2 ? 1000000 : log_between(1000000);
-        size_t buffer = round < 2 ? 100000 : (size_t)log_between(100000);
-        one_round(seed, round, max_records, buffer);
+        uint64_t max_records = round < 3 ? 1000000 : log_between(1000000);
+        size_t buffer = round < 2 ? 100000 : round == 2 ? 10000 : (size_t)log_between(100000);
+        one_round(seed, round, max_records, buffer, round == 2);
     }
+    cr_assert(batches_in_one_split > 100 && batches_in_more > 1000,
+              "seed %u: %lu batches in one split, %lu in more: the draws miss a path", seed,
+              (unsigned long)batches_in_one_split, (unsigned long)batches_in_more);
 }
 
 /* A run that starts inside the split the run before fell in and goes on
@@ -507,71 +530,146 @@ Test(split_track, a_run_past_the_split_before_is_cut_at_its_end)
     sl_split_track_free(t);
 }
 
-/* The span sl_split_track_out() finds as it settles a batch is the one
- * sl_prov_span() finds, whatever the runs: of no record, ending at or past
- * 2^64, outside every split, across two splits, of several (epoch, file)
- * pairs, with or without a tally. Seeded, like the model above. */
-Test(split_track, the_span_found_on_the_way_is_sl_prov_spans)
+/* What the walk tallies, run by run and split by split: each run's records
+ * from its begin, cut at each split's end, until one falls in no split. */
+struct ref_split {
+    uint32_t epoch, file;
+    uint64_t begin, end, id, count;
+};
+
+static void ref_tally(struct ref_split *sp, unsigned ns, const sl_provenance_run_t *runs, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t at = runs[i].begin, left = runs[i].count;
+        while (left > 0) {
+            struct ref_split *hit = NULL;
+            for (unsigned j = 0; j < ns && !hit; j++)
+                if (sp[j].epoch == runs[i].epoch && sp[j].file == runs[i].file_index && at >= sp[j].begin &&
+                    at < sp[j].end)
+                    hit = &sp[j];
+            if (!hit)
+                break;
+            uint64_t k = hit->end - at < left ? hit->end - at : left;
+            hit->count += k;
+            at += k;
+            left -= k;
+        }
+    }
+}
+
+/* sl_split_track_out() tallies a batch as the walk run by run does,
+ * whatever the runs: inside one split (which it tallies from the span
+ * alone), with one run a record past either end of it, of another pair or
+ * wrapping past 2^64 back into it; of no record, ending at or past 2^64,
+ * outside every split, across two splits, of several (epoch, file) pairs.
+ * The span it gives is sl_prov_span_scalar()'s. Seeded, like the model
+ * above. */
+Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
 {
     const char *env = getenv("SLUICE_TEST_SEED");
     unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    fprintf(stderr, "split_track.the_span_found_on_the_way_is_sl_prov_spans: seed %u (SLUICE_TEST_SEED=%u repeats it)\n",
+    fprintf(stderr, "split_track.a_batch_is_tallied_as_the_walk_tallies_it: seed %u (SLUICE_TEST_SEED=%u repeats it)\n",
             seed, seed);
     rng_state = seed;
     static sl_provenance_run_t runs[2048];
     static sl_split_done_t tally[64];
-    unsigned fast = 0; /* batches mostly settled inside one split: the inner loop ran */
+    struct ref_split sp[32];
+    unsigned inside = 0, edge = 0; /* rounds of runs inside one split, and one record past it */
     for (unsigned round = 0; round < 3000; round++) {
         sl_split_track_t *t = sl_split_track_new();
         cr_assert_not_null(t);
         /* Splits of files 0 and 1 of epochs 0 and 1, from 0 or near 2^64,
          * some with gaps between them. */
         uint64_t base = draw() % 2 ? 0 : UINT64_MAX - between(0, 3000);
-        uint64_t id = 1;
+        unsigned ns = 0;
         for (uint32_t pair = 0; pair < 4; pair++) {
             uint64_t at = base;
-            for (unsigned j = 0; j < 8 && id <= 32; j++) {
+            for (unsigned j = 0; j < 8 && ns < 32; j++) {
                 uint64_t len = between(1, 400);
-                sl_split_t s = {.file_index = pair & 1, .begin = at, .split_id = id++};
+                sl_split_t s = {.file_index = pair & 1, .begin = at, .split_id = ns + 1};
                 s.end = at + len < at ? UINT64_MAX : at + len;
-                if (s.begin < s.end)
+                if (s.begin < s.end) {
                     cr_assert_eq(sl_split_track_add(t, pair >> 1, &s, NULL), 0);
+                    sp[ns++] = (struct ref_split){pair >> 1, pair & 1, s.begin, s.end, s.split_id, 0};
+                }
                 at = s.end + (draw() % 3 == 0 ? between(1, 50) : 0);
                 if (at < s.end)
                     break;
             }
         }
-        /* Runs: mostly single records of one pair, near each other. */
         uint64_t n = between(1, sizeof runs / sizeof runs[0]);
-        uint32_t pairs = draw() % 4 == 0 ? (uint32_t)between(2, 4) : 1;
-        uint64_t near = base + between(0, 1500);
-        for (uint64_t i = 0; i < n; i++) {
-            uint32_t pair = (uint32_t)(draw() % pairs);
-            sl_provenance_run_t *r = &runs[i];
-            *r = (sl_provenance_run_t){pair >> 1, pair & 1, near + between(0, 800) - 400, 1};
-            unsigned odd = (unsigned)(draw() % 100);
-            if (odd < 2)
-                r->count = 0;
-            else if (odd < 4)
-                r->count = ~r->begin + between(0, 2); /* ends at 2^64 - 1, 2^64 or past it */
-            else if (odd < 10)
-                r->count = between(2, 600);
+        unsigned shape = (unsigned)(draw() % 3);
+        if (shape > 0 && ns > 0) {
+            /* Inside one split (shape 1), or with one run a record past it
+             * (shape 2): before its begin or at its end. */
+            const struct ref_split *in = &sp[draw() % ns];
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t b = between(in->begin, in->end - 1), c = between(1, in->end - b < 3 ? in->end - b : 3);
+                runs[i] = (sl_provenance_run_t){in->epoch, in->file, b, c};
+            }
+            if (shape == 2) {
+                /* One run starts before the split, or ends past it, or is
+                 * of another pair at the same records, or ends past 2^64
+                 * and wraps around to the split's first record. */
+                sl_provenance_run_t *r = &runs[draw() % n];
+                unsigned how = (unsigned)(draw() % 4);
+                if (how == 0 && in->begin > 0)
+                    *r = (sl_provenance_run_t){in->epoch, in->file, in->begin - 1, between(1, 2)};
+                else if (how == 1 && in->end < UINT64_MAX)
+                    *r = (sl_provenance_run_t){in->epoch, in->file, in->end - between(0, 1), 2};
+                else if (how == 2)
+                    r->file_index ^= 1;
+                else if (in->end - in->begin >= 2)
+                    *r = (sl_provenance_run_t){in->epoch, in->file, in->end - 1, in->begin - in->end + 2};
+            }
+            inside += shape == 1;
+            edge += shape == 2;
+        } else {
+            /* Mostly single records of one pair, near each other. */
+            uint32_t pairs = draw() % 4 == 0 ? (uint32_t)between(2, 4) : 1;
+            uint64_t near = base + between(0, 1500);
+            for (uint64_t i = 0; i < n; i++) {
+                uint32_t pair = (uint32_t)(draw() % pairs);
+                sl_provenance_run_t *r = &runs[i];
+                *r = (sl_provenance_run_t){pair >> 1, pair & 1, near + between(0, 800) - 400, 1};
+                unsigned odd = (unsigned)(draw() % 100);
+                if (odd < 2)
+                    r->count = 0;
+                else if (odd < 4)
+                    r->count = ~r->begin + between(0, 2); /* ends at 2^64 - 1, 2^64 or past it */
+                else if (odd < 10)
+                    r->count = between(2, 600);
+            }
         }
         sl_prov_span_t got, want;
         memset(&got, 0xa5, sizeof got);
-        unsigned size = sl_split_track_size(t);
-        cr_assert_leq(size, sizeof tally / sizeof tally[0]);
-        sl_split_track_out(t, runs, n, draw() % 2 ? tally : NULL, &got);
-        sl_prov_span(runs, n, &want);
+        cr_assert_leq(sl_split_track_size(t), sizeof tally / sizeof tally[0]);
+        unsigned nt = sl_split_track_out(t, runs, n, tally, &got);
+        sl_prov_span_scalar(runs, n, &want);
         cr_assert(same_span(&got, &want),
-                  "seed %u round %u: span found on the way {pair %#lx one %d wraps %d empty %d records %lu lo %lu "
-                  "hi %lu}, sl_prov_span() {pair %#lx one %d wraps %d empty %d records %lu lo %lu hi %lu}",
+                  "seed %u round %u: span {pair %#lx one %d wraps %d empty %d records %lu lo %lu "
+                  "hi %lu}, sl_prov_span_scalar() {pair %#lx one %d wraps %d empty %d records %lu lo %lu hi %lu}",
                   seed, round, (unsigned long)got.pair, got.one_pair, got.wraps, got.empty,
                   (unsigned long)got.records, (unsigned long)got.lo, (unsigned long)got.hi,
                   (unsigned long)want.pair, want.one_pair, want.wraps, want.empty, (unsigned long)want.records,
                   (unsigned long)want.lo, (unsigned long)want.hi);
-        fast += pairs == 1;
+        ref_tally(sp, ns, runs, n);
+        unsigned reached = 0;
+        for (unsigned j = 0; j < ns; j++)
+            reached += sp[j].count > 0;
+        cr_assert_eq(nt, reached, "seed %u round %u (shape %u): %u tally rows, the walk reaches %u splits", seed,
+                     round, shape, nt, reached);
+        for (unsigned i = 0; i < nt; i++) {
+            cr_assert(tally[i].split_id >= 1 && tally[i].split_id <= ns, "seed %u round %u: row of split %lu", seed,
+                      round, (unsigned long)tally[i].split_id);
+            struct ref_split *r = &sp[tally[i].split_id - 1];
+            cr_assert_eq(tally[i].delivered, r->count, "seed %u round %u (shape %u): split %lu tallied %lu, the walk %lu",
+                         seed, round, shape, (unsigned long)r->id, (unsigned long)tally[i].delivered,
+                         (unsigned long)r->count);
+            r->count = 0; /* a second row of it would now fail */
+        }
         sl_split_track_free(t);
     }
-    cr_assert_gt(fast, 1000, "too few batches of one pair: the draws are off");
+    cr_assert(inside > 500 && edge > 500, "seed %u: %u rounds inside one split, %u past it: the draws are off", seed,
+              inside, edge);
 }
