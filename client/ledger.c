@@ -159,6 +159,7 @@ static void fold(sl_ledger_t *l, uint64_t below)
     drop_below(&l->got, below);
     /* The waiting batches' records of those epochs matter no more. */
     sl__tally_drop_below(&l->open, below);
+    l->lazy_blocked = false;
     lazy_drop(l);
 }
 
@@ -240,6 +241,7 @@ static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
 static void lazy_reset(sl_ledger_t *l)
 {
     l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+    l->lazy_blocked = false;
 }
 
 /* Decodes every batch lazy provenance keeps into the runs that wait. The
@@ -260,13 +262,19 @@ static int lazy_flush(sl_ledger_t *l)
  * gone from open): their records are in the whole splits' runs. */
 static void lazy_drop(sl_ledger_t *l)
 {
+    /* Only a key leaving open lets the head go: until one does (most
+     * batches bring no notice), there is nothing to look at. */
+    if (l->lazy_blocked)
+        return;
     while (l->ent_head < l->ent_num) {
         const struct sl_lazy_entry *e = &l->ent[l->ent_head];
         uint64_t count;
         for (uint32_t k = 0; k < e->nkeys; k++) {
             const struct sl_lazy_key *key = &l->keys[l->key_head + k];
-            if (sl__tally_get(&l->open, key->epoch, key->file, key->begin, &count))
+            if (sl__tally_get(&l->open, key->epoch, key->file, key->begin, &count)) {
+                l->lazy_blocked = true;
                 return;
+            }
         }
         l->log_head += e->len;
         l->key_head += e->nkeys;
@@ -347,6 +355,7 @@ static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone
             continue;
         }
         sl__tally_remove(&l->open, d->epoch, d->file_index, d->begin);
+        l->lazy_blocked = false;
         if (count == d->delivered && d->end > d->begin && d->epoch >= l->epochs_done) {
             rc = runs_room(l, l->num + 1);
             if (rc == 0)

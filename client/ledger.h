@@ -53,6 +53,7 @@ typedef struct sl_ledger {
      * notice finds it was not given whole, and when log passes log_max. */
     struct sl_lazy_entry *ent;
     size_t ent_head, ent_num, ent_cap; /* entries [ent_head, ent_num) */
+    bool lazy_blocked; /* the head entry has a key in open, and none left open since */
     uint8_t *log;
     size_t log_head, log_len, log_cap, log_max;
     struct sl_lazy_key *keys;

@@ -61,6 +61,10 @@ struct sl_split_track {
     unsigned gen;
     unsigned tally_gen; /* bumped by every sl_split_track_out() that tallies */
     bool ended;
+    /* The entry the last lookup found, valid while hit_gen matches gen: a
+     * plain batch's run and its sending find the split the batch before
+     * found. */
+    unsigned hit, hit_gen;
     struct cache_row cache[CACHE_SLOTS];
 };
 
@@ -168,22 +172,34 @@ void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *
     }
 }
 
+/* Entry ix is the one a lookup found. */
+static inline void remember(sl_split_track_t *t, unsigned ix)
+{
+    t->hit = ix;
+    t->hit_gen = t->gen;
+}
+
 /* The entry holding record rec of file of epoch, or NULL. */
 static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t file, uint64_t rec)
 {
     if (t->n == 0)
         return NULL;
     uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
+    struct entry *e = &t->e[t->hit];
+    if (t->hit_gen == t->gen && e->rec.epoch == epoch && e->rec.file_index == file &&
+        rec - e->rec.begin < e->rec.end - e->rec.begin)
+        return e;
     /* Both halves of the key mixed into the top bits: with hi only added
      * in, the same block of every file of a batch (an interleave behind a
      * shuffle) shared one slot and threw the others out. */
     uint64_t h = block * UINT64_C(0x9e3779b97f4a7c15) ^ hi * UINT64_C(0xc2b2ae3d27d4eb4f);
     struct cache_row *c = &t->cache[h >> (64 - CACHE_BITS)];
-    struct entry *e;
     if (c->gen == t->gen && c->hi == hi && c->block == block) {
         e = &t->e[c->e];
-        if (rec >= e->rec.begin && rec < e->rec.end)
+        if (rec >= e->rec.begin && rec < e->rec.end) {
+            remember(t, c->e);
             return e;
+        }
     }
     /* The last index row whose key is at most (epoch, file, rec). */
     unsigned lo = 0, n = t->n;
@@ -200,6 +216,7 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     if (rec >= e->rec.end)
         return NULL;
     *c = (struct cache_row){hi, block, k->e, t->gen};
+    remember(t, k->e);
     return e;
 }
 
@@ -241,23 +258,40 @@ static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, co
      * behind a shuffle whose window spans a split or two (splits follow
      * the pipeline's rate, so a fast one takes long splits), most runs of
      * a batch do. */
+    /* A batch moving from one split to the next (behind a shuffle) has
+     * runs of both mixed: a run that breaks the loop below is first tried
+     * against the split before last (other). */
     uint64_t i = 0;
+    struct entry *last = NULL, *other = NULL;
     while (i < n) {
         const sl_provenance_run_t *r = &runs[i++];
         uint64_t begin = r->begin, count = r->count;
-        struct entry *last = NULL;
-        while (count > 0) {
-            struct entry *e = find_record(t, r->epoch, r->file_index, begin);
-            if (!e)
-                break;
-            uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
-            count_into(t, e, k, how, tally, nt);
-            begin += k;
-            count -= k;
+        if (other && r->epoch == other->rec.epoch && r->file_index == other->rec.file_index &&
+            begin - other->rec.begin < other->rec.end - other->rec.begin &&
+            count - 1 < other->rec.end - begin) {
+            count_into(t, other, count, how, tally, nt);
+            struct entry *e = other;
+            other = last;
             last = e;
+        } else {
+            struct entry *found = NULL;
+            while (count > 0) {
+                struct entry *e = find_record(t, r->epoch, r->file_index, begin);
+                if (!e)
+                    break;
+                uint64_t k = e->rec.end - begin < count ? e->rec.end - begin : count;
+                count_into(t, e, k, how, tally, nt);
+                begin += k;
+                count -= k;
+                found = e;
+            }
+            if (!found)
+                continue;
+            if (found != last) {
+                other = last;
+                last = found;
+            }
         }
-        if (!last)
-            continue;
         uint64_t pair = sl_prov_run_pair(r), from = last->rec.begin, len = last->rec.end - from, held = 0;
         const sl_provenance_run_t *q = &runs[i], *end = &runs[n];
         for (; q < end; q++) {
@@ -288,7 +322,13 @@ unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs
     sl_prov_span_t own;
     if (!span)
         span = &own;
-    sl_prov_span(runs, n, span);
+    if (n == 1) {
+        /* A batch of one run (a plain one): no call. */
+        sl_prov_span_start(span, runs);
+        sl_prov_span_add(span, runs);
+    } else {
+        sl_prov_span(runs, n, span);
+    }
     /* A batch whose records all lie in one split (behind a shuffle whose
      * window is inside a split: most batches) is that split's at once: the
      * span's least and greatest records are both in it, and no run is of

@@ -1097,3 +1097,50 @@ Test(ledger, a_batch_keeps_tallies_that_count_every_record_and_refuses_wrong_one
     cr_assert(strstr(err, "task 9: tallies at ["), "%s", err);
     cr_assert(strstr(err, "are outside the payload"), "%s", err);
 }
+
+/* One tallied batch of count records of (epoch 0, file) from begin, its
+ * split [0, 100) of that file; with the notices in done. */
+static void give_tallied(sl_ledger_t *l, uint32_t file, uint64_t begin, uint64_t count, const sl_split_done_t *done,
+                         size_t ndone)
+{
+    sl_provenance_run_t run = {0, file, begin, count};
+    sl_split_done_t tally = {.split_id = file + 1, .epoch = 0, .file_index = file, .begin = 0, .end = 100,
+                             .delivered = count};
+    uint8_t *wire = NULL;
+    size_t len = 0;
+    cr_assert_eq(sl_provwire_encode(&run, 1, &wire, &len), 0);
+    sl__ledger_add_tallied(l, wire, len, count, &tally, 1, done, ndone, false);
+    free(wire);
+}
+
+/* Lazy provenance lets a kept batch go, undecoded, as soon as every split
+ * it reaches was given whole: the notice of one split lets go the batches
+ * of that split alone, up to the first batch that also reaches a split
+ * still open; that split's notice lets the rest go; and the end of an
+ * epoch lets go what is kept of it. */
+Test(ledger, a_kept_batch_goes_once_every_split_it_reaches_is_given_whole)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1u << 16);
+    const sl_split_done_t done_a = {.split_id = 1, .epoch = 0, .file_index = 0, .begin = 0, .end = 100,
+                                    .delivered = 100};
+    const sl_split_done_t done_b = {.split_id = 2, .epoch = 0, .file_index = 1, .begin = 0, .end = 100,
+                                    .delivered = 100};
+    give_tallied(&l, 0, 0, 50, NULL, 0);  /* A */
+    give_tallied(&l, 0, 50, 50, NULL, 0); /* A */
+    give_tallied(&l, 1, 0, 10, NULL, 0);  /* B */
+    give_tallied(&l, 1, 10, 20, NULL, 0); /* B */
+    cr_assert_eq(l.ent_num - l.ent_head, 4, "%zu batches kept, not 4", l.ent_num - l.ent_head);
+    give_tallied(&l, 1, 30, 30, &done_a, 1); /* B, and A's notice */
+    cr_assert_eq(l.ent_num - l.ent_head, 3, "A's notice: %zu batches kept, not B's 3", l.ent_num - l.ent_head);
+    give_tallied(&l, 1, 60, 40, &done_b, 1); /* B, and B's notice */
+    cr_assert_eq(l.ent_num - l.ent_head, 0, "B's notice: %zu batches kept, not none", l.ent_num - l.ent_head);
+    /* Of a split whose notice does not come, until its epoch is done. */
+    give_tallied(&l, 2, 0, 50, NULL, 0);
+    give_tallied(&l, 2, 50, 50, NULL, 0);
+    cr_assert_eq(l.ent_num - l.ent_head, 2);
+    sl__ledger_epochs_done(&l, 1, 0);
+    cr_assert_eq(l.ent_num - l.ent_head, 0, "epoch 0 done: %zu batches kept, not none", l.ent_num - l.ent_head);
+    cr_assert_eq(l.rc, 0);
+    sl__ledger_free(&l);
+}
