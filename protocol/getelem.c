@@ -172,6 +172,12 @@ static inline bool get_u64(struct rd *r, uint64_t *v)
         *v = *r->p++;
         return true;
     }
+    /* Two bytes (offsets and counts of a batch of a few KB) inline too. */
+    if (r->end - r->p >= 2 && r->p[1] < 0x80) {
+        *v = (uint64_t)(r->p[0] & 0x7f) | (uint64_t)r->p[1] << 7;
+        r->p += 2;
+        return true;
+    }
     size_t pos = 0, left = (size_t)(r->end - r->p);
     if (sl_get_varint(r->p, left, &pos, v) < 0)
         return fail(r, left >= SL_VARINT_MAX ? "varint overflow" : "end-of-stream");

@@ -345,8 +345,9 @@ static int get_varint_slow(const uint8_t *p, size_t len, size_t *pos, uint64_t *
                            size_t errlen);
 
 /* Reads a varint at *pos of p[0..len); names what in the message. Values
- * of up to three bytes (up to 2^21: counts, and distances within a shuffle
- * buffer over a few splits) take the inline path. */
+ * of up to four bytes (up to 2^28: counts, distances within a shuffle
+ * buffer over a few splits, a plain batch's first record in a range of a
+ * hundred million) take the inline path. */
 static inline int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v, const char *what, char *err,
                              size_t errlen)
 {
@@ -364,6 +365,12 @@ static inline int get_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t
     if (i + 2 < len && p[i + 2] < 0x80) {
         *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)(p[i + 1] & 0x7f) << 7 | (uint64_t)p[i + 2] << 14;
         *pos = i + 3;
+        return 0;
+    }
+    if (i + 3 < len && p[i + 3] < 0x80) {
+        *v = (uint64_t)(p[i] & 0x7f) | (uint64_t)(p[i + 1] & 0x7f) << 7 | (uint64_t)(p[i + 2] & 0x7f) << 14 |
+             (uint64_t)p[i + 3] << 21;
+        *pos = i + 4;
         return 0;
     }
     return get_varint_slow(p, len, pos, v, what, err, errlen);
