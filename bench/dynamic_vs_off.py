@@ -13,8 +13,11 @@ the median over the rounds of each DYNAMIC run over the OFF run just before
 it (the two closest in time, so a slow stretch of the machine mostly
 cancels; pair_ratios lists them all, to show how far they spread), and cpu_ratio = the CPU time per element under OFF over the same
 under DYNAMIC (workers, dispatcher and consumer together, best of each:
-what DYNAMIC costs the machine, whatever else it is doing). Then one line
-with the smallest of each.
+what DYNAMIC costs the machine, whatever else it is doing), with
+cpu_user_share the median share of user time in it (the rest is the
+kernel's: sockets, wake-ups; instructions counted by
+dynamic_instructions.py are the user part only). Then one line with the
+smallest of each.
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
@@ -47,33 +50,41 @@ TICK = os.sysconf('SC_CLK_TCK')
 
 
 def cpu_seconds(pid):
-    """User and system time of a live process, all its threads (also those gone)."""
+    """(user, system) time of a live process, all its threads (also those gone)."""
     with open('/proc/%d/stat' % pid) as f:
         fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def children_cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime, r.ru_stime
+
+
+def cpu_now(pids):
+    """(user, system) seconds of the daemons and of the consumers run so far."""
+    parts = [cpu_seconds(p) for p in pids] + [children_cpu()]
+    return sum(u for u, _ in parts), sum(s for _, s in parts)
 
 
 def run(c, workers, shape, sharding):
-    """(elements delivered per second, CPU seconds of the whole cluster and consumer per element)."""
+    """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
+    the user time's share of that CPU time)."""
     extra = ['--sharding', sharding]
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]
-    cpu0 = sum(cpu_seconds(p) for p in pids) + children_cpu()
+    user0, sys0 = cpu_now(pids)
     rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
-    cpu = sum(cpu_seconds(p) for p in pids) + children_cpu() - cpu0
+    user1, sys1 = cpu_now(pids)
+    user, cpu = user1 - user0, (user1 - user0) + (sys1 - sys0)
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
     s = summary(err)
     want = args.elements * (workers if sharding == 'off' else 1)
     if s['elements'] != want:
         sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
-    return s['elements'] / s['seconds'], cpu / s['elements']
+    return s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0
 
 
 results = []
@@ -96,7 +107,10 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
                  "pair_ratios": [round(d[0] / o[0], 3) for o, d in zip(off, dyn)],
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
-                 "cpu_ratio": round(cpu_off / cpu_dyn, 3), "rounds": args.rounds}
+                 "cpu_ratio": round(cpu_off / cpu_dyn, 3),
+                 "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
+                                    "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
+                 "rounds": args.rounds}
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
