@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "batch.h"
 #include "provwire.h"
+#include "seed_util.h"
 
 static void round_trip(const sl_provenance_run_t *runs, uint64_t n, uint64_t elements, size_t *len_out)
 {
@@ -617,13 +617,9 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
 
 static uint64_t span_rng;
 
-/* splitmix64, seeded as the test says. */
 static uint64_t span_draw(void)
 {
-    uint64_t z = (span_rng += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return splitmix64(&span_rng);
 }
 
 /* sl_prov_span(), four runs at a time where the CPU has AVX2, finds what
@@ -634,10 +630,8 @@ static uint64_t span_draw(void)
  * add up past 2^64. Seeded: SLUICE_TEST_SEED repeats a run. */
 Test(provwire, the_vector_span_is_the_scalar_span)
 {
-    const char *env = getenv("SLUICE_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    fprintf(stderr, "provwire.the_vector_span_is_the_scalar_span: seed %u (SLUICE_TEST_SEED=%u repeats it), %s\n",
-            seed, seed, sl_prov_span_vector() ? "vector path (AVX2)" : "no vector path on this CPU");
+    unsigned seed = test_seed("provwire.the_vector_span_is_the_scalar_span");
+    fprintf(stderr, "  %s\n", sl_prov_span_vector() ? "vector path (AVX2)" : "no vector path on this CPU");
     span_rng = seed;
     static sl_provenance_run_t runs[1100];
     for (unsigned round = 0; round < 20000; round++) {

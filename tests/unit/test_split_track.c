@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "seed_util.h"
 #include "split_track.h"
 
 /* cr_assert() counts every pass, which costs more than the checks here:
@@ -28,13 +28,9 @@
 
 static uint64_t rng_state;
 
-/* splitmix64: the same draws on every machine for one seed. */
 static uint64_t draw(void)
 {
-    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return splitmix64(&rng_state);
 }
 
 /* Uniform in [lo, hi]. */
@@ -491,10 +487,7 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
 
 Test(split_track, agrees_with_a_model_at_user_sizes, .timeout = 600)
 {
-    const char *env = getenv("SLUICE_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    fprintf(stderr, "split_track.agrees_with_a_model_at_user_sizes: seed %u (SLUICE_TEST_SEED=%u repeats it)\n",
-            seed, seed);
+    unsigned seed = test_seed("split_track.agrees_with_a_model_at_user_sizes");
     rng_state = seed;
     /* Rounds 0 and 1 always run a million records through a
      * shuffle(100000), round 2 as behind a range through a shuffle(10000);
@@ -566,10 +559,7 @@ static void ref_tally(struct ref_split *sp, unsigned ns, const sl_provenance_run
  * above. */
 Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
 {
-    const char *env = getenv("SLUICE_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-    fprintf(stderr, "split_track.a_batch_is_tallied_as_the_walk_tallies_it: seed %u (SLUICE_TEST_SEED=%u repeats it)\n",
-            seed, seed);
+    unsigned seed = test_seed("split_track.a_batch_is_tallied_as_the_walk_tallies_it");
     rng_state = seed;
     static sl_provenance_run_t runs[2048];
     static sl_split_done_t tally[64];
