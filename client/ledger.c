@@ -29,7 +29,8 @@
 
 struct sl_lazy_entry {
     uint64_t num_records;
-    uint32_t len;   /* its bytes in log */
+    size_t off;     /* its bytes in log: [off, off + len) */
+    uint32_t len;
     uint32_t nkeys; /* its keys in keys */
 };
 
@@ -108,7 +109,7 @@ void sl__ledger_free(sl_ledger_t *l)
     l->ent = NULL;
     l->log = NULL;
     l->keys = NULL;
-    l->ent_head = l->ent_num = l->ent_cap = l->log_head = l->log_len = l->log_cap = 0;
+    l->ent_head = l->ent_num = l->ent_cap = l->log_tail = l->log_kept = l->log_cap = 0;
     l->key_head = l->key_num = l->key_cap = 0;
     sl__tally_free(&l->open);
 }
@@ -240,7 +241,7 @@ static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
 /* Lazy provenance keeps nothing (its memory stays for later batches). */
 static void lazy_reset(sl_ledger_t *l)
 {
-    l->ent_head = l->ent_num = l->log_head = l->log_len = l->key_head = l->key_num = 0;
+    l->ent_head = l->ent_num = l->log_tail = l->log_kept = l->key_head = l->key_num = 0;
     l->lazy_blocked = false;
 }
 
@@ -249,11 +250,8 @@ static void lazy_reset(sl_ledger_t *l)
 static int lazy_flush(sl_ledger_t *l)
 {
     int rc = 0;
-    size_t at = l->log_head;
-    for (size_t i = l->ent_head; i < l->ent_num && rc == 0; i++) {
-        rc = decode_into_runs(l, l->log + at, l->ent[i].len, l->ent[i].num_records);
-        at += l->ent[i].len;
-    }
+    for (size_t i = l->ent_head; i < l->ent_num && rc == 0; i++)
+        rc = decode_into_runs(l, l->log + l->ent[i].off, l->ent[i].len, l->ent[i].num_records);
     lazy_reset(l);
     return rc;
 }
@@ -276,27 +274,71 @@ static void lazy_drop(sl_ledger_t *l)
                 return;
             }
         }
-        l->log_head += e->len;
+        l->log_kept -= e->len;
         l->key_head += e->nkeys;
         l->ent_head++;
     }
     lazy_reset(l);
 }
 
-/* Moves what is kept to the front once the part let go is half of it. */
+/* Moves the entries and keys kept to the front once the part let go is
+ * half of them (24 and 16 bytes a batch; the log's bytes stay put). */
 static void lazy_compact(sl_ledger_t *l)
 {
     if (l->ent_head > 0 && l->ent_head >= l->ent_num / 2) {
         memmove(l->ent, l->ent + l->ent_head, (l->ent_num - l->ent_head) * sizeof *l->ent);
         l->ent_num -= l->ent_head;
         l->ent_head = 0;
-        memmove(l->log, l->log + l->log_head, l->log_len - l->log_head);
-        l->log_len -= l->log_head;
-        l->log_head = 0;
         memmove(l->keys, l->keys + l->key_head, (l->key_num - l->key_head) * sizeof *l->keys);
         l->key_num -= l->key_head;
         l->key_head = 0;
     }
+}
+
+/* Where len bytes fit in the log ring as it is, or SIZE_MAX. Its bytes run
+ * from the head entry's offset to log_tail, through the end and 0 when
+ * log_tail is at or below the head (wrapped). */
+static size_t log_fit(const sl_ledger_t *l, size_t len)
+{
+    if (l->ent_head == l->ent_num)
+        return len <= l->log_cap ? 0 : SIZE_MAX;
+    size_t head = l->ent[l->ent_head].off, tail = l->log_tail;
+    if (tail <= head)
+        return len <= head - tail ? tail : SIZE_MAX;
+    if (len <= l->log_cap - tail)
+        return tail;
+    return len <= head ? 0 : SIZE_MAX;
+}
+
+bool sl__ledger_log_wrapped(const sl_ledger_t *l)
+{
+    return l->ent_head < l->ent_num && l->log_tail <= l->ent[l->ent_head].off;
+}
+
+/* Room for len more bytes in the log: when they do not fit, a ring twice
+ * as large (at least what is kept and len) takes what is kept, in order,
+ * from 0. 0 or -ENOMEM */
+static int log_room(sl_ledger_t *l, size_t len)
+{
+    if (log_fit(l, len) != SIZE_MAX)
+        return 0;
+    size_t cap = l->log_cap ? 2 * l->log_cap : 4096;
+    while (cap < l->log_kept + len)
+        cap *= 2;
+    uint8_t *p = malloc(cap);
+    if (!p)
+        return -ENOMEM;
+    size_t at = 0;
+    for (size_t i = l->ent_head; i < l->ent_num; i++) {
+        memcpy(p + at, l->log + l->ent[i].off, l->ent[i].len);
+        l->ent[i].off = at;
+        at += l->ent[i].len;
+    }
+    free(l->log);
+    l->log = p;
+    l->log_cap = cap;
+    l->log_tail = at;
+    return 0;
 }
 
 /* Keeps a tallied batch undecoded and counts its records into open. 0 or < 0 */
@@ -308,7 +350,7 @@ static int lazy_append(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uin
     lazy_compact(l);
     int rc = room((void **)&l->ent, &l->ent_cap, l->ent_num + 1, sizeof *l->ent);
     if (rc == 0)
-        rc = room((void **)&l->log, &l->log_cap, l->log_len + prov_len, 1);
+        rc = log_room(l, prov_len);
     if (rc == 0)
         rc = room((void **)&l->keys, &l->key_cap, l->key_num + ntally, sizeof *l->keys);
     for (size_t i = 0; i < ntally && rc == 0; i++) {
@@ -330,12 +372,15 @@ static int lazy_append(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uin
     }
     if (rc < 0)
         return rc;
-    memcpy(l->log + l->log_len, prov, prov_len);
-    l->log_len += prov_len;
+    /* It fits (a flush above only made more room). */
+    size_t at = log_fit(l, prov_len);
+    memcpy(l->log + at, prov, prov_len);
+    l->log_tail = at + prov_len;
+    l->log_kept += prov_len;
     for (size_t i = 0; i < ntally; i++)
         l->keys[l->key_num + i] = (struct sl_lazy_key){tally[i].epoch, tally[i].file_index, tally[i].begin};
     l->key_num += ntally;
-    l->ent[l->ent_num++] = (struct sl_lazy_entry){num_records, (uint32_t)prov_len, (uint32_t)ntally};
+    l->ent[l->ent_num++] = (struct sl_lazy_entry){num_records, at, (uint32_t)prov_len, (uint32_t)ntally};
     return 0;
 }
 
@@ -436,7 +481,7 @@ void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
         rc = notices_add(l, done, ndone);
     if (rc == 0) {
         lazy_drop(l);
-        if (l->log_len - l->log_head > l->log_max)
+        if (l->log_kept > l->log_max)
             rc = lazy_flush(l);
     }
     if (rc < 0) {

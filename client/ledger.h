@@ -54,8 +54,11 @@ typedef struct sl_ledger {
     struct sl_lazy_entry *ent;
     size_t ent_head, ent_num, ent_cap; /* entries [ent_head, ent_num) */
     bool lazy_blocked; /* the head entry has a key in open, and none left open since */
+    /* A ring: each entry's bytes lie whole at its offset, oldest first from
+     * the head entry's; a batch that does not fit at the end starts again
+     * at 0 (what is let go is never moved). */
     uint8_t *log;
-    size_t log_head, log_len, log_cap, log_max;
+    size_t log_tail, log_kept, log_cap, log_max; /* where the next goes; bytes kept; size; bound */
     struct sl_lazy_key *keys;
     size_t key_head, key_num, key_cap;
     sl_tally_t open; /* records given of each split whose notice has not come */
@@ -113,6 +116,10 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
 void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                             const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
                             bool last);
+
+/** Whether lazy provenance's kept bytes go round the end of its log now
+ *  (the ring has wrapped): for tests. */
+bool sl__ledger_log_wrapped(const sl_ledger_t *l);
 
 /** Merges what waits into got (decoding what lazy provenance kept). On
  *  overflow says so once on stderr and sets rc. */

@@ -18,6 +18,7 @@
 #include "ledger.h"
 #include "provwire.h"
 #include "received.h"
+#include "seed_util.h"
 #include "sluice.h"
 
 /* What the last sl__checkpoint_read() said of done epochs. */
@@ -790,7 +791,7 @@ Test(ledger, tallied_batches_checkpoint_as_decoded_ones_and_keep_only_a_window)
         size_t most_kept = 0;
         while (dstream_batch(&s, &eager, NULL, &lazy)) {
             batches++;
-            size_t kept = lazy.log_len - lazy.log_head;
+            size_t kept = lazy.log_kept;
             most_kept = kept > most_kept ? kept : most_kept;
             if (rand() % 50 == 0) {
                 assert_same_ledger_checkpoint(&eager, &lazy, batches, seed);
@@ -1143,4 +1144,96 @@ Test(ledger, a_kept_batch_goes_once_every_split_it_reaches_is_given_whole)
     cr_assert_eq(l.ent_num - l.ent_head, 0, "epoch 0 done: %zu batches kept, not none", l.ent_num - l.ent_head);
     cr_assert_eq(l.rc, 0);
     sl__ledger_free(&l);
+}
+
+/* Lazy provenance's log is a ring: a long stream in which kept batches
+ * never run out (batch k holds the second half of split k and the first
+ * half of split k + 1, each half's records in a seeded order, so batches
+ * differ in length; split k's notice comes with batch k + 1) goes round
+ * it again and again in the memory of a few batches, never moving what is
+ * kept, and checkpoints of it, some taken while it has wrapped, are those of
+ * a ledger that decodes every batch; also after 150 notices waited, while
+ * the ring grew with what it kept. Every 97th split's notice counts a
+ * record more than was given (another consumer had it): then what is kept
+ * is decoded from where it lies in the ring. */
+Test(ledger, the_kept_batches_go_round_a_ring_of_a_few_batches)
+{
+    uint64_t rng = test_seed("ledger.the_kept_batches_go_round_a_ring_of_a_few_batches");
+    unsigned seed = (unsigned)rng;
+    sl_ledger_t eager, lazy;
+    sl__ledger_init(&eager, 1u << 20);
+    sl__ledger_init(&lazy, 1u << 20);
+    enum { SPLITS = 3000, HALF = 50, HOLD = 150 };
+    sl_provenance_run_t runs[2 * HALF];
+    uint64_t appended = 0, checkpoints = 0, wrapped = 0, last_checkpoint = 0;
+    uint32_t hold_from = 0;
+    for (uint32_t k = 0; k + 1 < SPLITS; k++) {
+        size_t n = 0;
+        for (uint32_t f = k; f <= k + 1; f++) {
+            uint64_t from = f == k ? HALF : 0;
+            for (uint64_t r = 0; r < HALF; r++)
+                runs[n++] = (sl_provenance_run_t){0, f, from + r, 1};
+        }
+        for (size_t i = n - 1; i > 0; i--) {
+            size_t j = (size_t)(splitmix64(&rng) % (i + 1));
+            sl_provenance_run_t t = runs[i];
+            runs[i] = runs[j];
+            runs[j] = t;
+        }
+        sl_split_done_t tally[2] = {
+            {.split_id = k + 1, .epoch = 0, .file_index = k, .begin = 0, .end = 2 * HALF, .delivered = HALF},
+            {.split_id = k + 2, .epoch = 0, .file_index = k + 1, .begin = 0, .end = 2 * HALF, .delivered = HALF}};
+        /* Split k - 1 was given whole with batch k - 1 (or not, every 97th). */
+        sl_split_done_t done = {.split_id = k, .epoch = 0, .file_index = k - 1, .begin = 0, .end = 2 * HALF,
+                                .delivered = 2 * HALF + ((k - 1) % 97 == 3)};
+        size_t ndone = k > 0 ? 1 : 0;
+        /* For HOLD batches from the first at or after batch 1000 that finds
+         * the ring wrapped, the notices wait (a worker slow to send them):
+         * the batches kept grow, and the ring with them, from wrapped;
+         * then they all come with one batch. */
+        static sl_split_done_t held[HOLD + 1];
+        const sl_split_done_t *notices = &done;
+        if (hold_from == 0 && k >= 1000 && sl__ledger_log_wrapped(&lazy))
+            hold_from = k;
+        if (hold_from > 0 && k >= hold_from && k < hold_from + HOLD) {
+            held[k - hold_from] = done;
+            ndone = 0;
+        } else if (hold_from > 0 && k == hold_from + HOLD) {
+            held[HOLD] = done;
+            notices = held;
+            ndone = HOLD + 1;
+        }
+        uint8_t *wire = NULL;
+        size_t len = 0;
+        cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
+        sl__ledger_add(&eager, wire, len, n, notices, ndone, false);
+        sl__ledger_add_tallied(&lazy, wire, len, n, tally, 2, notices, ndone, false);
+        free(wire);
+        appended += len;
+        bool wraps = sl__ledger_log_wrapped(&lazy);
+        wrapped += wraps;
+        if (hold_from > 0 && k == hold_from + HOLD - 1)
+            assert_same_ledger_checkpoint(&eager, &lazy, k, seed); /* the most kept, the ring grown */
+        /* Checkpoints decode what is kept and empty the ring: none in the
+         * 100 batches before the hold and none in it. */
+        bool near_hold = k >= 900 && (hold_from == 0 || k < hold_from + HOLD);
+        if (wraps && !near_hold && k >= last_checkpoint + 50 && checkpoints < 20) {
+            assert_same_ledger_checkpoint(&eager, &lazy, k, seed);
+            checkpoints++;
+            last_checkpoint = k;
+        }
+    }
+    assert_same_ledger_checkpoint(&eager, &lazy, SPLITS, seed);
+    cr_assert_eq(lazy.rc, 0);
+    cr_assert(hold_from > 0, "seed %u: the ring was never wrapped after batch 1000", seed);
+    cr_assert_leq(lazy.log_cap, 131072, "seed %u: the ring grew to %zu bytes for at most %d batches of about %" PRIu64,
+                  seed, lazy.log_cap, HOLD + 2, appended / SPLITS);
+    cr_assert_geq(appended, 8 * lazy.log_cap, "seed %u: %" PRIu64 " bytes through a ring of %zu", seed, appended,
+                  lazy.log_cap);
+    cr_assert_gt(wrapped, 40, "seed %u: the ring was wrapped at %" PRIu64 " of the batches only", seed, wrapped);
+    cr_assert_geq(checkpoints, 10, "seed %u: %" PRIu64 " checkpoints taken wrapped", seed, checkpoints);
+    cr_log_info("%" PRIu64 " bytes through a ring of %zu, wrapped at %" PRIu64 " of the batches, %" PRIu64
+                " checkpoints taken wrapped", appended, lazy.log_cap, wrapped, checkpoints);
+    sl__ledger_free(&eager);
+    sl__ledger_free(&lazy);
 }
