@@ -59,7 +59,8 @@ typedef struct sl_task_config {
 
 /**
  * Parses the task's dataset spec, builds its pipeline and starts its thread.
- * A pipeline that cannot be built for this worker (a file pattern outside
+ * That thread activates an event on base (the notify callback), so base
+ * must be made after evthread_use_pthreads(), as workerd's is. A pipeline that cannot be built for this worker (a file pattern outside
  * its data roots or matching nothing here, an op whose component is
  * missing) still gives a task: one that is FAILED from the start, with the
  * reason as its error, so that the dispatcher and the clients hear it.

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <event2/event.h>
+#include <event2/thread.h>
 
 #include "log.h"
 #include "rounds.h"
@@ -28,6 +29,8 @@ static void notify(sl_task_t *t, void *arg)
 static void setup(void)
 {
     sl_log_init("test_rounds", -1);
+    /* The task's producer thread activates its notify event on this base. */
+    evthread_use_pthreads();
     base = event_base_new();
     cr_assert_not_null(base);
     /* Batches of 2 values: batch b holds 2b and 2b + 1. */

@@ -15,6 +15,7 @@
  */
 #include <criterion/criterion.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ static sl_task_config_t config(void)
 
 static void start_with(struct run *r, sl_sharding_t sharding, const char *spec, const sl_task_config_t *with)
 {
+    /* The producer thread activates the notify event on this base. */
+    evthread_use_pthreads();
     r->base = event_base_new();
     cr_assert_not_null(r->base);
     sluice_TaskDef def = {.task_id = 7, .job_id = 3, .dataset_id = 2, .sharding = sharding, .num_workers = 1};
