@@ -6,32 +6,14 @@
  */
 #include "provwire.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-void sl_prov_span_scalar(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
-{
-    sl_prov_span_start(s, &runs[0]);
-    for (uint64_t i = 0; i < n; i++)
-        sl_prov_span_add(s, &runs[i]);
-}
+#include "provlanes.h"
 
 #if defined(__x86_64__)
-/* Four runs are 96 bytes, three 32-byte loads of 64-bit lanes:
- *
- *   a = pair0 begin0 count0 pair1
- *   b = begin1 count1 pair2 begin2
- *   c = count2 pair3 begin3 count3
- *
- * Two blends gather each field's four lanes in some order; the reductions
- * do not mind which, but begin and count must pair lane by lane, so the
- * counts are permuted into the begins' order. Unsigned compares are
- * signed compares of values with the top bit flipped (AVX2 has no
- * unsigned 64-bit compare): lo and hi are kept flipped. */
-#define LANE1 0x0c /* _mm256_blend_epi32 masks of 64-bit lanes 1 and 2 */
-#define LANE2 0x30
-
+/* The lanes of provlanes.h: the reductions do not mind their order, but
+ * begin and count must pair lane by lane, so the counts are permuted into
+ * the begins' order. Unsigned compares are signed compares of values with
+ * the top bit flipped (AVX2 has no unsigned 64-bit compare): lo and hi are
+ * kept flipped. */
 __attribute__((target("avx2"))) static void span_avx2(const sl_provenance_run_t *runs, uint64_t n,
                                                      sl_prov_span_t *s)
 {
@@ -41,12 +23,9 @@ __attribute__((target("avx2"))) static void span_avx2(const sl_provenance_run_t 
     __m256i lo = _mm256_set1_epi64x(INT64_MAX), hi = _mm256_set1_epi64x(INT64_MIN); /* flipped: 2^64 - 1, 0 */
     uint64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        const __m256i *v = (const __m256i *)(const void *)&runs[i];
-        __m256i a = _mm256_loadu_si256(v), b = _mm256_loadu_si256(v + 1), c = _mm256_loadu_si256(v + 2);
-        __m256i p = _mm256_blend_epi32(_mm256_blend_epi32(a, b, LANE2), c, LANE1);     /* pairs 0 3 2 1 */
-        __m256i beg = _mm256_blend_epi32(_mm256_blend_epi32(b, a, LANE1), c, LANE2);   /* begins 1 0 3 2 */
-        __m256i cnt = _mm256_blend_epi32(_mm256_blend_epi32(c, b, LANE1), a, LANE2);   /* counts 2 1 0 3 */
-        cnt = _mm256_permute4x64_epi64(cnt, _MM_SHUFFLE(0, 3, 2, 1));                  /* counts 1 0 3 2 */
+        __m256i p, beg, cnt;
+        sl_runs4_lanes(&runs[i], &p, &beg, &cnt);
+        cnt = _mm256_permute4x64_epi64(cnt, _MM_SHUFFLE(0, 3, 2, 1)); /* counts 1 0 3 2, as the begins */
         other = _mm256_or_si256(other, _mm256_xor_si256(p, pair));
         records = _mm256_add_epi64(records, cnt);
         empty = _mm256_or_si256(empty, _mm256_cmpeq_epi64(cnt, zero));
@@ -73,10 +52,6 @@ __attribute__((target("avx2"))) static void span_avx2(const sl_provenance_run_t 
 }
 #endif
 
-/* Runs below which the vector path's setup and reduction cost more than
- * it saves. */
-#define VECTOR_MIN 16
-
 bool sl_prov_span_vector(void)
 {
 #if defined(__x86_64__)
@@ -86,14 +61,15 @@ bool sl_prov_span_vector(void)
 #endif
 }
 
-void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
+void sl_prov_span_wide(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
 {
+    sl_prov_span_start(s, &runs[0]);
 #if defined(__x86_64__)
-    if (n >= VECTOR_MIN && sl_prov_span_vector()) {
-        sl_prov_span_start(s, &runs[0]);
+    if (sl_prov_span_vector()) {
         span_avx2(runs, n, s);
         return;
     }
 #endif
-    sl_prov_span_scalar(runs, n, s);
+    for (uint64_t i = 0; i < n; i++)
+        sl_prov_span_add(s, &runs[i]);
 }

@@ -24,12 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "errbuf.h"
 #include "le.h"
+#include "provlanes.h"
 #include "varint.h"
 
 /* An open-addressing table of (epoch, file) -> pair index. */
@@ -150,8 +147,8 @@ struct dense_pair {
 #if defined(__x86_64__)
 /* The dense form's offsets of n single-record runs of one pair, each
  * begin - base in w bytes at p (room for 16 bytes past the last), four
- * runs at a time: the begins gathered from the runs' 96 bytes (as in
- * provspan.c), less base, narrowed to 32 bits and then to w bytes.
+ * runs at a time: the begins gathered from the runs' 96 bytes
+ * (provlanes.h), less base, narrowed to 32 bits and then to w bytes.
  * @return the byte after the last offset */
 __attribute__((target("avx2"))) static uint8_t *dense_singles_avx2(const sl_provenance_run_t *runs, uint64_t n,
                                                                   uint64_t base, unsigned w, uint8_t *p)
@@ -169,10 +166,9 @@ __attribute__((target("avx2"))) static uint8_t *dense_singles_avx2(const sl_prov
     const __m128i narrow = _mm_loadu_si128((const __m128i *)(const void *)keep[w]);
     uint64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        const __m256i *v = (const __m256i *)(const void *)&runs[i];
-        __m256i a = _mm256_loadu_si256(v), b = _mm256_loadu_si256(v + 1), c = _mm256_loadu_si256(v + 2);
-        __m256i beg = _mm256_blend_epi32(_mm256_blend_epi32(b, a, 0x0c), c, 0x30); /* begins 1 0 3 2 */
-        beg = _mm256_permute4x64_epi64(beg, _MM_SHUFFLE(2, 3, 0, 1));             /* begins 0 1 2 3 */
+        __m256i pairs, beg, counts;
+        sl_runs4_lanes(&runs[i], &pairs, &beg, &counts);
+        beg = _mm256_permute4x64_epi64(beg, _MM_SHUFFLE(2, 3, 0, 1)); /* begins 0 1 2 3 */
         __m256i off = _mm256_permutevar8x32_epi32(_mm256_sub_epi64(beg, b64), low32);
         _mm_storeu_si128((__m128i *)(void *)p, _mm_shuffle_epi8(_mm256_castsi256_si128(off), narrow));
         p += 4 * w;
@@ -293,7 +289,7 @@ int sl_provwire_encode_dense_span(const sl_provenance_run_t *runs, uint64_t n, u
         /* And so exactly one: a shuffled batch. */
         uint64_t base = pairs[0].lo;
 #if defined(__x86_64__)
-        if (n >= 16 && sl_prov_span_vector()) {
+        if (n >= SL_PROV_SPAN_WIDE && sl_prov_span_vector()) {
             p = dense_singles_avx2(runs, n, base, w, p);
         } else
 #endif

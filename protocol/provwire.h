@@ -84,16 +84,35 @@ static inline void sl_prov_span_add(sl_prov_span_t *s, const sl_provenance_run_t
     s->hi = last > s->hi ? last : s->hi;
 }
 
-/** The span of n >= 1 runs: four runs at a time where the CPU has AVX2
- *  (sl_prov_span_vector()), else sl_prov_span_scalar(). */
-void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
+/** @return whether sl_prov_span() takes the vector path (of
+ *  SL_PROV_SPAN_WIDE runs or more) on this CPU: AVX2 */
+bool sl_prov_span_vector(void);
+
+/** The span of n >= 1 runs four at a time where the CPU has AVX2, else one
+ *  at a time (provspan.c). */
+void sl_prov_span_wide(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
 
 /** The span of n >= 1 runs, a run at a time: the reference the vector path
  *  is tested against. */
-void sl_prov_span_scalar(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s);
+static inline void sl_prov_span_scalar(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
+{
+    sl_prov_span_start(s, &runs[0]);
+    for (uint64_t i = 0; i < n; i++)
+        sl_prov_span_add(s, &runs[i]);
+}
 
-/** @return whether sl_prov_span() takes the vector path (of 16 runs or more) on this CPU */
-bool sl_prov_span_vector(void);
+/* Runs below which the vector path's setup and reduction cost more than it
+ * saves (a plain batch is one run: no call). */
+#define SL_PROV_SPAN_WIDE 16
+
+/** The span of n >= 1 runs. */
+static inline void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
+{
+    if (n >= SL_PROV_SPAN_WIDE)
+        sl_prov_span_wide(runs, n, s);
+    else
+        sl_prov_span_scalar(runs, n, s);
+}
 
 /**
  * Encodes n runs of num_records records (their counts' sum) in the dense

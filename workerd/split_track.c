@@ -172,6 +172,12 @@ void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *
     }
 }
 
+/* Whether entry e holds record rec. */
+static inline bool holds(const struct entry *e, uint64_t rec)
+{
+    return rec - e->rec.begin < e->rec.end - e->rec.begin;
+}
+
 /* Entry ix is the one a lookup found. */
 static inline void remember(sl_split_track_t *t, unsigned ix)
 {
@@ -186,8 +192,7 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
         return NULL;
     uint64_t hi = key_hi(epoch, file), block = rec >> CACHE_BLOCK_BITS;
     struct entry *e = &t->e[t->hit];
-    if (t->hit_gen == t->gen && e->rec.epoch == epoch && e->rec.file_index == file &&
-        rec - e->rec.begin < e->rec.end - e->rec.begin)
+    if (t->hit_gen == t->gen && e->rec.epoch == epoch && e->rec.file_index == file && holds(e, rec))
         return e;
     /* Both halves of the key mixed into the top bits: with hi only added
      * in, the same block of every file of a batch (an interleave behind a
@@ -196,7 +201,7 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
     struct cache_row *c = &t->cache[h >> (64 - CACHE_BITS)];
     if (c->gen == t->gen && c->hi == hi && c->block == block) {
         e = &t->e[c->e];
-        if (rec >= e->rec.begin && rec < e->rec.end) {
+        if (holds(e, rec)) {
             remember(t, c->e);
             return e;
         }
@@ -241,6 +246,21 @@ static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64
     }
 }
 
+/* Whether run q, of pair (sl_prov_run_pair()), lies wholly inside the
+ * records [from, from + len): it has records, and none past the end. */
+static inline bool inside(const sl_provenance_run_t *q, uint64_t pair, uint64_t from, uint64_t len)
+{
+    uint64_t off = q->begin - from;
+    return sl_prov_run_pair(q) == pair && off < len && q->count - 1 < len - off;
+}
+
+/* Entry e's (epoch, file) as sl_prov_run_pair() gives a run's. */
+static inline uint64_t entry_pair(const struct entry *e)
+{
+    sl_provenance_run_t r = {e->rec.epoch, e->rec.file_index, 0, 0};
+    return sl_prov_run_pair(&r);
+}
+
 /* Settles the runs; with tally, also counts their records split by split
  * into it (*nt rows). Inlined into each caller, so that the loop of one
  * without a tally does not test for one. */
@@ -257,18 +277,15 @@ static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, co
      * added to that split at once, in a loop of a few instructions a run:
      * behind a shuffle whose window spans a split or two (splits follow
      * the pipeline's rate, so a fast one takes long splits), most runs of
-     * a batch do. */
-    /* A batch moving from one split to the next (behind a shuffle) has
-     * runs of both mixed: a run that breaks the loop below is first tried
-     * against the split before last (other). */
+     * a batch do. A batch moving from one split to the next has runs of
+     * both mixed: a run that breaks that loop is first tried against the
+     * split before last (other), before it is looked up. */
     uint64_t i = 0;
     struct entry *last = NULL, *other = NULL;
     while (i < n) {
         const sl_provenance_run_t *r = &runs[i++];
         uint64_t begin = r->begin, count = r->count;
-        if (other && r->epoch == other->rec.epoch && r->file_index == other->rec.file_index &&
-            begin - other->rec.begin < other->rec.end - other->rec.begin &&
-            count - 1 < other->rec.end - begin) {
+        if (other && inside(r, entry_pair(other), other->rec.begin, other->rec.end - other->rec.begin)) {
             count_into(t, other, count, how, tally, nt);
             struct entry *e = other;
             other = last;
@@ -294,12 +311,8 @@ static inline __attribute__((always_inline)) void settle(sl_split_track_t *t, co
         }
         uint64_t pair = sl_prov_run_pair(r), from = last->rec.begin, len = last->rec.end - from, held = 0;
         const sl_provenance_run_t *q = &runs[i], *end = &runs[n];
-        for (; q < end; q++) {
-            uint64_t off = q->begin - from, c = q->count;
-            if (sl_prov_run_pair(q) != pair || off >= len || c - 1 >= len - off)
-                break;
-            held += c;
-        }
+        for (; q < end && inside(q, pair, from, len); q++)
+            held += q->count;
         i = (uint64_t)(q - runs);
         if (held)
             count_into(t, last, held, how, tally, nt);
@@ -322,13 +335,7 @@ unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs
     sl_prov_span_t own;
     if (!span)
         span = &own;
-    if (n == 1) {
-        /* A batch of one run (a plain one): no call. */
-        sl_prov_span_start(span, runs);
-        sl_prov_span_add(span, runs);
-    } else {
-        sl_prov_span(runs, n, span);
-    }
+    sl_prov_span(runs, n, span);
     /* A batch whose records all lie in one split (behind a shuffle whose
      * window is inside a split: most batches) is that split's at once: the
      * span's least and greatest records are both in it, and no run is of
