@@ -26,6 +26,8 @@ cd "$(dirname "$0")/.."
 dyn_build=$build
 [ -x build-release/client/sluice-cat ] && dyn_build=build-release
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build"
+# The request window per worker, default against the earlier default.
+/usr/bin/python3 bench/request_window.py --build "$dyn_build"
 # The same comparison in instructions (callgrind), which the machine's
 # speed does not move.
 /usr/bin/python3 bench/dynamic_instructions.py --build "$dyn_build"

@@ -1177,7 +1177,9 @@ void sl_iterator_opts_init(sl_iterator_opts_t *o)
     *o = (sl_iterator_opts_t){
         .sharding = SL_SHARDING_OFF,
         .max_outstanding = 8,
-        .per_worker_outstanding = 2,
+        /* Four, not two: a worker's answers then come in runs the loop
+         * takes in fewer wake-ups (docs/protocol.md). */
+        .per_worker_outstanding = 4,
         .connect_timeout_ms = 5000,
         .timeout_ms = 30000,
         .max_batch_bytes = 256u << 20,

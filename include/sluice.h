@@ -208,7 +208,7 @@ typedef struct sl_iterator_opts {
     sl_sharding_t sharding;     /* default SL_SHARDING_OFF */
     const char *job_name;       /* NULL: an anonymous job of its own */
     int max_outstanding;        /* batch requests in flight and buffered, default 8 */
-    int per_worker_outstanding; /* requests in flight to one worker, default 2, at most 16 */
+    int per_worker_outstanding; /* requests in flight to one worker, default 4, at most 16 */
     int connect_timeout_ms;     /* to a worker, default 5000 */
     int timeout_ms;             /* longest wait for a worker that does not answer, and
                                    for a job that no live worker serves (none registered,

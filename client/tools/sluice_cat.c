@@ -66,6 +66,8 @@ static void usage(FILE *f)
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
             "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
+            "  --per-worker-outstanding N  batch requests in flight to one worker (default 4,\n"
+            "                           at most 16)\n"
             "  --timeout-ms N           longest wait for an unresponsive worker (default 30000)\n"
             "  --dispatcher-timeout-ms N  how long to ride through an unreachable dispatcher,\n"
             "                           reading what the workers serve (default 3600000)\n"
@@ -407,7 +409,7 @@ int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
            O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP,
-           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE };
+           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE, O_PER_WORKER };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -422,6 +424,7 @@ int main(int argc, char **argv)
         {"format", required_argument, NULL, O_FORMAT},
         {"limit", required_argument, NULL, O_LIMIT},
         {"max-outstanding", required_argument, NULL, O_OUT},
+        {"per-worker-outstanding", required_argument, NULL, O_PER_WORKER},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"dispatcher-timeout-ms", required_argument, NULL, O_DISP_TIMEOUT},
         {"progress", no_argument, NULL, O_PROGRESS},
@@ -507,6 +510,9 @@ int main(int argc, char **argv)
             break;
         case O_LIMIT: limit = parse_long("limit", optarg, 0, __LONG_MAX__); break;
         case O_OUT: io.max_outstanding = (int)parse_long("max-outstanding", optarg, 1, 4096); break;
+        case O_PER_WORKER:
+            io.per_worker_outstanding = (int)parse_long("per-worker-outstanding", optarg, 1, 16);
+            break;
         case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
         case O_DISP_TIMEOUT:
             io.dispatcher_timeout_ms = (int)parse_long("dispatcher-timeout-ms", optarg, 1, 86400000);

@@ -63,6 +63,22 @@ class ThreeWorkers(unittest.TestCase):
         self.assertEqual(len(batches), 3000)
         self.assertTrue(all(len(b['value']) == 100 for b in batches))
 
+    def test_the_request_window_per_worker_is_set_and_bounded(self):
+        # --per-worker-outstanding (sl_iterator_opts_t.per_worker_outstanding,
+        # 4 unless given) at both ends of its range: every element once.
+        for window in ('1', '16'):
+            rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'dynamic', '--per-worker-outstanding', window,
+                                                       '--max-outstanding', '32'])
+            self.assertEqual(rc, 0, err)
+            self.assert_each(values(batches, 'value'), 1, 100000)
+        # Past 16, what a worker holds for redelivery per trainer, or below
+        # 1: refused before anything is asked, naming the option.
+        for window in ('0', '17'):
+            argv = self.c.cat_argv(RANGE_100K, ['--per-worker-outstanding', window])
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn('--per-worker-outstanding: "%s" is not an integer in [1, 16]' % window, r.stderr)
+
     def test_two_consumers_of_one_named_dynamic_job_share_it(self):
         spec = {"source": {"type": "range", "start": 0, "stop": 400000},
                 "ops": [{"op": "batch", "batch_size": 100}]}

@@ -4,6 +4,7 @@ with tests/python/run.py, which sets SLUICE_BUILD and SLUICE_LIB."""
 import collections
 import ctypes
 import gc
+import inspect
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import numpy as np
 import sluice
 import sluice.client
 from sluice import _lib
-from harness import Cluster, values
+from harness import Cluster, values, wait_for
 from pycase import SluiceCase
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -683,6 +684,50 @@ class ClusterTest(SluiceCase):
         self.assertEqual(n, warm + 10000)
         grew = (after - before) / 2**20
         self.assertLess(grew, 20, 'RSS grew by %.1f MiB over 10000 batches' % grew)
+
+
+class RequestWindowTest(unittest.TestCase):
+    """The GET_ELEMENT requests an iterator keeps in flight to one worker:
+    per_worker_outstanding, 4 unless given (docs/protocol.md)."""
+
+    def test_the_python_defaults_are_the_c_librarys(self):
+        io = _lib.IteratorOpts()
+        _lib.load().sl_iterator_opts_init(ctypes.byref(io))
+        init = inspect.signature(sluice.client.BatchIterator.__init__).parameters
+        dist = inspect.signature(sluice.client.distribute).parameters
+        for name in ('max_outstanding', 'per_worker_outstanding', 'timeout_ms', 'connect_timeout_ms',
+                     'max_batch_bytes', 'dispatcher_timeout_ms', 'max_ledger_runs'):
+            self.assertEqual(init[name].default, getattr(io, name), name)
+            if name in dist:
+                self.assertEqual(dist[name].default, getattr(io, name), name)
+        self.assertEqual(io.per_worker_outstanding, 4)
+
+    def test_a_waiting_iterator_has_its_worker_hold_its_last_four_answers(self):
+        # The caller takes nothing: the iterator asks until its budget
+        # (max_outstanding, 8) is full, one request each time an answer
+        # comes, and each request acknowledges the answers below the
+        # oldest still in flight. Once the eighth is served, the worker
+        # holds the answers nothing acknowledged: the last window, 4 (2
+        # before the window was widened; 8 were it the whole budget).
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            port = c.workers[0].admin_port
+
+            def metric(name):
+                import urllib.request
+                with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
+                    lines = r.read().decode().splitlines()
+                return sum(float(line.split()[-1]) for line in lines if line.split()[0] == name)
+            with sluice.range(0, 10**6).batch(64).distribute(c.dispatcher.addr) as it:
+                wait_for(lambda: metric('sluice_worker_batches_served_total') >= 8,
+                         'the worker to serve the iterator\'s budget of 8 batches')
+                self.assertEqual(metric('sluice_worker_batches_served_total'), 8)
+                self.assertEqual(metric('sluice_worker_held_batches'), 4)
+                self.assertEqual(len(next(it)['value']), 64)
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {})
 
 
 class DispatcherLossTest(unittest.TestCase):

@@ -303,7 +303,7 @@ class BatchIterator:
     Not thread-safe: use one iterator from one thread at a time."""
 
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
-                 consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=2,
+                 consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=4,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
@@ -665,7 +665,7 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     options: dispatcher_timeout_ms (3600000: how long a running iterator
     rides through a dispatcher it cannot reach, reading what the workers
     serve and reconnecting, before it fails; as tf.data service),
-    per_worker_outstanding (2), connect_timeout_ms (5000),
+    per_worker_outstanding (4), connect_timeout_ms (5000),
     request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers,
     max_ledger_runs (0: 2,097,152, the most; the runs of positions the
     record of what arrived may hold, which checkpoints are made of);
