@@ -77,6 +77,7 @@ struct itask {
     uint8_t key[16]; /* TaskInfo.task_key: every GET_ELEMENT for the task carries it */
     char address[128];
     sl_conn_t *conn;
+    bool corked; /* send_requests() gathers its requests */
     enum tc_state state;
     unsigned in_flight;
     bool listed;
@@ -152,6 +153,7 @@ struct sl_iterator {
     int64_t disp_lost_ms;   /* when it stopped answering (0: it answers), for the notice */
     char disp_error[512];
     struct itask *tasks;
+    unsigned rr; /* send_requests(): the position in tasks its next pass starts at */
     uint32_t next_id;
     unsigned in_flight;
     sl_job_state_t job_state;
@@ -310,8 +312,8 @@ static void coord_deliver(sl_iterator_t *it)
         *sl = (struct slot){.state = SLOT_EMPTY};
         it->deliver_round++;
     }
-    pthread_cond_broadcast(&it->cv);
     pthread_mutex_unlock(&it->mu);
+    pthread_cond_broadcast(&it->cv); /* after the unlock: see worker_frame() */
 }
 
 /* The split-done notices of an end-of-sequence frame, its payload of size
@@ -520,9 +522,16 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     *it->ready_tail = b;
     it->ready_tail = &b->next;
     it->ready_count++;
-    pthread_cond_broadcast(&it->cv);
     pthread_mutex_unlock(&it->mu);
-    pump(it);
+    /* Woken after the unlock, the caller takes the mutex at once; woken
+     * before it, it would block on it and have to be woken again. The
+     * condvar's waiters check it->ready under the mutex, so nothing is
+     * missed; close() joins this thread before it destroys the condvar. */
+    pthread_cond_broadcast(&it->cv);
+    /* The next requests once the loop has read what else arrived: the
+     * answers read together are asked again for together, one system call
+     * per worker (send_requests()). */
+    event_active(it->kick, EV_READ, 0);
 }
 
 static void worker_ready(sl_conn_t *c, void *arg)
@@ -608,6 +617,65 @@ static void task_connect(struct itask *t)
     }
 }
 
+/* Asks for batches within the budget (queued of it taken by batches
+ * waiting for the caller): round-robin, one request per task per pass,
+ * each pass starting after the task the last request went to, so that
+ * every worker gets its share also when the budget is smaller than the
+ * windows of all the tasks together (a pass from the first task each time
+ * gave every freed slot to the first tasks with room, and none to the
+ * rest). The requests to one worker go out together, in one system call
+ * (sl_conn_cork()). */
+static void send_requests(sl_iterator_t *it, unsigned queued)
+{
+    unsigned n = 0;
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        n++;
+        if (t->state == TC_OPEN)
+            t->corked = sl_conn_cork(t->conn) == 0;
+    }
+    bool sent = n > 0;
+    int64_t now = now_ms();
+    while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
+        sent = false;
+        unsigned at = it->rr % n;
+        struct itask *t = it->tasks;
+        for (unsigned i = 0; i < at; i++)
+            t = t->next;
+        for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
+            if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
+                now < t->not_before)
+                continue;
+            if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
+                break;
+            /* Asked again first: answers lost with a broken connection. */
+            bool again = t->fly_sent < t->fly_n;
+            if (!t->next_seq)
+                t->next_seq = 1;
+            sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
+                                            .provenance = it->opts.provenance > 0 || it->track,
+                                            .tallies = it->track,
+                                            .dense_provenance = true,
+                                            .seq = again ? t->fly[t->fly_sent] : t->next_seq,
+                                            .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
+            memcpy(req.task_key, t->key, sizeof req.task_key);
+            if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
+                continue;
+            if (!again)
+                t->fly[t->fly_n++] = t->next_seq++;
+            t->fly_sent++;
+            t->in_flight++;
+            it->in_flight++;
+            it->rr = at + 1;
+            sent = true;
+        }
+    }
+    for (struct itask *t = it->tasks; t; t = t->next)
+        if (t->corked) {
+            t->corked = false;
+            sl_conn_uncork(t->conn);
+        }
+}
+
 static void pump(sl_iterator_t *it)
 {
     if (failed(it))
@@ -626,39 +694,7 @@ static void pump(sl_iterator_t *it)
             coord_pump(it, queued);
             return;
         }
-        /* Round-robin, one request per task per pass, so that every worker
-         * gets its share of the budget. */
-        bool sent = true;
-        int64_t now = now_ms();
-        while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
-            sent = false;
-            for (struct itask *t = it->tasks; t; t = t->next) {
-                if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
-                    now < t->not_before)
-                    continue;
-                if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
-                    break;
-                /* Asked again first: answers lost with a broken connection. */
-                bool again = t->fly_sent < t->fly_n;
-                if (!t->next_seq)
-                    t->next_seq = 1;
-                sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                                .provenance = it->opts.provenance > 0 || it->track,
-                                                .tallies = it->track,
-                                                .dense_provenance = true,
-                                                .seq = again ? t->fly[t->fly_sent] : t->next_seq,
-                                                .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
-                memcpy(req.task_key, t->key, sizeof req.task_key);
-                if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
-                    continue;
-                if (!again)
-                    t->fly[t->fly_n++] = t->next_seq++;
-                t->fly_sent++;
-                t->in_flight++;
-                it->in_flight++;
-                sent = true;
-            }
-        }
+        send_requests(it, queued);
         if (it->in_flight + queued < (unsigned)it->opts.max_outstanding)
             return; /* held back by the workers, not by the budget */
         /* Held back by the budget: the caller wakes the loop when it takes a
@@ -1143,6 +1179,8 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         pump(it);
         return;
     }
+    if (it->release_id)
+        return; /* asked already (a batch that came meanwhile kicked again) */
     /* Leave the job politely; do not wait long for the answer. */
     sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
     memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);

@@ -55,6 +55,16 @@
 /* Under TLS, how much one read callback takes from what OpenSSL read
  * ahead before it lets the loop run other work (tls_pump()). */
 #define PUMP_BUDGET (4u << 20)
+/* A plaintext connection we opened reads a frame whose payload is smaller
+ * than RX_DIRECT through its input, many frames to a system call: what the
+ * socket holds, up to RX_CHUNK, in one recv() (rx_fill()), at most
+ * RX_BUDGET a read callback before the loop serves other connections.
+ * libevent 2.1 reads at most 4 KiB a call, so a stream of 8 KiB batches
+ * took three system calls a batch. A payload of RX_DIRECT or more goes
+ * straight from the socket into its buffer (read_payload()), uncopied. */
+#define RX_DIRECT (32u << 10)
+#define RX_CHUNK (128u << 10)
+#define RX_BUDGET (1u << 20)
 /* A connection that held this much in unfinished frames gives the freed
  * memory back to the system when it goes (malloc_trim). */
 #define TRIM_AFTER_BYTES (1u << 20)
@@ -585,6 +595,8 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
         c->rx_have += (size_t)r;
         need -= (size_t)r;
     }
+    if (need > 0 && c->rx_hdr.payload_len < RX_DIRECT)
+        return false; /* read_cb() reads it into the input, with what follows it (rx_fill()) */
     int fd = conn_fd(c);
     while (need > 0) {
         ssize_t r = recv(fd, c->rx_payload + c->rx_have, need, MSG_DONTWAIT);
@@ -769,16 +781,72 @@ static long tls_pump(sl_conn_t *c, struct evbuffer *in)
     return r;
 }
 
+/* Plaintext: reads what the socket holds, up to RX_CHUNK, into the input
+ * in one call. The socket bufferevent keeps its input's end frozen but
+ * while it reads itself; so does this. @return the bytes read, 0 when it
+ * held none, -1 when the connection died */
+static long rx_fill(sl_conn_t *c, struct evbuffer *in)
+{
+    struct evbuffer_iovec v;
+    evbuffer_unfreeze(in, 0);
+    if (evbuffer_reserve_space(in, RX_CHUNK, &v, 1) < 1) {
+        evbuffer_freeze(in, 0);
+        conn_die(c, true, -ENOMEM, "out of memory reading a frame");
+        return -1;
+    }
+    if (v.iov_len > RX_CHUNK)
+        v.iov_len = RX_CHUNK;
+    ssize_t r;
+    do
+        r = recv(conn_fd(c), v.iov_base, v.iov_len, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    int err = errno;
+    if (r > 0) {
+        v.iov_len = (size_t)r;
+        evbuffer_commit_space(in, &v, 1);
+    }
+    evbuffer_freeze(in, 0);
+    if (r > 0)
+        return r;
+    errno = err;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    char why[256];
+    snprintf(why, sizeof why, "%s %s in the middle of a frame", c->peer_addr,
+             r == 0 ? "closed the connection" : strerror(errno));
+    conn_die(c, true, r == 0 ? SL_ECLOSED : -errno, why);
+    return -1;
+}
+
+/* A frame of ours is waiting for the rest of a small payload, which
+ * rx_fill() brings. */
+static bool wants_fill(const sl_conn_t *c)
+{
+    return c->outgoing && !c->tls && c->state == CONN_OPEN && c->rx_msg && c->rx_payload &&
+           c->rx_hdr.payload_len < RX_DIRECT;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     sl_conn_t *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    size_t pumped = 0;
+    size_t pumped = 0, filled = 0;
+    bool drained = false; /* a short read: the socket held no more then */
     c->depth++;
     for (;;) {
         if (read_step(c, in))
             continue;
-        if (!c->tls || c->state >= CONN_DRAINING)
+        if (!c->tls) {
+            if (drained || filled >= RX_BUDGET || !wants_fill(c))
+                break;
+            long n = rx_fill(c, in);
+            if (n <= 0)
+                break;
+            filled += (size_t)n;
+            drained = (size_t)n < RX_CHUNK;
+            continue;
+        }
+        if (c->state >= CONN_DRAINING)
             break;
         if (pumped >= PUMP_BUDGET) {
             /* The rest on the loop's next turn, after other work. */
@@ -1419,14 +1487,42 @@ int sl_conn_cork(sl_conn_t *c)
     return 0;
 }
 
+/* Writes what it can of buf straight to the socket in one sendmsg() and
+ * drains that from buf (write_now() for frames gathered in a buffer).
+ * Errors are left to the bufferevent, as there. */
+static void write_held_now(sl_conn_t *c, struct evbuffer *buf)
+{
+    struct iovec iov[64];
+    struct evbuffer_iovec v[64];
+    int n = evbuffer_peek(buf, -1, NULL, v, 64);
+    if (n > 64)
+        n = 64; /* the rest goes through the output */
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do
+        w = sendmsg(conn_fd(c), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w > 0)
+        evbuffer_drain(buf, (size_t)w);
+}
+
 void sl_conn_uncork(sl_conn_t *c)
 {
     if (!c->held)
         return;
     struct evbuffer *held = c->held;
     c->held = NULL;
-    if (c->state == CONN_OPEN && evbuffer_get_length(held) > 0)
-        evbuffer_add_buffer(bufferevent_get_output(c->bev), held);
+    if (c->state == CONN_OPEN && evbuffer_get_length(held) > 0) {
+        struct evbuffer *output = bufferevent_get_output(c->bev);
+        /* With nothing queued before them, the held frames go out in one
+         * system call rather than a trip through the loop. */
+        if (!c->tls && evbuffer_get_length(output) == 0)
+            write_held_now(c, held);
+        if (evbuffer_get_length(held) > 0)
+            evbuffer_add_buffer(output, held);
+    }
     evbuffer_free(held);
 }
 

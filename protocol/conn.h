@@ -155,7 +155,8 @@ void sl_conn_close(sl_conn_t *c);
  */
 int sl_conn_cork(sl_conn_t *c);
 
-/** Writes what the cork held, in order, and sends directly again. */
+/** Writes what the cork held, in order (in one system call when nothing
+ * else is queued), and sends directly again. */
 void sl_conn_uncork(sl_conn_t *c);
 
 /** @return the bytes queued for the peer and not written yet (under TLS,

@@ -37,6 +37,7 @@
 #include "frame.h"
 #include "net.h"
 #include "rpc.h"
+#include "seed_util.h"
 
 /* The nonce of the hellos this file writes by hand. */
 static const uint8_t zero_nonce[SL_HELLO_NONCE_LEN];
@@ -1080,29 +1081,37 @@ static bool pump_out(struct event_base *base, const int *flag, int want, int fd,
  * connection we opened, reaches on_frame once, whole; a peer that closes in
  * the middle of the next frame's payload closes the connection, and the
  * part-read frame is dropped. */
-Test(conn, outgoing_payload_read_in_pieces_and_cut_short)
+/* A connection we open (as a worker) to a listener standing in for a
+ * dispatcher, through its handshake: its frames go to cbs with arg, and
+ * the peer's socket is *fd (the listener *lfd). */
+static void out_connect(struct event_base *base, const sl_conn_cbs_t *cbs, struct out_side *o, int *fd, int *lfd)
 {
-    int lfd;
     uint16_t port;
     char err[256];
-    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, &lfd, &port, err, sizeof err), 0, "%s", err);
-    int fl = fcntl(lfd, F_GETFL);
-    fcntl(lfd, F_SETFL, fl & ~O_NONBLOCK);
-    struct event_base *base = event_base_new();
-    struct out_side o = {0};
-    const sl_conn_cbs_t cbs = {out_on_ready, out_on_frame, out_on_close};
+    cr_assert_eq(sl_listen_tcp("127.0.0.1", 0, lfd, &port, err, sizeof err), 0, "%s", err);
+    int fl = fcntl(*lfd, F_GETFL);
+    fcntl(*lfd, F_SETFL, fl & ~O_NONBLOCK);
     sl_limits_t limits = {.max_payload = 32u << 20};
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
     sl_conn_t *c;
-    cr_assert_eq(sl_conn_connect(base, addr, NULL, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits, LOOP_MS, &cbs, &o, &c, err,
+    cr_assert_eq(sl_conn_connect(base, addr, NULL, SL_ROLE_WORKER, SL_ROLE_DISPATCHER, &limits, LOOP_MS, cbs, o, &c, err,
                                  sizeof err),
                  0, "%s", err);
-    int fd = accept(lfd, NULL, NULL);
-    cr_assert_geq(fd, 0, "accept: %s", strerror(errno));
+    *fd = accept(*lfd, NULL, NULL);
+    cr_assert_geq(*fd, 0, "accept: %s", strerror(errno));
     uint8_t hs[SL_HANDSHAKE_LEN];
     sl_handshake_encode(hs, SL_ROLE_DISPATCHER, 0, zero_nonce);
-    cr_assert(pump_out(base, &o.ready, 1, fd, hs, sizeof hs), "the handshake did not complete");
+    cr_assert(pump_out(base, &o->ready, 1, *fd, hs, sizeof hs), "the handshake did not complete");
+}
+
+Test(conn, outgoing_payload_read_in_pieces_and_cut_short)
+{
+    int lfd, fd;
+    struct event_base *base = event_base_new();
+    struct out_side o = {0};
+    const sl_conn_cbs_t cbs = {out_on_ready, out_on_frame, out_on_close};
+    out_connect(base, &cbs, &o, &fd, &lfd);
 
     size_t big = 16u << 20;
     uint8_t *frame = malloc(SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN + big);
@@ -1139,6 +1148,91 @@ Test(conn, outgoing_payload_read_in_pieces_and_cut_short)
     event_base_loop(base, EVLOOP_NONBLOCK); /* frees the closed connection */
     event_base_free(base);
     close(lfd);
+}
+
+/* Payload bytes of frame i, at j: what the peer sends and the test expects. */
+static uint8_t mix_byte(uint32_t i, size_t j)
+{
+    return (uint8_t)(i * 131u + j * 7u + (j >> 12));
+}
+
+struct mix_side {
+    struct out_side o; /* first: the callbacks above see it */
+    uint32_t next;     /* the request id the next frame must have */
+    const uint32_t *sizes;
+    int bad;
+    char why[200];
+};
+
+static void mix_on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct mix_side *m = arg;
+    (void)c;
+    (void)msg;
+    uint32_t i = m->next++;
+    bool ok = hdr->request_id == i + 1 && hdr->payload_len == m->sizes[i];
+    for (size_t j = 0; ok && j < hdr->payload_len; j++)
+        ok = payload[j] == mix_byte(i, j);
+    if (!ok && !m->bad++)
+        snprintf(m->why, sizeof m->why, "frame %u (id %u, %u bytes, want %u) arrived wrong", i, hdr->request_id,
+                 hdr->payload_len, m->sizes[i]);
+    free(payload);
+    m->o.frames++;
+}
+
+/* Frames of every size around the read paths' bounds (a payload under
+ * 32 KiB comes through the input, many frames to a recv() of up to 128 KiB;
+ * a larger one straight from the socket into its buffer), back to back, in
+ * seeded pieces: each reaches on_frame once, in order, whole. */
+Test(conn, outgoing_frames_of_mixed_sizes_arrive_whole_and_in_order)
+{
+    uint64_t st = test_seed("conn::outgoing_frames_of_mixed_sizes_arrive_whole_and_in_order");
+    static const uint32_t edges[] = {0, 1, 100, 4000, 4096, 8192, 32767, 32768, 32769, 131072, 131089, 300000,
+                                     1u << 20};
+    enum { N = 400 };
+    uint32_t sizes[N];
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t r = splitmix64(&st);
+        sizes[i] = r % 3 == 0 ? edges[(r >> 8) % (sizeof edges / sizeof edges[0])] : (uint32_t)((r >> 8) % 70000);
+        total += SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN + sizes[i];
+    }
+    uint8_t *stream = malloc(total);
+    size_t len = 0;
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    for (uint32_t i = 0; i < N; i++) {
+        size_t head;
+        cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_RESP, i + 1, &resp, sizes[i], stream + len,
+                                     SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN, &head),
+                     0);
+        for (size_t j = 0; j < sizes[i]; j++)
+            stream[len + head + j] = mix_byte(i, j);
+        len += head + sizes[i];
+    }
+    int lfd, fd;
+    struct event_base *base = event_base_new();
+    struct mix_side m = {.sizes = sizes};
+    const sl_conn_cbs_t cbs = {out_on_ready, mix_on_frame, out_on_close};
+    out_connect(base, &cbs, &m.o, &fd, &lfd);
+    int zero = 0;
+    for (size_t at = 0; at < len;) {
+        size_t piece = 1 + splitmix64(&st) % (256u << 10);
+        if (piece > len - at)
+            piece = len - at;
+        cr_assert(pump_out(base, &zero, 0, fd, stream + at, piece), "the connection stopped taking bytes");
+        at += piece;
+    }
+    cr_assert(pump_out(base, &m.o.frames, N, -1, NULL, 0), "%d of %d frames arrived", m.o.frames, N);
+    cr_assert_eq(m.bad, 0, "%d frames wrong, the first: %s", m.bad, m.why);
+    cr_assert_eq(m.o.closed, 0, "%s", m.o.close_why);
+    uint8_t theirs[SL_HANDSHAKE_LEN];
+    peer_read(fd, theirs, sizeof theirs); /* read, so that the close is a FIN, not a reset */
+    close(fd);
+    cr_assert(pump_out(base, &m.o.closed, 1, -1, NULL, 0), "the close went unnoticed");
+    event_base_loop(base, EVLOOP_NONBLOCK); /* frees the closed connection */
+    event_base_free(base);
+    close(lfd);
+    free(stream);
 }
 
 /* ---- SIGPIPE (net.h) ------------------------------------------------------ */
