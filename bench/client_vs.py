@@ -18,7 +18,6 @@ bench/client_vs.py --build build-release --baseline-cat /tmp/rev/br/client/sluic
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -34,23 +33,12 @@ ap.add_argument('--rounds', type=int, default=5)
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, binary, child_env, summary  # noqa: E402
+from cpu_time import cluster_cpu_seconds  # noqa: E402
 
-TICK = os.sysconf('SC_CLK_TCK')
 OPS = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if args.shape == 'shuffle' else []
 SPEC = {"source": {"type": "range", "start": 0, "stop": args.elements},
         "ops": OPS + [{"op": "batch", "batch_size": 1024, "drop_remainder": False}]}
 CATS = {'build': binary('sluice-cat'), 'baseline': os.path.abspath(args.baseline_cat)}
-
-
-def cpu_seconds(pids):
-    """(CPU seconds of the daemons and the consumers run so far, of the consumers alone)."""
-    total = 0.0
-    for pid in pids:
-        with open('/proc/%d/stat' % pid) as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / TICK
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return total + r.ru_utime + r.ru_stime, r.ru_utime + r.ru_stime
 
 
 def run(c, sharding, which):
@@ -58,9 +46,9 @@ def run(c, sharding, which):
     argv = c.cat_argv(SPEC, ['--sharding', sharding], 'count')
     argv[0] = CATS[which]
     pids = [d.proc.pid for d in c.daemons]
-    all0, cat0 = cpu_seconds(pids)
+    all0, cat0 = cluster_cpu_seconds(pids)
     p = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=900)
-    all1, cat1 = cpu_seconds(pids)
+    all1, cat1 = cluster_cpu_seconds(pids)
     if p.returncode != 0:
         sys.exit('bench: %s sluice-cat failed: %s' % (which, p.stderr[-2000:]))
     s = summary(p.stderr)

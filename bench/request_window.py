@@ -13,7 +13,6 @@ Run with the Release build: bench/request_window.py --build build-release."""
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 
@@ -27,21 +26,10 @@ ap.add_argument('--baseline', type=int, default=2, help='the window compared aga
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
+from cpu_time import cluster_cpu_seconds  # noqa: E402
 
-TICK = os.sysconf('SC_CLK_TCK')
 SPEC = {"source": {"type": "range", "start": 0, "stop": args.elements},
         "ops": [{"op": "batch", "batch_size": 1024, "drop_remainder": False}]}
-
-
-def cpu_seconds(pids):
-    """CPU seconds of the daemons (all their threads) and of the consumers run so far."""
-    total = 0.0
-    for pid in pids:
-        with open('/proc/%d/stat' % pid) as f:
-            fields = f.read().rsplit(')', 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / TICK
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return total + r.ru_utime + r.ru_stime
 
 
 def run(c, sharding, window):
@@ -50,9 +38,9 @@ def run(c, sharding, window):
     if window is not None:
         extra += ['--per-worker-outstanding', str(window)]
     pids = [d.proc.pid for d in c.daemons]
-    cpu0 = cpu_seconds(pids)
+    cpu0, _ = cluster_cpu_seconds(pids)
     rc, _, err = c.cat(SPEC, extra, fmt='count', timeout=900)
-    cpu1 = cpu_seconds(pids)
+    cpu1, _ = cluster_cpu_seconds(pids)
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
     s = summary(err)
