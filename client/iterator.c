@@ -628,11 +628,8 @@ static void task_connect(struct itask *t)
 static void send_requests(sl_iterator_t *it, unsigned queued)
 {
     unsigned n = 0;
-    for (struct itask *t = it->tasks; t; t = t->next) {
+    for (struct itask *t = it->tasks; t; t = t->next)
         n++;
-        if (t->state == TC_OPEN)
-            t->corked = sl_conn_cork(t->conn) == 0;
-    }
     bool sent = n > 0;
     int64_t now = now_ms();
     while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
@@ -658,6 +655,8 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
                                             .seq = again ? t->fly[t->fly_sent] : t->next_seq,
                                             .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
             memcpy(req.task_key, t->key, sizeof req.task_key);
+            if (!t->corked)
+                t->corked = sl_conn_cork(t->conn) == 0; /* its first request of this call */
             if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                 continue;
             if (!again)
