@@ -560,13 +560,25 @@ static long conn_tls_read(sl_conn_t *c, void *buf, size_t len, const char *where
  * calls each: a 1 MiB batch would take 256 turns of the loop). It reads no
  * further than the frame's end, so the next frame stays for libevent.
  * @return true once the frame was delivered and the input may hold more */
+/* A recv() mid-frame that returned r <= 0 (not EINTR, EAGAIN): the
+ * connection ends, saying the peer closed it or why the read failed. */
+static void recv_failed(sl_conn_t *c, ssize_t r)
+{
+    char why[256];
+    int err = r == 0 ? SL_ECLOSED : -errno;
+    snprintf(why, sizeof why, "%s %s in the middle of a frame", c->peer_addr,
+             r == 0 ? "closed the connection" : strerror(errno));
+    conn_die(c, true, err, why);
+}
+
 static bool read_payload(sl_conn_t *c, struct evbuffer *in)
 {
     if (!c->rx_payload) {
         /* The payload's buffer, within c->limits (checked on the header).
          * On a connection we opened (to a dispatcher, or a worker the
-         * dispatcher named) it is allocated at once and read into straight
-         * from the socket; on one a peer opened to us, only once the peer
+         * dispatcher named) it is allocated at once (and, RX_DIRECT or
+         * larger, read into straight from the socket); on one a peer opened
+         * to us, only once the peer
          * sent all of it, so that a peer cannot make us hold more than it
          * sent. */
         if (!c->outgoing && evbuffer_get_length(in) < c->rx_hdr.payload_len)
@@ -609,11 +621,7 @@ static bool read_payload(sl_conn_t *c, struct evbuffer *in)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return false; /* the rest comes with the next read event */
-        char why[256];
-        int err = r == 0 ? SL_ECLOSED : -errno;
-        snprintf(why, sizeof why, "%s %s in the middle of a frame", c->peer_addr,
-                 r == 0 ? "closed the connection" : strerror(errno));
-        conn_die(c, true, err, why);
+        recv_failed(c, r);
         return false;
     }
     sl_frame_hdr_t hdr = c->rx_hdr;
@@ -811,10 +819,7 @@ static long rx_fill(sl_conn_t *c, struct evbuffer *in)
     errno = err;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return 0;
-    char why[256];
-    snprintf(why, sizeof why, "%s %s in the middle of a frame", c->peer_addr,
-             r == 0 ? "closed the connection" : strerror(errno));
-    conn_die(c, true, r == 0 ? SL_ECLOSED : -errno, why);
+    recv_failed(c, r);
     return -1;
 }
 
@@ -1268,6 +1273,18 @@ static void no_free(const void *data, size_t len, void *extra)
  * through the loop (enable the write event, wait for it, write, disable
  * it). Errors are left to the bufferevent, which meets them on its own
  * next write. @return the bytes written */
+/* One non-blocking sendmsg() of n iovecs, without SIGPIPE. @return the
+ * bytes written (0 on any error) */
+static size_t send_iov(sl_conn_t *c, struct iovec *iov, int n)
+{
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do
+        w = sendmsg(conn_fd(c), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    return w > 0 ? (size_t)w : 0;
+}
+
 static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
 {
     struct iovec iov[MAX_PARTS];
@@ -1275,12 +1292,7 @@ static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
     for (int i = 0; i < n; i++)
         if (parts[i].n > 0)
             iov[k++] = (struct iovec){.iov_base = (void *)parts[i].p, .iov_len = parts[i].n};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-    ssize_t w;
-    do
-        w = sendmsg(conn_fd(c), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
-    return w > 0 ? (size_t)w : 0;
+    return send_iov(c, iov, k);
 }
 
 /* Sends a frame of n (<= MAX_PARTS) parts, the first its header: straight to the
@@ -1499,13 +1511,9 @@ static void write_held_now(sl_conn_t *c, struct evbuffer *buf)
         n = 64; /* the rest goes through the output */
     for (int i = 0; i < n; i++)
         iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w;
-    do
-        w = sendmsg(conn_fd(c), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
+    size_t w = send_iov(c, iov, n);
     if (w > 0)
-        evbuffer_drain(buf, (size_t)w);
+        evbuffer_drain(buf, w);
 }
 
 void sl_conn_uncork(sl_conn_t *c)

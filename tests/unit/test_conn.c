@@ -1077,10 +1077,6 @@ static bool pump_out(struct event_base *base, const int *flag, int want, int fd,
     return *flag >= want && len == 0;
 }
 
-/* A payload larger than the socket's buffers, arriving in pieces on a
- * connection we opened, reaches on_frame once, whole; a peer that closes in
- * the middle of the next frame's payload closes the connection, and the
- * part-read frame is dropped. */
 /* A connection we open (as a worker) to a listener standing in for a
  * dispatcher, through its handshake: its frames go to cbs with arg, and
  * the peer's socket is *fd (the listener *lfd). */
@@ -1105,6 +1101,10 @@ static void out_connect(struct event_base *base, const sl_conn_cbs_t *cbs, struc
     cr_assert(pump_out(base, &o->ready, 1, *fd, hs, sizeof hs), "the handshake did not complete");
 }
 
+/* A payload larger than the socket's buffers, arriving in pieces on a
+ * connection we opened, reaches on_frame once, whole; a peer that closes in
+ * the middle of the next frame's payload closes the connection, and the
+ * part-read frame is dropped. */
 Test(conn, outgoing_payload_read_in_pieces_and_cut_short)
 {
     int lfd, fd;
