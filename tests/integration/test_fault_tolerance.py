@@ -544,12 +544,16 @@ class GatedTrainers:
     gate closes there however fast the job runs (a test that closed it when
     it saw the count found a 100,000-element job over before it looked).
     The gated trainer's pipe is one page, so that it blocks after a few
-    batches more, not after 64 KiB of them."""
+    batches more, not after 64 KiB of them. The other trainer's drain waits
+    at `stop_after` batches until the gated one has read as many: it started
+    first or runs faster, and an ungated peer once read a whole
+    100,000-element job before the gated trainer had its 5 batches."""
 
     def __init__(self, cluster, spec, args, gated, stop_after):
         self.got, self.counts = [[], []], [0, 0]
         self.reads = threading.Event()
         self.reads.set()
+        self.gated_there = threading.Event()  # the gated drain has read stop_after batches
         self.stop_after = stop_after
         self.procs, self.threads = [], []
         try:
@@ -575,6 +579,9 @@ class GatedTrainers:
                 self.counts[i] += 1
                 if gated and self.counts[i] == self.stop_after:
                     self.reads.clear()
+                    self.gated_there.set()
+                elif not gated and self.counts[i] == self.stop_after:
+                    self.gated_there.wait()
 
     def finish(self, i, timeout=300):
         """Waits for trainer i to exit and its drain to end: (exit code, stderr)."""
@@ -585,6 +592,7 @@ class GatedTrainers:
     def kill(self):
         """Lets every drain read and kills what still runs (a stopped one too)."""
         self.reads.set()
+        self.gated_there.set()
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)

@@ -95,7 +95,12 @@ class Shuffle(ClusterCase):
         # 300 batches in: far fewer than the epoch, with the buffers full.
         rc, first, err = read_values(self.c, spec, ['--limit', '300', '--checkpoint-out', ckpt])
         self.assertEqual(rc, 0, err[-2000:])
-        self.assertEqual(first.size, 300 * 1024)
+        # 300 batches, whole but for the last of each worker's share: a
+        # worker whose splits ran out drains its buffer and its last batch is
+        # short, and with splits handed out unevenly that can come within the
+        # first 300 (306,752 elements were seen with three workers).
+        self.assertLessEqual(first.size, 300 * 1024)
+        self.assertGreater(first.size, 300 * 1024 - self.workers * 1024)
         rc, rest, err = read_values(self.c, spec, ['--resume-from', ckpt])
         self.assertEqual(rc, 0, err[-2000:])
         self.assertIsNone(exactly(np.concatenate([first, rest]), 1000000))
