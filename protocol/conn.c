@@ -39,6 +39,7 @@
 #include <openssl/ssl.h>
 
 #include "big_alloc.h"
+#include "gather.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -108,6 +109,10 @@ struct sl_conn {
     char fail_why[512]; /* DRAINING: the reason on_close will get */
     char peer_addr[80];
     struct evbuffer *held; /* corked: frames wait here (sl_conn_cork) */
+    bool gathers;          /* sl_conn_set_gather() */
+    sl_gather_t *gather;   /* frames of this pass of the loop, once it gathered one */
+    struct event *gather_ev; /* writes them at the end of the pass (on_gather) */
+    bool pass_open;          /* a frame went out in this pass: the next are gathered */
     /* A frame whose header and message are in and whose payload is not:
      * the payload is read into its own buffer, straight from the socket
      * (read_payload()), or, on an incoming connection, waits in the input
@@ -170,6 +175,9 @@ static void conn_free(sl_conn_t *c)
     free(c->rx_payload);
     if (c->held)
         evbuffer_free(c->held);
+    if (c->gather_ev)
+        event_free(c->gather_ev);
+    sl_gather_free(c->gather);
     if (c->deadline)
         event_free(c->deadline);
     if (c->idle)
@@ -192,6 +200,8 @@ static void conn_free(sl_conn_t *c)
         malloc_trim(0);
     free(c);
 }
+
+static void gather_flush(sl_conn_t *c);
 
 static void leave(sl_conn_t *c)
 {
@@ -273,6 +283,8 @@ static void conn_fail(sl_conn_t *c, int code, const char *why)
         evbuffer_free(c->held);
         c->held = NULL;
     }
+    /* Gathered frames were sent before the failure: they go first. */
+    gather_flush(c);
     c->error_queued = send_error_frame(c, 0, code, why) == 0;
     c->fail_code = code;
     snprintf(c->fail_why, sizeof c->fail_why, "%s", why);
@@ -1234,14 +1246,10 @@ void sl_conn_cap_connect(sl_conn_t *c, int ms)
 }
 
 /* One part of a frame to send: copied when queued (copy) or referenced. */
-struct part {
-    const void *p;
-    size_t n;
-    bool copy;
-};
+typedef sl_gather_part_t part_t;
 
 /* The parts of a frame at most: header, payload, pad and two tails. */
-#define MAX_PARTS 5
+#define MAX_PARTS SL_GATHER_PARTS
 
 /* The release of a frame queued in part: free_fn gets the payload and
  * length it was given, whatever part of the frame is the last to go. */
@@ -1268,13 +1276,9 @@ static void no_free(const void *data, size_t len, void *extra)
     (void)extra;
 }
 
-/* Writes what it can of the parts straight to the socket: when nothing is
- * queued before them, a frame costs one system call rather than a trip
- * through the loop (enable the write event, wait for it, write, disable
- * it). Errors are left to the bufferevent, which meets them on its own
- * next write. @return the bytes written */
-/* One non-blocking sendmsg() of n iovecs, without SIGPIPE. @return the
- * bytes written (0 on any error) */
+/* One non-blocking sendmsg() of n iovecs, without SIGPIPE. Errors are left
+ * to the bufferevent, which meets them on its own next write.
+ * @return the bytes written (0 on any error) */
 static size_t send_iov(sl_conn_t *c, struct iovec *iov, int n)
 {
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -1285,7 +1289,11 @@ static size_t send_iov(sl_conn_t *c, struct iovec *iov, int n)
     return w > 0 ? (size_t)w : 0;
 }
 
-static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
+/* Writes what it can of the parts straight to the socket: when nothing is
+ * queued before them, a frame costs one system call rather than a trip
+ * through the loop (enable the write event, wait for it, write, disable
+ * it). @return the bytes written */
+static size_t write_now(sl_conn_t *c, const part_t *parts, int n)
 {
     struct iovec iov[MAX_PARTS];
     int k = 0;
@@ -1295,31 +1303,14 @@ static size_t write_now(sl_conn_t *c, const struct part *parts, int n)
     return send_iov(c, iov, k);
 }
 
-/* Sends a frame of n (<= MAX_PARTS) parts, the first its header: straight to the
- * socket when the connection is open, not corked and has nothing queued,
- * and what that did not take (all of it otherwise) to the output, or to
- * the cork's buffer. The output gets the rest of the frame or nothing of
- * it. free_fn(payload, payload_len, extra), if given, runs once no part is
- * needed any more, also on failure. */
-static int send_parts(sl_conn_t *c, const struct part *parts, int n, sl_conn_free_fn free_fn, const void *payload,
-                      size_t payload_len, void *extra)
+/* Queues a frame of n parts, of which the first skip bytes were written,
+ * to out (the output or the cork's buffer): all of the rest or, without
+ * memory, none of it. free_fn(payload, payload_len, extra), if given, runs
+ * once no part is needed any more, also on failure. */
+static int queue_parts(sl_conn_t *c, struct evbuffer *out, const part_t *parts, int n, size_t skip,
+                       sl_conn_free_fn free_fn, const void *payload, size_t payload_len, void *extra)
 {
-    struct evbuffer *output = bufferevent_get_output(c->bev);
-    /* Error frames of a failing connection are not held: it closes once
-     * its output is written. */
-    struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : output;
-    size_t skip = 0, written = 0;
-    if (out == output && c->state == CONN_OPEN && !c->tls && evbuffer_get_length(output) == 0) {
-        skip = written = write_now(c, parts, n);
-        size_t total = 0;
-        for (int i = 0; i < n; i++)
-            total += parts[i].n;
-        if (skip == total) {
-            if (free_fn)
-                free_fn(payload, payload_len, extra);
-            return 0;
-        }
-    }
+    size_t written = skip;
     int last = n - 1;
     while (last > 0 && parts[last].n == 0)
         last--;
@@ -1373,6 +1364,133 @@ nomem:
     return -ENOMEM;
 }
 
+/* ---- gathering (sl_conn_set_gather(), gather.h) ---- */
+
+/* A gathered frame the socket did not take whole goes to the output, from
+ * where the write stopped; on a connection that died, it is let go. */
+static void gather_rest(void *arg, const part_t *parts, int n, size_t skip, const sl_gather_release_t *r)
+{
+    sl_conn_t *c = arg;
+    if (c->state == CONN_DEAD) {
+        if (r->fn)
+            r->fn(r->payload, r->payload_len, r->extra);
+        return;
+    }
+    queue_parts(c, bufferevent_get_output(c->bev), parts, n, skip, r->fn, r->payload, r->payload_len, r->extra);
+}
+
+/* Writes the gathered frames in one sendmsg() when nothing is queued
+ * before them (the output is empty while any are gathered: every other
+ * way into it flushes first), and queues what the socket did not take. */
+static void gather_flush(sl_conn_t *c)
+{
+    if (!c->gather || sl_gather_frames(c->gather) == 0)
+        return;
+    size_t w = 0;
+    if (c->state == CONN_OPEN && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        const struct iovec *iov;
+        int n = sl_gather_iov(c->gather, &iov);
+        w = send_iov(c, (struct iovec *)iov, n);
+    }
+    sl_gather_drain(c->gather, w, gather_rest, c);
+}
+
+/* The end of the loop's pass in which the first frame was gathered. */
+static void on_gather(evutil_socket_t fd, short what, void *arg)
+{
+    sl_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    c->pass_open = false;
+    c->depth++;
+    gather_flush(c);
+    leave(c);
+}
+
+/* Gathers a frame to be written at the end of the loop's pass, writing
+ * what is gathered first when it has no room for it.
+ * @return 0, 1 when the frame is not gathered (send it as without a
+ *         gather), SL_ECLOSED when a release run meanwhile closed the
+ *         connection (free_fn has run) */
+static int gather_frame(sl_conn_t *c, const part_t *parts, int n, sl_conn_free_fn free_fn, const void *payload,
+                        size_t payload_len, void *extra)
+{
+    if (!c->gather) {
+        c->gather = sl_gather_new();
+        c->gather_ev = c->gather ? event_new(bufferevent_get_base(c->bev), -1, 0, on_gather, c) : NULL;
+        if (!c->gather_ev) {
+            sl_gather_free(c->gather);
+            c->gather = NULL;
+            return 1;
+        }
+    }
+    if (!c->pass_open) {
+        /* The pass's first frame goes at once: the peer starts on it while
+         * the pass makes the rest. */
+        c->pass_open = true;
+        event_active(c->gather_ev, EV_WRITE, 0);
+        return 1;
+    }
+    sl_gather_release_t r = {free_fn, payload, payload_len, extra};
+    if (sl_gather_add(c->gather, parts, n, &r) == 0) {
+        if (sl_gather_frames(c->gather) == 1)
+            event_active(c->gather_ev, EV_WRITE, 0);
+        return 0;
+    }
+    if (sl_gather_frames(c->gather) == 0)
+        return 1; /* more than a gather holds: on its own */
+    /* Full: what it holds goes now. Its releases may close the connection. */
+    c->depth++;
+    gather_flush(c);
+    bool dead = c->state == CONN_DEAD;
+    leave(c);
+    if (dead) {
+        if (free_fn)
+            free_fn(payload, payload_len, extra);
+        return SL_ECLOSED;
+    }
+    return gather_frame(c, parts, n, free_fn, payload, payload_len, extra);
+}
+
+/* Sends a frame of n (<= MAX_PARTS) parts, the first its header: gathered
+ * when the connection gathers; else straight to the socket when the
+ * connection is open, not corked and has nothing queued, and what that did
+ * not take (all of it otherwise) to the output, or to the cork's buffer.
+ * The output gets the rest of the frame or nothing of it.
+ * free_fn(payload, payload_len, extra), if given, runs once no part is
+ * needed any more, also on failure. */
+static int send_parts(sl_conn_t *c, const part_t *parts, int n, sl_conn_free_fn free_fn, const void *payload,
+                      size_t payload_len, void *extra)
+{
+    struct evbuffer *output = bufferevent_get_output(c->bev);
+    /* Error frames of a failing connection are not held: it closes once
+     * its output is written. */
+    struct evbuffer *out = c->held && c->state == CONN_OPEN ? c->held : output;
+    bool direct = out == output && c->state == CONN_OPEN && !c->tls && evbuffer_get_length(output) == 0;
+    if (direct && c->gathers) {
+        int rc = gather_frame(c, parts, n, free_fn, payload, payload_len, extra);
+        if (rc <= 0)
+            return rc;
+    } else if (out == output) {
+        /* Frames gathered before this one go before it. */
+        gather_flush(c);
+        direct = direct && evbuffer_get_length(output) == 0;
+    }
+    size_t skip = 0;
+    if (direct) {
+        skip = write_now(c, parts, n);
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += parts[i].n;
+        if (skip == total) {
+            if (free_fn)
+                free_fn(payload, payload_len, extra);
+            return 0;
+        }
+    }
+    return queue_parts(c, out, parts, n, skip, free_fn, payload, payload_len, extra);
+}
+
 /* A frame goes out: on an accepted connection, one with a request id
  * answers one of the peer's requests. */
 static void answered(sl_conn_t *c, uint32_t request_id)
@@ -1410,7 +1528,7 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
     if (rc < 0)
         goto fail;
     /* Without free_fn the payload is copied, if it is queued at all. */
-    struct part parts[2] = {{buf, len, true}, {payload, payload_len, !free_fn}};
+    part_t parts[2] = {{buf, len, true}, {payload, payload_len, !free_fn}};
     return send_parts(c, parts, 2, free_fn, payload, payload_len, extra);
 fail:
     if (free_fn)
@@ -1451,9 +1569,9 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
     if (rc < 0)
         goto fail;
     /* Nothing is copied but the header: payload and tails are referenced. */
-    struct part parts[MAX_PARTS] = {{buf, len, true}, {payload, payload_len, false}, {zeros, pad, false}};
+    part_t parts[MAX_PARTS] = {{buf, len, true}, {payload, payload_len, false}, {zeros, pad, false}};
     for (int i = 0; i < ntail; i++)
-        parts[3 + i] = (struct part){tail[i].iov_base, tail[i].iov_len, false};
+        parts[3 + i] = (part_t){tail[i].iov_base, tail[i].iov_len, false};
     return send_parts(c, parts, 3 + ntail, free_fn, payload, payload_len, extra);
 fail:
     if (free_fn)
@@ -1494,6 +1612,8 @@ void sl_conn_close(sl_conn_t *c)
 
 int sl_conn_cork(sl_conn_t *c)
 {
+    /* What was gathered goes before what the cork holds. */
+    gather_flush(c);
     if (!c->held && !(c->held = evbuffer_new()))
         return -ENOMEM;
     return 0;
@@ -1534,9 +1654,16 @@ void sl_conn_uncork(sl_conn_t *c)
     evbuffer_free(held);
 }
 
+void sl_conn_set_gather(sl_conn_t *c, bool on)
+{
+    if (!on)
+        gather_flush(c);
+    c->gathers = on;
+}
+
 size_t sl_conn_pending(const sl_conn_t *c)
 {
-    size_t n = evbuffer_get_length(bufferevent_get_output(c->bev));
+    size_t n = evbuffer_get_length(bufferevent_get_output(c->bev)) + (c->gather ? sl_gather_bytes(c->gather) : 0);
     return c->tls ? n + sl_tls_unflushed(tls_of(c)) : n;
 }
 

@@ -145,7 +145,6 @@ void sl_conn_fail(sl_conn_t *c, int code, const char *fmt, ...) __attribute__((f
 /** Closes the connection now and frees it; on_close is not called. */
 void sl_conn_close(sl_conn_t *c);
 
-/** @return bytes queued for sending and not yet written */
 /**
  * Corks the connection: frames sent from now on are held, not written,
  * until sl_conn_uncork() (the dispatcher holds its answers until their
@@ -159,8 +158,21 @@ int sl_conn_cork(sl_conn_t *c);
  * else is queued), and sends directly again. */
 void sl_conn_uncork(sl_conn_t *c);
 
+/**
+ * Gathers (on) or not (off, the default). A connection that gathers writes
+ * the first frame of a pass of its loop at once (the peer starts on it),
+ * holds the next, up to SL_GATHER_FRAMES of them (gather.h), and writes
+ * those together at the end of the pass, in one system call when nothing
+ * is queued before them. A worker gathers its answers to a client. Order,
+ * releases and failures are as without: only fewer, larger writes. No
+ * effect under TLS, which gathers its records anyway; turned off, what is
+ * gathered is written.
+ */
+void sl_conn_set_gather(sl_conn_t *c, bool on);
+
 /** @return the bytes queued for the peer and not written yet (under TLS,
- * with the records gathered for the socket) */
+ * with the records gathered for the socket; with sl_conn_set_gather(),
+ * with the frames gathered) */
 size_t sl_conn_pending(const sl_conn_t *c);
 
 /** @return the peer's role (after the handshake) */

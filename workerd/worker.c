@@ -680,6 +680,9 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         free(wc);
         return;
     }
+    /* The answers of one pass of the loop (the requests one read brought,
+     * the batches a notify found ready) go out in one system call. */
+    sl_conn_set_gather(wc->conn, true);
     wc->next = w->conns;
     if (w->conns)
         w->conns->prev = wc;

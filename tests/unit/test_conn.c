@@ -35,6 +35,7 @@
 
 #include "conn.h"
 #include "frame.h"
+#include "gather.h"
 #include "net.h"
 #include "rpc.h"
 #include "seed_util.h"
@@ -817,6 +818,155 @@ Test(conn, queued_frame_released_when_the_connection_closes)
     cr_assert_eq(r.calls, 1, "the queued payload was not released on close");
     cr_assert(r.data == payload && r.len == big);
     free(payload);
+    close(fd);
+    server_stop();
+}
+
+/* ---- gathering (sl_conn_set_gather()) ---- */
+
+/* An open connection whose peer read the handshake, gathering. */
+static int gather_open(void)
+{
+    int fd = peer_open();
+    run_until_flushed();
+    uint8_t hs[SL_HANDSHAKE_LEN];
+    peer_read(fd, hs, sizeof hs);
+    peer_expect_handshake(hs, sizeof hs);
+    sl_conn_set_gather(S.conn, true);
+    return fd;
+}
+
+/* Whether the peer's socket has anything to read now. */
+static bool peer_has_data(int fd)
+{
+    uint8_t b;
+    ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    return r > 0;
+}
+
+/* The first frame of a pass of the loop goes at once; the next wait for
+ * the pass's end and then go together, in order, each released once, after
+ * it was written. */
+Test(conn, gathered_frames_go_out_at_the_end_of_the_pass)
+{
+    int fd = gather_open();
+    uint8_t payload[3000];
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload[i] = (uint8_t)(i * 7);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released r[4] = {{0}};
+    static const uint8_t tail[4] = {'t', 'a', 'i', 'l'};
+    struct iovec tails[1] = {{(void *)tail, sizeof tail}};
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 19, &resp, payload, 500, on_released, &r[3]), 0);
+    cr_assert_eq(r[3].calls, 1, "the pass's first frame was not written at once");
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 20, &resp, payload, 1000, on_released, &r[0]), 0);
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 21, &resp, "copied", 6, NULL, NULL), 0);
+    cr_assert_eq(sl_conn_send_tail(S.conn, SL_MSG_GET_SPLIT_RESP, 22, &resp, payload + 1000, 2000, 3, tails, 1,
+                                   on_released, &r[1]),
+                 0);
+    cr_assert_eq(r[0].calls + r[1].calls, 0, "released before the end of the pass");
+    cr_assert_gt(sl_conn_pending(S.conn), 3000, "the gathered frames do not count as pending");
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 19, payload, 500);
+    cr_assert(!peer_has_data(fd), "a gathered frame was written before the end of the pass");
+    run_until_flushed();
+    cr_assert_eq(r[0].calls, 1);
+    cr_assert(r[0].data == payload && r[0].len == 1000);
+    cr_assert_eq(r[1].calls, 1);
+    cr_assert(r[1].data == payload + 1000 && r[1].len == 2000);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 20, payload, 1000);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 21, (const uint8_t *)"copied", 6);
+    uint8_t want[2000 + 3 + sizeof tail] = {0};
+    memcpy(want, payload + 1000, 2000);
+    memcpy(want + 2003, tail, sizeof tail);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 22, want, sizeof want);
+    /* A new pass: its first frame goes at once again. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 23, &resp, payload, 10, on_released, &r[2]), 0);
+    cr_assert_eq(r[2].calls, 1, "the next pass's first frame was not written at once");
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 23, payload, 10);
+    /* Turned off: what was gathered goes, and frames go straight out. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 24, &resp, payload, 20, on_released, &r[2]), 0);
+    cr_assert_eq(r[2].calls, 1);
+    sl_conn_set_gather(S.conn, false);
+    cr_assert_eq(r[2].calls, 2, "turning gathering off did not write what was gathered");
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 25, &resp, payload, 30, on_released, &r[2]), 0);
+    cr_assert_eq(r[2].calls, 3, "written at once, released at once");
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 24, payload, 20);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 25, payload, 30);
+    cr_assert_eq(S.closed, 0, "%s", S.close_why);
+    close(fd);
+    server_stop();
+}
+
+/* More frames in one pass than a gather holds, some too large for its
+ * room, one far larger than the socket takes at once: what is gathered
+ * goes whenever the next does not fit, and everything arrives whole and in
+ * order, every release once. Sizes are drawn from a printed seed. */
+Test(conn, gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_order)
+{
+    uint64_t st = test_seed("conn.gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_order");
+    int fd = gather_open();
+    enum { N = 3 * SL_GATHER_FRAMES + 5 };
+    size_t big = 16u << 20;
+    uint8_t *payload = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        payload[i] = (uint8_t)(i * 31 + (i >> 12));
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released r[N];
+    memset(r, 0, sizeof r);
+    size_t size[N];
+    bool copied[N];
+    for (int i = 0; i < N; i++) {
+        uint64_t d = splitmix64(&st);
+        copied[i] = d & 1;
+        /* Copied payloads up to twice the room; one frame of 16 MiB. */
+        size[i] = i == N / 2 ? big : copied[i] ? (d >> 1) % (2 * SL_GATHER_BYTES) : (d >> 1) % 100000;
+        cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 100 + (uint32_t)i, &resp, payload, size[i],
+                                  copied[i] ? NULL : on_released, &r[i]),
+                     0, "frame %d", i);
+    }
+    for (int i = 0; i < N; i++)
+        peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 100 + (uint32_t)i, payload, size[i]);
+    run_until_flushed();
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(r[i].calls, copied[i] ? 0 : 1, "frame %d (%zu bytes) released %d times", i, size[i], r[i].calls);
+        cr_assert(copied[i] || (r[i].data == payload && r[i].len == size[i]));
+    }
+    cr_assert_eq(S.closed, 0, "%s", S.close_why);
+    free(payload);
+    close(fd);
+    server_stop();
+}
+
+/* Gathered frames of a connection closed before the end of the pass are
+ * released once; frames gathered before a cork go before what it holds. */
+Test(conn, gathered_frames_are_released_on_close_and_go_before_a_cork)
+{
+    int fd = gather_open();
+    uint8_t payload[100] = {1, 2, 3};
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released first = {0}, a = {0}, b = {0}, c = {0};
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 29, &resp, payload, 40, on_released, &first), 0);
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 30, &resp, payload, 50, on_released, &a), 0);
+    cr_assert_eq(a.calls, 0, "not gathered");
+    cr_assert_eq(sl_conn_cork(S.conn), 0);
+    cr_assert_eq(a.calls, 1, "the cork did not write what was gathered");
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 31, &resp, payload, 60, on_released, &b), 0);
+    cr_assert_eq(b.calls, 0, "a corked frame was written");
+    sl_conn_uncork(S.conn);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 29, payload, 40);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 30, payload, 50);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, 31, payload, 60);
+    run_until_flushed();
+    cr_assert_eq(b.calls, 1);
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 32, &resp, payload, 70, on_released, &first), 0);
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, 33, &resp, payload, 80, on_released, &c), 0);
+    cr_assert_eq(c.calls, 0);
+    sl_conn_close(S.conn);
+    S.conn = NULL;
+    cr_assert_eq(c.calls, 1, "a gathered frame was not released when its connection closed");
+    cr_assert(c.data == payload && c.len == 80);
+    run_briefly();
+    cr_assert_eq(c.calls, 1, "released twice");
     close(fd);
     server_stop();
 }
