@@ -50,6 +50,7 @@
 #include "provwire.h"
 #include "received.h"
 #include "resolve.h"
+#include "strcopy.h"
 
 #define RETRY_MS 200
 /* A worker that does not know a task yet (it hears of a new job's tasks
@@ -371,7 +372,7 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
             iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
             return;
         }
-        snprintf(b->worker, sizeof b->worker, "%s", t->address);
+        sl_strcopy(b->worker, sizeof b->worker, t->address);
         b->round = sl->round;
         sl->batch = b;
         sl->state = SLOT_HAVE;
@@ -517,7 +518,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
         return;
     }
-    snprintf(b->worker, sizeof b->worker, "%s", t->address);
+    sl_strcopy(b->worker, sizeof b->worker, t->address);
     pthread_mutex_lock(&it->mu);
     *it->ready_tail = b;
     it->ready_tail = &b->next;

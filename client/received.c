@@ -10,6 +10,7 @@
 #include "big_alloc.h"
 #include "errbuf.h"
 #include "provwire.h"
+#include "strcopy.h"
 
 void sl__batch_free(struct sl_batch *b)
 {
@@ -137,7 +138,7 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
     for (int i = 0; i < wb.num_components; i++) {
         const sluice_Component *pc = &resp->components[i];
         sl_component_t *c = &wb.components[i];
-        snprintf(c->name, sizeof c->name, "%s", pc->name);
+        sl_strcopy(c->name, sizeof c->name, pc->name);
         c->dtype = (sl_dtype_t)pc->dtype;
         c->rank = (int)pc->shape_count;
         memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
@@ -194,7 +195,7 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
     for (int i = 0; i < wb.num_components; i++) {
         const sl_component_t *c = &wb.components[i];
         sl_tensor_t *t = &b->tensors[i];
-        snprintf(b->names[i], sizeof b->names[i], "%s", c->name);
+        sl_strcopy(b->names[i], sizeof b->names[i], c->name);
         t->name = b->names[i];
         t->dtype = c->dtype;
         t->rank = c->rank;
