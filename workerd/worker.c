@@ -36,6 +36,7 @@
 #include "resolve.h"
 #include "rng.h"
 #include "rounds.h"
+#include "strcopy.h"
 #include "taskkey.h"
 
 #define RECONNECT_MS 500
@@ -416,7 +417,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     for (int i = 0; i < b->num_components; i++) {
         const sl_component_t *c = &b->components[i];
         sluice_Component *pc = &resp->components[i];
-        snprintf(pc->name, sizeof pc->name, "%s", c->name);
+        sl_strcopy(pc->name, sizeof pc->name, c->name);
         pc->dtype = c->dtype;
         pc->shape_count = (pb_size_t)c->rank;
         memcpy(pc->shape, c->shape, sizeof(int64_t) * (size_t)c->rank);
