@@ -1380,8 +1380,8 @@ static void gather_rest(void *arg, const part_t *parts, int n, size_t skip, cons
 }
 
 /* Writes the gathered frames in one sendmsg() when nothing is queued
- * before them (the output is empty while any are gathered: every other
- * way into it flushes first), and queues what the socket did not take. */
+ * before them, and queues what the socket did not take behind what is.
+ * Every other way into the output flushes first, so the order holds. */
 static void gather_flush(sl_conn_t *c)
 {
     if (!c->gather || sl_gather_frames(c->gather) == 0)
@@ -1408,10 +1408,11 @@ static void on_gather(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Gathers a frame to be written at the end of the loop's pass, writing
- * what is gathered first when it has no room for it.
+ * what is gathered first when it has no room for it; the first frame of a
+ * pass is not gathered (it opens the pass).
  * @return 0, 1 when the frame is not gathered (send it as without a
- *         gather), SL_ECLOSED when a release run meanwhile closed the
- *         connection (free_fn has run) */
+ *         gather, behind whatever the output holds), SL_ECLOSED when a
+ *         release run meanwhile closed the connection (free_fn has run) */
 static int gather_frame(sl_conn_t *c, const part_t *parts, int n, sl_conn_free_fn free_fn, const void *payload,
                         size_t payload_len, void *extra)
 {
@@ -1471,6 +1472,9 @@ static int send_parts(sl_conn_t *c, const part_t *parts, int n, sl_conn_free_fn 
         int rc = gather_frame(c, parts, n, free_fn, payload, payload_len, extra);
         if (rc <= 0)
             return rc;
+        /* Not gathered: a flush to make room may have left part of what it
+         * held in the output, and this frame goes behind that. */
+        direct = evbuffer_get_length(output) == 0;
     } else if (out == output) {
         /* Frames gathered before this one go before it. */
         gather_flush(c);

@@ -937,6 +937,50 @@ Test(conn, gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_orde
     server_stop();
 }
 
+/* A gather that is full when the socket is too: its flush writes part of
+ * it and queues the rest, and a frame too large for the emptied gather then
+ * goes behind that rest, not straight to the socket ahead of it. (Here the
+ * socket stays full, so a frame sent straight would write nothing and go
+ * behind anyway; with a peer reading meanwhile it would have gone ahead.
+ * This checks the order and the releases, not that race.) */
+Test(conn, a_frame_after_a_partial_flush_goes_behind_what_it_left)
+{
+    int fd = gather_open();
+    size_t big = 16u << 20;
+    uint8_t *payload = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        payload[i] = (uint8_t)(i * 13 + (i >> 10));
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    struct released r[SL_GATHER_FRAMES + 2];
+    memset(r, 0, sizeof r);
+    uint32_t id = 40;
+    /* The pass's first frame goes at once; then 16 MiB, gathered (it is
+     * referenced), and small frames until the gather is full. */
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, id++, &resp, payload, 10, on_released, &r[0]), 0);
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, id++, &resp, payload, big, on_released, &r[1]), 0);
+    for (int i = 2; i <= SL_GATHER_FRAMES; i++)
+        cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, id++, &resp, payload + i, 100, on_released, &r[i]),
+                     0);
+    cr_assert_eq(r[1].calls, 0, "the 16 MiB frame was written before the gather was full");
+    /* Full, and copied bytes beyond its room: the flush cannot write it all. */
+    size_t copied = SL_GATHER_BYTES + 100;
+    cr_assert_eq(sl_conn_send(S.conn, SL_MSG_GET_SPLIT_RESP, id++, &resp, payload + 5, copied, NULL, NULL), 0);
+    cr_assert_gt(sl_conn_pending(S.conn), copied, "the socket took 16 MiB at once");
+    uint32_t expect = 40;
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, expect++, payload, 10);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, expect++, payload, big);
+    for (int i = 2; i <= SL_GATHER_FRAMES; i++)
+        peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, expect++, payload + i, 100);
+    peer_expect_frame(fd, SL_MSG_GET_SPLIT_RESP, expect++, payload + 5, copied);
+    run_until_flushed();
+    for (int i = 0; i <= SL_GATHER_FRAMES; i++)
+        cr_assert_eq(r[i].calls, 1, "frame %d released %d times", i, r[i].calls);
+    cr_assert_eq(S.closed, 0, "%s", S.close_why);
+    free(payload);
+    close(fd);
+    server_stop();
+}
+
 /* Gathered frames of a connection closed before the end of the pass are
  * released once; frames gathered before a cork go before what it holds. */
 Test(conn, gathered_frames_are_released_on_close_and_go_before_a_cork)
