@@ -70,7 +70,9 @@ int sl_gather_iov(const sl_gather_t *g, const struct iovec **iov);
  * What could not be written of one frame: its parts and the bytes of them
  * already written (skip). rest() queues them elsewhere (copying the copied
  * parts: g's room is reused once sl_gather_drain() returns) and takes over
- * the release (run by rest's queue, or by rest itself on failure).
+ * the release (run by rest's queue, or by rest itself on failure). A
+ * release rest() runs itself runs while g is still being drained: it must
+ * not add to g (a worker's releases give memory back and send nothing).
  */
 typedef void (*sl_gather_rest_fn)(void *arg, const sl_gather_part_t *parts, int n, size_t skip,
                                   const sl_gather_release_t *release);
