@@ -23,7 +23,6 @@ Run with the Release build: bench/dynamic_vs_off.py --build build-release
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 
@@ -38,33 +37,13 @@ ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without pr
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
+from cpu_time import cpu_user_system  # noqa: E402
 
 
 def spec(shape):
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
     ops.append({"op": "batch", "batch_size": 1024, "drop_remainder": False})
     return {"source": {"type": "range", "start": 0, "stop": args.elements}, "ops": ops}
-
-
-TICK = os.sysconf('SC_CLK_TCK')
-
-
-def cpu_seconds(pid):
-    """(user, system) time of a live process, all its threads (also those gone)."""
-    with open('/proc/%d/stat' % pid) as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return int(fields[11]) / TICK, int(fields[12]) / TICK
-
-
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime, r.ru_stime
-
-
-def cpu_now(pids):
-    """(user, system) seconds of the daemons and of the consumers run so far."""
-    parts = [cpu_seconds(p) for p in pids] + [children_cpu()]
-    return sum(u for u, _ in parts), sum(s for _, s in parts)
 
 
 def run(c, workers, shape, sharding):
@@ -74,9 +53,9 @@ def run(c, workers, shape, sharding):
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]
-    user0, sys0 = cpu_now(pids)
+    user0, sys0 = cpu_user_system(pids)
     rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
-    user1, sys1 = cpu_now(pids)
+    user1, sys1 = cpu_user_system(pids)
     user, cpu = user1 - user0, (user1 - user0) + (sys1 - sys0)
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
