@@ -729,6 +729,20 @@ static void peer_expect_frame(int fd, unsigned type, uint32_t id, const uint8_t 
     free(rest);
 }
 
+/* More than loopback's socket buffers take at once. */
+#define BIG_PAYLOAD (16u << 20)
+
+/* A payload of BIG_PAYLOAD bytes that differ from their neighbours (so a
+ * piece out of place shows); the caller frees it. */
+static uint8_t *big_payload(void)
+{
+    uint8_t *p = malloc(BIG_PAYLOAD);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < BIG_PAYLOAD; i++)
+        p[i] = (uint8_t)(i * 31 + (i >> 12));
+    return p;
+}
+
 /* Frames go straight to the socket while nothing waits before them; a
  * payload the socket cannot take at once is queued from where the write
  * stopped, and frames sent meanwhile queue behind it. Every frame arrives
@@ -753,10 +767,8 @@ Test(conn, sends_in_order_whether_written_at_once_or_queued)
     peer_read(fd, hs, sizeof hs);
     peer_expect_handshake(hs, sizeof hs);
 
-    size_t big = 16u << 20; /* more than loopback's socket buffers take at once */
-    uint8_t *payload = malloc(big);
-    for (size_t i = 0; i < big; i++)
-        payload[i] = (uint8_t)(i * 31 + (i >> 12));
+    size_t big = BIG_PAYLOAD;
+    uint8_t *payload = big_payload();
     static const uint8_t tail[5] = {'t', 'a', 'i', 'l', '!'};
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     struct released small = {0}, large = {0}, with_tail = {0};
@@ -805,7 +817,7 @@ Test(conn, sends_in_order_whether_written_at_once_or_queued)
 Test(conn, queued_frame_released_when_the_connection_closes)
 {
     int fd = peer_open();
-    size_t big = 16u << 20;
+    size_t big = BIG_PAYLOAD;
     uint8_t *payload = calloc(1, big);
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     struct released r = {0};
@@ -906,10 +918,8 @@ Test(conn, gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_orde
     uint64_t st = test_seed("conn.gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_order");
     int fd = gather_open();
     enum { N = 3 * SL_GATHER_FRAMES + 5 };
-    size_t big = 16u << 20;
-    uint8_t *payload = malloc(big);
-    for (size_t i = 0; i < big; i++)
-        payload[i] = (uint8_t)(i * 31 + (i >> 12));
+    size_t big = BIG_PAYLOAD;
+    uint8_t *payload = big_payload();
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     struct released r[N];
     memset(r, 0, sizeof r);
@@ -946,10 +956,8 @@ Test(conn, gathered_frames_past_the_room_and_the_socket_arrive_whole_and_in_orde
 Test(conn, a_frame_after_a_partial_flush_goes_behind_what_it_left)
 {
     int fd = gather_open();
-    size_t big = 16u << 20;
-    uint8_t *payload = malloc(big);
-    for (size_t i = 0; i < big; i++)
-        payload[i] = (uint8_t)(i * 13 + (i >> 10));
+    size_t big = BIG_PAYLOAD;
+    uint8_t *payload = big_payload();
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     struct released r[SL_GATHER_FRAMES + 2];
     memset(r, 0, sizeof r);
