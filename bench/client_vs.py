@@ -20,6 +20,7 @@ To compare with commit REV: git worktree add /tmp/rev REV && cmake -S /tmp/rev
 bench/client_vs.py --build build-release --baseline-build /tmp/rev/br (or
 --baseline-cat /tmp/rev/br/client/sluice-cat for the client alone)."""
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,24 +46,32 @@ from cpu_time import cluster_cpu_seconds  # noqa: E402
 OPS = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if args.shape == 'shuffle' else []
 SPEC = {"source": {"type": "range", "start": 0, "stop": args.elements},
         "ops": OPS + [{"op": "batch", "batch_size": 1024, "drop_remainder": False}]}
+
+
+@contextlib.contextmanager
+def from_build(build):
+    """binary() (and so Cluster) finds build's programs meanwhile."""
+    harness.BUILD = build
+    try:
+        yield
+    finally:
+        harness.BUILD = os.environ['SLUICE_BUILD']
+
+
 CATS = {'build': binary('sluice-cat')}
 if args.baseline_cat:
     CATS['baseline'] = os.path.abspath(args.baseline_cat)
     BASELINE = CATS['baseline'] + ', alternating on the same cluster'
 else:
-    harness.BUILD = os.path.abspath(args.baseline_build)
-    CATS['baseline'] = binary('sluice-cat')
-    harness.BUILD = os.environ['SLUICE_BUILD']
+    with from_build(os.path.abspath(args.baseline_build)):
+        CATS['baseline'] = binary('sluice-cat')
     BASELINE = os.path.abspath(args.baseline_build) + ' (its daemons and sluice-cat), alternating'
 
 
 def cluster(build):
     """A cluster of build's daemons, its workers registered."""
-    harness.BUILD = build
-    try:
+    with from_build(build):
         c = Cluster(workers=args.workers)
-    finally:
-        harness.BUILD = os.environ['SLUICE_BUILD']
     try:
         c.wait_workers_registered(args.workers)
     except BaseException:
