@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,9 @@ struct split {
 
 enum producer_state { PRODUCER_RUNNING, PRODUCER_ENDED, PRODUCER_FAILED };
 
+/* The provenance's form on the wire that the consumers read. */
+enum prov_form { PROV_NONE, PROV_RUNS, PROV_DENSE };
+
 struct sl_task {
     sluice_TaskDef def;
     sl_task_config_t cfg;
@@ -53,6 +57,10 @@ struct sl_task {
     struct event *notify_ev;
     sl_task_notify_fn notify;
     void *notify_arg;
+
+    /* How the consumers last asked for provenance (enum prov_form), set by
+     * the network thread, read by the producer: sl_task_prov_form(). */
+    atomic_int prov_form;
 
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the producer waits here for room or splits */
@@ -309,6 +317,32 @@ static void metrics_init(void)
                                     "Batches the pipelines made.", NULL, 0);
 }
 
+void sl_task_prov_form(sl_task_t *task, bool provenance, bool dense)
+{
+    int form = !provenance ? PROV_NONE : dense ? PROV_DENSE : PROV_RUNS;
+    /* Stored only when it changes: called for every batch sent, it would
+     * otherwise take the line from the producer's core each time. */
+    if (atomic_load_explicit(&task->prov_form, memory_order_relaxed) != form)
+        atomic_store_explicit(&task->prov_form, form, memory_order_relaxed);
+}
+
+/* Encodes b's provenance for the wire in the form the consumers read, on
+ * the producer's thread, where b's runs were just written and still are
+ * in the cache: the network thread then sends the encoded bytes without
+ * reading the runs (a shuffled batch of 1024 has 24 KB of them), and the
+ * runs' memory, reused by the next batch, does not bounce between the two
+ * threads' cores. Not done while no consumer has asked for provenance; a
+ * consumer that reads another form gets it encoded at the send
+ * (sl_wire_batch_encode_prov() keeps a form that serves it). Without
+ * memory it is left to the send, which answers the consumer with the
+ * error. */
+static void encode_prov(sl_task_t *t, sl_wire_batch_t *b)
+{
+    int form = atomic_load_explicit(&t->prov_form, memory_order_relaxed);
+    if (b->prov_n > 0 && form != PROV_NONE)
+        (void)sl_wire_batch_encode_prov(b, form == PROV_DENSE);
+}
+
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
@@ -335,6 +369,7 @@ static void *producer_main(void *arg)
             b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally, &b->prov_span);
             pthread_mutex_unlock(&t->track_mu);
             b->prov_span_known = b->prov_n > 0;
+            encode_prov(t, b);
             if (b->ntally == 0) {
                 if (b->tally != b->tally_one)
                     free(b->tally);
@@ -424,6 +459,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         t->cfg.split_prefetch = MAX_SPLITS;
     if (t->cfg.buffer_batches == 0)
         t->cfg.buffer_batches = 1;
+    atomic_init(&t->prov_form, PROV_NONE);
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->track_mu, NULL);
     pthread_cond_init(&t->wake, NULL);

@@ -100,6 +100,14 @@ int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
  *  The notify callback runs afterwards from the loop, never inside this call. */
 void sl_task_release(sl_task_t *task, size_t size);
 
+/**
+ * Says how the task's consumers read provenance, as the latest request for
+ * a batch asked (GetElementRequest.provenance and dense_provenance): the
+ * producer's thread encodes each new batch's provenance in that form
+ * (docs/architecture.md). Any thread.
+ */
+void sl_task_prov_form(sl_task_t *task, bool provenance, bool dense);
+
 /** @return the pipeline's error message, or "" */
 const char *sl_task_errmsg(sl_task_t *task);
 

@@ -399,7 +399,9 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
 {
     sl_served_t *sv = sl_served_new(sl_task_id(wt->task), b);
     /* The provenance, encoded for the wire (docs/protocol.md) once: a
-     * batch is made once. */
+     * batch is made once. The task's producer encodes the next ones in the
+     * form this consumer reads. */
+    sl_task_prov_form(wt->task, wc->provenance, wc->dense);
     bool prov_nomem = wc->provenance && b->prov_n > 0 && sl_wire_batch_encode_prov(b, wc->dense) < 0;
     if (!sv || prov_nomem) {
         if (sv)

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "provwire.h"
 #include "task.h"
 
 struct run {
@@ -78,6 +79,27 @@ static void wait_notify(struct run *r)
     }
 }
 
+/* Answers the task's request for splits, if it has one: as many as it asks
+ * for (at most 64) of split records each, ids and records from *next_id and
+ * *next_begin on, then the end of the epoch once total records went out. */
+static void answer_splits(struct run *r, uint64_t *next_id, uint64_t *next_begin, uint64_t total, uint64_t split)
+{
+    uint64_t epoch, seq, records;
+    uint32_t max;
+    if (!sl_task_want_splits(r->task, &epoch, &max, &seq, &records))
+        return;
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    for (uint32_t i = 0; i < max && *next_begin < total && resp.splits_count < 64; i++) {
+        resp.splits[resp.splits_count++] =
+            (sluice_Split){.split_id = (*next_id)++, .begin = *next_begin, .end = *next_begin + split, .epoch = epoch};
+        *next_begin += split;
+    }
+    resp.end_of_epoch = resp.splits_count == 0;
+    resp.finished = resp.end_of_epoch;
+    sl_task_splits_arrived(r->task, &resp);
+}
+
 #define N 300000
 #define SPLIT 1000
 
@@ -101,20 +123,7 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     bool ended = false;
     uint64_t below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
-        uint64_t epoch, seq, records;
-        uint32_t max;
-        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
-            sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
-            resp.epoch = epoch;
-            for (uint32_t i = 0; i < max && next_begin < N && resp.splits_count < 64; i++) {
-                resp.splits[resp.splits_count++] = (sluice_Split){
-                    .split_id = next_id++, .begin = next_begin, .end = next_begin + SPLIT, .epoch = epoch};
-                next_begin += SPLIT;
-            }
-            resp.end_of_epoch = resp.splits_count == 0;
-            resp.finished = resp.end_of_epoch;
-            sl_task_splits_arrived(r.task, &resp);
-        }
+        answer_splits(&r, &next_id, &next_begin, N, SPLIT);
         sl_wire_batch_t *b = NULL;
         int rc = sl_task_take(r.task, &b);
         if (rc == SL_TASK_PENDING) {
@@ -294,4 +303,108 @@ Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_boun
     cfg.split_target_ms = 0;
     cfg.split_prefetch = 3;
     cr_assert_eq(run_sized(&cfg), 0, "a request asked for a length with split_target_ms 0");
+}
+
+/* The records of n runs, one (epoch, file, record) each, in order. */
+static uint64_t expand(const sl_provenance_run_t *runs, uint64_t n, uint64_t *out, uint64_t cap)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t j = 0; j < runs[i].count && k < cap; j++)
+            out[k++] = (uint64_t)runs[i].epoch << 56 ^ (uint64_t)runs[i].file_index << 40 ^ (runs[i].begin + j);
+    return k;
+}
+
+enum form { FORM_NONE, FORM_RUNS, FORM_DENSE };
+
+/* The producer encodes a batch's provenance in the form the consumers last
+ * asked for (sl_task_prov_form()) before the batch is taken, so that the
+ * send does not (it keeps the bytes as they are): dense behind a shuffle,
+ * the runs form, or none while nobody reads provenance. A change reaches
+ * the batches made after it: the buffered ones (at most buffer_batches,
+ * and one the producer holds) keep theirs. Each encoding decodes to the
+ * batch's records in order. */
+Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
+{
+    enum { TOTAL = 400000, PHASE = 60, BATCH = 1024 };
+    static const struct {
+        bool provenance, dense;
+        enum form form;
+    } phases[] = {{true, true, FORM_DENSE}, {true, false, FORM_RUNS}, {false, false, FORM_NONE},
+                  {true, true, FORM_DENSE}, {false, true, FORM_NONE}};
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\",\"buffer_size\":10000,"
+               "\"seed\":3},{\"op\":\"batch\",\"batch_size\":1024}]}",
+               &cfg);
+    /* Before any split: the first batch is made in this form already. */
+    sl_task_prov_form(r.task, phases[0].provenance, phases[0].dense);
+    static uint64_t want[BATCH], got[BATCH];
+    uint64_t next_id = 1, next_begin = 0, below = 0;
+    unsigned batches = 0, phase = 0, in_phase = 0, seen[3] = {0};
+    bool ended = false, arrived = true;
+    for (int guard = 0; !ended && guard < 1000000; guard++) {
+        answer_splits(&r, &next_id, &next_begin, TOTAL, 5000);
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_task_take(r.task, &b);
+        if (rc == SL_TASK_PENDING) {
+            wait_notify(&r);
+            continue;
+        }
+        cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r.task));
+        sl_split_done_rec_t *done = NULL;
+        unsigned n = 0;
+        cr_assert_eq(sl_task_batch_sent(r.task, rc == SL_TASK_BATCH ? b : NULL, &done, &n, &below), 0);
+        free(done);
+        if (rc != SL_TASK_BATCH) {
+            ended = true;
+            break;
+        }
+        enum form form = !b->prov_wire ? FORM_NONE : b->prov_wire_dense ? FORM_DENSE : FORM_RUNS;
+        seen[form]++;
+        /* The phase's form, or, until it arrived, the last phase's. */
+        if (form == phases[phase].form)
+            arrived = true;
+        else
+            cr_assert(!arrived && phase > 0 && form == phases[phase - 1].form && in_phase < cfg.buffer_batches + 2,
+                      "batch %u (%u of phase %u): form %d, asked for %d", batches, in_phase, phase, form,
+                      phases[phase].form);
+        cr_assert_gt(b->prov_n, 0, "batch %u has no provenance", batches);
+        if (b->prov_wire) {
+            /* Either form is the batch's records, and the send keeps it. */
+            uint64_t nw = expand(sl_wire_batch_prov(b), b->prov_n, want, BATCH);
+            cr_assert_eq(nw, b->num_elements);
+            cr_assert_eq(b->prov_records, b->num_elements);
+            sl_provenance_run_t *runs = NULL;
+            uint64_t nr = 0;
+            char err[256];
+            cr_assert_eq(sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->num_elements, &runs, &nr, err,
+                                            sizeof err),
+                         0, "batch %u: %s", batches, err);
+            cr_assert_eq(expand(runs, nr, got, BATCH), nw);
+            cr_assert_arr_eq(got, want, nw * sizeof *got, "batch %u decodes to other records", batches);
+            free(runs);
+            const uint8_t *bytes = b->prov_wire;
+            cr_assert_eq(sl_wire_batch_encode_prov(b, form == FORM_DENSE), 0);
+            cr_assert_eq(b->prov_wire, bytes, "batch %u encoded again at the send", batches);
+        }
+        batches++;
+        if (++in_phase == PHASE && phase + 1 < sizeof phases / sizeof *phases) {
+            phase++;
+            in_phase = 0;
+            arrived = false;
+            sl_task_prov_form(r.task, phases[phase].provenance, phases[phase].dense);
+        }
+        size_t size = b->size;
+        sl_wire_batch_free(b);
+        sl_task_release(r.task, size);
+    }
+    cr_assert(ended, "the task never ended");
+    cr_assert_eq(batches, (TOTAL + BATCH - 1) / BATCH);
+    cr_assert_eq(phase, 4, "the job ended in phase %u", phase);
+    cr_assert(arrived, "the last phase's form never came");
+    for (int f = 0; f < 3; f++)
+        cr_assert_gt(seen[f], 0, "no batch in form %d", f);
+    stop(&r);
 }
