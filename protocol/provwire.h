@@ -114,6 +114,33 @@ static inline void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_
         sl_prov_span_scalar(runs, n, s);
 }
 
+/** How many of run r's records lie below bound. */
+static inline uint64_t sl_prov_run_below(const sl_provenance_run_t *r, uint64_t bound)
+{
+    if (r->begin >= bound)
+        return 0;
+    return bound - r->begin < r->count ? bound - r->begin : r->count;
+}
+
+/**
+ * How many of the records of n runs lie below bound: the sum of
+ * sl_prov_run_below() over them. For runs that do not wrap past 2^64
+ * (sl_prov_span_t.wraps false): the part of a batch that falls in the
+ * first of two adjacent splits (split_track.c). Four runs at a time where
+ * the CPU has AVX2 (from SL_PROV_SPAN_WIDE runs), else one at a time.
+ */
+uint64_t sl_prov_records_below(const sl_provenance_run_t *runs, uint64_t n, uint64_t bound);
+
+/** sl_prov_records_below() a run at a time: the reference the vector path
+ *  is tested against. */
+static inline uint64_t sl_prov_records_below_scalar(const sl_provenance_run_t *runs, uint64_t n, uint64_t bound)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        k += sl_prov_run_below(&runs[i], bound);
+    return k;
+}
+
 /**
  * Encodes n runs of num_records records (their counts' sum) in the dense
  * form, when it applies: runs of at most 256 (epoch, file) pairs, mostly

@@ -627,10 +627,12 @@ static uint64_t span_draw(void)
  * path's threshold and its width, and every field: pairs that differ in
  * the epoch or the file alone, runs of no record, runs ending at 2^64 - 1,
  * at 2^64 or past it, records from 0 and from near 2^64, and counts that
- * add up past 2^64. Seeded: SLUICE_TEST_SEED repeats a run. */
-Test(provwire, the_vector_span_is_the_scalar_span)
+ * add up past 2^64. sl_prov_records_below() likewise, at bounds below,
+ * inside and above the runs, and at 0 and 2^64 - 1. Seeded:
+ * SLUICE_TEST_SEED repeats a run. */
+Test(provwire, the_vector_span_and_count_below_are_the_scalar_ones)
 {
-    unsigned seed = test_seed("provwire.the_vector_span_is_the_scalar_span");
+    unsigned seed = test_seed("provwire.the_vector_span_and_count_below_are_the_scalar_ones");
     fprintf(stderr, "  %s\n", sl_prov_span_vector() ? "vector path (AVX2)" : "no vector path on this CPU");
     span_rng = seed;
     static sl_provenance_run_t runs[1100];
@@ -670,5 +672,19 @@ Test(provwire, the_vector_span_is_the_scalar_span)
                   " lo %" PRIu64 " hi %" PRIu64 "}",
                   seed, round, n, got.pair, got.one_pair, got.wraps, got.empty, got.records, got.lo, got.hi, want.pair,
                   want.one_pair, want.wraps, want.empty, want.records, want.lo, want.hi);
+        uint64_t bounds[] = {0, UINT64_MAX, want.lo, want.lo + 1, want.hi, want.hi + 1, base,
+                             base + span_draw() % 4000 - 2000, runs[span_draw() % n].begin};
+        for (size_t k = 0; k < sizeof bounds / sizeof bounds[0]; k++) {
+            uint64_t vec = sl_prov_records_below(runs, n, bounds[k]);
+            uint64_t ref = sl_prov_records_below_scalar(runs, n, bounds[k]);
+            cr_assert_eq(vec, ref, "seed %u round %u (%" PRIu64 " runs): %" PRIu64 " records below %" PRIu64
+                         ", the scalar count %" PRIu64, seed, round, n, vec, bounds[k], ref);
+        }
     }
+    /* The reference itself: runs below, across and above the bound. */
+    sl_provenance_run_t few[] = {{0, 0, 5, 3}, {0, 0, 9, 1}, {0, 0, 2, 1}, {0, 0, 6, 4}, {0, 0, 20, 2}};
+    cr_assert_eq(sl_prov_records_below_scalar(few, 5, 7), 2 + 0 + 1 + 1);
+    cr_assert_eq(sl_prov_records_below_scalar(few, 5, 0), 0);
+    cr_assert_eq(sl_prov_records_below_scalar(few, 5, 100), 3 + 1 + 1 + 4 + 2);
+    cr_assert_eq(sl_prov_records_below_scalar(few, 5, 21), 3 + 1 + 1 + 4 + 1);
 }

@@ -553,8 +553,11 @@ static void ref_tally(struct ref_split *sp, unsigned ns, const sl_provenance_run
 /* sl_split_track_out() tallies a batch as the walk run by run does,
  * whatever the runs: inside one split (which it tallies from the span
  * alone), with one run a record past either end of it, of another pair or
- * wrapping past 2^64 back into it; of no record, ending at or past 2^64,
- * outside every split, across two splits, of several (epoch, file) pairs.
+ * wrapping past 2^64 back into it; across two adjacent splits (which it
+ * tallies from a count below the first's end), with a run crossing from
+ * one into the other or a run a record past both; of no record, ending at
+ * or past 2^64, outside every split, across two splits, of several
+ * (epoch, file) pairs.
  * The span it gives is sl_prov_span_scalar()'s. Seeded, like the model
  * above. */
 Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
@@ -564,7 +567,9 @@ Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
     static sl_provenance_run_t runs[2048];
     static sl_split_done_t tally[64];
     struct ref_split sp[32];
-    unsigned inside = 0, edge = 0; /* rounds of runs inside one split, and one record past it */
+    /* Rounds of runs inside one split, and with one record past it; across
+     * two adjacent ones, and with one record past them. */
+    unsigned inside = 0, edge = 0, across = 0, across_edge = 0;
     for (unsigned round = 0; round < 3000; round++) {
         sl_split_track_t *t = sl_split_track_new();
         cr_assert_not_null(t);
@@ -588,8 +593,44 @@ Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
             }
         }
         uint64_t n = between(1, sizeof runs / sizeof runs[0]);
-        unsigned shape = (unsigned)(draw() % 3);
-        if (shape > 0 && ns > 0) {
+        unsigned shape = (unsigned)(draw() % 5);
+        /* Two adjacent splits (one ends where the next begins), for shapes
+         * 3 and 4; without any, shape 0. */
+        unsigned adj[32], nadj = 0;
+        for (unsigned j = 0; j + 1 < ns; j++)
+            if (sp[j].epoch == sp[j + 1].epoch && sp[j].file == sp[j + 1].file && sp[j].end == sp[j + 1].begin)
+                adj[nadj++] = j;
+        if (shape >= 3 && (nadj == 0 || n < 2))
+            shape = 0;
+        if (shape >= 3) {
+            /* Across the two (shape 3), with one run a record past them
+             * (shape 4) as in shape 2. Both are reached; a run may cross
+             * from the first into the second. */
+            const struct ref_split *a = &sp[adj[draw() % nadj]], *b = a + 1;
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t x = between(a->begin, b->end - 1), c = between(1, b->end - x < 3 ? b->end - x : 3);
+                runs[i] = (sl_provenance_run_t){a->epoch, a->file, x, c};
+            }
+            uint64_t i0 = draw() % n, i1 = (i0 + 1 + draw() % (n - 1)) % n;
+            runs[i0] = (sl_provenance_run_t){a->epoch, a->file, between(a->begin, a->end - 1), 1};
+            runs[i1] = (sl_provenance_run_t){a->epoch, a->file, between(b->begin, b->end - 1), 1};
+            if (draw() % 2)
+                runs[draw() % n] = (sl_provenance_run_t){a->epoch, a->file, a->end - 1, between(2, 3)};
+            if (shape == 4) {
+                sl_provenance_run_t *r = &runs[draw() % n];
+                unsigned how = (unsigned)(draw() % 4);
+                if (how == 0 && a->begin > 0)
+                    *r = (sl_provenance_run_t){a->epoch, a->file, a->begin - 1, between(1, 2)};
+                else if (how == 1 && b->end < UINT64_MAX)
+                    *r = (sl_provenance_run_t){a->epoch, a->file, b->end - between(0, 1), 2};
+                else if (how == 2)
+                    r->file_index ^= 1;
+                else
+                    *r = (sl_provenance_run_t){a->epoch, a->file, b->end - 1, a->begin - b->end + 2};
+            }
+            across += shape == 3;
+            across_edge += shape == 4;
+        } else if (shape > 0 && shape < 3 && ns > 0) {
             /* Inside one split (shape 1), or with one run a record past it
              * (shape 2): before its begin or at its end. */
             const struct ref_split *in = &sp[draw() % ns];
@@ -660,6 +701,7 @@ Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
         }
         sl_split_track_free(t);
     }
-    cr_assert(inside > 500 && edge > 500, "seed %u: %u rounds inside one split, %u past it: the draws are off", seed,
-              inside, edge);
+    cr_assert(inside > 500 && edge > 500 && across > 300 && across_edge > 300,
+              "seed %u: %u rounds inside one split, %u past it, %u across two, %u past those: the draws are off", seed,
+              inside, edge, across, across_edge);
 }
