@@ -16,7 +16,13 @@ become instead. Splits are 262,144 records
 (--split-size and --max-split-size of the dispatcher): what a worker asks
 for at full speed, 50 ms of its pipeline (--split-target-ms), where under
 callgrind, 50 times slower, it would ask for splits smaller than the
-shuffle's buffer. Prints one JSON line per shape with
+shuffle's buffer. The consumer keeps one request in flight
+(--max-outstanding 1), so that each pass of the worker's loop and of the
+consumer's answers one batch: with more in flight, how many batches a pass
+finds depends on how callgrind happened to interleave the threads, and the
+loops' instructions a batch moved by a thousand or more between runs (the
+plain ratio read 0.85 to 1.04 for the same build; lock-step, 0.922-0.926 in
+three runs). Prints one JSON line per shape with
 the instructions per batch of the worker and of the consumer under each
 policy and ratio = OFF / DYNAMIC of their sum (1.0: DYNAMIC costs nothing
 more), then one line with the smallest ratio.
@@ -38,6 +44,8 @@ ap.add_argument('--elements', type=int, default=1000000, help='the smaller size;
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
 ap.add_argument('--workers', type=int, default=1, help='workers in the cluster (their instructions are summed)')
 ap.add_argument('--keep', metavar='DIR', help='keep the callgrind files in DIR (for callgrind_annotate)')
+ap.add_argument('--max-outstanding', type=int, default=1,
+                help='the consumer\'s requests in flight (1: lock-step, the same count run after run)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, binary, child_env  # noqa: E402
@@ -77,7 +85,8 @@ def job(shape, sharding, n, out):
                            '--admin-port', '0'], 'worker%d' % k)
         c.wait_workers_registered(args.workers, timeout=120)
         argv = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.cat' % out]
-        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding], fmt='count')
+        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding, '--max-outstanding', str(args.max_outstanding)],
+                           fmt='count')
         r = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=1800)
         if r.returncode != 0:
             sys.exit('bench: sluice-cat failed: ' + r.stderr[-2000:])
@@ -106,6 +115,7 @@ try:
              "baseline": "the same job under OFF", "unit": "instructions per batch of 1024 (callgrind)",
              "off": {"worker": round(off[0]), "consumer": round(off[1])},
              "dynamic": {"worker": round(dyn[0]), "consumer": round(dyn[1])}, "split_records": SPLIT,
+             "max_outstanding": args.max_outstanding,
              "ratio": round(sum(off) / sum(dyn), 3)}
         results.append(r)
         print(json.dumps(r), flush=True)
