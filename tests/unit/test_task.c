@@ -100,6 +100,26 @@ static void answer_splits(struct run *r, uint64_t *next_id, uint64_t *next_begin
     sl_task_splits_arrived(r->task, &resp);
 }
 
+/* Takes the task's next batch and reports it sent, as a worker's send
+ * does: SL_TASK_BATCH (*b) or SL_TASK_END, with the split-done notices the
+ * send carries (*n of them at *done, freed by the caller); SL_TASK_PENDING,
+ * after a wait for the notify callback, when none is ready. */
+static int take_and_send(struct run *r, sl_wire_batch_t **b, sl_split_done_rec_t **done, unsigned *n,
+                         uint64_t *below)
+{
+    *b = NULL;
+    *done = NULL;
+    *n = 0;
+    int rc = sl_task_take(r->task, b);
+    if (rc == SL_TASK_PENDING) {
+        wait_notify(r);
+        return rc;
+    }
+    cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r->task));
+    cr_assert_eq(sl_task_batch_sent(r->task, rc == SL_TASK_BATCH ? *b : NULL, done, n, below), 0);
+    return rc;
+}
+
 #define N 300000
 #define SPLIT 1000
 
@@ -124,16 +144,12 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     uint64_t below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
         answer_splits(&r, &next_id, &next_begin, N, SPLIT);
-        sl_wire_batch_t *b = NULL;
-        int rc = sl_task_take(r.task, &b);
-        if (rc == SL_TASK_PENDING) {
-            wait_notify(&r);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
             continue;
-        }
-        cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r.task));
-        sl_split_done_rec_t *done = NULL;
-        unsigned n = 0;
-        cr_assert_eq(sl_task_batch_sent(r.task, rc == SL_TASK_BATCH ? b : NULL, &done, &n, &below), 0);
         for (unsigned i = 0; i < n; i++) {
             uint64_t k = done[i].split_id - 100;
             cr_assert_lt(k, SPLITS, "a notice of split %lu, never handed out", (unsigned long)done[i].split_id);
@@ -255,16 +271,12 @@ static uint64_t run_sized(const sl_task_config_t *cfg)
             resp.finished = resp.end_of_epoch;
             sl_task_splits_arrived(r.task, &resp);
         }
-        sl_wire_batch_t *b = NULL;
-        int rc = sl_task_take(r.task, &b);
-        if (rc == SL_TASK_PENDING) {
-            wait_notify(&r);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
             continue;
-        }
-        cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r.task));
-        sl_split_done_rec_t *done = NULL;
-        unsigned n = 0;
-        cr_assert_eq(sl_task_batch_sent(r.task, rc == SL_TASK_BATCH ? b : NULL, &done, &n, &below), 0);
         for (unsigned i = 0; i < n; i++)
             cr_assert_eq(done[i].delivered, done[i].end - done[i].begin, "split %lu", (unsigned long)done[i].split_id);
         noticed += n;
@@ -346,16 +358,12 @@ Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
     bool ended = false, arrived = true;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
         answer_splits(&r, &next_id, &next_begin, TOTAL, 5000);
-        sl_wire_batch_t *b = NULL;
-        int rc = sl_task_take(r.task, &b);
-        if (rc == SL_TASK_PENDING) {
-            wait_notify(&r);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
             continue;
-        }
-        cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r.task));
-        sl_split_done_rec_t *done = NULL;
-        unsigned n = 0;
-        cr_assert_eq(sl_task_batch_sent(r.task, rc == SL_TASK_BATCH ? b : NULL, &done, &n, &below), 0);
         free(done);
         if (rc != SL_TASK_BATCH) {
             ended = true;
