@@ -550,6 +550,25 @@ static void ref_tally(struct ref_split *sp, unsigned ns, const sl_provenance_run
     }
 }
 
+/* Makes one of the n runs reach a record past the splits first to last
+ * (adjacent, of one epoch and file; the same split for one): it starts
+ * before them, or ends past them, or is of another pair at the same
+ * records, or ends past 2^64 and wraps around to their first record. */
+static void one_past(sl_provenance_run_t *runs, uint64_t n, const struct ref_split *first,
+                     const struct ref_split *last)
+{
+    sl_provenance_run_t *r = &runs[draw() % n];
+    unsigned how = (unsigned)(draw() % 4);
+    if (how == 0 && first->begin > 0)
+        *r = (sl_provenance_run_t){first->epoch, first->file, first->begin - 1, between(1, 2)};
+    else if (how == 1 && last->end < UINT64_MAX)
+        *r = (sl_provenance_run_t){first->epoch, first->file, last->end - between(0, 1), 2};
+    else if (how == 2)
+        r->file_index ^= 1;
+    else if (last->end - first->begin >= 2)
+        *r = (sl_provenance_run_t){first->epoch, first->file, last->end - 1, first->begin - last->end + 2};
+}
+
 /* sl_split_track_out() tallies a batch as the walk run by run does,
  * whatever the runs: inside one split (which it tallies from the span
  * alone), with one run a record past either end of it, of another pair or
@@ -616,21 +635,11 @@ Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
             runs[i1] = (sl_provenance_run_t){a->epoch, a->file, between(b->begin, b->end - 1), 1};
             if (draw() % 2)
                 runs[draw() % n] = (sl_provenance_run_t){a->epoch, a->file, a->end - 1, between(2, 3)};
-            if (shape == 4) {
-                sl_provenance_run_t *r = &runs[draw() % n];
-                unsigned how = (unsigned)(draw() % 4);
-                if (how == 0 && a->begin > 0)
-                    *r = (sl_provenance_run_t){a->epoch, a->file, a->begin - 1, between(1, 2)};
-                else if (how == 1 && b->end < UINT64_MAX)
-                    *r = (sl_provenance_run_t){a->epoch, a->file, b->end - between(0, 1), 2};
-                else if (how == 2)
-                    r->file_index ^= 1;
-                else
-                    *r = (sl_provenance_run_t){a->epoch, a->file, b->end - 1, a->begin - b->end + 2};
-            }
+            if (shape == 4)
+                one_past(runs, n, a, b);
             across += shape == 3;
             across_edge += shape == 4;
-        } else if (shape > 0 && shape < 3 && ns > 0) {
+        } else if (shape > 0 && ns > 0) {
             /* Inside one split (shape 1), or with one run a record past it
              * (shape 2): before its begin or at its end. */
             const struct ref_split *in = &sp[draw() % ns];
@@ -638,21 +647,8 @@ Test(split_track, a_batch_is_tallied_as_the_walk_tallies_it)
                 uint64_t b = between(in->begin, in->end - 1), c = between(1, in->end - b < 3 ? in->end - b : 3);
                 runs[i] = (sl_provenance_run_t){in->epoch, in->file, b, c};
             }
-            if (shape == 2) {
-                /* One run starts before the split, or ends past it, or is
-                 * of another pair at the same records, or ends past 2^64
-                 * and wraps around to the split's first record. */
-                sl_provenance_run_t *r = &runs[draw() % n];
-                unsigned how = (unsigned)(draw() % 4);
-                if (how == 0 && in->begin > 0)
-                    *r = (sl_provenance_run_t){in->epoch, in->file, in->begin - 1, between(1, 2)};
-                else if (how == 1 && in->end < UINT64_MAX)
-                    *r = (sl_provenance_run_t){in->epoch, in->file, in->end - between(0, 1), 2};
-                else if (how == 2)
-                    r->file_index ^= 1;
-                else if (in->end - in->begin >= 2)
-                    *r = (sl_provenance_run_t){in->epoch, in->file, in->end - 1, in->begin - in->end + 2};
-            }
+            if (shape == 2)
+                one_past(runs, n, in, in);
             inside += shape == 1;
             edge += shape == 2;
         } else {
