@@ -471,6 +471,18 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
          * says what became of the task, and the loop asks again until then,
          * for at most timeout_ms. */
         bool gone = e->code == SL_ENOTFOUND || e->code == SL_ECANCELLED;
+        /* Of a job the dispatcher says is FINISHED, such a task ended: with
+         * provenance tracked (DYNAMIC) the job finishes only once every
+         * split reached its clients, so nothing of the task is missing, but
+         * its end of sequence can be: the task was done (it reports that
+         * before its clients ask for the end) and its worker was lost, or
+         * started again without it, before this client asked. */
+        if (gone && it->track && it->job_state_known && it->job_state == SL_JOB_FINISHED) {
+            t->state = TC_ENDED;
+            task_drop_conn(t);
+            check_finished(it);
+            return;
+        }
         if (gone && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
             if (!t->unknown_since) {
                 t->unknown_since = now;

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -479,6 +480,53 @@ class WorkerCrash(ThreeWorkers):
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--no-provenance', '--checkpoint-out', 'x'])
         self.assertEqual(rc, 2)
         self.assertIn('--no-provenance cannot go with', err)
+
+
+class WorkerLostAfterItsTaskWasDone(unittest.TestCase):
+    """A task reports itself done once its last batch and split notice went
+    out, before its client asks for the end of sequence. A worker killed in
+    between (and started again without the task) cannot send that end; the
+    job is FINISHED at the dispatcher, whose task list still has the task (it
+    was done, not lost). The client ends the task when its worker no longer
+    knows it: every split reached it, so nothing is missing."""
+
+    def test_the_read_ends_with_every_element_once(self):
+        n, batch = 500000, 100000  # batches of 800 KB: far more than a pipe holds
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": batch}]}
+            argv = c.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '1', '--timeout-ms', '20000'],
+                              fmt='raw')
+            err_path = os.path.join(c.dir, 'cat-done.err')
+            with open(err_path, 'wb') as err_file:
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_file, env=child_env())
+            watchdog = threading.Timer(120, proc.kill)
+            watchdog.start()
+            try:
+                # The first three batches read: sluice-cat then blocks writing
+                # the fourth into the full pipe, and the fifth, the last, waits
+                # in its queue, so it asks for nothing more (one in flight or
+                # queued). The worker has sent everything but the end.
+                head = proc.stdout.read(3 * batch * 8)
+                admin = c.dispatcher.admin_port
+                wait_for(lambda: get_json(admin, '/v1/jobs')['jobs'][0]['state'] == 'FINISHED',
+                         'the job to finish at the dispatcher before the client has the end')
+                c.restart_worker(0)
+                tail = proc.stdout.read()
+                proc.wait(timeout=120)
+            finally:
+                watchdog.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            with open(err_path) as f:
+                err = f.read()
+            self.assertEqual(proc.returncode, 0, err[-2000:])
+            got = struct.unpack('<%dq' % ((len(head) + len(tail)) // 8), head + tail)
+            assert_exactly_once(self, got, n, 'a worker lost after its task was done')
+        finally:
+            self.assertEqual(c.close(), {})
 
 
 class AwayClient(unittest.TestCase):
