@@ -25,7 +25,9 @@
 
 enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
-#define KEY(tag, wt) ((uint8_t)((tag) << 3 | (wt))) /* every tag here is below 16: one byte */
+#define KEY(tag, wt) ((uint8_t)((tag) << 3 | (wt))) /* a tag below 16: one byte */
+/* A tag from 16 to 2047: the key's two varint bytes, low first. */
+#define KEY2(tag, wt) ((uint16_t)((((tag) << 3 | (wt)) & 0x7f) | 0x80 | ((((tag) << 3 | (wt)) >> 7) << 8)))
 
 /* ---- encoding: the caller's buffer holds the generated maximum size ---- */
 
@@ -34,6 +36,17 @@ static inline uint8_t *put_u64(uint8_t *p, uint8_t key, uint64_t v)
 {
     if (v) {
         *p++ = key;
+        p = sl_put_varint(p, v);
+    }
+    return p;
+}
+
+/* put_u64() for a field of a two-byte key (KEY2). */
+static inline uint8_t *put_u64_2(uint8_t *p, uint16_t key, uint64_t v)
+{
+    if (v) {
+        *p++ = (uint8_t)key;
+        *p++ = (uint8_t)(key >> 8);
         p = sl_put_varint(p, v);
     }
     return p;
@@ -61,6 +74,9 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64(p, KEY(sluice_GetElementRequest_acked_below_tag, WT_VARINT), m->acked_below);
     p = put_u64(p, KEY(sluice_GetElementRequest_tallies_tag, WT_VARINT), m->tallies);
     p = put_u64(p, KEY(sluice_GetElementRequest_dense_provenance_tag, WT_VARINT), m->dense_provenance);
+    p = put_u64(p, KEY(sluice_GetElementRequest_shm_tag, WT_VARINT), m->shm);
+    p = put_u64(p, KEY(sluice_GetElementRequest_shm_mapped_tag, WT_VARINT), m->shm_mapped);
+    p = put_u64(p, KEY(sluice_GetElementRequest_shm_released_tag, WT_VARINT), m->shm_released);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -142,6 +158,24 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
     p = put_u64(p, KEY(sluice_GetElementResponse_num_records_tag, WT_VARINT), m->num_records);
     p = put_u64(p, KEY(sluice_GetElementResponse_tallies_offset_tag, WT_VARINT), m->tallies_offset);
     p = put_u64(p, KEY(sluice_GetElementResponse_tallies_length_tag, WT_VARINT), m->tallies_length);
+    const char *nul = memchr(m->shm_socket, '\0', sizeof m->shm_socket);
+    if (!nul || m->shm_ticket.size > sizeof m->shm_ticket.bytes)
+        return SL_ETOOBIG;
+    size_t socket_len = (size_t)(nul - m->shm_socket);
+    if (socket_len) {
+        *p++ = KEY(sluice_GetElementResponse_shm_socket_tag, WT_LEN);
+        p = sl_put_varint(p, socket_len);
+        memcpy(p, m->shm_socket, socket_len);
+        p += socket_len;
+    }
+    if (m->shm_ticket.size) {
+        *p++ = KEY(sluice_GetElementResponse_shm_ticket_tag, WT_LEN);
+        p = sl_put_varint(p, m->shm_ticket.size);
+        memcpy(p, m->shm_ticket.bytes, m->shm_ticket.size);
+        p += m->shm_ticket.size;
+    }
+    p = put_u64_2(p, KEY2(sluice_GetElementResponse_shm_offset_tag, WT_VARINT), m->shm_offset);
+    p = put_u64_2(p, KEY2(sluice_GetElementResponse_shm_length_tag, WT_VARINT), m->shm_length);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -308,10 +342,10 @@ static inline bool get_key(struct rd *r, uint32_t *tag, unsigned *wt)
     return true;
 }
 
-static bool get_name(struct rd *r, unsigned wt, char *name, size_t size)
+static bool get_name(struct rd *r, unsigned wt, const char *field, char *name, size_t size)
 {
     uint32_t n;
-    if (!want(r, wt, WT_LEN, "name") || !get_u32(r, &n))
+    if (!want(r, wt, WT_LEN, field) || !get_u32(r, &n))
         return false;
     if (n == UINT32_MAX)
         return fail(r, "size too large");
@@ -374,7 +408,7 @@ static bool component_field(struct rd *r, uint32_t tag, unsigned wt, void *m)
 {
     sluice_Component *c = m;
     switch (tag) {
-    case sluice_Component_name_tag: return get_name(r, wt, c->name, sizeof c->name);
+    case sluice_Component_name_tag: return get_name(r, wt, "name", c->name, sizeof c->name);
     case sluice_Component_dtype_tag: return get_uint32(r, wt, "dtype", &c->dtype);
     case sluice_Component_shape_tag: return get_shape(r, wt, c);
     case sluice_Component_offset_tag: return get_uint64(r, wt, "offset", &c->offset);
@@ -436,6 +470,22 @@ static bool get_task_key(struct rd *r, unsigned wt, uint8_t key[16])
     return true;
 }
 
+/* pb_dec_bytes() into a static bytes field of at most 16 bytes. */
+static bool get_bytes16(struct rd *r, unsigned wt, const char *field, sluice_GetElementResponse_shm_ticket_t *b)
+{
+    uint32_t n;
+    if (!want(r, wt, WT_LEN, field) || !get_u32(r, &n))
+        return false;
+    if (n > sizeof b->bytes)
+        return fail(r, "bytes overflow");
+    if ((size_t)(r->end - r->p) < n)
+        return fail(r, "end-of-stream");
+    b->size = (pb_size_t)n;
+    memcpy(b->bytes, r->p, n);
+    r->p += n;
+    return true;
+}
+
 static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
 {
     sluice_GetElementRequest *m = msg;
@@ -454,6 +504,9 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementRequest_tallies_tag: return get_bool(r, wt, "tallies", &m->tallies);
     case sluice_GetElementRequest_dense_provenance_tag:
         return get_bool(r, wt, "dense_provenance", &m->dense_provenance);
+    case sluice_GetElementRequest_shm_tag: return get_bool(r, wt, "shm", &m->shm);
+    case sluice_GetElementRequest_shm_mapped_tag: return get_bool(r, wt, "shm_mapped", &m->shm_mapped);
+    case sluice_GetElementRequest_shm_released_tag: return get_uint64(r, wt, "shm_released", &m->shm_released);
     default: return skip(r, wt);
     }
 }
@@ -481,6 +534,11 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
         return get_uint64(r, wt, "tallies_offset", &m->tallies_offset);
     case sluice_GetElementResponse_tallies_length_tag:
         return get_uint64(r, wt, "tallies_length", &m->tallies_length);
+    case sluice_GetElementResponse_shm_socket_tag:
+        return get_name(r, wt, "shm_socket", m->shm_socket, sizeof m->shm_socket);
+    case sluice_GetElementResponse_shm_ticket_tag: return get_bytes16(r, wt, "shm_ticket", &m->shm_ticket);
+    case sluice_GetElementResponse_shm_offset_tag: return get_uint64(r, wt, "shm_offset", &m->shm_offset);
+    case sluice_GetElementResponse_shm_length_tag: return get_uint64(r, wt, "shm_length", &m->shm_length);
     default: return skip(r, wt);
     }
 }
@@ -512,6 +570,9 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     m->provenance_offset = m->provenance_length = m->done_below = 0;
     m->notices_offset = m->notices_length = m->num_records = 0;
     m->tallies_offset = m->tallies_length = 0;
+    memset(m->shm_socket, 0, sizeof m->shm_socket);
+    memset(&m->shm_ticket, 0, sizeof m->shm_ticket);
+    m->shm_offset = m->shm_length = 0;
     struct rd r = {buf, buf + len, NULL, NULL, -1};
     return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, err, errlen);
 }

@@ -96,6 +96,17 @@ static void fill(const pb_msgdesc_t *desc, void *msg)
                     memset(p, 'x', it.data_size); /* no NUL */
                 break;
             }
+            case PB_LTYPE_BYTES: { /* a static bytes field: its size, then its bytes */
+                pb_bytes_array_t *ba = (pb_bytes_array_t *)p;
+                size_t max = it.data_size - offsetof(pb_bytes_array_t, bytes);
+                size_t n = below(3) == 0 ? 0 : below(max + 1);
+                if (below(400) == 0)
+                    n = max + 1; /* over its bound */
+                ba->size = (pb_size_t)n;
+                for (size_t k = 0; k < n && k < max; k++)
+                    ba->bytes[k] = (uint8_t)sl_rng_next(&rng);
+                break;
+            }
             case PB_LTYPE_SUBMESSAGE:
                 fill(it.submsg_desc, p);
                 break;
@@ -209,9 +220,12 @@ static void gen_field(const pb_msgdesc_t *desc, struct out *o, int depth)
     size_t n;
     if (lt == PB_LTYPE_SUBMESSAGE && depth < 2) {
         gen_msg(it.submsg_desc, &b, depth + 1);
-    } else if (lt == PB_LTYPE_FIXED_LENGTH_BYTES || lt == PB_LTYPE_STRING) {
-        /* Mostly a length that fits (a string's NUL, a key's exact size), else any. */
-        uint64_t fits = lt == PB_LTYPE_STRING ? below(it.data_size) : it.data_size;
+    } else if (lt == PB_LTYPE_FIXED_LENGTH_BYTES || lt == PB_LTYPE_STRING || lt == PB_LTYPE_BYTES) {
+        /* Mostly a length that fits (a string's NUL, a key's exact size,
+         * a bytes field's bound), else any. */
+        uint64_t fits = lt == PB_LTYPE_STRING  ? below(it.data_size)
+                        : lt == PB_LTYPE_BYTES ? below(it.data_size - offsetof(pb_bytes_array_t, bytes) + 1)
+                                               : it.data_size;
         uint64_t len = below(3) == 0 ? below(it.data_size + 4) : fits;
         for (uint64_t k = 0; k < len; k++)
             put(&b, below(10) == 0 ? 0 : (uint8_t)(1 + below(255)));
