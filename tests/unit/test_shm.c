@@ -1,0 +1,351 @@
+/*
+ * Shared memory between a worker and a client on its host (workerd/shm.h,
+ * client/shmmap.h), both sides real: the worker's lane on an abstract Unix
+ * socket, served by an event loop on its own thread, the client collecting
+ * the memfd through it and mapping it. A region goes only to the ticket's
+ * holder, once; what the worker copies into a slot is what the client
+ * reads there; slots never overlap while lent, come back in order, and
+ * every bound holds (a seeded property test).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "membudget.h"
+#include "seed_util.h"
+#include "shm.h"
+#include "shmmap.h"
+#include "sluice.h"
+
+static char err[512];
+
+/* The worker's side: a lane whose loop runs on its own thread. The tests
+ * touch lane and regions only while the loop is stopped (shm.h: one
+ * thread), except for the collect, which the loop serves. */
+struct side {
+    struct event_base *base;
+    sl_shm_lane_t *lane;
+    pthread_t thread;
+};
+
+static void *loop_main(void *arg)
+{
+    struct side *s = arg;
+    event_base_loop(s->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static void side_start(struct side *s, size_t region_bytes, sl_membudget_t *budget)
+{
+    evthread_use_pthreads();
+    s->base = event_base_new();
+    cr_assert_not_null(s->base);
+    s->lane = sl_shm_lane_new(s->base, region_bytes, budget, err, sizeof err);
+    cr_assert_not_null(s->lane, "%s", err);
+}
+
+static void side_run(struct side *s)
+{
+    cr_assert_eq(pthread_create(&s->thread, NULL, loop_main, s), 0);
+}
+
+static void side_pause(struct side *s)
+{
+    event_base_loopbreak(s->base);
+    pthread_join(s->thread, NULL);
+}
+
+static void side_stop(struct side *s)
+{
+    sl_shm_lane_free(s->lane);
+    event_base_free(s->base);
+}
+
+/* Collects r's region as a client would, the loop serving the lane. */
+static int collect(struct side *s, const uint8_t *ticket, sl_shm_map_t **m)
+{
+    side_run(s);
+    int rc = sl__shm_collect(sl_shm_lane_name(s->lane), ticket, SL_SHM_TICKET_LEN, 5000, (size_t)1 << 32, m, err,
+                             sizeof err);
+    side_pause(s);
+    return rc;
+}
+
+Test(shm, a_region_goes_to_the_holder_of_its_ticket_once)
+{
+    struct side s;
+    side_start(&s, 1 << 20, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    cr_assert_not(sl_shm_region_collected(r));
+
+    /* A ticket of no region: nothing handed over. */
+    uint8_t wrong[SL_SHM_TICKET_LEN];
+    memcpy(wrong, sl_shm_region_ticket(r), sizeof wrong);
+    wrong[5] ^= 1;
+    sl_shm_map_t *m = NULL;
+    cr_assert_eq(collect(&s, wrong, &m), SL_EAUTH, "%s", err);
+    cr_assert_not(sl_shm_region_collected(r));
+
+    /* The right one: the region, mapped, the worker's bytes in it. */
+    cr_assert_eq(collect(&s, sl_shm_region_ticket(r), &m), 0, "%s", err);
+    cr_assert(sl_shm_region_collected(r));
+    const char text[] = "batch bytes";
+    struct iovec part = {(void *)text, sizeof text};
+    uint64_t off, len;
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    cr_assert_eq(len, sizeof text);
+    uint64_t seq;
+    const uint8_t *p = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    cr_assert_str_eq((const char *)p, text);
+
+    /* Once: the same ticket again gets nothing. */
+    sl_shm_map_t *again = NULL;
+    cr_assert_eq(collect(&s, sl_shm_region_ticket(r), &again), SL_EAUTH, "%s", err);
+    cr_assert_null(again);
+
+    /* The worker's region goes; the client's mapping keeps the pages. */
+    sl_shm_region_free(r);
+    cr_assert_str_eq((const char *)p, text);
+    sl__shm_slot_done(m, seq);
+    cr_assert_eq(sl__shm_released(m), 1);
+    sl__shm_unref(m);
+    side_stop(&s);
+}
+
+Test(shm, no_lane_of_that_name_is_a_refused_connect)
+{
+    /* What a worker on another host (or network namespace) looks like. */
+    uint8_t ticket[SL_SHM_TICKET_LEN] = {0};
+    sl_shm_map_t *m = NULL;
+    int rc = sl__shm_collect("sluice-shm-no-such-lane", ticket, sizeof ticket, 1000, 1 << 20, &m, err, sizeof err);
+    cr_assert_eq(rc, -ECONNREFUSED, "%d: %s", rc, err);
+    cr_assert_null(m);
+}
+
+/* A lane of the test's own that hands over a memfd its worker could
+ * shrink under the client's mapping (no F_SEAL_SHRINK). */
+static void *unsealed_lane(void *arg)
+{
+    int lfd = *(int *)arg;
+    int c = accept(lfd, NULL, NULL);
+    uint8_t ticket[SL_SHM_TICKET_LEN];
+    size_t have = 0;
+    while (have < sizeof ticket) {
+        ssize_t n = recv(c, ticket + have, sizeof ticket - have, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    int fd = memfd_create("unsealed", MFD_CLOEXEC);
+    if (ftruncate(fd, 1 << 20) < 0)
+        abort();
+    char byte = 'S';
+    struct iovec iov = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    if (sendmsg(c, &msg, 0) != 1)
+        abort();
+    close(fd);
+    close(c);
+    return NULL;
+}
+
+Test(shm, a_region_its_worker_could_shrink_is_refused)
+{
+    char name[64];
+    snprintf(name, sizeof name, "sluice-test-unsealed-%d", (int)getpid());
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                                                strlen(name))),
+                 0);
+    cr_assert_eq(listen(lfd, 1), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, unsealed_lane, &lfd), 0);
+    uint8_t ticket[SL_SHM_TICKET_LEN] = {0};
+    sl_shm_map_t *m = NULL;
+    int rc = sl__shm_collect(name, ticket, sizeof ticket, 5000, 1 << 30, &m, err, sizeof err);
+    pthread_join(th, NULL);
+    close(lfd);
+    cr_assert_eq(rc, SL_EPROTO, "%d: %s", rc, err);
+    cr_assert(strstr(err, "not a sealed memfd"), "%s", err);
+    cr_assert_null(m);
+}
+
+Test(shm, the_worker_refuses_slots_given_back_that_it_did_not_lend)
+{
+    struct side s;
+    side_start(&s, 1 << 20, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    uint8_t b[100] = {0};
+    struct iovec part = {b, sizeof b};
+    uint64_t off, len;
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    cr_assert_eq(sl_shm_region_released(r, 3, err, sizeof err), SL_EPROTO);
+    cr_assert(strstr(err, "2 slots of shared memory were lent"), "%s", err);
+    cr_assert_eq(sl_shm_region_released(r, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_shm_region_lent(r), 0);
+    cr_assert_eq(sl_shm_region_released(r, 1, err, sizeof err), SL_EPROTO); /* less than before */
+    sl_shm_region_free(r);
+    side_stop(&s);
+}
+
+Test(shm, pages_count_against_the_budget_and_a_refusal_is_only_a_fallback)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, 3 * SL_SHM_ALIGN, "--max-memory-mb");
+    struct side s;
+    side_start(&s, 16 * SL_SHM_ALIGN, &budget);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    static uint8_t b[2 * SL_SHM_ALIGN];
+    struct iovec part = {b, sizeof b};
+    uint64_t off, len;
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    cr_assert_eq(sl_membudget_used(&budget), 2 * SL_SHM_ALIGN);
+    /* Two more pages are over the budget: the batch goes over TCP. */
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), -ENOSPC);
+    cr_assert_eq(budget.refusals, 0, "a fallback is not a refusal");
+    /* Given back, the slot's pages serve again, charged once. */
+    cr_assert_eq(sl_shm_region_released(r, 1, err, sizeof err), 0);
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    cr_assert_eq(off, 0);
+    cr_assert_eq(sl_membudget_used(&budget), 2 * SL_SHM_ALIGN);
+    sl_shm_region_free(r);
+    cr_assert_eq(sl_membudget_used(&budget), 0);
+    side_stop(&s);
+}
+
+/* A slot lent in the model: where, how long, the byte it was filled with. */
+struct lent {
+    uint64_t off, len, seq;
+    const uint8_t *p; /* the client's view of it */
+    uint8_t fill;
+    bool done;
+};
+
+/* Whether size bytes (in whole pages) fit in a gap between the n slots
+ * of the model, in a region of region bytes: every page of the region,
+ * marked. */
+static bool fits(const struct lent *live, unsigned n, size_t region, uint64_t size)
+{
+    size_t pages = region / SL_SHM_ALIGN, need = (size + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN;
+    bool *used = calloc(pages, 1);
+    cr_assert_not_null(used);
+    for (unsigned i = 0; i < n; i++)
+        for (uint64_t pg = live[i].off / SL_SHM_ALIGN; pg * SL_SHM_ALIGN < live[i].off + live[i].len; pg++)
+            used[pg] = true;
+    size_t run = 0;
+    bool ok = false;
+    for (size_t pg = 0; pg < pages && !ok; pg++) {
+        run = used[pg] ? 0 : run + 1;
+        ok = run >= need;
+    }
+    free(used);
+    return ok;
+}
+
+Test(shm, slots_lent_never_overlap_and_come_back_in_order_property, .timeout = 120)
+{
+    unsigned seed = test_seed("shm slots");
+    uint64_t st = seed;
+    struct side s;
+    for (int round = 0; round < 20; round++) {
+        size_t region = SL_SHM_ALIGN * (size_t)(4 + splitmix64(&st) % 4096); /* 16 KiB to 16 MiB */
+        side_start(&s, region, NULL);
+        sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+        cr_assert_not_null(r, "%s", err);
+        sl_shm_map_t *m = NULL;
+        cr_assert_eq(collect(&s, sl_shm_region_ticket(r), &m), 0, "%s", err);
+        static struct lent live[SL_SHM_MAX_SLOTS * 4];
+        unsigned n = 0;
+        uint64_t told = 0, puts = 0, full = 0;
+        uint8_t *buf = malloc(region);
+        cr_assert_not_null(buf);
+        for (int step = 0; step < 3000; step++) {
+            uint64_t d = splitmix64(&st) % 10;
+            if (d < 5) { /* the worker lends a slot of a random size */
+                uint64_t size = 1 + splitmix64(&st) % (splitmix64(&st) % 4 == 0 ? region : region / 8);
+                uint8_t fill = (uint8_t)splitmix64(&st);
+                memset(buf, fill, size);
+                struct iovec parts[2] = {{buf, size / 2}, {buf + size / 2, size - size / 2}};
+                uint64_t off, len;
+                int rc = sl_shm_region_put(r, parts, 2, &off, &len);
+                if (rc == -ENOSPC) {
+                    /* Refused only when it could not fit: every slot out,
+                     * or no gap between the slots lent holds its pages. */
+                    full++;
+                    cr_assert(n == SL_SHM_MAX_SLOTS || !fits(live, n, region, size),
+                              "seed %u: %lu bytes refused with %u slots lent and room for them", seed,
+                              (unsigned long)size, n);
+                    continue;
+                }
+                cr_assert_eq(rc, 0);
+                cr_assert_lt(n, SL_SHM_MAX_SLOTS, "seed %u: more slots lent than the bound", seed);
+                cr_assert_eq(len, size);
+                cr_assert_eq(off % SL_SHM_ALIGN, 0);
+                cr_assert_leq(off + len, region);
+                for (unsigned i = 0; i < n; i++)
+                    if (!live[i].done)
+                        cr_assert(off + len <= live[i].off || live[i].off + live[i].len <= off,
+                                  "seed %u: [%lu, +%lu) overlaps a lent slot [%lu, +%lu)", seed, (unsigned long)off,
+                                  (unsigned long)len, (unsigned long)live[i].off, (unsigned long)live[i].len);
+                uint64_t seq;
+                const uint8_t *p = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+                cr_assert_not_null(p, "seed %u: %s", seed, err);
+                cr_assert_lt(n, sizeof live / sizeof live[0]);
+                live[n++] = (struct lent){off, len, seq, p, fill, false};
+                puts++;
+            } else if (n > 0) { /* the client is done with any slot it holds */
+                unsigned i = (unsigned)(splitmix64(&st) % n);
+                if (live[i].done)
+                    continue;
+                /* What it reads is what the worker wrote for it, whatever came after. */
+                for (uint64_t k = 0; k < live[i].len; k += 1 + live[i].len / 64)
+                    cr_assert_eq(live[i].p[k], live[i].fill, "seed %u: slot at %lu changed under its holder", seed,
+                                 (unsigned long)live[i].off);
+                cr_assert_eq(live[i].p[live[i].len - 1], live[i].fill, "seed %u", seed);
+                live[i].done = true;
+                sl__shm_slot_done(m, live[i].seq);
+                /* In order: the first slots all done, and only they, come back. */
+                uint64_t back = sl__shm_released(m);
+                cr_assert_geq(back, told);
+                cr_assert_eq(sl_shm_region_released(r, back, err, sizeof err), 0, "seed %u: %s", seed, err);
+                told = back;
+                unsigned k = 0;
+                while (k < n && live[k].done)
+                    k++;
+                memmove(live, live + k, (n - k) * sizeof live[0]);
+                n -= k;
+            }
+        }
+        cr_assert_gt(puts, 0, "seed %u", seed);
+        cr_assert_gt(full, 0, "seed %u: the ring never filled: the test did not reach its bound", seed);
+        free(buf);
+        sl_shm_region_free(r);
+        sl__shm_unref(m);
+        side_stop(&s);
+    }
+}

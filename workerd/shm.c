@@ -1,0 +1,381 @@
+/* shm.c: see shm.h. */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <openssl/crypto.h>
+
+#include "auth.h"
+#include "sluice.h"
+#include "errbuf.h"
+#include "log.h"
+#include "membudget.h"
+
+struct slot {
+    uint64_t off, ext; /* ext: the length rounded up to SL_SHM_ALIGN */
+};
+
+struct sl_shm_region {
+    sl_shm_lane_t *lane; /* NULL once the lane is gone */
+    int fd;
+    uint8_t *base;
+    size_t size;
+    uint8_t ticket[SL_SHM_TICKET_LEN];
+    bool collected;
+    /* The slots lent and not given back, in the order lent (which is the
+     * order they come back in): ring[(first + i) % SL_SHM_MAX_SLOTS] for
+     * i < count. Where each lies is another matter (place()). */
+    struct slot ring[SL_SHM_MAX_SLOTS];
+    unsigned first, count;
+    uint64_t lent, released; /* slots lent ever, and the first of them given back */
+    size_t charged;          /* bytes from the start charged to the budget: the pages written */
+    struct sl_shm_region *prev, *next;
+};
+
+/* A lane connection waiting for its ticket. */
+struct pending {
+    sl_shm_lane_t *lane;
+    int fd;
+    struct event *ev;
+    uint8_t got[SL_SHM_TICKET_LEN];
+    size_t have;
+    struct pending *next;
+};
+
+struct sl_shm_lane {
+    struct event_base *base;
+    struct evconnlistener *listener;
+    char name[SL_SHM_NAME_MAX];
+    size_t region_bytes;
+    sl_membudget_t *budget;
+    sl_shm_region_t *regions;
+    struct pending *pending;
+    unsigned num_pending;
+};
+
+/* ---- the lane ---- */
+
+static void pending_free(struct pending *p)
+{
+    sl_shm_lane_t *l = p->lane;
+    for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    l->num_pending--;
+    event_free(p->ev);
+    close(p->fd);
+    free(p);
+}
+
+/* The region whose ticket t is, not collected yet (constant time per region). */
+static sl_shm_region_t *region_of(sl_shm_lane_t *l, const uint8_t *t)
+{
+    sl_shm_region_t *found = NULL;
+    for (sl_shm_region_t *r = l->regions; r; r = r->next)
+        if (!r->collected && CRYPTO_memcmp(r->ticket, t, SL_SHM_TICKET_LEN) == 0)
+            found = r;
+    return found;
+}
+
+/* Hands the region's memfd over, with one byte (a message must carry one). */
+static int send_fd(int sock, int fd)
+{
+    char byte = 'S';
+    struct iovec iov = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+static void on_pending(evutil_socket_t fd, short what, void *arg)
+{
+    struct pending *p = arg;
+    if (what & EV_TIMEOUT) {
+        sl_log_debug("shared memory: a lane connection sent no ticket within %d ms", SL_SHM_TICKET_MS);
+        pending_free(p);
+        return;
+    }
+    ssize_t n = recv(fd, p->got + p->have, sizeof p->got - p->have, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        pending_free(p);
+        return;
+    }
+    p->have += (size_t)n;
+    if (p->have < sizeof p->got)
+        return;
+    sl_shm_region_t *r = region_of(p->lane, p->got);
+    if (!r) {
+        /* Closed without a word: the client goes on over TCP. */
+        sl_log_debug("shared memory: a lane connection showed a ticket of no region waiting");
+    } else if (send_fd(fd, r->fd) == 0) {
+        r->collected = true;
+    } else {
+        sl_log_debug("shared memory: handing a region over failed: %s", strerror(errno));
+    }
+    pending_free(p);
+}
+
+static void on_lane_accept(struct evconnlistener *lst, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    sl_shm_lane_t *l = arg;
+    (void)lst;
+    (void)sa;
+    (void)salen;
+    struct pending *p = l->num_pending < SL_SHM_MAX_PENDING ? calloc(1, sizeof *p) : NULL;
+    if (!p) {
+        close(fd);
+        return;
+    }
+    p->lane = l;
+    p->fd = fd;
+    p->ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_pending, p);
+    struct timeval tv = {SL_SHM_TICKET_MS / 1000, (SL_SHM_TICKET_MS % 1000) * 1000};
+    if (!p->ev || event_add(p->ev, &tv) < 0) {
+        if (p->ev)
+            event_free(p->ev);
+        close(fd);
+        free(p);
+        return;
+    }
+    p->next = l->pending;
+    l->pending = p;
+    l->num_pending++;
+}
+
+static void on_lane_error(struct evconnlistener *lst, void *arg)
+{
+    (void)lst;
+    (void)arg;
+    sl_log_warn("shared memory: accepting on the lane failed: %s", strerror(errno));
+}
+
+sl_shm_lane_t *sl_shm_lane_new(struct event_base *base, size_t region_bytes, struct sl_membudget *budget, char *err,
+                               size_t errlen)
+{
+    sl_shm_lane_t *l = calloc(1, sizeof *l);
+    uint8_t rnd[16];
+    if (!l) {
+        sl_errf(err, errlen, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (sl_auth_random(rnd, sizeof rnd) < 0) {
+        sl_errf(err, errlen, -EIO, "shared memory: no random bytes for the lane's name");
+        free(l);
+        return NULL;
+    }
+    int off = snprintf(l->name, sizeof l->name, "sluice-shm-");
+    for (size_t i = 0; i < sizeof rnd; i++)
+        off += snprintf(l->name + off, sizeof l->name - (size_t)off, "%02x", rnd[i]);
+    l->base = base;
+    l->region_bytes = (region_bytes + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN * SL_SHM_ALIGN;
+    l->budget = budget;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t nlen = strlen(l->name);
+    memcpy(sa.sun_path + 1, l->name, nlen); /* abstract: sun_path[0] is NUL */
+    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nlen);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, SL_SHM_MAX_PENDING) < 0) {
+        sl_errf(err, errlen, -errno, "shared memory: the lane's socket @%s: %s", l->name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(l);
+        return NULL;
+    }
+    l->listener = evconnlistener_new(base, on_lane_accept, l, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (!l->listener) {
+        sl_errf(err, errlen, -ENOMEM, "shared memory: no listener for the lane");
+        close(fd);
+        free(l);
+        return NULL;
+    }
+    evconnlistener_set_error_cb(l->listener, on_lane_error);
+    return l;
+}
+
+void sl_shm_lane_free(sl_shm_lane_t *l)
+{
+    if (!l)
+        return;
+    while (l->pending)
+        pending_free(l->pending);
+    for (sl_shm_region_t *r = l->regions; r; r = r->next)
+        r->lane = NULL;
+    evconnlistener_free(l->listener);
+    free(l);
+}
+
+const char *sl_shm_lane_name(const sl_shm_lane_t *l)
+{
+    return l->name;
+}
+
+/* ---- regions ---- */
+
+sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen)
+{
+    sl_shm_region_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        sl_errf(err, errlen, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    r->lane = l;
+    r->size = l->region_bytes;
+    r->fd = memfd_create("sluice-batches", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    /* Sealed: neither side can shrink it under the other's mapping (a
+     * read past a file's end is SIGBUS), nor grow it. */
+    if (r->fd < 0 || ftruncate(r->fd, (off_t)r->size) < 0 ||
+        fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        sl_auth_random(r->ticket, sizeof r->ticket) < 0) {
+        sl_errf(err, errlen, -errno, "shared memory: a region of %zu bytes: %s", r->size, strerror(errno));
+        goto fail;
+    }
+    r->base = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (r->base == MAP_FAILED) {
+        r->base = NULL;
+        sl_errf(err, errlen, -errno, "shared memory: mapping a region of %zu bytes: %s", r->size, strerror(errno));
+        goto fail;
+    }
+    r->next = l->regions;
+    if (l->regions)
+        l->regions->prev = r;
+    l->regions = r;
+    return r;
+fail:
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r);
+    return NULL;
+}
+
+void sl_shm_region_free(sl_shm_region_t *r)
+{
+    if (!r)
+        return;
+    sl_shm_lane_t *l = r->lane;
+    if (l) {
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            l->regions = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+        sl_membudget_release(l->budget, r->charged);
+    }
+    munmap(r->base, r->size);
+    close(r->fd);
+    free(r);
+}
+
+const uint8_t *sl_shm_region_ticket(const sl_shm_region_t *r)
+{
+    return r->ticket;
+}
+
+bool sl_shm_region_collected(const sl_shm_region_t *r)
+{
+    return r->collected;
+}
+
+unsigned sl_shm_region_lent(const sl_shm_region_t *r)
+{
+    return r->count;
+}
+
+/* Where a slot of ext bytes fits now: the lowest gap between the slots
+ * lent that holds it, so that slots keep to the region's first pages
+ * (written once, mapped by both sides once). false when none does. */
+static bool place(const sl_shm_region_t *r, uint64_t ext, uint64_t *at)
+{
+    struct slot by_off[SL_SHM_MAX_SLOTS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < r->count; i++) { /* insertion sort by offset: at most 64 */
+        struct slot sl = r->ring[(r->first + i) % SL_SHM_MAX_SLOTS];
+        unsigned k = n++;
+        for (; k > 0 && by_off[k - 1].off > sl.off; k--)
+            by_off[k] = by_off[k - 1];
+        by_off[k] = sl;
+    }
+    uint64_t cur = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (by_off[i].off >= cur && by_off[i].off - cur >= ext) {
+            *at = cur;
+            return true;
+        }
+        if (by_off[i].off + by_off[i].ext > cur)
+            cur = by_off[i].off + by_off[i].ext;
+    }
+    if (cur <= r->size && r->size - cur >= ext) {
+        *at = cur;
+        return true;
+    }
+    return false;
+}
+
+int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint64_t *off, uint64_t *len)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += parts[i].iov_len;
+    uint64_t ext = (total + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN * SL_SHM_ALIGN;
+    uint64_t at;
+    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || total == 0 || ext > r->size || !place(r, ext, &at))
+        return -ENOSPC;
+    /* Pages written for the first time are charged before they are. */
+    if (at + ext > r->charged) {
+        size_t more = (size_t)(at + ext - r->charged);
+        if (!sl_membudget_charge_spare(r->lane->budget, more)) /* not a failure: the socket carries it */
+            return -ENOSPC;
+        r->charged += more;
+    }
+    uint8_t *p = r->base + at;
+    for (int i = 0; i < n; i++) {
+        if (parts[i].iov_len)
+            memcpy(p, parts[i].iov_base, parts[i].iov_len);
+        p += parts[i].iov_len;
+    }
+    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext};
+    r->count++;
+    r->lent++;
+    *off = at;
+    *len = total;
+    return 0;
+}
+
+int sl_shm_region_released(sl_shm_region_t *r, uint64_t n, char *err, size_t errlen)
+{
+    if (n < r->released || n > r->lent)
+        return sl_errf(err, errlen, SL_EPROTO,
+                       "shm_released %" PRIu64 ": %" PRIu64 " slots of shared memory were lent on this connection and "
+                       "%" PRIu64 " given back before",
+                       n, r->lent, r->released);
+    while (r->released < n) {
+        r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
+        r->count--;
+        r->released++;
+    }
+    return 0;
+}
