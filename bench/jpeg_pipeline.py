@@ -16,7 +16,10 @@ and std on x / 255, and batch 64 images (HWC, float32) with their labels.
   more than one thread the element-wise ops say num_parallel_calls
   "autotune" (--num-parallel-calls to give a number instead): the worker
   chooses their parallelism from their measured times and its CPUs, within
-  --threads (docs/dataset-spec.md).
+  --threads (docs/dataset-spec.md). The worker hands the batches over in
+  shared memory, as it does to every client on its host (docs/protocol.md);
+  with --tcp also (the default) the same runs read them over its TCP
+  socket too, and "shm_vs_tcp" is the first rate over the second.
 - PyTorch: a DataLoader over an IterableDataset with num_workers equal to
   Sluice's pipeline threads (1): TFRecord framing and the Example protobuf
   parsed in Python (a minimal wire-format parser; the CRCs are not checked
@@ -59,6 +62,9 @@ ap.add_argument('--batches', type=int, default=24, help='batches timed')
 ap.add_argument('--runs', type=int, default=2)
 ap.add_argument('--workers', type=int, default=1, help='Sluice pipeline threads = DataLoader num_workers')
 ap.add_argument('--only', choices=['sluice', 'torch'], help='run one side (for profiling)')
+ap.add_argument('--tcp', choices=['also', 'only', 'no'], default='also',
+                help='Sluice\'s batches also (or only, or not) over TCP instead of shared memory, as a baseline '
+                     'of the transport')
 ap.add_argument('--num-parallel-calls', default='autotune',
                 help='the element-wise ops\' num_parallel_calls when --workers > 1: "autotune" or a number')
 args = ap.parse_args()
@@ -162,7 +168,7 @@ def make_data():
 # ---- Sluice ----
 
 
-def sluice_rate(data_dir):
+def sluice_rate(data_dir, shared_memory=True):
     import sluice
     from harness import Cluster
     c = Cluster(workers=1, dispatcher_args=['--data-root', data_dir],
@@ -187,7 +193,7 @@ def sluice_rate(data_dir):
                              **par),
                         {"op": "batch", "batch_size": args.batch, "drop_remainder": True},
                         {"op": "take", "count": args.warmup + args.batches}]}
-        it = sluice.distribute(spec, c.dispatcher.addr, max_outstanding=4)
+        it = sluice.distribute(spec, c.dispatcher.addr, max_outstanding=4, shared_memory=shared_memory)
         n = 0
         t0 = None
         for b in it:
@@ -329,13 +335,18 @@ def torch_rate(paths):
 
 def main():
     data_dir, paths, mean_bytes = make_data()
-    s_runs, t_runs = [], []
+    s_runs, t_runs, tcp_runs = [], [], []
     for _ in range(args.runs):
-        if args.only != 'torch':
+        if args.only != 'torch' and args.tcp != 'only':
             s_runs.append(sluice_rate(data_dir))
+        if args.only != 'torch' and args.tcp != 'no':
+            tcp_runs.append(sluice_rate(data_dir, shared_memory=False))
         if args.only != 'sluice':
             t_runs.append(torch_rate(paths))
+    if args.tcp == 'only':
+        s_runs = tcp_runs
     s_best, t_best = max(s_runs, default=0.0), max(t_runs, default=0.0)
+    tcp_best = max(tcp_runs, default=0.0)
     print(json.dumps({
         "bench": "jpeg_pipeline",
         "sluice_images_per_s": round(s_best, 1),
@@ -344,6 +355,9 @@ def main():
         "torch_runs": [round(x, 1) for x in t_runs],
         "ratio": round(s_best / t_best, 3) if s_best and t_best else None,
         "target": 3.0,
+        "sluice_transport": "tcp" if args.tcp == 'only' else "shared memory",
+        "sluice_tcp_runs": [round(x, 1) for x in tcp_runs],
+        "shm_vs_tcp": round(s_best / tcp_best, 3) if s_best and tcp_best and args.tcp == 'also' else None,
         "sluice_workers": 1,
         "sluice_pipeline_threads": args.workers,
         "sluice_num_parallel_calls": args.num_parallel_calls if args.workers > 1 else None,

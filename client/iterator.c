@@ -50,6 +50,7 @@
 #include "provwire.h"
 #include "received.h"
 #include "resolve.h"
+#include "shmmap.h"
 #include "strcopy.h"
 
 #define RETRY_MS 200
@@ -104,6 +105,10 @@ struct itask {
     uint64_t next_seq;
     uint64_t fly[MAX_PER_WORKER];
     unsigned fly_n, fly_sent;
+    /* The shared-memory region of the current connection (shmmap.h), NULL:
+     * none; shm_off: it was offered and could not be collected. */
+    sl_shm_map_t *shm;
+    bool shm_off;
     struct itask *next;
 };
 
@@ -165,6 +170,7 @@ struct sl_iterator {
     int64_t no_worker_since;
     bool no_worker_said;
     bool repeat_said; /* sharding OFF over several workers: said once */
+    bool shm_said;    /* a region offered could not be collected: said once */
     /* Coordinated reads. */
     bool coord;
     uint64_t deliver_round; /* the next round handed to the caller */
@@ -250,11 +256,21 @@ static void pump(sl_iterator_t *it);
 static void check_finished(sl_iterator_t *it);
 static void send_heartbeat(sl_iterator_t *it);
 
+/* The connection to a task's worker is gone: so is its region, which the
+ * batches built on it keep mapped until they are released. */
+static void task_conn_gone(struct itask *t)
+{
+    t->conn = NULL;
+    sl__shm_unref(t->shm);
+    t->shm = NULL;
+    t->shm_off = false;
+}
+
 static void task_drop_conn(struct itask *t)
 {
     if (t->conn) {
         sl_conn_close(t->conn);
-        t->conn = NULL;
+        task_conn_gone(t);
     }
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
@@ -446,6 +462,55 @@ static int64_t doubled(int64_t min, int64_t max, unsigned tries)
     return ms < max ? ms : max;
 }
 
+/* A region offered on the task's connection (GetElementResponse.shm_socket):
+ * collected and mapped, or, when that fails (the worker is on another
+ * host or network namespace, mostly), not asked for again on this
+ * connection: its batches come over the socket. */
+static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
+{
+    sl_iterator_t *it = t->it;
+    if (t->shm || t->shm_off || it->opts.shm < 0)
+        return;
+    if (resp->shm_ticket.size != SL_SHM_TICKET_BYTES) {
+        t->shm_off = true; /* not an offer this client can take: the socket serves */
+        return;
+    }
+    char why[300];
+    size_t max = it->opts.max_batch_bytes * SL_SHM_CLIENT_MAX_SLOTS;
+    int rc = sl__shm_collect(resp->shm_socket, resp->shm_ticket.bytes, resp->shm_ticket.size, SL_SHM_COLLECT_MS, max,
+                             &t->shm, why, sizeof why);
+    if (rc < 0) {
+        t->shm = NULL;
+        t->shm_off = true;
+        /* No such lane here is the worker on another host: nothing to say. */
+        if (rc != -ECONNREFUSED && rc != -ENOENT && !it->shm_said) {
+            it->shm_said = true;
+            fprintf(stderr, "sluice: worker %s: its batches come over TCP: shared memory: %s\n", t->address, why);
+        }
+    }
+}
+
+/* A batch whose payload lies in the connection's region: the frame carries
+ * none (payload is freed). */
+static struct sl_batch *batch_from_shm(struct itask *t, const sluice_GetElementResponse *resp, uint8_t *payload,
+                                       size_t payload_len, char *err, size_t errlen)
+{
+    free(payload);
+    uint64_t seq;
+    const uint8_t *slot = NULL;
+    if (!t->shm || payload_len > 0)
+        sl_errf(err, errlen, SL_EPROTO, "a batch in shared memory %s",
+                !t->shm ? "on a connection with no region mapped" : "with a payload in the frame too");
+    else if (resp->shm_length > t->it->opts.max_batch_bytes)
+        sl_errf(err, errlen, SL_ETOOBIG, "a batch of %" PRIu64 " bytes in shared memory is over max_batch_bytes (%zu)",
+                resp->shm_length, t->it->opts.max_batch_bytes);
+    else
+        slot = sl__shm_slot(t->shm, resp->shm_offset, resp->shm_length, &seq, err, errlen);
+    if (!slot)
+        return NULL;
+    return sl__batch_from_shm(resp, t->shm, slot, (size_t)resp->shm_length, seq, err, errlen);
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
@@ -507,6 +572,8 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementResponse *resp = msg;
+    if (resp->shm_socket[0] && !it->coord)
+        shm_collect(t, resp);
     if (it->coord) {
         coord_arrived(it, t, slot, resp, payload, hdr->payload_len);
         return;
@@ -525,7 +592,8 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     char err[512];
-    struct sl_batch *b = sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
+    struct sl_batch *b = resp->shm_length ? batch_from_shm(t, resp, payload, hdr->payload_len, err, sizeof err)
+                                          : sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
     if (!b) {
         iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
         return;
@@ -560,7 +628,7 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     struct itask *t = arg;
     (void)c;
-    t->conn = NULL;
+    task_conn_gone(t);
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
     t->fly_sent = 0; /* what was in flight is asked again on the next connection */
@@ -666,7 +734,10 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
                                             .tallies = it->track,
                                             .dense_provenance = true,
                                             .seq = again ? t->fly[t->fly_sent] : t->next_seq,
-                                            .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
+                                            .acked_below = t->fly_n ? t->fly[0] : t->next_seq,
+                                            .shm = it->opts.shm >= 0 && !t->shm && !t->shm_off,
+                                            .shm_mapped = t->shm != NULL,
+                                            .shm_released = t->shm ? sl__shm_released(t->shm) : 0};
             memcpy(req.task_key, t->key, sizeof req.task_key);
             if (!t->corked)
                 t->corked = sl_conn_cork(t->conn) == 0; /* its first request of this call */
@@ -1611,6 +1682,7 @@ void sl_iterator_close(sl_iterator_t *it)
         it->tasks = t->next;
         if (t->conn)
             sl_conn_close(t->conn);
+        task_conn_gone(t);
         sl_resolver_free(t->resolver);
         free(t);
     }

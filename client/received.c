@@ -10,6 +10,7 @@
 #include "big_alloc.h"
 #include "errbuf.h"
 #include "provwire.h"
+#include "shmmap.h"
 #include "strcopy.h"
 
 void sl__batch_free(struct sl_batch *b)
@@ -17,6 +18,8 @@ void sl__batch_free(struct sl_batch *b)
     if (!b)
         return;
     sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
+    if (b->shm)
+        sl__shm_slot_done(b->shm, b->shm_seq);
     free(b->prov);
     free(b->done);
     if (b->tally != b->tally_one)
@@ -120,12 +123,10 @@ static int tallies_from_wire(const sluice_GetElementResponse *resp, const uint8_
     return 0;
 }
 
-/* Builds a batch from a GET_ELEMENT answer, checking every component
- * against the payload. Takes ownership of payload. */
-struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
-                                        char *err, size_t errlen)
+/* Where the tensor bytes of a payload of size bytes end: where the
+ * provenance, the notices or the tallies begin. */
+static size_t tensors_end(const sluice_GetElementResponse *resp, size_t size)
 {
-    /* The tensor bytes end where the provenance or the notices begin. */
     size_t tensors = size;
     if (resp->provenance_length > 0 && resp->provenance_offset < tensors)
         tensors = (size_t)resp->provenance_offset;
@@ -133,8 +134,18 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
         tensors = (size_t)resp->notices_offset;
     if (resp->tallies_length > 0 && resp->tallies_offset < tensors)
         tensors = (size_t)resp->tallies_offset;
+    return tensors;
+}
+
+/* Builds a batch from a GET_ELEMENT answer: its components checked against
+ * the tensors bytes at data, its provenance, notices and tallies against
+ * payload, size bytes (which it owns, and frees on failure). */
+static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
+                                    const uint8_t *data, size_t tensors, char *err, size_t errlen)
+{
+    /* A view to check, only read (sl_wire_batch_validate() takes a const batch). */
     sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
-                          .data = payload, .size = tensors};
+                          .data = (uint8_t *)(uintptr_t)data, .size = tensors};
     for (int i = 0; i < wb.num_components; i++) {
         const sluice_Component *pc = &resp->components[i];
         sl_component_t *c = &wb.components[i];
@@ -200,13 +211,59 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
         t->dtype = c->dtype;
         t->rank = c->rank;
         memcpy(t->shape, c->shape, sizeof t->shape);
-        t->data = payload + c->offset;
+        t->data = data + c->offset;
         t->size = c->length;
         if (c->ragged) {
-            t->row_splits = (const int64_t *)(payload + c->splits_offset);
+            t->row_splits = (const int64_t *)(data + c->splits_offset);
             t->num_row_splits = c->splits_length / sizeof(int64_t);
         }
     }
+    return b;
+}
+
+struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
+                                     char *err, size_t errlen)
+{
+    return batch_build(resp, payload, size, payload, tensors_end(resp, size), err, errlen);
+}
+
+/* The offset of a part that follows the tensor bytes, in their copy: 0 for none. */
+static uint64_t in_tail(uint64_t off, uint64_t len, size_t tensors)
+{
+    return len > 0 ? off - tensors : 0;
+}
+
+struct sl_batch *sl__batch_from_shm(const sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
+                                    size_t len, uint64_t seq, char *err, size_t errlen)
+{
+    for (pb_size_t i = 0; i < resp->components_count; i++)
+        if (resp->components[i].ragged || resp->components[i].dtype == SL_DTYPE_BYTES) {
+            sl_errf(err, errlen, SL_EPROTO, "task %" PRIu64 ": component %s in shared memory is %s", resp->task_id,
+                    resp->components[i].name, resp->components[i].ragged ? "ragged" : "of bytes");
+            sl__shm_slot_done(m, seq);
+            return NULL;
+        }
+    /* What follows the tensor bytes is read after the checks: copied out,
+     * with the offsets counted in the copy. */
+    size_t tensors = tensors_end(resp, len);
+    uint8_t *tail = malloc(len - tensors + 1);
+    if (!tail) {
+        sl_errf(err, errlen, -ENOMEM, "out of memory");
+        sl__shm_slot_done(m, seq);
+        return NULL;
+    }
+    memcpy(tail, slot + tensors, len - tensors);
+    sluice_GetElementResponse r = *resp;
+    r.provenance_offset = in_tail(r.provenance_offset, r.provenance_length, tensors);
+    r.notices_offset = in_tail(r.notices_offset, r.notices_length, tensors);
+    r.tallies_offset = in_tail(r.tallies_offset, r.tallies_length, tensors);
+    struct sl_batch *b = batch_build(&r, tail, len - tensors, slot, tensors, err, errlen);
+    if (!b) {
+        sl__shm_slot_done(m, seq);
+        return NULL;
+    }
+    b->shm = m;
+    b->shm_seq = seq;
     return b;
 }
 

@@ -26,6 +26,11 @@ struct sl_batch {
     char names[SL_MAX_COMPONENTS][SL_MAX_NAME];
     uint8_t *payload;
     size_t size;
+    /* A batch whose tensor bytes lie in a worker's shared-memory region
+     * (shmmap.h): its slot there, held until the batch is freed; payload
+     * then holds only the provenance, notices and tallies, copied out. */
+    struct sl_shm_map *shm;
+    uint64_t shm_seq;
     /* The provenance: num_prov runs, checked, encoded at prov_wire (in
      * payload; provwire.h) and decoded into prov (owned) when the caller
      * asks for them: the ledger reads them without keeping a copy. */
@@ -67,5 +72,18 @@ int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *
  */
 struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size, char *err,
                                      size_t errlen);
+
+/**
+ * sl__batch_from_wire() for an answer whose payload lies in a shared-memory
+ * slot (GetElementResponse.shm_offset): the slot, len bytes at slot, is
+ * checked as a frame's payload would be, its provenance, notices and
+ * tallies copied out first (the worker could change the slot's bytes
+ * after the checks), and only dense components of fixed-size elements may
+ * lie there. The batch holds the slot (number seq of map m); on failure it
+ * is given back.
+ * @return the batch, or NULL with what was wrong in err
+ */
+struct sl_batch *sl__batch_from_shm(const sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
+                                    size_t len, uint64_t seq, char *err, size_t errlen);
 
 #endif

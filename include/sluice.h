@@ -250,6 +250,11 @@ typedef struct sl_iterator_opts {
     int ledger_deltas;          /* > 0: keep what the iterator records of each batch it
                                    returns for sl_iterator_delta(); only an iterator that
                                    takes checkpoints (SL_EINVAL otherwise); 0 (default): not */
+    int shm;                    /* a worker on this host hands its batches over in shared
+                                   memory (docs/protocol.md): 0 (default) where the worker
+                                   offers it (sluice-workerd --shm-mb) and the read is not
+                                   coordinated; < 0 never: every batch over the socket.
+                                   A batch then holds its slot until released */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */

@@ -53,6 +53,9 @@ static void usage(FILE *f)
             "  --split-target-ms N      DYNAMIC: ask for splits that take the pipeline this long at\n"
             "                           its measured rate (default 50; 0: the dispatcher's --split-size)\n"
             "  --max-batch-mb N         largest batch a pipeline may build, in MiB (default 256)\n"
+            "  --shm-mb N               a client on this host gets its batches through a region of\n"
+            "                           shared memory of N MiB per connection (default 256; 0: over\n"
+            "                           TCP only; its pages count against the memory budget)\n"
             "  --io-engine uring|pread  how files are read (default: io_uring, or pread where\n"
             "                           io_uring cannot be set up, logged once)\n"
             "  --cache-mb N             memory all in-memory cache ops together may hold, in MiB\n"
@@ -90,7 +93,7 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_SPLIT_TARGET, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
-           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT };
+           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT, O_SHM_MB };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"dispatcher", required_argument, NULL, O_DISP},
@@ -107,6 +110,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"cache-disk-mb", required_argument, NULL, O_CACHE_DISK_MB},
         {"max-memory-mb", required_argument, NULL, O_MAX_MEMORY_MB},
         {"hold-timeout-ms", required_argument, NULL, O_HOLD_TIMEOUT},
+        {"shm-mb", required_argument, NULL, O_SHM_MB},
         {NULL, 0, NULL, 0},
     };
     char err[300], host[256];
@@ -183,6 +187,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_HOLD_TIMEOUT:
             if (sl_cli_int(program, "hold-timeout-ms", optarg, 1000, 86400000, &o->worker.hold_timeout_ms) < 0)
                 return -1;
+            break;
+        case O_SHM_MB:
+            if (sl_cli_int(program, "shm-mb", optarg, 0, 65536, &v) < 0)
+                return -1;
+            o->worker.shm_region_bytes = (size_t)v << 20;
             break;
         case O_MAX_MEMORY_MB:
             if (sl_cli_int(program, "max-memory-mb", optarg, 16, (int64_t)1 << 30, &o->max_memory_mb) < 0)

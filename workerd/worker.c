@@ -36,6 +36,7 @@
 #include "resolve.h"
 #include "rng.h"
 #include "rounds.h"
+#include "shm.h"
 #include "strcopy.h"
 #include "taskkey.h"
 
@@ -84,6 +85,9 @@ struct wconn {
     bool provenance; /* its client asks for provenance runs (GetElementRequest.provenance) */
     bool tallies;    /* and for tallies (GetElementRequest.tallies) */
     bool dense;      /* and reads the dense form (GetElementRequest.dense_provenance) */
+    sl_shm_region_t *shm; /* its shared-memory region (shm.h), NULL: none */
+    bool shm_offer;       /* the next answer offers it */
+    bool shm_mapped;      /* its client mapped it: payloads go there when they fit */
     sl_task_key_proof_t proofs[SL_TASK_KEY_PROOFS]; /* keys its requests proved */
     struct wconn *prev, *next;
 };
@@ -114,6 +118,7 @@ struct sl_worker {
     char address[256];
     uint16_t port;
     struct evconnlistener *listener;
+    sl_shm_lane_t *lane; /* NULL: no shared memory (--shm-mb 0, or no lane) */
     struct wconn *conns;
     struct parked *parked, **parked_tail;
     struct wtask *tasks;
@@ -143,7 +148,7 @@ struct sl_worker {
     struct event *retry_register;
 };
 
-static sl_metric_t *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
+static sl_metric_t *m_client_wait, *m_served, *m_bytes_served, *m_forbidden, *m_shm_served, *m_shm_fallback;
 
 static int64_t now_us(void)
 {
@@ -334,6 +339,48 @@ static void on_batch_written(const void *data, size_t len, void *extra)
     free(s);
 }
 
+/* Whether a batch's payload may go through shared memory: no component
+ * whose bytes the client interprets (a ragged component's row splits, a
+ * bytes component's offsets), which the worker could change under it
+ * after its checks. */
+static bool shm_fits(const sl_wire_batch_t *b)
+{
+    for (int i = 0; i < b->num_components; i++)
+        if (b->components[i].ragged || b->components[i].dtype == SL_DTYPE_BYTES)
+            return false;
+    return true;
+}
+
+/* send_served() for a connection with a region: the answer offers the
+ * region (once), and its payload goes into a slot when the client mapped
+ * it and it fits, else over the socket as before. The answer as first made
+ * (sv->resp, what a redelivery sends) is not changed. */
+static void send_shm(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2], struct sent *s)
+{
+    sluice_GetElementResponse resp = sv->resp;
+    if (wc->shm_offer) {
+        wc->shm_offer = false;
+        sl_strcopy(resp.shm_socket, sizeof resp.shm_socket, sl_shm_lane_name(wc->w->lane));
+        resp.shm_ticket.size = SL_SHM_TICKET_LEN;
+        memcpy(resp.shm_ticket.bytes, sl_shm_region_ticket(wc->shm), SL_SHM_TICKET_LEN);
+    }
+    if (wc->shm_mapped && shm_fits(sv->batch)) {
+        struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
+        if (sl_shm_region_put(wc->shm, parts, 3, &resp.shm_offset, &resp.shm_length) == 0) {
+            sl_metric_add(m_shm_served, 1);
+            if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, NULL, 0, NULL, NULL) < 0)
+                sl_log_debug("batch for %s dropped", sl_conn_peer(wc->conn));
+            on_batch_written(NULL, 0, s); /* copied: its room goes back to the task now */
+            return;
+        }
+        sl_metric_add(m_shm_fallback, 1);
+    }
+    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, sv->batch->data,
+                               sv->batch->size, 0, tails, 2, on_batch_written, s);
+    if (rc < 0)
+        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+}
+
 /* Writes served batch sv (its answer as first made) to wc. */
 static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
 {
@@ -348,6 +395,10 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
     sl_metric_add(m_bytes_served, (double)sv->batch->size);
     struct iovec tails[2] = {{sv->batch->prov_wire, (size_t)sv->resp.provenance_length},
                              {sv->notices, sv->notices_len}};
+    if (wc->shm_offer || (wc->shm_mapped && shm_fits(sv->batch))) {
+        send_shm(wc, request_id, sv, tails, s);
+        return;
+    }
     int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &sv->resp, sv->batch->data,
                                sv->batch->size, 0, tails, 2, on_batch_written, s);
     if (rc < 0)
@@ -554,6 +605,35 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
         w->parked_tail = &(*w->parked_tail)->next;
 }
 
+/* A request's shared-memory fields (shm.h): a region made and offered to a
+ * client that asks for one, the slots it gives back. A client that says it
+ * mapped a region it did not collect, or gives back slots it was not lent,
+ * breaks the protocol. @return false when the connection failed */
+static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
+{
+    char err[256];
+    if (req->shm && !wc->shm && wc->w->lane && !req->coordinated) {
+        wc->shm = sl_shm_region_new(wc->w->lane, err, sizeof err);
+        if (wc->shm)
+            wc->shm_offer = true;
+        else
+            sl_log_warn("%s: batches go over TCP: %s", sl_conn_peer(wc->conn), err);
+    }
+    if (req->shm_mapped && !wc->shm_mapped) {
+        if (!wc->shm || !sl_shm_region_collected(wc->shm)) {
+            sl_conn_fail(wc->conn, SL_EPROTO, "shm_mapped: no shared-memory region was collected on this connection");
+            return false;
+        }
+        wc->shm_mapped = true;
+    }
+    if (req->shm_released && (!wc->shm || sl_shm_region_released(wc->shm, req->shm_released, err, sizeof err) < 0)) {
+        sl_conn_fail(wc->conn, SL_EPROTO, "%s",
+                     wc->shm ? err : "shm_released: no shared-memory region on this connection");
+        return false;
+    }
+    return true;
+}
+
 static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct wconn *wc = arg;
@@ -585,6 +665,8 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     wc->provenance = req->provenance;
     wc->tallies = req->tallies;
     wc->dense = req->dense_provenance;
+    if (!shm_request(wc, req))
+        return;
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
     struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;
@@ -653,6 +735,7 @@ static void wconn_free(struct wconn *wc)
         w->conns = wc->next;
     if (wc->next)
         wc->next->prev = wc->prev;
+    sl_shm_region_free(wc->shm);
     free(wc);
 }
 
@@ -1044,6 +1127,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .heartbeat_ms = 250,
         .connect_timeout_ms = 5000,
         .hold_timeout_ms = 300000,
+        .shm_region_bytes = (size_t)256 << 20,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
                  .split_prefetch = 8, .split_target_ms = 50},
     };
@@ -1060,6 +1144,13 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                       "Batches sent to clients.", NULL, 0);
         m_bytes_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_bytes_served_total", NULL,
                                             "Tensor bytes sent to clients.", NULL, 0);
+        m_shm_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_shm_total", NULL,
+                                          "Batches whose bytes went to a client on this host through shared memory.",
+                                          NULL, 0);
+        m_shm_fallback = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_shm_fallbacks_total", NULL,
+                                            "Batches for a client with shared memory that went over TCP: its region "
+                                            "was full (the client held its slots) or the memory budget said no.",
+                                            NULL, 0);
         m_forbidden = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_forbidden_total", NULL,
                                          "GET_ELEMENT requests refused with SL_EPERM: their task_key was not the "
                                          "task's.", NULL, 0);
@@ -1084,6 +1175,12 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
     w->resolver = sl_resolver_new(base, disp_resolved, w);
     w->retry_register = evtimer_new(base, on_retry_register, w);
     w->hold_timer = event_new(base, -1, EV_PERSIST, on_hold_timer, w);
+    if (cfg->shm_region_bytes) {
+        char why[256];
+        w->lane = sl_shm_lane_new(base, cfg->shm_region_bytes, cfg->task.mem, why, sizeof why);
+        if (!w->lane)
+            sl_log_warn("batches go over TCP only: %s", why);
+    }
     if (!w->listener || !w->heartbeat_timer || !w->reconnect_timer || !w->retry_register || !w->hold_timer ||
         !w->resolver) {
         if (!w->listener)
@@ -1141,6 +1238,7 @@ void sl_worker_free(sl_worker_t *w)
         event_free(w->retry_register);
     if (w->listener)
         evconnlistener_free(w->listener);
+    sl_shm_lane_free(w->lane); /* after the connections, whose regions it knows */
     free(w);
 }
 

@@ -30,6 +30,8 @@ typedef struct sl_worker_config {
     int64_t hold_timeout_ms; /* batches served and not acknowledged are held this long
                                 after their client's last request (held.h) */
     sl_conn_env_t *env;     /* credentials and connection limits (NULL: none), the caller's */
+    size_t shm_region_bytes; /* a client on this host gets its batches through a region this
+                                large (shm.h; --shm-mb); 0: over TCP only */
     sl_task_config_t task;
 } sl_worker_config_t;
 

@@ -53,6 +53,8 @@ static void usage(FILE *f)
             "  --no-provenance          dynamic sharding: workers send no provenance and the client\n"
             "                           keeps no record of what it received (cheaper; after a\n"
             "                           worker loss some elements may come twice; no checkpoints)\n"
+            "  --no-shm                 every batch over the worker's socket, also from a worker on\n"
+            "                           this host (which otherwise hands them over in shared memory)\n"
             "  --checkpoint-out FILE    at the end (or --limit), write the iterator's checkpoint\n"
             "                           (dynamic sharding; turns provenance on)\n"
             "  --resume-from FILE       continue from a checkpoint: every element it does not\n"
@@ -409,7 +411,7 @@ int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
            O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP,
-           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE, O_PER_WORKER };
+           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE, O_PER_WORKER, O_NO_SHM };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -432,6 +434,7 @@ int main(int argc, char **argv)
         {"with-worker", no_argument, NULL, O_WITH_WORKER},
         {"with-provenance", no_argument, NULL, O_WITH_PROV},
         {"no-provenance", no_argument, NULL, O_NO_PROV},
+        {"no-shm", no_argument, NULL, O_NO_SHM},
         {"checkpoint-out", required_argument, NULL, O_CKPT_OUT},
         {"resume-from", required_argument, NULL, O_RESUME},
         {"max-ledger-runs", required_argument, NULL, O_LEDGER},
@@ -450,6 +453,7 @@ int main(int argc, char **argv)
     enum format fmt = FMT_JSONL;
     long limit = -1, num_consumers = 0;
     bool progress = false, with_worker = false, have_index = false, no_provenance = false, merge = false;
+    bool no_shm = false;
     sl_iterator_opts_t io;
     sl_iterator_opts_init(&io);
     sl_client_opts_t co;
@@ -488,6 +492,7 @@ int main(int argc, char **argv)
             io.provenance = 1;
             break;
         case O_NO_PROV: no_provenance = true; break;
+        case O_NO_SHM: no_shm = true; break;
         case O_CKPT_OUT:
             checkpoint_out = optarg;
             io.provenance = 1;
@@ -580,6 +585,8 @@ int main(int argc, char **argv)
     }
     if (no_provenance)
         io.provenance = -1;
+    if (no_shm)
+        io.shm = -1;
     size_t spec_len = 0;
     char *spec = dataset ? read_file("dataset", dataset, MAX_SPEC_BYTES, &spec_len) : NULL;
     if (dataset && !spec)

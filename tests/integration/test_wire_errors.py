@@ -1,6 +1,7 @@
-"""Protocol violations at a real dispatcher, over a raw socket: each one is
-answered with an ERROR frame of request id 0 naming it, and then the
-connection closes (docs/protocol.md, "Limits": "On a violation ...")."""
+"""Protocol violations at a real dispatcher, and a worker's shared-memory
+fields broken by a client, over a raw socket: each one is answered with an
+ERROR frame of request id 0 naming it, and then the connection closes
+(docs/protocol.md, "Limits": "On a violation ...")."""
 import os
 import re
 import socket
@@ -12,6 +13,7 @@ from harness import Cluster
 HERE = os.path.dirname(os.path.abspath(__file__))
 SL_EPROTO = -5001
 ROLE_CLIENT = 1
+ROLE_WORKER = 2
 ROLE_DISPATCHER = 3
 
 
@@ -61,10 +63,14 @@ def frame(msg_type, request_id=7, msg=b'', payload=b''):
     return struct.pack('>HHIII', msg_type, 0, request_id, len(msg), len(payload)) + msg + payload
 
 
-class ViolationsAtTheDispatcher(unittest.TestCase):
+class RawClient(unittest.TestCase):
+    """A cluster of `workers` workers for the class, spoken to as a client
+    over raw sockets."""
+    workers = 0
+
     @classmethod
     def setUpClass(cls):
-        cls.c = Cluster()
+        cls.c = Cluster(workers=cls.workers)
 
     @classmethod
     def tearDownClass(cls):
@@ -72,11 +78,11 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         if bad:
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
-    def exchange(self, data):
+    def exchange(self, data, port=None, role=ROLE_DISPATCHER):
         """Handshakes as a client, sends data, and reads until the dispatcher
-        closes: (the frames after its handshake as (type, request_id, message)
-        tuples, whether it closed)."""
-        s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=10)
+        (or the daemon at port, of role) closes: (the frames after its
+        handshake as (type, request_id, message) tuples, whether it closed)."""
+        s = socket.create_connection(('127.0.0.1', port or self.c.dispatcher.port), timeout=10)
         try:
             s.sendall(hello(ROLE_CLIENT) + data)
             got = b''
@@ -92,7 +98,7 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
                 pass
         finally:
             s.close()
-        self.assertEqual(got[:8], hello(ROLE_DISPATCHER)[:8], 'no handshake: %r' % got[:64])
+        self.assertEqual(got[:8], hello(role)[:8], 'no handshake: %r' % got[:64])
         frames, i = [], HELLO_LEN
         while i + 16 <= len(got):
             t, flags, rid, mlen, plen = struct.unpack('>HHIII', got[i:i + 16])
@@ -101,8 +107,8 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         self.assertEqual(i, len(got), 'a part-frame at the end: %r' % got[-32:])
         return frames, closed
 
-    def assert_refused(self, data, code, text):
-        frames, closed = self.exchange(data)
+    def assert_refused(self, data, code, text, **at):
+        frames, closed = self.exchange(data, **at)
         self.assertTrue(closed, 'the dispatcher kept the connection open')
         self.assertTrue(frames, 'the dispatcher closed without an error frame')
         t, rid, msg = frames[-1]
@@ -110,6 +116,9 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         got_code, got_text = decode_error(msg)
         self.assertEqual(got_code, code, got_text)
         self.assertIn(text, got_text)
+
+
+class ViolationsAtTheDispatcher(RawClient):
 
     def test_types_it_does_not_serve_get_an_error_frame(self):
         # A client's request that only workers serve, and frames no client
@@ -150,6 +159,32 @@ class ViolationsAtTheDispatcher(unittest.TestCase):
         t, _, rid, mlen, _ = struct.unpack('>HHIII', got[h:h + 16])
         self.assertEqual((t, rid), (1, 5))
         self.assertEqual(decode_error(got[h + 16:h + 16 + mlen])[0], -5014)  # SL_EPERM: not the client's secret
+
+
+class SharedMemoryClaimsAtAWorker(RawClient):
+    """A client's claims about a worker's shared memory (docs/protocol.md,
+    "Shared memory") are checked: it cannot say it mapped a region it did
+    not collect, nor give back slots it was not lent."""
+    workers = 1
+
+    def assert_worker_refuses(self, msg, text):
+        w = self.c.workers[0]
+        self.assert_refused(frame(18, 3, msg), SL_EPROTO, text, port=w.port, role=ROLE_WORKER)
+
+    def test_a_region_it_did_not_collect(self):
+        # task_id 1; shm_mapped (tag 13) without asking for a region
+        self.assert_worker_refuses(bytes([0x08, 0x01, 0x68, 0x01]),
+                                   'shm_mapped: no shared-memory region was collected on this connection')
+        # shm (tag 12) asks for one, and the next request says it mapped it before collecting it
+        self.assert_worker_refuses(bytes([0x08, 0x01, 0x60, 0x01, 0x68, 0x01]),
+                                   'shm_mapped: no shared-memory region was collected on this connection')
+
+    def test_slots_it_was_not_lent(self):
+        # shm_released (tag 14) without a region, and with one that lent nothing
+        self.assert_worker_refuses(bytes([0x08, 0x01, 0x70, 0x05]),
+                                   'shm_released: no shared-memory region on this connection')
+        self.assert_worker_refuses(bytes([0x08, 0x01, 0x60, 0x01, 0x70, 0x05]),
+                                   'shm_released 5: 0 slots of shared memory were lent on this connection')
 
 
 if __name__ == '__main__':

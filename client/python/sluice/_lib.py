@@ -103,6 +103,7 @@ class IteratorOpts(ctypes.Structure):
         ('dispatcher_timeout_ms', ctypes.c_int),
         ('repetition', ctypes.c_uint64),
         ('ledger_deltas', ctypes.c_int),
+        ('shm', ctypes.c_int),
     ]
 
 

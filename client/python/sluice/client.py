@@ -307,8 +307,8 @@ class BatchIterator:
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
-                 dispatcher_timeout_ms=3600000, repetition=None, _repetitions=None, _dataset_id=None,
-                 _element_spec=None, _deltas=False):
+                 dispatcher_timeout_ms=3600000, repetition=None, shared_memory=True, _repetitions=None,
+                 _dataset_id=None, _element_spec=None, _deltas=False):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -336,7 +336,7 @@ class BatchIterator:
                            target_workers=target_workers, checkpointable=checkpointable,
                            max_ledger_runs=max_ledger_runs, auth_token_file=auth_token_file, tls_cert=tls_cert,
                            tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms,
-                           _dataset_id=_dataset_id, _element_spec=_element_spec)
+                           shared_memory=shared_memory, _dataset_id=_dataset_id, _element_spec=_element_spec)
         self._repetitions = _repetitions if _repetitions is not None else {'next': (repetition or 0) + 1}
         if (num_consumers is None) != (consumer_index is None):
             raise InvalidArgumentError('num_consumers and consumer_index go together, got %r and %r'
@@ -443,6 +443,8 @@ class BatchIterator:
         # delta() (sluice.torch's StatefulDataLoader workers): the iterator
         # keeps what it records of each batch until delta() takes it.
         io.ledger_deltas = 1 if _deltas else 0
+        # A worker on this host hands batches over in shared memory (docs/protocol.md).
+        io.shm = 0 if shared_memory else -1
         it = ctypes.c_void_p()
         if checkpoint is not None:
             if not isinstance(checkpoint, (bytes, bytearray)):
@@ -685,7 +687,9 @@ def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers
     so). Iterating the returned iterator again after its end opens the next
     repetition by itself (BatchIterator).
     options also takes target_workers: "any" (default) or "local" (only
-    workers on this host)."""
+    workers on this host), and shared_memory (True: a worker on this host
+    hands its batches over in shared memory, where it offers it; False:
+    every batch over the socket)."""
     return BatchIterator(dataset, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
                          consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,
                          **options)

@@ -1,0 +1,151 @@
+"""Batches from a worker on the trainer's host through shared memory
+(docs/protocol.md, "Shared memory"), against real daemons: the arrays are
+the ones the socket brings, a trainer that holds its batches gets the rest
+over the socket, a batch changed in place does not change the next one,
+components whose bytes the client interprets (bytes, ragged) stay on the
+socket, and a worker started with --shm-mb 0 sends everything over it.
+Which way each batch went is read from the worker's counters."""
+import json
+import os
+import shutil
+import tempfile
+import unittest
+import urllib.request
+
+import numpy as np
+
+import sluice
+from harness import Cluster
+from pycase import SluiceCase
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(REPO, 'tests', 'data', 'tfrecord')
+
+
+def counters(worker):
+    """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % worker.admin_port, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    got = {}
+    for line in lines:
+        name, _, v = line.partition(' ')
+        got[name] = float(v) if v and not line.startswith('#') else got.get(name)
+    return (got['sluice_worker_batches_served_total'], got['sluice_worker_batches_shm_total'],
+            got['sluice_worker_shm_fallbacks_total'])
+
+
+def delta(after, before):
+    return tuple(int(a - b) for a, b in zip(after, before))
+
+
+class SharedMemory(SluiceCase):
+    workers = 1
+    # 2 MiB a connection: 64 slots of 8 KiB batches fit, which the slot bound stops first.
+    worker_args = ('--shm-mb', '2')
+
+    def read(self, ds, **options):
+        """Every batch's 'value' copied out, and the worker's counts of the read."""
+        before = counters(self.c.workers[0])
+        with sluice.distribute(ds, self.addr, **options) as it:
+            got = [np.array(b['value']) for b in it]
+        return got, delta(counters(self.c.workers[0]), before)
+
+    def test_the_batches_are_the_ones_the_socket_brings(self):
+        ds = sluice.range(200000).batch(1000)
+        shm, (served, via_shm, fallback) = self.read(ds)
+        self.assertEqual(served, 200)
+        # The first answer offers the region; requests already in flight then come over TCP.
+        self.assertGreaterEqual(via_shm, 200 - 8)
+        self.assertEqual(fallback, 0)
+        tcp, (served, via_shm, fallback) = self.read(ds, shared_memory=False)
+        self.assertEqual((served, via_shm, fallback), (200, 0, 0))
+        self.assertEqual(len(shm), len(tcp))
+        for a, b in zip(shm, tcp):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(np.concatenate(shm), np.arange(200000))
+
+    def test_a_trainer_that_holds_its_batches_gets_the_rest_over_the_socket(self):
+        ds = sluice.range(200 * 1000).batch(1000)
+        before = counters(self.c.workers[0])
+        held = []
+        with sluice.distribute(ds, self.addr) as it:
+            for b in it:
+                held.append(b['value'])  # a view: its batch, and its slot, stay held
+            served, via_shm, fallback = delta(counters(self.c.workers[0]), before)
+            self.assertEqual(served, 200)
+            # No more than 64 slots lent at once: the rest came over TCP, nothing waited or was lost.
+            self.assertLessEqual(via_shm, 64)
+            self.assertGreater(via_shm, 0)
+            self.assertGreaterEqual(fallback, 200 - 64 - 8)
+            np.testing.assert_array_equal(np.concatenate(held), np.arange(200000))
+            del held, b
+
+    def test_a_batch_changed_in_place_does_not_change_the_next(self):
+        ds = sluice.range(300 * 1000).batch(1000)
+        with sluice.distribute(ds, self.addr) as it:
+            n = 0
+            for b in it:
+                v = b['value']
+                np.testing.assert_array_equal(v, np.arange(n * 1000, (n + 1) * 1000))
+                v[:] = -7  # the caller's until it lets the batch go
+                self.assertEqual(int(v.sum()), -7000)
+                n += 1
+                del v, b
+        self.assertEqual(n, 300)
+
+    def test_a_worker_with_shm_off_sends_everything_over_the_socket(self):
+        c = Cluster(workers=1, worker_args=['--shm-mb', '0'])
+        try:
+            c.wait_workers_registered(1)
+            before = counters(c.workers[0])
+            with sluice.distribute(sluice.range(50000).batch(1000), c.dispatcher.addr) as it:
+                got = np.concatenate([np.array(b['value']) for b in it])
+            self.assertEqual(delta(counters(c.workers[0]), before), (50, 0, 0))
+            np.testing.assert_array_equal(got, np.arange(50000))
+        finally:
+            bad = c.close()
+            self.assertEqual(bad, {})
+
+
+class InterpretedBytesStayOnTheSocket(unittest.TestCase):
+    """A bytes component's offsets and a ragged one's row splits are read by
+    the client after its checks: the worker could change them in a slot, so
+    such batches come over the socket."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='sluice-pyshm-')
+        cls.data = os.path.join(cls.tmp, 'data')
+        shutil.copytree(FIXTURES, cls.data)
+        roots = ['--data-root', cls.data]
+        cls.c = Cluster(workers=1, dispatcher_args=roots, worker_args=roots)
+        try:
+            cls.c.wait_workers_registered(1)
+        except BaseException:
+            cls.c.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        if bad:
+            raise AssertionError('daemons did not exit cleanly: %s' % bad)
+
+    def test_bytes_and_ragged_components(self):
+        files = os.path.join(self.data, 'basic-*-of-00004.tfrecord')
+        varlen = os.path.join(self.data, 'varlen-00000-of-00001.tfrecord')
+        for ds in (sluice.tfrecord(files).parse_example({'id': int, 'name': bytes}).batch(50),
+                   sluice.tfrecord(varlen).parse_example({'id': int, 'tokens': {'dtype': 'int64', 'varlen': True}})
+                   .batch(8)):
+            before = counters(self.c.workers[0])
+            with sluice.distribute(ds, self.c.dispatcher.addr) as it:
+                ids = sorted(int(i) for b in it for i in b['id'])
+            served, via_shm, fallback = delta(counters(self.c.workers[0]), before)
+            self.assertGreater(served, 0)
+            self.assertEqual((via_shm, fallback), (0, 0), json.dumps(ds.spec))
+            self.assertEqual(len(ids), len(set(ids)))
+
+
+if __name__ == '__main__':
+    unittest.main()
