@@ -44,6 +44,8 @@ ap.add_argument('--elements', type=int, default=1000000, help='the smaller size;
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
 ap.add_argument('--workers', type=int, default=1, help='workers in the cluster (their instructions are summed)')
 ap.add_argument('--keep', metavar='DIR', help='keep the callgrind files in DIR (for callgrind_annotate)')
+ap.add_argument('--no-shm', action='store_true',
+                help='the consumer reads over TCP, not through shared memory (sluice-cat --no-shm)')
 ap.add_argument('--max-outstanding', type=int, default=1,
                 help='the consumer\'s requests in flight (1: lock-step, the same count run after run)')
 args = ap.parse_args()
@@ -85,7 +87,8 @@ def job(shape, sharding, n, out):
                            '--admin-port', '0'], 'worker%d' % k)
         c.wait_workers_registered(args.workers, timeout=120)
         argv = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.cat' % out]
-        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding, '--max-outstanding', str(args.max_outstanding)],
+        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding, '--max-outstanding', str(args.max_outstanding)] +
+                           (['--no-shm'] if args.no_shm else []),
                            fmt='count')
         r = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=1800)
         if r.returncode != 0:

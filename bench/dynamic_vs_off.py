@@ -34,6 +34,8 @@ ap.add_argument('--rounds', type=int, default=4, help='runs of each side')
 ap.add_argument('--workers', default='1,2', help='cluster sizes, comma-separated')
 ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
 ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
+ap.add_argument('--no-shm', action='store_true',
+                help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
@@ -49,7 +51,7 @@ def spec(shape):
 def run(c, workers, shape, sharding):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
     the user time's share of that CPU time)."""
-    extra = ['--sharding', sharding]
+    extra = ['--sharding', sharding] + (['--no-shm'] if args.no_shm else [])
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]

@@ -491,8 +491,9 @@ static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
 }
 
 /* A batch whose payload lies in the connection's region: the frame carries
- * none (payload is freed). */
-static struct sl_batch *batch_from_shm(struct itask *t, const sluice_GetElementResponse *resp, uint8_t *payload,
+ * none (payload is freed). resp is the frame's own message, changed
+ * (sl__batch_from_shm()). */
+static struct sl_batch *batch_from_shm(struct itask *t, sluice_GetElementResponse *resp, uint8_t *payload,
                                        size_t payload_len, char *err, size_t errlen)
 {
     free(payload);
@@ -592,7 +593,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     char err[512];
-    struct sl_batch *b = resp->shm_length ? batch_from_shm(t, resp, payload, hdr->payload_len, err, sizeof err)
+    struct sl_batch *b = resp->shm_length ? batch_from_shm(t, msg, payload, hdr->payload_len, err, sizeof err)
                                           : sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
     if (!b) {
         iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);

@@ -139,8 +139,9 @@ static size_t tensors_end(const sluice_GetElementResponse *resp, size_t size)
 
 /* Builds a batch from a GET_ELEMENT answer: its components checked against
  * the tensors bytes at data, its provenance, notices and tallies against
- * payload, size bytes (which it owns, and frees on failure). */
-static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
+ * payload, size bytes (which it owns when owned, and then frees on
+ * failure). */
+static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size, bool owned,
                                     const uint8_t *data, size_t tensors, char *err, size_t errlen)
 {
     /* A view to check, only read (sl_wire_batch_validate() takes a const batch). */
@@ -162,7 +163,8 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
     uint64_t num_prov = 0;
     char why[400];
     if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
-        free(payload);
+        if (owned)
+            free(payload);
         return NULL;
     }
     /* The provenance (docs/protocol.md): checked against the payload and
@@ -177,13 +179,15 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
                                sizeof why);
     if (prc < 0) {
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
-        free(payload);
+        if (owned)
+            free(payload);
         return NULL;
     }
     struct sl_batch *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, errlen, "out of memory");
-        free(payload);
+        if (owned)
+            free(payload);
         return NULL;
     }
     b->num_records = resp->num_records ? resp->num_records : resp->num_elements;
@@ -191,7 +195,8 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
     if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0 ||
         tallies_from_wire(resp, payload, size, b, err, errlen) < 0) {
         sl__batch_free(b);
-        free(payload);
+        if (owned)
+            free(payload);
         return NULL;
     }
     b->task_id = resp->task_id;
@@ -224,7 +229,7 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
 struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
                                      char *err, size_t errlen)
 {
-    return batch_build(resp, payload, size, payload, tensors_end(resp, size), err, errlen);
+    return batch_build(resp, payload, size, true, payload, tensors_end(resp, size), err, errlen);
 }
 
 /* The offset of a part that follows the tensor bytes, in their copy: 0 for none. */
@@ -233,7 +238,7 @@ static uint64_t in_tail(uint64_t off, uint64_t len, size_t tensors)
     return len > 0 ? off - tensors : 0;
 }
 
-struct sl_batch *sl__batch_from_shm(const sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
+struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
                                     size_t len, uint64_t seq, char *err, size_t errlen)
 {
     for (pb_size_t i = 0; i < resp->components_count; i++)
@@ -245,22 +250,27 @@ struct sl_batch *sl__batch_from_shm(const sluice_GetElementResponse *resp, struc
         }
     /* What follows the tensor bytes is read after the checks: copied out,
      * with the offsets counted in the copy. */
-    size_t tensors = tensors_end(resp, len);
-    uint8_t *tail = malloc(len - tensors + 1);
+    size_t tensors = tensors_end(resp, len), tail_len = len - tensors;
+    uint8_t room[SL_BATCH_TAIL_INLINE];
+    uint8_t *tail = tail_len <= sizeof room ? room : malloc(tail_len);
     if (!tail) {
         sl_errf(err, errlen, -ENOMEM, "out of memory");
         sl__shm_slot_done(m, seq);
         return NULL;
     }
-    memcpy(tail, slot + tensors, len - tensors);
-    sluice_GetElementResponse r = *resp;
-    r.provenance_offset = in_tail(r.provenance_offset, r.provenance_length, tensors);
-    r.notices_offset = in_tail(r.notices_offset, r.notices_length, tensors);
-    r.tallies_offset = in_tail(r.tallies_offset, r.tallies_length, tensors);
-    struct sl_batch *b = batch_build(&r, tail, len - tensors, slot, tensors, err, errlen);
+    memcpy(tail, slot + tensors, tail_len);
+    resp->provenance_offset = in_tail(resp->provenance_offset, resp->provenance_length, tensors);
+    resp->notices_offset = in_tail(resp->notices_offset, resp->notices_length, tensors);
+    resp->tallies_offset = in_tail(resp->tallies_offset, resp->tallies_length, tensors);
+    struct sl_batch *b = batch_build(resp, tail, tail_len, tail != room, slot, tensors, err, errlen);
     if (!b) {
         sl__shm_slot_done(m, seq);
         return NULL;
+    }
+    if (tail == room) { /* most tails: a few bytes of provenance and tallies, kept in the batch */
+        memcpy(b->tail_one, room, tail_len);
+        b->prov_wire = b->tail_one + (b->prov_wire - room);
+        b->payload = NULL;
     }
     b->shm = m;
     b->shm_seq = seq;

@@ -15,6 +15,10 @@
 #include "frame.h"
 #include "sluice.h"
 
+/* The provenance, notices and tallies of a batch in shared memory, copied
+ * out, are kept in the batch when they take at most this many bytes. */
+#define SL_BATCH_TAIL_INLINE 256
+
 struct sl_batch {
     uint64_t task_id;
     uint64_t round;
@@ -31,6 +35,7 @@ struct sl_batch {
      * then holds only the provenance, notices and tallies, copied out. */
     struct sl_shm_map *shm;
     uint64_t shm_seq;
+    uint8_t tail_one[SL_BATCH_TAIL_INLINE]; /* such a payload's tail when it is this small */
     /* The provenance: num_prov runs, checked, encoded at prov_wire (in
      * payload; provwire.h) and decoded into prov (owned) when the caller
      * asks for them: the ledger reads them without keeping a copy. */
@@ -80,10 +85,12 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
  * tallies copied out first (the worker could change the slot's bytes
  * after the checks), and only dense components of fixed-size elements may
  * lie there. The batch holds the slot (number seq of map m); on failure it
- * is given back.
+ * is given back. resp's provenance, notices and tallies offsets are
+ * changed to count in the copy (copying the whole answer instead cost 800
+ * instructions a batch).
  * @return the batch, or NULL with what was wrong in err
  */
-struct sl_batch *sl__batch_from_shm(const sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
+struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,
                                     size_t len, uint64_t seq, char *err, size_t errlen);
 
 #endif

@@ -351,34 +351,46 @@ static bool shm_fits(const sl_wire_batch_t *b)
     return true;
 }
 
-/* send_served() for a connection with a region: the answer offers the
- * region (once), and its payload goes into a slot when the client mapped
- * it and it fits, else over the socket as before. The answer as first made
- * (sv->resp, what a redelivery sends) is not changed. */
-static void send_shm(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2], struct sent *s)
+static void send_shm_answer(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2],
+                            struct sent *s)
 {
-    sluice_GetElementResponse resp = sv->resp;
+    sluice_GetElementResponse *resp = &sv->resp;
     if (wc->shm_offer) {
         wc->shm_offer = false;
-        sl_strcopy(resp.shm_socket, sizeof resp.shm_socket, sl_shm_lane_name(wc->w->lane));
-        resp.shm_ticket.size = SL_SHM_TICKET_LEN;
-        memcpy(resp.shm_ticket.bytes, sl_shm_region_ticket(wc->shm), SL_SHM_TICKET_LEN);
+        sl_strcopy(resp->shm_socket, sizeof resp->shm_socket, sl_shm_lane_name(wc->w->lane));
+        resp->shm_ticket.size = SL_SHM_TICKET_LEN;
+        memcpy(resp->shm_ticket.bytes, sl_shm_region_ticket(wc->shm), SL_SHM_TICKET_LEN);
     }
     if (wc->shm_mapped && shm_fits(sv->batch)) {
         struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
-        if (sl_shm_region_put(wc->shm, parts, 3, &resp.shm_offset, &resp.shm_length) == 0) {
+        if (sl_shm_region_put(wc->shm, parts, 3, &resp->shm_offset, &resp->shm_length) == 0) {
             sl_metric_add(m_shm_served, 1);
-            if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, NULL, 0, NULL, NULL) < 0)
+            if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, NULL, 0, NULL, NULL) < 0)
                 sl_log_debug("batch for %s dropped", sl_conn_peer(wc->conn));
             on_batch_written(NULL, 0, s); /* copied: its room goes back to the task now */
             return;
         }
         sl_metric_add(m_shm_fallback, 1);
     }
-    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, sv->batch->data,
+    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, sv->batch->data,
                                sv->batch->size, 0, tails, 2, on_batch_written, s);
     if (rc < 0)
         sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+}
+
+/* send_served() for a connection with a region: the answer offers the
+ * region (once), and its payload goes into a slot when the client mapped
+ * it and it fits, else over the socket as before. The answer as first made
+ * (sv->resp, what a redelivery sends) gets the fields for this send and
+ * loses them again once it is encoded (sl_conn_send() encodes at once; a
+ * copy of the whole answer cost 800 instructions a batch). */
+static void send_shm(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2], struct sent *s)
+{
+    sluice_GetElementResponse *resp = &sv->resp;
+    send_shm_answer(wc, request_id, sv, tails, s);
+    resp->shm_socket[0] = '\0';
+    resp->shm_ticket.size = 0;
+    resp->shm_offset = resp->shm_length = 0;
 }
 
 /* Writes served batch sv (its answer as first made) to wc. */
