@@ -60,6 +60,7 @@ struct sl_shm_lane {
     size_t region_bytes;
     sl_membudget_t *budget;
     sl_shm_region_t *regions;
+    unsigned waiting; /* regions not collected yet */
     struct pending *pending;
     unsigned num_pending;
 };
@@ -133,6 +134,9 @@ static void on_pending(evutil_socket_t fd, short what, void *arg)
         sl_log_debug("shared memory: a lane connection showed a ticket of no region waiting");
     } else if (send_fd(fd, r->fd) == 0) {
         r->collected = true;
+        p->lane->waiting--;
+        close(r->fd); /* both mappings keep the memory */
+        r->fd = -1;
     } else {
         sl_log_debug("shared memory: handing a region over failed: %s", strerror(errno));
     }
@@ -237,6 +241,10 @@ const char *sl_shm_lane_name(const sl_shm_lane_t *l)
 
 sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen)
 {
+    if (l->waiting >= SL_SHM_MAX_WAITING) {
+        sl_errf(err, errlen, SL_ELIMIT, "shared memory: %d regions offered wait to be collected", SL_SHM_MAX_WAITING);
+        return NULL;
+    }
     sl_shm_region_t *r = calloc(1, sizeof *r);
     if (!r) {
         sl_errf(err, errlen, -ENOMEM, "out of memory");
@@ -263,6 +271,7 @@ sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen)
     if (l->regions)
         l->regions->prev = r;
     l->regions = r;
+    l->waiting++;
     return r;
 fail:
     if (r->fd >= 0)
@@ -283,10 +292,13 @@ void sl_shm_region_free(sl_shm_region_t *r)
             l->regions = r->next;
         if (r->next)
             r->next->prev = r->prev;
+        if (!r->collected)
+            l->waiting--;
         sl_membudget_release(l->budget, r->charged);
     }
     munmap(r->base, r->size);
-    close(r->fd);
+    if (r->fd >= 0)
+        close(r->fd);
     free(r);
 }
 

@@ -41,6 +41,8 @@ struct sl_membudget;
 #define SL_SHM_NAME_MAX 64     /* the lane's name, without the abstract socket's leading NUL */
 #define SL_SHM_MAX_PENDING 16  /* lane connections waiting for their ticket */
 #define SL_SHM_TICKET_MS 2000  /* a lane connection sends its ticket within this */
+#define SL_SHM_MAX_WAITING 64  /* regions offered and not collected yet, per worker: each holds
+                                  its memfd's descriptor until then */
 
 typedef struct sl_shm_lane sl_shm_lane_t;
 typedef struct sl_shm_region sl_shm_region_t;
@@ -58,8 +60,10 @@ void sl_shm_lane_free(sl_shm_lane_t *l);
 const char *sl_shm_lane_name(const sl_shm_lane_t *l);
 
 /**
- * A new region, waiting for its client to collect it with its ticket.
- * @return the region, or NULL with a message in err (memfd_create, mmap)
+ * A new region, waiting for its client to collect it with its ticket. Its
+ * memfd's descriptor is closed once collected (the mappings keep it).
+ * @return the region, or NULL with a message in err (memfd_create, mmap,
+ *         SL_SHM_MAX_WAITING regions waiting already)
  */
 sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen);
 /** Unmaps and closes the region (a client's mapping keeps its pages). */

@@ -86,6 +86,7 @@ struct wconn {
     bool tallies;    /* and for tallies (GetElementRequest.tallies) */
     bool dense;      /* and reads the dense form (GetElementRequest.dense_provenance) */
     sl_shm_region_t *shm; /* its shared-memory region (shm.h), NULL: none */
+    bool shm_none;        /* making one failed: the connection goes without */
     bool shm_offer;       /* the next answer offers it */
     bool shm_mapped;      /* its client mapped it: payloads go there when they fit */
     sl_task_key_proof_t proofs[SL_TASK_KEY_PROOFS]; /* keys its requests proved */
@@ -624,12 +625,12 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
 static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
 {
     char err[256];
-    if (req->shm && !wc->shm && wc->w->lane && !req->coordinated) {
+    if (req->shm && !wc->shm && !wc->shm_none && wc->w->lane && !req->coordinated) {
         wc->shm = sl_shm_region_new(wc->w->lane, err, sizeof err);
-        if (wc->shm)
-            wc->shm_offer = true;
-        else
-            sl_log_warn("%s: batches go over TCP: %s", sl_conn_peer(wc->conn), err);
+        wc->shm_offer = wc->shm != NULL;
+        wc->shm_none = wc->shm == NULL; /* asked once per connection */
+        if (!wc->shm)
+            sl_log_debug("%s: batches go over TCP: %s", sl_conn_peer(wc->conn), err);
     }
     if (req->shm_mapped && !wc->shm_mapped) {
         if (!wc->shm || !sl_shm_region_collected(wc->shm)) {

@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
@@ -209,6 +210,43 @@ Test(shm, the_worker_refuses_slots_given_back_that_it_did_not_lend)
     cr_assert_eq(sl_shm_region_lent(r), 0);
     cr_assert_eq(sl_shm_region_released(r, 1, err, sizeof err), SL_EPROTO); /* less than before */
     sl_shm_region_free(r);
+    side_stop(&s);
+}
+
+/* Descriptors the process has open. */
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
+}
+
+Test(shm, at_most_64_regions_wait_to_be_collected_and_a_collected_one_holds_no_descriptor)
+{
+    struct side s;
+    side_start(&s, 1 << 20, NULL);
+    static sl_shm_region_t *r[SL_SHM_MAX_WAITING + 1];
+    for (int i = 0; i < SL_SHM_MAX_WAITING; i++) {
+        r[i] = sl_shm_region_new(s.lane, err, sizeof err);
+        cr_assert_not_null(r[i], "region %d: %s", i, err);
+    }
+    /* Each waiting region holds its memfd: a client that never collects
+     * cannot make the worker hold more than 64. */
+    cr_assert_null(sl_shm_region_new(s.lane, err, sizeof err));
+    cr_assert(strstr(err, "64 regions offered wait to be collected"), "%s", err);
+    int before = open_fds();
+    sl_shm_map_t *m = NULL;
+    cr_assert_eq(collect(&s, sl_shm_region_ticket(r[7]), &m), 0, "%s", err);
+    cr_assert_eq(open_fds(), before - 1, "the collected region's memfd is closed on both sides");
+    r[SL_SHM_MAX_WAITING] = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r[SL_SHM_MAX_WAITING], "%s", err);
+    sl_shm_region_free(r[3]); /* a waiting one that goes makes room too */
+    r[3] = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r[3], "%s", err);
+    for (int i = 0; i <= SL_SHM_MAX_WAITING; i++)
+        sl_shm_region_free(r[i]);
+    sl__shm_unref(m);
     side_stop(&s);
 }
 
