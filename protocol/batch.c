@@ -38,6 +38,18 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
     free(b);
 }
 
+size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b)
+{
+    size_t n = b->size;
+    if (b->prov_heap)
+        n += (size_t)b->prov_n * sizeof *b->prov_heap;
+    if (b->prov_wire && b->prov_wire != b->prov_wire_one)
+        n += b->prov_wire_len;
+    if (b->tally && b->tally != b->tally_one)
+        n += (size_t)b->ntally * sizeof *b->tally;
+    return n;
+}
+
 int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
 {
     /* The runs form serves every client; the dense form only one that

@@ -67,6 +67,9 @@ typedef struct sl_wire_batch {
     sl_split_done_t *tally; /* tally_one or malloc'd */
     uint32_t ntally;
     sl_split_done_t tally_one[SL_WIRE_TALLY_INLINE]; /* most batches fall in a split or two */
+    /* What a task's buffer counts for the batch (sl_wire_batch_held_bytes()
+     * when it was buffered), given back as counted when it leaves. */
+    size_t charged;
 } sl_wire_batch_t;
 
 /* One provenance run in memory and in a disk cache's blobs: u32 epoch,
@@ -95,6 +98,13 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
 /** Frees the batch's data (to sl__big_free(): a large block is kept for the
  *  next batch) and the batch itself (allocated with malloc). NULL is ignored. */
 void sl_wire_batch_free(sl_wire_batch_t *b);
+
+/**
+ * The bytes b holds: its tensor bytes, and its provenance runs, their wire
+ * encoding and its tallies where they are on the heap (a shuffled batch's
+ * runs, 24 bytes an element, can be three times an int64 batch's tensors).
+ */
+size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b);
 
 /**
  * Checks that every component lies inside [0, size) and that its length

@@ -158,7 +158,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
     if (seq >= c->next_seq)
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
-    size_t bytes = s->batch->size + s->notices_len + s->batch->prov_wire_len;
+    size_t bytes = sl_wire_batch_held_bytes(s->batch) + s->notices_len; /* with its provenance */
     if (c->n == SL_HELD_MAX || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
         if (!c->warned)
             sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
@@ -196,6 +196,6 @@ void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)
     for (unsigned i = 0; i < h->n; i++) {
         *batches += h->v[i].n;
         for (unsigned k = 0; k < h->v[i].n; k++)
-            *bytes += h->v[i].held[k]->batch->size;
+            *bytes += sl_wire_batch_held_bytes(h->v[i].held[k]->batch) + h->v[i].held[k]->notices_len;
     }
 }

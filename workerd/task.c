@@ -402,9 +402,11 @@ static void *producer_main(void *arg)
             return NULL;
         }
         /* Backpressure: wait while the buffer is full. A task always gets
-         * room for one batch, whatever its size, so it cannot deadlock. */
+         * room for one batch, whatever its size, so it cannot deadlock.
+         * A batch counts with its provenance. */
+        b->charged = sl_wire_batch_held_bytes(b);
         while (!t->stop && (t->count == t->cfg.buffer_batches ||
-                            (t->count + t->taken > 0 && t->held_bytes + b->size > t->cfg.buffer_bytes))) {
+                            (t->count + t->taken > 0 && t->held_bytes + b->charged > t->cfg.buffer_bytes))) {
             t->room_wait = true;
             pthread_cond_wait(&t->wake, &t->mu);
         }
@@ -416,9 +418,9 @@ static void *producer_main(void *arg)
         }
         /* The buffered batches are charged to the worker's memory budget
          * (released in sl_task_release()); a refusal fails the task. */
-        if (!sl_membudget_charge(t->cfg.mem, b->size)) {
+        if (!sl_membudget_charge(t->cfg.mem, b->charged)) {
             char msg[400];
-            sl_membudget_refusal(t->cfg.mem, b->size, "a finished batch in the task's buffer", msg, sizeof msg);
+            sl_membudget_refusal(t->cfg.mem, b->charged, "a finished batch in the task's buffer", msg, sizeof msg);
             t->producer = PRODUCER_FAILED;
             t->error_code = SL_ETOOBIG;
             snprintf(t->error, sizeof t->error, "task buffer: %s", msg);
@@ -433,7 +435,7 @@ static void *producer_main(void *arg)
         t->produced++;
         sl_metric_observe(m_batch_latency, spent);
         sl_metric_add(m_produced, 1);
-        t->held_bytes += b->size;
+        t->held_bytes += b->charged;
         bool waiting = t->taker_waiting;
         t->taker_waiting = false;
         pthread_mutex_unlock(&t->mu);
@@ -710,6 +712,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .bytes_served = t->bytes,
         .buffered_batches = t->count,
         .buffered_bytes = t->held_bytes,
+        .buffer_full = t->room_wait,
         .buffer_capacity_batches = t->cfg.buffer_batches,
         .buffer_capacity_bytes = t->cfg.buffer_bytes,
         .pipeline_seconds = t->pipeline_seconds,

@@ -96,7 +96,8 @@ enum sl_task_take {
  */
 int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
 
-/** The caller is done with size bytes of a batch it took (sent or dropped).
+/** The caller is done with a batch it took (sent or dropped): size is its
+ *  charged bytes (sl_wire_batch_t.charged: its tensors and provenance).
  *  The notify callback runs afterwards from the loop, never inside this call. */
 void sl_task_release(sl_task_t *task, size_t size);
 
@@ -128,7 +129,9 @@ typedef struct sl_task_info {
     uint64_t batches_produced; /* by the pipeline */
     uint64_t batches_served, elements_served, bytes_served;
     unsigned buffered_batches; /* finished, not yet taken */
-    size_t buffered_bytes;     /* held: buffered, and taken but not yet written */
+    size_t buffered_bytes;     /* held: buffered, and taken but not yet written; a batch
+                                  counts with its provenance (sl_wire_batch_held_bytes()) */
+    bool buffer_full;          /* the pipeline waits for room in the buffer */
     unsigned buffer_capacity_batches;
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */

@@ -164,7 +164,7 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
         free(done);
         if (rc == SL_TASK_BATCH) {
             elements += b->num_elements;
-            size_t size = b->size;
+            size_t size = b->charged;
             sl_wire_batch_free(b);
             sl_task_release(r.task, size);
         } else {
@@ -223,7 +223,7 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
         for (uint64_t i = 0; i < b->num_elements; i++)
             sum += (uint64_t)v[i];
         count += b->num_elements;
-        size_t size = b->size;
+        size_t size = b->charged;
         sl_wire_batch_free(b);
         sl_task_release(r.task, size);
     }
@@ -232,6 +232,48 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
     sl_task_status(r.task, &ts);
     cr_assert_eq(ts.state, SL_TASK_DONE);
+    stop(&r);
+}
+
+Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
+{
+    /* Behind a shuffle each element is mostly a run of its own: 24 bytes
+     * of runs (and about 3 encoded) to its 8 of tensor. A buffer of 256 KiB
+     * holds 32 such batches by their tensors alone, and 8 or 9 counted
+     * with their provenance. */
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.buffer_bytes = 256u << 10;
+    cfg.buffer_batches = 64;
+    start_with(&r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"shuffle\","
+               "\"buffer_size\":10000,\"seed\":3},{\"op\":\"batch\",\"batch_size\":1000}]}",
+               &cfg);
+    sl_task_prov_form(r.task, true, true);
+    sl_task_info_t info;
+    for (int i = 0; i < 30000; i++) { /* nobody takes: polled until the pipeline waits, 30 s at most */
+        sl_task_info(r.task, &info);
+        if (info.buffer_full)
+            break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    cr_assert(info.buffer_full, "the pipeline never waited for room");
+    cr_assert_leq(info.buffered_bytes, cfg.buffer_bytes);
+    cr_assert_lt(info.buffered_batches, 12, "%u batches of 8000 tensor bytes in a buffer of %zu bytes",
+                 info.buffered_batches, cfg.buffer_bytes);
+    cr_assert_gt(info.buffered_bytes, (size_t)info.buffered_batches * 8000 * 3, "the provenance did not count");
+    /* Taken and given back, what a batch counted leaves with it. */
+    size_t total = 0;
+    for (unsigned i = 0; i < info.buffered_batches; i++) {
+        sl_wire_batch_t *b = NULL;
+        cr_assert_eq(sl_task_take(r.task, &b), SL_TASK_BATCH);
+        cr_assert_eq(b->charged, sl_wire_batch_held_bytes(b));
+        total += b->charged;
+        sl_task_release(r.task, b->charged);
+        sl_wire_batch_free(b);
+    }
+    cr_assert_eq(total, info.buffered_bytes);
     stop(&r);
 }
 
@@ -290,7 +332,7 @@ static uint64_t run_sized(const sl_task_config_t *cfg)
             cr_assert(v[i] >= 0 && v[i] < TOTAL && !seen[v[i]], "element %ld twice or outside", (long)v[i]);
             seen[v[i]] = 1;
         }
-        size_t size = b->size;
+        size_t size = b->charged;
         sl_wire_batch_free(b);
         sl_task_release(r.task, size);
     }
@@ -404,7 +446,7 @@ Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
             arrived = false;
             sl_task_prov_form(r.task, phases[phase].provenance, phases[phase].dense);
         }
-        size_t size = b->size;
+        size_t size = b->charged;
         sl_wire_batch_free(b);
         sl_task_release(r.task, size);
     }
