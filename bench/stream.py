@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Streams 1 MiB batches from one worker to one client and compares the rate
-with iperf3 on loopback, measured in the same run. Prints one JSON line."""
+"""Streams 1 MiB batches from one worker to one client over TCP
+(sluice-cat --no-shm) and compares the rate with iperf3 on loopback,
+measured in the same run; then the same stream as a client on the worker's
+host gets it, through shared memory (docs/protocol.md, "Shared memory"),
+against the TCP stream. Prints one JSON line."""
 import argparse
 import json
 import os
@@ -41,13 +44,17 @@ try:
     c.wait_workers_registered(1)
     spec = {"source": {"type": "range", "start": 0, "stop": MIB_OF_INT64 * args.batches},
             "ops": [{"op": "batch", "batch_size": MIB_OF_INT64}]}
-    rc, _, err = c.cat(spec, ['--sharding', 'off', '--max-outstanding', '8'], fmt='count', timeout=600)
-    if rc != 0:
-        sys.exit('bench: sluice-cat failed: ' + err[-2000:])
-    s = summary(err)
+    runs = {}
+    for name, extra in (('tcp', ['--no-shm']), ('shm', [])):
+        rc, _, err = c.cat(spec, ['--sharding', 'off', '--max-outstanding', '8'] + extra, fmt='count', timeout=600)
+        if rc != 0:
+            sys.exit('bench: sluice-cat failed: ' + err[-2000:])
+        runs[name] = summary(err)
 finally:
     c.close()
+s = runs['tcp']
 sluice = s['bytes'] / s['seconds'] / 1e9
+shm = runs['shm']['bytes'] / runs['shm']['seconds'] / 1e9
 base = iperf3_gbps(args.seconds)
 print(json.dumps({
     "bench": "stream_1mib_batches",
@@ -56,4 +63,6 @@ print(json.dumps({
     "baseline": "iperf3 loopback, one stream",
     "iperf3_GBps": round(base, 3) if base else None,
     "ratio": round(sluice / base, 3) if base else None,
+    "shm_GBps": round(shm, 3),
+    "shm_vs_tcp": round(shm / sluice, 3),
 }))
