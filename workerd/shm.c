@@ -48,6 +48,7 @@ struct pending {
     sl_shm_lane_t *lane;
     int fd;
     struct event *ev;
+    struct timeval deadline; /* the whole ticket by then, however it trickles in */
     uint8_t got[SL_SHM_TICKET_LEN];
     size_t have;
     struct pending *next;
@@ -110,6 +111,19 @@ static int send_fd(int sock, int fd)
     return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -errno;
 }
 
+/* Waits for more of the ticket, until the deadline set at the accept (the
+ * event is not persistent: a ticket sent a byte at a time gets no more
+ * time). @return false when the time is up */
+static bool rearm(struct pending *p)
+{
+    struct timeval now, left;
+    event_base_gettimeofday_cached(p->lane->base, &now);
+    if (!evutil_timercmp(&now, &p->deadline, <))
+        return false;
+    evutil_timersub(&p->deadline, &now, &left);
+    return event_add(p->ev, &left) == 0;
+}
+
 static void on_pending(evutil_socket_t fd, short what, void *arg)
 {
     struct pending *p = arg;
@@ -119,15 +133,21 @@ static void on_pending(evutil_socket_t fd, short what, void *arg)
         return;
     }
     ssize_t n = recv(fd, p->got + p->have, sizeof p->got - p->have, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        if (!rearm(p))
+            pending_free(p);
         return;
+    }
     if (n <= 0) {
         pending_free(p);
         return;
     }
     p->have += (size_t)n;
-    if (p->have < sizeof p->got)
+    if (p->have < sizeof p->got) {
+        if (!rearm(p))
+            pending_free(p);
         return;
+    }
     sl_shm_region_t *r = region_of(p->lane, p->got);
     if (!r) {
         /* Closed without a word: the client goes on over TCP. */
@@ -156,8 +176,10 @@ static void on_lane_accept(struct evconnlistener *lst, evutil_socket_t fd, struc
     }
     p->lane = l;
     p->fd = fd;
-    p->ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_pending, p);
-    struct timeval tv = {SL_SHM_TICKET_MS / 1000, (SL_SHM_TICKET_MS % 1000) * 1000};
+    p->ev = event_new(l->base, fd, EV_READ, on_pending, p);
+    struct timeval tv = {SL_SHM_TICKET_MS / 1000, (SL_SHM_TICKET_MS % 1000) * 1000}, now;
+    event_base_gettimeofday_cached(l->base, &now);
+    evutil_timeradd(&now, &tv, &p->deadline);
     if (!p->ev || event_add(p->ev, &tv) < 0) {
         if (p->ev)
             event_free(p->ev);

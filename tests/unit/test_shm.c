@@ -123,6 +123,40 @@ Test(shm, a_region_goes_to_the_holder_of_its_ticket_once)
     side_stop(&s);
 }
 
+Test(shm, a_ticket_that_trickles_in_gets_no_more_than_its_time, .timeout = 60)
+{
+    /* A byte every 300 ms: the whole ticket would take 4.8 s, and the lane
+     * gives a connection 2 s from its accept however its bytes come. */
+    struct side s;
+    side_start(&s, 1 << 20, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    side_run(&s);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    const char *name = sl_shm_lane_name(s.lane);
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    int c = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_eq(connect(c, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                                               strlen(name))),
+                 0);
+    const uint8_t *ticket = sl_shm_region_ticket(r);
+    size_t sent = 0;
+    for (; sent < SL_SHM_TICKET_LEN; sent++) {
+        if (send(c, ticket + sent, 1, MSG_NOSIGNAL) != 1)
+            break; /* closed on us: the time was up */
+        struct timespec ms = {0, 300 * 1000000};
+        nanosleep(&ms, NULL);
+    }
+    char byte;
+    ssize_t n = recv(c, &byte, 1, 0); /* EOF: nothing handed over */
+    close(c);
+    side_pause(&s);
+    cr_assert_leq(n, 0, "the lane handed the region over to a ticket that took %zu sends", sent);
+    cr_assert_not(sl_shm_region_collected(r));
+    sl_shm_region_free(r);
+    side_stop(&s);
+}
+
 Test(shm, no_lane_of_that_name_is_a_refused_connect)
 {
     /* What a worker on another host (or network namespace) looks like. */
