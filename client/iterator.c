@@ -277,6 +277,56 @@ static void task_drop_conn(struct itask *t)
     t->fly_n = t->fly_sent = 0; /* nothing to ask again of a task left */
 }
 
+/* A region offered on the task's connection (GetElementResponse.shm_socket):
+ * collected and mapped, or, when that fails (the worker is on another
+ * host or network namespace, mostly), not asked for again on this
+ * connection: its batches come over the socket. */
+static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
+{
+    sl_iterator_t *it = t->it;
+    if (t->shm || t->shm_off || it->opts.shm < 0)
+        return;
+    if (resp->shm_ticket.size != SL_SHM_TICKET_BYTES) {
+        t->shm_off = true; /* not an offer this client can take: the socket serves */
+        return;
+    }
+    char why[300];
+    size_t max = it->opts.max_batch_bytes * SL_SHM_CLIENT_MAX_SLOTS;
+    int rc = sl__shm_collect(resp->shm_socket, resp->shm_ticket.bytes, resp->shm_ticket.size, SL_SHM_COLLECT_MS, max,
+                             &t->shm, why, sizeof why);
+    if (rc < 0) {
+        t->shm = NULL;
+        t->shm_off = true;
+        /* No such lane here is the worker on another host: nothing to say. */
+        if (rc != -ECONNREFUSED && rc != -ENOENT && !it->shm_said) {
+            it->shm_said = true;
+            fprintf(stderr, "sluice: worker %s: its batches come over TCP: shared memory: %s\n", t->address, why);
+        }
+    }
+}
+
+/* A batch whose payload lies in the connection's region: the frame carries
+ * none (payload is freed). resp is the frame's own message, changed
+ * (sl__batch_from_shm()). */
+static struct sl_batch *batch_from_shm(struct itask *t, sluice_GetElementResponse *resp, uint8_t *payload,
+                                       size_t payload_len, char *err, size_t errlen)
+{
+    free(payload);
+    uint64_t seq;
+    const uint8_t *slot = NULL;
+    if (!t->shm || payload_len > 0)
+        sl_errf(err, errlen, SL_EPROTO, "a batch in shared memory %s",
+                !t->shm ? "on a connection with no region mapped" : "with a payload in the frame too");
+    else if (resp->shm_length > t->it->opts.max_batch_bytes)
+        sl_errf(err, errlen, SL_ETOOBIG, "a batch of %" PRIu64 " bytes in shared memory is over max_batch_bytes (%zu)",
+                resp->shm_length, t->it->opts.max_batch_bytes);
+    else
+        slot = sl__shm_slot(t->shm, resp->shm_offset, resp->shm_length, &seq, err, errlen);
+    if (!slot)
+        return NULL;
+    return sl__batch_from_shm(resp, t->shm, slot, (size_t)resp->shm_length, seq, err, errlen);
+}
+
 /* ---- coordinated reads ---- */
 
 static struct slot *slot_of_request(sl_iterator_t *it, const struct itask *t, uint32_t request_id)
@@ -366,11 +416,15 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     return true;
 }
 
-static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
-                          const sluice_GetElementResponse *resp, uint8_t *payload, size_t size)
+static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, sluice_GetElementResponse *resp,
+                          uint8_t *payload, size_t size)
 {
     if (!sl) {
         free(payload); /* an answer for a round forgotten meanwhile */
+        uint64_t seq;
+        if (resp->shm_length && t->shm &&
+            sl__shm_slot(t->shm, resp->shm_offset, resp->shm_length, &seq, NULL, 0)) /* its slot goes back */
+            sl__shm_slot_done(t->shm, seq);
         pump(it);
         return;
     }
@@ -383,7 +437,8 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl,
         sl->state = SLOT_END;
     } else {
         char err[512];
-        struct sl_batch *b = sl__batch_from_wire(resp, payload, size, err, sizeof err);
+        struct sl_batch *b = resp->shm_length ? batch_from_shm(t, resp, payload, size, err, sizeof err)
+                                              : sl__batch_from_wire(resp, payload, size, err, sizeof err);
         if (!b) {
             iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
             return;
@@ -445,7 +500,10 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
-                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
+                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
+                                        .shm = it->opts.shm >= 0 && !t->shm && !t->shm_off,
+                                        .shm_mapped = t->shm != NULL,
+                                        .shm_released = t->shm ? sl__shm_released(t->shm) : 0};
         memcpy(req.task_key, t->key, sizeof req.task_key);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
             continue;
@@ -460,56 +518,6 @@ static int64_t doubled(int64_t min, int64_t max, unsigned tries)
 {
     int64_t ms = min << (tries < 16 ? tries : 16);
     return ms < max ? ms : max;
-}
-
-/* A region offered on the task's connection (GetElementResponse.shm_socket):
- * collected and mapped, or, when that fails (the worker is on another
- * host or network namespace, mostly), not asked for again on this
- * connection: its batches come over the socket. */
-static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
-{
-    sl_iterator_t *it = t->it;
-    if (t->shm || t->shm_off || it->opts.shm < 0)
-        return;
-    if (resp->shm_ticket.size != SL_SHM_TICKET_BYTES) {
-        t->shm_off = true; /* not an offer this client can take: the socket serves */
-        return;
-    }
-    char why[300];
-    size_t max = it->opts.max_batch_bytes * SL_SHM_CLIENT_MAX_SLOTS;
-    int rc = sl__shm_collect(resp->shm_socket, resp->shm_ticket.bytes, resp->shm_ticket.size, SL_SHM_COLLECT_MS, max,
-                             &t->shm, why, sizeof why);
-    if (rc < 0) {
-        t->shm = NULL;
-        t->shm_off = true;
-        /* No such lane here is the worker on another host: nothing to say. */
-        if (rc != -ECONNREFUSED && rc != -ENOENT && !it->shm_said) {
-            it->shm_said = true;
-            fprintf(stderr, "sluice: worker %s: its batches come over TCP: shared memory: %s\n", t->address, why);
-        }
-    }
-}
-
-/* A batch whose payload lies in the connection's region: the frame carries
- * none (payload is freed). resp is the frame's own message, changed
- * (sl__batch_from_shm()). */
-static struct sl_batch *batch_from_shm(struct itask *t, sluice_GetElementResponse *resp, uint8_t *payload,
-                                       size_t payload_len, char *err, size_t errlen)
-{
-    free(payload);
-    uint64_t seq;
-    const uint8_t *slot = NULL;
-    if (!t->shm || payload_len > 0)
-        sl_errf(err, errlen, SL_EPROTO, "a batch in shared memory %s",
-                !t->shm ? "on a connection with no region mapped" : "with a payload in the frame too");
-    else if (resp->shm_length > t->it->opts.max_batch_bytes)
-        sl_errf(err, errlen, SL_ETOOBIG, "a batch of %" PRIu64 " bytes in shared memory is over max_batch_bytes (%zu)",
-                resp->shm_length, t->it->opts.max_batch_bytes);
-    else
-        slot = sl__shm_slot(t->shm, resp->shm_offset, resp->shm_length, &seq, err, errlen);
-    if (!slot)
-        return NULL;
-    return sl__batch_from_shm(resp, t->shm, slot, (size_t)resp->shm_length, seq, err, errlen);
 }
 
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
@@ -573,10 +581,10 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementResponse *resp = msg;
-    if (resp->shm_socket[0] && !it->coord)
+    if (resp->shm_socket[0])
         shm_collect(t, resp);
     if (it->coord) {
-        coord_arrived(it, t, slot, resp, payload, hdr->payload_len);
+        coord_arrived(it, t, slot, msg, payload, hdr->payload_len);
         return;
     }
     if (resp->done_below > t->done_below)

@@ -252,8 +252,8 @@ typedef struct sl_iterator_opts {
                                    takes checkpoints (SL_EINVAL otherwise); 0 (default): not */
     int shm;                    /* a worker on this host hands its batches over in shared
                                    memory (docs/protocol.md): 0 (default) where the worker
-                                   offers it (sluice-workerd --shm-mb) and the read is not
-                                   coordinated; < 0 never: every batch over the socket.
+                                   offers it (sluice-workerd --shm-mb); < 0 never: every
+                                   batch over the socket.
                                    A batch then holds its slot until released */
 } sl_iterator_opts_t;
 

@@ -625,7 +625,7 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
 static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
 {
     char err[256];
-    if (req->shm && !wc->shm && !wc->shm_none && wc->w->lane && !req->coordinated) {
+    if (req->shm && !wc->shm && !wc->shm_none && wc->w->lane) {
         wc->shm = sl_shm_region_new(wc->w->lane, err, sizeof err);
         wc->shm_offer = wc->shm != NULL;
         wc->shm_none = wc->shm == NULL; /* asked once per connection */

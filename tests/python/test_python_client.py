@@ -707,8 +707,11 @@ class RequestWindowTest(unittest.TestCase):
         # (max_outstanding, 8) is full, one request each time an answer
         # comes, and each request acknowledges the answers below the
         # oldest still in flight. Once the eighth is served, the worker
-        # holds the answers nothing acknowledged: the last window, 4 (2
-        # before the window was widened; 8 were it the whole budget).
+        # holds the answers nothing acknowledged: at most the last window,
+        # 4 (8 were it the whole budget), and at least the eighth. Fewer
+        # than 4 when answers came together: the fifth can arrive with the
+        # fourth, before the eighth request goes (which then acknowledges
+        # it), more often since small answers come through shared memory.
         c = Cluster(workers=1)
         try:
             c.wait_workers_registered(1)
@@ -723,7 +726,8 @@ class RequestWindowTest(unittest.TestCase):
                 wait_for(lambda: metric('sluice_worker_batches_served_total') >= 8,
                          'the worker to serve the iterator\'s budget of 8 batches')
                 self.assertEqual(metric('sluice_worker_batches_served_total'), 8)
-                self.assertEqual(metric('sluice_worker_held_batches'), 4)
+                held = metric('sluice_worker_held_batches')
+                self.assertTrue(1 <= held <= 4, 'the worker holds %d batches for a window of 4' % held)
                 self.assertEqual(len(next(it)['value']), 64)
         finally:
             bad = c.close()

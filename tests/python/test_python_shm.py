@@ -3,7 +3,8 @@
 the ones the socket brings, a trainer that holds its batches gets the rest
 over the socket, a batch changed in place does not change the next one,
 components whose bytes the client interprets (bytes, ragged) stay on the
-socket, and a worker started with --shm-mb 0 sends everything over it.
+socket, coordinated reads take it too, and a worker started with --shm-mb 0
+sends everything over it.
 Which way each batch went is read from the worker's counters."""
 import json
 import os
@@ -92,6 +93,20 @@ class SharedMemory(SluiceCase):
                 n += 1
                 del v, b
         self.assertEqual(n, 300)
+
+    def test_coordinated_reads_too(self):
+        ds = sluice.range(0, 1000).repeat().batch(4)
+        before = counters(self.c.workers[0])
+        with ds.distribute(self.addr, job_name='shm-coord', num_consumers=2, consumer_index=0) as a, \
+                ds.distribute(self.addr, job_name='shm-coord', num_consumers=2, consumer_index=1) as b:
+            for _ in range(100):
+                x = next(a)['value'].tolist()
+                y = next(b)['value'].tolist()
+                self.assertEqual(x[-1] + 1, y[0])  # the round's two batches, consecutive
+        served, via_shm, fallback = delta(counters(self.c.workers[0]), before)
+        # Each consumer's first requests go before its region is mapped; the rest through it.
+        self.assertGreaterEqual(via_shm, 200 - 2 * 16)
+        self.assertEqual(fallback, 0)
 
     def test_a_worker_with_shm_off_sends_everything_over_the_socket(self):
         c = Cluster(workers=1, worker_args=['--shm-mb', '0'])
