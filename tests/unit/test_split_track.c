@@ -293,15 +293,26 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
     unsigned drop_pct = (unsigned)(draw() % 3 == 0 ? 0 : between(1, 60));
     size_t batch = (size_t)log_between(2048);
     if (like_range) {
+        /* A range is one file, read to its end, nothing filtered: many
+         * batches then lie in one split (the path the other rounds reach
+         * only now and then; a seed once drew 20 such batches in all). */
+        files = 1;
+        per_file = max_records / epochs;
         cycle = 1;
-        split_max = split_min > 65536 ? split_min : 65536;
+        /* Splits as a worker asks for them at full speed (50 ms of its
+         * pipeline: 262,144 records): a batch's records come from one split
+         * once the records of the one before are out of the buffer. */
+        split_min = split_max = 262144;
         batch = 1024;
+        drop_pct = 0;
     }
     bool drop_remainder = draw() % 2;
     size_t queue_max = (size_t)between(1, 16);
     unsigned skip_pct = (unsigned)between(0, 30);
     /* Ends early at this record read (or reads everything). */
     uint64_t stop_at = draw() % 3 == 0 ? between(0, max_records) : UINT64_MAX;
+    if (like_range)
+        stop_at = UINT64_MAX;
 
     /* The splits, file by file, each epoch's in an order of its own (a
      * split handed out again comes late). */
@@ -314,7 +325,7 @@ static void one_round(unsigned seed, unsigned round, uint64_t max_records, size_
     for (uint32_t e = 0; e < epochs; e++) {
         size_t first = m.ns;
         for (uint32_t f = 0; f < files; f++) {
-            uint64_t len = draw() % 50 == 0 ? 0 : between(per_file / 2, per_file + per_file / 2);
+            uint64_t len = draw() % 50 == 0 && !like_range ? 0 : between(per_file / 2, per_file + per_file / 2);
             for (uint64_t b = 0; b < len;) {
                 uint64_t l = between(split_min, split_max);
                 if (l > len - b)
