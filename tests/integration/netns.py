@@ -172,9 +172,9 @@ class Host:
             os.close(target)
             os.close(home)
 
-    def http_get(self, port, path, timeout=5):
+    def http_get(self, port, path, timeout=5, text=False):
         """GET http://127.0.0.1:port/path inside this host (admin endpoints
-        bind loopback), decoded as JSON."""
+        bind loopback), decoded as JSON (text: as text, for /metrics)."""
         s = self.socket()
         s.settimeout(timeout)
         try:
@@ -186,7 +186,7 @@ class Host:
             body = r.read()
             if r.status != 200:
                 raise RuntimeError('GET %s on %s: %d %s' % (path, self.name, r.status, body[:200]))
-            return json.loads(body)
+            return body.decode() if text else json.loads(body)
         finally:
             s.close()
 

@@ -172,6 +172,11 @@ class Daemon:
     def admin(self, path):
         return self.host.http_get(self.admin_port, path)
 
+    def metric(self, name):
+        """A counter or gauge of its /metrics (the sum over its labels)."""
+        lines = self.host.http_get(self.admin_port, '/metrics', text=True).splitlines()
+        return sum(float(line.split()[-1]) for line in lines if line.split() and line.split()[0] == name)
+
 
 class Trainer:
     """sluice-cat (jsonl, with the worker of each batch) in a host, read by a
@@ -545,6 +550,9 @@ class WorkerCutFromTrainers(MultiHost):
         # Nobody was lost: the same three workers, live; and what the cut
         # worker held reached the trainers after the heal.
         self.assertEqual(sorted(x['id'] for x in self.wait_live_workers(3)), ids)
+        # Trainers on other hosts find no lane of the workers': every batch over TCP.
+        for x in self.workers:
+            self.assertEqual(x.metric('sluice_worker_batches_shm_total'), 0, x.name)
         self.assertGreater(sum(t.by_worker[w.addr] for t in trainers), from_victim)
 
 
@@ -980,6 +988,9 @@ class LocalTargetWorkers(MultiHost):
         self.finish_exactly_once(trainers, n)
         for t, w in zip(trainers, self.workers):
             self.assertEqual(set(t.by_worker), {w.addr}, '%s read from %s' % (t.name, dict(t.by_worker)))
+            # On its worker's host (its network namespace, also into the worker's container):
+            # the batches came through shared memory (docs/protocol.md).
+            self.assertGreater(w.metric('sluice_worker_batches_shm_total'), 0, w.name)
         # No worker on a trainer host: refused, with the address the dispatcher saw.
         r = self.thosts[0].run([binary('sluice-cat'), '--dispatcher', '%s:%d' % (self.dispatcher_host, DPORT), '--dataset',
                                 self.spec_file(spec), '--format', 'count', '--auth-token-file', self.token,
