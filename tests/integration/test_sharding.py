@@ -403,8 +403,19 @@ class Coordinated(unittest.TestCase):
             wait_for(serving, 'both consumers to read from both workers')
             c.workers[1].kill(sig)
             errs = []
-            for p in procs:
-                _, err = p.communicate(timeout=120)
+            for i, p in enumerate(procs):
+                try:
+                    _, err = p.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    # Seen once in a fresh-clone run: what the consumers, the
+                    # dispatcher and the live worker said, for the next time.
+                    said = [e[-3000:] for e in errs]
+                    for q in procs[i:]:
+                        q.kill()
+                        said.append(q.communicate()[1][-3000:])
+                    self.fail('consumer %d still ran 120 s after worker 1 was killed; consumers said %r; '
+                              'dispatcher: %s; worker 0: %s' % (i, said, c.dispatcher.stderr()[-4000:],
+                                                                c.workers[0].stderr()[-4000:]))
                 self.assertNotEqual(p.returncode, 0)
                 errs.append(err)
             for e in errs:
