@@ -5,43 +5,21 @@ import collections
 import gzip
 import json
 import os
-import shutil
-import tempfile
-import unittest
 
 import numpy as np
 
 import sluice
-from harness import Cluster
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(REPO, 'tests', 'data', 'tfrecord')
+from pycase import DataCase
 
 
-class DataplaneBuilderTest(unittest.TestCase):
+class DataplaneBuilderTest(DataCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='sluice-pydata-')
-        cls.data = os.path.join(cls.tmp, 'data')
-        shutil.copytree(FIXTURES, cls.data)
+        super().setUpClass()
         with open(os.path.join(cls.data, 'MANIFEST.json')) as f:
             cls.manifest = json.load(f)['files']
-        roots = ['--data-root', cls.data]
-        cls.c = Cluster(workers=2, dispatcher_args=roots, worker_args=roots)
-        try:
-            cls.c.wait_workers_registered(2)
-        except BaseException:
-            cls.c.close()
-            raise
         cls.addr = cls.c.dispatcher.addr
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        if bad:
-            raise AssertionError('daemons did not exit cleanly: %s' % bad)
 
     def batches(self, ds, sharding='dynamic'):
         """Every batch as a dict of copied arrays (the views die with the batch)."""

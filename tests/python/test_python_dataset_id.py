@@ -5,19 +5,16 @@ hold; len() and cardinality() say what the workers yield, and a TypeError
 where that is not fixed (docs/python.md, docs/coming-from-tf-data.md)."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import sluice
 import sluice.torch
 from harness import Cluster
+from pycase import DataCase
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(REPO, 'tests', 'data', 'tfrecord')
 PYTHONPATH = os.path.dirname(os.path.dirname(sluice.__file__))
 
 READ_BY_NAME = r'''
@@ -46,27 +43,7 @@ def dtype_name(a):
     return 'bytes' if a.dtype == object else a.dtype.name
 
 
-class DatasetIdTest(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='sluice-pyid-')
-        cls.data = os.path.join(cls.tmp, 'data')
-        shutil.copytree(FIXTURES, cls.data)
-        roots = ['--data-root', cls.data]
-        cls.c = Cluster(workers=2, dispatcher_args=roots, worker_args=roots)
-        try:
-            cls.c.wait_workers_registered(2)
-        except BaseException:
-            cls.c.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        if bad:
-            raise AssertionError('daemons did not exit cleanly: %s' % bad)
+class DatasetIdTest(DataCase):
 
     @property
     def addr(self):

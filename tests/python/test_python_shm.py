@@ -8,8 +8,6 @@ sends everything over it.
 Which way each batch went is read from the worker's counters."""
 import json
 import os
-import shutil
-import tempfile
 import unittest
 import urllib.request
 
@@ -17,11 +15,7 @@ import numpy as np
 
 import sluice
 from harness import Cluster
-from pycase import SluiceCase
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(REPO, 'tests', 'data', 'tfrecord')
-
+from pycase import DataCase, SluiceCase
 
 def counters(worker):
     """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
@@ -122,30 +116,11 @@ class SharedMemory(SluiceCase):
             self.assertEqual(bad, {})
 
 
-class InterpretedBytesStayOnTheSocket(unittest.TestCase):
+class InterpretedBytesStayOnTheSocket(DataCase):
     """A bytes component's offsets and a ragged one's row splits are read by
     the client after its checks: the worker could change them in a slot, so
     such batches come over the socket."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='sluice-pyshm-')
-        cls.data = os.path.join(cls.tmp, 'data')
-        shutil.copytree(FIXTURES, cls.data)
-        roots = ['--data-root', cls.data]
-        cls.c = Cluster(workers=1, dispatcher_args=roots, worker_args=roots)
-        try:
-            cls.c.wait_workers_registered(1)
-        except BaseException:
-            cls.c.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        if bad:
-            raise AssertionError('daemons did not exit cleanly: %s' % bad)
+    workers = 1
 
     def test_bytes_and_ragged_components(self):
         files = os.path.join(self.data, 'basic-*-of-00004.tfrecord')
