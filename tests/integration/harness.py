@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -180,6 +181,36 @@ class Cluster:
         r = subprocess.run(self.cat_argv(spec, args, fmt, dispatcher), capture_output=True, text=True,
                            timeout=timeout, env=child_env())
         return r.returncode, parse_jsonl(r.stdout), r.stderr
+
+    def cat_across_restart(self, spec, args, at_bytes, victim, down=0.0, before=None, timeout=600):
+        """Streams spec through sluice-cat (--format raw, args) and, once
+        at_bytes were read, calls before() if given, then kills worker
+        `victim` with -9 and starts it again on its ports after `down`
+        seconds. Reading stops meanwhile. A hang is killed after timeout
+        seconds. Returns (returncode, the raw bytes read, stderr)."""
+        # stderr to a file: communicate() would read stdout past what its
+        # buffered reader already holds.
+        err_path = os.path.join(self.dir, 'cat-restart.err')
+        with open(err_path, 'wb') as err_file:
+            proc = subprocess.Popen(self.cat_argv(spec, args, fmt='raw'), stdout=subprocess.PIPE, stderr=err_file,
+                                    env=child_env())
+        watchdog = threading.Timer(timeout, proc.kill)  # a hang fails the test rather than the run
+        watchdog.start()
+        try:
+            head = proc.stdout.read(at_bytes)
+            if before:
+                before()
+            self.restart_worker(victim, down=down)
+            tail = proc.stdout.read()
+            proc.wait(timeout=timeout)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        with open(err_path, 'rb') as f:
+            err = f.read().decode(errors='replace')
+        return proc.returncode, head + tail, err
 
     def close(self):
         """Stops every daemon; returns {name: exit code} of those that did not exit 0."""

@@ -496,34 +496,18 @@ class WorkerLostAfterItsTaskWasDone(unittest.TestCase):
         try:
             c.wait_workers_registered(1)
             spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": batch}]}
-            argv = c.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '1', '--timeout-ms', '20000'],
-                              fmt='raw')
-            err_path = os.path.join(c.dir, 'cat-done.err')
-            with open(err_path, 'wb') as err_file:
-                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_file, env=child_env())
-            watchdog = threading.Timer(120, proc.kill)
-            watchdog.start()
-            try:
-                # The first three batches read: sluice-cat then blocks writing
-                # the fourth into the full pipe, and the fifth, the last, waits
-                # in its queue, so it asks for nothing more (one in flight or
-                # queued). The worker has sent everything but the end.
-                head = proc.stdout.read(3 * batch * 8)
-                admin = c.dispatcher.admin_port
-                wait_for(lambda: get_json(admin, '/v1/jobs')['jobs'][0]['state'] == 'FINISHED',
-                         'the job to finish at the dispatcher before the client has the end')
-                c.restart_worker(0)
-                tail = proc.stdout.read()
-                proc.wait(timeout=120)
-            finally:
-                watchdog.cancel()
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            with open(err_path) as f:
-                err = f.read()
-            self.assertEqual(proc.returncode, 0, err[-2000:])
-            got = struct.unpack('<%dq' % ((len(head) + len(tail)) // 8), head + tail)
+            admin = c.dispatcher.admin_port
+            # The first three batches read: sluice-cat then blocks writing
+            # the fourth into the full pipe, and the fifth, the last, waits
+            # in its queue, so it asks for nothing more (one in flight or
+            # queued). The worker has sent everything but the end.
+            rc, raw, err = c.cat_across_restart(
+                spec, ['--sharding', 'dynamic', '--max-outstanding', '1', '--timeout-ms', '20000'], 3 * batch * 8, 0,
+                before=lambda: wait_for(lambda: get_json(admin, '/v1/jobs')['jobs'][0]['state'] == 'FINISHED',
+                                        'the job to finish at the dispatcher before the client has the end'),
+                timeout=120)
+            self.assertEqual(rc, 0, err[-2000:])
+            got = struct.unpack('<%dq' % (len(raw) // 8), raw)
             assert_exactly_once(self, got, n, 'a worker lost after its task was done')
         finally:
             self.assertEqual(c.close(), {})

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -168,32 +167,13 @@ class OutstandingBound(unittest.TestCase):
 
 
 def read_with_kill(cluster, spec, args, at_bytes, victim, down):
-    """Streams spec (--format raw) and, once at_bytes were read, kills worker
-    `victim` with -9 and starts it again on its ports after `down` seconds.
-    Reading stops meanwhile, so the job cannot end before the kill unless the
-    workers hold all the rest in their buffers; either way every element must
-    come once. Returns (returncode, values, stderr)."""
-    # stderr to a file: communicate() would read stdout past what its
-    # buffered reader already holds.
-    err_path = os.path.join(cluster.dir, 'cat-kill.err')
-    with open(err_path, 'wb') as err_file:
-        proc = subprocess.Popen(cluster.cat_argv(spec, ['--sharding', 'dynamic'] + list(args), fmt='raw'),
-                                stdout=subprocess.PIPE, stderr=err_file, env=child_env())
-    watchdog = threading.Timer(600, proc.kill)  # a hang fails the test rather than the run
-    watchdog.start()
-    try:
-        head = proc.stdout.read(at_bytes)
-        cluster.restart_worker(victim, down=down)
-        tail = proc.stdout.read()
-        proc.wait(timeout=600)
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    with open(err_path, 'rb') as f:
-        err = f.read().decode(errors='replace')
-    return proc.returncode, np.frombuffer(head + tail, dtype='<i8'), err
+    """Streams spec (--format raw, DYNAMIC) and, once at_bytes were read,
+    kills worker `victim` with -9 and starts it again on its ports after
+    `down` seconds. Reading stops meanwhile, so the job cannot end before the
+    kill unless the workers hold all the rest in their buffers; either way
+    every element must come once. Returns (returncode, values, stderr)."""
+    rc, raw, err = cluster.cat_across_restart(spec, ['--sharding', 'dynamic'] + list(args), at_bytes, victim, down)
+    return rc, np.frombuffer(raw, dtype='<i8'), err
 
 
 class PausedConsumer(unittest.TestCase):
