@@ -602,11 +602,11 @@ int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
     return rc;
 }
 
-void sl_task_release(sl_task_t *t, size_t size)
+void sl_task_release(sl_task_t *t, const sl_wire_batch_t *b)
 {
     pthread_mutex_lock(&t->mu);
-    t->held_bytes -= size;
-    sl_membudget_release(t->cfg.mem, size);
+    t->held_bytes -= b->charged;
+    sl_membudget_release(t->cfg.mem, b->charged);
     t->taken--;
     if (room_to_wake(t))
         pthread_cond_broadcast(&t->wake);

@@ -96,10 +96,11 @@ enum sl_task_take {
  */
 int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
 
-/** The caller is done with a batch it took (sent or dropped): size is its
- *  charged bytes (sl_wire_batch_t.charged: its tensors and provenance).
- *  The notify callback runs afterwards from the loop, never inside this call. */
-void sl_task_release(sl_task_t *task, size_t size);
+/** The caller is done with batch b it took (sent or dropped; call it before
+ *  freeing b): its room goes back, as much as it was charged when buffered
+ *  (sl_wire_batch_t.charged: its tensors and provenance). The notify
+ *  callback runs afterwards from the loop, never inside this call. */
+void sl_task_release(sl_task_t *task, const sl_wire_batch_t *b);
 
 /**
  * Says how the task's consumers read provenance, as the latest request for

@@ -334,7 +334,7 @@ static void on_batch_written(const void *data, size_t len, void *extra)
      * buffer (held.h). */
     struct wtask *wt = sv->released ? NULL : find_task(s->w, sv->task_id);
     if (wt)
-        sl_task_release(wt->task, sv->batch->charged);
+        sl_task_release(wt->task, sv->batch);
     sv->released = true;
     sl_served_unref(sv);
     free(s);
@@ -471,7 +471,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         if (sv)
             sv->batch = NULL;
         sl_served_unref(sv);
-        sl_task_release(wt->task, b->charged);
+        sl_task_release(wt->task, b);
         sl_wire_batch_free(b);
         sl_conn_send_error(wc->conn, request_id, -ENOMEM, "worker out of memory");
         return;

@@ -64,7 +64,7 @@ static int64_t take(uint64_t round, uint32_t consumer)
         if (rc == SL_TASK_BATCH) {
             int64_t v;
             memcpy(&v, b->data + b->components[0].offset, sizeof v);
-            sl_task_release(task, b->charged);
+            sl_task_release(task, b);
             sl_wire_batch_free(b);
             return v;
         }

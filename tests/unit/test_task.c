@@ -164,9 +164,8 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
         free(done);
         if (rc == SL_TASK_BATCH) {
             elements += b->num_elements;
-            size_t size = b->charged;
+            sl_task_release(r.task, b);
             sl_wire_batch_free(b);
-            sl_task_release(r.task, size);
         } else {
             ended = true;
         }
@@ -223,9 +222,8 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
         for (uint64_t i = 0; i < b->num_elements; i++)
             sum += (uint64_t)v[i];
         count += b->num_elements;
-        size_t size = b->charged;
+        sl_task_release(r.task, b);
         sl_wire_batch_free(b);
-        sl_task_release(r.task, size);
     }
     cr_assert_eq(count, 1000000);
     cr_assert_eq(sum, (uint64_t)999999 * 1000000 / 2);
@@ -270,7 +268,7 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
         cr_assert_eq(sl_task_take(r.task, &b), SL_TASK_BATCH);
         cr_assert_eq(b->charged, sl_wire_batch_held_bytes(b));
         total += b->charged;
-        sl_task_release(r.task, b->charged);
+        sl_task_release(r.task, b);
         sl_wire_batch_free(b);
     }
     cr_assert_eq(total, info.buffered_bytes);
@@ -332,9 +330,8 @@ static uint64_t run_sized(const sl_task_config_t *cfg)
             cr_assert(v[i] >= 0 && v[i] < TOTAL && !seen[v[i]], "element %ld twice or outside", (long)v[i]);
             seen[v[i]] = 1;
         }
-        size_t size = b->charged;
+        sl_task_release(r.task, b);
         sl_wire_batch_free(b);
-        sl_task_release(r.task, size);
     }
     cr_assert(ended, "the task never ended");
     for (int i = 0; i < TOTAL; i++)
@@ -446,9 +443,8 @@ Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
             arrived = false;
             sl_task_prov_form(r.task, phases[phase].provenance, phases[phase].dense);
         }
-        size_t size = b->charged;
+        sl_task_release(r.task, b);
         sl_wire_batch_free(b);
-        sl_task_release(r.task, size);
     }
     cr_assert(ended, "the task never ended");
     cr_assert_eq(batches, (TOTAL + BATCH - 1) / BATCH);
