@@ -21,6 +21,13 @@ sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
     return s;
 }
 
+/* What a served batch holds: its tensors with its provenance, and the
+ * notices its answer carries. */
+static size_t served_bytes(const sl_served_t *s)
+{
+    return sl_wire_batch_held_bytes(s->batch) + s->notices_len;
+}
+
 void sl_served_unref(sl_served_t *s)
 {
     if (!s || --s->refs > 0)
@@ -158,7 +165,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
     if (seq >= c->next_seq)
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
-    size_t bytes = sl_wire_batch_held_bytes(s->batch) + s->notices_len; /* with its provenance */
+    size_t bytes = served_bytes(s);
     if (c->n == SL_HELD_MAX || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
         if (!c->warned)
             sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
@@ -196,6 +203,6 @@ void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)
     for (unsigned i = 0; i < h->n; i++) {
         *batches += h->v[i].n;
         for (unsigned k = 0; k < h->v[i].n; k++)
-            *bytes += sl_wire_batch_held_bytes(h->v[i].held[k]->batch) + h->v[i].held[k]->notices_len;
+            *bytes += served_bytes(h->v[i].held[k]);
     }
 }
