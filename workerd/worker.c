@@ -352,49 +352,34 @@ static bool shm_fits(const sl_wire_batch_t *b)
     return true;
 }
 
-static void send_shm_answer(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2],
-                            struct sent *s)
+/* Sends served batch sv's answer with its payload in a slot of wc's
+ * region, when its client mapped it and the payload fits there now: the
+ * payload is copied, and its room goes back to the task at once.
+ * @return false when it goes over the socket instead (nothing sent) */
+static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv, const struct iovec tails[2],
+                         struct sent *s)
 {
+    if (!wc->shm_mapped || !shm_fits(sv->batch))
+        return false;
     sluice_GetElementResponse *resp = &sv->resp;
-    if (wc->shm_offer) {
-        wc->shm_offer = false;
-        sl_strcopy(resp->shm_socket, sizeof resp->shm_socket, sl_shm_lane_name(wc->w->lane));
-        resp->shm_ticket.size = SL_SHM_TICKET_LEN;
-        memcpy(resp->shm_ticket.bytes, sl_shm_region_ticket(wc->shm), SL_SHM_TICKET_LEN);
-    }
-    if (wc->shm_mapped && shm_fits(sv->batch)) {
-        struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
-        if (sl_shm_region_put(wc->shm, parts, 3, &resp->shm_offset, &resp->shm_length) == 0) {
-            sl_metric_add(m_shm_served, 1);
-            if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, NULL, 0, NULL, NULL) < 0)
-                sl_log_debug("batch for %s dropped", sl_conn_peer(wc->conn));
-            on_batch_written(NULL, 0, s); /* copied: its room goes back to the task now */
-            return;
-        }
+    struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
+    if (sl_shm_region_put(wc->shm, parts, 3, &resp->shm_offset, &resp->shm_length) < 0) {
         sl_metric_add(m_shm_fallback, 1);
+        return false;
     }
-    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, sv->batch->data,
-                               sv->batch->size, 0, tails, 2, on_batch_written, s);
-    if (rc < 0)
-        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+    sl_metric_add(m_shm_served, 1);
+    if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, NULL, 0, NULL, NULL) < 0)
+        sl_log_debug("batch for %s dropped", sl_conn_peer(wc->conn));
+    on_batch_written(NULL, 0, s);
+    return true;
 }
 
-/* send_served() for a connection with a region: the answer offers the
- * region (once), and its payload goes into a slot when the client mapped
- * it and it fits, else over the socket as before. The answer as first made
+/* Writes served batch sv (its answer as first made) to wc: the answer
+ * offers wc's region of shared memory (once), and the payload goes in a
+ * slot of it (send_in_slot()) or over the socket. The answer as first made
  * (sv->resp, what a redelivery sends) gets the fields for this send and
  * loses them again once it is encoded (sl_conn_send() encodes at once; a
  * copy of the whole answer cost 800 instructions a batch). */
-static void send_shm(struct wconn *wc, uint32_t request_id, sl_served_t *sv, struct iovec tails[2], struct sent *s)
-{
-    sluice_GetElementResponse *resp = &sv->resp;
-    send_shm_answer(wc, request_id, sv, tails, s);
-    resp->shm_socket[0] = '\0';
-    resp->shm_ticket.size = 0;
-    resp->shm_offset = resp->shm_length = 0;
-}
-
-/* Writes served batch sv (its answer as first made) to wc. */
 static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
 {
     struct sent *s = malloc(sizeof *s);
@@ -406,16 +391,24 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
     *s = (struct sent){.w = wc->w, .served = sv};
     sl_metric_add(m_served, 1);
     sl_metric_add(m_bytes_served, (double)sv->batch->size);
-    struct iovec tails[2] = {{sv->batch->prov_wire, (size_t)sv->resp.provenance_length},
+    sluice_GetElementResponse *resp = &sv->resp;
+    struct iovec tails[2] = {{sv->batch->prov_wire, (size_t)resp->provenance_length},
                              {sv->notices, sv->notices_len}};
-    if (wc->shm_offer || (wc->shm_mapped && shm_fits(sv->batch))) {
-        send_shm(wc, request_id, sv, tails, s);
-        return;
+    if (wc->shm_offer) {
+        wc->shm_offer = false;
+        sl_strcopy(resp->shm_socket, sizeof resp->shm_socket, sl_shm_lane_name(wc->w->lane));
+        resp->shm_ticket.size = SL_SHM_TICKET_LEN;
+        memcpy(resp->shm_ticket.bytes, sl_shm_region_ticket(wc->shm), SL_SHM_TICKET_LEN);
     }
-    int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &sv->resp, sv->batch->data,
-                               sv->batch->size, 0, tails, 2, on_batch_written, s);
-    if (rc < 0)
-        sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+    if (!send_in_slot(wc, request_id, sv, tails, s)) {
+        int rc = sl_conn_send_tail(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, sv->batch->data,
+                                   sv->batch->size, 0, tails, 2, on_batch_written, s);
+        if (rc < 0)
+            sl_log_debug("batch for %s dropped: %s", sl_conn_peer(wc->conn), sl_strerror(rc));
+    }
+    resp->shm_socket[0] = '\0';
+    resp->shm_ticket.size = 0;
+    resp->shm_offset = resp->shm_length = 0;
 }
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
