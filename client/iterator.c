@@ -305,6 +305,16 @@ static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
     }
 }
 
+/* A request's shared-memory fields on t's connection: ask for a region
+ * until one is mapped or could not be, then say it is mapped and how many
+ * of its slots are back. */
+static void shm_fields(const struct itask *t, sluice_GetElementRequest *req)
+{
+    req->shm = t->it->opts.shm >= 0 && !t->shm && !t->shm_off;
+    req->shm_mapped = t->shm != NULL;
+    req->shm_released = t->shm ? sl__shm_released(t->shm) : 0;
+}
+
 /* A batch whose payload lies in the connection's region: the frame carries
  * none (payload is freed). resp is the frame's own message, changed
  * (sl__batch_from_shm()). */
@@ -500,11 +510,9 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
-                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
-                                        .shm = it->opts.shm >= 0 && !t->shm && !t->shm_off,
-                                        .shm_mapped = t->shm != NULL,
-                                        .shm_released = t->shm ? sl__shm_released(t->shm) : 0};
+                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
         memcpy(req.task_key, t->key, sizeof req.task_key);
+        shm_fields(t, &req);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
             continue;
         *sl = (struct slot){.state = SLOT_SENT, .round = r, .request_id = id, .task = t};
@@ -743,11 +751,9 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
                                             .tallies = it->track,
                                             .dense_provenance = true,
                                             .seq = again ? t->fly[t->fly_sent] : t->next_seq,
-                                            .acked_below = t->fly_n ? t->fly[0] : t->next_seq,
-                                            .shm = it->opts.shm >= 0 && !t->shm && !t->shm_off,
-                                            .shm_mapped = t->shm != NULL,
-                                            .shm_released = t->shm ? sl__shm_released(t->shm) : 0};
+                                            .acked_below = t->fly_n ? t->fly[0] : t->next_seq};
             memcpy(req.task_key, t->key, sizeof req.task_key);
+            shm_fields(t, &req);
             if (!t->corked)
                 t->corked = sl_conn_cork(t->conn) == 0; /* its first request of this call */
             if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
