@@ -50,6 +50,7 @@
 #include "provwire.h"
 #include "received.h"
 #include "resolve.h"
+#include "retry.h"
 #include "shmmap.h"
 #include "strcopy.h"
 
@@ -88,11 +89,9 @@ struct itask {
     int64_t retry_at;
     sl_resolver_t *resolver;  /* the worker's address, looked up off the loop (resolve.h) */
     int64_t resolving_since;  /* TC_CONNECTING without conn: the lookup under way since */
-    /* The worker has not started the task yet (it learns of it with its
-     * next heartbeat): ask again from not_before on. */
-    int64_t unknown_since;
-    int64_t not_before;
-    unsigned unknown_tries; /* since unknown_since: the retry backs off from UNKNOWN_RETRY_MS */
+    /* The worker said it does not have the task (not yet, or no more):
+     * asked again from unknown.not_before on (retry.h). */
+    sl_retry_t unknown;
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
@@ -145,6 +144,7 @@ struct sl_iterator {
      * heartbeat interval, instead of waiting out a whole heartbeat. */
     struct event *end_probe;
     struct event *retry_timer; /* asks again a worker that did not know its task yet */
+    int64_t retry_due;         /* when retry_timer fires, while pending (retry_at()) */
     uint32_t end_probe_ms;
 
     sl_conn_t *disp;
@@ -438,7 +438,7 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, s
         pump(it);
         return;
     }
-    t->unknown_since = 0;
+    t->unknown.since = 0;
     if (resp->end_of_sequence) {
         bool ok = end_notices(it, t, resp, payload, size);
         free(payload);
@@ -505,7 +505,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
                           it->job_id, r, t->address);
             return;
         }
-        if (t->state != TC_OPEN || now < t->not_before)
+        if (t->state != TC_OPEN || now < t->unknown.not_before)
             continue;
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
@@ -521,11 +521,16 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
     }
 }
 
-/* min, doubled tries times, at most max: a backoff. */
-static int64_t doubled(int64_t min, int64_t max, unsigned tries)
+/* The retry timer (one for all tasks) fires at `at` (now_ms() time) or
+ * earlier (retry.h). */
+static void retry_at(sl_iterator_t *it, int64_t at)
 {
-    int64_t ms = min << (tries < 16 ? tries : 16);
-    return ms < max ? ms : max;
+    int64_t now = now_ms();
+    at = sl__retry_timer_due(evtimer_pending(it->retry_timer, NULL), it->retry_due, at, now);
+    int64_t wait = at > now ? at - now : 0;
+    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+    it->retry_due = at;
+    evtimer_add(it->retry_timer, &tv);
 }
 
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
@@ -565,15 +570,9 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
             check_finished(it);
             return;
         }
-        if (gone && (!t->unknown_since || now - t->unknown_since <= it->opts.timeout_ms)) {
-            if (!t->unknown_since) {
-                t->unknown_since = now;
-                t->unknown_tries = 0;
-            }
-            int64_t wait = doubled(UNKNOWN_RETRY_MS, RETRY_MS, t->unknown_tries++);
-            t->not_before = now + wait;
-            struct timeval tv = {0, (suseconds_t)wait * 1000};
-            evtimer_add(it->retry_timer, &tv);
+        if (gone && (!t->unknown.since || now - t->unknown.since <= it->opts.timeout_ms)) {
+            if (sl__retry_note(&t->unknown, now, UNKNOWN_RETRY_MS, RETRY_MS))
+                retry_at(it, t->unknown.not_before);
             if (slot)
                 slot->state = SLOT_EMPTY; /* asked again once the worker knows the task */
             return;
@@ -582,7 +581,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
                       gone ? " (for longer than the timeout)" : "");
         return;
     }
-    t->unknown_since = 0;
+    t->unknown.since = 0;
     if (hdr->type != SL_MSG_GET_ELEMENT_RESP) {
         free(payload);
         iterator_fail(it, SL_EPROTO, "worker %s answered with %s", t->address, sl_msg_name(hdr->type));
@@ -738,7 +737,7 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
             t = t->next;
         for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
             if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
-                now < t->not_before)
+                now < t->unknown.not_before)
                 continue;
             if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
                 break;
@@ -1185,7 +1184,7 @@ static void disp_connect(sl_iterator_t *it)
     int64_t now = now_ms();
     if (now < it->disp_retry_at || sl_resolver_busy(it->disp_resolver))
         return;
-    int64_t wait = doubled(DISP_BACKOFF_MIN_MS, DISP_BACKOFF_MAX_MS, it->disp_attempts);
+    int64_t wait = sl__retry_doubled(DISP_BACKOFF_MIN_MS, DISP_BACKOFF_MAX_MS, it->disp_attempts);
     /* Jitter: trainers that lost one dispatcher do not come back in step. */
     it->disp_retry_at = now + wait / 2 + (int64_t)(((uint64_t)now * 2654435761u + it->client_id) % (uint64_t)(wait / 2 + 1));
     it->disp_attempts++;
