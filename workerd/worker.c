@@ -42,12 +42,34 @@
 
 #define RECONNECT_MS 500
 #define MAX_PARKED_PER_CONN 64
+/* Requests for tasks this worker does not have yet, waiting for the
+ * dispatcher's next heartbeat answer (struct awaiting): at most this many in
+ * all, each at most AWAIT_MAX_MS; past either the answer is SL_ENOTFOUND at
+ * once, and the client asks again. */
+#define MAX_AWAITING 1024
+#define AWAIT_MAX_MS 2000
 /* Finished tasks remembered after the dispatcher dropped them, so that a
  * late request still gets its end of sequence. */
 #define TOMBSTONES 4096
 
 enum session_state { SESSION_DISCONNECTED, SESSION_CONNECTING, SESSION_REGISTERING, SESSION_REGISTERED };
 static const char *session_names[] = {"DISCONNECTED", "CONNECTING", "REGISTERING", "REGISTERED"};
+
+/* A GET_ELEMENT for a task this worker has not heard of: its client heard
+ * of the task from the dispatcher first (a new job's first request reaches
+ * the worker before the heartbeat that brings the task). It waits for the
+ * answer to a heartbeat sent after it came, and for the task's start if
+ * that answer lists the task, then is served as if it came then; a task
+ * still unknown by then answers SL_ENOTFOUND. */
+struct awaiting {
+    struct wconn *wc;
+    uint32_t request_id;
+    sluice_GetElementRequest req;
+    uint64_t heartbeat; /* the first heartbeat whose answer may bring the task */
+    int64_t since_ms;
+    bool ready; /* resolve_awaiting() answers it */
+    struct awaiting *next;
+};
 
 /* A request of ours to the dispatcher that awaits its answer. */
 struct outstanding {
@@ -122,6 +144,8 @@ struct sl_worker {
     sl_shm_lane_t *lane; /* NULL: no shared memory (--shm-mb 0, or no lane) */
     struct wconn *conns;
     struct parked *parked, **parked_tail;
+    struct awaiting *awaiting; /* in arrival order */
+    unsigned num_awaiting;
     struct wtask *tasks;
     unsigned num_tasks;
     struct tombstone tombstones[TOMBSTONES];
@@ -133,6 +157,7 @@ struct sl_worker {
     uint32_t next_request_id;
     struct outstanding *outstanding;
     bool heartbeat_out;
+    uint64_t heartbeats_sent, heartbeats_answered; /* answered: the number of the last answered */
     uint8_t worker_secret[16]; /* WorkerRegisterResponse.worker_secret: proves worker_id */
     /* A dispatcher connection given up on (heartbeats unanswered), kept open
      * until a new one has registered: closing it at once would reach the
@@ -149,7 +174,8 @@ struct sl_worker {
     struct event *retry_register;
 };
 
-static sl_metric_t *m_client_wait, *m_served, *m_bytes_served, *m_forbidden, *m_shm_served, *m_shm_fallback;
+static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
+static sl_metric_t *m_shm_served, *m_shm_fallback;
 
 static int64_t now_us(void)
 {
@@ -186,6 +212,15 @@ static const struct tombstone *find_tombstone(const sl_worker_t *w, uint64_t id)
 }
 
 /* ---- requests to the dispatcher ---- */
+
+/* A task the dispatcher listed whose spec (or exclusions) we asked for. */
+static bool starting(const sl_worker_t *w, uint64_t task_id)
+{
+    for (const struct outstanding *o = w->outstanding; o; o = o->next)
+        if ((o->type == SL_MSG_GET_DATASET_REQ || o->type == SL_MSG_GET_EXCLUSIONS_REQ) && o->def.task_id == task_id)
+            return true;
+    return false;
+}
 
 static struct outstanding *expect_answer(sl_worker_t *w, unsigned type)
 {
@@ -515,6 +550,13 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     sl_served_unref(sv);
 }
 
+static void task_unknown(struct wconn *wc, uint32_t request_id, uint64_t task_id)
+{
+    sl_metric_add(m_unknown, 1);
+    sl_conn_send_error(wc->conn, request_id, SL_ENOTFOUND, "task %" PRIu64 " is not on worker %s", task_id,
+                       wc->w->address);
+}
+
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
 static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id,
                            const struct parked *how)
@@ -528,8 +570,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         } else if (tb) {
             sl_conn_send_error(wc->conn, request_id, SL_ECANCELLED, "task %" PRIu64 " was cancelled", task_id);
         } else {
-            sl_conn_send_error(wc->conn, request_id, SL_ENOTFOUND, "task %" PRIu64 " is not on worker %s", task_id,
-                               w->address);
+            task_unknown(wc, request_id, task_id);
             /* Likely a new job's task, which its client heard of first: ask
              * the dispatcher now rather than at the next tick, so that a
              * job's first batch does not wait for the heartbeat interval.
@@ -640,38 +681,40 @@ static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
     return true;
 }
 
-static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+/* The client's key to the task, which only the dispatcher hands out (to
+ * each of the task's job's clients its own, taskkey.h): a task id is no
+ * capability, and the client_id, which picks the batches held for it and
+ * what it acknowledges, is the sender's. A task this worker does not have
+ * (yet) has no key to check: such a request waits for the task
+ * (await_task()) and is checked then, or answers SL_ENOTFOUND, as before
+ * the worker registered, when it has none. @return false when refused */
+static bool key_ok(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
 {
-    struct wconn *wc = arg;
     sl_worker_t *w = wc->w;
-    free(payload);
-    if (hdr->type != SL_MSG_GET_ELEMENT_REQ) {
-        sl_conn_fail(c, SL_EPROTO, "a worker does not serve %s", sl_msg_name(hdr->type));
-        return;
-    }
-    const sluice_GetElementRequest *req = msg;
-    /* The client's key to the task, which only the dispatcher hands out
-     * (to each of the task's job's clients its own, taskkey.h): a task id
-     * is no capability, and the client_id, which picks the batches held for
-     * it and what it acknowledges, is the sender's. A task this worker does
-     * not have answers SL_ENOTFOUND, as before it registered, when it has
-     * none. */
     const struct wtask *kt = find_task(w, req->task_id);
     const struct tombstone *tb = kt ? NULL : find_tombstone(w, req->task_id);
     const uint8_t *key = kt ? kt->key : tb ? tb->key : NULL;
     bool client_keys = kt ? kt->client_keys : tb && tb->client_keys;
     if (key && !sl_task_key_check(wc->proofs, req->task_id, req->client_id, key, client_keys, req->task_key)) {
         sl_metric_add(m_forbidden, 1);
-        sl_conn_send_error(c, hdr->request_id, SL_EPERM,
+        sl_conn_send_error(wc->conn, request_id, SL_EPERM,
                            "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
                            "'s key to the task (TaskInfo.task_key); nothing served",
                            req->task_id, w->address, req->client_id);
-        return;
+        return false;
     }
-    wc->provenance = req->provenance;
-    wc->tallies = req->tallies;
-    wc->dense = req->dense_provenance;
-    if (!shm_request(wc, req))
+    return true;
+}
+
+static bool await_task(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req);
+
+/* Serves one GET_ELEMENT whose key was checked if its task is here, once
+ * the connection took its connection-wide fields (client_frame()). */
+static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
+{
+    sl_worker_t *w = wc->w;
+    sl_conn_t *c = wc->conn;
+    if (!find_task(w, req->task_id) && !find_tombstone(w, req->task_id) && await_task(wc, request_id, req))
         return;
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
@@ -684,11 +727,11 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         int rc = sl_holders_ask(ht->holders, req->client_id, req->seq, req->acked_below, now_us() / 1000, &again,
                                 err, sizeof err);
         if (rc == SL_HELD_AGAIN) {
-            send_served(wc, hdr->request_id, again);
+            send_served(wc, request_id, again);
             return;
         }
         if (rc < 0) {
-            sl_conn_send_error(c, hdr->request_id, rc, "task %" PRIu64 " on worker %s: %s", req->task_id, w->address,
+            sl_conn_send_error(c, request_id, rc, "task %" PRIu64 " on worker %s: %s", req->task_id, w->address,
                                err);
             return;
         }
@@ -698,21 +741,21 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     bool behind = false;
     for (struct parked *pk = w->parked; pk; pk = pk->next)
         behind |= pk->task_id == req->task_id && !req->coordinated;
-    if (!behind && answer_element(w, wc, hdr->request_id, req->task_id, &how))
+    if (!behind && answer_element(w, wc, request_id, req->task_id, &how))
         return;
     if (wc->parked >= MAX_PARKED_PER_CONN) {
-        sl_conn_send_error(c, hdr->request_id, SL_ETOOBIG, "more than %d requests waiting on one connection",
+        sl_conn_send_error(c, request_id, SL_ETOOBIG, "more than %d requests waiting on one connection",
                            MAX_PARKED_PER_CONN);
         return;
     }
     struct parked *pk = calloc(1, sizeof *pk);
     if (!pk) {
-        sl_conn_send_error(c, hdr->request_id, -ENOMEM, "worker out of memory");
+        sl_conn_send_error(c, request_id, -ENOMEM, "worker out of memory");
         return;
     }
     *pk = how;
     pk->wc = wc;
-    pk->request_id = hdr->request_id;
+    pk->request_id = request_id;
     pk->task_id = req->task_id;
     pk->since_us = now_us();
     *w->parked_tail = pk;
@@ -720,9 +763,96 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     wc->parked++;
 }
 
+static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
+{
+    struct wconn *wc = arg;
+    free(payload);
+    if (hdr->type != SL_MSG_GET_ELEMENT_REQ) {
+        sl_conn_fail(c, SL_EPROTO, "a worker does not serve %s", sl_msg_name(hdr->type));
+        return;
+    }
+    const sluice_GetElementRequest *req = msg;
+    if (!key_ok(wc, hdr->request_id, req))
+        return;
+    wc->provenance = req->provenance;
+    wc->tallies = req->tallies;
+    wc->dense = req->dense_provenance;
+    if (!shm_request(wc, req))
+        return;
+    serve_request(wc, hdr->request_id, req);
+}
+
+/* Parks a request for a task this worker does not have (struct awaiting)
+ * and asks the dispatcher now. @return false when it cannot wait: no
+ * dispatcher session, or the bounds are reached */
+static bool await_task(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
+{
+    sl_worker_t *w = wc->w;
+    if (w->session != SESSION_REGISTERED || w->num_awaiting >= MAX_AWAITING || wc->parked >= MAX_PARKED_PER_CONN)
+        return false;
+    struct awaiting *a = calloc(1, sizeof *a);
+    if (!a)
+        return false;
+    a->wc = wc;
+    a->request_id = request_id;
+    a->req = *req;
+    a->heartbeat = w->heartbeats_sent + 1; /* the next one sent: heartbeat_now() */
+    a->since_ms = now_us() / 1000;
+    struct awaiting **tail = &w->awaiting;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = a;
+    w->num_awaiting++;
+    wc->parked++;
+    sl_metric_add(m_awaited, 1);
+    heartbeat_now(w);
+    return true;
+}
+
+/* The requests that waited for their task, in order of arrival: served
+ * once it started; SL_ENOTFOUND once the answer to their heartbeat came
+ * without it (and no start of it is under way), after AWAIT_MAX_MS, or,
+ * with give_up, now (no dispatcher to ask). Those to answer are marked
+ * first, then answered from the head one at a time: an answer may close a
+ * connection (a send's releases), whose requests then leave the list. */
+static void resolve_awaiting(sl_worker_t *w, bool give_up)
+{
+    int64_t now = now_us() / 1000;
+    for (struct awaiting *a = w->awaiting; a; a = a->next)
+        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS || find_task(w, a->req.task_id) ||
+                   (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id));
+    for (;;) {
+        struct awaiting **p = &w->awaiting;
+        while (*p && !(*p)->ready)
+            p = &(*p)->next;
+        struct awaiting *a = *p;
+        if (!a)
+            return;
+        *p = a->next;
+        w->num_awaiting--;
+        a->wc->parked--;
+        uint64_t id = a->req.task_id;
+        if (!find_task(w, id) && !find_tombstone(w, id))
+            task_unknown(a->wc, a->request_id, id);
+        else if (key_ok(a->wc, a->request_id, &a->req))
+            serve_request(a->wc, a->request_id, &a->req);
+        free(a);
+    }
+}
+
 static void wconn_free(struct wconn *wc)
 {
     sl_worker_t *w = wc->w;
+    for (struct awaiting **p = &w->awaiting; *p;) {
+        struct awaiting *a = *p;
+        if (a->wc == wc) {
+            *p = a->next;
+            w->num_awaiting--;
+            free(a);
+        } else {
+            p = &a->next;
+        }
+    }
     for (struct parked **p = &w->parked; *p;) {
         struct parked *pk = *p;
         if (pk->wc == wc) {
@@ -800,6 +930,7 @@ static void send_heartbeat(sl_worker_t *w)
         req->tasks_count++;
     }
     w->heartbeat_out = true;
+    w->heartbeats_sent++;
     w->heartbeat_sent_ms = (now_us() / 1000);
     w->heartbeat_soon = false;
     send_request(w, o, req);
@@ -859,11 +990,7 @@ static void on_heartbeat_answer(sl_worker_t *w, const sluice_WorkerHeartbeatResp
         drop_task(w, resp->removed_tasks[i]);
     for (pb_size_t i = 0; i < resp->new_tasks_count; i++) {
         const sluice_TaskDef *def = &resp->new_tasks[i];
-        bool fetching = false;
-        for (struct outstanding *o = w->outstanding; o; o = o->next)
-            fetching |= (o->type == SL_MSG_GET_DATASET_REQ || o->type == SL_MSG_GET_EXCLUSIONS_REQ) &&
-                        o->def.task_id == def->task_id;
-        if (find_task(w, def->task_id) || fetching)
+        if (find_task(w, def->task_id) || starting(w, def->task_id))
             continue;
         if (w->num_tasks >= w->cfg.max_tasks) {
             sl_log_warn("task %" PRIu64 " not started: %u tasks is this worker's limit", def->task_id,
@@ -957,6 +1084,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         break;
     case SL_MSG_WORKER_HEARTBEAT_REQ:
         w->heartbeat_out = false;
+        w->heartbeats_answered = w->heartbeats_sent;
         if (e && e->code == SL_ENOTFOUND) {
             sl_log_warn("dispatcher forgot this worker (%s): registering again", e->message);
             send_register(w);
@@ -967,6 +1095,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         }
         if (w->heartbeat_soon)
             send_heartbeat(w);
+        resolve_awaiting(w, false);
         break;
     case SL_MSG_GET_DATASET_REQ:
         if (e)
@@ -976,6 +1105,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
             fetch_exclusions(w, &o->def, (const char *)payload, hdr->payload_len);
         else
             start_task(w, &o->def, (const char *)payload, hdr->payload_len, NULL, 0);
+        resolve_awaiting(w, false);
         break;
     case SL_MSG_GET_EXCLUSIONS_REQ:
         if (e)
@@ -984,6 +1114,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
         else
             start_task(w, &o->def, o->spec, o->spec_len, payload, hdr->payload_len);
         free(o->spec);
+        resolve_awaiting(w, false);
         break;
     case SL_MSG_GET_SPLIT_REQ: {
         struct wtask *wt = find_task(w, o->task_id);
@@ -1020,6 +1151,7 @@ static void session_reset(sl_worker_t *w)
     event_del(w->heartbeat_timer);
     w->disp = NULL;
     session_set_state(w, SESSION_DISCONNECTED);
+    resolve_awaiting(w, true);
 }
 
 /* The next connect to the dispatcher in RECONNECT_MS, give or take half of
@@ -1123,6 +1255,7 @@ static void on_hold_timer(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_us() / 1000;
     for (struct wtask *wt = w->tasks; wt; wt = wt->next)
         sl_holders_sweep(wt->holders, now, w->cfg.hold_timeout_ms);
+    resolve_awaiting(w, false); /* those past AWAIT_MAX_MS */
 }
 
 void sl_worker_config_init(sl_worker_config_t *cfg)
@@ -1157,6 +1290,12 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                             "Batches for a client with shared memory that went over TCP: its region "
                                             "was full (the client held its slots) or the memory budget said no.",
                                             NULL, 0);
+        m_awaited = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_awaited_task_total", NULL,
+                                       "GET_ELEMENT requests that came before their task and waited for the "
+                                       "dispatcher to bring it.", NULL, 0);
+        m_unknown = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_task_unknown_total", NULL,
+                                       "GET_ELEMENT requests answered SL_ENOTFOUND: their task is not on this "
+                                       "worker (nor did the dispatcher bring it while they waited).", NULL, 0);
         m_forbidden = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_forbidden_total", NULL,
                                          "GET_ELEMENT requests refused with SL_EPERM: their task_key was not the "
                                          "task's.", NULL, 0);

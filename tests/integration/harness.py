@@ -289,6 +289,15 @@ def get_json(admin_port, path, timeout=10):
         return json.load(r)
 
 
+def metric(admin_port, name, labels=''):
+    """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), None when it has none."""
+    import urllib.request
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def parse_jsonl(text):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 

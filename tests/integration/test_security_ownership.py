@@ -9,6 +9,7 @@ The trainer is held mid-job without timing: its stdout is a pipe the test
 does not read until the attacks are done, so sluice-cat blocks writing once
 the pipe is full while its iterator thread keeps its lease (heartbeats), and
 the job stays RUNNING with most of its elements still to come."""
+import json
 import os
 import re
 import socket
@@ -542,6 +543,77 @@ class WorkerIdsAreNotCapabilities(unittest.TestCase):
     def assert_perm(self, got):
         self.assertEqual(got[0], SL_EPERM, got[1])
         self.assertIn('is not the worker registered over this connection', got[1])
+
+
+class RequestsBeforeTheirTask(unittest.TestCase):
+    """A GET_ELEMENT for a task the worker has not heard of waits for the
+    dispatcher's answer to a heartbeat sent after it came (a new job's first
+    request comes before the task does); the task's key is checked once the
+    task is there. Heartbeats every 10 minutes: the worker hears of a task
+    only when a request names it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(workers=1, dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms',
+                                                    '1200000', '--client-timeout-ms', '600000'])
+        try:
+            cls.c.wait_workers_registered(1)
+        except BaseException:
+            cls.c.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        bad = cls.c.close()
+        if bad:
+            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+
+    def counts(self):
+        w = self.c.workers[0].admin_port
+        return (metric(w, 'sluice_worker_requests_awaited_task_total'),
+                metric(w, 'sluice_worker_requests_task_unknown_total'))
+
+    def new_job(self):
+        """A job the worker has not heard of: (client id, its TaskInfo fields, the dispatcher peer)."""
+        me = Peer(self.c.dispatcher.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        t, m, _ = me.call(REGISTER_DATASET_REQ, b'', json.dumps(SPEC).encode())
+        self.assertEqual(t, REGISTER_DATASET_REQ + 1, error_of(m) if t == ERROR else '')
+        t, m, _ = me.call(GET_OR_CREATE_JOB_REQ, fv(1, one(decode(m), 1)))
+        self.assertEqual(t, GET_OR_CREATE_JOB_REQ + 1, error_of(m) if t == ERROR else '')
+        job = decode(m)
+        client, secret = one(job, 2), one(job, 5, b'')
+        t, m, _ = me.call(CLIENT_HEARTBEAT_REQ, fv(1, one(job, 1)) + fv(2, client) + fb(5, secret))
+        self.assertEqual(t, CLIENT_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
+        tasks = [decode(ti) for ti in decode(m).get(1, [])]
+        self.assertEqual(len(tasks), 1)
+        return client, tasks[0], me
+
+    def test_a_request_before_its_task_is_checked_against_its_key_once_the_task_came(self):
+        client, task, me = self.new_job()
+        task_id, key = one(task, 1), one(task, 7, b'')
+        awaited, unknown = self.counts()
+        thief = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
+        code, text = thief.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, bytes(16)))
+        self.assertEqual(code, SL_EPERM, text)
+        self.assertIn('task_key is not client %d\'s key to the task' % client, text)
+        self.assertEqual(self.counts(), (awaited + 1, unknown), 'the request waited for its task, then was refused')
+        # The task's client, with its key, is served.
+        t, m, _ = thief.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        self.assertEqual(one(decode(m), 1), task_id)
+        thief.close()
+        me.close()
+
+    def test_a_request_for_a_task_that_never_comes_is_answered_not_found(self):
+        awaited, unknown = self.counts()
+        p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
+        for task in (10 ** 9, 10 ** 9 + 1):
+            code, text = p.refused(GET_ELEMENT_REQ, fv(1, task) + fb(7, bytes(16)))
+            self.assertEqual(code, SL_ENOTFOUND, text)
+            self.assertIn('task %d is not on worker' % task, text)
+        self.assertEqual(self.counts(), (awaited + 2, unknown + 2))
+        p.close()
+        self.assertTrue(self.c.workers[0].alive())
 
 
 if __name__ == '__main__':
