@@ -19,7 +19,7 @@ import tempfile
 import unittest
 import urllib.request
 
-from harness import Cluster, binary, child_env, get_json, parse_jsonl, values, wait_for
+from harness import Cluster, ClusterCase, binary, child_env, get_json, parse_jsonl, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as dec_varint
 
@@ -545,28 +545,15 @@ class WorkerIdsAreNotCapabilities(unittest.TestCase):
         self.assertIn('is not the worker registered over this connection', got[1])
 
 
-class RequestsBeforeTheirTask(unittest.TestCase):
+class RequestsBeforeTheirTask(ClusterCase):
     """A GET_ELEMENT for a task the worker has not heard of waits for the
     dispatcher's answer to a heartbeat sent after it came (a new job's first
     request comes before the task does); the task's key is checked once the
     task is there. Heartbeats every 10 minutes: the worker hears of a task
     only when a request names it."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(workers=1, dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms',
-                                                    '1200000', '--client-timeout-ms', '600000'])
-        try:
-            cls.c.wait_workers_registered(1)
-        except BaseException:
-            cls.c.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        bad = cls.c.close()
-        if bad:
-            raise AssertionError('daemons did not shut down cleanly: %r' % bad)
+    dispatcher_args = ['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000', '--client-timeout-ms',
+                       '600000']
 
     def counts(self):
         w = self.c.workers[0].admin_port
