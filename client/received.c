@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "provwire.h"
 #include "shmmap.h"
 #include "strcopy.h"
+#include "zero.h"
 
 void sl__batch_free(struct sl_batch *b)
 {
@@ -144,21 +146,23 @@ static size_t tensors_end(const sluice_GetElementResponse *resp, size_t size)
 static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size, bool owned,
                                     const uint8_t *data, size_t tensors, char *err, size_t errlen)
 {
-    /* A view to check, only read (sl_wire_batch_validate() takes a const batch). */
-    sl_wire_batch_t wb = {.num_elements = resp->num_elements, .num_components = (int)resp->components_count,
-                          .data = (uint8_t *)(uintptr_t)data, .size = tensors};
+    /* A view to check, only read (sl_wire_batch_validate() takes a const
+     * batch): zeroed but for the component slots past the answer's (5.6 KB
+     * a batch), each used one written whole. */
+    sl_wire_batch_t wb;
+    sl_zero_except(&wb, sizeof wb, offsetof(sl_wire_batch_t, components), sizeof wb.components);
+    wb.num_elements = resp->num_elements;
+    wb.num_components = (int)resp->components_count;
+    wb.data = (uint8_t *)(uintptr_t)data;
+    wb.size = tensors;
     for (int i = 0; i < wb.num_components; i++) {
         const sluice_Component *pc = &resp->components[i];
         sl_component_t *c = &wb.components[i];
+        *c = (sl_component_t){.dtype = (sl_dtype_t)pc->dtype, .rank = (int)pc->shape_count, .offset = pc->offset,
+                              .length = pc->length, .ragged = pc->ragged, .splits_offset = pc->splits_offset,
+                              .splits_length = pc->splits_length};
         sl_strcopy(c->name, sizeof c->name, pc->name);
-        c->dtype = (sl_dtype_t)pc->dtype;
-        c->rank = (int)pc->shape_count;
         memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
-        c->offset = pc->offset;
-        c->length = pc->length;
-        c->ragged = pc->ragged;
-        c->splits_offset = pc->splits_offset;
-        c->splits_length = pc->splits_length;
     }
     uint64_t num_prov = 0;
     char why[400];
@@ -183,7 +187,12 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
             free(payload);
         return NULL;
     }
-    struct sl_batch *b = calloc(1, sizeof *b);
+    /* Zeroed but for the tensors and their names, which are written below
+     * up to num_tensors and read no further (sl_batch_tensor()). */
+    struct sl_batch *b = malloc(sizeof *b);
+    if (b)
+        sl_zero_except(b, sizeof *b, offsetof(struct sl_batch, tensors),
+                       offsetof(struct sl_batch, names) + sizeof b->names - offsetof(struct sl_batch, tensors));
     if (!b) {
         snprintf(err, errlen, "out of memory");
         if (owned)
@@ -212,12 +221,9 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
         const sl_component_t *c = &wb.components[i];
         sl_tensor_t *t = &b->tensors[i];
         sl_strcopy(b->names[i], sizeof b->names[i], c->name);
-        t->name = b->names[i];
-        t->dtype = c->dtype;
-        t->rank = c->rank;
+        *t = (sl_tensor_t){.name = b->names[i], .dtype = c->dtype, .rank = c->rank, .data = data + c->offset,
+                           .size = c->length};
         memcpy(t->shape, c->shape, sizeof t->shape);
-        t->data = data + c->offset;
-        t->size = c->length;
         if (c->ragged) {
             t->row_splits = (const int64_t *)(data + c->splits_offset);
             t->num_row_splits = c->splits_length / sizeof(int64_t);

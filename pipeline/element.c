@@ -6,8 +6,11 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "zero.h"
 
 /* Values are kept in wire layout, which is little-endian; sources write
  * native integers into it. */
@@ -168,10 +171,13 @@ static void describe_component(sl_component_t *c, const sl_element_spec_t *spec,
 
 int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_batch_t **out)
 {
-    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    /* Zeroed but for the component slots, which describe_component()
+     * writes whole up to num_components. */
+    sl_wire_batch_t *b = malloc(sizeof *b);
     uint8_t *data = NULL;
     if (!b)
         return -ENOMEM;
+    sl_zero_except(b, sizeof *b, offsetof(sl_wire_batch_t, components), sizeof b->components);
     b->num_elements = e->num_elements;
     b->num_components = (int)e->num_components;
 

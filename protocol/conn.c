@@ -678,7 +678,7 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     }
     if (c->outgoing)
         bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-    void *msg = calloc(1, sl_msg_size(hdr.type));
+    void *msg = sl_msg_new(hdr.type);
     if (!msg) {
         conn_fail(c, -ENOMEM, "out of memory decoding a frame");
         return false;

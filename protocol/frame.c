@@ -72,6 +72,14 @@ size_t sl_msg_size(unsigned type)
     return mi ? mi->size : 0;
 }
 
+void *sl_msg_new(unsigned type)
+{
+    size_t size = sl_msg_size(type);
+    if (type == SL_MSG_GET_ELEMENT_REQ || type == SL_MSG_GET_ELEMENT_RESP)
+        return malloc(size);
+    return calloc(1, size);
+}
+
 const char *sl_msg_name(unsigned type)
 {
     const struct msg_info *mi = msg_info(type);
@@ -266,7 +274,7 @@ int sl_frame_decode(const uint8_t *buf, size_t len, const sl_limits_t *limits, s
     size_t total = SL_FRAME_HEADER_LEN + (size_t)frame->hdr.msg_len + frame->hdr.payload_len;
     if (len < total)
         return 0;
-    frame->msg = calloc(1, sl_msg_size(frame->hdr.type));
+    frame->msg = sl_msg_new(frame->hdr.type);
     if (!frame->msg) {
         snprintf(err, errlen, "frame: out of memory");
         return -ENOMEM;

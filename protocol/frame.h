@@ -106,6 +106,13 @@ const pb_msgdesc_t *sl_msg_desc(unsigned type);
 /** @return the size of the C struct of a frame type's message, 0 if unknown */
 size_t sl_msg_size(unsigned type);
 
+/** Room for a frame type's message (sl_msg_size(type) bytes) to decode into
+ *  with sl_msg_decode(), or NULL: zeroed, but for GET_ELEMENT's request and
+ *  answer, whose decoders set every field as pb_decode() does (the answer's
+ *  6 KB, most of them component slots past components_count, are made per
+ *  batch). free() it. */
+void *sl_msg_new(unsigned type);
+
 /** @return a frame type's name for messages ("GET_ELEMENT_REQ"), "unknown" if unknown */
 const char *sl_msg_name(unsigned type);
 

@@ -3,17 +3,22 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errbuf.h"
 #include "log.h"
 #include "sluice.h"
+#include "zero.h"
 
 sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
 {
-    sl_served_t *s = calloc(1, sizeof *s);
+    /* Zeroed but for the answer's component slots, which the sender
+     * writes up to components_count, and the encoder reads no further. */
+    sl_served_t *s = malloc(sizeof *s);
     if (s) {
+        sl_zero_except(s, sizeof *s, offsetof(sl_served_t, resp.components), sizeof s->resp.components);
         s->task_id = task_id;
         s->batch = batch;
         s->refs = 1;
