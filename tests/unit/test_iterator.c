@@ -117,6 +117,16 @@ static int read_batches(sl_iterator_t *it, unsigned *seen, int limit)
         cr_assert_eq(rc, 0, "%s", sl_iterator_errmsg(it));
         const sl_tensor_t *t = sl_batch_find(b, "value");
         cr_assert_not_null(t);
+        /* A dense tensor says so whole: no row splits, a shape of its
+         * rank and zeros past it (the batch's structs are not zeroed
+         * whole, common/zero.h). */
+        cr_assert_eq(sl_batch_num_tensors(b), 1);
+        cr_assert(t->row_splits == NULL && t->num_row_splits == 0 && t->dtype == SL_DTYPE_INT64);
+        cr_assert_eq(t->rank, 1);
+        cr_assert_eq(t->shape[0], (int64_t)sl_batch_num_elements(b));
+        for (int k = 1; k < SL_MAX_RANK; k++)
+            cr_assert_eq(t->shape[k], 0, "shape[%d] past the rank", k);
+        cr_assert_eq(t->size, sl_batch_num_elements(b) * sizeof(int64_t));
         const int64_t *v = t->data;
         for (uint64_t i = 0; i < sl_batch_num_elements(b); i++) {
             cr_assert(v[i] >= 0 && v[i] < N, "value %ld", (long)v[i]);
