@@ -707,6 +707,7 @@ static bool key_ok(struct wconn *wc, uint32_t request_id, const sluice_GetElemen
 }
 
 static bool await_task(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req);
+static void give_up_awaiting(struct wconn *wc, uint64_t task_id);
 
 /* Serves one GET_ELEMENT whose key was checked if its task is here, once
  * the connection took its connection-wide fields (client_frame()). */
@@ -714,8 +715,14 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
 {
     sl_worker_t *w = wc->w;
     sl_conn_t *c = wc->conn;
-    if (!find_task(w, req->task_id) && !find_tombstone(w, req->task_id) && await_task(wc, request_id, req))
-        return;
+    if (!find_task(w, req->task_id) && !find_tombstone(w, req->task_id)) {
+        if (await_task(wc, request_id, req))
+            return;
+        /* It cannot wait (the bounds): those before it on its connection
+         * are answered first, so that answers keep the requests' order,
+         * which the client's redelivery counts on. */
+        give_up_awaiting(wc, req->task_id);
+    }
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
     struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;
@@ -809,18 +816,12 @@ static bool await_task(struct wconn *wc, uint32_t request_id, const sluice_GetEl
     return true;
 }
 
-/* The requests that waited for their task, in order of arrival: served
- * once it started; SL_ENOTFOUND once the answer to their heartbeat came
- * without it (and no start of it is under way), after AWAIT_MAX_MS, or,
- * with give_up, now (no dispatcher to ask). Those to answer are marked
- * first, then answered from the head one at a time: an answer may close a
- * connection (a send's releases), whose requests then leave the list. */
-static void resolve_awaiting(sl_worker_t *w, bool give_up)
+/* Answers the waiting requests marked ready, in order of arrival: served
+ * when their task is here, else SL_ENOTFOUND. One at a time from the head:
+ * an answer may close a connection (a send's releases), whose requests
+ * then leave the list. */
+static void answer_ready(sl_worker_t *w)
 {
-    int64_t now = now_us() / 1000;
-    for (struct awaiting *a = w->awaiting; a; a = a->next)
-        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS || find_task(w, a->req.task_id) ||
-                   (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id));
     for (;;) {
         struct awaiting **p = &w->awaiting;
         while (*p && !(*p)->ready)
@@ -838,6 +839,31 @@ static void resolve_awaiting(sl_worker_t *w, bool give_up)
             serve_request(a->wc, a->request_id, &a->req);
         free(a);
     }
+}
+
+/* The requests that waited for their task: served once it started;
+ * SL_ENOTFOUND once the answer to their heartbeat came without it (and no
+ * start of it is under way), after AWAIT_MAX_MS, or, with give_up, now (no
+ * dispatcher to ask). */
+static void resolve_awaiting(sl_worker_t *w, bool give_up)
+{
+    int64_t now = now_us() / 1000;
+    for (struct awaiting *a = w->awaiting; a; a = a->next)
+        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS || find_task(w, a->req.task_id) ||
+                   (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id));
+    answer_ready(w);
+}
+
+/* The requests of wc that wait for task_id, answered now. */
+static void give_up_awaiting(struct wconn *wc, uint64_t task_id)
+{
+    bool any = false;
+    for (struct awaiting *a = wc->w->awaiting; a; a = a->next) {
+        a->ready = a->wc == wc && a->req.task_id == task_id;
+        any |= a->ready;
+    }
+    if (any)
+        answer_ready(wc->w);
 }
 
 static void wconn_free(struct wconn *wc)

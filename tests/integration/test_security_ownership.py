@@ -591,6 +591,25 @@ class RequestsBeforeTheirTask(ClusterCase):
         thief.close()
         me.close()
 
+    def test_past_the_bound_answers_keep_the_order_of_the_requests(self):
+        # 65 requests for a made-up task in one write: 64 wait (a
+        # connection's bound), the 65th cannot, and those before it are
+        # answered first; the client's redelivery counts on the order.
+        p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
+        msg = fv(1, 10 ** 9 + 7) + fb(7, bytes(16))
+        p.sock.sendall(b''.join(struct.pack('>HHIII', GET_ELEMENT_REQ, 0, i, len(msg), 0) + msg
+                                for i in range(1, 66)))
+        p.next_id = 65
+        got = []
+        for _ in range(65):
+            t, rid, m, _ = p.recv()
+            self.assertEqual(t, ERROR)
+            self.assertEqual(error_of(m)[0], SL_ENOTFOUND, error_of(m)[1])
+            got.append(rid)
+        self.assertEqual(got, list(range(1, 66)))
+        p.close()
+        self.assertTrue(self.c.workers[0].alive())
+
     def test_a_request_for_a_task_that_never_comes_is_answered_not_found(self):
         awaited, unknown = self.counts()
         p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
