@@ -16,6 +16,7 @@
 #include <pb_encode.h>
 
 #include "getelem.h"
+#include "pb_fields.h"
 
 /* Either message's struct, decoded by each side; either's encoding. */
 static _Alignas(16) unsigned char getelem_diff_a[sizeof(sluice_GetElementResponse)];
@@ -32,29 +33,6 @@ static inline const pb_msgdesc_t *getelem_diff_desc(bool resp)
 static inline size_t getelem_diff_size(bool resp)
 {
     return resp ? sizeof(sluice_GetElementResponse) : sizeof(sluice_GetElementRequest);
-}
-
-/* The tag of the first field, as desc describes them, whose bytes differ
- * between messages a and b (every element of an array, used or not; not
- * the padding between fields); 0 when none does. */
-static inline uint32_t getelem_diff_field(const pb_msgdesc_t *desc, const void *a, const void *b)
-{
-    pb_field_iter_t ia, ib;
-    if (!pb_field_iter_begin(&ia, desc, (void *)a) || !pb_field_iter_begin(&ib, desc, (void *)b))
-        return 0;
-    do {
-        bool repeated = PB_HTYPE(ia.type) == PB_HTYPE_REPEATED;
-        if (repeated && *(const pb_size_t *)ia.pSize != *(const pb_size_t *)ib.pSize)
-            return ia.tag;
-        for (size_t i = 0; i < (repeated ? ia.array_size : 1u); i++) {
-            const char *pa = (const char *)ia.pData + i * ia.data_size;
-            const char *pb = (const char *)ib.pData + i * ib.data_size;
-            if (PB_LTYPE_IS_SUBMSG(ia.type) ? getelem_diff_field(ia.submsg_desc, pa, pb) != 0
-                                            : memcmp(pa, pb, ia.data_size) != 0)
-                return ia.tag;
-        }
-    } while (pb_field_iter_next(&ia) && pb_field_iter_next(&ib));
-    return 0;
 }
 
 /* Decodes len bytes as an answer (resp) or a request with pb_decode() and
@@ -82,7 +60,7 @@ static inline const char *getelem_diff_decode(bool resp, const uint8_t *buf, siz
     if (rc != 0)
         return getelem_diff_err[0] ? NULL : "getelem refused without a message";
     static char differ[64];
-    uint32_t tag = getelem_diff_field(getelem_diff_desc(resp), getelem_diff_a, getelem_diff_b);
+    uint32_t tag = pb_fields_differ(getelem_diff_desc(resp), getelem_diff_a, getelem_diff_b, true);
     if (tag != 0) {
         snprintf(differ, sizeof differ, "the decoded structs differ at field %u", (unsigned)tag);
         return differ;
