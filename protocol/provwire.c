@@ -55,6 +55,9 @@ static uint8_t *shrink(uint8_t *buf, size_t cap, size_t len)
     return shrunk ? shrunk : buf;
 }
 
+/* The bound below for one run of one pair. */
+#define ONE_RUN_BOUND (2 * SL_VARINT_MAX + 2 * SL_VARINT_MAX + 3 * SL_VARINT_MAX)
+
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len)
 {
     return sl_provwire_encode_in(runs, n, NULL, 0, out, len);
@@ -69,6 +72,18 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
      * has far fewer runs than that. */
     if (n == 0 || n > UINT32_MAX / 2)
         return -ENOMEM;
+    if (n == 1 && room_len >= ONE_RUN_BOUND) {
+        /* One run (most unshuffled batches): what the loops below write. */
+        uint8_t *p = sl_put_varint(room, 1);
+        p = sl_put_varint(p, runs[0].epoch);
+        p = sl_put_varint(p, runs[0].file_index);
+        p = sl_put_varint(p, 1);
+        p = sl_put_varint(p, sl_zigzag(runs[0].begin));
+        p = sl_put_varint(p, runs[0].count);
+        *out = room;
+        *len = (size_t)(p - room);
+        return 0;
+    }
     bool one_pair = true;
     for (uint64_t i = 1; i < n && one_pair; i++)
         one_pair = runs[i].epoch == runs[0].epoch && runs[i].file_index == runs[0].file_index;
@@ -409,7 +424,7 @@ static int bad_count(uint64_t i, uint64_t count, uint64_t begin, uint64_t num_el
  * without reading the offsets (the indexes are read: each must name a
  * pair). */
 static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_elements, sl_provenance_run_t *out,
-                      uint64_t *num_runs, char *err, size_t errlen)
+                      uint64_t cap, uint64_t *num_runs, char *err, size_t errlen)
 {
     uint64_t np = 0;
     int rc = get_varint(p, len, &pos, &np, "the dense form's number of pairs", err, errlen);
@@ -458,11 +473,11 @@ static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_ele
         if (most >= np)
             return sl_errf(err, errlen, SL_EPROTO, "provenance: a dense record names pair %u of %" PRIu64, most, np);
     }
-    if (out) {
+    if (cap > 0) {
         uint32_t mask = w == 4 ? UINT32_MAX : (UINT32_C(1) << (8 * w)) - 1;
         /* All but the last few: 4 bytes loaded, w kept (no read past len). */
-        uint64_t i = 0, safe = num_elements > 3 ? num_elements - 3 : 0;
-        for (; i < num_elements; i++, q += w) {
+        uint64_t i = 0, safe = num_elements > 3 ? num_elements - 3 : 0, upto = cap < num_elements ? cap : num_elements;
+        for (; i < upto; i++, q += w) {
             uint32_t off = 0;
             if (i < safe) {
                 off = sl_get_le32(q) & mask;
@@ -484,13 +499,53 @@ static int read_dense(const uint8_t *p, size_t len, size_t pos, uint64_t num_ele
 int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out,
                      uint64_t *num_runs, char *err, size_t errlen)
 {
+    return sl_provwire_read_some(p, len, num_elements, out, out ? UINT64_MAX : 0, num_runs, err, errlen);
+}
+
+/* A batch of one run (most unshuffled ones), when it is well formed: one
+ * pair, one run, every count and bound right, no byte left over; decoded
+ * into *out. Else false, and the general reader (with its messages) has
+ * it: what this accepts, it accepts the same. */
+static inline bool read_one_run(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out)
+{
+    size_t pos = 1;
+    uint64_t epoch, file, n, dist, count;
+    if (p[0] != 1 || sl_get_varint(p, len, &pos, &epoch) < 0 || sl_get_varint(p, len, &pos, &file) < 0 ||
+        sl_get_varint(p, len, &pos, &n) < 0 || n != 1 || sl_get_varint(p, len, &pos, &dist) < 0 ||
+        sl_get_varint(p, len, &pos, &count) < 0 || pos != len)
+        return false;
+    uint64_t begin = sl_unzigzag(dist);
+    if (epoch > UINT32_MAX || file > UINT32_MAX || count == 0 || count != num_elements || begin + count < begin)
+        return false;
+    *out = (sl_provenance_run_t){(uint32_t)epoch, (uint32_t)file, begin, count};
+    return true;
+}
+
+int sl_provwire_read_some(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out, uint64_t cap,
+                          uint64_t *num_runs, char *err, size_t errlen)
+{
+    sl_provenance_run_t one;
+    if (len > 0 && read_one_run(p, len, num_elements, &one)) {
+        if (out && cap > 0)
+            *out = one;
+        *num_runs = 1;
+        return 0;
+    }
+    return sl_provwire_read_general(p, len, num_elements, out, cap, num_runs, err, errlen);
+}
+
+int sl_provwire_read_general(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out,
+                             uint64_t cap, uint64_t *num_runs, char *err, size_t errlen)
+{
     *num_runs = 0;
     if (len == 0)
         return 0;
+    if (!out)
+        cap = 0;
     /* The dense form's marker is the one byte 0, as sl_provwire_max_runs()
      * tells it: a longer varint of 0 is a runs form of no pairs (refused). */
     if (p[0] == DENSE_MARK)
-        return read_dense(p, len, 1, num_elements, out, num_runs, err, errlen);
+        return read_dense(p, len, 1, num_elements, out, cap, num_runs, err, errlen);
     size_t pos = 0;
     uint64_t num_pairs = 0, n = 0;
     int rc = get_varint(p, len, &pos, &num_pairs, "the number of (epoch, file) pairs", err, errlen);
@@ -547,7 +602,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
                 rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
                 goto done;
             }
-            if (out)
+            if (i < cap)
                 out[i] = (sl_provenance_run_t){pairs[0].epoch, pairs[0].file, begin, count};
             end = begin + count;
             sum += count;
@@ -569,7 +624,7 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
             rc = bad_count(i, count, begin, num_elements, sum, err, errlen);
             goto done;
         }
-        if (out)
+        if (i < cap)
             out[i] = (sl_provenance_run_t){pairs[k].epoch, pairs[k].file, begin, count};
         pairs[k].end = begin + count;
         sum += count;

@@ -185,6 +185,19 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
                      uint64_t *num_runs, char *err, size_t errlen);
 
 /**
+ * sl_provwire_read() that writes only the first cap runs into out (none
+ * when out is NULL), checking all of them: with room for one, a batch of
+ * one run (most unshuffled batches) is checked and decoded in one pass.
+ */
+int sl_provwire_read_some(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out, uint64_t cap,
+                          uint64_t *num_runs, char *err, size_t errlen);
+
+/** sl_provwire_read_some() without its path for a batch of one run: the
+ *  reference that path is tested against. */
+int sl_provwire_read_general(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out,
+                             uint64_t cap, uint64_t *num_runs, char *err, size_t errlen);
+
+/**
  * Decodes and checks the provenance of a batch of num_elements elements:
  * len bytes at p (0: the batch has none). Everything is bounded before it
  * is allocated: at most num_elements runs and no more than the bytes can

@@ -31,6 +31,18 @@ static void round_trip(const sl_provenance_run_t *runs, uint64_t n, uint64_t ele
                   "(%u, %u, %lu, +%lu)", (unsigned long)i, runs[i].epoch, runs[i].file_index,
                   (unsigned long)runs[i].begin, (unsigned long)runs[i].count, got[i].epoch, got[i].file_index,
                   (unsigned long)got[i].begin, (unsigned long)got[i].count);
+    /* Read with room for a few: the first ones written, none past them,
+     * the same count. */
+    uint64_t cap = n / 2 ? n / 2 : 1;
+    sl_provenance_run_t *some = malloc((size_t)(cap + 1) * sizeof *some);
+    memset(some, 0xa5, (size_t)(cap + 1) * sizeof *some);
+    cr_assert_eq(sl_provwire_read_some(wire, len, elements, some, cap, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(m, n);
+    cr_assert(memcmp(some, got, (size_t)cap * sizeof *some) == 0, "the first %lu runs read differently",
+              (unsigned long)cap);
+    for (size_t i = 0; i < sizeof *some; i++)
+        cr_assert_eq(((const uint8_t *)&some[cap])[i], 0xa5, "a run written past room for %lu", (unsigned long)cap);
+    free(some);
     free(got);
     free(wire);
     if (len_out)
@@ -306,6 +318,99 @@ Test(provwire, encodings_into_a_room_are_the_allocated_ones)
     }
 }
 
+Test(provwire, one_run_into_a_room_is_the_general_encoding)
+{
+    /* A room of exactly the bound takes one run; the allocated encoding
+     * goes through the general loops. Extremes of every field. */
+    unsigned seed = test_seed("one_run_into_a_room_is_the_general_encoding");
+    srand(seed);
+    const uint64_t edges[] = {0, 1, 127, 128, 16383, 16384, UINT32_MAX, (uint64_t)1 << 63, UINT64_MAX - 1};
+    uint8_t room[70];
+    for (int round = 0; round < 2000; round++) {
+        sl_provenance_run_t r = {
+            .epoch = rand() % 4 ? (uint32_t)rand() % 300 : UINT32_MAX,
+            .file_index = rand() % 4 ? (uint32_t)rand() : UINT32_MAX,
+            .begin = rand() % 2 ? edges[rand() % 9] : (uint64_t)rand() << 31 | (uint64_t)rand(),
+            .count = 1 + (rand() % 2 ? edges[rand() % 7] : (uint64_t)rand() % 5000),
+        };
+        if (r.begin + r.count < r.begin)
+            r.begin = UINT64_MAX - r.count;
+        uint8_t *heap, *in;
+        size_t heap_len, in_len;
+        cr_assert_eq(sl_provwire_encode(&r, 1, &heap, &heap_len), 0);
+        cr_assert_eq(sl_provwire_encode_in(&r, 1, room, sizeof room, &in, &in_len), 0);
+        cr_assert_eq(in, room);
+        cr_assert(in_len == heap_len && memcmp(in, heap, in_len) == 0,
+                  "seed %u: (%u, %u, %" PRIu64 ", +%" PRIu64 ") encodes differently in a room", seed, r.epoch,
+                  r.file_index, r.begin, r.count);
+        sl_provenance_run_t back;
+        uint64_t m = 0;
+        char err[256];
+        cr_assert_eq(sl_provwire_read_some(in, in_len, r.count, &back, 1, &m, err, sizeof err), 0, "%s", err);
+        cr_assert(m == 1 && memcmp(&back, &r, sizeof r) == 0, "seed %u: the run came back changed", seed);
+        free(heap);
+    }
+}
+
+/* The one-run path of sl_provwire_read_some() against the general reader:
+ * one-run encodings, well formed and then with bytes changed, cut, added,
+ * and read for the wrong number of records: the same result, run, count
+ * and message every time. */
+Test(provwire, one_run_reads_as_the_general_reader_does)
+{
+    unsigned seed = test_seed("one_run_reads_as_the_general_reader_does");
+    srand(seed);
+    uint8_t room[80];
+    unsigned accepted = 0, refused = 0;
+    for (int round = 0; round < 20000; round++) {
+        sl_provenance_run_t r = {.epoch = rand() % 8 ? (uint32_t)rand() % 50 : UINT32_MAX,
+                                 .file_index = rand() % 8 ? (uint32_t)rand() % 1000 : UINT32_MAX,
+                                 .begin = rand() % 4 ? (uint64_t)rand() : UINT64_MAX - 2000,
+                                 .count = 1 + (uint64_t)(rand() % 1500)};
+        uint8_t *wire;
+        size_t len;
+        cr_assert_eq(sl_provwire_encode_in(&r, 1, room, sizeof room, &wire, &len), 0);
+        uint64_t elements = r.count;
+        switch (rand() % 6) {
+        case 0: /* as it is */
+            break;
+        case 1: /* a byte changed */
+            wire[rand() % len] ^= (uint8_t)(1 + rand() % 255);
+            break;
+        case 2: /* cut */
+            len = (size_t)rand() % len;
+            break;
+        case 3: /* a byte more */
+            wire[len++] = (uint8_t)rand();
+            break;
+        case 4: /* the wrong number of records */
+            elements = rand() % 2 ? elements + 1 : elements - 1;
+            break;
+        default: /* a varint made longer than it need be, or past 64 bits */
+            for (size_t i = 0, k = (size_t)rand() % 6; i < k && len < sizeof room; i++) {
+                size_t at = (size_t)rand() % len;
+                memmove(wire + at + 1, wire + at, len - at);
+                wire[at] = 0x80 | (uint8_t)rand();
+                len++;
+            }
+            break;
+        }
+        sl_provenance_run_t a = {5, 5, 5, 5}, b = {5, 5, 5, 5};
+        uint64_t na = 9, nb = 9;
+        char ea[256] = "", eb[256] = "";
+        int rca = sl_provwire_read_some(wire, len, elements, &a, 1, &na, ea, sizeof ea);
+        int rcb = sl_provwire_read_general(wire, len, elements, &b, 1, &nb, eb, sizeof eb);
+        cr_assert(rca == rcb && na == nb && memcmp(&a, &b, sizeof a) == 0 && strcmp(ea, eb) == 0,
+                  "seed %u, round %d: %d %lu (%s) against the general reader's %d %lu (%s)", seed, round, rca,
+                  (unsigned long)na, ea, rcb, (unsigned long)nb, eb);
+        if (rca == 0)
+            accepted++;
+        else
+            refused++;
+    }
+    cr_assert(accepted > 2000 && refused > 2000, "seed %u: %u accepted, %u refused", seed, accepted, refused);
+}
+
 Test(provwire, notices_take_a_few_bytes_each)
 {
     static sl_split_done_t d[1000];
@@ -408,6 +513,10 @@ Test(provwire, dense_batches_round_trip_at_every_width)
                 cr_assert_eq(sl_provwire_read(wire, len, records, NULL, &m, err, sizeof err), 0, "%s", err);
                 cr_assert_eq(m, records);
                 cr_assert_eq(sl_provwire_read(wire, len, records, got, &m, err, sizeof err), 0, "%s", err);
+                sl_provenance_run_t first[2] = {{0}, {5, 5, 5, 5}};
+                cr_assert_eq(sl_provwire_read_some(wire, len, records, first, 1, &m, err, sizeof err), 0, "%s", err);
+                cr_assert(m == records && memcmp(&first[0], &got[0], sizeof got[0]) == 0 && first[1].epoch == 5,
+                          "the dense form read for one record");
                 uint64_t k = records_of(runs, n, want);
                 cr_assert_eq(m, k);
                 for (uint64_t i = 0; i < k; i++)
