@@ -89,6 +89,12 @@ struct sl_task {
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only */
     uint64_t split_next_id; /* one more than the largest split id received */
+    /* done_below_of() without the tracker: split_next_id or a queued
+     * split's id, the least. Under track_mu, written also under mu as the
+     * queue changes, in the same hold of track_mu as a split taken from
+     * the queue goes into the tracker: a batch's send reads it with the
+     * tracker's least id under track_mu alone (sl_task_batch_sent()). */
+    uint64_t queued_below;
     struct event *retry_ev; /* the dispatcher said to ask again later (retry_ms) */
     bool retry_wait;        /* network thread only: until retry_ev fires */
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
@@ -143,12 +149,41 @@ static void split_unread(sl_task_t *t, struct split *s)
     pthread_mutex_unlock(&t->track_mu);
 }
 
-/* Empties the queue of splits, each one done unread. */
+/* Every split with a smaller id is done: the smallest id the tracker
+ * (tracked: sl_split_track_min_id()) or the queue still holds, else the
+ * next one to come (under t->mu). */
+static uint64_t done_below_of(const sl_task_t *t, uint64_t tracked)
+{
+    uint64_t below = t->split_next_id;
+    if (tracked < below)
+        below = tracked;
+    for (unsigned i = 0; i < t->split_count; i++) {
+        uint64_t id = t->splits[(t->split_head + i) % MAX_SPLITS].split_id;
+        if (id < below)
+            below = id;
+    }
+    return below;
+}
+
+/* Sets queued_below after the queue changed (under t->mu; not track_mu). */
+static void queue_changed(sl_task_t *t)
+{
+    if (!t->track)
+        return;
+    uint64_t below = done_below_of(t, UINT64_MAX);
+    pthread_mutex_lock(&t->track_mu);
+    t->queued_below = below;
+    pthread_mutex_unlock(&t->track_mu);
+}
+
+/* Empties the queue of splits, each one done unread (under t->mu). Until
+ * queued_below is set again, a send still counts them as queued. */
 static void splits_clear(sl_task_t *t)
 {
     for (unsigned i = 0; i < t->split_count; i++)
         split_unread(t, &t->splits[(t->split_head + i) % MAX_SPLITS]);
     t->split_head = t->split_count = 0;
+    queue_changed(t);
 }
 
 /* The pipeline's split_read and dropped (pipeline.h): any pipeline thread. */
@@ -273,6 +308,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
             if (t->track) {
                 pthread_mutex_lock(&t->track_mu);
                 rc = sl_split_track_add(t->track, out->epoch, out, s->skips);
+                t->queued_below = done_below_of(t, UINT64_MAX); /* in the tracker now */
                 pthread_mutex_unlock(&t->track_mu);
             }
             s->skips = NULL;
@@ -621,22 +657,6 @@ const char *sl_task_errmsg(sl_task_t *t)
     return t->error;
 }
 
-/* Every split with a smaller id is done: the smallest id the tracker
- * (tracked: sl_split_track_min_id()) or the queue still holds, else the
- * next one to come (under t->mu). */
-static uint64_t done_below_of(const sl_task_t *t, uint64_t tracked)
-{
-    uint64_t below = t->split_next_id;
-    if (tracked < below)
-        below = tracked;
-    for (unsigned i = 0; i < t->split_count; i++) {
-        uint64_t id = t->splits[(t->split_head + i) % MAX_SPLITS].split_id;
-        if (id < below)
-            below = id;
-    }
-    return below;
-}
-
 /* done_below_of() with the tracker's smallest id (under t->mu). */
 static uint64_t done_below(sl_task_t *t)
 {
@@ -849,6 +869,8 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
         /* Splits that came after the pipeline ended are never read. */
         if (t->producer != PRODUCER_RUNNING)
             splits_clear(t);
+        else
+            queue_changed(t);
         if (resp->end_of_epoch)
             t->epoch_exhausted = true;
         if (resp->finished)
@@ -881,7 +903,9 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
     if (!t->track)
         return 0;
     int rc = 0;
-    pthread_mutex_lock(&t->mu);
+    /* Under track_mu alone: what done_below needs of the queue is there
+     * too (queued_below), and the producer's thread takes t->mu twice a
+     * batch. */
     pthread_mutex_lock(&t->track_mu);
     if (b && b->tally)
         sl_split_track_sent_rows(t->track, b->tally, b->ntally);
@@ -894,14 +918,16 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         rc = -ENOMEM; /* they wait in the table for a later frame */
     else if (room > 0)
         *num = sl_split_track_collect(t->track, *out, room);
-    uint64_t tracked = sl_split_track_min_id(t->track);
+    uint64_t tracked = sl_split_track_min_id(t->track), queued = t->queued_below;
     pthread_mutex_unlock(&t->track_mu);
     /* An end-of-sequence answer makes the task DONE only once it carried
      * every notice: then none is left in the table. */
-    if (!b && rc == 0)
+    if (!b && rc == 0) {
+        pthread_mutex_lock(&t->mu);
         t->end_sent = true;
-    *below = done_below_of(t, tracked);
-    pthread_mutex_unlock(&t->mu);
+        pthread_mutex_unlock(&t->mu);
+    }
+    *below = tracked < queued ? tracked : queued;
     if (*num == 0) {
         free(*out);
         *out = NULL;

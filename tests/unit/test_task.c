@@ -8,7 +8,7 @@
  * only after its end of sequence carried the last of them, and its
  * done_below then covers every split (a notice left unsaid made the
  * dispatcher hand splits out again: a shuffle of 100,000 repeated 14% of an
- * epoch). Also: a task over OFF yields the whole range, and the buffer holds
+ * epoch), and no frame's done_below passes a split not noticed yet. Also: a task over OFF yields the whole range, and the buffer holds
  * the pipeline back while nobody takes batches; a DYNAMIC task asks for
  * splits of its target length, never past its prefetch bound, and reads
  * splits of any length exactly once.
@@ -141,7 +141,7 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     uint64_t elements = 0;
     unsigned most_in_one_frame = 0;
     bool ended = false;
-    uint64_t below = 0;
+    uint64_t below = 0, checked_below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
         answer_splits(&r, &next_id, &next_begin, N, SPLIT);
         sl_wire_batch_t *b;
@@ -162,6 +162,14 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
         if (n > most_in_one_frame)
             most_in_one_frame = n;
         free(done);
+        /* Every split below done_below was noticed, in this frame or
+         * before: the producer's thread takes splits from the queue into
+         * the tracker meanwhile. */
+        cr_assert_leq(below, next_id, "done_below %lu past the splits handed out", (unsigned long)below);
+        for (; checked_below < below; checked_below++)
+            cr_assert(checked_below < 100 || noticed[checked_below - 100],
+                      "a frame's done_below %lu passes split %lu, not noticed yet", (unsigned long)below,
+                      (unsigned long)checked_below);
         if (rc == SL_TASK_BATCH) {
             elements += b->num_elements;
             sl_task_release(r.task, b);
@@ -186,6 +194,55 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     cr_assert_eq(ts.done_below, next_id, "done_below %lu at DONE: splits from there would go out again",
                  (unsigned long)ts.done_below);
     cr_assert_eq(below, next_id);
+    stop(&r);
+}
+
+/* A range in batches of its splits' length: after a batch's send its split
+ * is done and the tracker often empty while splits wait in the queue (8
+ * prefetched); a frame's done_below stops at the first of them, never at
+ * the next id to come. */
+Test(task, done_below_stops_at_splits_that_wait_in_the_queue)
+{
+    struct run r = {0};
+    enum { RN = 200000, RSPLIT = 1000 };
+    char spec[256];
+    snprintf(spec, sizeof spec, "{\"source\":{\"type\":\"range\",\"stop\":%d},\"ops\":[{\"op\":\"batch\","
+             "\"batch_size\":%d}]}", RN, RSPLIT);
+    start(&r, SL_SHARDING_DYNAMIC, spec);
+    uint64_t next_id = 0, next_begin = 0, below = 0, checked_below = 0, elements = 0, frames = 0, queued_seen = 0;
+    static int noticed[RN / RSPLIT];
+    memset(noticed, 0, sizeof noticed);
+    bool ended = false;
+    for (int guard = 0; !ended && guard < 1000000; guard++) {
+        answer_splits(&r, &next_id, &next_begin, RN, RSPLIT);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        for (unsigned i = 0; i < n; i++)
+            noticed[done[i].split_id] = 1;
+        free(done);
+        frames++;
+        queued_seen += below < next_id;
+        cr_assert_leq(below, next_id);
+        for (; checked_below < below; checked_below++)
+            cr_assert(noticed[checked_below], "frame %lu: done_below %lu passes split %lu, not noticed yet",
+                      (unsigned long)frames, (unsigned long)below, (unsigned long)checked_below);
+        if (rc == SL_TASK_BATCH) {
+            elements += b->num_elements;
+            sl_task_release(r.task, b);
+            sl_wire_batch_free(b);
+        } else {
+            ended = true;
+        }
+    }
+    cr_assert(ended, "the task never ended");
+    cr_assert_eq(elements, RN);
+    cr_assert_eq(below, next_id);
+    /* Most frames went out with splits handed out and not done. */
+    cr_assert_gt(queued_seen * 2, frames, "%lu of %lu frames", (unsigned long)queued_seen, (unsigned long)frames);
     stop(&r);
 }
 
