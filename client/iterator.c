@@ -1469,8 +1469,11 @@ static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_spl
     const uint8_t *prov = b ? b->prov_wire : NULL;
     size_t prov_len = b && b->num_prov > 0 ? b->prov_wire_len : 0;
     uint64_t num_records = b ? b->num_records : 0;
-    sl__ledger_add_tallied(&it->ledger, prov, prov_len, num_records, b ? b->tally : NULL, b ? b->num_tally : 0,
-                           done, ndone, !b);
+    if (b && b->num_prov == 1)
+        sl__ledger_add_run(&it->ledger, b->prov, done, ndone, false); /* decoded as it was checked */
+    else
+        sl__ledger_add_tallied(&it->ledger, prov, prov_len, num_records, b ? b->tally : NULL,
+                               b ? b->num_tally : 0, done, ndone, !b);
     if (it->opts.ledger_deltas > 0)
         sl__delta_log_batch(&it->deltas, prov, prov_len, num_records, done, ndone, !b);
 }

@@ -466,17 +466,11 @@ void sl__ledger_add(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64
     sl__ledger_add_tallied(l, prov, prov_len, num_records, NULL, 0, done, ndone, last);
 }
 
-void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
-                            const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
-                            bool last)
+/* What every batch given does after its provenance went in (rc: how that
+ * went): its notices, letting go of what lazy provenance kept, a fold that
+ * waited for it, a merge once enough waits. */
+static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t ndone, bool last)
 {
-    if (l->rc < 0)
-        return;
-    int rc = 0;
-    if (prov_len > 0 && ntally > 0)
-        rc = lazy_append(l, prov, prov_len, num_records, tally, ntally);
-    else if (prov_len > 0)
-        rc = decode_into_runs(l, prov, prov_len, num_records);
     if (rc == 0)
         rc = notices_add(l, done, ndone);
     if (rc == 0) {
@@ -503,6 +497,41 @@ void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
         sl__ledger_sync(l);
     else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num)
         merge(l, 0);
+}
+
+void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+                            const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
+                            bool last)
+{
+    if (l->rc < 0)
+        return;
+    int rc = 0;
+    if (prov_len > 0 && ntally > 0)
+        rc = lazy_append(l, prov, prov_len, num_records, tally, ntally);
+    else if (prov_len > 0)
+        rc = decode_into_runs(l, prov, prov_len, num_records);
+    added(l, rc, done, ndone, last);
+}
+
+/* Runs back from the newest that a batch's run may continue: one per
+ * worker whose batches interleave, a few. */
+#define CONTINUE_BACK 4
+
+void sl__ledger_add_run(sl_ledger_t *l, const sl_provenance_run_t *run, const sl_split_done_t *done, size_t ndone,
+                        bool last)
+{
+    if (l->rc < 0)
+        return;
+    int rc = 0;
+    size_t k = l->num, stop = l->num > CONTINUE_BACK ? l->num - CONTINUE_BACK : 0;
+    while (k > stop && !(sl_prov_run_pair(&l->runs[k - 1]) == sl_prov_run_pair(run) &&
+                         l->runs[k - 1].begin + l->runs[k - 1].count == run->begin))
+        k--;
+    if (k > stop)
+        l->runs[k - 1].count += run->count; /* ends where the run ends: no wrap (provwire.h) */
+    else if ((rc = runs_room(l, l->num + 1)) == 0)
+        l->runs[l->num++] = *run;
+    added(l, rc, done, ndone, last);
 }
 
 /* Adds the runs of epochs from `from` on to set. 0 or a posset error. */

@@ -117,6 +117,15 @@ void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
                             const sl_split_done_t *tally, size_t ntally, const sl_split_done_t *done, size_t ndone,
                             bool last);
 
+/**
+ * sl__ledger_add() for a batch whose provenance is one run, decoded (a
+ * batch of an unshuffled pipeline): the run goes straight to the runs that
+ * wait, continuing one of the last few there when it starts where that one
+ * ends, so that a split read in order waits as one run.
+ */
+void sl__ledger_add_run(sl_ledger_t *l, const sl_provenance_run_t *run, const sl_split_done_t *done, size_t ndone,
+                        bool last);
+
 /** Whether lazy provenance's kept bytes go round the end of its log now
  *  (the ring has wrapped): for tests. */
 bool sl__ledger_log_wrapped(const sl_ledger_t *l);

@@ -22,7 +22,8 @@ void sl__batch_free(struct sl_batch *b)
     sl__big_free(b->payload); /* kept for the next batch (big_alloc.h) */
     if (b->shm)
         sl__shm_slot_done(b->shm, b->shm_seq);
-    free(b->prov);
+    if (b->prov != &b->prov_one)
+        free(b->prov);
     free(b->done);
     if (b->tally != b->tally_one)
         free(b->tally);
@@ -165,6 +166,7 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
         memcpy(c->shape, pc->shape, sizeof(int64_t) * pc->shape_count);
     }
     uint64_t num_prov = 0;
+    sl_provenance_run_t first;
     char why[400];
     if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
         if (owned)
@@ -178,9 +180,9 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
         snprintf(why, sizeof why, "provenance at [%" PRIu64 ", +%" PRIu64 ") is outside the payload of %zu bytes",
                  resp->provenance_offset, resp->provenance_length, size);
     else
-        prc = sl_provwire_read(payload + resp->provenance_offset, (size_t)resp->provenance_length,
-                               resp->num_records ? resp->num_records : resp->num_elements, NULL, &num_prov, why,
-                               sizeof why);
+        prc = sl_provwire_read_some(payload + resp->provenance_offset, (size_t)resp->provenance_length,
+                                    resp->num_records ? resp->num_records : resp->num_elements, &first, 1, &num_prov,
+                                    why, sizeof why);
     if (prc < 0) {
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
         if (owned)
@@ -201,6 +203,10 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
     }
     b->num_records = resp->num_records ? resp->num_records : resp->num_elements;
     b->num_prov = (size_t)num_prov;
+    if (num_prov == 1) {
+        b->prov_one = first;
+        b->prov = &b->prov_one;
+    }
     if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0 ||
         tallies_from_wire(resp, payload, size, b, err, errlen) < 0) {
         sl__batch_free(b);

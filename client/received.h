@@ -38,11 +38,14 @@ struct sl_batch {
     uint8_t tail_one[SL_BATCH_TAIL_INLINE]; /* such a payload's tail when it is this small */
     /* The provenance: num_prov runs, checked, encoded at prov_wire (in
      * payload; provwire.h) and decoded into prov (owned) when the caller
-     * asks for them: the ledger reads them without keeping a copy. */
+     * asks for them: the ledger reads them without keeping a copy. A batch
+     * of one run (most unshuffled ones) has it decoded as it is checked,
+     * in prov_one, which prov points to. */
     const uint8_t *prov_wire;
     size_t prov_wire_len;
     sl_provenance_run_t *prov;
     size_t num_prov;
+    sl_provenance_run_t prov_one;
     sl_split_done_t *done;     /* owned, num_done notices */
     size_t num_done;
     /* The tallies (GetElementResponse.tallies_offset): num_tally rows in

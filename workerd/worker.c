@@ -526,12 +526,15 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     if (wc->provenance && b->prov_wire) {
         resp->provenance_offset = b->size;
         resp->provenance_length = b->prov_wire_len;
-        resp->num_records = b->prov_records;
+        /* 0 says num_elements (most batches): a field fewer to write and read. */
+        resp->num_records = b->prov_records != b->num_elements ? b->prov_records : 0;
     }
     /* Notices that cannot be encoded now wait in the task for a later
      * frame (done_below stays below them). */
     size_t notices_len = 0, tally_len = 0;
-    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire, sv->notices_one,
+    /* Tallies for a batch of more than one run only: the client decodes a
+     * single run as it checks it, for less than reading a tally costs. */
+    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire && b->prov_n > 1, sv->notices_one,
                     sizeof sv->notices_one, &sv->notices, &notices_len, &tally_len, &resp->done_below);
     sv->notices_len = notices_len + tally_len;
     if (notices_len > 0) {

@@ -753,7 +753,8 @@ Test(ledger, deltas_replayed_give_the_checkpoint_bytes_of_every_batch)
     dstream_free(&s);
 }
 
-static void assert_same_ledger_checkpoint(sl_ledger_t *want_l, sl_ledger_t *got_l, uint64_t batch, unsigned seed)
+static void assert_same_ledger_checkpoint(sl_ledger_t *want_l, sl_ledger_t *got_l, uint64_t batch, unsigned seed,
+                                          const char *what)
 {
     uint8_t *want = NULL, *got = NULL;
     size_t wlen = 0, glen = 0;
@@ -761,9 +762,9 @@ static void assert_same_ledger_checkpoint(sl_ledger_t *want_l, sl_ledger_t *got_
     cr_assert_eq(sl__ledger_checkpoint(want_l, 42, NULL, 0, &want, &wlen, err, sizeof err), 0, "%s", err);
     cr_assert_eq(sl__ledger_checkpoint(got_l, 42, NULL, 0, &got, &glen, err, sizeof err), 0, "%s", err);
     cr_assert(wlen == glen && memcmp(want, got, wlen) == 0,
-              "seed %u, batch %" PRIu64 ": the tallied ledger's checkpoint (%zu bytes) is not the decoding one's "
+              "seed %u, batch %" PRIu64 ": the %s ledger's checkpoint (%zu bytes) is not the decoding one's "
               "(%zu bytes)",
-              seed, batch, glen, wlen);
+              seed, batch, what, glen, wlen);
     free(want);
     free(got);
 }
@@ -794,11 +795,11 @@ Test(ledger, tallied_batches_checkpoint_as_decoded_ones_and_keep_only_a_window)
             size_t kept = lazy.log_kept;
             most_kept = kept > most_kept ? kept : most_kept;
             if (rand() % 50 == 0) {
-                assert_same_ledger_checkpoint(&eager, &lazy, batches, seed);
+                assert_same_ledger_checkpoint(&eager, &lazy, batches, seed, "tallied");
                 checkpoints++;
             }
         }
-        assert_same_ledger_checkpoint(&eager, &lazy, batches, seed);
+        assert_same_ledger_checkpoint(&eager, &lazy, batches, seed, "tallied");
         cr_assert_geq(checkpoints, 10, "seed %u: %" PRIu64 " checkpoints", seed, checkpoints);
         /* What is kept reaches back to the oldest file not given whole:
          * its last record waits in the window of 500 a geometric number of
@@ -1213,17 +1214,17 @@ Test(ledger, the_kept_batches_go_round_a_ring_of_a_few_batches)
         bool wraps = sl__ledger_log_wrapped(&lazy);
         wrapped += wraps;
         if (hold_from > 0 && k == hold_from + HOLD - 1)
-            assert_same_ledger_checkpoint(&eager, &lazy, k, seed); /* the most kept, the ring grown */
+            assert_same_ledger_checkpoint(&eager, &lazy, k, seed, "tallied"); /* the most kept, the ring grown */
         /* Checkpoints decode what is kept and empty the ring: none in the
          * 100 batches before the hold and none in it. */
         bool near_hold = k >= 900 && (hold_from == 0 || k < hold_from + HOLD);
         if (wraps && !near_hold && k >= last_checkpoint + 50 && checkpoints < 20) {
-            assert_same_ledger_checkpoint(&eager, &lazy, k, seed);
+            assert_same_ledger_checkpoint(&eager, &lazy, k, seed, "tallied");
             checkpoints++;
             last_checkpoint = k;
         }
     }
-    assert_same_ledger_checkpoint(&eager, &lazy, SPLITS, seed);
+    assert_same_ledger_checkpoint(&eager, &lazy, SPLITS, seed, "tallied");
     cr_assert_eq(lazy.rc, 0);
     cr_assert(hold_from > 0, "seed %u: the ring was never wrapped after batch 1000", seed);
     cr_assert_leq(lazy.log_cap, 131072, "seed %u: the ring grew to %zu bytes for at most %d batches of about %" PRIu64,
@@ -1236,4 +1237,216 @@ Test(ledger, the_kept_batches_go_round_a_ring_of_a_few_batches)
                 " checkpoints taken wrapped", appended, lazy.log_cap, wrapped, checkpoints);
     sl__ledger_free(&eager);
     sl__ledger_free(&lazy);
+}
+
+/* One-run batches (sl__ledger_add_run()): the stream an unshuffled pipeline
+ * makes under DYNAMIC, read by W workers at once, its batches interleaved
+ * at random as the consumer takes them. Splits of S records never cross a
+ * file and go to the workers in order; a worker's batch of up to B records
+ * reads on into its next split, one run when that split starts where its
+ * last ended (the same file); a filter drops some blocks of records (a batch
+ * across one has two runs) and another consumer may have some (its notices
+ * count them); epochs fold now and then. A ledger given every batch decoded and
+ * one given one-run batches by their run checkpoint as the same bytes. */
+struct pworker {
+    uint64_t split[2][4]; /* up to two splits: epoch, file, begin, end */
+    unsigned nsplits;
+    uint64_t at;          /* the next record of split[0] */
+    uint64_t given;       /* records of split[0] given or had by the other consumer */
+    uint64_t given2;      /* the same of split[1] */
+};
+
+struct pstream {
+    uint64_t epochs, files, records, split, batch;
+    bool filter, others;
+    uint64_t next_split; /* splits handed out, all epochs in order */
+    uint64_t splits_per_file;
+};
+
+static bool p_dropped(const struct pstream *s, uint64_t e, uint64_t f, uint64_t r)
+{
+    return s->filter && (e * 7919 + f * 104729 + r / 97) % 7 == 3; /* blocks of 97 */
+}
+
+static bool p_others(const struct pstream *s, uint64_t f, uint64_t r)
+{
+    return s->others && f % 5 == 0 && r / 53 % 11 == 5;
+}
+
+/* Hands worker w its next split when the stream has one. */
+static bool p_take_split(struct pstream *s, struct pworker *w)
+{
+    uint64_t total = s->epochs * s->files * s->splits_per_file;
+    if (s->next_split == total || w->nsplits == 2)
+        return false;
+    uint64_t k = s->next_split++, e = k / (s->files * s->splits_per_file), f = k / s->splits_per_file % s->files;
+    uint64_t b = k % s->splits_per_file * s->split, end = b + s->split < s->records ? b + s->split : s->records;
+    uint64_t *sp = w->split[w->nsplits++];
+    sp[0] = e, sp[1] = f, sp[2] = b, sp[3] = end;
+    if (w->nsplits == 1) {
+        w->at = b;
+        w->given = 0;
+    } else {
+        w->given2 = 0;
+    }
+    return true;
+}
+
+/* Worker w's next batch: its runs and notices. @return false when w has nothing left */
+static bool p_batch(struct pstream *s, struct pworker *w, sl_provenance_run_t *runs, size_t *n,
+                    sl_split_done_t *done, size_t *nd)
+{
+    *n = *nd = 0;
+    if (w->nsplits == 0 && !p_take_split(s, w))
+        return false;
+    uint64_t kept = 0;
+    while (kept < s->batch) {
+        if (w->nsplits == 0 && !p_take_split(s, w))
+            break;
+        uint64_t *sp = w->split[0];
+        if (w->at == sp[3]) {
+            /* Split done: its notice goes with this batch; the worker goes
+             * on into its next one. */
+            done[(*nd)++] = (sl_split_done_t){.split_id = (sp[0] * s->files + sp[1]) * s->splits_per_file +
+                                                          sp[2] / s->split + 1,
+                                              .epoch = (uint32_t)sp[0], .file_index = (uint32_t)sp[1],
+                                              .begin = sp[2], .end = sp[3], .delivered = w->given};
+            memmove(w->split[0], w->split[1], sizeof w->split[0]);
+            w->nsplits--;
+            w->given = w->given2;
+            if (w->nsplits == 1)
+                w->at = w->split[0][2];
+            else if (!p_take_split(s, w))
+                break;
+            continue;
+        }
+        if (w->nsplits == 1 && sp[3] - w->at <= s->batch)
+            p_take_split(s, w); /* the next split is known before this one ends */
+        uint64_t r = w->at++;
+        if (p_dropped(s, sp[0], sp[1], r))
+            continue;
+        w->given++;
+        kept++;
+        if (p_others(s, sp[1], r))
+            continue;
+        sl_provenance_run_t *last = *n ? &runs[*n - 1] : NULL;
+        if (last && last->epoch == sp[0] && last->file_index == sp[1] && last->begin + last->count == r)
+            last->count++;
+        else
+            runs[(*n)++] = (sl_provenance_run_t){(uint32_t)sp[0], (uint32_t)sp[1], r, 1};
+    }
+    return *n > 0 || *nd > 0;
+}
+
+Test(ledger, one_run_batches_checkpoint_as_decoded_ones)
+{
+    unsigned seed = test_seed("ledger.one_run_batches_checkpoint_as_decoded_ones");
+    srand(seed);
+    for (int round = 0; round < 6; round++) {
+        struct pstream s = {.epochs = 1 + (uint64_t)(rand() % 4), .files = 1 + (uint64_t)(rand() % 200),
+                            .batch = 1 + (uint64_t)(rand() % 1024), .filter = rand() % 3 == 0,
+                            .others = rand() % 3 == 0};
+        /* About a million records in all. The first round reads them
+         * unfiltered in splits of whole batches, as a range pipeline does. */
+        s.records = 1000000 / (s.epochs * s.files) + 1;
+        s.split = 1 + (uint64_t)rand() % (s.records < 50000 ? s.records : 50000);
+        if (round == 0) {
+            s.filter = s.others = false;
+            s.files = 1 + s.files % 8;
+            s.records = 1000000 / (s.epochs * s.files) + 1;
+            s.split = s.batch * (8 + (uint64_t)(rand() % 64));
+        }
+        s.splits_per_file = (s.records + s.split - 1) / s.split;
+        unsigned nw = 1 + (unsigned)(rand() % 6);
+        struct pworker w[6];
+        memset(w, 0, sizeof w);
+        sl_ledger_t eager, runs_l;
+        sl__ledger_init(&eager, 1u << 20);
+        sl__ledger_init(&runs_l, 1u << 20);
+        static sl_provenance_run_t runs[1024];
+        static sl_split_done_t done[2048]; /* a batch may end many splits of one record */
+        uint64_t batches = 0, one_run = 0, checkpoints = 0, epoch_given = 0;
+        unsigned live = nw;
+        bool ended[6] = {0};
+        while (live > 0) {
+            unsigned k = (unsigned)rand() % nw;
+            if (ended[k])
+                continue;
+            size_t n, nd;
+            if (!p_batch(&s, &w[k], runs, &n, done, &nd)) {
+                ended[k] = true;
+                live--;
+                continue;
+            }
+            batches++;
+            give(&eager, runs, n, done, nd, false);
+            if (n == 1) {
+                one_run++;
+                sl__ledger_add_run(&runs_l, &runs[0], done, nd, false);
+            } else {
+                give(&runs_l, runs, n, done, nd, false);
+            }
+            /* Every record of the epochs below the least one a worker
+             * holds or the stream hands out next was given: now and then
+             * the dispatcher says so. */
+            uint64_t below = s.next_split / (s.files * s.splits_per_file);
+            for (unsigned i = 0; i < nw; i++)
+                if (w[i].nsplits > 0 && w[i].split[0][0] < below)
+                    below = w[i].split[0][0];
+            if (below > epoch_given && rand() % 50 == 0) {
+                epoch_given = below;
+                sl__ledger_epochs_done(&eager, epoch_given, 0);
+                sl__ledger_epochs_done(&runs_l, epoch_given, 0);
+            }
+            if (rand() % 100 == 0) {
+                assert_same_ledger_checkpoint(&eager, &runs_l, batches, seed, "one-run");
+                checkpoints++;
+            }
+        }
+        give(&eager, NULL, 0, NULL, 0, true);
+        give(&runs_l, NULL, 0, NULL, 0, true);
+        assert_same_ledger_checkpoint(&eager, &runs_l, batches, seed, "one-run");
+        cr_assert_eq(runs_l.rc, 0, "seed %u: %s", seed, sl_strerror(runs_l.rc));
+        if (round == 0)
+            cr_assert_geq(one_run * 2, batches, "seed %u: %" PRIu64 " of %" PRIu64 " batches of one run", seed,
+                          one_run, batches);
+        cr_log_info("seed %u round %d: %u workers, %" PRIu64 " batches (%" PRIu64 " of one run), %" PRIu64
+                    " checkpoints", seed, round, nw, batches, one_run, checkpoints);
+        sl__ledger_free(&eager);
+        sl__ledger_free(&runs_l);
+    }
+}
+
+/* A split read in order waits as one run, also with the batches of a few
+ * workers interleaved: each batch continues its worker's run. */
+Test(ledger, a_split_read_in_order_waits_as_one_run)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1u << 16);
+    size_t most = 0;
+    for (uint64_t b = 0; b < 200; b++)
+        for (uint32_t w = 0; w < 4; w++) {
+            sl_provenance_run_t run = {0, w, b * 10, 10};
+            sl__ledger_add_run(&l, &run, NULL, 0, false);
+            most = l.num > most ? l.num : most;
+        }
+    cr_assert_leq(most, 4, "%zu runs waited for 4 splits read in order", most);
+    /* Where a run of another epoch or file starts where one ended, it is
+     * not that run's. */
+    sl_provenance_run_t more = {0, 0, 2000, 5}, other_epoch = {1, 0, 2005, 5}, other_file = {0, 9, 2005, 5};
+    sl__ledger_add_run(&l, &more, NULL, 0, false);
+    sl__ledger_add_run(&l, &other_epoch, NULL, 0, false);
+    sl__ledger_add_run(&l, &other_file, NULL, 0, false);
+    cr_assert_eq(l.num, 3, "%zu runs wait", l.num);
+    sl_posset_t got;
+    checkpoint_set(&l, &got);
+    cr_assert_eq(got.num, 6, "%zu runs", got.num);
+    cr_assert_eq(sl_posset_count(&got, 0, 0, 0, 2010), 2005);
+    for (uint32_t w = 1; w < 4; w++)
+        cr_assert_eq(sl_posset_count(&got, 0, w, 0, 2010), 2000);
+    cr_assert_eq(sl_posset_count(&got, 1, 0, 0, 2010), 5);
+    cr_assert_eq(sl_posset_count(&got, 0, 9, 0, 2010), 5);
+    sl_posset_clear(&got);
+    cr_assert_eq(l.rc, 0);
+    sl__ledger_free(&l);
 }
