@@ -648,7 +648,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    double t0 = now_s(), last_progress = t0;
+    double t0 = now_s(), last_progress = t0, first_batch = -1, last_batch = -1;
     uint64_t elements = 0, batches = 0, bytes = 0;
     for (;;) {
         if (limit >= 0 && batches >= (uint64_t)limit) {
@@ -665,7 +665,9 @@ int main(int argc, char **argv)
             break;
         if (rc != 0)
             break;
-        batches++;
+        last_batch = now_s() - t0;
+        if (batches++ == 0)
+            first_batch = last_batch;
         elements += sl_batch_num_elements(b);
         bytes += sl_batch_size(b);
         if (fmt == FMT_JSONL) {
@@ -714,8 +716,12 @@ int main(int argc, char **argv)
         status = 0;
     }
     fflush(stdout);
-    fprintf(stderr, "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f}\n",
-            elements, batches, bytes, now_s() - t0);
+    /* When the first and the last batch came, from the open: the wait for
+     * a job's start and for its end after its last batch are in seconds. */
+    fprintf(stderr,
+            "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f, "
+            "\"first_batch_seconds\": %.4f, \"last_batch_seconds\": %.4f}\n",
+            elements, batches, bytes, now_s() - t0, first_batch, last_batch);
 out:
     sl_iterator_close(it);
     sl_client_close(cl);

@@ -54,6 +54,8 @@ class ThreeWorkers(unittest.TestCase):
         s = summary(err)
         self.assertEqual((s['elements'], s['batches']), (100000, len(batches)))
         self.assertGreaterEqual(s['bytes'], 800000)
+        # When the first and the last batch came, within the read.
+        self.assertTrue(0 <= s['first_batch_seconds'] <= s['last_batch_seconds'] <= s['seconds'], s)
 
     def test_off_delivers_every_element_once_per_worker(self):
         rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'off'])

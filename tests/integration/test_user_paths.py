@@ -45,6 +45,7 @@ class NoWorker(unittest.TestCase):
         self.assertIn('sluice-cat: interrupted (SIGINT) after 0 batches, waiting on: no live worker for job', text)
         self.assertIn('is a sluice-workerd running with --dispatcher %s?' % self.c.dispatcher.addr, text)
         self.assertIn('"batches": 0', text)  # the summary line still comes
+        self.assertIn('"first_batch_seconds": -1.0000, "last_batch_seconds": -1.0000', text)  # none came
 
     def test_the_wait_ends_at_the_timeout_with_its_option_named(self):
         p, err = self.start_cat(['--timeout-ms', '1000'])
