@@ -11,7 +11,11 @@ moment of the shared machine does not land on one side only. Prints one
 JSON line per shape: ratio = DYNAMIC / OFF of the best runs, pair_ratio =
 the median over the rounds of each DYNAMIC run over the OFF run just before
 it (the two closest in time, so a slow stretch of the machine mostly
-cancels; pair_ratios lists them all, to show how far they spread), and cpu_ratio = the CPU time per element under OFF over the same
+cancels; pair_ratios lists them all, to show how far they spread),
+steady_pair_ratio the same of the rates from the first batch to the last
+(sluice-cat's summary: without the job's start and the wait for its end,
+which weigh twice as much in a DYNAMIC job of 2 workers, half as long as
+its OFF baseline), and cpu_ratio = the CPU time per element under OFF over the same
 under DYNAMIC (workers, dispatcher and consumer together, best of each:
 what DYNAMIC costs the machine, whatever else it is doing), with
 cpu_user_share the median share of user time in it (the rest is the
@@ -42,15 +46,18 @@ from harness import Cluster, summary  # noqa: E402
 from cpu_time import cpu_user_system  # noqa: E402
 
 
+BATCH = 1024
+
+
 def spec(shape):
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
-    ops.append({"op": "batch", "batch_size": 1024, "drop_remainder": False})
+    ops.append({"op": "batch", "batch_size": BATCH, "drop_remainder": False})
     return {"source": {"type": "range", "start": 0, "stop": args.elements}, "ops": ops}
 
 
 def run(c, workers, shape, sharding):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
-    the user time's share of that CPU time)."""
+    the user time's share of that CPU time, elements per second from the first batch to the last)."""
     extra = ['--sharding', sharding] + (['--no-shm'] if args.no_shm else [])
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
@@ -65,7 +72,9 @@ def run(c, workers, shape, sharding):
     want = args.elements * (workers if sharding == 'off' else 1)
     if s['elements'] != want:
         sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
-    return s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0
+    span = s['last_batch_seconds'] - s['first_batch_seconds']
+    steady = (s['elements'] - BATCH) / span if span > 0 else 0.0  # the first batch came at its start
+    return s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0, steady
 
 
 results = []
@@ -87,6 +96,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "ratio": round(best_dyn / best_off, 3),
                  "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
                  "pair_ratios": [round(d[0] / o[0], 3) for o, d in zip(off, dyn)],
+                 "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, dyn)), 3),
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
                  "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
@@ -100,4 +110,5 @@ print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
                   "baseline": "the same job under OFF, per shape",
                   "ratio": min(r["ratio"] for r in results),
                   "pair_ratio": min(r["pair_ratio"] for r in results),
+                  "steady_pair_ratio": min(r["steady_pair_ratio"] for r in results),
                   "cpu_ratio": min(r["cpu_ratio"] for r in results)}))
