@@ -289,13 +289,13 @@ def get_json(admin_port, path, timeout=10):
         return json.load(r)
 
 
-def metric(admin_port, name, labels=''):
-    """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), None when it has none."""
+def metric(admin_port, name, labels='', default=None):
+    """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), default when it has none."""
     import urllib.request
     with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
         text = r.read().decode()
     m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
-    return float(m.group(1)) if m else None
+    return float(m.group(1)) if m else default
 
 
 def parse_jsonl(text):

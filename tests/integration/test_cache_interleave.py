@@ -9,23 +9,14 @@ without opening a file; under DYNAMIC a disk cache (an entry per split)
 keeps every record exactly once per epoch."""
 import collections
 import os
-import re
 import shutil
 import tempfile
 import unittest
-import urllib.request
 
-from harness import Cluster, summary, values
+from harness import Cluster, metric, summary, values
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
-
-
-def metric(port, name):
-    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=5) as r:
-        text = r.read().decode()
-    m = re.search(r'^%s (\S+)$' % re.escape(name), text, re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 class CacheInterleave(unittest.TestCase):
@@ -62,7 +53,7 @@ class CacheInterleave(unittest.TestCase):
         self.assertEqual(len(ids), times * n)
 
     def opened(self):
-        return sum(metric(w.admin_port, 'sluice_worker_files_opened_total') for w in self.c.workers)
+        return sum(metric(w.admin_port, 'sluice_worker_files_opened_total', default=0.0) for w in self.c.workers)
 
     def test_interleave_dynamic_every_record_once(self):
         for parallel in (1, 'autotune'):

@@ -11,7 +11,6 @@ the pipe is full while its iterator thread keeps its lease (heartbeats), and
 the job stays RUNNING with most of its elements still to come."""
 import json
 import os
-import re
 import socket
 import struct
 import subprocess
@@ -19,7 +18,7 @@ import tempfile
 import unittest
 import urllib.request
 
-from harness import Cluster, ClusterCase, binary, child_env, get_json, parse_jsonl, values, wait_for
+from harness import Cluster, ClusterCase, binary, child_env, get_json, metric, parse_jsonl, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as dec_varint
 
@@ -153,13 +152,6 @@ class Peer:
         self.sock.close()
 
 
-def metric(admin_port, name):
-    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
-        text = r.read().decode()
-    m = re.search(r'^%s(?:\{[^}]*\})? (\S+)$' % re.escape(name), text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
 class Trainer:
     """sluice-cat reading SPEC to the end, held mid-job (see the top)."""
 
@@ -256,7 +248,7 @@ class Ownership(unittest.TestCase):
     def test_attack_1_get_split_of_another_workers_task(self):
         fake, fake_id = self.fake_worker()
         trainer = Trainer(self.c)
-        forbidden = metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total')
+        forbidden = metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total', default=0.0)
         # Task ids counted up, as the attacker would (the admin view gives
         # the real ones: the attack's best case).
         for task in trainer.job['tasks']:
@@ -269,7 +261,7 @@ class Ownership(unittest.TestCase):
         self.assert_refused(bare.refused(GET_SPLIT_REQ, fv(1, trainer.job['tasks'][0]['task_id']) + fv(3, 64)),
                             SL_EPERM, 'WORKER_REGISTER first')
         bare.close()
-        self.assertGreaterEqual(metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total'),
+        self.assertGreaterEqual(metric(self.disp.admin_port, 'sluice_dispatcher_requests_forbidden_total', default=0.0),
                                 forbidden + 7)
         self.assertTrue(trainer.still_running())
         fake.close()
@@ -557,8 +549,8 @@ class RequestsBeforeTheirTask(ClusterCase):
 
     def counts(self):
         w = self.c.workers[0].admin_port
-        return (metric(w, 'sluice_worker_requests_awaited_task_total'),
-                metric(w, 'sluice_worker_requests_task_unknown_total'))
+        return (metric(w, 'sluice_worker_requests_awaited_task_total', default=0.0),
+                metric(w, 'sluice_worker_requests_task_unknown_total', default=0.0))
 
     def new_job(self):
         """A job the worker has not heard of: (client id, its TaskInfo fields, the dispatcher peer)."""
