@@ -108,6 +108,7 @@ struct itask {
      * none; shm_off: it was offered and could not be collected. */
     sl_shm_map_t *shm;
     bool shm_off;
+    sl_shm_fetch_t *shm_fetch; /* its collection, under way on the loop */
     struct itask *next;
 };
 
@@ -264,6 +265,8 @@ static void task_conn_gone(struct itask *t)
     sl__shm_unref(t->shm);
     t->shm = NULL;
     t->shm_off = false;
+    sl__shm_fetch_cancel(t->shm_fetch);
+    t->shm_fetch = NULL;
 }
 
 static void task_drop_conn(struct itask *t)
@@ -277,14 +280,37 @@ static void task_drop_conn(struct itask *t)
     t->fly_n = t->fly_sent = 0; /* nothing to ask again of a task left */
 }
 
+/* The region could not be collected (why): not asked for again on this
+ * connection, its batches come over the socket. */
+static void shm_failed(struct itask *t, int rc, const char *why)
+{
+    t->shm_off = true;
+    /* No such lane here is the worker on another host: nothing to say. */
+    if (rc != -ECONNREFUSED && rc != -ENOENT && !t->it->shm_said) {
+        t->it->shm_said = true;
+        fprintf(stderr, "sluice: worker %s: its batches come over TCP: shared memory: %s\n", t->address, why);
+    }
+}
+
+static void shm_fetched(sl_shm_map_t *m, int rc, const char *why, void *arg)
+{
+    struct itask *t = arg;
+    t->shm_fetch = NULL;
+    if (rc < 0)
+        shm_failed(t, rc, why);
+    else
+        t->shm = m; /* the next request says so; until then batches come over the socket */
+}
+
 /* A region offered on the task's connection (GetElementResponse.shm_socket):
- * collected and mapped, or, when that fails (the worker is on another
- * host or network namespace, mostly), not asked for again on this
- * connection: its batches come over the socket. */
+ * collected and mapped on the loop, which serves every worker meanwhile, or,
+ * when that fails (the worker is on another host or network namespace,
+ * mostly), not asked for again on this connection: its batches come over
+ * the socket. */
 static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
 {
     sl_iterator_t *it = t->it;
-    if (t->shm || t->shm_off || it->opts.shm < 0)
+    if (t->shm || t->shm_off || t->shm_fetch || it->opts.shm < 0)
         return;
     if (resp->shm_ticket.size != SL_SHM_TICKET_BYTES) {
         t->shm_off = true; /* not an offer this client can take: the socket serves */
@@ -292,17 +318,10 @@ static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
     }
     char why[300];
     size_t max = it->opts.max_batch_bytes * SL_SHM_CLIENT_MAX_SLOTS;
-    int rc = sl__shm_collect(resp->shm_socket, resp->shm_ticket.bytes, resp->shm_ticket.size, SL_SHM_COLLECT_MS, max,
-                             &t->shm, why, sizeof why);
-    if (rc < 0) {
-        t->shm = NULL;
-        t->shm_off = true;
-        /* No such lane here is the worker on another host: nothing to say. */
-        if (rc != -ECONNREFUSED && rc != -ENOENT && !it->shm_said) {
-            it->shm_said = true;
-            fprintf(stderr, "sluice: worker %s: its batches come over TCP: shared memory: %s\n", t->address, why);
-        }
-    }
+    int rc = sl__shm_fetch(it->base, resp->shm_socket, resp->shm_ticket.bytes, resp->shm_ticket.size,
+                           SL_SHM_COLLECT_MS, max, shm_fetched, t, &t->shm_fetch, why, sizeof why);
+    if (rc < 0)
+        shm_failed(t, rc, why);
 }
 
 /* A request's shared-memory fields on t's connection: ask for a region
@@ -310,7 +329,7 @@ static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
  * of its slots are back. */
 static void shm_fields(const struct itask *t, sluice_GetElementRequest *req)
 {
-    req->shm = t->it->opts.shm >= 0 && !t->shm && !t->shm_off;
+    req->shm = t->it->opts.shm >= 0 && !t->shm && !t->shm_off && !t->shm_fetch;
     req->shm_mapped = t->shm != NULL;
     req->shm_released = t->shm ? sl__shm_released(t->shm) : 0;
 }

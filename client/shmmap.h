@@ -20,18 +20,33 @@
 #define SL_SHM_CLIENT_MAX_SLOTS 64 /* the worker's SL_SHM_MAX_SLOTS: more held is a protocol error */
 #define SL_SHM_COLLECT_MS 1000     /* the lane answers within this, or the client goes on over TCP */
 #define SL_SHM_TICKET_BYTES 16     /* GetElementResponse.shm_ticket */
+#define SL_SHM_TICKET_MAX 64       /* the longest ticket a collect sends */
 
+struct event_base;
 typedef struct sl_shm_map sl_shm_map_t;
+typedef struct sl_shm_fetch sl_shm_fetch_t;
+
+/** How a collection ended: the map (one reference) and rc 0, or NULL and
+ *  rc < 0 with why (valid during the call). */
+typedef void (*sl_shm_fetched_fn)(sl_shm_map_t *m, int rc, const char *why, void *arg);
 
 /**
  * Collects a region from the lane at the abstract socket name with the
- * ticket (ticket_len bytes) and maps it. A region over max_bytes, or one
- * its worker could shrink (without F_SEAL_SHRINK), is refused. Blocks for
- * at most timeout_ms.
- * @return 0 with the map (one reference) in *out; < 0 with why in err
+ * ticket (ticket_len bytes, at most SL_SHM_TICKET_MAX) and maps it, on the
+ * loop of base, a step each time the socket is ready: the loop serves
+ * everything else meanwhile. A region over max_bytes, or one its worker
+ * could shrink (without F_SEAL_SHRINK), is refused; the lane has timeout_ms
+ * for all of it. done is called once, from the loop, after which the fetch
+ * is gone; never from this call.
+ * @return 0 with the fetch in *out; < 0 with why in err (no lane of that
+ *         name here: -ECONNREFUSED), and done is never called
  */
-int sl__shm_collect(const char *name, const uint8_t *ticket, size_t ticket_len, int timeout_ms, size_t max_bytes,
-                    sl_shm_map_t **out, char *err, size_t errlen);
+int sl__shm_fetch(struct event_base *base, const char *name, const uint8_t *ticket, size_t ticket_len, int timeout_ms,
+                  size_t max_bytes, sl_shm_fetched_fn done, void *arg, sl_shm_fetch_t **out, char *err,
+                  size_t errlen);
+
+/** Stops a fetch whose done has not been called: it never is. NULL is ignored. */
+void sl__shm_fetch_cancel(sl_shm_fetch_t *f);
 
 /**
  * Takes the slot of an answer: [off, off + len) must lie in the region

@@ -5,7 +5,9 @@
  * the memfd through it and mapping it. A region goes only to the ticket's
  * holder, once; what the worker copies into a slot is what the client
  * reads there; slots never overlap while lent, come back in order, and
- * every bound holds (a seeded property test).
+ * every bound holds (a seeded property test). The client's collection runs
+ * on its loop a step at a time: the loop does its other work while a lane
+ * has not answered, and a fetch ends at its time or when cancelled.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -27,6 +29,46 @@
 #include "sluice.h"
 
 static char err[512];
+
+/* A collection (sl__shm_fetch()) on a loop of its own, waited for, as the
+ * tests below that do not look at the loop want it. */
+struct collect {
+    struct event_base *base;
+    sl_shm_map_t *m;
+    int rc;
+    bool done;
+    char *err;
+    size_t errlen;
+};
+
+static void collected(sl_shm_map_t *m, int rc, const char *why, void *arg)
+{
+    struct collect *c = arg;
+    c->m = m;
+    c->rc = rc;
+    c->done = true;
+    if (rc < 0 && c->err && c->errlen > 0)
+        snprintf(c->err, c->errlen, "%s", why);
+    event_base_loopbreak(c->base);
+}
+
+static int shm_collect(const char *name, const uint8_t *ticket, size_t ticket_len, int timeout_ms, size_t max_bytes,
+                       sl_shm_map_t **out, char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    struct collect c = {.base = event_base_new(), .err = errbuf, .errlen = errlen};
+    if (!c.base)
+        return -ENOMEM;
+    sl_shm_fetch_t *f;
+    int rc = sl__shm_fetch(c.base, name, ticket, ticket_len, timeout_ms, max_bytes, collected, &c, &f, errbuf, errlen);
+    while (rc == 0 && !c.done)
+        event_base_loop(c.base, EVLOOP_ONCE);
+    event_base_free(c.base);
+    if (rc < 0)
+        return rc;
+    *out = c.m;
+    return c.rc;
+}
 
 /* The worker's side: a lane whose loop runs on its own thread. The tests
  * touch lane and regions only while the loop is stopped (shm.h: one
@@ -74,7 +116,7 @@ static void side_stop(struct side *s)
 static int collect(struct side *s, const uint8_t *ticket, sl_shm_map_t **m)
 {
     side_run(s);
-    int rc = sl__shm_collect(sl_shm_lane_name(s->lane), ticket, SL_SHM_TICKET_LEN, 5000, (size_t)1 << 32, m, err,
+    int rc = shm_collect(sl_shm_lane_name(s->lane), ticket, SL_SHM_TICKET_LEN, 5000, (size_t)1 << 32, m, err,
                              sizeof err);
     side_pause(s);
     return rc;
@@ -162,9 +204,31 @@ Test(shm, no_lane_of_that_name_is_a_refused_connect)
     /* What a worker on another host (or network namespace) looks like. */
     uint8_t ticket[SL_SHM_TICKET_LEN] = {0};
     sl_shm_map_t *m = NULL;
-    int rc = sl__shm_collect("sluice-shm-no-such-lane", ticket, sizeof ticket, 1000, 1 << 20, &m, err, sizeof err);
+    int rc = shm_collect("sluice-shm-no-such-lane", ticket, sizeof ticket, 1000, 1 << 20, &m, err, sizeof err);
     cr_assert_eq(rc, -ECONNREFUSED, "%d: %s", rc, err);
     cr_assert_null(m);
+}
+
+/* Hands memfd fd over on connection c as a lane does: one byte with the
+ * descriptor (the test's own lanes build it beside workerd/shm.c's, which
+ * only ever hands over a sealed region). */
+static void hand_over(int c, int fd)
+{
+    char byte = 'S';
+    struct iovec iov = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    if (sendmsg(c, &msg, MSG_NOSIGNAL) != 1)
+        abort();
 }
 
 /* A lane of the test's own that hands over a memfd its worker could
@@ -184,21 +248,7 @@ static void *unsealed_lane(void *arg)
     int fd = memfd_create("unsealed", MFD_CLOEXEC);
     if (ftruncate(fd, 1 << 20) < 0)
         abort();
-    char byte = 'S';
-    struct iovec iov = {&byte, 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    if (sendmsg(c, &msg, 0) != 1)
-        abort();
+    hand_over(c, fd);
     close(fd);
     close(c);
     return NULL;
@@ -219,12 +269,166 @@ Test(shm, a_region_its_worker_could_shrink_is_refused)
     cr_assert_eq(pthread_create(&th, NULL, unsealed_lane, &lfd), 0);
     uint8_t ticket[SL_SHM_TICKET_LEN] = {0};
     sl_shm_map_t *m = NULL;
-    int rc = sl__shm_collect(name, ticket, sizeof ticket, 5000, 1 << 30, &m, err, sizeof err);
+    int rc = shm_collect(name, ticket, sizeof ticket, 5000, 1 << 30, &m, err, sizeof err);
     pthread_join(th, NULL);
     close(lfd);
     cr_assert_eq(rc, SL_EPROTO, "%d: %s", rc, err);
     cr_assert(strstr(err, "not a sealed memfd"), "%s", err);
     cr_assert_null(m);
+}
+
+/* A lane of the test's own that takes the ticket, then waits for the test's
+ * word on a pipe (a byte: go; EOF: never) before it hands a sealed memfd
+ * over. */
+struct slow_lane {
+    int lfd, go[2];
+    char name[64];
+    pthread_t thread;
+};
+
+static void *slow_lane_main(void *arg)
+{
+    struct slow_lane *l = arg;
+    int c = accept(l->lfd, NULL, NULL);
+    uint8_t ticket[SL_SHM_TICKET_LEN];
+    size_t have = 0;
+    while (c >= 0 && have < sizeof ticket) {
+        ssize_t n = recv(c, ticket + have, sizeof ticket - have, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    char go;
+    if (c >= 0 && read(l->go[0], &go, 1) == 1) {
+        int fd = memfd_create("slow", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, 1 << 20) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+            abort();
+        hand_over(c, fd);
+        close(fd);
+    }
+    if (c >= 0)
+        close(c);
+    return NULL;
+}
+
+static void slow_lane_start(struct slow_lane *l, const char *tag)
+{
+    snprintf(l->name, sizeof l->name, "sluice-test-%s-%d", tag, (int)getpid());
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, l->name, strlen(l->name));
+    l->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_eq(bind(l->lfd, (struct sockaddr *)&sa,
+                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(l->name))),
+                 0);
+    cr_assert_eq(listen(l->lfd, 1), 0);
+    cr_assert_eq(pipe(l->go), 0);
+    cr_assert_eq(pthread_create(&l->thread, NULL, slow_lane_main, l), 0);
+}
+
+static void slow_lane_stop(struct slow_lane *l)
+{
+    close(l->go[1]); /* EOF: a lane still waiting hands nothing over */
+    pthread_join(l->thread, NULL);
+    close(l->go[0]);
+    close(l->lfd);
+}
+
+struct fetch_run {
+    struct event_base *base;
+    struct slow_lane *lane;
+    int ticks, ticks_at_done, calls, rc;
+    sl_shm_map_t *m;
+    char why[300];
+};
+
+/* The loop's other work: a tick every millisecond; at the 20th the lane
+ * is told to answer. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct fetch_run *r = arg;
+    if (++r->ticks == 20 && r->lane && write(r->lane->go[1], "g", 1) != 1)
+        abort();
+}
+
+static void on_fetched(sl_shm_map_t *m, int rc, const char *why, void *arg)
+{
+    struct fetch_run *r = arg;
+    r->calls++;
+    r->m = m;
+    r->rc = rc;
+    r->ticks_at_done = r->ticks;
+    snprintf(r->why, sizeof r->why, "%s", why);
+    event_base_loopbreak(r->base);
+}
+
+/* A collection runs on the caller's loop a step at a time: the loop goes on
+ * with its other work while the lane has not answered (here until the loop
+ * has ticked 20 times, which a collection that blocked the loop would never
+ * let happen), and the region is mapped once it comes. */
+Test(shm, a_fetch_leaves_its_loop_to_its_other_work_until_the_region_comes, .timeout = 60)
+{
+    struct slow_lane lane;
+    slow_lane_start(&lane, "slow");
+    struct fetch_run r = {.base = event_base_new(), .lane = &lane};
+    struct event *tick = event_new(r.base, -1, EV_PERSIST, on_tick, &r);
+    struct timeval ms = {0, 1000};
+    event_add(tick, &ms);
+    uint8_t ticket[SL_SHM_TICKET_LEN] = {1, 2, 3};
+    sl_shm_fetch_t *f = NULL;
+    cr_assert_eq(sl__shm_fetch(r.base, lane.name, ticket, sizeof ticket, 60000, 1 << 30, on_fetched, &r, &f, err,
+                               sizeof err),
+                 0, "%s", err);
+    cr_assert_not_null(f);
+    cr_assert_eq(r.calls, 0, "done was called from the fetch's own call");
+    event_base_dispatch(r.base);
+    cr_assert_eq(r.calls, 1);
+    cr_assert_eq(r.rc, 0, "%s", r.why);
+    cr_assert_geq(r.ticks_at_done, 20, "the region came after %d ticks of the loop", r.ticks_at_done);
+    uint64_t seq;
+    cr_assert_not_null(sl__shm_slot(r.m, 0, 4096, &seq, err, sizeof err), "%s", err);
+    sl__shm_slot_done(r.m, seq);
+    sl__shm_unref(r.m);
+    event_free(tick);
+    event_base_free(r.base);
+    slow_lane_stop(&lane);
+}
+
+/* A lane that never answers: the fetch ends at its time with the step it
+ * was at named, or, cancelled, never calls back (and holds nothing: the
+ * leak checker of the ASan build). */
+Test(shm, a_fetch_ends_at_its_time_or_when_cancelled, .timeout = 60)
+{
+    struct slow_lane lane;
+    slow_lane_start(&lane, "mute");
+    struct fetch_run r = {.base = event_base_new()};
+    uint8_t ticket[SL_SHM_TICKET_LEN] = {0};
+    sl_shm_fetch_t *f = NULL;
+    cr_assert_eq(sl__shm_fetch(r.base, lane.name, ticket, sizeof ticket, 50, 1 << 30, on_fetched, &r, &f, err,
+                               sizeof err),
+                 0, "%s", err);
+    event_base_dispatch(r.base);
+    cr_assert_eq(r.calls, 1);
+    cr_assert_eq(r.rc, -ETIMEDOUT, "%d: %s", r.rc, r.why);
+    cr_assert(strstr(r.why, "waiting for the region from @sluice-test-mute"), "%s", r.why);
+    cr_assert_null(r.m);
+    slow_lane_stop(&lane);
+
+    slow_lane_start(&lane, "mute2");
+    r.calls = 0;
+    cr_assert_eq(sl__shm_fetch(r.base, lane.name, ticket, sizeof ticket, 60000, 1 << 30, on_fetched, &r, &f, err,
+                               sizeof err),
+                 0, "%s", err);
+    struct timeval ms = {0, 20000};
+    event_base_loopexit(r.base, &ms);
+    event_base_dispatch(r.base);
+    sl__shm_fetch_cancel(f);
+    event_base_loopexit(r.base, &ms);
+    event_base_dispatch(r.base);
+    cr_assert_eq(r.calls, 0, "a cancelled fetch called back");
+    event_base_free(r.base);
+    slow_lane_stop(&lane);
 }
 
 Test(shm, the_worker_refuses_slots_given_back_that_it_did_not_lend)
