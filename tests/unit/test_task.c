@@ -120,6 +120,31 @@ static int take_and_send(struct run *r, sl_wire_batch_t **b, sl_split_done_rec_t
     return rc;
 }
 
+/* A frame's done_below passes no split not noticed yet (in this frame or
+ * before: the producer's thread takes splits from the queue into the
+ * tracker meanwhile), nor the splits handed out; ids below first are none
+ * of the test's. Checks the ids from *checked up to below. */
+static void check_below(uint64_t below, uint64_t next_id, uint64_t first, const int *noticed, uint64_t *checked)
+{
+    cr_assert_leq(below, next_id, "done_below %lu past the splits handed out", (unsigned long)below);
+    for (; *checked < below; (*checked)++)
+        cr_assert(*checked < first || noticed[*checked - first],
+                  "a frame's done_below %lu passes split %lu, not noticed yet", (unsigned long)below,
+                  (unsigned long)*checked);
+}
+
+/* Gives back a frame's batch as a worker's send does, counting its
+ * elements. @return true for the end of sequence */
+static bool sent(struct run *r, int rc, sl_wire_batch_t *b, uint64_t *elements)
+{
+    if (rc != SL_TASK_BATCH)
+        return true;
+    *elements += b->num_elements;
+    sl_task_release(r->task, b);
+    sl_wire_batch_free(b);
+    return false;
+}
+
 #define N 300000
 #define SPLIT 1000
 
@@ -162,21 +187,8 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
         if (n > most_in_one_frame)
             most_in_one_frame = n;
         free(done);
-        /* Every split below done_below was noticed, in this frame or
-         * before: the producer's thread takes splits from the queue into
-         * the tracker meanwhile. */
-        cr_assert_leq(below, next_id, "done_below %lu past the splits handed out", (unsigned long)below);
-        for (; checked_below < below; checked_below++)
-            cr_assert(checked_below < 100 || noticed[checked_below - 100],
-                      "a frame's done_below %lu passes split %lu, not noticed yet", (unsigned long)below,
-                      (unsigned long)checked_below);
-        if (rc == SL_TASK_BATCH) {
-            elements += b->num_elements;
-            sl_task_release(r.task, b);
-            sl_wire_batch_free(b);
-        } else {
-            ended = true;
-        }
+        check_below(below, next_id, 100, noticed, &checked_below);
+        ended = sent(&r, rc, b, &elements);
     }
     cr_assert(ended, "the task never ended");
     cr_assert_eq(elements, N);
@@ -226,17 +238,8 @@ Test(task, done_below_stops_at_splits_that_wait_in_the_queue)
         free(done);
         frames++;
         queued_seen += below < next_id;
-        cr_assert_leq(below, next_id);
-        for (; checked_below < below; checked_below++)
-            cr_assert(noticed[checked_below], "frame %lu: done_below %lu passes split %lu, not noticed yet",
-                      (unsigned long)frames, (unsigned long)below, (unsigned long)checked_below);
-        if (rc == SL_TASK_BATCH) {
-            elements += b->num_elements;
-            sl_task_release(r.task, b);
-            sl_wire_batch_free(b);
-        } else {
-            ended = true;
-        }
+        check_below(below, next_id, 0, noticed, &checked_below);
+        ended = sent(&r, rc, b, &elements);
     }
     cr_assert(ended, "the task never ended");
     cr_assert_eq(elements, RN);
