@@ -174,6 +174,7 @@ static size_t upper(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t end)
 #define BLOCK_WORDS ((1u << BLOCK_BITS) / 64)
 #define MAX_BLOCKS 256
 #define BITMAP_WORDS (MAX_BLOCKS * BLOCK_WORDS)
+#define FEW_RUNS 16 /* runs to add that are sorted, not put through the bitmaps */
 
 struct block {
     uint32_t epoch, file;
@@ -365,7 +366,10 @@ int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
      * with set runs [i0, i1); the bitmaps. */
     if (n > SIZE_MAX / 8 / sizeof(sl_posrun_t) || reach > SIZE_MAX / 8 / sizeof(sl_posrun_t))
         return -ENOMEM;
-    size_t words = sorted ? 0 : BITMAP_WORDS;
+    /* A few runs (the long ones of unshuffled batches) sort for less than
+     * clearing the bitmaps' tables costs. */
+    bool by_bitmap = !sorted && n > FEW_RUNS;
+    size_t words = by_bitmap ? BITMAP_WORDS : 0;
     sl_posrun_t *add = scratch(s, (2 * n + reach) * sizeof(sl_posrun_t) + words * sizeof(uint64_t));
     if (!add)
         return -ENOMEM;
@@ -373,7 +377,7 @@ int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n)
     uint64_t *w = (uint64_t *)(out + n + reach);
     memcpy(add, runs, n * sizeof *add);
     size_t m = 0;
-    if (sorted || !coalesce_by_bitmap(add, n, w, &m)) {
+    if (!by_bitmap || !coalesce_by_bitmap(add, n, w, &m)) {
         if (!sorted)
             qsort(add, n, sizeof *add, cmp_run);
         for (size_t i = 0; i < n; i++) {
