@@ -87,7 +87,8 @@ def job(shape, sharding, n, out):
                            '--admin-port', '0'], 'worker%d' % k)
         c.wait_workers_registered(args.workers, timeout=120)
         argv = ['valgrind', '--tool=callgrind', '--callgrind-out-file=%s.cat' % out]
-        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding, '--max-outstanding', str(args.max_outstanding)] +
+        argv += c.cat_argv(spec(shape, n), ['--sharding', sharding, '--max-outstanding', str(args.max_outstanding),
+                                            '--per-worker-outstanding', str(min(args.max_outstanding, 16))] +
                            (['--no-shm'] if args.no_shm else []),
                            fmt='count')
         r = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=1800)

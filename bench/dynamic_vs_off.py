@@ -40,6 +40,8 @@ ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or bot
 ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
 ap.add_argument('--no-shm', action='store_true',
                 help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
+ap.add_argument('--window', metavar='M,P',
+                help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default 8,4)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
@@ -59,6 +61,9 @@ def run(c, workers, shape, sharding):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
     the user time's share of that CPU time, elements per second from the first batch to the last)."""
     extra = ['--sharding', sharding] + (['--no-shm'] if args.no_shm else [])
+    if args.window:
+        m, p = args.window.split(',')
+        extra += ['--max-outstanding', m, '--per-worker-outstanding', p]
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]
@@ -101,7 +106,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
                  "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
                                     "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
-                 "rounds": args.rounds}
+                 "rounds": args.rounds, "window": args.window or "8,4"}
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
