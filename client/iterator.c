@@ -299,14 +299,16 @@ static void shm_fetched(sl_shm_map_t *m, int rc, const char *why, void *arg)
     if (rc < 0)
         shm_failed(t, rc, why);
     else
-        t->shm = m; /* the next request says so; until then batches come over the socket */
+        t->shm = m; /* the next request says so */
+    pump(t->it); /* the requests held for it */
 }
 
 /* A region offered on the task's connection (GetElementResponse.shm_socket):
- * collected and mapped on the loop, which serves every worker meanwhile, or,
- * when that fails (the worker is on another host or network namespace,
- * mostly), not asked for again on this connection: its batches come over
- * the socket. */
+ * collected and mapped on the loop, which serves every other worker
+ * meanwhile (no request goes to this one until it is done: only those
+ * already in flight come over the socket), or, when that fails (the worker
+ * is on another host or network namespace, mostly), not asked for again on
+ * this connection: its batches come over the socket. */
 static void shm_collect(struct itask *t, const sluice_GetElementResponse *resp)
 {
     sl_iterator_t *it = t->it;
@@ -524,7 +526,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
                           it->job_id, r, t->address);
             return;
         }
-        if (t->state != TC_OPEN || now < t->unknown.not_before)
+        if (t->state != TC_OPEN || t->shm_fetch || now < t->unknown.not_before)
             continue;
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
@@ -755,7 +757,7 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
         for (unsigned i = 0; i < at; i++)
             t = t->next;
         for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
-            if (t->state != TC_OPEN || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
+            if (t->state != TC_OPEN || t->shm_fetch || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
                 now < t->unknown.not_before)
                 continue;
             if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
