@@ -26,6 +26,9 @@ cd "$(dirname "$0")/.."
 dyn_build=$build
 [ -x build-release/client/sluice-cat ] && dyn_build=build-release
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build"
+# And with a wide request window, where the machine runs flat out and the
+# policies' difference stands out of its noise (docs/sharding.md).
+/usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build" --window 32,16
 # The request window per worker, default against the earlier default.
 /usr/bin/python3 bench/request_window.py --build "$dyn_build"
 # The same comparison in instructions (callgrind), which the machine's
