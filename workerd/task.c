@@ -866,7 +866,11 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             }
             t->split_count++;
         }
-        /* Splits that came after the pipeline ended are never read. */
+        /* Splits that came after the pipeline ended are never read. Until
+         * queued_below is set again, its old value is below every split
+         * just queued: a split request is answered with ids the job's
+         * counter gives after every id this task received (one request is
+         * out at a time). */
         if (t->producer != PRODUCER_RUNNING)
             splits_clear(t);
         else
