@@ -358,6 +358,14 @@ static struct sl_batch *batch_from_shm(struct itask *t, sluice_GetElementRespons
     return sl__batch_from_shm(resp, t->shm, slot, (size_t)resp->shm_length, seq, err, errlen);
 }
 
+/* Whether a request may go to task t now (either kind of read): its
+ * connection is open, its region is not being collected, and the worker
+ * did not just say it lacks the task (retry.h). */
+static bool askable(const struct itask *t, int64_t now)
+{
+    return t->state == TC_OPEN && !t->shm_fetch && now >= t->unknown.not_before;
+}
+
 /* ---- coordinated reads ---- */
 
 static struct slot *slot_of_request(sl_iterator_t *it, const struct itask *t, uint32_t request_id)
@@ -526,7 +534,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
                           it->job_id, r, t->address);
             return;
         }
-        if (t->state != TC_OPEN || t->shm_fetch || now < t->unknown.not_before)
+        if (!askable(t, now))
             continue;
         uint32_t id = ++it->next_id;
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
@@ -757,8 +765,7 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
         for (unsigned i = 0; i < at; i++)
             t = t->next;
         for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
-            if (t->state != TC_OPEN || t->shm_fetch || t->in_flight >= (unsigned)it->opts.per_worker_outstanding ||
-                now < t->unknown.not_before)
+            if (!askable(t, now) || t->in_flight >= (unsigned)it->opts.per_worker_outstanding)
                 continue;
             if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
                 break;
