@@ -55,8 +55,12 @@ static uint8_t *shrink(uint8_t *buf, size_t cap, size_t len)
     return shrunk ? shrunk : buf;
 }
 
-/* The bound below for one run of one pair. */
-#define ONE_RUN_BOUND (2 * SL_VARINT_MAX + 2 * SL_VARINT_MAX + 3 * SL_VARINT_MAX)
+/* The most bytes the runs form takes for n runs of num_pairs pairs: the two
+ * counts, a pair's two fields, a run's three, each a varint. */
+static size_t runs_bound(size_t num_pairs, uint64_t n)
+{
+    return 2 * SL_VARINT_MAX + num_pairs * 2 * SL_VARINT_MAX + (size_t)n * 3 * SL_VARINT_MAX;
+}
 
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len)
 {
@@ -72,7 +76,7 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
      * has far fewer runs than that. */
     if (n == 0 || n > UINT32_MAX / 2)
         return -ENOMEM;
-    if (n == 1 && room_len >= ONE_RUN_BOUND) {
+    if (n == 1 && room_len >= runs_bound(1, 1)) {
         /* One run (most unshuffled batches): what the loops below write. */
         uint8_t *p = sl_put_varint(room, 1);
         p = sl_put_varint(p, runs[0].epoch);
@@ -117,7 +121,7 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
             pair_of[i] = slots[k].index - 1;
         }
     }
-    size_t bound = 2 * SL_VARINT_MAX + num_pairs * 2 * SL_VARINT_MAX + (size_t)n * 3 * SL_VARINT_MAX;
+    size_t bound = runs_bound(num_pairs, n);
     uint8_t *buf = bound <= room_len ? room : malloc(bound);
     if (!buf) {
         free(block);
