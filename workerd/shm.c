@@ -35,8 +35,10 @@ struct sl_shm_region {
     bool collected;
     /* The slots lent and not given back, in the order lent (which is the
      * order they come back in): ring[(first + i) % SL_SHM_MAX_SLOTS] for
-     * i < count. Where each lies is another matter (place()). */
+     * i < count; and the same slots by offset, by_off[i] for i < count
+     * (where the next one goes: place()). */
     struct slot ring[SL_SHM_MAX_SLOTS];
+    struct slot by_off[SL_SHM_MAX_SLOTS];
     unsigned first, count;
     uint64_t lent, released; /* slots lent ever, and the first of them given back */
     size_t charged;          /* bytes from the start charged to the budget: the pages written */
@@ -341,29 +343,24 @@ unsigned sl_shm_region_lent(const sl_shm_region_t *r)
 
 /* Where a slot of ext bytes fits now: the lowest gap between the slots
  * lent that holds it, so that slots keep to the region's first pages
- * (written once, mapped by both sides once). false when none does. */
-static bool place(const sl_shm_region_t *r, uint64_t ext, uint64_t *at)
+ * (written once, mapped by both sides once); *pos: its index in by_off.
+ * The slots are kept sorted by offset as they are lent and given back,
+ * not sorted here: that took more instructions than the rest of a put.
+ * false when no gap holds it. */
+static bool place(const sl_shm_region_t *r, uint64_t ext, uint64_t *at, unsigned *pos)
 {
-    struct slot by_off[SL_SHM_MAX_SLOTS];
-    unsigned n = 0;
-    for (unsigned i = 0; i < r->count; i++) { /* insertion sort by offset: at most 64 */
-        struct slot sl = r->ring[(r->first + i) % SL_SHM_MAX_SLOTS];
-        unsigned k = n++;
-        for (; k > 0 && by_off[k - 1].off > sl.off; k--)
-            by_off[k] = by_off[k - 1];
-        by_off[k] = sl;
-    }
     uint64_t cur = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (by_off[i].off >= cur && by_off[i].off - cur >= ext) {
+    for (unsigned i = 0; i < r->count; i++) {
+        if (r->by_off[i].off - cur >= ext) { /* slots do not overlap: off >= cur */
             *at = cur;
+            *pos = i;
             return true;
         }
-        if (by_off[i].off + by_off[i].ext > cur)
-            cur = by_off[i].off + by_off[i].ext;
+        cur = r->by_off[i].off + r->by_off[i].ext;
     }
     if (cur <= r->size && r->size - cur >= ext) {
         *at = cur;
+        *pos = r->count;
         return true;
     }
     return false;
@@ -376,7 +373,8 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
         total += parts[i].iov_len;
     uint64_t ext = (total + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN * SL_SHM_ALIGN;
     uint64_t at;
-    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || total == 0 || ext > r->size || !place(r, ext, &at))
+    unsigned pos;
+    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || total == 0 || ext > r->size || !place(r, ext, &at, &pos))
         return -ENOSPC;
     /* Pages written for the first time are charged before they are. */
     if (at + ext > r->charged) {
@@ -392,6 +390,8 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
         p += parts[i].iov_len;
     }
     r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext};
+    memmove(&r->by_off[pos + 1], &r->by_off[pos], (r->count - pos) * sizeof r->by_off[0]);
+    r->by_off[pos] = (struct slot){at, ext};
     r->count++;
     r->lent++;
     *off = at;
@@ -407,6 +407,17 @@ int sl_shm_region_released(sl_shm_region_t *r, uint64_t n, char *err, size_t err
                        "%" PRIu64 " given back before",
                        n, r->lent, r->released);
     while (r->released < n) {
+        /* Out of by_off too: found by its offset, which no other slot has. */
+        uint64_t off = r->ring[r->first].off;
+        unsigned lo = 0, hi = r->count - 1;
+        while (lo < hi) {
+            unsigned mid = (lo + hi) / 2;
+            if (r->by_off[mid].off < off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(&r->by_off[lo], &r->by_off[lo + 1], (r->count - 1 - lo) * sizeof r->by_off[0]);
         r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
         r->count--;
         r->released++;

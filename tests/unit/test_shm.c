@@ -514,6 +514,38 @@ Test(shm, pages_count_against_the_budget_and_a_refusal_is_only_a_fallback)
     side_stop(&s);
 }
 
+/* A client with k batches of one size out keeps the worker to about k + 1
+ * slots' pages of a large region, lap after lap: pages once written and
+ * mapped serve again (a ring that wrapped only at the region's end wrote
+ * and mapped every page of it once a lap). */
+Test(shm, steady_batches_keep_to_the_first_pages_of_the_region)
+{
+    struct side s;
+    side_start(&s, 1024 * SL_SHM_ALIGN, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    static uint8_t b[3 * SL_SHM_ALIGN - 100];
+    struct iovec part = {b, sizeof b};
+    const uint64_t ext = 3 * SL_SHM_ALIGN;
+    uint64_t lent = 0, back = 0, top = 0;
+    for (unsigned k = 1; k <= 16; k++) {
+        for (int i = 0; i < 2000; i++) {
+            uint64_t off, len;
+            cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0, "k %u, slot %lu", k, (unsigned long)lent);
+            lent++;
+            cr_assert_leq(off + ext, (k + 1) * ext, "k %u: slot %lu at page %lu: past %u slots' pages", k,
+                          (unsigned long)lent, (unsigned long)(off / SL_SHM_ALIGN), k + 1);
+            if (off + ext > top)
+                top = off + ext;
+            if (lent - back == k) /* the client holds k: the oldest comes back */
+                cr_assert_eq(sl_shm_region_released(r, ++back, err, sizeof err), 0, "%s", err);
+        }
+    }
+    cr_assert_leq(top, 17 * ext);
+    sl_shm_region_free(r);
+    side_stop(&s);
+}
+
 /* A slot lent in the model: where, how long, the byte it was filled with. */
 struct lent {
     uint64_t off, len, seq;
