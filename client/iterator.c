@@ -5,8 +5,10 @@
  * queues the batches that arrive. sl_iterator_next() only waits on that
  * queue, so the trainer never blocks on one worker while others have data.
  *
- * Flow control: requests in flight plus batches queued never exceed
- * max_outstanding, and per worker never exceed per_worker_outstanding.
+ * Flow control: requests in flight plus batches queued never exceed the
+ * window (max_outstanding, or by default as many batches as window_bytes
+ * holds at the largest batch received so far, 8 to 32), and per worker
+ * never exceed per_worker_outstanding (by default half the window, 4 to 16).
  *
  * A task's connection moves IDLE -> CONNECTING -> OPEN -> ENDED (its end of
  * sequence arrived); a lost connection goes back to IDLE and is retried
@@ -73,6 +75,15 @@ enum tc_state { TC_IDLE, TC_CONNECTING, TC_OPEN, TC_ENDED };
 /* The most requests of one task in flight (per_worker_outstanding): what a
  * worker holds for redelivery per client and task (SL_HELD_MAX there). */
 #define MAX_PER_WORKER 16
+/* The window sized by bytes (max_outstanding 0, window_size()): 8 batches
+ * of 8 KiB make each batch wait for a round trip (one worker 40-52 million
+ * int64 a second, 86-145 with 32 and 16 per worker), while 32 batches of
+ * ImageNet's size would hold 1.2 GB. */
+#define WINDOW_MIN 8
+#define WINDOW_MAX 32 /* within MAX_WINDOW: coordinated reads' rounds */
+#define PER_WORKER_MIN 4
+#define WINDOW_BYTES ((size_t)32 << 20) /* window_bytes 0 */
+_Static_assert(WINDOW_MAX <= MAX_WINDOW, "a sized window must fit the rounds of coordinated reads");
 
 struct itask {
     sl_iterator_t *it;
@@ -216,6 +227,11 @@ struct sl_iterator {
      * caller does not wake the loop: a wake-up per batch costs the caller
      * and the loop a system call each. */
     bool budget_full;
+    /* The window in effect (window_size()), read and set on the loop only:
+     * max_outstanding and per_worker_outstanding, or sized by largest, the
+     * tensor bytes of the largest batch received (0: none yet). */
+    unsigned window, per_worker;
+    size_t largest;
 };
 
 static int checkpointable(const sl_iterator_opts_t *o, char *err, size_t errlen);
@@ -252,6 +268,40 @@ static bool failed(sl_iterator_t *it)
 }
 
 /* ---- the loop thread ---- */
+
+/* Sets the window from the options and the largest batch received: as
+ * many batches as window_bytes holds (WINDOW_MIN before the first), unless
+ * max_outstanding says; per worker half of it, unless
+ * per_worker_outstanding says. */
+static void window_size(sl_iterator_t *it)
+{
+    if (it->opts.max_outstanding > 0) {
+        it->window = (unsigned)it->opts.max_outstanding;
+    } else {
+        size_t bytes = it->opts.window_bytes ? it->opts.window_bytes : WINDOW_BYTES;
+        size_t n = it->largest ? bytes / it->largest : WINDOW_MIN;
+        it->window = n < WINDOW_MIN ? WINDOW_MIN : n > WINDOW_MAX ? WINDOW_MAX : (unsigned)n;
+    }
+    if (it->opts.per_worker_outstanding > 0) {
+        it->per_worker = (unsigned)it->opts.per_worker_outstanding;
+    } else {
+        unsigned half = it->window / 2;
+        it->per_worker = half < PER_WORKER_MIN ? PER_WORKER_MIN : half > MAX_PER_WORKER ? MAX_PER_WORKER : half;
+    }
+}
+
+/* A batch of size tensor bytes arrived (one of none counts as a byte: a
+ * batch came): the window may change. Its caller pumps next, which sends
+ * the requests a larger window has room for. */
+static void window_note(sl_iterator_t *it, size_t size)
+{
+    if (size < 1)
+        size = 1;
+    if (size > it->largest) {
+        it->largest = size;
+        window_size(it);
+    }
+}
 
 static void pump(sl_iterator_t *it);
 static void check_finished(sl_iterator_t *it);
@@ -486,6 +536,7 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, s
         b->round = sl->round;
         sl->batch = b;
         sl->state = SLOT_HAVE;
+        window_note(it, b->size);
     }
     coord_deliver(it);
     pump(it);
@@ -511,7 +562,7 @@ static void coord_forget_task(sl_iterator_t *it, struct itask *t, bool gone)
 static void coord_pump(sl_iterator_t *it, unsigned queued)
 {
     int64_t now = now_ms();
-    unsigned budget = (unsigned)it->opts.max_outstanding > queued ? (unsigned)it->opts.max_outstanding - queued : 0;
+    unsigned budget = it->window > queued ? it->window - queued : 0;
     if (budget > MAX_WINDOW)
         budget = MAX_WINDOW;
     for (uint64_t r = it->deliver_round; r < it->deliver_round + budget; r++) {
@@ -644,6 +695,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     sl_strcopy(b->worker, sizeof b->worker, t->address);
+    window_note(it, b->size);
     pthread_mutex_lock(&it->mu);
     *it->ready_tail = b;
     it->ready_tail = &b->next;
@@ -758,16 +810,16 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
         n++;
     bool sent = n > 0;
     int64_t now = now_ms();
-    while (sent && it->in_flight + queued < (unsigned)it->opts.max_outstanding) {
+    while (sent && it->in_flight + queued < it->window) {
         sent = false;
         unsigned at = it->rr % n;
         struct itask *t = it->tasks;
         for (unsigned i = 0; i < at; i++)
             t = t->next;
         for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
-            if (!askable(t, now) || t->in_flight >= (unsigned)it->opts.per_worker_outstanding)
+            if (!askable(t, now) || t->in_flight >= it->per_worker)
                 continue;
-            if (it->in_flight + queued >= (unsigned)it->opts.max_outstanding)
+            if (it->in_flight + queued >= it->window)
                 break;
             /* Asked again first: answers lost with a broken connection. */
             bool again = t->fly_sent < t->fly_n;
@@ -820,7 +872,7 @@ static void pump(sl_iterator_t *it)
             return;
         }
         send_requests(it, queued);
-        if (it->in_flight + queued < (unsigned)it->opts.max_outstanding)
+        if (it->in_flight + queued < it->window)
             return; /* held back by the workers, not by the budget */
         /* Held back by the budget: the caller wakes the loop when it takes a
          * batch, unless it took one meanwhile, which makes room now. */
@@ -1339,10 +1391,13 @@ void sl_iterator_opts_init(sl_iterator_opts_t *o)
 {
     *o = (sl_iterator_opts_t){
         .sharding = SL_SHARDING_OFF,
-        .max_outstanding = 8,
-        /* Four, not two: a worker's answers then come in runs the loop
-         * takes in fewer wake-ups (docs/protocol.md). */
-        .per_worker_outstanding = 4,
+        /* 0: the window is sized by window_bytes (window_size()), at the
+         * least 8 batches and, per worker, 4 (not two: a worker's answers
+         * then come in runs the loop takes in fewer wake-ups,
+         * docs/protocol.md). */
+        .max_outstanding = 0,
+        .per_worker_outstanding = 0,
+        .window_bytes = 0,
         .connect_timeout_ms = 5000,
         .timeout_ms = 30000,
         .max_batch_bytes = 256u << 20,
@@ -1394,16 +1449,19 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     if (it->opts.dispatcher_timeout_ms == 0)
         it->opts.dispatcher_timeout_ms = DISPATCHER_TIMEOUT_MS;
-    if (it->opts.per_worker_outstanding > MAX_PER_WORKER) {
-        snprintf(it->err, sizeof it->err, "per_worker_outstanding %d is out of range: 1 to %d", it->opts.per_worker_outstanding,
-                 MAX_PER_WORKER);
+    if (it->opts.per_worker_outstanding < 0 || it->opts.per_worker_outstanding > MAX_PER_WORKER) {
+        snprintf(it->err, sizeof it->err, "per_worker_outstanding %d is out of range: 1 to %d, or 0 for half the "
+                 "window", it->opts.per_worker_outstanding, MAX_PER_WORKER);
         goto fail;
     }
-    if (it->opts.max_outstanding < 1 || it->opts.per_worker_outstanding < 1 || it->opts.timeout_ms < 1 ||
-        it->opts.dispatcher_timeout_ms < 1 ||
-        it->opts.connect_timeout_ms < 1 || it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {
-        snprintf(it->err, sizeof it->err,
-                 "options out of range: outstanding, timeouts and max_batch_bytes must be positive");
+    if (it->opts.max_outstanding < 0) {
+        snprintf(it->err, sizeof it->err, "max_outstanding %d is out of range: 1 or more, or 0 for a window sized "
+                 "by window_bytes", it->opts.max_outstanding);
+        goto fail;
+    }
+    if (it->opts.timeout_ms < 1 || it->opts.dispatcher_timeout_ms < 1 || it->opts.connect_timeout_ms < 1 ||
+        it->opts.max_batch_bytes < 1 || !sl_sharding_name(it->opts.sharding)) {
+        snprintf(it->err, sizeof it->err, "options out of range: timeouts and max_batch_bytes must be positive");
         goto fail;
     }
     if (it->opts.num_consumers < 0 || (it->opts.num_consumers > 0 && (it->opts.consumer_index < 0 ||
@@ -1430,6 +1488,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     }
     it->coord = it->opts.num_consumers > 0;
+    window_size(it);
     it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
     it->named = it->opts.job_name && it->opts.job_name[0];
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");

@@ -207,8 +207,11 @@ typedef struct sl_client_opts {
 typedef struct sl_iterator_opts {
     sl_sharding_t sharding;     /* default SL_SHARDING_OFF */
     const char *job_name;       /* NULL: an anonymous job of its own */
-    int max_outstanding;        /* batch requests in flight and buffered, default 8 */
-    int per_worker_outstanding; /* requests in flight to one worker, default 4, at most 16 */
+    int max_outstanding;        /* batch requests in flight and buffered; 0 (default):
+                                   sized by window_bytes at the largest batch received so
+                                   far, 8 to 32 (8 until the first batch); < 0 refused */
+    int per_worker_outstanding; /* requests in flight to one worker, at most 16; 0
+                                   (default): half the window in effect, 4 to 16 */
     int connect_timeout_ms;     /* to a worker, default 5000 */
     int timeout_ms;             /* longest wait for a worker that does not answer, and
                                    for a job that no live worker serves (none registered,
@@ -255,6 +258,11 @@ typedef struct sl_iterator_opts {
                                    offers it (sluice-workerd --shm-mb); < 0 never: every
                                    batch over the socket.
                                    A batch then holds its slot until released */
+    size_t window_bytes;        /* with max_outstanding 0: the bytes of batches requested
+                                   and buffered the window is sized by; 0 (default) means
+                                   32 MiB. Memory then held is at most the larger of 8
+                                   batches and window_bytes, at the largest batch received
+                                   (requests in flight when a larger one comes stay) */
 } sl_iterator_opts_t;
 
 /** @return a static description of an error code (negative) */

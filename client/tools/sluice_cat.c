@@ -67,9 +67,11 @@ static void usage(FILE *f)
             "                           TLS 1.3 to the dispatcher and workers, verified against the CA\n"
             "  --format FMT             jsonl (default), count or raw\n"
             "  --limit N                stop after N batches\n"
-            "  --max-outstanding N      batch requests in flight and queued (default 8)\n"
-            "  --per-worker-outstanding N  batch requests in flight to one worker (default 4,\n"
-            "                           at most 16)\n"
+            "  --max-outstanding N      batch requests in flight and queued (default: as many\n"
+            "                           batches as --window-mb holds, 8 to 32)\n"
+            "  --per-worker-outstanding N  batch requests in flight to one worker, at most 16\n"
+            "                           (default: half the window, 4 to 16)\n"
+            "  --window-mb N            MiB of batches the default window holds (default 32)\n"
             "  --timeout-ms N           longest wait for an unresponsive worker (default 30000)\n"
             "  --dispatcher-timeout-ms N  how long to ride through an unreachable dispatcher,\n"
             "                           reading what the workers serve (default 3600000)\n"
@@ -411,7 +413,8 @@ int main(int argc, char **argv)
 {
     enum { O_DISP = 1, O_DATASET, O_SHARDING, O_JOB, O_NCONS, O_CIDX, O_FORMAT, O_LIMIT, O_OUT, O_TIMEOUT, O_DISP_TIMEOUT,
            O_PROGRESS, O_HELP, O_TARGET, O_WITH_WORKER, O_WITH_PROV, O_CKPT_OUT, O_RESUME, O_NO_PROV, O_LEDGER, O_AUTH, O_CERT, O_KEY, O_CA, O_REP,
-           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE, O_PER_WORKER, O_NO_SHM };
+           O_VERSION, O_DATASET_ID, O_DATASET_NAME, O_DESCRIBE, O_MERGE, O_PER_WORKER, O_NO_SHM,
+           O_WINDOW };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISP},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -427,6 +430,7 @@ int main(int argc, char **argv)
         {"limit", required_argument, NULL, O_LIMIT},
         {"max-outstanding", required_argument, NULL, O_OUT},
         {"per-worker-outstanding", required_argument, NULL, O_PER_WORKER},
+        {"window-mb", required_argument, NULL, O_WINDOW},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"dispatcher-timeout-ms", required_argument, NULL, O_DISP_TIMEOUT},
         {"progress", no_argument, NULL, O_PROGRESS},
@@ -518,6 +522,7 @@ int main(int argc, char **argv)
         case O_PER_WORKER:
             io.per_worker_outstanding = (int)parse_long("per-worker-outstanding", optarg, 1, 16);
             break;
+        case O_WINDOW: io.window_bytes = (size_t)parse_long("window-mb", optarg, 1, 1L << 20) << 20; break;
         case O_TIMEOUT: io.timeout_ms = (int)parse_long("timeout-ms", optarg, 1, 86400000); break;
         case O_DISP_TIMEOUT:
             io.dispatcher_timeout_ms = (int)parse_long("dispatcher-timeout-ms", optarg, 1, 86400000);

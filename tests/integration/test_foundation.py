@@ -67,7 +67,8 @@ class ThreeWorkers(unittest.TestCase):
 
     def test_the_request_window_per_worker_is_set_and_bounded(self):
         # --per-worker-outstanding (sl_iterator_opts_t.per_worker_outstanding,
-        # 4 unless given) at both ends of its range: every element once.
+        # half the window unless given) at both ends of its range: every
+        # element once.
         for window in ('1', '16'):
             rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'dynamic', '--per-worker-outstanding', window,
                                                        '--max-outstanding', '32'])
@@ -80,6 +81,19 @@ class ThreeWorkers(unittest.TestCase):
             r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn('--per-worker-outstanding: "%s" is not an integer in [1, 16]' % window, r.stderr)
+
+    def test_the_window_in_bytes_is_set_and_bounded(self):
+        # --window-mb (sl_iterator_opts_t.window_bytes, 32 MiB unless given)
+        # sizes the window when --max-outstanding is not given (here 32:
+        # 1 MiB holds far more batches of 800 bytes): every element once.
+        # Below 1: refused before anything is asked, naming the option.
+        rc, batches, err = self.c.cat(RANGE_100K, ['--sharding', 'dynamic', '--window-mb', '1'])
+        self.assertEqual(rc, 0, err)
+        self.assert_each(values(batches, 'value'), 1, 100000)
+        argv = self.c.cat_argv(RANGE_100K, ['--window-mb', '0'])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn('--window-mb: "0" is not an integer in [1, ', r.stderr)
 
     def test_every_worker_gets_its_share_of_the_requests(self):
         # Under OFF each of the three workers streams the whole range, so

@@ -284,8 +284,14 @@ class NoServerTest(unittest.TestCase):
     def test_bad_options(self):
         with self.assertRaises(sluice.InvalidArgumentError):
             sluice.range(3).distribute('127.0.0.1:1', sharding='sideways')
-        with self.assertRaises(sluice.InvalidArgumentError):
-            sluice.range(3).distribute('127.0.0.1:1', max_outstanding=0)
+        for name in ('max_outstanding', 'per_worker_outstanding', 'window_bytes'):
+            with self.assertRaisesRegex(sluice.InvalidArgumentError, name):
+                sluice.range(3).distribute('127.0.0.1:1', **{name: -1})
+        # 0 is the window sized by bytes: accepted, the connection fails instead.
+        with self.assertRaises(sluice.SluiceError) as cm:
+            sluice.range(3).distribute('127.0.0.1:1', max_outstanding=0, per_worker_outstanding=0, window_bytes=0,
+                                       timeout_ms=2000)
+        self.assertNotIsInstance(cm.exception, sluice.InvalidArgumentError, str(cm.exception))
         with self.assertRaisesRegex(sluice.InvalidArgumentError, 'consumer_index 2 is out of range'):
             sluice.range(3).distribute('127.0.0.1:1', num_consumers=2, consumer_index=2)
         with self.assertRaisesRegex(sluice.InvalidArgumentError, 'go together'):
@@ -686,43 +692,57 @@ class ClusterTest(SluiceCase):
         self.assertLess(grew, 20, 'RSS grew by %.1f MiB over 10000 batches' % grew)
 
 
+def worker_metric(worker, name):
+    """The sum of a worker's metric of that name (GET /metrics)."""
+    import urllib.request
+    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % worker.admin_port, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.split()[0] == name)
+
+
 class RequestWindowTest(unittest.TestCase):
     """The GET_ELEMENT requests an iterator keeps in flight to one worker:
-    per_worker_outstanding, 4 unless given (docs/protocol.md)."""
+    per_worker_outstanding, by default half the window, 4 to 16
+    (docs/protocol.md)."""
 
     def test_the_python_defaults_are_the_c_librarys(self):
         io = _lib.IteratorOpts()
         _lib.load().sl_iterator_opts_init(ctypes.byref(io))
         init = inspect.signature(sluice.client.BatchIterator.__init__).parameters
         dist = inspect.signature(sluice.client.distribute).parameters
-        for name in ('max_outstanding', 'per_worker_outstanding', 'timeout_ms', 'connect_timeout_ms',
+        ds_dist = inspect.signature(sluice.Dataset.distribute).parameters
+        for name in ('max_outstanding', 'per_worker_outstanding', 'window_bytes', 'timeout_ms', 'connect_timeout_ms',
                      'max_batch_bytes', 'dispatcher_timeout_ms', 'max_ledger_runs'):
             self.assertEqual(init[name].default, getattr(io, name), name)
-            if name in dist:
-                self.assertEqual(dist[name].default, getattr(io, name), name)
-        self.assertEqual(io.per_worker_outstanding, 4)
+            for sig in (dist, ds_dist):
+                if name in sig:
+                    self.assertEqual(sig[name].default, getattr(io, name), name)
+        # 0: the window sized by window_bytes, 32 MiB (SizedWindowTest).
+        self.assertEqual((io.max_outstanding, io.per_worker_outstanding, io.window_bytes), (0, 0, 0))
+        # The field the library reads is the one _lib.py writes: the last.
+        self.assertEqual(_lib.IteratorOpts.window_bytes.offset + ctypes.sizeof(ctypes.c_size_t),
+                         ctypes.sizeof(_lib.IteratorOpts))
 
     def test_a_waiting_iterator_has_its_worker_hold_its_last_four_answers(self):
         # The caller takes nothing: the iterator asks until its budget
-        # (max_outstanding, 8) is full, one request each time an answer
-        # comes, and each request acknowledges the answers below the
-        # oldest still in flight. Once the eighth is served, the worker
+        # (max_outstanding, 8 here) is full, one request each time an
+        # answer comes, and each request acknowledges the answers below
+        # the oldest still in flight. Once the eighth is served, the worker
         # holds the answers nothing acknowledged: at most the last window,
         # 4 (8 were it the whole budget), and at least the eighth. Fewer
         # than 4 when answers came together: the fifth can arrive with the
         # fourth, before the eighth request goes (which then acknowledges
         # it), more often since small answers come through shared memory.
+        # Given, not the defaults: those size the window by bytes, 32 and
+        # 16 for these small batches (SizedWindowTest).
         c = Cluster(workers=1)
         try:
             c.wait_workers_registered(1)
-            port = c.workers[0].admin_port
 
             def metric(name):
-                import urllib.request
-                with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10) as r:
-                    lines = r.read().decode().splitlines()
-                return sum(float(line.split()[-1]) for line in lines if line.split()[0] == name)
-            with sluice.range(0, 10**6).batch(64).distribute(c.dispatcher.addr) as it:
+                return worker_metric(c.workers[0], name)
+            with sluice.range(0, 10**6).batch(64).distribute(c.dispatcher.addr, max_outstanding=8,
+                                                             per_worker_outstanding=4) as it:
                 wait_for(lambda: metric('sluice_worker_batches_served_total') >= 8,
                          'the worker to serve the iterator\'s budget of 8 batches')
                 self.assertEqual(metric('sluice_worker_batches_served_total'), 8)
@@ -732,6 +752,46 @@ class RequestWindowTest(unittest.TestCase):
         finally:
             bad = c.close()
         self.assertEqual(bad, {})
+
+
+class SizedWindowTest(SluiceCase):
+    """max_outstanding 0 (the default): the iterator keeps as many batches
+    requested and queued as window_bytes (32 MiB unless given) holds at the
+    largest batch received so far, at least 8 and at most 32; 8 until the
+    first batch came (docs/protocol.md). Each test has the caller take
+    nothing and reads how many batches the one worker served: the window,
+    and no more."""
+    workers = 1
+
+    def served_while_waiting(self, batch, expected, **options):
+        worker = self.c.workers[0]
+        before = worker_metric(worker, 'sluice_worker_batches_served_total')
+
+        def served():
+            return worker_metric(worker, 'sluice_worker_batches_served_total') - before
+        with sluice.range(0, 10**8).batch(batch).distribute(self.addr, **options) as it:
+            wait_for(lambda: served() >= expected, 'the worker to serve a window of %d batches' % expected)
+            # More than the window would be asked for at once: give it the
+            # time to show.
+            time.sleep(0.5)
+            self.assertEqual(served(), expected, 'batches of %d int64 with %r' % (batch, options))
+            first = next(it)['value']
+            self.assertEqual((len(first), int(first[0])), (batch, 0))
+
+    def test_small_batches_grow_the_window_to_32(self):
+        # 512 bytes a batch: 32 MiB holds far more, so the most, 32.
+        self.served_while_waiting(64, 32)
+
+    def test_a_window_bytes_that_holds_twelve_batches_keeps_twelve(self):
+        # 256 KiB batches (2^15 int64) in 3 MiB.
+        self.served_while_waiting(1 << 15, 12, window_bytes=12 << 18)
+
+    def test_large_batches_keep_at_least_eight(self):
+        # 256 KiB batches in 1 MiB would be 4: the least is 8.
+        self.served_while_waiting(1 << 15, 8, window_bytes=1 << 20)
+
+    def test_a_given_max_outstanding_is_kept(self):
+        self.served_while_waiting(64, 5, max_outstanding=5)
 
 
 class DispatcherLossTest(unittest.TestCase):

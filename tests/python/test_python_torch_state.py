@@ -253,6 +253,13 @@ class StatefulLoaderTest(unittest.TestCase):
             self.loader(ds, 1, persistent_workers=True)
         with self.assertRaisesRegex(TypeError, 'SluiceIterableDataset'):
             st.StatefulDataLoader([1, 2, 3])
+        # The request window: 0 (the default) sizes it by window_bytes, below 0 is refused where it is given.
+        for kw in ({'max_outstanding': -1}, {'per_worker_outstanding': -1}, {'per_worker_outstanding': 17},
+                   {'window_bytes': -1}):
+            with self.assertRaisesRegex(sluice.InvalidArgumentError, list(kw)[0]):
+                st.SluiceIterableDataset(ds, self.addr, sharding='dynamic', **kw)
+        st.SluiceIterableDataset(ds, self.addr, sharding='dynamic', max_outstanding=0, per_worker_outstanding=0,
+                                 window_bytes=0)
 
     def test_spawned_workers(self):
         # Workers started with "spawn" (as with CUDA) get the dataset and the

@@ -7,7 +7,8 @@
  * over OFF gets the dataset once per worker; a dataset that cannot be
  * registered is refused by name; a checkpoint builder fed the iterator's
  * deltas gives its checkpoint's bytes at every batch; shuffled batches'
- * provenance comes in the dense form and names each element.
+ * provenance comes in the dense form and names each element; a negative
+ * request window is refused by name.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -313,6 +314,34 @@ Test(iterator, a_bad_spec_is_refused_naming_the_field)
     uint64_t id;
     cr_assert_eq(sl_client_register_dataset(c, spec, strlen(spec), &id), SL_ESPEC);
     cr_assert(strstr(sl_client_errmsg(c), "$.ops[0].batch_size"), "%s", sl_client_errmsg(c));
+    sl_client_close(c);
+}
+
+Test(iterator, a_negative_window_is_refused_by_name)
+{
+    /* 0 is the window sized by window_bytes (every other test here reads
+     * with it); below 0 is refused, naming the option. */
+    static const struct {
+        int max_outstanding, per_worker_outstanding;
+        const char *named;
+    } cases[] = {
+        {-1, 0, "max_outstanding -1 is out of range"},
+        {0, -1, "per_worker_outstanding -1 is out of range"},
+        {0, 17, "per_worker_outstanding 17 is out of range"},
+    };
+    sl_client_t *c;
+    cr_assert_eq(sl_client_open(C.addr, NULL, &c), 0);
+    uint64_t ds = register_spec(c, "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[]}");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_iterator_opts_t o;
+        sl_iterator_opts_init(&o);
+        o.max_outstanding = cases[i].max_outstanding;
+        o.per_worker_outstanding = cases[i].per_worker_outstanding;
+        sl_iterator_t *it;
+        cr_assert_eq(sl_iterator_open(c, ds, &o, &it), SL_EINVAL);
+        cr_assert(strstr(sl_iterator_errmsg(it), cases[i].named), "%s", sl_iterator_errmsg(it));
+        sl_iterator_close(it);
+    }
     sl_client_close(c);
 }
 

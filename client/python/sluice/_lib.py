@@ -104,6 +104,7 @@ class IteratorOpts(ctypes.Structure):
         ('repetition', ctypes.c_uint64),
         ('ledger_deltas', ctypes.c_int),
         ('shm', ctypes.c_int),
+        ('window_bytes', ctypes.c_size_t),
     ]
 
 

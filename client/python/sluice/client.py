@@ -225,6 +225,14 @@ def _positive(name, v):
     return v
 
 
+def _window(name, v):
+    """max_outstanding, per_worker_outstanding: 0 (sized by window_bytes) or a count."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT_MAX:
+        raise InvalidArgumentError('%s must be an integer in [0, %d] (0: sized by window_bytes), got %r'
+                                   % (name, _INT_MAX, v), _lib.SL_EINVAL)
+    return v
+
+
 def _spec_text(dataset):
     # A sluice.Dataset (dataset.py, which imports this module) by what it has.
     if callable(getattr(dataset, 'to_json', None)) and isinstance(getattr(dataset, 'spec', None), dict):
@@ -303,12 +311,12 @@ class BatchIterator:
     Not thread-safe: use one iterator from one thread at a time."""
 
     def __init__(self, dataset, dispatcher, sharding='off', job_name=None, num_consumers=None,
-                 consumer_index=None, max_outstanding=8, timeout_ms=30000, per_worker_outstanding=4,
+                 consumer_index=None, max_outstanding=0, timeout_ms=30000, per_worker_outstanding=0,
                  connect_timeout_ms=5000, request_timeout_ms=10000, max_batch_bytes=256 << 20,
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
-                 dispatcher_timeout_ms=3600000, repetition=None, shared_memory=True, _repetitions=None,
-                 _dataset_id=None, _element_spec=None, _deltas=False):
+                 dispatcher_timeout_ms=3600000, repetition=None, shared_memory=True, window_bytes=0,
+                 _repetitions=None, _dataset_id=None, _element_spec=None, _deltas=False):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -331,8 +339,9 @@ class BatchIterator:
         self._again = dict(dataset=dataset, dispatcher=dispatcher, sharding=sharding, job_name=job_name,
                            num_consumers=num_consumers, consumer_index=consumer_index,
                            max_outstanding=max_outstanding, timeout_ms=timeout_ms,
-                           per_worker_outstanding=per_worker_outstanding, connect_timeout_ms=connect_timeout_ms,
-                           request_timeout_ms=request_timeout_ms, max_batch_bytes=max_batch_bytes,
+                           per_worker_outstanding=per_worker_outstanding, window_bytes=window_bytes,
+                           connect_timeout_ms=connect_timeout_ms, request_timeout_ms=request_timeout_ms,
+                           max_batch_bytes=max_batch_bytes,
                            target_workers=target_workers, checkpointable=checkpointable,
                            max_ledger_runs=max_ledger_runs, auth_token_file=auth_token_file, tls_cert=tls_cert,
                            tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms,
@@ -356,16 +365,19 @@ class BatchIterator:
             _dataset_ref(_dataset_id)
         self.spec = None if by_id else _spec_text(dataset)
         self.sharding = self._sharding(sharding)
-        for name, v in (('max_outstanding', max_outstanding), ('timeout_ms', timeout_ms),
-                        ('per_worker_outstanding', per_worker_outstanding),
-                        ('connect_timeout_ms', connect_timeout_ms), ('request_timeout_ms', request_timeout_ms),
-                        ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
+        for name, v in (('timeout_ms', timeout_ms), ('connect_timeout_ms', connect_timeout_ms),
+                        ('request_timeout_ms', request_timeout_ms), ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
             _positive(name, v)
+        _window('max_outstanding', max_outstanding)
+        _window('per_worker_outstanding', per_worker_outstanding)
         if per_worker_outstanding > 16:
             raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
                                        'redelivery), got %r' % (per_worker_outstanding,), _lib.SL_EINVAL)
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
+                                       _lib.SL_EINVAL)
+        if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or not 0 <= window_bytes < 2**63:
+            raise InvalidArgumentError('window_bytes must be an integer >= 0 (0: 32 MiB), got %r' % (window_bytes,),
                                        _lib.SL_EINVAL)
         if isinstance(max_ledger_runs, bool) or not isinstance(max_ledger_runs, int) or max_ledger_runs < 0:
             raise InvalidArgumentError('max_ledger_runs must be an integer >= 0 (0: the most), got %r'
@@ -429,6 +441,7 @@ class BatchIterator:
         io.job_name = name
         io.max_outstanding = max_outstanding
         io.per_worker_outstanding = per_worker_outstanding
+        io.window_bytes = window_bytes
         io.connect_timeout_ms = min(connect_timeout_ms, timeout_ms)
         io.timeout_ms = timeout_ms
         io.dispatcher_timeout_ms = dispatcher_timeout_ms
@@ -655,19 +668,24 @@ def merge_checkpoints(checkpoints, auth_token_file=None):
 
 
 def distribute(dataset, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
-               max_outstanding=8, timeout_ms=30000, **options):
+               max_outstanding=0, timeout_ms=30000, **options):
     """Registers dataset (a Dataset, a spec dict or JSON text) with the
     dispatcher at "host:port", joins the job named job_name (or creates an
     anonymous job) and returns a BatchIterator.
 
     sharding: "off", "dynamic", "file", "data", "file_or_data" or "hint".
-    max_outstanding: batch requests in flight plus batches queued.
+    max_outstanding: batch requests in flight plus batches queued; 0
+    (default): as many as window_bytes holds at the largest batch received
+    so far, 8 to 32 (8 until the first batch).
     timeout_ms: the longest wait for a worker that does not answer; no
     single wait lasts longer (but one for the dispatcher, below).
     options: dispatcher_timeout_ms (3600000: how long a running iterator
     rides through a dispatcher it cannot reach, reading what the workers
     serve and reconnecting, before it fails; as tf.data service),
-    per_worker_outstanding (4), connect_timeout_ms (5000),
+    per_worker_outstanding (requests in flight to one worker, at most 16;
+    0, the default: half the window, 4 to 16), window_bytes (0: 32 MiB; the
+    bytes the window of max_outstanding 0 holds: memory of at most the
+    larger of 8 batches and window_bytes), connect_timeout_ms (5000),
     request_timeout_ms (10000), max_batch_bytes (256 MiB), target_workers,
     max_ledger_runs (0: 2,097,152, the most; the runs of positions the
     record of what arrived may hold, which checkpoints are made of);

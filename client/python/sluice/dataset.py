@@ -254,11 +254,13 @@ class Dataset:
     # ---- running it ----
 
     def distribute(self, dispatcher, sharding='off', job_name=None, num_consumers=None, consumer_index=None,
-                   max_outstanding=8, timeout_ms=30000, **options):
+                   max_outstanding=0, timeout_ms=30000, **options):
         """Registers the dataset with the dispatcher at "host:port", joins or
         creates a job and returns an iterator of batches: dicts from
-        component name to NumPy arrays that view the batch's memory. See
-        sluice.client.BatchIterator for the options and the arrays."""
+        component name to NumPy arrays that view the batch's memory.
+        max_outstanding 0 (default) and per_worker_outstanding 0 size the
+        request window by window_bytes (0: 32 MiB). See sluice.distribute()
+        for the options and sluice.client.BatchIterator for the arrays."""
         from .client import distribute
         return distribute(self, dispatcher, sharding=sharding, job_name=job_name, num_consumers=num_consumers,
                           consumer_index=consumer_index, max_outstanding=max_outstanding, timeout_ms=timeout_ms,

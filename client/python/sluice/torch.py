@@ -70,11 +70,20 @@ def _check_distribute_args(kw, who):
                             % (who, name, ', '.join(sorted(_DISTRIBUTE_ARGS))))
     if 'sharding' in kw:
         BatchIterator._sharding(kw['sharding'])
-    for name in ('max_outstanding', 'timeout_ms', 'per_worker_outstanding', 'connect_timeout_ms',
-                 'request_timeout_ms', 'dispatcher_timeout_ms'):
+    for name in ('timeout_ms', 'connect_timeout_ms', 'request_timeout_ms', 'dispatcher_timeout_ms'):
         v = kw.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise InvalidArgumentError('%s must be a positive integer, got %r' % (name, v), _lib.SL_EINVAL)
+    # 0: the request window sized by window_bytes.
+    for name in ('max_outstanding', 'per_worker_outstanding', 'window_bytes'):
+        v = kw.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise InvalidArgumentError('%s must be an integer >= 0 (0: sized by window_bytes), got %r' % (name, v),
+                                       _lib.SL_EINVAL)
+    v = kw.get('per_worker_outstanding')
+    if v is not None and v > 16:
+        raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
+                                   'redelivery), got %r' % (v,), _lib.SL_EINVAL)
 
 
 def _collating_loader():
@@ -220,8 +229,9 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
     dataset and opens a new iterator and yields dicts of torch tensors.
 
     distribute_kwargs go to sluice.distribute(): sharding, job_name,
-    max_outstanding, timeout_ms, ... Use it in a DataLoader with
-    batch_size=None.
+    max_outstanding, timeout_ms, ... (max_outstanding, per_worker_outstanding:
+    0 by default, the request window sized by window_bytes). Use it in a
+    DataLoader with batch_size=None.
 
     With sharding="dynamic" and no job_name the dataset is *shared out*:
     in a DataLoader of n worker processes, worker i reads share i of n of the
