@@ -41,7 +41,8 @@ ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without pr
 ap.add_argument('--no-shm', action='store_true',
                 help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
 ap.add_argument('--window', metavar='M,P',
-                help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default 8,4)')
+                help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default: the '
+                'iterator sizes its window by bytes, 32,16 for these batches)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
@@ -106,7 +107,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
                  "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
                                     "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
-                 "rounds": args.rounds, "window": args.window or "8,4"}
+                 "rounds": args.rounds, "window": args.window or "sized by bytes"}
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
