@@ -113,6 +113,10 @@ struct sl_conn {
      * (queue_parts()): an evbuffer_new() and its free cost about 600
      * instructions, on a request or an answer's path. */
     struct evbuffer *spare_held, *spare_frame;
+    /* The last GET_ELEMENT message decoded, kept for the next (msg_new()):
+     * an answer's is 5 KB and more, past malloc's per-thread cache. */
+    void *spare_msg;
+    unsigned spare_type;
     bool gathers;          /* sl_conn_set_gather() */
     sl_gather_t *gather;   /* frames of this pass of the loop, once it gathered one */
     struct event *gather_ev; /* writes them at the end of the pass (on_gather) */
@@ -183,6 +187,7 @@ static void conn_free(sl_conn_t *c)
         evbuffer_free(c->spare_held);
     if (c->spare_frame)
         evbuffer_free(c->spare_frame);
+    free(c->spare_msg);
     if (c->gather_ev)
         event_free(c->gather_ev);
     sl_gather_free(c->gather);
@@ -539,6 +544,30 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Hands a whole frame over (owning msg and payload). @return true to go on */
+/* A message of type to decode into: the spare if it is of that type. */
+static void *msg_new(sl_conn_t *c, unsigned type)
+{
+    if (c->spare_msg && c->spare_type == type) {
+        void *m = c->spare_msg;
+        c->spare_msg = NULL;
+        return m;
+    }
+    return sl_msg_new(type);
+}
+
+/* Done with msg, of type: kept as the spare if it is a GET_ELEMENT one
+ * (every batch has two; sl_msg_decode() sets every field of them, as
+ * pb_decode() would), else freed. */
+static void msg_done(sl_conn_t *c, unsigned type, void *msg)
+{
+    if (!c->spare_msg && (type == SL_MSG_GET_ELEMENT_REQ || type == SL_MSG_GET_ELEMENT_RESP)) {
+        c->spare_msg = msg;
+        c->spare_type = type;
+    } else {
+        free(msg);
+    }
+}
+
 static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload)
 {
     if (hdr->type == SL_MSG_ERROR && hdr->request_id == 0) {
@@ -556,7 +585,7 @@ static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t 
     if (!c->outgoing && hdr->request_id != 0)
         c->owed++;
     c->cbs.on_frame(c, hdr, msg, payload, c->arg);
-    free(msg);
+    msg_done(c, hdr->type, msg);
     return true;
 }
 
@@ -686,7 +715,7 @@ static bool read_frame(sl_conn_t *c, struct evbuffer *in)
     }
     if (c->outgoing)
         bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-    void *msg = sl_msg_new(hdr.type);
+    void *msg = msg_new(c, hdr.type);
     if (!msg) {
         conn_fail(c, -ENOMEM, "out of memory decoding a frame");
         return false;

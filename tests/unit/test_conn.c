@@ -66,6 +66,7 @@ struct server {
     sl_frame_hdr_t hdr[8];
     uint8_t *payload[8];
     sluice_GetSplitRequest req[8]; /* for GET_SPLIT_REQ frames */
+    sluice_GetElementRequest ereq[8]; /* for GET_ELEMENT_REQ frames */
     bool answer;                   /* answer GET_SPLIT_REQ */
 };
 
@@ -83,6 +84,8 @@ static void srv_on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     s->payload[i] = payload;
     if (hdr->type == SL_MSG_GET_SPLIT_REQ)
         memcpy(&s->req[i], msg, sizeof s->req[i]);
+    if (hdr->type == SL_MSG_GET_ELEMENT_REQ)
+        memcpy(&s->ereq[i], msg, sizeof s->ereq[i]);
     if (!s->answer || hdr->type != SL_MSG_GET_SPLIT_REQ)
         return;
     const sluice_GetSplitRequest *r = msg;
@@ -559,6 +562,41 @@ Test(conn, request_reaches_on_frame)
     close(fd);
     cr_assert(run_until(&S.closed, 1, LOOP_MS), "the server did not notice the close");
     cr_assert_eq(S.close_err, SL_ECLOSED, "%s", S.close_why);
+    server_stop();
+}
+
+/* A connection decodes each GET_ELEMENT message into the struct of the one
+ * before (msg_new()): a field the next one leaves out reads as unset, not
+ * as what the one before said. */
+Test(conn, a_message_decoded_into_the_last_ones_struct_keeps_nothing_of_it)
+{
+    server_start(1u << SL_ROLE_CLIENT);
+    int fd = peer_connect(S.port);
+    peer_handshake(fd, SL_ROLE_CLIENT, SL_PROTOCOL_VERSION);
+    sluice_GetElementRequest full = {.task_id = 9, .client_id = 4, .coordinated = true, .round = 77,
+                                     .consumer_index = 3, .provenance = true, .seq = 12, .acked_below = 11,
+                                     .tallies = true, .dense_provenance = true, .shm = true, .shm_mapped = true,
+                                     .shm_released = 5};
+    memset(full.task_key, 0xab, sizeof full.task_key);
+    sluice_GetElementRequest bare = {.task_id = 10};
+    const sluice_GetElementRequest *sent[] = {&full, &bare, &full, &bare};
+    for (uint32_t i = 0; i < 4; i++)
+        peer_frame(fd, SL_MSG_GET_ELEMENT_REQ, i + 1, sent[i], NULL, 0);
+    cr_assert(run_until(&S.frames, 4, LOOP_MS), "%d of 4 frames", S.frames);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(S.hdr[i].type, SL_MSG_GET_ELEMENT_REQ);
+        const sluice_GetElementRequest *a = &S.ereq[i], *b = sent[i];
+        /* Field by field: the structs' padding is not the message's. */
+        cr_assert(a->task_id == b->task_id && a->client_id == b->client_id && a->coordinated == b->coordinated &&
+                      a->round == b->round && a->consumer_index == b->consumer_index &&
+                      a->provenance == b->provenance && a->seq == b->seq && a->acked_below == b->acked_below &&
+                      a->tallies == b->tallies && a->dense_provenance == b->dense_provenance && a->shm == b->shm &&
+                      a->shm_mapped == b->shm_mapped && a->shm_released == b->shm_released &&
+                      memcmp(a->task_key, b->task_key, sizeof a->task_key) == 0,
+                  "frame %d decoded other fields than sent", i);
+    }
+    cr_assert_eq(S.closed, 0);
+    close(fd);
     server_stop();
 }
 
