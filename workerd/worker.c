@@ -1177,7 +1177,8 @@ static void session_reset(sl_worker_t *w)
         free(o);
     }
     w->heartbeat_out = false;
-    event_del(w->heartbeat_timer);
+    if (w->heartbeat_timer) /* NULL when sl_worker_start() failed before making it */
+        event_del(w->heartbeat_timer);
     w->disp = NULL;
     session_set_state(w, SESSION_DISCONNECTED);
     resolve_awaiting(w, true);

@@ -295,6 +295,28 @@ class Failures(unittest.TestCase):
             c.close()
 
 
+    def test_a_worker_whose_port_is_taken_says_so_and_exits(self):
+        # sl_worker_start() failed at the bind and freed a worker it had not
+        # finished making: the free met a NULL timer and the worker died of
+        # SIGSEGV (seen when another process took a test's chosen port).
+        c = Cluster(workers=0)
+        taken = socket.socket()
+        try:
+            from harness import binary
+            taken.bind(('127.0.0.1', 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            r = subprocess.run([binary('sluice-workerd'), '--dispatcher', c.dispatcher.addr, '--bind', '127.0.0.1',
+                                '--port', str(port), '--admin-port', '0'], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn('in use', r.stderr)
+            self.assertIn(str(port), r.stderr)
+            self.assertNotIn('Sanitizer', r.stderr)
+        finally:
+            taken.close()
+            c.close()
+
+
 class BadStateStore(unittest.TestCase):
     """A work dir the dispatcher must not use is refused at start, with the
     reason, and nothing in it is written."""
