@@ -2,6 +2,7 @@
 tests, runs sluice-cat against them, and cleans up after itself."""
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -247,16 +248,44 @@ class ClusterCase(unittest.TestCase):
             raise AssertionError('daemons did not shut down cleanly: %r' % bad)
 
 
+def _ephemeral_low():
+    """The lowest port the kernel hands out for bind(0) and connect()."""
+    try:
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(n):
-    """n loopback ports free right now (for daemons whose address must be known in advance)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(('127.0.0.1', 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """n loopback ports free right now (for daemons whose address must be known in advance),
+    below the kernel's ephemeral range: a port the kernel hands out (another daemon's
+    --port 0, a connection's source port) could take one between this call and the daemon's
+    bind, as a worker's connection to the dispatcher once took a later worker's port."""
+    low = _ephemeral_low()
+    lo = 10000 if low > 11000 else 1024
+    rng = random.SystemRandom()
+    socks, ports = [], []
+    try:
+        for _ in range(200 * n):
+            if len(ports) == n:
+                break
+            p = rng.randrange(lo, low)
+            if p in ports:
+                continue
+            s = socket.socket()
+            try:
+                s.bind(('127.0.0.1', p))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+            ports.append(p)
+    finally:
+        for s in socks:
+            s.close()
+    if len(ports) < n:
+        raise RuntimeError('no %d free ports below %d' % (n, low))
     return ports
 
 
