@@ -543,7 +543,6 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     leave(c);
 }
 
-/* Hands a whole frame over (owning msg and payload). @return true to go on */
 /* A message of type to decode into: the spare if it is of that type. */
 static void *msg_new(sl_conn_t *c, unsigned type)
 {
@@ -568,6 +567,7 @@ static void msg_done(sl_conn_t *c, unsigned type, void *msg)
     }
 }
 
+/* Hands a whole frame over (owning msg and payload). @return true to go on */
 static bool deliver(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload)
 {
     if (hdr->type == SL_MSG_ERROR && hdr->request_id == 0) {
