@@ -131,6 +131,10 @@ class LoaderArguments(SluiceCase):
             st.loader(ds, self.addr, num_workers=2)
         with self.assertRaisesRegex(TypeError, r'takes no batch_size .*ds\.batch\(32\)'):
             st.loader(ds, self.addr, batch_size=32)
+        # The window sizes itself: the hint says so, not "max_outstanding=2" (fewer than the default).
+        with self.assertRaisesRegex(TypeError, r'takes no prefetch_factor .*window_bytes=.*max_outstanding=N.*'
+                                               r'2 batches would be fewer than the default'):
+            st.loader(ds, self.addr, prefetch_factor=2)
         with self.assertRaisesRegex(TypeError, r"SluiceIterableDataset got an unexpected argument 'timeout'; "
                                                r"it takes the options of sluice\.distribute\(\): .*timeout_ms"):
             st.SluiceIterableDataset(ds, self.addr, timeout=5)

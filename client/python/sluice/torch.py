@@ -49,7 +49,9 @@ _LOADER_ARGS = {
     'collate_fn': 'map the batches in the loop, or use torch.utils.data.DataLoader(SluiceIterableDataset(...), '
                   'batch_size=None, collate_fn=...)',
     'persistent_workers': 'sluice.torch.loader starts no worker processes',
-    'prefetch_factor': 'the Sluice iterator prefetches already: max_outstanding=%r',
+    'prefetch_factor': 'the Sluice iterator prefetches already, as many batches as window_bytes (32 MiB unless '
+                       'given) holds, 8 to 32; to change it give window_bytes=, or max_outstanding=N to fix the '
+                       'count (%r batches would be fewer than the default)',
     'sampler': 'a Sluice job has no indices to sample: sharding and shuffle are in the dataset and distribute()',
     'batch_sampler': 'a Sluice job has no indices to sample: batch in the dataset (ds.batch(n))',
     'worker_init_fn': 'sluice.torch.loader starts no worker processes',
