@@ -233,6 +233,19 @@ def _window(name, v):
     return v
 
 
+def _check_window(max_outstanding=0, per_worker_outstanding=0, window_bytes=0):
+    """The request window's three options, as sl_iterator_open() takes them
+    (BatchIterator, and the torch datasets where they are given)."""
+    _window('max_outstanding', max_outstanding)
+    _window('per_worker_outstanding', per_worker_outstanding)
+    if per_worker_outstanding > 16:
+        raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
+                                   'redelivery), got %r' % (per_worker_outstanding,), _lib.SL_EINVAL)
+    if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or not 0 <= window_bytes < 2**63:
+        raise InvalidArgumentError('window_bytes must be an integer >= 0 (0: 32 MiB), got %r' % (window_bytes,),
+                                   _lib.SL_EINVAL)
+
+
 def _spec_text(dataset):
     # A sluice.Dataset (dataset.py, which imports this module) by what it has.
     if callable(getattr(dataset, 'to_json', None)) and isinstance(getattr(dataset, 'spec', None), dict):
@@ -368,16 +381,9 @@ class BatchIterator:
         for name, v in (('timeout_ms', timeout_ms), ('connect_timeout_ms', connect_timeout_ms),
                         ('request_timeout_ms', request_timeout_ms), ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
             _positive(name, v)
-        _window('max_outstanding', max_outstanding)
-        _window('per_worker_outstanding', per_worker_outstanding)
-        if per_worker_outstanding > 16:
-            raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
-                                       'redelivery), got %r' % (per_worker_outstanding,), _lib.SL_EINVAL)
+        _check_window(max_outstanding, per_worker_outstanding, window_bytes)
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
-                                       _lib.SL_EINVAL)
-        if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or not 0 <= window_bytes < 2**63:
-            raise InvalidArgumentError('window_bytes must be an integer >= 0 (0: 32 MiB), got %r' % (window_bytes,),
                                        _lib.SL_EINVAL)
         if isinstance(max_ledger_runs, bool) or not isinstance(max_ledger_runs, int) or max_ledger_runs < 0:
             raise InvalidArgumentError('max_ledger_runs must be an integer >= 0 (0: the most), got %r'

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ._share import share_spec
-from .client import BatchIterator, CheckpointBuilder, distribute
+from .client import BatchIterator, CheckpointBuilder, _check_window, distribute
 from .errors import InvalidArgumentError, SluiceUsageWarning
 from . import _lib
 
@@ -76,16 +76,8 @@ def _check_distribute_args(kw, who):
         v = kw.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise InvalidArgumentError('%s must be a positive integer, got %r' % (name, v), _lib.SL_EINVAL)
-    # 0: the request window sized by window_bytes.
-    for name in ('max_outstanding', 'per_worker_outstanding', 'window_bytes'):
-        v = kw.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise InvalidArgumentError('%s must be an integer >= 0 (0: sized by window_bytes), got %r' % (name, v),
-                                       _lib.SL_EINVAL)
-    v = kw.get('per_worker_outstanding')
-    if v is not None and v > 16:
-        raise InvalidArgumentError('per_worker_outstanding must be at most 16 (what a worker holds for '
-                                   'redelivery), got %r' % (v,), _lib.SL_EINVAL)
+    _check_window(**{name: kw[name] for name in ('max_outstanding', 'per_worker_outstanding', 'window_bytes')
+                     if kw.get(name) is not None})
 
 
 def _collating_loader():
