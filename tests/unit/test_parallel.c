@@ -250,6 +250,9 @@ Test(parallel, sequential_ops_start_no_thread)
 
 Test(parallel, reset_and_destroy_mid_stream)
 {
+    /* Counted before any pipeline: a pool just joined may still be listed
+     * under /proc/self/task, and a count taken then is never seen again. */
+    int before = threads_now();
     /* take ends the stage's input early and repeat resets it with
      * elements still in flight: every epoch starts over, in order. */
     batches_t bs = run_range(1000, MAP_DOUBLE ",\"num_parallel_calls\":4},{\"op\":\"take\",\"count\":5},"
@@ -260,10 +263,10 @@ Test(parallel, reset_and_destroy_mid_stream)
     for (size_t i = 0; i < bs.n; i++)
         cr_assert_eq(i64_at(bs.b[i], comp_of(bs.b[i], "double"), 0), 2 * (int64_t)(i % 5));
     batches_free(&bs);
+    cr_assert_eq(threads_settle_to(before), before, "the first pipeline's pool is joined");
 
     /* Destroyed after a few elements, with the stage's window full. */
     sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
-    int before = threads_now();
     sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":100000},\"ops\":[" MAP_DOUBLE
                                      ",\"num_parallel_calls\":4,\"deterministic\":false}]}",
                                      &o);
@@ -321,6 +324,7 @@ Test(parallel, autotune_stays_within_bounds)
                        "{\"op\":\"batch\",\"batch_size\":4}]}";
     const char *tune = ",\"num_parallel_calls\":\"autotune\"";
     unsigned cores = sl_autotune_cores();
+    int base = threads_now();
     for (unsigned threads = 1; threads <= 4; threads++) {
         sl_pipeline_opts_t o = {.plugins = plugins, .roots = roots, .threads = threads};
         unsigned bound = cores && cores < threads ? cores : threads;
@@ -332,7 +336,8 @@ Test(parallel, autotune_stays_within_bounds)
         snprintf(seq_heavy, sizeof seq_heavy, jpeg, "", "", "", "");
         const char *specs[] = {cheap, heavy};
         for (int k = 0; k < 2; k++) {
-            int before = threads_now();
+            int before = threads_settle_to(base);
+            cr_assert_eq(before, base, "the last pipeline's pool is joined");
             sl_pipeline_t *p = pipeline_make(specs[k], &o);
             cr_assert_leq(threads_now() - before, (int)threads - 1, "the pool is within --threads");
             sl_pipeline_parallel_stats_t st[4];
