@@ -1272,7 +1272,8 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 
 /* Splits as long as the workers ask: multiples of the least split size
  * (1100: 1024 rounded up to the batch of 100), at most --max-split-size and
- * 1/16 of a live task's share of what is left, at most half that share in
+ * 1/16 of a live task's share of what is left but not below an eighth of
+ * the wish (within --max-split-size), at most half that share in
  * one answer, the least for a task that asks for no length; and whatever
  * they ask, the splits tile every epoch exactly once. */
 Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_once)
@@ -1311,9 +1312,11 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
                 cr_assert_eq(s->epoch, epoch);
                 if (s->end < TOTAL) {
                     cr_assert_eq(len % MIN, 0, "split of %" PRIu64 " records", len);
-                    uint64_t most = want > 55000 ? 55000 : want;
-                    if (most > rest / 32)
-                        most = rest / 32;
+                    uint64_t most = want > 55000 ? 55000 : want, guided = rest / 32;
+                    if (guided < most / 8)
+                        guided = most / 8; /* not below an eighth of the wish */
+                    if (most > guided)
+                        most = guided;
                     most = most / MIN * MIN;
                     cr_assert_eq(len, most > MIN ? most : MIN, "wish %" PRIu64 ", %" PRIu64 " left: %" PRIu64,
                                  want, rest, len);
