@@ -56,7 +56,7 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
      * reads it. */
     if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
         return 0;
-    if (b->prov_wire != b->prov_wire_one)
+    if (b->prov_wire && b->prov_wire != b->prov_wire_one)
         free(b->prov_wire);
     b->prov_wire = NULL;
     b->prov_wire_len = 0;

@@ -512,11 +512,20 @@ int sl_provwire_read(const uint8_t *p, size_t len, uint64_t num_elements, sl_pro
  * it: what this accepts, it accepts the same. */
 static inline bool read_one_run(const uint8_t *p, size_t len, uint64_t num_elements, sl_provenance_run_t *out)
 {
-    size_t pos = 1;
+    size_t pos;
     uint64_t epoch, file, n, dist, count;
-    if (p[0] != 1 || sl_get_varint(p, len, &pos, &epoch) < 0 || sl_get_varint(p, len, &pos, &file) < 0 ||
-        sl_get_varint(p, len, &pos, &n) < 0 || n != 1 || sl_get_varint(p, len, &pos, &dist) < 0 ||
-        sl_get_varint(p, len, &pos, &count) < 0 || pos != len)
+    if (len >= 6 && p[0] == 1 && p[1] < 0x80 && p[2] < 0x80 && p[3] == 1) {
+        /* Epoch and file index below 128, a byte each (most batches). */
+        epoch = p[1];
+        file = p[2];
+        pos = 4;
+    } else {
+        pos = 1;
+        if (p[0] != 1 || sl_get_varint(p, len, &pos, &epoch) < 0 || sl_get_varint(p, len, &pos, &file) < 0 ||
+            sl_get_varint(p, len, &pos, &n) < 0 || n != 1)
+            return false;
+    }
+    if (sl_get_varint(p, len, &pos, &dist) < 0 || sl_get_varint(p, len, &pos, &count) < 0 || pos != len)
         return false;
     uint64_t begin = sl_unzigzag(dist);
     if (epoch > UINT32_MAX || file > UINT32_MAX || count == 0 || count != num_elements || begin + count < begin)

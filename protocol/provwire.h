@@ -108,7 +108,17 @@ static inline void sl_prov_span_scalar(const sl_provenance_run_t *runs, uint64_t
 /** The span of n >= 1 runs. */
 static inline void sl_prov_span(const sl_provenance_run_t *runs, uint64_t n, sl_prov_span_t *s)
 {
-    if (n >= SL_PROV_SPAN_WIDE)
+    if (n == 1) {
+        /* A plain batch: what start and add give for one run, in one store. */
+        uint64_t begin = runs[0].begin, count = runs[0].count;
+        *s = (sl_prov_span_t){.pair = sl_prov_run_pair(&runs[0]),
+                              .one_pair = true,
+                              .wraps = begin + count < begin,
+                              .empty = count == 0,
+                              .records = count,
+                              .lo = begin,
+                              .hi = begin + count - 1};
+    } else if (n >= SL_PROV_SPAN_WIDE)
         sl_prov_span_wide(runs, n, s);
     else
         sl_prov_span_scalar(runs, n, s);
