@@ -18,6 +18,19 @@ def _daemons(pids):
     return user, system
 
 
+def process_cpu_seconds(pid):
+    """CPU seconds (user and system) of the daemon pid, all its threads (also those gone),
+    in clock ticks: sum it over many runs before dividing."""
+    user, system = _daemons([pid])
+    return user + system
+
+
+def children_cpu_seconds():
+    """CPU seconds of the child processes run and waited for so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def cpu_user_system(pids):
     """(user, system) CPU seconds of the daemons pids and of the child
     processes run and waited for so far."""

@@ -17,7 +17,10 @@ steady_pair_ratio the same of the rates from the first batch to the last
 which weigh twice as much in a DYNAMIC job of 2 workers, half as long as
 its OFF baseline), and cpu_ratio = the CPU time per element under OFF over the same
 under DYNAMIC (workers, dispatcher and consumer together, best of each:
-what DYNAMIC costs the machine, whatever else it is doing), with
+what DYNAMIC costs the machine, whatever else it is doing); cpu_us_per_batch
+splits it into the consumer's, the workers' and the dispatcher's CPU time a
+batch over all rounds, and cpu_ratio_all_rounds is cpu_ratio from those
+sums (less moved by one lucky run than the best of each), with
 cpu_user_share the median share of user time in it (the rest is the
 kernel's: sockets, wake-ups; instructions counted by
 dynamic_instructions.py are the user part only). Then one line with the
@@ -48,7 +51,7 @@ ap.add_argument('--window', metavar='M,P',
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
-from cpu_time import cpu_user_system  # noqa: E402
+from cpu_time import children_cpu_seconds, cpu_user_system, process_cpu_seconds  # noqa: E402
 
 
 BATCH = 1024
@@ -62,7 +65,8 @@ def spec(shape):
 
 def run(c, workers, shape, sharding):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
-    the user time's share of that CPU time, elements per second from the first batch to the last)."""
+    the user time's share of that CPU time, elements per second from the first batch to the last,
+    {consumer, workers, dispatcher: CPU seconds}, batches delivered)."""
     extra = ['--sharding', sharding] + (['--no-shm'] if args.no_shm else [])
     if args.window:
         m, p = args.window.split(',')
@@ -70,9 +74,13 @@ def run(c, workers, shape, sharding):
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]
+    parts = {'consumer': children_cpu_seconds, 'dispatcher': lambda: process_cpu_seconds(c.dispatcher.proc.pid),
+             'workers': lambda: sum(process_cpu_seconds(w.proc.pid) for w in c.workers)}
+    before = {k: f() for k, f in parts.items()}
     user0, sys0 = cpu_user_system(pids)
     rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
     user1, sys1 = cpu_user_system(pids)
+    by_part = {k: f() - before[k] for k, f in parts.items()}
     user, cpu = user1 - user0, (user1 - user0) + (sys1 - sys0)
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
@@ -82,7 +90,8 @@ def run(c, workers, shape, sharding):
         sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
     span = s['last_batch_seconds'] - s['first_batch_seconds']
     steady = (s['elements'] - BATCH) / span if span > 0 else 0.0  # the first batch came at its start
-    return s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0, steady
+    return (s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0, steady, by_part,
+            (s['elements'] + BATCH - 1) // BATCH)
 
 
 results = []
@@ -98,6 +107,11 @@ for workers in [int(w) for w in args.workers.split(',')]:
                 dyn.append(run(c, workers, shape, 'dynamic'))
             best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
             cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
+            # Where the CPU went, a batch: each part's CPU time over all rounds (its clock
+            # ticks add up to tenths of seconds) over the batches of all rounds.
+            per_batch = {side: {k: round(sum(x[4][k] for x in runs) / sum(x[5] for x in runs) * 1e6, 3)
+                                for k in ('consumer', 'workers', 'dispatcher')}
+                         for side, runs in (('off', off), ('dynamic', dyn))}
             r = {"bench": "dynamic_vs_off", "workers": workers, "shape": shape, "elements": args.elements,
                  "dynamic_elements_per_s": round(best_dyn), "provenance": not args.no_provenance,
                  "baseline": "the same job under OFF", "off_elements_per_s": round(best_off),
@@ -107,6 +121,8 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, dyn)), 3),
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
+                 "cpu_us_per_batch": per_batch,
+                 "cpu_ratio_all_rounds": round(sum(per_batch['off'].values()) / sum(per_batch['dynamic'].values()), 3),
                  "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
                                     "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
                  "rounds": args.rounds, "window": args.window or "sized by bytes"}
@@ -119,4 +135,5 @@ print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
                   "ratio": min(r["ratio"] for r in results),
                   "pair_ratio": min(r["pair_ratio"] for r in results),
                   "steady_pair_ratio": min(r["steady_pair_ratio"] for r in results),
-                  "cpu_ratio": min(r["cpu_ratio"] for r in results)}))
+                  "cpu_ratio": min(r["cpu_ratio"] for r in results),
+                  "cpu_ratio_all_rounds": min(r["cpu_ratio_all_rounds"] for r in results)}))
