@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "seed_util.h"
 #include "state.h"
 #include "taskkey.h"
 
@@ -1330,6 +1331,98 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
         }
         cr_assert_eq(next, TOTAL, "epoch %" PRIu64 " covered [0, %" PRIu64 ")", epoch, next);
         cr_assert_eq(longest, 55000, "no split reached --max-split-size");
+    }
+}
+
+/* The same bounds at the sizes users run, seeded: each round draws the
+ * live tasks (2 to 64), the epoch (up to 2^32 records), --max-split-size
+ * and, request by request, the task that asks, its wish and how many
+ * splits it takes. Every split is exactly split_length()'s length (its wish
+ * within --max-split-size, at most 1/16 of a live task's share of what is
+ * left, not below an eighth of the wish, a multiple of the least), an
+ * answer past its first split stays within half a task's share, and the
+ * splits tile the epoch once. SLUICE_TEST_SEED repeats a run. */
+Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_once)
+{
+    unsigned seed = test_seed("state.guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_once");
+    uint64_t rng = seed;
+    enum { MIN = 1024 };
+    for (int round = 0; round < 24; round++) {
+        unsigned live = 2 + (unsigned)(splitmix64(&rng) % 63);
+        uint64_t total = UINT64_C(1) << (20 + splitmix64(&rng) % 13); /* 2^20 to 2^32 */
+        total += splitmix64(&rng) % total;
+        uint64_t most = UINT64_C(1) << (14 + splitmix64(&rng) % 9); /* --max-split-size 2^14 to 2^22 */
+        sl_dstate_config_t cfg;
+        test_config(&cfg);
+        cfg.split_size = MIN;
+        cfg.max_split_size = most;
+        cfg.max_outstanding = 1u << 30; /* no client confirms here */
+        start(&cfg);
+        char spec[128];
+        snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}}", total);
+        uint64_t ds = dataset(spec);
+        uint64_t *tasks = calloc(live, sizeof *tasks), *workers = calloc(live, sizeof *workers);
+        cr_assert(tasks && workers);
+        for (unsigned i = 0; i < live; i++) {
+            char addr[32];
+            snprintf(addr, sizeof addr, "w:%u", i + 1);
+            workers[i] = worker(addr, 0);
+        }
+        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+        for (unsigned i = 0; i < live; i++)
+            tasks[i] = take_task(workers[i], 0).task_id;
+        /* Each task keeps one wish, at or past --max-split-size (a fast
+         * pipeline) or below it; a few requests carry none. */
+        uint64_t *wish = calloc(live, sizeof *wish);
+        cr_assert_not_null(wish);
+        for (unsigned i = 0; i < live; i++)
+            wish[i] = splitmix64(&rng) % 2 ? most << (splitmix64(&rng) % 4) : MIN + splitmix64(&rng) % most;
+        uint64_t next = 0, answers = 0;
+        for (;;) {
+            unsigned k = (unsigned)(splitmix64(&rng) % live);
+            uint64_t want = splitmix64(&rng) % 50 == 0 ? 0 : wish[k];
+            uint32_t max = 1 + (uint32_t)(splitmix64(&rng) % 16);
+            cr_assert_eq(splits_of(tasks[k], 0, max, want), 0, "seed %u: %s", seed, err);
+            if (sresp->end_of_epoch)
+                break;
+            answers++;
+            cr_assert_lt(answers, 200000, "seed %u round %d: the epoch never ends", seed, round);
+            uint64_t left = total - next, share = (left + 2 * live - 1) / (2 * live), given = 0;
+            cr_assert(sresp->splits_count > 0 && sresp->splits_count <= max);
+            for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+                const sluice_Split *sp = &sresp->splits[i];
+                uint64_t len = sp->end - sp->begin, rest = total - next;
+                cr_assert_eq(sp->begin, next, "seed %u round %d: a split at %" PRIu64 " after %" PRIu64, seed, round,
+                             sp->begin, next);
+                uint64_t expect = MIN;
+                if (want > MIN) {
+                    uint64_t w = want > most ? most : want, guided = rest / (16 * (uint64_t)live);
+                    if (guided < w / 8)
+                        guided = w / 8;
+                    w = w > guided ? guided : w;
+                    w = w / MIN * MIN;
+                    expect = w > MIN ? w : MIN;
+                }
+                if (expect > rest)
+                    expect = rest;
+                cr_assert_eq(len, expect,
+                             "seed %u round %d (%u tasks, %" PRIu64 " records, most %" PRIu64 "): wish %" PRIu64
+                             ", %" PRIu64 " left: %" PRIu64 " records",
+                             seed, round, live, total, most, want, rest, len);
+                if (i > 0)
+                    cr_assert_lt(given, share, "seed %u: past half a task's share in one answer", seed);
+                given += len;
+                next = sp->end;
+            }
+        }
+        cr_assert_eq(next, total, "seed %u round %d: the epoch covered [0, %" PRIu64 ")", seed, round, next);
+        cr_log_info("seed %u round %d: %u tasks, %" PRIu64 " records, --max-split-size %" PRIu64 ": %" PRIu64
+                    " answers", seed, round, live, total, most, answers);
+        free(wish);
+        free(tasks);
+        free(workers);
+        sl_dstate_free(st);
+        st = NULL;
     }
 }
 
