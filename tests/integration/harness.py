@@ -318,10 +318,14 @@ def get_json(admin_port, path, timeout=10):
         return json.load(r)
 
 
-def metric(admin_port, name, labels='', default=None):
-    """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), default when it has none."""
+def metric(admin_port, name, labels='', default=None, token=None):
+    """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), default when it has none;
+    with token, asked with it as the admin bearer token."""
     import urllib.request
-    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
+    req = urllib.request.Request('http://127.0.0.1:%d/metrics' % admin_port)
+    if token:
+        req.add_header('Authorization', 'Bearer ' + token)
+    with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
     return float(m.group(1)) if m else default

@@ -16,7 +16,7 @@ import time
 import unittest
 
 from cutproxy import CutProxy
-from harness import Cluster, binary, child_env, free_ports, get_json, parse_jsonl, values, wait_for
+from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -26,13 +26,6 @@ BATCH = 100
 def chaos_seed():
     env = os.environ.get('SLUICE_CHAOS_SEED')
     return int(env) if env else random.randrange(1 << 32)
-
-
-def metrics(admin_port):
-    """The lines of a daemon's /metrics."""
-    import urllib.request
-    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
-        return r.read().decode().splitlines()
 
 
 def missing_and_duplicated(got, expected):
@@ -730,8 +723,7 @@ class BrokenConnections(unittest.TestCase):
             # end, which nothing acknowledges) when the ended job's tasks are
             # removed from the workers, at their next heartbeat.
             def held():
-                return sum(float(line.split()[-1]) for w in cluster.workers
-                           for line in metrics(w.admin_port) if line.startswith('sluice_worker_held_batches'))
+                return sum(metric(w.admin_port, 'sluice_worker_held_batches', default=0) for w in cluster.workers)
             wait_for(lambda: held() == 0, '%s: the workers to hold no batch once the job ended' % where)
         finally:
             for p in proxies:

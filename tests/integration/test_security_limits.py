@@ -16,7 +16,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import Cluster, get_json, values, wait_for
+from harness import Cluster, get_json, metric, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as read_varint
 
@@ -146,13 +146,6 @@ def exclusions(runs, first=0):
         struct.pack('<IIQQ', 0, 0, first + 2 * i, 1) for i in range(runs))
 
 
-def metric(admin_port, name, labels='', token=None):
-    st, text = http(admin_port, '/metrics', token=token)
-    assert st == 200, text
-    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def http(port, path, method='GET', token=None):
     req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method)
     if token:
@@ -199,7 +192,7 @@ class LimitCase(unittest.TestCase):
         return json.loads(body)
 
     def metric(self, name, labels=''):
-        return metric(self.c.dispatcher.admin_port, name, labels, self.token)
+        return metric(self.c.dispatcher.admin_port, name, labels, token=self.token)
 
     def restart(self, extra=()):
         """The dispatcher again (SIGKILL, the same work dir and ports), with extra options."""

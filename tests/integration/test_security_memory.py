@@ -9,15 +9,13 @@ per-image limit. /metrics shows the budget, what is charged and the
 refusals. Batch blocks the worker keeps for its next batch are charged to
 the budget and freed before a task's charge would be refused."""
 import os
-import re
 import subprocess
 import tempfile
 import unittest
-import urllib.request
 
 import numpy as np
 
-from harness import ClusterCase, child_env, wait_for
+from harness import ClusterCase, child_env, metric, wait_for
 
 BUDGET_MB = 64
 
@@ -27,14 +25,8 @@ def range_spec(n, ops):
 
 
 def metrics(admin_port):
-    with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % admin_port, timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for name in ('sluice_worker_memory_budget_bytes', 'sluice_worker_memory_charged_bytes',
-                 'sluice_worker_memory_refusals_total'):
-        m = re.search(r'^%s (\S+)$' % name, text, re.M)
-        out[name] = float(m.group(1)) if m else None
-    return out
+    return {name: metric(admin_port, name) for name in (
+        'sluice_worker_memory_budget_bytes', 'sluice_worker_memory_charged_bytes', 'sluice_worker_memory_refusals_total')}
 
 
 def peak_rss_bytes(pid):
