@@ -36,11 +36,13 @@
 #define GUIDED_PARTS 16
 
 /* ...but not below 1/GUIDED_FLOOR of the length the task asked for (at
- * most --max-split-size): at the end of the epoch its queue of 8 then
- * holds about one split's target time. Shrinking to the least size gave a
- * fast epoch hundreds of splits (a range of 40,000,000 read by 2 workers:
- * 291 splits in 67 hand-outs, each a commit of the state store; 120 in 32
- * with the floor), and as many split-done notices. */
+ * most --max-split-size), unless that is more than a live task's share of
+ * what is left: at the end of the epoch its queue of 8 then holds about
+ * one split's target time, and every live task still gets splits of it.
+ * Shrinking to the least size gave a fast epoch hundreds of splits (a
+ * range of 40,000,000 read by 2 workers: 291 splits in 67 hand-outs, each
+ * a commit of the state store; 129 in 40 with the floor), and as
+ * many split-done notices. */
 #define GUIDED_FLOOR 8
 
 /* The length of the next split of d from a cursor with left records left
@@ -54,8 +56,11 @@ static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uin
     if (want > st->cfg.max_split_size)
         want = st->cfg.max_split_size;
     uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
-    if (guided < want / GUIDED_FLOOR)
-        guided = want / GUIDED_FLOOR;
+    uint64_t floor = want / GUIDED_FLOOR, share = left / (live ? live : 1);
+    if (floor > share)
+        floor = share;
+    if (guided < floor)
+        guided = floor;
     if (live >= 2 && want > guided)
         want = guided;
     /* A multiple of the least: what that size keeps (whole batches, see

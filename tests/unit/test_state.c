@@ -1274,7 +1274,7 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 /* Splits as long as the workers ask: multiples of the least split size
  * (1100: 1024 rounded up to the batch of 100), at most --max-split-size and
  * 1/16 of a live task's share of what is left but not below an eighth of
- * the wish (within --max-split-size), at most half that share in
+ * the wish (within --max-split-size) or the whole share, at most half that share in
  * one answer, the least for a task that asks for no length; and whatever
  * they ask, the splits tile every epoch exactly once. */
 Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_once)
@@ -1314,8 +1314,9 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
                 if (s->end < TOTAL) {
                     cr_assert_eq(len % MIN, 0, "split of %" PRIu64 " records", len);
                     uint64_t most = want > 55000 ? 55000 : want, guided = rest / 32;
-                    if (guided < most / 8)
-                        guided = most / 8; /* not below an eighth of the wish */
+                    uint64_t floor = most / 8 < rest / 2 ? most / 8 : rest / 2;
+                    if (guided < floor)
+                        guided = floor; /* not below an eighth of the wish, or a task's share */
                     if (most > guided)
                         most = guided;
                     most = most / MIN * MIN;
@@ -1335,13 +1336,14 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
 }
 
 /* The same bounds at the sizes users run, seeded: each round draws the
- * live tasks (2 to 64), the epoch (up to 2^32 records), --max-split-size
+ * live tasks (2 to 64), the epoch (up to 2^33 records), --max-split-size
  * and, request by request, the task that asks, its wish and how many
  * splits it takes. Every split is exactly split_length()'s length (its wish
  * within --max-split-size, at most 1/16 of a live task's share of what is
- * left, not below an eighth of the wish, a multiple of the least), an
- * answer past its first split stays within half a task's share, and the
- * splits tile the epoch once. SLUICE_TEST_SEED repeats a run. */
+ * left, not below an eighth of the wish unless that is past the share, a
+ * multiple of the least), an answer past its first split stays within half
+ * a task's share, and the splits tile the epoch once. SLUICE_TEST_SEED
+ * repeats a run. */
 Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_once)
 {
     unsigned seed = test_seed("state.guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_once");
@@ -1397,8 +1399,9 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
                 uint64_t expect = MIN;
                 if (want > MIN) {
                     uint64_t w = want > most ? most : want, guided = rest / (16 * (uint64_t)live);
-                    if (guided < w / 8)
-                        guided = w / 8;
+                    uint64_t floor = w / 8 < rest / live ? w / 8 : rest / live;
+                    if (guided < floor)
+                        guided = floor;
                     w = w > guided ? guided : w;
                     w = w / MIN * MIN;
                     expect = w > MIN ? w : MIN;
