@@ -9,8 +9,8 @@
  * between it and --max-split-size and, guided self-scheduling while two or
  * more tasks read, at most 1/GUIDED_PARTS of
  * a live task's share of what is left (but not below 1/GUIDED_FLOOR of the
- * length asked for), so that splits shrink toward the end of an epoch and
- * the workers finish it together.
+ * length asked for, within that share), so that splits shrink toward the
+ * end of an epoch and the workers finish it together.
  */
 #include "state.h"
 #include "state_types.h"
@@ -41,8 +41,8 @@
  * one split's target time, and every live task still gets splits of it.
  * Shrinking to the least size gave a fast epoch hundreds of splits (a
  * range of 40,000,000 read by 2 workers: 291 splits in 67 hand-outs, each
- * a commit of the state store; 129 in 40 with the floor), and as
- * many split-done notices. */
+ * a commit of the state store; 129 in 40 with the floor), and as many
+ * split-done notices. */
 #define GUIDED_FLOOR 8
 
 /* The length of the next split of d from a cursor with left records left
@@ -56,11 +56,11 @@ static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uin
     if (want > st->cfg.max_split_size)
         want = st->cfg.max_split_size;
     uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
-    uint64_t floor = want / GUIDED_FLOOR, share = left / (live ? live : 1);
-    if (floor > share)
-        floor = share;
-    if (guided < floor)
-        guided = floor;
+    uint64_t at_least = want / GUIDED_FLOOR, share = left / (live ? live : 1);
+    if (at_least > share)
+        at_least = share;
+    if (guided < at_least)
+        guided = at_least;
     if (live >= 2 && want > guided)
         want = guided;
     /* A multiple of the least: what that size keeps (whole batches, see
