@@ -87,7 +87,7 @@ struct sl_task {
     uint64_t want_epoch;
     bool epoch_exhausted;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
-    bool split_request_out; /* network thread only */
+    bool split_request_out; /* network thread only; an ended task answers no end while it is out */
     uint64_t split_next_id; /* one more than the largest split id received */
     /* done_below_of() without the tracker: split_next_id or a queued
      * split's id, the least. Under track_mu, written also under mu as the
@@ -626,7 +626,7 @@ int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
         if (room_to_wake(t))
             pthread_cond_broadcast(&t->wake);
         rc = SL_TASK_BATCH;
-    } else if (t->producer == PRODUCER_ENDED) {
+    } else if (t->producer == PRODUCER_ENDED && !t->split_request_out) {
         rc = SL_TASK_END;
     } else if (t->producer == PRODUCER_FAILED) {
         rc = t->error_code;
@@ -680,7 +680,7 @@ static sl_task_state_t state_locked(sl_task_t *t)
 {
     if (t->producer == PRODUCER_FAILED)
         return SL_TASK_FAILED;
-    if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 &&
+    if (t->producer == PRODUCER_ENDED && t->count == 0 && t->taken == 0 && !t->split_request_out &&
         (!t->track || t->end_sent || track_empty(t)))
         return SL_TASK_DONE; /* DYNAMIC: done once every split's notice went out too, or an
                               * end-of-sequence answer did (which carries what is left): a
@@ -816,6 +816,11 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
 {
     t->split_request_out = false;
     t->split_seq++;
+    /* A pipeline that ended (a take) while this request was out: its end of
+     * sequence and its DONE waited for the answer (sl_task_take(),
+     * state_locked()), so that the splits in it, never read, get their
+     * notices with the end instead of going out again to another task. */
+    notify_loop(t);
     if (resp->splits_count == 0 && !resp->end_of_epoch && resp->retry_ms > 0) {
         /* Nothing now, the epoch is not over: ask again after the wait. */
         uint32_t ms = resp->retry_ms > 10000 ? 10000 : resp->retry_ms;
@@ -887,15 +892,20 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
 void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
 {
     t->split_request_out = false;
-    if (retry)
-        return;
     pthread_mutex_lock(&t->mu);
-    if (!t->error_code) {
+    /* An ended pipeline's end of sequence waited for this request
+     * (sl_task_take()): it goes now. Not while the pipeline runs: a retry
+     * failing at once (no memory) would wake the loop to ask again. */
+    bool ended = t->producer != PRODUCER_RUNNING;
+    if (!retry && !t->error_code) {
         t->error_code = code;
         snprintf(t->error, sizeof t->error, "getting splits: %s", msg);
     }
-    pthread_cond_broadcast(&t->wake);
+    if (!retry)
+        pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);
+    if (ended)
+        notify_loop(t);
 }
 
 int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t **out, unsigned *num,
