@@ -249,6 +249,35 @@ Test(task, done_below_stops_at_splits_that_wait_in_the_queue)
     stop(&r);
 }
 
+/* Hands the task splits of 100 records, ids *next_id up to upto (excluded),
+ * as the answer to its request for epoch. */
+static void give_splits(struct run *r, uint64_t epoch, uint64_t *next_id, uint64_t upto)
+{
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    for (; *next_id < upto; (*next_id)++)
+        resp.splits[resp.splits_count++] = (sluice_Split){
+            .split_id = *next_id, .begin = *next_id * 100, .end = *next_id * 100 + 100, .epoch = epoch};
+    sl_task_splits_arrived(r->task, &resp);
+}
+
+/* take_and_send(), counting the notices its frame carries by split id
+ * (below 5) and keeping what each says was delivered. */
+static int take_noting(struct run *r, sl_wire_batch_t **b, int *noticed, uint64_t *delivered, uint64_t *below)
+{
+    sl_split_done_rec_t *done;
+    unsigned n;
+    int rc = take_and_send(r, b, &done, &n, below);
+    for (unsigned i = 0; rc != SL_TASK_PENDING && i < n; i++) {
+        cr_assert_lt(done[i].split_id, 5);
+        noticed[done[i].split_id]++;
+        delivered[done[i].split_id] = done[i].delivered;
+    }
+    if (rc != SL_TASK_PENDING)
+        free(done);
+    return rc;
+}
+
 /* A pipeline that ends before its splits do (a take) while a split request
  * is out: the end of sequence and DONE wait for the answer, whose splits,
  * never read, get their notices with the end (delivered 0) and stay below
@@ -265,52 +294,27 @@ Test(task, an_ended_pipeline_waits_for_its_split_request_and_notices_what_it_bri
     /* Three splits of 100: the take ends in the third. */
     for (int i = 0; i < 3000 && !sl_task_want_splits(r.task, &epoch, &max, &seq, &records); i++)
         wait_notify(&r);
-    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
-    for (; next_id < 3; next_id++)
-        resp.splits[resp.splits_count++] =
-            (sluice_Split){.split_id = next_id, .begin = next_id * 100, .end = next_id * 100 + 100, .epoch = epoch};
-    sl_task_splits_arrived(r.task, &resp);
+    give_splits(&r, epoch, &next_id, 3);
     /* Three queued of a prefetch of 8: it asks again; the answer waits. */
     cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records));
     int noticed[5] = {0};
     uint64_t delivered[5] = {0};
+    sl_wire_batch_t *b = NULL;
     while (elements < 250) {
-        sl_wire_batch_t *b;
-        sl_split_done_rec_t *done;
-        unsigned n;
-        int rc = take_and_send(&r, &b, &done, &n, &below);
-        if (rc == SL_TASK_PENDING)
-            continue;
-        cr_assert_eq(rc, SL_TASK_BATCH, "the end before the take's 250 elements (%lu)", (unsigned long)elements);
-        for (unsigned i = 0; i < n; i++) {
-            noticed[done[i].split_id]++;
-            delivered[done[i].split_id] = done[i].delivered;
-        }
-        free(done);
+        int rc = take_noting(&r, &b, noticed, delivered, &below);
+        cr_assert(rc == SL_TASK_PENDING || rc == SL_TASK_BATCH, "the end before the take's 250 elements (%lu)",
+                  (unsigned long)elements);
         sent(&r, rc, b, &elements);
     }
     /* The pipeline ends (its notify), and still no end while the request
      * is out. */
-    sl_wire_batch_t *b = NULL;
     cr_assert_eq(sl_task_take(r.task, &b), SL_TASK_PENDING);
     wait_notify(&r);
     cr_assert_eq(sl_task_take(r.task, &b), SL_TASK_PENDING, "the end went out with a split request unanswered");
     cr_assert_neq(sl_task_state(r.task), SL_TASK_DONE);
     /* The answer: two splits the pipeline will never read. */
-    resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
-    resp.epoch = epoch;
-    for (; next_id < 5; next_id++)
-        resp.splits[resp.splits_count++] =
-            (sluice_Split){.split_id = next_id, .begin = next_id * 100, .end = next_id * 100 + 100, .epoch = epoch};
-    sl_task_splits_arrived(r.task, &resp);
-    sl_split_done_rec_t *done;
-    unsigned n;
-    cr_assert_eq(take_and_send(&r, &b, &done, &n, &below), SL_TASK_END);
-    for (unsigned i = 0; i < n; i++) {
-        noticed[done[i].split_id]++;
-        delivered[done[i].split_id] = done[i].delivered;
-    }
-    free(done);
+    give_splits(&r, epoch, &next_id, 5);
+    cr_assert_eq(take_noting(&r, &b, noticed, delivered, &below), SL_TASK_END);
     static const uint64_t want[5] = {100, 100, 50, 0, 0};
     for (int k = 0; k < 5; k++) {
         cr_assert_eq(noticed[k], 1, "split %d: %d notices", k, noticed[k]);
