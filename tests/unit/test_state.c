@@ -1271,11 +1271,29 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
     cr_assert_eq(sresp->splits[4].end, 5000);
 }
 
+/* The length split_length() gives a split asked for with want records
+ * (0: no wish), of the least size min and --max-split-size most, with rest
+ * records left for live tasks: the wish within most, at most 1/16 of a live
+ * task's share of rest but not below an eighth of the wish (or the whole
+ * share, when that is less), a multiple of min and at least min. */
+static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint64_t rest, unsigned live)
+{
+    if (want <= min)
+        return min;
+    uint64_t w = want > most ? most : want, guided = rest / (16 * (uint64_t)live);
+    uint64_t at_least = w / 8 < rest / live ? w / 8 : rest / live;
+    if (guided < at_least)
+        guided = at_least;
+    w = w > guided ? guided : w;
+    w = w / min * min;
+    return w > min ? w : min;
+}
+
 /* Splits as long as the workers ask: multiples of the least split size
  * (1100: 1024 rounded up to the batch of 100), at most --max-split-size and
  * 1/16 of a live task's share of what is left but not below an eighth of
- * the wish (within --max-split-size) or the whole share, at most half that share in
- * one answer, the least for a task that asks for no length; and whatever
+ * the wish (within --max-split-size) or the whole share (expected_split()),
+ * at most half that share in one answer, the least for a task that asks for no length; and whatever
  * they ask, the splits tile every epoch exactly once. */
 Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_once)
 {
@@ -1313,15 +1331,8 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
                 cr_assert_eq(s->epoch, epoch);
                 if (s->end < TOTAL) {
                     cr_assert_eq(len % MIN, 0, "split of %" PRIu64 " records", len);
-                    uint64_t most = want > 55000 ? 55000 : want, guided = rest / 32;
-                    uint64_t floor = most / 8 < rest / 2 ? most / 8 : rest / 2;
-                    if (guided < floor)
-                        guided = floor; /* not below an eighth of the wish, or a task's share */
-                    if (most > guided)
-                        most = guided;
-                    most = most / MIN * MIN;
-                    cr_assert_eq(len, most > MIN ? most : MIN, "wish %" PRIu64 ", %" PRIu64 " left: %" PRIu64,
-                                 want, rest, len);
+                    cr_assert_eq(len, expected_split(want, MIN, 55000, rest, 2),
+                                 "wish %" PRIu64 ", %" PRIu64 " left: %" PRIu64, want, rest, len);
                 }
                 if (i > 0)
                     cr_assert_lt(given, share, "past half a task's share in one answer");
@@ -1351,7 +1362,7 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
     enum { MIN = 1024 };
     for (int round = 0; round < 24; round++) {
         unsigned live = 2 + (unsigned)(splitmix64(&rng) % 63);
-        uint64_t total = UINT64_C(1) << (20 + splitmix64(&rng) % 13); /* 2^20 to 2^32 */
+        uint64_t total = UINT64_C(1) << (20 + splitmix64(&rng) % 13); /* 2^20 to 2^33 */
         total += splitmix64(&rng) % total;
         uint64_t most = UINT64_C(1) << (14 + splitmix64(&rng) % 9); /* --max-split-size 2^14 to 2^22 */
         sl_dstate_config_t cfg;
@@ -1396,16 +1407,7 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
                 uint64_t len = sp->end - sp->begin, rest = total - next;
                 cr_assert_eq(sp->begin, next, "seed %u round %d: a split at %" PRIu64 " after %" PRIu64, seed, round,
                              sp->begin, next);
-                uint64_t expect = MIN;
-                if (want > MIN) {
-                    uint64_t w = want > most ? most : want, guided = rest / (16 * (uint64_t)live);
-                    uint64_t floor = w / 8 < rest / live ? w / 8 : rest / live;
-                    if (guided < floor)
-                        guided = floor;
-                    w = w > guided ? guided : w;
-                    w = w / MIN * MIN;
-                    expect = w > MIN ? w : MIN;
-                }
+                uint64_t expect = expected_split(want, MIN, most, rest, live);
                 if (expect > rest)
                     expect = rest;
                 cr_assert_eq(len, expect,
