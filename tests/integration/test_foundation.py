@@ -14,7 +14,7 @@ import time
 import unittest
 import urllib.request
 
-from harness import Cluster, parse_jsonl, summary, values, wait_for
+from harness import Cluster, binary, parse_jsonl, summary, values, wait_for
 
 RANGE_100K = {"source": {"type": "range", "start": 0, "stop": 100000},
               "ops": [{"op": "batch", "batch_size": 100}]}
@@ -294,7 +294,6 @@ class Failures(unittest.TestCase):
         finally:
             c.close()
 
-
     def test_a_worker_whose_port_is_taken_says_so_and_exits(self):
         # sl_worker_start() failed at the bind and freed a worker it had not
         # finished making: the free met a NULL timer and the worker died of
@@ -302,7 +301,6 @@ class Failures(unittest.TestCase):
         c = Cluster(workers=0)
         taken = socket.socket()
         try:
-            from harness import binary
             taken.bind(('127.0.0.1', 0))
             taken.listen(1)
             port = taken.getsockname()[1]
