@@ -31,6 +31,8 @@ static void add_task(sl_task_t *task, void *arg)
                           "capacity_bytes", (json_int_t)ti.buffer_capacity_bytes, "pipeline_seconds",
                           ti.pipeline_seconds, "split_wait_seconds", ti.split_wait_seconds, "records_skipped",
                           (json_int_t)ti.records_skipped);
+    if (ti.sharding == SL_SHARDING_DYNAMIC)
+        json_object_set_new(o, "split_records_per_second", json_real(ti.split_rate));
     json_t *ops = json_array();
     for (int i = 0; i < ti.num_stages; i++) {
         const sl_pipeline_op_stats_t *st = &ti.stages[i];

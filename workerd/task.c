@@ -610,6 +610,27 @@ uint64_t sl_task_job_id(const sl_task_t *t)
     return t->def.job_id;
 }
 
+uint64_t sl_task_dataset_id(const sl_task_t *t)
+{
+    return t->def.dataset_id;
+}
+
+double sl_task_split_rate(sl_task_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    double r = t->split_rate;
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+void sl_task_seed_split_rate(sl_task_t *t, double records_per_s)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->split_rate == 0 && records_per_s > 0)
+        t->split_rate = records_per_s;
+    pthread_mutex_unlock(&t->mu);
+}
+
 int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
 {
     int rc;
@@ -737,6 +758,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .buffer_capacity_bytes = t->cfg.buffer_bytes,
         .pipeline_seconds = t->pipeline_seconds,
         .split_wait_seconds = t->split_wait_total + (t->split_wait ? seconds_now() - t->split_wait_since : 0),
+        .split_rate = t->split_rate,
         .records_skipped = t->records_skipped,
     };
     pthread_mutex_unlock(&t->mu);

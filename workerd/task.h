@@ -81,6 +81,21 @@ void sl_task_free(sl_task_t *task);
 
 uint64_t sl_task_id(const sl_task_t *task);
 uint64_t sl_task_job_id(const sl_task_t *task);
+uint64_t sl_task_dataset_id(const sl_task_t *task);
+
+/** @return the pipeline's measured rate through its DYNAMIC splits
+ *  (records/s), 0 until it has one. Any thread. */
+double sl_task_split_rate(sl_task_t *task);
+
+/**
+ * Starts a DYNAMIC task that has no rate yet at records_per_s (what an
+ * earlier task of its dataset measured on this worker): its first split
+ * request then asks for splits of the target length, not the least, and
+ * the pipeline does not wait for a second hand-out a few batches in. Its
+ * own measure takes over from its first window. Any thread; does nothing
+ * once the task has a rate, or for records_per_s <= 0.
+ */
+void sl_task_seed_split_rate(sl_task_t *task, double records_per_s);
 
 enum sl_task_take {
     SL_TASK_BATCH = 0,   /* *out is a batch, owned by the caller */
@@ -137,6 +152,7 @@ typedef struct sl_task_info {
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */
     double split_wait_seconds; /* DYNAMIC: of that, waiting for the dispatcher's splits */
+    double split_rate;         /* DYNAMIC: records/s through its splits (sl_task_split_rate()) */
     uint64_t records_skipped;  /* corrupt records skipped (tfrecord, on_corrupt "skip") */
     int num_stages;            /* time per pipeline stage, source first (0 when the
                                   pipeline could not be built) */

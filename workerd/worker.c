@@ -93,6 +93,15 @@ struct wtask {
     struct wtask *next;
 };
 
+/* What a dropped DYNAMIC task measured of its pipeline's rate through its
+ * splits (sl_task_split_rate()), for the latest RATE_MEMOS datasets: a new
+ * task of the dataset starts at it (known_rate()). */
+#define RATE_MEMOS 32
+struct rate_memo {
+    uint64_t dataset_id;
+    double rate; /* records/s; 0: an unused slot */
+};
+
 struct tombstone {
     uint64_t task_id;
     bool done; /* finished; otherwise cancelled */
@@ -150,6 +159,8 @@ struct sl_worker {
     unsigned num_tasks;
     struct tombstone tombstones[TOMBSTONES];
     unsigned tomb_next;
+    struct rate_memo rates[RATE_MEMOS];
+    unsigned rate_next;
 
     enum session_state session;
     sl_conn_t *disp;
@@ -290,6 +301,39 @@ static void on_task_notify(sl_task_t *task, void *arg)
     }
 }
 
+/* The rate a new DYNAMIC task of dataset_id starts at (0: none known): the
+ * newest running task's of the dataset that measured one, else what the
+ * last dropped one measured. Repeated short jobs (an evaluation pass each
+ * epoch) then ask for splits of the target length from their first request
+ * instead of taking a second hand-out's round trip a few batches in. */
+static double known_rate(const sl_worker_t *w, uint64_t dataset_id)
+{
+    for (const struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        double r = sl_task_dataset_id(wt->task) == dataset_id ? sl_task_split_rate(wt->task) : 0;
+        if (r > 0)
+            return r;
+    }
+    for (unsigned i = 0; i < RATE_MEMOS; i++)
+        if (w->rates[i].rate > 0 && w->rates[i].dataset_id == dataset_id)
+            return w->rates[i].rate;
+    return 0;
+}
+
+static void remember_rate(sl_worker_t *w, sl_task_t *task)
+{
+    double r = sl_task_split_rate(task);
+    uint64_t id = sl_task_dataset_id(task);
+    if (r <= 0)
+        return;
+    struct rate_memo *m = NULL;
+    for (unsigned i = 0; i < RATE_MEMOS && !m; i++)
+        if (w->rates[i].rate > 0 && w->rates[i].dataset_id == id)
+            m = &w->rates[i];
+    if (!m)
+        m = &w->rates[w->rate_next++ % RATE_MEMOS];
+    *m = (struct rate_memo){.dataset_id = id, .rate = r};
+}
+
 static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *spec, size_t len,
                        const uint8_t *exclude, size_t exclude_len)
 {
@@ -323,6 +367,8 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         free(wt);
         return;
     }
+    if (def->sharding == SL_SHARDING_DYNAMIC)
+        sl_task_seed_split_rate(wt->task, known_rate(w, def->dataset_id));
     wt->next = w->tasks;
     w->tasks = wt;
     w->num_tasks++;
@@ -342,6 +388,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         tb->done = sl_task_state(wt->task) == SL_TASK_DONE;
         memcpy(tb->key, wt->key, sizeof tb->key);
         tb->client_keys = wt->client_keys;
+        remember_rate(w, wt->task);
         *p = wt->next;
         w->num_tasks--;
         /* Requests still parked on it get the same answer a late one would. */

@@ -269,6 +269,71 @@ class Dynamic(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+class SplitRates(unittest.TestCase):
+    """A DYNAMIC task asks for splits of its measured rate times
+    --split-target-ms; before it has a rate, for splits of the least size. A
+    worker that ran a dataset before starts a new task of it at the rate it
+    measured then, so that a second job (an evaluation pass each epoch) asks
+    for long splits from its first request instead of waiting for a second
+    hand-out a few batches in. A dataset it never ran starts at the least
+    size. The first split of each job (the one that begins at record 0) says
+    which: with a target of 1000 s, any rate of a range beyond 66 records a
+    second asks for the most a split may be here, 65536."""
+
+    def cluster(self, dispatcher_args=()):
+        c = Cluster(workers=1, dispatcher_args=['--split-size', '1024', '--max-split-size', '65536'] +
+                    list(dispatcher_args), worker_args=['--split-target-ms', '1000000'])
+        c.wait_workers_registered(1)
+        return c
+
+    def first_split(self, c, stop):
+        spec = {"source": {"type": "range", "stop": stop}, "ops": [{"op": "batch", "batch_size": 1024}]}
+        rc, batches, err = c.cat(spec, ['--sharding', 'dynamic', '--with-provenance'])
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertEqual(sorted(values([b for b in batches if 'value' in b], 'value')), list(range(stop)))
+        done = [d for b in batches for d in b.get('_splits_done', [])]
+        self.assertEqual(sum(d['end'] - d['begin'] for d in done), stop, done)
+        return next(d['end'] - d['begin'] for d in done if d['begin'] == 0)
+
+    def test_a_new_task_starts_at_the_rate_of_a_running_task_of_the_dataset(self):
+        c = self.cluster()
+        first = None
+        try:
+            # A job of the dataset that stays running: its client reads a
+            # batch and then nobody reads its output.
+            spec = {"source": {"type": "range", "stop": 200000}, "ops": [{"op": "batch", "batch_size": 1024}]}
+            first = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--max-outstanding', '1'], fmt='raw'),
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+            first.stdout.read(8 * 1024)
+            task = wait_for(lambda: [t for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']
+                                     if t['split_records_per_second'] > 0], 'the running task to measure its rate')
+            self.assertEqual(len(task), 1, task)
+            self.assertEqual(self.first_split(c, 200000), 65536, 'a second job starts at the running task\'s rate')
+            self.assertEqual(self.first_split(c, 300000), 1024, 'another dataset does not start at that rate')
+        finally:
+            if first:
+                first.kill()
+                first.wait()
+            self.assertEqual(c.close(), {})
+
+    def test_a_new_task_starts_at_the_rate_its_worker_remembers_of_a_removed_task(self):
+        # Finished jobs are collected at once, and their tasks removed.
+        c = self.cluster(['--job-gc-timeout-ms', '300'])
+
+        def removed():
+            wait_for(lambda: not get_json(c.workers[0].admin_port, '/v1/tasks')['tasks'], 'tasks to be removed')
+        try:
+            self.assertEqual(self.first_split(c, 200000), 1024, 'the first task of a dataset has no rate yet')
+            removed()
+            self.assertEqual(self.first_split(c, 200000), 65536, 'the next starts at the rate its worker measured')
+            removed()
+            self.assertEqual(self.first_split(c, 300000), 1024, 'another dataset does not start at that rate')
+            removed()
+            self.assertEqual(self.first_split(c, 200000), 65536, 'the first dataset\'s rate is still known')
+        finally:
+            self.assertEqual(c.close(), {})
+
+
 class Coordinated(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

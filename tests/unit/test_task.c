@@ -495,6 +495,31 @@ Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_boun
     cr_assert_eq(run_sized(&cfg), 0, "a request asked for a length with split_target_ms 0");
 }
 
+/* A task seeded with a rate (what its worker measured of the dataset before)
+ * asks for splits of that rate times split_target_ms from its first request;
+ * a seed of 0 or less is no seed, and a task that has a rate keeps it. */
+Test(task, a_seeded_rate_sizes_the_first_request_and_never_replaces_a_rate)
+{
+    sl_task_config_t cfg = config();
+    cfg.split_target_ms = 100;
+    struct run r = {0};
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               &cfg);
+    sl_task_seed_split_rate(r.task, 0);
+    sl_task_seed_split_rate(r.task, -5);
+    cr_assert_eq(sl_task_split_rate(r.task), 0);
+    sl_task_seed_split_rate(r.task, 250000);
+    sl_task_seed_split_rate(r.task, 999999);
+    cr_assert_eq(sl_task_split_rate(r.task), 250000);
+    uint64_t epoch, seq, records = 0;
+    uint32_t max;
+    for (int i = 0; i < 3000 && !sl_task_want_splits(r.task, &epoch, &max, &seq, &records); i++)
+        wait_notify(&r);
+    cr_assert_eq(records, 25000, "the first request asked for %lu records", (unsigned long)records);
+    stop(&r);
+}
+
 /* The records of n runs, one (epoch, file, record) each, in order. */
 static uint64_t expand(const sl_provenance_run_t *runs, uint64_t n, uint64_t *out, uint64_t cap)
 {
