@@ -29,11 +29,18 @@
 #define RETRY_SPLITS_MS 50
 
 /* With two or more live tasks, a split is at most 1/GUIDED_PARTS of a live
- * task's share of the records left: a worker keeps up to 8 splits queued
- * (workerd's split_prefetch), so its queue holds at most half its share. A
- * lone task keeps splits of the length it asks for to the end: shrinking
+ * task's share of the records left, and an answer at most half that share
+ * (sl_dstate_get_splits()'s fair): a worker keeps up to 8 splits queued
+ * (workerd's split_prefetch) and asks again once half are read, so an
+ * answer of 4 splits reaches that bound. With 1/16 an answer took a
+ * quarter of the share: a range of 40,000,000 read by 2 workers took 40
+ * hand-outs (each a commit of the state store), 4 workers 72; with 1/8, 30
+ * and 56 (a job after the first of its dataset, whose workers know their
+ * rate), and the workers finish the epoch as close together (a model of
+ * the hand-out at rates of 10^5 to 10^8 records a second, 2 to 8 workers).
+ * A lone task keeps splits of the length it asks for to the end: shrinking
  * them would only make it wait on more hand-outs. */
-#define GUIDED_PARTS 16
+#define GUIDED_PARTS 8
 
 /* ...but not below 1/GUIDED_FLOOR of the length the task asked for (at
  * most --max-split-size), unless that is more than a live task's share of
@@ -41,8 +48,8 @@
  * one split's target time, and every live task still gets splits of it.
  * Shrinking to the least size gave a fast epoch hundreds of splits (a
  * range of 40,000,000 read by 2 workers: 291 splits in 67 hand-outs, each
- * a commit of the state store; 129 in 40 with the floor), and as many
- * split-done notices. */
+ * a commit of the state store; 129 in 40 with the floor, at 1/16 of a
+ * share), and as many split-done notices. */
 #define GUIDED_FLOOR 8
 
 /* The length of the next split of d from a cursor with left records left

@@ -1273,14 +1273,14 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 
 /* The length split_length() gives a split asked for with want records
  * (0: no wish), of the least size min and --max-split-size most, with rest
- * records left for live tasks: the wish within most, at most 1/16 of a live
+ * records left for live tasks: the wish within most, at most 1/8 of a live
  * task's share of rest but not below an eighth of the wish (or the whole
  * share, when that is less), a multiple of min and at least min. */
 static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint64_t rest, unsigned live)
 {
     if (want <= min)
         return min;
-    uint64_t w = want > most ? most : want, guided = rest / (16 * (uint64_t)live);
+    uint64_t w = want > most ? most : want, guided = rest / (8 * (uint64_t)live);
     uint64_t at_least = w / 8 < rest / live ? w / 8 : rest / live;
     if (guided < at_least)
         guided = at_least;
@@ -1291,7 +1291,7 @@ static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint6
 
 /* Splits as long as the workers ask: multiples of the least split size
  * (1100: 1024 rounded up to the batch of 100), at most --max-split-size and
- * 1/16 of a live task's share of what is left but not below an eighth of
+ * 1/8 of a live task's share of what is left but not below an eighth of
  * the wish (within --max-split-size) or the whole share (expected_split()),
  * at most half that share in one answer, the least for a task that asks for no length; and whatever
  * they ask, the splits tile every epoch exactly once. */
@@ -1350,7 +1350,7 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
  * live tasks (2 to 64), the epoch (up to 2^33 records), --max-split-size
  * and, request by request, the task that asks, its wish and how many
  * splits it takes. Every split is exactly split_length()'s length (its wish
- * within --max-split-size, at most 1/16 of a live task's share of what is
+ * within --max-split-size, at most 1/8 of a live task's share of what is
  * left, not below an eighth of the wish unless that is past the share, a
  * multiple of the least), an answer past its first split stays within half
  * a task's share, and the splits tile the epoch once. SLUICE_TEST_SEED
