@@ -8,6 +8,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 
 def _reset(sock):
@@ -56,20 +57,34 @@ class CutProxy:
                 self.pairs.append(pair)
             threading.Thread(target=self._pump, args=(pair,), daemon=True).start()
 
+    @staticmethod
+    def _throw_away_next(c, u, wait=5.0):
+        """The bytes of what upstream u sends next, thrown away: an answer in
+        flight, or the answer to a request the client c sends meanwhile (its
+        requests still go through: with none in flight, a client whose
+        answers were all delivered asks again once it has read them). 0 when
+        nothing came within wait seconds or upstream closed."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([c, u], [], [], 0.1)
+            if u in r:
+                try:
+                    return len(u.recv(1 << 20))
+                except OSError:
+                    return 0
+            if c in r:
+                data = c.recv(1 << 16)
+                if not data:
+                    return 0
+                u.sendall(data)
+        return 0
+
     def _pump(self, pair):
         c, u, cut, done = pair
         try:
             while not self.closed:
                 if cut.is_set():
-                    # Throw away what the upstream side sends next (an answer
-                    # in flight, waited for up to 2 s), then break both ends.
-                    lost = 0
-                    if select.select([u], [], [], 2.0)[0]:
-                        try:
-                            lost = len(u.recv(1 << 20))
-                        except OSError:
-                            pass
-                    self.dropped.append(lost)
+                    self.dropped.append(self._throw_away_next(c, u))
                     break
                 r, _, _ = select.select([c, u], [], [], 0.1)
                 for src, dst in ((c, u), (u, c)):

@@ -386,19 +386,27 @@ class WorkerCrash(ThreeWorkers):
         (at, worker index) kills that worker and starts it again on its ports
         after a seeded pause. Returns (returncode, values, stderr)."""
         rng = random.Random(seed)
+        self.victims = []  # the workers killed, in order (see kill())
+
+        def taking_part(i):
+            return any(t['state'] == 'RUNNING' and t['batches_produced'] > 0
+                       for t in get_json(self.cluster.workers[i].admin_port, '/v1/tasks')['tasks'])
 
         def kill(victim):
             # The victim takes part before it goes: it has a task of the job
             # that made batches, so it holds splits the consumer has not
             # confirmed. A worker restarted by the kill before may not even
-            # have registered yet, however many batches were read since; its
-            # pipeline fills its buffer while nothing is read, so this wait
-            # ends without the consumer.
-            w = self.cluster.workers[victim]
-            wait_for(lambda: any(t['state'] == 'RUNNING' and t['batches_produced'] > 0
-                                 for t in get_json(w.admin_port, '/v1/tasks')['tasks']),
-                     'worker %d (%s) to make batches before it is killed' % (victim, w.addr))
-            self.cluster.restart_worker(victim, down=rng.uniform(0.0, 1.0))
+            # have registered yet, however many batches were read since, or
+            # may never make a batch: the others may hold every split left
+            # (the splits of a short epoch are long). Then the next worker
+            # that takes part goes instead. Their pipelines fill their
+            # buffers while nothing is read, so this wait ends without the
+            # consumer.
+            order = [victim] + [i for i in range(len(self.cluster.workers)) if i != victim]
+            chosen = wait_for(lambda: [i for i in order if taking_part(i)][:1],
+                              'a worker to make batches before it is killed (worker %d drawn)' % victim)[0]
+            self.victims.append(chosen)
+            self.cluster.restart_worker(chosen, down=rng.uniform(0.0, 1.0))
         faults = [(at, lambda v=victim: kill(v)) for at, victim in kills]
         return stream_with_faults(self.cluster, spec, ['--sharding', 'dynamic'] + list(args), faults)
 
@@ -411,7 +419,8 @@ class WorkerCrash(ThreeWorkers):
         spec = {"source": {"type": "range", "stop": N},
                 "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
         rc, got, err = self.run_with_worker_kills(spec, kills, seed)
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s, workers killed %s' % (
+            seed, seed, kills, self.victims)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
         assert_exactly_once(self, got, N, where)
         admin = self.cluster.dispatcher.admin_port
@@ -444,7 +453,8 @@ class WorkerCrash(ThreeWorkers):
         spec = {"source": {"type": "range", "stop": N},
                 "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
         rc, got, err = self.run_with_worker_kills(spec, kills, seed)
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s, workers killed %s' % (
+            seed, seed, kills, self.victims)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
         assert_exactly_once(self, got, N, where)
         job = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
@@ -465,7 +475,8 @@ class WorkerCrash(ThreeWorkers):
                 "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
         kills = [(rng.randrange(N // BATCH // 10, N // BATCH // 2), rng.randrange(3))]
         rc, got, err = self.run_with_worker_kills(spec, kills, seed, ['--no-provenance'])
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s' % (seed, seed, kills)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s, workers killed %s' % (
+            seed, seed, kills, self.victims)
         self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
         missing, _, unexpected = missing_and_duplicated(got, range(N))
         self.assertEqual((len(missing), unexpected), (0, []), '%s: missing %s' % (where, missing[:10]))
@@ -647,7 +658,7 @@ class StalledClient(unittest.TestCase):
         admin = self.cluster.dispatcher.admin_port
         # Trainer 0's caller stops reading after 5 batches; its process runs on.
         g = GatedTrainers(self.cluster, spec, args, gated=0, stop_after=5)
-        trainers, got, counts, stalled_reads = g.procs, g.got, g.counts, g.reads
+        got, counts, stalled_reads = g.got, g.counts, g.reads
         try:
             wait_for(lambda: min(counts) >= 5, 'both trainers to read 5 batches')
             job_id = get_json(admin, '/v1/jobs')['jobs'][0]['id']
