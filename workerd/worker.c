@@ -305,7 +305,9 @@ static void on_task_notify(sl_task_t *task, void *arg)
  * newest running task's of the dataset that measured one, else what the
  * last dropped one measured. Repeated short jobs (an evaluation pass each
  * epoch) then ask for splits of the target length from their first request
- * instead of taking a second hand-out's round trip a few batches in. */
+ * instead of taking a second hand-out's round trip a few batches in. Only
+ * a hint: a wrong one (a dataset id a new dispatcher gave again) sizes
+ * that first request alone, within --max-split-size and the guided share. */
 static double known_rate(const sl_worker_t *w, uint64_t dataset_id)
 {
     for (const struct wtask *wt = w->tasks; wt; wt = wt->next) {
