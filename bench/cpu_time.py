@@ -43,6 +43,5 @@ def cluster_cpu_seconds(pids):
     """(CPU seconds of the daemons pids, all their threads, and of the child
     processes run and waited for so far; of those children alone)."""
     user, system = _daemons(pids)
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    children = r.ru_utime + r.ru_stime
+    children = children_cpu_seconds()
     return user + system + children, children

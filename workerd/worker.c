@@ -308,17 +308,23 @@ static void on_task_notify(sl_task_t *task, void *arg)
  * instead of taking a second hand-out's round trip a few batches in. Only
  * a hint: a wrong one (a dataset id a new dispatcher gave again) sizes
  * that first request alone, within --max-split-size and the guided share. */
-static double known_rate(const sl_worker_t *w, uint64_t dataset_id)
+static struct rate_memo *rate_memo_of(sl_worker_t *w, uint64_t dataset_id)
+{
+    for (unsigned i = 0; i < RATE_MEMOS; i++)
+        if (w->rates[i].rate > 0 && w->rates[i].dataset_id == dataset_id)
+            return &w->rates[i];
+    return NULL;
+}
+
+static double known_rate(sl_worker_t *w, uint64_t dataset_id)
 {
     for (const struct wtask *wt = w->tasks; wt; wt = wt->next) {
         double r = sl_task_dataset_id(wt->task) == dataset_id ? sl_task_split_rate(wt->task) : 0;
         if (r > 0)
             return r;
     }
-    for (unsigned i = 0; i < RATE_MEMOS; i++)
-        if (w->rates[i].rate > 0 && w->rates[i].dataset_id == dataset_id)
-            return w->rates[i].rate;
-    return 0;
+    const struct rate_memo *m = rate_memo_of(w, dataset_id);
+    return m ? m->rate : 0;
 }
 
 static void remember_rate(sl_worker_t *w, sl_task_t *task)
@@ -327,10 +333,7 @@ static void remember_rate(sl_worker_t *w, sl_task_t *task)
     uint64_t id = sl_task_dataset_id(task);
     if (r <= 0)
         return;
-    struct rate_memo *m = NULL;
-    for (unsigned i = 0; i < RATE_MEMOS && !m; i++)
-        if (w->rates[i].rate > 0 && w->rates[i].dataset_id == id)
-            m = &w->rates[i];
+    struct rate_memo *m = rate_memo_of(w, id);
     if (!m)
         m = &w->rates[w->rate_next++ % RATE_MEMOS];
     *m = (struct rate_memo){.dataset_id = id, .rate = r};

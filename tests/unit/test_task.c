@@ -79,6 +79,17 @@ static void wait_notify(struct run *r)
     }
 }
 
+/* Waits until the task asks for splits (its pipeline is running): its
+ * request's epoch, split count and records per split. */
+static void await_request(struct run *r, uint64_t *epoch, uint32_t *max, uint64_t *records)
+{
+    uint64_t seq;
+    bool asked = false;
+    for (int i = 0; i < 3000 && !(asked = sl_task_want_splits(r->task, epoch, max, &seq, records)); i++)
+        wait_notify(r);
+    cr_assert(asked, "the task never asked for splits");
+}
+
 /* Answers the task's request for splits, if it has one: as many as it asks
  * for (at most 64) of split records each, ids and records from *next_id and
  * *next_begin on, then the end of the epoch once total records went out. */
@@ -292,8 +303,7 @@ Test(task, an_ended_pipeline_waits_for_its_split_request_and_notices_what_it_bri
     uint64_t epoch, seq, records, next_id = 0, below = 0, elements = 0;
     uint32_t max;
     /* Three splits of 100: the take ends in the third. */
-    for (int i = 0; i < 3000 && !sl_task_want_splits(r.task, &epoch, &max, &seq, &records); i++)
-        wait_notify(&r);
+    await_request(&r, &epoch, &max, &records);
     give_splits(&r, epoch, &next_id, 3);
     /* Three queued of a prefetch of 8: it asks again; the answer waits. */
     cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records));
@@ -512,10 +522,9 @@ Test(task, a_seeded_rate_sizes_the_first_request_and_never_replaces_a_rate)
     sl_task_seed_split_rate(r.task, 250000);
     sl_task_seed_split_rate(r.task, 999999);
     cr_assert_eq(sl_task_split_rate(r.task), 250000);
-    uint64_t epoch, seq, records = 0;
+    uint64_t epoch, records = 0;
     uint32_t max;
-    for (int i = 0; i < 3000 && !sl_task_want_splits(r.task, &epoch, &max, &seq, &records); i++)
-        wait_notify(&r);
+    await_request(&r, &epoch, &max, &records);
     cr_assert_eq(records, 25000, "the first request asked for %lu records", (unsigned long)records);
     stop(&r);
 }
