@@ -1273,18 +1273,26 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 
 /* The length split_length() gives a split asked for with want records
  * (0: no wish), of the least size min and --max-split-size most, with rest
- * records left for live tasks: the wish within most, at most 1/8 of a live
- * task's share of rest but not below an eighth of the wish (or the whole
- * share, when that is less), a multiple of min and at least min. */
+ * records left for live (2 or more) tasks: the wish within most, at most
+ * 1/8 of a live task's share of rest but not below an eighth of the wish
+ * (or the whole share, when that is less, but not below a crumb: 1/live of
+ * that eighth), a multiple of min and at least min; all of rest (rounded
+ * up to min, within most) when less than a crumb would be left. */
 static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint64_t rest, unsigned live)
 {
     if (want <= min)
         return min;
     uint64_t w = want > most ? most : want, guided = rest / (8 * (uint64_t)live);
-    uint64_t at_least = w / 8 < rest / live ? w / 8 : rest / live;
+    uint64_t share = rest / live, crumb = w / 8 / live;
+    uint64_t at_least = w / 8 <= share ? w / 8 : share > crumb ? share : crumb;
     if (guided < at_least)
         guided = at_least;
     w = w > guided ? guided : w;
+    if (w >= rest || rest - w < crumb) {
+        if (rest <= most)
+            return (rest + min - 1) / min * min;
+        w = most;
+    }
     w = w / min * min;
     return w > min ? w : min;
 }
@@ -1429,6 +1437,48 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
         sl_dstate_free(st);
         st = NULL;
     }
+}
+
+/* The end of an epoch read by two tasks at full speed, as the bench reads
+ * it (40,000,000 records, --max-split-size 1048576, each task asking for 4
+ * splits of 4,000,000 records at a time, by turns): once less than a floor
+ * split (an eighth of the wish) per task is left, no split is below a crumb
+ * (1/2 of that floor) but the one that ends the epoch, and the epoch ends
+ * in at most 3 answers. Bounded by the share alone, each answer took half
+ * of what the one before left: 10 answers, down to 512 records. */
+Test(state, the_end_of_an_epoch_is_handed_out_in_crumbs_not_halvings)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.split_size = 1024;
+    cfg.max_split_size = 1048576;
+    cfg.max_outstanding = 1u << 30; /* no client confirms here */
+    start(&cfg);
+    enum { TOTAL = 40000000, FLOOR = 1048576 / 8, CRUMB = FLOOR / 2 };
+    uint64_t ds = dataset(RANGE_SPEC(40000000));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t[2] = {take_task(w1, 1).task_id, take_task(w2, 1).task_id};
+    uint64_t next = 0;
+    unsigned tail_answers = 0;
+    for (unsigned calls = 0;; calls++) {
+        cr_assert_lt(calls, 1000, "the epoch never ends");
+        cr_assert_eq(splits_of(t[calls % 2], 0, 4, 4000000), 0, "%s", err);
+        if (sresp->end_of_epoch)
+            break;
+        bool tail = TOTAL - next < 2 * (uint64_t)FLOOR;
+        tail_answers += tail;
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            const sluice_Split *s = &sresp->splits[i];
+            cr_assert_eq(s->begin, next);
+            if (tail && s->end < TOTAL)
+                cr_assert_geq(s->end - s->begin, CRUMB, "a split of %" PRIu64 " records with %" PRIu64 " left",
+                              s->end - s->begin, TOTAL - next);
+            next = s->end;
+        }
+    }
+    cr_assert_eq(next, TOTAL);
+    cr_assert_leq(tail_answers, 3, "the last %u records took %u answers", 2 * FLOOR, tail_answers);
 }
 
 /* A lone task gets the length it asks for to the epoch's end (no guided
