@@ -65,7 +65,7 @@
 /* sl_iterator_opts_t.dispatcher_timeout_ms unless given: an hour, as tf.data service. */
 #define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
-#define END_PROBE_MIN_MS 2 /* the first ask after every task ended, doubled each time */
+#define END_PROBE_MIN_MS 2 /* the ask after the first (at once) when every task ended, doubled each time */
 /* A job with no live worker for this long is said on stderr (and by
  * sl_iterator_waiting()); past timeout_ms the iterator fails. */
 #define NO_WORKER_NOTICE_MS 3000
@@ -152,8 +152,9 @@ struct sl_iterator {
     struct event *release_timer;
     /* Every task ended and the job is not known finished yet: the
      * dispatcher hears of the last task's end from its worker about when
-     * we do, so ask again soon, backing off from END_PROBE_MIN_MS to the
-     * heartbeat interval, instead of waiting out a whole heartbeat. */
+     * we do, so ask at once and again soon, backing off from
+     * END_PROBE_MIN_MS to the heartbeat interval, instead of waiting out a
+     * whole heartbeat. */
     struct event *end_probe;
     struct event *retry_timer; /* asks again a worker that did not know its task yet */
     int64_t retry_due;         /* when retry_timer fires, while pending (retry_at()) */
@@ -895,6 +896,13 @@ static void check_finished(sl_iterator_t *it)
             return;
     if (!local && (!it->job_state_known || it->job_state != SL_JOB_FINISHED)) {
         if (it->tasks && it->end_probe && !evtimer_pending(it->end_probe, NULL)) {
+            if (!it->end_probe_ms && !it->hb_out) {
+                /* The first ask goes at once: the worker told the dispatcher
+                 * as it told us, and usually first. */
+                it->end_probe_ms = END_PROBE_MIN_MS / 2;
+                send_heartbeat(it);
+                return;
+            }
             it->end_probe_ms = it->end_probe_ms ? it->end_probe_ms * 2 : END_PROBE_MIN_MS;
             if (it->end_probe_ms > it->heartbeat_ms)
                 it->end_probe_ms = it->heartbeat_ms;
