@@ -53,13 +53,15 @@
  * share), and as many split-done notices.
  *
  * In the epoch's last floor split per live task, a split is never below a
- * crumb, 1/live of that floor, and one that would leave less than a crumb
- * takes all that is left. Bounded by the share alone, the tail halved
- * with each answer (each task took half of what the one before left) down
- * to the least size: 40,000,000 records read by 2 workers ended with 10
- * answers of 131,072, 92,160, 46,080 ... 1,024 and 512 records, each a
- * commit and a wait for a worker whose queue had run dry; with the crumb,
- * 3 (and 20 hand-outs in the epoch, not 28; 4 workers 37, not 56). A crumb is 1/(8 live) of a
+ * crumb, 1/live of that floor (but at most half of a live task's share of
+ * the whole epoch, so that a small epoch still reaches every live task),
+ * and one that would leave less than a crumb takes all that is left.
+ * Bounded by the share alone, the tail halved with each answer (each task
+ * took half of what the one before left) down to the least size:
+ * 40,000,000 records read by 2 workers ended with 10 answers of 131,072,
+ * 92,160, 46,080 ... 1,024 and 512 records, each a commit and a wait for a
+ * worker whose queue had run dry; with the crumb, 3 (and 20 hand-outs in
+ * the epoch, not 28; 4 workers 37, not 56). A crumb is 1/(8 live) of a
  * split's target time; a task's last split is less than a floor split and
  * a crumb. */
 #define GUIDED_FLOOR 8
@@ -77,6 +79,9 @@ static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uin
     uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
     uint64_t at_least = want / GUIDED_FLOOR, share = left / (live ? live : 1);
     uint64_t crumb = at_least / (live ? live : 1);
+    uint64_t epoch_half_share = sl__dataset_records(d) / (2 * (uint64_t)(live ? live : 1));
+    if (crumb > epoch_half_share)
+        crumb = epoch_half_share;
     if (at_least > share)
         at_least = share > crumb ? share : crumb;
     if (guided < at_least)

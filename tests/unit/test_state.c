@@ -1273,17 +1273,21 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 
 /* The length split_length() gives a split asked for with want records
  * (0: no wish), of the least size min and --max-split-size most, with rest
- * records left for live (2 or more) tasks: the wish within most, at most
- * 1/8 of a live task's share of rest but not below an eighth of the wish
- * (or the whole share, when that is less, but not below a crumb: 1/live of
- * that eighth), a multiple of min and at least min; all of rest (rounded
- * up to min, within most) when less than a crumb would be left. */
-static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint64_t rest, unsigned live)
+ * of an epoch of total records left for live (2 or more) tasks: the wish
+ * within most, at most 1/8 of a live task's share of rest but not below an
+ * eighth of the wish (or the whole share, when that is less, but not below
+ * a crumb: 1/live of that eighth, at most total / (2 live)), a multiple of
+ * min and at least min; all of rest (rounded up to min, within most) when
+ * less than a crumb would be left. */
+static uint64_t expected_split(uint64_t want, uint64_t min, uint64_t most, uint64_t total, uint64_t rest,
+                               unsigned live)
 {
     if (want <= min)
         return min;
     uint64_t w = want > most ? most : want, guided = rest / (8 * (uint64_t)live);
     uint64_t share = rest / live, crumb = w / 8 / live;
+    if (crumb > total / (2 * (uint64_t)live))
+        crumb = total / (2 * (uint64_t)live);
     uint64_t at_least = w / 8 <= share ? w / 8 : share > crumb ? share : crumb;
     if (guided < at_least)
         guided = at_least;
@@ -1339,7 +1343,7 @@ Test(state, splits_sized_by_the_workers_wish_stay_in_bounds_and_tile_each_epoch_
                 cr_assert_eq(s->epoch, epoch);
                 if (s->end < TOTAL) {
                     cr_assert_eq(len % MIN, 0, "split of %" PRIu64 " records", len);
-                    cr_assert_eq(len, expected_split(want, MIN, 55000, rest, 2),
+                    cr_assert_eq(len, expected_split(want, MIN, 55000, TOTAL, rest, 2),
                                  "wish %" PRIu64 ", %" PRIu64 " left: %" PRIu64, want, rest, len);
                 }
                 if (i > 0)
@@ -1415,7 +1419,7 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
                 uint64_t len = sp->end - sp->begin, rest = total - next;
                 cr_assert_eq(sp->begin, next, "seed %u round %d: a split at %" PRIu64 " after %" PRIu64, seed, round,
                              sp->begin, next);
-                uint64_t expect = expected_split(want, MIN, most, rest, live);
+                uint64_t expect = expected_split(want, MIN, most, total, rest, live);
                 if (expect > rest)
                     expect = rest;
                 cr_assert_eq(len, expect,
@@ -1479,6 +1483,50 @@ Test(state, the_end_of_an_epoch_is_handed_out_in_crumbs_not_halvings)
     }
     cr_assert_eq(next, TOTAL);
     cr_assert_leq(tail_answers, 3, "the last %u records took %u answers", 2 * FLOOR, tail_answers);
+}
+
+/* A small epoch (100,000 records: less than a crumb, 1/live of an eighth of
+ * --max-split-size, per live task) read by fast tasks asking by turns, as
+ * in the test above: every live task gets some of it. A crumb not bounded
+ * by the epoch gave the first task all of it with 2 tasks, and left one of
+ * 4 without any. */
+Test(state, a_small_epoch_still_reaches_every_live_task)
+{
+    for (unsigned live = 2; live <= 4; live += 2) {
+        sl_dstate_config_t cfg;
+        test_config(&cfg);
+        cfg.split_size = 1024;
+        cfg.max_split_size = 1048576;
+        cfg.max_outstanding = 1u << 30; /* no client confirms here */
+        start(&cfg);
+        uint64_t ds = dataset(RANGE_SPEC(100000));
+        uint64_t workers[4], tasks[4], got[4] = {0}, next = 0;
+        for (unsigned i = 0; i < live; i++) {
+            char addr[32];
+            snprintf(addr, sizeof addr, "w:%u", i + 1);
+            workers[i] = worker(addr, 0);
+        }
+        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+        for (unsigned i = 0; i < live; i++)
+            tasks[i] = take_task(workers[i], 1).task_id;
+        for (unsigned calls = 0;; calls++) {
+            cr_assert_lt(calls, 1000, "the epoch never ends");
+            unsigned k = calls % live;
+            cr_assert_eq(splits_of(tasks[k], 0, calls < live ? 8 : 4, 4000000), 0, "%s", err);
+            if (sresp->end_of_epoch)
+                break;
+            for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+                cr_assert_eq(sresp->splits[i].begin, next);
+                got[k] += sresp->splits[i].end - next;
+                next = sresp->splits[i].end;
+            }
+        }
+        cr_assert_eq(next, 100000);
+        for (unsigned i = 0; i < live; i++)
+            cr_assert_gt(got[i], 0, "task %u of %u got none of the epoch", i + 1, live);
+        sl_dstate_free(st);
+        st = NULL;
+    }
 }
 
 /* A lone task gets the length it asks for to the epoch's end (no guided
