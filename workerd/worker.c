@@ -7,7 +7,9 @@
  * again every RECONNECT_MS, give or take half of it. A heartbeat answered with SL_ENOTFOUND (the
  * dispatcher forgot us) goes REGISTERED -> REGISTERING; a refused
  * registration is retried every RECONNECT_MS. While REGISTERED it
- * heartbeats every heartbeat_ms, and at once when a task finishes.
+ * heartbeats every heartbeat_ms, and at once when a task finishes. A
+ * registration that is no resume forgets the tasks of the one before
+ * (forget_registration()).
  *
  * Past 900 lines: the dispatcher session and the client connections share
  * the worker's tasks and its one loop; the task runner is task.c, rounds
@@ -405,6 +407,24 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         sl_log_info("task %" PRIu64 " removed (%s)", task_id, tb->done ? "done" : "cancelled");
         return;
     }
+}
+
+/* A registration that is no resume (another id, or the same id under
+ * another dispatcher's secret: one started on an empty work dir gives its
+ * ids again, to other tasks and datasets) leaves every id this worker knows
+ * naming something of the registration before. Its tasks go (a dispatcher
+ * that declared it lost gave their splits to others; a new one never had
+ * them), and so do the tombstones and the rate memo: a tombstone of a new
+ * task's id refused that task's clients (SL_EPERM: not their key), and a
+ * memo of a new dataset's id gave it another dataset's rate. */
+static void forget_registration(sl_worker_t *w)
+{
+    while (w->tasks)
+        drop_task(w, sl_task_id(w->tasks->task));
+    memset(w->tombstones, 0, sizeof w->tombstones);
+    w->tomb_next = 0;
+    memset(w->rates, 0, sizeof w->rates);
+    w->rate_next = 0;
 }
 
 /* ---- serving clients ---- */
@@ -1138,18 +1158,22 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
             break;
         }
         uint64_t prev = w->worker_id;
-        w->worker_id = ((const sluice_WorkerRegisterResponse *)msg)->worker_id;
-        memcpy(w->worker_secret, ((const sluice_WorkerRegisterResponse *)msg)->worker_secret,
-               sizeof w->worker_secret);
-        if (((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms)
-            w->cfg.heartbeat_ms = (int)((const sluice_WorkerRegisterResponse *)msg)->heartbeat_ms;
+        const sluice_WorkerRegisterResponse *reg = msg;
+        bool resumed =
+            prev == reg->worker_id && memcmp(w->worker_secret, reg->worker_secret, sizeof w->worker_secret) == 0;
+        if (!resumed)
+            forget_registration(w);
+        w->worker_id = reg->worker_id;
+        memcpy(w->worker_secret, reg->worker_secret, sizeof w->worker_secret);
+        if (reg->heartbeat_ms)
+            w->cfg.heartbeat_ms = (int)reg->heartbeat_ms;
         session_set_state(w, SESSION_REGISTERED);
         if (w->old_disp) {
             /* The dispatcher took our id over the new connection. */
             sl_conn_close(w->old_disp);
             w->old_disp = NULL;
         }
-        if (prev == w->worker_id)
+        if (resumed)
             sl_log_info("reconnected to dispatcher %s as worker %" PRIu64 ", keeping its tasks", w->dispatcher,
                         w->worker_id);
         else

@@ -112,9 +112,10 @@ class Cluster:
             self.close()   # no daemon outlives a cluster that could not start
             raise
 
-    def restart_dispatcher(self, sig=signal.SIGKILL):
+    def restart_dispatcher(self, sig=signal.SIGKILL, work_dir=None):
         """Stops the dispatcher with sig (-9: a crash) and starts it again on the
-        same ports and work dir, as an operator's supervisor would."""
+        same ports and work dir, as an operator's supervisor would (work_dir:
+        on another, empty one: a new dispatcher that knows nothing)."""
         old = self.dispatcher
         if sig == signal.SIGKILL:
             old.kill()
@@ -123,6 +124,8 @@ class Cluster:
         argv = list(old.argv)
         argv[argv.index('--port') + 1] = str(old.port)
         argv[argv.index('--admin-port') + 1] = str(old.admin_port)
+        if work_dir:
+            argv[argv.index('--work-dir') + 1] = work_dir
         self.dispatcher = self._start(argv, 'dispatcher%d' % len(self.daemons))
         return self.dispatcher
 

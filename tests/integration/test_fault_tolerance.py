@@ -517,6 +517,44 @@ class WorkerLostAfterItsTaskWasDone(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+class DispatcherStateLost(unittest.TestCase):
+    """A dispatcher started on an empty work dir (its volume lost) gives its
+    ids again from the start, to other tasks. A worker that outlived the old
+    one registers anew and forgets what it ran under it: it kept a running
+    task of the old dispatcher's under the id the new one gives a new job's
+    task, took the new task for it (never starting it) and refused the new
+    job's client with SL_EPERM (not its key), as it did with a tombstone of
+    that id."""
+
+    def test_a_worker_that_outlived_its_dispatchers_state_serves_the_new_ones_jobs(self):
+        c = Cluster(workers=1)
+        old = None
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            # A job of the old dispatcher's that stays running: its client
+            # reads a batch, then nobody reads its output.
+            old = subprocess.Popen(c.cat_argv(spec, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=child_env())
+            old.stdout.read(8 * 1000)
+            old_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
+            c.restart_dispatcher(work_dir=os.path.join(c.dir, 'work-new'))
+            c.wait_workers_registered(1)
+            jobs = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']
+            for sharding in ('off', 'dynamic'):
+                rc, batches, err = c.cat(spec, ['--sharding', sharding, '--timeout-ms', '20000'], timeout=60)
+                self.assertEqual(rc, 0, err[-2000:])
+                assert_exactly_once(self, values(batches, 'value'), 100000, 'a new dispatcher\'s job, ' + sharding)
+            self.assertEqual(jobs, [], 'the new dispatcher knew a job before its first')
+            # The premise: the first new job's task has the old task's id.
+            self.assertIn('task %d of job' % old_tasks[0], c.workers[0].stderr().split('registered with')[-1])
+        finally:
+            if old:
+                old.kill()
+                old.wait()
+            self.assertEqual(c.close(), {})
+
+
 class AwayClient(unittest.TestCase):
     """A trainer whose lease runs out while it is away (stopped with SIGSTOP
     longer than --client-timeout-ms) is away, not gone: its peer reads on,
@@ -669,7 +707,8 @@ class StalledClient(unittest.TestCase):
             # the job finishes while trainer 0 is stalled.
             wait_for(lambda: job()['state'] == 'FINISHED', 'the job to finish while trainer 0 does not read',
                      timeout=300)
-            self.assertIn('stalled', [c['state'] for c in job()['consumers']])
+            self.assertIn('stalled', [c['state'] for c in job()['consumers']],
+                          [line for line in self.cluster.dispatcher.stderr().splitlines() if 'client' in line])
             rc, err = g.finish(1)
             self.assertEqual(rc, 0, 'the peer failed: %s' % err[-3000:])
             stalled_reads.set()

@@ -333,6 +333,24 @@ class SplitRates(unittest.TestCase):
         finally:
             self.assertEqual(c.close(), {})
 
+    def test_a_new_dispatcher_gives_its_dataset_ids_no_rate_measured_under_the_old_one(self):
+        # Dataset ids are the dispatcher's: one started on an empty work dir
+        # gives the first id again, to another dataset.
+        c = self.cluster(['--job-gc-timeout-ms', '300'])
+
+        def dataset_ids():
+            return [d['id'] for d in get_json(c.dispatcher.admin_port, '/v1/datasets')['datasets']]
+        try:
+            self.assertEqual(self.first_split(c, 200000), 1024)
+            wait_for(lambda: not get_json(c.workers[0].admin_port, '/v1/tasks')['tasks'], 'tasks to be removed')
+            old_ids = dataset_ids()
+            c.restart_dispatcher(work_dir=os.path.join(c.dir, 'work-new'))
+            c.wait_workers_registered(1)
+            self.assertEqual(self.first_split(c, 300000), 1024, 'a rate measured under the old dispatcher')
+            self.assertEqual(dataset_ids(), old_ids, 'the new dispatcher gave the other dataset the same id')
+        finally:
+            self.assertEqual(c.close(), {})
+
 
 class Coordinated(unittest.TestCase):
     @classmethod
