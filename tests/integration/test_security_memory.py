@@ -8,6 +8,7 @@ peak RSS stays far below it), and a header claiming 60000 x 60000 by the
 per-image limit. /metrics shows the budget, what is charged and the
 refusals. Batch blocks the worker keeps for its next batch are charged to
 the budget and freed before a task's charge would be refused."""
+import importlib.util
 import os
 import subprocess
 import tempfile
@@ -123,9 +124,7 @@ class WorkerMemory(ClusterCase):
         return r.returncode, r.stderr
 
     def test_a_huge_jpeg_is_refused_before_its_pixels_are_allocated(self):
-        try:
-            import PIL  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec('PIL') is None:
             self.skipTest('PIL is not installed')
         small = jpeg_of(64, 48)
         # A small image decodes (the budget has room for it).

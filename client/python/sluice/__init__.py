@@ -16,14 +16,17 @@ See docs/python.md."""
 from . import errors
 from ._lib import LibraryNotFound, library_path
 from ._spec import TensorSpec
-# range is left out of __all__ so that `from sluice import *` keeps the builtin.
-from .dataset import Dataset, fixed_length_records, from_spec, range, text_lines, tfrecord  # noqa: F401
+from . import dataset as _dataset
+from .dataset import Dataset, fixed_length_records, from_spec, text_lines, tfrecord
 from .errors import (ConflictError, DataError, InvalidArgumentError, JobCancelledError, NotFoundError,
                      SluiceConnectionError, SluiceError, SluiceFileNotFoundError,
                      SluicePermissionError, SluiceTimeoutError, SluiceUsageWarning, SluiceWaitWarning,
                      SpecError)
 
 __version__ = '0.1.0'
+
+# sluice.range, left out of __all__ so that `from sluice import *` keeps the builtin.
+range = _dataset.range
 
 __all__ = [
     'Dataset', 'tfrecord', 'text_lines', 'fixed_length_records', 'from_spec', 'distribute', 'merge_checkpoints',
