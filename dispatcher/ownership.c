@@ -102,6 +102,7 @@ int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint
         return 0;
     return sl_errf(err, errlen, SL_EPERM,
                    "%s refused: client_secret is not the one job %" PRIu64 " gave client %" PRIu64
-                   " (GetOrCreateJobResponse.client_secret); nothing changed",
+                   " (GetOrCreateJobResponse.client_secret; a client of another dispatcher, or of this one "
+                   "before it lost its state, has none here); nothing changed",
                    what, job_id, client_id);
 }

@@ -524,18 +524,19 @@ class DispatcherStateLost(unittest.TestCase):
     task of the old dispatcher's under the id the new one gives a new job's
     task, took the new task for it (never starting it) and refused the new
     job's client with SL_EPERM (not its key), as it did with a tombstone of
-    that id."""
+    that id. The old job's trainer fails, with the dispatcher's refusal."""
 
     def test_a_worker_that_outlived_its_dispatchers_state_serves_the_new_ones_jobs(self):
         c = Cluster(workers=1)
         old = None
+        old_err = open(os.path.join(c.dir, 'old-trainer.err'), 'w+')
         try:
             c.wait_workers_registered(1)
             spec = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
             # A job of the old dispatcher's that stays running: its client
             # reads a batch, then nobody reads its output.
             old = subprocess.Popen(c.cat_argv(spec, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, env=child_env())
+                                   stderr=old_err, env=child_env())
             old.stdout.read(8 * 1000)
             old_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
             c.restart_dispatcher(work_dir=os.path.join(c.dir, 'work-new'))
@@ -548,10 +549,20 @@ class DispatcherStateLost(unittest.TestCase):
             self.assertEqual(jobs, [], 'the new dispatcher knew a job before its first')
             # The premise: the first new job's task has the old task's id.
             self.assertIn('task %d of job' % old_tasks[0], c.workers[0].stderr().split('registered with')[-1])
+            # The old trainer, read again, ends with an error that names the
+            # dispatcher, not with data nor a hang.
+            out, _ = old.communicate(timeout=60)
+            old_err.seek(0)
+            err = old_err.read()
+            self.assertNotEqual(old.returncode, 0, err[-2000:])
+            self.assertIn('dispatcher %s' % c.dispatcher.addr, err)
+            self.assertIn('before it lost its state', err)
+            self.assertLess(len(out), 100000 * 8, 'the old job read on')
         finally:
-            if old:
+            if old and old.poll() is None:
                 old.kill()
                 old.wait()
+            old_err.close()
             self.assertEqual(c.close(), {})
 
 
