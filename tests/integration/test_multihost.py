@@ -970,11 +970,16 @@ class LocalTargetWorkers(MultiHost):
     only from the worker on its host (the dispatcher sees the trainer's
     address and the worker's advertised one are the same host); together,
     under DYNAMIC, they read every element once. A trainer on a host
-    without a worker is refused, naming its address."""
-    dispatcher_args = ('--worker-timeout-ms', '10000',)
+    without a worker is refused, naming its address. Splits of one length
+    (SPLIT), and a range of 100 of them: a worker whose trainer does not read
+    yet holds at most its buffer's worth (1 MiB: 13 splits) and a queue of 8,
+    so the first two workers to start cannot take the whole job before the
+    third starts (with 30 splits and the last ones as long as an eighth of
+    --max-split-size, they did, and its trainer read nothing)."""
+    dispatcher_args = ('--worker-timeout-ms', '10000', '--max-split-size', str(SPLIT))
 
     def test_local_trainers_read_their_own_worker_exactly_once(self):
-        n = 300_000
+        n = 1_000_000
         spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'mh', '--target-workers', 'local']
         trainers = [self.trainer(h, spec, args, name='local%d' % i) for i, h in enumerate(self.whosts)]
