@@ -1271,6 +1271,35 @@ Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
     cr_assert_eq(sresp->splits[4].end, 5000);
 }
 
+/* Starts a state whose splits are at least 1024 records and at most most,
+ * and never held back for clients (none confirms here). */
+static void start_guided(uint64_t most)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg);
+    cfg.split_size = 1024;
+    cfg.max_split_size = most;
+    cfg.max_outstanding = 1u << 30;
+    start(&cfg);
+}
+
+/* Registers live workers w:1 ... w:live, makes a DYNAMIC job of dataset ds
+ * and takes each worker's task (at time now) into tasks. */
+static void dynamic_job_on(uint64_t ds, unsigned live, int64_t now, uint64_t *tasks)
+{
+    uint64_t *workers = calloc(live, sizeof *workers);
+    cr_assert_not_null(workers);
+    for (unsigned i = 0; i < live; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "w:%u", i + 1);
+        workers[i] = worker(addr, 0);
+    }
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    for (unsigned i = 0; i < live; i++)
+        tasks[i] = take_task(workers[i], now).task_id;
+    free(workers);
+}
+
 /* The length split_length() gives a split asked for with want records
  * (0: no wish), of the least size min and --max-split-size most, with rest
  * of an epoch of total records left for live (2 or more) tasks: the wish
@@ -1377,25 +1406,13 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
         uint64_t total = UINT64_C(1) << (20 + splitmix64(&rng) % 13); /* 2^20 to 2^33 */
         total += splitmix64(&rng) % total;
         uint64_t most = UINT64_C(1) << (14 + splitmix64(&rng) % 9); /* --max-split-size 2^14 to 2^22 */
-        sl_dstate_config_t cfg;
-        test_config(&cfg);
-        cfg.split_size = MIN;
-        cfg.max_split_size = most;
-        cfg.max_outstanding = 1u << 30; /* no client confirms here */
-        start(&cfg);
+        start_guided(most);
         char spec[128];
         snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}}", total);
         uint64_t ds = dataset(spec);
-        uint64_t *tasks = calloc(live, sizeof *tasks), *workers = calloc(live, sizeof *workers);
-        cr_assert(tasks && workers);
-        for (unsigned i = 0; i < live; i++) {
-            char addr[32];
-            snprintf(addr, sizeof addr, "w:%u", i + 1);
-            workers[i] = worker(addr, 0);
-        }
-        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-        for (unsigned i = 0; i < live; i++)
-            tasks[i] = take_task(workers[i], 0).task_id;
+        uint64_t *tasks = calloc(live, sizeof *tasks);
+        cr_assert_not_null(tasks);
+        dynamic_job_on(ds, live, 0, tasks);
         /* Each task keeps one wish, at or past --max-split-size (a fast
          * pipeline) or below it; a few requests carry none. */
         uint64_t *wish = calloc(live, sizeof *wish);
@@ -1437,7 +1454,6 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
                     " answers", seed, round, live, total, most, answers);
         free(wish);
         free(tasks);
-        free(workers);
         sl_dstate_free(st);
         st = NULL;
     }
@@ -1452,17 +1468,10 @@ Test(state, guided_splits_at_user_sizes_keep_their_bounds_and_tile_each_epoch_on
  * of what the one before left: 10 answers, down to 512 records. */
 Test(state, the_end_of_an_epoch_is_handed_out_in_crumbs_not_halvings)
 {
-    sl_dstate_config_t cfg;
-    test_config(&cfg);
-    cfg.split_size = 1024;
-    cfg.max_split_size = 1048576;
-    cfg.max_outstanding = 1u << 30; /* no client confirms here */
-    start(&cfg);
+    start_guided(1048576);
     enum { TOTAL = 40000000, FLOOR = 1048576 / 8, CRUMB = FLOOR / 2 };
-    uint64_t ds = dataset(RANGE_SPEC(40000000));
-    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
-    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-    uint64_t t[2] = {take_task(w1, 1).task_id, take_task(w2, 1).task_id};
+    uint64_t t[2];
+    dynamic_job_on(dataset(RANGE_SPEC(40000000)), 2, 1, t);
     uint64_t next = 0;
     unsigned tail_answers = 0;
     for (unsigned calls = 0;; calls++) {
@@ -1493,22 +1502,9 @@ Test(state, the_end_of_an_epoch_is_handed_out_in_crumbs_not_halvings)
 Test(state, a_small_epoch_still_reaches_every_live_task)
 {
     for (unsigned live = 2; live <= 4; live += 2) {
-        sl_dstate_config_t cfg;
-        test_config(&cfg);
-        cfg.split_size = 1024;
-        cfg.max_split_size = 1048576;
-        cfg.max_outstanding = 1u << 30; /* no client confirms here */
-        start(&cfg);
-        uint64_t ds = dataset(RANGE_SPEC(100000));
-        uint64_t workers[4], tasks[4], got[4] = {0}, next = 0;
-        for (unsigned i = 0; i < live; i++) {
-            char addr[32];
-            snprintf(addr, sizeof addr, "w:%u", i + 1);
-            workers[i] = worker(addr, 0);
-        }
-        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-        for (unsigned i = 0; i < live; i++)
-            tasks[i] = take_task(workers[i], 1).task_id;
+        start_guided(1048576);
+        uint64_t tasks[4], got[4] = {0}, next = 0;
+        dynamic_job_on(dataset(RANGE_SPEC(100000)), live, 1, tasks);
         for (unsigned calls = 0;; calls++) {
             cr_assert_lt(calls, 1000, "the epoch never ends");
             unsigned k = calls % live;
