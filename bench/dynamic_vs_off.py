@@ -11,7 +11,10 @@ moment of the shared machine does not land on one side only. Prints one
 JSON line per shape: ratio = DYNAMIC / OFF of the best runs, pair_ratio =
 the median over the rounds of each DYNAMIC run over the OFF run just before
 it (the two closest in time, so a slow stretch of the machine mostly
-cancels; pair_ratios lists them all, to show how far they spread),
+cancels; pair_ratios lists them all, to show how far they spread, and
+pair_ratio_ci95 is the interval in which the median of such rounds falls 95
+times in 100, by resampling them (a fixed seed: the same rounds give the
+same interval), to tell a change from this machine's noise),
 steady_pair_ratio the same of the rates from the first batch to the last
 (sluice-cat's summary: without the job's start and the wait for its end,
 which weigh twice as much in a DYNAMIC job of 2 workers, half as long as
@@ -30,6 +33,7 @@ Run with the Release build: bench/dynamic_vs_off.py --build build-release
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 
@@ -94,6 +98,13 @@ def run(c, workers, shape, sharding):
             (s['elements'] + BATCH - 1) // BATCH)
 
 
+def median_ci95(xs, draws=2000):
+    """The 2.5th and 97.5th percentiles of the medians of draws resamples of xs."""
+    rng = random.Random(16)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
+    return [round(meds[int(0.025 * draws)], 3), round(meds[int(0.975 * draws) - 1], 3)]
+
+
 results = []
 for workers in [int(w) for w in args.workers.split(',')]:
     c = Cluster(workers=workers)
@@ -118,6 +129,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "ratio": round(best_dyn / best_off, 3),
                  "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
                  "pair_ratios": [round(d[0] / o[0], 3) for o, d in zip(off, dyn)],
+                 "pair_ratio_ci95": median_ci95([d[0] / o[0] for o, d in zip(off, dyn)]),
                  "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, dyn)), 3),
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
