@@ -76,24 +76,25 @@ static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uin
         return min;
     if (want > st->cfg.max_split_size)
         want = st->cfg.max_split_size;
-    uint64_t guided = left / ((uint64_t)GUIDED_PARTS * (live ? live : 1));
-    uint64_t at_least = want / GUIDED_FLOOR, share = left / (live ? live : 1);
-    uint64_t crumb = at_least / (live ? live : 1);
-    uint64_t epoch_half_share = sl__dataset_records(d) / (2 * (uint64_t)(live ? live : 1));
-    if (crumb > epoch_half_share)
-        crumb = epoch_half_share;
-    if (at_least > share)
-        at_least = share > crumb ? share : crumb;
-    if (guided < at_least)
-        guided = at_least;
-    if (live >= 2 && want > guided)
-        want = guided;
-    if (live >= 2 && (want >= left || left - want < crumb)) {
-        /* Less than a crumb would be left: this split takes the rest (it
-         * ends at its file's end, so it holds at most left records). */
-        if (left <= st->cfg.max_split_size)
-            return (left + min - 1) / min * min;
-        want = st->cfg.max_split_size;
+    if (live >= 2) {
+        uint64_t guided = left / ((uint64_t)GUIDED_PARTS * live), share = left / live;
+        uint64_t at_least = want / GUIDED_FLOOR, crumb = at_least / live;
+        uint64_t epoch_half_share = sl__dataset_records(d) / (2 * (uint64_t)live);
+        if (crumb > epoch_half_share)
+            crumb = epoch_half_share;
+        if (at_least > share)
+            at_least = share > crumb ? share : crumb;
+        if (guided < at_least)
+            guided = at_least;
+        if (want > guided)
+            want = guided;
+        if (want >= left || left - want < crumb) {
+            /* Less than a crumb would be left: this split takes the rest
+             * (it ends at its file's end, so it holds at most left records). */
+            if (left <= st->cfg.max_split_size)
+                return (left + min - 1) / min * min;
+            want = st->cfg.max_split_size;
+        }
     }
     /* A multiple of the least: what that size keeps (whole batches, see
      * split_size_for() in state.c) holds for every split. */
