@@ -308,8 +308,9 @@ static void on_task_notify(sl_task_t *task, void *arg)
  * last dropped one measured. Repeated short jobs (an evaluation pass each
  * epoch) then ask for splits of the target length from their first request
  * instead of taking a second hand-out's round trip a few batches in. Only
- * a hint: a wrong one (a dataset id a new dispatcher gave again) sizes
- * that first request alone, within --max-split-size and the guided share. */
+ * a hint: a wrong one sizes that first request alone, within
+ * --max-split-size and the guided share (a new dispatcher, which gives
+ * dataset ids again, finds the memo empty: forget_registration()). */
 static struct rate_memo *rate_memo_of(sl_worker_t *w, uint64_t dataset_id)
 {
     for (unsigned i = 0; i < RATE_MEMOS; i++)
