@@ -297,9 +297,17 @@ static int take_noting(struct run *r, sl_wire_batch_t **b, int *noticed, uint64_
 Test(task, an_ended_pipeline_waits_for_its_split_request_and_notices_what_it_brings)
 {
     struct run r = {0};
-    start(&r, SL_SHARDING_DYNAMIC,
-          "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"take\",\"count\":250},"
-          "{\"op\":\"batch\",\"batch_size\":50}]}");
+    /* A buffer of two batches holds the pipeline back until batches are
+     * taken, so that it cannot reach the take's end (five batches) before
+     * the second request is out: with room for all five, a pipeline that
+     * ran ahead of the test had ended before it asked again (3 runs in 25
+     * with other tests beside it). */
+    sl_task_config_t cfg = config();
+    cfg.buffer_batches = 2;
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"take\",\"count\":250},"
+               "{\"op\":\"batch\",\"batch_size\":50}]}",
+               &cfg);
     uint64_t epoch, seq, records, next_id = 0, below = 0, elements = 0;
     uint32_t max;
     /* Three splits of 100: the take ends in the third. */
