@@ -62,6 +62,12 @@ struct sl_split_track {
     unsigned gen;
     unsigned tally_gen; /* bumped by every sl_split_track_out() that tallies */
     bool ended;
+    /* What a send asks after every batch, kept as entries change rather
+     * than found by a walk of the table: whether an entry is done (an
+     * entry becomes done as it is read, or as its last records are sent or
+     * dropped, and stays so until collected), and the least split id. */
+    bool any_done;
+    uint64_t min_id; /* UINT64_MAX when empty */
     /* The entry the last lookup found, valid while hit_gen matches gen: a
      * plain batch's run and its sending find the split the batch before
      * found. */
@@ -101,7 +107,22 @@ static void index_last(sl_split_track_t *t)
 
 sl_split_track_t *sl_split_track_new(void)
 {
-    return calloc(1, sizeof(sl_split_track_t));
+    sl_split_track_t *t = calloc(1, sizeof(sl_split_track_t));
+    if (t)
+        t->min_id = UINT64_MAX;
+    return t;
+}
+
+static bool is_done(const struct entry *e)
+{
+    return e->read_done && e->dropped + e->sent == e->read;
+}
+
+/* Entry e may have become done. */
+static inline void note_done(sl_split_track_t *t, const struct entry *e)
+{
+    if (is_done(e))
+        t->any_done = true;
 }
 
 void sl_split_track_free(sl_split_track_t *t)
@@ -139,6 +160,8 @@ int sl_split_track_add(sl_split_track_t *t, uint64_t epoch, sl_split_t *s, sl_sk
                                    .end = s->end};
     e->skips = skips;
     s->skips = skips;
+    if (s->split_id < t->min_id)
+        t->min_id = s->split_id;
     index_last(t);
     return 0;
 }
@@ -170,6 +193,7 @@ void sl_split_track_read(sl_split_track_t *t, uint64_t epoch, const sl_split_t *
     if (e) {
         e->read = records;
         e->read_done = true;
+        note_done(t, e);
     }
 }
 
@@ -228,13 +252,13 @@ static struct entry *find_record(sl_split_track_t *t, uint32_t epoch, uint32_t f
 
 /* Adds k records of a batch to e: to the counter how names and, with
  * tally, to e's row of it (a new row, the first time the batch reaches e). */
-static inline void count_into(const sl_split_track_t *t, struct entry *e, uint64_t k, enum sl_settle how,
+static inline void count_into(sl_split_track_t *t, struct entry *e, uint64_t k, enum sl_settle how,
                               sl_split_done_rec_t *tally, unsigned *nt)
 {
     switch (how) {
-    case SL_SETTLE_DROPPED: e->dropped += k; break;
+    case SL_SETTLE_DROPPED: e->dropped += k; note_done(t, e); break;
     case SL_SETTLE_OUT: e->out += k; break;
-    case SL_SETTLE_SENT: e->sent += k; break;
+    case SL_SETTLE_SENT: e->sent += k; note_done(t, e); break;
     }
     if (tally) {
         if (e->tally_gen != t->tally_gen) {
@@ -370,8 +394,10 @@ void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, 
 {
     for (unsigned i = 0; i < n; i++) {
         struct entry *e = find_record(t, rows[i].epoch, rows[i].file_index, rows[i].begin);
-        if (e && e->rec.begin == rows[i].begin)
+        if (e && e->rec.begin == rows[i].begin) {
             e->sent += rows[i].delivered;
+            note_done(t, e);
+        }
     }
 }
 
@@ -382,29 +408,24 @@ void sl_split_track_end(sl_split_track_t *t)
         struct entry *e = &t->e[i];
         e->read_done = true;
         e->read = e->dropped + e->out;
+        note_done(t, e);
     }
-}
-
-static bool is_done(const struct entry *e)
-{
-    return e->read_done && e->dropped + e->sent == e->read;
 }
 
 bool sl_split_track_has_done(const sl_split_track_t *t)
 {
-    for (unsigned i = 0; i < t->n; i++) {
-        if (is_done(&t->e[i]))
-            return true;
-    }
-    return false;
+    return t->any_done;
 }
 
 unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max)
 {
     unsigned got = 0, keep = 0;
+    bool left_done = false;
+    uint64_t min_id = UINT64_MAX;
     for (unsigned i = 0; i < t->n; i++) {
         struct entry *e = &t->e[i];
-        if (got < max && is_done(e)) {
+        bool done = is_done(e);
+        if (got < max && done) {
             out[got] = e->rec;
             out[got].delivered = e->sent;
             got++;
@@ -412,8 +433,13 @@ unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, u
             e->moved_to = UINT_MAX;
         } else {
             e->moved_to = keep++;
+            left_done |= done;
+            if (e->rec.split_id < min_id)
+                min_id = e->rec.split_id;
         }
     }
+    t->any_done = left_done;
+    t->min_id = min_id;
     if (got == 0)
         return 0;
     /* The index keeps its order: drop the collected rows, renumber the rest. */
@@ -440,9 +466,5 @@ unsigned sl_split_track_size(const sl_split_track_t *t)
 
 uint64_t sl_split_track_min_id(const sl_split_track_t *t)
 {
-    uint64_t min = UINT64_MAX;
-    for (unsigned i = 0; i < t->n; i++)
-        if (t->e[i].rec.split_id < min)
-            min = t->e[i].rec.split_id;
-    return min;
+    return t->min_id;
 }

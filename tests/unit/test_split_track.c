@@ -100,6 +100,20 @@ static void check_done(struct model *m)
 {
     static sl_split_done_rec_t out[4096];
     unsigned got;
+    /* What a send asks of the table after every batch: whether a split is
+     * done, and the least id it holds (kept as entries change, not walked). */
+    bool any_done = false;
+    uint64_t min_id = UINT64_MAX;
+    for (size_t l = 0; l < m->nlive; l++) {
+        const struct msplit *s = &m->sp[m->live[l]];
+        any_done |= s->read_done && s->dropped + s->sent == s->read;
+        if (s->s.split_id < min_id)
+            min_id = s->s.split_id;
+    }
+    CHECK(sl_split_track_has_done(m->t) == any_done, "seed %u round %u: the table says a split is %sdone",
+          m->seed, m->round, any_done ? "not " : "");
+    CHECK(sl_split_track_min_id(m->t) == min_id, "seed %u round %u: the least split id is %lu, not %lu", m->seed,
+          m->round, (unsigned long)sl_split_track_min_id(m->t), (unsigned long)min_id);
     while ((got = sl_split_track_collect(m->t, out, 4096)) > 0) {
         for (unsigned i = 0; i < got; i++) {
             size_t ix = out[i].split_id - 1;
@@ -134,6 +148,8 @@ static void check_done(struct model *m)
         tracked++;
     }
     m->nlive = tracked;
+    CHECK(!sl_split_track_has_done(m->t), "seed %u round %u: a split done after all were collected", m->seed,
+          m->round);
     CHECK(sl_split_track_size(m->t) == tracked, "seed %u round %u: the table holds %u splits, not %u",
                  m->seed, m->round, sl_split_track_size(m->t), tracked);
 }
@@ -531,6 +547,43 @@ Test(split_track, a_run_past_the_split_before_is_cut_at_its_end)
               (unsigned long)tally[0].delivered);
     cr_assert(tally[1].split_id == 2 && tally[1].delivered == 13, "split 2 tallied %lu of 13",
               (unsigned long)tally[1].delivered);
+    sl_split_track_free(t);
+}
+
+/* The least split id and whether one is done, which a send asks after
+ * every batch, follow splits that come out of id order (the model above
+ * adds them in order) and go as they are collected. */
+Test(split_track, the_least_id_follows_splits_out_of_order)
+{
+    sl_split_track_t *t = sl_split_track_new();
+    cr_assert_not_null(t);
+    cr_assert_eq(sl_split_track_min_id(t), UINT64_MAX);
+    sl_split_t s[3] = {{.file_index = 0, .begin = 0, .end = 10, .split_id = 7},
+                       {.file_index = 0, .begin = 10, .end = 20, .split_id = 4},
+                       {.file_index = 0, .begin = 20, .end = 30, .split_id = 9}};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sl_split_track_add(t, 0, &s[i], NULL), 0);
+    cr_assert_eq(sl_split_track_min_id(t), 4);
+    cr_assert(!sl_split_track_has_done(t));
+    /* Split 4 read and sent whole: done, collected, and 7 is the least. */
+    sl_split_track_read(t, 0, &s[1], 10);
+    cr_assert(!sl_split_track_has_done(t), "split 4 done before its records were sent");
+    const sl_provenance_run_t run = {0, 0, 10, 10};
+    sl_split_track_settle(t, &run, 1, SL_SETTLE_SENT);
+    cr_assert(sl_split_track_has_done(t));
+    sl_split_done_rec_t out[3];
+    cr_assert_eq(sl_split_track_collect(t, out, 3), 1);
+    cr_assert_eq(out[0].split_id, 4);
+    cr_assert(!sl_split_track_has_done(t));
+    cr_assert_eq(sl_split_track_min_id(t), 7);
+    /* Two done, one collected at a time: the other is still done. */
+    sl_split_track_read(t, 0, &s[0], 0);
+    sl_split_track_read(t, 0, &s[2], 0);
+    cr_assert_eq(sl_split_track_collect(t, out, 1), 1);
+    cr_assert(sl_split_track_has_done(t), "split %lu left done but not said so", (unsigned long)(16 - out[0].split_id));
+    cr_assert_eq(sl_split_track_collect(t, out + 1, 1), 1);
+    cr_assert(!sl_split_track_has_done(t));
+    cr_assert_eq(sl_split_track_min_id(t), UINT64_MAX);
     sl_split_track_free(t);
 }
 
