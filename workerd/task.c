@@ -83,7 +83,10 @@ struct sl_task {
     bool taker_waiting;
     /* DYNAMIC splits for want_epoch. */
     struct split splits[MAX_SPLITS];
-    unsigned split_head, split_count;
+    unsigned split_head;
+    /* Written under mu, atomically: sl_task_want_splits() reads it without
+     * mu first (the network thread asks after every batch made). */
+    unsigned split_count;
     uint64_t want_epoch;
     bool epoch_exhausted;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
@@ -182,7 +185,8 @@ static void splits_clear(sl_task_t *t)
 {
     for (unsigned i = 0; i < t->split_count; i++)
         split_unread(t, &t->splits[(t->split_head + i) % MAX_SPLITS]);
-    t->split_head = t->split_count = 0;
+    t->split_head = 0;
+    __atomic_store_n(&t->split_count, 0, __ATOMIC_RELAXED);
     queue_changed(t);
 }
 
@@ -302,7 +306,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
                                 .num_skips = s->num_skips,
                                 .epoch = s->epoch};
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
-            t->split_count--;
+            __atomic_store_n(&t->split_count, t->split_count - 1, __ATOMIC_RELAXED);
             /* The tracker owns the skip runs from now on. */
             rc = 0;
             if (t->track) {
@@ -773,6 +777,11 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     *records = 0;
     if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || t->retry_wait)
         return false;
+    /* Most batches find the queue more than half full: no need for mu to
+     * say no. The count falls only as the pipeline takes a split, and it
+     * tells the loop after each (next_split()), which asks again. */
+    if (__atomic_load_n(&t->split_count, __ATOMIC_RELAXED) > t->cfg.split_prefetch / 2)
+        return false;
     bool want = false;
     pthread_mutex_lock(&t->mu);
     if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING &&
@@ -891,7 +900,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
                 }
                 break;
             }
-            t->split_count++;
+            __atomic_store_n(&t->split_count, t->split_count + 1, __ATOMIC_RELAXED);
         }
         /* Splits that came after the pipeline ended are never read. Until
          * queued_below is set again, its old value is below every split
