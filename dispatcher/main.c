@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static void usage(FILE *f)
             "  --stall-timeout-ms N     a worker whose pipeline makes no batch this long while\n"
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is away (30000)\n"
+            "  --client-heartbeat-ms N  how often clients heartbeat (250; at most half of --client-timeout-ms)\n"
             "  --client-rejoin-ms N     an away client is released after this long; until then\n"
             "                           it may come back and go on exactly once (300000; 0: at once)\n"
             "  --client-stall-ms N      DYNAMIC: a client that heartbeats but received nothing new\n"
@@ -87,10 +89,23 @@ struct options {
     int64_t store_mb; /* the state store's map size; 0: the store's default (1 GiB) */
 };
 
+/* Whether a heartbeat of beat_ms fits twice in a lease of timeout_ms (who:
+ * "worker" or "client"): else a peer would be lost between two heartbeats. */
+static bool beat_fits(const char *prog, const char *who, uint32_t beat_ms, int64_t timeout_ms)
+{
+    if ((int64_t)beat_ms * 2 <= timeout_ms)
+        return true;
+    fprintf(stderr,
+            "%s: --%s-heartbeat-ms %u is more than half of --%s-timeout-ms %" PRId64
+            ": a %s would be lost between two heartbeats\n",
+            prog, who, beat_ms, who, timeout_ms, who);
+    return false;
+}
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_CLIENT_STALL, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_COUNT_TO, O_WORKER_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
+           O_COUNT_TO, O_WORKER_HB, O_CLIENT_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -99,6 +114,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"worker-heartbeat-ms", required_argument, NULL, O_WORKER_HB},
         {"stall-timeout-ms", required_argument, NULL, O_STALL_TO},
         {"client-timeout-ms", required_argument, NULL, O_CLIENT_TO},
+        {"client-heartbeat-ms", required_argument, NULL, O_CLIENT_HB},
         {"client-rejoin-ms", required_argument, NULL, O_CLIENT_REJOIN},
         {"client-stall-ms", required_argument, NULL, O_CLIENT_STALL},
         {"job-gc-timeout-ms", required_argument, NULL, O_GC_TO},
@@ -144,6 +160,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_CLIENT_TO:
             if (sl_cli_int(program, "client-timeout-ms", optarg, 100, 86400000, &o->state.client_timeout_ms) < 0)
                 return -1;
+            break;
+        case O_CLIENT_HB:
+            if (sl_cli_int(program, "client-heartbeat-ms", optarg, 10, 3600000, &v) < 0)
+                return -1;
+            o->state.client_heartbeat_ms = (uint32_t)v;
             break;
         case O_CLIENT_REJOIN:
             if (sl_cli_int(program, "client-rejoin-ms", optarg, 0, 86400000, &o->state.client_rejoin_ms) < 0)
@@ -223,13 +244,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         usage(stderr);
         return -1;
     }
-    if ((int64_t)o->state.worker_heartbeat_ms * 2 > o->state.worker_timeout_ms) {
-        fprintf(stderr,
-                "%s: --worker-heartbeat-ms %u is more than half of --worker-timeout-ms %" PRId64
-                ": a worker would be lost between two heartbeats\n",
-                program, o->state.worker_heartbeat_ms, o->state.worker_timeout_ms);
+    if (!beat_fits(program, "worker", o->state.worker_heartbeat_ms, o->state.worker_timeout_ms) ||
+        !beat_fits(program, "client", o->state.client_heartbeat_ms, o->state.client_timeout_ms))
         return -1;
-    }
     if (o->worker_addresses) {
         /* Checked now so that a typo fails at start, not at the first job. */
         char list[4096], host[256], err[300];
