@@ -1,32 +1,24 @@
-"""The dispatcher's --client-heartbeat-ms reaches its clients (in
-GetOrCreateJobResponse.heartbeat_ms): a client heartbeats at that interval,
-and a job still ends at once, since a client asks for the end as its last
-task ends rather than at its next heartbeat. An interval of more than half
-the client timeout is refused at start."""
+"""Heartbeat intervals. The dispatcher's --client-heartbeat-ms reaches its
+clients (in GetOrCreateJobResponse.heartbeat_ms): a client heartbeats at
+that interval, and a job still ends at once, since a client asks for the end
+as its last task ends rather than at its next heartbeat. A worker's or a
+client's interval of more than half its timeout is refused at start.
+(test_new_tasks.py: a new job's tasks do not wait for the workers'.)"""
 import json
 import subprocess
 import time
 import unittest
 
-from harness import Cluster, binary, child_env, metric, values
+from harness import ClusterCase, binary, child_env, metric, values
 
 
 def heartbeats(c):
     return metric(c.dispatcher.admin_port, 'sluice_dispatcher_requests_total', 'type="CLIENT_HEARTBEAT"', 0)
 
 
-class ClientHeartbeat(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        # A client heartbeats every 10 minutes (and is away after 20).
-        cls.c = Cluster(workers=1, dispatcher_args=['--client-heartbeat-ms', '600000',
-                                                    '--client-timeout-ms', '1200000'])
-        cls.c.wait_workers_registered(1)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.c.close()
+class ClientHeartbeat(ClusterCase):
+    # A client heartbeats every 10 minutes (and is away after 20).
+    dispatcher_args = ['--client-heartbeat-ms', '600000', '--client-timeout-ms', '1200000']
 
     def test_a_running_client_heartbeats_at_the_dispatchers_interval(self):
         # A job with no end, its client held by a full pipe: its loop
@@ -56,11 +48,13 @@ class ClientHeartbeat(unittest.TestCase):
             self.assertEqual(sorted(got), list(range(10)), policy)
 
     def test_an_interval_longer_than_half_the_timeout_is_refused(self):
-        r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
-                            self.c.dir + '/refused', '--client-heartbeat-ms', '20000'],
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn('--client-heartbeat-ms 20000 is more than half of --client-timeout-ms 30000', r.stderr)
+        for who, beat, timeout in (('worker', 6000, 10000), ('client', 20000, 30000)):
+            r = subprocess.run([binary('sluice-dispatcher'), '--port', '0', '--admin-port', '0', '--work-dir',
+                                self.c.dir + '/refused', '--%s-heartbeat-ms' % who, str(beat)],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn('--%s-heartbeat-ms %d is more than half of --%s-timeout-ms %d: a %s would be lost between '
+                          'two heartbeats' % (who, beat, who, timeout, who), r.stderr)
 
 
 if __name__ == '__main__':
