@@ -22,7 +22,10 @@ consumer's answers one batch: with more in flight, how many batches a pass
 finds depends on how callgrind happened to interleave the threads, and the
 loops' instructions a batch moved by a thousand or more between runs (the
 plain ratio read 0.85 to 1.04 for the same build; lock-step, 0.922-0.926 in
-three runs). Prints one JSON line per shape with
+three runs). Lock-step still moves by a few hundred (one build's worker
+under DYNAMIC read 13,378 to 13,753 in five runs, the plain ratio 0.93 to
+0.99, on 2026-11-29): compare builds over several runs each, or a
+function's own count in the kept files. Prints one JSON line per shape with
 the instructions per batch of the worker and of the consumer under each
 policy and ratio = OFF / DYNAMIC of their sum (1.0: DYNAMIC costs nothing
 more), then one line with the smallest ratio.
