@@ -85,7 +85,7 @@ struct sl_task {
     struct split splits[MAX_SPLITS];
     unsigned split_head;
     /* Written under mu, atomically: sl_task_want_splits() reads it without
-     * mu first (the network thread asks after every batch made). */
+     * mu first (the loop asks after every batch it gives back). */
     unsigned split_count;
     uint64_t want_epoch;
     bool epoch_exhausted;
