@@ -44,7 +44,8 @@ static void usage(FILE *f)
             "  --stall-timeout-ms N     a worker whose pipeline makes no batch this long while\n"
             "                           not waiting for input is lost as stuck (60000; 0: never)\n"
             "  --client-timeout-ms N    a client without heartbeat this long is away (30000)\n"
-            "  --client-heartbeat-ms N  how often clients heartbeat (250; at most half of --client-timeout-ms)\n"
+            "  --client-heartbeat-ms N  how often clients heartbeat (250; when given, at most half of\n"
+            "                           --client-timeout-ms)\n"
             "  --client-rejoin-ms N     an away client is released after this long; until then\n"
             "                           it may come back and go on exactly once (300000; 0: at once)\n"
             "  --client-stall-ms N      DYNAMIC: a client that heartbeats but received nothing new\n"
@@ -87,6 +88,7 @@ struct options {
     const char *worker_addresses;
     sl_dstate_config_t state;
     int64_t store_mb; /* the state store's map size; 0: the store's default (1 GiB) */
+    bool client_beat_given; /* --client-heartbeat-ms: checked against the client timeout */
 };
 
 /* Whether a heartbeat of beat_ms fits twice in a lease of timeout_ms (who:
@@ -165,6 +167,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "client-heartbeat-ms", optarg, 10, 3600000, &v) < 0)
                 return -1;
             o->state.client_heartbeat_ms = (uint32_t)v;
+            o->client_beat_given = true;
             break;
         case O_CLIENT_REJOIN:
             if (sl_cli_int(program, "client-rejoin-ms", optarg, 0, 86400000, &o->state.client_rejoin_ms) < 0)
@@ -244,8 +247,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         usage(stderr);
         return -1;
     }
+    /* The client's default interval is not checked: a --client-timeout-ms
+     * below 500 with it was taken before the flag existed, and still is. */
     if (!beat_fits(program, "worker", o->state.worker_heartbeat_ms, o->state.worker_timeout_ms) ||
-        !beat_fits(program, "client", o->state.client_heartbeat_ms, o->state.client_timeout_ms))
+        (o->client_beat_given &&
+         !beat_fits(program, "client", o->state.client_heartbeat_ms, o->state.client_timeout_ms)))
         return -1;
     if (o->worker_addresses) {
         /* Checked now so that a typo fails at start, not at the first job. */

@@ -2,14 +2,16 @@
 clients (in GetOrCreateJobResponse.heartbeat_ms): a client heartbeats at
 that interval, and a job still ends at once, since a client asks for the end
 as its last task ends rather than at its next heartbeat. A worker's or a
-client's interval of more than half its timeout is refused at start.
+client's interval of more than half its timeout is refused at start (the
+client's only when given: short client timeouts with the default were taken
+before the flag existed).
 (test_new_tasks.py: a new job's tasks do not wait for the workers'.)"""
 import json
 import subprocess
 import time
 import unittest
 
-from harness import ClusterCase, binary, child_env, metric, values
+from harness import Cluster, ClusterCase, binary, child_env, metric, values
 
 
 def heartbeats(c):
@@ -55,6 +57,10 @@ class ClientHeartbeat(ClusterCase):
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn('--%s-heartbeat-ms %d is more than half of --%s-timeout-ms %d: a %s would be lost between '
                           'two heartbeats' % (who, beat, who, timeout, who), r.stderr)
+
+    def test_a_short_client_timeout_with_the_default_interval_is_taken(self):
+        c = Cluster(dispatcher_args=['--client-timeout-ms', '300'])
+        self.assertEqual(c.close(), {})
 
 
 if __name__ == '__main__':
