@@ -8,6 +8,7 @@ before the flag existed).
 (test_new_tasks.py: a new job's tasks do not wait for the workers'.)"""
 import json
 import subprocess
+import threading
 import time
 import unittest
 
@@ -29,6 +30,8 @@ class ClientHeartbeat(ClusterCase):
         spec = {"source": {"type": "range", "stop": 2 ** 62}, "ops": [{"op": "batch", "batch_size": 1024}]}
         proc = subprocess.Popen(self.c.cat_argv(spec, ['--sharding', 'dynamic'], fmt='raw'), stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=child_env())
+        watchdog = threading.Timer(120, proc.kill)  # a client that never writes fails the test, not the run
+        watchdog.start()
         try:
             self.assertEqual(len(proc.stdout.read(1 << 20)), 1 << 20, 'the job did not run')
             before = heartbeats(self.c)
@@ -37,6 +40,7 @@ class ClientHeartbeat(ClusterCase):
             self.assertEqual(heartbeats(self.c), before, 'heartbeats while the interval is 10 minutes')
             self.assertIsNone(proc.poll(), 'the client ended')
         finally:
+            watchdog.cancel()
             proc.kill()
             proc.wait()
 
