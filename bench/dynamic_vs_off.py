@@ -118,6 +118,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                 dyn.append(run(c, workers, shape, 'dynamic'))
             best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
             cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
+            pairs = [d[0] / o[0] for o, d in zip(off, dyn)]
             # Where the CPU went, a batch: each part's CPU time over all rounds (its clock
             # ticks add up to tenths of seconds) over the batches of all rounds.
             per_batch = {side: {k: round(sum(x[4][k] for x in runs) / sum(x[5] for x in runs) * 1e6, 3)
@@ -127,9 +128,9 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "dynamic_elements_per_s": round(best_dyn), "provenance": not args.no_provenance,
                  "baseline": "the same job under OFF", "off_elements_per_s": round(best_off),
                  "ratio": round(best_dyn / best_off, 3),
-                 "pair_ratio": round(statistics.median(d[0] / o[0] for o, d in zip(off, dyn)), 3),
-                 "pair_ratios": [round(d[0] / o[0], 3) for o, d in zip(off, dyn)],
-                 "pair_ratio_ci95": median_ci95([d[0] / o[0] for o, d in zip(off, dyn)]),
+                 "pair_ratio": round(statistics.median(pairs), 3),
+                 "pair_ratios": [round(x, 3) for x in pairs],
+                 "pair_ratio_ci95": median_ci95(pairs),
                  "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, dyn)), 3),
                  "cpu_ns_per_element": {"off": round(cpu_off * 1e9, 1), "dynamic": round(cpu_dyn * 1e9, 1)},
                  "cpu_ratio": round(cpu_off / cpu_dyn, 3),
