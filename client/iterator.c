@@ -384,6 +384,7 @@ static void shm_fields(const struct itask *t, sluice_GetElementRequest *req)
 {
     req->shm = t->it->opts.shm >= 0 && !t->shm && !t->shm_off && !t->shm_fetch;
     req->shm_mapped = t->shm != NULL;
+    req->shm_tail_in_answer = t->shm != NULL;
     req->shm_released = t->shm ? sl__shm_released(t->shm) : 0;
 }
 

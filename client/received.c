@@ -260,9 +260,25 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
             sl__shm_slot_done(m, seq);
             return NULL;
         }
-    /* What follows the tensor bytes is read after the checks: copied out,
-     * with the offsets counted in the copy. */
-    size_t tensors = tensors_end(resp, len), tail_len = len - tensors;
+    /* What follows the tensor bytes: in the answer (the slot holds the
+     * tensor bytes alone), or after them in the slot, read after the
+     * checks. Either is copied out, with the offsets counted in the copy. */
+    _Static_assert(sizeof resp->shm_tail.bytes <= SL_BATCH_TAIL_INLINE, "an answer's tail fits a batch's room");
+    bool in_answer = resp->shm_tail.size > 0;
+    size_t tensors = in_answer ? len : tensors_end(resp, len), tail_len = in_answer ? resp->shm_tail.size : len - tensors;
+    if (in_answer) {
+        const char *inside = resp->provenance_length > 0 && resp->provenance_offset < tensors ? "provenance"
+                             : resp->notices_length > 0 && resp->notices_offset < tensors   ? "notices"
+                             : resp->tallies_length > 0 && resp->tallies_offset < tensors   ? "tallies"
+                                                                                            : NULL;
+        if (inside) {
+            sl_errf(err, errlen, SL_EPROTO,
+                    "task %" PRIu64 ": the %s of a batch in shared memory start within its %zu tensor bytes, not in "
+                    "the %zu bytes of its shm_tail", resp->task_id, inside, tensors, tail_len);
+            sl__shm_slot_done(m, seq);
+            return NULL;
+        }
+    }
     uint8_t room[SL_BATCH_TAIL_INLINE];
     uint8_t *tail = tail_len <= sizeof room ? room : malloc(tail_len);
     if (!tail) {
@@ -270,7 +286,7 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
         sl__shm_slot_done(m, seq);
         return NULL;
     }
-    memcpy(tail, slot + tensors, tail_len);
+    memcpy(tail, in_answer ? resp->shm_tail.bytes : slot + tensors, tail_len);
     resp->provenance_offset = in_tail(resp->provenance_offset, resp->provenance_length, tensors);
     resp->notices_offset = in_tail(resp->notices_offset, resp->notices_length, tensors);
     resp->tallies_offset = in_tail(resp->tallies_offset, resp->tallies_length, tensors);
@@ -286,6 +302,7 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
     }
     b->shm = m;
     b->shm_seq = seq;
+    b->tail_in_answer = in_answer;
     return b;
 }
 

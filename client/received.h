@@ -35,6 +35,7 @@ struct sl_batch {
      * then holds only the provenance, notices and tallies, copied out. */
     struct sl_shm_map *shm;
     uint64_t shm_seq;
+    bool tail_in_answer; /* its provenance, notices and tallies came in the answer's shm_tail, not the slot */
     uint8_t tail_one[SL_BATCH_TAIL_INLINE]; /* such a payload's tail when it is this small */
     /* The provenance: num_prov runs, checked, encoded at prov_wire (in
      * payload; provwire.h) and decoded into prov (owned) when the caller
@@ -86,8 +87,9 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
  * slot (GetElementResponse.shm_offset): the slot, len bytes at slot, is
  * checked as a frame's payload would be, its provenance, notices and
  * tallies copied out first (the worker could change the slot's bytes
- * after the checks), and only dense components of fixed-size elements may
- * lie there. The batch holds the slot (number seq of map m); on failure it
+ * after the checks) from the answer's shm_tail (the slot then holds the
+ * tensor bytes alone) or from the slot after the tensor bytes, and only
+ * dense components of fixed-size elements may lie there. The batch holds the slot (number seq of map m); on failure it
  * is given back. resp's provenance, notices and tallies offsets are
  * changed to count in the copy (copying the whole answer instead cost 800
  * instructions a batch).

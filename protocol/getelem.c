@@ -77,6 +77,7 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_tag, WT_VARINT), m->shm);
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_mapped_tag, WT_VARINT), m->shm_mapped);
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_released_tag, WT_VARINT), m->shm_released);
+    p = put_u64(p, KEY(sluice_GetElementRequest_shm_tail_in_answer_tag, WT_VARINT), m->shm_tail_in_answer);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -159,7 +160,7 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
     p = put_u64(p, KEY(sluice_GetElementResponse_tallies_offset_tag, WT_VARINT), m->tallies_offset);
     p = put_u64(p, KEY(sluice_GetElementResponse_tallies_length_tag, WT_VARINT), m->tallies_length);
     const char *nul = memchr(m->shm_socket, '\0', sizeof m->shm_socket);
-    if (!nul || m->shm_ticket.size > sizeof m->shm_ticket.bytes)
+    if (!nul || m->shm_ticket.size > sizeof m->shm_ticket.bytes || m->shm_tail.size > sizeof m->shm_tail.bytes)
         return SL_ETOOBIG;
     size_t socket_len = (size_t)(nul - m->shm_socket);
     if (socket_len) {
@@ -176,6 +177,12 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
     }
     p = put_u64_2(p, KEY2(sluice_GetElementResponse_shm_offset_tag, WT_VARINT), m->shm_offset);
     p = put_u64_2(p, KEY2(sluice_GetElementResponse_shm_length_tag, WT_VARINT), m->shm_length);
+    if (m->shm_tail.size) {
+        p = sl_put_varint(p, (uint64_t)sluice_GetElementResponse_shm_tail_tag << 3 | WT_LEN);
+        p = sl_put_varint(p, m->shm_tail.size);
+        memcpy(p, m->shm_tail.bytes, m->shm_tail.size);
+        p += m->shm_tail.size;
+    }
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -470,18 +477,18 @@ static bool get_task_key(struct rd *r, unsigned wt, uint8_t key[16])
     return true;
 }
 
-/* pb_dec_bytes() into a static bytes field of at most 16 bytes. */
-static bool get_bytes16(struct rd *r, unsigned wt, const char *field, sluice_GetElementResponse_shm_ticket_t *b)
+/* pb_dec_bytes() into a static bytes field of at most cap bytes. */
+static bool get_bytes(struct rd *r, unsigned wt, const char *field, pb_size_t *size, uint8_t *bytes, size_t cap)
 {
     uint32_t n;
     if (!want(r, wt, WT_LEN, field) || !get_u32(r, &n))
         return false;
-    if (n > sizeof b->bytes)
+    if (n > cap)
         return fail(r, "bytes overflow");
     if ((size_t)(r->end - r->p) < n)
         return fail(r, "end-of-stream");
-    b->size = (pb_size_t)n;
-    memcpy(b->bytes, r->p, n);
+    *size = (pb_size_t)n;
+    memcpy(bytes, r->p, n);
     r->p += n;
     return true;
 }
@@ -507,6 +514,8 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementRequest_shm_tag: return get_bool(r, wt, "shm", &m->shm);
     case sluice_GetElementRequest_shm_mapped_tag: return get_bool(r, wt, "shm_mapped", &m->shm_mapped);
     case sluice_GetElementRequest_shm_released_tag: return get_uint64(r, wt, "shm_released", &m->shm_released);
+    case sluice_GetElementRequest_shm_tail_in_answer_tag:
+        return get_bool(r, wt, "shm_tail_in_answer", &m->shm_tail_in_answer);
     default: return skip(r, wt);
     }
 }
@@ -536,7 +545,10 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
         return get_uint64(r, wt, "tallies_length", &m->tallies_length);
     case sluice_GetElementResponse_shm_socket_tag:
         return get_name(r, wt, "shm_socket", m->shm_socket, sizeof m->shm_socket);
-    case sluice_GetElementResponse_shm_ticket_tag: return get_bytes16(r, wt, "shm_ticket", &m->shm_ticket);
+    case sluice_GetElementResponse_shm_ticket_tag:
+        return get_bytes(r, wt, "shm_ticket", &m->shm_ticket.size, m->shm_ticket.bytes, sizeof m->shm_ticket.bytes);
+    case sluice_GetElementResponse_shm_tail_tag:
+        return get_bytes(r, wt, "shm_tail", &m->shm_tail.size, m->shm_tail.bytes, sizeof m->shm_tail.bytes);
     case sluice_GetElementResponse_shm_offset_tag: return get_uint64(r, wt, "shm_offset", &m->shm_offset);
     case sluice_GetElementResponse_shm_length_tag: return get_uint64(r, wt, "shm_length", &m->shm_length);
     default: return skip(r, wt);
@@ -573,6 +585,7 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     memset(m->shm_socket, 0, sizeof m->shm_socket);
     memset(&m->shm_ticket, 0, sizeof m->shm_ticket);
     m->shm_offset = m->shm_length = 0;
+    memset(&m->shm_tail, 0, sizeof m->shm_tail);
     struct rd r = {buf, buf + len, NULL, NULL, -1};
     return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, err, errlen);
 }

@@ -122,6 +122,7 @@ struct wconn {
     bool shm_none;        /* making one failed: the connection goes without */
     bool shm_offer;       /* the next answer offers it */
     bool shm_mapped;      /* its client mapped it: payloads go there when they fit */
+    bool shm_tail_answer; /* and asked for small tails in the answer (GetElementRequest.shm_tail_in_answer) */
     sl_task_key_proof_t proofs[SL_TASK_KEY_PROOFS]; /* keys its requests proved */
     struct wconn *prev, *next;
 };
@@ -462,7 +463,10 @@ static bool shm_fits(const sl_wire_batch_t *b)
 
 /* Sends served batch sv's answer with its payload in a slot of wc's
  * region, when its client mapped it and the payload fits there now: the
- * payload is copied, and its room goes back to the task at once.
+ * payload is copied, and its room goes back to the task at once. Tails
+ * (provenance, notices, tallies) of at most 256 bytes go in the answer
+ * when the client asked for that: a batch of 8 KiB then takes two pages,
+ * not three, and the client reads no page of the slot to check them.
  * @return false when it goes over the socket instead (nothing sent) */
 static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv, const struct iovec tails[2],
                          struct sent *s)
@@ -471,9 +475,19 @@ static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv,
         return false;
     sluice_GetElementResponse *resp = &sv->resp;
     struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
-    if (sl_shm_region_put(wc->shm, parts, 3, &resp->shm_offset, &resp->shm_length) < 0) {
+    size_t tail_len = tails[0].iov_len + tails[1].iov_len;
+    bool in_answer = wc->shm_tail_answer && tail_len > 0 && tail_len <= sizeof resp->shm_tail.bytes;
+    if (sl_shm_region_put(wc->shm, parts, in_answer ? 1 : 3, &resp->shm_offset, &resp->shm_length) < 0) {
         sl_metric_add(m_shm_fallback, 1);
         return false;
+    }
+    if (in_answer) {
+        resp->shm_tail.size = 0;
+        for (int i = 0; i < 2; i++)
+            if (tails[i].iov_len) { /* a part may be NULL when empty */
+                memcpy(resp->shm_tail.bytes + resp->shm_tail.size, tails[i].iov_base, tails[i].iov_len);
+                resp->shm_tail.size += (pb_size_t)tails[i].iov_len;
+            }
     }
     sl_metric_add(m_shm_served, 1);
     if (sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, resp, NULL, 0, NULL, NULL) < 0)
@@ -517,6 +531,7 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
     resp->shm_socket[0] = '\0';
     resp->shm_ticket.size = 0;
     resp->shm_offset = resp->shm_length = 0;
+    resp->shm_tail.size = 0;
 }
 
 /* Settles a batch (or none, for an end-of-sequence frame) handed to a
@@ -749,6 +764,7 @@ static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
         }
         wc->shm_mapped = true;
     }
+    wc->shm_tail_answer |= req->shm_tail_in_answer;
     if (req->shm_released && (!wc->shm || sl_shm_region_released(wc->shm, req->shm_released, err, sizeof err) < 0)) {
         sl_conn_fail(wc->conn, SL_EPROTO, "%s",
                      wc->shm ? err : "shm_released: no shared-memory region on this connection");

@@ -298,6 +298,42 @@ Test(iterator, a_checkpoint_restores_to_exactly_the_rest)
     reader_close(&r);
 }
 
+/* A plain DYNAMIC read through shared memory (every batch but the first
+ * few, read before the region was mapped): a batch without split-done
+ * notices has a tail of a run and a tally row or two, which comes in the
+ * answer (GetElementRequest.shm_tail_in_answer), its slot holding the
+ * tensor bytes alone; every element comes once. */
+Test(iterator, dynamic_batches_in_shared_memory_bring_small_tails_in_their_answer)
+{
+    struct reader r;
+    reader_open(&r,
+                "{\"source\":{\"type\":\"range\",\"stop\":200000},"
+                "\"ops\":[{\"op\":\"batch\",\"batch_size\":512}]}",
+                SL_SHARDING_DYNAMIC);
+    memset(seen, 0, sizeof seen);
+    int batches = 0, small = 0;
+    for (;;) {
+        sl_batch_t *b;
+        int rc = sl_iterator_next(r.it, &b);
+        if (rc == 1)
+            break;
+        cr_assert_eq(rc, 0, "%s", sl_iterator_errmsg(r.it));
+        const struct sl_batch *sb = b;
+        if (sb->shm && sb->num_done == 0) {
+            cr_assert(sb->tail_in_answer, "batch %d: its provenance and tallies came in its slot", batches);
+            small++;
+        }
+        const int64_t *v = sl_batch_find(b, "value")->data;
+        for (uint64_t i = 0; i < sl_batch_num_elements(b); i++)
+            seen[v[i]]++;
+        sl_batch_release(b);
+        batches++;
+    }
+    assert_each(seen, 1);
+    cr_assert_gt(small, batches / 2, "%d of %d batches came through shared memory without notices", small, batches);
+    reader_close(&r);
+}
+
 Test(iterator, off_gives_the_dataset_once_per_worker)
 {
     struct reader r;

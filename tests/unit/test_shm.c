@@ -23,10 +23,13 @@
 #include <unistd.h>
 
 #include "membudget.h"
+#include "provwire.h"
+#include "received.h"
 #include "seed_util.h"
 #include "shm.h"
 #include "shmmap.h"
 #include "sluice.h"
+#include "sluice.pb.h"
 
 static char err[512];
 
@@ -542,6 +545,112 @@ Test(shm, steady_batches_keep_to_the_first_pages_of_the_region)
         }
     }
     cr_assert_leq(top, 17 * ext);
+    sl_shm_region_free(r);
+    side_stop(&s);
+}
+
+/* The answer to a DYNAMIC batch of 1024 int64 (8 KiB of tensor bytes)
+ * whose provenance is prov_len bytes and whose tallies tally_len bytes
+ * follow them: every offset counts from the tensor bytes' start. */
+static sluice_GetElementResponse tail_answer(size_t prov_len, size_t tally_len)
+{
+    sluice_GetElementResponse resp = {.task_id = 3, .num_elements = 1024, .components_count = 1,
+                                      .provenance_offset = 8192, .provenance_length = prov_len,
+                                      .tallies_offset = 8192 + prov_len, .tallies_length = tally_len};
+    snprintf(resp.components[0].name, sizeof resp.components[0].name, "value");
+    resp.components[0].dtype = SL_DTYPE_INT64;
+    resp.components[0].shape_count = 1;
+    resp.components[0].shape[0] = 1024;
+    resp.components[0].length = 8192;
+    return resp;
+}
+
+/* What the client makes of one batch sent either way: with its
+ * provenance and tallies after the tensor bytes in the slot (a worker
+ * before GetElementRequest.shm_tail_in_answer, or a tail past 256 bytes:
+ * a shuffled batch's runs), or in the answer's shm_tail, the slot holding
+ * the tensor bytes alone, which then take two pages, not three. An offset
+ * that points into the tensor bytes is refused by name. */
+Test(shm, a_batchs_tail_comes_in_the_slot_or_in_the_answer_alike)
+{
+    struct side s;
+    side_start(&s, 64 * SL_SHM_ALIGN, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    sl_shm_map_t *m = NULL;
+    cr_assert_eq(collect(&s, sl_shm_region_ticket(r), &m), 0, "%s", err);
+    static int64_t values[1024];
+    for (int i = 0; i < 1024; i++)
+        values[i] = 5000 + i;
+    sluice_GetElementResponse resp;
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        /* One run, or 1024 runs of one record each (a shuffle's). */
+        static sl_provenance_run_t runs[1024];
+        unsigned nruns = shuffled ? 1024 : 1;
+        for (unsigned i = 0; i < nruns; i++)
+            runs[i] = (sl_provenance_run_t){0, 0, shuffled ? 5000 + (i * 7919) % 1024 : 5000, shuffled ? 1 : 1024};
+        sl_split_done_t row = {.epoch = 0, .file_index = 0, .begin = 4096, .end = 8192, .delivered = 1024};
+        uint8_t *prov = NULL, *tally = NULL;
+        size_t plen = 0, tlen = 0;
+        cr_assert_eq(sl_provwire_encode(runs, nruns, &prov, &plen), 0);
+        cr_assert_eq(sl_provwire_encode_done(&row, 1, &tally, &tlen), 0);
+        cr_assert_eq(shuffled, plen + tlen > sizeof resp.shm_tail.bytes, "tail of %zu bytes", plen + tlen);
+        struct iovec parts[3] = {{values, sizeof values}, {prov, plen}, {tally, tlen}};
+        for (int in_answer = 0; in_answer < 2 - shuffled; in_answer++) {
+            uint64_t off, len, seq;
+            cr_assert_eq(sl_shm_region_put(r, parts, in_answer ? 1 : 3, &off, &len), 0);
+            cr_assert_eq(len, in_answer ? 8192 : 8192 + plen + tlen);
+            /* The next slot starts past this one's pages. */
+            uint64_t off2, len2;
+            cr_assert_eq(sl_shm_region_put(r, parts, 1, &off2, &len2), 0);
+            cr_assert_eq(off2 - off, (in_answer ? 2 : 3) * (uint64_t)SL_SHM_ALIGN, "in_answer %d", in_answer);
+            const uint8_t *slot = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+            cr_assert_not_null(slot, "%s", err);
+            uint64_t seq2;
+            cr_assert_not_null(sl__shm_slot(m, off2, len2, &seq2, err, sizeof err), "%s", err);
+            resp = tail_answer(plen, tlen);
+            if (in_answer) {
+                memcpy(resp.shm_tail.bytes, prov, plen);
+                memcpy(resp.shm_tail.bytes + plen, tally, tlen);
+                resp.shm_tail.size = (pb_size_t)(plen + tlen);
+            }
+            struct sl_batch *b = sl__batch_from_shm(&resp, m, slot, len, seq, err, sizeof err);
+            cr_assert_not_null(b, "shuffled %d, in_answer %d: %s", shuffled, in_answer, err);
+            cr_assert_eq(b->tail_in_answer, in_answer);
+            cr_assert_eq(b->num_elements, 1024);
+            cr_assert_eq(memcmp(sl_batch_find(b, "value")->data, values, sizeof values), 0);
+            cr_assert_eq(b->num_records, 1024);
+            cr_assert_eq(b->num_tally, 1);
+            cr_assert_eq(b->tally[0].delivered, 1024);
+            cr_assert_eq(b->tally[0].begin, 4096);
+            sl_provenance_run_t *got = NULL;
+            uint64_t ngot = 0;
+            cr_assert_eq(sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->num_records, &got, &ngot, err,
+                                            sizeof err), 0, "%s", err);
+            cr_assert_eq(ngot, nruns);
+            cr_assert_eq(memcmp(got, runs, nruns * sizeof *got), 0);
+            free(got);
+            sl_batch_release(b);
+            sl__shm_slot_done(m, seq2);
+            cr_assert_eq(sl_shm_region_released(r, sl__shm_released(m), err, sizeof err), 0, "%s", err);
+        }
+        free(prov);
+        free(tally);
+    }
+    /* Provenance said to start inside the tensor bytes, the tail in the
+     * answer: refused, the slot given back. */
+    uint64_t off, len, seq;
+    struct iovec part = {values, sizeof values};
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off, &len), 0);
+    const uint8_t *slot = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+    cr_assert_not_null(slot, "%s", err);
+    resp = tail_answer(8, 0);
+    resp.provenance_offset = 100;
+    resp.shm_tail.size = 8;
+    cr_assert_null(sl__batch_from_shm(&resp, m, slot, len, seq, err, sizeof err));
+    cr_assert(strstr(err, "the provenance of a batch in shared memory start within its 8192 tensor bytes"), "%s", err);
+    cr_assert_eq(sl_shm_region_released(r, sl__shm_released(m), err, sizeof err), 0, "%s", err);
+    sl__shm_unref(m);
     sl_shm_region_free(r);
     side_stop(&s);
 }
