@@ -1382,6 +1382,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static void *loop_main(void *arg)
 {
     sl_iterator_t *it = arg;
+    pthread_setname_np(pthread_self(), "sl-iterator"); /* top -H, perf, gdb (docs/operations.md) */
     /* A worker or dispatcher that resets its connection must not kill the
      * trainer's process with SIGPIPE (net.h): blocked in this thread for
      * its whole life; one raised is dropped when the thread ends. */

@@ -65,6 +65,7 @@ static int64_t mono_ms(void)
 static void *count_main(void *arg)
 {
     sl_dcounter_t *c = arg;
+    pthread_setname_np(pthread_self(), "sl-count"); /* top -H, perf, gdb (docs/operations.md) */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->queue && !atomic_load(&c->stop))

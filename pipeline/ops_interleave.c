@@ -140,6 +140,7 @@ static int slot_failed(struct interleave_iter *il, struct slot *s, int rc)
 static void *reader_main(void *arg)
 {
     struct thread_arg *ta = arg;
+    pthread_setname_np(pthread_self(), "sl-interleave"); /* top -H, perf, gdb (docs/operations.md) */
     struct interleave_iter *il = ta->il;
     /* Thread t reads slots t, t + T, ...: each slot has one reader, so
      * only its thread waits on fill[t] for it. */

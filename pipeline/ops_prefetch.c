@@ -82,6 +82,7 @@ static void fold(struct prefetch_iter *pf)
 static void *producer_main(void *arg)
 {
     struct prefetch_iter *pf = arg;
+    pthread_setname_np(pthread_self(), "sl-prefetch"); /* top -H, perf, gdb (docs/operations.md) */
     sl_iter_t *input = pf->base.input;
     pthread_mutex_lock(&pf->mu);
     for (;;) {

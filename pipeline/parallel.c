@@ -173,6 +173,7 @@ static struct slot *pool_take(struct sl_pool *pool)
 static void *pool_main(void *arg)
 {
     struct sl_pool *pool = arg;
+    pthread_setname_np(pthread_self(), "sl-parallel"); /* top -H, perf, gdb (docs/operations.md) */
     pthread_mutex_lock(&pool->mu);
     /* The threads array is complete once the creator lets go of mu. */
     int t = thread_index(pool);

@@ -386,6 +386,7 @@ static void encode_prov(sl_task_t *t, sl_wire_batch_t *b)
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
+    pthread_setname_np(pthread_self(), "sl-task"); /* top -H, perf, gdb (docs/operations.md) */
     for (;;) {
         sl_wire_batch_t *b = NULL;
         double t0 = seconds_now();

@@ -166,6 +166,22 @@ class ThreeWorkers(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn('$.source.type', err)
 
+    def test_the_daemons_threads_say_what_they_are(self):
+        """top -H, perf and gdb show each thread's name (docs/operations.md): the
+        dispatcher's file counter is sl-count, beside its loop."""
+        def names(pid):
+            out = []
+            for tid in os.listdir('/proc/%d/task' % pid):
+                try:
+                    with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
+                        out.append(f.read().strip())
+                except OSError:
+                    pass  # ended meanwhile
+            return sorted(out)
+        self.assertEqual(names(self.c.dispatcher.proc.pid), ['sl-count', 'sluice-dispatch'])
+        for w in self.c.workers:
+            self.assertIn('sluice-workerd', names(w.proc.pid))
+
     def test_garbage_on_the_wire_leaves_the_dispatcher_serving(self):
         for payload in (b'GET / HTTP/1.0\r\n\r\n', b'SLUC\x00\x09\x00\x01', b'SLUC\x00\x02\x00\x01' + b'\xff' * 64):
             s = socket.create_connection(('127.0.0.1', self.c.dispatcher.port), timeout=30)

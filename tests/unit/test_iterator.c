@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "dstate_util.h"
+#include "thread_util.h"
 #include "le.h"
 #include "received.h"
 #include "server.h"
@@ -311,6 +312,7 @@ Test(iterator, dynamic_batches_in_shared_memory_bring_small_tails_in_their_answe
                 "\"ops\":[{\"op\":\"batch\",\"batch_size\":512}]}",
                 SL_SHARDING_DYNAMIC);
     memset(seen, 0, sizeof seen);
+    cr_assert_eq(threads_named("sl-iterator"), 1, "the iterator's loop thread says what it is (top -H, py-spy)");
     int batches = 0, small = 0;
     for (;;) {
         sl_batch_t *b;
@@ -332,6 +334,7 @@ Test(iterator, dynamic_batches_in_shared_memory_bring_small_tails_in_their_answe
     assert_each(seen, 1);
     cr_assert_gt(small, batches / 2, "%d of %d batches came through shared memory without notices", small, batches);
     reader_close(&r);
+    cr_assert_eq(threads_named_gone("sl-iterator"), 0);
 }
 
 Test(iterator, off_gives_the_dataset_once_per_worker)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "pipeline_util.h"
+#include "thread_util.h"
 
 static char dir[PATH_MAX];
 
@@ -242,7 +243,9 @@ Test(interleave, destroyed_mid_stream_with_threads)
     batches_t bs = run_pipeline_n(p, 10);
     cr_assert_eq(bs.n, 10);
     batches_free(&bs);
+    cr_assert_gt(threads_named("sl-interleave"), 1, "its threads say what they are (top -H, perf, gdb)");
     sl_pipeline_destroy(p);
+    cr_assert_eq(threads_named_gone("sl-interleave"), 0);
     sl_confine_destroy(roots);
 }
 

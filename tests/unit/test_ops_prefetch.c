@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "pipeline_util.h"
+#include "thread_util.h"
 
 TestSuite(prefetch);
 
@@ -149,7 +150,9 @@ Test(prefetch, destroyed_mid_stream_with_a_full_queue)
     batches_t bs = run_pipeline_n(p, 3);
     cr_assert_eq(bs.n, 3);
     batches_free(&bs);
+    cr_assert_eq(threads_named("sl-prefetch"), 1, "its thread says what it is (top -H, perf, gdb)");
     sl_pipeline_destroy(p);
+    cr_assert_eq(threads_named_gone("sl-prefetch"), 0);
     /* Never started: nothing to stop. */
     p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":8}]}",
                       NULL);

@@ -18,6 +18,7 @@
 #include "autotune.h"
 #include "element.h"
 #include "pipeline_util.h"
+#include "thread_util.h"
 #include "plugin.h"
 
 static sl_plugins_t *plugins;
@@ -228,6 +229,7 @@ Test(parallel, pool_stays_within_threads)
         /* The pipeline's thread works too: the pool has one fewer. */
         cr_assert_eq(threads_now() - before, cases[i].want, "--threads %u, num_parallel_calls %s", cases[i].threads,
                      cases[i].calls);
+        cr_assert_eq(threads_named("sl-parallel"), cases[i].want, "the pool's threads say what they are");
         batches_t bs = run_pipeline(p);
         cr_assert_eq(bs.n, 5, "%s", bs.errmsg);
         batches_free(&bs);

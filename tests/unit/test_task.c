@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "provwire.h"
+#include "thread_util.h"
 #include "task.h"
 
 struct run {
@@ -364,6 +365,7 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     cr_assert_eq(info.buffered_batches, 16);
     cr_assert_leq(info.batches_produced, 17, "made %lu batches with a buffer of 16",
                   (unsigned long)info.batches_produced);
+    cr_assert_eq(threads_named("sl-task"), 1, "its pipeline's thread says what it is (top -H, perf, gdb)");
     uint64_t sum = 0, count = 0;
     for (;;) {
         sl_wire_batch_t *b = NULL;
@@ -388,6 +390,7 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     sl_task_status(r.task, &ts);
     cr_assert_eq(ts.state, SL_TASK_DONE);
     stop(&r);
+    cr_assert_eq(threads_named_gone("sl-task"), 0);
 }
 
 Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
