@@ -1382,7 +1382,6 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static void *loop_main(void *arg)
 {
     sl_iterator_t *it = arg;
-    pthread_setname_np(pthread_self(), "sl-iterator"); /* top -H, perf, gdb (docs/operations.md) */
     /* A worker or dispatcher that resets its connection must not kill the
      * trainer's process with SIGPIPE (net.h): blocked in this thread for
      * its whole life; one raised is dropped when the thread ends. */
@@ -1548,6 +1547,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         snprintf(it->err, sizeof it->err, "cannot start the iterator thread: %s", strerror(-rc));
         goto fail;
     }
+    pthread_setname_np(it->thread, "sl-iterator"); /* top -H, perf, gdb (docs/operations.md) */
     it->thread_started = true;
     return 0;
 fail:

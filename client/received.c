@@ -265,19 +265,24 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
      * checks. Either is copied out, with the offsets counted in the copy. */
     _Static_assert(sizeof resp->shm_tail.bytes <= SL_BATCH_TAIL_INLINE, "an answer's tail fits a batch's room");
     bool in_answer = resp->shm_tail.size > 0;
-    size_t tensors = in_answer ? len : tensors_end(resp, len), tail_len = in_answer ? resp->shm_tail.size : len - tensors;
+    size_t tensors = in_answer ? len : tensors_end(resp, len);
+    size_t tail_len = in_answer ? resp->shm_tail.size : len - tensors;
     if (in_answer) {
-        const char *inside = resp->provenance_length > 0 && resp->provenance_offset < tensors ? "provenance"
-                             : resp->notices_length > 0 && resp->notices_offset < tensors   ? "notices"
-                             : resp->tallies_length > 0 && resp->tallies_offset < tensors   ? "tallies"
-                                                                                            : NULL;
-        if (inside) {
-            sl_errf(err, errlen, SL_EPROTO,
-                    "task %" PRIu64 ": the %s of a batch in shared memory start within its %zu tensor bytes, not in "
-                    "the %zu bytes of its shm_tail", resp->task_id, inside, tensors, tail_len);
-            sl__shm_slot_done(m, seq);
-            return NULL;
-        }
+        struct {
+            const char *name;
+            uint64_t offset, length;
+        } parts[] = {{"provenance", resp->provenance_offset, resp->provenance_length},
+                     {"notices", resp->notices_offset, resp->notices_length},
+                     {"tallies", resp->tallies_offset, resp->tallies_length}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            if (parts[i].length > 0 && parts[i].offset < tensors) {
+                sl_errf(err, errlen, SL_EPROTO,
+                        "task %" PRIu64 ": a batch in shared memory has its %s at offset %" PRIu64
+                        ", within its %zu tensor bytes, not in the %zu bytes of its shm_tail",
+                        resp->task_id, parts[i].name, parts[i].offset, tensors, tail_len);
+                sl__shm_slot_done(m, seq);
+                return NULL;
+            }
     }
     uint8_t room[SL_BATCH_TAIL_INLINE];
     uint8_t *tail = tail_len <= sizeof room ? room : malloc(tail_len);

@@ -89,10 +89,10 @@ struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint
  * tallies copied out first (the worker could change the slot's bytes
  * after the checks) from the answer's shm_tail (the slot then holds the
  * tensor bytes alone) or from the slot after the tensor bytes, and only
- * dense components of fixed-size elements may lie there. The batch holds the slot (number seq of map m); on failure it
- * is given back. resp's provenance, notices and tallies offsets are
- * changed to count in the copy (copying the whole answer instead cost 800
- * instructions a batch).
+ * dense components of fixed-size elements may lie there. The batch holds
+ * the slot (number seq of map m); on failure it is given back. resp's
+ * provenance, notices and tallies offsets are changed to count in the copy
+ * (copying the whole answer instead cost 800 instructions a batch).
  * @return the batch, or NULL with what was wrong in err
  */
 struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_shm_map *m, const uint8_t *slot,

@@ -65,7 +65,6 @@ static int64_t mono_ms(void)
 static void *count_main(void *arg)
 {
     sl_dcounter_t *c = arg;
-    pthread_setname_np(pthread_self(), "sl-count"); /* top -H, perf, gdb (docs/operations.md) */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->queue && !atomic_load(&c->stop))
@@ -169,6 +168,7 @@ int sl_dcounter_new(struct event_base *base, const sl_confine_t *roots, int max_
         goto fail;
     if ((rc = -pthread_create(&c->thread, NULL, count_main, c)) < 0)
         goto fail;
+    pthread_setname_np(c->thread, "sl-count"); /* top -H, perf, gdb (docs/operations.md) */
     c->started = true;
     *out = c;
     return 0;

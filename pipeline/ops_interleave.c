@@ -140,7 +140,6 @@ static int slot_failed(struct interleave_iter *il, struct slot *s, int rc)
 static void *reader_main(void *arg)
 {
     struct thread_arg *ta = arg;
-    pthread_setname_np(pthread_self(), "sl-interleave"); /* top -H, perf, gdb (docs/operations.md) */
     struct interleave_iter *il = ta->il;
     /* Thread t reads slots t, t + T, ...: each slot has one reader, so
      * only its thread waits on fill[t] for it. */
@@ -218,6 +217,7 @@ static int start_threads(struct interleave_iter *il)
             free(ta);
             return sl__iter_fail(&il->base, -rc, "cannot start a reader thread: %s", strerror(rc));
         }
+        pthread_setname_np(il->tids[t], "sl-interleave"); /* top -H, perf, gdb (docs/operations.md) */
         il->started++;
     }
     return 0;

@@ -82,7 +82,6 @@ static void fold(struct prefetch_iter *pf)
 static void *producer_main(void *arg)
 {
     struct prefetch_iter *pf = arg;
-    pthread_setname_np(pthread_self(), "sl-prefetch"); /* top -H, perf, gdb (docs/operations.md) */
     sl_iter_t *input = pf->base.input;
     pthread_mutex_lock(&pf->mu);
     for (;;) {
@@ -138,6 +137,7 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
         int rc = pthread_create(&pf->tid, NULL, producer_main, pf);
         if (rc != 0)
             return sl__iter_fail(it, -rc, "cannot start the prefetch thread: %s", strerror(rc));
+        pthread_setname_np(pf->tid, "sl-prefetch"); /* top -H, perf, gdb (docs/operations.md) */
         pf->running = true;
     }
     pthread_mutex_lock(&pf->mu);

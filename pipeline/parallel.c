@@ -173,7 +173,6 @@ static struct slot *pool_take(struct sl_pool *pool)
 static void *pool_main(void *arg)
 {
     struct sl_pool *pool = arg;
-    pthread_setname_np(pthread_self(), "sl-parallel"); /* top -H, perf, gdb (docs/operations.md) */
     pthread_mutex_lock(&pool->mu);
     /* The threads array is complete once the creator lets go of mu. */
     int t = thread_index(pool);
@@ -215,6 +214,7 @@ static int pool_create(sl_iter_ctx_t *ctx, int n)
             sl__parallel_pool_destroy(ctx);
             return sl__ctx_fail(ctx, -rc, "pipeline", "cannot start a pool thread: %s", strerror(rc));
         }
+        pthread_setname_np(pool->threads[i], "sl-parallel"); /* top -H, perf, gdb (docs/operations.md) */
         pool->n = i + 1;
     }
     pthread_mutex_unlock(&pool->mu);

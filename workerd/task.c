@@ -386,7 +386,6 @@ static void encode_prov(sl_task_t *t, sl_wire_batch_t *b)
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
-    pthread_setname_np(pthread_self(), "sl-task"); /* top -H, perf, gdb (docs/operations.md) */
     for (;;) {
         sl_wire_batch_t *b = NULL;
         double t0 = seconds_now();
@@ -565,6 +564,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         snprintf(err, errlen, "cannot start the pipeline thread: %s", strerror(-rc));
         goto fail;
     }
+    pthread_setname_np(t->thread, "sl-task"); /* top -H, perf, gdb (docs/operations.md) */
     t->thread_started = true;
     *out = t;
     return 0;

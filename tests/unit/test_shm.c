@@ -648,7 +648,8 @@ Test(shm, a_batchs_tail_comes_in_the_slot_or_in_the_answer_alike)
     resp.provenance_offset = 100;
     resp.shm_tail.size = 8;
     cr_assert_null(sl__batch_from_shm(&resp, m, slot, len, seq, err, sizeof err));
-    cr_assert(strstr(err, "the provenance of a batch in shared memory start within its 8192 tensor bytes"), "%s", err);
+    cr_assert(strstr(err, "has its provenance at offset 100, within its 8192 tensor bytes, not in the 8 bytes of its "
+                          "shm_tail"), "%s", err);
     cr_assert_eq(sl_shm_region_released(r, sl__shm_released(m), err, sizeof err), 0, "%s", err);
     sl__shm_unref(m);
     sl_shm_region_free(r);
