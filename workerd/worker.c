@@ -475,8 +475,11 @@ static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv,
         return false;
     sluice_GetElementResponse *resp = &sv->resp;
     struct iovec parts[3] = {{sv->batch->data, sv->batch->size}, tails[0], tails[1]};
+    /* A slot of no bytes is no slot: a batch without tensor bytes keeps its
+     * tail there (shm_length 0 would say the payload is in the frame). */
     size_t tail_len = tails[0].iov_len + tails[1].iov_len;
-    bool in_answer = wc->shm_tail_answer && tail_len > 0 && tail_len <= sizeof resp->shm_tail.bytes;
+    bool in_answer = wc->shm_tail_answer && tail_len > 0 && tail_len <= sizeof resp->shm_tail.bytes &&
+                     sv->batch->size > 0;
     if (sl_shm_region_put(wc->shm, parts, in_answer ? 1 : 3, &resp->shm_offset, &resp->shm_length) < 0) {
         sl_metric_add(m_shm_fallback, 1);
         return false;
