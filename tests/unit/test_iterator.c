@@ -334,7 +334,7 @@ Test(iterator, dynamic_batches_in_shared_memory_bring_small_tails_in_their_answe
     assert_each(seen, 1);
     cr_assert_gt(small, batches / 2, "%d of %d batches came through shared memory without notices", small, batches);
     reader_close(&r);
-    cr_assert_eq(threads_named_gone("sl-iterator"), 0);
+    cr_assert_eq(threads_settle_to("sl-iterator", 0), 0);
 }
 
 Test(iterator, off_gives_the_dataset_once_per_worker)

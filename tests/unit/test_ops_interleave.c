@@ -245,7 +245,7 @@ Test(interleave, destroyed_mid_stream_with_threads)
     batches_free(&bs);
     cr_assert_gt(threads_named("sl-interleave"), 1, "its threads say what they are (top -H, perf, gdb)");
     sl_pipeline_destroy(p);
-    cr_assert_eq(threads_named_gone("sl-interleave"), 0);
+    cr_assert_eq(threads_settle_to("sl-interleave", 0), 0);
     sl_confine_destroy(roots);
 }
 

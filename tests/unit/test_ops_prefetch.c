@@ -152,7 +152,7 @@ Test(prefetch, destroyed_mid_stream_with_a_full_queue)
     batches_free(&bs);
     cr_assert_eq(threads_named("sl-prefetch"), 1, "its thread says what it is (top -H, perf, gdb)");
     sl_pipeline_destroy(p);
-    cr_assert_eq(threads_named_gone("sl-prefetch"), 0);
+    cr_assert_eq(threads_settle_to("sl-prefetch", 0), 0);
     /* Never started: nothing to stop. */
     p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":8}]}",
                       NULL);

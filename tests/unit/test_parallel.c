@@ -7,7 +7,6 @@
  */
 #include <criterion/criterion.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -183,35 +182,6 @@ Test(parallel, errors_surface_in_input_order)
     }
 }
 
-/* Threads of this process now. */
-static int threads_now(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    cr_assert_not_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-/* Threads of this process once it has want of them again, after joins.
- * pthread_join() returns when a thread has exited, but the kernel may list
- * it under /proc/self/task a moment longer (it is reaped after the join's
- * wake-up): so this waits for the count, at most 10 s, and returns the
- * last count it saw (the caller's assert then says how many are left). */
-static int threads_settle_to(int want)
-{
-    int n = threads_now();
-    for (int i = 0; i < 10000 && n != want; i++) {
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-        n = threads_now();
-    }
-    return n;
-}
-
 Test(parallel, pool_stays_within_threads)
 {
     struct {
@@ -221,20 +191,20 @@ Test(parallel, pool_stays_within_threads)
     } cases[] = {{2, "8", 1}, {3, "\"autotune\"", 2}, {4, "2", 1}, {1, "4", 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sl_pipeline_opts_t o = {.plugins = plugins, .threads = cases[i].threads};
-        int before = threads_now();
+        int before = threads_named(NULL);
         sl_pipeline_t *p = pipeline_make(specf("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[" MAP_DOUBLE
                                                ",\"num_parallel_calls\":%s}," EVEN ",\"num_parallel_calls\":%s}]}",
                                                cases[i].calls, cases[i].calls),
                                          &o);
         /* The pipeline's thread works too: the pool has one fewer. */
-        cr_assert_eq(threads_now() - before, cases[i].want, "--threads %u, num_parallel_calls %s", cases[i].threads,
+        cr_assert_eq(threads_named(NULL) - before, cases[i].want, "--threads %u, num_parallel_calls %s", cases[i].threads,
                      cases[i].calls);
         cr_assert_eq(threads_named("sl-parallel"), cases[i].want, "the pool's threads say what they are");
         batches_t bs = run_pipeline(p);
         cr_assert_eq(bs.n, 5, "%s", bs.errmsg);
         batches_free(&bs);
         sl_pipeline_destroy(p);
-        int after = threads_settle_to(before);
+        int after = threads_settle_to(NULL, before);
         cr_assert_eq(after, before, "the pool's threads are joined: %d threads, %d before", after, before);
     }
 }
@@ -242,11 +212,11 @@ Test(parallel, pool_stays_within_threads)
 Test(parallel, sequential_ops_start_no_thread)
 {
     sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
-    int before = threads_now();
+    int before = threads_named(NULL);
     sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[" MAP_DOUBLE
                                      ",\"num_parallel_calls\":1}]}",
                                      &o);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(threads_named(NULL), before);
     sl_pipeline_destroy(p);
 }
 
@@ -254,7 +224,7 @@ Test(parallel, reset_and_destroy_mid_stream)
 {
     /* Counted before any pipeline: a pool just joined may still be listed
      * under /proc/self/task, and a count taken then is never seen again. */
-    int before = threads_now();
+    int before = threads_named(NULL);
     /* take ends the stage's input early and repeat resets it with
      * elements still in flight: every epoch starts over, in order. */
     batches_t bs = run_range(1000, MAP_DOUBLE ",\"num_parallel_calls\":4},{\"op\":\"take\",\"count\":5},"
@@ -265,7 +235,7 @@ Test(parallel, reset_and_destroy_mid_stream)
     for (size_t i = 0; i < bs.n; i++)
         cr_assert_eq(i64_at(bs.b[i], comp_of(bs.b[i], "double"), 0), 2 * (int64_t)(i % 5));
     batches_free(&bs);
-    cr_assert_eq(threads_settle_to(before), before, "the first pipeline's pool is joined");
+    cr_assert_eq(threads_settle_to(NULL, before), before, "the first pipeline's pool is joined");
 
     /* Destroyed after a few elements, with the stage's window full. */
     sl_pipeline_opts_t o = {.plugins = plugins, .threads = 4};
@@ -276,7 +246,7 @@ Test(parallel, reset_and_destroy_mid_stream)
     cr_assert_eq(bs.n, 3);
     batches_free(&bs);
     sl_pipeline_destroy(p);
-    cr_assert_eq(threads_settle_to(before), before);
+    cr_assert_eq(threads_settle_to(NULL, before), before);
 }
 
 /* Plugins do not see provenance: the host keeps each element's around the
@@ -326,7 +296,7 @@ Test(parallel, autotune_stays_within_bounds)
                        "{\"op\":\"batch\",\"batch_size\":4}]}";
     const char *tune = ",\"num_parallel_calls\":\"autotune\"";
     unsigned cores = sl_autotune_cores();
-    int base = threads_now();
+    int base = threads_named(NULL);
     for (unsigned threads = 1; threads <= 4; threads++) {
         sl_pipeline_opts_t o = {.plugins = plugins, .roots = roots, .threads = threads};
         unsigned bound = cores && cores < threads ? cores : threads;
@@ -338,10 +308,10 @@ Test(parallel, autotune_stays_within_bounds)
         snprintf(seq_heavy, sizeof seq_heavy, jpeg, "", "", "", "");
         const char *specs[] = {cheap, heavy};
         for (int k = 0; k < 2; k++) {
-            int before = threads_settle_to(base);
+            int before = threads_settle_to(NULL, base);
             cr_assert_eq(before, base, "the last pipeline's pool is joined");
             sl_pipeline_t *p = pipeline_make(specs[k], &o);
-            cr_assert_leq(threads_now() - before, (int)threads - 1, "the pool is within --threads");
+            cr_assert_leq(threads_named(NULL) - before, (int)threads - 1, "the pool is within --threads");
             sl_pipeline_parallel_stats_t st[4];
             bool is_par = threads > 1;
             cr_assert_eq(sl_pipeline_parallel_stats(p, st, 4), is_par ? 1 : 0, "threads %u", threads);
@@ -368,7 +338,7 @@ Test(parallel, autotune_stays_within_bounds)
             }
             batches_free(&bs);
             sl_pipeline_destroy(p);
-            cr_assert_eq(threads_settle_to(before), before);
+            cr_assert_eq(threads_settle_to(NULL, before), before);
         }
     }
 }

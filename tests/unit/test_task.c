@@ -390,7 +390,7 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     sl_task_status(r.task, &ts);
     cr_assert_eq(ts.state, SL_TASK_DONE);
     stop(&r);
-    cr_assert_eq(threads_named_gone("sl-task"), 0);
+    cr_assert_eq(threads_settle_to("sl-task", 0), 0);
 }
 
 Test(task, a_batch_counts_in_the_buffer_with_its_provenance)

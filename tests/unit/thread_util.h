@@ -1,28 +1,32 @@
 /*
- * thread_util.h: whether a thread of this test process goes by a name
- * (pthread_setname_np(), /proc/self/task/TID/comm), for the tests of the
- * names that top -H, perf and gdb show (docs/operations.md).
+ * thread_util.h: the threads of this test process, all of them or those
+ * that go by a name (pthread_setname_np(), /proc/self/task/TID/comm): for
+ * the tests of pools that must join their threads and of the names that
+ * top -H, perf and gdb show (docs/operations.md).
  */
 #ifndef SL_TEST_THREAD_UTIL_H
 #define SL_TEST_THREAD_UTIL_H
 
+#include <criterion/criterion.h>
 #include <dirent.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-/** @return how many threads of this process are named name */
+/** @return how many threads this process has named name (NULL: any name) */
 static inline int threads_named(const char *name)
 {
     DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return -1;
+    cr_assert_not_null(d);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
+        if (!name) {
+            n++;
+            continue;
+        }
         char path[300], comm[32] = "";
         snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
@@ -37,14 +41,18 @@ static inline int threads_named(const char *name)
     return n;
 }
 
-/** Waits (up to 10 s) until no thread of this process is named name: a
- *  thread just joined may still be listed for a moment. @return how many are */
-static inline int threads_named_gone(const char *name)
+/* Threads named name (NULL: any) once there are want of them again, after
+ * joins. pthread_join() returns when a thread has exited, but the kernel
+ * may list it under /proc/self/task a moment longer (it is reaped after
+ * the join's wake-up): so this waits for the count, at most 10 s, and
+ * returns the last count it saw (the caller's assert then says how many
+ * are left). */
+static inline int threads_settle_to(const char *name, int want)
 {
     int n = threads_named(name);
-    for (int i = 0; i < 1000 && n > 0; i++) {
-        struct timespec ms10 = {0, 10 * 1000 * 1000};
-        nanosleep(&ms10, NULL);
+    for (int i = 0; i < 10000 && n != want; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
         n = threads_named(name);
     }
     return n;
