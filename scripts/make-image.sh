@@ -40,8 +40,11 @@ else
   exit 1
 fi
 
-ctx="$build/image"
-rm -rf "$ctx"
+# A context of its own, removed at exit: two builds from one build directory
+# at once (the integration suite's lanes, tests/integration/suite.py) must
+# not empty each other's.
+ctx=$(mktemp -d "$build/image.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/root/usr/bin" "$ctx/root/etc" "$ctx/root/bin" "$ctx/root/tmp" "$ctx/workdir"
 chmod 1777 "$ctx/root/tmp"
 chmod 0700 "$ctx/workdir"
