@@ -11,17 +11,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def demo_daemons():
-    """Pids of sluice daemons running in this repository's directory."""
+    """Pids of sluice daemons the demo started: their output goes to its
+    directory (var/demo/NAME.out). Other tests' daemons may run meanwhile
+    in this repository's directory (the suite's lanes, suite.py)."""
     found = []
+    demo_dir = os.path.join(REPO, 'var', 'demo') + os.sep
     for pid in os.listdir('/proc'):
         if not pid.isdigit():
             continue
         try:
             cmd = open('/proc/%s/cmdline' % pid, 'rb').read().split(b'\0')
-            cwd = os.readlink('/proc/%s/cwd' % pid)
+            out = os.readlink('/proc/%s/fd/1' % pid)
         except OSError:
             continue
-        if cwd == REPO and cmd and os.path.basename(cmd[0]) in (b'sluice-dispatcher', b'sluice-workerd'):
+        if out.startswith(demo_dir) and cmd and os.path.basename(cmd[0]) in (b'sluice-dispatcher', b'sluice-workerd'):
             found.append(int(pid))
     return found
 

@@ -40,6 +40,10 @@ import harness
 import netns
 from harness import LISTEN, binary, child_env
 
+# Its cases wait on fixed cuts, leases and outages in namespaces of their own:
+# the suite runs them in a process beside the other tests (suite.py).
+LANE = 'netns'
+
 N = 2_000_000           # elements of the gated DYNAMIC jobs: far more than every buffer holds
 BATCH = 1000
 SPLIT = 10_000
