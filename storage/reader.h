@@ -10,7 +10,10 @@
  * (old kernel, seccomp), with one warning per process.
  *
  * A reader belongs to one thread at a time: each has its own ring, so
- * readers in different threads never share one. It holds depth *
+ * readers in different threads never share one. A closed reader's ring,
+ * drained, is kept for the next reader opened (at most 8 idle in the
+ * process, reader.c; a forked child sets up its own): a source of many
+ * small files sets up a ring once, not once a file. It holds depth *
  * block_size bytes of buffers (one block for pread).
  *
  * Two ways to consume: sl_reader_read() copies into the caller's buffer;
@@ -114,6 +117,9 @@ sl_io_engine_t sl_reader_engine(const sl_reader_t *r);
 
 /** Waits for the reads in flight, closes the file and frees r (NULL is a no-op). */
 void sl_reader_close(sl_reader_t *r);
+
+/** @return the io_uring rings this process set up so far (readers reuse closed ones' rings) */
+uint64_t sl_reader_rings_set_up(void);
 
 /**
  * @return the bytes read from files by every reader of this process with

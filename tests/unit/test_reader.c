@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -262,6 +263,92 @@ Test(reader, close_with_reads_in_flight)
     cr_assert_eq(sl_reader_read(r, b, sizeof b, &k), 0);
     cr_assert_eq(k, sizeof b);
     sl_reader_close(r);
+    free(want);
+}
+
+/* A closed reader's ring serves the next one: 500 small files read one
+ * after the other set up one ring, not 500. Every other file is closed
+ * with its reads in flight (its rest unread), so the next reader on that
+ * ring would see their completions if the ring came back undrained: it
+ * reads its own file byte for byte all the same. Readers of another depth
+ * take a ring of their own; two open at once never share one. */
+Test(reader, a_closed_readers_ring_serves_the_next_one)
+{
+    enum { FILES = 500 };
+    char path[128];
+    uint8_t *small = make_file("small", 37, path, sizeof path);
+    char big_path[128];
+    uint8_t *big = make_file("big", 6 * BLOCK + 5, big_path, sizeof big_path);
+    /* Once a ring of depth 3 and one of depth 5 are in the pool (or new). */
+    sl_reader_close(open_reader(path, SL_IO_URING, BLOCK, 3));
+    sl_reader_close(open_reader(path, SL_IO_URING, BLOCK, 5));
+    uint64_t before = sl_reader_rings_set_up();
+    for (int i = 0; i < FILES; i++) {
+        if (i % 2) {
+            sl_reader_t *r = open_reader(big_path, SL_IO_URING, BLOCK, 3);
+            uint8_t b[10];
+            size_t k;
+            cr_assert_eq(sl_reader_read(r, b, sizeof b, &k), 0);
+            cr_assert(k == sizeof b && memcmp(b, big, k) == 0, "file %d: first bytes", i);
+            sl_reader_close(r); /* reads of the rest in flight */
+        } else {
+            check_read(path, small, 37, SL_IO_URING, 5);
+        }
+    }
+    cr_assert_eq(sl_reader_rings_set_up(), before, "%" PRIu64 " rings set up for %d files one after the other",
+                 sl_reader_rings_set_up() - before, FILES);
+    check_view(path, small, 37, SL_IO_URING); /* depth 4: a new ring (or one left by another test) */
+    uint64_t after_view = sl_reader_rings_set_up();
+    check_view(big_path, big, 6 * BLOCK + 5, SL_IO_URING);
+    cr_assert_eq(sl_reader_rings_set_up(), after_view, "a ring of depth 4 was there to take");
+    /* Two readers of one depth open at once: two rings. */
+    sl_reader_t *a = open_reader(path, SL_IO_URING, BLOCK, 5);
+    uint64_t one = sl_reader_rings_set_up();
+    sl_reader_t *b = open_reader(big_path, SL_IO_URING, BLOCK, 5);
+    cr_assert_eq(sl_reader_rings_set_up(), one + 1, "the second reader took a ring in use");
+    uint8_t x[37], y[37];
+    size_t kx, ky;
+    cr_assert_eq(sl_reader_read(a, x, sizeof x, &kx), 0);
+    cr_assert_eq(sl_reader_read(b, y, sizeof y, &ky), 0);
+    cr_assert(kx == 37 && memcmp(x, small, 37) == 0);
+    cr_assert(ky == 37 && memcmp(y, big, 37) == 0);
+    sl_reader_close(a);
+    sl_reader_close(b);
+    free(small);
+    free(big);
+}
+
+/* A child made by fork() shares its parent's kernel rings: it sets up its
+ * own and tears down its copies of the idle ones, which leaves the
+ * parent's working. */
+Test(reader, a_forked_child_takes_no_ring_of_its_parent)
+{
+    char path[128];
+    uint8_t *want = make_file("forked", 3 * BLOCK + 1, path, sizeof path);
+    check_read(path, want, 3 * BLOCK + 1, SL_IO_URING, 1000); /* a ring of depth 3 idle */
+    uint64_t before = sl_reader_rings_set_up();
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        sl_reader_t *r;
+        sl_reader_opts_t o;
+        sl_reader_opts_init(&o);
+        o.engine = SL_IO_URING;
+        o.block_size = BLOCK;
+        o.depth = 3;
+        char err[256];
+        uint8_t b[100];
+        size_t k = 0;
+        int ok = sl_reader_open(path, &o, &r, err, sizeof err) == 0 && sl_reader_read(r, b, sizeof b, &k) == 0 &&
+                 k == sizeof b && memcmp(b, want, k) == 0 && sl_reader_rings_set_up() == before + 1;
+        sl_reader_close(r);
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child took its parent's ring or misread");
+    check_read(path, want, 3 * BLOCK + 1, SL_IO_URING, 999);
+    cr_assert_eq(sl_reader_rings_set_up(), before, "the parent's idle ring was gone");
     free(want);
 }
 
