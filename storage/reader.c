@@ -68,16 +68,19 @@ static _Atomic uint64_t engine_bytes[SL_IO_ENGINES];
 static atomic_flag fallback_warned = ATOMIC_FLAG_INIT;
 
 /*
- * Idle rings, kept for the next reader. Setting a ring up (io_uring_setup
- * and three mmaps) and tearing it down (three munmaps, whose TLB flush
- * interrupts every core the process runs on) cost far more than reading
- * a small file: a DYNAMIC job over 400 files of a few bytes for 300 epochs
- * opens 120,000 of them, and its pipeline thread spent a third of its time
- * there. A ring goes back here only drained (no read in flight, no
- * completion left), so the next reader finds it as new. Rings are kept by
- * their depth (their size); at most RING_POOL, the rest are torn down. A
- * ring is the process's that set it up: a child made by fork() shares the
- * kernel's ring with its parent, so it tears its copies down unused.
+ * Idle rings, with their readers' buffers, kept for the next reader.
+ * Setting a ring up (io_uring_setup and three mmaps) and tearing it down
+ * (three munmaps, whose TLB flush interrupts every core the process runs
+ * on) cost far more than reading a small file: a DYNAMIC job over 400 files
+ * of a few bytes for 300 epochs opens 120,000 of them, and its pipeline
+ * thread spent a third of its time there. The buffers (1 MiB at the
+ * defaults) likewise: an allocator may map and unmap each (ASan's always
+ * does). A ring goes back here only drained (no read in flight, no
+ * completion left), so the next reader finds it as new and its buffers
+ * written by nothing. Kept by depth and block size; at most RING_POOL, the
+ * rest are torn down. A ring is the process's that set it up: a child made
+ * by fork() shares the kernel's ring with its parent, so it tears its
+ * copies down unused.
  */
 #define RING_POOL 8
 
@@ -85,22 +88,28 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct pooled_ring {
     struct io_uring ring;
     unsigned depth;
+    size_t block_size;
+    uint8_t *mem; /* depth * block_size bytes */
     pid_t owner;
 } pool[RING_POOL];
 static unsigned pool_n;
 static _Atomic uint64_t rings_set_up;
 
-/* A ring of depth entries: an idle one, else a new one. 0 or -errno. */
-static int ring_take(unsigned depth, struct io_uring *ring)
+/* A ring of depth entries: an idle one with its buffers (*mem), else a
+ * new one (*mem NULL). 0 or -errno. */
+static int ring_take(unsigned depth, size_t block_size, struct io_uring *ring, uint8_t **mem)
 {
+    *mem = NULL;
     pid_t me = getpid();
     pthread_mutex_lock(&pool_mu);
     for (unsigned i = pool_n; i-- > 0;) {
         if (pool[i].owner != me) {
             io_uring_queue_exit(&pool[i].ring); /* a parent's: this process's mapping and fd only */
+            free(pool[i].mem);
             pool[i] = pool[--pool_n];
-        } else if (pool[i].depth == depth) {
+        } else if (pool[i].depth == depth && pool[i].block_size == block_size) {
             *ring = pool[i].ring;
+            *mem = pool[i].mem;
             pool[i] = pool[--pool_n];
             pthread_mutex_unlock(&pool_mu);
             return 0;
@@ -113,25 +122,29 @@ static int ring_take(unsigned depth, struct io_uring *ring)
     return rc;
 }
 
-/* Keeps a drained ring for the next reader, or tears it down. */
-static void ring_give_back(struct io_uring *ring, unsigned depth)
+/* Keeps a drained ring and its buffers (NULL: none yet) for the next
+ * reader, or tears them down. */
+static void ring_give_back(struct io_uring *ring, unsigned depth, size_t block_size, uint8_t *mem)
 {
     pthread_mutex_lock(&pool_mu);
-    if (pool_n < RING_POOL) {
-        pool[pool_n++] = (struct pooled_ring){*ring, depth, getpid()};
+    if (mem && pool_n < RING_POOL) {
+        pool[pool_n++] = (struct pooled_ring){*ring, depth, block_size, mem, getpid()};
         pthread_mutex_unlock(&pool_mu);
         return;
     }
     pthread_mutex_unlock(&pool_mu);
     io_uring_queue_exit(ring);
+    free(mem);
 }
 
 /* The idle rings go with the process (and its checks for leaks). */
 __attribute__((destructor)) static void ring_pool_free(void)
 {
     pthread_mutex_lock(&pool_mu);
-    while (pool_n > 0)
+    while (pool_n > 0) {
         io_uring_queue_exit(&pool[--pool_n].ring);
+        free(pool[pool_n].mem);
+    }
     pthread_mutex_unlock(&pool_mu);
 }
 
@@ -420,7 +433,7 @@ int sl_reader_open(const char *path, const sl_reader_opts_t *opts, sl_reader_t *
 
     r->engine = o.engine == SL_IO_AUTO ? SL_IO_URING : o.engine;
     if (r->engine == SL_IO_URING) {
-        rc = ring_take(o.depth, &r->ring);
+        rc = ring_take(o.depth, o.block_size, &r->ring, &r->mem);
         if (rc == 0) {
             r->have_ring = true;
         } else if (o.engine == SL_IO_AUTO) {
@@ -435,7 +448,7 @@ int sl_reader_open(const char *path, const sl_reader_opts_t *opts, sl_reader_t *
     }
     r->depth = r->engine == SL_IO_URING ? o.depth : 1;
 
-    rc = posix_memalign((void **)&r->mem, 4096, (size_t)r->depth * r->block_size);
+    rc = r->mem ? 0 : posix_memalign((void **)&r->mem, 4096, (size_t)r->depth * r->block_size);
     if (rc != 0) {
         r->mem = NULL;
         rc = -rc;
@@ -455,9 +468,10 @@ int sl_reader_open(const char *path, const sl_reader_opts_t *opts, sl_reader_t *
     return 0;
 fail:
     free(r->blks);
-    free(r->mem);
     if (r->have_ring)
-        ring_give_back(&r->ring, r->depth); /* nothing was queued on it */
+        ring_give_back(&r->ring, r->depth, r->block_size, r->mem); /* nothing was queued on it */
+    else
+        free(r->mem);
     if (r->fd >= 0)
         close(r->fd);
     free(r);
@@ -598,18 +612,17 @@ void sl_reader_close(sl_reader_t *r)
 {
     if (!r)
         return;
-    bool drained = true;
     if (r->have_ring) {
-        drained = uring_drain(r) == 0;
-        if (drained)
-            ring_give_back(&r->ring, r->depth);
-        else
+        if (uring_drain(r) == 0) {
+            ring_give_back(&r->ring, r->depth, r->block_size, r->mem);
+        } else {
+            /* A read the ring could not wait for may still write into
+             * the buffers: leaking them is the only safe thing left. */
             io_uring_queue_exit(&r->ring);
-    }
-    /* A read the ring could not wait for may still write into the
-     * buffers: leaking them is the only safe thing left to do. */
-    if (drained)
+        }
+    } else {
         free(r->mem);
+    }
     free(r->blks);
     close(r->fd);
     free(r);

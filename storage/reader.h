@@ -11,10 +11,11 @@
  *
  * A reader belongs to one thread at a time: each has its own ring, so
  * readers in different threads never share one. A closed reader's ring,
- * drained, is kept for the next reader opened (at most 8 idle in the
- * process, reader.c; a forked child sets up its own): a source of many
- * small files sets up a ring once, not once a file. It holds depth *
- * block_size bytes of buffers (one block for pread).
+ * drained, is kept with its buffers for the next reader opened of the
+ * same depth and block size (at most 8 idle in the process, reader.c; a
+ * forked child sets up its own): a source of many small files sets up a
+ * ring once, not once a file. It holds depth * block_size bytes of
+ * buffers (one block for pread).
  *
  * Two ways to consume: sl_reader_read() copies into the caller's buffer;
  * sl_reader_view() and sl_reader_consume() hand out the reader's own
