@@ -78,6 +78,12 @@ def masked(data):
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def framed(data):
+    """One TFRecord: length, its masked CRC, the data, its masked CRC."""
+    length = struct.pack('<Q', len(data))
+    return length + struct.pack('<I', masked(length)) + data + struct.pack('<I', masked(data))
+
+
 assert crc32c(b'123456789') == 0xE3069283
 
 # Pure-Python CRC32C runs at a few MB/s, so a pool of distinct records is
@@ -86,9 +92,7 @@ rng = random.Random(7)
 record_len = args.record_kib * 1024
 pool = []
 for _ in range(24):
-    data = rng.randbytes(record_len)
-    length = struct.pack('<Q', len(data))
-    pool.append(length + struct.pack('<I', masked(length)) + data + struct.pack('<I', masked(data)))
+    pool.append(framed(rng.randbytes(record_len)))
 
 tmp = tempfile.mkdtemp(prefix='sl-bench-tfrecord-', dir='/tmp')
 try:
@@ -136,13 +140,11 @@ try:
         sluice_1m = max(sluice_1m, sluice_once('--block-size', str(1 << 20), '--depth', '4'))
 
     small = []
-    record = rng.randbytes(100)
-    length = struct.pack('<Q', len(record))
-    framed = length + struct.pack('<I', masked(length)) + record + struct.pack('<I', masked(record))
+    one = framed(rng.randbytes(100))
     for i in range(args.small_files):
         path = os.path.join(tmp, f'small-{i:05d}.tfrecord')
         with open(path, 'wb') as f:
-            f.write(framed)
+            f.write(one)
         small.append(path)
 
     def small_once(engine):

@@ -12,6 +12,7 @@ output as it comes, the others' after it, and one total at the end. With a
 pattern (-k), everything runs in one process as before."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,8 +72,9 @@ def run(directory, pattern, label, lane=None, lane_result=None):
     in more than one lane, runs the lanes side by side (run_lanes())."""
     suite = unittest.defaultTestLoader.discover(directory, pattern='test_*.py', top_level_dir=directory)
     tests = [t for t in flatten(suite) if not pattern or pattern in t.id()]
-    if lane is None and pattern is None and len({lane_of(t) for t in tests}) > 1:
-        run_lanes(sorted({lane_of(t) for t in tests}, key=lambda x: x != DEFAULT_LANE), label)
+    lanes = {lane_of(t) for t in tests}
+    if lane is None and pattern is None and len(lanes) > 1:
+        run_lanes(sorted(lanes, key=lambda x: x != DEFAULT_LANE), label)
     if lane is not None:
         tests = [t for t in tests if lane_of(t) == lane]
         label = '%s, lane %s' % (label, lane)
@@ -125,9 +127,7 @@ def run_lanes(lanes, label):
             bad.append('lane %s ran no test' % lane)
         ran, failed, skipped = ran + r['ran'], failed + r['failed'], skipped + r['skipped']
         took += [tuple(x) for x in r['took']]
-    for f in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, f))
-    os.rmdir(tmp)
+    shutil.rmtree(tmp)
     print_slowest(took)
     for b in bad:
         print(b)

@@ -197,8 +197,8 @@ Test(parallel, pool_stays_within_threads)
                                                cases[i].calls, cases[i].calls),
                                          &o);
         /* The pipeline's thread works too: the pool has one fewer. */
-        cr_assert_eq(threads_named(NULL) - before, cases[i].want, "--threads %u, num_parallel_calls %s", cases[i].threads,
-                     cases[i].calls);
+        cr_assert_eq(threads_named(NULL) - before, cases[i].want, "--threads %u, num_parallel_calls %s",
+                     cases[i].threads, cases[i].calls);
         cr_assert_eq(threads_named("sl-parallel"), cases[i].want, "the pool's threads say what they are");
         batches_t bs = run_pipeline(p);
         cr_assert_eq(bs.n, 5, "%s", bs.errmsg);
