@@ -385,9 +385,11 @@ static int lazy_append(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uin
 }
 
 /* The notices of a batch given: a split lazy provenance counts is checked
- * now (given whole: its run waits in runs, and the batches it kept may go;
- * not whole: the kept batches are decoded, so that the split's holes stay
- * holes); the others wait for the sync's check against got. 0 or < 0 */
+ * now (given whole: its run waits in runs, and the batches it kept may go);
+ * the others wait for the sync's check against got. So does a split whose
+ * count falls short: a batch of one run carries no tallies, so its records
+ * were not counted (the last of a split may come that way), and the kept
+ * batches are decoded for that check. 0 or < 0 */
 static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone)
 {
     int rc = 0;
@@ -407,6 +409,7 @@ static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone
                 l->runs[l->num++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
         } else {
             flush = true;
+            rc = sl__notices_append(&l->done, &l->ndone, d, 1);
         }
     }
     if (rc == 0 && flush)
