@@ -28,6 +28,13 @@ cpu_user_share the median share of user time in it (the rest is the
 kernel's: sockets, wake-ups; instructions counted by
 dynamic_instructions.py are the user part only). Then one line with the
 smallest of each.
+With 2 workers or more, each round also runs DYNAMIC over a range as many
+times as long as there are workers (--no-equal-work leaves it out), which
+delivers as many elements as its OFF baseline and gives each worker as much
+to read, in as long a run: its line (dynamic_vs_off_equal_work) sets it
+against the same OFF runs, so that the cost a batch of DYNAMIC stands apart
+from the job's start and end, which a DYNAMIC run of the range pays on half
+as many elements (2 workers).
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
@@ -49,6 +56,8 @@ ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or bot
 ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
 ap.add_argument('--no-shm', action='store_true',
                 help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
+ap.add_argument('--no-equal-work', action='store_true',
+                help='without the DYNAMIC runs over workers times the range (see above)')
 ap.add_argument('--window', metavar='M,P',
                 help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default: the '
                 'iterator sizes its window by bytes, 32,16 for these batches)')
@@ -61,13 +70,13 @@ from cpu_time import children_cpu_seconds, cpu_user_system, process_cpu_seconds 
 BATCH = 1024
 
 
-def spec(shape):
+def spec(shape, elements):
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
     ops.append({"op": "batch", "batch_size": BATCH, "drop_remainder": False})
-    return {"source": {"type": "range", "start": 0, "stop": args.elements}, "ops": ops}
+    return {"source": {"type": "range", "start": 0, "stop": elements}, "ops": ops}
 
 
-def run(c, workers, shape, sharding):
+def run(c, workers, shape, sharding, elements=None):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
     the user time's share of that CPU time, elements per second from the first batch to the last,
     {consumer, workers, dispatcher: CPU seconds}, batches delivered)."""
@@ -82,14 +91,15 @@ def run(c, workers, shape, sharding):
              'workers': lambda: sum(process_cpu_seconds(w.proc.pid) for w in c.workers)}
     before = {k: f() for k, f in parts.items()}
     user0, sys0 = cpu_user_system(pids)
-    rc, _, err = c.cat(spec(shape), extra, fmt='count', timeout=900)
+    elements = elements or args.elements
+    rc, _, err = c.cat(spec(shape, elements), extra, fmt='count', timeout=900)
     user1, sys1 = cpu_user_system(pids)
     by_part = {k: f() - before[k] for k, f in parts.items()}
     user, cpu = user1 - user0, (user1 - user0) + (sys1 - sys0)
     if rc != 0:
         sys.exit('bench: sluice-cat failed: ' + err[-2000:])
     s = summary(err)
-    want = args.elements * (workers if sharding == 'off' else 1)
+    want = elements * (workers if sharding == 'off' else 1)
     if s['elements'] != want:
         sys.exit('bench: %s %s: %d elements, expected %d' % (shape, sharding, s['elements'], want))
     span = s['last_batch_seconds'] - s['first_batch_seconds']
@@ -112,10 +122,12 @@ for workers in [int(w) for w in args.workers.split(',')]:
         c.wait_workers_registered(workers)
         for shape in args.shapes.split(','):
             run(c, workers, shape, 'off')  # warm up: page cache, allocator, dispatcher state
-            off, dyn = [], []
+            off, dyn, equal = [], [], []
             for _ in range(args.rounds):
                 off.append(run(c, workers, shape, 'off'))
                 dyn.append(run(c, workers, shape, 'dynamic'))
+                if workers > 1 and not args.no_equal_work:
+                    equal.append(run(c, workers, shape, 'dynamic', args.elements * workers))
             best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
             cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
             pairs = [d[0] / o[0] for o, d in zip(off, dyn)]
@@ -141,6 +153,21 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "rounds": args.rounds, "window": args.window or "sized by bytes"}
             results.append(r)
             print(json.dumps(r), flush=True)
+            if equal:
+                eq_pairs = [d[0] / o[0] for o, d in zip(off, equal)]
+                eq_batch = {k: round(sum(x[4][k] for x in equal) / sum(x[5] for x in equal) * 1e6, 3)
+                            for k in ('consumer', 'workers', 'dispatcher')}
+                print(json.dumps({
+                    "bench": "dynamic_vs_off_equal_work", "workers": workers, "shape": shape,
+                    "elements": args.elements * workers,
+                    "baseline": "the OFF runs above (%d elements, each worker all of them)" % args.elements,
+                    "dynamic_elements_per_s": round(max(d[0] for d in equal)),
+                    "pair_ratio": round(statistics.median(eq_pairs), 3),
+                    "pair_ratios": [round(x, 3) for x in eq_pairs], "pair_ratio_ci95": median_ci95(eq_pairs),
+                    "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, equal)), 3),
+                    "cpu_us_per_batch": {"off": per_batch['off'], "dynamic": eq_batch},
+                    "cpu_ratio_all_rounds": round(sum(per_batch['off'].values()) / sum(eq_batch.values()), 3),
+                    "rounds": args.rounds}), flush=True)
     finally:
         c.close()
 print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
