@@ -16,6 +16,20 @@ int sl_cap_secret_new(uint8_t secret[SL_CAP_SECRET_LEN])
     return RAND_bytes(secret, SL_CAP_SECRET_LEN) == 1 ? 0 : -EIO;
 }
 
+int sl_cap_nonce_new(uint64_t *nonce)
+{
+    uint8_t b[8];
+    do {
+        if (RAND_bytes(b, sizeof b) != 1)
+            return -EIO;
+        *nonce = 0;
+        for (int i = 0; i < 8; i++)
+            *nonce = *nonce << 8 | b[i];
+        *nonce >>= 1;
+    } while (*nonce == 0);
+    return 0;
+}
+
 static void put_be64(uint8_t *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--, v >>= 8)
@@ -28,13 +42,14 @@ static void derive(const uint8_t secret[SL_CAP_SECRET_LEN], const uint8_t *msg, 
 }
 
 void sl_cap_client_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t job_id, uint64_t client_id,
-                          uint8_t out[SL_CAP_LEN])
+                          uint64_t nonce, uint8_t out[SL_CAP_LEN])
 {
-    uint8_t msg[6 + 16];
+    uint8_t msg[6 + 24];
     memcpy(msg, "client", 6);
     put_be64(msg + 6, job_id);
     put_be64(msg + 14, client_id);
-    derive(secret, msg, sizeof msg, out);
+    put_be64(msg + 22, nonce);
+    derive(secret, msg, nonce ? sizeof msg : sizeof msg - 8, out);
 }
 
 void sl_cap_worker_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t worker_id, uint8_t out[SL_CAP_LEN])
@@ -45,12 +60,14 @@ void sl_cap_worker_secret(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t work
     derive(secret, msg, sizeof msg, out);
 }
 
-void sl_cap_task_key(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t task_id, uint8_t out[SL_CAP_LEN])
+void sl_cap_task_key(const uint8_t secret[SL_CAP_SECRET_LEN], uint64_t task_id, uint64_t nonce,
+                     uint8_t out[SL_CAP_LEN])
 {
-    uint8_t msg[4 + 8];
+    uint8_t msg[4 + 16];
     memcpy(msg, "task", 4);
     put_be64(msg + 4, task_id);
-    derive(secret, msg, sizeof msg, out);
+    put_be64(msg + 12, nonce);
+    derive(secret, msg, nonce ? sizeof msg : sizeof msg - 8, out);
 }
 
 bool sl_cap_equal(const uint8_t a[SL_CAP_LEN], const uint8_t b[SL_CAP_LEN])

@@ -65,20 +65,31 @@ int sl_dstate_worker_may(sl_dstate_t *st, uint64_t worker_id, sl_daccess_t what,
                                             : "none of its tasks reads that dataset");
 }
 
+/* The nonce of job job_id, 0 when there is no such job (its capabilities
+ * are derived as a job's stored before nonces: they match none a client of
+ * this state could show). */
+static uint64_t job_nonce(const sl_dstate_t *st, uint64_t job_id)
+{
+    const struct job *j = sl__dstate_job(st, job_id);
+    return j ? j->nonce : 0;
+}
+
 void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t client_id, uint8_t out[16])
 {
-    sl_cap_client_secret(st->secret, job_id, client_id, out);
+    sl_cap_client_secret(st->secret, job_id, client_id, job_nonce(st, job_id), out);
 }
 
 void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16])
 {
-    sl_cap_task_key(st->secret, task_id, out);
+    struct job *j = NULL;
+    const struct task *t = sl__dstate_task(st, task_id, &j);
+    sl_cap_task_key(st->secret, task_id, t ? t->nonce : 0, out);
 }
 
 const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, struct task *t)
 {
     if (!t->keyed) {
-        sl_cap_task_key(st->secret, t->id, t->key);
+        sl_cap_task_key(st->secret, t->id, t->nonce, t->key);
         t->keyed = true;
     }
     return t->key;
@@ -89,13 +100,15 @@ void sl_dstate_worker_secret(const sl_dstate_t *st, uint64_t worker_id, uint8_t 
     sl_cap_worker_secret(st->secret, worker_id, out);
 }
 
-/* Checked before anything is looked up: a wrong secret learns nothing, not
- * even whether the client exists. */
+/* Checked before the client is looked up: a wrong secret learns nothing,
+ * not even whether the client exists (only the job's nonce is looked up,
+ * and a job that does not exist has the nonce 0, which no client of this
+ * state's jobs holds a secret of). */
 int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
                                    const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen)
 {
     uint8_t want[SL_CAP_LEN];
-    sl_cap_client_secret(st->secret, job_id, client_id, want);
+    sl_cap_client_secret(st->secret, job_id, client_id, job_nonce(st, job_id), want);
     bool ok = sl_cap_equal(want, secret);
     explicit_bzero(want, sizeof want);
     if (ok)

@@ -139,6 +139,8 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
     }
     if (rec && j->given_floor_set)
         json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor));
+    if (rec && j->nonce)
+        json_object_set_new(rec, "nonce", json_integer((json_int_t)j->nonce));
     if (rec && j->state != SL_JOB_RUNNING) {
         int64_t ago = j->ended > 0 && st->now > j->ended ? st->now - j->ended : 0;
         json_object_set_new(rec, "ended_at", json_integer((json_int_t)(wall_ms() - ago)));
@@ -548,7 +550,8 @@ static int load_tasks(struct load *l, struct job *j, json_t *tasks)
             state < TASK_ASSIGNED || state > TASK_LOST || index < 0)
             return bad(l, j->id, "tasks: a task with missing or out-of-range fields");
         struct task *t = &j->tasks[j->num_tasks++];
-        *t = (struct task){.id = (uint64_t)id, .worker_id = (uint64_t)worker, .state = (enum task_state)state,
+        *t = (struct task){.id = (uint64_t)id, .worker_id = (uint64_t)worker, .nonce = j->nonce,
+                           .state = (enum task_state)state,
                            .worker_index = (uint32_t)index, .start_round = (uint64_t)start,
                            .end_round = (uint64_t)end};
         snprintf(t->worker_address, sizeof t->worker_address, "%s", address);
@@ -611,14 +614,16 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     if (rc < 0)
         return rc;
     const char *name, *error, *digest = NULL;
-    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1;
+    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1, nonce = 0;
     int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
-    if (json_unpack_ex(rec, &je, JSON_STRICT, "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I}",
-                       "name", &name, "dataset", &dataset, "sharding", &sharding, "effective", &effective,
-                       "num_consumers", &consumers, "round_horizon", &horizon, "state", &state, "error", &error,
-                       "tasks", &tasks, "clients", &clients, "report_gen", &report_gen, "repetition", &repetition,
-                       "collected", &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor) < 0)
+    if (json_unpack_ex(rec, &je, JSON_STRICT,
+                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I}", "name", &name,
+                       "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
+                       &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
+                       "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
+                       &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor,
+                       "nonce", &nonce) < 0)
         return unpack_failed(l, id, rec, &je);
     uint8_t restore_digest[32];
     if (digest && hex_digest(digest, restore_digest) < 0) {
@@ -628,7 +633,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
         state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
-        !json_is_array(clients)) {
+        !json_is_array(clients) || nonce < 0) {
         json_decref(rec);
         return bad(l, id, d ? "a field out of range" : "its dataset is not in the store");
     }
@@ -639,7 +644,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
         return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
     }
     st->jobs[st->num_jobs++] = j;
-    *j = (struct job){.id = id, .dataset = d, .sharding = (sl_sharding_t)sharding,
+    *j = (struct job){.id = id, .nonce = (uint64_t)nonce, .dataset = d, .sharding = (sl_sharding_t)sharding,
                       .effective = (sl_sharding_t)effective, .num_consumers = (uint32_t)consumers,
                       .round_horizon = (uint64_t)horizon, .started = true, .state = (sl_job_state_t)state,
                       .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen,

@@ -426,7 +426,8 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
         int a = address_index(st, w->address);
         index = a < 0 ? 0 : (uint32_t)a; /* registration refuses unlisted workers */
     }
-    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED, .worker_index = index};
+    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .nonce = j->nonce, .state = TASK_ASSIGNED,
+                       .worker_index = index};
     /* A task that joins coordinated reads starts after every round a
      * consumer may already be in (see the top of this file). */
     if (j->num_consumers > 0 && j->started)
@@ -584,10 +585,19 @@ int sl_dstate_worker_resume(sl_dstate_t *st, const char *address, uint64_t worke
     return worker_confirm(st, w);
 }
 
-static bool reported(const sluice_WorkerHeartbeatRequest *req, uint64_t task_id)
+/* Whether the worker's task ts is another than this state's task of its id
+ * in job j: a task of a state this one was restored from a backup of, whose
+ * ids this state gives out again (the job's nonce tells them apart; a
+ * worker that reports none is taken at its word). */
+static bool stale(const sluice_TaskStatus *ts, const struct job *j)
+{
+    return ts->job_nonce != 0 && ts->job_nonce != j->nonce;
+}
+
+static bool reported(const sluice_WorkerHeartbeatRequest *req, const struct job *j, const struct task *t)
 {
     for (pb_size_t i = 0; i < req->tasks_count; i++)
-        if (req->tasks[i].task_id == task_id)
+        if (req->tasks[i].task_id == t->id && !stale(&req->tasks[i], j))
             return true;
     return false;
 }
@@ -606,7 +616,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
     for (pb_size_t i = 0; i < req->tasks_count; i++) {
         struct job *oj = NULL;
         const struct task *ot = sl__dstate_task(st, req->tasks[i].task_id, &oj);
-        if (ot && !sl__dstate_worker_owns_task(st, w, ot)) {
+        if (ot && !stale(&req->tasks[i], oj) && !sl__dstate_worker_owns_task(st, w, ot)) {
             return sl_errf(err, errlen, SL_EPERM,
                            "worker %" PRIu64 " reported task %" PRIu64 ", which is not one of its tasks: "
                            "heartbeat refused, nothing changed", w->id, ot->id);
@@ -622,7 +632,8 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         const struct task *stk = sl__dstate_task(st, req->tasks[i].task_id, &sj);
         /* Only its own running tasks count: a task of the id it had before
          * (still unwinding) is dropped through removed_tasks below. */
-        if (!stk || stk->worker_id != w->id || (stk->state != TASK_ASSIGNED && stk->state != TASK_RUNNING))
+        if (!stk || stk->worker_id != w->id || stale(&req->tasks[i], sj) ||
+            (stk->state != TASK_ASSIGNED && stk->state != TASK_RUNNING))
             continue;
         if (req->tasks[i].state == SL_TASK_RUNNING && req->tasks[i].stalled_ms > (uint64_t)st->cfg.stall_timeout_ms) {
             char why[200];
@@ -638,7 +649,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         const sluice_TaskStatus *ts = &req->tasks[i];
         struct job *j = NULL;
         struct task *t = sl__dstate_task(st, ts->task_id, &j);
-        if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING) {
+        if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING || stale(ts, j)) {
             if (resp->removed_tasks_count < sizeof resp->removed_tasks / sizeof resp->removed_tasks[0])
                 resp->removed_tasks[resp->removed_tasks_count++] = ts->task_id;
             continue;
@@ -669,13 +680,14 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
          * splits after its first ended. */
         for (unsigned k = 0; k < j->num_tasks; k++) {
             struct task *t = &j->tasks[k];
-            if (t->worker_id != w->id || t->state != TASK_ASSIGNED || reported(req, t->id))
+            if (t->worker_id != w->id || t->state != TASK_ASSIGNED || reported(req, j, t))
                 continue;
             if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
                 return 0; /* the rest go out with the next heartbeat */
             sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
             d->task_id = t->id;
             d->job_id = j->id;
+            d->job_nonce = j->nonce;
             d->dataset_id = j->dataset->id;
             d->sharding = j->effective;
             d->worker_index = t->worker_index;
@@ -1111,7 +1123,7 @@ static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobReq
 {
     int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
     if (rc == 0)
-        sl_cap_client_secret(st->secret, j->id, resp->client_id, resp->client_secret);
+        sl_cap_client_secret(st->secret, j->id, resp->client_id, j->nonce, resp->client_secret);
     return rc;
 }
 
@@ -1330,6 +1342,10 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         }
         j->exclude_dirty = true;
         sl__dstate_touch(st, j);
+    }
+    if (sl_cap_nonce_new(&j->nonce) < 0) {
+        job_free(j);
+        return sl_errf(err, errlen, -EIO, "job refused: the system's random source gave no bytes for its nonce");
     }
     j->restored = restoring;
     memcpy(j->restore_digest, digest, sizeof digest);

@@ -61,13 +61,13 @@ struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id)
     return NULL;
 }
 
-struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id)
+struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id)
 {
     const sl_idmap_entry_t *e = sl_idmap_get(&st->index, id);
     return e && e->pos == UINT32_MAX ? e->ptr : NULL;
 }
 
-struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job)
+struct task *sl__dstate_task(const sl_dstate_t *st, uint64_t id, struct job **job)
 {
     const sl_idmap_entry_t *e = sl_idmap_get(&st->index, id);
     if (!e || e->pos == UINT32_MAX)

@@ -92,6 +92,7 @@ struct task {
      * keys from it, one HMAC each instead of two. */
     uint8_t key[16];
     bool keyed;
+    uint64_t nonce; /* its job's (struct job), from which its key is derived too */
     char worker_address[128];
     enum task_state state;
     uint32_t worker_index;
@@ -141,6 +142,12 @@ struct client {
 
 struct job {
     uint64_t id;
+    /* Drawn at random when the job is made (0: a job stored before nonces):
+     * part of its clients' secrets and its tasks' keys (caps.h), and told to
+     * its workers in each TaskDef, which report it back, so that a state
+     * restored from a backup, which gives the lost state's ids out again,
+     * takes no task nor client of that state for one of its own. */
+    uint64_t nonce;
     char name[129];
     uint64_t repetition;     /* a named job is keyed by (name, repetition) */
     struct dataset *dataset;
@@ -247,8 +254,8 @@ int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
 /** The worker, dataset, job or task of an id, or NULL (a task's job in *job). */
 struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
-struct job *sl__dstate_job(sl_dstate_t *st, uint64_t id);
-struct task *sl__dstate_task(sl_dstate_t *st, uint64_t id, struct job **job);
+struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id);
+struct task *sl__dstate_task(const sl_dstate_t *st, uint64_t id, struct job **job);
 
 /** A dataset's files (a source without files counts as one file of
  *  cardinality records), and the records of file f. */

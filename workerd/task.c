@@ -726,6 +726,7 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
 {
     pthread_mutex_lock(&t->mu);
     out->task_id = t->def.task_id;
+    out->job_nonce = t->def.job_nonce;
     out->batches = t->batches;
     out->elements = t->elements;
     out->bytes = t->bytes;

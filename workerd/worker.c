@@ -136,6 +136,9 @@ struct parked {
     uint64_t round;
     uint32_t consumer;
     uint64_t client_id, seq; /* redelivery (held.h): seq 0 for none */
+    /* Its key is a key to the task of its id that was here, or is: that
+     * task's tombstone may answer it (tombstone_of()). */
+    bool tomb_ok;
     int64_t since_us; /* when it started waiting: the client starves meanwhile */
     struct parked *next;
 };
@@ -223,6 +226,31 @@ static const struct tombstone *find_tombstone(const sl_worker_t *w, uint64_t id)
         if (w->tombstones[i].task_id == id)
             return &w->tombstones[i];
     return NULL;
+}
+
+/* The tombstone of the task a request names, if the request's key is a key
+ * to that task: a tombstone answers (end, cancelled) only its own task's
+ * clients. A request with another key may be for a new task of the id that
+ * this worker has not heard of yet: a dispatcher restored from a backup
+ * gives the lost state's ids out again, with other keys (the job's nonce,
+ * dispatcher/caps.h). It is taken as a request for a task not here. */
+static const struct tombstone *tombstone_of(struct wconn *wc, const sluice_GetElementRequest *req)
+{
+    const struct tombstone *tb = find_tombstone(wc->w, req->task_id);
+    return tb && sl_task_key_check(wc->proofs, req->task_id, req->client_id, tb->key, tb->client_keys,
+                                   req->task_key)
+               ? tb
+               : NULL;
+}
+
+/* A new task of id's: a tombstone of that id names another task, of a
+ * state the dispatcher was restored from a backup of (it gives the lost
+ * state's ids out again), and would answer the new task's requests for it. */
+static void bury_no_more(sl_worker_t *w, uint64_t id)
+{
+    for (unsigned i = 0; i < TOMBSTONES; i++)
+        if (w->tombstones[i].task_id == id)
+            w->tombstones[i] = (struct tombstone){0};
 }
 
 /* ---- requests to the dispatcher ---- */
@@ -657,7 +685,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
 {
     struct wtask *wt = find_task(w, task_id);
     if (!wt) {
-        const struct tombstone *tb = find_tombstone(w, task_id);
+        const struct tombstone *tb = how->tomb_ok ? find_tombstone(w, task_id) : NULL;
         if (tb && tb->done) {
             sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
             sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &end, NULL, 0, NULL, NULL);
@@ -786,11 +814,10 @@ static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
 static bool key_ok(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
 {
     sl_worker_t *w = wc->w;
+    /* A tombstone's key is checked by tombstone_of(). */
     const struct wtask *kt = find_task(w, req->task_id);
-    const struct tombstone *tb = kt ? NULL : find_tombstone(w, req->task_id);
-    const uint8_t *key = kt ? kt->key : tb ? tb->key : NULL;
-    bool client_keys = kt ? kt->client_keys : tb && tb->client_keys;
-    if (key && !sl_task_key_check(wc->proofs, req->task_id, req->client_id, key, client_keys, req->task_key)) {
+    if (kt && !sl_task_key_check(wc->proofs, req->task_id, req->client_id, kt->key, kt->client_keys,
+                                 req->task_key)) {
         sl_metric_add(m_forbidden, 1);
         sl_conn_send_error(wc->conn, request_id, SL_EPERM,
                            "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
@@ -810,7 +837,8 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
 {
     sl_worker_t *w = wc->w;
     sl_conn_t *c = wc->conn;
-    if (!find_task(w, req->task_id) && !find_tombstone(w, req->task_id)) {
+    bool here = find_task(w, req->task_id) != NULL, buried = !here && tombstone_of(wc, req);
+    if (!here && !buried) {
         if (await_task(wc, request_id, req))
             return;
         /* It cannot wait (the bounds): those before it on its connection
@@ -819,7 +847,8 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
         give_up_awaiting(wc, req->task_id);
     }
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
-                         .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq};
+                         .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq,
+                         .tomb_ok = here || buried};
     struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;
     if (ht) {
         /* A request asked again after its connection broke gets the batch it
@@ -928,7 +957,7 @@ static void answer_ready(sl_worker_t *w)
         w->num_awaiting--;
         a->wc->parked--;
         uint64_t id = a->req.task_id;
-        if (!find_task(w, id) && !find_tombstone(w, id))
+        if (!find_task(w, id) && !tombstone_of(a->wc, &a->req))
             task_unknown(a->wc, a->request_id, id);
         else if (key_ok(a->wc, a->request_id, &a->req))
             serve_request(a->wc, a->request_id, &a->req);
@@ -1113,6 +1142,7 @@ static void on_heartbeat_answer(sl_worker_t *w, const sluice_WorkerHeartbeatResp
         const sluice_TaskDef *def = &resp->new_tasks[i];
         if (find_task(w, def->task_id) || starting(w, def->task_id))
             continue;
+        bury_no_more(w, def->task_id);
         if (w->num_tasks >= w->cfg.max_tasks) {
             sl_log_warn("task %" PRIu64 " not started: %u tasks is this worker's limit", def->task_id,
                         w->cfg.max_tasks);

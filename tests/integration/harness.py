@@ -112,15 +112,18 @@ class Cluster:
             self.close()   # no daemon outlives a cluster that could not start
             raise
 
-    def restart_dispatcher(self, sig=signal.SIGKILL, work_dir=None):
+    def restart_dispatcher(self, sig=signal.SIGKILL, work_dir=None, stopped=None):
         """Stops the dispatcher with sig (-9: a crash) and starts it again on the
         same ports and work dir, as an operator's supervisor would (work_dir:
-        on another, empty one: a new dispatcher that knows nothing)."""
+        on another, empty one: a new dispatcher that knows nothing); stopped(),
+        if given, runs in between (an operator's backup or restore)."""
         old = self.dispatcher
         if sig == signal.SIGKILL:
             old.kill()
         else:
             old.stop()
+        if stopped:
+            stopped()
         argv = list(old.argv)
         argv[argv.index('--port') + 1] = str(old.port)
         argv[argv.index('--admin-port') + 1] = str(old.admin_port)

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -565,6 +566,67 @@ class DispatcherStateLost(unittest.TestCase):
             old_err.close()
             self.assertEqual(c.close(), {})
 
+
+    def test_a_dispatcher_restored_from_a_backup_serves_no_task_or_trainer_of_the_lost_state(self):
+        """Restored from a backup taken before a job, the dispatcher gives
+        that job's ids out again (operations.md, Backups): to a new job
+        over another dataset, on the same worker, which ran the lost job's
+        task of that id and keeps its tombstone. The new job's trainer reads
+        its own dataset, exactly once, and the lost job's trainer, which
+        comes back with secrets for the same ids, is refused: neither reads
+        the other's data (the jobs' nonces, dispatcher/caps.h)."""
+        c = Cluster(workers=1)
+        work = os.path.join(c.dir, 'work')
+        backup = os.path.join(c.dir, 'backup.mdb')
+        old = None
+        old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
+        try:
+            c.wait_workers_registered(1)
+            # The backup, taken with the dispatcher stopped, knows the worker.
+            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'),
+                                                                                backup))
+            # Each job below is made once the worker is back (its task made
+            # with the job), so that both take their ids in the same order.
+            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
+            lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            old = subprocess.Popen(c.cat_argv(lost, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
+                                   stderr=old_err, env=child_env())
+            old.stdout.read(8 * 1000)
+            lost_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
+
+            def restore():
+                os.unlink(os.path.join(work, 'state.mdb-lock'))
+                shutil.copy(backup, os.path.join(work, 'state.mdb'))
+            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2, 'the worker back')
+            # The worker reconnects and reports the lost task, which this
+            # state does not know: it goes, and leaves a tombstone of its id,
+            # which must not answer the new job's task of that id.
+            wait_for(lambda: 'task %d removed' % lost_tasks[0] in c.workers[0].stderr(),
+                     'the worker to drop the lost job\'s task')
+            new = {"source": {"type": "range", "start": 500000, "stop": 510000},
+                   "ops": [{"op": "batch", "batch_size": 1000}]}
+            rc, batches, err = c.cat(new, ['--timeout-ms', '20000', '--with-worker'], timeout=60)
+            self.assertEqual(rc, 0, err[-2000:])
+            got = sorted(v - 500000 for v in values(batches, 'value'))
+            self.assertEqual(got, list(range(10000)), 'the new job read other data than its own')
+            # The premise: the new job's task had the lost job's task's id.
+            logged = c.workers[0].stderr()
+            self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
+            # The lost trainer, read again, ends with an error, not with the
+            # new job's data nor a hang.
+            out, _ = old.communicate(timeout=60)
+            old_err.seek(0)
+            lost_err = old_err.read()
+            self.assertNotEqual(old.returncode, 0, lost_err[-2000:])
+            self.assertIn('client_secret is not the one job', lost_err)
+            self.assertLess(len(out), 100000 * 8, 'the lost job read on')
+        finally:
+            if old and old.poll() is None:
+                old.kill()
+                old.wait()
+            old_err.close()
+            self.assertEqual(c.close(), {})
 
 class AwayClient(unittest.TestCase):
     """A trainer whose lease runs out while it is away (stopped with SIGSTOP

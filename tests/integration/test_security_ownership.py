@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 ROLE_CLIENT, ROLE_WORKER, ROLE_DISPATCHER = 1, 2, 3
 SL_EPROTO, SL_ENOTFOUND, SL_EINVAL, SL_EPERM = -5001, -5005, -5012, -5014
+SL_ECANCELLED = -5008
 
 # enum sl_msg_type (protocol/frame.h)
 ERROR = 1
@@ -613,6 +614,40 @@ class RequestsBeforeTheirTask(ClusterCase):
         p.close()
         self.assertTrue(self.c.workers[0].alive())
 
+
+    def test_a_tombstone_answers_only_its_own_tasks_clients(self):
+        # A task that went leaves a tombstone: its clients' late requests
+        # are told it was cancelled. A request with another key may be for a
+        # new task of that id the worker has not heard of yet (a dispatcher
+        # restored from a backup gives the lost state's ids out again, with
+        # other keys): it is taken as one for a task not here, waits for
+        # the dispatcher's answer, and is answered not found, not refused.
+        client, task, me = self.new_job()
+        task_id, key = one(task, 1), one(task, 7, b'')
+        p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
+        t, m, _ = p.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        job_id = next(j['id'] for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                      if any(k['task_id'] == task_id for k in
+                             get_json(self.c.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])['tasks']))
+        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (self.c.dispatcher.admin_port, job_id),
+                                     method='DELETE')
+        urllib.request.urlopen(req, timeout=10).read()
+        # A request for a made-up task makes the worker heartbeat, whose
+        # answer removes the cancelled task.
+        code, text = p.refused(GET_ELEMENT_REQ, fv(1, 10 ** 9 + 11) + fb(7, bytes(16)))
+        self.assertEqual(code, SL_ENOTFOUND, text)
+        self.assertNotIn(task_id, [k['task_id'] for k in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']])
+        awaited, unknown = self.counts()
+        code, text = p.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, bytes(16)))
+        self.assertEqual(code, SL_ENOTFOUND, text)
+        self.assertIn('task %d is not on worker' % task_id, text)
+        self.assertEqual(self.counts(), (awaited + 1, unknown + 1), 'it waited for a task of that id')
+        code, text = p.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
+        self.assertEqual(code, SL_ECANCELLED, text)
+        self.assertIn('task %d was cancelled' % task_id, text)
+        p.close()
+        me.close()
 
 if __name__ == '__main__':
     unittest.main()

@@ -155,6 +155,12 @@ Test(persist, what_is_saved_loads_back_the_same)
     cr_assert_eq(sl_dstate_client_heartbeat(st2, &hb, 1000, hr, err, sizeof err), 0, "%s", err);
     cr_assert_eq(hr->tasks_count, 2);
     free(hr);
+    /* So are its tasks' keys: the job's nonce, from which both are derived
+     * (caps.h), was stored with it. */
+    uint8_t key[16], key2[16];
+    sl_dstate_task_key(st, first_task(st, job_id), key);
+    sl_dstate_task_key(st2, first_task(st, job_id), key2);
+    cr_assert_arr_eq(key, key2, 16);
     uint64_t ds2 = dataset(st2, "{\"source\": {\"type\": \"range\", \"stop\": 5}}");
     cr_assert_gt(ds2, cid);
 }

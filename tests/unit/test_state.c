@@ -890,6 +890,65 @@ Test(state, reports_of_foreign_tasks_are_refused_and_of_unknown_ones_removed)
     cr_assert_eq(job_state(j, c, 6), SL_JOB_RUNNING);
 }
 
+/* A state restored from a backup gives the lost state's ids out again: a
+ * worker's task of the lost state (another job nonce) under an id this
+ * state gave one of its own is removed, not taken for it, and the task is
+ * handed out again; a report without a nonce (a worker before nonces) is
+ * taken as before; a task of another worker's id is removed too, and does
+ * not make the heartbeat refused. Each job has a nonce of its own, and its
+ * tasks' keys are derived with it (test_fault_tolerance.py restores a real
+ * backup). */
+Test(state, a_task_of_a_restored_states_lost_ids_is_removed_and_handed_out_again)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
+    sluice_TaskDef d1 = take_task(w1, 1), d2 = take_task(w2, 1);
+    cr_assert_neq(d1.job_nonce, 0);
+    cr_assert_eq(d1.job_nonce, d2.job_nonce, "one job, one nonce");
+    /* w1 reports a task of d1's id and another nonce: removed, and d1 again. */
+    memset(wreq, 0, sizeof *wreq);
+    wreq->worker_id = w1;
+    wreq->tasks_count = 1;
+    wreq->tasks[0] = (sluice_TaskStatus){.task_id = d1.task_id, .state = SL_TASK_RUNNING,
+                                         .job_nonce = d1.job_nonce ^ 1};
+    memset(wresp, 0, sizeof *wresp);
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 2, wresp, err, sizeof err), 0, "%s", err);
+    cr_assert(removed(d1.task_id));
+    cr_assert_eq(wresp->new_tasks_count, 1);
+    cr_assert_eq(wresp->new_tasks[0].task_id, d1.task_id);
+    cr_assert_eq(wresp->new_tasks[0].job_nonce, d1.job_nonce);
+    cr_assert_arr_eq(wresp->new_tasks[0].task_key, d1.task_key, 16);
+    /* w2 reports a task of w1's id with another nonce: not w1's task, so
+     * not refused as another worker's; removed. */
+    wreq->worker_id = w2;
+    wreq->tasks[0].task_id = d1.task_id;
+    memset(wresp, 0, sizeof *wresp);
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 2, wresp, err, sizeof err), 0, "%s", err);
+    cr_assert(removed(d1.task_id));
+    /* The right nonce, and none at all, are the task itself. */
+    wreq->worker_id = w1;
+    wreq->tasks[0].job_nonce = d1.job_nonce;
+    memset(wresp, 0, sizeof *wresp);
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 3, wresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(wresp->removed_tasks_count + wresp->new_tasks_count, 0);
+    report(w2, d2.task_id, SL_TASK_RUNNING, NULL, 3);
+    cr_assert_eq(wresp->removed_tasks_count + wresp->new_tasks_count, 0);
+    /* A second job's capabilities differ from the first's for the same ids
+     * as far as the ids go: its nonce is its own. */
+    uint64_t c2;
+    uint64_t j2 = job(ds, NULL, SL_SHARDING_OFF, 4, &c2);
+    sluice_TaskDef e1 = take_task(w1, 5);
+    cr_assert_neq(e1.job_nonce, d1.job_nonce);
+    uint8_t want[16];
+    sl_dstate_task_key(st, e1.task_id, want);
+    cr_assert_arr_eq(e1.task_key, want, 16);
+    cr_assert_eq(client_hb(j2, c2, 6), 0, "%s", err);
+    cr_assert_eq(client_hb(j, c, 6), 0, "%s", err);
+}
+
 /* ---- timeouts ---------------------------------------------------------- */
 
 Test(state, silent_worker_is_lost_and_the_job_finishes_without_it)
