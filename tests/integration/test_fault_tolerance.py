@@ -527,6 +527,32 @@ class DispatcherStateLost(unittest.TestCase):
     job's client with SL_EPERM (not its key), as it did with a tombstone of
     that id. The old job's trainer fails, with the dispatcher's refusal."""
 
+    def held_trainer(self, c, spec, err_file):
+        """sluice-cat reading spec (100,000 elements), held after its first
+        batch: nobody reads its output."""
+        p = subprocess.Popen(c.cat_argv(spec, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
+                             stderr=err_file, env=child_env())
+        p.stdout.read(8 * 1000)
+        return p
+
+    def assert_fails(self, trainer, err_file, *texts):
+        """The held trainer, read again, ends with an error that says texts,
+        not with data nor a hang."""
+        out, _ = trainer.communicate(timeout=60)
+        err_file.seek(0)
+        err = err_file.read()
+        self.assertNotEqual(trainer.returncode, 0, err[-2000:])
+        for text in texts:
+            self.assertIn(text, err)
+        self.assertLess(len(out), 100000 * 8, 'the old job read on')
+
+    def close_all(self, c, trainer, err_file):
+        if trainer and trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+        err_file.close()
+        self.assertEqual(c.close(), {})
+
     def test_a_worker_that_outlived_its_dispatchers_state_serves_the_new_ones_jobs(self):
         c = Cluster(workers=1)
         old = None
@@ -536,9 +562,7 @@ class DispatcherStateLost(unittest.TestCase):
             spec = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
             # A job of the old dispatcher's that stays running: its client
             # reads a batch, then nobody reads its output.
-            old = subprocess.Popen(c.cat_argv(spec, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
-                                   stderr=old_err, env=child_env())
-            old.stdout.read(8 * 1000)
+            old = self.held_trainer(c, spec, old_err)
             old_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
             c.restart_dispatcher(work_dir=os.path.join(c.dir, 'work-new'))
             c.wait_workers_registered(1)
@@ -550,22 +574,10 @@ class DispatcherStateLost(unittest.TestCase):
             self.assertEqual(jobs, [], 'the new dispatcher knew a job before its first')
             # The premise: the first new job's task has the old task's id.
             self.assertIn('task %d of job' % old_tasks[0], c.workers[0].stderr().split('registered with')[-1])
-            # The old trainer, read again, ends with an error that names the
-            # dispatcher, not with data nor a hang.
-            out, _ = old.communicate(timeout=60)
-            old_err.seek(0)
-            err = old_err.read()
-            self.assertNotEqual(old.returncode, 0, err[-2000:])
-            self.assertIn('dispatcher %s' % c.dispatcher.addr, err)
-            self.assertIn('before it lost its state', err)
-            self.assertLess(len(out), 100000 * 8, 'the old job read on')
+            # The old trainer fails, with an error that names the dispatcher.
+            self.assert_fails(old, old_err, 'dispatcher %s' % c.dispatcher.addr, 'before it lost its state')
         finally:
-            if old and old.poll() is None:
-                old.kill()
-                old.wait()
-            old_err.close()
-            self.assertEqual(c.close(), {})
-
+            self.close_all(c, old, old_err)
 
     def test_a_dispatcher_restored_from_a_backup_serves_no_task_or_trainer_of_the_lost_state(self):
         """Restored from a backup taken before a job, the dispatcher gives
@@ -589,9 +601,7 @@ class DispatcherStateLost(unittest.TestCase):
             # with the job), so that both take their ids in the same order.
             wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
             lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
-            old = subprocess.Popen(c.cat_argv(lost, ['--max-outstanding', '1'], fmt='raw'), stdout=subprocess.PIPE,
-                                   stderr=old_err, env=child_env())
-            old.stdout.read(8 * 1000)
+            old = self.held_trainer(c, lost, old_err)
             lost_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
 
             def restore():
@@ -613,20 +623,11 @@ class DispatcherStateLost(unittest.TestCase):
             # The premise: the new job's task had the lost job's task's id.
             logged = c.workers[0].stderr()
             self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
-            # The lost trainer, read again, ends with an error, not with the
-            # new job's data nor a hang.
-            out, _ = old.communicate(timeout=60)
-            old_err.seek(0)
-            lost_err = old_err.read()
-            self.assertNotEqual(old.returncode, 0, lost_err[-2000:])
-            self.assertIn('client_secret is not the one job', lost_err)
-            self.assertLess(len(out), 100000 * 8, 'the lost job read on')
+            # The lost trainer fails, refused: it reads nothing of the new job.
+            self.assert_fails(old, old_err, 'client_secret is not the one job')
         finally:
-            if old and old.poll() is None:
-                old.kill()
-                old.wait()
-            old_err.close()
-            self.assertEqual(c.close(), {})
+            self.close_all(c, old, old_err)
+
 
 class AwayClient(unittest.TestCase):
     """A trainer whose lease runs out while it is away (stopped with SIGSTOP

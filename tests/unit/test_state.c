@@ -890,6 +890,20 @@ Test(state, reports_of_foreign_tasks_are_refused_and_of_unknown_ones_removed)
     cr_assert_eq(job_state(j, c, 6), SL_JOB_RUNNING);
 }
 
+/* Two workers and an OFF job over a range of 100: each worker's task in
+ * d1 and d2, the job's client in *c. @return the job's id */
+static uint64_t two_workers_one_job(uint64_t *w1, uint64_t *w2, uint64_t *c, sluice_TaskDef *d1, sluice_TaskDef *d2)
+{
+    start_default();
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    *w1 = worker("w:1", 0);
+    *w2 = worker("w:2", 0);
+    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, c);
+    *d1 = take_task(*w1, 1);
+    *d2 = take_task(*w2, 1);
+    return j;
+}
+
 /* A state restored from a backup gives the lost state's ids out again: a
  * worker's task of the lost state (another job nonce) under an id this
  * state gave one of its own is removed, not taken for it, and the task is
@@ -900,12 +914,10 @@ Test(state, reports_of_foreign_tasks_are_refused_and_of_unknown_ones_removed)
  * backup). */
 Test(state, a_task_of_a_restored_states_lost_ids_is_removed_and_handed_out_again)
 {
-    start_default();
-    uint64_t ds = dataset(RANGE_SPEC(100));
-    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
-    uint64_t c;
-    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
-    sluice_TaskDef d1 = take_task(w1, 1), d2 = take_task(w2, 1);
+    uint64_t w1, w2, c;
+    sluice_TaskDef d1, d2;
+    uint64_t j = two_workers_one_job(&w1, &w2, &c, &d1, &d2);
+    uint64_t ds = dataset(RANGE_SPEC(100)); /* the job's: one spec, one dataset */
     cr_assert_neq(d1.job_nonce, 0);
     cr_assert_eq(d1.job_nonce, d2.job_nonce, "one job, one nonce");
     /* w1 reports a task of d1's id and another nonce: removed, and d1 again. */
@@ -1902,12 +1914,9 @@ Test(state, client_requests_with_a_wrong_secret_are_refused_and_change_nothing)
 
 Test(state, the_worker_gets_the_task_key_and_each_client_its_own)
 {
-    start_default();
-    uint64_t ds = dataset(RANGE_SPEC(100));
-    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
-    uint64_t c;
-    uint64_t j = job(ds, NULL, SL_SHARDING_OFF, 0, &c);
-    sluice_TaskDef d1 = take_task(w1, 1), d2 = take_task(w2, 1);
+    uint64_t w1, w2, c;
+    sluice_TaskDef d1, d2;
+    uint64_t j = two_workers_one_job(&w1, &w2, &c, &d1, &d2);
     uint8_t want[16];
     sl_dstate_task_key(st, d1.task_id, want);
     cr_assert_arr_eq(d1.task_key, want, 16);
