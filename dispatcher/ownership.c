@@ -82,14 +82,13 @@ void sl_dstate_client_secret(const sl_dstate_t *st, uint64_t job_id, uint64_t cl
 void sl_dstate_task_key(const sl_dstate_t *st, uint64_t task_id, uint8_t out[16])
 {
     struct job *j = NULL;
-    const struct task *t = sl__dstate_task(st, task_id, &j);
-    sl_cap_task_key(st->secret, task_id, t ? t->nonce : 0, out);
+    sl_cap_task_key(st->secret, task_id, sl__dstate_task(st, task_id, &j) ? j->nonce : 0, out);
 }
 
-const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, struct task *t)
+const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, const struct job *j, struct task *t)
 {
     if (!t->keyed) {
-        sl_cap_task_key(st->secret, t->id, t->nonce, t->key);
+        sl_cap_task_key(st->secret, t->id, j->nonce, t->key);
         t->keyed = true;
     }
     return t->key;

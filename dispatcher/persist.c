@@ -550,8 +550,7 @@ static int load_tasks(struct load *l, struct job *j, json_t *tasks)
             state < TASK_ASSIGNED || state > TASK_LOST || index < 0)
             return bad(l, j->id, "tasks: a task with missing or out-of-range fields");
         struct task *t = &j->tasks[j->num_tasks++];
-        *t = (struct task){.id = (uint64_t)id, .worker_id = (uint64_t)worker, .nonce = j->nonce,
-                           .state = (enum task_state)state,
+        *t = (struct task){.id = (uint64_t)id, .worker_id = (uint64_t)worker, .state = (enum task_state)state,
                            .worker_index = (uint32_t)index, .start_round = (uint64_t)start,
                            .end_round = (uint64_t)end};
         snprintf(t->worker_address, sizeof t->worker_address, "%s", address);

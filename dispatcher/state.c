@@ -426,8 +426,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
         int a = address_index(st, w->address);
         index = a < 0 ? 0 : (uint32_t)a; /* registration refuses unlisted workers */
     }
-    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .nonce = j->nonce, .state = TASK_ASSIGNED,
-                       .worker_index = index};
+    *t = (struct task){.id = st->next_id++, .worker_id = w->id, .state = TASK_ASSIGNED, .worker_index = index};
     /* A task that joins coordinated reads starts after every round a
      * consumer may already be in (see the top of this file). */
     if (j->num_consumers > 0 && j->started)
@@ -696,7 +695,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             /* A static shard skips the positions itself (DYNAMIC: the
              * dispatcher's splits do). */
             d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
-            memcpy(d->task_key, sl__dstate_task_key(st, t), sizeof d->task_key);
+            memcpy(d->task_key, sl__dstate_task_key(st, j, t), sizeof d->task_key);
             d->client_keys = true;
         }
     }
@@ -1567,7 +1566,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         ti->end_round = t->end_round;
         ti->lost = t->state == TASK_LOST;
         /* The client's own key to the task, not the task's (taskkey.h). */
-        sl_task_client_key(sl__dstate_task_key(st, t), c->id, ti->task_key);
+        sl_task_client_key(sl__dstate_task_key(st, j, t), c->id, ti->task_key);
     }
     return 0;
 }

@@ -92,7 +92,6 @@ struct task {
      * keys from it, one HMAC each instead of two. */
     uint8_t key[16];
     bool keyed;
-    uint64_t nonce; /* its job's (struct job), from which its key is derived too */
     char worker_address[128];
     enum task_state state;
     uint32_t worker_index;
@@ -291,8 +290,8 @@ bool sl__dstate_worker_owns_task(sl_dstate_t *st, const struct worker *w, const 
 int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint64_t job_id, uint64_t client_id,
                                    const uint8_t secret[SL_CAP_LEN], char *err, size_t errlen);
 
-/** Task t's task_key (caps.h), derived once. ownership.c */
-const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, struct task *t);
+/** Task t's task_key (caps.h), derived once with its job j's nonce. ownership.c */
+const uint8_t *sl__dstate_task_key(const sl_dstate_t *st, const struct job *j, struct task *t);
 
 /** Puts job j on the list of jobs the next commit writes: whatever sets one
  *  of j's dirty flags, one of its tasks' handout_dirty or adds to a task's
