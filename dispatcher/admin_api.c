@@ -20,7 +20,7 @@
 
 static sl_metric_t *m_workers, *m_jobs, *m_datasets;
 /* The limits (docs/security.md, "Limits"). */
-static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
+static sl_metric_t *m_first_splits, *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
 /* Parses the decimal id at the start of s; rest points after it. */
 static int parse_id(const char *s, uint64_t *id, const char **rest)
@@ -230,6 +230,7 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_jobs_refused, (double)s.jobs_refused);
     sl_metric_set(m_workers_refused, (double)s.workers_refused);
     sl_metric_set(m_excl_refused, (double)s.exclusions_refused);
+    sl_metric_set(m_first_splits, (double)s.first_splits_with_job);
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -272,6 +273,9 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
                                            "limit=\"max_workers\"", refusals, NULL, 0);
     m_excl_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
                                         "limit=\"max_exclude_runs\"", refusals, NULL, 0);
+    m_first_splits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_first_splits_with_job_total", NULL,
+                                        "DYNAMIC tasks handed their first splits with their job's creation: their "
+                                        "first request is answered without a commit (docs/sharding.md).", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/", status_page, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, st);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "log.h"
 #include "outstanding.h"
 
 /* How long a task waits before asking for splits again when its job has
@@ -110,6 +111,33 @@ const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *
     return *len ? t->last_skips : NULL;
 }
 
+/* Keeps what w's task asked for of dataset_id: the splits a first request
+ * asks for, and the length of a split, for sl__dstate_first_splits(). */
+static void remember_request(struct worker *w, uint64_t dataset_id, const sluice_GetSplitRequest *req)
+{
+    if (req->request_seq == 0)
+        return; /* not numbered: its first request could not find an answer made ahead */
+    if (req->request_seq == 1)
+        w->first_max_splits = req->max_splits ? req->max_splits : 1;
+    if (req->split_records == 0)
+        return;
+    for (unsigned i = 0; i < SL_WORKER_RATES; i++)
+        if (w->rates[i].dataset_id == dataset_id && w->rates[i].split_records > 0) {
+            w->rates[i].split_records = req->split_records;
+            return;
+        }
+    w->rates[w->rates_next] = (struct worker_rate){.dataset_id = dataset_id, .split_records = req->split_records};
+    w->rates_next = (w->rates_next + 1) % SL_WORKER_RATES;
+}
+
+static uint64_t remembered_rate(const struct worker *w, uint64_t dataset_id)
+{
+    for (unsigned i = 0; i < SL_WORKER_RATES; i++)
+        if (w->rates[i].dataset_id == dataset_id)
+            return w->rates[i].split_records;
+    return 0;
+}
+
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
                          char *err, size_t errlen)
 {
@@ -130,9 +158,14 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         resp->finished = true;
         return 0;
     }
+    struct worker *w = sl__dstate_worker(st, t->worker_id);
+    if (w)
+        remember_request(w, j->dataset->id, req);
     /* A worker that did not get our answer (we or the connection died)
      * asks again with the same request_seq: it gets the same splits, so a
-     * split is never handed out without reaching its worker. */
+     * split is never handed out without reaching its worker. A task's
+     * first request finds its answer here too when the job's creation
+     * handed it its first splits (sl__dstate_first_splits()). */
     if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
         if (req->request_seq == t->split_req_seq && t->last_splits) {
             *resp = *t->last_splits;
@@ -146,7 +179,6 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     struct dataset *d = j->dataset;
     uint32_t nfiles = sl__dataset_num_files(d);
     resp->epoch = req->epoch;
-    struct worker *w = sl__dstate_worker(st, t->worker_id);
     if (w && w->draining) {
         /* A drained worker's splits go to the others from now on. */
         resp->end_of_epoch = true;
@@ -283,4 +315,30 @@ answered:
         sl__dstate_touch(st, j);
     }
     return 0;
+}
+
+void sl__dstate_first_splits(sl_dstate_t *st, struct job *j)
+{
+    if (j->sharding != SL_SHARDING_DYNAMIC || j->split_epoch != 0 || j->exclude.num > 0)
+        return;
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        struct task *t = &j->tasks[k];
+        const struct worker *w = sl__dstate_worker(st, t->worker_id);
+        uint64_t records = w ? remembered_rate(w, j->dataset->id) : 0;
+        if (!records || !w->first_max_splits || t->split_req_seq != 0)
+            continue;
+        /* The request the task's pipeline makes first: epoch 0, its whole
+         * queue, splits of the length its worker's tasks asked for last. */
+        sluice_GetSplitRequest req = {.task_id = t->id,
+                                      .epoch = 0,
+                                      .max_splits = w->first_max_splits,
+                                      .request_seq = 1,
+                                      .split_records = records};
+        sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+        char err[256];
+        if (sl_dstate_get_splits(st, &req, &resp, err, sizeof err) < 0)
+            sl_log_debug("job %" PRIu64 ": task %" PRIu64 " asks for its first splits itself: %s", j->id, t->id, err);
+        else if (resp.splits_count > 0)
+            st->first_splits_with_job++;
+    }
 }

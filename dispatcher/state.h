@@ -304,6 +304,7 @@ typedef struct sl_dstate_stats {
     /* Requests refused at a configured limit, since start. */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms, since start */
+    uint64_t first_splits_with_job; /* DYNAMIC tasks handed their first splits with their job, since start */
 } sl_dstate_stats_t;
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);

@@ -50,6 +50,10 @@ struct osplit {
     bool dirty;        /* orphans: the stored record is not up to date */
 };
 
+/* Datasets whose split length a worker's tasks asked for that the
+ * dispatcher keeps (struct worker's rates). */
+#define SL_WORKER_RATES 8
+
 struct worker {
     uint64_t id;
     char address[128];
@@ -60,6 +64,18 @@ struct worker {
     char why_lost[200]; /* LOST: the reason */
     bool unconfirmed;   /* loaded from the store and not heard from since: gets no new tasks */
     bool dirty;
+    /* DYNAMIC: what its tasks asked for (sl_dstate_get_splits()), so that
+     * a new job hands its task the splits it would ask for first
+     * (sl__dstate_first_splits()): the splits a task's first request asks
+     * for (its queue, workerd's split_prefetch; 0: not seen yet), and the
+     * records a split its tasks asked for last of the latest datasets they
+     * read (a ring). In memory only: after a restart the workers ask. */
+    uint32_t first_max_splits;
+    struct worker_rate {
+        uint64_t dataset_id;
+        uint64_t split_records;
+    } rates[SL_WORKER_RATES];
+    unsigned rates_next;
 };
 
 struct dataset {
@@ -230,6 +246,7 @@ struct sl_dstate {
     unsigned num_dels, cap_dels;
     /* Requests refused at the configured limits, since start (metrics). */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
+    uint64_t first_splits_with_job; /* answers sl__dstate_first_splits() made, since start */
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms */
     /* Heard from no live worker and no client for a while: the dispatcher
      * itself is probably cut off, and leases do not run out meanwhile
@@ -280,6 +297,17 @@ void sl__dataset_free(struct dataset *d);
  */
 int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
                            uint64_t begin, uint64_t *end, uint32_t *nskips);
+
+/**
+ * DYNAMIC, a job j just created (its epoch 0, nothing excluded): hands each
+ * task whose worker's tasks asked for splits of j's dataset before the
+ * splits of that length its first request will ask for (request_seq 1),
+ * committed with the job, so that its first request is answered without a
+ * commit of its own and the workers' first requests do not wait for each
+ * other's. A task whose worker asked for none of the dataset asks itself.
+ * handout.c
+ */
+void sl__dstate_first_splits(sl_dstate_t *st, struct job *j);
 
 /** Whether task t is worker w's: given to it, or to the id it had before it
  *  registered again (a worker no longer live at w's address). ownership.c */

@@ -518,6 +518,62 @@ class WorkerLostAfterItsTaskWasDone(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
 
+class FirstSplitsWithTheJob(unittest.TestCase):
+    """A new DYNAMIC job hands each task the splits its first request will
+    ask for when its worker's tasks asked for the dataset's splits before
+    (docs/sharding.md, DYNAMIC): committed with the job, before the worker
+    has even heard of its task. A worker lost before it asked for them
+    never read them: they go to the others, and the job reads every element
+    once."""
+
+    def test_a_worker_lost_before_it_asks_for_its_first_splits_loses_none(self):
+        n = 500000
+        c = Cluster(workers=2, dispatcher_args=['--split-size', '1000', '--worker-timeout-ms', '5000'])
+        stopped = False
+        try:
+            c.wait_workers_registered(2)
+            admin = c.dispatcher.admin_port
+            spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": 1000}]}
+
+            # A job in which both workers asked for splits of a length (a
+            # task's second request and on: its first has no rate yet). A
+            # worker the other left nothing to ask for runs another.
+            def taught():
+                rc, batches, err = c.cat(spec, ['--sharding', 'dynamic'])
+                self.assertEqual(rc, 0, err[-2000:])
+                assert_exactly_once(self, values(batches, 'value'), n, 'the first job')
+                job = get_json(admin, '/v1/jobs')['jobs'][0]['id']
+                tasks = get_json(admin, '/v1/jobs/%d' % job)['tasks']
+                return all(t['split_requests'] >= 2 for t in tasks)
+            for _ in range(5):
+                if taught():
+                    break
+            else:
+                self.fail('in 5 jobs a worker never asked for splits twice')
+            self.assertEqual(metric(admin, 'sluice_dispatcher_first_splits_with_job_total'), 0)
+
+            c.workers[1].kill(signal.SIGSTOP)
+            stopped = True
+            proc = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--timeout-ms', '120000']),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            out, err = proc.communicate(timeout=300)
+            self.assertEqual(proc.returncode, 0, err[-2000:])
+            assert_exactly_once(self, values(parse_jsonl(out), 'value'), n, 'a worker stopped before its first request')
+            jobs = get_json(admin, '/v1/jobs')['jobs']
+            job = get_json(admin, '/v1/jobs/%d' % max(j['id'] for j in jobs))
+            lost = [t for t in job['tasks'] if t['worker_address'] == c.workers[1].addr]
+            self.assertEqual(len(lost), 1, 'worker 1 was lost before the job was made: %s' % job)
+            self.assertEqual(metric(admin, 'sluice_dispatcher_first_splits_with_job_total'), 2)
+            # Its first answer, made with the job, counts as its one request.
+            self.assertEqual((lost[0]['state'], lost[0]['split_requests'], lost[0]['batches']), ('LOST', 1, 0), job)
+            self.assertEqual(job['lost_splits']['report_gen'], 1, job)
+            self.assertEqual(job['splits']['records_handed_out'], n, job)
+        finally:
+            if stopped:
+                c.workers[1].kill(signal.SIGCONT)
+            c.close()
+
+
 class DispatcherStateLost(unittest.TestCase):
     """A dispatcher started on an empty work dir (its volume lost) gives its
     ids again from the start, to other tasks. A worker that outlived the old

@@ -1622,6 +1622,103 @@ Test(state, a_lone_task_keeps_its_split_length_to_the_end)
     cr_assert(sresp->end_of_epoch);
 }
 
+/* get_splits as workerd asks: request_seq seq (from 1), splits of want records. */
+static int splits_seq(uint64_t task_id, uint32_t max, uint64_t want, uint64_t seq)
+{
+    sluice_GetSplitRequest req = {.task_id = task_id, .max_splits = max, .request_seq = seq, .split_records = want};
+    memset(sresp, 0, sizeof *sresp);
+    err[0] = '\0';
+    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+}
+
+/* Checks the answer in *sresp: n splits of len records from *next on. */
+static void assert_splits_from(uint64_t *next, unsigned n, uint64_t len, const char *what)
+{
+    cr_assert_eq(sresp->splits_count, n, "%s: %u splits", what, (unsigned)sresp->splits_count);
+    for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+        cr_assert_eq(sresp->splits[i].begin, *next, "%s: split %u", what, (unsigned)i);
+        cr_assert_eq(sresp->splits[i].end - sresp->splits[i].begin, len, "%s: split %u", what, (unsigned)i);
+        *next = sresp->splits[i].end;
+    }
+}
+
+/* The one new task of each worker, its earlier ones reported running
+ * (tasks[w][0 .. n)); appended there. */
+static void take_new_tasks(const uint64_t *workers, unsigned nw, uint64_t tasks[][4], unsigned n, int64_t now)
+{
+    for (unsigned w = 0; w < nw; w++) {
+        report_t r[4];
+        for (unsigned k = 0; k < n; k++)
+            r[k] = (report_t){tasks[w][k], SL_TASK_RUNNING, NULL};
+        cr_assert_eq(worker_hb(workers[w], now, n, r), 0, "%s", err);
+        cr_assert_eq(wresp->new_tasks_count, 1, "worker %u: %u new tasks", w, (unsigned)wresp->new_tasks_count);
+        tasks[w][n] = wresp->new_tasks[0].task_id;
+    }
+}
+
+/* A new DYNAMIC job hands each task the splits its first request will ask
+ * for, of the length its worker's tasks last asked for of the dataset:
+ * that request then finds its answer made (and committed with the job).
+ * A worker that never asked for the dataset's splits, another dataset and
+ * requests without a worker's numbering get nothing ahead; every split
+ * still goes out once. */
+Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
+{
+    start_guided(1048576);
+    uint64_t ds = dataset(RANGE_SPEC(40000000)), other = dataset(RANGE_SPEC(1000000));
+    uint64_t w[3] = {worker("w:1", 0), worker("w:2", 0), worker("w:3", 0)}, t[3][4];
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    take_new_tasks(w, 3, t, 0, 1);
+    /* w:1 and w:2 ask as workerd does, w:3 never asks; requests without a
+     * numbering (request_seq 0) teach nothing. */
+    cr_assert_eq(splits_seq(t[0][0], 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][0], 4, 300000, 2), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[1][0], 8, 500000, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[2][0], 8, 700000, 0), 0, "%s", err);
+    cr_assert_eq(stats().first_splits_with_job, 0);
+
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 3, NULL);
+    take_new_tasks(w, 3, t, 1, 4);
+    cr_assert_eq(stats().first_splits_with_job, 2);
+    /* Whatever the first requests ask, they get what was handed out: 8
+     * splits each (the queue w:1's and w:2's first requests asked for), of
+     * the length each asked for last, rounded down to the least. */
+    uint64_t next = 0;
+    cr_assert_eq(splits_seq(t[0][1], 8, 0, 1), 0, "%s", err);
+    assert_splits_from(&next, 8, 292 * 1024, "w:1's first");
+    uint64_t w1_end = next;
+    cr_assert_eq(splits_seq(t[1][1], 8, 2000000, 1), 0, "%s", err);
+    assert_splits_from(&next, 8, 488 * 1024, "w:2's first");
+    /* Asked again (the answer was lost): the same. */
+    uint64_t again = w1_end - 8 * 292 * 1024;
+    cr_assert_eq(splits_seq(t[0][1], 8, 0, 1), 0, "%s", err);
+    assert_splits_from(&again, 8, 292 * 1024, "w:1's first again");
+    /* w:3 asks itself, from where the job's hand-out left off. */
+    cr_assert_eq(splits_seq(t[2][1], 8, 0, 1), 0, "%s", err);
+    assert_splits_from(&next, 8, 1024, "w:3's first");
+
+    /* Another dataset: nothing ahead. */
+    job(other, NULL, SL_SHARDING_DYNAMIC, 5, NULL);
+    take_new_tasks(w, 3, t, 2, 6);
+    cr_assert_eq(stats().first_splits_with_job, 2);
+    uint64_t onext = 0;
+    cr_assert_eq(splits_seq(t[0][2], 8, 0, 1), 0, "%s", err);
+    assert_splits_from(&onext, 8, 1024, "another dataset's first");
+
+    /* The second job's epoch still goes out once, to the end. */
+    for (unsigned calls = 0;; calls++) {
+        cr_assert_lt(calls, 10000, "the epoch never ends");
+        cr_assert_eq(splits_seq(t[calls % 3][1], 4, 1000000, 2 + calls / 3), 0, "%s", err);
+        if (sresp->end_of_epoch)
+            break;
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            cr_assert_eq(sresp->splits[i].begin, next);
+            next = sresp->splits[i].end;
+        }
+    }
+    cr_assert_eq(next, 40000000);
+}
+
 /* A take before the batch changes counts: the split size stays as set. */
 Test(state, split_size_kept_when_counts_change_before_the_batch)
 {
