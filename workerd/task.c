@@ -128,6 +128,11 @@ struct sl_task {
      * mu (taken inside mu where both are held). */
     sl_split_track_t *track;
     pthread_mutex_t track_mu;
+    /* The producer's room for a batch's tally rows when the table holds
+     * more splits than a batch keeps inline (tally_rows()); its thread's
+     * alone. */
+    sl_split_done_t *tally_scratch;
+    unsigned tally_cap;
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
     /* Static policies, a restored iterator's job: positions not to yield. */
     sl_posset_t exclude;
@@ -383,6 +388,42 @@ static void encode_prov(sl_task_t *t, sl_wire_batch_t *b)
         (void)sl_wire_batch_encode_prov(b, form == PROV_DENSE);
 }
 
+/* Where sl_split_track_out() writes b's tally rows, room for size: the
+ * batch's own rows when they fit, else the task's scratch (grown to size),
+ * so that a batch whose rows fit in the batch, most of them, costs no
+ * allocation however many splits the table holds. NULL without memory. */
+static sl_split_done_t *tally_rows(sl_task_t *t, sl_wire_batch_t *b, unsigned size)
+{
+    if (size <= SL_WIRE_TALLY_INLINE)
+        return b->tally_one;
+    if (size > t->tally_cap) {
+        sl_split_done_t *p = realloc(t->tally_scratch, size * sizeof *p);
+        if (!p)
+            return NULL;
+        t->tally_scratch = p;
+        t->tally_cap = size;
+    }
+    return t->tally_scratch;
+}
+
+/* Puts b's n tally rows, written at rows, in the batch: its own rows, or a
+ * copy of just those on the heap. Without memory for the copy the batch
+ * carries none (ntally 0, tally NULL), as when there was no room to count
+ * them into: its send settles run by run. */
+static void tally_keep(sl_wire_batch_t *b, const sl_split_done_t *rows, unsigned n)
+{
+    b->ntally = n;
+    b->tally = NULL;
+    if (n == 0)
+        return;
+    if (n <= SL_WIRE_TALLY_INLINE)
+        b->tally = b->tally_one;
+    else if (!(b->tally = malloc(n * sizeof *b->tally)))
+        b->ntally = 0;
+    if (b->tally && b->tally != rows)
+        memcpy(b->tally, rows, n * sizeof *b->tally);
+}
+
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
@@ -404,17 +445,12 @@ static void *producer_main(void *arg)
              * track_mu alone: the batch is not in the ring yet, so the
              * network thread has nothing of it to see. */
             pthread_mutex_lock(&t->track_mu);
-            unsigned size = sl_split_track_size(t->track);
-            b->tally = size <= SL_WIRE_TALLY_INLINE ? b->tally_one : malloc(size * sizeof *b->tally);
-            b->ntally = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, b->tally, &b->prov_span);
+            sl_split_done_t *rows = tally_rows(t, b, sl_split_track_size(t->track));
+            unsigned n = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, rows, &b->prov_span);
             pthread_mutex_unlock(&t->track_mu);
+            tally_keep(b, rows, n);
             b->prov_span_known = b->prov_n > 0;
             encode_prov(t, b);
-            if (b->ntally == 0) {
-                if (b->tally != b->tally_one)
-                    free(b->tally);
-                b->tally = NULL;
-            }
         }
         pthread_mutex_lock(&t->mu);
         t->working = false;
@@ -593,6 +629,7 @@ void sl_task_free(sl_task_t *t)
     sl_pipeline_destroy(t->pipeline);
     splits_clear(t);
     sl_split_track_free(t->track);
+    free(t->tally_scratch);
     sl_posset_clear(&t->exclude);
     sl_spec_free(t->spec);
     if (t->notify_ev)

@@ -176,7 +176,7 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     memset(delivered, 0, sizeof delivered);
     memset(noticed, 0, sizeof noticed);
     uint64_t elements = 0;
-    unsigned most_in_one_frame = 0;
+    unsigned most_in_one_frame = 0, most_rows = 0;
     bool ended = false;
     uint64_t below = 0, checked_below = 0;
     for (int guard = 0; !ended && guard < 1000000; guard++) {
@@ -187,6 +187,18 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
         int rc = take_and_send(&r, &b, &done, &n, &below);
         if (rc == SL_TASK_PENDING)
             continue;
+        if (rc == SL_TASK_BATCH) {
+            /* Its tally rows (the batch's own, or a copy of more) count
+             * each of its records once, in its splits. */
+            uint64_t counted = 0;
+            for (unsigned i = 0; i < b->ntally; i++) {
+                cr_assert_eq(b->tally[i].end - b->tally[i].begin, SPLIT, "row %u of a batch", i);
+                counted += b->tally[i].delivered;
+            }
+            cr_assert_eq(counted, b->num_elements, "a batch of %lu records tallies %lu",
+                         (unsigned long)b->num_elements, (unsigned long)counted);
+            most_rows = b->ntally > most_rows ? b->ntally : most_rows;
+        }
         for (unsigned i = 0; i < n; i++) {
             uint64_t k = done[i].split_id - 100;
             cr_assert_lt(k, SPLITS, "a notice of split %lu, never handed out", (unsigned long)done[i].split_id);
@@ -212,6 +224,7 @@ Test(task, dynamic_behind_a_large_shuffle_notices_every_split_once_and_ends_done
     /* A buffer of 100,000 over splits of 1,000 finishes about a hundred
      * splits in its last batches: more than the 64 a frame once carried. */
     cr_assert_gt(most_in_one_frame, 64, "at most %u notices came at once", most_in_one_frame);
+    cr_assert_gt(most_rows, SL_WIRE_TALLY_INLINE, "no batch had more tally rows than it holds itself");
     sluice_TaskStatus ts = sluice_TaskStatus_init_zero;
     sl_task_status(r.task, &ts);
     cr_assert_eq(ts.state, SL_TASK_DONE);
