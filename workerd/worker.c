@@ -175,6 +175,10 @@ struct sl_worker {
     struct outstanding *outstanding;
     bool heartbeat_out;
     uint64_t heartbeats_sent, heartbeats_answered; /* answered: the number of the last answered */
+    /* The first heartbeat sent since the session registered: until it is
+     * answered, the tasks kept from before are not vouched for (the
+     * dispatcher may replace one by a task of the same id: tasks_vouched()). */
+    uint64_t vouch_from;
     uint8_t worker_secret[16]; /* WorkerRegisterResponse.worker_secret: proves worker_id */
     /* A dispatcher connection given up on (heartbeats unanswered), kept open
      * until a new one has registered: closing it at once would reach the
@@ -804,28 +808,50 @@ static bool shm_request(struct wconn *wc, const sluice_GetElementRequest *req)
     return true;
 }
 
+/* Whether the dispatcher answered a heartbeat sent since the session
+ * registered: that answer removed every task kept from before that the
+ * dispatcher does not know as ours (after its state was restored from a
+ * backup it gives the lost state's ids out again: a new job's task of the
+ * id of one kept here comes in that answer, or the next). */
+static bool tasks_vouched(const sl_worker_t *w)
+{
+    return w->heartbeats_answered >= w->vouch_from;
+}
+
+enum key_verdict {
+    KEY_OK,        /* the client's key, or no task of the id here to check it against */
+    KEY_REFUSED,   /* not the client's key: answered SL_EPERM */
+    KEY_UNVOUCHED, /* not the key to a task kept from before the session: ask the dispatcher first */
+};
+
 /* The client's key to the task, which only the dispatcher hands out (to
  * each of the task's job's clients its own, taskkey.h): a task id is no
  * capability, and the client_id, which picks the batches held for it and
  * what it acknowledges, is the sender's. A task this worker does not have
  * (yet) has no key to check: such a request waits for the task
  * (await_task()) and is checked then, or answers SL_ENOTFOUND, as before
- * the worker registered, when it has none. @return false when refused */
-static bool key_ok(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
+ * the worker registered, when it has none. With may_wait, a key that is
+ * not the client's to a task not vouched for since the session registered
+ * is KEY_UNVOUCHED, not refused: it may be a new job's key to the task of
+ * that id the dispatcher's answer brings in its place (tasks_vouched()). */
+static enum key_verdict key_ok(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req,
+                               bool may_wait)
 {
     sl_worker_t *w = wc->w;
     /* A tombstone's key is checked by tombstone_of(). */
     const struct wtask *kt = find_task(w, req->task_id);
     if (kt && !sl_task_key_check(wc->proofs, req->task_id, req->client_id, kt->key, kt->client_keys,
                                  req->task_key)) {
+        if (may_wait && !tasks_vouched(w))
+            return KEY_UNVOUCHED;
         sl_metric_add(m_forbidden, 1);
         sl_conn_send_error(wc->conn, request_id, SL_EPERM,
                            "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
                            "'s key to the task (TaskInfo.task_key); nothing served",
                            req->task_id, w->address, req->client_id);
-        return false;
+        return KEY_REFUSED;
     }
-    return true;
+    return KEY_OK;
 }
 
 static bool await_task(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req);
@@ -903,13 +929,21 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         return;
     }
     const sluice_GetElementRequest *req = msg;
-    if (!key_ok(wc, hdr->request_id, req))
+    enum key_verdict v = key_ok(wc, hdr->request_id, req, true);
+    if (v == KEY_REFUSED)
         return;
     wc->provenance = req->provenance;
     wc->tallies = req->tallies;
     wc->dense = req->dense_provenance;
     if (!shm_request(wc, req))
         return;
+    if (v == KEY_UNVOUCHED) {
+        /* Checked again once the dispatcher answered (answer_ready()), or
+         * refused now when it cannot wait. */
+        if (!await_task(wc, hdr->request_id, req))
+            key_ok(wc, hdr->request_id, req, false);
+        return;
+    }
     serve_request(wc, hdr->request_id, req);
 }
 
@@ -959,22 +993,25 @@ static void answer_ready(sl_worker_t *w)
         uint64_t id = a->req.task_id;
         if (!find_task(w, id) && !tombstone_of(a->wc, &a->req))
             task_unknown(a->wc, a->request_id, id);
-        else if (key_ok(a->wc, a->request_id, &a->req))
+        else if (key_ok(a->wc, a->request_id, &a->req, false) == KEY_OK)
             serve_request(a->wc, a->request_id, &a->req);
         free(a);
     }
 }
 
-/* The requests that waited for their task: served once it started;
- * SL_ENOTFOUND once the answer to their heartbeat came without it (and no
- * start of it is under way), after AWAIT_MAX_MS, or, with give_up, now (no
- * dispatcher to ask). */
+/* The requests that waited for their task: served once it started (and,
+ * for a task of that id kept from before the session, once the dispatcher
+ * vouched for it or replaced it: tasks_vouched()); SL_ENOTFOUND once the
+ * answer to their heartbeat came without it (and no start of it is under
+ * way), after AWAIT_MAX_MS, or, with give_up, now (no dispatcher to ask). */
 static void resolve_awaiting(sl_worker_t *w, bool give_up)
 {
     int64_t now = now_us() / 1000;
+    bool vouched = tasks_vouched(w);
     for (struct awaiting *a = w->awaiting; a; a = a->next)
-        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS || find_task(w, a->req.task_id) ||
-                   (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id));
+        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS ||
+                   (vouched && (find_task(w, a->req.task_id) ||
+                                (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id))));
     answer_ready(w);
 }
 
@@ -1231,6 +1268,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
                         w->address);
         struct timeval tv = {w->cfg.heartbeat_ms / 1000, (w->cfg.heartbeat_ms % 1000) * 1000};
         event_add(w->heartbeat_timer, &tv);
+        w->vouch_from = w->heartbeats_sent + 1; /* this one: */
         send_heartbeat(w);
         /* Split requests that the lost connection failed are asked again
          * (with the same request_seq, see task.h). */

@@ -2,13 +2,19 @@
 of an answer: cut() throws away what the upstream side sent next (bytes the
 daemon counted as sent, that never arrive) and resets both sockets, as a
 dropped route or a rebooted middlebox would. New connections are forwarded
-again at once. Bounded: every wait has a timeout, and close() ends every
+again at once. hold_after_first() makes the connections opened after it
+deliver the upstream side's hello and first frame (the answer to the first
+request) and hold back the rest until release(), as a slow or congested
+route would. Bounded: every wait has a timeout, and close() ends every
 thread."""
 import select
 import socket
 import struct
 import threading
 import time
+
+HELLO_LEN = 44         # frame.h: SL_HANDSHAKE_LEN
+FRAME_HEADER_LEN = 16  # frame.h: SL_FRAME_HEADER_LEN
 
 
 def _reset(sock):
@@ -34,6 +40,9 @@ class CutProxy:
         self.lock = threading.Lock()
         self.pairs = []          # [client socket, upstream socket, cut requested Event, cut done Event]
         self.dropped = []        # bytes thrown away by each cut
+        self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
+        self.released = threading.Event()
+        self.held = threading.Event()  # a connection holds bytes back
         self.closed = False
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
@@ -55,7 +64,8 @@ class CutProxy:
             pair = [c, u, threading.Event(), threading.Event()]
             with self.lock:
                 self.pairs.append(pair)
-            threading.Thread(target=self._pump, args=(pair,), daemon=True).start()
+                hold = self.hold_new
+            threading.Thread(target=self._pump, args=(pair, hold), daemon=True).start()
 
     @staticmethod
     def _throw_away_next(c, u, wait=5.0):
@@ -79,19 +89,47 @@ class CutProxy:
                 u.sendall(data)
         return 0
 
-    def _pump(self, pair):
+    @staticmethod
+    def _first_frame_end(data):
+        """Where the hello (44 bytes, no token) and the first frame after it
+        end in the upstream bytes data, or None while data ends before
+        (frame.h: a 16-byte header, msg_len and payload_len at 8 and 12)."""
+        if len(data) < HELLO_LEN + FRAME_HEADER_LEN:
+            return None
+        msg_len, payload_len = struct.unpack_from('>II', data, HELLO_LEN + 8)
+        end = HELLO_LEN + FRAME_HEADER_LEN + msg_len + payload_len
+        return end if len(data) >= end else None
+
+    def _pump(self, pair, hold=False):
         c, u, cut, done = pair
+        seen = b''     # hold: the upstream bytes until the end of the first frame
+        passed = not hold
+        kept = b''     # upstream bytes past it, held back until release()
         try:
             while not self.closed:
                 if cut.is_set():
                     self.dropped.append(self._throw_away_next(c, u))
                     break
-                r, _, _ = select.select([c, u], [], [], 0.1)
+                if passed and kept and self.released.is_set():
+                    c.sendall(kept)
+                    kept = b''
+                holding = bool(kept) or (hold and passed and not self.released.is_set())
+                if holding:
+                    self.held.set()
+                r, _, _ = select.select([c] if holding else [c, u], [], [], 0.1)
                 for src, dst in ((c, u), (u, c)):
                     if src in r:
                         data = src.recv(1 << 16)
                         if not data:
                             raise OSError('closed')
+                        if src is u and not passed:
+                            # Up to the first frame's end goes through as it
+                            # comes (the hello first: the client waits for it).
+                            start = len(seen)
+                            seen += data
+                            end = self._first_frame_end(seen)
+                            if end is not None:
+                                data, kept, passed = data[:end - start], data[end - start:], True
                         dst.sendall(data)
         except OSError:
             pass
@@ -102,6 +140,22 @@ class CutProxy:
                 if pair in self.pairs:
                     self.pairs.remove(pair)
             done.set()
+
+    def hold_after_first(self):
+        """Connections opened from now on deliver the upstream side's first
+        read, then hold back what it sends until release() (the client's
+        side still goes through)."""
+        self.released.clear()
+        self.held.clear()
+        with self.lock:
+            self.hold_new = True
+
+    def release(self):
+        """What held connections held back goes through, and new ones no
+        longer hold."""
+        with self.lock:
+            self.hold_new = False
+        self.released.set()
 
     def cut(self, timeout=10):
         """Breaks every open connection, throwing away the next bytes the

@@ -684,6 +684,67 @@ class DispatcherStateLost(unittest.TestCase):
         finally:
             self.close_all(c, old, old_err)
 
+    def test_a_new_trainer_ahead_of_the_restored_dispatchers_answer_waits_for_it(self):
+        """The same restore, with the restored dispatcher's answers to the
+        reconnected worker held on the way after the first (its
+        registration's): the worker still runs the lost job's task when the
+        new job's trainer comes with a key to the new task of that id. A
+        task kept from before the session is not vouched for until the
+        dispatcher answers a heartbeat sent since: the request waits for
+        that answer, which puts the new task in the lost one's place, and is
+        served then, not refused (SL_EPERM, not its key)."""
+        c = Cluster()
+        proxy = CutProxy(c.dispatcher.port)
+        work = os.path.join(c.dir, 'work')
+        backup = os.path.join(c.dir, 'backup.mdb')
+        old = None
+        old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
+        try:
+            c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
+            c.wait_workers_registered(1)
+            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'),
+                                                                                backup))
+            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
+            lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+            old = self.held_trainer(c, lost, old_err)
+            lost_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
+
+            def restore():
+                os.unlink(os.path.join(work, 'state.mdb-lock'))
+                shutil.copy(backup, os.path.join(work, 'state.mdb'))
+            proxy.hold_after_first()
+            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2 and proxy.held.is_set(),
+                     'the worker back, the answers after its registration held')
+            self.assertEqual([t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']],
+                             lost_tasks, 'the worker dropped the lost task before the answer was let through')
+            awaited = metric(c.workers[0].admin_port, 'sluice_worker_requests_awaited_task_total')
+            new = {"source": {"type": "range", "start": 500000, "stop": 510000},
+                   "ops": [{"op": "batch", "batch_size": 1000}]}
+            trainer = subprocess.Popen(c.cat_argv(new, ['--timeout-ms', '20000']), stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, env=child_env())
+            try:
+                wait_for(lambda: trainer.poll() is not None or
+                         metric(c.workers[0].admin_port, 'sluice_worker_requests_awaited_task_total') > awaited,
+                         'the new trainer\'s request to reach the worker')
+                proxy.release()
+                out, err = trainer.communicate(timeout=60)
+            finally:
+                if trainer.poll() is None:
+                    trainer.kill()
+                    trainer.wait()
+            self.assertEqual(trainer.returncode, 0, err[-2000:])
+            got = sorted(v - 500000 for v in values(parse_jsonl(out), 'value'))
+            self.assertEqual(got, list(range(10000)), 'the new job read other data than its own')
+            # The premise: the new job's task had the lost job's task's id.
+            logged = c.workers[0].stderr()
+            self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
+            self.assert_fails(old, old_err, 'client_secret is not the one job')
+        finally:
+            proxy.release()
+            self.close_all(c, old, old_err)
+            proxy.close()
+
 
 class AwayClient(unittest.TestCase):
     """A trainer whose lease runs out while it is away (stopped with SIGSTOP
