@@ -18,9 +18,9 @@
 #include "server.h"
 #include "status_page.h"
 
-static sl_metric_t *m_workers, *m_jobs, *m_datasets;
+static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits;
 /* The limits (docs/security.md, "Limits"). */
-static sl_metric_t *m_first_splits, *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
+static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
 /* Parses the decimal id at the start of s; rest points after it. */
 static int parse_id(const char *s, uint64_t *id, const char **rest)

@@ -150,7 +150,8 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                                                (json_int_t)tk->bytes, "bytes_per_second", tk->bytes_per_s));
         json_object_set_new(json_array_get(tasks, t), "worker_index", json_integer(tk->worker_index));
         if (j->sharding == SL_SHARDING_DYNAMIC)
-            json_object_set_new(json_array_get(tasks, t), "split_requests", json_integer((json_int_t)tk->split_req_seq));
+            json_object_set_new(json_array_get(tasks, t), "split_requests",
+                                json_integer((json_int_t)tk->split_req_seq));
     }
     json_object_set_new(o, "tasks", tasks);
     return o;
