@@ -439,6 +439,30 @@ class WorkerCrash(ThreeWorkers):
         self.assertEqual(job['lost_splits'], {'outstanding': 0, 'awaiting_reports': 0, 'queued': 0,
                                               'report_gen': 2}, where)
 
+    def test_kill9_workers_of_a_job_handed_its_first_splits_exactly_once(self):
+        """The dataset's second job: the dispatcher hands each task its first
+        splits with the job (docs/sharding.md, DYNAMIC), before the workers
+        hear of it, and workers die early in it, some of those splits still
+        queued unread: every element exactly once all the same."""
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        spec = {"source": {"type": "range", "stop": N},
+                "ops": [{"op": "shuffle", "buffer_size": 500, "seed": 7}, {"op": "batch", "batch_size": BATCH}]}
+        admin = self.cluster.dispatcher.admin_port
+        rc, batches, err = self.cluster.cat(spec, ['--sharding', 'dynamic'])
+        self.assertEqual(rc, 0, err[-2000:])
+        assert_exactly_once(self, values(batches, 'value'), N, 'the first job')
+        before = metric(admin, 'sluice_dispatcher_first_splits_with_job_total')
+        total = N // BATCH
+        kills = [(at, rng.randrange(3)) for at in sorted(rng.sample(range(1, total // 4), 2))]
+        rc, got, err = self.run_with_worker_kills(spec, kills, seed)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it), (batch, worker) kills %s, workers killed %s' % (
+            seed, seed, kills, self.victims)
+        self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+        assert_exactly_once(self, got, N, where)
+        # The premise: the job handed tasks their first splits itself.
+        self.assertGreater(metric(admin, 'sluice_dispatcher_first_splits_with_job_total'), before, where)
+
     def test_long_splits_of_a_killed_worker_exactly_once(self):
         """Workers that ask for splits far longer than the least (a target
         of 100 s a split): the dispatcher hands out each as long as its
