@@ -659,6 +659,39 @@ class DispatcherStateLost(unittest.TestCase):
         finally:
             self.close_all(c, old, old_err)
 
+    NEW = {"source": {"type": "range", "start": 500000, "stop": 510000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+
+    def backup_then_lost_job(self, c, old_err):
+        """Takes a backup of c's state (the dispatcher stopped), then starts
+        a held job after it, the job the restore loses, whose trainer goes
+        to self.old; returns its task ids on the worker and restore(), which
+        puts the backup back (restart_dispatcher()'s stopped)."""
+        work = os.path.join(c.dir, 'work')
+        backup = os.path.join(c.dir, 'backup.mdb')
+        # The backup, taken with the dispatcher stopped, knows the worker.
+        c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'), backup))
+        # Each job is made once the worker is back (its task made with the
+        # job), so that the lost one and the new one take their ids in the
+        # same order.
+        wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
+        lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
+        self.old = self.held_trainer(c, lost, old_err)
+
+        def restore():
+            os.unlink(os.path.join(work, 'state.mdb-lock'))
+            shutil.copy(backup, os.path.join(work, 'state.mdb'))
+        return [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']], restore
+
+    def assert_new_job_read_its_own(self, c, read, lost_tasks, old_err):
+        """The new job read its own range exactly once, under the lost
+        job's task's id, and the lost job's trainer fails, refused: it
+        reads nothing of the new job."""
+        self.assertEqual(sorted(v - 500000 for v in read), list(range(10000)),
+                         'the new job read other data than its own')
+        logged = c.workers[0].stderr()
+        self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
+        self.assert_fails(self.old, old_err, 'client_secret is not the one job')
+
     def test_a_dispatcher_restored_from_a_backup_serves_no_task_or_trainer_of_the_lost_state(self):
         """Restored from a backup taken before a job, the dispatcher gives
         that job's ids out again (operations.md, Backups): to a new job
@@ -668,25 +701,11 @@ class DispatcherStateLost(unittest.TestCase):
         comes back with secrets for the same ids, is refused: neither reads
         the other's data (the jobs' nonces, dispatcher/caps.h)."""
         c = Cluster(workers=1)
-        work = os.path.join(c.dir, 'work')
-        backup = os.path.join(c.dir, 'backup.mdb')
-        old = None
+        self.old = None
         old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
         try:
             c.wait_workers_registered(1)
-            # The backup, taken with the dispatcher stopped, knows the worker.
-            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'),
-                                                                                backup))
-            # Each job below is made once the worker is back (its task made
-            # with the job), so that both take their ids in the same order.
-            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
-            lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
-            old = self.held_trainer(c, lost, old_err)
-            lost_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
-
-            def restore():
-                os.unlink(os.path.join(work, 'state.mdb-lock'))
-                shutil.copy(backup, os.path.join(work, 'state.mdb'))
+            lost_tasks, restore = self.backup_then_lost_job(c, old_err)
             c.restart_dispatcher(signal.SIGTERM, stopped=restore)
             wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2, 'the worker back')
             # The worker reconnects and reports the lost task, which this
@@ -694,19 +713,11 @@ class DispatcherStateLost(unittest.TestCase):
             # which must not answer the new job's task of that id.
             wait_for(lambda: 'task %d removed' % lost_tasks[0] in c.workers[0].stderr(),
                      'the worker to drop the lost job\'s task')
-            new = {"source": {"type": "range", "start": 500000, "stop": 510000},
-                   "ops": [{"op": "batch", "batch_size": 1000}]}
-            rc, batches, err = c.cat(new, ['--timeout-ms', '20000', '--with-worker'], timeout=60)
+            rc, batches, err = c.cat(self.NEW, ['--timeout-ms', '20000', '--with-worker'], timeout=60)
             self.assertEqual(rc, 0, err[-2000:])
-            got = sorted(v - 500000 for v in values(batches, 'value'))
-            self.assertEqual(got, list(range(10000)), 'the new job read other data than its own')
-            # The premise: the new job's task had the lost job's task's id.
-            logged = c.workers[0].stderr()
-            self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
-            # The lost trainer fails, refused: it reads nothing of the new job.
-            self.assert_fails(old, old_err, 'client_secret is not the one job')
+            self.assert_new_job_read_its_own(c, values(batches, 'value'), lost_tasks, old_err)
         finally:
-            self.close_all(c, old, old_err)
+            self.close_all(c, self.old, old_err)
 
     def test_a_new_trainer_ahead_of_the_restored_dispatchers_answer_waits_for_it(self):
         """The same restore, with the restored dispatcher's answers to the
@@ -719,23 +730,12 @@ class DispatcherStateLost(unittest.TestCase):
         served then, not refused (SL_EPERM, not its key)."""
         c = Cluster()
         proxy = CutProxy(c.dispatcher.port)
-        work = os.path.join(c.dir, 'work')
-        backup = os.path.join(c.dir, 'backup.mdb')
-        old = None
+        self.old = None
         old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
         try:
             c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
             c.wait_workers_registered(1)
-            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'),
-                                                                                backup))
-            wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
-            lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
-            old = self.held_trainer(c, lost, old_err)
-            lost_tasks = [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']]
-
-            def restore():
-                os.unlink(os.path.join(work, 'state.mdb-lock'))
-                shutil.copy(backup, os.path.join(work, 'state.mdb'))
+            lost_tasks, restore = self.backup_then_lost_job(c, old_err)
             proxy.hold_after_first()
             c.restart_dispatcher(signal.SIGTERM, stopped=restore)
             wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2 and proxy.held.is_set(),
@@ -743,9 +743,7 @@ class DispatcherStateLost(unittest.TestCase):
             self.assertEqual([t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']],
                              lost_tasks, 'the worker dropped the lost task before the answer was let through')
             awaited = metric(c.workers[0].admin_port, 'sluice_worker_requests_awaited_task_total')
-            new = {"source": {"type": "range", "start": 500000, "stop": 510000},
-                   "ops": [{"op": "batch", "batch_size": 1000}]}
-            trainer = subprocess.Popen(c.cat_argv(new, ['--timeout-ms', '20000']), stdout=subprocess.PIPE,
+            trainer = subprocess.Popen(c.cat_argv(self.NEW, ['--timeout-ms', '20000']), stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, env=child_env())
             try:
                 wait_for(lambda: trainer.poll() is not None or
@@ -758,15 +756,10 @@ class DispatcherStateLost(unittest.TestCase):
                     trainer.kill()
                     trainer.wait()
             self.assertEqual(trainer.returncode, 0, err[-2000:])
-            got = sorted(v - 500000 for v in values(parse_jsonl(out), 'value'))
-            self.assertEqual(got, list(range(10000)), 'the new job read other data than its own')
-            # The premise: the new job's task had the lost job's task's id.
-            logged = c.workers[0].stderr()
-            self.assertGreaterEqual(logged.count('task %d of job' % lost_tasks[0]), 2, logged[-3000:])
-            self.assert_fails(old, old_err, 'client_secret is not the one job')
+            self.assert_new_job_read_its_own(c, values(parse_jsonl(out), 'value'), lost_tasks, old_err)
         finally:
             proxy.release()
-            self.close_all(c, old, old_err)
+            self.close_all(c, self.old, old_err)
             proxy.close()
 
 
