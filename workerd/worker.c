@@ -1268,7 +1268,7 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
                         w->address);
         struct timeval tv = {w->cfg.heartbeat_ms / 1000, (w->cfg.heartbeat_ms % 1000) * 1000};
         event_add(w->heartbeat_timer, &tv);
-        w->vouch_from = w->heartbeats_sent + 1; /* this one: */
+        w->vouch_from = w->heartbeats_sent + 1; /* the one sent next, here or once one in flight is answered */
         send_heartbeat(w);
         /* Split requests that the lost connection failed are asked again
          * (with the same request_seq, see task.h). */
