@@ -111,6 +111,16 @@ const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *
     return *len ? t->last_skips : NULL;
 }
 
+/* Where w remembers a split length of dataset_id in its rates, or -1 (an
+ * entry is made with a length: an empty one matches no dataset). */
+static int rate_index(const struct worker *w, uint64_t dataset_id)
+{
+    for (int i = 0; i < SL_WORKER_RATES; i++)
+        if (w->rates[i].dataset_id == dataset_id && w->rates[i].split_records > 0)
+            return i;
+    return -1;
+}
+
 /* Keeps what w's task asked for of dataset_id: the splits a first request
  * asks for, and the length of a split, for sl__dstate_first_splits(). */
 static void remember_request(struct worker *w, uint64_t dataset_id, const sluice_GetSplitRequest *req)
@@ -121,21 +131,12 @@ static void remember_request(struct worker *w, uint64_t dataset_id, const sluice
         w->first_max_splits = req->max_splits ? req->max_splits : 1;
     if (req->split_records == 0)
         return;
-    for (unsigned i = 0; i < SL_WORKER_RATES; i++)
-        if (w->rates[i].dataset_id == dataset_id && w->rates[i].split_records > 0) {
-            w->rates[i].split_records = req->split_records;
-            return;
-        }
-    w->rates[w->rates_next] = (struct worker_rate){.dataset_id = dataset_id, .split_records = req->split_records};
-    w->rates_next = (w->rates_next + 1) % SL_WORKER_RATES;
-}
-
-static uint64_t remembered_rate(const struct worker *w, uint64_t dataset_id)
-{
-    for (unsigned i = 0; i < SL_WORKER_RATES; i++)
-        if (w->rates[i].dataset_id == dataset_id)
-            return w->rates[i].split_records;
-    return 0;
+    int i = rate_index(w, dataset_id);
+    if (i < 0) {
+        i = (int)w->rates_next;
+        w->rates_next = (w->rates_next + 1) % SL_WORKER_RATES;
+    }
+    w->rates[i] = (struct worker_rate){.dataset_id = dataset_id, .split_records = req->split_records};
 }
 
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
@@ -324,8 +325,8 @@ void sl__dstate_first_splits(sl_dstate_t *st, struct job *j)
     for (unsigned k = 0; k < j->num_tasks; k++) {
         struct task *t = &j->tasks[k];
         const struct worker *w = sl__dstate_worker(st, t->worker_id);
-        uint64_t records = w ? remembered_rate(w, j->dataset->id) : 0;
-        if (!records || !w->first_max_splits || t->split_req_seq != 0)
+        int i = w ? rate_index(w, j->dataset->id) : -1;
+        if (i < 0 || !w->first_max_splits || t->split_req_seq != 0)
             continue;
         /* The request the task's pipeline makes first: epoch 0, its whole
          * queue, splits of the length its worker's tasks asked for last. */
@@ -333,7 +334,7 @@ void sl__dstate_first_splits(sl_dstate_t *st, struct job *j)
                                       .epoch = 0,
                                       .max_splits = w->first_max_splits,
                                       .request_seq = 1,
-                                      .split_records = records};
+                                      .split_records = w->rates[i].split_records};
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
         char err[256];
         if (sl_dstate_get_splits(st, &req, &resp, err, sizeof err) < 0)

@@ -824,6 +824,16 @@ enum key_verdict {
     KEY_UNVOUCHED, /* not the key to a task kept from before the session: ask the dispatcher first */
 };
 
+/* Refuses a GET_ELEMENT whose key is not its client's to the task here. */
+static void refuse_key(struct wconn *wc, uint32_t request_id, const sluice_GetElementRequest *req)
+{
+    sl_metric_add(m_forbidden, 1);
+    sl_conn_send_error(wc->conn, request_id, SL_EPERM,
+                       "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
+                       "'s key to the task (TaskInfo.task_key); nothing served",
+                       req->task_id, wc->w->address, req->client_id);
+}
+
 /* The client's key to the task, which only the dispatcher hands out (to
  * each of the task's job's clients its own, taskkey.h): a task id is no
  * capability, and the client_id, which picks the batches held for it and
@@ -844,11 +854,7 @@ static enum key_verdict key_ok(struct wconn *wc, uint32_t request_id, const slui
                                  req->task_key)) {
         if (may_wait && !tasks_vouched(w))
             return KEY_UNVOUCHED;
-        sl_metric_add(m_forbidden, 1);
-        sl_conn_send_error(wc->conn, request_id, SL_EPERM,
-                           "task %" PRIu64 " on worker %s: task_key is not client %" PRIu64
-                           "'s key to the task (TaskInfo.task_key); nothing served",
-                           req->task_id, w->address, req->client_id);
+        refuse_key(wc, request_id, req);
         return KEY_REFUSED;
     }
     return KEY_OK;
@@ -941,7 +947,7 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         /* Checked again once the dispatcher answered (answer_ready()), or
          * refused now when it cannot wait. */
         if (!await_task(wc, hdr->request_id, req))
-            key_ok(wc, hdr->request_id, req, false);
+            refuse_key(wc, hdr->request_id, req);
         return;
     }
     serve_request(wc, hdr->request_id, req);

@@ -206,22 +206,27 @@ static bool client_sees_task(uint64_t task_id)
     return false;
 }
 
-/* get_splits asking for splits of want records (0: no wish); the answer is in *sresp. */
-static int splits_of(uint64_t task_id, uint64_t epoch, uint32_t max, uint64_t want)
+/* get_splits asking for splits of want records (0: no wish), numbered seq
+ * (as workerd does, from 1; 0: not numbered); the answer is in *sresp. */
+static int splits_seq(uint64_t task_id, uint64_t epoch, uint32_t max, uint64_t want, uint64_t seq)
 {
-    sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max, .split_records = want};
+    sluice_GetSplitRequest req = {
+        .task_id = task_id, .epoch = epoch, .max_splits = max, .request_seq = seq, .split_records = want};
     memset(sresp, 0, sizeof *sresp);
     err[0] = '\0';
     return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
 }
 
+/* get_splits asking for splits of want records (0: no wish); the answer is in *sresp. */
+static int splits_of(uint64_t task_id, uint64_t epoch, uint32_t max, uint64_t want)
+{
+    return splits_seq(task_id, epoch, max, want, 0);
+}
+
 /* get_splits; the answer is in *sresp. */
 static int splits(uint64_t task_id, uint64_t epoch, uint32_t max)
 {
-    sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max};
-    memset(sresp, 0, sizeof *sresp);
-    err[0] = '\0';
-    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+    return splits_of(task_id, epoch, max, 0);
 }
 
 static sl_dstate_stats_t stats(void)
@@ -1622,15 +1627,6 @@ Test(state, a_lone_task_keeps_its_split_length_to_the_end)
     cr_assert(sresp->end_of_epoch);
 }
 
-/* get_splits as workerd asks: request_seq seq (from 1), splits of want records. */
-static int splits_seq(uint64_t task_id, uint32_t max, uint64_t want, uint64_t seq)
-{
-    sluice_GetSplitRequest req = {.task_id = task_id, .max_splits = max, .request_seq = seq, .split_records = want};
-    memset(sresp, 0, sizeof *sresp);
-    err[0] = '\0';
-    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
-}
-
 /* Checks the answer in *sresp: n splits of len records from *next on. */
 static void assert_splits_from(uint64_t *next, unsigned n, uint64_t len, const char *what)
 {
@@ -1671,10 +1667,10 @@ Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
     take_new_tasks(w, 3, t, 0, 1);
     /* w:1 and w:2 ask as workerd does, w:3 never asks; requests without a
      * numbering (request_seq 0) teach nothing. */
-    cr_assert_eq(splits_seq(t[0][0], 8, 0, 1), 0, "%s", err);
-    cr_assert_eq(splits_seq(t[0][0], 4, 300000, 2), 0, "%s", err);
-    cr_assert_eq(splits_seq(t[1][0], 8, 500000, 1), 0, "%s", err);
-    cr_assert_eq(splits_seq(t[2][0], 8, 700000, 0), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][0], 0, 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][0], 0, 4, 300000, 2), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[1][0], 0, 8, 500000, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[2][0], 0, 8, 700000, 0), 0, "%s", err);
     cr_assert_eq(stats().first_splits_with_job, 0);
 
     job(ds, NULL, SL_SHARDING_DYNAMIC, 3, NULL);
@@ -1684,17 +1680,17 @@ Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
      * splits each (the queue w:1's and w:2's first requests asked for), of
      * the length each asked for last, rounded down to the least. */
     uint64_t next = 0;
-    cr_assert_eq(splits_seq(t[0][1], 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][1], 0, 8, 0, 1), 0, "%s", err);
     assert_splits_from(&next, 8, 292 * 1024, "w:1's first");
     uint64_t w1_end = next;
-    cr_assert_eq(splits_seq(t[1][1], 8, 2000000, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[1][1], 0, 8, 2000000, 1), 0, "%s", err);
     assert_splits_from(&next, 8, 488 * 1024, "w:2's first");
     /* Asked again (the answer was lost): the same. */
     uint64_t again = w1_end - 8 * 292 * 1024;
-    cr_assert_eq(splits_seq(t[0][1], 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][1], 0, 8, 0, 1), 0, "%s", err);
     assert_splits_from(&again, 8, 292 * 1024, "w:1's first again");
     /* w:3 asks itself, from where the job's hand-out left off. */
-    cr_assert_eq(splits_seq(t[2][1], 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[2][1], 0, 8, 0, 1), 0, "%s", err);
     assert_splits_from(&next, 8, 1024, "w:3's first");
 
     /* Another dataset: nothing ahead. */
@@ -1702,13 +1698,13 @@ Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
     take_new_tasks(w, 3, t, 2, 6);
     cr_assert_eq(stats().first_splits_with_job, 2);
     uint64_t onext = 0;
-    cr_assert_eq(splits_seq(t[0][2], 8, 0, 1), 0, "%s", err);
+    cr_assert_eq(splits_seq(t[0][2], 0, 8, 0, 1), 0, "%s", err);
     assert_splits_from(&onext, 8, 1024, "another dataset's first");
 
     /* The second job's epoch still goes out once, to the end. */
     for (unsigned calls = 0;; calls++) {
         cr_assert_lt(calls, 10000, "the epoch never ends");
-        cr_assert_eq(splits_seq(t[calls % 3][1], 4, 1000000, 2 + calls / 3), 0, "%s", err);
+        cr_assert_eq(splits_seq(t[calls % 3][1], 0, 4, 1000000, 2 + calls / 3), 0, "%s", err);
         if (sresp->end_of_epoch)
             break;
         for (pb_size_t i = 0; i < sresp->splits_count; i++) {
