@@ -90,7 +90,17 @@ static int count_lines(const char *path, bool gzip, const sl_count_limit_t *lim,
         close(fd);
         return sl_errf(err, errlen, -ENOMEM, "text_lines: cannot open %s: out of memory", path);
     }
-    static _Thread_local char buf[1 << 16];
+    /* On the heap: a _Thread_local array would be zeroed in every thread
+     * of the dispatcher at its creation, counting or not. */
+    enum { COUNT_BUF = 1 << 16 };
+    char *buf = malloc(COUNT_BUF);
+    if (!buf) {
+        if (gzip)
+            gzclose(f);
+        else
+            close(fd);
+        return sl_errf(err, errlen, -ENOMEM, "text_lines: cannot read %s: out of memory", path);
+    }
     uint64_t n = 0;
     char last = '\n';
     ssize_t got = 0;
@@ -98,7 +108,7 @@ static int count_lines(const char *path, bool gzip, const sl_count_limit_t *lim,
     for (;;) {
         if ((rc = limit_check(lim, path, err, errlen)) < 0)
             break;
-        got = gzip ? gzread(f, buf, sizeof buf) : read(fd, buf, sizeof buf);
+        got = gzip ? gzread(f, buf, COUNT_BUF) : read(fd, buf, COUNT_BUF);
         if (got < 0 && !gzip && errno == EINTR)
             continue;
         if (got <= 0)
@@ -107,6 +117,7 @@ static int count_lines(const char *path, bool gzip, const sl_count_limit_t *lim,
         if (gzip && gzdirect(f)) {
             snprintf(err, errlen, "text_lines: %s is not a gzip file (compression \"gzip\")", path);
             gzclose(f);
+            free(buf);
             return SL_EDATA;
         }
         for (const char *q = buf, *e = buf + got; (q = memchr(q, '\n', (size_t)(e - q))) != NULL; q++)
@@ -118,6 +129,7 @@ static int count_lines(const char *path, bool gzip, const sl_count_limit_t *lim,
         snprintf(err, errlen, "text_lines: reading %s: %s", path, gzip ? gzerror(f, &zerr) : strerror(errno));
         rc = SL_EDATA;
     }
+    free(buf);
     if (gzip)
         gzclose(f);
     else

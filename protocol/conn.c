@@ -28,6 +28,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -1551,12 +1552,52 @@ static void answered(sl_conn_t *c, uint32_t request_id)
         c->last_active_ms = loop_ms(c);
 }
 
+/* Where a frame's header and message are encoded before they are sent,
+ * large enough for any message within the bounds of sluice.options: one for
+ * sl_conn_send() and one for sl_conn_send_tail(), per thread that sends,
+ * allocated at its first frame (malloc: only the pages frames reach are
+ * touched) and freed when the thread ends. As _Thread_local arrays they were
+ * in every thread of every process that links the protocol (a trainer's
+ * thread pools, the iterator's address lookups), which zeroed their 256 KiB
+ * at its creation, on a virtual machine 0.8 ms of page faults, and kept them
+ * resident. */
+#define ENCODE_LEN (SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN)
+enum { ENCODE_SEND, ENCODE_TAIL };
+static pthread_key_t encode_key;
+static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
+static bool encode_key_made;
+
+static void encode_key_init(void)
+{
+    encode_key_made = pthread_key_create(&encode_key, free) == 0;
+}
+
+/* @return the calling thread's buffer which (ENCODE_LEN bytes), or NULL
+ * when out of memory */
+static uint8_t *encode_buf(int which)
+{
+    static _Thread_local uint8_t *bufs;
+    if (!bufs) {
+        pthread_once(&encode_once, encode_key_init);
+        uint8_t *b = encode_key_made ? malloc(2 * ENCODE_LEN) : NULL;
+        if (!b || pthread_setspecific(encode_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+        bufs = b;
+    }
+    return bufs + (size_t)which * ENCODE_LEN;
+}
+
 int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *msg, const void *payload,
                  size_t payload_len, sl_conn_free_fn free_fn, void *extra)
 {
-    /* Large enough for any message within the bounds of sluice.options. */
-    static _Thread_local uint8_t buf[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
+    uint8_t *buf = encode_buf(ENCODE_SEND);
     int rc = 0;
+    if (!buf) {
+        rc = -ENOMEM;
+        goto fail;
+    }
     if (c->state == CONN_DEAD || (c->state == CONN_DRAINING && type != SL_MSG_ERROR)) {
         rc = SL_ECLOSED;
         goto fail;
@@ -1572,7 +1613,7 @@ int sl_conn_send(sl_conn_t *c, unsigned type, uint32_t request_id, const void *m
         goto fail;
     }
     size_t len;
-    rc = sl_frame_encode(type, request_id, msg, (uint32_t)payload_len, buf, sizeof buf, &len);
+    rc = sl_frame_encode(type, request_id, msg, (uint32_t)payload_len, buf, ENCODE_LEN, &len);
     if (rc < 0)
         goto fail;
     /* Without free_fn the payload is copied, if it is queued at all. */
@@ -1588,7 +1629,6 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
                       size_t payload_len, size_t pad, const struct iovec *tail, int ntail, sl_conn_free_fn free_fn,
                       void *extra)
 {
-    static _Thread_local uint8_t buf[SL_FRAME_HEADER_LEN + SL_MAX_MESSAGE_LEN];
     static const uint8_t zeros[8];
     int rc = 0;
     size_t tail_len = 0;
@@ -1612,8 +1652,13 @@ int sl_conn_send_tail(sl_conn_t *c, unsigned type, uint32_t request_id, const vo
         rc = SL_ETOOBIG;
         goto fail;
     }
+    uint8_t *buf = encode_buf(ENCODE_TAIL);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto fail;
+    }
     size_t len;
-    rc = sl_frame_encode(type, request_id, msg, (uint32_t)(payload_len + pad + tail_len), buf, sizeof buf, &len);
+    rc = sl_frame_encode(type, request_id, msg, (uint32_t)(payload_len + pad + tail_len), buf, ENCODE_LEN, &len);
     if (rc < 0)
         goto fail;
     /* Nothing is copied but the header: payload and tails are referenced. */
