@@ -1061,6 +1061,44 @@ static void ledger_fold(sl_iterator_t *it, uint64_t below, size_t waiting)
         sl__delta_log_epochs_done(&it->deltas, below, waiting);
 }
 
+/* Takes a list of the job's tasks from the dispatcher (a heartbeat's
+ * answer, or the job's at the open): connects to each it did not know
+ * (unless lost), and marks each listed with its key and rounds.
+ * @return 0, or -ENOMEM */
+static int take_tasks(sl_iterator_t *it, const sluice_TaskInfo *tasks, pb_size_t n)
+{
+    for (pb_size_t i = 0; i < n; i++) {
+        const sluice_TaskInfo *ti = &tasks[i];
+        struct itask *t = it->tasks;
+        while (t && t->task_id != ti->task_id)
+            t = t->next;
+        if (!t) {
+            t = calloc(1, sizeof *t);
+            if (!t)
+                return -ENOMEM;
+            t->it = it;
+            t->task_id = ti->task_id;
+            memcpy(t->key, ti->task_key, sizeof t->key);
+            snprintf(t->address, sizeof t->address, "%s", ti->worker_address);
+            t->next = it->tasks;
+            it->tasks = t;
+            if (!ti->lost)
+                task_connect(t);
+        }
+        t->listed = true;
+        memcpy(t->key, ti->task_key, sizeof t->key);
+        t->start_round = ti->start_round;
+        t->end_round = ti->end_round;
+        if (ti->lost && !t->lost) {
+            t->lost = true;
+            task_drop_conn(t);
+            coord_forget_task(it, t, false);
+            t->state = TC_ENDED;
+        }
+    }
+    return 0;
+}
+
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->disp_last_ok = now_ms();
@@ -1089,36 +1127,9 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         t->listed = false;
     if (it->coord && resp->round_horizon > it->horizon)
         it->horizon = resp->round_horizon;
-    for (pb_size_t i = 0; i < resp->tasks_count; i++) {
-        const sluice_TaskInfo *ti = &resp->tasks[i];
-        struct itask *t = it->tasks;
-        while (t && t->task_id != ti->task_id)
-            t = t->next;
-        if (!t) {
-            t = calloc(1, sizeof *t);
-            if (!t) {
-                iterator_fail(it, -ENOMEM, "out of memory");
-                return;
-            }
-            t->it = it;
-            t->task_id = ti->task_id;
-            memcpy(t->key, ti->task_key, sizeof t->key);
-            snprintf(t->address, sizeof t->address, "%s", ti->worker_address);
-            t->next = it->tasks;
-            it->tasks = t;
-            if (!ti->lost)
-                task_connect(t);
-        }
-        t->listed = true;
-        memcpy(t->key, ti->task_key, sizeof t->key);
-        t->start_round = ti->start_round;
-        t->end_round = ti->end_round;
-        if (ti->lost && !t->lost) {
-            t->lost = true;
-            task_drop_conn(t);
-            coord_forget_task(it, t, false);
-            t->state = TC_ENDED;
-        }
+    if (take_tasks(it, resp->tasks, resp->tasks_count) < 0) {
+        iterator_fail(it, -ENOMEM, "out of memory");
+        return;
     }
     /* A task the dispatcher no longer lists lost its worker. */
     for (struct itask **p = &it->tasks; *p;) {
@@ -1430,6 +1441,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     *out = it;
     if (!it)
         return -ENOMEM;
+    sluice_GetOrCreateJobResponse *resp = NULL; /* on the heap: up to 256 tasks, about 48 KiB */
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->cv, NULL);
     it->ready_tail = &it->ready;
@@ -1505,7 +1517,9 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
 
     sluice_GetOrCreateJobRequest req = sluice_GetOrCreateJobRequest_init_zero;
-    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+    rc = -ENOMEM;
+    if (!(resp = calloc(1, sizeof *resp)))
+        goto fail;
     req.dataset_id = dataset_id;
     req.sharding = it->opts.sharding;
     req.num_consumers = (uint32_t)it->opts.num_consumers;
@@ -1515,17 +1529,17 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     req.restore_epochs_done = epochs_done;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
     rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, exclude, exclude_len, SL_MSG_GET_OR_CREATE_JOB_RESP,
-                         &resp);
+                         resp);
     if (rc < 0) {
         snprintf(it->err, sizeof it->err, "%s", c->err);
         goto fail;
     }
-    it->job_id = resp.job_id;
-    it->ledger.job_id = resp.job_id;
-    it->client_id = resp.client_id;
-    memcpy(it->client_secret, resp.client_secret, sizeof it->client_secret);
-    snprintf(it->notice, sizeof it->notice, "%s", resp.notice);
-    it->heartbeat_ms = resp.heartbeat_ms ? resp.heartbeat_ms : 250;
+    it->job_id = resp->job_id;
+    it->ledger.job_id = resp->job_id;
+    it->client_id = resp->client_id;
+    memcpy(it->client_secret, resp->client_secret, sizeof it->client_secret);
+    snprintf(it->notice, sizeof it->notice, "%s", resp->notice);
+    it->heartbeat_ms = resp->heartbeat_ms ? resp->heartbeat_ms : 250;
 
     pthread_once(&evthread_once, evthread_init);
     rc = -ENOMEM;
@@ -1542,6 +1556,10 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
     event_add(it->tick, &tv);
+    /* The job's tasks came with it: their connections start with the
+     * loop, beside the dispatcher's, not after its first heartbeat. */
+    if (take_tasks(it, resp->tasks, resp->tasks_count) < 0)
+        goto fail;
     rc = -pthread_create(&it->thread, NULL, loop_main, it);
     if (rc < 0) {
         snprintf(it->err, sizeof it->err, "cannot start the iterator thread: %s", strerror(-rc));
@@ -1549,8 +1567,10 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     pthread_setname_np(it->thread, "sl-iterator"); /* top -H, perf, gdb (docs/operations.md) */
     it->thread_started = true;
+    free(resp);
     return 0;
 fail:
+    free(resp);
     if (!it->err[0])
         snprintf(it->err, sizeof it->err, "%s", sl_strerror(rc));
     it->error = rc;

@@ -498,16 +498,22 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         break;
     }
     case SL_MSG_GET_OR_CREATE_JOB_REQ: {
-        sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+        /* On the heap: it lists up to 256 tasks (about 48 KiB). */
+        sluice_GetOrCreateJobResponse *resp = calloc(1, sizeof *resp);
+        if (!resp) {
+            sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
+            break;
+        }
         char host[128] = "";
         if (sl_policy_host(sl_conn_peer(c), host, sizeof host) < 0)
             host[0] = '\0';
         /* A restored iterator's positions are stored with its job. */
         rc = hdr->payload_len > 0 ? store_room(dc->srv, hdr->payload_len + 4096, "job", err, sizeof err) : 0;
         if (rc == 0)
-            rc = sl_dstate_job_join(st, msg, host, payload, hdr->payload_len, now, &resp, err, sizeof err);
-        resp.heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
-        reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, &resp, err);
+            rc = sl_dstate_job_join(st, msg, host, payload, hdr->payload_len, now, resp, err, sizeof err);
+        resp->heartbeat_ms = sl_dstate_config(st)->client_heartbeat_ms;
+        reply(c, hdr, rc, SL_MSG_GET_OR_CREATE_JOB_RESP, resp, err);
+        free(resp);
         break;
     }
     case SL_MSG_CLIENT_HEARTBEAT_REQ: {

@@ -1116,14 +1116,57 @@ static int job_check_consumers(const sl_dstate_t *st, const sluice_GetOrCreateJo
     return 0;
 }
 
-/* Leases a client id of job j for the caller, with its secret. */
+static struct client *job_find_client(struct job *j, uint64_t client_id)
+{
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].id == client_id)
+            return &j->clients[i];
+    return NULL;
+}
+
+/* The tasks of job j that client c reads, as it is to see them (at most
+ * max): its first heartbeat's answer and each after it, and the answer to
+ * its GET_OR_CREATE_JOB, with which it connects to its workers at once. */
+static void list_tasks(sl_dstate_t *st, struct job *j, const struct client *c, sluice_TaskInfo *tasks,
+                       pb_size_t *count, size_t max)
+{
+    for (unsigned k = 0; k < j->num_tasks && !c->late; k++) {
+        struct task *t = &j->tasks[k];
+        /* Coordinated reads list a lost task too: consumers need its rounds
+         * to agree on who served which round. */
+        if (t->state == TASK_LOST && (j->num_consumers == 0 || t->end_round <= t->start_round))
+            continue;
+        if (c->target == SL_TARGET_LOCAL && !sl_policy_is_local(t->worker_address, c->host))
+            continue;
+        if (*count >= max)
+            break;
+        sluice_TaskInfo *ti = &tasks[(*count)++];
+        ti->task_id = t->id;
+        ti->worker_id = t->worker_id;
+        snprintf(ti->worker_address, sizeof ti->worker_address, "%s", t->worker_address);
+        ti->start_round = t->start_round;
+        ti->end_round = t->end_round;
+        ti->lost = t->state == TASK_LOST;
+        /* The client's own key to the task, not the task's (taskkey.h). */
+        sl_task_client_key(sl__dstate_task_key(st, j, t), c->id, ti->task_key);
+    }
+}
+
+/* Leases a client id of job j for the caller, with its secret and the
+ * tasks it reads (none when it came late: joined_ended()). */
 static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req, const char *client_host,
-                  int64_t now, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
+                  int64_t now, bool late, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
 {
     int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
-    if (rc == 0)
-        sl_cap_client_secret(st->secret, j->id, resp->client_id, j->nonce, resp->client_secret);
-    return rc;
+    if (rc < 0)
+        return rc;
+    sl_cap_client_secret(st->secret, j->id, resp->client_id, j->nonce, resp->client_secret);
+    struct client *c = job_find_client(j, resp->client_id);
+    if (c) {
+        c->late = late;
+        list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
+    }
+    return 0;
 }
 
 /* " repetition N" of a named job (for logs), "" for an anonymous one. */
@@ -1144,10 +1187,9 @@ static int joined_ended(sl_dstate_t *st, struct job *j, const sluice_GetOrCreate
                         size_t errlen)
 {
     resp->job_id = j->id;
-    int rc = joined(st, j, req, client_host, now, resp, err, errlen);
+    int rc = joined(st, j, req, client_host, now, true, resp, err, errlen);
     if (rc < 0)
         return rc;
-    j->clients[j->num_clients - 1].late = true;
     snprintf(resp->notice, sizeof resp->notice, "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") had already "
              "ended (%s) %" PRId64 " ms ago: this client gets its end at once and does not read it again (the next "
              "epoch is repetition %" PRIu64 ")", j->name, j->repetition, j->id, sl__job_state_names[j->state],
@@ -1290,7 +1332,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         if ((rc = job_check_consumers(st, req, d, j, err, errlen)) < 0)
             return rc;
         resp->job_id = j->id;
-        return joined(st, j, req, client_host, now, resp, err, errlen);
+        return joined(st, j, req, client_host, now, false, resp, err, errlen);
     }
     sl_sharding_t effective;
     if ((rc = job_check_policy(st, d, (sl_sharding_t)req->sharding, &effective, err, errlen)) < 0)
@@ -1396,7 +1438,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                 effective != j->sharding ? " as " : "", effective != j->sharding ? sl_sharding_name(effective) : "",
                 j->num_tasks, j->num_consumers);
     resp->job_id = j->id;
-    return joined(st, j, req, client_host, now, resp, err, errlen);
+    return joined(st, j, req, client_host, now, false, resp, err, errlen);
 }
 
 int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req, int64_t now,
@@ -1407,14 +1449,6 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
     *job_id = resp.job_id;
     *client_id = resp.client_id;
     return rc;
-}
-
-static struct client *job_find_client(struct job *j, uint64_t client_id)
-{
-    for (unsigned i = 0; i < j->num_clients; i++)
-        if (j->clients[i].id == client_id)
-            return &j->clients[i];
-    return NULL;
 }
 
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
@@ -1549,26 +1583,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         }
         resp->round_horizon = j->round_horizon;
     }
-    for (unsigned k = 0; k < j->num_tasks && !c->late; k++) {
-        struct task *t = &j->tasks[k];
-        /* Coordinated reads list a lost task too: consumers need its rounds
-         * to agree on who served which round. */
-        if (t->state == TASK_LOST && (j->num_consumers == 0 || t->end_round <= t->start_round))
-            continue;
-        if (c->target == SL_TARGET_LOCAL && !sl_policy_is_local(t->worker_address, c->host))
-            continue;
-        if (resp->tasks_count >= sizeof resp->tasks / sizeof resp->tasks[0])
-            break;
-        sluice_TaskInfo *ti = &resp->tasks[resp->tasks_count++];
-        ti->task_id = t->id;
-        ti->worker_id = t->worker_id;
-        snprintf(ti->worker_address, sizeof ti->worker_address, "%s", t->worker_address);
-        ti->start_round = t->start_round;
-        ti->end_round = t->end_round;
-        ti->lost = t->state == TASK_LOST;
-        /* The client's own key to the task, not the task's (taskkey.h). */
-        sl_task_client_key(sl__dstate_task_key(st, j, t), c->id, ti->task_key);
-    }
+    list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     return 0;
 }
 

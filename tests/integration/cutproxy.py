@@ -5,7 +5,8 @@ dropped route or a rebooted middlebox would. New connections are forwarded
 again at once. hold_after_first() makes the connections opened after it
 deliver the upstream side's hello and first frame (the answer to the first
 request) and hold back the rest until release(), as a slow or congested
-route would. Bounded: every wait has a timeout, and close() ends every
+route would; hold_connections_from(n) makes the n-th connection and those
+after it deliver the hello only. Bounded: every wait has a timeout, and close() ends every
 thread."""
 import select
 import socket
@@ -41,6 +42,8 @@ class CutProxy:
         self.pairs = []          # [client socket, upstream socket, cut requested Event, cut done Event]
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
+        self.hold_from = 0       # hold_connections_from(): the first connection that holds after its hello
+        self.accepted = 0
         self.released = threading.Event()
         self.held = threading.Event()  # a connection holds bytes back
         self.closed = False
@@ -64,8 +67,10 @@ class CutProxy:
             pair = [c, u, threading.Event(), threading.Event()]
             with self.lock:
                 self.pairs.append(pair)
-                hold = self.hold_new
-            threading.Thread(target=self._pump, args=(pair, hold), daemon=True).start()
+                self.accepted += 1
+                hello_only = 0 < self.hold_from <= self.accepted
+                hold = self.hold_new or hello_only
+            threading.Thread(target=self._pump, args=(pair, hold, 0 if hello_only else 1), daemon=True).start()
 
     @staticmethod
     def _throw_away_next(c, u, wait=5.0):
@@ -90,17 +95,20 @@ class CutProxy:
         return 0
 
     @staticmethod
-    def _first_frame_end(data):
+    def _first_frame_end(data, frames=1):
         """Where the hello (44 bytes, no token) and the first frame after it
-        end in the upstream bytes data, or None while data ends before
-        (frame.h: a 16-byte header, msg_len and payload_len at 8 and 12)."""
+        (none: frames 0) end in the upstream bytes data, or None while data
+        ends before (frame.h: a 16-byte header, msg_len and payload_len at 8
+        and 12)."""
+        if frames == 0:
+            return HELLO_LEN if len(data) >= HELLO_LEN else None
         if len(data) < HELLO_LEN + FRAME_HEADER_LEN:
             return None
         msg_len, payload_len = struct.unpack_from('>II', data, HELLO_LEN + 8)
         end = HELLO_LEN + FRAME_HEADER_LEN + msg_len + payload_len
         return end if len(data) >= end else None
 
-    def _pump(self, pair, hold=False):
+    def _pump(self, pair, hold=False, frames=1):
         c, u, cut, done = pair
         seen = b''     # hold: the upstream bytes until the end of the first frame
         passed = not hold
@@ -127,7 +135,7 @@ class CutProxy:
                             # comes (the hello first: the client waits for it).
                             start = len(seen)
                             seen += data
-                            end = self._first_frame_end(seen)
+                            end = self._first_frame_end(seen, frames)
                             if end is not None:
                                 data, kept, passed = data[:end - start], data[end - start:], True
                         dst.sendall(data)
@@ -150,11 +158,21 @@ class CutProxy:
         with self.lock:
             self.hold_new = True
 
+    def hold_connections_from(self, n):
+        """The n-th connection the proxy accepts (counting from 1) and every
+        later one deliver the upstream side's hello, then hold back what it
+        sends until release() (the client's side still goes through)."""
+        self.released.clear()
+        self.held.clear()
+        with self.lock:
+            self.hold_from = n
+
     def release(self):
         """What held connections held back goes through, and new ones no
         longer hold."""
         with self.lock:
             self.hold_new = False
+            self.hold_from = 0
         self.released.set()
 
     def cut(self, timeout=10):

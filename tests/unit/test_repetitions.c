@@ -161,6 +161,7 @@ Test(repetitions, a_join_of_an_ended_repetition_sees_its_end_and_never_its_data)
     join(ds, "train", 0, 1, &b);
     cr_assert_eq(b.job_id, a.job_id, "a running repetition is joined");
     cr_assert_str_eq(b.notice, "");
+    cr_assert_eq(b.tasks_count, 1, "a client of a running repetition is listed its task with the job");
     finish_tasks(w, 10);
     cr_assert_eq(client_hb(a.job_id, a.client_id, 11), 0, "%s", err);
     cr_assert_eq(cresp->job_state, SL_JOB_FINISHED, "%s", state_name(cresp->job_state));
@@ -168,6 +169,7 @@ Test(repetitions, a_join_of_an_ended_repetition_sees_its_end_and_never_its_data)
 
     join(ds, "train", 0, 111, &late);
     cr_assert_eq(late.job_id, a.job_id, "no new job for a late client");
+    cr_assert_eq(late.tasks_count, 0, "a late client's job answer lists no task: it reads nothing");
     char want[200];
     snprintf(want, sizeof want, "job \"train\" repetition 0 (id %" PRIu64 ") had already ended (FINISHED) 101 ms ago",
              a.job_id);

@@ -1915,6 +1915,21 @@ Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
     }
 }
 
+/* A job's answer lists the tasks its client's first heartbeat lists, with
+ * the same keys (the client connects to its workers before that heartbeat). */
+static void assert_job_lists_the_heartbeats_tasks(const sluice_GetOrCreateJobResponse *r)
+{
+    cr_assert_eq(r->tasks_count, cresp->tasks_count, "the job's answer lists %u tasks, the heartbeat's %u",
+                 (unsigned)r->tasks_count, (unsigned)cresp->tasks_count);
+    for (pb_size_t i = 0; i < r->tasks_count; i++) {
+        cr_assert_eq(r->tasks[i].task_id, cresp->tasks[i].task_id);
+        cr_assert_str_eq(r->tasks[i].worker_address, cresp->tasks[i].worker_address);
+        cr_assert_eq(memcmp(r->tasks[i].task_key, cresp->tasks[i].task_key, sizeof r->tasks[i].task_key), 0,
+                     "task %" PRIu64 ": not the key the heartbeat gives", r->tasks[i].task_id);
+        cr_assert_eq(r->tasks[i].lost, cresp->tasks[i].lost);
+    }
+}
+
 Test(state, local_target_lists_only_workers_on_the_clients_host)
 {
     start_default();
@@ -1928,9 +1943,20 @@ Test(state, local_target_lists_only_workers_on_the_clients_host)
     cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
     cr_assert_eq(cresp->tasks_count, 1);
     cr_assert_str_eq(cresp->tasks[0].worker_address, "10.0.0.2:5060");
+    assert_job_lists_the_heartbeats_tasks(&r);
     cr_assert_eq(join(ds, NULL, 0, 0, SL_TARGET_ANY, "10.0.0.2", 0, &r), 0, "%s", err);
     cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
     cr_assert_eq(cresp->tasks_count, 2);
+    assert_job_lists_the_heartbeats_tasks(&r);
+    /* A second client of the job: its own keys. */
+    sluice_GetOrCreateJobResponse r2;
+    cr_assert_eq(join(ds, "named", 0, 0, SL_TARGET_ANY, "10.0.0.2", 0, &r2), 0, "%s", err);
+    cr_assert_eq(join(ds, "named", 0, 0, SL_TARGET_ANY, "10.0.0.2", 0, &r), 0, "%s", err);
+    cr_assert_eq(r.job_id, r2.job_id);
+    cr_assert_eq(client_hb(r.job_id, r.client_id, 1), 0);
+    assert_job_lists_the_heartbeats_tasks(&r);
+    cr_assert_neq(memcmp(r.tasks[0].task_key, r2.tasks[0].task_key, sizeof r.tasks[0].task_key), 0,
+                  "two clients were given one key");
 }
 
 /* ---- ownership: ids are not capabilities -------------------------------- */
