@@ -38,6 +38,7 @@ struct dconn {
     sl_dserver_t *srv;
     sl_conn_t *conn;
     uint64_t worker_id; /* the worker registered over this connection, 0 if none */
+    bool takes_notices; /* that worker takes WORKER_NOTICE frames */
     bool corked;        /* its answers wait for the next commit */
     struct dconn *prev, *next;
 };
@@ -90,7 +91,7 @@ static void dconn_unlink(struct dconn *dc)
 }
 
 static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_forbidden, *m_splits, *m_commits, *m_commit_failures;
-static sl_metric_t *m_store_refusals, *m_store_live;
+static sl_metric_t *m_store_refusals, *m_store_live, *m_notices;
 
 static void metrics_init(void)
 {
@@ -118,6 +119,9 @@ static void metrics_init(void)
     m_store_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
                                           "limit=\"state_store\"",
                                           "Requests refused at a configured limit (docs/security.md).", NULL, 0);
+    m_notices = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_worker_notices_total", NULL,
+                                   "WORKER_NOTICE frames sent: a worker told of a new task once it was committed, "
+                                   "so that it starts it before a client names it.", NULL, 0);
     m_store_live = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_state_store_live_bytes", NULL,
                                       "Bytes the state store's tables hold, as of the last request that grows it.",
                                       NULL, 0);
@@ -185,6 +189,20 @@ int sl_dserver_failed(const sl_dserver_t *srv)
     return srv->failed;
 }
 
+/* Tells the workers given a task by what was just committed (a new job's,
+ * mostly), over their connections, so that each heartbeats now and starts
+ * it while the job's clients connect, not when the first of them names it. */
+static void send_notices(sl_dserver_t *srv)
+{
+    for (struct dconn *dc = srv->conns; dc; dc = dc->next) {
+        if (!dc->worker_id || !dc->takes_notices || !sl_dstate_worker_take_notice(srv->st, dc->worker_id))
+            continue;
+        sluice_WorkerNotice n = {.new_tasks = true};
+        if (sl_conn_send(dc->conn, SL_MSG_WORKER_NOTICE, 0, &n, NULL, 0, NULL, NULL) == 0)
+            sl_metric_add(m_notices, 1);
+    }
+}
+
 /* Runs once the requests of a loop pass are handled: one commit for all
  * of them, then their answers go out; after a failed commit none do. */
 static void on_commit(evutil_socket_t fd, short what, void *arg)
@@ -193,13 +211,15 @@ static void on_commit(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     char err[512];
-    sl_dserver_commit(srv, err, sizeof err); /* a failure closed the corked connections */
+    int rc = sl_dserver_commit(srv, err, sizeof err); /* a failure closed the corked connections */
     for (struct dconn *dc = srv->conns; dc; dc = dc->next) {
         if (dc->corked) {
             dc->corked = false;
             sl_conn_uncork(dc->conn);
         }
     }
+    if (rc == 0)
+        send_notices(srv);
 }
 
 /* Answers a request: resp of type, or an error frame when rc < 0. */
@@ -409,6 +429,10 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             if (dc->worker_id && dc->worker_id != resp.worker_id)
                 sl_dstate_worker_disconnected(st, dc->worker_id, "its connection registered another worker");
             dc->worker_id = resp.worker_id;
+            dc->takes_notices = req->takes_notices;
+            /* It heartbeats as soon as it is registered: that answer lists
+             * the tasks of the running jobs it joined, no notice needed. */
+            sl_dstate_worker_take_notice(st, resp.worker_id);
             resp.heartbeat_ms = sl_dstate_config(st)->worker_heartbeat_ms;
             sl_dstate_worker_secret(st, resp.worker_id, resp.worker_secret);
         }
@@ -620,7 +644,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     sl_dstate_tick(srv->st, sl_now_ms());
     char err[512];
-    sl_dserver_commit(srv, err, sizeof err); /* logged there; nobody waits for an answer */
+    if (sl_dserver_commit(srv, err, sizeof err) == 0) /* logged there; nobody waits for an answer */
+        send_notices(srv);
 }
 
 int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store, sl_conn_env_t *env,

@@ -416,7 +416,7 @@ static struct task *job_task_of_worker(struct job *j, uint64_t worker_id)
     return NULL;
 }
 
-static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
+static int job_add_task(sl_dstate_t *st, struct job *j, struct worker *w)
 {
     if (sl__dstate_grow(&j->tasks, &j->cap_tasks, j->num_tasks, sizeof *j->tasks) < 0)
         return -1;
@@ -437,6 +437,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, const struct worker *w)
     j->num_tasks++;
     j->dirty = true;
     sl__dstate_touch(st, j);
+    w->notice = true;
     return 0;
 }
 
@@ -451,7 +452,7 @@ static void job_ensure_task(sl_dstate_t *st, struct job *j)
         if (j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING)
             return;
     for (unsigned i = 0; i < st->num_workers; i++) {
-        const struct worker *w = &st->workers[i];
+        struct worker *w = &st->workers[i];
         if (w->state != WORKER_LIVE || w->draining || w->unconfirmed)
             continue;
         if (job_add_task(st, j, w) < 0) {
@@ -671,6 +672,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             job_set_state(st, j, SL_JOB_FAILED, why);
         }
     }
+    w->notice = false; /* this answer lists them */
     for (unsigned i = 0; i < st->num_jobs; i++) {
         struct job *j = st->jobs[i];
         if (j->state != SL_JOB_RUNNING)
@@ -681,8 +683,10 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             struct task *t = &j->tasks[k];
             if (t->worker_id != w->id || t->state != TASK_ASSIGNED || reported(req, j, t))
                 continue;
-            if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0])
-                return 0; /* the rest go out with the next heartbeat */
+            if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0]) {
+                w->notice = true; /* the rest go out with the next heartbeat, at once */
+                return 0;
+            }
             sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
             d->task_id = t->id;
             d->job_id = j->id;
@@ -1637,6 +1641,15 @@ const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_
 {
     const struct job *j = sl__dstate_job((sl_dstate_t *)st, job_id);
     return j ? &j->exclude : NULL;
+}
+
+bool sl_dstate_worker_take_notice(sl_dstate_t *st, uint64_t worker_id)
+{
+    struct worker *w = sl__dstate_worker(st, worker_id);
+    if (!w || !w->notice)
+        return false;
+    w->notice = false;
+    return w->state == WORKER_LIVE;
 }
 
 bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why)

@@ -251,6 +251,12 @@ const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_
  *  until its next request; NULL when there are none. */
 const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *len);
 
+/** Whether live worker worker_id was given a task that no heartbeat answer
+ *  has listed yet, since the last call: the server tells it so once that is
+ *  committed (WORKER_NOTICE), so that it heartbeats now rather than at its
+ *  interval or when a client first names the task. */
+bool sl_dstate_worker_take_notice(sl_dstate_t *st, uint64_t worker_id);
+
 /** The connection a live worker registered over closed (why): it is lost.
  *  @return whether it was live (the state changed) */
 bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why);

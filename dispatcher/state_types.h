@@ -76,6 +76,10 @@ struct worker {
         uint64_t split_records;
     } rates[SL_WORKER_RATES];
     unsigned rates_next;
+    /* A task was added for it that no heartbeat answer has listed yet: the
+     * server sends it a WORKER_NOTICE once that is committed
+     * (sl_dstate_worker_take_notice()). In memory only. */
+    bool notice;
 };
 
 struct dataset {

@@ -50,6 +50,7 @@ static const struct msg_info msg_table[SL_MSG_COUNT_] = {
     MSG(SL_MSG_GET_EXCLUSIONS_RESP, "GET_EXCLUSIONS_RESP", GetExclusionsResponse),
     MSG(SL_MSG_LOOKUP_DATASET_REQ, "LOOKUP_DATASET_REQ", LookupDatasetRequest),
     MSG(SL_MSG_LOOKUP_DATASET_RESP, "LOOKUP_DATASET_RESP", LookupDatasetResponse),
+    MSG(SL_MSG_WORKER_NOTICE, "WORKER_NOTICE", WorkerNotice),
 };
 #undef MSG
 
@@ -107,6 +108,8 @@ bool sl_msg_allowed(unsigned role, unsigned type)
     case SL_MSG_REPORT_RECEIVED_REQ:
     case SL_MSG_LOOKUP_DATASET_REQ:
         return role == SL_ROLE_CLIENT;
+    case SL_MSG_WORKER_NOTICE:
+        return role == SL_ROLE_DISPATCHER;
     default:
         /* A response: only the side that serves requests sends them. */
         return role == SL_ROLE_DISPATCHER || role == SL_ROLE_WORKER;

@@ -71,6 +71,7 @@ typedef enum sl_msg_type {
     SL_MSG_GET_EXCLUSIONS_RESP,
     SL_MSG_LOOKUP_DATASET_REQ,
     SL_MSG_LOOKUP_DATASET_RESP,
+    SL_MSG_WORKER_NOTICE, /* dispatcher -> worker, request id 0, no answer: to workers that take it */
     SL_MSG_COUNT_
 } sl_msg_type_t;
 

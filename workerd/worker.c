@@ -196,7 +196,7 @@ struct sl_worker {
 };
 
 static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
-static sl_metric_t *m_shm_served, *m_shm_fallback;
+static sl_metric_t *m_shm_served, *m_shm_fallback, *m_notices;
 
 static int64_t now_us(void)
 {
@@ -1173,6 +1173,7 @@ static void send_register(sl_worker_t *w)
     req.worker_id = w->worker_id; /* 0 at first; the id to resume with after a reconnect */
     memcpy(req.worker_secret, w->worker_secret, sizeof req.worker_secret);
     req.client_keys = true; /* sl_task_key_check() takes each client's own key */
+    req.takes_notices = true; /* disp_frame() heartbeats at a WORKER_NOTICE */
     session_set_state(w, SESSION_REGISTERING);
     send_request(w, o, &req);
 }
@@ -1225,6 +1226,19 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
     (void)msg;
     if (c != w->disp) { /* the connection given up on: late answers */
         free(payload);
+        return;
+    }
+    if (hdr->type == SL_MSG_WORKER_NOTICE) {
+        /* Unasked: a task was added for us. Heard at once, the task starts
+         * while its clients connect, not when the first of them names it. */
+        free(payload);
+        if (hdr->request_id != 0) {
+            sl_conn_fail(c, SL_EPROTO, "WORKER_NOTICE with request id %u (a notice answers nothing)",
+                         hdr->request_id);
+            return;
+        }
+        sl_metric_add(m_notices, 1);
+        heartbeat_now(w);
         return;
     }
     struct outstanding *o = take_answer(w, hdr->request_id);
@@ -1490,6 +1504,9 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                             "Batches for a client with shared memory that went over TCP: its region "
                                             "was full (the client held its slots) or the memory budget said no.",
                                             NULL, 0);
+        m_notices = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_notices_total", NULL,
+                                       "WORKER_NOTICE frames from the dispatcher: a new task, heard of before "
+                                       "a client named it.", NULL, 0);
         m_awaited = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_requests_awaited_task_total", NULL,
                                        "GET_ELEMENT requests that came before their task and waited for the "
                                        "dispatcher to bring it.", NULL, 0);

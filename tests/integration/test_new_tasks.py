@@ -1,16 +1,18 @@
 """A new job's tasks reach the workers when its client first asks for them,
 not at the workers' next heartbeat: with heartbeats every 10 minutes, small
 jobs still run at once (a worker that does not know a task a client names
-asks the dispatcher then, and the request waits for the answer). A new
-iterator learns its tasks with its job, not from its first heartbeat's
-answer. bench/first_batch.py measures how long such a job takes."""
+asks the dispatcher then, and the request waits for the answer), and
+before that: the dispatcher tells each worker of its new task once the job
+is committed (WORKER_NOTICE). A new iterator learns its tasks with its job,
+not from its first heartbeat's answer. bench/first_batch.py measures how
+long such a job takes."""
 import json
 import subprocess
 import time
 import unittest
 
 from cutproxy import CutProxy
-from harness import Cluster, child_env, metric, values
+from harness import Cluster, child_env, get_json, metric, values
 
 
 SPEC = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "batch", "batch_size": 10}]}
@@ -40,22 +42,17 @@ class NewTasks(unittest.TestCase):
             self.assertEqual(self.cat('dynamic'), list(range(10)))
             self.assertEqual(self.cat('off'), sorted(list(range(10)) * 2), 'OFF: each of the 2 workers reads all')
 
-    def test_a_jobs_first_requests_wait_at_the_worker_for_its_task(self):
-        # A request that comes before its task waits for the heartbeat it
-        # set off (not answered SL_ENOTFOUND, which would have the client
-        # ask again after a backoff): with heartbeats every 10 minutes each
-        # new task is first named by a client.
-        def counts():
-            ports = [w.admin_port for w in self.c.workers]
-            return (sum(metric(p, 'sluice_worker_requests_awaited_task_total') for p in ports),
-                    sum(metric(p, 'sluice_worker_requests_task_unknown_total') for p in ports))
-        awaited, unknown = counts()
+    def test_a_new_jobs_requests_are_never_answered_task_unknown(self):
+        # A request that comes before its task (the dispatcher's notice and
+        # the heartbeat it sets off still under way) waits for the heartbeat
+        # it sets off, not answered SL_ENOTFOUND, which would have the
+        # client ask again after a backoff (AwaitedTask forces the wait).
+        unknown = sum(metric(w.admin_port, 'sluice_worker_requests_task_unknown_total') for w in self.c.workers)
         for policy in ('dynamic', 'off'):
             self.cat(policy)
-        got_awaited, got_unknown = counts()
-        self.assertEqual(got_unknown, unknown, 'requests for a new job\'s tasks answered SL_ENOTFOUND')
-        self.assertGreaterEqual(got_awaited, awaited + 4, 'two jobs of a task on each worker: each task named '
-                                'first by a request')
+        self.assertEqual(sum(metric(w.admin_port, 'sluice_worker_requests_task_unknown_total')
+                             for w in self.c.workers), unknown,
+                         'requests for a new job\'s tasks answered SL_ENOTFOUND')
 
     def test_an_iterator_reads_before_its_first_heartbeat_is_answered(self):
         # Through a proxy that answers the trainer's first connection (its
@@ -86,6 +83,73 @@ class NewTasks(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, err[-2000:])
         got = sorted(values([json.loads(line) for line in out.splitlines() if line.strip()], 'value'))
         self.assertEqual(got, sorted(list(range(10)) * 2))
+
+
+class AwaitedTask(unittest.TestCase):
+    """A worker whose dispatcher's frames are held (a slow route: its notice
+    and heartbeat answers wait in a proxy) gets a new job's first request
+    before it knows the task: the request waits at the worker and is served
+    once the held frames come through, none answered SL_ENOTFOUND."""
+
+    def test_a_request_that_comes_before_its_task_waits_for_it(self):
+        c = Cluster(dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000'])
+        proxy = CutProxy(c.dispatcher.port)
+        try:
+            proxy.hold_after_first()  # the registration's answer goes through, then nothing
+            w = c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
+            c.wait_workers_registered(1)
+            counts = lambda: (metric(w.admin_port, 'sluice_worker_requests_awaited_task_total'),
+                              metric(w.admin_port, 'sluice_worker_requests_task_unknown_total'))
+            awaited, unknown = counts()
+            proc = subprocess.Popen(c.cat_argv(SPEC, ['--sharding', 'off', '--timeout-ms', '15000']),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            try:
+                deadline = time.monotonic() + 20
+                while counts()[0] == awaited and time.monotonic() < deadline and proc.poll() is None:
+                    time.sleep(0.01)
+                self.assertGreater(counts()[0], awaited, 'the first requests did not wait for their task')
+                self.assertEqual(get_json(w.admin_port, '/v1/tasks')['tasks'], [], 'the task started unheard')
+            finally:
+                proxy.release()  # within the 2 s a request waits
+                out, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 0, err[-2000:])
+            got = sorted(values([json.loads(line) for line in out.splitlines() if line.strip()], 'value'))
+            self.assertEqual(got, list(range(10)))
+            self.assertEqual(counts()[1], unknown, 'a request answered SL_ENOTFOUND')
+        finally:
+            proxy.close()
+            c.close()
+
+
+class Notices(unittest.TestCase):
+    """A worker that no client can reach (it gives the dispatcher an address
+    where nothing listens) and that heartbeats every 10 minutes still starts
+    its task of a new job at once: only the dispatcher's notice can tell it."""
+
+    def test_a_worker_starts_its_new_task_before_any_client_names_it(self):
+        c = Cluster(dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000'])
+        try:
+            w = c.add_worker(['--worker-address', '127.0.0.1:1'])
+            c.wait_workers_registered(1)
+            sent = metric(c.dispatcher.admin_port, 'sluice_dispatcher_worker_notices_total')
+            heard = metric(w.admin_port, 'sluice_worker_notices_total')
+            proc = subprocess.Popen(c.cat_argv(SPEC, ['--sharding', 'off', '--timeout-ms', '30000']),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+            try:
+                deadline = time.monotonic() + 20
+                tasks = []
+                while not tasks and time.monotonic() < deadline:
+                    tasks = get_json(w.admin_port, '/v1/tasks')['tasks']
+                    time.sleep(0.02)
+                self.assertEqual(len(tasks), 1, 'the worker did not start the new job\'s task in 20 s')
+                self.assertIsNone(proc.poll(), 'the client ended: it could not have named the task')
+            finally:
+                proc.kill()
+                proc.wait()
+            self.assertEqual(metric(c.dispatcher.admin_port, 'sluice_dispatcher_worker_notices_total'), sent + 1)
+            self.assertEqual(metric(w.admin_port, 'sluice_worker_notices_total'), heard + 1)
+        finally:
+            c.close()
 
 
 if __name__ == '__main__':

@@ -425,6 +425,10 @@ Test(frame, roles_and_messages)
     cr_assert_not(sl_msg_allowed(SL_ROLE_WORKER, SL_MSG_GET_OR_CREATE_JOB_REQ));
     cr_assert_not(sl_msg_allowed(SL_ROLE_DISPATCHER, SL_MSG_GET_SPLIT_REQ));
     cr_assert(sl_msg_allowed(SL_ROLE_DISPATCHER, SL_MSG_GET_SPLIT_RESP));
+    /* Only a dispatcher tells a worker of a new task unasked. */
+    cr_assert(sl_msg_allowed(SL_ROLE_DISPATCHER, SL_MSG_WORKER_NOTICE));
+    cr_assert_not(sl_msg_allowed(SL_ROLE_CLIENT, SL_MSG_WORKER_NOTICE), "a client prodding workers");
+    cr_assert_not(sl_msg_allowed(SL_ROLE_WORKER, SL_MSG_WORKER_NOTICE), "a worker prodding workers");
     /* Any role may answer with an error. */
     for (unsigned r = SL_ROLE_CLIENT; r <= SL_ROLE_DISPATCHER; r++)
         cr_assert(sl_msg_allowed(r, SL_MSG_ERROR));

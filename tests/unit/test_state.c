@@ -1915,6 +1915,35 @@ Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
     }
 }
 
+/* The workers given a task are told once, until a heartbeat answer lists
+ * it (WORKER_NOTICE, sent by the server once the task is committed). */
+Test(state, workers_given_a_task_are_noticed_once_until_a_heartbeat_lists_it)
+{
+    start_default();
+    uint64_t w1 = worker("h:1", 0), w2 = worker("h:2", 0);
+    worker_hb(w1, 1, 0, NULL);
+    worker_hb(w2, 1, 0, NULL);
+    cr_assert_not(sl_dstate_worker_take_notice(st, w1), "no task yet");
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t cid;
+    job(ds, NULL, SL_SHARDING_OFF, 2, &cid);
+    cr_assert(sl_dstate_worker_take_notice(st, w1), "a new job's task");
+    cr_assert_not(sl_dstate_worker_take_notice(st, w1), "told once");
+    /* w2's heartbeat answer lists its task: nothing left to tell it. */
+    take_task(w2, 3);
+    cr_assert_not(sl_dstate_worker_take_notice(st, w2), "its heartbeat answer listed the task");
+    /* A second job: both are told again; a worker that registers while
+     * they run gets their tasks with its first heartbeat's answer. */
+    job(ds, NULL, SL_SHARDING_OFF, 4, &cid);
+    uint64_t w3 = worker("h:3", 5);
+    cr_assert(sl_dstate_worker_take_notice(st, w1));
+    cr_assert(sl_dstate_worker_take_notice(st, w2));
+    cr_assert_eq(worker_hb(w3, 6, 0, NULL), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 2, "a task of each running job");
+    cr_assert_not(sl_dstate_worker_take_notice(st, w3));
+    cr_assert_not(sl_dstate_worker_take_notice(st, 999), "an unknown worker");
+}
+
 /* A job's answer lists the tasks its client's first heartbeat lists, with
  * the same keys (the client connects to its workers before that heartbeat). */
 static void assert_job_lists_the_heartbeats_tasks(const sluice_GetOrCreateJobResponse *r)
