@@ -15,9 +15,12 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
+import time
 import unittest
 import urllib.request
 
+from cutproxy import CutProxy
 from harness import Cluster, ClusterCase, binary, child_env, get_json, metric, parse_jsonl, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as dec_varint
@@ -541,21 +544,21 @@ class WorkerIdsAreNotCapabilities(unittest.TestCase):
 class RequestsBeforeTheirTask(ClusterCase):
     """A GET_ELEMENT for a task the worker has not heard of waits for the
     dispatcher's answer to a heartbeat sent after it came (a new job's first
-    request comes before the task does); the task's key is checked once the
-    task is there. Heartbeats every 10 minutes: the worker hears of a task
-    only when a request names it."""
+    request can come before the task does); the task's key is checked once
+    the task is there. Heartbeats every 10 minutes: the worker hears of a
+    task when a request names it, or from the dispatcher's notice."""
 
     dispatcher_args = ['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000', '--client-timeout-ms',
                        '600000']
 
-    def counts(self):
-        w = self.c.workers[0].admin_port
+    def counts(self, w=None):
+        w = (w or self.c.workers[0]).admin_port
         return (metric(w, 'sluice_worker_requests_awaited_task_total', default=0.0),
                 metric(w, 'sluice_worker_requests_task_unknown_total', default=0.0))
 
-    def new_job(self):
+    def new_job(self, c=None):
         """A job the worker has not heard of: (client id, its TaskInfo fields, the dispatcher peer)."""
-        me = Peer(self.c.dispatcher.port, ROLE_CLIENT, ROLE_DISPATCHER)
+        me = Peer((c or self.c).dispatcher.port, ROLE_CLIENT, ROLE_DISPATCHER)
         t, m, _ = me.call(REGISTER_DATASET_REQ, b'', json.dumps(SPEC).encode())
         self.assertEqual(t, REGISTER_DATASET_REQ + 1, error_of(m) if t == ERROR else '')
         t, m, _ = me.call(GET_OR_CREATE_JOB_REQ, fv(1, one(decode(m), 1)))
@@ -569,20 +572,46 @@ class RequestsBeforeTheirTask(ClusterCase):
         return client, tasks[0], me
 
     def test_a_request_before_its_task_is_checked_against_its_key_once_the_task_came(self):
-        client, task, me = self.new_job()
-        task_id, key = one(task, 1), one(task, 7, b'')
-        awaited, unknown = self.counts()
-        thief = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
-        code, text = thief.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, bytes(16)))
-        self.assertEqual(code, SL_EPERM, text)
-        self.assertIn('task_key is not client %d\'s key to the task' % client, text)
-        self.assertEqual(self.counts(), (awaited + 1, unknown), 'the request waited for its task, then was refused')
-        # The task's client, with its key, is served.
-        t, m, _ = thief.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
-        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
-        self.assertEqual(one(decode(m), 1), task_id)
-        thief.close()
-        me.close()
+        # The dispatcher's notice would tell the worker of the task at once:
+        # this test's worker gets its dispatcher's frames through a proxy
+        # that holds them (the notice and heartbeat answers among them)
+        # until the request waits at the worker, then lets them through.
+        c = Cluster(dispatcher_args=self.dispatcher_args)
+        proxy = CutProxy(c.dispatcher.port)
+        try:
+            proxy.hold_after_first()  # the registration's answer, then nothing
+            w = c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
+            c.wait_workers_registered(1)
+            client, task, me = self.new_job(c)
+            task_id, key = one(task, 1), one(task, 7, b'')
+            awaited, unknown = self.counts(w)
+
+            def release_once_it_waits():
+                deadline = time.monotonic() + 20
+                while self.counts(w)[0] == awaited and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                proxy.release()  # within the 2 s a request waits
+
+            releaser = threading.Thread(target=release_once_it_waits)
+            releaser.start()
+            thief = Peer(w.port, ROLE_CLIENT, ROLE_WORKER)
+            try:
+                code, text = thief.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, bytes(16)))
+            finally:
+                releaser.join()
+            self.assertEqual(code, SL_EPERM, text)
+            self.assertIn('task_key is not client %d\'s key to the task' % client, text)
+            self.assertEqual(self.counts(w), (awaited + 1, unknown), 'the request waited for its task, then was '
+                             'refused')
+            # The task's client, with its key, is served.
+            t, m, _ = thief.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
+            self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+            self.assertEqual(one(decode(m), 1), task_id)
+            thief.close()
+            me.close()
+        finally:
+            proxy.close()
+            c.close()
 
     def test_past_the_bound_answers_keep_the_order_of_the_requests(self):
         # 65 requests for a made-up task in one write: 64 wait (a
