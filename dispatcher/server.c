@@ -194,6 +194,8 @@ int sl_dserver_failed(const sl_dserver_t *srv)
  * it while the job's clients connect, not when the first of them names it. */
 static void send_notices(sl_dserver_t *srv)
 {
+    if (!sl_dstate_take_notices_due(srv->st))
+        return; /* O(1) for most commits; the pass below looks each worker up */
     for (struct dconn *dc = srv->conns; dc; dc = dc->next) {
         if (!dc->worker_id || !dc->takes_notices || !sl_dstate_worker_take_notice(srv->st, dc->worker_id))
             continue;

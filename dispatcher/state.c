@@ -438,6 +438,7 @@ static int job_add_task(sl_dstate_t *st, struct job *j, struct worker *w)
     j->dirty = true;
     sl__dstate_touch(st, j);
     w->notice = true;
+    st->notices_due = true;
     return 0;
 }
 
@@ -685,6 +686,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
                 continue;
             if (resp->new_tasks_count >= sizeof resp->new_tasks / sizeof resp->new_tasks[0]) {
                 w->notice = true; /* the rest go out with the next heartbeat, at once */
+                st->notices_due = true;
                 return 0;
             }
             sluice_TaskDef *d = &resp->new_tasks[resp->new_tasks_count++];
@@ -1641,6 +1643,13 @@ const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_
 {
     const struct job *j = sl__dstate_job((sl_dstate_t *)st, job_id);
     return j ? &j->exclude : NULL;
+}
+
+bool sl_dstate_take_notices_due(sl_dstate_t *st)
+{
+    bool due = st->notices_due;
+    st->notices_due = false;
+    return due;
 }
 
 bool sl_dstate_worker_take_notice(sl_dstate_t *st, uint64_t worker_id)

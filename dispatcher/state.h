@@ -257,6 +257,11 @@ const uint8_t *sl_dstate_split_skips(sl_dstate_t *st, uint64_t task_id, size_t *
  *  interval or when a client first names the task. */
 bool sl_dstate_worker_take_notice(sl_dstate_t *st, uint64_t worker_id);
 
+/** Whether some worker was given such a task since the last call: most
+ *  commits (a hand-out, a heartbeat) give none, and the server looks for the
+ *  workers to tell only when this says so. */
+bool sl_dstate_take_notices_due(sl_dstate_t *st);
+
 /** The connection a live worker registered over closed (why): it is lost.
  *  @return whether it was live (the state changed) */
 bool sl_dstate_worker_disconnected(sl_dstate_t *st, uint64_t worker_id, const char *why);

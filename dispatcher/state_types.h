@@ -243,6 +243,7 @@ struct sl_dstate {
     struct job **dirty_jobs; /* jobs the next commit writes (sl__dstate_touch()); room for num_jobs */
     unsigned num_dirty_jobs, cap_dirty_jobs;
     bool workers_dirty, datasets_dirty; /* some worker's, some dataset's dirty is set */
+    bool notices_due; /* some worker's notice was set since sl_dstate_take_notices_due() */
     struct sl_ddel {
         enum sl_dtable table;
         uint64_t key, key2; /* key2: the outstanding table's second half (a split id) */

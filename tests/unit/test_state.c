@@ -1924,9 +1924,12 @@ Test(state, workers_given_a_task_are_noticed_once_until_a_heartbeat_lists_it)
     worker_hb(w1, 1, 0, NULL);
     worker_hb(w2, 1, 0, NULL);
     cr_assert_not(sl_dstate_worker_take_notice(st, w1), "no task yet");
+    cr_assert_not(sl_dstate_take_notices_due(st));
     uint64_t ds = dataset(RANGE_SPEC(100));
     uint64_t cid;
     job(ds, NULL, SL_SHARDING_OFF, 2, &cid);
+    cr_assert(sl_dstate_take_notices_due(st), "the server is to look for workers to tell");
+    cr_assert_not(sl_dstate_take_notices_due(st), "once");
     cr_assert(sl_dstate_worker_take_notice(st, w1), "a new job's task");
     cr_assert_not(sl_dstate_worker_take_notice(st, w1), "told once");
     /* w2's heartbeat answer lists its task: nothing left to tell it. */
