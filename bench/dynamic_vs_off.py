@@ -23,8 +23,8 @@ under DYNAMIC (workers, dispatcher and consumer together, best of each:
 what DYNAMIC costs the machine, whatever else it is doing); cpu_us_per_batch
 splits it into the consumer's, the workers' and the dispatcher's CPU time a
 batch over all rounds (the dispatcher's from its threads' scheduler run time,
-to the nanosecond: in clock ticks its few ms a run read 0 or 10), and cpu_ratio_all_rounds is cpu_ratio from those
-sums (less moved by one lucky run than the best of each), with
+to the nanosecond: in clock ticks of 10 ms its few ms a run read 0 or 10),
+and cpu_ratio_all_rounds is cpu_ratio from those sums (less moved by one lucky run than the best of each), with
 cpu_user_share the median share of user time in it (the rest is the
 kernel's: sockets, wake-ups; instructions counted by
 dynamic_instructions.py are the user part only). Then one line with the

@@ -195,3 +195,18 @@ class CutProxy:
             pairs = list(self.pairs)
         for p in pairs:
             p[3].wait(5)
+
+
+def worker_behind(cluster, hold=False):
+    """A worker added to cluster that reaches its dispatcher through a new
+    CutProxy: (the worker, the proxy). With hold, the proxy delivers the
+    registration's answer and holds what the dispatcher sends after it (its
+    notices and heartbeat answers) until release()."""
+    proxy = CutProxy(cluster.dispatcher.port)
+    if hold:
+        proxy.hold_after_first()
+    try:
+        return cluster.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port]), proxy
+    except BaseException:
+        proxy.close()
+        raise

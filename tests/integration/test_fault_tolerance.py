@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from cutproxy import CutProxy
+from cutproxy import CutProxy, worker_behind
 from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
 
 
@@ -729,11 +729,10 @@ class DispatcherStateLost(unittest.TestCase):
         that answer, which puts the new task in the lost one's place, and is
         served then, not refused (SL_EPERM, not its key)."""
         c = Cluster()
-        proxy = CutProxy(c.dispatcher.port)
+        _, proxy = worker_behind(c)
         self.old = None
         old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
         try:
-            c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
             c.wait_workers_registered(1)
             lost_tasks, restore = self.backup_then_lost_job(c, old_err)
             proxy.hold_after_first()

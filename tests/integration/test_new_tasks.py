@@ -8,11 +8,10 @@ not from its first heartbeat's answer. bench/first_batch.py measures how
 long such a job takes."""
 import json
 import subprocess
-import time
 import unittest
 
-from cutproxy import CutProxy
-from harness import Cluster, child_env, get_json, metric, values
+from cutproxy import CutProxy, worker_behind
+from harness import Cluster, child_env, get_json, metric, values, wait_for
 
 
 SPEC = {"source": {"type": "range", "stop": 10}, "ops": [{"op": "batch", "batch_size": 10}]}
@@ -67,9 +66,8 @@ class NewTasks(unittest.TestCase):
                                                 dispatcher='127.0.0.1:%d' % proxy.port),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
         try:
-            deadline = time.monotonic() + 20
-            while served() < before + 2 and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.02)
+            wait_for(lambda: served() >= before + 2 or proc.poll() is not None,
+                     'batches served, or the client\'s end', timeout=20)
             self.assertTrue(proxy.held.is_set(), 'the iterator\'s heartbeat answers were not held')
             self.assertGreaterEqual(served(), before + 2, 'no batch served while the first heartbeat waits: the '
                                     'iterator did not take its tasks from the job\'s answer')
@@ -93,10 +91,9 @@ class AwaitedTask(unittest.TestCase):
 
     def test_a_request_that_comes_before_its_task_waits_for_it(self):
         c = Cluster(dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000'])
-        proxy = CutProxy(c.dispatcher.port)
+        proxy = None
         try:
-            proxy.hold_after_first()  # the registration's answer goes through, then nothing
-            w = c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
+            w, proxy = worker_behind(c, hold=True)  # the registration's answer goes through, then nothing
             c.wait_workers_registered(1)
             counts = lambda: (metric(w.admin_port, 'sluice_worker_requests_awaited_task_total'),
                               metric(w.admin_port, 'sluice_worker_requests_task_unknown_total'))
@@ -104,9 +101,8 @@ class AwaitedTask(unittest.TestCase):
             proc = subprocess.Popen(c.cat_argv(SPEC, ['--sharding', 'off', '--timeout-ms', '15000']),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
             try:
-                deadline = time.monotonic() + 20
-                while counts()[0] == awaited and time.monotonic() < deadline and proc.poll() is None:
-                    time.sleep(0.01)
+                wait_for(lambda: counts()[0] > awaited or proc.poll() is not None,
+                         'a request waiting for its task, or the client\'s end', timeout=20)
                 self.assertGreater(counts()[0], awaited, 'the first requests did not wait for their task')
                 self.assertEqual(get_json(w.admin_port, '/v1/tasks')['tasks'], [], 'the task started unheard')
             finally:
@@ -117,7 +113,8 @@ class AwaitedTask(unittest.TestCase):
             self.assertEqual(got, list(range(10)))
             self.assertEqual(counts()[1], unknown, 'a request answered SL_ENOTFOUND')
         finally:
-            proxy.close()
+            if proxy:
+                proxy.close()
             c.close()
 
 
@@ -136,11 +133,8 @@ class Notices(unittest.TestCase):
             proc = subprocess.Popen(c.cat_argv(SPEC, ['--sharding', 'off', '--timeout-ms', '30000']),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
             try:
-                deadline = time.monotonic() + 20
-                tasks = []
-                while not tasks and time.monotonic() < deadline:
-                    tasks = get_json(w.admin_port, '/v1/tasks')['tasks']
-                    time.sleep(0.02)
+                tasks = wait_for(lambda: get_json(w.admin_port, '/v1/tasks')['tasks'],
+                                 'the worker to start the new job\'s task', timeout=20)
                 self.assertEqual(len(tasks), 1, 'the worker did not start the new job\'s task in 20 s')
                 self.assertIsNone(proc.poll(), 'the client ended: it could not have named the task')
             finally:

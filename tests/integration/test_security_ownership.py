@@ -16,11 +16,10 @@ import struct
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 import urllib.request
 
-from cutproxy import CutProxy
+from cutproxy import worker_behind
 from harness import Cluster, ClusterCase, binary, child_env, get_json, metric, parse_jsonl, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as dec_varint
@@ -577,20 +576,19 @@ class RequestsBeforeTheirTask(ClusterCase):
         # that holds them (the notice and heartbeat answers among them)
         # until the request waits at the worker, then lets them through.
         c = Cluster(dispatcher_args=self.dispatcher_args)
-        proxy = CutProxy(c.dispatcher.port)
+        proxy = None
         try:
-            proxy.hold_after_first()  # the registration's answer, then nothing
-            w = c.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port])
+            w, proxy = worker_behind(c, hold=True)  # the registration's answer, then nothing
             c.wait_workers_registered(1)
             client, task, me = self.new_job(c)
             task_id, key = one(task, 1), one(task, 7, b'')
             awaited, unknown = self.counts(w)
 
             def release_once_it_waits():
-                deadline = time.monotonic() + 20
-                while self.counts(w)[0] == awaited and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                proxy.release()  # within the 2 s a request waits
+                try:
+                    wait_for(lambda: self.counts(w)[0] > awaited, 'the request to wait for its task', timeout=20)
+                finally:
+                    proxy.release()  # within the 2 s a request waits
 
             releaser = threading.Thread(target=release_once_it_waits)
             releaser.start()
@@ -610,7 +608,8 @@ class RequestsBeforeTheirTask(ClusterCase):
             thief.close()
             me.close()
         finally:
-            proxy.close()
+            if proxy:
+                proxy.close()
             c.close()
 
     def test_past_the_bound_answers_keep_the_order_of_the_requests(self):
