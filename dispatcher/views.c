@@ -19,6 +19,25 @@ static const char *worker_state_name(const struct worker *w)
     return w->state == WORKER_LOST ? "LOST" : w->draining ? "DRAINING" : "LIVE";
 }
 
+/* DYNAMIC: what w's tasks asked for, which a new job of one of these
+ * datasets hands out ahead (sl__dstate_first_splits()); in memory only. */
+static void add_split_lengths(json_t *o, const struct worker *w)
+{
+    if (w->first_max_splits)
+        json_object_set_new(o, "first_request_splits", json_integer(w->first_max_splits));
+    json_t *lengths = json_array();
+    for (unsigned i = 0; i < SL_WORKER_RATES; i++) {
+        const struct worker_rate *r = &w->rates[(w->rates_next + i) % SL_WORKER_RATES];
+        if (r->split_records > 0)
+            json_array_append_new(lengths, json_pack("{s:I,s:I}", "dataset_id", (json_int_t)r->dataset_id,
+                                                     "split_records", (json_int_t)r->split_records));
+    }
+    if (json_array_size(lengths) > 0)
+        json_object_set_new(o, "split_lengths", lengths);
+    else
+        json_decref(lengths);
+}
+
 json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
 {
     json_t *arr = json_array();
@@ -36,9 +55,10 @@ json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
                                              (json_int_t)tasks, "last_heartbeat_ms_ago",
                                              (json_int_t)(now - w->last_seen), "uptime_ms",
                                              (json_int_t)(now - w->joined)));
+        json_t *o = json_array_get(arr, json_array_size(arr) - 1);
         if (w->state == WORKER_LOST)
-            json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "lost_reason",
-                                json_string(w->why_lost));
+            json_object_set_new(o, "lost_reason", json_string(w->why_lost));
+        add_split_lengths(o, w);
     }
     return arr;
 }

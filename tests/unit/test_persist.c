@@ -117,6 +117,8 @@ static char *views(sl_dstate_t *s)
     json_array_foreach(json_object_get(all, "workers"), i, v) {
         json_object_del(v, "last_heartbeat_ms_ago");
         json_object_del(v, "uptime_ms");
+        json_object_del(v, "first_request_splits");
+        json_object_del(v, "split_lengths");
     }
     json_array_foreach(json_object_get(all, "jobs"), i, v)
         json_object_del(v, "age_ms");

@@ -1672,6 +1672,28 @@ Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
     cr_assert_eq(splits_seq(t[1][0], 0, 8, 500000, 1), 0, "%s", err);
     cr_assert_eq(splits_seq(t[2][0], 0, 8, 700000, 0), 0, "%s", err);
     cr_assert_eq(stats().first_splits_with_job, 0);
+    /* GET /v1/workers shows what each was heard ask. */
+    char want[3][160];
+    snprintf(want[0], sizeof want[0], "{\"first_request_splits\":8,\"split_lengths\":[{\"dataset_id\":%" PRIu64
+             ",\"split_records\":300000}]}", ds);
+    snprintf(want[1], sizeof want[1], "{\"first_request_splits\":8,\"split_lengths\":[{\"dataset_id\":%" PRIu64
+             ",\"split_records\":500000}]}", ds);
+    snprintf(want[2], sizeof want[2], "{}");
+    json_t *ws = sl_dstate_workers_json(st, 1);
+    for (unsigned k = 0; k < 3; k++) {
+        json_t *asked = json_pack("{}");
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_array_get(ws, k), key, v) {
+            if (!strcmp(key, "first_request_splits") || !strcmp(key, "split_lengths"))
+                json_object_set(asked, key, v);
+        }
+        char *got = json_dumps(asked, JSON_SORT_KEYS | JSON_COMPACT);
+        cr_assert_str_eq(got, want[k], "worker %u", k);
+        free(got);
+        json_decref(asked);
+    }
+    json_decref(ws);
 
     job(ds, NULL, SL_SHARDING_DYNAMIC, 3, NULL);
     take_new_tasks(w, 3, t, 1, 4);
