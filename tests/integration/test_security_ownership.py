@@ -11,6 +11,8 @@ the pipe is full while its iterator thread keeps its lease (heartbeats), and
 the job stays RUNNING with most of its elements still to come."""
 import json
 import os
+import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -153,6 +155,24 @@ class Peer:
 
     def close(self):
         self.sock.close()
+
+
+def new_job(test, c):
+    """A job on cluster c's one worker, made over the wire: (client id, its
+    TaskInfo fields, the dispatcher peer). The worker hears of it from the
+    dispatcher (its notice, or a request that names the task)."""
+    me = Peer(c.dispatcher.port, ROLE_CLIENT, ROLE_DISPATCHER)
+    t, m, _ = me.call(REGISTER_DATASET_REQ, b'', json.dumps(SPEC).encode())
+    test.assertEqual(t, REGISTER_DATASET_REQ + 1, error_of(m) if t == ERROR else '')
+    t, m, _ = me.call(GET_OR_CREATE_JOB_REQ, fv(1, one(decode(m), 1)))
+    test.assertEqual(t, GET_OR_CREATE_JOB_REQ + 1, error_of(m) if t == ERROR else '')
+    job = decode(m)
+    client, secret = one(job, 2), one(job, 5, b'')
+    t, m, _ = me.call(CLIENT_HEARTBEAT_REQ, fv(1, one(job, 1)) + fv(2, client) + fb(5, secret))
+    test.assertEqual(t, CLIENT_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
+    tasks = [decode(ti) for ti in decode(m).get(1, [])]
+    test.assertEqual(len(tasks), 1)
+    return client, tasks[0], me
 
 
 class Trainer:
@@ -556,19 +576,7 @@ class RequestsBeforeTheirTask(ClusterCase):
                 metric(w, 'sluice_worker_requests_task_unknown_total', default=0.0))
 
     def new_job(self, c=None):
-        """A job the worker has not heard of: (client id, its TaskInfo fields, the dispatcher peer)."""
-        me = Peer((c or self.c).dispatcher.port, ROLE_CLIENT, ROLE_DISPATCHER)
-        t, m, _ = me.call(REGISTER_DATASET_REQ, b'', json.dumps(SPEC).encode())
-        self.assertEqual(t, REGISTER_DATASET_REQ + 1, error_of(m) if t == ERROR else '')
-        t, m, _ = me.call(GET_OR_CREATE_JOB_REQ, fv(1, one(decode(m), 1)))
-        self.assertEqual(t, GET_OR_CREATE_JOB_REQ + 1, error_of(m) if t == ERROR else '')
-        job = decode(m)
-        client, secret = one(job, 2), one(job, 5, b'')
-        t, m, _ = me.call(CLIENT_HEARTBEAT_REQ, fv(1, one(job, 1)) + fv(2, client) + fb(5, secret))
-        self.assertEqual(t, CLIENT_HEARTBEAT_REQ + 1, error_of(m) if t == ERROR else '')
-        tasks = [decode(ti) for ti in decode(m).get(1, [])]
-        self.assertEqual(len(tasks), 1)
-        return client, tasks[0], me
+        return new_job(self, c or self.c)
 
     def test_a_request_before_its_task_is_checked_against_its_key_once_the_task_came(self):
         # The dispatcher's notice would tell the worker of the task at once:
@@ -676,6 +684,63 @@ class RequestsBeforeTheirTask(ClusterCase):
         self.assertIn('task %d was cancelled' % task_id, text)
         p.close()
         me.close()
+
+
+class TombstonesOfARestoredState(unittest.TestCase):
+    """A dispatcher restored from a backup gives the lost state's ids out
+    again (docs/operations.md, Backups): the worker that ran the lost job's
+    task keeps its tombstone, and a new job's task of the same id comes
+    with another key. When the new task starts, the old tombstone goes
+    (bury_no_more() in workerd/worker.c): once the new task is cancelled,
+    its client's late request is told so by the new task's own tombstone,
+    not taken for a task that never came because the old one was found
+    first and its key did not fit."""
+
+    def test_a_new_tasks_late_request_gets_its_own_tasks_end(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            worker = c.workers[0]
+            work, backup = os.path.join(c.dir, 'work'), os.path.join(c.dir, 'backup.mdb')
+            # The backup, taken with the dispatcher stopped, knows the worker.
+            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'), backup))
+            wait_for(lambda: worker.stderr().count('reconnected to dispatcher') == 1, 'the worker back')
+            tasks_here = lambda: [t['task_id'] for t in get_json(worker.admin_port, '/v1/tasks')['tasks']]
+
+            # The job the restore loses: its task runs on the worker.
+            _, lost, lost_me = new_job(self, c)
+            task_id, lost_key = one(lost, 1), one(lost, 7, b'')
+            wait_for(lambda: task_id in tasks_here(), 'the lost job\'s task to start')
+            lost_me.close()
+
+            def restore():
+                os.unlink(os.path.join(work, 'state.mdb-lock'))
+                shutil.copy(backup, os.path.join(work, 'state.mdb'))
+            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            # The restored state does not know the task: the worker drops it
+            # and keeps its tombstone.
+            wait_for(lambda: 'task %d removed' % task_id in worker.stderr(), 'the worker to drop the lost task')
+
+            # The new job's task takes the id again, with another key.
+            client, task, me = new_job(self, c)
+            self.assertEqual(one(task, 1), task_id, 'the premise: the restored state gives the lost task\'s id again')
+            key = one(task, 7, b'')
+            self.assertNotEqual(key, lost_key)
+            wait_for(lambda: worker.stderr().count('task %d of job' % task_id) == 2, 'the new task to start')
+            job_id = get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'][0]['id']
+            req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (c.dispatcher.admin_port, job_id),
+                                         method='DELETE')
+            urllib.request.urlopen(req, timeout=10).read()
+            wait_for(lambda: worker.stderr().count('task %d removed' % task_id) == 2, 'the worker to drop the new task')
+
+            p = Peer(worker.port, ROLE_CLIENT, ROLE_WORKER)
+            code, text = p.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
+            self.assertEqual(code, SL_ECANCELLED, 'the late request was not told its task\'s end: %s' % text)
+            self.assertIn('task %d was cancelled' % task_id, text)
+            p.close()
+            me.close()
+        finally:
+            c.close()
 
 if __name__ == '__main__':
     unittest.main()
