@@ -1737,6 +1737,35 @@ Test(state, a_new_job_hands_each_task_the_splits_its_worker_asked_for_before)
     cr_assert_eq(next, 40000000);
 }
 
+/* GET /v1/workers lists the split lengths of the latest 8 datasets a
+ * worker's tasks asked for, oldest first (the ring sl__dstate_first_splits()
+ * reads): of 10, the first two are gone. */
+Test(state, the_workers_view_lists_the_latest_datasets_asked_for_oldest_first)
+{
+    start_guided(1048576);
+    uint64_t w = worker("w:1", 0), ds[10];
+    report_t running[10];
+    for (unsigned d = 0; d < 10; d++) {
+        char spec[96];
+        snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %u}}", 1000000 + d);
+        ds[d] = dataset(spec);
+        job(ds[d], NULL, SL_SHARDING_DYNAMIC, d + 1, NULL);
+        cr_assert_eq(worker_hb(w, d + 1, d, running), 0, "%s", err);
+        cr_assert_eq(wresp->new_tasks_count, 1, "dataset %u: %u new tasks", d, (unsigned)wresp->new_tasks_count);
+        running[d] = (report_t){wresp->new_tasks[0].task_id, SL_TASK_RUNNING, NULL};
+        cr_assert_eq(splits_seq(running[d].task_id, 0, 8, 1000 * (d + 1), 1), 0, "%s", err);
+    }
+    json_t *ws = sl_dstate_workers_json(st, 11);
+    json_t *lengths = json_object_get(json_array_get(ws, 0), "split_lengths");
+    cr_assert_eq(json_array_size(lengths), 8);
+    for (unsigned i = 0; i < 8; i++) {
+        json_t *e = json_array_get(lengths, i);
+        cr_assert_eq(json_integer_value(json_object_get(e, "dataset_id")), (json_int_t)ds[i + 2], "entry %u", i);
+        cr_assert_eq(json_integer_value(json_object_get(e, "split_records")), 1000 * (i + 3), "entry %u", i);
+    }
+    json_decref(ws);
+}
+
 /* A take before the batch changes counts: the split size stays as set. */
 Test(state, split_size_kept_when_counts_change_before_the_batch)
 {
