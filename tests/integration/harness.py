@@ -132,6 +132,24 @@ class Cluster:
         self.dispatcher = self._start(argv, 'dispatcher%d' % len(self.daemons))
         return self.dispatcher
 
+    def backup_state(self):
+        """An operator's offline backup: stops the dispatcher (SIGTERM), copies
+        its state store aside and starts it again; the copy's path."""
+        work = self.dispatcher.argv[self.dispatcher.argv.index('--work-dir') + 1]
+        backup = os.path.join(self.dir, 'backup.mdb')
+        self.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'), backup))
+        return backup
+
+    def restore_state(self, backup):
+        """An operator's restore: stops the dispatcher (SIGTERM), puts backup
+        in place of its state store and starts it again."""
+        work = self.dispatcher.argv[self.dispatcher.argv.index('--work-dir') + 1]
+
+        def restore():
+            os.unlink(os.path.join(work, 'state.mdb-lock'))
+            shutil.copy(backup, os.path.join(work, 'state.mdb'))
+        return self.restart_dispatcher(signal.SIGTERM, stopped=restore)
+
     def restart_worker(self, i, sig=signal.SIGKILL, down=0.0):
         """Stops worker i with sig (-9: a crash), waits `down` seconds, and starts
         it again on the same ports, as a supervisor would."""

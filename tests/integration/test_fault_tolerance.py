@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import random
-import shutil
 import signal
 import struct
 import subprocess
@@ -663,23 +662,17 @@ class DispatcherStateLost(unittest.TestCase):
     def backup_then_lost_job(self, c, old_err):
         """Takes a backup of c's state (the dispatcher stopped), then starts
         a held job after it, the job the restore loses, whose trainer goes
-        to self.old; returns its task ids on the worker and restore(), which
-        puts the backup back (restart_dispatcher()'s stopped)."""
-        work = os.path.join(c.dir, 'work')
-        backup = os.path.join(c.dir, 'backup.mdb')
+        to self.old; returns its task ids on the worker and the backup's
+        path (Cluster.restore_state())."""
         # The backup, taken with the dispatcher stopped, knows the worker.
-        c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'), backup))
+        backup = c.backup_state()
         # Each job is made once the worker is back (its task made with the
         # job), so that the lost one and the new one take their ids in the
         # same order.
         wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 1, 'the worker back')
         lost = {"source": {"type": "range", "stop": 100000}, "ops": [{"op": "batch", "batch_size": 1000}]}
         self.old = self.held_trainer(c, lost, old_err)
-
-        def restore():
-            os.unlink(os.path.join(work, 'state.mdb-lock'))
-            shutil.copy(backup, os.path.join(work, 'state.mdb'))
-        return [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']], restore
+        return [t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']], backup
 
     def assert_new_job_read_its_own(self, c, read, lost_tasks, old_err):
         """The new job read its own range exactly once, under the lost
@@ -704,8 +697,8 @@ class DispatcherStateLost(unittest.TestCase):
         old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
         try:
             c.wait_workers_registered(1)
-            lost_tasks, restore = self.backup_then_lost_job(c, old_err)
-            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            lost_tasks, backup = self.backup_then_lost_job(c, old_err)
+            c.restore_state(backup)
             wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2, 'the worker back')
             # The worker reconnects and reports the lost task, which this
             # state does not know: it goes, and leaves a tombstone of its id,
@@ -733,9 +726,9 @@ class DispatcherStateLost(unittest.TestCase):
         old_err = open(os.path.join(c.dir, 'lost-trainer.err'), 'w+')
         try:
             c.wait_workers_registered(1)
-            lost_tasks, restore = self.backup_then_lost_job(c, old_err)
+            lost_tasks, backup = self.backup_then_lost_job(c, old_err)
             proxy.hold_after_first()
-            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            c.restore_state(backup)
             wait_for(lambda: c.workers[0].stderr().count('reconnected to dispatcher') == 2 and proxy.held.is_set(),
                      'the worker back, the answers after its registration held')
             self.assertEqual([t['task_id'] for t in get_json(c.workers[0].admin_port, '/v1/tasks')['tasks']],

@@ -11,8 +11,6 @@ the pipe is full while its iterator thread keeps its lease (heartbeats), and
 the job stays RUNNING with most of its elements still to come."""
 import json
 import os
-import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -575,9 +573,6 @@ class RequestsBeforeTheirTask(ClusterCase):
         return (metric(w, 'sluice_worker_requests_awaited_task_total', default=0.0),
                 metric(w, 'sluice_worker_requests_task_unknown_total', default=0.0))
 
-    def new_job(self, c=None):
-        return new_job(self, c or self.c)
-
     def test_a_request_before_its_task_is_checked_against_its_key_once_the_task_came(self):
         # The dispatcher's notice would tell the worker of the task at once:
         # this test's worker gets its dispatcher's frames through a proxy
@@ -588,7 +583,7 @@ class RequestsBeforeTheirTask(ClusterCase):
         try:
             w, proxy = worker_behind(c, hold=True)  # the registration's answer, then nothing
             c.wait_workers_registered(1)
-            client, task, me = self.new_job(c)
+            client, task, me = new_job(self, c)
             task_id, key = one(task, 1), one(task, 7, b'')
             awaited, unknown = self.counts(w)
 
@@ -658,7 +653,7 @@ class RequestsBeforeTheirTask(ClusterCase):
         # restored from a backup gives the lost state's ids out again, with
         # other keys): it is taken as one for a task not here, waits for
         # the dispatcher's answer, and is answered not found, not refused.
-        client, task, me = self.new_job()
+        client, task, me = new_job(self, self.c)
         task_id, key = one(task, 1), one(task, 7, b'')
         p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
         t, m, _ = p.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
@@ -701,9 +696,8 @@ class TombstonesOfARestoredState(unittest.TestCase):
         try:
             c.wait_workers_registered(1)
             worker = c.workers[0]
-            work, backup = os.path.join(c.dir, 'work'), os.path.join(c.dir, 'backup.mdb')
             # The backup, taken with the dispatcher stopped, knows the worker.
-            c.restart_dispatcher(signal.SIGTERM, stopped=lambda: shutil.copy(os.path.join(work, 'state.mdb'), backup))
+            backup = c.backup_state()
             wait_for(lambda: worker.stderr().count('reconnected to dispatcher') == 1, 'the worker back')
             tasks_here = lambda: [t['task_id'] for t in get_json(worker.admin_port, '/v1/tasks')['tasks']]
 
@@ -712,11 +706,7 @@ class TombstonesOfARestoredState(unittest.TestCase):
             task_id, lost_key = one(lost, 1), one(lost, 7, b'')
             wait_for(lambda: task_id in tasks_here(), 'the lost job\'s task to start')
             lost_me.close()
-
-            def restore():
-                os.unlink(os.path.join(work, 'state.mdb-lock'))
-                shutil.copy(backup, os.path.join(work, 'state.mdb'))
-            c.restart_dispatcher(signal.SIGTERM, stopped=restore)
+            c.restore_state(backup)
             # The restored state does not know the task: the worker drops it
             # and keeps its tombstone.
             wait_for(lambda: 'task %d removed' % task_id in worker.stderr(), 'the worker to drop the lost task')
