@@ -69,6 +69,9 @@ static void usage(FILE *f)
             "  --hold-timeout-ms N      a batch served and not yet acknowledged is held this long\n"
             "                           after its client's last request, to be sent again if its\n"
             "                           connection broke (300000)\n"
+            "  --await-task-ms N        a request for a task this worker has not heard of waits at\n"
+            "                           most this long for the dispatcher to bring it, then is\n"
+            "                           answered \"not found\" and asked again (default 2000)\n"
             "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
             SL_CLI_DAEMON_SECURITY_USAGE
             "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -93,7 +96,8 @@ struct options {
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_SPLIT_TARGET, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
-           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT, O_SHM_MB };
+           O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT, O_SHM_MB,
+           O_AWAIT_TASK };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"dispatcher", required_argument, NULL, O_DISP},
@@ -111,6 +115,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-memory-mb", required_argument, NULL, O_MAX_MEMORY_MB},
         {"hold-timeout-ms", required_argument, NULL, O_HOLD_TIMEOUT},
         {"shm-mb", required_argument, NULL, O_SHM_MB},
+        {"await-task-ms", required_argument, NULL, O_AWAIT_TASK},
         {NULL, 0, NULL, 0},
     };
     char err[300], host[256];
@@ -186,6 +191,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_HOLD_TIMEOUT:
             if (sl_cli_int(program, "hold-timeout-ms", optarg, 1000, 86400000, &o->worker.hold_timeout_ms) < 0)
+                return -1;
+            break;
+        case O_AWAIT_TASK:
+            if (sl_cli_int(program, "await-task-ms", optarg, 1, 3600000, &o->worker.await_task_ms) < 0)
                 return -1;
             break;
         case O_SHM_MB:

@@ -46,10 +46,9 @@
 #define MAX_PARKED_PER_CONN 64
 /* Requests for tasks this worker does not have yet, waiting for the
  * dispatcher's next heartbeat answer (struct awaiting): at most this many in
- * all, each at most AWAIT_MAX_MS; past either the answer is SL_ENOTFOUND at
- * once, and the client asks again. */
+ * all, each at most --await-task-ms (sl_worker_config_t.await_task_ms);
+ * past either the answer is SL_ENOTFOUND at once, and the client asks again. */
 #define MAX_AWAITING 1024
-#define AWAIT_MAX_MS 2000
 /* Finished tasks remembered after the dispatcher dropped them, so that a
  * late request still gets its end of sequence. */
 #define TOMBSTONES 4096
@@ -1009,13 +1008,13 @@ static void answer_ready(sl_worker_t *w)
  * for a task of that id kept from before the session, once the dispatcher
  * vouched for it or replaced it: tasks_vouched()); SL_ENOTFOUND once the
  * answer to their heartbeat came without it (and no start of it is under
- * way), after AWAIT_MAX_MS, or, with give_up, now (no dispatcher to ask). */
+ * way), after cfg.await_task_ms, or, with give_up, now (no dispatcher to ask). */
 static void resolve_awaiting(sl_worker_t *w, bool give_up)
 {
     int64_t now = now_us() / 1000;
     bool vouched = tasks_vouched(w);
     for (struct awaiting *a = w->awaiting; a; a = a->next)
-        a->ready = give_up || now - a->since_ms >= AWAIT_MAX_MS ||
+        a->ready = give_up || now - a->since_ms >= w->cfg.await_task_ms ||
                    (vouched && (find_task(w, a->req.task_id) ||
                                 (w->heartbeats_answered >= a->heartbeat && !starting(w, a->req.task_id))));
     answer_ready(w);
@@ -1469,7 +1468,7 @@ static void on_hold_timer(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_us() / 1000;
     for (struct wtask *wt = w->tasks; wt; wt = wt->next)
         sl_holders_sweep(wt->holders, now, w->cfg.hold_timeout_ms);
-    resolve_awaiting(w, false); /* those past AWAIT_MAX_MS */
+    resolve_awaiting(w, false); /* those past cfg.await_task_ms */
 }
 
 void sl_worker_config_init(sl_worker_config_t *cfg)
@@ -1480,6 +1479,7 @@ void sl_worker_config_init(sl_worker_config_t *cfg)
         .heartbeat_ms = 250,
         .connect_timeout_ms = 5000,
         .hold_timeout_ms = 300000,
+        .await_task_ms = 2000,
         .shm_region_bytes = (size_t)256 << 20,
         .task = {.buffer_bytes = 64u << 20, .buffer_batches = 16, .max_batch_bytes = 256u << 20,
                  .split_prefetch = 8, .split_target_ms = 50},

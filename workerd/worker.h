@@ -29,6 +29,8 @@ typedef struct sl_worker_config {
     int connect_timeout_ms;
     int64_t hold_timeout_ms; /* batches served and not acknowledged are held this long
                                 after their client's last request (held.h) */
+    int64_t await_task_ms;   /* a request for a task not heard of waits at most this long
+                                for the dispatcher to bring it (worker.c, struct awaiting) */
     sl_conn_env_t *env;     /* credentials and connection limits (NULL: none), the caller's */
     size_t shm_region_bytes; /* a client on this host gets its batches through a region this
                                 large (shm.h; --shm-mb); 0: over TCP only */

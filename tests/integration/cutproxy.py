@@ -197,16 +197,17 @@ class CutProxy:
             p[3].wait(5)
 
 
-def worker_behind(cluster, hold=False):
-    """A worker added to cluster that reaches its dispatcher through a new
-    CutProxy: (the worker, the proxy). With hold, the proxy delivers the
-    registration's answer and holds what the dispatcher sends after it (its
-    notices and heartbeat answers) until release()."""
+def worker_behind(cluster, hold=False, extra=()):
+    """A worker added to cluster (with the options extra) that reaches its
+    dispatcher through a new CutProxy: (the worker, the proxy). With hold,
+    the proxy delivers the registration's answer and holds what the
+    dispatcher sends after it (its notices and heartbeat answers) until
+    release()."""
     proxy = CutProxy(cluster.dispatcher.port)
     if hold:
         proxy.hold_after_first()
     try:
-        return cluster.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port]), proxy
+        return cluster.add_worker(['--dispatcher', '127.0.0.1:%d' % proxy.port] + list(extra)), proxy
     except BaseException:
         proxy.close()
         raise

@@ -8,6 +8,7 @@ not from its first heartbeat's answer. bench/first_batch.py measures how
 long such a job takes."""
 import json
 import subprocess
+import time
 import unittest
 
 from cutproxy import CutProxy, worker_behind
@@ -92,13 +93,17 @@ class AwaitedTask(unittest.TestCase):
     """A worker whose dispatcher's frames are held (a slow route: its notice
     and heartbeat answers wait in a proxy) gets a new job's first request
     before it knows the task: the request waits at the worker and is served
-    once the held frames come through, none answered SL_ENOTFOUND."""
+    once the held frames come through, none answered SL_ENOTFOUND. The
+    worker's requests wait up to --await-task-ms, 10 minutes here: the
+    frames are held past the default 2 s, which would answer SL_ENOTFOUND,
+    and nothing depends on how soon the test releases them."""
 
     def test_a_request_that_comes_before_its_task_waits_for_it(self):
         c = Cluster(dispatcher_args=['--worker-heartbeat-ms', '600000', '--worker-timeout-ms', '1200000'])
         proxy = None
         try:
-            w, proxy = worker_behind(c, hold=True)  # the registration's answer goes through, then nothing
+            # The registration's answer goes through, then nothing.
+            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', '600000'])
             c.wait_workers_registered(1)
             counts = lambda: (metric(w.admin_port, 'sluice_worker_requests_awaited_task_total'),
                               metric(w.admin_port, 'sluice_worker_requests_task_unknown_total'))
@@ -110,8 +115,12 @@ class AwaitedTask(unittest.TestCase):
                          'a request waiting for its task, or the client\'s end', timeout=20)
                 self.assertGreater(counts()[0], awaited, 'the first requests did not wait for their task')
                 self.assertEqual(get_json(w.admin_port, '/v1/tasks')['tasks'], [], 'the task started unheard')
+                # Past the default bound (the worker's sweep runs once a
+                # second): a request still waits.
+                time.sleep(3.5)
+                self.assertEqual(counts()[1], unknown, 'a request answered SL_ENOTFOUND before --await-task-ms')
             finally:
-                proxy.release()  # within the 2 s a request waits
+                proxy.release()
                 out, err = proc.communicate(timeout=60)
             self.assertEqual(proc.returncode, 0, err[-2000:])
             got = sorted(values([json.loads(line) for line in out.splitlines() if line.strip()], 'value'))

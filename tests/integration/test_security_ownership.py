@@ -581,7 +581,9 @@ class RequestsBeforeTheirTask(ClusterCase):
         c = Cluster(dispatcher_args=self.dispatcher_args)
         proxy = None
         try:
-            w, proxy = worker_behind(c, hold=True)  # the registration's answer, then nothing
+            # The registration's answer, then nothing; a request waits for
+            # its task up to --await-task-ms, past any delay of the release.
+            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', '600000'])
             c.wait_workers_registered(1)
             client, task, me = new_job(self, c)
             task_id, key = one(task, 1), one(task, 7, b'')
@@ -591,7 +593,7 @@ class RequestsBeforeTheirTask(ClusterCase):
                 try:
                     wait_for(lambda: self.counts(w)[0] > awaited, 'the request to wait for its task', timeout=20)
                 finally:
-                    proxy.release()  # within the 2 s a request waits
+                    proxy.release()
 
             releaser = threading.Thread(target=release_once_it_waits)
             releaser.start()
@@ -644,6 +646,29 @@ class RequestsBeforeTheirTask(ClusterCase):
         self.assertEqual(self.counts(), (awaited + 2, unknown + 2))
         p.close()
         self.assertTrue(self.c.workers[0].alive())
+
+    def test_a_request_waits_for_its_task_no_longer_than_the_bound(self):
+        # The worker's heartbeat answers are held: only --await-task-ms can
+        # end the wait, and does, while the proxy still holds them.
+        c = Cluster(dispatcher_args=self.dispatcher_args)
+        proxy = None
+        try:
+            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', '300'])
+            c.wait_workers_registered(1)
+            awaited, unknown = self.counts(w)
+            p = Peer(w.port, ROLE_CLIENT, ROLE_WORKER)
+            code, text = p.refused(GET_ELEMENT_REQ, fv(1, 10 ** 9 + 3) + fb(7, bytes(16)))
+            self.assertEqual(code, SL_ENOTFOUND, text)
+            self.assertIn('task %d is not on worker' % (10 ** 9 + 3), text)
+            self.assertEqual(self.counts(w), (awaited + 1, unknown + 1))
+            # What would have ended it otherwise, the answer to the heartbeat
+            # the request set off, is held in the proxy.
+            wait_for(proxy.held.is_set, 'the heartbeat answer to be held', timeout=20)
+            p.close()
+        finally:
+            if proxy:
+                proxy.close()
+            c.close()
 
 
     def test_a_tombstone_answers_only_its_own_tasks_clients(self):
