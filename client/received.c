@@ -143,9 +143,11 @@ static size_t tensors_end(const sluice_GetElementResponse *resp, size_t size)
 /* Builds a batch from a GET_ELEMENT answer: its components checked against
  * the tensors bytes at data, its provenance, notices and tallies against
  * payload, size bytes (which it owns when owned, and then frees on
- * failure). */
+ * failure). The batch is pre when that is not NULL (a block of at least
+ * sizeof *pre bytes, taken: freed on failure too), else malloc'd. */
 static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size, bool owned,
-                                    const uint8_t *data, size_t tensors, char *err, size_t errlen)
+                                    const uint8_t *data, size_t tensors, struct sl_batch *pre, char *err,
+                                    size_t errlen)
 {
     /* A view to check, only read (sl_wire_batch_validate() takes a const
      * batch): zeroed but for the component slots past the answer's (5.6 KB
@@ -171,6 +173,7 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
     if (sl_wire_batch_validate(&wb, err, errlen) < 0) {
         if (owned)
             free(payload);
+        free(pre);
         return NULL;
     }
     /* The provenance (docs/protocol.md): checked against the payload and
@@ -187,11 +190,12 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
         snprintf(err, errlen, "task %" PRIu64 ": %s", resp->task_id, why);
         if (owned)
             free(payload);
+        free(pre);
         return NULL;
     }
     /* Zeroed but for the tensors and their names, which are written below
      * up to num_tensors and read no further (sl_batch_tensor()). */
-    struct sl_batch *b = malloc(sizeof *b);
+    struct sl_batch *b = pre ? pre : malloc(sizeof *b);
     if (b)
         sl_zero_except(b, sizeof *b, offsetof(struct sl_batch, tensors),
                        offsetof(struct sl_batch, names) + sizeof b->names - offsetof(struct sl_batch, tensors));
@@ -241,7 +245,7 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
 struct sl_batch *sl__batch_from_wire(const sluice_GetElementResponse *resp, uint8_t *payload, size_t size,
                                      char *err, size_t errlen)
 {
-    return batch_build(resp, payload, size, true, payload, tensors_end(resp, size), err, errlen);
+    return batch_build(resp, payload, size, true, payload, tensors_end(resp, size), NULL, err, errlen);
 }
 
 /* The offset of a part that follows the tensor bytes, in their copy: 0 for none. */
@@ -284,9 +288,15 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
                 return NULL;
             }
     }
+    /* A tail of a few bytes (most unshuffled batches': their provenance
+     * and tallies) is copied to the stack and then into the batch; a
+     * longer one (a shuffled batch's provenance, kilobytes) straight to
+     * the bytes after the batch, allocated with it: one malloc and one
+     * free a batch, not two. */
     uint8_t room[SL_BATCH_TAIL_INLINE];
-    uint8_t *tail = tail_len <= sizeof room ? room : malloc(tail_len);
-    if (!tail) {
+    struct sl_batch *pre = tail_len <= sizeof room ? NULL : malloc(sizeof *pre + tail_len);
+    uint8_t *tail = pre ? (uint8_t *)(pre + 1) : room;
+    if (tail_len > sizeof room && !pre) {
         sl_errf(err, errlen, -ENOMEM, "out of memory");
         sl__shm_slot_done(m, seq);
         return NULL;
@@ -295,15 +305,15 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
     resp->provenance_offset = in_tail(resp->provenance_offset, resp->provenance_length, tensors);
     resp->notices_offset = in_tail(resp->notices_offset, resp->notices_length, tensors);
     resp->tallies_offset = in_tail(resp->tallies_offset, resp->tallies_length, tensors);
-    struct sl_batch *b = batch_build(resp, tail, tail_len, tail != room, slot, tensors, err, errlen);
+    struct sl_batch *b = batch_build(resp, tail, tail_len, false, slot, tensors, pre, err, errlen);
     if (!b) {
         sl__shm_slot_done(m, seq);
         return NULL;
     }
-    if (tail == room) { /* most tails: a few bytes of provenance and tallies, kept in the batch */
+    b->payload = NULL; /* the tail is the batch's own: in tail_one or after it */
+    if (tail == room) {
         memcpy(b->tail_one, room, tail_len);
         b->prov_wire = b->tail_one + (b->prov_wire - room);
-        b->payload = NULL;
     }
     b->shm = m;
     b->shm_seq = seq;

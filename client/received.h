@@ -32,11 +32,13 @@ struct sl_batch {
     size_t size;
     /* A batch whose tensor bytes lie in a worker's shared-memory region
      * (shmmap.h): its slot there, held until the batch is freed; payload
-     * then holds only the provenance, notices and tallies, copied out. */
+     * is then NULL, and the provenance, notices and tallies, copied out,
+     * lie in tail_one or, longer, in the bytes that follow the batch
+     * (allocated with it). */
     struct sl_shm_map *shm;
     uint64_t shm_seq;
     bool tail_in_answer; /* its provenance, notices and tallies came in the answer's shm_tail, not the slot */
-    uint8_t tail_one[SL_BATCH_TAIL_INLINE]; /* such a payload's tail when it is this small */
+    uint8_t tail_one[SL_BATCH_TAIL_INLINE]; /* such a batch's tail when it is this small */
     /* The provenance: num_prov runs, checked, encoded at prov_wire (in
      * payload; provwire.h) and decoded into prov (owned) when the caller
      * asks for them: the ledger reads them without keeping a copy. A batch

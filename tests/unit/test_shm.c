@@ -617,6 +617,9 @@ Test(shm, a_batchs_tail_comes_in_the_slot_or_in_the_answer_alike)
             struct sl_batch *b = sl__batch_from_shm(&resp, m, slot, len, seq, err, sizeof err);
             cr_assert_not_null(b, "shuffled %d, in_answer %d: %s", shuffled, in_answer, err);
             cr_assert_eq(b->tail_in_answer, in_answer);
+            /* Copied out of the memory the worker can still write. */
+            cr_assert(b->prov_wire + b->prov_wire_len <= slot || b->prov_wire >= slot + len,
+                      "shuffled %d: the provenance is read in shared memory", shuffled);
             cr_assert_eq(b->num_elements, 1024);
             cr_assert_eq(memcmp(sl_batch_find(b, "value")->data, values, sizeof values), 0);
             cr_assert_eq(b->num_records, 1024);
@@ -632,6 +635,23 @@ Test(shm, a_batchs_tail_comes_in_the_slot_or_in_the_answer_alike)
             free(got);
             sl_batch_release(b);
             sl__shm_slot_done(m, seq2);
+            cr_assert_eq(sl_shm_region_released(r, sl__shm_released(m), err, sizeof err), 0, "%s", err);
+        }
+        if (shuffled) {
+            /* A long tail whose tallies count more than the batch has: the
+             * batch allocated with its tail is refused and freed whole. */
+            sl_split_done_t over = row;
+            over.delivered = 1025;
+            free(tally);
+            cr_assert_eq(sl_provwire_encode_done(&over, 1, &tally, &tlen), 0);
+            parts[2] = (struct iovec){tally, tlen};
+            uint64_t off, len, seq;
+            cr_assert_eq(sl_shm_region_put(r, parts, 3, &off, &len), 0);
+            const uint8_t *slot = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+            cr_assert_not_null(slot, "%s", err);
+            resp = tail_answer(plen, tlen);
+            cr_assert_null(sl__batch_from_shm(&resp, m, slot, len, seq, err, sizeof err));
+            cr_assert(strstr(err, "tally 0 (split [4096, 8192) of file 0 of epoch 0) counts 1025 records"), "%s", err);
             cr_assert_eq(sl_shm_region_released(r, sl__shm_released(m), err, sizeof err), 0, "%s", err);
         }
         free(prov);
