@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "                           between the two, splits follow each worker's rate\n"
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384)\n"
+            "  --handout-commit-delay-ms N  a DYNAMIC hand-out whose worker has splits queued waits\n"
+            "                           this long at most (and half of what its queue lasts) for\n"
+            "                           its commit, shared with what comes meanwhile (50; 0: at once)\n"
             "  --max-exclude-total-runs N  runs of restored checkpoints' positions all running\n"
             "                           jobs hold together (8388608; memory, and the state store)\n"
             "  --max-exclude-runs N     runs of positions a restored checkpoint or a client's\n"
@@ -107,7 +110,8 @@ static bool beat_fits(const char *prog, const char *who, uint32_t beat_ms, int64
 static int parse_args(int argc, char **argv, struct options *o)
 {
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_CLIENT_STALL, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
-           O_COUNT_TO, O_WORKER_HB, O_CLIENT_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP };
+           O_COUNT_TO, O_WORKER_HB, O_CLIENT_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP,
+           O_HANDOUT_DELAY };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -124,6 +128,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"split-size", required_argument, NULL, O_SPLIT},
         {"max-split-size", required_argument, NULL, O_MAX_SPLIT},
         {"max-outstanding-splits", required_argument, NULL, O_MAX_OUT},
+        {"handout-commit-delay-ms", required_argument, NULL, O_HANDOUT_DELAY},
         {"max-exclude-runs", required_argument, NULL, O_MAX_EXCL},
         {"max-exclude-total-runs", required_argument, NULL, O_MAX_EXCL_TOTAL},
         {"count-timeout-ms", required_argument, NULL, O_COUNT_TO},
@@ -200,6 +205,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (sl_cli_int(program, "max-outstanding-splits", optarg, 1, 1 << 24, &v) < 0)
                 return -1;
             o->state.max_outstanding = (unsigned)v;
+            break;
+        case O_HANDOUT_DELAY:
+            if (sl_cli_int(program, "handout-commit-delay-ms", optarg, 0, 3600000, &v) < 0)
+                return -1;
+            o->state.handout_commit_delay_ms = (uint32_t)v;
             break;
         case O_MAX_EXCL_TOTAL:
             if (sl_cli_int(program, "max-exclude-total-runs", optarg, 1, INT64_C(1) << 32, &v) < 0)

@@ -50,6 +50,11 @@ struct sl_dserver {
     sl_conn_env_t *env; /* credentials and connection limits, the caller's */
     struct event *tick;
     struct event *commit; /* activated by the first request of a loop pass */
+    bool commit_active;   /* it is, for this pass */
+    /* A commit put off for hand-outs whose workers can wait (schedule_commit()):
+     * commit_later is due at commit_due_ms (0: none pending). */
+    struct event *commit_later;
+    int64_t commit_due_ms;
     struct dconn *conns;
     sl_store_t *store;
     bool failed; /* the store failed and could not be reloaded */
@@ -91,6 +96,7 @@ static void dconn_unlink(struct dconn *dc)
 }
 
 static sl_metric_t *m_requests[SL_MSG_COUNT_], *m_refused, *m_forbidden, *m_splits, *m_commits, *m_commit_failures;
+static sl_metric_t *m_handouts_delayed;
 static sl_metric_t *m_store_refusals, *m_store_live, *m_notices;
 
 static void metrics_init(void)
@@ -114,6 +120,9 @@ static void metrics_init(void)
                                   "DYNAMIC splits handed out.", NULL, 0);
     m_commits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commits_total", NULL,
                                    "Commits of state changes to the state store (one per group).", NULL, 0);
+    m_handouts_delayed = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_handouts_delayed_total", NULL,
+                                            "DYNAMIC hand-outs whose commit was put off, to be shared with what "
+                                            "came meanwhile (--handout-commit-delay-ms).", NULL, 0);
     m_commit_failures = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_state_commit_failures_total",
                                            NULL, "Commits that failed; their answers were not sent.", NULL, 0);
     m_store_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_limit_refusals_total",
@@ -205,13 +214,19 @@ static void send_notices(sl_dserver_t *srv)
     }
 }
 
-/* Runs once the requests of a loop pass are handled: one commit for all
- * of them, then their answers go out; after a failed commit none do. */
+/* Runs once the requests of a loop pass are handled, or when a commit put
+ * off for hand-outs is due: one commit for all of them, then their answers
+ * go out; after a failed commit none do. */
 static void on_commit(evutil_socket_t fd, short what, void *arg)
 {
     sl_dserver_t *srv = arg;
     (void)fd;
     (void)what;
+    srv->commit_active = false;
+    if (srv->commit_due_ms) {
+        event_del(srv->commit_later);
+        srv->commit_due_ms = 0;
+    }
     char err[512];
     int rc = sl_dserver_commit(srv, err, sizeof err); /* a failure closed the corked connections */
     for (struct dconn *dc = srv->conns; dc; dc = dc->next) {
@@ -222,6 +237,45 @@ static void on_commit(evutil_socket_t fd, short what, void *arg)
     }
     if (rc == 0)
         send_notices(srv);
+}
+
+/* The answers corked in this pass go out after a commit: at the pass's end
+ * (delay_ms 0), or, when what they wait for may wait (hand-outs whose
+ * workers have splits queued), up to delay_ms later, so that hand-outs of
+ * several workers share one commit and its syncs. A commit due sooner, or
+ * any request that cannot wait, commits everything pending with it. An
+ * answer never goes out before the state it tells of is committed. */
+static void schedule_commit(sl_dserver_t *srv, uint32_t delay_ms)
+{
+    if (srv->commit_active)
+        return;
+    if (delay_ms == 0 || !sl_dpersist_dirty(srv->st)) {
+        srv->commit_active = true;
+        event_active(srv->commit, EV_TIMEOUT, 0);
+        return;
+    }
+    sl_metric_add(m_handouts_delayed, 1);
+    int64_t due = sl_now_ms() + delay_ms;
+    if (srv->commit_due_ms && srv->commit_due_ms <= due)
+        return;
+    struct timeval tv = {(time_t)(delay_ms / 1000), (suseconds_t)(delay_ms % 1000) * 1000};
+    if (event_add(srv->commit_later, &tv) < 0) {
+        srv->commit_active = true;
+        event_active(srv->commit, EV_TIMEOUT, 0);
+        return;
+    }
+    srv->commit_due_ms = due;
+}
+
+/* How long a GET_SPLIT answered with splits may wait for its commit: half
+ * of what its worker says its queue lasts, at most --handout-commit-delay-ms. */
+static uint32_t handout_delay(const sl_dstate_t *st, const sluice_GetSplitRequest *req,
+                              const sluice_GetSplitResponse *resp, int rc)
+{
+    if (rc < 0 || resp->splits_count == 0)
+        return 0;
+    uint32_t most = sl_dstate_config(st)->handout_commit_delay_ms, half = req->slack_ms / 2;
+    return half < most ? half : most;
 }
 
 /* Answers a request: resp of type, or an error frame when rc < 0. */
@@ -297,7 +351,7 @@ static void on_counted(int rc, sl_file_list_t *files, const char *cerr, void *ar
             dc->corked = true;
         }
         if (srv->store)
-            event_active(srv->commit, EV_TIMEOUT, 0);
+            schedule_commit(srv, 0);
         reply(dc->conn, &hdr, rc, SL_MSG_REGISTER_DATASET_RESP, &resp, err);
     }
 out:
@@ -366,7 +420,8 @@ static void register_dataset(struct dconn *dc, const sl_frame_hdr_t *hdr, const 
 static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct dconn *dc = arg;
-    sl_dstate_t *st = dc->srv->st;
+    sl_dserver_t *srv = dc->srv; /* dc may be gone after the request (a failed connection) */
+    sl_dstate_t *st = srv->st;
     int64_t now = sl_now_ms();
     char err[1024] = "";
     int rc;
@@ -380,8 +435,8 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             return;
         }
         dc->corked = true;
-        event_active(dc->srv->commit, EV_TIMEOUT, 0);
     }
+    uint32_t delay_ms = 0; /* how long its answer may wait for the commit (schedule_commit()) */
 
     switch (hdr->type) {
     case SL_MSG_WORKER_REGISTER_REQ: {
@@ -490,6 +545,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         }
         rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
         sl_metric_add(m_splits, resp.splits_count);
+        delay_ms = handout_delay(st, msg, &resp, rc);
         size_t skips_len = 0;
         const uint8_t *skips = rc == 0 ? sl_dstate_split_skips(st, ((const sluice_GetSplitRequest *)msg)->task_id,
                                                                &skips_len) : NULL;
@@ -595,6 +651,8 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
         sl_conn_fail(c, SL_EPROTO, "a dispatcher does not serve %s", sl_msg_name(hdr->type));
         break;
     }
+    if (srv->store)
+        schedule_commit(srv, delay_ms);
     free(payload);
 }
 
@@ -607,7 +665,7 @@ static void on_close(sl_conn_t *c, int err, const char *why, void *arg)
      * then it registers again). Its tasks' splits go to the others. */
     if (dc->worker_id && sl_dstate_worker_disconnected(dc->srv->st, dc->worker_id, why)) {
         if (dc->srv->store)
-            event_active(dc->srv->commit, EV_TIMEOUT, 0);
+            schedule_commit(dc->srv, 0);
     }
     dconn_unlink(dc);
 }
@@ -645,6 +703,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     sl_dstate_tick(srv->st, sl_now_ms());
+    /* A commit put off for hand-outs commits what the tick changed too,
+     * soon: nobody waits for it. */
+    if (srv->commit_due_ms)
+        return;
     char err[512];
     if (sl_dserver_commit(srv, err, sizeof err) == 0) /* logged there; nobody waits for an answer */
         send_notices(srv);
@@ -683,7 +745,8 @@ int sl_dserver_start(struct event_base *base, sl_dstate_t *st, sl_store_t *store
     srv->tick = event_new(base, -1, EV_PERSIST, on_tick, srv);
     struct timeval tv = {0, TICK_MS * 1000};
     srv->commit = event_new(base, -1, 0, on_commit, srv);
-    if (!srv->tick || !srv->commit || event_add(srv->tick, &tv) < 0) {
+    srv->commit_later = evtimer_new(base, on_commit, srv);
+    if (!srv->tick || !srv->commit || !srv->commit_later || event_add(srv->tick, &tv) < 0) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -708,6 +771,8 @@ void sl_dserver_free(sl_dserver_t *srv)
         event_free(srv->tick);
     if (srv->commit)
         event_free(srv->commit);
+    if (srv->commit_later)
+        event_free(srv->commit_later);
     if (srv->listener)
         evconnlistener_free(srv->listener);
     free(srv);

@@ -89,6 +89,7 @@ void sl_dstate_config_init(sl_dstate_config_t *cfg)
         .count_timeout_ms = 60000,
         .max_skip_bytes = 256u << 10,
         .max_outstanding = 16384,
+        .handout_commit_delay_ms = 50,
     };
 }
 

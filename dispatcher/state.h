@@ -61,6 +61,10 @@ typedef struct sl_dstate_config {
     unsigned max_skip_bytes;      /* skip runs in one GetSplit answer's payload */
     unsigned max_outstanding;     /* DYNAMIC splits a task may hold that its clients have not all
                                      confirmed; past it the task waits (GetSplitResponse.retry_ms) */
+    uint32_t handout_commit_delay_ms; /* a hand-out whose worker can wait (GetSplitRequest.slack_ms)
+                                         is committed this long later at most (and within half its
+                                         slack), with whatever else comes meanwhile (server.c); 0:
+                                         at once, as every other change */
 } sl_dstate_config_t;
 
 /** Fills the defaults. */

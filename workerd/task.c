@@ -841,6 +841,19 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     return want;
 }
 
+uint32_t sl_task_split_slack_ms(sl_task_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    double records = 0;
+    for (unsigned i = 0; i < t->split_count; i++) {
+        const struct split *s = &t->splits[(t->split_head + i) % MAX_SPLITS];
+        records += (double)(s->end - s->begin);
+    }
+    double ms = t->split_rate > 0 ? records / t->split_rate * 1000.0 : 0;
+    pthread_mutex_unlock(&t->mu);
+    return ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
 void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)
 {
     sl_task_splits_arrived_payload(t, resp, NULL, 0);

@@ -176,6 +176,14 @@ void sl_task_info(sl_task_t *task, sl_task_info_t *out);
  */
 bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records);
 
+/**
+ * DYNAMIC: how long the splits the task has queued (not the one its
+ * pipeline reads) last at its measured rate, in ms, at most UINT32_MAX;
+ * 0 when none are queued or no rate is known. What a split request says
+ * it can wait for its answer (GetSplitRequest.slack_ms).
+ */
+uint32_t sl_task_split_slack_ms(sl_task_t *task);
+
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);
 

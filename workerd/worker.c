@@ -313,8 +313,12 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
         return;
     }
     o->task_id = sl_task_id(wt->task);
-    sluice_GetSplitRequest req = {
-        .task_id = o->task_id, .epoch = epoch, .max_splits = max, .request_seq = seq, .split_records = records};
+    sluice_GetSplitRequest req = {.task_id = o->task_id,
+                                  .epoch = epoch,
+                                  .max_splits = max,
+                                  .request_seq = seq,
+                                  .split_records = records,
+                                  .slack_ms = sl_task_split_slack_ms(wt->task)};
     send_request(w, o, &req);
 }
 

@@ -651,3 +651,44 @@ Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
         cr_assert_gt(seen[f], 0, "no batch in form %d", f);
     stop(&r);
 }
+
+/* What a split request says its task can wait for the answer
+ * (GetSplitRequest.slack_ms): its queued splits' records at its rate, not
+ * the split its pipeline reads; nothing without a rate. The first split is
+ * one the pipeline reads for ever (its buffer of one batch stays full), so
+ * the seven behind it stay queued. */
+Test(task, a_split_request_says_how_long_its_queued_splits_last)
+{
+    struct run r;
+    sl_task_config_t cfg = config();
+    cfg.buffer_batches = 1;
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000000000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":10}]}",
+               &cfg);
+    uint64_t epoch, records;
+    uint32_t max;
+    await_request(&r, &epoch, &max, &records);
+    cr_assert_eq(sl_task_split_slack_ms(r.task), 0, "nothing queued yet");
+    const uint64_t endless = UINT64_C(1000000000000);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 0, .begin = 0, .end = endless, .epoch = epoch};
+    for (uint64_t i = 1; i < 8; i++)
+        resp.splits[resp.splits_count++] = (sluice_Split){
+            .split_id = i, .begin = endless + (i - 1) * 1000, .end = endless + i * 1000, .epoch = epoch};
+    sl_task_splits_arrived(r.task, &resp);
+    /* The first take measures no rate (a rate is measured from a split
+     * read whole): none yet. */
+    cr_assert_eq(sl_task_split_slack_ms(r.task), 0, "a slack without a rate");
+    sl_task_seed_split_rate(r.task, 4000.0);
+    /* 7,000 records at 4,000 a second, once the pipeline took the first;
+     * before that the endless one counts too (past 2^32 ms: the most). */
+    uint32_t slack = 0;
+    for (int i = 0; i < 3000 && (slack = sl_task_split_slack_ms(r.task)) != 1750; i++) {
+        cr_assert_eq(slack, UINT32_MAX, "neither all eight queued nor the seven behind the first: %u ms", slack);
+        wait_notify(&r);
+    }
+    cr_assert_eq(slack, 1750);
+    cr_assert_eq(sl_task_split_slack_ms(r.task), 1750, "the rate or the queue moved");
+    stop(&r);
+}
