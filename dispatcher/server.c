@@ -761,6 +761,15 @@ void sl_dserver_free(sl_dserver_t *srv)
 {
     if (!srv)
         return;
+    if (srv->store && srv->commit_due_ms) {
+        /* A clean stop with a commit put off: what it holds is made
+         * durable now. Its answers do not go out (the connections close),
+         * and a worker asks again with the same request_seq, which the
+         * store then answers with the same splits. */
+        char err[512];
+        (void)sl_dserver_commit(srv, err, sizeof err); /* a failure is logged there */
+        srv->commit_due_ms = 0;
+    }
     while (srv->conns) {
         struct dconn *dc = srv->conns;
         sl_conn_close(dc->conn);

@@ -47,7 +47,9 @@ sl_dstate_t *sl_dserver_state(sl_dserver_t *srv);
 /** @return whether the server stopped because its state store failed */
 int sl_dserver_failed(const sl_dserver_t *srv);
 
-/** Closes every connection and the listener, and frees the server. */
+/** Commits a commit put off for hand-outs (a clean stop: their answers do
+ *  not go out), closes every connection and the listener, and frees the
+ *  server. */
 void sl_dserver_free(sl_dserver_t *srv);
 
 /** @return milliseconds of a monotonic clock */

@@ -5,10 +5,11 @@ comes meanwhile, and its answer goes out only after that commit. Raw-wire
 workers, so that nothing else talks to the dispatcher: no tick, heartbeat or
 other request commits it by chance."""
 import json
+import signal
 import socket
 import unittest
 
-from harness import Cluster, metric
+from harness import Cluster, get_json, metric
 from test_security_ownership import (ERROR, GET_OR_CREATE_JOB_REQ, GET_SPLIT_REQ, REGISTER_DATASET_REQ, ROLE_CLIENT,
                                      ROLE_DISPATCHER, ROLE_WORKER, SHARDING_DYNAMIC, SPEC, WORKER_HEARTBEAT_REQ,
                                      WORKER_REGISTER_REQ, Peer, decode, error_of, fb, fv, one)
@@ -29,7 +30,7 @@ class SharedCommits(unittest.TestCase):
     def tearDown(self):
         for p in self.peers:
             p.close()
-        self.c.close()
+        self.assertEqual(self.c.close(), {}, 'daemons did not shut down cleanly (exit codes, stderr)')
 
     def peer(self, role):
         p = Peer(self.c.dispatcher.port, role, ROLE_DISPATCHER)
@@ -100,6 +101,26 @@ class SharedCommits(unittest.TestCase):
         got = self.ok(a[0].call(GET_SPLIT_REQ, fv(1, task_a) + fv(3, 4) + fv(4, 1) + fv(6, 2000)), GET_SPLIT_RESP)
         self.assertTrue(got.get(1), "no splits")
         self.assertEqual(self.counts(), (commits + 1, delayed + 1))
+
+
+    def test_a_clean_stop_commits_a_handout_put_off(self):
+        # SIGTERM while a hand-out waits for its commit: the answer does not
+        # go out, but the hand-out is in the store the dispatcher starts
+        # from again (its task counts the request), so the worker asking
+        # again with the same request_seq gets those splits.
+        a, b = self.fake_worker(1), self.fake_worker(2)
+        task_a, _ = self.dynamic_job([a, b])
+        commits, delayed = self.counts()
+        a[0].send(GET_SPLIT_REQ, fv(1, task_a) + fv(3, 4) + fv(4, 1) + fv(6, 600000))
+        a[0].sock.settimeout(2.0)
+        with self.assertRaises(socket.timeout):
+            a[0].recv()
+        self.assertEqual(self.counts(), (commits, delayed + 1))
+        self.c.restart_dispatcher(sig=signal.SIGTERM)
+        port = self.c.dispatcher.admin_port
+        requests = {t['task_id']: t['split_requests'] for j in get_json(port, '/v1/jobs')['jobs']
+                    for t in get_json(port, '/v1/jobs/%d' % j['id'])['tasks']}
+        self.assertEqual(requests.get(task_a), 1, 'the hand-out put off was not committed at the stop: %r' % requests)
 
 
 if __name__ == '__main__':
