@@ -67,18 +67,24 @@ class SharedCommits(unittest.TestCase):
         return (metric(port, 'sluice_dispatcher_state_commits_total', default=0.0),
                 metric(port, 'sluice_dispatcher_handouts_delayed_total', default=0.0))
 
+    def put_off(self, worker, task):
+        """Worker asks for task's splits saying its queue lasts 10 minutes:
+        the hand-out is made, and its answer waits for a commit (at most 5
+        minutes here). Checks that none comes for 2 s, the ticks passing,
+        and that nothing was committed: (commits, hand-outs put off) before."""
+        commits, delayed = self.counts()
+        worker.send(GET_SPLIT_REQ, fv(1, task) + fv(3, 4) + fv(4, 1) + fv(6, 600000))
+        worker.sock.settimeout(2.0)
+        with self.assertRaises(socket.timeout, msg='the answer went out before its commit'):
+            worker.recv()
+        worker.sock.settimeout(30)
+        self.assertEqual(self.counts(), (commits, delayed + 1), 'the hand-out was committed, or not put off')
+        return commits, delayed
+
     def test_a_handout_whose_worker_can_wait_goes_out_with_the_next_commit(self):
         a, b = self.fake_worker(1), self.fake_worker(2)
         task_a, task_b = self.dynamic_job([a, b])
-        commits, delayed = self.counts()
-        # Worker a's queue lasts 10 minutes: its hand-out is made, and its
-        # answer waits for a commit (at most 5 minutes here).
-        a[0].send(GET_SPLIT_REQ, fv(1, task_a) + fv(3, 4) + fv(4, 1) + fv(6, 600000))
-        a[0].sock.settimeout(2.0)
-        with self.assertRaises(socket.timeout, msg='the answer went out before its commit'):
-            a[0].recv()
-        a[0].sock.settimeout(30)
-        self.assertEqual(self.counts(), (commits, delayed + 1), 'the hand-out was committed, or not put off')
+        commits, delayed = self.put_off(a[0], task_a)
         # Worker b's queue is empty: its hand-out is committed at once, and
         # a's with it, in one commit; both answers go out.
         got_b = self.ok(b[0].call(GET_SPLIT_REQ, fv(1, task_b) + fv(3, 4) + fv(4, 1)), GET_SPLIT_RESP)
@@ -102,7 +108,6 @@ class SharedCommits(unittest.TestCase):
         self.assertTrue(got.get(1), "no splits")
         self.assertEqual(self.counts(), (commits + 1, delayed + 1))
 
-
     def test_a_clean_stop_commits_a_handout_put_off(self):
         # SIGTERM while a hand-out waits for its commit: the answer does not
         # go out, but the hand-out is in the store the dispatcher starts
@@ -110,12 +115,7 @@ class SharedCommits(unittest.TestCase):
         # again with the same request_seq gets those splits.
         a, b = self.fake_worker(1), self.fake_worker(2)
         task_a, _ = self.dynamic_job([a, b])
-        commits, delayed = self.counts()
-        a[0].send(GET_SPLIT_REQ, fv(1, task_a) + fv(3, 4) + fv(4, 1) + fv(6, 600000))
-        a[0].sock.settimeout(2.0)
-        with self.assertRaises(socket.timeout):
-            a[0].recv()
-        self.assertEqual(self.counts(), (commits, delayed + 1))
+        self.put_off(a[0], task_a)
         self.c.restart_dispatcher(sig=signal.SIGTERM)
         port = self.c.dispatcher.admin_port
         requests = {t['task_id']: t['split_requests'] for j in get_json(port, '/v1/jobs')['jobs']
