@@ -1,9 +1,9 @@
-"""Hand-outs that share a commit (docs/sharding.md, "Hand-outs and the state
-store's commits"): a DYNAMIC hand-out whose worker says its queued splits
-last a while (GetSplitRequest.slack_ms) is committed later, with whatever
-comes meanwhile, and its answer goes out only after that commit. Raw-wire
-workers, so that nothing else talks to the dispatcher: no tick, heartbeat or
-other request commits it by chance."""
+"""Hand-outs that share a commit (docs/sharding.md, DYNAMIC, "Hand-outs share
+commits"): a DYNAMIC hand-out whose worker says its queued splits last a
+while (GetSplitRequest.slack_ms) is committed later, with whatever comes
+meanwhile, and its answer goes out only after that commit. Raw-wire workers,
+so that nothing else talks to the dispatcher: no heartbeat or other request
+commits it by chance (and the tick does not while a commit is put off)."""
 import json
 import signal
 import socket
