@@ -9,6 +9,7 @@ The trainer is held mid-job without timing: its stdout is a pipe the test
 does not read until the attacks are done, so sluice-cat blocks writing once
 the pipe is full while its iterator thread keeps its lease (heartbeats), and
 the job stays RUNNING with most of its elements still to come."""
+import contextlib
 import json
 import os
 import socket
@@ -573,18 +574,31 @@ class RequestsBeforeTheirTask(ClusterCase):
         return (metric(w, 'sluice_worker_requests_awaited_task_total', default=0.0),
                 metric(w, 'sluice_worker_requests_task_unknown_total', default=0.0))
 
+    @contextlib.contextmanager
+    def held_worker(self, await_task_ms):
+        """A cluster of its own whose one worker gets its dispatcher's frames
+        through a proxy that lets the registration's answer through, then
+        holds the rest (the notices and heartbeat answers) until release():
+        (cluster, worker, proxy), all closed afterwards."""
+        c = Cluster(dispatcher_args=self.dispatcher_args)
+        proxy = None
+        try:
+            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', str(await_task_ms)])
+            c.wait_workers_registered(1)
+            yield c, w, proxy
+        finally:
+            if proxy:
+                proxy.close()
+            c.close()
+
     def test_a_request_before_its_task_is_checked_against_its_key_once_the_task_came(self):
         # The dispatcher's notice would tell the worker of the task at once:
         # this test's worker gets its dispatcher's frames through a proxy
         # that holds them (the notice and heartbeat answers among them)
-        # until the request waits at the worker, then lets them through.
-        c = Cluster(dispatcher_args=self.dispatcher_args)
-        proxy = None
-        try:
-            # The registration's answer, then nothing; a request waits for
-            # its task up to --await-task-ms, past any delay of the release.
-            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', '600000'])
-            c.wait_workers_registered(1)
+        # until the request waits at the worker, then lets them through. A
+        # request waits for its task up to --await-task-ms, past any delay
+        # of the release.
+        with self.held_worker(600000) as (c, w, proxy):
             client, task, me = new_job(self, c)
             task_id, key = one(task, 1), one(task, 7, b'')
             awaited, unknown = self.counts(w)
@@ -612,10 +626,6 @@ class RequestsBeforeTheirTask(ClusterCase):
             self.assertEqual(one(decode(m), 1), task_id)
             thief.close()
             me.close()
-        finally:
-            if proxy:
-                proxy.close()
-            c.close()
 
     def test_past_the_bound_answers_keep_the_order_of_the_requests(self):
         # 65 requests for a made-up task in one write: 64 wait (a
@@ -650,11 +660,7 @@ class RequestsBeforeTheirTask(ClusterCase):
     def test_a_request_waits_for_its_task_no_longer_than_the_bound(self):
         # The worker's heartbeat answers are held: only --await-task-ms can
         # end the wait, and does, while the proxy still holds them.
-        c = Cluster(dispatcher_args=self.dispatcher_args)
-        proxy = None
-        try:
-            w, proxy = worker_behind(c, hold=True, extra=['--await-task-ms', '300'])
-            c.wait_workers_registered(1)
+        with self.held_worker(300) as (_, w, proxy):
             awaited, unknown = self.counts(w)
             p = Peer(w.port, ROLE_CLIENT, ROLE_WORKER)
             code, text = p.refused(GET_ELEMENT_REQ, fv(1, 10 ** 9 + 3) + fb(7, bytes(16)))
@@ -665,10 +671,6 @@ class RequestsBeforeTheirTask(ClusterCase):
             # the request set off, is held in the proxy.
             wait_for(proxy.held.is_set, 'the heartbeat answer to be held', timeout=20)
             p.close()
-        finally:
-            if proxy:
-                proxy.close()
-            c.close()
 
 
     def test_a_tombstone_answers_only_its_own_tasks_clients(self):
