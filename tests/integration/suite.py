@@ -2,10 +2,12 @@
 directory, keeps the tests whose id contains a pattern, runs them and ends
 with the line 'N passed, N failed'.
 
-Lanes. A test module may say `LANE = 'name'`: its tests spend their time
-waiting on the clock in network namespaces of their own (test_multihost.py:
-cuts, leases and outages of fixed length), so they can run beside the others
-without sharing a port, a file or much CPU with them. Without a pattern,
+Lanes. A test module may say `LANE = 'name'`, and a class of it another
+one: its tests spend their time waiting on the clock in network namespaces
+of their own (test_multihost.py: cuts, leases and outages of fixed length),
+so they can run beside the others without sharing a port, a file or much
+CPU with them (test_multihost.py fills two such lanes, each about as long
+as the tests on loopback take in the normal build). Without a pattern,
 run() then runs each lane in a process of its own at the same time (the
 script again, with --lane NAME --lane-result FILE): the default lane's
 output as it comes, the others' after it, and one total at the end. With a
@@ -47,9 +49,11 @@ def flatten(s):
 
 
 def lane_of(test):
-    """The lane its module names (LANE), else the default one. A module that
-    failed to import is the loader's and runs in the default lane."""
-    return getattr(sys.modules.get(type(test).__module__), 'LANE', DEFAULT_LANE)
+    """The lane its class names (LANE), else the one its module names, else
+    the default one. A module that failed to import is the loader's and runs
+    in the default lane."""
+    lane = getattr(type(test), 'LANE', None)
+    return lane or getattr(sys.modules.get(type(test).__module__), 'LANE', DEFAULT_LANE)
 
 
 def add_lane_args(ap):

@@ -41,7 +41,9 @@ import netns
 from harness import LISTEN, binary, child_env
 
 # Its cases wait on fixed cuts, leases and outages in namespaces of their own:
-# the suite runs them in a process beside the other tests (suite.py).
+# the suite runs them in processes beside the other tests (suite.py), in two
+# lanes of about 140 s each (the classes that say LANE = 'netns2' and the
+# others), so that neither outlasts the tests on loopback.
 LANE = 'netns'
 
 N = 2_000_000           # elements of the gated DYNAMIC jobs: far more than every buffer holds
@@ -632,6 +634,7 @@ class DispatcherCutOffPastLeases(MultiHost):
     a frame through within one lease of the first one after the heal; a
     connect attempt begun during the cut gives up after 1.5 s without an
     answer to its SYN, and the next one sends a new SYN.)"""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     CUT_S = 12
     dispatcher_args = ('--worker-timeout-ms', '5000', '--client-timeout-ms', '5000')
 
@@ -734,6 +737,7 @@ class TrainerAwayPastItsLease(MultiHost):
     trainer 0 comes back under its id and every element comes exactly once
     across both trainers (docs/fault-tolerance.md, Clients away past their
     lease)."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '3000')
 
     def test_dynamic_exactly_once_across_the_absence_and_a_worker_loss(self):
@@ -760,6 +764,7 @@ class TrainerCutFromWorkerPastItsTimeout(TrainerCutFromWorker):
     which TCP keeps across the cut (TCP liveness ends it only after 20 s);
     the trainer reads on from the other workers and gets what was in flight
     once healed."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     CUT_S = 8
     TIMEOUT_MS = 3000
 
@@ -769,6 +774,7 @@ class TrainerCutFromWorkerForGood(MultiHost):
     TCP liveness (keepalive and TCP_USER_TIMEOUT, 20 s) ends the silent
     connection, the trainer cannot connect again, and it fails naming the
     worker after its timeout, instead of waiting on it for ever."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '30000')
 
     def test_the_trainer_fails_in_bounded_time_naming_the_worker(self):
@@ -793,6 +799,7 @@ class DispatcherRestartedAfter45s(MultiHost):
     as a rescheduled Kubernetes pod would be: the trainers (the default
     dispatcher_timeout_ms of an hour) read what the workers buffered, wait,
     and carry on with the same job, exactly once."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     DOWN_S = 45
     dispatcher_args = ('--worker-timeout-ms', '10000', '--client-timeout-ms', '10000')
 
@@ -884,6 +891,7 @@ class ThrottledWorker(MultiHost):
     free: the epoch is delivered exactly once, and the fast workers serve
     most of it (DYNAMIC splits go to whoever asks; a worker with a full
     buffer does not ask), so the straggler does not hold the epoch."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     dispatcher_args = ('--worker-timeout-ms', '10000',)
     split_size = 64    # records: 256 KiB, about 4 splits fit in a worker's 1 MiB buffer
 
@@ -980,6 +988,7 @@ class LocalTargetWorkers(MultiHost):
     so the first two workers to start cannot take the whole job before the
     third starts (with 30 splits and the last ones as long as an eighth of
     --max-split-size, they did, and its trainer read nothing)."""
+    LANE = 'netns2'  # the second lane of these (suite.py)
     dispatcher_args = ('--worker-timeout-ms', '10000', '--max-split-size', str(SPLIT))
 
     def test_local_trainers_read_their_own_worker_exactly_once(self):
