@@ -36,6 +36,11 @@ to read, in as long a run: its line (dynamic_vs_off_equal_work) sets it
 against the same OFF runs, so that the cost a batch of DYNAMIC stands apart
 from the job's start and end, which a DYNAMIC run of the range pays on half
 as many elements (2 workers).
+The shape `epochs` (not in the default --shapes) is the same number of
+elements as a small dataset repeated: a range of --epoch-elements (default
+50,000, a CIFAR-size epoch) under a repeat of --elements over it, so that a
+DYNAMIC task crosses hundreds of epochs (the hand-out gives it the next
+epochs' splits once its own ran out: docs/sharding.md, Epochs ahead).
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
@@ -53,7 +58,9 @@ ap.add_argument('--rounds', type=int, default=12,
                 help='runs of each side (at the sized window a run lasts about a quarter of a second here, '
                 'and six rounds of one build read pair ratios from 0.81 to 0.97)')
 ap.add_argument('--workers', default='1,2', help='cluster sizes, comma-separated')
-ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
+ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle, epochs, comma-separated')
+ap.add_argument('--epoch-elements', type=int, default=50000,
+                help='the epochs shape: elements an epoch (--elements of them in all, rounded down to whole epochs)')
 ap.add_argument('--no-provenance', action='store_true', help='DYNAMIC without provenance (at least once)')
 ap.add_argument('--no-shm', action='store_true',
                 help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
@@ -72,6 +79,10 @@ BATCH = 1024
 
 
 def spec(shape, elements):
+    if shape == 'epochs':
+        return {"source": {"type": "range", "start": 0, "stop": args.epoch_elements},
+                "ops": [{"op": "repeat", "count": elements // args.epoch_elements},
+                        {"op": "batch", "batch_size": BATCH, "drop_remainder": False}]}
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
     ops.append({"op": "batch", "batch_size": BATCH, "drop_remainder": False})
     return {"source": {"type": "range", "start": 0, "stop": elements}, "ops": ops}
@@ -95,6 +106,8 @@ def run(c, workers, shape, sharding, elements=None):
     before = {k: f() for k, f in parts.items()}
     user0, sys0 = cpu_user_system(pids)
     elements = elements or args.elements
+    if shape == 'epochs':
+        elements = elements // args.epoch_elements * args.epoch_elements
     rc, _, err = c.cat(spec(shape, elements), extra, fmt='count', timeout=900)
     user1, sys1 = cpu_user_system(pids)
     by_part = {k: f() - before[k] for k, f in parts.items()}

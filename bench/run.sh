@@ -38,6 +38,9 @@ dyn_build=$build
 # dynamic_vs_off_equal_work line sets them apart another way).
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build" --shapes plain --elements 200000000 --rounds 8 \
     --no-equal-work
+# The same elements as 800 epochs of 50,000 (a repeat over a CIFAR-size
+# dataset): a DYNAMIC task crosses an epoch every few milliseconds.
+/usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build" --shapes epochs --rounds 8 --no-equal-work
 # The request window, sized by bytes, against the fixed one it replaced.
 /usr/bin/python3 bench/request_window.py --build "$dyn_build"
 # The same comparison in instructions (callgrind), which the machine's

@@ -125,6 +125,8 @@ static int rate_index(const struct worker *w, uint64_t dataset_id)
  * asks for, and the length of a split, for sl__dstate_first_splits(). */
 static void remember_request(struct worker *w, uint64_t dataset_id, const sluice_GetSplitRequest *req)
 {
+    if (req->cross_epochs)
+        w->cross_epochs = true;
     if (req->request_seq == 0)
         return; /* not numbered: its first request could not find an answer made ahead */
     if (req->request_seq == 1)
@@ -137,6 +139,31 @@ static void remember_request(struct worker *w, uint64_t dataset_id, const sluice
         w->rates_next = (w->rates_next + 1) % SL_WORKER_RATES;
     }
     w->rates[i] = (struct worker_rate){.dataset_id = dataset_id, .split_records = req->split_records};
+}
+
+/* Moves j's cursor to the start of its next epoch. */
+static void open_next_epoch(sl_dstate_t *st, struct job *j)
+{
+    j->cursor_dirty = true;
+    sl__dstate_touch(st, j);
+    j->split_epoch++;
+    j->split_file = 0;
+    j->split_next = 0;
+    j->split_epoch_handed = 0;
+}
+
+/* The records left from j's cursor: to its epoch's end, and with cross
+ * also every later epoch's below its dataset's passes (at most
+ * UINT64_MAX). */
+static uint64_t records_ahead(const struct job *j, bool cross)
+{
+    uint64_t left = sl__job_records_left(j);
+    if (!cross || j->split_epoch + 1 >= j->dataset->passes)
+        return left;
+    uint64_t epochs = j->dataset->passes - j->split_epoch - 1, each = sl__dataset_records(j->dataset);
+    if (epochs > (UINT64_MAX - left) / each)
+        return UINT64_MAX;
+    return left + epochs * each;
 }
 
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
@@ -209,18 +236,18 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
         if (resp->splits_count > 0)
             goto answered;
     }
-    if (j->state != SL_JOB_RUNNING || req->epoch < j->split_epoch) {
+    /* A task that takes splits of later epochs gets them once its own ran
+     * out, up to the epochs every pipeline reads (never one its pipeline
+     * might not reach); not of an empty source, whose epochs would open
+     * without end. */
+    bool cross = req->cross_epochs && d->passes > 1 && sl__dataset_records(d) > 0;
+    if (j->state != SL_JOB_RUNNING || (req->epoch < j->split_epoch && !cross)) {
         resp->end_of_epoch = true;
         return 0;
     }
     if (req->epoch == j->split_epoch + 1 && j->split_file >= nfiles) {
-        j->cursor_dirty = true;
-        sl__dstate_touch(st, j);
-        j->split_epoch++;
-        j->split_file = 0;
-        j->split_next = 0;
-        j->split_epoch_handed = 0;
-    } else if (req->epoch != j->split_epoch) {
+        open_next_epoch(st, j);
+    } else if (req->epoch > j->split_epoch) {
         return sl_errf(err, errlen, SL_EINVAL,
                        "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
                    j->id, j->split_epoch, t->id, req->epoch);
@@ -236,11 +263,17 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     unsigned live = 0;
     for (unsigned k = 0; k < j->num_tasks; k++)
         live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
-    uint64_t left = sl__job_records_left(j);
-    uint64_t fair = (left + 2 * (uint64_t)live - 1) / (2 * (uint64_t)(live ? live : 1));
+    uint64_t left = records_ahead(j, cross);
+    uint64_t fair = left / (2 * (uint64_t)(live ? live : 1)) + (left % (2 * (uint64_t)(live ? live : 1)) != 0);
     uint64_t given = 0;
     /* Splits never cross a file; empty files are stepped over. */
-    while (resp->splits_count < max && j->split_file < nfiles && (live < 2 || resp->splits_count == 0 || given < fair)) {
+    while (resp->splits_count < max && (live < 2 || resp->splits_count == 0 || given < fair)) {
+        if (j->split_file >= nfiles) {
+            if (!cross || j->split_epoch + 1 >= d->passes)
+                break;
+            open_next_epoch(st, j);
+            continue;
+        }
         uint64_t total = sl__dataset_file_records(d, j->split_file);
         if (j->split_next >= total) {
             j->split_file++;
@@ -250,7 +283,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
             continue;
         }
         uint64_t begin = j->split_next;
-        uint64_t len = split_length(st, d, req->split_records, sl__job_records_left(j), live);
+        uint64_t len = split_length(st, d, req->split_records, records_ahead(j, cross), live);
         uint64_t end = total - begin > len ? begin + len : total;
         uint32_t skips = 0;
         uint64_t skip_offset = t->last_skips_len;
@@ -334,7 +367,8 @@ void sl__dstate_first_splits(sl_dstate_t *st, struct job *j)
                                       .epoch = 0,
                                       .max_splits = w->first_max_splits,
                                       .request_seq = 1,
-                                      .split_records = w->rates[i].split_records};
+                                      .split_records = w->rates[i].split_records,
+                                      .cross_epochs = w->cross_epochs};
         sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
         char err[256];
         if (sl_dstate_get_splits(st, &req, &resp, err, sizeof err) < 0)

@@ -47,6 +47,8 @@
 #include "errbuf.h"
 #include "le.h"
 #include "log.h"
+#include "policy.h"
+#include "spec.h"
 #include "state_types.h"
 
 static const char *const table_names[SL_DT_COUNT_] = {"datasets",   "jobs",      "workers",
@@ -100,6 +102,20 @@ static json_t *dataset_record(const sl_dstate_t *st, const struct dataset *d)
     if (rec && d->name[0])
         json_object_set_new(rec, "name", json_string(d->name));
     return rec;
+}
+
+/* What sl_policy_source_passes() says of a stored spec, which is not
+ * stored itself (a dispatcher from before it reads the record as it is);
+ * 1 (no hand-out ahead of a task's epoch) if it no longer parses. */
+static uint64_t spec_passes(const char *canonical)
+{
+    sl_spec_t *spec = NULL;
+    char err[256];
+    if (sl_spec_parse(canonical, strlen(canonical), &spec, err, sizeof err) < 0)
+        return 1;
+    uint64_t passes = sl_policy_source_passes(spec);
+    sl_spec_free(spec);
+    return passes;
 }
 
 static json_t *worker_record(const struct worker *w)
@@ -475,6 +491,7 @@ static int load_dataset(const void *key, size_t klen, const void *val, size_t vl
     snprintf(d->name, sizeof d->name, "%s", name);
     if (!(d->canonical = strdup(spec)))
         goto nomem_in;
+    d->passes = spec_passes(spec);
     if (nfiles > 0) {
         d->files.paths = calloc(nfiles, sizeof *d->files.paths);
         d->files.records = calloc(nfiles, sizeof *d->files.records);

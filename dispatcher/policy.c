@@ -29,6 +29,47 @@ bool sl_policy_infinite(const sl_spec_t *spec, long long known_elements)
     return infinite;
 }
 
+uint64_t sl_policy_source_passes(const sl_spec_t *spec)
+{
+    uint64_t passes = 1;
+    for (int i = 0; i < sl_spec_num_ops(spec); i++) {
+        const sl_spec_op_t *op = sl_spec_op(spec, i);
+        switch (op->kind) {
+        case SL_OP_REPEAT: {
+            int64_t count = op->u.repeat.count;
+            if (count < 0 || (passes > 0 && (uint64_t)count > UINT64_MAX / passes))
+                passes = passes == 0 ? 0 : UINT64_MAX;
+            else if (passes != UINT64_MAX || count == 0)
+                passes *= (uint64_t)count;
+            break;
+        }
+        case SL_OP_BATCH:
+        case SL_OP_PADDED_BATCH:
+        case SL_OP_SHUFFLE:
+        case SL_OP_SKIP:
+        case SL_OP_SHARD:
+        case SL_OP_FILTER:
+        case SL_OP_MAP:
+        case SL_OP_PARSE_EXAMPLE:
+        case SL_OP_DECODE_JPEG:
+        case SL_OP_RESIZE:
+        case SL_OP_RANDOM_CROP:
+        case SL_OP_CENTER_CROP:
+        case SL_OP_RANDOM_FLIP:
+        case SL_OP_NORMALIZE:
+        case SL_OP_CAST:
+        case SL_OP_PREFETCH:
+            /* Each passes on, changes or drops what comes, and its
+             * iteration ends when its input's does. */
+            break;
+        default:
+            /* take, interleave, cache, and any op not known here. */
+            return 1;
+        }
+    }
+    return passes;
+}
+
 int sl_policy_host(const char *addr, char *host, size_t hostlen)
 {
     const char *colon = strrchr(addr, ':');

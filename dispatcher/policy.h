@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "spec.h"
 
@@ -20,6 +21,18 @@ int sl_policy_hint_op(const sl_spec_t *spec);
  * taken as not empty).
  */
 bool sl_policy_infinite(const sl_spec_t *spec, long long known_elements);
+
+/**
+ * How many times every pipeline of spec certainly reads its source whole:
+ * the epochs its DYNAMIC tasks all ask splits for. The product of its
+ * repeats' counts (UINT64_MAX for one forever), or 1 when an op may end an
+ * iteration or the pipeline before the source's end (take) or reads the
+ * source its own way (interleave, cache). The hand-out gives a task splits
+ * of a later epoch than it asks for only below this many
+ * (GetSplitRequest.cross_epochs): never of one its pipeline might not
+ * reach, where they would go unread.
+ */
+uint64_t sl_policy_source_passes(const sl_spec_t *spec);
 
 /**
  * Copies the host of "host:port" (brackets of an IPv6 host removed) into

@@ -866,6 +866,7 @@ int sl_dstate_dataset_register_counted(sl_dstate_t *st, const char *spec_text, s
         d->cardinality = (int64_t)files.total;
     d->hint_op = sl_policy_hint_op(spec);
     d->infinite = sl_policy_infinite(spec, d->cardinality);
+    d->passes = sl_policy_source_passes(spec);
     d->last_used = st->now;
     d->dirty = true;
     st->datasets_dirty = true;

@@ -71,6 +71,7 @@ struct worker {
      * records a split its tasks asked for last of the latest datasets they
      * read (a ring). In memory only: after a restart the workers ask. */
     uint32_t first_max_splits;
+    bool cross_epochs; /* its tasks asked with GetSplitRequest.cross_epochs */
     struct worker_rate {
         uint64_t dataset_id;
         uint64_t split_records;
@@ -96,6 +97,9 @@ struct dataset {
     uint64_t *records_from; /* records of files f.. (num_files + 1), made at the first hand-out; NULL: not yet */
     int hint_op;         /* the first shard op with num_shards "hint", or -1 */
     bool infinite;       /* the pipeline never ends (coordinated reads need it) */
+    uint64_t passes;     /* epochs every pipeline certainly reads (sl_policy_source_passes()):
+                            DYNAMIC hand-outs may run ahead of a task's epoch below it;
+                            not stored, derived from the spec again when loaded */
     int64_t last_used;   /* registered, or a job of it created or running, on the state's clock;
                             stored (as wall-clock time, persist.c) when it moved a minute or more
                             past saved_used, so --dataset-gc-timeout-ms counts across restarts; 0:

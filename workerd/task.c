@@ -81,7 +81,8 @@ struct sl_task {
      * parked, and the next batch made must tell its loop. Batches made
      * while nobody waits go into the ring without waking the loop. */
     bool taker_waiting;
-    /* DYNAMIC splits for want_epoch. */
+    /* DYNAMIC splits for want_epoch, and once crossing also for later
+     * epochs, each read in its own epoch or later. */
     struct split splits[MAX_SPLITS];
     unsigned split_head;
     /* Written under mu, atomically: sl_task_want_splits() reads it without
@@ -89,6 +90,11 @@ struct sl_task {
     unsigned split_count;
     uint64_t want_epoch;
     bool epoch_exhausted;
+    /* The dispatcher handed this task splits of a later epoch than it asked
+     * for (GetSplitRequest.cross_epochs): queued splits then outlive the
+     * pipeline's epoch, and a split of a later epoch at the queue's head
+     * ends the one it is in (its cursor ran out to hand that one out). */
+    bool crossing;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only; an ended task answers no end while it is out */
     uint64_t split_next_id; /* one more than the largest split id received */
@@ -288,8 +294,13 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     int rc;
     pthread_mutex_lock(&t->mu);
     if (epoch != t->want_epoch) {
-        /* The pipeline moved to a new epoch (repeat): the old one is done. */
-        splits_clear(t);
+        /* The pipeline moved to a new epoch (repeat): the old one is done,
+         * and so are its splits left queued (an iteration a take cut
+         * short); but not those of later epochs, nor lost workers' handed
+         * out behind them (crossing: an iteration ends only at a later
+         * epoch's split or with every epoch's cursor run out). */
+        if (!t->crossing)
+            splits_clear(t);
         t->want_epoch = epoch;
         t->epoch_exhausted = t->splits_finished;
     }
@@ -300,6 +311,10 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         }
         if (t->error_code) {
             rc = t->error_code;
+            break;
+        }
+        if (t->split_count > 0 && t->crossing && t->splits[t->split_head].epoch > epoch) {
+            rc = 1; /* the epoch's cursor ran out: the split waits for its own */
             break;
         }
         if (t->split_count > 0) {
@@ -926,9 +941,17 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
         }
     }
     pthread_mutex_lock(&t->mu);
-    /* An answer for an epoch the pipeline has left is stale. It cannot hold
-     * splits: the dispatcher ends an epoch only when none is left. */
-    if (resp->epoch == t->want_epoch) {
+    for (pb_size_t i = 0; i < resp->splits_count; i++)
+        if (resp->splits[i].epoch > resp->epoch)
+            t->crossing = true;
+    /* An answer for an epoch the pipeline has left is stale. It holds no
+     * split (the dispatcher ends an epoch only when none is left), unless
+     * the task is crossing: then the pipeline left it for a later epoch's
+     * split while this request was out, and its splits are of that epoch or
+     * later ones, or lost workers' (any epoch). They are queued; its end of
+     * epoch is of an epoch the pipeline has left. */
+    bool current = resp->epoch == t->want_epoch;
+    if (current || (t->crossing && resp->epoch < t->want_epoch)) {
         if (resp->splits_count > MAX_SPLITS - t->split_count)
             sl_log_error("task %" PRIu64 ": dispatcher sent %u splits, more than asked for; the rest are lost",
                          t->def.task_id, (unsigned)resp->splits_count);
@@ -963,7 +986,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             splits_clear(t);
         else
             queue_changed(t);
-        if (resp->end_of_epoch)
+        if (resp->end_of_epoch && current)
             t->epoch_exhausted = true;
         if (resp->finished)
             t->splits_finished = true;

@@ -318,7 +318,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
                                   .max_splits = max,
                                   .request_seq = seq,
                                   .split_records = records,
-                                  .slack_ms = sl_task_split_slack_ms(wt->task)};
+                                  .slack_ms = sl_task_split_slack_ms(wt->task),
+                                  .cross_epochs = true};
     send_request(w, o, &req);
 }
 

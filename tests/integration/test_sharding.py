@@ -14,7 +14,7 @@ import time
 import unittest
 import urllib.request
 
-from harness import Cluster, binary, child_env, free_ports, get_json, parse_jsonl, values, wait_for
+from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
@@ -348,6 +348,47 @@ class SplitRates(unittest.TestCase):
             c.wait_workers_registered(1)
             self.assertEqual(self.first_split(c, 300000), 1024, 'a rate measured under the old dispatcher')
             self.assertEqual(dataset_ids(), old_ids, 'the new dispatcher gave the other dataset the same id')
+        finally:
+            self.assertEqual(c.close(), {})
+
+
+class ManyEpochs(unittest.TestCase):
+    """A small dataset repeated many times under DYNAMIC (400 epochs of 2,000
+    records: a validation set, or CIFAR-size data for hundreds of epochs).
+    Once a task's epoch has no split left, the dispatcher hands it splits of
+    the next ones (docs/sharding.md, Epochs ahead), so that its pipeline does
+    not wait for a hand-out at each epoch's start: each of the two workers
+    used to ask at least once an epoch, 800 requests, and DYNAMIC read such a
+    job at an eightieth of OFF's rate. Every record of every epoch still
+    comes exactly once."""
+    EPOCHS = 400
+    RECORDS = 2000
+
+    def test_every_epoch_exactly_once_in_fewer_split_requests_than_epochs(self):
+        c = Cluster(workers=2, dispatcher_args=['--split-size', '1000'])
+        try:
+            c.wait_workers_registered(2)
+            spec = {"source": {"type": "range", "stop": self.RECORDS},
+                    "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 100}]}
+            rc, batches, err = c.cat(spec, ['--sharding', 'dynamic', '--with-provenance'])
+            self.assertEqual(rc, 0, err[-2000:])
+            runs = collections.defaultdict(list)
+            for b in batches:
+                for epoch, _file, begin, count in b.get('_provenance', []):
+                    runs[epoch].append((begin, count))
+            self.assertEqual(sorted(runs), list(range(self.EPOCHS)))
+            for epoch, rs in runs.items():
+                at = 0
+                for begin, count in sorted(rs):
+                    self.assertEqual(begin, at, 'epoch %d: records from %d, not %d' % (epoch, begin, at))
+                    at = begin + count
+                self.assertEqual(at, self.RECORDS, 'epoch %d ends at record %d' % (epoch, at))
+            self.assertEqual(collections.Counter(values([b for b in batches if 'value' in b], 'value')),
+                             collections.Counter(list(range(self.RECORDS)) * self.EPOCHS))
+            # 800 splits, at least 4 an answer to a worker asking with 4 of its
+            # 8 queued, and a few empty answers at the end.
+            requests = metric(c.dispatcher.admin_port, 'sluice_dispatcher_requests_total', 'type="GET_SPLIT"')
+            self.assertLess(requests, self.EPOCHS, 'split requests for %d epochs' % self.EPOCHS)
         finally:
             self.assertEqual(c.close(), {})
 

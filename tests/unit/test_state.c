@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include "log.h"
+#include "policy.h"
 #include "seed_util.h"
+#include "spec.h"
 #include "state.h"
 #include "taskkey.h"
 
@@ -2291,4 +2293,204 @@ Test(state, registrations_that_never_heartbeat_are_lost_in_silence_too)
     for (int64_t now = 10; now <= 300; now += 10)
         sl_dstate_tick(st, now);
     cr_assert_eq(stats().workers_live, 0, "registrations without a heartbeat held their places");
+}
+
+/* ---- DYNAMIC splits ahead of a task's epoch (cross_epochs) -------------- */
+
+#define REPEAT_SPEC(stop, count)                                                                                     \
+    "{\"source\": {\"type\": \"range\", \"stop\": " #stop "}, \"ops\": [{\"op\": \"repeat\", \"count\": " #count "}]}"
+
+/* sl_policy_source_passes() of a spec. */
+static uint64_t passes_of(const char *json)
+{
+    sl_spec_t *spec = NULL;
+    cr_assert_eq(sl_spec_parse(json, strlen(json), &spec, err, sizeof err), 0, "%s: %s", json, err);
+    uint64_t p = sl_policy_source_passes(spec);
+    sl_spec_free(spec);
+    return p;
+}
+
+Test(state, the_passes_of_a_spec_count_only_epochs_every_pipeline_reads)
+{
+    cr_assert_eq(passes_of(RANGE_SPEC(10)), 1);
+    cr_assert_eq(passes_of(REPEAT_SPEC(10, 3)), 3);
+    cr_assert_eq(passes_of(REPEAT_SPEC(10, 0)), 0);
+    cr_assert_eq(passes_of(REPEAT_SPEC(10, -1)), UINT64_MAX);
+    cr_assert_eq(passes_of("{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"shuffle\", "
+                           "\"buffer_size\": 4}, {\"op\": \"repeat\", \"count\": 3}, {\"op\": \"repeat\", \"count\": "
+                           "5}, {\"op\": \"batch\", \"batch_size\": 2}, {\"op\": \"skip\", \"count\": 1}]}"),
+                 15);
+    cr_assert_eq(passes_of("{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\", "
+                           "\"count\": 4611686018427387904}, {\"op\": \"repeat\", \"count\": 8}]}"),
+                 UINT64_MAX, "a product past 2^64 is forever");
+    /* An op that may end an iteration early, or reads the source its own
+     * way: no epoch past the first is certain. */
+    cr_assert_eq(passes_of("{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\", "
+                           "\"count\": 3}, {\"op\": \"take\", \"count\": 25}]}"),
+                 1);
+    cr_assert_eq(passes_of("{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"take\", "
+                           "\"count\": 5}, {\"op\": \"repeat\", \"count\": 3}]}"),
+                 1);
+    cr_assert_eq(passes_of("{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"cache\"}, "
+                           "{\"op\": \"repeat\", \"count\": 3}]}"),
+                 1);
+}
+
+/* get_splits with cross_epochs; the answer is in *sresp. */
+static int splits_ahead(uint64_t task_id, uint64_t epoch, uint32_t max)
+{
+    sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max, .cross_epochs = true};
+    memset(sresp, 0, sizeof *sresp);
+    err[0] = '\0';
+    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+}
+
+Test(state, a_task_that_crosses_epochs_gets_later_epochs_once_its_own_ran_out_and_none_past_the_passes)
+{
+    start_default();
+    uint64_t ds = dataset(REPEAT_SPEC(2500, 3));
+    uint64_t w1 = worker("w:1", 0), w2 = worker("w:2", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t1 = take_task(w1, 1).task_id, t2 = take_task(w2, 1).task_id;
+    /* 3 splits an epoch (1000, 1000 and 500): t1 takes epoch 0's first,
+     * then an answer of up to 8 runs on into epoch 1, up to half of a
+     * task's share of the 6,500 records left in the three passes (1,625). */
+    cr_assert_eq(splits_ahead(t1, 0, 1), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 1);
+    cr_assert_eq(splits_ahead(t1, 0, 8), 0, "%s", err);
+    cr_assert_eq(sresp->epoch, 0);
+    cr_assert_not(sresp->end_of_epoch);
+    cr_assert_eq(sresp->splits_count, 3, "%u splits", (unsigned)sresp->splits_count);
+    cr_assert_eq(sresp->splits[0].epoch, 0);
+    cr_assert_eq(sresp->splits[1].epoch, 0);
+    cr_assert_eq(sresp->splits[1].end, 2500);
+    cr_assert_eq(sresp->splits[2].epoch, 1, "epoch 0 ran out: epoch 1 opened for it");
+    cr_assert_eq(sresp->splits[2].begin, 0);
+    /* t2, still in epoch 0, gets what the cursor has (epoch 1), not the
+     * end of epoch 0; a task that does not cross does. */
+    cr_assert_eq(splits(t2, 0, 8), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+    cr_assert_eq(sresp->splits_count, 0);
+    uint64_t covered[3] = {2500, 1000, 0};
+    for (int calls = 0; calls < 100; calls++) {
+        cr_assert_eq(splits_ahead(calls % 2 ? t1 : t2, 0, 8), 0, "%s", err);
+        if (sresp->end_of_epoch)
+            break;
+        for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+            const sluice_Split *s = &sresp->splits[i];
+            cr_assert_lt(s->epoch, 3, "a split of epoch %" PRIu64 ": past the repeat's 3 passes", s->epoch);
+            cr_assert_eq(s->begin, covered[s->epoch], "epoch %" PRIu64 " carries on where it was", s->epoch);
+            covered[s->epoch] = s->end;
+        }
+    }
+    cr_assert(sresp->end_of_epoch, "every pass handed out, the answer is the end");
+    cr_assert_eq(covered[1], 2500);
+    cr_assert_eq(covered[2], 2500);
+    /* The last pass's end is every task's, in any epoch it asks about. */
+    cr_assert_eq(splits_ahead(t1, 2, 8), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+    cr_assert_eq(splits_ahead(t2, 1, 8), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch);
+}
+
+Test(state, a_spec_without_certain_passes_is_handed_out_one_epoch_at_a_time_even_to_tasks_that_cross)
+{
+    start_default();
+    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 2000}, \"ops\": [{\"op\": \"repeat\", "
+                          "\"count\": 5}, {\"op\": \"take\", \"count\": 3000}]}");
+    uint64_t w1 = worker("w:1", 0);
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    uint64_t t1 = take_task(w1, 1).task_id;
+    cr_assert_eq(splits_ahead(t1, 0, 8), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 2);
+    cr_assert_eq(splits_ahead(t1, 0, 8), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch, "a take may end the pipeline in epoch 0: epoch 1 waits for it to ask");
+    cr_assert_eq(splits_ahead(t1, 1, 8), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 2);
+    cr_assert_eq(sresp->splits[0].epoch, 1);
+}
+
+/* The pipelines of a model of workerd's tasks (task.c): each reads its
+ * queued splits of its epoch or earlier ones, asks for more (cross_epochs)
+ * with an empty queue, and moves to the next epoch at a later epoch's
+ * split or at its epoch's end, until the repeat's passes. */
+struct model_task {
+    uint64_t id, epoch;
+    bool exhausted;
+    sluice_Split queue[64];
+    unsigned head, n;
+};
+
+Test(state, crossing_epochs_hands_every_record_of_every_pass_out_once_at_drawn_sizes)
+{
+    uint64_t seed = test_seed("crossing_epochs_hands_every_record_of_every_pass_out_once_at_drawn_sizes"), rng = seed;
+    for (int round = 0; round < 30; round++) {
+        uint64_t records = 1 + splitmix64(&rng) % 20000, passes = 1 + splitmix64(&rng) % 40;
+        unsigned ntasks = 1 + (unsigned)(splitmix64(&rng) % 8), max = 1 + (unsigned)(splitmix64(&rng) % 8);
+        uint64_t want = splitmix64(&rng) % 4 ? splitmix64(&rng) % 8000 : 0;
+        char spec[200];
+        snprintf(spec, sizeof spec,
+                 "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}, \"ops\": [{\"op\": \"repeat\", "
+                 "\"count\": %" PRIu64 "}]}",
+                 records, passes);
+        sl_dstate_free(st);
+        st = NULL;
+        start_default();
+        uint64_t ds = dataset(spec);
+        struct model_task tasks[8];
+        uint64_t wids[8];
+        for (unsigned k = 0; k < ntasks; k++) {
+            char addr[16];
+            snprintf(addr, sizeof addr, "w:%u", k + 1);
+            wids[k] = worker(addr, 0);
+        }
+        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+        for (unsigned k = 0; k < ntasks; k++)
+            tasks[k] = (struct model_task){.id = take_task(wids[k], 1).task_id};
+        /* Per pass, the records handed out so far: splits come in order. */
+        uint64_t *next = calloc(passes, sizeof *next);
+        cr_assert_not_null(next);
+        unsigned ended = 0;
+        for (uint64_t step = 0; ended < ntasks; step++) {
+            cr_assert_lt(step, 10000000, "seed %" PRIu64 " round %d: no end", seed, round);
+            struct model_task *t = &tasks[splitmix64(&rng) % ntasks];
+            if (t->epoch >= passes)
+                continue;
+            if (t->n > 0 && t->queue[t->head].epoch <= t->epoch) {
+                t->head = (t->head + 1) % 64;
+                t->n--;
+                continue;
+            }
+            if (t->n > 0 || t->exhausted) {
+                /* A later epoch's split, or the end: the next pass. */
+                t->exhausted = false;
+                if (++t->epoch == passes)
+                    ended++;
+                continue;
+            }
+            sluice_GetSplitRequest req = {.task_id = t->id, .epoch = t->epoch, .max_splits = max,
+                                          .split_records = want, .cross_epochs = true};
+            memset(sresp, 0, sizeof *sresp);
+            cr_assert_eq(sl_dstate_get_splits(st, &req, sresp, err, sizeof err), 0, "seed %" PRIu64 ": %s", seed,
+                         err);
+            cr_assert_leq(sresp->splits_count, max);
+            t->exhausted = sresp->end_of_epoch;
+            for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+                const sluice_Split *s = &sresp->splits[i];
+                cr_assert_lt(s->epoch, passes, "seed %" PRIu64 " round %d: epoch %" PRIu64 " of %" PRIu64 " passes",
+                             seed, round, s->epoch, passes);
+                cr_assert_geq(s->epoch, t->epoch, "seed %" PRIu64 ": a split of an epoch its task left", seed);
+                cr_assert_eq(s->begin, next[s->epoch], "seed %" PRIu64 " round %d: epoch %" PRIu64
+                             " split [%" PRIu64 ", %" PRIu64 ") after %" PRIu64, seed, round, s->epoch, s->begin,
+                             s->end, next[s->epoch]);
+                cr_assert_gt(s->end, s->begin);
+                next[s->epoch] = s->end;
+                t->queue[(t->head + t->n++) % 64] = *s;
+            }
+        }
+        for (uint64_t e = 0; e < passes; e++)
+            cr_assert_eq(next[e], records, "seed %" PRIu64 " round %d: epoch %" PRIu64 " handed out up to %" PRIu64
+                         " of %" PRIu64, seed, round, e, next[e], records);
+        free(next);
+    }
 }

@@ -692,3 +692,86 @@ Test(task, a_split_request_says_how_long_its_queued_splits_last)
     cr_assert_eq(sl_task_split_slack_ms(r.task), 1750, "the rate or the queue moved");
     stop(&r);
 }
+
+/* Takes batches until `want` elements came (each reported sent), noting
+ * the epoch of every record's provenance in epochs[] (by element order);
+ * answers no split request. */
+static void take_elements(struct run *r, uint64_t want, uint64_t *got, uint64_t *epochs)
+{
+    time_t deadline = time(NULL) + 30;
+    while (*got < want) {
+        cr_assert_lt(time(NULL), deadline, "only %lu of %lu elements came in 30 s", (unsigned long)*got,
+                     (unsigned long)want);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        uint64_t below;
+        int rc = take_and_send(r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        free(done);
+        cr_assert_eq(rc, SL_TASK_BATCH, "the end before %lu elements", (unsigned long)want);
+        const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
+        for (uint64_t i = 0; i < b->prov_n; i++)
+            for (uint64_t k = 0; k < runs[i].count; k++)
+                epochs[(*got)++] = runs[i].epoch;
+        sl_task_release(r->task, b);
+        sl_wire_batch_free(b);
+    }
+}
+
+/* A dispatcher that hands a task splits of later epochs (cross_epochs): each
+ * waits in the queue for its own epoch, which the pipeline enters without
+ * asking, at the split; and an answer that comes after the pipeline left
+ * the epoch it asked about is read, not dropped as an old epoch's. */
+Test(task, splits_of_later_epochs_wait_for_theirs_and_a_late_answer_is_kept)
+{
+    struct run r;
+    sl_task_config_t cfg = config();
+    cfg.buffer_batches = 1; /* the pipeline stays within a batch of what is taken */
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"repeat\",\"count\":3},"
+               "{\"op\":\"batch\",\"batch_size\":2}]}",
+               &cfg);
+    uint64_t epoch, records, seq;
+    uint32_t max;
+    await_request(&r, &epoch, &max, &records);
+    cr_assert_eq(epoch, 0);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = 0;
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 0, .begin = 0, .end = 10, .epoch = 0};
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 1, .begin = 0, .end = 10, .epoch = 1};
+    sl_task_splits_arrived(r.task, &resp);
+    /* The next request goes out while the pipeline is in epoch 0 (its first
+     * batch at most is made), and is answered only once it is in epoch 1. */
+    cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "two queued of eight: it asks");
+    cr_assert_eq(epoch, 0);
+    uint64_t got = 0, epochs[30];
+    take_elements(&r, 20, &got, epochs);
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(epochs[i], i < 10 ? 0 : 1, "element %d of epoch %lu", i, (unsigned long)epochs[i]);
+    resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    resp.epoch = 0; /* the epoch asked about, which the pipeline left */
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 2, .begin = 0, .end = 10, .epoch = 2};
+    sl_task_splits_arrived(r.task, &resp);
+    take_elements(&r, 30, &got, epochs);
+    for (int i = 20; i < 30; i++)
+        cr_assert_eq(epochs[i], 2);
+    /* Epoch 2 read, the task asks once more and hears the end. */
+    uint64_t next_id = 3, next_begin = 0;
+    int rc = SL_TASK_PENDING;
+    for (time_t deadline = time(NULL) + 30; time(NULL) < deadline && rc != SL_TASK_END;) {
+        answer_splits(&r, &next_id, &next_begin, 0, 10);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        uint64_t below;
+        rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        free(done);
+        cr_assert_eq(rc, SL_TASK_END, "a batch past the three epochs");
+    }
+    cr_assert_eq(rc, SL_TASK_END);
+    stop(&r);
+}
