@@ -95,6 +95,11 @@ struct sl_task {
      * pipeline's epoch, and a split of a later epoch at the queue's head
      * ends the one it is in (its cursor ran out to hand that one out). */
     bool crossing;
+    /* The splits a request keeps queued: split_prefetch, times as many as
+     * the target length is of the last split taken when splits come
+     * shorter (rate_split_taken()), at most MAX_SPLITS. Written under mu,
+     * atomically: sl_task_want_splits() reads it without mu first. */
+    unsigned prefetch_now;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only; an ended task answers no end while it is out */
     uint64_t split_next_id; /* one more than the largest split id received */
@@ -283,6 +288,16 @@ static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
     }
     t->split_taken_at = now;
     t->split_taken_records = records;
+    /* Splits shorter than the length asked for (a small dataset's files or
+     * epochs end them, or --max-split-size does) come in more at a time:
+     * a request's answer then still lasts about as long as split_prefetch
+     * splits of the target length, and a small epoch repeated does not
+     * cost a hand-out and its commit every few splits. */
+    unsigned p = t->cfg.split_prefetch, most = MAX_SPLITS / p;
+    double target = t->split_rate * t->cfg.split_target_ms / 1000.0;
+    if (records > 0 && target >= 2.0 * (double)records)
+        p *= target / (double)records >= most ? most : (unsigned)(target / (double)records);
+    __atomic_store_n(&t->prefetch_now, p, __ATOMIC_RELAXED);
     t->split_waited = 0;
 }
 
@@ -550,6 +565,9 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     t->notify_arg = arg;
     if (t->cfg.split_prefetch > MAX_SPLITS)
         t->cfg.split_prefetch = MAX_SPLITS;
+    if (t->cfg.split_prefetch == 0)
+        t->cfg.split_prefetch = 1;
+    t->prefetch_now = t->cfg.split_prefetch;
     if (t->cfg.buffer_batches == 0)
         t->cfg.buffer_batches = 1;
     atomic_init(&t->prov_form, PROV_NONE);
@@ -834,16 +852,16 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     /* Most batches find the queue more than half full: no need for mu to
      * say no. The count falls only as the pipeline takes a split, and it
      * tells the loop after each (next_split()), which asks again. */
-    if (__atomic_load_n(&t->split_count, __ATOMIC_RELAXED) > t->cfg.split_prefetch / 2)
+    if (__atomic_load_n(&t->split_count, __ATOMIC_RELAXED) > __atomic_load_n(&t->prefetch_now, __ATOMIC_RELAXED) / 2)
         return false;
     bool want = false;
     pthread_mutex_lock(&t->mu);
     if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING &&
-        t->split_count <= t->cfg.split_prefetch / 2) {
+        t->split_count <= t->prefetch_now / 2) {
         /* Asked for only once half the queue is used, so that each request
          * (and the dispatcher's commit behind it) carries several splits. */
         *epoch = t->want_epoch;
-        *max = t->cfg.split_prefetch - t->split_count;
+        *max = t->prefetch_now - t->split_count;
         /* Splits long enough that each takes the pipeline split_target_ms:
          * fewer hand-outs (each a commit in the dispatcher's store), and a
          * queue that covers an answer's round trip however fast it runs. */

@@ -237,14 +237,15 @@ class Dynamic(unittest.TestCase):
             self.assertEqual(c.close(), {})
 
     def test_a_worker_added_mid_epoch_takes_splits(self):
-        # 40 epochs of 4 splits of 250 ids. While this test reads nothing,
-        # sluice-cat's pipe and the two workers' buffers (16 batches and 4
-        # splits each) fill up and the workers stop taking splits, well
-        # before the 160 splits are out; the third worker then joins,
-        # starts its task (asking for splits at once) and takes part.
+        # 200 epochs of 4 splits of 250 ids. While this test reads nothing,
+        # sluice-cat's pipe and the two workers' buffers (16 batches and
+        # up to 64 splits each: splits this short come 64 at a time) fill
+        # up and the workers stop taking splits, well before the 800
+        # splits are out; the third worker then joins, starts its task
+        # (asking for splits at once) and takes part.
         c = self.cluster(workers=2, split_size=250)
         try:
-            spec = basic_spec(self.data, batch=250, ops_after=[{"op": "repeat", "count": 40}])
+            spec = basic_spec(self.data, batch=250, ops_after=[{"op": "repeat", "count": 200}])
             p = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'dynamic', '--with-worker', '--max-outstanding',
                                                    '1']), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=child_env())
@@ -263,7 +264,7 @@ class Dynamic(unittest.TestCase):
             out, err = finish(p)
             self.assertEqual(p.returncode, 0, err)
             batches = parse_jsonl(first + out)
-            self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 40))
+            self.assertEqual(collections.Counter(values(batches, 'id')), collections.Counter(IDS * 200))
             self.assertIn(w.addr, ids_by_worker(batches))
         finally:
             self.assertEqual(c.close(), {})
@@ -385,8 +386,9 @@ class ManyEpochs(unittest.TestCase):
                 self.assertEqual(at, self.RECORDS, 'epoch %d ends at record %d' % (epoch, at))
             self.assertEqual(collections.Counter(values([b for b in batches if 'value' in b], 'value')),
                              collections.Counter(list(range(self.RECORDS)) * self.EPOCHS))
-            # 800 splits, at least 4 an answer to a worker asking with 4 of its
-            # 8 queued, and a few empty answers at the end.
+            # 800 splits, at least 4 an answer to a worker asking with half of
+            # its queue left (8, more for splits this short), and a few empty
+            # answers at the end: 28-33 requests here.
             requests = metric(c.dispatcher.admin_port, 'sluice_dispatcher_requests_total', 'type="GET_SPLIT"')
             self.assertLess(requests, self.EPOCHS, 'split requests for %d epochs' % self.EPOCHS)
         finally:

@@ -454,7 +454,7 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
  * Checks that a request never asks past split_prefetch, that every element
  * comes once and every split gets its notice. @return the most records a
  * request asked for */
-static uint64_t run_sized(const sl_task_config_t *cfg)
+static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max)
 {
     enum { TOTAL = 200000 };
     struct run r = {0};
@@ -469,8 +469,11 @@ static uint64_t run_sized(const sl_task_config_t *cfg)
         uint64_t epoch, seq, records;
         uint32_t max;
         if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
-            cr_assert_leq(max, cfg->split_prefetch, "asked for %u splits, prefetch %u", max, cfg->split_prefetch);
+            cr_assert_leq(max, 64, "asked for %u splits, more than the queue holds", max);
+            if (records == 0)
+                cr_assert_leq(max, cfg->split_prefetch, "asked for %u splits, prefetch %u", max, cfg->split_prefetch);
             most = records > most ? records : most;
+            *most_max = max > *most_max ? max : *most_max;
             uint64_t len = records < 1000 ? 1000 : records > 50000 ? 50000 : records / 1000 * 1000;
             sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
             resp.epoch = epoch;
@@ -516,17 +519,23 @@ static uint64_t run_sized(const sl_task_config_t *cfg)
 }
 
 /* A task asks for splits as long as its measured rate times
- * split_target_ms (so, once it read one, for some length), never for more
- * than split_prefetch at a time, and reads splits of any length exactly
+ * split_target_ms (so, once it read one, for some length), for
+ * split_prefetch at a time, more when they come shorter than it asked (this
+ * dispatcher cuts them at 50,000 records, a fraction of a second's worth),
+ * never more than its queue holds, and reads splits of any length exactly
  * once; with split_target_ms 0 it never asks for a length. */
 Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_bound)
 {
     sl_task_config_t cfg = config();
     cfg.split_target_ms = 1000;
-    cr_assert_gt(run_sized(&cfg), 0, "no request asked for a length");
+    uint32_t most_max = 0;
+    cr_assert_gt(run_sized(&cfg, &most_max), 0, "no request asked for a length");
+    cr_assert_gt(most_max, cfg.split_prefetch, "splits shorter than asked for came %u at most a request", most_max);
     cfg.split_target_ms = 0;
     cfg.split_prefetch = 3;
-    cr_assert_eq(run_sized(&cfg), 0, "a request asked for a length with split_target_ms 0");
+    most_max = 0;
+    cr_assert_eq(run_sized(&cfg, &most_max), 0, "a request asked for a length with split_target_ms 0");
+    cr_assert_leq(most_max, 3);
 }
 
 /* A task seeded with a rate (what its worker measured of the dataset before)
