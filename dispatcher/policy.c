@@ -34,6 +34,8 @@ uint64_t sl_policy_source_passes(const sl_spec_t *spec)
     uint64_t passes = 1;
     for (int i = 0; i < sl_spec_num_ops(spec); i++) {
         const sl_spec_op_t *op = sl_spec_op(spec, i);
+        if (sl_spec_op_elementwise(op->kind))
+            continue; /* one element at a time: its iteration ends with its input's */
         switch (op->kind) {
         case SL_OP_REPEAT: {
             int64_t count = op->u.repeat.count;
@@ -48,18 +50,8 @@ uint64_t sl_policy_source_passes(const sl_spec_t *spec)
         case SL_OP_SHUFFLE:
         case SL_OP_SKIP:
         case SL_OP_SHARD:
-        case SL_OP_FILTER:
-        case SL_OP_MAP:
-        case SL_OP_PARSE_EXAMPLE:
-        case SL_OP_DECODE_JPEG:
-        case SL_OP_RESIZE:
-        case SL_OP_RANDOM_CROP:
-        case SL_OP_CENTER_CROP:
-        case SL_OP_RANDOM_FLIP:
-        case SL_OP_NORMALIZE:
-        case SL_OP_CAST:
         case SL_OP_PREFETCH:
-            /* Each passes on, changes or drops what comes, and its
+            /* Each passes on, groups or drops what comes, and its
              * iteration ends when its input's does. */
             break;
         default:

@@ -659,32 +659,19 @@ static int dynamic_check(const sl_spec_t *spec, int index, sl_iter_ctx_t *ctx, c
 {
     for (int j = 0; j < index; j++) {
         const sl_spec_op_t *op = sl_spec_op(spec, j);
-        switch (op->kind) {
-        case SL_OP_PARSE_EXAMPLE:
-        case SL_OP_DECODE_JPEG:
-        case SL_OP_RESIZE:
-        case SL_OP_RANDOM_CROP:
-        case SL_OP_CENTER_CROP:
-        case SL_OP_RANDOM_FLIP:
-        case SL_OP_NORMALIZE:
-        case SL_OP_CAST:
-        case SL_OP_MAP:
-        case SL_OP_FILTER:
-            /* A parallel stage reads ahead of the cache, across splits. */
-            if (op->has_num_parallel_calls && op->num_parallel_calls != 1)
-                return sl__ctx_fail(ctx, SL_EINVAL, label,
-                                    "under DYNAMIC sharding the ops between the source and a cache must run "
-                                    "one element at a time, so that each element belongs to the split being "
-                                    "read; ops[%d] (%s) has num_parallel_calls",
-                                    j, sl_spec_op_name(op->kind));
-            break;
-        default:
+        if (!sl_spec_op_elementwise(op->kind))
             return sl__ctx_fail(ctx, SL_EINVAL, label,
                                 "under DYNAMIC sharding only element-wise ops (parse_example, image ops, cast, map, "
                                 "filter) may come between the source and a cache, so that each element belongs to "
                                 "the split it was read from; ops[%d] is %s",
                                 j, sl_spec_op_name(op->kind));
-        }
+        /* A parallel stage reads ahead of the cache, across splits. */
+        if (op->has_num_parallel_calls && op->num_parallel_calls != 1)
+            return sl__ctx_fail(ctx, SL_EINVAL, label,
+                                "under DYNAMIC sharding the ops between the source and a cache must run one "
+                                "element at a time, so that each element belongs to the split being read; "
+                                "ops[%d] (%s) has num_parallel_calls",
+                                j, sl_spec_op_name(op->kind));
     }
     return 0;
 }

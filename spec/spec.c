@@ -1988,6 +1988,23 @@ const char *sl_spec_op_name(sl_op_kind_t kind)
     return "invalid";
 }
 
+bool sl_spec_op_elementwise(sl_op_kind_t kind)
+{
+    switch (kind) {
+    case SL_OP_PARSE_EXAMPLE:
+    case SL_OP_DECODE_JPEG:
+    case SL_OP_RESIZE:
+    case SL_OP_RANDOM_CROP:
+    case SL_OP_CENTER_CROP:
+    case SL_OP_RANDOM_FLIP:
+    case SL_OP_NORMALIZE:
+    case SL_OP_CAST:
+    case SL_OP_MAP:
+    case SL_OP_FILTER: return true;
+    default: return false;
+    }
+}
+
 const char *sl_spec_source_name(sl_source_kind_t kind)
 {
     for (size_t i = 0; i < COUNT_OF(sources); i++) {

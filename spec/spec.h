@@ -347,6 +347,13 @@ int sl_spec_element_spec(const sl_spec_t *spec, sl_elemspec_t *out);
 /** @return the op's name in the spec ("batch"), or "invalid" */
 const char *sl_spec_op_name(sl_op_kind_t kind);
 
+/**
+ * Whether an op of kind makes each element it yields of one element of its
+ * input, one at a time: parse_example, the image ops, cast, map, filter
+ * (which may yield none).
+ */
+bool sl_spec_op_elementwise(sl_op_kind_t kind);
+
 /** @return the source's name in the spec ("range"), or "invalid" */
 const char *sl_spec_source_name(sl_source_kind_t kind);
 
