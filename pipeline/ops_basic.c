@@ -353,8 +353,9 @@ int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *
  * later one would be as empty and a forever repeat would spin; except
  * under DYNAMIC when the source asked the dispatcher for splits in it:
  * other workers may just have taken that epoch's splits, and the next
- * epoch may have some for this one. (tf.data stops a forever repeat only
- * on an empty first iteration, and never with split providers.)
+ * epoch may have some for this one; unless the dispatcher said no split of
+ * any epoch will come (a drained task). (tf.data stops a forever repeat
+ * only on an empty first iteration, and never with split providers.)
  */
 
 struct repeat_iter {
@@ -384,7 +385,8 @@ static int repeat_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, ui
         if (rc != 1)
             return rc;
 
-        bool asked = ctx->opts.sharding == SL_SHARDING_DYNAMIC && ctx->split_requests != r->requests;
+        bool asked = ctx->opts.sharding == SL_SHARDING_DYNAMIC && ctx->split_requests != r->requests &&
+                     !(ctx->opts.splits.finished && ctx->opts.splits.finished(ctx->opts.splits.arg));
         r->iteration++;
         if ((!r->yielded && !asked) || (r->count >= 0 && r->iteration >= r->count)) {
             r->done = true;

@@ -566,6 +566,12 @@ static void wrap_dropped(void *arg, const sl_provenance_run_t *runs, uint64_t n)
         c->real.dropped(c->real.arg, runs, n);
 }
 
+static bool wrap_finished(void *arg)
+{
+    struct cache_iter *c = arg;
+    return c->real.finished && c->real.finished(c->real.arg);
+}
+
 static int dynamic_next(struct cache_iter *c, sl_element_t *out)
 {
     sl_iter_t *it = &c->base;
@@ -836,7 +842,7 @@ int sl__op_cache_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         /* The chain below asks this cache for splits (see "per split"). */
         c->dynamic = true;
         c->real = ctx->opts.splits;
-        ctx->opts.splits = (sl_split_source_t){wrap_next_split, c, wrap_split_read, wrap_dropped};
+        ctx->opts.splits = (sl_split_source_t){wrap_next_split, c, wrap_split_read, wrap_dropped, wrap_finished};
     }
     *out = &c->base;
     return 0;

@@ -69,6 +69,12 @@ typedef struct sl_split_source {
      * provenance is runs[0..n): a filter, skip or shard, drop_remainder, a
      * buffer discarded by a reset. Called on any of the pipeline's threads. */
     void (*dropped)(void *arg, const sl_provenance_run_t *runs, uint64_t n);
+    /* Optional (NULL: never). Whether no split of any epoch will come any
+     * more (the task was drained, or declared lost): a repeat then ends at
+     * an iteration that yielded nothing, where it would otherwise start
+     * another one just as empty, and another, without end under repeat(-1).
+     * Called on the pipeline's thread as an iteration ends. */
+    bool (*finished)(void *arg);
 } sl_split_source_t;
 
 /** What the cache ops of every pipeline of a worker share: the memory

@@ -380,6 +380,18 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     return rc;
 }
 
+/* The pipeline's split source says whether the dispatcher has no split for
+ * any epoch any more (drained, or lost): its repeat then stops at an empty
+ * iteration instead of spinning through empty epochs. */
+static bool splits_finished(void *arg)
+{
+    sl_task_t *t = arg;
+    pthread_mutex_lock(&t->mu);
+    bool finished = t->splits_finished;
+    pthread_mutex_unlock(&t->mu);
+    return finished;
+}
+
 static sl_metric_t *m_batch_latency, *m_produced;
 static pthread_once_t metrics_once = PTHREAD_ONCE_INIT;
 
@@ -602,7 +614,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .splits = {.next_split = next_split,
                    .arg = t,
                    .split_read = t->track ? on_split_read : NULL,
-                   .dropped = t->track ? on_dropped : NULL},
+                   .dropped = t->track ? on_dropped : NULL,
+                   .finished = splits_finished},
         .worker_index = def->worker_index,
         .num_workers = def->num_workers,
         .max_batch_bytes = cfg->max_batch_bytes,

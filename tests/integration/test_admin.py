@@ -14,7 +14,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import Cluster, ClusterCase, binary, child_env, parse_jsonl, read_to_close, values, wait_for
+from harness import Cluster, ClusterCase, binary, child_env, get_json, parse_jsonl, read_to_close, values, wait_for
 
 # A job that never ends by itself (repeat without a count): the tests that
 # need a running job must not depend on how fast the machine gets through it.
@@ -294,6 +294,40 @@ class Admin(unittest.TestCase):
         rc, out, err = consumer.finish()
         self.assertEqual(rc, 0, err)
         self.assertEqual(sorted(values(parse_jsonl(out), 'value')), list(range(2000000)))
+
+    def test_draining_a_worker_of_an_endless_dynamic_job_ends_its_task_and_the_job_reads_on(self):
+        # Under repeat(-1), the drained worker's pipeline used to go through
+        # empty epochs without end (each ends at once: no split will come),
+        # a core busy, its task never ending, and the consumer's requests
+        # parked at it waiting for good: the job stalled.
+        c = Cluster(workers=2)
+        self.addCleanup(c.close)
+        c.wait_workers_registered(2)
+        a = c.dispatcher.admin_port
+        name = 'endless-%d' % os.getpid()
+        # Epochs of 10,000: the drained worker's queue (64 splits at most,
+        # one epoch each) holds less than a third of the 3,000 batches read.
+        spec = {"source": {"type": "range", "stop": 10000},
+                "ops": [{"op": "repeat", "count": -1}, {"op": "batch", "batch_size": 1000}]}
+        consumer = HeldConsumer(self, c, spec, ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding',
+                                                '2', '--limit', '3000', '--with-provenance'])
+        wait_for(lambda: any(j['name'] == name and j['elements_served'] > 0 for j in http(a, '/v1/jobs')[1]['jobs']),
+                 what='job %s to serve' % name)
+        drained = c.workers[0]
+        self.assertEqual(http(a, '/v1/workers/%s/drain' % drained.addr, method='POST')[0], 200)
+        consumer.release()
+        rc, out, err = consumer.finish(timeout=120)
+        self.assertEqual([t['state'] for t in get_json(drained.admin_port, '/v1/tasks')['tasks']], ['DONE'],
+                         'the drained worker\'s task ended, its end taken')
+        self.assertEqual(rc, 0, err)
+        batches = [b for b in parse_jsonl(out) if 'value' in b]
+        self.assertEqual(len(batches), 3000, 'the job read on from the other worker')
+        seen = set()
+        for b in batches:
+            for epoch, _file, begin, count in b['_provenance']:
+                for r in range(begin, begin + count):
+                    self.assertNotIn((epoch, r), seen, 'record %d of epoch %d twice' % (r, epoch))
+                    seen.add((epoch, r))
 
     def test_a_dynamic_task_counts_its_wait_for_splits(self):
         # The dispatcher stopped (SIGSTOP) while a DYNAMIC job reads fast: the

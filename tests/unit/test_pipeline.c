@@ -591,6 +591,7 @@ struct splits {
     uint64_t skip_epoch;  /* an epoch whose splits "other workers" took, or UINT64_MAX */
     bool bad_split;       /* hand out a split past the end */
     uint32_t file_index;  /* of every split: a range has only file 0 */
+    uint64_t finished_from; /* splits_finished(): none of any epoch once this one was asked for (0: never) */
 };
 
 static int next_split(void *arg, uint64_t epoch, sl_split_t *split)
@@ -674,6 +675,32 @@ Test(pipeline, dynamic_forever_repeat_survives_an_epoch_without_splits)
     cr_assert_eq(r.rc, 1, "%s", r.errmsg);
     ASSERT_VALUES(r, 0, 1, 2, 3, 0, 1, 2, 3);
     cr_assert_eq(s.epochs_seen, 7, "epoch 1 gave nothing, epoch 2 did");
+    run_free(&r);
+}
+
+/* The split source's finished(): no split of any epoch will come once
+ * epoch finished_from was asked for (a drained task). */
+static bool splits_finished(void *arg)
+{
+    const struct splits *s = arg;
+    return s->finished_from > 0 && (s->epochs_seen >> s->finished_from) != 0;
+}
+
+/* A drained task's forever repeat: epochs 0 and 1 have splits, then the
+ * source says none of any epoch will come, and the repeat ends at the first
+ * empty iteration; it used to go on through empty epochs without end (here
+ * next_split's assertion stops it at epoch 16). */
+Test(pipeline, dynamic_forever_repeat_ends_once_no_split_will_come)
+{
+    struct splits s = {.card = 4, .chunk = 4, .skip_epoch = UINT64_MAX, .finished_from = 2};
+    for (int e = 2; e < 16; e++)
+        s.next[e] = s.card;
+    sl_pipeline_opts_t o = dynamic(&s);
+    o.splits.finished = splits_finished;
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":4},\"ops\":[{\"op\":\"repeat\"}]}", &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    ASSERT_VALUES(r, 0, 1, 2, 3, 0, 1, 2, 3);
+    cr_assert_eq(s.epochs_seen, 7, "epochs 0 to 2 asked for, and no later one");
     run_free(&r);
 }
 
