@@ -231,6 +231,32 @@ static int splits(uint64_t task_id, uint64_t epoch, uint32_t max)
     return splits_of(task_id, epoch, max, 0);
 }
 
+/* Registers live workers w:1 ... w:live, makes a DYNAMIC job of dataset ds
+ * and takes each worker's task (at time now) into tasks. */
+static void dynamic_job_on(uint64_t ds, unsigned live, int64_t now, uint64_t *tasks)
+{
+    uint64_t *workers = calloc(live, sizeof *workers);
+    cr_assert_not_null(workers);
+    for (unsigned i = 0; i < live; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "w:%u", i + 1);
+        workers[i] = worker(addr, 0);
+    }
+    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
+    for (unsigned i = 0; i < live; i++)
+        tasks[i] = take_task(workers[i], now).task_id;
+    free(workers);
+}
+
+/* A DYNAMIC job of a dataset of spec, read by one worker: its task's id. */
+static uint64_t lone_dynamic_task(const char *spec)
+{
+    start_default();
+    uint64_t task;
+    dynamic_job_on(dataset(spec), 1, 0, &task);
+    return task;
+}
+
 static sl_dstate_stats_t stats(void)
 {
     sl_dstate_stats_t s;
@@ -1335,13 +1361,10 @@ Test(state, job_survives_registration_of_more_datasets)
  * then builds only full batches from its run of splits. */
 Test(state, dynamic_splits_are_rounded_up_to_the_batch_size)
 {
-    start_default();
-    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
-                          "{\"op\": \"shuffle\", \"buffer_size\": 10}, {\"op\": \"batch\", \"batch_size\": 300}]}");
-    uint64_t w = worker("w:1", 0);
-    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-    sluice_TaskDef t = take_task(w, 0);
-    cr_assert_eq(splits(t.task_id, 0, 64), 0, "%s", err);
+    uint64_t task = lone_dynamic_task("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
+                                      "{\"op\": \"shuffle\", \"buffer_size\": 10}, {\"op\": \"batch\", "
+                                      "\"batch_size\": 300}]}");
+    cr_assert_eq(splits(task, 0, 64), 0, "%s", err);
     cr_assert_eq(sresp->splits_count, 5);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(sresp->splits[i].end - sresp->splits[i].begin, 1200, "split %d", i);
@@ -1359,23 +1382,6 @@ static void start_guided(uint64_t most)
     cfg.max_split_size = most;
     cfg.max_outstanding = 1u << 30;
     start(&cfg);
-}
-
-/* Registers live workers w:1 ... w:live, makes a DYNAMIC job of dataset ds
- * and takes each worker's task (at time now) into tasks. */
-static void dynamic_job_on(uint64_t ds, unsigned live, int64_t now, uint64_t *tasks)
-{
-    uint64_t *workers = calloc(live, sizeof *workers);
-    cr_assert_not_null(workers);
-    for (unsigned i = 0; i < live; i++) {
-        char addr[32];
-        snprintf(addr, sizeof addr, "w:%u", i + 1);
-        workers[i] = worker(addr, 0);
-    }
-    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-    for (unsigned i = 0; i < live; i++)
-        tasks[i] = take_task(workers[i], now).task_id;
-    free(workers);
 }
 
 /* The length split_length() gives a split asked for with want records
@@ -1771,13 +1777,10 @@ Test(state, the_workers_view_lists_the_latest_datasets_asked_for_oldest_first)
 /* A take before the batch changes counts: the split size stays as set. */
 Test(state, split_size_kept_when_counts_change_before_the_batch)
 {
-    start_default();
-    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
-                          "{\"op\": \"take\", \"count\": 4000}, {\"op\": \"batch\", \"batch_size\": 300}]}");
-    uint64_t w = worker("w:1", 0);
-    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-    sluice_TaskDef t = take_task(w, 0);
-    cr_assert_eq(splits(t.task_id, 0, 1), 0, "%s", err);
+    uint64_t task = lone_dynamic_task("{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": ["
+                                      "{\"op\": \"take\", \"count\": 4000}, {\"op\": \"batch\", "
+                                      "\"batch_size\": 300}]}");
+    cr_assert_eq(splits(task, 0, 1), 0, "%s", err);
     cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, 1000);
 }
 
@@ -2395,12 +2398,8 @@ Test(state, a_task_that_crosses_epochs_gets_later_epochs_once_its_own_ran_out_an
 
 Test(state, a_spec_without_certain_passes_is_handed_out_one_epoch_at_a_time_even_to_tasks_that_cross)
 {
-    start_default();
-    uint64_t ds = dataset("{\"source\": {\"type\": \"range\", \"stop\": 2000}, \"ops\": [{\"op\": \"repeat\", "
-                          "\"count\": 5}, {\"op\": \"take\", \"count\": 3000}]}");
-    uint64_t w1 = worker("w:1", 0);
-    job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
-    uint64_t t1 = take_task(w1, 1).task_id;
+    uint64_t t1 = lone_dynamic_task("{\"source\": {\"type\": \"range\", \"stop\": 2000}, \"ops\": [{\"op\": "
+                                    "\"repeat\", \"count\": 5}, {\"op\": \"take\", \"count\": 3000}]}");
     cr_assert_eq(splits_ahead(t1, 0, 8), 0, "%s", err);
     cr_assert_eq(sresp->splits_count, 2);
     cr_assert_eq(splits_ahead(t1, 0, 8), 0, "%s", err);
@@ -2436,17 +2435,11 @@ Test(state, crossing_epochs_hands_every_record_of_every_pass_out_once_at_drawn_s
         sl_dstate_free(st);
         st = NULL;
         start_default();
-        uint64_t ds = dataset(spec);
+        uint64_t ids[8];
+        dynamic_job_on(dataset(spec), ntasks, 1, ids);
         struct model_task tasks[8];
-        uint64_t wids[8];
-        for (unsigned k = 0; k < ntasks; k++) {
-            char addr[16];
-            snprintf(addr, sizeof addr, "w:%u", k + 1);
-            wids[k] = worker(addr, 0);
-        }
-        job(ds, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
         for (unsigned k = 0; k < ntasks; k++)
-            tasks[k] = (struct model_task){.id = take_task(wids[k], 1).task_id};
+            tasks[k] = (struct model_task){.id = ids[k]};
         /* Per pass, the records handed out so far: splits come in order. */
         uint64_t *next = calloc(passes, sizeof *next);
         cr_assert_not_null(next);
