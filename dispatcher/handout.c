@@ -263,8 +263,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, slu
     unsigned live = 0;
     for (unsigned k = 0; k < j->num_tasks; k++)
         live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
-    uint64_t left = records_ahead(j, cross);
-    uint64_t fair = left / (2 * (uint64_t)(live ? live : 1)) + (left % (2 * (uint64_t)(live ? live : 1)) != 0);
+    uint64_t left = records_ahead(j, cross), halves = 2 * (uint64_t)(live ? live : 1);
+    uint64_t fair = left / halves + (left % halves != 0); /* rounded up, without overflow at UINT64_MAX */
     uint64_t given = 0;
     /* Splits never cross a file; empty files are stepped over. */
     while (resp->splits_count < max && (live < 2 || resp->splits_count == 0 || given < fair)) {

@@ -270,6 +270,13 @@ static double seconds_now(void)
  * already asks for splits of the target length. */
 #define RATE_WINDOW_S 0.005
 
+/* The records a split should hold: what the pipeline reads in
+ * split_target_ms at its measured rate (0 before it has one; under mu). */
+static double target_records(const sl_task_t *t)
+{
+    return t->split_rate * t->cfg.split_target_ms / 1000.0;
+}
+
 /* The pipeline takes a split of records records at now (under mu): the
  * one it took before is read, in the time since less the time it waited. */
 static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
@@ -294,9 +301,9 @@ static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
      * splits of the target length, and a small epoch repeated does not
      * cost a hand-out and its commit every few splits. */
     unsigned p = t->cfg.split_prefetch, most = MAX_SPLITS / p;
-    double target = t->split_rate * t->cfg.split_target_ms / 1000.0;
-    if (records > 0 && target >= 2.0 * (double)records)
-        p *= target / (double)records >= most ? most : (unsigned)(target / (double)records);
+    double shorter = records > 0 ? target_records(t) / (double)records : 0;
+    if (shorter >= 2.0)
+        p *= shorter >= most ? most : (unsigned)shorter;
     __atomic_store_n(&t->prefetch_now, p, __ATOMIC_RELAXED);
     t->split_waited = 0;
 }
@@ -878,7 +885,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
         /* Splits long enough that each takes the pipeline split_target_ms:
          * fewer hand-outs (each a commit in the dispatcher's store), and a
          * queue that covers an answer's round trip however fast it runs. */
-        double r = t->split_rate * t->cfg.split_target_ms / 1000.0;
+        double r = target_records(t);
         *records = r >= 1e15 ? (uint64_t)1e15 : (uint64_t)r;
         want = true;
         t->split_request_out = true;
