@@ -1,6 +1,6 @@
 """CPU time of a cluster's daemons and of the consumers a bench ran, for the
 benches that compare CPU time (dynamic_vs_off.py, request_window.py,
-client_vs.py)."""
+client_vs.py), and how busy the whole machine was."""
 import os
 import resource
 
@@ -61,3 +61,18 @@ def cluster_cpu_seconds(pids):
     user, system = _daemons(pids)
     children = children_cpu_seconds()
     return user + system + children, children
+
+
+def machine_ticks():
+    """(idle, all) clock ticks of every CPU of the machine so far (/proc/stat:
+    idle and iowait count as idle): two readings give the share of the
+    machine that was busy between them, whoever used it."""
+    with open('/proc/stat') as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
+def busy_share(before, after):
+    """The share of the machine busy between two machine_ticks() readings (0 when no tick passed)."""
+    idle, total = after[0] - before[0], after[1] - before[1]
+    return 1 - idle / total if total > 0 else 0.0

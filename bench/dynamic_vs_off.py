@@ -18,7 +18,9 @@ same interval), to tell a change from this machine's noise),
 steady_pair_ratio the same of the rates from the first batch to the last
 (sluice-cat's summary: without the job's start and the wait for its end,
 which weigh twice as much in a DYNAMIC job of 2 workers, half as long as
-its OFF baseline), and cpu_ratio = the CPU time per element under OFF over the same
+its OFF baseline), machine_busy the median share of the whole machine's CPU
+time that was busy during a run of each side (from /proc/stat: below 1 while
+its processes wait on each other rather than for a core), and cpu_ratio = the CPU time per element under OFF over the same
 under DYNAMIC (workers, dispatcher and consumer together, best of each:
 what DYNAMIC costs the machine, whatever else it is doing); cpu_us_per_batch
 splits it into the consumer's, the workers' and the dispatcher's CPU time a
@@ -72,7 +74,8 @@ ap.add_argument('--window', metavar='M,P',
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
-from cpu_time import children_cpu_seconds, cpu_user_system, process_cpu_seconds, threads_cpu_seconds  # noqa: E402
+from cpu_time import (busy_share, children_cpu_seconds, cpu_user_system, machine_ticks,  # noqa: E402
+                      process_cpu_seconds, threads_cpu_seconds)
 
 
 BATCH = 1024
@@ -91,7 +94,7 @@ def spec(shape, elements):
 def run(c, workers, shape, sharding, elements=None):
     """(elements delivered per second, CPU seconds of the whole cluster and consumer per element,
     the user time's share of that CPU time, elements per second from the first batch to the last,
-    {consumer, workers, dispatcher: CPU seconds}, batches delivered)."""
+    {consumer, workers, dispatcher: CPU seconds}, batches delivered, the share of the machine busy meanwhile)."""
     extra = ['--sharding', sharding] + (['--no-shm'] if args.no_shm else [])
     if args.window:
         m, p = args.window.split(',')
@@ -105,10 +108,12 @@ def run(c, workers, shape, sharding, elements=None):
              'workers': lambda: sum(process_cpu_seconds(w.proc.pid) for w in c.workers)}
     before = {k: f() for k, f in parts.items()}
     user0, sys0 = cpu_user_system(pids)
+    ticks0 = machine_ticks()
     elements = elements or args.elements
     if shape == 'epochs':
         elements = elements // args.epoch_elements * args.epoch_elements
     rc, _, err = c.cat(spec(shape, elements), extra, fmt='count', timeout=900)
+    busy = busy_share(ticks0, machine_ticks())
     user1, sys1 = cpu_user_system(pids)
     by_part = {k: f() - before[k] for k, f in parts.items()}
     user, cpu = user1 - user0, (user1 - user0) + (sys1 - sys0)
@@ -121,7 +126,7 @@ def run(c, workers, shape, sharding, elements=None):
     span = s['last_batch_seconds'] - s['first_batch_seconds']
     steady = (s['elements'] - BATCH) / span if span > 0 else 0.0  # the first batch came at its start
     return (s['elements'] / s['seconds'], cpu / s['elements'], user / cpu if cpu > 0 else 0.0, steady, by_part,
-            (s['elements'] + BATCH - 1) // BATCH)
+            (s['elements'] + BATCH - 1) // BATCH, busy)
 
 
 def median_ci95(xs, draws=2000):
@@ -166,6 +171,8 @@ for workers in [int(w) for w in args.workers.split(',')]:
                  "cpu_ratio_all_rounds": round(sum(per_batch['off'].values()) / sum(per_batch['dynamic'].values()), 3),
                  "cpu_user_share": {"off": round(statistics.median(o[2] for o in off), 2),
                                     "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
+                 "machine_busy": {"off": round(statistics.median(o[6] for o in off), 2),
+                                  "dynamic": round(statistics.median(d[6] for d in dyn), 2)},
                  "rounds": args.rounds, "window": args.window or "sized by bytes"}
             results.append(r)
             print(json.dumps(r), flush=True)
