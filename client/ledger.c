@@ -315,29 +315,45 @@ bool sl__ledger_log_wrapped(const sl_ledger_t *l)
     return l->ent_head < l->ent_num && l->log_tail <= l->ent[l->ent_head].off;
 }
 
-/* Room for len more bytes in the log: when they do not fit, a ring twice
- * as large (at least what is kept and len) takes what is kept, in order,
- * from 0. 0 or -ENOMEM */
+/* Room for len more bytes in the log: when they do not fit, the ring grows
+ * in place to twice its size or more (realloc: a large one's pages move
+ * with mremap, not copied to pages touched for the first time, each a page
+ * fault), and the bytes of a wrapped ring's front, [0, log_tail), move to
+ * follow its old end, so that what is kept runs from the head entry on in
+ * order. Behind a shuffle, what is kept is the batches since the oldest
+ * split still open, megabytes with long splits: copying them into a new
+ * ring at each doubling touched twice the pages the ring ends with.
+ * 0 or -ENOMEM */
 static int log_room(sl_ledger_t *l, size_t len)
 {
     if (log_fit(l, len) != SIZE_MAX)
         return 0;
-    size_t cap = l->log_cap ? 2 * l->log_cap : 4096;
-    while (cap < l->log_kept + len)
+    size_t old = l->log_cap;
+    bool kept = l->ent_head < l->ent_num;
+    size_t head = kept ? l->ent[l->ent_head].off : 0;
+    bool wrapped = kept && l->log_tail <= head;
+    /* Where the kept bytes will end: the new free room starts there. */
+    size_t end = !kept ? 0 : wrapped ? old + l->log_tail : l->log_tail;
+    size_t cap = old ? 2 * old : 4096;
+    while (cap < end + len)
         cap *= 2;
-    uint8_t *p = malloc(cap);
+    uint8_t *p = realloc(l->log, cap);
     if (!p)
         return -ENOMEM;
-    size_t at = 0;
-    for (size_t i = l->ent_head; i < l->ent_num; i++) {
-        memcpy(p + at, l->log + l->ent[i].off, l->ent[i].len);
-        l->ent[i].off = at;
-        at += l->ent[i].len;
-    }
-    free(l->log);
     l->log = p;
     l->log_cap = cap;
-    l->log_tail = at;
+    if (!kept) {
+        l->log_tail = 0;
+        return 0;
+    }
+    if (wrapped) {
+        /* The entries past the wrap are those below the head's offset. */
+        memcpy(p + old, p, l->log_tail);
+        for (size_t i = l->ent_head; i < l->ent_num; i++)
+            if (l->ent[i].off < head)
+                l->ent[i].off += old;
+        l->log_tail = end;
+    }
     return 0;
 }
 
