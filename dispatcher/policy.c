@@ -38,11 +38,13 @@ uint64_t sl_policy_source_passes(const sl_spec_t *spec)
             continue; /* one element at a time: its iteration ends with its input's */
         switch (op->kind) {
         case SL_OP_REPEAT: {
+            /* Nothing repeated is nothing; forever, or a product past
+             * 2^64, is without end (UINT64_MAX). */
             int64_t count = op->u.repeat.count;
-            if (count < 0 || (passes > 0 && (uint64_t)count > UINT64_MAX / passes))
-                passes = passes == 0 ? 0 : UINT64_MAX;
-            else if (passes != UINT64_MAX || count == 0)
-                passes *= (uint64_t)count;
+            if (count == 0 || passes == 0)
+                passes = 0;
+            else if (count < 0 || __builtin_mul_overflow(passes, (uint64_t)count, &passes))
+                passes = UINT64_MAX;
             break;
         }
         case SL_OP_BATCH:
