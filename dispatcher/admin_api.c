@@ -18,7 +18,7 @@
 #include "server.h"
 #include "status_page.h"
 
-static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits;
+static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits, *m_left_to_others;
 /* The limits (docs/security.md, "Limits"). */
 static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
@@ -231,6 +231,7 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_workers_refused, (double)s.workers_refused);
     sl_metric_set(m_excl_refused, (double)s.exclusions_refused);
     sl_metric_set(m_first_splits, (double)s.first_splits_with_job);
+    sl_metric_set(m_left_to_others, (double)s.split_requests_left_to_others);
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -276,6 +277,10 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     m_first_splits = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_first_splits_with_job_total", NULL,
                                         "DYNAMIC tasks handed their first splits with their job's creation: their "
                                         "first request is answered without a commit (docs/sharding.md).", NULL, 0);
+    m_left_to_others = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_split_requests_left_to_others_total",
+                                          NULL, "DYNAMIC split requests answered with no split, the task's queue "
+                                          "lasting past its job's other tasks' at the end of an epoch: they take "
+                                          "what is left (docs/sharding.md).", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/", status_page, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, st);

@@ -543,7 +543,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             reply(c, hdr, rc, 0, NULL, err);
             break;
         }
-        rc = sl_dstate_get_splits(st, msg, &resp, err, sizeof err);
+        rc = sl_dstate_get_splits(st, msg, now, &resp, err, sizeof err);
         sl_metric_add(m_splits, resp.splits_count);
         delay_ms = handout_delay(st, msg, &resp, rc);
         size_t skips_len = 0;

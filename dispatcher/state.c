@@ -1430,7 +1430,7 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         job_free(j);
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
-    sl__dstate_first_splits(st, j);
+    sl__dstate_first_splits(st, j, now);
     /* A collected repetition is created again: one more pass over the data,
      * as tf.data service does once it garbage-collected an iteration. */
     if (gone.id) {
@@ -1811,7 +1811,8 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
                                .datasets_refused = st->datasets_refused, .jobs_refused = st->jobs_refused,
                                .workers_refused = st->workers_refused, .exclusions_refused = st->exclusions_refused,
                                .datasets_collected = st->datasets_collected,
-                               .first_splits_with_job = st->first_splits_with_job};
+                               .first_splits_with_job = st->first_splits_with_job,
+                               .split_requests_left_to_others = st->split_requests_left_to_others};
     for (unsigned i = 0; i < st->num_workers; i++)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++) {

@@ -240,12 +240,13 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
                              size_t errlen);
 
 /**
- * Hands out DYNAMIC splits of the task's job for an epoch.
+ * Hands out DYNAMIC splits of the task's job for an epoch, at now (ms: the
+ * other tasks' queues drain from their last answers at their rates).
  * @return 0, SL_ENOTFOUND (task), SL_EINVAL (not DYNAMIC, or an epoch the
  *         job cannot be at)
  */
-int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, sluice_GetSplitResponse *resp,
-                         char *err, size_t errlen);
+int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int64_t now,
+                         sluice_GetSplitResponse *resp, char *err, size_t errlen);
 
 /** The positions a restored iterator's job excludes (empty for any other
  *  job), or NULL when the job is unknown; valid while the state is. */
@@ -320,6 +321,7 @@ typedef struct sl_dstate_stats {
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms, since start */
     uint64_t first_splits_with_job; /* DYNAMIC tasks handed their first splits with their job, since start */
+    uint64_t split_requests_left_to_others; /* DYNAMIC split requests answered with none (balanced_share()) */
 } sl_dstate_stats_t;
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);

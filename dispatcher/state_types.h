@@ -140,6 +140,13 @@ struct task {
      * not finished (0: not so); neither is stored. */
     bool held;
     int64_t held_full_since;
+    /* DYNAMIC, in memory only: its rate through its splits (records/s, 0:
+     * not said) and the records it held queued after its last answer, at
+     * queued_at (ms), for the shares of the epoch's end (balanced_share()
+     * in handout.c). */
+    uint64_t split_rate;
+    uint64_t queued_records;
+    int64_t queued_at;
 };
 
 struct client {
@@ -256,6 +263,7 @@ struct sl_dstate {
     /* Requests refused at the configured limits, since start (metrics). */
     uint64_t datasets_refused, jobs_refused, workers_refused, exclusions_refused;
     uint64_t first_splits_with_job; /* answers sl__dstate_first_splits() made, since start */
+    uint64_t split_requests_left_to_others; /* answered with none: the task's queue outlasts the others' */
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms */
     /* Heard from no live worker and no client for a while: the dispatcher
      * itself is probably cut off, and leases do not run out meanwhile
@@ -316,7 +324,7 @@ int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *e
  * other's. A task whose worker asked for none of the dataset asks itself.
  * handout.c
  */
-void sl__dstate_first_splits(sl_dstate_t *st, struct job *j);
+void sl__dstate_first_splits(sl_dstate_t *st, struct job *j, int64_t now);
 
 /** Whether task t is worker w's: given to it, or to the id it had before it
  *  registered again (a worker no longer live at w's address). ownership.c */

@@ -124,6 +124,7 @@ struct sl_task {
     double split_wait_since; /* when the wait under way (split_wait) began */
     double window_seconds;
     uint64_t window_records;
+    unsigned rate_windows; /* windows measured into split_rate (RATE_SAID_WINDOWS once seeded) */
     /* Counters for the status. */
     uint64_t batches, elements, bytes;
     uint64_t produced;
@@ -270,6 +271,14 @@ static double seconds_now(void)
  * already asks for splits of the target length. */
 #define RATE_WINDOW_S 0.005
 
+/* A split request says the rate (GetSplitRequest.records_per_second) once
+ * this many windows went into it, or it was seeded from a task before: the
+ * first window is one split of the least length, and a rate taken from it
+ * was off by half (114,000,000 records a second, then 65,000,000). With
+ * it the dispatcher counted a task's 370 ms of queued splits as 200 ms and
+ * left the epoch's end to the others, which then waited on it. */
+#define RATE_SAID_WINDOWS 4
+
 /* The records a split should hold: what the pipeline reads in
  * split_target_ms at its measured rate (0 before it has one; under mu). */
 static double target_records(const sl_task_t *t)
@@ -289,6 +298,7 @@ static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
             double r = (double)t->window_records / t->window_seconds;
             /* Smoothed: half the last window, half what came before. */
             t->split_rate = t->split_rate > 0 ? (t->split_rate + r) / 2 : r;
+            t->rate_windows++;
             t->window_seconds = 0;
             t->window_records = 0;
         }
@@ -721,8 +731,10 @@ double sl_task_split_rate(sl_task_t *t)
 void sl_task_seed_split_rate(sl_task_t *t, double records_per_s)
 {
     pthread_mutex_lock(&t->mu);
-    if (t->split_rate == 0 && records_per_s > 0)
+    if (t->split_rate == 0 && records_per_s > 0) {
         t->split_rate = records_per_s;
+        t->rate_windows = RATE_SAID_WINDOWS;
+    }
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -894,17 +906,29 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     return want;
 }
 
-uint32_t sl_task_split_slack_ms(sl_task_t *t)
+void sl_task_split_report(sl_task_t *t, uint32_t *slack_ms, uint64_t *records_per_second)
 {
+    double now = seconds_now();
     pthread_mutex_lock(&t->mu);
     double records = 0;
     for (unsigned i = 0; i < t->split_count; i++) {
         const struct split *s = &t->splits[(t->split_head + i) % MAX_SPLITS];
         records += (double)(s->end - s->begin);
     }
-    double ms = t->split_rate > 0 ? records / t->split_rate * 1000.0 : 0;
+    double ms = 0;
+    if (t->split_rate > 0) {
+        ms = records / t->split_rate * 1000.0;
+        /* And what is left of the split the pipeline reads, at its rate
+         * since it took it (none while it waits for the next). */
+        double read_s = now - t->split_taken_at - t->split_waited;
+        double left_s = (double)t->split_taken_records / t->split_rate - read_s;
+        if (t->split_taken_at > 0 && !t->split_wait && left_s > 0)
+            ms += left_s * 1000.0;
+    }
+    double rate = t->rate_windows >= RATE_SAID_WINDOWS ? t->split_rate : 0;
     pthread_mutex_unlock(&t->mu);
-    return ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    *slack_ms = ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+    *records_per_second = rate >= 1e18 ? (uint64_t)1e18 : (uint64_t)rate;
 }
 
 void sl_task_splits_arrived(sl_task_t *t, const sluice_GetSplitResponse *resp)

@@ -177,12 +177,16 @@ void sl_task_info(sl_task_t *task, sl_task_info_t *out);
 bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records);
 
 /**
- * DYNAMIC: how long the splits the task has queued (not the one its
- * pipeline reads) last at its measured rate, in ms, at most UINT32_MAX;
- * 0 when none are queued or no rate is known. What a split request says
- * it can wait for its answer (GetSplitRequest.slack_ms).
+ * DYNAMIC: what a split request says of the task's splits
+ * (GetSplitRequest.slack_ms, records_per_second): *slack_ms, how long the
+ * splits it has queued, and what is left of the one its pipeline reads
+ * (its length at the rate, less the time since it took it), last at its
+ * measured rate, in ms, at most UINT32_MAX (0 when it has none or no rate
+ * is known); *records_per_second, that rate once measured over a few
+ * windows of its reading or seeded from a task of the dataset before (0
+ * until then).
  */
-uint32_t sl_task_split_slack_ms(sl_task_t *task);
+void sl_task_split_report(sl_task_t *task, uint32_t *slack_ms, uint64_t *records_per_second);
 
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);

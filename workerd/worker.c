@@ -307,6 +307,9 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
     uint64_t seq, records;
     if (w->session != SESSION_REGISTERED || !sl_task_want_splits(wt->task, &epoch, &max, &seq, &records))
         return;
+    uint32_t slack;
+    uint64_t rate;
+    sl_task_split_report(wt->task, &slack, &rate);
     struct outstanding *o = expect_answer(w, SL_MSG_GET_SPLIT_REQ);
     if (!o) {
         sl_task_splits_failed(wt->task, true, -ENOMEM, "out of memory");
@@ -318,7 +321,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
                                   .max_splits = max,
                                   .request_seq = seq,
                                   .split_records = records,
-                                  .slack_ms = sl_task_split_slack_ms(wt->task),
+                                  .slack_ms = slack,
+                                  .records_per_second = rate,
                                   .cross_epochs = true};
     send_request(w, o, &req);
 }

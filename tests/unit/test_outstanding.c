@@ -118,7 +118,7 @@ static void get_splits(uint64_t task, uint64_t seq, uint32_t max, sluice_GetSpli
 {
     sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = max, .request_seq = seq};
     *r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
-    cr_assert_eq(sl_dstate_get_splits(st, &req, r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, r, err, sizeof err), 0, "%s", err);
 }
 
 /* A client heartbeat at `now` saying how far each of n tasks reached it. */

@@ -103,7 +103,7 @@ static void splits(sl_dstate_t *s, uint64_t task, uint64_t seq, sluice_GetSplitR
 {
     sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = 3, .request_seq = seq};
     *resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
-    int rc = sl_dstate_get_splits(s, &req, resp, err, sizeof err);
+    int rc = sl_dstate_get_splits(s, &req, 0, resp, err, sizeof err);
     cr_assert_eq(rc, want_rc, "get_splits seq %" PRIu64 ": %d %s", seq, rc, err);
 }
 

@@ -216,7 +216,7 @@ static int splits_seq(uint64_t task_id, uint64_t epoch, uint32_t max, uint64_t w
         .task_id = task_id, .epoch = epoch, .max_splits = max, .request_seq = seq, .split_records = want};
     memset(sresp, 0, sizeof *sresp);
     err[0] = '\0';
-    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+    return sl_dstate_get_splits(st, &req, 0, sresp, err, sizeof err);
 }
 
 /* get_splits asking for splits of want records (0: no wish); the answer is in *sresp. */
@@ -1609,6 +1609,204 @@ Test(state, a_small_epoch_still_reaches_every_live_task)
     }
 }
 
+/* A model of DYNAMIC workers reading one epoch through the state's
+ * hand-out, in simulated time (steps of 50 µs): each task reads its splits
+ * at its own rate (each split at 0.85-1.15 times it), keeps a queue as
+ * workerd does (8 splits, more when they come shorter than its target of
+ * 50 ms, at most 64; it asks once half are read), says its slack and rate
+ * in each request, and gets each answer after a network delay of up to
+ * 2 ms and, with splits, its commit's (half its slack, at most 50 ms).
+ * @return how far apart the first and the last task finished (ms); *worst
+ * is the longest a split of the epoch's last tenth took its task (ms). */
+struct sim_task {
+    double rate, left, finished_ms, retry_at, arrive_at;
+    uint64_t queue[128], pending[64], last_len, seq;
+    unsigned head, count, npending;
+    bool asking, end_seen, end_pending;
+};
+
+static double simulate_epoch(uint64_t *rng, unsigned live, uint64_t total, uint64_t most, double *worst)
+{
+    start_guided(most);
+    char spec[128];
+    snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}}", total);
+    uint64_t *ids = calloc(live, sizeof *ids);
+    struct sim_task *tk = calloc(live, sizeof *tk);
+    cr_assert(ids && tk);
+    dynamic_job_on(dataset(spec), live, 0, ids);
+    double base = 1e5 * (double)(1 + splitmix64(rng) % 1000); /* 10^5 to 10^8 records/s */
+    for (unsigned k = 0; k < live; k++)
+        tk[k].rate = base * (1 + (double)(splitmix64(rng) % 300) / 100.0); /* up to 4 times apart */
+    uint64_t next = 0;
+    unsigned done = 0;
+    *worst = 0;
+    for (double now = 0; done < live; now += 0.05) {
+        cr_assert_lt(now, 600000.0, "the epoch of %" PRIu64 " records never ends", total);
+        for (unsigned k = 0; k < live; k++) {
+            struct sim_task *t = &tk[k];
+            if (t->finished_ms > 0)
+                continue;
+            if (t->npending > 0 && now >= t->arrive_at) {
+                for (unsigned i = 0; i < t->npending; i++)
+                    t->queue[(t->head + t->count++) % 128] = t->pending[i];
+                t->npending = 0;
+            }
+            if (t->end_pending && now >= t->arrive_at)
+                t->end_seen = true;
+            if (t->asking && now >= t->arrive_at)
+                t->asking = false;
+            /* The pipeline reads for a step: its split, then the next. */
+            double budget = 0.05;
+            while (budget > 0) {
+                if (t->left <= 0 && t->count > 0) {
+                    uint64_t len = t->queue[t->head];
+                    t->head = (t->head + 1) % 128;
+                    t->count--;
+                    double speed = t->rate * (0.85 + (double)(splitmix64(rng) % 31) / 100.0);
+                    t->left = (double)len / speed * 1000.0; /* ms */
+                    t->last_len = len;
+                    if (next > total - total / 10 && t->left > *worst)
+                        *worst = t->left;
+                }
+                if (t->left <= 0)
+                    break;
+                double used = t->left < budget ? t->left : budget;
+                t->left -= used;
+                budget -= used;
+            }
+            if (t->left <= 0 && t->count == 0 && t->npending == 0 && t->end_seen) {
+                t->finished_ms = now + 0.05 - budget;
+                done++;
+                continue;
+            }
+            /* Its queue: 8 splits, times how much shorter they come than
+             * its target (workerd's rate_split_taken()). */
+            double target = t->rate * 0.05;
+            unsigned p = 8;
+            if (t->last_len > 0 && target / (double)t->last_len >= 2)
+                p *= target / (double)t->last_len >= 8 ? 8 : (unsigned)(target / (double)t->last_len);
+            if (t->asking || t->end_pending || now < t->retry_at || t->count > p / 2)
+                continue;
+            double queued = 0;
+            for (unsigned i = 0; i < t->count; i++)
+                queued += (double)t->queue[(t->head + i) % 128];
+            uint32_t slack = (uint32_t)(queued / t->rate * 1000.0 + (t->left > 0 ? t->left : 0));
+            sluice_GetSplitRequest req = {.task_id = ids[k], .max_splits = p - t->count > 64 ? 64 : p - t->count,
+                                          .request_seq = ++t->seq, .split_records = (uint64_t)target,
+                                          .slack_ms = slack, .records_per_second = (uint64_t)t->rate};
+            memset(sresp, 0, sizeof *sresp);
+            cr_assert_eq(sl_dstate_get_splits(st, &req, (int64_t)now, sresp, err, sizeof err), 0, "%s", err);
+            double delay = (double)(splitmix64(rng) % 2000) / 1000.0;
+            if (sresp->splits_count > 0)
+                delay += slack / 2 < 50 ? slack / 2 : 50;
+            t->asking = true;
+            t->arrive_at = now + delay;
+            t->end_pending = sresp->end_of_epoch;
+            if (sresp->retry_ms > 0)
+                t->retry_at = t->arrive_at + sresp->retry_ms;
+            for (pb_size_t i = 0; i < sresp->splits_count; i++) {
+                cr_assert_eq(sresp->splits[i].begin, next, "a split at %" PRIu64 " after %" PRIu64,
+                             sresp->splits[i].begin, next);
+                next = sresp->splits[i].end;
+                t->pending[t->npending++] = sresp->splits[i].end - sresp->splits[i].begin;
+            }
+        }
+    }
+    cr_assert_eq(next, total, "the epoch covered [0, %" PRIu64 ")", next);
+    double first = tk[0].finished_ms, last = first;
+    for (unsigned k = 1; k < live; k++) {
+        first = tk[k].finished_ms < first ? tk[k].finished_ms : first;
+        last = tk[k].finished_ms > last ? tk[k].finished_ms : last;
+    }
+    free(ids);
+    free(tk);
+    sl_dstate_free(st);
+    st = NULL;
+    return last - first;
+}
+
+/* At an epoch's end a task whose queue lasts past the others' gets no
+ * split but a time to ask again (half its slack, within 1 to 50 ms), and
+ * the others take what is left. A range of 100,000: a task at 10,000,000
+ * records a second takes its first splits (30,720 records); then one at
+ * 1,000,000 a second with 1 s queued, and 40 ms a millisecond later: both
+ * outlast what the two would read of the rest together, and get none;
+ * the fast task takes the rest in two answers, and the slow one hears the
+ * epoch is over. */
+Test(state, a_task_whose_queue_outlasts_the_others_leaves_them_the_rest)
+{
+    start_guided(1048576);
+    uint64_t t[2];
+    dynamic_job_on(dataset(RANGE_SPEC(100000)), 2, 0, t);
+    sluice_GetSplitRequest fast = {
+        .task_id = t[1], .max_splits = 64, .split_records = 50000, .records_per_second = 10000000};
+    sluice_GetSplitRequest slow = {
+        .task_id = t[0], .max_splits = 64, .split_records = 50000, .records_per_second = 1000000, .slack_ms = 1000};
+    uint64_t next = 0;
+    for (int answer = 0; answer < 3 && next < 100000; answer++) {
+        if (answer == 1) {
+            cr_assert_eq(next, 30720, "the fast task's first answer ended at %" PRIu64, next);
+            for (int i = 0; i < 2; i++) {
+                memset(sresp, 0, sizeof *sresp);
+                cr_assert_eq(sl_dstate_get_splits(st, &slow, i, sresp, err, sizeof err), 0, "%s", err);
+                cr_assert_eq(sresp->splits_count, 0, "the slow task took %u splits with %u ms queued",
+                             sresp->splits_count, slow.slack_ms);
+                cr_assert_not(sresp->end_of_epoch);
+                cr_assert_eq(sresp->retry_ms, i == 0 ? 50 : 20, "ask again after %u ms", sresp->retry_ms);
+                slow.slack_ms = 40;
+            }
+            cr_assert_eq(stats().split_requests_left_to_others, 2);
+        }
+        memset(sresp, 0, sizeof *sresp);
+        cr_assert_eq(sl_dstate_get_splits(st, &fast, 2, sresp, err, sizeof err), 0, "%s", err);
+        for (pb_size_t k = 0; k < sresp->splits_count; k++) {
+            cr_assert_eq(sresp->splits[k].begin, next);
+            next = sresp->splits[k].end;
+        }
+    }
+    cr_assert_eq(next, 100000, "the fast task's three answers ended at %" PRIu64, next);
+    memset(sresp, 0, sizeof *sresp);
+    cr_assert_eq(sl_dstate_get_splits(st, &slow, 3, sresp, err, sizeof err), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch && sresp->splits_count == 0);
+    cr_assert_eq(stats().split_requests_left_to_others, 2);
+}
+
+/* Tasks that say their rate and their queue's slack finish an epoch
+ * together: seeded, 2 to 8 tasks at rates of 10^5 to 10^8 records a
+ * second, up to 4 times apart, epochs of 0.5 to 3 s, --max-split-size 2^17
+ * to 2^21. The last task ends within a few of the epoch's last splits of
+ * the first (what it has left of the split it reads, and the rates' noise),
+ * at most 2 of the longest of them and 5 ms. Before they said their queues
+ * (each answer took up to half its share of what was left, whatever it had
+ * queued), a range of 40,000,000 read by 2 workers here ended 24 to 60 ms
+ * apart. */
+Test(state, tasks_that_say_their_queues_finish_an_epoch_together)
+{
+    unsigned seed = test_seed("state.tasks_that_say_their_queues_finish_an_epoch_together");
+    uint64_t rng = seed;
+    for (int round = 0; round < 12; round++) {
+        unsigned live = 2 + (unsigned)(splitmix64(&rng) % 7);
+        uint64_t most = UINT64_C(1) << (17 + splitmix64(&rng) % 5);
+        /* Its length in time: total at the rates drawn comes after the draw
+         * of the rates, so draw the seconds and scale inside. */
+        double seconds = 0.5 + (double)(splitmix64(&rng) % 250) / 100.0;
+        uint64_t probe = rng;
+        double base = 1e5 * (double)(1 + splitmix64(&probe) % 1000), sum = 0;
+        for (unsigned k = 0; k < live; k++)
+            sum += base * (1 + (double)(splitmix64(&probe) % 300) / 100.0);
+        uint64_t total = (uint64_t)(sum * seconds);
+        double worst;
+        double spread = simulate_epoch(&rng, live, total, most, &worst);
+        cr_log_info("seed %u round %d: %u tasks, %" PRIu64 " records (%.1f s), --max-split-size %" PRIu64
+                    ": finished %.1f ms apart, the longest late split %.1f ms",
+                    seed, round, live, total, seconds, most, spread, worst);
+        cr_assert_leq(spread, 2 * worst + 5,
+                      "seed %u round %d: %u tasks, %" PRIu64 " records, --max-split-size %" PRIu64
+                      ": they finished %.1f ms apart (the longest late split %.1f ms)",
+                      seed, round, live, total, most, spread, worst);
+    }
+}
+
 /* A lone task gets the length it asks for to the epoch's end (no guided
  * share: shorter splits would only add hand-outs to wait on). */
 Test(state, a_lone_task_keeps_its_split_length_to_the_end)
@@ -2345,7 +2543,7 @@ static int splits_ahead(uint64_t task_id, uint64_t epoch, uint32_t max)
     sluice_GetSplitRequest req = {.task_id = task_id, .epoch = epoch, .max_splits = max, .cross_epochs = true};
     memset(sresp, 0, sizeof *sresp);
     err[0] = '\0';
-    return sl_dstate_get_splits(st, &req, sresp, err, sizeof err);
+    return sl_dstate_get_splits(st, &req, 0, sresp, err, sizeof err);
 }
 
 Test(state, a_task_that_crosses_epochs_gets_later_epochs_once_its_own_ran_out_and_none_past_the_passes)
@@ -2464,7 +2662,7 @@ Test(state, crossing_epochs_hands_every_record_of_every_pass_out_once_at_drawn_s
             sluice_GetSplitRequest req = {.task_id = t->id, .epoch = t->epoch, .max_splits = max,
                                           .split_records = want, .cross_epochs = true};
             memset(sresp, 0, sizeof *sresp);
-            cr_assert_eq(sl_dstate_get_splits(st, &req, sresp, err, sizeof err), 0, "seed %" PRIu64 ": %s", seed,
+            cr_assert_eq(sl_dstate_get_splits(st, &req, 0, sresp, err, sizeof err), 0, "seed %" PRIu64 ": %s", seed,
                          err);
             cr_assert_leq(sresp->splits_count, max);
             t->exhausted = sresp->end_of_epoch;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "provwire.h"
 #include "thread_util.h"
@@ -452,9 +453,10 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
  * dispatcher: answers each request with what it asks for, splits as long as
  * its split_records (at least 1000, at most 50000, multiples of 1000).
  * Checks that a request never asks past split_prefetch, that every element
- * comes once and every split gets its notice. @return the most records a
- * request asked for */
-static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max)
+ * comes once and every split gets its notice. *first_said is the rate the
+ * first request that asked for a length said (records_per_second; 0 when
+ * none asked for one). @return the most records a request asked for */
+static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint64_t *first_said)
 {
     enum { TOTAL = 200000 };
     struct run r = {0};
@@ -470,6 +472,11 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max)
         uint32_t max;
         if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
             cr_assert_leq(max, 64, "asked for %u splits, more than the queue holds", max);
+            uint32_t slack;
+            uint64_t said;
+            sl_task_split_report(r.task, &slack, &said);
+            if (records > 0 && most == 0)
+                *first_said = said;
             if (records == 0)
                 cr_assert_leq(max, cfg->split_prefetch, "asked for %u splits, prefetch %u", max, cfg->split_prefetch);
             most = records > most ? records : most;
@@ -523,24 +530,30 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max)
  * split_prefetch at a time, more when they come shorter than it asked (this
  * dispatcher cuts them at 50,000 records, a fraction of a second's worth),
  * never more than its queue holds, and reads splits of any length exactly
- * once; with split_target_ms 0 it never asks for a length. */
+ * once; with split_target_ms 0 it never asks for a length. The first
+ * request that asks for a length comes a few splits of 1,000 records after
+ * the first: its rate, from one split, is not said to the dispatcher
+ * (records_per_second 0) until a few windows of 5 ms went into it. */
 Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_bound)
 {
     sl_task_config_t cfg = config();
     cfg.split_target_ms = 1000;
     uint32_t most_max = 0;
-    cr_assert_gt(run_sized(&cfg, &most_max), 0, "no request asked for a length");
+    uint64_t said = 1;
+    cr_assert_gt(run_sized(&cfg, &most_max, &said), 0, "no request asked for a length");
     cr_assert_gt(most_max, cfg.split_prefetch, "splits shorter than asked for came %u at most a request", most_max);
+    cr_assert_eq(said, 0, "a rate of one split said: %lu records/s", (unsigned long)said);
     cfg.split_target_ms = 0;
     cfg.split_prefetch = 3;
     most_max = 0;
-    cr_assert_eq(run_sized(&cfg, &most_max), 0, "a request asked for a length with split_target_ms 0");
+    cr_assert_eq(run_sized(&cfg, &most_max, &said), 0, "a request asked for a length with split_target_ms 0");
     cr_assert_leq(most_max, 3);
 }
 
 /* A task seeded with a rate (what its worker measured of the dataset before)
- * asks for splits of that rate times split_target_ms from its first request;
- * a seed of 0 or less is no seed, and a task that has a rate keeps it. */
+ * asks for splits of that rate times split_target_ms from its first request
+ * and says the rate in it; a seed of 0 or less is no seed, and a task that
+ * has a rate keeps it. */
 Test(task, a_seeded_rate_sizes_the_first_request_and_never_replaces_a_rate)
 {
     sl_task_config_t cfg = config();
@@ -559,6 +572,10 @@ Test(task, a_seeded_rate_sizes_the_first_request_and_never_replaces_a_rate)
     uint32_t max;
     await_request(&r, &epoch, &max, &records);
     cr_assert_eq(records, 25000, "the first request asked for %lu records", (unsigned long)records);
+    uint32_t slack;
+    uint64_t said;
+    sl_task_split_report(r.task, &slack, &said);
+    cr_assert_eq(said, 250000, "the seeded rate was said as %lu records/s", (unsigned long)said);
     stop(&r);
 }
 
@@ -661,11 +678,21 @@ Test(task, batches_come_with_their_provenance_encoded_in_the_form_asked_for)
     stop(&r);
 }
 
+static uint32_t slack_of(sl_task_t *task)
+{
+    uint32_t ms;
+    uint64_t rate;
+    sl_task_split_report(task, &ms, &rate);
+    return ms;
+}
+
 /* What a split request says its task can wait for the answer
- * (GetSplitRequest.slack_ms): its queued splits' records at its rate, not
- * the split its pipeline reads; nothing without a rate. The first split is
- * one the pipeline reads for ever (its buffer of one batch stays full), so
- * the seven behind it stay queued. */
+ * (GetSplitRequest.slack_ms): its queued splits' records at its rate, and
+ * what is left of the split its pipeline reads (its length at the rate
+ * less the time since it took it); nothing without a rate. The first split
+ * is one the pipeline reads for ever (its buffer of one batch stays full),
+ * so the seven behind it stay queued; at 4 records a second its 2,000
+ * records last 500 s from its take, which the test does not reach. */
 Test(task, a_split_request_says_how_long_its_queued_splits_last)
 {
     struct run r;
@@ -677,28 +704,31 @@ Test(task, a_split_request_says_how_long_its_queued_splits_last)
     uint64_t epoch, records;
     uint32_t max;
     await_request(&r, &epoch, &max, &records);
-    cr_assert_eq(sl_task_split_slack_ms(r.task), 0, "nothing queued yet");
-    const uint64_t endless = UINT64_C(1000000000000);
+    cr_assert_eq(slack_of(r.task), 0, "nothing queued yet");
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     resp.epoch = epoch;
-    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 0, .begin = 0, .end = endless, .epoch = epoch};
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 0, .begin = 0, .end = 2000, .epoch = epoch};
     for (uint64_t i = 1; i < 8; i++)
-        resp.splits[resp.splits_count++] = (sluice_Split){
-            .split_id = i, .begin = endless + (i - 1) * 1000, .end = endless + i * 1000, .epoch = epoch};
+        resp.splits[resp.splits_count++] =
+            (sluice_Split){.split_id = i, .begin = 1000 + i * 1000, .end = 2000 + i * 1000, .epoch = epoch};
     sl_task_splits_arrived(r.task, &resp);
     /* The first take measures no rate (a rate is measured from a split
      * read whole): none yet. */
-    cr_assert_eq(sl_task_split_slack_ms(r.task), 0, "a slack without a rate");
-    sl_task_seed_split_rate(r.task, 4000.0);
-    /* 7,000 records at 4,000 a second, once the pipeline took the first;
-     * before that the endless one counts too (past 2^32 ms: the most). */
+    cr_assert_eq(slack_of(r.task), 0, "a slack without a rate");
+    sl_task_seed_split_rate(r.task, 4.0);
+    /* 9,000 records at 4 a second before the pipeline took the first;
+     * then the 7,000 behind it and what is left of its 2,000: more than
+     * 1,750 s, at most 2,250 s, less as time goes. */
     uint32_t slack = 0;
-    for (int i = 0; i < 3000 && (slack = sl_task_split_slack_ms(r.task)) != 1750; i++) {
-        cr_assert_eq(slack, UINT32_MAX, "neither all eight queued nor the seven behind the first: %u ms", slack);
+    for (int i = 0; i < 3000 && (slack = slack_of(r.task)) == 2250000; i++)
         wait_notify(&r);
-    }
-    cr_assert_eq(slack, 1750);
-    cr_assert_eq(sl_task_split_slack_ms(r.task), 1750, "the rate or the queue moved");
+    cr_assert(slack > 1750000 && slack < 2250000, "not the seven queued and what is left of the first: %u ms",
+              slack);
+    uint32_t later = 0;
+    for (int i = 0; i < 3000 && (later = slack_of(r.task)) == slack; i++)
+        usleep(1000);
+    cr_assert(later < slack && later > 1750000, "what is left of the first split did not go down: %u then %u ms",
+              slack, later);
     stop(&r);
 }
 
