@@ -40,6 +40,7 @@ struct split {
     sl_skip_run_t *skips; /* owned until handed to the tracker */
     uint32_t num_skips;
     uint64_t epoch; /* whose reading of the records this is (sl_split_t.epoch) */
+    uint64_t asked; /* the records a split the request that brought it asked for (0: no length) */
 };
 
 enum producer_state { PRODUCER_RUNNING, PRODUCER_ENDED, PRODUCER_FAILED };
@@ -119,6 +120,7 @@ struct sl_task {
     double split_rate;
     double split_taken_at;   /* when the pipeline took its last split; 0: none yet */
     uint64_t split_taken_records;
+    uint64_t asked_records; /* what the split request out asked a split to hold (under mu) */
     double split_waited;     /* seconds waited in next_split() since then */
     double split_wait_total; /* seconds waited in next_split() in all, but the wait under way */
     double split_wait_since; /* when the wait under way (split_wait) began */
@@ -286,9 +288,10 @@ static double target_records(const sl_task_t *t)
     return t->split_rate * t->cfg.split_target_ms / 1000.0;
 }
 
-/* The pipeline takes a split of records records at now (under mu): the
- * one it took before is read, in the time since less the time it waited. */
-static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
+/* The pipeline takes a split of records records, whose request asked for
+ * splits of asked records (0: no length), at now (under mu): the one it
+ * took before is read, in the time since less the time it waited. */
+static void rate_split_taken(sl_task_t *t, double now, uint64_t records, uint64_t asked)
 {
     if (t->split_taken_at > 0) {
         double busy = now - t->split_taken_at - t->split_waited;
@@ -309,9 +312,13 @@ static void rate_split_taken(sl_task_t *t, double now, uint64_t records)
      * epochs end them, or --max-split-size does) come in more at a time:
      * a request's answer then still lasts about as long as split_prefetch
      * splits of the target length, and a small epoch repeated does not
-     * cost a hand-out and its commit every few splits. */
+     * cost a hand-out and its commit every few splits. Not the splits of a
+     * request that asked for no length (before a rate): compared with the
+     * target the rate gave since, its first splits of the least length made
+     * the next request ask for 64, and a dataset's first job handed its
+     * first worker half the range at once. */
     unsigned p = t->cfg.split_prefetch, most = MAX_SPLITS / p;
-    double shorter = records > 0 ? target_records(t) / (double)records : 0;
+    double shorter = records > 0 ? (double)asked / (double)records : 0;
     if (shorter >= 2.0)
         p *= shorter >= most ? most : (unsigned)shorter;
     __atomic_store_n(&t->prefetch_now, p, __ATOMIC_RELAXED);
@@ -324,6 +331,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
 {
     sl_task_t *t = arg;
     int rc;
+    uint64_t asked = 0;
     pthread_mutex_lock(&t->mu);
     if (epoch != t->want_epoch) {
         /* The pipeline moved to a new epoch (repeat): the old one is done,
@@ -351,6 +359,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         }
         if (t->split_count > 0) {
             struct split *s = &t->splits[t->split_head];
+            asked = s->asked;
             *out = (sl_split_t){.file_index = s->file_index,
                                 .begin = s->begin,
                                 .end = s->end,
@@ -389,7 +398,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
     t->working = true;
     t->working_since = seconds_now();
     if (rc == 0)
-        rate_split_taken(t, t->working_since, out->end - out->begin);
+        rate_split_taken(t, t->working_since, out->end - out->begin, asked);
     pthread_mutex_unlock(&t->mu);
     /* Ask for the next splits while this one is read. */
     if (rc == 0)
@@ -899,6 +908,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
          * queue that covers an answer's round trip however fast it runs. */
         double r = target_records(t);
         *records = r >= 1e15 ? (uint64_t)1e15 : (uint64_t)r;
+        t->asked_records = *records;
         want = true;
         t->split_request_out = true;
     }
@@ -1026,6 +1036,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             s->split_id = resp->splits[i].split_id;
             s->num_skips = (uint32_t)resp->splits[i].skip_count;
             s->epoch = resp->splits[i].epoch;
+            s->asked = t->asked_records;
             if (s->split_id >= t->split_next_id)
                 t->split_next_id = s->split_id + 1;
             char err[300];

@@ -449,19 +449,21 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
     stop(&r);
 }
 
-/* Runs a DYNAMIC task over range(200000) in batches of 1000 as its
+/* Runs a DYNAMIC task over range(2000000) in batches of 1000 as its
  * dispatcher: answers each request with what it asks for, splits as long as
  * its split_records (at least 1000, at most 50000, multiples of 1000).
  * Checks that a request never asks past split_prefetch, that every element
- * comes once and every split gets its notice. *first_said is the rate the
- * first request that asked for a length said (records_per_second; 0 when
- * none asked for one). @return the most records a request asked for */
-static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint64_t *first_said)
+ * comes once and every split gets its notice. The first request that asked
+ * for a length said the rate *first_said (records_per_second) and asked for
+ * *first_max splits (both left as they are when none asked for one).
+ * @return the most records a request asked for */
+static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint64_t *first_said,
+                          uint32_t *first_max)
 {
-    enum { TOTAL = 200000 };
+    enum { TOTAL = 2000000 };
     struct run r = {0};
     start_with(&r, SL_SHARDING_DYNAMIC,
-               "{\"source\":{\"type\":\"range\",\"stop\":200000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               "{\"source\":{\"type\":\"range\",\"stop\":2000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
                cfg);
     static unsigned char seen[TOTAL];
     memset(seen, 0, sizeof seen);
@@ -475,8 +477,10 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint6
             uint32_t slack;
             uint64_t said;
             sl_task_split_report(r.task, &slack, &said);
-            if (records > 0 && most == 0)
+            if (records > 0 && most == 0) {
                 *first_said = said;
+                *first_max = max;
+            }
             if (records == 0)
                 cr_assert_leq(max, cfg->split_prefetch, "asked for %u splits, prefetch %u", max, cfg->split_prefetch);
             most = records > most ? records : most;
@@ -533,20 +537,24 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint6
  * once; with split_target_ms 0 it never asks for a length. The first
  * request that asks for a length comes a few splits of 1,000 records after
  * the first: its rate, from one split, is not said to the dispatcher
- * (records_per_second 0) until a few windows of 5 ms went into it. */
+ * (records_per_second 0) until a few windows of 5 ms went into it, and it
+ * asks for split_prefetch at most: the splits before it were asked with no
+ * length, so that they came short says nothing. */
 Test(task, dynamic_asks_for_splits_of_its_target_length_within_the_prefetch_bound)
 {
     sl_task_config_t cfg = config();
     cfg.split_target_ms = 1000;
-    uint32_t most_max = 0;
+    uint32_t most_max = 0, first_max = 0;
     uint64_t said = 1;
-    cr_assert_gt(run_sized(&cfg, &most_max, &said), 0, "no request asked for a length");
+    cr_assert_gt(run_sized(&cfg, &most_max, &said, &first_max), 0, "no request asked for a length");
     cr_assert_gt(most_max, cfg.split_prefetch, "splits shorter than asked for came %u at most a request", most_max);
     cr_assert_eq(said, 0, "a rate of one split said: %lu records/s", (unsigned long)said);
+    cr_assert_leq(first_max, cfg.split_prefetch, "after splits asked with no length, a request for %u", first_max);
     cfg.split_target_ms = 0;
     cfg.split_prefetch = 3;
     most_max = 0;
-    cr_assert_eq(run_sized(&cfg, &most_max, &said), 0, "a request asked for a length with split_target_ms 0");
+    cr_assert_eq(run_sized(&cfg, &most_max, &said, &first_max), 0,
+                 "a request asked for a length with split_target_ms 0");
     cr_assert_leq(most_max, 3);
 }
 
