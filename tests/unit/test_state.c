@@ -1774,16 +1774,19 @@ Test(state, a_task_whose_queue_outlasts_the_others_leaves_them_the_rest)
 /* Tasks that say their rate and their queue's slack finish an epoch
  * together: seeded, 2 to 8 tasks at rates of 10^5 to 10^8 records a
  * second, up to 4 times apart, epochs of 0.5 to 3 s, --max-split-size 2^17
- * to 2^21. The last task ends within a few of the epoch's last splits of
- * the first (what it has left of the split it reads, and the rates' noise),
- * at most 2 of the longest of them and 5 ms. Before they said their queues
- * (each answer took up to half its share of what was left, whatever it had
- * queued), a range of 40,000,000 read by 2 workers here ended 24 to 60 ms
- * apart. */
+ * to 2^21. How far apart the first and the last end is measured against
+ * 2 of the epoch's longest late splits and 5 ms (what a task has left of
+ * the split it reads, and the rates' noise over its queue): the mean over
+ * the 12 rounds at most 0.6 of it, every round at most twice it. In 101
+ * seeds the means read 0.09 to 0.29 and the worst round 0.91 (1.18 in 400
+ * more); without the rates in the requests (each answer up to half a
+ * share of what was left, whatever the task had queued) the means read
+ * 1.22 to 4.48 and half the rounds past 1.6. */
 Test(state, tasks_that_say_their_queues_finish_an_epoch_together)
 {
     unsigned seed = test_seed("state.tasks_that_say_their_queues_finish_an_epoch_together");
     uint64_t rng = seed;
+    double measured = 0;
     for (int round = 0; round < 12; round++) {
         unsigned live = 2 + (unsigned)(splitmix64(&rng) % 7);
         uint64_t most = UINT64_C(1) << (17 + splitmix64(&rng) % 5);
@@ -1800,11 +1803,14 @@ Test(state, tasks_that_say_their_queues_finish_an_epoch_together)
         cr_log_info("seed %u round %d: %u tasks, %" PRIu64 " records (%.1f s), --max-split-size %" PRIu64
                     ": finished %.1f ms apart, the longest late split %.1f ms",
                     seed, round, live, total, seconds, most, spread, worst);
-        cr_assert_leq(spread, 2 * worst + 5,
+        cr_assert_leq(spread, 2 * (2 * worst + 5),
                       "seed %u round %d: %u tasks, %" PRIu64 " records, --max-split-size %" PRIu64
                       ": they finished %.1f ms apart (the longest late split %.1f ms)",
                       seed, round, live, total, most, spread, worst);
+        measured += spread / (2 * worst + 5) / 12;
     }
+    cr_assert_leq(measured, 0.6, "seed %u: the rounds finished %.2f of two late splits and 5 ms apart on the mean",
+                  seed, measured);
 }
 
 /* A lone task gets the length it asks for to the epoch's end (no guided
