@@ -572,6 +572,11 @@ class DatasetLifecycle(unittest.TestCase):
             held = subprocess.Popen(c.cat_argv(endless, ['--sharding', 'dynamic']), stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, env=child_env())
             ds = wait_for(lambda: get_json(a, '/v1/datasets')['datasets'], what='the dataset')[0]['id']
+            # sluice-cat registers the dataset, then makes the job: until the
+            # job is there the dataset is unread, and DELETE takes it (seen on
+            # a loaded machine).
+            wait_for(lambda: any(j['dataset_id'] == ds and j['state'] == 'RUNNING'
+                                 for j in get_json(a, '/v1/jobs')['jobs']), what='the job reading it')
             self.assertEqual(admin(a, '/v1/datasets/%d' % ds, 'DELETE'), 409)
             held.kill()
             held.wait()
