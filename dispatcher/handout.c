@@ -169,6 +169,12 @@ static uint64_t records_ahead(const struct job *j, bool cross)
     return left + epochs * each;
 }
 
+/* The records a request says its task has queued: its slack at its rate. */
+static double said_queued(const sluice_GetSplitRequest *req)
+{
+    return (double)req->slack_ms / 1000.0 * (double)req->records_per_second;
+}
+
 /* The records task t of j may take in this answer so that j's live tasks
  * finish what is left of the epoch together (or UINT64_MAX: no bound).
  * Each live task's queue lasts till now + queued / rate; what is left from
@@ -178,22 +184,23 @@ static uint64_t records_ahead(const struct job *j, bool cross)
  * the others, whose queues run out sooner, take what is left. t's rate and
  * queue are what its request says (records_per_second, slack_ms); another
  * task's are what it said at its last answer, plus what that answer gave
- * it, drained at its rate since (a task that said no rate counts t's rate
- * and an empty queue). Without it, each task took up to half its share of
- * what was left without regard to the splits it had queued, and its queue
- * when the cursor ran out was what set it apart from the others: a range
- * of 40,000,000 read by 2 workers ended with one worker's queue at 39 ms,
- * the other's at 11 ms, and the first read alone for 24-60 ms. */
+ * it, drained at its rate since (a task that said no rate counts at t's
+ * rate, with the splits it was handed as its queue). Without it, each task
+ * took up to half its share of what was left without regard to the splits
+ * it had queued, and its queue when the cursor ran out was what set it
+ * apart from the others: a range of 40,000,000 read by 2 workers ended
+ * with one worker's queue at 39 ms, the other's at 11 ms, and the first
+ * read alone for up to 60 ms. */
 static uint64_t balanced_share(const struct job *j, const struct task *t, const sluice_GetSplitRequest *req,
                                uint64_t left, int64_t now)
 {
     if (req->records_per_second == 0 || left == UINT64_MAX)
         return UINT64_MAX;
-    double rate = (double)req->records_per_second, queued = (double)req->slack_ms / 1000.0 * rate;
+    double rate = (double)req->records_per_second, queued = said_queued(req);
     double work = (double)left + queued, rates = rate;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         const struct task *o = &j->tasks[k];
-        if (o == t || (o->state != TASK_ASSIGNED && o->state != TASK_RUNNING))
+        if (o == t || !sl__task_live(o))
             continue;
         double r = o->split_rate > 0 ? (double)o->split_rate : rate;
         double q = (double)o->queued_records - r * (double)(now - o->queued_at) / 1000.0;
@@ -209,7 +216,7 @@ static uint64_t balanced_share(const struct job *j, const struct task *t, const 
 static void note_queue(struct task *t, const sluice_GetSplitRequest *req, const sluice_GetSplitResponse *resp,
                        int64_t now)
 {
-    double q = (double)req->slack_ms / 1000.0 * (double)req->records_per_second;
+    double q = said_queued(req);
     for (pb_size_t k = 0; resp && k < resp->splits_count; k++)
         q += (double)(resp->splits[k].end - resp->splits[k].begin);
     t->split_rate = req->records_per_second;
@@ -228,7 +235,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     if (j->sharding != SL_SHARDING_DYNAMIC) {
         return sl_errf(err, errlen, SL_EINVAL, "job %" PRIu64 " is not DYNAMIC: it has no splits", j->id);
     }
-    if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING) {
+    if (!sl__task_live(t)) {
         /* A task declared lost (its worker alive but cut off, or stuck) gets
          * nothing more: its splits go to the others, and its clients no
          * longer read it. */
@@ -313,7 +320,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * near the end. */
     unsigned live = 0;
     for (unsigned k = 0; k < j->num_tasks; k++)
-        live += j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING;
+        live += sl__task_live(&j->tasks[k]);
     uint64_t left = records_ahead(j, cross), halves = 2 * (uint64_t)(live ? live : 1);
     uint64_t fair = left / halves + (left % halves != 0); /* rounded up, without overflow at UINT64_MAX */
     if (live >= 2 && left > 0) {

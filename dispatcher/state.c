@@ -340,7 +340,7 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
     bool any_done = false;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         const struct task *t = &j->tasks[k];
-        if (t->state == TASK_ASSIGNED || t->state == TASK_RUNNING)
+        if (sl__task_live(t))
             return;
         const struct worker *w = sl__dstate_worker(st, t->worker_id);
         any_done |= t->state == TASK_DONE && (!splits_left || !w || !w->draining);
@@ -451,7 +451,7 @@ static void job_ensure_task(sl_dstate_t *st, struct job *j)
     if (j->state != SL_JOB_RUNNING || !sl__out_tracked(j) || !sl__out_check_reports(st, j))
         return;
     for (unsigned k = 0; k < j->num_tasks; k++)
-        if (j->tasks[k].state == TASK_ASSIGNED || j->tasks[k].state == TASK_RUNNING)
+        if (sl__task_live(&j->tasks[k]))
             return;
     for (unsigned i = 0; i < st->num_workers; i++) {
         struct worker *w = &st->workers[i];
@@ -483,7 +483,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
             struct task *t = &j->tasks[k];
             if (t->worker_id != w->id)
                 continue;
-            bool active = t->state == TASK_ASSIGNED || t->state == TASK_RUNNING;
+            bool active = sl__task_live(t);
             /* A task that ended while its clients had not all of it yet. */
             bool unfinished = t->state == TASK_DONE && j->state == SL_JOB_RUNNING && sl__out_count(t) > 0;
             if (!active && !unfinished)
@@ -634,8 +634,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         const struct task *stk = sl__dstate_task(st, req->tasks[i].task_id, &sj);
         /* Only its own running tasks count: a task of the id it had before
          * (still unwinding) is dropped through removed_tasks below. */
-        if (!stk || stk->worker_id != w->id || stale(&req->tasks[i], sj) ||
-            (stk->state != TASK_ASSIGNED && stk->state != TASK_RUNNING))
+        if (!stk || stk->worker_id != w->id || stale(&req->tasks[i], sj) || !sl__task_live(stk))
             continue;
         if (req->tasks[i].state == SL_TASK_RUNNING && req->tasks[i].stalled_ms > (uint64_t)st->cfg.stall_timeout_ms) {
             char why[200];
@@ -656,7 +655,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
                 resp->removed_tasks[resp->removed_tasks_count++] = ts->task_id;
             continue;
         }
-        if (t->state != TASK_ASSIGNED && t->state != TASK_RUNNING)
+        if (!sl__task_live(t))
             continue;
         task_record_progress(t, ts, now);
         if (ts->state == SL_TASK_RUNNING) {

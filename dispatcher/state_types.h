@@ -149,6 +149,12 @@ struct task {
     int64_t queued_at;
 };
 
+/* Whether t still reads its job: assigned or running, not ended or lost. */
+static inline bool sl__task_live(const struct task *t)
+{
+    return t->state == TASK_ASSIGNED || t->state == TASK_RUNNING;
+}
+
 struct client {
     uint64_t id;
     int64_t last_seen;

@@ -47,8 +47,7 @@ json_t *sl_dstate_workers_json(const sl_dstate_t *st, int64_t now)
         for (unsigned k = 0; k < st->num_jobs; k++) {
             const struct job *j = st->jobs[k];
             for (unsigned t = 0; t < j->num_tasks; t++)
-                tasks += j->state == SL_JOB_RUNNING && j->tasks[t].worker_id == w->id &&
-                         (j->tasks[t].state == TASK_ASSIGNED || j->tasks[t].state == TASK_RUNNING);
+                tasks += j->state == SL_JOB_RUNNING && j->tasks[t].worker_id == w->id && sl__task_live(&j->tasks[t]);
         }
         json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)w->id, "address",
                                              w->address, "state", worker_state_name(w), "active_tasks",
