@@ -68,6 +68,8 @@ ap.add_argument('--no-shm', action='store_true',
                 help='both sides read over TCP, not through shared memory (sluice-cat --no-shm)')
 ap.add_argument('--no-equal-work', action='store_true',
                 help='without the DYNAMIC runs over workers times the range (see above)')
+ap.add_argument('--no-length-control', action='store_true',
+                help='without the OFF runs over the range divided by the workers (see above)')
 ap.add_argument('--window', metavar='M,P',
                 help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default: the '
                 'iterator sizes its window by bytes, 32,16 for these batches)')
@@ -143,12 +145,14 @@ for workers in [int(w) for w in args.workers.split(',')]:
         c.wait_workers_registered(workers)
         for shape in args.shapes.split(','):
             run(c, workers, shape, 'off')  # warm up: page cache, allocator, dispatcher state
-            off, dyn, equal = [], [], []
+            off, dyn, equal, short = [], [], [], []
             for _ in range(args.rounds):
                 off.append(run(c, workers, shape, 'off'))
                 dyn.append(run(c, workers, shape, 'dynamic'))
                 if workers > 1 and not args.no_equal_work:
                     equal.append(run(c, workers, shape, 'dynamic', args.elements * workers))
+                if workers > 1 and not args.no_length_control:
+                    short.append(run(c, workers, shape, 'off', args.elements // workers))
             best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
             cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
             pairs = [d[0] / o[0] for o, d in zip(off, dyn)]
@@ -190,6 +194,19 @@ for workers in [int(w) for w in args.workers.split(',')]:
                     "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, equal)), 3),
                     "cpu_us_per_batch": {"off": per_batch['off'], "dynamic": eq_batch},
                     "cpu_ratio_all_rounds": round(sum(per_batch['off'].values()) / sum(eq_batch.values()), 3),
+                    "rounds": args.rounds}), flush=True)
+            if short:
+                short_off = [s[0] / o[0] for o, s in zip(off, short)]
+                dyn_short = [d[0] / s[0] for d, s in zip(dyn, short)]
+                print(json.dumps({
+                    "bench": "dynamic_vs_off_length", "workers": workers, "shape": shape,
+                    "short_off_elements": args.elements // workers,
+                    "baseline": "OFF over %d elements (each worker all of them): as many elements in as many "
+                                "batches as the DYNAMIC runs above" % (args.elements // workers),
+                    "short_off_vs_off": round(statistics.median(short_off), 3),
+                    "short_off_vs_off_ci95": median_ci95(short_off),
+                    "dynamic_vs_short_off": round(statistics.median(dyn_short), 3),
+                    "dynamic_vs_short_off_ci95": median_ci95(dyn_short),
                     "rounds": args.rounds}), flush=True)
     finally:
         c.close()
