@@ -224,6 +224,46 @@ static void note_queue(struct task *t, const sluice_GetSplitRequest *req, const 
     t->queued_at = now;
 }
 
+/* Room in t's last answer for one of up to max splits, what it holds
+ * kept: made before the cursor moves, so that no answer is handed out that
+ * could not be kept. @return 0 or -ENOMEM */
+static int last_answer_room(struct task *t, unsigned max)
+{
+    struct last_answer *a = t->last_splits;
+    if (a && a->num >= max)
+        return 0;
+    a = realloc(a, sizeof *a + (size_t)max * sizeof a->splits[0]);
+    if (!a)
+        return -ENOMEM;
+    if (!t->last_splits)
+        *a = (struct last_answer){0};
+    t->last_splits = a;
+    return 0;
+}
+
+/* Keeps resp as t's last answer, in the room last_answer_room() made, and
+ * then in as much as its splits take. */
+static void last_answer_keep(struct task *t, const sluice_GetSplitResponse *resp)
+{
+    struct last_answer *a = t->last_splits;
+    a->epoch = resp->epoch;
+    a->end_of_epoch = resp->end_of_epoch;
+    a->finished = resp->finished;
+    a->num = resp->splits_count;
+    memcpy(a->splits, resp->splits, a->num * sizeof a->splits[0]);
+    struct last_answer *fit = realloc(a, sizeof *a + a->num * sizeof a->splits[0]);
+    if (fit)
+        t->last_splits = fit; /* else the larger block serves */
+}
+
+/* The answer kept, given again. */
+static void last_answer_give(const struct last_answer *a, sluice_GetSplitResponse *resp)
+{
+    *resp = (sluice_GetSplitResponse){.epoch = a->epoch, .end_of_epoch = a->end_of_epoch, .finished = a->finished,
+                                      .splits_count = a->num};
+    memcpy(resp->splits, a->splits, a->num * sizeof a->splits[0]);
+}
+
 int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int64_t now,
                          sluice_GetSplitResponse *resp, char *err, size_t errlen)
 {
@@ -254,7 +294,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * handed it its first splits (sl__dstate_first_splits()). */
     if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
         if (req->request_seq == t->split_req_seq && t->last_splits) {
-            *resp = *t->last_splits;
+            last_answer_give(t->last_splits, resp);
             return 0;
         }
         return sl_errf(err, errlen, SL_EINVAL,
@@ -271,9 +311,11 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         resp->finished = true;
         return 0;
     }
-    if (req->request_seq != 0 && !t->last_splits && !(t->last_splits = calloc(1, sizeof *t->last_splits))) {
+    unsigned max = req->max_splits ? req->max_splits : 1;
+    if (max > pb_arraysize(sluice_GetSplitResponse, splits))
+        max = pb_arraysize(sluice_GetSplitResponse, splits);
+    if (req->request_seq != 0 && last_answer_room(t, max) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    }
     bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
         /* Its clients are that far behind: hold it back until they report
@@ -311,9 +353,6 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
                    j->id, j->split_epoch, t->id, req->epoch);
     }
     bool excl = j->exclude.num > 0;
-    unsigned max = req->max_splits ? req->max_splits : 1;
-    if (max > sizeof resp->splits / sizeof resp->splits[0])
-        max = sizeof resp->splits / sizeof resp->splits[0];
     /* Guided hand-out: no task takes more than half its share of what is
      * left of the epoch in one answer, so a worker asking for many splits
      * at a time (to make each commit count) leaves some for the others
@@ -422,7 +461,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
 answered:
     note_queue(t, req, resp, now);
     if (req->request_seq != 0 && resp->splits_count > 0) {
-        *t->last_splits = *resp;
+        last_answer_keep(t, resp);
         t->split_req_seq = req->request_seq;
         t->handout_dirty = true;
         sl__dstate_touch(st, j);

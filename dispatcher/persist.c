@@ -173,9 +173,9 @@ static json_t *cursor_record(const struct job *j)
 
 static json_t *handout_record(const struct task *t)
 {
-    const sluice_GetSplitResponse *r = t->last_splits;
+    const struct last_answer *r = t->last_splits;
     json_t *splits = json_array(), *skips = json_array();
-    for (pb_size_t i = 0; i < r->splits_count; i++)
+    for (pb_size_t i = 0; i < r->num; i++)
         json_array_append_new(splits, json_pack("[I,i,I,I,I,I]", (json_int_t)r->splits[i].split_id,
                                                 (int)r->splits[i].file_index, (json_int_t)r->splits[i].begin,
                                                 (json_int_t)r->splits[i].end, (json_int_t)r->splits[i].skip_offset,
@@ -736,13 +736,15 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
     }
     struct job *tj;
     struct task *t = sl__dstate_task(l->st, id, &tj);
-    sluice_GetSplitResponse *r = t ? calloc(1, sizeof *r) : NULL;
-    size_t max = sizeof r->splits / sizeof r->splits[0];
-    if (!t || !r || !json_is_array(splits) || json_array_size(splits) > max) {
-        free(r);
+    size_t max = pb_arraysize(sluice_GetSplitResponse, splits), n = json_array_size(splits);
+    if (!t || !json_is_array(splits) || n > max) {
         json_decref(rec);
-        return t && r == NULL ? sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store")
-                              : bad(l, id, t ? "splits out of range" : "its task is not in the store");
+        return bad(l, id, t ? "splits out of range" : "its task is not in the store");
+    }
+    struct last_answer *r = calloc(1, sizeof *r + n * sizeof r->splits[0]);
+    if (!r) {
+        json_decref(rec);
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
     }
     r->epoch = (uint64_t)epoch;
     r->end_of_epoch = eoe;
@@ -761,7 +763,7 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
             json_decref(rec);
             return bad(l, id, "splits: each must be [id, file, begin, end, skip_offset, skip_count]");
         }
-        r->splits[r->splits_count++] = (sluice_Split){.split_id = (uint64_t)sid, .file_index = (uint32_t)file,
+        r->splits[r->num++] = (sluice_Split){.split_id = (uint64_t)sid, .file_index = (uint32_t)file,
                                                       .begin = (uint64_t)begin, .end = (uint64_t)end,
                                                       .skip_offset = (uint64_t)soff, .skip_count = (uint64_t)scount};
     }

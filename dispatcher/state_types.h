@@ -108,6 +108,17 @@ struct dataset {
     bool dirty;
 };
 
+/* A task's last GetSplit answer with splits, without the answer's fixed
+ * array of GetSplitResponse.splits' max_count: as many splits as it holds
+ * (64 bytes each), so that a task keeps what it was given, not the most an
+ * answer may hold. */
+struct last_answer {
+    uint64_t epoch;
+    bool end_of_epoch, finished;
+    pb_size_t num;
+    sluice_Split splits[];
+};
+
 struct task {
     uint64_t id;
     uint64_t worker_id;
@@ -127,7 +138,7 @@ struct task {
     /* DYNAMIC: the last GetSplit answer, kept (and stored) so that a worker
      * that asks again with the same request_seq gets the same splits. */
     uint64_t split_req_seq;
-    sluice_GetSplitResponse *last_splits; /* malloc'd on the first hand-out */
+    struct last_answer *last_splits; /* malloc'd for the splits it holds */
     uint8_t *last_skips;                  /* its splits' skip runs (the answer's payload) */
     size_t last_skips_len;
     bool handout_dirty;

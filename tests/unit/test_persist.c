@@ -99,12 +99,28 @@ static uint64_t first_task(sl_dstate_t *s, uint64_t job_id)
     return id;
 }
 
-static void splits(sl_dstate_t *s, uint64_t task, uint64_t seq, sluice_GetSplitResponse *resp, int want_rc)
+static void splits_of(sl_dstate_t *s, uint64_t task, uint64_t seq, uint32_t max, sluice_GetSplitResponse *resp,
+                      int want_rc)
 {
-    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = 3, .request_seq = seq};
+    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = max, .request_seq = seq};
     *resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
     int rc = sl_dstate_get_splits(s, &req, 0, resp, err, sizeof err);
     cr_assert_eq(rc, want_rc, "get_splits seq %" PRIu64 ": %d %s", seq, rc, err);
+}
+
+static void splits(sl_dstate_t *s, uint64_t task, uint64_t seq, sluice_GetSplitResponse *resp, int want_rc)
+{
+    splits_of(s, task, seq, 3, resp, want_rc);
+}
+
+static void assert_same_splits(const sluice_GetSplitResponse *a, const sluice_GetSplitResponse *b, const char *what)
+{
+    cr_assert_eq(a->splits_count, b->splits_count, "%s: %u splits, then %u", what, a->splits_count, b->splits_count);
+    cr_assert_eq(a->epoch, b->epoch, "%s", what);
+    for (pb_size_t i = 0; i < a->splits_count; i++)
+        cr_assert(a->splits[i].split_id == b->splits[i].split_id && a->splits[i].begin == b->splits[i].begin &&
+                      a->splits[i].end == b->splits[i].end && a->splits[i].file_index == b->splits[i].file_index,
+                  "%s: split %u differs", what, i);
 }
 
 /* The admin views without what starts afresh at load (times, rates). */
@@ -211,6 +227,45 @@ Test(persist, a_split_request_asked_again_gets_the_same_splits_across_a_restart)
     /* An older request than the last answered one is refused. */
     splits(st2, task, 1, &again, SL_EINVAL);
     cr_assert(strstr(err, "older than its last answered request 2"), "%s", err);
+}
+
+/* An answer holds up to GetSplitResponse.splits' max_count (512) splits,
+ * and a task keeps only as many as its last answer holds: asked again, in
+ * memory or after a restart, a full answer and then a short one come back
+ * whole. */
+Test(persist, an_answer_of_the_most_splits_comes_back_whole_and_a_short_one_after_it)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000000}}");
+    uint64_t job_id, cid;
+    job(st, ds, "", &job_id, &cid);
+    uint64_t task = first_task(st, job_id);
+    const uint32_t most = pb_arraysize(sluice_GetSplitResponse, splits);
+    sluice_GetSplitResponse *full = malloc(sizeof *full), *again = malloc(sizeof *again);
+    sluice_GetSplitResponse *shrt = malloc(sizeof *shrt);
+    splits_of(st, task, 1, UINT32_MAX, full, 0);
+    cr_assert_eq(full->splits_count, most, "%u splits of the least size, asked for all", full->splits_count);
+    splits_of(st, task, 1, UINT32_MAX, again, 0);
+    assert_same_splits(full, again, "asked again in memory");
+    save(st);
+    st2 = reopen();
+    splits_of(st2, task, 1, UINT32_MAX, again, 0);
+    assert_same_splits(full, again, "asked again after a restart");
+    splits_of(st2, task, 2, 3, shrt, 0);
+    cr_assert_eq(shrt->splits_count, 3);
+    cr_assert_eq(shrt->splits[0].begin, full->splits[most - 1].end, "the cursor went on after the full answer");
+    splits_of(st2, task, 2, UINT32_MAX, again, 0);
+    assert_same_splits(shrt, again, "the short one asked again");
+    save(st2);
+    sl_dstate_t *st3 = reopen();
+    splits_of(st3, task, 2, 3, again, 0);
+    assert_same_splits(shrt, again, "the short one asked again after a restart");
+    sl_dstate_free(st3);
+    free(full);
+    free(again);
+    free(shrt);
 }
 
 Test(persist, a_failed_commit_goes_back_to_what_was_committed)
