@@ -44,7 +44,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build-release')
 ap.add_argument('--elements', type=int, default=1000000, help='the smaller size; the larger is twice it')
-ap.add_argument('--shapes', default='plain,shuffle', help='plain, shuffle or both, comma-separated')
+ap.add_argument('--shapes', default='plain,shuffle',
+                help='plain, shuffle, epochs, comma-separated (epochs: a repeat over a range of --epoch-elements)')
+ap.add_argument('--epoch-elements', type=int, default=2048,
+                help='the epochs shape: elements an epoch (--elements rounded down to whole epochs)')
 ap.add_argument('--workers', type=int, default=1, help='workers in the cluster (their instructions are summed)')
 ap.add_argument('--keep', metavar='DIR', help='keep the callgrind files in DIR (for callgrind_annotate)')
 ap.add_argument('--no-shm', action='store_true',
@@ -66,6 +69,10 @@ if not shutil.which('valgrind'):
 
 
 def spec(shape, n):
+    if shape == 'epochs':
+        return {"source": {"type": "range", "start": 0, "stop": args.epoch_elements},
+                "ops": [{"op": "repeat", "count": n // args.epoch_elements},
+                        {"op": "batch", "batch_size": BATCH, "drop_remainder": False}]}
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
     ops.append({"op": "batch", "batch_size": BATCH, "drop_remainder": False})
     return {"source": {"type": "range", "start": 0, "stop": n}, "ops": ops}

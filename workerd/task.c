@@ -89,6 +89,11 @@ struct sl_task {
     /* Written under mu, atomically: sl_task_want_splits() reads it without
      * mu first (the loop asks after every batch it gives back). */
     unsigned split_count;
+    /* Whether a queued split has a smaller id than one queued before it (a
+     * lost worker's split handed out again): else the head holds the least
+     * id, and done_below_of() need not walk a queue of up to 512 for every
+     * split taken (under mu; false again once the queue is empty). */
+    bool queue_unsorted;
     uint64_t want_epoch;
     bool epoch_exhausted;
     /* The dispatcher handed this task splits of a later epoch than it asked
@@ -188,7 +193,7 @@ static uint64_t done_below_of(const sl_task_t *t, uint64_t tracked)
     uint64_t below = t->split_next_id;
     if (tracked < below)
         below = tracked;
-    for (unsigned i = 0; i < t->split_count; i++) {
+    for (unsigned i = 0; i < (t->queue_unsorted ? t->split_count : t->split_count > 0); i++) {
         uint64_t id = t->splits[(t->split_head + i) % MAX_SPLITS].split_id;
         if (id < below)
             below = id;
@@ -215,6 +220,7 @@ static void splits_clear(sl_task_t *t)
         split_unread(t, &t->splits[(t->split_head + i) % MAX_SPLITS]);
     t->split_head = 0;
     __atomic_store_n(&t->split_count, 0, __ATOMIC_RELAXED);
+    t->queue_unsorted = false;
     queue_changed(t);
 }
 
@@ -377,6 +383,8 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
                                 .epoch = s->epoch};
             t->split_head = (t->split_head + 1) % MAX_SPLITS;
             __atomic_store_n(&t->split_count, t->split_count - 1, __ATOMIC_RELAXED);
+            if (t->split_count == 0)
+                t->queue_unsorted = false;
             /* The tracker owns the skip runs from now on. */
             rc = 0;
             if (t->track) {
@@ -1045,6 +1053,9 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
                          t->def.task_id, (unsigned)resp->splits_count);
         for (pb_size_t i = 0; i < resp->splits_count && t->split_count < MAX_SPLITS; i++) {
             struct split *s = &t->splits[(t->split_head + t->split_count) % MAX_SPLITS];
+            if (t->split_count > 0 &&
+                resp->splits[i].split_id < t->splits[(t->split_head + t->split_count - 1) % MAX_SPLITS].split_id)
+                t->queue_unsorted = true;
             s->skips = NULL;
             s->file_index = resp->splits[i].file_index;
             s->begin = resp->splits[i].begin;

@@ -275,6 +275,60 @@ Test(task, done_below_stops_at_splits_that_wait_in_the_queue)
     stop(&r);
 }
 
+/* A split handed out again (a lost worker's) comes with a smaller id than
+ * the splits queued before it: a frame's done_below stays at or below its
+ * id until it is done, whatever the queue's head holds (the head holds the
+ * least id only while the ids queued rise). */
+Test(task, done_below_stops_at_a_split_handed_out_again_behind_later_ones)
+{
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.buffer_batches = 1; /* the pipeline stays within a batch of what is taken */
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000},\"ops\":[{\"op\":\"batch\",\"batch_size\":100}]}", &cfg);
+    uint64_t epoch, records, seq, below = 0, elements = 0;
+    uint32_t max;
+    await_request(&r, &epoch, &max, &records);
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 10, .begin = 0, .end = 100};
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 11, .begin = 100, .end = 200};
+    sl_task_splits_arrived(r.task, &resp);
+    cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "two queued of eight: it asks");
+    resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 12, .begin = 200, .end = 300};
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 3, .begin = 500, .end = 600};
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 13, .begin = 300, .end = 400};
+    sl_task_splits_arrived(r.task, &resp);
+    bool done3 = false, ended = false;
+    int noticed = 0;
+    for (int guard = 0; !ended && guard < 100000; guard++) {
+        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
+            resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+            resp.end_of_epoch = resp.finished = true;
+            sl_task_splits_arrived(r.task, &resp);
+        }
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        for (unsigned i = 0; i < n; i++) {
+            done3 |= done[i].split_id == 3;
+            noticed++;
+        }
+        free(done);
+        if (!done3)
+            cr_assert_leq(below, 3, "done_below %lu while split 3 waits", (unsigned long)below);
+        ended = sent(&r, rc, b, &elements);
+    }
+    cr_assert(ended, "the task never ended");
+    cr_assert(done3);
+    cr_assert_eq(noticed, 5);
+    cr_assert_eq(elements, 500);
+    stop(&r);
+}
+
 /* Hands the task splits of 100 records, ids *next_id up to upto (excluded),
  * as the answer to its request for epoch. */
 static void give_splits(struct run *r, uint64_t epoch, uint64_t *next_id, uint64_t upto)
