@@ -311,6 +311,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         resp->finished = true;
         return 0;
     }
+    /* At most what the request asks for (0 means one) and an answer holds. */
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > pb_arraysize(sluice_GetSplitResponse, splits))
         max = pb_arraysize(sluice_GetSplitResponse, splits);
@@ -326,10 +327,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     }
     if (tracked && j->num_orphans > 0) {
         /* Lost workers' splits first, whatever epoch the task is in. */
-        unsigned rmax = req->max_splits ? req->max_splits : 1;
-        if (rmax > sizeof resp->splits / sizeof resp->splits[0])
-            rmax = sizeof resp->splits / sizeof resp->splits[0];
-        int rc = sl__out_reissue(st, j, t, resp, rmax);
+        int rc = sl__out_reissue(st, j, t, resp, max);
         if (rc < 0) {
             return sl_errf(err, errlen, rc, "out of memory");
         }

@@ -184,7 +184,9 @@ static uint64_t done_below_of(const sl_task_t *t, uint64_t tracked)
     uint64_t below = t->split_next_id;
     if (tracked < below)
         below = tracked;
-    for (unsigned i = 0; i < (t->queue_unsorted ? t->split_count : t->split_count > 0); i++) {
+    /* The queue's head alone while the ids queued rise; else all of it. */
+    unsigned walk = t->queue_unsorted ? t->split_count : t->split_count > 0;
+    for (unsigned i = 0; i < walk; i++) {
         uint64_t id = t->splits[(t->split_head + i) % MAX_SPLITS].split_id;
         if (id < below)
             below = id;

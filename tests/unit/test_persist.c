@@ -123,6 +123,19 @@ static void assert_same_splits(const sluice_GetSplitResponse *a, const sluice_Ge
                   "%s: split %u differs", what, i);
 }
 
+/* A store, and a state with one worker and an anonymous DYNAMIC job of
+ * spec: the job's task. */
+static uint64_t one_task(const char *spec)
+{
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, spec);
+    uint64_t job_id, cid;
+    job(st, ds, "", &job_id, &cid);
+    return first_task(st, job_id);
+}
+
 /* The admin views without what starts afresh at load (times, rates). */
 static char *views(sl_dstate_t *s)
 {
@@ -200,13 +213,7 @@ Test(persist, what_is_saved_loads_back_the_same)
 
 Test(persist, a_split_request_asked_again_gets_the_same_splits_across_a_restart)
 {
-    open_store(0);
-    st = new_state();
-    worker(st, "127.0.0.1:1");
-    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
-    uint64_t job_id, cid;
-    job(st, ds, "", &job_id, &cid);
-    uint64_t task = first_task(st, job_id);
+    uint64_t task = one_task("{\"source\": {\"type\": \"range\", \"stop\": 1000}}");
     sluice_GetSplitResponse first, again, next;
     splits(st, task, 1, &first, 0);
     save(st);
@@ -235,13 +242,7 @@ Test(persist, a_split_request_asked_again_gets_the_same_splits_across_a_restart)
  * whole. */
 Test(persist, an_answer_of_the_most_splits_comes_back_whole_and_a_short_one_after_it)
 {
-    open_store(0);
-    st = new_state();
-    worker(st, "127.0.0.1:1");
-    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 1000000}}");
-    uint64_t job_id, cid;
-    job(st, ds, "", &job_id, &cid);
-    uint64_t task = first_task(st, job_id);
+    uint64_t task = one_task("{\"source\": {\"type\": \"range\", \"stop\": 1000000}}");
     const uint32_t most = pb_arraysize(sluice_GetSplitResponse, splits);
     sluice_GetSplitResponse *full = malloc(sizeof *full), *again = malloc(sizeof *again);
     sluice_GetSplitResponse *shrt = malloc(sizeof *shrt);
