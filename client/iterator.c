@@ -214,6 +214,11 @@ struct sl_iterator {
      * given_at batches (those that waited when epochs_done said so). */
     bool named;
     uint64_t given_below, given_next, given_at;
+    /* A checkpoint's round trip (sync_dispatcher()): the caller counts up
+     * sync_asked and waits until sync_done reaches it, which an answer to a
+     * heartbeat sent after the ask sets (hb_sync, on the loop: the
+     * sync_asked the heartbeat in flight carries the progress of). */
+    uint64_t sync_asked, sync_done, hb_sync;
     uint64_t reported_gen; /* the last report generation answered */
     uint64_t report_gen_out;
     uint32_t report_id;
@@ -263,6 +268,21 @@ static void iterator_fail(sl_iterator_t *it, int code, const char *fmt, ...)
     pthread_mutex_unlock(&it->mu);
 }
 
+/* wait_ms from now on the clock it->cv waits on: CLOCK_REALTIME (the
+ * default; a clock step makes one wait shorter or longer). */
+static struct timespec cv_deadline(int wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    return until;
+}
+
 static bool failed(sl_iterator_t *it)
 {
     pthread_mutex_lock(&it->mu);
@@ -310,6 +330,7 @@ static void window_note(sl_iterator_t *it, size_t size)
 static void pump(sl_iterator_t *it);
 static void check_finished(sl_iterator_t *it);
 static void send_heartbeat(sl_iterator_t *it);
+static void sync_answered(sl_iterator_t *it);
 
 /* The connection to a task's worker is gone: so is its region, which the
  * batches built on it keep mapped until they are released. */
@@ -1106,6 +1127,19 @@ static int take_tasks(sl_iterator_t *it, const sluice_TaskInfo *tasks, pb_size_t
     return 0;
 }
 
+/* The least epoch of a record in the batches waiting for the caller
+ * (UINT64_MAX: none waits). Under it->mu; at most a window of batches. */
+static uint64_t ready_least_epoch(const sl_iterator_t *it)
+{
+    uint64_t least = UINT64_MAX;
+    for (const struct sl_batch *b = it->ready; b && least > 0; b = b->next) {
+        uint64_t e = sl__batch_least_epoch(b);
+        if (e < least)
+            least = e;
+    }
+    return least;
+}
+
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->disp_last_ok = now_ms();
@@ -1163,8 +1197,15 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             ledger_fold(it, resp->epochs_folded, 0);
         pthread_mutex_unlock(&it->mu);
     } else if (it->track && resp->epochs_done > 0) {
+        /* Every record of the epochs below epochs_done reached us, so those
+         * not in a batch still waiting for the caller were given: the
+         * epochs below the waiting batches' least fold at once, the rest
+         * once the caller was given the batches that wait. */
         pthread_mutex_lock(&it->mu);
-        ledger_fold(it, resp->epochs_done, it->ready_count);
+        uint64_t least = ready_least_epoch(it);
+        ledger_fold(it, least < resp->epochs_done ? least : resp->epochs_done, 0);
+        if (least < resp->epochs_done)
+            ledger_fold(it, resp->epochs_done, it->ready_count);
         pthread_mutex_unlock(&it->mu);
     }
     if (resp->report_gen > it->reported_gen)
@@ -1204,6 +1245,23 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
     }
     if (hdr->type == SL_MSG_CLIENT_HEARTBEAT_RESP)
         on_heartbeat(it, msg);
+    sync_answered(it);
+}
+
+/* A heartbeat was answered: a checkpoint that asked before it went has its
+ * round trip (sync_dispatcher()); one that asked while it was in flight
+ * gets a heartbeat of its own now. */
+static void sync_answered(sl_iterator_t *it)
+{
+    pthread_mutex_lock(&it->mu);
+    bool woke = it->hb_sync > it->sync_done, more = it->sync_asked > it->hb_sync;
+    if (woke)
+        it->sync_done = it->hb_sync;
+    pthread_mutex_unlock(&it->mu);
+    if (woke)
+        pthread_cond_broadcast(&it->cv);
+    if (more)
+        send_heartbeat(it);
 }
 
 static void send_heartbeat(sl_iterator_t *it)
@@ -1215,13 +1273,14 @@ static void send_heartbeat(sl_iterator_t *it)
         return; /* the next tick tries again */
     *req = (sluice_ClientHeartbeatRequest){.job_id = it->job_id, .client_id = it->client_id,
                                            .round = it->deliver_round};
+    pthread_mutex_lock(&it->mu);
     if (it->track && it->named) {
-        pthread_mutex_lock(&it->mu);
         if (it->given_next > it->given_below && it->ledger.given >= it->given_at)
             it->given_below = it->given_next;
         req->epochs_given = it->given_below;
-        pthread_mutex_unlock(&it->mu);
     }
+    uint64_t sync = it->sync_asked;
+    pthread_mutex_unlock(&it->mu);
     memcpy(req->client_secret, it->client_secret, sizeof req->client_secret);
     /* How far each task's splits reached us: what lets the dispatcher
      * forget them (outstanding.h). */
@@ -1235,6 +1294,7 @@ static void send_heartbeat(sl_iterator_t *it)
     if (sl_conn_send(it->disp, SL_MSG_CLIENT_HEARTBEAT_REQ, it->hb_id, req, NULL, 0, NULL, NULL) == 0) {
         it->hb_out = true;
         it->hb_sent_ms = now_ms();
+        it->hb_sync = sync;
     }
     free(req);
 }
@@ -1387,9 +1447,11 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         pthread_cond_broadcast(&it->cv);
     }
     pthread_mutex_lock(&it->mu);
-    bool stop = it->stop;
+    bool stop = it->stop, sync = it->sync_asked > it->hb_sync;
     pthread_mutex_unlock(&it->mu);
     if (!stop) {
+        if (sync && !it->hb_out)
+            send_heartbeat(it); /* else sync_answered() sends one */
         pump(it);
         return;
     }
@@ -1620,17 +1682,9 @@ int sl_iterator_next(sl_iterator_t *it, sl_batch_t **out)
 int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
 {
     *out = NULL;
-    struct timespec until;
-    if (wait_ms >= 0) {
-        /* it->cv waits on CLOCK_REALTIME (the default); a clock step makes one wait shorter or longer. */
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-    }
+    struct timespec until = {0};
+    if (wait_ms >= 0)
+        until = cv_deadline(wait_ms);
     pthread_mutex_lock(&it->mu);
     int rc;
     bool kick = false;
@@ -1728,6 +1782,34 @@ int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t 
     return rc;
 }
 
+/* Before a checkpoint of a DYNAMIC iterator: a heartbeat sent now and its
+ * answer, so that the epochs the dispatcher knows done are folded
+ * (on_heartbeat()) and the checkpoint holds the open epochs only, however
+ * many the caller read since the last tick (a process that reads for less
+ * than a heartbeat interval and checkpoints held every epoch it read, and
+ * a chain of them restored from each other held more and more). Waits at
+ * most a heartbeat interval: without an answer the checkpoint holds what
+ * it held before, which resumes as well. */
+static void sync_dispatcher(sl_iterator_t *it)
+{
+    if (!it->track)
+        return;
+    pthread_mutex_lock(&it->mu);
+    if (!it->thread_started || it->error || it->finished) {
+        pthread_mutex_unlock(&it->mu);
+        return;
+    }
+    uint64_t want = ++it->sync_asked;
+    pthread_mutex_unlock(&it->mu);
+    event_active(it->kick, EV_READ, 0);
+    struct timespec until = cv_deadline((int)it->heartbeat_ms);
+    pthread_mutex_lock(&it->mu);
+    while (it->sync_done < want && !it->error && !it->finished)
+        if (pthread_cond_timedwait(&it->cv, &it->mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&it->mu);
+}
+
 int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
 {
     *out = NULL;
@@ -1735,6 +1817,7 @@ int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)
     int rc = checkpointable(&it->opts, it->err, sizeof it->err);
     if (rc < 0)
         return rc;
+    sync_dispatcher(it);
     pthread_mutex_lock(&it->mu);
     rc = sl__ledger_checkpoint(&it->ledger, it->dataset_id, it->auth.token, it->auth.token_len, out, len, it->err,
                                sizeof it->err);
@@ -1756,6 +1839,8 @@ int sl_iterator_delta(sl_iterator_t *it, uint8_t **out, size_t *len, uint8_t **c
     if (it->opts.ledger_deltas <= 0)
         return sl_errf(it->err, sizeof it->err, SL_EINVAL,
                        "deltas need an iterator opened with opts.ledger_deltas > 0");
+    if (ckpt)
+        sync_dispatcher(it);
     pthread_mutex_lock(&it->mu);
     /* Under one lock: no heartbeat's fold comes between the two. The
      * checkpoint first, so that a failed one leaves the records in the log. */

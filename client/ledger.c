@@ -175,12 +175,16 @@ int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64
 
 void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting)
 {
-    if (below <= l->epochs_done || l->fold_below != 0)
+    if (below <= l->epochs_done)
         return;
     if (waiting == 0) {
         fold(l, below);
+        if (l->fold_below != 0 && l->fold_below <= l->epochs_done)
+            l->fold_below = 0; /* what waited is done with it */
         return;
     }
+    if (l->fold_below != 0)
+        return;
     l->fold_below = below;
     l->fold_at = l->given + waiting;
 }

@@ -90,7 +90,8 @@ int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64
  * given those (below's records are among them or given already), the
  * ledger drops the runs of those epochs and keeps "epochs below `below`
  * done". A fold already waiting is kept (a later one comes with a later
- * heartbeat), so that a caller always behind still sees folds.
+ * heartbeat), so that a caller always behind still sees folds; one with
+ * waiting 0 is made at once all the same, and ends a waiting one it covers.
  */
 void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting);
 

@@ -323,6 +323,31 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
 
 /* ---- sluice.h's accessors ---- */
 
+uint64_t sl__batch_least_epoch(const struct sl_batch *b)
+{
+    uint64_t least = UINT64_MAX;
+    if (b->num_tally > 0) {
+        for (size_t i = 0; i < b->num_tally; i++)
+            if (b->tally[i].epoch < least)
+                least = b->tally[i].epoch;
+        return least;
+    }
+    if (b->num_prov == 1)
+        return b->prov_one.epoch;
+    if (b->num_prov == 0)
+        return b->num_records > 0 ? 0 : UINT64_MAX;
+    sl_provenance_run_t *runs;
+    uint64_t n;
+    char why[200];
+    if (sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->num_records, &runs, &n, why, sizeof why) < 0)
+        return 0; /* checked as it came, so out of memory: not known */
+    for (uint64_t i = 0; i < n; i++)
+        if (runs[i].epoch < least)
+            least = runs[i].epoch;
+    free(runs);
+    return least;
+}
+
 uint64_t sl_batch_num_elements(const sl_batch_t *b)
 {
     return b->num_elements;

@@ -63,6 +63,11 @@ struct sl_batch {
 /** Frees a batch and what it owns; NULL is ignored. */
 void sl__batch_free(struct sl_batch *b);
 
+/** @return the least epoch of the records b's provenance names (its
+ *  tallies' when it has them, else its runs'); UINT64_MAX for a batch of no
+ *  records, 0 for one whose provenance is not known */
+uint64_t sl__batch_least_epoch(const struct sl_batch *b);
+
 /** Appends n split-done notices to *arr (*num of them). @return 0 or -ENOMEM */
 int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n);
 

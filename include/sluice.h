@@ -479,7 +479,10 @@ SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it
  * opts.provenance above 0. At most opts.max_ledger_runs runs of positions
  * (contiguous records make one run). An iterator of a named job (one rank
  * of several) holds what its own caller was given: merge the ranks'
- * checkpoints with sl_checkpoint_merge().
+ * checkpoints with sl_checkpoint_merge(). A DYNAMIC iterator first asks
+ * the dispatcher which epochs are done (one heartbeat's round trip, waited
+ * for at most a heartbeat interval), so that the checkpoint holds only the
+ * epochs still open.
  * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the
  *         message in sl_iterator_errmsg()

@@ -514,6 +514,37 @@ Test(ledger, a_fold_waits_for_the_batches_that_waited_and_later_runs_of_done_epo
     sl__ledger_free(&l);
 }
 
+Test(ledger, a_fold_made_at_once_goes_past_one_that_waits_and_ends_it_when_it_covers_it)
+{
+    /* A heartbeat's fold waits for two batches the caller has not taken;
+     * a checkpoint's fold (the caller has every record of epoch 0: waiting
+     * 0) is made at once all the same. One that reaches the waiting fold's
+     * epochs ends it: the caller taking the batches then changes nothing. */
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1000);
+    for (uint32_t e = 0; e < 4; e++)
+        give(&l, (sl_provenance_run_t[]){{e, 0, 0, 10}}, 1, NULL, 0, false);
+    sl__ledger_epochs_done(&l, 2, 2);
+    cr_assert_eq(l.fold_below, 2);
+    sl__ledger_epochs_done(&l, 1, 0);
+    sl__ledger_sync(&l);
+    cr_assert_eq(l.epochs_done, 1, "a fold of waiting 0 is made while another waits");
+    cr_assert_eq(sl__ledger_runs(&l), 3);
+    cr_assert_eq(l.fold_below, 2, "the waiting fold, past it, still waits");
+    sl__ledger_epochs_done(&l, 3, 0);
+    sl__ledger_sync(&l);
+    cr_assert_eq(l.epochs_done, 3);
+    cr_assert_eq(l.fold_below, 0, "a fold at once past the waiting one ends it");
+    cr_assert_eq(sl__ledger_runs(&l), 1);
+    /* A later heartbeat's fold may wait again. */
+    sl__ledger_epochs_done(&l, 4, 1);
+    cr_assert_eq(l.fold_below, 4);
+    give(&l, (sl_provenance_run_t[]){{4, 0, 0, 10}}, 1, NULL, 0, false);
+    sl__ledger_sync(&l);
+    cr_assert_eq(l.epochs_done, 4);
+    sl__ledger_free(&l);
+}
+
 Test(ledger, version_3_checkpoints_still_restore)
 {
     /* A version 3 checkpoint (no done epochs) made from a version 4 one of
@@ -1041,16 +1072,15 @@ Test(ledger, the_ranks_of_a_named_job_merge_into_what_their_callers_were_given)
     free(order);
 }
 
-/* A GET_ELEMENT answer of 4 int64 elements, its provenance and tallies
- * (rows, n of them) after the tensor bytes: what sl__batch_from_wire makes
- * of it (NULL with err). */
-static struct sl_batch *tallied_batch(const sl_split_done_t *rows, size_t n, uint64_t tallies_offset_shift,
-                                      char *err, size_t errlen)
+/* A GET_ELEMENT answer of 4 int64 elements from runs (4 records), its
+ * provenance and tallies (rows, n of them) after the tensor bytes: what
+ * sl__batch_from_wire makes of it (NULL with err). */
+static struct sl_batch *wire_batch(const sl_provenance_run_t *runs, size_t nruns, const sl_split_done_t *rows,
+                                   size_t n, uint64_t tallies_offset_shift, char *err, size_t errlen)
 {
-    static const sl_provenance_run_t runs[] = {{0, 1, 7, 1}, {0, 1, 3, 1}, {0, 2, 40, 1}, {0, 1, 9, 1}};
     uint8_t *prov = NULL, *tally = NULL;
     size_t plen = 0, tlen = 0;
-    cr_assert_eq(sl_provwire_encode(runs, 4, &prov, &plen), 0);
+    cr_assert_eq(sl_provwire_encode(runs, nruns, &prov, &plen), 0);
     if (n > 0)
         cr_assert_eq(sl_provwire_encode_done(rows, n, &tally, &tlen), 0);
     size_t size = 32 + plen + tlen;
@@ -1069,6 +1099,42 @@ static struct sl_batch *tallied_batch(const sl_split_done_t *rows, size_t n, uin
     free(prov);
     free(tally);
     return sl__batch_from_wire(&resp, payload, size, err, errlen);
+}
+
+/* wire_batch() of 4 records of epoch 0, 3 of file 1's split [0, 10) and 1
+ * of file 2's [40, 50). */
+static struct sl_batch *tallied_batch(const sl_split_done_t *rows, size_t n, uint64_t tallies_offset_shift,
+                                      char *err, size_t errlen)
+{
+    static const sl_provenance_run_t runs[] = {{0, 1, 7, 1}, {0, 1, 3, 1}, {0, 2, 40, 1}, {0, 1, 9, 1}};
+    return wire_batch(runs, 4, rows, n, tallies_offset_shift, err, errlen);
+}
+
+Test(ledger, a_batch_says_the_least_epoch_of_its_records)
+{
+    /* What a checkpoint's fold reads of the batches still waiting for the
+     * caller (iterator.c): from the tallies when they count every record,
+     * else from the runs, decoded; one run is known as it is checked. */
+    char err[400];
+    static const sl_provenance_run_t runs[] = {{7, 1, 7, 1}, {5, 1, 3, 1}, {6, 2, 40, 1}, {9, 1, 9, 1}};
+    struct sl_batch *b = wire_batch(runs, 4, NULL, 0, 0, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(sl__batch_least_epoch(b), 5, "the runs' least epoch, not the first run's");
+    sl__batch_free(b);
+    sl_split_done_t rows[] = {{.epoch = 7, .file_index = 1, .begin = 0, .end = 10, .delivered = 1},
+                              {.epoch = 5, .file_index = 1, .begin = 0, .end = 10, .delivered = 1},
+                              {.epoch = 6, .file_index = 2, .begin = 40, .end = 50, .delivered = 1},
+                              {.epoch = 9, .file_index = 1, .begin = 0, .end = 10, .delivered = 1}};
+    b = wire_batch(runs, 4, rows, 4, 0, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(b->num_tally, 4);
+    cr_assert_eq(sl__batch_least_epoch(b), 5, "the tallies' least epoch");
+    sl__batch_free(b);
+    static const sl_provenance_run_t one[] = {{3, 0, 0, 4}};
+    b = wire_batch(one, 1, NULL, 0, 0, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(sl__batch_least_epoch(b), 3);
+    sl__batch_free(b);
 }
 
 Test(ledger, a_batch_keeps_tallies_that_count_every_record_and_refuses_wrong_ones)
