@@ -764,8 +764,8 @@ static int load_handout(const void *key, size_t klen, const void *val, size_t vl
             return bad(l, id, "splits: each must be [id, file, begin, end, skip_offset, skip_count]");
         }
         r->splits[r->num++] = (sluice_Split){.split_id = (uint64_t)sid, .file_index = (uint32_t)file,
-                                             .begin = (uint64_t)begin, .end = (uint64_t)end,
-                                             .skip_offset = (uint64_t)soff, .skip_count = (uint64_t)scount};
+                                                      .begin = (uint64_t)begin, .end = (uint64_t)end,
+                                                      .skip_offset = (uint64_t)soff, .skip_count = (uint64_t)scount};
     }
     uint8_t *sk = nskips ? malloc(l->st->cfg.max_skip_bytes) : NULL;
     for (size_t i = 0; sk && i < nskips; i++) {

@@ -139,7 +139,7 @@ struct task {
      * that asks again with the same request_seq gets the same splits. */
     uint64_t split_req_seq;
     struct last_answer *last_splits; /* malloc'd for the splits it holds */
-    uint8_t *last_skips;             /* its splits' skip runs (the answer's payload) */
+    uint8_t *last_skips;                  /* its splits' skip runs (the answer's payload) */
     size_t last_skips_len;
     bool handout_dirty;
     /* DYNAMIC: its outstanding splits, by id: out[out_head, out_num);

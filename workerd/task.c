@@ -31,7 +31,7 @@
 #include "spec.h"
 #include "split_track.h"
 
-#define MAX_SPLITS 64
+#define MAX_SPLITS 512 /* GetSplitResponse.splits' max_count: an answer fills an empty queue */
 
 struct split {
     uint32_t file_index;
@@ -91,7 +91,7 @@ struct sl_task {
     unsigned split_count;
     /* Whether a queued split has a smaller id than one queued before it (a
      * lost worker's split handed out again): else the head holds the least
-     * id, and done_below_of() need not walk a queue of up to 64 for every
+     * id, and done_below_of() need not walk a queue of up to 512 for every
      * split taken (under mu; false again once the queue is empty). */
     bool queue_unsorted;
     uint64_t want_epoch;
@@ -126,6 +126,15 @@ struct sl_task {
     double split_taken_at;   /* when the pipeline took its last split; 0: none yet */
     uint64_t split_taken_records;
     uint64_t asked_records; /* what the split request out asked a split to hold (under mu) */
+    unsigned asked_splits;  /* and how many splits it asked for (under mu) */
+    /* 0, or the splits queued after an answer that held fewer than its
+     * request asked for (a task's share of what is left of the job, or its
+     * balanced share): the next request goes once half of them are read
+     * (or half of split_prefetch, whichever is more), not at half of
+     * prefetch_now (under mu). A queue of up to 512 splits asked again
+     * after every answer cut short: hundreds of requests a job where the
+     * epochs are short and the job is not much longer than the queue. */
+    unsigned answer_cap;
     double split_waited;     /* seconds waited in next_split() since then */
     double split_wait_total; /* seconds waited in next_split() in all, but the wait under way */
     double split_wait_since; /* when the wait under way (split_wait) began */
@@ -907,8 +916,14 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
         return false;
     bool want = false;
     pthread_mutex_lock(&t->mu);
-    if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING &&
-        t->split_count <= t->prefetch_now / 2) {
+    /* At half the queue; after an answer cut short, at half (rounded up)
+     * of what it left, but never later than at half of split_prefetch. */
+    unsigned at = t->prefetch_now / 2;
+    if (t->answer_cap && (t->answer_cap + 1) / 2 < at) {
+        unsigned base = t->cfg.split_prefetch / 2;
+        at = (t->answer_cap + 1) / 2 > base ? (t->answer_cap + 1) / 2 : base;
+    }
+    if (!t->stop && !t->epoch_exhausted && t->producer == PRODUCER_RUNNING && t->split_count <= at) {
         /* Asked for only once half the queue is used, so that each request
          * (and the dispatcher's commit behind it) carries several splits. */
         *epoch = t->want_epoch;
@@ -919,6 +934,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
         double r = target_records(t);
         *records = r >= 1e15 ? (uint64_t)1e15 : (uint64_t)r;
         t->asked_records = *records;
+        t->asked_splits = *max;
         want = true;
         t->split_request_out = true;
     }
@@ -1072,6 +1088,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             splits_clear(t);
         else
             queue_changed(t);
+        t->answer_cap = resp->splits_count > 0 && resp->splits_count < t->asked_splits ? t->split_count : 0;
         if (resp->end_of_epoch && current)
             t->epoch_exhausted = true;
         if (resp->finished)

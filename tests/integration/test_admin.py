@@ -305,9 +305,10 @@ class Admin(unittest.TestCase):
         c.wait_workers_registered(2)
         a = c.dispatcher.admin_port
         name = 'endless-%d' % os.getpid()
-        # Epochs of 10,000: the drained worker's queue (64 splits at most,
-        # one epoch each) holds less than a third of the 3,000 batches read.
-        spec = {"source": {"type": "range", "stop": 10000},
+        # Epochs of one batch: the drained worker's queue (512 splits at
+        # most, one epoch each) holds less than a third of the 3,000 batches
+        # read.
+        spec = {"source": {"type": "range", "stop": 1000},
                 "ops": [{"op": "repeat", "count": -1}, {"op": "batch", "batch_size": 1000}]}
         consumer = HeldConsumer(self, c, spec, ['--sharding', 'dynamic', '--job-name', name, '--max-outstanding',
                                                 '2', '--limit', '3000', '--with-provenance'])

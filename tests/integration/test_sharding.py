@@ -238,11 +238,12 @@ class Dynamic(unittest.TestCase):
 
     def test_a_worker_added_mid_epoch_takes_splits(self):
         # 200 epochs of 4 splits of 250 ids. While this test reads nothing,
-        # sluice-cat's pipe and the two workers' buffers (16 batches and
-        # up to 64 splits each: splits this short come 64 at a time) fill
-        # up and the workers stop taking splits, well before the 800
-        # splits are out; the third worker then joins, starts its task
-        # (asking for splits at once) and takes part.
+        # sluice-cat's pipe and the two workers' buffers (16 batches each)
+        # fill up and the workers stop taking splits, well before the 800
+        # splits are out (a queue asks for up to 512 splits this short, but
+        # an answer holds at most half a task's share of what is left); the
+        # third worker then joins, starts its task (asking for splits at
+        # once) and takes part.
         c = self.cluster(workers=2, split_size=250)
         try:
             spec = basic_spec(self.data, batch=250, ops_after=[{"op": "repeat", "count": 200}])

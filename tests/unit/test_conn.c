@@ -98,7 +98,9 @@ static void srv_on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     /* Answer with max_splits splits and the request's payload echoed back. */
     sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
     resp.epoch = r->epoch;
-    resp.splits_count = (pb_size_t)(r->max_splits > 64 ? 64 : r->max_splits);
+    resp.splits_count = (pb_size_t)(r->max_splits > pb_arraysize(sluice_GetSplitResponse, splits)
+                                        ? pb_arraysize(sluice_GetSplitResponse, splits)
+                                        : r->max_splits);
     for (pb_size_t k = 0; k < resp.splits_count; k++)
         resp.splits[k] = (sluice_Split){.split_id = r->task_id + k, .begin = k, .end = k + 1};
     sl_conn_send(c, SL_MSG_GET_SPLIT_RESP, hdr->request_id, &resp, payload, hdr->payload_len, NULL, NULL);

@@ -261,7 +261,8 @@ Test(frame, roundtrip_get_element_response_with_payload)
 Test(frame, over_max_count_does_not_encode)
 {
     sluice_GetSplitResponse *r = calloc(1, sizeof *r);
-    r->splits_count = 65; /* one more than splits[] holds: must be refused before it is read */
+    r->splits_count = pb_arraysize(sluice_GetSplitResponse, splits) + 1; /* one more than splits[] holds:
+                                                                          must be refused before it is read */
     size_t len = 0;
     cr_assert_eq(sl_msg_encode(SL_MSG_GET_SPLIT_RESP, r, buf, sizeof buf, &len), SL_ETOOBIG);
     cr_assert_eq(sl_frame_encode(SL_MSG_GET_SPLIT_RESP, 1, r, 0, buf, sizeof buf, &len), SL_ETOOBIG);
@@ -276,13 +277,15 @@ Test(frame, over_max_count_does_not_encode)
     free(e);
 }
 
-/* Protobuf concatenation merges repeated fields: 64 splits then one more
- * decode as 65, which the bounds must refuse. */
+/* Protobuf concatenation merges repeated fields: the most splits (max_count)
+ * then one more decode as one too many, which the bounds must refuse. */
 Test(frame, over_max_count_fails_to_decode)
 {
     sluice_GetSplitResponse *r = calloc(1, sizeof *r);
-    r->splits_count = 64;
-    for (unsigned i = 0; i < 64; i++)
+    const unsigned most = pb_arraysize(sluice_GetSplitResponse, splits);
+    cr_assert_eq(most, 512);
+    r->splits_count = (pb_size_t)most;
+    for (unsigned i = 0; i < most; i++)
         r->splits[i] = (sluice_Split){.split_id = i, .begin = i * 10, .end = i * 10 + 10};
     size_t n64 = 0, n1 = 0;
     static uint8_t m[BUFCAP];
@@ -291,13 +294,13 @@ Test(frame, over_max_count_fails_to_decode)
     cr_assert_eq(sl_msg_encode(SL_MSG_GET_SPLIT_RESP, r, m + SL_FRAME_HEADER_LEN + n64,
                                sizeof m - SL_FRAME_HEADER_LEN - n64, &n1), 0);
 
-    /* 64 alone decode. */
+    /* The most alone decode. */
     char err[256] = "";
     sluice_GetSplitResponse *d = calloc(1, sizeof *d);
     cr_assert_eq(sl_msg_decode(SL_MSG_GET_SPLIT_RESP, m + SL_FRAME_HEADER_LEN, n64, d, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(d->splits_count, 64);
+    cr_assert_eq(d->splits_count, most);
 
-    /* 65 do not, as a message or as a frame. */
+    /* One more do not, as a message or as a frame. */
     memset(d, 0, sizeof *d);
     cr_assert_eq(sl_msg_decode(SL_MSG_GET_SPLIT_RESP, m + SL_FRAME_HEADER_LEN, n64 + n1, d, err, sizeof err), SL_EPROTO);
     cr_assert(strstr(err, "GET_SPLIT_RESP"), "err names the message: %s", err);

@@ -236,7 +236,7 @@ Test(persist, a_split_request_asked_again_gets_the_same_splits_across_a_restart)
     cr_assert(strstr(err, "older than its last answered request 2"), "%s", err);
 }
 
-/* An answer holds up to GetSplitResponse.splits' max_count (64) splits,
+/* An answer holds up to GetSplitResponse.splits' max_count (512) splits,
  * and a task keeps only as many as its last answer holds: asked again, in
  * memory or after a restart, a full answer and then a short one come back
  * whole. */

@@ -763,7 +763,7 @@ Test(state, dynamic_split_count_bounds_and_element_count)
     start_default();
     /* range(0, 30000, 3) yields 10000 elements: splits count elements, not values. */
     uint64_t small = dataset("{\"source\": {\"type\": \"range\", \"stop\": 30000, \"step\": 3}}");
-    uint64_t big = dataset(RANGE_SPEC(100000));
+    uint64_t big = dataset(RANGE_SPEC(600000));
     uint64_t w = worker("w:1", 0);
     uint64_t js = job(small, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
     job(big, NULL, SL_SHARDING_DYNAMIC, 0, NULL);
@@ -779,13 +779,14 @@ Test(state, dynamic_split_count_bounds_and_element_count)
     cr_assert_eq(sresp->splits_count, 9);
     cr_assert_eq(sresp->splits[8].end, 10000);
 
-    /* More than a response holds is cut to what it holds. */
+    /* More than a response holds (GetSplitResponse.splits' max_count) is
+     * cut to what it holds. */
     cr_assert_eq(splits(tb, 0, 1000), 0, "%s", err);
-    cr_assert_eq(sresp->splits_count, sizeof sresp->splits / sizeof sresp->splits[0]);
-    cr_assert_eq(sresp->splits[63].end, 64000);
+    cr_assert_eq(sresp->splits_count, 512);
+    cr_assert_eq(sresp->splits[511].end, 512000);
     cr_assert_eq(splits(tb, 0, 1000), 0, "%s", err);
-    cr_assert_eq(sresp->splits_count, 36);
-    cr_assert_eq(sresp->splits[35].end, 100000);
+    cr_assert_eq(sresp->splits_count, 88);
+    cr_assert_eq(sresp->splits[87].end, 600000);
 }
 
 Test(state, splits_of_a_non_dynamic_job_or_unknown_task_are_refused)

@@ -527,7 +527,7 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint6
         uint64_t epoch, seq, records;
         uint32_t max;
         if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
-            cr_assert_leq(max, 64, "asked for %u splits, more than the queue holds", max);
+            cr_assert_leq(max, 512, "asked for %u splits, more than the queue (512) holds", max);
             uint32_t slack;
             uint64_t said;
             sl_task_split_report(r.task, &slack, &said);
@@ -583,11 +583,81 @@ static uint64_t run_sized(const sl_task_config_t *cfg, uint32_t *most_max, uint6
     return most;
 }
 
+/* A dispatcher that gives at most 10 splits an answer (a task's share of
+ * what is left, near a job's end) to a task whose queue asks for hundreds
+ * (splits far shorter than its target length, up to 512 queued; an answer
+ * held 64 at most before 2026-12-01): the task asks again once
+ * about half of what an answer left is read, not after every answer, so its
+ * queue stays near what the dispatcher gives. Asking again after every
+ * answer cut short, it queued 250 and more, and a short job of short
+ * epochs made hundreds of requests. */
+Test(task, an_answer_cut_short_is_half_read_before_the_task_asks_again)
+{
+    enum { TOTAL = 1000000, LEN = 1000, GIVE = 10 };
+    sl_task_config_t cfg = config();
+    /* Splits of 1000 records against a target of 1000 s at the task's
+     * rate: 64 times shorter and more at any rate over 64 records a
+     * second, so the queue is 512 however fast the machine. */
+    cfg.split_target_ms = 1000000;
+    struct run r = {0};
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               &cfg);
+    uint64_t next_id = 1, next_begin = 0, below = 0, elements = 0, long_asks = 0;
+    unsigned most_queued = 0, most_max = 0;
+    bool ended = false;
+    for (int guard = 0; !ended && guard < 1000000; guard++) {
+        uint64_t epoch, seq, records;
+        uint32_t max;
+        if (sl_task_want_splits(r.task, &epoch, &max, &seq, &records)) {
+            /* A queue of 512 (64 times split_prefetch) asks for 512 less
+             * what it holds. */
+            most_max = max > most_max ? max : most_max;
+            if (max > cfg.split_prefetch) {
+                long_asks++;
+                most_queued = 512 - max > most_queued ? 512 - max : most_queued;
+            }
+            sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+            resp.epoch = epoch;
+            for (uint32_t i = 0; i < max && i < GIVE && next_begin < TOTAL; i++) {
+                resp.splits[resp.splits_count++] = (sluice_Split){
+                    .split_id = next_id++, .begin = next_begin, .end = next_begin + LEN, .epoch = epoch};
+                next_begin += LEN;
+            }
+            resp.end_of_epoch = resp.splits_count == 0;
+            resp.finished = resp.end_of_epoch;
+            sl_task_splits_arrived(r.task, &resp);
+        }
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        free(done);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        if (rc != SL_TASK_BATCH) {
+            ended = true;
+            break;
+        }
+        elements += b->num_elements;
+        sl_task_release(r.task, b);
+        sl_wire_batch_free(b);
+    }
+    cr_assert(ended, "the task never ended");
+    cr_assert_eq(elements, TOTAL);
+    /* Up to 64 times split_prefetch: past the 64 an answer once held, with
+     * which epochs of a few thousand records repeated waited on hand-outs. */
+    cr_assert_gt(most_max, 256, "splits far shorter than asked for came %u at most a request", most_max);
+    cr_assert_gt(long_asks, 10, "%lu requests from a queue of 512", (unsigned long)long_asks);
+    cr_assert_leq(most_queued, 2 * GIVE, "a request with %u splits queued, answers of %d", most_queued, GIVE);
+    stop(&r);
+}
+
 /* A task asks for splits as long as its measured rate times
  * split_target_ms (so, once it read one, for some length), for
  * split_prefetch at a time, more when they come shorter than it asked (this
  * dispatcher cuts them at 50,000 records, a fraction of a second's worth),
- * never more than its queue holds, and reads splits of any length exactly
+ * never more than its queue (512) holds, and reads splits of any length exactly
  * once; with split_target_ms 0 it never asks for a length. The first
  * request that asks for a length comes a few splits of 1,000 records after
  * the first: its rate, from one split, is not said to the dispatcher
