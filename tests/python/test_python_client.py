@@ -6,6 +6,7 @@ import ctypes
 import gc
 import inspect
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -541,6 +542,30 @@ class ClusterTest(SluiceCase):
         with self.assertRaises(sluice.SluiceError) as cm:
             ds.distribute(self.addr, sharding='dynamic', checkpoint=b'garbage-bytes-not-a-checkpoint')
         self.assertIn('not a Sluice iterator checkpoint', str(cm.exception))
+
+    def test_a_checkpoint_while_the_dispatcher_does_not_answer_resumes_exactly_once(self):
+        """A checkpoint first asks the dispatcher which epochs are done and
+        waits for the answer a heartbeat interval at most: with the
+        dispatcher stopped it is taken all the same, from what the iterator
+        holds, and resumes exactly once."""
+        ds = sluice.range(0, 20000).shuffle(500, seed=4).repeat(3).batch(100)
+        it = ds.distribute(self.addr, sharding='dynamic', checkpointable=True)
+        got = []
+        for _ in range(250):
+            got.extend(next(it)['value'].tolist())
+        pid = self.c.dispatcher.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ck = it.checkpoint()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        it.close()
+        with ds.distribute(self.addr, sharding='dynamic', checkpoint=ck) as rest:
+            for b in rest:
+                got.extend(b['value'].tolist())
+        counts = collections.Counter(got)
+        self.assertEqual(len(got), 60000)
+        self.assertEqual([v for v in range(20000) if counts[v] != 3], [])
 
     def test_ranks_of_a_named_job_checkpoint_merge_and_resume_as_more_ranks(self):
         # Three ranks of a named job read in turn, stop and checkpoint; the
