@@ -47,25 +47,31 @@ def chaos_seed():
     return int(env) if env else random.randrange(1 << 32)
 
 
-class LongRun(unittest.TestCase):
+class TextFilesCase(unittest.TestCase):
+    """A cluster of WORKERS workers over FILES text files of RECORDS lines,
+    line r of file f holding f * RECORDS + r."""
+
+    FILES, RECORDS, WORKERS, DISPATCHER_ARGS = FILES, RECORDS, 2, []
 
     def setUp(self):
         self.data = tempfile.mkdtemp(prefix='sluice-longrun-')
         self.files = []
-        for f in range(FILES):
+        for f in range(self.FILES):
             path = os.path.join(self.data, 'part-%03d.txt' % f)
             with open(path, 'w') as out:
-                for r in range(RECORDS):
-                    out.write('%d\n' % (f * RECORDS + r))
+                out.writelines('%d\n' % (f * self.RECORDS + r) for r in range(self.RECORDS))
             self.files.append(path)
-        self.cluster = Cluster(workers=2, dispatcher_args=['--data-root', self.data],
+        self.cluster = Cluster(workers=self.WORKERS, dispatcher_args=['--data-root', self.data] + self.DISPATCHER_ARGS,
                                worker_args=['--data-root', self.data])
-        self.cluster.wait_workers_registered(2)
+        self.cluster.wait_workers_registered(self.WORKERS)
 
     def tearDown(self):
         bad = self.cluster.close()
         shutil.rmtree(self.data, ignore_errors=True)
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+
+class LongRun(TextFilesCase):
 
     def spec(self):
         return {"source": {"type": "text_lines", "files": self.files},
@@ -211,7 +217,7 @@ class LongRun(unittest.TestCase):
               (where, len(sizes), max(sizes), max(dones)))
 
 
-class CheckpointFolds(unittest.TestCase):
+class CheckpointFolds(TextFilesCase):
     """A checkpoint asks the dispatcher which epochs are done before it is
     written, so it holds the epochs still open, not every epoch read since
     the last heartbeat. The clients here heartbeat every 300 s: the only
@@ -219,25 +225,8 @@ class CheckpointFolds(unittest.TestCase):
     batch (a checkpoint without its own round trip holds all 30 epochs).
     One worker, so that no worker left behind holds an epoch open."""
 
-    FILES, RECORDS, EPOCHS, READ = 100, 4, 60, 30
-
-    def setUp(self):
-        self.data = tempfile.mkdtemp(prefix='sluice-ckptfold-')
-        self.files = []
-        for f in range(self.FILES):
-            path = os.path.join(self.data, 'part-%03d.txt' % f)
-            with open(path, 'w') as out:
-                out.writelines('%d\n' % (f * self.RECORDS + r) for r in range(self.RECORDS))
-            self.files.append(path)
-        self.cluster = Cluster(workers=1, dispatcher_args=['--data-root', self.data, '--client-timeout-ms', '600000',
-                                                           '--client-heartbeat-ms', '300000'],
-                               worker_args=['--data-root', self.data])
-        self.cluster.wait_workers_registered(1)
-
-    def tearDown(self):
-        bad = self.cluster.close()
-        shutil.rmtree(self.data, ignore_errors=True)
-        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+    FILES, RECORDS, WORKERS, EPOCHS, READ = 100, 4, 1, 60, 30
+    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000']
 
     def test_a_checkpoint_holds_the_open_epochs_however_fast_they_were_read(self):
         spec = {"source": {"type": "text_lines", "files": self.files},
