@@ -124,11 +124,12 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
     if (j->sharding == SL_SHARDING_DYNAMIC) {
         uint64_t records = sl__dataset_records(j->dataset);
         uint64_t left = sl__job_records_left(j);
-        json_object_set_new(o, "splits", json_pack("{s:I,s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch,
-                                                   "handed_out", (json_int_t)j->split_epoch_handed,
-                                                   "handed_out_all_epochs", (json_int_t)j->split_seq,
-                                                   "records_handed_out", (json_int_t)(records - left),
-                                                   "records", (json_int_t)records));
+        json_t *splits = json_pack("{s:I,s:I,s:I,s:I,s:I}", "epoch", (json_int_t)j->split_epoch, "handed_out",
+                                   (json_int_t)j->split_epoch_handed, "handed_out_all_epochs", (json_int_t)j->split_seq,
+                                   "records_handed_out", (json_int_t)(records - left), "records", (json_int_t)records);
+        if (sl__out_tracked(j) && j->state == SL_JOB_RUNNING)
+            json_object_set_new(splits, "epochs_done", json_integer((json_int_t)sl__out_epochs_done(j)));
+        json_object_set_new(o, "splits", splits);
     }
     if (sl__out_tracked(j)) {
         /* Exactly once across worker losses (docs/fault-tolerance.md). */

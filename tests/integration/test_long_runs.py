@@ -248,6 +248,12 @@ class CheckpointFolds(TextFilesCase):
         self.assertGreaterEqual(done, self.READ - 1, 'a checkpoint after %d epochs says %d done (%d positions, '
                                 '%d bytes)' % (self.READ, done, positions, len(raw)))
         self.assertLessEqual(positions, 2 * per_epoch)
+        # The dispatcher says as much: the released client's last heartbeat,
+        # the checkpoint's own, is the last word on what reached it.
+        job = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
+        self.assertEqual(job['state'], 'RUNNING', job)
+        self.assertGreaterEqual(job['splits']['epochs_done'], done, job)
+        self.assertLessEqual(job['splits']['epochs_done'], self.READ, job)
         # The rest, resumed from it: every record once per epoch in all.
         rc, rest, err = self.cluster.cat(spec, args + ['--resume-from', ckpt])
         self.assertEqual(rc, 0, err)
