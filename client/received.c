@@ -321,8 +321,6 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
     return b;
 }
 
-/* ---- sluice.h's accessors ---- */
-
 uint64_t sl__batch_least_epoch(const struct sl_batch *b)
 {
     uint64_t least = UINT64_MAX;
@@ -347,6 +345,8 @@ uint64_t sl__batch_least_epoch(const struct sl_batch *b)
     free(runs);
     return least;
 }
+
+/* ---- sluice.h's accessors ---- */
 
 uint64_t sl_batch_num_elements(const sl_batch_t *b)
 {
