@@ -599,7 +599,9 @@ class BatchIterator:
         sharding="dynamic" and checkpointable=True (or an iterator that was
         itself restored), and no num_consumers. An iterator of a named job
         (one rank of several) holds what its own caller was given: merge the
-        ranks' checkpoints with sluice.merge_checkpoints()."""
+        ranks' checkpoints with sluice.merge_checkpoints(). Asks the dispatcher
+        which epochs are done first (one round trip, waited for a heartbeat
+        interval at most), so that it holds only the epochs still open."""
         with self._mu:
             if not self._it:
                 raise InvalidArgumentError('the iterator is closed: take the checkpoint before its end or '
