@@ -66,6 +66,13 @@
 #define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
 #define END_PROBE_MIN_MS 2 /* the ask after the first (at once) when every task ended, doubled each time */
+/* DYNAMIC: a heartbeat goes before the tick once this many splits were
+ * done since the last went (their split-done notices came), one at a time:
+ * the dispatcher forgets a split only when every client says it has it,
+ * and holds a task back past --max-outstanding-splits (16,384 by default)
+ * of them, which a reader of many small files outran within one heartbeat
+ * interval; and the epochs it then says done fold. */
+#define EARLY_HB_NOTICES 1024
 /* A job with no live worker for this long is said on stderr (and by
  * sl_iterator_waiting()); past timeout_ms the iterator fails. */
 #define NO_WORKER_NOTICE_MS 3000
@@ -166,6 +173,7 @@ struct sl_iterator {
     uint32_t hb_id, release_id;
     int64_t disp_last_ok;
     int64_t hb_sent_ms;     /* when the heartbeat in flight (hb_out) went */
+    uint64_t notices_since_hb; /* split-done notices received since the last heartbeat went */
     int64_t disp_retry_at;  /* no connect to the dispatcher before */
     sl_resolver_t *disp_resolver; /* its address, looked up off the loop */
     unsigned disp_attempts; /* connects since the last answer: the backoff */
@@ -639,6 +647,22 @@ static void retry_at(sl_iterator_t *it, int64_t at)
     evtimer_add(it->retry_timer, &tv);
 }
 
+/* Whether enough split-done notices came since the last heartbeat went
+ * for one before the tick (EARLY_HB_NOTICES). */
+static bool notices_due(const sl_iterator_t *it)
+{
+    return it->track && it->notices_since_hb >= EARLY_HB_NOTICES;
+}
+
+/* n split-done notices came: a heartbeat now when enough did and none is
+ * out (else sync_answered() sends it when the one out is answered). */
+static void notices_came(sl_iterator_t *it, size_t n)
+{
+    it->notices_since_hb += n;
+    if (notices_due(it) && !it->hb_out)
+        send_heartbeat(it);
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
@@ -722,6 +746,8 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     }
     sl_strcopy(b->worker, sizeof b->worker, t->address);
     window_note(it, b->size);
+    if (b->num_done > 0)
+        notices_came(it, b->num_done);
     pthread_mutex_lock(&it->mu);
     *it->ready_tail = b;
     it->ready_tail = &b->next;
@@ -1250,11 +1276,12 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
 
 /* A heartbeat was answered: a checkpoint that asked before it went has its
  * round trip (sync_dispatcher()); one that asked while it was in flight
- * gets a heartbeat of its own now. */
+ * gets a heartbeat of its own now, and so do the notices that came
+ * meanwhile when they are enough (notices_came()). */
 static void sync_answered(sl_iterator_t *it)
 {
     pthread_mutex_lock(&it->mu);
-    bool woke = it->hb_sync > it->sync_done, more = it->sync_asked > it->hb_sync;
+    bool woke = it->hb_sync > it->sync_done, more = it->sync_asked > it->hb_sync || notices_due(it);
     if (woke)
         it->sync_done = it->hb_sync;
     pthread_mutex_unlock(&it->mu);
@@ -1295,6 +1322,7 @@ static void send_heartbeat(sl_iterator_t *it)
         it->hb_out = true;
         it->hb_sent_ms = now_ms();
         it->hb_sync = sync;
+        it->notices_since_hb = 0;
     }
     free(req);
 }

@@ -264,5 +264,29 @@ class CheckpointFolds(TextFilesCase):
         self.assertEqual([(v, c) for v, c in enumerate(counts) if c != self.EPOCHS], [])
 
 
+
+class ManySmallFiles(TextFilesCase):
+    """A reader of many one-record files, one split each, with clients that
+    heartbeat every 300 s and a dispatcher that holds a task back past 2,048
+    splits no client confirmed: the client confirms them before its tick
+    (every 1,024 split-done notices), so the job runs through. Without that
+    the task would wait out the 300 s."""
+
+    FILES, RECORDS, WORKERS, EPOCHS = 200, 1, 1, 50
+    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000',
+                       '--max-outstanding-splits', '2048']
+
+    def test_a_fast_reader_confirms_its_splits_before_the_heartbeat_tick(self):
+        spec = {"source": {"type": "text_lines", "files": self.files},
+                "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 50}]}
+        rc, batches, err = self.cluster.cat(spec, ['--sharding', 'dynamic'], timeout=120)
+        self.assertEqual(rc, 0, err)
+        counts = [0] * self.FILES
+        for b in batches:
+            for v in b['line']:
+                counts[int(v)] += 1
+        self.assertEqual([(v, c) for v, c in enumerate(counts) if c != self.EPOCHS], [])
+
+
 if __name__ == '__main__':
     unittest.main()
