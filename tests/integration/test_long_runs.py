@@ -70,6 +70,20 @@ class TextFilesCase(unittest.TestCase):
         shutil.rmtree(self.data, ignore_errors=True)
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
+    def assert_every_record(self, values, times, where):
+        """Every record of the files is among values (one element a
+        record, its line's number) exactly `times` times."""
+        counts = [0] * (self.FILES * self.RECORDS)
+        for v in values:
+            counts[v] += 1
+        wrong = [(v, c) for v, c in enumerate(counts) if c != times]
+        self.assertEqual(wrong, [], '%s: records not read %d times (first %s)' % (where, times, wrong[:5]))
+
+
+def lines(batches):
+    """The numbers on the lines of sluice-cat's batches, in order."""
+    return [int(v) for b in batches for v in b['line']]
+
 
 class LongRun(TextFilesCase):
 
@@ -203,11 +217,7 @@ class LongRun(TextFilesCase):
                          (where, missing, len(dup), dup[:5]))
         # Every record once per epoch: 300 times in all, and the values
         # match the positions (one element a record).
-        counts = [0] * (FILES * RECORDS)
-        for v in kept_values:
-            counts[v] += 1
-        wrong = [(v, c) for v, c in enumerate(counts) if c != EPOCHS]
-        self.assertEqual(wrong, [], '%s: records not read %d times (first %s)' % (where, EPOCHS, wrong[:5]))
+        self.assert_every_record(kept_values, EPOCHS, where)
         # The done epochs did follow: the last checkpoint's are past half of
         # the epochs read when it was written (each process hears several
         # answers). Not half of the run: going back far leaves the last
@@ -257,12 +267,8 @@ class CheckpointFolds(TextFilesCase):
         # The rest, resumed from it: every record once per epoch in all.
         rc, rest, err = self.cluster.cat(spec, args + ['--resume-from', ckpt])
         self.assertEqual(rc, 0, err)
-        counts = [0] * per_epoch
-        for b in first + rest:
-            for v in b['line']:
-                counts[int(v)] += 1
-        self.assertEqual([(v, c) for v, c in enumerate(counts) if c != self.EPOCHS], [])
-
+        self.assert_every_record(lines(first + rest), self.EPOCHS, 'resumed from a checkpoint after %d epochs' %
+                                 self.READ)
 
 
 class ManySmallFiles(TextFilesCase):
@@ -281,11 +287,7 @@ class ManySmallFiles(TextFilesCase):
                 "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 50}]}
         rc, batches, err = self.cluster.cat(spec, ['--sharding', 'dynamic'], timeout=120)
         self.assertEqual(rc, 0, err)
-        counts = [0] * self.FILES
-        for b in batches:
-            for v in b['line']:
-                counts[int(v)] += 1
-        self.assertEqual([(v, c) for v, c in enumerate(counts) if c != self.EPOCHS], [])
+        self.assert_every_record(lines(batches), self.EPOCHS, '%d one-record files' % self.FILES)
 
 
 if __name__ == '__main__':
