@@ -8,7 +8,8 @@
  * Flow control: requests in flight plus batches queued never exceed the
  * window (max_outstanding, or by default as many batches as window_bytes
  * holds at the largest batch received so far, 8 to 32), and per worker
- * never exceed per_worker_outstanding (by default half the window, 4 to 16).
+ * never exceed per_worker_outstanding (by default half the window, 4 to 16)
+ * nor what leaves each other live task a slot (share_cap()).
  *
  * A task's connection moves IDLE -> CONNECTING -> OPEN -> ENDED (its end of
  * sequence arrived); a lost connection goes back to IDLE and is retried
@@ -851,6 +852,25 @@ static void task_connect(struct itask *t)
     }
 }
 
+/* The most requests one of live tasks may hold: per_worker, but no more
+ * than leaves every other live task one of the window's slots. A worker
+ * answers a task's requests in order and parks those it has no batch for:
+ * one with nothing to give (waiting for splits, or stopped) would
+ * otherwise hold the whole window while another has batches ready: the
+ * reader waits on the first, and the second, its buffer full, stops
+ * reading the splits it holds, which under DYNAMIC the first may wait for
+ * at the end of an epoch. A window smaller than the live tasks cannot leave each one a
+ * slot: each then holds at most one. */
+static unsigned share_cap(unsigned per_worker, unsigned window, unsigned live)
+{
+    if (live < 2)
+        return per_worker;
+    unsigned fair = window > 1 ? (window - 1) / (live - 1) : 0;
+    if (fair < 1)
+        fair = 1;
+    return fair < per_worker ? fair : per_worker;
+}
+
 /* Asks for batches within the budget (queued of it taken by batches
  * waiting for the caller): round-robin, one request per task per pass,
  * each pass starting after the task the last request went to, so that
@@ -861,9 +881,12 @@ static void task_connect(struct itask *t)
  * (sl_conn_cork()). */
 static void send_requests(sl_iterator_t *it, unsigned queued)
 {
-    unsigned n = 0;
-    for (struct itask *t = it->tasks; t; t = t->next)
+    unsigned n = 0, live = 0;
+    for (struct itask *t = it->tasks; t; t = t->next) {
         n++;
+        live += t->state != TC_ENDED;
+    }
+    unsigned cap = share_cap(it->per_worker, it->window, live);
     bool sent = n > 0;
     int64_t now = now_ms();
     while (sent && it->in_flight + queued < it->window) {
@@ -873,7 +896,7 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
         for (unsigned i = 0; i < at; i++)
             t = t->next;
         for (unsigned k = 0; k < n; k++, at = at + 1 < n ? at + 1 : 0, t = t->next ? t->next : it->tasks) {
-            if (!askable(t, now) || t->in_flight >= it->per_worker)
+            if (!askable(t, now) || t->in_flight >= cap)
                 continue;
             if (it->in_flight + queued >= it->window)
                 break;

@@ -211,7 +211,9 @@ typedef struct sl_iterator_opts {
                                    sized by window_bytes at the largest batch received so
                                    far, 8 to 32 (8 until the first batch); < 0 refused */
     int per_worker_outstanding; /* requests in flight to one worker, at most 16; 0
-                                   (default): half the window in effect, 4 to 16 */
+                                   (default): half the window in effect, 4 to 16; and,
+                                   with two or more live tasks, at most what leaves each
+                                   other one a slot of the window (docs/protocol.md) */
     int connect_timeout_ms;     /* to a worker, default 5000 */
     int timeout_ms;             /* longest wait for a worker that does not answer, and
                                    for a job that no live worker serves (none registered,

@@ -4,17 +4,19 @@ import collections
 import concurrent.futures
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
 
-from harness import Cluster, binary, parse_jsonl, summary, values, wait_for
+from harness import Cluster, binary, get_json, parse_jsonl, summary, values, wait_for
 
 RANGE_100K = {"source": {"type": "range", "start": 0, "stop": 100000},
               "ops": [{"op": "batch", "batch_size": 100}]}
@@ -417,3 +419,49 @@ class WorkerJoinsLater(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class StoppedWorker(unittest.TestCase):
+    """A worker answers a task's requests in order and parks those it has no
+    batch for. One that stops answering (SIGSTOP: its connections stay open)
+    held every request of a window of 4 after a few batches, for a share of
+    4 a worker, while the other worker had batches ready, and the trainer
+    waited on it. Each task now holds at most what leaves every other live
+    task one slot of the window (3 here)."""
+
+    def test_a_stopped_worker_does_not_hold_the_whole_window(self):
+        # Not lost while stopped: the test ends long before 600 s.
+        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '600000'])
+        stopped, proc = None, None
+        try:
+            c.wait_workers_registered(2)
+            spec = {"source": {"type": "range", "stop": 10**7}, "ops": [{"op": "batch", "batch_size": 100}]}
+            proc = subprocess.Popen(c.cat_argv(spec, ['--sharding', 'off', '--with-worker', '--max-outstanding', '4']),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lines = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+
+            def next_worker():
+                try:
+                    return json.loads(lines.get(timeout=120))['_worker']
+                except queue.Empty:
+                    raise AssertionError('no batch for 120 s; the workers: %s' % [
+                        get_json(w.admin_port, '/v1/tasks')['tasks'] for w in c.workers if w is not stopped])
+
+            first = next_worker()
+            while next_worker() == first:
+                pass
+            stopped = next(w for w in c.workers if w.addr == first)
+            stopped.kill(signal.SIGSTOP)
+            # What the stopped worker sent before it stopped may still come;
+            # then the other's, without end.
+            others = 0
+            while others < 2000:
+                others += next_worker() != first
+        finally:
+            if stopped:
+                stopped.kill(signal.SIGCONT)
+            if proc:
+                proc.kill()
+                proc.wait()
+            c.close()
