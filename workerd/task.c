@@ -115,8 +115,10 @@ struct sl_task {
      * the queue goes into the tracker: a batch's send reads it with the
      * tracker's least id under track_mu alone (sl_task_batch_sent()). */
     uint64_t queued_below;
-    struct event *retry_ev; /* the dispatcher said to ask again later (retry_ms) */
-    bool retry_wait;        /* network thread only: until retry_ev fires */
+    /* The dispatcher said to ask again later (retry_ms): no request while
+     * it is pending. Its own state, not a flag beside it that could
+     * disagree with it and hold the task back for ever. */
+    struct event *retry_ev;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
      * yet), from which a split request asks for splits of split_target_ms
@@ -265,7 +267,6 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     sl_task_t *t = arg;
     (void)fd;
     (void)what;
-    t->retry_wait = false;
     t->notify(t, t->notify_arg);
 }
 
@@ -907,7 +908,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
 {
     *seq = t->split_seq + 1;
     *records = 0;
-    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || t->retry_wait)
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || evtimer_pending(t->retry_ev, NULL))
         return false;
     /* Most batches find the queue more than half full: no need for mu to
      * say no. The count falls only as the pipeline takes a split, and it
@@ -940,6 +941,16 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     }
     pthread_mutex_unlock(&t->mu);
     return want;
+}
+
+double sl_task_split_wait_unasked(sl_task_t *t)
+{
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || evtimer_pending(t->retry_ev, NULL))
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    double waited = t->split_wait ? seconds_now() - t->split_wait_since : 0;
+    pthread_mutex_unlock(&t->mu);
+    return waited;
 }
 
 void sl_task_split_report(sl_task_t *t, uint32_t *slack_ms, uint64_t *records_per_second)
@@ -1021,8 +1032,9 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
         /* Nothing now, the epoch is not over: ask again after the wait. */
         uint32_t ms = resp->retry_ms > 10000 ? 10000 : resp->retry_ms;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        t->retry_wait = true;
-        evtimer_add(t->retry_ev, &tv);
+        if (evtimer_add(t->retry_ev, &tv) < 0)
+            sl_log_error("task %" PRIu64 ": cannot wait %u ms to ask for splits again; asking at the next heartbeat",
+                         t->def.task_id, ms);
         return;
     }
     for (pb_size_t i = 0; i < resp->splits_count; i++) {

@@ -177,6 +177,15 @@ void sl_task_info(sl_task_t *task, sl_task_info_t *out);
 bool sl_task_want_splits(sl_task_t *task, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records);
 
 /**
+ * DYNAMIC: how long, in seconds, the pipeline has waited for a split while
+ * no split request is out and no wait the dispatcher asked for is pending:
+ * 0 when it does not wait or a request or a retry will wake it. Past a
+ * moment, a wake-up was lost (the network thread only; the worker asks
+ * again at each heartbeat tick, sl_task_want_splits() willing).
+ */
+double sl_task_split_wait_unasked(sl_task_t *task);
+
+/**
  * DYNAMIC: what a split request says of the task's splits
  * (GetSplitRequest.slack_ms, records_per_second): *slack_ms, how long the
  * splits it has queued, and what is left of the one its pipeline reads

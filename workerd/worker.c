@@ -1168,6 +1168,18 @@ static void on_heartbeat_timer(evutil_socket_t fd, short what, void *arg)
         return;
     }
     send_heartbeat(w);
+    /* A task's pipeline that waits for splits asks through the loop: after
+     * each split taken, and when the queue runs dry, after an answer, after
+     * a retry's wait. Should one of those wake-ups ever be lost, the tick
+     * asks, and says so: a LongRun hang had a task wait for ever with no
+     * request out. */
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        double waited = sl_task_split_wait_unasked(wt->task);
+        if (waited * 1000 > 2.0 * w->cfg.heartbeat_ms)
+            sl_log_warn("task %" PRIu64 ": its pipeline waited %.2f s for splits with none asked for; asking now",
+                        sl_task_id(wt->task), waited);
+        fetch_splits(w, wt);
+    }
 }
 
 static void send_register(sl_worker_t *w)

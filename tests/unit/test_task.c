@@ -946,3 +946,54 @@ Test(task, splits_of_later_epochs_wait_for_theirs_and_a_late_answer_is_kept)
     cr_assert_eq(rc, SL_TASK_END);
     stop(&r);
 }
+
+/* The dispatcher's "ask again in retry_ms" holds the task's requests back
+ * until the wait is over, and no longer: then the pipeline, waiting for a
+ * split, says how long it waited with none asked for (what the worker's
+ * heartbeat tick looks at to ask should a wake-up be lost; a LongRun hang
+ * had a task wait for ever with no request out). While a request is out
+ * or the wait runs, it says 0. */
+Test(task, a_retry_holds_requests_back_until_its_wait_ends_and_an_unasked_wait_shows)
+{
+    struct run r = {0};
+    start(&r, SL_SHARDING_DYNAMIC,
+          "{\"source\":{\"type\":\"range\",\"stop\":1000},\"ops\":[{\"op\":\"batch\",\"batch_size\":10}]}");
+    uint64_t epoch, seq, records;
+    uint32_t max;
+    await_request(&r, &epoch, &max, &records);
+    cr_assert_eq(sl_task_split_wait_unasked(r.task), 0, "a wait while a request is out");
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    resp.retry_ms = 300;
+    sl_task_splits_arrived(r.task, &resp);
+    cr_assert_not(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "asked again before the wait ended");
+    cr_assert_eq(sl_task_split_wait_unasked(r.task), 0, "a wait while the retry's wait runs");
+    /* The wait ends (the loop runs its timer); the pipeline waits on. */
+    double waited = 0;
+    for (int i = 0; i < 3000 && (waited = sl_task_split_wait_unasked(r.task)) == 0; i++)
+        wait_notify(&r);
+    cr_assert_gt(waited, 0, "no unasked wait after the retry's wait");
+    cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "no request after the retry's wait");
+    cr_assert_eq(sl_task_split_wait_unasked(r.task), 0, "a wait while a request is out");
+    resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    resp.splits_count = 1;
+    resp.splits[0] = (sluice_Split){.split_id = 1, .begin = 0, .end = 1000, .epoch = epoch};
+    sl_task_splits_arrived(r.task, &resp);
+    uint64_t below = 0, elements = 0;
+    bool ended = false;
+    for (int guard = 0; !ended && guard < 100000; guard++) {
+        uint64_t next_id = 2, next_begin = 1000;
+        answer_splits(&r, &next_id, &next_begin, 1000, 1000);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        free(done);
+        if (rc != SL_TASK_PENDING)
+            ended = sent(&r, rc, b, &elements);
+    }
+    cr_assert(ended, "the task never ended");
+    cr_assert_eq(elements, 1000);
+    stop(&r);
+}
