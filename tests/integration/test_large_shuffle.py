@@ -218,10 +218,13 @@ class PausedConsumer(unittest.TestCase):
 
 class PropertyTest(unittest.TestCase):
     """Seeded draws: dataset size, shuffle buffer, split size, batch size,
-    workers, provenance, an optional filter, and a fault: none, a checkpoint
-    and a resume in a new process at a random batch, or a worker killed with
-    -9 at a random point and started again. Every element the filter keeps
-    comes exactly once. Prints the seed; SLUICE_SEED replays it."""
+    workers, provenance, an optional filter, epochs (one in two draws reads
+    2 to 100 epochs, with the repeat before the shuffle, whose buffer then
+    mixes epochs, or after it, up to 5,000,000 elements in all), and a
+    fault: none, a checkpoint and a resume in a new process at a random
+    batch, or a worker killed with -9 at a random point and started again.
+    Every element the filter keeps comes exactly once per epoch. Prints the
+    seed; SLUICE_SEED replays it."""
 
     DRAWS = 6
 
@@ -237,18 +240,24 @@ class PropertyTest(unittest.TestCase):
             workers = rng.randint(1, 3)
             provenance = rng.random() < 0.75
             low = rng.choice([0, 0, n // 3])
+            epochs = 1 if rng.random() < 0.5 else rng.randint(2, max(2, min(100, 5000000 // n)))
+            repeat_at = rng.choice(['before', 'after'])
             # Without provenance a worker loss is at least once by design
             # (docs/fault-tolerance.md), and there are no checkpoints.
             fault = rng.choice(['none', 'checkpoint', 'kill']) if provenance else 'none'
-            batches = max(2, (n - low) // batch)
+            batches = max(2, (n - low) * epochs // batch)
             ckpt_at = rng.randrange(1, batches) if fault == 'checkpoint' else 0
-            kill_at = 8 * rng.randrange(1, n - low) if fault == 'kill' else 0
+            kill_at = 8 * rng.randrange(1, (n - low) * epochs) if fault == 'kill' else 0
             victim, down = rng.randrange(workers), rng.uniform(0.0, 0.5)
-            what = ('seed %d draw %d: n=%d buffer=%d split=%d batch=%d workers=%d provenance=%s low=%d fault=%s '
-                    'checkpoint_at=%d kill_at_byte=%d victim=%d' % (seed, draw, n, buffer, split, batch, workers,
-                                                                   provenance, low, fault, ckpt_at, kill_at, victim))
+            what = ('seed %d draw %d: n=%d buffer=%d split=%d batch=%d workers=%d provenance=%s low=%d epochs=%d '
+                    'repeat %s the shuffle, fault=%s checkpoint_at=%d kill_at_byte=%d victim=%d' % (
+                        seed, draw, n, buffer, split, batch, workers, provenance, low, epochs, repeat_at, fault,
+                        ckpt_at, kill_at, victim))
+            print(what, file=sys.stderr)
             pre = [{"op": "filter", "key": "value", "cmp": "ge", "value": low}] if low else []
-            spec = range_spec(n, buffer, batch, seed=draw, pre=pre)
+            repeat = [{"op": "repeat", "count": epochs}] if epochs > 1 else []
+            spec = range_spec(n, buffer, batch, seed=draw, pre=pre + (repeat if repeat_at == 'before' else []),
+                              post=repeat if repeat_at == 'after' else [])
             c = Cluster(workers=workers, dispatcher_args=['--split-size', str(split)])
             try:
                 c.wait_workers_registered(workers)
@@ -266,7 +275,7 @@ class PropertyTest(unittest.TestCase):
                     rc, got, err = read_values(c, spec, args)
                 self.assertEqual(rc, 0, what + ': ' + err[-2000:])
                 parts.append(got)
-                self.assertIsNone(exactly(np.concatenate(parts), n, low=low), what)
+                self.assertIsNone(exactly(np.concatenate(parts), n, times=epochs, low=low), what)
             finally:
                 self.assertEqual(c.close(), {}, what)
 
