@@ -72,7 +72,8 @@
  * the dispatcher forgets a split only when every client says it has it,
  * and holds a task back past --max-outstanding-splits (16,384 by default)
  * of them, which a reader of many small files outran within one heartbeat
- * interval; and the epochs it then says done fold. */
+ * interval; and the epochs it then says done fold. Fewer when the
+ * dispatcher's answers say so (a quarter of a lower bound). */
 #define EARLY_HB_NOTICES 1024
 /* A job with no live worker for this long is said on stderr (and by
  * sl_iterator_waiting()); past timeout_ms the iterator fails. */
@@ -175,6 +176,9 @@ struct sl_iterator {
     int64_t disp_last_ok;
     int64_t hb_sent_ms;     /* when the heartbeat in flight (hb_out) went */
     uint64_t notices_since_hb; /* split-done notices received since the last heartbeat went */
+    /* A heartbeat before the tick at this many notices: EARLY_HB_NOTICES,
+     * or fewer when the dispatcher says (ClientHeartbeatResponse.confirm_every). */
+    uint32_t confirm_every;
     int64_t disp_retry_at;  /* no connect to the dispatcher before */
     sl_resolver_t *disp_resolver; /* its address, looked up off the loop */
     unsigned disp_attempts; /* connects since the last answer: the backoff */
@@ -649,10 +653,10 @@ static void retry_at(sl_iterator_t *it, int64_t at)
 }
 
 /* Whether enough split-done notices came since the last heartbeat went
- * for one before the tick (EARLY_HB_NOTICES). */
+ * for one before the tick (confirm_every). */
 static bool notices_due(const sl_iterator_t *it)
 {
-    return it->track && it->notices_since_hb >= EARLY_HB_NOTICES;
+    return it->track && it->notices_since_hb >= it->confirm_every;
 }
 
 /* n split-done notices came: a heartbeat now when enough did and none is
@@ -1191,6 +1195,8 @@ static uint64_t ready_least_epoch(const sl_iterator_t *it)
 
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
+    it->confirm_every = resp->confirm_every > 0 && resp->confirm_every < EARLY_HB_NOTICES ? resp->confirm_every
+                                                                                          : EARLY_HB_NOTICES;
     it->disp_last_ok = now_ms();
     it->disp_attempts = 0;
     it->disp_retry_at = 0;
@@ -1641,6 +1647,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->coord = it->opts.num_consumers > 0;
     window_size(it);
     it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
+    it->confirm_every = EARLY_HB_NOTICES;
     it->named = it->opts.job_name && it->opts.job_name[0];
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;

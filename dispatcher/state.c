@@ -1562,6 +1562,8 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
     resp->epochs_done = sl__out_epochs_done(j);
+    if (sl__out_tracked(j))
+        resp->confirm_every = st->cfg.max_outstanding / 4 ? st->cfg.max_outstanding / 4 : 1;
     /* No client's word folds an epoch that is not done. */
     uint64_t given = req->epochs_given < resp->epochs_done ? req->epochs_given : resp->epochs_done;
     if (given > c->epochs_given)

@@ -290,5 +290,17 @@ class ManySmallFiles(TextFilesCase):
         self.assert_every_record(lines(batches), self.EPOCHS, '%d one-record files' % self.FILES)
 
 
+class ManySmallFilesLowBound(ManySmallFiles):
+    """The same with --max-outstanding-splits 256, below the client's own
+    1,024 notices: the dispatcher's heartbeat answers tell the client to
+    confirm every quarter of the bound (64 splits), so the task held back
+    at the bound is let go again within a round trip. Without that it
+    waited out the 300 s tick at every 256 splits."""
+
+    FILES, EPOCHS = 100, 20
+    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000',
+                       '--max-outstanding-splits', '256']
+
+
 if __name__ == '__main__':
     unittest.main()
