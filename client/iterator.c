@@ -232,6 +232,7 @@ struct sl_iterator {
      * heartbeat sent after the ask sets (hb_sync, on the loop: the
      * sync_asked the heartbeat in flight carries the progress of). */
     uint64_t sync_asked, sync_done, hb_sync;
+    size_t ledger_ask_at; /* ledger_crowded(): the ledger's runs at which it asks again */
     uint64_t reported_gen; /* the last report generation answered */
     uint64_t report_gen_out;
     uint32_t report_id;
@@ -1716,6 +1717,60 @@ fail:
 
 /* Records what the caller is given, batch b (or none: the end) and done
  * notices (under it->mu). */
+/* Before a checkpoint of a DYNAMIC iterator: a heartbeat sent now and its
+ * answer, so that the epochs the dispatcher knows done are folded
+ * (on_heartbeat()) and the checkpoint holds the open epochs only, however
+ * many the caller read since the last tick (a process that reads for less
+ * than a heartbeat interval and checkpoints held every epoch it read, and
+ * a chain of them restored from each other held more and more). Waits at
+ * most a heartbeat interval: without an answer the checkpoint holds what
+ * it held before, which resumes as well. */
+static void sync_dispatcher(sl_iterator_t *it)
+{
+    if (!it->track)
+        return;
+    pthread_mutex_lock(&it->mu);
+    if (!it->thread_started || it->error || it->finished) {
+        pthread_mutex_unlock(&it->mu);
+        return;
+    }
+    uint64_t want = ++it->sync_asked;
+    pthread_mutex_unlock(&it->mu);
+    event_active(it->kick, EV_READ, 0);
+    struct timespec until = cv_deadline((int)it->heartbeat_ms);
+    pthread_mutex_lock(&it->mu);
+    while (it->sync_done < want && !it->error && !it->finished)
+        if (pthread_cond_timedwait(&it->cv, &it->mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&it->mu);
+}
+
+/* Whether the ledger is crowded (under mu): its runs (with those that
+ * wait to be merged) reach half its bound, max_ledger_runs, and grew a
+ * sixteenth of it since it last asked (or fell below half since). Then it
+ * asks the dispatcher which
+ * epochs are done before the tick, and folds them on the answer: a caller
+ * that read many epochs of many files between two heartbeats otherwise
+ * filled it, and a ledger that overflows takes no checkpoint again.
+ * @return 0: not crowded; 1: ask (the loop sends a heartbeat, as for a
+ *         checkpoint, without anyone waiting for it); 2: past three
+ *         quarters, ask and wait for the answer (sync_dispatcher(): one
+ *         round trip, at most a heartbeat interval), since the caller may
+ *         read faster than a round trip */
+static int ledger_crowded(sl_iterator_t *it)
+{
+    size_t runs = sl__ledger_runs(&it->ledger) + it->ledger.num, max = it->ledger.max_runs;
+    if (runs < max / 2)
+        it->ledger_ask_at = 0; /* a fold made room: the next crossing asks */
+    if (!it->track || it->ledger.rc < 0 || runs < max / 2 || runs < it->ledger_ask_at)
+        return 0;
+    it->ledger_ask_at = runs + max / 16 + 1;
+    if (runs >= max - max / 4)
+        return 2; /* sync_dispatcher() asks */
+    it->sync_asked++;
+    return 1;
+}
+
 static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if (it->opts.provenance <= 0 && !it->track)
@@ -1744,7 +1799,7 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
     if (wait_ms >= 0)
         until = cv_deadline(wait_ms);
     pthread_mutex_lock(&it->mu);
-    int rc;
+    int rc, crowded = 0;
     bool kick = false;
     for (;;) {
         if (it->ready) {
@@ -1765,7 +1820,8 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
             ledger_add(it, b, b->done, b->num_done);
             *out = b;
             rc = 0;
-            kick = it->budget_full;
+            crowded = ledger_crowded(it);
+            kick = it->budget_full || crowded == 1;
             it->budget_full = false;
             break;
         }
@@ -1790,9 +1846,12 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
         }
     }
     pthread_mutex_unlock(&it->mu);
-    /* Room freed in a full budget: let the loop ask for more. */
+    /* Room freed in a full budget: let the loop ask for more; or a
+     * crowded ledger: let it ask the dispatcher (on_kick()). */
     if (kick)
         event_active(it->kick, EV_READ, 0);
+    if (crowded == 2)
+        sync_dispatcher(it);
     return rc;
 }
 
@@ -1838,34 +1897,6 @@ int sl_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t 
                               errlen);
     sl_auth_free(&auth);
     return rc;
-}
-
-/* Before a checkpoint of a DYNAMIC iterator: a heartbeat sent now and its
- * answer, so that the epochs the dispatcher knows done are folded
- * (on_heartbeat()) and the checkpoint holds the open epochs only, however
- * many the caller read since the last tick (a process that reads for less
- * than a heartbeat interval and checkpoints held every epoch it read, and
- * a chain of them restored from each other held more and more). Waits at
- * most a heartbeat interval: without an answer the checkpoint holds what
- * it held before, which resumes as well. */
-static void sync_dispatcher(sl_iterator_t *it)
-{
-    if (!it->track)
-        return;
-    pthread_mutex_lock(&it->mu);
-    if (!it->thread_started || it->error || it->finished) {
-        pthread_mutex_unlock(&it->mu);
-        return;
-    }
-    uint64_t want = ++it->sync_asked;
-    pthread_mutex_unlock(&it->mu);
-    event_active(it->kick, EV_READ, 0);
-    struct timespec until = cv_deadline((int)it->heartbeat_ms);
-    pthread_mutex_lock(&it->mu);
-    while (it->sync_done < want && !it->error && !it->finished)
-        if (pthread_cond_timedwait(&it->cv, &it->mu, &until) == ETIMEDOUT)
-            break;
-    pthread_mutex_unlock(&it->mu);
 }
 
 int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *len)

@@ -237,9 +237,12 @@ typedef struct sl_iterator_opts {
                                    reports say); a shuffle buffer of B elements on each
                                    of W workers leaves about W * B / 2 holes, 24 bytes a
                                    run in memory. 0 (default) and anything larger mean
-                                   2,097,152, the most a dispatcher takes. Past it the
-                                   iterator says so on stderr once, takes no checkpoint,
-                                   and a worker loss is at least once */
+                                   2,097,152, the most a dispatcher takes. From half of
+                                   it DYNAMIC asks the dispatcher which epochs are done
+                                   (past three quarters next() waits for the answer, a
+                                   round trip) and folds them. Past it the iterator says
+                                   so on stderr once, takes no checkpoint, and a worker
+                                   loss is at least once */
     int dispatcher_timeout_ms;  /* how long the iterator rides through a dispatcher it
                                    cannot reach (killed and restarted, cut off), reading
                                    what known workers serve and reconnecting with backoff,

@@ -271,6 +271,40 @@ class CheckpointFolds(TextFilesCase):
                                  self.READ)
 
 
+class LedgerBound(TextFilesCase):
+    """A client that reads many epochs of many files between two heartbeats
+    (every 300 s here) with a ledger of 400 runs, four epochs of 100 files:
+    once it holds half of that it asks the dispatcher which epochs are done
+    and folds them, and past three quarters it waits for the answer (this
+    reader outruns a round trip), so it never overflows and its checkpoint
+    resumes exactly once. Without the ask it filled after four epochs, took
+    no checkpoint, and said so."""
+
+    FILES, RECORDS, WORKERS, EPOCHS, READ = 100, 4, 1, 40, 30
+    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000']
+
+    def test_a_crowded_ledger_asks_which_epochs_are_done(self):
+        spec = {"source": {"type": "text_lines", "files": self.files},
+                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": 4},
+                        {"op": "repeat", "count": self.EPOCHS},
+                        {"op": "batch", "batch_size": 32}]}
+        per_epoch = self.FILES * self.RECORDS
+        ckpt = os.path.join(self.cluster.dir, 'ckpt')
+        # A window of 4 batches (10 of an epoch's 100 files): a fold waits
+        # until the caller took the batches that waited when it was said,
+        # and the ledger grows by theirs meanwhile.
+        args = ['--sharding', 'dynamic', '--max-ledger-runs', '400', '--max-outstanding', '4']
+        rc, first, err = self.cluster.cat(spec, args + ['--limit', str(self.READ * per_epoch // 32),
+                                                        '--checkpoint-out', ckpt])
+        self.assertEqual(rc, 0, 'the first read: ' + err)
+        self.assertNotIn('no longer fits', err, 'the first read')
+        rc, rest, err = self.cluster.cat(spec, args + ['--resume-from', ckpt])
+        self.assertEqual(rc, 0, 'the resumed read: ' + err)
+        self.assertNotIn('no longer fits', err, 'the resumed read')
+        self.assert_every_record(lines(first + rest), self.EPOCHS, 'resumed from a checkpoint after %d epochs' %
+                                 self.READ)
+
+
 class ManySmallFiles(TextFilesCase):
     """A reader of many one-record files, one split each, with clients that
     heartbeat every 300 s and a dispatcher that holds a task back past 2,048
