@@ -864,8 +864,8 @@ static void task_connect(struct itask *t)
  * otherwise hold the whole window while another has batches ready: the
  * reader waits on the first, and the second, its buffer full, stops
  * reading the splits it holds, which under DYNAMIC the first may wait for
- * at the end of an epoch. A window smaller than the live tasks cannot leave each one a
- * slot: each then holds at most one. */
+ * at the end of an epoch. A window smaller than the live tasks cannot
+ * leave each one a slot: each then holds at most one. */
 static unsigned share_cap(unsigned per_worker, unsigned window, unsigned live)
 {
     if (live < 2)
@@ -1715,8 +1715,6 @@ fail:
     return rc;
 }
 
-/* Records what the caller is given, batch b (or none: the end) and done
- * notices (under it->mu). */
 /* Before a checkpoint of a DYNAMIC iterator: a heartbeat sent now and its
  * answer, so that the epochs the dispatcher knows done are folded
  * (on_heartbeat()) and the checkpoint holds the open epochs only, however
@@ -1748,10 +1746,10 @@ static void sync_dispatcher(sl_iterator_t *it)
 /* Whether the ledger is crowded (under mu): its runs (with those that
  * wait to be merged) reach half its bound, max_ledger_runs, and grew a
  * sixteenth of it since it last asked (or fell below half since). Then it
- * asks the dispatcher which
- * epochs are done before the tick, and folds them on the answer: a caller
- * that read many epochs of many files between two heartbeats otherwise
- * filled it, and a ledger that overflows takes no checkpoint again.
+ * asks the dispatcher which epochs are done before the tick, and folds
+ * them on the answer: a caller that read many epochs of many files between
+ * two heartbeats otherwise filled it, and a ledger that overflows takes no
+ * checkpoint again.
  * @return 0: not crowded; 1: ask (the loop sends a heartbeat, as for a
  *         checkpoint, without anyone waiting for it); 2: past three
  *         quarters, ask and wait for the answer (sync_dispatcher(): one
@@ -1771,6 +1769,8 @@ static int ledger_crowded(sl_iterator_t *it)
     return 1;
 }
 
+/* Records what the caller is given, batch b (or none: the end) and done
+ * notices (under it->mu). */
 static void ledger_add(sl_iterator_t *it, const struct sl_batch *b, const sl_split_done_t *done, size_t ndone)
 {
     if (it->opts.provenance <= 0 && !it->track)
