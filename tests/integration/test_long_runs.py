@@ -42,6 +42,11 @@ LEDGER_RUNS = 40000
 CKPT_BYTES = 3 * LEDGER_RUNS + 1024
 
 
+# Clients that heartbeat every 300 s, and a lease long enough for that: the
+# only heartbeat answers are those the client asks for before its tick.
+SLOW_HEARTBEATS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000']
+
+
 def chaos_seed():
     env = os.environ.get('SLUICE_CHAOS_SEED')
     return int(env) if env else random.randrange(1 << 32)
@@ -70,6 +75,22 @@ class TextFilesCase(unittest.TestCase):
         shutil.rmtree(self.data, ignore_errors=True)
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
+    def shuffled_epochs(self, seed, epochs):
+        """The files' lines behind a shuffle of 64, repeated `epochs` times,
+        in batches of BATCH."""
+        return {"source": {"type": "text_lines", "files": self.files},
+                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": seed},
+                        {"op": "repeat", "count": epochs},
+                        {"op": "batch", "batch_size": BATCH}]}
+
+    def read_then_checkpoint(self, spec, args, epochs):
+        """sluice-cat reading `epochs` epochs of spec's batches (of BATCH),
+        then writing a checkpoint: (returncode, batches, stderr, its path)."""
+        ckpt = os.path.join(self.cluster.dir, 'ckpt')
+        limit = epochs * self.FILES * self.RECORDS // BATCH
+        rc, batches, err = self.cluster.cat(spec, args + ['--limit', str(limit), '--checkpoint-out', ckpt])
+        return rc, batches, err, ckpt
+
     def assert_every_record(self, values, times, where):
         """Every record of the files is among values (one element a
         record, its line's number) exactly `times` times."""
@@ -88,10 +109,7 @@ def lines(batches):
 class LongRun(TextFilesCase):
 
     def spec(self):
-        return {"source": {"type": "text_lines", "files": self.files},
-                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": 5},
-                        {"op": "repeat", "count": EPOCHS},
-                        {"op": "batch", "batch_size": BATCH}]}
+        return self.shuffled_epochs(5, EPOCHS)
 
     def kill(self, victim, rng):
         # Gate on state: the victim has a task that made batches, so it
@@ -236,18 +254,13 @@ class CheckpointFolds(TextFilesCase):
     One worker, so that no worker left behind holds an epoch open."""
 
     FILES, RECORDS, WORKERS, EPOCHS, READ = 100, 4, 1, 60, 30
-    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000']
+    DISPATCHER_ARGS = SLOW_HEARTBEATS
 
     def test_a_checkpoint_holds_the_open_epochs_however_fast_they_were_read(self):
-        spec = {"source": {"type": "text_lines", "files": self.files},
-                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": 3},
-                        {"op": "repeat", "count": self.EPOCHS},
-                        {"op": "batch", "batch_size": 32}]}
+        spec = self.shuffled_epochs(3, self.EPOCHS)
         per_epoch = self.FILES * self.RECORDS
-        ckpt = os.path.join(self.cluster.dir, 'ckpt')
         args = ['--sharding', 'dynamic', '--max-outstanding', '4']
-        rc, first, err = self.cluster.cat(spec, args + ['--limit', str(self.READ * per_epoch // 32),
-                                                        '--checkpoint-out', ckpt])
+        rc, first, err, ckpt = self.read_then_checkpoint(spec, args, self.READ)
         self.assertEqual(rc, 0, err)
         with open(ckpt, 'rb') as f:
             raw = f.read()
@@ -281,21 +294,15 @@ class LedgerBound(TextFilesCase):
     no checkpoint, and said so."""
 
     FILES, RECORDS, WORKERS, EPOCHS, READ = 100, 4, 1, 40, 30
-    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000']
+    DISPATCHER_ARGS = SLOW_HEARTBEATS
 
     def test_a_crowded_ledger_asks_which_epochs_are_done(self):
-        spec = {"source": {"type": "text_lines", "files": self.files},
-                "ops": [{"op": "shuffle", "buffer_size": 64, "seed": 4},
-                        {"op": "repeat", "count": self.EPOCHS},
-                        {"op": "batch", "batch_size": 32}]}
-        per_epoch = self.FILES * self.RECORDS
-        ckpt = os.path.join(self.cluster.dir, 'ckpt')
+        spec = self.shuffled_epochs(4, self.EPOCHS)
         # A window of 4 batches (10 of an epoch's 100 files): a fold waits
         # until the caller took the batches that waited when it was said,
         # and the ledger grows by theirs meanwhile.
         args = ['--sharding', 'dynamic', '--max-ledger-runs', '400', '--max-outstanding', '4']
-        rc, first, err = self.cluster.cat(spec, args + ['--limit', str(self.READ * per_epoch // 32),
-                                                        '--checkpoint-out', ckpt])
+        rc, first, err, ckpt = self.read_then_checkpoint(spec, args, self.READ)
         self.assertEqual(rc, 0, 'the first read: ' + err)
         self.assertNotIn('no longer fits', err, 'the first read')
         rc, rest, err = self.cluster.cat(spec, args + ['--resume-from', ckpt])
@@ -313,8 +320,7 @@ class ManySmallFiles(TextFilesCase):
     the task would wait out the 300 s."""
 
     FILES, RECORDS, WORKERS, EPOCHS = 200, 1, 1, 50
-    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000',
-                       '--max-outstanding-splits', '2048']
+    DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', '2048']
 
     def test_a_fast_reader_confirms_its_splits_before_the_heartbeat_tick(self):
         spec = {"source": {"type": "text_lines", "files": self.files},
@@ -332,8 +338,7 @@ class ManySmallFilesLowBound(ManySmallFiles):
     waited out the 300 s tick at every 256 splits."""
 
     FILES, EPOCHS = 100, 20
-    DISPATCHER_ARGS = ['--client-timeout-ms', '600000', '--client-heartbeat-ms', '300000',
-                       '--max-outstanding-splits', '256']
+    DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', '256']
 
 
 if __name__ == '__main__':
