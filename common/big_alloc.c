@@ -29,11 +29,19 @@
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 
+#ifdef __GLIBC__
+/* The least block kept: SL_BIG_CACHE_MIN, or SL_BIG_CACHE_MIN_SETUP once
+ * sl__big_alloc_setup() raised the trim threshold (written before threads
+ * start, only read after). */
+static size_t cache_min = SL_BIG_CACHE_MIN;
+#endif
+
 void sl__big_alloc_setup(size_t max_batch_bytes)
 {
 #ifdef __GLIBC__
     (void)mallopt(M_MMAP_MAX, 0);
     (void)mallopt(M_TRIM_THRESHOLD, max_batch_bytes > INT_MAX ? INT_MAX : (int)max_batch_bytes);
+    cache_min = SL_BIG_CACHE_MIN_SETUP;
 #else
     (void)max_batch_bytes;
 #endif
@@ -52,7 +60,7 @@ static sl_membudget_t *cache_budget; /* what kept blocks are charged to, or NULL
 /* The smallest kept block of size to 2 * size bytes, taken out; or NULL. */
 static void *cache_take(size_t size)
 {
-    if (size < SL_BIG_CACHE_MIN || size > SL_BIG_CACHE_BYTES)
+    if (size < cache_min || size > SL_BIG_CACHE_BYTES)
         return NULL;
     void *p = NULL;
     pthread_mutex_lock(&cache_mu);
@@ -78,7 +86,7 @@ void sl__big_free(void *p)
         return;
 #ifdef __GLIBC__
     size_t size = malloc_usable_size(p);
-    if (size >= SL_BIG_CACHE_MIN && size <= SL_BIG_CACHE_BYTES) {
+    if (size >= cache_min && size <= SL_BIG_CACHE_BYTES) {
         pthread_mutex_lock(&cache_mu);
         bool kept = cache_n < SL_BIG_CACHE_BLOCKS && cache_bytes + size <= SL_BIG_CACHE_BYTES &&
                     sl_membudget_charge_spare(cache_budget, size);

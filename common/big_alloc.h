@@ -48,9 +48,14 @@ void *sl__big_alloc(size_t size);
  * heap top past glibc's trim threshold, given back and faulted in again for
  * the next window (3.7 faults a batch; a trainer over TCP read 4.5 times
  * slower). 64 blocks hold a request window of 32 and what the caller holds.
+ * A process whose malloc sl__big_alloc_setup() set up (a worker) keeps
+ * blocks of SL_BIG_CACHE_MIN_SETUP or more only: its trim threshold keeps
+ * the smaller ones in the heap already, and kept blocks are charged to its
+ * memory budget.
  */
 #define SL_BIG_CACHE_BLOCKS 64
 #define SL_BIG_CACHE_MIN (4u << 10)
+#define SL_BIG_CACHE_MIN_SETUP (64u << 10)
 #define SL_BIG_CACHE_BYTES (64u << 20)
 
 struct sl_membudget;

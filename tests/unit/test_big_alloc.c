@@ -222,3 +222,20 @@ Test(big_alloc, a_window_of_small_batches_freed_and_made_again_faults_nothing_in
     cr_assert_lt(faults, ROUNDS, "%ld page faults in %d rounds of %d blocks of %d bytes", faults, ROUNDS, WINDOW,
                  SIZE);
 }
+
+/* A worker sets its malloc up (sl__big_alloc_setup(): its trim threshold
+ * keeps small blocks in the heap) and charges kept blocks to its memory
+ * budget: it keeps blocks of SL_BIG_CACHE_MIN_SETUP or more only, as
+ * before small blocks were kept, so that its budget's charges go back to
+ * what its jobs hold. */
+Test(big_alloc, a_process_that_set_malloc_up_keeps_no_small_blocks)
+{
+    sl__big_alloc_setup(64u << 20);
+    void *a = sl__big_alloc(8192);
+    cr_assert_not_null(a);
+    sl__big_free(a);
+    cr_assert_eq(kept_blocks(), 0, "an 8 KiB block was kept after the setup");
+    void *b = sl__big_alloc(SL_BIG_CACHE_MIN_SETUP);
+    sl__big_free(b);
+    cr_assert_eq(kept_blocks(), 1);
+}
