@@ -1758,9 +1758,11 @@ static void sync_dispatcher(sl_iterator_t *it)
 static int ledger_crowded(sl_iterator_t *it)
 {
     size_t runs = sl__ledger_runs(&it->ledger) + it->ledger.num, max = it->ledger.max_runs;
-    if (runs < max / 2)
+    if (runs < max / 2) {
         it->ledger_ask_at = 0; /* a fold made room: the next crossing asks */
-    if (!it->track || it->ledger.rc < 0 || runs < max / 2 || runs < it->ledger_ask_at)
+        return 0;
+    }
+    if (!it->track || it->ledger.rc < 0 || runs < it->ledger_ask_at)
         return 0;
     it->ledger_ask_at = runs + max / 16 + 1;
     if (runs >= max - max / 4)

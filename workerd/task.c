@@ -904,11 +904,18 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         out->num_stages = sl_pipeline_op_stats(t->pipeline, out->stages, SL_TASK_MAX_STAGES);
 }
 
+/* No split request now, whatever the queue (network thread): not DYNAMIC,
+ * one is out, or the wait the dispatcher asked for runs. */
+static bool split_ask_held(sl_task_t *t)
+{
+    return t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || evtimer_pending(t->retry_ev, NULL);
+}
+
 bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t *seq, uint64_t *records)
 {
     *seq = t->split_seq + 1;
     *records = 0;
-    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || evtimer_pending(t->retry_ev, NULL))
+    if (split_ask_held(t))
         return false;
     /* Most batches find the queue more than half full: no need for mu to
      * say no. The count falls only as the pipeline takes a split, and it
@@ -945,7 +952,7 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
 
 double sl_task_split_wait_unasked(sl_task_t *t)
 {
-    if (t->def.sharding != SL_SHARDING_DYNAMIC || t->split_request_out || evtimer_pending(t->retry_ev, NULL))
+    if (split_ask_held(t))
         return 0;
     pthread_mutex_lock(&t->mu);
     double waited = t->split_wait ? seconds_now() - t->split_wait_since : 0;

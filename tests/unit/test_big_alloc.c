@@ -52,15 +52,22 @@ static unsigned kept_blocks(void)
     return n;
 }
 
-Test(big_alloc, small_blocks_are_not_kept)
+/* A freed block of `below` bytes is not kept, and one of `floor` is. */
+static void assert_kept_from(size_t below, size_t floor)
 {
-    void *a = sl__big_alloc(1024);
+    void *a = sl__big_alloc(below);
     cr_assert_not_null(a);
     sl__big_free(a);
-    cr_assert_eq(kept_blocks(), 0, "a 1 KiB block was kept");
-    void *b = sl__big_alloc(SL_BIG_CACHE_MIN);
+    cr_assert_eq(kept_blocks(), 0, "a block of %zu bytes was kept (the least kept: %zu)", below, floor);
+    void *b = sl__big_alloc(floor);
+    cr_assert_not_null(b);
     sl__big_free(b);
-    cr_assert_eq(kept_blocks(), 1);
+    cr_assert_eq(kept_blocks(), 1, "a block of %zu bytes was not kept", floor);
+}
+
+Test(big_alloc, small_blocks_are_not_kept)
+{
+    assert_kept_from(1024, SL_BIG_CACHE_MIN);
     sl__big_cache_drain();
     unsigned n;
     cr_assert_eq(sl__big_cache_kept(&n), 0);
@@ -231,11 +238,5 @@ Test(big_alloc, a_window_of_small_batches_freed_and_made_again_faults_nothing_in
 Test(big_alloc, a_process_that_set_malloc_up_keeps_no_small_blocks)
 {
     sl__big_alloc_setup(64u << 20);
-    void *a = sl__big_alloc(8192);
-    cr_assert_not_null(a);
-    sl__big_free(a);
-    cr_assert_eq(kept_blocks(), 0, "an 8 KiB block was kept after the setup");
-    void *b = sl__big_alloc(SL_BIG_CACHE_MIN_SETUP);
-    sl__big_free(b);
-    cr_assert_eq(kept_blocks(), 1);
+    assert_kept_from(8192, SL_BIG_CACHE_MIN_SETUP);
 }
