@@ -95,6 +95,8 @@ struct sl_task {
      * split taken (under mu; false again once the queue is empty). */
     bool queue_unsorted;
     uint64_t want_epoch;
+    /* Written under mu, atomically: sl_task_want_splits() reads it without
+     * mu first. */
     bool epoch_exhausted;
     /* The dispatcher handed this task splits of a later epoch than it asked
      * for (GetSplitRequest.cross_epochs): queued splits then outlive the
@@ -360,7 +362,7 @@ static int next_split(void *arg, uint64_t epoch, sl_split_t *out)
         if (!t->crossing)
             splits_clear(t);
         t->want_epoch = epoch;
-        t->epoch_exhausted = t->splits_finished;
+        __atomic_store_n(&t->epoch_exhausted, t->splits_finished, __ATOMIC_RELAXED);
     }
     for (;;) {
         if (t->stop) {
@@ -915,12 +917,17 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
 {
     *seq = t->split_seq + 1;
     *records = 0;
-    if (split_ask_held(t))
-        return false;
-    /* Most batches find the queue more than half full: no need for mu to
-     * say no. The count falls only as the pipeline takes a split, and it
-     * tells the loop after each (next_split()), which asks again. */
+    /* Most batches find the queue more than half full: no need for mu, nor
+     * for the timer's lock in split_ask_held(), to say no. The count falls
+     * only as the pipeline takes a split, and it tells the loop after each
+     * (next_split()), which asks again. */
     if (__atomic_load_n(&t->split_count, __ATOMIC_RELAXED) > __atomic_load_n(&t->prefetch_now, __ATOMIC_RELAXED) / 2)
+        return false;
+    /* Nor once the epoch has no split left, the batches of a job's end: a
+     * new epoch clears it and its first split tells the loop. */
+    if (__atomic_load_n(&t->epoch_exhausted, __ATOMIC_RELAXED))
+        return false;
+    if (split_ask_held(t))
         return false;
     bool want = false;
     pthread_mutex_lock(&t->mu);
@@ -1109,7 +1116,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             queue_changed(t);
         t->answer_cap = resp->splits_count > 0 && resp->splits_count < t->asked_splits ? t->split_count : 0;
         if (resp->end_of_epoch && current)
-            t->epoch_exhausted = true;
+            __atomic_store_n(&t->epoch_exhausted, true, __ATOMIC_RELAXED);
         if (resp->finished)
             t->splits_finished = true;
     }
