@@ -43,6 +43,12 @@ elements as a small dataset repeated: a range of --epoch-elements (default
 50,000, a CIFAR-size epoch) under a repeat of --elements over it, so that a
 DYNAMIC task crosses hundreds of epochs (the hand-out gives it the next
 epochs' splits once its own ran out: docs/sharding.md, Epochs ahead).
+--pin fixes where the threads run: this process and the consumer on the
+first CPU, the workers (every thread, the tasks' threads they start too) on
+the others. Without it the kernel places them, and on the 2-core machines
+here it starts every job's threads on one core and spreads them only after
+tens of ms, which weighs twice as much in a DYNAMIC run of 2 workers, half
+as long as its OFF baseline (docs/sharding.md, "Where the threads run").
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
@@ -73,6 +79,8 @@ ap.add_argument('--no-length-control', action='store_true',
 ap.add_argument('--window', metavar='M,P',
                 help='both sides with sluice-cat --max-outstanding M --per-worker-outstanding P (default: the '
                 'iterator sizes its window by bytes, 32,16 for these batches)')
+ap.add_argument('--pin', action='store_true',
+                help='the consumer on the first CPU, the workers on the others (see above; needs 2 CPUs or more)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
@@ -81,6 +89,14 @@ from cpu_time import (busy_share, children_cpu_seconds, cpu_user_system, machine
 
 
 BATCH = 1024
+CPUS = sorted(os.sched_getaffinity(0))
+if args.pin and len(CPUS) < 2:
+    sys.exit('bench: --pin needs 2 CPUs or more, this process may run on %d' % len(CPUS))
+WORKER_CPUS = set(CPUS[1:])
+if args.pin:
+    os.sched_setaffinity(0, {CPUS[0]})  # the consumer, a child, inherits it; the daemons start before
+PLACEMENT = ('pinned: the consumer on CPU %d, the workers on %s' % (CPUS[0], ','.join(map(str, CPUS[1:])))
+             if args.pin else 'the kernel\'s')
 
 
 def spec(shape, elements):
@@ -91,6 +107,18 @@ def spec(shape, elements):
     ops = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if shape == 'shuffle' else []
     ops.append({"op": "batch", "batch_size": BATCH, "drop_remainder": False})
     return {"source": {"type": "range", "start": 0, "stop": elements}, "ops": ops}
+
+
+def pin_workers(c):
+    """Every thread of every worker onto the CPUs after the first. A task's
+    thread inherits its creator's CPUs, but each run pins again, threads
+    that came since included."""
+    for w in c.workers:
+        for tid in os.listdir('/proc/%d/task' % w.proc.pid):
+            try:
+                os.sched_setaffinity(int(tid), WORKER_CPUS)
+            except ProcessLookupError:
+                pass  # a thread that ended meanwhile
 
 
 def run(c, workers, shape, sharding, elements=None):
@@ -104,6 +132,8 @@ def run(c, workers, shape, sharding, elements=None):
     if sharding == 'dynamic' and args.no_provenance:
         extra.append('--no-provenance')
     pids = [d.proc.pid for d in c.daemons]
+    if args.pin:
+        pin_workers(c)
     # The dispatcher's threads outlive the runs, and its CPU a run (about 10 ms)
     # is one clock tick: its scheduler run time, to the nanosecond.
     parts = {'consumer': children_cpu_seconds, 'dispatcher': lambda: threads_cpu_seconds(c.dispatcher.proc.pid),
@@ -140,7 +170,11 @@ def median_ci95(xs, draws=2000):
 
 results = []
 for workers in [int(w) for w in args.workers.split(',')]:
+    if args.pin:
+        os.sched_setaffinity(0, set(CPUS))  # the daemons start with every CPU; the workers are pinned per run
     c = Cluster(workers=workers)
+    if args.pin:
+        os.sched_setaffinity(0, {CPUS[0]})
     try:
         c.wait_workers_registered(workers)
         for shape in args.shapes.split(','):
@@ -177,7 +211,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                                     "dynamic": round(statistics.median(d[2] for d in dyn), 2)},
                  "machine_busy": {"off": round(statistics.median(o[6] for o in off), 2),
                                   "dynamic": round(statistics.median(d[6] for d in dyn), 2)},
-                 "rounds": args.rounds, "window": args.window or "sized by bytes"}
+                 "rounds": args.rounds, "window": args.window or "sized by bytes", "placement": PLACEMENT}
             results.append(r)
             print(json.dumps(r), flush=True)
             if equal:
@@ -194,7 +228,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                     "steady_pair_ratio": round(statistics.median(d[3] / o[3] for o, d in zip(off, equal)), 3),
                     "cpu_us_per_batch": {"off": per_batch['off'], "dynamic": eq_batch},
                     "cpu_ratio_all_rounds": round(sum(per_batch['off'].values()) / sum(eq_batch.values()), 3),
-                    "rounds": args.rounds}), flush=True)
+                    "rounds": args.rounds, "placement": PLACEMENT}), flush=True)
             if short:
                 short_off = [s[0] / o[0] for o, s in zip(off, short)]
                 dyn_short = [d[0] / s[0] for d, s in zip(dyn, short)]
@@ -207,7 +241,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
                     "short_off_vs_off_ci95": median_ci95(short_off),
                     "dynamic_vs_short_off": round(statistics.median(dyn_short), 3),
                     "dynamic_vs_short_off_ci95": median_ci95(dyn_short),
-                    "rounds": args.rounds}), flush=True)
+                    "rounds": args.rounds, "placement": PLACEMENT}), flush=True)
     finally:
         c.close()
 print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
@@ -216,4 +250,4 @@ print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
                   "pair_ratio": min(r["pair_ratio"] for r in results),
                   "steady_pair_ratio": min(r["steady_pair_ratio"] for r in results),
                   "cpu_ratio": min(r["cpu_ratio"] for r in results),
-                  "cpu_ratio_all_rounds": min(r["cpu_ratio_all_rounds"] for r in results)}))
+                  "cpu_ratio_all_rounds": min(r["cpu_ratio_all_rounds"] for r in results), "placement": PLACEMENT}))
