@@ -14,6 +14,7 @@
 #include <pb_encode.h>
 
 #include "getelem.h"
+#include "getsplit.h"
 
 static const uint8_t magic[4] = {'S', 'L', 'U', 'C'};
 
@@ -249,10 +250,13 @@ int sl_msg_decode(unsigned type, const uint8_t *buf, size_t len, void *msg, char
         snprintf(err, errlen, "frame: unknown message type %u", type);
         return SL_EPROTO;
     }
-    if (type == SL_MSG_GET_ELEMENT_REQ || type == SL_MSG_GET_ELEMENT_RESP) {
+    /* A batch's two messages and a worker's splits skip nanopb's tables
+     * (getelem.c, getsplit.c). */
+    if (type == SL_MSG_GET_ELEMENT_REQ || type == SL_MSG_GET_ELEMENT_RESP || type == SL_MSG_GET_SPLIT_RESP) {
         char why[160];
-        int rc = type == SL_MSG_GET_ELEMENT_REQ ? sl_getelem_req_decode(buf, len, msg, why, sizeof why)
-                                                : sl_getelem_resp_decode(buf, len, msg, why, sizeof why);
+        int rc = type == SL_MSG_GET_ELEMENT_REQ    ? sl_getelem_req_decode(buf, len, msg, why, sizeof why)
+                 : type == SL_MSG_GET_ELEMENT_RESP ? sl_getelem_resp_decode(buf, len, msg, why, sizeof why)
+                                                   : sl_getsplit_resp_decode(buf, len, msg, why, sizeof why);
         if (rc < 0)
             snprintf(err, errlen, "frame: bad %s message: %s", mi->name, why);
         return rc;

@@ -20,10 +20,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pbread.h"
 #include "sluice.h"
 #include "varint.h"
 
-enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
 #define KEY(tag, wt) ((uint8_t)((tag) << 3 | (wt))) /* a tag below 16: one byte */
 /* A tag from 16 to 2047: the key's two varint bytes, low first. */
@@ -187,167 +187,7 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
     return 0;
 }
 
-/* ---- decoding ---- */
-
-/* What is left to read, and on failure what was wrong (a constant string)
- * and in which field. */
-struct rd {
-    const uint8_t *p, *end;
-    const char *why;
-    const char *field;
-    int component; /* the component the field is of, -1: none */
-};
-
-static bool fail(struct rd *r, const char *why)
-{
-    r->why = why;
-    return false;
-}
-
-/* pb_decode_varint(): at most 10 bytes, the 10th 0 or 1, which are
- * sl_get_varint()'s rules too. It fails at the 10th byte or at the end:
- * with 10 bytes left it was the 10th. */
-static inline bool get_u64(struct rd *r, uint64_t *v)
-{
-    if (r->p < r->end && *r->p < 0x80) {
-        *v = *r->p++;
-        return true;
-    }
-    /* Two bytes (offsets and counts of a batch of a few KB) inline too. */
-    if (r->end - r->p >= 2 && r->p[1] < 0x80) {
-        *v = (uint64_t)(r->p[0] & 0x7f) | (uint64_t)r->p[1] << 7;
-        r->p += 2;
-        return true;
-    }
-    size_t pos = 0, left = (size_t)(r->end - r->p);
-    if (sl_get_varint(r->p, left, &pos, v) < 0)
-        return fail(r, left >= SL_VARINT_MAX ? "varint overflow" : "end-of-stream");
-    r->p += pos;
-    return true;
-}
-
-/* pb_decode_varint32(): bits past the 32nd must be zero, or a sign
- * extension of a value whose bit 31 is set. */
-static inline bool get_u32(struct rd *r, uint32_t *v)
-{
-    if (r->p == r->end)
-        return fail(r, "end-of-stream");
-    uint8_t b = *r->p++;
-    if (!(b & 0x80)) {
-        *v = b;
-        return true;
-    }
-    uint32_t x = b & 0x7F;
-    unsigned bitpos = 7;
-    do {
-        if (r->p == r->end)
-            return fail(r, "end-of-stream");
-        b = *r->p++;
-        if (bitpos >= 32) {
-            uint8_t sign = bitpos < 63 ? 0xFF : 0x01;
-            bool valid = (b & 0x7F) == 0 || ((x >> 31) != 0 && b == sign);
-            if (bitpos >= 64 || !valid)
-                return fail(r, "varint overflow");
-        } else if (bitpos == 28) {
-            if ((b & 0x70) != 0 && (b & 0x78) != 0x78)
-                return fail(r, "varint overflow");
-            x |= (uint32_t)(b & 0x0F) << 28;
-        } else {
-            x |= (uint32_t)(b & 0x7F) << bitpos;
-        }
-        bitpos += 7;
-    } while (b & 0x80);
-    *v = x;
-    return true;
-}
-
-/* A field of no tag here: skipped as pb_skip_field() does. */
-static bool skip(struct rd *r, unsigned wt)
-{
-    uint32_t n;
-    switch (wt) {
-    case WT_VARINT:
-        do {
-            if (r->p == r->end)
-                return fail(r, "end-of-stream");
-        } while (*r->p++ & 0x80);
-        return true;
-    case WT_64BIT:
-        n = 8;
-        break;
-    case WT_32BIT:
-        n = 4;
-        break;
-    case WT_LEN:
-        if (!get_u32(r, &n))
-            return false;
-        break;
-    default:
-        return fail(r, "invalid wire_type");
-    }
-    if ((size_t)(r->end - r->p) < n)
-        return fail(r, "end-of-stream");
-    r->p += n;
-    return true;
-}
-
-static inline bool want(struct rd *r, unsigned wt, unsigned expect, const char *field)
-{
-    r->field = field;
-    return wt == expect || fail(r, "wrong wire type");
-}
-
-static inline bool get_uint64(struct rd *r, unsigned wt, const char *field, uint64_t *v)
-{
-    return want(r, wt, WT_VARINT, field) && get_u64(r, v);
-}
-
-static bool get_uint32(struct rd *r, unsigned wt, const char *field, uint32_t *v)
-{
-    uint64_t x;
-    if (!get_uint64(r, wt, field, &x))
-        return false;
-    if (x > UINT32_MAX)
-        return fail(r, "integer too large");
-    *v = (uint32_t)x;
-    return true;
-}
-
-static inline bool get_bool(struct rd *r, unsigned wt, const char *field, bool *v)
-{
-    uint32_t x;
-    if (!want(r, wt, WT_VARINT, field) || !get_u32(r, &x))
-        return false;
-    *v = x != 0;
-    return true;
-}
-
-/* A length-delimited field's bounds: [r->p, *end). */
-static bool get_len(struct rd *r, const uint8_t **end)
-{
-    uint32_t n;
-    if (!get_u32(r, &n))
-        return false;
-    if ((size_t)(r->end - r->p) < n)
-        return fail(r, "parent stream too short");
-    *end = r->p + n;
-    return true;
-}
-
-/* The next field's tag and wire type; false at a failure (r->why set). */
-static inline bool get_key(struct rd *r, uint32_t *tag, unsigned *wt)
-{
-    uint32_t k;
-    if (r->p < r->end && *r->p < 0x80)
-        k = *r->p++;
-    else if (!get_u32(r, &k))
-        return false;
-    *tag = k >> 3;
-    *wt = k & 7;
-    if (*tag == 0)
-        return fail(r, "zero tag");
-    return true;
-}
+/* ---- decoding: pbread.h reads, the fields are here ---- */
 
 static bool get_name(struct rd *r, unsigned wt, const char *field, char *name, size_t size)
 {
@@ -394,22 +234,6 @@ static bool get_shape(struct rd *r, unsigned wt, sluice_Component *c)
     return true;
 }
 
-/* One field of a message, its tag and wire type read: false at a failure. */
-typedef bool (*field_fn)(struct rd *r, uint32_t tag, unsigned wt, void *m);
-
-/* Reads a message's fields to r's end, each by field(): inlined into each
- * caller, so that field() is a direct call there. */
-static inline __attribute__((always_inline)) bool get_fields(struct rd *r, field_fn field, void *m)
-{
-    while (r->p < r->end) {
-        uint32_t tag;
-        unsigned wt;
-        r->field = NULL;
-        if (!get_key(r, &tag, &wt) || !field(r, tag, wt, m))
-            return false;
-    }
-    return true;
-}
 
 static bool component_field(struct rd *r, uint32_t tag, unsigned wt, void *m)
 {
@@ -443,16 +267,9 @@ static bool get_components(struct rd *r, unsigned wt, sluice_GetElementResponse 
     c->shape_count = 0;
     c->offset = c->length = c->splits_offset = c->splits_length = 0;
     c->ragged = false;
-    struct rd sub = {r->p, end, NULL, NULL, -1};
-    if (!get_fields(&sub, component_field, c)) {
-        r->p = sub.p;
-        r->why = sub.why;
-        r->field = sub.field;
-        r->component = m->components_count;
+    if (!get_sub(r, end, component_field, c, m->components_count))
         return false;
-    }
     m->components_count++;
-    r->p = end;
     return true;
 }
 
@@ -555,22 +372,11 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     }
 }
 
-/* "components[2].shape: array overflow at byte 71" */
-static int failed(const struct rd *r, const uint8_t *buf, char *err, size_t errlen)
-{
-    char comp[32] = "";
-    if (r->component >= 0)
-        snprintf(comp, sizeof comp, "components[%d]%s", r->component, r->field ? "." : "");
-    snprintf(err, errlen, "%s%s%s%s at byte %zu", comp, r->field ? r->field : "", r->field || comp[0] ? ": " : "",
-             r->why, (size_t)(r->p - buf));
-    return SL_EPROTO;
-}
-
 int sl_getelem_req_decode(const uint8_t *buf, size_t len, sluice_GetElementRequest *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     struct rd r = {buf, buf + len, NULL, NULL, -1};
-    return get_fields(&r, request_field, m) ? 0 : failed(&r, buf, err, errlen);
+    return get_fields(&r, request_field, m) ? 0 : failed(&r, buf, "components", err, errlen);
 }
 
 int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResponse *m, char *err, size_t errlen)
@@ -587,5 +393,5 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     m->shm_offset = m->shm_length = 0;
     memset(&m->shm_tail, 0, sizeof m->shm_tail);
     struct rd r = {buf, buf + len, NULL, NULL, -1};
-    return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, err, errlen);
+    return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, "components", err, errlen);
 }

@@ -1,11 +1,13 @@
 /*
- * fuzz_getelem.c: libFuzzer target holding GET_ELEMENT's hand codec
- * (protocol/getelem.c) to nanopb.
+ * fuzz_getelem.c: libFuzzer target holding the hand codecs of GET_ELEMENT
+ * (protocol/getelem.c) and of GET_SPLIT's answer (protocol/getsplit.c) to
+ * nanopb.
  *
- * The first byte's low bit picks the message (1: GetElementResponse, 0:
- * GetElementRequest), the rest is its wire bytes. Both decoders must give
- * the same verdict, and on acceptance the same fields; what both accept,
- * both encoders must write to the same bytes.
+ * The first byte modulo 3 picks the message (0: GetElementRequest, 1:
+ * GetElementResponse, 2: GetSplitResponse), the rest is its wire bytes.
+ * Both decoders must give the same verdict, and on acceptance the same
+ * fields; what both accept of GET_ELEMENT, both encoders must write to the
+ * same bytes.
  *
  * Run it with scripts/fuzz.sh; seeds are in tests/fuzz/corpus/fuzz_getelem/.
  */
@@ -22,15 +24,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static sluice_GetElementResponse copy;
     if (size < 1)
         return 0;
-    bool resp = data[0] & 1;
+    int kind = data[0] % GETELEM_DIFF_KINDS;
     const void *got = NULL;
-    const char *d = getelem_diff_decode(resp, data + 1, size - 1, &got);
+    const char *d = getelem_diff_decode(kind, data + 1, size - 1, &got);
     if (d)
         fprintf(stderr, "decode: %s\n", d);
     CHECK(d == NULL);
-    if (got) {
-        memcpy(&copy, got, getelem_diff_size(resp));
-        d = getelem_diff_encode(resp, &copy);
+    if (got && kind != GETELEM_DIFF_SPLITS) {
+        memcpy(&copy, got, getelem_diff_size(kind));
+        d = getelem_diff_encode(kind == GETELEM_DIFF_RESP, &copy);
         if (d)
             fprintf(stderr, "encode: %s\n", d);
         CHECK(d == NULL);

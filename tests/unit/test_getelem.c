@@ -1,6 +1,6 @@
 /*
- * test_getelem.c: GET_ELEMENT's hand codec (protocol/getelem.c) against
- * nanopb. Messages are filled, and wire bytes generated, by walking nanopb's
+ * test_getelem.c: the hand codecs of GET_ELEMENT (protocol/getelem.c) and of
+ * GET_SPLIT's answer (protocol/getsplit.c) against nanopb. Messages are filled, and wire bytes generated, by walking nanopb's
  * field descriptors, so a field added to sluice.proto that getelem.c does
  * not know fails here. Seeded: SLUICE_TEST_SEED repeats a run.
  */
@@ -181,7 +181,7 @@ static void gen_raw(struct out *o, unsigned wt)
 static void gen_field(const pb_msgdesc_t *desc, struct out *o, int depth)
 {
     pb_field_iter_t it;
-    uint8_t dummy[sizeof(sluice_GetElementResponse)];
+    static uint8_t dummy[GETELEM_DIFF_MAX]; /* only walked: the descriptors' offsets */
     if (below(8) == 0 || !pb_field_iter_begin(&it, desc, dummy)) {
         uint32_t tag = below(50) == 0 ? 0 : (uint32_t)(1 + below(40));
         unsigned wt = (unsigned)below(8);
@@ -298,41 +298,42 @@ Test(getelem, encodes_what_nanopb_encodes, .timeout = 300)
 Test(getelem, decodes_what_nanopb_decodes, .timeout = 300)
 {
     seed_from_env("decodes_what_nanopb_decodes");
-    unsigned accepted[2] = {0, 0}, refused[2] = {0, 0};
+    unsigned accepted[GETELEM_DIFF_KINDS] = {0}, refused[GETELEM_DIFF_KINDS] = {0};
     static uint8_t buf[16384];
-    for (int i = 0; i < 400000; i++) {
-        bool resp = i & 1;
+    for (int i = 0; i < 600000; i++) {
+        int kind = i % GETELEM_DIFF_KINDS;
         struct out o = {buf, buf + sizeof buf - 1};
-        gen_msg(getelem_diff_desc(resp), &o, 0);
+        gen_msg(getelem_diff_desc(kind), &o, 0);
         size_t n = (size_t)(o.p - buf);
         if (below(4) == 0)
             n = mutate(buf, n, sizeof buf);
         const void *got = NULL;
-        const char *d = getelem_diff_decode(resp, buf, n, &got);
-        cr_assert(d == NULL, "%s input %d (%zu bytes): %s", resp ? "GetElementResponse" : "GetElementRequest", i, n,
-                  d);
-        if (got) {
-            accepted[resp]++;
+        const char *d = getelem_diff_decode(kind, buf, n, &got);
+        cr_assert(d == NULL, "%s input %d (%zu bytes): %s", getelem_diff_name(kind), i, n, d);
+        if (got && kind != GETELEM_DIFF_SPLITS) {
+            accepted[kind]++;
             /* What both accept, both encode alike. */
             static sluice_GetElementResponse copy;
-            memcpy(&copy, got, getelem_diff_size(resp));
-            d = getelem_diff_encode(resp, &copy);
+            memcpy(&copy, got, getelem_diff_size(kind));
+            d = getelem_diff_encode(kind == GETELEM_DIFF_RESP, &copy);
             cr_assert(d == NULL, "input %d re-encoded: %s", i, d);
+        } else if (got) {
+            accepted[kind]++;
         } else {
-            refused[resp]++;
+            refused[kind]++;
         }
     }
     /* Both sides of the verdict seen, for each message. */
-    for (int r = 0; r < 2; r++)
-        cr_assert(accepted[r] > 10000 && refused[r] > 10000, "message %d: %u accepted, %u refused", r, accepted[r],
-                  refused[r]);
+    for (int k = 0; k < GETELEM_DIFF_KINDS; k++)
+        cr_assert(accepted[k] > 10000 && refused[k] > 10000, "%s: %u accepted, %u refused", getelem_diff_name(k),
+                  accepted[k], refused[k]);
 }
 
 /* Inputs worth naming, each held to nanopb. */
 Test(getelem, the_corners_of_the_wire_agree_with_nanopb)
 {
     static const struct {
-        bool resp;
+        int kind; /* 0, 1: GET_ELEMENT's request, answer; 2: GET_SPLIT's answer */
         const char *hex;
         bool ok;
     } cases[] = {
@@ -366,6 +367,20 @@ Test(getelem, the_corners_of_the_wire_agree_with_nanopb)
         {false, "28ffffffff0f", true},                  /* consumer_index 2^32 - 1 */
         {false, "50ffffffff7f", true},                  /* a bool's 5th byte: a sign extension */
         {false, "50ffffffff1f", false},                 /* a bool's 5th byte: an overflow */
+        {2, "", true},                                  /* no split, nothing said */
+        {2, "0a00", true},                              /* a split of zeros */
+        {2, "0a0408011002", true},                      /* split_id 1, begin 2 */
+        {2, "0a0208010a021003", true},                  /* two splits */
+        {2, "0a03080110", false},                       /* begin cut */
+        {2, "0a0620ffffffff0f", true},                  /* file_index 2^32 - 1 */
+        {2, "0a0620ffffffff1f", false},                 /* file_index over 32 bits */
+        {2, "0801", false},                             /* splits as a varint */
+        {2, "28ffffffff0f", true},                      /* retry_ms 2^32 - 1 */
+        {2, "2880808080808080808002", false},           /* retry_ms's 10th byte past 1 */
+        {2, "1002", true},                              /* end_of_epoch 2: true */
+        {2, "0a023800", true},                          /* epoch 0 in a split */
+        {2, "0a024800", true},                          /* a split's tag 9: skipped */
+        {2, "0a020b00", false},                         /* a split's wire type 3 */
     };
     uint8_t buf[64];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -373,7 +388,7 @@ Test(getelem, the_corners_of_the_wire_agree_with_nanopb)
         for (size_t k = 0; k < n; k++)
             sscanf(cases[i].hex + 2 * k, "%2hhx", &buf[k]);
         const void *got = NULL;
-        const char *d = getelem_diff_decode(cases[i].resp, buf, n, &got);
+        const char *d = getelem_diff_decode(cases[i].kind, buf, n, &got);
         cr_assert(d == NULL, "case %zu (%s): %s", i, cases[i].hex, d);
         cr_expect((got != NULL) == cases[i].ok, "case %zu (%s): %s", i, cases[i].hex,
                   got ? "accepted" : getelem_diff_err);
@@ -388,5 +403,40 @@ Test(getelem, a_bad_answer_names_its_field_and_byte)
     char err[256];
     cr_assert_eq(sl_msg_decode(SL_MSG_GET_ELEMENT_RESP, bad, sizeof bad, m, err, sizeof err), SL_EPROTO);
     cr_assert_str_eq(err, "frame: bad GET_ELEMENT_RESP message: components[1].name: string overflow at byte 8");
+    free(m);
+}
+
+Test(getelem, a_split_answer_holds_512_splits_and_no_more)
+{
+    /* Each split: split_id k (one byte), so that the entries differ. */
+    static uint8_t buf[513 * 4];
+    for (int k = 0; k < 513; k++) {
+        buf[4 * k] = 0x0a;
+        buf[4 * k + 1] = 0x02;
+        buf[4 * k + 2] = 0x08;
+        buf[4 * k + 3] = (uint8_t)(k & 0x7f);
+    }
+    const void *got = NULL;
+    const char *d = getelem_diff_decode(GETELEM_DIFF_SPLITS, buf, 512 * 4, &got);
+    cr_assert(d == NULL, "512 splits: %s", d);
+    cr_assert_not_null(got, "512 splits refused: %s", getelem_diff_err);
+    const sluice_GetSplitResponse *m = got;
+    cr_assert_eq(m->splits_count, 512);
+    cr_assert_eq(m->splits[511].split_id, 511 & 0x7f);
+    got = NULL;
+    d = getelem_diff_decode(GETELEM_DIFF_SPLITS, buf, sizeof buf, &got);
+    cr_assert(d == NULL, "513 splits: %s", d);
+    cr_assert_null(got, "513 splits accepted");
+    cr_assert_str_eq(getelem_diff_err, "splits: array overflow at byte 2049");
+}
+
+Test(getelem, a_bad_split_answer_names_its_split_field_and_byte)
+{
+    /* A second split whose begin is cut. */
+    const uint8_t bad[] = {0x0a, 0x00, 0x0a, 0x03, 0x08, 0x01, 0x10};
+    sluice_GetSplitResponse *m = calloc(1, sizeof *m);
+    char err[256];
+    cr_assert_eq(sl_msg_decode(SL_MSG_GET_SPLIT_RESP, bad, sizeof bad, m, err, sizeof err), SL_EPROTO);
+    cr_assert_str_eq(err, "frame: bad GET_SPLIT_RESP message: splits[1].begin: end-of-stream at byte 7");
     free(m);
 }
