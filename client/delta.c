@@ -253,10 +253,8 @@ int sl_ckpt_builder_open(uint64_t dataset_id, const char *auth_token_file, size_
     if (!b)
         return -ENOMEM;
     b->dataset_id = dataset_id;
-    sl_iterator_opts_t o;
-    sl_iterator_opts_init(&o);
-    o.max_ledger_runs = max_ledger_runs;
-    sl__ledger_init(&b->ledger, sl__ledger_max_runs(&o));
+    /* The ledger's bound is all the builder takes of an iterator's options. */
+    sl__ledger_init(&b->ledger, sl__ledger_max_runs(&(sl_iterator_opts_t){.max_ledger_runs = max_ledger_runs}));
     /* Only the token: the builder makes no connection. */
     sl_auth_t auth = {0};
     sl_auth_opts_t ao = {.token_file = auth_token_file};

@@ -21,6 +21,7 @@
 
 #include "big_alloc.h"
 #include "iter.h"
+#include "provenance.h"
 
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
 

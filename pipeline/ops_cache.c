@@ -49,6 +49,7 @@
 #include "iter.h"
 #include "log.h"
 #include "metrics.h"
+#include "provenance.h"
 
 /* A cached element's blob. Version 2 ("SLC2") ends with the element's
  * provenance; version 1 ("SLCE") had none. The version is part of the

@@ -1,14 +1,15 @@
 /*
- * provenance.c: an element's provenance runs (element.h): appending with
- * merging, copying, and moving them into a wire batch.
+ * provenance.c: an element's provenance runs (provenance.h): appending
+ * with merging, copying, and moving them into a wire batch.
  */
+#include "provenance.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "element.h"
 #include "iter.h"
 
 /* Room for at least want runs on the heap, the inline run moved there

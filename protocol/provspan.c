@@ -1,11 +1,11 @@
 /*
- * provspan.c: a batch's sl_prov_span_t (provwire.h), a run at a time or,
+ * provspan.c: a batch's sl_prov_span_t (provspan.h), a run at a time or,
  * on x86-64 CPUs with AVX2, four at a time. A shuffled batch is a run a
  * record, so this pass is per record: the scalar loop takes about 17
  * instructions a run, the vector one about 8. Also the records of a batch
  * below a bound (sl_prov_records_below()), likewise.
  */
-#include "provwire.h"
+#include "provspan.h"
 
 #include "provlanes.h"
 

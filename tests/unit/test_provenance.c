@@ -12,6 +12,7 @@
 #include "cachedb.h"
 #include "element.h"
 #include "pipeline_util.h"
+#include "provenance.h"
 #include "provwire.h"
 #include "split_track.h"
 
