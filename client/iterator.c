@@ -209,7 +209,7 @@ struct sl_iterator {
     struct sl_batch *ready, **ready_tail;
     unsigned ready_count;
     sl_split_done_t *pending_done; /* end-of-sequence notices no waiting batch took (end_notices) */
-    size_t num_pending_done;
+    size_t num_pending_done, pending_done_cap;
     /* What the caller was given, as positions (ledger.h): what checkpoints
      * hold and reports say. */
     uint64_t dataset_id;
@@ -523,7 +523,7 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     sl_split_done_t *done = NULL;
     size_t n = 0;
     char err[512];
-    int rc = sl__notices_from_wire(resp, payload, size, &done, &n, err, sizeof err);
+    int rc = sl__notices_from_wire(resp, payload, size, NULL, 0, &done, &n, err, sizeof err);
     if (rc < 0) {
         iterator_fail(it, rc, "worker %s sent a bad end of sequence: %s", t->address, err);
         return false;
@@ -534,8 +534,8 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     struct sl_batch *last = NULL;
     for (struct sl_batch *b = it->ready; b; b = b->next)
         last = b;
-    rc = last ? sl__notices_append(&last->done, &last->num_done, done, n)
-              : sl__notices_append(&it->pending_done, &it->num_pending_done, done, n);
+    rc = last ? sl__batch_add_notices(last, done, n)
+              : sl__notices_append(&it->pending_done, &it->num_pending_done, &it->pending_done_cap, done, n);
     pthread_mutex_unlock(&it->mu);
     free(done);
     if (rc < 0) {
@@ -1813,7 +1813,7 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
             b->next = NULL;
             /* Notices that came after the batches before this one. */
             if (it->num_pending_done > 0 &&
-                sl__notices_append(&b->done, &b->num_done, it->pending_done, it->num_pending_done) < 0) {
+                sl__batch_add_notices(b, it->pending_done, it->num_pending_done) < 0) {
                 sl__batch_free(b);
                 rc = -ENOMEM;
                 break;

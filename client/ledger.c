@@ -102,7 +102,7 @@ void sl__ledger_free(sl_ledger_t *l)
     free(l->done);
     l->runs = NULL;
     l->done = NULL;
-    l->num = l->cap = l->ndone = 0;
+    l->num = l->cap = l->ndone = l->done_cap = 0;
     free(l->ent);
     free(l->log);
     free(l->keys);
@@ -418,7 +418,7 @@ static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone
         const sl_split_done_t *d = &done[i];
         uint64_t count;
         if (!sl__tally_get(&l->open, d->epoch, d->file_index, d->begin, &count)) {
-            rc = sl__notices_append(&l->done, &l->ndone, d, 1);
+            rc = sl__notices_append(&l->done, &l->ndone, &l->done_cap, d, 1);
             continue;
         }
         sl__tally_remove(&l->open, d->epoch, d->file_index, d->begin);
@@ -429,7 +429,7 @@ static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone
                 l->runs[l->num++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
         } else {
             flush = true;
-            rc = sl__notices_append(&l->done, &l->ndone, d, 1);
+            rc = sl__notices_append(&l->done, &l->ndone, &l->done_cap, d, 1);
         }
     }
     if (rc == 0 && flush)

@@ -42,7 +42,7 @@ typedef struct sl_ledger {
     sl_provenance_run_t *runs;
     size_t num, cap;
     sl_split_done_t *done;
-    size_t ndone;
+    size_t ndone, done_cap;
     unsigned batches;
     /* Lazy provenance: the batches that came with tallies, oldest first,
      * one entry a batch, their provenance kept as the wire had it (log)

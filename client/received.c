@@ -24,23 +24,47 @@ void sl__batch_free(struct sl_batch *b)
         sl__shm_slot_done(b->shm, b->shm_seq);
     if (b->prov != &b->prov_one)
         free(b->prov);
-    free(b->done);
+    if (b->done != b->done_one)
+        free(b->done);
     if (b->tally != b->tally_one)
         free(b->tally);
     free(b);
 }
 
-/* Appends n split-done notices to *arr (*num of them). 0 or -ENOMEM. */
-int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n)
+int sl__notices_append(sl_split_done_t **arr, size_t *num, size_t *cap, const sl_split_done_t *add, size_t n)
 {
     if (n == 0)
         return 0;
-    sl_split_done_t *p = realloc(*arr, (*num + n) * sizeof *p);
+    if (*num + n > *cap) {
+        size_t want = *cap ? *cap : 16;
+        while (want < *num + n)
+            want *= 2;
+        sl_split_done_t *p = realloc(*arr, want * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        *arr = p;
+        *cap = want;
+    }
+    memcpy(*arr + *num, add, n * sizeof **arr);
+    *num += n;
+    return 0;
+}
+
+int sl__batch_add_notices(struct sl_batch *b, const sl_split_done_t *add, size_t n)
+{
+    if (n == 0)
+        return 0;
+    /* Rare (notices that came after the batch): a new array each time. */
+    sl_split_done_t *p = malloc((b->num_done + n) * sizeof *p);
     if (!p)
         return -ENOMEM;
-    memcpy(p + *num, add, n * sizeof *p);
-    *arr = p;
-    *num += n;
+    if (b->num_done > 0)
+        memcpy(p, b->done, b->num_done * sizeof *p);
+    memcpy(p + b->num_done, add, n * sizeof *p);
+    if (b->done != b->done_one)
+        free(b->done);
+    b->done = p;
+    b->num_done += n;
     return 0;
 }
 
@@ -84,10 +108,11 @@ static int rows_from_wire(uint64_t task_id, uint64_t off, uint64_t len, const ch
 }
 
 int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
-                          sl_split_done_t **out, size_t *n, char *err, size_t errlen)
+                          sl_split_done_t *room, size_t room_n, sl_split_done_t **out, size_t *n, char *err,
+                          size_t errlen)
 {
     return rows_from_wire(resp->task_id, resp->notices_offset, resp->notices_length, "split-done notices", payload,
-                          size, NULL, 0, out, n, err, errlen);
+                          size, room, room_n, out, n, err, errlen);
 }
 
 /* The batch's tallies (GetElementResponse.tallies_offset), kept in b when
@@ -211,7 +236,8 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
         b->prov_one = first;
         b->prov = &b->prov_one;
     }
-    if (sl__notices_from_wire(resp, payload, size, &b->done, &b->num_done, err, errlen) < 0 ||
+    if (sl__notices_from_wire(resp, payload, size, b->done_one, SL_BATCH_DONE_INLINE, &b->done, &b->num_done, err,
+                              errlen) < 0 ||
         tallies_from_wire(resp, payload, size, b, err, errlen) < 0) {
         sl__batch_free(b);
         if (owned)

@@ -18,6 +18,9 @@
 /* The provenance, notices and tallies of a batch in shared memory, copied
  * out, are kept in the batch when they take at most this many bytes. */
 #define SL_BATCH_TAIL_INLINE 256
+/* Split-done notices a batch holds in itself: a frame carries a notice or
+ * none for most splits of a few batches. */
+#define SL_BATCH_DONE_INLINE 2
 
 struct sl_batch {
     uint64_t task_id;
@@ -49,8 +52,9 @@ struct sl_batch {
     sl_provenance_run_t *prov;
     size_t num_prov;
     sl_provenance_run_t prov_one;
-    sl_split_done_t *done;     /* owned, num_done notices */
+    sl_split_done_t *done;     /* num_done notices: done_one, or malloc'd (owned) */
     size_t num_done;
+    sl_split_done_t done_one[SL_BATCH_DONE_INLINE];
     /* The tallies (GetElementResponse.tallies_offset): num_tally rows in
      * tally_one or malloc'd (owned), NULL unless they count every record
      * of the provenance. */
@@ -68,17 +72,25 @@ void sl__batch_free(struct sl_batch *b);
  *  records, 0 for one whose provenance is not known */
 uint64_t sl__batch_least_epoch(const struct sl_batch *b);
 
-/** Appends n split-done notices to *arr (*num of them). @return 0 or -ENOMEM */
-int sl__notices_append(sl_split_done_t **arr, size_t *num, const sl_split_done_t *add, size_t n);
+/** Appends n split-done notices to *arr, which holds *num of them and has
+ *  room for *cap (0 with *arr NULL): the room doubles, from 16, so that a
+ *  notice at a time costs no allocation. @return 0 or -ENOMEM */
+int sl__notices_append(sl_split_done_t **arr, size_t *num, size_t *cap, const sl_split_done_t *add, size_t n);
+
+/** Appends n split-done notices to batch b's (moved to the heap when they
+ *  outgrow its own room). @return 0 or -ENOMEM */
+int sl__batch_add_notices(struct sl_batch *b, const sl_split_done_t *add, size_t n);
 
 /**
  * The split-done notices of a GET_ELEMENT answer whose payload is size
- * bytes: checked and decoded into *out (malloc'd, NULL for none), *n of
- * them. They take at most a sixth of the payload, which the frame limit
- * bounds. @return 0, SL_EPROTO or -ENOMEM with a message in err
+ * bytes: checked and decoded into *out, *n of them: into room (room_n of
+ * them) when they fit, else malloc'd (NULL for none). They take at most a
+ * sixth of the payload, which the frame limit bounds.
+ * @return 0, SL_EPROTO or -ENOMEM with a message in err
  */
 int sl__notices_from_wire(const sluice_GetElementResponse *resp, const uint8_t *payload, size_t size,
-                          sl_split_done_t **out, size_t *n, char *err, size_t errlen);
+                          sl_split_done_t *room, size_t room_n, sl_split_done_t **out, size_t *n, char *err,
+                          size_t errlen);
 
 /**
  * Builds a batch from a GET_ELEMENT answer, checking every component, the

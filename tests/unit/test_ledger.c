@@ -1521,3 +1521,75 @@ Test(ledger, a_split_read_in_order_waits_as_one_run)
     cr_assert_eq(l.rc, 0);
     sl__ledger_free(&l);
 }
+
+static sl_split_done_t notice(uint64_t i)
+{
+    return (sl_split_done_t){.epoch = (uint32_t)(i % 7), .file_index = (uint32_t)i, .begin = i, .end = i + 3,
+                             .delivered = 2};
+}
+
+static void assert_notices(const sl_split_done_t *got, size_t n, uint64_t first)
+{
+    for (size_t i = 0; i < n; i++) {
+        sl_split_done_t want = notice(first + i);
+        cr_assert(got[i].epoch == want.epoch && got[i].file_index == want.file_index &&
+                      got[i].begin == want.begin && got[i].end == want.end && got[i].delivered == want.delivered,
+                  "notice %zu is not the %" PRIu64 "th appended", i, first + i);
+    }
+}
+
+/* A notice at a time (the ledger's, per split) costs an allocation only
+ * when the room doubles. */
+Test(ledger, notices_appended_one_at_a_time_grow_their_room_by_doubling)
+{
+    sl_split_done_t *arr = NULL;
+    size_t num = 0, cap = 0, grew = 0;
+    for (uint64_t i = 0; i < 5000; i++) {
+        sl_split_done_t d = notice(i);
+        size_t before = cap;
+        cr_assert_eq(sl__notices_append(&arr, &num, &cap, &d, 1), 0);
+        grew += cap != before;
+        cr_assert(cap >= num && (cap & (cap - 1)) == 0 && cap >= 16, "room %zu for %zu notices", cap, num);
+    }
+    cr_assert_eq(num, 5000);
+    cr_assert_eq(grew, 10, "the room grew %zu times for 5,000 notices (16 to 8,192: 10)", grew);
+    assert_notices(arr, num, 0);
+    /* Emptied and refilled, as a sync empties the ledger's: no new room. */
+    num = 0;
+    sl_split_done_t many[40];
+    for (int i = 0; i < 40; i++)
+        many[i] = notice(100 + (uint64_t)i);
+    cr_assert_eq(sl__notices_append(&arr, &num, &cap, many, 40), 0);
+    cr_assert_eq(cap, 8192);
+    assert_notices(arr, 40, 100);
+    free(arr);
+}
+
+/* A batch keeps up to SL_BATCH_DONE_INLINE notices in itself; notices that
+ * come after it move them to the heap, in order (ASan: the batch's own
+ * room is never freed). */
+Test(ledger, a_batch_moves_its_own_notices_to_the_heap_when_more_come)
+{
+    struct sl_batch *b = calloc(1, sizeof *b);
+    cr_assert_not_null(b);
+    b->done = b->done_one;
+    for (int i = 0; i < SL_BATCH_DONE_INLINE; i++)
+        b->done_one[i] = notice((uint64_t)i);
+    b->num_done = SL_BATCH_DONE_INLINE;
+    sl_split_done_t more[3] = {notice(SL_BATCH_DONE_INLINE), notice(SL_BATCH_DONE_INLINE + 1),
+                               notice(SL_BATCH_DONE_INLINE + 2)};
+    cr_assert_eq(sl__batch_add_notices(b, more, 2), 0);
+    cr_assert(b->done != b->done_one);
+    cr_assert_eq(b->num_done, SL_BATCH_DONE_INLINE + 2);
+    cr_assert_eq(sl__batch_add_notices(b, more + 2, 1), 0);
+    cr_assert_eq(b->num_done, SL_BATCH_DONE_INLINE + 3);
+    assert_notices(b->done, b->num_done, 0);
+    sl__batch_free(b);
+
+    /* A batch that came with none. */
+    b = calloc(1, sizeof *b);
+    cr_assert_not_null(b);
+    cr_assert_eq(sl__batch_add_notices(b, more, 3), 0);
+    assert_notices(b->done, 3, SL_BATCH_DONE_INLINE);
+    sl__batch_free(b);
+}
