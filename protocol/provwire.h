@@ -16,10 +16,8 @@
 #ifndef SL_PROVWIRE_H
 #define SL_PROVWIRE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "provspan.h"
 #include "sluice.h"
