@@ -265,8 +265,10 @@ static int lazy_flush(sl_ledger_t *l)
 static void lazy_drop(sl_ledger_t *l)
 {
     /* Only a key leaving open lets the head go: until one does (most
-     * batches bring no notice), there is nothing to look at. */
-    if (l->lazy_blocked)
+     * batches bring no notice), there is nothing to look at; nor when
+     * nothing is kept (batches of one run, whose provenance is decoded at
+     * once), and lazy_reset() would change nothing. */
+    if (l->lazy_blocked || (l->ent_num == 0 && l->log_tail == 0))
         return;
     while (l->ent_head < l->ent_num) {
         const struct sl_lazy_entry *e = &l->ent[l->ent_head];
@@ -515,10 +517,14 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
      * behind a large shuffle is most of it (its holes): so the runs wait
      * until they are a quarter of got, for a constant cost a run, and at
      * least LEDGER_BATCHES batches, when the holes between them have mostly
-     * filled. The end decodes what lazy provenance keeps too. */
+     * filled. Unshuffled batches continue the runs that wait (a run a
+     * split, sl__ledger_add_run()): a few runs wait until there are
+     * LEDGER_BATCHES of them or a notice waits to be checked, a merge a
+     * few splits rather than every LEDGER_BATCHES batches. The end decodes
+     * what lazy provenance keeps too. */
     if (last)
         sl__ledger_sync(l);
-    else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num)
+    else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num && (l->num >= LEDGER_BATCHES || l->ndone > 0))
         merge(l, 0);
 }
 

@@ -1488,6 +1488,55 @@ Test(ledger, one_run_batches_checkpoint_as_decoded_ones)
     }
 }
 
+/* Batches that continue the runs that wait (unshuffled splits) are not
+ * merged every few batches: a few runs wait until a notice comes to be
+ * checked against them, or until there are eight. */
+Test(ledger, a_few_runs_wait_until_a_notice_comes)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1u << 16);
+    for (uint64_t b = 0; b < 1000; b++) {
+        sl_provenance_run_t run = {0, (uint32_t)(b % 2), b / 2 * 8, 8};
+        sl__ledger_add_run(&l, &run, NULL, 0, false);
+    }
+    cr_assert_eq(l.num, 2, "%zu runs wait", l.num);
+    cr_assert_eq(l.got.num, 0, "%zu runs merged before a notice came", l.got.num);
+    /* Split 0 (file 0) is done: a thousand batches came since the last
+     * merge, so its notice is checked at once. */
+    sl_split_done_t d = {.split_id = 0, .epoch = 0, .file_index = 0, .begin = 0, .end = 4000, .delivered = 4000};
+    sl_provenance_run_t next = {0, 1, 4000, 8};
+    sl__ledger_add_run(&l, &next, &d, 1, false);
+    cr_assert_eq(l.ndone, 0, "%zu notices wait", l.ndone);
+    cr_assert_eq(l.num, 0, "%zu runs wait after the merge", l.num);
+    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 0, 4000), 4000);
+    cr_assert_eq(sl_posset_count(&l.got, 0, 1, 0, 4008), 4008);
+    /* Split 1 (file 1) is done three batches later: its notice waits for
+     * LEDGER_BATCHES batches since that merge. */
+    for (uint64_t b = 1; b <= 3; b++) {
+        sl_provenance_run_t run = {0, 1, 4000 + b * 8, 8};
+        sl_split_done_t d1 = {.split_id = 1, .epoch = 0, .file_index = 1, .begin = 0, .end = 4032, .delivered = 4032};
+        sl__ledger_add_run(&l, &run, &d1, b == 3, false);
+    }
+    cr_assert_eq(l.ndone, 1, "%zu notices wait", l.ndone);
+    for (uint64_t b = 4; b < 8; b++) {
+        sl_provenance_run_t run = {0, 1, 4000 + b * 8, 8};
+        sl__ledger_add_run(&l, &run, NULL, 0, false);
+    }
+    cr_assert_eq(l.ndone, 1, "%zu notices wait after 7 batches", l.ndone);
+    sl_provenance_run_t eighth = {0, 1, 4064, 8};
+    sl__ledger_add_run(&l, &eighth, NULL, 0, false);
+    cr_assert_eq(l.ndone, 0, "the notice still waits after %d batches", 8);
+    cr_assert_eq(sl_posset_count(&l.got, 0, 1, 0, 4032), 4032);
+    /* Eight runs that wait are merged without a notice. */
+    for (uint32_t f = 2; f < 2 + 8 * 2; f++) {
+        sl_provenance_run_t run = {0, f, 0, 8};
+        sl__ledger_add_run(&l, &run, NULL, 0, false);
+    }
+    cr_assert_lt(l.num, 8, "%zu runs wait", l.num);
+    cr_assert_gt(l.got.num, 2, "%zu runs merged", l.got.num);
+    sl__ledger_free(&l);
+}
+
 /* A split read in order waits as one run, also with the batches of a few
  * workers interleaved: each batch continues its worker's run. */
 Test(ledger, a_split_read_in_order_waits_as_one_run)
@@ -1505,10 +1554,12 @@ Test(ledger, a_split_read_in_order_waits_as_one_run)
     /* Where a run of another epoch or file starts where one ended, it is
      * not that run's. */
     sl_provenance_run_t more = {0, 0, 2000, 5}, other_epoch = {1, 0, 2005, 5}, other_file = {0, 9, 2005, 5};
+    size_t before = l.num;
     sl__ledger_add_run(&l, &more, NULL, 0, false);
+    cr_assert_eq(l.num, before, "%zu runs wait, %zu before: a run that continues one is that run", l.num, before);
     sl__ledger_add_run(&l, &other_epoch, NULL, 0, false);
     sl__ledger_add_run(&l, &other_file, NULL, 0, false);
-    cr_assert_eq(l.num, 3, "%zu runs wait", l.num);
+    cr_assert_eq(l.num, before + 2, "%zu runs wait, %zu before", l.num, before);
     sl_posset_t got;
     checkpoint_set(&l, &got);
     cr_assert_eq(got.num, 6, "%zu runs", got.num);
