@@ -65,7 +65,9 @@ struct sl_split_track {
     /* What a send asks after every batch, kept as entries change rather
      * than found by a walk of the table: whether an entry is done (an
      * entry becomes done as it is read, or as its last records are sent or
-     * dropped, and stays so until collected), and the least split id. */
+     * dropped, and stays so until collected), and the least split id.
+     * any_done is read and written atomically: sl_split_track_has_done()
+     * may be called without the task's mutex. */
     bool any_done;
     uint64_t min_id; /* UINT64_MAX when empty */
     /* The entry the last lookup found, valid while hit_gen matches gen: a
@@ -122,7 +124,7 @@ static bool is_done(const struct entry *e)
 static inline void note_done(sl_split_track_t *t, const struct entry *e)
 {
     if (is_done(e))
-        t->any_done = true;
+        __atomic_store_n(&t->any_done, true, __ATOMIC_RELAXED);
 }
 
 void sl_split_track_free(sl_split_track_t *t)
@@ -390,6 +392,15 @@ unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs
     return nt;
 }
 
+void sl_split_track_out_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct entry *e = find_record(t, rows[i].epoch, rows[i].file_index, rows[i].begin);
+        if (e && e->rec.begin == rows[i].begin)
+            e->out += rows[i].delivered;
+    }
+}
+
 void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
@@ -414,7 +425,7 @@ void sl_split_track_end(sl_split_track_t *t)
 
 bool sl_split_track_has_done(const sl_split_track_t *t)
 {
-    return t->any_done;
+    return __atomic_load_n(&t->any_done, __ATOMIC_RELAXED);
 }
 
 unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max)
@@ -438,7 +449,7 @@ unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, u
                 min_id = e->rec.split_id;
         }
     }
-    t->any_done = left_done;
+    __atomic_store_n(&t->any_done, left_done, __ATOMIC_RELAXED);
     t->min_id = min_id;
     if (got == 0)
         return 0;

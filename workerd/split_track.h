@@ -65,6 +65,13 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
                             sl_split_done_t *tally, sl_prov_span_t *span);
 
+/** Settles, as SL_SETTLE_OUT, records counted split by split in tally
+ *  rows (a row a split, its `delivered` the records): what a task counted
+ *  itself of the batches that lay wholly in one split (task.c). A row of
+ *  a split no longer tracked is ignored. The task adds its rows before
+ *  sl_split_track_end(), which counts out what left the pipeline. */
+void sl_split_track_out_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n);
+
 /** Settles, as SL_SETTLE_SENT, a batch by the tally rows
  *  sl_split_track_out() gave it: a row a split, not a run a record. */
 void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n);
@@ -83,7 +90,9 @@ typedef sl_split_done_t sl_split_done_rec_t;
  */
 unsigned sl_split_track_collect(sl_split_track_t *t, sl_split_done_rec_t *out, unsigned max);
 
-/** @return whether a split is done and not yet collected */
+/** @return whether a split is done and not yet collected. It may also be
+ *  called without the task's mutex, by the thread that sends (then the
+ *  answer may be late: a split done since may not show yet). */
 bool sl_split_track_has_done(const sl_split_track_t *t);
 
 /** @return the splits tracked (for the bound's test) */

@@ -165,6 +165,30 @@ struct sl_task {
      * alone. */
     sl_split_done_t *tally_scratch;
     unsigned tally_cap;
+    /* The split the producer's last batch counted under track_mu lay in
+     * wholly, when it did (one_split_known): a batch wholly in it too (an
+     * unshuffled split's next batches) takes its tally row from here,
+     * without track_mu or a lookup (out_in_one_split()). Its `delivered`
+     * is what such batches counted since it went into the tracker, which
+     * gets it (sl_split_track_out_rows()) in the producer's next hold of
+     * track_mu for a batch, and before the end counts out what left the
+     * pipeline: that count is read nowhere else. Its thread's alone. */
+    sl_split_done_t one_split;
+    bool one_split_known;
+    /* The sending thread's like of it: the split the last batch sent under
+     * track_mu lay in wholly (sent_split_known), and what batches wholly in
+     * it sent since (its `delivered`). Those batches are settled without
+     * track_mu (sl_task_batch_sent()); the table gets their count with the
+     * next send under track_mu: a batch with the split's last record (an
+     * unshuffled split's last batch), of another split, a done split
+     * waiting for its notice, or an end of sequence. Until then that split
+     * is not done (behind a shuffle its notice may go with a later frame
+     * than its last batch's), and a frame's done_below is the last one
+     * found under track_mu (sent_below): both say less than is true, never
+     * more. The network thread's alone. */
+    sl_split_done_t sent_split;
+    bool sent_split_known;
+    uint64_t sent_below;
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
     /* Static policies, a restored iterator's job: positions not to yield. */
     sl_posset_t exclude;
@@ -514,6 +538,79 @@ static void tally_keep(sl_wire_batch_t *b, const sl_split_done_t *rows, unsigned
         memcpy(b->tally, rows, n * sizeof *b->tally);
 }
 
+/* Whether b lies wholly in the producer's one_split: then b's tally row is
+ * that split's, counted there, and b's span is found. */
+static bool out_in_one_split(sl_task_t *t, sl_wire_batch_t *b)
+{
+    if (!t->one_split_known || b->prov_n == 0)
+        return false;
+    sl_prov_span_t *span = &b->prov_span;
+    sl_prov_span(sl_wire_batch_prov(b), b->prov_n, span);
+    sl_split_done_t *one = &t->one_split;
+    sl_provenance_run_t pair = {one->epoch, one->file_index, 0, 0};
+    if (!span->one_pair || span->wraps || span->empty || span->pair != sl_prov_run_pair(&pair) ||
+        span->lo < one->begin || span->hi >= one->end)
+        return false;
+    b->tally_one[0] = *one;
+    b->tally_one[0].delivered = span->records;
+    b->tally = b->tally_one;
+    b->ntally = 1;
+    one->delivered += span->records;
+    return true;
+}
+
+/* The records one_split counted go into the tracker (under track_mu). */
+static void one_split_flush(sl_task_t *t)
+{
+    if (t->one_split_known && t->one_split.delivered > 0) {
+        sl_split_track_out_rows(t->track, &t->one_split, 1);
+        t->one_split.delivered = 0;
+    }
+}
+
+/* Whether tally rows a and b are of one split. */
+static bool same_split(const sl_split_done_t *a, const sl_split_done_t *b)
+{
+    return a->split_id == b->split_id && a->epoch == b->epoch && a->file_index == b->file_index &&
+           a->begin == b->begin && a->end == b->end;
+}
+
+/* What batches wholly in sent_split sent goes into the table (under track_mu). */
+static void sent_split_flush(sl_task_t *t)
+{
+    if (t->sent_split_known && t->sent_split.delivered > 0) {
+        sl_split_track_sent_rows(t->track, &t->sent_split, 1);
+        t->sent_split.delivered = 0;
+    }
+}
+
+/* Counts b, which left the pipeline, split by split into its tally rows
+ * (DYNAMIC): from one_split, or under track_mu. */
+static void count_out(sl_task_t *t, sl_wire_batch_t *b)
+{
+    if (out_in_one_split(t, b))
+        return;
+    /* Counted split by split once, here: the send settles by these rows,
+     * and they are the batch's tallies on the wire. Up to
+     * SL_WIRE_TALLY_INLINE rows live in the batch itself. Without memory
+     * for them the send settles run by run. The same walk finds the span
+     * the provenance's encoding needs. Under track_mu alone: the batch is
+     * not in the ring yet, so the network thread has nothing of it to
+     * see. */
+    pthread_mutex_lock(&t->track_mu);
+    one_split_flush(t);
+    sl_split_done_t *rows = tally_rows(t, b, sl_split_track_size(t->track));
+    unsigned n = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, rows, &b->prov_span);
+    pthread_mutex_unlock(&t->track_mu);
+    tally_keep(b, rows, n);
+    /* Wholly in one split: the next batches likely are too. */
+    t->one_split_known = b->ntally == 1 && b->prov_n > 0 && b->tally[0].delivered == b->prov_span.records;
+    if (t->one_split_known) {
+        t->one_split = b->tally[0];
+        t->one_split.delivered = 0;
+    }
+}
+
 static void *producer_main(void *arg)
 {
     sl_task_t *t = arg;
@@ -527,18 +624,7 @@ static void *producer_main(void *arg)
         int rc = sl_pipeline_next(t->pipeline, &b);
         double spent = seconds_now() - t0;
         if (rc == 0 && t->track) {
-            /* Counted split by split once, here: the send settles by these
-             * rows, and they are the batch's tallies on the wire. Up to
-             * SL_WIRE_TALLY_INLINE rows live in the batch itself. Without
-             * memory for them the send settles run by run. The same walk
-             * finds the span the provenance's encoding needs. Under
-             * track_mu alone: the batch is not in the ring yet, so the
-             * network thread has nothing of it to see. */
-            pthread_mutex_lock(&t->track_mu);
-            sl_split_done_t *rows = tally_rows(t, b, sl_split_track_size(t->track));
-            unsigned n = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, rows, &b->prov_span);
-            pthread_mutex_unlock(&t->track_mu);
-            tally_keep(b, rows, n);
+            count_out(t, b);
             b->prov_span_known = b->prov_n > 0;
             encode_prov(t, b);
         }
@@ -552,6 +638,7 @@ static void *producer_main(void *arg)
                 if (t->track) {
                     splits_clear(t);
                     pthread_mutex_lock(&t->track_mu);
+                    one_split_flush(t);
                     sl_split_track_end(t->track);
                     pthread_mutex_unlock(&t->track_mu);
                 }
@@ -1151,15 +1238,31 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
     *below = 0;
     if (!t->track)
         return 0;
+    /* A batch wholly in the split the last one sent under track_mu lay in,
+     * without that split's last record, while no done split waits for its
+     * notice: counted here alone. A split read in order is then done with
+     * the batch that holds its last record, and its notice goes with it. */
+    if (b && b->ntally == 1 && t->sent_split_known && same_split(&b->tally[0], &t->sent_split) &&
+        b->prov_span_known && b->prov_span.hi < b->tally[0].end - 1 && !sl_split_track_has_done(t->track)) {
+        t->sent_split.delivered += b->tally[0].delivered;
+        *below = t->sent_below;
+        return 0;
+    }
     int rc = 0;
     /* Under track_mu alone: what done_below needs of the queue is there
      * too (queued_below), and the producer's thread takes t->mu twice a
      * batch. */
     pthread_mutex_lock(&t->track_mu);
+    sent_split_flush(t);
     if (b && b->tally)
         sl_split_track_sent_rows(t->track, b->tally, b->ntally);
     else if (b)
         sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
+    t->sent_split_known = b && b->tally && b->ntally == 1;
+    if (t->sent_split_known) {
+        t->sent_split = b->tally[0];
+        t->sent_split.delivered = 0;
+    }
     /* Every notice that is ready goes with this frame: the table bounds
      * how many there can be. */
     unsigned room = sl_split_track_has_done(t->track) ? sl_split_track_size(t->track) : 0;
@@ -1177,6 +1280,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
         pthread_mutex_unlock(&t->mu);
     }
     *below = tracked < queued ? tracked : queued;
+    t->sent_below = *below;
     if (*num == 0) {
         free(*out);
         *out = NULL;

@@ -550,6 +550,35 @@ Test(split_track, a_run_past_the_split_before_is_cut_at_its_end)
     sl_split_track_free(t);
 }
 
+/* Records a task counted out itself (a row a split) count as the walk's
+ * do: at the end, a split is read as far as what left the pipeline, and
+ * done once that much was sent; a row of a split no longer tracked is
+ * ignored. */
+Test(split_track, rows_counted_out_count_at_the_end)
+{
+    sl_split_track_t *t = sl_split_track_new();
+    cr_assert_not_null(t);
+    sl_split_t a = {.file_index = 2, .begin = 0, .end = 100, .split_id = 1};
+    cr_assert_eq(sl_split_track_add(t, 0, &a, NULL), 0);
+    sl_split_done_t row = {.split_id = 1, .epoch = 0, .file_index = 2, .begin = 0, .end = 100, .delivered = 30};
+    sl_split_track_out_rows(t, &row, 1);
+    sl_split_track_out_rows(t, &row, 1);
+    sl_split_done_t gone = {.split_id = 9, .epoch = 0, .file_index = 5, .begin = 0, .end = 10, .delivered = 10};
+    sl_split_track_out_rows(t, &gone, 1);
+    /* The pipeline ends having read 60 of the split's records into batches. */
+    sl_split_track_end(t);
+    row.delivered = 59;
+    sl_split_track_sent_rows(t, &row, 1);
+    cr_assert(!sl_split_track_has_done(t), "done with 59 of the 60 records that left the pipeline sent");
+    row.delivered = 1;
+    sl_split_track_sent_rows(t, &row, 1);
+    cr_assert(sl_split_track_has_done(t), "not done with all 60 sent");
+    sl_split_done_rec_t out[1];
+    cr_assert_eq(sl_split_track_collect(t, out, 1), 1);
+    cr_assert_eq(out[0].delivered, 60);
+    sl_split_track_free(t);
+}
+
 /* The least split id and whether one is done, which a send asks after
  * every batch, follow splits that come out of id order (the model above
  * adds them in order) and go as they are collected. */

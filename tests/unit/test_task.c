@@ -415,6 +415,74 @@ Test(task, an_ended_pipeline_waits_for_its_split_request_and_notices_what_it_bri
     stop(&r);
 }
 
+/* Splits read in order, a batch wholly in one split: the send settles most
+ * of a split's batches without the table's lock, and still each split's
+ * notice goes with the batch that holds its last record, counting every
+ * record. The test takes a batch only while the pipeline waits for room
+ * with its next batch made, so that it has left the split of the batch
+ * taken (read all of it), unless that is the last split, whose notice goes
+ * with the end. */
+Test(task, a_split_read_in_order_has_its_notice_with_its_last_batch)
+{
+    enum { TOTAL = 100000, SPLIT_LEN = 10000, BATCH = 1000, SPLITS = TOTAL / SPLIT_LEN };
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    start_with(&r, SL_SHARDING_DYNAMIC,
+               "{\"source\":{\"type\":\"range\",\"stop\":100000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               &cfg);
+    uint64_t next_id = 1, next_begin = 0, below = 0, batches = 0;
+    int noticed_at[SPLITS + 1];
+    for (int k = 0; k <= SPLITS; k++)
+        noticed_at[k] = -1;
+    bool ended = false;
+    for (int guard = 0; !ended && guard < 100000; guard++) {
+        answer_splits(&r, &next_id, &next_begin, TOTAL, SPLIT_LEN);
+        sl_task_info_t info;
+        sl_task_info(r.task, &info);
+        if (!info.buffer_full && batches + info.buffered_batches < TOTAL / BATCH) {
+            /* The pipeline fills the buffer and waits for room with its
+             * next batch made (or asks for splits): a poll, bounded by the
+             * guard (100,000 polls of 1 ms at most). */
+            struct timeval tv = {0, 1000};
+            event_base_loopexit(r.base, &tv);
+            event_base_dispatch(r.base);
+            continue;
+        }
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        for (unsigned i = 0; i < n; i++) {
+            uint64_t id = done[i].split_id;
+            cr_assert(id >= 1 && id <= SPLITS && noticed_at[id] < 0, "split %lu noticed twice or unknown",
+                      (unsigned long)id);
+            cr_assert_eq(done[i].delivered, SPLIT_LEN, "split %lu: %lu delivered", (unsigned long)id,
+                         (unsigned long)done[i].delivered);
+            noticed_at[id] = (int)batches; /* the frame after `batches` batches: the end's is SPLITS * 10 */
+        }
+        free(done);
+        if (rc == SL_TASK_END) {
+            ended = true;
+            break;
+        }
+        batches++;
+        sl_task_release(r.task, b);
+        sl_wire_batch_free(b);
+    }
+    cr_assert(ended, "the task never ended");
+    /* Split k's last record is in batch k * 10 (1-based): its frame is the
+     * one counted after k * 10 - 1 batches. */
+    for (int k = 1; k < SPLITS; k++)
+        cr_assert_eq(noticed_at[k], k * (SPLIT_LEN / BATCH) - 1,
+                     "split %d's notice came after %d batches, not with its last batch (batch %d)", k,
+                     noticed_at[k], k * (SPLIT_LEN / BATCH));
+    cr_assert_geq(noticed_at[SPLITS], SPLITS * (SPLIT_LEN / BATCH) - 1, "the last split's notice came early");
+    cr_assert_eq(below, SPLITS + 1);
+    stop(&r);
+}
+
 Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
 {
     struct run r = {0};
