@@ -50,12 +50,8 @@ size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b)
     return n;
 }
 
-int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
+int sl__wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
 {
-    /* The runs form serves every client; the dense form only one that
-     * reads it. */
-    if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
-        return 0;
     if (b->prov_wire && b->prov_wire != b->prov_wire_one)
         free(b->prov_wire);
     b->prov_wire = NULL;
@@ -64,6 +60,15 @@ int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
     if (b->prov_n == 0)
         return 0;
     const sl_provenance_run_t *runs = sl_wire_batch_prov(b);
+    if (b->prov_n == 1 && runs[0].count > 1) {
+        /* One run of records (most unshuffled batches): the dense form,
+         * an offset a record, never applies. */
+        _Static_assert(sizeof b->prov_wire_one >= SL_PROVWIRE_ONE_MAX, "a batch holds one run's encoding");
+        b->prov_records = runs[0].count;
+        b->prov_wire = b->prov_wire_one;
+        b->prov_wire_len = sl_provwire_encode_one(&runs[0], b->prov_wire_one);
+        return 0;
+    }
     if (!b->prov_span_known) {
         sl_prov_span(runs, b->prov_n, &b->prov_span);
         b->prov_span_known = true;

@@ -93,7 +93,20 @@ static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_
  * again to a client that does not read it). Nothing without runs.
  * @return 0 or -ENOMEM
  */
-int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
+static inline int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
+
+/** sl_wire_batch_encode_prov() of a batch not yet encoded in a form that
+ *  serves (inline, the check costs a send next to nothing). */
+int sl__wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
+
+static inline int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
+{
+    /* The runs form serves every client; the dense form only one that
+     * reads it. */
+    if (b->prov_wire && (b->prov_wire_dense == dense || !b->prov_wire_dense))
+        return 0;
+    return sl__wire_batch_encode_prov(b, dense);
+}
 
 /** Frees the batch's data (to sl__big_free(): a large block is kept for the
  *  next batch) and the batch itself (allocated with malloc). NULL is ignored. */

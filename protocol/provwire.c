@@ -67,6 +67,20 @@ int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **ou
     return sl_provwire_encode_in(runs, n, NULL, 0, out, len);
 }
 
+size_t sl_provwire_encode_one(const sl_provenance_run_t *run, uint8_t *room)
+{
+    /* What the loops of sl_provwire_encode_in() write for one run. */
+    _Static_assert(SL_PROVWIRE_ONE_MAX == 6 * SL_VARINT_MAX, "one run: six varints");
+    uint8_t *p = room;
+    *p++ = 1; /* one pair */
+    p = sl_put_varint(p, run->epoch);
+    p = sl_put_varint(p, run->file_index);
+    *p++ = 1; /* one run */
+    p = sl_put_varint(p, sl_zigzag(run->begin));
+    p = sl_put_varint(p, run->count);
+    return (size_t)(p - room);
+}
+
 int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *room, size_t room_len, uint8_t **out,
                           size_t *len)
 {
@@ -76,16 +90,9 @@ int sl_provwire_encode_in(const sl_provenance_run_t *runs, uint64_t n, uint8_t *
      * has far fewer runs than that. */
     if (n == 0 || n > UINT32_MAX / 2)
         return -ENOMEM;
-    if (n == 1 && room_len >= runs_bound(1, 1)) {
-        /* One run (most unshuffled batches): what the loops below write. */
-        uint8_t *p = sl_put_varint(room, 1);
-        p = sl_put_varint(p, runs[0].epoch);
-        p = sl_put_varint(p, runs[0].file_index);
-        p = sl_put_varint(p, 1);
-        p = sl_put_varint(p, sl_zigzag(runs[0].begin));
-        p = sl_put_varint(p, runs[0].count);
+    if (n == 1 && room_len >= SL_PROVWIRE_ONE_MAX) {
         *out = room;
-        *len = (size_t)(p - room);
+        *len = sl_provwire_encode_one(&runs[0], room);
         return 0;
     }
     bool one_pair = true;

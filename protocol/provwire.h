@@ -30,6 +30,16 @@
  */
 int sl_provwire_encode(const sl_provenance_run_t *runs, uint64_t n, uint8_t **out, size_t *len);
 
+/** The most bytes sl_provwire_encode_one() writes. */
+#define SL_PROVWIRE_ONE_MAX 60 /* six varints of at most 10 bytes */
+
+/**
+ * The runs form of one run (what sl_provwire_encode() gives for n = 1) into
+ * room, which holds SL_PROVWIRE_ONE_MAX bytes.
+ * @return the bytes written
+ */
+size_t sl_provwire_encode_one(const sl_provenance_run_t *run, uint8_t *room);
+
 /**
  * sl_provwire_encode() into room, room_len bytes, when the encoding's bound
  * fits there (2 * SL_VARINT_MAX, 2 * SL_VARINT_MAX a pair, 3 * SL_VARINT_MAX

@@ -724,6 +724,43 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
     free(b.prov_heap);
 }
 
+/* A batch of one run (most unshuffled ones) is encoded by a path of its
+ * own: the same bytes as sl_provwire_encode() of that run, the same
+ * records, in the batch itself, for any fields: epochs and files up to
+ * 2^32 - 1, begins up to 2^64 - 1, counts from 1 (which may take the dense
+ * form) to 2^63. Seeded: SLUICE_TEST_SEED repeats a run. */
+Test(provwire, a_batch_of_one_run_is_encoded_as_the_runs_form_says)
+{
+    unsigned seed = test_seed("provwire.a_batch_of_one_run_is_encoded_as_the_runs_form_says");
+    uint64_t rng = seed;
+    for (unsigned round = 0; round < 100000; round++) {
+        unsigned shift = (unsigned)(splitmix64(&rng) % 64);
+        uint64_t count = round % 16 == 0 ? 1 + round / 16 % 3 : 1 + (splitmix64(&rng) >> (shift + 1));
+        sl_provenance_run_t run = {(uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 33)),
+                                   (uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 33)),
+                                   splitmix64(&rng) >> (splitmix64(&rng) % 64), count};
+        uint8_t *want;
+        size_t want_len;
+        cr_assert_eq(sl_provwire_encode(&run, 1, &want, &want_len), 0);
+        for (int dense = 0; dense < 2; dense++) {
+            sl_wire_batch_t b = {.prov_n = 1, .prov_one = run};
+            cr_assert_eq(sl_wire_batch_encode_prov(&b, dense), 0);
+            if (dense && b.prov_wire_dense) {
+                cr_assert_eq(count, 1, "seed %u round %u: %lu records sent dense", seed, round, (unsigned long)count);
+            } else {
+                cr_assert(b.prov_wire_len == want_len && memcmp(b.prov_wire, want, want_len) == 0,
+                          "seed %u round %u: run (%u, %u, %lu, %lu) encoded unlike the runs form", seed, round,
+                          run.epoch, run.file_index, (unsigned long)run.begin, (unsigned long)run.count);
+                cr_assert(b.prov_wire == b.prov_wire_one, "one run not kept in the batch itself");
+            }
+            cr_assert_eq(b.prov_records, count);
+            if (b.prov_wire != b.prov_wire_one)
+                free(b.prov_wire);
+        }
+        free(want);
+    }
+}
+
 static uint64_t span_rng;
 
 static uint64_t span_draw(void)
