@@ -734,10 +734,11 @@ Test(provwire, a_batch_of_one_run_is_encoded_as_the_runs_form_says)
     unsigned seed = test_seed("provwire.a_batch_of_one_run_is_encoded_as_the_runs_form_says");
     uint64_t rng = seed;
     for (unsigned round = 0; round < 100000; round++) {
-        unsigned shift = (unsigned)(splitmix64(&rng) % 64);
-        uint64_t count = round % 16 == 0 ? 1 + round / 16 % 3 : 1 + (splitmix64(&rng) >> (shift + 1));
-        sl_provenance_run_t run = {(uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 33)),
-                                   (uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 33)),
+        /* Shifts of 1 to 63 bits: counts of up to 2^63, fields of 32 bits down to 1. */
+        unsigned shift = 1 + (unsigned)(splitmix64(&rng) % 63);
+        uint64_t count = round % 16 == 0 ? 1 + round / 16 % 3 : 1 + (splitmix64(&rng) >> shift);
+        sl_provenance_run_t run = {(uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 32)),
+                                   (uint32_t)(splitmix64(&rng) >> (32 + splitmix64(&rng) % 32)),
                                    splitmix64(&rng) >> (splitmix64(&rng) % 64), count};
         uint8_t *want;
         size_t want_len;
