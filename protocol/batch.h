@@ -85,6 +85,10 @@ static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_
     return b->prov_heap ? b->prov_heap : &b->prov_one;
 }
 
+/** sl_wire_batch_encode_prov() of a batch not yet encoded in a form that
+ *  serves (inline, the check costs a send next to nothing). */
+int sl__wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
+
 /**
  * Encodes b's provenance for the wire into b->prov_wire, once: a batch is
  * made once. In the dense form when dense (the client reads it) and it
@@ -93,12 +97,6 @@ static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_
  * again to a client that does not read it). Nothing without runs.
  * @return 0 or -ENOMEM
  */
-static inline int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
-
-/** sl_wire_batch_encode_prov() of a batch not yet encoded in a form that
- *  serves (inline, the check costs a send next to nothing). */
-int sl__wire_batch_encode_prov(sl_wire_batch_t *b, bool dense);
-
 static inline int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
 {
     /* The runs form serves every client; the dense form only one that

@@ -392,23 +392,12 @@ unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs
     return nt;
 }
 
-void sl_split_track_out_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n)
+void sl_split_track_settle_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n, enum sl_settle how)
 {
     for (unsigned i = 0; i < n; i++) {
         struct entry *e = find_record(t, rows[i].epoch, rows[i].file_index, rows[i].begin);
         if (e && e->rec.begin == rows[i].begin)
-            e->out += rows[i].delivered;
-    }
-}
-
-void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        struct entry *e = find_record(t, rows[i].epoch, rows[i].file_index, rows[i].begin);
-        if (e && e->rec.begin == rows[i].begin) {
-            e->sent += rows[i].delivered;
-            note_done(t, e);
-        }
+            count_into(t, e, rows[i].delivered, how, NULL, NULL);
     }
 }
 

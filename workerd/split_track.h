@@ -65,16 +65,14 @@ void sl_split_track_settle(sl_split_track_t *t, const sl_provenance_run_t *runs,
 unsigned sl_split_track_out(sl_split_track_t *t, const sl_provenance_run_t *runs, uint64_t n,
                             sl_split_done_t *tally, sl_prov_span_t *span);
 
-/** Settles, as SL_SETTLE_OUT, records counted split by split in tally
- *  rows (a row a split, its `delivered` the records): what a task counted
- *  itself of the batches that lay wholly in one split (task.c). A row of
- *  a split no longer tracked is ignored. The task adds its rows before
+/** Settles, as how says (SL_SETTLE_OUT or SL_SETTLE_SENT), records
+ *  counted split by split in tally rows (a row a split, its `delivered`
+ *  the records), not a run a record: a batch's send by the rows
+ *  sl_split_track_out() gave it, or what a task counted itself of the
+ *  batches that lay wholly in one split (task.c). A row of a split no
+ *  longer tracked is ignored. A task settles its SL_SETTLE_OUT rows before
  *  sl_split_track_end(), which counts out what left the pipeline. */
-void sl_split_track_out_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n);
-
-/** Settles, as SL_SETTLE_SENT, a batch by the tally rows
- *  sl_split_track_out() gave it: a row a split, not a run a record. */
-void sl_split_track_sent_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n);
+void sl_split_track_settle_rows(sl_split_track_t *t, const sl_split_done_t *rows, unsigned n, enum sl_settle how);
 
 /** The pipeline ended: whatever it still held was dropped, so every split
  *  is read, and its records are those that settled or wait in batches. */

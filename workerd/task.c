@@ -170,7 +170,7 @@ struct sl_task {
      * unshuffled split's next batches) takes its tally row from here,
      * without track_mu or a lookup (out_in_one_split()). Its `delivered`
      * is what such batches counted since it went into the tracker, which
-     * gets it (sl_split_track_out_rows()) in the producer's next hold of
+     * gets it (sl_split_track_settle_rows()) in the producer's next hold of
      * track_mu for a batch, and before the end counts out what left the
      * pipeline: that count is read nowhere else. Its thread's alone. */
     sl_split_done_t one_split;
@@ -563,7 +563,7 @@ static bool out_in_one_split(sl_task_t *t, sl_wire_batch_t *b)
 static void one_split_flush(sl_task_t *t)
 {
     if (t->one_split_known && t->one_split.delivered > 0) {
-        sl_split_track_out_rows(t->track, &t->one_split, 1);
+        sl_split_track_settle_rows(t->track, &t->one_split, 1, SL_SETTLE_OUT);
         t->one_split.delivered = 0;
     }
 }
@@ -579,7 +579,7 @@ static bool same_split(const sl_split_done_t *a, const sl_split_done_t *b)
 static void sent_split_flush(sl_task_t *t)
 {
     if (t->sent_split_known && t->sent_split.delivered > 0) {
-        sl_split_track_sent_rows(t->track, &t->sent_split, 1);
+        sl_split_track_settle_rows(t->track, &t->sent_split, 1, SL_SETTLE_SENT);
         t->sent_split.delivered = 0;
     }
 }
@@ -1255,7 +1255,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
     pthread_mutex_lock(&t->track_mu);
     sent_split_flush(t);
     if (b && b->tally)
-        sl_split_track_sent_rows(t->track, b->tally, b->ntally);
+        sl_split_track_settle_rows(t->track, b->tally, b->ntally, SL_SETTLE_SENT);
     else if (b)
         sl_split_track_settle(t->track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
     t->sent_split_known = b && b->tally && b->ntally == 1;

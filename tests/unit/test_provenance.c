@@ -452,7 +452,7 @@ Test(provenance, settling_is_exact_with_shuffle_filter_drop_remainder)
         }
         /* Sent as the worker sends: by its rows (every other batch) or run by run. */
         if (sent / 32 % 2)
-            sl_split_track_sent_rows(k.track, tally, nt);
+            sl_split_track_settle_rows(k.track, tally, nt, SL_SETTLE_SENT);
         else
             sl_split_track_settle(k.track, sl_wire_batch_prov(b), b->prov_n, SL_SETTLE_SENT);
         if (sl_split_track_size(k.track) > max_tracked)

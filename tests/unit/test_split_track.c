@@ -242,7 +242,7 @@ static void out_batch(struct model *m, struct rec *r, size_t n, sl_provenance_ru
 static void send_batch(struct model *m, struct queued *q, sl_provenance_run_t *runs)
 {
     if (draw() % 2)
-        sl_split_track_sent_rows(m->t, q->rows, q->nrows);
+        sl_split_track_settle_rows(m->t, q->rows, q->nrows, SL_SETTLE_SENT);
     else
         sl_split_track_settle(m->t, runs, runs_of(q->r, q->n, runs), SL_SETTLE_SENT);
     for (size_t i = 0; i < q->n; i++)
@@ -561,17 +561,17 @@ Test(split_track, rows_counted_out_count_at_the_end)
     sl_split_t a = {.file_index = 2, .begin = 0, .end = 100, .split_id = 1};
     cr_assert_eq(sl_split_track_add(t, 0, &a, NULL), 0);
     sl_split_done_t row = {.split_id = 1, .epoch = 0, .file_index = 2, .begin = 0, .end = 100, .delivered = 30};
-    sl_split_track_out_rows(t, &row, 1);
-    sl_split_track_out_rows(t, &row, 1);
+    sl_split_track_settle_rows(t, &row, 1, SL_SETTLE_OUT);
+    sl_split_track_settle_rows(t, &row, 1, SL_SETTLE_OUT);
     sl_split_done_t gone = {.split_id = 9, .epoch = 0, .file_index = 5, .begin = 0, .end = 10, .delivered = 10};
-    sl_split_track_out_rows(t, &gone, 1);
+    sl_split_track_settle_rows(t, &gone, 1, SL_SETTLE_OUT);
     /* The pipeline ends having read 60 of the split's records into batches. */
     sl_split_track_end(t);
     row.delivered = 59;
-    sl_split_track_sent_rows(t, &row, 1);
+    sl_split_track_settle_rows(t, &row, 1, SL_SETTLE_SENT);
     cr_assert(!sl_split_track_has_done(t), "done with 59 of the 60 records that left the pipeline sent");
     row.delivered = 1;
-    sl_split_track_sent_rows(t, &row, 1);
+    sl_split_track_settle_rows(t, &row, 1, SL_SETTLE_SENT);
     cr_assert(sl_split_track_has_done(t), "not done with all 60 sent");
     sl_split_done_rec_t out[1];
     cr_assert_eq(sl_split_track_collect(t, out, 1), 1);
