@@ -118,7 +118,7 @@ class ThreeWorkers(unittest.TestCase):
         #   output buffer: a slot frees one batch at a time, never in a burst
         #   that the fastest worker would win (with 100-element batches read
         #   as fast as Python could, 1842, 638 and 520 were seen under load;
-        #   now 991 or more, under three busy loops too).
+        #   now 954 or more, the ASan build under three busy loops too).
         # The job never ends; reading stops when the shares are counted.
         spec = {"source": {"type": "range", "stop": 10**6},
                 "ops": [{"op": "batch", "batch_size": 1000}, {"op": "repeat"}]}
