@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,12 @@ struct sl_shm_map {
     size_t size;
     unsigned refs;
     /* Slots lent, from 1: lent of them; the first released given back;
-     * done[seq % max] marks a later one given back out of order. */
-    uint64_t lent, released;
+     * done[seq % max] marks a later one given back out of order. Both
+     * change under mu; released is also read without it, for each request
+     * (sl__shm_released()): stored with release order after the slots'
+     * bytes were read, so that a value read says those reads are over. */
+    uint64_t lent;
+    _Atomic uint64_t released;
     bool done[SL_SHM_CLIENT_MAX_SLOTS];
 };
 
@@ -232,7 +237,7 @@ const uint8_t *sl__shm_slot(sl_shm_map_t *m, uint64_t off, uint64_t len, uint64_
         return NULL;
     }
     pthread_mutex_lock(&m->mu);
-    bool full = m->lent - m->released >= SL_SHM_CLIENT_MAX_SLOTS;
+    bool full = m->lent - atomic_load_explicit(&m->released, memory_order_relaxed) >= SL_SHM_CLIENT_MAX_SLOTS;
     if (!full) {
         *seq = ++m->lent;
         m->done[*seq % SL_SHM_CLIENT_MAX_SLOTS] = false;
@@ -246,22 +251,33 @@ const uint8_t *sl__shm_slot(sl_shm_map_t *m, uint64_t off, uint64_t len, uint64_
     return m->base + off;
 }
 
+/* Unmaps and frees m, whose last reference was just dropped. */
+static void shm_destroy(sl_shm_map_t *m)
+{
+    munmap(m->base, m->size);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
 void sl__shm_slot_done(sl_shm_map_t *m, uint64_t seq)
 {
+    /* The slot's reference goes in the same hold of the mutex: one lock a
+     * batch, not two. */
     pthread_mutex_lock(&m->mu);
     m->done[seq % SL_SHM_CLIENT_MAX_SLOTS] = true;
-    while (m->released < m->lent && m->done[(m->released + 1) % SL_SHM_CLIENT_MAX_SLOTS])
-        m->released++;
+    uint64_t released = atomic_load_explicit(&m->released, memory_order_relaxed);
+    while (released < m->lent && m->done[(released + 1) % SL_SHM_CLIENT_MAX_SLOTS])
+        released++;
+    atomic_store_explicit(&m->released, released, memory_order_release);
+    bool last = --m->refs == 0;
     pthread_mutex_unlock(&m->mu);
-    sl__shm_unref(m);
+    if (last)
+        shm_destroy(m);
 }
 
 uint64_t sl__shm_released(sl_shm_map_t *m)
 {
-    pthread_mutex_lock(&m->mu);
-    uint64_t n = m->released;
-    pthread_mutex_unlock(&m->mu);
-    return n;
+    return atomic_load_explicit(&m->released, memory_order_acquire);
 }
 
 void sl__shm_unref(sl_shm_map_t *m)
@@ -271,9 +287,6 @@ void sl__shm_unref(sl_shm_map_t *m)
     pthread_mutex_lock(&m->mu);
     bool last = --m->refs == 0;
     pthread_mutex_unlock(&m->mu);
-    if (!last)
-        return;
-    munmap(m->base, m->size);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
+    if (last)
+        shm_destroy(m);
 }
