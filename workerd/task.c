@@ -559,12 +559,15 @@ static bool out_in_one_split(sl_task_t *t, sl_wire_batch_t *b)
     return true;
 }
 
-/* The records one_split counted go into the tracker (under track_mu). */
-static void one_split_flush(sl_task_t *t)
+/* The records a thread counted in its own copy of a split's row (row,
+ * when known) go into the tracker as how says (under track_mu): the
+ * pipeline's one_split (SL_SETTLE_OUT), the send's sent_split
+ * (SL_SETTLE_SENT). */
+static void own_row_flush(sl_task_t *t, bool known, sl_split_done_t *row, enum sl_settle how)
 {
-    if (t->one_split_known && t->one_split.delivered > 0) {
-        sl_split_track_settle_rows(t->track, &t->one_split, 1, SL_SETTLE_OUT);
-        t->one_split.delivered = 0;
+    if (known && row->delivered > 0) {
+        sl_split_track_settle_rows(t->track, row, 1, how);
+        row->delivered = 0;
     }
 }
 
@@ -573,15 +576,6 @@ static bool same_split(const sl_split_done_t *a, const sl_split_done_t *b)
 {
     return a->split_id == b->split_id && a->epoch == b->epoch && a->file_index == b->file_index &&
            a->begin == b->begin && a->end == b->end;
-}
-
-/* What batches wholly in sent_split sent goes into the table (under track_mu). */
-static void sent_split_flush(sl_task_t *t)
-{
-    if (t->sent_split_known && t->sent_split.delivered > 0) {
-        sl_split_track_settle_rows(t->track, &t->sent_split, 1, SL_SETTLE_SENT);
-        t->sent_split.delivered = 0;
-    }
 }
 
 /* Counts b, which left the pipeline, split by split into its tally rows
@@ -598,7 +592,7 @@ static void count_out(sl_task_t *t, sl_wire_batch_t *b)
      * not in the ring yet, so the network thread has nothing of it to
      * see. */
     pthread_mutex_lock(&t->track_mu);
-    one_split_flush(t);
+    own_row_flush(t, t->one_split_known, &t->one_split, SL_SETTLE_OUT);
     sl_split_done_t *rows = tally_rows(t, b, sl_split_track_size(t->track));
     unsigned n = sl_split_track_out(t->track, sl_wire_batch_prov(b), b->prov_n, rows, &b->prov_span);
     pthread_mutex_unlock(&t->track_mu);
@@ -638,7 +632,7 @@ static void *producer_main(void *arg)
                 if (t->track) {
                     splits_clear(t);
                     pthread_mutex_lock(&t->track_mu);
-                    one_split_flush(t);
+                    own_row_flush(t, t->one_split_known, &t->one_split, SL_SETTLE_OUT);
                     sl_split_track_end(t->track);
                     pthread_mutex_unlock(&t->track_mu);
                 }
@@ -1253,7 +1247,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
      * too (queued_below), and the producer's thread takes t->mu twice a
      * batch. */
     pthread_mutex_lock(&t->track_mu);
-    sent_split_flush(t);
+    own_row_flush(t, t->sent_split_known, &t->sent_split, SL_SETTLE_SENT);
     if (b && b->tally)
         sl_split_track_settle_rows(t->track, b->tally, b->ntally, SL_SETTLE_SENT);
     else if (b)
