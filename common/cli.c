@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "admin.h"
 #include "log.h"
 #include "sluice.h"
 
@@ -133,6 +134,33 @@ int sl_cli_stop_on_signals(struct event_base *base, struct event *events[2])
     if (!events[0] || !events[1] || event_add(events[0], NULL) < 0 || event_add(events[1], NULL) < 0)
         return -ENOMEM;
     return 0;
+}
+
+int sl_cli_daemon_begin(const char *program, int argc, char **argv, int (*parse)(int argc, char **argv, void *opts),
+                        void *opts, const sl_daemon_opts_t *d, int *cargc, char ***cargv)
+{
+    if (sl_cli_config_argv(program, argc, argv, cargc, cargv) < 0)
+        return -1;
+    if ((*cargv ? parse(*cargc, *cargv, opts) : parse(argc, argv, opts)) < 0) {
+        sl_cli_free_argv(*cargc, *cargv);
+        *cargc = 0;
+        *cargv = NULL;
+        return -1;
+    }
+    sl_log_init(program, d->log_level);
+    sl_log_set_format(d->log_format);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+int sl_cli_admin_start(struct event_base *base, const sl_daemon_opts_t *d, uint16_t *bound_port, sl_admin_t **out,
+                       char *err, size_t errlen)
+{
+    int rc = sl_admin_start(base, d->admin_bind, (uint16_t)d->admin_port, bound_port, out, err, errlen);
+    if (rc == 0 && (rc = sl_admin_use_token_file(*out, d->admin_token_file, err, errlen)) == 0 &&
+        (rc = sl_admin_use_tls(*out, d->admin_tls_cert, d->admin_tls_key, err, errlen)) == 0)
+        sl_admin_warn_exposure(*out, d->admin_bind);
+    return rc;
 }
 
 void sl_daemon_opts_init(sl_daemon_opts_t *o)

@@ -141,6 +141,33 @@ int sl_daemon_opt(const char *program, int c, const char *arg, sl_daemon_opts_t 
  *  --version says, in every daemon and tool. */
 void sl_cli_version(const char *program);
 
+/**
+ * The start both daemons share: their arguments (a --config file's first,
+ * sl_cli_config_argv()) through parse(), then logging as d says (d points
+ * into what parse() fills) and SIGPIPE ignored (a peer that hangs up is an
+ * error on its socket, not the end of the daemon).
+ * @param[out] cargc, cargv as sl_cli_config_argv() gives them: the caller
+ *             frees them with sl_cli_free_argv() at exit (the options point
+ *             into them)
+ * @return 0, or -1 after the file or parse() said on stderr what is wrong
+ *         (the daemon exits SL_EXIT_USAGE); nothing is left to free then
+ */
+int sl_cli_daemon_begin(const char *program, int argc, char **argv, int (*parse)(int argc, char **argv, void *opts),
+                        void *opts, const sl_daemon_opts_t *d, int *cargc, char ***cargv);
+
+struct sl_admin;
+
+/**
+ * The admin endpoint as d says: its address and port, its token file, its
+ * TLS, and a warning in the log when it listens beyond the host.
+ * @param[out] bound_port the port it listens on
+ * @param[out] out the endpoint, freed by the caller with sl_admin_free()
+ *             (also after a failure; left as it was when none started)
+ * @return 0, or < 0 with err set
+ */
+int sl_cli_admin_start(struct event_base *base, const sl_daemon_opts_t *d, uint16_t *bound_port,
+                       struct sl_admin **out, char *err, size_t errlen);
+
 /** Prints the line tests and scripts wait for, "PROGRAM listening port=P
  *  admin_port=Q", on stdout, flushed. */
 void sl_cli_announce(const char *program, unsigned port, unsigned admin_port);

@@ -3,7 +3,6 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,8 +106,9 @@ static bool beat_fits(const char *prog, const char *who, uint32_t beat_ms, int64
     return false;
 }
 
-static int parse_args(int argc, char **argv, struct options *o)
+static int parse_args(int argc, char **argv, void *opts)
 {
+    struct options *o = opts;
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_CLIENT_STALL, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_COUNT_TO, O_WORKER_HB, O_CLIENT_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP,
            O_HANDOUT_DELAY };
@@ -311,16 +311,8 @@ int main(int argc, char **argv)
     sl_dstate_config_init(&o.state);
     int cargc;
     char **cargv;
-    if (sl_cli_config_argv(program, argc, argv, &cargc, &cargv) < 0)
+    if (sl_cli_daemon_begin(program, argc, argv, parse_args, &o, &o.d, &cargc, &cargv) < 0)
         return SL_EXIT_USAGE;
-    int prc = cargv ? parse_args(cargc, cargv, &o) : parse_args(argc, argv, &o);
-    if (prc < 0) {
-        sl_cli_free_argv(cargc, cargv);
-        return SL_EXIT_USAGE;
-    }
-    sl_log_init(program, o.d.log_level);
-    sl_log_set_format(o.d.log_format);
-    signal(SIGPIPE, SIG_IGN);
 
     int status = SL_EXIT_FAILURE;
     char err[1024];
@@ -376,14 +368,11 @@ int main(int argc, char **argv)
         goto out;
     }
     if (sl_dserver_start(base, st, store, &env, o.d.bind, (uint16_t)o.d.port, &port, &srv, err, sizeof err) < 0 ||
-        sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
-        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0 ||
-        sl_admin_use_tls(admin, o.d.admin_tls_cert, o.d.admin_tls_key, err, sizeof err) < 0) {
+        sl_cli_admin_start(base, &o.d, &admin_port, &admin, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
     sl_dadmin_register(admin, srv);
-    sl_admin_warn_exposure(admin, o.d.admin_bind);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
         fprintf(stderr, "%s: out of memory\n", program);
         goto out;

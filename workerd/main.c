@@ -3,7 +3,6 @@
  */
 #include <getopt.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,8 +92,9 @@ struct options {
     int64_t max_memory_mb; /* 0: sl_membudget_default_limit() */
 };
 
-static int parse_args(int argc, char **argv, struct options *o)
+static int parse_args(int argc, char **argv, void *opts)
 {
+    struct options *o = opts;
     enum { O_DISP = 1, O_ADDR, O_THREADS, O_BUFFER, O_SPLIT_TARGET, O_MAXBATCH, O_IO, O_HELP, O_PLUGIN_DIR, O_CACHE_MB,
            O_CACHE_DIR, O_CACHE_DISK_MB, O_MAX_MEMORY_MB, O_HOLD_TIMEOUT, O_SHM_MB,
            O_AWAIT_TASK };
@@ -236,16 +236,8 @@ int main(int argc, char **argv)
     sl_worker_config_init(&o.worker);
     int cargc;
     char **cargv;
-    if (sl_cli_config_argv(program, argc, argv, &cargc, &cargv) < 0)
+    if (sl_cli_daemon_begin(program, argc, argv, parse_args, &o, &o.d, &cargc, &cargv) < 0)
         return SL_EXIT_USAGE;
-    int prc = cargv ? parse_args(cargc, cargv, &o) : parse_args(argc, argv, &o);
-    if (prc < 0) {
-        sl_cli_free_argv(cargc, cargv);
-        return SL_EXIT_USAGE;
-    }
-    sl_log_init(program, o.d.log_level);
-    sl_log_set_format(o.d.log_format);
-    signal(SIGPIPE, SIG_IGN);
     /* Pipeline threads wake the loop through events. */
     evthread_use_pthreads();
     /* Batch blocks reuse freed memory rather than fault in fresh pages. */
@@ -319,15 +311,12 @@ int main(int argc, char **argv)
         goto out;
     }
     o.worker.port = (uint16_t)o.d.port;
-    if (sl_admin_start(base, o.d.admin_bind, (uint16_t)o.d.admin_port, &admin_port, &admin, err, sizeof err) < 0 ||
-        sl_admin_use_token_file(admin, o.d.admin_token_file, err, sizeof err) < 0 ||
-        sl_admin_use_tls(admin, o.d.admin_tls_cert, o.d.admin_tls_key, err, sizeof err) < 0 ||
+    if (sl_cli_admin_start(base, &o.d, &admin_port, &admin, err, sizeof err) < 0 ||
         (o.worker.admin_port = admin_port, sl_worker_start(base, &o.worker, &port, &w, err, sizeof err) < 0)) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }
     sl_wadmin_register(admin, w);
-    sl_admin_warn_exposure(admin, o.d.admin_bind);
     if (sl_cli_stop_on_signals(base, sigs) < 0) {
         fprintf(stderr, "%s: out of memory\n", program);
         goto out;
