@@ -126,6 +126,16 @@ enum {
     "  --admin-tls-cert FILE --admin-tls-key FILE\n"                                                               \
     "                           HTTPS on the admin port (default: plain HTTP)\n"
 
+/* The usage lines every daemon's --help ends with: the admin token, the
+ * lines above, logs, --config and --version. */
+#define SL_CLI_DAEMON_TAIL_USAGE                                                                                    \
+    "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"                       \
+    SL_CLI_DAEMON_SECURITY_USAGE                                                                                    \
+    "  --log-level LEVEL        error, warn, info (default) or debug\n"                                            \
+    "  --log-format FORMAT      text (default) or json, one line per event\n"                                      \
+    "  --config FILE.json       options as a JSON object; the command line wins\n"                                 \
+    "  --version                print the version and exit\n"
+
 /** The defaults: no ports yet, 0.0.0.0 and 127.0.0.1, info logs as text. */
 void sl_daemon_opts_init(sl_daemon_opts_t *o);
 

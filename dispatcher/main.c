@@ -75,12 +75,7 @@ static void usage(FILE *f)
             "  --max-jobs N             running jobs at most (4096); ended ones make room\n"
             "  --count-timeout-ms N     listing and counting a new file source's records, off\n"
             "                           the event loop (60000; 0: no limit)\n"
-            "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
-            SL_CLI_DAEMON_SECURITY_USAGE
-            "  --log-level LEVEL        error, warn, info (default) or debug\n"
-            "  --log-format FORMAT      text (default) or json, one line per event\n"
-            "  --config FILE.json       options as a JSON object; the command line wins\n"
-            "  --version                print the version and exit\n",
+            SL_CLI_DAEMON_TAIL_USAGE,
             program);
 }
 

@@ -71,12 +71,7 @@ static void usage(FILE *f)
             "  --await-task-ms N        a request for a task this worker has not heard of waits at\n"
             "                           most this long for the dispatcher to bring it, then is\n"
             "                           answered \"not found\" and asked again (default 2000)\n"
-            "  --admin-token-file FILE  require \"Authorization: Bearer <token>\" for admin changes\n"
-            SL_CLI_DAEMON_SECURITY_USAGE
-            "  --log-level LEVEL        error, warn, info (default) or debug\n"
-            "  --log-format FORMAT      text (default) or json, one line per event\n"
-            "  --config FILE.json       options as a JSON object; the command line wins\n"
-            "  --version                print the version and exit\n",
+            SL_CLI_DAEMON_TAIL_USAGE,
             program);
 }
 
