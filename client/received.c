@@ -11,9 +11,21 @@
 #include "big_alloc.h"
 #include "errbuf.h"
 #include "provwire.h"
+#include "recycle.h"
 #include "shmmap.h"
 #include "strcopy.h"
 #include "zero.h"
+
+/* A batch is about 6 KiB (its tensors' slots), made on the iterator's
+ * thread and freed on the caller's: blocks given back go to the next batch
+ * from a stock (recycle.h), not through malloc's bins and the iterator
+ * thread's arena lock taken from the caller's thread. */
+static sl_recycler_t batch_stock = SL_RECYCLER_INIT(sizeof(struct sl_batch));
+
+__attribute__((destructor)) static void batches_at_exit(void)
+{
+    sl_recycle_drain(&batch_stock);
+}
 
 void sl__batch_free(struct sl_batch *b)
 {
@@ -28,7 +40,10 @@ void sl__batch_free(struct sl_batch *b)
         free(b->done);
     if (b->tally != b->tally_one)
         free(b->tally);
-    free(b);
+    if (b->stocked)
+        sl_recycle_free(&batch_stock, b);
+    else
+        free(b);
 }
 
 int sl__notices_append(sl_split_done_t **arr, size_t *num, size_t *cap, const sl_split_done_t *add, size_t n)
@@ -220,10 +235,12 @@ static struct sl_batch *batch_build(const sluice_GetElementResponse *resp, uint8
     }
     /* Zeroed but for the tensors and their names, which are written below
      * up to num_tensors and read no further (sl_batch_tensor()). */
-    struct sl_batch *b = pre ? pre : malloc(sizeof *b);
-    if (b)
+    struct sl_batch *b = pre ? pre : sl_recycle_alloc(&batch_stock);
+    if (b) {
         sl_zero_except(b, sizeof *b, offsetof(struct sl_batch, tensors),
                        offsetof(struct sl_batch, names) + sizeof b->names - offsetof(struct sl_batch, tensors));
+        b->stocked = !pre;
+    }
     if (!b) {
         snprintf(err, errlen, "out of memory");
         if (owned)

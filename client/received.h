@@ -61,6 +61,7 @@ struct sl_batch {
     sl_split_done_t *tally;
     size_t num_tally;
     sl_split_done_t tally_one[SL_WIRE_TALLY_INLINE]; /* most batches fall in a split or two */
+    bool stocked; /* its block is the batch stock's (received.c), not a malloc of more than the batch */
     struct sl_batch *next;
 };
 

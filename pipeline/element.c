@@ -173,7 +173,7 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
 {
     /* Zeroed but for the component slots, which describe_component()
      * writes whole up to num_components. */
-    sl_wire_batch_t *b = malloc(sizeof *b);
+    sl_wire_batch_t *b = sl_wire_batch_alloc();
     uint8_t *data = NULL;
     if (!b)
         return -ENOMEM;
@@ -204,7 +204,7 @@ int sl_element_to_wire(sl_element_t *e, const sl_element_spec_t *spec, sl_wire_b
         /* calloc: the alignment gaps go on the wire and must not leak memory. */
         data = calloc(1, size ? size : 1);
         if (!data) {
-            free(b);
+            sl_wire_batch_free(b);
             return -ENOMEM;
         }
         size_t off = 0;

@@ -21,6 +21,20 @@
 #include "big_alloc.h"
 #include "le.h"
 #include "provwire.h"
+#include "recycle.h"
+
+static sl_recycler_t batches = SL_RECYCLER_INIT(sizeof(sl_wire_batch_t));
+
+/* Whatever is kept goes at exit, so that none of it looks leaked. */
+__attribute__((destructor)) static void batches_at_exit(void)
+{
+    sl_recycle_drain(&batches);
+}
+
+sl_wire_batch_t *sl_wire_batch_alloc(void)
+{
+    return sl_recycle_alloc(&batches);
+}
 
 void sl_wire_batch_free(sl_wire_batch_t *b)
 {
@@ -35,7 +49,7 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
         free(b->prov_wire);
     if (b->tally != b->tally_one)
         free(b->tally);
-    free(b);
+    sl_recycle_free(&batches, b);
 }
 
 size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b)

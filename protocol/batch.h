@@ -106,8 +106,15 @@ static inline int sl_wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
     return sl__wire_batch_encode_prov(b, dense);
 }
 
+/** A wire batch's block, not initialized, or NULL without memory: one a
+ *  batch before gave back (a stock of up to SL_RECYCLE_SLOTS, recycle.h),
+ *  else malloc's. A worker makes one a batch, 6 KiB or more. */
+sl_wire_batch_t *sl_wire_batch_alloc(void);
+
 /** Frees the batch's data (to sl__big_free(): a large block is kept for the
- *  next batch) and the batch itself (allocated with malloc). NULL is ignored. */
+ *  next batch) and gives the batch back (sl_wire_batch_alloc()'s stock; a
+ *  block from malloc(sizeof(sl_wire_batch_t)) may be given too). NULL is
+ *  ignored. */
 void sl_wire_batch_free(sl_wire_batch_t *b);
 
 /**

@@ -9,14 +9,24 @@
 
 #include "errbuf.h"
 #include "log.h"
+#include "recycle.h"
 #include "sluice.h"
 #include "zero.h"
+
+/* An answer is made for every batch sent and is 6 KiB or more (its
+ * components): from a stock of those given back (recycle.h). */
+static sl_recycler_t served_stock = SL_RECYCLER_INIT(sizeof(sl_served_t));
+
+__attribute__((destructor)) static void served_at_exit(void)
+{
+    sl_recycle_drain(&served_stock);
+}
 
 sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
 {
     /* Zeroed but for the answer's component slots, which the sender
      * writes up to components_count, and the encoder reads no further. */
-    sl_served_t *s = malloc(sizeof *s);
+    sl_served_t *s = sl_recycle_alloc(&served_stock);
     if (s) {
         sl_zero_except(s, sizeof *s, offsetof(sl_served_t, resp.components), sizeof s->resp.components);
         s->task_id = task_id;
@@ -40,7 +50,7 @@ void sl_served_unref(sl_served_t *s)
     sl_wire_batch_free(s->batch);
     if (s->notices != s->notices_one)
         free(s->notices);
-    free(s);
+    sl_recycle_free(&served_stock, s);
 }
 
 /* What one client of the task holds: its seqs below next_seq were served;

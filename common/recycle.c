@@ -1,0 +1,70 @@
+/* recycle.c: see recycle.h. */
+#include "recycle.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define KEPT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KEPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KEPT_POISON(p, n) ((void)(p), (void)(n))
+#define KEPT_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+void *sl_recycle_alloc(sl_recycler_t *r)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (r->n > 0)
+        p = r->slot[--r->n];
+    pthread_mutex_unlock(&r->mu);
+    if (!p)
+        return malloc(r->size);
+    KEPT_UNPOISON(p, r->size);
+    return p;
+}
+
+void sl_recycle_free(sl_recycler_t *r, void *p)
+{
+    if (!p)
+        return;
+#if defined(__SANITIZE_ADDRESS__)
+    /* Kept already: a second give-back would hand the block to two owners. */
+    if (__asan_address_is_poisoned(p)) {
+        fprintf(stderr, "sl_recycle_free: block %p of %zu bytes given back twice\n", p, r->size);
+        abort();
+    }
+#endif
+    KEPT_POISON(p, r->size);
+    pthread_mutex_lock(&r->mu);
+    bool kept = r->n < SL_RECYCLE_SLOTS;
+    if (kept)
+        r->slot[r->n++] = p;
+    pthread_mutex_unlock(&r->mu);
+    if (!kept) {
+        KEPT_UNPOISON(p, r->size);
+        free(p);
+    }
+}
+
+void sl_recycle_drain(sl_recycler_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->n > 0) {
+        void *p = r->slot[--r->n];
+        KEPT_UNPOISON(p, r->size);
+        free(p);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+unsigned sl_recycle_kept(sl_recycler_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    unsigned n = r->n;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
