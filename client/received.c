@@ -22,6 +22,11 @@
  * thread's arena lock taken from the caller's thread. */
 static sl_recycler_t batch_stock = SL_RECYCLER_INIT(sizeof(struct sl_batch));
 
+__attribute__((constructor)) static void batch_stock_fork_safe(void)
+{
+    (void)sl_recycle_fork_safe(&batch_stock);
+}
+
 __attribute__((destructor)) static void batches_at_exit(void)
 {
     sl_recycle_drain(&batch_stock);

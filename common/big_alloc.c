@@ -57,6 +57,24 @@ static unsigned cache_n;
 static size_t cache_bytes;
 static sl_membudget_t *cache_budget; /* what kept blocks are charged to, or NULL */
 
+/* fork() takes the cache's mutex first and lets it go on both sides, so
+ * that a child forked while another thread held it (a trainer forking its
+ * data loaders while a thread streams) finds the cache whole and unlocked. */
+static void cache_fork_lock(void)
+{
+    pthread_mutex_lock(&cache_mu);
+}
+
+static void cache_fork_unlock(void)
+{
+    pthread_mutex_unlock(&cache_mu);
+}
+
+__attribute__((constructor)) static void cache_fork_safe(void)
+{
+    (void)pthread_atfork(cache_fork_lock, cache_fork_unlock, cache_fork_unlock);
+}
+
 /* The smallest kept block of size to 2 * size bytes, taken out; or NULL. */
 static void *cache_take(size_t size)
 {

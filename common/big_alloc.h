@@ -51,7 +51,9 @@ void *sl__big_alloc(size_t size);
  * A process whose malloc sl__big_alloc_setup() set up (a worker) keeps
  * blocks of SL_BIG_CACHE_MIN_SETUP or more only: its trim threshold keeps
  * the smaller ones in the heap already, and kept blocks are charged to its
- * memory budget.
+ * memory budget. fork() takes the cache's mutex first and lets it go on
+ * both sides, so that a child forked while another thread held it can use
+ * the cache.
  */
 #define SL_BIG_CACHE_BLOCKS 64
 #define SL_BIG_CACHE_MIN (4u << 10)

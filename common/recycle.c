@@ -68,3 +68,36 @@ unsigned sl_recycle_kept(sl_recycler_t *r)
     pthread_mutex_unlock(&r->mu);
     return n;
 }
+
+/* The stocks fork() locks, registered from constructors (before threads). */
+static sl_recycler_t *fork_stocks[SL_RECYCLE_FORK_STOCKS];
+static unsigned fork_n;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* No thread holds two stocks' mutexes at once, so taking them all in a
+ * row cannot deadlock. */
+static void fork_prepare(void)
+{
+    for (unsigned i = 0; i < fork_n; i++)
+        pthread_mutex_lock(&fork_stocks[i]->mu);
+}
+
+static void fork_release(void)
+{
+    for (unsigned i = fork_n; i-- > 0;)
+        pthread_mutex_unlock(&fork_stocks[i]->mu);
+}
+
+static void fork_register(void)
+{
+    (void)pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
+int sl_recycle_fork_safe(sl_recycler_t *r)
+{
+    pthread_once(&fork_once, fork_register);
+    if (fork_n >= SL_RECYCLE_FORK_STOCKS)
+        return -1;
+    fork_stocks[fork_n++] = r;
+    return 0;
+}

@@ -46,4 +46,17 @@ void sl_recycle_drain(sl_recycler_t *r);
 /** @return how many blocks are kept now */
 unsigned sl_recycle_kept(sl_recycler_t *r);
 
+/* The most stocks sl_recycle_fork_safe() takes. */
+#define SL_RECYCLE_FORK_STOCKS 8
+
+/**
+ * Makes fork() leave r consistent and unlocked in the child: r's mutex is
+ * taken before the fork and let go after it on both sides (pthread_atfork()),
+ * so that a child forked while another thread held it (a trainer that forks
+ * its data loaders while a thread streams) can use r. Called once per stock,
+ * from its owner's constructor.
+ * @return 0, or -1 when SL_RECYCLE_FORK_STOCKS stocks are registered already
+ */
+int sl_recycle_fork_safe(sl_recycler_t *r);
+
 #endif

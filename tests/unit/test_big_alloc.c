@@ -13,6 +13,7 @@
 
 #include "batch.h"
 #include "big_alloc.h"
+#include "fork_util.h"
 #include "membudget.h"
 
 static void drain(void)
@@ -178,6 +179,22 @@ Test(big_alloc, a_freed_wire_batch_keeps_its_block)
     uint8_t *next = sl__big_alloc(size);
     cr_assert_eq(next, data, "the next batch did not get the kept block");
     sl__big_free(next);
+}
+
+static void use_cache(void)
+{
+    void *p = sl__big_alloc(8u << 10);
+    if (p)
+        memset(p, 1, 8u << 10);
+    sl__big_free(p);
+}
+
+/* A trainer may fork its data loaders while a thread streams: the child
+ * finds the cache unlocked (checked by mutation: without the fork handlers
+ * a child waits on the cache's mutex and its alarm fails the test). */
+Test(big_alloc, a_child_forked_while_a_thread_uses_the_cache_can_use_it)
+{
+    fork_while_used(use_cache, 300);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

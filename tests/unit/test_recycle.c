@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fork_util.h"
 #include "recycle.h"
 
 #define BLOCK 6144
@@ -93,6 +94,34 @@ Test(recycle, threads_never_share_a_block)
     }
     cr_assert_leq(sl_recycle_kept(&r), SL_RECYCLE_SLOTS);
     sl_recycle_drain(&r);
+}
+
+static sl_recycler_t fork_stock = SL_RECYCLER_INIT(BLOCK);
+
+static void use_fork_stock(void)
+{
+    sl_recycle_free(&fork_stock, sl_recycle_alloc(&fork_stock));
+}
+
+/* A trainer may fork its data loaders while a thread streams: the child
+ * finds the stock unlocked (checked by mutation: without the fork handlers
+ * a child waits on the mutex and its alarm fails the test). */
+Test(recycle, a_child_forked_while_a_thread_uses_a_stock_can_use_it)
+{
+    cr_assert_eq(sl_recycle_fork_safe(&fork_stock), 0);
+    fork_while_used(use_fork_stock, 300);
+    sl_recycle_drain(&fork_stock);
+}
+
+Test(recycle, fork_safety_takes_a_bounded_number_of_stocks)
+{
+    static sl_recycler_t many[SL_RECYCLE_FORK_STOCKS + 1];
+    int refused = 0;
+    for (int i = 0; i <= SL_RECYCLE_FORK_STOCKS; i++) {
+        many[i] = (sl_recycler_t)SL_RECYCLER_INIT(BLOCK);
+        refused += sl_recycle_fork_safe(&many[i]) < 0;
+    }
+    cr_assert_geq(refused, 1, "more stocks than SL_RECYCLE_FORK_STOCKS were taken");
 }
 
 #if defined(__SANITIZE_ADDRESS__)
