@@ -18,14 +18,7 @@
 #include "membudget.h"
 /* Under ASan a kept block is poisoned until it is handed out again, so a
  * use after sl__big_free() is still caught (as a use after poison). */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define KEPT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define KEPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define KEPT_POISON(p, n) ((void)(p), (void)(n))
-#define KEPT_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+#include "poison.h"
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 

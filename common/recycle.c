@@ -5,14 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define KEPT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define KEPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define KEPT_POISON(p, n) ((void)(p), (void)(n))
-#define KEPT_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+#include "poison.h"
 
 void *sl_recycle_alloc(sl_recycler_t *r)
 {

@@ -148,5 +148,6 @@ Test(recycle, a_block_given_back_twice_aborts, .signal = SIGABRT)
     void *a = sl_recycle_alloc(&r);
     sl_recycle_free(&r, a);
     sl_recycle_free(&r, a);
+    cr_assert_fail("a block given back twice was taken into the stock again");
 }
 #endif
