@@ -20,17 +20,7 @@
  * thread and freed on the caller's: blocks given back go to the next batch
  * from a stock (recycle.h), not through malloc's bins and the iterator
  * thread's arena lock taken from the caller's thread. */
-static sl_recycler_t batch_stock = SL_RECYCLER_INIT(sizeof(struct sl_batch));
-
-__attribute__((constructor)) static void batch_stock_fork_safe(void)
-{
-    (void)sl_recycle_fork_safe(&batch_stock);
-}
-
-__attribute__((destructor)) static void batches_at_exit(void)
-{
-    sl_recycle_drain(&batch_stock);
-}
+SL_RECYCLER_DEFINE(batch_stock, sizeof(struct sl_batch))
 
 void sl__batch_free(struct sl_batch *b)
 {

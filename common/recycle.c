@@ -62,23 +62,24 @@ unsigned sl_recycle_kept(sl_recycler_t *r)
     return n;
 }
 
-/* The stocks fork() locks, registered from constructors (before threads). */
-static sl_recycler_t *fork_stocks[SL_RECYCLE_FORK_STOCKS];
-static unsigned fork_n;
+/* The stocks fork() locks and exit drains, registered from constructors
+ * (before threads). */
+static sl_recycler_t *stocks[SL_RECYCLE_STOCKS];
+static unsigned stocks_n;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 /* No thread holds two stocks' mutexes at once, so taking them all in a
  * row cannot deadlock. */
 static void fork_prepare(void)
 {
-    for (unsigned i = 0; i < fork_n; i++)
-        pthread_mutex_lock(&fork_stocks[i]->mu);
+    for (unsigned i = 0; i < stocks_n; i++)
+        pthread_mutex_lock(&stocks[i]->mu);
 }
 
 static void fork_release(void)
 {
-    for (unsigned i = fork_n; i-- > 0;)
-        pthread_mutex_unlock(&fork_stocks[i]->mu);
+    for (unsigned i = stocks_n; i-- > 0;)
+        pthread_mutex_unlock(&stocks[i]->mu);
 }
 
 static void fork_register(void)
@@ -86,11 +87,18 @@ static void fork_register(void)
     (void)pthread_atfork(fork_prepare, fork_release, fork_release);
 }
 
-int sl_recycle_fork_safe(sl_recycler_t *r)
+int sl_recycle_register(sl_recycler_t *r)
 {
     pthread_once(&fork_once, fork_register);
-    if (fork_n >= SL_RECYCLE_FORK_STOCKS)
+    if (stocks_n >= SL_RECYCLE_STOCKS)
         return -1;
-    fork_stocks[fork_n++] = r;
+    stocks[stocks_n++] = r;
     return 0;
+}
+
+/* What the stocks keep goes at exit, so that none of it looks leaked. */
+__attribute__((destructor)) static void stocks_at_exit(void)
+{
+    for (unsigned i = 0; i < stocks_n; i++)
+        sl_recycle_drain(stocks[i]);
 }

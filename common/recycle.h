@@ -10,8 +10,10 @@
  * given back out again: a mutex and a slot.
  *
  * At most SL_RECYCLE_SLOTS blocks are kept in a stock (a task's buffer and
- * what is in flight reuse them; more go back to malloc), freed by
- * sl_recycle_drain(), which each stock's owner calls at exit. Under
+ * what is in flight reuse them; more go back to malloc). A stock defined
+ * with SL_RECYCLER_DEFINE() is registered as the program loads: fork()
+ * leaves it whole and unlocked in the child, and exit frees what it keeps
+ * (sl_recycle_drain()). Under
  * AddressSanitizer a kept block is poisoned until it is handed out again,
  * so a use after sl_recycle_free() is still caught, and a block given back
  * twice aborts the process, naming it.
@@ -46,17 +48,27 @@ void sl_recycle_drain(sl_recycler_t *r);
 /** @return how many blocks are kept now */
 unsigned sl_recycle_kept(sl_recycler_t *r);
 
-/* The most stocks sl_recycle_fork_safe() takes. */
-#define SL_RECYCLE_FORK_STOCKS 8
+/* The most stocks sl_recycle_register() takes. */
+#define SL_RECYCLE_STOCKS 8
 
 /**
- * Makes fork() leave r consistent and unlocked in the child: r's mutex is
- * taken before the fork and let go after it on both sides (pthread_atfork()),
- * so that a child forked while another thread held it (a trainer that forks
- * its data loaders while a thread streams) can use r. Called once per stock,
- * from its owner's constructor.
- * @return 0, or -1 when SL_RECYCLE_FORK_STOCKS stocks are registered already
+ * Registers r, which lives as long as the program (a static stock):
+ * fork() takes r's mutex before it forks and lets it go after on both sides
+ * (pthread_atfork()), so that a child forked while another thread held it (a
+ * trainer that forks its data loaders while a thread streams) can use r; and
+ * exit drains r. Called once per stock, as the program loads
+ * (SL_RECYCLER_DEFINE()).
+ * @return 0, or -1 when SL_RECYCLE_STOCKS stocks are registered already
  */
-int sl_recycle_fork_safe(sl_recycler_t *r);
+int sl_recycle_register(sl_recycler_t *r);
+
+/* Defines the static stock name of blocks of bytes, registered as the
+ * program loads (sl_recycle_register()). */
+#define SL_RECYCLER_DEFINE(name, bytes)                                                                             \
+    static sl_recycler_t name = SL_RECYCLER_INIT(bytes);                                                            \
+    __attribute__((constructor)) static void name##_register(void)                                                   \
+    {                                                                                                               \
+        (void)sl_recycle_register(&name);                                                                           \
+    }
 
 #endif

@@ -23,18 +23,7 @@
 #include "provwire.h"
 #include "recycle.h"
 
-static sl_recycler_t batches = SL_RECYCLER_INIT(sizeof(sl_wire_batch_t));
-
-/* Whatever is kept goes at exit, so that none of it looks leaked. */
-__attribute__((constructor)) static void batches_fork_safe(void)
-{
-    (void)sl_recycle_fork_safe(&batches);
-}
-
-__attribute__((destructor)) static void batches_at_exit(void)
-{
-    sl_recycle_drain(&batches);
-}
+SL_RECYCLER_DEFINE(batches, sizeof(sl_wire_batch_t))
 
 sl_wire_batch_t *sl_wire_batch_alloc(void)
 {

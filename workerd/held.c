@@ -15,17 +15,7 @@
 
 /* An answer is made for every batch sent and is 6 KiB or more (its
  * components): from a stock of those given back (recycle.h). */
-static sl_recycler_t served_stock = SL_RECYCLER_INIT(sizeof(sl_served_t));
-
-__attribute__((constructor)) static void served_stock_fork_safe(void)
-{
-    (void)sl_recycle_fork_safe(&served_stock);
-}
-
-__attribute__((destructor)) static void served_at_exit(void)
-{
-    sl_recycle_drain(&served_stock);
-}
+SL_RECYCLER_DEFINE(served_stock, sizeof(sl_served_t))
 
 sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
 {

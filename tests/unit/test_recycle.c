@@ -108,20 +108,20 @@ static void use_fork_stock(void)
  * a child waits on the mutex and its alarm fails the test). */
 Test(recycle, a_child_forked_while_a_thread_uses_a_stock_can_use_it)
 {
-    cr_assert_eq(sl_recycle_fork_safe(&fork_stock), 0);
+    cr_assert_eq(sl_recycle_register(&fork_stock), 0);
     fork_while_used(use_fork_stock, 300);
     sl_recycle_drain(&fork_stock);
 }
 
-Test(recycle, fork_safety_takes_a_bounded_number_of_stocks)
+Test(recycle, registration_takes_a_bounded_number_of_stocks)
 {
-    static sl_recycler_t many[SL_RECYCLE_FORK_STOCKS + 1];
+    static sl_recycler_t many[SL_RECYCLE_STOCKS + 1];
     int refused = 0;
-    for (int i = 0; i <= SL_RECYCLE_FORK_STOCKS; i++) {
+    for (int i = 0; i <= SL_RECYCLE_STOCKS; i++) {
         many[i] = (sl_recycler_t)SL_RECYCLER_INIT(BLOCK);
-        refused += sl_recycle_fork_safe(&many[i]) < 0;
+        refused += sl_recycle_register(&many[i]) < 0;
     }
-    cr_assert_geq(refused, 1, "more stocks than SL_RECYCLE_FORK_STOCKS were taken");
+    cr_assert_geq(refused, 1, "more stocks than SL_RECYCLE_STOCKS were taken");
 }
 
 #if defined(__SANITIZE_ADDRESS__)
