@@ -30,6 +30,13 @@ and std on x / 255, and batch 64 images (HWC, float32) with their labels.
   resize (tf.image.resize's bilinear, two taps), and its pixels differ
   slightly; everything else is the same work.
 
+--transform resized replaces the crop and the resize with torchvision's
+ImageNet training crop, RandomResizedCrop(224) (scale 0.08-1, ratio 3/4-4/3):
+Sluice's random_resized_crop (uint8, decoding only the window) then
+random_flip; on the PyTorch side the same window drawn in Python as
+torchvision's get_params draws it, then PIL's crop, flip and bilinear resize
+(what torchvision's RandomResizedCrop does to a PIL image).
+
 Each side skips --warmup batches and then times --batches batches; the two
 run --runs times, alternately, and each keeps its best (the machine is
 shared). The data (--images JPEGs at quality 90 in ImageNet's typical sizes,
@@ -39,6 +46,7 @@ and reused by later runs.
 import argparse
 import io
 import json
+import math
 import os
 import random
 import struct
@@ -56,6 +64,9 @@ ap.add_argument('--images', type=int, default=2000, help='JPEGs in the data set'
 ap.add_argument('--shards', type=int, default=8)
 ap.add_argument('--crop', type=int, default=256)
 ap.add_argument('--size', type=int, default=224)
+ap.add_argument('--transform', choices=['crop', 'resized'], default='crop',
+                help='crop: a --crop square crop, then a flip and a resize to --size; resized: RandomResizedCrop '
+                     'to --size, then a flip')
 ap.add_argument('--batch', type=int, default=64)
 ap.add_argument('--warmup', type=int, default=2, help='batches skipped before timing')
 ap.add_argument('--batches', type=int, default=24, help='batches timed')
@@ -168,6 +179,36 @@ def make_data():
 # ---- Sluice ----
 
 
+def transform(par):
+    """Sluice's ops between decode_jpeg and normalize."""
+    if args.transform == 'resized':
+        return [dict({"op": "random_resized_crop", "key": "image/encoded", "size": [args.size, args.size],
+                      "dtype": "uint8"}, **par),
+                dict({"op": "random_flip", "key": "image/encoded"}, **par)]
+    return [dict({"op": "random_crop", "key": "image/encoded", "size": [args.crop, args.crop]}, **par),
+            dict({"op": "random_flip", "key": "image/encoded"}, **par),
+            dict({"op": "resize", "key": "image/encoded", "size": [args.size, args.size], "dtype": "uint8"}, **par)]
+
+
+def resized_window(rng, w, h):
+    """torchvision's RandomResizedCrop.get_params with its defaults: (x, y, cw, ch)."""
+    area = w * h
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+        cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return rng.randint(0, w - cw), rng.randint(0, h - ch), cw, ch
+    own = w / h
+    if own < 3 / 4:
+        cw, ch = w, int(round(w / (3 / 4)))
+    elif own > 4 / 3:
+        cw, ch = int(round(h * (4 / 3))), h
+    else:
+        cw, ch = w, h
+    return (w - cw) // 2, (h - ch) // 2, cw, ch
+
+
 def sluice_rate(data_dir, shared_memory=True):
     import sluice
     from harness import Cluster
@@ -184,11 +225,7 @@ def sluice_rate(data_dir, shared_memory=True):
                 "ops": [{"op": "repeat"},
                         dict({"op": "parse_example", "features": {"image/encoded": {"dtype": "bytes"},
                                                                   "image/class/label": {"dtype": "int64"}}}, **par),
-                        decode,
-                        dict({"op": "random_crop", "key": "image/encoded", "size": [args.crop, args.crop]}, **par),
-                        dict({"op": "random_flip", "key": "image/encoded"}, **par),
-                        dict({"op": "resize", "key": "image/encoded", "size": [args.size, args.size],
-                              "dtype": "uint8"}, **par),
+                        decode] + transform(par) + [
                         dict({"op": "normalize", "key": "image/encoded", "mean": MEAN, "std": STD, "scale": True},
                              **par),
                         {"op": "batch", "batch_size": args.batch, "drop_remainder": True},
@@ -312,11 +349,17 @@ def torch_rate(paths):
                             ex = parse_example(rec, want)
                             img = Image.open(io.BytesIO(ex['image/encoded'])).convert('RGB')
                             w, h = img.size
-                            y, x = rng.randint(0, h - crop), rng.randint(0, w - crop)
-                            img = img.crop((x, y, x + crop, y + crop))
-                            if rng.random() < 0.5:
-                                img = img.transpose(Image.FLIP_LEFT_RIGHT)
-                            img = img.resize((size, size), Image.BILINEAR)
+                            if args.transform == 'resized':
+                                x, y, cw, ch = resized_window(rng, w, h)
+                                img = img.crop((x, y, x + cw, y + ch)).resize((size, size), Image.BILINEAR)
+                                if rng.random() < 0.5:
+                                    img = img.transpose(Image.FLIP_LEFT_RIGHT)
+                            else:
+                                y, x = rng.randint(0, h - crop), rng.randint(0, w - crop)
+                                img = img.crop((x, y, x + crop, y + crop))
+                                if rng.random() < 0.5:
+                                    img = img.transpose(Image.FLIP_LEFT_RIGHT)
+                                img = img.resize((size, size), Image.BILINEAR)
                             a = (np.asarray(img, dtype=np.float32) / np.float32(255.0) - mean) / std
                             yield a, ex['image/class/label']
 
@@ -362,8 +405,11 @@ def main():
         "sluice_pipeline_threads": args.workers,
         "sluice_num_parallel_calls": args.num_parallel_calls if args.workers > 1 else None,
         "torch_num_workers": args.workers,
-        "pipeline": "tfrecord, parse_example, decode_jpeg, random_crop %dx%d, random_flip, resize %dx%d bilinear "
-                    "uint8, normalize float32, batch %d" % (args.crop, args.crop, args.size, args.size, args.batch),
+        "pipeline": ("tfrecord, parse_example, decode_jpeg, random_crop %dx%d, random_flip, resize %dx%d bilinear "
+                     "uint8, normalize float32, batch %d" % (args.crop, args.crop, args.size, args.size, args.batch)
+                     if args.transform == 'crop' else
+                     "tfrecord, parse_example, decode_jpeg, random_resized_crop %dx%d uint8, random_flip, normalize "
+                     "float32, batch %d" % (args.size, args.size, args.batch)),
         "images_timed": args.batches * args.batch,
         "warmup_images": args.warmup * args.batch,
         "dataset_images": args.images,

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/python_vs_c.py --build "$build"
 /usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 1
 /usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 2
+# torchvision's ImageNet training crop (RandomResizedCrop) on both sides.
+/usr/bin/python3 bench/jpeg_pipeline.py --build "$build" --workers 2 --transform resized
 /usr/bin/python3 bench/parallel_map.py --build "$build"
 ./"$build"/bench/bench_pipeline_ops
 /usr/bin/python3 bench/split_handout.py --build "$build"

@@ -296,8 +296,8 @@ typedef struct row_cache {
     bool up;        /* rows are asked for bottom to top */
 } row_cache_t;
 
-static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t row_bytes, const lerp_t *xl,
-                               size_t out_w, size_t c, size_t row, int keep)
+static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t stride, size_t row_bytes,
+                               const lerp_t *xl, size_t out_w, size_t c, size_t row, int keep)
 {
     for (int k = 0; k < 2; k++)
         if (rc->idx[k] == (int64_t)row)
@@ -312,7 +312,7 @@ static const float *cached_row(row_cache_t *rc, const uint8_t *src, size_t row_b
         k = rc->idx[0] < 0 ? 0 : 1;
     else
         k = (rc->idx[0] <= rc->idx[1]) != rc->up ? 0 : 1;
-    hlerp(src + row * row_bytes, row_bytes, xl, out_w, c, rc->buf[k]);
+    hlerp(src + row * stride, row_bytes, xl, out_w, c, rc->buf[k]);
     rc->idx[k] = (int64_t)row;
     return rc->buf[k];
 }
@@ -440,8 +440,9 @@ static void norm_row(const norm_table_t *nt, const uint8_t *src, size_t n, size_
 /* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
  * into dst_u8, dst_f32, or through nt (non-NULL) into dst_f32: the uint8
  * result normalized. */
-static int resize(const uint8_t *src, sl_image_shape_t in, int flip, const float *extent, size_t out_h,
-                  size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, char *err, size_t errlen)
+static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, const float *extent,
+                  size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, char *err,
+                  size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
     row_cache_t rc = {{NULL, NULL}, {-1, -1}, flip == SL_IMAGE_FLIP_UP_DOWN};
@@ -459,6 +460,8 @@ static int resize(const uint8_t *src, sl_image_shape_t in, int flip, const float
                     out_h, out_w);
 
     size_t c = in.c, row_bytes = in.w * c, out_row = out_w * c;
+    if (stride == 0)
+        stride = row_bytes;
     xl = malloc(out_w * sizeof(*xl));
     yl = malloc(out_h * sizeof(*yl));
     rc.buf[0] = malloc(out_row * sizeof(float));
@@ -481,8 +484,8 @@ static int resize(const uint8_t *src, sl_image_shape_t in, int flip, const float
         mirror_lerps(in.h, out_h, 1, yl);
 
     for (size_t y = 0; y < out_h; y++) {
-        const float *top = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].lo, -1);
-        const float *bot = cached_row(&rc, src, row_bytes, xl, out_w, c, yl[y].hi, slot_of(&rc, top));
+        const float *top = cached_row(&rc, src, stride, row_bytes, xl, out_w, c, yl[y].lo, -1);
+        const float *bot = cached_row(&rc, src, stride, row_bytes, xl, out_w, c, yl[y].hi, slot_of(&rc, top));
         if (nt) {
             vlerp_u8(top, bot, yl[y].t, out_row, u8row);
             norm_row(nt, u8row, out_row, c, dst_f32 + y * out_row);
@@ -506,13 +509,13 @@ done:
 int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
                        size_t errlen)
 {
-    return resize(src, in, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
+    return resize(src, in, 0, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
 }
 
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen)
 {
-    return resize(src, in, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
+    return resize(src, in, 0, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
 }
 
 int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
@@ -524,18 +527,21 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     if (f->extent_h < 0 || f->extent_h > (float)in.h || f->extent_w < 0 || f->extent_w > (float)in.w)
         return sl_errf(err, errlen, SL_EINVAL, "resize: extent %g x %g outside the image %zu x %zu", (double)f->extent_h,
                        (double)f->extent_w, in.h, in.w);
+    if (f->stride != 0 && f->stride / in.c < in.w)
+        return sl_errf(err, errlen, SL_EINVAL, "resize: a row stride of %zu bytes is shorter than a row of %zu x %zu",
+                       f->stride, in.w, in.c);
     float ext[2] = {f->extent_h, f->extent_w};
     const float *extent = f->extent_h > 0 || f->extent_w > 0 ? ext : NULL;
     if (!f->mean)
-        return f->out_f32 ? resize(src, in, flip, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
-                          : resize(src, in, flip, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
+        return f->out_f32 ? resize(src, in, f->stride, flip, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
+                          : resize(src, in, f->stride, flip, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
         return rc;
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, flip, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
+    return resize(src, in, f->stride, flip, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
 }
 
 /* ---- crops and flips ---- */
@@ -588,6 +594,58 @@ int sl_image_random_crop_offsets(sl_rng_t *rng, sl_image_shape_t in, size_t h, s
         return rc;
     *y = (size_t)sl_rng_below(rng, (uint64_t)(in.h - h) + 1);
     *x = (size_t)sl_rng_below(rng, (uint64_t)(in.w - w) + 1);
+    return 0;
+}
+
+/* A uniform double in [lo, hi), as torch's uniform_: lo + (hi - lo) * u. */
+static double uniform(sl_rng_t *rng, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(sl_rng_next(rng) >> 11) * 0x1p-53);
+}
+
+/* Python's int(round(v)) of a v >= 0: half to even. */
+static size_t round_even(double v)
+{
+    return (size_t)nearbyint(v);
+}
+
+int sl_image_random_resized_crop_window(sl_rng_t *rng, sl_image_shape_t in, const double scale[2],
+                                        const double ratio[2], size_t *y, size_t *x, size_t *h, size_t *w, char *err,
+                                        size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("random_resized_crop", in, 1, err, errlen)) != 0)
+        return rc;
+    if (!(scale[0] > 0) || !(scale[0] <= scale[1]) || !(scale[1] <= 1) || !(ratio[0] > 0) || !(ratio[0] <= ratio[1]) ||
+        !isfinite(ratio[1]))
+        return sl_errf(err, errlen, SL_EINVAL, "random_resized_crop: bad scale [%g, %g] or ratio [%g, %g]", scale[0],
+                       scale[1], ratio[0], ratio[1]);
+    double area = (double)in.h * (double)in.w, lr0 = log(ratio[0]), lr1 = log(ratio[1]);
+    for (int i = 0; i < 10; i++) {
+        double target = area * uniform(rng, scale[0], scale[1]);
+        double aspect = exp(uniform(rng, lr0, lr1));
+        size_t cw = round_even(sqrt(target * aspect)), ch = round_even(sqrt(target / aspect));
+        if (cw > 0 && cw <= in.w && ch > 0 && ch <= in.h) {
+            *y = (size_t)sl_rng_below(rng, (uint64_t)(in.h - ch) + 1);
+            *x = (size_t)sl_rng_below(rng, (uint64_t)(in.w - cw) + 1);
+            *h = ch;
+            *w = cw;
+            return 0;
+        }
+    }
+    /* None fitted: the centered window of the nearest allowed ratio. */
+    double own = (double)in.w / (double)in.h;
+    size_t ch = in.h, cw = in.w;
+    if (own < ratio[0])
+        ch = round_even((double)cw / ratio[0]);
+    else if (own > ratio[1])
+        cw = round_even((double)ch * ratio[1]);
+    ch = ch < 1 ? 1 : ch > in.h ? in.h : ch;
+    cw = cw < 1 ? 1 : cw > in.w ? in.w : cw;
+    *y = (in.h - ch) / 2;
+    *x = (in.w - cw) / 2;
+    *h = ch;
+    *w = cw;
     return 0;
 }
 

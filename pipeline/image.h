@@ -141,6 +141,10 @@ typedef struct sl_image_resize_fuse {
      * of its ceil(h / d) rows (the last one partly padding): the resize
      * maps the output onto that span. Both 0: tf.image.resize exactly. */
     float extent_h, extent_w;
+    /* > 0: bytes from one input row to the next, at least in.w * in.c: the
+     * input is a window of a wider image (src its first pixel), resized
+     * without copying it out; 0: in.w * in.c. */
+    size_t stride;
 } sl_image_resize_fuse_t;
 
 /**
@@ -188,6 +192,23 @@ int sl_image_center_crop_offsets(sl_image_shape_t in, size_t h, size_t w, size_t
  */
 int sl_image_random_crop_offsets(sl_rng_t *rng, sl_image_shape_t in, size_t h, size_t w, size_t *y, size_t *x,
                                  char *err, size_t errlen);
+
+/**
+ * The window torchvision's RandomResizedCrop cuts (get_params, to the same
+ * arithmetic): up to 10 tries draw an area of in.h * in.w * U(scale[0],
+ * scale[1]) and a width / height of exp(U(log ratio[0], log ratio[1])),
+ * round each side half to even, and keep the first window that fits, at
+ * offsets drawn uniformly (y, then x); when none fits, the largest centered
+ * window whose shape the ratio bounds allow (the whole image when its own
+ * ratio is within them). Four draws a try, two more for the offsets.
+ * @param[in,out] rng the generator
+ * @param[in] scale,ratio 0 < scale[0] <= scale[1] <= 1, 0 < ratio[0] <= ratio[1]
+ * @param[out] y,x,h,w the window, inside the image, h and w >= 1
+ * @return 0; SL_EINVAL for a bad shape, scale or ratio
+ */
+int sl_image_random_resized_crop_window(sl_rng_t *rng, sl_image_shape_t in, const double scale[2],
+                                        const double ratio[2], size_t *y, size_t *x, size_t *h, size_t *w, char *err,
+                                        size_t errlen);
 
 /**
  * Mirrors an image along dir.

@@ -1,7 +1,7 @@
 /*
  * ops_image.c: the ops that change one component of an element:
- * decode_jpeg, resize, random_crop, center_crop, random_flip and normalize
- * on uint8 HWC images (through image.h), and cast on numbers of any shape.
+ * decode_jpeg, resize, random_crop, center_crop, random_resized_crop,
+ * random_flip and normalize on uint8 HWC images (through image.h), and cast on numbers of any shape.
  * Each replaces the value of its `key` component and passes the other
  * components on as they are.
  *
@@ -11,7 +11,7 @@
  * tf.image.resize) or uint8; the crops and random_flip take images of any
  * numeric dtype, normalize uint8 or float32 ones.
  *
- * The random ops (random_crop, random_flip) draw, for the element at
+ * The random ops (random_crop, random_resized_crop, random_flip) draw, for the element at
  * ordinal i of epoch e (the e-th reset), from a generator seeded with
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
@@ -50,7 +50,7 @@ struct image_iter {
      * (sl_image_decode_jpeg_window), with the same result. The crop then
      * has a decoder of its own (dec, and one per thread as its local). */
     bool fused;                       /* decode_jpeg: leave the decoding to the crop */
-    struct image_iter *fused_decode;  /* random_crop, center_crop: the decode_jpeg before it */
+    struct image_iter *fused_decode;  /* the crops: the decode_jpeg before it */
     /* Likewise random_flip directly followed by a resize, and a uint8
      * resize directly followed by normalize, of the same component: the
      * later op does the earlier one's work in the same pass
@@ -390,10 +390,10 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     return 0;
 }
 
-/* A crop fused with the decode_jpeg before it: v is still the encoded
- * image. The offsets are drawn from the header's shape with the draws
- * do_crop makes, so the window is the one decode-then-crop would cut. */
-static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+/* The header of the JPEG v still holds (a crop fused with the decode_jpeg
+ * before it, ii): errors name the decode_jpeg, as decoding first would. */
+static int fused_header(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v, const uint8_t **jpeg,
+                        size_t *len, sl_image_shape_t *s)
 {
     struct image_iter *d = ii->fused_decode;
     char err[256];
@@ -405,18 +405,48 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
                              "scalar) per element",
                              key_name(ii), sl_dtype_name(v->dtype), got);
     }
-    size_t len;
-    const uint8_t *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, &len);
-    int channels = (int)d->op.u.decode_jpeg.channels;
-    sl_image_shape_t s;
-    int rc = sl_image_jpeg_header(dec, jpeg, len, channels, &s, err, sizeof err);
+    *jpeg = sl_bytes_at(sl_value_data(v), 1, 0, len);
+    int rc = sl_image_jpeg_header(dec, *jpeg, *len, (int)d->op.u.decode_jpeg.channels, s, err, sizeof err);
+    if (rc < 0)
+        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), *len, err);
+    return 0;
+}
+
+/* Whether the image of shape s is over the per-image limit: then the window
+ * decoder fails it, as decode_jpeg does, before a crop looks at its size. */
+static bool fused_too_big(const struct image_iter *ii, sl_image_shape_t s)
+{
+    return s.h * s.w * s.c > ii->fused_decode->base.ctx->opts.max_batch_bytes;
+}
+
+/* Decodes the window (y, x, h, w) of the JPEG jpeg (len bytes) into *img. */
+static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, size_t y, size_t x, size_t h,
+                        size_t w, uint8_t **img, sl_image_shape_t *ws)
+{
+    struct image_iter *d = ii->fused_decode;
+    char err[256];
+    int rc = sl_image_decode_jpeg_window(jpeg, len, (int)d->op.u.decode_jpeg.channels,
+                                         d->base.ctx->opts.max_batch_bytes, y, x, h, w, img, ws, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    return 0;
+}
+
+/* A crop fused with the decode_jpeg before it: v is still the encoded
+ * image. The offsets are drawn from the header's shape with the draws
+ * do_crop makes, so the window is the one decode-then-crop would cut. */
+static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+{
+    char err[256];
+    const uint8_t *jpeg = NULL;
+    size_t len = 0;
+    sl_image_shape_t s;
+    int rc = fused_header(ii, dec, v, &jpeg, &len, &s);
+    if (rc < 0)
+        return rc;
     const sl_spec_ints_t *size = ii->kind == SL_OP_RANDOM_CROP ? &ii->op.u.random_crop.size : &ii->op.u.center_crop.size;
     size_t h = (size_t)size->v[0], w = (size_t)size->v[1], y, x;
-    /* An image over the limit fails in the window decoder, as decode_jpeg
-     * fails it, before the crop's size is looked at. */
-    bool too_big = s.h * s.w * s.c > d->base.ctx->opts.max_batch_bytes;
+    bool too_big = fused_too_big(ii, s);
     if (!too_big && (h > s.h || w > s.w))
         return sl__iter_fail(&ii->base, SL_EDATA,
                              "component \"%s\" has shape [%zu, %zu, %zu], smaller than the crop [%zu, %zu]",
@@ -431,11 +461,56 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     uint8_t *img = NULL;
     sl_image_shape_t ws;
-    rc = sl_image_decode_jpeg_window(jpeg, len, channels, d->base.ctx->opts.max_batch_bytes, y, x, h, w, &img, &ws,
-                                     err, sizeof err);
-    if (rc < 0)
-        return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
+    if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws)) < 0)
+        return rc;
     set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
+    return 0;
+}
+
+/* random_resized_crop: the window drawn from the image's shape (the JPEG's
+ * header when fused with the decode_jpeg before it, which then decodes only
+ * the window), resized to size without being copied out. */
+static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+{
+    char err[256];
+    const uint8_t *jpeg = NULL;
+    size_t len = 0, y, x, h, w;
+    sl_image_shape_t s;
+    int rc = ii->fused_decode ? fused_header(ii, dec, v, &jpeg, &len, &s) : image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    const double *scale = ii->op.u.random_resized_crop.scale.v, *ratio = ii->op.u.random_resized_crop.ratio.v;
+    if (ii->fused_decode && fused_too_big(ii, s))
+        y = x = 0, h = w = 1;
+    else if ((rc = sl_image_random_resized_crop_window(rng, s, scale, ratio, &y, &x, &h, &w, err, sizeof err)) < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    const uint8_t *src;
+    uint8_t *img = NULL;
+    sl_image_resize_fuse_t f = {.out_f32 = ii->op.u.random_resized_crop.dtype == SL_DTYPE_FLOAT32};
+    sl_image_shape_t ws = {h, w, s.c};
+    if (ii->fused_decode) {
+        if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws)) < 0)
+            return rc;
+        src = img;
+    } else {
+        src = (const uint8_t *)sl_value_data(v) + (y * s.w + x) * s.c;
+        f.stride = s.w * s.c;
+    }
+    size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
+    sl_dtype_t dt = ii->op.u.random_resized_crop.dtype;
+    size_t bytes = oh * ow * ws.c * sl_dtype_size(dt);
+    uint8_t *out = malloc(bytes);
+    if (!out) {
+        free(img);
+        return nomem(ii, bytes);
+    }
+    rc = sl_image_resize_fused(src, ws, &f, oh, ow, out, err, sizeof err);
+    free(img);
+    if (rc < 0) {
+        free(out);
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    }
+    set_image(v, dt, oh, ow, ws.c, out);
     return 0;
 }
 
@@ -588,7 +663,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     struct image_iter *ii = (struct image_iter *)it;
     int rc;
     sl_rng_t rng;
-    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP)
+    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP || ii->kind == SL_OP_RANDOM_RESIZED_CROP)
         sl_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
@@ -596,6 +671,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, local, ordinal, NULL, v); break;
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
+    case SL_OP_RANDOM_RESIZED_CROP: rc = do_random_resized_crop(ii, local, &rng, v); break;
     case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
     case SL_OP_NORMALIZE: rc = do_normalize(ii, local, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
@@ -671,6 +747,7 @@ static const char *op_key(const sl_spec_op_t *op)
     case SL_OP_RESIZE: return op->u.resize.key;
     case SL_OP_RANDOM_CROP: return op->u.random_crop.key;
     case SL_OP_CENTER_CROP: return op->u.center_crop.key;
+    case SL_OP_RANDOM_RESIZED_CROP: return op->u.random_resized_crop.key;
     case SL_OP_RANDOM_FLIP: return op->u.random_flip.key;
     case SL_OP_NORMALIZE: return op->u.normalize.key;
     case SL_OP_CAST: return op->u.cast.key;
@@ -684,7 +761,8 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
 {
     switch (kind) {
     case SL_OP_DECODE_JPEG: *what = "encoded images (bytes)"; return dt == SL_DTYPE_BYTES;
-    case SL_OP_RESIZE: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_RESIZE:
+    case SL_OP_RANDOM_RESIZED_CROP: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
     case SL_OP_NORMALIZE:
         *what = "uint8 or float32 images";
         return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
@@ -793,6 +871,15 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         }
         break;
     case SL_OP_CENTER_CROP:
+        if (fuse_with_decode(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
+        break;
+    case SL_OP_RANDOM_RESIZED_CROP:
+        ii->base.spec.c[k].dtype = op->u.random_resized_crop.dtype;
+        ii->seed = op->u.random_resized_crop.has_seed ? (uint64_t)op->u.random_resized_crop.seed
+                                                      : sl__random_seed(ii);
         if (fuse_with_decode(ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;

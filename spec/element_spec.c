@@ -63,7 +63,7 @@ static sl_component_spec_t *image(struct elem *el, const char *key, sl_op_kind_t
     sl_component_spec_t *c = &el->e->components[i];
     if (c->dtype == SL_DTYPE_BYTES || c->ragged || el->varlen[i] || (c->rank >= 0 && c->rank != 3))
         return NULL;
-    if (kind == SL_OP_RESIZE && c->dtype != SL_DTYPE_UINT8)
+    if ((kind == SL_OP_RESIZE || kind == SL_OP_RANDOM_RESIZED_CROP) && c->dtype != SL_DTYPE_UINT8)
         return NULL;
     if (kind == SL_OP_NORMALIZE && c->dtype != SL_DTYPE_UINT8 && c->dtype != SL_DTYPE_FLOAT32)
         return NULL;
@@ -185,6 +185,13 @@ static int apply(struct elem *el, const sl_spec_op_t *op)
             return -1;
         c->shape[0] = op->u.center_crop.size.v[0];
         c->shape[1] = op->u.center_crop.size.v[1];
+        return 0;
+    case SL_OP_RANDOM_RESIZED_CROP:
+        if (!(c = image(el, op->u.random_resized_crop.key, op->kind)))
+            return -1;
+        c->shape[0] = op->u.random_resized_crop.size.v[0];
+        c->shape[1] = op->u.random_resized_crop.size.v[1];
+        c->dtype = op->u.random_resized_crop.dtype;
         return 0;
     case SL_OP_RANDOM_FLIP:
         return image(el, op->u.random_flip.key, op->kind) ? 0 : -1;

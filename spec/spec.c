@@ -281,6 +281,20 @@ static const struct field center_crop_fields[] = {
     END_FIELDS,
 };
 
+/* scale and ratio: absent, torchvision's defaults (random_resized_crop_check). */
+static const struct field random_resized_crop_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_resized_crop.key),
+    SIZE_FIELD(sl_spec_op_t, u.random_resized_crop.size),
+    {.name = "scale", .type = F_FLOATS, .need = F_DEFAULT, .min_count = 2, .max_count = 2,
+     .off = offsetof(sl_spec_op_t, u.random_resized_crop.scale)},
+    {.name = "ratio", .type = F_FLOATS, .need = F_DEFAULT, .min_count = 2, .max_count = 2,
+     .off = offsetof(sl_spec_op_t, u.random_resized_crop.ratio)},
+    STRING_FIELD("dtype", F_DEFAULT, SL_DTYPE_FLOAT32, resize_dtypes, sl_spec_op_t, u.random_resized_crop.dtype),
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_resized_crop.seed, u.random_resized_crop.has_seed),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static const struct field random_flip_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
@@ -423,6 +437,8 @@ static int parse_example_check(sl_spec_t *spec, json_t *obj, void *desc, const c
                                size_t errlen);
 static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int random_resized_crop_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
+                                     size_t errlen);
 static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
@@ -455,6 +471,7 @@ static const struct kind ops[] = {
     {"interleave", SL_OP_INTERLEAVE, interleave_fields, interleave_check},
     {"prefetch", SL_OP_PREFETCH, prefetch_fields, NULL},
     {"cache", SL_OP_CACHE, cache_fields, NULL},
+    {"random_resized_crop", SL_OP_RANDOM_RESIZED_CROP, random_resized_crop_fields, random_resized_crop_check},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1045,6 +1062,32 @@ static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char 
         if (!(std->v[i] > 0))
             return sl_errf(err, errlen, SL_ESPEC, "%s.std[%d]: must be a number > 0, got %.15g", path, i, std->v[i]);
     }
+    return 0;
+}
+
+/* The largest ratio bound: a window 1,000 times wider than high (or the
+ * reverse) is already a line. */
+#define MAX_CROP_RATIO 1000.0
+
+static int random_resized_crop_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
+                                     size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    sl_spec_floats_t *scale = &op->u.random_resized_crop.scale, *ratio = &op->u.random_resized_crop.ratio;
+    /* Absent: torchvision's RandomResizedCrop defaults, shown in the canonical form. */
+    if (scale->n == 0)
+        *scale = (sl_spec_floats_t){2, {0.08, 1.0}};
+    if (ratio->n == 0)
+        *ratio = (sl_spec_floats_t){2, {3.0 / 4.0, 4.0 / 3.0}};
+    if (!(scale->v[0] > 0) || !(scale->v[1] <= 1) || scale->v[0] > scale->v[1])
+        return sl_errf(err, errlen, SL_ESPEC, "%s.scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [%.15g, %.15g]",
+                       path, scale->v[0], scale->v[1]);
+    if (!(ratio->v[0] >= 1 / MAX_CROP_RATIO) || !(ratio->v[1] <= MAX_CROP_RATIO) || ratio->v[0] > ratio->v[1])
+        return sl_errf(err, errlen, SL_ESPEC,
+                       "%s.ratio: must be [lo, hi] with %g <= lo <= hi <= %g (width / height), got [%.15g, %.15g]",
+                       path, 1 / MAX_CROP_RATIO, MAX_CROP_RATIO, ratio->v[0], ratio->v[1]);
     return 0;
 }
 
@@ -1996,6 +2039,7 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     case SL_OP_RESIZE:
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP:
+    case SL_OP_RANDOM_RESIZED_CROP:
     case SL_OP_RANDOM_FLIP:
     case SL_OP_NORMALIZE:
     case SL_OP_CAST:

@@ -64,6 +64,7 @@ typedef enum sl_op_kind {
     SL_OP_INTERLEAVE,
     SL_OP_PREFETCH,
     SL_OP_CACHE,
+    SL_OP_RANDOM_RESIZED_CROP,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
@@ -226,6 +227,15 @@ typedef struct sl_spec_op {
         } center_crop;
         struct {
             char key[SL_MAX_NAME];
+            sl_spec_ints_t size;    /* [height, width] of the output */
+            sl_spec_floats_t scale; /* [lo, hi] of the window's share of the area: 0 < lo <= hi <= 1 */
+            sl_spec_floats_t ratio; /* [lo, hi] of its width / height: 0 < lo <= hi */
+            sl_dtype_t dtype;       /* SL_DTYPE_UINT8 or SL_DTYPE_FLOAT32 */
+            bool has_seed;
+            int64_t seed;
+        } random_resized_crop;
+        struct {
+            char key[SL_MAX_NAME];
             int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
             bool has_seed;
             int64_t seed;
@@ -281,7 +291,7 @@ typedef struct sl_spec_op {
         } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
-     * center_crop, random_flip, normalize, cast, map, filter) may run on
+     * center_crop, random_resized_crop, random_flip, normalize, cast, map, filter) may run on
      * several threads: num_parallel_calls, when given, is 1 ..
      * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
      * true) keeps the order. Other ops never have them. */

@@ -108,6 +108,8 @@ class BuilderTest(unittest.TestCase):
               .decode_jpeg('image')
               .resize('image', 224, 256)
               .random_crop('image', 200, 210, seed=3)
+              .random_resized_crop('image', 192, 160, scale=(0.25, 1), ratio=[0.5, 2], dtype=np.uint8, seed=9)
+              .random_resized_crop('image', 96, 96)
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
@@ -128,6 +130,9 @@ class BuilderTest(unittest.TestCase):
             {'op': 'decode_jpeg', 'key': 'image', 'channels': 3},
             {'op': 'resize', 'key': 'image', 'size': [224, 256]},
             {'op': 'random_crop', 'key': 'image', 'size': [200, 210], 'seed': 3},
+            {'op': 'random_resized_crop', 'key': 'image', 'size': [192, 160], 'scale': [0.25, 1.0],
+             'ratio': [0.5, 2.0], 'dtype': 'uint8', 'seed': 9},
+            {'op': 'random_resized_crop', 'key': 'image', 'size': [96, 96]},
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},

@@ -58,6 +58,43 @@ class DataplaneBuilderTest(DataCase):
                 want[len(want)] = im['label']
         self.assertEqual(labels, want)
 
+    def test_random_resized_crop_as_torchvision_trains(self):
+        # RandomResizedCrop, RandomHorizontalFlip, ToTensor + Normalize, on
+        # the workers, every image once under DYNAMIC.
+        ds = (sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+              .parse_example({'id': int, 'image/encoded': bytes})
+              .decode_jpeg('image/encoded')
+              .random_resized_crop('image/encoded', 28, 24, seed=4)
+              .random_flip('image/encoded', seed=4)
+              .normalize('image/encoded', [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], scale=True)
+              .batch(8))
+        bs = self.batches(ds)
+        self.assertEqual(sorted(int(i) for b in bs for i in b['id']), list(range(32)))
+        for b in bs:
+            img = b['image/encoded']
+            self.assertEqual(img.shape, (len(b['id']), 28, 24, 3))
+            self.assertEqual(img.dtype, np.float32)
+            # (x / 255 - mean) / std for x in [0, 255]
+            self.assertGreaterEqual(float(img.min()), (0 - 0.485) / 0.229 - 1e-4)
+            self.assertLessEqual(float(img.max()), (1 - 0.406) / 0.225 + 1e-4)
+        # uint8 out, and a bad scale refused by the dispatcher, naming the field.
+        u8 = self.batches(sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+                          .parse_example({'image/encoded': bytes})
+                          .decode_jpeg('image/encoded')
+                          .random_resized_crop('image/encoded', 16, 16, dtype=np.uint8)
+                          .batch(32))
+        self.assertEqual(sum(len(b['image/encoded']) for b in u8), 32)
+        for b in u8:
+            self.assertEqual(b['image/encoded'].dtype, np.uint8)
+            self.assertEqual(b['image/encoded'].shape[1:], (16, 16, 3))
+        bad = (sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+               .parse_example({'image/encoded': bytes})
+               .decode_jpeg('image/encoded')
+               .random_resized_crop('image/encoded', 8, 8, scale=(0.5, 2)))
+        with self.assertRaises(sluice.SpecError) as cm:
+            self.batches(bad)
+        self.assertIn('$.ops[2].scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [0.5, 2]', str(cm.exception))
+
     def test_parse_example_python_dtypes_and_varlen(self):
         ds = (sluice.tfrecord(os.path.join(self.data, 'varlen-*.tfrecord'))
               .parse_example({'id': int, 'tokens': {'dtype': int, 'varlen': True}})

@@ -111,6 +111,16 @@ Test(element_spec, images)
     EXPECT(json, "record:float32[?,32,32,3]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"center_crop\",\"key\":\"record\",\"size\":[7,9]}");
     EXPECT(json, "record:uint8[7,9,3]");
+    snprintf(json, sizeof json, img, "", ",{\"op\":\"random_resized_crop\",\"key\":\"record\",\"size\":[24,32]}");
+    EXPECT(json, "record:float32[24,32,3]");
+    snprintf(json, sizeof json, img, ",\"channels\":1",
+             ",{\"op\":\"random_resized_crop\",\"key\":\"record\",\"size\":[5,6],\"dtype\":\"uint8\"}");
+    EXPECT(json, "record:uint8[5,6,1]");
+    /* resize and random_resized_crop take uint8 images, not float32 ones. */
+    snprintf(json, sizeof json, img, "",
+             ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"random_resized_crop\","
+             "\"key\":\"record\",\"size\":[4,4]}");
+    EXPECT(json, "unknown");
     /* resize takes uint8 images, not float32 ones. */
     snprintf(json, sizeof json, img, "",
              ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"resize\",\"key\":\"record\","

@@ -804,6 +804,138 @@ Test(image_crop, random_offsets_deterministic_and_in_range)
     cr_assert(strstr(err, "random_crop"), "%s", err);
 }
 
+/* RandomResizedCrop's window (torchvision's get_params): with the area and
+ * the ratio fixed, the sides are known; sides round half to even, as
+ * Python's round(); over 10^5 draws every window lies inside, its share of
+ * the area and its ratio stay in bounds (but for rounding), the shares
+ * spread over the range, and a seed repeats its windows. */
+Test(image_crop, random_resized_crop_window)
+{
+    sl_rng_t a, b;
+    size_t y, x, h, w;
+    const double any_scale[2] = {0.08, 1.0}, any_ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+
+    /* Fixed area and ratio: 500 x 375 (w x h), a quarter of it, square:
+     * sqrt(46875) = 216.506 -> 217; half of it at ratio 2: 433 x 217. */
+    sl_image_shape_t photo = {375, 500, 3};
+    sl_rng_seed(&a, 1);
+    const double quarter[2] = {0.25, 0.25}, square[2] = {1, 1}, half[2] = {0.5, 0.5}, wide[2] = {2, 2};
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, photo, quarter, square, &y, &x, &h, &w, err, sizeof err), 0,
+                 "%s", err);
+    cr_assert(h == 217 && w == 217 && y <= 375 - 217 && x <= 500 - 217, "%zu x %zu at (%zu, %zu)", h, w, y, x);
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, photo, half, wide, &y, &x, &h, &w, err, sizeof err), 0);
+    cr_assert(h == 217 && w == 433, "%zu x %zu", h, w);
+
+    /* Exact halves round to even: 2.5 -> 2 (10 x 10), 3.5 -> 4 (14 x 14). */
+    const double sixteenth[2] = {0.0625, 0.0625};
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, (sl_image_shape_t){10, 10, 1}, sixteenth, square, &y, &x,
+                                                     &h, &w, err, sizeof err),
+                 0);
+    cr_assert(h == 2 && w == 2, "%zu x %zu", h, w);
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, (sl_image_shape_t){14, 14, 1}, sixteenth, square, &y, &x,
+                                                     &h, &w, err, sizeof err),
+                 0);
+    cr_assert(h == 4 && w == 4, "%zu x %zu", h, w);
+
+    /* No window fits: the centered one of the nearest allowed ratio. A
+     * 10 x 1000 strip (h x w) cannot hold 90% of its area at ratio <= 4/3:
+     * 10 x round(13.33) = 13 at x = 493. A 1000 x 10 one: round(10 / 0.75)
+     * = 13 x 10 at y = 493. A 1 x 1000 line: 1 x 1. */
+    const double most[2] = {0.9, 1.0};
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, (sl_image_shape_t){10, 1000, 3}, most, any_ratio, &y, &x,
+                                                     &h, &w, err, sizeof err),
+                 0);
+    cr_assert(h == 10 && w == 13 && y == 0 && x == 493, "%zu x %zu at (%zu, %zu)", h, w, y, x);
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, (sl_image_shape_t){1000, 10, 3}, most, any_ratio, &y, &x,
+                                                     &h, &w, err, sizeof err),
+                 0);
+    cr_assert(h == 13 && w == 10 && y == 493 && x == 0, "%zu x %zu at (%zu, %zu)", h, w, y, x);
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, (sl_image_shape_t){1, 1000, 3}, most, any_ratio, &y, &x, &h,
+                                                     &w, err, sizeof err),
+                 0);
+    cr_assert(h == 1 && w == 1 && y == 0 && x == 499, "%zu x %zu at (%zu, %zu)", h, w, y, x);
+
+    /* 10^5 draws with the defaults, two generators of one seed in step. */
+    sl_rng_seed(&a, 77);
+    sl_rng_seed(&b, 77);
+    const int n = 100000;
+    double share_sum = 0, y_sum = 0;
+    int small = 0, whole = 0, offsets = 0;
+    for (int i = 0; i < n; i++) {
+        size_t y2, x2, h2, w2;
+        cr_assert_eq(sl_image_random_resized_crop_window(&a, photo, any_scale, any_ratio, &y, &x, &h, &w, err,
+                                                         sizeof err),
+                     0, "%s", err);
+        sl_image_random_resized_crop_window(&b, photo, any_scale, any_ratio, &y2, &x2, &h2, &w2, err, sizeof err);
+        cr_assert(y == y2 && x == x2 && h == h2 && w == w2, "draw %d differs under one seed", i);
+        cr_assert(h >= 1 && w >= 1 && y + h <= photo.h && x + w <= photo.w, "draw %d: %zu x %zu at (%zu, %zu)", i, h,
+                  w, y, x);
+        double share = (double)(h * w) / (375.0 * 500.0), ratio = (double)w / (double)h;
+        if (h == photo.h && w == photo.w) {
+            whole++; /* the fallback, or a draw of (nearly) all of it */
+            continue;
+        }
+        /* Each side is off by at most half a pixel from the drawn one. */
+        cr_assert(share >= 0.08 * 0.98 && share <= 1.0, "draw %d: share %.4f", i, share);
+        cr_assert(ratio >= 0.75 * 0.98 && ratio <= 4.0 / 3.0 * 1.02, "draw %d: ratio %.4f", i, ratio);
+        share_sum += share;
+        small += share < 0.2;
+        if (h < photo.h) {
+            y_sum += (double)y / (double)(photo.h - h);
+            offsets++;
+        }
+    }
+    double mean = share_sum / (n - whole), y_mean = y_sum / offsets;
+    /* Shares drawn uniform on [0.08, 1], less the large ones whose shape
+     * does not fit 500 x 375 (drawn again): torchvision's algorithm written
+     * in Python (random.uniform, 2 x 10^5 draws) gives a mean share of
+     * 0.4328 and 17.6% below 0.2. */
+    cr_assert(mean > 0.425 && mean < 0.441, "mean share %.4f", mean);
+    cr_assert(small > n * 17 / 100 && small < n * 181 / 1000, "%d of %d below 0.2", small, n);
+    cr_assert(whole < n / 50, "%d whole images", whole);
+    cr_assert(y_mean > 0.48 && y_mean < 0.52, "mean relative offset %.4f", y_mean);
+
+    /* Bad arguments. */
+    const double zero[2] = {0, 1}, upside[2] = {2, 1};
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, photo, zero, any_ratio, &y, &x, &h, &w, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "random_resized_crop"), "%s", err);
+    cr_assert_eq(sl_image_random_resized_crop_window(&a, photo, any_scale, upside, &y, &x, &h, &w, err, sizeof err),
+                 SL_EINVAL);
+}
+
+/* A resize given a row stride reads a window of a wider image in place:
+ * the same values as resizing the window copied out. */
+Test(image_resize, strided_window_equals_copied_window)
+{
+    sl_image_shape_t big = {40, 64, 3}, win = {23, 37, 3};
+    size_t y0 = 9, x0 = 17;
+    uint8_t *src = xmalloc(big.h * big.w * 3), *copy = xmalloc(win.h * win.w * 3);
+    for (size_t i = 0; i < big.h * big.w * 3; i++)
+        src[i] = (uint8_t)rng();
+    cr_assert_eq(sl_image_crop(src, big, y0, x0, win.h, win.w, copy, err, sizeof err), 0, "%s", err);
+    const size_t outs[][2] = {{11, 13}, {23, 37}, {50, 61}, {1, 1}};
+    for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
+        size_t oh = outs[k][0], ow = outs[k][1];
+        float *want = malloc(oh * ow * 3 * sizeof(float)), *got = malloc(oh * ow * 3 * sizeof(float));
+        cr_assert(want && got);
+        cr_assert_eq(sl_image_resize_f32(copy, win, oh, ow, want, err, sizeof err), 0, "%s", err);
+        sl_image_resize_fuse_t f = {.out_f32 = true, .stride = big.w * 3};
+        cr_assert_eq(sl_image_resize_fused(src + (y0 * big.w + x0) * 3, win, &f, oh, ow, got, err, sizeof err), 0,
+                     "%s", err);
+        cr_assert_eq(memcmp(want, got, oh * ow * 3 * sizeof(float)), 0, "%zu x %zu", oh, ow);
+        free(want);
+        free(got);
+    }
+    /* A stride shorter than a row is refused. */
+    float out[3];
+    sl_image_resize_fuse_t f = {.out_f32 = true, .stride = win.w * 3 - 1};
+    cr_assert_eq(sl_image_resize_fused(copy, win, &f, 1, 1, out, err, sizeof err), SL_EINVAL);
+    cr_assert(strstr(err, "stride"), "%s", err);
+    free(copy);
+    free(src);
+}
+
 Test(image_flip, known_values)
 {
     const uint8_t src[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, /* row 0: three RGB pixels */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "image.h"
+#include "iter.h"
 #include "pipeline_util.h"
 
 static sl_confine_t *roots;
@@ -172,6 +173,68 @@ Test(image_ops, random_crop_is_a_window_and_seeded)
               "%s", a.errmsg);
     batches_free(&a);
     batches_free(&src);
+}
+
+/* random_resized_crop gives, for image k of the first epoch, the window
+ * its own generator (seed, epoch 0, ordinal k) draws, resized: the kernels
+ * applied by hand to the decoded image, to the bit, float32 and uint8; and
+ * the windows vary in size. */
+Test(image_ops, random_resized_crop_is_a_window_resized)
+{
+    batches_t src = decoded();
+    const double scale[2] = {0.3, 0.9}, ratio[2] = {0.5, 2.0};
+    const char *ops[] = {"{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+                         "\"scale\":[0.3,0.9],\"ratio\":[0.5,2]}",
+                         "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+                         "\"scale\":[0.3,0.9],\"ratio\":[0.5,2],\"dtype\":\"uint8\"}"};
+    for (int u8 = 0; u8 < 2; u8++) {
+        batches_t a = run_images(ops[u8]);
+        cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+        cr_assert_eq(a.n, src.n);
+        size_t smallest = SIZE_MAX, largest = 0;
+        for (size_t k = 0; k < a.n; k++) {
+            int64_t h, w, sh, sw;
+            const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+            cr_assert(h == 24 && w == 20);
+            cr_assert_eq(c->dtype, u8 ? SL_DTYPE_UINT8 : SL_DTYPE_FLOAT32);
+            sl_image_shape_t in = {(size_t)sh, (size_t)sw, 3};
+            sl_rng_t rng;
+            sl_rng_seed(&rng, sl__element_seed(13, 0, k));
+            size_t y, x, wh, ww;
+            char err[256];
+            cr_assert_eq(sl_image_random_resized_crop_window(&rng, in, scale, ratio, &y, &x, &wh, &ww, err, sizeof err),
+                         0, "%s", err);
+            smallest = wh * ww < smallest ? wh * ww : smallest;
+            largest = wh * ww > largest ? wh * ww : largest;
+            uint8_t *win = malloc(wh * ww * 3);
+            size_t bytes = 24 * 20 * 3 * (u8 ? 1 : sizeof(float));
+            uint8_t *want = malloc(bytes);
+            cr_assert(win && want);
+            cr_assert_eq(sl_image_crop(src.b[k]->data + s->offset, in, y, x, wh, ww, win, err, sizeof err), 0);
+            sl_image_shape_t ws = {wh, ww, 3};
+            int rc = u8 ? sl_image_resize_u8(win, ws, 24, 20, want, err, sizeof err)
+                        : sl_image_resize_f32(win, ws, 24, 20, (float *)want, err, sizeof err);
+            cr_assert_eq(rc, 0, "%s", err);
+            cr_assert_eq(memcmp(a.b[k]->data + c->offset, want, bytes), 0, "image %zu (%s)", k, u8 ? "uint8" : "float32");
+            free(win);
+            free(want);
+        }
+        cr_assert_lt(smallest * 2, largest, "windows from %zu to %zu pixels", smallest, largest);
+        batches_free(&a);
+    }
+    batches_free(&src);
+
+    /* It takes uint8 images only: after a float32 resize it is refused. */
+    sl_pipeline_opts_t o = {.roots = roots};
+    sl_pipeline_t *p;
+    char err[1024];
+    int rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE "," DECODE ",{\"op\":\"resize\",\"key\":"
+                          "\"image/encoded\",\"size\":[30,30]},{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\","
+                          "\"size\":[4,4]}]}",
+                          &o, &p, err, sizeof err);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_str_eq(err, "ops[3] (random_resized_crop): component \"image/encoded\" is float32; random_resized_crop "
+                          "takes uint8 images (decode_jpeg makes them)");
 }
 
 Test(image_ops, random_flip_mirrors_some)
@@ -412,6 +475,9 @@ Test(image_ops, fused_decode_crop_equals_decode_then_crop)
         "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[17,29],\"seed\":9}",
         "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]}",
         "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[38,40]}",
+        "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,24],\"seed\":3}",
+        "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[64,48],\"seed\":4,"
+        "\"scale\":[0.05,0.5],\"ratio\":[0.2,5],\"dtype\":\"uint8\"}",
     };
     for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
         char apart[512];

@@ -630,6 +630,48 @@ Test(spec, parse_example_errors)
 #undef PE
 }
 
+/* random_resized_crop: torchvision's scale and ratio when absent, shown in
+ * the canonical form (so that a spec that writes them out has the same
+ * fingerprint), and bounds on both. */
+Test(spec, random_resized_crop)
+{
+    sl_spec_t *a = parse_ok(OPS("{\"op\":\"random_resized_crop\",\"key\":\"img\",\"size\":[224,224]}"));
+    cr_assert_str_eq(sl_spec_canonical(a),
+                     "{\"ops\":[{\"dtype\":\"float32\",\"key\":\"img\",\"op\":\"random_resized_crop\",\"ratio\":"
+                     "[0.75,1.33333333333333],\"scale\":[0.08,1.0],\"size\":[224,224]}],"
+                     "\"source\":{\"compression\":\"none\",\"files\":[\"/d/*\"],\"name\":\"record\",\"on_corrupt\":"
+                     "\"fail\",\"type\":\"tfrecord\"}}");
+    const sl_spec_op_t *op = sl_spec_op(a, 0);
+    cr_assert_eq(op->kind, SL_OP_RANDOM_RESIZED_CROP);
+    cr_assert(op->u.random_resized_crop.scale.n == 2 && op->u.random_resized_crop.scale.v[0] == 0.08 &&
+              op->u.random_resized_crop.scale.v[1] == 1.0);
+    cr_assert(op->u.random_resized_crop.ratio.n == 2 && op->u.random_resized_crop.ratio.v[0] == 0.75 &&
+              op->u.random_resized_crop.ratio.v[1] == 4.0 / 3.0);
+    cr_assert_not(op->u.random_resized_crop.has_seed);
+    cr_assert(sl_spec_op_elementwise(SL_OP_RANDOM_RESIZED_CROP));
+    sl_spec_t *b = parse_ok(OPS("{\"op\":\"random_resized_crop\",\"key\":\"img\",\"size\":[224,224],"
+                                "\"scale\":[0.08,1],\"ratio\":[0.75,1.3333333333333333],\"dtype\":\"float32\"}"));
+    cr_assert_str_eq(sl_spec_fingerprint(a), sl_spec_fingerprint(b));
+    sl_spec_free(a);
+    sl_spec_free(b);
+
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"scale\":[0,1]}"),
+                 "$.ops[0].scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [0, 1]");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"scale\":[0.5,1.5]}"),
+                 "$.ops[0].scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [0.5, 1.5]");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"scale\":[0.9,0.5]}"),
+                 "$.ops[0].scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [0.9, 0.5]");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"scale\":[0.5]}"),
+                 "$.ops[0].scale: must be a list of 2 numbers, got a list of 1");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"ratio\":[2,1]}"),
+                 "$.ops[0].ratio: must be [lo, hi] with 0.001 <= lo <= hi <= 1000 (width / height), got [2, 1]");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"ratio\":[0,1]}"),
+                 "$.ops[0].ratio: must be [lo, hi] with 0.001 <= lo <= hi <= 1000 (width / height), got [0, 1]");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\",\"size\":[2,2],\"dtype\":\"int8\"}"),
+                 "$.ops[0].dtype: must be \"uint8\" or \"float32\", got \"int8\"");
+    expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\"}"), "$.ops[0].size: required field missing");
+}
+
 Test(spec, image_ops_with_defaults)
 {
     sl_spec_t *spec = parse_ok(OPS("{\"op\":\"decode_jpeg\",\"key\":\"img\"},"

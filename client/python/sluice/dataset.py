@@ -195,6 +195,16 @@ class Dataset:
     def center_crop(self, key, height, width):
         return self.op('center_crop', key=key, size=[height, width])
 
+    def random_resized_crop(self, key, height, width, scale=None, ratio=None, dtype=None, seed=None):
+        """torchvision's RandomResizedCrop: a window of a random share of the
+        area (scale, default (0.08, 1.0)) and width / height (ratio, default
+        (3/4, 4/3)), resized bilinearly to height x width; dtype "float32"
+        (the default, as resize) or "uint8" (docs/dataset-spec.md)."""
+        return self.op('random_resized_crop', key=key, size=[height, width],
+                       scale=None if scale is None else [float(x) for x in scale],
+                       ratio=None if ratio is None else [float(x) for x in ratio],
+                       dtype=None if dtype is None else _dtype_name(dtype), seed=seed)
+
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
         return self.op('random_flip', key=key, direction=direction, seed=seed)
