@@ -691,6 +691,23 @@ static void *producer_main(void *arg)
     }
 }
 
+/* A task that cannot run fails at once and says why, as a pipeline that
+ * failed while running: its clients get the error, not a task that never
+ * produces. */
+static int task_failed(sl_task_t *t, const sluice_TaskDef *def, int code, const char *why, sl_task_t **out)
+{
+    if (def->sharding == SL_SHARDING_DYNAMIC && !t->track && !(t->track = sl_split_track_new())) {
+        sl_task_free(t);
+        return -ENOMEM;
+    }
+    t->producer = PRODUCER_FAILED;
+    t->error_code = code;
+    snprintf(t->error, sizeof t->error, "%s", why);
+    sl_log_error("task %" PRIu64 ": pipeline failed: %s", t->def.task_id, t->error);
+    *out = t;
+    return 0;
+}
+
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
                 const uint8_t *exclude, size_t exclude_len, const sl_task_config_t *cfg, sl_task_notify_fn notify,
                 void *arg, sl_task_t **out, char *err, size_t errlen)
@@ -722,8 +739,16 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     if (!t->ring || !t->notify_ev || !t->retry_ev)
         goto fail;
     rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
-    if (rc < 0)
+    if (rc == -ENOMEM)
         goto fail;
+    if (rc < 0) {
+        /* The dispatcher parsed it: this worker's parser is another's, most
+         * likely older (an op it does not know, during a rolling upgrade). */
+        char why[sizeof t->error];
+        snprintf(why, sizeof why, "this worker cannot read the job's dataset spec, which the dispatcher accepted "
+                                  "(is the worker older than the dispatcher?): %s", err);
+        return task_failed(t, def, rc, why, out);
+    }
     sl_posset_init(&t->exclude, SL_TASK_MAX_EXCLUDE_RUNS);
     if (exclude && exclude_len > 0) {
         char why[256];
@@ -761,14 +786,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         goto fail;
     if (rc < 0) {
         /* The dispatcher accepted the spec, but this worker cannot run it
-         * (its files differ, a component is missing): the task fails at
-         * once and says why, as a pipeline that failed while running. */
-        t->producer = PRODUCER_FAILED;
-        t->error_code = rc;
-        snprintf(t->error, sizeof t->error, "%s", err);
-        sl_log_error("task %" PRIu64 ": pipeline failed: %s", t->def.task_id, t->error);
-        *out = t;
-        return 0;
+         * (its files differ, a component is missing). */
+        return task_failed(t, def, rc, err, out);
     }
     rc = -pthread_create(&t->thread, NULL, producer_main, t);
     if (rc < 0) {

@@ -403,9 +403,12 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
     int rc = sl_task_new(w->base, def, spec, len, exclude, exclude_len, &w->cfg.task, on_task_notify, wt, &wt->task,
                          err, sizeof err);
     if (rc < 0) {
-        /* The dispatcher checked the spec; a worker that cannot run it says
-         * so in the log, and the task's clients see it never produce. */
+        /* Out of memory, or the excluded positions the dispatcher sent are
+         * bad (a task that cannot run otherwise is made failed, and tells
+         * its clients why): said in the log, tried again at the next
+         * heartbeat. */
         sl_log_error("task %" PRIu64 " of job %" PRIu64 " cannot start: %s", def->task_id, def->job_id, err);
+        sl_holders_free(wt->holders);
         free(wt);
         return;
     }
@@ -413,6 +416,7 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         sl_log_error("task %" PRIu64 " of job %" PRIu64 " cannot start: %u consumers (at most %d) or out of memory",
                      def->task_id, def->job_id, def->num_consumers, SL_ROUNDS_MAX_CONSUMERS);
         sl_task_free(wt->task);
+        sl_holders_free(wt->holders);
         free(wt);
         return;
     }

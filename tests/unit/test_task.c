@@ -529,6 +529,38 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
     cr_assert_eq(threads_settle_to("sl-task", 0), 0);
 }
 
+/* A spec this worker cannot parse (the dispatcher, of another version,
+ * accepted it) or cannot build makes a task that failed at once, saying
+ * why, under every policy: its clients get the error rather than a task
+ * that never produces. */
+Test(task, a_spec_the_worker_cannot_read_fails_the_task_and_says_why)
+{
+    const char *specs[] = {"{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"batch\",\"batch_size\":2},"
+                           "{\"op\":\"op_of_a_later_version\"}]}",
+                           "{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"cast\",\"key\":\"nope\","
+                           "\"dtype\":\"int8\"}]}"};
+    const char *want[] = {"this worker cannot read the job's dataset spec, which the dispatcher accepted (is the "
+                          "worker older than the dispatcher?): $.ops[1].op: unknown op \"op_of_a_later_version\"",
+                          "ops[0] (cast): component \"nope\" is not in its input (value)"};
+    const sl_sharding_t policies[] = {SL_SHARDING_OFF, SL_SHARDING_DYNAMIC};
+    for (int i = 0; i < 2; i++) {
+        for (int p = 0; p < 2; p++) {
+            struct run r = {0};
+            start(&r, policies[p], specs[i]);
+            sl_wire_batch_t *b = NULL;
+            int rc = sl_task_take(r.task, &b);
+            cr_assert_lt(rc, 0, "spec %d: take gave %d", i, rc);
+            cr_assert_eq(rc, i == 0 ? SL_ESPEC : SL_EINVAL, "spec %d: %d", i, rc);
+            cr_assert_null(b);
+            cr_assert(strncmp(sl_task_errmsg(r.task), want[i], strlen(want[i])) == 0, "spec %d: %s", i,
+                      sl_task_errmsg(r.task));
+            cr_assert_eq(sl_task_state(r.task), SL_TASK_FAILED);
+            stop(&r);
+        }
+    }
+    cr_assert_eq(threads_settle_to("sl-task", 0), 0);
+}
+
 Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
 {
     /* Behind a shuffle each element is mostly a run of its own: 24 bytes
