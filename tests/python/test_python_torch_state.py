@@ -232,6 +232,53 @@ class StatefulLoaderTest(unittest.TestCase):
             got += flat(b)
         self.assertEqual(tally(got, range(4000)), (0, 0))
 
+    def test_ranks_of_a_named_job_resume_from_their_merged_states(self):
+        # Three ranks (loaders of one named job) read in turn and stop at a
+        # common step; their merged states resume as four loaders under
+        # another name: every element once across all seven.
+        ds = sluice.range(0, 24000).shuffle(300, seed=2).batch(100)
+        ranks = [st.loader(ds, self.addr, sharding='dynamic', job_name='tl-ranks', checkpointable=True)
+                 for _ in range(3)]
+        its = [iter(r) for r in ranks]
+        got = []
+        for _ in range(15):
+            for it in its:
+                got += flat(next(it))
+        states = [r.state_dict() for r in ranks]
+        self.assertEqual({s['rank_of'] for s in states}, {'tl-ranks'})
+        for r in ranks:
+            r.close()
+        merged = st.merge_state_dicts(states)
+        self.assertEqual(merged['merged_from'], 'tl-ranks')
+        with self.assertRaisesRegex(ValueError, "one rank's state of named job 'tl-ranks'"):
+            ranks[0].load_state_dict(states[0])
+        with self.assertRaisesRegex(ValueError, "resume under another job_name than 'tl-ranks'"):
+            ranks[0].load_state_dict(merged)
+        with self.assertRaisesRegex(ValueError, 'resumes in loaders with a job_name and checkpointable=True'):
+            st.loader(ds, self.addr, sharding='dynamic').load_state_dict(merged)
+        resumed = [st.loader(ds, self.addr, sharding='dynamic', job_name='tl-ranks-resumed', checkpointable=True)
+                   for _ in range(4)]
+        for r in resumed:
+            r.load_state_dict(merged)
+        live = [iter(r) for r in resumed]
+        while live:
+            for it in list(live):
+                try:
+                    got += flat(next(it))
+                except StopIteration:
+                    live.remove(it)
+        self.assertEqual(tally(got, range(24000)), (0, 0))
+        # Merging refuses what is not a rank's state, and ranks of two jobs.
+        with self.assertRaisesRegex(ValueError, "state 2 is not a named job's rank state"):
+            st.merge_state_dicts([states[0], {'checkpoint': states[1]['checkpoint']}])
+        with self.assertRaisesRegex(ValueError, 'different named jobs'):
+            st.merge_state_dicts([states[0], dict(states[1], rank_of='other')])
+        with self.assertRaisesRegex(ValueError, 'none of them started'):
+            st.merge_state_dicts([{'checkpoint': None, 'rank_of': 'tl-ranks'}])
+        # A named job's loader without checkpointable=True has no state.
+        with self.assertRaisesRegex(NotImplementedError, 'with a job_name checkpointable=True'):
+            st.loader(ds, self.addr, sharding='dynamic', job_name='tl-plain').state_dict()
+
     def test_refusals(self):
         ds = sluice.range(0, 1000).batch(10)
         two = self.loader(ds, 2)

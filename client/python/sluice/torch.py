@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ._share import share_spec
-from .client import BatchIterator, CheckpointBuilder, _check_window, distribute
+from .client import BatchIterator, CheckpointBuilder, _check_window, distribute, merge_checkpoints
 from .errors import InvalidArgumentError, SluiceUsageWarning
 from . import _lib
 
@@ -494,6 +494,30 @@ class StatefulDataLoader(torch.utils.data.DataLoader):
         self._resume = _loader_state(state, self._shares)
 
 
+def merge_state_dicts(states, auth_token_file=None):
+    """One state of a named job's ranks: the state_dict() of every rank's
+    loader (job_name, checkpointable=True), taken when all of them stopped
+    at a common step, merged (sluice.merge_checkpoints()). Every loader of
+    the resumed job, under another job_name and as many as there are then,
+    takes it in load_state_dict(). Ranks that had not started (checkpoint
+    None) read nothing and add nothing."""
+    states = list(states)
+    names = set()
+    cks = []
+    for i, st in enumerate(states):
+        if not isinstance(st, dict) or 'rank_of' not in st:
+            raise ValueError('state %d is not a named job\'s rank state (a loader with a job_name and '
+                             'checkpointable=True gives one)' % (i + 1))
+        names.add(st['rank_of'])
+        if st.get('checkpoint') is not None:
+            cks.append(st['checkpoint'])
+    if len(names) > 1:
+        raise ValueError('the states are of different named jobs: %s' % ', '.join(sorted(map(repr, names))))
+    if not cks:
+        raise ValueError('no rank has a checkpoint: none of them started an iteration')
+    return {'checkpoint': merge_checkpoints(cks, auth_token_file=auth_token_file), 'merged_from': names.pop()}
+
+
 class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
     """An iterable of batches as dicts of torch tensors; each iter() opens a
     new iterator over the job (like iterating a DataLoader again).
@@ -507,7 +531,11 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
     iteration under way is, and load_state_dict() makes the next iter()
     continue from there, in this process or another: the batches not yet
     yielded, each element exactly once. This needs sharding="dynamic" and
-    no job_name (the loader then asks for checkpointable iterators).
+    no job_name (the loader then asks for checkpointable iterators), or
+    the ranks of a named job made checkpointable=True: each rank's
+    state_dict() at a common step, merged with merge_state_dicts(), is
+    what every loader of the resumed job (any number of ranks, under
+    another job_name) takes in load_state_dict().
 
     With a job_name, iter() number e (from 0) joins repetition e of the
     named job (its epoch e, docs/sharding.md), so that ranks that each loop
@@ -524,6 +552,10 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
         self._it = None
         self._resume = None
         self._stateful = kw.get('sharding') == 'dynamic' and not kw.get('job_name')
+        # A rank of a checkpointable named job: its state is its own share,
+        # to be merged with the other ranks' (merge_state_dicts()).
+        self._rank = (kw.get('sharding') == 'dynamic' and bool(kw.get('job_name')) and
+                      bool(kw.get('checkpointable')))
         self._epoch = 0  # the repetition the next iter() joins (a named job)
 
     def set_epoch(self, epoch):
@@ -563,22 +595,48 @@ class loader:  # noqa: N801 (used like a function: sluice.torch.loader(ds, ...))
             self._it = None
 
     def _need_stateful(self):
-        if not self._stateful:
-            raise NotImplementedError('state_dict() needs sharding="dynamic" and no job_name: checkpoints '
-                                      'resume a job of the loader\'s own')
+        if not self._stateful and not self._rank:
+            raise NotImplementedError('state_dict() needs sharding="dynamic", and with a job_name '
+                                      'checkpointable=True: checkpoints resume a job of the loader\'s own, or '
+                                      'the merged states of a named job\'s ranks')
 
     def state_dict(self):
         """{"checkpoint": bytes} of the iteration under way, or
-        {"checkpoint": None} when none is (the next iter() starts anew)."""
+        {"checkpoint": None} when none is (the next iter() starts anew).
+        A rank of a named job adds "rank_of": its job_name; such states
+        resume only once merged (merge_state_dicts())."""
         self._need_stateful()
         if self._it is None or self._it.closed:
-            return {'checkpoint': self._resume}
-        return {'checkpoint': self._it.checkpoint()}
+            ck = self._resume
+        else:
+            ck = self._it.checkpoint()
+        if self._rank:
+            return {'checkpoint': ck, 'rank_of': self.kw['job_name']}
+        return {'checkpoint': ck}
 
     def load_state_dict(self, state):
-        """The next iter() continues from state (what state_dict() gave)."""
+        """The next iter() continues from state (what state_dict() gave;
+        for a named job's rank, what merge_state_dicts() made of every
+        rank's)."""
         self._need_stateful()
-        ck = state.get('checkpoint') if isinstance(state, dict) else None
+        if not isinstance(state, dict):
+            raise TypeError('state must be the dict state_dict() gave, got %r' % type(state).__name__)
+        ck = state.get('checkpoint')
         if ck is not None and not isinstance(ck, (bytes, bytearray)):
             raise TypeError('state["checkpoint"] must be bytes or None, got %r' % type(ck).__name__)
+        if 'rank_of' in state:
+            raise ValueError('this is one rank\'s state of named job %r: merge every rank\'s state_dict() taken '
+                             'at one step with sluice.torch.merge_state_dicts() and load that' % (state['rank_of'],))
+        merged_from = state.get('merged_from')
+        if merged_from is not None and not self._rank:
+            raise ValueError('a merged state of named job %r resumes in loaders with a job_name and '
+                             'checkpointable=True' % (merged_from,))
+        if self._rank and ck is not None:
+            if merged_from is None:
+                raise ValueError('a loader of named job %r resumes from the merged states of a named job\'s '
+                                 'ranks (sluice.torch.merge_state_dicts()), not from %r'
+                                 % (self.kw['job_name'], sorted(state)))
+            if merged_from == self.kw['job_name']:
+                raise ValueError('resume under another job_name than %r: that job runs on until its gc '
+                                 'timeout' % (merged_from,))
         self._resume = bytes(ck) if ck is not None else None
