@@ -187,8 +187,18 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
                          "\"scale\":[0.3,0.9],\"ratio\":[0.5,2]}",
                          "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
                          "\"scale\":[0.3,0.9],\"ratio\":[0.5,2],\"dtype\":\"uint8\"}"};
-    for (int u8 = 0; u8 < 2; u8++) {
-        batches_t a = run_images(ops[u8]);
+    /* The third run: decode_jpeg and the crop both in a parallel stage of 2
+     * threads, still fused, each thread with its own decoder. */
+    sl_pipeline_opts_t po = {.roots = roots, .threads = 2};
+    for (int run = 0; run < 3; run++) {
+        int u8 = run == 1;
+        batches_t a = run < 2 ? run_images(ops[u8])
+                              : run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ","
+                                               "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\","
+                                               "\"num_parallel_calls\":2},{\"op\":\"random_resized_crop\","
+                                               "\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+                                               "\"scale\":[0.3,0.9],\"ratio\":[0.5,2],\"num_parallel_calls\":2}]}"),
+                                         &po);
         cr_assert_eq(a.rc, 1, "%s", a.errmsg);
         cr_assert_eq(a.n, src.n);
         size_t smallest = SIZE_MAX, largest = 0;
