@@ -1,18 +1,20 @@
 /*
  * ops_image.c: the ops that change one component of an element:
  * decode_jpeg, resize, random_crop, center_crop, random_resized_crop,
- * random_flip and normalize on uint8 HWC images (through image.h), and cast on numbers of any shape.
+ * random_flip and normalize on uint8 HWC images (through image.h), and cast
+ * on numbers of any shape.
  * Each replaces the value of its `key` component and passes the other
  * components on as they are.
  *
  * Images come one per element, shape [height, width, channels] with 1 or
  * 3 channels: these ops go before batch, as in a tf.data map. decode_jpeg
- * makes uint8 images and resize takes them; resize makes float32 ones (as
- * tf.image.resize) or uint8; the crops and random_flip take images of any
- * numeric dtype, normalize uint8 or float32 ones.
+ * makes uint8 images and resize and random_resized_crop take them, and
+ * make float32 ones (as tf.image.resize) or uint8; random_crop, center_crop
+ * and random_flip take images of any numeric dtype, normalize uint8 or
+ * float32 ones.
  *
- * The random ops (random_crop, random_resized_crop, random_flip) draw, for the element at
- * ordinal i of epoch e (the e-th reset), from a generator seeded with
+ * The random ops (random_crop, random_resized_crop, random_flip) draw, for
+ * the element at ordinal i of epoch e (the e-th reset), from a generator seeded with
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
  * seed each pipeline instance draws its own.
