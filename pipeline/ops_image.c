@@ -260,11 +260,31 @@ static int nomem(struct image_iter *ii, size_t bytes)
     return sl__iter_fail(&ii->base, -ENOMEM, "out of memory for %zu bytes of component \"%s\"", bytes, key_name(ii));
 }
 
+/* The output size of resize rs for an image of shape in: its size, or
+ * with shorter_side torchvision's Resize(int): the shorter side that long
+ * and the longer int(shorter_side * longer / shorter) (Python's true
+ * division, then truncated; at least 1). */
+static void resize_size(const struct image_iter *rs, sl_image_shape_t in, size_t *h, size_t *w)
+{
+    if (rs->op.u.resize.has_size) {
+        *h = (size_t)rs->op.u.resize.size.v[0];
+        *w = (size_t)rs->op.u.resize.size.v[1];
+        return;
+    }
+    size_t n = (size_t)rs->op.u.resize.shorter_side, lo = in.w <= in.h ? in.w : in.h, hi = in.w <= in.h ? in.h : in.w;
+    size_t longer = (size_t)((double)(n * hi) / (double)lo); /* n * hi < 2^33: exact in a double */
+    if (longer < 1)
+        longer = 1;
+    *h = in.w <= in.h ? longer : n;
+    *w = in.w <= in.h ? n : longer;
+}
+
 /* Decodes v, an encoded image, for ii (a decode_jpeg, named in errors).
- * With fit_h, fit_w (a resize after it, fused), at the DCT scale
- * sl_image_jpeg_scale_denom() picks for that size; else whole. */
-static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v, size_t fit_h, size_t fit_w,
-                        float extent[2])
+ * With fit (a resize after it, fused), at the DCT scale
+ * sl_image_jpeg_scale_denom() picks for its size, and *full is the image's
+ * size before scaling; else whole. */
+static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value_t *v,
+                        const struct image_iter *fit, sl_image_shape_t *full, float extent[2])
 {
     char err[256];
     if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged) {
@@ -284,13 +304,16 @@ static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value
     sl_membudget_t *mem = ii->base.ctx->opts.mem;
     unsigned denom = 1;
     int rc;
-    if (mem || fit_h) {
+    if (mem || fit) {
         /* The header says what the decode would allocate: charge it first. */
         rc = sl_image_jpeg_header(dec, jpeg, len, channels, &s, err, sizeof err);
         if (rc < 0)
             return sl__iter_fail(&ii->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
         size_t n = s.h * s.w * s.c; /* at most 65535 x 65535 x 3: no overflow */
-        if (fit_h) {
+        if (fit) {
+            size_t fit_h, fit_w;
+            *full = s;
+            resize_size(fit, s, &fit_h, &fit_w);
             denom = sl_image_jpeg_scale_denom(s, fit_h, fit_w);
             /* At 1/d the image spans h / d of its ceil(h / d) rows. */
             if (denom > 1) {
@@ -325,10 +348,10 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     if (ii->fused) {
         /* The op after it decodes; the input is still checked here. */
         if (v->dtype != SL_DTYPE_BYTES || v->rank != 0 || v->ragged)
-            return decode_value(ii, dec, v, 0, 0, NULL);
+            return decode_value(ii, dec, v, NULL, NULL, NULL);
         return 0;
     }
-    return decode_value(ii, dec, v, 0, 0, NULL);
+    return decode_value(ii, dec, v, NULL, NULL, NULL);
 }
 
 /* resize, with the decode_jpeg (fused_decode: DCT scaling) or the flip
@@ -343,15 +366,18 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     sl_image_shape_t s;
     char err[256];
     float extent[2] = {0, 0};
+    sl_image_shape_t full = {0, 0, 0};
     if (ii->fused_decode) {
-        int drc = decode_value(ii->fused_decode, dec, v, (size_t)ii->op.u.resize.size.v[0],
-                               (size_t)ii->op.u.resize.size.v[1], extent);
+        int drc = decode_value(ii->fused_decode, dec, v, ii, &full, extent);
         if (drc < 0)
             return drc;
     }
     int rc = image_shape(first, v, &s);
     if (rc < 0)
         return rc;
+    /* The size from the image as decoded whole, also when the decode was scaled. */
+    size_t h, w;
+    resize_size(ii, ii->fused_decode ? full : s, &h, &w);
     sl_image_resize_fuse_t f = {.extent_h = extent[0], .extent_w = extent[1]};
     if (ii->fused_flip) {
         struct image_iter *fl = ii->fused_flip;
@@ -376,10 +402,16 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
         f.std = d;
         f.scale = norm->op.u.normalize.scale;
     }
-    size_t h = (size_t)ii->op.u.resize.size.v[0], w = (size_t)ii->op.u.resize.size.v[1];
     sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.resize.dtype;
     f.out_f32 = dt == SL_DTYPE_FLOAT32;
     size_t bytes = h * w * s.c * sl_dtype_size(dt);
+    /* shorter_side makes the longer side from the image: held to the
+     * per-image limit, as a decoded image is. */
+    if (bytes > ii->base.ctx->opts.max_batch_bytes)
+        return sl__iter_fail(&(norm ? norm : ii)->base, SL_ETOOBIG,
+                             "component \"%s\": a resize of %zu x %zu to %zu x %zu makes %zu bytes, over the "
+                             "per-image limit of %zu (the largest batch, --max-batch-mb)",
+                             key_name(ii), s.h, s.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
     uint8_t *out = malloc(bytes);
     if (!out)
         return nomem(norm ? norm : ii, bytes);

@@ -170,8 +170,9 @@ static int apply(struct elem *el, const sl_spec_op_t *op)
     case SL_OP_RESIZE:
         if (!(c = image(el, op->u.resize.key, op->kind)))
             return -1;
-        c->shape[0] = op->u.resize.size.v[0];
-        c->shape[1] = op->u.resize.size.v[1];
+        /* With shorter_side the longer side depends on the image. */
+        c->shape[0] = op->u.resize.has_size ? op->u.resize.size.v[0] : -1;
+        c->shape[1] = op->u.resize.has_size ? op->u.resize.size.v[1] : -1;
         c->dtype = op->u.resize.dtype;
         return 0;
     case SL_OP_RANDOM_CROP:

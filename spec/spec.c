@@ -260,7 +260,9 @@ static const struct field decode_jpeg_fields[] = {
 
 static const struct field resize_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.resize.key),
-    SIZE_FIELD(sl_spec_op_t, u.resize.size),
+    {.name = "size", .type = F_INTS, .need = F_OPTIONAL, .min = 1, .max = MAX_IMAGE_SIDE, .min_count = 2,
+     .max_count = 2, .off = offsetof(sl_spec_op_t, u.resize.size), .has_off = offsetof(sl_spec_op_t, u.resize.has_size)},
+    OPT_INT_FIELD("shorter_side", 1, MAX_IMAGE_SIDE, sl_spec_op_t, u.resize.shorter_side, u.resize.has_shorter_side),
     STRING_FIELD("dtype", F_DEFAULT, SL_DTYPE_FLOAT32, resize_dtypes, sl_spec_op_t, u.resize.dtype),
     PARALLEL_FIELDS,
     END_FIELDS,
@@ -439,6 +441,7 @@ static int decode_jpeg_check(sl_spec_t *spec, json_t *obj, void *desc, const cha
 static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int random_resized_crop_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
                                      size_t errlen);
+static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
@@ -458,7 +461,7 @@ static const struct kind ops[] = {
     {"repeat", SL_OP_REPEAT, repeat_fields, NULL},
     {"parse_example", SL_OP_PARSE_EXAMPLE, parse_example_fields, parse_example_check},
     {"decode_jpeg", SL_OP_DECODE_JPEG, decode_jpeg_fields, decode_jpeg_check},
-    {"resize", SL_OP_RESIZE, resize_fields, NULL},
+    {"resize", SL_OP_RESIZE, resize_fields, resize_check},
     {"random_crop", SL_OP_RANDOM_CROP, random_crop_fields, NULL},
     {"center_crop", SL_OP_CENTER_CROP, center_crop_fields, NULL},
     {"random_flip", SL_OP_RANDOM_FLIP, random_flip_fields, NULL},
@@ -1062,6 +1065,19 @@ static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char 
         if (!(std->v[i] > 0))
             return sl_errf(err, errlen, SL_ESPEC, "%s.std[%d]: must be a number > 0, got %.15g", path, i, std->v[i]);
     }
+    return 0;
+}
+
+static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    const sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    if (!op->u.resize.has_size && !op->u.resize.has_shorter_side)
+        return sl_errf(err, errlen, SL_ESPEC,
+                       "%s.size: required field missing (or shorter_side, to keep the aspect ratio)", path);
+    if (op->u.resize.has_size && op->u.resize.has_shorter_side)
+        return sl_errf(err, errlen, SL_ESPEC, "%s: give size or shorter_side, not both", path);
     return 0;
 }
 

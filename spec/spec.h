@@ -212,8 +212,11 @@ typedef struct sl_spec_op {
         } decode_jpeg;
         struct {
             char key[SL_MAX_NAME];
-            sl_spec_ints_t size; /* [height, width] */
-            sl_dtype_t dtype;    /* SL_DTYPE_UINT8 or SL_DTYPE_FLOAT32 */
+            bool has_size;        /* exactly one of size and shorter_side is given */
+            sl_spec_ints_t size;  /* [height, width] */
+            bool has_shorter_side;
+            int64_t shorter_side; /* the shorter side's length, the aspect ratio kept (torchvision's Resize(int)) */
+            sl_dtype_t dtype;     /* SL_DTYPE_UINT8 or SL_DTYPE_FLOAT32 */
         } resize;
         struct {
             char key[SL_MAX_NAME];

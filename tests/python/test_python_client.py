@@ -110,6 +110,7 @@ class BuilderTest(unittest.TestCase):
               .random_crop('image', 200, 210, seed=3)
               .random_resized_crop('image', 192, 160, scale=(0.25, 1), ratio=[0.5, 2], dtype=np.uint8, seed=9)
               .random_resized_crop('image', 96, 96)
+              .resize('image', shorter_side=80, dtype='uint8')
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
@@ -133,6 +134,7 @@ class BuilderTest(unittest.TestCase):
             {'op': 'random_resized_crop', 'key': 'image', 'size': [192, 160], 'scale': [0.25, 1.0],
              'ratio': [0.5, 2.0], 'dtype': 'uint8', 'seed': 9},
             {'op': 'random_resized_crop', 'key': 'image', 'size': [96, 96]},
+            {'op': 'resize', 'key': 'image', 'shorter_side': 80, 'dtype': 'uint8'},
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},
@@ -149,6 +151,13 @@ class BuilderTest(unittest.TestCase):
             {'op': 'interleave', 'cycle_length': 2, 'block_length': 3, 'num_parallel_calls': 'autotune'},
             {'op': 'prefetch', 'buffer_size': 2},
         ])
+
+    def test_resize_takes_a_size_or_a_shorter_side(self):
+        ds = sluice.range(3)
+        with self.assertRaisesRegex(TypeError, 'height and width, or shorter_side, not both'):
+            ds.resize('v', 10, 10, shorter_side=5)
+        with self.assertRaisesRegex(TypeError, 'needs height and width, or shorter_side'):
+            ds.resize('v', 10)
 
     def test_immutable_and_json(self):
         base = sluice.range(10)

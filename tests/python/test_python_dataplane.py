@@ -95,6 +95,27 @@ class DataplaneBuilderTest(DataCase):
             self.batches(bad)
         self.assertIn('$.ops[2].scale: must be [lo, hi] with 0 < lo <= hi <= 1, got [0.5, 2]', str(cm.exception))
 
+    def test_evaluation_resize_keeps_the_aspect_ratio_then_center_crop(self):
+        # torchvision's evaluation transform, Resize(40) then CenterCrop(36).
+        ds = (sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+              .parse_example({'id': int, 'image/encoded': bytes})
+              .decode_jpeg('image/encoded')
+              .resize('image/encoded', shorter_side=40, dtype='uint8')
+              .center_crop('image/encoded', 36, 36)
+              .batch(8))
+        bs = self.batches(ds)
+        self.assertEqual(sorted(int(i) for b in bs for i in b['id']), list(range(32)))
+        for b in bs:
+            self.assertEqual(b['image/encoded'].shape[1:], (36, 36, 3))
+            self.assertEqual(b['image/encoded'].dtype, np.uint8)
+        bad = (sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+               .parse_example({'image/encoded': bytes})
+               .decode_jpeg('image/encoded')
+               .op('resize', key='image/encoded', size=[8, 8], shorter_side=8))
+        with self.assertRaises(sluice.SpecError) as cm:
+            self.batches(bad)
+        self.assertIn('$.ops[2]: give size or shorter_side, not both', str(cm.exception))
+
     def test_parse_example_python_dtypes_and_varlen(self):
         ds = (sluice.tfrecord(os.path.join(self.data, 'varlen-*.tfrecord'))
               .parse_example({'id': int, 'tokens': {'dtype': int, 'varlen': True}})

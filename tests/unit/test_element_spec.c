@@ -111,6 +111,12 @@ Test(element_spec, images)
     EXPECT(json, "record:float32[?,32,32,3]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"center_crop\",\"key\":\"record\",\"size\":[7,9]}");
     EXPECT(json, "record:uint8[7,9,3]");
+    snprintf(json, sizeof json, img, "",
+             ",{\"op\":\"resize\",\"key\":\"record\",\"shorter_side\":256},{\"op\":\"center_crop\","
+             "\"key\":\"record\",\"size\":[224,224]}");
+    EXPECT(json, "record:float32[224,224,3]");
+    snprintf(json, sizeof json, img, "", ",{\"op\":\"resize\",\"key\":\"record\",\"shorter_side\":256}");
+    EXPECT(json, "record:float32[?,?,3]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"random_resized_crop\",\"key\":\"record\",\"size\":[24,32]}");
     EXPECT(json, "record:float32[24,32,3]");
     snprintf(json, sizeof json, img, ",\"channels\":1",

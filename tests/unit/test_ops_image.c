@@ -247,6 +247,94 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
                           "takes uint8 images (decode_jpeg makes them)");
 }
 
+/* resize with shorter_side: torchvision's Resize(int), the shorter side to
+ * that length and the longer in proportion, rounded down; the pixels those
+ * of resize to that size. Decoded at a reduced DCT scale when fused (the
+ * size from the whole image's header), close to the unfused result. And an
+ * output over the per-image limit fails, naming it. */
+Test(image_ops, resize_shorter_side_keeps_the_aspect_ratio)
+{
+    batches_t src = decoded();
+    /* Apart from decode_jpeg (a cast between): resized from the decoded pixels. */
+    batches_t a = run_images("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"},"
+                             "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":30,\"dtype\":\"uint8\"}");
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    cr_assert_eq(a.n, src.n);
+    int portrait = 0, landscape = 0;
+    for (size_t k = 0; k < a.n; k++) {
+        int64_t h, w, sh, sw;
+        const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+        int64_t want_h = sw <= sh ? (int64_t)(30.0 * (double)sh / (double)sw) : 30;
+        int64_t want_w = sw <= sh ? 30 : (int64_t)(30.0 * (double)sw / (double)sh);
+        cr_assert(h == want_h && w == want_w, "image %zu: %" PRId64 " x %" PRId64 " -> %" PRId64 " x %" PRId64, k, sh,
+                  sw, h, w);
+        portrait += sw < sh;
+        landscape += sw > sh;
+        uint8_t *want = malloc((size_t)(h * w * 3));
+        char err[256];
+        cr_assert_eq(sl_image_resize_u8(src.b[k]->data + s->offset, (sl_image_shape_t){(size_t)sh, (size_t)sw, 3},
+                                        (size_t)h, (size_t)w, want, err, sizeof err),
+                     0, "%s", err);
+        cr_assert_eq(memcmp(a.b[k]->data + c->offset, want, (size_t)(h * w * 3)), 0, "image %zu", k);
+        free(want);
+    }
+    cr_assert(landscape > 0, "the fixtures have landscape images (%d portrait)", portrait);
+    batches_free(&a);
+
+    /* Portrait and square: crops of 36 x 30 and 30 x 30. */
+    const char *shapes[] = {"[36,30]", "[30,30]"};
+    const int64_t want[][2] = {{24, 20}, {20, 20}}; /* int(20 * 36 / 30) = 24 */
+    for (int i = 0; i < 2; i++) {
+        char ops[256];
+        snprintf(ops, sizeof ops,
+                 "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":%s},"
+                 "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":20}",
+                 shapes[i]);
+        batches_t t = run_images(ops);
+        cr_assert_eq(t.rc, 1, "%s", t.errmsg);
+        for (size_t k = 0; k < t.n; k++) {
+            int64_t h, w;
+            image_of(t.b[k], &h, &w);
+            cr_assert(h == want[i][0] && w == want[i][1], "%s: %" PRId64 " x %" PRId64, shapes[i], h, w);
+        }
+        batches_free(&t);
+    }
+
+    /* Fused with decode_jpeg, at 12 (at most half of each side here: a DCT
+     * scale of 1/2 or less): the same sizes, pixels within DCT scaling's
+     * documented tolerance of the unfused ones. */
+    batches_t fused = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,\"dtype\":\"uint8\"}");
+    batches_t apart = run_images("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"},"
+                                 "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,\"dtype\":\"uint8\"}");
+    cr_assert_eq(fused.rc, 1, "%s", fused.errmsg);
+    cr_assert_eq(apart.rc, 1, "%s", apart.errmsg);
+    int differ = 0;
+    for (size_t k = 0; k < fused.n; k++) {
+        int64_t h, w, ah, aw;
+        const sl_component_t *c = image_of(fused.b[k], &h, &w), *d = image_of(apart.b[k], &ah, &aw);
+        cr_assert(h == ah && w == aw, "image %zu: %" PRId64 " x %" PRId64 " fused, %" PRId64 " x %" PRId64, k, h, w,
+                  ah, aw);
+        const uint8_t *p = fused.b[k]->data + c->offset, *q = apart.b[k]->data + d->offset;
+        double sum = 0;
+        for (int64_t i = 0; i < h * w * 3; i++)
+            sum += abs((int)p[i] - (int)q[i]);
+        cr_assert_leq(sum / (double)(h * w * 3), 9.0, "image %zu", k);
+        differ += memcmp(p, q, (size_t)(h * w * 3)) != 0;
+    }
+    cr_assert_gt(differ, 0, "the fused decode was scaled");
+    batches_free(&fused);
+    batches_free(&apart);
+    batches_free(&src);
+
+    /* 65536 on the shorter side of a 38 x 56 image: far over the limit. */
+    batches_t big = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":65536}");
+    cr_assert_eq(big.rc, SL_ETOOBIG);
+    cr_assert(strstr(big.errmsg, "ops[2] (resize): component \"image/encoded\": a resize of ") == big.errmsg &&
+                  strstr(big.errmsg, "over the per-image limit"),
+              "%s", big.errmsg);
+    batches_free(&big);
+}
+
 Test(image_ops, random_flip_mirrors_some)
 {
     batches_t src = decoded();

@@ -743,7 +743,23 @@ Test(spec, image_op_errors)
                  "$.ops[0].channels: must be 0, 1 or 3, got 2");
     expect_error(OPS("{\"op\":\"decode_jpeg\",\"key\":\"i\",\"channels\":4}"),
                  "$.ops[0].channels: must be an integer <= 3, got 4");
-    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\"}"), "$.ops[0].size: required field missing");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\"}"),
+                 "$.ops[0].size: required field missing (or shorter_side, to keep the aspect ratio)");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[2,2],\"shorter_side\":2}"),
+                 "$.ops[0]: give size or shorter_side, not both");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"shorter_side\":0}"),
+                 "$.ops[0].shorter_side: must be an integer >= 1, got 0");
+    expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"shorter_side\":65537}"),
+                 "$.ops[0].shorter_side: must be an integer <= 65536, got 65537");
+    {
+        /* shorter_side alone: the canonical form shows it and no size. */
+        sl_spec_t *ss = parse_ok(OPS("{\"op\":\"resize\",\"key\":\"i\",\"shorter_side\":256}"));
+        cr_assert(strstr(sl_spec_canonical(ss), "{\"dtype\":\"float32\",\"key\":\"i\",\"op\":\"resize\","
+                                                "\"shorter_side\":256}"),
+                  "%s", sl_spec_canonical(ss));
+        cr_assert(sl_spec_op(ss, 0)->u.resize.has_shorter_side && !sl_spec_op(ss, 0)->u.resize.has_size);
+        sl_spec_free(ss);
+    }
     expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":32}"),
                  "$.ops[0].size: must be a list of 2 integers, got 32");
     expect_error(OPS("{\"op\":\"resize\",\"key\":\"i\",\"size\":[32]}"),

@@ -185,8 +185,18 @@ class Dataset:
     def decode_jpeg(self, key, channels=3):
         return self.op('decode_jpeg', key=key, channels=channels)
 
-    def resize(self, key, height, width, dtype=None):
-        """Bilinear; dtype "float32" (the default, as tf.image.resize) or "uint8"."""
+    def resize(self, key, height=None, width=None, dtype=None, shorter_side=None):
+        """Bilinear, to height x width, or with shorter_side the shorter side
+        to that length and the longer in proportion (torchvision's
+        Resize(int)); dtype "float32" (the default, as tf.image.resize) or
+        "uint8"."""
+        if shorter_side is not None:
+            if height is not None or width is not None:
+                raise TypeError('resize() takes height and width, or shorter_side, not both')
+            return self.op('resize', key=key, shorter_side=shorter_side,
+                           dtype=None if dtype is None else _dtype_name(dtype))
+        if height is None or width is None:
+            raise TypeError('resize() needs height and width, or shorter_side')
         return self.op('resize', key=key, size=[height, width], dtype=None if dtype is None else _dtype_name(dtype))
 
     def random_crop(self, key, height, width, seed=None):
