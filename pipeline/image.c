@@ -649,6 +649,136 @@ int sl_image_random_resized_crop_window(sl_rng_t *rng, sl_image_shape_t in, cons
     return 0;
 }
 
+/* ---- color jitter ---- */
+
+void sl_image_color_jitter_draw(sl_rng_t *rng, const bool given[4], const double range[4][2], sl_image_jitter_t *out)
+{
+    /* A uniform permutation of the four (Fisher-Yates), as torch.randperm(4). */
+    int order[4] = {0, 1, 2, 3};
+    for (int i = 3; i > 0; i--) {
+        int k = (int)sl_rng_below(rng, (uint64_t)i + 1);
+        int t = order[i];
+        order[i] = order[k];
+        order[k] = t;
+    }
+    /* The factors in torchvision's order (brightness, contrast, saturation,
+     * hue), each uniform in its range. */
+    float factor[4] = {1, 1, 1, 0};
+    for (int k = 0; k < 4; k++)
+        if (given[k])
+            factor[k] = (float)uniform(rng, range[k][0], range[k][1]);
+    out->n = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!given[order[i]])
+            continue;
+        out->kind[out->n] = (sl_image_jitter_kind_t)order[i];
+        out->factor[out->n] = factor[order[i]];
+        out->n++;
+    }
+}
+
+/* torch's float32 -> uint8 after clamp(0, 255): truncation. */
+static inline uint8_t trunc_u8(float v)
+{
+    return (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+}
+
+/* rgb_to_grayscale of a uint8 pixel, truncated to uint8 as torchvision's is. */
+static inline uint8_t gray_u8(const uint8_t *p)
+{
+    return (uint8_t)(0.2989f * (float)p[0] + 0.587f * (float)p[1] + 0.114f * (float)p[2]);
+}
+
+/* _blend(x, other, f): f * x + (1 - f) * other, clamped and truncated. */
+static inline uint8_t blend(uint8_t x, float other, float f, float g)
+{
+    return trunc_u8(f * (float)x + g * other);
+}
+
+/* torchvision's _rgb2hsv, adjust_hue's shift and _hsv2rgb for one pixel of
+ * values in [0, 1], in float32 as torch computes them. */
+static void hue_shift(float r, float g, float b, float shift, float out[3])
+{
+    float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+    bool eqc = maxc == minc;
+    float cr = maxc - minc;
+    float s = cr / (eqc ? 1.0f : maxc);
+    float div = eqc ? 1.0f : cr;
+    float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    float hr = maxc == r ? bc - gc : 0.0f;
+    float hg = (maxc == g && maxc != r) ? 2.0f + rc - bc : 0.0f;
+    float hb = (maxc != g && maxc != r) ? 4.0f + gc - rc : 0.0f;
+    float h = fmodf((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
+    /* (h + shift) % 1.0, Python's modulo: the sign of the divisor. */
+    h = fmodf(h + shift, 1.0f);
+    if (h < 0)
+        h += 1.0f;
+    float v = maxc, h6 = h * 6.0f, i = floorf(h6), f = h6 - i;
+    float p = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
+    float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
+    float t = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+    switch (((int)i % 6 + 6) % 6) {
+    case 0: out[0] = v, out[1] = t, out[2] = p; break;
+    case 1: out[0] = q, out[1] = v, out[2] = p; break;
+    case 2: out[0] = p, out[1] = v, out[2] = t; break;
+    case 3: out[0] = p, out[1] = q, out[2] = v; break;
+    case 4: out[0] = t, out[1] = p, out[2] = v; break;
+    default: out[0] = v, out[1] = p, out[2] = q; break;
+    }
+}
+
+int sl_image_color_jitter(uint8_t *img, sl_image_shape_t shape, const sl_image_jitter_t *j, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("color_jitter", shape, 1, err, errlen)) != 0)
+        return rc;
+    size_t px = shape.h * shape.w, c = shape.c;
+    for (int a = 0; a < j->n; a++) {
+        float f = j->factor[a], g = (float)(1.0 - (double)j->factor[a]);
+        switch (j->kind[a]) {
+        case SL_IMAGE_JITTER_BRIGHTNESS:
+            for (size_t i = 0; i < px * c; i++)
+                img[i] = blend(img[i], 0.0f, f, g);
+            break;
+        case SL_IMAGE_JITTER_CONTRAST: {
+            /* The mean of the truncated grayscale, summed exactly. */
+            uint64_t sum = 0;
+            for (size_t i = 0; i < px; i++)
+                sum += c == 3 ? gray_u8(img + 3 * i) : img[i];
+            /* torch's float32 mean: exact below 2^24, as here. */
+            float mean = (float)sum / (float)px;
+            for (size_t i = 0; i < px * c; i++)
+                img[i] = blend(img[i], mean, f, g);
+            break;
+        }
+        case SL_IMAGE_JITTER_SATURATION:
+            if (c != 3)
+                break;
+            for (size_t i = 0; i < px; i++) {
+                uint8_t *p = img + 3 * i;
+                float gr = (float)gray_u8(p);
+                p[0] = blend(p[0], gr, f, g);
+                p[1] = blend(p[1], gr, f, g);
+                p[2] = blend(p[2], gr, f, g);
+            }
+            break;
+        case SL_IMAGE_JITTER_HUE:
+            if (c != 3)
+                break;
+            for (size_t i = 0; i < px; i++) {
+                uint8_t *p = img + 3 * i;
+                float o[3];
+                hue_shift((float)p[0] / 255.0f, (float)p[1] / 255.0f, (float)p[2] / 255.0f, f, o);
+                for (int k = 0; k < 3; k++)
+                    p[k] = (uint8_t)(o[k] * 255.0f);
+            }
+            break;
+        default: return sl_errf(err, errlen, SL_EINVAL, "color_jitter: unknown adjustment %d", (int)j->kind[a]);
+        }
+    }
+    return 0;
+}
+
 /* Mirrors one row of w pixels of C bytes; dst is src or apart from it. */
 static inline void mirror_row(const uint8_t *src, uint8_t *dst, size_t w, size_t C)
 {

@@ -229,6 +229,43 @@ int sl_image_flip(const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_
 int sl_image_random_flip(sl_rng_t *rng, const uint8_t *src, sl_image_shape_t shape, sl_image_flip_dir_t dir,
                          uint8_t *dst, bool *flipped, char *err, size_t errlen);
 
+/* ---- color jitter ---- */
+
+/** The adjustments of torchvision's ColorJitter, in the order it draws. */
+typedef enum sl_image_jitter_kind {
+    SL_IMAGE_JITTER_BRIGHTNESS = 0,
+    SL_IMAGE_JITTER_CONTRAST = 1,
+    SL_IMAGE_JITTER_SATURATION = 2,
+    SL_IMAGE_JITTER_HUE = 3,
+} sl_image_jitter_kind_t;
+
+/** What one element's color jitter does: n adjustments, kind[i] by factor[i], in that order. */
+typedef struct sl_image_jitter {
+    int n;
+    sl_image_jitter_kind_t kind[4];
+    float factor[4];
+} sl_image_jitter_t;
+
+/**
+ * Draws one element's jitter as torchvision's ColorJitter.get_params does:
+ * a random order of the four adjustments, then each given one's factor
+ * uniform in its [lo, hi] (range[kind]; given[kind] false leaves it out).
+ * @param[in,out] rng the generator: 3 draws for the order, 1 per factor
+ */
+void sl_image_color_jitter_draw(sl_rng_t *rng, const bool given[4], const double range[4][2], sl_image_jitter_t *out);
+
+/**
+ * Applies j to a uint8 image in place, each adjustment as torchvision's
+ * functional ops compute it on a uint8 tensor, in float32, truncated back
+ * to uint8 after each: brightness blends with black, contrast with the
+ * mean of the image's grayscale, saturation with each pixel's grayscale
+ * (0.2989 R + 0.587 G + 0.114 B, truncated), hue shifts H in HSV by the
+ * factor (of a full turn). Saturation and hue leave a 1-channel image as
+ * it is, as torchvision does.
+ * @return 0; SL_EINVAL for a bad shape
+ */
+int sl_image_color_jitter(uint8_t *img, sl_image_shape_t shape, const sl_image_jitter_t *j, char *err, size_t errlen);
+
 /* ---- normalize and cast ---- */
 
 /**

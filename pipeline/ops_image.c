@@ -1,20 +1,20 @@
 /*
  * ops_image.c: the ops that change one component of an element:
  * decode_jpeg, resize, random_crop, center_crop, random_resized_crop,
- * random_flip and normalize on uint8 HWC images (through image.h), and cast
- * on numbers of any shape.
- * Each replaces the value of its `key` component and passes the other
- * components on as they are.
+ * color_jitter, random_flip and normalize on uint8 HWC images (through
+ * image.h), and cast on numbers of any shape. Each replaces the value of
+ * its `key` component and passes the other components on as they are.
  *
  * Images come one per element, shape [height, width, channels] with 1 or
  * 3 channels: these ops go before batch, as in a tf.data map. decode_jpeg
- * makes uint8 images and resize and random_resized_crop take them, and
- * make float32 ones (as tf.image.resize) or uint8; random_crop, center_crop
- * and random_flip take images of any numeric dtype, normalize uint8 or
- * float32 ones.
+ * makes uint8 images; resize and random_resized_crop take them and make
+ * float32 ones (as tf.image.resize) or uint8; color_jitter changes uint8
+ * ones in place; random_crop, center_crop and random_flip take images of
+ * any numeric dtype, normalize uint8 or float32 ones.
  *
- * The random ops (random_crop, random_resized_crop, random_flip) draw, for
- * the element at ordinal i of epoch e (the e-th reset), from a generator seeded with
+ * The random ops (random_crop, random_resized_crop, color_jitter,
+ * random_flip) draw, for the element at ordinal i of epoch e (the e-th
+ * reset), from a generator seeded with
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
  * seed each pipeline instance draws its own.
@@ -228,7 +228,7 @@ static int image_shape(struct image_iter *ii, const sl_value_t *v, sl_image_shap
 {
     const char *op = sl_spec_op_name(ii->kind);
     bool ok = v->dtype != SL_DTYPE_BYTES;
-    if (ii->kind == SL_OP_RESIZE)
+    if (ii->kind == SL_OP_RESIZE || ii->kind == SL_OP_RANDOM_RESIZED_CROP || ii->kind == SL_OP_COLOR_JITTER)
         ok = v->dtype == SL_DTYPE_UINT8;
     else if (ii->kind == SL_OP_NORMALIZE)
         ok = v->dtype == SL_DTYPE_UINT8 || v->dtype == SL_DTYPE_FLOAT32;
@@ -581,6 +581,31 @@ static int do_crop(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
+/* color_jitter: the element's order and factors drawn, then the image
+ * changed in place (its bytes are its own, as random_flip's). */
+static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    const bool given[4] = {ii->op.u.color_jitter.has_brightness, ii->op.u.color_jitter.has_contrast,
+                           ii->op.u.color_jitter.has_saturation, ii->op.u.color_jitter.has_hue};
+    const sl_spec_floats_t *r[4] = {&ii->op.u.color_jitter.brightness, &ii->op.u.color_jitter.contrast,
+                                    &ii->op.u.color_jitter.saturation, &ii->op.u.color_jitter.hue};
+    double range[4][2];
+    for (int k = 0; k < 4; k++) {
+        range[k][0] = given[k] ? r[k]->v[0] : 0;
+        range[k][1] = given[k] ? r[k]->v[1] : 0;
+    }
+    sl_image_jitter_t j;
+    sl_image_color_jitter_draw(rng, given, range, &j);
+    if ((rc = sl_image_color_jitter(sl_value_data(v), s, &j, err, sizeof err)) < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    return 0;
+}
+
 static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
@@ -697,7 +722,8 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     struct image_iter *ii = (struct image_iter *)it;
     int rc;
     sl_rng_t rng;
-    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP || ii->kind == SL_OP_RANDOM_RESIZED_CROP)
+    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP || ii->kind == SL_OP_RANDOM_RESIZED_CROP ||
+        ii->kind == SL_OP_COLOR_JITTER)
         sl_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
@@ -706,6 +732,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
     case SL_OP_RANDOM_RESIZED_CROP: rc = do_random_resized_crop(ii, local, &rng, v); break;
+    case SL_OP_COLOR_JITTER: rc = do_color_jitter(ii, &rng, v); break;
     case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
     case SL_OP_NORMALIZE: rc = do_normalize(ii, local, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
@@ -782,6 +809,7 @@ static const char *op_key(const sl_spec_op_t *op)
     case SL_OP_RANDOM_CROP: return op->u.random_crop.key;
     case SL_OP_CENTER_CROP: return op->u.center_crop.key;
     case SL_OP_RANDOM_RESIZED_CROP: return op->u.random_resized_crop.key;
+    case SL_OP_COLOR_JITTER: return op->u.color_jitter.key;
     case SL_OP_RANDOM_FLIP: return op->u.random_flip.key;
     case SL_OP_NORMALIZE: return op->u.normalize.key;
     case SL_OP_CAST: return op->u.cast.key;
@@ -796,7 +824,8 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     switch (kind) {
     case SL_OP_DECODE_JPEG: *what = "encoded images (bytes)"; return dt == SL_DTYPE_BYTES;
     case SL_OP_RESIZE:
-    case SL_OP_RANDOM_RESIZED_CROP: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_RANDOM_RESIZED_CROP:
+    case SL_OP_COLOR_JITTER: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
     case SL_OP_NORMALIZE:
         *what = "uint8 or float32 images";
         return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
@@ -918,6 +947,9 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
             free(ii);
             return -ENOMEM;
         }
+        break;
+    case SL_OP_COLOR_JITTER:
+        ii->seed = op->u.color_jitter.has_seed ? (uint64_t)op->u.color_jitter.seed : sl__random_seed(ii);
         break;
     case SL_OP_RANDOM_FLIP:
         ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);

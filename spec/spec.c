@@ -297,6 +297,21 @@ static const struct field random_resized_crop_fields[] = {
     END_FIELDS,
 };
 
+#define JITTER_FIELD(n, member)                                                                                   \
+    {.name = n, .type = F_FLOATS, .need = F_OPTIONAL, .min_count = 2, .max_count = 2,                              \
+     .off = offsetof(sl_spec_op_t, u.color_jitter.member), .has_off = offsetof(sl_spec_op_t, u.color_jitter.has_##member)}
+
+static const struct field color_jitter_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.color_jitter.key),
+    JITTER_FIELD("brightness", brightness),
+    JITTER_FIELD("contrast", contrast),
+    JITTER_FIELD("saturation", saturation),
+    JITTER_FIELD("hue", hue),
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.color_jitter.seed, u.color_jitter.has_seed),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static const struct field random_flip_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
@@ -442,6 +457,7 @@ static int normalize_check(sl_spec_t *spec, json_t *obj, void *desc, const char 
 static int random_resized_crop_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err,
                                      size_t errlen);
 static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int color_jitter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
@@ -475,6 +491,7 @@ static const struct kind ops[] = {
     {"prefetch", SL_OP_PREFETCH, prefetch_fields, NULL},
     {"cache", SL_OP_CACHE, cache_fields, NULL},
     {"random_resized_crop", SL_OP_RANDOM_RESIZED_CROP, random_resized_crop_fields, random_resized_crop_check},
+    {"color_jitter", SL_OP_COLOR_JITTER, color_jitter_fields, color_jitter_check},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1078,6 +1095,32 @@ static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pa
                        "%s.size: required field missing (or shorter_side, to keep the aspect ratio)", path);
     if (op->u.resize.has_size && op->u.resize.has_shorter_side)
         return sl_errf(err, errlen, SL_ESPEC, "%s: give size or shorter_side, not both", path);
+    return 0;
+}
+
+/* The largest brightness, contrast or saturation factor. */
+#define MAX_JITTER_FACTOR 100.0
+
+static int color_jitter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    const sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    const char *names[4] = {"brightness", "contrast", "saturation", "hue"};
+    const bool has[4] = {op->u.color_jitter.has_brightness, op->u.color_jitter.has_contrast,
+                         op->u.color_jitter.has_saturation, op->u.color_jitter.has_hue};
+    const sl_spec_floats_t *r[4] = {&op->u.color_jitter.brightness, &op->u.color_jitter.contrast,
+                                    &op->u.color_jitter.saturation, &op->u.color_jitter.hue};
+    if (!has[0] && !has[1] && !has[2] && !has[3])
+        return sl_errf(err, errlen, SL_ESPEC, "%s: color_jitter needs brightness, contrast, saturation or hue", path);
+    for (int i = 0; i < 4; i++) {
+        if (!has[i])
+            continue;
+        double lo = r[i]->v[0], hi = r[i]->v[1], min = i == 3 ? -0.5 : 0, max = i == 3 ? 0.5 : MAX_JITTER_FACTOR;
+        if (!(lo >= min) || !(hi <= max) || lo > hi)
+            return sl_errf(err, errlen, SL_ESPEC, "%s.%s: must be [lo, hi] with %g <= lo <= hi <= %g, got [%.15g, %.15g]",
+                           path, names[i], min, max, lo, hi);
+    }
     return 0;
 }
 
@@ -2056,6 +2099,7 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP:
     case SL_OP_RANDOM_RESIZED_CROP:
+    case SL_OP_COLOR_JITTER:
     case SL_OP_RANDOM_FLIP:
     case SL_OP_NORMALIZE:
     case SL_OP_CAST:

@@ -65,6 +65,7 @@ typedef enum sl_op_kind {
     SL_OP_PREFETCH,
     SL_OP_CACHE,
     SL_OP_RANDOM_RESIZED_CROP,
+    SL_OP_COLOR_JITTER,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
@@ -239,6 +240,15 @@ typedef struct sl_spec_op {
         } random_resized_crop;
         struct {
             char key[SL_MAX_NAME];
+            /* Each given: [lo, hi] the factor is drawn from (brightness,
+             * contrast, saturation: 0 <= lo <= hi; hue: -0.5 <= lo <= hi <= 0.5). */
+            bool has_brightness, has_contrast, has_saturation, has_hue;
+            sl_spec_floats_t brightness, contrast, saturation, hue;
+            bool has_seed;
+            int64_t seed;
+        } color_jitter;
+        struct {
+            char key[SL_MAX_NAME];
             int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
             bool has_seed;
             int64_t seed;
@@ -294,7 +304,7 @@ typedef struct sl_spec_op {
         } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
-     * center_crop, random_resized_crop, random_flip, normalize, cast, map, filter) may run on
+     * center_crop, random_resized_crop, color_jitter, random_flip, normalize, cast, map, filter) may run on
      * several threads: num_parallel_calls, when given, is 1 ..
      * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
      * true) keeps the order. Other ops never have them. */

@@ -111,6 +111,7 @@ class BuilderTest(unittest.TestCase):
               .random_resized_crop('image', 192, 160, scale=(0.25, 1), ratio=[0.5, 2], dtype=np.uint8, seed=9)
               .random_resized_crop('image', 96, 96)
               .resize('image', shorter_side=80, dtype='uint8')
+              .color_jitter('image', brightness=0.4, contrast=(0.5, 1.5), saturation=2, hue=0.1, seed=1)
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
@@ -135,6 +136,8 @@ class BuilderTest(unittest.TestCase):
              'ratio': [0.5, 2.0], 'dtype': 'uint8', 'seed': 9},
             {'op': 'random_resized_crop', 'key': 'image', 'size': [96, 96]},
             {'op': 'resize', 'key': 'image', 'shorter_side': 80, 'dtype': 'uint8'},
+            {'op': 'color_jitter', 'key': 'image', 'brightness': [0.6, 1.4], 'contrast': [0.5, 1.5],
+             'saturation': [0.0, 3.0], 'hue': [-0.1, 0.1], 'seed': 1},
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},
@@ -151,6 +154,10 @@ class BuilderTest(unittest.TestCase):
             {'op': 'interleave', 'cycle_length': 2, 'block_length': 3, 'num_parallel_calls': 'autotune'},
             {'op': 'prefetch', 'buffer_size': 2},
         ])
+
+    def test_color_jitter_refuses_a_negative_amount(self):
+        with self.assertRaisesRegex(ValueError, 'color_jitter hue must be >= 0, got -0.1'):
+            sluice.range(3).color_jitter('v', hue=-0.1)
 
     def test_resize_takes_a_size_or_a_shorter_side(self):
         ds = sluice.range(3)

@@ -116,6 +116,83 @@ class DataplaneBuilderTest(DataCase):
             self.batches(bad)
         self.assertIn('$.ops[2]: give size or shorter_side, not both', str(cm.exception))
 
+    def test_color_jitter_matches_torchvision_arithmetic(self):
+        # Each adjustment alone at a fixed factor ([f, f]) against
+        # torchvision's functional code for uint8 tensors, written here in
+        # torch: the same float32 steps, truncated to uint8 after each.
+        import torch
+
+        def blend(img1, img2, ratio):
+            return (ratio * img1 + (1.0 - ratio) * img2).clamp(0, 255).to(torch.uint8)
+
+        def gray(img):
+            r, g, b = img.unbind(0)
+            return (0.2989 * r + 0.587 * g + 0.114 * b).to(torch.uint8).unsqueeze(0)
+
+        def rgb2hsv(x):
+            r, g, b = x.unbind(0)
+            maxc, minc = torch.max(x, dim=0).values, torch.min(x, dim=0).values
+            eqc = maxc == minc
+            cr = maxc - minc
+            ones = torch.ones_like(maxc)
+            s = cr / torch.where(eqc, ones, maxc)
+            div = torch.where(eqc, ones, cr)
+            rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
+            h = ((maxc == r) * (bc - gc) + ((maxc == g) & (maxc != r)) * (2.0 + rc - bc) +
+                 ((maxc != g) & (maxc != r)) * (4.0 + gc - rc))
+            return torch.stack((torch.fmod(h / 6.0 + 1.0, 1.0), s, maxc))
+
+        def hsv2rgb(x):
+            h, s, v = x.unbind(0)
+            i = torch.floor(h * 6.0)
+            f = h * 6.0 - i
+            i = i.to(torch.int32) % 6
+            p = torch.clamp(v * (1.0 - s), 0.0, 1.0)
+            q = torch.clamp(v * (1.0 - s * f), 0.0, 1.0)
+            t = torch.clamp(v * (1.0 - s * (1.0 - f)), 0.0, 1.0)
+            mask = (i.unsqueeze(0) == torch.arange(6).view(-1, 1, 1)).to(x.dtype)
+            a = torch.stack((torch.stack((v, q, p, p, t, v)), torch.stack((t, v, v, q, p, p)),
+                             torch.stack((p, p, t, v, v, q))))
+            return torch.einsum('ijk, xijk -> xjk', mask, a)
+
+        def hue(img, f):
+            hsv = rgb2hsv(img.to(torch.float32) / 255.0)
+            h, s, v = hsv.unbind(0)
+            return (hsv2rgb(torch.stack(((h + f) % 1.0, s, v))) * 255.0).to(torch.uint8)
+
+        ref = {'brightness': lambda img, f: blend(img, torch.zeros_like(img), f),
+               'contrast': lambda img, f: blend(img, torch.mean(gray(img).to(torch.float32), dim=(-3, -2, -1),
+                                                                keepdim=True), f),
+               'saturation': lambda img, f: blend(img, gray(img), f),
+               'hue': hue}
+        base = (sluice.tfrecord(os.path.join(self.data, 'images-*.tfrecord'))
+                .parse_example({'id': int, 'image/encoded': bytes})
+                .decode_jpeg('image/encoded'))
+        plain = {int(b['id'][0]): b['image/encoded'][0] for b in self.batches(base.batch(1))}
+        for name, f in (('brightness', 1.3), ('brightness', 0.55), ('contrast', 1.6), ('contrast', 0.4),
+                        ('saturation', 1.7), ('saturation', 0.2), ('hue', 0.21), ('hue', -0.37)):
+            # f as float32, as torch draws it
+            f = float(np.float32(f))
+            got = {int(b['id'][0]): b['image/encoded'][0]
+                   for b in self.batches(base.color_jitter('image/encoded', **{name: (f, f)}).batch(1))}
+            self.assertEqual(sorted(got), list(range(32)))
+            same = total = 0
+            for i, img in got.items():
+                want = ref[name](torch.from_numpy(plain[i]).permute(2, 0, 1), f).permute(1, 2, 0).numpy()
+                diff = np.abs(img.astype(np.int16) - want.astype(np.int16))
+                self.assertLessEqual(int(diff.max()), 1, '%s %g image %d' % (name, f, i))
+                same += int((diff == 0).sum())
+                total += diff.size
+            self.assertGreaterEqual(same / total, 0.999, '%s %g: %d of %d values equal' % (name, f, same, total))
+        # All four, drawn per element in a random order: seeded, so two runs agree.
+        jit = base.color_jitter('image/encoded', brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, seed=3)
+        self.assertEqual(jit.spec['ops'][-1]['brightness'], [0.6, 1.4])
+        self.assertEqual(jit.spec['ops'][-1]['hue'], [-0.1, 0.1])
+        one = {int(b['id'][0]): b['image/encoded'][0] for b in self.batches(jit.batch(1), sharding='off')}
+        two = {int(b['id'][0]): b['image/encoded'][0] for b in self.batches(jit.batch(1), sharding='off')}
+        self.assertTrue(all(np.array_equal(one[i], two[i]) for i in one))
+        self.assertTrue(any(not np.array_equal(one[i], plain[i]) for i in one))
+
     def test_parse_example_python_dtypes_and_varlen(self):
         ds = (sluice.tfrecord(os.path.join(self.data, 'varlen-*.tfrecord'))
               .parse_example({'id': int, 'tokens': {'dtype': int, 'varlen': True}})

@@ -122,6 +122,8 @@ Test(element_spec, images)
     snprintf(json, sizeof json, img, ",\"channels\":1",
              ",{\"op\":\"random_resized_crop\",\"key\":\"record\",\"size\":[5,6],\"dtype\":\"uint8\"}");
     EXPECT(json, "record:uint8[5,6,1]");
+    snprintf(json, sizeof json, img, "", ",{\"op\":\"color_jitter\",\"key\":\"record\",\"hue\":[0,0.1]}");
+    EXPECT(json, "record:uint8[?,?,3]");
     /* resize and random_resized_crop take uint8 images, not float32 ones. */
     snprintf(json, sizeof json, img, "",
              ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"random_resized_crop\","

@@ -936,6 +936,90 @@ Test(image_resize, strided_window_equals_copied_window)
     free(src);
 }
 
+/* ColorJitter's draw: every order of the four adjustments comes up about
+ * as often (24 orders, 48,000 draws), factors stay in their ranges, absent
+ * adjustments are left out, and a seed repeats its draws. The kernel:
+ * brightness 0 is black, contrast 0 the grayscale's mean everywhere,
+ * saturation 0 each pixel's grayscale, hue 0.5 on a pure red is cyan; a
+ * 1-channel image takes brightness and contrast, and saturation and hue
+ * leave it as it is. */
+Test(image_jitter, draw_and_kernel)
+{
+    const bool all[4] = {true, true, true, true}, two[4] = {true, false, false, true};
+    const double range[4][2] = {{0.6, 1.4}, {0.5, 1.5}, {0.0, 2.0}, {-0.1, 0.1}};
+    sl_rng_t a, b;
+    sl_rng_seed(&a, 5);
+    sl_rng_seed(&b, 5);
+    int seen[256] = {0};
+    for (int i = 0; i < 48000; i++) {
+        sl_image_jitter_t j, k;
+        sl_image_color_jitter_draw(&a, all, range, &j);
+        sl_image_color_jitter_draw(&b, all, range, &k);
+        cr_assert_eq(memcmp(&j, &k, sizeof j), 0, "draw %d differs under one seed", i);
+        cr_assert_eq(j.n, 4);
+        int code = 0, used = 0;
+        for (int x = 0; x < 4; x++) {
+            int kind = (int)j.kind[x];
+            cr_assert(kind >= 0 && kind < 4 && !(used & (1 << kind)), "draw %d: kind %d twice", i, kind);
+            used |= 1 << kind;
+            code = code * 4 + kind;
+            cr_assert(j.factor[x] >= (float)range[kind][0] && j.factor[x] <= (float)range[kind][1], "draw %d: %g",
+                      i, (double)j.factor[x]);
+        }
+        seen[code]++;
+    }
+    int orders = 0;
+    for (int c = 0; c < 256; c++) {
+        if (!seen[c])
+            continue;
+        orders++;
+        cr_assert(seen[c] > 1700 && seen[c] < 2300, "order %d drawn %d times of 48000", c, seen[c]);
+    }
+    cr_assert_eq(orders, 24);
+    sl_image_jitter_t j;
+    sl_image_color_jitter_draw(&a, two, range, &j);
+    cr_assert(j.n == 2 && (j.kind[0] == SL_IMAGE_JITTER_BRIGHTNESS || j.kind[0] == SL_IMAGE_JITTER_HUE) &&
+              (j.kind[1] == SL_IMAGE_JITTER_BRIGHTNESS || j.kind[1] == SL_IMAGE_JITTER_HUE) && j.kind[0] != j.kind[1]);
+
+    /* The kernel on a 1 x 3 image: red, a gray, a color. */
+    uint8_t px[9] = {255, 0, 0, 100, 100, 100, 10, 200, 60}, img[9];
+    sl_image_shape_t s3 = {1, 3, 3};
+    sl_image_jitter_t one = {.n = 1, .kind = {SL_IMAGE_JITTER_BRIGHTNESS}, .factor = {0.0f}};
+    memcpy(img, px, 9);
+    cr_assert_eq(sl_image_color_jitter(img, s3, &one, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 9; i++)
+        cr_assert_eq(img[i], 0);
+    /* Grayscales (0.2989 R + 0.587 G + 0.114 B, truncated; the weights sum
+     * to 0.9999, so a gray of 100 gives 99, as in torchvision): 76, 99, 127. */
+    one = (sl_image_jitter_t){.n = 1, .kind = {SL_IMAGE_JITTER_SATURATION}, .factor = {0.0f}};
+    memcpy(img, px, 9);
+    sl_image_color_jitter(img, s3, &one, err, sizeof err);
+    const uint8_t grays[3] = {76, 99, 127};
+    for (int p = 0; p < 3; p++)
+        cr_assert(img[3 * p] == grays[p] && img[3 * p + 1] == grays[p] && img[3 * p + 2] == grays[p], "pixel %d: %d",
+                  p, img[3 * p]);
+    /* Contrast 0: their mean, 302 / 3 = 100.67, truncated. */
+    one = (sl_image_jitter_t){.n = 1, .kind = {SL_IMAGE_JITTER_CONTRAST}, .factor = {0.0f}};
+    memcpy(img, px, 9);
+    sl_image_color_jitter(img, s3, &one, err, sizeof err);
+    for (int i = 0; i < 9; i++)
+        cr_assert_eq(img[i], 100);
+    /* Hue half a turn: red becomes cyan, a gray stays. */
+    one = (sl_image_jitter_t){.n = 1, .kind = {SL_IMAGE_JITTER_HUE}, .factor = {0.5f}};
+    memcpy(img, px, 9);
+    sl_image_color_jitter(img, s3, &one, err, sizeof err);
+    cr_assert(img[0] == 0 && img[1] == 255 && img[2] == 255, "%d %d %d", img[0], img[1], img[2]);
+    cr_assert(img[3] == 100 && img[4] == 100 && img[5] == 100);
+    /* One channel: brightness 0.5 halves (truncated), saturation and hue do nothing. */
+    uint8_t g[3] = {9, 100, 255};
+    sl_image_jitter_t mix = {.n = 3,
+                             .kind = {SL_IMAGE_JITTER_SATURATION, SL_IMAGE_JITTER_HUE, SL_IMAGE_JITTER_BRIGHTNESS},
+                             .factor = {0.0f, 0.3f, 0.5f}};
+    cr_assert_eq(sl_image_color_jitter(g, (sl_image_shape_t){1, 3, 1}, &mix, err, sizeof err), 0);
+    cr_assert(g[0] == 4 && g[1] == 50 && g[2] == 127, "%d %d %d", g[0], g[1], g[2]);
+    cr_assert_eq(sl_image_color_jitter(g, (sl_image_shape_t){1, 3, 2}, &mix, err, sizeof err), SL_EINVAL);
+}
+
 Test(image_flip, known_values)
 {
     const uint8_t src[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, /* row 0: three RGB pixels */

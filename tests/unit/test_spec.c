@@ -672,6 +672,32 @@ Test(spec, random_resized_crop)
     expect_error(OPS("{\"op\":\"random_resized_crop\",\"key\":\"i\"}"), "$.ops[0].size: required field missing");
 }
 
+/* color_jitter: ranges as pairs, at least one adjustment, bounds. */
+Test(spec, color_jitter)
+{
+    sl_spec_t *a = parse_ok(OPS("{\"op\":\"color_jitter\",\"key\":\"img\",\"brightness\":[0.6,1.4],\"hue\":[-0.1,0.1],"
+                                "\"seed\":2}"));
+    cr_assert(strstr(sl_spec_canonical(a), "{\"brightness\":[0.6,1.4],\"hue\":[-0.1,0.1],\"key\":\"img\",\"op\":"
+                                           "\"color_jitter\",\"seed\":2}"),
+              "%s", sl_spec_canonical(a));
+    const sl_spec_op_t *op = sl_spec_op(a, 0);
+    cr_assert_eq(op->kind, SL_OP_COLOR_JITTER);
+    cr_assert(op->u.color_jitter.has_brightness && op->u.color_jitter.has_hue && !op->u.color_jitter.has_contrast &&
+              !op->u.color_jitter.has_saturation);
+    cr_assert(sl_spec_op_elementwise(SL_OP_COLOR_JITTER));
+    sl_spec_free(a);
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\"}"),
+                 "$.ops[0]: color_jitter needs brightness, contrast, saturation or hue");
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"contrast\":[-0.1,1]}"),
+                 "$.ops[0].contrast: must be [lo, hi] with 0 <= lo <= hi <= 100, got [-0.1, 1]");
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"saturation\":[2,1]}"),
+                 "$.ops[0].saturation: must be [lo, hi] with 0 <= lo <= hi <= 100, got [2, 1]");
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"hue\":[-0.6,0]}"),
+                 "$.ops[0].hue: must be [lo, hi] with -0.5 <= lo <= hi <= 0.5, got [-0.6, 0]");
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"brightness\":0.4}"),
+                 "$.ops[0].brightness: must be a list of 2 numbers, got 0.4");
+}
+
 Test(spec, image_ops_with_defaults)
 {
     sl_spec_t *spec = parse_ok(OPS("{\"op\":\"decode_jpeg\",\"key\":\"img\"},"

@@ -215,6 +215,24 @@ class Dataset:
                        ratio=None if ratio is None else [float(x) for x in ratio],
                        dtype=None if dtype is None else _dtype_name(dtype), seed=seed)
 
+    def color_jitter(self, key, brightness=None, contrast=None, saturation=None, hue=None, seed=None):
+        """torchvision's ColorJitter on uint8 images: each adjustment given as
+        a number b (a factor drawn in [max(0, 1 - b), 1 + b]; for hue h, in
+        [-h, h]) or as a (lo, hi) pair, applied in a random order
+        (docs/dataset-spec.md)."""
+        def rng(name, v, centre):
+            if v is None:
+                return None
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if v < 0:
+                    raise ValueError('color_jitter %s must be >= 0, got %r' % (name, v))
+                return [max(0.0, centre - float(v)), centre + float(v)] if centre else [-float(v), float(v)]
+            lo, hi = v
+            return [float(lo), float(hi)]
+        return self.op('color_jitter', key=key, brightness=rng('brightness', brightness, 1.0),
+                       contrast=rng('contrast', contrast, 1.0), saturation=rng('saturation', saturation, 1.0),
+                       hue=rng('hue', hue, 0.0), seed=seed)
+
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
         return self.op('random_flip', key=key, direction=direction, seed=seed)
