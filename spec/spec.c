@@ -261,7 +261,8 @@ static const struct field decode_jpeg_fields[] = {
 static const struct field resize_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.resize.key),
     {.name = "size", .type = F_INTS, .need = F_OPTIONAL, .min = 1, .max = MAX_IMAGE_SIDE, .min_count = 2,
-     .max_count = 2, .off = offsetof(sl_spec_op_t, u.resize.size), .has_off = offsetof(sl_spec_op_t, u.resize.has_size)},
+     .max_count = 2, .off = offsetof(sl_spec_op_t, u.resize.size),
+     .has_off = offsetof(sl_spec_op_t, u.resize.has_size)},
     OPT_INT_FIELD("shorter_side", 1, MAX_IMAGE_SIDE, sl_spec_op_t, u.resize.shorter_side, u.resize.has_shorter_side),
     STRING_FIELD("dtype", F_DEFAULT, SL_DTYPE_FLOAT32, resize_dtypes, sl_spec_op_t, u.resize.dtype),
     PARALLEL_FIELDS,
@@ -299,7 +300,8 @@ static const struct field random_resized_crop_fields[] = {
 
 #define JITTER_FIELD(n, member)                                                                                   \
     {.name = n, .type = F_FLOATS, .need = F_OPTIONAL, .min_count = 2, .max_count = 2,                              \
-     .off = offsetof(sl_spec_op_t, u.color_jitter.member), .has_off = offsetof(sl_spec_op_t, u.color_jitter.has_##member)}
+     .off = offsetof(sl_spec_op_t, u.color_jitter.member),                                                        \
+     .has_off = offsetof(sl_spec_op_t, u.color_jitter.has_##member)}
 
 static const struct field color_jitter_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.color_jitter.key),
@@ -1118,8 +1120,9 @@ static int color_jitter_check(sl_spec_t *spec, json_t *obj, void *desc, const ch
             continue;
         double lo = r[i]->v[0], hi = r[i]->v[1], min = i == 3 ? -0.5 : 0, max = i == 3 ? 0.5 : MAX_JITTER_FACTOR;
         if (!(lo >= min) || !(hi <= max) || lo > hi)
-            return sl_errf(err, errlen, SL_ESPEC, "%s.%s: must be [lo, hi] with %g <= lo <= hi <= %g, got [%.15g, %.15g]",
-                           path, names[i], min, max, lo, hi);
+            return sl_errf(err, errlen, SL_ESPEC,
+                           "%s.%s: must be [lo, hi] with %g <= lo <= hi <= %g, got [%.15g, %.15g]", path, names[i],
+                           min, max, lo, hi);
     }
     return 0;
 }

@@ -225,7 +225,8 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
             int rc = u8 ? sl_image_resize_u8(win, ws, 24, 20, want, err, sizeof err)
                         : sl_image_resize_f32(win, ws, 24, 20, (float *)want, err, sizeof err);
             cr_assert_eq(rc, 0, "%s", err);
-            cr_assert_eq(memcmp(a.b[k]->data + c->offset, want, bytes), 0, "image %zu (%s)", k, u8 ? "uint8" : "float32");
+            cr_assert_eq(memcmp(a.b[k]->data + c->offset, want, bytes), 0, "image %zu (%s)", k,
+                         u8 ? "uint8" : "float32");
             free(win);
             free(want);
         }
@@ -239,8 +240,8 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
     sl_pipeline_t *p;
     char err[1024];
     int rc = pipeline_try("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE "," DECODE ",{\"op\":\"resize\",\"key\":"
-                          "\"image/encoded\",\"size\":[30,30]},{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\","
-                          "\"size\":[4,4]}]}",
+                          "\"image/encoded\",\"size\":[30,30]},{\"op\":\"random_resized_crop\","
+                          "\"key\":\"image/encoded\",\"size\":[4,4]}]}",
                           &o, &p, err, sizeof err);
     cr_assert_eq(rc, SL_EINVAL);
     cr_assert_str_eq(err, "ops[3] (random_resized_crop): component \"image/encoded\" is float32; random_resized_crop "
@@ -303,9 +304,11 @@ Test(image_ops, resize_shorter_side_keeps_the_aspect_ratio)
     /* Fused with decode_jpeg, at 12 (at most half of each side here: a DCT
      * scale of 1/2 or less): the same sizes, pixels within DCT scaling's
      * documented tolerance of the unfused ones. */
-    batches_t fused = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,\"dtype\":\"uint8\"}");
+    batches_t fused =
+        run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,\"dtype\":\"uint8\"}");
     batches_t apart = run_images("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"},"
-                                 "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,\"dtype\":\"uint8\"}");
+                                 "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":12,"
+                                 "\"dtype\":\"uint8\"}");
     cr_assert_eq(fused.rc, 1, "%s", fused.errmsg);
     cr_assert_eq(apart.rc, 1, "%s", apart.errmsg);
     int differ = 0;
