@@ -779,6 +779,20 @@ int sl_image_color_jitter(uint8_t *img, sl_image_shape_t shape, const sl_image_j
     return 0;
 }
 
+int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("random_grayscale", shape, 1, err, errlen)) != 0)
+        return rc;
+    if (shape.c != 3)
+        return 0;
+    for (size_t i = 0; i < shape.h * shape.w; i++) {
+        uint8_t *p = img + 3 * i;
+        p[0] = p[1] = p[2] = gray_u8(p);
+    }
+    return 0;
+}
+
 /* Mirrors one row of w pixels of C bytes; dst is src or apart from it. */
 static inline void mirror_row(const uint8_t *src, uint8_t *dst, size_t w, size_t C)
 {

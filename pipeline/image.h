@@ -266,6 +266,15 @@ void sl_image_color_jitter_draw(sl_rng_t *rng, const bool given[4], const double
  */
 int sl_image_color_jitter(uint8_t *img, sl_image_shape_t shape, const sl_image_jitter_t *j, char *err, size_t errlen);
 
+/**
+ * torchvision's rgb_to_grayscale of a 3-channel uint8 image, in place, with
+ * its 3 channels kept (RandomGrayscale): each pixel's 0.2989 R + 0.587 G +
+ * 0.114 B in float32, truncated, in all three. A 1-channel image is left
+ * as it is.
+ * @return 0; SL_EINVAL for a bad shape
+ */
+int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t errlen);
+
 /* ---- normalize and cast ---- */
 
 /**

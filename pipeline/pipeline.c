@@ -69,6 +69,7 @@ static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
     [SL_OP_CACHE] = sl__op_cache_create,
     [SL_OP_RANDOM_RESIZED_CROP] = sl__op_image_create,
     [SL_OP_COLOR_JITTER] = sl__op_image_create,
+    [SL_OP_RANDOM_GRAYSCALE] = sl__op_image_create,
 };
 
 static uint64_t now_ns(void)

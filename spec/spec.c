@@ -314,6 +314,18 @@ static const struct field color_jitter_fields[] = {
     END_FIELDS,
 };
 
+static int parse_gray_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_gray_p(const void *desc);
+static const struct custom gray_p_custom = {parse_gray_p, emit_gray_p};
+
+static const struct field random_grayscale_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_grayscale.key),
+    {.name = "p", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &gray_p_custom},
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_grayscale.seed, u.random_grayscale.has_seed),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static const struct field random_flip_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
@@ -494,6 +506,7 @@ static const struct kind ops[] = {
     {"cache", SL_OP_CACHE, cache_fields, NULL},
     {"random_resized_crop", SL_OP_RANDOM_RESIZED_CROP, random_resized_crop_fields, random_resized_crop_check},
     {"color_jitter", SL_OP_COLOR_JITTER, color_jitter_fields, color_jitter_check},
+    {"random_grayscale", SL_OP_RANDOM_GRAYSCALE, random_grayscale_fields, NULL},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1238,6 +1251,28 @@ static int parse_int_or_hint(json_t *v, int64_t min, const char *path, int64_t *
 static json_t *emit_int_or_hint(int64_t v)
 {
     return v == SL_SPEC_SHARD_HINT ? json_string("hint") : json_integer(v);
+}
+
+/* random_grayscale's p: a number in [0, 1], torchvision's 0.1 when absent. */
+static int parse_gray_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    double *p = &((sl_spec_op_t *)desc)->u.random_grayscale.p;
+    if (!v) {
+        *p = 0.1;
+        return 0;
+    }
+    int rc = parse_number(v, path, p, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!(*p >= 0 && *p <= 1))
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number from 0 to 1, got %.15g", path, *p);
+    return 0;
+}
+
+static json_t *emit_gray_p(const void *desc)
+{
+    return json_real(((const sl_spec_op_t *)desc)->u.random_grayscale.p);
 }
 
 static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
@@ -2103,6 +2138,7 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     case SL_OP_CENTER_CROP:
     case SL_OP_RANDOM_RESIZED_CROP:
     case SL_OP_COLOR_JITTER:
+    case SL_OP_RANDOM_GRAYSCALE:
     case SL_OP_RANDOM_FLIP:
     case SL_OP_NORMALIZE:
     case SL_OP_CAST:

@@ -66,6 +66,7 @@ typedef enum sl_op_kind {
     SL_OP_CACHE,
     SL_OP_RANDOM_RESIZED_CROP,
     SL_OP_COLOR_JITTER,
+    SL_OP_RANDOM_GRAYSCALE,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
@@ -249,6 +250,12 @@ typedef struct sl_spec_op {
         } color_jitter;
         struct {
             char key[SL_MAX_NAME];
+            double p; /* the probability an image becomes gray, 0 .. 1 */
+            bool has_seed;
+            int64_t seed;
+        } random_grayscale;
+        struct {
+            char key[SL_MAX_NAME];
             int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
             bool has_seed;
             int64_t seed;
@@ -304,7 +311,8 @@ typedef struct sl_spec_op {
         } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
-     * center_crop, random_resized_crop, color_jitter, random_flip, normalize, cast, map, filter) may run on
+     * center_crop, random_resized_crop, color_jitter, random_grayscale, random_flip, normalize, cast, map,
+     * filter) may run on
      * several threads: num_parallel_calls, when given, is 1 ..
      * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
      * true) keeps the order. Other ops never have them. */

@@ -112,6 +112,8 @@ class BuilderTest(unittest.TestCase):
               .random_resized_crop('image', 96, 96)
               .resize('image', shorter_side=80, dtype='uint8')
               .color_jitter('image', brightness=0.4, contrast=(0.5, 1.5), saturation=2, hue=0.1, seed=1)
+              .random_grayscale('image', p=0.2)
+              .random_grayscale('image')
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
@@ -138,6 +140,8 @@ class BuilderTest(unittest.TestCase):
             {'op': 'resize', 'key': 'image', 'shorter_side': 80, 'dtype': 'uint8'},
             {'op': 'color_jitter', 'key': 'image', 'brightness': [0.6, 1.4], 'contrast': [0.5, 1.5],
              'saturation': [0.0, 3.0], 'hue': [-0.1, 0.1], 'seed': 1},
+            {'op': 'random_grayscale', 'key': 'image', 'p': 0.2},
+            {'op': 'random_grayscale', 'key': 'image'},
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},

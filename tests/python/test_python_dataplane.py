@@ -184,6 +184,12 @@ class DataplaneBuilderTest(DataCase):
                 same += int((diff == 0).sum())
                 total += diff.size
             self.assertGreaterEqual(same / total, 0.999, '%s %g: %d of %d values equal' % (name, f, same, total))
+        # random_grayscale with p 1: torchvision's rgb_to_grayscale, 3 channels kept.
+        got = {int(b['id'][0]): b['image/encoded'][0]
+               for b in self.batches(base.random_grayscale('image/encoded', p=1).batch(1))}
+        for i, img in got.items():
+            want = gray(torch.from_numpy(plain[i]).permute(2, 0, 1)).expand(3, -1, -1).permute(1, 2, 0).numpy()
+            self.assertTrue(np.array_equal(img, want), 'grayscale of image %d' % i)
         # All four, drawn per element in a random order: seeded, so two runs agree.
         jit = base.color_jitter('image/encoded', brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, seed=3)
         self.assertEqual(jit.spec['ops'][-1]['brightness'], [0.6, 1.4])

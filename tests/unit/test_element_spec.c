@@ -124,6 +124,8 @@ Test(element_spec, images)
     EXPECT(json, "record:uint8[5,6,1]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"color_jitter\",\"key\":\"record\",\"hue\":[0,0.1]}");
     EXPECT(json, "record:uint8[?,?,3]");
+    snprintf(json, sizeof json, img, "", ",{\"op\":\"random_grayscale\",\"key\":\"record\",\"p\":0.2}");
+    EXPECT(json, "record:uint8[?,?,3]");
     /* resize and random_resized_crop take uint8 images, not float32 ones. */
     snprintf(json, sizeof json, img, "",
              ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"random_resized_crop\","

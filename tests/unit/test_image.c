@@ -1018,6 +1018,15 @@ Test(image_jitter, draw_and_kernel)
     cr_assert_eq(sl_image_color_jitter(g, (sl_image_shape_t){1, 3, 1}, &mix, err, sizeof err), 0);
     cr_assert(g[0] == 4 && g[1] == 50 && g[2] == 127, "%d %d %d", g[0], g[1], g[2]);
     cr_assert_eq(sl_image_color_jitter(g, (sl_image_shape_t){1, 3, 2}, &mix, err, sizeof err), SL_EINVAL);
+
+    /* Grayscale keeps 3 channels, each the pixel's grayscale; 1 channel stays. */
+    memcpy(img, px, 9);
+    cr_assert_eq(sl_image_grayscale(img, s3, err, sizeof err), 0, "%s", err);
+    for (int p = 0; p < 3; p++)
+        cr_assert(img[3 * p] == grays[p] && img[3 * p + 1] == grays[p] && img[3 * p + 2] == grays[p], "pixel %d", p);
+    uint8_t lone[3] = {1, 2, 3};
+    cr_assert_eq(sl_image_grayscale(lone, (sl_image_shape_t){1, 3, 1}, err, sizeof err), 0);
+    cr_assert(lone[0] == 1 && lone[1] == 2 && lone[2] == 3);
 }
 
 Test(image_flip, known_values)

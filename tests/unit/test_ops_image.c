@@ -338,6 +338,42 @@ Test(image_ops, resize_shorter_side_keeps_the_aspect_ratio)
     batches_free(&big);
 }
 
+/* random_grayscale: p 1 turns every image to its grayscale (the kernel's),
+ * p 0 none; p 0.5 with a seed some, the same ones on every run. */
+Test(image_ops, random_grayscale_by_its_probability)
+{
+    batches_t src = decoded();
+    const char *ops[] = {"{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":1}",
+                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0}",
+                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0.5,\"seed\":4}"};
+    int grayed[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        batches_t a = run_images(ops[i]), b = run_images(ops[i]);
+        cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+        for (size_t k = 0; k < a.n; k++) {
+            int64_t h, w, sh, sw;
+            const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+            size_t n = (size_t)(h * w * 3);
+            uint8_t *gray = malloc(n);
+            memcpy(gray, src.b[k]->data + s->offset, n);
+            char err[256];
+            cr_assert_eq(sl_image_grayscale(gray, (sl_image_shape_t){(size_t)h, (size_t)w, 3}, err, sizeof err), 0);
+            const uint8_t *got = a.b[k]->data + c->offset;
+            bool is_gray = memcmp(got, gray, n) == 0, is_src = memcmp(got, src.b[k]->data + s->offset, n) == 0;
+            cr_assert(is_gray || is_src, "%s: image %zu is neither itself nor its grayscale", ops[i], k);
+            grayed[i] += is_gray && !is_src;
+            cr_assert_eq(memcmp(got, b.b[k]->data + c->offset, n), 0, "%s: image %zu differs between runs", ops[i], k);
+            free(gray);
+        }
+        batches_free(&a);
+        batches_free(&b);
+    }
+    cr_assert_eq(grayed[0], 32);
+    cr_assert_eq(grayed[1], 0);
+    cr_assert(grayed[2] > 4 && grayed[2] < 28, "p 0.5: %d of 32", grayed[2]);
+    batches_free(&src);
+}
+
 Test(image_ops, random_flip_mirrors_some)
 {
     batches_t src = decoded();

@@ -696,6 +696,17 @@ Test(spec, color_jitter)
                  "$.ops[0].hue: must be [lo, hi] with -0.5 <= lo <= hi <= 0.5, got [-0.6, 0]");
     expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"brightness\":0.4}"),
                  "$.ops[0].brightness: must be a list of 2 numbers, got 0.4");
+
+    /* random_grayscale: torchvision's p of 0.1 when absent, 0 .. 1. */
+    sl_spec_t *g = parse_ok(OPS("{\"op\":\"random_grayscale\",\"key\":\"img\"}"));
+    cr_assert(strstr(sl_spec_canonical(g), "{\"key\":\"img\",\"op\":\"random_grayscale\",\"p\":0.1}"), "%s",
+              sl_spec_canonical(g));
+    cr_assert_eq(sl_spec_op(g, 0)->u.random_grayscale.p, 0.1);
+    sl_spec_free(g);
+    expect_error(OPS("{\"op\":\"random_grayscale\",\"key\":\"i\",\"p\":1.5}"),
+                 "$.ops[0].p: must be a number from 0 to 1, got 1.5");
+    expect_error(OPS("{\"op\":\"random_grayscale\",\"key\":\"i\",\"p\":\"x\"}"),
+                 "$.ops[0].p: must be a number, got \"x\"");
 }
 
 Test(spec, image_ops_with_defaults)

@@ -233,6 +233,11 @@ class Dataset:
                        contrast=rng('contrast', contrast, 1.0), saturation=rng('saturation', saturation, 1.0),
                        hue=rng('hue', hue, 0.0), seed=seed)
 
+    def random_grayscale(self, key, p=None, seed=None):
+        """torchvision's RandomGrayscale: with probability p (default 0.1)
+        an image becomes gray, its 3 channels kept."""
+        return self.op('random_grayscale', key=key, p=None if p is None else float(p), seed=seed)
+
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
         return self.op('random_flip', key=key, direction=direction, seed=seed)
