@@ -214,7 +214,8 @@ static bool op_keeps_count(const char *name)
 {
     static const char *const keep[] = {"shuffle", "repeat", "parse_example", "decode_jpeg", "resize", "random_crop",
                                        "center_crop", "random_resized_crop", "color_jitter", "random_grayscale",
-                                       "random_flip", "normalize", "cast", "map", "prefetch", "cache"};
+                                       "gaussian_blur", "random_flip", "normalize", "cast", "map", "prefetch",
+                                       "cache"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
         if (strcmp(name, keep[i]) == 0)
             return true;

@@ -793,6 +793,85 @@ int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t e
     return 0;
 }
 
+/* _get_gaussian_kernel1d: exp(-0.5 (x / sigma)^2) at x = -(k-1)/2 .. (k-1)/2,
+ * over its sum, in float32. */
+static void gaussian_kernel(size_t k, float sigma, float *out)
+{
+    float half = (float)(k - 1) * 0.5f, sum = 0;
+    for (size_t i = 0; i < k; i++) {
+        float x = (-half + (float)i) / sigma;
+        out[i] = expf(-0.5f * (x * x));
+        sum += out[i];
+    }
+    for (size_t i = 0; i < k; i++)
+        out[i] /= sum;
+}
+
+/* torch's "reflect" padding: index i of an axis of n, mirrored at its ends
+ * without repeating them (|i| < n). */
+static inline size_t reflect(ptrdiff_t i, size_t n)
+{
+    if (i < 0)
+        return (size_t)-i;
+    if ((size_t)i >= n)
+        return 2 * (n - 1) - (size_t)i;
+    return (size_t)i;
+}
+
+int sl_image_gaussian_blur(uint8_t *img, sl_image_shape_t shape, size_t kh, size_t kw, float sigma, char *err,
+                           size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("gaussian_blur", shape, sizeof(float), err, errlen)) != 0)
+        return rc;
+    if (kh % 2 == 0 || kw % 2 == 0 || kh > 255 || kw > 255 || !(sigma > 0))
+        return sl_errf(err, errlen, SL_EINVAL, "gaussian_blur: bad kernel %zu x %zu or sigma %g", kh, kw,
+                       (double)sigma);
+    if (kh / 2 >= shape.h || kw / 2 >= shape.w)
+        return sl_errf(err, errlen, SL_EDATA,
+                       "an image of %zu x %zu is too small for a kernel of %zu x %zu (reflection needs half the "
+                       "kernel, rounded down, to be shorter than each side)",
+                       shape.h, shape.w, kh, kw);
+    size_t h = shape.h, w = shape.w, c = shape.c, rh = kh / 2, rw = kw / 2;
+    float ky[255], kx[255];
+    gaussian_kernel(kh, sigma, ky);
+    gaussian_kernel(kw, sigma, kx);
+    size_t n = w * c;
+    float *tmp = malloc(h * n * sizeof(float)), *acc = malloc(n * sizeof(float));
+    if (!tmp || !acc) {
+        free(tmp);
+        free(acc);
+        return sl_errf(err, errlen, -ENOMEM, "gaussian_blur: out of memory for %zu x %zu x %zu floats", h, w, c);
+    }
+    /* Along each row, then down each column. */
+    for (size_t y = 0; y < h; y++) {
+        const uint8_t *row = img + y * n;
+        for (size_t x = 0; x < w; x++)
+            for (size_t ch = 0; ch < c; ch++) {
+                float a = 0;
+                for (size_t j = 0; j < kw; j++)
+                    a += kx[j] * (float)row[reflect((ptrdiff_t)x + (ptrdiff_t)j - (ptrdiff_t)rw, w) * c + ch];
+                tmp[y * n + x * c + ch] = a;
+            }
+    }
+    for (size_t y = 0; y < h; y++) {
+        /* A whole output row at a time, each value summed in the kernel's
+         * order, as a value at a time would. */
+        for (size_t k = 0; k < n; k++)
+            acc[k] = 0;
+        for (size_t i = 0; i < kh; i++) {
+            const float *src = tmp + reflect((ptrdiff_t)y + (ptrdiff_t)i - (ptrdiff_t)rh, h) * n;
+            for (size_t k = 0; k < n; k++)
+                acc[k] += ky[i] * src[k];
+        }
+        for (size_t k = 0; k < n; k++)
+            img[y * n + k] = round_u8(acc[k]);
+    }
+    free(acc);
+    free(tmp);
+    return 0;
+}
+
 /* Mirrors one row of w pixels of C bytes; dst is src or apart from it. */
 static inline void mirror_row(const uint8_t *src, uint8_t *dst, size_t w, size_t C)
 {

@@ -275,6 +275,21 @@ int sl_image_color_jitter(uint8_t *img, sl_image_shape_t shape, const sl_image_j
  */
 int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t errlen);
 
+/**
+ * torchvision's gaussian_blur of a uint8 image, in place: a kernel of kh x
+ * kw (both odd) of a Gaussian of sigma, made as _get_gaussian_kernel1d
+ * makes it (float32, normalized to sum 1), over the image padded by
+ * reflection (torch's "reflect": the edge pixel is not repeated), in
+ * float32, rounded half to even back to uint8. Applied as two passes of
+ * the 1-D kernels, which torch's 2-D convolution sums in another order:
+ * within one unit of it.
+ * @return 0; SL_EDATA when a side is not longer than half its kernel
+ *         (reflection needs kh / 2 < h and kw / 2 < w, as in torch);
+ *         SL_EINVAL for a bad shape, size or sigma; -ENOMEM
+ */
+int sl_image_gaussian_blur(uint8_t *img, sl_image_shape_t shape, size_t kh, size_t kw, float sigma, char *err,
+                           size_t errlen);
+
 /* ---- normalize and cast ---- */
 
 /**

@@ -1,22 +1,22 @@
 /*
  * ops_image.c: the ops that change one component of an element:
  * decode_jpeg, resize, random_crop, center_crop, random_resized_crop,
- * color_jitter, random_grayscale, random_flip and normalize on uint8 HWC
- * images (through image.h), and cast on numbers of any shape. Each
- * replaces the value of its `key` component and passes the other
+ * color_jitter, random_grayscale, gaussian_blur, random_flip and normalize
+ * on uint8 HWC images (through image.h), and cast on numbers of any shape.
+ * Each replaces the value of its `key` component and passes the other
  * components on as they are.
  *
  * Images come one per element, shape [height, width, channels] with 1 or
  * 3 channels: these ops go before batch, as in a tf.data map. decode_jpeg
  * makes uint8 images; resize and random_resized_crop take them and make
- * float32 ones (as tf.image.resize) or uint8; color_jitter and
- * random_grayscale change uint8 ones in place; random_crop, center_crop
- * and random_flip take images of any numeric dtype, normalize uint8 or
- * float32 ones.
+ * float32 ones (as tf.image.resize) or uint8; color_jitter,
+ * random_grayscale and gaussian_blur change uint8 ones in place;
+ * random_crop, center_crop and random_flip take images of any numeric
+ * dtype, normalize uint8 or float32 ones.
  *
  * The random ops (random_crop, random_resized_crop, color_jitter,
- * random_grayscale, random_flip) draw, for the element at ordinal i of
- * epoch e (the e-th reset), from a generator seeded with
+ * random_grayscale, gaussian_blur, random_flip) draw, for the element at
+ * ordinal i of epoch e (the e-th reset), from a generator seeded with
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
  * seed each pipeline instance draws its own.
@@ -231,7 +231,7 @@ static int image_shape(struct image_iter *ii, const sl_value_t *v, sl_image_shap
     const char *op = sl_spec_op_name(ii->kind);
     bool ok = v->dtype != SL_DTYPE_BYTES;
     if (ii->kind == SL_OP_RESIZE || ii->kind == SL_OP_RANDOM_RESIZED_CROP || ii->kind == SL_OP_COLOR_JITTER ||
-        ii->kind == SL_OP_RANDOM_GRAYSCALE)
+        ii->kind == SL_OP_RANDOM_GRAYSCALE || ii->kind == SL_OP_GAUSSIAN_BLUR)
         ok = v->dtype == SL_DTYPE_UINT8;
     else if (ii->kind == SL_OP_NORMALIZE)
         ok = v->dtype == SL_DTYPE_UINT8 || v->dtype == SL_DTYPE_FLOAT32;
@@ -626,6 +626,23 @@ static int do_random_grayscale(struct image_iter *ii, sl_rng_t *rng, sl_value_t 
     return 0;
 }
 
+/* gaussian_blur: sigma drawn uniform in its range (GaussianBlur.get_params),
+ * then the image blurred in place. */
+static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    const double *sg = ii->op.u.gaussian_blur.sigma.v;
+    float sigma = (float)(sg[0] + (sg[1] - sg[0]) * ((double)(sl_rng_next(rng) >> 11) * 0x1p-53));
+    size_t kh = (size_t)ii->op.u.gaussian_blur.kernel_size.v[0], kw = (size_t)ii->op.u.gaussian_blur.kernel_size.v[1];
+    if ((rc = sl_image_gaussian_blur(sl_value_data(v), s, kh, kw, sigma, err, sizeof err)) < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    return 0;
+}
+
 static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
@@ -743,7 +760,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     int rc;
     sl_rng_t rng;
     if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP || ii->kind == SL_OP_RANDOM_RESIZED_CROP ||
-        ii->kind == SL_OP_COLOR_JITTER || ii->kind == SL_OP_RANDOM_GRAYSCALE)
+        ii->kind == SL_OP_COLOR_JITTER || ii->kind == SL_OP_RANDOM_GRAYSCALE || ii->kind == SL_OP_GAUSSIAN_BLUR)
         sl_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
@@ -754,6 +771,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_RANDOM_RESIZED_CROP: rc = do_random_resized_crop(ii, local, &rng, v); break;
     case SL_OP_COLOR_JITTER: rc = do_color_jitter(ii, &rng, v); break;
     case SL_OP_RANDOM_GRAYSCALE: rc = do_random_grayscale(ii, &rng, v); break;
+    case SL_OP_GAUSSIAN_BLUR: rc = do_gaussian_blur(ii, &rng, v); break;
     case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
     case SL_OP_NORMALIZE: rc = do_normalize(ii, local, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
@@ -832,6 +850,7 @@ static const char *op_key(const sl_spec_op_t *op)
     case SL_OP_RANDOM_RESIZED_CROP: return op->u.random_resized_crop.key;
     case SL_OP_COLOR_JITTER: return op->u.color_jitter.key;
     case SL_OP_RANDOM_GRAYSCALE: return op->u.random_grayscale.key;
+    case SL_OP_GAUSSIAN_BLUR: return op->u.gaussian_blur.key;
     case SL_OP_RANDOM_FLIP: return op->u.random_flip.key;
     case SL_OP_NORMALIZE: return op->u.normalize.key;
     case SL_OP_CAST: return op->u.cast.key;
@@ -848,7 +867,8 @@ static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     case SL_OP_RESIZE:
     case SL_OP_RANDOM_RESIZED_CROP:
     case SL_OP_COLOR_JITTER:
-    case SL_OP_RANDOM_GRAYSCALE: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_RANDOM_GRAYSCALE:
+    case SL_OP_GAUSSIAN_BLUR: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
     case SL_OP_NORMALIZE:
         *what = "uint8 or float32 images";
         return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
@@ -976,6 +996,9 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         break;
     case SL_OP_RANDOM_GRAYSCALE:
         ii->seed = op->u.random_grayscale.has_seed ? (uint64_t)op->u.random_grayscale.seed : sl__random_seed(ii);
+        break;
+    case SL_OP_GAUSSIAN_BLUR:
+        ii->seed = op->u.gaussian_blur.has_seed ? (uint64_t)op->u.gaussian_blur.seed : sl__random_seed(ii);
         break;
     case SL_OP_RANDOM_FLIP:
         ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);

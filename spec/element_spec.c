@@ -64,7 +64,7 @@ static sl_component_spec_t *image(struct elem *el, const char *key, sl_op_kind_t
     if (c->dtype == SL_DTYPE_BYTES || c->ragged || el->varlen[i] || (c->rank >= 0 && c->rank != 3))
         return NULL;
     if ((kind == SL_OP_RESIZE || kind == SL_OP_RANDOM_RESIZED_CROP || kind == SL_OP_COLOR_JITTER ||
-         kind == SL_OP_RANDOM_GRAYSCALE) &&
+         kind == SL_OP_RANDOM_GRAYSCALE || kind == SL_OP_GAUSSIAN_BLUR) &&
         c->dtype != SL_DTYPE_UINT8)
         return NULL;
     if (kind == SL_OP_NORMALIZE && c->dtype != SL_DTYPE_UINT8 && c->dtype != SL_DTYPE_FLOAT32)
@@ -202,6 +202,8 @@ static int apply(struct elem *el, const sl_spec_op_t *op)
         return image(el, op->u.color_jitter.key, op->kind) ? 0 : -1;
     case SL_OP_RANDOM_GRAYSCALE:
         return image(el, op->u.random_grayscale.key, op->kind) ? 0 : -1;
+    case SL_OP_GAUSSIAN_BLUR:
+        return image(el, op->u.gaussian_blur.key, op->kind) ? 0 : -1;
     case SL_OP_NORMALIZE:
         if (!(c = image(el, op->u.normalize.key, op->kind)))
             return -1;

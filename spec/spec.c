@@ -326,6 +326,18 @@ static const struct field random_grayscale_fields[] = {
     END_FIELDS,
 };
 
+/* sigma absent: torchvision's GaussianBlur default (gaussian_blur_check). */
+static const struct field gaussian_blur_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.gaussian_blur.key),
+    {.name = "kernel_size", .type = F_INTS, .need = F_REQUIRED, .min = 1, .max = 255, .min_count = 2, .max_count = 2,
+     .off = offsetof(sl_spec_op_t, u.gaussian_blur.kernel_size)},
+    {.name = "sigma", .type = F_FLOATS, .need = F_DEFAULT, .min_count = 2, .max_count = 2,
+     .off = offsetof(sl_spec_op_t, u.gaussian_blur.sigma)},
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.gaussian_blur.seed, u.gaussian_blur.has_seed),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static const struct field random_flip_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
@@ -472,6 +484,7 @@ static int random_resized_crop_check(sl_spec_t *spec, json_t *obj, void *desc, c
                                      size_t errlen);
 static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int color_jitter_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
+static int gaussian_blur_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int shard_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int feature_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
 static int interleave_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen);
@@ -507,6 +520,7 @@ static const struct kind ops[] = {
     {"random_resized_crop", SL_OP_RANDOM_RESIZED_CROP, random_resized_crop_fields, random_resized_crop_check},
     {"color_jitter", SL_OP_COLOR_JITTER, color_jitter_fields, color_jitter_check},
     {"random_grayscale", SL_OP_RANDOM_GRAYSCALE, random_grayscale_fields, NULL},
+    {"gaussian_blur", SL_OP_GAUSSIAN_BLUR, gaussian_blur_fields, gaussian_blur_check},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1110,6 +1124,27 @@ static int resize_check(sl_spec_t *spec, json_t *obj, void *desc, const char *pa
                        "%s.size: required field missing (or shorter_side, to keep the aspect ratio)", path);
     if (op->u.resize.has_size && op->u.resize.has_shorter_side)
         return sl_errf(err, errlen, SL_ESPEC, "%s: give size or shorter_side, not both", path);
+    return 0;
+}
+
+/* The largest sigma of a blur: far wider than any kernel it may have. */
+#define MAX_BLUR_SIGMA 1000.0
+
+static int gaussian_blur_check(sl_spec_t *spec, json_t *obj, void *desc, const char *path, char *err, size_t errlen)
+{
+    sl_spec_op_t *op = desc;
+    (void)spec;
+    (void)obj;
+    for (int i = 0; i < 2; i++)
+        if (op->u.gaussian_blur.kernel_size.v[i] % 2 == 0)
+            return sl_errf(err, errlen, SL_ESPEC, "%s.kernel_size[%d]: must be odd, got %" PRId64, path, i,
+                           op->u.gaussian_blur.kernel_size.v[i]);
+    sl_spec_floats_t *sigma = &op->u.gaussian_blur.sigma;
+    if (sigma->n == 0)
+        *sigma = (sl_spec_floats_t){2, {0.1, 2.0}};
+    if (!(sigma->v[0] > 0) || !(sigma->v[1] <= MAX_BLUR_SIGMA) || sigma->v[0] > sigma->v[1])
+        return sl_errf(err, errlen, SL_ESPEC, "%s.sigma: must be [lo, hi] with 0 < lo <= hi <= %g, got [%.15g, %.15g]",
+                       path, MAX_BLUR_SIGMA, sigma->v[0], sigma->v[1]);
     return 0;
 }
 
@@ -2139,6 +2174,7 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     case SL_OP_RANDOM_RESIZED_CROP:
     case SL_OP_COLOR_JITTER:
     case SL_OP_RANDOM_GRAYSCALE:
+    case SL_OP_GAUSSIAN_BLUR:
     case SL_OP_RANDOM_FLIP:
     case SL_OP_NORMALIZE:
     case SL_OP_CAST:

@@ -67,6 +67,7 @@ typedef enum sl_op_kind {
     SL_OP_RANDOM_RESIZED_CROP,
     SL_OP_COLOR_JITTER,
     SL_OP_RANDOM_GRAYSCALE,
+    SL_OP_GAUSSIAN_BLUR,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
@@ -256,6 +257,13 @@ typedef struct sl_spec_op {
         } random_grayscale;
         struct {
             char key[SL_MAX_NAME];
+            sl_spec_ints_t kernel_size; /* [height, width], odd, 1 .. 255 */
+            sl_spec_floats_t sigma;     /* [lo, hi] sigma is drawn from, 0 < lo <= hi <= 1000 */
+            bool has_seed;
+            int64_t seed;
+        } gaussian_blur;
+        struct {
+            char key[SL_MAX_NAME];
             int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
             bool has_seed;
             int64_t seed;
@@ -311,8 +319,8 @@ typedef struct sl_spec_op {
         } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
-     * center_crop, random_resized_crop, color_jitter, random_grayscale, random_flip, normalize, cast, map,
-     * filter) may run on
+     * center_crop, random_resized_crop, color_jitter, random_grayscale, gaussian_blur, random_flip, normalize,
+     * cast, map, filter) may run on
      * several threads: num_parallel_calls, when given, is 1 ..
      * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
      * true) keeps the order. Other ops never have them. */

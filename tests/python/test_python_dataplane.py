@@ -190,6 +190,31 @@ class DataplaneBuilderTest(DataCase):
         for i, img in got.items():
             want = gray(torch.from_numpy(plain[i]).permute(2, 0, 1)).expand(3, -1, -1).permute(1, 2, 0).numpy()
             self.assertTrue(np.array_equal(img, want), 'grayscale of image %d' % i)
+        # gaussian_blur at a fixed sigma against torchvision's: its kernel, reflection
+        # padding, a 2-D convolution in float32, rounded. The 2-D sum runs in another
+        # order than Sluice's two 1-D passes: within one unit.
+        def blur(img, kh, kw, sigma):
+            def k1(k):
+                x = torch.linspace(-(k - 1) * 0.5, (k - 1) * 0.5, steps=k)
+                pdf = torch.exp(-0.5 * (x / sigma).pow(2))
+                return pdf / pdf.sum()
+            kernel = torch.mm(k1(kh)[:, None], k1(kw)[None, :]).expand(img.shape[0], 1, kh, kw)
+            x = torch.nn.functional.pad(img.to(torch.float32)[None], [kw // 2, kw // 2, kh // 2, kh // 2],
+                                        mode='reflect')
+            return torch.round(torch.nn.functional.conv2d(x, kernel, groups=img.shape[0])[0]).to(torch.uint8)
+
+        for kh, kw, sigma in ((5, 5, 1.5), (9, 3, 0.7), (1, 7, 2.0)):
+            sigma = float(np.float32(sigma))
+            op = base.gaussian_blur('image/encoded', (kh, kw), sigma=sigma)
+            got = {int(b['id'][0]): b['image/encoded'][0] for b in self.batches(op.batch(1))}
+            same = total = 0
+            for i, img in got.items():
+                want = blur(torch.from_numpy(plain[i]).permute(2, 0, 1), kh, kw, sigma).permute(1, 2, 0).numpy()
+                diff = np.abs(img.astype(np.int16) - want.astype(np.int16))
+                self.assertLessEqual(int(diff.max()), 1, 'blur %dx%d %g image %d' % (kh, kw, sigma, i))
+                same += int((diff == 0).sum())
+                total += diff.size
+            self.assertGreaterEqual(same / total, 0.999, 'blur %dx%d: %d of %d equal' % (kh, kw, same, total))
         # All four, drawn per element in a random order: seeded, so two runs agree.
         jit = base.color_jitter('image/encoded', brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, seed=3)
         self.assertEqual(jit.spec['ops'][-1]['brightness'], [0.6, 1.4])

@@ -126,6 +126,10 @@ Test(element_spec, images)
     EXPECT(json, "record:uint8[?,?,3]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"random_grayscale\",\"key\":\"record\",\"p\":0.2}");
     EXPECT(json, "record:uint8[?,?,3]");
+    snprintf(json, sizeof json, img, "",
+             ",{\"op\":\"gaussian_blur\",\"key\":\"record\",\"kernel_size\":[3,3]},{\"op\":\"center_crop\","
+             "\"key\":\"record\",\"size\":[8,8]}");
+    EXPECT(json, "record:uint8[8,8,3]");
     /* resize and random_resized_crop take uint8 images, not float32 ones. */
     snprintf(json, sizeof json, img, "",
              ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"random_resized_crop\","

@@ -1029,6 +1029,41 @@ Test(image_jitter, draw_and_kernel)
     cr_assert(lone[0] == 1 && lone[1] == 2 && lone[2] == 3);
 }
 
+/* gaussian_blur: a 1 x 5 impulse through a 1 x 3 kernel of sigma 1
+ * (weights 0.274, 0.452, 0.274), reflection at the ends; a tiny sigma
+ * changes nothing; a flat image stays flat; too small an image for the
+ * kernel is refused, naming both. */
+Test(image_blur, known_values_and_refusals)
+{
+    uint8_t row[5] = {0, 0, 255, 0, 0};
+    cr_assert_eq(sl_image_gaussian_blur(row, (sl_image_shape_t){1, 5, 1}, 1, 3, 1.0f, err, sizeof err), 0, "%s", err);
+    cr_assert(row[0] == 0 && row[1] == 70 && row[2] == 115 && row[3] == 70 && row[4] == 0, "%d %d %d %d %d", row[0],
+              row[1], row[2], row[3], row[4]);
+    /* At the edge: 255 at x = 0 reflects to x = -1 as its neighbour x = 1. */
+    uint8_t edge[3] = {255, 0, 0};
+    sl_image_gaussian_blur(edge, (sl_image_shape_t){1, 3, 1}, 1, 3, 1.0f, err, sizeof err);
+    cr_assert(edge[0] == 115 && edge[1] == 70 && edge[2] == 0, "%d %d %d", edge[0], edge[1], edge[2]);
+
+    sl_image_shape_t s = {17, 23, 3};
+    uint8_t *img = xmalloc(17 * 23 * 3), *copy = xmalloc(17 * 23 * 3);
+    for (size_t i = 0; i < 17 * 23 * 3; i++)
+        img[i] = (uint8_t)rng();
+    memcpy(copy, img, 17 * 23 * 3);
+    cr_assert_eq(sl_image_gaussian_blur(img, s, 5, 7, 0.1f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(memcmp(img, copy, 17 * 23 * 3), 0, "sigma 0.1: the neighbours weigh about e^-50");
+    memset(img, 77, 17 * 23 * 3);
+    cr_assert_eq(sl_image_gaussian_blur(img, s, 15, 21, 5.0f, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < 17 * 23 * 3; i++)
+        cr_assert_eq(img[i], 77);
+    /* 17 rows hold a kernel of 33 (16 on each side), not 35. */
+    cr_assert_eq(sl_image_gaussian_blur(img, s, 33, 3, 1.0f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_image_gaussian_blur(img, s, 35, 3, 1.0f, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "an image of 17 x 23 is too small for a kernel of 35 x 3"), "%s", err);
+    cr_assert_eq(sl_image_gaussian_blur(img, s, 4, 3, 1.0f, err, sizeof err), SL_EINVAL);
+    free(img);
+    free(copy);
+}
+
 Test(image_flip, known_values)
 {
     const uint8_t src[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, /* row 0: three RGB pixels */

@@ -374,6 +374,31 @@ Test(image_ops, random_grayscale_by_its_probability)
     batches_free(&src);
 }
 
+/* gaussian_blur in a pipeline: a seed repeats its sigmas, each epoch draws
+ * anew, and an image too small for the kernel fails, naming the op. */
+Test(image_ops, gaussian_blur_seeded_and_refused)
+{
+    const char *ops = "{\"op\":\"gaussian_blur\",\"key\":\"image/encoded\",\"kernel_size\":[9,9],\"sigma\":[0.5,3],"
+                      "\"seed\":6}";
+    batches_t a = run_images(ops), b = run_images(ops), src = decoded();
+    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+    int changed = 0;
+    for (size_t k = 0; k < a.n; k++) {
+        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "image %zu differs between runs", k);
+        changed += memcmp(a.b[k]->data, src.b[k]->data, a.b[k]->size) != 0;
+    }
+    cr_assert_eq(changed, (int)a.n);
+    batches_free(&a);
+    batches_free(&b);
+    batches_free(&src);
+    a = run_images("{\"op\":\"gaussian_blur\",\"key\":\"image/encoded\",\"kernel_size\":[77,3]}");
+    cr_assert_eq(a.rc, SL_EDATA);
+    cr_assert(strstr(a.errmsg, "ops[2] (gaussian_blur): component \"image/encoded\": an image of ") == a.errmsg &&
+                  strstr(a.errmsg, "is too small for a kernel of 77 x 3"),
+              "%s", a.errmsg);
+    batches_free(&a);
+}
+
 Test(image_ops, random_flip_mirrors_some)
 {
     batches_t src = decoded();

@@ -707,6 +707,20 @@ Test(spec, color_jitter)
                  "$.ops[0].p: must be a number from 0 to 1, got 1.5");
     expect_error(OPS("{\"op\":\"random_grayscale\",\"key\":\"i\",\"p\":\"x\"}"),
                  "$.ops[0].p: must be a number, got \"x\"");
+
+    /* gaussian_blur: odd kernel sides, torchvision's sigma range when absent. */
+    sl_spec_t *b = parse_ok(OPS("{\"op\":\"gaussian_blur\",\"key\":\"img\",\"kernel_size\":[23,23]}"));
+    cr_assert(strstr(sl_spec_canonical(b), "{\"kernel_size\":[23,23],\"key\":\"img\",\"op\":\"gaussian_blur\","
+                                           "\"sigma\":[0.1,2.0]}"),
+              "%s", sl_spec_canonical(b));
+    sl_spec_free(b);
+    expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,4]}"),
+                 "$.ops[0].kernel_size[1]: must be odd, got 4");
+    expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,257]}"),
+                 "$.ops[0].kernel_size[1]: must be an integer <= 255, got 257");
+    expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,3],\"sigma\":[0,1]}"),
+                 "$.ops[0].sigma: must be [lo, hi] with 0 < lo <= hi <= 1000, got [0, 1]");
+    expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\"}"), "$.ops[0].kernel_size: required field missing");
 }
 
 Test(spec, image_ops_with_defaults)

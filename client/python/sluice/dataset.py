@@ -238,6 +238,16 @@ class Dataset:
         an image becomes gray, its 3 channels kept."""
         return self.op('random_grayscale', key=key, p=None if p is None else float(p), seed=seed)
 
+    def gaussian_blur(self, key, kernel_size, sigma=None, seed=None):
+        """torchvision's GaussianBlur on uint8 images: kernel_size an odd
+        int or (height, width) -- note torchvision's pair is (width,
+        height) --, sigma a number or the (lo, hi) it is drawn from per
+        image (default (0.1, 2.0))."""
+        ks = [kernel_size, kernel_size] if isinstance(kernel_size, int) else list(kernel_size)
+        if sigma is not None:
+            sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else [float(x) for x in sigma]
+        return self.op('gaussian_blur', key=key, kernel_size=ks, sigma=sigma, seed=seed)
+
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
         return self.op('random_flip', key=key, direction=direction, seed=seed)
