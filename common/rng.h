@@ -81,6 +81,12 @@ static inline uint64_t sl_rng_below(sl_rng_t *r, uint64_t n)
     return sl_rng_below_by(r, n, sl_rng_threshold(n));
 }
 
+/** @return a uniform double in [lo, hi): lo + (hi - lo) u, u of 53 random bits in [0, 1) */
+static inline double sl_rng_uniform(sl_rng_t *r, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(sl_rng_next(r) >> 11) * 0x1p-53);
+}
+
 /** A delay of ms, give or take half of it, drawn from r: peers that lost the
  * same server do not all come back in step. @return in [ms/2, ms/2 + ms) */
 static inline int64_t sl_rng_jitter_ms(sl_rng_t *r, int64_t ms)

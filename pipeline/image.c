@@ -597,12 +597,6 @@ int sl_image_random_crop_offsets(sl_rng_t *rng, sl_image_shape_t in, size_t h, s
     return 0;
 }
 
-/* A uniform double in [lo, hi), as torch's uniform_: lo + (hi - lo) * u. */
-static double uniform(sl_rng_t *rng, double lo, double hi)
-{
-    return lo + (hi - lo) * ((double)(sl_rng_next(rng) >> 11) * 0x1p-53);
-}
-
 /* Python's int(round(v)) of a v >= 0: half to even. */
 static size_t round_even(double v)
 {
@@ -622,8 +616,8 @@ int sl_image_random_resized_crop_window(sl_rng_t *rng, sl_image_shape_t in, cons
                        scale[1], ratio[0], ratio[1]);
     double area = (double)in.h * (double)in.w, lr0 = log(ratio[0]), lr1 = log(ratio[1]);
     for (int i = 0; i < 10; i++) {
-        double target = area * uniform(rng, scale[0], scale[1]);
-        double aspect = exp(uniform(rng, lr0, lr1));
+        double target = area * sl_rng_uniform(rng, scale[0], scale[1]);
+        double aspect = exp(sl_rng_uniform(rng, lr0, lr1));
         size_t cw = round_even(sqrt(target * aspect)), ch = round_even(sqrt(target / aspect));
         if (cw > 0 && cw <= in.w && ch > 0 && ch <= in.h) {
             *y = (size_t)sl_rng_below(rng, (uint64_t)(in.h - ch) + 1);
@@ -666,7 +660,7 @@ void sl_image_color_jitter_draw(sl_rng_t *rng, const bool given[4], const double
     float factor[4] = {1, 1, 1, 0};
     for (int k = 0; k < 4; k++)
         if (given[k])
-            factor[k] = (float)uniform(rng, range[k][0], range[k][1]);
+            factor[k] = (float)sl_rng_uniform(rng, range[k][0], range[k][1]);
     out->n = 0;
     for (int i = 0; i < 4; i++) {
         if (!given[order[i]])

@@ -618,8 +618,7 @@ static int do_random_grayscale(struct image_iter *ii, sl_rng_t *rng, sl_value_t 
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
-    double u = (double)(sl_rng_next(rng) >> 11) * 0x1p-53;
-    if (!(u < ii->op.u.random_grayscale.p))
+    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.random_grayscale.p))
         return 0;
     if ((rc = sl_image_grayscale(sl_value_data(v), s, err, sizeof err)) < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
@@ -636,7 +635,7 @@ static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     if (rc < 0)
         return rc;
     const double *sg = ii->op.u.gaussian_blur.sigma.v;
-    float sigma = (float)(sg[0] + (sg[1] - sg[0]) * ((double)(sl_rng_next(rng) >> 11) * 0x1p-53));
+    float sigma = (float)sl_rng_uniform(rng, sg[0], sg[1]);
     size_t kh = (size_t)ii->op.u.gaussian_blur.kernel_size.v[0], kw = (size_t)ii->op.u.gaussian_blur.kernel_size.v[1];
     if ((rc = sl_image_gaussian_blur(sl_value_data(v), s, kh, kw, sigma, err, sizeof err)) < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);

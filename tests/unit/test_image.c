@@ -1183,6 +1183,19 @@ Test(image_rng, deterministic_and_bounded)
     }
     cr_assert(lo < 275 && hi > 725, "drawn from %lld to %lld only", (long long)lo, (long long)hi);
     cr_assert_eq(sl_rng_jitter_ms(&a, 0), 0);
+
+    /* Uniform doubles in [lo, hi): bounded, spread, a lone point when lo = hi. */
+    double sum = 0, least = 1e9, most = -1e9;
+    for (int i = 0; i < 100000; i++) {
+        double u = sl_rng_uniform(&a, -0.5, 1.5);
+        cr_assert(u >= -0.5 && u < 1.5, "%g", u);
+        sum += u;
+        least = u < least ? u : least;
+        most = u > most ? u : most;
+    }
+    cr_assert(sum / 100000 > 0.49 && sum / 100000 < 0.51, "mean %g", sum / 100000);
+    cr_assert(least < -0.49 && most > 1.49, "drawn from %g to %g only", least, most);
+    cr_assert_eq(sl_rng_uniform(&a, 0.25, 0.25), 0.25);
 }
 
 /* ---- normalize and cast ---- */
