@@ -584,8 +584,9 @@ static int do_crop(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
-/* color_jitter: the element's order and factors drawn, then the image
- * changed in place (its bytes are its own, as random_flip's). */
+/* color_jitter: with probability p, the element's order and factors
+ * drawn, then the image changed in place (its bytes are its own, as
+ * random_flip's). */
 static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
@@ -602,6 +603,9 @@ static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
         range[k][0] = given[k] ? r[k]->v[0] : 0;
         range[k][1] = given[k] ? r[k]->v[1] : 0;
     }
+    /* RandomApply's draw first: below p it applies. */
+    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.color_jitter.p))
+        return 0;
     sl_image_jitter_t j;
     sl_image_color_jitter_draw(rng, given, range, &j);
     if ((rc = sl_image_color_jitter(sl_value_data(v), s, &j, err, sizeof err)) < 0)
@@ -625,8 +629,8 @@ static int do_random_grayscale(struct image_iter *ii, sl_rng_t *rng, sl_value_t 
     return 0;
 }
 
-/* gaussian_blur: sigma drawn uniform in its range (GaussianBlur.get_params),
- * then the image blurred in place. */
+/* gaussian_blur: with probability p, sigma drawn uniform in its range
+ * (GaussianBlur.get_params), then the image blurred in place. */
 static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
@@ -634,6 +638,8 @@ static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
+    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.gaussian_blur.p))
+        return 0; /* RandomApply's draw first: below p it applies */
     const double *sg = ii->op.u.gaussian_blur.sigma.v;
     float sigma = (float)sl_rng_uniform(rng, sg[0], sg[1]);
     size_t kh = (size_t)ii->op.u.gaussian_blur.kernel_size.v[0], kw = (size_t)ii->op.u.gaussian_blur.kernel_size.v[1];

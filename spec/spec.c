@@ -298,6 +298,11 @@ static const struct field random_resized_crop_fields[] = {
     END_FIELDS,
 };
 
+static int parse_apply_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_apply_p(const void *desc);
+static const struct custom apply_p_custom = {parse_apply_p, emit_apply_p};
+#define APPLY_P_FIELD {.name = "p", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &apply_p_custom}
+
 #define JITTER_FIELD(n, member)                                                                                   \
     {.name = n, .type = F_FLOATS, .need = F_OPTIONAL, .min_count = 2, .max_count = 2,                              \
      .off = offsetof(sl_spec_op_t, u.color_jitter.member),                                                        \
@@ -309,18 +314,16 @@ static const struct field color_jitter_fields[] = {
     JITTER_FIELD("contrast", contrast),
     JITTER_FIELD("saturation", saturation),
     JITTER_FIELD("hue", hue),
+    APPLY_P_FIELD,
     OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.color_jitter.seed, u.color_jitter.has_seed),
     PARALLEL_FIELDS,
     END_FIELDS,
 };
 
-static int parse_gray_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
-static json_t *emit_gray_p(const void *desc);
-static const struct custom gray_p_custom = {parse_gray_p, emit_gray_p};
 
 static const struct field random_grayscale_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_grayscale.key),
-    {.name = "p", .type = F_CUSTOM, .need = F_DEFAULT, .custom = &gray_p_custom},
+    APPLY_P_FIELD,
     OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_grayscale.seed, u.random_grayscale.has_seed),
     PARALLEL_FIELDS,
     END_FIELDS,
@@ -333,6 +336,7 @@ static const struct field gaussian_blur_fields[] = {
      .off = offsetof(sl_spec_op_t, u.gaussian_blur.kernel_size)},
     {.name = "sigma", .type = F_FLOATS, .need = F_DEFAULT, .min_count = 2, .max_count = 2,
      .off = offsetof(sl_spec_op_t, u.gaussian_blur.sigma)},
+    APPLY_P_FIELD,
     OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.gaussian_blur.seed, u.gaussian_blur.has_seed),
     PARALLEL_FIELDS,
     END_FIELDS,
@@ -1288,13 +1292,24 @@ static json_t *emit_int_or_hint(int64_t v)
     return v == SL_SPEC_SHARD_HINT ? json_string("hint") : json_integer(v);
 }
 
-/* random_grayscale's p: a number in [0, 1], torchvision's 0.1 when absent. */
-static int parse_gray_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+/* p of the ops that apply to an image by chance: where it goes, and its
+ * default (random_grayscale: torchvision's 0.1; the others always apply). */
+static double *apply_p_of(sl_spec_op_t *op, double *def)
+{
+    *def = 1.0;
+    switch (op->kind) {
+    case SL_OP_RANDOM_GRAYSCALE: *def = 0.1; return &op->u.random_grayscale.p;
+    case SL_OP_COLOR_JITTER: return &op->u.color_jitter.p;
+    default: return &op->u.gaussian_blur.p; /* SL_OP_GAUSSIAN_BLUR: only these three have the field */
+    }
+}
+
+static int parse_apply_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
     (void)spec;
-    double *p = &((sl_spec_op_t *)desc)->u.random_grayscale.p;
+    double def, *p = apply_p_of(desc, &def);
     if (!v) {
-        *p = 0.1;
+        *p = def;
         return 0;
     }
     int rc = parse_number(v, path, p, err, errlen);
@@ -1305,9 +1320,10 @@ static int parse_gray_p(sl_spec_t *spec, json_t *v, void *desc, const char *path
     return 0;
 }
 
-static json_t *emit_gray_p(const void *desc)
+static json_t *emit_apply_p(const void *desc)
 {
-    return json_real(((const sl_spec_op_t *)desc)->u.random_grayscale.p);
+    double def;
+    return json_real(*apply_p_of((sl_spec_op_t *)desc, &def));
 }
 
 static int parse_num_shards(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)

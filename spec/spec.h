@@ -246,6 +246,7 @@ typedef struct sl_spec_op {
              * contrast, saturation: 0 <= lo <= hi; hue: -0.5 <= lo <= hi <= 0.5). */
             bool has_brightness, has_contrast, has_saturation, has_hue;
             sl_spec_floats_t brightness, contrast, saturation, hue;
+            double p; /* the probability it applies to an image (torchvision's RandomApply), 0 .. 1 */
             bool has_seed;
             int64_t seed;
         } color_jitter;
@@ -259,6 +260,7 @@ typedef struct sl_spec_op {
             char key[SL_MAX_NAME];
             sl_spec_ints_t kernel_size; /* [height, width], odd, 1 .. 255 */
             sl_spec_floats_t sigma;     /* [lo, hi] sigma is drawn from, 0 < lo <= hi <= 1000 */
+            double p;                   /* the probability it applies to an image, 0 .. 1 */
             bool has_seed;
             int64_t seed;
         } gaussian_blur;

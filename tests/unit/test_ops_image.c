@@ -391,6 +391,35 @@ Test(image_ops, gaussian_blur_seeded_and_refused)
     batches_free(&a);
     batches_free(&b);
     batches_free(&src);
+    /* p: color_jitter and gaussian_blur apply to an image with probability
+     * p (RandomApply): none at 0, some at 0.5 with a seed, the same ones on
+     * every run. */
+    const char *maybe[] = {"{\"op\":\"gaussian_blur\",\"key\":\"image/encoded\",\"kernel_size\":[5,5],\"sigma\":[2,2],"
+                           "\"p\":%s,\"seed\":8}",
+                           "{\"op\":\"color_jitter\",\"key\":\"image/encoded\",\"brightness\":[1.5,1.5],\"p\":%s,"
+                           "\"seed\":8}"};
+    src = decoded();
+    for (int m = 0; m < 2; m++) {
+        for (int half = 0; half < 2; half++) {
+            char op[256];
+            snprintf(op, sizeof op, maybe[m], half ? "0.5" : "0");
+            batches_t x = run_images(op), y = run_images(op);
+            cr_assert_eq(x.rc, 1, "%s", x.errmsg);
+            int changed = 0;
+            for (size_t k = 0; k < x.n; k++) {
+                changed += memcmp(x.b[k]->data, src.b[k]->data, x.b[k]->size) != 0;
+                cr_assert_eq(memcmp(x.b[k]->data, y.b[k]->data, x.b[k]->size), 0, "%s: image %zu", op, k);
+            }
+            if (half)
+                cr_assert(changed > 4 && changed < 28, "%s: %d of 32 changed", op, changed);
+            else
+                cr_assert_eq(changed, 0, "%s", op);
+            batches_free(&x);
+            batches_free(&y);
+        }
+    }
+    batches_free(&src);
+
     a = run_images("{\"op\":\"gaussian_blur\",\"key\":\"image/encoded\",\"kernel_size\":[77,3]}");
     cr_assert_eq(a.rc, SL_EDATA);
     cr_assert(strstr(a.errmsg, "ops[2] (gaussian_blur): component \"image/encoded\": an image of ") == a.errmsg &&

@@ -678,7 +678,7 @@ Test(spec, color_jitter)
     sl_spec_t *a = parse_ok(OPS("{\"op\":\"color_jitter\",\"key\":\"img\",\"brightness\":[0.6,1.4],\"hue\":[-0.1,0.1],"
                                 "\"seed\":2}"));
     cr_assert(strstr(sl_spec_canonical(a), "{\"brightness\":[0.6,1.4],\"hue\":[-0.1,0.1],\"key\":\"img\",\"op\":"
-                                           "\"color_jitter\",\"seed\":2}"),
+                                           "\"color_jitter\",\"p\":1.0,\"seed\":2}"),
               "%s", sl_spec_canonical(a));
     const sl_spec_op_t *op = sl_spec_op(a, 0);
     cr_assert_eq(op->kind, SL_OP_COLOR_JITTER);
@@ -711,7 +711,7 @@ Test(spec, color_jitter)
     /* gaussian_blur: odd kernel sides, torchvision's sigma range when absent. */
     sl_spec_t *b = parse_ok(OPS("{\"op\":\"gaussian_blur\",\"key\":\"img\",\"kernel_size\":[23,23]}"));
     cr_assert(strstr(sl_spec_canonical(b), "{\"kernel_size\":[23,23],\"key\":\"img\",\"op\":\"gaussian_blur\","
-                                           "\"sigma\":[0.1,2.0]}"),
+                                           "\"p\":1.0,\"sigma\":[0.1,2.0]}"),
               "%s", sl_spec_canonical(b));
     sl_spec_free(b);
     expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,4]}"),
@@ -721,6 +721,10 @@ Test(spec, color_jitter)
     expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,3],\"sigma\":[0,1]}"),
                  "$.ops[0].sigma: must be [lo, hi] with 0 < lo <= hi <= 1000, got [0, 1]");
     expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\"}"), "$.ops[0].kernel_size: required field missing");
+    expect_error(OPS("{\"op\":\"gaussian_blur\",\"key\":\"i\",\"kernel_size\":[3,3],\"p\":-0.5}"),
+                 "$.ops[0].p: must be a number from 0 to 1, got -0.5");
+    expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"hue\":[0,0.1],\"p\":2}"),
+                 "$.ops[0].p: must be a number from 0 to 1, got 2");
 }
 
 Test(spec, image_ops_with_defaults)

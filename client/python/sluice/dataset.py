@@ -215,11 +215,11 @@ class Dataset:
                        ratio=None if ratio is None else [float(x) for x in ratio],
                        dtype=None if dtype is None else _dtype_name(dtype), seed=seed)
 
-    def color_jitter(self, key, brightness=None, contrast=None, saturation=None, hue=None, seed=None):
+    def color_jitter(self, key, brightness=None, contrast=None, saturation=None, hue=None, p=None, seed=None):
         """torchvision's ColorJitter on uint8 images: each adjustment given as
         a number b (a factor drawn in [max(0, 1 - b), 1 + b]; for hue h, in
-        [-h, h]) or as a (lo, hi) pair, applied in a random order
-        (docs/dataset-spec.md)."""
+        [-h, h]) or as a (lo, hi) pair, applied in a random order; p < 1 to
+        an image with that probability, as RandomApply (docs/dataset-spec.md)."""
         def rng(name, v, centre):
             if v is None:
                 return None
@@ -231,22 +231,24 @@ class Dataset:
             return [float(lo), float(hi)]
         return self.op('color_jitter', key=key, brightness=rng('brightness', brightness, 1.0),
                        contrast=rng('contrast', contrast, 1.0), saturation=rng('saturation', saturation, 1.0),
-                       hue=rng('hue', hue, 0.0), seed=seed)
+                       hue=rng('hue', hue, 0.0), p=None if p is None else float(p), seed=seed)
 
     def random_grayscale(self, key, p=None, seed=None):
         """torchvision's RandomGrayscale: with probability p (default 0.1)
         an image becomes gray, its 3 channels kept."""
         return self.op('random_grayscale', key=key, p=None if p is None else float(p), seed=seed)
 
-    def gaussian_blur(self, key, kernel_size, sigma=None, seed=None):
+    def gaussian_blur(self, key, kernel_size, sigma=None, p=None, seed=None):
         """torchvision's GaussianBlur on uint8 images: kernel_size an odd
         int or (height, width) -- note torchvision's pair is (width,
         height) --, sigma a number or the (lo, hi) it is drawn from per
-        image (default (0.1, 2.0))."""
+        image (default (0.1, 2.0)); p < 1 to an image with that probability,
+        as RandomApply."""
         ks = [kernel_size, kernel_size] if isinstance(kernel_size, int) else list(kernel_size)
         if sigma is not None:
             sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else [float(x) for x in sigma]
-        return self.op('gaussian_blur', key=key, kernel_size=ks, sigma=sigma, seed=seed)
+        return self.op('gaussian_blur', key=key, kernel_size=ks, sigma=sigma, p=None if p is None else float(p),
+                       seed=seed)
 
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
