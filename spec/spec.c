@@ -320,7 +320,6 @@ static const struct field color_jitter_fields[] = {
     END_FIELDS,
 };
 
-
 static const struct field random_grayscale_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_grayscale.key),
     APPLY_P_FIELD,
