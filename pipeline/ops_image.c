@@ -45,6 +45,7 @@ struct image_iter {
     uint32_t key;       /* the component changed */
     sl_spec_op_t op;    /* a copy: these ops' descriptors hold no pointers */
     sl_image_decoder_t *dec; /* decode_jpeg */
+    bool random;             /* a random op: each element draws from its own generator */
     uint64_t seed, epoch;    /* random ops */
     sl_rng_t rng;      /* unused: each element draws from its own (image_apply) */
     uint64_t ordinal;        /* next()'s count of elements since the last reset */
@@ -584,6 +585,12 @@ static int do_crop(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
+/* RandomApply's draw, an op's first: whether it applies (below p). */
+static bool applies(sl_rng_t *rng, double p)
+{
+    return sl_rng_uniform(rng, 0, 1) < p;
+}
+
 /* color_jitter: with probability p, the element's order and factors
  * drawn, then the image changed in place (its bytes are its own, as
  * random_flip's). */
@@ -594,6 +601,8 @@ static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
+    if (!applies(rng, ii->op.u.color_jitter.p))
+        return 0;
     const bool given[4] = {ii->op.u.color_jitter.has_brightness, ii->op.u.color_jitter.has_contrast,
                            ii->op.u.color_jitter.has_saturation, ii->op.u.color_jitter.has_hue};
     const sl_spec_floats_t *r[4] = {&ii->op.u.color_jitter.brightness, &ii->op.u.color_jitter.contrast,
@@ -603,9 +612,6 @@ static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
         range[k][0] = given[k] ? r[k]->v[0] : 0;
         range[k][1] = given[k] ? r[k]->v[1] : 0;
     }
-    /* RandomApply's draw first: below p it applies. */
-    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.color_jitter.p))
-        return 0;
     sl_image_jitter_t j;
     sl_image_color_jitter_draw(rng, given, range, &j);
     if ((rc = sl_image_color_jitter(sl_value_data(v), s, &j, err, sizeof err)) < 0)
@@ -622,7 +628,7 @@ static int do_random_grayscale(struct image_iter *ii, sl_rng_t *rng, sl_value_t 
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
-    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.random_grayscale.p))
+    if (!applies(rng, ii->op.u.random_grayscale.p))
         return 0;
     if ((rc = sl_image_grayscale(sl_value_data(v), s, err, sizeof err)) < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
@@ -638,8 +644,8 @@ static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
-    if (!(sl_rng_uniform(rng, 0, 1) < ii->op.u.gaussian_blur.p))
-        return 0; /* RandomApply's draw first: below p it applies */
+    if (!applies(rng, ii->op.u.gaussian_blur.p))
+        return 0;
     const double *sg = ii->op.u.gaussian_blur.sigma.v;
     float sigma = (float)sl_rng_uniform(rng, sg[0], sg[1]);
     size_t kh = (size_t)ii->op.u.gaussian_blur.kernel_size.v[0], kw = (size_t)ii->op.u.gaussian_blur.kernel_size.v[1];
@@ -764,8 +770,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     struct image_iter *ii = (struct image_iter *)it;
     int rc;
     sl_rng_t rng;
-    if (ii->kind == SL_OP_RANDOM_CROP || ii->kind == SL_OP_RANDOM_FLIP || ii->kind == SL_OP_RANDOM_RESIZED_CROP ||
-        ii->kind == SL_OP_COLOR_JITTER || ii->kind == SL_OP_RANDOM_GRAYSCALE || ii->kind == SL_OP_GAUSSIAN_BLUR)
+    if (ii->random)
         sl_rng_seed(&rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     sl_value_t *v = &out->v[ii->key];
     switch (ii->kind) {
@@ -904,6 +909,24 @@ static struct image_iter *fusable(struct image_iter *later, const sl_spec_op_t *
     return e;
 }
 
+/* Whether op draws at random, and then its seed field (has, seed). */
+static bool random_seed_of(const sl_spec_op_t *op, bool *has, int64_t *seed)
+{
+    switch (op->kind) {
+    case SL_OP_RANDOM_CROP: *has = op->u.random_crop.has_seed, *seed = op->u.random_crop.seed; return true;
+    case SL_OP_RANDOM_RESIZED_CROP:
+        *has = op->u.random_resized_crop.has_seed, *seed = op->u.random_resized_crop.seed;
+        return true;
+    case SL_OP_COLOR_JITTER: *has = op->u.color_jitter.has_seed, *seed = op->u.color_jitter.seed; return true;
+    case SL_OP_RANDOM_GRAYSCALE:
+        *has = op->u.random_grayscale.has_seed, *seed = op->u.random_grayscale.seed;
+        return true;
+    case SL_OP_GAUSSIAN_BLUR: *has = op->u.gaussian_blur.has_seed, *seed = op->u.gaussian_blur.seed; return true;
+    case SL_OP_RANDOM_FLIP: *has = op->u.random_flip.has_seed, *seed = op->u.random_flip.seed; return true;
+    default: return false;
+    }
+}
+
 /* A crop straight after decode_jpeg of the same component takes the
  * decoding over (see struct image_iter). */
 static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_iter_t *input)
@@ -944,6 +967,10 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     ii->kind = op->kind;
     ii->key = (uint32_t)k;
     ii->op = *op;
+    bool has_seed;
+    int64_t seed;
+    if ((ii->random = random_seed_of(op, &has_seed, &seed)))
+        ii->seed = has_seed ? (uint64_t)seed : sl__random_seed(ii);
     switch (op->kind) {
     case SL_OP_DECODE_JPEG:
         if (sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
@@ -975,7 +1002,6 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         break;
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
     case SL_OP_RANDOM_CROP:
-        ii->seed = op->u.random_crop.has_seed ? (uint64_t)op->u.random_crop.seed : sl__random_seed(ii);
         if (fuse_with_decode(ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
@@ -989,24 +1015,10 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         break;
     case SL_OP_RANDOM_RESIZED_CROP:
         ii->base.spec.c[k].dtype = op->u.random_resized_crop.dtype;
-        ii->seed = op->u.random_resized_crop.has_seed ? (uint64_t)op->u.random_resized_crop.seed
-                                                      : sl__random_seed(ii);
         if (fuse_with_decode(ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
         }
-        break;
-    case SL_OP_COLOR_JITTER:
-        ii->seed = op->u.color_jitter.has_seed ? (uint64_t)op->u.color_jitter.seed : sl__random_seed(ii);
-        break;
-    case SL_OP_RANDOM_GRAYSCALE:
-        ii->seed = op->u.random_grayscale.has_seed ? (uint64_t)op->u.random_grayscale.seed : sl__random_seed(ii);
-        break;
-    case SL_OP_GAUSSIAN_BLUR:
-        ii->seed = op->u.gaussian_blur.has_seed ? (uint64_t)op->u.gaussian_blur.seed : sl__random_seed(ii);
-        break;
-    case SL_OP_RANDOM_FLIP:
-        ii->seed = op->u.random_flip.has_seed ? (uint64_t)op->u.random_flip.seed : sl__random_seed(ii);
         break;
     default: break;
     }
