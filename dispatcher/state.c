@@ -209,17 +209,18 @@ void sl_dstate_free(sl_dstate_t *st)
 }
 
 /* Ops that turn each element into exactly one element, so that a count of
- * source elements is the same count at the next op. */
-static bool op_keeps_count(const char *name)
+ * source elements is the same count at the next op: the element-wise ops
+ * but filter, and those that only reorder, repeat or hold elements. */
+static bool op_keeps_count(sl_op_kind_t kind)
 {
-    static const char *const keep[] = {"shuffle", "repeat", "parse_example", "decode_jpeg", "resize", "random_crop",
-                                       "center_crop", "random_resized_crop", "color_jitter", "random_grayscale",
-                                       "gaussian_blur", "random_flip", "normalize", "cast", "map", "prefetch",
-                                       "cache"};
-    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
-        if (strcmp(name, keep[i]) == 0)
-            return true;
-    return false;
+    switch (kind) {
+    case SL_OP_SHUFFLE:
+    case SL_OP_REPEAT:
+    case SL_OP_PREFETCH:
+    case SL_OP_CACHE: return true;
+    case SL_OP_FILTER: return false;
+    default: return sl_spec_op_elementwise(kind);
+    }
 }
 
 /* Splits a shuffle buffer spans at most, once split_size_for() sized them. */
@@ -259,7 +260,7 @@ static uint64_t split_size_for(const sl_spec_t *spec, uint64_t size)
             uint64_t b = (uint64_t)op->u.batch.batch_size;
             return (size + b - 1) / b * b;
         }
-        if (!op_keeps_count(sl_spec_op_name(op->kind)))
+        if (!op_keeps_count(op->kind))
             break;
     }
     return size;

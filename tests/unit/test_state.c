@@ -1989,6 +1989,29 @@ Test(state, split_size_kept_when_counts_change_before_the_batch)
     cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, 1000);
 }
 
+/* An op that keeps the count of elements (an element-wise one, a prefetch)
+ * before the batch keeps the rounding up to the batch size (1000 -> 1200
+ * for a batch of 300); a filter, which may drop elements, does not. */
+Test(state, split_size_rounded_through_ops_that_keep_the_count)
+{
+    const char *between[] = {"{\"op\": \"cast\", \"key\": \"value\", \"dtype\": \"int32\"}",
+                             "{\"op\": \"prefetch\", \"buffer_size\": 2}",
+                             "{\"op\": \"filter\", \"key\": \"value\", \"cmp\": \"ge\", \"value\": 0}"};
+    const uint64_t want[] = {1200, 1200, 1000};
+    for (int i = 0; i < 3; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"source\": {\"type\": \"range\", \"stop\": 5000}, \"ops\": [%s, {\"op\": \"batch\", "
+                 "\"batch_size\": 300}]}",
+                 between[i]);
+        uint64_t task = lone_dynamic_task(spec);
+        cr_assert_eq(splits(task, 0, 1), 0, "%s", err);
+        cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, want[i], "%s", between[i]);
+        sl_dstate_free(st); /* the next spec starts a state of its own */
+        st = NULL;
+    }
+}
+
 /* ---- static policies, coordinated reads, target workers, name reuse ---- */
 
 static void start_with_addresses(const char *list)
