@@ -226,31 +226,12 @@ static const char *key_name(const struct image_iter *ii)
     return ii->base.spec.c[ii->key].name;
 }
 
-/* Whether the op takes a component of dtype dt; what it takes, for the
- * message when not. */
-static bool op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
-{
-    switch (kind) {
-    case SL_OP_DECODE_JPEG: *what = "encoded images (bytes)"; return dt == SL_DTYPE_BYTES;
-    case SL_OP_RESIZE:
-    case SL_OP_RANDOM_RESIZED_CROP:
-    case SL_OP_COLOR_JITTER:
-    case SL_OP_RANDOM_GRAYSCALE:
-    case SL_OP_GAUSSIAN_BLUR: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
-    case SL_OP_NORMALIZE:
-        *what = "uint8 or float32 images";
-        return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
-    case SL_OP_CAST: *what = "numbers"; return dt != SL_DTYPE_BYTES;
-    default: *what = "images of numbers (decode_jpeg makes them)"; return dt != SL_DTYPE_BYTES;
-    }
-}
-
 /* Checks that v is one image of a dtype the op takes and gives its shape. */
 static int image_shape(struct image_iter *ii, const sl_value_t *v, sl_image_shape_t *s)
 {
     const char *op = sl_spec_op_name(ii->kind), *takes;
     /* As sl__op_image_create() checked the input's spec, on the value. */
-    if (!op_takes(ii->kind, v->dtype, &takes))
+    if (!sl_spec_op_takes(ii->kind, v->dtype, &takes))
         return sl__iter_fail(&ii->base, SL_EDATA, "component \"%s\" is %s, which %s does not take", key_name(ii),
                              sl_dtype_name(v->dtype), op);
     if (v->ragged || v->rank != 3 || v->shape[0] < 1 || v->shape[1] < 1 || (v->shape[2] != 1 && v->shape[2] != 3)) {
@@ -951,7 +932,7 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         return sl__ctx_fail(ctx, SL_EINVAL, label, "component \"%s\" is not in its input (%s)", key, names);
     }
     sl_dtype_t dt = input->spec.c[k].dtype;
-    if (!op_takes(op->kind, dt, &takes))
+    if (!sl_spec_op_takes(op->kind, dt, &takes))
         return sl__ctx_fail(ctx, SL_EINVAL, label, "component \"%s\" is %s; %s takes %s", key, sl_dtype_name(dt),
                             sl_spec_op_name(op->kind), takes);
 

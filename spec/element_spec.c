@@ -63,11 +63,8 @@ static sl_component_spec_t *image(struct elem *el, const char *key, sl_op_kind_t
     sl_component_spec_t *c = &el->e->components[i];
     if (c->dtype == SL_DTYPE_BYTES || c->ragged || el->varlen[i] || (c->rank >= 0 && c->rank != 3))
         return NULL;
-    if ((kind == SL_OP_RESIZE || kind == SL_OP_RANDOM_RESIZED_CROP || kind == SL_OP_COLOR_JITTER ||
-         kind == SL_OP_RANDOM_GRAYSCALE || kind == SL_OP_GAUSSIAN_BLUR) &&
-        c->dtype != SL_DTYPE_UINT8)
-        return NULL;
-    if (kind == SL_OP_NORMALIZE && c->dtype != SL_DTYPE_UINT8 && c->dtype != SL_DTYPE_FLOAT32)
+    const char *takes;
+    if (!sl_spec_op_takes(kind, c->dtype, &takes))
         return NULL;
     if (c->rank < 0) { /* a plugin's output: the op takes only images */
         c->rank = 3;

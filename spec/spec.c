@@ -2199,6 +2199,23 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     }
 }
 
+bool sl_spec_op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
+{
+    switch (kind) {
+    case SL_OP_DECODE_JPEG: *what = "encoded images (bytes)"; return dt == SL_DTYPE_BYTES;
+    case SL_OP_RESIZE:
+    case SL_OP_RANDOM_RESIZED_CROP:
+    case SL_OP_COLOR_JITTER:
+    case SL_OP_RANDOM_GRAYSCALE:
+    case SL_OP_GAUSSIAN_BLUR: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_NORMALIZE:
+        *what = "uint8 or float32 images";
+        return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;
+    case SL_OP_CAST: *what = "numbers"; return dt != SL_DTYPE_BYTES;
+    default: *what = "images of numbers (decode_jpeg makes them)"; return dt != SL_DTYPE_BYTES;
+    }
+}
+
 const char *sl_spec_source_name(sl_source_kind_t kind)
 {
     for (size_t i = 0; i < COUNT_OF(sources); i++) {

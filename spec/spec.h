@@ -395,6 +395,15 @@ const char *sl_spec_op_name(sl_op_kind_t kind);
  */
 bool sl_spec_op_elementwise(sl_op_kind_t kind);
 
+/**
+ * Whether the image op or cast of kind takes a component of dtype dt
+ * (decode_jpeg bytes; resize, random_resized_crop, color_jitter,
+ * random_grayscale and gaussian_blur uint8; normalize uint8 or float32;
+ * cast and the other image ops any number).
+ * @param[out] what what it takes, for a message when it does not
+ */
+bool sl_spec_op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what);
+
 /** @return the source's name in the spec ("range"), or "invalid" */
 const char *sl_spec_source_name(sl_source_kind_t kind);
 
