@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "big_alloc.h"
+#include "copy.h"
 #include "iter.h"
 #include "provenance.h"
 
@@ -129,7 +130,8 @@ static inline bool batch_row_matches(const sl_value_t *v, const sl_value_t *o, s
 }
 
 /* Copies one row; scalars take a fixed-size copy, which compiles to a
- * single load and store instead of a call to memcpy. */
+ * single load and store instead of a call to memcpy, and large rows (an
+ * image) go past the cache: the block is read next by another thread. */
 static inline void batch_copy_row(uint8_t *dst, const uint8_t *src, size_t size)
 {
     switch (size) {
@@ -137,7 +139,7 @@ static inline void batch_copy_row(uint8_t *dst, const uint8_t *src, size_t size)
     case 4: memcpy(dst, src, 4); break;
     case 2: memcpy(dst, src, 2); break;
     case 1: *dst = *src; break;
-    default: memcpy(dst, src, size); break;
+    default: sl_copy_far(dst, src, size); break;
     }
 }
 
@@ -195,7 +197,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         o->rank = (uint8_t)(in->v[c].rank + 1);
         memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
         row_size[c] = in->v[c].size;
-        memcpy(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
+        batch_copy_row(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
     }
     if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
         goto nomem_prov;

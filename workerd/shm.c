@@ -18,6 +18,7 @@
 
 #include "auth.h"
 #include "sluice.h"
+#include "copy.h"
 #include "errbuf.h"
 #include "log.h"
 #include "membudget.h"
@@ -386,7 +387,7 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
     uint8_t *p = r->base + at;
     for (int i = 0; i < n; i++) {
         if (parts[i].iov_len)
-            memcpy(p, parts[i].iov_base, parts[i].iov_len);
+            sl_copy_far(p, parts[i].iov_base, parts[i].iov_len); /* the client reads it */
         p += parts[i].iov_len;
     }
     r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext};
