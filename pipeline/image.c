@@ -437,15 +437,26 @@ static void norm_row(const norm_table_t *nt, const uint8_t *src, size_t n, size_
     }
 }
 
+/* Reverses n lerps: output position i then computes what n - 1 - i did,
+ * which mirrors the result without a float step changing. */
+static void reverse_lerps(size_t n, lerp_t *l)
+{
+    for (size_t i = 0, j = n - 1; i < j && j < n; i++, j--) {
+        lerp_t t = l[i];
+        l[i] = l[j];
+        l[j] = t;
+    }
+}
+
 /* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
- * into dst_u8, dst_f32, or through nt (non-NULL) into dst_f32: the uint8
- * result normalized. */
-static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, const float *extent,
+ * mirrored afterwards (flip_out >= 0), into dst_u8, dst_f32, or through nt
+ * (non-NULL) into dst_f32: the uint8 result normalized. */
+static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out, const float *extent,
                   size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, char *err,
                   size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
-    row_cache_t rc = {{NULL, NULL}, {-1, -1}, flip == SL_IMAGE_FLIP_UP_DOWN};
+    row_cache_t rc = {{NULL, NULL}, {-1, -1}, (flip == SL_IMAGE_FLIP_UP_DOWN) != (flip_out == SL_IMAGE_FLIP_UP_DOWN)};
     lerp_t *xl = NULL, *yl = NULL;
     uint8_t *u8row = NULL;
     int rc_code;
@@ -482,6 +493,11 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int fl
         mirror_lerps(in.w, out_w, c, xl);
     else if (flip == SL_IMAGE_FLIP_UP_DOWN)
         mirror_lerps(in.h, out_h, 1, yl);
+    /* The result mirrored: each output pixel (row) takes its mirror's lerp. */
+    if (flip_out == SL_IMAGE_FLIP_LEFT_RIGHT)
+        reverse_lerps(out_w, xl);
+    else if (flip_out == SL_IMAGE_FLIP_UP_DOWN)
+        reverse_lerps(out_h, yl);
 
     for (size_t y = 0; y < out_h; y++) {
         const float *top = cached_row(&rc, src, stride, row_bytes, xl, out_w, c, yl[y].lo, -1);
@@ -509,13 +525,13 @@ done:
 int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
                        size_t errlen)
 {
-    return resize(src, in, 0, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
+    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
 }
 
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen)
 {
-    return resize(src, in, 0, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
+    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
 }
 
 int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
@@ -523,7 +539,9 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
 {
     if (f->flip && f->flip_dir != SL_IMAGE_FLIP_LEFT_RIGHT && f->flip_dir != SL_IMAGE_FLIP_UP_DOWN)
         return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)f->flip_dir);
-    int flip = f->flip ? (int)f->flip_dir : -1;
+    if (f->flip_after && f->flip_after_dir != SL_IMAGE_FLIP_LEFT_RIGHT && f->flip_after_dir != SL_IMAGE_FLIP_UP_DOWN)
+        return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)f->flip_after_dir);
+    int flip = f->flip ? (int)f->flip_dir : -1, flip_out = f->flip_after ? (int)f->flip_after_dir : -1;
     if (f->extent_h < 0 || f->extent_h > (float)in.h || f->extent_w < 0 || f->extent_w > (float)in.w)
         return sl_errf(err, errlen, SL_EINVAL, "resize: extent %g x %g outside the image %zu x %zu", (double)f->extent_h,
                        (double)f->extent_w, in.h, in.w);
@@ -533,15 +551,16 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     float ext[2] = {f->extent_h, f->extent_w};
     const float *extent = f->extent_h > 0 || f->extent_w > 0 ? ext : NULL;
     if (!f->mean)
-        return f->out_f32 ? resize(src, in, f->stride, flip, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
-                          : resize(src, in, f->stride, flip, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
+        return f->out_f32
+                   ? resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
+                   : resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
         return rc;
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, f->stride, flip, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
+    return resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
 }
 
 /* ---- crops and flips ---- */

@@ -133,6 +133,8 @@ int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, s
 typedef struct sl_image_resize_fuse {
     bool flip;                    /* resize the image mirrored along flip_dir */
     sl_image_flip_dir_t flip_dir;
+    bool flip_after;              /* mirror the resized image along flip_after_dir */
+    sl_image_flip_dir_t flip_after_dir;
     bool out_f32;                 /* without mean: float32 output (else uint8) */
     const float *mean, *std;      /* non-NULL: the uint8 result normalized (float32 output) */
     bool scale;                   /* normalize's scale */
@@ -149,10 +151,12 @@ typedef struct sl_image_resize_fuse {
 
 /**
  * In one pass, what sl_image_flip() (when f->flip), then
- * sl_image_resize_u8() or sl_image_resize_f32(), then (when f->mean)
- * sl_image_normalize() of the uint8 result give, to the bit: the flip reads
- * the input mirrored instead of copying it, and the uint8 rows go through
- * normalize's tables as they are made, without a whole uint8 image between.
+ * sl_image_resize_u8() or sl_image_resize_f32(), then sl_image_flip() of the
+ * result (when f->flip_after), then (when f->mean) sl_image_normalize() of
+ * the uint8 result give, to the bit: the first flip reads the input
+ * mirrored instead of copying it, the second writes each output pixel where
+ * its mirror goes, and the uint8 rows go through normalize's tables as they
+ * are made, without a whole uint8 image between.
  * @param[in] src the input, in.h * in.w * in.c bytes
  * @param[in] f what to do; with mean, mean and std have in.c values each
  * @param[out] dst out_h * out_w * in.c values: float32 with f->mean or

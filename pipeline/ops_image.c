@@ -64,6 +64,12 @@ struct image_iter {
      * epoch, the element's ordinal). */
     struct image_iter *fused_flip;    /* resize: the random_flip before it */
     struct image_iter *fused_resize;  /* normalize: the uint8 resize before it */
+    /* And random_resized_crop directly followed by random_flip, normalize
+     * (a uint8 crop), or both in that order: the last of them runs the
+     * crop, whose resize writes the pixels mirrored and normalized in the
+     * same pass, with the same result; the others pass the image on. */
+    struct image_iter *fused_rrc;     /* random_flip, normalize: the random_resized_crop they run */
+    struct image_iter *rrc_flip;      /* normalize: the random_flip between them, NULL: none */
 };
 
 /* ---- casts ---- */
@@ -353,6 +359,37 @@ static int do_decode_jpeg(struct image_iter *ii, sl_image_decoder_t *dec, sl_val
     return decode_value(ii, dec, v, NULL, NULL, NULL);
 }
 
+/* Whether a random_flip run by a later op (fl) flips element ordinal: the
+ * draw sl_image_random_flip() makes, the top bit, from fl's own generator;
+ * and along which direction (*dir). */
+static bool flip_draw(const struct image_iter *fl, uint64_t ordinal, sl_image_flip_dir_t *dir)
+{
+    sl_rng_t rng;
+    sl_rng_seed(&rng, sl__element_seed(fl->seed, fl->epoch, ordinal));
+    *dir = (sl_image_flip_dir_t)fl->op.u.random_flip.direction;
+    return (sl_rng_next(&rng) >> 63) != 0;
+}
+
+/* A normalize run by the op before it (ii): its mean, std (into m, d) and
+ * scale in f, after checking them against c channels. */
+static int fuse_normalize(struct image_iter *norm, const struct image_iter *ii, size_t c, float *m, float *d,
+                          sl_image_resize_fuse_t *f)
+{
+    const sl_spec_floats_t *mean = &norm->op.u.normalize.mean, *std = &norm->op.u.normalize.std;
+    if ((size_t)mean->n != c)
+        return sl__iter_fail(&norm->base, SL_EDATA,
+                             "component \"%s\" has %zu channel%s, but mean and std have %d values", key_name(ii), c,
+                             c == 1 ? "" : "s", mean->n);
+    for (int i = 0; i < mean->n; i++) {
+        m[i] = (float)mean->v[i];
+        d[i] = (float)std->v[i];
+    }
+    f->mean = m;
+    f->std = d;
+    f->scale = norm->op.u.normalize.scale;
+    return 0;
+}
+
 /* resize, with the decode_jpeg (fused_decode: DCT scaling) or the flip
  * (fused_flip) before it and the normalize after it (norm, NULL when not
  * fused) in the same pass. The input's shape is checked by the first of
@@ -378,29 +415,11 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     size_t h, w;
     resize_size(ii, ii->fused_decode ? full : s, &h, &w);
     sl_image_resize_fuse_t f = {.extent_h = extent[0], .extent_w = extent[1]};
-    if (ii->fused_flip) {
-        struct image_iter *fl = ii->fused_flip;
-        sl_rng_t rng;
-        sl_rng_seed(&rng, sl__element_seed(fl->seed, fl->epoch, ordinal));
-        /* The draw sl_image_random_flip() makes: the top bit. */
-        f.flip = (sl_rng_next(&rng) >> 63) != 0;
-        f.flip_dir = (sl_image_flip_dir_t)fl->op.u.random_flip.direction;
-    }
+    if (ii->fused_flip)
+        f.flip = flip_draw(ii->fused_flip, ordinal, &f.flip_dir);
     float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
-    if (norm) {
-        const sl_spec_floats_t *mean = &norm->op.u.normalize.mean, *std = &norm->op.u.normalize.std;
-        if ((size_t)mean->n != s.c)
-            return sl__iter_fail(&norm->base, SL_EDATA,
-                                 "component \"%s\" has %zu channel%s, but mean and std have %d values", key_name(ii),
-                                 s.c, s.c == 1 ? "" : "s", mean->n);
-        for (int i = 0; i < mean->n; i++) {
-            m[i] = (float)mean->v[i];
-            d[i] = (float)std->v[i];
-        }
-        f.mean = m;
-        f.std = d;
-        f.scale = norm->op.u.normalize.scale;
-    }
+    if (norm && (rc = fuse_normalize(norm, ii, s.c, m, d, &f)) < 0)
+        return rc;
     sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.resize.dtype;
     f.out_f32 = dt == SL_DTYPE_FLOAT32;
     size_t bytes = h * w * s.c * sl_dtype_size(dt);
@@ -502,10 +521,15 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
 
 /* random_resized_crop: the window drawn from the image's shape (the JPEG's
  * header when fused with the decode_jpeg before it, which then decodes only
- * the window), resized to size without being copied out. */
-static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+ * the window), resized to size without being copied out; with the
+ * random_flip (flip) and the normalize (norm) after it in the same pass
+ * when they run it (fused_rrc). */
+static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t ordinal,
+                                  struct image_iter *flip, struct image_iter *norm, sl_value_t *v)
 {
     char err[256];
+    sl_rng_t rngs, *rng = &rngs;
+    sl_rng_seed(rng, sl__element_seed(ii->seed, ii->epoch, ordinal));
     const uint8_t *jpeg = NULL;
     size_t len = 0, y, x, h, w;
     sl_image_shape_t s;
@@ -519,7 +543,8 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     const uint8_t *src;
     uint8_t *img = NULL;
-    sl_image_resize_fuse_t f = {.out_f32 = ii->op.u.random_resized_crop.dtype == SL_DTYPE_FLOAT32};
+    sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.random_resized_crop.dtype;
+    sl_image_resize_fuse_t f = {.out_f32 = dt == SL_DTYPE_FLOAT32};
     sl_image_shape_t ws = {h, w, s.c};
     if (ii->fused_decode) {
         if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws)) < 0)
@@ -529,8 +554,14 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
         src = (const uint8_t *)sl_value_data(v) + (y * s.w + x) * s.c;
         f.stride = s.w * s.c;
     }
+    if (flip)
+        f.flip_after = flip_draw(flip, ordinal, &f.flip_after_dir);
+    float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
+    if (norm && (rc = fuse_normalize(norm, ii, ws.c, m, d, &f)) < 0) {
+        free(img);
+        return rc;
+    }
     size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
-    sl_dtype_t dt = ii->op.u.random_resized_crop.dtype;
     size_t bytes = oh * ow * ws.c * sl_dtype_size(dt);
     uint8_t *out = malloc(bytes);
     if (!out) {
@@ -541,7 +572,7 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     free(img);
     if (rc < 0) {
         free(out);
-        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+        return sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
     }
     set_image(v, dt, oh, ow, ws.c, out);
     return 0;
@@ -698,6 +729,8 @@ static int do_normalize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t
 {
     if (ii->fused_resize)
         return do_resize(ii->fused_resize, dec, ordinal, ii, v);
+    if (ii->fused_rrc)
+        return do_random_resized_crop(ii->fused_rrc, dec, ordinal, ii->rrc_flip, ii, v);
     sl_image_shape_t s;
     char err[256];
     int rc = image_shape(ii, v, &s);
@@ -773,11 +806,17 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, local, ordinal, NULL, v); break;
     case SL_OP_RANDOM_CROP:
     case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
-    case SL_OP_RANDOM_RESIZED_CROP: rc = do_random_resized_crop(ii, local, &rng, v); break;
+    case SL_OP_RANDOM_RESIZED_CROP:
+        rc = ii->fused ? 0 : do_random_resized_crop(ii, local, ordinal, NULL, NULL, v);
+        break;
     case SL_OP_COLOR_JITTER: rc = do_color_jitter(ii, &rng, v); break;
     case SL_OP_RANDOM_GRAYSCALE: rc = do_random_grayscale(ii, &rng, v); break;
     case SL_OP_GAUSSIAN_BLUR: rc = do_gaussian_blur(ii, &rng, v); break;
-    case SL_OP_RANDOM_FLIP: rc = ii->fused ? 0 : do_random_flip(ii, &rng, v); break;
+    case SL_OP_RANDOM_FLIP:
+        rc = ii->fused       ? 0
+             : ii->fused_rrc ? do_random_resized_crop(ii->fused_rrc, local, ordinal, ii, NULL, v)
+                             : do_random_flip(ii, &rng, v);
+        break;
     case SL_OP_NORMALIZE: rc = do_normalize(ii, local, ordinal, v); break;
     case SL_OP_CAST: rc = do_cast(ii, v); break;
     default: rc = sl__iter_fail(it, SL_EINTERNAL, "op kind %d is not an image op", (int)ii->kind); break;
@@ -801,7 +840,7 @@ static int image_next(sl_iter_t *it, sl_element_t *out)
 static bool needs_decoder(const struct image_iter *ii)
 {
     return ii->kind == SL_OP_DECODE_JPEG || ii->fused_decode ||
-           (ii->fused_resize && ii->fused_resize->fused_decode);
+           (ii->fused_resize && ii->fused_resize->fused_decode) || (ii->fused_rrc && ii->fused_rrc->fused_decode);
 }
 
 static int image_local_new(sl_iter_t *it, void **local)
@@ -919,6 +958,32 @@ static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_
     return 0;
 }
 
+/* A random_flip or a normalize straight after a random_resized_crop of the
+ * same component, or a normalize after a random_flip that runs one, takes
+ * the crop over (see struct image_iter), with a decoder of its own when
+ * the crop decodes. The caller checks that a normalize's input is uint8. */
+static int fuse_rrc(struct image_iter *ii, const sl_spec_op_t *op, sl_iter_t *input)
+{
+    struct image_iter *rrc = fusable(ii, op, input, SL_OP_RANDOM_RESIZED_CROP), *flip = NULL;
+    if (!rrc && ii->kind == SL_OP_NORMALIZE && (flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL)
+        rrc = flip->fused_rrc;
+    if (!rrc)
+        return 0;
+    char err[256];
+    if (rrc->fused_decode && sl_image_decoder_new(&ii->dec, err, sizeof err) < 0)
+        return -ENOMEM;
+    if (flip) { /* it passes the image on now */
+        flip->fused = true;
+        flip->fused_rrc = NULL;
+        sl_image_decoder_free(flip->dec);
+        flip->dec = NULL;
+    }
+    rrc->fused = true;
+    ii->fused_rrc = rrc;
+    ii->rrc_flip = flip;
+    return 0;
+}
+
 int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *ctx, const char *label,
                         sl_iter_t **out)
 {
@@ -968,7 +1033,12 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     case SL_OP_NORMALIZE:
         ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32;
         /* Only a uint8 resize: normalize's tables then see its bytes. */
-        if (dt == SL_DTYPE_UINT8 && (ii->fused_resize = fusable(ii, op, input, SL_OP_RESIZE)) != NULL) {
+        if (dt == SL_DTYPE_UINT8 && !(ii->fused_resize = fusable(ii, op, input, SL_OP_RESIZE)) &&
+            fuse_rrc(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
+        if (ii->fused_resize) {
             ii->fused_resize->fused = true;
             /* A resize that decodes: normalize runs it, with a decoder of its own. */
             if (ii->fused_resize->fused_decode && sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
@@ -978,6 +1048,12 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         }
         break;
     case SL_OP_CAST: ii->base.spec.c[k].dtype = op->u.cast.dtype; break;
+    case SL_OP_RANDOM_FLIP:
+        if (fuse_rrc(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
+        break;
     case SL_OP_RANDOM_CROP:
         if (fuse_with_decode(ii, op, input) < 0) {
             free(ii);

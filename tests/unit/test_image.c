@@ -628,8 +628,26 @@ Test(image_resize, matches_tensorflow_formula_and_variants_agree)
         }
 }
 
-/* The fused pass gives what flip, resize and normalize give in turn, to the
- * bit, for every flip, output and channel count, down and up. */
+/* Mirrors an image of h x w pixels of px bytes each, in place. */
+static void mirror_pixels(uint8_t *img, size_t h, size_t w, size_t px, int dir)
+{
+    uint8_t tmp[64];
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x++) {
+            size_t my = dir == SL_IMAGE_FLIP_UP_DOWN ? h - 1 - y : y;
+            size_t mx = dir == SL_IMAGE_FLIP_LEFT_RIGHT ? w - 1 - x : x;
+            if (my * w + mx <= y * w + x)
+                continue; /* each pair once */
+            uint8_t *a = img + (y * w + x) * px, *b = img + (my * w + mx) * px;
+            memcpy(tmp, a, px);
+            memcpy(a, b, px);
+            memcpy(b, tmp, px);
+        }
+}
+
+/* The fused pass gives what flip, resize, flip and normalize give in turn,
+ * to the bit, for every flip before and after, output and channel count,
+ * down and up. */
 Test(image_resize, fused_equals_flip_resize_normalize)
 {
     static const size_t sizes[][4] = {{256, 256, 224, 224}, {375, 500, 224, 224}, {17, 31, 64, 9}, {64, 9, 17, 31},
@@ -638,43 +656,53 @@ Test(image_resize, fused_equals_flip_resize_normalize)
     for (size_t t = 0; t < sizeof(sizes) / sizeof(sizes[0]); t++)
         for (size_t c = 1; c <= 3; c += 2)
             for (int flip = -1; flip <= 1; flip++)
-                for (int mode = 0; mode < 3; mode++) { /* uint8, float32, normalized */
-                    sl_image_shape_t in = {sizes[t][0], sizes[t][1], c}, out = {sizes[t][2], sizes[t][3], c};
-                    size_t n = out.h * out.w * c;
-                    uint8_t *src = random_image(in), *tmp = xmalloc(in.h * in.w * c), *u = xmalloc(n);
-                    float *want = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
-                    const uint8_t *from = src;
-                    if (flip >= 0) {
-                        cr_assert_eq(sl_image_flip(src, in, (sl_image_flip_dir_t)flip, tmp, err, sizeof(err)), 0);
-                        from = tmp;
-                    }
-                    size_t bytes = n * (mode == 0 ? 1 : sizeof(float));
-                    if (mode == 1) {
-                        cr_assert_eq(sl_image_resize_f32(from, in, out.h, out.w, want, err, sizeof(err)), 0, "%s", err);
-                    } else {
-                        cr_assert_eq(sl_image_resize_u8(from, in, out.h, out.w, u, err, sizeof(err)), 0, "%s", err);
-                        if (mode == 0)
-                            memcpy(want, u, n);
-                        else
-                            cr_assert_eq(sl_image_normalize(u, out, mean, std, true, want, err, sizeof(err)), 0, "%s",
+                for (int after = -1; after <= 1; after++)
+                    for (int mode = 0; mode < 3; mode++) { /* uint8, float32, normalized */
+                        sl_image_shape_t in = {sizes[t][0], sizes[t][1], c}, out = {sizes[t][2], sizes[t][3], c};
+                        size_t n = out.h * out.w * c;
+                        uint8_t *src = random_image(in), *tmp = xmalloc(in.h * in.w * c), *u = xmalloc(n);
+                        float *want = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
+                        const uint8_t *from = src;
+                        if (flip >= 0) {
+                            cr_assert_eq(sl_image_flip(src, in, (sl_image_flip_dir_t)flip, tmp, err, sizeof(err)), 0);
+                            from = tmp;
+                        }
+                        size_t bytes = n * (mode == 0 ? 1 : sizeof(float));
+                        if (mode == 1) {
+                            cr_assert_eq(sl_image_resize_f32(from, in, out.h, out.w, want, err, sizeof(err)), 0, "%s",
                                          err);
+                            if (after >= 0)
+                                mirror_pixels((uint8_t *)want, out.h, out.w, c * sizeof(float), after);
+                        } else {
+                            cr_assert_eq(sl_image_resize_u8(from, in, out.h, out.w, u, err, sizeof(err)), 0, "%s",
+                                         err);
+                            if (after >= 0)
+                                mirror_pixels(u, out.h, out.w, c, after);
+                            if (mode == 0)
+                                memcpy(want, u, n);
+                            else
+                                cr_assert_eq(sl_image_normalize(u, out, mean, std, true, want, err, sizeof(err)), 0,
+                                             "%s", err);
+                        }
+                        sl_image_resize_fuse_t f = {.flip = flip >= 0,
+                                                    .flip_dir = flip >= 0 ? (sl_image_flip_dir_t)flip : 0,
+                                                    .flip_after = after >= 0,
+                                                    .flip_after_dir = after >= 0 ? (sl_image_flip_dir_t)after : 0,
+                                                    .out_f32 = mode == 1,
+                                                    .mean = mode == 2 ? mean : NULL,
+                                                    .std = mode == 2 ? std : NULL,
+                                                    .scale = true};
+                        cr_assert_eq(sl_image_resize_fused(src, in, &f, out.h, out.w, got, err, sizeof(err)), 0, "%s",
+                                     err);
+                        cr_assert(memcmp(got, want, bytes) == 0,
+                                  "%zux%zux%zu -> %zux%zu, flip %d, flip after %d, mode %d differs", in.h, in.w, c,
+                                  out.h, out.w, flip, after, mode);
+                        free(got);
+                        free(want);
+                        free(u);
+                        free(tmp);
+                        free(src);
                     }
-                    sl_image_resize_fuse_t f = {.flip = flip >= 0,
-                                                .flip_dir = flip >= 0 ? (sl_image_flip_dir_t)flip : 0,
-                                                .out_f32 = mode == 1,
-                                                .mean = mode == 2 ? mean : NULL,
-                                                .std = mode == 2 ? std : NULL,
-                                                .scale = true};
-                    cr_assert_eq(sl_image_resize_fused(src, in, &f, out.h, out.w, got, err, sizeof(err)), 0, "%s",
-                                 err);
-                    cr_assert(memcmp(got, want, bytes) == 0, "%zux%zux%zu -> %zux%zu, flip %d, mode %d differs",
-                              in.h, in.w, c, out.h, out.w, flip, mode);
-                    free(got);
-                    free(want);
-                    free(u);
-                    free(tmp);
-                    free(src);
-                }
 }
 
 Test(image_resize, fused_bad_arguments)
@@ -685,6 +713,9 @@ Test(image_resize, fused_bad_arguments)
     sl_image_resize_fuse_t f = {.flip = true, .flip_dir = (sl_image_flip_dir_t)7};
     cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
     cr_assert(strstr(err, "unknown direction 7"), "%s", err);
+    f = (sl_image_resize_fuse_t){.flip_after = true, .flip_after_dir = (sl_image_flip_dir_t)5};
+    cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
+    cr_assert(strstr(err, "unknown direction 5"), "%s", err);
     f = (sl_image_resize_fuse_t){.mean = mean, .std = bad_std};
     cr_assert_eq(sl_image_resize_fused(src, (sl_image_shape_t){2, 2, 3}, &f, 2, 2, dst, err, sizeof(err)), SL_EINVAL);
     cr_assert(strstr(err, "std[1] = 0"), "%s", err);

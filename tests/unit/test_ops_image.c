@@ -740,6 +740,71 @@ Test(image_ops, fused_flip_resize_normalize_equals_apart)
             }
 }
 
+/* random_resized_crop then random_flip, normalize (after a uint8 crop), or
+ * both, run as one pass (fused: the flip writes the resized pixels
+ * mirrored); casts to what each already is keep them apart. Both must give
+ * the same bytes, draws included, sequential and in a parallel stage with
+ * the decode; and the flips draw both ways. */
+Test(image_ops, fused_random_resized_crop_flip_normalize_equals_apart)
+{
+    const char *rrcs[] = {"{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":3,"
+                          "\"dtype\":\"uint8\"%s}",
+                          "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[33,41],\"seed\":4,"
+                          "\"scale\":[0.05,0.5],\"ratio\":[0.2,5]%s}"};
+    const char *dirs[] = {"left_right", "up_down"};
+    for (int par = 0; par < 2; par++)
+        for (size_t r = 0; r < 2; r++)
+            for (size_t d = 0; d < 2; d++)
+                for (int with = 1; with < 4; with++) { /* 1: the flip, 2: normalize, 3: both */
+                    bool flip = with & 1, norm = with & 2;
+                    if (norm && r == 1)
+                        continue; /* normalize after a float32 crop is its own op */
+                    const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                    const char *dt = r == 0 ? "uint8" : "float32";
+                    char dec[128], rc[256], fl[256], nm[256], cast[128], fused[1024], apart[1024], plain[512];
+                    snprintf(dec, sizeof dec, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s}", pc);
+                    snprintf(rc, sizeof rc, rrcs[r], pc);
+                    snprintf(fl, sizeof fl, "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5,"
+                             "\"direction\":\"%s\"%s}", dirs[d], pc);
+                    snprintf(nm, sizeof nm, "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,"
+                             "0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s}", pc);
+                    snprintf(cast, sizeof cast, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"%s\"%s}", dt,
+                             pc);
+                    snprintf(fused, sizeof fused, "%s,%s%s%s%s%s", dec, rc, flip ? "," : "", flip ? fl : "",
+                             norm ? "," : "", norm ? nm : "");
+                    snprintf(apart, sizeof apart, "%s,%s,%s%s%s%s%s%s%s", dec, rc, cast, flip ? "," : "",
+                             flip ? fl : "", flip ? "," : "", flip ? cast : "", norm ? "," : "", norm ? nm : "");
+                    snprintf(plain, sizeof plain, "%s,%s", dec, rc);
+                    sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
+                    batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", fused),
+                                           &o),
+                              b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart),
+                                           &o),
+                              c = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", plain),
+                                           &o);
+                    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                    cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                    cr_assert_eq(c.rc, 1, "%s", c.errmsg);
+                    cr_assert_eq(a.n, 32);
+                    cr_assert_eq(a.n, b.n);
+                    size_t unflipped = 0;
+                    for (size_t k = 0; k < a.n; k++) {
+                        const sl_component_t *ca = comp_of(a.b[k], "image/encoded");
+                        cr_assert_eq(ca->dtype, norm || r == 1 ? SL_DTYPE_FLOAT32 : SL_DTYPE_UINT8);
+                        cr_assert_eq(a.b[k]->size, b.b[k]->size);
+                        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "%s: image %zu", fused, k);
+                        unflipped += c.b[k]->size == a.b[k]->size &&
+                                     memcmp(c.b[k]->data, a.b[k]->data, a.b[k]->size) == 0;
+                    }
+                    if (flip && !norm)
+                        cr_assert(unflipped > 0 && unflipped < a.n, "%s: %zu of %zu images unflipped", fused,
+                                  unflipped, a.n);
+                    batches_free(&a);
+                    batches_free(&b);
+                    batches_free(&c);
+                }
+}
+
 /* A flip that draws the same for every image would make the test above
  * vacuous: both outcomes occur with its seeds. */
 Test(image_ops, fused_flip_draws_both_ways)
