@@ -348,4 +348,19 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
                                 size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err,
                                 size_t errlen);
 
+/**
+ * As sl_image_decode_jpeg_window(), without copying the window out of the
+ * rows libjpeg-turbo decodes: for a caller that reads it with a row stride
+ * (sl_image_resize_fuse_t.stride), as random_resized_crop's resize does.
+ * @param[out] out h rows of *stride bytes from malloc() (the caller frees
+ *            it), the window's pixel (r, 0) at out + r * *stride + *first;
+ *            NULL on failure
+ * @param[out] stride the decoded rows' length, at least *first + w * channels
+ * @param[out] first where the window starts in a row
+ * @return as sl_image_decode_jpeg_window()
+ */
+int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
+                                     size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
+                                     sl_image_shape_t *shape, char *err, size_t errlen);
+
 #endif

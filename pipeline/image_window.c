@@ -77,9 +77,12 @@ static void on_progress(j_common_ptr c)
     }
 }
 
-int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x,
-                                size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err,
-                                size_t errlen)
+/* The window's rows, dense (copied out of libjpeg-turbo's row, *stride =
+ * w * channels, *first = 0) or as decoded (each row read straight into
+ * out, *stride its decoded width, the window from *first on). */
+static int decode_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x, size_t h,
+                         size_t w, bool dense, uint8_t **out, size_t *stride, size_t *first, sl_image_shape_t *shape,
+                         char *err, size_t errlen)
 {
     *out = NULL;
     if (channels != 0 && channels != 1 && channels != 3)
@@ -142,7 +145,8 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
     if (x0 > 0 || x1 < iw)
         jpeg_crop_scanline(ci, &xoff, &cw); /* xoff rounds down, cw grows to match */
-    if (!(st->img = malloc(h * w * c)) || !(st->row = malloc((size_t)ci->output_width * c))) {
+    size_t from = (x - (size_t)xoff) * c, row_bytes = w * c, decoded = (size_t)ci->output_width * c;
+    if (dense ? !(st->img = malloc(h * row_bytes)) || !(st->row = malloc(decoded)) : !(st->img = malloc(h * decoded))) {
         rc = sl_errf(err, errlen, -ENOMEM, "decode_jpeg: out of memory for a %zu x %zu x %zu window", h, w, c);
         goto done;
     }
@@ -150,18 +154,21 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
         rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: could not skip to row %zu (%zu bytes of input)", y0, len);
         goto done;
     }
-    size_t from = (x - (size_t)xoff) * c, row_bytes = w * c;
     for (size_t r = y0; r < y + h; r++) {
-        JSAMPROW rows[1] = {st->row};
+        /* Rows above the window (read for upsampling) go where the first
+         * of it will. */
+        JSAMPROW rows[1] = {dense ? st->row : st->img + (r >= y ? r - y : 0) * decoded};
         if (jpeg_read_scanlines(ci, rows, 1) != 1) {
             rc = sl_errf(err, errlen, SL_EDATA, "decode_jpeg: no data for row %zu (%zu bytes of input)", r, len);
             goto done;
         }
-        if (r >= y)
+        if (dense && r >= y)
             memcpy(st->img + (r - y) * row_bytes, st->row + from, row_bytes);
     }
     *out = st->img;
     st->img = NULL;
+    *stride = dense ? row_bytes : decoded;
+    *first = dense ? 0 : from;
     *shape = (sl_image_shape_t){h, w, c};
     rc = 0;
 
@@ -172,4 +179,18 @@ done:
     free(st->img);
     free(st);
     return rc;
+}
+
+int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x,
+                                size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
+{
+    size_t stride, first;
+    return decode_window(src, len, channels, max_pixels, y, x, h, w, true, out, &stride, &first, shape, err, errlen);
+}
+
+int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
+                                     size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
+                                     sl_image_shape_t *shape, char *err, size_t errlen)
+{
+    return decode_window(src, len, channels, max_pixels, y, x, h, w, false, out, stride, first, shape, err, errlen);
 }

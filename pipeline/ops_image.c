@@ -473,12 +473,15 @@ static bool fused_too_big(const struct image_iter *ii, sl_image_shape_t s)
 
 /* Decodes the window (y, x, h, w) of the JPEG jpeg (len bytes) into *img. */
 static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, size_t y, size_t x, size_t h,
-                        size_t w, uint8_t **img, sl_image_shape_t *ws)
+                        size_t w, uint8_t **img, sl_image_shape_t *ws, size_t *stride, size_t *first)
 {
     struct image_iter *d = ii->fused_decode;
     char err[256];
-    int rc = sl_image_decode_jpeg_window(jpeg, len, (int)d->op.u.decode_jpeg.channels,
-                                         d->base.ctx->opts.max_batch_bytes, y, x, h, w, img, ws, err, sizeof err);
+    int ch = (int)d->op.u.decode_jpeg.channels;
+    size_t max = d->base.ctx->opts.max_batch_bytes;
+    int rc = stride ? sl_image_decode_jpeg_window_rows(jpeg, len, ch, max, y, x, h, w, img, stride, first, ws, err,
+                                                       sizeof err)
+                    : sl_image_decode_jpeg_window(jpeg, len, ch, max, y, x, h, w, img, ws, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
     return 0;
@@ -513,7 +516,7 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     uint8_t *img = NULL;
     sl_image_shape_t ws;
-    if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws)) < 0)
+    if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws, NULL, NULL)) < 0)
         return rc;
     set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
     return 0;
@@ -547,9 +550,11 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     sl_image_resize_fuse_t f = {.out_f32 = dt == SL_DTYPE_FLOAT32};
     sl_image_shape_t ws = {h, w, s.c};
     if (ii->fused_decode) {
-        if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws)) < 0)
+        /* Read in the rows as decoded: the window is not copied out. */
+        size_t first;
+        if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws, &f.stride, &first)) < 0)
             return rc;
-        src = img;
+        src = img + first;
     } else {
         src = (const uint8_t *)sl_value_data(v) + (y * s.w + x) * s.c;
         f.stride = s.w * s.c;

@@ -63,7 +63,8 @@ static uint8_t *encode(size_t h, size_t w, size_t c, int subsamp, int flags, uns
 }
 
 /* Decodes the whole image and crops (the unfused path), decodes the window
- * (the fused one), and compares them byte for byte. */
+ * (the fused one), dense and as decoded rows, and compares them byte for
+ * byte. */
 static void check_window(const uint8_t *jpeg, unsigned long len, int channels, size_t y, size_t x, size_t h,
                          size_t w, const char *what)
 {
@@ -86,6 +87,18 @@ static void check_window(const uint8_t *jpeg, unsigned long len, int channels, s
                            "channel %zu: %u, decode then crop gives %u",
                            what, h, w, y, x, fs.h, fs.w, fs.c, i / fs.c / w, i / fs.c % w, i % fs.c, win[i],
                            crop[i]);
+    free(win);
+    size_t stride, first;
+    rc = sl_image_decode_jpeg_window_rows(jpeg, len, channels, SIZE_MAX, y, x, h, w, &win, &stride, &first, &ws, err,
+                                          sizeof err);
+    cr_assert_eq(rc, 0, "%s: %s", what, err);
+    cr_assert(ws.h == h && ws.w == w && ws.c == fs.c);
+    cr_assert_geq(stride, first + w * fs.c, "%s: a row of %zu bytes, the window from %zu", what, stride, first);
+    for (size_t r = 0; r < h; r++)
+        cr_assert(memcmp(win + r * stride + first, crop + r * w * fs.c, w * fs.c) == 0,
+                  "%s: window %zu x %zu at (%zu, %zu) of %zu x %zu x %zu, as decoded rows (%zu bytes, from %zu), "
+                  "differs in row %zu",
+                  what, h, w, y, x, fs.h, fs.w, fs.c, stride, first, r);
     free(win);
     free(crop);
     free(full);
