@@ -64,6 +64,10 @@ struct image_iter {
      * epoch, the element's ordinal). */
     struct image_iter *fused_flip;    /* resize: the random_flip before it */
     struct image_iter *fused_resize;  /* normalize: the uint8 resize before it */
+    /* resize: a crop fused with its decode_jpeg, directly before it or
+     * before its fused flip; it decodes the crop's window into rows that
+     * the resize reads in place, and the crop passes the JPEG on. */
+    struct image_iter *fused_crop;
     /* And random_resized_crop directly followed by random_flip, normalize
      * (a uint8 crop), or both in that order: the last of them runs the
      * crop, whose resize writes the pixels mirrored and normalized in the
@@ -390,11 +394,15 @@ static int fuse_normalize(struct image_iter *norm, const struct image_iter *ii, 
     return 0;
 }
 
-/* resize, with the decode_jpeg (fused_decode: DCT scaling) or the flip
- * (fused_flip) before it and the normalize after it (norm, NULL when not
- * fused) in the same pass. The input's shape is checked by the first of
- * them, which names the op in an error. dec: the thread's decoder, with
- * fused_decode. */
+static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v, uint8_t **img,
+                       sl_image_shape_t *ws, size_t *stride, size_t *first);
+
+/* resize, with the decode_jpeg (fused_decode: DCT scaling), or the crop
+ * fused with its decode_jpeg (fused_crop) and the flip (fused_flip) before
+ * it, and the normalize after it (norm, NULL when not fused) in the same
+ * pass. The input's shape is checked by the first of them, which names the
+ * op in an error. dec: the thread's decoder, with fused_decode or
+ * fused_crop. */
 static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t ordinal, struct image_iter *norm,
                      sl_value_t *v)
 {
@@ -403,43 +411,61 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     char err[256];
     float extent[2] = {0, 0};
     sl_image_shape_t full = {0, 0, 0};
-    if (ii->fused_decode) {
-        int drc = decode_value(ii->fused_decode, dec, v, ii, &full, extent);
-        if (drc < 0)
-            return drc;
+    const uint8_t *src = NULL;
+    uint8_t *window = NULL, *out = NULL;
+    sl_image_resize_fuse_t f = {0};
+    int rc;
+    if (ii->fused_crop) {
+        /* The crop's draws from its own generator, as it would make them. */
+        struct image_iter *crop = ii->fused_crop;
+        sl_rng_t rng;
+        sl_rng_seed(&rng, sl__element_seed(crop->seed, crop->epoch, ordinal));
+        size_t at;
+        if ((rc = crop_window(crop, dec, &rng, v, &window, &s, &f.stride, &at)) < 0)
+            return rc;
+        src = window + at;
+    } else {
+        if (ii->fused_decode && (rc = decode_value(ii->fused_decode, dec, v, ii, &full, extent)) < 0)
+            return rc;
+        if ((rc = image_shape(first, v, &s)) < 0)
+            return rc;
+        src = sl_value_data(v);
     }
-    int rc = image_shape(first, v, &s);
-    if (rc < 0)
-        return rc;
     /* The size from the image as decoded whole, also when the decode was scaled. */
     size_t h, w;
     resize_size(ii, ii->fused_decode ? full : s, &h, &w);
-    sl_image_resize_fuse_t f = {.extent_h = extent[0], .extent_w = extent[1]};
+    f.extent_h = extent[0];
+    f.extent_w = extent[1];
     if (ii->fused_flip)
         f.flip = flip_draw(ii->fused_flip, ordinal, &f.flip_dir);
     float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
     if (norm && (rc = fuse_normalize(norm, ii, s.c, m, d, &f)) < 0)
-        return rc;
+        goto done;
     sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.resize.dtype;
     f.out_f32 = dt == SL_DTYPE_FLOAT32;
     size_t bytes = h * w * s.c * sl_dtype_size(dt);
     /* shorter_side makes the longer side from the image: held to the
      * per-image limit, as a decoded image is. */
-    if (bytes > ii->base.ctx->opts.max_batch_bytes)
-        return sl__iter_fail(&(norm ? norm : ii)->base, SL_ETOOBIG,
-                             "component \"%s\": a resize of %zu x %zu to %zu x %zu makes %zu bytes, over the "
-                             "per-image limit of %zu (the largest batch, --max-batch-mb)",
-                             key_name(ii), s.h, s.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
-    uint8_t *out = malloc(bytes);
-    if (!out)
-        return nomem(norm ? norm : ii, bytes);
-    rc = sl_image_resize_fused(sl_value_data(v), s, &f, h, w, out, err, sizeof err);
-    if (rc < 0) {
+    if (bytes > ii->base.ctx->opts.max_batch_bytes) {
+        rc = sl__iter_fail(&(norm ? norm : ii)->base, SL_ETOOBIG,
+                           "component \"%s\": a resize of %zu x %zu to %zu x %zu makes %zu bytes, over the "
+                           "per-image limit of %zu (the largest batch, --max-batch-mb)",
+                           key_name(ii), s.h, s.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
+        goto done;
+    }
+    if (!(out = malloc(bytes))) {
+        rc = nomem(norm ? norm : ii, bytes);
+        goto done;
+    }
+    if ((rc = sl_image_resize_fused(src, s, &f, h, w, out, err, sizeof err)) < 0) {
         free(out);
-        return sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
+        rc = sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
+        goto done;
     }
     set_image(v, dt, h, w, s.c, out);
-    return 0;
+done:
+    free(window);
+    return rc;
 }
 
 /* The header of the JPEG v still holds (a crop fused with the decode_jpeg
@@ -490,7 +516,10 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
 /* A crop fused with the decode_jpeg before it: v is still the encoded
  * image. The offsets are drawn from the header's shape with the draws
  * do_crop makes, so the window is the one decode-then-crop would cut. */
-static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+/* The window of crop ii, fused with its decode_jpeg, decoded from the JPEG
+ * v holds: dense (stride NULL) or as decoded rows (decode_window()). */
+static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v, uint8_t **img,
+                       sl_image_shape_t *ws, size_t *stride, size_t *first)
 {
     char err[256];
     const uint8_t *jpeg = NULL;
@@ -514,9 +543,15 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
         rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    return fused_window(ii, jpeg, len, y, x, h, w, img, ws, stride, first);
+}
+
+static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
+{
     uint8_t *img = NULL;
     sl_image_shape_t ws;
-    if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws, NULL, NULL)) < 0)
+    int rc = crop_window(ii, dec, rng, v, &img, &ws, NULL, NULL);
+    if (rc < 0)
         return rc;
     set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
     return 0;
@@ -810,7 +845,9 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_DECODE_JPEG: rc = do_decode_jpeg(ii, local, v); break;
     case SL_OP_RESIZE: rc = ii->fused ? 0 : do_resize(ii, local, ordinal, NULL, v); break;
     case SL_OP_RANDOM_CROP:
-    case SL_OP_CENTER_CROP: rc = ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v); break;
+    case SL_OP_CENTER_CROP:
+        rc = ii->fused ? 0 : ii->fused_decode ? do_decode_crop(ii, local, &rng, v) : do_crop(ii, &rng, v);
+        break;
     case SL_OP_RANDOM_RESIZED_CROP:
         rc = ii->fused ? 0 : do_random_resized_crop(ii, local, ordinal, NULL, NULL, v);
         break;
@@ -844,8 +881,9 @@ static int image_next(sl_iter_t *it, sl_element_t *out)
  * (a crop or a resize after it, a normalize after such a resize). */
 static bool needs_decoder(const struct image_iter *ii)
 {
-    return ii->kind == SL_OP_DECODE_JPEG || ii->fused_decode ||
-           (ii->fused_resize && ii->fused_resize->fused_decode) || (ii->fused_rrc && ii->fused_rrc->fused_decode);
+    return ii->kind == SL_OP_DECODE_JPEG || ii->fused_decode || ii->fused_crop ||
+           (ii->fused_resize && (ii->fused_resize->fused_decode || ii->fused_resize->fused_crop)) ||
+           (ii->fused_rrc && ii->fused_rrc->fused_decode);
 }
 
 static int image_local_new(sl_iter_t *it, void **local)
@@ -963,6 +1001,31 @@ static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_
     return 0;
 }
 
+/* A resize straight after a crop fused with its decode_jpeg, or after a
+ * random_flip (which it runs) straight after one, takes the crop over (see
+ * struct image_iter), with a decoder of its own. */
+static int fuse_crop(struct image_iter *ii, const sl_spec_op_t *op, sl_iter_t *input)
+{
+    struct image_iter *later = ii, *crop;
+    const sl_spec_op_t *later_op = op;
+    if (ii->fused_flip) {
+        later = ii->fused_flip;
+        later_op = &later->op;
+        input = later->base.input;
+    }
+    if (!(crop = fusable(later, later_op, input, SL_OP_RANDOM_CROP)) &&
+        !(crop = fusable(later, later_op, input, SL_OP_CENTER_CROP)))
+        return 0;
+    if (!crop->fused_decode)
+        return 0;
+    char err[256];
+    if (sl_image_decoder_new(&ii->dec, err, sizeof err) < 0)
+        return -ENOMEM;
+    crop->fused = true;
+    ii->fused_crop = crop;
+    return 0;
+}
+
 /* A random_flip or a normalize straight after a random_resized_crop of the
  * same component, or a normalize after a random_flip that runs one, takes
  * the crop over (see struct image_iter), with a decoder of its own when
@@ -1034,6 +1097,10 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
             free(ii);
             return -ENOMEM;
         }
+        if (!ii->fused_decode && fuse_crop(ii, op, input) < 0) {
+            free(ii);
+            return -ENOMEM;
+        }
         break;
     case SL_OP_NORMALIZE:
         ii->base.spec.c[k].dtype = SL_DTYPE_FLOAT32;
@@ -1046,7 +1113,8 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         if (ii->fused_resize) {
             ii->fused_resize->fused = true;
             /* A resize that decodes: normalize runs it, with a decoder of its own. */
-            if (ii->fused_resize->fused_decode && sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
+            if ((ii->fused_resize->fused_decode || ii->fused_resize->fused_crop) &&
+                sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
                 free(ii);
                 return -ENOMEM;
             }

@@ -805,6 +805,60 @@ Test(image_ops, fused_random_resized_crop_flip_normalize_equals_apart)
                 }
 }
 
+/* A crop fused with its decode_jpeg, then a random_flip or not, then a
+ * resize and a normalize or not, run as one pass (the resize reads the
+ * crop's window in the decoded rows); casts to what each already is keep
+ * them apart. Both must give the same bytes, draws included, sequential
+ * and in a parallel stage with the decode. */
+Test(image_ops, fused_crop_flip_resize_normalize_equals_apart)
+{
+    const char *crops[] = {"{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[36,33],\"seed\":3%s}",
+                           "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]%s}"};
+    const char *resizes[] = {"{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[29,37],\"dtype\":\"uint8\"%s}",
+                             "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[20,18]%s}"};
+    for (int par = 0; par < 2; par++)
+        for (size_t cr = 0; cr < 2; cr++)
+            for (size_t r = 0; r < 2; r++)
+                for (int with = 0; with < 4; with++) { /* bit 0: the flip, bit 1: normalize */
+                    bool flip = with & 1, norm = with & 2;
+                    if (norm && r == 1)
+                        continue; /* normalize after a float32 resize is its own op */
+                    const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                    char dec[128], c[256], fl[256], rs[256], nm[256], cast_u8[128], cast_r[128];
+                    char fused[1024], apart[1280];
+                    snprintf(dec, sizeof dec, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s}", pc);
+                    snprintf(c, sizeof c, crops[cr], pc);
+                    snprintf(fl, sizeof fl, "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s}", pc);
+                    snprintf(rs, sizeof rs, resizes[r], pc);
+                    snprintf(nm, sizeof nm, "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,"
+                             "0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s}", pc);
+                    snprintf(cast_u8, sizeof cast_u8, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s}",
+                             pc);
+                    snprintf(cast_r, sizeof cast_r, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"%s\"%s}",
+                             r == 0 ? "uint8" : "float32", pc);
+                    snprintf(fused, sizeof fused, "%s,%s%s%s,%s%s%s", dec, c, flip ? "," : "", flip ? fl : "", rs,
+                             norm ? "," : "", norm ? nm : "");
+                    snprintf(apart, sizeof apart, "%s,%s,%s%s%s%s%s,%s,%s%s%s", dec, c, cast_u8, flip ? "," : "",
+                             flip ? fl : "", flip ? "," : "", flip ? cast_u8 : "", rs, cast_r, norm ? "," : "",
+                             norm ? nm : "");
+                    sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
+                    batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", fused),
+                                           &o),
+                              b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart),
+                                           &o);
+                    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                    cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                    cr_assert_eq(a.n, 32);
+                    cr_assert_eq(a.n, b.n);
+                    for (size_t k = 0; k < a.n; k++) {
+                        cr_assert_eq(a.b[k]->size, b.b[k]->size);
+                        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "%s: image %zu", fused, k);
+                    }
+                    batches_free(&a);
+                    batches_free(&b);
+                }
+}
+
 /* A flip that draws the same for every image would make the test above
  * vacuous: both outcomes occur with its seeds. */
 Test(image_ops, fused_flip_draws_both_ways)
