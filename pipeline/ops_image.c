@@ -513,11 +513,11 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
     return 0;
 }
 
-/* A crop fused with the decode_jpeg before it: v is still the encoded
- * image. The offsets are drawn from the header's shape with the draws
- * do_crop makes, so the window is the one decode-then-crop would cut. */
-/* The window of crop ii, fused with its decode_jpeg, decoded from the JPEG
- * v holds: dense (stride NULL) or as decoded rows (decode_window()). */
+/* The window of crop ii, fused with the decode_jpeg before it, decoded
+ * from the encoded image v still holds: dense (stride NULL) or in the rows
+ * as decoded (sl_image_decode_jpeg_window_rows). The offsets are drawn from
+ * the header's shape with the draws do_crop makes, so the window is the one
+ * decode-then-crop would cut. */
 static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v, uint8_t **img,
                        sl_image_shape_t *ws, size_t *stride, size_t *first)
 {
