@@ -1,7 +1,8 @@
 /*
  * fuzz_jpeg.c: libFuzzer target for JPEG decoding (pipeline/image.c,
  * sl_image_decode_jpeg with TurboJPEG, and pipeline/image_window.c,
- * sl_image_decode_jpeg_window with libjpeg, whose errors longjmp), which
+ * sl_image_decode_jpeg_window and sl_image_decode_jpeg_window_rows with
+ * libjpeg, whose errors longjmp), which
  * decode_jpeg runs on image bytes from the dataset's files.
  *
  * The input: a byte that picks the channels (0, 1 or 3) and the limit on
@@ -128,6 +129,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(crop != NULL);
         CHECK(sl_image_crop(img, s, y, x, h, w, crop, err, sizeof err) == 0);
         CHECK(memcmp(crop, wimg, h * w * s.c) == 0);
+        /* And the window in the rows as decoded (random_resized_crop's). */
+        uint8_t *rows = NULL;
+        size_t stride = 0, first = 0;
+        sl_image_shape_t rs;
+        CHECK(sl_image_decode_jpeg_window_rows(src, len, channels, max_pixels, y, x, h, w, &rows, &stride, &first,
+                                               &rs, err, sizeof err) == 0);
+        CHECK(rs.h == h && rs.w == w && rs.c == s.c && stride >= first + w * s.c);
+        for (size_t r = 0; r < h; r++)
+            CHECK(memcmp(rows + r * stride + first, crop + r * w * s.c, w * s.c) == 0);
+        free(rows);
         free(crop);
     }
     free(wimg);
