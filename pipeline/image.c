@@ -806,6 +806,23 @@ int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t e
     return 0;
 }
 
+int sl_image_solarize(uint8_t *img, sl_image_shape_t shape, double threshold, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_shape("random_solarize", shape, 1, err, errlen)) != 0)
+        return rc;
+    if (!(threshold >= 0 && threshold <= 255))
+        return sl_errf(err, errlen, SL_EINVAL, "random_solarize: threshold %g is not from 0 to 255", threshold);
+    /* A value v is at or above threshold when it is at or above its ceiling. */
+    unsigned from = (unsigned)ceil(threshold);
+    uint8_t lut[256];
+    for (unsigned v = 0; v < 256; v++)
+        lut[v] = (uint8_t)(v >= from ? 255 - v : v);
+    for (size_t i = 0, n = shape.h * shape.w * shape.c; i < n; i++)
+        img[i] = lut[img[i]];
+    return 0;
+}
+
 /* _get_gaussian_kernel1d: exp(-0.5 (x / sigma)^2) at x = -(k-1)/2 .. (k-1)/2,
  * over its sum, in float32. */
 static void gaussian_kernel(size_t k, float sigma, float *out)

@@ -294,6 +294,14 @@ int sl_image_grayscale(uint8_t *img, sl_image_shape_t shape, char *err, size_t e
 int sl_image_gaussian_blur(uint8_t *img, sl_image_shape_t shape, size_t kh, size_t kw, float sigma, char *err,
                            size_t errlen);
 
+/**
+ * torchvision's solarize of a uint8 image, in place: each value at or
+ * above threshold (0 .. 255) becomes 255 minus it (RandomSolarize, PIL's
+ * ImageOps.solarize).
+ * @return 0; SL_EINVAL for a bad shape or threshold
+ */
+int sl_image_solarize(uint8_t *img, sl_image_shape_t shape, double threshold, char *err, size_t errlen);
+
 /* ---- normalize and cast ---- */
 
 /**

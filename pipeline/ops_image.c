@@ -1,8 +1,8 @@
 /*
  * ops_image.c: the ops that change one component of an element:
  * decode_jpeg, resize, random_crop, center_crop, random_resized_crop,
- * color_jitter, random_grayscale, gaussian_blur, random_flip and normalize
- * on uint8 HWC images (through image.h), and cast on numbers of any shape.
+ * color_jitter, random_grayscale, gaussian_blur, random_solarize, random_flip
+ * and normalize on uint8 HWC images (through image.h), and cast on numbers of any shape.
  * Each replaces the value of its `key` component and passes the other
  * components on as they are.
  *
@@ -10,12 +10,13 @@
  * 3 channels: these ops go before batch, as in a tf.data map. decode_jpeg
  * makes uint8 images; resize and random_resized_crop take them and make
  * float32 ones (as tf.image.resize) or uint8; color_jitter,
- * random_grayscale and gaussian_blur change uint8 ones in place;
+ * random_grayscale, gaussian_blur and random_solarize change uint8 ones in
+ * place;
  * random_crop, center_crop and random_flip take images of any numeric
  * dtype, normalize uint8 or float32 ones.
  *
  * The random ops (random_crop, random_resized_crop, color_jitter,
- * random_grayscale, gaussian_blur, random_flip) draw, for the element at
+ * random_grayscale, gaussian_blur, random_solarize, random_flip) draw, for the element at
  * ordinal i of epoch e (the e-th reset), from a generator seeded with
  * sl__element_seed(seed, e, i): every run with the same seed makes the same
  * draws, whatever num_parallel_calls, and each epoch new ones. Without a
@@ -720,6 +721,22 @@ static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
     return 0;
 }
 
+/* random_solarize: with probability p, every value at or above the
+ * threshold inverted in place. */
+static int do_random_solarize(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
+{
+    sl_image_shape_t s;
+    char err[256];
+    int rc = image_shape(ii, v, &s);
+    if (rc < 0)
+        return rc;
+    if (!applies(rng, ii->op.u.random_solarize.p))
+        return 0;
+    if ((rc = sl_image_solarize(sl_value_data(v), s, ii->op.u.random_solarize.threshold, err, sizeof err)) < 0)
+        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
+    return 0;
+}
+
 static int do_random_flip(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
@@ -854,6 +871,7 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_COLOR_JITTER: rc = do_color_jitter(ii, &rng, v); break;
     case SL_OP_RANDOM_GRAYSCALE: rc = do_random_grayscale(ii, &rng, v); break;
     case SL_OP_GAUSSIAN_BLUR: rc = do_gaussian_blur(ii, &rng, v); break;
+    case SL_OP_RANDOM_SOLARIZE: rc = do_random_solarize(ii, &rng, v); break;
     case SL_OP_RANDOM_FLIP:
         rc = ii->fused       ? 0
              : ii->fused_rrc ? do_random_resized_crop(ii->fused_rrc, local, ordinal, ii, NULL, v)
@@ -938,6 +956,7 @@ static const char *op_key(const sl_spec_op_t *op)
     case SL_OP_COLOR_JITTER: return op->u.color_jitter.key;
     case SL_OP_RANDOM_GRAYSCALE: return op->u.random_grayscale.key;
     case SL_OP_GAUSSIAN_BLUR: return op->u.gaussian_blur.key;
+    case SL_OP_RANDOM_SOLARIZE: return op->u.random_solarize.key;
     case SL_OP_RANDOM_FLIP: return op->u.random_flip.key;
     case SL_OP_NORMALIZE: return op->u.normalize.key;
     case SL_OP_CAST: return op->u.cast.key;
@@ -981,6 +1000,9 @@ static bool random_seed_of(const sl_spec_op_t *op, bool *has, int64_t *seed)
         *has = op->u.random_grayscale.has_seed, *seed = op->u.random_grayscale.seed;
         return true;
     case SL_OP_GAUSSIAN_BLUR: *has = op->u.gaussian_blur.has_seed, *seed = op->u.gaussian_blur.seed; return true;
+    case SL_OP_RANDOM_SOLARIZE:
+        *has = op->u.random_solarize.has_seed, *seed = op->u.random_solarize.seed;
+        return true;
     case SL_OP_RANDOM_FLIP: *has = op->u.random_flip.has_seed, *seed = op->u.random_flip.seed; return true;
     default: return false;
     }

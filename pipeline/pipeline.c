@@ -71,6 +71,7 @@ static const sl_op_create_fn op_create[SL_OP_COUNT_] = {
     [SL_OP_COLOR_JITTER] = sl__op_image_create,
     [SL_OP_RANDOM_GRAYSCALE] = sl__op_image_create,
     [SL_OP_GAUSSIAN_BLUR] = sl__op_image_create,
+    [SL_OP_RANDOM_SOLARIZE] = sl__op_image_create,
 };
 
 static uint64_t now_ns(void)

@@ -201,6 +201,8 @@ static int apply(struct elem *el, const sl_spec_op_t *op)
         return image(el, op->u.random_grayscale.key, op->kind) ? 0 : -1;
     case SL_OP_GAUSSIAN_BLUR:
         return image(el, op->u.gaussian_blur.key, op->kind) ? 0 : -1;
+    case SL_OP_RANDOM_SOLARIZE:
+        return image(el, op->u.random_solarize.key, op->kind) ? 0 : -1;
     case SL_OP_NORMALIZE:
         if (!(c = image(el, op->u.normalize.key, op->kind)))
             return -1;

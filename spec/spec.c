@@ -341,6 +341,19 @@ static const struct field gaussian_blur_fields[] = {
     END_FIELDS,
 };
 
+static int parse_threshold(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen);
+static json_t *emit_threshold(const void *desc);
+static const struct custom threshold_custom = {parse_threshold, emit_threshold};
+
+static const struct field random_solarize_fields[] = {
+    NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_solarize.key),
+    {.name = "threshold", .type = F_CUSTOM, .need = F_REQUIRED, .custom = &threshold_custom},
+    APPLY_P_FIELD,
+    OPT_INT_FIELD("seed", 0, INT64_MAX, sl_spec_op_t, u.random_solarize.seed, u.random_solarize.has_seed),
+    PARALLEL_FIELDS,
+    END_FIELDS,
+};
+
 static const struct field random_flip_fields[] = {
     NAME_FIELD("key", F_REQUIRED, NULL, sl_spec_op_t, u.random_flip.key),
     {.name = "direction", .type = F_STRING, .need = F_DEFAULT, .def = 0, .choices = directions,
@@ -524,6 +537,7 @@ static const struct kind ops[] = {
     {"color_jitter", SL_OP_COLOR_JITTER, color_jitter_fields, color_jitter_check},
     {"random_grayscale", SL_OP_RANDOM_GRAYSCALE, random_grayscale_fields, NULL},
     {"gaussian_blur", SL_OP_GAUSSIAN_BLUR, gaussian_blur_fields, gaussian_blur_check},
+    {"random_solarize", SL_OP_RANDOM_SOLARIZE, random_solarize_fields, NULL},
 };
 
 static const struct kind feature_kind = {"feature", 1, feature_fields, feature_check};
@@ -1292,15 +1306,36 @@ static json_t *emit_int_or_hint(int64_t v)
 }
 
 /* p of the ops that apply to an image by chance: where it goes, and its
- * default (random_grayscale: torchvision's 0.1; the others always apply). */
+ * default (torchvision's: random_grayscale 0.1, random_solarize 0.5; the
+ * others always apply). */
 static double *apply_p_of(sl_spec_op_t *op, double *def)
 {
     *def = 1.0;
     switch (op->kind) {
     case SL_OP_RANDOM_GRAYSCALE: *def = 0.1; return &op->u.random_grayscale.p;
+    case SL_OP_RANDOM_SOLARIZE: *def = 0.5; return &op->u.random_solarize.p;
     case SL_OP_COLOR_JITTER: return &op->u.color_jitter.p;
-    default: return &op->u.gaussian_blur.p; /* SL_OP_GAUSSIAN_BLUR: only these three have the field */
+    default: return &op->u.gaussian_blur.p; /* SL_OP_GAUSSIAN_BLUR: only these four have the field */
     }
+}
+
+/* random_solarize's threshold: a number from 0 to 255, as torchvision
+ * takes it for a uint8 image. */
+static int parse_threshold(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
+{
+    (void)spec;
+    double *t = &((sl_spec_op_t *)desc)->u.random_solarize.threshold;
+    int rc = parse_number(v, path, t, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!(*t >= 0 && *t <= 255))
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number from 0 to 255, got %.15g", path, *t);
+    return 0;
+}
+
+static json_t *emit_threshold(const void *desc)
+{
+    return json_real(((const sl_spec_op_t *)desc)->u.random_solarize.threshold);
 }
 
 static int parse_apply_p(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
@@ -2190,6 +2225,7 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind)
     case SL_OP_COLOR_JITTER:
     case SL_OP_RANDOM_GRAYSCALE:
     case SL_OP_GAUSSIAN_BLUR:
+    case SL_OP_RANDOM_SOLARIZE:
     case SL_OP_RANDOM_FLIP:
     case SL_OP_NORMALIZE:
     case SL_OP_CAST:
@@ -2207,7 +2243,8 @@ bool sl_spec_op_takes(sl_op_kind_t kind, sl_dtype_t dt, const char **what)
     case SL_OP_RANDOM_RESIZED_CROP:
     case SL_OP_COLOR_JITTER:
     case SL_OP_RANDOM_GRAYSCALE:
-    case SL_OP_GAUSSIAN_BLUR: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
+    case SL_OP_GAUSSIAN_BLUR:
+    case SL_OP_RANDOM_SOLARIZE: *what = "uint8 images (decode_jpeg makes them)"; return dt == SL_DTYPE_UINT8;
     case SL_OP_NORMALIZE:
         *what = "uint8 or float32 images";
         return dt == SL_DTYPE_UINT8 || dt == SL_DTYPE_FLOAT32;

@@ -68,6 +68,7 @@ typedef enum sl_op_kind {
     SL_OP_COLOR_JITTER,
     SL_OP_RANDOM_GRAYSCALE,
     SL_OP_GAUSSIAN_BLUR,
+    SL_OP_RANDOM_SOLARIZE,
     SL_OP_COUNT_
 } sl_op_kind_t;
 
@@ -266,6 +267,13 @@ typedef struct sl_spec_op {
         } gaussian_blur;
         struct {
             char key[SL_MAX_NAME];
+            double threshold; /* values at or above it are inverted (255 - v), 0 .. 255 */
+            double p;         /* the probability it applies to an image, 0 .. 1 */
+            bool has_seed;
+            int64_t seed;
+        } random_solarize;
+        struct {
+            char key[SL_MAX_NAME];
             int direction; /* 0 left_right, 1 up_down (sl_image_flip_dir_t) */
             bool has_seed;
             int64_t seed;
@@ -321,8 +329,8 @@ typedef struct sl_spec_op {
         } cache;
     } u;
     /* Element-wise ops (parse_example, decode_jpeg, resize, random_crop,
-     * center_crop, random_resized_crop, color_jitter, random_grayscale, gaussian_blur, random_flip, normalize,
-     * cast, map, filter) may run on
+     * center_crop, random_resized_crop, color_jitter, random_grayscale, gaussian_blur, random_solarize,
+     * random_flip, normalize, cast, map, filter) may run on
      * several threads: num_parallel_calls, when given, is 1 ..
      * SL_SPEC_MAX_PARALLEL or SL_SPEC_AUTOTUNE; deterministic (default
      * true) keeps the order. Other ops never have them. */
@@ -398,7 +406,8 @@ bool sl_spec_op_elementwise(sl_op_kind_t kind);
 /**
  * Whether the image op or cast of kind takes a component of dtype dt
  * (decode_jpeg bytes; resize, random_resized_crop, color_jitter,
- * random_grayscale and gaussian_blur uint8; normalize uint8 or float32;
+ * random_grayscale, gaussian_blur and random_solarize uint8; normalize
+ * uint8 or float32;
  * cast and the other image ops any number).
  * @param[out] what what it takes, for a message when it does not
  */

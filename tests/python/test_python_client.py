@@ -117,6 +117,8 @@ class BuilderTest(unittest.TestCase):
               .gaussian_blur('image', 23)
               .gaussian_blur('image', (5, 3), sigma=1.5, p=0.5, seed=2)
               .color_jitter('image', hue=0.1, p=0.8)
+              .random_solarize('image', 128)
+              .random_solarize('image', 191.5, p=0.2, seed=4)
               .random_flip('image')
               .normalize('image', (0.5, 0.4, 0.3), [0.2, 0.2, 0.2])
               .cast('image', np.float16)
@@ -148,6 +150,8 @@ class BuilderTest(unittest.TestCase):
             {'op': 'gaussian_blur', 'key': 'image', 'kernel_size': [23, 23]},
             {'op': 'gaussian_blur', 'key': 'image', 'kernel_size': [5, 3], 'sigma': [1.5, 1.5], 'p': 0.5, 'seed': 2},
             {'op': 'color_jitter', 'key': 'image', 'hue': [-0.1, 0.1], 'p': 0.8},
+            {'op': 'random_solarize', 'key': 'image', 'threshold': 128.0},
+            {'op': 'random_solarize', 'key': 'image', 'threshold': 191.5, 'p': 0.2, 'seed': 4},
             {'op': 'random_flip', 'key': 'image'},
             {'op': 'normalize', 'key': 'image', 'mean': [0.5, 0.4, 0.3], 'std': [0.2, 0.2, 0.2]},
             {'op': 'cast', 'key': 'image', 'dtype': 'float16'},

@@ -190,6 +190,15 @@ class DataplaneBuilderTest(DataCase):
         for i, img in got.items():
             want = gray(torch.from_numpy(plain[i]).permute(2, 0, 1)).expand(3, -1, -1).permute(1, 2, 0).numpy()
             self.assertTrue(np.array_equal(img, want), 'grayscale of image %d' % i)
+        # random_solarize with p 1 against torchvision's solarize of a uint8 tensor:
+        # torch.where(img >= threshold, 255 - img, img); a fractional threshold too.
+        for threshold in (128, 100.5, 0, 255):
+            got = {int(b['id'][0]): b['image/encoded'][0]
+                   for b in self.batches(base.random_solarize('image/encoded', threshold, p=1).batch(1))}
+            for i, img in got.items():
+                t = torch.from_numpy(plain[i])
+                want = torch.where(t >= threshold, 255 - t, t).numpy()
+                self.assertTrue(np.array_equal(img, want), 'solarize %g of image %d' % (threshold, i))
         # gaussian_blur at a fixed sigma against torchvision's: its kernel, reflection
         # padding, a 2-D convolution in float32, rounded. The 2-D sum runs in another
         # order than Sluice's two 1-D passes: within one unit.

@@ -126,6 +126,13 @@ Test(element_spec, images)
     EXPECT(json, "record:uint8[?,?,3]");
     snprintf(json, sizeof json, img, "", ",{\"op\":\"random_grayscale\",\"key\":\"record\",\"p\":0.2}");
     EXPECT(json, "record:uint8[?,?,3]");
+    snprintf(json, sizeof json, img, ",\"channels\":1",
+             ",{\"op\":\"random_solarize\",\"key\":\"record\",\"threshold\":128}");
+    EXPECT(json, "record:uint8[?,?,1]");
+    snprintf(json, sizeof json, img, "",
+             ",{\"op\":\"resize\",\"key\":\"record\",\"size\":[8,8]},{\"op\":\"random_solarize\","
+             "\"key\":\"record\",\"threshold\":128}");
+    EXPECT(json, "unknown");
     snprintf(json, sizeof json, img, "",
              ",{\"op\":\"gaussian_blur\",\"key\":\"record\",\"kernel_size\":[3,3]},{\"op\":\"center_crop\","
              "\"key\":\"record\",\"size\":[8,8]}");

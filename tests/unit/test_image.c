@@ -1060,6 +1060,31 @@ Test(image_jitter, draw_and_kernel)
     cr_assert(lone[0] == 1 && lone[1] == 2 && lone[2] == 3);
 }
 
+/* solarize: values at or above the threshold inverted, a fractional
+ * threshold at its ceiling, 0 inverts all, 255 only 255; a bad threshold is
+ * refused. */
+Test(image_color, solarize)
+{
+    uint8_t all[256], img[256];
+    for (int v = 0; v < 256; v++)
+        all[v] = (uint8_t)v;
+    const double thresholds[] = {128, 100.5, 0, 255, 254.01};
+    for (size_t t = 0; t < sizeof thresholds / sizeof thresholds[0]; t++) {
+        memcpy(img, all, sizeof img);
+        cr_assert_eq(sl_image_solarize(img, (sl_image_shape_t){16, 16, 1}, thresholds[t], err, sizeof err), 0, "%s",
+                     err);
+        for (int v = 0; v < 256; v++)
+            cr_assert_eq(img[v], v >= thresholds[t] ? 255 - v : v, "threshold %g, value %d: %d", thresholds[t], v,
+                         img[v]);
+    }
+    memcpy(img, all, 255);
+    cr_assert_eq(sl_image_solarize(img, (sl_image_shape_t){5, 17, 3}, 10, err, sizeof err), 0);
+    cr_assert(img[9] == 9 && img[10] == 245 && img[254] == 1);
+    cr_assert_eq(sl_image_solarize(img, (sl_image_shape_t){16, 16, 1}, 256, err, sizeof err), SL_EINVAL);
+    cr_assert(strstr(err, "threshold 256"), "%s", err);
+    cr_assert_eq(sl_image_solarize(img, (sl_image_shape_t){16, 16, 2}, 1, err, sizeof err), SL_EINVAL);
+}
+
 /* gaussian_blur: a 1 x 5 impulse through a 1 x 3 kernel of sigma 1
  * (weights 0.274, 0.452, 0.274), reflection at the ends; a tiny sigma
  * changes nothing; a flat image stays flat; too small an image for the

@@ -374,6 +374,47 @@ Test(image_ops, random_grayscale_by_its_probability)
     batches_free(&src);
 }
 
+/* random_solarize: p 1 solarizes every image (the kernel's), p 0 none; a
+ * seeded p 0.5 some, the same ones on every run, and another seed others. */
+Test(image_ops, random_solarize_by_its_probability)
+{
+    batches_t src = decoded();
+    const char *ops[] = {"{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"p\":1}",
+                         "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"p\":0}",
+                         "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"seed\":4}",
+                         "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"seed\":5}"};
+    int changed[4] = {0, 0, 0, 0};
+    bool which[4][64] = {{false}};
+    for (int i = 0; i < 4; i++) {
+        batches_t a = run_images(ops[i]), b = run_images(ops[i]);
+        cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+        cr_assert_leq(a.n, 64);
+        for (size_t k = 0; k < a.n; k++) {
+            int64_t h, w, sh, sw;
+            const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
+            size_t n = (size_t)(h * w * 3);
+            uint8_t *sol = malloc(n);
+            memcpy(sol, src.b[k]->data + s->offset, n);
+            char err[256];
+            cr_assert_eq(sl_image_solarize(sol, (sl_image_shape_t){(size_t)h, (size_t)w, 3}, 100, err, sizeof err), 0);
+            const uint8_t *got = a.b[k]->data + c->offset;
+            bool is_sol = memcmp(got, sol, n) == 0, is_src = memcmp(got, src.b[k]->data + s->offset, n) == 0;
+            cr_assert(is_sol || is_src, "%s: image %zu is neither itself nor solarized", ops[i], k);
+            which[i][k] = is_sol && !is_src;
+            changed[i] += which[i][k];
+            cr_assert_eq(memcmp(got, b.b[k]->data + c->offset, n), 0, "%s: image %zu differs between runs", ops[i], k);
+            free(sol);
+        }
+        batches_free(&a);
+        batches_free(&b);
+    }
+    cr_assert_eq(changed[0], 32);
+    cr_assert_eq(changed[1], 0);
+    cr_assert(changed[2] > 4 && changed[2] < 28, "p 0.5: %d of 32", changed[2]);
+    cr_assert(memcmp(which[2], which[3], sizeof which[2]) != 0, "seeds 4 and 5 solarize the same images");
+    batches_free(&src);
+}
+
 /* gaussian_blur in a pipeline: a seed repeats its sigmas, each epoch draws
  * anew, and an image too small for the kernel fails, naming the op. */
 Test(image_ops, gaussian_blur_seeded_and_refused)

@@ -725,6 +725,22 @@ Test(spec, color_jitter)
                  "$.ops[0].p: must be a number from 0 to 1, got -0.5");
     expect_error(OPS("{\"op\":\"color_jitter\",\"key\":\"i\",\"hue\":[0,0.1],\"p\":2}"),
                  "$.ops[0].p: must be a number from 0 to 1, got 2");
+
+    /* random_solarize: a threshold from 0 to 255 (required), torchvision's
+     * p of 0.5 when absent. */
+    sl_spec_t *z = parse_ok(OPS("{\"op\":\"random_solarize\",\"key\":\"img\",\"threshold\":128}"));
+    cr_assert(strstr(sl_spec_canonical(z), "{\"key\":\"img\",\"op\":\"random_solarize\",\"p\":0.5,"
+                                           "\"threshold\":128.0}"),
+              "%s", sl_spec_canonical(z));
+    cr_assert_eq(sl_spec_op(z, 0)->u.random_solarize.threshold, 128.0);
+    sl_spec_free(z);
+    expect_error(OPS("{\"op\":\"random_solarize\",\"key\":\"i\"}"), "$.ops[0].threshold: required field missing");
+    expect_error(OPS("{\"op\":\"random_solarize\",\"key\":\"i\",\"threshold\":255.5}"),
+                 "$.ops[0].threshold: must be a number from 0 to 255, got 255.5");
+    expect_error(OPS("{\"op\":\"random_solarize\",\"key\":\"i\",\"threshold\":[1]}"),
+                 "$.ops[0].threshold: must be a number, got an array");
+    expect_error(OPS("{\"op\":\"random_solarize\",\"key\":\"i\",\"threshold\":1,\"p\":-1}"),
+                 "$.ops[0].p: must be a number from 0 to 1, got -1");
 }
 
 Test(spec, image_ops_with_defaults)

@@ -250,6 +250,13 @@ class Dataset:
         return self.op('gaussian_blur', key=key, kernel_size=ks, sigma=sigma, p=None if p is None else float(p),
                        seed=seed)
 
+    def random_solarize(self, key, threshold, p=None, seed=None):
+        """torchvision's RandomSolarize on uint8 images: with probability p
+        (default 0.5) every value at or above threshold (0 .. 255) becomes
+        255 minus it."""
+        return self.op('random_solarize', key=key, threshold=float(threshold), p=None if p is None else float(p),
+                       seed=seed)
+
     def random_flip(self, key, direction=None, seed=None):
         """direction "left_right" (the default) or "up_down"."""
         return self.op('random_flip', key=key, direction=direction, seed=seed)
