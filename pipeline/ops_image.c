@@ -498,17 +498,32 @@ static bool fused_too_big(const struct image_iter *ii, sl_image_shape_t s)
     return s.h * s.w * s.c > ii->fused_decode->base.ctx->opts.max_batch_bytes;
 }
 
-/* Decodes the window (y, x, h, w) of the JPEG jpeg (len bytes) into *img. */
-static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, size_t y, size_t x, size_t h,
-                        size_t w, uint8_t **img, sl_image_shape_t *ws, size_t *stride, size_t *first)
+/* Decodes the window (y, x, h, w) of the JPEG jpeg (len bytes, an image of
+ * shape full) into *img. While it decodes, h rows of the image's width are
+ * charged to the memory budget (at least what the window decoder holds), as
+ * decode_jpeg charges the whole image. */
+static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, sl_image_shape_t full, size_t y,
+                        size_t x, size_t h, size_t w, uint8_t **img, sl_image_shape_t *ws, size_t *stride,
+                        size_t *first)
 {
     struct image_iter *d = ii->fused_decode;
     char err[256];
     int ch = (int)d->op.u.decode_jpeg.channels;
-    size_t max = d->base.ctx->opts.max_batch_bytes;
+    size_t max = d->base.ctx->opts.max_batch_bytes, n = h * full.w * full.c, charged = 0;
+    sl_membudget_t *mem = d->base.ctx->opts.mem;
+    if (mem && n <= max) {
+        if (!sl_membudget_charge(mem, n)) {
+            char what[128], msg[400];
+            snprintf(what, sizeof what, "a decoded window of %zu x %zu x %zu (rows of %zu)", h, w, full.c, full.w);
+            sl_membudget_refusal(mem, n, what, msg, sizeof msg);
+            return sl__iter_fail(&d->base, SL_ETOOBIG, "component \"%s\" (%zu bytes): %s", key_name(ii), len, msg);
+        }
+        charged = n;
+    }
     int rc = stride ? sl_image_decode_jpeg_window_rows(jpeg, len, ch, max, y, x, h, w, img, stride, first, ws, err,
                                                        sizeof err)
                     : sl_image_decode_jpeg_window(jpeg, len, ch, max, y, x, h, w, img, ws, err, sizeof err);
+    sl_membudget_release(mem, charged);
     if (rc < 0)
         return sl__iter_fail(&d->base, rc, "component \"%s\" (%zu bytes): %s", key_name(ii), len, err);
     return 0;
@@ -544,7 +559,7 @@ static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t 
         rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return fused_window(ii, jpeg, len, y, x, h, w, img, ws, stride, first);
+    return fused_window(ii, jpeg, len, s, y, x, h, w, img, ws, stride, first);
 }
 
 static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
@@ -588,7 +603,7 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     if (ii->fused_decode) {
         /* Read in the rows as decoded: the window is not copied out. */
         size_t first;
-        if ((rc = fused_window(ii, jpeg, len, y, x, h, w, &img, &ws, &f.stride, &first)) < 0)
+        if ((rc = fused_window(ii, jpeg, len, s, y, x, h, w, &img, &ws, &f.stride, &first)) < 0)
             return rc;
         src = img + first;
     } else {

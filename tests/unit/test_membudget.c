@@ -243,6 +243,27 @@ Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
     cr_assert_eq(sl_membudget_used(&tiny), 0);
     cr_assert_eq(tiny.refusals, 1);
     batches_free(&bs);
+    /* A crop or random_resized_crop fused with the decode (only the window
+     * decoded) is charged its rows too, and refused before it decodes. */
+    const char *crops[] = {"{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[20,20]}",
+                           "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[8,8]}",
+                           "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[20,20]},"
+                           "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[8,8]}"};
+    for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
+        bs = run_spec(specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
+                            "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
+                            "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
+                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"},%s]}",
+                            crops[i]),
+                      &o);
+        cr_assert_eq(bs.rc, SL_ETOOBIG, "%s: %d %s", crops[i], bs.rc, bs.errmsg);
+        cr_assert(strstr(bs.errmsg, "ops[1] (decode_jpeg): component \"image/encoded\" (") == bs.errmsg, "%s",
+                  bs.errmsg);
+        cr_assert(strstr(bs.errmsg, " for a decoded window of "), "%s", bs.errmsg);
+        cr_assert_eq(sl_membudget_used(&tiny), 0);
+        batches_free(&bs);
+    }
+    cr_assert_eq(tiny.refusals, 4);
     /* With room, the same pipeline decodes every image and gives it all back. */
     sl_membudget_t room;
     sl_membudget_init(&room, 64 * MiB, "x");
@@ -257,5 +278,17 @@ Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
     cr_assert_gt(bs.n, 0);
     cr_assert_eq(sl_membudget_used(&room), 0);
     batches_free(&bs);
+    for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
+        bs = run_spec(specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
+                            "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
+                            "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
+                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"},%s]}",
+                            crops[i]),
+                      &o);
+        cr_assert_eq(bs.rc, 1, "%s: %d %s", crops[i], bs.rc, bs.errmsg);
+        cr_assert_eq(bs.n, 32);
+        cr_assert_eq(sl_membudget_used(&room), 0);
+        batches_free(&bs);
+    }
     sl_confine_destroy(roots);
 }
