@@ -1319,18 +1319,24 @@ static double *apply_p_of(sl_spec_op_t *op, double *def)
     }
 }
 
+/* A number from lo to hi (the bounds written as integers in the message). */
+static int parse_number_within(const json_t *v, const char *path, double lo, double hi, double *out, char *err,
+                               size_t errlen)
+{
+    int rc = parse_number(v, path, out, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!(*out >= lo && *out <= hi))
+        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number from %g to %g, got %.15g", path, lo, hi, *out);
+    return 0;
+}
+
 /* random_solarize's threshold: a number from 0 to 255, as torchvision
  * takes it for a uint8 image. */
 static int parse_threshold(sl_spec_t *spec, json_t *v, void *desc, const char *path, char *err, size_t errlen)
 {
     (void)spec;
-    double *t = &((sl_spec_op_t *)desc)->u.random_solarize.threshold;
-    int rc = parse_number(v, path, t, err, errlen);
-    if (rc < 0)
-        return rc;
-    if (!(*t >= 0 && *t <= 255))
-        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number from 0 to 255, got %.15g", path, *t);
-    return 0;
+    return parse_number_within(v, path, 0, 255, &((sl_spec_op_t *)desc)->u.random_solarize.threshold, err, errlen);
 }
 
 static json_t *emit_threshold(const void *desc)
@@ -1346,12 +1352,7 @@ static int parse_apply_p(sl_spec_t *spec, json_t *v, void *desc, const char *pat
         *p = def;
         return 0;
     }
-    int rc = parse_number(v, path, p, err, errlen);
-    if (rc < 0)
-        return rc;
-    if (!(*p >= 0 && *p <= 1))
-        return sl_errf(err, errlen, SL_ESPEC, "%s: must be a number from 0 to 1, got %.15g", path, *p);
-    return 0;
+    return parse_number_within(v, path, 0, 1, p, err, errlen);
 }
 
 static json_t *emit_apply_p(const void *desc)

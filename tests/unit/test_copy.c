@@ -31,8 +31,19 @@ static void check_copy(const uint8_t *src, size_t sa, size_t da, size_t n, uint8
 
 Test(copy, copies_as_memcpy_at_every_alignment_and_around_the_streaming_size)
 {
-    const size_t sizes[] = {0, 1, 63, 64, 65, 4096, SL_COPY_FAR_MIN - 1, SL_COPY_FAR_MIN, SL_COPY_FAR_MIN + 1,
-                            SL_COPY_FAR_MIN + 63, SL_COPY_FAR_MIN + 64, SL_COPY_FAR_MIN + 127, 3 * SL_COPY_FAR_MIN + 17};
+    const size_t sizes[] = {0,
+                            1,
+                            63,
+                            64,
+                            65,
+                            4096,
+                            SL_COPY_FAR_MIN - 1,
+                            SL_COPY_FAR_MIN,
+                            SL_COPY_FAR_MIN + 1,
+                            SL_COPY_FAR_MIN + 63,
+                            SL_COPY_FAR_MIN + 64,
+                            SL_COPY_FAR_MIN + 127,
+                            3 * SL_COPY_FAR_MIN + 17};
     size_t max = 3 * SL_COPY_FAR_MIN + 17, src_len = (max + 64 + 63) / 64 * 64,
            buf_len = (GUARD + 64 + max + GUARD + 63) / 64 * 64;
     uint8_t *src = aligned_alloc(64, src_len), *buf = aligned_alloc(64, buf_len);

@@ -224,6 +224,15 @@ Test(membudget_pipeline, a_batch_over_the_budget_fails_naming_it)
 
 #define FIXTURES_IMAGES SL_TEST_DATA "/tfrecord"
 
+/* The fixtures' images parsed, decoded, then ops. */
+static const char *decode_then(const char *ops)
+{
+    return specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES "/images-*.tfrecord\"},"
+                 "\"ops\":[{\"op\":\"parse_example\",\"features\":{\"image/encoded\":{\"dtype\":\"bytes\"}}},"
+                 "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"},%s]}",
+                 ops);
+}
+
 Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
 {
     sl_confine_t *roots = roots_at(FIXTURES_IMAGES);
@@ -250,12 +259,7 @@ Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
                            "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[20,20]},"
                            "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[8,8]}"};
     for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
-        bs = run_spec(specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
-                            "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
-                            "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
-                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"},%s]}",
-                            crops[i]),
-                      &o);
+        bs = run_spec(decode_then(crops[i]), &o);
         cr_assert_eq(bs.rc, SL_ETOOBIG, "%s: %d %s", crops[i], bs.rc, bs.errmsg);
         cr_assert(strstr(bs.errmsg, "ops[1] (decode_jpeg): component \"image/encoded\" (") == bs.errmsg, "%s",
                   bs.errmsg);
@@ -279,12 +283,7 @@ Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
     cr_assert_eq(sl_membudget_used(&room), 0);
     batches_free(&bs);
     for (size_t i = 0; i < sizeof crops / sizeof crops[0]; i++) {
-        bs = run_spec(specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
-                            "/images-*.tfrecord\"},\"ops\":[{\"op\":\"parse_example\",\"features\":{"
-                            "\"image/encoded\":{\"dtype\":\"bytes\"}}},"
-                            "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"},%s]}",
-                            crops[i]),
-                      &o);
+        bs = run_spec(decode_then(crops[i]), &o);
         cr_assert_eq(bs.rc, 1, "%s: %d %s", crops[i], bs.rc, bs.errmsg);
         cr_assert_eq(bs.n, 32);
         cr_assert_eq(sl_membudget_used(&room), 0);

@@ -338,81 +338,77 @@ Test(image_ops, resize_shorter_side_keeps_the_aspect_ratio)
     batches_free(&big);
 }
 
-/* random_grayscale: p 1 turns every image to its grayscale (the kernel's),
- * p 0 none; p 0.5 with a seed some, the same ones on every run. */
-Test(image_ops, random_grayscale_by_its_probability)
+/* Runs each of the n image op specs twice over the decoded images: every
+ * image comes out either as it was or as kernel makes it, the same on both
+ * runs. changed[i][k]: whether spec i changed image k; counts[i]: how many. */
+typedef int (*image_kernel_fn)(uint8_t *img, sl_image_shape_t s, char *err, size_t errlen);
+
+static void changed_by_chance(const char *const *ops, int n, image_kernel_fn kernel, bool changed[][64], int *counts)
 {
     batches_t src = decoded();
-    const char *ops[] = {"{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":1}",
-                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0}",
-                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0.5,\"seed\":4}"};
-    int grayed[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         batches_t a = run_images(ops[i]), b = run_images(ops[i]);
         cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+        cr_assert_leq(a.n, 64);
+        counts[i] = 0;
         for (size_t k = 0; k < a.n; k++) {
             int64_t h, w, sh, sw;
             const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
-            size_t n = (size_t)(h * w * 3);
-            uint8_t *gray = malloc(n);
-            memcpy(gray, src.b[k]->data + s->offset, n);
+            size_t bytes = (size_t)(h * w * 3);
+            uint8_t *want = malloc(bytes);
+            memcpy(want, src.b[k]->data + s->offset, bytes);
             char err[256];
-            cr_assert_eq(sl_image_grayscale(gray, (sl_image_shape_t){(size_t)h, (size_t)w, 3}, err, sizeof err), 0);
+            cr_assert_eq(kernel(want, (sl_image_shape_t){(size_t)h, (size_t)w, 3}, err, sizeof err), 0, "%s", err);
             const uint8_t *got = a.b[k]->data + c->offset;
-            bool is_gray = memcmp(got, gray, n) == 0, is_src = memcmp(got, src.b[k]->data + s->offset, n) == 0;
-            cr_assert(is_gray || is_src, "%s: image %zu is neither itself nor its grayscale", ops[i], k);
-            grayed[i] += is_gray && !is_src;
-            cr_assert_eq(memcmp(got, b.b[k]->data + c->offset, n), 0, "%s: image %zu differs between runs", ops[i], k);
-            free(gray);
+            bool is_new = memcmp(got, want, bytes) == 0, is_src = memcmp(got, src.b[k]->data + s->offset, bytes) == 0;
+            cr_assert(is_new || is_src, "%s: image %zu is neither itself nor the kernel's", ops[i], k);
+            changed[i][k] = is_new && !is_src;
+            counts[i] += changed[i][k];
+            cr_assert_eq(memcmp(got, b.b[k]->data + c->offset, bytes), 0, "%s: image %zu differs between runs", ops[i],
+                         k);
+            free(want);
         }
         batches_free(&a);
         batches_free(&b);
     }
+    batches_free(&src);
+}
+
+/* random_grayscale: p 1 turns every image to its grayscale (the kernel's),
+ * p 0 none; p 0.5 with a seed some, the same ones on every run. */
+Test(image_ops, random_grayscale_by_its_probability)
+{
+    const char *ops[] = {"{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":1}",
+                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0}",
+                         "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0.5,\"seed\":4}"};
+    bool changed[3][64];
+    int grayed[3];
+    changed_by_chance(ops, 3, sl_image_grayscale, changed, grayed);
     cr_assert_eq(grayed[0], 32);
     cr_assert_eq(grayed[1], 0);
     cr_assert(grayed[2] > 4 && grayed[2] < 28, "p 0.5: %d of 32", grayed[2]);
-    batches_free(&src);
+}
+
+static int solarize_100(uint8_t *img, sl_image_shape_t s, char *err, size_t errlen)
+{
+    return sl_image_solarize(img, s, 100, err, errlen);
 }
 
 /* random_solarize: p 1 solarizes every image (the kernel's), p 0 none; a
  * seeded p 0.5 some, the same ones on every run, and another seed others. */
 Test(image_ops, random_solarize_by_its_probability)
 {
-    batches_t src = decoded();
     const char *ops[] = {"{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"p\":1}",
                          "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"p\":0}",
                          "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"seed\":4}",
                          "{\"op\":\"random_solarize\",\"key\":\"image/encoded\",\"threshold\":100,\"seed\":5}"};
-    int changed[4] = {0, 0, 0, 0};
-    bool which[4][64] = {{false}};
-    for (int i = 0; i < 4; i++) {
-        batches_t a = run_images(ops[i]), b = run_images(ops[i]);
-        cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-        cr_assert_leq(a.n, 64);
-        for (size_t k = 0; k < a.n; k++) {
-            int64_t h, w, sh, sw;
-            const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
-            size_t n = (size_t)(h * w * 3);
-            uint8_t *sol = malloc(n);
-            memcpy(sol, src.b[k]->data + s->offset, n);
-            char err[256];
-            cr_assert_eq(sl_image_solarize(sol, (sl_image_shape_t){(size_t)h, (size_t)w, 3}, 100, err, sizeof err), 0);
-            const uint8_t *got = a.b[k]->data + c->offset;
-            bool is_sol = memcmp(got, sol, n) == 0, is_src = memcmp(got, src.b[k]->data + s->offset, n) == 0;
-            cr_assert(is_sol || is_src, "%s: image %zu is neither itself nor solarized", ops[i], k);
-            which[i][k] = is_sol && !is_src;
-            changed[i] += which[i][k];
-            cr_assert_eq(memcmp(got, b.b[k]->data + c->offset, n), 0, "%s: image %zu differs between runs", ops[i], k);
-            free(sol);
-        }
-        batches_free(&a);
-        batches_free(&b);
-    }
-    cr_assert_eq(changed[0], 32);
-    cr_assert_eq(changed[1], 0);
-    cr_assert(changed[2] > 4 && changed[2] < 28, "p 0.5: %d of 32", changed[2]);
-    cr_assert(memcmp(which[2], which[3], sizeof which[2]) != 0, "seeds 4 and 5 solarize the same images");
-    batches_free(&src);
+    bool changed[4][64] = {{false}};
+    int counts[4];
+    changed_by_chance(ops, 4, solarize_100, changed, counts);
+    cr_assert_eq(counts[0], 32);
+    cr_assert_eq(counts[1], 0);
+    cr_assert(counts[2] > 4 && counts[2] < 28, "p 0.5: %d of 32", counts[2]);
+    cr_assert(memcmp(changed[2], changed[3], sizeof changed[2]) != 0, "seeds 4 and 5 solarize the same images");
 }
 
 /* gaussian_blur in a pipeline: a seed repeats its sigmas, each epoch draws
@@ -873,8 +869,8 @@ Test(image_ops, fused_crop_flip_resize_normalize_equals_apart)
                     snprintf(rs, sizeof rs, resizes[r], pc);
                     snprintf(nm, sizeof nm, "{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,"
                              "0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s}", pc);
-                    snprintf(cast_u8, sizeof cast_u8, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s}",
-                             pc);
+                    snprintf(cast_u8, sizeof cast_u8,
+                             "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s}", pc);
                     snprintf(cast_r, sizeof cast_r, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"%s\"%s}",
                              r == 0 ? "uint8" : "float32", pc);
                     snprintf(fused, sizeof fused, "%s,%s%s%s,%s%s%s", dec, c, flip ? "," : "", flip ? fl : "", rs,
