@@ -777,6 +777,26 @@ Test(image_ops, fused_flip_resize_normalize_equals_apart)
             }
 }
 
+/* The images through ops (after parsing) with opts o: every one of the
+ * 32, or the pipeline's error. */
+static batches_t images_through(const char *ops, const sl_pipeline_opts_t *o)
+{
+    batches_t bs = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), o);
+    cr_assert_eq(bs.rc, 1, "%s: %s", ops, bs.errmsg);
+    cr_assert_eq(bs.n, 32, "%s", ops);
+    return bs;
+}
+
+/* Asserts that ops fused and apart give the same batches, byte for byte. */
+static void assert_same_batches(const batches_t *a, const batches_t *b, const char *fused)
+{
+    cr_assert_eq(a->n, b->n);
+    for (size_t k = 0; k < a->n; k++) {
+        cr_assert_eq(a->b[k]->size, b->b[k]->size);
+        cr_assert_eq(memcmp(a->b[k]->data, b->b[k]->data, a->b[k]->size), 0, "%s: image %zu", fused, k);
+    }
+}
+
 /* random_resized_crop then random_flip, normalize (after a uint8 crop), or
  * both, run as one pass (fused: the flip writes the resized pixels
  * mirrored); casts to what each already is keep them apart. Both must give
@@ -813,23 +833,13 @@ Test(image_ops, fused_random_resized_crop_flip_normalize_equals_apart)
                              flip ? fl : "", flip ? "," : "", flip ? cast : "", norm ? "," : "", norm ? nm : "");
                     snprintf(plain, sizeof plain, "%s,%s", dec, rc);
                     sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
-                    batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", fused),
-                                           &o),
-                              b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart),
-                                           &o),
-                              c = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", plain),
-                                           &o);
-                    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-                    cr_assert_eq(b.rc, 1, "%s", b.errmsg);
-                    cr_assert_eq(c.rc, 1, "%s", c.errmsg);
-                    cr_assert_eq(a.n, 32);
-                    cr_assert_eq(a.n, b.n);
+                    batches_t a = images_through(fused, &o), b = images_through(apart, &o),
+                              c = images_through(plain, &o);
+                    assert_same_batches(&a, &b, fused);
                     size_t unflipped = 0;
                     for (size_t k = 0; k < a.n; k++) {
                         const sl_component_t *ca = comp_of(a.b[k], "image/encoded");
                         cr_assert_eq(ca->dtype, norm || r == 1 ? SL_DTYPE_FLOAT32 : SL_DTYPE_UINT8);
-                        cr_assert_eq(a.b[k]->size, b.b[k]->size);
-                        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "%s: image %zu", fused, k);
                         unflipped += c.b[k]->size == a.b[k]->size &&
                                      memcmp(c.b[k]->data, a.b[k]->data, a.b[k]->size) == 0;
                     }
@@ -879,18 +889,8 @@ Test(image_ops, fused_crop_flip_resize_normalize_equals_apart)
                              flip ? fl : "", flip ? "," : "", flip ? cast_u8 : "", rs, cast_r, norm ? "," : "",
                              norm ? nm : "");
                     sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
-                    batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", fused),
-                                           &o),
-                              b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart),
-                                           &o);
-                    cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-                    cr_assert_eq(b.rc, 1, "%s", b.errmsg);
-                    cr_assert_eq(a.n, 32);
-                    cr_assert_eq(a.n, b.n);
-                    for (size_t k = 0; k < a.n; k++) {
-                        cr_assert_eq(a.b[k]->size, b.b[k]->size);
-                        cr_assert_eq(memcmp(a.b[k]->data, b.b[k]->data, a.b[k]->size), 0, "%s: image %zu", fused, k);
-                    }
+                    batches_t a = images_through(fused, &o), b = images_through(apart, &o);
+                    assert_same_batches(&a, &b, fused);
                     batches_free(&a);
                     batches_free(&b);
                 }
