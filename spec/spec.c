@@ -1319,7 +1319,7 @@ static double *apply_p_of(sl_spec_op_t *op, double *def)
     }
 }
 
-/* A number from lo to hi (the bounds written as integers in the message). */
+/* A number from lo to hi, both included. */
 static int parse_number_within(const json_t *v, const char *path, double lo, double hi, double *out, char *err,
                                size_t errlen)
 {

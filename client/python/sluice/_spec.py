@@ -26,8 +26,7 @@ UNKNOWN = -2
 # Ops that yield one element per input element.
 _ONE_TO_ONE = frozenset(('shuffle', 'parse_example', 'decode_jpeg', 'resize', 'random_crop', 'center_crop',
                          'random_resized_crop', 'color_jitter', 'random_grayscale', 'gaussian_blur',
-                         'random_solarize',
-                         'random_flip', 'normalize', 'cast', 'map',
+                         'random_solarize', 'random_flip', 'normalize', 'cast', 'map',
                          'prefetch', 'cache', 'interleave'))
 
 
