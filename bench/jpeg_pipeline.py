@@ -39,9 +39,12 @@ torchvision's get_params draws it, then PIL's crop, flip and bilinear resize
 
 Each side skips --warmup batches and then times --batches batches; the two
 run --runs times, alternately, and each keeps its best (the machine is
-shared). The data (--images JPEGs at quality 90 in ImageNet's typical sizes,
-500 x 375 the commonest, in 8 shards) is written once under BUILD/bench-data
-and reused by later runs.
+shared): "ratio" is the best against the best. "median_pair_ratio" is the
+median of each run's Sluice rate over the DataLoader's run after it, which a
+machine that slows or speeds up during the runs moves less. The data
+(--images JPEGs at quality 90 in ImageNet's typical sizes, 500 x 375 the
+commonest, in 8 shards) is written once under BUILD/bench-data and reused by
+later runs.
 """
 import argparse
 import io
@@ -49,6 +52,7 @@ import json
 import math
 import os
 import random
+import statistics
 import struct
 import subprocess
 import sys
@@ -397,6 +401,8 @@ def main():
         "sluice_runs": [round(x, 1) for x in s_runs],
         "torch_runs": [round(x, 1) for x in t_runs],
         "ratio": round(s_best / t_best, 3) if s_best and t_best else None,
+        "median_pair_ratio": (round(statistics.median(s / t for s, t in zip(s_runs, t_runs)), 3)
+                              if s_runs and t_runs and all(t_runs) else None),
         "target": 3.0,
         "sluice_transport": "tcp" if args.tcp == 'only' else "shared memory",
         "sluice_tcp_runs": [round(x, 1) for x in tcp_runs],
