@@ -673,18 +673,10 @@ static bool applies(sl_rng_t *rng, double p)
     return sl_rng_uniform(rng, 0, 1) < p;
 }
 
-/* color_jitter: with probability p, the element's order and factors
- * drawn, then the image changed in place (its bytes are its own, as
- * random_flip's). */
-static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
+/* color_jitter's draws for one image: the order of the adjustments given
+ * and each one's factor in its range. */
+static void jitter_draw(const struct image_iter *ii, sl_rng_t *rng, sl_image_jitter_t *j)
 {
-    sl_image_shape_t s;
-    char err[256];
-    int rc = image_shape(ii, v, &s);
-    if (rc < 0)
-        return rc;
-    if (!applies(rng, ii->op.u.color_jitter.p))
-        return 0;
     const bool given[4] = {ii->op.u.color_jitter.has_brightness, ii->op.u.color_jitter.has_contrast,
                            ii->op.u.color_jitter.has_saturation, ii->op.u.color_jitter.has_hue};
     const sl_spec_floats_t *r[4] = {&ii->op.u.color_jitter.brightness, &ii->op.u.color_jitter.contrast,
@@ -694,60 +686,55 @@ static int do_color_jitter(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
         range[k][0] = given[k] ? r[k]->v[0] : 0;
         range[k][1] = given[k] ? r[k]->v[1] : 0;
     }
-    sl_image_jitter_t j;
-    sl_image_color_jitter_draw(rng, given, range, &j);
-    if ((rc = sl_image_color_jitter(sl_value_data(v), s, &j, err, sizeof err)) < 0)
-        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return 0;
+    sl_image_color_jitter_draw(rng, given, range, j);
 }
 
-/* random_grayscale: with probability p (one draw, as torch.rand(1) < p)
- * the image becomes gray, in place. */
-static int do_random_grayscale(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
+/* The ops that change a uint8 image in place (its bytes are its own, as
+ * random_flip's) with probability p, RandomApply's draw first, then the
+ * op's own: color_jitter (the order and factors of its adjustments),
+ * random_grayscale (one draw, as torch.rand(1) < p), gaussian_blur (sigma
+ * uniform in its range, GaussianBlur.get_params) and random_solarize. */
+static int do_in_place(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
 {
     sl_image_shape_t s;
     char err[256];
     int rc = image_shape(ii, v, &s);
     if (rc < 0)
         return rc;
-    if (!applies(rng, ii->op.u.random_grayscale.p))
-        return 0;
-    if ((rc = sl_image_grayscale(sl_value_data(v), s, err, sizeof err)) < 0)
-        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return 0;
-}
-
-/* gaussian_blur: with probability p, sigma drawn uniform in its range
- * (GaussianBlur.get_params), then the image blurred in place. */
-static int do_gaussian_blur(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
-{
-    sl_image_shape_t s;
-    char err[256];
-    int rc = image_shape(ii, v, &s);
+    const sl_spec_op_t *op = &ii->op;
+    uint8_t *img = sl_value_data(v);
+    switch (ii->kind) {
+    case SL_OP_COLOR_JITTER: {
+        if (!applies(rng, op->u.color_jitter.p))
+            return 0;
+        sl_image_jitter_t j;
+        jitter_draw(ii, rng, &j);
+        rc = sl_image_color_jitter(img, s, &j, err, sizeof err);
+        break;
+    }
+    case SL_OP_RANDOM_GRAYSCALE:
+        if (!applies(rng, op->u.random_grayscale.p))
+            return 0;
+        rc = sl_image_grayscale(img, s, err, sizeof err);
+        break;
+    case SL_OP_GAUSSIAN_BLUR: {
+        if (!applies(rng, op->u.gaussian_blur.p))
+            return 0;
+        const double *sg = op->u.gaussian_blur.sigma.v;
+        float sigma = (float)sl_rng_uniform(rng, sg[0], sg[1]);
+        size_t kh = (size_t)op->u.gaussian_blur.kernel_size.v[0], kw = (size_t)op->u.gaussian_blur.kernel_size.v[1];
+        rc = sl_image_gaussian_blur(img, s, kh, kw, sigma, err, sizeof err);
+        break;
+    }
+    case SL_OP_RANDOM_SOLARIZE:
+        if (!applies(rng, op->u.random_solarize.p))
+            return 0;
+        rc = sl_image_solarize(img, s, op->u.random_solarize.threshold, err, sizeof err);
+        break;
+    default: return sl__iter_fail(&ii->base, SL_EINTERNAL, "op kind %d does not change images in place",
+                                 (int)ii->kind);
+    }
     if (rc < 0)
-        return rc;
-    if (!applies(rng, ii->op.u.gaussian_blur.p))
-        return 0;
-    const double *sg = ii->op.u.gaussian_blur.sigma.v;
-    float sigma = (float)sl_rng_uniform(rng, sg[0], sg[1]);
-    size_t kh = (size_t)ii->op.u.gaussian_blur.kernel_size.v[0], kw = (size_t)ii->op.u.gaussian_blur.kernel_size.v[1];
-    if ((rc = sl_image_gaussian_blur(sl_value_data(v), s, kh, kw, sigma, err, sizeof err)) < 0)
-        return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return 0;
-}
-
-/* random_solarize: with probability p, every value at or above the
- * threshold inverted in place. */
-static int do_random_solarize(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
-{
-    sl_image_shape_t s;
-    char err[256];
-    int rc = image_shape(ii, v, &s);
-    if (rc < 0)
-        return rc;
-    if (!applies(rng, ii->op.u.random_solarize.p))
-        return 0;
-    if ((rc = sl_image_solarize(sl_value_data(v), s, ii->op.u.random_solarize.threshold, err, sizeof err)) < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     return 0;
 }
@@ -883,10 +870,10 @@ static int image_apply(sl_iter_t *it, void *local, uint64_t ordinal, sl_element_
     case SL_OP_RANDOM_RESIZED_CROP:
         rc = ii->fused ? 0 : do_random_resized_crop(ii, local, ordinal, NULL, NULL, v);
         break;
-    case SL_OP_COLOR_JITTER: rc = do_color_jitter(ii, &rng, v); break;
-    case SL_OP_RANDOM_GRAYSCALE: rc = do_random_grayscale(ii, &rng, v); break;
-    case SL_OP_GAUSSIAN_BLUR: rc = do_gaussian_blur(ii, &rng, v); break;
-    case SL_OP_RANDOM_SOLARIZE: rc = do_random_solarize(ii, &rng, v); break;
+    case SL_OP_COLOR_JITTER:
+    case SL_OP_RANDOM_GRAYSCALE:
+    case SL_OP_GAUSSIAN_BLUR:
+    case SL_OP_RANDOM_SOLARIZE: rc = do_in_place(ii, &rng, v); break;
     case SL_OP_RANDOM_FLIP:
         rc = ii->fused       ? 0
              : ii->fused_rrc ? do_random_resized_crop(ii->fused_rrc, local, ordinal, ii, NULL, v)
