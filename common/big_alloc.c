@@ -3,8 +3,10 @@
  */
 #include "big_alloc.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -91,9 +93,85 @@ static void *cache_take(size_t size)
 }
 #endif
 
+/* Foreign ranges (big_alloc.h), in the order added; foreign_n is also
+ * read without the mutex, so that a process without any takes no lock. */
+static pthread_mutex_t foreign_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct foreign {
+    uintptr_t base, end;
+    sl_big_foreign_free_fn free_fn;
+    void *arg;
+} *foreign;
+static unsigned foreign_cap;
+static _Atomic unsigned foreign_n;
+
+int sl__big_foreign_add(void *base, size_t size, sl_big_foreign_free_fn free_fn, void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&foreign_mu);
+    unsigned n = atomic_load_explicit(&foreign_n, memory_order_relaxed);
+    if (n == foreign_cap) {
+        unsigned cap = foreign_cap ? foreign_cap * 2 : 16;
+        struct foreign *f = cap <= SL_BIG_FOREIGN_MAX ? realloc(foreign, cap * sizeof *f) : NULL;
+        if (!f)
+            rc = -ENOSPC;
+        else {
+            foreign = f;
+            foreign_cap = cap;
+        }
+    }
+    if (rc == 0) {
+        foreign[n] = (struct foreign){(uintptr_t)base, (uintptr_t)base + size, free_fn, arg};
+        atomic_store_explicit(&foreign_n, n + 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&foreign_mu);
+    return rc;
+}
+
+void sl__big_foreign_remove(void *base)
+{
+    pthread_mutex_lock(&foreign_mu);
+    unsigned n = atomic_load_explicit(&foreign_n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++)
+        if (foreign[i].base == (uintptr_t)base) {
+            foreign[i] = foreign[n - 1];
+            atomic_store_explicit(&foreign_n, n - 1, memory_order_relaxed);
+            break;
+        }
+    if (n == 1 && atomic_load_explicit(&foreign_n, memory_order_relaxed) == 0) {
+        free(foreign);
+        foreign = NULL;
+        foreign_cap = 0;
+    }
+    pthread_mutex_unlock(&foreign_mu);
+}
+
+/* Gives p to the free function of the foreign range it lies in.
+ * @return false when it lies in none */
+static bool foreign_free(void *p)
+{
+    /* A block of a range is allocated (by another thread, under that
+     * range's own lock) before it can be freed, and the range added before
+     * that: a thread freeing one sees foreign_n > 0. */
+    if (atomic_load_explicit(&foreign_n, memory_order_relaxed) == 0)
+        return false;
+    struct foreign found = {0};
+    pthread_mutex_lock(&foreign_mu);
+    unsigned n = atomic_load_explicit(&foreign_n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++)
+        if ((uintptr_t)p >= foreign[i].base && (uintptr_t)p < foreign[i].end) {
+            found = foreign[i];
+            break;
+        }
+    pthread_mutex_unlock(&foreign_mu);
+    if (!found.free_fn)
+        return false;
+    found.free_fn(found.arg, p);
+    return true;
+}
+
 void sl__big_free(void *p)
 {
-    if (!p)
+    if (!p || foreign_free(p))
         return;
 #ifdef __GLIBC__
     size_t size = malloc_usable_size(p);

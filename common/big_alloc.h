@@ -72,8 +72,26 @@ struct sl_membudget;
  */
 void sl__big_cache_set_budget(struct sl_membudget *budget);
 
-/** Frees a block of sl__big_alloc() (or malloc), or keeps it for reuse. */
+/** Frees a block of sl__big_alloc() (or malloc), or keeps it for reuse; a
+ *  block inside a range of sl__big_foreign_add() goes to that range's free
+ *  function instead. */
 void sl__big_free(void *p);
+
+/*
+ * Memory of someone else's that blocks may come from: a worker places a
+ * batch's block in a client's shared-memory region (workerd/shm.h) and the
+ * batch is freed like any other, through sl__big_free(), wherever its last
+ * reference goes. A block inside [base, base + size) then goes to
+ * free_fn(arg, p), on the thread that frees it. At most
+ * SL_BIG_FOREIGN_MAX ranges; a process without any pays one atomic load a
+ * free. The range must stay added while blocks inside it may be freed.
+ */
+#define SL_BIG_FOREIGN_MAX 4096
+typedef void (*sl_big_foreign_free_fn)(void *arg, void *p);
+/** @return 0, or -ENOSPC with SL_BIG_FOREIGN_MAX ranges added */
+int sl__big_foreign_add(void *base, size_t size, sl_big_foreign_free_fn free_fn, void *arg);
+/** Removes the range that starts at base (added before). */
+void sl__big_foreign_remove(void *base);
 
 /** Frees every kept block (also done at exit). */
 void sl__big_cache_drain(void);

@@ -257,3 +257,34 @@ Test(big_alloc, a_process_that_set_malloc_up_keeps_no_small_blocks)
     sl__big_alloc_setup(64u << 20);
     assert_kept_from(8192, SL_BIG_CACHE_MIN_SETUP);
 }
+
+static unsigned freed_in[2];
+
+static void count_free(void *arg, void *p)
+{
+    (void)p;
+    freed_in[(uintptr_t)arg]++;
+}
+
+/* A block inside a foreign range goes to that range's free function (a
+ * batch made in a worker's shared memory), anything else as before; a
+ * removed range takes no more. */
+Test(big_alloc, a_block_of_a_foreign_range_goes_back_to_it)
+{
+    static uint8_t one[8192], two[8192];
+    cr_assert_eq(sl__big_foreign_add(one, sizeof one, count_free, (void *)0), 0);
+    cr_assert_eq(sl__big_foreign_add(two, sizeof two, count_free, (void *)1), 0);
+    sl__big_free(one + 4096);
+    sl__big_free(two);
+    sl__big_free(two + sizeof two - 1);
+    cr_assert_eq(freed_in[0], 1);
+    cr_assert_eq(freed_in[1], 2);
+    void *mine = sl__big_alloc(512u << 10);
+    sl__big_free(mine); /* kept: not a foreign block */
+    cr_assert_eq(kept_blocks(), 1);
+    sl__big_foreign_remove(one);
+    sl__big_free(two + 100);
+    cr_assert_eq(freed_in[1], 3);
+    sl__big_foreign_remove(two);
+    cr_assert_eq(freed_in[0], 1);
+}
