@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "big_alloc.h"
 #include "zero.h"
 
 /* Values are kept in wire layout, which is little-endian; sources write
@@ -47,7 +48,7 @@ void sl__element_release(sl_element_t *e)
         e->v[i].storage = SL_VALUE_INLINE;
         e->v[i].ragged = 0;
     }
-    free(e->block);
+    sl__big_free(e->block); /* a batch's: perhaps sl_pipeline_opts_t.block_alloc's */
     e->block = NULL;
     if (e->prov_n & SL_PROV_HEAP)
         free(e->prov.heap.runs);

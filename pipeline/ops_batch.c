@@ -67,6 +67,8 @@ struct batch_iter {
     sl_memacct_t mem;        /* the block being filled, the slots, the gathered elements */
     size_t block_charge;     /* of mem: the block of the batch being made */
     size_t gathered;         /* of mem: what the gathered elements own */
+    bool last;               /* the pipeline's last batch (only prefetch, take, skip, repeat and shard
+                                after it): ctx->opts.block_alloc may place its block */
 };
 
 /* Charges the block of a batch of total bytes, until batch_next returns. */
@@ -184,7 +186,10 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     rc = batch_layout(b, in, off, &total);
     if (rc < 0 || (rc = charge_block(b, total)) < 0)
         goto fail;
-    block = sl__big_alloc(total);
+    if (b->last && total >= SL_PIPELINE_LEND_MIN && it->ctx->opts.block_alloc)
+        block = it->ctx->opts.block_alloc(it->ctx->opts.block_arg, total);
+    if (!block)
+        block = sl__big_alloc(total);
     if (!block) {
         rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
         goto fail;
@@ -286,7 +291,7 @@ nomem_prov:
     rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
 fail:
     sl_prov_clear(out);
-    free(block);
+    sl__big_free(block); /* perhaps block_alloc's */
     sl_element_clear(in);
     return rc;
 }
@@ -771,6 +776,16 @@ int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     int rc = batch_new(input, ctx, label, op->u.batch.batch_size, op->u.batch.drop_remainder, &b);
     if (rc < 0)
         return rc;
+    /* Its blocks go out unread when the ops after it only pass elements on
+     * or drop them. */
+    int n = sl_spec_num_ops(ctx->spec), i = 0;
+    while (i < n && sl_spec_op(ctx->spec, i) != op)
+        i++;
+    b->last = i < n;
+    while (b->last && ++i < n) {
+        sl_op_kind_t k = sl_spec_op(ctx->spec, i)->kind;
+        b->last = k == SL_OP_PREFETCH || k == SL_OP_TAKE || k == SL_OP_SKIP || k == SL_OP_REPEAT || k == SL_OP_SHARD;
+    }
     *out = &b->base;
     return 0;
 }

@@ -89,6 +89,9 @@ typedef struct sl_cache_env {
 
 /* The memory budget of a pipeline built without a cache env. */
 #define SL_PIPELINE_DEFAULT_CACHE_BYTES ((size_t)256 << 20)
+/* The least block sl_pipeline_opts_t.block_alloc is asked for: below it a
+ * copy costs less than a shared block's bookkeeping. */
+#define SL_PIPELINE_LEND_MIN ((size_t)64 << 10)
 
 typedef struct sl_pipeline_opts {
     sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
@@ -119,6 +122,15 @@ typedef struct sl_pipeline_opts {
                                            over it fails the pipeline with SL_ETOOBIG (a cache
                                            gives up instead). NULL: no limit. Must outlive
                                            the pipeline. */
+    void *(*block_alloc)(void *arg, size_t size); /* where the pipeline's last batch (after
+                                           it only prefetch, take, skip, repeat, shard: ops
+                                           that pass elements on unread) makes a block of at least
+                                           SL_PIPELINE_LEND_MIN bytes: memory its consumer reads
+                                           in place (a worker's shared memory, workerd/shm.h),
+                                           freed by sl__big_free(); called on the pipeline's
+                                           thread with block_arg. NULL, or NULL from it:
+                                           sl__big_alloc() */
+    void *block_arg;
 } sl_pipeline_opts_t;
 
 /**

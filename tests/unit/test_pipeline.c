@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "batch.h"
+#include "big_alloc.h"
 #include "iter.h"
 #include "pipeline.h"
 #include "rng.h"
@@ -1302,4 +1303,76 @@ Test(pipeline, hint_binds_the_shard_op_and_other_policies_refuse_it)
     cr_assert_eq(sl_pipeline_create(spec, &o, &p, err, sizeof err), SL_EINVAL);
     cr_assert_str_eq(err, "ops[0] (shard): num_shards \"hint\" is bound only by HINT sharding; this job's is off");
     sl_spec_free(spec);
+}
+
+/* ---- where the last batch makes its blocks (sl_pipeline_opts_t.block_alloc) ---- */
+
+/* An arena of someone else's, as a worker's shared-memory region is:
+ * blocks handed out in turn, given back through sl__big_free(). */
+#define ARENA_BYTES ((size_t)64 << 20)
+static struct arena {
+    uint8_t *base;
+    size_t used;
+    unsigned made, freed;
+    bool refuse;
+} arena;
+
+static void *arena_alloc(void *arg, size_t size)
+{
+    struct arena *a = arg;
+    if (a->refuse || a->used + size > ARENA_BYTES)
+        return NULL;
+    void *p = a->base + a->used;
+    a->used += (size + 63) / 64 * 64;
+    a->made++;
+    return p;
+}
+
+static void arena_free(void *arg, void *p)
+{
+    struct arena *a = arg;
+    cr_assert((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->used, "a block the arena did not make");
+    a->freed++;
+}
+
+/* Runs json with its blocks offered to the arena; @return blocks it made. */
+static unsigned arena_run(const char *json, int64_t n, int times, bool refuse)
+{
+    arena = (struct arena){.base = malloc(ARENA_BYTES), .refuse = refuse};
+    cr_assert_not_null(arena.base);
+    cr_assert_eq(sl__big_foreign_add(arena.base, ARENA_BYTES, arena_free, &arena), 0);
+    sl_pipeline_opts_t o = {.block_alloc = arena_alloc, .block_arg = &arena};
+    struct run r = run_spec(json, &o);
+    cr_assert_eq(r.rc, 1, "%s", r.errmsg);
+    assert_each(&r, n, times);
+    run_free(&r);
+    cr_assert_eq(arena.freed, arena.made, "%s: %u blocks made in the arena, %u given back", json, arena.made,
+                 arena.freed);
+    sl__big_foreign_remove(arena.base);
+    free(arena.base);
+    return arena.made;
+}
+
+/* Only the pipeline's last batch (ops after it that pass elements on
+ * unread: prefetch, take, skip, repeat, shard) asks for its block, and only
+ * for one of SL_PIPELINE_LEND_MIN bytes or more; every block it got is
+ * freed back to its arena; a block refused comes from malloc. */
+Test(pipeline, the_last_batch_makes_large_blocks_where_it_is_told)
+{
+    /* 10 batches of 8,192 int64: 64 KiB each, the least asked for. */
+#define TEN_BATCHES "{\"source\":{\"type\":\"range\",\"stop\":81920},\"ops\":[{\"op\":\"batch\",\"batch_size\":8192}"
+    cr_assert_eq(arena_run(TEN_BATCHES "]}", 81920, 1, false), 10);
+    cr_assert_eq(arena_run("{\"source\":{\"type\":\"range\",\"stop\":81910},"
+                           "\"ops\":[{\"op\":\"batch\",\"batch_size\":8191}]}",
+                           81910, 1, false),
+                 0, "a block below 64 KiB");
+    cr_assert_eq(arena_run(TEN_BATCHES ",{\"op\":\"skip\",\"count\":0},{\"op\":\"repeat\",\"count\":2},"
+                                       "{\"op\":\"shard\",\"num_shards\":1,\"index\":0},{\"op\":\"take\",\"count\":20},"
+                                       "{\"op\":\"prefetch\",\"buffer_size\":2}]}",
+                           81920, 2, false),
+                 20);
+    cr_assert_eq(arena_run(TEN_BATCHES ",{\"op\":\"shuffle\",\"buffer_size\":4,\"seed\":1}]}", 81920, 1, false), 0,
+                 "a shuffle holds its blocks");
+    cr_assert_eq(arena_run(TEN_BATCHES "]}", 81920, 1, true), 0);
+#undef TEN_BATCHES
 }
