@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,32 +18,51 @@
 #include <openssl/crypto.h>
 
 #include "auth.h"
+#include "big_alloc.h"
 #include "sluice.h"
 #include "copy.h"
 #include "errbuf.h"
 #include "log.h"
 #include "membudget.h"
 
-struct slot {
+struct range {
     uint64_t off, ext; /* ext: the length rounded up to SL_SHM_ALIGN */
 };
 
+/* A slot lent to the client: a range of its own (a copy), or a block of
+ * the pipeline's (hold: what keeps it, given to unhold when it comes back). */
+struct slot {
+    uint64_t off, ext; /* ext 0: a block's (its range goes when the block is freed) */
+    void (*unhold)(void *hold);
+    void *hold;
+};
+
 struct sl_shm_region {
-    sl_shm_lane_t *lane; /* NULL once the lane is gone */
+    sl_shm_lane_t *lane; /* NULL once the lane is gone or the connection let go */
     int fd;
     uint8_t *base;
     size_t size;
     uint8_t ticket[SL_SHM_TICKET_LEN];
     bool collected;
+    sl_membudget_t *budget; /* the lane's, kept for the last reference's release */
     /* The slots lent and not given back, in the order lent (which is the
      * order they come back in): ring[(first + i) % SL_SHM_MAX_SLOTS] for
-     * i < count; and the same slots by offset, by_off[i] for i < count
-     * (where the next one goes: place()). */
+     * i < count. Only the loop thread touches these. */
     struct slot ring[SL_SHM_MAX_SLOTS];
-    struct slot by_off[SL_SHM_MAX_SLOTS];
     unsigned first, count;
     uint64_t lent, released; /* slots lent ever, and the first of them given back */
-    size_t charged;          /* bytes from the start charged to the budget: the pages written */
+    /* Under mu, which the pipeline threads placing blocks take too: the
+     * ranges in use (copied slots and blocks), sorted by offset (where the
+     * next one goes: place()); the bytes from the start charged to the
+     * budget (the pages written); references (the connection's, the
+     * tasks' that place blocks here, one a block); blocks placed. */
+    pthread_mutex_t mu;
+    struct range by_off[SL_SHM_MAX_RANGES];
+    unsigned nranges;
+    size_t charged;
+    unsigned refs, blocks;
+    bool closed;     /* the connection let go: no more blocks */
+    bool registered; /* a foreign range of big_alloc.h, from the first block on */
     struct sl_shm_region *prev, *next;
 };
 
@@ -276,7 +296,9 @@ sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen)
         return NULL;
     }
     r->lane = l;
+    r->budget = l->budget;
     r->size = l->region_bytes;
+    r->refs = 1;
     r->fd = memfd_create("sluice-batches", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     /* Sealed: neither side can shrink it under the other's mapping (a
      * read past a file's end is SIGBUS), nor grow it. */
@@ -292,6 +314,7 @@ sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen)
         sl_errf(err, errlen, -errno, "shared memory: mapping a region of %zu bytes: %s", r->size, strerror(errno));
         goto fail;
     }
+    pthread_mutex_init(&r->mu, NULL);
     r->next = l->regions;
     if (l->regions)
         l->regions->prev = r;
@@ -303,6 +326,64 @@ fail:
         close(r->fd);
     free(r);
     return NULL;
+}
+
+/* The last reference went: nothing of the region is in use any more. */
+static void region_destroy(sl_shm_region_t *r)
+{
+    if (r->registered)
+        sl__big_foreign_remove(r->base);
+    sl_membudget_release(r->budget, r->charged);
+    munmap(r->base, r->size);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+void sl_shm_region_ref(sl_shm_region_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void sl_shm_region_unref(sl_shm_region_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        region_destroy(r);
+}
+
+/* Takes the range at off out of by_off (mu held): found by its offset,
+ * which no other range has. */
+static void range_remove(sl_shm_region_t *r, uint64_t off)
+{
+    unsigned lo = 0, hi = r->nranges - 1;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (r->by_off[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(&r->by_off[lo], &r->by_off[lo + 1], (r->nranges - 1 - lo) * sizeof r->by_off[0]);
+    r->nranges--;
+}
+
+/* Gives the slots still lent back (their holds), as a client done with
+ * them would. */
+static void unhold_lent(sl_shm_region_t *r)
+{
+    while (r->count > 0) {
+        struct slot sl = r->ring[r->first];
+        r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
+        r->count--;
+        if (sl.hold)
+            sl.unhold(sl.hold);
+    }
 }
 
 void sl_shm_region_free(sl_shm_region_t *r)
@@ -319,12 +400,16 @@ void sl_shm_region_free(sl_shm_region_t *r)
             r->next->prev = r->prev;
         if (!r->collected)
             l->waiting--;
-        sl_membudget_release(l->budget, r->charged);
+        r->lane = NULL;
     }
-    munmap(r->base, r->size);
     if (r->fd >= 0)
         close(r->fd);
-    free(r);
+    r->fd = -1;
+    unhold_lent(r); /* may free blocks of this region: mu is not held */
+    pthread_mutex_lock(&r->mu);
+    r->closed = true;
+    pthread_mutex_unlock(&r->mu);
+    sl_shm_region_unref(r);
 }
 
 const uint8_t *sl_shm_region_ticket(const sl_shm_region_t *r)
@@ -342,17 +427,19 @@ unsigned sl_shm_region_lent(const sl_shm_region_t *r)
     return r->count;
 }
 
-/* Where a slot of ext bytes fits now: the lowest gap between the slots
- * lent that holds it, so that slots keep to the region's first pages
- * (written once, mapped by both sides once); *pos: its index in by_off.
- * The slots are kept sorted by offset as they are lent and given back,
+/* Where a range of ext bytes fits now (mu held): the lowest gap between
+ * the ranges in use that holds it, so that slots keep to the region's
+ * first pages (written once, mapped by both sides once); *pos: its index
+ * in by_off. The ranges are kept sorted by offset as they come and go,
  * not sorted here: that took more instructions than the rest of a put.
  * false when no gap holds it. */
 static bool place(const sl_shm_region_t *r, uint64_t ext, uint64_t *at, unsigned *pos)
 {
     uint64_t cur = 0;
-    for (unsigned i = 0; i < r->count; i++) {
-        if (r->by_off[i].off - cur >= ext) { /* slots do not overlap: off >= cur */
+    if (r->nranges == SL_SHM_MAX_RANGES)
+        return false;
+    for (unsigned i = 0; i < r->nranges; i++) {
+        if (r->by_off[i].off - cur >= ext) { /* ranges do not overlap: off >= cur */
             *at = cur;
             *pos = i;
             return true;
@@ -361,10 +448,34 @@ static bool place(const sl_shm_region_t *r, uint64_t ext, uint64_t *at, unsigned
     }
     if (cur <= r->size && r->size - cur >= ext) {
         *at = cur;
-        *pos = r->count;
+        *pos = r->nranges;
         return true;
     }
     return false;
+}
+
+/* Takes a range of ext bytes (mu held), its pages charged if written for
+ * the first time. @return false when none fits or the budget refuses */
+static bool range_take(sl_shm_region_t *r, uint64_t ext, uint64_t *at)
+{
+    unsigned pos;
+    if (ext == 0 || ext > r->size || !place(r, ext, at, &pos))
+        return false;
+    if (*at + ext > r->charged) {
+        size_t more = (size_t)(*at + ext - r->charged);
+        if (!sl_membudget_charge_spare(r->budget, more)) /* not a failure: the caller does without */
+            return false;
+        r->charged += more;
+    }
+    memmove(&r->by_off[pos + 1], &r->by_off[pos], (r->nranges - pos) * sizeof r->by_off[0]);
+    r->by_off[pos] = (struct range){*at, ext};
+    r->nranges++;
+    return true;
+}
+
+static uint64_t extent(uint64_t len)
+{
+    return (len + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN * SL_SHM_ALIGN;
 }
 
 int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint64_t *off, uint64_t *len)
@@ -372,31 +483,72 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
         total += parts[i].iov_len;
-    uint64_t ext = (total + SL_SHM_ALIGN - 1) / SL_SHM_ALIGN * SL_SHM_ALIGN;
-    uint64_t at;
-    unsigned pos;
-    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || total == 0 || ext > r->size || !place(r, ext, &at, &pos))
+    uint64_t ext = extent(total), at;
+    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || total == 0)
         return -ENOSPC;
-    /* Pages written for the first time are charged before they are. */
-    if (at + ext > r->charged) {
-        size_t more = (size_t)(at + ext - r->charged);
-        if (!sl_membudget_charge_spare(r->lane->budget, more)) /* not a failure: the socket carries it */
-            return -ENOSPC;
-        r->charged += more;
-    }
+    pthread_mutex_lock(&r->mu);
+    bool took = range_take(r, ext, &at);
+    pthread_mutex_unlock(&r->mu);
+    if (!took)
+        return -ENOSPC;
     uint8_t *p = r->base + at;
     for (int i = 0; i < n; i++) {
         if (parts[i].iov_len)
             sl_copy_far(p, parts[i].iov_base, parts[i].iov_len); /* the client reads it */
         p += parts[i].iov_len;
     }
-    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext};
-    memmove(&r->by_off[pos + 1], &r->by_off[pos], (r->count - pos) * sizeof r->by_off[0]);
-    r->by_off[pos] = (struct slot){at, ext};
+    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext, NULL, NULL};
     r->count++;
     r->lent++;
     *off = at;
     *len = total;
+    return 0;
+}
+
+/* sl__big_free() of a block placed in r. */
+static void block_free(void *arg, void *p)
+{
+    sl_shm_region_t *r = arg;
+    pthread_mutex_lock(&r->mu);
+    range_remove(r, (uint64_t)((uint8_t *)p - r->base));
+    r->blocks--;
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        region_destroy(r);
+}
+
+void *sl_shm_region_alloc(sl_shm_region_t *r, size_t size)
+{
+    uint64_t at;
+    void *p = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (!r->registered && !r->closed)
+        r->registered = sl__big_foreign_add(r->base, r->size, block_free, r) == 0;
+    if (r->registered && !r->closed && r->blocks < SL_SHM_MAX_BLOCKS && range_take(r, extent(size), &at)) {
+        r->blocks++;
+        r->refs++;
+        p = r->base + at;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return p;
+}
+
+bool sl_shm_region_holds(const sl_shm_region_t *r, const void *p)
+{
+    return (const uint8_t *)p >= r->base && (const uint8_t *)p < r->base + r->size;
+}
+
+int sl_shm_region_lend(sl_shm_region_t *r, const void *p, size_t len, void (*unhold)(void *hold), void *hold,
+                       uint64_t *off)
+{
+    if (!r->lane || r->count == SL_SHM_MAX_SLOTS || len == 0 || !sl_shm_region_holds(r, p))
+        return -ENOSPC;
+    uint64_t at = (uint64_t)((const uint8_t *)p - r->base);
+    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, 0, unhold, hold};
+    r->count++;
+    r->lent++;
+    *off = at;
     return 0;
 }
 
@@ -408,20 +560,17 @@ int sl_shm_region_released(sl_shm_region_t *r, uint64_t n, char *err, size_t err
                        "%" PRIu64 " given back before",
                        n, r->lent, r->released);
     while (r->released < n) {
-        /* Out of by_off too: found by its offset, which no other slot has. */
-        uint64_t off = r->ring[r->first].off;
-        unsigned lo = 0, hi = r->count - 1;
-        while (lo < hi) {
-            unsigned mid = (lo + hi) / 2;
-            if (r->by_off[mid].off < off)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        memmove(&r->by_off[lo], &r->by_off[lo + 1], (r->count - 1 - lo) * sizeof r->by_off[0]);
+        struct slot sl = r->ring[r->first];
         r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
         r->count--;
         r->released++;
+        if (sl.hold) {
+            sl.unhold(sl.hold); /* may free the block: mu is not held */
+        } else {
+            pthread_mutex_lock(&r->mu);
+            range_remove(r, sl.off);
+            pthread_mutex_unlock(&r->mu);
+        }
     }
     return 0;
 }

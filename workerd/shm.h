@@ -20,9 +20,19 @@
  * gap holds it, SL_SHM_MAX_SLOTS are out, or the memory budget refuses its
  * pages) goes over the socket as before: nothing waits for shared memory.
  *
+ * A batch's block can also be made in the region to begin with
+ * (sl_shm_region_alloc(), from a pipeline thread): served to that
+ * connection, the slot is the block itself (sl_shm_region_lend()), and
+ * nothing is copied. The slot holds the batch until the client gives it
+ * back; the block's range is in use until the batch is freed, wherever
+ * that happens (sl__big_free() finds the region: big_alloc.h), and the
+ * region lives until its last block is freed.
+ *
  * The region's pages count against the worker's memory budget from their
  * first use to the region's end (tmpfs keeps a page once written).
- * Everything here runs on the worker's loop thread.
+ * Everything here runs on the worker's loop thread, except
+ * sl_shm_region_alloc(), sl_shm_region_ref() and sl_shm_region_unref(),
+ * and the freeing of blocks, which run on any.
  */
 #ifndef SL_WORKERD_SHM_H
 #define SL_WORKERD_SHM_H
@@ -37,6 +47,8 @@ struct sl_membudget;
 
 #define SL_SHM_TICKET_LEN 16
 #define SL_SHM_MAX_SLOTS 64    /* slots lent and not given back, per region */
+#define SL_SHM_MAX_BLOCKS 64   /* blocks made in a region and not freed */
+#define SL_SHM_MAX_RANGES (SL_SHM_MAX_SLOTS + SL_SHM_MAX_BLOCKS)
 #define SL_SHM_ALIGN 4096      /* every slot starts on a page */
 #define SL_SHM_NAME_MAX 64     /* the lane's name, without the abstract socket's leading NUL */
 #define SL_SHM_MAX_PENDING 16  /* lane connections waiting for their ticket */
@@ -66,8 +78,17 @@ const char *sl_shm_lane_name(const sl_shm_lane_t *l);
  *         SL_SHM_MAX_WAITING regions waiting already)
  */
 sl_shm_region_t *sl_shm_region_new(sl_shm_lane_t *l, char *err, size_t errlen);
-/** Unmaps and closes the region (a client's mapping keeps its pages). */
+/**
+ * The connection lets the region go: the slots still lent are given back,
+ * no block is made in it any more, and it is unmapped (a client's mapping
+ * keeps its pages) once the last reference (sl_shm_region_ref(), a block)
+ * goes too.
+ */
 void sl_shm_region_free(sl_shm_region_t *r);
+/** Another reference (a task making its blocks there), from any thread. */
+void sl_shm_region_ref(sl_shm_region_t *r);
+/** Drops a reference of sl_shm_region_ref(); NULL is ignored. */
+void sl_shm_region_unref(sl_shm_region_t *r);
 const uint8_t *sl_shm_region_ticket(const sl_shm_region_t *r);
 /** Whether its client collected the memfd. */
 bool sl_shm_region_collected(const sl_shm_region_t *r);
@@ -78,6 +99,27 @@ bool sl_shm_region_collected(const sl_shm_region_t *r);
  *         total) in *len; -ENOSPC when it does not fit now (see above)
  */
 int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint64_t *off, uint64_t *len);
+
+/**
+ * A block of size bytes in the region, from any thread: page-aligned,
+ * freed with sl__big_free() (on any thread); it holds a reference to the
+ * region. NULL when the connection let the region go, SL_SHM_MAX_BLOCKS
+ * are out, no gap holds it, or the budget refuses its pages: the caller
+ * allocates elsewhere.
+ */
+void *sl_shm_region_alloc(sl_shm_region_t *r, size_t size);
+/** Whether p lies in the region. */
+bool sl_shm_region_holds(const sl_shm_region_t *r, const void *p);
+/**
+ * Lends the len bytes at p, in a block of sl_shm_region_alloc(), to the
+ * client as a slot: no copy. hold keeps the block (a reference to its
+ * batch) until the client gives the slot back or the connection lets the
+ * region go, and then goes to unhold (on the loop thread).
+ * @return 0 with the slot's place in *off; -ENOSPC when p is not in the
+ *         region or SL_SHM_MAX_SLOTS are out
+ */
+int sl_shm_region_lend(sl_shm_region_t *r, const void *p, size_t len, void (*unhold)(void *hold), void *hold,
+                       uint64_t *off);
 
 /**
  * The client is done with the first n slots ever lent in this region.

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "big_alloc.h"
 #include "membudget.h"
 #include "provwire.h"
 #include "received.h"
@@ -786,6 +788,315 @@ Test(shm, slots_lent_never_overlap_and_come_back_in_order_property, .timeout = 1
         cr_assert_gt(full, 0, "seed %u: the ring never filled: the test did not reach its bound", seed);
         free(buf);
         sl_shm_region_free(r);
+        sl__shm_unref(m);
+        side_stop(&s);
+    }
+}
+
+/* ---- blocks made in a region and lent (shm.h) ---- */
+
+struct made {
+    sl_shm_region_t *r;
+    size_t size;
+    uint8_t *p;
+};
+
+static void *make_block(void *arg)
+{
+    struct made *m = arg;
+    m->p = sl_shm_region_alloc(m->r, m->size);
+    if (m->p)
+        memset(m->p, 0x5a, m->size);
+    return NULL;
+}
+
+static void unheld(void *hold)
+{
+    (*(int *)hold)++;
+}
+
+/* A block the pipeline's thread made in the region is the slot itself:
+ * the client reads the bytes written there, giving the slot back lets go
+ * of the hold but not of the block, the block's pages serve again only
+ * once it is freed (through sl__big_free(), as a batch's data is), and the
+ * region outlives its connection until its last block goes, its pages'
+ * charge with it. */
+Test(shm, a_block_made_in_the_region_is_lent_and_lives_until_freed)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, 64 * SL_SHM_ALIGN, "--max-memory-mb");
+    struct side s;
+    side_start(&s, 16 * SL_SHM_ALIGN, &budget);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    sl_shm_map_t *m = NULL;
+    cr_assert_eq(collect(&s, sl_shm_region_ticket(r), &m), 0, "%s", err);
+
+    struct made mk = {r, 3 * SL_SHM_ALIGN - 100, NULL};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, make_block, &mk), 0);
+    pthread_join(th, NULL);
+    cr_assert_not_null(mk.p);
+    cr_assert(sl_shm_region_holds(r, mk.p));
+    cr_assert_eq(sl_membudget_used(&budget), 3 * SL_SHM_ALIGN);
+
+    int holds = 0;
+    uint64_t off, len, seq, off2;
+    cr_assert_eq(sl_shm_region_lend(r, mk.p, mk.size, unheld, &holds, &off), 0);
+    const uint8_t *slot = sl__shm_slot(m, off, mk.size, &seq, err, sizeof err);
+    cr_assert_not_null(slot, "%s", err);
+    cr_assert_eq(slot[0], 0x5a);
+    cr_assert_eq(slot[mk.size - 1], 0x5a);
+    cr_assert_eq(sl_shm_region_lent(r), 1);
+
+    /* Memory outside the region is not lent. */
+    uint8_t outside[64];
+    cr_assert_eq(sl_shm_region_lend(r, outside, sizeof outside, unheld, &holds, &off2), -ENOSPC);
+    cr_assert(!sl_shm_region_holds(r, outside));
+
+    /* A copied slot goes past the block. */
+    static uint8_t b[SL_SHM_ALIGN];
+    struct iovec part = {b, sizeof b};
+    cr_assert_eq(sl_shm_region_put(r, &part, 1, &off2, &len), 0);
+    cr_assert_eq(off2, 3 * SL_SHM_ALIGN);
+
+    /* Given back: the hold goes, the block stays. */
+    sl__shm_slot_done(m, seq);
+    cr_assert_eq(sl_shm_region_released(r, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(holds, 1);
+    struct made mk2 = {r, SL_SHM_ALIGN, NULL};
+    make_block(&mk2);
+    cr_assert_eq(mk2.p, (uint8_t *)mk.p + 4 * SL_SHM_ALIGN, "the block's pages are still in use");
+    /* Freed, its pages serve the next block. */
+    sl__big_free(mk.p);
+    struct made mk3 = {r, 2 * SL_SHM_ALIGN, NULL};
+    make_block(&mk3);
+    cr_assert_eq(mk3.p, mk.p);
+
+    /* The connection lets the region go with two blocks out, one lent:
+     * its hold goes, no block is made any more, and the blocks stay
+     * writable until freed. */
+    cr_assert_eq(sl_shm_region_lend(r, mk3.p, 2 * SL_SHM_ALIGN, unheld, &holds, &off), 0);
+    sl_shm_region_free(r);
+    cr_assert_eq(holds, 2);
+    memset(mk2.p, 1, SL_SHM_ALIGN);
+    memset(mk3.p, 2, 2 * SL_SHM_ALIGN);
+    cr_assert_gt(sl_membudget_used(&budget), 0);
+    sl__big_free(mk2.p);
+    cr_assert_gt(sl_membudget_used(&budget), 0);
+    sl__big_free(mk3.p); /* the last one: the region goes */
+    cr_assert_eq(sl_membudget_used(&budget), 0);
+    /* The client's mapping stays, with what was written last. */
+    cr_assert_eq(slot[0], 2);
+    sl__shm_unref(m);
+    side_stop(&s);
+}
+
+Test(shm, blocks_are_bounded_and_a_closed_region_makes_none)
+{
+    struct side s;
+    side_start(&s, 4 * SL_SHM_MAX_BLOCKS * SL_SHM_ALIGN, NULL);
+    sl_shm_region_t *r = sl_shm_region_new(s.lane, err, sizeof err);
+    cr_assert_not_null(r, "%s", err);
+    void *p[SL_SHM_MAX_BLOCKS];
+    for (int i = 0; i < SL_SHM_MAX_BLOCKS; i++)
+        cr_assert_not_null(p[i] = sl_shm_region_alloc(r, 100), "block %d", i);
+    cr_assert_null(sl_shm_region_alloc(r, 100), "more than %d blocks", SL_SHM_MAX_BLOCKS);
+    /* Too large for the region: NULL, the caller allocates elsewhere. */
+    sl__big_free(p[0]);
+    cr_assert_null(sl_shm_region_alloc(r, 4 * SL_SHM_MAX_BLOCKS * SL_SHM_ALIGN + 1));
+    cr_assert_not_null(p[0] = sl_shm_region_alloc(r, 100));
+    /* A task's reference keeps the region; closed, it makes no block. */
+    sl_shm_region_ref(r);
+    sl_shm_region_free(r);
+    cr_assert_null(sl_shm_region_alloc(r, 100));
+    for (int i = 0; i < SL_SHM_MAX_BLOCKS; i++)
+        sl__big_free(p[i]);
+    sl_shm_region_unref(r);
+    side_stop(&s);
+}
+
+/* The model of the property test below: blocks a "pipeline" thread makes,
+ * each filled with its own byte, handed to the loop through a queue. */
+#define PROP_BLOCKS 256
+struct prop {
+    sl_shm_region_t *r;
+    size_t region;
+    uint64_t st; /* the thread's draws */
+    pthread_mutex_t mu;
+    struct made made[PROP_BLOCKS]; /* made, not yet taken by the loop */
+    unsigned nmade;
+    uint8_t *to_free[PROP_BLOCKS]; /* the loop is done with them: the thread frees them */
+    unsigned nfree;
+    bool stop;
+    unsigned allocated, refused;
+    pthread_cond_t made_one; /* after each try */
+};
+
+static void *prop_pipeline(void *arg)
+{
+    struct prop *pr = arg;
+    for (;;) {
+        pthread_mutex_lock(&pr->mu);
+        bool stop = pr->stop;
+        uint8_t *f = pr->nfree ? pr->to_free[--pr->nfree] : NULL;
+        bool room = pr->nmade < PROP_BLOCKS;
+        size_t size = 1 + splitmix64(&pr->st) % (pr->region / 6);
+        pthread_mutex_unlock(&pr->mu);
+        if (f)
+            sl__big_free(f); /* a batch whose last reference goes on this thread */
+        if (stop && !f)
+            return NULL;
+        if (!room || stop) {
+            sched_yield();
+            continue;
+        }
+        uint8_t *p = sl_shm_region_alloc(pr->r, size);
+        pthread_mutex_lock(&pr->mu);
+        if (p) {
+            memset(p, (uint8_t)(pr->allocated * 7 + 1), size);
+            pr->made[pr->nmade++] = (struct made){pr->r, size, p};
+            pr->allocated++;
+        } else {
+            pr->refused++;
+        }
+        pthread_cond_broadcast(&pr->made_one);
+        pthread_mutex_unlock(&pr->mu);
+    }
+}
+
+/* What the loop holds in the model: a copied slot or a lent block, and
+ * which it still must free. */
+struct held_thing {
+    uint8_t *worker_p; /* the block (NULL: a copied slot) */
+    uint64_t off, len, seq;
+    const uint8_t *client_p;
+    uint8_t fill;
+    bool lent, released;
+};
+
+static void check_fill(const uint8_t *p, uint64_t len, uint8_t fill, unsigned seed, const char *what)
+{
+    for (uint64_t k = 0; k < len; k += 1 + len / 32)
+        cr_assert_eq(p[k], fill, "seed %u: %s at byte %lu changed", seed, what, (unsigned long)k);
+    cr_assert_eq(p[len - 1], fill, "seed %u: %s's last byte changed", seed, what);
+}
+
+/* Blocks made on another thread while the loop copies slots, lends blocks
+ * and takes slots back, in a region of a drawn size: no block or slot
+ * overlaps another while in use (each keeps the byte it was filled with,
+ * on both sides, until freed or given back), the region stays within its
+ * bounds, and once every block is freed the region and its charge go. */
+Test(shm, blocks_made_on_another_thread_and_slots_never_overlap_property, .timeout = 120)
+{
+    unsigned seed = test_seed("shm blocks");
+    struct side s;
+    sl_membudget_t budget;
+    static struct held_thing things[SL_SHM_MAX_SLOTS + PROP_BLOCKS];
+    for (int round = 0; round < 12; round++) {
+        struct prop pr = {.st = seed + (uint64_t)round};
+        pr.region = SL_SHM_ALIGN * (size_t)(16 + splitmix64(&pr.st) % 2048);
+        sl_membudget_init(&budget, pr.region, "--max-memory-mb");
+        side_start(&s, pr.region, &budget);
+        pr.r = sl_shm_region_new(s.lane, err, sizeof err);
+        cr_assert_not_null(pr.r, "%s", err);
+        sl_shm_map_t *m = NULL;
+        cr_assert_eq(collect(&s, sl_shm_region_ticket(pr.r), &m), 0, "%s", err);
+        pthread_mutex_init(&pr.mu, NULL);
+        pthread_cond_init(&pr.made_one, NULL);
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, prop_pipeline, &pr), 0);
+        uint8_t *buf = malloc(pr.region);
+        cr_assert_not_null(buf);
+        unsigned n = 0, lends = 0, puts = 0;
+        int holds = 0;
+        uint64_t st = pr.st ^ 0x9e3779b97f4a7c15u; /* this thread's draws */
+        for (int step = 0; step < 4000; step++) {
+            uint64_t d = splitmix64(&st) % 10;
+            if (d < 3) { /* a copied slot */
+                uint64_t size = 1 + splitmix64(&st) % (pr.region / 8), off, len;
+                uint8_t fill = (uint8_t)(step | 0x80);
+                memset(buf, fill, size);
+                struct iovec part = {buf, size};
+                if (sl_shm_region_put(pr.r, &part, 1, &off, &len) < 0)
+                    continue;
+                uint64_t seq;
+                const uint8_t *p = sl__shm_slot(m, off, len, &seq, err, sizeof err);
+                cr_assert_not_null(p, "seed %u: %s", seed, err);
+                things[n++] = (struct held_thing){NULL, off, len, seq, p, fill, true, false};
+                puts++;
+            } else if (d < 6) { /* a block the thread made: lent, or served some other way */
+                pthread_mutex_lock(&pr.mu);
+                /* The thread's next try, if none is at hand: however fast
+                 * either thread runs, each step gets a block unless the
+                 * region has no room for one. */
+                unsigned tried = pr.allocated + pr.refused;
+                while (pr.nmade == 0 && pr.allocated + pr.refused <= tried + 1)
+                    pthread_cond_wait(&pr.made_one, &pr.mu);
+                struct made mk = pr.nmade ? pr.made[--pr.nmade] : (struct made){0};
+                pthread_mutex_unlock(&pr.mu);
+                if (!mk.p)
+                    continue;
+                struct held_thing t = {mk.p, 0, mk.size, 0, NULL, mk.p[0], false, true};
+                check_fill(mk.p, mk.size, t.fill, seed, "a block made");
+                uint64_t off;
+                if (splitmix64(&st) % 4 && sl_shm_region_lend(pr.r, mk.p, mk.size, unheld, &holds, &off) == 0) {
+                    t.off = off;
+                    t.lent = true;
+                    t.released = false;
+                    t.client_p = sl__shm_slot(m, off, mk.size, &t.seq, err, sizeof err);
+                    cr_assert_not_null(t.client_p, "seed %u: %s", seed, err);
+                    check_fill(t.client_p, t.len, t.fill, seed, "a block lent, as the client reads it");
+                    lends++;
+                }
+                things[n++] = t;
+            } else if (n > 0) { /* the client gives a slot back, or the loop frees a block */
+                unsigned i = (unsigned)(splitmix64(&st) % n);
+                struct held_thing *t = &things[i];
+                if (t->lent && !t->released) {
+                    check_fill(t->client_p, t->len, t->fill, seed, "a slot the client holds");
+                    t->released = true;
+                    sl__shm_slot_done(m, t->seq);
+                    uint64_t back = sl__shm_released(m);
+                    cr_assert_eq(sl_shm_region_released(pr.r, back, err, sizeof err), 0, "seed %u: %s", seed, err);
+                }
+                if (t->released && (!t->worker_p || splitmix64(&st) % 2)) {
+                    if (t->worker_p) {
+                        check_fill(t->worker_p, t->len, t->fill, seed, "a block");
+                        /* Freed on the thread that made it, or on this one. */
+                        pthread_mutex_lock(&pr.mu);
+                        bool there = pr.nfree < PROP_BLOCKS && splitmix64(&st) % 2;
+                        if (there)
+                            pr.to_free[pr.nfree++] = t->worker_p;
+                        pthread_mutex_unlock(&pr.mu);
+                        if (!there)
+                            sl__big_free(t->worker_p);
+                    }
+                    things[i] = things[--n];
+                }
+            }
+        }
+        pthread_mutex_lock(&pr.mu);
+        pr.stop = true;
+        pthread_mutex_unlock(&pr.mu);
+        pthread_join(th, NULL);
+        cr_assert_gt(lends, 0, "seed %u: no block lent", seed);
+        cr_assert_gt(puts, 0, "seed %u: no slot copied", seed);
+        /* The connection goes with slots lent and blocks out: the blocks
+         * keep the region until the last is freed. */
+        sl_shm_region_free(pr.r);
+        for (unsigned i = 0; i < n; i++) {
+            if (things[i].lent && !things[i].released)
+                sl__shm_slot_done(m, things[i].seq); /* the client's batches go too */
+            if (things[i].worker_p)
+                sl__big_free(things[i].worker_p);
+        }
+        for (unsigned i = 0; i < pr.nmade; i++)
+            sl__big_free(pr.made[i].p);
+        cr_assert_eq(sl_membudget_used(&budget), 0, "seed %u: the region's charge outlived it", seed);
+        pthread_mutex_destroy(&pr.mu);
+        pthread_cond_destroy(&pr.made_one);
+        free(buf);
         sl__shm_unref(m);
         side_stop(&s);
     }
