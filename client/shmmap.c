@@ -51,7 +51,8 @@ static int map_fd(const char *name, int fd, size_t max_bytes, sl_shm_map_t **out
     }
     /* Writable, as a batch that came over the socket is: a caller may
      * change its tensors in place (a slot is the client's until it gives it
-     * back; the worker never reads the region). */
+     * back; the worker reads a slot's bytes only to send that batch again,
+     * on another connection, and never interprets them). */
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)

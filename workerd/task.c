@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "posset.h"
 #include "pipeline.h"
+#include "shm.h"
 #include "spec.h"
 #include "split_track.h"
 
@@ -62,6 +63,15 @@ struct sl_task {
     /* How the consumers last asked for provenance (enum prov_form), set by
      * the network thread, read by the producer: sl_task_prov_form(). */
     atomic_int prov_form;
+
+    /* Shared memory (sl_task_lend_region()): the region the pipeline
+     * makes its batch blocks in (a reference), read by the pipeline under
+     * lend_mu, written by the network thread under it; the client it is
+     * for; and whether a second client ended it. */
+    pthread_mutex_t lend_mu;
+    sl_shm_region_t *lend;
+    uint64_t lend_client;
+    bool lend_client_set, lend_off;
 
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the producer waits here for room or splits */
@@ -708,6 +718,53 @@ static int task_failed(sl_task_t *t, const sluice_TaskDef *def, int code, const 
     return 0;
 }
 
+/* sl_pipeline_opts_t.block_alloc: a block in the task's region, if any
+ * (the pipeline's thread). */
+static void *lend_alloc(void *arg, size_t size)
+{
+    sl_task_t *t = arg;
+    void *p = NULL;
+    pthread_mutex_lock(&t->lend_mu);
+    if (t->lend)
+        p = sl_shm_region_alloc(t->lend, size);
+    pthread_mutex_unlock(&t->lend_mu);
+    return p;
+}
+
+/* Makes r the region (NULL: none); the network thread. */
+static void lend_set(sl_task_t *t, sl_shm_region_t *r)
+{
+    if (r)
+        sl_shm_region_ref(r);
+    pthread_mutex_lock(&t->lend_mu);
+    sl_shm_region_t *old = t->lend;
+    t->lend = r;
+    pthread_mutex_unlock(&t->lend_mu);
+    sl_shm_region_unref(old);
+}
+
+void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id)
+{
+    if (t->lend_off) /* only this thread writes these */
+        return;
+    if (t->lend_client_set && t->lend_client != client_id) {
+        t->lend_off = true;
+        lend_set(t, NULL);
+        return;
+    }
+    if (t->lend == r)
+        return;
+    t->lend_client = client_id;
+    t->lend_client_set = true;
+    lend_set(t, r);
+}
+
+void sl_task_unlend_region(sl_task_t *t, sl_shm_region_t *r)
+{
+    if (r && t->lend == r)
+        lend_set(t, NULL);
+}
+
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
                 const uint8_t *exclude, size_t exclude_len, const sl_task_config_t *cfg, sl_task_notify_fn notify,
                 void *arg, sl_task_t **out, char *err, size_t errlen)
@@ -731,6 +788,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     atomic_init(&t->prov_form, PROV_NONE);
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->track_mu, NULL);
+    pthread_mutex_init(&t->lend_mu, NULL);
     pthread_cond_init(&t->wake, NULL);
     int rc = -ENOMEM;
     t->ring = calloc(cfg->buffer_batches, sizeof *t->ring);
@@ -780,6 +838,8 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .cache = cfg->cache,
         .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
         .mem = cfg->mem,
+        .block_alloc = lend_alloc,
+        .block_arg = t,
     };
     rc = sl_pipeline_create(t->spec, &po, &t->pipeline, err, errlen);
     if (rc == -ENOMEM)
@@ -830,7 +890,9 @@ void sl_task_free(sl_task_t *t)
         event_free(t->notify_ev);
     if (t->retry_ev)
         event_free(t->retry_ev);
+    sl_shm_region_unref(t->lend); /* after the pipeline: its blocks hold their own */
     pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->lend_mu);
     pthread_mutex_destroy(&t->track_mu);
     pthread_mutex_destroy(&t->mu);
     free(t);

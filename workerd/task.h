@@ -34,6 +34,7 @@
 #define SL_TASK_MAX_EXCLUDE_RUNS SL_POSSET_MAX_RUNS
 
 typedef struct sl_task sl_task_t;
+struct sl_shm_region;
 
 typedef void (*sl_task_notify_fn)(sl_task_t *task, void *arg);
 
@@ -78,6 +79,21 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
 
 /** Stops the pipeline thread, frees buffered batches and the task. */
 void sl_task_free(sl_task_t *task);
+
+/**
+ * Shared memory (shm.h): client_id reads the task on a connection whose
+ * region r its client mapped. The task's next batch blocks of
+ * SL_PIPELINE_LEND_MIN bytes or more are made in r when they can be, so
+ * that serving them to that connection copies nothing: r is the task's
+ * region from now on (a reference), in place of the one before. Only while
+ * the task has had one client: a second client's request ends it for good
+ * (a region's client can read every block made in it, and write into its
+ * mapping: another client's batches are never made there). Blocks made
+ * before keep their region until they are freed.
+ */
+void sl_task_lend_region(sl_task_t *task, struct sl_shm_region *r, uint64_t client_id);
+/** The connection of r closes: the task makes no more blocks in it. */
+void sl_task_unlend_region(sl_task_t *task, struct sl_shm_region *r);
 
 uint64_t sl_task_id(const sl_task_t *task);
 uint64_t sl_task_job_id(const sl_task_t *task);

@@ -195,7 +195,7 @@ struct sl_worker {
 };
 
 static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
-static sl_metric_t *m_shm_served, *m_shm_fallback, *m_notices;
+static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices;
 
 static int64_t now_us(void)
 {
@@ -505,6 +505,12 @@ static bool shm_fits(const sl_wire_batch_t *b)
     return true;
 }
 
+/* A lent slot given back (shm.h): its reference to the batch goes. */
+static void unhold_served(void *hold)
+{
+    sl_served_unref(hold);
+}
+
 /* Sends served batch sv's answer with its payload in a slot of wc's
  * region, when its client mapped it and the payload fits there now: the
  * payload is copied, and its room goes back to the task at once. Tails
@@ -524,7 +530,15 @@ static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv,
     size_t tail_len = tails[0].iov_len + tails[1].iov_len;
     bool in_answer = wc->shm_tail_answer && tail_len > 0 && tail_len <= sizeof resp->shm_tail.bytes &&
                      sv->batch->size > 0;
-    if (sl_shm_region_put(wc->shm, parts, in_answer ? 1 : 3, &resp->shm_offset, &resp->shm_length) < 0) {
+    /* A block the pipeline made in this region is the slot itself, held
+     * until the client gives it back (its tail, if any, in the answer). */
+    bool lend = sv->batch->size > 0 && (in_answer || tail_len == 0) && sl_shm_region_holds(wc->shm, sv->batch->data);
+    if (lend && sl_shm_region_lend(wc->shm, sv->batch->data, sv->batch->size, unhold_served, sv,
+                                   &resp->shm_offset) == 0) {
+        sv->refs++; /* the slot's */
+        resp->shm_length = sv->batch->size;
+        sl_metric_add(m_shm_lent, 1);
+    } else if (sl_shm_region_put(wc->shm, parts, in_answer ? 1 : 3, &resp->shm_offset, &resp->shm_length) < 0) {
         sl_metric_add(m_shm_fallback, 1);
         return false;
     }
@@ -893,7 +907,10 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq,
                          .tomb_ok = here || buried};
-    struct wtask *ht = how.seq > 0 ? find_task(w, req->task_id) : NULL;
+    struct wtask *ht = how.seq > 0 || wc->shm_mapped ? find_task(w, req->task_id) : NULL;
+    if (ht && wc->shm_mapped)
+        sl_task_lend_region(ht->task, wc->shm, req->client_id);
+    ht = how.seq > 0 ? ht : NULL;
     if (ht) {
         /* A request asked again after its connection broke gets the batch it
          * was served; what the client acknowledged is let go (held.h). */
@@ -1076,6 +1093,9 @@ static void wconn_free(struct wconn *wc)
         w->conns = wc->next;
     if (wc->next)
         wc->next->prev = wc->prev;
+    if (wc->shm)
+        for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+            sl_task_unlend_region(wt->task, wc->shm);
     sl_shm_region_free(wc->shm);
     free(wc);
 }
@@ -1525,6 +1545,10 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
         m_shm_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_shm_total", NULL,
                                           "Batches whose bytes went to a client on this host through shared memory.",
                                           NULL, 0);
+        m_shm_lent = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_shm_lent_total", NULL,
+                                        "Of the batches through shared memory, those made in the client's region "
+                                        "to begin with: lent to it, not copied.",
+                                        NULL, 0);
         m_shm_fallback = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_shm_fallbacks_total", NULL,
                                             "Batches for a client with shared memory that went over TCP: its region "
                                             "was full (the client held its slots) or the memory budget said no.",

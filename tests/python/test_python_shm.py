@@ -17,16 +17,26 @@ import sluice
 from harness import Cluster
 from pycase import DataCase, SluiceCase
 
-def counters(worker):
-    """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
+def metrics(worker):
     with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % worker.admin_port, timeout=10) as r:
         lines = r.read().decode().splitlines()
     got = {}
     for line in lines:
         name, _, v = line.partition(' ')
         got[name] = float(v) if v and not line.startswith('#') else got.get(name)
+    return got
+
+
+def counters(worker):
+    """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
+    got = metrics(worker)
     return (got['sluice_worker_batches_served_total'], got['sluice_worker_batches_shm_total'],
             got['sluice_worker_shm_fallbacks_total'])
+
+
+def lent(worker):
+    """Batches a worker lent from their own blocks in a client's region (no copy)."""
+    return int(metrics(worker)['sluice_worker_batches_shm_lent_total'])
 
 
 def delta(after, before):
@@ -138,6 +148,90 @@ class SharedMemory(SluiceCase):
         finally:
             bad = c.close()
             self.assertEqual(bad, {})
+
+
+class LentBlocks(SluiceCase):
+    """Blocks of 64 KiB and more that the pipeline's last batch op makes in
+    the client's region to begin with, and lends instead of copying
+    (workerd/shm.h): a region of 64 MiB holds what the task buffers, what
+    the client has in flight and what the worker holds until acknowledged."""
+    workers = 1
+    worker_args = ('--shm-mb', '64')
+
+    def read_lent(self, ds, check, **options):
+        """Reads ds, check(i, batch) on each batch; (batches, served, via shm, fallbacks, lent)."""
+        before, lent_before = counters(self.c.workers[0]), lent(self.c.workers[0])
+        n = 0
+        with sluice.distribute(ds, self.addr, **options) as it:
+            for b in it:
+                check(n, b)
+                del b
+                n += 1
+        served, via_shm, fallback = delta(counters(self.c.workers[0]), before)
+        return n, served, via_shm, fallback, lent(self.c.workers[0]) - lent_before
+
+    def test_a_batch_made_in_the_client_region_is_lent_not_copied(self):
+        # Batches of 8,199 int64 (65,592 bytes, at least the 64 KiB a block
+        # must have) from the pipeline's last op: the batch op makes its
+        # block in the client's region, and the answer lends it. The caller
+        # writes into each (its own until it lets go): the next batch made
+        # in those pages is whole all the same.
+        rows, epoch = 8199, 400
+
+        def check(i, b):
+            v = b['value']
+            np.testing.assert_array_equal(v, np.arange(i * rows, (i + 1) * rows), 'batch %d' % i)
+            v[:] = -7
+        n, served, via_shm, fallback, lent_n = self.read_lent(sluice.range(rows * epoch).batch(rows), check)
+        self.assertEqual((n, served), (epoch, epoch))
+        # The first answers come before the region is mapped; the window's
+        # first batches were made before it too.
+        self.assertGreaterEqual(lent_n, epoch - 64)
+        self.assertLessEqual(lent_n, via_shm)
+        self.assertEqual(fallback, 0)
+
+    def test_blocks_only_of_the_last_batch_and_only_for_one_client(self):
+        rows = 8199
+        # A batch with an op after it that holds or may read its block (a
+        # shuffle, a cache, a map) makes its block elsewhere: every batch
+        # copied.
+        starts = []
+
+        def each_once(i, b):
+            v = b['value']
+            np.testing.assert_array_equal(v, np.arange(v[0], v[0] + rows), 'batch %d' % i)
+            starts.append(int(v[0]))
+        n, served, via_shm, fallback, lent_n = self.read_lent(sluice.range(rows * 100).batch(rows).shuffle(4),
+                                                              each_once)
+        self.assertEqual((n, lent_n), (100, 0))
+        self.assertEqual(sorted(starts), list(range(0, rows * 100, rows)))
+        self.assertGreaterEqual(via_shm, 100 - 16)
+
+        def check(i, b):
+            np.testing.assert_array_equal(b['value'], np.arange(i * rows, (i + 1) * rows), 'batch %d' % i)
+        # Behind ops that pass it on unread, lent.
+        for ds, first in ((sluice.range(rows * 100).batch(rows).prefetch(2), 0),
+                          (sluice.range(rows * 101).batch(rows).skip(1).repeat(2).take(100).prefetch(1), 1)):
+            n, served, via_shm, fallback, lent_n = self.read_lent(ds, lambda i, b: check(i + first, b))
+            self.assertEqual(n, 100)
+            self.assertGreater(lent_n, 0, json.dumps(ds.spec))
+        # Two consumers of one named job: once the second asks, no block is
+        # made in either's region (a region's client can read and write all
+        # of it). Until then the first one's region may get a few: at most
+        # the task's buffer of 16 and the 16 rounds open, 48 batches, all
+        # served in the first 50 rounds. None is lent after those.
+        ds = sluice.range(0, rows * 50).repeat().batch(rows)
+        with ds.distribute(self.addr, job_name='shm-lend', num_consumers=2, consumer_index=0) as a, \
+                ds.distribute(self.addr, job_name='shm-lend', num_consumers=2, consumer_index=1) as b:
+            for r in range(150):
+                if r == 50:
+                    before = lent(self.c.workers[0])
+                x = next(a)['value']
+                y = next(b)['value']
+                self.assertEqual((int(x[-1]) + 1) % (rows * 50), int(y[0]), 'round %d' % r)
+                np.testing.assert_array_equal(y - y[0], np.arange(rows))
+            del x, y
+            self.assertEqual(lent(self.c.workers[0]) - before, 0)
 
 
 class InterpretedBytesStayOnTheSocket(DataCase):
