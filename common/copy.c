@@ -41,3 +41,32 @@ void sl_copy_far(void *dst, const void *src, size_t n)
 #endif
     memcpy(dst, src, n);
 }
+
+/* sl_copy_stream(): no head or tail past the 16-byte stores, and no fence
+ * (a row at a time, fenced once by sl_copy_stream_done()). */
+void sl_copy_stream(void *dst, const void *src, size_t n)
+{
+#ifdef SL_COPY_STREAMS
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (head > n)
+        head = n;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    for (; n >= 16; n -= 16, d += 16, s += 16)
+        _mm_stream_si128((__m128i *)(void *)d, _mm_loadu_si128((const __m128i *)(const void *)s));
+    memcpy(d, s, n);
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+void sl_copy_stream_done(void)
+{
+#ifdef SL_COPY_STREAMS
+    _mm_sfence();
+#endif
+}

@@ -29,4 +29,16 @@
  *  bytes are visible to other threads as memcpy()'s are. */
 void sl_copy_far(void *dst, const void *src, size_t n);
 
+/** Copies n bytes from src to dst past the cache whatever n (a row of an
+ *  image made in a small buffer that stays in the cache, into a batch's
+ *  block): 16-byte stores once dst is aligned to 16. The bytes are
+ *  visible to other threads only after sl_copy_stream_done(). */
+void sl_copy_stream(void *dst, const void *src, size_t n);
+/** Orders the streamed stores before whatever this thread does next (a
+ *  store fence). */
+void sl_copy_stream_done(void);
+
+void sl_copy_stream(void *dst, const void *src, size_t n);
+void sl_copy_stream_done(void);
+
 #endif
