@@ -1,7 +1,9 @@
 /*
  * bench_parallel_map: runs one dataset spec's pipeline in this process to
  * its end and prints {"elements": N, "batches": B, "seconds": S,
- * "stages": [...]} (the driver is bench/parallel_map.py); each stage is a
+ * "rows_in_place": R, "stages": [...]} (the driver is
+ * bench/parallel_map.py); R: rows the batch found written in its block
+ * (map-and-batch fusion, sl_pipeline_rows_in_place()); each stage is a
  * parallel stage's parallelism at the end, the least and most it had, its
  * bound and its autotune decisions.
  *
@@ -57,8 +59,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", sl_pipeline_errmsg(p));
         return 1;
     }
-    printf("{\"elements\": %llu, \"batches\": %llu, \"seconds\": %.6f, \"stages\": [", (unsigned long long)elements,
-           (unsigned long long)batches, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9);
+    printf("{\"elements\": %llu, \"batches\": %llu, \"seconds\": %.6f, \"rows_in_place\": %llu, \"stages\": [",
+           (unsigned long long)elements, (unsigned long long)batches,
+           (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9,
+           (unsigned long long)sl_pipeline_rows_in_place(p));
     sl_pipeline_parallel_stats_t st[16];
     int ns = sl_pipeline_parallel_stats(p, st, 16);
     for (int i = 0; i < ns; i++)

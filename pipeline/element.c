@@ -94,6 +94,55 @@ int sl_value_set_bytes(sl_value_t *v, const void *data, size_t len)
     return 0;
 }
 
+/* The row on offer to the ops running on this thread (element.h). */
+static _Thread_local struct {
+    uint8_t *p;
+    size_t size;
+    bool taken;
+} dest;
+
+void sl__value_dest_offer(uint8_t *p, size_t size)
+{
+    dest.p = p;
+    dest.size = size;
+    dest.taken = false;
+}
+
+uint8_t *sl__value_buf(size_t size)
+{
+    if (dest.p && !dest.taken && size == dest.size) {
+        dest.taken = true;
+        return dest.p;
+    }
+    return malloc(size);
+}
+
+bool sl__value_buf_is_row(const uint8_t *p)
+{
+    return p && p == dest.p && dest.taken;
+}
+
+void sl__value_buf_free(uint8_t *p)
+{
+    if (p && p == dest.p)
+        dest.taken = false;
+    else
+        free(p);
+}
+
+int sl__value_own(sl_value_t *v)
+{
+    if (v->storage != SL_VALUE_ROW)
+        return 0;
+    uint8_t *p = malloc(v->size ? v->size : 1);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p, v->u.ptr, v->size);
+    v->u.ptr = p;
+    v->storage = SL_VALUE_HEAP;
+    return 0;
+}
+
 void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, uint8_t *buf, size_t size)
 {
     v->dtype = dtype;
@@ -102,7 +151,7 @@ void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *sh
     for (int d = 0; d < rank; d++)
         v->shape[d] = shape[d];
     v->size = size;
-    v->storage = SL_VALUE_HEAP;
+    v->storage = buf == dest.p && dest.taken ? SL_VALUE_ROW : SL_VALUE_HEAP;
     v->u.ptr = buf;
 }
 

@@ -14,6 +14,10 @@
  *   - BLOCK: inside its element's block, one malloc'd buffer in wire
  *     layout that holds several values (what batch makes). Such an element
  *     becomes a wire batch without copying a byte.
+ *   - ROW: in memory the value does not own: the row of a batch's block
+ *     that the batch above a parallel stage offered for it (map-and-batch
+ *     fusion: sl__value_dest_offer()). The batch owns the block and
+ *     outlives the element.
  *
  * A bytes value of n strings is n + 1 uint64 offsets and the strings
  * (batch.h). A ragged value (what batch makes of a varlen component) is a
@@ -41,7 +45,7 @@
 /* sl_element_t.prov_n: the runs are on the heap. */
 #define SL_PROV_HEAP 0x80000000u
 
-enum sl_value_storage { SL_VALUE_INLINE = 0, SL_VALUE_HEAP = 1, SL_VALUE_BLOCK = 2 };
+enum sl_value_storage { SL_VALUE_INLINE = 0, SL_VALUE_HEAP = 1, SL_VALUE_BLOCK = 2, SL_VALUE_ROW = 3 };
 
 typedef struct sl_value {
     sl_dtype_t dtype;
@@ -52,7 +56,7 @@ typedef struct sl_value {
     int64_t shape[SL_MAX_RANK];
     union {
         struct {
-            uint8_t *ptr;    /* HEAP (owned) or BLOCK (into the element's block) */
+            uint8_t *ptr;    /* HEAP (owned), BLOCK (into the element's block) or ROW */
             int64_t *splits; /* ragged: shape[0] + 1 row splits, in the block */
         };
         uint8_t inl[SL_VALUE_INLINE_BYTES];
@@ -209,9 +213,28 @@ int sl_value_set_bytes(sl_value_t *v, const void *data, size_t len);
 
 /**
  * Sets v, an empty value, to a value of dtype and shape whose size bytes are
- * buf, a buffer from malloc() it takes ownership of.
+ * buf, a buffer from malloc() or sl__value_buf() it takes ownership of (the
+ * row on offer: a ROW value, owned by the batch).
  */
 void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *shape, uint8_t *buf, size_t size);
+
+/*
+ * Map-and-batch fusion. A parallel stage runs its ops on an element with
+ * the row of the batch block the element goes to on offer
+ * (sl__value_dest_offer(), on that thread, cleared after): the first
+ * output made with sl__value_buf() of exactly that size is written there,
+ * and sl_value_adopt() makes it a ROW value. Any other size, or a second
+ * buffer, comes from malloc().
+ */
+void sl__value_dest_offer(uint8_t *p, size_t size);
+/** @return a buffer of size bytes for a value: the row on offer, or malloc's (NULL without memory) */
+uint8_t *sl__value_buf(size_t size);
+/** Frees a buffer of sl__value_buf() that no value adopted (the row goes back on offer). */
+void sl__value_buf_free(uint8_t *p);
+/** Whether p, from sl__value_buf(), is the row on offer (written past the cache is best). */
+bool sl__value_buf_is_row(const uint8_t *p);
+/** Gives a ROW value a heap buffer of its own (a copy). @return 0, -ENOMEM */
+int sl__value_own(sl_value_t *v);
 
 /**
  * Sets dst, an empty value, to a copy of src, which is not ragged.
@@ -220,7 +243,7 @@ void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *sh
 int sl_value_copy(sl_value_t *dst, const sl_value_t *src);
 
 /** Frees what v owns (a HEAP buffer) and leaves it empty. A BLOCK value's
- *  bytes stay with its element's block. */
+ *  bytes stay with its element's block, a ROW value's with its batch. */
 void sl_value_clear(sl_value_t *v);
 
 /** @return the number of values of v (the product of its shape; a ragged

@@ -14,6 +14,7 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 
+#include "copy.h"
 #include "errbuf.h"
 #endif
 
@@ -450,10 +451,12 @@ static void reverse_lerps(size_t n, lerp_t *l)
 
 /* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
  * mirrored afterwards (flip_out >= 0), into dst_u8, dst_f32, or through nt
- * (non-NULL) into dst_f32: the uint8 result normalized. */
+ * (non-NULL) into dst_f32: the uint8 result normalized. far: each row is
+ * made in a buffer of its own and streamed to the destination
+ * (sl_image_resize_fuse_t.far_out). */
 static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out, const float *extent,
-                  size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, char *err,
-                  size_t errlen)
+                  size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, bool far,
+                  char *err, size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
     row_cache_t rc = {{NULL, NULL}, {-1, -1}, (flip == SL_IMAGE_FLIP_UP_DOWN) != (flip_out == SL_IMAGE_FLIP_UP_DOWN)};
@@ -479,7 +482,9 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int fl
     rc.buf[1] = malloc(out_row * sizeof(float));
     if (nt)
         u8row = malloc(out_row);
-    if (!xl || !yl || !rc.buf[0] || !rc.buf[1] || (nt && !u8row)) {
+    size_t out_px = dst_f32 ? sizeof(float) : 1; /* bytes a value of the output */
+    uint8_t *stage = far ? malloc(out_row * out_px) : NULL;
+    if (!xl || !yl || !rc.buf[0] || !rc.buf[1] || (nt && !u8row) || (far && !stage)) {
         rc_code = sl_errf(err, errlen, -ENOMEM, "resize: out of memory for %zu x %zu -> %zu x %zu", in.h, in.w, out_h,
                        out_w);
         goto done;
@@ -502,18 +507,25 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int fl
     for (size_t y = 0; y < out_h; y++) {
         const float *top = cached_row(&rc, src, stride, row_bytes, xl, out_w, c, yl[y].lo, -1);
         const float *bot = cached_row(&rc, src, stride, row_bytes, xl, out_w, c, yl[y].hi, slot_of(&rc, top));
+        uint8_t *row = dst_f32 ? (uint8_t *)(dst_f32 + y * out_row) : dst_u8 + y * out_row;
+        uint8_t *to = far ? stage : row;
         if (nt) {
             vlerp_u8(top, bot, yl[y].t, out_row, u8row);
-            norm_row(nt, u8row, out_row, c, dst_f32 + y * out_row);
+            norm_row(nt, u8row, out_row, c, (float *)(void *)to);
         } else if (dst_f32) {
-            vlerp_f32(top, bot, yl[y].t, out_row, dst_f32 + y * out_row);
+            vlerp_f32(top, bot, yl[y].t, out_row, (float *)(void *)to);
         } else {
-            vlerp_u8(top, bot, yl[y].t, out_row, dst_u8 + y * out_row);
+            vlerp_u8(top, bot, yl[y].t, out_row, to);
         }
+        if (far)
+            sl_copy_stream(row, stage, out_row * out_px);
     }
+    if (far)
+        sl_copy_stream_done();
     rc_code = 0;
 
 done:
+    free(stage);
     free(u8row);
     free(rc.buf[1]);
     free(rc.buf[0]);
@@ -525,13 +537,13 @@ done:
 int sl_image_resize_u8(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, uint8_t *dst, char *err,
                        size_t errlen)
 {
-    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, dst, NULL, NULL, err, errlen);
+    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, dst, NULL, NULL, false, err, errlen);
 }
 
 int sl_image_resize_f32(const uint8_t *src, sl_image_shape_t in, size_t out_h, size_t out_w, float *dst, char *err,
                         size_t errlen)
 {
-    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, NULL, dst, NULL, err, errlen);
+    return resize(src, in, 0, -1, -1, NULL, out_h, out_w, NULL, dst, NULL, false, err, errlen);
 }
 
 int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_image_resize_fuse_t *f, size_t out_h,
@@ -552,15 +564,17 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     const float *extent = f->extent_h > 0 || f->extent_w > 0 ? ext : NULL;
     if (!f->mean)
         return f->out_f32
-                   ? resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, NULL, err, errlen)
-                   : resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, dst, NULL, NULL, err, errlen);
+                   ? resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, NULL, f->far_out, err,
+                            errlen)
+                   : resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, dst, NULL, NULL, f->far_out, err,
+                            errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
         return rc;
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, &nt, err, errlen);
+    return resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, &nt, f->far_out, err, errlen);
 }
 
 /* ---- crops and flips ---- */

@@ -147,6 +147,11 @@ typedef struct sl_image_resize_fuse {
      * input is a window of a wider image (src its first pixel), resized
      * without copying it out; 0: in.w * in.c. */
     size_t stride;
+    /* dst is memory this thread does not read again (a batch's row, where
+     * map-and-batch fusion puts the image): each output row is made in a
+     * buffer of the pass's own and streamed there past the cache, so that
+     * no line of dst is read from memory before it is written. */
+    bool far_out;
 } sl_image_resize_fuse_t;
 
 /**

@@ -30,6 +30,8 @@ void sl__iter_init(sl_iter_t *it, const sl_iter_vtbl_t *vt, sl_iter_t *input, sl
     it->elem = NULL;
     it->par_calls = 0;
     it->deterministic = true;
+    it->dest = NULL;
+    it->dest_stage = NULL;
 }
 
 int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)

@@ -37,6 +37,7 @@ typedef struct sl_iter_ctx {
     sl_pipeline_opts_t opts;  /* max_batch_bytes is never 0 here */
     uint64_t split_requests;  /* next_split calls so far; repeat reads it */
     uint64_t records_skipped; /* corrupt records a source skipped (on_corrupt "skip") */
+    uint64_t rows_in_place;   /* rows a batch found written in its block (map-and-batch fusion) */
     char errmsg[1024];        /* the first failure, "label: why" */
     struct sl_pool *pool;     /* the pipeline's threads for parallel stages (parallel.c); NULL: none */
     uint64_t files_opened;    /* files the file sources and interleave opened */
@@ -105,6 +106,14 @@ struct sl_iter {
     int64_t par_calls;               /* num_parallel_calls, resolved: 0 runs in next() */
     bool autotune;                   /* num_parallel_calls "autotune" (par_calls is then --threads) */
     bool deterministic;              /* a parallel stage keeps the order */
+    /* Map-and-batch fusion (parallel.c): an iterator that takes its input's
+     * elements into rows of memory of its own says where the element of
+     * ordinal n (since the last reset) of its input goes: component *c,
+     * at *p, *size bytes; false for none. NULL: it offers none. Called on
+     * the pipeline's thread. dest_stage: the parallel stage that asks it
+     * (set by the stage's build), which it detaches before its rows go. */
+    bool (*dest)(sl_iter_t *it, uint64_t n, uint32_t *c, uint8_t **p, size_t *size);
+    sl_iter_t *dest_stage;
 };
 
 /*
@@ -154,6 +163,9 @@ void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_
 int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top);
 /* What sl_pipeline_parallel_stats() returns. */
 int sl__parallel_stats(const sl_iter_ctx_t *ctx, sl_pipeline_parallel_stats_t *out, int max);
+/* The stage's consumer (sl_iter_t.dest) lets its rows go: the stage's
+ * elements in flight are dropped and it offers no more rows. */
+void sl__parallel_detach(sl_iter_t *stage);
 /* Stops and frees ctx->pool, after every iterator is destroyed. */
 void sl__parallel_pool_destroy(sl_iter_ctx_t *ctx);
 

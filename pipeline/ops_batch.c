@@ -69,7 +69,29 @@ struct batch_iter {
     size_t gathered;         /* of mem: what the gathered elements own */
     bool last;               /* the pipeline's last batch (only prefetch, take, skip, repeat and shard
                                 after it): ctx->opts.block_alloc may place its block */
+    /* Map-and-batch fusion (fast path, below a parallel stage that asks:
+     * base.dest_stage): batches made since the last reset (the one being
+     * made is number `made`); the layout of the last batch, which the next
+     * is taken to have (lay_known: a stage asks, and a component has rows
+     * worth it: lay_c, the largest); the block of the batch being made
+     * (cur), and blocks made ahead for the next ones, with what each is
+     * charged. */
+    uint64_t made;
+    bool lay_known;
+    uint64_t lay_gen; /* changes with the layout */
+    uint32_t lay_c;
+    size_t lay_total, lay_off[SL_MAX_COMPONENTS], lay_row[SL_MAX_COMPONENTS];
+    uint8_t *cur;
+    size_t cur_off[SL_MAX_COMPONENTS], cur_row[SL_MAX_COMPONENTS];
+    struct ahead {
+        uint8_t *p;
+        uint64_t batch, gen; /* its batch, and the layout it was made for */
+        size_t charge;
+    } ahead[2];
 };
+
+/* Rows smaller than this are copied: not worth a row on offer. */
+#define FUSE_MIN_ROW 4096
 
 /* Charges the block of a batch of total bytes, until batch_next returns. */
 static int charge_block(struct batch_iter *b, size_t total)
@@ -164,6 +186,103 @@ static int batch_row_mismatch(struct batch_iter *b, uint32_t c, const sl_value_t
                          name, got, row, want);
 }
 
+/* A block of total bytes for a batch: where the pipeline's owner says for
+ * the last batch's large ones, else sl__big_alloc()'s. */
+static uint8_t *block_alloc(struct batch_iter *b, size_t total)
+{
+    const sl_iter_ctx_t *ctx = b->base.ctx;
+    uint8_t *p = NULL;
+    if (b->last && total >= SL_PIPELINE_LEND_MIN && ctx->opts.block_alloc)
+        p = ctx->opts.block_alloc(ctx->opts.block_arg, total);
+    return p ? p : sl__big_alloc(total);
+}
+
+/* Frees the blocks made ahead for batches up to `upto` (all: UINT64_MAX). */
+static void ahead_drop(struct batch_iter *b, uint64_t upto)
+{
+    for (int i = 0; i < 2; i++) {
+        struct ahead *a = &b->ahead[i];
+        if (a->p && a->batch <= upto) {
+            sl__big_free(a->p);
+            sl_memacct_release(&b->mem, a->charge);
+            *a = (struct ahead){0};
+        }
+    }
+}
+
+/* sl_iter_t.dest: the row of the n-th input element since the reset, in
+ * the block of the batch being made or in one made ahead for its batch
+ * (at most two ahead; none when that one holds another batch, or memory
+ * says no). */
+static bool batch_dest(sl_iter_t *it, uint64_t n, uint32_t *c, uint8_t **p, size_t *size)
+{
+    struct batch_iter *b = (struct batch_iter *)it;
+    uint64_t k = n / b->batch_size, row = n % b->batch_size;
+    if (!b->lay_known || k < b->made)
+        return false;
+    *c = b->lay_c;
+    if (k == b->made && b->cur) {
+        *p = b->cur + b->cur_off[*c] + row * b->cur_row[*c];
+        *size = b->cur_row[*c];
+        return true;
+    }
+    struct ahead *a = &b->ahead[k % 2];
+    if (a->p && (a->batch != k || a->gen != b->lay_gen))
+        return false;
+    if (!a->p) {
+        if (!sl_memacct_charge(&b->mem, b->lay_total))
+            return false;
+        if (!(a->p = block_alloc(b, b->lay_total))) {
+            sl_memacct_release(&b->mem, b->lay_total);
+            return false;
+        }
+        a->batch = k;
+        a->gen = b->lay_gen;
+        a->charge = b->lay_total;
+    }
+    *p = a->p + b->lay_off[*c] + row * b->lay_row[*c];
+    *size = b->lay_row[*c];
+    return true;
+}
+
+/* Copies a row into place, unless the op before wrote it there. */
+static inline void place_row(struct batch_iter *b, uint8_t *dst, sl_value_t *v, size_t size)
+{
+    const uint8_t *src = sl_value_data(v);
+    if (src != dst)
+        batch_copy_row(dst, src, size);
+    else
+        b->base.ctx->rows_in_place++;
+}
+
+/* A batch of this layout made: the next is taken to have it too. */
+static void layout_learn(struct batch_iter *b, uint32_t n, const size_t *off, const size_t *row_size, size_t total)
+{
+    uint32_t best = 0;
+    for (uint32_t c = 1; c < n; c++)
+        if (row_size[c] > row_size[best])
+            best = c;
+    if (!b->lay_known || total != b->lay_total || memcmp(off, b->lay_off, n * sizeof off[0]) != 0 ||
+        memcmp(row_size, b->lay_row, n * sizeof row_size[0]) != 0)
+        b->lay_gen++;
+    b->lay_known = b->base.dest_stage && n > 0 && row_size[best] >= FUSE_MIN_ROW;
+    b->lay_c = best;
+    b->lay_total = total;
+    memcpy(b->lay_off, off, n * sizeof off[0]);
+    memcpy(b->lay_row, row_size, n * sizeof row_size[0]);
+}
+
+/* Whether a block made ahead for this layout serves it. */
+static bool layout_is(const struct batch_iter *b, uint32_t n, const size_t *off, const sl_element_t *e, size_t total)
+{
+    if (!b->lay_known || total != b->lay_total || memcmp(off, b->lay_off, n * sizeof off[0]) != 0)
+        return false;
+    for (uint32_t c = 0; c < n; c++)
+        if (e->v[c].size != b->lay_row[c])
+            return false;
+    return true;
+}
+
 static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
 {
     struct batch_iter *b = (struct batch_iter *)it;
@@ -184,15 +303,29 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         return rc;
 
     rc = batch_layout(b, in, off, &total);
-    if (rc < 0 || (rc = charge_block(b, total)) < 0)
+    if (rc < 0)
         goto fail;
-    if (b->last && total >= SL_PIPELINE_LEND_MIN && it->ctx->opts.block_alloc)
-        block = it->ctx->opts.block_alloc(it->ctx->opts.block_arg, total);
-    if (!block)
-        block = sl__big_alloc(total);
-    if (!block) {
-        rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
-        goto fail;
+    struct ahead *a = &b->ahead[b->made % 2];
+    if (a->p && a->batch == b->made && a->gen == b->lay_gen && layout_is(b, n, off, in, total)) {
+        /* Made ahead, and rows of this batch may be in it already. */
+        block = a->p;
+        b->block_charge = a->charge;
+        *a = (struct ahead){0};
+    } else {
+        if ((rc = charge_block(b, total)) < 0)
+            goto fail;
+        if (!(block = block_alloc(b, total))) {
+            rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
+            goto fail;
+        }
+    }
+    if (b->base.dest_stage) {
+        /* The rest of this batch's elements get their rows here. */
+        b->cur = block;
+        for (uint32_t c = 0; c < n; c++) {
+            b->cur_off[c] = off[c];
+            b->cur_row[c] = in->v[c].size;
+        }
     }
     /* The first element fixes the batch's dtypes, shapes (behind the
      * leading dimension) and row sizes; every other element must match. */
@@ -202,7 +335,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
         o->rank = (uint8_t)(in->v[c].rank + 1);
         memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
         row_size[c] = in->v[c].size;
-        batch_copy_row(block + off[c], sl_value_data(&in->v[c]), row_size[c]);
+        place_row(b, block + off[c], &in->v[c], row_size[c]);
     }
     if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
         goto nomem_prov;
@@ -245,7 +378,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
                     rc = batch_row_mismatch(b, c, v, &out->v[c], row_size[c], rows);
                     goto fail;
                 }
-                batch_copy_row(block + off[c] + rows * row_size[c], sl_value_data(v), row_size[c]);
+                place_row(b, block + off[c] + rows * row_size[c], v, row_size[c]);
             }
             int prc = sl_prov_count(in) == 1 ? sl_prov_append_one(out, sl_prov_runs(in))
                                               : sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in));
@@ -259,11 +392,19 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
             rows++;
         }
     }
+    /* Whatever was made ahead for this batch (rows there were copied), or
+     * before it, serves none. */
+    b->cur = NULL;
+    ahead_drop(b, b->made);
+    if (b->base.dest_stage)
+        layout_learn(b, n, off, row_size, total);
+    b->made++;
     if (rows < b->batch_size && b->drop_remainder) {
-        /* The short last batch is dropped, and its records with it. */
+        /* The short last batch is dropped, and its records with it (the
+         * input ended: no element in flight has a row in the block). */
         sl__ctx_dropped(it->ctx, sl_prov_runs(out), sl_prov_count(out));
         sl_prov_clear(out);
-        free(block);
+        sl__big_free(block);
         return 1;
     }
 
@@ -291,8 +432,16 @@ nomem_prov:
     rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
 fail:
     sl_prov_clear(out);
-    sl__big_free(block); /* perhaps block_alloc's */
+    if (b->base.dest_stage) {
+        /* Elements in flight may be writing rows of the block: the stage
+         * lets them go first, and offers no more rows. */
+        sl__parallel_detach(b->base.dest_stage);
+        b->base.dest_stage = NULL;
+        b->cur = NULL;
+        b->lay_known = false;
+    }
     sl_element_clear(in);
+    sl__big_free(block); /* perhaps block_alloc's */
     return rc;
 }
 
@@ -729,12 +878,19 @@ static int batch_reset(sl_iter_t *it)
     struct batch_iter *b = (struct batch_iter *)it;
     gather_discard(b);
     b->input_done = false;
-    return it->input->vt->reset(it->input);
+    int rc = it->input->vt->reset(it->input);
+    /* The input dropped its elements in flight: rows ahead serve none. */
+    ahead_drop(b, UINT64_MAX);
+    b->made = 0;
+    return rc;
 }
 
 static void batch_destroy(sl_iter_t *it)
 {
     struct batch_iter *b = (struct batch_iter *)it;
+    if (b->base.dest_stage)
+        sl__parallel_detach(b->base.dest_stage); /* before the rows go */
+    ahead_drop(b, UINT64_MAX);
     gather_drop(b);
     free(b->slots);
     sl_element_free(b->in);
@@ -776,6 +932,8 @@ int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     int rc = batch_new(input, ctx, label, op->u.batch.batch_size, op->u.batch.drop_remainder, &b);
     if (rc < 0)
         return rc;
+    if (!b->gather)
+        b->base.dest = batch_dest; /* rows a parallel stage below may write in place */
     /* Its blocks go out unread when the ops after it only pass elements on
      * or drop them. */
     int n = sl_spec_num_ops(ctx->spec), i = 0;

@@ -454,12 +454,13 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
                            key_name(ii), s.h, s.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
         goto done;
     }
-    if (!(out = malloc(bytes))) {
+    if (!(out = sl__value_buf(bytes))) {
         rc = nomem(norm ? norm : ii, bytes);
         goto done;
     }
+    f.far_out = sl__value_buf_is_row(out);
     if ((rc = sl_image_resize_fused(src, s, &f, h, w, out, err, sizeof err)) < 0) {
-        free(out);
+        sl__value_buf_free(out);
         rc = sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
         goto done;
     }
@@ -619,15 +620,16 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     }
     size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
     size_t bytes = oh * ow * ws.c * sl_dtype_size(dt);
-    uint8_t *out = malloc(bytes);
+    uint8_t *out = sl__value_buf(bytes);
     if (!out) {
         free(img);
         return nomem(ii, bytes);
     }
+    f.far_out = sl__value_buf_is_row(out);
     rc = sl_image_resize_fused(src, ws, &f, oh, ow, out, err, sizeof err);
     free(img);
     if (rc < 0) {
-        free(out);
+        sl__value_buf_free(out);
         return sl__iter_fail(&(norm ? norm : ii)->base, rc, "component \"%s\": %s", key_name(ii), err);
     }
     set_image(v, dt, oh, ow, ws.c, out);
@@ -657,7 +659,7 @@ static int do_crop(struct image_iter *ii, sl_rng_t *rng, sl_value_t *v)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     /* A pixel is c values of the dtype: rows of the window are copied whole. */
     size_t px = s.c * sl_dtype_size(v->dtype);
-    uint8_t *out = malloc(h * w * px);
+    uint8_t *out = sl__value_buf(h * w * px);
     if (!out)
         return nomem(ii, h * w * px);
     const uint8_t *src = sl_value_data(v);
@@ -815,12 +817,12 @@ static int do_normalize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t
         }
         return 0;
     }
-    float *out = malloc(bytes);
+    float *out = (float *)sl__value_buf(bytes);
     if (!out)
         return nomem(ii, bytes);
     rc = sl_image_normalize(sl_value_data(v), s, m, d, ii->op.u.normalize.scale, out, err, sizeof err);
     if (rc < 0) {
-        free(out);
+        sl__value_buf_free((uint8_t *)out);
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
     }
     set_image(v, SL_DTYPE_FLOAT32, s.h, s.w, s.c, (uint8_t *)out);

@@ -35,6 +35,17 @@
  * after the stage between two of its yields), and every SL_AUTOTUNE_WINDOW
  * elements sl_autotune_decide() (autotune.h) sets p and the depth anew,
  * within min(--threads, the CPUs the worker may use).
+ *
+ * Map-and-batch fusion: when the iterator right above an ordered stage
+ * without a filter takes its elements into rows of memory of its own (a
+ * batch: sl_iter_t.dest), the stage asks it, as it pulls each element,
+ * where that element will go, and runs the stage's ops with that row on
+ * offer (sl__value_dest_offer()): the op that makes an image of exactly
+ * the row's size writes it there (the first such one; ops after it may
+ * change it in place), and the batch finds it in place instead of copying
+ * it. A value left in the row that is not the row's component gets a
+ * buffer of its own (rows_checked()). Such a consumer
+ * detaches the stage (sl__parallel_detach()) before it frees its rows.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -63,6 +74,9 @@ struct slot {
     int rc;             /* what the ops made of it: 0, 1 dropped, < 0 failed */
     uint64_t ordinal;
     uint64_t work_ns;   /* autotune: the time its ops took */
+    uint8_t *dest;      /* the row its consumer offered (stage comment), or NULL */
+    size_t dest_size;
+    uint32_t dest_c;
     char err[SL_ITER_ERRBUF];
 };
 
@@ -92,6 +106,7 @@ struct par_iter {
     char end_err[sizeof ((sl_iter_ctx_t *)0)->errmsg];
     int failed;           /* the error this stage returned, again on every call */
     bool ordered;         /* deterministic: yield in input order */
+    sl_iter_t *consumer;  /* the iterator above that offers rows (stage comment), or NULL */
     /* Parallelism (pool mu): the pool threads running this stage's
      * elements, and at most how many may (par - 1). */
     unsigned pool_running;
@@ -133,6 +148,19 @@ static int thread_index(struct sl_pool *pool)
     return 0;
 }
 
+/* After the ops ran with s's row on offer: only the component the row is
+ * for may lie in it; any other value there gets a buffer of its own. */
+static int rows_checked(struct slot *s)
+{
+    for (uint32_t c = 0; c < s->el->num_components; c++) {
+        sl_value_t *v = &s->el->v[c];
+        if (v->storage == SL_VALUE_ROW && (c != s->dest_c || v->u.ptr != s->dest) && sl__value_own(v) < 0)
+            return sl__iter_fail(s->stage->ops[s->stage->nops - 1], -ENOMEM, "out of memory for %zu bytes",
+                                 (size_t)v->size);
+    }
+    return 0;
+}
+
 static void run_slot(struct slot *s, int t)
 {
     struct par_iter *pi = s->stage;
@@ -140,9 +168,19 @@ static void run_slot(struct slot *s, int t)
     sl__iter_errbuf = s->err;
     int rc = 0;
     uint64_t t0 = pi->autotune ? now_ns() : 0;
+    /* The row is on offer to every op of the stage: the op that makes
+     * the image last is not always the last op (a resize runs the
+     * normalize after it, whose own turn then does nothing). */
+    if (s->dest)
+        sl__value_dest_offer(s->dest, s->dest_size);
     for (int k = 0; k < pi->nops && rc == 0; k++) {
         sl_iter_t *op = pi->ops[k];
         rc = op->elem->apply(op, pi->locals[t * pi->nops + k], s->ordinal, s->el);
+    }
+    if (s->dest) {
+        sl__value_dest_offer(NULL, 0);
+        if (rc == 0)
+            rc = rows_checked(s);
     }
     s->work_ns = pi->autotune ? now_ns() - t0 : 0;
     sl__iter_errbuf = NULL;
@@ -320,6 +358,9 @@ static void fill(struct par_iter *pi)
             return;
         }
         s->ordinal = pi->next_ordinal++;
+        s->dest = NULL;
+        if (pi->consumer && !pi->consumer->dest(pi->consumer, s->ordinal, &s->dest_c, &s->dest, &s->dest_size))
+            s->dest = NULL;
         s->busy = true;
         s->rc = 0;
         s->qnext = NULL;
@@ -499,6 +540,13 @@ static void par_destroy(sl_iter_t *it)
 
 static const sl_iter_vtbl_t par_vtbl = {par_next, par_reset, par_destroy};
 
+void sl__parallel_detach(sl_iter_t *stage)
+{
+    struct par_iter *pi = (struct par_iter *)stage;
+    drain(pi);
+    pi->consumer = NULL;
+}
+
 void sl__parallel_opts(sl_iter_t *it, const sl_spec_op_t *op, const sl_iter_ctx_t *ctx)
 {
     if (!op->has_num_parallel_calls || !it->elem)
@@ -618,10 +666,18 @@ int sl__parallel_build(sl_iter_ctx_t *ctx, sl_iter_t **top)
             return sl__ctx_fail(ctx, rc, "pipeline", "out of memory for a parallel stage");
         if (ctx->num_par_stages < SL_SPEC_MAX_OPS)
             ctx->par_stages[ctx->num_par_stages++] = stage;
-        if (above)
+        if (above) {
             above->input = stage;
-        else
+            /* Rows offered only where each element's place is known from
+             * its ordinal: in order, none dropped. */
+            struct par_iter *pi = (struct par_iter *)stage;
+            if (above->dest && pi->ordered && !chain[i]->elem->drops) {
+                pi->consumer = above;
+                above->dest_stage = stage;
+            }
+        } else {
             *top = stage;
+        }
         above = chain[j];
         i = j + 1;
     }

@@ -334,6 +334,11 @@ fail:
     return rc;
 }
 
+uint64_t sl_pipeline_rows_in_place(const sl_pipeline_t *p)
+{
+    return p->ctx.rows_in_place;
+}
+
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p)
 {
     return p->ctx.records_skipped;

@@ -168,6 +168,10 @@ int sl_pipeline_next(sl_pipeline_t *p, sl_wire_batch_t **out);
  *  (tfrecord with on_corrupt "skip"); call it on the pipeline's thread */
 uint64_t sl_pipeline_records_skipped(const sl_pipeline_t *p);
 
+/** @return the rows its batches found written in their blocks by the
+ *  parallel stage below them (map-and-batch fusion: parallel.c), not copied */
+uint64_t sl_pipeline_rows_in_place(const sl_pipeline_t *p);
+
 /** The time one stage of the pipeline (the source or an op) took. */
 typedef struct sl_pipeline_op_stats {
     char label[48];      /* "source (tfrecord)", "ops[2] (resize)" */

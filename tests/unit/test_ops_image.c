@@ -990,3 +990,86 @@ Test(image_ops, decode_resize_scales_the_dct)
     sl_image_decoder_free(dec);
     batches_free(&raw);
 }
+
+/* The crop pipeline (crop of crop_h x 33, flip, resize to 40 x 40,
+ * normalize: 19,200 bytes an image) with pc after each op (a parallel
+ * stage right below the batch, or not), after the parse and ops before,
+ * then the batch and ops after. */
+static const char *crop_batch(int crop_h, const char *pc, const char *before, const char *batch, const char *after)
+{
+    static char s[4096];
+    snprintf(s, sizeof s,
+             "{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "%s,{\"op\":\"decode_jpeg\",\"key\":"
+             "\"image/encoded\"%s},{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[%d,33],\"seed\":3%s},"
+             "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s},{\"op\":\"resize\",\"key\":"
+             "\"image/encoded\",\"size\":[40,40],\"dtype\":\"uint8\"%s},{\"op\":\"normalize\",\"key\":"
+             "\"image/encoded\",\"mean\":[0.485,0.456,0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s},%s%s]}",
+             before, pc, crop_h, pc, pc, pc, pc, batch, after);
+    return s;
+}
+
+/* Map-and-batch fusion: a batch right above an ordered parallel stage has
+ * the stage's last op write each image into its row of the batch's block.
+ * Whatever the batch size against the stage's depth (4 here: rows of the
+ * next batch ahead, or none ahead), a short or dropped last batch, epochs
+ * before the stage or after the batch (a reset), and the ids beside the
+ * images, the batches are byte for byte those of the same ops run one at a
+ * time, and rows were written in place. */
+Test(image_ops, map_and_batch_writes_rows_in_place_and_equals_apart)
+{
+    const char *batches[] = {"{\"op\":\"batch\",\"batch_size\":5}", "{\"op\":\"batch\",\"batch_size\":4}",
+                             "{\"op\":\"batch\",\"batch_size\":7,\"drop_remainder\":true}",
+                             "{\"op\":\"batch\",\"batch_size\":1}", "{\"op\":\"batch\",\"batch_size\":32}"};
+    const char *befores[] = {"", ",{\"op\":\"repeat\",\"count\":3}"};
+    const char *afters[] = {"", ",{\"op\":\"repeat\",\"count\":2}", ",{\"op\":\"take\",\"count\":3}"};
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
+        for (size_t be = 0; be < 2; be++)
+            for (size_t af = 0; af < 3; af++) {
+                sl_pipeline_opts_t o = {.roots = roots, .threads = 2};
+                sl_pipeline_t *p = pipeline_make(
+                    crop_batch(36, ",\"num_parallel_calls\":2", befores[be], batches[bi], afters[af]), &o);
+                batches_t fused = run_pipeline(p);
+                uint64_t in_place = sl_pipeline_rows_in_place(p);
+                sl_pipeline_destroy(p);
+                batches_t apart = run_spec(crop_batch(36, "", befores[be], batches[bi], afters[af]), &o);
+                cr_assert_eq(fused.rc, 1, "%s", fused.errmsg);
+                cr_assert_eq(apart.rc, 1, "%s", apart.errmsg);
+                cr_assert_gt(fused.n, 0);
+                assert_same_batches(&fused, &apart, batches[bi]);
+                /* Rows go in place from the second batch on, with room
+                 * ahead for them: not with batches of one. */
+                if (bi != 3 && fused.n > 2)
+                    cr_assert_gt(in_place, 0, "%s%s%s: no row written in place", befores[be], batches[bi],
+                                 afters[af]);
+                batches_free(&fused);
+                batches_free(&apart);
+            }
+}
+
+/* A pipeline that ends mid-batch (destroyed, or failing at an image that
+ * does not decode) while the stage writes rows of the batch's block: the
+ * stage lets go first (ASan would see a write after the free). */
+Test(image_ops, map_and_batch_stops_cleanly_mid_batch)
+{
+    sl_pipeline_opts_t o = {.roots = roots, .threads = 2};
+    for (size_t limit = 1; limit < 5; limit++) {
+        sl_pipeline_t *p = pipeline_make(crop_batch(36, ",\"num_parallel_calls\":2", ",{\"op\":\"repeat\"}",
+                                                    "{\"op\":\"batch\",\"batch_size\":6}", ""),
+                                         &o);
+        batches_t some = run_pipeline_n(p, limit);
+        cr_assert_eq(some.n, limit);
+        sl_pipeline_destroy(p);
+        batches_free(&some);
+    }
+    /* Image 26 (38 high) is smaller than a crop 39 high: the fifth batch
+     * fails, with rows ahead on offer, after four whole ones. */
+    sl_pipeline_t *p = pipeline_make(
+        crop_batch(39, ",\"num_parallel_calls\":2", "", "{\"op\":\"batch\",\"batch_size\":6}", ""), &o);
+    batches_t all = run_pipeline(p);
+    cr_assert_eq(all.rc, SL_EDATA, "%d %s", all.rc, all.errmsg);
+    cr_assert(strstr(all.errmsg, "smaller than the crop"), "%s", all.errmsg);
+    cr_assert_eq(all.n, 4);
+    cr_assert_gt(sl_pipeline_rows_in_place(p), 0);
+    sl_pipeline_destroy(p);
+    batches_free(&all);
+}
