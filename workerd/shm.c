@@ -534,6 +534,26 @@ void *sl_shm_region_alloc(sl_shm_region_t *r, size_t size)
     return p;
 }
 
+size_t sl_shm_region_block_room(sl_shm_region_t *r, const void *p)
+{
+    if (!sl_shm_region_holds(r, p))
+        return 0;
+    uint64_t off = (uint64_t)((const uint8_t *)p - r->base), room = 0;
+    pthread_mutex_lock(&r->mu);
+    unsigned lo = 0, hi = r->nranges;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (r->by_off[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < r->nranges && r->by_off[lo].off == off)
+        room = r->by_off[lo].ext;
+    pthread_mutex_unlock(&r->mu);
+    return (size_t)room;
+}
+
 bool sl_shm_region_holds(const sl_shm_region_t *r, const void *p)
 {
     return (const uint8_t *)p >= r->base && (const uint8_t *)p < r->base + r->size;

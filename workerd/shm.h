@@ -110,6 +110,9 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
 void *sl_shm_region_alloc(sl_shm_region_t *r, size_t size);
 /** Whether p lies in the region. */
 bool sl_shm_region_holds(const sl_shm_region_t *r, const void *p);
+/** The bytes of the block of sl_shm_region_alloc() at p (its size rounded
+ *  up to SL_SHM_ALIGN); 0 when no block starts at p. */
+size_t sl_shm_region_block_room(sl_shm_region_t *r, const void *p);
 /**
  * Lends the len bytes at p, in a block of sl_shm_region_alloc(), to the
  * client as a slot: no copy. hold keeps the block (a reference to its

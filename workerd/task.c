@@ -718,6 +718,16 @@ static int task_failed(sl_task_t *t, const sluice_TaskDef *def, int code, const 
     return 0;
 }
 
+/* Room a block in the region keeps after a batch of size bytes for what
+ * the answer's slot carries after the tensor bytes when it does not fit
+ * in the answer (a shuffled DYNAMIC batch's provenance, a fixed width per
+ * record in the dense form, and its tallies): the batch is then lent with
+ * them. A tail that does not fit there is copied with the batch instead. */
+static size_t tail_room(size_t size)
+{
+    return (size < ((size_t)1 << 20) ? size : (size_t)1 << 20) + SL_SHM_ALIGN;
+}
+
 /* sl_pipeline_opts_t.block_alloc: a block in the task's region, if any
  * (the pipeline's thread). */
 static void *lend_alloc(void *arg, size_t size)
@@ -726,7 +736,7 @@ static void *lend_alloc(void *arg, size_t size)
     void *p = NULL;
     pthread_mutex_lock(&t->lend_mu);
     if (t->lend)
-        p = sl_shm_region_alloc(t->lend, size);
+        p = sl_shm_region_alloc(t->lend, size + tail_room(size));
     pthread_mutex_unlock(&t->lend_mu);
     return p;
 }

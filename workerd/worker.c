@@ -531,12 +531,22 @@ static bool send_in_slot(struct wconn *wc, uint32_t request_id, sl_served_t *sv,
     bool in_answer = wc->shm_tail_answer && tail_len > 0 && tail_len <= sizeof resp->shm_tail.bytes &&
                      sv->batch->size > 0;
     /* A block the pipeline made in this region is the slot itself, held
-     * until the client gives it back (its tail, if any, in the answer). */
-    bool lend = sv->batch->size > 0 && (in_answer || tail_len == 0) && sl_shm_region_holds(wc->shm, sv->batch->data);
-    if (lend && sl_shm_region_lend(wc->shm, sv->batch->data, sv->batch->size, unhold_served, sv,
-                                   &resp->shm_offset) == 0) {
+     * until the client gives it back; its tail in the answer, or after the
+     * tensor bytes in the room the block keeps for it (task.c). */
+    uint8_t *data = sv->batch->data;
+    size_t lend_len = sv->batch->size;
+    bool lend = lend_len > 0 && sl_shm_region_holds(wc->shm, data);
+    if (lend && !in_answer && tail_len > 0) {
+        lend = sl_shm_region_block_room(wc->shm, data) >= lend_len + tail_len;
+        for (int i = 0; lend && i < 2; i++)
+            if (tails[i].iov_len) {
+                memcpy(data + lend_len, tails[i].iov_base, tails[i].iov_len);
+                lend_len += tails[i].iov_len;
+            }
+    }
+    if (lend && sl_shm_region_lend(wc->shm, data, lend_len, unhold_served, sv, &resp->shm_offset) == 0) {
         sv->refs++; /* the slot's */
-        resp->shm_length = sv->batch->size;
+        resp->shm_length = lend_len;
         sl_metric_add(m_shm_lent, 1);
     } else if (sl_shm_region_put(wc->shm, parts, in_answer ? 1 : 3, &resp->shm_offset, &resp->shm_length) < 0) {
         sl_metric_add(m_shm_fallback, 1);

@@ -936,10 +936,29 @@ class BrokenConnections(unittest.TestCase):
     in every failure (SLUICE_CHAOS_SEED reruns one)."""
 
     def test_answers_lost_with_a_connection_are_sent_again(self):
+        self.cut_and_check([64, 100, 256])
+
+    def test_batches_lent_in_shared_memory_are_sent_again_on_the_new_connection(self):
+        # Batches of 64 KiB and more are made in the trainer's region of
+        # shared memory and lent (docs/protocol.md, "Blocks made in the
+        # region"), their provenance after them in the block: one asked
+        # again on a new connection, whose region is another, is copied out
+        # of the old one, which lives until then. 100 batches or more: more
+        # than the two workers' buffers hold before the trainer maps its
+        # region (16 each), so that later ones are made there.
+        lent, where = self.cut_and_check([8192, 10000, 16384], batches_from=100)
+        self.assertGreater(lent, 0, '%s: no batch was lent: the test did not reach what it is about' % where)
+
+    def cut_and_check(self, batches, batches_from=None):
+        """One seeded run of cuts with a batch size of batches (and at least
+        batches_from batches); returns the batches the workers lent from
+        shared memory, and the run's description."""
         seed = chaos_seed()
         rng = random.Random(seed)
         n = rng.randrange(200000, 1000001)
-        batch = rng.choice([64, 100, 256])
+        batch = rng.choice(batches)
+        if batches_from:
+            n = batch * rng.randrange(batches_from, 2 * batches_from) + rng.randrange(batch)
         shuffle = rng.choice([0, 1000, 100000])
         cuts = rng.randrange(2, 6)
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, %d cuts' % (
@@ -981,11 +1000,14 @@ class BrokenConnections(unittest.TestCase):
             def held():
                 return sum(metric(w.admin_port, 'sluice_worker_held_batches', default=0) for w in cluster.workers)
             wait_for(lambda: held() == 0, '%s: the workers to hold no batch once the job ended' % where)
+            lent = sum(metric(w.admin_port, 'sluice_worker_batches_shm_lent_total', default=0)
+                       for w in cluster.workers)
         finally:
             for p in proxies:
                 p.close()
             bad = cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+        return lent, where
 
 
 class Checkpoints(ThreeWorkers):

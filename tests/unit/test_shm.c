@@ -839,6 +839,8 @@ Test(shm, a_block_made_in_the_region_is_lent_and_lives_until_freed)
     cr_assert_not_null(mk.p);
     cr_assert(sl_shm_region_holds(r, mk.p));
     cr_assert_eq(sl_membudget_used(&budget), 3 * SL_SHM_ALIGN);
+    cr_assert_eq(sl_shm_region_block_room(r, mk.p), 3 * SL_SHM_ALIGN, "its pages, the room after it included");
+    cr_assert_eq(sl_shm_region_block_room(r, mk.p + 1), 0, "no block starts there");
 
     int holds = 0;
     uint64_t off, len, seq, off2;
@@ -853,6 +855,7 @@ Test(shm, a_block_made_in_the_region_is_lent_and_lives_until_freed)
     uint8_t outside[64];
     cr_assert_eq(sl_shm_region_lend(r, outside, sizeof outside, unheld, &holds, &off2), -ENOSPC);
     cr_assert(!sl_shm_region_holds(r, outside));
+    cr_assert_eq(sl_shm_region_block_room(r, outside), 0);
 
     /* A copied slot goes past the block. */
     static uint8_t b[SL_SHM_ALIGN];
