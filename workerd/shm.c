@@ -357,11 +357,10 @@ void sl_shm_region_unref(sl_shm_region_t *r)
         region_destroy(r);
 }
 
-/* Takes the range at off out of by_off (mu held): found by its offset,
- * which no other range has. */
-static void range_remove(sl_shm_region_t *r, uint64_t off)
+/* The index in by_off of the first range at off or after it (mu held). */
+static unsigned range_at(const sl_shm_region_t *r, uint64_t off)
 {
-    unsigned lo = 0, hi = r->nranges - 1;
+    unsigned lo = 0, hi = r->nranges;
     while (lo < hi) {
         unsigned mid = (lo + hi) / 2;
         if (r->by_off[mid].off < off)
@@ -369,6 +368,14 @@ static void range_remove(sl_shm_region_t *r, uint64_t off)
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Takes the range at off out of by_off (mu held): found by its offset,
+ * which no other range has. */
+static void range_remove(sl_shm_region_t *r, uint64_t off)
+{
+    unsigned lo = range_at(r, off);
     memmove(&r->by_off[lo], &r->by_off[lo + 1], (r->nranges - 1 - lo) * sizeof r->by_off[0]);
     r->nranges--;
 }
@@ -540,14 +547,7 @@ size_t sl_shm_region_block_room(sl_shm_region_t *r, const void *p)
         return 0;
     uint64_t off = (uint64_t)((const uint8_t *)p - r->base), room = 0;
     pthread_mutex_lock(&r->mu);
-    unsigned lo = 0, hi = r->nranges;
-    while (lo < hi) {
-        unsigned mid = (lo + hi) / 2;
-        if (r->by_off[mid].off < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    unsigned lo = range_at(r, off);
     if (lo < r->nranges && r->by_off[lo].off == off)
         room = r->by_off[lo].ext;
     pthread_mutex_unlock(&r->mu);
