@@ -995,6 +995,12 @@ int sl_image_random_flip(sl_rng_t *rng, const uint8_t *src, sl_image_shape_t sha
 int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std, bool scale,
                        float *dst, char *err, size_t errlen)
 {
+    return sl_image_normalize_far(src, shape, mean, std, scale, dst, false, err, errlen);
+}
+
+int sl_image_normalize_far(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std,
+                           bool scale, float *dst, bool far, char *err, size_t errlen)
+{
     int rc;
     if ((rc = check_shape("normalize", shape, sizeof(float), err, errlen)) != 0)
         return rc;
@@ -1003,7 +1009,18 @@ int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, shape.c, mean, std, scale, err, errlen)) != 0)
         return rc;
-    norm_row(&nt, src, shape.h * shape.w * shape.c, shape.c, dst);
+    size_t row = shape.w * shape.c;
+    float *stage = far ? malloc(row * sizeof(float)) : NULL;
+    if (!stage) {
+        norm_row(&nt, src, shape.h * row, shape.c, dst); /* through the cache */
+        return 0;
+    }
+    for (size_t y = 0; y < shape.h; y++) {
+        norm_row(&nt, src + y * row, row, shape.c, stage);
+        sl_copy_stream(dst + y * row, stage, row * sizeof(float));
+    }
+    sl_copy_stream_done();
+    free(stage);
     return 0;
 }
 

@@ -319,6 +319,10 @@ int sl_image_solarize(uint8_t *img, sl_image_shape_t shape, double threshold, ch
  */
 int sl_image_normalize(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std, bool scale,
                        float *dst, char *err, size_t errlen);
+/** sl_image_normalize(), and with far dst is written a row at a time past
+ *  the cache (sl_image_resize_fuse_t.far_out says when). */
+int sl_image_normalize_far(const uint8_t *src, sl_image_shape_t shape, const float *mean, const float *std,
+                           bool scale, float *dst, bool far, char *err, size_t errlen);
 
 /* Element-wise casts of n values; they cannot fail. dst may not overlap src. */
 

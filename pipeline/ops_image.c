@@ -820,7 +820,8 @@ static int do_normalize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t
     float *out = (float *)sl__value_buf(bytes);
     if (!out)
         return nomem(ii, bytes);
-    rc = sl_image_normalize(sl_value_data(v), s, m, d, ii->op.u.normalize.scale, out, err, sizeof err);
+    rc = sl_image_normalize_far(sl_value_data(v), s, m, d, ii->op.u.normalize.scale, out,
+                                sl__value_buf_is_row((uint8_t *)out), err, sizeof err);
     if (rc < 0) {
         sl__value_buf_free((uint8_t *)out);
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);

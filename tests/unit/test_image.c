@@ -1296,6 +1296,23 @@ Test(image_normalize, exact_values)
     cr_assert_eq(sl_image_normalize(all, (sl_image_shape_t){16, 16, 1}, &m1, &s1, true, out, err, sizeof(err)), 0);
     cr_assert_eq(out[0], -1.0f);
     cr_assert_eq(out[255], (85.0f / 255.0f - 0.5f) / 0.5f);
+
+    /* Written past the cache a row at a time (a batch's row), to a
+     * destination not 16-aligned: the same floats, none outside. */
+    float ref[768], far[770];
+    for (int rows = 1; rows <= 16; rows *= 4) {
+        sl_image_shape_t fs = {(size_t)rows, 256 / (size_t)rows, 3};
+        cr_assert_eq(sl_image_normalize(all, fs, im_mean, im_std, true, ref, err, sizeof(err)), 0, "%s", err);
+        memset(far, 0x7f, sizeof far);
+        cr_assert_eq(sl_image_normalize_far(all, fs, im_mean, im_std, true, far + 1, true, err, sizeof(err)), 0, "%s",
+                     err);
+        cr_assert_eq(memcmp(far + 1, ref, sizeof ref), 0, "%d rows", rows);
+        uint32_t guard;
+        memcpy(&guard, &far[769], 4);
+        cr_assert_eq(guard, 0x7f7f7f7fu);
+        memcpy(&guard, &far[0], 4);
+        cr_assert_eq(guard, 0x7f7f7f7fu);
+    }
 }
 
 Test(image_normalize, bad_std_and_mean)

@@ -995,17 +995,23 @@ Test(image_ops, decode_resize_scales_the_dct)
  * normalize: 19,200 bytes an image) with pc after each op (a parallel
  * stage right below the batch, or not), after the parse and ops before,
  * then the batch and ops after. */
-static const char *crop_batch(int crop_h, const char *pc, const char *before, const char *batch, const char *after)
+static const char *crop_batch_mid(int crop_h, const char *pc, const char *before, const char *mid, const char *batch,
+                                  const char *after)
 {
     static char s[4096];
     snprintf(s, sizeof s,
              "{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "%s,{\"op\":\"decode_jpeg\",\"key\":"
              "\"image/encoded\"%s},{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[%d,33],\"seed\":3%s},"
              "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s},{\"op\":\"resize\",\"key\":"
-             "\"image/encoded\",\"size\":[40,40],\"dtype\":\"uint8\"%s},{\"op\":\"normalize\",\"key\":"
+             "\"image/encoded\",\"size\":[40,40],\"dtype\":\"uint8\"%s},%s{\"op\":\"normalize\",\"key\":"
              "\"image/encoded\",\"mean\":[0.485,0.456,0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s},%s%s]}",
-             before, pc, crop_h, pc, pc, pc, pc, batch, after);
+             before, pc, crop_h, pc, pc, pc, mid, pc, batch, after);
     return s;
+}
+
+static const char *crop_batch(int crop_h, const char *pc, const char *before, const char *batch, const char *after)
+{
+    return crop_batch_mid(crop_h, pc, before, "", batch, after);
 }
 
 /* Map-and-batch fusion: a batch right above an ordered parallel stage has
@@ -1044,6 +1050,24 @@ Test(image_ops, map_and_batch_writes_rows_in_place_and_equals_apart)
                 batches_free(&fused);
                 batches_free(&apart);
             }
+    /* An op between the resize and the normalize: the normalize makes the
+     * float32 image on its own, into the row, a row at a time past the
+     * cache. */
+    sl_pipeline_opts_t o = {.roots = roots, .threads = 2};
+    const char *gray = "{\"op\":\"random_grayscale\",\"key\":\"image/encoded\",\"p\":0.5,\"seed\":9";
+    char mid[256];
+    snprintf(mid, sizeof mid, "%s%s},", gray, ",\"num_parallel_calls\":2");
+    sl_pipeline_t *p = pipeline_make(crop_batch_mid(36, ",\"num_parallel_calls\":2", "", mid, batches[0], ""), &o);
+    batches_t fused = run_pipeline(p);
+    uint64_t in_place = sl_pipeline_rows_in_place(p);
+    sl_pipeline_destroy(p);
+    snprintf(mid, sizeof mid, "%s},", gray);
+    batches_t apart = run_spec(crop_batch_mid(36, "", "", mid, batches[0], ""), &o);
+    cr_assert_eq(fused.rc, 1, "%s", fused.errmsg);
+    assert_same_batches(&fused, &apart, "resize, random_grayscale, normalize");
+    cr_assert_gt(in_place, 0);
+    batches_free(&fused);
+    batches_free(&apart);
 }
 
 /* A pipeline that ends mid-batch (destroyed, or failing at an image that
