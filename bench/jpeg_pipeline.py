@@ -20,6 +20,9 @@ and std on x / 255, and batch 64 images (HWC, float32) with their labels.
   shared memory, as it does to every client on its host (docs/protocol.md);
   with --tcp also (the default) the same runs read them over its TCP
   socket too, and "shm_vs_tcp" is the first rate over the second.
+  "sluice_lent_share" is the share of the batches through shared memory
+  that the worker lent from blocks made there, not copied (its counters,
+  over every shared-memory run).
 - PyTorch: a DataLoader over an IterableDataset with num_workers equal to
   Sluice's pipeline threads (1): TFRecord framing and the Example protobuf
   parsed in Python (a minimal wire-format parser; the CRCs are not checked
@@ -57,6 +60,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'integration'))
@@ -213,6 +217,11 @@ def resized_window(rng, w, h):
     return (w - cw) // 2, (h - ch) // 2, cw, ch
 
 
+# The workers' counts of batches through shared memory, and of those lent
+# (summed over the Sluice runs).
+shm_counts = {}
+
+
 def sluice_rate(data_dir, shared_memory=True):
     import sluice
     from harness import Cluster
@@ -247,6 +256,11 @@ def sluice_rate(data_dir, shared_memory=True):
         it.close()
         if n != args.warmup + args.batches:
             sys.exit('bench: sluice yielded %d batches, expected %d' % (n, args.warmup + args.batches))
+        with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % c.workers[0].admin_port, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                name, _, v = line.partition(' ')
+                if name in ('sluice_worker_batches_shm_total', 'sluice_worker_batches_shm_lent_total'):
+                    shm_counts[name] = shm_counts.get(name, 0) + float(v)
         return args.batches * args.batch / dt
     finally:
         bad = c.close()
@@ -407,6 +421,9 @@ def main():
         "sluice_transport": "tcp" if args.tcp == 'only' else "shared memory",
         "sluice_tcp_runs": [round(x, 1) for x in tcp_runs],
         "shm_vs_tcp": round(s_best / tcp_best, 3) if s_best and tcp_best and args.tcp == 'also' else None,
+        "sluice_lent_share": (round(shm_counts['sluice_worker_batches_shm_lent_total'] /
+                                    shm_counts['sluice_worker_batches_shm_total'], 3)
+                              if shm_counts.get('sluice_worker_batches_shm_total') else None),
         "sluice_workers": 1,
         "sluice_pipeline_threads": args.workers,
         "sluice_num_parallel_calls": args.num_parallel_calls if args.workers > 1 else None,
