@@ -31,8 +31,10 @@ void sl_copy_far(void *dst, const void *src, size_t n);
 
 /** Copies n bytes from src to dst past the cache whatever n (a row of an
  *  image made in a small buffer that stays in the cache, into a batch's
- *  block): 16-byte stores once dst is aligned to 16. The bytes are
- *  visible to other threads only after sl_copy_stream_done(). */
+ *  block): whole cache lines streamed, the part before dst's first line
+ *  start and after its last through the cache. The streamed bytes are
+ *  visible to other threads only after sl_copy_stream_done();
+ *  sl_copy_far() is both. */
 void sl_copy_stream(void *dst, const void *src, size_t n);
 /** Orders the streamed stores before whatever this thread does next (a
  *  store fence). */
