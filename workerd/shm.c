@@ -29,10 +29,11 @@ struct range {
     uint64_t off, ext; /* ext: the length rounded up to SL_SHM_ALIGN */
 };
 
-/* A slot lent to the client: a range of its own (a copy), or a block of
- * the pipeline's (hold: what keeps it, given to unhold when it comes back). */
+/* A slot lent to the client: a range of its own at off (a copy, hold
+ * NULL), or a block of the pipeline's (hold: what keeps it, given to
+ * unhold when it comes back; the block's range goes when it is freed). */
 struct slot {
-    uint64_t off, ext; /* ext 0: a block's (its range goes when the block is freed) */
+    uint64_t off;
     void (*unhold)(void *hold);
     void *hold;
 };
@@ -380,16 +381,19 @@ static void range_remove(sl_shm_region_t *r, uint64_t off)
     r->nranges--;
 }
 
-/* Gives the slots still lent back (their holds), as a client done with
- * them would. */
-static void unhold_lent(sl_shm_region_t *r)
+/* The oldest slot lent comes back: a copy's range is free again, a
+ * block's hold goes (which may free the block: mu is not held). */
+static void give_back_oldest(sl_shm_region_t *r)
 {
-    while (r->count > 0) {
-        struct slot sl = r->ring[r->first];
-        r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
-        r->count--;
-        if (sl.hold)
-            sl.unhold(sl.hold);
+    struct slot sl = r->ring[r->first];
+    r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
+    r->count--;
+    if (sl.hold) {
+        sl.unhold(sl.hold);
+    } else {
+        pthread_mutex_lock(&r->mu);
+        range_remove(r, sl.off);
+        pthread_mutex_unlock(&r->mu);
     }
 }
 
@@ -412,7 +416,8 @@ void sl_shm_region_free(sl_shm_region_t *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
-    unhold_lent(r); /* may free blocks of this region: mu is not held */
+    while (r->count > 0) /* as a client done with them would give them back */
+        give_back_oldest(r);
     pthread_mutex_lock(&r->mu);
     r->closed = true;
     pthread_mutex_unlock(&r->mu);
@@ -504,7 +509,7 @@ int sl_shm_region_put(sl_shm_region_t *r, const struct iovec *parts, int n, uint
             sl_copy_far(p, parts[i].iov_base, parts[i].iov_len); /* the client reads it */
         p += parts[i].iov_len;
     }
-    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, ext, NULL, NULL};
+    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, NULL, NULL};
     r->count++;
     r->lent++;
     *off = at;
@@ -565,7 +570,7 @@ int sl_shm_region_lend(sl_shm_region_t *r, const void *p, size_t len, void (*unh
     if (!r->lane || r->count == SL_SHM_MAX_SLOTS || len == 0 || !sl_shm_region_holds(r, p))
         return -ENOSPC;
     uint64_t at = (uint64_t)((const uint8_t *)p - r->base);
-    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, 0, unhold, hold};
+    r->ring[(r->first + r->count) % SL_SHM_MAX_SLOTS] = (struct slot){at, unhold, hold};
     r->count++;
     r->lent++;
     *off = at;
@@ -579,18 +584,7 @@ int sl_shm_region_released(sl_shm_region_t *r, uint64_t n, char *err, size_t err
                        "shm_released %" PRIu64 ": %" PRIu64 " slots of shared memory were lent on this connection and "
                        "%" PRIu64 " given back before",
                        n, r->lent, r->released);
-    while (r->released < n) {
-        struct slot sl = r->ring[r->first];
-        r->first = (r->first + 1) % SL_SHM_MAX_SLOTS;
-        r->count--;
-        r->released++;
-        if (sl.hold) {
-            sl.unhold(sl.hold); /* may free the block: mu is not held */
-        } else {
-            pthread_mutex_lock(&r->mu);
-            range_remove(r, sl.off);
-            pthread_mutex_unlock(&r->mu);
-        }
-    }
+    for (; r->released < n; r->released++)
+        give_back_oldest(r);
     return 0;
 }
