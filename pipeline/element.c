@@ -151,7 +151,7 @@ void sl_value_adopt(sl_value_t *v, sl_dtype_t dtype, int rank, const int64_t *sh
     for (int d = 0; d < rank; d++)
         v->shape[d] = shape[d];
     v->size = size;
-    v->storage = buf == dest.p && dest.taken ? SL_VALUE_ROW : SL_VALUE_HEAP;
+    v->storage = sl__value_buf_is_row(buf) ? SL_VALUE_ROW : SL_VALUE_HEAP;
     v->u.ptr = buf;
 }
 

@@ -255,6 +255,14 @@ static inline void place_row(struct batch_iter *b, uint8_t *dst, sl_value_t *v, 
         b->base.ctx->rows_in_place++;
 }
 
+/* Whether a batch laid out so has the layout the batch before had. */
+static bool layout_is(const struct batch_iter *b, uint32_t n, const size_t *off, const size_t *row_size,
+                      size_t total)
+{
+    return b->lay_known && total == b->lay_total && memcmp(off, b->lay_off, n * sizeof off[0]) == 0 &&
+           memcmp(row_size, b->lay_row, n * sizeof row_size[0]) == 0;
+}
+
 /* A batch of this layout made: the next is taken to have it too. */
 static void layout_learn(struct batch_iter *b, uint32_t n, const size_t *off, const size_t *row_size, size_t total)
 {
@@ -262,25 +270,13 @@ static void layout_learn(struct batch_iter *b, uint32_t n, const size_t *off, co
     for (uint32_t c = 1; c < n; c++)
         if (row_size[c] > row_size[best])
             best = c;
-    if (!b->lay_known || total != b->lay_total || memcmp(off, b->lay_off, n * sizeof off[0]) != 0 ||
-        memcmp(row_size, b->lay_row, n * sizeof row_size[0]) != 0)
+    if (!layout_is(b, n, off, row_size, total))
         b->lay_gen++;
     b->lay_known = b->base.dest_stage && n > 0 && row_size[best] >= FUSE_MIN_ROW;
     b->lay_c = best;
     b->lay_total = total;
     memcpy(b->lay_off, off, n * sizeof off[0]);
     memcpy(b->lay_row, row_size, n * sizeof row_size[0]);
-}
-
-/* Whether a block made ahead for this layout serves it. */
-static bool layout_is(const struct batch_iter *b, uint32_t n, const size_t *off, const sl_element_t *e, size_t total)
-{
-    if (!b->lay_known || total != b->lay_total || memcmp(off, b->lay_off, n * sizeof off[0]) != 0)
-        return false;
-    for (uint32_t c = 0; c < n; c++)
-        if (e->v[c].size != b->lay_row[c])
-            return false;
-    return true;
 }
 
 static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
@@ -305,8 +301,12 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     rc = batch_layout(b, in, off, &total);
     if (rc < 0)
         goto fail;
+    /* The first element fixes the batch's row sizes; every other element
+     * must match. */
+    for (uint32_t c = 0; c < n; c++)
+        row_size[c] = in->v[c].size;
     struct ahead *a = &b->ahead[b->made % 2];
-    if (a->p && a->batch == b->made && a->gen == b->lay_gen && layout_is(b, n, off, in, total)) {
+    if (a->p && a->batch == b->made && a->gen == b->lay_gen && layout_is(b, n, off, row_size, total)) {
         /* Made ahead, and rows of this batch may be in it already. */
         block = a->p;
         b->block_charge = a->charge;
@@ -322,19 +322,15 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     if (b->base.dest_stage) {
         /* The rest of this batch's elements get their rows here. */
         b->cur = block;
-        for (uint32_t c = 0; c < n; c++) {
-            b->cur_off[c] = off[c];
-            b->cur_row[c] = in->v[c].size;
-        }
+        memcpy(b->cur_off, off, n * sizeof off[0]);
+        memcpy(b->cur_row, row_size, n * sizeof row_size[0]);
     }
-    /* The first element fixes the batch's dtypes, shapes (behind the
-     * leading dimension) and row sizes; every other element must match. */
+    /* ... and its dtypes and shapes (behind the leading dimension). */
     for (uint32_t c = 0; c < n; c++) {
         sl_value_t *o = &out->v[c];
         o->dtype = in->v[c].dtype;
         o->rank = (uint8_t)(in->v[c].rank + 1);
         memcpy(o->shape + 1, in->v[c].shape, in->v[c].rank * sizeof in->v[c].shape[0]);
-        row_size[c] = in->v[c].size;
         place_row(b, block + off[c], &in->v[c], row_size[c]);
     }
     if (sl_prov_append(out, sl_prov_runs(in), sl_prov_count(in)) < 0)
