@@ -60,7 +60,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'integration'))
@@ -224,7 +223,7 @@ shm_counts = {}
 
 def sluice_rate(data_dir, shared_memory=True):
     import sluice
-    from harness import Cluster
+    from harness import Cluster, metric
     c = Cluster(workers=1, dispatcher_args=['--data-root', data_dir],
                 worker_args=['--data-root', data_dir, '--threads', str(args.workers), '--buffer-mb', '128'])
     try:
@@ -256,11 +255,8 @@ def sluice_rate(data_dir, shared_memory=True):
         it.close()
         if n != args.warmup + args.batches:
             sys.exit('bench: sluice yielded %d batches, expected %d' % (n, args.warmup + args.batches))
-        with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % c.workers[0].admin_port, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                name, _, v = line.partition(' ')
-                if name in ('sluice_worker_batches_shm_total', 'sluice_worker_batches_shm_lent_total'):
-                    shm_counts[name] = shm_counts.get(name, 0) + float(v)
+        for name in ('sluice_worker_batches_shm_total', 'sluice_worker_batches_shm_lent_total'):
+            shm_counts[name] = shm_counts.get(name, 0) + metric(c.workers[0].admin_port, name, default=0)
         return args.batches * args.batch / dt
     finally:
         bad = c.close()

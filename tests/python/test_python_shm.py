@@ -14,29 +14,24 @@ import urllib.request
 import numpy as np
 
 import sluice
-from harness import Cluster
+from harness import Cluster, metric
 from pycase import DataCase, SluiceCase
 
-def metrics(worker):
+def counters(worker):
+    """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
     with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % worker.admin_port, timeout=10) as r:
         lines = r.read().decode().splitlines()
     got = {}
     for line in lines:
         name, _, v = line.partition(' ')
         got[name] = float(v) if v and not line.startswith('#') else got.get(name)
-    return got
-
-
-def counters(worker):
-    """(batches served, of them through shared memory, fallbacks to TCP) of a worker."""
-    got = metrics(worker)
     return (got['sluice_worker_batches_served_total'], got['sluice_worker_batches_shm_total'],
             got['sluice_worker_shm_fallbacks_total'])
 
 
 def lent(worker):
     """Batches a worker lent from their own blocks in a client's region (no copy)."""
-    return int(metrics(worker)['sluice_worker_batches_shm_lent_total'])
+    return int(metric(worker.admin_port, 'sluice_worker_batches_shm_lent_total'))
 
 
 def delta(after, before):
