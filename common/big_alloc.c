@@ -145,25 +145,38 @@ void sl__big_foreign_remove(void *base)
     pthread_mutex_unlock(&foreign_mu);
 }
 
-/* Gives p to the free function of the foreign range it lies in.
- * @return false when it lies in none */
-static bool foreign_free(void *p)
+/* The foreign range p lies in, into *found. @return false when none */
+static bool foreign_find(const void *p, struct foreign *found)
 {
     /* A block of a range is allocated (by another thread, under that
      * range's own lock) before it can be freed, and the range added before
      * that: a thread freeing one sees foreign_n > 0. */
     if (atomic_load_explicit(&foreign_n, memory_order_relaxed) == 0)
         return false;
-    struct foreign found = {0};
+    *found = (struct foreign){0};
     pthread_mutex_lock(&foreign_mu);
     unsigned n = atomic_load_explicit(&foreign_n, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++)
         if ((uintptr_t)p >= foreign[i].base && (uintptr_t)p < foreign[i].end) {
-            found = foreign[i];
+            *found = foreign[i];
             break;
         }
     pthread_mutex_unlock(&foreign_mu);
-    if (!found.free_fn)
+    return found->free_fn != NULL;
+}
+
+bool sl__big_is_foreign(const void *p)
+{
+    struct foreign found;
+    return p && foreign_find(p, &found);
+}
+
+/* Gives p to the free function of the foreign range it lies in.
+ * @return false when it lies in none */
+static bool foreign_free(void *p)
+{
+    struct foreign found;
+    if (!foreign_find(p, &found))
         return false;
     found.free_fn(found.arg, p);
     return true;

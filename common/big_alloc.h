@@ -13,6 +13,7 @@
 #ifndef SL_BIG_ALLOC_H
 #define SL_BIG_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /**
@@ -92,6 +93,8 @@ typedef void (*sl_big_foreign_free_fn)(void *arg, void *p);
 int sl__big_foreign_add(void *base, size_t size, sl_big_foreign_free_fn free_fn, void *arg);
 /** Removes the range that starts at base (added before). */
 void sl__big_foreign_remove(void *base);
+/** @return whether p lies in a range added with sl__big_foreign_add() */
+bool sl__big_is_foreign(const void *p);
 
 /** Frees every kept block (also done at exit). */
 void sl__big_cache_drain(void);

@@ -130,8 +130,17 @@ static int shuffle_next(sl_iter_t *it, sl_element_t *out)
             }
         }
     }
-    if (s->n == 0)
+    if (s->n == 0) {
+        /* The input ended and the buffer is empty: its slots go now, not
+         * when the pipeline is destroyed. A task's pipeline lives until its
+         * job is collected, and under a tight --max-memory-mb the next job
+         * on the worker needs the room. A reset grows them again. */
+        free(s->slots);
+        s->slots = NULL;
+        s->cap = 0;
+        sl_memacct_release_all(&s->mem);
         return 1;
+    }
     /* The draw this output takes: the one made ahead for a full buffer,
      * or, when the buffer is not full (the input ended), a draw now from
      * the state before the first one made ahead. Either way the same

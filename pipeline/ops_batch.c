@@ -188,13 +188,20 @@ static int batch_row_mismatch(struct batch_iter *b, uint32_t c, const sl_value_t
 
 /* A block of total bytes for a batch: where the pipeline's owner says for
  * the last batch's large ones, else sl__big_alloc()'s. */
-static uint8_t *block_alloc(struct batch_iter *b, size_t total)
+static uint8_t *block_alloc(struct batch_iter *b, size_t total, size_t *charge)
 {
     const sl_iter_ctx_t *ctx = b->base.ctx;
     uint8_t *p = NULL;
     if (b->last && total >= SL_PIPELINE_LEND_MIN && ctx->opts.block_alloc)
         p = ctx->opts.block_alloc(ctx->opts.block_arg, total);
-    return p ? p : sl__big_alloc(total);
+    if (p) {
+        /* The owner's memory, charged by its owner (a worker's region
+         * charges its pages as blocks are placed): *charge goes back. */
+        sl_memacct_release(&b->mem, *charge);
+        *charge = 0;
+        return p;
+    }
+    return sl__big_alloc(total);
 }
 
 /* Frees the blocks made ahead for batches up to `upto` (all: UINT64_MAX). */
@@ -232,13 +239,14 @@ static bool batch_dest(sl_iter_t *it, uint64_t n, uint32_t *c, uint8_t **p, size
     if (!a->p) {
         if (!sl_memacct_charge(&b->mem, b->lay_total))
             return false;
-        if (!(a->p = block_alloc(b, b->lay_total))) {
-            sl_memacct_release(&b->mem, b->lay_total);
+        size_t charge = b->lay_total;
+        if (!(a->p = block_alloc(b, b->lay_total, &charge))) {
+            sl_memacct_release(&b->mem, charge);
             return false;
         }
         a->batch = k;
         a->gen = b->lay_gen;
-        a->charge = b->lay_total;
+        a->charge = charge;
     }
     *p = a->p + b->lay_off[*c] + row * b->lay_row[*c];
     *size = b->lay_row[*c];
@@ -314,7 +322,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     } else {
         if ((rc = charge_block(b, total)) < 0)
             goto fail;
-        if (!(block = block_alloc(b, total))) {
+        if (!(block = block_alloc(b, total, &b->block_charge))) {
             rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
             goto fail;
         }

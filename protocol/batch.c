@@ -13,6 +13,7 @@
  */
 #include "batch.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ void sl_wire_batch_free(sl_wire_batch_t *b)
 
 size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b)
 {
-    size_t n = b->size;
+    size_t n = b->size && sl__big_is_foreign(b->data) ? 0 : b->size;
     if (b->prov_heap)
         n += (size_t)b->prov_n * sizeof *b->prov_heap;
     if (b->prov_wire && b->prov_wire != b->prov_wire_one)
@@ -58,8 +59,31 @@ size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b)
     return n;
 }
 
+void sl_wire_batch_drop_runs(sl_wire_batch_t *b)
+{
+    if (!b->prov_heap || b->prov_n < 2 || !b->prov_wire)
+        return;
+    free(b->prov_heap);
+    b->prov_heap = NULL;
+}
+
 int sl__wire_batch_encode_prov(sl_wire_batch_t *b, bool dense)
 {
+    if (b->prov_n > 1 && !b->prov_heap) {
+        /* Dropped once encoded in the dense form, and now wanted as runs:
+         * decoded back from that form, one run a record (the same
+         * records). */
+        sl_provenance_run_t *runs = NULL;
+        uint64_t n = 0;
+        char err[256];
+        if (!b->prov_wire || sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->prov_records, &runs, &n, err,
+                                                sizeof err) < 0 || n < 2) {
+            free(runs);
+            return -ENOMEM; /* cannot be: this worker encoded them */
+        }
+        b->prov_heap = runs;
+        b->prov_n = n;
+    }
     if (b->prov_wire && b->prov_wire != b->prov_wire_one)
         free(b->prov_wire);
     b->prov_wire = NULL;

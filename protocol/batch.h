@@ -79,11 +79,25 @@ typedef struct sl_wire_batch {
 #define SL_PROV_RUN_BYTES 24
 _Static_assert(sizeof(sl_provenance_run_t) == SL_PROV_RUN_BYTES, "sl_provenance_run_t is 24 bytes");
 
-/** @return b's b->prov_n provenance runs, valid while b is */
+/** @return b's b->prov_n provenance runs, valid while b is; NULL once
+ *  sl_wire_batch_drop_runs() freed them (more than one run, none kept) */
 static inline const sl_provenance_run_t *sl_wire_batch_prov(const sl_wire_batch_t *b)
 {
-    return b->prov_heap ? b->prov_heap : &b->prov_one;
+    return b->prov_heap ? b->prov_heap : b->prov_n > 1 ? NULL : &b->prov_one;
 }
+
+/**
+ * Frees b's runs once they are encoded, when there is more than one: a
+ * shuffled batch's, 24 bytes an element, three times an int64 batch's
+ * tensors, which its buffer and the batches held until acknowledged would
+ * otherwise keep. prov_n stays; sl_wire_batch_prov() is NULL afterwards.
+ * Encoded in the runs form, which serves every client, they are not read
+ * again; in the dense form, a client that does not read it has them
+ * decoded back from it (sl_wire_batch_encode_prov(), one run a record). The
+ * caller must not need them otherwise (a DYNAMIC task settles a batch by
+ * its tally when it has one). Does nothing without an encoding.
+ */
+void sl_wire_batch_drop_runs(sl_wire_batch_t *b);
 
 /** sl_wire_batch_encode_prov() of a batch not yet encoded in a form that
  *  serves (inline, the check costs a send next to nothing). */
@@ -121,6 +135,9 @@ void sl_wire_batch_free(sl_wire_batch_t *b);
  * The bytes b holds: its tensor bytes, and its provenance runs, their wire
  * encoding and its tallies where they are on the heap (a shuffled batch's
  * runs, 24 bytes an element, can be three times an int64 batch's tensors).
+ * Tensor bytes in a block made in a client's shared-memory region (a
+ * foreign range of big_alloc.h) are not counted: the region's pages are
+ * charged already (workerd/shm.h).
  */
 size_t sl_wire_batch_held_bytes(const sl_wire_batch_t *b);
 

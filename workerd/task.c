@@ -631,6 +631,10 @@ static void *producer_main(void *arg)
             count_out(t, b);
             b->prov_span_known = b->prov_n > 0;
             encode_prov(t, b);
+            /* Counted split by split, the batch is settled by its tally
+             * when sent: once encoded, its runs are not read again. */
+            if (b->tally)
+                sl_wire_batch_drop_runs(b);
         }
         pthread_mutex_lock(&t->mu);
         t->working = false;
@@ -795,7 +799,11 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     t->prefetch_now = t->cfg.split_prefetch;
     if (t->cfg.buffer_batches == 0)
         t->cfg.buffer_batches = 1;
-    atomic_init(&t->prov_form, PROV_NONE);
+    /* A DYNAMIC consumer asks for provenance, in the dense form where it
+     * applies, unless told otherwise: its first batches, made before it
+     * asks, are encoded so and keep no runs (producer_main()); a consumer
+     * that reads another form has them encoded again at the send. */
+    atomic_init(&t->prov_form, def->sharding == SL_SHARDING_DYNAMIC ? PROV_DENSE : PROV_NONE);
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->track_mu, NULL);
     pthread_mutex_init(&t->lend_mu, NULL);

@@ -274,6 +274,9 @@ Test(big_alloc, a_block_of_a_foreign_range_goes_back_to_it)
     static uint8_t one[8192], two[8192];
     cr_assert_eq(sl__big_foreign_add(one, sizeof one, count_free, (void *)0), 0);
     cr_assert_eq(sl__big_foreign_add(two, sizeof two, count_free, (void *)1), 0);
+    cr_assert(sl__big_is_foreign(one) && sl__big_is_foreign(two + sizeof two - 1));
+    uint8_t elsewhere;
+    cr_assert(!sl__big_is_foreign(&elsewhere));
     sl__big_free(one + 4096);
     sl__big_free(two);
     sl__big_free(two + sizeof two - 1);
@@ -287,4 +290,5 @@ Test(big_alloc, a_block_of_a_foreign_range_goes_back_to_it)
     cr_assert_eq(freed_in[1], 3);
     sl__big_foreign_remove(two);
     cr_assert_eq(freed_in[0], 1);
+    cr_assert(!sl__big_is_foreign(one) && !sl__big_is_foreign(two) && !sl__big_is_foreign(NULL));
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "big_alloc.h"
 #include "held.h"
 #include "sluice.h"
 
@@ -115,5 +116,46 @@ Test(held, held_bytes_are_charged_to_the_budget_and_what_it_refuses_is_not_held)
     serve(h, 5, 3, 3, 0, 100);
     cr_assert_eq(sl_membudget_used(&mem), 100, "acknowledged: given back");
     sl_holders_free(h);
+    cr_assert_eq(sl_membudget_used(&mem), 0);
+}
+
+static unsigned region_frees;
+
+static void region_free(void *arg, void *p)
+{
+    (void)arg;
+    (void)p;
+    region_frees++;
+}
+
+/* A batch whose block was made in a client's shared-memory region (a
+ * foreign range, workerd/shm.h) is held without charging its tensor bytes
+ * again: the region charged its pages when the block was placed. Its block
+ * goes back to the region when the batch is acknowledged. */
+Test(held, a_batch_made_in_shared_memory_is_held_without_charging_its_block_twice)
+{
+    static uint8_t region[1 << 16];
+    cr_assert_eq(sl__big_foreign_add(region, sizeof region, region_free, NULL), 0);
+    sl_membudget_t mem;
+    sl_membudget_init(&mem, 1 << 20, "--max-memory-mb");
+    sl_holders_t *h = sl_holders_new(&mem);
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, 5, 1, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    sl_wire_batch_t *b = calloc(1, sizeof *b);
+    cr_assert_not_null(b);
+    b->data = region + 4096;
+    b->size = 32768;
+    cr_assert_eq(sl_wire_batch_held_bytes(b), 0);
+    sl_served_t *s = sl_served_new(7, b);
+    cr_assert_not_null(s);
+    cr_assert(sl_holders_keep(h, 5, 1, s, 0));
+    sl_served_unref(s);
+    counts(h, 1, 0);
+    cr_assert_eq(sl_membudget_used(&mem), 0, "%zu bytes charged", sl_membudget_used(&mem));
+    serve(h, 5, 2, 2, 0, 100); /* acknowledges 1 */
+    cr_assert_eq(region_frees, 1, "the block went back to its region");
+    cr_assert_eq(sl_membudget_used(&mem), 100);
+    sl_holders_free(h);
+    sl__big_foreign_remove(region);
     cr_assert_eq(sl_membudget_used(&mem), 0);
 }

@@ -207,6 +207,47 @@ Test(membudget_pipeline, pipelines_under_the_budget_run_exactly_and_give_everyth
     cr_assert_eq(budget.refusals, 0);
 }
 
+/* A shuffle whose input ended gives its slots back when its buffer empties,
+ * not when the pipeline is destroyed: a worker keeps a finished task's
+ * pipeline until its job is collected, and the next job needs the room. A
+ * repeat after it grows them again for the next epoch. */
+Test(membudget_pipeline, a_shuffle_gives_its_slots_back_when_its_input_ends_and_it_empties)
+{
+    sl_pipeline_opts_t o = {.mem = &budget};
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"range\",\"stop\":50000},\"ops\":["
+                                     "{\"op\":\"shuffle\",\"buffer_size\":20000,\"seed\":4},"
+                                     "{\"op\":\"repeat\",\"count\":2},{\"op\":\"batch\",\"batch_size\":1000}]}",
+                                     &o);
+    size_t most = 0, last = 0;
+    uint64_t n = 0;
+    int64_t sum = 0;
+    int rc;
+    for (;;) {
+        sl_wire_batch_t *b = NULL;
+        rc = sl_pipeline_next(p, &b);
+        if (rc != 0)
+            break;
+        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+        for (int64_t k = 0; k < b->components[0].shape[0]; k++)
+            sum += v[k];
+        n += (uint64_t)b->components[0].shape[0];
+        sl_wire_batch_free(b);
+        last = sl_membudget_used(&budget);
+        if (last > most)
+            most = last;
+    }
+    cr_assert_eq(rc, 1, "%s", sl_pipeline_errmsg(p));
+    cr_assert_eq(n, 100000);
+    cr_assert_eq(sum, (int64_t)49999 * 50000);
+    /* What stays is what the batch's account keeps reserved (at most two
+     * granules, membudget.h), not the slots (20000 of at least 64 bytes). */
+    cr_assert_gt(most, (size_t)20000 * 64, "the slots were never charged (%zu bytes at most)", most);
+    cr_assert_leq(sl_membudget_used(&budget), 2 * SL_MEMACCT_GRANULE, "the ended pipeline still has %zu bytes charged",
+                  sl_membudget_used(&budget));
+    sl_pipeline_destroy(p);
+    cr_assert_eq(budget.refusals, 0);
+}
+
 Test(membudget_pipeline, a_batch_over_the_budget_fails_naming_it)
 {
     sl_pipeline_opts_t o = {.mem = &budget};

@@ -724,6 +724,50 @@ Test(provwire, a_batch_is_encoded_in_the_form_its_client_reads)
     free(b.prov_heap);
 }
 
+/* A worker frees a shuffled batch's runs once they are encoded (they are
+ * three times its int64 tensors): the batch then counts without them, and
+ * a client that does not read the dense form it was encoded in still gets
+ * its records, decoded back from that form. Runs form, dense form, and
+ * nothing dropped without an encoding or with one run. */
+Test(provwire, a_batch_drops_its_runs_once_encoded_and_can_still_be_sent_as_runs)
+{
+    sl_provenance_run_t want[64];
+    for (int i = 0; i < 64; i++)
+        want[i] = (sl_provenance_run_t){3, 1, 7000 + (uint64_t)((i * 37) % 64) * 2, 1};
+    for (int dense = 0; dense < 2; dense++) {
+        sl_wire_batch_t b = {0};
+        b.prov_heap = malloc(sizeof want);
+        cr_assert_not_null(b.prov_heap);
+        memcpy(b.prov_heap, want, sizeof want);
+        b.prov_n = 64;
+        size_t before = sl_wire_batch_held_bytes(&b);
+        sl_wire_batch_drop_runs(&b); /* not encoded: kept */
+        cr_assert_not_null(b.prov_heap);
+        cr_assert_eq(sl_wire_batch_encode_prov(&b, dense), 0);
+        cr_assert_eq(b.prov_wire_dense, dense);
+        sl_wire_batch_drop_runs(&b);
+        cr_assert_null(b.prov_heap);
+        cr_assert_null(sl_wire_batch_prov(&b));
+        cr_assert_eq(b.prov_n, 64);
+        cr_assert_eq(sl_wire_batch_held_bytes(&b), before - sizeof want + b.prov_wire_len);
+        /* Sent again to a client of each form. */
+        cr_assert_eq(sl_wire_batch_encode_prov(&b, true), 0);
+        cr_assert_eq(sl_wire_batch_encode_prov(&b, false), 0);
+        cr_assert(!b.prov_wire_dense && b.prov_wire[0] == 1, "dense %d: not the runs form", dense);
+        sl_provenance_run_t got[64];
+        uint64_t m;
+        char err[256];
+        cr_assert_eq(sl_provwire_read(b.prov_wire, b.prov_wire_len, 64, got, &m, err, sizeof err), 0, "%s", err);
+        cr_assert(m == 64 && memcmp(got, want, sizeof got) == 0, "dense %d: other records", dense);
+        free(b.prov_wire);
+        free(b.prov_heap);
+    }
+    sl_wire_batch_t o = {.prov_n = 1, .prov_one = {0, 0, 0, 64}};
+    cr_assert_eq(sl_wire_batch_encode_prov(&o, false), 0);
+    sl_wire_batch_drop_runs(&o);
+    cr_assert_eq(sl_wire_batch_prov(&o), &o.prov_one, "one run is kept in the batch");
+}
+
 /* A batch of one run (most unshuffled ones) is encoded by a path of its
  * own: the same bytes as sl_provwire_encode() of that run, the same
  * records, in the batch itself, for any fields: epochs and files up to
