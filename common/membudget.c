@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "metrics.h"
@@ -12,6 +13,12 @@
 void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option)
 {
     *b = (sl_membudget_t){.limit = limit, .option = option};
+    pthread_mutex_init(&b->wait_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->wait_cv, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
 /* Charges bytes, counting a refusal only when count is set (a granule
@@ -46,6 +53,74 @@ bool sl_membudget_charge(sl_membudget_t *b, size_t bytes)
     return charge(b, bytes, true);
 }
 
+bool sl_membudget_try_charge(sl_membudget_t *b, size_t bytes)
+{
+    if (charge(b, bytes, false))
+        return true;
+    if (b->reclaim)
+        b->reclaim();
+    return charge(b, bytes, false);
+}
+
+static bool cancelled(const bool *cancel)
+{
+    return cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+}
+
+void sl_membudget_count_wait(sl_membudget_t *b)
+{
+    if (!b)
+        return;
+    __atomic_add_fetch(&b->waits, 1, __ATOMIC_RELAXED);
+    if (b->m_waits)
+        sl_metric_add(b->m_waits, 1);
+}
+
+bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cancel)
+{
+    if (!b || sl_membudget_try_charge(b, bytes))
+        return true;
+    if (cancelled(cancel))
+        return false; /* no refusal: its owner stops */
+    if (b->wait_ms == 0)
+        return charge(b, bytes, true);
+    sl_membudget_count_wait(b);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += b->wait_ms / 1000;
+    until.tv_nsec += (long)(b->wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    bool ok = false;
+    pthread_mutex_lock(&b->wait_mu);
+    /* Counted as a waiter before the charge is tried again: a release
+     * after that try sees the count and wakes this thread. */
+    __atomic_add_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (;;) {
+        if ((ok = charge(b, bytes, false)) || cancelled(cancel))
+            break;
+        if (pthread_cond_timedwait(&b->wait_cv, &b->wait_mu, &until) != 0) {
+            ok = charge(b, bytes, false);
+            break;
+        }
+    }
+    __atomic_sub_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&b->wait_mu);
+    return ok || (!cancelled(cancel) && charge(b, bytes, true));
+}
+
+void sl_membudget_wake(sl_membudget_t *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->wait_mu);
+    pthread_cond_broadcast(&b->wait_cv);
+    pthread_mutex_unlock(&b->wait_mu);
+}
+
 bool sl_membudget_charge_spare(sl_membudget_t *b, size_t bytes)
 {
     return charge(b, bytes, false);
@@ -55,9 +130,11 @@ void sl_membudget_release(sl_membudget_t *b, size_t bytes)
 {
     if (!b || bytes == 0)
         return;
-    __atomic_sub_fetch(&b->used, bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&b->used, bytes, __ATOMIC_SEQ_CST);
     if (b->m_charged)
         sl_metric_add(b->m_charged, -(double)bytes);
+    if (__atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST) > 0)
+        sl_membudget_wake(b);
 }
 
 size_t sl_membudget_used(const sl_membudget_t *b)
@@ -109,7 +186,7 @@ static size_t round_up(size_t x)
     return (x + SL_MEMACCT_GRANULE - 1) & ~(SL_MEMACCT_GRANULE - 1);
 }
 
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes)
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const bool *cancel)
 {
     size_t want;
     if (__builtin_add_overflow(a->held, bytes, &want)) {
@@ -126,7 +203,8 @@ bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes)
     size_t grown = want <= SIZE_MAX - SL_MEMACCT_GRANULE ? round_up(want) : want;
     if (grown > a->reserved && charge(a->budget, grown - a->reserved, false)) {
         a->reserved = grown;
-    } else if (sl_membudget_charge(a->budget, want - a->reserved)) {
+    } else if (wait ? sl_membudget_charge_wait(a->budget, want - a->reserved, cancel)
+                    : sl_membudget_charge(a->budget, want - a->reserved)) {
         a->reserved = want;
     } else {
         return false;

@@ -24,6 +24,7 @@
 #ifndef SL_MEMBUDGET_H
 #define SL_MEMBUDGET_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,15 @@ typedef struct sl_membudget {
     const char *option;          /* how the limit is set, for messages ("--max-memory-mb") */
     struct sl_metric *m_charged; /* optional gauge of used, in bytes */
     struct sl_metric *m_refusals; /* optional counter of refusals */
+    /* How long a charge that may wait (sl_membudget_charge_wait()) waits
+     * in all for others to give memory back before it is refused: 0 (the
+     * default) never. Set before the owners start. */
+    unsigned wait_ms;
+    uint64_t waits;              /* charges that waited (atomic) */
+    struct sl_metric *m_waits;   /* optional counter of waits */
+    unsigned waiters;            /* charges waiting now (atomic) */
+    pthread_mutex_t wait_mu;     /* with wait_cv: a release wakes the waiters */
+    pthread_cond_t wait_cv;
     /* Optional: gives back memory held only for reuse (kept batch blocks,
      * big_alloc.h), called once when a charge does not fit, before it is
      * refused. It must not charge this budget. */
@@ -61,6 +71,32 @@ bool sl_membudget_charge(sl_membudget_t *b, size_t bytes);
  * as a refusal nor makes b reclaim. A NULL b always charges.
  */
 bool sl_membudget_charge_spare(sl_membudget_t *b, size_t bytes);
+
+/**
+ * Charges bytes against b, reclaim included, for an owner that waits for
+ * room on its own rather than fail (a task whose own batches go back as its
+ * client reads them): like sl_membudget_charge(), but a charge that does
+ * not fit is not counted as a refusal. A NULL b always charges.
+ */
+bool sl_membudget_try_charge(sl_membudget_t *b, size_t bytes);
+
+/**
+ * Charges bytes against b for an owner that may wait (a pipeline's thread,
+ * never an event loop's): like sl_membudget_charge(), but a charge that
+ * does not fit waits for releases, b->wait_ms in all, before it is refused.
+ * Memory others hold for a while (a finished job's task before the worker
+ * drops it, batches on their way to a client) then does not fail a task
+ * that fits once they are gone. Stops waiting, refused, once *cancel is
+ * true (read atomically; NULL: never), which sl_membudget_wake() makes
+ * every waiter look at. A NULL b always charges.
+ */
+bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cancel);
+
+/** Makes every waiting charge look at its cancel flag again. NULL b is ignored. */
+void sl_membudget_wake(sl_membudget_t *b);
+
+/** Counts a wait an owner did on its own (sluice_worker_memory_waits_total). */
+void sl_membudget_count_wait(sl_membudget_t *b);
 
 /** Gives back bytes an earlier charge took. NULL b is ignored. */
 void sl_membudget_release(sl_membudget_t *b, size_t bytes);
@@ -94,8 +130,9 @@ static inline void sl_memacct_init(sl_memacct_t *a, sl_membudget_t *budget)
     a->held = a->reserved = 0;
 }
 
-/* sl_memacct_charge()'s slow path: reserves from the budget. */
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes);
+/* sl_memacct_charge()'s slow path: reserves from the budget, waiting as
+ * sl_membudget_charge_wait() does when wait. */
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const bool *cancel);
 
 /**
  * Charges bytes to the account.
@@ -107,7 +144,17 @@ static inline bool sl_memacct_charge(sl_memacct_t *a, size_t bytes)
         a->held += bytes;
         return true;
     }
-    return sl__memacct_reserve(a, bytes);
+    return sl__memacct_reserve(a, bytes, false, NULL);
+}
+
+/** sl_memacct_charge() that waits for the budget as sl_membudget_charge_wait() does. */
+static inline bool sl_memacct_charge_wait(sl_memacct_t *a, size_t bytes, const bool *cancel)
+{
+    if (bytes <= a->reserved - a->held) {
+        a->held += bytes;
+        return true;
+    }
+    return sl__memacct_reserve(a, bytes, true, cancel);
 }
 
 /** Releases bytes of what the account holds (at most what it holds). */

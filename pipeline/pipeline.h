@@ -121,7 +121,11 @@ typedef struct sl_pipeline_opts {
                                            decode_jpeg an image while it decodes it; a charge
                                            over it fails the pipeline with SL_ETOOBIG (a cache
                                            gives up instead). NULL: no limit. Must outlive
-                                           the pipeline. */
+                                           the pipeline. Shuffle's and batch's charges wait
+                                           for room as sl_membudget_charge_wait() does. */
+    const bool *mem_cancel;             /* such a wait stops once *mem_cancel is true (read
+                                           atomically; sl_membudget_wake() makes it look);
+                                           NULL: never */
     void *(*block_alloc)(void *arg, size_t size); /* where the pipeline's last batch (after
                                            it only prefetch, take, skip, repeat, shard: ops
                                            that pass elements on unread) makes a block of at least

@@ -283,6 +283,13 @@ int main(int argc, char **argv)
     mem.m_refusals = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_memory_refusals_total", NULL,
                                         "Charges the memory budget refused (a task failed or a cache gave up).",
                                         NULL, 0);
+    mem.m_waits = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_memory_waits_total", NULL,
+                                     "Charges that waited for the memory budget to have room (memory a task's own "
+                                     "batches, a finished job or batches on their way to clients give back).",
+                                     NULL, 0);
+    /* A pipeline's charge that does not fit waits this long for others
+     * to give memory back before its task fails (membudget.h). */
+    mem.wait_ms = SL_WORKER_MEMORY_WAIT_MS;
     o.worker.task.mem = &mem;
     /* Sent batches' blocks kept for the next batch are charged too, and
      * freed first when a task needs the room (big_alloc.h). */

@@ -88,6 +88,10 @@ struct sl_task {
      * the ring has drained to half (room_to_wake()), so that it makes
      * several batches per wake-up rather than one. */
     bool room_wait;
+    /* The producer sleeps on `wake` for the worker's memory budget to have
+     * room for its finished batch, which the task's own batches give back
+     * as they are written (sl_task_release()). */
+    bool budget_wait;
     /* sl_task_take() found nothing: the network thread has a request
      * parked, and the next batch made must tell its loop. Batches made
      * while nobody waits go into the ring without waking the loop. */
@@ -678,8 +682,36 @@ static void *producer_main(void *arg)
             return NULL;
         }
         /* The buffered batches are charged to the worker's memory budget
-         * (released in sl_task_release()); a refusal fails the task. */
-        if (!sl_membudget_charge(t->cfg.mem, b->charged)) {
+         * (released in sl_task_release()). Whether a tight budget is full
+         * at this moment depends on timing, and a task must not fail on
+         * that. While the task holds batches of its own, the charge waits
+         * for them to be written, as it waits for room in the ring. */
+        bool charged;
+        while (!(charged = sl_membudget_try_charge(t->cfg.mem, b->charged)) && !t->stop &&
+               t->count + t->taken > 0) {
+            if (!t->budget_wait)
+                sl_membudget_count_wait(t->cfg.mem);
+            t->budget_wait = true;
+            pthread_cond_wait(&t->wake, &t->mu);
+        }
+        t->budget_wait = false;
+        if (!charged && !t->stop) {
+            /* With none of its own out, for what others give back (a
+             * finished job's task before the worker drops it, batches on
+             * their way to clients), at most the budget's wait: without
+             * the task's lock, which the loop takes to give room back. */
+            pthread_mutex_unlock(&t->mu);
+            charged = sl_membudget_charge_wait(t->cfg.mem, b->charged, &t->stop);
+            pthread_mutex_lock(&t->mu);
+        }
+        if (t->stop) {
+            if (charged)
+                sl_membudget_release(t->cfg.mem, b->charged);
+            pthread_mutex_unlock(&t->mu);
+            sl_wire_batch_free(b);
+            return NULL;
+        }
+        if (!charged) {
             char msg[400];
             sl_membudget_refusal(t->cfg.mem, b->charged, "a finished batch in the task's buffer", msg, sizeof msg);
             t->producer = PRODUCER_FAILED;
@@ -856,6 +888,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .cache = cfg->cache,
         .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
         .mem = cfg->mem,
+        .mem_cancel = &t->stop,
         .block_alloc = lend_alloc,
         .block_arg = t,
     };
@@ -887,9 +920,10 @@ void sl_task_free(sl_task_t *t)
         return;
     if (t->thread_started) {
         pthread_mutex_lock(&t->mu);
-        t->stop = true;
+        __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE); /* also read by a wait for the budget */
         pthread_cond_broadcast(&t->wake);
         pthread_mutex_unlock(&t->mu);
+        sl_membudget_wake(t->cfg.mem);
         pthread_join(t->thread, NULL);
     }
     for (unsigned i = 0; i < t->count; i++)
@@ -983,7 +1017,7 @@ void sl_task_release(sl_task_t *t, const sl_wire_batch_t *b)
     t->held_bytes -= b->charged;
     sl_membudget_release(t->cfg.mem, b->charged);
     t->taken--;
-    if (room_to_wake(t))
+    if (t->budget_wait || room_to_wake(t))
         pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);
     notify_loop(t);
@@ -1073,6 +1107,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .buffered_batches = t->count,
         .buffered_bytes = t->held_bytes,
         .buffer_full = t->room_wait,
+        .budget_wait = t->budget_wait,
         .buffer_capacity_batches = t->cfg.buffer_batches,
         .buffer_capacity_bytes = t->cfg.buffer_bytes,
         .pipeline_seconds = t->pipeline_seconds,

@@ -164,6 +164,7 @@ typedef struct sl_task_info {
     size_t buffered_bytes;     /* held: buffered, and taken but not yet written; a batch
                                   counts with its provenance (sl_wire_batch_held_bytes()) */
     bool buffer_full;          /* the pipeline waits for room in the buffer */
+    bool budget_wait;          /* its finished batch waits for the memory budget (its own batches give it back) */
     unsigned buffer_capacity_batches;
     size_t buffer_capacity_bytes;
     double pipeline_seconds;   /* time spent in the pipeline making batches */

@@ -39,6 +39,12 @@ typedef struct sl_worker_config {
 
 void sl_worker_config_init(sl_worker_config_t *cfg);
 
+/* How long a pipeline's charge that does not fit the memory budget waits
+ * for memory others give back (a finished job's task until the worker
+ * drops it, about a heartbeat; batches until their client acknowledges
+ * them) before its task fails (membudget.h, wait_ms). */
+#define SL_WORKER_MEMORY_WAIT_MS 2000
+
 /**
  * Starts listening and connecting to the dispatcher (retrying until it
  * answers).

@@ -197,5 +197,34 @@ class KeptBatchBlocks(ClusterCase):
         return r.returncode, np.frombuffer(r.stdout, dtype='<i8'), r.stderr.decode(errors='replace')
 
 
+class TightBudget(ClusterCase):
+    """A job that fits a tight budget runs whatever the moment: shuffled
+    DYNAMIC batches of 1 MiB (131,072 int64s; their provenance, 24 bytes an
+    element, three times that until encoded) behind a shuffle of 50,000 on a
+    worker of 16 MiB, twelve jobs back to back. Each needs about 13.5 MiB at
+    its peak, and a job starts while the one before it still holds memory
+    (its task until the worker drops it, batches until their client
+    acknowledges them): half of such runs once failed their task ("task
+    buffer: needs 4587743 bytes ... for a finished batch"), by timing alone.
+    Every job must deliver every element once."""
+    workers = 1
+    worker_args = ('--max-memory-mb', '16')
+
+    def test_back_to_back_jobs_at_the_edge_of_the_budget_all_complete_exactly(self):
+        n = 2000000
+        port = self.c.workers[0].admin_port
+        for i in range(12):
+            spec = range_spec(n, [{"op": "shuffle", "buffer_size": 50000, "seed": i},
+                                  {"op": "batch", "batch_size": 131072}])
+            r = subprocess.run(self.c.cat_argv(spec, ['--sharding', 'dynamic'], fmt='raw'), capture_output=True,
+                               timeout=300, env=child_env())
+            self.assertEqual(r.returncode, 0, 'job %d: %s' % (i, r.stderr.decode(errors='replace')[-2000:]))
+            got = np.frombuffer(r.stdout, dtype='<i8')
+            self.assertEqual(got.size, n, 'job %d' % i)
+            self.assertTrue(np.array_equal(np.sort(got), np.arange(n)), 'job %d: not every element once' % i)
+        self.assertLessEqual(metrics(port)['sluice_worker_memory_charged_bytes'], 16 << 20)
+        self.assertIsNotNone(metric(port, 'sluice_worker_memory_waits_total'))
+
+
 if __name__ == '__main__':
     unittest.main()

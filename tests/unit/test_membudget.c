@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "membudget.h"
 #include "pipeline_util.h"
@@ -34,6 +35,72 @@ Test(membudget, charges_up_to_the_limit_and_counts_refusals)
     /* No budget: everything fits. */
     cr_assert(sl_membudget_charge(NULL, SIZE_MAX));
     sl_membudget_release(NULL, 5);
+}
+
+struct waiter {
+    sl_membudget_t *b;
+    size_t bytes;
+    bool cancel;
+    bool got;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    w->got = sl_membudget_charge_wait(w->b, w->bytes, &w->cancel);
+    return NULL;
+}
+
+/* Gated on the waiter being counted (at most 30 s: a hang fails the test). */
+static void until_waiting(sl_membudget_t *b)
+{
+    for (int i = 0; i < 30000 && __atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST) == 0; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    cr_assert_eq(__atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST), 1, "the charge never waited");
+}
+
+/* A charge that may wait gets what a release gives back while it waits;
+ * one told to stop gives up without a refusal; one nobody makes room for
+ * is refused once its wait is over; without a wait it is refused at once. */
+Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_refused_after_its_wait)
+{
+    sl_membudget_t b;
+    sl_membudget_init(&b, 1000, "--max-memory-mb");
+    cr_assert_not(sl_membudget_charge_wait(&b, 2000, NULL), "without a wait: refused at once");
+    cr_assert_eq(b.refusals, 1);
+    cr_assert_eq(b.waits, 0);
+    b.wait_ms = 600000; /* the test ends long before, or hangs visibly */
+    cr_assert(sl_membudget_charge(&b, 900));
+    struct waiter w = {&b, 300, false, false};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    sl_membudget_release(&b, 500);
+    pthread_join(t, NULL);
+    cr_assert(w.got, "the release did not reach the waiting charge");
+    cr_assert_eq(sl_membudget_used(&b), 700);
+    cr_assert_eq(b.waits, 1);
+    cr_assert_eq(b.refusals, 1);
+    /* Told to stop. */
+    w = (struct waiter){&b, 600, false, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    __atomic_store_n(&w.cancel, true, __ATOMIC_RELEASE);
+    sl_membudget_wake(&b);
+    pthread_join(t, NULL);
+    cr_assert_not(w.got);
+    cr_assert_eq(b.refusals, 1, "a charge that stopped is no refusal");
+    cr_assert_eq(sl_membudget_used(&b), 700);
+    /* Nobody makes room. */
+    b.wait_ms = 20;
+    cr_assert_not(sl_membudget_charge_wait(&b, 600, NULL));
+    cr_assert_eq(b.refusals, 2);
+    cr_assert_eq(b.waits, 3);
+    cr_assert_eq(b.waiters, 0);
+    sl_membudget_release(&b, 700);
+    cr_assert(sl_membudget_charge_wait(NULL, SIZE_MAX, NULL));
 }
 
 Test(membudget, the_refusal_names_the_need_the_budget_and_the_option)

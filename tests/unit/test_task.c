@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -601,6 +602,109 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
     }
     cr_assert_eq(total, info.buffered_bytes);
     stop(&r);
+}
+
+/* Under a tight memory budget a finished batch that does not fit waits for
+ * the task's own batches to be written (they give their charge back), as it
+ * waits for room in the buffer, instead of failing the task: whether the
+ * budget is full at that moment depends on how far the client has read. A
+ * shuffled batch counts 4 to 5 times its tensor bytes with its provenance
+ * (about 350 KB here), so the buffer's charges run out of budget before the
+ * shuffle's slots and the block being filled do. */
+Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, (size_t)5 << 20, "--max-memory-mb");
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.mem = &budget;
+    cfg.buffer_batches = 64;
+    start_with(&r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\","
+               "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
+               &cfg);
+    sl_task_prov_form(r.task, true, true);
+    sl_task_info_t info;
+    for (int i = 0; i < 30000; i++) { /* nobody takes: polled until the pipeline waits, 30 s at most */
+        sl_task_info(r.task, &info);
+        if (info.budget_wait || info.state == SL_TASK_FAILED)
+            break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    cr_assert(info.budget_wait, "the pipeline never waited for the budget (state %d, %u batches buffered): %s",
+              info.state, info.buffered_batches, sl_task_errmsg(r.task));
+    cr_assert(!info.buffer_full);
+    cr_assert_gt(info.buffered_batches, 0);
+    cr_assert_leq(sl_membudget_used(&budget), budget.limit);
+    /* Taken one at a time, every element comes once and nothing is refused. */
+    static unsigned char seen[400000];
+    memset(seen, 0, sizeof seen);
+    uint64_t count = 0;
+    for (;;) {
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_task_take(r.task, &b);
+        if (rc == SL_TASK_PENDING) {
+            wait_notify(&r);
+            continue;
+        }
+        if (rc == SL_TASK_END)
+            break;
+        cr_assert_eq(rc, SL_TASK_BATCH, "%d: %s", rc, sl_task_errmsg(r.task));
+        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+        for (uint64_t i = 0; i < b->num_elements; i++) {
+            cr_assert(v[i] >= 0 && v[i] < 400000 && !seen[v[i]], "element %ld twice or out of range", (long)v[i]);
+            seen[v[i]] = 1;
+        }
+        count += b->num_elements;
+        sl_task_release(r.task, b);
+        sl_wire_batch_free(b);
+    }
+    cr_assert_eq(count, 400000);
+    cr_assert_eq(budget.refusals, 0, "a charge was refused");
+    stop(&r);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+}
+
+static void *stop_main(void *arg)
+{
+    stop(arg);
+    return NULL;
+}
+
+/* A pipeline whose charge waits for memory another owner holds (here the
+ * test, for ten minutes) stops waiting when its task is dropped: dropping
+ * it takes no longer than the pipeline's thread needs to see so, and the
+ * charge it gave up is no refusal. */
+Test(task, a_task_dropped_while_its_pipeline_waits_for_the_budget_stops_at_once)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, (size_t)1 << 20, "--max-memory-mb");
+    budget.wait_ms = 600000;
+    cr_assert(sl_membudget_charge(&budget, budget.limit));
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.mem = &budget;
+    start_with(&r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":100000},\"ops\":[{\"op\":\"shuffle\","
+               "\"buffer_size\":10000,\"seed\":1},{\"op\":\"batch\",\"batch_size\":100}]}",
+               &cfg);
+    for (int i = 0; i < 30000 && __atomic_load_n(&budget.waiters, __ATOMIC_SEQ_CST) == 0; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    cr_assert_eq(__atomic_load_n(&budget.waiters, __ATOMIC_SEQ_CST), 1, "the shuffle's charge never waited");
+    cr_assert_eq(sl_task_state(r.task), SL_TASK_RUNNING);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, stop_main, &r), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    cr_assert_eq(pthread_timedjoin_np(t, NULL, &until), 0, "dropping the task waited for the budget");
+    cr_assert_eq(budget.refusals, 0, "a charge given up as its task stopped counted as a refusal");
+    cr_assert_eq(budget.waits, 1);
+    sl_membudget_release(&budget, budget.limit);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
 }
 
 /* Runs a DYNAMIC task over range(2000000) in batches of 1000 as its
