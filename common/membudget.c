@@ -43,23 +43,25 @@ static bool charge(sl_membudget_t *b, size_t bytes, bool count)
     return true;
 }
 
-bool sl_membudget_charge(sl_membudget_t *b, size_t bytes)
+/* A charge that does not fit at once: memory held only for reuse goes
+ * first, then the charge once more, a refusal counted when count is set. */
+static bool charge_reclaim(sl_membudget_t *b, size_t bytes, bool count)
 {
     if (charge(b, bytes, false))
         return true;
-    /* Memory held only for reuse goes first; then the charge once more. */
     if (b->reclaim)
         b->reclaim();
-    return charge(b, bytes, true);
+    return charge(b, bytes, count);
+}
+
+bool sl_membudget_charge(sl_membudget_t *b, size_t bytes)
+{
+    return charge_reclaim(b, bytes, true);
 }
 
 bool sl_membudget_try_charge(sl_membudget_t *b, size_t bytes)
 {
-    if (charge(b, bytes, false))
-        return true;
-    if (b->reclaim)
-        b->reclaim();
-    return charge(b, bytes, false);
+    return charge_reclaim(b, bytes, false);
 }
 
 static bool cancelled(const bool *cancel)

@@ -285,32 +285,26 @@ Test(membudget_pipeline, a_shuffle_gives_its_slots_back_when_its_input_ends_and_
                                      "{\"op\":\"shuffle\",\"buffer_size\":20000,\"seed\":4},"
                                      "{\"op\":\"repeat\",\"count\":2},{\"op\":\"batch\",\"batch_size\":1000}]}",
                                      &o);
-    size_t most = 0, last = 0;
-    uint64_t n = 0;
-    int64_t sum = 0;
-    int rc;
-    for (;;) {
-        sl_wire_batch_t *b = NULL;
-        rc = sl_pipeline_next(p, &b);
-        if (rc != 0)
-            break;
-        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
-        for (int64_t k = 0; k < b->components[0].shape[0]; k++)
-            sum += v[k];
-        n += (uint64_t)b->components[0].shape[0];
-        sl_wire_batch_free(b);
-        last = sl_membudget_used(&budget);
-        if (last > most)
-            most = last;
-    }
-    cr_assert_eq(rc, 1, "%s", sl_pipeline_errmsg(p));
-    cr_assert_eq(n, 100000);
-    cr_assert_eq(sum, (int64_t)49999 * 50000);
+    /* Ten batches in, the buffer is full: its 20000 slots of at least 64
+     * bytes are charged. */
+    batches_t first = run_pipeline_n(p, 10);
+    cr_assert_eq(first.n, 10, "%s", first.errmsg);
+    size_t mid = sl_membudget_used(&budget);
+    cr_assert_gt(mid, (size_t)20000 * 64, "the slots were never charged (%zu bytes)", mid);
+    batches_t rest = run_pipeline(p);
+    cr_assert_eq(rest.rc, 1, "%s", rest.errmsg);
+    uint64_t n1, n2;
+    int64_t sum1, sum2;
+    sum_of(&first, &n1, &sum1);
+    sum_of(&rest, &n2, &sum2);
+    cr_assert_eq(n1 + n2, 100000);
+    cr_assert_eq(sum1 + sum2, (int64_t)49999 * 50000);
     /* What stays is what the batch's account keeps reserved (at most two
-     * granules, membudget.h), not the slots (20000 of at least 64 bytes). */
-    cr_assert_gt(most, (size_t)20000 * 64, "the slots were never charged (%zu bytes at most)", most);
+     * granules, membudget.h), not the slots. */
     cr_assert_leq(sl_membudget_used(&budget), 2 * SL_MEMACCT_GRANULE, "the ended pipeline still has %zu bytes charged",
                   sl_membudget_used(&budget));
+    batches_free(&first);
+    batches_free(&rest);
     sl_pipeline_destroy(p);
     cr_assert_eq(budget.refusals, 0);
 }

@@ -70,6 +70,36 @@ static void stop(struct run *r)
     event_base_free(r->base);
 }
 
+/* The task's info once ok says so, polled every millisecond for at most
+ * 30 s (a hang fails the test rather than the run): the last one read. */
+static sl_task_info_t info_when(struct run *r, bool (*ok)(const sl_task_info_t *))
+{
+    sl_task_info_t info;
+    for (int i = 0; i < 30000; i++) {
+        sl_task_info(r->task, &info);
+        if (ok(&info))
+            break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return info;
+}
+
+static bool sixteen_buffered(const sl_task_info_t *i)
+{
+    return i->buffered_batches == 16;
+}
+
+static bool buffer_full(const sl_task_info_t *i)
+{
+    return i->buffer_full;
+}
+
+static bool budget_wait_or_failed(const sl_task_info_t *i)
+{
+    return i->budget_wait || i->state == SL_TASK_FAILED;
+}
+
 /* Waits for the task's notify callback (a batch ready, splits wanted, the
  * end), at most 30 s: a hang fails the test rather than the run. */
 static void wait_notify(struct run *r)
@@ -491,14 +521,7 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
           "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}");
     /* Nobody takes (so nothing is notified): the pipeline fills its 16
      * batches and waits. Polled, for at most 30 s. */
-    sl_task_info_t info;
-    for (int i = 0; i < 30000; i++) {
-        sl_task_info(r.task, &info);
-        if (info.buffered_batches == 16)
-            break;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
+    sl_task_info_t info = info_when(&r, sixteen_buffered);
     cr_assert_eq(info.buffered_batches, 16);
     cr_assert_leq(info.batches_produced, 17, "made %lu batches with a buffer of 16",
                   (unsigned long)info.batches_produced);
@@ -577,14 +600,7 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
                "\"buffer_size\":10000,\"seed\":3},{\"op\":\"batch\",\"batch_size\":1000}]}",
                &cfg);
     sl_task_prov_form(r.task, true, true);
-    sl_task_info_t info;
-    for (int i = 0; i < 30000; i++) { /* nobody takes: polled until the pipeline waits, 30 s at most */
-        sl_task_info(r.task, &info);
-        if (info.buffer_full)
-            break;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
+    sl_task_info_t info = info_when(&r, buffer_full); /* nobody takes: until the pipeline waits */
     cr_assert(info.buffer_full, "the pipeline never waited for room");
     cr_assert_leq(info.buffered_bytes, cfg.buffer_bytes);
     cr_assert_lt(info.buffered_batches, 12, "%u batches of 8000 tensor bytes in a buffer of %zu bytes",
@@ -624,14 +640,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
                "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
                &cfg);
     sl_task_prov_form(r.task, true, true);
-    sl_task_info_t info;
-    for (int i = 0; i < 30000; i++) { /* nobody takes: polled until the pipeline waits, 30 s at most */
-        sl_task_info(r.task, &info);
-        if (info.budget_wait || info.state == SL_TASK_FAILED)
-            break;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
+    sl_task_info_t info = info_when(&r, budget_wait_or_failed); /* nobody takes: until the pipeline waits */
     cr_assert(info.budget_wait, "the pipeline never waited for the budget (state %d, %u batches buffered): %s",
               info.state, info.buffered_batches, sl_task_errmsg(r.task));
     cr_assert(!info.buffer_full);
