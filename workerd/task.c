@@ -504,7 +504,8 @@ void sl_task_prov_form(sl_task_t *task, bool provenance, bool dense)
  * in the cache: the network thread then sends the encoded bytes without
  * reading the runs (a shuffled batch of 1024 has 24 KB of them), and the
  * runs' memory, reused by the next batch, does not bounce between the two
- * threads' cores. Not done while no consumer has asked for provenance; a
+ * threads' cores. Not done while the consumers said they read no
+ * provenance (a DYNAMIC task starts in the dense form: sl_task_new()); a
  * consumer that reads another form gets it encoded at the send
  * (sl_wire_batch_encode_prov() keeps a form that serves it). Without
  * memory it is left to the send, which answers the consumer with the
