@@ -69,6 +69,8 @@ struct batch_iter {
     size_t gathered;         /* of mem: what the gathered elements own */
     bool last;               /* the pipeline's last batch (only prefetch, take, skip, repeat and shard
                                 after it): ctx->opts.block_alloc may place its block */
+    bool in_order;           /* and only prefetch, take and repeat: its outputs are the pipeline's */
+    uint64_t outs;           /* batches it gave, never reset: the next one's index among them */
     /* Map-and-batch fusion (fast path, below a parallel stage that asks:
      * base.dest_stage): batches made since the last reset (the one being
      * made is number `made`); the layout of the last batch, which the next
@@ -188,12 +190,15 @@ static int batch_row_mismatch(struct batch_iter *b, uint32_t c, const sl_value_t
 
 /* A block of total bytes for a batch: where the pipeline's owner says for
  * the last batch's large ones, else sl__big_alloc()'s. */
-static uint8_t *block_alloc(struct batch_iter *b, size_t total, size_t *charge)
+static uint8_t *block_alloc(struct batch_iter *b, size_t total, uint64_t batch, size_t *charge)
 {
     const sl_iter_ctx_t *ctx = b->base.ctx;
     uint8_t *p = NULL;
+    /* Batch `batch` since the last reset, the one being made `made`: its
+     * output is number outs + batch - made. */
+    uint64_t index = b->in_order ? b->outs + (batch - b->made) : SL_PIPELINE_UNORDERED;
     if (b->last && total >= SL_PIPELINE_LEND_MIN && ctx->opts.block_alloc)
-        p = ctx->opts.block_alloc(ctx->opts.block_arg, total);
+        p = ctx->opts.block_alloc(ctx->opts.block_arg, total, index);
     if (p) {
         /* The owner's memory, charged by its owner (a worker's region
          * charges its pages as blocks are placed): *charge goes back. */
@@ -240,7 +245,7 @@ static bool batch_dest(sl_iter_t *it, uint64_t n, uint32_t *c, uint8_t **p, size
         if (!sl_memacct_charge(&b->mem, b->lay_total))
             return false;
         size_t charge = b->lay_total;
-        if (!(a->p = block_alloc(b, b->lay_total, &charge))) {
+        if (!(a->p = block_alloc(b, b->lay_total, k, &charge))) {
             sl_memacct_release(&b->mem, charge);
             return false;
         }
@@ -322,7 +327,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     } else {
         if ((rc = charge_block(b, total)) < 0)
             goto fail;
-        if (!(block = block_alloc(b, total, &b->block_charge))) {
+        if (!(block = block_alloc(b, total, b->made, &b->block_charge))) {
             rc = sl__iter_fail(it, -ENOMEM, "out of memory for a batch of %zu bytes", total);
             goto fail;
         }
@@ -431,6 +436,7 @@ static int batch_next_fast(sl_iter_t *it, sl_element_t *out)
     out->block = block;
     out->block_size = pos;
     out->num_elements = rows;
+    b->outs++;
     return 0;
 nomem_prov:
     rc = sl__iter_fail(it, -ENOMEM, "out of memory for the provenance of a batch");
@@ -943,10 +949,12 @@ int sl__op_batch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
     int n = sl_spec_num_ops(ctx->spec), i = 0;
     while (i < n && sl_spec_op(ctx->spec, i) != op)
         i++;
-    b->last = i < n;
+    b->last = b->in_order = i < n;
     while (b->last && ++i < n) {
         sl_op_kind_t k = sl_spec_op(ctx->spec, i)->kind;
-        b->last = k == SL_OP_PREFETCH || k == SL_OP_TAKE || k == SL_OP_SKIP || k == SL_OP_REPEAT || k == SL_OP_SHARD;
+        bool one_for_one = k == SL_OP_PREFETCH || k == SL_OP_TAKE || k == SL_OP_REPEAT;
+        b->in_order &= one_for_one;
+        b->last = one_for_one || k == SL_OP_SKIP || k == SL_OP_SHARD;
     }
     *out = &b->base;
     return 0;

@@ -92,6 +92,8 @@ typedef struct sl_cache_env {
 /* The least block sl_pipeline_opts_t.block_alloc is asked for: below it a
  * copy costs less than a shared block's bookkeeping. */
 #define SL_PIPELINE_LEND_MIN ((size_t)64 << 10)
+/* block_alloc's index when the batch's place among the outputs is not known. */
+#define SL_PIPELINE_UNORDERED UINT64_MAX
 
 typedef struct sl_pipeline_opts {
     sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
@@ -126,14 +128,19 @@ typedef struct sl_pipeline_opts {
     const bool *mem_cancel;             /* such a wait stops once *mem_cancel is true (read
                                            atomically; sl_membudget_wake() makes it look);
                                            NULL: never */
-    void *(*block_alloc)(void *arg, size_t size); /* where the pipeline's last batch (after
-                                           it only prefetch, take, skip, repeat, shard: ops
-                                           that pass elements on unread) makes a block of at least
-                                           SL_PIPELINE_LEND_MIN bytes: memory its consumer reads
-                                           in place (a worker's shared memory, workerd/shm.h),
-                                           freed by sl__big_free(); called on the pipeline's
-                                           thread with block_arg. NULL, or NULL from it:
-                                           sl__big_alloc() */
+    void *(*block_alloc)(void *arg, size_t size, uint64_t index); /* where the pipeline's
+                                           last batch (after it only prefetch, take, skip,
+                                           repeat, shard: ops that pass elements on unread)
+                                           makes a block of at least SL_PIPELINE_LEND_MIN bytes:
+                                           memory its consumer reads in place (a worker's shared
+                                           memory, workerd/shm.h), freed by sl__big_free();
+                                           called on the pipeline's thread with block_arg and
+                                           the batch's index among the pipeline's outputs (from
+                                           0; its blocks may be asked for ahead of it, one
+                                           batch's twice if the first is dropped), or
+                                           SL_PIPELINE_UNORDERED when the ops after it do not
+                                           keep outputs one for one (skip, shard). NULL, or NULL
+                                           from it: sl__big_alloc() */
     void *block_arg;
 } sl_pipeline_opts_t;
 

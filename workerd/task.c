@@ -67,11 +67,15 @@ struct sl_task {
     /* Shared memory (sl_task_lend_region()): the region the pipeline
      * makes its batch blocks in (a reference), read by the pipeline under
      * lend_mu, written by the network thread under it; the client it is
-     * for; and whether a second client ended it. */
+     * for; and whether a second client ended it. A task of coordinated
+     * reads has a region per consumer instead (lend_by, num_consumers of
+     * them): its k-th batch goes to consumer k mod num_consumers (rounds.h). */
     pthread_mutex_t lend_mu;
     sl_shm_region_t *lend;
     uint64_t lend_client;
     bool lend_client_set, lend_off;
+    sl_shm_region_t **lend_by;
+    uint32_t lend_n;
 
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the producer waits here for room or splits */
@@ -765,51 +769,62 @@ static size_t tail_room(size_t size)
     return (size < ((size_t)1 << 20) ? size : (size_t)1 << 20) + SL_SHM_ALIGN;
 }
 
-/* sl_pipeline_opts_t.block_alloc: a block in the task's region, if any
- * (the pipeline's thread). */
-static void *lend_alloc(void *arg, size_t size)
+/* sl_pipeline_opts_t.block_alloc: a block in the region of the client
+ * that batch `index` goes to, if known and any (the pipeline's thread). */
+static void *lend_alloc(void *arg, size_t size, uint64_t index)
 {
     sl_task_t *t = arg;
     void *p = NULL;
     pthread_mutex_lock(&t->lend_mu);
-    if (t->lend)
-        p = sl_shm_region_alloc(t->lend, size + tail_room(size));
+    sl_shm_region_t *r = !t->lend_n ? t->lend : index != SL_PIPELINE_UNORDERED ? t->lend_by[index % t->lend_n] : NULL;
+    if (r)
+        p = sl_shm_region_alloc(r, size + tail_room(size));
     pthread_mutex_unlock(&t->lend_mu);
     return p;
 }
 
-/* Makes r the region (NULL: none); the network thread. */
-static void lend_set(sl_task_t *t, sl_shm_region_t *r)
+/* Makes r the region at *at (NULL: none); the network thread. */
+static void lend_set(sl_task_t *t, sl_shm_region_t **at, sl_shm_region_t *r)
 {
     if (r)
         sl_shm_region_ref(r);
     pthread_mutex_lock(&t->lend_mu);
-    sl_shm_region_t *old = t->lend;
-    t->lend = r;
+    sl_shm_region_t *old = *at;
+    *at = r;
     pthread_mutex_unlock(&t->lend_mu);
     sl_shm_region_unref(old);
 }
 
-void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id)
+void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id, int64_t consumer)
 {
-    if (t->lend_off) /* only this thread writes these */
+    if (t->lend_n) { /* only this thread writes these */
+        if (consumer >= 0 && consumer < t->lend_n && t->lend_by[consumer] != r)
+            lend_set(t, &t->lend_by[consumer], r);
+        return;
+    }
+    if (t->lend_off)
         return;
     if (t->lend_client_set && t->lend_client != client_id) {
         t->lend_off = true;
-        lend_set(t, NULL);
+        lend_set(t, &t->lend, NULL);
         return;
     }
     if (t->lend == r)
         return;
     t->lend_client = client_id;
     t->lend_client_set = true;
-    lend_set(t, r);
+    lend_set(t, &t->lend, r);
 }
 
 void sl_task_unlend_region(sl_task_t *t, sl_shm_region_t *r)
 {
-    if (r && t->lend == r)
-        lend_set(t, NULL);
+    if (!r)
+        return;
+    if (t->lend == r)
+        lend_set(t, &t->lend, NULL);
+    for (uint32_t i = 0; i < t->lend_n; i++)
+        if (t->lend_by[i] == r)
+            lend_set(t, &t->lend_by[i], NULL);
 }
 
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
@@ -847,6 +862,13 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     t->retry_ev = evtimer_new(base, on_retry, t);
     if (!t->ring || !t->notify_ev || !t->retry_ev)
         goto fail;
+    /* Coordinated reads (at most 1024 consumers: rounds.h refuses more): a
+     * region per consumer to make blocks in. */
+    if (def->num_consumers > 0 && def->num_consumers <= 1024) {
+        if (!(t->lend_by = calloc(def->num_consumers, sizeof *t->lend_by)))
+            goto fail;
+        t->lend_n = def->num_consumers;
+    }
     rc = sl_spec_parse(spec_json, len, &t->spec, err, errlen);
     if (rc == -ENOMEM)
         goto fail;
@@ -944,6 +966,9 @@ void sl_task_free(sl_task_t *t)
     if (t->retry_ev)
         event_free(t->retry_ev);
     sl_shm_region_unref(t->lend); /* after the pipeline: its blocks hold their own */
+    for (uint32_t i = 0; i < t->lend_n; i++)
+        sl_shm_region_unref(t->lend_by[i]);
+    free(t->lend_by);
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->lend_mu);
     pthread_mutex_destroy(&t->track_mu);

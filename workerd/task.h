@@ -61,7 +61,8 @@ typedef struct sl_task_config {
 /**
  * Parses the task's dataset spec, builds its pipeline and starts its thread.
  * That thread activates an event on base (the notify callback), so base
- * must be made after evthread_use_pthreads(), as workerd's is. A pipeline that cannot be built for this worker (a file pattern outside
+ * must be made after evthread_use_pthreads(), as workerd's is. A pipeline
+ * that cannot be built for this worker (a file pattern outside
  * its data roots or matching nothing here, an op whose component is
  * missing) still gives a task: one that is FAILED from the start, with the
  * reason as its error, so that the dispatcher and the clients hear it.
@@ -88,10 +89,16 @@ void sl_task_free(sl_task_t *task);
  * region from now on (a reference), in place of the one before. Only while
  * the task has had one client: a second client's request ends it for good
  * (a region's client can read every block made in it, and write into its
- * mapping: another client's batches are never made there). Blocks made
- * before keep their region until they are freed.
+ * mapping: another client's batches are never made there). A task of
+ * coordinated reads (num_consumers in its def) keeps a region per consumer
+ * instead, consumer (its request's consumer_index; -1 for none) naming
+ * which: its k-th batch, which round k / num_consumers gives consumer k mod
+ * num_consumers (rounds.h), is made in that consumer's region, when the
+ * ops after the pipeline's last batch keep its outputs in order
+ * (sl_pipeline_opts_t.block_alloc). Blocks made before keep their region
+ * until they are freed.
  */
-void sl_task_lend_region(sl_task_t *task, struct sl_shm_region *r, uint64_t client_id);
+void sl_task_lend_region(sl_task_t *task, struct sl_shm_region *r, uint64_t client_id, int64_t consumer);
 /** The connection of r closes: the task makes no more blocks in it. */
 void sl_task_unlend_region(sl_task_t *task, struct sl_shm_region *r);
 

@@ -919,7 +919,7 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
                          .tomb_ok = here || buried};
     struct wtask *ht = how.seq > 0 || wc->shm_mapped ? find_task(w, req->task_id) : NULL;
     if (ht && wc->shm_mapped)
-        sl_task_lend_region(ht->task, wc->shm, req->client_id);
+        sl_task_lend_region(ht->task, wc->shm, req->client_id, req->coordinated ? (int64_t)req->consumer_index : -1);
     if (ht && how.seq > 0) {
         /* A request asked again after its connection broke gets the batch it
          * was served; what the client acknowledged is let go (held.h). */

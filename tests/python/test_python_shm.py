@@ -228,23 +228,56 @@ class LentBlocks(SluiceCase):
             n, served, via_shm, fallback, lent_n = self.read_lent(ds, lambda i, b: check(i + first, b))
             self.assertEqual(n, 100)
             self.assertGreater(lent_n, 0, json.dumps(ds.spec))
-        # Two consumers of one named job: once the second asks, no block is
-        # made in either's region (a region's client can read and write all
-        # of it). Until then the first one's region may get a few: at most
-        # the task's buffer of 16 and the 16 rounds open, 48 batches, all
-        # served in the first 50 rounds. None is lent after those.
+        # Two clients of one named job, each taking whichever batch comes
+        # next: alone, the first one's batches are lent; once the second
+        # asks, no block is made in either's region (a region's client can
+        # read and write all of it). Blocks made before, at most the task's
+        # buffer of 16 and what each has in flight, are all served in the
+        # first 50 batches each. None is lent after those.
         ds = sluice.range(0, rows * 50).repeat().batch(rows)
-        with ds.distribute(self.addr, job_name='shm-lend', num_consumers=2, consumer_index=0) as a, \
-                ds.distribute(self.addr, job_name='shm-lend', num_consumers=2, consumer_index=1) as b:
+        with ds.distribute(self.addr, job_name='shm-lend') as a:
+            alone = lent(self.c.workers[0])
+            for _ in range(60):
+                next(a)
+            self.assertGreater(lent(self.c.workers[0]) - alone, 0, 'one client of a named job is lent its blocks')
+            b = ds.distribute(self.addr, job_name='shm-lend')
             for r in range(150):
                 if r == 50:
                     before = lent(self.c.workers[0])
+                for it in (a, b):
+                    v = next(it)['value']
+                    np.testing.assert_array_equal(v - v[0], np.arange(rows), 'batch %d' % r)
+                    self.assertEqual(int(v[0]) % rows, 0)
+            del v
+            b.close()
+            self.assertEqual(lent(self.c.workers[0]) - before, 0)
+
+    def test_coordinated_consumers_get_blocks_made_each_in_its_own_region(self):
+        # Coordinated reads: round r's batches are the task's batches 2r and
+        # 2r + 1, for consumers 0 and 1 (workerd/rounds.h), so the task makes
+        # each in the region of the consumer it goes to, and every batch is
+        # lent once both regions are mapped. Each caller writes into the
+        # batches it holds; the other's are whole all the same.
+        rows = 8199
+        ds = sluice.range(0, rows * 50).repeat().batch(rows)
+        with ds.distribute(self.addr, job_name='shm-coord-lend', num_consumers=2, consumer_index=0) as a, \
+                ds.distribute(self.addr, job_name='shm-coord-lend', num_consumers=2, consumer_index=1) as b:
+            for r in range(150):
+                if r == 50:
+                    lent_before = lent(self.c.workers[0])
                 x = next(a)['value']
                 y = next(b)['value']
                 self.assertEqual((int(x[-1]) + 1) % (rows * 50), int(y[0]), 'round %d' % r)
-                np.testing.assert_array_equal(y - y[0], np.arange(rows))
+                np.testing.assert_array_equal(x - x[0], np.arange(rows), 'round %d' % r)
+                np.testing.assert_array_equal(y - y[0], np.arange(rows), 'round %d' % r)
+                x[:] = -7
+                y[:] = -9
             del x, y
-            self.assertEqual(lent(self.c.workers[0]) - before, 0)
+            # Every batch the consumers took in rounds 50 to 149 was lent
+            # (and those sent ahead of them too: the count can only be
+            # higher). Blocks made in one region for both consumers would
+            # lend about half.
+            self.assertGreaterEqual(lent(self.c.workers[0]) - lent_before, 200)
 
 
 class InterpretedBytesStayOnTheSocket(DataCase):

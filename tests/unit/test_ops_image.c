@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena_util.h"
 #include "image.h"
 #include "iter.h"
 #include "pipeline_util.h"
@@ -1068,6 +1069,39 @@ Test(image_ops, map_and_batch_writes_rows_in_place_and_equals_apart)
     cr_assert_gt(in_place, 0);
     batches_free(&fused);
     batches_free(&apart);
+}
+
+/* Fused, the blocks made ahead for the next batches are asked for with
+ * their batches' places among the outputs too (sl_pipeline_opts_t.
+ * block_alloc), across a short batch dropped at an epoch's end, a repeat
+ * and a take after the batch. */
+Test(image_ops, map_and_batch_asks_for_each_block_with_its_place_among_the_outputs)
+{
+    const char *batches[] = {"{\"op\":\"batch\",\"batch_size\":5}",
+                             "{\"op\":\"batch\",\"batch_size\":7,\"drop_remainder\":true}"};
+    const char *afters[] = {"", ",{\"op\":\"repeat\",\"count\":3}", ",{\"op\":\"take\",\"count\":3}"};
+    for (size_t bi = 0; bi < 2; bi++)
+        for (size_t af = 0; af < 3; af++) {
+            sl_pipeline_opts_t o = arena_open(false);
+            o.roots = roots;
+            o.threads = 2;
+            const char *json = crop_batch(36, ",\"num_parallel_calls\":2", "", batches[bi], afters[af]);
+            sl_pipeline_t *p = pipeline_make(json, &o);
+            uint64_t k = 0;
+            sl_wire_batch_t *b;
+            int rc;
+            while ((rc = sl_pipeline_next(p, &b)) == 0) {
+                cr_assert_eq(arena_index_of(b->data), k, "%s%s: output %lu", batches[bi], afters[af],
+                             (unsigned long)k);
+                sl_wire_batch_free(b);
+                k++;
+            }
+            cr_assert_eq(rc, 1, "%s", sl_pipeline_errmsg(p));
+            cr_assert_gt(k, 2);
+            cr_assert_gt(sl_pipeline_rows_in_place(p), 0, "%s%s: no block made ahead", batches[bi], afters[af]);
+            sl_pipeline_destroy(p);
+            arena_close(json);
+        }
 }
 
 /* A pipeline that ends mid-batch (destroyed, or failing at an image that

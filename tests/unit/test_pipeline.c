@@ -13,6 +13,7 @@
 
 #include "batch.h"
 #include "big_alloc.h"
+#include "arena_util.h"
 #include "iter.h"
 #include "pipeline.h"
 #include "rng.h"
@@ -1307,50 +1308,15 @@ Test(pipeline, hint_binds_the_shard_op_and_other_policies_refuse_it)
 
 /* ---- where the last batch makes its blocks (sl_pipeline_opts_t.block_alloc) ---- */
 
-/* An arena of someone else's, as a worker's shared-memory region is:
- * blocks handed out in turn, given back through sl__big_free(). */
-#define ARENA_BYTES ((size_t)64 << 20)
-static struct arena {
-    uint8_t *base;
-    size_t used;
-    unsigned made, freed;
-    bool refuse;
-} arena;
-
-static void *arena_alloc(void *arg, size_t size)
-{
-    struct arena *a = arg;
-    if (a->refuse || a->used + size > ARENA_BYTES)
-        return NULL;
-    void *p = a->base + a->used;
-    a->used += (size + 63) / 64 * 64;
-    a->made++;
-    return p;
-}
-
-static void arena_free(void *arg, void *p)
-{
-    struct arena *a = arg;
-    cr_assert((uint8_t *)p >= a->base && (uint8_t *)p < a->base + a->used, "a block the arena did not make");
-    a->freed++;
-}
-
 /* Runs json with its blocks offered to the arena; @return blocks it made. */
 static unsigned arena_run(const char *json, int64_t n, int times, bool refuse)
 {
-    arena = (struct arena){.base = malloc(ARENA_BYTES), .refuse = refuse};
-    cr_assert_not_null(arena.base);
-    cr_assert_eq(sl__big_foreign_add(arena.base, ARENA_BYTES, arena_free, &arena), 0);
-    sl_pipeline_opts_t o = {.block_alloc = arena_alloc, .block_arg = &arena};
+    sl_pipeline_opts_t o = arena_open(refuse);
     struct run r = run_spec(json, &o);
     cr_assert_eq(r.rc, 1, "%s", r.errmsg);
     assert_each(&r, n, times);
     run_free(&r);
-    cr_assert_eq(arena.freed, arena.made, "%s: %u blocks made in the arena, %u given back", json, arena.made,
-                 arena.freed);
-    sl__big_foreign_remove(arena.base);
-    free(arena.base);
-    return arena.made;
+    return arena_close(json);
 }
 
 /* Only the pipeline's last batch (ops after it that pass elements on
@@ -1375,4 +1341,47 @@ Test(pipeline, the_last_batch_makes_large_blocks_where_it_is_told)
                  "a shuffle holds its blocks");
     cr_assert_eq(arena_run(TEN_BATCHES "]}", 81920, 1, true), 0);
 #undef TEN_BATCHES
+}
+
+/* The index each block is asked for with is its batch's place among the
+ * pipeline's outputs (a worker gives the k-th batch of a coordinated read
+ * to consumer k mod n, and makes its block in that consumer's region):
+ * across a repeat after the batch, a take, a prefetch, and a short last
+ * batch dropped each epoch (whose index the next epoch's first batch asks
+ * for again). After a skip or a shard the place is not known. */
+Test(pipeline, the_last_batch_asks_for_each_block_with_its_place_among_the_outputs)
+{
+    static const struct {
+        const char *json;
+        unsigned outputs;
+        bool ordered;
+    } cases[] = {
+        {"{\"source\":{\"type\":\"range\",\"stop\":81920},\"ops\":[{\"op\":\"batch\",\"batch_size\":8192},"
+         "{\"op\":\"repeat\",\"count\":2},{\"op\":\"take\",\"count\":15},{\"op\":\"prefetch\",\"buffer_size\":2}]}",
+         15, true},
+        {"{\"source\":{\"type\":\"range\",\"stop\":90000},\"ops\":[{\"op\":\"batch\",\"batch_size\":8192,"
+         "\"drop_remainder\":true},{\"op\":\"repeat\",\"count\":3}]}",
+         30, true},
+        {"{\"source\":{\"type\":\"range\",\"stop\":81920},\"ops\":[{\"op\":\"batch\",\"batch_size\":8192},"
+         "{\"op\":\"skip\",\"count\":1}]}",
+         9, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sl_pipeline_opts_t o = arena_open(false);
+        sl_pipeline_t *p = make(cases[c].json, &o);
+        unsigned k = 0;
+        sl_wire_batch_t *b;
+        int rc;
+        while ((rc = sl_pipeline_next(p, &b)) == 0) {
+            uint64_t want = cases[c].ordered ? k : SL_PIPELINE_UNORDERED;
+            cr_assert_eq(arena_index_of(b->data), want, "%s: output %u asked for with %lu", cases[c].json, k,
+                         (unsigned long)arena_index_of(b->data));
+            sl_wire_batch_free(b);
+            k++;
+        }
+        cr_assert_eq(rc, 1, "%s", sl_pipeline_errmsg(p));
+        cr_assert_eq(k, cases[c].outputs, "%s", cases[c].json);
+        sl_pipeline_destroy(p);
+        arena_close(cases[c].json);
+    }
 }
