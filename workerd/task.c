@@ -75,6 +75,7 @@ struct sl_task {
     uint64_t lend_client;
     bool lend_client_set, lend_off;
     sl_shm_region_t **lend_by;
+    uint64_t *lend_by_client; /* the client each consumer index was first claimed by (0: none yet) */
     uint32_t lend_n;
 
     pthread_mutex_t mu;
@@ -797,13 +798,25 @@ static void lend_set(sl_task_t *t, sl_shm_region_t **at, sl_shm_region_t *r)
 
 void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id, int64_t consumer)
 {
-    if (t->lend_n) { /* only this thread writes these */
-        if (consumer >= 0 && consumer < t->lend_n && t->lend_by[consumer] != r)
+    if (t->lend_off) /* only this thread writes these */
+        return;
+    if (t->lend_n) {
+        if (consumer < 0 || consumer >= t->lend_n || client_id == 0)
+            return;
+        if (t->lend_by_client[consumer] && t->lend_by_client[consumer] != client_id) {
+            /* A second client for one consumer index (a trainer started
+             * again, or one that says another's index): as for a second
+             * client below, no block is made in any region again. */
+            t->lend_off = true;
+            for (uint32_t i = 0; i < t->lend_n; i++)
+                lend_set(t, &t->lend_by[i], NULL);
+            return;
+        }
+        t->lend_by_client[consumer] = client_id;
+        if (t->lend_by[consumer] != r)
             lend_set(t, &t->lend_by[consumer], r);
         return;
     }
-    if (t->lend_off)
-        return;
     if (t->lend_client_set && t->lend_client != client_id) {
         t->lend_off = true;
         lend_set(t, &t->lend, NULL);
@@ -865,7 +878,9 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     /* Coordinated reads (at most 1024 consumers: rounds.h refuses more): a
      * region per consumer to make blocks in. */
     if (def->num_consumers > 0 && def->num_consumers <= 1024) {
-        if (!(t->lend_by = calloc(def->num_consumers, sizeof *t->lend_by)))
+        t->lend_by = calloc(def->num_consumers, sizeof *t->lend_by);
+        t->lend_by_client = calloc(def->num_consumers, sizeof *t->lend_by_client);
+        if (!t->lend_by || !t->lend_by_client)
             goto fail;
         t->lend_n = def->num_consumers;
     }
@@ -969,6 +984,7 @@ void sl_task_free(sl_task_t *t)
     for (uint32_t i = 0; i < t->lend_n; i++)
         sl_shm_region_unref(t->lend_by[i]);
     free(t->lend_by);
+    free(t->lend_by_client);
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->lend_mu);
     pthread_mutex_destroy(&t->track_mu);

@@ -95,8 +95,9 @@ void sl_task_free(sl_task_t *task);
  * which: its k-th batch, which round k / num_consumers gives consumer k mod
  * num_consumers (rounds.h), is made in that consumer's region, when the
  * ops after the pipeline's last batch keep its outputs in order
- * (sl_pipeline_opts_t.block_alloc). Blocks made before keep their region
- * until they are freed.
+ * (sl_pipeline_opts_t.block_alloc); a second client for one consumer index
+ * ends it for good, as above. Blocks made before keep their region until
+ * they are freed.
  */
 void sl_task_lend_region(sl_task_t *task, struct sl_shm_region *r, uint64_t client_id, int64_t consumer);
 /** The connection of r closes: the task makes no more blocks in it. */

@@ -25,6 +25,7 @@
 
 #include "provwire.h"
 #include "thread_util.h"
+#include "shm.h"
 #include "task.h"
 
 struct run {
@@ -45,18 +46,26 @@ static sl_task_config_t config(void)
                               .split_prefetch = 8, .threads = 1};
 }
 
-static void start_with(struct run *r, sl_sharding_t sharding, const char *spec, const sl_task_config_t *with)
+/* start_with() of a task of coordinated reads by num_consumers (0: none). */
+static void start_coordinated(struct run *r, sl_sharding_t sharding, const char *spec, const sl_task_config_t *with,
+                              uint32_t num_consumers)
 {
     /* The producer thread activates the notify event on this base. */
     evthread_use_pthreads();
     r->base = event_base_new();
     cr_assert_not_null(r->base);
-    sluice_TaskDef def = {.task_id = 7, .job_id = 3, .dataset_id = 2, .sharding = sharding, .num_workers = 1};
+    sluice_TaskDef def = {.task_id = 7, .job_id = 3, .dataset_id = 2, .sharding = sharding, .num_workers = 1,
+                          .num_consumers = num_consumers};
     sl_task_config_t cfg = with ? *with : config();
     char err[512];
     cr_assert_eq(sl_task_new(r->base, &def, spec, strlen(spec), NULL, 0, &cfg, on_notify, r, &r->task, err,
                              sizeof err),
                  0, "%s", err);
+}
+
+static void start_with(struct run *r, sl_sharding_t sharding, const char *spec, const sl_task_config_t *with)
+{
+    start_coordinated(r, sharding, spec, with, 0);
 }
 
 static void start(struct run *r, sl_sharding_t sharding, const char *spec)
@@ -714,6 +723,67 @@ Test(task, a_task_dropped_while_its_pipeline_waits_for_the_budget_stops_at_once)
     cr_assert_eq(budget.waits, 1);
     sl_membudget_release(&budget, budget.limit);
     cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+}
+
+/* Coordinated reads (num_consumers 2): the task's k-th batch goes to
+ * consumer k mod 2 (rounds.h), so its block is made in that consumer's
+ * region (sl_task_lend_region()). A second client naming consumer 0 ends
+ * it: once the batches made before are out, no block is made in any
+ * region. The splits wait for the test, so that no batch is made before
+ * the regions are set. */
+Test(task, coordinated_batches_are_made_in_their_consumers_regions_until_an_index_has_two_clients)
+{
+    enum { ROWS = 8192, TOTAL = ROWS * 200 };
+    struct event_base *lb = event_base_new();
+    cr_assert_not_null(lb);
+    char why[256];
+    sl_shm_lane_t *lane = sl_shm_lane_new(lb, (size_t)64 << 20, NULL, why, sizeof why);
+    cr_assert_not_null(lane, "%s", why);
+    sl_shm_region_t *reg[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_not_null(reg[i] = sl_shm_region_new(lane, why, sizeof why), "%s", why);
+    struct run r = {0};
+    start_coordinated(&r, SL_SHARDING_DYNAMIC,
+                      "{\"source\":{\"type\":\"range\",\"stop\":1638400},\"ops\":[{\"op\":\"batch\","
+                      "\"batch_size\":8192}]}",
+                      NULL, 2);
+    sl_task_lend_region(r.task, reg[0], 11, 0);
+    sl_task_lend_region(r.task, reg[1], 12, 1);
+    sl_task_lend_region(r.task, reg[2], 12, 7); /* an index past the consumers: nothing */
+    uint64_t next_id = 1, next_begin = 0, below = 0;
+    unsigned k = 0, in_region = 0, late_in_region = 0;
+    for (int guard = 0; guard < 1000000; guard++) {
+        answer_splits(&r, &next_id, &next_begin, TOTAL, ROWS * 4);
+        sl_wire_batch_t *b;
+        sl_split_done_rec_t *done;
+        unsigned n;
+        int rc = take_and_send(&r, &b, &done, &n, &below);
+        free(done);
+        if (rc == SL_TASK_PENDING)
+            continue;
+        if (rc == SL_TASK_END)
+            break;
+        if (k < 60) {
+            cr_assert(sl_shm_region_holds(reg[k % 2], b->data), "batch %u is not in consumer %u's region", k, k % 2);
+            in_region++;
+        }
+        if (k == 60)
+            sl_task_lend_region(r.task, reg[2], 13, 0); /* another client says it is consumer 0 */
+        if (k >= 100)
+            late_in_region += sl_shm_region_holds(reg[0], b->data) || sl_shm_region_holds(reg[1], b->data) ||
+                              sl_shm_region_holds(reg[2], b->data);
+        sl_task_release(r.task, b);
+        sl_wire_batch_free(b);
+        k++;
+    }
+    cr_assert_eq(k, 200);
+    cr_assert_eq(in_region, 60);
+    cr_assert_eq(late_in_region, 0, "%u batches made in a region after an index had two clients", late_in_region);
+    stop(&r);
+    for (int i = 0; i < 3; i++)
+        sl_shm_region_free(reg[i]);
+    sl_shm_lane_free(lane);
+    event_base_free(lb);
 }
 
 /* Runs a DYNAMIC task over range(2000000) in batches of 1000 as its
