@@ -189,12 +189,22 @@ static void use_cache(void)
     sl__big_free(p);
 }
 
+static void fill_cache(void)
+{
+    void *b[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_not_null(b[i] = sl__big_alloc(8u << 10));
+    for (int i = 0; i < 4; i++)
+        sl__big_free(b[i]);
+    cr_assert_geq(kept_blocks(), 4);
+}
+
 /* A trainer may fork its data loaders while a thread streams: the child
  * finds the cache unlocked (checked by mutation: without the fork handlers
  * a child waits on the cache's mutex and its alarm fails the test). */
 Test(big_alloc, a_child_forked_while_a_thread_uses_the_cache_can_use_it)
 {
-    fork_while_used(use_cache, 300);
+    fork_while_used(use_cache, fill_cache, 300);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

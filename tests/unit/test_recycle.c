@@ -103,13 +103,23 @@ static void use_fork_stock(void)
     sl_recycle_free(&fork_stock, sl_recycle_alloc(&fork_stock));
 }
 
+static void fill_fork_stock(void)
+{
+    void *b[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_not_null(b[i] = sl_recycle_alloc(&fork_stock));
+    for (int i = 0; i < 4; i++)
+        sl_recycle_free(&fork_stock, b[i]);
+    cr_assert_eq(sl_recycle_kept(&fork_stock), 4);
+}
+
 /* A trainer may fork its data loaders while a thread streams: the child
  * finds the stock unlocked (checked by mutation: without the fork handlers
  * a child waits on the mutex and its alarm fails the test). */
 Test(recycle, a_child_forked_while_a_thread_uses_a_stock_can_use_it)
 {
     cr_assert_eq(sl_recycle_register(&fork_stock), 0);
-    fork_while_used(use_fork_stock, 300);
+    fork_while_used(use_fork_stock, fill_fork_stock, 300);
     sl_recycle_drain(&fork_stock);
 }
 
