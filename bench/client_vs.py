@@ -20,7 +20,6 @@ To compare with commit REV: git worktree add /tmp/rev REV && cmake -S /tmp/rev
 bench/client_vs.py --build build-release --baseline-build /tmp/rev/br (or
 --baseline-cat /tmp/rev/br/client/sluice-cat for the client alone)."""
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -39,8 +38,7 @@ ap.add_argument('--shape', choices=['plain', 'shuffle'], default='plain')
 ap.add_argument('--rounds', type=int, default=5)
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
-import harness  # noqa: E402
-from harness import Cluster, binary, child_env, summary  # noqa: E402
+from harness import Cluster, binary, child_env, using_build, summary  # noqa: E402
 from cpu_time import cluster_cpu_seconds  # noqa: E402
 
 OPS = [{"op": "shuffle", "buffer_size": 10000, "seed": 7}] if args.shape == 'shuffle' else []
@@ -48,29 +46,19 @@ SPEC = {"source": {"type": "range", "start": 0, "stop": args.elements},
         "ops": OPS + [{"op": "batch", "batch_size": 1024, "drop_remainder": False}]}
 
 
-@contextlib.contextmanager
-def from_build(build):
-    """binary() (and so Cluster) finds build's programs meanwhile."""
-    harness.BUILD = build
-    try:
-        yield
-    finally:
-        harness.BUILD = os.environ['SLUICE_BUILD']
-
-
 CATS = {'build': binary('sluice-cat')}
 if args.baseline_cat:
     CATS['baseline'] = os.path.abspath(args.baseline_cat)
     BASELINE = CATS['baseline'] + ', alternating on the same cluster'
 else:
-    with from_build(os.path.abspath(args.baseline_build)):
+    with using_build(os.path.abspath(args.baseline_build)):
         CATS['baseline'] = binary('sluice-cat')
     BASELINE = os.path.abspath(args.baseline_build) + ' (its daemons and sluice-cat), alternating'
 
 
 def cluster(build):
     """A cluster of build's daemons, its workers registered."""
-    with from_build(build):
+    with using_build(build):
         c = Cluster(workers=args.workers)
     try:
         c.wait_workers_registered(args.workers)

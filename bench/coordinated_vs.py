@@ -17,7 +17,6 @@ To compare with commit REV: git worktree add /tmp/rev REV && cmake -S /tmp/rev
 -B /tmp/rev/br -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/rev/br, then
 bench/coordinated_vs.py --build build-release --baseline-build /tmp/rev/br."""
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -35,27 +34,16 @@ ap.add_argument('--limit', type=int, default=600, help='batches each consumer re
 ap.add_argument('--rounds', type=int, default=7)
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
-import harness  # noqa: E402
-from harness import Cluster, binary, child_env, metric  # noqa: E402
+from harness import Cluster, binary, child_env, using_build, metric  # noqa: E402
 from cpu_time import process_cpu_seconds  # noqa: E402
 
 SPEC = {"source": {"type": "range", "start": 0, "stop": args.batch * 50},
         "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": args.batch}]}
 
 
-@contextlib.contextmanager
-def from_build(build):
-    """binary() (and so Cluster) finds build's programs meanwhile."""
-    harness.BUILD = build
-    try:
-        yield
-    finally:
-        harness.BUILD = os.environ['SLUICE_BUILD']
-
-
 def cluster(build):
     """A cluster of one of build's workers, registered, and build's sluice-cat."""
-    with from_build(build):
+    with using_build(build):
         c = Cluster(workers=1)
         cat = binary('sluice-cat')
     try:

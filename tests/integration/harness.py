@@ -1,5 +1,6 @@
 """Starts real sluice daemons on free loopback ports for the integration
 tests, runs sluice-cat against them, and cleans up after itself."""
+import contextlib
 import json
 import os
 import random
@@ -34,6 +35,18 @@ def binary(name):
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return os.path.abspath(p)
     raise FileNotFoundError('no %s under %s' % (name, BUILD))
+
+
+@contextlib.contextmanager
+def using_build(build):
+    """binary() (and so Cluster) finds build's programs meanwhile (a benchmark
+    against an earlier build)."""
+    global BUILD
+    before, BUILD = BUILD, build
+    try:
+        yield
+    finally:
+        BUILD = before
 
 
 def asan_build():

@@ -121,6 +121,21 @@ static void wait_notify(struct run *r)
     }
 }
 
+/* The task's next batch (SL_TASK_BATCH, *b) or SL_TASK_END, waiting for
+ * the notify callback while none is ready; an error fails the test. */
+static int take_next(struct run *r, sl_wire_batch_t **b)
+{
+    for (;;) {
+        *b = NULL;
+        int rc = sl_task_take(r->task, b);
+        if (rc != SL_TASK_PENDING) {
+            cr_assert(rc == SL_TASK_BATCH || rc == SL_TASK_END, "take: %d %s", rc, sl_task_errmsg(r->task));
+            return rc;
+        }
+        wait_notify(r);
+    }
+}
+
 /* Waits until the task asks for splits (its pipeline is running): its
  * request's epoch, split count and records per split. */
 static void await_request(struct run *r, uint64_t *epoch, uint32_t *max, uint64_t *records)
@@ -536,16 +551,8 @@ Test(task, off_yields_the_whole_range_and_the_buffer_holds_the_pipeline_back)
                   (unsigned long)info.batches_produced);
     cr_assert_eq(threads_named("sl-task"), 1, "its pipeline's thread says what it is (top -H, perf, gdb)");
     uint64_t sum = 0, count = 0;
-    for (;;) {
-        sl_wire_batch_t *b = NULL;
-        int rc = sl_task_take(r.task, &b);
-        if (rc == SL_TASK_PENDING) {
-            wait_notify(&r);
-            continue;
-        }
-        if (rc == SL_TASK_END)
-            break;
-        cr_assert_eq(rc, SL_TASK_BATCH, "%s", sl_task_errmsg(r.task));
+    sl_wire_batch_t *b;
+    while (take_next(&r, &b) == SL_TASK_BATCH) {
         const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
         for (uint64_t i = 0; i < b->num_elements; i++)
             sum += (uint64_t)v[i];
@@ -659,16 +666,8 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
     static unsigned char seen[400000];
     memset(seen, 0, sizeof seen);
     uint64_t count = 0;
-    for (;;) {
-        sl_wire_batch_t *b = NULL;
-        int rc = sl_task_take(r.task, &b);
-        if (rc == SL_TASK_PENDING) {
-            wait_notify(&r);
-            continue;
-        }
-        if (rc == SL_TASK_END)
-            break;
-        cr_assert_eq(rc, SL_TASK_BATCH, "%d: %s", rc, sl_task_errmsg(r.task));
+    sl_wire_batch_t *b;
+    while (take_next(&r, &b) == SL_TASK_BATCH) {
         const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
         for (uint64_t i = 0; i < b->num_elements; i++) {
             cr_assert(v[i] >= 0 && v[i] < 400000 && !seen[v[i]], "element %ld twice or out of range", (long)v[i]);
