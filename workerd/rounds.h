@@ -15,7 +15,7 @@
 #include "task.h"
 
 #define SL_ROUNDS_OPEN 16
-#define SL_ROUNDS_MAX_CONSUMERS 1024
+#define SL_ROUNDS_MAX_CONSUMERS SL_TASK_MAX_CONSUMERS
 
 typedef struct sl_rounds sl_rounds_t;
 

@@ -74,8 +74,10 @@ struct sl_task {
     sl_shm_region_t *lend;
     uint64_t lend_client;
     bool lend_client_set, lend_off;
-    sl_shm_region_t **lend_by;
-    uint64_t *lend_by_client; /* the client each consumer index was first claimed by (0: none yet) */
+    struct lend_slot {
+        sl_shm_region_t *region;
+        uint64_t client; /* the client that first claimed this consumer index (0: none yet) */
+    } *lend_by;
     uint32_t lend_n;
 
     pthread_mutex_t mu;
@@ -777,7 +779,7 @@ static void *lend_alloc(void *arg, size_t size, uint64_t index)
     sl_task_t *t = arg;
     void *p = NULL;
     pthread_mutex_lock(&t->lend_mu);
-    sl_shm_region_t *r = !t->lend_n ? t->lend : index != SL_PIPELINE_UNORDERED ? t->lend_by[index % t->lend_n] : NULL;
+    sl_shm_region_t *r = !t->lend_n ? t->lend : index != SL_PIPELINE_UNORDERED ? t->lend_by[index % t->lend_n].region : NULL;
     if (r)
         p = sl_shm_region_alloc(r, size + tail_room(size));
     pthread_mutex_unlock(&t->lend_mu);
@@ -803,18 +805,19 @@ void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id, i
     if (t->lend_n) {
         if (consumer < 0 || consumer >= t->lend_n || client_id == 0)
             return;
-        if (t->lend_by_client[consumer] && t->lend_by_client[consumer] != client_id) {
+        struct lend_slot *slot = &t->lend_by[consumer];
+        if (slot->client && slot->client != client_id) {
             /* A second client for one consumer index (a trainer started
              * again, or one that says another's index): as for a second
              * client below, no block is made in any region again. */
             t->lend_off = true;
             for (uint32_t i = 0; i < t->lend_n; i++)
-                lend_set(t, &t->lend_by[i], NULL);
+                lend_set(t, &t->lend_by[i].region, NULL);
             return;
         }
-        t->lend_by_client[consumer] = client_id;
-        if (t->lend_by[consumer] != r)
-            lend_set(t, &t->lend_by[consumer], r);
+        slot->client = client_id;
+        if (slot->region != r)
+            lend_set(t, &slot->region, r);
         return;
     }
     if (t->lend_client_set && t->lend_client != client_id) {
@@ -836,8 +839,8 @@ void sl_task_unlend_region(sl_task_t *t, sl_shm_region_t *r)
     if (t->lend == r)
         lend_set(t, &t->lend, NULL);
     for (uint32_t i = 0; i < t->lend_n; i++)
-        if (t->lend_by[i] == r)
-            lend_set(t, &t->lend_by[i], NULL);
+        if (t->lend_by[i].region == r)
+            lend_set(t, &t->lend_by[i].region, NULL);
 }
 
 int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *spec_json, size_t len,
@@ -875,12 +878,9 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
     t->retry_ev = evtimer_new(base, on_retry, t);
     if (!t->ring || !t->notify_ev || !t->retry_ev)
         goto fail;
-    /* Coordinated reads (at most 1024 consumers: rounds.h refuses more): a
-     * region per consumer to make blocks in. */
-    if (def->num_consumers > 0 && def->num_consumers <= 1024) {
-        t->lend_by = calloc(def->num_consumers, sizeof *t->lend_by);
-        t->lend_by_client = calloc(def->num_consumers, sizeof *t->lend_by_client);
-        if (!t->lend_by || !t->lend_by_client)
+    /* Coordinated reads: a region per consumer to make blocks in. */
+    if (def->num_consumers > 0 && def->num_consumers <= SL_TASK_MAX_CONSUMERS) {
+        if (!(t->lend_by = calloc(def->num_consumers, sizeof *t->lend_by)))
             goto fail;
         t->lend_n = def->num_consumers;
     }
@@ -982,9 +982,8 @@ void sl_task_free(sl_task_t *t)
         event_free(t->retry_ev);
     sl_shm_region_unref(t->lend); /* after the pipeline: its blocks hold their own */
     for (uint32_t i = 0; i < t->lend_n; i++)
-        sl_shm_region_unref(t->lend_by[i]);
+        sl_shm_region_unref(t->lend_by[i].region);
     free(t->lend_by);
-    free(t->lend_by_client);
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->lend_mu);
     pthread_mutex_destroy(&t->track_mu);

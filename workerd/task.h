@@ -81,6 +81,9 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
 /** Stops the pipeline thread, frees buffered batches and the task. */
 void sl_task_free(sl_task_t *task);
 
+/* The most consumers a task of coordinated reads serves (rounds.h). */
+#define SL_TASK_MAX_CONSUMERS 1024
+
 /**
  * Shared memory (shm.h): client_id reads the task on a connection whose
  * region r its client mapped. The task's next batch blocks of
