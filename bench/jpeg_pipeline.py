@@ -46,8 +46,8 @@ shared): "ratio" is the best against the best. "median_pair_ratio" is the
 median of each run's Sluice rate over the DataLoader's run after it, which a
 machine that slows or speeds up during the runs moves less. The data
 (--images JPEGs at quality 90 in ImageNet's typical sizes, 500 x 375 the
-commonest, in 8 shards) is written once under BUILD/bench-data and reused by
-later runs.
+commonest, in 8 shards; --image-scale 2 makes each side twice that) is
+written once under BUILD/bench-data and reused by later runs.
 """
 import argparse
 import io
@@ -69,6 +69,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument('--build', default='build')
 ap.add_argument('--images', type=int, default=2000, help='JPEGs in the data set')
 ap.add_argument('--shards', type=int, default=8)
+ap.add_argument('--image-scale', type=float, default=1.0,
+                help='each side of the images times this (2: 1000 x 750 the commonest, as in datasets of larger '
+                'photos; random_resized_crop windows then often hold twice the output, decoded at a DCT scale)')
 ap.add_argument('--crop', type=int, default=256)
 ap.add_argument('--size', type=int, default=224)
 ap.add_argument('--transform', choices=['crop', 'resized'], default='crop',
@@ -150,7 +153,7 @@ def make_image(rng, np, Image, ImageDraw, w, h):
 
 def make_data():
     """Writes the shards once; returns (directory, their paths, mean JPEG bytes)."""
-    tag = 'jpeg-v2-%d-%d' % (args.images, args.shards)
+    tag = 'jpeg-v2-%d-%d' % (args.images, args.shards) + ('-x%g' % args.image_scale if args.image_scale != 1 else '')
     d = os.path.join(BUILD, 'bench-data', tag)
     paths = [os.path.join(d, 'images-%05d-of-%05d.tfrecord' % (i, args.shards)) for i in range(args.shards)]
     done = os.path.join(d, 'DONE.json')
@@ -168,6 +171,7 @@ def make_data():
         proc = subprocess.Popen([writer, path + '.tmp'], stdin=subprocess.PIPE)
         for i in range(s, args.images, args.shards):
             w, h = SIZES[int(rng.integers(0, len(SIZES)))]
+            w, h = max(1, round(w * args.image_scale)), max(1, round(h * args.image_scale))
             buf = io.BytesIO()
             make_image(rng, np, Image, ImageDraw, w, h).save(buf, format='JPEG', quality=90)
             jpeg = buf.getvalue()
@@ -432,6 +436,7 @@ def main():
         "images_timed": args.batches * args.batch,
         "warmup_images": args.warmup * args.batch,
         "dataset_images": args.images,
+        "image_scale": args.image_scale,
         "mean_jpeg_bytes": mean_bytes,
         "jpeg_quality": 90,
     }))

@@ -206,12 +206,15 @@ typedef struct lerp {
 /* TensorFlow's compute_interpolation_weights with HalfPixelScaler, in the
  * same float32 steps so that results agree to the bit. extent > 0: the
  * input spans that many pixels rather than in (a DCT-scaled decode, whose
- * last pixel is partly padding). */
-static void compute_lerps(size_t in, size_t out, size_t stride, float extent, lerp_t *l)
+ * last pixel is partly padding), from origin on (a window of it, which
+ * starts inside its first pixel; 0 else). */
+static void compute_lerps(size_t in, size_t out, size_t stride, float extent, float origin, lerp_t *l)
 {
     float scale = (extent > 0 ? extent : (float)in) / (float)out;
     for (size_t i = 0; i < out; i++) {
         float s = ((float)i + 0.5f) * scale - 0.5f;
+        if (origin > 0)
+            s += origin;
         /* floor and ceil without libm: s >= -0.5 and s < in, so truncation
          * toward zero is exact to correct by one. */
         int64_t f = (int64_t)s;
@@ -454,7 +457,7 @@ static void reverse_lerps(size_t n, lerp_t *l)
  * (non-NULL) into dst_f32: the uint8 result normalized. far: each row is
  * made in a buffer of its own and streamed to the destination
  * (sl_image_resize_fuse_t.far_out). */
-static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out, const float *extent,
+static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out, const float *span,
                   size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, bool far,
                   char *err, size_t errlen)
 {
@@ -489,8 +492,8 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int fl
                        out_w);
         goto done;
     }
-    compute_lerps(in.w, out_w, c, extent ? extent[1] : 0, xl);
-    compute_lerps(in.h, out_h, 1, extent ? extent[0] : 0, yl);
+    compute_lerps(in.w, out_w, c, span ? span[1] : 0, span ? span[3] : 0, xl);
+    compute_lerps(in.h, out_h, 1, span ? span[0] : 0, span ? span[2] : 0, yl);
     /* The mirrored image's lerps, in the same float steps, then each
      * position read from its mirror: the same values as resizing a
      * flipped copy, to the bit. */
@@ -554,19 +557,24 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     if (f->flip_after && f->flip_after_dir != SL_IMAGE_FLIP_LEFT_RIGHT && f->flip_after_dir != SL_IMAGE_FLIP_UP_DOWN)
         return sl_errf(err, errlen, SL_EINVAL, "random_flip: unknown direction %d", (int)f->flip_after_dir);
     int flip = f->flip ? (int)f->flip_dir : -1, flip_out = f->flip_after ? (int)f->flip_after_dir : -1;
-    if (f->extent_h < 0 || f->extent_h > (float)in.h || f->extent_w < 0 || f->extent_w > (float)in.w)
-        return sl_errf(err, errlen, SL_EINVAL, "resize: extent %g x %g outside the image %zu x %zu", (double)f->extent_h,
-                       (double)f->extent_w, in.h, in.w);
+    /* The span, from the origin on, lies in the image (0 <= origin, and
+     * origin + extent <= the side: every float compare exact, as the sides
+     * are below 2^24 and the origins are 0 .. 1). */
+    float eh = f->extent_h > 0 ? f->extent_h : (float)in.h, ew = f->extent_w > 0 ? f->extent_w : (float)in.w;
+    if (!(f->extent_h >= 0 && f->extent_w >= 0 && f->origin_h >= 0 && f->origin_w >= 0 &&
+          f->origin_h + eh <= (float)in.h && f->origin_w + ew <= (float)in.w))
+        return sl_errf(err, errlen, SL_EINVAL, "resize: extent %g x %g from (%g, %g) outside the image %zu x %zu",
+                       (double)f->extent_h, (double)f->extent_w, (double)f->origin_h, (double)f->origin_w, in.h, in.w);
     if (f->stride != 0 && f->stride / in.c < in.w)
         return sl_errf(err, errlen, SL_EINVAL, "resize: a row stride of %zu bytes is shorter than a row of %zu x %zu",
                        f->stride, in.w, in.c);
-    float ext[2] = {f->extent_h, f->extent_w};
-    const float *extent = f->extent_h > 0 || f->extent_w > 0 ? ext : NULL;
+    float span_v[4] = {f->extent_h, f->extent_w, f->origin_h, f->origin_w};
+    const float *span = f->extent_h > 0 || f->extent_w > 0 || f->origin_h > 0 || f->origin_w > 0 ? span_v : NULL;
     if (!f->mean)
         return f->out_f32
-                   ? resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, NULL, f->far_out, err,
+                   ? resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, NULL, dst, NULL, f->far_out, err,
                             errlen)
-                   : resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, dst, NULL, NULL, f->far_out, err,
+                   : resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, dst, NULL, NULL, f->far_out, err,
                             errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
@@ -574,7 +582,7 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, f->stride, flip, flip_out, extent, out_h, out_w, NULL, dst, &nt, f->far_out, err, errlen);
+    return resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, NULL, dst, &nt, f->far_out, err, errlen);
 }
 
 /* ---- crops and flips ---- */

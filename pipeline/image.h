@@ -143,6 +143,11 @@ typedef struct sl_image_resize_fuse {
      * of its ceil(h / d) rows (the last one partly padding): the resize
      * maps the output onto that span. Both 0: tf.image.resize exactly. */
     float extent_h, extent_w;
+    /* >= 0: where that span starts in the input, in pixels: 0 .. 1 for a
+     * window decoded at 1/d, which starts (y mod d) / d into its first
+     * scaled row (y its first row at full size); origin + extent (or the
+     * side) <= the side. Both 0: at the input's edge. */
+    float origin_h, origin_w;
     /* > 0: bytes from one input row to the next, at least in.w * in.c: the
      * input is a window of a wider image (src its first pixel), resized
      * without copying it out; 0: in.w * in.c. */
@@ -379,5 +384,19 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
 int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
                                      size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
                                      sl_image_shape_t *shape, char *err, size_t errlen);
+
+/**
+ * As sl_image_decode_jpeg_window_rows(), of the image as
+ * sl_image_decode_jpeg_scaled() decodes it at 1/denom: y, x, h and w are
+ * the scaled image's pixels (each side of it ceil(side / denom)), and the
+ * window is, byte for byte, that of the scaled full decode. max_pixels
+ * still limits the full size.
+ * @param[in] denom 1, 2, 4 or 8 (else SL_EINVAL)
+ * @return as sl_image_decode_jpeg_window()
+ */
+int sl_image_decode_jpeg_window_scaled(const uint8_t *src, size_t len, int channels, size_t max_pixels,
+                                       unsigned denom, size_t y, size_t x, size_t h, size_t w, uint8_t **out,
+                                       size_t *stride, size_t *first, sl_image_shape_t *shape, char *err,
+                                       size_t errlen);
 
 #endif

@@ -18,6 +18,10 @@
  *   rows are entropy-decoded but get no IDCT, upsampling or colour
  *   conversion), then rows are read up to the window's last; the rest of
  *   the image is not decoded.
+ *
+ * At a DCT scale of 1/2, 1/4 or 1/8 (scale_denom, as
+ * sl_image_decode_jpeg_scaled() decodes) the window and the margins are
+ * in the scaled image's pixels, and the iMCU is scaled with it.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -77,16 +81,19 @@ static void on_progress(j_common_ptr c)
     }
 }
 
-/* The window's rows, dense (copied out of libjpeg-turbo's row, *stride =
- * w * channels, *first = 0) or as decoded (each row read straight into
- * out, *stride its decoded width, the window from *first on). */
-static int decode_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y, size_t x, size_t h,
-                         size_t w, bool dense, uint8_t **out, size_t *stride, size_t *first, sl_image_shape_t *shape,
-                         char *err, size_t errlen)
+/* The window's rows of the image at scale 1/denom, dense (copied out of
+ * libjpeg-turbo's row, *stride = w * channels, *first = 0) or as decoded
+ * (each row read straight into out, *stride its decoded width, the window
+ * from *first on). */
+static int decode_window(const uint8_t *src, size_t len, int channels, size_t max_pixels, unsigned denom, size_t y,
+                         size_t x, size_t h, size_t w, bool dense, uint8_t **out, size_t *stride, size_t *first,
+                         sl_image_shape_t *shape, char *err, size_t errlen)
 {
     *out = NULL;
     if (channels != 0 && channels != 1 && channels != 3)
         return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: channels %d, expected 0, 1 or 3", channels);
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: scale 1/%u, expected 1/1, 1/2, 1/4 or 1/8", denom);
     if (len == 0)
         return sl_errf(err, errlen, SL_EDATA, "decode_jpeg: empty input");
     if (len > (unsigned long)-1)
@@ -127,19 +134,26 @@ static int decode_window(const uint8_t *src, size_t len, int channels, size_t ma
                   iw, c, max_pixels);
         goto done;
     }
+    /* At 1/denom each side is rounded up (TJSCALED, jpeg_calc_output_dimensions()). */
+    ih = (ih + denom - 1) / denom;
+    iw = (iw + denom - 1) / denom;
     if (h > ih || w > iw || y > ih - h || x > iw - w) {
-        rc = sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu", h,
-                  w, y, x, ih, iw);
+        rc = sl_errf(err, errlen, SL_EINVAL, "decode_jpeg: window %zu x %zu at (%zu, %zu) leaves the image %zu x %zu%s",
+                     h, w, y, x, ih, iw, denom > 1 ? " (scaled)" : "");
         goto done;
     }
     ci->out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     ci->dct_method = JDCT_ISLOW;
     ci->do_fancy_upsampling = TRUE;
+    ci->scale_num = 1;
+    ci->scale_denom = denom;
     jpeg_start_decompress(ci);
 
-    /* The iMCU: the unit of decoding, 8 pixels times the largest sampling
-     * factor each way (one margin of it around the window). */
-    size_t mx = (size_t)ci->max_h_samp_factor * DCTSIZE, my = (size_t)ci->max_v_samp_factor * DCTSIZE;
+    /* The iMCU: the unit of decoding, 8 pixels (8 / denom scaled) times the
+     * largest sampling factor each way (one margin of it around the
+     * window). */
+    size_t mx = (size_t)ci->max_h_samp_factor * (size_t)ci->min_DCT_scaled_size;
+    size_t my = (size_t)ci->max_v_samp_factor * (size_t)ci->min_DCT_scaled_size;
     size_t x0 = x > mx ? x - mx : 0, x1 = x + w + mx < iw ? x + w + mx : iw;
     size_t y0 = y > my ? y - my : 0;
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
@@ -185,12 +199,22 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
                                 size_t h, size_t w, uint8_t **out, sl_image_shape_t *shape, char *err, size_t errlen)
 {
     size_t stride, first;
-    return decode_window(src, len, channels, max_pixels, y, x, h, w, true, out, &stride, &first, shape, err, errlen);
+    return decode_window(src, len, channels, max_pixels, 1, y, x, h, w, true, out, &stride, &first, shape, err,
+                         errlen);
 }
 
 int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
                                      size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
                                      sl_image_shape_t *shape, char *err, size_t errlen)
 {
-    return decode_window(src, len, channels, max_pixels, y, x, h, w, false, out, stride, first, shape, err, errlen);
+    return decode_window(src, len, channels, max_pixels, 1, y, x, h, w, false, out, stride, first, shape, err, errlen);
+}
+
+int sl_image_decode_jpeg_window_scaled(const uint8_t *src, size_t len, int channels, size_t max_pixels,
+                                       unsigned denom, size_t y, size_t x, size_t h, size_t w, uint8_t **out,
+                                       size_t *stride, size_t *first, sl_image_shape_t *shape, char *err,
+                                       size_t errlen)
+{
+    return decode_window(src, len, channels, max_pixels, denom, y, x, h, w, false, out, stride, first, shape, err,
+                         errlen);
 }

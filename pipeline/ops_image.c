@@ -500,17 +500,19 @@ static bool fused_too_big(const struct image_iter *ii, sl_image_shape_t s)
 }
 
 /* Decodes the window (y, x, h, w) of the JPEG jpeg (len bytes, an image of
- * shape full) into *img. While it decodes, h rows of the image's width are
- * charged to the memory budget (at least what the window decoder holds), as
- * decode_jpeg charges the whole image. */
-static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, sl_image_shape_t full, size_t y,
-                        size_t x, size_t h, size_t w, uint8_t **img, sl_image_shape_t *ws, size_t *stride,
+ * shape full) into *img, at DCT scale 1/denom (the window then in the
+ * scaled image's pixels, and as decoded rows: stride not NULL). While it
+ * decodes, h rows of the (scaled) image's width are charged to the memory
+ * budget (at least what the window decoder holds), as decode_jpeg charges
+ * the whole image. */
+static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, sl_image_shape_t full, unsigned denom,
+                        size_t y, size_t x, size_t h, size_t w, uint8_t **img, sl_image_shape_t *ws, size_t *stride,
                         size_t *first)
 {
     struct image_iter *d = ii->fused_decode;
     char err[256];
     int ch = (int)d->op.u.decode_jpeg.channels;
-    size_t max = d->base.ctx->opts.max_batch_bytes, n = h * full.w * full.c, charged = 0;
+    size_t max = d->base.ctx->opts.max_batch_bytes, n = h * ((full.w + denom - 1) / denom) * full.c, charged = 0;
     sl_membudget_t *mem = d->base.ctx->opts.mem;
     if (mem && n <= max) {
         if (!sl_membudget_charge(mem, n)) {
@@ -521,8 +523,8 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
         }
         charged = n;
     }
-    int rc = stride ? sl_image_decode_jpeg_window_rows(jpeg, len, ch, max, y, x, h, w, img, stride, first, ws, err,
-                                                       sizeof err)
+    int rc = stride ? sl_image_decode_jpeg_window_scaled(jpeg, len, ch, max, denom, y, x, h, w, img, stride, first, ws,
+                                                         err, sizeof err)
                     : sl_image_decode_jpeg_window(jpeg, len, ch, max, y, x, h, w, img, ws, err, sizeof err);
     sl_membudget_release(mem, charged);
     if (rc < 0)
@@ -560,7 +562,7 @@ static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t 
         rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return fused_window(ii, jpeg, len, s, y, x, h, w, img, ws, stride, first);
+    return fused_window(ii, jpeg, len, s, 1, y, x, h, w, img, ws, stride, first);
 }
 
 static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
@@ -576,9 +578,9 @@ static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng
 
 /* random_resized_crop: the window drawn from the image's shape (the JPEG's
  * header when fused with the decode_jpeg before it, which then decodes only
- * the window), resized to size without being copied out; with the
- * random_flip (flip) and the normalize (norm) after it in the same pass
- * when they run it (fused_rrc). */
+ * the window, at a DCT scale when it is twice the output or more), resized
+ * to size without being copied out; with the random_flip (flip) and the
+ * normalize (norm) after it in the same pass when they run it (fused_rrc). */
 static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t ordinal,
                                   struct image_iter *flip, struct image_iter *norm, sl_value_t *v)
 {
@@ -601,10 +603,23 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     sl_dtype_t dt = norm ? SL_DTYPE_FLOAT32 : ii->op.u.random_resized_crop.dtype;
     sl_image_resize_fuse_t f = {.out_f32 = dt == SL_DTYPE_FLOAT32};
     sl_image_shape_t ws = {h, w, s.c};
+    size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
     if (ii->fused_decode) {
-        /* Read in the rows as decoded: the window is not copied out. */
-        size_t first;
-        if ((rc = fused_window(ii, jpeg, len, s, y, x, h, w, &img, &ws, &f.stride, &first)) < 0)
+        /* Read in the rows as decoded: the window is not copied out. A
+         * window at least twice the output each way is decoded at 1/d (as
+         * a resize after decode_jpeg is), the rows and columns of the
+         * scaled image it reaches into, and the resize maps the output
+         * onto where it lies in them: from (y mod d) / d into the first,
+         * h / d rows and w / d columns (exact in a float). */
+        unsigned d = sl_image_jpeg_scale_denom(ws, oh, ow);
+        size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d, first;
+        if (d > 1) {
+            f.origin_h = (float)(y % d) / (float)d;
+            f.origin_w = (float)(x % d) / (float)d;
+            f.extent_h = (float)h / (float)d;
+            f.extent_w = (float)w / (float)d;
+        }
+        if ((rc = fused_window(ii, jpeg, len, s, d, y0, x0, y1 - y0, x1 - x0, &img, &ws, &f.stride, &first)) < 0)
             return rc;
         src = img + first;
     } else {
@@ -618,7 +633,6 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
         free(img);
         return rc;
     }
-    size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
     size_t bytes = oh * ow * ws.c * sl_dtype_size(dt);
     uint8_t *out = sl__value_buf(bytes);
     if (!out) {

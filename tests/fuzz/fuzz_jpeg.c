@@ -1,13 +1,14 @@
 /*
  * fuzz_jpeg.c: libFuzzer target for JPEG decoding (pipeline/image.c,
  * sl_image_decode_jpeg with TurboJPEG, and pipeline/image_window.c,
- * sl_image_decode_jpeg_window and sl_image_decode_jpeg_window_rows with
- * libjpeg, whose errors longjmp), which
+ * sl_image_decode_jpeg_window, sl_image_decode_jpeg_window_rows and
+ * sl_image_decode_jpeg_window_scaled with libjpeg, whose errors longjmp),
+ * which
  * decode_jpeg runs on image bytes from the dataset's files.
  *
- * The input: a byte that picks the channels (0, 1 or 3) and the limit on
- * h * w * c (12 KiB or 3 MiB), four bytes that place a window, then the
- * JPEG.
+ * The input: a byte that picks the channels (0, 1 or 3), the limit on
+ * h * w * c (12 KiB or 3 MiB) and a DCT scale (1/1 to 1/8), four bytes
+ * that place a window, then the JPEG.
  *
  * Beyond "no crash, no leak" (a libjpeg error that longjmps out of the
  * window decoder must free what it holds): only the documented results and
@@ -17,7 +18,9 @@
  * window that is byte for byte the same window cut out of the whole image
  * (libjpeg alone takes sampling factors TurboJPEG's header refuses, so a
  * window of an image whose header fails is not compared: decode_jpeg reads
- * the header with TurboJPEG before it decodes a window);
+ * the header with TurboJPEG before it decodes a window); at the scale, the
+ * window of the scaled image the same as cut out of the scaled whole
+ * decode;
  * and after any input, the decoder still reads a good JPEG's header (one
  * bad image must not fail the images after it).
  * Run it with scripts/fuzz.sh (FUZZ_TARGETS=fuzz_jpeg).
@@ -64,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const int chans[4] = {0, 1, 3, 0};
     int channels = chans[data[0] & 3];
     size_t max_pixels = data[0] & 4 ? (size_t)3 << 20 : (size_t)12 << 10;
+    unsigned denom = 1u << ((data[0] >> 3) & 3);
     const uint8_t *win = data + 1;
     const uint8_t *src = data + 5;
     size_t len = size - 5;
@@ -140,6 +144,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(memcmp(rows + r * stride + first, crop + r * w * s.c, w * s.c) == 0);
         free(rows);
         free(crop);
+        /* At the scale: the window's place in the scaled image. */
+        uint8_t *sc = NULL;
+        sl_image_shape_t ss;
+        if (sl_image_decode_jpeg_scaled(dec, src, len, channels, max_pixels, denom, &sc, &ss, err, sizeof err) == 0) {
+            size_t sy = y / denom, sx = x / denom, sh = 1 + (h - 1) % (ss.h - sy), sw = 1 + (w - 1) % (ss.w - sx);
+            rows = NULL;
+            int src_rc = sl_image_decode_jpeg_window_scaled(src, len, channels, max_pixels, denom, sy, sx, sh, sw,
+                                                            &rows, &stride, &first, &rs, err, sizeof err);
+            if (src_rc != 0)
+                fprintf(stderr, "fuzz_jpeg: window at 1/%u failed after the scaled image decoded: %s\n", denom, err);
+            CHECK(src_rc == 0);
+            CHECK(rs.h == sh && rs.w == sw && rs.c == ss.c && stride >= first + sw * ss.c);
+            for (size_t r = 0; r < sh; r++)
+                CHECK(memcmp(rows + r * stride + first, sc + ((sy + r) * ss.w + sx) * ss.c, sw * ss.c) == 0);
+            free(rows);
+            free(sc);
+        }
     }
     free(wimg);
     free(img);

@@ -1683,3 +1683,105 @@ Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
     cr_log_info("worst PSNR %.1f dB", worst);
     sl_image_decoder_free(dec);
 }
+
+/*
+ * The same tolerance for random_resized_crop fused with decode_jpeg
+ * (docs/dataset-spec.md): a window at least twice the output each way is
+ * decoded at 1/d (sl_image_decode_jpeg_window_scaled(), the scaled rows it
+ * reaches into) and resized from where it lies in them (origin and extent),
+ * against decoding whole, cropping and resizing. Windows as the op draws
+ * them (the default scale and ratio), on ImageNet-sized and larger images,
+ * every scale reached. The scaled path must also be, over the windows of an
+ * image and output, the nearer of the two to an area resize of the window.
+ */
+Test(image_jpeg, scaled_window_then_resize_within_tolerance)
+{
+    sl_image_decoder_t *dec = new_decoder();
+    const struct {
+        size_t h, w, c;
+        int subsamp;
+        double noise, min_psnr, max_mean;
+    } imgs[] = {
+        {375, 500, 3, TJSAMP_420, 4, 26.0, 6.0},   {500, 375, 3, TJSAMP_444, 4, 26.0, 6.0},
+        {480, 640, 1, TJSAMP_GRAY, 4, 26.0, 6.0},  {960, 1280, 3, TJSAMP_420, 4, 26.0, 6.0},
+        {1200, 900, 3, TJSAMP_422, 4, 26.0, 6.0},  {375, 500, 3, TJSAMP_420, 16, 26.0, 9.0},
+    };
+    /* Down to 1/11 a side, bilinear's two taps alias where the scaled IDCT
+     * averages: 26.6 dB the least here (a 359 x 339 window to 32 x 32), the
+     * scaled result then 40.5 dB from an area resize, the unscaled 27.6. */
+    const size_t outs[][2] = {{224, 224}, {112, 112}, {64, 48}, {32, 32}};
+    const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+    unsigned reached = 0, windows = 0;
+    double worst = 99;
+    for (size_t i = 0; i < sizeof imgs / sizeof imgs[0]; i++) {
+        size_t h = imgs[i].h, w = imgs[i].w, c = imgs[i].c;
+        uint8_t *img = photo_image(h, w, c, imgs[i].noise);
+        unsigned long len;
+        uint8_t *jpeg = encode_q(img, h, w, c, imgs[i].subsamp, 90, &len);
+        uint8_t *full = NULL;
+        sl_image_shape_t fs;
+        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, (int)c, SIZE_MAX, &full, &fs, err, sizeof err), 0, "%s", err);
+        for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+            size_t oh = outs[o][0], ow = outs[o][1], n = oh * ow * c;
+            sl_rng_t rng;
+            sl_rng_seed(&rng, 1000 * i + o);
+            double near_scaled = 0, near_unscaled = 0;
+            for (int k = 0; k < 12; k++) {
+                size_t y, x, wh, ww;
+                cr_assert_eq(sl_image_random_resized_crop_window(&rng, fs, scale, ratio, &y, &x, &wh, &ww, err,
+                                                                 sizeof err),
+                             0, "%s", err);
+                sl_image_shape_t win = {wh, ww, c};
+                unsigned d = sl_image_jpeg_scale_denom(win, oh, ow);
+                if (d == 1)
+                    continue;
+                reached |= d;
+                windows++;
+                /* The fused path, as do_random_resized_crop() runs it. */
+                size_t y0 = y / d, x0 = x / d, y1 = (y + wh + d - 1) / d, x1 = (x + ww + d - 1) / d, stride, first;
+                uint8_t *rows = NULL;
+                sl_image_shape_t rs;
+                cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, (int)c, SIZE_MAX, d, y0, x0, y1 - y0,
+                                                                x1 - x0, &rows, &stride, &first, &rs, err, sizeof err),
+                             0, "%s", err);
+                sl_image_resize_fuse_t f = {.origin_h = (float)(y % d) / (float)d,
+                                            .origin_w = (float)(x % d) / (float)d,
+                                            .extent_h = (float)wh / (float)d,
+                                            .extent_w = (float)ww / (float)d,
+                                            .stride = stride};
+                uint8_t *a = xmalloc(n), *b = xmalloc(n), *crop = xmalloc(wh * ww * c);
+                cr_assert_eq(sl_image_resize_fused(rows + first, rs, &f, oh, ow, b, err, sizeof err), 0, "%s", err);
+                /* Apart: the whole decode, the window cut out, resized. */
+                cr_assert_eq(sl_image_crop(full, fs, y, x, wh, ww, crop, err, sizeof err), 0, "%s", err);
+                cr_assert_eq(sl_image_resize_u8(crop, win, oh, ow, a, err, sizeof err), 0, "%s", err);
+                uint8_t *ref = area_resize(crop, win, oh, ow);
+                int maxd;
+                double mean;
+                max_mean_error(a, b, n, &maxd, &mean);
+                double p_ab = psnr(a, b, n);
+                near_unscaled += psnr(a, ref, n);
+                near_scaled += psnr(b, ref, n);
+                cr_assert_geq(p_ab, imgs[i].min_psnr, "%zu: window %zux%zu at (%zu, %zu) -> %zux%zu at 1/%u: %.1f dB",
+                              i, wh, ww, y, x, oh, ow, d, p_ab);
+                cr_assert_leq(mean, imgs[i].max_mean, "%zu: window %zux%zu -> %zux%zu at 1/%u: mean %.2f", i, wh, ww,
+                              oh, ow, d, mean);
+                cr_assert_leq(maxd, 128, "%zu: window %zux%zu -> %zux%zu at 1/%u: max %d", i, wh, ww, oh, ow, d, maxd);
+                if (p_ab < worst)
+                    worst = p_ab;
+                free(a);
+                free(b);
+                free(crop);
+                free(ref);
+                free(rows);
+            }
+            cr_assert_geq(near_scaled, near_unscaled, "%zu -> %zux%zu: against an area resize, scaled %.1f dB in "
+                          "all, unscaled %.1f", i, oh, ow, near_scaled, near_unscaled);
+        }
+        free(full);
+        tjFree(jpeg);
+        free(img);
+    }
+    cr_log_info("%u windows scaled, worst PSNR %.1f dB", windows, worst);
+    cr_assert_eq(reached, 2 | 4 | 8, "scales reached: %u", reached);
+    sl_image_decoder_free(dec);
+}

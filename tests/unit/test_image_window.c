@@ -3,7 +3,9 @@
  * (sl_image_decode_jpeg_window, pipeline/image_window.c) gives, byte for
  * byte, what a full decode then a crop give, for every chroma subsampling,
  * progressive files, channel conversions, odd sizes and windows at every
- * edge and corner; and its refusals. Also common/big_alloc.c's buffers.
+ * edge and corner; and its refusals. At a DCT scale of 1/2, 1/4 and 1/8
+ * (sl_image_decode_jpeg_window_scaled) it gives what the scaled full
+ * decode then a crop give. Also common/big_alloc.c's buffers.
  *
  * The JPEGs are encoded here with tjCompress2 from noisy images, so that
  * every block has detail and an upsampling slip shows.
@@ -159,6 +161,108 @@ Test(image_window, equals_decode_then_crop_for_progressive_and_gray)
     jpeg = encode(ih, iw, 1, TJSAMP_GRAY, TJFLAG_ACCURATEDCT, &len);
     check_many(jpeg, len, 0, ih, iw, "grayscale");
     check_many(jpeg, len, 3, ih, iw, "grayscale as RGB");
+    tjFree(jpeg);
+}
+
+/* The window (y, x, h, w) of the image decoded at 1/denom, against the
+ * scaled full decode (sl_image_decode_jpeg_scaled) cropped, byte for byte. */
+static void check_scaled(const uint8_t *jpeg, unsigned long len, int channels, unsigned denom, size_t y, size_t x,
+                         size_t h, size_t w, const char *what)
+{
+    sl_image_decoder_t *dec = NULL;
+    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0, "%s", err);
+    uint8_t *full = NULL, *win = NULL;
+    sl_image_shape_t fs, ws;
+    cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, channels, SIZE_MAX, denom, &full, &fs, err, sizeof err),
+                 0, "%s", err);
+    cr_assert(y + h <= fs.h && x + w <= fs.w, "%s: test window %zu x %zu at (%zu, %zu) outside %zu x %zu at 1/%u", what,
+              h, w, y, x, fs.h, fs.w, denom);
+    size_t stride, first;
+    int rc = sl_image_decode_jpeg_window_scaled(jpeg, len, channels, SIZE_MAX, denom, y, x, h, w, &win, &stride,
+                                                &first, &ws, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s: %s", what, err);
+    cr_assert(ws.h == h && ws.w == w && ws.c == fs.c);
+    cr_assert_geq(stride, first + w * fs.c);
+    for (size_t r = 0; r < h; r++)
+        for (size_t i = 0; i < w * fs.c; i++) {
+            uint8_t got = win[r * stride + first + i], want = full[((y + r) * fs.w + x) * fs.c + i];
+            if (got != want)
+                cr_assert_fail("%s at 1/%u: window %zu x %zu at (%zu, %zu) of %zu x %zu x %zu differs at row %zu col "
+                               "%zu channel %zu: %u, the scaled decode then a crop give %u",
+                               what, denom, h, w, y, x, fs.h, fs.w, fs.c, r, i / fs.c, i % fs.c, got, want);
+        }
+    free(win);
+    free(full);
+    sl_image_decoder_free(dec);
+}
+
+/* Corners, edges, the whole scaled image, single pixels and random windows,
+ * at each scale. */
+static void check_scaled_many(const uint8_t *jpeg, unsigned long len, int channels, size_t ih, size_t iw,
+                              const char *what)
+{
+    for (unsigned d = 2; d <= 8; d *= 2) {
+        size_t sh = (ih + d - 1) / d, sw = (iw + d - 1) / d;
+        size_t wins[][4] = {
+            {0, 0, sh, sw}, {0, 0, 1, 1}, {sh - 1, sw - 1, 1, 1}, {sh / 2, sw / 2, sh - sh / 2, sw - sw / 2},
+            {0, sw - 5, sh, 5}, {sh - 3, 0, 3, sw}, {1, 1, sh - 2, sw - 2},
+        };
+        for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
+            check_scaled(jpeg, len, channels, d, wins[i][0], wins[i][1], wins[i][2], wins[i][3], what);
+        for (int i = 0; i < 25; i++) {
+            size_t h = 1 + (size_t)(rng() % sh), w = 1 + (size_t)(rng() % sw);
+            size_t y = (size_t)(rng() % (sh - h + 1)), x = (size_t)(rng() % (sw - w + 1));
+            check_scaled(jpeg, len, channels, d, y, x, h, w, what);
+        }
+    }
+}
+
+Test(image_window, scaled_equals_scaled_decode_then_crop)
+{
+    struct {
+        int subsamp, flags;
+        size_t c;
+        const char *name;
+    } modes[] = {{TJSAMP_444, 0, 3, "4:4:4"},
+                 {TJSAMP_422, 0, 3, "4:2:2"},
+                 {TJSAMP_420, 0, 3, "4:2:0"},
+                 {TJSAMP_440, 0, 3, "4:4:0"},
+                 {TJSAMP_411, 0, 3, "4:1:1"},
+                 {TJSAMP_420, TJFLAG_PROGRESSIVE, 3, "progressive 4:2:0"},
+                 {TJSAMP_GRAY, 0, 1, "grayscale"}};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        /* Sides that are not multiples of the iMCU or of the scale. */
+        size_t ih = 243, iw = 317;
+        unsigned long len;
+        uint8_t *jpeg = encode(ih, iw, modes[m].c, modes[m].subsamp, TJFLAG_ACCURATEDCT | modes[m].flags, &len);
+        check_scaled_many(jpeg, len, modes[m].c == 3 ? 3 : 0, ih, iw, modes[m].name);
+        check_scaled_many(jpeg, len, modes[m].c == 3 ? 1 : 3, ih, iw, modes[m].name);
+        tjFree(jpeg);
+    }
+}
+
+Test(image_window, scaled_refusals)
+{
+    size_t ih = 40, iw = 48;
+    unsigned long len;
+    uint8_t *jpeg = encode(ih, iw, 3, TJSAMP_420, TJFLAG_ACCURATEDCT, &len);
+    uint8_t *out = (uint8_t *)"not touched";
+    size_t stride, first;
+    sl_image_shape_t ws;
+    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, SIZE_MAX, 3, 0, 0, 1, 1, &out, &stride, &first, &ws,
+                                                    err, sizeof err),
+                 SL_EINVAL);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "scale 1/3") != NULL, "%s", err);
+    /* 40 x 48 at 1/4 is 10 x 12: a window of 11 rows leaves it. */
+    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, SIZE_MAX, 4, 0, 0, 11, 1, &out, &stride, &first,
+                                                    &ws, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "leaves the image 10 x 12 (scaled)") != NULL, "%s", err);
+    /* The limit is on the full size. */
+    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, 40 * 48 * 3 - 1, 8, 0, 0, 1, 1, &out, &stride,
+                                                    &first, &ws, err, sizeof err),
+                 SL_ETOOBIG);
     tjFree(jpeg);
 }
 

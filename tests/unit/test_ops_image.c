@@ -179,14 +179,16 @@ Test(image_ops, random_crop_is_a_window_and_seeded)
 /* random_resized_crop gives, for image k of the first epoch, the window
  * its own generator (seed, epoch 0, ordinal k) draws, resized: the kernels
  * applied by hand to the decoded image, to the bit, float32 and uint8; and
- * the windows vary in size. */
+ * the windows vary in size. The output, 48 x 40, is more than half of every
+ * window (the fixtures have 95 rows at most), so no decode is scaled
+ * (random_resized_crop_decodes_at_a_dct_scale, below, for that). */
 Test(image_ops, random_resized_crop_is_a_window_resized)
 {
     batches_t src = decoded();
     const double scale[2] = {0.3, 0.9}, ratio[2] = {0.5, 2.0};
-    const char *ops[] = {"{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+    const char *ops[] = {"{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[48,40],\"seed\":13,"
                          "\"scale\":[0.3,0.9],\"ratio\":[0.5,2]}",
-                         "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+                         "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[48,40],\"seed\":13,"
                          "\"scale\":[0.3,0.9],\"ratio\":[0.5,2],\"dtype\":\"uint8\"}"};
     /* The third run: decode_jpeg and the crop both in a parallel stage of 2
      * threads, still fused, each thread with its own decoder. */
@@ -197,7 +199,7 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
                               : run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ","
                                                "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\","
                                                "\"num_parallel_calls\":2},{\"op\":\"random_resized_crop\","
-                                               "\"key\":\"image/encoded\",\"size\":[24,20],\"seed\":13,"
+                                               "\"key\":\"image/encoded\",\"size\":[48,40],\"seed\":13,"
                                                "\"scale\":[0.3,0.9],\"ratio\":[0.5,2],\"num_parallel_calls\":2}]}"),
                                          &po);
         cr_assert_eq(a.rc, 1, "%s", a.errmsg);
@@ -206,7 +208,7 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
         for (size_t k = 0; k < a.n; k++) {
             int64_t h, w, sh, sw;
             const sl_component_t *c = image_of(a.b[k], &h, &w), *s = image_of(src.b[k], &sh, &sw);
-            cr_assert(h == 24 && w == 20);
+            cr_assert(h == 48 && w == 40);
             cr_assert_eq(c->dtype, u8 ? SL_DTYPE_UINT8 : SL_DTYPE_FLOAT32);
             sl_image_shape_t in = {(size_t)sh, (size_t)sw, 3};
             sl_rng_t rng;
@@ -218,13 +220,13 @@ Test(image_ops, random_resized_crop_is_a_window_resized)
             smallest = wh * ww < smallest ? wh * ww : smallest;
             largest = wh * ww > largest ? wh * ww : largest;
             uint8_t *win = malloc(wh * ww * 3);
-            size_t bytes = 24 * 20 * 3 * (u8 ? 1 : sizeof(float));
+            size_t bytes = 48 * 40 * 3 * (u8 ? 1 : sizeof(float));
             uint8_t *want = malloc(bytes);
             cr_assert(win && want);
             cr_assert_eq(sl_image_crop(src.b[k]->data + s->offset, in, y, x, wh, ww, win, err, sizeof err), 0);
             sl_image_shape_t ws = {wh, ww, 3};
-            int rc = u8 ? sl_image_resize_u8(win, ws, 24, 20, want, err, sizeof err)
-                        : sl_image_resize_f32(win, ws, 24, 20, (float *)want, err, sizeof err);
+            int rc = u8 ? sl_image_resize_u8(win, ws, 48, 40, want, err, sizeof err)
+                        : sl_image_resize_f32(win, ws, 48, 40, (float *)want, err, sizeof err);
             cr_assert_eq(rc, 0, "%s", err);
             cr_assert_eq(memcmp(a.b[k]->data + c->offset, want, bytes), 0, "image %zu (%s)", k,
                          u8 ? "uint8" : "float32");
@@ -704,7 +706,8 @@ Test(image_ops, fused_decode_crop_equals_decode_then_crop)
         "{\"op\":\"random_crop\",\"key\":\"image/encoded\",\"size\":[17,29],\"seed\":9}",
         "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]}",
         "{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[38,40]}",
-        "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[24,24],\"seed\":3}",
+        /* More than half of every window (95 rows at most): not scaled. */
+        "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[48,48],\"seed\":3}",
         "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[64,48],\"seed\":4,"
         "\"scale\":[0.05,0.5],\"ratio\":[0.2,5],\"dtype\":\"uint8\"}",
     };
@@ -985,6 +988,100 @@ Test(image_ops, decode_resize_scales_the_dct)
                  * (39 x 44 the smallest); 50 x 60 keeps more than half of
                  * every one (95 rows the most). */
                 cr_assert_eq(scaled, z < 2 ? 32 : 0, "%s", ops);
+                batches_free(&a);
+                batches_free(&b);
+            }
+    sl_image_decoder_free(dec);
+    batches_free(&raw);
+}
+
+/* random_resized_crop fused with its decode_jpeg decodes a window at least
+ * twice the output each way at 1/2, 1/4 or 1/8: the same bytes as the
+ * kernels (sl_image_decode_jpeg_scaled, then the resize reading the scaled
+ * rows the window reaches into, from where it starts in them), float32 and
+ * uint8, sequential or parallel; apart (a cast between the decode and the
+ * crop) the same window decoded whole gives other bytes exactly when it
+ * was scaled. Windows smaller than that are not scaled. */
+Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
+    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
+    cr_assert_eq(raw.n, 32);
+    sl_image_decoder_t *dec = NULL;
+    char err[256];
+    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
+    const double scale[2] = {0.2, 1.0}, ratio[2] = {0.75, 4.0 / 3.0};
+    const size_t sizes[][2] = {{16, 16}, {9, 20}};
+    for (size_t z = 0; z < 2; z++)
+        for (int par = 0; par < 2; par++)
+            for (int u8 = 0; u8 < 2; u8++) {
+                size_t oh = sizes[z][0], ow = sizes[z][1];
+                const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                char dc[256], rc[512], ops[1024], apart[1024];
+                snprintf(dc, sizeof dc, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s}", pc);
+                snprintf(rc, sizeof rc, "{\"op\":\"random_resized_crop\",\"key\":\"image/encoded\",\"size\":[%zu,%zu],"
+                         "\"seed\":11,\"scale\":[0.2,1.0],\"dtype\":\"%s\"%s}", oh, ow, u8 ? "uint8" : "float32", pc);
+                snprintf(ops, sizeof ops, "%s,%s", dc, rc);
+                snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s",
+                         dc, pc, rc);
+                o.threads = par ? 2 : 0;
+                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
+                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
+                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                cr_assert_eq(a.n, 32);
+                cr_assert_eq(b.n, 32);
+                size_t scaled = 0;
+                unsigned seen = 0;
+                for (size_t k = 0; k < a.n; k++) {
+                    size_t len;
+                    const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
+                    sl_image_shape_t fs, ss;
+                    cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
+                    sl_rng_t rng;
+                    sl_rng_seed(&rng, sl__element_seed(11, 0, k));
+                    size_t y, x, h, w;
+                    cr_assert_eq(sl_image_random_resized_crop_window(&rng, fs, scale, ratio, &y, &x, &h, &w, err,
+                                                                     sizeof err),
+                                 0, "%s", err);
+                    unsigned d = sl_image_jpeg_scale_denom((sl_image_shape_t){h, w, 3}, oh, ow);
+                    seen |= d;
+                    uint8_t *img = NULL;
+                    cr_assert_eq(
+                        sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err), 0,
+                        "%s", err);
+                    size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d;
+                    sl_image_resize_fuse_t f = {.out_f32 = !u8, .stride = ss.w * 3};
+                    if (d > 1) {
+                        f.origin_h = (float)(y % d) / (float)d;
+                        f.origin_w = (float)(x % d) / (float)d;
+                        f.extent_h = (float)h / (float)d;
+                        f.extent_w = (float)w / (float)d;
+                        scaled++;
+                    }
+                    size_t bytes = oh * ow * 3 * (u8 ? 1 : sizeof(float));
+                    uint8_t *want = malloc(bytes);
+                    cr_assert_not_null(want);
+                    sl_image_shape_t ws = {y1 - y0, x1 - x0, 3};
+                    cr_assert_eq(sl_image_resize_fused(img + (y0 * ss.w + x0) * 3, ws, &f, oh, ow, want, err,
+                                                       sizeof err),
+                                 0, "%s", err);
+                    const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
+                    cr_assert_eq(ca->shape[0], (int64_t)oh);
+                    cr_assert_eq(ca->shape[1], (int64_t)ow);
+                    cr_assert_eq(memcmp(a.b[k]->data + ca->offset, want, bytes), 0,
+                                 "%s: image %zu, window %zu x %zu at (%zu, %zu) at 1/%u", ops, k, h, w, y, x, d);
+                    int same = memcmp(b.b[k]->data + cb->offset, want, bytes) == 0;
+                    cr_assert_eq(same, d == 1, "%s: image %zu at 1/%u: apart, %s", ops, k, d,
+                                 d == 1 ? "unscaled, the same" : "unscaled, different");
+                    free(want);
+                    free(img);
+                }
+                /* Windows of 20% to all of images of 39 to 95 rows: some
+                 * under twice the output, some at 1/2 and at 1/4. */
+                cr_assert(scaled > 0 && scaled < a.n, "%s: %zu of %zu scaled", ops, scaled, a.n);
+                cr_assert_eq(seen & (2 | 4), 2 | 4, "%s: scales seen %u", ops, seen);
                 batches_free(&a);
                 batches_free(&b);
             }
