@@ -395,8 +395,9 @@ static int fuse_normalize(struct image_iter *norm, const struct image_iter *ii, 
     return 0;
 }
 
-static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v, uint8_t **img,
-                       sl_image_shape_t *ws, size_t *stride, size_t *first);
+static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v,
+                       const struct image_iter *fit, sl_image_resize_fuse_t *f, uint8_t **img, sl_image_shape_t *ws,
+                       sl_image_shape_t *cs, size_t *first);
 
 /* resize, with the decode_jpeg (fused_decode: DCT scaling), or the crop
  * fused with its decode_jpeg (fused_crop) and the flip (fused_flip) before
@@ -416,13 +417,15 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     uint8_t *window = NULL, *out = NULL;
     sl_image_resize_fuse_t f = {0};
     int rc;
+    sl_image_shape_t cs = {0, 0, 0};
     if (ii->fused_crop) {
-        /* The crop's draws from its own generator, as it would make them. */
+        /* The crop's draws from its own generator, as it would make them;
+         * the window at a DCT scale when this keeps at most half of it. */
         struct image_iter *crop = ii->fused_crop;
         sl_rng_t rng;
         sl_rng_seed(&rng, sl__element_seed(crop->seed, crop->epoch, ordinal));
         size_t at;
-        if ((rc = crop_window(crop, dec, &rng, v, &window, &s, &f.stride, &at)) < 0)
+        if ((rc = crop_window(crop, dec, &rng, v, ii, &f, &window, &s, &cs, &at)) < 0)
             return rc;
         src = window + at;
     } else {
@@ -432,12 +435,20 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
             return rc;
         src = sl_value_data(v);
     }
-    /* The size from the image as decoded whole, also when the decode was scaled. */
+    /* The size from the image (or the crop) as decoded whole, also when
+     * the decode was scaled. */
     size_t h, w;
-    resize_size(ii, ii->fused_decode ? full : s, &h, &w);
-    f.extent_h = extent[0];
-    f.extent_w = extent[1];
-    if (ii->fused_flip)
+    resize_size(ii, ii->fused_crop ? cs : ii->fused_decode ? full : s, &h, &w);
+    if (!ii->fused_crop) {
+        f.extent_h = extent[0];
+        f.extent_w = extent[1];
+    }
+    /* A scaled window is flipped after the resize: mirroring its rows
+     * would move it by a part of a scaled pixel (its origin), and the
+     * result is the flip's geometry either way. */
+    if (ii->fused_flip && f.extent_h > 0 && ii->fused_crop)
+        f.flip_after = flip_draw(ii->fused_flip, ordinal, &f.flip_after_dir);
+    else if (ii->fused_flip)
         f.flip = flip_draw(ii->fused_flip, ordinal, &f.flip_dir);
     float m[SL_SPEC_MAX_FLOATS], d[SL_SPEC_MAX_FLOATS];
     if (norm && (rc = fuse_normalize(norm, ii, s.c, m, d, &f)) < 0)
@@ -532,13 +543,38 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
     return 0;
 }
 
+/* The window (y, x, h, w) of the JPEG (an image of shape s) in the rows as
+ * decoded, for a resize to oh x ow that reads it there (f: its stride; *first
+ * where the window starts in a row): at 1/d when the resize keeps at most
+ * half of it each way (as a resize after decode_jpeg is scaled), the rows
+ * and columns of the scaled image it reaches into, f mapping the output
+ * onto where it lies in them: from (y mod d) / d into the first, h / d rows
+ * and w / d columns (exact in a float). */
+static int scaled_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, sl_image_shape_t s, size_t y,
+                         size_t x, size_t h, size_t w, size_t oh, size_t ow, sl_image_resize_fuse_t *f, uint8_t **img,
+                         sl_image_shape_t *ws, size_t *first)
+{
+    unsigned d = sl_image_jpeg_scale_denom((sl_image_shape_t){h, w, s.c}, oh, ow);
+    size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d;
+    if (d > 1) {
+        f->origin_h = (float)(y % d) / (float)d;
+        f->origin_w = (float)(x % d) / (float)d;
+        f->extent_h = (float)h / (float)d;
+        f->extent_w = (float)w / (float)d;
+    }
+    return fused_window(ii, jpeg, len, s, d, y0, x0, y1 - y0, x1 - x0, img, ws, &f->stride, first);
+}
+
 /* The window of crop ii, fused with the decode_jpeg before it, decoded
- * from the encoded image v still holds: dense (stride NULL) or in the rows
- * as decoded (sl_image_decode_jpeg_window_rows). The offsets are drawn from
- * the header's shape with the draws do_crop makes, so the window is the one
+ * from the encoded image v still holds: dense, or, for fit (a resize that
+ * takes the crop over: f and first not NULL), in the rows as decoded, at a
+ * DCT scale when fit keeps at most half of it (scaled_window()). *cs is the
+ * crop's shape, *ws the window's as decoded. The offsets are drawn from the
+ * header's shape with the draws do_crop makes, so the window is the one
  * decode-then-crop would cut. */
-static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v, uint8_t **img,
-                       sl_image_shape_t *ws, size_t *stride, size_t *first)
+static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v,
+                       const struct image_iter *fit, sl_image_resize_fuse_t *f, uint8_t **img, sl_image_shape_t *ws,
+                       sl_image_shape_t *cs, size_t *first)
 {
     char err[256];
     const uint8_t *jpeg = NULL;
@@ -562,14 +598,20 @@ static int crop_window(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t 
         rc = sl_image_center_crop_offsets(s, h, w, &y, &x, err, sizeof err);
     if (rc < 0)
         return sl__iter_fail(&ii->base, rc, "component \"%s\": %s", key_name(ii), err);
-    return fused_window(ii, jpeg, len, s, 1, y, x, h, w, img, ws, stride, first);
+    *cs = (sl_image_shape_t){h, w, s.c};
+    if (!fit)
+        return fused_window(ii, jpeg, len, s, 1, y, x, h, w, img, ws, NULL, NULL);
+    size_t oh = h, ow = w; /* too big: not scaled, the decoder refuses it */
+    if (!too_big)
+        resize_size(fit, *cs, &oh, &ow);
+    return scaled_window(ii, jpeg, len, s, y, x, h, w, oh, ow, f, img, ws, first);
 }
 
 static int do_decode_crop(struct image_iter *ii, sl_image_decoder_t *dec, sl_rng_t *rng, sl_value_t *v)
 {
     uint8_t *img = NULL;
-    sl_image_shape_t ws;
-    int rc = crop_window(ii, dec, rng, v, &img, &ws, NULL, NULL);
+    sl_image_shape_t ws, cs;
+    int rc = crop_window(ii, dec, rng, v, NULL, NULL, &img, &ws, &cs, NULL);
     if (rc < 0)
         return rc;
     set_image(v, SL_DTYPE_UINT8, ws.h, ws.w, ws.c, img);
@@ -605,21 +647,10 @@ static int do_random_resized_crop(struct image_iter *ii, sl_image_decoder_t *dec
     sl_image_shape_t ws = {h, w, s.c};
     size_t oh = (size_t)ii->op.u.random_resized_crop.size.v[0], ow = (size_t)ii->op.u.random_resized_crop.size.v[1];
     if (ii->fused_decode) {
-        /* Read in the rows as decoded: the window is not copied out. A
-         * window at least twice the output each way is decoded at 1/d (as
-         * a resize after decode_jpeg is), the rows and columns of the
-         * scaled image it reaches into, and the resize maps the output
-         * onto where it lies in them: from (y mod d) / d into the first,
-         * h / d rows and w / d columns (exact in a float). */
-        unsigned d = sl_image_jpeg_scale_denom(ws, oh, ow);
-        size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d, first;
-        if (d > 1) {
-            f.origin_h = (float)(y % d) / (float)d;
-            f.origin_w = (float)(x % d) / (float)d;
-            f.extent_h = (float)h / (float)d;
-            f.extent_w = (float)w / (float)d;
-        }
-        if ((rc = fused_window(ii, jpeg, len, s, d, y0, x0, y1 - y0, x1 - x0, &img, &ws, &f.stride, &first)) < 0)
+        /* Read in the rows as decoded, at a DCT scale when the window is
+         * twice the output or more: the window is not copied out. */
+        size_t first;
+        if ((rc = scaled_window(ii, jpeg, len, s, y, x, h, w, oh, ow, &f, &img, &ws, &first)) < 0)
             return rc;
         src = img + first;
     } else {

@@ -1089,6 +1089,105 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
     batches_free(&raw);
 }
 
+/* A crop fused with its decode_jpeg, a random_flip or not, then a resize
+ * that keeps at most half of the crop each way: the window is decoded at
+ * 1/2 or 1/4 and resized from where it lies in the scaled rows, then
+ * flipped (the same bytes as the kernels by hand, sequential or parallel,
+ * with or without a fused normalize); apart (a cast before the resize) it
+ * is decoded whole and differs. */
+Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
+    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
+    sl_image_decoder_t *dec = NULL;
+    char err[256];
+    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
+    /* Crops within the smallest fixture (39 x 44), resized to 1/2 and 1/4. */
+    const struct {
+        const char *crop;
+        size_t ch, cw, oh, ow;
+        unsigned d;
+    } cases[] = {{"random_crop", 36, 40, 18, 20, 2}, {"center_crop", 38, 40, 9, 10, 4}};
+    for (size_t z = 0; z < 2; z++)
+        for (int par = 0; par < 2; par++)
+            for (int with = 0; with < 4; with++) { /* 1: a flip, 2: normalize */
+                bool flip = with & 1, norm = with & 2;
+                const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+                char ops[1536], apart[1536], crop[256], fl[256], rs[256], nm[256];
+                snprintf(crop, sizeof crop, "{\"op\":\"%s\",\"key\":\"image/encoded\",\"size\":[%zu,%zu]%s%s}",
+                         cases[z].crop, cases[z].ch, cases[z].cw, z == 0 ? ",\"seed\":3" : "", pc);
+                snprintf(fl, sizeof fl, ",{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s}", pc);
+                snprintf(rs, sizeof rs, "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[%zu,%zu],"
+                         "\"dtype\":\"uint8\"%s}", cases[z].oh, cases[z].ow, pc);
+                snprintf(nm, sizeof nm, ",{\"op\":\"normalize\",\"key\":\"image/encoded\",\"mean\":[0.485,0.456,"
+                         "0.406],\"std\":[0.229,0.224,0.225],\"scale\":true%s}", pc);
+                snprintf(ops, sizeof ops, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s},%s%s,%s%s", pc, crop,
+                         flip ? fl : "", rs, norm ? nm : "");
+                snprintf(apart, sizeof apart, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s},%s%s,"
+                         "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s%s", pc, crop,
+                         flip ? fl : "", pc, rs, norm ? nm : "");
+                o.threads = par ? 2 : 0;
+                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
+                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
+                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+                cr_assert_eq(a.n, raw.n);
+                size_t flipped = 0;
+                for (size_t k = 0; k < a.n; k++) {
+                    size_t len, ch = cases[z].ch, cw = cases[z].cw, oh = cases[z].oh, ow = cases[z].ow, y, x;
+                    unsigned d = cases[z].d;
+                    const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
+                    sl_image_shape_t fs, ss;
+                    cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
+                    if (z == 0) {
+                        sl_rng_t rng;
+                        sl_rng_seed(&rng, sl__element_seed(3, 0, k));
+                        cr_assert_eq(sl_image_random_crop_offsets(&rng, fs, ch, cw, &y, &x, err, sizeof err), 0);
+                    } else {
+                        cr_assert_eq(sl_image_center_crop_offsets(fs, ch, cw, &y, &x, err, sizeof err), 0);
+                    }
+                    uint8_t *img = NULL;
+                    cr_assert_eq(
+                        sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err), 0,
+                        "%s", err);
+                    size_t y0 = y / d, x0 = x / d, y1 = (y + ch + d - 1) / d, x1 = (x + cw + d - 1) / d;
+                    float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+                    sl_image_resize_fuse_t f = {.mean = norm ? mean : NULL, .std = norm ? std : NULL, .scale = true,
+                                                .stride = ss.w * 3, .origin_h = (float)(y % d) / (float)d,
+                                                .origin_w = (float)(x % d) / (float)d,
+                                                .extent_h = (float)ch / (float)d, .extent_w = (float)cw / (float)d};
+                    if (flip) {
+                        sl_rng_t frng;
+                        sl_rng_seed(&frng, sl__element_seed(5, 0, k));
+                        f.flip_after = (sl_rng_next(&frng) >> 63) != 0;
+                        f.flip_after_dir = SL_IMAGE_FLIP_LEFT_RIGHT;
+                        flipped += f.flip_after;
+                    }
+                    size_t bytes = oh * ow * 3 * (norm ? sizeof(float) : 1);
+                    uint8_t *want = malloc(bytes);
+                    cr_assert_not_null(want);
+                    sl_image_shape_t ws = {y1 - y0, x1 - x0, 3};
+                    cr_assert_eq(sl_image_resize_fused(img + (y0 * ss.w + x0) * 3, ws, &f, oh, ow, want, err,
+                                                       sizeof err),
+                                 0, "%s", err);
+                    const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
+                    cr_assert(ca->shape[0] == (int64_t)oh && ca->shape[1] == (int64_t)ow);
+                    cr_assert_eq(memcmp(a.b[k]->data + ca->offset, want, bytes), 0,
+                                 "%s: image %zu, crop at (%zu, %zu) at 1/%u", ops, k, y, x, d);
+                    cr_assert_neq(memcmp(b.b[k]->data + cb->offset, want, bytes), 0, "%s: image %zu apart", ops, k);
+                    free(want);
+                    free(img);
+                }
+                if (flip)
+                    cr_assert(flipped > 0 && flipped < a.n, "%s: %zu of %zu flipped", ops, flipped, a.n);
+                batches_free(&a);
+                batches_free(&b);
+            }
+    sl_image_decoder_free(dec);
+    batches_free(&raw);
+}
+
 /* The crop pipeline (crop of crop_h x 33, flip, resize to 40 x 40,
  * normalize: 19,200 bytes an image) with pc after each op (a parallel
  * stage right below the batch, or not), after the parse and ops before,
