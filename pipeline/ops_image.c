@@ -438,7 +438,8 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
     /* The size from the image (or the crop) as decoded whole, also when
      * the decode was scaled. */
     size_t h, w;
-    resize_size(ii, ii->fused_crop ? cs : ii->fused_decode ? full : s, &h, &w);
+    sl_image_shape_t whole = ii->fused_crop ? cs : ii->fused_decode ? full : s;
+    resize_size(ii, whole, &h, &w);
     if (!ii->fused_crop) {
         f.extent_h = extent[0];
         f.extent_w = extent[1];
@@ -462,7 +463,7 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
         rc = sl__iter_fail(&(norm ? norm : ii)->base, SL_ETOOBIG,
                            "component \"%s\": a resize of %zu x %zu to %zu x %zu makes %zu bytes, over the "
                            "per-image limit of %zu (the largest batch, --max-batch-mb)",
-                           key_name(ii), s.h, s.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
+                           key_name(ii), whole.h, whole.w, h, w, bytes, ii->base.ctx->opts.max_batch_bytes);
         goto done;
     }
     if (!(out = sl__value_buf(bytes))) {

@@ -332,11 +332,20 @@ Test(image_ops, resize_shorter_side_keeps_the_aspect_ratio)
     batches_free(&apart);
     batches_free(&src);
 
-    /* 65536 on the shorter side of a 38 x 56 image: far over the limit. */
+    /* 65536 on the shorter side of the first image, 51 x 81: far over the limit. */
     batches_t big = run_images("{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":65536}");
     cr_assert_eq(big.rc, SL_ETOOBIG);
-    cr_assert(strstr(big.errmsg, "ops[2] (resize): component \"image/encoded\": a resize of ") == big.errmsg &&
+    cr_assert(strstr(big.errmsg, "ops[2] (resize): component \"image/encoded\": a resize of 51 x 81 to 65536 x ") ==
+                      big.errmsg &&
                   strstr(big.errmsg, "over the per-image limit"),
+              "%s", big.errmsg);
+    batches_free(&big);
+    /* After a crop that it takes over, the crop's size is named. */
+    big = run_images("{\"op\":\"center_crop\",\"key\":\"image/encoded\",\"size\":[30,36]},"
+                     "{\"op\":\"resize\",\"key\":\"image/encoded\",\"shorter_side\":65536}");
+    cr_assert_eq(big.rc, SL_ETOOBIG);
+    cr_assert(strstr(big.errmsg, "ops[3] (resize): component \"image/encoded\": a resize of 30 x 36 to 65536 x ") ==
+                  big.errmsg,
               "%s", big.errmsg);
     batches_free(&big);
 }
