@@ -288,6 +288,31 @@ class LentBlocks(SluiceCase):
             # for both consumers would lend about half.
             self.assertGreaterEqual(lent(self.c.workers[0]) - lent_before, 400 - 2 * 8)
 
+    def test_sixteen_coordinated_consumers_each_get_blocks_of_their_own_region(self):
+        # As above with 16 consumers, one trainer process a GPU of two hosts'
+        # worth: consumer c of round r takes the task's batch 16r + c
+        # (every value checked), made in its own region of the 16, and
+        # every batch of rounds 100 to 199 is lent but for the windows at
+        # either end of the stretch (4 requests a consumer).
+        rows, n = 8199, 16
+        ds = sluice.range(0, rows * 50).repeat().batch(rows)
+        job = dict(job_name='shm-coord-lend-16', num_consumers=n, max_outstanding=4)
+        its = [ds.distribute(self.addr, consumer_index=c, **job) for c in range(n)]
+        try:
+            for r in range(200):
+                if r == 100:
+                    lent_before = lent(self.c.workers[0])
+                for c, it in enumerate(its):
+                    x = next(it)['value']
+                    self.assertEqual(int(x[0]), ((n * r + c) % 50) * rows, 'round %d, consumer %d' % (r, c))
+                    np.testing.assert_array_equal(x - x[0], np.arange(rows), 'round %d, consumer %d' % (r, c))
+                    x[:] = -c
+                    del x
+            self.assertGreaterEqual(lent(self.c.workers[0]) - lent_before, 100 * n - 2 * 4 * n)
+        finally:
+            for it in its:
+                it.close()
+
 
 class InterpretedBytesStayOnTheSocket(DataCase):
     """A bytes component's offsets and a ragged one's row splits are read by
