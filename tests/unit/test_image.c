@@ -1551,6 +1551,28 @@ static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
     return se == 0 ? 99.0 : 10.0 * log10(255.0 * 255.0 / (se / (double)n));
 }
 
+/* A JPEG of a tolerance test, and the bounds it is held to. */
+struct photo_case {
+    size_t h, w, c;
+    int subsamp;
+    double noise, min_psnr, max_mean;
+};
+
+/* pc's photo-like image (photo_image()) as a JPEG at quality 90 (tjFree
+ * it), and its whole decode (*full, malloc'd, of shape *fs). */
+static uint8_t *photo_jpeg(sl_image_decoder_t *dec, const struct photo_case *pc, size_t *len, uint8_t **full,
+                           sl_image_shape_t *fs)
+{
+    uint8_t *img = photo_image(pc->h, pc->w, pc->c, pc->noise);
+    unsigned long n;
+    uint8_t *jpeg = encode_q(img, pc->h, pc->w, pc->c, pc->subsamp, 90, &n);
+    free(img);
+    *len = n;
+    *full = NULL;
+    cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, n, (int)pc->c, SIZE_MAX, full, fs, err, sizeof err), 0, "%s", err);
+    return jpeg;
+}
+
 Test(image_jpeg, scale_denom)
 {
     sl_image_shape_t s = {375, 500, 3};
@@ -1615,11 +1637,7 @@ Test(image_jpeg, scaled_decode_shape_and_refusal)
 Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
 {
     sl_image_decoder_t *dec = new_decoder();
-    const struct {
-        size_t h, w, c;
-        int subsamp;
-        double noise, min_psnr, max_mean;
-    } imgs[] = {
+    const struct photo_case imgs[] = {
         {375, 500, 3, TJSAMP_420, 4, 27.0, 6.0},
         {500, 375, 3, TJSAMP_444, 4, 27.0, 6.0},
         {480, 640, 1, TJSAMP_GRAY, 4, 27.0, 6.0},
@@ -1631,13 +1649,10 @@ Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
     const size_t targets[][2] = {{0, 0}, {160, 160}, {112, 112}, {80, 80}, {64, 64}, {40, 40}};
     double worst = 99;
     for (size_t i = 0; i < sizeof imgs / sizeof imgs[0]; i++) {
-        size_t h = imgs[i].h, w = imgs[i].w, c = imgs[i].c;
-        uint8_t *img = photo_image(h, w, c, imgs[i].noise);
-        unsigned long len;
-        uint8_t *jpeg = encode_q(img, h, w, c, imgs[i].subsamp, 90, &len);
-        uint8_t *full = NULL;
+        size_t h = imgs[i].h, w = imgs[i].w, c = imgs[i].c, len;
+        uint8_t *full;
         sl_image_shape_t fs;
-        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, (int)c, SIZE_MAX, &full, &fs, err, sizeof err), 0, "%s", err);
+        uint8_t *jpeg = photo_jpeg(dec, &imgs[i], &len, &full, &fs);
         for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++) {
             size_t oh = t ? targets[t][0] : h / 2, ow = t ? targets[t][1] : w / 2, n = oh * ow * c;
             unsigned d = sl_image_jpeg_scale_denom(fs, oh, ow);
@@ -1678,7 +1693,6 @@ Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
         }
         free(full);
         tjFree(jpeg);
-        free(img);
     }
     cr_log_info("worst PSNR %.1f dB", worst);
     sl_image_decoder_free(dec);
@@ -1697,11 +1711,7 @@ Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
 Test(image_jpeg, scaled_window_then_resize_within_tolerance)
 {
     sl_image_decoder_t *dec = new_decoder();
-    const struct {
-        size_t h, w, c;
-        int subsamp;
-        double noise, min_psnr, max_mean;
-    } imgs[] = {
+    const struct photo_case imgs[] = {
         {375, 500, 3, TJSAMP_420, 4, 26.0, 6.0},   {500, 375, 3, TJSAMP_444, 4, 26.0, 6.0},
         {480, 640, 1, TJSAMP_GRAY, 4, 26.0, 6.0},  {960, 1280, 3, TJSAMP_420, 4, 26.0, 6.0},
         {1200, 900, 3, TJSAMP_422, 4, 26.0, 6.0},  {375, 500, 3, TJSAMP_420, 16, 26.0, 9.0},
@@ -1714,13 +1724,10 @@ Test(image_jpeg, scaled_window_then_resize_within_tolerance)
     unsigned reached = 0, windows = 0;
     double worst = 99;
     for (size_t i = 0; i < sizeof imgs / sizeof imgs[0]; i++) {
-        size_t h = imgs[i].h, w = imgs[i].w, c = imgs[i].c;
-        uint8_t *img = photo_image(h, w, c, imgs[i].noise);
-        unsigned long len;
-        uint8_t *jpeg = encode_q(img, h, w, c, imgs[i].subsamp, 90, &len);
-        uint8_t *full = NULL;
+        size_t c = imgs[i].c, len;
+        uint8_t *full;
         sl_image_shape_t fs;
-        cr_assert_eq(sl_image_decode_jpeg(dec, jpeg, len, (int)c, SIZE_MAX, &full, &fs, err, sizeof err), 0, "%s", err);
+        uint8_t *jpeg = photo_jpeg(dec, &imgs[i], &len, &full, &fs);
         for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
             size_t oh = outs[o][0], ow = outs[o][1], n = oh * ow * c;
             sl_rng_t rng;
@@ -1779,7 +1786,6 @@ Test(image_jpeg, scaled_window_then_resize_within_tolerance)
         }
         free(full);
         tjFree(jpeg);
-        free(img);
     }
     cr_log_info("%u windows scaled, worst PSNR %.1f dB", windows, worst);
     cr_assert_eq(reached, 2 | 4 | 8, "scales reached: %u", reached);

@@ -926,6 +926,20 @@ Test(image_ops, fused_flip_draws_both_ways)
     batches_free(&fl);
 }
 
+/* The 32 fixture images still encoded (parsed only), and a decoder for
+ * their headers and the kernels by hand. */
+static batches_t encoded_images(sl_image_decoder_t **dec)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
+    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
+    cr_assert_eq(raw.n, 32);
+    char err[256];
+    *dec = NULL;
+    cr_assert_eq(sl_image_decoder_new(dec, err, sizeof err), 0, "%s", err);
+    return raw;
+}
+
 /* decode_jpeg directly followed by a resize to at most half of each side
  * decodes at 1/2, 1/4 or 1/8 (DCT scaling) and resizes the rest: the same
  * bytes as the kernels (sl_image_decode_jpeg_scaled, then the resize mapped
@@ -935,12 +949,9 @@ Test(image_ops, fused_flip_draws_both_ways)
 Test(image_ops, decode_resize_scales_the_dct)
 {
     sl_pipeline_opts_t o = {.roots = roots};
-    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
-    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
-    cr_assert_eq(raw.n, 32);
-    sl_image_decoder_t *dec = NULL;
+    sl_image_decoder_t *dec;
+    batches_t raw = encoded_images(&dec);
     char err[256];
-    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
     const size_t sizes[][2] = {{16, 16}, {9, 20}, {50, 60}};
     for (size_t z = 0; z < 3; z++)
         for (int par = 0; par < 2; par++)
@@ -1004,6 +1015,39 @@ Test(image_ops, decode_resize_scales_the_dct)
     batches_free(&raw);
 }
 
+/* The fused scaled path by hand (scaled_window() in ops_image.c): the
+ * window (y, x, h, w) of the JPEG at 1/d (d from the window and oh x ow),
+ * resized from where it lies in the scaled rows with f's other settings
+ * (dtype, normalize, flip after), into a malloc'd *want of *bytes.
+ * @return d */
+static unsigned scaled_window_by_hand(sl_image_decoder_t *dec, const uint8_t *jpeg, size_t len, size_t y, size_t x,
+                                      size_t h, size_t w, size_t oh, size_t ow, sl_image_resize_fuse_t f,
+                                      uint8_t **want, size_t *bytes)
+{
+    char err[256];
+    unsigned d = sl_image_jpeg_scale_denom((sl_image_shape_t){h, w, 3}, oh, ow);
+    uint8_t *img = NULL;
+    sl_image_shape_t ss;
+    cr_assert_eq(sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err), 0, "%s",
+                 err);
+    size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d;
+    f.stride = ss.w * 3;
+    if (d > 1) {
+        f.origin_h = (float)(y % d) / (float)d;
+        f.origin_w = (float)(x % d) / (float)d;
+        f.extent_h = (float)h / (float)d;
+        f.extent_w = (float)w / (float)d;
+    }
+    *bytes = oh * ow * 3 * (f.out_f32 || f.mean ? sizeof(float) : 1);
+    *want = malloc(*bytes);
+    cr_assert_not_null(*want);
+    sl_image_shape_t ws = {y1 - y0, x1 - x0, 3};
+    cr_assert_eq(sl_image_resize_fused(img + (y0 * ss.w + x0) * 3, ws, &f, oh, ow, *want, err, sizeof err), 0, "%s",
+                 err);
+    free(img);
+    return d;
+}
+
 /* random_resized_crop fused with its decode_jpeg decodes a window at least
  * twice the output each way at 1/2, 1/4 or 1/8: the same bytes as the
  * kernels (sl_image_decode_jpeg_scaled, then the resize reading the scaled
@@ -1014,12 +1058,9 @@ Test(image_ops, decode_resize_scales_the_dct)
 Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
 {
     sl_pipeline_opts_t o = {.roots = roots};
-    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
-    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
-    cr_assert_eq(raw.n, 32);
-    sl_image_decoder_t *dec = NULL;
+    sl_image_decoder_t *dec;
+    batches_t raw = encoded_images(&dec);
     char err[256];
-    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
     const double scale[2] = {0.2, 1.0}, ratio[2] = {0.75, 4.0 / 3.0};
     const size_t sizes[][2] = {{16, 16}, {9, 20}};
     for (size_t z = 0; z < 2; z++)
@@ -1046,7 +1087,7 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
                 for (size_t k = 0; k < a.n; k++) {
                     size_t len;
                     const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
-                    sl_image_shape_t fs, ss;
+                    sl_image_shape_t fs;
                     cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
                     sl_rng_t rng;
                     sl_rng_seed(&rng, sl__element_seed(11, 0, k));
@@ -1054,28 +1095,12 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
                     cr_assert_eq(sl_image_random_resized_crop_window(&rng, fs, scale, ratio, &y, &x, &h, &w, err,
                                                                      sizeof err),
                                  0, "%s", err);
-                    unsigned d = sl_image_jpeg_scale_denom((sl_image_shape_t){h, w, 3}, oh, ow);
+                    uint8_t *want;
+                    size_t bytes;
+                    unsigned d = scaled_window_by_hand(dec, jpeg, len, y, x, h, w, oh, ow,
+                                                       (sl_image_resize_fuse_t){.out_f32 = !u8}, &want, &bytes);
                     seen |= d;
-                    uint8_t *img = NULL;
-                    cr_assert_eq(
-                        sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err), 0,
-                        "%s", err);
-                    size_t y0 = y / d, x0 = x / d, y1 = (y + h + d - 1) / d, x1 = (x + w + d - 1) / d;
-                    sl_image_resize_fuse_t f = {.out_f32 = !u8, .stride = ss.w * 3};
-                    if (d > 1) {
-                        f.origin_h = (float)(y % d) / (float)d;
-                        f.origin_w = (float)(x % d) / (float)d;
-                        f.extent_h = (float)h / (float)d;
-                        f.extent_w = (float)w / (float)d;
-                        scaled++;
-                    }
-                    size_t bytes = oh * ow * 3 * (u8 ? 1 : sizeof(float));
-                    uint8_t *want = malloc(bytes);
-                    cr_assert_not_null(want);
-                    sl_image_shape_t ws = {y1 - y0, x1 - x0, 3};
-                    cr_assert_eq(sl_image_resize_fused(img + (y0 * ss.w + x0) * 3, ws, &f, oh, ow, want, err,
-                                                       sizeof err),
-                                 0, "%s", err);
+                    scaled += d > 1;
                     const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
                     cr_assert_eq(ca->shape[0], (int64_t)oh);
                     cr_assert_eq(ca->shape[1], (int64_t)ow);
@@ -1085,7 +1110,6 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
                     cr_assert_eq(same, d == 1, "%s: image %zu at 1/%u: apart, %s", ops, k, d,
                                  d == 1 ? "unscaled, the same" : "unscaled, different");
                     free(want);
-                    free(img);
                 }
                 /* Windows of 20% to all of images of 39 to 95 rows: some
                  * under twice the output, some at 1/2 and at 1/4. */
@@ -1107,11 +1131,9 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
 Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
 {
     sl_pipeline_opts_t o = {.roots = roots};
-    batches_t raw = run_spec("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "]}", &o);
-    cr_assert_eq(raw.rc, 1, "%s", raw.errmsg);
-    sl_image_decoder_t *dec = NULL;
+    sl_image_decoder_t *dec;
+    batches_t raw = encoded_images(&dec);
     char err[256];
-    cr_assert_eq(sl_image_decoder_new(&dec, err, sizeof err), 0);
     /* Crops within the smallest fixture (39 x 44), resized to 1/2 and 1/4. */
     const struct {
         const char *crop;
@@ -1145,9 +1167,8 @@ Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
                 size_t flipped = 0;
                 for (size_t k = 0; k < a.n; k++) {
                     size_t len, ch = cases[z].ch, cw = cases[z].cw, oh = cases[z].oh, ow = cases[z].ow, y, x;
-                    unsigned d = cases[z].d;
                     const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
-                    sl_image_shape_t fs, ss;
+                    sl_image_shape_t fs;
                     cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
                     if (z == 0) {
                         sl_rng_t rng;
@@ -1156,16 +1177,8 @@ Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
                     } else {
                         cr_assert_eq(sl_image_center_crop_offsets(fs, ch, cw, &y, &x, err, sizeof err), 0);
                     }
-                    uint8_t *img = NULL;
-                    cr_assert_eq(
-                        sl_image_decode_jpeg_scaled(dec, jpeg, len, 3, SIZE_MAX, d, &img, &ss, err, sizeof err), 0,
-                        "%s", err);
-                    size_t y0 = y / d, x0 = x / d, y1 = (y + ch + d - 1) / d, x1 = (x + cw + d - 1) / d;
                     float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-                    sl_image_resize_fuse_t f = {.mean = norm ? mean : NULL, .std = norm ? std : NULL, .scale = true,
-                                                .stride = ss.w * 3, .origin_h = (float)(y % d) / (float)d,
-                                                .origin_w = (float)(x % d) / (float)d,
-                                                .extent_h = (float)ch / (float)d, .extent_w = (float)cw / (float)d};
+                    sl_image_resize_fuse_t f = {.mean = norm ? mean : NULL, .std = norm ? std : NULL, .scale = true};
                     if (flip) {
                         sl_rng_t frng;
                         sl_rng_seed(&frng, sl__element_seed(5, 0, k));
@@ -1173,20 +1186,16 @@ Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
                         f.flip_after_dir = SL_IMAGE_FLIP_LEFT_RIGHT;
                         flipped += f.flip_after;
                     }
-                    size_t bytes = oh * ow * 3 * (norm ? sizeof(float) : 1);
-                    uint8_t *want = malloc(bytes);
-                    cr_assert_not_null(want);
-                    sl_image_shape_t ws = {y1 - y0, x1 - x0, 3};
-                    cr_assert_eq(sl_image_resize_fused(img + (y0 * ss.w + x0) * 3, ws, &f, oh, ow, want, err,
-                                                       sizeof err),
-                                 0, "%s", err);
+                    uint8_t *want;
+                    size_t bytes;
+                    unsigned d = scaled_window_by_hand(dec, jpeg, len, y, x, ch, cw, oh, ow, f, &want, &bytes);
+                    cr_assert_eq(d, cases[z].d);
                     const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
                     cr_assert(ca->shape[0] == (int64_t)oh && ca->shape[1] == (int64_t)ow);
                     cr_assert_eq(memcmp(a.b[k]->data + ca->offset, want, bytes), 0,
                                  "%s: image %zu, crop at (%zu, %zu) at 1/%u", ops, k, y, x, d);
                     cr_assert_neq(memcmp(b.b[k]->data + cb->offset, want, bytes), 0, "%s: image %zu apart", ops, k);
                     free(want);
-                    free(img);
                 }
                 if (flip)
                     cr_assert(flipped > 0 && flipped < a.n, "%s: %zu of %zu flipped", ops, flipped, a.n);
