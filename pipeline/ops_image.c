@@ -444,10 +444,11 @@ static int do_resize(struct image_iter *ii, sl_image_decoder_t *dec, uint64_t or
         f.extent_h = extent[0];
         f.extent_w = extent[1];
     }
-    /* A scaled window is flipped after the resize: mirroring its rows
-     * would move it by a part of a scaled pixel (its origin), and the
-     * result is the flip's geometry either way. */
-    if (ii->fused_flip && f.extent_h > 0 && ii->fused_crop)
+    /* A scaled image or window is flipped after the resize: mirroring its
+     * rows would move it by a part of a scaled pixel (its origin, or the
+     * padding of its last row and column), and the result is the flip's
+     * geometry either way. */
+    if (ii->fused_flip && (f.extent_h > 0 || f.extent_w > 0))
         f.flip_after = flip_draw(ii->fused_flip, ordinal, &f.flip_after_dir);
     else if (ii->fused_flip)
         f.flip = flip_draw(ii->fused_flip, ordinal, &f.flip_dir);
@@ -1164,9 +1165,20 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         break;
     case SL_OP_RESIZE:
         ii->base.spec.c[k].dtype = op->u.resize.dtype;
-        if ((ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL)
+        if ((ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL) {
             ii->fused_flip->fused = true;
-        else if (fuse_with_decode(ii, op, input) < 0) {
+            /* And the decode_jpeg straight before the flip, as if it came
+             * straight before the resize (DCT scaling). */
+            struct image_iter *fl = ii->fused_flip, *d = fusable(fl, &fl->op, fl->base.input, SL_OP_DECODE_JPEG);
+            if (d && !fl->fused_rrc) {
+                if (sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
+                    free(ii);
+                    return -ENOMEM;
+                }
+                d->fused = true;
+                ii->fused_decode = d;
+            }
+        } else if (fuse_with_decode(ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
         }

@@ -740,7 +740,9 @@ Test(image_ops, fused_decode_crop_equals_decode_then_crop)
 
 /* random_flip then resize then a uint8 resize's normalize run as one pass
  * (fused); casts to what each already is keep them apart. Both must give the
- * same bytes, draws included, sequential and in a parallel stage. */
+ * same bytes, draws included, sequential and in a parallel stage. A cast
+ * after the decode keeps it apart in both: fused with them it may decode at
+ * a DCT scale (decode_flip_resize_scales_the_dct). */
 Test(image_ops, fused_flip_resize_normalize_equals_apart)
 {
     const char *flips[] = {"{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s}",
@@ -762,8 +764,8 @@ Test(image_ops, fused_flip_resize_normalize_equals_apart)
                          pc);
                 snprintf(cast_r, sizeof cast_r, "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"%s\"%s}",
                          r == 0 ? "uint8" : "float32", pc);
-                snprintf(fused, sizeof fused, "%s,%s,%s", fl, rs, nm);
-                snprintf(apart, sizeof apart, "%s,%s,%s,%s,%s", fl, cast_u8, rs, cast_r, nm);
+                snprintf(fused, sizeof fused, "%s,%s,%s,%s", cast_u8, fl, rs, nm);
+                snprintf(apart, sizeof apart, "%s,%s,%s,%s,%s,%s", cast_u8, fl, cast_u8, rs, cast_r, nm);
                 sl_pipeline_opts_t o = {.roots = roots, .threads = par ? 2 : 0};
                 batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE "," DECODE
                                              ",%s]}",
@@ -1046,6 +1048,73 @@ static unsigned scaled_window_by_hand(sl_image_decoder_t *dec, const uint8_t *jp
                  err);
     free(img);
     return d;
+}
+
+/* decode_jpeg, random_flip, resize: the resize runs the three, decoding at
+ * 1/2, 1/4 or 1/8 when it keeps at most half of each side, and then the
+ * flip mirrors the resized image (the same bytes as the kernels by hand:
+ * the scaled decode, the resize mapped onto its span, flipped after); a
+ * resize that keeps more than half gives the bytes of the ops apart (a cast
+ * between the decode and the flip), the flip mirroring the rows as before. */
+Test(image_ops, decode_flip_resize_scales_the_dct)
+{
+    sl_pipeline_opts_t o = {.roots = roots};
+    sl_image_decoder_t *dec;
+    batches_t raw = encoded_images(&dec);
+    char err[256];
+    const size_t sizes[][2] = {{16, 16}, {50, 60}};
+    for (size_t z = 0; z < 2; z++)
+        for (int par = 0; par < 2; par++) {
+            size_t oh = sizes[z][0], ow = sizes[z][1];
+            const char *pc = par ? ",\"num_parallel_calls\":2" : "";
+            char dc[256], fl[256], rs[256], ops[1024], apart[1024];
+            snprintf(dc, sizeof dc, "{\"op\":\"decode_jpeg\",\"key\":\"image/encoded\"%s}", pc);
+            snprintf(fl, sizeof fl, "{\"op\":\"random_flip\",\"key\":\"image/encoded\",\"seed\":5%s}", pc);
+            snprintf(rs, sizeof rs, "{\"op\":\"resize\",\"key\":\"image/encoded\",\"size\":[%zu,%zu],"
+                     "\"dtype\":\"uint8\"%s}", oh, ow, pc);
+            snprintf(ops, sizeof ops, "%s,%s,%s", dc, fl, rs);
+            snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s,%s",
+                     dc, pc, fl, rs);
+            o.threads = par ? 2 : 0;
+            batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
+            batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
+            cr_assert_eq(a.rc, 1, "%s", a.errmsg);
+            cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+            size_t scaled = 0, flipped = 0;
+            for (size_t k = 0; k < a.n; k++) {
+                size_t len, bytes = oh * ow * 3;
+                const uint8_t *jpeg = str_at(raw.b[k], comp_of(raw.b[k], "image/encoded"), 0, &len);
+                const sl_component_t *ca = comp_of(a.b[k], "image/encoded"), *cb = comp_of(b.b[k], "image/encoded");
+                cr_assert(ca->shape[0] == (int64_t)oh && ca->shape[1] == (int64_t)ow);
+                sl_image_shape_t fs;
+                cr_assert_eq(sl_image_jpeg_header(dec, jpeg, len, 3, &fs, err, sizeof err), 0, "%s", err);
+                unsigned d = sl_image_jpeg_scale_denom(fs, oh, ow);
+                if (d == 1) {
+                    cr_assert_eq(memcmp(a.b[k]->data + ca->offset, b.b[k]->data + cb->offset, bytes), 0,
+                                 "%s: image %zu, unscaled: as apart", ops, k);
+                    continue;
+                }
+                scaled++;
+                sl_rng_t frng;
+                sl_rng_seed(&frng, sl__element_seed(5, 0, k));
+                sl_image_resize_fuse_t f = {.flip_after = (sl_rng_next(&frng) >> 63) != 0,
+                                            .flip_after_dir = SL_IMAGE_FLIP_LEFT_RIGHT};
+                flipped += f.flip_after;
+                uint8_t *want;
+                cr_assert_eq(scaled_window_by_hand(dec, jpeg, len, 0, 0, fs.h, fs.w, oh, ow, f, &want, &bytes), d);
+                cr_assert_eq(memcmp(a.b[k]->data + ca->offset, want, bytes), 0, "%s: image %zu at 1/%u", ops, k, d);
+                free(want);
+            }
+            /* 16 x 16 is at most half of every fixture, 50 x 60 more than
+             * half of every one (decode_resize_scales_the_dct). */
+            cr_assert_eq(scaled, z == 0 ? a.n : 0, "%s", ops);
+            if (z == 0)
+                cr_assert(flipped > 0 && flipped < a.n, "%s: %zu of %zu flipped", ops, flipped, a.n);
+            batches_free(&a);
+            batches_free(&b);
+        }
+    sl_image_decoder_free(dec);
+    batches_free(&raw);
 }
 
 /* random_resized_crop fused with its decode_jpeg decodes a window at least
