@@ -292,6 +292,10 @@ class StatefulLoaderTest(unittest.TestCase):
             two.load_state_dict({'version': 1, 'shares': 2, 'checkpoints': ['x', None]})
         with self.assertRaisesRegex(NotImplementedError, 'no job_name'):
             st.StatefulDataLoader(st.SluiceIterableDataset(ds, self.addr, sharding='dynamic', job_name='j'))
+        # A named job's dataset says which path gives its ranks a state.
+        with self.assertRaisesRegex(NotImplementedError, r'loader\(ds, \.\.\., job_name=\.\.\., checkpointable=True\)'
+                                    r'.*merge_state_dicts\(\)'):
+            st.SluiceIterableDataset(ds, self.addr, sharding='dynamic', job_name='j').state_dict()
         with self.assertRaisesRegex(NotImplementedError, 'sharding="dynamic"'):
             st.SluiceIterableDataset(ds, self.addr, sharding='off').state_dict()
         with self.assertRaisesRegex(ValueError, 'batch_size must be None'):

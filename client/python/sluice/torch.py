@@ -362,8 +362,9 @@ class SluiceIterableDataset(torch.utils.data.IterableDataset):
     def _need_shared_out(self):
         if not self.shared_out:
             raise NotImplementedError('state needs sharding="dynamic" and no job_name (each DataLoader worker '
-                                      'then reads a share of its own); with a job_name the workers share one job, '
-                                      'whose consumers libsluice cannot checkpoint')
+                                      'then reads a share of its own); for a named job\'s state, read each rank '
+                                      'through sluice.torch.loader(ds, ..., job_name=..., checkpointable=True) and '
+                                      'merge the ranks\' state_dict()s with sluice.torch.merge_state_dicts()')
 
     def state_dict(self):
         """The state of this process's iteration: {"share": [i, n],
