@@ -372,8 +372,14 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
 
 /**
  * As sl_image_decode_jpeg_window(), without copying the window out of the
- * rows libjpeg-turbo decodes: for a caller that reads it with a row stride
- * (sl_image_resize_fuse_t.stride), as random_resized_crop's resize does.
+ * rows libjpeg-turbo decodes, and of the image as
+ * sl_image_decode_jpeg_scaled() decodes it at 1/denom: for a caller that
+ * reads it with a row stride (sl_image_resize_fuse_t.stride), as
+ * random_resized_crop's resize does. y, x, h and w are the scaled image's
+ * pixels (each side of it ceil(side / denom)), and the window is, byte for
+ * byte, that of the scaled full decode. max_pixels still limits the full
+ * size.
+ * @param[in] denom 1, 2, 4 or 8 (else SL_EINVAL)
  * @param[out] out h rows of *stride bytes from malloc() (the caller frees
  *            it), the window's pixel (r, 0) at out + r * *stride + *first;
  *            NULL on failure
@@ -381,22 +387,8 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
  * @param[out] first where the window starts in a row
  * @return as sl_image_decode_jpeg_window()
  */
-int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
-                                     size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
-                                     sl_image_shape_t *shape, char *err, size_t errlen);
-
-/**
- * As sl_image_decode_jpeg_window_rows(), of the image as
- * sl_image_decode_jpeg_scaled() decodes it at 1/denom: y, x, h and w are
- * the scaled image's pixels (each side of it ceil(side / denom)), and the
- * window is, byte for byte, that of the scaled full decode. max_pixels
- * still limits the full size.
- * @param[in] denom 1, 2, 4 or 8 (else SL_EINVAL)
- * @return as sl_image_decode_jpeg_window()
- */
-int sl_image_decode_jpeg_window_scaled(const uint8_t *src, size_t len, int channels, size_t max_pixels,
-                                       unsigned denom, size_t y, size_t x, size_t h, size_t w, uint8_t **out,
-                                       size_t *stride, size_t *first, sl_image_shape_t *shape, char *err,
-                                       size_t errlen);
+int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, unsigned denom,
+                                     size_t y, size_t x, size_t h, size_t w, uint8_t **out, size_t *stride,
+                                     size_t *first, sl_image_shape_t *shape, char *err, size_t errlen);
 
 #endif

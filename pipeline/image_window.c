@@ -203,17 +203,9 @@ int sl_image_decode_jpeg_window(const uint8_t *src, size_t len, int channels, si
                          errlen);
 }
 
-int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, size_t y,
-                                     size_t x, size_t h, size_t w, uint8_t **out, size_t *stride, size_t *first,
-                                     sl_image_shape_t *shape, char *err, size_t errlen)
-{
-    return decode_window(src, len, channels, max_pixels, 1, y, x, h, w, false, out, stride, first, shape, err, errlen);
-}
-
-int sl_image_decode_jpeg_window_scaled(const uint8_t *src, size_t len, int channels, size_t max_pixels,
-                                       unsigned denom, size_t y, size_t x, size_t h, size_t w, uint8_t **out,
-                                       size_t *stride, size_t *first, sl_image_shape_t *shape, char *err,
-                                       size_t errlen)
+int sl_image_decode_jpeg_window_rows(const uint8_t *src, size_t len, int channels, size_t max_pixels, unsigned denom,
+                                     size_t y, size_t x, size_t h, size_t w, uint8_t **out, size_t *stride,
+                                     size_t *first, sl_image_shape_t *shape, char *err, size_t errlen)
 {
     return decode_window(src, len, channels, max_pixels, denom, y, x, h, w, false, out, stride, first, shape, err,
                          errlen);

@@ -536,8 +536,8 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
         }
         charged = n;
     }
-    int rc = stride ? sl_image_decode_jpeg_window_scaled(jpeg, len, ch, max, denom, y, x, h, w, img, stride, first, ws,
-                                                         err, sizeof err)
+    int rc = stride ? sl_image_decode_jpeg_window_rows(jpeg, len, ch, max, denom, y, x, h, w, img, stride, first, ws,
+                                                       err, sizeof err)
                     : sl_image_decode_jpeg_window(jpeg, len, ch, max, y, x, h, w, img, ws, err, sizeof err);
     sl_membudget_release(mem, charged);
     if (rc < 0)

@@ -1,8 +1,8 @@
 /*
  * fuzz_jpeg.c: libFuzzer target for JPEG decoding (pipeline/image.c,
  * sl_image_decode_jpeg with TurboJPEG, and pipeline/image_window.c,
- * sl_image_decode_jpeg_window, sl_image_decode_jpeg_window_rows and
- * sl_image_decode_jpeg_window_scaled with libjpeg, whose errors longjmp),
+ * sl_image_decode_jpeg_window and sl_image_decode_jpeg_window_rows (at a
+ * DCT scale too) with libjpeg, whose errors longjmp),
  * which
  * decode_jpeg runs on image bytes from the dataset's files.
  *
@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t *rows = NULL;
         size_t stride = 0, first = 0;
         sl_image_shape_t rs;
-        CHECK(sl_image_decode_jpeg_window_rows(src, len, channels, max_pixels, y, x, h, w, &rows, &stride, &first,
+        CHECK(sl_image_decode_jpeg_window_rows(src, len, channels, max_pixels, 1, y, x, h, w, &rows, &stride, &first,
                                                &rs, err, sizeof err) == 0);
         CHECK(rs.h == h && rs.w == w && rs.c == s.c && stride >= first + w * s.c);
         for (size_t r = 0; r < h; r++)
@@ -150,8 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sl_image_decode_jpeg_scaled(dec, src, len, channels, max_pixels, denom, &sc, &ss, err, sizeof err) == 0) {
             size_t sy = y / denom, sx = x / denom, sh = 1 + (h - 1) % (ss.h - sy), sw = 1 + (w - 1) % (ss.w - sx);
             rows = NULL;
-            int src_rc = sl_image_decode_jpeg_window_scaled(src, len, channels, max_pixels, denom, sy, sx, sh, sw,
-                                                            &rows, &stride, &first, &rs, err, sizeof err);
+            int src_rc = sl_image_decode_jpeg_window_rows(src, len, channels, max_pixels, denom, sy, sx, sh, sw,
+                                                          &rows, &stride, &first, &rs, err, sizeof err);
             if (src_rc != 0)
                 fprintf(stderr, "fuzz_jpeg: window at 1/%u failed after the scaled image decoded: %s\n", denom, err);
             CHECK(src_rc == 0);

@@ -1701,7 +1701,7 @@ Test(image_jpeg, scaled_decode_then_resize_within_tolerance)
 /*
  * The same tolerance for random_resized_crop fused with decode_jpeg
  * (docs/dataset-spec.md): a window at least twice the output each way is
- * decoded at 1/d (sl_image_decode_jpeg_window_scaled(), the scaled rows it
+ * decoded at 1/d (sl_image_decode_jpeg_window_rows(), the scaled rows it
  * reaches into) and resized from where it lies in them (origin and extent),
  * against decoding whole, cropping and resizing. Windows as the op draws
  * them (the default scale and ratio), on ImageNet-sized and larger images,
@@ -1748,8 +1748,8 @@ Test(image_jpeg, scaled_window_then_resize_within_tolerance)
                 size_t y0 = y / d, x0 = x / d, y1 = (y + wh + d - 1) / d, x1 = (x + ww + d - 1) / d, stride, first;
                 uint8_t *rows = NULL;
                 sl_image_shape_t rs;
-                cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, (int)c, SIZE_MAX, d, y0, x0, y1 - y0,
-                                                                x1 - x0, &rows, &stride, &first, &rs, err, sizeof err),
+                cr_assert_eq(sl_image_decode_jpeg_window_rows(jpeg, len, (int)c, SIZE_MAX, d, y0, x0, y1 - y0,
+                                                              x1 - x0, &rows, &stride, &first, &rs, err, sizeof err),
                              0, "%s", err);
                 sl_image_resize_fuse_t f = {.origin_h = (float)(y % d) / (float)d,
                                             .origin_w = (float)(x % d) / (float)d,

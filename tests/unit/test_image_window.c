@@ -4,7 +4,7 @@
  * byte, what a full decode then a crop give, for every chroma subsampling,
  * progressive files, channel conversions, odd sizes and windows at every
  * edge and corner; and its refusals. At a DCT scale of 1/2, 1/4 and 1/8
- * (sl_image_decode_jpeg_window_scaled) it gives what the scaled full
+ * (sl_image_decode_jpeg_window_rows) it gives what the scaled full
  * decode then a crop give. Also common/big_alloc.c's buffers.
  *
  * The JPEGs are encoded here with tjCompress2 from noisy images, so that
@@ -91,7 +91,7 @@ static void check_window(const uint8_t *jpeg, unsigned long len, int channels, s
                            crop[i]);
     free(win);
     size_t stride, first;
-    rc = sl_image_decode_jpeg_window_rows(jpeg, len, channels, SIZE_MAX, y, x, h, w, &win, &stride, &first, &ws, err,
+    rc = sl_image_decode_jpeg_window_rows(jpeg, len, channels, SIZE_MAX, 1, y, x, h, w, &win, &stride, &first, &ws, err,
                                           sizeof err);
     cr_assert_eq(rc, 0, "%s: %s", what, err);
     cr_assert(ws.h == h && ws.w == w && ws.c == fs.c);
@@ -178,8 +178,8 @@ static void check_scaled(const uint8_t *jpeg, unsigned long len, int channels, u
     cr_assert(y + h <= fs.h && x + w <= fs.w, "%s: test window %zu x %zu at (%zu, %zu) outside %zu x %zu at 1/%u", what,
               h, w, y, x, fs.h, fs.w, denom);
     size_t stride, first;
-    int rc = sl_image_decode_jpeg_window_scaled(jpeg, len, channels, SIZE_MAX, denom, y, x, h, w, &win, &stride,
-                                                &first, &ws, err, sizeof err);
+    int rc = sl_image_decode_jpeg_window_rows(jpeg, len, channels, SIZE_MAX, denom, y, x, h, w, &win, &stride,
+                                              &first, &ws, err, sizeof err);
     cr_assert_eq(rc, 0, "%s: %s", what, err);
     cr_assert(ws.h == h && ws.w == w && ws.c == fs.c);
     cr_assert_geq(stride, first + w * fs.c);
@@ -249,19 +249,19 @@ Test(image_window, scaled_refusals)
     uint8_t *out = (uint8_t *)"not touched";
     size_t stride, first;
     sl_image_shape_t ws;
-    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, SIZE_MAX, 3, 0, 0, 1, 1, &out, &stride, &first, &ws,
-                                                    err, sizeof err),
+    cr_assert_eq(sl_image_decode_jpeg_window_rows(jpeg, len, 3, SIZE_MAX, 3, 0, 0, 1, 1, &out, &stride, &first, &ws,
+                                                  err, sizeof err),
                  SL_EINVAL);
     cr_assert_null(out);
     cr_assert(strstr(err, "scale 1/3") != NULL, "%s", err);
     /* 40 x 48 at 1/4 is 10 x 12: a window of 11 rows leaves it. */
-    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, SIZE_MAX, 4, 0, 0, 11, 1, &out, &stride, &first,
-                                                    &ws, err, sizeof err),
+    cr_assert_eq(sl_image_decode_jpeg_window_rows(jpeg, len, 3, SIZE_MAX, 4, 0, 0, 11, 1, &out, &stride, &first,
+                                                  &ws, err, sizeof err),
                  SL_EINVAL);
     cr_assert(strstr(err, "leaves the image 10 x 12 (scaled)") != NULL, "%s", err);
     /* The limit is on the full size. */
-    cr_assert_eq(sl_image_decode_jpeg_window_scaled(jpeg, len, 3, 40 * 48 * 3 - 1, 8, 0, 0, 1, 1, &out, &stride,
-                                                    &first, &ws, err, sizeof err),
+    cr_assert_eq(sl_image_decode_jpeg_window_rows(jpeg, len, 3, 40 * 48 * 3 - 1, 8, 0, 0, 1, 1, &out, &stride,
+                                                  &first, &ws, err, sizeof err),
                  SL_ETOOBIG);
     tjFree(jpeg);
 }
