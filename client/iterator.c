@@ -44,6 +44,7 @@
 #include "big_alloc.h"
 #include "client_internal.h"
 #include "conn.h"
+#include "deadline.h"
 #include "delta.h"
 #include "errbuf.h"
 #include "frame.h"
@@ -286,15 +287,7 @@ static void iterator_fail(sl_iterator_t *it, int code, const char *fmt, ...)
  * default; a clock step makes one wait shorter or longer). */
 static struct timespec cv_deadline(int wait_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
-    return until;
+    return sl_deadline_after(CLOCK_REALTIME, (unsigned long)wait_ms);
 }
 
 static bool failed(sl_iterator_t *it)

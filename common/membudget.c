@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "metrics.h"
 
 void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option)
@@ -87,14 +88,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cance
     if (b->wait_ms == 0)
         return charge(b, bytes, true);
     sl_membudget_count_wait(b);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += b->wait_ms / 1000;
-    until.tv_nsec += (long)(b->wait_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    struct timespec until = sl_deadline_after(CLOCK_MONOTONIC, b->wait_ms);
     bool ok = false;
     pthread_mutex_lock(&b->wait_mu);
     /* Counted as a waiter before the charge is tried again: a release
