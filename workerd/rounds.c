@@ -90,16 +90,28 @@ static struct round *find_or_open(sl_rounds_t *r, uint64_t round)
     return free_slot;
 }
 
-/* Rounds are filled one at a time, in the order they were opened, so that
- * each holds C consecutive batches of the task. */
-static struct round *filling(sl_rounds_t *r)
+/* The round to fill before round o takes any batch, or NULL: the one
+ * partly filled (at most one is), else the lowest open round before o that
+ * is not full. Rounds are filled one at a time and in round order, so that
+ * each holds C consecutive batches of the task, after those of the rounds
+ * before it, whichever request finds batches ready first: a round asked
+ * for while the pipeline had none ready stays empty until then, and a
+ * later round must not take its batches meanwhile. */
+static struct round *fill_first(sl_rounds_t *r, const struct round *o)
 {
+    if (o->filled > 0)
+        return NULL;
+    struct round *lowest = NULL;
     for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
-        struct round *o = &r->open[i];
-        if (o->open && !o->ended && o->filled > 0 && o->filled < r->num_consumers)
-            return o;
+        struct round *p = &r->open[i];
+        if (p == o || !p->open || p->ended || p->filled == r->num_consumers)
+            continue;
+        if (p->filled > 0)
+            return p;
+        if (p->round < o->round && (!lowest || p->round < lowest->round))
+            lowest = p;
     }
-    return NULL;
+    return lowest;
 }
 
 /* Takes batches from the task until round o holds one per consumer.
@@ -142,9 +154,7 @@ int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t con
         snprintf(err, errlen, "consumer %" PRIu32 " already took its batch of round %" PRIu64, consumer, round);
         return SL_EINVAL;
     }
-    /* Finish the round being filled before this one takes any batch. */
-    struct round *f = filling(r);
-    if (f && f != o) {
+    for (struct round *f; (f = fill_first(r, o));) {
         int rc = fill(r, task, f);
         if (rc != 0)
             return rc;

@@ -1,11 +1,13 @@
 /*
  * rounds.h: coordinated reads on a worker (docs/sharding.md). A task of a
- * job with num_consumers C serves in rounds: the first request for round r
- * takes the next C batches of the task, consumer i gets the i-th, and the
- * round is forgotten once every consumer took its batch. Which rounds come
- * to this worker the consumers decide among themselves; the worker only
- * keeps each round's batches apart. At most SL_ROUNDS_OPEN rounds are open
- * at once; a request for another one waits until the oldest completes.
+ * job with num_consumers C serves in rounds: its open rounds take the
+ * task's batches in round order, C each (round r the C after those of the
+ * open rounds before it, even when a request for a later round finds
+ * batches ready first), consumer i gets the i-th, and the round is
+ * forgotten once every consumer took its batch. Which rounds come to this
+ * worker the consumers decide among themselves; the worker only keeps each
+ * round's batches apart. At most SL_ROUNDS_OPEN rounds are open at once; a
+ * request for another one waits until the oldest completes.
  */
 #ifndef SL_ROUNDS_H
 #define SL_ROUNDS_H

@@ -1,7 +1,8 @@
 /*
  * test_rounds.c: coordinated reads on a worker (workerd/rounds.c), over a
  * real task running a range pipeline: each round holds consecutive
- * batches, one per consumer; a consumer's batch is given once; at most
+ * batches, one per consumer, in round order even when a later round finds
+ * batches ready first; a consumer's batch is given once; at most
  * SL_ROUNDS_OPEN rounds are open.
  */
 #include <criterion/criterion.h>
@@ -26,7 +27,8 @@ static void notify(sl_task_t *t, void *arg)
     (void)arg;
 }
 
-static void setup(void)
+/* A task of coordinated reads by 2 consumers under sharding. */
+static void setup_sharded(sl_sharding_t sharding)
 {
     sl_log_init("test_rounds", -1);
     /* The task's producer thread activates its notify event on this base. */
@@ -35,13 +37,25 @@ static void setup(void)
     cr_assert_not_null(base);
     /* Batches of 2 values: batch b holds 2b and 2b + 1. */
     const char *spec = "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}";
-    sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .num_consumers = 2};
+    sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .sharding = sharding, .num_workers = 1,
+                          .num_consumers = 2};
     sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = 8, .max_batch_bytes = 1 << 20};
     char err[256];
     cr_assert_eq(sl_task_new(base, &def, spec, strlen(spec), NULL, 0, &cfg, notify, NULL, &task, err, sizeof err), 0, "%s",
                  err);
     rounds = sl_rounds_new(2);
     cr_assert_not_null(rounds);
+}
+
+static void setup(void)
+{
+    setup_sharded(SL_SHARDING_OFF);
+}
+
+/* DYNAMIC: the pipeline has no batch until the test hands it a split. */
+static void setup_dynamic(void)
+{
+    setup_sharded(SL_SHARDING_DYNAMIC);
 }
 
 static void teardown(void)
@@ -52,6 +66,7 @@ static void teardown(void)
 }
 
 TestSuite(rounds, .init = setup, .fini = teardown);
+TestSuite(rounds_dynamic, .init = setup_dynamic, .fini = teardown);
 
 /* Takes consumer's batch of round, waiting for the pipeline while it is
  * pending; returns the first value of the batch. */
@@ -110,4 +125,39 @@ Test(rounds, at_most_sl_rounds_open_rounds_are_open)
     cr_assert_eq(sl_rounds_take(rounds, task, SL_ROUNDS_OPEN, 0, &b, err, sizeof err), SL_TASK_PENDING);
     take(0, 1); /* round 0 completes: a place opens */
     take(SL_ROUNDS_OPEN, 0);
+}
+
+Test(rounds_dynamic, a_round_asked_for_before_any_batch_is_ready_keeps_its_place)
+{
+    /* Round 0 is asked for while the pipeline has no split, so no batch:
+     * it stays open and empty. Round 1, asked for once batches are ready,
+     * must not take round 0's (a 16-consumer job once gave consumer 0 of
+     * round 0 the batch of round 1 this way). */
+    char err[256];
+    sl_wire_batch_t *b = NULL;
+    cr_assert_eq(sl_rounds_take(rounds, task, 0, 0, &b, err, sizeof err), SL_TASK_PENDING, "%s", err);
+    uint64_t epoch, seq, records;
+    uint32_t max;
+    bool asked = false;
+    for (int i = 0; i < 30000 && !(asked = sl_task_want_splits(task, &epoch, &max, &seq, &records)); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert(asked, "the task never asked for a split");
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 1, .begin = 0, .end = 1000, .epoch = epoch};
+    sl_task_splits_arrived(task, &resp);
+    sl_task_info_t info;
+    for (int i = 0; i < 30000; i++) {
+        sl_task_info(task, &info);
+        if (info.buffered_batches >= 4)
+            break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert_geq(info.buffered_batches, 4, "the pipeline never made round 0's and round 1's batches");
+    cr_assert_eq(take(1, 0), 4, "round 1 took round 0's batches");
+    cr_assert_eq(take(1, 1), 6);
+    cr_assert_eq(take(0, 1), 2);
+    cr_assert_eq(take(0, 0), 0);
 }
