@@ -23,6 +23,11 @@ struct sl_rounds {
      * refused instead of opening the round again. */
     uint64_t completed[SL_ROUNDS_OPEN * 4];
     unsigned completed_next;
+    /* Rounds asked for while SL_ROUNDS_OPEN were open, opened lowest first
+     * as places free (open_waiting()), so that a round asked for later
+     * does not take a place, and its batches, before them. */
+    uint64_t waiting[SL_ROUNDS_WAITING];
+    unsigned num_waiting;
 };
 
 sl_rounds_t *sl_rounds_new(uint32_t num_consumers)
@@ -68,26 +73,64 @@ static bool was_completed(const sl_rounds_t *r, uint64_t round)
     return false;
 }
 
-static struct round *find_or_open(sl_rounds_t *r, uint64_t round)
+static struct round *find_open(sl_rounds_t *r, uint64_t round)
 {
-    struct round *free_slot = NULL;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++)
+        if (r->open[i].open && r->open[i].round == round)
+            return &r->open[i];
+    return NULL;
+}
+
+/* Opens round in a free place. @return the round, or NULL: none is free */
+static struct round *open_round(sl_rounds_t *r, uint64_t round)
+{
     for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
         struct round *o = &r->open[i];
-        if (o->open && o->round == round)
-            return o;
-        if (!o->open && !free_slot)
-            free_slot = o;
+        if (o->open)
+            continue;
+        o->open = true;
+        o->ended = false;
+        o->round = round;
+        o->filled = 0;
+        o->served = 0;
+        for (uint32_t c = 0; c < r->num_consumers; c++)
+            o->taken[c] = 0;
+        return o;
     }
-    if (!free_slot)
-        return NULL;
-    free_slot->open = true;
-    free_slot->ended = false;
-    free_slot->round = round;
-    free_slot->filled = 0;
-    free_slot->served = 0;
-    for (uint32_t c = 0; c < r->num_consumers; c++)
-        free_slot->taken[c] = 0;
-    return free_slot;
+    return NULL;
+}
+
+/* Opens the rounds waiting for a place, lowest first, while places are free. */
+static void open_waiting(sl_rounds_t *r)
+{
+    while (r->num_waiting > 0) {
+        unsigned low = 0;
+        for (unsigned i = 1; i < r->num_waiting; i++)
+            if (r->waiting[i] < r->waiting[low])
+                low = i;
+        if (!open_round(r, r->waiting[low]))
+            return;
+        r->waiting[low] = r->waiting[--r->num_waiting];
+    }
+}
+
+/* Round round, open, or NULL: every place is taken (then it waits for one). */
+static struct round *find_or_open(sl_rounds_t *r, uint64_t round)
+{
+    struct round *o = find_open(r, round);
+    if (o)
+        return o;
+    open_waiting(r);
+    if (r->num_waiting == 0 && (o = open_round(r, round)))
+        return o;
+    if ((o = find_open(r, round)))
+        return o; /* it was waiting */
+    bool listed = false;
+    for (unsigned i = 0; i < r->num_waiting; i++)
+        listed |= r->waiting[i] == round;
+    if (!listed && r->num_waiting < SL_ROUNDS_WAITING)
+        r->waiting[r->num_waiting++] = round;
+    return NULL;
 }
 
 /* The round to fill before round o takes any batch, or NULL: the one
@@ -170,6 +213,7 @@ int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t con
     if (++o->served == r->num_consumers) {
         o->open = false;
         r->completed[r->completed_next++ % (sizeof r->completed / sizeof r->completed[0])] = round;
+        open_waiting(r);
     }
     return SL_TASK_BATCH;
 }

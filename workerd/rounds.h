@@ -7,7 +7,9 @@
  * forgotten once every consumer took its batch. Which rounds come to this
  * worker the consumers decide among themselves; the worker only keeps each
  * round's batches apart. At most SL_ROUNDS_OPEN rounds are open at once; a
- * request for another one waits until the oldest completes.
+ * request for another one waits until one completes, and the rounds waiting
+ * open lowest first (at most SL_ROUNDS_WAITING of them are remembered; one
+ * past those opens when a place is free at its next request).
  */
 #ifndef SL_ROUNDS_H
 #define SL_ROUNDS_H
@@ -17,6 +19,7 @@
 #include "task.h"
 
 #define SL_ROUNDS_OPEN 16
+#define SL_ROUNDS_WAITING 64
 #define SL_ROUNDS_MAX_CONSUMERS SL_TASK_MAX_CONSUMERS
 
 typedef struct sl_rounds sl_rounds_t;

@@ -14,6 +14,7 @@
 #include <event2/thread.h>
 
 #include "log.h"
+#include "seed_util.h"
 #include "rounds.h"
 #include "task.h"
 
@@ -27,8 +28,9 @@ static void notify(sl_task_t *t, void *arg)
     (void)arg;
 }
 
-/* A task of coordinated reads by 2 consumers under sharding. */
-static void setup_sharded(sl_sharding_t sharding)
+/* A task of coordinated reads by consumers under sharding, its buffer
+ * holding buffer_batches. */
+static void setup_task(sl_sharding_t sharding, uint32_t consumers, unsigned buffer_batches)
 {
     sl_log_init("test_rounds", -1);
     /* The task's producer thread activates its notify event on this base. */
@@ -38,24 +40,24 @@ static void setup_sharded(sl_sharding_t sharding)
     /* Batches of 2 values: batch b holds 2b and 2b + 1. */
     const char *spec = "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}";
     sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .sharding = sharding, .num_workers = 1,
-                          .num_consumers = 2};
-    sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = 8, .max_batch_bytes = 1 << 20};
+                          .num_consumers = consumers};
+    sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = buffer_batches, .max_batch_bytes = 1 << 20};
     char err[256];
     cr_assert_eq(sl_task_new(base, &def, spec, strlen(spec), NULL, 0, &cfg, notify, NULL, &task, err, sizeof err), 0, "%s",
                  err);
-    rounds = sl_rounds_new(2);
+    rounds = sl_rounds_new(consumers);
     cr_assert_not_null(rounds);
 }
 
 static void setup(void)
 {
-    setup_sharded(SL_SHARDING_OFF);
+    setup_task(SL_SHARDING_OFF, 2, 8);
 }
 
 /* DYNAMIC: the pipeline has no batch until the test hands it a split. */
 static void setup_dynamic(void)
 {
-    setup_sharded(SL_SHARDING_DYNAMIC);
+    setup_task(SL_SHARDING_DYNAMIC, 2, 8);
 }
 
 static void teardown(void)
@@ -89,6 +91,30 @@ static int64_t take(uint64_t round, uint32_t consumer)
     }
     cr_assert_fail("round %" PRIu64 " of consumer %u never came", round, consumer);
     return -1;
+}
+
+/* DYNAMIC: the splits handed to the task so far, of the range in order. */
+struct feed {
+    uint64_t next_id, next_begin;
+};
+
+/* Hands the task at most count splits of records each, if it asks for
+ * splits now. @return whether it asked */
+static bool hand_splits(struct feed *f, unsigned count, uint64_t records)
+{
+    uint64_t epoch, seq, want;
+    uint32_t max;
+    if (!sl_task_want_splits(task, &epoch, &max, &seq, &want))
+        return false;
+    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
+    resp.epoch = epoch;
+    for (unsigned i = 0; i < count && i < max && resp.splits_count < 64; i++) {
+        resp.splits[resp.splits_count++] = (sluice_Split){
+            .split_id = ++f->next_id, .begin = f->next_begin, .end = f->next_begin + records, .epoch = epoch};
+        f->next_begin += records;
+    }
+    sl_task_splits_arrived(task, &resp);
+    return true;
 }
 
 Test(rounds, each_round_holds_consecutive_batches_one_per_consumer)
@@ -136,18 +162,13 @@ Test(rounds_dynamic, a_round_asked_for_before_any_batch_is_ready_keeps_its_place
     char err[256];
     sl_wire_batch_t *b = NULL;
     cr_assert_eq(sl_rounds_take(rounds, task, 0, 0, &b, err, sizeof err), SL_TASK_PENDING, "%s", err);
-    uint64_t epoch, seq, records;
-    uint32_t max;
+    struct feed feed = {0};
     bool asked = false;
-    for (int i = 0; i < 30000 && !(asked = sl_task_want_splits(task, &epoch, &max, &seq, &records)); i++) {
+    for (int i = 0; i < 30000 && !(asked = hand_splits(&feed, 1, 1000)); i++) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
     cr_assert(asked, "the task never asked for a split");
-    sluice_GetSplitResponse resp = sluice_GetSplitResponse_init_zero;
-    resp.epoch = epoch;
-    resp.splits[resp.splits_count++] = (sluice_Split){.split_id = 1, .begin = 0, .end = 1000, .epoch = epoch};
-    sl_task_splits_arrived(task, &resp);
     sl_task_info_t info;
     for (int i = 0; i < 30000; i++) {
         sl_task_info(task, &info);
@@ -160,4 +181,95 @@ Test(rounds_dynamic, a_round_asked_for_before_any_batch_is_ready_keeps_its_place
     cr_assert_eq(take(1, 1), 6);
     cr_assert_eq(take(0, 1), 2);
     cr_assert_eq(take(0, 0), 0);
+}
+
+/* One consumer of the property test below: the rounds it asked for are
+ * [low, next), the ones of them it received marked in got (by round mod
+ * 64); at most window are out at once. */
+struct consumer {
+    uint64_t low, next;
+    unsigned window;
+    bool got[64];
+};
+
+static void teardown_after(void)
+{
+    teardown();
+}
+
+TestSuite(rounds_property, .fini = teardown_after);
+
+/*
+ * A seeded property test at a job's sizes: 1 to 64 consumers, each with 1
+ * to 32 rounds in flight (as a client's window), ask for hundreds of rounds
+ * in any interleaving a worker sees: a consumer's first request for a round
+ * comes after its first for the round before (one connection, in order),
+ * and requests that waited are tried again in any order. The pipeline gets
+ * its records in splits of random length at random moments, so requests
+ * find it with no batch ready, and rounds wait for a place past the 16
+ * open. Every consumer c of round r must get the task's batch rC + c.
+ */
+Test(rounds_property, every_consumer_gets_its_batch_of_each_round_in_round_order)
+{
+    unsigned seed = test_seed("rounds in round order");
+    uint64_t st = seed;
+    uint32_t n = 1 + (uint32_t)(splitmix64(&st) % 64);
+    uint64_t total = 100 + splitmix64(&st) % (n > 16 ? 400 : 1500); /* rounds */
+    unsigned buffer = 1 + (unsigned)(splitmix64(&st) % 16);
+    setup_task(SL_SHARDING_DYNAMIC, n, buffer);
+    struct consumer *cs = calloc(n, sizeof *cs);
+    cr_assert_not_null(cs);
+    for (uint32_t c = 0; c < n; c++)
+        cs[c].window = 1 + (unsigned)(splitmix64(&st) % 32);
+    struct feed feed = {0};
+    uint32_t done = 0;
+    uint64_t takes = 0, pending = 0, idle = 0, naps = 0;
+    char err[256];
+    while (done < n) {
+        cr_assert_lt(naps, 300000, "seed %u: no request was served in 300000 naps of 0.1 ms for the pipeline", seed);
+        if (splitmix64(&st) % 8 == 0 && hand_splits(&feed, 1 + (unsigned)(splitmix64(&st) % 4),
+                                                     1 + splitmix64(&st) % 300))
+            continue;
+        uint32_t c = (uint32_t)(splitmix64(&st) % n);
+        struct consumer *k = &cs[c];
+        if (k->low == total)
+            continue;
+        uint64_t round;
+        if (k->next < total && k->next < k->low + k->window && (k->next == k->low || splitmix64(&st) % 2))
+            round = k->next++; /* its first request for the round */
+        else if (k->next > k->low)
+            round = k->low + splitmix64(&st) % (k->next - k->low); /* one that waited, tried again */
+        else
+            continue;
+        if (k->got[round % 64])
+            continue;
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_rounds_take(rounds, task, round, c, &b, err, sizeof err);
+        takes++;
+        if (rc == SL_TASK_PENDING) {
+            pending++;
+            if (++idle % (4u * n) == 0) { /* every consumer likely waits: let the pipeline run */
+                event_base_loop(base, EVLOOP_NONBLOCK);
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+                naps++;
+            }
+            continue;
+        }
+        cr_assert_eq(rc, SL_TASK_BATCH, "seed %u: round %" PRIu64 ", consumer %u: %d %s", seed, round, c, rc, err);
+        idle = naps = 0;
+        int64_t v;
+        memcpy(&v, b->data + b->components[0].offset, sizeof v);
+        sl_task_release(task, b);
+        sl_wire_batch_free(b);
+        cr_assert_eq(v, (int64_t)(2 * (round * n + c)),
+                     "seed %u (%u consumers): consumer %u got batch %" PRId64 " in round %" PRIu64 ", not %" PRIu64,
+                     seed, n, c, v / 2, round, round * n + c);
+        k->got[round % 64] = true;
+        while (k->low < k->next && k->got[k->low % 64])
+            k->got[k->low++ % 64] = false;
+        done += k->low == total;
+    }
+    fprintf(stderr, "seed %u: %u consumers, %" PRIu64 " rounds, %" PRIu64 " requests, %" PRIu64 " of them waited\n",
+            seed, n, total, takes, pending);
+    free(cs);
 }
