@@ -402,6 +402,58 @@ class ClusterTest(SluiceCase):
                 # The round's two batches are consecutive batches of one worker.
                 self.assertEqual(x[-1] + 1, y[0])
 
+    def test_coordinated_consumers_at_their_own_pace_get_their_batch_of_every_round(self):
+        # Eight consumers in threads, windows of 1 to 32 rounds drawn from a
+        # printed seed. Consumer 0 reads alone first, as far as it can: each
+        # worker opens 16 rounds that no other consumer has taken from, and
+        # its next requests wait for a place. Then the others start, and
+        # every consumer must get, in round r, batch (r // 2) * 8 + c of
+        # the worker whose round it is (round r is worker r mod 2's (r //
+        # 2)-th), whichever requests found a place or a batch ready first.
+        import random
+        import threading
+        seed = int(os.environ.get('SLUICE_TEST_SEED', time.time_ns() % 1000000))
+        print('coordinated pace: seed %d (SLUICE_TEST_SEED=%d repeats it)' % (seed, seed), file=sys.stderr)
+        rng = random.Random(seed)
+        n, rows, batches, rounds = 8, 4, 50, 300
+        ds = sluice.range(0, rows * batches).repeat().batch(rows)
+        windows = [32] + [rng.choice((1, 2, 4, 16, 32)) for _ in range(n - 1)]
+        got = [[] for _ in range(n)]
+        failures = []
+
+        def read(c, it):
+            try:
+                for _ in range(rounds):
+                    got[c].append(int(next(it)['value'][0]))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                failures.append('consumer %d: %r' % (c, e))
+
+        its = [ds.distribute(self.addr, job_name='py-coord-pace', num_consumers=n, consumer_index=c,
+                             max_outstanding=windows[c]) for c in range(n)]
+        threads = [threading.Thread(target=read, args=(c, its[c]), daemon=True) for c in range(n)]
+        try:
+            threads[0].start()
+            deadline = time.monotonic() + 60
+            while len(got[0]) < 32 and not failures and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertGreaterEqual(len(got[0]), 32, 'consumer 0 read alone: %s' % failures)
+            for t in threads[1:]:
+                t.start()
+            for t in threads:
+                t.join(timeout=max(1.0, deadline + 60 - time.monotonic()))
+            self.assertEqual(failures, [])
+            self.assertEqual([len(g) for g in got], [rounds] * n, 'seed %d, windows %s: stalled' % (seed, windows))
+            for c in range(n):
+                for r, v in enumerate(got[c]):
+                    want = ((r // 2 * n + c) % batches) * rows
+                    self.assertEqual(v, want, 'seed %d, windows %s: round %d, consumer %d' % (seed, windows, r, c))
+        finally:
+            # An iterator a stalled thread is still in stays open (the
+            # test failed): closing it under that thread would free it there.
+            for t, it in zip(threads, its):
+                if not t.is_alive():
+                    it.close()
+
     def test_off_gives_each_value_once_per_worker(self):
         got = collections.Counter(self.values_of(sluice.range(0, 3000).batch(100), sharding='off'))
         self.assertEqual(got, collections.Counter({v: 2 for v in range(3000)}))
