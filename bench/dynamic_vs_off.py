@@ -49,6 +49,12 @@ the others. Without it the kernel places them, and on the 2-core machines
 here it starts every job's threads on one core and spreads them only after
 tens of ms, which weighs twice as much in a DYNAMIC run of 2 workers, half
 as long as its OFF baseline (docs/sharding.md, "Where the threads run").
+--control runs an A/A invocation: the second side of each round is the same
+OFF job again (its lines are dynamic_vs_off_control, their "dynamic" fields
+that second OFF run's): its pair ratio and interval are how far two runs of
+one job read apart on this machine, the band within which a DYNAMIC ratio
+cannot be told from OFF. Four invocations of 1 worker, plain, read
+0.942-1.027 on 2026-12-02 (docs/sharding.md).
 Run with the Release build: bench/dynamic_vs_off.py --build build-release
 (--elements 4000000 --rounds 1 for a short run while developing)."""
 import argparse
@@ -81,6 +87,10 @@ ap.add_argument('--window', metavar='M,P',
                 'iterator sizes its window by bytes, 32,16 for these batches)')
 ap.add_argument('--pin', action='store_true',
                 help='the consumer on the first CPU, the workers on the others (see above; needs 2 CPUs or more)')
+ap.add_argument('--control', action='store_true',
+                help='A/A: the second side of each round runs OFF too, and the lines are named '
+                'dynamic_vs_off_control (no equal-work or length runs): how far two runs of one job read apart '
+                'on this machine, the band within which a DYNAMIC ratio is not told from OFF')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, summary  # noqa: E402
@@ -182,10 +192,10 @@ for workers in [int(w) for w in args.workers.split(',')]:
             off, dyn, equal, short = [], [], [], []
             for _ in range(args.rounds):
                 off.append(run(c, workers, shape, 'off'))
-                dyn.append(run(c, workers, shape, 'dynamic'))
-                if workers > 1 and not args.no_equal_work:
+                dyn.append(run(c, workers, shape, 'off' if args.control else 'dynamic'))
+                if workers > 1 and not args.no_equal_work and not args.control:
                     equal.append(run(c, workers, shape, 'dynamic', args.elements * workers))
-                if workers > 1 and not args.no_length_control:
+                if workers > 1 and not args.no_length_control and not args.control:
                     short.append(run(c, workers, shape, 'off', args.elements // workers))
             best_off, best_dyn = max(o[0] for o in off), max(d[0] for d in dyn)
             cpu_off, cpu_dyn = min(o[1] for o in off), min(d[1] for d in dyn)
@@ -195,7 +205,7 @@ for workers in [int(w) for w in args.workers.split(',')]:
             per_batch = {side: {k: round(sum(x[4][k] for x in runs) / sum(x[5] for x in runs) * 1e6, 3)
                                 for k in ('consumer', 'workers', 'dispatcher')}
                          for side, runs in (('off', off), ('dynamic', dyn))}
-            r = {"bench": "dynamic_vs_off", "workers": workers, "shape": shape, "elements": args.elements,
+            r = {"bench": "dynamic_vs_off_control" if args.control else "dynamic_vs_off", "workers": workers, "shape": shape, "elements": args.elements,
                  "dynamic_elements_per_s": round(best_dyn), "provenance": not args.no_provenance,
                  "baseline": "the same job under OFF", "off_elements_per_s": round(best_off),
                  "ratio": round(best_dyn / best_off, 3),
@@ -244,7 +254,8 @@ for workers in [int(w) for w in args.workers.split(',')]:
                     "rounds": args.rounds, "placement": PLACEMENT}), flush=True)
     finally:
         c.close()
-print(json.dumps({"bench": "dynamic_vs_off_min", "elements": args.elements,
+print(json.dumps({"bench": "dynamic_vs_off_control_min" if args.control else "dynamic_vs_off_min",
+                  "elements": args.elements,
                   "baseline": "the same job under OFF, per shape",
                   "ratio": min(r["ratio"] for r in results),
                   "pair_ratio": min(r["pair_ratio"] for r in results),

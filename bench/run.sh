@@ -28,6 +28,9 @@ cd "$(dirname "$0")/.."
 dyn_build=$build
 [ -x build-release/client/sluice-cat ] && dyn_build=build-release
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build"
+# OFF against OFF in the same rounds (A/A): how far two runs of one job read
+# apart on this machine, the band within which the ratios above say nothing.
+/usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build" --control --shapes plain
 # The default request window is sized by bytes: 32 batches and 16 per
 # worker for these, where the machine runs flat out and the policies'
 # difference stands out of its noise. And with the fixed window of 8 and 4
