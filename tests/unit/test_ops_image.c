@@ -942,6 +942,19 @@ static batches_t encoded_images(sl_image_decoder_t **dec)
     return raw;
 }
 
+/* The 32 fixture images through ops (fused) into *a and through apart
+ * (the same ops kept apart) into *b: both must yield every image. */
+static void run_fused_and_apart(const char *ops, const char *apart, const sl_pipeline_opts_t *o, batches_t *a,
+                                batches_t *b)
+{
+    *a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), o);
+    *b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), o);
+    cr_assert_eq(a->rc, 1, "%s: %s", ops, a->errmsg);
+    cr_assert_eq(b->rc, 1, "%s: %s", apart, b->errmsg);
+    cr_assert_eq(a->n, 32, "%s", ops);
+    cr_assert_eq(b->n, 32, "%s", apart);
+}
+
 /* decode_jpeg directly followed by a resize to at most half of each side
  * decodes at 1/2, 1/4 or 1/8 (DCT scaling) and resizes the rest: the same
  * bytes as the kernels (sl_image_decode_jpeg_scaled, then the resize mapped
@@ -970,12 +983,8 @@ Test(image_ops, decode_resize_scales_the_dct)
                 snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s%s",
                          dc, pc, rs, norm ? nm : "");
                 o.threads = par ? 2 : 0;
-                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
-                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
-                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
-                cr_assert_eq(a.n, 32);
-                cr_assert_eq(b.n, 32);
+                batches_t a, b;
+                run_fused_and_apart(ops, apart, &o, &a, &b);
                 size_t scaled = 0;
                 for (size_t k = 0; k < a.n; k++) {
                     size_t len;
@@ -1076,10 +1085,8 @@ Test(image_ops, decode_flip_resize_scales_the_dct)
             snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s,%s",
                      dc, pc, fl, rs);
             o.threads = par ? 2 : 0;
-            batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
-            batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
-            cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-            cr_assert_eq(b.rc, 1, "%s", b.errmsg);
+            batches_t a, b;
+            run_fused_and_apart(ops, apart, &o, &a, &b);
             size_t scaled = 0, flipped = 0;
             for (size_t k = 0; k < a.n; k++) {
                 size_t len, bytes = oh * ow * 3;
@@ -1145,12 +1152,8 @@ Test(image_ops, random_resized_crop_decodes_at_a_dct_scale)
                 snprintf(apart, sizeof apart, "%s,{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s",
                          dc, pc, rc);
                 o.threads = par ? 2 : 0;
-                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
-                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
-                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
-                cr_assert_eq(a.n, 32);
-                cr_assert_eq(b.n, 32);
+                batches_t a, b;
+                run_fused_and_apart(ops, apart, &o, &a, &b);
                 size_t scaled = 0;
                 unsigned seen = 0;
                 for (size_t k = 0; k < a.n; k++) {
@@ -1228,11 +1231,8 @@ Test(image_ops, crop_then_resize_decodes_at_a_dct_scale)
                          "{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"%s},%s%s", pc, crop,
                          flip ? fl : "", pc, rs, norm ? nm : "");
                 o.threads = par ? 2 : 0;
-                batches_t a = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", ops), &o);
-                batches_t b = run_spec(specf("{\"source\":" IMAGES_SRC ",\"ops\":[" PARSE_AS_IMAGE ",%s]}", apart), &o);
-                cr_assert_eq(a.rc, 1, "%s", a.errmsg);
-                cr_assert_eq(b.rc, 1, "%s", b.errmsg);
-                cr_assert_eq(a.n, raw.n);
+                batches_t a, b;
+                run_fused_and_apart(ops, apart, &o, &a, &b);
                 size_t flipped = 0;
                 for (size_t k = 0; k < a.n; k++) {
                     size_t len, ch = cases[z].ch, cw = cases[z].cw, oh = cases[z].oh, ow = cases[z].ow, y, x;
