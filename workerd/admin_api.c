@@ -17,7 +17,26 @@ static const char *task_state_name(int state)
     return state == SL_TASK_DONE ? "DONE" : state == SL_TASK_FAILED ? "FAILED" : "RUNNING";
 }
 
-static void add_task(sl_task_t *task, void *arg)
+/* A coordinated task's rounds: how many are open and waiting for a place,
+ * and what the lowest open one waits for (its batches, consumers). */
+static json_t *rounds_json(const sl_rounds_t *rounds)
+{
+    sl_rounds_info_t ri;
+    sl_rounds_info(rounds, &ri);
+    json_t *o = json_pack("{s:I,s:I,s:I}", "consumers", (json_int_t)ri.consumers, "open", (json_int_t)ri.open,
+                          "waiting", (json_int_t)ri.waiting);
+    if (!ri.any_open)
+        return o;
+    json_t *missing = json_array();
+    for (uint32_t i = 0; i < ri.num_missing && i < SL_ROUNDS_INFO_MISSING; i++)
+        json_array_append_new(missing, json_integer(ri.missing[i]));
+    json_object_set_new(o, "lowest_open", json_pack("{s:I,s:I,s:I,s:o}", "round", (json_int_t)ri.lowest,
+                                                     "batches_made", (json_int_t)ri.lowest_made, "consumers_missing",
+                                                     (json_int_t)ri.num_missing, "missing", missing));
+    return o;
+}
+
+static void add_task(sl_task_t *task, const sl_rounds_t *rounds, void *arg)
 {
     sl_task_info_t ti;
     sl_task_info(task, &ti);
@@ -41,6 +60,8 @@ static void add_task(sl_task_t *task, void *arg)
                                              "seconds", st->seconds, "self_seconds", st->self_seconds));
     }
     json_object_set_new(o, "ops", ops);
+    if (rounds)
+        json_object_set_new(o, "rounds", rounds_json(rounds));
     if (ti.state == SL_TASK_FAILED)
         json_object_set_new(o, "error", json_string(sl_task_errmsg(task)));
     json_array_append_new(arg, o);
@@ -83,8 +104,9 @@ static int readyz(struct evhttp_request *req, const char *rest, json_t **body, v
     return 200;
 }
 
-static void sum_buffers(sl_task_t *task, void *arg)
+static void sum_buffers(sl_task_t *task, const sl_rounds_t *rounds, void *arg)
 {
+    (void)rounds;
     double *sums = arg;
     sl_task_info_t ti;
     sl_task_info(task, &ti);

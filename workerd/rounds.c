@@ -217,3 +217,29 @@ int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t con
     }
     return SL_TASK_BATCH;
 }
+
+void sl_rounds_info(const sl_rounds_t *r, sl_rounds_info_t *out)
+{
+    *out = (sl_rounds_info_t){.consumers = r->num_consumers, .waiting = r->num_waiting};
+    const struct round *low = NULL;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        const struct round *o = &r->open[i];
+        if (!o->open)
+            continue;
+        out->open++;
+        if (!low || o->round < low->round)
+            low = o;
+    }
+    if (!low)
+        return;
+    out->any_open = true;
+    out->lowest = low->round;
+    out->lowest_made = low->filled;
+    for (uint32_t c = 0; c < r->num_consumers; c++) {
+        if (low->taken[c])
+            continue;
+        if (out->num_missing < SL_ROUNDS_INFO_MISSING)
+            out->missing[out->num_missing] = c;
+        out->num_missing++;
+    }
+}

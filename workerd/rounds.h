@@ -14,6 +14,7 @@
 #ifndef SL_ROUNDS_H
 #define SL_ROUNDS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "task.h"
@@ -43,5 +44,22 @@ void sl_rounds_free(sl_rounds_t *r);
  */
 int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t consumer, sl_wire_batch_t **out,
                    char *err, size_t errlen);
+
+#define SL_ROUNDS_INFO_MISSING 32
+
+/* What holds the rounds back, for the admin endpoint: the lowest open round
+ * completes only once its batches are made and every consumer took its own. */
+typedef struct sl_rounds_info {
+    uint32_t consumers;
+    unsigned open;         /* rounds open */
+    unsigned waiting;      /* rounds asked for that wait for a place */
+    bool any_open;
+    uint64_t lowest;       /* the lowest open round (when any_open) */
+    uint32_t lowest_made;  /* of its batches, those the pipeline made so far */
+    uint32_t num_missing;  /* consumers that have not taken their batch of it */
+    uint32_t missing[SL_ROUNDS_INFO_MISSING]; /* the first of those, by index */
+} sl_rounds_info_t;
+
+void sl_rounds_info(const sl_rounds_t *r, sl_rounds_info_t *out);
 
 #endif

@@ -1662,10 +1662,11 @@ void sl_worker_free(sl_worker_t *w)
     free(w);
 }
 
-void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, void *arg), void *arg)
+void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, const sl_rounds_t *rounds, void *arg),
+                            void *arg)
 {
     for (struct wtask *wt = w->tasks; wt; wt = wt->next)
-        fn(wt->task, arg);
+        fn(wt->task, wt->rounds, arg);
 }
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "rounds.h"
 #include "task.h"
 
 typedef struct sl_worker sl_worker_t;
@@ -68,7 +69,9 @@ typedef struct sl_worker_stats {
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out);
 
-/** Calls fn for every task the worker runs (on the worker's loop thread). */
-void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, void *arg), void *arg);
+/** Calls fn for every task the worker runs, with its coordinated reads'
+ *  rounds (NULL: it has none), on the worker's loop thread. */
+void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, const sl_rounds_t *rounds, void *arg),
+                            void *arg);
 
 #endif

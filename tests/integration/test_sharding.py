@@ -4,6 +4,7 @@ read the tfrecord fixtures through sluice-cat, and each test checks the
 exact multiset of ids it received and, with --with-worker, which worker
 made each batch."""
 import collections
+import json
 import os
 import shutil
 import signal
@@ -437,6 +438,36 @@ class Coordinated(unittest.TestCase):
         # Round r's two batches are consecutive batches of that worker's stream.
         for x, y in zip(a, b):
             self.assertEqual(x['value'][-1] + 1, y['value'][0])
+
+    def test_the_worker_says_which_consumers_the_lowest_open_round_waits_for(self):
+        # Consumer 1 of 3 reads six rounds (two from each worker) and
+        # leaves; consumers 0 and 2 never come. Each worker's lowest open
+        # round is then its first, made, and waits for consumers 0 and 2.
+        p = subprocess.run(self.c.cat_argv(self.SPEC, ['--job-name', 'coord-admin', '--num-consumers', '3',
+                                                       '--consumer-index', '1', '--limit', '6']),
+                           capture_output=True, text=True, env=child_env(), timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        job = get_json(self.c.dispatcher.admin_port, '/v1/jobs')['names']['coord-admin'][0]['job_id']
+        firsts = []
+        for w in self.c.workers:
+            tasks = [t for t in get_json(w.admin_port, '/v1/tasks')['tasks'] if t['job_id'] == job]
+            self.assertEqual(len(tasks), 1, w.addr)
+            rounds = tasks[0]['rounds']
+            self.assertEqual(rounds['consumers'], 3)
+            self.assertEqual(rounds['waiting'], 0)
+            self.assertGreaterEqual(rounds['open'], 2, 'two rounds of six on each of 3 workers')
+            low = rounds['lowest_open']
+            self.assertEqual((low['batches_made'], low['consumers_missing'], low['missing']), (3, 2, [0, 2]),
+                             json.dumps(rounds))
+            firsts.append(low['round'])
+        self.assertEqual(sorted(firsts), [0, 1, 2])
+        # A task without coordinated reads has no rounds (a job that does
+        # not end, so that its tasks stay until it is collected).
+        rc, _, err = self.c.cat(self.SPEC, ['--job-name', 'coord-none', '--limit', '3'])
+        self.assertEqual(rc, 0, err)
+        job = get_json(self.c.dispatcher.admin_port, '/v1/jobs')['names']['coord-none'][0]['job_id']
+        tasks = [t for t in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks'] if t['job_id'] == job]
+        self.assertTrue(tasks and all('rounds' not in t for t in tasks))
 
     def test_coordinated_reads_need_a_named_job(self):
         rc, _, err = self.c.cat(self.SPEC, ['--num-consumers', '2', '--consumer-index', '0'])

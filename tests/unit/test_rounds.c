@@ -183,6 +183,40 @@ Test(rounds_dynamic, a_round_asked_for_before_any_batch_is_ready_keeps_its_place
     cr_assert_eq(take(0, 0), 0);
 }
 
+Test(rounds, info_says_what_the_lowest_open_round_waits_for)
+{
+    sl_rounds_info_t ri;
+    sl_rounds_info(rounds, &ri);
+    cr_assert_eq(ri.consumers, 2);
+    cr_assert(!ri.any_open);
+    cr_assert_eq(ri.open + ri.waiting, 0);
+    take(0, 0);
+    take(1, 1);
+    sl_rounds_info(rounds, &ri);
+    cr_assert(ri.any_open);
+    cr_assert_eq(ri.open, 2);
+    cr_assert_eq(ri.lowest, 0);
+    cr_assert_eq(ri.lowest_made, 2);
+    cr_assert_eq(ri.num_missing, 1);
+    cr_assert_eq(ri.missing[0], 1, "consumer 1 has not taken its batch of round 0");
+    take(0, 1);
+    sl_rounds_info(rounds, &ri);
+    cr_assert_eq(ri.open, 1);
+    cr_assert_eq(ri.lowest, 1);
+    cr_assert_eq(ri.num_missing, 1);
+    cr_assert_eq(ri.missing[0], 0);
+    /* Sixteen open: a request for another waits for a place. */
+    for (uint64_t r = 2; r < 1 + SL_ROUNDS_OPEN; r++)
+        take(r, 0);
+    sl_wire_batch_t *b = NULL;
+    char err[256];
+    cr_assert_eq(sl_rounds_take(rounds, task, 1 + SL_ROUNDS_OPEN, 0, &b, err, sizeof err), SL_TASK_PENDING);
+    sl_rounds_info(rounds, &ri);
+    cr_assert_eq(ri.open, SL_ROUNDS_OPEN);
+    cr_assert_eq(ri.waiting, 1);
+    cr_assert_eq(ri.lowest, 1);
+}
+
 /* One consumer of the property test below: the rounds it asked for are
  * [low, next), the ones of them it received marked in got (by round mod
  * 64); at most window are out at once. */
@@ -197,7 +231,7 @@ static void teardown_after(void)
     teardown();
 }
 
-TestSuite(rounds_property, .fini = teardown_after);
+TestSuite(rounds_own_task, .fini = teardown_after);
 
 /*
  * A seeded property test at a job's sizes: 1 to 64 consumers, each with 1
@@ -209,7 +243,7 @@ TestSuite(rounds_property, .fini = teardown_after);
  * find it with no batch ready, and rounds wait for a place past the 16
  * open. Every consumer c of round r must get the task's batch rC + c.
  */
-Test(rounds_property, every_consumer_gets_its_batch_of_each_round_in_round_order)
+Test(rounds_own_task, every_consumer_gets_its_batch_of_each_round_in_round_order)
 {
     unsigned seed = test_seed("rounds in round order");
     uint64_t st = seed;
@@ -272,4 +306,16 @@ Test(rounds_property, every_consumer_gets_its_batch_of_each_round_in_round_order
     fprintf(stderr, "seed %u: %u consumers, %" PRIu64 " rounds, %" PRIu64 " requests, %" PRIu64 " of them waited\n",
             seed, n, total, takes, pending);
     free(cs);
+}
+
+Test(rounds_own_task, info_lists_the_first_missing_consumers_and_counts_them_all)
+{
+    setup_task(SL_SHARDING_OFF, 40, 64);
+    take(0, 5);
+    sl_rounds_info_t ri;
+    sl_rounds_info(rounds, &ri);
+    cr_assert_eq(ri.lowest_made, 40);
+    cr_assert_eq(ri.num_missing, 39);
+    for (uint32_t i = 0; i < SL_ROUNDS_INFO_MISSING; i++)
+        cr_assert_eq(ri.missing[i], i < 5 ? i : i + 1, "missing[%u]", i);
 }
