@@ -67,6 +67,8 @@ class NoWorker(SluiceCase):
         with self.assertRaises(sluice.SluiceTimeoutError) as cm:
             next(it)
         self.assertRegex(str(cm.exception), r'no live worker for 1000 ms \(timeout_ms\)')
+        # The context names the job; the message does not say it again.
+        self.assertRegex(str(cm.exception), r'^job %d on \S+: no live worker' % it.job_id)
         self.assertTrue(it.closed)
 
 

@@ -533,7 +533,10 @@ class BatchIterator:
                 self._ended = True
                 self._close_handles()
                 raise StopIteration
-            err = from_code(rc, self._iter_err(), 'job %s on %s' % (self.job_id, self.dispatcher))
+            msg = self._iter_err()
+            said = 'job %s: ' % self.job_id  # libsluice's own prefix, which the context below says
+            err = from_code(rc, msg[len(said):] if msg.startswith(said) else msg,
+                            'job %s on %s' % (self.job_id, self.dispatcher))
             self._close_handles()
             raise err
 
