@@ -612,7 +612,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         if (!t)
             break; /* no task known yet: the next heartbeat tells */
         if (t->lost) {
-            iterator_fail(it, SL_EREMOTE,
+            iterator_fail(it, SL_ECLOSED,
                           "job %" PRIu64 ": round %" PRIu64 " of the coordinated reads was to come from worker %s, "
                           "which was lost; no other worker can serve that round to every consumer",
                           it->job_id, r, t->address);

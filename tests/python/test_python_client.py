@@ -932,5 +932,35 @@ class DispatcherLossTest(unittest.TestCase):
             c.close()
 
 
+class CoordinatedWorkerLossTest(unittest.TestCase):
+    """A coordinated consumer that needs a round of a lost worker fails at
+    once with a connection error that names the round and the worker."""
+
+    def test_a_lost_workers_round_raises_a_connection_error(self):
+        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'])
+        try:
+            c.wait_workers_registered(2)
+            ds = sluice.range(0, 1000).repeat().batch(4)
+            its = [ds.distribute(c.dispatcher.addr, job_name='coord-lost-py', num_consumers=2, consumer_index=i,
+                                 timeout_ms=60000) for i in range(2)]
+            try:
+                for _ in range(4):  # rounds of both workers
+                    for it in its:
+                        next(it)
+                c.workers[1].kill()
+                with self.assertRaises(sluice.SluiceError) as cm:
+                    for _ in range(100000):
+                        next(its[0])
+                self.assertIsInstance(cm.exception, sluice.SluiceConnectionError, str(cm.exception))
+                self.assertEqual(cm.exception.code_name, 'SL_ECLOSED')
+                self.assertRegex(str(cm.exception), r'^job \d+ on \S+: round \d+ of the coordinated reads was to '
+                                 r'come from worker %s, which was lost' % c.workers[1].addr)
+            finally:
+                for it in its:
+                    it.close()
+        finally:
+            c.close()
+
+
 if __name__ == '__main__':
     unittest.main()
