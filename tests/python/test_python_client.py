@@ -932,6 +932,85 @@ class DispatcherLossTest(unittest.TestCase):
             c.close()
 
 
+class CoordinatedAtScaleTest(unittest.TestCase):
+    """Sixty-four coordinated consumers, as many ranks as a job of eight
+    hosts of eight GPUs, through a worker that joins and a dispatcher
+    killed with -9 and started again."""
+
+    def test_every_round_holds_one_tasks_consecutive_batches_through_a_join_and_a_restart(self):
+        # The consumers stop taking batches at round 50 (a worker joins) and
+        # at round 120 (the dispatcher is killed and started again), so that
+        # both come mid-run whatever the machine's speed: no consumer asks
+        # past the horizon the dispatcher last answered (its next round plus
+        # 64, the next being at most its window of 32 ahead of the caller).
+        import random
+        import threading
+        from harness import get_json
+        seed = int(os.environ.get('SLUICE_TEST_SEED', time.time_ns() % 1000000))
+        print('coordinated at scale: seed %d (SLUICE_TEST_SEED=%d repeats it)' % (seed, seed), file=sys.stderr)
+        rng = random.Random(seed)
+        n, rows, batches, rounds = 64, 4, 1000, 300
+        ds = sluice.range(0, rows * batches).repeat().batch(rows)
+        windows = [rng.choice((1, 2, 4, 16, 32)) for _ in range(n)]
+        pauses = {50: threading.Event(), 120: threading.Event()}
+        arrived = {r: [] for r in pauses}
+        c = Cluster(workers=3)
+        try:
+            c.wait_workers_registered(3)
+            got = [[] for _ in range(n)]
+            failures = []
+
+            def read(i, it):
+                try:
+                    for r in range(rounds):
+                        if r in pauses:
+                            arrived[r].append(i)
+                            pauses[r].wait(timeout=300)
+                        got[i].append(int(next(it)['value'][0]) // rows)
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    failures.append('consumer %d: %r' % (i, e))
+
+            its = [ds.distribute(c.dispatcher.addr, job_name='coord-scale', num_consumers=n, consumer_index=i,
+                                 max_outstanding=windows[i], timeout_ms=120000) for i in range(n)]
+            threads = [threading.Thread(target=read, args=(i, its[i]), daemon=True) for i in range(n)]
+            try:
+                for t in threads:
+                    t.start()
+                wait_for(lambda: failures or len(arrived[50]) == n, 'every consumer at round 50')
+                joined = c.add_worker()
+                pauses[50].set()
+                wait_for(lambda: failures or len(arrived[120]) == n, 'every consumer at round 120')
+                job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-scale'][0]['job_id']
+                horizon = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['coordinated']['round_horizon']
+                print('coordinated at scale: horizon %d when the dispatcher was killed' % horizon, file=sys.stderr)
+                c.restart_dispatcher()
+                pauses[120].set()
+                deadline = time.monotonic() + 240
+                for t in threads:
+                    t.join(timeout=max(1.0, deadline - time.monotonic()))
+                where = 'seed %d, windows %s' % (seed, windows)
+                self.assertEqual(failures, [], where)
+                self.assertEqual([len(g) for g in got], [rounds] * n, where + ': stalled')
+                for r in range(rounds):
+                    first = got[0][r]
+                    self.assertEqual([g[r] for g in got], [(first + i) % batches for i in range(n)],
+                                     '%s: round %d' % (where, r))
+                self.assertLessEqual(horizon, 120 + 32 + 64, 'the horizon when the dispatcher was killed')
+                after = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['coordinated']['round_horizon']
+                self.assertGreaterEqual(after, rounds, 'the restarted dispatcher moved the horizon on')
+                served = [t['batches_served'] for t in get_json(joined.admin_port, '/v1/tasks')['tasks']
+                          if 'rounds' in t]
+                self.assertTrue(served and served[0] > 0, 'the joined worker served no round: %s' % served)
+            finally:
+                for e in pauses.values():
+                    e.set()
+                for t, it in zip(threads, its):
+                    if not t.is_alive():
+                        it.close()
+        finally:
+            c.close()
+
+
 class CoordinatedWorkerLossTest(unittest.TestCase):
     """A coordinated consumer that needs a round of a lost worker fails at
     once with a connection error that names the round and the worker."""
