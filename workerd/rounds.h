@@ -8,8 +8,9 @@
  * worker the consumers decide among themselves; the worker only keeps each
  * round's batches apart. At most SL_ROUNDS_OPEN rounds are open at once; a
  * request for another one waits until one completes, and the rounds waiting
- * open lowest first (at most SL_ROUNDS_WAITING of them are remembered; one
- * past those opens when a place is free at its next request).
+ * open lowest first (at most SL_ROUNDS_WAITING of them are remembered; a
+ * round asked for past those opens at a later try, once a place is free and
+ * no remembered round waits).
  */
 #ifndef SL_ROUNDS_H
 #define SL_ROUNDS_H
@@ -36,8 +37,9 @@ void sl_rounds_free(sl_rounds_t *r);
  * Consumer's batch of round.
  * @param[out] out on SL_TASK_BATCH, the batch, owned by the caller, who
  *             hands it back with sl_task_release() as for sl_task_take()
- * @return SL_TASK_BATCH, SL_TASK_PENDING (the round's batches are not all
- *         made yet, or SL_ROUNDS_OPEN rounds are open), SL_TASK_END (the
+ * @return SL_TASK_BATCH, SL_TASK_PENDING (the round's batches, or those of
+ *         an open round before it, are not all made yet, or it waits for a
+ *         place: SL_ROUNDS_OPEN rounds are open), SL_TASK_END (the
  *         pipeline ended before the round was full: no consumer gets it),
  *         the task's failure code, or SL_EINVAL with err (consumer out of
  *         range, or its batch of that round already taken)
