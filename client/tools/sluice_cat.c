@@ -724,7 +724,7 @@ int main(int argc, char **argv)
     /* When the first and the last batch came, from the open: the wait for
      * a job's start and for its end after its last batch are in seconds. */
     fprintf(stderr,
-            "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.3f, "
+            "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.4f, "
             "\"first_batch_seconds\": %.4f, \"last_batch_seconds\": %.4f}\n",
             elements, batches, bytes, now_s() - t0, first_batch, last_batch);
 out:
