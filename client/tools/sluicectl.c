@@ -414,8 +414,16 @@ static void print_job(json_t *o)
     printf("\n");
     table_print(&t);
     printf("\nconsumers:\n");
-    json_array_foreach(json_object_get(o, "consumers"), i, k)
-        printf("  client %lld, last heartbeat %lld ms ago\n", num(k, "client_id"), num(k, "last_heartbeat_ms_ago"));
+    json_array_foreach(json_object_get(o, "consumers"), i, k) {
+        /* away: no heartbeat past its lease; stalled: its peers wait for it (admin-api.md) */
+        const char *state = str(k, "state");
+        printf("  client %lld, %s", num(k, "client_id"), state);
+        if (strcmp(state, "away") == 0)
+            printf(" for %lld ms", num(k, "away_ms"));
+        else if (strcmp(state, "stalled") == 0)
+            printf(" for %lld ms", num(k, "stalled_ms"));
+        printf(", last heartbeat %lld ms ago\n", num(k, "last_heartbeat_ms_ago"));
+    }
 }
 
 /* Redraws a progress bar until the job ends. @return 0 when it finished */

@@ -423,7 +423,9 @@ class Admin(unittest.TestCase):
         for w in self.c.workers:
             self.assertIn(w.addr, out)
         self.assertIn('ctl-%d' % os.getpid(), run('jobs').stdout)
-        self.assertIn('dynamic sharding', run('job', str(job['id'])).stdout)
+        shown = run('job', str(job['id'])).stdout
+        self.assertIn('dynamic sharding', shown)
+        self.assertRegex(shown, r'\n  client \d+, present, last heartbeat \d+ ms ago\n')
         self.assertIn('"workers"', run('--json', 'workers').stdout)
         json.loads(run('--json', 'datasets').stdout)
         r = run('cancel', str(job['id']), check=False, token=False)
