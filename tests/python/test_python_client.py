@@ -6,10 +6,12 @@ import ctypes
 import gc
 import inspect
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import weakref
@@ -19,7 +21,7 @@ import numpy as np
 import sluice
 import sluice.client
 from sluice import _lib
-from harness import Cluster, values, wait_for
+from harness import Cluster, get_json, values, wait_for
 from pycase import SluiceCase
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +52,53 @@ def owner_of(a):
 
 
 # ---------------------------------------------------------------- the version
+
+def seeded(what):
+    """(seed, random.Random(seed)), the seed printed under what;
+    SLUICE_TEST_SEED repeats a run."""
+    seed = int(os.environ.get('SLUICE_TEST_SEED', time.time_ns() % 1000000))
+    print('%s: seed %d (SLUICE_TEST_SEED=%d repeats it)' % (what, seed, seed), file=sys.stderr)
+    return seed, random.Random(seed)
+
+
+class Readers:
+    """A thread per iterator of its: each takes `rounds` batches and keeps
+    first(batch) of each in got[i]; at a round of pauses it says so in
+    arrived[round] and waits for that round's event. failures lists what
+    the readers raised."""
+
+    def __init__(self, its, rounds, first, pauses=None):
+        self.its, self.got, self.failures = its, [[] for _ in its], []
+        self.pauses = pauses or {}
+        self.arrived = {r: [] for r in self.pauses}
+        self.threads = [threading.Thread(target=self._read, args=(i, rounds, first), daemon=True)
+                        for i in range(len(its))]
+
+    def _read(self, i, rounds, first):
+        try:
+            for r in range(rounds):
+                if r in self.pauses:
+                    self.arrived[r].append(i)
+                    self.pauses[r].wait(timeout=300)
+                self.got[i].append(first(next(self.its[i])))
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.failures.append('consumer %d: %r' % (i, e))
+
+    def join(self, seconds):
+        deadline = time.monotonic() + seconds
+        for t in self.threads:
+            t.join(timeout=max(1.0, deadline - time.monotonic()))
+
+    def close(self):
+        """Lets paused readers go and closes the iterators whose readers
+        ended; one a stalled reader is still in stays open (the test
+        failed): closing it under that thread would free it there."""
+        for e in self.pauses.values():
+            e.set()
+        for t, it in zip(self.threads, self.its):
+            if not t.is_alive():
+                it.close()
+
 
 class VersionTest(unittest.TestCase):
 
@@ -410,49 +459,28 @@ class ClusterTest(SluiceCase):
         # every consumer must get, in round r, batch (r // 2) * 8 + c of
         # the worker whose round it is (round r is worker r mod 2's (r //
         # 2)-th), whichever requests found a place or a batch ready first.
-        import random
-        import threading
-        seed = int(os.environ.get('SLUICE_TEST_SEED', time.time_ns() % 1000000))
-        print('coordinated pace: seed %d (SLUICE_TEST_SEED=%d repeats it)' % (seed, seed), file=sys.stderr)
-        rng = random.Random(seed)
+        seed, rng = seeded('coordinated pace')
         n, rows, batches, rounds = 8, 4, 50, 300
         ds = sluice.range(0, rows * batches).repeat().batch(rows)
         windows = [32] + [rng.choice((1, 2, 4, 16, 32)) for _ in range(n - 1)]
-        got = [[] for _ in range(n)]
-        failures = []
-
-        def read(c, it):
-            try:
-                for _ in range(rounds):
-                    got[c].append(int(next(it)['value'][0]))
-            except Exception as e:  # noqa: BLE001 (reported below)
-                failures.append('consumer %d: %r' % (c, e))
-
         its = [ds.distribute(self.addr, job_name='py-coord-pace', num_consumers=n, consumer_index=c,
                              max_outstanding=windows[c]) for c in range(n)]
-        threads = [threading.Thread(target=read, args=(c, its[c]), daemon=True) for c in range(n)]
+        readers = Readers(its, rounds, lambda b: int(b['value'][0]))
+        got = readers.got
         try:
-            threads[0].start()
-            deadline = time.monotonic() + 60
-            while len(got[0]) < 32 and not failures and time.monotonic() < deadline:
-                time.sleep(0.01)
-            self.assertGreaterEqual(len(got[0]), 32, 'consumer 0 read alone: %s' % failures)
-            for t in threads[1:]:
+            readers.threads[0].start()
+            wait_for(lambda: readers.failures or len(got[0]) >= 32, 'consumer 0 reading alone to round 32')
+            for t in readers.threads[1:]:
                 t.start()
-            for t in threads:
-                t.join(timeout=max(1.0, deadline + 60 - time.monotonic()))
-            self.assertEqual(failures, [])
+            readers.join(120)
+            self.assertEqual(readers.failures, [])
             self.assertEqual([len(g) for g in got], [rounds] * n, 'seed %d, windows %s: stalled' % (seed, windows))
             for c in range(n):
                 for r, v in enumerate(got[c]):
                     want = ((r // 2 * n + c) % batches) * rows
                     self.assertEqual(v, want, 'seed %d, windows %s: round %d, consumer %d' % (seed, windows, r, c))
         finally:
-            # An iterator a stalled thread is still in stays open (the
-            # test failed): closing it under that thread would free it there.
-            for t, it in zip(threads, its):
-                if not t.is_alive():
-                    it.close()
+            readers.close()
 
     def test_off_gives_each_value_once_per_worker(self):
         got = collections.Counter(self.values_of(sluice.range(0, 3000).batch(100), sharding='off'))
@@ -943,53 +971,33 @@ class CoordinatedAtScaleTest(unittest.TestCase):
         # both come mid-run whatever the machine's speed: no consumer asks
         # past the horizon the dispatcher last answered (its next round plus
         # 64, the next being at most its window of 32 ahead of the caller).
-        import random
-        import threading
-        from harness import get_json
-        seed = int(os.environ.get('SLUICE_TEST_SEED', time.time_ns() % 1000000))
-        print('coordinated at scale: seed %d (SLUICE_TEST_SEED=%d repeats it)' % (seed, seed), file=sys.stderr)
-        rng = random.Random(seed)
+        seed, rng = seeded('coordinated at scale')
         n, rows, batches, rounds = 64, 4, 1000, 300
         ds = sluice.range(0, rows * batches).repeat().batch(rows)
         windows = [rng.choice((1, 2, 4, 16, 32)) for _ in range(n)]
-        pauses = {50: threading.Event(), 120: threading.Event()}
-        arrived = {r: [] for r in pauses}
         c = Cluster(workers=3)
         try:
             c.wait_workers_registered(3)
-            got = [[] for _ in range(n)]
-            failures = []
-
-            def read(i, it):
-                try:
-                    for r in range(rounds):
-                        if r in pauses:
-                            arrived[r].append(i)
-                            pauses[r].wait(timeout=300)
-                        got[i].append(int(next(it)['value'][0]) // rows)
-                except Exception as e:  # noqa: BLE001 (reported below)
-                    failures.append('consumer %d: %r' % (i, e))
-
             its = [ds.distribute(c.dispatcher.addr, job_name='coord-scale', num_consumers=n, consumer_index=i,
                                  max_outstanding=windows[i], timeout_ms=120000) for i in range(n)]
-            threads = [threading.Thread(target=read, args=(i, its[i]), daemon=True) for i in range(n)]
+            readers = Readers(its, rounds, lambda b: int(b['value'][0]) // rows,
+                              pauses={50: threading.Event(), 120: threading.Event()})
+            got = readers.got
             try:
-                for t in threads:
+                for t in readers.threads:
                     t.start()
-                wait_for(lambda: failures or len(arrived[50]) == n, 'every consumer at round 50')
+                wait_for(lambda: readers.failures or len(readers.arrived[50]) == n, 'every consumer at round 50')
                 joined = c.add_worker()
-                pauses[50].set()
-                wait_for(lambda: failures or len(arrived[120]) == n, 'every consumer at round 120')
+                readers.pauses[50].set()
+                wait_for(lambda: readers.failures or len(readers.arrived[120]) == n, 'every consumer at round 120')
                 job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-scale'][0]['job_id']
                 horizon = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['coordinated']['round_horizon']
                 print('coordinated at scale: horizon %d when the dispatcher was killed' % horizon, file=sys.stderr)
                 c.restart_dispatcher()
-                pauses[120].set()
-                deadline = time.monotonic() + 240
-                for t in threads:
-                    t.join(timeout=max(1.0, deadline - time.monotonic()))
+                readers.pauses[120].set()
+                readers.join(240)
                 where = 'seed %d, windows %s' % (seed, windows)
-                self.assertEqual(failures, [], where)
+                self.assertEqual(readers.failures, [], where)
                 self.assertEqual([len(g) for g in got], [rounds] * n, where + ': stalled')
                 for r in range(rounds):
                     first = got[0][r]
@@ -1002,11 +1010,7 @@ class CoordinatedAtScaleTest(unittest.TestCase):
                           if 'rounds' in t]
                 self.assertTrue(served and served[0] > 0, 'the joined worker served no round: %s' % served)
             finally:
-                for e in pauses.values():
-                    e.set()
-                for t, it in zip(threads, its):
-                    if not t.is_alive():
-                        it.close()
+                readers.close()
         finally:
             c.close()
 
