@@ -1060,18 +1060,21 @@ static bool random_seed_of(const sl_spec_op_t *op, bool *has, int64_t *seed)
     }
 }
 
-/* A crop straight after decode_jpeg of the same component takes the
- * decoding over (see struct image_iter). */
-static int fuse_with_decode(struct image_iter *crop, const sl_spec_op_t *op, sl_iter_t *input)
+/* A crop or a resize (into) takes the decoding over, with a decoder of its
+ * own, from a decode_jpeg of the same component straight before later,
+ * built as op on input (see struct image_iter): later is into itself, or
+ * the random_flip a resize runs. */
+static int fuse_with_decode(struct image_iter *into, struct image_iter *later, const sl_spec_op_t *op,
+                            sl_iter_t *input)
 {
-    struct image_iter *d = fusable(crop, op, input, SL_OP_DECODE_JPEG);
+    struct image_iter *d = fusable(later, op, input, SL_OP_DECODE_JPEG);
     if (!d)
         return 0;
     char err[256];
-    if (sl_image_decoder_new(&crop->dec, err, sizeof err) < 0)
+    if (sl_image_decoder_new(&into->dec, err, sizeof err) < 0)
         return -ENOMEM;
     d->fused = true;
-    crop->fused_decode = d;
+    into->fused_decode = d;
     return 0;
 }
 
@@ -1165,20 +1168,13 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         break;
     case SL_OP_RESIZE:
         ii->base.spec.c[k].dtype = op->u.resize.dtype;
-        if ((ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP)) != NULL) {
-            ii->fused_flip->fused = true;
-            /* And the decode_jpeg straight before the flip, as if it came
-             * straight before the resize (DCT scaling). */
-            struct image_iter *fl = ii->fused_flip, *d = fusable(fl, &fl->op, fl->base.input, SL_OP_DECODE_JPEG);
-            if (d && !fl->fused_rrc) {
-                if (sl_image_decoder_new(&ii->dec, err, sizeof err) < 0) {
-                    free(ii);
-                    return -ENOMEM;
-                }
-                d->fused = true;
-                ii->fused_decode = d;
-            }
-        } else if (fuse_with_decode(ii, op, input) < 0) {
+        /* And the decode_jpeg straight before it, or before the flip it
+         * runs, as if that came straight before the resize (DCT scaling;
+         * a flip that runs a random_resized_crop has none before it). */
+        struct image_iter *fl = ii->fused_flip = fusable(ii, op, input, SL_OP_RANDOM_FLIP);
+        if (fl)
+            fl->fused = true;
+        if ((fl ? fuse_with_decode(ii, fl, &fl->op, fl->base.input) : fuse_with_decode(ii, ii, op, input)) < 0) {
             free(ii);
             return -ENOMEM;
         }
@@ -1213,20 +1209,20 @@ int sl__op_image_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t 
         }
         break;
     case SL_OP_RANDOM_CROP:
-        if (fuse_with_decode(ii, op, input) < 0) {
+        if (fuse_with_decode(ii, ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
         }
         break;
     case SL_OP_CENTER_CROP:
-        if (fuse_with_decode(ii, op, input) < 0) {
+        if (fuse_with_decode(ii, ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
         }
         break;
     case SL_OP_RANDOM_RESIZED_CROP:
         ii->base.spec.c[k].dtype = op->u.random_resized_crop.dtype;
-        if (fuse_with_decode(ii, op, input) < 0) {
+        if (fuse_with_decode(ii, ii, op, input) < 0) {
             free(ii);
             return -ENOMEM;
         }
