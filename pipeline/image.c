@@ -454,12 +454,13 @@ static void reverse_lerps(size_t n, lerp_t *l)
 
 /* The resize of src, or of src mirrored (flip >= 0: an sl_image_flip_dir_t),
  * mirrored afterwards (flip_out >= 0), into dst_u8, dst_f32, or through nt
- * (non-NULL) into dst_f32: the uint8 result normalized. far: each row is
- * made in a buffer of its own and streamed to the destination
- * (sl_image_resize_fuse_t.far_out). */
-static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out, const float *span,
-                  size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32, const norm_table_t *nt, bool far,
-                  char *err, size_t errlen)
+ * (non-NULL) into dst_f32: the uint8 result normalized. span: the extent and
+ * origin the output maps onto (sl_image_resize_fuse_t's; NULL: the whole
+ * input). far: each row is made in a buffer of its own and streamed to the
+ * destination (sl_image_resize_fuse_t.far_out). */
+static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int flip, int flip_out,
+                  const sl_image_resize_fuse_t *span, size_t out_h, size_t out_w, uint8_t *dst_u8, float *dst_f32,
+                  const norm_table_t *nt, bool far, char *err, size_t errlen)
 {
     sl_image_shape_t out = {out_h, out_w, in.c};
     row_cache_t rc = {{NULL, NULL}, {-1, -1}, (flip == SL_IMAGE_FLIP_UP_DOWN) != (flip_out == SL_IMAGE_FLIP_UP_DOWN)};
@@ -492,8 +493,8 @@ static int resize(const uint8_t *src, sl_image_shape_t in, size_t stride, int fl
                        out_w);
         goto done;
     }
-    compute_lerps(in.w, out_w, c, span ? span[1] : 0, span ? span[3] : 0, xl);
-    compute_lerps(in.h, out_h, 1, span ? span[0] : 0, span ? span[2] : 0, yl);
+    compute_lerps(in.w, out_w, c, span ? span->extent_w : 0, span ? span->origin_w : 0, xl);
+    compute_lerps(in.h, out_h, 1, span ? span->extent_h : 0, span ? span->origin_h : 0, yl);
     /* The mirrored image's lerps, in the same float steps, then each
      * position read from its mirror: the same values as resizing a
      * flipped copy, to the bit. */
@@ -568,13 +569,11 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     if (f->stride != 0 && f->stride / in.c < in.w)
         return sl_errf(err, errlen, SL_EINVAL, "resize: a row stride of %zu bytes is shorter than a row of %zu x %zu",
                        f->stride, in.w, in.c);
-    float span_v[4] = {f->extent_h, f->extent_w, f->origin_h, f->origin_w};
-    const float *span = f->extent_h > 0 || f->extent_w > 0 || f->origin_h > 0 || f->origin_w > 0 ? span_v : NULL;
     if (!f->mean)
         return f->out_f32
-                   ? resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, NULL, dst, NULL, f->far_out, err,
+                   ? resize(src, in, f->stride, flip, flip_out, f, out_h, out_w, NULL, dst, NULL, f->far_out, err,
                             errlen)
-                   : resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, dst, NULL, NULL, f->far_out, err,
+                   : resize(src, in, f->stride, flip, flip_out, f, out_h, out_w, dst, NULL, NULL, f->far_out, err,
                             errlen);
     int rc;
     if ((rc = check_shape("normalize", in, sizeof(float), err, errlen)) != 0)
@@ -582,7 +581,7 @@ int sl_image_resize_fused(const uint8_t *src, sl_image_shape_t in, const sl_imag
     norm_table_t nt;
     if ((rc = norm_table_init(&nt, in.c, f->mean, f->std, f->scale, err, errlen)) != 0)
         return rc;
-    return resize(src, in, f->stride, flip, flip_out, span, out_h, out_w, NULL, dst, &nt, f->far_out, err, errlen);
+    return resize(src, in, f->stride, flip, flip_out, f, out_h, out_w, NULL, dst, &nt, f->far_out, err, errlen);
 }
 
 /* ---- crops and flips ---- */
