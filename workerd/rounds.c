@@ -114,17 +114,14 @@ static void open_waiting(sl_rounds_t *r)
     }
 }
 
-/* Round round, open, or NULL: every place is taken (then it waits for one). */
+/* Round round, open, or NULL: every place is taken (then it waits for one).
+ * A place frees only when a round completes, and open_waiting() then gives
+ * it to a waiting round: while any waits, no place is free. */
 static struct round *find_or_open(sl_rounds_t *r, uint64_t round)
 {
     struct round *o = find_open(r, round);
-    if (o)
+    if (o || (r->num_waiting == 0 && (o = open_round(r, round))))
         return o;
-    open_waiting(r);
-    if (r->num_waiting == 0 && (o = open_round(r, round)))
-        return o;
-    if ((o = find_open(r, round)))
-        return o; /* it was waiting */
     bool listed = false;
     for (unsigned i = 0; i < r->num_waiting; i++)
         listed |= r->waiting[i] == round;
