@@ -63,7 +63,7 @@
  * from the dispatcher, which it asks at once when a client names one):
  * asked again after 5 ms, doubling up to RETRY_MS, not at the next tick. */
 #define UNKNOWN_RETRY_MS 5
-#define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller */
+#define MAX_WINDOW 64 /* coordinated reads: rounds asked for ahead of the caller (SL_HELD_ROUNDS, the worker holds) */
 /* sl_iterator_opts_t.dispatcher_timeout_ms unless given: an hour, as tf.data service. */
 #define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
@@ -116,8 +116,9 @@ struct itask {
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
-    /* Redelivery (not for coordinated reads): requests are numbered from 1
-     * (GetElementRequest.seq); fly[0..fly_n) are the seqs not answered yet,
+    /* Redelivery: requests are numbered from 1 (GetElementRequest.seq; a
+     * coordinated read numbers them by round instead, coord_pump());
+     * fly[0..fly_n) are the seqs not answered yet,
      * in order, and the first fly_sent of them went on the current
      * connection. A connection that breaks with answers in flight has them
      * asked again, same seqs, on the next one: the worker holds what it
@@ -621,9 +622,14 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         if (!askable(t, now))
             continue;
         uint32_t id = ++it->next_id;
+        /* Numbered by round for redelivery (workerd/held.h): every round
+         * below deliver_round was received, and the worker lets their
+         * batches go; one asked again after a broken connection is sent
+         * again. */
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
-                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index};
+                                        .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
+                                        .seq = r + 1, .acked_below = it->deliver_round + 1};
         memcpy(req.task_key, t->key, sizeof req.task_key);
         shm_fields(t, &req);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)

@@ -48,13 +48,15 @@ void sl_served_unref(sl_served_t *s)
     sl_recycle_free(&served_stock, s);
 }
 
-/* What one client of the task holds: its seqs below next_seq were served;
- * held[0..n) are those not acknowledged yet that could be kept, by seq. */
+/* What one client of the task holds: its seqs below next_seq were served
+ * (in order; coordinated reads serve rounds in any order and leave it
+ * aside); held[0..n) are those not acknowledged yet that could be kept,
+ * sorted by seq. */
 struct holder {
     uint64_t client_id;
     uint64_t next_seq;
     int64_t last_ms;
-    sl_served_t *held[SL_HELD_MAX];
+    sl_served_t *held[SL_HELD_ROUNDS];
     unsigned n;
     bool warned; /* the budget refused to keep one of its batches (logged once) */
 };
@@ -135,36 +137,80 @@ static struct holder *get(sl_holders_t *h, uint64_t client_id)
     return c;
 }
 
+static sl_served_t *held_at(const struct holder *c, uint64_t seq)
+{
+    for (unsigned k = 0; k < c->n; k++)
+        if (c->held[k]->seq == seq)
+            return c->held[k];
+    return NULL;
+}
+
+/* The holder of a request of client_id that acknowledged everything below
+ * acked_below, or NULL with err. */
+static struct holder *asking(sl_holders_t *h, uint64_t client_id, uint64_t acked_below, int64_t now_ms, int *rc,
+                             char *err, size_t errlen)
+{
+    struct holder *c = get(h, client_id);
+    if (!c) {
+        *rc = h->n >= SL_HOLDERS_MAX
+                  ? sl_errf(err, errlen, SL_ELIMIT,
+                            "more than %d clients of the task hold batches not yet acknowledged", SL_HOLDERS_MAX)
+                  : sl_errf(err, errlen, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    c->last_ms = now_ms;
+    ack(h, c, acked_below);
+    return c;
+}
+
+/* SL_ELIMIT when seq is max or more ahead of acked_below, else
+ * SL_HELD_NEW; the message counts from base (rounds: seq 1 is round 0). */
+static int ahead(uint64_t seq, uint64_t acked_below, unsigned max, uint64_t base, const char *what, char *err,
+                 size_t errlen)
+{
+    if (seq - (acked_below < seq ? acked_below : seq) < max)
+        return SL_HELD_NEW;
+    return sl_errf(err, errlen, SL_ELIMIT,
+                   "%s %" PRIu64 " while %" PRIu64 " and later are not acknowledged: at most %u %ss of one task may "
+                   "be in flight", what, seq - base, acked_below > base ? acked_below - base : 0, max, what);
+}
+
 int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
                    sl_served_t **again, char *err, size_t errlen)
 {
+    int rc = 0;
     *again = NULL;
-    struct holder *c = get(h, client_id);
+    struct holder *c = asking(h, client_id, acked_below, now_ms, &rc, err, errlen);
     if (!c)
-        return h->n >= SL_HOLDERS_MAX
-                   ? sl_errf(err, errlen, SL_ELIMIT,
-                             "more than %d clients of the task hold batches not yet acknowledged", SL_HOLDERS_MAX)
-                   : sl_errf(err, errlen, -ENOMEM, "out of memory");
-    c->last_ms = now_ms;
-    ack(h, c, acked_below);
-    if (seq >= c->next_seq) {
-        if (seq - (acked_below < seq ? acked_below : seq) >= SL_HELD_MAX)
-            return sl_errf(err, errlen, SL_ELIMIT,
-                           "request %" PRIu64 " while %" PRIu64 " and later are not acknowledged: at most %d "
-                           "requests of one task may be in flight", seq, acked_below, SL_HELD_MAX);
-        return SL_HELD_NEW;
-    }
-    for (unsigned k = 0; k < c->n; k++) {
-        if (c->held[k]->seq == seq) {
-            *again = c->held[k];
-            return SL_HELD_AGAIN;
-        }
-    }
+        return rc;
+    if (seq >= c->next_seq)
+        return ahead(seq, acked_below, SL_HELD_MAX, 0, "request", err, errlen);
+    if ((*again = held_at(c, seq)))
+        return SL_HELD_AGAIN;
     return sl_errf(err, errlen, SL_ECLOSED,
                    "the batch answered to request %" PRIu64 " was sent on a connection that closed and is no "
                    "longer held (acknowledged, or dropped after its client was silent past the hold timeout, "
                    "or no memory to hold it): its elements are lost to this client",
                    seq);
+}
+
+int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
+                         sl_served_t **again, char *err, size_t errlen)
+{
+    int rc = 0;
+    *again = NULL;
+    struct holder *c = asking(h, client_id, acked_below, now_ms, &rc, err, errlen);
+    if (!c)
+        return rc;
+    if ((*again = held_at(c, seq)))
+        return SL_HELD_AGAIN;
+    return ahead(seq, acked_below, SL_HELD_ROUNDS, 1, "round", err, errlen);
+}
+
+sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)
+{
+    const struct holder *c = find(h, client_id);
+    return c ? held_at(c, seq) : NULL;
 }
 
 bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms)
@@ -176,7 +222,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
     size_t bytes = served_bytes(s);
-    if (c->n == SL_HELD_MAX || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
+    if (c->n == SL_HELD_ROUNDS || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
         if (!c->warned)
             sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",
@@ -187,7 +233,13 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
     s->charged = h->budget ? bytes : 0;
     s->seq = seq;
     s->refs++;
-    c->held[c->n++] = s;
+    /* In seq order, which ack() counts on: the end, but for a round
+     * answered before one asked earlier. */
+    unsigned k = c->n;
+    for (; k > 0 && c->held[k - 1]->seq > seq; k--)
+        c->held[k] = c->held[k - 1];
+    c->held[k] = s;
+    c->n++;
     return true;
 }
 

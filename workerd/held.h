@@ -14,12 +14,19 @@
  * past the hold timeout, or memory was short) is refused with SL_ECLOSED and a
  * message that says so: loud, never silent (docs/fault-tolerance.md).
  *
+ * Coordinated reads number a consumer's requests by round (seq = round + 1,
+ * acked_below = one more than the round below which the consumer received
+ * every round) and their answers may come in any order: a round asked
+ * again is sent again if held (sl_holders_ask_round()), and otherwise
+ * asked of the rounds, which know whether the consumer took its batch.
+ *
  * Bounds: at most SL_HELD_MAX unacknowledged seqs per client and task
  * (SL_ELIMIT beyond, which a client that keeps at most
- * SL_HELD_MAX requests in flight never sees), at most SL_HOLDERS_MAX clients
- * per task, every held byte charged to the worker's memory budget, and
- * everything a client holds dropped after the hold timeout without a request
- * from it.
+ * SL_HELD_MAX requests in flight never sees; SL_HELD_ROUNDS rounds for
+ * coordinated reads, the client's window of rounds), at most SL_HOLDERS_MAX
+ * clients per task, every held byte charged to the worker's memory budget,
+ * and everything a client holds dropped after the hold timeout without a
+ * request from it.
  */
 #ifndef SL_WORKERD_HELD_H
 #define SL_WORKERD_HELD_H
@@ -33,6 +40,7 @@
 #include "sluice.pb.h"
 
 #define SL_HELD_MAX 16      /* unacknowledged seqs per client of a task */
+#define SL_HELD_ROUNDS 64   /* the same for coordinated reads: rounds asked ahead of the last one received */
 #define SL_HOLDERS_MAX 1024 /* clients of a task holding batches */
 /* Bytes of notices and tallies a served batch keeps in itself: the bound of
  * two tally rows (provwire.h); more are malloc'd. */
@@ -76,6 +84,18 @@ enum { SL_HELD_NEW = 0, SL_HELD_AGAIN = 1 };
  */
 int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
                    sl_served_t **again, char *err, size_t errlen);
+
+/**
+ * sl_holders_ask() for coordinated reads: seq is the round + 1, and a seq
+ * not held is SL_HELD_NEW whether or not a later one was served (answers
+ * to rounds come in any order; the rounds refuse a batch asked twice).
+ * @return SL_HELD_NEW, SL_HELD_AGAIN, or SL_ELIMIT / -ENOMEM with a message
+ */
+int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
+                         sl_served_t **again, char *err, size_t errlen);
+
+/** The batch held for client_id under seq, or NULL (no reference taken). */
+sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
 
 /**
  * Keeps s, just served to client_id under seq, until acknowledged (takes a

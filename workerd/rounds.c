@@ -185,14 +185,14 @@ int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t con
     }
     if (was_completed(r, round)) {
         snprintf(err, errlen, "round %" PRIu64 " was already served to every consumer", round);
-        return SL_EINVAL;
+        return SL_ROUNDS_TAKEN;
     }
     struct round *o = find_or_open(r, round);
     if (!o)
         return SL_TASK_PENDING;
     if (o->taken[consumer]) {
         snprintf(err, errlen, "consumer %" PRIu32 " already took its batch of round %" PRIu64, consumer, round);
-        return SL_EINVAL;
+        return SL_ROUNDS_TAKEN;
     }
     for (struct round *f; (f = fill_first(r, o));) {
         int rc = fill(r, task, f);

@@ -24,6 +24,8 @@
 #define SL_ROUNDS_WAITING 64
 #define SL_ROUNDS_MAX_CONSUMERS SL_TASK_MAX_CONSUMERS
 
+enum { SL_ROUNDS_TAKEN = SL_TASK_PENDING + 1 }; /* besides sl_task_take()'s codes */
+
 typedef struct sl_rounds sl_rounds_t;
 
 /** @return rounds for num_consumers (1 .. SL_ROUNDS_MAX_CONSUMERS) consumers, or NULL */
@@ -41,8 +43,9 @@ void sl_rounds_free(sl_rounds_t *r);
  *         an open round before it, are not all made yet, or it waits for a
  *         place: SL_ROUNDS_OPEN rounds are open), SL_TASK_END (the
  *         pipeline ended before the round was full: no consumer gets it),
- *         the task's failure code, or SL_EINVAL with err (consumer out of
- *         range, or its batch of that round already taken)
+ *         the task's failure code, SL_ROUNDS_TAKEN with err (the
+ *         consumer's batch of that round was taken already), or SL_EINVAL
+ *         with err (consumer out of range)
  */
 int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t consumer, sl_wire_batch_t **out,
                    char *err, size_t errlen);

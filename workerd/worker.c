@@ -195,7 +195,7 @@ struct sl_worker {
 };
 
 static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
-static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices;
+static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices, *m_sent_again;
 
 static int64_t now_us(void)
 {
@@ -719,6 +719,32 @@ static void task_unknown(struct wconn *wc, uint32_t request_id, uint64_t task_id
                        wc->w->address);
 }
 
+/* A consumer asked for its batch of a round it took already: sent again
+ * when held for it (its request came again, on a new connection, while
+ * the first one still waited on the old), else refused: SL_ECLOSED when
+ * the consumer numbers its requests (the batch went out on a connection
+ * that closed and is no longer held), SL_EINVAL when it does not (asked
+ * twice). why: what the rounds said. */
+static void round_taken(struct wconn *wc, uint32_t request_id, struct wtask *wt, const struct parked *how,
+                        const char *why)
+{
+    uint64_t task_id = sl_task_id(wt->task);
+    sl_served_t *sv = how->seq > 0 ? sl_holders_find(wt->holders, how->client_id, how->seq) : NULL;
+    if (sv) {
+        sl_metric_add(m_sent_again, 1);
+        send_served(wc, request_id, sv);
+    } else if (how->seq > 0) {
+        sl_conn_send_error(wc->conn, request_id, SL_ECLOSED,
+                           "task %" PRIu64 " on worker %s: %s, on a connection that closed, and it is no longer "
+                           "held (acknowledged, or dropped after its client was silent past the hold timeout, or "
+                           "no memory to hold it): its elements are lost to this consumer",
+                           task_id, wc->w->address, why);
+    } else {
+        sl_conn_send_error(wc->conn, request_id, SL_EINVAL, "task %" PRIu64 " on worker %s: %s", task_id,
+                           wc->w->address, why);
+    }
+}
+
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
 static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id,
                            const struct parked *how)
@@ -752,6 +778,10 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
     if (wt->rounds) {
         char err[256];
         rc = sl_rounds_take(wt->rounds, wt->task, how->round, how->consumer, &b, err, sizeof err);
+        if (rc == SL_ROUNDS_TAKEN) {
+            round_taken(wc, request_id, wt, how, err);
+            return true;
+        }
         if (rc == SL_EINVAL) {
             sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s: %s", task_id, w->address,
                                err);
@@ -915,7 +945,7 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
         give_up_awaiting(wc, req->task_id);
     }
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
-                         .client_id = req->client_id, .seq = req->coordinated ? 0 : req->seq,
+                         .client_id = req->client_id, .seq = req->seq,
                          .tomb_ok = here || buried};
     struct wtask *ht = how.seq > 0 || wc->shm_mapped ? find_task(w, req->task_id) : NULL;
     if (ht && wc->shm_mapped)
@@ -925,9 +955,13 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
          * was served; what the client acknowledged is let go (held.h). */
         sl_served_t *again;
         char err[512];
-        int rc = sl_holders_ask(ht->holders, req->client_id, req->seq, req->acked_below, now_us() / 1000, &again,
-                                err, sizeof err);
+        int64_t now = now_us() / 1000;
+        int rc = req->coordinated ? sl_holders_ask_round(ht->holders, req->client_id, req->seq, req->acked_below,
+                                                         now, &again, err, sizeof err)
+                                  : sl_holders_ask(ht->holders, req->client_id, req->seq, req->acked_below, now,
+                                                   &again, err, sizeof err);
         if (rc == SL_HELD_AGAIN) {
+            sl_metric_add(m_sent_again, 1);
             send_served(wc, request_id, again);
             return;
         }
@@ -1551,6 +1585,10 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                       "Batches sent to clients.", NULL, 0);
         m_bytes_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_bytes_served_total", NULL,
                                             "Tensor bytes sent to clients.", NULL, 0);
+        m_sent_again = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_sent_again_total", NULL,
+                                          "Batches held for a client and sent again: asked for again after "
+                                          "the connection that carried them broke.",
+                                          NULL, 0);
         m_shm_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_shm_total", NULL,
                                           "Batches whose bytes went to a client on this host through shared memory.",
                                           NULL, 0);

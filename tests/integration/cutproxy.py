@@ -1,8 +1,11 @@
 """A TCP proxy on loopback whose connections the test can break in the middle
 of an answer: cut() throws away what the upstream side sent next (bytes the
 daemon counted as sent, that never arrive) and resets both sockets, as a
-dropped route or a rebooted middlebox would. New connections are forwarded
-again at once. hold_after_first() makes the connections opened after it
+dropped route or a rebooted middlebox would. cut(half_open=True) resets the
+client's side only and leaves the upstream side open and unread until
+close(): the daemon does not learn that the connection is gone (a route
+that died where only one end noticed), and what it sends on it goes
+nowhere. New connections are forwarded again at once. hold_after_first() makes the connections opened after it
 deliver the upstream side's hello and first frame (the answer to the first
 request) and hold back the rest until release(), as a slow or congested
 route would; hold_connections_from(n) makes the n-th connection and those
@@ -40,6 +43,8 @@ class CutProxy:
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
         self.pairs = []          # [client socket, upstream socket, cut requested Event, cut done Event]
+        self.half_open = False   # cut(): the upstream sockets stay open (in stale) until close()
+        self.stale = []
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
         self.hold_from = 0       # hold_connections_from(): the first connection that holds after its hello
@@ -143,8 +148,11 @@ class CutProxy:
             pass
         finally:
             _reset(c)
-            _reset(u)
             with self.lock:
+                if cut.is_set() and self.half_open and not self.closed:
+                    self.stale.append(u)
+                else:
+                    _reset(u)
                 if pair in self.pairs:
                     self.pairs.remove(pair)
             done.set()
@@ -175,11 +183,13 @@ class CutProxy:
             self.hold_from = 0
         self.released.set()
 
-    def cut(self, timeout=10):
+    def cut(self, timeout=10, half_open=False):
         """Breaks every open connection, throwing away the next bytes the
-        upstream side sends on it; returns the bytes thrown away."""
+        upstream side sends on it; returns the bytes thrown away. With
+        half_open, the upstream side stays open (see above)."""
         with self.lock:
             pairs = list(self.pairs)
+            self.half_open = half_open
         n = len(self.dropped)
         for p in pairs:
             p[2].set()
@@ -195,6 +205,10 @@ class CutProxy:
             pairs = list(self.pairs)
         for p in pairs:
             p[3].wait(5)
+        with self.lock:
+            stale, self.stale = self.stale, []
+        for u in stale:
+            _reset(u)
 
 
 def worker_behind(cluster, hold=False, extra=()):

@@ -1010,6 +1010,129 @@ class BrokenConnections(unittest.TestCase):
         return lent, where
 
 
+class BrokenCoordinatedConnections(unittest.TestCase):
+    """Coordinated reads (a named job's consumers read in rounds) through
+    connections broken with answers in flight: a consumer asks again for the
+    rounds it did not get, the worker sends the batch it holds for it, and
+    every consumer reads every round, its own batch of it. The consumers,
+    their windows, the batch size and the cut points come from a seed,
+    printed in every failure (SLUICE_CHAOS_SEED reruns one). The job has no
+    end: the consumers read until each is past the last cut by 40 rounds,
+    then they are stopped, so the cuts always find answers flowing."""
+
+    def test_rounds_lost_with_a_connection_are_sent_again(self):
+        self.cut_and_check(half_open=False)
+
+    def test_rounds_asked_again_while_the_old_connection_waits_for_them_are_sent_again(self):
+        # Only the consumer's end of each connection breaks: the worker
+        # still has the old connection's requests waiting for their rounds
+        # when the consumer asks for the same rounds on a new one. The
+        # first request of a round served takes the batch; the other gets
+        # it again from what the worker holds, whichever came first.
+        self.cut_and_check(half_open=True)
+
+    def cut_and_check(self, half_open):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        consumers = rng.randrange(2, 9)
+        batch = rng.choice([4, 100, 8192])  # 8192 int64s: 64 KiB, made in a region of shared memory and lent
+        windows = [rng.randrange(1, 33) for _ in range(consumers)]
+        ats = sorted(rng.sample(range(10, 150), rng.randrange(2, 5)))
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, windows %s, batch %d, %scuts at rounds %s' % (
+            seed, seed, consumers, windows, batch, 'half-open ' if half_open else '', ats)
+        real = free_ports(2)
+        cluster = Cluster()
+        proxies = [CutProxy(p) for p in real]
+        procs, readers = [], []
+        try:
+            for p, proxy in zip(real, proxies):
+                cluster.add_worker(['--port', str(p), '--worker-address', '127.0.0.1:%d' % proxy.port])
+            cluster.wait_workers_registered(2)
+            spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
+                                                                           {"op": "batch", "batch_size": batch}]}
+            got = [[] for _ in range(consumers)]
+            for i in range(consumers):
+                argv = cluster.cat_argv(spec, ['--job-name', 'coord-cut', '--num-consumers', str(consumers),
+                                               '--consumer-index', str(i), '--max-outstanding', str(windows[i]),
+                                               '--with-worker', '--timeout-ms', '30000'])
+                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                              env=child_env()))
+
+                def read(p=procs[-1], out=got[i]):
+                    for line in p.stdout:
+                        if line.endswith('\n'):  # not the last one's half, cut by the stop
+                            out.append(json.loads(line))
+                readers.append(threading.Thread(target=read, daemon=True))
+                readers[-1].start()
+
+            def reading(upto):
+                bad = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
+                if bad:
+                    raise AssertionError('%s: consumers %s ended: %s' % (
+                        where, bad, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in bad)))
+                return min(len(g) for g in got) >= upto
+            def connected():
+                return all(len(p.pairs) >= consumers for p in proxies)
+
+            def sent_again():
+                return sum(metric(w.admin_port, 'sluice_worker_batches_sent_again_total', default=0)
+                           for w in cluster.workers)
+            lost = []
+            for at in ats:
+                # sluice-cat's output comes in blocks: a consumer is ahead
+                # of what was read here, and may still be connecting again
+                # after the last cut. Cut once every consumer is connected
+                # to both workers (each through its proxy) again.
+                wait_for(lambda: reading(at) and connected(),
+                         '%s: every consumer to read %d rounds, connected to both workers' % (where, at), timeout=120)
+                # Both workers' connections at once, while every consumer
+                # reads on: answers are in flight on some of them.
+                cutters = [threading.Thread(target=lambda p=p: lost.append(p.cut(half_open=half_open)))
+                           for p in proxies]
+                for t in cutters:
+                    t.start()
+                for t in cutters:
+                    t.join(30)
+            self.assertGreater(sum(lost), 0, '%s: the cuts threw nothing away' % where)
+            # An answer thrown away is asked for again, and the worker holds
+            # it: once sent again, every consumer reads on, 40 rounds more.
+            wait_for(lambda: reading(0) and sent_again() > 0, '%s: a batch to be sent again (bytes thrown away '
+                     'by each cut: %s)' % (where, lost), timeout=120)
+            upto = max(len(g) for g in got) + 40
+            wait_for(lambda: reading(upto), '%s: every consumer to read on to round %d' % (where, upto), timeout=120)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+            for t in readers:
+                t.join(30)
+            for p in proxies:
+                p.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+        check_rounds(self, got, batch, where)
+
+
+def check_rounds(test, got, batch, where):
+    """got[i]: what coordinated consumer i read (sluice-cat --with-worker,
+    a range in batches of batch): rounds 0, 1, 2 ... in order; in each
+    round that every consumer read, one worker's consecutive batches,
+    consumer i the i-th; and each worker's rounds, in order, its batches
+    from the first one on, none left out or given twice."""
+    n = len(got)
+    for i, g in enumerate(got):
+        test.assertEqual([x['_round'] for x in g], list(range(len(g))), '%s: consumer %d' % (where, i))
+    worker_next = collections.defaultdict(int)  # the first value of the worker's next round
+    for r in range(min(len(g) for g in got)):
+        row = [g[r] for g in got]
+        test.assertEqual(len({x['_worker'] for x in row}), 1, '%s: round %d from several workers' % (where, r))
+        first = worker_next[row[0]['_worker']]
+        for i, x in enumerate(row):
+            test.assertEqual(x['value'], list(range(first + i * batch, first + (i + 1) * batch)),
+                             '%s: round %d, consumer %d (worker %s)' % (where, r, i, x['_worker']))
+        worker_next[row[0]['_worker']] = first + n * batch
+
+
 class Checkpoints(ThreeWorkers):
     """Iterator checkpoints (sl_iterator_checkpoint / sl_iterator_restore,
     sluice-cat --checkpoint-out / --resume-from): a consumer stops after a

@@ -85,6 +85,66 @@ Test(held, at_most_SL_HELD_MAX_unacknowledged_requests_and_SL_HOLDERS_MAX_client
     sl_holders_free(h);
 }
 
+/* Serves round r (seq r + 1) to consumer c as the worker does for a
+ * coordinated read. */
+static sl_served_t *serve_round(sl_holders_t *h, uint64_t c, uint64_t r, uint64_t acked_round, size_t size)
+{
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask_round(h, c, r + 1, acked_round + 1, 0, &again, err, sizeof err), SL_HELD_NEW,
+                 "round %llu: %s", (unsigned long long)r, err);
+    sl_served_t *s = served(size);
+    cr_assert(sl_holders_keep(h, c, r + 1, s, 0), "round %llu", (unsigned long long)r);
+    sl_served_unref(s);
+    return s;
+}
+
+/* Coordinated reads number requests by round and are answered in any
+ * order: a round not held is new (the rounds know whether it was taken),
+ * one held comes again, and an acknowledgement lets go of every round
+ * below it, whatever order they were kept in. */
+Test(held, rounds_kept_in_any_order_come_again_until_acknowledged)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    sl_served_t *kept[SL_HELD_ROUNDS];
+    /* Rounds 0 .. 63 served in a shuffled order, round 0 acknowledged
+     * below (nothing received yet). */
+    unsigned order[SL_HELD_ROUNDS];
+    for (unsigned i = 0; i < SL_HELD_ROUNDS; i++)
+        order[i] = i;
+    srand(16);
+    for (unsigned i = SL_HELD_ROUNDS - 1; i > 0; i--) {
+        unsigned j = (unsigned)rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (unsigned i = 0; i < SL_HELD_ROUNDS; i++)
+        kept[order[i]] = serve_round(h, 5, order[i], 0, 10 + order[i]);
+    counts(h, SL_HELD_ROUNDS, SL_HELD_ROUNDS * 10 + SL_HELD_ROUNDS * (SL_HELD_ROUNDS - 1) / 2);
+    sl_served_t *again;
+    /* Round 64 is one too many ahead of round 0. */
+    cr_assert_eq(sl_holders_ask_round(h, 5, SL_HELD_ROUNDS + 1, 1, 0, &again, err, sizeof err), SL_ELIMIT);
+    cr_assert_not_null(strstr(err, "round 64 while 0 and later are not acknowledged: at most 64 rounds"), "%s", err);
+    /* Every round asked again comes again. */
+    for (unsigned r = 0; r < SL_HELD_ROUNDS; r++) {
+        cr_assert_eq(sl_holders_ask_round(h, 5, r + 1, 1, 0, &again, err, sizeof err), SL_HELD_AGAIN, "round %u", r);
+        cr_assert_eq(again, kept[r], "round %u", r);
+        cr_assert_eq(sl_holders_find(h, 5, r + 1), kept[r], "round %u", r);
+    }
+    /* Rounds below 40 received: they go, and asked again they are new to
+     * the holders (the rounds then say they were taken). */
+    cr_assert_eq(sl_holders_ask_round(h, 5, 40 + 1, 40 + 1, 0, &again, err, sizeof err), SL_HELD_AGAIN);
+    counts(h, SL_HELD_ROUNDS - 40, (SL_HELD_ROUNDS - 40) * 10 + (40 + SL_HELD_ROUNDS - 1) * (SL_HELD_ROUNDS - 40) / 2);
+    cr_assert_eq(sl_holders_ask_round(h, 5, 39 + 1, 41, 0, &again, err, sizeof err), SL_HELD_NEW);
+    cr_assert_null(again);
+    cr_assert_null(sl_holders_find(h, 5, 39 + 1));
+    /* Round 100 is within 64 of round 40; a round not yet kept below the
+     * highest kept is new too (answered later than a round after it). */
+    serve_round(h, 5, 100, 40, 1);
+    cr_assert_eq(sl_holders_ask_round(h, 5, 70 + 1, 41, 0, &again, err, sizeof err), SL_HELD_NEW);
+    cr_assert_null(sl_holders_find(h, 6, 40 + 1), "another consumer holds nothing");
+    sl_holders_free(h);
+}
+
 Test(held, silent_clients_are_let_go_after_the_timeout)
 {
     sl_holders_t *h = sl_holders_new(NULL);
