@@ -36,7 +36,7 @@ static json_t *rounds_json(const sl_rounds_t *rounds)
     return o;
 }
 
-static void add_task(sl_task_t *task, const sl_rounds_t *rounds, void *arg)
+static void add_task(sl_task_t *task, const sl_worker_task_view_t *view, void *arg)
 {
     sl_task_info_t ti;
     sl_task_info(task, &ti);
@@ -60,8 +60,12 @@ static void add_task(sl_task_t *task, const sl_rounds_t *rounds, void *arg)
                                              "seconds", st->seconds, "self_seconds", st->self_seconds));
     }
     json_object_set_new(o, "ops", ops);
-    if (rounds)
-        json_object_set_new(o, "rounds", rounds_json(rounds));
+    json_object_set_new(o, "requests_waiting", json_integer(view->requests_waiting));
+    json_object_set_new(o, "requests_waiting_again", json_integer(view->requests_waiting_again));
+    json_object_set_new(o, "held", json_pack("{s:I,s:I}", "batches", (json_int_t)view->held_batches, "bytes",
+                                             (json_int_t)view->held_bytes));
+    if (view->rounds)
+        json_object_set_new(o, "rounds", rounds_json(view->rounds));
     if (ti.state == SL_TASK_FAILED)
         json_object_set_new(o, "error", json_string(sl_task_errmsg(task)));
     json_array_append_new(arg, o);
@@ -104,9 +108,9 @@ static int readyz(struct evhttp_request *req, const char *rest, json_t **body, v
     return 200;
 }
 
-static void sum_buffers(sl_task_t *task, const sl_rounds_t *rounds, void *arg)
+static void sum_buffers(sl_task_t *task, const sl_worker_task_view_t *view, void *arg)
 {
-    (void)rounds;
+    (void)view;
     double *sums = arg;
     sl_task_info_t ti;
     sl_task_info(task, &ti);

@@ -1700,11 +1700,43 @@ void sl_worker_free(sl_worker_t *w)
     free(w);
 }
 
-void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, const sl_rounds_t *rounds, void *arg),
-                            void *arg)
+static int cmp_u64_pair(const void *a, const void *b)
 {
-    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
-        fn(wt->task, wt->rounds, arg);
+    const uint64_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The requests waiting for task id, and how many of them share their
+ * client and seq with another (v->requests_waiting_again). */
+static void count_waiting(const sl_worker_t *w, uint64_t id, sl_worker_task_view_t *v)
+{
+    unsigned n = 0, k = 0;
+    for (const struct parked *pk = w->parked; pk; pk = pk->next)
+        n += pk->task_id == id;
+    v->requests_waiting = n;
+    uint64_t (*keys)[2] = n > 1 ? malloc(n * sizeof *keys) : NULL; /* n is bounded: parked per connection */
+    if (!keys)
+        return;
+    for (const struct parked *pk = w->parked; pk; pk = pk->next)
+        if (pk->task_id == id && pk->seq > 0) {
+            keys[k][0] = pk->client_id;
+            keys[k++][1] = pk->seq;
+        }
+    qsort(keys, k, sizeof *keys, cmp_u64_pair);
+    for (unsigned i = 1; i < k; i++)
+        v->requests_waiting_again += keys[i][0] == keys[i - 1][0] && keys[i][1] == keys[i - 1][1];
+    free(keys);
+}
+
+void sl_worker_foreach_task(sl_worker_t *w,
+                            void (*fn)(sl_task_t *task, const sl_worker_task_view_t *view, void *arg), void *arg)
+{
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        sl_worker_task_view_t v = {.rounds = wt->rounds};
+        count_waiting(w, sl_task_id(wt->task), &v);
+        sl_holders_count(wt->holders, &v.held_batches, &v.held_bytes);
+        fn(wt->task, &v, arg);
+    }
 }
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)

@@ -69,9 +69,20 @@ typedef struct sl_worker_stats {
 
 void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out);
 
-/** Calls fn for every task the worker runs, with its coordinated reads'
- *  rounds (NULL: it has none), on the worker's loop thread. */
-void sl_worker_foreach_task(sl_worker_t *w, void (*fn)(sl_task_t *task, const sl_rounds_t *rounds, void *arg),
-                            void *arg);
+/** What the worker keeps of a task besides the task itself. */
+typedef struct sl_worker_task_view {
+    const sl_rounds_t *rounds;  /* its coordinated reads' rounds (NULL: it has none) */
+    unsigned requests_waiting;  /* GET_ELEMENT requests parked until it has a batch for them */
+    /* Of those, the ones of a client and seq an earlier one waiting has too:
+     * asked again on a new connection while the old one, still open here,
+     * waits (a connection broken at the client's end only). */
+    unsigned requests_waiting_again;
+    unsigned held_batches;      /* served, not yet acknowledged (held.h) */
+    size_t held_bytes;
+} sl_worker_task_view_t;
+
+/** Calls fn for every task the worker runs, on the worker's loop thread. */
+void sl_worker_foreach_task(sl_worker_t *w,
+                            void (*fn)(sl_task_t *task, const sl_worker_task_view_t *view, void *arg), void *arg);
 
 #endif

@@ -44,6 +44,7 @@ class CutProxy:
         self.lock = threading.Lock()
         self.pairs = []          # [client socket, upstream socket, cut requested Event, cut done Event]
         self.half_open = False   # cut(): the upstream sockets stay open (in stale) until close()
+        self.throw_wait = 5.0    # cut(): how long to wait for the upstream bytes to throw away
         self.stale = []
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
@@ -121,7 +122,7 @@ class CutProxy:
         try:
             while not self.closed:
                 if cut.is_set():
-                    self.dropped.append(self._throw_away_next(c, u))
+                    self.dropped.append(self._throw_away_next(c, u, self.throw_wait))
                     break
                 if passed and kept and self.released.is_set():
                     c.sendall(kept)
@@ -183,13 +184,15 @@ class CutProxy:
             self.hold_from = 0
         self.released.set()
 
-    def cut(self, timeout=10, half_open=False):
+    def cut(self, timeout=10, half_open=False, wait=5.0):
         """Breaks every open connection, throwing away the next bytes the
-        upstream side sends on it; returns the bytes thrown away. With
-        half_open, the upstream side stays open (see above)."""
+        upstream side sends on it within wait seconds; returns the bytes
+        thrown away. With half_open, the upstream side stays open (see
+        above)."""
         with self.lock:
             pairs = list(self.pairs)
             self.half_open = half_open
+            self.throw_wait = wait
         n = len(self.dropped)
         for p in pairs:
             p[2].set()

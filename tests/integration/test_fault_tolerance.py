@@ -1026,9 +1026,13 @@ class BrokenCoordinatedConnections(unittest.TestCase):
     def test_rounds_asked_again_while_the_old_connection_waits_for_them_are_sent_again(self):
         # Only the consumer's end of each connection breaks: the worker
         # still has the old connection's requests waiting for their rounds
-        # when the consumer asks for the same rounds on a new one. The
-        # first request of a round served takes the batch; the other gets
-        # it again from what the worker holds, whichever came first.
+        # when the consumer asks for the same rounds on a new one. Before
+        # each cut consumer 0 is stopped (SIGSTOP), and the others (windows
+        # of 64 rounds, 32 a worker) run ahead until rounds wait for a place
+        # among the 16 open on both workers; after it, consumer 0 goes on
+        # once requests asked again wait beside the old ones on both. The
+        # old request of a round is served first and takes the batch; the
+        # new one gets it again from what the worker holds.
         self.cut_and_check(half_open=True)
 
     def cut_and_check(self, half_open):
@@ -1036,7 +1040,7 @@ class BrokenCoordinatedConnections(unittest.TestCase):
         rng = random.Random(seed)
         consumers = rng.randrange(2, 9)
         batch = rng.choice([4, 100, 8192])  # 8192 int64s: 64 KiB, made in a region of shared memory and lent
-        windows = [rng.randrange(1, 33) for _ in range(consumers)]
+        windows = [rng.randrange(1, 33) if i == 0 or not half_open else 64 for i in range(consumers)]
         ats = sorted(rng.sample(range(10, 150), rng.randrange(2, 5)))
         where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, windows %s, batch %d, %scuts at rounds %s' % (
             seed, seed, consumers, windows, batch, 'half-open ' if half_open else '', ats)
@@ -1077,6 +1081,9 @@ class BrokenCoordinatedConnections(unittest.TestCase):
             def sent_again():
                 return sum(metric(w.admin_port, 'sluice_worker_batches_sent_again_total', default=0)
                            for w in cluster.workers)
+
+            def tasks():
+                return [get_json(w.admin_port, '/v1/tasks')['tasks'][0] for w in cluster.workers]
             lost = []
             for at in ats:
                 # sluice-cat's output comes in blocks: a consumer is ahead
@@ -1085,15 +1092,25 @@ class BrokenCoordinatedConnections(unittest.TestCase):
                 # to both workers (each through its proxy) again.
                 wait_for(lambda: reading(at) and connected(),
                          '%s: every consumer to read %d rounds, connected to both workers' % (where, at), timeout=120)
+                if half_open:
+                    procs[0].send_signal(signal.SIGSTOP)
+                    wait_for(lambda: reading(0) and all(t['rounds']['waiting'] > 0 for t in tasks()),
+                             '%s: rounds to wait for a place on both workers while consumer 0 is stopped' % where,
+                             timeout=120)
                 # Both workers' connections at once, while every consumer
                 # reads on: answers are in flight on some of them.
-                cutters = [threading.Thread(target=lambda p=p: lost.append(p.cut(half_open=half_open)))
-                           for p in proxies]
+                cutters = [threading.Thread(target=lambda p=p: lost.append(
+                    p.cut(half_open=half_open, wait=0.2 if half_open else 5.0))) for p in proxies]
                 for t in cutters:
                     t.start()
                 for t in cutters:
                     t.join(30)
-            self.assertGreater(sum(lost), 0, '%s: the cuts threw nothing away' % where)
+                if half_open:
+                    wait_for(lambda: reading(0) and all(t['requests_waiting_again'] > 0 for t in tasks()),
+                             '%s: requests asked again to wait beside the old ones' % where, timeout=120)
+                    procs[0].send_signal(signal.SIGCONT)
+            if not half_open:
+                self.assertGreater(sum(lost), 0, '%s: the cuts threw nothing away' % where)
             # An answer thrown away is asked for again, and the worker holds
             # it: once sent again, every consumer reads on, 40 rounds more.
             wait_for(lambda: reading(0) and sent_again() > 0, '%s: a batch to be sent again (bytes thrown away '
