@@ -153,6 +153,13 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         json_t *co = json_pack("{s:I,s:I,s:s}", "client_id", (json_int_t)cl->id, "last_heartbeat_ms_ago",
                                (json_int_t)(now - cl->last_seen), "state",
                                cl->away_since ? "away" : cl->stalled_since ? "stalled" : "present");
+        if (j->num_consumers > 0) {
+            /* Coordinated reads: the consumer with the lowest round is the
+             * one the others wait for once they reach the open rounds'
+             * bound on the workers. */
+            json_object_set_new(co, "consumer_index", json_integer(cl->consumer_index));
+            json_object_set_new(co, "round", json_integer((json_int_t)cl->round));
+        }
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
         else if (cl->stalled_since)

@@ -414,16 +414,27 @@ static void print_job(json_t *o)
     printf("\n");
     table_print(&t);
     printf("\nconsumers:\n");
+    json_t *lowest = NULL; /* coordinated reads: the consumer furthest behind */
     json_array_foreach(json_object_get(o, "consumers"), i, k) {
         /* away: no heartbeat past its lease; stalled: its peers wait for it (admin-api.md) */
         const char *state = str(k, "state");
-        printf("  client %lld, %s", num(k, "client_id"), state);
+        printf("  client %lld, ", num(k, "client_id"));
+        if (json_object_get(k, "consumer_index")) {
+            printf("consumer %lld, next round %lld, ", num(k, "consumer_index"), num(k, "round"));
+            if (!lowest || num(k, "round") < num(lowest, "round"))
+                lowest = k;
+        }
+        printf("%s", state);
         if (strcmp(state, "away") == 0)
             printf(" for %lld ms", num(k, "away_ms"));
         else if (strcmp(state, "stalled") == 0)
             printf(" for %lld ms", num(k, "stalled_ms"));
         printf(", last heartbeat %lld ms ago\n", num(k, "last_heartbeat_ms_ago"));
     }
+    if (lowest)
+        printf("furthest behind: consumer %lld (client %lld), next round %lld; the workers' GET /v1/tasks say "
+               "which consumers each open round waits for\n",
+               num(lowest, "consumer_index"), num(lowest, "client_id"), num(lowest, "round"));
 }
 
 /* Redraws a progress bar until the job ends. @return 0 when it finished */

@@ -439,6 +439,39 @@ class Coordinated(unittest.TestCase):
         for x, y in zip(a, b):
             self.assertEqual(x['value'][-1] + 1, y['value'][0])
 
+    def test_the_job_names_the_consumer_furthest_behind(self):
+        # Two consumers of an endless job read; consumer 1 is stopped
+        # (SIGSTOP) and consumer 0 reads on until the open rounds' bound on
+        # the workers holds it: its reported round passes consumer 1's, and
+        # the job view and sluicectl name consumer 1.
+        procs = [subprocess.Popen(self.c.cat_argv(self.SPEC, ['--job-name', 'coord-behind', '--num-consumers', '2',
+                                                              '--consumer-index', str(i)]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=child_env())
+                 for i in range(2)]
+        admin = self.c.dispatcher.admin_port
+        try:
+            for p in procs:
+                p.stdout.readline()
+            procs[1].send_signal(signal.SIGSTOP)
+            threading.Thread(target=procs[0].stdout.read, daemon=True).start()  # consumer 0 reads on
+            job_id = get_json(admin, '/v1/jobs')['names']['coord-behind'][0]['job_id']
+
+            def consumers():
+                return {c['consumer_index']: c for c in get_json(admin, '/v1/jobs/%d' % job_id)['consumers']}
+            wait_for(lambda: len(consumers()) == 2 and consumers()[0]['round'] > consumers()[1]['round'] + 16,
+                     'consumer 0 to report rounds past those of the stopped consumer 1')
+            cs = consumers()
+            out = subprocess.run([binary('sluicectl'), '--admin', '127.0.0.1:%d' % admin, 'job', str(job_id)],
+                                 capture_output=True, text=True, env=child_env(), timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn('client %d, consumer 1, next round %d, ' % (cs[1]['client_id'], cs[1]['round']), out.stdout)
+            self.assertIn('furthest behind: consumer 1 (client %d), next round %d' % (cs[1]['client_id'],
+                                                                                      cs[1]['round']), out.stdout)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
     def test_the_worker_says_which_consumers_the_lowest_open_round_waits_for(self):
         # Consumer 1 of 3 reads six rounds (two from each worker) and
         # leaves; consumers 0 and 2 never come. Each worker's lowest open
