@@ -126,6 +126,10 @@ struct itask {
     uint64_t next_seq;
     uint64_t fly[MAX_PER_WORKER];
     unsigned fly_n, fly_sent;
+    /* The largest acked_below sent, and the seq of the last answer that was
+     * a batch: at the task's end a batch not acknowledged yet is
+     * acknowledged by one more request (end_acked()). */
+    uint64_t acked_sent, batch_seq;
     /* The shared-memory region of the current connection (shmmap.h), NULL:
      * none; shm_off: it was offered and could not be collected. */
     sl_shm_map_t *shm;
@@ -668,6 +672,32 @@ static void notices_came(sl_iterator_t *it, size_t n)
         send_heartbeat(it);
 }
 
+/* The task's end came: every batch of it was received (answers on a
+ * connection come in order, and those after the end are ends too). The
+ * worker holds the batches its requests have not acknowledged until they
+ * are, or until the hold timeout (5 min), also once the job ended and the
+ * task went (workerd/held.h): one more request acknowledges them all (its
+ * answer is the end again), written at once, before the caller may free
+ * the iterator; the connection stays until its answer. */
+static void end_acked(struct itask *t)
+{
+    if (t->batch_seq == 0 || t->acked_sent > t->batch_seq || !t->conn)
+        return;
+    uint64_t seq = t->next_seq++;
+    sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = t->it->client_id, .seq = seq,
+                                    .acked_below = seq};
+    memcpy(req.task_key, t->key, sizeof req.task_key);
+    bool corked = sl_conn_cork(t->conn) == 0;
+    int rc = sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++t->it->next_id, &req, NULL, 0, NULL, NULL);
+    if (corked)
+        sl_conn_uncork(t->conn);
+    if (rc < 0)
+        return;
+    t->acked_sent = seq;
+    t->in_flight++;
+    t->it->in_flight++;
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
@@ -677,7 +707,9 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         t->in_flight--;
         it->in_flight--;
     }
+    uint64_t answered = 0; /* its seq */
     if (t->fly_sent > 0) {
+        answered = t->fly[0];
         memmove(t->fly, t->fly + 1, (t->fly_n - 1) * sizeof *t->fly);
         t->fly_n--;
         t->fly_sent--;
@@ -736,12 +768,16 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         free(payload);
         if (!ok)
             return;
+        if (t->state != TC_ENDED)
+            end_acked(t);
         t->state = TC_ENDED;
         if (t->in_flight == 0)
             task_drop_conn(t);
         check_finished(it);
         return;
     }
+    if (answered > t->batch_seq)
+        t->batch_seq = answered;
     char err[512];
     struct sl_batch *b = resp->shm_length ? batch_from_shm(t, msg, payload, hdr->payload_len, err, sizeof err)
                                           : sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
@@ -920,6 +956,8 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
                 t->corked = sl_conn_cork(t->conn) == 0; /* its first request of this call */
             if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++it->next_id, &req, NULL, 0, NULL, NULL) < 0)
                 continue;
+            if (req.acked_below > t->acked_sent)
+                t->acked_sent = req.acked_below;
             if (!again)
                 t->fly[t->fly_n++] = t->next_seq++;
             t->fly_sent++;

@@ -14,6 +14,11 @@
  * past the hold timeout, or memory was short) is refused with SL_ECLOSED and a
  * message that says so: loud, never silent (docs/fault-tolerance.md).
  *
+ * A task taken away once finished (its job ended) leaves its holders with
+ * its tombstone (workerd/worker.c), which answers a seq asked again as the
+ * task did; the iterator acknowledges a task's last batches with one more
+ * request when the task's end comes.
+ *
  * Coordinated reads number a consumer's requests by round (seq = round + 1,
  * acked_below = one more than the round below which the consumer received
  * every round) and their answers may come in any order: a round asked

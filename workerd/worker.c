@@ -108,6 +108,11 @@ struct tombstone {
     bool done; /* finished; otherwise cancelled */
     uint8_t key[16]; /* the task's key: a late request must still carry the client's */
     bool client_keys;
+    /* A finished task's batches its clients have not acknowledged yet
+     * (held.h), or NULL: a client whose connection broke with the task's
+     * last answers in flight may ask again after the job ended and the
+     * dispatcher took the task away. Let go as for a live task. */
+    sl_holders_t *holders;
 };
 
 struct wconn {
@@ -246,6 +251,19 @@ static const struct tombstone *tombstone_of(struct wconn *wc, const sluice_GetEl
                : NULL;
 }
 
+static void tomb_clear(struct tombstone *tb)
+{
+    sl_holders_free(tb->holders);
+    *tb = (struct tombstone){0};
+}
+
+static void tombs_clear(sl_worker_t *w)
+{
+    for (unsigned i = 0; i < TOMBSTONES; i++)
+        tomb_clear(&w->tombstones[i]);
+    w->tomb_next = 0;
+}
+
 /* A new task of id's: a tombstone of that id names another task, of a
  * state the dispatcher was restored from a backup of (it gives the lost
  * state's ids out again), and would answer the new task's requests for it. */
@@ -253,7 +271,7 @@ static void bury_no_more(sl_worker_t *w, uint64_t id)
 {
     for (unsigned i = 0; i < TOMBSTONES; i++)
         if (w->tombstones[i].task_id == id)
-            w->tombstones[i] = (struct tombstone){0};
+            tomb_clear(&w->tombstones[i]);
 }
 
 /* ---- requests to the dispatcher ---- */
@@ -437,10 +455,18 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         if (sl_task_id(wt->task) != task_id)
             continue;
         struct tombstone *tb = &w->tombstones[w->tomb_next++ % TOMBSTONES];
+        tomb_clear(tb);
         tb->task_id = task_id;
         tb->done = sl_task_state(wt->task) == SL_TASK_DONE;
         memcpy(tb->key, wt->key, sizeof tb->key);
         tb->client_keys = wt->client_keys;
+        unsigned held = 0;
+        size_t held_bytes = 0;
+        sl_holders_count(wt->holders, &held, &held_bytes);
+        if (tb->done && held > 0) {
+            tb->holders = wt->holders;
+            wt->holders = NULL;
+        }
         remember_rate(w, wt->task);
         *p = wt->next;
         w->num_tasks--;
@@ -467,8 +493,7 @@ static void forget_registration(sl_worker_t *w)
 {
     while (w->tasks)
         drop_task(w, sl_task_id(w->tasks->task));
-    memset(w->tombstones, 0, sizeof w->tombstones);
-    w->tomb_next = 0;
+    tombs_clear(w);
     memset(w->rates, 0, sizeof w->rates);
     w->rate_next = 0;
 }
@@ -935,7 +960,9 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
 {
     sl_worker_t *w = wc->w;
     sl_conn_t *c = wc->conn;
-    bool here = find_task(w, req->task_id) != NULL, buried = !here && tombstone_of(wc, req);
+    struct wtask *ht = find_task(w, req->task_id);
+    const struct tombstone *tb = ht ? NULL : tombstone_of(wc, req);
+    bool here = ht != NULL, buried = tb != NULL;
     if (!here && !buried) {
         if (await_task(wc, request_id, req))
             return;
@@ -947,19 +974,21 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->seq,
                          .tomb_ok = here || buried};
-    struct wtask *ht = how.seq > 0 || wc->shm_mapped ? find_task(w, req->task_id) : NULL;
     if (ht && wc->shm_mapped)
         sl_task_lend_region(ht->task, wc->shm, req->client_id, req->coordinated ? (int64_t)req->consumer_index : -1);
-    if (ht && how.seq > 0) {
+    /* A finished task taken away keeps what its clients have not
+     * acknowledged in its tombstone. */
+    sl_holders_t *holders = ht ? ht->holders : tb ? tb->holders : NULL;
+    if (holders && how.seq > 0) {
         /* A request asked again after its connection broke gets the batch it
          * was served; what the client acknowledged is let go (held.h). */
         sl_served_t *again;
         char err[512];
         int64_t now = now_us() / 1000;
-        int rc = req->coordinated ? sl_holders_ask_round(ht->holders, req->client_id, req->seq, req->acked_below,
-                                                         now, &again, err, sizeof err)
-                                  : sl_holders_ask(ht->holders, req->client_id, req->seq, req->acked_below, now,
-                                                   &again, err, sizeof err);
+        int rc = req->coordinated ? sl_holders_ask_round(holders, req->client_id, req->seq, req->acked_below, now,
+                                                         &again, err, sizeof err)
+                                  : sl_holders_ask(holders, req->client_id, req->seq, req->acked_below, now, &again,
+                                                   err, sizeof err);
         if (rc == SL_HELD_AGAIN) {
             sl_metric_add(m_sent_again, 1);
             send_served(wc, request_id, again);
@@ -1556,6 +1585,19 @@ static void on_hold_timer(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_us() / 1000;
     for (struct wtask *wt = w->tasks; wt; wt = wt->next)
         sl_holders_sweep(wt->holders, now, w->cfg.hold_timeout_ms);
+    for (unsigned i = 0; i < TOMBSTONES; i++) {
+        struct tombstone *tb = &w->tombstones[i];
+        unsigned held = 0;
+        size_t bytes = 0;
+        if (!tb->holders)
+            continue;
+        sl_holders_sweep(tb->holders, now, w->cfg.hold_timeout_ms);
+        sl_holders_count(tb->holders, &held, &bytes);
+        if (held == 0) {
+            sl_holders_free(tb->holders);
+            tb->holders = NULL;
+        }
+    }
     resolve_awaiting(w, false); /* those past cfg.await_task_ms */
 }
 
@@ -1685,6 +1727,7 @@ void sl_worker_free(sl_worker_t *w)
         sl_task_free(wt->task);
         free(wt);
     }
+    tombs_clear(w);
     if (w->heartbeat_timer)
         event_free(w->heartbeat_timer);
     if (w->hold_timer)
@@ -1747,4 +1790,7 @@ void sl_worker_stats(const sl_worker_t *w, sl_worker_stats_t *out)
     *out = (sl_worker_stats_t){.tasks = w->num_tasks, .clients = n, .registered = w->session == SESSION_REGISTERED};
     for (const struct wtask *wt = w->tasks; wt; wt = wt->next)
         sl_holders_count(wt->holders, &out->held_batches, &out->held_bytes);
+    for (unsigned i = 0; i < TOMBSTONES; i++)
+        if (w->tombstones[i].holders)
+            sl_holders_count(w->tombstones[i].holders, &out->held_batches, &out->held_bytes);
 }

@@ -5,7 +5,8 @@ dropped route or a rebooted middlebox would. cut(half_open=True) resets the
 client's side only and leaves the upstream side open and unread until
 close(): the daemon does not learn that the connection is gone (a route
 that died where only one end noticed), and what it sends on it goes
-nowhere. New connections are forwarded again at once. hold_after_first() makes the connections opened after it
+nowhere. New connections are forwarded again at once, unless refuse() made
+the proxy reset them as they come, until accept_again(). hold_after_first() makes the connections opened after it
 deliver the upstream side's hello and first frame (the answer to the first
 request) and hold back the rest until release(), as a slow or congested
 route would; hold_connections_from(n) makes the n-th connection and those
@@ -45,6 +46,7 @@ class CutProxy:
         self.pairs = []          # [client socket, upstream socket, cut requested Event, cut done Event]
         self.half_open = False   # cut(): the upstream sockets stay open (in stale) until close()
         self.throw_wait = 5.0    # cut(): how long to wait for the upstream bytes to throw away
+        self.refusing = False    # refuse(): new connections are reset at once
         self.stale = []
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
@@ -64,6 +66,9 @@ class CutProxy:
             try:
                 c, _ = self.listener.accept()
             except OSError:
+                continue
+            if self.refusing:
+                _reset(c)
                 continue
             try:
                 u = socket.create_connection(self.target, timeout=5)
@@ -175,6 +180,14 @@ class CutProxy:
         self.held.clear()
         with self.lock:
             self.hold_from = n
+
+    def refuse(self):
+        """New connections are reset as they come (a host that cannot be
+        reached for a while), until accept_again()."""
+        self.refusing = True
+
+    def accept_again(self):
+        self.refusing = False
 
     def release(self):
         """What held connections held back goes through, and new ones no

@@ -949,6 +949,57 @@ class BrokenConnections(unittest.TestCase):
         lent, where = self.cut_and_check([8192, 10000, 16384], batches_from=100)
         self.assertGreater(lent, 0, '%s: no batch was lent: the test did not reach what it is about' % where)
 
+    def test_the_last_answers_lost_after_the_job_ended_are_sent_again(self):
+        # Under OFF a job ends when its tasks are done, and the dispatcher
+        # takes the task away from the worker: answers lost with a broken
+        # connection just then were answered with the end of the task when
+        # asked again (the task was gone), and the trainer ended without
+        # them, silently. The proxy delivers the first answer and holds
+        # the rest; once the job finished and the worker dropped the task,
+        # the connection is cut (what the proxy held is lost) and new ones
+        # are refused until then, so that the trainer asks again only
+        # after the task went. The worker kept the batches its client had
+        # not acknowledged, and sends them again.
+        n, batch = 1000, 100  # 10 batches and the end: all asked for at once (16 requests of a task in flight)
+        real = free_ports(1)[0]
+        cluster = Cluster()
+        proxy = CutProxy(real)
+        try:
+            w = cluster.add_worker(['--port', str(real), '--worker-address', '127.0.0.1:%d' % proxy.port])
+            cluster.wait_workers_registered(1)
+            proxy.hold_after_first()
+            spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": batch}]}
+            cat = subprocess.Popen(cluster.cat_argv(spec, ['--max-outstanding', '32', '--timeout-ms', '60000']),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            try:
+                admin = cluster.dispatcher.admin_port
+                wait_for(lambda: proxy.held.is_set() and get_json(admin, '/v1/jobs')['jobs'] and
+                         get_json(admin, '/v1/jobs')['jobs'][0]['state'] == 'FINISHED',
+                         'the job to finish while the proxy holds its answers')
+                wait_for(lambda: not get_json(w.admin_port, '/v1/tasks')['tasks'],
+                         'the worker to drop the finished task')
+                self.assertGreater(metric(w.admin_port, 'sluice_worker_held_batches'), 0,
+                                   'the finished task\'s unacknowledged batches are held')
+                proxy.refuse()
+                proxy.cut(wait=0.2)
+                proxy.release()
+                proxy.accept_again()
+                out, err = cat.communicate(timeout=120)
+            finally:
+                if cat.poll() is None:
+                    cat.kill()
+                    cat.wait()
+            self.assertEqual(cat.returncode, 0, err[-3000:])
+            assert_exactly_once(self, values(parse_jsonl(out), 'value'), n, 'an OFF job read across the cut')
+            self.assertGreater(metric(w.admin_port, 'sluice_worker_batches_sent_again_total'), 0)
+            # The trainer acknowledged them at the end: nothing stays held.
+            wait_for(lambda: metric(w.admin_port, 'sluice_worker_held_batches') == 0,
+                     'the worker to hold nothing once the trainer acknowledged the end')
+        finally:
+            proxy.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
     def cut_and_check(self, batches, batches_from=None):
         """One seeded run of cuts with a batch size of batches (and at least
         batches_from batches); returns the batches the workers lent from
@@ -995,8 +1046,8 @@ class BrokenConnections(unittest.TestCase):
             self.assertGreater(sum(lost), 0, where)
             # Nothing stays held: a batch is let go when a later request
             # acknowledges it, and the last ones (answered just before the
-            # end, which nothing acknowledges) when the ended job's tasks are
-            # removed from the workers, at their next heartbeat.
+            # end) when the trainer's request after the end acknowledges
+            # them.
             def held():
                 return sum(metric(w.admin_port, 'sluice_worker_held_batches', default=0) for w in cluster.workers)
             wait_for(lambda: held() == 0, '%s: the workers to hold no batch once the job ended' % where)
