@@ -145,24 +145,6 @@ static sl_served_t *held_at(const struct holder *c, uint64_t seq)
     return NULL;
 }
 
-/* The holder of a request of client_id that acknowledged everything below
- * acked_below, or NULL with err. */
-static struct holder *asking(sl_holders_t *h, uint64_t client_id, uint64_t acked_below, int64_t now_ms, int *rc,
-                             char *err, size_t errlen)
-{
-    struct holder *c = get(h, client_id);
-    if (!c) {
-        *rc = h->n >= SL_HOLDERS_MAX
-                  ? sl_errf(err, errlen, SL_ELIMIT,
-                            "more than %d clients of the task hold batches not yet acknowledged", SL_HOLDERS_MAX)
-                  : sl_errf(err, errlen, -ENOMEM, "out of memory");
-        return NULL;
-    }
-    c->last_ms = now_ms;
-    ack(h, c, acked_below);
-    return c;
-}
-
 /* SL_ELIMIT when seq is max or more ahead of acked_below, else
  * SL_HELD_NEW; the message counts from base (rounds: seq 1 is round 0). */
 static int ahead(uint64_t seq, uint64_t acked_below, unsigned max, uint64_t base, const char *what, char *err,
@@ -175,18 +157,25 @@ static int ahead(uint64_t seq, uint64_t acked_below, unsigned max, uint64_t base
                    "be in flight", what, seq - base, acked_below > base ? acked_below - base : 0, max, what);
 }
 
-int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
-                   sl_served_t **again, char *err, size_t errlen)
+/* sl_holders_ask() and, with rounds, sl_holders_ask_round(). */
+static int ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms, bool rounds,
+               sl_served_t **again, char *err, size_t errlen)
 {
-    int rc = 0;
     *again = NULL;
-    struct holder *c = asking(h, client_id, acked_below, now_ms, &rc, err, errlen);
+    struct holder *c = get(h, client_id);
     if (!c)
-        return rc;
-    if (seq >= c->next_seq)
+        return h->n >= SL_HOLDERS_MAX
+                   ? sl_errf(err, errlen, SL_ELIMIT,
+                             "more than %d clients of the task hold batches not yet acknowledged", SL_HOLDERS_MAX)
+                   : sl_errf(err, errlen, -ENOMEM, "out of memory");
+    c->last_ms = now_ms;
+    ack(h, c, acked_below);
+    if (!rounds && seq >= c->next_seq)
         return ahead(seq, acked_below, SL_HELD_MAX, 0, "request", err, errlen);
     if ((*again = held_at(c, seq)))
         return SL_HELD_AGAIN;
+    if (rounds)
+        return ahead(seq, acked_below, SL_HELD_ROUNDS, 1, "round", err, errlen);
     return sl_errf(err, errlen, SL_ECLOSED,
                    "the batch answered to request %" PRIu64 " was sent on a connection that closed and is no "
                    "longer held (acknowledged, or dropped after its client was silent past the hold timeout, "
@@ -194,17 +183,16 @@ int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t a
                    seq);
 }
 
+int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
+                   sl_served_t **again, char *err, size_t errlen)
+{
+    return ask(h, client_id, seq, acked_below, now_ms, false, again, err, errlen);
+}
+
 int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
                          sl_served_t **again, char *err, size_t errlen)
 {
-    int rc = 0;
-    *again = NULL;
-    struct holder *c = asking(h, client_id, acked_below, now_ms, &rc, err, errlen);
-    if (!c)
-        return rc;
-    if ((*again = held_at(c, seq)))
-        return SL_HELD_AGAIN;
-    return ahead(seq, acked_below, SL_HELD_ROUNDS, 1, "round", err, errlen);
+    return ask(h, client_id, seq, acked_below, now_ms, true, again, err, errlen);
 }
 
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)
