@@ -157,6 +157,16 @@ static int ahead(uint64_t seq, uint64_t acked_below, unsigned max, uint64_t base
                    "be in flight", what, seq - base, acked_below > base ? acked_below - base : 0, max, what);
 }
 
+/* SL_ECLOSED: request seq was served and its batch is no longer held. */
+static int lost(uint64_t seq, char *err, size_t errlen)
+{
+    return sl_errf(err, errlen, SL_ECLOSED,
+                   "the batch answered to request %" PRIu64 " was sent on a connection that closed and is no "
+                   "longer held (acknowledged, or dropped after its client was silent past the hold timeout, "
+                   "or no memory to hold it): its elements are lost to this client",
+                   seq);
+}
+
 /* sl_holders_ask() and, with rounds, sl_holders_ask_round(). */
 static int ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms, bool rounds,
                sl_served_t **again, char *err, size_t errlen)
@@ -176,11 +186,7 @@ static int ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked
         return SL_HELD_AGAIN;
     if (rounds)
         return ahead(seq, acked_below, SL_HELD_ROUNDS, 1, "round", err, errlen);
-    return sl_errf(err, errlen, SL_ECLOSED,
-                   "the batch answered to request %" PRIu64 " was sent on a connection that closed and is no "
-                   "longer held (acknowledged, or dropped after its client was silent past the hold timeout, "
-                   "or no memory to hold it): its elements are lost to this client",
-                   seq);
+    return lost(seq, err, errlen);
 }
 
 int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
@@ -193,6 +199,15 @@ int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint
                          sl_served_t **again, char *err, size_t errlen)
 {
     return ask(h, client_id, seq, acked_below, now_ms, true, again, err, errlen);
+}
+
+int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t **again, char *err,
+                      size_t errlen)
+{
+    const struct holder *c = find(h, client_id);
+    if ((*again = c ? held_at(c, seq) : NULL))
+        return SL_HELD_AGAIN;
+    return !c || seq >= c->next_seq ? SL_HELD_NEW : lost(seq, err, errlen);
 }
 
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)

@@ -99,6 +99,16 @@ int sl_holders_ask(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t a
 int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint64_t acked_below, int64_t now_ms,
                          sl_served_t **again, char *err, size_t errlen);
 
+/**
+ * A request of client_id with seq that waited while an earlier one with
+ * the same seq (on a connection the client left, which the worker has not
+ * seen close) was served: the batch that one got, if held (SL_HELD_AGAIN),
+ * SL_ECLOSED with a message when served and no longer held, else
+ * SL_HELD_NEW. Acknowledges nothing.
+ */
+int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t **again, char *err,
+                      size_t errlen);
+
 /** The batch held for client_id under seq, or NULL (no reference taken). */
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
 

@@ -140,6 +140,10 @@ struct parked {
     uint64_t round;
     uint32_t consumer;
     uint64_t client_id, seq; /* redelivery (held.h): seq 0 for none */
+    /* An earlier request of its client and seq waited when it came: the
+     * client asked again on a new connection while the old one, still open
+     * here, waited too. It gets the batch the earlier one got. */
+    bool twin;
     /* Its key is a key to the task of its id that was here, or is: that
      * task's tombstone may answer it (tombstone_of()). */
     bool tomb_ok;
@@ -770,6 +774,24 @@ static void round_taken(struct wconn *wc, uint32_t request_id, struct wtask *wt,
     }
 }
 
+/* A request whose twin (struct parked) was answered before it: the same
+ * batch again, or SL_ECLOSED when it is no longer held. @return false when
+ * its twin got no batch (an end, an error): it is served as any other */
+static bool twin_answered(struct wconn *wc, uint32_t request_id, struct wtask *wt, const struct parked *how)
+{
+    sl_served_t *sv;
+    char err[512];
+    int rc = sl_holders_recall(wt->holders, how->client_id, how->seq, &sv, err, sizeof err);
+    if (rc == SL_HELD_AGAIN) {
+        sl_metric_add(m_sent_again, 1);
+        send_served(wc, request_id, sv);
+    } else if (rc < 0) {
+        sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s: %s", sl_task_id(wt->task),
+                           wc->w->address, err);
+    }
+    return rc != SL_HELD_NEW;
+}
+
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
 static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id,
                            const struct parked *how)
@@ -812,6 +834,8 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
                                err);
             return true;
         }
+    } else if (how->twin && twin_answered(wc, request_id, wt, how)) {
+        return true;
     } else {
         rc = sl_task_take(wt->task, &b);
     }
@@ -1003,8 +1027,11 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
     bool behind = false;
-    for (struct parked *pk = w->parked; pk; pk = pk->next)
-        behind |= pk->task_id == req->task_id && !req->coordinated;
+    for (struct parked *pk = w->parked; pk; pk = pk->next) {
+        bool same = pk->task_id == req->task_id;
+        behind |= same && !req->coordinated;
+        how.twin |= same && how.seq > 0 && !req->coordinated && pk->client_id == how.client_id && pk->seq == how.seq;
+    }
     if (!behind && answer_element(w, wc, request_id, req->task_id, &how))
         return;
     if (wc->parked >= MAX_PARKED_PER_CONN) {

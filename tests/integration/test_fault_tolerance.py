@@ -1000,6 +1000,63 @@ class BrokenConnections(unittest.TestCase):
             bad = cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
+    def test_a_request_asked_again_while_the_old_one_waits_gets_the_same_batch(self):
+        # Only the trainer's end of the connection breaks (a half-open
+        # cut): the worker still has the old connection's requests waiting
+        # for batches (the dispatcher is stopped, so the DYNAMIC task runs
+        # out of splits) when the trainer asks again with the same numbers
+        # on a new one. Once splits come again, the old request of a number
+        # is served first; the new one must get that batch again, not the
+        # next one (whose records the old connection's batch then took
+        # away for good).
+        n, batch = 1000000, 1000
+        real = free_ports(1)[0]
+        cluster = Cluster(dispatcher_args=['--split-size', '1000', '--max-split-size', '1000'])
+        proxy = CutProxy(real)
+        disp = cluster.dispatcher.proc
+        try:
+            # Splits of 1,000 records, a few queued at a time: the task runs
+            # out of them soon after the dispatcher stops.
+            w = cluster.add_worker(['--port', str(real), '--worker-address', '127.0.0.1:%d' % proxy.port,
+                                    '--split-target-ms', '0'])
+            cluster.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": batch}]}
+            cat = subprocess.Popen(cluster.cat_argv(spec, ['--sharding', 'dynamic', '--timeout-ms', '60000']),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            got = []
+
+            def read():
+                for line in cat.stdout:
+                    got.extend(json.loads(line)['value'])
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            try:
+                def task():
+                    tasks = get_json(w.admin_port, '/v1/tasks')['tasks']
+                    return tasks[0] if tasks else {}
+                wait_for(lambda: len(got) >= 10 * batch, 'the trainer to read 10 batches')
+                disp.send_signal(signal.SIGSTOP)
+                wait_for(lambda: task().get('requests_waiting', 0) > 0,
+                         'the trainer\'s requests to wait for splits while the dispatcher is stopped')
+                proxy.cut(half_open=True, wait=0.2)
+                wait_for(lambda: task().get('requests_waiting_again', 0) > 0,
+                         'requests asked again on a new connection to wait beside the old ones')
+                disp.send_signal(signal.SIGCONT)
+                cat.wait(timeout=120)
+                reader.join(60)
+            finally:
+                disp.send_signal(signal.SIGCONT)
+                if cat.poll() is None:
+                    cat.kill()
+                    cat.wait()
+            self.assertEqual(cat.returncode, 0, cat.stderr.read()[-3000:])
+            assert_exactly_once(self, got, n, 'a DYNAMIC job read across a half-open cut')
+            self.assertGreater(metric(w.admin_port, 'sluice_worker_batches_sent_again_total'), 0)
+        finally:
+            proxy.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
     def cut_and_check(self, batches, batches_from=None):
         """One seeded run of cuts with a batch size of batches (and at least
         batches_from batches); returns the batches the workers lent from

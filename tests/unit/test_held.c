@@ -85,6 +85,28 @@ Test(held, at_most_SL_HELD_MAX_unacknowledged_requests_and_SL_HOLDERS_MAX_client
     sl_holders_free(h);
 }
 
+/* A request that waited beside an earlier one of the same seq (asked again
+ * on a new connection while the old one, still open on the worker, waited
+ * too) gets what that one got: the held batch, a refusal once it is no
+ * longer held, or a batch of its own when none was served under the seq. */
+Test(held, a_twin_request_gets_what_the_earlier_one_got)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    sl_served_t *s1 = serve(h, 5, 1, 1, 0, 100);
+    serve(h, 5, 2, 1, 0, 100);
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_recall(h, 5, 1, &again, err, sizeof err), SL_HELD_AGAIN);
+    cr_assert_eq(again, s1);
+    cr_assert_eq(sl_holders_recall(h, 5, 3, &again, err, sizeof err), SL_HELD_NEW, "not served yet");
+    cr_assert_null(again);
+    cr_assert_eq(sl_holders_recall(h, 6, 1, &again, err, sizeof err), SL_HELD_NEW, "another client's seqs");
+    counts(h, 2, 200); /* a recall acknowledges nothing */
+    serve(h, 5, 3, 2, 0, 100); /* acknowledges 1 */
+    cr_assert_eq(sl_holders_recall(h, 5, 1, &again, err, sizeof err), SL_ECLOSED);
+    cr_assert_not_null(strstr(err, "request 1"), "%s", err);
+    sl_holders_free(h);
+}
+
 /* Serves round r (seq r + 1) to consumer c as the worker does for a
  * coordinated read. */
 static sl_served_t *serve_round(sl_holders_t *h, uint64_t c, uint64_t r, uint64_t acked_round, size_t size)
