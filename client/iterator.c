@@ -672,6 +672,21 @@ static void notices_came(sl_iterator_t *it, size_t n)
         send_heartbeat(it);
 }
 
+/* Sends req, with the task's id and key and the client's id, at once (not
+ * at the next pass of the loop, which may not come: the iterator may be
+ * closing). */
+static int send_now(struct itask *t, sluice_GetElementRequest *req)
+{
+    req->task_id = t->task_id;
+    req->client_id = t->it->client_id;
+    memcpy(req->task_key, t->key, sizeof req->task_key);
+    bool corked = sl_conn_cork(t->conn) == 0;
+    int rc = sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++t->it->next_id, req, NULL, 0, NULL, NULL);
+    if (corked)
+        sl_conn_uncork(t->conn);
+    return rc;
+}
+
 /* The task's end came: every batch of it was received (answers on a
  * connection come in order, and those after the end are ends too). The
  * worker holds the batches its requests have not acknowledged until they
@@ -684,14 +699,8 @@ static void end_acked(struct itask *t)
     if (t->batch_seq == 0 || t->acked_sent > t->batch_seq || !t->conn)
         return;
     uint64_t seq = t->next_seq++;
-    sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = t->it->client_id, .seq = seq,
-                                    .acked_below = seq};
-    memcpy(req.task_key, t->key, sizeof req.task_key);
-    bool corked = sl_conn_cork(t->conn) == 0;
-    int rc = sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, ++t->it->next_id, &req, NULL, 0, NULL, NULL);
-    if (corked)
-        sl_conn_uncork(t->conn);
-    if (rc < 0)
+    sluice_GetElementRequest req = {.seq = seq, .acked_below = seq};
+    if (send_now(t, &req) < 0)
         return;
     t->acked_sent = seq;
     t->in_flight++;
@@ -1528,6 +1537,20 @@ static void on_release_timeout(evutil_socket_t fd, short what, void *arg)
 /* The caller's thread asked for more (it took a batch) or to stop, or the
  * loop queued batches for it (worker_frame(): it is woken here, once a pass
  * of the loop). */
+/* The iterator closes: each worker lets go of every batch it holds for
+ * this client (workerd/held.h), received or still on its way, now rather
+ * than at the hold timeout: the client will not ask again. One ack-only
+ * request a task, written at once; nothing answers it. */
+static void leave_workers(sl_iterator_t *it)
+{
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (!t->conn || t->state != TC_OPEN)
+            continue;
+        sluice_GetElementRequest req = {.acked_below = UINT64_MAX, .ack_only = true};
+        (void)send_now(t, &req);
+    }
+}
+
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     sl_iterator_t *it = arg;
@@ -1552,6 +1575,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     }
     if (it->release_id)
         return; /* asked already (a batch that came meanwhile kicked again) */
+    leave_workers(it);
     /* Leave the job politely; do not wait long for the answer. */
     sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
     memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);

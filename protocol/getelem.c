@@ -78,6 +78,7 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_mapped_tag, WT_VARINT), m->shm_mapped);
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_released_tag, WT_VARINT), m->shm_released);
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_tail_in_answer_tag, WT_VARINT), m->shm_tail_in_answer);
+    p = put_u64_2(p, KEY2(sluice_GetElementRequest_ack_only_tag, WT_VARINT), m->ack_only);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -333,6 +334,7 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementRequest_shm_released_tag: return get_uint64(r, wt, "shm_released", &m->shm_released);
     case sluice_GetElementRequest_shm_tail_in_answer_tag:
         return get_bool(r, wt, "shm_tail_in_answer", &m->shm_tail_in_answer);
+    case sluice_GetElementRequest_ack_only_tag: return get_bool(r, wt, "ack_only", &m->ack_only);
     default: return skip(r, wt);
     }
 }

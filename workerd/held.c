@@ -210,6 +210,13 @@ int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serv
     return !c || seq >= c->next_seq ? SL_HELD_NEW : lost(seq, err, errlen);
 }
 
+void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below)
+{
+    struct holder *c = find(h, client_id);
+    if (c)
+        ack(h, c, acked_below);
+}
+
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)
 {
     const struct holder *c = find(h, client_id);

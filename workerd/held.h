@@ -109,6 +109,10 @@ int sl_holders_ask_round(sl_holders_t *h, uint64_t client_id, uint64_t seq, uint
 int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t **again, char *err,
                       size_t errlen);
 
+/** Lets go of what client_id's batches below seq acked_below (an ack-only
+ *  request: GetElementRequest.ack_only). */
+void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below);
+
 /** The batch held for client_id under seq, or NULL (no reference taken). */
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
 

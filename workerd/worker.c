@@ -1054,6 +1054,17 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     wc->parked++;
 }
 
+/* An ack-only request (a client leaving the task): what it received is
+ * let go, of a task here or of a finished task's tombstone. */
+static void acknowledge(struct wconn *wc, const sluice_GetElementRequest *req)
+{
+    struct wtask *wt = find_task(wc->w, req->task_id);
+    const struct tombstone *tb = wt ? NULL : tombstone_of(wc, req);
+    sl_holders_t *holders = wt ? wt->holders : tb ? tb->holders : NULL;
+    if (holders)
+        sl_holders_ack(holders, req->client_id, req->acked_below);
+}
+
 static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct wconn *wc = arg;
@@ -1066,6 +1077,11 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     enum key_verdict v = key_ok(wc, hdr->request_id, req, true);
     if (v == KEY_REFUSED)
         return;
+    if (req->ack_only) {
+        if (v == KEY_OK)
+            acknowledge(wc, req);
+        return; /* answered by nothing */
+    }
     wc->provenance = req->provenance;
     wc->tallies = req->tallies;
     wc->dense = req->dense_provenance;

@@ -949,6 +949,32 @@ class BrokenConnections(unittest.TestCase):
         lent, where = self.cut_and_check([8192, 10000, 16384], batches_from=100)
         self.assertGreater(lent, 0, '%s: no batch was lent: the test did not reach what it is about' % where)
 
+    def test_a_trainer_that_leaves_early_leaves_nothing_held(self):
+        # A trainer reads 20 batches of an endless named job and leaves:
+        # the batches it received were held for it until a later request
+        # acknowledged them, and with none coming, until the hold timeout
+        # (5 min) or the job's collection (60 s without clients). Leaving,
+        # it acknowledges them (an ack-only request), plain and coordinated.
+        cluster = Cluster()
+        try:
+            w = cluster.add_worker()
+            cluster.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 1000000},
+                    "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 100}]}
+            for name, extra in (('leaver', []), ('leaver-coord', ['--num-consumers', '1', '--consumer-index', '0'])):
+                rc, batches, err = cluster.cat(spec, ['--job-name', name, '--limit', '20',
+                                                      '--max-outstanding', '16'] + extra)
+                self.assertEqual((rc, len(batches)), (0, 20), err[-2000:])
+                job = get_json(cluster.dispatcher.admin_port, '/v1/jobs')['names'][name][0]['job_id']
+                self.assertTrue(any(t['job_id'] == job for t in get_json(w.admin_port, '/v1/tasks')['tasks']),
+                                '%s: the task stays while the job waits for clients' % name)
+                wait_for(lambda: metric(w.admin_port, 'sluice_worker_held_batches') == 0,
+                         '%s: the worker to let go of what the trainer received, before the job is collected' % name,
+                         timeout=20)
+        finally:
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
     def test_the_last_answers_lost_after_the_job_ended_are_sent_again(self):
         # Under OFF a job ends when its tasks are done, and the dispatcher
         # takes the task away from the worker: answers lost with a broken
