@@ -1095,8 +1095,11 @@ class BrokenConnections(unittest.TestCase):
             n = batch * rng.randrange(batches_from, 2 * batches_from) + rng.randrange(batch)
         shuffle = rng.choice([0, 1000, 100000])
         cuts = rng.randrange(2, 6)
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, %d cuts' % (
-            seed, seed, n, batch, shuffle, cuts)
+        # Some cuts reset the trainer's end only (half-open): the worker
+        # keeps the old connection, and its waiting requests, open.
+        half = [rng.random() < 0.5 for _ in range(cuts)]
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, %d cuts (half-open: %s)' % (
+            seed, seed, n, batch, shuffle, cuts, half)
         real = free_ports(2)
         cluster = Cluster(dispatcher_args=['--split-size', str(rng.choice([256, 1000, 4096]))])
         proxies = [CutProxy(p) for p in real]
@@ -1110,17 +1113,17 @@ class BrokenConnections(unittest.TestCase):
             ats = sorted(rng.sample(range(total // 10, total * 8 // 10), cuts))
             lost, cutters = [], []
 
-            def cut():
+            def cut(half_open):
                 # In the background, while the test reads on: the trainer
                 # keeps asking, so answers are on the wire when the proxy
                 # throws away what comes next (read nothing, and the trainer
                 # would stop asking once its budget is full: nothing to cut).
                 for p in proxies:
-                    t = threading.Thread(target=lambda p=p: lost.append(p.cut()))
+                    t = threading.Thread(target=lambda p=p: lost.append(p.cut(half_open=half_open)))
                     t.start()
                     cutters.append(t)
             rc, got, err = stream_with_faults(cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '30000'],
-                                              [(at, cut) for at in ats])
+                                              [(at, lambda h=h: cut(h)) for at, h in zip(ats, half)])
             for t in cutters:
                 t.join(30)
             self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
