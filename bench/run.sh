@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 ./"$build"/bench/bench_provenance_batch --buffer 100000
 ./"$build"/bench/bench_provenance_batch --files 16
 /usr/bin/python3 bench/stateful_state.py --build "$build"
+/usr/bin/python3 bench/parked_requests.py --build "$build"
 # DYNAMIC against OFF is measured with the Release build when there is one
 # (make build-release): the ratio is of the code, not of debug info.
 dyn_build=$build

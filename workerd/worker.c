@@ -91,6 +91,10 @@ struct wtask {
     uint8_t key[16]; /* TaskDef.task_key: what each client's key to it is derived from */
     bool client_keys; /* TaskDef.client_keys: clients show their own keys, never this one */
     sl_holders_t *holders; /* batches served and not yet acknowledged (held.h) */
+    /* Its requests waiting for a batch, in arrival order: a request or a
+     * batch of one task looks at its own, not at every task's. */
+    struct parked *parked, **parked_tail;
+    unsigned num_parked;
     struct wtask *next;
 };
 
@@ -166,7 +170,6 @@ struct sl_worker {
     struct evconnlistener *listener;
     sl_shm_lane_t *lane; /* NULL: no shared memory (--shm-mb 0, or no lane) */
     struct wconn *conns;
-    struct parked *parked, **parked_tail;
     struct awaiting *awaiting; /* in arrival order */
     unsigned num_awaiting;
     struct wtask *tasks;
@@ -419,6 +422,7 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
         return;
     }
     wt->w = w;
+    wt->parked_tail = &wt->parked;
     wt->last_state = SL_TASK_RUNNING;
     memcpy(wt->key, def->task_key, sizeof wt->key);
     wt->client_keys = def->client_keys;
@@ -864,15 +868,23 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
     return true;
 }
 
+/* Unlinks *p, a request parked on wt, and frees it. */
+static void unpark(struct wtask *wt, struct parked **p)
+{
+    struct parked *pk = *p;
+    *p = pk->next;
+    if (wt->parked_tail == &pk->next)
+        wt->parked_tail = p;
+    wt->num_parked--;
+    pk->wc->parked--;
+    free(pk);
+}
+
 static void serve_parked(sl_worker_t *w, struct wtask *wt)
 {
     uint64_t id = sl_task_id(wt->task);
-    for (struct parked **p = &w->parked; *p;) {
+    for (struct parked **p = &wt->parked; *p;) {
         struct parked *pk = *p;
-        if (pk->task_id != id) {
-            p = &pk->next;
-            continue;
-        }
         /* A dropped task answers from its tombstone. A round of a
          * coordinated read may wait on another consumer's request behind
          * it, so the ones behind are tried too. */
@@ -884,13 +896,8 @@ static void serve_parked(sl_worker_t *w, struct wtask *wt)
             break; /* none ready: the ones behind wait too, in order */
         }
         sl_metric_observe(m_client_wait, (double)(now_us() - pk->since_us) / 1e6);
-        *p = pk->next;
-        pk->wc->parked--;
-        free(pk);
+        unpark(wt, p);
     }
-    w->parked_tail = &w->parked;
-    while (*w->parked_tail)
-        w->parked_tail = &(*w->parked_tail)->next;
 }
 
 /* A request's shared-memory fields (shm.h): a region made and offered to a
@@ -1026,14 +1033,15 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     }
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
-    bool behind = false;
-    for (struct parked *pk = w->parked; pk; pk = pk->next) {
-        bool same = pk->task_id == req->task_id;
-        behind |= same && !req->coordinated;
-        how.twin |= same && how.seq > 0 && !req->coordinated && pk->client_id == how.client_id && pk->seq == how.seq;
-    }
+    bool behind = ht && ht->parked && !req->coordinated;
+    for (struct parked *pk = behind && how.seq > 0 ? ht->parked : NULL; pk && !how.twin; pk = pk->next)
+        how.twin = pk->client_id == how.client_id && pk->seq == how.seq;
     if (!behind && answer_element(w, wc, request_id, req->task_id, &how))
         return;
+    if (!ht) { /* answered above: only a task here makes a request wait */
+        sl_conn_send_error(c, request_id, SL_EINTERNAL, "task %" PRIu64 " is gone", req->task_id);
+        return;
+    }
     if (wc->parked >= MAX_PARKED_PER_CONN) {
         sl_conn_send_error(c, request_id, SL_ETOOBIG, "more than %d requests waiting on one connection",
                            MAX_PARKED_PER_CONN);
@@ -1049,8 +1057,9 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     pk->request_id = request_id;
     pk->task_id = req->task_id;
     pk->since_us = now_us();
-    *w->parked_tail = pk;
-    w->parked_tail = &pk->next;
+    *ht->parked_tail = pk;
+    ht->parked_tail = &pk->next;
+    ht->num_parked++;
     wc->parked++;
 }
 
@@ -1190,18 +1199,13 @@ static void wconn_free(struct wconn *wc)
             p = &a->next;
         }
     }
-    for (struct parked **p = &w->parked; *p;) {
-        struct parked *pk = *p;
-        if (pk->wc == wc) {
-            *p = pk->next;
-            free(pk);
-        } else {
-            p = &pk->next;
+    for (struct wtask *wt = w->tasks; wt && wc->parked > 0; wt = wt->next)
+        for (struct parked **p = &wt->parked; *p;) {
+            if ((*p)->wc == wc)
+                unpark(wt, p);
+            else
+                p = &(*p)->next;
         }
-    }
-    w->parked_tail = &w->parked;
-    while (*w->parked_tail)
-        w->parked_tail = &(*w->parked_tail)->next;
     if (wc->prev)
         wc->prev->next = wc->next;
     else
@@ -1703,7 +1707,6 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
         return -ENOMEM;
     w->base = base;
     w->cfg = *cfg;
-    w->parked_tail = &w->parked;
     sl_rng_seed(&w->jitter, (uint64_t)now_us() ^ ((uint64_t)getpid() << 32));
     snprintf(w->dispatcher, sizeof w->dispatcher, "%s", cfg->dispatcher);
     int fd = -1;
@@ -1792,19 +1795,17 @@ static int cmp_u64_pair(const void *a, const void *b)
     return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
 }
 
-/* The requests waiting for task id, and how many of them share their
- * client and seq with another (v->requests_waiting_again). */
-static void count_waiting(const sl_worker_t *w, uint64_t id, sl_worker_task_view_t *v)
+/* The requests waiting for wt, and how many of them share their client
+ * and seq with another (v->requests_waiting_again). */
+static void count_waiting(const struct wtask *wt, sl_worker_task_view_t *v)
 {
-    unsigned n = 0, k = 0;
-    for (const struct parked *pk = w->parked; pk; pk = pk->next)
-        n += pk->task_id == id;
+    unsigned n = wt->num_parked, k = 0;
     v->requests_waiting = n;
     uint64_t (*keys)[2] = n > 1 ? malloc(n * sizeof *keys) : NULL; /* n is bounded: parked per connection */
     if (!keys)
         return;
-    for (const struct parked *pk = w->parked; pk; pk = pk->next)
-        if (pk->task_id == id && pk->seq > 0) {
+    for (const struct parked *pk = wt->parked; pk; pk = pk->next)
+        if (pk->seq > 0) {
             keys[k][0] = pk->client_id;
             keys[k++][1] = pk->seq;
         }
@@ -1819,7 +1820,7 @@ void sl_worker_foreach_task(sl_worker_t *w,
 {
     for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
         sl_worker_task_view_t v = {.rounds = wt->rounds};
-        count_waiting(w, sl_task_id(wt->task), &v);
+        count_waiting(wt, &v);
         sl_holders_count(wt->holders, &v.held_batches, &v.held_bytes);
         fn(wt->task, &v, arg);
     }
