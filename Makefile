@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 RELEASE_BUILD ?= build-release
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps build build-asan build-release test unit integration demo bench fuzz install image clean
+.PHONY: all deps build build-asan build-release test unit integration demo bench fuzz install wheel image clean
 
 all: build
 
@@ -48,6 +48,11 @@ bench: build
 # PREFIX=/usr/local (default) or any other; DESTDIR works as usual.
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
+
+# The Python package as a wheel with libsluice inside, in dist/ (pip install
+# dist/sluice-*.whl; docs/python.md), from the Release build.
+wheel: build-release
+	bash scripts/build-wheel.sh $(RELEASE_BUILD) dist
 
 # The OCI image sluice:<version> of this build, made with podman or buildah
 # without a base image (docs/operations.md#the-image). IMAGE_TAG overrides it.

@@ -5,7 +5,8 @@
 # test_deploy.py), and podman runs the multi-host tests' daemons from it
 # (docs/multi-host-tests.md), with runc for hosts where crun cannot set
 # rlimits (docs/operations.md); valgrind counts instructions for
-# bench/dynamic_instructions.py. Any argument is ignored.
+# bench/dynamic_instructions.py; pip, setuptools, wheel and venv build the
+# Python wheel and install it in a test (make wheel). Any argument is ignored.
 set -euo pipefail
 
 packages=(
@@ -14,6 +15,7 @@ packages=(
   liblmdb-dev libjansson-dev liburing-dev libcriterion-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
   python3 iperf3 chromium fio iproute2 nftables valgrind
   python3-numpy python3-torch python3-pil python3-yaml lmdb-utils
+  python3-pip python3-setuptools python3-wheel python3-venv
   podman buildah runc
 )
 
