@@ -1711,6 +1711,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
     it->confirm_every = EARLY_HB_NOTICES;
     it->named = it->opts.job_name && it->opts.job_name[0];
+    it->ledger.sole = !it->named; /* an anonymous job's tasks serve this iterator alone */
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);
@@ -2111,6 +2112,14 @@ size_t sl_iterator_waiting(sl_iterator_t *it, char *buf, size_t len)
     size_t n = strlen(it->waiting);
     if (len > 0)
         snprintf(buf, len, "%s", it->waiting);
+    pthread_mutex_unlock(&it->mu);
+    return n;
+}
+
+uint64_t sl_iterator_records_missing(sl_iterator_t *it)
+{
+    pthread_mutex_lock(&it->mu);
+    uint64_t n = it->ledger.missing;
     pthread_mutex_unlock(&it->mu);
     return n;
 }

@@ -439,6 +439,22 @@ static int notices_add(sl_ledger_t *l, const sl_split_done_t *done, size_t ndone
     return rc;
 }
 
+/* Split d's notice says its worker delivered more of its records than the
+ * caller, the task's only client, was given (count), though every batch
+ * holding them came before it: a batch was lost on the way. More records
+ * than delivered is no loss (a lost worker's split handed out again
+ * without what was received). */
+static void note_missing(sl_ledger_t *l, const sl_split_done_t *d, uint64_t count)
+{
+    if (l->missing == 0)
+        fprintf(stderr,
+                "sluice: iterator of job %" PRIu64 ": split %" PRIu64 " (epoch %" PRIu32 ", file %" PRIu32
+                ", records %" PRIu64 " to %" PRIu64 "): its worker delivered %" PRIu64 " records and %" PRIu64
+                " arrived: a batch was lost on the way (a bug: please report it)\n",
+                l->job_id, d->split_id, d->epoch, d->file_index, d->begin, d->end, d->delivered, count);
+    l->missing += d->delivered - count;
+}
+
 /* The waiting runs go in at once, sorted and merged in one pass
  * (sl_provenance_run_t has sl_posrun_t's layout); then each waiting notice
  * whose split the caller was given every delivered record of fills the
@@ -467,8 +483,13 @@ static void merge(sl_ledger_t *l, int rc)
     size_t fill = 0;
     for (size_t i = 0; i < l->ndone && rc == 0; i++) {
         const sl_split_done_t *d = &l->done[i];
-        if (d->end > d->begin && d->epoch >= l->epochs_done && sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end) == d->delivered)
+        if (d->end <= d->begin || d->epoch < l->epochs_done)
+            continue;
+        uint64_t count = sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end);
+        if (count == d->delivered)
             l->runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
+        else if (count < d->delivered && l->sole)
+            note_missing(l, d, count);
     }
     if (rc == 0 && fill > 0)
         rc = sl_posset_add_many(&l->got, l->runs, fill);

@@ -65,6 +65,15 @@ typedef struct sl_ledger {
     size_t max_runs; /* of restored, got, a report, a checkpoint */
     uint64_t job_id; /* named in the overflow's message */
     int rc;          /* < 0: got overflowed or ran out of memory; nothing is recorded any more */
+    /* The only client of its tasks (an anonymous job): a split's records
+     * all go to it. Set by the owner; without it nothing is missing below
+     * (a named job's consumers share its tasks' batches). */
+    bool sole;
+    /* Records a worker delivered that never reached the caller: a split's
+     * notice counted more delivered records than the caller was given of
+     * it (found when the ledger syncs; said once on stderr). 0 unless a
+     * batch was lost on the way: every path that loses one is a bug. */
+    uint64_t missing;
 } sl_ledger_t;
 
 /** The runs a ledger keeps with opts.max_ledger_runs (0: the most). */

@@ -473,6 +473,19 @@ SL_EXPORT const sl_split_done_t *sl_batch_splits_done(const sl_batch_t *b, size_
 SL_EXPORT const sl_split_done_t *sl_iterator_splits_done(const sl_iterator_t *it, size_t *num);
 
 /**
+ * Records of the job a worker delivered to this iterator that never reached
+ * its caller, as far as the iterator knows now (DYNAMIC with provenance, an
+ * anonymous job: each split's notice says how many records its worker
+ * delivered, and the iterator counts those its caller was given; the count
+ * is brought up to date at the end of the sequence and at each
+ * checkpoint). 0 unless a batch was lost on the way, which no path should
+ * do: the first loss is also said on stderr. Always 0 for an iterator that
+ * keeps no record of what it received, and for a named job's (its
+ * consumers share the splits' records).
+ */
+SL_EXPORT uint64_t sl_iterator_records_missing(sl_iterator_t *it);
+
+/**
  * Takes a checkpoint of the iterator: which elements the batches returned
  * so far held (and, for a restored iterator, those of its checkpoint), as
  * opaque bytes. sl_iterator_restore() in any process continues right after

@@ -725,8 +725,8 @@ int main(int argc, char **argv)
      * a job's start and for its end after its last batch are in seconds. */
     fprintf(stderr,
             "{\"elements\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.4f, "
-            "\"first_batch_seconds\": %.4f, \"last_batch_seconds\": %.4f}\n",
-            elements, batches, bytes, now_s() - t0, first_batch, last_batch);
+            "\"first_batch_seconds\": %.4f, \"last_batch_seconds\": %.4f, \"records_missing\": %" PRIu64 "}\n",
+            elements, batches, bytes, now_s() - t0, first_batch, last_batch, sl_iterator_records_missing(it));
 out:
     sl_iterator_close(it);
     sl_client_close(cl);

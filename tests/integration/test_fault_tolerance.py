@@ -16,7 +16,7 @@ import time
 import unittest
 
 from cutproxy import CutProxy, worker_behind
-from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
+from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, summary, values, wait_for
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -1075,7 +1075,11 @@ class BrokenConnections(unittest.TestCase):
                 if cat.poll() is None:
                     cat.kill()
                     cat.wait()
-            self.assertEqual(cat.returncode, 0, cat.stderr.read()[-3000:])
+            err = cat.stderr.read()
+            self.assertEqual(cat.returncode, 0, err[-3000:])
+            # The iterator counts what its workers delivered and it never
+            # got, split by split: it would have seen the loss too.
+            self.assertEqual(summary(err)['records_missing'], 0, err[-3000:])
             assert_exactly_once(self, got, n, 'a DYNAMIC job read across a half-open cut')
             self.assertGreater(metric(w.admin_port, 'sluice_worker_batches_sent_again_total'), 0)
         finally:
@@ -1128,6 +1132,7 @@ class BrokenConnections(unittest.TestCase):
                 t.join(30)
             self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
             assert_exactly_once(self, got, n, '%s, bytes thrown away by each cut %s' % (where, lost))
+            self.assertEqual(summary(err)['records_missing'], 0, '%s: %s' % (where, err[-3000:]))
             # The cuts threw answers away: what the test is about happened.
             self.assertGreater(sum(lost), 0, where)
             # Nothing stays held: a batch is let go when a later request

@@ -105,6 +105,30 @@ Test(ledger, a_notice_fills_the_records_a_filter_dropped_only_when_all_delivered
     sl_split_done_t e = {.split_id = 2, .epoch = 0, .file_index = 0, .begin = 10, .end = 20, .delivered = 9};
     give(&l, b, 2, &e, 1, true);
     cr_assert_eq(sl_posset_count(&l.got, 0, 0, 10, 20), 8);
+    cr_assert_eq(l.missing, 0, "the other consumer's record is not missing");
+    sl__ledger_free(&l);
+}
+
+Test(ledger, a_split_the_sole_client_got_less_of_than_delivered_counts_as_missing)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1000);
+    l.sole = true;
+    /* Split [0, 10): all 10 delivered and given. */
+    sl_provenance_run_t a = {0, 0, 0, 10};
+    sl_split_done_t d = {.split_id = 1, .epoch = 0, .file_index = 0, .begin = 0, .end = 10, .delivered = 10};
+    give(&l, &a, 1, &d, 1, false);
+    /* Split [10, 30): 20 delivered, a batch of 7 lost on the way; split
+     * [30, 40) of a worker lost before, handed out again without the 4
+     * records given then: 6 delivered, 10 given, nothing missing. */
+    sl_provenance_run_t b[3] = {{0, 0, 10, 5}, {0, 0, 22, 8}, {0, 0, 30, 4}};
+    give(&l, b, 3, NULL, 0, false);
+    sl_provenance_run_t c = {0, 0, 34, 6};
+    sl_split_done_t e[2] = {{.split_id = 2, .epoch = 0, .file_index = 0, .begin = 10, .end = 30, .delivered = 20},
+                            {.split_id = 3, .epoch = 0, .file_index = 0, .begin = 30, .end = 40, .delivered = 6}};
+    give(&l, &c, 1, e, 2, true);
+    cr_assert_eq(l.missing, 7);
+    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 0, 40), 33, "the lost records are not in what was given");
     sl__ledger_free(&l);
 }
 
