@@ -437,6 +437,7 @@ class ClusterTest(SluiceCase):
         with ds.distribute(self.addr, sharding='dynamic') as it:
             for b in it:
                 np.add.at(counts, b['value'], 1)
+        self.assertEqual(it.records_missing, 0, 'the iterator saw no batch lost')
         wrong = np.nonzero(counts != 1)[0]
         self.assertEqual(wrong.size, 0, '%d values not seen exactly once (first %s)' % (wrong.size, wrong[:5]))
 

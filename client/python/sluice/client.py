@@ -572,6 +572,7 @@ class BatchIterator:
         # The iterator first: sl_client_close() wants its iterators closed.
         it, self._it = self._it, None
         if it:
+            self._missing = self._lib.sl_iterator_records_missing(it)
             self._lib.sl_iterator_close(it)
             _counts['iterators'] -= 1
         client, self._client = self._client, None
@@ -594,6 +595,16 @@ class BatchIterator:
         rep = ' repetition %d' % self.repetition if self.repetition is not None else ''
         return '<sluice.BatchIterator job %s%s on %s%s>' % (self.job_id, rep, self.dispatcher,
                                                             ', closed' if self.closed else '')
+
+    @property
+    def records_missing(self):
+        """Records a worker delivered to this iterator that never reached it
+        (sl_iterator_records_missing(): DYNAMIC, anonymous jobs; brought up
+        to date at the end and at each checkpoint; kept once it is closed).
+        0 unless a batch was lost on the way, which no path should do
+        (docs/fault-tolerance.md)."""
+        with self._mu:
+            return self._lib.sl_iterator_records_missing(self._it) if self._it else getattr(self, '_missing', 0)
 
     def checkpoint(self):
         """The iterator's checkpoint as bytes: distribute(..., checkpoint=these
