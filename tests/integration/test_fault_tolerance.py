@@ -1152,6 +1152,62 @@ class BrokenConnections(unittest.TestCase):
         return lent, where
 
 
+class MixedFaults(unittest.TestCase):
+    """Every fault of a trainer's reach at once: three workers behind
+    proxies, and while one DYNAMIC trainer reads, cuts of its connections
+    (both ends, or its end only), workers killed with -9 and started again,
+    and the dispatcher killed with -9 and started again, in an order, at
+    moments and over sizes drawn from a seed, printed in every failure
+    (SLUICE_CHAOS_SEED reruns one). Every element exactly once, and the
+    iterator saw no batch lost on the way."""
+
+    def test_cuts_worker_kills_and_dispatcher_restarts_together_exactly_once(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        n = rng.randrange(300000, 1000001)
+        batch = rng.choice([64, 256, 1024])
+        shuffle = rng.choice([0, 10000, 100000])
+        kinds = [rng.choice(['cut', 'half-open cut', 'worker kill', 'dispatcher kill']) for _ in range(rng.randrange(3, 7))]
+        total = n // batch
+        ats = sorted(rng.sample(range(total // 10, total * 8 // 10), len(kinds)))
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, faults %s at %s' % (
+            seed, seed, n, batch, shuffle, kinds, ats)
+        real = free_ports(3)
+        cluster = Cluster(dispatcher_args=['--split-size', str(rng.choice([1000, 4096]))])
+        proxies = [CutProxy(p) for p in real]
+        cutters = []
+        try:
+            for p, proxy in zip(real, proxies):
+                cluster.add_worker(['--port', str(p), '--worker-address', '127.0.0.1:%d' % proxy.port])
+            cluster.wait_workers_registered(3)
+            ops = ([{"op": "shuffle", "buffer_size": shuffle, "seed": seed % 1000}] if shuffle else [])
+            spec = {"source": {"type": "range", "stop": n}, "ops": ops + [{"op": "batch", "batch_size": batch}]}
+
+            def act(kind):
+                if kind.endswith('cut'):
+                    # In the background: the trainer reads on meanwhile.
+                    for p in proxies:
+                        t = threading.Thread(target=lambda p=p: p.cut(half_open=kind.startswith('half')))
+                        t.start()
+                        cutters.append(t)
+                elif kind == 'worker kill':
+                    cluster.restart_worker(rng.randrange(3))
+                else:
+                    cluster.restart_dispatcher()
+            rc, got, err = stream_with_faults(cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '60000'],
+                                              [(at, lambda k=k: act(k)) for at, k in zip(ats, kinds)])
+            for t in cutters:
+                t.join(30)
+            self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+            assert_exactly_once(self, got, n, where)
+            self.assertEqual(summary(err)['records_missing'], 0, '%s: %s' % (where, err[-3000:]))
+        finally:
+            for p in proxies:
+                p.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+
 class BrokenCoordinatedConnections(unittest.TestCase):
     """Coordinated reads (a named job's consumers read in rounds) through
     connections broken with answers in flight: a consumer asks again for the
