@@ -1419,6 +1419,9 @@ static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
     it->disp = NULL;
     it->disp_open = false;
     it->hb_out = false;
+    /* A report in flight gets no answer now: the next heartbeat answer
+     * that asks for it has it sent again, on the next connection. */
+    it->report_out = false;
     snprintf(it->disp_error, sizeof it->disp_error, "%s", why);
     if (it->release_id)
         event_base_loopbreak(it->base);
@@ -1485,6 +1488,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         it->disp = NULL;
         it->disp_open = false;
         it->hb_out = false;
+        it->report_out = false;
     }
     if (!it->disp_lost_ms && now - it->disp_last_ok > answer_ms) {
         it->disp_lost_ms = it->disp_last_ok;

@@ -6,7 +6,10 @@ client's side only and leaves the upstream side open and unread until
 close(): the daemon does not learn that the connection is gone (a route
 that died where only one end noticed), and what it sends on it goes
 nowhere. New connections are forwarded again at once, unless refuse() made
-the proxy reset them as they come, until accept_again(). hold_after_first() makes the connections opened after it
+the proxy reset them as they come, until accept_again(). drop_frames(t)
+throws away the client's frames of type t (frame.h's sl_msg_type) on the
+connections opened after it, until drop_frames(None): a request lost on
+the way, while the rest of the connection goes on. hold_after_first() makes the connections opened after it
 deliver the upstream side's hello and first frame (the answer to the first
 request) and hold back the rest until release(), as a slow or congested
 route would; hold_connections_from(n) makes the n-th connection and those
@@ -47,6 +50,8 @@ class CutProxy:
         self.half_open = False   # cut(): the upstream sockets stay open (in stale) until close()
         self.throw_wait = 5.0    # cut(): how long to wait for the upstream bytes to throw away
         self.refusing = False    # refuse(): new connections are reset at once
+        self.drop_type = None    # drop_frames(): the client's frames of this type are thrown away
+        self.frames_dropped = 0
         self.stale = []
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
@@ -81,7 +86,8 @@ class CutProxy:
                 self.accepted += 1
                 hello_only = 0 < self.hold_from <= self.accepted
                 hold = self.hold_new or hello_only
-            threading.Thread(target=self._pump, args=(pair, hold, 0 if hello_only else 1), daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, hold, 0 if hello_only else 1, self.drop_type is not None),
+                             daemon=True).start()
 
     @staticmethod
     def _throw_away_next(c, u, wait=5.0):
@@ -119,8 +125,33 @@ class CutProxy:
         end = HELLO_LEN + FRAME_HEADER_LEN + msg_len + payload_len
         return end if len(data) >= end else None
 
-    def _pump(self, pair, hold=False, frames=1):
+    def _client_frames(self, pending, data):
+        """What of the client's bytes goes upstream: the hello, then whole
+        frames but those of type drop_type (pending[0]: the bytes of a
+        frame not yet whole, or of the hello)."""
+        buf, out = pending[0] + data, b''
+        if pending[1] < HELLO_LEN:
+            take = min(len(buf), HELLO_LEN - pending[1])
+            out, buf = buf[:take], buf[take:]
+            pending[1] += take
+        while len(buf) >= FRAME_HEADER_LEN:
+            ftype, = struct.unpack_from('>H', buf, 0)
+            msg_len, payload_len = struct.unpack_from('>II', buf, 8)
+            end = FRAME_HEADER_LEN + msg_len + payload_len
+            if len(buf) < end:
+                break
+            if self.drop_type is not None and ftype == self.drop_type:
+                with self.lock:
+                    self.frames_dropped += 1
+            else:
+                out += buf[:end]
+            buf = buf[end:]
+        pending[0] = buf
+        return out
+
+    def _pump(self, pair, hold=False, frames=1, parse=False):
         c, u, cut, done = pair
+        pending = [b'', 0]  # parse: the client's bytes of a frame not yet whole, hello bytes seen
         seen = b''     # hold: the upstream bytes until the end of the first frame
         passed = not hold
         kept = b''     # upstream bytes past it, held back until release()
@@ -141,6 +172,10 @@ class CutProxy:
                         data = src.recv(1 << 16)
                         if not data:
                             raise OSError('closed')
+                        if src is c and parse:
+                            data = self._client_frames(pending, data)
+                            if not data:
+                                continue
                         if src is u and not passed:
                             # Up to the first frame's end goes through as it
                             # comes (the hello first: the client waits for it).
@@ -180,6 +215,11 @@ class CutProxy:
         self.held.clear()
         with self.lock:
             self.hold_from = n
+
+    def drop_frames(self, frame_type):
+        """The client's frames of frame_type, on connections opened from
+        now on, are thrown away (None: none)."""
+        self.drop_type = frame_type
 
     def refuse(self):
         """New connections are reset as they come (a host that cannot be

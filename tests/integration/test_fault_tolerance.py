@@ -1162,6 +1162,14 @@ class MixedFaults(unittest.TestCase):
     iterator saw no batch lost on the way."""
 
     def test_cuts_worker_kills_and_dispatcher_restarts_together_exactly_once(self):
+        self.run_mixed(trainers=1)
+
+    def test_the_ranks_of_a_named_job_through_the_same_faults_exactly_once(self):
+        # Two to four ranks share one DYNAMIC job (the DataLoader-per-GPU
+        # path): each worker holds batches for several clients at once.
+        self.run_mixed(trainers=random.Random(chaos_seed()).randrange(2, 5))
+
+    def run_mixed(self, trainers):
         seed = chaos_seed()
         rng = random.Random(seed)
         n = rng.randrange(300000, 1000001)
@@ -1170,8 +1178,8 @@ class MixedFaults(unittest.TestCase):
         kinds = [rng.choice(['cut', 'half-open cut', 'worker kill', 'dispatcher kill']) for _ in range(rng.randrange(3, 7))]
         total = n // batch
         ats = sorted(rng.sample(range(total // 10, total * 8 // 10), len(kinds)))
-        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d elements, batch %d, shuffle %d, faults %s at %s' % (
-            seed, seed, n, batch, shuffle, kinds, ats)
+        where = 'seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d trainers, %d elements, batch %d, shuffle %d, ' \
+                'faults %s at %s' % (seed, seed, trainers, n, batch, shuffle, kinds, ats)
         real = free_ports(3)
         cluster = Cluster(dispatcher_args=['--split-size', str(rng.choice([1000, 4096]))])
         proxies = [CutProxy(p) for p in real]
@@ -1194,16 +1202,113 @@ class MixedFaults(unittest.TestCase):
                     cluster.restart_worker(rng.randrange(3))
                 else:
                     cluster.restart_dispatcher()
-            rc, got, err = stream_with_faults(cluster, spec, ['--sharding', 'dynamic', '--timeout-ms', '60000'],
-                                              [(at, lambda k=k: act(k)) for at, k in zip(ats, kinds)])
+            args = ['--sharding', 'dynamic', '--timeout-ms', '60000']
+            if trainers == 1:
+                rc, got, err = stream_with_faults(cluster, spec, args,
+                                                  [(at, lambda k=k: act(k)) for at, k in zip(ats, kinds)])
+                self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
+            else:
+                got = self.ranks_with_faults(cluster, spec, args + ['--job-name', 'mixed'], trainers,
+                                             [(at, lambda k=k: act(k)) for at, k in zip(ats, kinds)],
+                                             where)
+                err = None
             for t in cutters:
                 t.join(30)
-            self.assertEqual(rc, 0, '%s: sluice-cat failed: %s' % (where, err[-3000:]))
             assert_exactly_once(self, got, n, where)
-            self.assertEqual(summary(err)['records_missing'], 0, '%s: %s' % (where, err[-3000:]))
+            if err is not None:
+                self.assertEqual(summary(err)['records_missing'], 0, '%s: %s' % (where, err[-3000:]))
         finally:
             for p in proxies:
                 p.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+
+
+    def ranks_with_faults(self, cluster, spec, args, trainers, faults, where):
+        """Streams spec through `trainers` sluice-cat ranks of one job at
+        once, calling act() once they read `at` batches between them, for
+        each (at, act) of faults in order; returns every value read."""
+        procs = [subprocess.Popen(cluster.cat_argv(spec, ['--max-outstanding', '4'] + args), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=child_env()) for _ in range(trainers)]
+        got, lock, batches = [], threading.Lock(), [0]
+
+        def read(p):
+            for line in p.stdout:
+                with lock:
+                    got.extend(json.loads(line)['value'])
+                    batches[0] += 1
+        readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
+        for t in readers:
+            t.start()
+        try:
+            for at, act in faults:
+                wait_for(lambda: batches[0] >= at or all(p.poll() is not None for p in procs),
+                         '%s: the ranks to read %d batches' % (where, at), timeout=300)
+                act()
+            for p in procs:
+                p.wait(timeout=300)
+            for t in readers:
+                t.join(60)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p in procs:
+            err = p.stderr.read()
+            self.assertEqual(p.returncode, 0, '%s: a rank failed: %s' % (where, err[-3000:]))
+        return got
+
+
+class ReportLostWithTheDispatcherConnection(unittest.TestCase):
+    """A worker is lost, and the trainer's report of what it received (the
+    dispatcher waits for every client's before it hands the lost splits out
+    again) goes out on a dispatcher connection that breaks before the
+    answer: the trainer must report again on the next connection. It did
+    not (the report counted as in flight for ever), and the job waited for
+    it until the trainer gave up; MixedFaults found it with a dispatcher
+    killed just after a worker."""
+
+    REPORT_RECEIVED_REQ = 20  # protocol/frame.h, sl_msg_type
+
+    def test_a_report_lost_on_the_way_is_sent_again(self):
+        n, batch = 400000, 1000
+        cluster = Cluster(dispatcher_args=['--split-size', '1000', '--max-split-size', '1000'])
+        proxy = CutProxy(cluster.dispatcher.port)
+        try:
+            for _ in range(2):
+                cluster.add_worker(['--split-target-ms', '0'])
+            cluster.wait_workers_registered(2)
+            proxy.drop_frames(self.REPORT_RECEIVED_REQ)
+
+            def lose_worker_and_the_report():
+                cluster.workers[0].kill()
+                wait_for(lambda: proxy.frames_dropped > 0, 'the trainer\'s report, thrown away on the way')
+                proxy.drop_frames(None)
+                proxy.cut(wait=0.2)
+            spec = {"source": {"type": "range", "stop": n},
+                    "ops": [{"op": "shuffle", "buffer_size": 10000, "seed": 3}, {"op": "batch", "batch_size": batch}]}
+            argv = cluster.cat_argv(spec, ['--max-outstanding', '4', '--sharding', 'dynamic', '--timeout-ms', '60000'],
+                                    dispatcher='127.0.0.1:%d' % proxy.port)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+            got, batches = [], 0
+            try:
+                for line in proc.stdout:
+                    got.extend(json.loads(line)['value'])
+                    batches += 1
+                    if batches == 20:
+                        lose_worker_and_the_report()
+                proc.wait(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            err = proc.stderr.read()
+            self.assertEqual(proc.returncode, 0, err[-3000:])
+            assert_exactly_once(self, got, n, 'a DYNAMIC job whose trainer\'s report was lost')
+            self.assertEqual(proxy.frames_dropped, 1)
+        finally:
+            proxy.close()
             bad = cluster.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
 
