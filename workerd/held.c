@@ -270,6 +270,14 @@ unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms)
     return dropped;
 }
 
+bool sl_holders_empty(const sl_holders_t *h)
+{
+    for (unsigned i = 0; i < h->n; i++)
+        if (h->v[i].n > 0)
+            return false;
+    return true;
+}
+
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)
 {
     for (unsigned i = 0; i < h->n; i++) {

@@ -127,6 +127,9 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
 /** Drops what clients silent for more than timeout_ms hold. @return batches dropped */
 unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms);
 
+/** Whether no batch is held now. */
+bool sl_holders_empty(const sl_holders_t *h);
+
 /** Batches and bytes held now. */
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes);
 

@@ -468,10 +468,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         tb->done = sl_task_state(wt->task) == SL_TASK_DONE;
         memcpy(tb->key, wt->key, sizeof tb->key);
         tb->client_keys = wt->client_keys;
-        unsigned held = 0;
-        size_t held_bytes = 0;
-        sl_holders_count(wt->holders, &held, &held_bytes);
-        if (tb->done && held > 0) {
+        if (tb->done && !sl_holders_empty(wt->holders)) {
             tb->holders = wt->holders;
             wt->holders = NULL;
         }
@@ -752,6 +749,13 @@ static void task_unknown(struct wconn *wc, uint32_t request_id, uint64_t task_id
                        wc->w->address);
 }
 
+/* A batch held for its client (held.h), asked for again: sent again. */
+static void send_again(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
+{
+    sl_metric_add(m_sent_again, 1);
+    send_served(wc, request_id, sv);
+}
+
 /* A consumer asked for its batch of a round it took already: sent again
  * when held for it (its request came again, on a new connection, while
  * the first one still waited on the old), else refused: SL_ECLOSED when
@@ -764,8 +768,7 @@ static void round_taken(struct wconn *wc, uint32_t request_id, struct wtask *wt,
     uint64_t task_id = sl_task_id(wt->task);
     sl_served_t *sv = how->seq > 0 ? sl_holders_find(wt->holders, how->client_id, how->seq) : NULL;
     if (sv) {
-        sl_metric_add(m_sent_again, 1);
-        send_served(wc, request_id, sv);
+        send_again(wc, request_id, sv);
     } else if (how->seq > 0) {
         sl_conn_send_error(wc->conn, request_id, SL_ECLOSED,
                            "task %" PRIu64 " on worker %s: %s, on a connection that closed, and it is no longer "
@@ -787,8 +790,7 @@ static bool twin_answered(struct wconn *wc, uint32_t request_id, struct wtask *w
     char err[512];
     int rc = sl_holders_recall(wt->holders, how->client_id, how->seq, &sv, err, sizeof err);
     if (rc == SL_HELD_AGAIN) {
-        sl_metric_add(m_sent_again, 1);
-        send_served(wc, request_id, sv);
+        send_again(wc, request_id, sv);
     } else if (rc < 0) {
         sl_conn_send_error(wc->conn, request_id, rc, "task %" PRIu64 " on worker %s: %s", sl_task_id(wt->task),
                            wc->w->address, err);
@@ -1021,8 +1023,7 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
                                   : sl_holders_ask(holders, req->client_id, req->seq, req->acked_below, now, &again,
                                                    err, sizeof err);
         if (rc == SL_HELD_AGAIN) {
-            sl_metric_add(m_sent_again, 1);
-            send_served(wc, request_id, again);
+            send_again(wc, request_id, again);
             return;
         }
         if (rc < 0) {
@@ -1634,13 +1635,10 @@ static void on_hold_timer(evutil_socket_t fd, short what, void *arg)
         sl_holders_sweep(wt->holders, now, w->cfg.hold_timeout_ms);
     for (unsigned i = 0; i < TOMBSTONES; i++) {
         struct tombstone *tb = &w->tombstones[i];
-        unsigned held = 0;
-        size_t bytes = 0;
         if (!tb->holders)
             continue;
         sl_holders_sweep(tb->holders, now, w->cfg.hold_timeout_ms);
-        sl_holders_count(tb->holders, &held, &bytes);
-        if (held == 0) {
+        if (sl_holders_empty(tb->holders)) {
             sl_holders_free(tb->holders);
             tb->holders = NULL;
         }

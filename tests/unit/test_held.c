@@ -9,6 +9,7 @@
 
 #include "big_alloc.h"
 #include "held.h"
+#include "seed_util.h"
 #include "sluice.h"
 
 static char err[512];
@@ -43,11 +44,13 @@ static void counts(sl_holders_t *h, unsigned batches, size_t bytes)
     sl_holders_count(h, &b, &n);
     cr_assert_eq(b, batches);
     cr_assert_eq(n, bytes);
+    cr_assert_eq(sl_holders_empty(h), batches == 0);
 }
 
 Test(held, a_batch_asked_again_comes_again_until_acknowledged)
 {
     sl_holders_t *h = sl_holders_new(NULL);
+    counts(h, 0, 0);
     sl_served_t *s1 = serve(h, 5, 1, 1, 0, 100);
     sl_served_t *s2 = serve(h, 5, 2, 1, 0, 200);
     counts(h, 2, 300);
@@ -66,6 +69,10 @@ Test(held, a_batch_asked_again_comes_again_until_acknowledged)
     /* Another client's seqs are its own. */
     serve(h, 6, 1, 1, 30, 10);
     counts(h, 2, 60);
+    /* Both acknowledge all: clients that hold nothing leave the holders empty. */
+    sl_holders_ack(h, 5, 4);
+    sl_holders_ack(h, 6, 2);
+    counts(h, 0, 0);
     sl_holders_free(h);
 }
 
@@ -130,15 +137,8 @@ Test(held, rounds_kept_in_any_order_come_again_until_acknowledged)
     sl_served_t *kept[SL_HELD_ROUNDS];
     /* Rounds 0 .. 63 served in a shuffled order, round 0 acknowledged
      * below (nothing received yet). */
-    unsigned order[SL_HELD_ROUNDS];
-    for (unsigned i = 0; i < SL_HELD_ROUNDS; i++)
-        order[i] = i;
-    srand(16);
-    for (unsigned i = SL_HELD_ROUNDS - 1; i > 0; i--) {
-        unsigned j = (unsigned)rand() % (i + 1), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    uint64_t order[SL_HELD_ROUNDS];
+    shuffled_order(order, SL_HELD_ROUNDS, 16);
     for (unsigned i = 0; i < SL_HELD_ROUNDS; i++)
         kept[order[i]] = serve_round(h, 5, order[i], 0, 10 + order[i]);
     counts(h, SL_HELD_ROUNDS, SL_HELD_ROUNDS * 10 + SL_HELD_ROUNDS * (SL_HELD_ROUNDS - 1) / 2);

@@ -61,14 +61,7 @@ Test(ledger, a_shuffled_stream_checkpoints_as_exactly_what_was_given)
      * checkpoint holds the 180,000 given and nothing else. */
     enum { N = 200000, HELD = 20000, BATCH = 1000 };
     uint64_t *order = malloc(N * sizeof *order);
-    for (uint64_t i = 0; i < N; i++)
-        order[i] = i;
-    srand(7);
-    for (uint64_t i = N - 1; i > 0; i--) {
-        uint64_t j = (uint64_t)rand() % (i + 1), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    shuffled_order(order, N, 7);
     sl_ledger_t l;
     sl__ledger_init(&l, SL_POSSET_MAX_RUNS);
     sl_provenance_run_t runs[BATCH];
@@ -965,14 +958,7 @@ Test(ledger, the_ranks_of_a_named_job_merge_into_what_their_callers_were_given)
     enum { N = 100000, BATCH = 100, RANKS = 4, FILES = 4 };
     static const uint8_t key[] = "a cluster token of some length";
     uint64_t *order = malloc(N * sizeof *order);
-    for (uint64_t i = 0; i < N; i++)
-        order[i] = i;
-    srand(11);
-    for (uint64_t i = N - 1; i > 0; i--) {
-        uint64_t k = (uint64_t)rand() % (i + 1), t = order[i];
-        order[i] = order[k];
-        order[k] = t;
-    }
+    shuffled_order(order, N, 11);
     sl_ledger_t rank[RANKS];
     for (int r = 0; r < RANKS; r++)
         sl__ledger_init(&rank[r], SL_POSSET_MAX_RUNS);
