@@ -103,6 +103,9 @@ struct sl_task {
      * parked, and the next batch made must tell its loop. Batches made
      * while nobody waits go into the ring without waking the loop. */
     bool taker_waiting;
+    /* sl_task_take_extra() found nothing: the next batch may go past the
+     * buffer's bytes (cleared once a batch is made). */
+    bool extra_wanted;
     /* DYNAMIC splits for want_epoch, and once crossing also for later
      * epochs, each read in its own epoch or later. */
     struct split splits[MAX_SPLITS];
@@ -679,7 +682,8 @@ static void *producer_main(void *arg)
          * A batch counts with its provenance. */
         b->charged = sl_wire_batch_held_bytes(b);
         while (!t->stop && (t->count == t->cfg.buffer_batches ||
-                            (t->count + t->taken > 0 && t->held_bytes + b->charged > t->cfg.buffer_bytes))) {
+                            (t->count + t->taken > 0 && t->held_bytes + b->charged > t->cfg.buffer_bytes &&
+                             !t->extra_wanted))) {
             t->room_wait = true;
             pthread_cond_wait(&t->wake, &t->mu);
         }
@@ -737,6 +741,7 @@ static void *producer_main(void *arg)
         sl_metric_observe(m_batch_latency, spent);
         sl_metric_add(m_produced, 1);
         t->held_bytes += b->charged;
+        t->extra_wanted = false;
         bool waiting = t->taker_waiting;
         t->taker_waiting = false;
         pthread_mutex_unlock(&t->mu);
@@ -1049,6 +1054,19 @@ int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
         rc = SL_TASK_PENDING;
     }
     pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int sl_task_take_extra(sl_task_t *t, sl_wire_batch_t **out)
+{
+    int rc = sl_task_take(t, out);
+    if (rc == SL_TASK_PENDING) {
+        pthread_mutex_lock(&t->mu);
+        t->extra_wanted = true;
+        if (t->room_wait)
+            pthread_cond_broadcast(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+    }
     return rc;
 }
 

@@ -138,6 +138,17 @@ enum sl_task_take {
  */
 int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
 
+/**
+ * sl_task_take() for a request that must not wait on batches others took
+ * and hold (a coordinated read's stand-in, worker.c: the task's rounds may
+ * hold its buffer for a consumer that waits on this request): when none is
+ * ready, the pipeline makes its next batch now. One that waits for room,
+ * which it otherwise does until the buffer drains to half, goes on, past
+ * the buffer's bytes if need be (one batch per call that found none; the
+ * ring's count and the worker's memory budget still bound it).
+ */
+int sl_task_take_extra(sl_task_t *task, sl_wire_batch_t **out);
+
 /** The caller is done with batch b it took (sent or dropped; call it before
  *  freeing b): its room goes back, as much as it was charged when buffered
  *  (sl_wire_batch_t.charged: its tensors and provenance). The notify

@@ -636,6 +636,65 @@ Test(task, a_batch_counts_in_the_buffer_with_its_provenance)
     stop(&r);
 }
 
+static bool waits_with_none_buffered(const sl_task_info_t *i)
+{
+    return i->buffer_full && i->buffered_batches == 0;
+}
+
+/* A coordinated read's stand-in (workerd/worker.c) must not wait on batches
+ * others took and hold: a task's rounds may hold its whole buffer for the
+ * consumer that waits on the stand-in first. sl_task_take_extra() lets the
+ * pipeline make one batch past the buffer's bytes, once per call that found
+ * none; sl_task_take() waits for room as before. */
+Test(task, a_stand_in_take_gets_a_batch_while_taken_batches_fill_the_buffer)
+{
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.buffer_bytes = 64u << 10; /* 8 batches of 1000 int64s */
+    cfg.buffer_batches = 64;
+    start_with(&r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":1000}]}",
+               &cfg);
+    sl_wire_batch_t *held[64];
+    unsigned n = 0;
+    sl_task_info_t info;
+    /* Taken and not given back (a round's batches waiting for a consumer):
+     * the pipeline waits for room with nothing left to take. */
+    for (;;) {
+        info = info_when(&r, buffer_full);
+        cr_assert(info.buffer_full, "the pipeline never waited for room");
+        if (info.buffered_batches == 0)
+            break;
+        while (n < 64 && sl_task_take(r.task, &held[n]) == SL_TASK_BATCH)
+            n++;
+        cr_assert_lt(n, 64, "%u batches of 8000 bytes taken from a buffer of 64 KiB", n);
+    }
+    cr_assert_gt(n, 0);
+    sl_wire_batch_t *b = NULL;
+    cr_assert_eq(sl_task_take(r.task, &b), SL_TASK_PENDING);
+    int rc = sl_task_take_extra(r.task, &b);
+    if (rc == SL_TASK_PENDING) {
+        wait_notify(&r); /* the batch it let the pipeline make (at most 30 s) */
+        rc = sl_task_take_extra(r.task, &b);
+    }
+    cr_assert_eq(rc, SL_TASK_BATCH, "the stand-in got no batch past the full buffer: %d", rc);
+    int64_t first;
+    memcpy(&first, b->data + b->components[0].offset, sizeof first);
+    cr_assert_eq(first, (int64_t)n * 1000, "the stand-in's batch is the task's next one");
+    /* One batch past the buffer, not more: the pipeline waits again. */
+    info = info_when(&r, waits_with_none_buffered);
+    cr_assert(waits_with_none_buffered(&info));
+    cr_assert_gt(info.buffered_bytes, cfg.buffer_bytes);
+    cr_assert_leq(info.buffered_bytes, cfg.buffer_bytes + b->charged);
+    cr_assert_eq(sl_task_take(r.task, &held[n]), SL_TASK_PENDING);
+    held[n++] = b;
+    for (unsigned i = 0; i < n; i++) {
+        sl_task_release(r.task, held[i]);
+        sl_wire_batch_free(held[i]);
+    }
+    stop(&r);
+}
+
 /* Under a tight memory budget a finished batch that does not fit waits for
  * the task's own batches to be written (they give their charge back), as it
  * waits for room in the buffer, instead of failing the task: whether the
