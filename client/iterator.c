@@ -18,8 +18,9 @@
  * Coordinated reads (num_consumers > 0) ask for rounds instead: round r
  * comes from the r mod n-th (by task id) of the n tasks that serve round r
  * (start_round <= r < end_round), never past the horizon the dispatcher
- * last answered, and batches are handed out in round order. See
- * docs/sharding.md for why every consumer picks the same worker.
+ * last answered, and batches are handed out in round order; a round of a
+ * lost worker comes from another that stands in. See docs/sharding.md for
+ * why every consumer picks the same worker.
  *
  * What arrives is checked and kept by received.c; what was handed to the
  * caller is recorded by ledger.c. The rest stays in one file, past 900
@@ -115,6 +116,7 @@ struct itask {
     sl_retry_t unknown;
     uint64_t start_round, end_round; /* coordinated reads */
     bool lost;
+    bool stand_in_said; /* coordinated reads: that others stand in for it, said on stderr */
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
     /* Redelivery: requests are numbered from 1 (GetElementRequest.seq; a
      * coordinated read numbers them by round instead, coord_pump());
@@ -466,14 +468,27 @@ static struct slot *slot_of_request(sl_iterator_t *it, const struct itask *t, ui
 
 /* The task that serves round r: the (r mod n)-th by id of the n tasks whose
  * rounds include r. Every consumer knows the same tasks up to its horizon,
- * so every consumer picks the same one. */
-static struct itask *task_for_round(sl_iterator_t *it, uint64_t r)
+ * so every consumer picks the same one. When its worker was lost, another
+ * stands in for the consumers it had not served the round to: the first
+ * live one after it in that order, or, when none of the n is live, the live
+ * task with the least id. Consumers that learn of losses at different
+ * moments may pick different ones; whichever serves a consumer, it gets one
+ * batch of the round.
+ * @param[out] owner the task whose round r is (the one returned unless it
+ *             stands in)
+ * @return the task to ask, or NULL: none is known, or none is live */
+static struct itask *task_for_round(sl_iterator_t *it, uint64_t r, struct itask **owner)
 {
     struct itask *serving[256];
     unsigned n = 0;
-    for (struct itask *t = it->tasks; t && n < 256; t = t->next)
-        if (t->start_round <= r && (t->end_round == 0 || r < t->end_round))
+    struct itask *least_live = NULL;
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (!t->lost && (!least_live || t->task_id < least_live->task_id))
+            least_live = t;
+        if (n < 256 && t->start_round <= r && (t->end_round == 0 || r < t->end_round))
             serving[n++] = t;
+    }
+    *owner = NULL;
     if (n == 0)
         return NULL;
     /* Insertion sort by task id: n is small. */
@@ -483,7 +498,14 @@ static struct itask *task_for_round(sl_iterator_t *it, uint64_t r)
             serving[k] = serving[k - 1];
             serving[k - 1] = x;
         }
-    return serving[r % n];
+    unsigned k = (unsigned)(r % n);
+    *owner = serving[k];
+    if (!serving[k]->lost)
+        return serving[k];
+    for (unsigned i = 1; i < n; i++)
+        if (!serving[(k + i) % n]->lost)
+            return serving[(k + i) % n];
+    return least_live;
 }
 
 /* Hands the rounds that are complete, in order, to the caller's queue. */
@@ -597,6 +619,18 @@ static void coord_forget_task(sl_iterator_t *it, struct itask *t, bool gone)
     }
 }
 
+/* Says once per lost worker, on stderr, that the rounds it was to serve
+ * and had not served to this consumer come from others, from round r on. */
+static void stand_in_note(sl_iterator_t *it, uint64_t r, struct itask *owner, const struct itask *t)
+{
+    if (owner->stand_in_said)
+        return;
+    owner->stand_in_said = true;
+    fprintf(stderr, "sluice: job %" PRIu64 ": worker %s was lost; the rounds it was to serve and had not served to "
+            "consumer %d come from the other workers (from round %" PRIu64 ", of worker %s)\n",
+            it->job_id, owner->address, it->opts.consumer_index, r, t->address);
+}
+
 static void coord_pump(sl_iterator_t *it, unsigned queued)
 {
     int64_t now = now_ms();
@@ -613,16 +647,13 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         struct slot *sl = &it->slots[r % MAX_WINDOW];
         if (sl->state != SLOT_EMPTY)
             continue;
-        struct itask *t = task_for_round(it, r);
+        struct itask *owner;
+        struct itask *t = task_for_round(it, r, &owner);
         if (!t)
-            break; /* no task known yet: the next heartbeat tells */
-        if (t->lost) {
-            iterator_fail(it, SL_ECLOSED,
-                          "job %" PRIu64 ": round %" PRIu64 " of the coordinated reads was to come from worker %s, "
-                          "which was lost; no other worker can serve that round to every consumer",
-                          it->job_id, r, t->address);
-            return;
-        }
+            break; /* no (live) task known yet: the next heartbeat tells */
+        bool stand_in = t != owner;
+        if (stand_in)
+            stand_in_note(it, r, owner, t);
         if (!askable(t, now))
             continue;
         uint32_t id = ++it->next_id;
@@ -633,7 +664,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
-                                        .seq = r + 1, .acked_below = it->deliver_round + 1};
+                                        .seq = r + 1, .acked_below = it->deliver_round + 1, .stand_in = stand_in};
         memcpy(req.task_key, t->key, sizeof req.task_key);
         shm_fields(t, &req);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)

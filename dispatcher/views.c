@@ -179,6 +179,14 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         if (j->sharding == SL_SHARDING_DYNAMIC)
             json_object_set_new(json_array_get(tasks, t), "split_requests",
                                 json_integer((json_int_t)tk->split_req_seq));
+        if (j->num_consumers > 0) {
+            /* The rounds it serves, [start, end); a lost worker's end is set
+             * when it is lost (docs/sharding.md, "Coordinated reads"). */
+            json_t *rounds = json_pack("{s:I}", "start", (json_int_t)tk->start_round);
+            if (tk->end_round > 0)
+                json_object_set_new(rounds, "end", json_integer((json_int_t)tk->end_round));
+            json_object_set_new(json_array_get(tasks, t), "rounds", rounds);
+        }
     }
     json_object_set_new(o, "tasks", tasks);
     return o;

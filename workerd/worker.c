@@ -95,6 +95,7 @@ struct wtask {
      * batch of one task looks at its own, not at every task's. */
     struct parked *parked, **parked_tail;
     unsigned num_parked;
+    unsigned parked_stand_ins; /* of them, coordinated reads' stand-ins */
     struct wtask *next;
 };
 
@@ -141,6 +142,7 @@ struct parked {
     uint32_t request_id;
     uint64_t task_id;
     bool coordinated; /* a round of a coordinated read */
+    bool stand_in;    /* for a lost worker's round: the task's next batch, outside its rounds */
     uint64_t round;
     uint32_t consumer;
     uint64_t client_id, seq; /* redelivery (held.h): seq 0 for none */
@@ -207,7 +209,7 @@ struct sl_worker {
 };
 
 static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
-static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices, *m_sent_again;
+static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices, *m_sent_again, *m_stand_in;
 
 static int64_t now_us(void)
 {
@@ -828,7 +830,13 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
                                       : "does not serve coordinated reads");
         return true;
     }
-    if (wt->rounds) {
+    if (wt->rounds && how->stand_in) {
+        /* Its own rounds may hold the task's whole buffer for this
+         * consumer, which waits on this round first. */
+        rc = sl_task_take_extra(wt->task, &b);
+        if (rc == SL_TASK_BATCH)
+            sl_metric_add(m_stand_in, 1);
+    } else if (wt->rounds) {
         char err[256];
         rc = sl_rounds_take(wt->rounds, wt->task, how->round, how->consumer, &b, err, sizeof err);
         if (rc == SL_ROUNDS_TAKEN) {
@@ -878,6 +886,7 @@ static void unpark(struct wtask *wt, struct parked **p)
     if (wt->parked_tail == &pk->next)
         wt->parked_tail = p;
     wt->num_parked--;
+    wt->parked_stand_ins -= pk->stand_in;
     pk->wc->parked--;
     free(pk);
 }
@@ -885,20 +894,25 @@ static void unpark(struct wtask *wt, struct parked **p)
 static void serve_parked(sl_worker_t *w, struct wtask *wt)
 {
     uint64_t id = sl_task_id(wt->task);
-    for (struct parked **p = &wt->parked; *p;) {
-        struct parked *pk = *p;
-        /* A dropped task answers from its tombstone. A round of a
-         * coordinated read may wait on another consumer's request behind
-         * it, so the ones behind are tried too. */
-        if (!answer_element(w, pk->wc, pk->request_id, id, pk)) {
-            if (pk->coordinated) {
-                p = &pk->next;
-                continue;
+    /* Stand-ins first: a batch made past a full buffer for one
+     * (sl_task_take_extra()) is its, not that of a round that waits on its
+     * consumers. */
+    for (int pass = wt->parked_stand_ins > 0 ? 0 : 1; pass < 2; pass++) {
+        for (struct parked **p = &wt->parked; *p;) {
+            struct parked *pk = *p;
+            /* A dropped task answers from its tombstone. A round of a
+             * coordinated read may wait on another consumer's request behind
+             * it, so the ones behind are tried too. */
+            if ((pass == 0 && !pk->stand_in) || !answer_element(w, pk->wc, pk->request_id, id, pk)) {
+                if (pk->coordinated) {
+                    p = &pk->next;
+                    continue;
+                }
+                break; /* none ready: the ones behind wait too, in order */
             }
-            break; /* none ready: the ones behind wait too, in order */
+            sl_metric_observe(m_client_wait, (double)(now_us() - pk->since_us) / 1e6);
+            unpark(wt, p);
         }
-        sl_metric_observe(m_client_wait, (double)(now_us() - pk->since_us) / 1e6);
-        unpark(wt, p);
     }
 }
 
@@ -1004,7 +1018,8 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
          * which the client's redelivery counts on. */
         give_up_awaiting(wc, req->task_id);
     }
-    struct parked how = {.coordinated = req->coordinated, .round = req->round, .consumer = req->consumer_index,
+    struct parked how = {.coordinated = req->coordinated, .stand_in = req->coordinated && req->stand_in,
+                         .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->seq,
                          .tomb_ok = here || buried};
     if (ht && wc->shm_mapped)
@@ -1061,6 +1076,7 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     *ht->parked_tail = pk;
     ht->parked_tail = &pk->next;
     ht->num_parked++;
+    ht->parked_stand_ins += pk->stand_in;
     wc->parked++;
 }
 
@@ -1676,6 +1692,10 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                           "Batches held for a client and sent again: asked for again after "
                                           "the connection that carried them broke.",
                                           NULL, 0);
+        m_stand_in = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_stand_in_batches_total", NULL,
+                                        "Coordinated reads: batches served for a round of a lost worker "
+                                        "to a consumer that worker had not served it to.",
+                                        NULL, 0);
         m_shm_served = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_shm_total", NULL,
                                           "Batches whose bytes went to a client on this host through shared memory.",
                                           NULL, 0);

@@ -1433,6 +1433,116 @@ class BrokenCoordinatedConnections(unittest.TestCase):
         check_rounds(self, got, batch, where)
 
 
+class CoordinatedWorkerLoss(unittest.TestCase):
+    """Coordinated reads through lost workers: killed with -9, or stopped
+    and declared lost after --worker-timeout-ms, with fresh workers joining
+    meanwhile. A round the lost worker had not served to a consumer comes to
+    that consumer from a worker that stands in, so every consumer reads every
+    round, in order, and the job goes on (before 2026-12-02 every consumer
+    failed at the first such round). The consumers, workers, windows, batch
+    size (8192 int64s: lent in shared memory), the task buffer (1 MiB: the
+    16 rounds open on a worker hold all of it while the consumer they wait
+    for waits on a stand-in), the sharding and the faults come from a seed,
+    printed in every failure (SLUICE_CHAOS_SEED reruns one). The job has no
+    end: the consumers read until each is 50 rounds past the last round a
+    lost worker was to serve, then they are stopped."""
+
+    def test_every_consumer_reads_every_round_through_lost_workers(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        consumers = rng.randrange(2, 9)
+        workers = rng.randrange(2, 5)
+        batch = rng.choice([4, 100, 8192])
+        buffer_mb = rng.choice([1, 64])
+        windows = [rng.randrange(1, 33) for _ in range(consumers)]
+        sharding = rng.choice(['off', 'dynamic'])
+        faults = [(rng.choice(['kill', 'stop']), rng.random() < 0.5) for _ in range(rng.randrange(1, workers))]
+        ats = sorted(rng.sample(range(20, 300), len(faults)))
+        where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, %d workers, windows %s, batch %d, '
+                 '--buffer-mb %d, sharding %s, faults (kind, fresh worker after) %s at rounds %s' % (
+                     seed, seed, consumers, workers, windows, batch, buffer_mb, sharding, faults, ats))
+        worker_args = ['--buffer-mb', str(buffer_mb)]
+        cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000'], worker_args=worker_args)
+        procs, readers, faulted, stopped = [], [], [], []
+        try:
+            cluster.wait_workers_registered(workers)
+            spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
+                                                                           {"op": "batch", "batch_size": batch}]}
+            got = [[] for _ in range(consumers)]
+            for i in range(consumers):
+                argv = cluster.cat_argv(spec, ['--job-name', 'coord-loss', '--num-consumers', str(consumers),
+                                               '--consumer-index', str(i), '--max-outstanding', str(windows[i]),
+                                               '--sharding', sharding, '--with-worker', '--timeout-ms', '60000'])
+                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                              env=child_env()))
+
+                def read(p=procs[-1], out=got[i]):
+                    for line in p.stdout:
+                        if line.endswith('\n'):  # not the last one's half, cut by the stop
+                            out.append(json.loads(line))
+                readers.append(threading.Thread(target=read, daemon=True))
+                readers[-1].start()
+
+            def reading(upto):
+                ended = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
+                if ended:
+                    raise AssertionError('%s: consumers %s ended: %s' % (
+                        where, ended, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in ended)))
+                return min(len(g) for g in got) >= upto
+            live = list(cluster.workers)
+            for (kind, fresh), at in zip(faults, ats):
+                wait_for(lambda: reading(at), '%s: every consumer to read %d rounds' % (where, at), timeout=120)
+                w = live.pop(rng.randrange(len(live)))
+                faulted.append(w.addr)
+                if kind == 'kill':
+                    w.kill(signal.SIGKILL)
+                else:
+                    w.kill(signal.SIGSTOP)  # its connections stay open, and it answers nothing
+                    stopped.append(w)
+                if fresh:
+                    live.append(cluster.add_worker(worker_args))
+            jobs = get_json(cluster.dispatcher.admin_port, '/v1/jobs')['names']['coord-loss']
+            job = jobs[0]['job_id']
+
+            def lost_ends():
+                tasks = get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % job)['tasks']
+                return [t['rounds'].get('end', 0) for t in tasks if t['worker_address'] in faulted]
+            wait_for(lambda: reading(0) and len(lost_ends()) == len(faulted) and all(lost_ends()),
+                     '%s: the dispatcher to declare every faulted worker lost' % where, timeout=60)
+            upto = max(lost_ends() + ats) + 50
+            wait_for(lambda: reading(upto), '%s: every consumer to read on to round %d' % (where, upto), timeout=180)
+            stood_in = sum(metric(w.admin_port, 'sluice_worker_stand_in_batches_total', default=0) for w in live)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+            for t in readers:
+                t.join(30)
+            for w in stopped:
+                w.kill(signal.SIGKILL)
+            bad = cluster.close()
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly: %s' % (where, bad))
+        self.assertGreater(stood_in, 0, '%s: no worker stood in for a lost one' % where)
+        said = [p.stderr.read() for p in procs]
+        for addr in faulted:
+            if any(x['_worker'] == addr for g in got for x in g):
+                self.assertTrue(any('worker %s was lost; the rounds it was to serve' % addr in e for e in said),
+                                '%s: no consumer said that others stand in for %s: %s' % (where, addr, said))
+        served = set()
+        for i, g in enumerate(got):
+            self.assertEqual([x['_round'] for x in g], list(range(len(g))), '%s: consumer %d' % (where, i))
+            for x in g:
+                key = (x['_worker'], x['value'][0])
+                self.assertNotIn(key, served, '%s: consumer %d, round %d: a batch of %s served twice' % (
+                    where, i, x['_round'], x['_worker']))
+                served.add(key)
+        for r in range(min(len(g) for g in got)):
+            # A round a lost worker served to some consumers only: the others
+            # read it from a worker that stood in; never from two live ones.
+            from_live = {g[r]['_worker'] for g in got} - set(faulted)
+            self.assertLessEqual(len(from_live), 1, '%s: round %d from %s' % (where, r, from_live))
+
+
 def check_rounds(test, got, batch, where):
     """got[i]: what coordinated consumer i read (sluice-cat --with-worker,
     a range in batches of batch): rounds 0, 1, 2 ... in order; in each
