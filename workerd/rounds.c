@@ -154,6 +154,23 @@ static struct round *fill_first(sl_rounds_t *r, const struct round *o)
     return lowest;
 }
 
+/* Puts b, the task's next batch, in round o: in the place of the consumer
+ * in whose region of shared memory it was made (sl_task_lent_to()), if that
+ * place is free, else in the first free one. The task makes its k-th batch
+ * in consumer k mod C's region, and the rounds' places line up with that
+ * from the start; a batch taken outside the rounds (a stand-in's,
+ * worker.c) shifts them, and without this every later batch would go to
+ * the next consumer, copied out of its neighbour's region. */
+static void place(sl_rounds_t *r, sl_task_t *task, struct round *o, sl_wire_batch_t *b)
+{
+    int64_t owner = sl_task_lent_to(task, b, o->filled);
+    uint32_t at = owner >= 0 && (uint32_t)owner < r->num_consumers && !o->batches[owner] ? (uint32_t)owner : 0;
+    while (o->batches[at])
+        at++;
+    o->batches[at] = b;
+    o->filled++;
+}
+
 /* Takes batches from the task until round o holds one per consumer.
  * @return 0 (full, or ended), or what sl_task_take() said otherwise */
 static int fill(sl_rounds_t *r, sl_task_t *task, struct round *o)
@@ -162,7 +179,7 @@ static int fill(sl_rounds_t *r, sl_task_t *task, struct round *o)
         sl_wire_batch_t *b = NULL;
         int rc = sl_task_take(task, &b);
         if (rc == SL_TASK_BATCH) {
-            o->batches[o->filled++] = b;
+            place(r, task, o, b);
             continue;
         }
         if (rc == SL_TASK_END) {

@@ -3,7 +3,8 @@
  * job with num_consumers C serves in rounds: its open rounds take the
  * task's batches in round order, C each (round r the C after those of the
  * open rounds before it, even when a request for a later round finds
- * batches ready first), consumer i gets the i-th, and the round is
+ * batches ready first), consumer i gets the i-th (or the one of them made
+ * in its region of shared memory, sl_task_lent_to()), and the round is
  * forgotten once every consumer took its batch. Which rounds come to this
  * worker the consumers decide among themselves; the worker only keeps each
  * round's batches apart. At most SL_ROUNDS_OPEN rounds are open at once; a

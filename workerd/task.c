@@ -837,6 +837,21 @@ void sl_task_lend_region(sl_task_t *t, sl_shm_region_t *r, uint64_t client_id, i
     lend_set(t, &t->lend, r);
 }
 
+int64_t sl_task_lent_to(sl_task_t *t, const sl_wire_batch_t *b, uint32_t guess)
+{
+    int64_t owner = -1;
+    if (!t->lend_n || !b->data || b->size == 0)
+        return -1;
+    pthread_mutex_lock(&t->lend_mu);
+    for (uint32_t i = 0; i < t->lend_n && owner < 0; i++) {
+        uint32_t k = (guess + i) % t->lend_n;
+        if (t->lend_by[k].region && sl_shm_region_holds(t->lend_by[k].region, b->data))
+            owner = k;
+    }
+    pthread_mutex_unlock(&t->lend_mu);
+    return owner;
+}
+
 void sl_task_unlend_region(sl_task_t *t, sl_shm_region_t *r)
 {
     if (!r)

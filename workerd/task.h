@@ -106,6 +106,13 @@ void sl_task_lend_region(sl_task_t *task, struct sl_shm_region *r, uint64_t clie
 /** The connection of r closes: the task makes no more blocks in it. */
 void sl_task_unlend_region(sl_task_t *task, struct sl_shm_region *r);
 
+/**
+ * Coordinated reads: the consumer in whose region batch b was made (its
+ * tensor bytes lie in a region sl_task_lend_region() gave for that consumer
+ * index), looked for at guess first; -1 when in none. Any thread.
+ */
+int64_t sl_task_lent_to(sl_task_t *task, const sl_wire_batch_t *b, uint32_t guess);
+
 uint64_t sl_task_id(const sl_task_t *task);
 uint64_t sl_task_job_id(const sl_task_t *task);
 uint64_t sl_task_dataset_id(const sl_task_t *task);

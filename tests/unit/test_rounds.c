@@ -16,6 +16,7 @@
 #include "log.h"
 #include "seed_util.h"
 #include "rounds.h"
+#include "shm.h"
 #include "task.h"
 
 static struct event_base *base;
@@ -28,17 +29,15 @@ static void notify(sl_task_t *t, void *arg)
     (void)arg;
 }
 
-/* A task of coordinated reads by consumers under sharding, its buffer
- * holding buffer_batches. */
-static void setup_task(sl_sharding_t sharding, uint32_t consumers, unsigned buffer_batches)
+/* A task of coordinated reads by consumers over spec under sharding, its
+ * buffer holding buffer_batches. */
+static void setup_spec(const char *spec, sl_sharding_t sharding, uint32_t consumers, unsigned buffer_batches)
 {
     sl_log_init("test_rounds", -1);
     /* The task's producer thread activates its notify event on this base. */
     evthread_use_pthreads();
     base = event_base_new();
     cr_assert_not_null(base);
-    /* Batches of 2 values: batch b holds 2b and 2b + 1. */
-    const char *spec = "{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}";
     sluice_TaskDef def = {.task_id = 1, .job_id = 2, .dataset_id = 3, .sharding = sharding, .num_workers = 1,
                           .num_consumers = consumers};
     sl_task_config_t cfg = {.buffer_bytes = 1 << 20, .buffer_batches = buffer_batches, .max_batch_bytes = 1 << 20};
@@ -47,6 +46,13 @@ static void setup_task(sl_sharding_t sharding, uint32_t consumers, unsigned buff
                  err);
     rounds = sl_rounds_new(consumers);
     cr_assert_not_null(rounds);
+}
+
+/* setup_spec() of batches of 2 values: batch b holds 2b and 2b + 1. */
+static void setup_task(sl_sharding_t sharding, uint32_t consumers, unsigned buffer_batches)
+{
+    setup_spec("{\"source\":{\"type\":\"range\",\"stop\":1000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":2}]}",
+               sharding, consumers, buffer_batches);
 }
 
 static void setup(void)
@@ -60,11 +66,17 @@ static void setup_dynamic(void)
     setup_task(SL_SHARDING_DYNAMIC, 2, 8);
 }
 
+/* Frees what setup made; again (a test that tears down early), nothing. */
 static void teardown(void)
 {
     sl_rounds_free(rounds);
-    sl_task_free(task);
-    event_base_free(base);
+    rounds = NULL;
+    if (task)
+        sl_task_free(task);
+    task = NULL;
+    if (base)
+        event_base_free(base);
+    base = NULL;
 }
 
 TestSuite(rounds, .init = setup, .fini = teardown);
@@ -318,4 +330,74 @@ Test(rounds_own_task, info_lists_the_first_missing_consumers_and_counts_them_all
     cr_assert_eq(ri.num_missing, 39);
     for (uint32_t i = 0; i < SL_ROUNDS_INFO_MISSING; i++)
         cr_assert_eq(ri.missing[i], i < 5 ? i : i + 1, "missing[%u]", i);
+}
+
+/* A worker on the consumers' host makes each batch of a coordinated task in
+ * the region of shared memory of the consumer it goes to (the k-th in
+ * consumer k mod C's), so that it is lent in place. A batch taken outside
+ * the rounds (a stand-in's for a lost worker's round) shifts that count:
+ * each consumer must still get the batches made in its own region, not
+ * its neighbour's, copied out (every later batch was, before 2026-12-02). */
+Test(rounds_own_task, each_consumer_gets_the_batches_made_in_its_region_also_after_a_stand_in)
+{
+    enum { C = 3 };
+    /* Batches of 8192 int64s (64 KiB): large enough to be made in a region. */
+    setup_spec("{\"source\":{\"type\":\"range\",\"stop\":1000000000},\"ops\":[{\"op\":\"batch\",\"batch_size\":8192}]}",
+               SL_SHARDING_OFF, C, 4);
+    char err[256];
+    sl_shm_lane_t *lane = sl_shm_lane_new(base, (size_t)16 << 20, NULL, err, sizeof err);
+    cr_assert_not_null(lane, "%s", err);
+    sl_shm_region_t *regions[C];
+    for (uint32_t c = 0; c < C; c++) {
+        regions[c] = sl_shm_region_new(lane, err, sizeof err);
+        cr_assert_not_null(regions[c], "%s", err);
+        sl_task_lend_region(task, regions[c], 100 + c, c);
+    }
+    unsigned own = 0, other = 0;
+    uint64_t round = 0;
+    for (int phase = 0; phase < 3; phase++) {
+        /* Phase 0 lets the batches made before the regions came through;
+         * between phases 1 and 2, a stand-in. */
+        if (phase == 2) {
+            sl_wire_batch_t *b = NULL;
+            int rc;
+            for (int i = 0; i < 30000 && (rc = sl_task_take_extra(task, &b)) == SL_TASK_PENDING; i++) {
+                event_base_loop(base, EVLOOP_NONBLOCK);
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            }
+            cr_assert_eq(rc, SL_TASK_BATCH);
+            sl_task_release(task, b);
+            sl_wire_batch_free(b);
+        }
+        for (int k = 0; k < 20; k++, round++)
+            for (uint32_t c = 0; c < C; c++) {
+                sl_wire_batch_t *b = NULL;
+                int rc;
+                for (int i = 0; i < 30000 && (rc = sl_rounds_take(rounds, task, round, c, &b, err, sizeof err)) ==
+                                                  SL_TASK_PENDING; i++) {
+                    event_base_loop(base, EVLOOP_NONBLOCK);
+                    nanosleep(&(struct timespec){0, 1000000}, NULL);
+                }
+                cr_assert_eq(rc, SL_TASK_BATCH, "round %" PRIu64 ", consumer %u: %d %s", round, c, rc, err);
+                bool mine = sl_shm_region_holds(regions[c], b->data);
+                if (phase > 0) {
+                    own += mine;
+                    other += !mine;
+                    cr_assert(mine, "phase %d, round %" PRIu64 ": consumer %u got a batch made in %s", phase, round,
+                              c, sl_task_lent_to(task, b, 0) >= 0 ? "another consumer's region" : "no region");
+                }
+                sl_task_release(task, b);
+                sl_wire_batch_free(b);
+            }
+    }
+    cr_assert_eq(own, 2 * 20 * C);
+    cr_assert_eq(other, 0);
+    /* The task lets its regions go first, then the connections and the lane. */
+    sl_rounds_free(rounds);
+    rounds = NULL;
+    sl_task_free(task);
+    task = NULL;
+    for (uint32_t c = 0; c < C; c++)
+        sl_shm_region_free(regions[c]);
+    sl_shm_lane_free(lane);
 }
