@@ -470,12 +470,14 @@ static struct slot *slot_of_request(sl_iterator_t *it, const struct itask *t, ui
  * rounds include r. Every consumer knows the same tasks up to its horizon,
  * so every consumer picks the same one. When its worker was lost, another
  * stands in for the consumers it had not served the round to: the first
- * live one after it in that order, or, when none of the n is live, the live
- * task with the least id. Consumers that learn of losses at different
- * moments may pick different ones; whichever serves a consumer, it gets one
- * batch of the round.
+ * live one after it in that order, or, when none of the n is live (or no
+ * task's rounds include r: the rounds between a drained or lost worker's
+ * last and the start of one that joined later), the live task with the
+ * least id of those whose rounds have no end. Consumers that learn of
+ * losses at different moments may pick different ones; whichever serves a
+ * consumer, it gets one batch of the round.
  * @param[out] owner the task whose round r is (the one returned unless it
- *             stands in)
+ *             stands in), or NULL: no task's rounds include r
  * @return the task to ask, or NULL: none is known, or none is live */
 static struct itask *task_for_round(sl_iterator_t *it, uint64_t r, struct itask **owner)
 {
@@ -483,14 +485,14 @@ static struct itask *task_for_round(sl_iterator_t *it, uint64_t r, struct itask 
     unsigned n = 0;
     struct itask *least_live = NULL;
     for (struct itask *t = it->tasks; t; t = t->next) {
-        if (!t->lost && (!least_live || t->task_id < least_live->task_id))
+        if (!t->lost && t->end_round == 0 && (!least_live || t->task_id < least_live->task_id))
             least_live = t;
         if (n < 256 && t->start_round <= r && (t->end_round == 0 || r < t->end_round))
             serving[n++] = t;
     }
     *owner = NULL;
     if (n == 0)
-        return NULL;
+        return least_live;
     /* Insertion sort by task id: n is small. */
     for (unsigned i = 1; i < n; i++)
         for (unsigned k = i; k > 0 && serving[k - 1]->task_id > serving[k]->task_id; k--) {
@@ -652,7 +654,7 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         if (!t)
             break; /* no (live) task known yet: the next heartbeat tells */
         bool stand_in = t != owner;
-        if (stand_in)
+        if (stand_in && owner)
             stand_in_note(it, r, owner, t);
         if (!askable(t, now))
             continue;

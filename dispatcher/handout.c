@@ -305,8 +305,12 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     struct dataset *d = j->dataset;
     uint32_t nfiles = sl__dataset_num_files(d);
     resp->epoch = req->epoch;
-    if (w && w->draining) {
-        /* A drained worker's splits go to the others from now on. */
+    if (w && w->draining && j->num_consumers == 0) {
+        /* A drained worker's splits go to the others from now on. A task
+         * of coordinated reads keeps getting them: it serves the rounds
+         * below its end_round, each of which must have a batch for every
+         * consumer, and is done once the consumers are past them
+         * (state.c, coord_drained_done()). */
         resp->end_of_epoch = true;
         resp->finished = true;
         return 0;

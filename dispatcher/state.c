@@ -345,7 +345,10 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
         if (sl__task_live(t))
             return;
         const struct worker *w = sl__dstate_worker(st, t->worker_id);
-        any_done |= t->state == TASK_DONE && (!splits_left || !w || !w->draining);
+        /* Coordinated reads have no end of their own: a task done because
+         * its worker was drained (coord_drained_done()) ends nothing. */
+        bool drained_rounds = j->num_consumers > 0 && t->end_round > 0;
+        any_done |= t->state == TASK_DONE && !drained_rounds && (!splits_left || !w || !w->draining);
     }
     /* Under a static policy every index owns its own shard: the job waits
      * for each one, also for an index whose worker was lost (it reads its
@@ -652,7 +655,10 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
         const sluice_TaskStatus *ts = &req->tasks[i];
         struct job *j = NULL;
         struct task *t = sl__dstate_task(st, ts->task_id, &j);
-        if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING || stale(ts, j)) {
+        /* A drained worker's task of coordinated reads is done once every
+         * consumer went past its rounds: the worker lets it go. */
+        bool rounds_done = t && j->num_consumers > 0 && t->end_round > 0 && t->state == TASK_DONE;
+        if (!t || t->worker_id != w->id || j->state != SL_JOB_RUNNING || stale(ts, j) || rounds_done) {
             if (resp->removed_tasks_count < sizeof resp->removed_tasks / sizeof resp->removed_tasks[0])
                 resp->removed_tasks[resp->removed_tasks_count++] = ts->task_id;
             continue;
@@ -1528,6 +1534,39 @@ static struct client *longest_away(struct job *j)
     return a;
 }
 
+/* Coordinated reads: a task of a drained worker serves the rounds below its
+ * end_round (sl_dstate_worker_drain()). Once the consumer of every index
+ * asks for rounds at or past it, none asks it again: it is done, and its
+ * worker drops it at its next heartbeat (removed_tasks), after which the
+ * worker holds nothing of the job and can be stopped. */
+static void coord_drained_done(sl_dstate_t *st, struct job *j)
+{
+    uint64_t least = UINT64_MAX;
+    uint32_t seen = 0;
+    for (uint32_t idx = 0; idx < j->num_consumers; idx++) {
+        bool here = false;
+        for (unsigned i = 0; i < j->num_clients; i++) {
+            const struct client *c = &j->clients[i];
+            if (c->consumer_index != idx || c->late)
+                continue;
+            here = true;
+            if (c->round < least)
+                least = c->round;
+        }
+        seen += here;
+    }
+    if (seen < j->num_consumers)
+        return; /* a consumer not here may still need the rounds */
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        struct task *t = &j->tasks[k];
+        if (t->end_round > 0 && sl__task_live(t) && least >= t->end_round) {
+            sl_log_info("job %" PRIu64 ": every consumer is past round %" PRIu64 ", the last of task %" PRIu64
+                        " on drained worker %s: it is done", j->id, t->end_round - 1, t->id, t->worker_address);
+            task_set_state(st, j, t, TASK_DONE);
+        }
+    }
+}
+
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
@@ -1593,6 +1632,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
             sl__dstate_touch(st, j);
         }
         resp->round_horizon = j->round_horizon;
+        coord_drained_done(st, j);
     }
     list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     return 0;
@@ -1828,6 +1868,32 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
     }
 }
 
+/* Coordinated reads: each running task of the drained worker serves the
+ * rounds up to the horizon, which every consumer may have asked for
+ * already, and no more: the others take its share from the next round on,
+ * and it is done once every consumer went past (coord_drained_done()), with
+ * no round lost or served from two workers, where a worker stopped without
+ * a drain leaves its rounds to stand-ins. */
+static void drain_rounds(sl_dstate_t *st, const struct worker *w)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        if (j->state != SL_JOB_RUNNING || j->num_consumers == 0)
+            continue;
+        for (unsigned k = 0; k < j->num_tasks; k++) {
+            struct task *t = &j->tasks[k];
+            if (t->worker_id != w->id || !sl__task_live(t) || t->end_round > 0)
+                continue;
+            t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
+            sl_log_info("job %" PRIu64 ": task %" PRIu64 " on draining worker %s serves rounds below %" PRIu64
+                        ", the other workers the rounds from there on", j->id, t->id, w->address, t->end_round);
+            j->dirty = true;
+            sl__dstate_touch(st, j);
+        }
+        coord_drained_done(st, j);
+    }
+}
+
 /* ---- operator actions ---- */
 
 int sl_dstate_job_cancel(sl_dstate_t *st, uint64_t job_id, const char *why, char *err, size_t errlen)
@@ -1854,6 +1920,7 @@ int sl_dstate_worker_drain(sl_dstate_t *st, const char *address, char *err, size
             w->draining = true;
             w->dirty = true;
             st->workers_dirty = true;
+            drain_rounds(st, w);
             return 0;
         }
     }

@@ -713,6 +713,152 @@ class CoordinatedStandIn(unittest.TestCase):
             self.assertEqual(g, list(range(len(g))))
 
 
+def drain(c, addr):
+    req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (c.dispatcher.admin_port, addr),
+                                 method='POST', data=b'')
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)
+
+
+class CoordinatedDrain(unittest.TestCase):
+    """A worker drained while it serves coordinated reads (sluicectl drain,
+    POST /v1/workers/{address}/drain) serves the rounds up to the horizon
+    the consumers may have asked for already, and no more: the other
+    workers take its share from the next round on, every round still comes
+    whole from one worker, and once every consumer is past its last round
+    its task is done and the worker lets it go, to be stopped without a
+    lost round. The job has no end: the consumers read until stopped."""
+    SPEC = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
+                                                                   {"op": "batch", "batch_size": 4}]}
+
+    def consumers(self, c, windows, sharding='off'):
+        self.procs, self.readers, self.got = [], [], [[] for _ in windows]
+        for i, w in enumerate(windows):
+            argv = c.cat_argv(self.SPEC, ['--job-name', 'coord-drain', '--num-consumers', str(len(windows)),
+                                         '--consumer-index', str(i), '--max-outstanding', str(w), '--with-worker',
+                                         '--sharding', sharding, '--timeout-ms', '60000'])
+            self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                               env=child_env()))
+
+            def read(p=self.procs[-1], out=self.got[i]):
+                for line in p.stdout:
+                    if line.endswith('\n'):
+                        out.append(json.loads(line))
+            self.readers.append(threading.Thread(target=read, daemon=True))
+            self.readers[-1].start()
+
+    def reading(self, upto):
+        ended = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
+        if ended:
+            raise AssertionError('consumers %s ended: %s' % (
+                ended, ' | '.join(self.procs[i].stderr.read()[-1500:] for i, _ in ended)))
+        return min(len(g) for g in self.got) >= upto
+
+    def stop_consumers(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        for t in self.readers:
+            t.join(30)
+        return [p.stderr.read() for p in self.procs]
+
+    def task(self, c, addr):
+        job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
+        return [t for t in get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['tasks']
+                if t['worker_address'] == addr][0]
+
+    def test_a_drained_worker_serves_its_rounds_then_lets_its_task_go(self):
+        self.drain_one_of_two('off')
+
+    def test_a_drained_worker_of_a_dynamic_job_keeps_its_splits_until_its_rounds_are_served(self):
+        # Under DYNAMIC a drained worker gets no more splits, but a task of
+        # coordinated reads still gets them for the rounds it serves (the
+        # dispatcher's rule: test_state's
+        # a_drained_workers_coordinated_task_serves_the_rounds_given_then_is_let_go);
+        # eight consumers, splits of a batch each.
+        self.drain_one_of_two('dynamic', [1, 2, 4, 8, 8, 16, 32, 32])
+
+    def drain_one_of_two(self, sharding, windows=(8, 32)):
+        c = Cluster(workers=2, dispatcher_args=['--split-size', '4', '--max-split-size', '4'])
+        try:
+            c.wait_workers_registered(2)
+            self.consumers(c, windows, sharding)
+            gone = c.workers[1]
+            wait_for(lambda: self.reading(20) and all(any(x['_worker'] == gone.addr for x in g) for g in self.got),
+                     'both consumers to read rounds of both workers')
+            self.assertEqual(drain(c, gone.addr)['state'], 'DRAINING')
+            end = self.task(c, gone.addr)['rounds']['end']
+            self.assertGreater(end, 20)
+            # Every consumer past its last round: the task is done and the
+            # worker lets it go.
+            wait_for(lambda: self.reading(end + 50) and not get_json(gone.admin_port, '/v1/tasks')['tasks'],
+                     'the drained worker to let its task go')
+            self.assertEqual(self.task(c, gone.addr)['state'], 'DONE')
+            self.assertEqual(gone.stop(), 0)
+            upto = max(len(g) for g in self.got) + 50
+            wait_for(lambda: self.reading(upto), 'the consumers to read on to round %d' % upto)
+            stood_in = metric(c.workers[0].admin_port, 'sluice_worker_stand_in_batches_total', default=0)
+        finally:
+            said = self.stop_consumers()
+            bad = c.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+        for e in said:
+            self.assertNotIn('was lost', e)
+        self.assertEqual(stood_in, 0, 'no round needed a stand-in')
+        from_gone = [x['_round'] for x in self.got[0] if x['_worker'] == gone.addr]
+        self.assertIn(max(from_gone), (end - 2, end - 1), 'its last round (it served every second one)')
+        self.assertTrue(all(x['_worker'] == c.workers[0].addr for g in self.got for x in g[end:]))
+        for i, g in enumerate(self.got):
+            self.assertEqual([x['_round'] for x in g], list(range(len(g))), 'consumer %d' % i)
+        if sharding == 'off':
+            # Every round whole from one worker, consumer i its i-th batch,
+            # and each worker's batches in order, none left out or twice.
+            from test_fault_tolerance import check_rounds
+            check_rounds(self, self.got, 4, 'drained worker')
+        else:
+            for r in range(min(len(g) for g in self.got)):
+                self.assertEqual(len({g[r]['_worker'] for g in self.got}), 1, 'round %d' % r)
+            firsts = [x['value'][0] for g in self.got for x in g]
+            self.assertEqual(len(firsts), len(set(firsts)), 'a batch came twice')
+
+    def test_a_job_whose_only_worker_is_drained_waits_for_another_and_reads_on(self):
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            self.consumers(c, [4, 16])
+            wait_for(lambda: self.reading(20), 'both consumers to read 20 rounds')
+            first = c.workers[0]
+            drain(c, first.addr)
+            end = self.task(c, first.addr)['rounds']['end']
+            # The rounds below the end come, and no more: no worker serves
+            # the job's next rounds. (What sluice-cat printed may wait in its
+            # output buffer: the dispatcher says where each consumer is.)
+            job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
+
+            def rounds():
+                return [x['round'] for x in get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['consumers']]
+            wait_for(lambda: self.reading(0) and rounds() == [end, end] and
+                     not get_json(first.admin_port, '/v1/tasks')['tasks'],
+                     'the drained worker to serve its rounds and let its task go')
+            self.assertEqual(self.task(c, first.addr)['state'], 'DONE')
+            joined = c.add_worker()
+            # It serves from past the horizon the consumers were given; the
+            # rounds between stand in for no worker: it serves them too.
+            wait_for(lambda: self.reading(0) and 'rounds' in self.task(c, joined.addr), 'the new worker\'s task')
+            start = self.task(c, joined.addr)['rounds']['start']
+            wait_for(lambda: self.reading(start + 50), 'the consumers to read on to round %d' % (start + 50))
+            stood_in = metric(joined.admin_port, 'sluice_worker_stand_in_batches_total', default=0)
+        finally:
+            self.stop_consumers()
+            bad = c.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+        self.assertGreaterEqual(start, end)
+        self.assertEqual(stood_in, 2 * (start - end), 'each consumer a batch of each round in [%d, %d)' % (end, start))
+        for i, g in enumerate(self.got):
+            self.assertEqual([x['_round'] for x in g], list(range(len(g))), 'consumer %d' % i)
+            self.assertTrue(all(x['_worker'] == joined.addr for x in g[end:]))
+
+
 class TargetWorkers(unittest.TestCase):
     def test_local_reads_only_from_workers_on_the_clients_host(self):
         ports = free_ports(3)

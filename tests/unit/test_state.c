@@ -2199,6 +2199,71 @@ Test(state, coordinated_join_and_loss_happen_past_every_horizon_given)
     }
 }
 
+/* A worker drained while it serves coordinated reads serves the rounds up
+ * to the horizon and no more; under DYNAMIC it keeps getting splits for
+ * them (a task of another job on it gets none), and once every consumer
+ * asks for rounds past them its task is done, its worker told to drop it,
+ * and the job, which has no end of its own, runs on. */
+Test(state, a_drained_workers_coordinated_task_serves_the_rounds_given_then_is_let_go)
+{
+    start_default(); /* lookahead 64 */
+    uint64_t w1 = worker("h:1", 0), w2 = worker("h:2", 0);
+    uint64_t ds = dataset(FOREVER_SPEC);
+    sluice_GetOrCreateJobResponse r[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .num_consumers = 2, .consumer_index = i,
+                                            .sharding = SL_SHARDING_DYNAMIC, .job_name = "c"};
+        memset(&r[i], 0, sizeof r[i]);
+        cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 0, &r[i], err, sizeof err), 0, "%s", err);
+    }
+    sluice_TaskDef d1 = take_task(w1, 1), d2 = take_task(w2, 1);
+    cr_assert_eq(d1.num_consumers, 2);
+    /* An anonymous DYNAMIC job's task on h:2 too. */
+    job(dataset(RANGE_SPEC(100000)), NULL, SL_SHARDING_DYNAMIC, 1, NULL);
+    report_t running = {d2.task_id, SL_TASK_RUNNING, NULL};
+    cr_assert_eq(worker_hb(w2, 1, 1, &running), 0, "%s", err);
+    cr_assert_eq(wresp->new_tasks_count, 1);
+    uint64_t other = wresp->new_tasks[0].task_id;
+    sluice_ClientHeartbeatRequest hb[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        hb[i] = (sluice_ClientHeartbeatRequest){.job_id = r[i].job_id, .client_id = r[i].client_id, .round = 100};
+        memcpy(hb[i].client_secret, r[i].client_secret, sizeof hb[i].client_secret);
+        cr_assert_eq(sl_dstate_client_heartbeat(st, &hb[i], 2, cresp, err, sizeof err), 0, "%s", err);
+    }
+    cr_assert_eq(cresp->round_horizon, 164);
+    cr_assert_eq(sl_dstate_worker_drain(st, "h:2", err, sizeof err), 0, "%s", err);
+    memset(cresp, 0, sizeof *cresp);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &hb[0], 3, cresp, err, sizeof err), 0, "%s", err);
+    for (pb_size_t i = 0; i < cresp->tasks_count; i++) {
+        const sluice_TaskInfo *ti = &cresp->tasks[i];
+        cr_assert(!ti->lost);
+        cr_assert_eq(ti->end_round, ti->task_id == d2.task_id ? 165 : 0, "task %" PRIu64, ti->task_id);
+    }
+    /* Its coordinated task still gets splits; a task of another job there none. */
+    cr_assert_eq(splits(d2.task_id, 0, 4), 0, "%s", err);
+    cr_assert_gt(sresp->splits_count, 0, "the drained coordinated task got no split");
+    cr_assert(!sresp->finished);
+    cr_assert_eq(splits(other, 0, 4), 0, "%s", err);
+    cr_assert_eq(sresp->splits_count, 0);
+    cr_assert(sresp->finished, "a drained worker's task of another job got splits");
+    /* One consumer past its rounds is not enough. */
+    hb[0].round = 165;
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &hb[0], 4, cresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(worker_hb(w2, 5, 1, &running), 0, "%s", err);
+    cr_assert(!removed(d2.task_id));
+    hb[1].round = 170;
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &hb[1], 6, cresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(worker_hb(w2, 7, 1, &running), 0, "%s", err);
+    cr_assert(removed(d2.task_id), "the worker is not told to drop the task");
+    cr_assert_eq(cresp->job_state, SL_JOB_RUNNING);
+    /* Listed still (its rounds below 165 are its), and the job runs on with h:1 alone. */
+    cr_assert(client_sees_task(d2.task_id));
+    report_t running1 = {d1.task_id, SL_TASK_RUNNING, NULL};
+    cr_assert_eq(worker_hb(w1, 8, 1, &running1), 0, "%s", err);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &hb[1], 9, cresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cresp->job_state, SL_JOB_RUNNING);
+}
+
 /* The workers given a task are told once, until a heartbeat answer lists
  * it (WORKER_NOTICE, sent by the server once the task is committed). */
 Test(state, workers_given_a_task_are_noticed_once_until_a_heartbeat_lists_it)
