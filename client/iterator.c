@@ -208,6 +208,9 @@ struct sl_iterator {
     /* Coordinated reads. */
     bool coord;
     uint64_t deliver_round; /* the next round handed to the caller */
+    /* Rounds below this one the client this one came in place of may have
+     * taken: asked with take_over (GetOrCreateJobResponse). */
+    uint64_t take_over_below;
     uint64_t horizon;       /* rounds up to this one may be asked for */
     struct slot slots[MAX_WINDOW];
 
@@ -666,7 +669,8 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
                                         .provenance = it->opts.provenance > 0, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
-                                        .seq = r + 1, .acked_below = it->deliver_round + 1, .stand_in = stand_in};
+                                        .seq = r + 1, .acked_below = it->deliver_round + 1, .stand_in = stand_in,
+                                        .take_over = !stand_in && r < it->take_over_below};
         memcpy(req.task_key, t->key, sizeof req.task_key);
         shm_fields(t, &req);
         if (sl_conn_send(t->conn, SL_MSG_GET_ELEMENT_REQ, id, &req, NULL, 0, NULL, NULL) < 0)
@@ -1777,6 +1781,9 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     memcpy(it->client_secret, resp->client_secret, sizeof it->client_secret);
     snprintf(it->notice, sizeof it->notice, "%s", resp->notice);
     it->heartbeat_ms = resp->heartbeat_ms ? resp->heartbeat_ms : 250;
+    /* Coordinated reads in place of a consumer that went away: where it was. */
+    it->deliver_round = resp->first_round;
+    it->take_over_below = resp->take_over_below;
 
     pthread_once(&evthread_once, evthread_init);
     rc = -ENOMEM;

@@ -1172,6 +1172,19 @@ static void list_tasks(sl_dstate_t *st, struct job *j, const struct client *c, s
 static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req, const char *client_host,
                   int64_t now, bool late, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
 {
+    /* Coordinated reads: a client in place of an away one of its consumer
+     * index starts where that one was, and asks the rounds that one may
+     * have taken (at most up to the horizon) so that a taken batch gives
+     * way to a new one (GetElementRequest.take_over). */
+    uint64_t first_round = 0, take_over_below = 0;
+    for (unsigned i = 0; j->num_consumers > 0 && i < j->num_clients; i++) {
+        const struct client *was = &j->clients[i];
+        if (was->away_since && was->consumer_index == req->consumer_index) {
+            first_round = was->round;
+            take_over_below = j->round_horizon + 1;
+            break;
+        }
+    }
     int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
     if (rc < 0)
         return rc;
@@ -1179,6 +1192,12 @@ static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobReq
     struct client *c = job_find_client(j, resp->client_id);
     if (c) {
         c->late = late;
+        c->round = first_round;
+        resp->first_round = first_round;
+        resp->take_over_below = take_over_below;
+        if (take_over_below)
+            sl_log_info("job %" PRIu64 ": client %" PRIu64 " starts at round %" PRIu64 " of consumer_index %u, "
+                        "where the client it comes in place of was", j->id, c->id, first_round, c->consumer_index);
         list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     }
     return 0;

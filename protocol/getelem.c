@@ -80,6 +80,7 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64(p, KEY(sluice_GetElementRequest_shm_tail_in_answer_tag, WT_VARINT), m->shm_tail_in_answer);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_ack_only_tag, WT_VARINT), m->ack_only);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_stand_in_tag, WT_VARINT), m->stand_in);
+    p = put_u64_2(p, KEY2(sluice_GetElementRequest_take_over_tag, WT_VARINT), m->take_over);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -337,6 +338,7 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
         return get_bool(r, wt, "shm_tail_in_answer", &m->shm_tail_in_answer);
     case sluice_GetElementRequest_ack_only_tag: return get_bool(r, wt, "ack_only", &m->ack_only);
     case sluice_GetElementRequest_stand_in_tag: return get_bool(r, wt, "stand_in", &m->stand_in);
+    case sluice_GetElementRequest_take_over_tag: return get_bool(r, wt, "take_over", &m->take_over);
     default: return skip(r, wt);
     }
 }

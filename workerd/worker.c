@@ -143,6 +143,7 @@ struct parked {
     uint64_t task_id;
     bool coordinated; /* a round of a coordinated read */
     bool stand_in;    /* for a lost worker's round: the task's next batch, outside its rounds */
+    bool take_over;   /* its consumer's batch of the round may have gone to the client it replaces */
     uint64_t round;
     uint32_t consumer;
     uint64_t client_id, seq; /* redelivery (held.h): seq 0 for none */
@@ -839,7 +840,14 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
     } else if (wt->rounds) {
         char err[256];
         rc = sl_rounds_take(wt->rounds, wt->task, how->round, how->consumer, &b, err, sizeof err);
-        if (rc == SL_ROUNDS_TAKEN) {
+        if (rc == SL_ROUNDS_TAKEN && how->take_over &&
+            !(how->seq > 0 && sl_holders_find(wt->holders, how->client_id, how->seq))) {
+            /* Taken by the client this one came in place of, whose batch
+             * went with it: the task's next batch instead. */
+            rc = sl_task_take_extra(wt->task, &b);
+            if (rc == SL_TASK_BATCH)
+                sl_metric_add(m_stand_in, 1);
+        } else if (rc == SL_ROUNDS_TAKEN) {
             round_taken(wc, request_id, wt, how, err);
             return true;
         }
@@ -1019,6 +1027,7 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
         give_up_awaiting(wc, req->task_id);
     }
     struct parked how = {.coordinated = req->coordinated, .stand_in = req->coordinated && req->stand_in,
+                         .take_over = req->coordinated && req->take_over,
                          .round = req->round, .consumer = req->consumer_index,
                          .client_id = req->client_id, .seq = req->seq,
                          .tomb_ok = here || buried};

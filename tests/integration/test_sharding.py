@@ -720,14 +720,9 @@ def drain(c, addr):
         return json.load(r)
 
 
-class CoordinatedDrain(unittest.TestCase):
-    """A worker drained while it serves coordinated reads (sluicectl drain,
-    POST /v1/workers/{address}/drain) serves the rounds up to the horizon
-    the consumers may have asked for already, and no more: the other
-    workers take its share from the next round on, every round still comes
-    whole from one worker, and once every consumer is past its last round
-    its task is done and the worker lets it go, to be stopped without a
-    lost round. The job has no end: the consumers read until stopped."""
+class CoordinatedConsumers(unittest.TestCase):
+    """sluice-cat consumers of the coordinated job "coord-drain" over a job
+    without end, read on threads until stopped (no tests of its own)."""
     SPEC = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
                                                                    {"op": "batch", "batch_size": 4}]}
 
@@ -766,6 +761,17 @@ class CoordinatedDrain(unittest.TestCase):
         job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
         return [t for t in get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['tasks']
                 if t['worker_address'] == addr][0]
+
+
+
+class CoordinatedDrain(CoordinatedConsumers):
+    """A worker drained while it serves coordinated reads (sluicectl drain,
+    POST /v1/workers/{address}/drain) serves the rounds up to the horizon
+    the consumers may have asked for already, and no more: the other
+    workers take its share from the next round on, every round still comes
+    whole from one worker, and once every consumer is past its last round
+    its task is done and the worker lets it go, to be stopped without a
+    lost round. The job has no end: the consumers read until stopped."""
 
     def test_a_drained_worker_serves_its_rounds_then_lets_its_task_go(self):
         self.drain_one_of_two('off')
@@ -857,6 +863,72 @@ class CoordinatedDrain(unittest.TestCase):
         for i, g in enumerate(self.got):
             self.assertEqual([x['_round'] for x in g], list(range(len(g))), 'consumer %d' % i)
             self.assertTrue(all(x['_worker'] == joined.addr for x in g[end:]))
+
+
+class CoordinatedRestart(CoordinatedConsumers):
+    """A coordinated consumer killed and started again takes its consumer
+    index once its predecessor is away, and starts at the round its
+    predecessor last said it was at (a heartbeat interval behind at most); a
+    round its predecessor had taken its batch of (and lost with it) gives it
+    the task's next batch instead. Before 2026-12-02
+    it started at round 0, read rounds the workers had forgotten as new
+    ones, and failed where its predecessor's rounds began."""
+
+    def restart(self, killed):
+        c = Cluster(workers=2, dispatcher_args=['--client-timeout-ms', '1000'])
+        try:
+            c.wait_workers_registered(2)
+            self.consumers(c, [8, 32])
+            wait_for(lambda: self.reading(500), 'both consumers to read 500 rounds')
+            before = [list(g) for g in self.got]
+            for i in killed:
+                self.procs[i].kill()
+                self.procs[i].wait()
+            job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
+
+            def consumers():
+                return get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['consumers']
+            wait_for(lambda: sum(x['state'] == 'away' for x in consumers()) == len(killed),
+                     'the killed consumers to be away')
+            was = {x['consumer_index']: x['round'] for x in consumers()}
+            procs, readers, got = self.procs, self.readers, self.got
+            self.consumers(c, [8, 32])  # both again; the ones not killed are refused their index
+            for i in range(2):
+                if i not in killed:
+                    self.procs[i].wait(30)
+                    self.assertIn('consumer_index %d is taken' % i, self.procs[i].stderr.read())
+                    self.procs[i], self.readers[i], self.got[i] = procs[i], readers[i], got[i]
+            upto = {i: len(self.got[i]) + 300 for i in range(2)}
+            wait_for(lambda: self.reading(0) and all(len(self.got[i]) >= upto[i] for i in range(2)),
+                     'every consumer to read 300 rounds more')
+        finally:
+            said = self.stop_consumers()
+            bad = c.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
+        rounds_of = {}
+        for i in range(2):
+            g = self.got[i]
+            if i in killed:
+                self.assertNotIn('already took', said[i])
+                self.assertEqual(g[0]['_round'], was[i], 'consumer %d starts where its predecessor was' % i)
+                self.assertGreater(was[i], 0)
+            self.assertEqual([x['_round'] for x in g], list(range(g[0]['_round'], g[0]['_round'] + len(g))),
+                             'consumer %d' % i)
+            rounds_of[i] = {x['_round']: x for x in g}
+        # Each round from one worker (a batch its predecessor took and lost
+        # gives way to the worker's next), no batch twice.
+        for r in set(rounds_of[0]) & set(rounds_of[1]):
+            self.assertEqual(rounds_of[0][r]['_worker'], rounds_of[1][r]['_worker'], 'round %d' % r)
+        # Every batch read, by the killed consumers and by the rest, once.
+        read = [before[i] for i in killed] + self.got
+        seen = collections.Counter((x['_worker'], x['value'][0]) for g in read for x in g)
+        self.assertEqual([k for k, n in seen.items() if n > 1], [], 'batches given twice')
+
+    def test_a_restarted_consumer_starts_where_its_predecessor_was(self):
+        self.restart(killed=[1])
+
+    def test_consumers_restarted_together_each_start_where_its_predecessor_was(self):
+        self.restart(killed=[0, 1])
 
 
 class TargetWorkers(unittest.TestCase):

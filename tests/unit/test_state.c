@@ -2124,13 +2124,23 @@ Test(state, away_clients_give_way_to_new_ones_and_are_counted)
     uint64_t ds = dataset(FOREVER_SPEC);
     sluice_GetOrCreateJobResponse r0, r1, r;
     cr_assert_eq(join(ds, "c", 2, 0, 0, "", 0, &r0), 0, "%s", err);
+    cr_assert_eq(r0.first_round, 0);
+    cr_assert_eq(r0.take_over_below, 0);
     cr_assert_eq(join(ds, "c", 2, 1, 0, "", 0, &r1), 0, "%s", err);
+    sluice_ClientHeartbeatRequest hb = {.job_id = r0.job_id, .client_id = r0.client_id, .round = 300};
+    memcpy(hb.client_secret, r0.client_secret, sizeof hb.client_secret);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, &hb, 0, cresp, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cresp->round_horizon, 364);
     cr_assert_eq(client_hb(r1.job_id, r1.client_id, 150), 0, "%s", err);
     sl_dstate_tick(st, 201); /* consumer 0 is away */
     cr_assert_eq(stats().clients_away, 1);
-    /* A trainer restarted as consumer 0 takes the away one's place. */
+    /* A trainer restarted as consumer 0 takes the away one's place, where
+     * it was, and asks the rounds it may have taken up to the horizon with
+     * take_over. */
     cr_assert_eq(join(ds, "c", 2, 1, 0, "", 202, &r), SL_ECONFLICT, "a present consumer keeps its index");
     cr_assert_eq(join(ds, "c", 2, 0, 0, "", 202, &r), 0, "%s", err);
+    cr_assert_eq(r.first_round, 300);
+    cr_assert_eq(r.take_over_below, 365);
     cr_assert_eq(stats().clients_away, 0);
     cr_assert_eq(client_hb(r0.job_id, r0.client_id, 203), SL_ENOTFOUND, "the away one was released");
 
