@@ -15,6 +15,7 @@ import threading
 import time
 import unittest
 
+from consumers import Consumers
 from cutproxy import CutProxy, worker_behind
 from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, summary, values, wait_for
 
@@ -1350,34 +1351,19 @@ class BrokenCoordinatedConnections(unittest.TestCase):
         real = free_ports(2)
         cluster = Cluster()
         proxies = [CutProxy(p) for p in real]
-        procs, readers = [], []
+        cons = None
         try:
             for p, proxy in zip(real, proxies):
                 cluster.add_worker(['--port', str(p), '--worker-address', '127.0.0.1:%d' % proxy.port])
             cluster.wait_workers_registered(2)
             spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
                                                                            {"op": "batch", "batch_size": batch}]}
-            got = [[] for _ in range(consumers)]
-            for i in range(consumers):
-                argv = cluster.cat_argv(spec, ['--job-name', 'coord-cut', '--num-consumers', str(consumers),
-                                               '--consumer-index', str(i), '--max-outstanding', str(windows[i]),
-                                               '--with-worker', '--timeout-ms', '30000'])
-                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              env=child_env()))
-
-                def read(p=procs[-1], out=got[i]):
-                    for line in p.stdout:
-                        if line.endswith('\n'):  # not the last one's half, cut by the stop
-                            out.append(json.loads(line))
-                readers.append(threading.Thread(target=read, daemon=True))
-                readers[-1].start()
+            cons = Consumers(cluster, spec, 'coord-cut', windows, ['--timeout-ms', '30000'])
+            got, procs = cons.got, cons.procs
 
             def reading(upto):
-                bad = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
-                if bad:
-                    raise AssertionError('%s: consumers %s ended: %s' % (
-                        where, bad, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in bad)))
-                return min(len(g) for g in got) >= upto
+                return cons.reading(upto, where)
+
             def connected():
                 return all(len(p.pairs) >= consumers for p in proxies)
 
@@ -1421,11 +1407,8 @@ class BrokenCoordinatedConnections(unittest.TestCase):
             upto = max(len(g) for g in got) + 40
             wait_for(lambda: reading(upto), '%s: every consumer to read on to round %d' % (where, upto), timeout=120)
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-            for t in readers:
-                t.join(30)
+            if cons:
+                cons.stop()
             for p in proxies:
                 p.close()
             bad = cluster.close()
@@ -1463,32 +1446,16 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                      seed, seed, consumers, workers, windows, batch, buffer_mb, sharding, faults, ats))
         worker_args = ['--buffer-mb', str(buffer_mb)]
         cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000'], worker_args=worker_args)
-        procs, readers, faulted, stopped = [], [], [], []
+        cons, faulted, stopped, said = None, [], [], []
         try:
             cluster.wait_workers_registered(workers)
             spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
                                                                            {"op": "batch", "batch_size": batch}]}
-            got = [[] for _ in range(consumers)]
-            for i in range(consumers):
-                argv = cluster.cat_argv(spec, ['--job-name', 'coord-loss', '--num-consumers', str(consumers),
-                                               '--consumer-index', str(i), '--max-outstanding', str(windows[i]),
-                                               '--sharding', sharding, '--with-worker', '--timeout-ms', '60000'])
-                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              env=child_env()))
-
-                def read(p=procs[-1], out=got[i]):
-                    for line in p.stdout:
-                        if line.endswith('\n'):  # not the last one's half, cut by the stop
-                            out.append(json.loads(line))
-                readers.append(threading.Thread(target=read, daemon=True))
-                readers[-1].start()
+            cons = Consumers(cluster, spec, 'coord-loss', windows, ['--sharding', sharding, '--timeout-ms', '60000'])
+            got = cons.got
 
             def reading(upto):
-                ended = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
-                if ended:
-                    raise AssertionError('%s: consumers %s ended: %s' % (
-                        where, ended, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in ended)))
-                return min(len(g) for g in got) >= upto
+                return cons.reading(upto, where)
             live = list(cluster.workers)
             for (kind, fresh), at in zip(faults, ats):
                 wait_for(lambda: reading(at), '%s: every consumer to read %d rounds' % (where, at), timeout=120)
@@ -1513,17 +1480,13 @@ class CoordinatedWorkerLoss(unittest.TestCase):
             wait_for(lambda: reading(upto), '%s: every consumer to read on to round %d' % (where, upto), timeout=180)
             stood_in = sum(metric(w.admin_port, 'sluice_worker_stand_in_batches_total', default=0) for w in live)
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-            for t in readers:
-                t.join(30)
+            if cons:
+                said = cons.stop()
             for w in stopped:
                 w.kill(signal.SIGKILL)
             bad = cluster.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly: %s' % (where, bad))
         self.assertGreater(stood_in, 0, '%s: no worker stood in for a lost one' % where)
-        said = [p.stderr.read() for p in procs]
         for addr in faulted:
             if any(x['_worker'] == addr for g in got for x in g):
                 self.assertTrue(any('worker %s was lost; the rounds it was to serve' % addr in e for e in said),

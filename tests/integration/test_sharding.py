@@ -15,6 +15,7 @@ import time
 import unittest
 import urllib.request
 
+from consumers import Consumers
 from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -576,30 +577,12 @@ class Coordinated(unittest.TestCase):
         # Before 2026-12-02 every consumer failed: "round 41 of the
         # coordinated reads was to come from worker ..., which was lost".
         c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'])
-        procs, readers = [], []
+        cons = None
         try:
             c.wait_workers_registered(2)
-            got = [[], []]
-            for i in range(2):
-                argv = c.cat_argv(self.SPEC, ['--job-name', 'coord-lost', '--num-consumers', '2',
-                                             '--consumer-index', str(i), '--with-worker', '--timeout-ms', '60000'])
-                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              env=child_env()))
-
-                def read(p=procs[-1], out=got[i]):
-                    for line in p.stdout:
-                        if line.endswith('\n'):  # not the last one's half, cut by the stop
-                            out.append(json.loads(line))
-                readers.append(threading.Thread(target=read, daemon=True))
-                readers[-1].start()
+            cons = Consumers(c, self.SPEC, 'coord-lost', [None, None], ['--timeout-ms', '60000'])
+            got, reading = cons.got, cons.reading
             lost = c.workers[1].addr
-
-            def reading(upto):
-                ended = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
-                if ended:
-                    raise AssertionError('consumers %s ended: %s' % (
-                        ended, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in ended)))
-                return min(len(g) for g in got) >= upto
             # Both consumers read rounds of both workers before one goes.
             wait_for(lambda: reading(0) and all(any(x['_worker'] == lost for x in g) for g in got),
                      'both consumers to read rounds of worker 1')
@@ -616,16 +599,11 @@ class Coordinated(unittest.TestCase):
             wait_for(lambda: reading(upto), 'both consumers to read to round %d' % upto, timeout=120)
             stood_in = metric(c.workers[0].admin_port, 'sluice_worker_stand_in_batches_total', default=0)
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-            for t in readers:
-                t.join(30)
+            said = cons.stop() if cons else []
             if sig == signal.SIGSTOP:
                 c.workers[1].kill(signal.SIGKILL)
             bad = c.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
-        said = [p.stderr.read() for p in procs]
         for i, e in enumerate(said):
             self.assertIn('worker %s was lost; the rounds it was to serve and had not served to consumer %d come '
                           'from the other workers' % (lost, i), e)
@@ -654,30 +632,11 @@ class CoordinatedStandIn(unittest.TestCase):
         spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
                                                                        {"op": "batch", "batch_size": 8192}]}
         c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'], worker_args=['--buffer-mb', '1'])
-        procs, readers = [], []
+        cons = None
         try:
             c.wait_workers_registered(2)
-            got = [[], []]
-            for i, window in enumerate([1, 32]):
-                argv = c.cat_argv(spec, ['--job-name', 'coord-full', '--num-consumers', '2', '--consumer-index',
-                                         str(i), '--max-outstanding', str(window), '--no-shm', '--with-worker',
-                                         '--timeout-ms', '60000'])
-                procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                              env=child_env()))
-
-                def read(p=procs[-1], out=got[i]):
-                    for line in p.stdout:
-                        if line.endswith('\n'):
-                            out.append(json.loads(line)['_round'])
-                readers.append(threading.Thread(target=read, daemon=True))
-                readers[-1].start()
-
-            def reading(upto):
-                ended = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
-                if ended:
-                    raise AssertionError('consumers %s ended: %s' % (
-                        ended, ' | '.join(procs[i].stderr.read()[-1500:] for i, _ in ended)))
-                return min(len(g) for g in got) >= upto
+            cons = Consumers(c, spec, 'coord-full', [1, 32], ['--no-shm', '--timeout-ms', '60000'])
+            got, reading, procs = cons.got, cons.reading, cons.procs
 
             def full(w):
                 tasks = get_json(w.admin_port, '/v1/tasks')['tasks']
@@ -700,18 +659,13 @@ class CoordinatedStandIn(unittest.TestCase):
             wait_for(lambda: reading(upto), 'both consumers to read on to round %d' % upto, timeout=120)
             stood_in = metric(c.workers[0].admin_port, 'sluice_worker_stand_in_batches_total', default=0)
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-                p.wait()
-            for t in readers:
-                t.join(30)
+            if cons:
+                cons.stop()
             bad = c.close()
         self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)
         self.assertGreater(stood_in, 0)
         for g in got:
-            self.assertEqual(g, list(range(len(g))))
-
+            self.assertEqual([x['_round'] for x in g], list(range(len(g))))
 
 def drain(c, addr):
     req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (c.dispatcher.admin_port, addr),
@@ -727,41 +681,19 @@ class CoordinatedConsumers(unittest.TestCase):
                                                                    {"op": "batch", "batch_size": 4}]}
 
     def consumers(self, c, windows, sharding='off'):
-        self.procs, self.readers, self.got = [], [], [[] for _ in windows]
-        for i, w in enumerate(windows):
-            argv = c.cat_argv(self.SPEC, ['--job-name', 'coord-drain', '--num-consumers', str(len(windows)),
-                                         '--consumer-index', str(i), '--max-outstanding', str(w), '--with-worker',
-                                         '--sharding', sharding, '--timeout-ms', '60000'])
-            self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                               env=child_env()))
-
-            def read(p=self.procs[-1], out=self.got[i]):
-                for line in p.stdout:
-                    if line.endswith('\n'):
-                        out.append(json.loads(line))
-            self.readers.append(threading.Thread(target=read, daemon=True))
-            self.readers[-1].start()
+        self.cons = Consumers(c, self.SPEC, 'coord-drain', windows, ['--sharding', sharding, '--timeout-ms', '60000'])
+        self.procs, self.readers, self.got = self.cons.procs, self.cons.readers, self.cons.got
 
     def reading(self, upto):
-        ended = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
-        if ended:
-            raise AssertionError('consumers %s ended: %s' % (
-                ended, ' | '.join(self.procs[i].stderr.read()[-1500:] for i, _ in ended)))
-        return min(len(g) for g in self.got) >= upto
+        return self.cons.reading(upto)
 
     def stop_consumers(self):
-        for p in self.procs:
-            p.kill()
-            p.wait()
-        for t in self.readers:
-            t.join(30)
-        return [p.stderr.read() for p in self.procs]
+        return self.cons.stop()
 
     def task(self, c, addr):
         job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
         return [t for t in get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['tasks']
                 if t['worker_address'] == addr][0]
-
 
 
 class CoordinatedDrain(CoordinatedConsumers):
