@@ -1560,20 +1560,24 @@ static struct client *longest_away(struct job *j)
  * worker holds nothing of the job and can be stopped. */
 static void coord_drained_done(sl_dstate_t *st, struct job *j)
 {
+    bool any = false; /* only while a drained task serves: every client heartbeat asks */
+    for (unsigned k = 0; k < j->num_tasks && !any; k++)
+        any = j->tasks[k].end_round > 0 && sl__task_live(&j->tasks[k]);
+    uint8_t *here = any ? calloc(j->num_consumers, 1) : NULL;
+    if (!here)
+        return;
     uint64_t least = UINT64_MAX;
     uint32_t seen = 0;
-    for (uint32_t idx = 0; idx < j->num_consumers; idx++) {
-        bool here = false;
-        for (unsigned i = 0; i < j->num_clients; i++) {
-            const struct client *c = &j->clients[i];
-            if (c->consumer_index != idx || c->late)
-                continue;
-            here = true;
-            if (c->round < least)
-                least = c->round;
-        }
-        seen += here;
+    for (unsigned i = 0; i < j->num_clients; i++) {
+        const struct client *c = &j->clients[i];
+        if (c->late || c->consumer_index >= j->num_consumers)
+            continue;
+        seen += !here[c->consumer_index];
+        here[c->consumer_index] = 1;
+        if (c->round < least)
+            least = c->round;
     }
+    free(here);
     if (seen < j->num_consumers)
         return; /* a consumer not here may still need the rounds */
     for (unsigned k = 0; k < j->num_tasks; k++) {
