@@ -140,7 +140,6 @@ struct wconn {
 struct parked {
     struct wconn *wc;
     uint32_t request_id;
-    uint64_t task_id;
     bool coordinated; /* a round of a coordinated read */
     bool stand_in;    /* for a lost worker's round: the task's next batch, outside its rounds */
     bool take_over;   /* its consumer's batch of the round may have gone to the client it replaces */
@@ -801,6 +800,18 @@ static bool twin_answered(struct wconn *wc, uint32_t request_id, struct wtask *w
     return rc != SL_HELD_NEW;
 }
 
+/* A coordinated read's batch outside the task's rounds (a stand-in's, or
+ * one in place of a batch the client a consumer replaces took): the task's
+ * next batch, which its rounds, holding the buffer for this very consumer,
+ * must not keep from it (sl_task_take_extra()). */
+static int take_outside_rounds(struct wtask *wt, sl_wire_batch_t **b)
+{
+    int rc = sl_task_take_extra(wt->task, b);
+    if (rc == SL_TASK_BATCH)
+        sl_metric_add(m_stand_in, 1);
+    return rc;
+}
+
 /* Answers one GET_ELEMENT. @return false when it must wait for a batch */
 static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id, uint64_t task_id,
                            const struct parked *how)
@@ -832,11 +843,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         return true;
     }
     if (wt->rounds && how->stand_in) {
-        /* Its own rounds may hold the task's whole buffer for this
-         * consumer, which waits on this round first. */
-        rc = sl_task_take_extra(wt->task, &b);
-        if (rc == SL_TASK_BATCH)
-            sl_metric_add(m_stand_in, 1);
+        rc = take_outside_rounds(wt, &b);
     } else if (wt->rounds) {
         char err[256];
         rc = sl_rounds_take(wt->rounds, wt->task, how->round, how->consumer, &b, err, sizeof err);
@@ -844,9 +851,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
             !(how->seq > 0 && sl_holders_find(wt->holders, how->client_id, how->seq))) {
             /* Taken by the client this one came in place of, whose batch
              * went with it: the task's next batch instead. */
-            rc = sl_task_take_extra(wt->task, &b);
-            if (rc == SL_TASK_BATCH)
-                sl_metric_add(m_stand_in, 1);
+            rc = take_outside_rounds(wt, &b);
         } else if (rc == SL_ROUNDS_TAKEN) {
             round_taken(wc, request_id, wt, how, err);
             return true;
@@ -1080,7 +1085,6 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
     *pk = how;
     pk->wc = wc;
     pk->request_id = request_id;
-    pk->task_id = req->task_id;
     pk->since_us = now_us();
     *ht->parked_tail = pk;
     ht->parked_tail = &pk->next;
