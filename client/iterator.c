@@ -1448,17 +1448,23 @@ static void disp_ready(sl_conn_t *c, void *arg)
     send_heartbeat(it);
 }
 
+/* The dispatcher connection is gone (closed, or closed here): nothing
+ * asked on it will be answered. A report in flight is sent again when the
+ * next heartbeat answer asks for it, on the next connection. */
+static void disp_forget(sl_iterator_t *it)
+{
+    it->disp = NULL;
+    it->disp_open = false;
+    it->hb_out = false;
+    it->report_out = false;
+}
+
 static void disp_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     sl_iterator_t *it = arg;
     (void)c;
     (void)err;
-    it->disp = NULL;
-    it->disp_open = false;
-    it->hb_out = false;
-    /* A report in flight gets no answer now: the next heartbeat answer
-     * that asks for it has it sent again, on the next connection. */
-    it->report_out = false;
+    disp_forget(it);
     snprintf(it->disp_error, sizeof it->disp_error, "%s", why);
     if (it->release_id)
         event_base_loopbreak(it->base);
@@ -1522,10 +1528,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         snprintf(it->disp_error, sizeof it->disp_error, "no heartbeat answer for %" PRId64 " ms",
                  now - it->hb_sent_ms);
         sl_conn_close(it->disp);
-        it->disp = NULL;
-        it->disp_open = false;
-        it->hb_out = false;
-        it->report_out = false;
+        disp_forget(it);
     }
     if (!it->disp_lost_ms && now - it->disp_last_ok > answer_ms) {
         it->disp_lost_ms = it->disp_last_ok;
@@ -1575,9 +1578,6 @@ static void on_release_timeout(evutil_socket_t fd, short what, void *arg)
     event_base_loopbreak(((sl_iterator_t *)arg)->base);
 }
 
-/* The caller's thread asked for more (it took a batch) or to stop, or the
- * loop queued batches for it (worker_frame(): it is woken here, once a pass
- * of the loop). */
 /* The iterator closes: each worker lets go of every batch it holds for
  * this client (workerd/held.h), received or still on its way, now rather
  * than at the hold timeout: the client will not ask again. One ack-only
@@ -1592,6 +1592,9 @@ static void leave_workers(sl_iterator_t *it)
     }
 }
 
+/* The caller's thread asked for more (it took a batch) or to stop, or the
+ * loop queued batches for it (worker_frame(): it is woken here, once a pass
+ * of the loop). */
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     sl_iterator_t *it = arg;
