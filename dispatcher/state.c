@@ -472,6 +472,15 @@ static void job_ensure_task(sl_dstate_t *st, struct job *j)
     }
 }
 
+/* Coordinated reads: where task t of job j stops serving rounds when its
+ * worker is lost or drained now: past the horizon, up to which a consumer
+ * may have asked already, so that every consumer learns of it before it
+ * gets there (an empty range for a task that starts past it). */
+static uint64_t rounds_end_now(const struct job *j, const struct task *t)
+{
+    return j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
+}
+
 static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
 {
     if (w->state == WORKER_LOST)
@@ -494,7 +503,7 @@ static void worker_lose(sl_dstate_t *st, struct worker *w, const char *why)
             if (!active && !unfinished)
                 continue;
             if (j->num_consumers > 0 && active)
-                t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
+                t->end_round = rounds_end_now(j, t);
             task_set_state(st, j, t, TASK_LOST);
             if (j->state == SL_JOB_RUNNING)
                 sl__out_orphan(st, j, t);
@@ -897,16 +906,25 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now);
 static struct client *longest_away(struct job *j);
 
+/* Adds a client to job j; *replaced says whether it came in place of an
+ * away client of its consumer index (coordinated reads), whose round it
+ * starts at. */
 static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
-                          const char *host, int64_t now, uint64_t *client_id, char *err, size_t errlen)
+                          const char *host, int64_t now, uint64_t *client_id, bool *replaced, char *err,
+                          size_t errlen)
 {
     /* A client that comes in place of an away one (a restarted trainer)
-     * takes its consumer index; one more than the limit, its place. */
+     * takes its consumer index and round; one more than the limit, its
+     * place. */
+    uint64_t round = 0;
+    *replaced = false;
     for (unsigned i = 0; j->num_consumers > 0 && i < j->num_clients; i++) {
         if (j->clients[i].away_since && j->clients[i].consumer_index == req->consumer_index) {
             sl_log_warn("job %" PRIu64 ": client %" PRIu64 ", away for %" PRId64 " ms, released: a new client "
-                        "takes its consumer_index %u", j->id, j->clients[i].id, now - j->clients[i].away_since,
-                        req->consumer_index);
+                        "takes its consumer_index %u, from round %" PRIu64, j->id, j->clients[i].id,
+                        now - j->clients[i].away_since, req->consumer_index, j->clients[i].round);
+            round = j->clients[i].round;
+            *replaced = true;
             job_remove_client(st, j, &j->clients[i], now);
             break;
         }
@@ -926,7 +944,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
     }
     struct client *c = &j->clients[j->num_clients++];
     *c = (struct client){.id = st->next_id++, .last_seen = now, .progress_at = now, .consumer_index = req->consumer_index,
-                         .target = (sl_target_workers_t)req->target_workers};
+                         .round = round, .target = (sl_target_workers_t)req->target_workers};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
     *client_id = c->id;
     j->dirty = true;
@@ -1172,32 +1190,22 @@ static void list_tasks(sl_dstate_t *st, struct job *j, const struct client *c, s
 static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req, const char *client_host,
                   int64_t now, bool late, sluice_GetOrCreateJobResponse *resp, char *err, size_t errlen)
 {
-    /* Coordinated reads: a client in place of an away one of its consumer
-     * index starts where that one was, and asks the rounds that one may
-     * have taken (at most up to the horizon) so that a taken batch gives
-     * way to a new one (GetElementRequest.take_over). */
-    uint64_t first_round = 0, take_over_below = 0;
-    for (unsigned i = 0; j->num_consumers > 0 && i < j->num_clients; i++) {
-        const struct client *was = &j->clients[i];
-        if (was->away_since && was->consumer_index == req->consumer_index) {
-            first_round = was->round;
-            take_over_below = j->round_horizon + 1;
-            break;
-        }
-    }
-    int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, err, errlen);
+    bool replaced;
+    int rc = job_add_client(st, j, req, client_host, now, &resp->client_id, &replaced, err, errlen);
     if (rc < 0)
         return rc;
     sl_cap_client_secret(st->secret, j->id, resp->client_id, j->nonce, resp->client_secret);
     struct client *c = job_find_client(j, resp->client_id);
     if (c) {
         c->late = late;
-        c->round = first_round;
-        resp->first_round = first_round;
-        resp->take_over_below = take_over_below;
-        if (take_over_below)
-            sl_log_info("job %" PRIu64 ": client %" PRIu64 " starts at round %" PRIu64 " of consumer_index %u, "
-                        "where the client it comes in place of was", j->id, c->id, first_round, c->consumer_index);
+        if (replaced) {
+            /* Coordinated reads: it starts where the client it came in
+             * place of was, and asks the rounds that one may have taken
+             * (it never asked past the horizon) so that a taken batch gives
+             * way to a new one (GetElementRequest.take_over). */
+            resp->first_round = c->round;
+            resp->take_over_below = j->round_horizon + 1;
+        }
         list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     }
     return 0;
@@ -1907,7 +1915,7 @@ static void drain_rounds(sl_dstate_t *st, const struct worker *w)
             struct task *t = &j->tasks[k];
             if (t->worker_id != w->id || !sl__task_live(t) || t->end_round > 0)
                 continue;
-            t->end_round = j->round_horizon + 1 > t->start_round ? j->round_horizon + 1 : t->start_round;
+            t->end_round = rounds_end_now(j, t);
             sl_log_info("job %" PRIu64 ": task %" PRIu64 " on draining worker %s serves rounds below %" PRIu64
                         ", the other workers the rounds from there on", j->id, t->id, w->address, t->end_round);
             j->dirty = true;
