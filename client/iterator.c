@@ -211,6 +211,10 @@ struct sl_iterator {
     /* Rounds below this one the client this one came in place of may have
      * taken: asked with take_over (GetOrCreateJobResponse). */
     uint64_t take_over_below;
+    /* Rounds below this one are read and dropped, not handed to the caller:
+     * consumers restarted together hand out rounds from the same one
+     * (GetOrCreateJobResponse.deliver_from). */
+    uint64_t deliver_from;
     uint64_t horizon;       /* rounds up to this one may be asked for */
     struct slot slots[MAX_WINDOW];
 
@@ -516,6 +520,7 @@ static struct itask *task_for_round(sl_iterator_t *it, uint64_t r, struct itask 
 /* Hands the rounds that are complete, in order, to the caller's queue. */
 static void coord_deliver(sl_iterator_t *it)
 {
+    struct sl_batch *dropped = NULL;
     pthread_mutex_lock(&it->mu);
     for (;;) {
         struct slot *sl = &it->slots[it->deliver_round % MAX_WINDOW];
@@ -527,14 +532,24 @@ static void coord_deliver(sl_iterator_t *it)
         }
         if (sl->state != SLOT_HAVE)
             break;
-        *it->ready_tail = sl->batch;
-        it->ready_tail = &sl->batch->next;
-        it->ready_count++;
+        if (it->deliver_round < it->deliver_from) {
+            sl->batch->next = dropped;
+            dropped = sl->batch;
+        } else {
+            *it->ready_tail = sl->batch;
+            it->ready_tail = &sl->batch->next;
+            it->ready_count++;
+        }
         *sl = (struct slot){.state = SLOT_EMPTY};
         it->deliver_round++;
     }
     pthread_mutex_unlock(&it->mu);
     pthread_cond_broadcast(&it->cv); /* after the unlock: see on_kick() */
+    while (dropped) {
+        struct sl_batch *next = dropped->next;
+        sl__batch_free(dropped);
+        dropped = next;
+    }
 }
 
 /* The split-done notices of an end-of-sequence frame, its payload of size
@@ -1787,6 +1802,11 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     /* Coordinated reads in place of a consumer that went away: where it was. */
     it->deliver_round = resp->first_round;
     it->take_over_below = resp->take_over_below;
+    it->deliver_from = resp->deliver_from;
+    if (it->deliver_from > it->deliver_round)
+        fprintf(stderr, "sluice: job %" PRIu64 ": consumer %d starts at round %" PRIu64 " with the job's other "
+                "consumers; rounds %" PRIu64 " to %" PRIu64 ", which its predecessor had not read, are dropped\n",
+                resp->job_id, opts->consumer_index, it->deliver_from, it->deliver_round, it->deliver_from - 1);
 
     pthread_once(&evthread_once, evthread_init);
     rc = -ENOMEM;

@@ -8,7 +8,8 @@
  *   workers   {address, lost, why_lost, draining}
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
- *              clients: [{id, consumer_index, round, target, host, late}...], report_gen,
+ *              clients: [{id, consumer_index, round, target, host, late, start_round?, aligning?}...],
+ *              report_gen,
  *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
  *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
  *              given_floor: a named job, the least epochs_given of the clients that left it}
@@ -136,10 +137,14 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
     }
     for (unsigned k = 0; k < j->num_clients; k++) {
         const struct client *c = &j->clients[k];
-        json_array_append_new(clients, json_pack("{s:I,s:i,s:I,s:i,s:s,s:b}", "id", (json_int_t)c->id,
-                                                 "consumer_index", (int)c->consumer_index, "round",
-                                                 (json_int_t)c->round, "target", (int)c->target, "host", c->host,
-                                                 "late", c->late));
+        json_t *rc = json_pack("{s:I,s:i,s:I,s:i,s:s,s:b}", "id", (json_int_t)c->id, "consumer_index",
+                               (int)c->consumer_index, "round", (json_int_t)c->round, "target", (int)c->target,
+                               "host", c->host, "late", c->late);
+        if (rc && c->replaced)
+            json_object_set_new(rc, "start_round", json_integer((json_int_t)c->start_round));
+        if (rc && c->aligning)
+            json_object_set_new(rc, "aligning", json_true());
+        json_array_append_new(clients, rc);
     }
     json_t *rec = json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s:I,s:I,s:b}", "name", j->name, "dataset",
                             (json_int_t)j->dataset->id, "sharding", (int)j->sharding, "effective", (int)j->effective,
@@ -584,18 +589,20 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
         return -ENOMEM;
     j->cap_clients = (unsigned)n;
     for (size_t k = 0; k < n; k++) {
-        json_int_t id, round;
-        int index, target, late = 0;
+        json_int_t id, round, start = -1;
+        int index, target, late = 0, aligning = 0;
         const char *host;
         json_error_t je;
-        if (json_unpack_ex(json_array_get(clients, k), &je, JSON_STRICT, "{s:I,s:i,s:I,s:i,s:s,s?b}", "id", &id,
-                           "consumer_index", &index, "round", &round, "target", &target, "host", &host, "late",
-                           &late) < 0 ||
-            index < 0 || target < 0 || target >= SL_TARGET_COUNT_)
+        if (json_unpack_ex(json_array_get(clients, k), &je, JSON_STRICT, "{s:I,s:i,s:I,s:i,s:s,s?b,s?I,s?b}", "id",
+                           &id, "consumer_index", &index, "round", &round, "target", &target, "host", &host, "late",
+                           &late, "start_round", &start, "aligning", &aligning) < 0 ||
+            index < 0 || target < 0 || target >= SL_TARGET_COUNT_ || start < -1)
             return bad(l, j->id, "clients: a client with missing or out-of-range fields");
         struct client *c = &j->clients[j->num_clients++];
         *c = (struct client){.id = (uint64_t)id, .last_seen = l->now, .progress_at = l->now, .consumer_index = (uint32_t)index,
-                             .round = (uint64_t)round, .target = (sl_target_workers_t)target, .late = late};
+                             .round = (uint64_t)round, .target = (sl_target_workers_t)target, .late = late,
+                             .replaced = start >= 0, .aligning = start >= 0 && aligning,
+                             .start_round = start >= 0 ? (uint64_t)start : 0};
         snprintf(c->host, sizeof c->host, "%s", host);
     }
     return 0;

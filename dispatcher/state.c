@@ -906,9 +906,29 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now);
 static struct client *longest_away(struct job *j);
 
+/* The first round a client that came in place of an away one hands its
+ * caller (coordinated reads): the largest round any other client of job j
+ * was at, or its predecessor's round if that is larger. An away client
+ * counts where it stopped, a present one where it is, except one that
+ * itself came in place of another while away ones remain (aligning):
+ * where it started handing out rounds. Consumers restarted together thus
+ * start their callers at one round, whichever of them comes first, though
+ * their predecessors stopped as far apart as their windows of rounds in
+ * flight. */
+static uint64_t aligned_start(const struct job *j, uint64_t round)
+{
+    for (unsigned i = 0; i < j->num_clients; i++) {
+        const struct client *o = &j->clients[i];
+        uint64_t at = o->aligning && !o->away_since ? o->start_round : o->round;
+        if (at > round)
+            round = at;
+    }
+    return round;
+}
+
 /* Adds a client to job j; *replaced says whether it came in place of an
  * away client of its consumer index (coordinated reads), whose round it
- * starts at. */
+ * asks from (and hands its caller from aligned_start()). */
 static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
                           const char *host, int64_t now, uint64_t *client_id, bool *replaced, char *err,
                           size_t errlen)
@@ -942,10 +962,23 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
     if (sl__dstate_grow(&j->clients, &j->cap_clients, j->num_clients, sizeof *j->clients) < 0) {
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
+    uint64_t start = *replaced ? aligned_start(j, round) : 0;
+    if (start > round)
+        sl_log_warn("job %" PRIu64 ": the new client of consumer_index %u drops rounds %" PRIu64 " to %" PRIu64
+                    ": another consumer of the job was at round %" PRIu64, j->id, req->consumer_index, round,
+                    start - 1, start);
     struct client *c = &j->clients[j->num_clients++];
     *c = (struct client){.id = st->next_id++, .last_seen = now, .progress_at = now, .consumer_index = req->consumer_index,
-                         .round = round, .target = (sl_target_workers_t)req->target_workers};
+                         .round = round, .target = (sl_target_workers_t)req->target_workers, .replaced = *replaced,
+                         .aligning = *replaced, .start_round = start};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
+    /* Every consumer index has its client again: the restart is over, and
+     * a later one aligns with where the clients are, not where they began. */
+    bool away_left = false;
+    for (unsigned i = 0; i < j->num_clients; i++)
+        away_left |= j->clients[i].away_since != 0;
+    for (unsigned i = 0; !away_left && i < j->num_clients; i++)
+        j->clients[i].aligning = false;
     *client_id = c->id;
     j->dirty = true;
     sl__dstate_touch(st, j);
@@ -1205,6 +1238,7 @@ static int joined(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobReq
              * way to a new one (GetElementRequest.take_over). */
             resp->first_round = c->round;
             resp->take_over_below = j->round_horizon + 1;
+            resp->deliver_from = c->start_round;
         }
         list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     }

@@ -174,6 +174,12 @@ struct client {
     int64_t stalled_since;     /* DYNAMIC: stalled then (--client-stall-ms, not stored); 0: reading */
     uint32_t consumer_index;   /* coordinated reads */
     uint64_t round;            /* the next round it asks for, as it last said */
+    /* It came in place of an away client of its consumer index, and hands
+     * its caller the rounds from start_round (GetOrCreateJobResponse.deliver_from);
+     * aligning while away clients of the job remain (consumers restarted
+     * together: the next ones start where it started). */
+    bool replaced, aligning;
+    uint64_t start_round;
     sl_target_workers_t target;
     char host[64];             /* its IP address as the dispatcher sees it */
     bool late;                 /* it joined after the job had ended: it is listed no task */

@@ -159,6 +159,8 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
              * bound on the workers. */
             json_object_set_new(co, "consumer_index", json_integer(cl->consumer_index));
             json_object_set_new(co, "round", json_integer((json_int_t)cl->round));
+            if (cl->replaced) /* the first round it handed its caller */
+                json_object_set_new(co, "start_round", json_integer((json_int_t)cl->start_round));
         }
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));

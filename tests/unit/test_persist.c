@@ -521,3 +521,55 @@ Test(persist, ten_thousand_jobs_are_indexed_and_a_commit_lists_only_what_changed
     cr_assert_eq(again.splits[0].begin, r.splits[0].begin);
     cr_assert_not(sl_dpersist_dirty(st2));
 }
+
+/* Coordinated reads: joins consumer i of n of the infinite job "sync" of s. */
+static void coord_join(sl_dstate_t *s, uint64_t ds, uint32_t i, int64_t now, sluice_GetOrCreateJobResponse *resp)
+{
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .num_consumers = 2, .consumer_index = i};
+    snprintf(req.job_name, sizeof req.job_name, "sync");
+    memset(resp, 0, sizeof *resp);
+    cr_assert_eq(sl_dstate_job_join(s, &req, "", NULL, 0, now, resp, err, sizeof err), 0, "%s", err);
+}
+
+static void coord_hb(sl_dstate_t *s, const sluice_GetOrCreateJobResponse *r, uint64_t round, int64_t now)
+{
+    sluice_ClientHeartbeatRequest hb = {.job_id = r->job_id, .client_id = r->client_id, .round = round};
+    memcpy(hb.client_secret, r->client_secret, sizeof hb.client_secret);
+    sluice_ClientHeartbeatResponse *hr = calloc(1, sizeof *hr);
+    cr_assert_eq(sl_dstate_client_heartbeat(s, &hb, now, hr, err, sizeof err), 0, "%s", err);
+    free(hr);
+}
+
+/* Consumers restarted together hand out rounds from where the first of
+ * them started, also when the dispatcher restarts between them: where a
+ * new consumer started, and that the others align with it, is stored. */
+Test(persist, where_a_restarted_consumer_started_survives_a_restart)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.client_timeout_ms = 200;
+    cfg.client_rejoin_ms = 1000000;
+    cfg.worker_timeout_ms = 1000000;
+    cfg.job_gc_timeout_ms = 1000000;
+    open_store(0);
+    cr_assert_not_null(st = sl_dstate_new(&cfg));
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}");
+    sluice_GetOrCreateJobResponse p0, p1, n1, n0;
+    coord_join(st, ds, 0, 0, &p0);
+    coord_join(st, ds, 1, 0, &p1);
+    coord_hb(st, &p0, 100, 0);
+    coord_hb(st, &p1, 131, 0);
+    sl_dstate_tick(st, 201); /* both away */
+    coord_join(st, ds, 1, 202, &n1);
+    cr_assert_eq(n1.deliver_from, 131);
+    save(st);
+
+    cr_assert_not_null(st2 = sl_dstate_new(&cfg));
+    cr_assert_eq(sl_dpersist_load(st2, store, 1000, err, sizeof err), 0, "%s", err);
+    coord_hb(st2, &n1, 180, 1100); /* the new consumer 1 reads on */
+    sl_dstate_tick(st2, 1201);      /* consumer 0's predecessor is away again */
+    coord_join(st2, ds, 0, 1202, &n0);
+    cr_assert_eq(n0.first_round, 100);
+    cr_assert_eq(n0.deliver_from, 131, "where consumer 1 started, not where it is");
+}

@@ -2158,6 +2158,73 @@ Test(state, away_clients_give_way_to_new_ones_and_are_counted)
     cr_assert_eq(job_rc(ds, "plain", SL_SHARDING_OFF, 1204, &j4, &c4), SL_ETOOBIG, "no one away: the limit holds");
 }
 
+static int coord_hb(const sluice_GetOrCreateJobResponse *r, uint64_t round, int64_t now)
+{
+    sluice_ClientHeartbeatRequest hb = {.job_id = r->job_id, .client_id = r->client_id, .round = round};
+    memcpy(hb.client_secret, r->client_secret, sizeof hb.client_secret);
+    memset(cresp, 0, sizeof *cresp);
+    return sl_dstate_client_heartbeat(st, &hb, now, cresp, err, sizeof err);
+}
+
+/* A synchronous job's trainers restarted together: each consumer's
+ * predecessor stopped at its own round (their windows of rounds in flight
+ * differ), and each new one asks from there, but all hand their callers
+ * the rounds from the largest of them, whichever comes first and however
+ * far it read since. */
+Test(state, consumers_restarted_together_hand_out_rounds_from_one_round)
+{
+    sl_dstate_config_t cfg;
+    test_config(&cfg); /* client_timeout_ms 200 */
+    cfg.client_rejoin_ms = 100000;
+    cfg.worker_timeout_ms = 1000000;
+    cfg.job_gc_timeout_ms = 1000000;
+    start(&cfg);
+    worker("h:1", 0);
+    uint64_t ds = dataset(FOREVER_SPEC);
+    sluice_GetOrCreateJobResponse old[3], r1, r0, r2, again;
+    const uint64_t was[3] = {100, 131, 96};
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(join(ds, "sync", 3, i, 0, "", 0, &old[i]), 0, "%s", err);
+        cr_assert_eq(old[i].deliver_from, 0, "the job's first consumers read from round 0");
+        cr_assert_eq(coord_hb(&old[i], was[i], 0), 0, "%s", err);
+    }
+    sl_dstate_tick(st, 201); /* every one away */
+    cr_assert_eq(stats().clients_away, 3);
+
+    cr_assert_eq(join(ds, "sync", 3, 1, 0, "", 202, &r1), 0, "%s", err);
+    cr_assert_eq(r1.first_round, 131);
+    cr_assert_eq(r1.deliver_from, 131);
+    cr_assert_eq(coord_hb(&r1, 180, 203), 0, "%s", err); /* it reads on meanwhile */
+
+    cr_assert_eq(join(ds, "sync", 3, 0, 0, "", 204, &r0), 0, "%s", err);
+    cr_assert_eq(r0.first_round, 100, "it asks from where its predecessor was");
+    cr_assert_eq(r0.deliver_from, 131, "and hands out from where the first one started, not where it is");
+    cr_assert_eq(join(ds, "sync", 3, 2, 0, "", 205, &r2), 0, "%s", err);
+    cr_assert_eq(r2.first_round, 96);
+    cr_assert_eq(r2.deliver_from, 131);
+
+    /* The view says where each new one started. */
+    json_t *v = sl_dstate_job_json(st, r0.job_id, 206);
+    json_t *cs = json_object_get(v, "consumers");
+    cr_assert_eq(json_array_size(cs), 3);
+    for (size_t i = 0; i < 3; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(cs, i), "start_round")), 131);
+    json_decref(v);
+
+    /* Later one alone is restarted while the others read on: it hands out
+     * from the furthest round any of them asked for. */
+    cr_assert_eq(coord_hb(&r0, 400, 300), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r1, 410, 300), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r2, 405, 300), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r0, 400, 450), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r1, 410, 450), 0, "%s", err);
+    sl_dstate_tick(st, 501); /* r2 away */
+    cr_assert_eq(stats().clients_away, 1);
+    cr_assert_eq(join(ds, "sync", 3, 2, 0, "", 502, &again), 0, "%s", err);
+    cr_assert_eq(again.first_round, 405);
+    cr_assert_eq(again.deliver_from, 410);
+}
+
 Test(state, an_ended_job_keeps_no_client_away)
 {
     sl_dstate_config_t cfg;
