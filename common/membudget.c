@@ -79,12 +79,35 @@ void sl_membudget_count_wait(sl_membudget_t *b)
         sl_metric_add(b->m_waits, 1);
 }
 
-bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cancel)
+static bool own_out(const sl_memwait_t *w)
 {
+    return w && w->own && __atomic_load_n(w->own, __ATOMIC_ACQUIRE) > 0;
+}
+
+static bool overdraw(const sl_memwait_t *w)
+{
+    return w && w->overdraw && __atomic_load_n(w->overdraw, __ATOMIC_ACQUIRE);
+}
+
+/* Charges bytes whatever the limit (sl_memwait_t.overdraw). */
+static void charge_over(sl_membudget_t *b, size_t bytes)
+{
+    __atomic_add_fetch(&b->used, bytes, __ATOMIC_RELAXED);
+    if (b->m_charged)
+        sl_metric_add(b->m_charged, (double)bytes);
+}
+
+bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w)
+{
+    const bool *cancel = w ? w->cancel : NULL;
     if (!b || sl_membudget_try_charge(b, bytes))
         return true;
     if (cancelled(cancel))
         return false; /* no refusal: its owner stops */
+    if (overdraw(w)) {
+        charge_over(b, bytes);
+        return true;
+    }
     if (b->wait_ms == 0)
         return charge(b, bytes, true);
     sl_membudget_count_wait(b);
@@ -98,14 +121,35 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cance
     for (;;) {
         if ((ok = charge(b, bytes, false)) || cancelled(cancel))
             break;
-        if (pthread_cond_timedwait(&b->wait_cv, &b->wait_mu, &until) != 0) {
-            ok = charge(b, bytes, false);
+        if (overdraw(w)) {
+            charge_over(b, bytes);
+            ok = true;
             break;
+        }
+        if (b->reclaim) {
+            /* Blocks kept for reuse (big_alloc.h) fill the budget as the
+             * batches that held them come back while this waits: they go
+             * first. Without wait_mu, which giving them back takes to wake
+             * the waiters. */
+            pthread_mutex_unlock(&b->wait_mu);
+            b->reclaim();
+            pthread_mutex_lock(&b->wait_mu);
+            if ((ok = charge(b, bytes, false)))
+                break;
+        }
+        if (pthread_cond_timedwait(&b->wait_cv, &b->wait_mu, &until) != 0) {
+            if ((ok = charge(b, bytes, false)))
+                break;
+            if (!own_out(w))
+                break;
+            /* The owner's own batches hold memory that comes back as its
+             * consumer reads them: wait on, another wait_ms. */
+            until = sl_deadline_after(CLOCK_MONOTONIC, b->wait_ms);
         }
     }
     __atomic_sub_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&b->wait_mu);
-    return ok || (!cancelled(cancel) && charge(b, bytes, true));
+    return ok || (!cancelled(cancel) && charge_reclaim(b, bytes, true));
 }
 
 void sl_membudget_wake(sl_membudget_t *b)
@@ -182,7 +226,7 @@ static size_t round_up(size_t x)
     return (x + SL_MEMACCT_GRANULE - 1) & ~(SL_MEMACCT_GRANULE - 1);
 }
 
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const bool *cancel)
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const sl_memwait_t *w)
 {
     size_t want;
     if (__builtin_add_overflow(a->held, bytes, &want)) {
@@ -199,7 +243,7 @@ bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const bool *c
     size_t grown = want <= SIZE_MAX - SL_MEMACCT_GRANULE ? round_up(want) : want;
     if (grown > a->reserved && charge(a->budget, grown - a->reserved, false)) {
         a->reserved = grown;
-    } else if (wait ? sl_membudget_charge_wait(a->budget, want - a->reserved, cancel)
+    } else if (wait ? sl_membudget_charge_wait(a->budget, want - a->reserved, w)
                     : sl_membudget_charge(a->budget, want - a->reserved)) {
         a->reserved = want;
     } else {

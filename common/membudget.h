@@ -80,17 +80,35 @@ bool sl_membudget_charge_spare(sl_membudget_t *b, size_t bytes);
  */
 bool sl_membudget_try_charge(sl_membudget_t *b, size_t bytes);
 
+/* What a charge that may wait looks at while it waits. */
+typedef struct sl_memwait {
+    /* Stop waiting, refused, once *cancel is true (read atomically;
+     * sl_membudget_wake() makes every waiter look). NULL: never. */
+    const bool *cancel;
+    /* Bytes the owner holds that come back as its consumer reads them (a
+     * task's finished batches; read atomically): while not 0 the wait goes
+     * on past wait_ms, as the owner's own backpressure. NULL: none. */
+    const size_t *own;
+    /* While *overdraw is true (read atomically), a charge that does not
+     * fit is taken anyway, past the limit: the owner must make one more
+     * batch that memory it holds waits for (a coordinated task's stand-in
+     * batch, whose consumer the rounds' held batches wait for). NULL: never. */
+    const bool *overdraw;
+} sl_memwait_t;
+
 /**
  * Charges bytes against b for an owner that may wait (a pipeline's thread,
  * never an event loop's): like sl_membudget_charge(), but a charge that
  * does not fit waits for releases, b->wait_ms in all, before it is refused.
  * Memory others hold for a while (a finished job's task before the worker
  * drops it, batches on their way to a client) then does not fail a task
- * that fits once they are gone. Stops waiting, refused, once *cancel is
- * true (read atomically; NULL: never), which sl_membudget_wake() makes
- * every waiter look at. A NULL b always charges.
+ * that fits once they are gone. While w->own is not 0, the owner's own
+ * memory fills the budget as much as anyone's, and the wait has no end:
+ * a trainer that pauses with its task's buffer full then does not fail its
+ * job. Stops waiting, refused, once *w->cancel is true. w NULL: neither.
+ * A NULL b always charges.
  */
-bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const bool *cancel);
+bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w);
 
 /** Makes every waiting charge look at its cancel flag again. NULL b is ignored. */
 void sl_membudget_wake(sl_membudget_t *b);
@@ -132,7 +150,7 @@ static inline void sl_memacct_init(sl_memacct_t *a, sl_membudget_t *budget)
 
 /* sl_memacct_charge()'s slow path: reserves from the budget, waiting as
  * sl_membudget_charge_wait() does when wait. */
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const bool *cancel);
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const sl_memwait_t *w);
 
 /**
  * Charges bytes to the account.
@@ -148,13 +166,13 @@ static inline bool sl_memacct_charge(sl_memacct_t *a, size_t bytes)
 }
 
 /** sl_memacct_charge() that waits for the budget as sl_membudget_charge_wait() does. */
-static inline bool sl_memacct_charge_wait(sl_memacct_t *a, size_t bytes, const bool *cancel)
+static inline bool sl_memacct_charge_wait(sl_memacct_t *a, size_t bytes, const sl_memwait_t *w)
 {
     if (bytes <= a->reserved - a->held) {
         a->held += bytes;
         return true;
     }
-    return sl__memacct_reserve(a, bytes, true, cancel);
+    return sl__memacct_reserve(a, bytes, true, w);
 }
 
 /** Releases bytes of what the account holds (at most what it holds). */

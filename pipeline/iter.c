@@ -53,7 +53,7 @@ int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
 
 int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *fmt, ...)
 {
-    if (sl_memacct_charge_wait(a, bytes, it->ctx->opts.mem_cancel))
+    if (sl_memacct_charge_wait(a, bytes, &it->ctx->opts.mem_wait))
         return 0;
     char what[160], msg[400];
     va_list ap;

@@ -63,6 +63,7 @@ struct holder {
 
 struct sl_holders {
     sl_membudget_t *budget;
+    size_t *own; /* sl_holders_count_own() */
     struct holder *v;
     unsigned n, cap;
 };
@@ -75,10 +76,17 @@ sl_holders_t *sl_holders_new(sl_membudget_t *budget)
     return h;
 }
 
+void sl_holders_count_own(sl_holders_t *h, size_t *own)
+{
+    h->own = own;
+}
+
 static void drop(sl_holders_t *h, sl_served_t *s)
 {
     if (h->budget && s->charged)
         sl_membudget_release(h->budget, s->charged);
+    if (h->own && s->charged)
+        __atomic_sub_fetch(h->own, s->charged, __ATOMIC_RELEASE);
     s->charged = 0;
     sl_served_unref(s);
 }
@@ -241,6 +249,8 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         return false;
     }
     s->charged = h->budget ? bytes : 0;
+    if (h->own && s->charged)
+        __atomic_add_fetch(h->own, s->charged, __ATOMIC_RELEASE);
     s->seq = seq;
     s->refs++;
     /* In seq order, which ack() counts on: the end, but for a round

@@ -78,6 +78,13 @@ typedef struct sl_holders sl_holders_t;
 sl_holders_t *sl_holders_new(sl_membudget_t *budget);
 void sl_holders_free(sl_holders_t *h);
 
+/**
+ * Adds the bytes the holders charge to *own from now on, and takes them
+ * off as they are dropped (atomically: the task's count of what is held
+ * for its clients, sl_task_own_bytes()); NULL stops it (the task goes).
+ */
+void sl_holders_count_own(sl_holders_t *h, size_t *own);
+
 enum { SL_HELD_NEW = 0, SL_HELD_AGAIN = 1 };
 
 /**

@@ -90,6 +90,10 @@ struct sl_task {
     sl_wire_batch_t **ring;
     unsigned head, count;
     size_t held_bytes; /* in the ring, plus taken and not yet released */
+    /* held_bytes and what the worker holds of the task's batches until its
+     * clients acknowledge them (sl_task_own_bytes()); atomic: read by the
+     * pipeline's charges (sl_memwait_t.own). */
+    size_t own_bytes;
     unsigned taken;    /* batches taken and not yet released */
     /* The producer sleeps on `wake` for room in the ring; it is woken once
      * the ring has drained to half (room_to_wake()), so that it makes
@@ -700,7 +704,7 @@ static void *producer_main(void *arg)
          * for them to be written, as it waits for room in the ring. */
         bool charged;
         while (!(charged = sl_membudget_try_charge(t->cfg.mem, b->charged)) && !t->stop &&
-               t->count + t->taken > 0) {
+               t->count + t->taken > 0 && !t->extra_wanted) {
             if (!t->budget_wait)
                 sl_membudget_count_wait(t->cfg.mem);
             t->budget_wait = true;
@@ -711,9 +715,12 @@ static void *producer_main(void *arg)
             /* With none of its own out, for what others give back (a
              * finished job's task before the worker drops it, batches on
              * their way to clients), at most the budget's wait: without
-             * the task's lock, which the loop takes to give room back. */
+             * the task's lock, which the loop takes to give room back. A
+             * batch wanted past the buffer (sl_task_take_extra()) is
+             * charged past the budget too: its own batches wait for it. */
             pthread_mutex_unlock(&t->mu);
-            charged = sl_membudget_charge_wait(t->cfg.mem, b->charged, &t->stop);
+            charged = sl_membudget_charge_wait(t->cfg.mem, b->charged,
+                                               &(sl_memwait_t){.cancel = &t->stop, .overdraw = &t->extra_wanted});
             pthread_mutex_lock(&t->mu);
         }
         if (t->stop) {
@@ -741,7 +748,8 @@ static void *producer_main(void *arg)
         sl_metric_observe(m_batch_latency, spent);
         sl_metric_add(m_produced, 1);
         t->held_bytes += b->charged;
-        t->extra_wanted = false;
+        __atomic_add_fetch(&t->own_bytes, b->charged, __ATOMIC_RELEASE);
+        __atomic_store_n(&t->extra_wanted, false, __ATOMIC_RELEASE);
         bool waiting = t->taker_waiting;
         t->taker_waiting = false;
         pthread_mutex_unlock(&t->mu);
@@ -946,7 +954,9 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .cache = cfg->cache,
         .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
         .mem = cfg->mem,
-        .mem_cancel = &t->stop,
+        /* A charge waits on while the task holds batches of its own:
+         * they come back as its clients read them. */
+        .mem_wait = {.cancel = &t->stop, .own = &t->own_bytes, .overdraw = &t->extra_wanted},
         .block_alloc = lend_alloc,
         .block_arg = t,
     };
@@ -1016,6 +1026,11 @@ uint64_t sl_task_id(const sl_task_t *t)
     return t->def.task_id;
 }
 
+size_t *sl_task_own_bytes(sl_task_t *t)
+{
+    return &t->own_bytes;
+}
+
 uint64_t sl_task_job_id(const sl_task_t *t)
 {
     return t->def.job_id;
@@ -1077,10 +1092,11 @@ int sl_task_take_extra(sl_task_t *t, sl_wire_batch_t **out)
     int rc = sl_task_take(t, out);
     if (rc == SL_TASK_PENDING) {
         pthread_mutex_lock(&t->mu);
-        t->extra_wanted = true;
-        if (t->room_wait)
+        __atomic_store_n(&t->extra_wanted, true, __ATOMIC_RELEASE); /* read by the pipeline's charges */
+        if (t->room_wait || t->budget_wait)
             pthread_cond_broadcast(&t->wake);
         pthread_mutex_unlock(&t->mu);
+        sl_membudget_wake(t->cfg.mem); /* a charge of the pipeline waiting for room may overdraw */
     }
     return rc;
 }
@@ -1089,6 +1105,7 @@ void sl_task_release(sl_task_t *t, const sl_wire_batch_t *b)
 {
     pthread_mutex_lock(&t->mu);
     t->held_bytes -= b->charged;
+    __atomic_sub_fetch(&t->own_bytes, b->charged, __ATOMIC_RELEASE);
     sl_membudget_release(t->cfg.mem, b->charged);
     t->taken--;
     if (t->budget_wait || room_to_wake(t))

@@ -114,6 +114,15 @@ void sl_task_unlend_region(sl_task_t *task, struct sl_shm_region *r);
 int64_t sl_task_lent_to(sl_task_t *task, const sl_wire_batch_t *b, uint32_t guess);
 
 uint64_t sl_task_id(const sl_task_t *task);
+
+/**
+ * The count of bytes held for the task's clients: its buffered and taken
+ * batches, to which the worker adds what it holds of them until its
+ * clients acknowledge them (sl_holders_count_own()). Updated atomically;
+ * while not 0 a charge of the task's pipeline that finds the memory budget
+ * full waits on rather than fails (sl_memwait_t.own). Lives as the task.
+ */
+size_t *sl_task_own_bytes(sl_task_t *task);
 uint64_t sl_task_job_id(const sl_task_t *task);
 uint64_t sl_task_dataset_id(const sl_task_t *task);
 

@@ -450,6 +450,9 @@ static void start_task(sl_worker_t *w, const sluice_TaskDef *def, const char *sp
     }
     if (def->sharding == SL_SHARDING_DYNAMIC)
         sl_task_seed_split_rate(wt->task, known_rate(w, def->dataset_id));
+    /* What the worker holds of the task's batches for its clients is the
+     * task's own too: its pipeline waits for it to come back. */
+    sl_holders_count_own(wt->holders, sl_task_own_bytes(wt->task));
     wt->next = w->tasks;
     w->tasks = wt;
     w->num_tasks++;
@@ -471,6 +474,7 @@ static void drop_task(sl_worker_t *w, uint64_t task_id)
         memcpy(tb->key, wt->key, sizeof tb->key);
         tb->client_keys = wt->client_keys;
         if (tb->done && !sl_holders_empty(wt->holders)) {
+            sl_holders_count_own(wt->holders, NULL); /* its task goes */
             tb->holders = wt->holders;
             wt->holders = NULL;
         }

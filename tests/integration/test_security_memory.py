@@ -10,13 +10,15 @@ refusals. Batch blocks the worker keeps for its next batch are charged to
 the budget and freed before a task's charge would be refused."""
 import importlib.util
 import os
+import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
 
-from harness import ClusterCase, child_env, metric, wait_for
+from harness import ClusterCase, child_env, get_json, metric, summary, wait_for
 
 BUDGET_MB = 64
 
@@ -225,6 +227,52 @@ class TightBudget(ClusterCase):
         self.assertLessEqual(metrics(port)['sluice_worker_memory_charged_bytes'], 16 << 20)
         self.assertIsNotNone(metric(port, 'sluice_worker_memory_waits_total'))
 
+
+
+class PausedTrainer(ClusterCase):
+    """A trainer that stops reading (a checkpoint being written, an
+    evaluation) on a worker whose task buffer is larger than its memory
+    budget: the task's own batches fill the budget, and its pipeline's next
+    charge waits for them to come back, however long the pause, instead of
+    failing the job after the budget's 2 s wait (before 2026-12-02:
+    "ops[0] (batch): needs 1048576 bytes (1.0 MiB) for a batch of 131072
+    elements, but the worker's memory budget of 16777216 bytes (16.0 MiB)
+    has 1048456 bytes left"). Batch blocks kept for reuse, which fill the
+    budget as the paused trainer's batches come back, are given back to it
+    while the charge waits."""
+    workers = 1
+    worker_args = ('--max-memory-mb', '16', '--buffer-mb', '64')
+
+    def pause_and_read(self, extra):
+        """Reads 400 batches with sluice-cat (extra: its options), stopped
+        with SIGSTOP for 3 s once the pipeline waits for the budget."""
+        limit = 400  # 1 MiB batches of an infinite range: 25 budgets' worth
+        spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072}])
+        port = self.c.workers[0].admin_port
+        waits = metric(port, 'sluice_worker_memory_waits_total', default=0)
+        proc = subprocess.Popen(self.c.cat_argv(spec, ['--limit', str(limit)] + extra, fmt='count'),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+        try:
+            wait_for(lambda: any(t['batches_produced'] > 0 for t in get_json(port, '/v1/tasks')['tasks']),
+                     'the job to start')
+            proc.send_signal(signal.SIGSTOP)
+            wait_for(lambda: metric(port, 'sluice_worker_memory_waits_total', default=0) > waits,
+                     'the pipeline to wait for the budget its own batches fill')
+            time.sleep(3)  # past the budget's wait of 2 s, which failed the job
+            proc.send_signal(signal.SIGCONT)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err = err.decode(errors='replace')
+        self.assertEqual(proc.returncode, 0, err[-2000:])
+        self.assertEqual(summary(err)['elements'], limit * 131072)
+
+    def test_a_pause_does_not_fail_the_job(self):
+        # Over TCP: batches lent in a client's shared memory are made in its
+        # region, which this budget does not fill.
+        self.pause_and_read(['--no-shm'])
 
 if __name__ == '__main__':
     unittest.main()

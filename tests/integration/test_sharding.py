@@ -629,18 +629,35 @@ class CoordinatedStandIn(unittest.TestCase):
         # asks of worker 0: a stand-in, which needs a batch for which the
         # full buffer has no room. The pipeline makes it past the buffer
         # (without that, consumer 0 waited for ever, and consumer 1 for it).
+        self.stand_in_when_full(8192, ['--buffer-mb', '1'])
+
+    def test_a_stand_in_is_served_while_the_open_rounds_hold_the_whole_memory_budget(self):
+        # The same with a buffer larger than the worker's memory budget
+        # (16 MiB: 16 batches of 1 MiB), which the rounds open for consumer
+        # 0 then fill: the stand-in's batch is made past the budget, by one
+        # batch (before 2026-12-02 it waited for room that only consumer 0
+        # could give back).
+        self.stand_in_when_full(131072, ['--buffer-mb', '64', '--max-memory-mb', '16'])
+
+    def stand_in_when_full(self, batch, worker_args):
         spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": [{"op": "repeat"},
-                                                                       {"op": "batch", "batch_size": 8192}]}
-        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'], worker_args=['--buffer-mb', '1'])
+                                                                       {"op": "batch", "batch_size": batch}]}
+        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1000'], worker_args=worker_args)
         cons = None
         try:
             c.wait_workers_registered(2)
             cons = Consumers(c, spec, 'coord-full', [1, 32], ['--no-shm', '--timeout-ms', '60000'])
             got, reading, procs = cons.got, cons.reading, cons.procs
 
+            waits = [metric(w.admin_port, 'sluice_worker_memory_waits_total', default=0) for w in c.workers]
+
             def full(w):
+                # The pipeline waits for room in the buffer, or for the
+                # memory budget (for a finished batch, or in an op).
                 tasks = get_json(w.admin_port, '/v1/tasks')['tasks']
-                return tasks and tasks[0]['buffer']['full']
+                return tasks and (tasks[0]['buffer']['full'] or tasks[0]['buffer']['memory_full'] or
+                                  metric(w.admin_port, 'sluice_worker_memory_waits_total',
+                                         default=0) > waits[c.workers.index(w)])
             wait_for(lambda: reading(10), 'both consumers to read 10 rounds')
             procs[0].send_signal(signal.SIGSTOP)
             wait_for(lambda: reading(0) and all(full(w) for w in c.workers),

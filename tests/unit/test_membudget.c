@@ -42,12 +42,15 @@ struct waiter {
     size_t bytes;
     bool cancel;
     bool got;
+    size_t own;     /* what its owner holds for its consumer */
+    bool overdraw;  /* its owner must make one more batch */
 };
 
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
-    w->got = sl_membudget_charge_wait(w->b, w->bytes, &w->cancel);
+    w->got = sl_membudget_charge_wait(w->b, w->bytes,
+                                      &(sl_memwait_t){.cancel = &w->cancel, .own = &w->own, .overdraw = &w->overdraw});
     return NULL;
 }
 
@@ -73,7 +76,7 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 0);
     b.wait_ms = 600000; /* the test ends long before, or hangs visibly */
     cr_assert(sl_membudget_charge(&b, 900));
-    struct waiter w = {&b, 300, false, false};
+    struct waiter w = {&b, 300, false, false, 0, false};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
@@ -84,7 +87,7 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 1);
     cr_assert_eq(b.refusals, 1);
     /* Told to stop. */
-    w = (struct waiter){&b, 600, false, false};
+    w = (struct waiter){&b, 600, false, false, 0, false};
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
     __atomic_store_n(&w.cancel, true, __ATOMIC_RELEASE);
@@ -101,6 +104,60 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waiters, 0);
     sl_membudget_release(&b, 700);
     cr_assert(sl_membudget_charge_wait(NULL, SIZE_MAX, NULL));
+}
+
+/* A task whose own finished batches fill the budget waits as long as it
+ * holds them (its consumer paused: they come back as it reads), not
+ * wait_ms: before 2026-12-02 a trainer that paused for 2 s with its task's
+ * buffer over the budget failed its job. Once it holds none, the wait is
+ * over after wait_ms as for anyone. */
+Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own)
+{
+    sl_membudget_t b;
+    sl_membudget_init(&b, 1000, "--max-memory-mb");
+    b.wait_ms = 20;
+    cr_assert(sl_membudget_charge(&b, 900));
+    struct waiter w = {&b, 300, false, false, 900, false};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    struct timespec five_waits = {0, 100 * 1000000};
+    nanosleep(&five_waits, NULL);
+    cr_assert_eq(__atomic_load_n(&b.waiters, __ATOMIC_SEQ_CST), 1, "it gave up while its owner held 900 bytes");
+    sl_membudget_release(&b, 500); /* the consumer read some */
+    __atomic_store_n(&w.own, 400, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    cr_assert(w.got);
+    cr_assert_eq(b.refusals, 0);
+    /* Its owner holds nothing of its own: refused after its wait. */
+    w = (struct waiter){&b, 600, false, false, 0, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    pthread_join(t, NULL);
+    cr_assert_not(w.got);
+    cr_assert_eq(b.refusals, 1);
+    /* It held some, then none (they went to a client that stopped reading
+     * and the task was dropped elsewhere): refused once its wait is over. */
+    w = (struct waiter){&b, 600, false, false, 100, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    __atomic_store_n(&w.own, 0, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    cr_assert_not(w.got);
+    cr_assert_eq(b.refusals, 2);
+    cr_assert_eq(sl_membudget_used(&b), 700);
+    /* Its owner must make one more batch that its own wait for (a
+     * stand-in's): the charge is taken past the limit once told so. */
+    w = (struct waiter){&b, 600, false, false, 700, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    __atomic_store_n(&w.overdraw, true, __ATOMIC_RELEASE);
+    sl_membudget_wake(&b);
+    pthread_join(t, NULL);
+    cr_assert(w.got);
+    cr_assert_eq(sl_membudget_used(&b), 1300, "past the limit of 1000");
+    cr_assert_eq(b.refusals, 2);
+    cr_assert_not(sl_membudget_charge(&b, 1), "over the limit, nothing more fits");
+    sl_membudget_release(&b, 1300);
 }
 
 Test(membudget, the_refusal_names_the_need_the_budget_and_the_option)
