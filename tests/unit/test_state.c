@@ -2111,17 +2111,26 @@ Test(state, coordinated_reads_refusals)
     cr_assert_eq(join(forever, "c", 2, 1, 0, "", 0, &r), 0, "%s", err);
 }
 
-Test(state, away_clients_give_way_to_new_ones_and_are_counted)
+/* A state whose clients are away after 200 ms and released after 100 s,
+ * whose worker h:1 and jobs stay, with at most max_clients a job (0: the
+ * default): @return the id of an infinite dataset for coordinated reads */
+static uint64_t start_away_clients(unsigned max_clients)
 {
     sl_dstate_config_t cfg;
     test_config(&cfg); /* client_timeout_ms 200 */
     cfg.client_rejoin_ms = 100000;
-    cfg.max_clients_per_job = 2;
+    if (max_clients)
+        cfg.max_clients_per_job = max_clients;
     cfg.worker_timeout_ms = 1000000;
     cfg.job_gc_timeout_ms = 1000000;
     start(&cfg);
     worker("h:1", 0);
-    uint64_t ds = dataset(FOREVER_SPEC);
+    return dataset(FOREVER_SPEC);
+}
+
+Test(state, away_clients_give_way_to_new_ones_and_are_counted)
+{
+    uint64_t ds = start_away_clients(2);
     sluice_GetOrCreateJobResponse r0, r1, r;
     cr_assert_eq(join(ds, "c", 2, 0, 0, "", 0, &r0), 0, "%s", err);
     cr_assert_eq(r0.first_round, 0);
@@ -2173,14 +2182,7 @@ static int coord_hb(const sluice_GetOrCreateJobResponse *r, uint64_t round, int6
  * far it read since. */
 Test(state, consumers_restarted_together_hand_out_rounds_from_one_round)
 {
-    sl_dstate_config_t cfg;
-    test_config(&cfg); /* client_timeout_ms 200 */
-    cfg.client_rejoin_ms = 100000;
-    cfg.worker_timeout_ms = 1000000;
-    cfg.job_gc_timeout_ms = 1000000;
-    start(&cfg);
-    worker("h:1", 0);
-    uint64_t ds = dataset(FOREVER_SPEC);
+    uint64_t ds = start_away_clients(0);
     sluice_GetOrCreateJobResponse old[3], r1, r0, r2, again;
     const uint64_t was[3] = {100, 131, 96};
     for (uint32_t i = 0; i < 3; i++) {
