@@ -105,8 +105,9 @@ typedef struct sl_memwait {
  * that fits once they are gone. While w->own is not 0, the owner's own
  * memory fills the budget as much as anyone's, and the wait has no end:
  * a trainer that pauses with its task's buffer full then does not fail its
- * job. Stops waiting, refused, once *w->cancel is true. w NULL: neither.
- * A NULL b always charges.
+ * job. Stops waiting, refused, once *w->cancel is true; charges past the
+ * limit while *w->overdraw is. w NULL: none of them. A NULL b always
+ * charges.
  */
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w);
 

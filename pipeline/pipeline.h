@@ -125,9 +125,10 @@ typedef struct sl_pipeline_opts {
                                            gives up instead). NULL: no limit. Must outlive
                                            the pipeline. Shuffle's and batch's charges wait
                                            for room as sl_membudget_charge_wait() does. */
-    sl_memwait_t mem_wait;              /* what such a wait looks at: its cancel flag, and the
-                                           bytes the pipeline's owner holds for its consumer,
-                                           while which it waits on ({0}: neither) */
+    sl_memwait_t mem_wait;              /* what such a wait looks at: its cancel flag, the
+                                           bytes the pipeline's owner holds for its consumer
+                                           (while not 0 it waits on), and whether a charge
+                                           goes past the limit ({0}: none of them) */
     void *(*block_alloc)(void *arg, size_t size, uint64_t index); /* where the pipeline's
                                            last batch (after it only prefetch, take, skip,
                                            repeat, shard: ops that pass elements on unread)
