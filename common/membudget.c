@@ -65,9 +65,14 @@ bool sl_membudget_try_charge(sl_membudget_t *b, size_t bytes)
     return charge_reclaim(b, bytes, false);
 }
 
-static bool cancelled(const bool *cancel)
+static bool flag_set(const bool *flag)
 {
-    return cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+    return flag && __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+
+static bool cancelled(const sl_memwait_t *w)
+{
+    return w && (flag_set(w->cancel) || flag_set(w->cancel_thread));
 }
 
 void sl_membudget_count_wait(sl_membudget_t *b)
@@ -86,7 +91,7 @@ static bool own_out(const sl_memwait_t *w)
 
 static bool overdraw(const sl_memwait_t *w)
 {
-    return w && w->overdraw && __atomic_load_n(w->overdraw, __ATOMIC_ACQUIRE);
+    return w && flag_set(w->overdraw);
 }
 
 /* Charges bytes whatever the limit (sl_memwait_t.overdraw). */
@@ -99,16 +104,15 @@ static void charge_over(sl_membudget_t *b, size_t bytes)
 
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w)
 {
-    const bool *cancel = w ? w->cancel : NULL;
     if (!b || sl_membudget_try_charge(b, bytes))
         return true;
-    if (cancelled(cancel))
+    if (cancelled(w))
         return false; /* no refusal: its owner stops */
     if (overdraw(w)) {
         charge_over(b, bytes);
         return true;
     }
-    if (b->wait_ms == 0)
+    if (b->wait_ms == 0 || bytes > b->limit)
         return charge(b, bytes, true);
     sl_membudget_count_wait(b);
     struct timespec until = sl_deadline_after(CLOCK_MONOTONIC, b->wait_ms);
@@ -119,7 +123,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
     __atomic_add_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (;;) {
-        if ((ok = charge(b, bytes, false)) || cancelled(cancel))
+        if ((ok = charge(b, bytes, false)) || cancelled(w))
             break;
         if (overdraw(w)) {
             charge_over(b, bytes);
@@ -149,7 +153,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
     }
     __atomic_sub_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&b->wait_mu);
-    return ok || (!cancelled(cancel) && charge_reclaim(b, bytes, true));
+    return ok || (!cancelled(w) && charge_reclaim(b, bytes, true));
 }
 
 void sl_membudget_wake(sl_membudget_t *b)
@@ -226,7 +230,7 @@ static size_t round_up(size_t x)
     return (x + SL_MEMACCT_GRANULE - 1) & ~(SL_MEMACCT_GRANULE - 1);
 }
 
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const sl_memwait_t *w)
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, sl_memacct_how_t how, const sl_memwait_t *w)
 {
     size_t want;
     if (__builtin_add_overflow(a->held, bytes, &want)) {
@@ -243,8 +247,9 @@ bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const sl_memw
     size_t grown = want <= SIZE_MAX - SL_MEMACCT_GRANULE ? round_up(want) : want;
     if (grown > a->reserved && charge(a->budget, grown - a->reserved, false)) {
         a->reserved = grown;
-    } else if (wait ? sl_membudget_charge_wait(a->budget, want - a->reserved, w)
-                    : sl_membudget_charge(a->budget, want - a->reserved)) {
+    } else if (how == SL_MEMACCT_WAIT  ? sl_membudget_charge_wait(a->budget, want - a->reserved, w)
+               : how == SL_MEMACCT_TRY ? sl_membudget_try_charge(a->budget, want - a->reserved)
+                                       : sl_membudget_charge(a->budget, want - a->reserved)) {
         a->reserved = want;
     } else {
         return false;

@@ -85,6 +85,9 @@ typedef struct sl_memwait {
     /* Stop waiting, refused, once *cancel is true (read atomically;
      * sl_membudget_wake() makes every waiter look). NULL: never. */
     const bool *cancel;
+    /* A second such flag: the waiting thread's own (a prefetch thread's,
+     * stopped when its iterator is reset or destroyed). NULL: none. */
+    const bool *cancel_thread;
     /* Bytes the owner holds that come back as its consumer reads them (a
      * task's finished batches; read atomically): while not 0 the wait goes
      * on past wait_ms, as the owner's own backpressure. NULL: none. */
@@ -105,9 +108,10 @@ typedef struct sl_memwait {
  * that fits once they are gone. While w->own is not 0, the owner's own
  * memory fills the budget as much as anyone's, and the wait has no end:
  * a trainer that pauses with its task's buffer full then does not fail its
- * job. Stops waiting, refused, once *w->cancel is true; charges past the
- * limit while *w->overdraw is. w NULL: none of them. A NULL b always
- * charges.
+ * job. Stops waiting, refused, once *w->cancel or *w->cancel_thread is
+ * true; charges past the limit while *w->overdraw is. w NULL: none of
+ * them. A charge larger than the whole limit is refused at once (no wait
+ * can make room for it). A NULL b always charges.
  */
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w);
 
@@ -149,9 +153,15 @@ static inline void sl_memacct_init(sl_memacct_t *a, sl_membudget_t *budget)
     a->held = a->reserved = 0;
 }
 
-/* sl_memacct_charge()'s slow path: reserves from the budget, waiting as
- * sl_membudget_charge_wait() does when wait. */
-bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, bool wait, const sl_memwait_t *w);
+/* How sl__memacct_reserve() takes what does not fit at once. */
+typedef enum sl_memacct_how {
+    SL_MEMACCT_NOW,  /* refused at once, the refusal counted */
+    SL_MEMACCT_TRY,  /* refused at once, not counted: the owner waits next */
+    SL_MEMACCT_WAIT, /* waits as sl_membudget_charge_wait() does */
+} sl_memacct_how_t;
+
+/* sl_memacct_charge()'s slow path: reserves from the budget. */
+bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, sl_memacct_how_t how, const sl_memwait_t *w);
 
 /**
  * Charges bytes to the account.
@@ -163,7 +173,7 @@ static inline bool sl_memacct_charge(sl_memacct_t *a, size_t bytes)
         a->held += bytes;
         return true;
     }
-    return sl__memacct_reserve(a, bytes, false, NULL);
+    return sl__memacct_reserve(a, bytes, SL_MEMACCT_NOW, NULL);
 }
 
 /** sl_memacct_charge() that waits for the budget as sl_membudget_charge_wait() does. */
@@ -173,7 +183,31 @@ static inline bool sl_memacct_charge_wait(sl_memacct_t *a, size_t bytes, const s
         a->held += bytes;
         return true;
     }
-    return sl__memacct_reserve(a, bytes, true, w);
+    return sl__memacct_reserve(a, bytes, SL_MEMACCT_WAIT, w);
+}
+
+/**
+ * sl_memacct_charge() whose refusal is not counted, for an owner that waits
+ * for room next (with sl_membudget_charge_wait() outside the lock that
+ * guards the account, then sl_memacct_adopt()).
+ */
+static inline bool sl_memacct_try_charge(sl_memacct_t *a, size_t bytes)
+{
+    if (bytes <= a->reserved - a->held) {
+        a->held += bytes;
+        return true;
+    }
+    return sl__memacct_reserve(a, bytes, SL_MEMACCT_TRY, NULL);
+}
+
+/**
+ * Adds bytes the owner charged to a->budget itself (a wait for room taken
+ * outside the lock that guards the account) to what the account holds.
+ */
+static inline void sl_memacct_adopt(sl_memacct_t *a, size_t bytes)
+{
+    a->held += bytes;
+    a->reserved += bytes;
 }
 
 /** Releases bytes of what the account holds (at most what it holds). */

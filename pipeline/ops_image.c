@@ -24,9 +24,12 @@
  *
  * decode_jpeg reads the JPEG's header before it decodes: an image whose
  * height x width x channels exceeds the per-image limit (max_batch_bytes,
- * the worker's --max-batch-mb) or what the worker's memory budget has left
+ * the worker's --max-batch-mb) or the worker's whole memory budget
  * (opts.mem, --max-memory-mb) fails the pipeline with SL_ETOOBIG before its
- * pixels are allocated. The decoded bytes stay charged to the budget while
+ * pixels are allocated; one that does not fit what the budget has left
+ * waits for room as shuffle and batch do (opts.mem_wait: on while the
+ * task's own batches fill it), then fails the same way. The decoded bytes
+ * stay charged to the budget while
  * the image is decoded; whatever holds the image afterwards (shuffle,
  * batch, prefetch, cache) charges it in turn.
  */
@@ -334,7 +337,7 @@ static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value
         size_t scaled = ((s.h + denom - 1) / denom) * ((s.w + denom - 1) / denom) * s.c;
         if (mem && n <= limit) {
             n = scaled;
-            if (!sl_membudget_charge(mem, n)) {
+            if (!sl_membudget_charge_wait(mem, n, &ii->base.ctx->opts.mem_wait)) {
                 char what[128], msg[400];
                 snprintf(what, sizeof what, "a decoded %zu x %zu x %zu image", s.h, s.w, s.c);
                 sl_membudget_refusal(mem, n, what, msg, sizeof msg);
@@ -528,7 +531,7 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
     size_t max = d->base.ctx->opts.max_batch_bytes, n = h * ((full.w + denom - 1) / denom) * full.c, charged = 0;
     sl_membudget_t *mem = d->base.ctx->opts.mem;
     if (mem && n <= max) {
-        if (!sl_membudget_charge(mem, n)) {
+        if (!sl_membudget_charge_wait(mem, n, &d->base.ctx->opts.mem_wait)) {
             char what[128], msg[400];
             snprintf(what, sizeof what, "a decoded window of %zu x %zu x %zu (rows of %zu)", h, w, full.c, full.w);
             sl_membudget_refusal(mem, n, what, msg, sizeof msg);

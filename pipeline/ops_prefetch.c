@@ -24,9 +24,12 @@
  * input on the calling thread: clean mid-stream.
  *
  * What the queued elements own is charged to the worker's memory budget
- * (opts.mem) as they enter the queue and released as they leave it; a
- * refused charge ends the queue with SL_ETOOBIG after the elements before
- * it, as an error of the input would.
+ * (opts.mem) as they enter the queue and released as they leave it. A
+ * charge the budget has no room for waits as the pipeline's other charges
+ * do (opts.mem_wait), without the queue's lock; a refused one ends the
+ * queue with SL_ETOOBIG after the elements before it, as an error of the
+ * input would. reset() and destroy() end the waits of the thread and of
+ * the iterators below it (sl_memwait_t.cancel_thread).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +59,10 @@ struct prefetch_iter {
     int final;
     bool stop;
     struct counters pub, folded;
+    /* Set with stop, read atomically: ends the thread's waits for memory
+     * (sub.opts.mem_wait.cancel_thread), its own and those of the
+     * iterators below it. */
+    bool stop_wait;
     sl_memacct_t mem; /* what the queued elements own */
 };
 
@@ -79,6 +86,24 @@ static void fold(struct prefetch_iter *pf)
     pf->folded = pf->pub;
 }
 
+/* Charges what the element the thread made owns as it enters the queue;
+ * under mu. Memory the budget does not have at once is waited for as the
+ * pipeline's other charges wait (opts.mem_wait: on while the task's own
+ * batches fill the budget), without mu, so that the pipeline's thread
+ * takes queued elements meanwhile; refused when the wait gives up or the
+ * thread is stopped. */
+static bool charge(struct prefetch_iter *pf, size_t bytes)
+{
+    if (sl_memacct_try_charge(&pf->mem, bytes))
+        return true;
+    pthread_mutex_unlock(&pf->mu);
+    bool ok = sl_membudget_charge_wait(pf->mem.budget, bytes, &pf->sub.opts.mem_wait);
+    pthread_mutex_lock(&pf->mu);
+    if (ok)
+        sl_memacct_adopt(&pf->mem, bytes);
+    return ok;
+}
+
 static void *producer_main(void *arg)
 {
     struct prefetch_iter *pf = arg;
@@ -93,7 +118,11 @@ static void *producer_main(void *arg)
         int rc = input->vt->next(input, pf->tmp);
         pthread_mutex_lock(&pf->mu);
         publish(pf);
-        if (rc == 0 && !sl_memacct_charge(&pf->mem, sl_element_bytes(pf->tmp))) {
+        if (rc == 0 && !charge(pf, sl_element_bytes(pf->tmp))) {
+            if (pf->stop) {
+                sl__iter_drop(&pf->base, pf->tmp);
+                break;
+            }
             char what[96], msg[400];
             snprintf(what, sizeof what, "element %u of a prefetch buffer (buffer_size %u)", pf->count + 1, pf->cap);
             sl_membudget_refusal(pf->mem.budget, sl_element_bytes(pf->tmp), what, msg, sizeof msg);
@@ -123,11 +152,14 @@ static void stop_thread(struct prefetch_iter *pf)
         return;
     pthread_mutex_lock(&pf->mu);
     pf->stop = true;
+    __atomic_store_n(&pf->stop_wait, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pf->not_full);
     pthread_mutex_unlock(&pf->mu);
+    sl_membudget_wake(pf->mem.budget);
     pthread_join(pf->tid, NULL);
     pf->running = false;
     pf->stop = false;
+    __atomic_store_n(&pf->stop_wait, false, __ATOMIC_RELEASE);
 }
 
 static int prefetch_next(sl_iter_t *it, sl_element_t *out)
@@ -181,6 +213,9 @@ static int prefetch_reset(sl_iter_t *it)
     struct prefetch_iter *pf = (struct prefetch_iter *)it;
     stop_thread(pf);
     drop_queued(pf);
+    /* A message the stopped thread left (a wait for memory it gave up) is
+     * no failure of what comes next; one it delivered is in ctx already. */
+    pf->sub.errmsg[0] = '\0';
     pf->done = false;
     pf->final = 0;
     int rc = it->input->vt->reset(it->input);
@@ -241,6 +276,7 @@ int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx
     /* The iterators below now run on the prefetch thread: they count in
      * sub. Below an inner prefetch they already have a context of its own. */
     pf->sub.opts = ctx->opts;
+    pf->sub.opts.mem_wait.cancel_thread = &pf->stop_wait;
     pf->sub.split_requests = ctx->split_requests;
     pf->sub.records_skipped = ctx->records_skipped;
     pf->sub.files_opened = ctx->files_opened;

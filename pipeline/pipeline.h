@@ -123,8 +123,9 @@ typedef struct sl_pipeline_opts {
                                            decode_jpeg an image while it decodes it; a charge
                                            over it fails the pipeline with SL_ETOOBIG (a cache
                                            gives up instead). NULL: no limit. Must outlive
-                                           the pipeline. Shuffle's and batch's charges wait
-                                           for room as sl_membudget_charge_wait() does. */
+                                           the pipeline. Shuffle's, batch's, prefetch's and
+                                           decode_jpeg's charges wait for room as
+                                           sl_membudget_charge_wait() does. */
     sl_memwait_t mem_wait;              /* what such a wait looks at: its cancel flag, the
                                            bytes the pipeline's owner holds for its consumer
                                            (while not 0 it waits on), and whether a charge

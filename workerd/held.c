@@ -240,7 +240,9 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
     size_t bytes = served_bytes(s);
-    if (c->n == SL_HELD_ROUNDS || (h->budget && !sl_membudget_charge(h->budget, bytes))) {
+    /* Not a refusal of the budget's (sluice_worker_memory_refusals_total):
+     * the batch is served all the same (the caller counts it not held). */
+    if (c->n == SL_HELD_ROUNDS || (h->budget && !sl_membudget_try_charge(h->budget, bytes))) {
         if (!c->warned)
             sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",

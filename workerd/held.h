@@ -125,8 +125,9 @@ sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
 
 /**
  * Keeps s, just served to client_id under seq, until acknowledged (takes a
- * reference). A batch the budget has no room for is not kept: a request
- * asking for it again is refused.
+ * reference). A batch the budget has no room for at once is not kept (no
+ * refusal of the budget's counted: it was served): a request asking for it
+ * again is refused.
  * @return true if kept
  */
 bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms);

@@ -712,15 +712,19 @@ static void *producer_main(void *arg)
         }
         t->budget_wait = false;
         if (!charged && !t->stop) {
-            /* With none of its own out, for what others give back (a
-             * finished job's task before the worker drops it, batches on
-             * their way to clients), at most the budget's wait: without
-             * the task's lock, which the loop takes to give room back. A
-             * batch wanted past the buffer (sl_task_take_extra()) is
-             * charged past the budget too: its own batches wait for it. */
+            /* With none of its own in the buffer, for what others give
+             * back (a finished job's task before the worker drops it,
+             * batches on their way to clients) and what the task's clients
+             * acknowledge (own_bytes: batches held for them, which fill
+             * the budget while a trainer pauses with a prefetch's queue
+             * taking the room its batches gave back): without the task's
+             * lock, which the loop takes to give room back. A batch wanted
+             * past the buffer (sl_task_take_extra()) is charged past the
+             * budget too: its own batches wait for it. */
             pthread_mutex_unlock(&t->mu);
-            charged = sl_membudget_charge_wait(t->cfg.mem, b->charged,
-                                               &(sl_memwait_t){.cancel = &t->stop, .overdraw = &t->extra_wanted});
+            charged = sl_membudget_charge_wait(
+                t->cfg.mem, b->charged,
+                &(sl_memwait_t){.cancel = &t->stop, .own = &t->own_bytes, .overdraw = &t->extra_wanted});
             pthread_mutex_lock(&t->mu);
         }
         if (t->stop) {

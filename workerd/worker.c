@@ -209,7 +209,7 @@ struct sl_worker {
 };
 
 static sl_metric_t *m_awaited, *m_unknown, *m_client_wait, *m_served, *m_bytes_served, *m_forbidden;
-static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices, *m_sent_again, *m_stand_in;
+static sl_metric_t *m_shm_served, *m_shm_lent, *m_shm_fallback, *m_notices, *m_sent_again, *m_stand_in, *m_not_held;
 
 static int64_t now_us(void)
 {
@@ -740,8 +740,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         resp->tallies_offset = b->size + resp->provenance_length + notices_len;
         resp->tallies_length = tally_len;
     }
-    if (how->seq > 0)
-        sl_holders_keep(wt->holders, how->client_id, how->seq, sv, now_us() / 1000);
+    if (how->seq > 0 && !sl_holders_keep(wt->holders, how->client_id, how->seq, sv, now_us() / 1000))
+        sl_metric_add(m_not_held, 1);
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * gives its room back to the task once the socket has taken them. */
     send_served(wc, request_id, sv);
@@ -1709,6 +1709,10 @@ int sl_worker_start(struct event_base *base, const sl_worker_config_t *cfg, uint
                                           "Batches held for a client and sent again: asked for again after "
                                           "the connection that carried them broke.",
                                           NULL, 0);
+        m_not_held = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_batches_not_held_total", NULL,
+                                        "Batches served that could not be held until their client acknowledged "
+                                        "them (the memory budget had no room): they cannot be sent again.",
+                                        NULL, 0);
         m_stand_in = sl_metric_register(SL_METRIC_COUNTER, "sluice_worker_stand_in_batches_total", NULL,
                                         "Coordinated reads: batches served for a round of a lost worker "
                                         "to a consumer that worker had not served it to.",

@@ -239,24 +239,38 @@ class PausedTrainer(ClusterCase):
     elements, but the worker's memory budget of 16777216 bytes (16.0 MiB)
     has 1048456 bytes left"). Batch blocks kept for reuse, which fill the
     budget as the paused trainer's batches come back, are given back to it
-    while the charge waits."""
+    while the charge waits. The same holds for a prefetch's queue and a
+    decode_jpeg's pixels, which failed at once before 2026-12-03."""
     workers = 1
     worker_args = ('--max-memory-mb', '16', '--buffer-mb', '64')
 
-    def pause_and_read(self, extra):
-        """Reads 400 batches with sluice-cat (extra: its options), stopped
-        with SIGSTOP for 3 s once the pipeline waits for the budget."""
-        limit = 400  # 1 MiB batches of an infinite range: 25 budgets' worth
-        spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072}])
+    @classmethod
+    def setUpClass(cls):
+        cls.data = tempfile.mkdtemp(prefix='sluice-pause-')
+        cls.worker_args = cls.worker_args + ('--data-root', cls.data)
+        # A job whose trainer left (sluice-cat --limit) keeps its task, and
+        # the batches it buffered, until it is collected: soon, so that
+        # each test starts on a worker with the budget to itself.
+        cls.dispatcher_args = ('--data-root', cls.data, '--job-gc-timeout-ms', '200')
+        super().setUpClass()
+
+    def pause_and_read(self, spec, limit, batch_size, extra):
+        """Reads limit batches of batch_size elements with sluice-cat (extra:
+        its options), stopped with SIGSTOP for 3 s once the pipeline waits
+        for the budget."""
         port = self.c.workers[0].admin_port
+        wait_for(lambda: not get_json(port, '/v1/tasks')['tasks'], 'the jobs of the tests before to be collected')
         waits = metric(port, 'sluice_worker_memory_waits_total', default=0)
+        refusals = metric(port, 'sluice_worker_memory_refusals_total', default=0)
         proc = subprocess.Popen(self.c.cat_argv(spec, ['--limit', str(limit)] + extra, fmt='count'),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
         try:
             wait_for(lambda: any(t['batches_produced'] > 0 for t in get_json(port, '/v1/tasks')['tasks']),
                      'the job to start')
             proc.send_signal(signal.SIGSTOP)
-            wait_for(lambda: metric(port, 'sluice_worker_memory_waits_total', default=0) > waits,
+            wait_for(lambda: metric(port, 'sluice_worker_memory_waits_total', default=0) > waits or
+                     proc.poll() is not None or
+                     metric(port, 'sluice_worker_memory_refusals_total', default=0) > refusals,
                      'the pipeline to wait for the budget its own batches fill')
             time.sleep(3)  # past the budget's wait of 2 s, which failed the job
             proc.send_signal(signal.SIGCONT)
@@ -267,12 +281,38 @@ class PausedTrainer(ClusterCase):
                 proc.wait()
         err = err.decode(errors='replace')
         self.assertEqual(proc.returncode, 0, err[-2000:])
-        self.assertEqual(summary(err)['elements'], limit * 131072)
+        self.assertEqual(summary(err)['elements'], limit * batch_size)
+        self.assertEqual(metric(port, 'sluice_worker_memory_refusals_total', default=0), refusals)
 
     def test_a_pause_does_not_fail_the_job(self):
         # Over TCP: batches lent in a client's shared memory are made in its
         # region, which this budget does not fill.
-        self.pause_and_read(['--no-shm'])
+        spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072}])
+        # 1 MiB batches of an infinite range: 25 budgets' worth.
+        self.pause_and_read(spec, 400, 131072, ['--no-shm'])
+
+    def test_a_pause_does_not_fail_a_prefetch(self):
+        # The prefetch's thread charges each batch it queues.
+        spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072},
+                                    {"op": "prefetch", "buffer_size": 2}])
+        self.pause_and_read(spec, 400, 131072, ['--no-shm'])
+
+    def test_a_pause_does_not_fail_a_decode_jpeg(self):
+        # Each image decodes whole (the cast keeps the resize from scaling
+        # the decode): 3 MiB of pixels, the largest charge of the pipeline.
+        if importlib.util.find_spec('PIL') is None:
+            self.skipTest('PIL is not installed')
+        jpeg = jpeg_of(1024, 1024)
+        path = os.path.join(self.data, 'paused.jpg')
+        with open(path, 'wb') as f:
+            f.write(jpeg)
+        spec = {"source": {"type": "fixed_length_records", "files": path, "record_bytes": len(jpeg)},
+                "ops": [{"op": "repeat"}, {"op": "decode_jpeg", "key": "record"},
+                        {"op": "cast", "key": "record", "dtype": "uint8"},
+                        {"op": "resize", "key": "record", "size": [256, 256], "dtype": "uint8"},
+                        {"op": "batch", "batch_size": 8}]}
+        # Batches of 1.5 MiB: 60 of them are 5.6 budgets' worth.
+        self.pause_and_read(spec, 60, 8, ['--no-shm'])
 
 if __name__ == '__main__':
     unittest.main()

@@ -192,6 +192,7 @@ Test(held, held_bytes_are_charged_to_the_budget_and_what_it_refuses_is_not_held)
     cr_assert_eq(sl_membudget_used(&mem), 600);
     serve(h, 5, 2, 1, 0, 600); /* no room: served, not held */
     counts(h, 1, 600);
+    cr_assert_eq(mem.refusals, 0, "a batch served and not held is no refusal of a charge (no task failed)");
     sl_served_t *again;
     cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 0, &again, err, sizeof err), SL_ECLOSED,
                  "asked again, a batch that could not be held is refused, not served anew");

@@ -8,9 +8,12 @@
 #include <criterion/criterion.h>
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "membudget.h"
 #include "pipeline_util.h"
@@ -44,13 +47,15 @@ struct waiter {
     bool got;
     size_t own;     /* what its owner holds for its consumer */
     bool overdraw;  /* its owner must make one more batch */
+    bool thread_stop; /* its own thread is told to stop (a prefetch's) */
 };
 
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     w->got = sl_membudget_charge_wait(w->b, w->bytes,
-                                      &(sl_memwait_t){.cancel = &w->cancel, .own = &w->own, .overdraw = &w->overdraw});
+                                      &(sl_memwait_t){.cancel = &w->cancel, .cancel_thread = &w->thread_stop,
+                                                      .own = &w->own, .overdraw = &w->overdraw});
     return NULL;
 }
 
@@ -76,7 +81,7 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 0);
     b.wait_ms = 600000; /* the test ends long before, or hangs visibly */
     cr_assert(sl_membudget_charge(&b, 900));
-    struct waiter w = {&b, 300, false, false, 0, false};
+    struct waiter w = {&b, 300, false, false, 0, false, false};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
@@ -87,7 +92,7 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 1);
     cr_assert_eq(b.refusals, 1);
     /* Told to stop. */
-    w = (struct waiter){&b, 600, false, false, 0, false};
+    w = (struct waiter){&b, 600, false, false, 0, false, false};
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
     __atomic_store_n(&w.cancel, true, __ATOMIC_RELEASE);
@@ -111,13 +116,13 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
  * wait_ms: before 2026-12-02 a trainer that paused for 2 s with its task's
  * buffer over the budget failed its job. Once it holds none, the wait is
  * over after wait_ms as for anyone. */
-Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own)
+Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own, .timeout = 120)
 {
     sl_membudget_t b;
     sl_membudget_init(&b, 1000, "--max-memory-mb");
     b.wait_ms = 20;
     cr_assert(sl_membudget_charge(&b, 900));
-    struct waiter w = {&b, 300, false, false, 900, false};
+    struct waiter w = {&b, 300, false, false, 900, false, false};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
@@ -130,14 +135,14 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own)
     cr_assert(w.got);
     cr_assert_eq(b.refusals, 0);
     /* Its owner holds nothing of its own: refused after its wait. */
-    w = (struct waiter){&b, 600, false, false, 0, false};
+    w = (struct waiter){&b, 600, false, false, 0, false, false};
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     pthread_join(t, NULL);
     cr_assert_not(w.got);
     cr_assert_eq(b.refusals, 1);
     /* It held some, then none (they went to a client that stopped reading
      * and the task was dropped elsewhere): refused once its wait is over. */
-    w = (struct waiter){&b, 600, false, false, 100, false};
+    w = (struct waiter){&b, 600, false, false, 100, false, false};
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
     __atomic_store_n(&w.own, 0, __ATOMIC_RELEASE);
@@ -145,9 +150,27 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own)
     cr_assert_not(w.got);
     cr_assert_eq(b.refusals, 2);
     cr_assert_eq(sl_membudget_used(&b), 700);
+    /* Its own thread is stopped (a prefetch reset or destroyed) while its
+     * owner still holds memory: it gives up, no refusal counted. */
+    w = (struct waiter){&b, 600, false, false, 700, false, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    until_waiting(&b);
+    __atomic_store_n(&w.thread_stop, true, __ATOMIC_RELEASE);
+    sl_membudget_wake(&b);
+    pthread_join(t, NULL);
+    cr_assert_not(w.got);
+    cr_assert_eq(b.refusals, 2);
+    /* More than the whole budget: no wait makes room for it, refused at
+     * once although its owner holds memory (it waited for ever before). */
+    w = (struct waiter){&b, 1001, false, false, 700, false, false};
+    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    pthread_join(t, NULL);
+    cr_assert_not(w.got);
+    cr_assert_eq(b.refusals, 3);
+    cr_assert_eq(b.waits, 4, "the charge over the whole budget did not wait");
     /* Its owner must make one more batch that its own wait for (a
      * stand-in's): the charge is taken past the limit once told so. */
-    w = (struct waiter){&b, 600, false, false, 700, false};
+    w = (struct waiter){&b, 600, false, false, 700, false, false};
     cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     until_waiting(&b);
     __atomic_store_n(&w.overdraw, true, __ATOMIC_RELEASE);
@@ -155,7 +178,7 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own)
     pthread_join(t, NULL);
     cr_assert(w.got);
     cr_assert_eq(sl_membudget_used(&b), 1300, "past the limit of 1000");
-    cr_assert_eq(b.refusals, 2);
+    cr_assert_eq(b.refusals, 3);
     cr_assert_not(sl_membudget_charge(&b, 1), "over the limit, nothing more fits");
     sl_membudget_release(&b, 1300);
 }
@@ -449,4 +472,151 @@ Test(membudget_pipeline, decode_jpeg_is_refused_on_its_header_before_decoding)
         batches_free(&bs);
     }
     sl_confine_destroy(roots);
+}
+
+/* ---- charges that wait while the pipeline's owner holds memory ---- */
+
+/* Gives `bytes` back to b once a charge waits for them (or after 30 s). */
+struct releaser {
+    sl_membudget_t *b;
+    size_t bytes;
+    bool saw_wait;
+};
+
+static void *releaser_main(void *arg)
+{
+    struct releaser *r = arg;
+    for (int i = 0; i < 30000 && __atomic_load_n(&r->b->waiters, __ATOMIC_SEQ_CST) == 0; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    r->saw_wait = __atomic_load_n(&r->b->waiters, __ATOMIC_SEQ_CST) > 0;
+    sl_membudget_release(r->b, r->bytes);
+    return NULL;
+}
+
+/* Runs spec over a budget its owner's own batches fill (own not 0, a wait
+ * without end): the first charge that needs room waits until the budget is
+ * given back, then the pipeline runs to its end. */
+static batches_t run_on_a_full_budget(const char *spec, sl_pipeline_opts_t *o)
+{
+    static size_t own = 1;
+    budget.wait_ms = 600000; /* the test ends long before, or hangs visibly */
+    o->mem = &budget;
+    o->mem_wait = (sl_memwait_t){.own = &own};
+    cr_assert(sl_membudget_charge(&budget, budget.limit));
+    struct releaser r = {&budget, budget.limit, false};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, releaser_main, &r), 0);
+    batches_t bs = run_spec(spec, o);
+    pthread_join(t, NULL);
+    cr_assert(r.saw_wait, "no charge waited: %d %s", bs.rc, bs.errmsg);
+    return bs;
+}
+
+/* A file of n records of `bytes` bytes each (record k filled with k). */
+static char *records_file(char *dir, size_t n, size_t bytes)
+{
+    cr_assert_not_null(mkdtemp(dir));
+    char *path = (char *)specf("%s/records.bin", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint8_t *rec = malloc(bytes);
+    cr_assert_not_null(rec);
+    for (size_t k = 0; k < n; k++) {
+        memset(rec, (int)(k & 0xff), bytes);
+        cr_assert_eq(fwrite(rec, 1, bytes, f), bytes);
+    }
+    free(rec);
+    cr_assert_eq(fclose(f), 0);
+    return strdup(path);
+}
+
+/* The first byte of a batch's one record. */
+static uint8_t first_byte(const sl_wire_batch_t *b)
+{
+    size_t len;
+    const uint8_t *rec = str_at(b, &b->components[0], 0, &len);
+    cr_assert_eq(len, 64 << 10);
+    return rec[0];
+}
+
+/* Before 2026-12-03 prefetch's and decode_jpeg's charges were refused at
+ * once on a full budget (SL_ETOOBIG) while shuffle's and batch's waited:
+ * a trainer that paused with its task's batches filling the budget failed
+ * its job behind a prefetch of records or a decode. */
+Test(membudget_pipeline, prefetch_and_decode_jpeg_wait_for_room_their_owner_gives_back)
+{
+    char dir[] = "/tmp/sl-membudget-XXXXXX";
+    char *path = records_file(dir, 100, 64 << 10);
+    sl_confine_t *roots = roots_at(dir);
+    sl_pipeline_opts_t o = {.roots = roots};
+    batches_t bs = run_on_a_full_budget(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
+                                              "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\","
+                                              "\"buffer_size\":4}]}",
+                                              path),
+                                        &o);
+    cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
+    cr_assert_eq(bs.n, 100);
+    for (size_t k = 0; k < bs.n; k++)
+        cr_assert_eq(first_byte(bs.b[k]), (uint8_t)k, "record %zu out of order", k);
+    batches_free(&bs);
+    cr_assert_eq(budget.refusals, 0);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    sl_confine_destroy(roots);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+
+    roots = roots_at(FIXTURES_IMAGES);
+    o = (sl_pipeline_opts_t){.roots = roots};
+    bs = run_on_a_full_budget(decode_then("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"}"), &o);
+    cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
+    cr_assert_eq(bs.n, 32);
+    batches_free(&bs);
+    cr_assert_eq(budget.refusals, 0);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    sl_confine_destroy(roots);
+}
+
+/* A prefetch whose thread waits for room, with no end to the wait (its
+ * owner holds memory), is reset by a take and a repeat above it: its own
+ * stop ends the wait, and the next epoch runs. Before 2026-12-03 only the
+ * task's stop did, and the reset waited for ever. */
+Test(membudget_pipeline, a_prefetch_reset_while_its_thread_waits_for_room_runs_on, .timeout = 120)
+{
+    static size_t own = 1;
+    char dir[] = "/tmp/sl-membudget-XXXXXX";
+    char *path = records_file(dir, 100, 64 << 10);
+    sl_confine_t *roots = roots_at(dir);
+    budget.wait_ms = 600000;
+    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
+    /* Room for one record (64 KiB and its offsets), not two: the thread
+     * queues it, then one more once it is taken (its room stays reserved
+     * to the prefetch's account), then waits for a third. */
+    size_t taken = budget.limit - (80 << 10);
+    cr_assert(sl_membudget_charge(&budget, taken));
+    sl_pipeline_t *p = pipeline_make(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
+                                           "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\","
+                                           "\"buffer_size\":4},{\"op\":\"take\",\"count\":1},"
+                                           "{\"op\":\"repeat\",\"count\":2}]}",
+                                           path),
+                                     &o);
+    batches_t first = run_pipeline_n(p, 1);
+    cr_assert_eq(first.n, 1, "%d %s", first.rc, first.errmsg);
+    until_waiting(&budget);
+    batches_t rest = run_pipeline(p);
+    cr_assert_eq(rest.rc, 1, "%d %s", rest.rc, rest.errmsg);
+    cr_assert_eq(rest.n, 1, "the second epoch's record");
+    cr_assert_eq(first_byte(rest.b[0]), 0, "the second epoch starts at record 0");
+    cr_assert_eq(budget.refusals, 0, "a wait given up as its thread stopped counted as a refusal");
+    batches_free(&first);
+    batches_free(&rest);
+    sl_pipeline_destroy(p);
+    sl_membudget_release(&budget, taken);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    sl_confine_destroy(roots);
+    unlink(path);
+    rmdir(dir);
+    free(path);
 }

@@ -742,6 +742,88 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
     cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
 }
 
+/* The same budget filled by the task's batches its clients have not
+ * acknowledged (held for them, workerd/held.h: their bytes count in
+ * sl_task_own_bytes()) while its buffer is empty: the finished batch waits
+ * past the budget's wait for them to come back. Before 2026-12-03 it
+ * waited only while the buffer held batches, and the task failed after
+ * the budget's wait (a trainer paused behind a prefetch, its batches sent
+ * and held). */
+Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batches)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, (size_t)5 << 20, "--max-memory-mb");
+    budget.wait_ms = 20;
+    struct run r = {0};
+    sl_task_config_t cfg = config();
+    cfg.mem = &budget;
+    cfg.buffer_batches = 64;
+    start_with(&r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\","
+               "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
+               &cfg);
+    sl_task_prov_form(r.task, true, true);
+    size_t *own = sl_task_own_bytes(r.task);
+    static unsigned char seen[400000];
+    memset(seen, 0, sizeof seen);
+    uint64_t count = 0;
+    size_t held = 0;
+    /* Every batch taken is held as a worker holds it for its client (the
+     * budget charged, own counted) until the budget has no room for the
+     * task's next batch, which then waits with the buffer empty. */
+    for (int i = 0; i < 30000; i++) {
+        sl_wire_batch_t *b = NULL;
+        int rc = sl_task_take(r.task, &b);
+        if (rc == SL_TASK_PENDING) {
+            if (__atomic_load_n(&budget.waiters, __ATOMIC_SEQ_CST) > 0 && held > 0)
+                break;
+            wait_notify(&r);
+            continue;
+        }
+        cr_assert_eq(rc, SL_TASK_BATCH, "take: %d %s", rc, sl_task_errmsg(r.task));
+        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+        for (uint64_t k = 0; k < b->num_elements; k++) {
+            cr_assert(!seen[v[k]], "element %ld twice", (long)v[k]);
+            seen[v[k]] = 1;
+        }
+        count += b->num_elements;
+        size_t c = b->charged;
+        __atomic_add_fetch(own, c, __ATOMIC_RELEASE);
+        sl_task_release(r.task, b);
+        if (sl_membudget_try_charge(&budget, c))
+            held += c;
+        else
+            __atomic_sub_fetch(own, c, __ATOMIC_RELEASE);
+        sl_wire_batch_free(b);
+    }
+    cr_assert_gt(held, 0);
+    cr_assert_eq(__atomic_load_n(&budget.waiters, __ATOMIC_SEQ_CST), 1, "nothing waited for the budget");
+    /* Past the budget's wait (20 ms) the task still waits; a failure would
+     * show by now (this sleep only gives a broken wait time to show). */
+    struct timespec pause = {0, 200 * 1000000};
+    nanosleep(&pause, NULL);
+    cr_assert_eq(sl_task_state(r.task), SL_TASK_RUNNING, "%s", sl_task_errmsg(r.task));
+    cr_assert_eq(budget.refusals, 0, "a charge was refused");
+    /* The client acknowledges them: the task runs to its end. */
+    __atomic_sub_fetch(own, held, __ATOMIC_RELEASE);
+    sl_membudget_release(&budget, held);
+    sl_wire_batch_t *b;
+    while (take_next(&r, &b) == SL_TASK_BATCH) {
+        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+        for (uint64_t k = 0; k < b->num_elements; k++) {
+            cr_assert(!seen[v[k]], "element %ld twice", (long)v[k]);
+            seen[v[k]] = 1;
+        }
+        count += b->num_elements;
+        sl_task_release(r.task, b);
+        sl_wire_batch_free(b);
+    }
+    cr_assert_eq(count, 400000);
+    cr_assert_eq(budget.refusals, 0, "a charge was refused");
+    stop(&r);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+}
+
 static void *stop_main(void *arg)
 {
     stop(arg);
