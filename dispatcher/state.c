@@ -1746,6 +1746,13 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
     if (rc < 0)
         return rc;
     job_remove_client(st, j, c, now);
+    /* An anonymous job has its one client: once it left, nobody can join
+     * the job again. It ends now rather than after job_gc_timeout_ms, so
+     * that its workers drop its tasks, and the batches they buffered give
+     * their memory back to the other jobs at once (a trainer that stopped
+     * early: an evaluation pass cut short, sluice-cat --limit). */
+    if (!j->name[0] && j->state == SL_JOB_RUNNING && j->num_clients == 0)
+        job_set_state(st, j, SL_JOB_CANCELLED, "its client released it before its end");
     return 0;
 }
 

@@ -248,10 +248,7 @@ class PausedTrainer(ClusterCase):
     def setUpClass(cls):
         cls.data = tempfile.mkdtemp(prefix='sluice-pause-')
         cls.worker_args = cls.worker_args + ('--data-root', cls.data)
-        # A job whose trainer left (sluice-cat --limit) keeps its task, and
-        # the batches it buffered, until it is collected: soon, so that
-        # each test starts on a worker with the budget to itself.
-        cls.dispatcher_args = ('--data-root', cls.data, '--job-gc-timeout-ms', '200')
+        cls.dispatcher_args = ('--data-root', cls.data)
         super().setUpClass()
 
     def pause_and_read(self, spec, limit, batch_size, extra):
@@ -259,7 +256,11 @@ class PausedTrainer(ClusterCase):
         its options), stopped with SIGSTOP for 3 s once the pipeline waits
         for the budget."""
         port = self.c.workers[0].admin_port
-        wait_for(lambda: not get_json(port, '/v1/tasks')['tasks'], 'the jobs of the tests before to be collected')
+        # The anonymous job of a trainer that left early (sluice-cat
+        # --limit) ends as it leaves: its worker drops its task, and the
+        # batches it buffered, at its next heartbeat, not the job's gc
+        # timeout (60 s) later. Each test starts with the budget to itself.
+        wait_for(lambda: not get_json(port, '/v1/tasks')['tasks'], 'the jobs of the tests before to end')
         waits = metric(port, 'sluice_worker_memory_waits_total', default=0)
         refusals = metric(port, 'sluice_worker_memory_refusals_total', default=0)
         proc = subprocess.Popen(self.c.cat_argv(spec, ['--limit', str(limit)] + extra, fmt='count'),

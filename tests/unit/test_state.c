@@ -1128,13 +1128,15 @@ Test(state, heartbeating_client_keeps_its_lease_and_job)
     cr_assert_eq(stats().jobs_running, 1);
 }
 
+/* A named job that its clients left waits job_gc_timeout_ms for one to
+ * join again (a trainer restarted). */
 Test(state, job_without_clients_is_cancelled_after_gc_timeout)
 {
     start_default(); /* job_gc_timeout_ms 500 */
     uint64_t ds = dataset(RANGE_SPEC(100));
     uint64_t w = worker("w:1", 0);
     uint64_t c;
-    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
+    uint64_t j = job(ds, "train", SL_SHARDING_DYNAMIC, 0, &c);
     uint64_t t = take_task(w, 1).task_id;
     cr_assert_eq(release(j, c, 10), 0);
 
@@ -1151,6 +1153,34 @@ Test(state, job_without_clients_is_cancelled_after_gc_timeout)
     cr_assert(removed(t), "the cancelled job's task is dropped");
     cr_assert_eq(splits(t, 0, 1), 0, "%s", err);
     cr_assert(sresp->end_of_epoch, "a cancelled job hands out no splits");
+}
+
+/* Nobody can join an anonymous job: once its one client released it, it
+ * ends at once, and its workers drop its tasks (and give back the memory
+ * of the batches they buffered) at their next heartbeat rather than
+ * job_gc_timeout_ms later. One that ended before stays as it ended. */
+Test(state, an_anonymous_job_released_by_its_client_ends_at_once)
+{
+    start_default(); /* job_gc_timeout_ms 500 */
+    uint64_t ds = dataset(RANGE_SPEC(100));
+    uint64_t w = worker("w:1", 0);
+    uint64_t c;
+    uint64_t j = job(ds, NULL, SL_SHARDING_DYNAMIC, 0, &c);
+    uint64_t t = take_task(w, 1).task_id;
+    cr_assert_eq(release(j, c, 10), 0);
+    cr_assert_eq(stats().jobs_running, 0, "the released anonymous job still runs");
+    report(w, t, SL_TASK_RUNNING, NULL, 11);
+    cr_assert(removed(t), "the ended job's task is dropped at the worker's next heartbeat");
+    cr_assert_eq(splits(t, 0, 1), 0, "%s", err);
+    cr_assert(sresp->end_of_epoch, "an ended job hands out no splits");
+    /* A job that finished before its client left stays FINISHED. */
+    uint64_t j2 = job(ds, NULL, SL_SHARDING_OFF, 20, &c);
+    uint64_t t2 = take_task(w, 21).task_id;
+    report(w, t2, SL_TASK_DONE, NULL, 22);
+    cr_assert_eq(job_state(j2, c, 23), SL_JOB_FINISHED);
+    cr_assert_eq(release(j2, c, 24), 0);
+    cr_assert_eq(stats().jobs_running, 0);
+    cr_assert_eq(stats().jobs_total, 2);
 }
 
 Test(state, job_whose_client_expired_is_cancelled_after_gc_timeout)
