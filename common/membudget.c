@@ -70,10 +70,14 @@ static bool flag_set(const bool *flag)
     return flag && __atomic_load_n(flag, __ATOMIC_ACQUIRE);
 }
 
-static bool cancelled(const sl_memwait_t *w)
+bool sl_memwait_cancelled(const sl_memwait_t *w)
 {
-    return w && (flag_set(w->cancel) || flag_set(w->cancel_thread));
+    for (; w; w = w->up) /* as deep as prefetches nest in one spec */
+        if (flag_set(w->cancel) || flag_set(w->cancel_thread))
+            return true;
+    return false;
 }
+
 
 void sl_membudget_count_wait(sl_membudget_t *b)
 {
@@ -106,7 +110,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
 {
     if (!b || sl_membudget_try_charge(b, bytes))
         return true;
-    if (cancelled(w))
+    if (sl_memwait_cancelled(w))
         return false; /* no refusal: its owner stops */
     if (overdraw(w)) {
         charge_over(b, bytes);
@@ -123,7 +127,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
     __atomic_add_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (;;) {
-        if ((ok = charge(b, bytes, false)) || cancelled(w))
+        if ((ok = charge(b, bytes, false)) || sl_memwait_cancelled(w))
             break;
         if (overdraw(w)) {
             charge_over(b, bytes);
@@ -153,7 +157,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
     }
     __atomic_sub_fetch(&b->waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&b->wait_mu);
-    return ok || (!cancelled(w) && charge_reclaim(b, bytes, true));
+    return ok || (!sl_memwait_cancelled(w) && charge_reclaim(b, bytes, true));
 }
 
 void sl_membudget_wake(sl_membudget_t *b)
@@ -267,6 +271,14 @@ void sl_memacct_release(sl_memacct_t *a, size_t bytes)
         size_t keep = a->budget ? round_up(a->held) : a->held;
         sl_membudget_release(a->budget, a->reserved - keep);
         a->reserved = keep;
+    }
+}
+
+void sl_memacct_trim(sl_memacct_t *a)
+{
+    if (a->reserved > a->held) {
+        sl_membudget_release(a->budget, a->reserved - a->held);
+        a->reserved = a->held;
     }
 }
 

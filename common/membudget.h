@@ -88,6 +88,10 @@ typedef struct sl_memwait {
     /* A second such flag: the waiting thread's own (a prefetch thread's,
      * stopped when its iterator is reset or destroyed). NULL: none. */
     const bool *cancel_thread;
+    /* The wait of the thread that runs this one's (a prefetch above the
+     * prefetch whose thread waits): its flags end this wait too. NULL:
+     * none. */
+    const struct sl_memwait *up;
     /* Bytes the owner holds that come back as its consumer reads them (a
      * task's finished batches; read atomically): while not 0 the wait goes
      * on past wait_ms, as the owner's own backpressure. NULL: none. */
@@ -114,6 +118,15 @@ typedef struct sl_memwait {
  * can make room for it). A NULL b always charges.
  */
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w);
+
+/** Whether a wait with w is told to stop: a flag of w or of a wait up from it. */
+bool sl_memwait_cancelled(const sl_memwait_t *w);
+
+/** Whether a charge waits for room now. */
+static inline bool sl_membudget_waiting(const sl_membudget_t *b)
+{
+    return b && __atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST) > 0;
+}
 
 /** Makes every waiting charge look at its cancel flag again. NULL b is ignored. */
 void sl_membudget_wake(sl_membudget_t *b);
@@ -212,6 +225,13 @@ static inline void sl_memacct_adopt(sl_memacct_t *a, size_t bytes)
 
 /** Releases bytes of what the account holds (at most what it holds). */
 void sl_memacct_release(sl_memacct_t *a, size_t bytes);
+
+/**
+ * Gives back what the account reserves beyond what it holds, for a charge
+ * that waits for room (sl_membudget_waiting()) while the account's owner
+ * would otherwise keep it for its next charge.
+ */
+void sl_memacct_trim(sl_memacct_t *a);
 
 /** Releases everything the account holds and reserves. */
 void sl_memacct_release_all(sl_memacct_t *a);

@@ -29,7 +29,10 @@
  * do (opts.mem_wait), without the queue's lock; a refused one ends the
  * queue with SL_ETOOBIG after the elements before it, as an error of the
  * input would. reset() and destroy() end the waits of the thread and of
- * the iterators below it (sl_memwait_t.cancel_thread).
+ * the iterators below it (sl_memwait_t.cancel_thread), and of the threads
+ * of the prefetches below it (sl_memwait_t.up): this thread may wait on
+ * their queues. An element taken while a charge waits gives the account's
+ * spare reservation back to the budget (sl_memacct_trim()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -118,18 +121,27 @@ static void *producer_main(void *arg)
         int rc = input->vt->next(input, pf->tmp);
         pthread_mutex_lock(&pf->mu);
         publish(pf);
-        if (rc == 0 && !charge(pf, sl_element_bytes(pf->tmp))) {
-            if (pf->stop) {
-                sl__iter_drop(&pf->base, pf->tmp);
+        size_t bytes = rc == 0 ? sl_element_bytes(pf->tmp) : 0;
+        if (rc == 0 && !charge(pf, bytes)) {
+            sl__iter_drop(&pf->base, pf->tmp);
+            if (pf->stop)
                 break;
+            char msg[400];
+            if (sl_memwait_cancelled(&pf->sub.opts.mem_wait)) {
+                /* A prefetch above stops while this thread waits: its
+                 * thread, which waits on this queue, learns it and resets
+                 * it next. */
+                snprintf(msg, sizeof msg, "stopped while waiting for memory");
+                rc = SL_ECANCELLED;
+            } else {
+                char what[96];
+                snprintf(what, sizeof what, "element %u of a prefetch buffer (buffer_size %u)", pf->count + 1,
+                         pf->cap);
+                sl_membudget_refusal(pf->mem.budget, bytes, what, msg, sizeof msg);
+                rc = SL_ETOOBIG;
             }
-            char what[96], msg[400];
-            snprintf(what, sizeof what, "element %u of a prefetch buffer (buffer_size %u)", pf->count + 1, pf->cap);
-            sl_membudget_refusal(pf->mem.budget, sl_element_bytes(pf->tmp), what, msg, sizeof msg);
             if (pf->sub.errmsg[0] == '\0')
                 snprintf(pf->sub.errmsg, sizeof pf->sub.errmsg, "%s: %s", pf->base.label, msg);
-            sl__iter_drop(&pf->base, pf->tmp);
-            rc = SL_ETOOBIG;
         }
         if (rc == 0) {
             sl_element_move(pf->ring[(pf->head + pf->count) % pf->cap], pf->tmp);
@@ -179,6 +191,11 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
     int rc;
     if (pf->count > 0) {
         sl_memacct_release(&pf->mem, sl_element_bytes(pf->ring[pf->head]));
+        /* A charge that waits for room (this queue's thread's, or one
+         * below or beside it) gets what the queue no longer holds, not
+         * only what it holds beyond its granules (membudget.h). */
+        if (sl_membudget_waiting(pf->mem.budget))
+            sl_memacct_trim(&pf->mem);
         sl_element_move(out, pf->ring[pf->head]);
         pf->head = (pf->head + 1) % pf->cap;
         pf->count--;
@@ -285,8 +302,12 @@ int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx
     pf->folded = pf->pub;
     for (sl_iter_t *x = input; x; x = x->input) {
         x->ctx = &pf->sub;
-        if (x->vt == &prefetch_vtbl)
+        if (x->vt == &prefetch_vtbl) {
+            /* This thread waits on that one's queue: stopping it must end
+             * the waits for memory of that one's thread too. */
+            ((struct prefetch_iter *)x)->sub.opts.mem_wait.up = &pf->sub.opts.mem_wait;
             break;
+        }
     }
     *out = &pf->base;
     return 0;

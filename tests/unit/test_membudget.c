@@ -620,3 +620,75 @@ Test(membudget_pipeline, a_prefetch_reset_while_its_thread_waits_for_room_runs_o
     rmdir(dir);
     free(path);
 }
+
+/* The queue's thread waits for room its own account reserved for the
+ * elements its consumer took since (granules, membudget.h): taking one
+ * gives the account's spare reservation back while a charge waits. Before,
+ * with room for 1.25 records and a queue of 2, the thread waited for ever
+ * beside 64 KiB of its own reserved and unused. */
+Test(membudget_pipeline, a_prefetch_waiting_for_room_gets_what_its_queue_gave_back, .timeout = 120)
+{
+    static size_t own = 1;
+    char dir[] = "/tmp/sl-membudget-XXXXXX";
+    char *path = records_file(dir, 100, 64 << 10);
+    sl_confine_t *roots = roots_at(dir);
+    budget.wait_ms = 600000;
+    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
+    size_t taken = budget.limit - (80 << 10);
+    cr_assert(sl_membudget_charge(&budget, taken));
+    batches_t bs = run_spec(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
+                                  "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":2}]}",
+                                  path),
+                            &o);
+    cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
+    cr_assert_eq(bs.n, 100);
+    for (size_t k = 0; k < bs.n; k++)
+        cr_assert_eq(first_byte(bs.b[k]), (uint8_t)k, "record %zu out of order", k);
+    cr_assert_gt(budget.waits, 0, "the queue's thread never waited: the test tests nothing");
+    cr_assert_eq(budget.refusals, 0);
+    batches_free(&bs);
+    sl_membudget_release(&budget, taken);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    sl_confine_destroy(roots);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+}
+
+/* A prefetch below another: the outer one's thread waits on the inner
+ * queue while the inner one's thread waits for room (its owner holds
+ * memory: no end). Resetting the outer one (a take and a repeat above)
+ * ends the inner one's wait too (sl_memwait_t.up); before, the reset
+ * waited for ever. The fixtures' records are 1.1 to 2.9 KB, in a known
+ * order: with 1500 bytes of room the first ones fit and a larger one
+ * waits; the labels the outer queue holds cost nothing. */
+Test(membudget_pipeline, a_prefetch_below_a_reset_prefetch_stops_waiting_for_room, .timeout = 120)
+{
+    static size_t own = 1;
+    sl_confine_t *roots = roots_at(FIXTURES_IMAGES);
+    budget.wait_ms = 600000;
+    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
+    size_t taken = budget.limit - 1500;
+    cr_assert(sl_membudget_charge(&budget, taken));
+    sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
+                                     "/images-*.tfrecord\"},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":1},"
+                                     "{\"op\":\"parse_example\",\"features\":{\"label\":{\"dtype\":\"int64\"}}},"
+                                     "{\"op\":\"prefetch\",\"buffer_size\":4},{\"op\":\"take\",\"count\":1},"
+                                     "{\"op\":\"repeat\",\"count\":2}]}",
+                                     &o);
+    batches_t first = run_pipeline_n(p, 1);
+    cr_assert_eq(first.n, 1, "%d %s", first.rc, first.errmsg);
+    until_waiting(&budget);
+    batches_t rest = run_pipeline(p);
+    cr_assert_eq(rest.rc, 1, "%d %s", rest.rc, rest.errmsg);
+    cr_assert_eq(rest.n, 1, "the second epoch's label");
+    cr_assert_eq(i64_at(rest.b[0], &rest.b[0]->components[0], 0), i64_at(first.b[0], &first.b[0]->components[0], 0),
+                 "the second epoch starts at the first record");
+    cr_assert_eq(budget.refusals, 0, "a wait given up as its prefetch stopped counted as a refusal");
+    batches_free(&first);
+    batches_free(&rest);
+    sl_pipeline_destroy(p);
+    sl_membudget_release(&budget, taken);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    sl_confine_destroy(roots);
+}
