@@ -907,23 +907,38 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
 static struct client *longest_away(struct job *j);
 
 /* The first round a client that came in place of an away one hands its
- * caller (coordinated reads): the largest round any other client of job j
- * was at, or its predecessor's round if that is larger. An away client
- * counts where it stopped, a present one where it is, except one that
- * itself came in place of another while away ones remain (aligning):
- * where it started handing out rounds. Consumers restarted together thus
- * start their callers at one round, whichever of them comes first, though
- * their predecessors stopped as far apart as their windows of rounds in
- * flight. */
+ * caller (coordinated reads): while a restart is under way (a client that
+ * came in place of another is aligning: away ones remain), where the first
+ * of the restart started, so that every consumer restarted with it starts
+ * at that one round, whatever the others read since; else the largest
+ * round any other client of job j was at (an away one where it stopped, a
+ * present one where it is), or its predecessor's round if that is larger.
+ * Consumers restarted together thus start their callers at one round,
+ * whichever of them comes first, though their predecessors stopped as far
+ * apart as their windows of rounds in flight. */
 static uint64_t aligned_start(const struct job *j, uint64_t round)
 {
     for (unsigned i = 0; i < j->num_clients; i++) {
         const struct client *o = &j->clients[i];
-        uint64_t at = o->aligning && !o->away_since ? o->start_round : o->round;
-        if (at > round)
-            round = at;
+        if (o->aligning && !o->away_since)
+            return o->start_round > round ? o->start_round : round;
     }
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].round > round)
+            round = j->clients[i].round;
     return round;
+}
+
+/* Ends a restart once no client of job j is away (each consumer index has
+ * its client again, or the away ones were released): a later one aligns
+ * with where the clients are, not where they began. */
+static void restart_over_if_none_away(struct job *j)
+{
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (j->clients[i].away_since != 0)
+            return;
+    for (unsigned i = 0; i < j->num_clients; i++)
+        j->clients[i].aligning = false;
 }
 
 /* Adds a client to job j; *replaced says whether it came in place of an
@@ -972,13 +987,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
                          .round = round, .target = (sl_target_workers_t)req->target_workers, .replaced = *replaced,
                          .aligning = *replaced, .start_round = start};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
-    /* Every consumer index has its client again: the restart is over, and
-     * a later one aligns with where the clients are, not where they began. */
-    bool away_left = false;
-    for (unsigned i = 0; i < j->num_clients; i++)
-        away_left |= j->clients[i].away_since != 0;
-    for (unsigned i = 0; !away_left && i < j->num_clients; i++)
-        j->clients[i].aligning = false;
+    restart_over_if_none_away(j);
     *client_id = c->id;
     j->dirty = true;
     sl__dstate_touch(st, j);
@@ -1901,6 +1910,7 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
+                restart_over_if_none_away(j); /* an away one released for good */
             } else {
                 if (running && c->away_since == 0 && c->stalled_since == 0 && st->cfg.client_stall_ms > 0 &&
                     now - c->progress_at > st->cfg.client_stall_ms && sl__out_holds_back(j, c))

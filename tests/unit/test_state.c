@@ -2257,6 +2257,121 @@ Test(state, consumers_restarted_together_hand_out_rounds_from_one_round)
     cr_assert_eq(again.deliver_from, 410);
 }
 
+/* Property test of the rule above at the sizes trainers run: jobs of up
+ * to 64 consumers whose rounds lie up to 64 apart (their windows in
+ * flight); all of them restarted together, or some; the new ones come in
+ * a drawn order, and those already back read on (and the others too)
+ * between their joins. Every new one asks from where its predecessor was,
+ * and all of one restart hand their callers the rounds from one round: the
+ * largest any consumer of the job was at when the first of them came. */
+Test(state, consumers_restarted_together_start_at_one_round_at_drawn_sizes)
+{
+    uint64_t rng = test_seed("state.consumers_restarted_together_start_at_one_round_at_drawn_sizes");
+    uint64_t ds = start_away_clients(0);
+    int64_t now = 0;
+    enum { MAX_N = 64, TRIALS = 400 };
+    static sluice_GetOrCreateJobResponse r[MAX_N];
+    for (unsigned trial = 0; trial < TRIALS; trial++) {
+        char name[32];
+        snprintf(name, sizeof name, "sync-%u", trial);
+        uint32_t n = 1 + (uint32_t)(splitmix64(&rng) % MAX_N);
+        bool all = splitmix64(&rng) % 2 == 0;
+        uint64_t round[MAX_N], base = splitmix64(&rng) % 100000;
+        bool restarts[MAX_N], away[MAX_N];
+        uint32_t restarted = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            cr_assert_eq(join(ds, name, n, i, 0, "", now, &r[i]), 0, "trial %u: %s", trial, err);
+            round[i] = base + splitmix64(&rng) % 64;
+            cr_assert_eq(coord_hb(&r[i], round[i], now), 0, "%s", err);
+            restarts[i] = all || splitmix64(&rng) % 3 == 0;
+            restarted += restarts[i];
+            away[i] = restarts[i];
+        }
+        if (restarted == 0) {
+            restarts[0] = away[0] = true;
+            restarted = 1;
+        }
+        /* Those that stay heartbeat; the others' leases run out. */
+        for (uint32_t i = 0; i < n; i++)
+            if (!restarts[i])
+                cr_assert_eq(coord_hb(&r[i], round[i], now + 150), 0, "%s", err);
+        sl_dstate_tick(st, now + 201);
+        now += 202;
+        uint64_t order[MAX_N];
+        shuffled_order(order, n, splitmix64(&rng));
+        uint64_t from = 0;
+        bool first = true;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = (uint32_t)order[k];
+            if (!restarts[i])
+                continue;
+            uint64_t most = 0;
+            for (uint32_t o = 0; o < n; o++)
+                most = round[o] > most ? round[o] : most;
+            sluice_GetOrCreateJobResponse again;
+            cr_assert_eq(join(ds, name, n, i, 0, "", now, &again), 0, "trial %u: %s", trial, err);
+            cr_assert_eq(again.first_round, round[i], "trial %u, consumer %u of %u: asks from %" PRIu64
+                         ", its predecessor was at %" PRIu64, trial, i, n, again.first_round, round[i]);
+            if (first)
+                from = most;
+            first = false;
+            cr_assert_eq(again.deliver_from, from, "trial %u (%u consumers, %u restarted): consumer %u hands out "
+                         "from %" PRIu64 ", the first restarted from %" PRIu64, trial, n, restarted, i,
+                         again.deliver_from, from);
+            r[i] = again;
+            now++;
+            /* Everyone present reads on a little meanwhile (within the
+             * horizon), the new ones from where they asked. */
+            away[i] = false;
+            for (uint32_t o = 0; o < n; o++) {
+                if (away[o])
+                    continue;
+                round[o] += splitmix64(&rng) % 8;
+                cr_assert_eq(coord_hb(&r[o], round[o], now), 0, "%s", err);
+            }
+        }
+        now += 1000; /* this job's consumers go away; the next job is another */
+    }
+}
+
+/* A restart that never completes (one of the consumers never comes back
+ * and is released after client_rejoin_ms) is over once nobody is away: a
+ * later restart of one consumer hands out from where the others are, not
+ * from where the unfinished restart began. */
+Test(state, a_restart_whose_last_consumer_never_came_back_is_over_when_it_is_released)
+{
+    uint64_t ds = start_away_clients(0); /* away after 200 ms, released after 100 s */
+    sluice_GetOrCreateJobResponse r[3];
+    const uint64_t was[3] = {100, 110, 105};
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(join(ds, "sync", 3, i, 0, "", 0, &r[i]), 0, "%s", err);
+        cr_assert_eq(coord_hb(&r[i], was[i], 0), 0, "%s", err);
+    }
+    cr_assert_eq(coord_hb(&r[2], 105, 150), 0, "%s", err);
+    sl_dstate_tick(st, 201); /* 0 and 1 away */
+    cr_assert_eq(join(ds, "sync", 3, 0, 0, "", 202, &r[0]), 0, "%s", err);
+    cr_assert_eq(r[0].deliver_from, 110);
+    /* 1 never comes back: released after 100 s, while 0 and 2 read on. */
+    int64_t now = 202;
+    for (; now < 100500; now += 150) {
+        cr_assert_eq(coord_hb(&r[0], 520, now), 0, "%s", err);
+        cr_assert_eq(coord_hb(&r[2], 500, now), 0, "%s", err);
+        sl_dstate_tick(st, now + 1);
+    }
+    json_t *v = sl_dstate_job_json(st, r[0].job_id, now);
+    cr_assert_eq(json_array_size(json_object_get(v, "consumers")), 2, "consumer 1 was released");
+    json_decref(v);
+    /* 2 is restarted alone: it starts where 0 is, not where the restart
+     * that never completed began. */
+    cr_assert_eq(coord_hb(&r[0], 520, now + 150), 0, "%s", err);
+    sl_dstate_tick(st, now + 201);
+    cr_assert_eq(stats().clients_away, 1, "2 alone is away");
+    sluice_GetOrCreateJobResponse again;
+    cr_assert_eq(join(ds, "sync", 3, 2, 0, "", now + 202, &again), 0, "%s", err);
+    cr_assert_eq(again.first_round, 500);
+    cr_assert_eq(again.deliver_from, 520);
+}
+
 Test(state, an_ended_job_keeps_no_client_away)
 {
     sl_dstate_config_t cfg;
