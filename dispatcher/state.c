@@ -163,6 +163,7 @@ static void job_free(struct job *j)
     for (unsigned i = 0; i < j->num_clients; i++)
         sl__out_free_client(&j->clients[i]);
     free(j->clients);
+    free(j->gone);
     free(j);
 }
 
@@ -906,16 +907,65 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now);
 static struct client *longest_away(struct job *j);
 
-/* The first round a client that came in place of an away one hands its
- * caller (coordinated reads): while a restart is under way (a client that
- * came in place of another is aligning: away ones remain), where the first
- * of the restart started, so that every consumer restarted with it starts
- * at that one round, whatever the others read since; else the largest
- * round any other client of job j was at (an away one where it stopped, a
- * present one where it is), or its predecessor's round if that is larger.
- * Consumers restarted together thus start their callers at one round,
- * whichever of them comes first, though their predecessors stopped as far
- * apart as their windows of rounds in flight. */
+static struct gone_consumer *gone_find(struct job *j, uint32_t consumer_index)
+{
+    for (unsigned i = 0; i < j->num_gone; i++)
+        if (j->gone[i].consumer_index == consumer_index)
+            return &j->gone[i];
+    return NULL;
+}
+
+static void gone_forget(struct job *j, uint32_t consumer_index)
+{
+    struct gone_consumer *g = gone_find(j, consumer_index);
+    if (g)
+        *g = j->gone[--j->num_gone];
+}
+
+/* Client c of a running coordinated job leaves for good: its index's next
+ * client starts at its round (job_add_client()). */
+static void gone_note(sl_dstate_t *st, struct job *j, const struct client *c, int64_t now)
+{
+    struct gone_consumer *g = gone_find(j, c->consumer_index);
+    if (!g && j->num_gone >= st->cfg.max_clients_per_job) {
+        unsigned oldest = 0;
+        for (unsigned i = 1; i < j->num_gone; i++)
+            if (j->gone[i].since < j->gone[oldest].since)
+                oldest = i;
+        g = &j->gone[oldest];
+    } else if (!g) {
+        if (sl__dstate_grow(&j->gone, &j->cap_gone, j->num_gone, sizeof *j->gone) < 0) {
+            sl_log_warn("job %" PRIu64 ": out of memory: the next client of consumer_index %u starts at round 0",
+                        j->id, c->consumer_index);
+            return;
+        }
+        g = &j->gone[j->num_gone++];
+    }
+    *g = (struct gone_consumer){.consumer_index = c->consumer_index, .round = c->round,
+                                .since = c->away_since ? c->away_since : now};
+}
+
+/* Whether a consumer of job j left within client_rejoin_ms: it may come
+ * back with the others of a restart. */
+static bool gone_lately(const sl_dstate_t *st, const struct job *j, int64_t now)
+{
+    for (unsigned i = 0; i < j->num_gone; i++)
+        if (now - j->gone[i].since <= st->cfg.client_rejoin_ms)
+            return true;
+    return false;
+}
+
+/* The first round a client that came in place of an away or gone one
+ * hands its caller (coordinated reads): while a restart is under way (a
+ * client that came in place of another is aligning: others are away, or
+ * left lately), where the first of the restart started, so that every
+ * consumer restarted with it starts at that one round, whatever the others
+ * read since; else the largest round any other consumer of job j was at
+ * (an away or gone one where it stopped, a present one where it is), or
+ * its predecessor's round if that is larger. Consumers restarted together
+ * thus start their callers at one round, whichever of them comes first,
+ * though their predecessors stopped as far apart as their windows of
+ * rounds in flight. */
 static uint64_t aligned_start(const struct job *j, uint64_t round)
 {
     for (unsigned i = 0; i < j->num_clients; i++) {
@@ -926,19 +976,29 @@ static uint64_t aligned_start(const struct job *j, uint64_t round)
     for (unsigned i = 0; i < j->num_clients; i++)
         if (j->clients[i].round > round)
             round = j->clients[i].round;
+    for (unsigned i = 0; i < j->num_gone; i++)
+        if (j->gone[i].round > round)
+            round = j->gone[i].round;
     return round;
 }
 
-/* Ends a restart once no client of job j is away (each consumer index has
- * its client again, or the away ones were released): a later one aligns
- * with where the clients are, not where they began. */
-static void restart_over_if_none_away(struct job *j)
+/* Ends a restart once no consumer of job j is away or left lately (each
+ * index has its client again, or the others are gone for good): a later
+ * one aligns with where the consumers are, not where they began. */
+static void restart_over_if_none_away(sl_dstate_t *st, struct job *j, int64_t now)
 {
     for (unsigned i = 0; i < j->num_clients; i++)
         if (j->clients[i].away_since != 0)
             return;
-    for (unsigned i = 0; i < j->num_clients; i++)
-        j->clients[i].aligning = false;
+    if (gone_lately(st, j, now))
+        return;
+    for (unsigned i = 0; i < j->num_clients; i++) {
+        if (j->clients[i].aligning) {
+            j->clients[i].aligning = false; /* stored */
+            j->dirty = true;
+            sl__dstate_touch(st, j);
+        }
+    }
 }
 
 /* Adds a client to job j; *replaced says whether it came in place of an
@@ -964,6 +1024,15 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
             break;
         }
     }
+    /* Or in place of one that left for good while the job ran (it closed
+     * its iterator: a trainer stopped cleanly and started again). */
+    const struct gone_consumer *g = !*replaced && j->num_consumers > 0 ? gone_find(j, req->consumer_index) : NULL;
+    if (g) {
+        sl_log_warn("job %" PRIu64 ": a new client takes consumer_index %u, whose client left %" PRId64 " ms ago, "
+                    "from round %" PRIu64, j->id, req->consumer_index, now - g->since, g->round);
+        round = g->round;
+        *replaced = true;
+    }
     struct client *away = j->num_clients >= st->cfg.max_clients_per_job ? longest_away(j) : NULL;
     if (away) {
         sl_log_warn("job %" PRIu64 ": client %" PRIu64 ", away for %" PRId64 " ms, released: the job is at its "
@@ -987,7 +1056,9 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
                          .round = round, .target = (sl_target_workers_t)req->target_workers, .replaced = *replaced,
                          .aligning = *replaced, .start_round = start};
     snprintf(c->host, sizeof c->host, "%s", host ? host : "");
-    restart_over_if_none_away(j);
+    if (j->num_consumers > 0)
+        gone_forget(j, req->consumer_index);
+    restart_over_if_none_away(st, j, now);
     *client_id = c->id;
     j->dirty = true;
     sl__dstate_touch(st, j);
@@ -1538,6 +1609,8 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
 
 static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
 {
+    if (j->num_consumers > 0 && j->state == SL_JOB_RUNNING)
+        gone_note(st, j, c, now);
     if (j->name[0] && j->state == SL_JOB_RUNNING && (!j->given_floor_set || c->epochs_given < j->given_floor)) {
         j->given_floor = c->epochs_given;
         j->given_floor_set = true;
@@ -1910,7 +1983,6 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
-                restart_over_if_none_away(j); /* an away one released for good */
             } else {
                 if (running && c->away_since == 0 && c->stalled_since == 0 && st->cfg.client_stall_ms > 0 &&
                     now - c->progress_at > st->cfg.client_stall_ms && sl__out_holds_back(j, c))
@@ -1918,6 +1990,8 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                 k++;
             }
         }
+        if (j->num_consumers > 0)
+            restart_over_if_none_away(st, j, now); /* away ones released, gone ones no longer lately */
         if (j->state == SL_JOB_RUNNING && j->num_clients == 0 && now - j->idle_since > st->cfg.job_gc_timeout_ms) {
             job_set_state(st, j, SL_JOB_CANCELLED, "no client for the job's gc timeout");
             job_collect(st, j);

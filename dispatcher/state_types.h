@@ -215,6 +215,17 @@ struct job {
     unsigned num_tasks, cap_tasks;
     struct client *clients;
     unsigned num_clients, cap_clients;
+    /* Coordinated reads: each consumer index whose client left while the
+     * job ran (it closed its iterator, or was away past client_rejoin_ms),
+     * with the round it last said it would ask next, and since when it is
+     * gone (when it went away, for an away one): the next client of that
+     * index starts there (at most max_clients_per_job; not stored). */
+    struct gone_consumer {
+        uint32_t consumer_index;
+        uint64_t round;
+        int64_t since;
+    } *gone;
+    unsigned num_gone, cap_gone;
     int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
     int64_t created;
     int64_t ended;      /* when it left RUNNING, on the state's clock (0: running) */

@@ -169,6 +169,17 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         json_array_append_new(consumers, co);
     }
     json_object_set_new(o, "consumers", consumers);
+    if (j->num_consumers > 0) {
+        /* Consumer indexes whose client left while the job ran: the next
+         * client of one starts at its round. */
+        json_t *gone = json_array();
+        for (unsigned g = 0; g < j->num_gone; g++)
+            json_array_append_new(gone, json_pack("{s:I,s:I,s:I}", "consumer_index",
+                                                  (json_int_t)j->gone[g].consumer_index, "round",
+                                                  (json_int_t)j->gone[g].round, "gone_ms",
+                                                  (json_int_t)(now - j->gone[g].since)));
+        json_object_set_new(o, "gone", gone);
+    }
     json_t *tasks = json_array();
     for (unsigned t = 0; t < j->num_tasks; t++) {
         const struct task *tk = &j->tasks[t];

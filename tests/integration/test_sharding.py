@@ -830,25 +830,37 @@ class CoordinatedRestart(CoordinatedConsumers):
     furthest any consumer of the job was at, so that consumers restarted
     together start at one round. Before 2026-12-02
     it started at round 0, read rounds the workers had forgotten as new
-    ones, and failed where its predecessor's rounds began."""
+    ones, and failed where its predecessor's rounds began. One stopped
+    cleanly (its iterator closed, its lease released at once) comes back
+    the same way (before 2026-12-03 it started at round 0)."""
 
-    def restart(self, killed):
+    def restart(self, killed, sig=signal.SIGKILL):
+        """Stops the consumers `killed` with sig (SIGTERM: sluice-cat closes
+        its iterator, which releases its lease at once) and starts them
+        again."""
         c = Cluster(workers=2, dispatcher_args=['--client-timeout-ms', '1000'])
         try:
             c.wait_workers_registered(2)
             self.consumers(c, [8, 32])
             wait_for(lambda: self.reading(500), 'both consumers to read 500 rounds')
-            before = [list(g) for g in self.got]
             for i in killed:
-                self.procs[i].kill()
-                self.procs[i].wait()
+                self.procs[i].send_signal(sig)
+                self.procs[i].wait(30)
+            before = [list(g) for g in self.got]
             job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
 
+            def view():
+                return get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)
+
             def consumers():
-                return get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['consumers']
-            wait_for(lambda: sum(x['state'] == 'away' for x in consumers()) == len(killed),
-                     'the killed consumers to be away')
-            was = {x['consumer_index']: x['round'] for x in consumers()}
+                return view()['consumers']
+            if sig == signal.SIGKILL:
+                wait_for(lambda: sum(x['state'] == 'away' for x in consumers()) == len(killed),
+                         'the killed consumers to be away')
+            else:
+                wait_for(lambda: sorted(x['consumer_index'] for x in view()['gone']) == sorted(killed),
+                         'the stopped consumers to be gone')
+            was = {x['consumer_index']: x['round'] for x in consumers() + view()['gone']}
             procs, readers, got = self.procs, self.readers, self.got
             self.consumers(c, [8, 32])  # both again; the ones not killed are refused their index
             for i in range(2):
@@ -899,6 +911,14 @@ class CoordinatedRestart(CoordinatedConsumers):
 
     def test_consumers_restarted_together_start_at_one_round(self):
         self.restart(killed=[0, 1])
+
+    def test_consumers_stopped_cleanly_and_started_again_start_at_one_round(self):
+        # Closed iterators release their leases at once: before 2026-12-03
+        # the new ones started at round 0 and failed.
+        self.restart(killed=[0, 1], sig=signal.SIGTERM)
+
+    def test_a_consumer_stopped_cleanly_and_started_again_reads_on(self):
+        self.restart(killed=[1], sig=signal.SIGTERM)
 
 
 class TargetWorkers(unittest.TestCase):

@@ -2259,7 +2259,8 @@ Test(state, consumers_restarted_together_hand_out_rounds_from_one_round)
 
 /* Property test of the rule above at the sizes trainers run: jobs of up
  * to 64 consumers whose rounds lie up to 64 apart (their windows in
- * flight); all of them restarted together, or some; the new ones come in
+ * flight); all of them restarted together, or some, each stopped cleanly
+ * (its iterator closed) or killed (its lease runs out); the new ones come in
  * a drawn order, and those already back read on (and the others too)
  * between their joins. Every new one asks from where its predecessor was,
  * and all of one restart hand their callers the rounds from one round: the
@@ -2291,10 +2292,15 @@ Test(state, consumers_restarted_together_start_at_one_round_at_drawn_sizes)
             restarts[0] = away[0] = true;
             restarted = 1;
         }
-        /* Those that stay heartbeat; the others' leases run out. */
-        for (uint32_t i = 0; i < n; i++)
+        /* Those that stay heartbeat; of the others, some close their
+         * iterators (a trainer stopped cleanly), the others' leases run
+         * out. */
+        for (uint32_t i = 0; i < n; i++) {
             if (!restarts[i])
                 cr_assert_eq(coord_hb(&r[i], round[i], now + 150), 0, "%s", err);
+            else if (splitmix64(&rng) % 2 == 0)
+                cr_assert_eq(release(r[i].job_id, r[i].client_id, now + 100), 0, "%s", err);
+        }
         sl_dstate_tick(st, now + 201);
         now += 202;
         uint64_t order[MAX_N];
@@ -2332,6 +2338,41 @@ Test(state, consumers_restarted_together_start_at_one_round_at_drawn_sizes)
         }
         now += 1000; /* this job's consumers go away; the next job is another */
     }
+}
+
+/* A consumer whose trainer stopped cleanly (its iterator closed: released
+ * at once, not away) and started again takes its index where it left, as
+ * one whose lease ran out does; before 2026-12-03 it started at round 0,
+ * which the workers had served long before, and failed. So does one that
+ * comes after its away predecessor was released (--client-rejoin-ms). */
+Test(state, a_consumer_that_closed_its_iterator_comes_back_where_it_left)
+{
+    uint64_t ds = start_away_clients(0); /* away after 200 ms, released after 100 s */
+    sluice_GetOrCreateJobResponse r0, r1, again;
+    cr_assert_eq(join(ds, "sync", 2, 0, 0, "", 0, &r0), 0, "%s", err);
+    cr_assert_eq(join(ds, "sync", 2, 1, 0, "", 0, &r1), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r0, 300, 1), 0, "%s", err);
+    cr_assert_eq(coord_hb(&r1, 310, 1), 0, "%s", err);
+    cr_assert_eq(release(r0.job_id, r0.client_id, 2), 0, "%s", err);
+    cr_assert_eq(join(ds, "sync", 2, 0, 0, "", 3, &again), 0, "%s", err);
+    cr_assert_eq(again.job_id, r0.job_id);
+    cr_assert_eq(again.first_round, 300, "it asks from where its predecessor was, not round 0");
+    cr_assert_eq(again.take_over_below, 375, "the rounds up to the horizon (310 + 64) it may have taken");
+    cr_assert_eq(again.deliver_from, 310, "it hands out from where its peer is");
+    /* Away past --client-rejoin-ms, released: the next one still starts
+     * where it was. */
+    cr_assert_eq(coord_hb(&again, 500, 4), 0, "%s", err);
+    int64_t now = 4;
+    for (; now < 100500; now += 150) {
+        cr_assert_eq(coord_hb(&r1, 520, now), 0, "%s", err);
+        sl_dstate_tick(st, now + 1);
+    }
+    json_t *v = sl_dstate_job_json(st, r1.job_id, now);
+    cr_assert_eq(json_array_size(json_object_get(v, "consumers")), 1, "consumer 0 was released");
+    json_decref(v);
+    cr_assert_eq(join(ds, "sync", 2, 0, 0, "", now, &again), 0, "%s", err);
+    cr_assert_eq(again.first_round, 500);
+    cr_assert_eq(again.deliver_from, 520);
 }
 
 /* A restart that never completes (one of the consumers never comes back
