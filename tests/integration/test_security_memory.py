@@ -292,6 +292,13 @@ class PausedTrainer(ClusterCase):
         # 1 MiB batches of an infinite range: 25 budgets' worth.
         self.pause_and_read(spec, 400, 131072, ['--no-shm'])
 
+    def test_a_pause_through_shared_memory_does_not_fail_the_job(self):
+        # The client's region's pages count against the budget as slots
+        # cover them, the batches beyond its window go over TCP: either
+        # way the 64 MiB buffer fills the 16 MiB budget.
+        spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072}])
+        self.pause_and_read(spec, 400, 131072, [])
+
     def test_a_pause_does_not_fail_a_prefetch(self):
         # The prefetch's thread charges each batch it queues.
         spec = range_spec(1 << 50, [{"op": "repeat"}, {"op": "batch", "batch_size": 131072},
