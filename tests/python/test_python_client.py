@@ -301,6 +301,17 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(t.tolist(), [1.0, -2.0, 3.0])
         self.assertEqual(t.data_ptr(), ctypes.addressof(buf))
 
+    def test_an_unknown_dtype_is_refused_naming_the_component(self):
+        # A worker newer than this package may send a dtype it does not
+        # know: a clear error, not a misread array.
+        unknown = len(_lib.DTYPE_NAMES) + 3
+        buf = (ctypes.c_uint8 * 8)()
+        with self.assertRaises(sluice.SluiceError) as cm:
+            sluice.client.tensor_to_numpy(self.Owner(), self.tensor('pixels', unknown, (2,), buf))
+        self.assertEqual(cm.exception.code, _lib.SL_EPROTO)
+        self.assertIn('component "pixels" has dtype %d, which this package does not know' % unknown,
+                      str(cm.exception))
+
     def test_bytes(self):
         vals = [b'ab', b'', b'xyz\x00', b'q']
         offs = np.cumsum([0] + [len(v) for v in vals]).astype('<u8')
