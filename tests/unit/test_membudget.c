@@ -60,6 +60,13 @@ static void *waiter_main(void *arg)
 }
 
 /* Gated on the waiter being counted (at most 30 s: a hang fails the test). */
+/* Starts a thread that charges bytes to b, its owner holding own. */
+static void start_waiter(pthread_t *t, struct waiter *w, sl_membudget_t *b, size_t bytes, size_t own)
+{
+    *w = (struct waiter){.b = b, .bytes = bytes, .own = own};
+    cr_assert_eq(pthread_create(t, NULL, waiter_main, w), 0);
+}
+
 static void until_waiting(sl_membudget_t *b)
 {
     for (int i = 0; i < 30000 && __atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST) == 0; i++) {
@@ -81,9 +88,9 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 0);
     b.wait_ms = 600000; /* the test ends long before, or hangs visibly */
     cr_assert(sl_membudget_charge(&b, 900));
-    struct waiter w = {&b, 300, false, false, 0, false, false};
+    struct waiter w;
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 300, 0);
     until_waiting(&b);
     sl_membudget_release(&b, 500);
     pthread_join(t, NULL);
@@ -92,8 +99,7 @@ Test(membudget, a_waiting_charge_gets_what_is_released_stops_when_told_and_is_re
     cr_assert_eq(b.waits, 1);
     cr_assert_eq(b.refusals, 1);
     /* Told to stop. */
-    w = (struct waiter){&b, 600, false, false, 0, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 600, 0);
     until_waiting(&b);
     __atomic_store_n(&w.cancel, true, __ATOMIC_RELEASE);
     sl_membudget_wake(&b);
@@ -122,9 +128,9 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own, .time
     sl_membudget_init(&b, 1000, "--max-memory-mb");
     b.wait_ms = 20;
     cr_assert(sl_membudget_charge(&b, 900));
-    struct waiter w = {&b, 300, false, false, 900, false, false};
+    struct waiter w;
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 300, 900);
     until_waiting(&b);
     struct timespec five_waits = {0, 100 * 1000000};
     nanosleep(&five_waits, NULL);
@@ -135,15 +141,13 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own, .time
     cr_assert(w.got);
     cr_assert_eq(b.refusals, 0);
     /* Its owner holds nothing of its own: refused after its wait. */
-    w = (struct waiter){&b, 600, false, false, 0, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 600, 0);
     pthread_join(t, NULL);
     cr_assert_not(w.got);
     cr_assert_eq(b.refusals, 1);
     /* It held some, then none (they went to a client that stopped reading
      * and the task was dropped elsewhere): refused once its wait is over. */
-    w = (struct waiter){&b, 600, false, false, 100, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 600, 100);
     until_waiting(&b);
     __atomic_store_n(&w.own, 0, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
@@ -152,8 +156,7 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own, .time
     cr_assert_eq(sl_membudget_used(&b), 700);
     /* Its own thread is stopped (a prefetch reset or destroyed) while its
      * owner still holds memory: it gives up, no refusal counted. */
-    w = (struct waiter){&b, 600, false, false, 700, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 600, 700);
     until_waiting(&b);
     __atomic_store_n(&w.thread_stop, true, __ATOMIC_RELEASE);
     sl_membudget_wake(&b);
@@ -162,16 +165,14 @@ Test(membudget, a_charge_waits_on_while_its_owner_holds_memory_of_its_own, .time
     cr_assert_eq(b.refusals, 2);
     /* More than the whole budget: no wait makes room for it, refused at
      * once although its owner holds memory (it waited for ever before). */
-    w = (struct waiter){&b, 1001, false, false, 700, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 1001, 700);
     pthread_join(t, NULL);
     cr_assert_not(w.got);
     cr_assert_eq(b.refusals, 3);
     cr_assert_eq(b.waits, 4, "the charge over the whole budget did not wait");
     /* Its owner must make one more batch that its own wait for (a
      * stand-in's): the charge is taken past the limit once told so. */
-    w = (struct waiter){&b, 600, false, false, 700, false, false};
-    cr_assert_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
+    start_waiter(&t, &w, &b, 600, 700);
     until_waiting(&b);
     __atomic_store_n(&w.overdraw, true, __ATOMIC_RELEASE);
     sl_membudget_wake(&b);
@@ -495,41 +496,79 @@ static void *releaser_main(void *arg)
     return NULL;
 }
 
-/* Runs spec over a budget its owner's own batches fill (own not 0, a wait
- * without end): the first charge that needs room waits until the budget is
- * given back, then the pipeline runs to its end. */
-static batches_t run_on_a_full_budget(const char *spec, sl_pipeline_opts_t *o)
+/* 100 records of 64 KiB in a file of their own (record k filled with k),
+ * read by records_spec(). */
+struct records {
+    char dir[32];
+    char path[64];
+    sl_confine_t *roots;
+};
+
+static void records_make(struct records *r)
+{
+    snprintf(r->dir, sizeof r->dir, "/tmp/sl-membudget-XXXXXX");
+    cr_assert_not_null(mkdtemp(r->dir));
+    snprintf(r->path, sizeof r->path, "%s/records.bin", r->dir);
+    FILE *f = fopen(r->path, "wb");
+    cr_assert_not_null(f);
+    static uint8_t rec[64 << 10];
+    for (size_t k = 0; k < 100; k++) {
+        memset(rec, (int)k, sizeof rec);
+        cr_assert_eq(fwrite(rec, 1, sizeof rec, f), sizeof rec);
+    }
+    cr_assert_eq(fclose(f), 0);
+    r->roots = roots_at(r->dir);
+}
+
+static void records_remove(struct records *r)
+{
+    sl_confine_destroy(r->roots);
+    unlink(r->path);
+    rmdir(r->dir);
+}
+
+/* A spec reading the records, then ops (JSON of the ops array's items). */
+static const char *records_spec(const struct records *r, const char *ops)
+{
+    return specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\",\"record_bytes\":65536},"
+                 "\"ops\":[%s]}",
+                 r->path, ops);
+}
+
+/* The budget full but for room bytes, which the test holds (its owner's
+ * own batches: own not 0, a wait without end): @return what it charged. */
+static size_t budget_with_room(sl_pipeline_opts_t *o, size_t room)
 {
     static size_t own = 1;
     budget.wait_ms = 600000; /* the test ends long before, or hangs visibly */
     o->mem = &budget;
     o->mem_wait = (sl_memwait_t){.own = &own};
-    cr_assert(sl_membudget_charge(&budget, budget.limit));
-    struct releaser r = {&budget, budget.limit, false};
+    size_t taken = budget.limit - room;
+    cr_assert(sl_membudget_charge(&budget, taken));
+    return taken;
+}
+
+/* Gives back what budget_with_room() took: nothing else stays charged. */
+static void budget_given_back(size_t taken)
+{
+    sl_membudget_release(&budget, taken);
+    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    cr_assert_eq(budget.refusals, 0, "a charge was refused (or a wait given up as its thread stopped counted)");
+}
+
+/* Runs spec over a budget its owner's own batches fill (own not 0, a wait
+ * without end): the first charge that needs room waits until the budget is
+ * given back, then the pipeline runs to its end. */
+static batches_t run_on_a_full_budget(const char *spec, sl_pipeline_opts_t *o)
+{
+    struct releaser r = {&budget, budget_with_room(o, 0), false};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, releaser_main, &r), 0);
     batches_t bs = run_spec(spec, o);
     pthread_join(t, NULL);
     cr_assert(r.saw_wait, "no charge waited: %d %s", bs.rc, bs.errmsg);
+    budget_given_back(0);
     return bs;
-}
-
-/* A file of n records of `bytes` bytes each (record k filled with k). */
-static char *records_file(char *dir, size_t n, size_t bytes)
-{
-    cr_assert_not_null(mkdtemp(dir));
-    char *path = (char *)specf("%s/records.bin", dir);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    uint8_t *rec = malloc(bytes);
-    cr_assert_not_null(rec);
-    for (size_t k = 0; k < n; k++) {
-        memset(rec, (int)(k & 0xff), bytes);
-        cr_assert_eq(fwrite(rec, 1, bytes, f), bytes);
-    }
-    free(rec);
-    cr_assert_eq(fclose(f), 0);
-    return strdup(path);
 }
 
 /* The first byte of a batch's one record. */
@@ -547,35 +586,23 @@ static uint8_t first_byte(const sl_wire_batch_t *b)
  * its job behind a prefetch of records or a decode. */
 Test(membudget_pipeline, prefetch_and_decode_jpeg_wait_for_room_their_owner_gives_back)
 {
-    char dir[] = "/tmp/sl-membudget-XXXXXX";
-    char *path = records_file(dir, 100, 64 << 10);
-    sl_confine_t *roots = roots_at(dir);
-    sl_pipeline_opts_t o = {.roots = roots};
-    batches_t bs = run_on_a_full_budget(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
-                                              "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\","
-                                              "\"buffer_size\":4}]}",
-                                              path),
-                                        &o);
+    struct records rs;
+    records_make(&rs);
+    sl_pipeline_opts_t o = {.roots = rs.roots};
+    batches_t bs = run_on_a_full_budget(records_spec(&rs, "{\"op\":\"prefetch\",\"buffer_size\":4}"), &o);
     cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
     cr_assert_eq(bs.n, 100);
     for (size_t k = 0; k < bs.n; k++)
         cr_assert_eq(first_byte(bs.b[k]), (uint8_t)k, "record %zu out of order", k);
     batches_free(&bs);
-    cr_assert_eq(budget.refusals, 0);
-    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
-    sl_confine_destroy(roots);
-    unlink(path);
-    rmdir(dir);
-    free(path);
+    records_remove(&rs);
 
-    roots = roots_at(FIXTURES_IMAGES);
+    sl_confine_t *roots = roots_at(FIXTURES_IMAGES);
     o = (sl_pipeline_opts_t){.roots = roots};
     bs = run_on_a_full_budget(decode_then("{\"op\":\"cast\",\"key\":\"image/encoded\",\"dtype\":\"uint8\"}"), &o);
     cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
     cr_assert_eq(bs.n, 32);
     batches_free(&bs);
-    cr_assert_eq(budget.refusals, 0);
-    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
     sl_confine_destroy(roots);
 }
 
@@ -585,22 +612,15 @@ Test(membudget_pipeline, prefetch_and_decode_jpeg_wait_for_room_their_owner_give
  * task's stop did, and the reset waited for ever. */
 Test(membudget_pipeline, a_prefetch_reset_while_its_thread_waits_for_room_runs_on, .timeout = 120)
 {
-    static size_t own = 1;
-    char dir[] = "/tmp/sl-membudget-XXXXXX";
-    char *path = records_file(dir, 100, 64 << 10);
-    sl_confine_t *roots = roots_at(dir);
-    budget.wait_ms = 600000;
-    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
+    struct records rs;
+    records_make(&rs);
+    sl_pipeline_opts_t o = {.roots = rs.roots};
     /* Room for one record (64 KiB and its offsets), not two: the thread
      * queues it, then one more once it is taken (its room stays reserved
      * to the prefetch's account), then waits for a third. */
-    size_t taken = budget.limit - (80 << 10);
-    cr_assert(sl_membudget_charge(&budget, taken));
-    sl_pipeline_t *p = pipeline_make(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
-                                           "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\","
-                                           "\"buffer_size\":4},{\"op\":\"take\",\"count\":1},"
-                                           "{\"op\":\"repeat\",\"count\":2}]}",
-                                           path),
+    size_t taken = budget_with_room(&o, 80 << 10);
+    sl_pipeline_t *p = pipeline_make(records_spec(&rs, "{\"op\":\"prefetch\",\"buffer_size\":4},"
+                                                       "{\"op\":\"take\",\"count\":1},{\"op\":\"repeat\",\"count\":2}"),
                                      &o);
     batches_t first = run_pipeline_n(p, 1);
     cr_assert_eq(first.n, 1, "%d %s", first.rc, first.errmsg);
@@ -609,16 +629,11 @@ Test(membudget_pipeline, a_prefetch_reset_while_its_thread_waits_for_room_runs_o
     cr_assert_eq(rest.rc, 1, "%d %s", rest.rc, rest.errmsg);
     cr_assert_eq(rest.n, 1, "the second epoch's record");
     cr_assert_eq(first_byte(rest.b[0]), 0, "the second epoch starts at record 0");
-    cr_assert_eq(budget.refusals, 0, "a wait given up as its thread stopped counted as a refusal");
     batches_free(&first);
     batches_free(&rest);
     sl_pipeline_destroy(p);
-    sl_membudget_release(&budget, taken);
-    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
-    sl_confine_destroy(roots);
-    unlink(path);
-    rmdir(dir);
-    free(path);
+    budget_given_back(taken);
+    records_remove(&rs);
 }
 
 /* The queue's thread waits for room its own account reserved for the
@@ -628,31 +643,19 @@ Test(membudget_pipeline, a_prefetch_reset_while_its_thread_waits_for_room_runs_o
  * beside 64 KiB of its own reserved and unused. */
 Test(membudget_pipeline, a_prefetch_waiting_for_room_gets_what_its_queue_gave_back, .timeout = 120)
 {
-    static size_t own = 1;
-    char dir[] = "/tmp/sl-membudget-XXXXXX";
-    char *path = records_file(dir, 100, 64 << 10);
-    sl_confine_t *roots = roots_at(dir);
-    budget.wait_ms = 600000;
-    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
-    size_t taken = budget.limit - (80 << 10);
-    cr_assert(sl_membudget_charge(&budget, taken));
-    batches_t bs = run_spec(specf("{\"source\":{\"type\":\"fixed_length_records\",\"files\":\"%s\","
-                                  "\"record_bytes\":65536},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":2}]}",
-                                  path),
-                            &o);
+    struct records rs;
+    records_make(&rs);
+    sl_pipeline_opts_t o = {.roots = rs.roots};
+    size_t taken = budget_with_room(&o, 80 << 10);
+    batches_t bs = run_spec(records_spec(&rs, "{\"op\":\"prefetch\",\"buffer_size\":2}"), &o);
     cr_assert_eq(bs.rc, 1, "%d %s", bs.rc, bs.errmsg);
     cr_assert_eq(bs.n, 100);
     for (size_t k = 0; k < bs.n; k++)
         cr_assert_eq(first_byte(bs.b[k]), (uint8_t)k, "record %zu out of order", k);
     cr_assert_gt(budget.waits, 0, "the queue's thread never waited: the test tests nothing");
-    cr_assert_eq(budget.refusals, 0);
     batches_free(&bs);
-    sl_membudget_release(&budget, taken);
-    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
-    sl_confine_destroy(roots);
-    unlink(path);
-    rmdir(dir);
-    free(path);
+    budget_given_back(taken);
+    records_remove(&rs);
 }
 
 /* A prefetch below another: the outer one's thread waits on the inner
@@ -664,12 +667,9 @@ Test(membudget_pipeline, a_prefetch_waiting_for_room_gets_what_its_queue_gave_ba
  * waits; the labels the outer queue holds cost nothing. */
 Test(membudget_pipeline, a_prefetch_below_a_reset_prefetch_stops_waiting_for_room, .timeout = 120)
 {
-    static size_t own = 1;
     sl_confine_t *roots = roots_at(FIXTURES_IMAGES);
-    budget.wait_ms = 600000;
-    sl_pipeline_opts_t o = {.roots = roots, .mem = &budget, .mem_wait = {.own = &own}};
-    size_t taken = budget.limit - 1500;
-    cr_assert(sl_membudget_charge(&budget, taken));
+    sl_pipeline_opts_t o = {.roots = roots};
+    size_t taken = budget_with_room(&o, 1500);
     sl_pipeline_t *p = pipeline_make("{\"source\":{\"type\":\"tfrecord\",\"files\":\"" FIXTURES_IMAGES
                                      "/images-*.tfrecord\"},\"ops\":[{\"op\":\"prefetch\",\"buffer_size\":1},"
                                      "{\"op\":\"parse_example\",\"features\":{\"label\":{\"dtype\":\"int64\"}}},"
@@ -684,11 +684,9 @@ Test(membudget_pipeline, a_prefetch_below_a_reset_prefetch_stops_waiting_for_roo
     cr_assert_eq(rest.n, 1, "the second epoch's label");
     cr_assert_eq(i64_at(rest.b[0], &rest.b[0]->components[0], 0), i64_at(first.b[0], &first.b[0]->components[0], 0),
                  "the second epoch starts at the first record");
-    cr_assert_eq(budget.refusals, 0, "a wait given up as its prefetch stopped counted as a refusal");
     batches_free(&first);
     batches_free(&rest);
     sl_pipeline_destroy(p);
-    sl_membudget_release(&budget, taken);
-    cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+    budget_given_back(taken);
     sl_confine_destroy(roots);
 }

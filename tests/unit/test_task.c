@@ -695,6 +695,46 @@ Test(task, a_stand_in_take_gets_a_batch_while_taken_batches_fill_the_buffer)
     stop(&r);
 }
 
+/* Marks the elements of b (int64 values below 400000) in seen, failing on
+ * one seen before: @return how many. */
+static uint64_t mark_once(const sl_wire_batch_t *b, unsigned char *seen)
+{
+    const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
+    for (uint64_t i = 0; i < b->num_elements; i++) {
+        cr_assert(v[i] >= 0 && v[i] < 400000 && !seen[v[i]], "element %ld twice or out of range", (long)v[i]);
+        seen[v[i]] = 1;
+    }
+    return b->num_elements;
+}
+
+/* Takes the task's batches to its end, each marked once and released:
+ * @return the elements taken. */
+static uint64_t take_rest_once(struct run *r, unsigned char *seen)
+{
+    uint64_t count = 0;
+    sl_wire_batch_t *b;
+    while (take_next(r, &b) == SL_TASK_BATCH) {
+        count += mark_once(b, seen);
+        sl_task_release(r->task, b);
+        sl_wire_batch_free(b);
+    }
+    return count;
+}
+
+/* Starts a task of 400,000 shuffled elements in batches of 10,000 with
+ * their provenance, its buffer 64 batches, on budget. */
+static void start_shuffled_on(struct run *r, sl_membudget_t *budget)
+{
+    sl_task_config_t cfg = config();
+    cfg.mem = budget;
+    cfg.buffer_batches = 64;
+    start_with(r, SL_SHARDING_OFF,
+               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\","
+               "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
+               &cfg);
+    sl_task_prov_form(r->task, true, true);
+}
+
 /* Under a tight memory budget a finished batch that does not fit waits for
  * the task's own batches to be written (they give their charge back), as it
  * waits for room in the buffer, instead of failing the task: whether the
@@ -707,14 +747,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
     sl_membudget_t budget;
     sl_membudget_init(&budget, (size_t)5 << 20, "--max-memory-mb");
     struct run r = {0};
-    sl_task_config_t cfg = config();
-    cfg.mem = &budget;
-    cfg.buffer_batches = 64;
-    start_with(&r, SL_SHARDING_OFF,
-               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\","
-               "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
-               &cfg);
-    sl_task_prov_form(r.task, true, true);
+    start_shuffled_on(&r, &budget);
     sl_task_info_t info = info_when(&r, budget_wait_or_failed); /* nobody takes: until the pipeline waits */
     cr_assert(info.budget_wait, "the pipeline never waited for the budget (state %d, %u batches buffered): %s",
               info.state, info.buffered_batches, sl_task_errmsg(r.task));
@@ -725,17 +758,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_own_batches_are_out)
     static unsigned char seen[400000];
     memset(seen, 0, sizeof seen);
     uint64_t count = 0;
-    sl_wire_batch_t *b;
-    while (take_next(&r, &b) == SL_TASK_BATCH) {
-        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
-        for (uint64_t i = 0; i < b->num_elements; i++) {
-            cr_assert(v[i] >= 0 && v[i] < 400000 && !seen[v[i]], "element %ld twice or out of range", (long)v[i]);
-            seen[v[i]] = 1;
-        }
-        count += b->num_elements;
-        sl_task_release(r.task, b);
-        sl_wire_batch_free(b);
-    }
+    count += take_rest_once(&r, seen);
     cr_assert_eq(count, 400000);
     cr_assert_eq(budget.refusals, 0, "a charge was refused");
     stop(&r);
@@ -755,14 +778,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
     sl_membudget_init(&budget, (size_t)5 << 20, "--max-memory-mb");
     budget.wait_ms = 20;
     struct run r = {0};
-    sl_task_config_t cfg = config();
-    cfg.mem = &budget;
-    cfg.buffer_batches = 64;
-    start_with(&r, SL_SHARDING_OFF,
-               "{\"source\":{\"type\":\"range\",\"stop\":400000},\"ops\":[{\"op\":\"shuffle\","
-               "\"buffer_size\":10000,\"seed\":5},{\"op\":\"batch\",\"batch_size\":10000}]}",
-               &cfg);
-    sl_task_prov_form(r.task, true, true);
+    start_shuffled_on(&r, &budget);
     size_t *own = sl_task_own_bytes(r.task);
     static unsigned char seen[400000];
     memset(seen, 0, sizeof seen);
@@ -781,12 +797,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
             continue;
         }
         cr_assert_eq(rc, SL_TASK_BATCH, "take: %d %s", rc, sl_task_errmsg(r.task));
-        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
-        for (uint64_t k = 0; k < b->num_elements; k++) {
-            cr_assert(!seen[v[k]], "element %ld twice", (long)v[k]);
-            seen[v[k]] = 1;
-        }
-        count += b->num_elements;
+        count += mark_once(b, seen);
         size_t c = b->charged;
         __atomic_add_fetch(own, c, __ATOMIC_RELEASE);
         sl_task_release(r.task, b);
@@ -807,17 +818,7 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
     /* The client acknowledges them: the task runs to its end. */
     __atomic_sub_fetch(own, held, __ATOMIC_RELEASE);
     sl_membudget_release(&budget, held);
-    sl_wire_batch_t *b;
-    while (take_next(&r, &b) == SL_TASK_BATCH) {
-        const int64_t *v = (const int64_t *)(b->data + b->components[0].offset);
-        for (uint64_t k = 0; k < b->num_elements; k++) {
-            cr_assert(!seen[v[k]], "element %ld twice", (long)v[k]);
-            seen[v[k]] = 1;
-        }
-        count += b->num_elements;
-        sl_task_release(r.task, b);
-        sl_wire_batch_free(b);
-    }
+    count += take_rest_once(&r, seen);
     cr_assert_eq(count, 400000);
     cr_assert_eq(budget.refusals, 0, "a charge was refused");
     stop(&r);
