@@ -78,7 +78,6 @@ bool sl_memwait_cancelled(const sl_memwait_t *w)
     return false;
 }
 
-
 void sl_membudget_count_wait(sl_membudget_t *b)
 {
     if (!b)

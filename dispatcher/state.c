@@ -1002,8 +1002,8 @@ static void restart_over_if_none_away(sl_dstate_t *st, struct job *j, int64_t no
 }
 
 /* Adds a client to job j; *replaced says whether it came in place of an
- * away client of its consumer index (coordinated reads), whose round it
- * asks from (and hands its caller from aligned_start()). */
+ * away or gone client of its consumer index (coordinated reads), whose
+ * round it asks from (and hands its caller from aligned_start()). */
 static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCreateJobRequest *req,
                           const char *host, int64_t now, uint64_t *client_id, bool *replaced, char *err,
                           size_t errlen)
