@@ -9,6 +9,7 @@
  *   jobs      {name, dataset, sharding, effective, num_consumers, round_horizon, state, error,
  *              tasks: [{id, worker, address, state, index, start_round, end_round}...],
  *              clients: [{id, consumer_index, round, target, host, late, start_round?, aligning?}...],
+ *              gone: [[consumer_index, round]...] (coordinated reads: the indexes whose client left),
  *              report_gen,
  *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
  *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
@@ -27,7 +28,7 @@
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
  * after format 1 first shipped (a worker's why_lost, a hand-out's skips, a
- * job's repetition, collected, ended_at, restore_digest and given_floor, a client's late) are optional at
+ * job's repetition, collected, ended_at, restore_digest, given_floor and gone, a client's late) are optional at
  * load, so an older store still loads. A job record without repetition was
  * written when a join of an ended job's name created a new job: an ended
  * one loads as collected, so that such a join still does. The file list of
@@ -160,6 +161,13 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
     }
     if (rec && j->given_floor_set)
         json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor));
+    if (rec && j->num_gone > 0) {
+        json_t *gone = json_array();
+        for (unsigned g = 0; g < j->num_gone; g++)
+            json_array_append_new(gone, json_pack("[i,I]", (int)j->gone[g].consumer_index,
+                                                  (json_int_t)j->gone[g].round));
+        json_object_set_new(rec, "gone", gone);
+    }
     if (rec && j->nonce)
         json_object_set_new(rec, "nonce", json_integer((json_int_t)j->nonce));
     if (rec && j->state != SL_JOB_RUNNING) {
@@ -608,6 +616,31 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
     return 0;
 }
 
+/* A coordinated job's gone consumers, [[consumer_index, round]...] (NULL:
+ * none), at most max_clients_per_job; gone since the load, so that a
+ * restart under way when the dispatcher stopped stays one. */
+static int load_gone(struct load *l, struct job *j, json_t *gone)
+{
+    size_t n = gone ? json_array_size(gone) : 0;
+    if (gone && (!json_is_array(gone) || n > l->st->cfg.max_clients_per_job || j->num_consumers == 0))
+        return bad(l, j->id, "gone: not a list of at most max_clients_per_job consumers of coordinated reads");
+    if (n == 0)
+        return 0;
+    if (!(j->gone = calloc(n, sizeof *j->gone)))
+        return -ENOMEM;
+    j->cap_gone = (unsigned)n;
+    for (size_t k = 0; k < n; k++) {
+        int index;
+        json_int_t round;
+        if (json_unpack(json_array_get(gone, k), "[i,I]", &index, &round) < 0 || index < 0 ||
+            (uint32_t)index >= j->num_consumers || round < 0)
+            return bad(l, j->id, "gone: a consumer with missing or out-of-range fields");
+        j->gone[j->num_gone++] = (struct gone_consumer){.consumer_index = (uint32_t)index,
+                                                        .round = (uint64_t)round, .since = l->now};
+    }
+    return 0;
+}
+
 /* 64 hex digits into 32 bytes. @return 0 or -1 */
 static int hex_digest(const char *hex, uint8_t out[32])
 {
@@ -632,7 +665,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     struct load *l = arg;
     sl_dstate_t *st = l->st;
     uint64_t id;
-    json_t *rec, *tasks, *clients;
+    json_t *rec, *tasks, *clients, *gone = NULL;
     int rc = parse(l, key, klen, val, vlen, &id, &rec);
     if (rc < 0)
         return rc;
@@ -641,12 +674,12 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
     if (json_unpack_ex(rec, &je, JSON_STRICT,
-                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I}", "name", &name,
+                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I,s?o}", "name", &name,
                        "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
                        &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
                        "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
                        &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor,
-                       "nonce", &nonce) < 0)
+                       "nonce", &nonce, "gone", &gone) < 0)
         return unpack_failed(l, id, rec, &je);
     uint8_t restore_digest[32];
     if (digest && hex_digest(digest, restore_digest) < 0) {
@@ -689,6 +722,8 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     rc = load_tasks(l, j, tasks);
     if (rc == 0)
         rc = load_clients(l, j, clients);
+    if (rc == 0)
+        rc = load_gone(l, j, gone);
     if (rc == 0)
         rc = sl__dstate_index_job(st, j);
     json_decref(rec);

@@ -218,8 +218,9 @@ struct job {
     /* Coordinated reads: each consumer index whose client left while the
      * job ran (it closed its iterator, or was away past client_rejoin_ms),
      * with the round it last said it would ask next, and since when it is
-     * gone (when it went away, for an away one): the next client of that
-     * index starts there (at most max_clients_per_job; not stored). */
+     * gone (when it went away, for an away one; the load, after a restart):
+     * the next client of that index starts there (at most
+     * max_clients_per_job; stored without since). */
     struct gone_consumer {
         uint32_t consumer_index;
         uint64_t round;

@@ -573,3 +573,73 @@ Test(persist, where_a_restarted_consumer_started_survives_a_restart)
     cr_assert_eq(n0.first_round, 100);
     cr_assert_eq(n0.deliver_from, 131, "where consumer 1 started, not where it is");
 }
+
+/* Finds the stored record of job id (8 big-endian bytes) and parses it. */
+struct job_record_of {
+    uint64_t id;
+    json_t **rec;
+};
+
+static int job_record_of(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct job_record_of *w = arg;
+    uint64_t id = 0;
+    for (size_t i = 0; i < klen; i++)
+        id = id << 8 | ((const uint8_t *)key)[i];
+    if (id != w->id)
+        return 0;
+    *w->rec = json_loadb(val, vlen, 0, NULL);
+    return *w->rec ? 1 : -1;
+}
+
+/* A consumer that closed its iterator (gone: released at once) is
+ * remembered with its round across a restart of the dispatcher: the next
+ * client of its index starts there, not at round 0. */
+Test(persist, a_gone_consumers_round_survives_a_restart)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.worker_timeout_ms = 1000000;
+    cfg.job_gc_timeout_ms = 1000000;
+    open_store(0);
+    cr_assert_not_null(st = sl_dstate_new(&cfg));
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}");
+    sluice_GetOrCreateJobResponse p0, p1, n0;
+    coord_join(st, ds, 0, 0, &p0);
+    coord_join(st, ds, 1, 0, &p1);
+    coord_hb(st, &p0, 300, 0);
+    coord_hb(st, &p1, 310, 0);
+    sluice_ReleaseClientRequest rel = {.job_id = p0.job_id, .client_id = p0.client_id};
+    memcpy(rel.client_secret, p0.client_secret, sizeof rel.client_secret);
+    cr_assert_eq(sl_dstate_client_release(st, &rel, 1, err, sizeof err), 0, "%s", err);
+    save(st);
+
+    cr_assert_not_null(st2 = sl_dstate_new(&cfg));
+    cr_assert_eq(sl_dpersist_load(st2, store, 1000, err, sizeof err), 0, "%s", err);
+    coord_join(st2, ds, 0, 1001, &n0);
+    cr_assert_eq(n0.job_id, p0.job_id);
+    cr_assert_eq(n0.first_round, 300, "where its predecessor left, not round 0");
+    cr_assert_eq(n0.deliver_from, 310);
+
+    /* A stored gone consumer of an index the job does not have is refused,
+     * naming the record and the field. */
+    json_t *rec = NULL;
+    struct job_record_of want = {p0.job_id, &rec};
+    cr_assert_eq(sl_store_foreach(store, 1 /* jobs */, job_record_of, &want), 1, "the job's record was not found");
+    json_object_set_new(rec, "gone", json_pack("[[i,i]]", 5, 1));
+    char *text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    sl_store_txn_t *t;
+    cr_assert_eq(sl_store_begin(store, &t), 0);
+    uint8_t key[8];
+    for (int i = 0; i < 8; i++)
+        key[i] = (uint8_t)(p0.job_id >> (56 - 8 * i));
+    cr_assert_eq(sl_store_put(t, 1 /* jobs */, key, sizeof key, text, strlen(text)), 0);
+    cr_assert_eq(sl_store_commit(t, err, sizeof err), 0, "%s", err);
+    free(text);
+    sl_dstate_free(st2);
+    cr_assert_not_null(st2 = sl_dstate_new(&cfg));
+    cr_assert_eq(sl_dpersist_load(st2, store, 2000, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "gone: a consumer with missing or out-of-range fields"), "%s", err);
+}
