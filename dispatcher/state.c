@@ -314,6 +314,10 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     j->dirty = true;
     sl__dstate_touch(st, j);
     sl__out_clear(st, j); /* nothing more is handed out */
+    /* Nor does a consumer come back (coordinated reads). */
+    free(j->gone);
+    j->gone = NULL;
+    j->num_gone = j->cap_gone = 0;
     /* Nor are its restored positions needed: they leave memory and the
      * store now, not when the job is forgotten (--max-exclude-total-runs
      * counts running jobs only, so ended ones must not keep theirs). */

@@ -2373,6 +2373,15 @@ Test(state, a_consumer_that_closed_its_iterator_comes_back_where_it_left)
     cr_assert_eq(join(ds, "sync", 2, 0, 0, "", now, &again), 0, "%s", err);
     cr_assert_eq(again.first_round, 500);
     cr_assert_eq(again.deliver_from, 520);
+    /* Once the job ends nobody comes back: what it remembered goes. */
+    cr_assert_eq(release(again.job_id, again.client_id, now + 1), 0, "%s", err);
+    v = sl_dstate_job_json(st, r1.job_id, now + 1);
+    cr_assert_eq(json_array_size(json_object_get(v, "gone")), 1, "consumer 0 is gone again");
+    json_decref(v);
+    cr_assert_eq(sl_dstate_job_cancel(st, r1.job_id, "the test is done with it", err, sizeof err), 0, "%s", err);
+    v = sl_dstate_job_json(st, r1.job_id, now + 2);
+    cr_assert_eq(json_array_size(json_object_get(v, "gone")), 0, "an ended job keeps no gone consumer");
+    json_decref(v);
 }
 
 /* A restart that never completes (one of the consumers never comes back
