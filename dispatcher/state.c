@@ -309,6 +309,10 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     assert(j->state == SL_JOB_RUNNING && next != SL_JOB_RUNNING);
     if (j->state != SL_JOB_RUNNING)
         return;
+    /* What its clients had whole when it ended, for its view: the
+     * outstanding splits that say it go now. */
+    j->end_epochs_known = sl__out_tracked(j);
+    j->end_epochs_done = sl__out_epochs_done(j);
     j->state = next;
     j->ended = st->now > 0 ? st->now : 1;
     j->dirty = true;

@@ -129,6 +129,8 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                                    "records_handed_out", (json_int_t)(records - left), "records", (json_int_t)records);
         if (sl__out_tracked(j) && j->state == SL_JOB_RUNNING)
             json_object_set_new(splits, "epochs_done", json_integer((json_int_t)sl__out_epochs_done(j)));
+        else if (j->end_epochs_known)
+            json_object_set_new(splits, "epochs_done", json_integer((json_int_t)j->end_epochs_done));
         json_object_set_new(o, "splits", splits);
     }
     if (sl__out_tracked(j)) {

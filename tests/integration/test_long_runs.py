@@ -272,9 +272,10 @@ class CheckpointFolds(TextFilesCase):
                                 '%d bytes)' % (self.READ, done, positions, len(raw)))
         self.assertLessEqual(positions, 2 * per_epoch)
         # The dispatcher says as much: the released client's last heartbeat,
-        # the checkpoint's own, is the last word on what reached it.
+        # the checkpoint's own, is the last word on what reached it. Its
+        # anonymous job ended as it left, and says where it ended.
         job = get_json(self.cluster.dispatcher.admin_port, '/v1/jobs')['jobs'][0]
-        self.assertEqual(job['state'], 'RUNNING', job)
+        self.assertEqual((job['state'], job['error']), ('CANCELLED', 'its client released it before its end'), job)
         self.assertGreaterEqual(job['splits']['epochs_done'], done, job)
         self.assertLessEqual(job['splits']['epochs_done'], self.READ, job)
         # The rest, resumed from it: every record once per epoch in all.

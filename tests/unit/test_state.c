@@ -1169,6 +1169,11 @@ Test(state, an_anonymous_job_released_by_its_client_ends_at_once)
     uint64_t t = take_task(w, 1).task_id;
     cr_assert_eq(release(j, c, 10), 0);
     cr_assert_eq(stats().jobs_running, 0, "the released anonymous job still runs");
+    json_t *v = sl_dstate_job_json(st, j, 10);
+    cr_assert_str_eq(json_string_value(json_object_get(v, "error")), "its client released it before its end");
+    cr_assert_not_null(json_object_get(json_object_get(v, "splits"), "epochs_done"),
+                       "an ended DYNAMIC job says how many epochs were done when it ended");
+    json_decref(v);
     report(w, t, SL_TASK_RUNNING, NULL, 11);
     cr_assert(removed(t), "the ended job's task is dropped at the worker's next heartbeat");
     cr_assert_eq(splits(t, 0, 1), 0, "%s", err);
