@@ -13,7 +13,8 @@
  *              report_gen,
  *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
  *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
- *              given_floor: a named job, the least epochs_given of the clients that left it}
+ *              given_floor: a named job, the least epochs_given of the clients that left it,
+ *              end_epochs_done: an ended DYNAMIC job, the epochs done when it ended}
  *   cursors   per job: {epoch, file, next, seq, handed}
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
  *             end]...]}
@@ -28,7 +29,7 @@
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
  * after format 1 first shipped (a worker's why_lost, a hand-out's skips, a
- * job's repetition, collected, ended_at, restore_digest, given_floor and gone, a client's late) are optional at
+ * job's repetition, collected, ended_at, restore_digest, given_floor, gone and end_epochs_done, a client's late) are optional at
  * load, so an older store still loads. A job record without repetition was
  * written when a join of an ended job's name created a new job: an ended
  * one loads as collected, so that such a join still does. The file list of
@@ -161,6 +162,8 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
     }
     if (rec && j->given_floor_set)
         json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor));
+    if (rec && j->end_epochs_known)
+        json_object_set_new(rec, "end_epochs_done", json_integer((json_int_t)j->end_epochs_done));
     if (rec && j->num_gone > 0) {
         json_t *gone = json_array();
         for (unsigned g = 0; g < j->num_gone; g++)
@@ -670,16 +673,17 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     if (rc < 0)
         return rc;
     const char *name, *error, *digest = NULL;
-    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1, nonce = 0;
+    json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1, nonce = 0,
+               end_epochs = -1;
     int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
     if (json_unpack_ex(rec, &je, JSON_STRICT,
-                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I,s?o}", "name", &name,
+                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I,s?o,s?I}", "name", &name,
                        "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
                        &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
                        "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
                        &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor,
-                       "nonce", &nonce, "gone", &gone) < 0)
+                       "nonce", &nonce, "gone", &gone, "end_epochs_done", &end_epochs) < 0)
         return unpack_failed(l, id, rec, &je);
     uint8_t restore_digest[32];
     if (digest && hex_digest(digest, restore_digest) < 0) {
@@ -706,7 +710,8 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
                       .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen,
                       .repetition = repetition > 0 ? (uint64_t)repetition : 0, .collected = collected,
                       .restored = digest != NULL, .given_floor_set = given_floor >= 0,
-                      .given_floor = given_floor > 0 ? (uint64_t)given_floor : 0};
+                      .given_floor = given_floor > 0 ? (uint64_t)given_floor : 0,
+                      .end_epochs_known = end_epochs >= 0, .end_epochs_done = end_epochs > 0 ? (uint64_t)end_epochs : 0};
     if (digest)
         memcpy(j->restore_digest, restore_digest, sizeof restore_digest);
     if (j->state != SL_JOB_RUNNING) {

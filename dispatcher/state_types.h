@@ -230,8 +230,8 @@ struct job {
     int64_t idle_since; /* when the last client left; valid when num_clients == 0 */
     int64_t created;
     int64_t ended;      /* when it left RUNNING, on the state's clock (0: running) */
-    /* DYNAMIC: the epochs done (sl__out_epochs_done()) when it ended in
-     * this process, for its view (not stored). */
+    /* DYNAMIC: the epochs done (sl__out_epochs_done()) when it ended, for
+     * its view (stored). */
     bool end_epochs_known;
     uint64_t end_epochs_done;
     bool collected;     /* a named job ended and without clients for job_gc_timeout_ms: a join of

@@ -523,6 +523,18 @@ Test(persist, ten_thousand_jobs_are_indexed_and_a_commit_lists_only_what_changed
 }
 
 /* Coordinated reads: joins consumer i of n of the infinite job "sync" of s. */
+/* st on a new store with cfg, its workers and jobs kept for the test's
+ * length, one worker: @return an infinite dataset for coordinated reads */
+static uint64_t coordinated_state(sl_dstate_config_t *cfg)
+{
+    cfg->worker_timeout_ms = 1000000;
+    cfg->job_gc_timeout_ms = 1000000;
+    open_store(0);
+    cr_assert_not_null(st = sl_dstate_new(cfg));
+    worker(st, "127.0.0.1:1");
+    return dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}");
+}
+
 static void coord_join(sl_dstate_t *s, uint64_t ds, uint32_t i, int64_t now, sluice_GetOrCreateJobResponse *resp)
 {
     sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .num_consumers = 2, .consumer_index = i};
@@ -549,12 +561,7 @@ Test(persist, where_a_restarted_consumer_started_survives_a_restart)
     sl_dstate_config_init(&cfg);
     cfg.client_timeout_ms = 200;
     cfg.client_rejoin_ms = 1000000;
-    cfg.worker_timeout_ms = 1000000;
-    cfg.job_gc_timeout_ms = 1000000;
-    open_store(0);
-    cr_assert_not_null(st = sl_dstate_new(&cfg));
-    worker(st, "127.0.0.1:1");
-    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}");
+    uint64_t ds = coordinated_state(&cfg);
     sluice_GetOrCreateJobResponse p0, p1, n1, n0;
     coord_join(st, ds, 0, 0, &p0);
     coord_join(st, ds, 1, 0, &p1);
@@ -599,12 +606,7 @@ Test(persist, a_gone_consumers_round_survives_a_restart)
 {
     sl_dstate_config_t cfg;
     sl_dstate_config_init(&cfg);
-    cfg.worker_timeout_ms = 1000000;
-    cfg.job_gc_timeout_ms = 1000000;
-    open_store(0);
-    cr_assert_not_null(st = sl_dstate_new(&cfg));
-    worker(st, "127.0.0.1:1");
-    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 10}, \"ops\": [{\"op\": \"repeat\"}]}");
+    uint64_t ds = coordinated_state(&cfg);
     sluice_GetOrCreateJobResponse p0, p1, n0;
     coord_join(st, ds, 0, 0, &p0);
     coord_join(st, ds, 1, 0, &p1);
