@@ -73,7 +73,7 @@ static bool flag_set(const bool *flag)
 bool sl_memwait_cancelled(const sl_memwait_t *w)
 {
     for (; w; w = w->up) /* as deep as prefetches nest in one spec */
-        if (flag_set(w->cancel) || flag_set(w->cancel_thread))
+        if (flag_set(w->cancel))
             return true;
     return false;
 }

@@ -85,11 +85,10 @@ typedef struct sl_memwait {
     /* Stop waiting, refused, once *cancel is true (read atomically;
      * sl_membudget_wake() makes every waiter look). NULL: never. */
     const bool *cancel;
-    /* A second such flag: the waiting thread's own (a prefetch thread's,
-     * stopped when its iterator is reset or destroyed). NULL: none. */
-    const bool *cancel_thread;
-    /* The wait of the thread that runs this one's (a prefetch above the
-     * prefetch whose thread waits): its flags end this wait too. NULL:
+    /* The wait of the thread this one's thread works for: its cancel flag,
+     * and those up from it, end this wait too (a prefetch thread's wait,
+     * whose cancel is the prefetch's stop, is up to the pipeline's, the
+     * task's stop; one below another prefetch, up to that one's). NULL:
      * none. */
     const struct sl_memwait *up;
     /* Bytes the owner holds that come back as its consumer reads them (a
@@ -112,14 +111,14 @@ typedef struct sl_memwait {
  * that fits once they are gone. While w->own is not 0, the owner's own
  * memory fills the budget as much as anyone's, and the wait has no end:
  * a trainer that pauses with its task's buffer full then does not fail its
- * job. Stops waiting, refused, once *w->cancel or *w->cancel_thread is
- * true; charges past the limit while *w->overdraw is. w NULL: none of
+ * job. Stops waiting, refused, once *w->cancel, or the cancel flag of a
+ * wait up from w, is true; charges past the limit while *w->overdraw is. w NULL: none of
  * them. A charge larger than the whole limit is refused at once (no wait
  * can make room for it). A NULL b always charges.
  */
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w);
 
-/** Whether a wait with w is told to stop: a flag of w or of a wait up from it. */
+/** Whether a wait with w is told to stop: its cancel flag or that of a wait up from it. */
 bool sl_memwait_cancelled(const sl_memwait_t *w);
 
 /** Whether a charge waits for room now. */

@@ -29,10 +29,11 @@
  * do (opts.mem_wait), without the queue's lock; a refused one ends the
  * queue with SL_ETOOBIG after the elements before it, as an error of the
  * input would. reset() and destroy() end the waits of the thread and of
- * the iterators below it (sl_memwait_t.cancel_thread), and of the threads
- * of the prefetches below it (sl_memwait_t.up): this thread may wait on
- * their queues. An element taken while a charge waits gives the account's
- * spare reservation back to the budget (sl_memacct_trim()).
+ * the iterators below it (the prefetch's stop is their sl_memwait_t's
+ * cancel flag), and of the threads of the prefetches below it (their
+ * waits are up from this one's: this thread may wait on their queues).
+ * An element taken while a charge waits gives the account's spare
+ * reservation back to the budget (sl_memacct_trim()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -60,12 +61,11 @@ struct prefetch_iter {
     unsigned head, count;
     bool done; /* the thread has put the end or an error, final */
     int final;
+    /* Also the cancel flag of the waits for memory of the thread and of the
+     * iterators below it (sub.opts.mem_wait), which read it atomically
+     * without mu: written atomically. */
     bool stop;
     struct counters pub, folded;
-    /* Set with stop, read atomically: ends the thread's waits for memory
-     * (sub.opts.mem_wait.cancel_thread), its own and those of the
-     * iterators below it. */
-    bool stop_wait;
     sl_memacct_t mem; /* what the queued elements own */
 };
 
@@ -163,15 +163,13 @@ static void stop_thread(struct prefetch_iter *pf)
     if (!pf->running)
         return;
     pthread_mutex_lock(&pf->mu);
-    pf->stop = true;
-    __atomic_store_n(&pf->stop_wait, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&pf->stop, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pf->not_full);
     pthread_mutex_unlock(&pf->mu);
     sl_membudget_wake(pf->mem.budget);
     pthread_join(pf->tid, NULL);
     pf->running = false;
-    pf->stop = false;
-    __atomic_store_n(&pf->stop_wait, false, __ATOMIC_RELEASE);
+    __atomic_store_n(&pf->stop, false, __ATOMIC_RELEASE);
 }
 
 static int prefetch_next(sl_iter_t *it, sl_element_t *out)
@@ -293,7 +291,8 @@ int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx
     /* The iterators below now run on the prefetch thread: they count in
      * sub. Below an inner prefetch they already have a context of its own. */
     pf->sub.opts = ctx->opts;
-    pf->sub.opts.mem_wait.cancel_thread = &pf->stop_wait;
+    pf->sub.opts.mem_wait.cancel = &pf->stop;
+    pf->sub.opts.mem_wait.up = &ctx->opts.mem_wait;
     pf->sub.split_requests = ctx->split_requests;
     pf->sub.records_skipped = ctx->records_skipped;
     pf->sub.files_opened = ctx->files_opened;
@@ -304,7 +303,9 @@ int sl__op_prefetch_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx
         x->ctx = &pf->sub;
         if (x->vt == &prefetch_vtbl) {
             /* This thread waits on that one's queue: stopping it must end
-             * the waits for memory of that one's thread too. */
+             * the waits for memory of that one's thread too (up from
+             * this one's instead of the pipeline's, which this one's is
+             * up to). */
             ((struct prefetch_iter *)x)->sub.opts.mem_wait.up = &pf->sub.opts.mem_wait;
             break;
         }

@@ -53,9 +53,11 @@ struct waiter {
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
+    /* Its own thread's stop first, up to its owner's (as a prefetch's). */
+    sl_memwait_t owner = {.cancel = &w->cancel};
     w->got = sl_membudget_charge_wait(w->b, w->bytes,
-                                      &(sl_memwait_t){.cancel = &w->cancel, .cancel_thread = &w->thread_stop,
-                                                      .own = &w->own, .overdraw = &w->overdraw});
+                                      &(sl_memwait_t){.cancel = &w->thread_stop, .up = &owner, .own = &w->own,
+                                                      .overdraw = &w->overdraw});
     return NULL;
 }
 
