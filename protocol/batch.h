@@ -68,8 +68,11 @@ typedef struct sl_wire_batch {
     uint32_t ntally;
     sl_split_done_t tally_one[SL_WIRE_TALLY_INLINE]; /* most batches fall in a split or two */
     /* What a task's buffer counts for the batch (sl_wire_batch_held_bytes()
-     * when it was buffered), given back as counted when it leaves. */
+     * when it was buffered), given back as counted when it leaves; handed:
+     * the part of that charge to the memory budget that a holder of the
+     * sent batch took over (workerd/task.h, sl_task_hand_over()). */
     size_t charged;
+    size_t handed;
 } sl_wire_batch_t;
 
 /* One provenance run in memory and in a disk cache's blobs: u32 epoch,

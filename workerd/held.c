@@ -231,7 +231,8 @@ sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)
     return c ? held_at(c, seq) : NULL;
 }
 
-bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms)
+bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
+                     int64_t now_ms)
 {
     struct holder *c = get(h, client_id); /* swept while its request waited */
     if (!c)
@@ -240,9 +241,11 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
     size_t bytes = served_bytes(s);
+    size_t handed = !h->budget ? 0 : charged < bytes ? charged : bytes;
     /* Not a refusal of the budget's (sluice_worker_memory_refusals_total):
      * the batch is served all the same (the caller counts it not held). */
-    if (c->n == SL_HELD_ROUNDS || (h->budget && !sl_membudget_try_charge(h->budget, bytes))) {
+    if (c->n == SL_HELD_ROUNDS ||
+        (h->budget && bytes > handed && !sl_membudget_try_charge(h->budget, bytes - handed))) {
         if (!c->warned)
             sl_log_warn("task %" PRIu64 ": no room to hold batch %" PRIu64 " of client %" PRIu64 " (%zu bytes) "
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",
@@ -251,6 +254,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         return false;
     }
     s->charged = h->budget ? bytes : 0;
+    s->handed = handed;
     if (h->own && s->charged)
         __atomic_add_fetch(h->own, s->charged, __ATOMIC_RELEASE);
     s->seq = seq;

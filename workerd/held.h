@@ -64,6 +64,7 @@ typedef struct sl_served {
     unsigned refs;
     bool released; /* its size was given back to the task's buffer */
     size_t charged; /* to the memory budget while held */
+    size_t handed;  /* of charged, what its task had charged (sl_holders_keep()) */
 } sl_served_t;
 
 /** A new served batch with one reference (the caller's), or NULL. */
@@ -125,12 +126,18 @@ sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
 
 /**
  * Keeps s, just served to client_id under seq, until acknowledged (takes a
- * reference). A batch the budget has no room for at once is not kept (no
- * refusal of the budget's counted: it was served): a request asking for it
- * again is refused.
+ * reference). `charged`: bytes of s the budget already carries for it (its
+ * task's charge of the batch), which the holder takes over (s->handed, at
+ * most what s holds): the budget is charged only for the rest (its
+ * notices), and the caller tells the task (sl_task_hand_over()). So a
+ * batch served on a full budget is kept all the same. One the budget has
+ * no room for at once, or past SL_HELD_ROUNDS, is not kept (no refusal of
+ * the budget's counted: it was served): a request asking for it again is
+ * refused.
  * @return true if kept
  */
-bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, int64_t now_ms);
+bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
+                     int64_t now_ms);
 
 /** Drops what clients silent for more than timeout_ms hold. @return batches dropped */
 unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms);

@@ -95,6 +95,9 @@ struct sl_task {
      * pipeline's charges (sl_memwait_t.own). */
     size_t own_bytes;
     unsigned taken;    /* batches taken and not yet released */
+    /* Of held_bytes, the budget's charges that holders of sent batches
+     * took over (sl_task_hand_over()): not the task's to give back. */
+    size_t handed_bytes;
     /* The producer sleeps on `wake` for room in the ring; it is woken once
      * the ring has drained to half (room_to_wake()), so that it makes
      * several batches per wake-up rather than one. */
@@ -685,6 +688,7 @@ static void *producer_main(void *arg)
          * room for one batch, whatever its size, so it cannot deadlock.
          * A batch counts with its provenance. */
         b->charged = sl_wire_batch_held_bytes(b);
+        b->handed = 0;
         while (!t->stop && (t->count == t->cfg.buffer_batches ||
                             (t->count + t->taken > 0 && t->held_bytes + b->charged > t->cfg.buffer_bytes &&
                              !t->extra_wanted))) {
@@ -1001,8 +1005,9 @@ void sl_task_free(sl_task_t *t)
     for (unsigned i = 0; i < t->count; i++)
         sl_wire_batch_free(t->ring[(t->head + i) % t->cfg.buffer_batches]);
     free(t->ring);
-    /* The buffered batches, and those taken and not released. */
-    sl_membudget_release(t->cfg.mem, t->held_bytes);
+    /* The buffered batches, and those taken and not released, but for
+     * the charges their holders took over. */
+    sl_membudget_release(t->cfg.mem, t->held_bytes - t->handed_bytes);
     /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
     splits_clear(t);
@@ -1105,12 +1110,21 @@ int sl_task_take_extra(sl_task_t *t, sl_wire_batch_t **out)
     return rc;
 }
 
+void sl_task_hand_over(sl_task_t *t, sl_wire_batch_t *b, size_t bytes)
+{
+    pthread_mutex_lock(&t->mu);
+    b->handed = bytes;
+    t->handed_bytes += bytes;
+    pthread_mutex_unlock(&t->mu);
+}
+
 void sl_task_release(sl_task_t *t, const sl_wire_batch_t *b)
 {
     pthread_mutex_lock(&t->mu);
     t->held_bytes -= b->charged;
+    t->handed_bytes -= b->handed;
     __atomic_sub_fetch(&t->own_bytes, b->charged, __ATOMIC_RELEASE);
-    sl_membudget_release(t->cfg.mem, b->charged);
+    sl_membudget_release(t->cfg.mem, b->charged - b->handed);
     t->taken--;
     if (t->budget_wait || room_to_wake(t))
         pthread_cond_broadcast(&t->wake);

@@ -172,6 +172,15 @@ int sl_task_take_extra(sl_task_t *task, sl_wire_batch_t **out);
 void sl_task_release(sl_task_t *task, const sl_wire_batch_t *b);
 
 /**
+ * A holder of taken batch b, sent and kept until its client acknowledges
+ * it (held.h), took over bytes (at most b->charged) of the task's charge to
+ * the memory budget: the holder gives them back when it lets b go, and
+ * sl_task_release() and the task's end give back only the rest. The room b
+ * takes in the task's buffer is still given back by sl_task_release().
+ */
+void sl_task_hand_over(sl_task_t *task, sl_wire_batch_t *b, size_t bytes);
+
+/**
  * Says how the task's consumers read provenance, as the latest request for
  * a batch asked (GetElementRequest.provenance and dense_provenance): the
  * producer's thread encodes each new batch's provenance in that form

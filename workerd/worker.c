@@ -519,8 +519,9 @@ static void on_batch_written(const void *data, size_t len, void *extra)
     (void)len;
     /* Releasing makes room for the pipeline and may make the task DONE; the
      * task's notify event, run from the loop, acts on that. A batch held for
-     * its client counts in the memory budget from now on, not in the task's
-     * buffer (held.h). */
+     * its client counts in the memory budget until acknowledged, not in the
+     * task's buffer: the task gives back its room, and of its charge what
+     * the holder did not take over (held.h). */
     struct wtask *wt = sv->released ? NULL : find_task(s->w, sv->task_id);
     if (wt)
         sl_task_release(wt->task, sv->batch);
@@ -740,8 +741,12 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         resp->tallies_offset = b->size + resp->provenance_length + notices_len;
         resp->tallies_length = tally_len;
     }
-    if (how->seq > 0 && !sl_holders_keep(wt->holders, how->client_id, how->seq, sv, now_us() / 1000))
+    /* Kept with the task's charge of the batch, which its holder takes
+     * over: the batch is sure to be kept when the budget is full. */
+    if (how->seq > 0 && !sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged, now_us() / 1000))
         sl_metric_add(m_not_held, 1);
+    else if (sv->handed > 0)
+        sl_task_hand_over(wt->task, b, sv->handed);
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * gives its room back to the task once the socket has taken them. */
     send_served(wc, request_id, sv);

@@ -13,12 +13,14 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
 import numpy as np
 
-from harness import ClusterCase, child_env, get_json, metric, summary, wait_for
+from cutproxy import CutProxy
+from harness import Cluster, ClusterCase, child_env, free_ports, get_json, metric, summary, wait_for
 
 BUDGET_MB = 64
 
@@ -263,6 +265,7 @@ class PausedTrainer(ClusterCase):
         wait_for(lambda: not get_json(port, '/v1/tasks')['tasks'], 'the jobs of the tests before to end')
         waits = metric(port, 'sluice_worker_memory_waits_total', default=0)
         refusals = metric(port, 'sluice_worker_memory_refusals_total', default=0)
+        not_held = metric(port, 'sluice_worker_batches_not_held_total', default=0)
         proc = subprocess.Popen(self.c.cat_argv(spec, ['--limit', str(limit)] + extra, fmt='count'),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
         try:
@@ -284,6 +287,9 @@ class PausedTrainer(ClusterCase):
         self.assertEqual(proc.returncode, 0, err[-2000:])
         self.assertEqual(summary(err)['elements'], limit * batch_size)
         self.assertEqual(metric(port, 'sluice_worker_memory_refusals_total', default=0), refusals)
+        # Every batch served on the full budget was held for a reconnect
+        # (its holder took over its task's charge).
+        self.assertEqual(metric(port, 'sluice_worker_batches_not_held_total', default=0), not_held)
 
     def test_a_pause_does_not_fail_the_job(self):
         # Over TCP: batches lent in a client's shared memory are made in its
@@ -324,3 +330,69 @@ class PausedTrainer(ClusterCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class CutOnAFullBudget(unittest.TestCase):
+    """A trainer paused long enough for its task's buffer to fill a tight
+    budget, whose connection then breaks with answers in flight: the worker
+    served those answers on a full budget, and holds them all the same (the
+    holder takes over the task's charge of each batch, held.h), so the
+    trainer, asking again on a new connection, gets them and reads every
+    element once. Before 2026-12-03 the holder charged each batch anew: the
+    full budget refused, the batches were not held, and the trainer failed
+    with "the batch answered to request N ... is no longer held"."""
+
+    def test_answers_served_on_a_full_budget_are_sent_again(self):
+        batch = 131072  # 1 MiB of int64
+        n = 48 * batch  # three budgets' worth
+        real = free_ports(1)[0]
+        cluster = Cluster()
+        proxy = CutProxy(real)
+        try:
+            w = cluster.add_worker(['--port', str(real), '--worker-address', '127.0.0.1:%d' % proxy.port,
+                                    '--max-memory-mb', '16', '--buffer-mb', '64'])
+            cluster.wait_workers_registered(1)
+            port = w.admin_port
+            spec = range_spec(n, [{"op": "batch", "batch_size": batch}])
+            cat = subprocess.Popen(cluster.cat_argv(spec, ['--no-shm', '--max-outstanding', '8', '--timeout-ms',
+                                                           '60000'], fmt='raw'),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+            chunks = []
+            reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: cat.stdout.read(1 << 20), b'')),
+                                      daemon=True)
+            reader.start()
+            try:
+                wait_for(lambda: sum(map(len, chunks)) >= 2 * batch * 8, 'the trainer to read 2 batches')
+                cat.send_signal(signal.SIGSTOP)
+                wait_for(lambda: metric(port, 'sluice_worker_memory_waits_total', default=0) > 0,
+                         'the task\'s buffer to fill the budget')
+                # A new connection, on which the proxy delivers the first
+                # answer and holds back the rest.
+                proxy.hold_after_first()
+                proxy.cut(wait=0.2)
+                served = metric(port, 'sluice_worker_batches_served_total')
+                cat.send_signal(signal.SIGCONT)
+                wait_for(lambda: proxy.held.is_set() and
+                         metric(port, 'sluice_worker_batches_served_total') >= served + 4,
+                         'batches served on the full budget to be held back by the proxy')
+                proxy.release()  # connections from now on pass everything
+                self.assertGreater(proxy.cut(wait=0.2), 0, 'the cut threw no answer away')
+                cat.wait(timeout=120)
+                reader.join(60)
+            finally:
+                cat.send_signal(signal.SIGCONT)
+                if cat.poll() is None:
+                    cat.kill()
+                    cat.wait()
+            err = cat.stderr.read().decode(errors='replace')
+            self.assertEqual(cat.returncode, 0, err[-3000:])
+            got = np.frombuffer(b''.join(chunks), dtype='<i8')
+            counts = np.bincount(got, minlength=n) if got.size else np.zeros(n, dtype=np.int64)
+            self.assertEqual((got.size, int(np.sum(counts != 1))), (n, 0), 'every element once')
+            self.assertGreater(metric(port, 'sluice_worker_batches_sent_again_total'), 0)
+            self.assertEqual(metric(port, 'sluice_worker_batches_not_held_total', default=0), 0)
+            self.assertEqual(metric(port, 'sluice_worker_memory_refusals_total', default=0), 0)
+        finally:
+            proxy.close()
+            bad = cluster.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly: %s' % bad)

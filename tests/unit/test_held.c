@@ -32,7 +32,7 @@ static sl_served_t *serve(sl_holders_t *h, uint64_t c, uint64_t seq, uint64_t ac
     sl_served_t *again;
     cr_assert_eq(sl_holders_ask(h, c, seq, acked, now, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
     sl_served_t *s = served(size);
-    sl_holders_keep(h, c, seq, s, now);
+    sl_holders_keep(h, c, seq, s, 0, now);
     sl_served_unref(s); /* the holder's reference stays */
     return s;
 }
@@ -122,7 +122,7 @@ static sl_served_t *serve_round(sl_holders_t *h, uint64_t c, uint64_t r, uint64_
     cr_assert_eq(sl_holders_ask_round(h, c, r + 1, acked_round + 1, 0, &again, err, sizeof err), SL_HELD_NEW,
                  "round %llu: %s", (unsigned long long)r, err);
     sl_served_t *s = served(size);
-    cr_assert(sl_holders_keep(h, c, r + 1, s, 0), "round %llu", (unsigned long long)r);
+    cr_assert(sl_holders_keep(h, c, r + 1, s, 0, 0), "round %llu", (unsigned long long)r);
     sl_served_unref(s);
     return s;
 }
@@ -202,6 +202,51 @@ Test(held, held_bytes_are_charged_to_the_budget_and_what_it_refuses_is_not_held)
     cr_assert_eq(sl_membudget_used(&mem), 0);
 }
 
+/* A served batch its task charged to the budget: the holder takes that
+ * charge over, so a full budget keeps it all the same, and the budget is
+ * charged once for it, not twice while its send and its hold overlap.
+ * Given back when acknowledged (the task gives back only what it kept:
+ * workerd/task.h, sl_task_hand_over()). */
+Test(held, a_batch_its_task_charged_is_kept_on_a_full_budget_with_that_charge)
+{
+    sl_membudget_t mem;
+    sl_membudget_init(&mem, 1000, "--max-memory-mb");
+    sl_holders_t *h = sl_holders_new(&mem);
+    sl_served_t *again;
+    cr_assert(sl_membudget_charge(&mem, 1000), "the task's buffer fills the budget");
+    cr_assert_eq(sl_holders_ask(h, 5, 1, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    sl_served_t *s = served(600);
+    cr_assert(sl_holders_keep(h, 5, 1, s, 600, 0), "kept with its task's charge of 600 bytes");
+    cr_assert_eq(s->charged, 600);
+    cr_assert_eq(s->handed, 600);
+    sl_served_unref(s);
+    sl_membudget_release(&mem, 1000 - 600); /* the task's release: what it did not hand over */
+    cr_assert_eq(sl_membudget_used(&mem), 600, "charged once");
+    /* A batch whose notices came after its task charged it: only they are
+     * charged anew, and on a full budget it is not kept. */
+    cr_assert(sl_membudget_charge(&mem, 400));
+    cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    s = served(300);
+    s->notices_len = 20;
+    cr_assert_not(sl_holders_keep(h, 5, 2, s, 300, 0), "20 bytes of notices have no room");
+    cr_assert_eq(s->handed, 0, "nothing taken over from a batch not kept");
+    sl_served_unref(s);
+    sl_membudget_release(&mem, 400); /* its task's 300 and the other 100 */
+    cr_assert(sl_membudget_charge(&mem, 300), "the task charges the next batch");
+    cr_assert_eq(sl_holders_ask(h, 5, 3, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    s = served(300);
+    s->notices_len = 20;
+    cr_assert(sl_holders_keep(h, 5, 3, s, 300, 0));
+    cr_assert_eq(s->charged, 320);
+    cr_assert_eq(s->handed, 300);
+    sl_served_unref(s);
+    cr_assert_eq(sl_membudget_used(&mem), 920, "600 handed over, 300 handed over and 20 for the notices");
+    cr_assert_eq(sl_holders_ask(h, 5, 3, 3, 0, &again, err, sizeof err), SL_HELD_AGAIN, "1 acknowledged");
+    cr_assert_eq(sl_membudget_used(&mem), 320);
+    sl_holders_free(h);
+    cr_assert_eq(sl_membudget_used(&mem), 0, "the holder gave back what it took over");
+}
+
 static unsigned region_frees;
 
 static void region_free(void *arg, void *p)
@@ -231,7 +276,7 @@ Test(held, a_batch_made_in_shared_memory_is_held_without_charging_its_block_twic
     cr_assert_eq(sl_wire_batch_held_bytes(b), 0);
     sl_served_t *s = sl_served_new(7, b);
     cr_assert_not_null(s);
-    cr_assert(sl_holders_keep(h, 5, 1, s, 0));
+    cr_assert(sl_holders_keep(h, 5, 1, s, 0, 0));
     sl_served_unref(s);
     counts(h, 1, 0);
     cr_assert_eq(sl_membudget_used(&mem), 0, "%zu bytes charged", sl_membudget_used(&mem));

@@ -785,8 +785,8 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
     uint64_t count = 0;
     size_t held = 0;
     /* Every batch taken is held as a worker holds it for its client (the
-     * budget charged, own counted) until the budget has no room for the
-     * task's next batch, which then waits with the buffer empty. */
+     * task's charge handed over, own counted) until the budget has no room
+     * for the task's next batch, which then waits with the buffer empty. */
     for (int i = 0; i < 30000; i++) {
         sl_wire_batch_t *b = NULL;
         int rc = sl_task_take(r.task, &b);
@@ -800,11 +800,9 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
         count += mark_once(b, seen);
         size_t c = b->charged;
         __atomic_add_fetch(own, c, __ATOMIC_RELEASE);
+        sl_task_hand_over(r.task, b, c);
         sl_task_release(r.task, b);
-        if (sl_membudget_try_charge(&budget, c))
-            held += c;
-        else
-            __atomic_sub_fetch(own, c, __ATOMIC_RELEASE);
+        held += c;
         sl_wire_batch_free(b);
     }
     cr_assert_gt(held, 0);
@@ -823,6 +821,33 @@ Test(task, a_finished_batch_waits_for_the_budget_while_its_clients_hold_its_batc
     cr_assert_eq(budget.refusals, 0, "a charge was refused");
     stop(&r);
     cr_assert_eq(sl_membudget_used(&budget), 0, "%zu bytes left charged", sl_membudget_used(&budget));
+}
+
+/* A batch whose holder took over its charge (sl_task_hand_over()) and
+ * that is still being sent when its task goes: the task gives back the
+ * rest of what it charged and not that batch's, which its holder gives
+ * back when it lets it go. */
+Test(task, a_task_that_goes_gives_back_no_charge_a_holder_took_over)
+{
+    sl_membudget_t budget;
+    sl_membudget_init(&budget, (size_t)64 << 20, "--max-memory-mb");
+    struct run r = {0};
+    start_shuffled_on(&r, &budget);
+    sl_wire_batch_t *b = NULL, *kept = NULL;
+    cr_assert_eq(take_next(&r, &b), SL_TASK_BATCH, "%s", sl_task_errmsg(r.task));
+    cr_assert_eq(take_next(&r, &kept), SL_TASK_BATCH, "%s", sl_task_errmsg(r.task));
+    size_t c = b->charged;
+    cr_assert_gt(c, 0);
+    sl_task_hand_over(r.task, b, c - 100); /* all but 100 bytes */
+    sl_task_hand_over(r.task, kept, kept->charged);
+    sl_task_release(r.task, kept);
+    sl_membudget_release(&budget, kept->charged); /* its holder lets it go */
+    sl_wire_batch_free(kept);
+    stop(&r); /* b is still being sent */
+    cr_assert_eq(sl_membudget_used(&budget), c - 100, "the task gave back %zu of the %zu bytes handed over",
+                 c - 100 - sl_membudget_used(&budget), c - 100);
+    sl_membudget_release(&budget, c - 100); /* its holder lets it go */
+    sl_wire_batch_free(b);
 }
 
 static void *stop_main(void *arg)
