@@ -105,6 +105,22 @@ static int range_next_split(struct range_iter *r)
     }
 }
 
+/* DYNAMIC: after a yield that reached the end of what pos could run to,
+ * steps over the skip runs that follow, and tells the split source the
+ * split is read when nothing of it is left: now, not at the next call.
+ * The batch holding the split's last record may then go out with the
+ * split's done notice, rather than leave the notice for a later frame
+ * that a client which has every record may never ask for. */
+static void range_after_yield(struct range_iter *r)
+{
+    if (!r->dynamic || !r->have_split || r->pos != r->stop)
+        return;
+    uint64_t left = range_skip(r);
+    r->stop = r->pos + left;
+    if (left == 0)
+        range_split_done(r);
+}
+
 /* Moves to the next element to yield, past skip runs and into the next
  * split when needed, once pos has reached stop; sets stop. 0: pos is it;
  * 1: the end of the sequence. Between stops every element is yielded as
@@ -142,6 +158,7 @@ static int range_next(sl_iter_t *it, sl_element_t *out)
      * may wrap. */
     int64_t x = (int64_t)((uint64_t)r->start + r->pos * (uint64_t)r->step);
     r->pos++;
+    range_after_yield(r);
     uint8_t *data = sl_value_alloc(&out->v[0], SL_DTYPE_INT64, 0, NULL, sizeof x);
     memcpy(data, &x, sizeof x); /* inline: never fails */
     out->num_elements = 1;
@@ -170,6 +187,7 @@ static int range_next_bulk(sl_iter_t *it, uint8_t *const *dst, uint64_t max_rows
     for (uint64_t i = 0; i < n; i++, x += step)
         memcpy(d + i * sizeof x, &x, sizeof x);
     r->pos += n;
+    range_after_yield(r);
     *rows = n;
     return 0;
 }

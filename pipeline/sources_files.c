@@ -579,6 +579,11 @@ static int files_next(sl_iter_t *it, sl_element_t *out)
         }
         sl_prov_set(out, f->dynamic ? f->split.epoch : f->epoch, (uint32_t)f->file, rec);
         out->num_elements = 1;
+        /* The split's last record: it is read now, not at the next call,
+         * so the batch holding that record may carry its done notice
+         * (range_after_yield() in sources.c). */
+        if (f->dynamic && f->index == f->end)
+            files_split_done(f);
         return 0;
     }
 }

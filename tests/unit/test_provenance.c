@@ -375,6 +375,57 @@ Test(provenance, file_source_reads_past_skipped_records)
     sl_confine_destroy(roots);
 }
 
+/* Pulls the pipeline of spec over splits batch by batch (batch_size the
+ * records each split yields): the batch holding a split's last record
+ * comes out with that split read already, so the worker can send the
+ * split's done notice with it, not in a later frame its client may never
+ * ask for. */
+static void each_split_read_with_its_last_batch(const char *spec, const sl_split_t *splits, size_t n,
+                                                const sl_confine_t *roots)
+{
+    struct books k = {splits, n, 0, NULL, 0, 0, 0};
+    sl_pipeline_opts_t o = books_opts(&k);
+    o.roots = roots;
+    sl_pipeline_t *p = pipeline_make(spec, &o);
+    for (unsigned i = 1; i <= n; i++) {
+        sl_wire_batch_t *b = NULL;
+        cr_assert_eq(sl_pipeline_next(p, &b), 0, "batch %u: %s", i, sl_pipeline_errmsg(p));
+        cr_assert_eq(k.reads, i, "%s: split %u is read only after the batch with its last record", spec, i);
+        sl_wire_batch_free(b);
+    }
+    sl_wire_batch_t *b = NULL;
+    cr_assert_eq(sl_pipeline_next(p, &b), 1, "%s", sl_pipeline_errmsg(p));
+    cr_assert_eq(k.reads, n);
+    sl_pipeline_destroy(p);
+}
+
+Test(provenance, a_split_is_read_when_the_batch_with_its_last_record_comes_out)
+{
+    static const sl_skip_run_t tail[] = {{8, 2}};            /* [0, 10): yields 0..7 */
+    static const sl_skip_run_t both[] = {{18, 2}, {28, 2}};  /* [18, 30): yields 20..27 */
+    static const sl_split_t splits[] = {
+        {.file_index = 0, .begin = 0, .end = 10, .split_id = 1, .skips = tail, .num_skips = 1},
+        {.file_index = 0, .begin = 10, .end = 18, .split_id = 2},
+        {.file_index = 0, .begin = 18, .end = 30, .split_id = 3, .skips = both, .num_skips = 2},
+    };
+    /* The bulk path, then element by element. */
+    each_split_read_with_its_last_batch("{\"source\":" RANGE(0, 40) ",\"ops\":[{\"op\":\"batch\",\"batch_size\":8}]}",
+                                        splits, 3, NULL);
+    each_split_read_with_its_last_batch("{\"source\":" RANGE(0, 40) ",\"ops\":[{\"op\":\"cast\",\"key\":\"value\","
+                                        "\"dtype\":\"int64\"},{\"op\":\"batch\",\"batch_size\":8}]}",
+                                        splits, 3, NULL);
+    static const sl_split_t file_splits[] = {
+        {.file_index = 1, .begin = 0, .end = 8, .split_id = 7},
+        {.file_index = 2, .begin = 2, .end = 10, .split_id = 8},
+    };
+    sl_confine_t *roots = roots_at(FIXTURES);
+    const char *files = specf("{\"source\":{\"type\":\"tfrecord\",\"files\":\"%s/basic-*-of-00004.tfrecord\"},"
+                              "\"ops\":[" ID_FEATURE ",{\"op\":\"batch\",\"batch_size\":8}]}",
+                              FIXTURES);
+    each_split_read_with_its_last_batch(files, file_splits, 2, roots);
+    sl_confine_destroy(roots);
+}
+
 Test(provenance, bad_skip_runs_fail_with_eproto)
 {
     static const sl_skip_run_t overlap[] = {{2, 3}, {4, 1}};
