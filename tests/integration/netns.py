@@ -328,6 +328,13 @@ class Net:
             raise RuntimeError('no drop counter in %s' % self.cut_counters(a))
         return int(m.group(1))
 
+    def dropped_between(self, a, b):
+        """Packets a cut between a and b dropped so far, on either side: a
+        heartbeat in flight when the cut came has its answer dropped on
+        the way back, and its sender then sends nothing more until it gives
+        up on that answer."""
+        return self.dropped(a) + self.dropped(b)
+
     def close(self):
         """Stops every process started in the Net (SIGTERM, SIGKILL after 10
         s) and deletes every namespace. Returns {name: exit code} of the
