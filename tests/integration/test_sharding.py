@@ -737,20 +737,37 @@ class CoordinatedDrain(CoordinatedConsumers):
         # coordinated reads still gets them for the rounds it serves (the
         # dispatcher's rule: test_state's
         # a_drained_workers_coordinated_task_serves_the_rounds_given_then_is_let_go);
-        # eight consumers, splits of a batch each.
-        self.drain_one_of_two('dynamic', [1, 2, 4, 8, 8, 16, 32, 32])
+        # eight consumers, splits of a batch each, and a worker that keeps
+        # few of them queued (--split-target-ms 0: split_prefetch, 8), so
+        # that its rounds after the drain need splits handed out after it.
+        self.drain_one_of_two('dynamic', [1, 2, 4, 8, 8, 16, 32, 128], ['--split-target-ms', '0'])
 
-    def drain_one_of_two(self, sharding, windows=(8, 32)):
-        c = Cluster(workers=2, dispatcher_args=['--split-size', '4', '--max-split-size', '4'])
+    def drain_one_of_two(self, sharding, windows=(8, 32), worker_args=()):
+        c = Cluster(workers=2, dispatcher_args=['--split-size', '4', '--max-split-size', '4'], worker_args=worker_args)
         try:
             c.wait_workers_registered(2)
             self.consumers(c, windows, sharding)
             gone = c.workers[1]
             wait_for(lambda: self.reading(20) and all(any(x['_worker'] == gone.addr for x in g) for g in self.got),
                      'both consumers to read rounds of both workers')
+            if sharding == 'dynamic':
+                # Consumer 0 stopped, the drained task's lowest open round
+                # stays while the others' heartbeats move the horizon on,
+                # until the task has more of its rounds left to serve than
+                # it can have made or queued: 16 open rounds, its buffer
+                # and 8 splits of a batch each. Those need splits handed out
+                # after the drain (without the rule its pipeline ends).
+                self.procs[0].send_signal(signal.SIGSTOP)
+                room = 16 * len(windows) + self.gone_task(gone)['buffer']['capacity_batches'] + 8 + 1
+                wait_for(lambda: (self.horizon(c) - self.gone_task(gone)['rounds']['lowest_open']['round']) // 2 *
+                         len(windows) > room + 8 * len(windows), 'the horizon to run ahead of the drained task')
             self.assertEqual(drain(c, gone.addr)['state'], 'DRAINING')
             end = self.task(c, gone.addr)['rounds']['end']
             self.assertGreater(end, 20)
+            if sharding == 'dynamic':
+                lowest = self.gone_task(gone)['rounds']['lowest_open']['round']
+                self.assertGreater((end - lowest) // 2 * len(windows), room, 'its rounds need splits after the drain')
+                self.procs[0].send_signal(signal.SIGCONT)
             # Every consumer past its last round: the task is done and the
             # worker lets it go.
             wait_for(lambda: self.reading(end + 50) and not get_json(gone.admin_port, '/v1/tasks')['tasks'],
@@ -782,6 +799,15 @@ class CoordinatedDrain(CoordinatedConsumers):
                 self.assertEqual(len({g[r]['_worker'] for g in self.got}), 1, 'round %d' % r)
             firsts = [x['value'][0] for g in self.got for x in g]
             self.assertEqual(len(firsts), len(set(firsts)), 'a batch came twice')
+
+    @staticmethod
+    def gone_task(worker):
+        return get_json(worker.admin_port, '/v1/tasks')['tasks'][0]
+
+    @staticmethod
+    def horizon(c):
+        job = get_json(c.dispatcher.admin_port, '/v1/jobs')['names']['coord-drain'][0]['job_id']
+        return get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)['coordinated']['round_horizon']
 
     def test_a_job_whose_only_worker_is_drained_waits_for_another_and_reads_on(self):
         c = Cluster(workers=1)
