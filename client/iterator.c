@@ -141,7 +141,7 @@ struct itask {
 };
 
 /* Coordinated reads: one round asked for or received, at index round % MAX_WINDOW. */
-enum slot_state { SLOT_EMPTY, SLOT_SENT, SLOT_HAVE, SLOT_END };
+enum slot_state { SLOT_EMPTY, SLOT_SENT, SLOT_HAVE };
 
 struct slot {
     enum slot_state state;
@@ -526,10 +526,6 @@ static void coord_deliver(sl_iterator_t *it)
         struct slot *sl = &it->slots[it->deliver_round % MAX_WINDOW];
         if (sl->round != it->deliver_round)
             break;
-        if (sl->state == SLOT_END) {
-            it->finished = true;
-            break;
-        }
         if (sl->state != SLOT_HAVE)
             break;
         if (it->deliver_round < it->deliver_from) {
@@ -599,25 +595,28 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, s
     }
     t->unknown.since = 0;
     if (resp->end_of_sequence) {
-        bool ok = end_notices(it, t, resp, payload, size);
+        /* Coordinated reads are over a dataset without end (the dispatcher
+         * refuses others), so an end is never the job's: ending here would
+         * stop a synchronous trainer early without a word. */
         free(payload);
-        if (!ok)
-            return;
-        sl->state = SLOT_END;
-    } else {
-        char err[512];
-        struct sl_batch *b = resp->shm_length ? batch_from_shm(t, resp, payload, size, err, sizeof err)
-                                              : sl__batch_from_wire(resp, payload, size, err, sizeof err);
-        if (!b) {
-            iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
-            return;
-        }
-        sl_strcopy(b->worker, sizeof b->worker, t->address);
-        b->round = sl->round;
-        sl->batch = b;
-        sl->state = SLOT_HAVE;
-        window_note(it, b->size);
+        iterator_fail(it, SL_EDATA,
+                      "worker %s ended task %" PRIu64 " at round %" PRIu64 ", but coordinated reads have no end: "
+                      "every round needs a batch for every consumer (a repeat whose input yields nothing ends)",
+                      t->address, t->task_id, sl->round);
+        return;
     }
+    char err[512];
+    struct sl_batch *b = resp->shm_length ? batch_from_shm(t, resp, payload, size, err, sizeof err)
+                                          : sl__batch_from_wire(resp, payload, size, err, sizeof err);
+    if (!b) {
+        iterator_fail(it, SL_EPROTO, "worker %s sent a bad batch: %s", t->address, err);
+        return;
+    }
+    sl_strcopy(b->worker, sizeof b->worker, t->address);
+    b->round = sl->round;
+    sl->batch = b;
+    sl->state = SLOT_HAVE;
+    window_note(it, b->size);
     coord_deliver(it);
     pump(it);
 }
