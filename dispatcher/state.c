@@ -394,7 +394,8 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * when its pipeline also waits for a split (starved: not for buffer room, as
  * behind a consumer that pauses), it cannot finish one either: its buffers
  * span more splits than the bound (a shuffle buffer far larger than the
- * splits). Past HELD_FAIL_MS of that the job fails, naming the bound, rather
+ * splits), or it reads them without making a batch (a skip past the data
+ * under a repeat, which then takes epoch after epoch). Past HELD_FAIL_MS of that the job fails, naming the bound, rather
  * than wait for ever. */
 #define HELD_FAIL_MS 5000
 
@@ -413,12 +414,15 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
     }
     if (now - t->held_full_since < HELD_FAIL_MS)
         return;
-    char why[400];
+    char why[600];
     snprintf(why, sizeof why,
              "task %" PRIu64 " on worker %s holds %u splits it has not finished, as many as "
              "--max-outstanding-splits %u allows, and cannot finish one without another: its pipeline's buffers "
-             "(a shuffle buffer) span more splits than that; raise --max-outstanding-splits or --split-size",
-             t->id, t->worker_address, sl__out_count(t), st->cfg.max_outstanding);
+             "(a shuffle buffer) span more splits than that, or it drops every element it reads (a skip or filter "
+             "that leaves nothing, under a repeat, runs through epochs without end: the job is at epoch %" PRIu64
+             "%s); raise --max-outstanding-splits or --split-size, or correct the spec",
+             t->id, t->worker_address, sl__out_count(t), st->cfg.max_outstanding, j->split_epoch,
+             t->batches == 0 ? " and the task has served no batch" : "");
     sl_log_error("job %" PRIu64 ": %s", j->id, why);
     job_set_state(st, j, SL_JOB_FAILED, why);
 }

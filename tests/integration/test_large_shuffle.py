@@ -165,6 +165,26 @@ class OutstandingBound(unittest.TestCase):
         finally:
             self.assertEqual(c.close(), {})
 
+    def test_a_pipeline_that_drops_every_element_fails_the_job_by_name(self):
+        """A skip past the data under a repeat reads epoch after epoch and
+        makes no batch: the splits it read never finish (their notices go
+        with batches), so the job fails at the bound, and the message says
+        this cause too, where it named only a shuffle buffer."""
+        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '16'])
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 10},
+                    "ops": [{"op": "skip", "count": 100}, {"op": "repeat"}, {"op": "batch", "batch_size": 4}]}
+            rc, got, err = read_values(c, spec, timeout=120)
+            self.assertEqual(rc, 1, err[-2000:])
+            self.assertEqual(len(got), 0)
+            self.assertIn('--max-outstanding-splits 16', err)
+            self.assertRegex(err, r'or it drops every element it reads \(a skip or filter that leaves nothing, under '
+                             r'a repeat, runs through epochs without end: the job is at epoch \d+ and the task has '
+                             r'served no batch\)')
+        finally:
+            self.assertEqual(c.close(), {})
+
 
 def read_with_kill(cluster, spec, args, at_bytes, victim, down):
     """Streams spec (--format raw, DYNAMIC) and, once at_bytes were read,
