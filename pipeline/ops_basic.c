@@ -364,7 +364,11 @@ int sl__op_skip_create(const sl_spec_op_t *op, sl_iter_t *input, sl_iter_ctx_t *
  * other workers may just have taken that epoch's splits, and the next
  * epoch may have some for this one; unless the dispatcher said no split of
  * any epoch will come (a drained task). (tf.data stops a forever repeat
- * only on an empty first iteration, and never with split providers.)
+ * only on an empty first iteration, and never with split providers.) But
+ * not for ever: SL_REPEAT_EMPTY_MAX such iterations in a row fail the
+ * pipeline, as its ops drop every element or its splits hold none (a skip
+ * past the data, files without records), and it would otherwise take epoch
+ * after epoch without end, each a hand-out of the dispatcher's.
  */
 
 struct repeat_iter {
@@ -374,6 +378,7 @@ struct repeat_iter {
     bool yielded;      /* this iteration yielded an element */
     bool done;
     uint64_t requests; /* ctx->split_requests when this iteration began */
+    uint64_t empty;    /* iterations in a row that asked for splits and yielded nothing */
 };
 
 /* repeat_next and, when the input has it, the bulk path: out NULL pulls
@@ -401,6 +406,12 @@ static int repeat_pull(sl_iter_t *it, sl_element_t *out, uint8_t *const *dst, ui
             r->done = true;
             return 1;
         }
+        r->empty = r->yielded ? 0 : r->empty + 1;
+        if (r->empty >= SL_REPEAT_EMPTY_MAX)
+            return sl__iter_fail(it, SL_EDATA,
+                                 "%" PRIu64 " iterations in a row took splits and yielded nothing: the ops "
+                                 "before it drop every element, or the data holds none (at iteration %" PRId64 ")",
+                                 r->empty, r->iteration);
         rc = it->input->vt->reset(it->input);
         if (rc < 0)
             return rc;

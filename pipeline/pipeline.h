@@ -95,6 +95,11 @@ typedef struct sl_cache_env {
 /* block_alloc's index when the batch's place among the outputs is not known. */
 #define SL_PIPELINE_UNORDERED UINT64_MAX
 
+/* Under DYNAMIC a forever repeat goes on through iterations that yield
+ * nothing (other workers may have taken their splits); this many in a row
+ * that took splits fail the pipeline with SL_EDATA instead. */
+#define SL_REPEAT_EMPTY_MAX ((uint64_t)1 << 20)
+
 typedef struct sl_pipeline_opts {
     sl_sharding_t sharding;             /* OFF: read the whole source; DYNAMIC: read only the
                                            splits next_split hands out; others: refused for now */

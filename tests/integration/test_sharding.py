@@ -516,14 +516,23 @@ class Coordinated(unittest.TestCase):
 
     def test_a_coordinated_task_whose_data_ends_fails_its_consumers(self):
         # Endless by its shape, but every iteration of the repeat yields
-        # nothing, so the repeat ends: the consumer says so and fails,
-        # where it used to end after 0 rounds with status 0.
+        # nothing, so the repeat ends: the consumer says so and fails (at
+        # the round whose end came first), where it used to end after 0
+        # rounds with status 0.
         spec = {"source": {"type": "range", "stop": 10},
                 "ops": [{"op": "skip", "count": 100}, {"op": "repeat"}, {"op": "batch", "batch_size": 4}]}
         rc, out, err = self.c.cat(spec, ['--job-name', 'coord-empty', '--num-consumers', '1', '--consumer-index', '0'])
         self.assertNotEqual(rc, 0, err)
         self.assertEqual(out, [])
-        self.assertRegex(err, r'worker \S+ ended task \d+ at round 0, but coordinated reads have no end')
+        self.assertRegex(err, r'worker \S+ ended task \d+ at round \d+, but coordinated reads have no end')
+        # Under DYNAMIC the repeat goes on through empty iterations (other
+        # workers may have taken their splits), which took epoch after epoch
+        # without end: past SL_REPEAT_EMPTY_MAX in a row the task fails.
+        rc, out, err = self.c.cat(spec, ['--job-name', 'coord-empty-dyn', '--num-consumers', '1', '--consumer-index',
+                                         '0', '--sharding', 'dynamic'], timeout=120)
+        self.assertNotEqual(rc, 0, err)
+        self.assertEqual(out, [])
+        self.assertIn('ops[1] (repeat): 1048576 iterations in a row took splits and yielded nothing', err)
 
     def test_a_worker_that_joins_enters_at_a_round_both_consumers_agree_on(self):
         # Batches of 500 values make lines of about 3 KB: while this test

@@ -717,6 +717,57 @@ Test(pipeline, dynamic_empty_source_ends_a_forever_repeat)
     run_free(&r);
 }
 
+/* Every epoch's splits to this worker: the whole range of card records in
+ * one split, then the end of the epoch. */
+struct every_epoch {
+    uint64_t card, next_epoch, splits;
+    uint64_t every; /* 0: every split holds the range; else only those of epochs every apart */
+};
+
+static int whole_epoch_split(void *arg, uint64_t epoch, sl_split_t *split)
+{
+    struct every_epoch *s = arg;
+    if (epoch < s->next_epoch)
+        return 1;
+    s->next_epoch = epoch + 1;
+    s->splits++;
+    bool empty = s->every && epoch % s->every != 0;
+    *split = (sl_split_t){.epoch = epoch, .begin = 0, .end = empty ? 0 : s->card};
+    return 0;
+}
+
+/* A forever repeat over ops that drop every element takes epoch after
+ * epoch of splits: it used to run without end (each epoch a hand-out of the
+ * dispatcher's); SL_REPEAT_EMPTY_MAX empty iterations in a row fail it.
+ * One element in an iteration starts the count again. */
+Test(pipeline, dynamic_forever_repeat_of_nothing_fails_after_its_bound, .timeout = 120)
+{
+    struct every_epoch s = {.card = 10};
+    sl_pipeline_opts_t o = {.sharding = SL_SHARDING_DYNAMIC, .splits = {whole_epoch_split, &s}};
+    struct run r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":10},\"ops\":[{\"op\":\"skip\",\"count\":100},"
+                            "{\"op\":\"repeat\"}]}",
+                            &o);
+    cr_assert_eq(r.rc, SL_EDATA, "%d %s", r.rc, r.errmsg);
+    cr_assert_eq(r.n, 0);
+    cr_assert_eq(s.splits, SL_REPEAT_EMPTY_MAX, "%" PRIu64, s.splits);
+    cr_assert(strstr(r.errmsg, "ops[1] (repeat): 1048576 iterations in a row took splits and yielded nothing: the ops "
+                               "before it drop every element, or the data holds none") != NULL,
+              "%s", r.errmsg);
+    run_free(&r);
+
+    /* Records in every SL_REPEAT_EMPTY_MAX-th epoch only: each run of empty
+     * iterations stays one below the bound, and the take ends the repeat. */
+    struct every_epoch t = {.card = 1, .every = SL_REPEAT_EMPTY_MAX};
+    o.splits.arg = &t;
+    r = run_spec("{\"source\":{\"type\":\"range\",\"stop\":1},\"ops\":[{\"op\":\"repeat\"},"
+                 "{\"op\":\"take\",\"count\":3}]}",
+                 &o);
+    cr_assert_eq(r.rc, 1, "%d %s", r.rc, r.errmsg);
+    ASSERT_VALUES(r, 0, 0, 0);
+    cr_assert_eq(t.splits, 2 * SL_REPEAT_EMPTY_MAX + 1, "%" PRIu64, t.splits);
+    run_free(&r);
+}
+
 Test(pipeline, dynamic_split_error_propagates)
 {
     struct splits s = {.card = 35, .chunk = 10, .skip_epoch = UINT64_MAX, .fail_at = 3, .fail_code = -ECONNRESET};
