@@ -439,7 +439,13 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         if (end == o->end) {
             orphan_remove(st, j, i);
         } else {
+            /* The rest waits for the next answer: what the clients have of
+             * the front went out with it (its skips). The stored record
+             * holds runs inside [begin, end) only: a restart refused the
+             * store when the front's were kept. */
             o->begin = end;
+            if (o->have)
+                sl_posset_drop_below(o->have, (uint32_t)o->epoch, o->file, end);
             o->dirty = true;
             j->orphans_dirty = true;
             sl__dstate_touch(st, j);

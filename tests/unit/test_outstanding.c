@@ -307,6 +307,56 @@ Test(outstanding, lost_splits_and_reports_survive_a_restart)
     cr_assert_eq(r.splits[0].skip_count, 1, "what c1 said before the restart is kept");
 }
 
+/* A lost split whose skips fill an answer goes out in parts: the rest
+ * waits as a lost split from the first part's end. Its stored record held
+ * the runs of the part handed out too, before its begin, and the next
+ * start refused the store ("a run of what the consumers have is empty,
+ * overlapping or outside the split"): a dispatcher restarted after such an
+ * answer did not start. */
+Test(outstanding, a_lost_split_handed_out_in_parts_survives_a_restart)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_skip_bytes = 32; /* two skip runs an answer */
+    st = sl_dstate_new(&cfg);
+    cr_assert_not_null(st);
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 1, &r); /* [0,100) */
+    cr_assert_eq(r.splits_count, 1);
+    save();
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "gone"));
+    const uint64_t got[][2] = {{10, 5}, {30, 5}, {50, 5}, {70, 5}};
+    cr_assert_eq(report(j, c1, 1, 4, got), 0, "%s", err);
+    cr_assert_eq(report(j, c2, 1, 0, NULL), 0, "%s", err);
+    get_splits(tb, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 1, "no room for the rest's skips in this answer");
+    cr_assert_eq(r.splits[0].begin, 0);
+    cr_assert_eq(r.splits[0].end, 50);
+    cr_assert_eq(r.splits[0].skip_count, 2);
+    save();
+    restart();
+    cr_assert_eq(lost_splits(j, "queued"), 1);
+    get_splits(tb, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 1);
+    cr_assert_eq(r.splits[0].begin, 50);
+    cr_assert_eq(r.splits[0].end, 100);
+    cr_assert_eq(r.splits[0].skip_count, 2);
+    size_t len;
+    const uint8_t *skips = sl_dstate_split_skips(st, tb, &len);
+    cr_assert_eq(len, 32);
+    uint64_t k[4];
+    memcpy(k, skips + r.splits[0].skip_offset, sizeof k);
+    cr_assert_eq(k[0], 50);
+    cr_assert_eq(k[1], 5);
+    cr_assert_eq(k[2], 70);
+    cr_assert_eq(k[3], 5);
+    cr_assert_eq(lost_splits(j, "queued"), 0);
+}
+
 Test(outstanding, the_job_waits_for_lost_splits_and_a_live_worker_takes_them)
 {
     st = new_state();

@@ -79,6 +79,44 @@ Test(posset, random_adds_match_a_bitmap)
     sl_posset_clear(&s);
 }
 
+/* Adds and drops below random positions, against the bitmap: a drop
+ * touches the one (epoch, file) alone, cuts a run it falls in two, and
+ * keeps the runs sorted, disjoint and apart. */
+Test(posset, drops_below_a_position_match_a_bitmap)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 100000);
+    memset(model, 0, sizeof model);
+    srand(11);
+    for (int i = 0; i < 4000; i++) {
+        uint32_t e = (uint32_t)(rand() % EPOCHS), f = (uint32_t)(rand() % FILES);
+        if (rand() % 4 == 0) {
+            uint64_t pos = (uint64_t)(rand() % (RECORDS + 2));
+            sl_posset_drop_below(&s, e, f, pos);
+            for (uint64_t r = 0; r < pos && r < RECORDS; r++)
+                model[e][f][r] = false;
+        } else {
+            uint64_t b = (uint64_t)(rand() % RECORDS), n = (uint64_t)(1 + rand() % 20);
+            if (b + n > RECORDS)
+                n = RECORDS - b;
+            cr_assert_eq(sl_posset_add(&s, e, f, b, n, NULL), 0);
+            for (uint64_t r = b; r < b + n; r++)
+                model[e][f][r] = true;
+        }
+        check_invariants(&s);
+        if (i % 200 == 0)
+            check_model(&s);
+    }
+    check_model(&s);
+    /* Below UINT64_MAX: every run of that (epoch, file), no other. */
+    uint64_t other = sl_posset_size(&s) - sl_posset_count(&s, 1, 1, 0, RECORDS);
+    sl_posset_drop_below(&s, 1, 1, UINT64_MAX);
+    cr_assert_eq(sl_posset_count(&s, 1, 1, 0, RECORDS), 0);
+    cr_assert_eq(sl_posset_size(&s), other);
+    check_invariants(&s);
+    sl_posset_clear(&s);
+}
+
 Test(posset, in_order_runs_coalesce_into_one)
 {
     sl_posset_t s;
