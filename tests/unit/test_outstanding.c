@@ -18,6 +18,7 @@
 #include "log.h"
 #include "persist.h"
 #include "posset.h"
+#include "seed_util.h"
 #include "sluice.h"
 #include "state.h"
 #include "store.h"
@@ -590,4 +591,224 @@ Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back
     sl_dstate_tick(st, 20001);
     cr_assert_str_eq(client_state(j, c1), "present");
     cr_assert_str_eq(client_state(j, c2), "present");
+}
+
+/* ---- exactly once through losses, parts and restarts, at drawn sizes ----
+ *
+ * A named DYNAMIC job over range(n), its splits asked for by the live
+ * tasks in answers of drawn sizes, the records of each split received by
+ * the clients in drawn parts, workers lost with a drawn part of what they
+ * held received (the clients report every record they have), new workers
+ * joining once none is left, answers whose skip runs are cut by a drawn
+ * max_skip_bytes, and the state saved after every change and restarted
+ * from the store at drawn moments. Every record must be handed out to one
+ * task at a time, never once received (a skipped one must have been), and
+ * be received exactly once in the end. */
+
+struct pt_task {
+    uint64_t id, worker, seq;
+    bool alive;
+};
+
+struct pt {
+    uint64_t n, job, c1, c2;
+    uint8_t *owner;     /* per record: 1 + the task holding it, 0: none */
+    uint8_t *received;  /* per record: times the clients received it */
+    struct pt_task tasks[16];
+    unsigned num_tasks, workers;
+    uint64_t rng;
+    const char *where;
+};
+
+static uint64_t pt_draw(struct pt *p, uint64_t below)
+{
+    return splitmix64(&p->rng) % below;
+}
+
+/* Every client reports: c1 every record received, c2 nothing. */
+static void pt_report(struct pt *p)
+{
+    uint64_t gen = (uint64_t)lost_splits(p->job, "report_gen");
+    sl_posset_t s;
+    sl_posset_init(&s, (size_t)p->n);
+    for (uint64_t i = 0; i < p->n; i++)
+        if (p->received[i])
+            cr_assert_eq(sl_posset_add(&s, 0, 0, i, 1, NULL), 0);
+    size_t len = sl_posset_encode(&s, NULL, 0);
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    sl_posset_encode(&s, buf, len);
+    uint64_t clients[2] = {p->c1, p->c2};
+    for (int c = 0; c < 2; c++) {
+        sluice_ReportReceivedRequest req = {.job_id = p->job, .client_id = clients[c], .report_gen = gen};
+        sl_dstate_client_secret(st, p->job, clients[c], req.client_secret);
+        const uint8_t *empty = (const uint8_t *)"";
+        size_t elen = 0;
+        uint8_t none[32];
+        if (c == 1) {
+            sl_posset_t z;
+            sl_posset_init(&z, 1);
+            elen = sl_posset_encode(&z, none, sizeof none);
+            empty = none;
+            sl_posset_clear(&z);
+        }
+        cr_assert_eq(sl_dstate_client_report(st, &req, c == 0 ? buf : empty, c == 0 ? len : elen, 0, err, sizeof err),
+                     0, "%s: %s", p->where, err);
+    }
+    free(buf);
+    sl_posset_clear(&s);
+}
+
+static void pt_add_worker(struct pt *p)
+{
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.%u:1", ++p->workers);
+    uint64_t w = worker(addr);
+    worker_hb(w, 0, 0);
+    cr_assert_lt(p->num_tasks, 16);
+    p->tasks[p->num_tasks++] = (struct pt_task){.id = task_of(p->job, w), .worker = w, .alive = true};
+}
+
+static void pt_ask(struct pt *p, unsigned k)
+{
+    struct pt_task *t = &p->tasks[k];
+    sluice_GetSplitResponse r;
+    get_splits(t->id, ++t->seq, 1 + (uint32_t)pt_draw(p, 24), &r);
+    size_t len = 0;
+    const uint8_t *skips = sl_dstate_split_skips(st, t->id, &len);
+    for (pb_size_t i = 0; i < r.splits_count; i++) {
+        const sluice_Split *s = &r.splits[i];
+        cr_assert(s->begin < s->end && s->end <= p->n, "%s: split [%" PRIu64 ", %" PRIu64 ")", p->where, s->begin,
+                  s->end);
+        uint64_t at = s->begin;
+        for (uint64_t q = 0; q <= s->skip_count; q++) {
+            uint64_t kb = s->end, kn = 0;
+            if (q < s->skip_count) {
+                cr_assert_leq(s->skip_offset + 16 * (q + 1), len, "%s", p->where);
+                memcpy(&kb, skips + s->skip_offset + 16 * q, 8);
+                memcpy(&kn, skips + s->skip_offset + 16 * q + 8, 8);
+                cr_assert(kb >= at && kn > 0 && kb + kn <= s->end, "%s: skip run %" PRIu64 "+%" PRIu64, p->where, kb,
+                          kn);
+            }
+            for (uint64_t x = at; x < kb; x++) {
+                cr_assert_eq(p->received[x], 0, "%s: record %" PRIu64 " handed out again once received", p->where, x);
+                cr_assert_eq(p->owner[x], 0, "%s: record %" PRIu64 " handed to task %" PRIu64 " while another holds it",
+                             p->where, x, t->id);
+                p->owner[x] = (uint8_t)(k + 1);
+            }
+            for (uint64_t x = kb; x < kb + kn; x++)
+                cr_assert_eq(p->received[x], 1, "%s: record %" PRIu64 " skipped but never received", p->where, x);
+            at = kb + kn;
+        }
+    }
+}
+
+/* The clients receive each record task k holds with probability 1/2^shift. */
+static void pt_receive(struct pt *p, unsigned k, unsigned shift)
+{
+    for (uint64_t x = 0; x < p->n; x++)
+        if (p->owner[x] == k + 1 && pt_draw(p, (uint64_t)1 << shift) == 0) {
+            p->owner[x] = 0;
+            p->received[x]++;
+        }
+}
+
+Test(outstanding, every_record_once_through_losses_parts_and_restarts_at_drawn_sizes, .timeout = 600)
+{
+    uint64_t seed = test_seed("outstanding.every_record_once_through_losses_parts_and_restarts_at_drawn_sizes");
+    struct pt p = {.rng = seed};
+    unsigned restarts = 0, lost = 0;
+    for (int round = 0; round < 24; round++) {
+        sl_dstate_config_t cfg;
+        sl_dstate_config_init(&cfg);
+        static const unsigned sizes[] = {1, 7, 64, 500}, skip_bytes[] = {16, 48, 400, 256u << 10};
+        cfg.split_size = sizes[pt_draw(&p, 4)];
+        cfg.max_skip_bytes = skip_bytes[pt_draw(&p, 4)];
+        cfg.max_outstanding = 1u << 20;
+        p.n = 100 + pt_draw(&p, 20000);
+        unsigned workers = 1 + (unsigned)pt_draw(&p, 4), losses = 1 + (unsigned)pt_draw(&p, 5);
+        char where[256];
+        snprintf(where, sizeof where,
+                 "seed %" PRIu64 " round %d: %" PRIu64 " records, splits of %" PRIu64 ", %u skip bytes, %u workers, %u losses",
+                 seed, round, p.n, (uint64_t)cfg.split_size, cfg.max_skip_bytes, workers, losses);
+        p.where = where;
+        /* A fresh store for each round. */
+        sl_store_close(store);
+        remove_dir(dir);
+        snprintf(dir, sizeof dir, "/tmp/sl-out-XXXXXX");
+        cr_assert_not_null(mkdtemp(dir));
+        store = open_state_store(dir, 0);
+        sl_dstate_free(st);
+        st = sl_dstate_new(&cfg);
+        cr_assert_not_null(st);
+        p.owner = calloc(p.n, 1);
+        p.received = calloc(p.n, 1);
+        cr_assert(p.owner && p.received);
+        p.num_tasks = 0;
+        p.workers = 0;
+        char spec[128];
+        snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}}", p.n);
+        uint64_t ds;
+        const char *fp;
+        cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
+        uint64_t wid[4];
+        for (unsigned w = 0; w < workers; w++) {
+            char addr[32];
+            snprintf(addr, sizeof addr, "127.0.0.%u:1", ++p.workers);
+            wid[w] = worker(addr);
+        }
+        sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "pt"};
+        cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &p.job, &p.c1, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &p.job, &p.c2, err, sizeof err), 0, "%s", err);
+        for (unsigned w = 0; w < workers; w++)
+            p.tasks[p.num_tasks++] = (struct pt_task){.id = task_of(p.job, wid[w]), .worker = wid[w], .alive = true};
+        save();
+        uint64_t done = 0;
+        int steps = 0;
+        for (; done < p.n; steps++) {
+            cr_assert_lt(steps, 200000, "%s: not every record came (%" PRIu64 " of %" PRIu64 ")", where, done, p.n);
+            unsigned live[16], nl = 0;
+            for (unsigned k = 0; k < p.num_tasks; k++)
+                if (p.tasks[k].alive)
+                    live[nl++] = k;
+            unsigned k = live[pt_draw(&p, nl)];
+            uint64_t a = pt_draw(&p, 100);
+            if (a < 45) {
+                pt_ask(&p, k);
+                save();
+            } else if (a < 90) {
+                pt_receive(&p, k, (unsigned)pt_draw(&p, 3));
+            } else if (a < 95 && losses > 0) {
+                losses--;
+                lost++;
+                pt_receive(&p, k, 1);
+                for (uint64_t x = 0; x < p.n; x++)
+                    if (p.owner[x] == k + 1)
+                        p.owner[x] = 0; /* lost with the worker */
+                cr_assert(sl_dstate_worker_disconnected(st, p.tasks[k].worker, "killed"), "%s", where);
+                p.tasks[k].alive = false;
+                pt_report(&p);
+                if (nl == 1)
+                    pt_add_worker(&p);
+                save();
+            } else {
+                save();
+                sl_dstate_free(st);
+                st = sl_dstate_new(&cfg); /* the same options, as a dispatcher restarted is given */
+                cr_assert_not_null(st);
+                cr_assert_eq(sl_dpersist_load(st, store, 0, err, sizeof err), 0, "%s: %s", where, err);
+                restarts++;
+                if (lost_splits(p.job, "awaiting_reports") > 0)
+                    pt_report(&p);
+            }
+            done = 0;
+            for (uint64_t x = 0; x < p.n; x++) {
+                cr_assert_leq(p.received[x], 1, "%s: record %" PRIu64 " received twice", where, x);
+                done += p.received[x];
+            }
+        }
+        free(p.owner);
+        free(p.received);
+    }
+    fprintf(stderr, "  24 jobs: %u workers lost, %u restarts\n", lost, restarts);
 }
