@@ -851,6 +851,12 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
         return 0; /* an ended job's, stored before they were deleted at its end: not needed */
     char why[256];
     int rc = sl_posset_decode(&j->exclude, val, vlen, why, sizeof why);
+    if (rc == -ENOSPC) {
+        /* Stored under a larger --max-exclude-runs than this start has. */
+        size_t at = strlen(why);
+        snprintf(why + at, sizeof why - at, " (--max-exclude-runs %u: start with the value it was stored under)",
+                 l->st->cfg.max_exclude_runs);
+    }
     return rc < 0 ? bad(l, id, why) : 0;
 }
 

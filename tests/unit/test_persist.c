@@ -364,6 +364,19 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     skips = sl_dstate_split_skips(st2, task, &len);
     cr_assert_eq(len, 16);
     cr_assert_eq(sl_get_le64(skips), 150);
+    /* A start with a lower --max-exclude-runs than the job's exclusions
+     * hold refuses the store and names the option. */
+    sl_dstate_config_t low;
+    sl_dstate_config_init(&low);
+    low.split_size = 100;
+    low.max_exclude_runs = 1;
+    sl_dstate_t *st3 = sl_dstate_new(&low);
+    cr_assert_not_null(st3);
+    cr_assert_eq(sl_dpersist_load(st3, store, 1000, err, sizeof err), SL_EDATA);
+    cr_assert(strstr(err, "position set of 2 runs, more than the limit 1 (--max-exclude-runs 1: start with the value "
+                          "it was stored under)"),
+              "%s", err);
+    sl_dstate_free(st3);
     /* Named jobs under a static policy, coordinated reads and damaged
      * bytes are refused. */
     snprintf(req.job_name, sizeof req.job_name, "named");
