@@ -395,8 +395,8 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * behind a consumer that pauses), it cannot finish one either: its buffers
  * span more splits than the bound (a shuffle buffer far larger than the
  * splits), or it reads them without making a batch (a skip past the data
- * under a repeat, which then takes epoch after epoch). Past HELD_FAIL_MS of that the job fails, naming the bound, rather
- * than wait for ever. */
+ * under a repeat, which then takes epoch after epoch). Past HELD_FAIL_MS of
+ * that the job fails, naming the bound, rather than wait for ever. */
 #define HELD_FAIL_MS 5000
 
 static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)

@@ -437,6 +437,7 @@ static int repeat_reset(sl_iter_t *it)
     r->iteration = 0;
     r->yielded = false;
     r->done = false;
+    r->empty = 0;
     int rc = it->input->vt->reset(it->input);
     r->requests = it->ctx->split_requests;
     return rc;

@@ -729,7 +729,8 @@ Test(outstanding, every_record_once_through_losses_parts_and_restarts_at_drawn_s
         unsigned workers = 1 + (unsigned)pt_draw(&p, 4), losses = 1 + (unsigned)pt_draw(&p, 5);
         char where[256];
         snprintf(where, sizeof where,
-                 "seed %" PRIu64 " round %d: %" PRIu64 " records, splits of %" PRIu64 ", %u skip bytes, %u workers, %u losses",
+                 "seed %" PRIu64 " round %d: %" PRIu64 " records, splits of %" PRIu64
+                 ", %u skip bytes, %u workers, %u losses",
                  seed, round, p.n, (uint64_t)cfg.split_size, cfg.max_skip_bytes, workers, losses);
         p.where = where;
         /* A fresh store for each round. */
