@@ -59,6 +59,7 @@ struct holder {
     sl_served_t *held[SL_HELD_ROUNDS];
     unsigned n;
     bool warned; /* the budget refused to keep one of its batches (logged once) */
+    bool left;   /* it acknowledged everything as its iterator closed: it will not ask again */
 };
 
 struct sl_holders {
@@ -220,9 +221,20 @@ int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serv
 
 void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below)
 {
-    struct holder *c = find(h, client_id);
-    if (c)
-        ack(h, c, acked_below);
+    /* A client that leaves: its requests that still wait for a batch are
+     * served after this, and what they send is not held either. */
+    struct holder *c = acked_below == UINT64_MAX ? get(h, client_id) : find(h, client_id);
+    if (!c)
+        return;
+    ack(h, c, acked_below);
+    if (acked_below == UINT64_MAX)
+        c->left = true;
+}
+
+bool sl_holders_left(sl_holders_t *h, uint64_t client_id)
+{
+    const struct holder *c = find(h, client_id);
+    return c && c->left;
 }
 
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)

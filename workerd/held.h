@@ -120,6 +120,9 @@ int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serv
 /** Lets go of what client_id's batches below seq acked_below (an ack-only
  *  request: GetElementRequest.ack_only). */
 void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below);
+/** Whether client_id acknowledged everything (acked_below UINT64_MAX: its
+ * iterator closed): the batches its waiting requests still get are not held. */
+bool sl_holders_left(sl_holders_t *h, uint64_t client_id);
 
 /** The batch held for client_id under seq, or NULL (no reference taken). */
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);

@@ -76,6 +76,29 @@ Test(held, a_batch_asked_again_comes_again_until_acknowledged)
     sl_holders_free(h);
 }
 
+/* A client that leaves acknowledges everything (an ack-only request with
+ * acked_below UINT64_MAX); its requests that still waited for a batch are
+ * served after that, and those batches must not be held for it until the
+ * hold timeout. Another client is held for as before. */
+Test(held, a_client_that_left_is_not_held_for)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    serve(h, 5, 1, 1, 0, 100);
+    serve(h, 6, 1, 1, 0, 100);
+    cr_assert_not(sl_holders_left(h, 5));
+    sl_holders_ack(h, 5, UINT64_MAX);
+    cr_assert(sl_holders_left(h, 5));
+    cr_assert_not(sl_holders_left(h, 6));
+    counts(h, 1, 100);
+    /* A client that left before anything was held for it, too. */
+    sl_holders_ack(h, 7, UINT64_MAX);
+    cr_assert(sl_holders_left(h, 7));
+    cr_assert_not(sl_holders_left(h, 8));
+    sl_holders_ack(h, 6, 2);
+    counts(h, 0, 0);
+    sl_holders_free(h);
+}
+
 Test(held, at_most_SL_HELD_MAX_unacknowledged_requests_and_SL_HOLDERS_MAX_clients)
 {
     sl_holders_t *h = sl_holders_new(NULL);
