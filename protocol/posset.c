@@ -109,16 +109,18 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
 
 void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
 {
-    if (pos == 0)
-        return;
-    size_t i = lower(s, epoch, file, 0), j = pos == UINT64_MAX ? s->num : lower(s, epoch, file, pos + 1);
-    /* Runs i..j-1 of (epoch, file) end at pos or before; run j may start below it. */
-    if (j < s->num && cmp_key(&s->runs[j], epoch, file) == 0 && s->runs[j].begin < pos) {
-        s->runs[j].count -= pos - s->runs[j].begin;
-        s->runs[j].begin = pos;
+    size_t i = lower(s, epoch, file, 0), j = lower(s, epoch, file, pos);
+    /* Runs i..j-1 of (epoch, file) end before pos; run j, if of (epoch, file),
+     * ends at pos or after. Runs are apart, so only run j can hold pos. */
+    if (j < s->num && cmp_key(&s->runs[j], epoch, file) == 0) {
+        sl_posrun_t *r = &s->runs[j];
+        if (r->begin + r->count == pos)
+            j++;
+        else if (r->begin < pos) {
+            r->count -= pos - r->begin;
+            r->begin = pos;
+        }
     }
-    while (j > i && cmp_key(&s->runs[j - 1], epoch, file) != 0)
-        j--; /* pos UINT64_MAX: only the runs of (epoch, file) */
     if (j > i) {
         memmove(&s->runs[i], &s->runs[j], (s->num - j) * sizeof *s->runs);
         s->num -= j - i;

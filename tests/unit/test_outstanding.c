@@ -143,19 +143,28 @@ static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64
 }
 
 /* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
+/* Sends client's report of the records in set for job_id's lost splits at
+ * generation gen. @return what the dispatcher answered */
+static int send_report(uint64_t job_id, uint64_t client, uint64_t gen, const sl_posset_t *set)
+{
+    size_t len = sl_posset_encode(set, NULL, 0);
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    sl_posset_encode(set, buf, len);
+    sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
+    sl_dstate_client_secret(st, job_id, client, req.client_secret);
+    int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
+    free(buf);
+    return rc;
+}
+
 static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, const uint64_t (*runs)[2])
 {
     sl_posset_t s;
     sl_posset_init(&s, 1000);
     for (unsigned i = 0; i < n; i++)
         cr_assert_eq(sl_posset_add(&s, 0, 0, runs[i][0], runs[i][1], NULL), 0);
-    size_t len = sl_posset_encode(&s, NULL, 0);
-    uint8_t *buf = malloc(len);
-    sl_posset_encode(&s, buf, len);
-    sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
-    sl_dstate_client_secret(st, job_id, client, req.client_secret);
-    int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
-    free(buf);
+    int rc = send_report(job_id, client, gen, &s);
     sl_posset_clear(&s);
     return rc;
 }
@@ -629,34 +638,16 @@ static uint64_t pt_draw(struct pt *p, uint64_t below)
 static void pt_report(struct pt *p)
 {
     uint64_t gen = (uint64_t)lost_splits(p->job, "report_gen");
-    sl_posset_t s;
-    sl_posset_init(&s, (size_t)p->n);
+    sl_posset_t all, none;
+    sl_posset_init(&all, (size_t)p->n);
+    sl_posset_init(&none, 1);
     for (uint64_t i = 0; i < p->n; i++)
         if (p->received[i])
-            cr_assert_eq(sl_posset_add(&s, 0, 0, i, 1, NULL), 0);
-    size_t len = sl_posset_encode(&s, NULL, 0);
-    uint8_t *buf = malloc(len);
-    cr_assert_not_null(buf);
-    sl_posset_encode(&s, buf, len);
-    uint64_t clients[2] = {p->c1, p->c2};
-    for (int c = 0; c < 2; c++) {
-        sluice_ReportReceivedRequest req = {.job_id = p->job, .client_id = clients[c], .report_gen = gen};
-        sl_dstate_client_secret(st, p->job, clients[c], req.client_secret);
-        const uint8_t *empty = (const uint8_t *)"";
-        size_t elen = 0;
-        uint8_t none[32];
-        if (c == 1) {
-            sl_posset_t z;
-            sl_posset_init(&z, 1);
-            elen = sl_posset_encode(&z, none, sizeof none);
-            empty = none;
-            sl_posset_clear(&z);
-        }
-        cr_assert_eq(sl_dstate_client_report(st, &req, c == 0 ? buf : empty, c == 0 ? len : elen, 0, err, sizeof err),
-                     0, "%s: %s", p->where, err);
-    }
-    free(buf);
-    sl_posset_clear(&s);
+            cr_assert_eq(sl_posset_add(&all, 0, 0, i, 1, NULL), 0);
+    cr_assert_eq(send_report(p->job, p->c1, gen, &all), 0, "%s: %s", p->where, err);
+    cr_assert_eq(send_report(p->job, p->c2, gen, &none), 0, "%s: %s", p->where, err);
+    sl_posset_clear(&all);
+    sl_posset_clear(&none);
 }
 
 static void pt_add_worker(struct pt *p)
