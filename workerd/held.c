@@ -231,24 +231,20 @@ void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below)
         c->left = true;
 }
 
-bool sl_holders_left(sl_holders_t *h, uint64_t client_id)
-{
-    const struct holder *c = find(h, client_id);
-    return c && c->left;
-}
-
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq)
 {
     const struct holder *c = find(h, client_id);
     return c ? held_at(c, seq) : NULL;
 }
 
-bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
-                     int64_t now_ms)
+sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
+                          int64_t now_ms)
 {
     struct holder *c = get(h, client_id); /* swept while its request waited */
     if (!c)
-        return false;
+        return SL_HOLD_NO_ROOM;
+    if (c->left)
+        return SL_HOLD_LEFT;
     if (seq >= c->next_seq)
         c->next_seq = seq + 1;
     c->last_ms = now_ms;
@@ -263,7 +259,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",
                         s->task_id, seq, client_id, bytes);
         c->warned = true;
-        return false;
+        return SL_HOLD_NO_ROOM;
     }
     s->charged = h->budget ? bytes : 0;
     s->handed = handed;
@@ -278,7 +274,7 @@ bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serve
         c->held[k] = c->held[k - 1];
     c->held[k] = s;
     c->n++;
-    return true;
+    return SL_HOLD_KEPT;
 }
 
 unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms)

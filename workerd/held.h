@@ -120,12 +120,15 @@ int sl_holders_recall(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_serv
 /** Lets go of what client_id's batches below seq acked_below (an ack-only
  *  request: GetElementRequest.ack_only). */
 void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below);
-/** Whether client_id acknowledged everything (acked_below UINT64_MAX: its
- * iterator closed): the batches its waiting requests still get are not held. */
-bool sl_holders_left(sl_holders_t *h, uint64_t client_id);
-
 /** The batch held for client_id under seq, or NULL (no reference taken). */
 sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
+
+/** What became of a served batch (sl_holders_keep()). */
+typedef enum {
+    SL_HOLD_KEPT,
+    SL_HOLD_NO_ROOM, /* wanted again on a break, but not kept */
+    SL_HOLD_LEFT,    /* its client left: not wanted again */
+} sl_hold_t;
 
 /**
  * Keeps s, just served to client_id under seq, until acknowledged (takes a
@@ -136,10 +139,12 @@ sl_served_t *sl_holders_find(sl_holders_t *h, uint64_t client_id, uint64_t seq);
  * batch served on a full budget is kept all the same. One the budget has
  * no room for at once, or past SL_HELD_ROUNDS, is not kept (no refusal of
  * the budget's counted: it was served): a request asking for it again is
- * refused.
- * @return true if kept
+ * refused. Nor is one served to a client that acknowledged everything
+ * (acked_below UINT64_MAX: its iterator closed) after its waiting requests
+ * were answered: it does not want them again.
+ * @return SL_HOLD_KEPT, SL_HOLD_NO_ROOM (not kept though wanted) or SL_HOLD_LEFT
  */
-bool sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
+sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
                      int64_t now_ms);
 
 /** Drops what clients silent for more than timeout_ms hold. @return batches dropped */

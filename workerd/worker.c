@@ -743,8 +743,8 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     }
     /* Kept with the task's charge of the batch, which its holder takes
      * over: the batch is sure to be kept when the budget is full. */
-    if (how->seq > 0 && !sl_holders_left(wt->holders, how->client_id) &&
-        !sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged, now_us() / 1000))
+    if (how->seq > 0 && sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged,
+                                        now_us() / 1000) == SL_HOLD_NO_ROOM)
         sl_metric_add(m_not_held, 1);
     else if (sv->handed > 0)
         sl_task_hand_over(wt->task, b, sv->handed);

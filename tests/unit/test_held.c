@@ -76,6 +76,16 @@ Test(held, a_batch_asked_again_comes_again_until_acknowledged)
     sl_holders_free(h);
 }
 
+/* Keeps a batch of size bytes served to client c under seq, whose request
+ * was asked before. @return what sl_holders_keep() answered */
+static sl_hold_t keep(sl_holders_t *h, uint64_t c, uint64_t seq, size_t size)
+{
+    sl_served_t *s = served(size);
+    sl_hold_t r = sl_holders_keep(h, c, seq, s, 0, 0);
+    sl_served_unref(s);
+    return r;
+}
+
 /* A client that leaves acknowledges everything (an ack-only request with
  * acked_below UINT64_MAX); its requests that still waited for a batch are
  * served after that, and those batches must not be held for it until the
@@ -83,18 +93,23 @@ Test(held, a_batch_asked_again_comes_again_until_acknowledged)
 Test(held, a_client_that_left_is_not_held_for)
 {
     sl_holders_t *h = sl_holders_new(NULL);
+    sl_served_t *again;
     serve(h, 5, 1, 1, 0, 100);
     serve(h, 6, 1, 1, 0, 100);
-    cr_assert_not(sl_holders_left(h, 5));
+    /* Both ask for round 2; client 5 leaves before its answer comes. */
+    cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    cr_assert_eq(sl_holders_ask(h, 6, 2, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
     sl_holders_ack(h, 5, UINT64_MAX);
-    cr_assert(sl_holders_left(h, 5));
-    cr_assert_not(sl_holders_left(h, 6));
     counts(h, 1, 100);
+    cr_assert_eq(keep(h, 5, 2, 100), SL_HOLD_LEFT);
+    cr_assert_eq(keep(h, 6, 2, 100), SL_HOLD_KEPT);
+    counts(h, 2, 200);
     /* A client that left before anything was held for it, too. */
     sl_holders_ack(h, 7, UINT64_MAX);
-    cr_assert(sl_holders_left(h, 7));
-    cr_assert_not(sl_holders_left(h, 8));
-    sl_holders_ack(h, 6, 2);
+    cr_assert_eq(keep(h, 7, 1, 100), SL_HOLD_LEFT);
+    cr_assert_eq(keep(h, 8, 1, 100), SL_HOLD_KEPT);
+    sl_holders_ack(h, 6, 3);
+    sl_holders_ack(h, 8, 2);
     counts(h, 0, 0);
     sl_holders_free(h);
 }
@@ -145,7 +160,7 @@ static sl_served_t *serve_round(sl_holders_t *h, uint64_t c, uint64_t r, uint64_
     cr_assert_eq(sl_holders_ask_round(h, c, r + 1, acked_round + 1, 0, &again, err, sizeof err), SL_HELD_NEW,
                  "round %llu: %s", (unsigned long long)r, err);
     sl_served_t *s = served(size);
-    cr_assert(sl_holders_keep(h, c, r + 1, s, 0, 0), "round %llu", (unsigned long long)r);
+    cr_assert_eq(sl_holders_keep(h, c, r + 1, s, 0, 0), SL_HOLD_KEPT, "round %llu", (unsigned long long)r);
     sl_served_unref(s);
     return s;
 }
@@ -239,7 +254,7 @@ Test(held, a_batch_its_task_charged_is_kept_on_a_full_budget_with_that_charge)
     cr_assert(sl_membudget_charge(&mem, 1000), "the task's buffer fills the budget");
     cr_assert_eq(sl_holders_ask(h, 5, 1, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
     sl_served_t *s = served(600);
-    cr_assert(sl_holders_keep(h, 5, 1, s, 600, 0), "kept with its task's charge of 600 bytes");
+    cr_assert_eq(sl_holders_keep(h, 5, 1, s, 600, 0), SL_HOLD_KEPT, "kept with its task's charge of 600 bytes");
     cr_assert_eq(s->charged, 600);
     cr_assert_eq(s->handed, 600);
     sl_served_unref(s);
@@ -251,7 +266,7 @@ Test(held, a_batch_its_task_charged_is_kept_on_a_full_budget_with_that_charge)
     cr_assert_eq(sl_holders_ask(h, 5, 2, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
     s = served(300);
     s->notices_len = 20;
-    cr_assert_not(sl_holders_keep(h, 5, 2, s, 300, 0), "20 bytes of notices have no room");
+    cr_assert_eq(sl_holders_keep(h, 5, 2, s, 300, 0), SL_HOLD_NO_ROOM, "20 bytes of notices have no room");
     cr_assert_eq(s->handed, 0, "nothing taken over from a batch not kept");
     sl_served_unref(s);
     sl_membudget_release(&mem, 400); /* its task's 300 and the other 100 */
@@ -259,7 +274,7 @@ Test(held, a_batch_its_task_charged_is_kept_on_a_full_budget_with_that_charge)
     cr_assert_eq(sl_holders_ask(h, 5, 3, 1, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
     s = served(300);
     s->notices_len = 20;
-    cr_assert(sl_holders_keep(h, 5, 3, s, 300, 0));
+    cr_assert_eq(sl_holders_keep(h, 5, 3, s, 300, 0), SL_HOLD_KEPT);
     cr_assert_eq(s->charged, 320);
     cr_assert_eq(s->handed, 300);
     sl_served_unref(s);
@@ -299,7 +314,7 @@ Test(held, a_batch_made_in_shared_memory_is_held_without_charging_its_block_twic
     cr_assert_eq(sl_wire_batch_held_bytes(b), 0);
     sl_served_t *s = sl_served_new(7, b);
     cr_assert_not_null(s);
-    cr_assert(sl_holders_keep(h, 5, 1, s, 0, 0));
+    cr_assert_eq(sl_holders_keep(h, 5, 1, s, 0, 0), SL_HOLD_KEPT);
     sl_served_unref(s);
     counts(h, 1, 0);
     cr_assert_eq(sl_membudget_used(&mem), 0, "%zu bytes charged", sl_membudget_used(&mem));
