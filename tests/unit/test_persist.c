@@ -678,12 +678,18 @@ Test(persist, a_gone_consumers_round_survives_a_restart)
 
 struct rt {
     uint64_t rng;
-    uint64_t datasets[8], jobs[32], clients[32], tasks[64];
+    uint64_t datasets[8], jobs[32], clients[32], tasks[64], task_job[64];
     unsigned ndatasets, njobs, ntasks;
     uint8_t secrets[32][16];
     bool endless[8];
     uint64_t seq_task[256], seq[256]; /* each task's last request_seq */
     unsigned nseqs, handed;           /* answers with splits */
+    unsigned reports, accepted;       /* ReportReceived sent, accepted */
+    unsigned skipped;                 /* splits handed out again with skip runs */
+    struct {
+        uint64_t job, epoch, begin, end;
+    } got[64]; /* the latest splits handed out, which reports draw from */
+    unsigned ngot;
 };
 
 static uint64_t rt_draw(struct rt *r, uint64_t below)
@@ -699,10 +705,57 @@ static void rt_tasks(struct rt *r)
         json_t *j = sl_dstate_job_json(st, r->jobs[i], 0), *t;
         size_t k;
         json_array_foreach(json_object_get(j, "tasks"), k, t)
-            if (r->ntasks < 64)
+            if (r->ntasks < 64) {
+                r->task_job[r->ntasks] = r->jobs[i];
                 r->tasks[r->ntasks++] = (uint64_t)json_integer_value(json_object_get(t, "task_id"));
+            }
         json_decref(j);
     }
+}
+
+/* A drawn client reports what it received of its job's lost splits, at the
+ * job's report generation mostly: drawn runs of records inside splits
+ * handed out lately (mostly its job's), a few or as many as every other record,
+ * more than one answer's skip runs hold at the smaller --max-skip-bytes:
+ * lost splits go out again whole, in parts or not at all. */
+static void rt_report(struct rt *r, int64_t now)
+{
+    /* Mostly a client of a job whose lost splits await reports. */
+    unsigned c = (unsigned)rt_draw(r, r->njobs);
+    uint64_t gen = 0;
+    for (unsigned k = 0; k < r->njobs; k++) {
+        unsigned i = (c + k) % r->njobs;
+        json_t *j = sl_dstate_job_json(st, r->jobs[i], 0), *lost = json_object_get(j, "lost_splits");
+        bool awaiting = json_integer_value(json_object_get(lost, "awaiting_reports")) > 0;
+        if (k == 0 || awaiting) {
+            c = i;
+            gen = (uint64_t)json_integer_value(json_object_get(lost, "report_gen"));
+        }
+        json_decref(j);
+        if (awaiting && rt_draw(r, 8))
+            break;
+    }
+    sl_posset_t got;
+    sl_posset_init(&got, 1u << 16);
+    for (unsigned k = 0; r->ngot > 0 && k < 4; k++) {
+        unsigned g = (unsigned)rt_draw(r, r->ngot);
+        if (r->got[g].job != r->jobs[c] && rt_draw(r, 8))
+            continue; /* mostly the splits of the client's own job */
+        uint64_t gap = rt_draw(r, 2) ? 1 : 1 + rt_draw(r, 40);
+        for (uint64_t pos = r->got[g].begin + rt_draw(r, 3); pos < r->got[g].end; pos += 1 + gap)
+            (void)sl_posset_add(&got, (uint32_t)r->got[g].epoch, 0, pos, 1, NULL);
+    }
+    size_t len = sl_posset_encode(&got, NULL, 0);
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    sl_posset_encode(&got, buf, len);
+    sluice_ReportReceivedRequest req = {.job_id = r->jobs[c], .client_id = r->clients[c],
+                                        .report_gen = rt_draw(r, 8) ? gen : gen + rt_draw(r, 3) - 1};
+    memcpy(req.client_secret, r->secrets[c], 16);
+    r->accepted += sl_dstate_client_report(st, &req, buf, len, now, err, sizeof err) == 0;
+    free(buf);
+    sl_posset_clear(&got);
+    r->reports++;
 }
 
 static void rt_step(struct rt *r, int64_t now)
@@ -764,7 +817,8 @@ static void rt_step(struct rt *r, int64_t now)
         rt_tasks(r);
         if (r->ntasks == 0)
             return;
-        uint64_t task = r->tasks[rt_draw(r, r->ntasks)];
+        unsigned ti = (unsigned)rt_draw(r, r->ntasks);
+        uint64_t task = r->tasks[ti];
         unsigned q = 0;
         while (q < r->nseqs && r->seq_task[q] != task)
             q++;
@@ -780,8 +834,18 @@ static void rt_step(struct rt *r, int64_t now)
                                       .max_splits = 1 + (uint32_t)rt_draw(r, 16),
                                       .request_seq = seq};
         sluice_GetSplitResponse *resp = calloc(1, sizeof *resp);
-        if (sl_dstate_get_splits(st, &req, now, resp, err, sizeof err) == 0 && resp->splits_count > 0)
+        if (sl_dstate_get_splits(st, &req, now, resp, err, sizeof err) == 0 && resp->splits_count > 0) {
             r->handed++;
+            for (pb_size_t i = 0; i < resp->splits_count; i++) {
+                const sluice_Split *sp = &resp->splits[i];
+                r->skipped += sp->skip_count > 0;
+                unsigned k = r->ngot < 64 ? r->ngot++ : (unsigned)rt_draw(r, 64);
+                r->got[k].job = r->task_job[ti];
+                r->got[k].epoch = sp->epoch;
+                r->got[k].begin = sp->begin;
+                r->got[k].end = sp->end;
+            }
+        }
         free(resp);
     } else if (a < 84) {
         json_t *ws = sl_dstate_workers_json(st, now);
@@ -816,6 +880,8 @@ static void rt_step(struct rt *r, int64_t now)
         (void)sl_dstate_worker_drain(st, addr, err, sizeof err);
     } else if (a < 93 && r->njobs > 0) {
         (void)sl_dstate_job_cancel(st, r->jobs[rt_draw(r, r->njobs)], "by hand", err, sizeof err);
+    } else if (a < 97 && r->njobs > 0) {
+        rt_report(r, now);
     } else {
         sl_dstate_tick(st, now);
     }
@@ -833,6 +899,7 @@ Test(persist, any_store_the_dispatcher_writes_loads_at_drawn_operations, .timeou
         cfg.client_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
         cfg.worker_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
         cfg.job_gc_timeout_ms = 100 + (unsigned)rt_draw(&r, 5000);
+        cfg.max_skip_bytes = 16u << rt_draw(&r, 15); /* 2 skip runs an answer to 2^17 */
         sl_store_close(store);
         store = NULL;
         remove_dir(dir);
@@ -841,7 +908,7 @@ Test(persist, any_store_the_dispatcher_writes_loads_at_drawn_operations, .timeou
         open_store(0);
         sl_dstate_free(st);
         cr_assert_not_null(st = sl_dstate_new(&cfg));
-        r.ndatasets = r.njobs = r.nseqs = 0;
+        r.ndatasets = r.njobs = r.nseqs = r.ngot = 0;
         int64_t now = 0;
         for (int step = 0; step < 600; step++) {
             now += (int64_t)rt_draw(&r, 200);
@@ -864,5 +931,6 @@ Test(persist, any_store_the_dispatcher_writes_loads_at_drawn_operations, .timeou
             }
         }
     }
-    fprintf(stderr, "  20 runs of 600 operations: %u loads, %u answers with splits\n", loads, r.handed);
+    fprintf(stderr, "  20 runs of 600 operations: %u loads, %u answers with splits (%u splits with skip runs), "
+            "%u reports (%u accepted)\n", loads, r.handed, r.skipped, r.reports, r.accepted);
 }
