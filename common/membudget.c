@@ -20,6 +20,51 @@ void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&b->wait_cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&b->shares_mu, NULL);
+}
+
+void sl_membudget_init_share(sl_membudget_t *s, sl_membudget_t *parent, const char *label)
+{
+    *s = (sl_membudget_t){.limit = parent->limit, .option = parent->option, .parent = parent};
+    snprintf(s->label, sizeof s->label, "%s", label);
+    pthread_mutex_lock(&parent->shares_mu);
+    s->next_share = parent->shares;
+    if (parent->shares)
+        parent->shares->prev_share = s;
+    parent->shares = s;
+    pthread_mutex_unlock(&parent->shares_mu);
+}
+
+void sl_membudget_share_done(sl_membudget_t *s)
+{
+    sl_membudget_t *p = s->parent;
+    pthread_mutex_lock(&p->shares_mu);
+    if (s->prev_share)
+        s->prev_share->next_share = s->next_share;
+    else
+        p->shares = s->next_share;
+    if (s->next_share)
+        s->next_share->prev_share = s->prev_share;
+    pthread_mutex_unlock(&p->shares_mu);
+    sl_membudget_release(p, __atomic_exchange_n(&s->used, 0, __ATOMIC_RELAXED));
+}
+
+/* A share's part grows by bytes its budget just took. */
+static void share_add(sl_membudget_t *s, size_t bytes)
+{
+    __atomic_add_fetch(&s->used, bytes, __ATOMIC_RELAXED);
+}
+
+void sl_membudget_hand_over(sl_membudget_t *s, size_t bytes)
+{
+    if (s && s->parent && bytes > 0)
+        __atomic_sub_fetch(&s->used, bytes, __ATOMIC_RELAXED);
+}
+
+/* The budget b's charges go to: its own, or a share's. */
+static sl_membudget_t *top(sl_membudget_t *b)
+{
+    return b && b->parent ? b->parent : b;
 }
 
 /* Charges bytes, counting a refusal only when count is set (a granule
@@ -28,6 +73,12 @@ static bool charge(sl_membudget_t *b, size_t bytes, bool count)
 {
     if (!b)
         return true;
+    if (b->parent) {
+        if (!charge(b->parent, bytes, count))
+            return false;
+        share_add(b, bytes);
+        return true;
+    }
     size_t used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
     do {
         if (used > b->limit || bytes > b->limit - used) {
@@ -48,6 +99,12 @@ static bool charge(sl_membudget_t *b, size_t bytes, bool count)
  * first, then the charge once more, a refusal counted when count is set. */
 static bool charge_reclaim(sl_membudget_t *b, size_t bytes, bool count)
 {
+    if (b && b->parent) {
+        if (!charge_reclaim(b->parent, bytes, count))
+            return false;
+        share_add(b, bytes);
+        return true;
+    }
     if (charge(b, bytes, false))
         return true;
     if (b->reclaim)
@@ -80,6 +137,7 @@ bool sl_memwait_cancelled(const sl_memwait_t *w)
 
 void sl_membudget_count_wait(sl_membudget_t *b)
 {
+    b = top(b);
     if (!b)
         return;
     __atomic_add_fetch(&b->waits, 1, __ATOMIC_RELAXED);
@@ -100,6 +158,11 @@ static bool overdraw(const sl_memwait_t *w)
 /* Charges bytes whatever the limit (sl_memwait_t.overdraw). */
 static void charge_over(sl_membudget_t *b, size_t bytes)
 {
+    if (b->parent) {
+        charge_over(b->parent, bytes);
+        share_add(b, bytes);
+        return;
+    }
     __atomic_add_fetch(&b->used, bytes, __ATOMIC_RELAXED);
     if (b->m_charged)
         sl_metric_add(b->m_charged, (double)bytes);
@@ -107,6 +170,12 @@ static void charge_over(sl_membudget_t *b, size_t bytes)
 
 bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_t *w)
 {
+    if (b && b->parent) {
+        if (!sl_membudget_charge_wait(b->parent, bytes, w))
+            return false;
+        share_add(b, bytes);
+        return true;
+    }
     if (!b || sl_membudget_try_charge(b, bytes))
         return true;
     if (sl_memwait_cancelled(w))
@@ -161,6 +230,7 @@ bool sl_membudget_charge_wait(sl_membudget_t *b, size_t bytes, const sl_memwait_
 
 void sl_membudget_wake(sl_membudget_t *b)
 {
+    b = top(b);
     if (!b)
         return;
     pthread_mutex_lock(&b->wait_mu);
@@ -177,6 +247,11 @@ void sl_membudget_release(sl_membudget_t *b, size_t bytes)
 {
     if (!b || bytes == 0)
         return;
+    if (b->parent) {
+        __atomic_sub_fetch(&b->used, bytes, __ATOMIC_RELAXED);
+        sl_membudget_release(b->parent, bytes);
+        return;
+    }
     __atomic_sub_fetch(&b->used, bytes, __ATOMIC_SEQ_CST);
     if (b->m_charged)
         sl_metric_add(b->m_charged, -(double)bytes);
@@ -189,15 +264,50 @@ size_t sl_membudget_used(const sl_membudget_t *b)
     return b ? __atomic_load_n(&b->used, __ATOMIC_RELAXED) : 0;
 }
 
-void sl_membudget_refusal(const sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen)
+/* Appends to buf (len bytes, at used of them) who holds root: the three
+ * shares that hold most, self among them named "this task", then the rest. */
+static void holders(sl_membudget_t *root, const sl_membudget_t *self, char *buf, size_t len, size_t at)
 {
-    size_t limit = b ? b->limit : 0, used = sl_membudget_used(b);
+    const sl_membudget_t *top3[3] = {NULL, NULL, NULL};
+    size_t held[3] = {0, 0, 0}, listed = 0;
+    pthread_mutex_lock(&root->shares_mu);
+    bool any = root->shares != NULL;
+    for (const sl_membudget_t *s = root->shares; s; s = s->next_share) {
+        size_t u = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+        for (int k = 0; k < 3; k++)
+            if (u > 0 && (!top3[k] || u > held[k])) {
+                for (int m = 2; m > k; m--) {
+                    top3[m] = top3[m - 1];
+                    held[m] = held[m - 1];
+                }
+                top3[k] = s;
+                held[k] = u;
+                break;
+            }
+    }
+    for (int k = 0; k < 3 && top3[k] && at < len; k++) {
+        at += (size_t)snprintf(buf + at, len - at, "%s %s %.1f MiB", k == 0 ? "; held now by" : ",",
+                               top3[k] == self ? "this task" : top3[k]->label, (double)held[k] / (1 << 20));
+        listed += held[k];
+    }
+    pthread_mutex_unlock(&root->shares_mu);
+    size_t used = sl_membudget_used(root), rest = used > listed ? used - listed : 0;
+    if (any && at < len && listed > 0 && rest > 0)
+        snprintf(buf + at, len - at, ", others %.1f MiB", (double)rest / (1 << 20));
+}
+
+void sl_membudget_refusal(sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen)
+{
+    sl_membudget_t *root = top(b);
+    size_t limit = root ? root->limit : 0, used = sl_membudget_used(root);
     size_t left = used < limit ? limit - used : 0;
-    snprintf(buf, buflen,
-             "needs %zu bytes (%.1f MiB) for %s, but the worker's memory budget of %zu bytes (%.1f MiB) has %zu "
-             "bytes left (%s)",
-             bytes, (double)bytes / (1 << 20), what, limit, (double)limit / (1 << 20), left,
-             b && b->option ? b->option : "the memory budget");
+    int n = snprintf(buf, buflen,
+                     "needs %zu bytes (%.1f MiB) for %s, but the worker's memory budget of %zu bytes (%.1f MiB) has "
+                     "%zu bytes left (%s)",
+                     bytes, (double)bytes / (1 << 20), what, limit, (double)limit / (1 << 20), left,
+                     root && root->option ? root->option : "the memory budget");
+    if (root && n > 0 && (size_t)n < buflen)
+        holders(root, b, buf, buflen, (size_t)n);
 }
 
 /* The cgroup v2 limit of this process, or 0 when there is none. */
@@ -238,7 +348,7 @@ bool sl__memacct_reserve(sl_memacct_t *a, size_t bytes, sl_memacct_how_t how, co
     size_t want;
     if (__builtin_add_overflow(a->held, bytes, &want)) {
         if (a->budget)
-            __atomic_add_fetch(&a->budget->refusals, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&top(a->budget)->refusals, 1, __ATOMIC_RELAXED);
         return false;
     }
     if (!a->budget) {

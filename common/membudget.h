@@ -19,6 +19,11 @@
  * exactly what is needed. What an account reserves beyond what it holds is
  * at most two granules, given back as it shrinks.
  *
+ * A share (sl_membudget_init_share()) is one owner's part of a budget (a
+ * worker's task): every charge to it is a charge to its budget, and the
+ * share counts what its owner holds, so that a refusal can say who holds
+ * the budget (sl_membudget_refusal()) and an operator can see it.
+ *
  * A NULL budget is no limit: accounts then only count what they hold.
  */
 #ifndef SL_MEMBUDGET_H
@@ -53,10 +58,35 @@ typedef struct sl_membudget {
      * big_alloc.h), called once when a charge does not fit, before it is
      * refused. It must not charge this budget. */
     void (*reclaim)(void);
+    /* A share: the budget its charges go to, and its owner for messages
+     * ("task 7 of job 3"); used is the share's part of parent's. NULL for
+     * a budget. */
+    struct sl_membudget *parent;
+    char label[48];
+    /* A budget's shares, listed under shares_mu; a share's neighbours. */
+    struct sl_membudget *shares, *next_share, *prev_share;
+    pthread_mutex_t shares_mu;
 } sl_membudget_t;
 
 /** Makes b an empty budget of limit bytes; option names how it is set (kept, not copied). */
 void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option);
+
+/**
+ * Makes s a share of parent (a budget, not a share) for the owner label
+ * names: charges to s charge parent, and waits wait for parent's room.
+ * Listed in parent's shares until sl_membudget_share_done().
+ */
+void sl_membudget_init_share(sl_membudget_t *s, sl_membudget_t *parent, const char *label);
+
+/** Takes s off its budget's list; what s still holds is given back. */
+void sl_membudget_share_done(sl_membudget_t *s);
+
+/**
+ * bytes charged to s now belong to another owner of s's budget, which
+ * gives them back to that budget (a batch its holder keeps until a client
+ * acknowledges it: held.h): s no longer counts them. No-op on a budget.
+ */
+void sl_membudget_hand_over(sl_membudget_t *s, size_t bytes);
 
 /**
  * Charges bytes against b, from any thread.
@@ -124,6 +154,8 @@ bool sl_memwait_cancelled(const sl_memwait_t *w);
 /** Whether a charge waits for room now. */
 static inline bool sl_membudget_waiting(const sl_membudget_t *b)
 {
+    if (b && b->parent)
+        b = b->parent;
     return b && __atomic_load_n(&b->waiters, __ATOMIC_SEQ_CST) > 0;
 }
 
@@ -136,15 +168,18 @@ void sl_membudget_count_wait(sl_membudget_t *b);
 /** Gives back bytes an earlier charge took. NULL b is ignored. */
 void sl_membudget_release(sl_membudget_t *b, size_t bytes);
 
-/** @return the bytes charged now (0 for NULL) */
+/** @return the bytes charged now (0 for NULL); of a share, its part */
 size_t sl_membudget_used(const sl_membudget_t *b);
 
 /**
  * Writes the message of a refused charge: "needs N bytes (X MiB) for WHAT,
  * but the worker's memory budget of L bytes (Y MiB) has F bytes left
- * (OPTION)".
+ * (OPTION)", and when the budget has shares, who holds it: "; held now by
+ * task 7 of job 3 29.1 MiB, this task 0.3 MiB, others 1.2 MiB" (the three
+ * shares that hold most, b's named "this task"; "others": the rest, shares
+ * and what no share counts).
  */
-void sl_membudget_refusal(const sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen);
+void sl_membudget_refusal(sl_membudget_t *b, size_t bytes, const char *what, char *buf, size_t buflen);
 
 /**
  * The default limit: half of the memory this process may use (physical

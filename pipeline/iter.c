@@ -41,7 +41,7 @@ int sl__iter_fail(sl_iter_t *it, int code, const char *fmt, ...)
     char *dst = sl__iter_errbuf ? sl__iter_errbuf : it->ctx->errmsg;
     size_t dstlen = sl__iter_errbuf ? SL_ITER_ERRBUF : sizeof it->ctx->errmsg;
     if (dst[0] == '\0') {
-        char msg[400];
+        char msg[640];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
@@ -55,7 +55,7 @@ int sl__iter_charge(sl_iter_t *it, sl_memacct_t *a, size_t bytes, const char *fm
 {
     if (sl_memacct_charge_wait(a, bytes, &it->ctx->opts.mem_wait))
         return 0;
-    char what[160], msg[400];
+    char what[160], msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);

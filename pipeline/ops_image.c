@@ -338,7 +338,7 @@ static int decode_value(struct image_iter *ii, sl_image_decoder_t *dec, sl_value
         if (mem && n <= limit) {
             n = scaled;
             if (!sl_membudget_charge_wait(mem, n, &ii->base.ctx->opts.mem_wait)) {
-                char what[128], msg[400];
+                char what[128], msg[512];
                 snprintf(what, sizeof what, "a decoded %zu x %zu x %zu image", s.h, s.w, s.c);
                 sl_membudget_refusal(mem, n, what, msg, sizeof msg);
                 return sl__iter_fail(&ii->base, SL_ETOOBIG, "component \"%s\" (%zu bytes): %s", key_name(ii), len,
@@ -532,7 +532,7 @@ static int fused_window(struct image_iter *ii, const uint8_t *jpeg, size_t len, 
     sl_membudget_t *mem = d->base.ctx->opts.mem;
     if (mem && n <= max) {
         if (!sl_membudget_charge_wait(mem, n, &d->base.ctx->opts.mem_wait)) {
-            char what[128], msg[400];
+            char what[128], msg[512];
             snprintf(what, sizeof what, "a decoded window of %zu x %zu x %zu (rows of %zu)", h, w, full.c, full.w);
             sl_membudget_refusal(mem, n, what, msg, sizeof msg);
             return sl__iter_fail(&d->base, SL_ETOOBIG, "component \"%s\" (%zu bytes): %s", key_name(ii), len, msg);

@@ -126,7 +126,7 @@ static void *producer_main(void *arg)
             sl__iter_drop(&pf->base, pf->tmp);
             if (pf->stop)
                 break;
-            char msg[400];
+            char msg[512];
             if (sl_memwait_cancelled(&pf->sub.opts.mem_wait)) {
                 /* A prefetch above stops while this thread waits: its
                  * thread, which waits on this queue, learns it and resets

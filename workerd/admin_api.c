@@ -66,6 +66,8 @@ static void add_task(sl_task_t *task, const sl_worker_task_view_t *view, void *a
     /* Or for the worker's memory budget (--max-memory-mb), which its own
      * batches fill. */
     json_object_set_new(json_object_get(o, "buffer"), "memory_full", json_boolean(ti.budget_wait));
+    /* Its share of the worker's memory budget: what a refusal names. */
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t)ti.memory_bytes));
     json_object_set_new(o, "requests_waiting", json_integer(view->requests_waiting));
     json_object_set_new(o, "requests_waiting_again", json_integer(view->requests_waiting_again));
     json_object_set_new(o, "held", json_pack("{s:I,s:I}", "batches", (json_int_t)view->held_batches, "bytes",

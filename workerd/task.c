@@ -52,6 +52,10 @@ enum prov_form { PROV_NONE, PROV_RUNS, PROV_DENSE };
 struct sl_task {
     sluice_TaskDef def;
     sl_task_config_t cfg;
+    /* The task's share of the worker's memory budget (cfg.mem), which its
+     * pipeline and its buffer charge: a refusal names who holds the budget
+     * (membudget.h), GET /v1/tasks shows it. NULL without a budget. */
+    sl_membudget_t share, *mem;
     sl_spec_t *spec;
     sl_pipeline_t *pipeline;
     pthread_t thread;
@@ -707,10 +711,10 @@ static void *producer_main(void *arg)
          * that. While the task holds batches of its own, the charge waits
          * for them to be written, as it waits for room in the ring. */
         bool charged;
-        while (!(charged = sl_membudget_try_charge(t->cfg.mem, b->charged)) && !t->stop &&
+        while (!(charged = sl_membudget_try_charge(t->mem, b->charged)) && !t->stop &&
                t->count + t->taken > 0 && !t->extra_wanted) {
             if (!t->budget_wait)
-                sl_membudget_count_wait(t->cfg.mem);
+                sl_membudget_count_wait(t->mem);
             t->budget_wait = true;
             pthread_cond_wait(&t->wake, &t->mu);
         }
@@ -727,20 +731,20 @@ static void *producer_main(void *arg)
              * budget too: its own batches wait for it. */
             pthread_mutex_unlock(&t->mu);
             charged = sl_membudget_charge_wait(
-                t->cfg.mem, b->charged,
+                t->mem, b->charged,
                 &(sl_memwait_t){.cancel = &t->stop, .own = &t->own_bytes, .overdraw = &t->extra_wanted});
             pthread_mutex_lock(&t->mu);
         }
         if (t->stop) {
             if (charged)
-                sl_membudget_release(t->cfg.mem, b->charged);
+                sl_membudget_release(t->mem, b->charged);
             pthread_mutex_unlock(&t->mu);
             sl_wire_batch_free(b);
             return NULL;
         }
         if (!charged) {
-            char msg[400];
-            sl_membudget_refusal(t->cfg.mem, b->charged, "a finished batch in the task's buffer", msg, sizeof msg);
+            char msg[512];
+            sl_membudget_refusal(t->mem, b->charged, "a finished batch in the task's buffer", msg, sizeof msg);
             t->producer = PRODUCER_FAILED;
             t->error_code = SL_ETOOBIG;
             snprintf(t->error, sizeof t->error, "task buffer: %s", msg);
@@ -890,6 +894,12 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         return -ENOMEM;
     t->def = *def;
     t->cfg = *cfg;
+    if (cfg->mem) {
+        char label[48];
+        snprintf(label, sizeof label, "task %" PRIu64 " of job %" PRIu64, def->task_id, def->job_id);
+        sl_membudget_init_share(&t->share, cfg->mem, label);
+        t->mem = &t->share;
+    }
     t->notify = notify;
     t->notify_arg = arg;
     if (t->cfg.split_prefetch > MAX_SPLITS)
@@ -961,7 +971,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .threads = cfg->threads,
         .cache = cfg->cache,
         .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
-        .mem = cfg->mem,
+        .mem = t->mem,
         /* A charge waits on while the task holds batches of its own:
          * they come back as its clients read them. */
         .mem_wait = {.cancel = &t->stop, .own = &t->own_bytes, .overdraw = &t->extra_wanted},
@@ -999,7 +1009,7 @@ void sl_task_free(sl_task_t *t)
         __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE); /* also read by a wait for the budget */
         pthread_cond_broadcast(&t->wake);
         pthread_mutex_unlock(&t->mu);
-        sl_membudget_wake(t->cfg.mem);
+        sl_membudget_wake(t->mem);
         pthread_join(t->thread, NULL);
     }
     for (unsigned i = 0; i < t->count; i++)
@@ -1007,7 +1017,7 @@ void sl_task_free(sl_task_t *t)
     free(t->ring);
     /* The buffered batches, and those taken and not released, but for
      * the charges their holders took over. */
-    sl_membudget_release(t->cfg.mem, t->held_bytes - t->handed_bytes);
+    sl_membudget_release(t->mem, t->held_bytes - t->handed_bytes);
     /* The pipeline may tell the tracker of drops while it is destroyed. */
     sl_pipeline_destroy(t->pipeline);
     splits_clear(t);
@@ -1023,6 +1033,8 @@ void sl_task_free(sl_task_t *t)
     for (uint32_t i = 0; i < t->lend_n; i++)
         sl_shm_region_unref(t->lend_by[i].region);
     free(t->lend_by);
+    if (t->mem)
+        sl_membudget_share_done(t->mem); /* after the pipeline, which charged it */
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->lend_mu);
     pthread_mutex_destroy(&t->track_mu);
@@ -1105,7 +1117,7 @@ int sl_task_take_extra(sl_task_t *t, sl_wire_batch_t **out)
         if (t->room_wait || t->budget_wait)
             pthread_cond_broadcast(&t->wake);
         pthread_mutex_unlock(&t->mu);
-        sl_membudget_wake(t->cfg.mem); /* a charge of the pipeline waiting for room may overdraw */
+        sl_membudget_wake(t->mem); /* a charge of the pipeline waiting for room may overdraw */
     }
     return rc;
 }
@@ -1115,6 +1127,7 @@ void sl_task_hand_over(sl_task_t *t, sl_wire_batch_t *b, size_t bytes)
     pthread_mutex_lock(&t->mu);
     b->handed = bytes;
     t->handed_bytes += bytes;
+    sl_membudget_hand_over(t->mem, bytes); /* its holder gives them back to the worker's budget */
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -1124,7 +1137,7 @@ void sl_task_release(sl_task_t *t, const sl_wire_batch_t *b)
     t->held_bytes -= b->charged;
     t->handed_bytes -= b->handed;
     __atomic_sub_fetch(&t->own_bytes, b->charged, __ATOMIC_RELEASE);
-    sl_membudget_release(t->cfg.mem, b->charged - b->handed);
+    sl_membudget_release(t->mem, b->charged - b->handed);
     t->taken--;
     if (t->budget_wait || room_to_wake(t))
         pthread_cond_broadcast(&t->wake);
@@ -1215,6 +1228,7 @@ void sl_task_info(sl_task_t *t, sl_task_info_t *out)
         .bytes_served = t->bytes,
         .buffered_batches = t->count,
         .buffered_bytes = t->held_bytes,
+        .memory_bytes = sl_membudget_used(t->mem),
         .buffer_full = t->room_wait,
         .budget_wait = t->budget_wait,
         .buffer_capacity_batches = t->cfg.buffer_batches,

@@ -210,6 +210,8 @@ typedef struct sl_task_info {
     unsigned buffered_batches; /* finished, not yet taken */
     size_t buffered_bytes;     /* held: buffered, and taken but not yet written; a batch
                                   counts with its provenance (sl_wire_batch_held_bytes()) */
+    size_t memory_bytes;       /* its share of the worker's memory budget (pipeline and
+                                  buffer; batches held for a reconnect not counted) */
     bool buffer_full;          /* the pipeline waits for room in the buffer */
     bool budget_wait;          /* its finished batch waits for the memory budget (its own batches give it back) */
     unsigned buffer_capacity_batches;

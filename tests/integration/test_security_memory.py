@@ -231,6 +231,38 @@ class TightBudget(ClusterCase):
 
 
 
+class WhoHoldsTheBudget(ClusterCase):
+    """On a shared worker a job can fail because another holds the budget:
+    a named job whose trainer read one batch and went away keeps its task,
+    and the shuffle buffer in it, until the job is collected. The refusal
+    of the next job names who holds the budget, the most first, and GET
+    /v1/tasks shows each task's share (memory_bytes)."""
+    workers = 1
+    worker_args = ('--max-memory-mb', str(BUDGET_MB))
+
+    def test_a_refusal_names_the_task_and_job_that_hold_the_budget(self):
+        idle = range_spec(10000000, [{"op": "shuffle", "buffer_size": 300000, "seed": 1},
+                                     {"op": "batch", "batch_size": 1024}])
+        r = subprocess.run(self.c.cat_argv(idle, ['--job-name', 'idle', '--limit', '1'], fmt='count'),
+                           capture_output=True, text=True, timeout=120, env=child_env())
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        job = [j for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs'] if j['name'] == 'idle'][0]
+        # Its shuffle buffer filled before the first batch came out: it
+        # holds that much until the job is collected (a minute).
+        tasks = get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']
+        held = [t for t in tasks if t['job_id'] == job['id']][0]
+        self.assertGreater(held['memory_bytes'], 10 << 20, held)
+        big = range_spec(10000000, [{"op": "shuffle", "buffer_size": 1 << 20, "seed": 2},
+                                    {"op": "batch", "batch_size": 1024}])
+        r = subprocess.run(self.c.cat_argv(big, [], fmt='count'), capture_output=True, text=True, timeout=120,
+                           env=child_env())
+        self.assertNotEqual(r.returncode, 0, 'the second shuffle should not fit beside the first')
+        self.assertRegex(r.stderr, r'ops\[0\] \(shuffle\): needs \d+ bytes .* has \d+ bytes left '
+                                   r'\(sluice-workerd --max-memory-mb\); held now by task %d of job %d '
+                                   r'[0-9.]+ MiB, this task [0-9.]+ MiB' % (held['task_id'], job['id']))
+        self.assertTrue(self.c.workers[0].alive())
+
+
 class PausedTrainer(ClusterCase):
     """A trainer that stops reading (a checkpoint being written, an
     evaluation) on a worker whose task buffer is larger than its memory

@@ -198,6 +198,69 @@ Test(membudget, the_refusal_names_the_need_the_budget_and_the_option)
                           "(sluice-workerd --max-memory-mb)");
 }
 
+/* Shares: each task's part of the worker's budget. Their charges are the
+ * budget's, each counts its own, a batch handed to a holder leaves its
+ * count, one that ends gives back what it still holds, and a refusal says
+ * who holds the budget, the most first. */
+Test(membudget, shares_count_their_part_and_a_refusal_names_who_holds_the_budget)
+{
+    sl_membudget_t b, s1, s2, s3, s4;
+    sl_membudget_init(&b, 64 * MiB, "sluice-workerd --max-memory-mb");
+    sl_membudget_init_share(&s1, &b, "task 7 of job 3");
+    sl_membudget_init_share(&s2, &b, "task 9 of job 4");
+    sl_membudget_init_share(&s3, &b, "task 11 of job 5");
+    sl_membudget_init_share(&s4, &b, "task 12 of job 6");
+    cr_assert(sl_membudget_charge(&s1, 30 * MiB));
+    cr_assert(sl_membudget_try_charge(&s2, 10 * MiB));
+    cr_assert(sl_membudget_charge_spare(&s3, 1 * MiB));
+    sl_memacct_t a;
+    sl_memacct_init(&a, &s4);
+    cr_assert(sl_memacct_charge(&a, 3 * MiB));
+    cr_assert(sl_membudget_charge(&b, 5 * MiB)); /* no share's: a holder's, a kept block */
+    cr_assert_eq(sl_membudget_used(&b), 49 * MiB);
+    cr_assert_eq(sl_membudget_used(&s1), 30 * MiB);
+    cr_assert_eq(sl_membudget_used(&s2), 10 * MiB);
+    cr_assert_eq(sl_membudget_used(&s4), sl_membudget_used(&b) - 46 * MiB, "the account's granules");
+    cr_assert_not(sl_membudget_charge(&s3, 20 * MiB));
+    cr_assert_eq(b.refusals, 1, "a share's refusal is its budget's");
+    cr_assert_eq(sl_membudget_used(&s3), 1 * MiB, "a refused charge took nothing");
+    char msg[512];
+    sl_membudget_refusal(&s2, 20 * MiB, "a shuffle buffer of 8 elements", msg, sizeof msg);
+    cr_assert_str_eq(msg, "needs 20971520 bytes (20.0 MiB) for a shuffle buffer of 8 elements, but the worker's "
+                          "memory budget of 67108864 bytes (64.0 MiB) has 15728640 bytes left "
+                          "(sluice-workerd --max-memory-mb); held now by task 7 of job 3 30.0 MiB, this task 10.0 MiB, "
+                          "task 12 of job 6 3.0 MiB, others 6.0 MiB");
+    /* A wait through a share gets the room another share gives back. */
+    b.wait_ms = 10000;
+    cr_assert(sl_membudget_charge_wait(&s3, 1 * MiB, NULL));
+    cr_assert_eq(sl_membudget_used(&s3), 2 * MiB);
+    /* Half of task 7's charge goes to a holder, which gives it back to the
+     * budget; task 7 ends holding 5 MiB more, which come back with it. */
+    sl_membudget_hand_over(&s1, 15 * MiB);
+    cr_assert_eq(sl_membudget_used(&s1), 15 * MiB);
+    cr_assert_eq(sl_membudget_used(&b), 50 * MiB, "still charged, to the holder now");
+    sl_membudget_release(&b, 15 * MiB);
+    sl_membudget_release(&s1, 10 * MiB);
+    sl_membudget_share_done(&s1);
+    cr_assert_eq(sl_membudget_used(&b), 20 * MiB);
+    sl_membudget_refusal(&s3, 60 * MiB, "x", msg, sizeof msg);
+    cr_assert(strstr(msg, "; held now by task 9 of job 4 10.0 MiB, task 12 of job 6 3.0 MiB, this task 2.0 MiB, "
+                          "others 5.0 MiB"), "%s", msg);
+    sl_memacct_release_all(&a);
+    sl_membudget_release(&s2, 10 * MiB);
+    sl_membudget_release(&s3, 2 * MiB);
+    sl_membudget_release(&b, 5 * MiB);
+    sl_membudget_share_done(&s2);
+    sl_membudget_share_done(&s3);
+    sl_membudget_share_done(&s4);
+    cr_assert_eq(sl_membudget_used(&b), 0);
+    /* No share holds anything: the message is the budget's alone. */
+    sl_membudget_init_share(&s1, &b, "task 13 of job 7");
+    sl_membudget_refusal(&s1, 80 * MiB, "y", msg, sizeof msg);
+    cr_assert(strstr(msg, "(sluice-workerd --max-memory-mb)") && !strstr(msg, "held now"), "%s", msg);
+    sl_membudget_share_done(&s1);
+}
+
 Test(membudget, an_account_reserves_granules_and_gives_them_back)
 {
     const size_t G = SL_MEMACCT_GRANULE;
