@@ -78,7 +78,8 @@ void sl_membudget_init(sl_membudget_t *b, size_t limit, const char *option);
  */
 void sl_membudget_init_share(sl_membudget_t *s, sl_membudget_t *parent, const char *label);
 
-/** Takes s off its budget's list; what s still holds is given back. */
+/** Takes s off its budget's list. What s still holds, which its owner
+ *  should have given back, is given back, and logged as an error. */
 void sl_membudget_share_done(sl_membudget_t *s);
 
 /**
