@@ -41,6 +41,8 @@ static void usage(FILE *f)
             "  job ID           one job in detail: tasks, consumers, rates\n"
             "  cancel ID        cancel a job; its clients get an error\n"
             "  drain ADDR       no new tasks or splits for the worker at ADDR\n"
+            "  tasks            a worker's tasks (--admin is the worker's): job, state, buffer,\n"
+            "                   its share of the memory budget, requests waiting\n"
             "  watch ID         a live progress bar of a job, until it ends\n"
             "--version prints the version and exits\n",
             program);
@@ -318,6 +320,35 @@ static void print_workers(json_t *j)
     table_print(&t);
 }
 
+/* A worker's GET /v1/tasks: what each task serves and holds. */
+static void print_tasks(json_t *j)
+{
+    static struct table t;
+    const char *head[] = {"TASK", "JOB", "SHARDING", "STATE", "BATCHES SERVED", "BUFFER", "MEMORY", "WAITING"};
+    t.cols = 8;
+    for (int c = 0; c < t.cols; c++)
+        table_cell(&t, 0, c, "%s", head[c]);
+    size_t i;
+    json_t *k;
+    t.rows = 0;
+    json_array_foreach(json_object_get(j, "tasks"), i, k) {
+        int r = ++t.rows;
+        json_t *b = json_object_get(k, "buffer");
+        table_cell(&t, r, 0, "%lld", num(k, "task_id"));
+        table_cell(&t, r, 1, "%lld", num(k, "job_id"));
+        table_cell(&t, r, 2, "%s", str(k, "sharding"));
+        table_cell(&t, r, 3, "%s", str(k, "state"));
+        table_cell(&t, r, 4, "%lld", num(k, "batches_served"));
+        table_cell(&t, r, 5, "%lld/%lld%s", num(b, "batches"), num(b, "capacity_batches"),
+                   json_is_true(json_object_get(b, "memory_full")) ? " (memory full)"
+                   : json_is_true(json_object_get(b, "full"))      ? " (full)"
+                                                                   : "");
+        table_cell(&t, r, 6, "%.1f MiB", (double)num(k, "memory_bytes") / (1 << 20)); /* as refusals say */
+        table_cell(&t, r, 7, "%lld", num(k, "requests_waiting"));
+    }
+    table_print(&t);
+}
+
 static void print_datasets(json_t *j)
 {
     static struct table t;
@@ -541,6 +572,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "workers")) {
         if ((j = call(admin, "GET", "/v1/workers", token, raw)) && !raw)
             print_workers(j);
+    } else if (!strcmp(cmd, "tasks")) {
+        if ((j = call(admin, "GET", "/v1/tasks", token, raw)) && !raw)
+            print_tasks(j);
     } else if (!strcmp(cmd, "datasets")) {
         if ((j = call(admin, "GET", "/v1/datasets", token, raw)) && !raw)
             print_datasets(j);

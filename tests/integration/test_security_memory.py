@@ -20,7 +20,7 @@ import unittest
 import numpy as np
 
 from cutproxy import CutProxy
-from harness import Cluster, ClusterCase, child_env, free_ports, get_json, metric, summary, wait_for
+from harness import Cluster, ClusterCase, binary, child_env, free_ports, get_json, metric, summary, wait_for
 
 BUDGET_MB = 64
 
@@ -249,9 +249,22 @@ class WhoHoldsTheBudget(ClusterCase):
         job = [j for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs'] if j['name'] == 'idle'][0]
         # Its shuffle buffer filled before the first batch came out: it
         # holds that much until the job is collected (a minute).
-        tasks = get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']
-        held = [t for t in tasks if t['job_id'] == job['id']][0]
+        # Its pipeline stops once its buffer is full: from then on what it
+        # holds stays put.
+        def idle_task():
+            t = [t for t in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks'] if t['job_id'] == job['id']]
+            return t[0] if t and t[0]['buffer']['full'] else None
+        held = wait_for(idle_task, 'the idle job\'s task to fill its buffer')
         self.assertGreater(held['memory_bytes'], 10 << 20, held)
+        # sluicectl tasks, against the worker's admin port, shows it too.
+        ctl = subprocess.run([binary('sluicectl'), '--admin',
+                              '127.0.0.1:%d' % self.c.workers[0].admin_port, 'tasks'],
+                             capture_output=True, text=True, timeout=60, env=child_env())
+        self.assertEqual(ctl.returncode, 0, ctl.stderr)
+        self.assertRegex(ctl.stdout.splitlines()[0], r'^TASK\s+JOB\s+SHARDING\s+STATE\s+BATCHES SERVED\s+BUFFER\s+'
+                                                    r'MEMORY\s+WAITING$')
+        self.assertRegex(ctl.stdout, r'(?m)^%d\s+%d\s+off\s+RUNNING\s+\d+\s+\d+/\d+.*\s%.1f MiB\s+\d+$'
+                         % (held['task_id'], job['id'], held['memory_bytes'] / (1 << 20)))
         big = range_spec(10000000, [{"op": "shuffle", "buffer_size": 1 << 20, "seed": 2},
                                     {"op": "batch", "batch_size": 1024}])
         r = subprocess.run(self.c.cat_argv(big, [], fmt='count'), capture_output=True, text=True, timeout=120,
