@@ -145,7 +145,7 @@ typedef enum {
  * @return SL_HOLD_KEPT, SL_HOLD_NO_ROOM (not kept though wanted) or SL_HOLD_LEFT
  */
 sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_served_t *s, size_t charged,
-                     int64_t now_ms);
+                          int64_t now_ms);
 
 /** Drops what clients silent for more than timeout_ms hold. @return batches dropped */
 unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms);
