@@ -250,6 +250,15 @@ static void table_cell(struct table *t, int row, int col, const char *fmt, ...)
     t->cell[row][col] = strdup(buf);
 }
 
+/* Starts t over with one header row of the cols names in head. */
+static void table_head(struct table *t, const char *const *head, int cols)
+{
+    t->cols = cols;
+    t->rows = 0;
+    for (int c = 0; c < cols; c++)
+        table_cell(t, 0, c, "%s", head[c]);
+}
+
 static void table_print(struct table *t)
 {
     size_t width[MAX_COLS] = {0};
@@ -303,12 +312,9 @@ static void print_workers(json_t *j)
 {
     static struct table t;
     const char *head[] = {"ID", "ADDRESS", "STATE", "TASKS", "LAST HEARTBEAT"};
-    t.cols = 5;
-    for (int c = 0; c < t.cols; c++)
-        table_cell(&t, 0, c, "%s", head[c]);
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
     size_t i;
     json_t *w;
-    t.rows = 0;
     json_array_foreach(json_object_get(j, "workers"), i, w) {
         int r = ++t.rows;
         table_cell(&t, r, 0, "%lld", num(w, "id"));
@@ -325,12 +331,9 @@ static void print_tasks(json_t *j)
 {
     static struct table t;
     const char *head[] = {"TASK", "JOB", "SHARDING", "STATE", "BATCHES SERVED", "BUFFER", "MEMORY", "WAITING"};
-    t.cols = 8;
-    for (int c = 0; c < t.cols; c++)
-        table_cell(&t, 0, c, "%s", head[c]);
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
     size_t i;
     json_t *k;
-    t.rows = 0;
     json_array_foreach(json_object_get(j, "tasks"), i, k) {
         int r = ++t.rows;
         json_t *b = json_object_get(k, "buffer");
@@ -353,12 +356,9 @@ static void print_datasets(json_t *j)
 {
     static struct table t;
     const char *head[] = {"ID", "FINGERPRINT", "CARDINALITY", "NAME"};
-    t.cols = 4;
-    for (int c = 0; c < t.cols; c++)
-        table_cell(&t, 0, c, "%s", head[c]);
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
     size_t i;
     json_t *d;
-    t.rows = 0;
     json_array_foreach(json_object_get(j, "datasets"), i, d) {
         int r = ++t.rows;
         table_cell(&t, r, 0, "%lld", num(d, "id"));
@@ -377,12 +377,9 @@ static void print_jobs(json_t *j)
     static struct table t;
     const char *head[] = {"ID", "NAME", "REP", "DATASET", "SHARDING", "STATE", "PROGRESS", "CONSUMERS", "ELEMENTS",
                           "BYTES"};
-    t.cols = 10;
-    for (int c = 0; c < t.cols; c++)
-        table_cell(&t, 0, c, "%s", head[c]);
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
     size_t i;
     json_t *o;
-    t.rows = 0;
     json_array_foreach(json_object_get(j, "jobs"), i, o) {
         int r = ++t.rows;
         char b[32];
@@ -423,12 +420,9 @@ static void print_job(json_t *o)
                num(s, "handed_out"), num(s, "records_handed_out"), num(s, "records"));
     static struct table t;
     const char *head[] = {"TASK", "WORKER", "STATE", "BATCHES", "ELEMENTS", "BYTES", "RATE"};
-    t.cols = 7;
-    for (int c = 0; c < t.cols; c++)
-        table_cell(&t, 0, c, "%s", head[c]);
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
     size_t i;
     json_t *k;
-    t.rows = 0;
     json_array_foreach(json_object_get(o, "tasks"), i, k) {
         int r = ++t.rows;
         char by[32], rate[32];
