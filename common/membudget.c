@@ -104,16 +104,11 @@ static bool charge(sl_membudget_t *b, size_t bytes, bool count)
  * first, then the charge once more, a refusal counted when count is set. */
 static bool charge_reclaim(sl_membudget_t *b, size_t bytes, bool count)
 {
-    if (b && b->parent) {
-        if (!charge_reclaim(b->parent, bytes, count))
-            return false;
-        share_add(b, bytes);
-        return true;
-    }
     if (charge(b, bytes, false))
         return true;
-    if (b->reclaim)
-        b->reclaim();
+    sl_membudget_t *root = top(b); /* a share's memory held for reuse is its budget's */
+    if (root->reclaim)
+        root->reclaim();
     return charge(b, bytes, count);
 }
 
@@ -276,7 +271,6 @@ static void holders(sl_membudget_t *root, const sl_membudget_t *self, char *buf,
     const sl_membudget_t *top3[3] = {NULL, NULL, NULL};
     size_t held[3] = {0, 0, 0}, listed = 0;
     pthread_mutex_lock(&root->shares_mu);
-    bool any = root->shares != NULL;
     for (const sl_membudget_t *s = root->shares; s; s = s->next_share) {
         size_t u = __atomic_load_n(&s->used, __ATOMIC_RELAXED);
         for (int k = 0; k < 3; k++)
@@ -297,7 +291,7 @@ static void holders(sl_membudget_t *root, const sl_membudget_t *self, char *buf,
     }
     pthread_mutex_unlock(&root->shares_mu);
     size_t used = sl_membudget_used(root), rest = used > listed ? used - listed : 0;
-    if (any && at < len && listed > 0 && rest > 0)
+    if (at < len && listed > 0 && rest > 0)
         snprintf(buf + at, len - at, ", others %.1f MiB", (double)rest / (1 << 20));
 }
 
