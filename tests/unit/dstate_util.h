@@ -2,7 +2,8 @@
  * dstate_util.h: helpers the tests of the dispatcher's state on a real LMDB
  * store share (test_persist.c, test_outstanding.c): a state machine with
  * 100-record splits, a store with the dispatcher's tables in a temporary
- * directory, and removing that directory. Static inline, so a test file
+ * directory, removing that directory, and a client's report of what it
+ * received. Static inline, so a test file
  * that does not use one gets no warning.
  */
 #ifndef SL_TEST_DSTATE_UTIL_H
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 
 #include "persist.h"
+#include "posset.h"
 #include "state.h"
 #include "store.h"
 
@@ -45,6 +47,20 @@ static inline void remove_dir(const char *dir)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* Sends req (job, client, secret and report generation set) with the
+ * records in set, encoded, to s at now. @return what s answered (err: why) */
+static inline int send_report(sl_dstate_t *s, const sluice_ReportReceivedRequest *req, const sl_posset_t *set,
+                              int64_t now, char *err, size_t errlen)
+{
+    size_t len = sl_posset_encode(set, NULL, 0);
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    sl_posset_encode(set, buf, len);
+    int rc = sl_dstate_client_report(s, req, buf, len, now, err, errlen);
+    free(buf);
+    return rc;
 }
 
 #endif

@@ -143,19 +143,13 @@ static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64
 }
 
 /* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
-/* Sends client's report of the records in set for job_id's lost splits at
+/* Client's report of the records in set for job_id's lost splits at
  * generation gen. @return what the dispatcher answered */
-static int send_report(uint64_t job_id, uint64_t client, uint64_t gen, const sl_posset_t *set)
+static int client_report(uint64_t job_id, uint64_t client, uint64_t gen, const sl_posset_t *set)
 {
-    size_t len = sl_posset_encode(set, NULL, 0);
-    uint8_t *buf = malloc(len);
-    cr_assert_not_null(buf);
-    sl_posset_encode(set, buf, len);
     sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
     sl_dstate_client_secret(st, job_id, client, req.client_secret);
-    int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
-    free(buf);
-    return rc;
+    return send_report(st, &req, set, 0, err, sizeof err);
 }
 
 static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, const uint64_t (*runs)[2])
@@ -164,7 +158,7 @@ static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, co
     sl_posset_init(&s, 1000);
     for (unsigned i = 0; i < n; i++)
         cr_assert_eq(sl_posset_add(&s, 0, 0, runs[i][0], runs[i][1], NULL), 0);
-    int rc = send_report(job_id, client, gen, &s);
+    int rc = client_report(job_id, client, gen, &s);
     sl_posset_clear(&s);
     return rc;
 }
@@ -644,8 +638,8 @@ static void pt_report(struct pt *p)
     for (uint64_t i = 0; i < p->n; i++)
         if (p->received[i])
             cr_assert_eq(sl_posset_add(&all, 0, 0, i, 1, NULL), 0);
-    cr_assert_eq(send_report(p->job, p->c1, gen, &all), 0, "%s: %s", p->where, err);
-    cr_assert_eq(send_report(p->job, p->c2, gen, &none), 0, "%s: %s", p->where, err);
+    cr_assert_eq(client_report(p->job, p->c1, gen, &all), 0, "%s: %s", p->where, err);
+    cr_assert_eq(client_report(p->job, p->c2, gen, &none), 0, "%s: %s", p->where, err);
     sl_posset_clear(&all);
     sl_posset_clear(&none);
 }

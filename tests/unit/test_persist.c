@@ -745,15 +745,10 @@ static void rt_report(struct rt *r, int64_t now)
         for (uint64_t pos = r->got[g].begin + rt_draw(r, 3); pos < r->got[g].end; pos += 1 + gap)
             (void)sl_posset_add(&got, (uint32_t)r->got[g].epoch, 0, pos, 1, NULL);
     }
-    size_t len = sl_posset_encode(&got, NULL, 0);
-    uint8_t *buf = malloc(len);
-    cr_assert_not_null(buf);
-    sl_posset_encode(&got, buf, len);
     sluice_ReportReceivedRequest req = {.job_id = r->jobs[c], .client_id = r->clients[c],
                                         .report_gen = rt_draw(r, 8) ? gen : gen + rt_draw(r, 3) - 1};
     memcpy(req.client_secret, r->secrets[c], 16);
-    r->accepted += sl_dstate_client_report(st, &req, buf, len, now, err, sizeof err) == 0;
-    free(buf);
+    r->accepted += send_report(st, &req, &got, now, err, sizeof err) == 0;
     sl_posset_clear(&got);
     r->reports++;
 }
