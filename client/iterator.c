@@ -581,6 +581,8 @@ static bool end_notices(sl_iterator_t *it, struct itask *t, const sluice_GetElem
     return true;
 }
 
+static void notices_came(sl_iterator_t *it, size_t n);
+
 static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, sluice_GetElementResponse *resp,
                           uint8_t *payload, size_t size)
 {
@@ -594,6 +596,10 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, s
         return;
     }
     t->unknown.since = 0;
+    /* How far t's splits reached this consumer (outstanding.h in the
+     * dispatcher): its answers come on one connection, in the order sent. */
+    if (resp->done_below > t->done_below)
+        t->done_below = resp->done_below;
     if (resp->end_of_sequence) {
         /* Coordinated reads are over a dataset without end (the dispatcher
          * refuses others), so an end is never the job's: ending here would
@@ -617,6 +623,8 @@ static void coord_arrived(sl_iterator_t *it, struct itask *t, struct slot *sl, s
     sl->batch = b;
     sl->state = SLOT_HAVE;
     window_note(it, b->size);
+    if (b->num_done > 0)
+        notices_came(it, b->num_done);
     coord_deliver(it);
     pump(it);
 }
@@ -681,7 +689,8 @@ static void coord_pump(sl_iterator_t *it, unsigned queued)
          * batches go; one asked again after a broken connection is sent
          * again. */
         sluice_GetElementRequest req = {.task_id = t->task_id, .client_id = it->client_id,
-                                        .provenance = it->opts.provenance > 0, .coordinated = true,
+                                        .provenance = it->opts.provenance > 0 || it->track,
+                                        .tallies = it->track, .coordinated = true,
                                         .round = r, .consumer_index = (uint32_t)it->opts.consumer_index,
                                         .seq = r + 1, .acked_below = it->deliver_round + 1, .stand_in = stand_in,
                                         .take_over = !stand_in && r < it->take_over_below};
@@ -1105,8 +1114,16 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
 }
 
 /* What this client received of the epochs from `from` on, as posset bytes
- * (malloc'd): what the caller was given, and the batches waiting for it.
+ * (malloc'd): what the caller was given, the batches waiting for it, and,
+ * under coordinated reads, those of rounds waiting for an earlier round.
  * @return 0, or < 0 when it does not know (the ledger overflowed) */
+static int report_add_batch(sl_posset_t *set, const struct sl_batch *b, uint64_t from, sl_provenance_run_t **runs,
+                            size_t *cap)
+{
+    return sl__report_add_wire(set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_records, from, runs,
+                               cap);
+}
+
 static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, size_t *len)
 {
     sl_posset_t set;
@@ -1115,9 +1132,12 @@ static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, siz
     pthread_mutex_lock(&it->mu);
     int rc = sl__ledger_report(&it->ledger, from, &set);
     for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
-        rc = sl__report_add_wire(&set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_records, from,
-                                 &runs, &cap);
+        rc = report_add_batch(&set, b, from, &runs, &cap);
     pthread_mutex_unlock(&it->mu);
+    /* The slots are the loop's (this runs on it). */
+    for (unsigned i = 0; it->coord && i < MAX_WINDOW && rc == 0; i++)
+        if (it->slots[i].state == SLOT_HAVE)
+            rc = report_add_batch(&set, it->slots[i].batch, from, &runs, &cap);
     free(runs);
     *len = rc == 0 ? sl_posset_encode(&set, NULL, 0) : 0;
     *buf = rc == 0 ? malloc(*len) : NULL;
@@ -1291,6 +1311,19 @@ static uint64_t ready_least_epoch(const sl_iterator_t *it)
     return least;
 }
 
+/* Coordinated reads: the batches the caller gets before the last one that
+ * waits in a slot for an earlier round (those dropped below deliver_from do
+ * not count), 0 when none waits; on the loop. */
+static uint64_t rounds_received_ahead(const sl_iterator_t *it)
+{
+    uint64_t last = 0; /* one past the highest round received */
+    for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++)
+        if (it->slots[i].state == SLOT_HAVE && it->slots[i].round + 1 > last)
+            last = it->slots[i].round + 1;
+    uint64_t from = it->deliver_round > it->deliver_from ? it->deliver_round : it->deliver_from;
+    return last > from ? last - from : 0;
+}
+
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
 {
     it->confirm_every = resp->confirm_every > 0 && resp->confirm_every < EARLY_HB_NOTICES ? resp->confirm_every
@@ -1344,7 +1377,7 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         pthread_mutex_lock(&it->mu);
         if (resp->epochs_done > it->given_below && resp->epochs_done > it->given_next) {
             it->given_next = resp->epochs_done;
-            it->given_at = it->ledger.given + it->ready_count;
+            it->given_at = it->ledger.given + it->ready_count + rounds_received_ahead(it);
         }
         if (resp->epochs_folded > 0)
             ledger_fold(it, resp->epochs_folded, 0);
@@ -1766,7 +1799,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     }
     it->coord = it->opts.num_consumers > 0;
     window_size(it);
-    it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && !it->coord && it->opts.provenance >= 0;
+    it->track = it->opts.sharding == SL_SHARDING_DYNAMIC && it->opts.provenance >= 0;
     it->confirm_every = EARLY_HB_NOTICES;
     it->named = it->opts.job_name && it->opts.job_name[0];
     it->ledger.sole = !it->named; /* an anonymous job's tasks serve this iterator alone */

@@ -7,7 +7,9 @@
  * one. A client's connection delivers in order, so a client that got a
  * batch with done_below d also got every earlier batch sent to it; any
  * record of a split below the smallest d of all clients went to one of
- * them in a batch it received.
+ * them in a batch it received. Coordinated reads too: a consumer's batches
+ * of one task come on its one connection to the worker, in the order the
+ * worker sent them, whatever rounds they answer.
  *
  * Memory and storage: a task holds the splits between its worker's reading
  * and its slowest client's progress report, an array pruned from the front.
@@ -29,7 +31,7 @@
 
 bool sl__out_tracked(const struct job *j)
 {
-    return j->sharding == SL_SHARDING_DYNAMIC && j->num_consumers == 0;
+    return j->sharding == SL_SHARDING_DYNAMIC;
 }
 
 static void osplit_free(struct osplit *o)
@@ -255,8 +257,8 @@ void sl__out_orphan(sl_dstate_t *st, struct job *j, struct task *t)
     j->report_gen++;
     j->dirty = true;
     sl__dstate_touch(st, j);
-    sl_log_warn("job %" PRIu64 ": %u splits of lost task %" PRIu64 " wait for the clients to say what they received "
-                "(report %" PRIu64 ")", j->id, n, t->id, j->report_gen);
+    sl_log_warn("job %" PRIu64 ": %u splits of %s task %" PRIu64 " wait for the clients to say what they received "
+                "(report %" PRIu64 ")", j->id, n, t->state == TASK_LOST ? "lost" : "drained", t->id, j->report_gen);
 }
 
 void sl__out_unreceived(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below)

@@ -21,7 +21,7 @@
 
 #include "state_types.h"
 
-/** Whether the job keeps outstanding splits (DYNAMIC, not coordinated). */
+/** Whether the job keeps outstanding splits (DYNAMIC, coordinated reads too). */
 bool sl__out_tracked(const struct job *j);
 
 /**
@@ -50,8 +50,9 @@ bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sl
  *  an outstanding split its progress has not passed. */
 bool sl__out_holds_back(const struct job *j, const struct client *c);
 
-/** Task t's worker was lost: its outstanding splits wait for the clients'
- *  reports (a new report generation). */
+/** Task t's worker was lost, or its task of coordinated reads was let go
+ *  after a drain: its outstanding splits wait for the clients' reports (a
+ *  new report generation). */
 void sl__out_orphan(sl_dstate_t *st, struct job *j, struct task *t);
 
 /** Task t ended without ever getting its splits from id below on: they are

@@ -1722,6 +1722,11 @@ static void coord_drained_done(sl_dstate_t *st, struct job *j)
             sl_log_info("job %" PRIu64 ": every consumer is past round %" PRIu64 ", the last of task %" PRIu64
                         " on drained worker %s: it is done", j->id, t->end_round - 1, t->id, t->worker_address);
             task_set_state(st, j, t, TASK_DONE);
+            /* Under DYNAMIC its pipeline still holds records of its splits
+             * that no round took: they go out again, without what the
+             * consumers say they received (their reports). */
+            sl__out_orphan(st, j, t);
+            job_ensure_task(st, j);
         }
     }
 }
@@ -1757,6 +1762,24 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
         }
         job_check_finished(st, j);
     }
+    if (j->num_consumers > 0) {
+        /* The horizon only grows, and only here: every round up to it has
+         * its tasks fixed (see the top of this file). */
+        if (c->round != req->round) {
+            j->dirty = true;
+            sl__dstate_touch(st, j);
+        }
+        c->round = req->round;
+        if (req->round + st->cfg.round_lookahead > j->round_horizon) {
+            j->round_horizon = req->round + st->cfg.round_lookahead;
+            j->dirty = true;
+            sl__dstate_touch(st, j);
+        }
+        resp->round_horizon = j->round_horizon;
+        /* Before the answer's report_gen: a drained task let go now
+         * asks for reports. */
+        coord_drained_done(st, j);
+    }
     resp->job_state = j->state;
     snprintf(resp->error, sizeof resp->error, "%s", j->error);
     resp->report_gen = j->report_gen;
@@ -1776,22 +1799,6 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
             if (j->clients[i].epochs_given < folded)
                 folded = j->clients[i].epochs_given;
         resp->epochs_folded = folded == UINT64_MAX ? 0 : folded;
-    }
-    if (j->num_consumers > 0) {
-        /* The horizon only grows, and only here: every round up to it has
-         * its tasks fixed (see the top of this file). */
-        if (c->round != req->round) {
-            j->dirty = true;
-            sl__dstate_touch(st, j);
-        }
-        c->round = req->round;
-        if (req->round + st->cfg.round_lookahead > j->round_horizon) {
-            j->round_horizon = req->round + st->cfg.round_lookahead;
-            j->dirty = true;
-            sl__dstate_touch(st, j);
-        }
-        resp->round_horizon = j->round_horizon;
-        coord_drained_done(st, j);
     }
     list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     return 0;

@@ -355,6 +355,15 @@ def get_json(admin_port, path, timeout=10):
         return json.load(r)
 
 
+def drain_worker(cluster, addr):
+    """POST /v1/workers/{addr}/drain to the cluster's dispatcher; its answer, decoded."""
+    import urllib.request
+    req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (cluster.dispatcher.admin_port, addr),
+                                 method='POST', data=b'')
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)
+
+
 def metric(admin_port, name, labels='', default=None, token=None):
     """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), default when it has none;
     with token, asked with it as the admin bearer token."""

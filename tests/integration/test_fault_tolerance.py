@@ -17,7 +17,8 @@ import unittest
 
 from consumers import Consumers
 from cutproxy import CutProxy, worker_behind
-from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, summary, values, wait_for
+from harness import (Cluster, binary, child_env, drain_worker, free_ports, get_json, metric, parse_jsonl, summary,
+                     values, wait_for)
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -1508,6 +1509,100 @@ class CoordinatedWorkerLoss(unittest.TestCase):
             # read it from a worker that stood in; never from two live ones.
             from_live = {g[r]['_worker'] for g in got} - set(faulted)
             self.assertLessEqual(len(from_live), 1, '%s: round %d from %s' % (where, r, from_live))
+
+    def test_under_dynamic_every_record_comes_once_through_lost_workers(self):
+        """The records a lost worker had read and not served (its split
+        queue, its pipeline's buffers, the rounds it held) go out again,
+        without those a consumer received, and so do a drained worker's once
+        its rounds were served and its task let go: over a range of 2^50 (one epoch
+        without end), every value below the point the dispatcher says every
+        record before it reached a consumer (lost_splits.confirmed_below)
+        is read exactly once by the consumers together, and no value twice.
+        Before 2026-12-04 coordinated reads kept no outstanding splits and
+        lost those records."""
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        consumers = rng.randrange(2, 9)
+        workers = rng.randrange(2, 5)
+        shuffle = rng.choice([0, 1000, 100000])
+        batch = 1000 if shuffle == 100000 else rng.choice([16, 100, 1000])
+        # A split is confirmed once all its records went out: at most 256
+        # batches a split keeps the test's reading bounded.
+        max_split = max(1024, min(65536, batch * 256) // 1024 * 1024)
+        windows = [rng.randrange(1, 33) for _ in range(consumers)]
+        faults = [(rng.choice(['kill', 'stop', 'drain']), rng.random() < 0.5)
+                  for _ in range(rng.randrange(1, workers))]
+        ats = sorted(rng.sample(range(20, 200), len(faults)))
+        where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, %d workers, windows %s, batch %d, '
+                 'shuffle %d, --max-split-size %d, faults (kind, fresh worker after) %s at rounds %s' % (
+                     seed, seed, consumers, workers, windows, batch, shuffle, max_split, faults, ats))
+        ops = ([{"op": "shuffle", "buffer_size": shuffle, "seed": seed}] if shuffle else []) + [
+            {"op": "repeat"}, {"op": "batch", "batch_size": batch}]
+        spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": ops}
+        cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000', '--max-split-size',
+                                                            str(max_split)])
+        cons, stopped, view = None, [], None
+        try:
+            cluster.wait_workers_registered(workers)
+            cons = Consumers(cluster, spec, 'coord-once', windows, ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+            live = list(cluster.workers)
+            faulted = []
+            for (kind, fresh), at in zip(faults, ats):
+                wait_for(lambda: cons.reading(at, where), '%s: every consumer to read %d rounds' % (where, at),
+                         timeout=120)
+                w = live.pop(rng.randrange(len(live)))
+                faulted.append(w.addr)
+                if kind == 'drain':
+                    drain_worker(cluster, w.addr)
+                else:
+                    w.kill(signal.SIGKILL if kind == 'kill' else signal.SIGSTOP)
+                if kind == 'stop':
+                    stopped.append(w)
+                if fresh:
+                    live.append(cluster.add_worker())
+            job = get_json(cluster.dispatcher.admin_port, '/v1/jobs')['names']['coord-once'][0]['job_id']
+
+            def job_view():
+                return get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % job)
+
+            def all_gone():
+                # A drained worker's task is done once every consumer is
+                # past its rounds.
+                v = job_view()
+                return all(t['state'] in ('LOST', 'DONE') for t in v['tasks'] if t['worker_address'] in faulted)
+            wait_for(lambda: cons.reading(0, where) and all_gone(),
+                     '%s: every faulted worker\'s task to be lost or done' % where, timeout=60)
+            # Every record the faulted workers held was handed out before this.
+            handed = job_view()['splits']['records_handed_out']
+
+            def confirmed_past_the_loss():
+                nonlocal view
+                cons.reading(0, where)
+                view = job_view()
+                lost = view['lost_splits']
+                return (lost['awaiting_reports'] == 0 and lost['queued'] == 0 and
+                        lost['confirmed_below'][2] > handed)
+            wait_for(confirmed_past_the_loss, '%s: every record handed out before the loss (%d) to reach a '
+                     'consumer' % (where, handed), timeout=300)
+            # What reached a consumer came in a round up to the horizon then.
+            horizon = view['coordinated']['round_horizon']
+            wait_for(lambda: cons.reading(horizon + 1, where), '%s: every consumer to read round %d' % (
+                where, horizon), timeout=120)
+        finally:
+            if cons:
+                cons.stop()
+            for w in stopped:
+                w.kill(signal.SIGKILL)
+            bad = cluster.close()
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly: %s' % (where, bad))
+        self.assertEqual(view['lost_splits']['confirmed_below'][:2], [0, 0], where)
+        below = view['lost_splits']['confirmed_below'][2]
+        seen = collections.Counter(v for g in cons.got for x in g for v in x['value'])
+        twice = [v for v, n in seen.items() if n > 1]
+        self.assertEqual(twice[:10], [], '%s: %d values read more than once' % (where, len(twice)))
+        missing = [v for v in range(below) if v not in seen]
+        self.assertEqual(missing[:10], [], '%s: %d values below %d, which every consumer confirmed, never read '
+                         '(report generation %d)' % (where, len(missing), below, view['lost_splits']['report_gen']))
 
 
 def check_rounds(test, got, batch, where):

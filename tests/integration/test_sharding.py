@@ -16,7 +16,8 @@ import unittest
 import urllib.request
 
 from consumers import Consumers
-from harness import Cluster, binary, child_env, free_ports, get_json, metric, parse_jsonl, values, wait_for
+from harness import (Cluster, binary, child_env, drain_worker, free_ports, get_json, metric, parse_jsonl, values,
+                     wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, '..', 'data', 'tfrecord')
@@ -527,12 +528,17 @@ class Coordinated(unittest.TestCase):
         self.assertRegex(err, r'worker \S+ ended task \d+ at round \d+, but coordinated reads have no end')
         # Under DYNAMIC the repeat goes on through empty iterations (other
         # workers may have taken their splits), which took epoch after epoch
-        # without end: past SL_REPEAT_EMPTY_MAX in a row the task fails.
+        # without end. The splits it takes stay outstanding (no batch says
+        # they reached a consumer): at --max-outstanding-splits the job
+        # fails, as a DYNAMIC job without coordinated reads does (before
+        # 2026-12-04 coordinated reads kept no outstanding splits, and the
+        # task failed past SL_REPEAT_EMPTY_MAX empty iterations in a row).
         rc, out, err = self.c.cat(spec, ['--job-name', 'coord-empty-dyn', '--num-consumers', '1', '--consumer-index',
                                          '0', '--sharding', 'dynamic'], timeout=120)
         self.assertNotEqual(rc, 0, err)
         self.assertEqual(out, [])
-        self.assertIn('ops[1] (repeat): 1048576 iterations in a row took splits and yielded nothing', err)
+        self.assertRegex(err, r'holds \d+ splits it has not finished, as many as --max-outstanding-splits 16384 '
+                              r'allows, .* it drops every element it reads .*the task has served no batch')
 
     def test_a_worker_that_joins_enters_at_a_round_both_consumers_agree_on(self):
         # Batches of 500 values make lines of about 3 KB: while this test
@@ -709,13 +715,6 @@ class CoordinatedStandIn(unittest.TestCase):
         for g in got:
             self.assertEqual([x['_round'] for x in g], list(range(len(g))))
 
-def drain(c, addr):
-    req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (c.dispatcher.admin_port, addr),
-                                 method='POST', data=b'')
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)
-
-
 class CoordinatedConsumers(unittest.TestCase):
     """sluice-cat consumers of the coordinated job "coord-drain" over a job
     without end, read on threads until stopped (no tests of its own)."""
@@ -781,7 +780,7 @@ class CoordinatedDrain(CoordinatedConsumers):
                 room = 16 * len(windows) + self.gone_task(gone)['buffer']['capacity_batches'] + 8 + 1
                 wait_for(lambda: (self.horizon(c) - self.gone_task(gone)['rounds']['lowest_open']['round']) // 2 *
                          len(windows) > room + 8 * len(windows), 'the horizon to run ahead of the drained task')
-            self.assertEqual(drain(c, gone.addr)['state'], 'DRAINING')
+            self.assertEqual(drain_worker(c, gone.addr)['state'], 'DRAINING')
             end = self.task(c, gone.addr)['rounds']['end']
             self.assertGreater(end, 20)
             if sharding == 'dynamic':
@@ -836,7 +835,7 @@ class CoordinatedDrain(CoordinatedConsumers):
             self.consumers(c, [4, 16])
             wait_for(lambda: self.reading(20), 'both consumers to read 20 rounds')
             first = c.workers[0]
-            drain(c, first.addr)
+            drain_worker(c, first.addr)
             end = self.task(c, first.addr)['rounds']['end']
             # The rounds below the end come, and no more: no worker serves
             # the job's next rounds. (What sluice-cat printed may wait in its

@@ -254,6 +254,106 @@ Test(outstanding, a_lost_tasks_splits_go_again_without_what_the_clients_received
     cr_assert_gt(r.splits[0].split_id, 3, "a split handed out again gets a new id");
 }
 
+/* lost_splits.confirmed_below's record (epoch 0, file 0 asserted). */
+static json_int_t confirmed_below(uint64_t job_id)
+{
+    json_t *j = job_view(job_id);
+    json_t *at = json_object_get(json_object_get(j, "lost_splits"), "confirmed_below");
+    cr_assert_eq(json_array_size(at), 3);
+    cr_assert_eq(json_integer_value(json_array_get(at, 0)), 0);
+    cr_assert_eq(json_integer_value(json_array_get(at, 1)), 0);
+    json_int_t v = json_integer_value(json_array_get(at, 2));
+    json_decref(j);
+    return v;
+}
+
+/* Coordinated consumer `client` says it asks for `round` next. */
+static void round_heartbeat(uint64_t job_id, uint64_t client, uint64_t round)
+{
+    sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
+    *req = (sluice_ClientHeartbeatRequest){.job_id = job_id, .client_id = client, .round = round};
+    sl_dstate_client_secret(st, job_id, client, req->client_secret);
+    memset(hb, 0, sizeof *hb);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, req, 0, hb, err, sizeof err), 0, "%s", err);
+    free(req);
+}
+
+Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker_did_not_serve)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    const char *spec = "{\"source\": {\"type\": \"range\", \"stop\": 1000}, \"ops\": [{\"op\": \"repeat\"}]}";
+    uint64_t ds, j, c[2];
+    const char *fp;
+    cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
+    for (uint32_t i = 0; i < 2; i++) {
+        sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "coord",
+                                            .num_consumers = 2, .consumer_index = i};
+        cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &j, &c[i], err, sizeof err), 0, "%s", err);
+    }
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 2, &r);
+    cr_assert_eq(r.splits_count, 2);
+    uint64_t first_end = r.splits[0].end, a_id = r.splits[0].split_id;
+    get_splits(tb, 1, 1, &r);
+    cr_assert_eq(r.splits_count, 1);
+    uint64_t b_begin = r.splits[0].begin, b_end = r.splits[0].end;
+    cr_assert_eq(lost_splits(j, "outstanding"), 3, "coordinated reads keep their splits outstanding");
+    cr_assert_eq(confirmed_below(j), 0);
+
+    /* Both consumers received ta's first split whole: it is forgotten. */
+    const uint64_t below = a_id + 1;
+    heartbeat(j, c[0], 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 3, "one consumer alone confirms nothing");
+    heartbeat(j, c[1], 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2);
+    cr_assert_eq(confirmed_below(j), (json_int_t)first_end);
+
+    /* wb is drained: its task serves the rounds below its end, then, once
+     * both consumers are past them, is done, and what it did not serve
+     * waits for the consumers' reports. */
+    cr_assert_eq(sl_dstate_worker_drain(st, "127.0.0.1:2", err, sizeof err), 0, "%s", err);
+    json_t *v = job_view(j);
+    uint64_t end = 0;
+    json_t *tasks = json_object_get(v, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++)
+        if ((uint64_t)json_integer_value(json_object_get(json_array_get(tasks, i), "task_id")) == tb)
+            end = (uint64_t)json_integer_value(json_object_get(json_object_get(json_array_get(tasks, i), "rounds"),
+                                                               "end"));
+    json_decref(v);
+    cr_assert_gt(end, 0);
+    round_heartbeat(j, c[0], end);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 0, "consumer 1 may still need the drained task's rounds");
+    round_heartbeat(j, c[1], end);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 1);
+    cr_assert_eq(hb->report_gen, 1);
+    const uint64_t got0[][2] = {{b_begin, 10}}, got1[][2] = {{b_begin + 10, 5}};
+    cr_assert_eq(report(j, c[0], 1, 1, got0), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 0, "consumer 1 has not reported");
+    cr_assert_eq(report(j, c[1], 1, 1, got1), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 1);
+    get_splits(ta, 2, 1, &r);
+    cr_assert_eq(r.splits_count, 1);
+    cr_assert_eq(r.splits[0].begin, b_begin);
+    cr_assert_eq(r.splits[0].end, b_end);
+    cr_assert_eq(r.splits[0].skip_count, 1, "what the consumers received is not handed out again");
+    size_t len;
+    const uint8_t *skips = sl_dstate_split_skips(st, ta, &len);
+    uint64_t k[2];
+    cr_assert_eq(len, 16);
+    memcpy(k, skips + r.splits[0].skip_offset, sizeof k);
+    cr_assert_eq(k[0], b_begin);
+    cr_assert_eq(k[1], 15);
+
+    /* wa is lost: its splits, the one it got again too, wait for reports. */
+    unsigned held = (unsigned)lost_splits(j, "outstanding");
+    cr_assert_eq(held, 2);
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), held);
+    cr_assert_eq(confirmed_below(j), (json_int_t)first_end);
+}
+
 Test(outstanding, splits_are_forgotten_once_every_client_has_them)
 {
     st = new_state();
