@@ -2003,8 +2003,11 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                             j->id, c->id, now - c->last_seen);
                 job_remove_client(st, j, c, now);
             } else {
-                if (running && c->away_since == 0 && c->stalled_since == 0 && st->cfg.client_stall_ms > 0 &&
-                    now - c->progress_at > st->cfg.client_stall_ms && sl__out_holds_back(j, c))
+                /* Not under coordinated reads: the peers wait at the
+                 * rounds for it anyway. */
+                if (running && j->num_consumers == 0 && c->away_since == 0 && c->stalled_since == 0 &&
+                    st->cfg.client_stall_ms > 0 && now - c->progress_at > st->cfg.client_stall_ms &&
+                    sl__out_holds_back(j, c))
                     client_stalled(st, j, c, now);
                 k++;
             }

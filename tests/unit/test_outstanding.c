@@ -278,12 +278,12 @@ static void round_heartbeat(uint64_t job_id, uint64_t client, uint64_t round)
     free(req);
 }
 
-Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker_did_not_serve)
+/* A named DYNAMIC job of coordinated reads over range(1000) repeated, with
+ * consumers c[0] and c[1]. */
+static uint64_t coord_job(uint64_t c[2])
 {
-    st = new_state();
-    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
     const char *spec = "{\"source\": {\"type\": \"range\", \"stop\": 1000}, \"ops\": [{\"op\": \"repeat\"}]}";
-    uint64_t ds, j, c[2];
+    uint64_t ds, j;
     const char *fp;
     cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
     for (uint32_t i = 0; i < 2; i++) {
@@ -291,6 +291,14 @@ Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker
                                             .num_consumers = 2, .consumer_index = i};
         cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &j, &c[i], err, sizeof err), 0, "%s", err);
     }
+    return j;
+}
+
+Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker_did_not_serve)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c[2], j = coord_job(c);
     uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 2, &r);
@@ -694,6 +702,33 @@ Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back
     sl_dstate_tick(st, 20001);
     cr_assert_str_eq(client_state(j, c1), "present");
     cr_assert_str_eq(client_state(j, c2), "present");
+}
+
+Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
+{
+    /* Its peers cannot read on without it (every round needs its batch),
+     * so nothing is gained by letting its splits go: they stay outstanding
+     * for a worker loss to hand out again. */
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
+    cfg.client_stall_ms = 5000;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c[2], j = coord_job(c);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r);
+    cr_assert_eq(r.splits_count, 4);
+    uint64_t below = r.splits[0].split_id + 1, ahead = r.splits[0].split_id + 3;
+    heartbeat_at(1000, j, c[0], 1, &ta, &below);
+    heartbeat_at(1000, j, c[1], 1, &ta, &below);
+    heartbeat_at(4000, j, c[0], 1, &ta, &ahead);
+    heartbeat_at(4000, j, c[1], 1, &ta, &below);
+    sl_dstate_tick(st, 10000);
+    cr_assert_str_eq(client_state(j, c[1]), "present");
+    cr_assert_eq(lost_splits(j, "outstanding"), 3, "c[1] still holds them back");
 }
 
 /* ---- exactly once through losses, parts and restarts, at drawn sizes ----
