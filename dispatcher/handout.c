@@ -319,9 +319,12 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > pb_arraysize(sluice_GetSplitResponse, splits))
         max = pb_arraysize(sluice_GetSplitResponse, splits);
+    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
+    /* No answer takes a task past --max-outstanding-splits. */
+    if (tracked && sl__out_count(t) < st->cfg.max_outstanding && max > st->cfg.max_outstanding - sl__out_count(t))
+        max = st->cfg.max_outstanding - sl__out_count(t);
     if (req->request_seq != 0 && last_answer_room(t, max) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
         /* Its clients are that far behind: hold it back until they report
          * (task_check_held() fails the job if they are not). */

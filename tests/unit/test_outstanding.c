@@ -731,6 +731,27 @@ Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
     cr_assert_eq(lost_splits(j, "outstanding"), 3, "c[1] still holds them back");
 }
 
+Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_outstanding = 5;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r);
+    cr_assert_eq(r.splits_count, 3);
+    get_splits(ta, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 2, "8 asked, 2 more reach the bound of 5");
+    cr_assert_eq(lost_splits(j, "outstanding"), 5);
+    get_splits(ta, 3, 8, &r);
+    cr_assert_eq(r.splits_count, 0);
+    cr_assert_gt(r.retry_ms, 0, "held at the bound until its clients confirm splits");
+}
+
 /* ---- exactly once through losses, parts and restarts, at drawn sizes ----
  *
  * A named DYNAMIC job over range(n), its splits asked for by the live
