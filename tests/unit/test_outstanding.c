@@ -660,7 +660,8 @@ Test(outstanding, an_away_client_is_released_after_the_rejoin_window_and_then_wa
     free(req);
 }
 
-Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back_until_it_reads_again)
+/* A state whose clients are stalled after 5000 ms without progress. */
+static void stall_state(void)
 {
     sl_dstate_config_t cfg;
     sl_dstate_config_init(&cfg);
@@ -668,6 +669,11 @@ Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back
     cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
     cfg.client_stall_ms = 5000;
     st = sl_dstate_new(&cfg);
+}
+
+Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back_until_it_reads_again)
+{
+    stall_state();
     uint64_t wa = worker("127.0.0.1:1");
     uint64_t c1, c2, j = job(&c1, &c2);
     uint64_t ta = task_of(j, wa);
@@ -709,12 +715,7 @@ Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
     /* Its peers cannot read on without it (every round needs its batch),
      * so nothing is gained by letting its splits go: they stay outstanding
      * for a worker loss to hand out again. */
-    sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    cfg.worker_timeout_ms = 1000000; /* the workers send no heartbeat here */
-    cfg.client_stall_ms = 5000;
-    st = sl_dstate_new(&cfg);
+    stall_state();
     uint64_t wa = worker("127.0.0.1:1");
     uint64_t c[2], j = coord_job(c);
     uint64_t ta = task_of(j, wa);
