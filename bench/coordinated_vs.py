@@ -15,7 +15,9 @@ faster or cheaper.
 
 To compare with commit REV: git worktree add /tmp/rev REV && cmake -S /tmp/rev
 -B /tmp/rev/br -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/rev/br, then
-bench/coordinated_vs.py --build build-release --baseline-build /tmp/rev/br."""
+bench/coordinated_vs.py --build build-release --baseline-build /tmp/rev/br
+(--sharding dynamic: a DYNAMIC job, where the consumers track what they
+receive to make a worker loss exactly once)."""
 import argparse
 import json
 import os
@@ -32,6 +34,8 @@ ap.add_argument('--consumers', type=int, default=2)
 ap.add_argument('--batch', type=int, default=131072, help='int64s a batch')
 ap.add_argument('--limit', type=int, default=600, help='batches each consumer reads')
 ap.add_argument('--rounds', type=int, default=7)
+ap.add_argument('--sharding', default='off', choices=['off', 'dynamic'],
+                help='the job\'s policy (dynamic: the consumers track what they receive, for worker losses)')
 args = ap.parse_args()
 os.environ['SLUICE_BUILD'] = os.path.abspath(args.build)
 from harness import Cluster, binary, child_env, using_build, metric  # noqa: E402
@@ -62,7 +66,7 @@ def run(c, cat, job):
     procs = []
     for i in range(args.consumers):
         argv = c.cat_argv(SPEC, ['--job-name', job, '--num-consumers', str(args.consumers), '--consumer-index',
-                                 str(i), '--limit', str(args.limit)], 'count')
+                                 str(i), '--limit', str(args.limit), '--sharding', args.sharding], 'count')
         argv[0] = cat
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()))
     for p in procs:
@@ -84,6 +88,7 @@ try:
         new.append(run(*sides['build'], 'r%d' % r))
     print(json.dumps({
         "bench": "coordinated_vs", "consumers": args.consumers, "batch_bytes": args.batch * 8, "limit": args.limit,
+        "sharding": args.sharding,
         "baseline": os.path.abspath(args.baseline_build) + ' (its daemons and sluice-cat), alternating',
         "wall_ratio": round(statistics.median(n[0] / b[0] for b, n in zip(base, new)), 3),
         "worker_cpu_ratio": round(sum(n[1] for n in new) / sum(b[1] for b in base), 3),
