@@ -142,7 +142,6 @@ static void heartbeat(uint64_t job_id, uint64_t client, unsigned n, const uint64
     heartbeat_at(0, job_id, client, n, tasks, below);
 }
 
-/* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
 /* Client's report of the records in set for job_id's lost splits at
  * generation gen. @return what the dispatcher answered */
 static int client_report(uint64_t job_id, uint64_t client, uint64_t gen, const sl_posset_t *set)
@@ -152,6 +151,7 @@ static int client_report(uint64_t job_id, uint64_t client, uint64_t gen, const s
     return send_report(st, &req, set, 0, err, sizeof err);
 }
 
+/* A client's report: the runs (begin, count) of file 0, epoch 0 it received. */
 static int report(uint64_t job_id, uint64_t client, uint64_t gen, unsigned n, const uint64_t (*runs)[2])
 {
     sl_posset_t s;
