@@ -1381,6 +1381,11 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         }
         if (resp->epochs_folded > 0)
             ledger_fold(it, resp->epochs_folded, 0);
+        /* Coordinated reads take no checkpoints: the ledger serves reports
+         * only, and keeps nothing of what every client has. */
+        const sluice_Place *at = &resp->confirmed_below;
+        if (it->coord && resp->has_confirmed_below && at->epoch <= UINT32_MAX)
+            sl__ledger_confirmed_below(&it->ledger, (uint32_t)at->epoch, at->file, at->record);
         pthread_mutex_unlock(&it->mu);
     } else if (it->track && resp->epochs_done > 0) {
         /* Every record of the epochs below epochs_done reached us, so those

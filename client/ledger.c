@@ -129,15 +129,10 @@ static size_t first_of(const sl_posset_t *s, uint64_t below)
     return lo;
 }
 
-/* Drops the runs of epochs below `below` from s, and gives back the memory
- * it no longer needs, so that the set's memory follows the open epochs too. */
-static void drop_below(sl_posset_t *s, uint64_t below)
+/* Gives back the memory s no longer needs, so that the set's memory
+ * follows what it keeps after a drop. */
+static void shrink(sl_posset_t *s)
 {
-    size_t k = first_of(s, below);
-    if (k == 0)
-        return;
-    memmove(s->runs, s->runs + k, (s->num - k) * sizeof *s->runs);
-    s->num -= k;
     if (s->cap > 64 && s->num < s->cap / 4) {
         size_t cap = s->num * 2 > 16 ? s->num * 2 : 16;
         sl_posrun_t *p = realloc(s->runs, cap * sizeof *p);
@@ -146,6 +141,25 @@ static void drop_below(sl_posset_t *s, uint64_t below)
             s->cap = cap;
         }
     }
+}
+
+/* Drops the runs of epochs below `below` from s (so that the set's memory
+ * follows the open epochs too). */
+static void drop_below(sl_posset_t *s, uint64_t below)
+{
+    size_t k = first_of(s, below);
+    if (k == 0)
+        return;
+    memmove(s->runs, s->runs + k, (s->num - k) * sizeof *s->runs);
+    s->num -= k;
+    shrink(s);
+}
+
+/* Whether (epoch, file, pos) lies before the ledger's floor. */
+static bool below_floor(const sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    const sl_posrun_t *f = &l->floor;
+    return l->floor_set && (epoch != f->epoch ? epoch < f->epoch : file != f->file ? file < f->file : pos < f->begin);
 }
 
 static void lazy_drop(sl_ledger_t *l);
@@ -187,6 +201,24 @@ void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting)
         return;
     l->fold_below = below;
     l->fold_at = l->given + waiting;
+}
+
+void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    bool same = l->floor_set && epoch == l->floor.epoch && file == l->floor.file && pos == l->floor.begin;
+    if (same || below_floor(l, epoch, file, pos))
+        return;
+    l->floor = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
+    l->floor_set = true;
+    sl_posset_drop_before(&l->restored, epoch, file, pos);
+    sl_posset_drop_before(&l->got, epoch, file, pos);
+    shrink(&l->restored);
+    shrink(&l->got);
+    /* Their notices may never come (a peer got them): the batches that
+     * wait for them go without being decoded. */
+    sl__tally_drop_before(&l->open, epoch, file, pos);
+    l->lazy_blocked = false;
+    lazy_drop(l);
 }
 
 size_t sl__ledger_runs(const sl_ledger_t *l)
@@ -466,13 +498,21 @@ static void merge(sl_ledger_t *l, int rc)
 {
     if (l->rc < 0)
         return;
-    if (l->epochs_done > 0) {
+    if (l->epochs_done > 0 || l->floor_set) {
         /* Runs of done epochs (a batch that waited while its epoch was
-         * folded) are in the number already. */
+         * folded) are in the number already; no report asks for records
+         * before the floor. */
         size_t k = 0;
-        for (size_t i = 0; i < l->num; i++)
-            if (l->runs[i].epoch >= l->epochs_done)
-                l->runs[k++] = l->runs[i];
+        for (size_t i = 0; i < l->num; i++) {
+            sl_provenance_run_t r = l->runs[i];
+            if (r.epoch < l->epochs_done || below_floor(l, r.epoch, r.file_index, r.begin + r.count - 1))
+                continue;
+            if (below_floor(l, r.epoch, r.file_index, r.begin)) {
+                r.count -= l->floor.begin - r.begin; /* it holds the floor */
+                r.begin = l->floor.begin;
+            }
+            l->runs[k++] = r;
+        }
         l->num = k;
     }
     if (rc == 0)
@@ -483,7 +523,7 @@ static void merge(sl_ledger_t *l, int rc)
     size_t fill = 0;
     for (size_t i = 0; i < l->ndone && rc == 0; i++) {
         const sl_split_done_t *d = &l->done[i];
-        if (d->end <= d->begin || d->epoch < l->epochs_done)
+        if (d->end <= d->begin || d->epoch < l->epochs_done || below_floor(l, d->epoch, d->file_index, d->begin))
             continue;
         uint64_t count = sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end);
         if (count == d->delivered)
@@ -639,6 +679,10 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
 {
     *out = NULL;
     *len = 0;
+    if (l->floor_set)
+        return sl_errf(err, errlen, SL_EINVAL, "checkpoint: the ledger dropped what was given before epoch %" PRIu32
+                       " file %" PRIu32 " record %" PRIu64 " (it serves reports of coordinated reads only)",
+                       l->floor.epoch, l->floor.file, l->floor.begin);
     sl__ledger_sync(l);
     if (l->rc < 0)
         return sl_errf(err, errlen, l->rc,

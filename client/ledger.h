@@ -65,6 +65,13 @@ typedef struct sl_ledger {
     size_t max_runs; /* of restored, got, a report, a checkpoint */
     uint64_t job_id; /* named in the overflow's message */
     int rc;          /* < 0: got overflowed or ran out of memory; nothing is recorded any more */
+    /* Coordinated reads: every record before this place (epoch, file,
+     * begin; count unused) reached a client of the job, the dispatcher
+     * says (ClientHeartbeatResponse.confirmed_below), so no report asks for
+     * it and the ledger keeps nothing before it. floor_set false: none. A
+     * ledger with a floor makes no checkpoint. */
+    sl_posrun_t floor;
+    bool floor_set;
     /* The only client of its tasks (an anonymous job): a split's records
      * all go to it. Set by the owner; without it nothing is missing below
      * (a named job's consumers share its tasks' batches). */
@@ -103,6 +110,19 @@ int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64
  * waiting 0 is made at once all the same, and ends a waiting one it covers.
  */
 void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting);
+
+/**
+ * The dispatcher says every record handed out before (epoch, file, pos)
+ * reached a client of the job: for a ledger that serves reports only (the
+ * iterator of coordinated reads, which takes no checkpoints), what it holds
+ * before that place goes, and so do the counts of splits before it (their
+ * notices went to a peer, maybe), letting lazy provenance's batches go
+ * undecoded. Runs and notices before it that come later go too. A place
+ * not past the last one changes nothing. Over a long epoch behind a
+ * shuffle, the ledger then follows the splits not yet confirmed, not the
+ * records received (one run each). Checkpoints fail from then on.
+ */
+void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /** @return the runs the ledger holds (restored and got; what a checkpoint's size follows) */
 size_t sl__ledger_runs(const sl_ledger_t *l);

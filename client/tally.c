@@ -113,11 +113,27 @@ void sl__tally_remove(sl_tally_t *t, uint32_t epoch, uint32_t file, uint64_t beg
         remove_at(t, i);
 }
 
-void sl__tally_drop_below(sl_tally_t *t, uint64_t below)
+/* Whether slot k's split comes before (hi, begin) in the order of places. */
+static bool before(const sl_tally_slot_t *k, uint64_t hi, uint64_t begin)
 {
+    return k->hi != hi ? k->hi < hi : k->begin < begin;
+}
+
+void sl__tally_drop_before(sl_tally_t *t, uint32_t epoch, uint32_t file, uint64_t begin)
+{
+    uint64_t hi = (uint64_t)epoch << 32 | file;
     /* A removal moves back only keys after i along their cluster, into
      * slots from i on: those are looked at again, the rest were. */
     for (size_t i = 0; i < t->cap; i++)
-        while (t->slot[i].count != 0 && (t->slot[i].hi >> 32) < below)
+        while (t->slot[i].count != 0 && before(&t->slot[i], hi, begin))
             remove_at(t, i);
+}
+
+void sl__tally_drop_below(sl_tally_t *t, uint64_t below)
+{
+    if (below > UINT32_MAX) {
+        sl__tally_clear(t); /* every epoch a key can name */
+        return;
+    }
+    sl__tally_drop_before(t, (uint32_t)below, 0, 0);
 }

@@ -47,6 +47,11 @@ void sl__tally_remove(sl_tally_t *t, uint32_t epoch, uint32_t file, uint64_t beg
 /** Removes the keys of epochs below `below`. */
 void sl__tally_drop_below(sl_tally_t *t, uint64_t below);
 
+/** Removes the keys of splits that begin before (epoch, file, begin) in
+ *  the order DYNAMIC hands records out: earlier epochs, earlier files,
+ *  lower begins. */
+void sl__tally_drop_before(sl_tally_t *t, uint32_t epoch, uint32_t file, uint64_t begin);
+
 /** Removes every key (the memory is kept). */
 void sl__tally_clear(sl_tally_t *t);
 

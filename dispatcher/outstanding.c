@@ -396,6 +396,30 @@ uint64_t sl__out_epochs_done(const struct job *j)
     return done;
 }
 
+static bool place_before(struct sl_place a, struct sl_place b)
+{
+    return a.epoch != b.epoch ? a.epoch < b.epoch : a.file != b.file ? a.file < b.file : a.pos < b.pos;
+}
+
+struct sl_place sl__out_confirmed_below(const struct job *j)
+{
+    struct sl_place at = {.epoch = j->split_epoch, .file = j->split_file, .pos = j->split_next};
+    for (unsigned k = 0; k < j->num_tasks; k++) {
+        const struct task *t = &j->tasks[k];
+        for (unsigned i = t->out_head; i < t->out_num; i++) {
+            struct sl_place p = {.epoch = t->out[i].epoch, .file = t->out[i].file, .pos = t->out[i].begin};
+            if (place_before(p, at))
+                at = p;
+        }
+    }
+    for (unsigned i = 0; i < j->num_orphans; i++) {
+        struct sl_place p = {.epoch = j->orphans[i].epoch, .file = j->orphans[i].file, .pos = j->orphans[i].begin};
+        if (place_before(p, at))
+            at = p;
+    }
+    return at;
+}
+
 /* Drops orphan i (handed out whole, or all of it received). */
 static void orphan_remove(sl_dstate_t *st, struct job *j, unsigned i)
 {

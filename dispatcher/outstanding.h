@@ -84,6 +84,22 @@ uint64_t sl__out_report_from(const struct job *j);
  */
 uint64_t sl__out_epochs_done(const struct job *j);
 
+/* A place in the order DYNAMIC hands records out: epoch, file, record. */
+struct sl_place {
+    uint64_t epoch, pos;
+    uint32_t file;
+};
+
+/**
+ * Every record handed out before the place returned reached a client of
+ * the job: the least split still outstanding at a task or orphaned, else
+ * the hand-out cursor (GET /v1/jobs/{id} lost_splits.confirmed_below,
+ * ClientHeartbeatResponse.confirmed_below). Only grows, as
+ * sl__out_epochs_done() does. For a running job that keeps outstanding
+ * splits.
+ */
+struct sl_place sl__out_confirmed_below(const struct job *j);
+
 /**
  * Hands out queued orphans to t: at most max splits appended to resp,
  * their skip runs appended to t's answer payload (last_skips).

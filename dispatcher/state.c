@@ -1716,6 +1716,7 @@ static void coord_drained_done(sl_dstate_t *st, struct job *j)
     free(here);
     if (seen < j->num_consumers)
         return; /* a consumer not here may still need the rounds */
+    bool let_go = false;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         struct task *t = &j->tasks[k];
         if (t->end_round > 0 && sl__task_live(t) && least >= t->end_round) {
@@ -1726,9 +1727,11 @@ static void coord_drained_done(sl_dstate_t *st, struct job *j)
              * that no round took: they go out again, without what the
              * consumers say they received (their reports). */
             sl__out_orphan(st, j, t);
-            job_ensure_task(st, j);
+            let_go = true;
         }
     }
+    if (let_go)
+        job_ensure_task(st, j); /* after the loop: it may add a task */
 }
 
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
@@ -1787,6 +1790,13 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->epochs_done = sl__out_epochs_done(j);
     if (sl__out_tracked(j))
         resp->confirm_every = st->cfg.max_outstanding / 4 ? st->cfg.max_outstanding / 4 : 1;
+    if (sl__out_tracked(j) && j->num_consumers > 0 && j->state == SL_JOB_RUNNING) {
+        /* Coordinated clients take no checkpoints: their ledgers serve
+         * reports only, and drop what lies before this place. */
+        struct sl_place at = sl__out_confirmed_below(j);
+        resp->has_confirmed_below = true;
+        resp->confirmed_below = (sluice_Place){.epoch = at.epoch, .file = at.file, .record = at.pos};
+    }
     /* No client's word folds an epoch that is not done. */
     uint64_t given = req->epochs_given < resp->epochs_done ? req->epochs_given : resp->epochs_done;
     if (given > c->epochs_given)

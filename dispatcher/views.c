@@ -91,38 +91,6 @@ json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
     return d ? dataset_json(st, d, true) : NULL;
 }
 
-/* A place in the order DYNAMIC hands records out: epoch, file, record. */
-struct place {
-    uint64_t epoch, pos;
-    uint32_t file;
-};
-
-static bool place_before(struct place a, struct place b)
-{
-    return a.epoch != b.epoch ? a.epoch < b.epoch : a.file != b.file ? a.file < b.file : a.pos < b.pos;
-}
-
-/* Every record handed out before the place returned reached a client: the
- * least split still outstanding or lost, else the hand-out cursor. */
-static struct place confirmed_below(const struct job *j)
-{
-    struct place at = {.epoch = j->split_epoch, .file = j->split_file, .pos = j->split_next};
-    for (unsigned k = 0; k < j->num_tasks; k++) {
-        const struct task *t = &j->tasks[k];
-        for (unsigned i = t->out_head; i < t->out_num; i++) {
-            struct place p = {.epoch = t->out[i].epoch, .file = t->out[i].file, .pos = t->out[i].begin};
-            if (place_before(p, at))
-                at = p;
-        }
-    }
-    for (unsigned i = 0; i < j->num_orphans; i++) {
-        struct place p = {.epoch = j->orphans[i].epoch, .file = j->orphans[i].file, .pos = j->orphans[i].begin};
-        if (place_before(p, at))
-            at = p;
-    }
-    return at;
-}
-
 static json_t *job_json(const struct job *j, int64_t now, bool detail)
 {
     uint64_t elements = 0, bytes = 0, batches = 0;
@@ -178,7 +146,7 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                                  (json_int_t)waiting, "queued", (json_int_t)queued, "report_gen",
                                  (json_int_t)j->report_gen);
         if (j->state == SL_JOB_RUNNING) {
-            struct place at = confirmed_below(j);
+            struct sl_place at = sl__out_confirmed_below(j);
             json_object_set_new(lost, "confirmed_below", json_pack("[I,I,I]", (json_int_t)at.epoch,
                                                                    (json_int_t)at.file, (json_int_t)at.pos));
         }

@@ -107,11 +107,13 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
     return 0;
 }
 
-void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
+/* Trims the run that holds pos of (epoch, file), if one does, to start
+ * there: @return the index of the first run left at or after the place. */
+static size_t cut_at(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
 {
-    size_t i = lower(s, epoch, file, 0), j = lower(s, epoch, file, pos);
-    /* Runs i..j-1 of (epoch, file) end before pos; run j, if of (epoch, file),
-     * ends at pos or after. Runs are apart, so only run j can hold pos. */
+    size_t j = lower(s, epoch, file, pos);
+    /* Run j, if of (epoch, file), ends at pos or after; runs are apart, so
+     * only run j can hold pos. */
     if (j < s->num && cmp_key(&s->runs[j], epoch, file) == 0) {
         sl_posrun_t *r = &s->runs[j];
         if (r->begin + r->count == pos)
@@ -121,10 +123,27 @@ void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_
             r->begin = pos;
         }
     }
+    return j;
+}
+
+/* Removes runs [i, j). */
+static void remove_runs(sl_posset_t *s, size_t i, size_t j)
+{
     if (j > i) {
         memmove(&s->runs[i], &s->runs[j], (s->num - j) * sizeof *s->runs);
         s->num -= j - i;
     }
+}
+
+void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    size_t i = lower(s, epoch, file, 0);
+    remove_runs(s, i, cut_at(s, epoch, file, pos));
+}
+
+void sl_posset_drop_before(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    remove_runs(s, 0, cut_at(s, epoch, file, pos));
 }
 
 /* Orders runs by (epoch, file, begin). */

@@ -77,6 +77,10 @@ int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n);
  * range whose front was handed out keeps no run before its new begin). */
 void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos);
 
+/** Removes every position before (epoch, file, pos) in the set's order:
+ *  earlier epochs, earlier files of epoch, records of file below pos. */
+void sl_posset_drop_before(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos);
+
 /** @return how many positions of [begin, end) of (epoch, file) are in the set */
 uint64_t sl_posset_count(const sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end);
 

@@ -1538,13 +1538,56 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                      seed, seed, consumers, workers, windows, batch, shuffle, max_split, faults, ats))
         ops = ([{"op": "shuffle", "buffer_size": shuffle, "seed": seed}] if shuffle else []) + [
             {"op": "repeat"}, {"op": "batch", "batch_size": batch}]
+        self.exactly_once_through(where, rng, ops, workers, windows, faults, ats, ['--max-split-size', str(max_split)])
+
+    def test_a_long_shuffled_epoch_keeps_each_ledger_to_what_is_not_confirmed(self):
+        """Behind a shuffle, a consumer gets scattered records of each split
+        and the split's notice goes to one consumer only, so a ledger that
+        kept what it received held about one run per record for as long as
+        the epoch ran, and past --max-ledger-runs it stopped recording: a
+        worker lost after that gave records twice. The dispatcher now tells
+        coordinated consumers the place below which every record reached one
+        of them (ClientHeartbeatResponse.confirmed_below), and their ledgers
+        keep only what lies past it. Here each consumer receives 1,000,000
+        or more records of one epoch (500,000 runs or more without that: it
+        gets about every other record of a region) before a worker is lost,
+        with --max-ledger-runs 400000. What lies past the place is bounded
+        by counts, not by time: the shuffle's tail (a split's last record
+        leaves a buffer of 1,000 some 7,000 records after its first), the
+        rounds a worker holds open, and the splits a consumer confirms
+        before it heartbeats (64 notices: --max-outstanding-splits 256 over
+        4), each tens of thousands of records at the most. No consumer
+        may say its ledger overflowed, and every record comes exactly once."""
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        consumers = rng.randrange(2, 4)
+        workers = rng.randrange(2, 4)
+        windows = [rng.randrange(1, 33) for _ in range(consumers)]
+        faults = [(rng.choice(['kill', 'stop', 'drain']), rng.random() < 0.5)]
+        ats = [rng.randrange(10000, 12000)]
+        where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, %d workers, windows %s, faults (kind, '
+                 'fresh worker after) %s at rounds %s' % (seed, seed, consumers, workers, windows, faults, ats))
+        ops = [{"op": "shuffle", "buffer_size": 1000, "seed": seed}, {"op": "repeat"},
+               {"op": "batch", "batch_size": 100}]
+        said = self.exactly_once_through(where, rng, ops, workers, windows, faults, ats,
+                                         ['--split-size', '1000', '--max-split-size', '1000',
+                                          '--max-outstanding-splits', '256'], ['--max-ledger-runs', '400000'])
+        for i, e in enumerate(said):
+            self.assertNotIn('no longer fits its ledger', e, '%s: consumer %d' % (where, i))
+
+    def exactly_once_through(self, where, rng, ops, workers, windows, faults, ats, dispatcher_args, cat_args=()):
+        """Coordinated consumers (one a window of windows) of a DYNAMIC job
+        over ops on a range of 2^50, through faults (kind, whether a fresh
+        worker joins after) at rounds ats, each on a worker drawn from rng;
+        then every value below confirmed_below must have come once and none
+        twice. Returns what the consumers said on stderr."""
         spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": ops}
-        cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000', '--max-split-size',
-                                                            str(max_split)])
-        cons, stopped, view = None, [], None
+        cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000'] + list(dispatcher_args))
+        cons, stopped, view, said = None, [], None, []
         try:
             cluster.wait_workers_registered(workers)
-            cons = Consumers(cluster, spec, 'coord-once', windows, ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+            cons = Consumers(cluster, spec, 'coord-once', windows, ['--sharding', 'dynamic', '--timeout-ms', '60000'] +
+                             list(cat_args))
             live = list(cluster.workers)
             faulted = []
             for (kind, fresh), at in zip(faults, ats):
@@ -1582,15 +1625,20 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                 lost = view['lost_splits']
                 return (lost['awaiting_reports'] == 0 and lost['queued'] == 0 and
                         lost['confirmed_below'][2] > handed)
-            wait_for(confirmed_past_the_loss, '%s: every record handed out before the loss (%d) to reach a '
-                     'consumer' % (where, handed), timeout=300)
+            try:
+                wait_for(confirmed_past_the_loss, '%s: every record handed out before the loss (%d) to reach a '
+                         'consumer' % (where, handed), timeout=300)
+            except AssertionError as e:
+                raise AssertionError('%s; the job then: %s; the consumers read %s rounds' % (
+                    e, json.dumps({k: view.get(k) for k in ('state', 'lost_splits', 'splits', 'tasks', 'consumers')}),
+                    [len(g) for g in cons.got]))
             # What reached a consumer came in a round up to the horizon then.
             horizon = view['coordinated']['round_horizon']
             wait_for(lambda: cons.reading(horizon + 1, where), '%s: every consumer to read round %d' % (
                 where, horizon), timeout=120)
         finally:
             if cons:
-                cons.stop()
+                said = cons.stop()
             for w in stopped:
                 w.kill(signal.SIGKILL)
             bad = cluster.close()
@@ -1603,6 +1651,7 @@ class CoordinatedWorkerLoss(unittest.TestCase):
         missing = [v for v in range(below) if v not in seen]
         self.assertEqual(missing[:10], [], '%s: %d values below %d, which every consumer confirmed, never read '
                          '(report generation %d)' % (where, len(missing), below, view['lost_splits']['report_gen']))
+        return said
 
 
 def check_rounds(test, got, batch, where):

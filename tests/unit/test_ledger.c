@@ -1654,3 +1654,145 @@ Test(ledger, a_batch_moves_its_own_notices_to_the_heap_when_more_come)
     assert_notices(b->done, 3, SL_BATCH_DONE_INLINE);
     sl__batch_free(b);
 }
+
+/* Coordinated reads (sl__ledger_confirmed_below()): a long shuffled stream,
+ * 2 epochs of 10 files of 100,000 records in splits of 1,000 mixed within a
+ * window of 1,000, its batches of 100 going in turn to this consumer and to
+ * a peer, each split's notice with the batch that holds its last record.
+ * Without the dispatcher's place this consumer's ledger would hold a run
+ * for about every other record it got, 500,000 and more, past its bound of
+ * 50,000. With it, every 37 batches (the least split not read whole), the
+ * ledger, eager or lazy, keeps what lies past the shuffle's tail only, and
+ * a report says exactly what this consumer got at or past the place. */
+enum { CE = 2, CF = 10, CR = 100000, CS = 1000, CW = 1000, CB = 100, CPER = CF * CR, CMAX = 50000 };
+
+static sl_provenance_run_t cpos(uint64_t p)
+{
+    return (sl_provenance_run_t){(uint32_t)(p / CPER), (uint32_t)(p % CPER / CR), p % CR, 1};
+}
+
+/* A report of l: exactly the positions mine marks at or past floor. */
+static void assert_report_past(sl_ledger_t *l, const uint8_t *mine, uint64_t floor, uint64_t want, uint64_t *rng,
+                               unsigned seed, const char *which)
+{
+    sl_posset_t set;
+    cr_assert_eq(sl__ledger_report(l, 0, &set), 0, "seed %u, %s", seed, which);
+    cr_assert_eq(sl_posset_size(&set), want, "seed %u, %s: the report holds %" PRIu64 " positions, not %" PRIu64, seed,
+                 which, sl_posset_size(&set), want);
+    uint64_t past = 0, end = (uint64_t)CE * CPER;
+    for (uint64_t q = floor; q < end;) {
+        sl_provenance_run_t at = cpos(q);
+        past += sl_posset_count(&set, at.epoch, at.file_index, at.begin, CR);
+        q += CR - at.begin;
+    }
+    cr_assert_eq(past, want, "seed %u, %s: the report holds positions before the place", seed, which);
+    for (int i = 0; i < 200 && floor < end; i++) {
+        uint64_t q = floor + splitmix64(rng) % (end - floor);
+        sl_provenance_run_t at = cpos(q);
+        cr_assert_eq(sl_posset_count(&set, at.epoch, at.file_index, at.begin, at.begin + 1), mine[q],
+                     "seed %u, %s: position %" PRIu64, seed, which, q);
+    }
+    sl_posset_clear(&set);
+}
+
+Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_place)
+{
+    unsigned seed = test_seed("ledger.a_coordinated_consumer_keeps_only...");
+    uint64_t rng = seed, end = (uint64_t)CE * CPER;
+    uint8_t *read = calloc(end, 1), *mine = calloc(end, 1);
+    uint32_t *left = malloc(end / CS * sizeof *left);
+    cr_assert(read && mine && left);
+    for (uint64_t k = 0; k < end / CS; k++)
+        left[k] = CS;
+    sl_ledger_t eager, lazy;
+    sl__ledger_init(&eager, CMAX);
+    sl__ledger_init(&lazy, CMAX);
+    uint64_t next = 0, total = 0, floor = 0, placed = 0, mine_total = 0, mine_below = 0, reports = 0;
+    size_t most_runs = 0, most_kept = 0, most_open = 0;
+    for (uint64_t batch = 0; total < end; batch++) {
+        sl_provenance_run_t runs[CB];
+        sl_split_done_t done[CB], tally[CB];
+        size_t n = 0, nd = 0, nt = 0;
+        while (n < CB && total < end) {
+            while (next < end && read[next])
+                next++;
+            uint64_t span = end - next < CW ? end - next : CW;
+            uint64_t p = next + splitmix64(&rng) % span;
+            while (read[p])
+                p = p + 1 < end ? p + 1 : next;
+            read[p] = 1;
+            total++;
+            runs[n++] = cpos(p);
+            sl_provenance_run_t s = cpos(p / CS * CS);
+            if (--left[p / CS] == 0)
+                done[nd++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
+                                               .begin = s.begin, .end = s.begin + CS, .delivered = CS};
+            size_t j = 0;
+            while (j < nt && tally[j].split_id != p / CS)
+                j++;
+            if (j == nt)
+                tally[nt++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
+                                                .begin = s.begin, .end = s.begin + CS};
+            tally[j].delivered++;
+            if (batch % 2 == 0) {
+                mine[p] = 1;
+                mine_total++;
+            }
+        }
+        if (batch % 2 == 0) {
+            /* This consumer's batch; the peer's go elsewhere, their notices too. */
+            uint8_t *wire = NULL;
+            size_t len = 0;
+            cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
+            sl__ledger_add(&eager, wire, len, n, done, nd, false);
+            sl__ledger_add_tallied(&lazy, wire, len, n, tally, nt, done, nd, false);
+            free(wire);
+        }
+        if (batch % 37 == 0) {
+            while (floor < end && left[floor / CS] == 0)
+                floor += CS;
+            for (; placed < floor; placed++)
+                mine_below += mine[placed];
+            sl_provenance_run_t at = floor < end ? cpos(floor) : (sl_provenance_run_t){CE, 0, 0, 0};
+            sl__ledger_confirmed_below(&eager, at.epoch, at.file_index, at.begin);
+            sl__ledger_confirmed_below(&lazy, at.epoch, at.file_index, at.begin);
+            /* A place not past the last one changes nothing. */
+            sl__ledger_confirmed_below(&lazy, 0, 0, 0);
+        }
+        cr_assert_eq(eager.rc, 0, "seed %u: the eager ledger overflowed at batch %" PRIu64, seed, batch);
+        cr_assert_eq(lazy.rc, 0, "seed %u: the lazy ledger overflowed at batch %" PRIu64, seed, batch);
+        size_t held = sl__ledger_runs(&eager) + eager.num;
+        most_runs = held > most_runs ? held : most_runs;
+        most_kept = lazy.log_kept > most_kept ? lazy.log_kept : most_kept;
+        most_open = lazy.open.num > most_open ? lazy.open.num : most_open;
+        if (splitmix64(&rng) % 400 == 0) {
+            assert_report_past(&eager, mine, placed, mine_total - mine_below, &rng, seed, "eager");
+            assert_report_past(&lazy, mine, placed, mine_total - mine_below, &rng, seed, "lazy");
+            reports++;
+        }
+    }
+    cr_assert_geq(reports, 10, "seed %u: %" PRIu64 " reports", seed, reports);
+    cr_assert_eq(mine_total, end / 2, "seed %u", seed);
+    /* The shuffle's tail: a split's last record leaves the window of 1,000
+     * about 7,500 records after its first (past 40,000 with chance e^-30),
+     * and the place comes every 3,700 records. */
+    cr_assert_leq(most_runs, 20000, "seed %u: the ledger held %zu runs", seed, most_runs);
+    cr_assert_leq(most_kept, 256 * 1024, "seed %u: the lazy ledger kept %zu bytes undecoded", seed, most_kept);
+    /* The counts of splits whose notice went to the peer go with the
+     * place, not at LAZY_MAX_KEYS: those past it, some 40 splits. */
+    cr_assert_leq(most_open, 200, "seed %u: the lazy ledger counted %zu splits at once", seed, most_open);
+    cr_log_info("seed %u: at most %zu runs held, %zu bytes kept undecoded, %zu splits counted", seed, most_runs,
+                most_kept, most_open);
+    /* Its checkpoint would leave out what was given before the place. */
+    uint8_t *ckpt = NULL;
+    size_t len = 0;
+    char err[300] = "";
+    cr_assert_eq(sl__ledger_checkpoint(&eager, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_EINVAL);
+    cr_assert_null(ckpt);
+    cr_assert(strstr(err, "coordinated reads only"), "%s", err);
+    sl__ledger_free(&eager);
+    sl__ledger_free(&lazy);
+    free(read);
+    free(mine);
+    free(left);
+}

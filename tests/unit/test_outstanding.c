@@ -317,6 +317,11 @@ Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker
     heartbeat(j, c[1], 1, &ta, &below);
     cr_assert_eq(lost_splits(j, "outstanding"), 2);
     cr_assert_eq(confirmed_below(j), (json_int_t)first_end);
+    /* The consumers are told so: their ledgers drop what lies before it. */
+    cr_assert(hb->has_confirmed_below);
+    cr_assert_eq(hb->confirmed_below.epoch, 0);
+    cr_assert_eq(hb->confirmed_below.file, 0);
+    cr_assert_eq(hb->confirmed_below.record, first_end);
 
     /* wb is drained: its task serves the rounds below its end, then, once
      * both consumers are past them, is done, and what it did not serve
@@ -336,6 +341,8 @@ Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker
     round_heartbeat(j, c[1], end);
     cr_assert_eq(lost_splits(j, "awaiting_reports"), 1);
     cr_assert_eq(hb->report_gen, 1);
+    cr_assert(hb->has_confirmed_below);
+    cr_assert_eq((json_int_t)hb->confirmed_below.record, confirmed_below(j));
     const uint64_t got0[][2] = {{b_begin, 10}}, got1[][2] = {{b_begin + 10, 5}};
     cr_assert_eq(report(j, c[0], 1, 1, got0), 0, "%s", err);
     cr_assert_eq(lost_splits(j, "queued"), 0, "consumer 1 has not reported");
@@ -377,6 +384,7 @@ Test(outstanding, splits_are_forgotten_once_every_client_has_them)
     cr_assert_eq(lost_splits(j, "outstanding"), 4, "one client is not all of them");
     heartbeat(j, c2, 1, &ta, &below);
     cr_assert_eq(lost_splits(j, "outstanding"), 2);
+    cr_assert_not(hb->has_confirmed_below, "only coordinated reads are told: a named job's clients checkpoint");
     /* A smaller done_below later changes nothing (it only grows). */
     uint64_t less = first;
     heartbeat(j, c2, 1, &ta, &less);

@@ -117,6 +117,44 @@ Test(posset, drops_below_a_position_match_a_bitmap)
     sl_posset_clear(&s);
 }
 
+/* Adds and drops before random places (epoch, file, record), against the
+ * bitmap: a drop empties every earlier epoch and file, and the records
+ * below the place of its own file; a run across the place is cut there. */
+Test(posset, drops_before_a_place_match_a_bitmap)
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 100000);
+    memset(model, 0, sizeof model);
+    srand(13);
+    for (int i = 0; i < 4000; i++) {
+        uint32_t e = (uint32_t)(rand() % EPOCHS), f = (uint32_t)(rand() % FILES);
+        if (rand() % 8 == 0) {
+            uint64_t pos = (uint64_t)(rand() % (RECORDS + 2));
+            sl_posset_drop_before(&s, e, f, pos);
+            for (uint32_t de = 0; de < EPOCHS; de++)
+                for (uint32_t df = 0; df < FILES; df++)
+                    for (uint64_t r = 0; r < RECORDS; r++)
+                        if (de < e || (de == e && (df < f || (df == f && r < pos))))
+                            model[de][df][r] = false;
+        } else {
+            uint64_t b = (uint64_t)(rand() % RECORDS), n = (uint64_t)(1 + rand() % 20);
+            if (b + n > RECORDS)
+                n = RECORDS - b;
+            cr_assert_eq(sl_posset_add(&s, e, f, b, n, NULL), 0);
+            for (uint64_t r = b; r < b + n; r++)
+                model[e][f][r] = true;
+        }
+        check_invariants(&s);
+        if (i % 200 == 0)
+            check_model(&s);
+    }
+    check_model(&s);
+    /* Before a place past every run: nothing is left. */
+    sl_posset_drop_before(&s, EPOCHS, 0, 0);
+    cr_assert_eq(s.num, 0);
+    sl_posset_clear(&s);
+}
+
 Test(posset, in_order_runs_coalesce_into_one)
 {
     sl_posset_t s;

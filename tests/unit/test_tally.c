@@ -1,6 +1,6 @@
 /* test_tally.c: client/tally.c, the per-split counts of lazy provenance,
  * against a plain array at random: adds, lookups, removals and drops of
- * done epochs in any order. Seeded: SLUICE_TEST_SEED repeats a run. */
+ * done epochs, and of the splits before a place, in any order. Seeded: SLUICE_TEST_SEED repeats a run. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -54,6 +54,19 @@ Test(tally, agrees_with_a_plain_array_under_random_use)
                     ref[i].count = 0;
                     live--;
                 }
+        } else if (op < 87) {
+            /* Before a place: earlier epochs, earlier files, lower begins. */
+            uint32_t e = (uint32_t)(rand() % 4), f = (uint32_t)(rand() % 13);
+            uint64_t b = (uint64_t)(rand() % 40) * 1024;
+            sl__tally_drop_before(&t, e, f, b);
+            for (size_t i = 0; i < KEYS; i++) {
+                const struct ref *k = &ref[i];
+                bool before = k->epoch != e ? k->epoch < e : k->file != f ? k->file < f : k->begin < b;
+                if (before && k->count) {
+                    ref[i].count = 0;
+                    live--;
+                }
+            }
         } else {
             uint64_t count = 0;
             bool has = sl__tally_get(&t, r->epoch, r->file, r->begin, &count);
