@@ -348,31 +348,58 @@ def wait_for(pred, what='condition', timeout=60):
     raise AssertionError('timed out after %ds waiting for %s' % (timeout, what))
 
 
+def http_request(port, path, method='GET', token=None, body=None, tls=False, timeout=10):
+    """An admin request to 127.0.0.1:port: (status, text, content type) of
+    its answer, an error status too. token: sent as the bearer token; body:
+    text sent with it; tls: over HTTPS without checking the certificate, as
+    the kubelet's probes do."""
+    import ssl
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request('%s://127.0.0.1:%d%s' % ('https' if tls else 'http', port, path), method=method,
+                                 data=body.encode() if body is not None else None)
+    if token:
+        req.add_header('Authorization', 'Bearer ' + token)
+    ctx = None
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
+            return r.status, r.read().decode(), r.headers.get('Content-Type', '')
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), e.headers.get('Content-Type', '')
+
+
+def http(port, path, method='GET', token=None, body=None, tls=False):
+    """http_request() without the content type: (status, text)."""
+    return http_request(port, path, method, token, body, tls)[:2]
+
+
+def admin_text(port, path, method='GET', token=None, body=None, timeout=10):
+    """http_request()'s text of a 2xx answer; an AssertionError naming the
+    status and the text of any other."""
+    status, text, _ = http_request(port, path, method, token, body, timeout=timeout)
+    if not 200 <= status < 300:
+        raise AssertionError('%s http://127.0.0.1:%d%s: %d %s' % (method, port, path, status, text[:500]))
+    return text
+
+
 def get_json(admin_port, path, timeout=10):
     """GET http://127.0.0.1:admin_port/path, decoded."""
-    import urllib.request
-    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (admin_port, path), timeout=timeout) as r:
-        return json.load(r)
+    return json.loads(admin_text(admin_port, path, timeout=timeout))
 
 
 def drain_worker(cluster, addr):
     """POST /v1/workers/{addr}/drain to the cluster's dispatcher; its answer, decoded."""
-    import urllib.request
-    req = urllib.request.Request('http://127.0.0.1:%d/v1/workers/%s/drain' % (cluster.dispatcher.admin_port, addr),
-                                 method='POST', data=b'')
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)
+    return json.loads(admin_text(cluster.dispatcher.admin_port, '/v1/workers/%s/drain' % addr, 'POST', body=''))
 
 
 def metric(admin_port, name, labels='', default=None, token=None):
     """A sample of a daemon's /metrics (labels: 'k="v",...' as printed), default when it has none;
     with token, asked with it as the admin bearer token."""
-    import urllib.request
-    req = urllib.request.Request('http://127.0.0.1:%d/metrics' % admin_port)
-    if token:
-        req.add_header('Authorization', 'Bearer ' + token)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        text = r.read().decode()
+    text = admin_text(admin_port, '/metrics', token=token)
     m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape('{%s}' % labels if labels else '')), text, re.M)
     return float(m.group(1)) if m else default
 

@@ -11,10 +11,9 @@ import tempfile
 import threading
 import time
 import unittest
-import urllib.error
-import urllib.request
 
-from harness import Cluster, ClusterCase, binary, child_env, get_json, parse_jsonl, read_to_close, values, wait_for
+from harness import (Cluster, ClusterCase, binary, child_env, get_json, http_request, parse_jsonl, read_to_close, values,
+                     wait_for)
 
 # A job that never ends by itself (repeat without a count): the tests that
 # need a running job must not depend on how fast the machine gets through it.
@@ -28,18 +27,8 @@ ADMIN_TOKEN = None
 
 
 def http(port, path, method='GET', token=Ellipsis, body=None):
-    """(status, parsed JSON or text, content type)."""
-    if token is Ellipsis:
-        token = ADMIN_TOKEN
-    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method,
-                                 data=body.encode() if body is not None else None)
-    if token:
-        req.add_header('Authorization', 'Bearer ' + token)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            status, data, ctype = r.status, r.read().decode(), r.headers.get('Content-Type', '')
-    except urllib.error.HTTPError as e:
-        status, data, ctype = e.code, e.read().decode(), e.headers.get('Content-Type', '')
+    """(status, parsed JSON or text, content type); the admin token unless token is given."""
+    status, data, ctype = http_request(port, path, method, ADMIN_TOKEN if token is Ellipsis else token, body)
     return status, (json.loads(data) if ctype.startswith('application/json') else data), ctype
 
 

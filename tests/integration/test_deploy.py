@@ -30,11 +30,9 @@ import shutil
 import subprocess
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 import oci
-from harness import Cluster, Daemon, asan_build, binary, child_env, free_ports, get_json, parse_jsonl, wait_for
+from harness import Cluster, Daemon, asan_build, binary, child_env, free_ports, get_json, http, parse_jsonl, wait_for
 from test_security_auth import make_cert
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
@@ -97,25 +95,6 @@ def quantity(q):
         if q.endswith(u):
             return float(q[:-len(u)]) * f
     return float(q)
-
-
-def http(port, path, token=None, tls=False):
-    """GET path; tls: over HTTPS without checking the certificate, as the
-    kubelet's probes do."""
-    req = urllib.request.Request('%s://127.0.0.1:%d%s' % ('https' if tls else 'http', port, path))
-    if token:
-        req.add_header('Authorization', 'Bearer ' + token)
-    ctx = None
-    if tls:
-        import ssl
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def make_secrets(directory):
@@ -355,7 +334,7 @@ class Kubernetes(unittest.TestCase):
                      '%s to be ready' % x.name, timeout=30)
         cat(disp.addr, secrets)
         self.assertEqual(http(workers[0].admin_port, '/metrics', tls=True)[0], 401, 'the admin token guards /metrics')
-        status, text = http(workers[0].admin_port, '/metrics', ADMIN_TOKEN, tls=True)
+        status, text = http(workers[0].admin_port, '/metrics', token=ADMIN_TOKEN, tls=True)
         self.assertEqual(status, 200)
         for m in hpa['spec']['metrics']:
             if m['type'] == 'Pods':

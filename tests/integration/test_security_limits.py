@@ -13,10 +13,8 @@ import socket
 import struct
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
-from harness import Cluster, get_json, metric, values, wait_for
+from harness import Cluster, get_json, http, metric, values, wait_for
 from test_wire_errors import HELLO_LEN, hello
 from test_wire_errors import varint as read_varint
 
@@ -144,17 +142,6 @@ def exclusions(runs, first=0):
     """A position set of version 1 (posset.h): runs of one position, apart."""
     return b'SLPS' + struct.pack('<IQ', 1, runs) + b''.join(
         struct.pack('<IIQQ', 0, 0, first + 2 * i, 1) for i in range(runs))
-
-
-def http(port, path, method='GET', token=None):
-    req = urllib.request.Request('http://127.0.0.1:%d%s' % (port, path), method=method)
-    if token:
-        req.add_header('Authorization', 'Bearer ' + token)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 class LimitCase(unittest.TestCase):
