@@ -79,35 +79,57 @@ Test(posset, random_adds_match_a_bitmap)
     sl_posset_clear(&s);
 }
 
-/* Adds and drops below random positions, against the bitmap: a drop
- * touches the one (epoch, file) alone, cuts a run it falls in two, and
- * keeps the runs sorted, disjoint and apart. */
-Test(posset, drops_below_a_position_match_a_bitmap)
+/* 4,000 random steps on an empty set against the bitmap: a run of up to 20
+ * records added, or, one step in one_in, drop() at a random place (from the
+ * set and the model alike); the runs stay sorted, disjoint and apart. */
+static void adds_and_drops(sl_posset_t *s, unsigned seed, int one_in,
+                           void (*drop)(sl_posset_t *, uint32_t, uint32_t, uint64_t))
 {
-    sl_posset_t s;
-    sl_posset_init(&s, 100000);
+    sl_posset_init(s, 100000);
     memset(model, 0, sizeof model);
-    srand(11);
+    srand(seed);
     for (int i = 0; i < 4000; i++) {
         uint32_t e = (uint32_t)(rand() % EPOCHS), f = (uint32_t)(rand() % FILES);
-        if (rand() % 4 == 0) {
-            uint64_t pos = (uint64_t)(rand() % (RECORDS + 2));
-            sl_posset_drop_below(&s, e, f, pos);
-            for (uint64_t r = 0; r < pos && r < RECORDS; r++)
-                model[e][f][r] = false;
+        if (rand() % one_in == 0) {
+            drop(s, e, f, (uint64_t)(rand() % (RECORDS + 2)));
         } else {
             uint64_t b = (uint64_t)(rand() % RECORDS), n = (uint64_t)(1 + rand() % 20);
             if (b + n > RECORDS)
                 n = RECORDS - b;
-            cr_assert_eq(sl_posset_add(&s, e, f, b, n, NULL), 0);
+            cr_assert_eq(sl_posset_add(s, e, f, b, n, NULL), 0);
             for (uint64_t r = b; r < b + n; r++)
                 model[e][f][r] = true;
         }
-        check_invariants(&s);
+        check_invariants(s);
         if (i % 200 == 0)
-            check_model(&s);
+            check_model(s);
     }
-    check_model(&s);
+    check_model(s);
+}
+
+static void drop_below(sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
+{
+    sl_posset_drop_below(s, e, f, pos);
+    for (uint64_t r = 0; r < pos && r < RECORDS; r++)
+        model[e][f][r] = false;
+}
+
+static void drop_before(sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
+{
+    sl_posset_drop_before(s, e, f, pos);
+    for (uint32_t de = 0; de < EPOCHS; de++)
+        for (uint32_t df = 0; df < FILES; df++)
+            for (uint64_t r = 0; r < RECORDS; r++)
+                if (de < e || (de == e && (df < f || (df == f && r < pos))))
+                    model[de][df][r] = false;
+}
+
+/* Drops below a position touch the one (epoch, file) alone and cut a run
+ * they fall in two. */
+Test(posset, drops_below_a_position_match_a_bitmap)
+{
+    sl_posset_t s;
+    adds_and_drops(&s, 11, 4, drop_below);
     /* Below UINT64_MAX: every run of that (epoch, file), no other. */
     uint64_t other = sl_posset_size(&s) - sl_posset_count(&s, 1, 1, 0, RECORDS);
     sl_posset_drop_below(&s, 1, 1, UINT64_MAX);
@@ -117,38 +139,13 @@ Test(posset, drops_below_a_position_match_a_bitmap)
     sl_posset_clear(&s);
 }
 
-/* Adds and drops before random places (epoch, file, record), against the
- * bitmap: a drop empties every earlier epoch and file, and the records
- * below the place of its own file; a run across the place is cut there. */
+/* A drop before a place (epoch, file, record) empties every earlier epoch
+ * and file and the records below the place of its own file; a run across
+ * the place is cut there. */
 Test(posset, drops_before_a_place_match_a_bitmap)
 {
     sl_posset_t s;
-    sl_posset_init(&s, 100000);
-    memset(model, 0, sizeof model);
-    srand(13);
-    for (int i = 0; i < 4000; i++) {
-        uint32_t e = (uint32_t)(rand() % EPOCHS), f = (uint32_t)(rand() % FILES);
-        if (rand() % 8 == 0) {
-            uint64_t pos = (uint64_t)(rand() % (RECORDS + 2));
-            sl_posset_drop_before(&s, e, f, pos);
-            for (uint32_t de = 0; de < EPOCHS; de++)
-                for (uint32_t df = 0; df < FILES; df++)
-                    for (uint64_t r = 0; r < RECORDS; r++)
-                        if (de < e || (de == e && (df < f || (df == f && r < pos))))
-                            model[de][df][r] = false;
-        } else {
-            uint64_t b = (uint64_t)(rand() % RECORDS), n = (uint64_t)(1 + rand() % 20);
-            if (b + n > RECORDS)
-                n = RECORDS - b;
-            cr_assert_eq(sl_posset_add(&s, e, f, b, n, NULL), 0);
-            for (uint64_t r = b; r < b + n; r++)
-                model[e][f][r] = true;
-        }
-        check_invariants(&s);
-        if (i % 200 == 0)
-            check_model(&s);
-    }
-    check_model(&s);
+    adds_and_drops(&s, 13, 8, drop_before);
     /* Before a place past every run: nothing is left. */
     sl_posset_drop_before(&s, EPOCHS, 0, 0);
     cr_assert_eq(s.num, 0);
