@@ -380,20 +380,12 @@ uint64_t sl__out_epochs_done(const struct job *j)
 {
     if (!sl__out_tracked(j) || j->state != SL_JOB_RUNNING)
         return 0;
-    /* The cursor's epoch is done once every split of it is out; then any
-     * split of it not yet confirmed by every client is outstanding at its
-     * task or an orphan, and holds the number back. */
-    uint64_t done = j->split_epoch + (j->split_file >= sl__dataset_num_files(j->dataset) ? 1 : 0);
-    for (unsigned k = 0; k < j->num_tasks; k++) {
-        const struct task *t = &j->tasks[k];
-        for (unsigned i = t->out_head; i < t->out_num; i++)
-            if (t->out[i].epoch < done)
-                done = t->out[i].epoch;
-    }
-    for (unsigned i = 0; i < j->num_orphans; i++)
-        if (j->orphans[i].epoch < done)
-            done = j->orphans[i].epoch;
-    return done;
+    /* The least place not confirmed is the least split outstanding at a
+     * task or orphaned, whose epoch holds the number back, or else the
+     * cursor, whose epoch is done once every split of it is out (the
+     * cursor is past its last file). */
+    struct sl_place at = sl__out_confirmed_below(j);
+    return at.epoch + (at.file >= sl__dataset_num_files(j->dataset) ? 1 : 0);
 }
 
 static bool place_before(struct sl_place a, struct sl_place b)

@@ -369,6 +369,39 @@ Test(outstanding, coordinated_reads_hand_out_again_what_a_drained_or_lost_worker
     cr_assert_eq(confirmed_below(j), (json_int_t)first_end);
 }
 
+/* ClientHeartbeatResponse.epochs_done and confirmed_below come from one
+ * place: the least split not confirmed, else the cursor, whose epoch is
+ * done once it is past the epoch's last file. */
+Test(outstanding, an_epoch_is_done_once_its_last_split_reached_every_consumer)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c[2], j = coord_job(c);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    uint64_t last = 0;
+    for (uint64_t seq = 1;; seq++) {
+        get_splits(ta, seq, 64, &r);
+        if (r.splits_count == 0)
+            break;
+        last = r.splits[r.splits_count - 1].split_id;
+        cr_assert_eq(r.splits[0].epoch, 0, "no task asked for epoch 1");
+    }
+    cr_assert(r.end_of_epoch);
+    const uint64_t below = last + 1;
+    heartbeat(j, c[0], 1, &ta, &below);
+    cr_assert_eq(hb->epochs_done, 0, "consumer 1 has not confirmed epoch 0's splits");
+    cr_assert(hb->has_confirmed_below);
+    cr_assert_eq(hb->confirmed_below.epoch, 0);
+    cr_assert_eq(hb->confirmed_below.file, 0);
+    cr_assert_eq(hb->confirmed_below.record, 0);
+    heartbeat(j, c[1], 1, &ta, &below);
+    cr_assert_eq(hb->epochs_done, 1);
+    cr_assert_eq(hb->confirmed_below.epoch, 0);
+    cr_assert_eq(hb->confirmed_below.file, 1, "the cursor, past the only file");
+    cr_assert_eq(hb->confirmed_below.record, 0);
+}
+
 Test(outstanding, splits_are_forgotten_once_every_client_has_them)
 {
     st = new_state();
