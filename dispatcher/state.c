@@ -414,7 +414,7 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
     }
     if (now - t->held_full_since < HELD_FAIL_MS)
         return;
-    char why[600];
+    char why[sizeof ((struct job *)0)->error];
     snprintf(why, sizeof why,
              "task %" PRIu64 " on worker %s holds %u splits it has not finished, as many as "
              "--max-outstanding-splits %u allows, and cannot finish one without another: its pipeline's buffers "

@@ -210,7 +210,7 @@ struct job {
     uint64_t round_horizon;  /* coordinated reads: the largest round a consumer was allowed */
     bool started;            /* the tasks of its creation are made: later ones join mid-job */
     sl_job_state_t state;
-    char error[512];
+    char error[1024]; /* why it failed or was cancelled (ClientHeartbeatResponse.error holds as much) */
     struct task *tasks;
     unsigned num_tasks, cap_tasks;
     struct client *clients;

@@ -794,6 +794,52 @@ Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
     cr_assert_gt(r.retry_ms, 0, "held at the bound until its clients confirm splits");
 }
 
+/* A task held at the bound whose pipeline cannot finish a split fails the
+ * job with a reason that names the bound and what to do: whole in the
+ * job's view and in its clients' heartbeat answers, with a worker address
+ * as long as a Kubernetes service name (before 2026-12-04 the reason was
+ * cut at 511 bytes, the advice at its end first). */
+Test(outstanding, a_held_task_fails_the_job_with_the_whole_reason)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_outstanding = 5;
+    st = sl_dstate_new(&cfg);
+    const char *addr = "sluice-worker-0.sluice-worker.training-data-pipelines.svc.cluster.local:5051";
+    uint64_t wa = worker(addr);
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 5);
+    get_splits(ta, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 0, "held at the bound");
+    for (int64_t now = 1000; now <= 7000; now += 3000) {
+        memset(wreq, 0, sizeof *wreq);
+        memset(wresp, 0, sizeof *wresp);
+        wreq->worker_id = wa;
+        wreq->tasks_count = 1;
+        wreq->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_RUNNING, .starved = true};
+        cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, now, wresp, err, sizeof err), 0, "%s", err);
+        if (now < 7000)
+            get_splits(ta, 3 + (uint64_t)now, 8, &r); /* still held */
+    }
+    cr_assert_str_eq(job_state(j), "FAILED");
+    json_t *v = job_view(j);
+    const char *why = json_string_value(json_object_get(v, "error"));
+    cr_assert_not_null(why);
+    cr_assert_gt(strlen(why), 511);
+    cr_assert(strstr(why, addr) && strstr(why, "--max-outstanding-splits 5 allows"), "%s", why);
+    size_t n = strlen(why);
+    const char *tail = "raise --max-outstanding-splits or --split-size, or correct the spec";
+    cr_assert(n > strlen(tail) && strcmp(why + n - strlen(tail), tail) == 0, "cut: %s", why);
+    heartbeat(j, c1, 0, NULL, NULL);
+    cr_assert_eq(hb->job_state, SL_JOB_FAILED);
+    cr_assert_str_eq(hb->error, why, "the client hears the whole reason");
+    json_decref(v);
+}
+
 /* ---- exactly once through losses, parts and restarts, at drawn sizes ----
  *
  * A named DYNAMIC job over range(n), its splits asked for by the live
