@@ -773,16 +773,25 @@ Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
     cr_assert_eq(lost_splits(j, "outstanding"), 3, "c[1] still holds them back");
 }
 
-Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
+/* A state of splits of 100 records and --max-outstanding-splits 5, a
+ * worker at addr and job()'s job: its id; the worker's task in *ta, the
+ * clients in c1 and c2. */
+static uint64_t bounded_job(const char *addr, uint64_t *wa, uint64_t *ta, uint64_t *c1, uint64_t *c2)
 {
     sl_dstate_config_t cfg;
     sl_dstate_config_init(&cfg);
     cfg.split_size = 100;
     cfg.max_outstanding = 5;
     st = sl_dstate_new(&cfg);
-    uint64_t wa = worker("127.0.0.1:1");
-    uint64_t c1, c2, j = job(&c1, &c2);
-    uint64_t ta = task_of(j, wa);
+    *wa = worker(addr);
+    uint64_t j = job(c1, c2);
+    *ta = task_of(j, *wa);
+    return j;
+}
+
+Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
+{
+    uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 3, &r);
     cr_assert_eq(r.splits_count, 3);
@@ -801,15 +810,8 @@ Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
  * cut at 511 bytes, the advice at its end first). */
 Test(outstanding, a_held_task_fails_the_job_with_the_whole_reason)
 {
-    sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    cfg.max_outstanding = 5;
-    st = sl_dstate_new(&cfg);
     const char *addr = "sluice-worker-0.sluice-worker.training-data-pipelines.svc.cluster.local:5051";
-    uint64_t wa = worker(addr);
-    uint64_t c1, c2, j = job(&c1, &c2);
-    uint64_t ta = task_of(j, wa);
+    uint64_t wa, ta, c1, c2, j = bounded_job(addr, &wa, &ta, &c1, &c2);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 8, &r);
     cr_assert_eq(r.splits_count, 5);
