@@ -384,7 +384,11 @@ uint64_t sl__out_epochs_done(const struct job *j)
      * task or orphaned, whose epoch holds the number back, or else the
      * cursor, whose epoch is done once every split of it is out (the
      * cursor is past its last file). */
-    struct sl_place at = sl__out_confirmed_below(j);
+    return sl__out_epochs_done_at(j, sl__out_confirmed_below(j));
+}
+
+uint64_t sl__out_epochs_done_at(const struct job *j, struct sl_place at)
+{
     return at.epoch + (at.file >= sl__dataset_num_files(j->dataset) ? 1 : 0);
 }
 

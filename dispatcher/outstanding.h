@@ -100,6 +100,10 @@ struct sl_place {
  */
 struct sl_place sl__out_confirmed_below(const struct job *j);
 
+/** sl__out_epochs_done() of a running job whose sl__out_confirmed_below()
+ *  is `at` (a caller that needs both scans once). */
+uint64_t sl__out_epochs_done_at(const struct job *j, struct sl_place at);
+
 /**
  * Hands out queued orphans to t: at most max splits appended to resp,
  * their skip runs appended to t's answer payload (last_skips).

@@ -1787,13 +1787,16 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     snprintf(resp->error, sizeof resp->error, "%s", j->error);
     resp->report_gen = j->report_gen;
     resp->report_from_epoch = sl__out_report_from(j);
-    resp->epochs_done = sl__out_epochs_done(j);
+    /* One scan of the outstanding splits gives both epochs_done and,
+     * for coordinated reads, the place. */
+    bool placed = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
+    struct sl_place at = placed ? sl__out_confirmed_below(j) : (struct sl_place){0};
+    resp->epochs_done = placed ? sl__out_epochs_done_at(j, at) : 0;
     if (sl__out_tracked(j))
         resp->confirm_every = st->cfg.max_outstanding / 4 ? st->cfg.max_outstanding / 4 : 1;
-    if (sl__out_tracked(j) && j->num_consumers > 0 && j->state == SL_JOB_RUNNING) {
+    if (placed && j->num_consumers > 0) {
         /* Coordinated clients take no checkpoints: their ledgers serve
          * reports only, and drop what lies before this place. */
-        struct sl_place at = sl__out_confirmed_below(j);
         resp->has_confirmed_below = true;
         resp->confirmed_below = (sluice_Place){.epoch = at.epoch, .file = at.file, .record = at.pos};
     }
