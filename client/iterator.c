@@ -118,6 +118,12 @@ struct itask {
     bool lost;
     bool stand_in_said; /* coordinated reads: that others stand in for it, said on stderr */
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
+    /* DYNAMIC: a progress request (GetElementRequest.progress) in flight,
+     * under probe_id; frames counts what the connection brought, seen at
+     * the last tick frames_at_tick (progress_probe()). */
+    bool probe_out;
+    uint32_t probe_id;
+    uint64_t frames, frames_at_tick;
     /* Redelivery: requests are numbered from 1 (GetElementRequest.seq; a
      * coordinated read numbers them by round instead, coord_pump());
      * fly[0..fly_n) are the seqs not answered yet,
@@ -358,6 +364,7 @@ static void sync_answered(sl_iterator_t *it);
 static void task_conn_gone(struct itask *t)
 {
     t->conn = NULL;
+    t->probe_out = false;
     sl__shm_unref(t->shm);
     t->shm = NULL;
     t->shm_off = false;
@@ -767,11 +774,59 @@ static void end_acked(struct itask *t)
     t->it->in_flight++;
 }
 
+/* A task whose requests wait (no frame came since the last tick) may be
+ * held at --max-outstanding-splits: its worker makes no batch until its
+ * clients confirm splits, and this client received its share of some of
+ * them before they were done (their last records went to others), so its
+ * done_below is behind. It asks how far the task's splits are done
+ * (GetElementRequest.progress), once every request whose answer a broken
+ * connection may have lost was asked again on this one: the worker answers
+ * those from what it holds before the progress, so the done_below it says
+ * covers what this client received (docs/fault-tolerance.md). */
+static void progress_probe(sl_iterator_t *it, struct itask *t)
+{
+    bool waits = t->in_flight > 0 && t->frames == t->frames_at_tick;
+    t->frames_at_tick = t->frames;
+    if (!it->track || !waits || t->probe_out || !t->conn || t->state != TC_OPEN || t->fly_sent < t->fly_n)
+        return;
+    for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++)
+        if (it->slots[i].task == t && it->slots[i].state == SLOT_EMPTY)
+            return; /* forgotten with a broken connection, not asked again yet */
+    sluice_GetElementRequest req = {.ack_only = true, .progress = true};
+    if (send_now(t, &req) < 0)
+        return;
+    t->probe_out = true;
+    t->probe_id = it->next_id;
+}
+
+static void progress_arrived(sl_iterator_t *it, struct itask *t, const sl_frame_hdr_t *hdr, void *msg,
+                             uint8_t *payload)
+{
+    t->probe_out = false;
+    const sluice_GetElementResponse *resp = msg;
+    if (hdr->type != SL_MSG_GET_ELEMENT_RESP || resp->end_of_sequence || resp->components_count > 0) {
+        free(payload); /* an error (out of memory): asked again at a later tick */
+        return;
+    }
+    bool ok = end_notices(it, t, resp, payload, hdr->payload_len);
+    free(payload);
+    if (ok && resp->done_below > t->done_below) {
+        t->done_below = resp->done_below;
+        if (!it->hb_out)
+            send_heartbeat(it); /* what frees the task's splits */
+    }
+}
+
 static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct itask *t = arg;
     sl_iterator_t *it = t->it;
     (void)c;
+    if (t->probe_out && hdr->request_id == t->probe_id) {
+        progress_arrived(it, t, hdr, msg, payload);
+        return;
+    }
+    t->frames++;
     if (t->in_flight > 0) {
         t->in_flight--;
         it->in_flight--;
@@ -1601,6 +1656,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
                           t->address, it->opts.timeout_ms);
             return;
         }
+        progress_probe(it, t);
         if (t->state != TC_IDLE)
             continue;
         if (now - t->unreachable_since > it->opts.timeout_ms) {

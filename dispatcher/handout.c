@@ -320,12 +320,24 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     if (max > pb_arraysize(sluice_GetSplitResponse, splits))
         max = pb_arraysize(sluice_GetSplitResponse, splits);
     bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
-    /* No answer takes a task past --max-outstanding-splits. */
-    if (tracked && sl__out_count(t) < st->cfg.max_outstanding && max > st->cfg.max_outstanding - sl__out_count(t))
-        max = st->cfg.max_outstanding - sl__out_count(t);
+    /* No answer takes a task past --max-outstanding-splits, but for a
+     * batch a coordinated consumer waits for outside the rounds (a
+     * stand-in's): that consumer may be the one whose confirmations would
+     * free the task, and its batches of the task's rounds wait behind the
+     * one it waits for. Those get a split an answer, up to a split more for
+     * each round every consumer may ask ahead (the rounds a lost worker
+     * leaves to stand-ins end where the consumers may reach). */
+    unsigned bound = st->cfg.max_outstanding;
+    if (tracked && req->for_extra && j->num_consumers > 0 && sl__out_count(t) >= bound) {
+        uint64_t extra = st->cfg.round_lookahead * j->num_consumers;
+        bound = extra > UINT32_MAX - bound ? UINT32_MAX : bound + (unsigned)extra;
+        max = 1;
+    }
+    if (tracked && sl__out_count(t) < bound && max > bound - sl__out_count(t))
+        max = bound - sl__out_count(t);
     if (req->request_seq != 0 && last_answer_room(t, max) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    if (tracked && sl__out_count(t) >= st->cfg.max_outstanding) {
+    if (tracked && sl__out_count(t) >= bound) {
         /* Its clients are that far behind: hold it back until they report
          * (task_check_held() fails the job if they are not). */
         t->held = true;

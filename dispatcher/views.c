@@ -199,6 +199,8 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         if (j->sharding == SL_SHARDING_DYNAMIC)
             json_object_set_new(json_array_get(tasks, t), "split_requests",
                                 json_integer((json_int_t)tk->split_req_seq));
+        if (sl__out_tracked(j))
+            json_object_set_new(json_array_get(tasks, t), "outstanding_splits", json_integer(sl__out_count(tk)));
         if (j->num_consumers > 0) {
             /* The rounds it serves, [start, end); a lost worker's end is set
              * when it is lost (docs/sharding.md, "Coordinated reads"). */

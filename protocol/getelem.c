@@ -81,6 +81,7 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_ack_only_tag, WT_VARINT), m->ack_only);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_stand_in_tag, WT_VARINT), m->stand_in);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_take_over_tag, WT_VARINT), m->take_over);
+    p = put_u64_2(p, KEY2(sluice_GetElementRequest_progress_tag, WT_VARINT), m->progress);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -339,6 +340,7 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementRequest_ack_only_tag: return get_bool(r, wt, "ack_only", &m->ack_only);
     case sluice_GetElementRequest_stand_in_tag: return get_bool(r, wt, "stand_in", &m->stand_in);
     case sluice_GetElementRequest_take_over_tag: return get_bool(r, wt, "take_over", &m->take_over);
+    case sluice_GetElementRequest_progress_tag: return get_bool(r, wt, "progress", &m->progress);
     default: return skip(r, wt);
     }
 }

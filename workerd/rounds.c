@@ -232,6 +232,17 @@ int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t con
     return SL_TASK_BATCH;
 }
 
+unsigned sl_rounds_unfilled(const sl_rounds_t *r)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < SL_ROUNDS_OPEN; i++) {
+        const struct round *o = &r->open[i];
+        if (o->open && !o->ended && o->filled < r->num_consumers)
+            n += o->filled;
+    }
+    return n;
+}
+
 void sl_rounds_info(const sl_rounds_t *r, sl_rounds_info_t *out)
 {
     *out = (sl_rounds_info_t){.consumers = r->num_consumers, .waiting = r->num_waiting};

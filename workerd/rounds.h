@@ -51,6 +51,11 @@ void sl_rounds_free(sl_rounds_t *r);
 int sl_rounds_take(sl_rounds_t *r, sl_task_t *task, uint64_t round, uint32_t consumer, sl_wire_batch_t **out,
                    char *err, size_t errlen);
 
+/** @return the batches the open rounds hold that wait for the task's next
+ *  ones (a round's batches go out once all of them are made), not for a
+ *  consumer */
+unsigned sl_rounds_unfilled(const sl_rounds_t *r);
+
 #define SL_ROUNDS_INFO_MISSING 32
 
 /* What holds the rounds back, for the admin endpoint: the lowest open round

@@ -99,6 +99,7 @@ struct sl_task {
      * pipeline's charges (sl_memwait_t.own). */
     size_t own_bytes;
     unsigned taken;    /* batches taken and not yet released */
+    unsigned unfilled; /* of them, those that wait for the next ones (sl_task_set_unfilled()) */
     /* Of held_bytes, the budget's charges that holders of sent batches
      * took over (sl_task_hand_over()): not the task's to give back. */
     size_t handed_bytes;
@@ -1108,6 +1109,11 @@ int sl_task_take(sl_task_t *t, sl_wire_batch_t **out)
     return rc;
 }
 
+bool sl_task_extra_wanted(sl_task_t *t)
+{
+    return __atomic_load_n(&t->extra_wanted, __ATOMIC_ACQUIRE);
+}
+
 int sl_task_take_extra(sl_task_t *t, sl_wire_batch_t **out)
 {
     int rc = sl_task_take(t, out);
@@ -1191,6 +1197,13 @@ int sl_task_state(sl_task_t *t)
     return (int)state;
 }
 
+void sl_task_set_unfilled(sl_task_t *t, unsigned n)
+{
+    pthread_mutex_lock(&t->mu);
+    t->unfilled = n;
+    pthread_mutex_unlock(&t->mu);
+}
+
 void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
 {
     pthread_mutex_lock(&t->mu);
@@ -1206,8 +1219,9 @@ void sl_task_status(sl_task_t *t, sluice_TaskStatus *out)
         out->stalled_ms = (uint64_t)((seconds_now() - t->working_since) * 1000);
     if (t->track) {
         out->done_below = done_below(t);
-        /* Nothing waits for a client: the pipeline alone holds its splits. */
-        out->starved = t->split_wait && t->count == 0 && t->taken == 0;
+        /* Nothing waits for a client: the pipeline alone holds its splits
+         * (and the rounds that wait for its next batches). */
+        out->starved = t->split_wait && t->count == 0 && t->taken <= t->unfilled;
     }
     pthread_mutex_unlock(&t->mu);
 }
@@ -1481,7 +1495,23 @@ void sl_task_splits_failed(sl_task_t *t, bool retry, int code, const char *msg)
         notify_loop(t);
 }
 
+static int settle_sent(sl_task_t *t, const sl_wire_batch_t *b, bool end, sl_split_done_rec_t **out, unsigned *num,
+                       uint64_t *below);
+
 int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec_t **out, unsigned *num,
+                       uint64_t *below)
+{
+    return settle_sent(t, b, b == NULL, out, num, below);
+}
+
+int sl_task_progress_sent(sl_task_t *t, sl_split_done_rec_t **out, unsigned *num, uint64_t *below)
+{
+    return settle_sent(t, NULL, false, out, num, below);
+}
+
+/* sl_task_batch_sent(), or with neither a batch nor an end (b NULL, end
+ * false): a progress answer. */
+static int settle_sent(sl_task_t *t, const sl_wire_batch_t *b, bool end, sl_split_done_rec_t **out, unsigned *num,
                        uint64_t *below)
 {
     *out = NULL;
@@ -1525,7 +1555,7 @@ int sl_task_batch_sent(sl_task_t *t, const sl_wire_batch_t *b, sl_split_done_rec
     pthread_mutex_unlock(&t->track_mu);
     /* An end-of-sequence answer makes the task DONE only once it carried
      * every notice: then none is left in the table. */
-    if (!b && rc == 0) {
+    if (end && rc == 0) {
         pthread_mutex_lock(&t->mu);
         t->end_sent = true;
         pthread_mutex_unlock(&t->mu);

@@ -165,6 +165,10 @@ int sl_task_take(sl_task_t *task, sl_wire_batch_t **out);
  */
 int sl_task_take_extra(sl_task_t *task, sl_wire_batch_t **out);
 
+/** Whether a sl_task_take_extra() found no batch and the pipeline has not
+ *  made one since: its split requests say so (GetSplitRequest.for_extra). */
+bool sl_task_extra_wanted(sl_task_t *task);
+
 /** The caller is done with batch b it took (sent or dropped; call it before
  *  freeing b): its room goes back, as much as it was charged when buffered
  *  (sl_wire_batch_t.charged: its tensors and provenance). The notify
@@ -196,6 +200,12 @@ const char *sl_task_errmsg(sl_task_t *task);
  * sequence and every batch taken and released) or FAILED.
  */
 void sl_task_status(sl_task_t *task, sluice_TaskStatus *out);
+
+/** Of the batches taken and not released, n wait for the task's next ones,
+ *  not for a client: a coordinated round's that is not full yet
+ *  (sl_rounds_unfilled()). A task whose pipeline waits for a split with
+ *  none other taken reports itself starved (TaskStatus.starved). */
+void sl_task_set_unfilled(sl_task_t *task, unsigned n);
 
 /** @return the state sl_task_status() reports (sl_task_state_t), without the rest */
 int sl_task_state(sl_task_t *task);
@@ -299,6 +309,11 @@ void sl_task_splits_arrived_payload(sl_task_t *task, const sluice_GetSplitRespon
  */
 int sl_task_batch_sent(sl_task_t *task, const sl_wire_batch_t *b, sl_split_done_rec_t **out, unsigned *num,
                        uint64_t *done_below);
+
+/** The same for a frame with neither a batch nor an end: a progress answer
+ *  (GetElementRequest.progress), which takes out every notice that is ready
+ *  and says how far the task's splits are done. */
+int sl_task_progress_sent(sl_task_t *task, sl_split_done_rec_t **out, unsigned *num, uint64_t *below);
 
 /** DYNAMIC: the split request failed: the request may be retried (retry)
  *  or the task fails with code and msg. */

@@ -350,7 +350,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
                                   .split_records = records,
                                   .slack_ms = slack,
                                   .records_per_second = rate,
-                                  .cross_epochs = true};
+                                  .cross_epochs = true,
+                                  .for_extra = sl_task_extra_wanted(wt->task)};
     send_request(w, o, &req);
 }
 
@@ -642,22 +643,24 @@ static void send_served(struct wconn *wc, uint32_t request_id, sl_served_t *sv)
     resp->shm_tail.size = 0;
 }
 
-/* Settles a batch (or none, for an end-of-sequence frame) handed to a
- * client now and encodes every split-done notice that is ready into
+/* Settles a batch (or none: an end-of-sequence frame when end, else a
+ * progress answer) handed to a client now and encodes every split-done
+ * notice that is ready into
  * *buf (malloc'd, *notices_len bytes; NULL for none), followed, when the
  * client asked for them (tally), by the batch's tallies (*tally_len bytes:
  * 0 when it has none or there is no memory for them; the client then
  * decodes the provenance instead). Tallies without notices (most batches)
  * go into room, room_len bytes, when they fit.
  * @return 0 or -ENOMEM (for the notices) */
-static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool tally, uint8_t *room, size_t room_len,
-                     uint8_t **buf, size_t *notices_len, size_t *tally_len, uint64_t *done_below)
+static int fill_done(sl_task_t *task, const sl_wire_batch_t *b, bool end, bool tally, uint8_t *room,
+                     size_t room_len, uint8_t **buf, size_t *notices_len, size_t *tally_len, uint64_t *done_below)
 {
     sl_split_done_rec_t *recs = NULL;
     unsigned n = 0;
     *buf = NULL;
     *notices_len = *tally_len = 0;
-    int rc = sl_task_batch_sent(task, b, &recs, &n, done_below);
+    int rc = b || end ? sl_task_batch_sent(task, b, &recs, &n, done_below)
+                      : sl_task_progress_sent(task, &recs, &n, done_below);
     if (rc == 0 && n > 0)
         rc = sl_provwire_encode_done(recs, n, buf, notices_len);
     free(recs);
@@ -730,7 +733,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     size_t notices_len = 0, tally_len = 0;
     /* Tallies for a batch of more than one run only: the client decodes a
      * single run as it checks it, for less than reading a tally costs. */
-    (void)fill_done(wt->task, b, wc->provenance && wc->tallies && b->prov_wire && b->prov_n > 1, sv->notices_one,
+    (void)fill_done(wt->task, b, false, wc->provenance && wc->tallies && b->prov_wire && b->prov_n > 1, sv->notices_one,
                     sizeof sv->notices_one, &sv->notices, &notices_len, &tally_len, &resp->done_below);
     sv->notices_len = notices_len + tally_len;
     if (notices_len > 0) {
@@ -885,7 +888,7 @@ static bool answer_element(sl_worker_t *w, struct wconn *wc, uint32_t request_id
         sluice_GetElementResponse end = {.task_id = task_id, .end_of_sequence = true};
         uint8_t *notices = NULL;
         size_t notices_len = 0, no_tally;
-        if (fill_done(wt->task, NULL, false, NULL, 0, &notices, &notices_len, &no_tally, &end.done_below) < 0) {
+        if (fill_done(wt->task, NULL, true, false, NULL, 0, &notices, &notices_len, &no_tally, &end.done_below) < 0) {
             sl_conn_send_error(wc->conn, request_id, -ENOMEM,
                                "worker %s is out of memory for the split-done notices of task %" PRIu64, w->address,
                                task_id);
@@ -1114,6 +1117,29 @@ static void acknowledge(struct wconn *wc, const sluice_GetElementRequest *req)
         sl_holders_ack(holders, req->client_id, req->acked_below);
 }
 
+/* GetElementRequest.progress: how far the task's splits are done, with
+ * every notice that is ready, at once and without a batch. Written after
+ * every batch this connection was sent, so the client that reads it has
+ * its share of each split below done_below (docs/fault-tolerance.md). */
+static void answer_progress(struct wconn *wc, uint32_t request_id, uint64_t task_id)
+{
+    struct wtask *wt = find_task(wc->w, task_id);
+    if (!wt)
+        return; /* gone: its tombstone answers batches, not progress */
+    sluice_GetElementResponse resp = {.task_id = task_id};
+    uint8_t *notices = NULL;
+    size_t notices_len = 0, no_tally;
+    if (fill_done(wt->task, NULL, false, false, NULL, 0, &notices, &notices_len, &no_tally, &resp.done_below) < 0) {
+        sl_conn_send_error(wc->conn, request_id, -ENOMEM,
+                           "worker %s is out of memory for the split-done notices of task %" PRIu64, wc->w->address,
+                           task_id);
+        return;
+    }
+    resp.notices_length = notices_len;
+    sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, notices, notices_len, NULL, NULL);
+    free(notices);
+}
+
 static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct wconn *wc = arg;
@@ -1129,7 +1155,9 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     if (req->ack_only) {
         if (v == KEY_OK)
             acknowledge(wc, req);
-        return; /* answered by nothing */
+        if (v == KEY_OK && req->progress)
+            answer_progress(wc, hdr->request_id, req->task_id);
+        return; /* else answered by nothing */
     }
     wc->provenance = req->provenance;
     wc->tallies = req->tallies;
@@ -1309,6 +1337,8 @@ static void send_heartbeat(sl_worker_t *w)
     }
     req->worker_id = w->worker_id;
     for (struct wtask *wt = w->tasks; wt && req->tasks_count < 64; wt = wt->next) {
+        if (wt->rounds)
+            sl_task_set_unfilled(wt->task, sl_rounds_unfilled(wt->rounds));
         sl_task_status(wt->task, &req->tasks[req->tasks_count]);
         wt->last_state = (int)req->tasks[req->tasks_count].state;
         req->tasks_count++;

@@ -1575,12 +1575,52 @@ class CoordinatedWorkerLoss(unittest.TestCase):
         for i, e in enumerate(said):
             self.assertNotIn('no longer fits its ledger', e, '%s: consumer %d' % (where, i))
 
-    def exactly_once_through(self, where, rng, ops, workers, windows, faults, ats, dispatcher_args, cat_args=()):
+    def test_a_stand_in_for_a_consumer_behind_gets_splits_past_the_bound(self):
+        """A consumer that asks one round at a time falls behind; the live
+        tasks then hold --max-outstanding-splits splits it has not
+        confirmed, with its batches of them in their open rounds. A worker
+        is lost: that consumer waits for a stand-in's batch of the lost
+        worker's next round, and a task at the bound got no split to make
+        it, while only that consumer's reading on could free the bound (the
+        job stayed RUNNING, its consumers waiting, before 2026-12-04). A
+        task whose pipeline waits for a split to make a batch outside its
+        rounds now asks for it as such (GetSplitRequest.for_extra) and gets
+        one at a time past the bound, up to 64 more a consumer; and a
+        consumer whose requests of a task wait asks how far its splits are
+        done (GetElementRequest.progress), as the one that asks ahead got
+        its batches before their splits were done. Every record comes
+        exactly once."""
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        consumers = rng.randrange(2, 4)
+        workers = rng.randrange(2, 4)
+        behind = rng.randrange(consumers)
+        windows = [1 if i == behind else rng.randrange(8, 33) for i in range(consumers)]
+        # Not below 24: splits of 1,000 behind a shuffle of 1,000 leave a
+        # split's last record in the buffer for a dozen splits now and then,
+        # and a bound that low fails the job (OutstandingBound).
+        bound = rng.choice([24, 28])
+        faults = [(rng.choice(['kill', 'stop']), rng.random() < 0.5)]
+        ats = [rng.randrange(20, 100)]
+        where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, %d workers, windows %s, consumer %d '
+                 'behind, --max-outstanding-splits %d, faults (kind, fresh worker after) %s at rounds %s' % (
+                     seed, seed, consumers, workers, windows, behind, bound, faults, ats))
+        ops = [{"op": "shuffle", "buffer_size": 1000, "seed": seed}, {"op": "repeat"},
+               {"op": "batch", "batch_size": 1000}]
+        self.exactly_once_through(where, rng, ops, workers, windows, faults, ats,
+                                  ['--split-size', '1000', '--max-split-size', '1000',
+                                   '--max-outstanding-splits', str(bound)], behind=(behind, bound))
+
+    def exactly_once_through(self, where, rng, ops, workers, windows, faults, ats, dispatcher_args, cat_args=(),
+                             behind=None):
         """Coordinated consumers (one a window of windows) of a DYNAMIC job
         over ops on a range of 2^50, through faults (kind, whether a fresh
         worker joins after) at rounds ats, each on a worker drawn from rng;
         then every value below confirmed_below must have come once and none
-        twice. Returns what the consumers said on stderr."""
+        twice. behind: (consumer, bound): before each fault that consumer
+        is stopped (SIGSTOP) until every live task holds bound outstanding
+        splits, and goes on after it. Returns what the consumers said on
+        stderr."""
         spec = {"source": {"type": "range", "stop": 1 << 50}, "ops": ops}
         cluster = Cluster(workers=workers, dispatcher_args=['--worker-timeout-ms', '1000'] + list(dispatcher_args))
         cons, stopped, view, said = None, [], None, []
@@ -1590,9 +1630,20 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                              list(cat_args))
             live = list(cluster.workers)
             faulted = []
+            job = None
+
+            def job_view():
+                return get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % job)
             for (kind, fresh), at in zip(faults, ats):
                 wait_for(lambda: cons.reading(at, where), '%s: every consumer to read %d rounds' % (where, at),
                          timeout=120)
+                job = get_json(cluster.dispatcher.admin_port, '/v1/jobs')['names']['coord-once'][0]['job_id']
+                if behind:
+                    cons.procs[behind[0]].send_signal(signal.SIGSTOP)
+                    wait_for(lambda: all(t['outstanding_splits'] >= behind[1] for t in job_view()['tasks']
+                                         if t['state'] == 'RUNNING'),
+                             '%s: every live task to hold %d splits consumer %d did not confirm' % (
+                                 where, behind[1], behind[0]), timeout=120)
                 w = live.pop(rng.randrange(len(live)))
                 faulted.append(w.addr)
                 if kind == 'drain':
@@ -1603,10 +1654,8 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                     stopped.append(w)
                 if fresh:
                     live.append(cluster.add_worker())
-            job = get_json(cluster.dispatcher.admin_port, '/v1/jobs')['names']['coord-once'][0]['job_id']
-
-            def job_view():
-                return get_json(cluster.dispatcher.admin_port, '/v1/jobs/%d' % job)
+                if behind:
+                    cons.procs[behind[0]].send_signal(signal.SIGCONT)
 
             def all_gone():
                 # A drained worker's task is done once every consumer is
@@ -1634,8 +1683,13 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                     [len(g) for g in cons.got]))
             # What reached a consumer came in a round up to the horizon then.
             horizon = view['coordinated']['round_horizon']
-            wait_for(lambda: cons.reading(horizon + 1, where), '%s: every consumer to read round %d' % (
-                where, horizon), timeout=120)
+            try:
+                wait_for(lambda: cons.reading(horizon + 1, where), '%s: every consumer to read round %d' % (
+                    where, horizon), timeout=120)
+            except AssertionError as e:
+                raise AssertionError('%s; the job then: %s; the consumers read %s rounds' % (
+                    e, json.dumps({k: job_view().get(k) for k in ('state', 'lost_splits', 'tasks', 'consumers')}),
+                    [len(g) for g in cons.got]))
         finally:
             if cons:
                 said = cons.stop()

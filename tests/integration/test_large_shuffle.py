@@ -18,6 +18,7 @@ import unittest
 
 import numpy as np
 
+from consumers import Consumers
 from harness import Cluster, ClusterCase, child_env, get_json, wait_for
 
 
@@ -163,6 +164,36 @@ class OutstandingBound(unittest.TestCase):
             self.assertIn('--max-outstanding-splits 16', err)
             self.assertIn('raise --max-outstanding-splits or --split-size', err)
         finally:
+            self.assertEqual(c.close(), {})
+
+    def test_coordinated_reads_whose_buffer_is_wider_than_the_bound_fail_by_name(self):
+        """The same under coordinated reads, where a round's batches go out
+        once all are made: splits of 100 through a shuffle of 1,000 leave
+        each split's last records in the buffer for dozens of splits, so at
+        12 the pipeline stops with a round of three consumers part made, and
+        no split can finish. The worker counted that round's batches as
+        waiting for a client, so the dispatcher never took the task for
+        starved and the job stayed RUNNING, its consumers waiting (before
+        2026-12-04); they wait for the pipeline."""
+        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '12', '--split-size', '100',
+                                                '--max-split-size', '100'])
+        cons = None
+        try:
+            c.wait_workers_registered(1)
+            spec = {"source": {"type": "range", "stop": 1 << 40},
+                    "ops": [{"op": "shuffle", "buffer_size": 1000, "seed": 3}, {"op": "repeat"},
+                            {"op": "batch", "batch_size": 100}]}
+            cons = Consumers(c, spec, 'coord-bound', [4, 4, 4], ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+            wait_for(lambda: all(p.poll() is not None for p in cons.procs), 'every consumer to end', timeout=120)
+            codes = [p.returncode for p in cons.procs]
+            said = cons.stop()
+            self.assertEqual(codes, [1, 1, 1], said)
+            for err in said:
+                self.assertIn('--max-outstanding-splits 12', err)
+                self.assertIn('raise --max-outstanding-splits or --split-size', err)
+        finally:
+            if cons:
+                cons.stop()
             self.assertEqual(c.close(), {})
 
     def test_a_pipeline_that_drops_every_element_fails_the_job_by_name(self):

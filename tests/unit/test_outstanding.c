@@ -115,11 +115,17 @@ static const char *job_state(uint64_t job_id)
     return state;
 }
 
-static void get_splits(uint64_t task, uint64_t seq, uint32_t max, sluice_GetSplitResponse *r)
+static void get_splits_for(uint64_t task, uint64_t seq, uint32_t max, bool for_extra, sluice_GetSplitResponse *r)
 {
-    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = max, .request_seq = seq};
+    sluice_GetSplitRequest req = {.task_id = task, .epoch = 0, .max_splits = max, .request_seq = seq,
+                                  .for_extra = for_extra};
     *r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
     cr_assert_eq(sl_dstate_get_splits(st, &req, 0, r, err, sizeof err), 0, "%s", err);
+}
+
+static void get_splits(uint64_t task, uint64_t seq, uint32_t max, sluice_GetSplitResponse *r)
+{
+    get_splits_for(task, seq, max, false, r);
 }
 
 /* A client heartbeat at `now` saying how far each of n tasks reached it. */
@@ -801,6 +807,53 @@ Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
     get_splits(ta, 3, 8, &r);
     cr_assert_eq(r.splits_count, 0);
     cr_assert_gt(r.retry_ms, 0, "held at the bound until its clients confirm splits");
+}
+
+/* A coordinated task at the bound whose pipeline waits for a split to make
+ * a batch outside its rounds (a stand-in's: GetSplitRequest.for_extra)
+ * gets one an answer past it, up to a split more for each round every
+ * consumer may ask ahead; the consumer that waits for that batch may be
+ * the one whose confirmations would free the task. A request not for one,
+ * and one of a job without rounds, stays held. */
+Test(outstanding, a_stand_in_gets_splits_past_the_bound_up_to_the_rounds_consumers_may_ask)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_outstanding = 5;
+    cfg.round_lookahead = 2; /* 9 splits in all: one epoch holds 10 */
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c[2], j = coord_job(c);
+    uint64_t ta = task_of(j, wa), seq = 1;
+    sluice_GetSplitResponse r;
+    get_splits(ta, seq++, 8, &r);
+    cr_assert_eq(r.splits_count, 5);
+    get_splits(ta, seq++, 8, &r);
+    cr_assert_eq(r.splits_count, 0, "held at the bound");
+    for (unsigned k = 0; k < 2 * 2; k++) {
+        get_splits_for(ta, seq++, 8, true, &r);
+        cr_assert_eq(r.splits_count, 1, "extra split %u of 4", k);
+    }
+    get_splits_for(ta, seq++, 8, true, &r);
+    cr_assert_eq(r.splits_count, 0, "5 + 2 rounds x 2 consumers");
+    cr_assert_gt(r.retry_ms, 0);
+    cr_assert_eq(lost_splits(j, "outstanding"), 9);
+    json_t *v = job_view(j);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(v, "tasks"), 0),
+                                                    "outstanding_splits")), 9);
+    json_decref(v);
+}
+
+Test(outstanding, a_job_without_rounds_gets_no_split_past_the_bound)
+{
+    uint64_t wa, ta, c1, c2;
+    bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 5);
+    get_splits_for(ta, 2, 8, true, &r);
+    cr_assert_eq(r.splits_count, 0, "no stand-ins: held at the bound");
 }
 
 /* A task held at the bound whose pipeline cannot finish a split fails the

@@ -129,6 +129,26 @@ static bool hand_splits(struct feed *f, unsigned count, uint64_t records)
     return true;
 }
 
+/* Hands the task one split of records once it asks, then waits until its
+ * pipeline buffered `batches` batches. */
+static void feed_until(struct feed *feed, uint64_t records, unsigned batches)
+{
+    bool asked = false;
+    for (int i = 0; i < 30000 && !(asked = hand_splits(feed, 1, records)); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert(asked, "the task never asked for a split");
+    sl_task_info_t info;
+    for (int i = 0; i < 30000; i++) {
+        sl_task_info(task, &info);
+        if (info.buffered_batches >= batches)
+            break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert_geq(info.buffered_batches, batches, "the pipeline never made %u batches", batches);
+}
+
 Test(rounds, each_round_holds_consecutive_batches_one_per_consumer)
 {
     /* The consumers ask in any order; a round's batches are taken together. */
@@ -175,24 +195,31 @@ Test(rounds_dynamic, a_round_asked_for_before_any_batch_is_ready_keeps_its_place
     sl_wire_batch_t *b = NULL;
     cr_assert_eq(sl_rounds_take(rounds, task, 0, 0, &b, err, sizeof err), SL_TASK_PENDING, "%s", err);
     struct feed feed = {0};
-    bool asked = false;
-    for (int i = 0; i < 30000 && !(asked = hand_splits(&feed, 1, 1000)); i++) {
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    cr_assert(asked, "the task never asked for a split");
-    sl_task_info_t info;
-    for (int i = 0; i < 30000; i++) {
-        sl_task_info(task, &info);
-        if (info.buffered_batches >= 4)
-            break;
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    cr_assert_geq(info.buffered_batches, 4, "the pipeline never made round 0's and round 1's batches");
+    feed_until(&feed, 1000, 4); /* round 0's and round 1's batches */
     cr_assert_eq(take(1, 0), 4, "round 1 took round 0's batches");
     cr_assert_eq(take(1, 1), 6);
     cr_assert_eq(take(0, 1), 2);
     cr_assert_eq(take(0, 0), 0);
+}
+
+Test(rounds_dynamic, a_round_not_full_holds_its_batches_for_the_pipeline)
+{
+    /* A round's batches go out once all are made: those of a round not
+     * full wait for the pipeline, not for a consumer, and a task whose
+     * pipeline waits for a split with nothing else taken is starved
+     * (TaskStatus.starved: the dispatcher fails a job held at
+     * --max-outstanding-splits that cannot finish a split). */
+    char err[256];
+    sl_wire_batch_t *b = NULL;
+    struct feed feed = {0};
+    cr_assert_eq(sl_rounds_unfilled(rounds), 0);
+    feed_until(&feed, 2, 1); /* one batch of 2 */
+    cr_assert_eq(sl_rounds_take(rounds, task, 0, 0, &b, err, sizeof err), SL_TASK_PENDING, "%s", err);
+    cr_assert_eq(sl_rounds_unfilled(rounds), 1, "round 0 holds the first of its two batches");
+    feed_until(&feed, 2, 1);
+    cr_assert_eq(take(0, 0), 0);
+    cr_assert_eq(sl_rounds_unfilled(rounds), 0, "round 0 is full: its other batch waits for consumer 1");
+    cr_assert_eq(take(0, 1), 2);
 }
 
 Test(rounds, info_says_what_the_lowest_open_round_waits_for)
