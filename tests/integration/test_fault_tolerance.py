@@ -1596,10 +1596,15 @@ class CoordinatedWorkerLoss(unittest.TestCase):
         workers = rng.randrange(2, 4)
         behind = rng.randrange(consumers)
         windows = [1 if i == behind else rng.randrange(8, 33) for i in range(consumers)]
-        # Not below 24: splits of 1,000 behind a shuffle of 1,000 leave a
+        # Not much lower: splits of 1,000 behind a shuffle of 1,000 leave a
         # split's last record in the buffer for a dozen splits now and then,
-        # and a bound that low fails the job (OutstandingBound).
-        bound = rng.choice([24, 28])
+        # the rounds hold a batch (a split) per consumer, and no split after
+        # one not finished can be confirmed; with a bound of 24 a task could
+        # not finish a split, and the job failed by name (OutstandingBound),
+        # in 3 seeds of 15. Not higher: a live task must reach the bound while
+        # the consumer is stopped (16 open rounds of a batch a consumer, and
+        # a buffer of 16 batches).
+        bound = rng.choice([40, 44])
         faults = [(rng.choice(['kill', 'stop']), rng.random() < 0.5)]
         ats = [rng.randrange(20, 100)]
         where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d consumers, %d workers, windows %s, consumer %d '
@@ -1672,6 +1677,8 @@ class CoordinatedWorkerLoss(unittest.TestCase):
                 cons.reading(0, where)
                 view = job_view()
                 lost = view['lost_splits']
+                if view['state'] != 'RUNNING':
+                    raise AssertionError('%s: the job is %s: %s' % (where, view['state'], view.get('error')))
                 return (lost['awaiting_reports'] == 0 and lost['queued'] == 0 and
                         lost['confirmed_below'][2] > handed)
             try:

@@ -7,6 +7,7 @@ split-done notices, and a task whose buffer finished more splits at its end
 had the rest handed out again. Then a seeded property test draws sizes,
 split sizes, batch sizes, worker counts, filters and checkpoints at random;
 set SLUICE_SEED to replay one draw."""
+import collections
 import os
 import random
 import shutil
@@ -191,6 +192,33 @@ class OutstandingBound(unittest.TestCase):
             for err in said:
                 self.assertIn('--max-outstanding-splits 12', err)
                 self.assertIn('raise --max-outstanding-splits or --split-size', err)
+        finally:
+            if cons:
+                cons.stop()
+            self.assertEqual(c.close(), {})
+
+    def test_coordinated_consumers_read_on_at_a_tight_bound(self):
+        """The consumer that asks ahead gets its batch of a round before the
+        round's other batches are made, so before their splits are done: a
+        client's done_below moved only with a later batch of the task, and a
+        task at the bound makes none. With a bound of 8, two workers and two
+        consumers (one asking 16 rounds ahead, one a round at a time) the
+        job stopped within a few rounds, RUNNING, its consumers waiting
+        (before 2026-12-04). A client whose requests of a task wait now asks
+        how far its splits are done (GetElementRequest.progress). Both read
+        300 rounds, and no value twice."""
+        c = Cluster(workers=2, dispatcher_args=['--max-outstanding-splits', '8', '--split-size', '1000',
+                                                '--max-split-size', '1000'])
+        cons = None
+        try:
+            c.wait_workers_registered(2)
+            spec = {"source": {"type": "range", "stop": 1 << 40},
+                    "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 1000}]}
+            cons = Consumers(c, spec, 'coord-tight', [16, 1], ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+            wait_for(lambda: cons.reading(300), 'both consumers to read 300 rounds', timeout=120)
+            seen = collections.Counter(v for g in cons.got for x in g[:300] for v in x['value'])
+            self.assertEqual([v for v, n in seen.items() if n > 1][:10], [])
+            self.assertEqual(len(seen), 2 * 300 * 1000)
         finally:
             if cons:
                 cons.stop()
