@@ -8,6 +8,7 @@ had the rest handed out again. Then a seeded property test draws sizes,
 split sizes, batch sizes, worker counts, filters and checkpoints at random;
 set SLUICE_SEED to replay one draw."""
 import collections
+import contextlib
 import os
 import random
 import shutil
@@ -176,15 +177,8 @@ class OutstandingBound(unittest.TestCase):
         waiting for a client, so the dispatcher never took the task for
         starved and the job stayed RUNNING, its consumers waiting (before
         2026-12-04); they wait for the pipeline."""
-        c = Cluster(workers=1, dispatcher_args=['--max-outstanding-splits', '12', '--split-size', '100',
-                                                '--max-split-size', '100'])
-        cons = None
-        try:
-            c.wait_workers_registered(1)
-            spec = {"source": {"type": "range", "stop": 1 << 40},
-                    "ops": [{"op": "shuffle", "buffer_size": 1000, "seed": 3}, {"op": "repeat"},
-                            {"op": "batch", "batch_size": 100}]}
-            cons = Consumers(c, spec, 'coord-bound', [4, 4, 4], ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+        ops = [{"op": "shuffle", "buffer_size": 1000, "seed": 3}, {"op": "repeat"}, {"op": "batch", "batch_size": 100}]
+        with self.coordinated(1, 12, 100, ops, [4, 4, 4]) as cons:
             wait_for(lambda: all(p.poll() is not None for p in cons.procs), 'every consumer to end', timeout=120)
             codes = [p.returncode for p in cons.procs]
             said = cons.stop()
@@ -192,10 +186,6 @@ class OutstandingBound(unittest.TestCase):
             for err in said:
                 self.assertIn('--max-outstanding-splits 12', err)
                 self.assertIn('raise --max-outstanding-splits or --split-size', err)
-        finally:
-            if cons:
-                cons.stop()
-            self.assertEqual(c.close(), {})
 
     def test_coordinated_consumers_read_on_at_a_tight_bound(self):
         """The consumer that asks ahead gets its batch of a round before the
@@ -207,18 +197,26 @@ class OutstandingBound(unittest.TestCase):
         (before 2026-12-04). A client whose requests of a task wait now asks
         how far its splits are done (GetElementRequest.progress). Both read
         300 rounds, and no value twice."""
-        c = Cluster(workers=2, dispatcher_args=['--max-outstanding-splits', '8', '--split-size', '1000',
-                                                '--max-split-size', '1000'])
-        cons = None
-        try:
-            c.wait_workers_registered(2)
-            spec = {"source": {"type": "range", "stop": 1 << 40},
-                    "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 1000}]}
-            cons = Consumers(c, spec, 'coord-tight', [16, 1], ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+        with self.coordinated(2, 8, 1000, [{"op": "repeat"}, {"op": "batch", "batch_size": 1000}], [16, 1]) as cons:
             wait_for(lambda: cons.reading(300), 'both consumers to read 300 rounds', timeout=120)
             seen = collections.Counter(v for g in cons.got for x in g[:300] for v in x['value'])
             self.assertEqual([v for v, n in seen.items() if n > 1][:10], [])
             self.assertEqual(len(seen), 2 * 300 * 1000)
+
+    @contextlib.contextmanager
+    def coordinated(self, workers, bound, split, ops, windows):
+        """Coordinated consumers (a window each of windows) of a DYNAMIC job
+        over ops on a range of 2^40, from workers workers, with
+        --max-outstanding-splits bound and splits of split records; the
+        daemons must exit cleanly after."""
+        c = Cluster(workers=workers, dispatcher_args=['--max-outstanding-splits', str(bound), '--split-size',
+                                                      str(split), '--max-split-size', str(split)])
+        cons = None
+        try:
+            c.wait_workers_registered(workers)
+            spec = {"source": {"type": "range", "stop": 1 << 40}, "ops": ops}
+            cons = Consumers(c, spec, 'coord-bound', windows, ['--sharding', 'dynamic', '--timeout-ms', '60000'])
+            yield cons
         finally:
             if cons:
                 cons.stop()

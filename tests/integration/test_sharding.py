@@ -528,17 +528,21 @@ class Coordinated(unittest.TestCase):
         self.assertRegex(err, r'worker \S+ ended task \d+ at round \d+, but coordinated reads have no end')
         # Under DYNAMIC the repeat goes on through empty iterations (other
         # workers may have taken their splits), which took epoch after epoch
-        # without end. The splits it takes stay outstanding (no batch says
-        # they reached a consumer): at --max-outstanding-splits the job
-        # fails, as a DYNAMIC job without coordinated reads does (before
-        # 2026-12-04 coordinated reads kept no outstanding splits, and the
-        # task failed past SL_REPEAT_EMPTY_MAX empty iterations in a row).
+        # without end. Its splits are read whole and yield nothing: a
+        # consumer that waits asks how far they are done
+        # (GetElementRequest.progress) and confirms them, so the task is not
+        # held at --max-outstanding-splits, and past SL_REPEAT_EMPTY_MAX
+        # empty iterations in a row the task fails, naming the cause. Should
+        # a confirmation come late the bound fails the job first, naming the
+        # same cause; either way the consumer fails with it.
         rc, out, err = self.c.cat(spec, ['--job-name', 'coord-empty-dyn', '--num-consumers', '1', '--consumer-index',
                                          '0', '--sharding', 'dynamic'], timeout=120)
         self.assertNotEqual(rc, 0, err)
         self.assertEqual(out, [])
-        self.assertRegex(err, r'holds 16384 splits it has not finished, as many as --max-outstanding-splits 16384 '
-                              r'allows, .* it drops every element it reads .*the task has served no batch')
+        self.assertRegex(err, r'ops\[1\] \(repeat\): 1048576 iterations in a row took splits and yielded nothing: '
+                              r'the ops before it drop every element|holds 16384 splits it has not finished, as many '
+                              r'as --max-outstanding-splits 16384 allows, .* it drops every element it reads .*the '
+                              r'task has served no batch')
 
     def test_a_worker_that_joins_enters_at_a_round_both_consumers_agree_on(self):
         # Batches of 500 values make lines of about 3 KB: while this test
