@@ -118,7 +118,7 @@ struct itask {
     bool lost;
     bool stand_in_said; /* coordinated reads: that others stand in for it, said on stderr */
     uint64_t done_below; /* DYNAMIC: the largest its batches carried (TaskProgress) */
-    /* DYNAMIC: a progress request (GetElementRequest.progress) in flight,
+    /* Coordinated DYNAMIC: a progress request (GetElementRequest.progress) in flight,
      * under probe_id; frames counts what the connection brought, seen at
      * the last tick frames_at_tick (progress_probe()). */
     bool probe_out;
@@ -776,9 +776,8 @@ static void end_acked(struct itask *t)
 
 /* Coordinated reads: a task whose requests wait (no frame came since the
  * last tick) may be held at --max-outstanding-splits: its worker makes no
- * batch until its
- * clients confirm splits, and this client received its share of some of
- * them before they were done (their last records went to others), so its
+ * batch until its clients confirm splits, and this client received its
+ * share of some of them before they were done (their last records went to others), so its
  * done_below is behind. It asks how far the task's splits are done
  * (GetElementRequest.progress), once every request whose answer a broken
  * connection may have lost was asked again on this one: the worker answers
@@ -793,7 +792,7 @@ static void progress_probe(sl_iterator_t *it, struct itask *t)
     t->frames_at_tick = t->frames;
     if (!it->coord || !it->track || !waits || t->probe_out || !t->conn || t->state != TC_OPEN || t->fly_sent < t->fly_n)
         return;
-    for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++)
+    for (unsigned i = 0; i < MAX_WINDOW; i++)
         if (it->slots[i].task == t && it->slots[i].state == SLOT_EMPTY)
             return; /* forgotten with a broken connection, not asked again yet */
     sluice_GetElementRequest req = {.ack_only = true, .progress = true};
@@ -1376,7 +1375,7 @@ static uint64_t ready_least_epoch(const sl_iterator_t *it)
 static uint64_t rounds_received_ahead(const sl_iterator_t *it)
 {
     uint64_t last = 0; /* one past the highest round received */
-    for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++)
+    for (unsigned i = 0; i < MAX_WINDOW; i++)
         if (it->slots[i].state == SLOT_HAVE && it->slots[i].round + 1 > last)
             last = it->slots[i].round + 1;
     uint64_t from = it->deliver_round > it->deliver_from ? it->deliver_round : it->deliver_from;
