@@ -21,6 +21,8 @@
 #define REC_FOLD 'E'
 #define BATCH_FIXED (1 + 8 + 4 + 4 + 1)
 #define FOLD_FIXED (1 + 8 + 8)
+#define REC_PLACE 'P'
+#define PLACE_FIXED (1 + 4 + 4 + 8)
 
 /* Room for n more bytes in the log; on failure the log is lost for good. */
 static uint8_t *log_room(sl_delta_log_t *d, size_t n)
@@ -99,6 +101,17 @@ void sl__delta_log_epochs_done(sl_delta_log_t *d, uint64_t below, size_t waiting
     sl_put_le64(p + 9, waiting);
 }
 
+void sl__delta_log_given_below(sl_delta_log_t *d, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    uint8_t *p = log_room(d, PLACE_FIXED);
+    if (!p)
+        return;
+    p[0] = REC_PLACE;
+    sl_put_le32(p + 1, epoch);
+    sl_put_le32(p + 5, file);
+    sl_put_le64(p + 9, pos);
+}
+
 int sl__delta_log_take(sl_delta_log_t *d, uint64_t dataset_id, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL;
@@ -152,6 +165,12 @@ static int check_record(const uint8_t *p, size_t n, size_t at, size_t *used, sl_
             return sl_errf(err, errlen, SL_EDATA, "delta: epochs below %" PRIu64 " done at byte %zu: past 2^32 epochs",
                            below, at);
         *used = FOLD_FIXED;
+        return 0;
+    }
+    if (p[0] == REC_PLACE) {
+        if (n < PLACE_FIXED)
+            return sl_errf(err, errlen, SL_EDATA, "delta: a place fold record cut short at byte %zu", at);
+        *used = PLACE_FIXED;
         return 0;
     }
     if (p[0] != REC_BATCH)
@@ -225,6 +244,11 @@ int sl__ledger_apply_delta(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *p
             used = FOLD_FIXED;
             continue;
         }
+        if (r[0] == REC_PLACE) {
+            sl__ledger_given_below(l, sl_get_le32(r + 1), sl_get_le32(r + 5), sl_get_le64(r + 9));
+            used = PLACE_FIXED;
+            continue;
+        }
         size_t prov_len = sl_get_le32(r + 9), dlen = sl_get_le32(r + 13);
         uint64_t nd = 0;
         if (dlen > 0)
@@ -269,11 +293,12 @@ int sl_ckpt_builder_open(uint64_t dataset_id, const char *auth_token_file, size_
     uint8_t *positions = NULL;
     size_t positions_len = 0;
     uint64_t epochs_done = 0;
+    sl_posrun_t at;
     char why[512];
     rc = sl__checkpoint_read(ckpt, len, dataset_id, b->key, b->key_len, b->ledger.max_runs, &positions,
-                             &positions_len, &epochs_done, b->err, sizeof b->err);
+                             &positions_len, &epochs_done, &at, b->err, sizeof b->err);
     if (rc == 0) {
-        rc = sl__ledger_restore(&b->ledger, positions, positions_len, epochs_done, why, sizeof why);
+        rc = sl__ledger_restore(&b->ledger, positions, positions_len, at, why, sizeof why);
         if (rc < 0)
             snprintf(b->err, sizeof b->err, "checkpoint: %s", why);
     }

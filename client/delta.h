@@ -19,6 +19,8 @@
  *                 prov_len bytes of provwire.h's provenance, done_len bytes
  *                 of its split-done notices (sl_provwire_encode_done()).
  *   'E' a fold:   u64 below, u64 waiting (sl__ledger_epochs_done()'s).
+ *   'P' a fold by place: u32 epoch, u32 file, u64 record
+ *                 (sl__ledger_given_below()'s; a named job's).
  */
 #ifndef SL_CLIENT_DELTA_H
 #define SL_CLIENT_DELTA_H
@@ -46,6 +48,9 @@ void sl__delta_log_batch(sl_delta_log_t *d, const uint8_t *prov, size_t prov_len
 
 /** Records an sl__ledger_epochs_done() call (one that changed the ledger). */
 void sl__delta_log_epochs_done(sl_delta_log_t *d, uint64_t below, size_t waiting);
+
+/** Records an sl__ledger_given_below() call (one that changed the ledger). */
+void sl__delta_log_given_below(sl_delta_log_t *d, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /**
  * The records since the last take, as a delta of dataset_id; the log is

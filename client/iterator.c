@@ -242,12 +242,12 @@ struct sl_iterator {
      * kept and workers send provenance, so that after a worker loss the
      * dispatcher can learn what this client received (send_report). */
     bool track;
-    /* A named job's fold (ClientHeartbeatRequest.epochs_given): every
-     * record of the epochs below given_below that reached this client was
-     * given to the caller; given_next becomes it once the ledger has given
-     * given_at batches (those that waited when epochs_done said so). */
+    /* A named job's fold: every record before `heard` reached some client
+     * of the job, the dispatcher said (epochs_done, confirmed_below), so
+     * each that reached this one was given to the caller or waits for it;
+     * a heartbeat says how far that holds (given_place()). */
     bool named;
-    uint64_t given_below, given_next, given_at;
+    sl_posrun_t heard;
     /* A checkpoint's round trip (sync_dispatcher()): the caller counts up
      * sync_asked and waits until sync_done reaches it, which an answer to a
      * heartbeat sent after the ask sets (hb_sync, on the loop: the
@@ -1318,6 +1318,25 @@ static void ledger_fold(sl_iterator_t *it, uint64_t below, size_t waiting)
         sl__delta_log_epochs_done(&it->deltas, below, waiting);
 }
 
+/* Whether place a comes before place b (their epoch, file and begin). */
+static bool place_before(sl_posrun_t a, sl_posrun_t b)
+{
+    return sl_place_before(a.epoch, a.file, a.begin, b.epoch, b.file, b.begin);
+}
+
+/* The dispatcher's word that every record before `at` was given to some
+ * caller of the named job (sl__ledger_given_below()), logged for deltas
+ * when it changed the ledger. Under it->mu. */
+static void ledger_given_below(sl_iterator_t *it, sl_posrun_t at)
+{
+    sl_ledger_t *l = &it->ledger;
+    uint64_t was_done = l->epochs_done;
+    sl_posrun_t was_floor = l->floor;
+    sl__ledger_given_below(l, at.epoch, at.file, at.begin);
+    if (it->opts.ledger_deltas > 0 && (l->epochs_done != was_done || memcmp(&l->floor, &was_floor, sizeof was_floor)))
+        sl__delta_log_given_below(&it->deltas, at.epoch, at.file, at.begin);
+}
+
 /* Takes a list of the job's tasks from the dispatcher (a heartbeat's
  * answer, or the job's at the open): connects to each it did not know
  * (unless lost), and marks each listed with its key and rounds.
@@ -1369,17 +1388,25 @@ static uint64_t ready_least_epoch(const sl_iterator_t *it)
     return least;
 }
 
-/* Coordinated reads: the batches the caller gets before the last one that
- * waits in a slot for an earlier round (those dropped below deliver_from do
- * not count), 0 when none waits; on the loop. */
-static uint64_t rounds_received_ahead(const sl_iterator_t *it)
+/* A named job's ClientHeartbeatRequest.place_given (and epochs_given, its
+ * epoch): every record before `heard` that reached this client was given
+ * to the caller, but those in batches that wait for it (ready, or in a
+ * coordinated round's slot), so the least place of those if it comes
+ * first. No record before `heard` comes later: every one had reached a
+ * client when the dispatcher said it (a lost worker's splits are handed
+ * out again past it). Under it->mu, on the loop. */
+static sl_posrun_t given_place(const sl_iterator_t *it)
 {
-    uint64_t last = 0; /* one past the highest round received */
-    for (unsigned i = 0; i < MAX_WINDOW; i++)
-        if (it->slots[i].state == SLOT_HAVE && it->slots[i].round + 1 > last)
-            last = it->slots[i].round + 1;
-    uint64_t from = it->deliver_round > it->deliver_from ? it->deliver_round : it->deliver_from;
-    return last > from ? last - from : 0;
+    sl_posrun_t g = it->heard, p;
+    for (const struct sl_batch *b = it->ready; b; b = b->next)
+        if (sl__batch_least_place(b, &p) && place_before(p, g))
+            g = p;
+    for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++) {
+        const struct slot *sl = &it->slots[i];
+        if (sl->state == SLOT_HAVE && sl->batch && sl__batch_least_place(sl->batch, &p) && place_before(p, g))
+            g = p;
+    }
+    return g;
 }
 
 static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse *resp)
@@ -1433,15 +1460,21 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         /* Its peers may still hold records of a done epoch, not given: the
          * ledger folds only what every client of the job was given. */
         pthread_mutex_lock(&it->mu);
-        if (resp->epochs_done > it->given_below && resp->epochs_done > it->given_next) {
-            it->given_next = resp->epochs_done;
-            it->given_at = it->ledger.given + it->ready_count + rounds_received_ahead(it);
-        }
-        if (resp->epochs_folded > 0)
+        const sluice_Place *at = &resp->confirmed_below;
+        sl_posrun_t heard = {.epoch = resp->epochs_done <= UINT32_MAX ? (uint32_t)resp->epochs_done : 0};
+        if (resp->has_confirmed_below && at->epoch <= UINT32_MAX &&
+            sl_place_before(heard.epoch, heard.file, heard.begin, at->epoch, at->file, at->record))
+            heard = (sl_posrun_t){.epoch = (uint32_t)at->epoch, .file = at->file, .begin = at->record};
+        if (place_before(it->heard, heard))
+            it->heard = heard;
+        const sluice_Place *folded = &resp->place_folded;
+        if (!it->coord && resp->has_place_folded && folded->epoch <= UINT32_MAX)
+            ledger_given_below(it, (sl_posrun_t){.epoch = (uint32_t)folded->epoch, .file = folded->file,
+                                                 .begin = folded->record});
+        else if (resp->epochs_folded > 0)
             ledger_fold(it, resp->epochs_folded, 0);
         /* Coordinated reads take no checkpoints: the ledger serves reports
          * only, and keeps nothing of what every client has. */
-        const sluice_Place *at = &resp->confirmed_below;
         if (it->coord && resp->has_confirmed_below && at->epoch <= UINT32_MAX)
             sl__ledger_confirmed_below(&it->ledger, (uint32_t)at->epoch, at->file, at->record);
         pthread_mutex_unlock(&it->mu);
@@ -1525,9 +1558,10 @@ static void send_heartbeat(sl_iterator_t *it)
                                            .round = it->deliver_round};
     pthread_mutex_lock(&it->mu);
     if (it->track && it->named) {
-        if (it->given_next > it->given_below && it->ledger.given >= it->given_at)
-            it->given_below = it->given_next;
-        req->epochs_given = it->given_below;
+        sl_posrun_t given = given_place(it);
+        req->epochs_given = given.epoch;
+        req->has_place_given = given.file > 0 || given.begin > 0;
+        req->place_given = (sluice_Place){.epoch = given.epoch, .file = given.file, .record = given.begin};
     }
     uint64_t sync = it->sync_asked;
     pthread_mutex_unlock(&it->mu);
@@ -1788,7 +1822,7 @@ static void evthread_init(void)
 /* sl_iterator_open(), and sl_iterator_restore() with the checkpoint's
  * positions (posset bytes) in exclude and its done epochs. */
 static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, const uint8_t *exclude,
-                         size_t exclude_len, uint64_t epochs_done, sl_iterator_t **out)
+                         size_t exclude_len, sl_posrun_t at, sl_iterator_t **out)
 {
     sl_iterator_t *it = calloc(1, sizeof *it);
     *out = it;
@@ -1806,9 +1840,9 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     else
         sl_iterator_opts_init(&it->opts);
     sl__ledger_init(&it->ledger, sl__ledger_max_runs(&it->opts));
-    if (exclude_len > 0) {
+    if (exclude_len > 0 || at.epoch > 0 || at.file > 0 || at.begin > 0) {
         char why[256];
-        int drc = sl__ledger_restore(&it->ledger, exclude, exclude_len, epochs_done, why, sizeof why);
+        int drc = sl__ledger_restore(&it->ledger, exclude, exclude_len, at, why, sizeof why);
         if (drc < 0) {
             snprintf(it->err, sizeof it->err, "checkpoint: %s", why);
             it->error = drc;
@@ -1881,12 +1915,21 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     req.consumer_index = (uint32_t)it->opts.consumer_index;
     req.target_workers = (uint32_t)it->opts.target_workers;
     req.repetition = it->opts.repetition;
-    req.restore_epochs_done = epochs_done;
+    req.restore_epochs_done = at.epoch;
+    req.restore_file = at.file;
+    req.restore_record = at.begin;
     snprintf(req.job_name, sizeof req.job_name, "%s", it->job_name);
     rc = sl__client_call(c, SL_MSG_GET_OR_CREATE_JOB_REQ, &req, exclude, exclude_len, SL_MSG_GET_OR_CREATE_JOB_RESP,
                          resp);
     if (rc < 0) {
         snprintf(it->err, sizeof it->err, "%s", c->err);
+        goto fail;
+    }
+    if ((at.file > 0 || at.begin > 0) && !resp->restore_place_taken) {
+        rc = SL_EPROTO;
+        snprintf(it->err, sizeof it->err, "checkpoint: it starts at epoch %" PRIu32 " file %" PRIu32 " record %"
+                 PRIu64 " (version 5), and dispatcher %s does not start a job there (it is older): restore it "
+                 "against a dispatcher of this release", at.epoch, at.file, at.begin, it->dispatcher);
         goto fail;
     }
     it->job_id = resp->job_id;
@@ -2084,7 +2127,7 @@ int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wait_ms)
 
 int sl_iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_opts_t *opts, sl_iterator_t **out)
 {
-    return iterator_open(c, dataset_id, opts, NULL, 0, 0, out);
+    return iterator_open(c, dataset_id, opts, NULL, 0, (sl_posrun_t){0}, out);
 }
 
 /* A rank of a named job checkpoints what its own caller was given; the
@@ -2188,9 +2231,10 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
     uint8_t *positions = NULL;
     size_t positions_len = 0;
     uint64_t epochs_done = 0;
+    sl_posrun_t at = {0};
     if (rc == 0)
         rc = sl__checkpoint_read(ckpt, len, dataset_id, c->auth.token, c->auth.token_len, sl__ledger_max_runs(opts),
-                                 &positions, &positions_len, &epochs_done, err, sizeof err);
+                                 &positions, &positions_len, &epochs_done, &at, err, sizeof err);
     if (rc < 0) {
         sl_iterator_t *it = calloc(1, sizeof *it);
         *out = it;
@@ -2203,7 +2247,7 @@ int sl_iterator_restore(sl_client_t *c, uint64_t dataset_id, const sl_iterator_o
         it->error = rc;
         return rc;
     }
-    rc = iterator_open(c, dataset_id, opts, positions, positions_len, epochs_done, out);
+    rc = iterator_open(c, dataset_id, opts, positions, positions_len, at, out);
     free(positions);
     return rc;
 }

@@ -40,7 +40,11 @@ struct sl_lazy_key {
 };
 
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller. Version 4 (written): as version 3
+ * the positions given to the caller. Version 5 (written when the ledger's
+ * record starts within an epoch: a named job's fold by place, ledger.h):
+ * as version 4 with u32 file, u32 0, u64 record after epochs_done: every
+ * record before (epochs_done, file, record) was given, and the positions
+ * that follow lie at or past it. Version 4 (written otherwise): as version 3
  * with a u64 after the flags: every epoch below it was given whole, and
  * the positions that follow are of later epochs only (so a checkpoint's
  * size follows the open epochs, not the run's length). Version 3: u32
@@ -52,7 +56,8 @@ struct sl_lazy_key {
  * leaves thousands of short runs near the stream's front). Version 1 (read
  * only without a token): posset.h's bytes. */
 #define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 4
+#define CKPT_VERSION 5
+#define CKPT_V4 4
 #define CKPT_V3 3
 #define CKPT_V2 2
 #define CKPT_V1 1
@@ -60,7 +65,8 @@ struct sl_lazy_key {
 #define CKPT_V3_FLAGS 8 /* flags and a reserved u32 after the header */
 #define CKPT_TAG 32
 #define CKPT_MAC 1u
-#define CKPT_V4_DONE 8 /* epochs_done after the flags */
+#define CKPT_V4_DONE 8   /* epochs_done after the flags */
+#define CKPT_V5_PLACE 16 /* u32 file, u32 0, u64 record after epochs_done */
 
 /* The tag of a version 3 checkpoint's bytes before it: HMAC-SHA256 under
  * key over a label and the bytes, or SHA-256 without a key. @return 0 or -ENOMEM */
@@ -159,7 +165,7 @@ static void drop_below(sl_posset_t *s, uint64_t below)
 static bool below_floor(const sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
 {
     const sl_posrun_t *f = &l->floor;
-    return l->floor_set && (epoch != f->epoch ? epoch < f->epoch : file != f->file ? file < f->file : pos < f->begin);
+    return l->floor_set && sl_place_before(epoch, file, pos, f->epoch, f->file, f->begin);
 }
 
 static void lazy_drop(sl_ledger_t *l);
@@ -178,12 +184,11 @@ static void fold(sl_ledger_t *l, uint64_t below)
     lazy_drop(l);
 }
 
-int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64_t epochs_done, char *err,
-                       size_t errlen)
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, sl_posrun_t at, char *err, size_t errlen)
 {
     int rc = len > 0 ? sl_posset_decode(&l->restored, posset, len, err, errlen) : 0;
     if (rc == 0)
-        fold(l, epochs_done);
+        sl__ledger_given_below(l, at.epoch, at.file, at.begin);
     return rc;
 }
 
@@ -203,11 +208,14 @@ void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting)
     l->fold_at = l->given + waiting;
 }
 
-void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+/* Drops what the ledger holds before (epoch, file, pos), and what comes
+ * before it later: the ledger's floor. A place not past the floor changes
+ * nothing. @return whether it moved the floor */
+static bool raise_floor(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
 {
     bool same = l->floor_set && epoch == l->floor.epoch && file == l->floor.file && pos == l->floor.begin;
     if (same || below_floor(l, epoch, file, pos))
-        return;
+        return false;
     l->floor = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
     l->floor_set = true;
     sl_posset_drop_before(&l->restored, epoch, file, pos);
@@ -219,6 +227,33 @@ void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, u
     sl__tally_drop_before(&l->open, epoch, file, pos);
     l->lazy_blocked = false;
     lazy_drop(l);
+    return true;
+}
+
+void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    if (raise_floor(l, epoch, file, pos))
+        l->floor_given = false;
+}
+
+void sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    if (l->floor_set && !l->floor_given)
+        return; /* a coordinated ledger's floor is further, and takes no checkpoint */
+    fold(l, epoch);
+    if (l->fold_below != 0 && l->fold_below <= l->epochs_done)
+        l->fold_below = 0; /* what waited is done with it */
+    if ((file > 0 || pos > 0) && raise_floor(l, epoch, file, pos))
+        l->floor_given = true;
+}
+
+/* Where the ledger's record starts: the floor when it lies in the epoch
+ * epochs_done or later, else that epoch's start. */
+static sl_posrun_t ledger_place(const sl_ledger_t *l)
+{
+    if (l->floor_set && l->floor.epoch >= l->epochs_done)
+        return l->floor;
+    return (sl_posrun_t){.epoch = (uint32_t)l->epochs_done};
 }
 
 size_t sl__ledger_runs(const sl_ledger_t *l)
@@ -679,7 +714,7 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
 {
     *out = NULL;
     *len = 0;
-    if (l->floor_set)
+    if (l->floor_set && !l->floor_given)
         return sl_errf(err, errlen, SL_EINVAL, "checkpoint: the ledger dropped what was given before epoch %" PRIu32
                        " file %" PRIu32 " record %" PRIu64 " (it serves reports of coordinated reads only)",
                        l->floor.epoch, l->floor.file, l->floor.begin);
@@ -699,20 +734,31 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     size_t n = 0;
     if (rc == 0 && all.num > 0)
         rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
-    size_t body = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + 8 + n;
+    /* Version 5 only when the record starts within an epoch, so that
+     * older libraries still read every other checkpoint. */
+    sl_posrun_t at = ledger_place(l);
+    bool placed = at.file > 0 || at.begin > 0;
+    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + (placed ? CKPT_V5_PLACE : 0);
+    size_t body = fixed + 8 + n;
     uint8_t *buf = rc == 0 ? malloc(body + CKPT_TAG) : NULL;
     if (rc == 0 && !buf)
         rc = -ENOMEM;
     if (rc == 0) {
         memcpy(buf, CKPT_MAGIC, 4);
-        sl_put_le32(buf + 4, CKPT_VERSION);
+        sl_put_le32(buf + 4, placed ? CKPT_VERSION : CKPT_V4);
         sl_put_le64(buf + 8, dataset_id);
         sl_put_le32(buf + CKPT_HEADER, key_len > 0 ? CKPT_MAC : 0);
         sl_put_le32(buf + CKPT_HEADER + 4, 0);
-        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, l->epochs_done);
-        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE, sl_posset_size(&all));
+        sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, at.epoch);
+        if (placed) {
+            uint8_t *p = buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE;
+            sl_put_le32(p, at.file);
+            sl_put_le32(p + 4, 0);
+            sl_put_le64(p + 8, at.begin);
+        }
+        sl_put_le64(buf + fixed, sl_posset_size(&all));
         if (n > 0)
-            memcpy(buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + 8, runs, n);
+            memcpy(buf + fixed + 8, runs, n);
         rc = ckpt_tag(key, key_len, buf, body, buf + body);
     }
     if (rc == 0) {
@@ -773,19 +819,22 @@ static int v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t *
 }
 
 int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
-                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done, char *err,
-                        size_t errlen)
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done,
+                        sl_posrun_t *at, char *err, size_t errlen)
 {
     *posset = NULL;
     *posset_len = 0;
     *epochs_done = 0;
+    if (at)
+        *at = (sl_posrun_t){0};
     if (len < CKPT_HEADER || memcmp(ckpt, CKPT_MAGIC, 4) != 0)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: not a Sluice iterator checkpoint");
     uint32_t version = sl_get_le32(ckpt + 4);
-    if (version != CKPT_VERSION && version != CKPT_V3 && version != CKPT_V2 && version != CKPT_V1)
+    if (version < CKPT_V1 || version > CKPT_VERSION)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d to %d",
                        (unsigned)version, CKPT_V1, CKPT_VERSION);
-    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + (version == CKPT_VERSION ? CKPT_V4_DONE : 0);
+    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + (version >= CKPT_V4 ? CKPT_V4_DONE : 0) +
+                   (version >= CKPT_VERSION ? CKPT_V5_PLACE : 0);
     if (version >= CKPT_V3) {
         /* The tag first: nothing of a damaged or forged checkpoint is used. */
         if (len < fixed + CKPT_TAG)
@@ -814,24 +863,45 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
     } else if (key_len > 0) {
         return sl_errf(err, errlen, SL_EDATA,
                        "checkpoint: version %u carries no integrity tag; a client with a cluster token restores "
-                       "only version %d and %d checkpoints MAC'd with it",
+                       "only versions %d to %d MAC'd with it",
                        (unsigned)version, CKPT_V3, CKPT_VERSION);
     }
     uint64_t ds = sl_get_le64(ckpt + 8);
     if (ds != dataset_id)
         return sl_errf(err, errlen, SL_EINVAL, "checkpoint of dataset %" PRIu64 ", restored over dataset %" PRIu64,
                        ds, dataset_id);
-    if (version == CKPT_VERSION) {
+    sl_posrun_t place = {0};
+    if (version >= CKPT_V4) {
         /* Epochs are 32 bits wide in positions; a larger number is no
          * checkpoint this library wrote. */
         uint64_t done = sl_get_le64(ckpt + CKPT_HEADER + CKPT_V3_FLAGS);
         if (done > UINT32_MAX)
             return sl_errf(err, errlen, SL_EDATA, "checkpoint: every epoch below %" PRIu64 " done: past 2^32 epochs",
                            done);
-        *epochs_done = done;
+        place.epoch = (uint32_t)done;
     }
-    if (version >= CKPT_V3)
-        return v2_positions(ckpt + fixed, len - fixed - CKPT_TAG, max_runs, posset, posset_len, err, errlen);
+    if (version >= CKPT_VERSION) {
+        const uint8_t *p = ckpt + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE;
+        place.file = sl_get_le32(p);
+        place.begin = sl_get_le64(p + 8);
+        if (sl_get_le32(p + 4) != 0 || (place.file == 0 && place.begin == 0))
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: version 5 without a place within epoch %" PRIu32
+                           " (a newer library wrote it, or it is damaged)", place.epoch);
+        if (!at)
+            return sl_errf(err, errlen, SL_EINVAL,
+                           "checkpoint: it starts at epoch %" PRIu32 " file %" PRIu32 " record %" PRIu64
+                           " (version 5), which this reader cannot resume from", place.epoch, place.file,
+                           place.begin);
+    }
+    if (version >= CKPT_V3) {
+        int rc = v2_positions(ckpt + fixed, len - fixed - CKPT_TAG, max_runs, posset, posset_len, err, errlen);
+        if (rc == 0) {
+            *epochs_done = place.epoch;
+            if (at)
+                *at = place;
+        }
+        return rc;
+    }
     if (version == CKPT_V2)
         return v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, max_runs, posset, posset_len, err, errlen);
     /* Version 1: posset bytes as they are, checked here as the restore
@@ -862,7 +932,8 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
     sl__ledger_init(&all, max_runs);
     sl_posset_t one;
     sl_posset_init(&one, max_runs);
-    uint64_t dataset_id = 0, done = 0;
+    uint64_t dataset_id = 0;
+    sl_posrun_t top = {0}; /* the furthest place of them */
     int rc = 0;
     char why[300];
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -883,17 +954,19 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
         uint8_t *posset = NULL;
         size_t posset_len = 0;
         uint64_t e = 0;
-        rc = sl__checkpoint_read(ckpts[i], lens[i], ds, key, key_len, max_runs, &posset, &posset_len, &e, why,
+        sl_posrun_t at;
+        rc = sl__checkpoint_read(ckpts[i], lens[i], ds, key, key_len, max_runs, &posset, &posset_len, &e, &at, why,
                                  sizeof why);
         if (rc < 0) {
             sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n, why);
             break;
         }
-        /* A rank of a named job folds an epoch only once every client of
-         * the job was given its records of it (epochs_folded): the highest
-         * done epochs of any rank were consumed whole by them all. */
-        if (e > done)
-            done = e;
+        /* A rank of a named job folds only once every client of the job was
+         * given the records before the place (epochs_folded, place_folded):
+         * those before the furthest place of any rank were given to them
+         * all. */
+        if (sl_place_before(top.epoch, top.file, top.begin, at.epoch, at.file, at.begin))
+            top = at;
         if (posset_len > 0)
             rc = sl_posset_decode(&one, posset, posset_len, why, sizeof why);
         free(posset);
@@ -908,7 +981,7 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
         sl_posset_clear(&one);
     }
     if (rc == 0) {
-        sl__ledger_epochs_done(&all, done, 0);
+        sl__ledger_given_below(&all, top.epoch, top.file, top.begin);
         rc = sl__ledger_checkpoint(&all, dataset_id, key, key_len, out, out_len, err, errlen);
     }
     sl_posset_clear(&one);

@@ -69,9 +69,12 @@ typedef struct sl_ledger {
      * begin; count unused) reached a client of the job, the dispatcher
      * says (ClientHeartbeatResponse.confirmed_below), so no report asks for
      * it and the ledger keeps nothing before it. floor_set false: none. A
-     * ledger with a floor makes no checkpoint. */
+     * ledger with such a floor makes no checkpoint. floor_given: the floor
+     * is a place before which every record was given to some caller of the
+     * job (a named job's fold by place, sl__ledger_given_below(), or a
+     * restored checkpoint's place): checkpoints start there (version 5). */
     sl_posrun_t floor;
-    bool floor_set;
+    bool floor_set, floor_given;
     /* The only client of its tasks (an anonymous job): a split's records
      * all go to it. Set by the owner; without it nothing is missing below
      * (a named job's consumers share its tasks' batches). */
@@ -92,13 +95,13 @@ void sl__ledger_init(sl_ledger_t *l, size_t max_runs);
 void sl__ledger_free(sl_ledger_t *l);
 
 /**
- * Sets what a restored checkpoint held: every epoch below epochs_done, and
- * the positions of later ones (posset bytes; runs of epochs below
- * epochs_done are dropped).
+ * Sets what a restored checkpoint held: every record before `at` (its
+ * epochs_done, and a version 5 one's place within that epoch:
+ * sl__checkpoint_read()'s), and the positions past it (posset bytes; runs
+ * before it are dropped).
  * @return 0, or < 0 with the decoder's message in err
  */
-int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, uint64_t epochs_done, char *err,
-                       size_t errlen);
+int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, sl_posrun_t at, char *err, size_t errlen);
 
 /**
  * The dispatcher says every record of the epochs below `below` reached this
@@ -123,6 +126,19 @@ void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting);
  * records received (one run each). Checkpoints fail from then on.
  */
 void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
+
+/**
+ * A named job's fold by place (ClientHeartbeatResponse.place_folded), and
+ * a restored checkpoint's place: every record before (epoch, file, pos)
+ * was given to some caller of the job. The epochs below `epoch` fold at
+ * once; within it the ledger drops what it holds before the place, and
+ * what comes before it later, as sl__ledger_confirmed_below() does, but
+ * its checkpoints start at the place (version 5) and hold what lies past
+ * it. Over a long shuffled epoch read by several ranks, each ledger then
+ * follows the splits not yet given, not every record it got. A place not
+ * past the last one changes nothing; a coordinated ledger ignores it.
+ */
+void sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /** @return the runs the ledger holds (restored and got; what a checkpoint's size follows) */
 size_t sl__ledger_runs(const sl_ledger_t *l);
@@ -185,8 +201,10 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
 
 /**
  * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 4, u64
- * dataset id, u32 flags, u32 0, u64 epochs_done, u64 the number of
- * positions (of epochs from epochs_done on), their runs in
+ * dataset id, u32 flags, u32 0, u64 epochs_done, (version 5, when the
+ * ledger's floor lies within that epoch: u32 file, u32 0, u64 record, the
+ * place its record starts at), u64 the number of positions (of epochs
+ * from epochs_done on, at or past the place), their runs in
  * provwire.h's compact form (little-endian), then a 32-byte tag over all
  * of it: HMAC-SHA256 under key (the cluster token) when key_len > 0, else
  * SHA-256 (docs/fault-tolerance.md).
@@ -205,21 +223,24 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
  * key; versions 1 to 3 hold no epochs_done (0).
  * @param[out] posset the bytes, malloc'd
  * @param[out] epochs_done every epoch below it was consumed whole
+ * @param[out] at where its record starts: (epochs_done, file, record) of
+ *   a version 5 checkpoint, else (epochs_done, 0, 0); NULL refuses a
+ *   version 5 one (SL_EINVAL: a reader that cannot start within an epoch)
  * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
  */
 int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
-                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done, char *err,
-                        size_t errlen);
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done,
+                        sl_posrun_t *at, char *err, size_t errlen);
 
 /**
  * Merges the checkpoints of several iterators of one named job (its ranks,
  * stopped at a common step) into one: the union of their positions, which
  * is what the job's callers were given. Each is checked as
  * sl__checkpoint_read() does (its tag under key); they must be of one
- * dataset. The result has the highest epochs_done of them (a named job's
- * client folds an epoch only once every client of the job was given its
- * records of it) and the positions of later epochs; a version 4
- * checkpoint tagged under key.
+ * dataset. The result starts at the furthest place of them (epochs_done,
+ * and a version 5 one's place within it: a named job's client folds only
+ * what every client of the job was given) and holds their positions past
+ * it; a version 4 or 5 checkpoint tagged under key.
  * @param[out] out the bytes, malloc'd
  * @return 0, or SL_EDATA / SL_EINVAL / SL_ETOOBIG / -ENOMEM with a message in err
  */

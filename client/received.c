@@ -359,29 +359,45 @@ struct sl_batch *sl__batch_from_shm(sluice_GetElementResponse *resp, struct sl_s
     return b;
 }
 
+/* Lowers *least to (epoch, file, begin) when that comes first. */
+static void lower(sl_posrun_t *least, uint64_t epoch, uint32_t file, uint64_t begin)
+{
+    if (sl_place_before(epoch, file, begin, least->epoch, least->file, least->begin))
+        *least = (sl_posrun_t){.epoch = (uint32_t)epoch, .file = file, .begin = begin};
+}
+
+bool sl__batch_least_place(const struct sl_batch *b, sl_posrun_t *at)
+{
+    sl_posrun_t least = {.epoch = UINT32_MAX, .file = UINT32_MAX, .begin = UINT64_MAX};
+    if (b->num_tally > 0) {
+        /* A split's begin: none of its records comes before it. */
+        for (size_t i = 0; i < b->num_tally; i++)
+            lower(&least, b->tally[i].epoch, b->tally[i].file_index, b->tally[i].begin);
+    } else if (b->num_prov == 1) {
+        lower(&least, b->prov_one.epoch, b->prov_one.file_index, b->prov_one.begin);
+    } else if (b->num_prov == 0) {
+        if (b->num_records > 0)
+            least = (sl_posrun_t){0}; /* not known */
+    } else {
+        sl_provenance_run_t *runs;
+        uint64_t n;
+        char why[200];
+        if (sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->num_records, &runs, &n, why, sizeof why) < 0) {
+            least = (sl_posrun_t){0}; /* checked as it came, so out of memory: not known */
+        } else {
+            for (uint64_t i = 0; i < n; i++)
+                lower(&least, runs[i].epoch, runs[i].file_index, runs[i].begin);
+            free(runs);
+        }
+    }
+    *at = least;
+    return least.epoch != UINT32_MAX || least.file != UINT32_MAX || least.begin != UINT64_MAX;
+}
+
 uint64_t sl__batch_least_epoch(const struct sl_batch *b)
 {
-    uint64_t least = UINT64_MAX;
-    if (b->num_tally > 0) {
-        for (size_t i = 0; i < b->num_tally; i++)
-            if (b->tally[i].epoch < least)
-                least = b->tally[i].epoch;
-        return least;
-    }
-    if (b->num_prov == 1)
-        return b->prov_one.epoch;
-    if (b->num_prov == 0)
-        return b->num_records > 0 ? 0 : UINT64_MAX;
-    sl_provenance_run_t *runs;
-    uint64_t n;
-    char why[200];
-    if (sl_provwire_decode(b->prov_wire, b->prov_wire_len, b->num_records, &runs, &n, why, sizeof why) < 0)
-        return 0; /* checked as it came, so out of memory: not known */
-    for (uint64_t i = 0; i < n; i++)
-        if (runs[i].epoch < least)
-            least = runs[i].epoch;
-    free(runs);
-    return least;
+    sl_posrun_t at;
+    return sl__batch_least_place(b, &at) ? at.epoch : UINT64_MAX;
 }
 
 /* ---- sluice.h's accessors ---- */

@@ -8,11 +8,13 @@
 #ifndef SL_CLIENT_RECEIVED_H
 #define SL_CLIENT_RECEIVED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "batch.h"
 #include "frame.h"
+#include "posset.h"
 #include "sluice.h"
 
 /* The provenance, notices and tallies of a batch in shared memory, copied
@@ -72,6 +74,13 @@ void sl__batch_free(struct sl_batch *b);
  *  tallies' when it has them, else its runs'); UINT64_MAX for a batch of no
  *  records, 0 for one whose provenance is not known */
 uint64_t sl__batch_least_epoch(const struct sl_batch *b);
+
+/** The least place (epoch, file, begin; count unused) at or after which
+ *  every record of b lies, in the order of places (posset.h): its
+ *  tallies' splits' begins when it has them, else its runs'; (0, 0, 0)
+ *  for a batch whose provenance is not known.
+ *  @return false for a batch of no records (*at unset then) */
+bool sl__batch_least_place(const struct sl_batch *b, sl_posrun_t *at);
 
 /** Appends n split-done notices to *arr, which holds *num of them and has
  *  room for *cap (0 with *arr NULL): the room doubles, from 16, so that a

@@ -392,11 +392,6 @@ uint64_t sl__out_epochs_done_at(const struct job *j, struct sl_place at)
     return at.epoch + (at.file >= sl__dataset_num_files(j->dataset) ? 1 : 0);
 }
 
-static bool place_before(struct sl_place a, struct sl_place b)
-{
-    return a.epoch != b.epoch ? a.epoch < b.epoch : a.file != b.file ? a.file < b.file : a.pos < b.pos;
-}
-
 struct sl_place sl__out_confirmed_below(const struct job *j)
 {
     struct sl_place at = {.epoch = j->split_epoch, .file = j->split_file, .pos = j->split_next};
@@ -404,13 +399,13 @@ struct sl_place sl__out_confirmed_below(const struct job *j)
         const struct task *t = &j->tasks[k];
         for (unsigned i = t->out_head; i < t->out_num; i++) {
             struct sl_place p = {.epoch = t->out[i].epoch, .file = t->out[i].file, .pos = t->out[i].begin};
-            if (place_before(p, at))
+            if (sl__place_before(p, at))
                 at = p;
         }
     }
     for (unsigned i = 0; i < j->num_orphans; i++) {
         struct sl_place p = {.epoch = j->orphans[i].epoch, .file = j->orphans[i].file, .pos = j->orphans[i].begin};
-        if (place_before(p, at))
+        if (sl__place_before(p, at))
             at = p;
     }
     return at;

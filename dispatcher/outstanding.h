@@ -84,12 +84,6 @@ uint64_t sl__out_report_from(const struct job *j);
  */
 uint64_t sl__out_epochs_done(const struct job *j);
 
-/* A place in the order DYNAMIC hands records out: epoch, file, record. */
-struct sl_place {
-    uint64_t epoch, pos;
-    uint32_t file;
-};
-
 /**
  * Every record handed out before the place returned reached a client of
  * the job: the least split still outstanding at a task or orphaned, else

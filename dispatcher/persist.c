@@ -13,7 +13,8 @@
  *              report_gen,
  *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
  *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
- *              given_floor: a named job, the least epochs_given of the clients that left it,
+ *              given_floor: a named job, the least place given of the clients that left it: its
+ *              epoch, and given_floor_file, given_floor_record when either is not 0,
  *              end_epochs_done: an ended DYNAMIC job, the epochs done when it ended}
  *   cursors   per job: {epoch, file, next, seq, handed}
  *   handouts  per task: the last GetSplit answer {seq, epoch, end_of_epoch, finished, splits: [[id, file, begin,
@@ -29,11 +30,13 @@
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
  * after format 1 first shipped (a worker's why_lost, a hand-out's skips, a
- * job's repetition, collected, ended_at, restore_digest, given_floor, gone and end_epochs_done, a client's late) are optional at
- * load, so an older store still loads. A job record without repetition was
- * written when a join of an ended job's name created a new job: an ended
- * one loads as collected, so that such a join still does. The file list of
- * a dataset is stored, not expanded again, so the (file, record range)
+ * job's repetition, collected, ended_at, restore_digest, given_floor,
+ * given_floor_file, given_floor_record, gone and end_epochs_done, a
+ * client's late) are optional at load, so an older store still loads. A
+ * job record without repetition was written when a join of an ended job's
+ * name created a new job: an ended one loads as collected, so that such a
+ * join still does. The file list of a dataset is stored, not expanded
+ * again, so the (file, record range)
  * numbering of splits handed out before a restart keeps its meaning.
  */
 #include "persist.h"
@@ -161,7 +164,11 @@ static json_t *job_record(const sl_dstate_t *st, const struct job *j)
         json_object_set_new(rec, "restore_digest", json_string(hex));
     }
     if (rec && j->given_floor_set)
-        json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor));
+        json_object_set_new(rec, "given_floor", json_integer((json_int_t)j->given_floor.epoch));
+    if (rec && j->given_floor_set && (j->given_floor.file > 0 || j->given_floor.pos > 0)) {
+        json_object_set_new(rec, "given_floor_file", json_integer((json_int_t)j->given_floor.file));
+        json_object_set_new(rec, "given_floor_record", json_integer((json_int_t)j->given_floor.pos));
+    }
     if (rec && j->end_epochs_known)
         json_object_set_new(rec, "end_epochs_done", json_integer((json_int_t)j->end_epochs_done));
     if (rec && j->num_gone > 0) {
@@ -674,16 +681,17 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
         return rc;
     const char *name, *error, *digest = NULL;
     json_int_t dataset, horizon, report_gen = 0, repetition = -1, ended_at = -1, given_floor = -1, nonce = 0,
-               end_epochs = -1;
+               end_epochs = -1, floor_file = 0, floor_record = 0;
     int sharding, effective, consumers, state, collected = 0;
     json_error_t je;
     if (json_unpack_ex(rec, &je, JSON_STRICT,
-                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I,s?o,s?I}", "name", &name,
-                       "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
+                       "{s:s,s:I,s:i,s:i,s:i,s:I,s:i,s:s,s:o,s:o,s?I,s?I,s?b,s?I,s?s,s?I,s?I,s?o,s?I,s?I,s?I}", "name",
+                       &name, "dataset", &dataset, "sharding", &sharding, "effective", &effective, "num_consumers",
                        &consumers, "round_horizon", &horizon, "state", &state, "error", &error, "tasks", &tasks,
                        "clients", &clients, "report_gen", &report_gen, "repetition", &repetition, "collected",
                        &collected, "ended_at", &ended_at, "restore_digest", &digest, "given_floor", &given_floor,
-                       "nonce", &nonce, "gone", &gone, "end_epochs_done", &end_epochs) < 0)
+                       "nonce", &nonce, "gone", &gone, "end_epochs_done", &end_epochs, "given_floor_file", &floor_file,
+                       "given_floor_record", &floor_record) < 0)
         return unpack_failed(l, id, rec, &je);
     uint8_t restore_digest[32];
     if (digest && hex_digest(digest, restore_digest) < 0) {
@@ -693,7 +701,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
     struct dataset *d = sl__dstate_dataset(st, (uint64_t)dataset);
     if (!d || !sl_sharding_name((sl_sharding_t)sharding) || !sl_sharding_name((sl_sharding_t)effective) ||
         state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
-        !json_is_array(clients) || nonce < 0) {
+        !json_is_array(clients) || nonce < 0 || floor_file < 0 || floor_file > UINT32_MAX || floor_record < 0) {
         json_decref(rec);
         return bad(l, id, d ? "a field out of range" : "its dataset is not in the store");
     }
@@ -710,7 +718,8 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
                       .idle_since = l->now, .created = l->now, .report_gen = (uint64_t)report_gen,
                       .repetition = repetition > 0 ? (uint64_t)repetition : 0, .collected = collected,
                       .restored = digest != NULL, .given_floor_set = given_floor >= 0,
-                      .given_floor = given_floor > 0 ? (uint64_t)given_floor : 0,
+                      .given_floor = {.epoch = given_floor > 0 ? (uint64_t)given_floor : 0,
+                                      .file = (uint32_t)floor_file, .pos = (uint64_t)floor_record},
                       .end_epochs_known = end_epochs >= 0, .end_epochs_done = end_epochs > 0 ? (uint64_t)end_epochs : 0};
     if (digest)
         memcpy(j->restore_digest, restore_digest, sizeof restore_digest);

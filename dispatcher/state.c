@@ -1381,13 +1381,19 @@ static void drop_collected(sl_dstate_t *st, const char *name, uint64_t repetitio
 
 /* The SHA-256 of a restore's done epochs (u64, little-endian) and
  * positions (posset.h's bytes). */
-static int restore_digest(uint64_t epochs_done, const uint8_t *exclude, size_t len, uint8_t out[32])
+static int restore_digest(const sluice_GetOrCreateJobRequest *req, const uint8_t *exclude, size_t len,
+                          uint8_t out[32])
 {
-    uint8_t le[8];
-    sl_put_le64(le, epochs_done);
+    /* The place within the epoch goes in only when there is one, so that
+     * a job restored before it keeps its digest across an upgrade. */
+    uint8_t le[20];
+    sl_put_le64(le, req->restore_epochs_done);
+    sl_put_le32(le + 8, req->restore_file);
+    sl_put_le64(le + 12, req->restore_record);
+    size_t n_le = req->restore_file > 0 || req->restore_record > 0 ? 20 : 8;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned n = 0;
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, le, sizeof le) &&
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, le, n_le) &&
              (len == 0 || EVP_DigestUpdate(ctx, exclude, len)) && EVP_DigestFinal_ex(ctx, out, &n) && n == 32;
     EVP_MD_CTX_free(ctx);
     return ok ? 0 : -ENOMEM;
@@ -1416,6 +1422,12 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
                        "restore_epochs_done %" PRIu64 ": only a restored iterator of a DYNAMIC job skips "
                        "whole epochs", req->restore_epochs_done);
     }
+    bool placed = req->restore_file > 0 || req->restore_record > 0;
+    if (placed && (req->sharding != SL_SHARDING_DYNAMIC || req->num_consumers > 0)) {
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "restore place (file %" PRIu32 ", record %" PRIu64 "): only a restored iterator of a DYNAMIC "
+                       "job starts within an epoch", req->restore_file, req->restore_record);
+    }
     if (req->restore_epochs_done > UINT32_MAX) {
         return sl_errf(err, errlen, SL_EINVAL, "restore_epochs_done %" PRIu64 " is past 2^32 epochs",
                        req->restore_epochs_done);
@@ -1424,6 +1436,17 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     if (!d) {
         return sl_errf(err, errlen, SL_ENOTFOUND, "dataset %" PRIu64 " is not registered", req->dataset_id);
     }
+    uint32_t nfiles = sl__dataset_num_files(d);
+    if (placed && (req->restore_file > nfiles ||
+                   req->restore_record > (req->restore_file < nfiles ? sl__dataset_file_records(d, req->restore_file)
+                                                                     : 0))) {
+        return sl_errf(err, errlen, SL_EINVAL,
+                       "restore place (file %" PRIu32 ", record %" PRIu64 ") is past the end of dataset %" PRIu64
+                       "'s epoch (%" PRIu32 " files): the checkpoint is of another dataset's files",
+                       req->restore_file, req->restore_record, d->id, nfiles);
+    }
+    /* Said on every answer that follows (one refused is not sent). */
+    resp->restore_place_taken = placed;
     const char *policy = sl_sharding_name((sl_sharding_t)req->sharding);
     if (!policy) {
         return sl_errf(err, errlen, SL_EINVAL, "sharding policy %u is unknown", req->sharding);
@@ -1449,9 +1472,9 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     } gone = {0};
     /* The ranks of a named job restore one merged checkpoint: what they
      * sent is compared by its digest. */
-    bool restoring = req->job_name[0] && (exclude_len > 0 || req->restore_epochs_done > 0);
+    bool restoring = req->job_name[0] && (exclude_len > 0 || req->restore_epochs_done > 0 || placed);
     uint8_t digest[32] = {0};
-    if (restoring && restore_digest(req->restore_epochs_done, exclude, exclude_len, digest) < 0)
+    if (restoring && restore_digest(req, exclude, exclude_len, digest) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     if (req->job_name[0]) {
         for (unsigned i = 0; i < st->num_jobs; i++) {
@@ -1571,6 +1594,9 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     /* A restored iterator's done epochs are never handed out: its tasks
      * are told they are over (sl_dstate_get_splits()). */
     j->split_epoch = req->restore_epochs_done;
+    /* Nor the records before a restored place in its epoch. */
+    j->split_file = req->restore_file;
+    j->split_next = req->restore_record;
     j->created = now;
     /* Every live worker gets its task now, so that no worker can finish the
      * job before the others have heard of it. */
@@ -1623,8 +1649,9 @@ static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, 
 {
     if (j->num_consumers > 0 && j->state == SL_JOB_RUNNING)
         gone_note(st, j, c, now);
-    if (j->name[0] && j->state == SL_JOB_RUNNING && (!j->given_floor_set || c->epochs_given < j->given_floor)) {
-        j->given_floor = c->epochs_given;
+    if (j->name[0] && j->state == SL_JOB_RUNNING &&
+        (!j->given_floor_set || sl__place_before(c->given, j->given_floor))) {
+        j->given_floor = c->given;
         j->given_floor_set = true;
     }
     sl__out_free_client(c);
@@ -1734,6 +1761,26 @@ static void coord_drained_done(sl_dstate_t *st, struct job *j)
         job_ensure_task(st, j); /* after the loop: it may add a task */
 }
 
+/* Takes what a named job's client says its caller was given (epochs_given,
+ * place_given), no further than what is confirmed: every record before
+ * `at` reached a client, and so did every epoch below epochs_done. */
+static void client_given(struct client *c, const sluice_ClientHeartbeatRequest *req, struct sl_place at,
+                         uint64_t epochs_done)
+{
+    struct sl_place said = {.epoch = req->epochs_given};
+    const sluice_Place *p = &req->place_given;
+    struct sl_place place = {.epoch = p->epoch, .file = p->file, .pos = p->record};
+    if (req->has_place_given && sl__place_before(said, place))
+        said = place;
+    struct sl_place confirmed = {.epoch = epochs_done};
+    if (sl__place_before(confirmed, at))
+        confirmed = at;
+    if (sl__place_before(confirmed, said))
+        said = confirmed;
+    if (sl__place_before(c->given, said))
+        c->given = said;
+}
+
 int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequest *req, int64_t now,
                                sluice_ClientHeartbeatResponse *resp, char *err, size_t errlen)
 {
@@ -1794,24 +1841,25 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     resp->epochs_done = placed ? sl__out_epochs_done_at(j, at) : 0;
     if (sl__out_tracked(j))
         resp->confirm_every = st->cfg.max_outstanding / 4 ? st->cfg.max_outstanding / 4 : 1;
-    if (placed && j->num_consumers > 0) {
+    if (placed && (j->num_consumers > 0 || j->name[0])) {
         /* Coordinated clients take no checkpoints: their ledgers serve
-         * reports only, and drop what lies before this place. */
+         * reports only, and drop what lies before this place. A named
+         * job's clients say how far their callers were given what had
+         * reached them by then (place_given). */
         resp->has_confirmed_below = true;
         resp->confirmed_below = (sluice_Place){.epoch = at.epoch, .file = at.file, .record = at.pos};
     }
-    /* No client's word folds an epoch that is not done. */
-    uint64_t given = req->epochs_given < resp->epochs_done ? req->epochs_given : resp->epochs_done;
-    if (given > c->epochs_given)
-        c->epochs_given = given;
     if (j->name[0] && j->state == SL_JOB_RUNNING) {
+        client_given(c, req, placed ? at : (struct sl_place){0}, resp->epochs_done);
         /* The least over every client, the away ones too (what they were
          * given is not known until they come back or are released). */
-        uint64_t folded = j->given_floor_set ? j->given_floor : UINT64_MAX;
+        struct sl_place folded = j->given_floor_set ? j->given_floor : c->given;
         for (unsigned i = 0; i < j->num_clients; i++)
-            if (j->clients[i].epochs_given < folded)
-                folded = j->clients[i].epochs_given;
-        resp->epochs_folded = folded == UINT64_MAX ? 0 : folded;
+            if (sl__place_before(j->clients[i].given, folded))
+                folded = j->clients[i].given;
+        resp->epochs_folded = folded.epoch;
+        resp->has_place_folded = folded.epoch > 0 || folded.file > 0 || folded.pos > 0;
+        resp->place_folded = (sluice_Place){.epoch = folded.epoch, .file = folded.file, .record = folded.pos};
     }
     list_tasks(st, j, c, resp->tasks, &resp->tasks_count, sizeof resp->tasks / sizeof resp->tasks[0]);
     return 0;

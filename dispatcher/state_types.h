@@ -166,6 +166,18 @@ static inline bool sl__task_live(const struct task *t)
     return t->state == TASK_ASSIGNED || t->state == TASK_RUNNING;
 }
 
+/* A place in the order DYNAMIC hands records out: epoch, file, record. */
+struct sl_place {
+    uint64_t epoch, pos;
+    uint32_t file;
+};
+
+/* Whether a comes before b in that order. */
+static inline bool sl__place_before(struct sl_place a, struct sl_place b)
+{
+    return sl_place_before(a.epoch, a.file, a.pos, b.epoch, b.file, b.pos);
+}
+
 struct client {
     uint64_t id;
     int64_t last_seen;
@@ -186,7 +198,10 @@ struct client {
     /* DYNAMIC: the report generation it answered, and for each task the
      * largest done_below it said (TaskProgress); neither is stored. */
     uint64_t reported_gen;
-    uint64_t epochs_given; /* a named job's: the largest its heartbeats said (not stored) */
+    /* A named job's: the furthest place its heartbeats said its caller was
+     * given every record it had received before (epochs_given as (E, 0, 0),
+     * place_given; not stored). */
+    struct sl_place given;
     struct client_progress {
         uint64_t task_id, done_below;
     } *progress;
@@ -251,11 +266,11 @@ struct job {
      * joins it must send too (all restore the same merged checkpoint). */
     bool restored;
     uint8_t restore_digest[32];
-    /* A named job: the least epochs_given of the clients that left it
+    /* A named job: the least place given of the clients that left it
      * (given_floor_set). Records a client had received and not given when
-     * it left were never given, so no later fold passes its epochs. */
+     * it left were never given, so no later fold passes its place. */
     bool given_floor_set;
-    uint64_t given_floor;
+    struct sl_place given_floor;
     /* DYNAMIC: lost tasks' splits, AWAIT or QUEUED (outstanding.c); every
      * client must answer report_gen before the AWAIT ones are queued. */
     struct osplit *orphans;

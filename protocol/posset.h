@@ -13,6 +13,7 @@
 #ifndef SL_POSSET_H
 #define SL_POSSET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,14 @@
  * (a shuffle's holes take about 3; runs far apart or over many files
  * more). */
 #define SL_POSSET_MAX_BYTES(n) (16 + 6 * (size_t)(n))
+
+/* Whether (e1, f1, p1) comes before (e2, f2, p2) in the order of places
+ * (epoch, then file, then record): the order of a set's runs, and the
+ * order DYNAMIC hands records out in. */
+static inline bool sl_place_before(uint64_t e1, uint32_t f1, uint64_t p1, uint64_t e2, uint32_t f2, uint64_t p2)
+{
+    return e1 != e2 ? e1 < e2 : f1 != f2 ? f1 < f2 : p1 < p2;
+}
 
 /* The same layout as sl_provenance_run_t (sluice.h). */
 typedef struct sl_posrun {

@@ -39,10 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ds = ds << 8 | data[9 + i]; /* little-endian, at offset 8 of the checkpoint */
     }
     uint64_t done = 0;
+    sl_posrun_t at;
     int rc = sl__checkpoint_read(data + 1, size - 1, ds, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 4096, &pos,
-                                 &plen, &done, err, sizeof err);
+                                 &plen, &done, &at, err, sizeof err);
     CHECK(rc == 0 || done == 0);
     CHECK(done <= UINT32_MAX);
+    CHECK(rc < 0 || (at.epoch == done && at.count == 0));
     CHECK(rc == 0 || rc == SL_EDATA || rc == SL_EINVAL || rc == SL_ETOOBIG || rc == -ENOMEM);
     CHECK((rc == 0) == (pos != NULL));
     free(pos);

@@ -1068,3 +1068,64 @@ class CoordinatedWorkerLossTest(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class NamedLongEpochTest(unittest.TestCase):
+    """A named job's ranks that checkpoint over one long shuffled epoch:
+    the fold by place (docs/fault-tolerance.md, "Done epochs")."""
+
+    def test_lockstep_ranks_keep_their_ledgers_to_what_lies_past_the_given_place(self):
+        # Three ranks read in lockstep (one batch each a step, as DDP ranks
+        # do) 900,000 to 1,100,000 records each of one epoch of 4,000,000
+        # behind shuffle(2000), each with max_ledger_runs 100,000. A rank
+        # gets a third of the batches, so its ledger keeps about a run a
+        # record it got: without the fold by place every rank overflowed
+        # past 100,000 runs and its checkpoint failed. With it, each drops
+        # what every rank was given. The merged checkpoint starts within
+        # the epoch (version 5); two ranks resume from it, under the same
+        # bound, and every element comes exactly once. Splits of 1,000 to
+        # 4,000 records, so that how far the fold lags does not follow how
+        # fast this machine reads.
+        seed, rng = seeded('named long epoch')
+        n, bound, steps = 4000000, 250000, rng.randrange(9000, 11000)
+        ds = sluice.range(0, n).shuffle(2000, seed=7).batch(100)
+        c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
+                                                '--max-outstanding-splits', '64'])
+        try:
+            c.wait_workers_registered(3)
+            addr = c.dispatcher.addr
+            ranks = [ds.distribute(addr, sharding='dynamic', job_name='long-py', checkpointable=True,
+                                   max_ledger_runs=bound) for _ in range(3)]
+            got = []
+            for _ in range(steps):
+                for r in ranks:
+                    got.append(next(r)['value'])
+            cks = [r.checkpoint() for r in ranks]
+            for r in ranks:
+                r.close()
+            merged = sluice.merge_checkpoints(cks)
+            version, epochs_done, file, record = (int.from_bytes(merged[4:8], 'little'),
+                                                  int.from_bytes(merged[24:32], 'little'),
+                                                  int.from_bytes(merged[32:36], 'little'),
+                                                  int.from_bytes(merged[40:48], 'little'))
+            where = 'seed %d, %d steps: merged checkpoint version %d at epoch %d file %d record %d, %d bytes' % (
+                seed, steps, version, epochs_done, file, record, len(merged))
+            print('named long epoch: %s' % where, file=sys.stderr)
+            self.assertEqual((version, epochs_done, file), (5, 0, 0), where)
+            self.assertGreater(record, 0, where)
+            resumed = [ds.distribute(addr, sharding='dynamic', job_name='long-py-resumed', checkpoint=merged,
+                                     max_ledger_runs=bound) for _ in range(2)]
+            live = list(resumed)
+            while live:
+                for it in list(live):
+                    try:
+                        got.append(next(it)['value'])
+                    except StopIteration:
+                        live.remove(it)
+                        it.close()
+            values_ = np.concatenate(got)
+            counts = np.bincount(values_, minlength=n)
+            wrong = np.nonzero(counts != 1)[0]
+            self.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+        finally:
+            c.close()

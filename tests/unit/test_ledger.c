@@ -46,8 +46,9 @@ static void checkpoint_set(sl_ledger_t *l, sl_posset_t *out)
     size_t len = 0, plen = 0;
     char err[300];
     cr_assert_eq(sl__ledger_checkpoint(l, 42, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, l->max_runs, &posset, &plen, &epochs_done, err, sizeof err), 0, "%s",
-                 err);
+    cr_assert_eq(
+        sl__checkpoint_read(ckpt, len, 42, NULL, 0, l->max_runs, &posset, &plen, &epochs_done, NULL, err, sizeof err),
+        0, "%s", err);
     sl_posset_init(out, l->max_runs);
     cr_assert_eq(sl_posset_decode(out, posset, plen, err, sizeof err), 0, "%s", err);
     free(ckpt);
@@ -136,7 +137,7 @@ Test(ledger, a_report_says_the_epochs_from_its_first_and_what_was_restored)
     uint8_t buf[256];
     size_t n = sl_posset_encode(&r, buf, sizeof buf);
     char err[200];
-    cr_assert_eq(sl__ledger_restore(&l, buf, n, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_restore(&l, buf, n, (sl_posrun_t){0}, err, sizeof err), 0, "%s", err);
     sl_posset_clear(&r);
     sl_provenance_run_t runs[3] = {{0, 0, 100, 5}, {1, 0, 50, 5}, {2, 1, 0, 5}};
     give(&l, runs, 3, NULL, 0, false);
@@ -204,7 +205,7 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     } bad[] = {
         {"another dataset", 0, 'S', 0, 6, "checkpoint of dataset 5, restored over dataset 6"},
         {"not a checkpoint", 0, 'X', 0, 5, "not a Sluice iterator checkpoint"},
-        {"a later version", 4, 5, 0, 5, "version 5"},
+        {"a later version", 4, 6, 0, 5, "version 6"},
         {"cut short", 0, 'S', 20, 5, "checkpoint"},
         {"a position changed", 40, 0x7f, 0, 5, "damaged: its SHA-256 checksum does not match"},
     };
@@ -213,8 +214,8 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
         memcpy(c, ckpt, len);
         c[bad[i].at] = bad[i].byte;
         err[0] = '\0';
-        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, NULL, 0, 100, &pos, &plen, &epochs_done,
-                                     err, sizeof err);
+        int rc = sl__checkpoint_read(c, bad[i].len ? bad[i].len : len, bad[i].dataset, NULL, 0, 100, &pos, &plen,
+                                     &epochs_done, NULL, err, sizeof err);
         cr_assert_lt(rc, 0, "%s: accepted", bad[i].what);
         cr_assert(strstr(err, bad[i].says), "%s: \"%s\" does not say \"%s\"", bad[i].what, err, bad[i].says);
         cr_assert_null(pos);
@@ -262,7 +263,7 @@ Test(ledger, every_flipped_bit_is_refused)
             size_t plen;
             char err[300] = "";
             int rc = sl__checkpoint_read(c, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
-                                         &plen, &epochs_done, err, sizeof err);
+                                         &plen, &epochs_done, NULL, err, sizeof err);
             cr_assert_lt(rc, 0, "bit %zu of %zu flipped (%s): accepted", bit, len * 8, keyed ? "MAC" : "checksum");
             cr_assert_null(pos);
             tried++;
@@ -271,7 +272,7 @@ Test(ledger, every_flipped_bit_is_refused)
         size_t plen;
         char err[300] = "";
         cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, keyed ? key : NULL, keyed ? sizeof key - 1 : 0, 1u << 16, &pos,
-                                         &plen, &epochs_done, err, sizeof err),
+                                         &plen, &epochs_done, NULL, err, sizeof err),
                      0, "the checkpoint itself: %s", err);
         free(pos);
         cr_assert_gt(tried, 8000);
@@ -287,15 +288,20 @@ Test(ledger, a_mac_needs_the_same_token)
     size_t len, plen;
     char err[300];
     shuffled_checkpoint(a, sizeof a - 1, &ckpt, &len);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, b, sizeof b - 1, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
+    cr_assert_eq(
+        sl__checkpoint_read(ckpt, len, 9, b, sizeof b - 1, 1u << 16, &pos, &plen, &epochs_done, NULL, err, sizeof err),
+        SL_EDATA);
     cr_assert(strstr(err, "another cluster token"), "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, NULL, 0, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, NULL, 0, 1u << 16, &pos, &plen, &epochs_done, NULL, err, sizeof err),
+                 SL_EDATA);
     cr_assert(strstr(err, "made with a cluster token"), "%s", err);
     free(ckpt);
     /* A checkpoint without a MAC could be forged by anyone: a client with a
      * token refuses it. */
     shuffled_checkpoint(NULL, 0, &ckpt, &len);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 9, a, sizeof a - 1, 1u << 16, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
+    cr_assert_eq(
+        sl__checkpoint_read(ckpt, len, 9, a, sizeof a - 1, 1u << 16, &pos, &plen, &epochs_done, NULL, err, sizeof err),
+        SL_EDATA);
     cr_assert(strstr(err, "made without a cluster token"), "%s", err);
     cr_assert_null(pos);
     free(ckpt);
@@ -381,7 +387,7 @@ static size_t longrun_check(struct longrun *lr, uint8_t **ckpt_out)
     size_t len = 0, plen = 0;
     char err[300];
     cr_assert_eq(sl__ledger_checkpoint(&lr->l, 42, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, lr->l.max_runs, &posset, &plen, &epochs_done, err,
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, lr->l.max_runs, &posset, &plen, &epochs_done, NULL, err,
                                      sizeof err), 0, "%s", err);
     sl_posset_t set;
     sl_posset_init(&set, lr->l.max_runs);
@@ -477,11 +483,14 @@ Test(ledger, a_restore_mid_run_carries_the_done_epochs_and_checkpoints_chain)
     uint8_t *posset = NULL;
     size_t plen = 0;
     char err[300];
-    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, 1u << 16, &posset, &plen, &epochs_done, err, sizeof err),
-                 0, "%s", err);
+    cr_assert_eq(
+        sl__checkpoint_read(ckpt, len, 42, NULL, 0, 1u << 16, &posset, &plen, &epochs_done, NULL, err, sizeof err), 0,
+        "%s", err);
     sl_ledger_t again;
     sl__ledger_init(&again, 1u << 16);
-    cr_assert_eq(sl__ledger_restore(&again, posset, plen, epochs_done, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(
+        sl__ledger_restore(&again, posset, plen, (sl_posrun_t){.epoch = (uint32_t)epochs_done}, err, sizeof err), 0,
+        "%s", err);
     uint8_t *ckpt2 = NULL;
     size_t len2 = 0;
     cr_assert_eq(sl__ledger_checkpoint(&again, 42, NULL, 0, &ckpt2, &len2, err, sizeof err), 0, "%s", err);
@@ -584,8 +593,8 @@ Test(ledger, version_3_checkpoints_still_restore)
     uint8_t *pos = NULL;
     size_t plen = 0;
     epochs_done = 99;
-    cr_assert_eq(sl__checkpoint_read(v3, len3, 5, NULL, 0, 100, &pos, &plen, &epochs_done, err, sizeof err), 0, "%s",
-                 err);
+    cr_assert_eq(sl__checkpoint_read(v3, len3, 5, NULL, 0, 100, &pos, &plen, &epochs_done, NULL, err, sizeof err), 0,
+                 "%s", err);
     cr_assert_eq(epochs_done, 0);
     sl_posset_t set;
     sl_posset_init(&set, 100);
@@ -598,7 +607,8 @@ Test(ledger, version_3_checkpoints_still_restore)
     SHA256(v4, len - 32, v4 + len - 32);
     free(pos);
     pos = NULL;
-    cr_assert_eq(sl__checkpoint_read(v4, len, 5, NULL, 0, 100, &pos, &plen, &epochs_done, err, sizeof err), SL_EDATA);
+    cr_assert_eq(sl__checkpoint_read(v4, len, 5, NULL, 0, 100, &pos, &plen, &epochs_done, NULL, err, sizeof err),
+                 SL_EDATA);
     cr_assert(strstr(err, "past 2^32 epochs"), "%s", err);
     cr_assert_null(pos);
     free(v3);
@@ -779,12 +789,14 @@ Test(ledger, deltas_replayed_give_the_checkpoint_bytes_of_every_batch)
             size_t cklen = 0, plen = 0;
             uint64_t done = 0;
             cr_assert_eq(sl__ledger_checkpoint(&l, 42, NULL, 0, &ck, &cklen, err, sizeof err), 0, "%s", err);
-            cr_assert_eq(sl__checkpoint_read(ck, cklen, 42, NULL, 0, 1u << 16, &pos, &plen, &done, err, sizeof err), 0,
-                         "%s", err);
+            cr_assert_eq(
+                sl__checkpoint_read(ck, cklen, 42, NULL, 0, 1u << 16, &pos, &plen, &done, NULL, err, sizeof err), 0,
+                "%s", err);
             cr_assert_gt(done, 0, "folds came by batch 900");
             sl__ledger_free(&l);
             sl__ledger_init(&l, 1u << 16);
-            cr_assert_eq(sl__ledger_restore(&l, pos, plen, done, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(sl__ledger_restore(&l, pos, plen, (sl_posrun_t){.epoch = (uint32_t)done}, err, sizeof err), 0,
+                         "%s", err);
             sl_ckpt_builder_close(every);
             cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1u << 16, ck, cklen, &every), 0, "%s",
                          sl_ckpt_builder_errmsg(every));
@@ -942,7 +954,8 @@ static void read_set(const uint8_t *ckpt, size_t len, const uint8_t *key, size_t
     size_t plen = 0;
     char err[300];
     cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, key, key_len, SL_POSSET_MAX_RUNS, &posset, &plen, &epochs_done,
-                                     err, sizeof err), 0, "%s", err);
+                                     NULL, err, sizeof err),
+                 0, "%s", err);
     sl_posset_init(out, SL_POSSET_MAX_RUNS);
     cr_assert_eq(sl_posset_decode(out, posset, plen, err, sizeof err), 0, "%s", err);
     free(posset);
@@ -1006,13 +1019,16 @@ Test(ledger, the_ranks_of_a_named_job_merge_into_what_their_callers_were_given)
     uint8_t *posset = NULL;
     size_t plen = 0;
     uint64_t done = 0;
-    cr_assert_eq(sl__checkpoint_read(merged, mlen, 42, key, sizeof key, SL_POSSET_MAX_RUNS, &posset, &plen, &done, err,
-                                     sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__checkpoint_read(merged, mlen, 42, key, sizeof key, SL_POSSET_MAX_RUNS, &posset, &plen, &done, NULL,
+                                     err, sizeof err),
+                 0, "%s", err);
     sl_ledger_t a, b;
     sl__ledger_init(&a, SL_POSSET_MAX_RUNS);
     sl__ledger_init(&b, SL_POSSET_MAX_RUNS);
-    cr_assert_eq(sl__ledger_restore(&a, posset, plen, done, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(sl__ledger_restore(&b, posset, plen, done, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_restore(&a, posset, plen, (sl_posrun_t){.epoch = (uint32_t)done}, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(sl__ledger_restore(&b, posset, plen, (sl_posrun_t){.epoch = (uint32_t)done}, err, sizeof err), 0, "%s",
+                 err);
     free(posset);
     uint64_t extra = 0;
     for (uint64_t p = 0; p < N && extra < BATCH; p++)
@@ -1795,4 +1811,240 @@ Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_plac
     free(read);
     free(mine);
     free(left);
+}
+
+/* A named job's ranks that checkpoint (sl__ledger_given_below()): the same
+ * long shuffled stream as above, its batches of 100 going to 3 ranks at
+ * random, each split's notice with the batch that holds its last record.
+ * Every 37 batches the dispatcher's fold by place reaches every rank: the
+ * least split not yet given whole (some records of later splits wait in
+ * the shuffle's window). Without it each rank's ledger would hold a run for
+ * about every record it got, some 660,000, past its bound of 50,000 (a
+ * named job's ranks cannot drop what they were given on their own). With
+ * it, no ledger overflows; and every so often the ranks checkpoint, the
+ * checkpoints merge, and the merged one starts at the place (version 5)
+ * and holds exactly what the ranks were given past it; a ledger restored
+ * from it checkpoints the same bytes. */
+enum { NRANKS = 3 };
+
+/* Reads a checkpoint of dataset 42 (no key): its positions into *set, its place into *at. */
+static void read_placed(const uint8_t *ckpt, size_t len, sl_posset_t *set, sl_posrun_t *at)
+{
+    uint8_t *posset = NULL;
+    size_t plen = 0;
+    uint64_t done = 0;
+    char err[300];
+    cr_assert_eq(sl__checkpoint_read(ckpt, len, 42, NULL, 0, SL_POSSET_MAX_RUNS, &posset, &plen, &done, at, err,
+                                     sizeof err), 0, "%s", err);
+    cr_assert_eq(done, at->epoch);
+    sl_posset_init(set, SL_POSSET_MAX_RUNS);
+    if (plen > 0)
+        cr_assert_eq(sl_posset_decode(set, posset, plen, err, sizeof err), 0, "%s", err);
+    free(posset);
+}
+
+/* The ranks checkpoint and merge: the merged checkpoint starts at `floor`
+ * (a position of the stream) and holds exactly the positions given past it. */
+static void assert_merged_past(sl_ledger_t *rank, const uint8_t *given, uint64_t floor, uint64_t want, uint64_t *rng,
+                               unsigned seed)
+{
+    uint8_t *ck[NRANKS], *merged = NULL;
+    size_t len[NRANKS], mlen = 0;
+    char err[300];
+    for (int r = 0; r < NRANKS; r++)
+        cr_assert_eq(sl__ledger_checkpoint(&rank[r], 42, NULL, 0, &ck[r], &len[r], err, sizeof err), 0, "seed %u: %s",
+                     seed, err);
+    cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ck, len, NRANKS, NULL, 0, SL_POSSET_MAX_RUNS, &merged,
+                                      &mlen, err, sizeof err), 0, "seed %u: %s", seed, err);
+    sl_posset_t set;
+    sl_posrun_t at;
+    read_placed(merged, mlen, &set, &at);
+    sl_provenance_run_t want_at = floor < (uint64_t)CE * CPER ? cpos(floor) : (sl_provenance_run_t){CE, 0, 0, 0};
+    cr_assert(at.epoch == want_at.epoch && at.file == want_at.file_index && at.begin == want_at.begin,
+              "seed %u: the merged checkpoint starts at (%u, %u, %" PRIu64 "), not at position %" PRIu64, seed,
+              at.epoch, at.file, at.begin, floor);
+    cr_assert_eq(merged[4], floor % CPER ? 5 : 4, "seed %u: version %u", seed, merged[4]);
+    cr_assert_eq(sl_posset_size(&set), want, "seed %u: it holds %" PRIu64 " positions past the place, not %" PRIu64,
+                 seed, sl_posset_size(&set), want);
+    if (set.num > 0)
+        cr_assert(!sl_place_before(set.runs[0].epoch, set.runs[0].file, set.runs[0].begin, at.epoch, at.file, at.begin),
+                  "seed %u: it holds positions before its place", seed);
+    uint64_t end = (uint64_t)CE * CPER;
+    for (int i = 0; i < 300 && floor < end; i++) {
+        uint64_t q = floor + splitmix64(rng) % (end - floor);
+        sl_provenance_run_t p = cpos(q);
+        cr_assert_eq(sl_posset_count(&set, p.epoch, p.file_index, p.begin, p.begin + 1), given[q],
+                     "seed %u: position %" PRIu64, seed, q);
+    }
+    /* Restored, it checkpoints the same bytes (what a resumed rank holds). */
+    uint8_t *posset = NULL, *again = NULL;
+    size_t plen = 0, alen = 0;
+    uint64_t done = 0;
+    cr_assert_eq(sl__checkpoint_read(merged, mlen, 42, NULL, 0, SL_POSSET_MAX_RUNS, &posset, &plen, &done, &at, err,
+                                     sizeof err), 0, "%s", err);
+    sl_ledger_t back;
+    sl__ledger_init(&back, SL_POSSET_MAX_RUNS);
+    cr_assert_eq(sl__ledger_restore(&back, posset, plen, at, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl__ledger_checkpoint(&back, 42, NULL, 0, &again, &alen, err, sizeof err), 0, "%s", err);
+    cr_assert(alen == mlen && memcmp(again, merged, mlen) == 0, "seed %u: the restored ledger's checkpoint differs",
+              seed);
+    sl__ledger_free(&back);
+    free(posset);
+    free(again);
+    sl_posset_clear(&set);
+    free(merged);
+    for (int r = 0; r < NRANKS; r++)
+        free(ck[r]);
+}
+
+Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
+{
+    unsigned seed = test_seed("ledger.the_ranks_of_a_named_job_keep_only...");
+    uint64_t rng = seed, end = (uint64_t)CE * CPER;
+    uint8_t *given = calloc(end, 1);
+    uint32_t *left = malloc(end / CS * sizeof *left);
+    cr_assert(given && left);
+    for (uint64_t k = 0; k < end / CS; k++)
+        left[k] = CS;
+    sl_ledger_t rank[NRANKS];
+    for (int r = 0; r < NRANKS; r++)
+        sl__ledger_init(&rank[r], CMAX);
+    uint64_t next = 0, total = 0, floor = 0, placed = 0, given_below = 0, merges = 0;
+    size_t most_runs = 0;
+    for (uint64_t batch = 0; total < end; batch++) {
+        sl_provenance_run_t runs[CB];
+        sl_split_done_t done[CB], tally[CB];
+        size_t n = 0, nd = 0, nt = 0;
+        while (n < CB && total < end) {
+            while (next < end && given[next])
+                next++;
+            uint64_t span = end - next < CW ? end - next : CW;
+            uint64_t p = next + splitmix64(&rng) % span;
+            while (given[p])
+                p = p + 1 < end ? p + 1 : next;
+            given[p] = 1;
+            total++;
+            runs[n++] = cpos(p);
+            sl_provenance_run_t s = cpos(p / CS * CS);
+            if (--left[p / CS] == 0)
+                done[nd++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
+                                               .begin = s.begin, .end = s.begin + CS, .delivered = CS};
+            size_t j = 0;
+            while (j < nt && tally[j].split_id != p / CS)
+                j++;
+            if (j == nt)
+                tally[nt++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
+                                                .begin = s.begin, .end = s.begin + CS};
+            tally[j].delivered++;
+        }
+        /* Given to one rank's caller: ranks 0 and 2 lazy, rank 1 eager. */
+        int r = (int)(splitmix64(&rng) % NRANKS);
+        uint8_t *wire = NULL;
+        size_t len = 0;
+        cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
+        if (r == 1)
+            sl__ledger_add(&rank[r], wire, len, n, done, nd, false);
+        else
+            sl__ledger_add_tallied(&rank[r], wire, len, n, tally, nt, done, nd, false);
+        free(wire);
+        if (batch % 37 == 0) {
+            while (floor < end && left[floor / CS] == 0)
+                floor += CS;
+            for (; placed < floor; placed++)
+                given_below += given[placed];
+            sl_provenance_run_t at = floor < end ? cpos(floor) : (sl_provenance_run_t){CE, 0, 0, 0};
+            for (int k = 0; k < NRANKS; k++)
+                sl__ledger_given_below(&rank[k], at.epoch, at.file_index, at.begin);
+            /* A place not past the last one changes nothing. */
+            sl__ledger_given_below(&rank[0], 0, 0, 0);
+        }
+        size_t held = 0;
+        for (int k = 0; k < NRANKS; k++) {
+            cr_assert_eq(rank[k].rc, 0, "seed %u: rank %d's ledger overflowed at batch %" PRIu64, seed, k, batch);
+            held = sl__ledger_runs(&rank[k]) + rank[k].num > held ? sl__ledger_runs(&rank[k]) + rank[k].num : held;
+        }
+        most_runs = held > most_runs ? held : most_runs;
+        if (batch % 37 == 0 && splitmix64(&rng) % 60 == 0) {
+            assert_merged_past(rank, given, placed, total - given_below, &rng, seed);
+            merges++;
+        }
+    }
+    cr_assert_geq(merges, 3, "seed %u: %" PRIu64 " merges", seed, merges);
+    cr_assert_leq(most_runs, 20000, "seed %u: a rank's ledger held %zu runs", seed, most_runs);
+    cr_log_info("seed %u: at most %zu runs held by a rank, %" PRIu64 " merges checked", seed, most_runs, merges);
+    /* At the end every split was given whole: the merge starts past the stream. */
+    while (floor < end && left[floor / CS] == 0)
+        floor += CS;
+    for (int k = 0; k < NRANKS; k++)
+        sl__ledger_given_below(&rank[k], CE, 0, 0);
+    assert_merged_past(rank, given, floor, 0, &rng, seed);
+    for (int k = 0; k < NRANKS; k++)
+        sl__ledger_free(&rank[k]);
+    free(given);
+    free(left);
+}
+
+Test(ledger, a_fold_by_place_replays_from_a_delta)
+{
+    /* Two files of 1,000 positions given in shuffled runs of 10, a fold by
+     * place after each 20 batches: a builder fed the deltas takes the
+     * ledger's checkpoint bytes (version 5 once the place is within the
+     * epoch), and a cut-short place record is refused by name. */
+    uint64_t order[2000];
+    shuffled_order(order, 2000, 5);
+    sl_ledger_t l;
+    sl__ledger_init(&l, 1000);
+    sl_delta_log_t log = {0};
+    sl_ckpt_builder_t *b;
+    cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1000, NULL, 0, &b), 0);
+    char err[300];
+    for (int batch = 0; batch < 100; batch++) {
+        sl_provenance_run_t runs[20];
+        for (int i = 0; i < 20; i++) {
+            uint64_t p = order[batch * 20 + i];
+            runs[i] = (sl_provenance_run_t){0, (uint32_t)(p / 1000), p % 1000, 1};
+        }
+        uint8_t *wire = NULL;
+        size_t wlen = 0;
+        cr_assert_eq(sl_provwire_encode(runs, 20, &wire, &wlen), 0);
+        sl__ledger_add(&l, wire, wlen, 20, NULL, 0, false);
+        sl__delta_log_batch(&log, wire, wlen, 20, NULL, 0, false);
+        free(wire);
+        if (batch % 20 == 19) {
+            /* Somewhere behind what was given: the place of the least position not given. */
+            uint64_t least = 2000;
+            for (int k = (batch + 1) * 20; k < 2000; k++)
+                least = order[k] < least ? order[k] : least;
+            sl__ledger_given_below(&l, 0, (uint32_t)(least / 1000), least % 1000);
+            sl__delta_log_given_below(&log, 0, (uint32_t)(least / 1000), least % 1000);
+        }
+        uint8_t *delta = NULL;
+        size_t dlen = 0;
+        cr_assert_eq(sl__delta_log_take(&log, 42, &delta, &dlen, err, sizeof err), 0, "%s", err);
+        if (batch == 39) {
+            cr_assert_eq(sl_ckpt_builder_apply(b, delta, dlen - 1), SL_EDATA);
+            cr_assert(strstr(sl_ckpt_builder_errmsg(b), "place fold record cut short"), "%s",
+                      sl_ckpt_builder_errmsg(b));
+        }
+        cr_assert_eq(sl_ckpt_builder_apply(b, delta, dlen), 0, "%s", sl_ckpt_builder_errmsg(b));
+        free(delta);
+        assert_same_checkpoint(&l, b, (uint64_t)batch);
+    }
+    cr_assert(l.floor_given && l.floor_set);
+    uint8_t *ck = NULL;
+    size_t cklen = 0;
+    cr_assert_eq(sl__ledger_checkpoint(&l, 42, NULL, 0, &ck, &cklen, err, sizeof err), 0, "%s", err);
+    /* Every position was given: it starts past the last file (2, 0). */
+    cr_assert_eq(ck[4], 5);
+    /* A reader that cannot start within an epoch refuses it by name. */
+    uint8_t *pos = NULL;
+    size_t plen = 0;
+    uint64_t done = 0;
+    cr_assert_eq(sl__checkpoint_read(ck, cklen, 42, NULL, 0, 1000, &pos, &plen, &done, NULL, err, sizeof err),
+                 SL_EINVAL);
+    cr_assert(strstr(err, "epoch 0 file 2 record 0") && strstr(err, "cannot resume from"), "%s", err);
+    free(ck);
+    sl_ckpt_builder_close(b);
+    sl__delta_log_free(&log);
+    sl__ledger_free(&l);
 }

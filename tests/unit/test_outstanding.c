@@ -423,7 +423,7 @@ Test(outstanding, splits_are_forgotten_once_every_client_has_them)
     cr_assert_eq(lost_splits(j, "outstanding"), 4, "one client is not all of them");
     heartbeat(j, c2, 1, &ta, &below);
     cr_assert_eq(lost_splits(j, "outstanding"), 2);
-    cr_assert_not(hb->has_confirmed_below, "only coordinated reads are told: a named job's clients checkpoint");
+    cr_assert(hb->has_confirmed_below, "a named job's clients are told too (they say how far they gave it)");
     /* A smaller done_below later changes nothing (it only grows). */
     uint64_t less = first;
     heartbeat(j, c2, 1, &ta, &less);
@@ -1096,4 +1096,111 @@ Test(outstanding, every_record_once_through_losses_parts_and_restarts_at_drawn_s
         free(p.received);
     }
     fprintf(stderr, "  24 jobs: %u workers lost, %u restarts\n", lost, restarts);
+}
+
+/* A named job's client heartbeat: done_below of task, and that its caller
+ * was given every record before (0, 0, given) that reached it. */
+static void given_heartbeat(uint64_t job_id, uint64_t client, uint64_t task, uint64_t below, uint64_t given)
+{
+    sluice_ClientHeartbeatRequest *req = calloc(1, sizeof *req);
+    req->job_id = job_id;
+    req->client_id = client;
+    sl_dstate_client_secret(st, job_id, client, req->client_secret);
+    req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = task, .done_below = below};
+    req->has_place_given = true;
+    req->place_given = (sluice_Place){.epoch = 0, .file = 0, .record = given};
+    memset(hb, 0, sizeof *hb);
+    cr_assert_eq(sl_dstate_client_heartbeat(st, req, 0, hb, err, sizeof err), 0, "%s", err);
+    free(req);
+}
+
+/* The place the last heartbeat answer folded at: its record (epoch and file 0), or -1 for none. */
+static int64_t folded_at(void)
+{
+    if (!hb->has_place_folded)
+        return -1;
+    cr_assert_eq(hb->place_folded.epoch, 0);
+    cr_assert_eq(hb->place_folded.file, 0);
+    cr_assert_eq(hb->epochs_folded, 0);
+    return (int64_t)hb->place_folded.record;
+}
+
+Test(outstanding, a_named_job_folds_at_the_least_place_its_clients_were_given)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r); /* [0, 400) in splits of 100 */
+    uint64_t first = r.splits[0].split_id;
+    /* What a client says is taken no further than what is confirmed: no
+     * split is until both clients have it. */
+    given_heartbeat(j, c1, ta, first + 2, 150);
+    cr_assert(hb->has_confirmed_below);
+    cr_assert_eq(hb->confirmed_below.record, 0);
+    cr_assert_eq(folded_at(), -1, "nothing is confirmed: client 1's 150 counts as 0");
+    given_heartbeat(j, c2, ta, first + 2, 250);
+    cr_assert_eq(hb->confirmed_below.record, 200);
+    cr_assert_eq(folded_at(), -1, "client 1 said nothing since");
+    given_heartbeat(j, c1, ta, first + 2, 150);
+    cr_assert_eq(folded_at(), 150, "the least of client 1's 150 and client 2's 200 (its 250, confirmed to 200)");
+    given_heartbeat(j, c1, ta, first + 2, 50);
+    cr_assert_eq(folded_at(), 150, "a client's word only grows");
+    given_heartbeat(j, c2, ta, first + 2, 250);
+    given_heartbeat(j, c1, ta, first + 2, 200);
+    cr_assert_eq(folded_at(), 200);
+    /* A client that leaves holds the fold at what it was given: records it
+     * had and never gave went with it. */
+    sluice_ReleaseClientRequest rel = {.job_id = j, .client_id = c2};
+    sl_dstate_client_secret(st, j, c2, rel.client_secret);
+    cr_assert_eq(sl_dstate_client_release(st, &rel, 0, err, sizeof err), 0, "%s", err);
+    given_heartbeat(j, c1, ta, first + 4, 350);
+    cr_assert_eq(hb->confirmed_below.record, 400, "client 1 is all the job's clients now");
+    cr_assert_eq(folded_at(), 200, "held where client 2 left");
+    /* The floor of those that left survives a restart (a client's own word
+     * is said again at its next heartbeat). */
+    save();
+    restart();
+    given_heartbeat(j, c1, ta, first + 4, 350);
+    cr_assert_eq(folded_at(), 200, "the stored floor");
+}
+
+Test(outstanding, a_restore_with_a_place_starts_the_job_there)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    const char *spec = "{\"source\": {\"type\": \"range\", \"stop\": 1000}}";
+    uint64_t ds, job_id, client;
+    const char *fp;
+    cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
+    /* Past the end of the epoch's only file, or under a static policy: refused by name. */
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "placed",
+                                        .restore_record = 1001};
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &client, err, sizeof err), SL_EINVAL);
+    cr_assert(strstr(err, "restore place (file 0, record 1001) is past the end of dataset"), "%s", err);
+    req.restore_record = 250;
+    req.sharding = SL_SHARDING_FILE;
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &client, err, sizeof err), SL_EINVAL);
+    cr_assert(strstr(err, "only a restored iterator of a DYNAMIC job starts within an epoch"), "%s", err);
+    req.sharding = SL_SHARDING_DYNAMIC;
+    sluice_GetOrCreateJobResponse resp = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", NULL, 0, 0, &resp, err, sizeof err), 0, "%s", err);
+    cr_assert(resp.restore_place_taken);
+    uint64_t ta = task_of(resp.job_id, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 64, &r);
+    cr_assert_geq(r.splits_count, 1);
+    cr_assert_eq(r.splits[0].begin, 250, "the first split starts at the place, not at %" PRIu64, r.splits[0].begin);
+    uint64_t covered = 0;
+    for (pb_size_t i = 0; i < r.splits_count; i++)
+        covered += r.splits[i].end - r.splits[i].begin;
+    cr_assert_eq(covered, 750, "the rest of the epoch, once");
+    /* A rank that joins must bring the same place: another is another checkpoint. */
+    req.restore_record = 300;
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &client, err, sizeof err), SL_ECONFLICT);
+    cr_assert(strstr(err, "restored from another checkpoint"), "%s", err);
+    req.restore_record = 250;
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &client, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(job_id, resp.job_id);
 }
