@@ -497,10 +497,13 @@ SL_EXPORT uint64_t sl_iterator_records_missing(sl_iterator_t *it);
  * opts.provenance above 0. At most opts.max_ledger_runs runs of positions
  * (contiguous records make one run). An iterator of a named job (one rank
  * of several) holds what its own caller was given: merge the ranks'
- * checkpoints with sl_checkpoint_merge(). A DYNAMIC iterator first asks
- * the dispatcher which epochs are done (one heartbeat's round trip, waited
- * for at most a heartbeat interval), so that the checkpoint holds only the
- * epochs still open.
+ * checkpoints with sl_checkpoint_merge(); the ranks checkpoint at one
+ * step, and none takes its next batch until all have (its checkpoint may
+ * start at the place every rank had been given up to, which moves with
+ * the ranks' heartbeats). A DYNAMIC iterator first asks the dispatcher
+ * which epochs are done (one heartbeat's round trip, waited for at most a
+ * heartbeat interval), so that the checkpoint holds only the epochs still
+ * open.
  * @param[out] out the bytes, malloc'd: free() or sl_free() them
  * @return 0; SL_EINVAL (not such an iterator), SL_ETOOBIG, -ENOMEM; the
  *         message in sl_iterator_errmsg()
@@ -511,8 +514,9 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  * Opens an iterator that continues from a checkpoint: a new job over
  * dataset_id (the checkpoint's dataset) whose splits skip every element the
  * checkpoint holds. opts as for sl_iterator_checkpoint(). *out is set also
- * on failure (close it). Takes the checkpoints of this library (version 2,
- * compact) and of earlier ones (version 1).
+ * on failure (close it). Takes the checkpoints of this library (versions
+ * 1 to 5; a version 5 one starts within an epoch and needs a dispatcher
+ * that starts a job there, SL_EVERSION otherwise).
  *
  * With opts.job_name (DYNAMIC): every rank restores the same (merged)
  * checkpoint with the same job name and repetition; the first creates the
