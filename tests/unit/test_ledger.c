@@ -1687,6 +1687,72 @@ static sl_provenance_run_t cpos(uint64_t p)
     return (sl_provenance_run_t){(uint32_t)(p / CPER), (uint32_t)(p % CPER / CR), p % CR, 1};
 }
 
+/* The stream: `read` marks the positions drawn, `left` counts each split's
+ * records not drawn yet, `next` is the first position not drawn. */
+struct cstream {
+    uint64_t rng, next, total, end;
+    uint8_t *read;
+    uint32_t *left;
+};
+
+static void cstream_init(struct cstream *s, unsigned seed)
+{
+    *s = (struct cstream){.rng = seed, .end = (uint64_t)CE * CPER};
+    s->read = calloc(s->end, 1);
+    s->left = malloc(s->end / CS * sizeof *s->left);
+    cr_assert(s->read && s->left);
+    for (uint64_t k = 0; k < s->end / CS; k++)
+        s->left[k] = CS;
+}
+
+static void cstream_free(struct cstream *s)
+{
+    free(s->read);
+    free(s->left);
+}
+
+/* The next batch, of at most CB records drawn within the window: their
+ * positions and runs, the notices of the splits whose last record it holds
+ * (*nd) and its tally (*nt rows). @return its records */
+static size_t cstream_batch(struct cstream *s, uint64_t *pos, sl_provenance_run_t *runs, sl_split_done_t *done,
+                            size_t *nd, sl_split_done_t *tally, size_t *nt)
+{
+    size_t n = 0;
+    while (n < CB && s->total < s->end) {
+        while (s->next < s->end && s->read[s->next])
+            s->next++;
+        uint64_t span = s->end - s->next < CW ? s->end - s->next : CW;
+        uint64_t p = s->next + splitmix64(&s->rng) % span;
+        while (s->read[p])
+            p = p + 1 < s->end ? p + 1 : s->next;
+        s->read[p] = 1;
+        s->total++;
+        pos[n] = p;
+        runs[n++] = cpos(p);
+        sl_provenance_run_t at = cpos(p / CS * CS);
+        if (--s->left[p / CS] == 0)
+            done[(*nd)++] = (sl_split_done_t){.split_id = p / CS, .epoch = at.epoch, .file_index = at.file_index,
+                                              .begin = at.begin, .end = at.begin + CS, .delivered = CS};
+        size_t j = 0;
+        while (j < *nt && tally[j].split_id != p / CS)
+            j++;
+        if (j == *nt)
+            tally[(*nt)++] = (sl_split_done_t){.split_id = p / CS, .epoch = at.epoch, .file_index = at.file_index,
+                                               .begin = at.begin, .end = at.begin + CS};
+        tally[j].delivered++;
+    }
+    return n;
+}
+
+/* The least position from `floor` on whose split was not drawn whole (the
+ * stream's end when every one was). */
+static uint64_t cstream_floor(const struct cstream *s, uint64_t floor)
+{
+    while (floor < s->end && s->left[floor / CS] == 0)
+        floor += CS;
+    return floor;
+}
+
 /* A report of l: exactly the positions mine marks at or past floor. */
 static void assert_report_past(sl_ledger_t *l, const uint8_t *mine, uint64_t floor, uint64_t want, uint64_t *rng,
                                unsigned seed, const char *which)
@@ -1714,46 +1780,24 @@ static void assert_report_past(sl_ledger_t *l, const uint8_t *mine, uint64_t flo
 Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_place)
 {
     unsigned seed = test_seed("ledger.a_coordinated_consumer_keeps_only...");
-    uint64_t rng = seed, end = (uint64_t)CE * CPER;
-    uint8_t *read = calloc(end, 1), *mine = calloc(end, 1);
-    uint32_t *left = malloc(end / CS * sizeof *left);
-    cr_assert(read && mine && left);
-    for (uint64_t k = 0; k < end / CS; k++)
-        left[k] = CS;
+    struct cstream cs;
+    cstream_init(&cs, seed);
+    uint64_t end = cs.end;
+    uint8_t *mine = calloc(end, 1);
+    cr_assert(mine);
     sl_ledger_t eager, lazy;
     sl__ledger_init(&eager, CMAX);
     sl__ledger_init(&lazy, CMAX);
-    uint64_t next = 0, total = 0, floor = 0, placed = 0, mine_total = 0, mine_below = 0, reports = 0;
+    uint64_t floor = 0, placed = 0, mine_total = 0, mine_below = 0, reports = 0;
     size_t most_runs = 0, most_kept = 0, most_open = 0;
-    for (uint64_t batch = 0; total < end; batch++) {
+    for (uint64_t batch = 0; cs.total < end; batch++) {
         sl_provenance_run_t runs[CB];
         sl_split_done_t done[CB], tally[CB];
-        size_t n = 0, nd = 0, nt = 0;
-        while (n < CB && total < end) {
-            while (next < end && read[next])
-                next++;
-            uint64_t span = end - next < CW ? end - next : CW;
-            uint64_t p = next + splitmix64(&rng) % span;
-            while (read[p])
-                p = p + 1 < end ? p + 1 : next;
-            read[p] = 1;
-            total++;
-            runs[n++] = cpos(p);
-            sl_provenance_run_t s = cpos(p / CS * CS);
-            if (--left[p / CS] == 0)
-                done[nd++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
-                                               .begin = s.begin, .end = s.begin + CS, .delivered = CS};
-            size_t j = 0;
-            while (j < nt && tally[j].split_id != p / CS)
-                j++;
-            if (j == nt)
-                tally[nt++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
-                                                .begin = s.begin, .end = s.begin + CS};
-            tally[j].delivered++;
-            if (batch % 2 == 0) {
-                mine[p] = 1;
-                mine_total++;
-            }
+        uint64_t pos[CB];
+        size_t nd = 0, nt = 0, n = cstream_batch(&cs, pos, runs, done, &nd, tally, &nt);
+        for (size_t i = 0; i < n && batch % 2 == 0; i++) {
+            mine[pos[i]] = 1;
+            mine_total++;
         }
         if (batch % 2 == 0) {
             /* This consumer's batch; the peer's go elsewhere, their notices too. */
@@ -1765,8 +1809,7 @@ Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_plac
             free(wire);
         }
         if (batch % 37 == 0) {
-            while (floor < end && left[floor / CS] == 0)
-                floor += CS;
+            floor = cstream_floor(&cs, floor);
             for (; placed < floor; placed++)
                 mine_below += mine[placed];
             sl_provenance_run_t at = floor < end ? cpos(floor) : (sl_provenance_run_t){CE, 0, 0, 0};
@@ -1781,9 +1824,9 @@ Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_plac
         most_runs = held > most_runs ? held : most_runs;
         most_kept = lazy.log_kept > most_kept ? lazy.log_kept : most_kept;
         most_open = lazy.open.num > most_open ? lazy.open.num : most_open;
-        if (splitmix64(&rng) % 400 == 0) {
-            assert_report_past(&eager, mine, placed, mine_total - mine_below, &rng, seed, "eager");
-            assert_report_past(&lazy, mine, placed, mine_total - mine_below, &rng, seed, "lazy");
+        if (splitmix64(&cs.rng) % 400 == 0) {
+            assert_report_past(&eager, mine, placed, mine_total - mine_below, &cs.rng, seed, "eager");
+            assert_report_past(&lazy, mine, placed, mine_total - mine_below, &cs.rng, seed, "lazy");
             reports++;
         }
     }
@@ -1808,9 +1851,8 @@ Test(ledger, a_coordinated_consumer_keeps_only_what_lies_past_the_confirmed_plac
     cr_assert(strstr(err, "coordinated reads only"), "%s", err);
     sl__ledger_free(&eager);
     sl__ledger_free(&lazy);
-    free(read);
+    cstream_free(&cs);
     free(mine);
-    free(left);
 }
 
 /* A named job's ranks that checkpoint (sl__ledger_given_below()): the same
@@ -1900,45 +1942,22 @@ static void assert_merged_past(sl_ledger_t *rank, const uint8_t *given, uint64_t
 Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
 {
     unsigned seed = test_seed("ledger.the_ranks_of_a_named_job_keep_only...");
-    uint64_t rng = seed, end = (uint64_t)CE * CPER;
-    uint8_t *given = calloc(end, 1);
-    uint32_t *left = malloc(end / CS * sizeof *left);
-    cr_assert(given && left);
-    for (uint64_t k = 0; k < end / CS; k++)
-        left[k] = CS;
+    struct cstream cs;
+    cstream_init(&cs, seed);
+    uint64_t end = cs.end;
+    const uint8_t *given = cs.read; /* every record drawn is given to a rank's caller */
     sl_ledger_t rank[NRANKS];
     for (int r = 0; r < NRANKS; r++)
         sl__ledger_init(&rank[r], CMAX);
-    uint64_t next = 0, total = 0, floor = 0, placed = 0, given_below = 0, merges = 0;
+    uint64_t floor = 0, placed = 0, given_below = 0, merges = 0;
     size_t most_runs = 0;
-    for (uint64_t batch = 0; total < end; batch++) {
+    for (uint64_t batch = 0; cs.total < end; batch++) {
         sl_provenance_run_t runs[CB];
         sl_split_done_t done[CB], tally[CB];
-        size_t n = 0, nd = 0, nt = 0;
-        while (n < CB && total < end) {
-            while (next < end && given[next])
-                next++;
-            uint64_t span = end - next < CW ? end - next : CW;
-            uint64_t p = next + splitmix64(&rng) % span;
-            while (given[p])
-                p = p + 1 < end ? p + 1 : next;
-            given[p] = 1;
-            total++;
-            runs[n++] = cpos(p);
-            sl_provenance_run_t s = cpos(p / CS * CS);
-            if (--left[p / CS] == 0)
-                done[nd++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
-                                               .begin = s.begin, .end = s.begin + CS, .delivered = CS};
-            size_t j = 0;
-            while (j < nt && tally[j].split_id != p / CS)
-                j++;
-            if (j == nt)
-                tally[nt++] = (sl_split_done_t){.split_id = p / CS, .epoch = s.epoch, .file_index = s.file_index,
-                                                .begin = s.begin, .end = s.begin + CS};
-            tally[j].delivered++;
-        }
+        uint64_t pos[CB];
+        size_t nd = 0, nt = 0, n = cstream_batch(&cs, pos, runs, done, &nd, tally, &nt);
         /* Given to one rank's caller: ranks 0 and 2 lazy, rank 1 eager. */
-        int r = (int)(splitmix64(&rng) % NRANKS);
+        int r = (int)(splitmix64(&cs.rng) % NRANKS);
         uint8_t *wire = NULL;
         size_t len = 0;
         cr_assert_eq(sl_provwire_encode(runs, n, &wire, &len), 0);
@@ -1948,8 +1967,7 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
             sl__ledger_add_tallied(&rank[r], wire, len, n, tally, nt, done, nd, false);
         free(wire);
         if (batch % 37 == 0) {
-            while (floor < end && left[floor / CS] == 0)
-                floor += CS;
+            floor = cstream_floor(&cs, floor);
             for (; placed < floor; placed++)
                 given_below += given[placed];
             sl_provenance_run_t at = floor < end ? cpos(floor) : (sl_provenance_run_t){CE, 0, 0, 0};
@@ -1964,8 +1982,8 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
             held = sl__ledger_runs(&rank[k]) + rank[k].num > held ? sl__ledger_runs(&rank[k]) + rank[k].num : held;
         }
         most_runs = held > most_runs ? held : most_runs;
-        if (batch % 37 == 0 && splitmix64(&rng) % 60 == 0) {
-            assert_merged_past(rank, given, placed, total - given_below, &rng, seed);
+        if (batch % 37 == 0 && splitmix64(&cs.rng) % 60 == 0) {
+            assert_merged_past(rank, given, placed, cs.total - given_below, &cs.rng, seed);
             merges++;
         }
     }
@@ -1973,15 +1991,13 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
     cr_assert_leq(most_runs, 20000, "seed %u: a rank's ledger held %zu runs", seed, most_runs);
     cr_log_info("seed %u: at most %zu runs held by a rank, %" PRIu64 " merges checked", seed, most_runs, merges);
     /* At the end every split was given whole: the merge starts past the stream. */
-    while (floor < end && left[floor / CS] == 0)
-        floor += CS;
+    floor = cstream_floor(&cs, floor);
     for (int k = 0; k < NRANKS; k++)
         sl__ledger_given_below(&rank[k], CE, 0, 0);
-    assert_merged_past(rank, given, floor, 0, &rng, seed);
+    assert_merged_past(rank, given, floor, 0, &cs.rng, seed);
     for (int k = 0; k < NRANKS; k++)
         sl__ledger_free(&rank[k]);
-    free(given);
-    free(left);
+    cstream_free(&cs);
 }
 
 Test(ledger, a_fold_by_place_replays_from_a_delta)
