@@ -1761,6 +1761,19 @@ static void coord_drained_done(sl_dstate_t *st, struct job *j)
         job_ensure_task(st, j); /* after the loop: it may add a task */
 }
 
+struct sl_place sl__job_folded(const struct job *j)
+{
+    /* The least over every client, the away ones too (what they were
+     * given is not known until they come back or are released). */
+    struct sl_place folded = {.epoch = UINT64_MAX, .file = UINT32_MAX, .pos = UINT64_MAX};
+    if (j->given_floor_set)
+        folded = j->given_floor;
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (sl__place_before(j->clients[i].given, folded))
+            folded = j->clients[i].given;
+    return folded.epoch == UINT64_MAX ? (struct sl_place){0} : folded;
+}
+
 /* Takes what a named job's client says its caller was given (epochs_given,
  * place_given), no further than what is confirmed: every record before
  * `at` reached a client, and so did every epoch below epochs_done. */
@@ -1851,12 +1864,7 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     }
     if (j->name[0] && j->state == SL_JOB_RUNNING) {
         client_given(c, req, placed ? at : (struct sl_place){0}, resp->epochs_done);
-        /* The least over every client, the away ones too (what they were
-         * given is not known until they come back or are released). */
-        struct sl_place folded = j->given_floor_set ? j->given_floor : c->given;
-        for (unsigned i = 0; i < j->num_clients; i++)
-            if (sl__place_before(j->clients[i].given, folded))
-                folded = j->clients[i].given;
+        struct sl_place folded = sl__job_folded(j);
         resp->epochs_folded = folded.epoch;
         resp->has_place_folded = folded.epoch > 0 || folded.file > 0 || folded.pos > 0;
         resp->place_folded = (sluice_Place){.epoch = folded.epoch, .file = folded.file, .record = folded.pos};

@@ -342,6 +342,11 @@ int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
 struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id);
+
+/** A named job's fold (ClientHeartbeatResponse.place_folded): the least
+ *  place given of its clients and of those that left it; (0, 0, 0) for
+ *  none. */
+struct sl_place sl__job_folded(const struct job *j);
 struct task *sl__dstate_task(const sl_dstate_t *st, uint64_t id, struct job **job);
 
 /** A dataset's files (a source without files counts as one file of

@@ -150,6 +150,12 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
             json_object_set_new(lost, "confirmed_below", json_pack("[I,I,I]", (json_int_t)at.epoch,
                                                                    (json_int_t)at.file, (json_int_t)at.pos));
         }
+        if (j->state == SL_JOB_RUNNING && j->name[0]) {
+            /* A named job's fold: what its clients' ledgers keep nothing before. */
+            struct sl_place f = sl__job_folded(j);
+            json_object_set_new(lost, "folded_below", json_pack("[I,I,I]", (json_int_t)f.epoch, (json_int_t)f.file,
+                                                                (json_int_t)f.pos));
+        }
         json_object_set_new(o, "lost_splits", lost);
     }
     if (!detail)
@@ -169,6 +175,9 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
             if (cl->replaced) /* the first round it handed its caller */
                 json_object_set_new(co, "start_round", json_integer((json_int_t)cl->start_round));
         }
+        if (j->name[0] && sl__out_tracked(j)) /* how far it said its caller was given what reached it */
+            json_object_set_new(co, "given_below", json_pack("[I,I,I]", (json_int_t)cl->given.epoch,
+                                                             (json_int_t)cl->given.file, (json_int_t)cl->given.pos));
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
         else if (cl->stalled_since)

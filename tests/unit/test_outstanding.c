@@ -1150,6 +1150,14 @@ Test(outstanding, a_named_job_folds_at_the_least_place_its_clients_were_given)
     given_heartbeat(j, c2, ta, first + 2, 250);
     given_heartbeat(j, c1, ta, first + 2, 200);
     cr_assert_eq(folded_at(), 200);
+    /* The admin view shows the fold and each client's word. */
+    json_t *v = sl_dstate_job_json(st, j, 0);
+    cr_assert_not_null(v);
+    json_t *f = json_object_get(json_object_get(v, "lost_splits"), "folded_below");
+    cr_assert_eq(json_integer_value(json_array_get(f, 2)), 200, "folded_below");
+    json_t *co = json_array_get(json_object_get(v, "consumers"), 1);
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(co, "given_below"), 2)), 200, "given_below");
+    json_decref(v);
     /* A client that leaves holds the fold at what it was given: records it
      * had and never gave went with it. */
     sluice_ReleaseClientRequest rel = {.job_id = j, .client_id = c2};
