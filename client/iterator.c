@@ -1325,15 +1325,12 @@ static bool place_before(sl_posrun_t a, sl_posrun_t b)
 }
 
 /* The dispatcher's word that every record before `at` was given to some
- * caller of the named job (sl__ledger_given_below()), logged for deltas
- * when it changed the ledger. Under it->mu. */
+ * caller of the named job (sl__ledger_given_below(): made when the caller
+ * is next given a batch), logged for deltas when it changed the ledger.
+ * Under it->mu. */
 static void ledger_given_below(sl_iterator_t *it, sl_posrun_t at)
 {
-    sl_ledger_t *l = &it->ledger;
-    uint64_t was_done = l->epochs_done;
-    sl_posrun_t was_floor = l->floor;
-    sl__ledger_given_below(l, at.epoch, at.file, at.begin);
-    if (it->opts.ledger_deltas > 0 && (l->epochs_done != was_done || memcmp(&l->floor, &was_floor, sizeof was_floor)))
+    if (sl__ledger_given_below(&it->ledger, at.epoch, at.file, at.begin) && it->opts.ledger_deltas > 0)
         sl__delta_log_given_below(&it->deltas, at.epoch, at.file, at.begin);
 }
 

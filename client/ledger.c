@@ -169,6 +169,7 @@ static bool below_floor(const sl_ledger_t *l, uint32_t epoch, uint32_t file, uin
 }
 
 static void lazy_drop(sl_ledger_t *l);
+static void given_now(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /* Every epoch below `below` was given whole: only the number is kept. */
 static void fold(sl_ledger_t *l, uint64_t below)
@@ -188,7 +189,7 @@ int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, sl_pos
 {
     int rc = len > 0 ? sl_posset_decode(&l->restored, posset, len, err, errlen) : 0;
     if (rc == 0)
-        sl__ledger_given_below(l, at.epoch, at.file, at.begin);
+        given_now(l, at.epoch, at.file, at.begin);
     return rc;
 }
 
@@ -236,7 +237,8 @@ void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, u
         l->floor_given = false;
 }
 
-void sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+/* sl__ledger_given_below()'s fold, made now. */
+static void given_now(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
 {
     if (l->floor_set && !l->floor_given)
         return; /* a coordinated ledger's floor is further, and takes no checkpoint */
@@ -245,6 +247,19 @@ void sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint6
         l->fold_below = 0; /* what waited is done with it */
     if ((file > 0 || pos > 0) && raise_floor(l, epoch, file, pos))
         l->floor_given = true;
+}
+
+bool sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    if ((l->floor_set && !l->floor_given) || below_floor(l, epoch, file, pos) ||
+        (l->floor_set && epoch == l->floor.epoch && file == l->floor.file && pos == l->floor.begin) ||
+        (l->fold_next_set && !sl_place_before(l->fold_next.epoch, l->fold_next.file, l->fold_next.begin, epoch,
+                                              file, pos)) ||
+        (file == 0 && pos == 0 && epoch <= l->epochs_done))
+        return false;
+    l->fold_next = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
+    l->fold_next_set = true;
+    return true;
 }
 
 /* Where the ledger's record starts: the floor when it lies in the epoch
@@ -602,6 +617,11 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
     if (rc < 0) {
         fail(l, rc);
         return;
+    }
+    /* A named job's fold heard before this batch was given. */
+    if (l->fold_next_set) {
+        l->fold_next_set = false;
+        given_now(l, l->fold_next.epoch, l->fold_next.file, l->fold_next.begin);
     }
     /* The caller now has every batch that waited when the dispatcher said
      * the epochs below fold_below were done. */
@@ -981,7 +1001,7 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
         sl_posset_clear(&one);
     }
     if (rc == 0) {
-        sl__ledger_given_below(&all, top.epoch, top.file, top.begin);
+        given_now(&all, top.epoch, top.file, top.begin);
         rc = sl__ledger_checkpoint(&all, dataset_id, key, key_len, out, out_len, err, errlen);
     }
     sl_posset_clear(&one);

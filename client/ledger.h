@@ -75,6 +75,12 @@ typedef struct sl_ledger {
      * restored checkpoint's place): checkpoints start there (version 5). */
     sl_posrun_t floor;
     bool floor_set, floor_given;
+    /* A named job's fold heard since the caller was last given a batch
+     * (fold_next_set): made when the next one is given, so that a
+     * checkpoint taken between two batches holds the fold as it stood when
+     * the caller got the last one (sl__ledger_given_below()). */
+    sl_posrun_t fold_next;
+    bool fold_next_set;
     /* The only client of its tasks (an anonymous job): a split's records
      * all go to it. Set by the owner; without it nothing is missing below
      * (a named job's consumers share its tasks' batches). */
@@ -128,17 +134,25 @@ void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting);
 void sl__ledger_confirmed_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /**
- * A named job's fold by place (ClientHeartbeatResponse.place_folded), and
- * a restored checkpoint's place: every record before (epoch, file, pos)
- * was given to some caller of the job. The epochs below `epoch` fold at
- * once; within it the ledger drops what it holds before the place, and
- * what comes before it later, as sl__ledger_confirmed_below() does, but
- * its checkpoints start at the place (version 5) and hold what lies past
- * it. Over a long shuffled epoch read by several ranks, each ledger then
- * follows the splits not yet given, not every record it got. A place not
- * past the last one changes nothing; a coordinated ledger ignores it.
+ * A named job's fold by place (ClientHeartbeatResponse.place_folded):
+ * every record before (epoch, file, pos) was given to some caller of the
+ * job. It takes effect when the caller is next given a batch (or the end):
+ * a rank checkpoints after its batch of a step and before the next, and a
+ * fold heard in between may count a peer's batch of the next step, which
+ * that peer's checkpoint does not hold (ranks that all-reduce every step
+ * take their next batch only after every rank took this one, so a fold
+ * heard before a batch was given counts only batches up to its step). Then
+ * the epochs below `epoch` fold; within it the ledger drops what it holds
+ * before the place, and what comes before it later, as
+ * sl__ledger_confirmed_below() does, but its checkpoints start at the
+ * place (version 5) and hold what lies past it. Over a long shuffled epoch
+ * read by several ranks, each ledger then follows the splits not yet
+ * given, not every record it got. A restored checkpoint's place is made at
+ * once (sl__ledger_restore()).
+ * @return false when it changes nothing: a place not past the last one
+ *   (made or waiting), or a coordinated ledger's
  */
-void sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
+bool sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
 /** @return the runs the ledger holds (restored and got; what a checkpoint's size follows) */
 size_t sl__ledger_runs(const sl_ledger_t *l);

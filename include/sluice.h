@@ -497,10 +497,11 @@ SL_EXPORT uint64_t sl_iterator_records_missing(sl_iterator_t *it);
  * opts.provenance above 0. At most opts.max_ledger_runs runs of positions
  * (contiguous records make one run). An iterator of a named job (one rank
  * of several) holds what its own caller was given: merge the ranks'
- * checkpoints with sl_checkpoint_merge(); the ranks checkpoint at one
- * step, and none takes its next batch until all have (its checkpoint may
- * start at the place every rank had been given up to, which moves with
- * the ranks' heartbeats). A DYNAMIC iterator first asks the dispatcher
+ * checkpoints with sl_checkpoint_merge(); the ranks checkpoint after
+ * their batch of a common step (its checkpoint starts at the place every
+ * rank had been given up to when it got that batch: ranks that all-reduce
+ * every step need no barrier; others take no batch past the step until
+ * every rank has checkpointed). A DYNAMIC iterator first asks the dispatcher
  * which epochs are done (one heartbeat's round trip, waited for at most a
  * heartbeat interval), so that the checkpoint holds only the epochs still
  * open.

@@ -1966,6 +1966,12 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
         else
             sl__ledger_add_tallied(&rank[r], wire, len, n, tally, nt, done, nd, false);
         free(wire);
+        /* The fold the ranks heard before this batch was made when it was
+         * given: the ranks' checkpoints merge into one that starts there. */
+        if (batch % 37 == 0 && batch > 0 && splitmix64(&cs.rng) % 60 == 0) {
+            assert_merged_past(rank, given, placed, cs.total - given_below, &cs.rng, seed);
+            merges++;
+        }
         if (batch % 37 == 0) {
             floor = cstream_floor(&cs, floor);
             for (; placed < floor; placed++)
@@ -1974,7 +1980,7 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
             for (int k = 0; k < NRANKS; k++)
                 sl__ledger_given_below(&rank[k], at.epoch, at.file_index, at.begin);
             /* A place not past the last one changes nothing. */
-            sl__ledger_given_below(&rank[0], 0, 0, 0);
+            cr_assert_not(sl__ledger_given_below(&rank[0], 0, 0, 0));
         }
         size_t held = 0;
         for (int k = 0; k < NRANKS; k++) {
@@ -1982,18 +1988,16 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
             held = sl__ledger_runs(&rank[k]) + rank[k].num > held ? sl__ledger_runs(&rank[k]) + rank[k].num : held;
         }
         most_runs = held > most_runs ? held : most_runs;
-        if (batch % 37 == 0 && splitmix64(&cs.rng) % 60 == 0) {
-            assert_merged_past(rank, given, placed, cs.total - given_below, &cs.rng, seed);
-            merges++;
-        }
     }
     cr_assert_geq(merges, 3, "seed %u: %" PRIu64 " merges", seed, merges);
     cr_assert_leq(most_runs, 20000, "seed %u: a rank's ledger held %zu runs", seed, most_runs);
     cr_log_info("seed %u: at most %zu runs held by a rank, %" PRIu64 " merges checked", seed, most_runs, merges);
-    /* At the end every split was given whole: the merge starts past the stream. */
+    /* At the end every split was given whole: the merge starts past the
+     * stream, once a rank was given its end. */
     floor = cstream_floor(&cs, floor);
     for (int k = 0; k < NRANKS; k++)
         sl__ledger_given_below(&rank[k], CE, 0, 0);
+    sl__ledger_add(&rank[0], NULL, 0, 0, NULL, 0, true);
     assert_merged_past(rank, given, floor, 0, &cs.rng, seed);
     for (int k = 0; k < NRANKS; k++)
         sl__ledger_free(&rank[k]);
@@ -2014,6 +2018,7 @@ Test(ledger, a_fold_by_place_replays_from_a_delta)
     sl_ckpt_builder_t *b;
     cr_assert_eq(sl_ckpt_builder_open(42, NULL, 1000, NULL, 0, &b), 0);
     char err[300];
+    sl_posrun_t heard = {0};
     for (int batch = 0; batch < 100; batch++) {
         sl_provenance_run_t runs[20];
         for (int i = 0; i < 20; i++) {
@@ -2026,13 +2031,24 @@ Test(ledger, a_fold_by_place_replays_from_a_delta)
         sl__ledger_add(&l, wire, wlen, 20, NULL, 0, false);
         sl__delta_log_batch(&log, wire, wlen, 20, NULL, 0, false);
         free(wire);
+        if (batch % 20 == 1 && (heard.file > 0 || heard.begin > 0)) {
+            /* The fold heard after the last batch was made with this one. */
+            cr_assert(l.floor_set && l.floor.file == heard.file && l.floor.begin == heard.begin,
+                      "batch %d: the floor is (%u, %" PRIu64 "), not the fold heard", batch, l.floor.file,
+                      l.floor.begin);
+        }
         if (batch % 20 == 19) {
             /* Somewhere behind what was given: the place of the least position not given. */
             uint64_t least = 2000;
             for (int k = (batch + 1) * 20; k < 2000; k++)
                 least = order[k] < least ? order[k] : least;
-            sl__ledger_given_below(&l, 0, (uint32_t)(least / 1000), least % 1000);
-            sl__delta_log_given_below(&log, 0, (uint32_t)(least / 1000), least % 1000);
+            sl_posrun_t was = l.floor;
+            heard = (sl_posrun_t){.file = (uint32_t)(least / 1000), .begin = least % 1000};
+            if (sl__ledger_given_below(&l, 0, heard.file, heard.begin))
+                sl__delta_log_given_below(&log, 0, heard.file, heard.begin);
+            /* Not before the caller is given its next batch: a checkpoint
+             * now holds the fold as it stood when it got this one. */
+            cr_assert(memcmp(&l.floor, &was, sizeof was) == 0, "batch %d: the fold was made at once", batch);
         }
         uint8_t *delta = NULL;
         size_t dlen = 0;
@@ -2046,6 +2062,15 @@ Test(ledger, a_fold_by_place_replays_from_a_delta)
         free(delta);
         assert_same_checkpoint(&l, b, (uint64_t)batch);
     }
+    /* The end is given too: the last fold is made. */
+    sl__ledger_add(&l, NULL, 0, 0, NULL, 0, true);
+    sl__delta_log_batch(&log, NULL, 0, 0, NULL, 0, true);
+    uint8_t *delta = NULL;
+    size_t dlen = 0;
+    cr_assert_eq(sl__delta_log_take(&log, 42, &delta, &dlen, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_ckpt_builder_apply(b, delta, dlen), 0, "%s", sl_ckpt_builder_errmsg(b));
+    free(delta);
+    assert_same_checkpoint(&l, b, 100);
     cr_assert(l.floor_given && l.floor_set);
     uint8_t *ck = NULL;
     size_t cklen = 0;
