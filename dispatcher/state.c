@@ -1379,8 +1379,9 @@ static void drop_collected(sl_dstate_t *st, const char *name, uint64_t repetitio
     }
 }
 
-/* The SHA-256 of a restore's done epochs (u64, little-endian) and
- * positions (posset.h's bytes). */
+/* The SHA-256 of a restore's done epochs (u64, little-endian), its place
+ * within that epoch when it has one (u32 file, u64 record), and positions
+ * (posset.h's bytes). */
 static int restore_digest(const sluice_GetOrCreateJobRequest *req, const uint8_t *exclude, size_t len,
                           uint8_t out[32])
 {
