@@ -1318,12 +1318,6 @@ static void ledger_fold(sl_iterator_t *it, uint64_t below, size_t waiting)
         sl__delta_log_epochs_done(&it->deltas, below, waiting);
 }
 
-/* Whether place a comes before place b (their epoch, file and begin). */
-static bool place_before(sl_posrun_t a, sl_posrun_t b)
-{
-    return sl_place_before(a.epoch, a.file, a.begin, b.epoch, b.file, b.begin);
-}
-
 /* The dispatcher's word that every record before `at` was given to some
  * caller of the named job (sl__ledger_given_below(): made when the caller
  * is next given a batch), logged for deltas when it changed the ledger.
@@ -1396,11 +1390,11 @@ static sl_posrun_t given_place(const sl_iterator_t *it)
 {
     sl_posrun_t g = it->heard, p;
     for (const struct sl_batch *b = it->ready; b; b = b->next)
-        if (sl__batch_least_place(b, &p) && place_before(p, g))
+        if (sl__batch_least_place(b, &p) && sl_posrun_before(p, g))
             g = p;
     for (unsigned i = 0; it->coord && i < MAX_WINDOW; i++) {
         const struct slot *sl = &it->slots[i];
-        if (sl->state == SLOT_HAVE && sl->batch && sl__batch_least_place(sl->batch, &p) && place_before(p, g))
+        if (sl->state == SLOT_HAVE && sl->batch && sl__batch_least_place(sl->batch, &p) && sl_posrun_before(p, g))
             g = p;
     }
     return g;
@@ -1459,10 +1453,10 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         pthread_mutex_lock(&it->mu);
         const sluice_Place *at = &resp->confirmed_below;
         sl_posrun_t heard = {.epoch = resp->epochs_done <= UINT32_MAX ? (uint32_t)resp->epochs_done : 0};
-        if (resp->has_confirmed_below && at->epoch <= UINT32_MAX &&
-            sl_place_before(heard.epoch, heard.file, heard.begin, at->epoch, at->file, at->record))
-            heard = (sl_posrun_t){.epoch = (uint32_t)at->epoch, .file = at->file, .begin = at->record};
-        if (place_before(it->heard, heard))
+        sl_posrun_t confirmed = {.epoch = (uint32_t)at->epoch, .file = at->file, .begin = at->record};
+        if (resp->has_confirmed_below && at->epoch <= UINT32_MAX && sl_posrun_before(heard, confirmed))
+            heard = confirmed;
+        if (sl_posrun_before(it->heard, heard))
             it->heard = heard;
         const sluice_Place *folded = &resp->place_folded;
         if (!it->coord && resp->has_place_folded && folded->epoch <= UINT32_MAX)

@@ -168,6 +168,13 @@ static bool below_floor(const sl_ledger_t *l, uint32_t epoch, uint32_t file, uin
     return l->floor_set && sl_place_before(epoch, file, pos, f->epoch, f->file, f->begin);
 }
 
+/* Whether (epoch, file, pos) lies past the ledger's floor (or there is none). */
+static bool past_floor(const sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    const sl_posrun_t *f = &l->floor;
+    return !l->floor_set || sl_place_before(f->epoch, f->file, f->begin, epoch, file, pos);
+}
+
 static void lazy_drop(sl_ledger_t *l);
 static void given_now(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos);
 
@@ -214,8 +221,7 @@ void sl__ledger_epochs_done(sl_ledger_t *l, uint64_t below, size_t waiting)
  * nothing. @return whether it moved the floor */
 static bool raise_floor(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
 {
-    bool same = l->floor_set && epoch == l->floor.epoch && file == l->floor.file && pos == l->floor.begin;
-    if (same || below_floor(l, epoch, file, pos))
+    if (!past_floor(l, epoch, file, pos))
         return false;
     l->floor = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
     l->floor_set = true;
@@ -242,22 +248,18 @@ static void given_now(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t po
 {
     if (l->floor_set && !l->floor_given)
         return; /* a coordinated ledger's floor is further, and takes no checkpoint */
-    fold(l, epoch);
-    if (l->fold_below != 0 && l->fold_below <= l->epochs_done)
-        l->fold_below = 0; /* what waited is done with it */
+    sl__ledger_epochs_done(l, epoch, 0);
     if ((file > 0 || pos > 0) && raise_floor(l, epoch, file, pos))
         l->floor_given = true;
 }
 
 bool sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t pos)
 {
-    if ((l->floor_set && !l->floor_given) || below_floor(l, epoch, file, pos) ||
-        (l->floor_set && epoch == l->floor.epoch && file == l->floor.file && pos == l->floor.begin) ||
-        (l->fold_next_set && !sl_place_before(l->fold_next.epoch, l->fold_next.file, l->fold_next.begin, epoch,
-                                              file, pos)) ||
-        (file == 0 && pos == 0 && epoch <= l->epochs_done))
+    sl_posrun_t at = {.epoch = epoch, .file = file, .begin = pos};
+    if ((l->floor_set && !l->floor_given) || !past_floor(l, epoch, file, pos) ||
+        (l->fold_next_set && !sl_posrun_before(l->fold_next, at)) || (file == 0 && pos == 0 && epoch <= l->epochs_done))
         return false;
-    l->fold_next = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
+    l->fold_next = at;
     l->fold_next_set = true;
     return true;
 }
@@ -985,7 +987,7 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
          * given the records before the place (epochs_folded, place_folded):
          * those before the furthest place of any rank were given to them
          * all. */
-        if (sl_place_before(top.epoch, top.file, top.begin, at.epoch, at.file, at.begin))
+        if (sl_posrun_before(top, at))
             top = at;
         if (posset_len > 0)
             rc = sl_posset_decode(&one, posset, posset_len, why, sizeof why);

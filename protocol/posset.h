@@ -43,6 +43,12 @@ typedef struct sl_posrun {
     uint64_t count;
 } sl_posrun_t;
 
+/* Whether run a starts before run b (their count unused). */
+static inline bool sl_posrun_before(sl_posrun_t a, sl_posrun_t b)
+{
+    return sl_place_before(a.epoch, a.file, a.begin, b.epoch, b.file, b.begin);
+}
+
 typedef struct sl_posset {
     sl_posrun_t *runs;
     size_t num, cap, max_runs;
