@@ -21,7 +21,7 @@ import numpy as np
 import sluice
 import sluice.client
 from sluice import _lib
-from harness import Cluster, get_json, values, wait_for
+from harness import Cluster, get_json, http, values, wait_for
 from pycase import SluiceCase
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1070,6 +1070,16 @@ if __name__ == '__main__':
     unittest.main()
 
 
+def checkpoint_head(ck):
+    """(version, epochs_done, file, record) of a checkpoint's header: file
+    and record are the place a version 5 starts at (0 for older ones)."""
+    version = int.from_bytes(ck[4:8], 'little')
+    if version != 5:
+        return version, int.from_bytes(ck[24:32], 'little'), 0, 0
+    return (version, int.from_bytes(ck[24:32], 'little'), int.from_bytes(ck[32:36], 'little'),
+            int.from_bytes(ck[40:48], 'little'))
+
+
 class NamedLongEpochTest(unittest.TestCase):
     """A named job's ranks that checkpoint over one long shuffled epoch:
     the fold by place (docs/fault-tolerance.md, "Done epochs")."""
@@ -1104,10 +1114,7 @@ class NamedLongEpochTest(unittest.TestCase):
             for r in ranks:
                 r.close()
             merged = sluice.merge_checkpoints(cks)
-            version, epochs_done, file, record = (int.from_bytes(merged[4:8], 'little'),
-                                                  int.from_bytes(merged[24:32], 'little'),
-                                                  int.from_bytes(merged[32:36], 'little'),
-                                                  int.from_bytes(merged[40:48], 'little'))
+            version, epochs_done, file, record = checkpoint_head(merged)
             where = 'seed %d, %d steps: merged checkpoint version %d at epoch %d file %d record %d, %d bytes' % (
                 seed, steps, version, epochs_done, file, record, len(merged))
             print('named long epoch: %s' % where, file=sys.stderr)
@@ -1129,3 +1136,103 @@ class NamedLongEpochTest(unittest.TestCase):
             self.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
         finally:
             c.close()
+
+    def test_lockstep_ranks_checkpoint_through_faults_and_resume_exactly_once(self):
+        # The fold by place under faults, a seeded property test: 2 to 4
+        # lockstep ranks read 30-50% of one epoch of 2,000,000 to 3,000,000
+        # records (behind no shuffle, shuffle(2000) or shuffle(20000),
+        # batches of 64 to 256) while workers and the dispatcher are killed
+        # with -9 between steps and started again; they read on until their
+        # merged checkpoint starts within the epoch (version 5). 1 to 4 ranks
+        # resume from it under another name, through more kills, and every
+        # element comes exactly once. SLUICE_TEST_SEED repeats a run.
+        seed, rng = seeded('named ranks through faults')
+        n, batch, shuffle = rng.randrange(2000000, 3000001), rng.choice([64, 100, 256]), rng.choice([0, 2000, 20000])
+        ranks, resumed = rng.randrange(2, 5), rng.randrange(1, 5)
+        steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
+        kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)] * 2
+        first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
+        left = (n - steps * ranks * batch) // (resumed * batch)
+        later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
+        where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks for %d steps (faults %s), %d resumed '
+                 '(faults %s)' % (seed, n, batch, shuffle, ranks, steps, sorted(first.items()), resumed,
+                                  sorted(later.items())))
+        print('named ranks through faults: %s' % where, file=sys.stderr)
+        ds = sluice.range(0, n)
+        if shuffle:
+            ds = ds.shuffle(shuffle, seed=seed % 1000)
+        ds = ds.batch(batch)
+        # Splits of 1,000, at most 512 of them a task: room for a buffer of
+        # 20,000, which holds records of about 20 ln(1000) = 140 splits
+        # (fewer, and the job fails by name: its shuffle spans more splits
+        # than its task may hold). The fold lags the front by what the
+        # tasks hold, the shuffles' tails (3 x 20000 ln(1000) = 414,000
+        # records) and what the ranks hold.
+        c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
+                                                '--max-outstanding-splits', '512'])
+        got = []
+
+        def act(fault):
+            kind, worker = fault
+            if kind == 'worker kill':
+                c.restart_worker(worker)
+            else:
+                c.restart_dispatcher()
+        try:
+            c.wait_workers_registered(3)
+            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True)
+                   for _ in range(ranks)]
+
+            def step():
+                for it in its:
+                    got.append(next(it)['value'])
+            for k in range(steps):
+                if k in first:
+                    act(first[k])
+                step()
+            # Read on until the job's fold passed the epoch's start (a lost
+            # worker's splits hold it until they are read again, after what
+            # the workers hold ahead), then until the ranks' merged
+            # checkpoint starts there: a checkpoint's round trip hears the
+            # fold, and the next batch each rank is given makes it. At most
+            # until 95% of the epoch.
+            job = its[0].job_id
+            head = (None, None)
+            for k in range((n * 95 // 100 - steps * ranks * batch) // (ranks * batch)):
+                if k % 20 == 0:
+                    view = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)
+                    if view['lost_splits']['folded_below'] != [0, 0, 0]:
+                        merged = sluice.merge_checkpoints([it.checkpoint() for it in its])
+                        head = checkpoint_head(merged)
+                        if head[0] == 5:
+                            break
+                step()
+            self.assertEqual(head[:2], (5, 0), '%s: the merged checkpoint never started within the epoch (the '
+                             'job\'s lost splits %s, consumers %s)' % (where, view['lost_splits'], view['consumers']))
+            read = sum(len(v) for v in got)
+            where += ', resumed at file %d record %d after %d records read' % (head[2], head[3], read)
+            print('named ranks through faults: %s' % where, file=sys.stderr)
+            self.assertTrue(0 < head[3] <= n, where)
+            for it in its:
+                it.close()
+            http(c.dispatcher.admin_port, '/v1/jobs/%d' % job, method='DELETE')
+            live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
+                    for _ in range(resumed)]
+            rounds = 0
+            while live:
+                if rounds in later:
+                    act(later[rounds])
+                rounds += 1
+                for it in list(live):
+                    try:
+                        got.append(next(it)['value'])
+                    except StopIteration:
+                        live.remove(it)
+                        it.close()
+            values_ = np.concatenate(got)
+            counts = np.bincount(values_, minlength=n)
+            wrong = np.nonzero(counts != 1)[0]
+            self.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
