@@ -278,6 +278,20 @@ size_t sl__ledger_runs(const sl_ledger_t *l)
     return l->restored.num + l->got.num;
 }
 
+/* Why a ledger outgrows its bound, for the messages that say it did: a
+ * rank of a named job keeps what it was given past the fold, which lags
+ * the hand-out by the shuffles' tails (a split's last record leaves a
+ * buffer of B records about B ln(split size) records after its first,
+ * on each worker); an anonymous job's ledger keeps the holes of its
+ * splits not done. */
+static const char *why_runs(const sl_ledger_t *l)
+{
+    return l->sole ? "a shuffle buffer leaves about half its size in holes per worker"
+                   : "a rank of a named job keeps what it was given past the job's fold, which behind a shuffle of "
+                     "B records lags about 12 x B records per worker: more ranks, fewer workers or a smaller "
+                     "buffer hold less";
+}
+
 /* What the ledger received no longer fits (or there was no memory for
  * it): nothing is recorded from now on. */
 static void fail(sl_ledger_t *l, int rc)
@@ -289,9 +303,9 @@ static void fail(sl_ledger_t *l, int rc)
      * worker dies. */
     fprintf(stderr,
             "sluice: iterator of job %" PRIu64 ": what it received no longer fits its ledger (%s; at most %zu "
-            "runs of positions, max_ledger_runs): it takes no checkpoint from now on, and a worker lost from "
-            "now on may deliver some elements twice\n",
-            l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs);
+            "runs of positions, max_ledger_runs; %s): it takes no checkpoint from now on, and a worker lost "
+            "from now on may deliver some elements twice\n",
+            l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs, why_runs(l));
 }
 
 /* Grows *arr (of *cap elements of size bytes) to hold want. 0 or -ENOMEM */
@@ -743,9 +757,8 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     sl__ledger_sync(l);
     if (l->rc < 0)
         return sl_errf(err, errlen, l->rc,
-                       "checkpoint: what was consumed needs more than %zu runs of positions (max_ledger_runs; a "
-                       "shuffle buffer leaves about half its size in holes per worker)",
-                       l->max_runs);
+                       "checkpoint: what was consumed needs more than %zu runs of positions (max_ledger_runs; %s)",
+                       l->max_runs, why_runs(l));
     sl_posset_t all;
     sl_posset_init(&all, l->max_runs);
     int rc = sl_posset_add_many(&all, l->restored.runs, l->restored.num);

@@ -177,6 +177,12 @@ Test(ledger, past_its_bound_it_says_so_and_takes_no_checkpoint)
     cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
     cr_assert_null(ckpt);
     cr_assert(strstr(err, "more than 10 runs") && strstr(err, "max_ledger_runs"), "%s", err);
+    /* Why, by who keeps the ledger: a rank of a named job (shared tasks)
+     * or an anonymous job's iterator (sole). */
+    cr_assert(strstr(err, "past the job's fold") && strstr(err, "more ranks, fewer workers"), "%s", err);
+    l.sole = true;
+    cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
+    cr_assert(strstr(err, "a shuffle buffer leaves about half its size in holes") && !strstr(err, "fold"), "%s", err);
     sl_posset_t set;
     cr_assert_lt(sl__ledger_report(&l, 0, &set), 0, "a report cannot say what it received: untracked");
     sl_posset_clear(&set);
