@@ -9,7 +9,10 @@ nowhere. New connections are forwarded again at once, unless refuse() made
 the proxy reset them as they come, until accept_again(). drop_frames(t)
 throws away the client's frames of type t (frame.h's sl_msg_type) on the
 connections opened after it, until drop_frames(None): a request lost on
-the way, while the rest of the connection goes on. hold_after_first() makes the connections opened after it
+the way, while the rest of the connection goes on. rewrite_answers(t, fn)
+passes the message of each upstream frame of type t, on the connections
+opened after it, through fn (an older daemon's answer, without a field).
+hold_after_first() makes the connections opened after it
 deliver the upstream side's hello and first frame (the answer to the first
 request) and hold back the rest until release(), as a slow or congested
 route would; hold_connections_from(n) makes the n-th connection and those
@@ -52,6 +55,7 @@ class CutProxy:
         self.refusing = False    # refuse(): new connections are reset at once
         self.drop_type = None    # drop_frames(): the client's frames of this type are thrown away
         self.frames_dropped = 0
+        self.rewrite = None      # rewrite_answers(): (frame type, fn of its message bytes)
         self.stale = []
         self.dropped = []        # bytes thrown away by each cut
         self.hold_new = False    # hold_after_first(): new connections hold after the first bytes
@@ -86,8 +90,8 @@ class CutProxy:
                 self.accepted += 1
                 hello_only = 0 < self.hold_from <= self.accepted
                 hold = self.hold_new or hello_only
-            threading.Thread(target=self._pump, args=(pair, hold, 0 if hello_only else 1, self.drop_type is not None),
-                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, hold, 0 if hello_only else 1, self.drop_type is not None,
+                                                      self.rewrite), daemon=True).start()
 
     @staticmethod
     def _throw_away_next(c, u, wait=5.0):
@@ -125,10 +129,11 @@ class CutProxy:
         end = HELLO_LEN + FRAME_HEADER_LEN + msg_len + payload_len
         return end if len(data) >= end else None
 
-    def _client_frames(self, pending, data):
-        """What of the client's bytes goes upstream: the hello, then whole
-        frames but those of type drop_type (pending[0]: the bytes of a
-        frame not yet whole, or of the hello)."""
+    @staticmethod
+    def _frames(pending, data, each):
+        """What of one side's bytes goes on: the hello, then what each(type,
+        frame) returns for each whole frame (pending[0]: the bytes of a frame
+        not yet whole, or of the hello; pending[1]: hello bytes seen)."""
         buf, out = pending[0] + data, b''
         if pending[1] < HELLO_LEN:
             take = min(len(buf), HELLO_LEN - pending[1])
@@ -140,18 +145,33 @@ class CutProxy:
             end = FRAME_HEADER_LEN + msg_len + payload_len
             if len(buf) < end:
                 break
-            if self.drop_type is not None and ftype == self.drop_type:
-                with self.lock:
-                    self.frames_dropped += 1
-            else:
-                out += buf[:end]
+            out += each(ftype, buf[:end])
             buf = buf[end:]
         pending[0] = buf
         return out
 
-    def _pump(self, pair, hold=False, frames=1, parse=False):
+    def _client_frame(self, ftype, frame):
+        """A client's frame, or nothing for one of type drop_type."""
+        if self.drop_type is not None and ftype == self.drop_type:
+            with self.lock:
+                self.frames_dropped += 1
+            return b''
+        return frame
+
+    @staticmethod
+    def _rewritten(rewrite, ftype, frame):
+        """An upstream frame, its message through rewrite's fn if of its type."""
+        if ftype != rewrite[0]:
+            return frame
+        msg_len, payload_len = struct.unpack_from('>II', frame, 8)
+        msg = rewrite[1](frame[FRAME_HEADER_LEN:FRAME_HEADER_LEN + msg_len])
+        return (frame[:8] + struct.pack('>II', len(msg), payload_len) + msg +
+                frame[FRAME_HEADER_LEN + msg_len:])
+
+    def _pump(self, pair, hold=False, frames=1, parse=False, rewrite=None):
         c, u, cut, done = pair
         pending = [b'', 0]  # parse: the client's bytes of a frame not yet whole, hello bytes seen
+        upstream = [b'', 0]  # rewrite: the same of the upstream bytes
         seen = b''     # hold: the upstream bytes until the end of the first frame
         passed = not hold
         kept = b''     # upstream bytes past it, held back until release()
@@ -173,7 +193,11 @@ class CutProxy:
                         if not data:
                             raise OSError('closed')
                         if src is c and parse:
-                            data = self._client_frames(pending, data)
+                            data = self._frames(pending, data, self._client_frame)
+                            if not data:
+                                continue
+                        if src is u and rewrite:
+                            data = self._frames(upstream, data, lambda t, f: self._rewritten(rewrite, t, f))
                             if not data:
                                 continue
                         if src is u and not passed:
@@ -220,6 +244,11 @@ class CutProxy:
         """The client's frames of frame_type, on connections opened from
         now on, are thrown away (None: none)."""
         self.drop_type = frame_type
+
+    def rewrite_answers(self, frame_type, fn):
+        """The message of each upstream frame of frame_type, on connections
+        opened from now on, becomes fn(message bytes)."""
+        self.rewrite = (frame_type, fn)
 
     def refuse(self):
         """New connections are reset as they come (a host that cannot be

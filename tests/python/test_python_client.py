@@ -1070,6 +1070,36 @@ if __name__ == '__main__':
     unittest.main()
 
 
+GET_OR_CREATE_JOB_RESP = 13  # protocol/frame.h, sl_msg_type
+
+
+def without_field(msg, number):
+    """A protobuf message's bytes without the fields of that number."""
+    def varint(at):
+        v, shift = 0, 0
+        while True:
+            b = msg[at]
+            v |= (b & 0x7f) << shift
+            at, shift = at + 1, shift + 7
+            if b < 0x80:
+                return v, at
+    out, at = b'', 0
+    while at < len(msg):
+        tag, body = varint(at)
+        wire = tag & 7
+        if wire == 0:
+            _, end = varint(body)
+        elif wire == 2:
+            size, start = varint(body)
+            end = start + size
+        else:
+            end = body + (8 if wire == 1 else 4)
+        if tag >> 3 != number:
+            out += msg[at:end]
+        at = end
+    return out
+
+
 def checkpoint_head(ck):
     """(version, epochs_done, file, record) of a checkpoint's header: file
     and record are the place a version 5 starts at (0 for older ones)."""
@@ -1078,6 +1108,26 @@ def checkpoint_head(ck):
         return version, int.from_bytes(ck[24:32], 'little'), 0, 0
     return (version, int.from_bytes(ck[24:32], 'little'), int.from_bytes(ck[32:36], 'little'),
             int.from_bytes(ck[40:48], 'little'))
+
+
+def read_until_placed(test, c, its, step, max_steps, where):
+    """Takes step() (a batch for each of its, the ranks of one named job of
+    cluster c) until the job's fold passed the epoch's start, then until the
+    ranks' merged checkpoint starts there (version 5): a checkpoint's round
+    trip hears the fold, and the next batch each rank is given makes it.
+    At most max_steps; (merged checkpoint, checkpoint_head() of it)."""
+    head, view = (None, None), None
+    for k in range(max_steps):
+        if k % 20 == 0:
+            view = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % its[0].job_id)
+            if view['lost_splits']['folded_below'] != [0, 0, 0]:
+                merged = sluice.merge_checkpoints([it.checkpoint() for it in its])
+                head = checkpoint_head(merged)
+                if head[0] == 5:
+                    return merged, head
+        step()
+    test.fail('%s: the merged checkpoint never started within the epoch in %d steps (the job\'s lost splits %s, '
+              'consumers %s)' % (where, max_steps, view and view['lost_splits'], view and view['consumers']))
 
 
 class NamedLongEpochTest(unittest.TestCase):
@@ -1190,25 +1240,11 @@ class NamedLongEpochTest(unittest.TestCase):
                 if k in first:
                     act(first[k])
                 step()
-            # Read on until the job's fold passed the epoch's start (a lost
-            # worker's splits hold it until they are read again, after what
-            # the workers hold ahead), then until the ranks' merged
-            # checkpoint starts there: a checkpoint's round trip hears the
-            # fold, and the next batch each rank is given makes it. At most
-            # until 95% of the epoch.
+            # A lost worker's splits hold the fold until they are read
+            # again, after what the workers hold ahead.
             job = its[0].job_id
-            head = (None, None)
-            for k in range((n * 95 // 100 - steps * ranks * batch) // (ranks * batch)):
-                if k % 20 == 0:
-                    view = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % job)
-                    if view['lost_splits']['folded_below'] != [0, 0, 0]:
-                        merged = sluice.merge_checkpoints([it.checkpoint() for it in its])
-                        head = checkpoint_head(merged)
-                        if head[0] == 5:
-                            break
-                step()
-            self.assertEqual(head[:2], (5, 0), '%s: the merged checkpoint never started within the epoch (the '
-                             'job\'s lost splits %s, consumers %s)' % (where, view['lost_splits'], view['consumers']))
+            merged, head = read_until_placed(self, c, its, step, (n * 95 // 100 - steps * ranks * batch) //
+                                             (ranks * batch), where)
             read = sum(len(v) for v in got)
             where += ', resumed at file %d record %d after %d records read' % (head[2], head[3], read)
             print('named ranks through faults: %s' % where, file=sys.stderr)
@@ -1236,3 +1272,44 @@ class NamedLongEpochTest(unittest.TestCase):
         finally:
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
+
+    def test_a_dispatcher_that_does_not_start_a_job_at_the_place_is_refused(self):
+        # A checkpoint that starts within the epoch (version 5), restored
+        # against a dispatcher whose answer lacks restore_place_taken (an
+        # older one, as a proxy that strips the field makes it look): it
+        # would start the job at the epoch's start and give the records
+        # before the place again, so the restore is refused by name.
+        from cutproxy import CutProxy
+        n = 2000000
+        ds = sluice.range(0, n).batch(100)
+        c = Cluster(workers=2, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
+                                                '--max-outstanding-splits', '64'])
+        proxy = None
+        try:
+            c.wait_workers_registered(2)
+            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='placed', checkpointable=True)
+                   for _ in range(2)]
+
+            def step():
+                for it in its:
+                    next(it)
+            merged, head = read_until_placed(self, c, its, step, n * 9 // 10 // 200, 'a restore at a place')
+            for it in its:
+                it.close()
+            proxy = CutProxy(c.dispatcher.port)
+            proxy.rewrite_answers(GET_OR_CREATE_JOB_RESP, lambda msg: without_field(msg, 10))
+            with self.assertRaises(sluice.SluiceError) as cm:
+                ds.distribute('127.0.0.1:%d' % proxy.port, sharding='dynamic', job_name='placed-older',
+                              checkpoint=merged)
+            self.assertIn('record %d (version 5), and dispatcher 127.0.0.1:%d does not start a job there (it is '
+                          'older)' % (head[3], proxy.port), str(cm.exception))
+            # Straight to the dispatcher, the same checkpoint starts there.
+            it = ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='placed-newer', checkpoint=merged)
+            first = next(it)['value']
+            it.close()
+            self.assertGreaterEqual(int(first.min()), head[3])
+        finally:
+            if proxy:
+                proxy.close()
+            bad = c.close()
+        self.assertEqual(bad, {}, 'daemons exited uncleanly')
