@@ -1554,6 +1554,11 @@ static void send_heartbeat(sl_iterator_t *it)
         req->has_place_given = given.file > 0 || given.begin > 0;
         req->place_given = (sluice_Place){.epoch = given.epoch, .file = given.file, .record = given.begin};
     }
+    if (it->track) {
+        /* An overflowed record holds nothing it can use: said full. */
+        req->ledger_max_runs = it->ledger.max_runs;
+        req->ledger_runs = it->ledger.rc < 0 ? it->ledger.max_runs : sl__ledger_runs(&it->ledger);
+    }
     uint64_t sync = it->sync_asked;
     pthread_mutex_unlock(&it->mu);
     memcpy(req->client_secret, it->client_secret, sizeof req->client_secret);

@@ -1816,6 +1816,8 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
                        st->cfg.client_timeout_ms, st->cfg.client_rejoin_ms);
     }
     client_heard(st, j, c, now);
+    c->ledger_runs = req->ledger_runs;
+    c->ledger_max_runs = req->ledger_max_runs;
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
         if (sl__out_progress(st, j, c, req->progress, req->progress_count)) {
             if (c->stalled_since)

@@ -202,6 +202,10 @@ struct client {
      * given every record it had received before (epochs_given as (E, 0, 0),
      * place_given; not stored). */
     struct sl_place given;
+    /* DYNAMIC: the runs its record of what reached it held at its last
+     * heartbeat, and the most it may hold (ledger_runs, ledger_max_runs;
+     * 0: not said; not stored). */
+    uint64_t ledger_runs, ledger_max_runs;
     struct client_progress {
         uint64_t task_id, done_below;
     } *progress;

@@ -91,6 +91,12 @@ json_t *sl_dstate_dataset_json(const sl_dstate_t *st, uint64_t id)
     return d ? dataset_json(st, d, true) : NULL;
 }
 
+/* A count a peer said, as JSON's integer: past INT64_MAX it reads INT64_MAX. */
+static json_int_t as_json_int(uint64_t v)
+{
+    return v > INT64_MAX ? INT64_MAX : (json_int_t)v;
+}
+
 static json_t *job_json(const struct job *j, int64_t now, bool detail)
 {
     uint64_t elements = 0, bytes = 0, batches = 0;
@@ -178,6 +184,10 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         if (j->name[0] && sl__out_tracked(j)) /* how far it said its caller was given what reached it */
             json_object_set_new(co, "given_below", json_pack("[I,I,I]", (json_int_t)cl->given.epoch,
                                                              (json_int_t)cl->given.file, (json_int_t)cl->given.pos));
+        if (cl->ledger_max_runs > 0) { /* its record of what reached it, against its bound */
+            json_object_set_new(co, "ledger_runs", json_integer(as_json_int(cl->ledger_runs)));
+            json_object_set_new(co, "ledger_max_runs", json_integer(as_json_int(cl->ledger_max_runs)));
+        }
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
         else if (cl->stalled_since)

@@ -1161,6 +1161,12 @@ class NamedLongEpochTest(unittest.TestCase):
                 for r in ranks:
                     got.append(next(r)['value'])
             cks = [r.checkpoint() for r in ranks]
+            # The job view shows each rank's record against its bound, as
+            # its heartbeats (one came with each checkpoint) said.
+            said = [(co.get('ledger_runs'), co.get('ledger_max_runs')) for co in
+                    get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % ranks[0].job_id)['consumers']]
+            self.assertEqual([m for _, m in said], [bound] * 3, said)
+            self.assertTrue(all(0 < r < bound for r, _ in said), said)
             for r in ranks:
                 r.close()
             merged = sluice.merge_checkpoints(cks)

@@ -1109,6 +1109,9 @@ static void given_heartbeat(uint64_t job_id, uint64_t client, uint64_t task, uin
     req->progress[req->progress_count++] = (sluice_TaskProgress){.task_id = task, .done_below = below};
     req->has_place_given = true;
     req->place_given = (sluice_Place){.epoch = 0, .file = 0, .record = given};
+    /* Its record's size, for the view: a run more than the place. */
+    req->ledger_runs = given + 1;
+    req->ledger_max_runs = 1000;
     memset(hb, 0, sizeof *hb);
     cr_assert_eq(sl_dstate_client_heartbeat(st, req, 0, hb, err, sizeof err), 0, "%s", err);
     free(req);
@@ -1157,6 +1160,11 @@ Test(outstanding, a_named_job_folds_at_the_least_place_its_clients_were_given)
     cr_assert_eq(json_integer_value(json_array_get(f, 2)), 200, "folded_below");
     json_t *co = json_array_get(json_object_get(v, "consumers"), 1);
     cr_assert_eq(json_integer_value(json_array_get(json_object_get(co, "given_below"), 2)), 200, "given_below");
+    /* And each client's record against its bound, as its last heartbeat said. */
+    cr_assert_eq(json_integer_value(json_object_get(co, "ledger_runs")), 251, "client 2 said 250 last");
+    cr_assert_eq(json_integer_value(json_object_get(co, "ledger_max_runs")), 1000);
+    co = json_array_get(json_object_get(v, "consumers"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(co, "ledger_runs")), 201, "client 1 said 200 last");
     json_decref(v);
     /* A client that leaves holds the fold at what it was given: records it
      * had and never gave went with it. */
