@@ -1557,7 +1557,7 @@ static void send_heartbeat(sl_iterator_t *it)
     if (it->track) {
         /* An overflowed record holds nothing it can use: said full. */
         req->ledger_max_runs = it->ledger.max_runs;
-        req->ledger_runs = it->ledger.rc < 0 ? it->ledger.max_runs : sl__ledger_runs(&it->ledger);
+        req->ledger_runs = it->ledger.rc < 0 ? it->ledger.max_runs : sl__ledger_runs(&it->ledger) + it->ledger.num;
     }
     uint64_t sync = it->sync_asked;
     pthread_mutex_unlock(&it->mu);

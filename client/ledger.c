@@ -308,6 +308,20 @@ static void fail(sl_ledger_t *l, int rc)
             l->job_id, rc == -ENOSPC ? "more runs than that" : sl_strerror(rc), l->max_runs, why_runs(l));
 }
 
+/* Said once, when the record first holds more than half its bound (the
+ * runs that wait to go in counted), while the trainer can still act. */
+static void half_full(sl_ledger_t *l)
+{
+    size_t runs = sl__ledger_runs(l) + l->num;
+    if (l->half_said || runs <= l->max_runs / 2)
+        return;
+    l->half_said = true;
+    fprintf(stderr,
+            "sluice: iterator of job %" PRIu64 ": its record of what reached it holds %zu runs of positions, over "
+            "half its bound of %zu (max_ledger_runs; %s): past the bound it takes no checkpoint\n",
+            l->job_id, runs, l->max_runs, why_runs(l));
+}
+
 /* Grows *arr (of *cap elements of size bytes) to hold want. 0 or -ENOMEM */
 static int room(void **arr, size_t *cap, size_t want, size_t size)
 {
@@ -344,6 +358,7 @@ static int decode_into_runs(sl_ledger_t *l, const uint8_t *prov, size_t prov_len
 static void lazy_reset(sl_ledger_t *l)
 {
     l->ent_head = l->ent_num = l->log_tail = l->log_kept = l->key_head = l->key_num = 0;
+    l->lazy_records = 0;
     l->lazy_blocked = false;
 }
 
@@ -379,6 +394,7 @@ static void lazy_drop(sl_ledger_t *l)
             }
         }
         l->log_kept -= e->len;
+        l->lazy_records -= e->num_records;
         l->key_head += e->nkeys;
         l->ent_head++;
     }
@@ -501,6 +517,7 @@ static int lazy_append(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uin
         l->keys[l->key_num + i] = (struct sl_lazy_key){tally[i].epoch, tally[i].file_index, tally[i].begin};
     l->key_num += ntally;
     l->ent[l->ent_num++] = (struct sl_lazy_entry){num_records, at, (uint32_t)prov_len, (uint32_t)ntally};
+    l->lazy_records += num_records;
     return 0;
 }
 
@@ -627,7 +644,11 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
         rc = notices_add(l, done, ndone);
     if (rc == 0) {
         lazy_drop(l);
-        if (l->log_kept > l->log_max)
+        /* A rank of a named job gets few notices, so its batches seldom
+         * go undecoded: decoded every max_runs / 16 records, its runs are
+         * known (the heartbeat says them, half_full() warns) before they
+         * near the bound, not a log's worth later. */
+        if (l->log_kept > l->log_max || (!l->sole && l->lazy_records > l->max_runs / 16))
             rc = lazy_flush(l);
     }
     if (rc < 0) {
@@ -658,6 +679,8 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
         sl__ledger_sync(l);
     else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num && (l->num >= LEDGER_BATCHES || l->ndone > 0))
         merge(l, 0);
+    if (l->rc == 0)
+        half_full(l);
 }
 
 void sl__ledger_add_tallied(sl_ledger_t *l, const uint8_t *prov, size_t prov_len, uint64_t num_records,

@@ -59,12 +59,14 @@ typedef struct sl_ledger {
      * at 0 (what is let go is never moved). */
     uint8_t *log;
     size_t log_tail, log_kept, log_cap, log_max; /* where the next goes; bytes kept; size; bound */
+    uint64_t lazy_records;                       /* of the entries kept */
     struct sl_lazy_key *keys;
     size_t key_head, key_num, key_cap;
     sl_tally_t open; /* records given of each split whose notice has not come */
     size_t max_runs; /* of restored, got, a report, a checkpoint */
     uint64_t job_id; /* named in the overflow's message */
     int rc;          /* < 0: got overflowed or ran out of memory; nothing is recorded any more */
+    bool half_said;  /* it said on stderr that it holds over half max_runs (once) */
     /* Coordinated reads: every record before this place (epoch, file,
      * begin; count unused) reached a client of the job, the dispatcher
      * says (ClientHeartbeatResponse.confirmed_below), so no report asks for

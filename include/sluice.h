@@ -240,7 +240,11 @@ typedef struct sl_iterator_opts {
                                    2,097,152, the most a dispatcher takes. From half of
                                    it DYNAMIC asks the dispatcher which epochs are done
                                    (past three quarters next() waits for the answer, a
-                                   round trip) and folds them. Past it the iterator says
+                                   round trip) and folds them, and says on stderr once
+                                   that it holds over half; its heartbeats say the size
+                                   (GET /v1/jobs/{id}, consumers' ledger_runs). A rank of
+                                   a named job holds about a run a record it was given
+                                   past the job's fold. Past it the iterator says
                                    so on stderr once, takes no checkpoint, and a worker
                                    loss is at least once */
     int dispatcher_timeout_ms;  /* how long the iterator rides through a dispatcher it

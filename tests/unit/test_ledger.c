@@ -160,6 +160,27 @@ Test(ledger, a_report_says_the_epochs_from_its_first_and_what_was_restored)
     sl__ledger_free(&l);
 }
 
+Test(ledger, over_half_its_bound_it_says_so_once_and_still_checkpoints)
+{
+    sl_ledger_t l;
+    sl__ledger_init(&l, 10);
+    sl_provenance_run_t runs[8];
+    for (int i = 0; i < 8; i++)
+        runs[i] = (sl_provenance_run_t){0, 0, (uint64_t)i * 2, 1};
+    give(&l, runs, 5, NULL, 0, true);
+    cr_assert_not(l.half_said, "5 runs of 10 are not over half");
+    give(&l, runs + 5, 1, NULL, 0, true);
+    cr_assert(l.half_said, "6 runs of 10 are");
+    give(&l, runs + 6, 2, NULL, 0, true);
+    cr_assert_eq(l.rc, 0, "8 runs still fit");
+    uint8_t *ckpt = NULL;
+    size_t len = 0;
+    char err[300] = "";
+    cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), 0, "%s", err);
+    free(ckpt);
+    sl__ledger_free(&l);
+}
+
 Test(ledger, past_its_bound_it_says_so_and_takes_no_checkpoint)
 {
     sl_ledger_t l;
@@ -1991,6 +2012,10 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
         size_t held = 0;
         for (int k = 0; k < NRANKS; k++) {
             cr_assert_eq(rank[k].rc, 0, "seed %u: rank %d's ledger overflowed at batch %" PRIu64, seed, k, batch);
+            /* A rank gets few notices, so what it keeps undecoded is
+             * decoded every CMAX / 16 records: its runs are known. */
+            cr_assert_leq(rank[k].lazy_records, CMAX / 16 + CB, "seed %u: rank %d keeps %" PRIu64 " records undecoded",
+                          seed, k, rank[k].lazy_records);
             held = sl__ledger_runs(&rank[k]) + rank[k].num > held ? sl__ledger_runs(&rank[k]) + rank[k].num : held;
         }
         most_runs = held > most_runs ? held : most_runs;
@@ -2008,6 +2033,42 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
     for (int k = 0; k < NRANKS; k++)
         sl__ledger_free(&rank[k]);
     cstream_free(&cs);
+}
+
+Test(ledger, a_rank_of_a_named_job_decodes_what_it_keeps_as_it_goes)
+{
+    /* A rank of a named job given every other record of a split of
+     * 200,000 (its peer the rest), in batches of 100 with their tallies and
+     * no notice: none of its batches goes undecoded, and it decodes them
+     * every max_runs / 16 records, so its runs (what its heartbeat says)
+     * are known long before the bound. An anonymous job's (sole) waits for
+     * its notices, up to its log's bound. */
+    for (int sole = 0; sole < 2; sole++) {
+        sl_ledger_t l;
+        sl__ledger_init(&l, 160000);
+        l.sole = sole;
+        uint64_t most = 0;
+        for (uint64_t b = 0; b < 1000; b++) {
+            sl_provenance_run_t runs[100];
+            for (int i = 0; i < 100; i++)
+                runs[i] = (sl_provenance_run_t){0, 0, (b * 100 + (uint64_t)i) * 2, 1};
+            sl_split_done_t tally[1] = {{.epoch = 0, .file_index = 0, .begin = 0, .end = 200000, .delivered = 100}};
+            uint8_t *wire = NULL;
+            size_t len = 0;
+            cr_assert_eq(sl_provwire_encode(runs, 100, &wire, &len), 0);
+            sl__ledger_add_tallied(&l, wire, len, 100, tally, 1, NULL, 0, false);
+            free(wire);
+            most = l.lazy_records > most ? l.lazy_records : most;
+        }
+        cr_assert_eq(l.rc, 0);
+        if (!sole) {
+            cr_assert_leq(most, 160000 / 16 + 100, "%" PRIu64 " records kept undecoded", most);
+            cr_assert_geq(sl__ledger_runs(&l) + l.num, 90000, "%zu runs known", sl__ledger_runs(&l) + l.num);
+        } else {
+            cr_assert_gt(most, 160000 / 16 + 100, "a sole ledger waits for notices: %" PRIu64, most);
+        }
+        sl__ledger_free(&l);
+    }
 }
 
 Test(ledger, a_fold_by_place_replays_from_a_delta)
