@@ -1110,6 +1110,30 @@ def checkpoint_head(ck):
             int.from_bytes(ck[40:48], 'little'))
 
 
+def read_in_turn(its, got, before_round=None):
+    """Takes a batch of each of its in turn, its values into got, until
+    every one ended (and is closed); before_round(r), if given, is called
+    before round r."""
+    live, rounds = list(its), 0
+    while live:
+        if before_round:
+            before_round(rounds)
+        rounds += 1
+        for it in list(live):
+            try:
+                got.append(next(it)['value'])
+            except StopIteration:
+                live.remove(it)
+                it.close()
+
+
+def assert_each_once(test, got, n, where):
+    """Every value of range(n) once across the arrays in got."""
+    values_ = np.concatenate(got)
+    wrong = np.nonzero(np.bincount(values_, minlength=n) != 1)[0]
+    test.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+
+
 def read_until_placed(test, c, its, step, max_steps, where):
     """Takes step() (a batch for each of its, the ranks of one named job of
     cluster c) until the job's fold passed the epoch's start, then until the
@@ -1178,18 +1202,8 @@ class NamedLongEpochTest(unittest.TestCase):
             self.assertGreater(record, 0, where)
             resumed = [ds.distribute(addr, sharding='dynamic', job_name='long-py-resumed', checkpoint=merged,
                                      max_ledger_runs=bound) for _ in range(2)]
-            live = list(resumed)
-            while live:
-                for it in list(live):
-                    try:
-                        got.append(next(it)['value'])
-                    except StopIteration:
-                        live.remove(it)
-                        it.close()
-            values_ = np.concatenate(got)
-            counts = np.bincount(values_, minlength=n)
-            wrong = np.nonzero(counts != 1)[0]
-            self.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+            read_in_turn(resumed, got)
+            assert_each_once(self, got, n, where)
         finally:
             c.close()
 
@@ -1260,21 +1274,8 @@ class NamedLongEpochTest(unittest.TestCase):
             http(c.dispatcher.admin_port, '/v1/jobs/%d' % job, method='DELETE')
             live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
                     for _ in range(resumed)]
-            rounds = 0
-            while live:
-                if rounds in later:
-                    act(later[rounds])
-                rounds += 1
-                for it in list(live):
-                    try:
-                        got.append(next(it)['value'])
-                    except StopIteration:
-                        live.remove(it)
-                        it.close()
-            values_ = np.concatenate(got)
-            counts = np.bincount(values_, minlength=n)
-            wrong = np.nonzero(counts != 1)[0]
-            self.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+            read_in_turn(live, got, lambda r: r in later and act(later[r]))
+            assert_each_once(self, got, n, where)
         finally:
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
