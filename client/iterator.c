@@ -1897,6 +1897,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->confirm_every = EARLY_HB_NOTICES;
     it->named = it->opts.job_name && it->opts.job_name[0];
     it->ledger.sole = !it->named; /* an anonymous job's tasks serve this iterator alone */
+    it->ledger.named = it->named;
     snprintf(it->job_name, sizeof it->job_name, "%s", it->opts.job_name ? it->opts.job_name : "");
     it->opts.job_name = it->job_name;
     snprintf(it->dispatcher, sizeof it->dispatcher, "%s", c->address);

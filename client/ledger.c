@@ -286,10 +286,10 @@ size_t sl__ledger_runs(const sl_ledger_t *l)
  * splits not done. */
 static const char *why_runs(const sl_ledger_t *l)
 {
-    return l->sole ? "a shuffle buffer leaves about half its size in holes per worker"
-                   : "a rank of a named job keeps what it was given past the job's fold, which behind a shuffle of "
-                     "B records lags about 12 x B records per worker: more ranks, fewer workers or a smaller "
-                     "buffer hold less";
+    return !l->named ? "a shuffle buffer leaves about half its size in holes per worker"
+                     : "a rank of a named job keeps what it was given past the job's fold, which behind a shuffle of "
+                       "B records lags about 12 x B records per worker: more ranks, fewer workers or a smaller "
+                       "buffer hold less";
 }
 
 /* What the ledger received no longer fits (or there was no memory for
@@ -648,7 +648,7 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
          * go undecoded: decoded every max_runs / 16 records, its runs are
          * known (the heartbeat says them, half_full() warns) before they
          * near the bound, not a log's worth later. */
-        if (l->log_kept > l->log_max || (!l->sole && l->lazy_records > l->max_runs / 16))
+        if (l->log_kept > l->log_max || (l->named && l->lazy_records > l->max_runs / 16))
             rc = lazy_flush(l);
     }
     if (rc < 0) {

@@ -87,6 +87,11 @@ typedef struct sl_ledger {
      * all go to it. Set by the owner; without it nothing is missing below
      * (a named job's consumers share its tasks' batches). */
     bool sole;
+    /* A rank of a named job (set by the owner; a checkpoint builder's
+     * ledger, which mirrors an iterator's, is not): its messages name the
+     * job's fold as the cause of its size, and it decodes the batches
+     * lazy provenance keeps as it goes (added()). */
+    bool named;
     /* Records a worker delivered that never reached the caller: a split's
      * notice counted more delivered records than the caller was given of
      * it (found when the ledger syncs; said once on stderr). 0 unless a

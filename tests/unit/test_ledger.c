@@ -198,12 +198,12 @@ Test(ledger, past_its_bound_it_says_so_and_takes_no_checkpoint)
     cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
     cr_assert_null(ckpt);
     cr_assert(strstr(err, "more than 10 runs") && strstr(err, "max_ledger_runs"), "%s", err);
-    /* Why, by who keeps the ledger: a rank of a named job (shared tasks)
-     * or an anonymous job's iterator (sole). */
-    cr_assert(strstr(err, "past the job's fold") && strstr(err, "more ranks, fewer workers"), "%s", err);
-    l.sole = true;
-    cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
+    /* Why, by who keeps the ledger: an anonymous job's iterator (or a
+     * builder), or a rank of a named job. */
     cr_assert(strstr(err, "a shuffle buffer leaves about half its size in holes") && !strstr(err, "fold"), "%s", err);
+    l.named = true;
+    cr_assert_eq(sl__ledger_checkpoint(&l, 1, NULL, 0, &ckpt, &len, err, sizeof err), SL_ETOOBIG);
+    cr_assert(strstr(err, "past the job's fold") && strstr(err, "more ranks, fewer workers"), "%s", err);
     sl_posset_t set;
     cr_assert_lt(sl__ledger_report(&l, 0, &set), 0, "a report cannot say what it received: untracked");
     sl_posset_clear(&set);
@@ -1974,8 +1974,10 @@ Test(ledger, the_ranks_of_a_named_job_keep_only_what_lies_past_the_given_place)
     uint64_t end = cs.end;
     const uint8_t *given = cs.read; /* every record drawn is given to a rank's caller */
     sl_ledger_t rank[NRANKS];
-    for (int r = 0; r < NRANKS; r++)
+    for (int r = 0; r < NRANKS; r++) {
         sl__ledger_init(&rank[r], CMAX);
+        rank[r].named = true;
+    }
     uint64_t floor = 0, placed = 0, given_below = 0, merges = 0;
     size_t most_runs = 0;
     for (uint64_t batch = 0; cs.total < end; batch++) {
@@ -2041,12 +2043,12 @@ Test(ledger, a_rank_of_a_named_job_decodes_what_it_keeps_as_it_goes)
      * 200,000 (its peer the rest), in batches of 100 with their tallies and
      * no notice: none of its batches goes undecoded, and it decodes them
      * every max_runs / 16 records, so its runs (what its heartbeat says)
-     * are known long before the bound. An anonymous job's (sole) waits for
-     * its notices, up to its log's bound. */
-    for (int sole = 0; sole < 2; sole++) {
+     * are known long before the bound. Another ledger (an anonymous job's,
+     * a builder's) waits for its notices, up to its log's bound. */
+    for (int named = 1; named >= 0; named--) {
         sl_ledger_t l;
         sl__ledger_init(&l, 160000);
-        l.sole = sole;
+        l.named = named;
         uint64_t most = 0;
         for (uint64_t b = 0; b < 1000; b++) {
             sl_provenance_run_t runs[100];
@@ -2061,11 +2063,11 @@ Test(ledger, a_rank_of_a_named_job_decodes_what_it_keeps_as_it_goes)
             most = l.lazy_records > most ? l.lazy_records : most;
         }
         cr_assert_eq(l.rc, 0);
-        if (!sole) {
+        if (named) {
             cr_assert_leq(most, 160000 / 16 + 100, "%" PRIu64 " records kept undecoded", most);
             cr_assert_geq(sl__ledger_runs(&l) + l.num, 90000, "%zu runs known", sl__ledger_runs(&l) + l.num);
         } else {
-            cr_assert_gt(most, 160000 / 16 + 100, "a sole ledger waits for notices: %" PRIu64, most);
+            cr_assert_gt(most, 160000 / 16 + 100, "another ledger waits for notices: %" PRIu64, most);
         }
         sl__ledger_free(&l);
     }
