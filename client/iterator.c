@@ -1557,7 +1557,7 @@ static void send_heartbeat(sl_iterator_t *it)
     if (it->track) {
         /* An overflowed record holds nothing it can use: said full. */
         req->ledger_max_runs = it->ledger.max_runs;
-        req->ledger_runs = it->ledger.rc < 0 ? it->ledger.max_runs : sl__ledger_runs(&it->ledger) + it->ledger.num;
+        req->ledger_runs = it->ledger.rc < 0 ? it->ledger.max_runs : sl__ledger_runs_held(&it->ledger);
     }
     uint64_t sync = it->sync_asked;
     pthread_mutex_unlock(&it->mu);
@@ -2022,7 +2022,7 @@ static void sync_dispatcher(sl_iterator_t *it)
  *         read faster than a round trip */
 static int ledger_crowded(sl_iterator_t *it)
 {
-    size_t runs = sl__ledger_runs(&it->ledger) + it->ledger.num, max = it->ledger.max_runs;
+    size_t runs = sl__ledger_runs_held(&it->ledger), max = it->ledger.max_runs;
     if (runs < max / 2) {
         it->ledger_ask_at = 0; /* a fold made room: the next crossing asks */
         return 0;

@@ -278,6 +278,11 @@ size_t sl__ledger_runs(const sl_ledger_t *l)
     return l->restored.num + l->got.num;
 }
 
+size_t sl__ledger_runs_held(const sl_ledger_t *l)
+{
+    return sl__ledger_runs(l) + l->num;
+}
+
 /* Why a ledger outgrows its bound, for the messages that say it did: a
  * rank of a named job keeps what it was given past the fold, which lags
  * the hand-out by the shuffles' tails (a split's last record leaves a
@@ -312,7 +317,7 @@ static void fail(sl_ledger_t *l, int rc)
  * runs that wait to go in counted), while the trainer can still act. */
 static void half_full(sl_ledger_t *l)
 {
-    size_t runs = sl__ledger_runs(l) + l->num;
+    size_t runs = sl__ledger_runs_held(l);
     if (l->half_said || runs <= l->max_runs / 2)
         return;
     l->half_said = true;

@@ -164,6 +164,11 @@ bool sl__ledger_given_below(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint6
 /** @return the runs the ledger holds (restored and got; what a checkpoint's size follows) */
 size_t sl__ledger_runs(const sl_ledger_t *l);
 
+/** @return sl__ledger_runs() and the runs waiting to be merged in, at
+ *  most what the next merge leaves (what the heartbeat says, and what
+ *  the warnings and the fold's asks follow) */
+size_t sl__ledger_runs_held(const sl_ledger_t *l);
+
 /**
  * Records a batch given to the caller: its provenance (prov_len bytes of
  * provwire.h's form at prov, counting num_records source records; none when prov_len
