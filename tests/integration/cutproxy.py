@@ -28,6 +28,38 @@ HELLO_LEN = 44         # frame.h: SL_HANDSHAKE_LEN
 FRAME_HEADER_LEN = 16  # frame.h: SL_FRAME_HEADER_LEN
 
 
+def varint(buf, i):
+    """(value, index past it) of the protobuf varint at buf[i]."""
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7f) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def without_field(msg, number):
+    """A protobuf message's bytes without the fields of that number (for
+    rewrite_answers(): an older daemon's answer)."""
+    out, at = b'', 0
+    while at < len(msg):
+        tag, body = varint(msg, at)
+        wire = tag & 7
+        if wire == 0:
+            _, end = varint(msg, body)
+        elif wire == 2:
+            size, start = varint(msg, body)
+            end = start + size
+        else:
+            end = body + (8 if wire == 1 else 4)
+        if tag >> 3 != number:
+            out += msg[at:end]
+        at = end
+    return out
+
+
 def _reset(sock):
     """Closes sock with an RST (SO_LINGER 0), as a broken connection ends."""
     try:

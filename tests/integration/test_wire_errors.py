@@ -8,6 +8,7 @@ import socket
 import struct
 import unittest
 
+from cutproxy import varint
 from harness import Cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,17 +30,6 @@ HELLO_LEN = 44  # SL_HANDSHAKE_LEN
 def hello(role, flags=0, nonce=bytes(32)):
     """A hello (protocol/frame.h): magic, version, role, flags, nonce."""
     return b'SLUC' + struct.pack('>HHI', protocol_version(), role, flags) + nonce
-
-
-def varint(buf, i):
-    v = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7f) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
 
 
 def decode_error(msg):

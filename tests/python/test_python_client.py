@@ -21,6 +21,7 @@ import numpy as np
 import sluice
 import sluice.client
 from sluice import _lib
+from cutproxy import CutProxy, without_field
 from harness import Cluster, get_json, http, values, wait_for
 from pycase import SluiceCase
 
@@ -1073,33 +1074,6 @@ if __name__ == '__main__':
 GET_OR_CREATE_JOB_RESP = 13  # protocol/frame.h, sl_msg_type
 
 
-def without_field(msg, number):
-    """A protobuf message's bytes without the fields of that number."""
-    def varint(at):
-        v, shift = 0, 0
-        while True:
-            b = msg[at]
-            v |= (b & 0x7f) << shift
-            at, shift = at + 1, shift + 7
-            if b < 0x80:
-                return v, at
-    out, at = b'', 0
-    while at < len(msg):
-        tag, body = varint(at)
-        wire = tag & 7
-        if wire == 0:
-            _, end = varint(body)
-        elif wire == 2:
-            size, start = varint(body)
-            end = start + size
-        else:
-            end = body + (8 if wire == 1 else 4)
-        if tag >> 3 != number:
-            out += msg[at:end]
-        at = end
-    return out
-
-
 def checkpoint_head(ck):
     """(version, epochs_done, file, record) of a checkpoint's header: file
     and record are the place a version 5 starts at (0 for older ones)."""
@@ -1286,7 +1260,6 @@ class NamedLongEpochTest(unittest.TestCase):
         # older one, as a proxy that strips the field makes it look): it
         # would start the job at the epoch's start and give the records
         # before the place again, so the restore is refused by name.
-        from cutproxy import CutProxy
         n = 2000000
         ds = sluice.range(0, n).batch(100)
         c = Cluster(workers=2, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
