@@ -1,0 +1,546 @@
+/* posbits.c: see posbits.h. */
+#include "posbits.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMPACT_MIN 4096 /* runs below which an add does not look for crowded blocks */
+#define LAST_NO ((UINT64_MAX >> SL_POSBITS_BLOCK_BITS) - 1) /* the last block whose end is below 2^64 */
+
+void sl_posbits_init(sl_posbits_t *b, size_t max_units)
+{
+    *b = (sl_posbits_t){.max_units = max_units, .compact_at = COMPACT_MIN};
+    sl_posset_init(&b->runs, max_units);
+}
+
+void sl_posbits_clear(sl_posbits_t *b)
+{
+    sl_posset_clear(&b->runs);
+    free(b->blocks);
+    free(b->scratch);
+    size_t max = b->max_units;
+    sl_posbits_init(b, max);
+}
+
+size_t sl_posbits_units(const sl_posbits_t *b)
+{
+    return b->runs.num + b->nblocks * SL_POSBITS_BLOCK_UNITS;
+}
+
+/* -1, 0, 1 as block (e1, f1, n1) is before, the same as or after (e2, f2, n2). */
+static int cmp_no(uint32_t e1, uint32_t f1, uint64_t n1, uint32_t e2, uint32_t f2, uint64_t n2)
+{
+    if (e1 != e2)
+        return e1 < e2 ? -1 : 1;
+    if (f1 != f2)
+        return f1 < f2 ? -1 : 1;
+    return n1 < n2 ? -1 : n1 > n2;
+}
+
+/* The first block at (e, f, no) or after it. */
+static size_t block_at(const sl_posbits_t *b, uint32_t e, uint32_t f, uint64_t no)
+{
+    size_t lo = 0, hi = b->nblocks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const sl_posblock_t *k = &b->blocks[mid];
+        if (cmp_no(k->epoch, k->file, k->no, e, f, no) >= 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static bool is_block(const sl_posbits_t *b, size_t i, uint32_t e, uint32_t f, uint64_t no)
+{
+    return i < b->nblocks && b->blocks[i].epoch == e && b->blocks[i].file == f && b->blocks[i].no == no;
+}
+
+/* Sets (or, with on false, clears) bits [lo, hi) of w. */
+static void put_bits(uint64_t *w, uint64_t lo, uint64_t hi, bool on)
+{
+    while (lo < hi) {
+        uint64_t off = lo & 63, nb = 64 - off < hi - lo ? 64 - off : hi - lo;
+        uint64_t m = (nb == 64 ? ~(uint64_t)0 : (((uint64_t)1 << nb) - 1)) << off;
+        w[lo >> 6] = on ? w[lo >> 6] | m : w[lo >> 6] & ~m;
+        lo += nb;
+    }
+}
+
+static uint64_t count_bits(const uint64_t *w, uint64_t lo, uint64_t hi)
+{
+    uint64_t n = 0;
+    while (lo < hi) {
+        uint64_t off = lo & 63, nb = 64 - off < hi - lo ? 64 - off : hi - lo;
+        uint64_t m = (nb == 64 ? ~(uint64_t)0 : (((uint64_t)1 << nb) - 1)) << off;
+        n += (uint64_t)__builtin_popcountll(w[lo >> 6] & m);
+        lo += nb;
+    }
+    return n;
+}
+
+static bool block_full(const sl_posblock_t *k)
+{
+    for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+        if (k->w[i] != ~(uint64_t)0)
+            return false;
+    return true;
+}
+
+static bool block_empty(const sl_posblock_t *k)
+{
+    for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+        if (k->w[i] != 0)
+            return false;
+    return true;
+}
+
+size_t sl_posbits_block_runs(const sl_posblock_t *blk)
+{
+    size_t n = 0;
+    uint64_t carry = 0; /* the bit before word i's first */
+    for (unsigned i = 0; i < SL_POSBITS_WORDS; i++) {
+        uint64_t x = blk->w[i];
+        n += (size_t)__builtin_popcountll(x & ~(x << 1 | carry));
+        carry = x >> 63;
+    }
+    return n;
+}
+
+static int room(sl_posrun_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap * 2 > need ? *cap * 2 : need;
+    if (ncap < 64)
+        ncap = 64;
+    if (ncap > SIZE_MAX / sizeof **p)
+        return -ENOMEM;
+    sl_posrun_t *q = realloc(*p, ncap * sizeof *q);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* Appends r to out[0..*n), joined to the last run when it touches it. */
+static void append(sl_posrun_t *out, size_t *n, const sl_posrun_t *r)
+{
+    if (*n > 0) {
+        sl_posrun_t *last = &out[*n - 1];
+        if (last->epoch == r->epoch && last->file == r->file && r->begin <= last->begin + last->count) {
+            if (r->begin + r->count > last->begin + last->count)
+                last->count = r->begin + r->count - last->begin;
+            return;
+        }
+    }
+    out[(*n)++] = *r;
+}
+
+/* A block's runs of set bits, appended to out (room for sl_posbits_block_runs() more). */
+static void block_runs(const sl_posblock_t *k, sl_posrun_t *out, size_t *n)
+{
+    uint64_t base = k->no << SL_POSBITS_BLOCK_BITS, start = 0;
+    bool in = false;
+    for (unsigned i = 0; i < SL_POSBITS_WORDS; i++) {
+        uint64_t x = k->w[i];
+        if (x == (in ? ~(uint64_t)0 : 0))
+            continue;
+        unsigned bit = 0;
+        while (bit < 64) {
+            uint64_t rest = (in ? ~x : x) >> bit;
+            if (rest == 0)
+                break;
+            bit += (unsigned)__builtin_ctzll(rest);
+            uint64_t at = (uint64_t)i * 64 + bit;
+            if (in) {
+                sl_posrun_t r = {k->epoch, k->file, base + start, at - start};
+                append(out, n, &r);
+            }
+            start = at;
+            in = !in;
+        }
+    }
+    if (in) {
+        sl_posrun_t r = {k->epoch, k->file, base + start, SL_POSBITS_BLOCK - start};
+        append(out, n, &r);
+    }
+}
+
+/* Inserts blocks add[0..m) (sorted, none of them in b) among b's. */
+static int insert_blocks(sl_posbits_t *b, const sl_posblock_t *add, size_t m)
+{
+    if (m == 0)
+        return 0;
+    size_t total = b->nblocks + m;
+    if (total > b->cap) {
+        size_t ncap = b->cap * 2 > total ? b->cap * 2 : total;
+        sl_posblock_t *p = realloc(b->blocks, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        b->blocks = p;
+        b->cap = ncap;
+    }
+    /* Merge from the back. */
+    size_t i = b->nblocks, j = m, k = total;
+    while (j > 0) {
+        const sl_posblock_t *x = i > 0 ? &b->blocks[i - 1] : NULL, *y = &add[j - 1];
+        if (x && cmp_no(x->epoch, x->file, x->no, y->epoch, y->file, y->no) > 0)
+            b->blocks[--k] = b->blocks[--i];
+        else
+            b->blocks[--k] = add[--j];
+    }
+    b->nblocks = total;
+    return 0;
+}
+
+/* Appends block (e, f, no) to *dense (of *nd, room *dcap), with its bits clear. */
+static int add_dense(sl_posblock_t **dense, size_t *nd, size_t *dcap, uint32_t e, uint32_t f, uint64_t no)
+{
+    if (no > LAST_NO)
+        return 0; /* its end is not a position: left as runs */
+    if (*nd == *dcap) {
+        size_t ncap = *dcap ? *dcap * 2 : 16;
+        sl_posblock_t *p = realloc(*dense, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        *dense = p;
+        *dcap = ncap;
+    }
+    (*dense)[(*nd)++] = (sl_posblock_t){.epoch = e, .file = f, .no = no};
+    return 0;
+}
+
+/* The block ranges that SL_POSBITS_DENSE runs or more reach into, in
+ * order, their bits clear. A run reaches the block of its first position
+ * and that of its last; the blocks between, it fills (one run each: never
+ * crowded). Those of run i + 1 are never before those of run i, so one
+ * counter follows them. */
+static int crowded(const sl_posset_t *s, sl_posblock_t **dense, size_t *nd)
+{
+    size_t dcap = 0, cnt = 0;
+    uint32_t ce = 0, cf = 0;
+    uint64_t cno = 0;
+    *dense = NULL;
+    *nd = 0;
+    for (size_t i = 0; i < s->num; i++) {
+        const sl_posrun_t *r = &s->runs[i];
+        uint64_t first = r->begin >> SL_POSBITS_BLOCK_BITS, last = (r->begin + r->count - 1) >> SL_POSBITS_BLOCK_BITS;
+        for (unsigned q = 0; q < (last != first ? 2u : 1u); q++) {
+            uint64_t no = q ? last : first;
+            if (cnt > 0 && ce == r->epoch && cf == r->file && cno == no) {
+                cnt++;
+                continue;
+            }
+            if (cnt >= SL_POSBITS_DENSE && add_dense(dense, nd, &dcap, ce, cf, cno) < 0)
+                return -ENOMEM;
+            ce = r->epoch;
+            cf = r->file;
+            cno = no;
+            cnt = 1;
+        }
+    }
+    if (cnt >= SL_POSBITS_DENSE && add_dense(dense, nd, &dcap, ce, cf, cno) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+/* The next piece of x (taken off its front) that lies wholly in one block
+ * of blocks[0..n) (*in: its index) or wholly outside them (*in: n). */
+static sl_posrun_t next_piece(const sl_posblock_t *blocks, size_t n, size_t *d, sl_posrun_t *x, size_t *in)
+{
+    uint64_t no = x->begin >> SL_POSBITS_BLOCK_BITS, end = x->begin + x->count;
+    while (*d < n && cmp_no(blocks[*d].epoch, blocks[*d].file, blocks[*d].no, x->epoch, x->file, no) < 0)
+        ++*d;
+    uint64_t hi = end;
+    *in = n;
+    if (*d < n && blocks[*d].epoch == x->epoch && blocks[*d].file == x->file) {
+        uint64_t at = blocks[*d].no << SL_POSBITS_BLOCK_BITS;
+        if (blocks[*d].no == no) {
+            *in = *d;
+            if (end - at > SL_POSBITS_BLOCK)
+                hi = at + SL_POSBITS_BLOCK;
+        } else if (at < hi) {
+            hi = at;
+        }
+    }
+    sl_posrun_t piece = {x->epoch, x->file, x->begin, hi - x->begin};
+    x->count = end - hi;
+    x->begin = hi;
+    return piece;
+}
+
+/* Sets a piece's bits in its block. */
+static void set_piece(sl_posblock_t *blk, const sl_posrun_t *piece)
+{
+    uint64_t base = blk->no << SL_POSBITS_BLOCK_BITS;
+    put_bits(blk->w, piece->begin - base, piece->begin + piece->count - base, true);
+}
+
+/* Moves the runs that crowd a block's range into a bitmap, and full
+ * blocks back into runs. Changes nothing when memory runs out. */
+static void compact(sl_posbits_t *b)
+{
+    sl_posblock_t *dense = NULL;
+    size_t nd = 0;
+    if (crowded(&b->runs, &dense, &nd) < 0) {
+        free(dense);
+        return;
+    }
+    if (nd > 0) {
+        /* The runs outside those ranges stay, the rest are bits; a run
+         * leaves a piece before each range it crosses and one after. */
+        size_t n = b->runs.num, cap = n + nd + 1, nk = 0, d = 0;
+        sl_posrun_t *keep = malloc(cap * sizeof *keep);
+        if (!keep) {
+            free(dense);
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            sl_posrun_t x = b->runs.runs[i];
+            while (x.count > 0) {
+                size_t in;
+                sl_posrun_t piece = next_piece(dense, nd, &d, &x, &in);
+                if (in < nd)
+                    set_piece(&dense[in], &piece);
+                else
+                    keep[nk++] = piece;
+            }
+        }
+        if (insert_blocks(b, dense, nd) < 0) {
+            free(keep);
+            free(dense);
+            return;
+        }
+        free(b->runs.runs);
+        b->runs.runs = keep;
+        b->runs.num = nk;
+        b->runs.cap = cap;
+    }
+    free(dense);
+    /* Full blocks: one run each is less. */
+    size_t full = 0;
+    for (size_t i = 0; i < b->nblocks; i++)
+        full += block_full(&b->blocks[i]);
+    if (full > 0 && room(&b->scratch, &b->scratch_cap, full) == 0) {
+        size_t m = 0;
+        for (size_t i = 0; i < b->nblocks; i++)
+            if (block_full(&b->blocks[i]))
+                b->scratch[m++] = (sl_posrun_t){b->blocks[i].epoch, b->blocks[i].file,
+                                                b->blocks[i].no << SL_POSBITS_BLOCK_BITS, SL_POSBITS_BLOCK};
+        b->runs.max_runs = b->max_units - (b->nblocks - m) * SL_POSBITS_BLOCK_UNITS;
+        if (sl_posset_add_many(&b->runs, b->scratch, m) == 0) {
+            size_t k = 0;
+            for (size_t i = 0; i < b->nblocks; i++)
+                if (!block_full(&b->blocks[i]))
+                    b->blocks[k++] = b->blocks[i];
+            b->nblocks = k;
+        }
+    }
+}
+
+/* The runs' bound: what the blocks leave of max_units. */
+static void bound_runs(sl_posbits_t *b)
+{
+    size_t used = b->nblocks * SL_POSBITS_BLOCK_UNITS;
+    b->runs.max_runs = used < b->max_units ? b->max_units - used : 0;
+}
+
+/* add_many() once: the parts of the runs in blocks are set as bits after
+ * the rest went into the runs (which may fail, changing nothing). */
+static int add_once(sl_posbits_t *b, const void *runs, size_t n)
+{
+    bound_runs(b);
+    if (b->nblocks == 0)
+        return sl_posset_add_many(&b->runs, runs, n);
+    size_t out = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            sl_posrun_t x;
+            memcpy(&x, (const uint8_t *)runs + i * sizeof x, sizeof x);
+            if (x.begin + x.count < x.begin)
+                return -EOVERFLOW;
+            while (x.count > 0) {
+                size_t d = block_at(b, x.epoch, x.file, x.begin >> SL_POSBITS_BLOCK_BITS), in;
+                sl_posrun_t piece = next_piece(b->blocks, b->nblocks, &d, &x, &in);
+                if (pass == 1 && in < b->nblocks) {
+                    set_piece(&b->blocks[in], &piece);
+                } else if (pass == 0 && in == b->nblocks) {
+                    if (room(&b->scratch, &b->scratch_cap, out + 1) < 0)
+                        return -ENOMEM;
+                    b->scratch[out++] = piece;
+                }
+            }
+        }
+        int rc = pass == 0 && out > 0 ? sl_posset_add_many(&b->runs, b->scratch, out) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int sl_posbits_add_many(sl_posbits_t *b, const void *runs, size_t n)
+{
+    int rc = add_once(b, runs, n);
+    if (rc == -ENOSPC) {
+        /* Crowded runs may fit as bitmaps. */
+        size_t before = sl_posbits_units(b);
+        compact(b);
+        if (sl_posbits_units(b) < before)
+            rc = add_once(b, runs, n);
+    }
+    if (rc == 0 && b->runs.num >= b->compact_at) {
+        compact(b);
+        b->compact_at = b->runs.num * 2 > COMPACT_MIN ? b->runs.num * 2 : COMPACT_MIN;
+    }
+    return rc;
+}
+
+int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t no,
+                         const uint64_t w[SL_POSBITS_WORDS])
+{
+    if (no > LAST_NO)
+        return -EOVERFLOW;
+    sl_posblock_t blk = {.epoch = epoch, .file = file, .no = no};
+    memcpy(blk.w, w, sizeof blk.w);
+    if (block_empty(&blk))
+        return 0;
+    size_t k = block_at(b, epoch, file, no);
+    if (is_block(b, k, epoch, file, no)) {
+        for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+            b->blocks[k].w[i] |= w[i];
+        return 0;
+    }
+    uint64_t base = no << SL_POSBITS_BLOCK_BITS;
+    if (sl_posset_count(&b->runs, epoch, file, base, base + SL_POSBITS_BLOCK) == 0 && !block_full(&blk) &&
+        sl_posbits_units(b) + SL_POSBITS_BLOCK_UNITS <= b->max_units) {
+        int rc = insert_blocks(b, &blk, 1);
+        bound_runs(b);
+        return rc;
+    }
+    /* Runs reach into its range (or it is full): as runs, which crowding turns back into a block. */
+    if (room(&b->scratch, &b->scratch_cap, sl_posbits_block_runs(&blk)) < 0)
+        return -ENOMEM;
+    size_t m = 0;
+    block_runs(&blk, b->scratch, &m);
+    /* add_many() uses scratch too: the runs go from a copy. */
+    sl_posrun_t *copy = malloc(m * sizeof *copy);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, b->scratch, m * sizeof *copy);
+    int rc = sl_posbits_add_many(b, copy, m);
+    free(copy);
+    return rc;
+}
+
+void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    sl_posset_t *s = &b->runs;
+    sl_posset_drop_before(s, epoch, file, pos);
+    if (s->cap > 64 && s->num < s->cap / 4) {
+        size_t cap = s->num * 2 > 16 ? s->num * 2 : 16;
+        sl_posrun_t *p = realloc(s->runs, cap * sizeof *p);
+        if (p) {
+            s->runs = p;
+            s->cap = cap;
+        }
+    }
+    /* The blocks before the place's go; its own keeps what lies from pos on. */
+    uint64_t no = pos >> SL_POSBITS_BLOCK_BITS;
+    size_t k = block_at(b, epoch, file, no);
+    if (is_block(b, k, epoch, file, no)) {
+        put_bits(b->blocks[k].w, 0, pos - (no << SL_POSBITS_BLOCK_BITS), false);
+        k += block_empty(&b->blocks[k]);
+    }
+    if (k > 0) {
+        memmove(b->blocks, b->blocks + k, (b->nblocks - k) * sizeof *b->blocks);
+        b->nblocks -= k;
+    }
+    if (b->cap > 16 && b->nblocks < b->cap / 4) {
+        size_t cap = b->nblocks * 2 > 8 ? b->nblocks * 2 : 8;
+        sl_posblock_t *p = realloc(b->blocks, cap * sizeof *p);
+        if (p) {
+            b->blocks = p;
+            b->cap = cap;
+        }
+    }
+    bound_runs(b);
+}
+
+uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end)
+{
+    if (end <= begin)
+        return 0;
+    uint64_t n = sl_posset_count(&b->runs, epoch, file, begin, end);
+    for (size_t k = block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
+         k < b->nblocks && b->blocks[k].epoch == epoch && b->blocks[k].file == file &&
+         b->blocks[k].no <= (end - 1) >> SL_POSBITS_BLOCK_BITS;
+         k++) {
+        uint64_t base = b->blocks[k].no << SL_POSBITS_BLOCK_BITS;
+        uint64_t lo = begin > base ? begin - base : 0;
+        uint64_t hi = end - base < SL_POSBITS_BLOCK ? end - base : SL_POSBITS_BLOCK;
+        n += count_bits(b->blocks[k].w, lo, hi);
+    }
+    return n;
+}
+
+uint64_t sl_posbits_size(const sl_posbits_t *b)
+{
+    uint64_t n = sl_posset_size(&b->runs);
+    for (size_t k = 0; k < b->nblocks; k++)
+        n += count_bits(b->blocks[k].w, 0, SL_POSBITS_BLOCK);
+    return n;
+}
+
+int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    size_t need = b->runs.num;
+    for (size_t k = 0; k < b->nblocks; k++) {
+        size_t br = sl_posbits_block_runs(&b->blocks[k]);
+        if (keep_runs == 0 || br < keep_runs)
+            need += br;
+    }
+    if (need == 0)
+        return 0;
+    sl_posrun_t *o = malloc(need * sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    /* The runs and the blocks in the order of places (apart: no run
+     * reaches into a block), joined where they touch. */
+    size_t m = 0, i = 0, k = 0;
+    const sl_posset_t *s = &b->runs;
+    while (i < s->num || k < b->nblocks) {
+        bool run_first = k == b->nblocks ||
+                         (i < s->num && cmp_no(s->runs[i].epoch, s->runs[i].file, s->runs[i].begin, b->blocks[k].epoch,
+                                               b->blocks[k].file, b->blocks[k].no << SL_POSBITS_BLOCK_BITS) < 0);
+        if (run_first) {
+            append(o, &m, &s->runs[i++]);
+        } else {
+            if (keep_runs == 0 || sl_posbits_block_runs(&b->blocks[k]) < keep_runs)
+                block_runs(&b->blocks[k], o, &m);
+            k++;
+        }
+    }
+    *out = o;
+    *n = m;
+    return 0;
+}
+
+int sl_posbits_to_posset(const sl_posbits_t *b, uint64_t from, sl_posset_t *set)
+{
+    sl_posrun_t *runs = NULL;
+    size_t n = 0;
+    int rc = sl_posbits_runs(b, 0, &runs, &n);
+    size_t first = 0;
+    while (first < n && runs[first].epoch < from)
+        first++;
+    if (rc == 0 && n > first)
+        rc = sl_posset_add_many(set, runs + first, n - first);
+    free(runs);
+    return rc;
+}

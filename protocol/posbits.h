@@ -1,0 +1,100 @@
+/*
+ * posbits.h: a set of source positions kept as runs (posset.h) and, where
+ * runs crowd, as bitmaps of 4096 positions (blocks). What a rank of a named
+ * job holds past the job's fold is of this kind: its peers got the records
+ * between its own, so it holds one run a record, 24 bytes, where a bit
+ * does (docs/fault-tolerance.md, "What a rank holds past the fold").
+ *
+ * A block holds every position of its range that the set has: no run of
+ * the set reaches into a block. Runs go into blocks as they crowd (a block
+ * replaces at least SL_POSBITS_DENSE runs, about what it costs in memory),
+ * and a full block goes back to being a run. The bound, max_units, counts
+ * a run as one and a block as SL_POSBITS_BLOCK_UNITS, its memory in runs.
+ *
+ * Not thread-safe.
+ */
+#ifndef SL_POSBITS_H
+#define SL_POSBITS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "posset.h"
+
+#define SL_POSBITS_BLOCK_BITS 12
+#define SL_POSBITS_BLOCK ((uint64_t)1 << SL_POSBITS_BLOCK_BITS) /* positions a block covers */
+#define SL_POSBITS_WORDS (SL_POSBITS_BLOCK / 64)
+#define SL_POSBITS_BLOCK_UNITS 22 /* a block's 528 bytes, in runs of 24 */
+#define SL_POSBITS_DENSE 24       /* the runs in a block range that make it a block */
+
+/* Positions [no * SL_POSBITS_BLOCK, (no + 1) * SL_POSBITS_BLOCK) of (epoch, file). */
+typedef struct sl_posblock {
+    uint32_t epoch, file;
+    uint64_t no;
+    uint64_t w[SL_POSBITS_WORDS]; /* bit i of word k: position no * BLOCK + 64 k + i */
+} sl_posblock_t;
+
+typedef struct sl_posbits {
+    sl_posset_t runs;      /* the positions that lie in no block */
+    sl_posblock_t *blocks; /* sorted by (epoch, file, no), none empty */
+    size_t nblocks, cap;
+    size_t max_units;  /* runs.num + nblocks * SL_POSBITS_BLOCK_UNITS at most */
+    size_t compact_at; /* runs.num at which an add looks for crowded blocks next */
+    sl_posrun_t *scratch;
+    size_t scratch_cap;
+} sl_posbits_t;
+
+/** An empty set of at most max_units units (nothing allocated yet). */
+void sl_posbits_init(sl_posbits_t *b, size_t max_units);
+
+/** Frees what the set holds; it is empty then (max_units kept). */
+void sl_posbits_clear(sl_posbits_t *b);
+
+/** @return the units the set holds: its runs, and SL_POSBITS_BLOCK_UNITS a block */
+size_t sl_posbits_units(const sl_posbits_t *b);
+
+/**
+ * Adds n runs (laid out as sl_posrun_t; sl_provenance_run_t has that
+ * layout), in any order, as sl_posset_add_many() does; runs that crowd a
+ * block's range go into a bitmap.
+ * @return 0, -ENOSPC (over max_units), -ENOMEM, -EOVERFLOW (a run's end is
+ *   past 2^64); on error the set is unchanged
+ */
+int sl_posbits_add_many(sl_posbits_t *b, const void *runs, size_t n);
+
+/**
+ * Adds the positions of a bitmap: bit i of w is position no * SL_POSBITS_BLOCK + i of (epoch, file).
+ * @return 0, -ENOSPC, -ENOMEM, -EOVERFLOW (no past the last block of 2^64
+ *   positions); on error the set is unchanged
+ */
+int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t no,
+                         const uint64_t w[SL_POSBITS_WORDS]);
+
+/** Removes every position before (epoch, file, pos) in the order of places. */
+void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
+
+/** @return how many positions of [begin, end) of (epoch, file) are in the set */
+uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end);
+
+/** @return the number of positions in the set */
+uint64_t sl_posbits_size(const sl_posbits_t *b);
+
+/** @return the runs of set bits in a block (what it would take as runs, alone) */
+size_t sl_posbits_block_runs(const sl_posblock_t *blk);
+
+/**
+ * The set as runs, coalesced, in order, leaving out the blocks of at least
+ * keep_runs runs (0: none left out), which the caller writes as bitmaps.
+ * @param[out] out the runs, malloc'd (NULL when none)
+ * @return 0 or -ENOMEM
+ */
+int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, size_t *n);
+
+/**
+ * Adds the set's positions of epochs from `from` on to set, as runs.
+ * @return 0, or what sl_posset_add_many() returns
+ */
+int sl_posbits_to_posset(const sl_posbits_t *b, uint64_t from, sl_posset_t *set);
+
+#endif

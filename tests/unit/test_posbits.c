@@ -1,0 +1,287 @@
+/*
+ * test_posbits.c: position sets with bitmap blocks (protocol/posbits.c)
+ * against plain position sets (posset.c, tested on its own): seeded random
+ * adds, bitmaps, drops and counts; the bound, and that a refused add
+ * changes nothing; and the size a rank of a named job holds at user sizes.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "posbits.h"
+#include "seed_util.h"
+
+#define EPOCHS 2
+#define FILES 3
+#define SPAN 60000 /* positions of a file drawn from: about 15 blocks */
+
+static void check_invariants(const sl_posbits_t *b)
+{
+    cr_assert_leq(sl_posbits_units(b), b->max_units);
+    for (size_t k = 0; k < b->nblocks; k++) {
+        const sl_posblock_t *x = &b->blocks[k];
+        bool any = false;
+        for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+            any |= x->w[i] != 0;
+        cr_assert(any, "block %zu is empty", k);
+        if (k > 0) {
+            const sl_posblock_t *p = &b->blocks[k - 1];
+            bool ordered = p->epoch < x->epoch || (p->epoch == x->epoch && p->file < x->file) ||
+                           (p->epoch == x->epoch && p->file == x->file && p->no < x->no);
+            cr_assert(ordered, "blocks %zu and %zu are out of order", k - 1, k);
+        }
+        uint64_t base = x->no * SL_POSBITS_BLOCK;
+        cr_assert_eq(sl_posset_count(&b->runs, x->epoch, x->file, base, base + SL_POSBITS_BLOCK), 0,
+                     "a run reaches into block %zu", k);
+    }
+}
+
+/* b holds what ref holds: the same runs, size and counts. */
+static void check_same(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *rng)
+{
+    check_invariants(b);
+    sl_posrun_t *runs = NULL;
+    size_t n = 0;
+    cr_assert_eq(sl_posbits_runs(b, 0, &runs, &n), 0);
+    cr_assert_eq(n, ref->num, "%zu runs, the model has %zu", n, ref->num);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(memcmp(&runs[i], &ref->runs[i], sizeof runs[i]) == 0,
+                  "run %zu: (%u, %u, %llu, %llu), the model's (%u, %u, %llu, %llu)", i, runs[i].epoch,
+                  runs[i].file, (unsigned long long)runs[i].begin, (unsigned long long)runs[i].count,
+                  ref->runs[i].epoch, ref->runs[i].file, (unsigned long long)ref->runs[i].begin,
+                  (unsigned long long)ref->runs[i].count);
+    free(runs);
+    cr_assert_eq(sl_posbits_size(b), sl_posset_size(ref));
+    for (int q = 0; q < 20; q++) {
+        uint32_t e = (uint32_t)(splitmix64(rng) % EPOCHS), f = (uint32_t)(splitmix64(rng) % FILES);
+        uint64_t lo = splitmix64(rng) % SPAN, hi = lo + splitmix64(rng) % (SPAN / 3);
+        cr_assert_eq(sl_posbits_count(b, e, f, lo, hi), sl_posset_count(ref, e, f, lo, hi),
+                     "count of [%llu, %llu) of (%u, %u)", (unsigned long long)lo, (unsigned long long)hi, e, f);
+    }
+}
+
+/* A batch as workers send them: a shuffled window's records, every
+ * stride-th taken (a rank among stride), long runs, or any runs. */
+static size_t draw_batch(uint64_t *rng, sl_posrun_t *out, size_t max)
+{
+    uint32_t e = (uint32_t)(splitmix64(rng) % EPOCHS), f = (uint32_t)(splitmix64(rng) % FILES);
+    size_t n = 1 + (size_t)(splitmix64(rng) % max);
+    unsigned kind = (unsigned)(splitmix64(rng) % 3);
+    uint64_t at = splitmix64(rng) % SPAN, stride = 1 + splitmix64(rng) % 4;
+    for (size_t i = 0; i < n; i++) {
+        if (kind == 0) {
+            uint64_t p = (at + (splitmix64(rng) % 5000) * stride) % SPAN;
+            out[i] = (sl_posrun_t){e, f, p, 1};
+        } else if (kind == 1) {
+            out[i] = (sl_posrun_t){e, f, splitmix64(rng) % SPAN, 1 + splitmix64(rng) % 9000};
+        } else {
+            out[i] = (sl_posrun_t){(uint32_t)(splitmix64(rng) % EPOCHS), (uint32_t)(splitmix64(rng) % FILES),
+                                   splitmix64(rng) % SPAN, 1 + splitmix64(rng) % 40};
+        }
+    }
+    return n;
+}
+
+Test(posbits, random_adds_bitmaps_and_drops_match_a_plain_set)
+{
+    uint64_t rng = test_seed("posbits::random_adds_bitmaps_and_drops_match_a_plain_set");
+    enum { MAX_BATCH = 3000 };
+    sl_posrun_t *batch = malloc(MAX_BATCH * sizeof *batch);
+    cr_assert_not_null(batch);
+    for (int round = 0; round < 12; round++) {
+        sl_posbits_t b;
+        sl_posset_t ref;
+        sl_posbits_init(&b, SL_POSSET_MAX_RUNS);
+        sl_posset_init(&ref, SL_POSSET_MAX_RUNS);
+        int steps = 20 + (int)(splitmix64(&rng) % 60);
+        for (int s = 0; s < steps; s++) {
+            unsigned op = (unsigned)(splitmix64(&rng) % 10);
+            if (op < 7) {
+                size_t n = draw_batch(&rng, batch, MAX_BATCH);
+                cr_assert_eq(sl_posbits_add_many(&b, batch, n), 0);
+                cr_assert_eq(sl_posset_add_many(&ref, batch, n), 0);
+            } else if (op < 9) {
+                uint32_t e = (uint32_t)(splitmix64(&rng) % EPOCHS), f = (uint32_t)(splitmix64(&rng) % FILES);
+                uint64_t no = splitmix64(&rng) % (SPAN / SL_POSBITS_BLOCK + 1), w[SL_POSBITS_WORDS];
+                unsigned fill = (unsigned)(splitmix64(&rng) % 4); /* empty, sparse, half, full */
+                for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+                    w[i] = fill == 0 ? 0 : fill == 3 ? ~(uint64_t)0
+                                       : fill == 1 ? splitmix64(&rng) & splitmix64(&rng) & splitmix64(&rng)
+                                                   : splitmix64(&rng);
+                cr_assert_eq(sl_posbits_add_block(&b, e, f, no, w), 0);
+                for (unsigned i = 0; i < SL_POSBITS_BLOCK; i++)
+                    if (w[i / 64] >> (i % 64) & 1)
+                        cr_assert_eq(sl_posset_add(&ref, e, f, no * SL_POSBITS_BLOCK + i, 1, NULL), 0);
+            } else {
+                uint32_t e = (uint32_t)(splitmix64(&rng) % EPOCHS), f = (uint32_t)(splitmix64(&rng) % FILES);
+                uint64_t pos = splitmix64(&rng) % SPAN;
+                sl_posbits_drop_before(&b, e, f, pos);
+                sl_posset_drop_before(&ref, e, f, pos);
+            }
+            check_same(&b, &ref, &rng);
+        }
+        sl_posbits_clear(&b);
+        sl_posset_clear(&ref);
+    }
+    free(batch);
+}
+
+Test(posbits, crowded_runs_become_bitmaps_and_full_ones_runs_again)
+{
+    sl_posbits_t b;
+    sl_posbits_init(&b, SL_POSSET_MAX_RUNS);
+    /* Every other position of 4 blocks: 8192 runs, past COMPACT_MIN. */
+    sl_posrun_t *r = malloc(8192 * sizeof *r);
+    cr_assert_not_null(r);
+    for (uint64_t i = 0; i < 8192; i++)
+        r[i] = (sl_posrun_t){0, 0, 2 * i, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 8192), 0);
+    cr_assert_eq(b.nblocks, 4, "%zu blocks", b.nblocks);
+    cr_assert_eq(b.runs.num, 0);
+    cr_assert_eq(sl_posbits_units(&b), 4 * SL_POSBITS_BLOCK_UNITS);
+    cr_assert_eq(sl_posbits_size(&b), 8192);
+    /* The other half: full blocks, one run once the set looks again. */
+    for (uint64_t i = 0; i < 8192; i++)
+        r[i] = (sl_posrun_t){0, 0, 2 * i + 1, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 8192), 0);
+    cr_assert_eq(sl_posbits_size(&b), 16384);
+    sl_posrun_t *out = NULL;
+    size_t n = 0;
+    cr_assert_eq(sl_posbits_runs(&b, 0, &out, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(out[0].begin, 0);
+    cr_assert_eq(out[0].count, 16384);
+    free(out);
+    /* Runs of blocks with many runs can be left out, for the caller to write as bitmaps. */
+    sl_posbits_drop_before(&b, 1, 0, 0); /* epoch 0 goes */
+    for (uint64_t i = 0; i < 8192; i++)
+        r[i] = (sl_posrun_t){1, 0, 3 * i, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 8192), 0);
+    cr_assert_eq(sl_posbits_runs(&b, 64, &out, &n), 0);
+    size_t kept_out = 0;
+    for (size_t k = 0; k < b.nblocks; k++)
+        kept_out += sl_posbits_block_runs(&b.blocks[k]) >= 64;
+    cr_assert_gt(kept_out, 0);
+    uint64_t in_runs = 0;
+    for (size_t i = 0; i < n; i++)
+        in_runs += out[i].count;
+    uint64_t in_blocks = 0;
+    for (size_t k = 0; k < b.nblocks; k++)
+        if (sl_posbits_block_runs(&b.blocks[k]) >= 64)
+            in_blocks += sl_posbits_count(&b, 1, 0, b.blocks[k].no * SL_POSBITS_BLOCK,
+                                          (b.blocks[k].no + 1) * SL_POSBITS_BLOCK);
+    cr_assert_eq(in_runs + in_blocks, 8192);
+    free(out);
+    /* A drop past every bit of a block takes the block too. */
+    uint64_t last = 3 * 8191;
+    sl_posbits_drop_before(&b, 1, 0, last);
+    cr_assert_eq(b.nblocks, 1);
+    sl_posbits_drop_before(&b, 1, 0, last + 1);
+    cr_assert_eq(b.nblocks, 0);
+    cr_assert_eq(sl_posbits_size(&b), 0);
+    sl_posbits_clear(&b);
+
+    /* Runs that would pass the bound fit once those held crowd into bits. */
+    sl_posbits_init(&b, 5000);
+    for (uint64_t i = 0; i < 4000; i++)
+        r[i] = (sl_posrun_t){0, 0, 2 * i, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 4000), 0);
+    cr_assert_eq(b.runs.num, 4000, "below the size at which adds look for crowding");
+    for (uint64_t i = 0; i < 2000; i++)
+        r[i] = (sl_posrun_t){0, 0, 8000 + 2 * i, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 2000), 0);
+    cr_assert_eq(sl_posbits_size(&b), 6000);
+    cr_assert_leq(sl_posbits_units(&b), 5000);
+    free(r);
+    sl_posbits_clear(&b);
+}
+
+Test(posbits, over_its_bound_an_add_is_refused_and_changes_nothing)
+{
+    uint64_t rng = test_seed("posbits::over_its_bound_an_add_is_refused_and_changes_nothing");
+    sl_posbits_t b;
+    sl_posbits_init(&b, 300);
+    sl_posrun_t batch[400];
+    int refused = 0;
+    for (int s = 0; s < 200 && refused < 5; s++) {
+        size_t n = 1 + (size_t)(splitmix64(&rng) % 400);
+        for (size_t i = 0; i < n; i++)
+            batch[i] = (sl_posrun_t){0, (uint32_t)(splitmix64(&rng) % 2), splitmix64(&rng) % 100000, 1};
+        sl_posrun_t *before = NULL, *after = NULL;
+        size_t nb = 0, na = 0;
+        cr_assert_eq(sl_posbits_runs(&b, 0, &before, &nb), 0);
+        int rc = sl_posbits_add_many(&b, batch, n);
+        cr_assert(rc == 0 || rc == -ENOSPC, "rc %d", rc);
+        check_invariants(&b);
+        if (rc == -ENOSPC) {
+            refused++;
+            cr_assert_eq(sl_posbits_runs(&b, 0, &after, &na), 0);
+            cr_assert_eq(na, nb);
+            cr_assert(nb == 0 || memcmp(before, after, nb * sizeof *before) == 0);
+        }
+        free(before);
+        free(after);
+    }
+    cr_assert_gt(refused, 0);
+    sl_posbits_clear(&b);
+}
+
+/* A rank of 2 to 8 of a named job behind shuffles: its share of 3 million
+ * positions in batches of 256 drawn from a window of 200,000. As runs that
+ * is about a run a record; as bits, a block per 4096 positions. */
+Test(posbits, a_ranks_share_of_millions_of_positions_takes_a_bit_each)
+{
+    uint64_t rng = test_seed("posbits::a_ranks_share_of_millions_of_positions_takes_a_bit_each");
+    enum { N = 3000000, WINDOW = 200000, BATCH = 256 };
+    unsigned ranks = 2 + (unsigned)(splitmix64(&rng) % 7);
+    uint64_t *order = malloc(N * sizeof *order);
+    cr_assert_not_null(order);
+    /* A shuffle within a sliding window: position i leaves within WINDOW of its place. */
+    for (uint64_t i = 0; i < N; i++)
+        order[i] = i;
+    for (uint64_t i = 0; i + 1 < N; i++) {
+        uint64_t j = i + splitmix64(&rng) % (N - i < WINDOW ? N - i : WINDOW);
+        uint64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    sl_posbits_t b;
+    sl_posset_t ref;
+    sl_posbits_init(&b, SL_POSSET_MAX_RUNS);
+    sl_posset_init(&ref, SL_POSSET_MAX_RUNS);
+    sl_posrun_t batch[BATCH];
+    uint64_t mine = 0;
+    size_t most_units = 0;
+    for (uint64_t at = 0, step = 0; at < N; at += BATCH, step++) {
+        if (step % ranks != 0)
+            continue; /* a peer's batch */
+        size_t n = 0;
+        for (uint64_t i = at; i < at + BATCH && i < N; i++)
+            batch[n++] = (sl_posrun_t){0, 0, order[i], 1};
+        mine += n;
+        cr_assert_eq(sl_posbits_add_many(&b, batch, n), 0);
+        cr_assert_eq(sl_posset_add_many(&ref, batch, n), 0);
+        if (sl_posbits_units(&b) > most_units)
+            most_units = sl_posbits_units(&b);
+    }
+    cr_assert_eq(sl_posbits_size(&b), mine);
+    /* Runs: about one a record it got. Bits: about N / 4096 blocks. */
+    cr_assert_gt(ref.num, mine / 2, "%zu runs of %llu records", ref.num, (unsigned long long)mine);
+    size_t blocks_bound = (N / SL_POSBITS_BLOCK + 2) * SL_POSBITS_BLOCK_UNITS + 8192;
+    cr_assert_leq(most_units, blocks_bound, "%zu units at most, %zu allowed", most_units, blocks_bound);
+    for (int q = 0; q < 200; q++) {
+        uint64_t lo = splitmix64(&rng) % N, hi = lo + splitmix64(&rng) % 50000;
+        cr_assert_eq(sl_posbits_count(&b, 0, 0, lo, hi), sl_posset_count(&ref, 0, 0, lo, hi));
+    }
+    sl_posrun_t *runs = NULL;
+    size_t n = 0;
+    cr_assert_eq(sl_posbits_runs(&b, 0, &runs, &n), 0);
+    cr_assert_eq(n, ref.num);
+    cr_assert(memcmp(runs, ref.runs, n * sizeof *runs) == 0);
+    free(runs);
+    free(order);
+    sl_posbits_clear(&b);
+    sl_posset_clear(&ref);
+}
