@@ -1925,7 +1925,7 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     if ((at.file > 0 || at.begin > 0) && !resp->restore_place_taken) {
         rc = SL_EVERSION;
         snprintf(it->err, sizeof it->err, "checkpoint: it starts at epoch %" PRIu32 " file %" PRIu32 " record %"
-                 PRIu64 " (version 5), and dispatcher %s does not start a job there (it is older): restore it "
+                 PRIu64 " (within the epoch), and dispatcher %s does not start a job there (it is older): restore it "
                  "against a dispatcher of this release", at.epoch, at.file, at.begin, it->dispatcher);
         goto fail;
     }

@@ -40,7 +40,13 @@ struct sl_lazy_key {
 };
 
 /* A checkpoint: "SLCK", u32 version, u64 dataset id (little-endian), then
- * the positions given to the caller. Version 5 (written when the ledger's
+ * the positions given to the caller. Version 6 (written when a block of
+ * 4096 positions holds CKPT_BITMAP_RUNS runs or more: a rank's share past a
+ * named job's fold, posbits.h): as version 5 (its place may be an epoch's
+ * start), with u64 the number of positions, u64 the number of bitmaps,
+ * each u32 epoch, u32 file, u64 block number and 64 u64 words (bit i of
+ * word k: record 4096 block + 64 k + i), then the runs of the positions in
+ * no bitmap as version 2 has them. Version 5 (written when the ledger's
  * record starts within an epoch: a named job's fold by place, ledger.h):
  * as version 4 with u32 file, u32 0, u64 record after epochs_done: every
  * record before (epochs_done, file, record) was given, and the positions
@@ -56,7 +62,8 @@ struct sl_lazy_key {
  * leaves thousands of short runs near the stream's front). Version 1 (read
  * only without a token): posset.h's bytes. */
 #define CKPT_MAGIC "SLCK"
-#define CKPT_VERSION 5
+#define CKPT_VERSION 6
+#define CKPT_V5 5
 #define CKPT_V4 4
 #define CKPT_V3 3
 #define CKPT_V2 2
@@ -67,6 +74,11 @@ struct sl_lazy_key {
 #define CKPT_MAC 1u
 #define CKPT_V4_DONE 8   /* epochs_done after the flags */
 #define CKPT_V5_PLACE 16 /* u32 file, u32 0, u64 record after epochs_done */
+#define CKPT_V6_COUNTS 16 /* u64 positions, u64 bitmaps */
+#define CKPT_BITMAP (16 + 8 * SL_POSBITS_WORDS) /* a version 6 bitmap on the wire */
+/* The runs in a block that make it a bitmap on the wire: the 528 bytes of
+ * one against about 3 a run. */
+#define CKPT_BITMAP_RUNS 176
 
 /* The tag of a version 3 checkpoint's bytes before it: HMAC-SHA256 under
  * key over a label and the bytes, or SHA-256 without a key. @return 0 or -ENOMEM */
@@ -96,14 +108,14 @@ void sl__ledger_init(sl_ledger_t *l, size_t max_runs)
 {
     *l = (sl_ledger_t){.max_runs = max_runs, .log_max = 6 * max_runs > LAZY_LOG_MIN ? 6 * max_runs : LAZY_LOG_MIN};
     sl_posset_init(&l->restored, max_runs);
-    sl_posset_init(&l->got, max_runs);
+    sl_posbits_init(&l->got, max_runs);
     sl__tally_init(&l->open, LAZY_MAX_KEYS);
 }
 
 void sl__ledger_free(sl_ledger_t *l)
 {
     sl_posset_clear(&l->restored);
-    sl_posset_clear(&l->got);
+    sl_posbits_clear(&l->got);
     free(l->runs);
     free(l->done);
     l->runs = NULL;
@@ -185,7 +197,10 @@ static void fold(sl_ledger_t *l, uint64_t below)
         return;
     l->epochs_done = below;
     drop_below(&l->restored, below);
-    drop_below(&l->got, below);
+    if (below > UINT32_MAX)
+        sl_posbits_clear(&l->got); /* every epoch a position can name */
+    else
+        sl_posbits_drop_before(&l->got, (uint32_t)below, 0, 0);
     /* The waiting batches' records of those epochs matter no more. */
     sl__tally_drop_below(&l->open, below);
     l->lazy_blocked = false;
@@ -226,9 +241,8 @@ static bool raise_floor(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t 
     l->floor = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
     l->floor_set = true;
     sl_posset_drop_before(&l->restored, epoch, file, pos);
-    sl_posset_drop_before(&l->got, epoch, file, pos);
+    sl_posbits_drop_before(&l->got, epoch, file, pos);
     shrink(&l->restored);
-    shrink(&l->got);
     /* Their notices may never come (a peer got them): the batches that
      * wait for them go without being decoded. */
     sl__tally_drop_before(&l->open, epoch, file, pos);
@@ -275,7 +289,7 @@ static sl_posrun_t ledger_place(const sl_ledger_t *l)
 
 size_t sl__ledger_runs(const sl_ledger_t *l)
 {
-    return l->restored.num + l->got.num;
+    return l->restored.num + sl_posbits_units(&l->got);
 }
 
 size_t sl__ledger_runs_held(const sl_ledger_t *l)
@@ -604,7 +618,7 @@ static void merge(sl_ledger_t *l, int rc)
         l->num = k;
     }
     if (rc == 0)
-        rc = sl_posset_add_many(&l->got, l->runs, l->num);
+        rc = sl_posbits_add_many(&l->got, l->runs, l->num);
     /* The runs' buffer is free again: it takes the filled splits. */
     if (rc == 0)
         rc = runs_room(l, l->ndone);
@@ -613,14 +627,14 @@ static void merge(sl_ledger_t *l, int rc)
         const sl_split_done_t *d = &l->done[i];
         if (d->end <= d->begin || d->epoch < l->epochs_done || below_floor(l, d->epoch, d->file_index, d->begin))
             continue;
-        uint64_t count = sl_posset_count(&l->got, d->epoch, d->file_index, d->begin, d->end);
+        uint64_t count = sl_posbits_count(&l->got, d->epoch, d->file_index, d->begin, d->end);
         if (count == d->delivered)
             l->runs[fill++] = (sl_provenance_run_t){d->epoch, d->file_index, d->begin, d->end - d->begin};
         else if (count < d->delivered && l->sole)
             note_missing(l, d, count);
     }
     if (rc == 0 && fill > 0)
-        rc = sl_posset_add_many(&l->got, l->runs, fill);
+        rc = sl_posbits_add_many(&l->got, l->runs, fill);
     if (rc < 0)
         fail(l, rc);
     l->num = l->ndone = 0;
@@ -682,7 +696,7 @@ static void added(sl_ledger_t *l, int rc, const sl_split_done_t *done, size_t nd
      * what lazy provenance keeps too. */
     if (last)
         sl__ledger_sync(l);
-    else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.num && (l->num >= LEDGER_BATCHES || l->ndone > 0))
+    else if (++l->batches >= LEDGER_BATCHES && l->num * 4 >= l->got.runs.num && (l->num >= LEDGER_BATCHES || l->ndone > 0))
         merge(l, 0);
     if (l->rc == 0)
         half_full(l);
@@ -746,7 +760,7 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
     if (rc == 0)
         rc = add_from(set, l->restored.runs, l->restored.num, from);
     if (rc == 0)
-        rc = add_from(set, l->got.runs, l->got.num, from);
+        rc = sl_posbits_to_posset(&l->got, from, set);
     return rc;
 }
 
@@ -773,6 +787,28 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
     return rc == 0 && k > 0 ? sl_posset_add_many(set, *scratch, k) : rc;
 }
 
+/* Writes a version 6 checkpoint's bitmaps (those of `all` with
+ * CKPT_BITMAP_RUNS runs or more) at p. @return the bytes they take (p NULL: counts only) */
+static size_t put_bitmaps(const sl_posbits_t *all, uint8_t *p)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < all->nblocks; k++) {
+        const sl_posblock_t *b = &all->blocks[k];
+        if (sl_posbits_block_runs(b) < CKPT_BITMAP_RUNS)
+            continue;
+        if (p) {
+            uint8_t *q = p + n * CKPT_BITMAP;
+            sl_put_le32(q, b->epoch);
+            sl_put_le32(q + 4, b->file);
+            sl_put_le64(q + 8, b->no);
+            for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
+                sl_put_le64(q + 16 + 8 * i, b->w[i]);
+        }
+        n++;
+    }
+    return n;
+}
+
 int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *key, size_t key_len, uint8_t **out,
                           size_t *len, char *err, size_t errlen)
 {
@@ -787,41 +823,55 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
         return sl_errf(err, errlen, l->rc,
                        "checkpoint: what was consumed needs more than %zu runs of positions (max_ledger_runs; %s)",
                        l->max_runs, why_runs(l));
-    sl_posset_t all;
-    sl_posset_init(&all, l->max_runs);
-    int rc = sl_posset_add_many(&all, l->restored.runs, l->restored.num);
+    sl_posbits_t all;
+    sl_posbits_init(&all, l->max_runs);
+    int rc = sl_posbits_add_many(&all, l->restored.runs, l->restored.num);
     if (rc == 0)
-        rc = sl_posset_add_many(&all, l->got.runs, l->got.num);
-    /* sl_posrun_t has sl_provenance_run_t's layout (posset.h). */
+        rc = sl_posbits_add_set(&all, &l->got);
+    /* The runs of what no bitmap on the wire holds. sl_posrun_t has
+     * sl_provenance_run_t's layout (posset.h). */
+    sl_posrun_t *left = NULL;
+    size_t nleft = 0;
+    if (rc == 0)
+        rc = sl_posbits_runs(&all, CKPT_BITMAP_RUNS, &left, &nleft);
     uint8_t *runs = NULL;
     size_t n = 0;
-    if (rc == 0 && all.num > 0)
-        rc = sl_provwire_encode((const sl_provenance_run_t *)all.runs, all.num, &runs, &n);
-    /* Version 5 only when the record starts within an epoch, so that
-     * older libraries still read every other checkpoint. */
+    if (rc == 0 && nleft > 0)
+        rc = sl_provwire_encode((const sl_provenance_run_t *)left, nleft, &runs, &n);
+    free(left);
+    /* Version 5 only when the record starts within an epoch, and 6 only
+     * with bitmaps, so that older libraries still read every other
+     * checkpoint. */
     sl_posrun_t at = ledger_place(l);
     bool placed = at.file > 0 || at.begin > 0;
-    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + (placed ? CKPT_V5_PLACE : 0);
-    size_t body = fixed + 8 + n;
+    size_t bitmaps = put_bitmaps(&all, NULL);
+    uint32_t version = bitmaps > 0 ? CKPT_VERSION : placed ? CKPT_V5 : CKPT_V4;
+    size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + (version >= CKPT_V5 ? CKPT_V5_PLACE : 0);
+    size_t counts = version >= CKPT_VERSION ? CKPT_V6_COUNTS + bitmaps * CKPT_BITMAP : 8;
+    size_t body = fixed + counts + n;
     uint8_t *buf = rc == 0 ? malloc(body + CKPT_TAG) : NULL;
     if (rc == 0 && !buf)
         rc = -ENOMEM;
     if (rc == 0) {
         memcpy(buf, CKPT_MAGIC, 4);
-        sl_put_le32(buf + 4, placed ? CKPT_VERSION : CKPT_V4);
+        sl_put_le32(buf + 4, version);
         sl_put_le64(buf + 8, dataset_id);
         sl_put_le32(buf + CKPT_HEADER, key_len > 0 ? CKPT_MAC : 0);
         sl_put_le32(buf + CKPT_HEADER + 4, 0);
         sl_put_le64(buf + CKPT_HEADER + CKPT_V3_FLAGS, at.epoch);
-        if (placed) {
+        if (version >= CKPT_V5) {
             uint8_t *p = buf + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE;
             sl_put_le32(p, at.file);
             sl_put_le32(p + 4, 0);
             sl_put_le64(p + 8, at.begin);
         }
-        sl_put_le64(buf + fixed, sl_posset_size(&all));
+        sl_put_le64(buf + fixed, sl_posbits_size(&all));
+        if (version >= CKPT_VERSION) {
+            sl_put_le64(buf + fixed + 8, bitmaps);
+            put_bitmaps(&all, buf + fixed + CKPT_V6_COUNTS);
+        }
         if (n > 0)
-            memcpy(buf + fixed + 8, runs, n);
+            memcpy(buf + fixed + counts, runs, n);
         rc = ckpt_tag(key, key_len, buf, body, buf + body);
     }
     if (rc == 0) {
@@ -836,57 +886,128 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     if (rc < 0)
         free(buf);
     free(runs);
-    sl_posset_clear(&all);
+    sl_posbits_clear(&all);
     return rc;
 }
 
-/* A version 2 checkpoint's positions (after the header) as posset bytes.
- * The decoder bounds what it allocates by the bytes it is given; the set,
- * by max_runs. */
-static int v2_positions(const uint8_t *p, size_t len, size_t max_runs, uint8_t **out, size_t *out_len, char *err,
-                        size_t errlen)
+/* A version 6 checkpoint's bitmaps (after its two counts, nb of them, at
+ * most len bytes at p) into set: each of a block after the one before, and
+ * not empty. @return the bytes they took, or < 0 with a message in err */
+static long read_bitmaps(const uint8_t *p, size_t len, uint64_t nb, sl_posbits_t *set, uint64_t *bits, char *err,
+                         size_t errlen)
 {
-    if (len < 8)
+    if (nb > len / CKPT_BITMAP)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: %" PRIu64 " bitmaps do not fit its %zu bytes", nb, len);
+    *bits = 0;
+    sl_posblock_t prev = {0};
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint8_t *q = p + i * CKPT_BITMAP;
+        sl_posblock_t b = {.epoch = sl_get_le32(q), .file = sl_get_le32(q + 4), .no = sl_get_le64(q + 8)};
+        uint64_t n = 0;
+        for (unsigned k = 0; k < SL_POSBITS_WORDS; k++) {
+            b.w[k] = sl_get_le64(q + 16 + 8 * k);
+            n += (uint64_t)__builtin_popcountll(b.w[k]);
+        }
+        bool after = i == 0 || sl_place_before(prev.epoch, prev.file, prev.no, b.epoch, b.file, b.no);
+        if (n == 0 || !after)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: bitmap %" PRIu64 " of %" PRIu64 " is %s", i + 1, nb,
+                           n == 0 ? "empty" : "not after the one before it");
+        int rc = sl_posbits_add_block(set, b.epoch, b.file, b.no, b.w);
+        if (rc == -EOVERFLOW)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: bitmap %" PRIu64 " of %" PRIu64 " is past record 2^64",
+                           i + 1, nb);
+        if (rc < 0)
+            return rc;
+        *bits += n;
+        prev = b;
+    }
+    return (long)(nb * CKPT_BITMAP);
+}
+
+/* rc of putting a checkpoint's positions in a set of max_units, with a
+ * message in err (SL_EDATA: there already). */
+static int positions_failed(int rc, size_t max_units, char *err, size_t errlen)
+{
+    if (rc == -ENOSPC)
+        return sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
+                       max_units);
+    if (rc == -ENOMEM)
+        return sl_errf(err, errlen, rc, "checkpoint: out of memory");
+    if (rc < 0 && rc != SL_EDATA)
+        return sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
+    return rc;
+}
+
+/* A checkpoint's positions (len bytes at p, after its fixed fields) into
+ * set: version 2 to 5 hold a u64 count and runs; version 6, its bitmaps
+ * between the two. The decoder bounds what it allocates by the bytes it is
+ * given; the set, by its max_units. */
+static int read_positions(const uint8_t *p, size_t len, uint32_t version, sl_posbits_t *set, char *err,
+                          size_t errlen)
+{
+    size_t counts = version >= CKPT_VERSION ? CKPT_V6_COUNTS : 8;
+    if (len < counts)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: cut short (%zu bytes after the header)", len);
-    uint64_t positions = sl_get_le64(p);
+    uint64_t positions = sl_get_le64(p), bits = 0;
+    if (version >= CKPT_VERSION) {
+        long took = read_bitmaps(p + counts, len - counts, sl_get_le64(p + 8), set, &bits, err, errlen);
+        if (took < 0)
+            return positions_failed((int)took, set->max_units, err, errlen);
+        counts += (size_t)took;
+        if (bits > positions)
+            return sl_errf(err, errlen, SL_EDATA, "checkpoint: its bitmaps hold %" PRIu64 " positions, more than the %"
+                           PRIu64 " it says it holds", bits, positions);
+        positions -= bits;
+    }
     sl_provenance_run_t *runs = NULL;
     uint64_t n = 0;
     char why[256];
-    int rc = positions > 0 ? sl_provwire_decode(p + 8, len - 8, positions, &runs, &n, why, sizeof why)
-                           : (len > 8 ? sl_errf(why, sizeof why, SL_EPROTO, "%zu bytes after no positions", len - 8)
-                                      : 0);
+    int rc = positions > 0 ? sl_provwire_decode(p + counts, len - counts, positions, &runs, &n, why, sizeof why)
+                           : (len > counts ? sl_errf(why, sizeof why, SL_EPROTO, "%zu bytes after no positions",
+                                                     len - counts)
+                                           : 0);
     if (rc < 0) {
         free(runs);
         return rc == -ENOMEM ? sl_errf(err, errlen, rc, "checkpoint: out of memory")
                              : sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions: %s", why);
     }
-    sl_posset_t set;
-    sl_posset_init(&set, max_runs);
-    rc = n > 0 ? sl_posset_add_many(&set, runs, n) : 0;
+    rc = n > 0 ? sl_posbits_add_many(set, runs, n) : 0;
     free(runs);
+    return positions_failed(rc, set->max_units, err, errlen);
+}
+
+/* set as posset bytes (malloc'd), at most max_runs runs. */
+static int as_posset(const sl_posbits_t *set, size_t max_runs, uint8_t **out, size_t *out_len, char *err,
+                     size_t errlen)
+{
+    sl_posset_t ps;
+    sl_posset_init(&ps, max_runs);
+    int rc = sl_posbits_to_posset(set, 0, &ps);
     if (rc == -ENOSPC)
         rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
                      max_runs);
-    else if (rc < 0 && rc != -ENOMEM)
-        rc = sl_errf(err, errlen, SL_EDATA, "checkpoint: its positions do not make a set (%s)", sl_strerror(rc));
+    else if (rc < 0)
+        rc = sl_errf(err, errlen, rc, "checkpoint: %s", sl_strerror(rc));
     if (rc == 0) {
-        *out_len = sl_posset_encode(&set, NULL, 0);
+        *out_len = sl_posset_encode(&ps, NULL, 0);
         *out = malloc(*out_len);
         if (*out)
-            sl_posset_encode(&set, *out, *out_len);
+            sl_posset_encode(&ps, *out, *out_len);
         else
             rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
     }
-    sl_posset_clear(&set);
+    sl_posset_clear(&ps);
     return rc;
 }
 
-int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
-                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done,
-                        sl_posrun_t *at, char *err, size_t errlen)
+/* Checks a checkpoint as sl__checkpoint_read() does and puts its positions
+ * in set (version 1: its posset bytes, checked, in *v1 and *v1_len). */
+static int open_checkpoint(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
+                           sl_posbits_t *set, const uint8_t **v1, size_t *v1_len, uint64_t *epochs_done,
+                           sl_posrun_t *at, char *err, size_t errlen)
 {
-    *posset = NULL;
-    *posset_len = 0;
+    *v1 = NULL;
+    *v1_len = 0;
     *epochs_done = 0;
     if (at)
         *at = (sl_posrun_t){0};
@@ -897,7 +1018,7 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: version %u, this library reads versions %d to %d",
                        (unsigned)version, CKPT_V1, CKPT_VERSION);
     size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + (version >= CKPT_V4 ? CKPT_V4_DONE : 0) +
-                   (version >= CKPT_VERSION ? CKPT_V5_PLACE : 0);
+                   (version >= CKPT_V5 ? CKPT_V5_PLACE : 0);
     if (version >= CKPT_V3) {
         /* The tag first: nothing of a damaged or forged checkpoint is used. */
         if (len < fixed + CKPT_TAG)
@@ -943,21 +1064,25 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
                            done);
         place.epoch = (uint32_t)done;
     }
-    if (version >= CKPT_VERSION) {
+    if (version >= CKPT_V5) {
         const uint8_t *p = ckpt + CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE;
         place.file = sl_get_le32(p);
         place.begin = sl_get_le64(p + 8);
-        if (sl_get_le32(p + 4) != 0 || (place.file == 0 && place.begin == 0))
+        /* Version 5 is written only for a place within an epoch; 6 also
+         * for one at its start. */
+        if (sl_get_le32(p + 4) != 0 || (version == CKPT_V5 && place.file == 0 && place.begin == 0))
             return sl_errf(err, errlen, SL_EDATA, "checkpoint: version 5 without a place within epoch %" PRIu32
                            " (a newer library wrote it, or it is damaged)", place.epoch);
-        if (!at)
+        if (!at && (place.file > 0 || place.begin > 0))
             return sl_errf(err, errlen, SL_EINVAL,
                            "checkpoint: it starts at epoch %" PRIu32 " file %" PRIu32 " record %" PRIu64
-                           " (version 5), which this reader cannot resume from", place.epoch, place.file,
-                           place.begin);
+                           " (version %u), which this reader cannot resume from", place.epoch, place.file,
+                           place.begin, (unsigned)version);
     }
-    if (version >= CKPT_V3) {
-        int rc = v2_positions(ckpt + fixed, len - fixed - CKPT_TAG, max_runs, posset, posset_len, err, errlen);
+    if (version >= CKPT_V2) {
+        bool tagged = version >= CKPT_V3;
+        size_t from = tagged ? fixed : CKPT_HEADER;
+        int rc = read_positions(ckpt + from, len - from - (tagged ? CKPT_TAG : 0), version, set, err, errlen);
         if (rc == 0) {
             *epochs_done = place.epoch;
             if (at)
@@ -965,23 +1090,47 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
         }
         return rc;
     }
-    if (version == CKPT_V2)
-        return v2_positions(ckpt + CKPT_HEADER, len - CKPT_HEADER, max_runs, posset, posset_len, err, errlen);
     /* Version 1: posset bytes as they are, checked here as the restore
      * will (a version 3 checkpoint whose version bits were damaged into 1
      * must not pass this function). */
     sl_posset_t check;
-    sl_posset_init(&check, max_runs);
+    sl_posset_init(&check, set->max_units);
     char why[256];
     int rc = sl_posset_decode(&check, ckpt + CKPT_HEADER, len - CKPT_HEADER, why, sizeof why);
+    if (rc == 0 && check.num > 0 && (rc = sl_posbits_add_many(set, check.runs, check.num)) < 0)
+        snprintf(why, sizeof why, "%s", sl_strerror(rc));
     sl_posset_clear(&check);
     if (rc < 0)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: version 1 positions: %s", why);
-    if (!(*posset = malloc(len - CKPT_HEADER > 0 ? len - CKPT_HEADER : 1)))
-        return sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
-    memcpy(*posset, ckpt + CKPT_HEADER, len - CKPT_HEADER);
-    *posset_len = len - CKPT_HEADER;
+    *v1 = ckpt + CKPT_HEADER;
+    *v1_len = len - CKPT_HEADER;
     return 0;
+}
+
+int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
+                        size_t max_runs, uint8_t **posset, size_t *posset_len, uint64_t *epochs_done,
+                        sl_posrun_t *at, char *err, size_t errlen)
+{
+    *posset = NULL;
+    *posset_len = 0;
+    sl_posbits_t set;
+    sl_posbits_init(&set, max_runs);
+    const uint8_t *v1 = NULL;
+    size_t v1_len = 0;
+    int rc = open_checkpoint(ckpt, len, dataset_id, key, key_len, &set, &v1, &v1_len, epochs_done, at, err, errlen);
+    if (rc == 0 && v1) {
+        /* Version 1's bytes go as they are. */
+        if ((*posset = malloc(v1_len > 0 ? v1_len : 1)) != NULL) {
+            memcpy(*posset, v1, v1_len);
+            *posset_len = v1_len;
+        } else {
+            rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
+        }
+    } else if (rc == 0) {
+        rc = as_posset(&set, max_runs, posset, posset_len, err, errlen);
+    }
+    sl_posbits_clear(&set);
+    return rc;
 }
 
 int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, const uint8_t *key,
@@ -991,10 +1140,10 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
     *out_len = 0;
     if (n == 0)
         return sl_errf(err, errlen, SL_EINVAL, "merge: no checkpoints to merge");
+    /* Their union, bitmaps OR'd: each rank's share past the fold is
+     * sparse, what they were given together is not. */
     sl_ledger_t all;
     sl__ledger_init(&all, max_runs);
-    sl_posset_t one;
-    sl_posset_init(&one, max_runs);
     uint64_t dataset_id = 0;
     sl_posrun_t top = {0}; /* the furthest place of them */
     int rc = 0;
@@ -1014,40 +1163,27 @@ int sl__checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t
                          i + 1, n, ds, dataset_id);
             break;
         }
-        uint8_t *posset = NULL;
-        size_t posset_len = 0;
+        const uint8_t *v1;
+        size_t v1_len;
         uint64_t e = 0;
         sl_posrun_t at;
-        rc = sl__checkpoint_read(ckpts[i], lens[i], ds, key, key_len, max_runs, &posset, &posset_len, &e, &at, why,
-                                 sizeof why);
-        if (rc < 0) {
-            sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n, why);
-            break;
-        }
+        rc = open_checkpoint(ckpts[i], lens[i], ds, key, key_len, &all.got, &v1, &v1_len, &e, &at, why, sizeof why);
+        if (rc == SL_ETOOBIG)
+            rc = sl_errf(err, errlen, SL_ETOOBIG, "merge: more than %zu runs of positions in all (max_ledger_runs)",
+                         max_runs);
+        else if (rc < 0)
+            rc = sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n, why);
         /* A rank of a named job folds only once every client of the job was
          * given the records before the place (epochs_folded, place_folded):
          * those before the furthest place of any rank were given to them
          * all. */
-        if (sl_posrun_before(top, at))
+        if (rc == 0 && sl_posrun_before(top, at))
             top = at;
-        if (posset_len > 0)
-            rc = sl_posset_decode(&one, posset, posset_len, why, sizeof why);
-        free(posset);
-        if (rc == 0)
-            rc = sl_posset_add_many(&all.restored, one.runs, one.num);
-        if (rc == -ENOSPC)
-            rc = sl_errf(err, errlen, SL_ETOOBIG, "merge: more than %zu runs of positions in all (max_ledger_runs)",
-                         max_runs);
-        else if (rc < 0)
-            rc = sl_errf(err, errlen, rc, "merge: checkpoint %zu of %zu: %s", i + 1, n,
-                         rc == SL_EDATA ? why : sl_strerror(rc));
-        sl_posset_clear(&one);
     }
     if (rc == 0) {
         given_now(&all, top.epoch, top.file, top.begin);
         rc = sl__ledger_checkpoint(&all, dataset_id, key, key_len, out, out_len, err, errlen);
     }
-    sl_posset_clear(&one);
     sl__ledger_free(&all);
     return rc;
 }

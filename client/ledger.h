@@ -27,12 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "posbits.h"
 #include "posset.h"
 #include "sluice.h"
 #include "tally.h"
 
 typedef struct sl_ledger {
-    sl_posset_t restored, got; /* runs of epochs from epochs_done on only */
+    sl_posset_t restored; /* runs of epochs from epochs_done on only */
+    sl_posbits_t got;     /* the same, with bitmaps where runs crowd (a rank's share past the fold) */
     uint64_t epochs_done;      /* every epoch below this one was given whole (or restored so) */
     uint64_t given;            /* batches recorded (sl__ledger_add() calls) */
     /* A fold waiting for the caller: epochs below fold_below are done once
@@ -230,8 +232,11 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
  * dataset id, u32 flags, u32 0, u64 epochs_done, (version 5, when the
  * ledger's floor lies within that epoch: u32 file, u32 0, u64 record, the
  * place its record starts at), u64 the number of positions (of epochs
- * from epochs_done on, at or past the place), their runs in
- * provwire.h's compact form (little-endian), then a 32-byte tag over all
+ * from epochs_done on, at or past the place), (version 6, when a block of
+ * 4096 positions is crowded with runs: the place, even an epoch's start;
+ * u64 the number of bitmaps and the bitmaps, posbits.h), the runs of the
+ * positions in no bitmap in provwire.h's compact form (little-endian),
+ * then a 32-byte tag over all
  * of it: HMAC-SHA256 under key (the cluster token) when key_len > 0, else
  * SHA-256 (docs/fault-tolerance.md).
  * @param[out] out the bytes, malloc'd

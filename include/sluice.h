@@ -520,8 +520,10 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  * dataset_id (the checkpoint's dataset) whose splits skip every element the
  * checkpoint holds. opts as for sl_iterator_checkpoint(). *out is set also
  * on failure (close it). Takes the checkpoints of this library (versions
- * 1 to 5; a version 5 one starts within an epoch and needs a dispatcher
- * that starts a job there, SL_EVERSION otherwise).
+ * 1 to 6; a version 5 or 6 one may start within an epoch and then needs a
+ * dispatcher that starts a job there, SL_EVERSION otherwise; a version 6
+ * one holds bitmaps, which a single rank's checkpoint expands into runs
+ * within max_ledger_runs: restore the ranks' merged checkpoint).
  *
  * With opts.job_name (DYNAMIC): every rank restores the same (merged)
  * checkpoint with the same job name and repetition; the first creates the

@@ -436,6 +436,14 @@ int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_
     return rc;
 }
 
+int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src)
+{
+    int rc = src->runs.num > 0 ? sl_posbits_add_many(b, src->runs.runs, src->runs.num) : 0;
+    for (size_t k = 0; k < src->nblocks && rc == 0; k++)
+        rc = sl_posbits_add_block(b, src->blocks[k].epoch, src->blocks[k].file, src->blocks[k].no, src->blocks[k].w);
+    return rc;
+}
+
 void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
 {
     sl_posset_t *s = &b->runs;

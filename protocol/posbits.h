@@ -3,7 +3,7 @@
  * runs crowd, as bitmaps of 4096 positions (blocks). What a rank of a named
  * job holds past the job's fold is of this kind: its peers got the records
  * between its own, so it holds one run a record, 24 bytes, where a bit
- * does (docs/fault-tolerance.md, "What a rank holds past the fold").
+ * does (docs/fault-tolerance.md, "Iterator checkpoints", version 6).
  *
  * A block holds every position of its range that the set has: no run of
  * the set reaches into a block. Runs go into blocks as they crowd (a block
@@ -70,6 +70,9 @@ int sl_posbits_add_many(sl_posbits_t *b, const void *runs, size_t n);
  */
 int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t no,
                          const uint64_t w[SL_POSBITS_WORDS]);
+
+/** Adds every position of src (its runs, then its blocks). @return as sl_posbits_add_many() */
+int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src);
 
 /** Removes every position before (epoch, file, pos) in the order of places. */
 void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);

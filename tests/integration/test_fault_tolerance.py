@@ -1829,10 +1829,10 @@ class Checkpoints(ThreeWorkers):
         self.assertEqual(sorted(values(batches, 'value')), list(range(300, 1000)))
         # An unknown version is refused by name.
         with open(path, 'wb') as f:
-            f.write(b'SLCK' + struct.pack('<IQ', 6, dataset_id) + positions)
+            f.write(b'SLCK' + struct.pack('<IQ', 7, dataset_id) + positions)
         rc, _, err = self.cluster.cat(spec, ['--sharding', 'dynamic', '--resume-from', path])
         self.assertNotEqual(rc, 0)
-        self.assertIn('checkpoint: version 6, this library reads versions 1 to 5', err)
+        self.assertIn('checkpoint: version 7, this library reads versions 1 to 6', err)
         # Version 3 (no done epochs, a SHA-256 tag) still restores: here
         # one of no positions, which reads everything.
         import hashlib

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "delta.h"
+#include "le.h"
 #include "ledger.h"
 #include "provwire.h"
 #include "received.h"
@@ -91,14 +92,14 @@ Test(ledger, a_notice_fills_the_records_a_filter_dropped_only_when_all_delivered
     sl_provenance_run_t a[2] = {{0, 0, 0, 3}, {0, 0, 4, 6}};
     sl_split_done_t d = {.split_id = 1, .epoch = 0, .file_index = 0, .begin = 0, .end = 10, .delivered = 9};
     give(&l, a, 2, &d, 1, true);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 0, 10), 10, "the dropped record fills the split");
-    cr_assert_eq(l.got.num, 1);
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 0, 0, 10), 10, "the dropped record fills the split");
+    cr_assert_eq(l.got.runs.num, 1);
     /* Split [10, 20): 9 delivered but only 8 given (one still on its way
      * to another consumer): the holes stay. */
     sl_provenance_run_t b[2] = {{0, 0, 10, 4}, {0, 0, 15, 4}};
     sl_split_done_t e = {.split_id = 2, .epoch = 0, .file_index = 0, .begin = 10, .end = 20, .delivered = 9};
     give(&l, b, 2, &e, 1, true);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 10, 20), 8);
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 0, 10, 20), 8);
     cr_assert_eq(l.missing, 0, "the other consumer's record is not missing");
     sl__ledger_free(&l);
 }
@@ -122,7 +123,7 @@ Test(ledger, a_split_the_sole_client_got_less_of_than_delivered_counts_as_missin
                             {.split_id = 3, .epoch = 0, .file_index = 0, .begin = 30, .end = 40, .delivered = 6}};
     give(&l, &c, 1, e, 2, true);
     cr_assert_eq(l.missing, 7);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 0, 40), 33, "the lost records are not in what was given");
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 0, 0, 40), 33, "the lost records are not in what was given");
     sl__ledger_free(&l);
 }
 
@@ -232,7 +233,7 @@ Test(ledger, damaged_checkpoints_are_refused_by_name)
     } bad[] = {
         {"another dataset", 0, 'S', 0, 6, "checkpoint of dataset 5, restored over dataset 6"},
         {"not a checkpoint", 0, 'X', 0, 5, "not a Sluice iterator checkpoint"},
-        {"a later version", 4, 6, 0, 5, "version 6"},
+        {"a later version", 4, 7, 0, 5, "version 7"},
         {"cut short", 0, 'S', 20, 5, "checkpoint"},
         {"a position changed", 40, 0x7f, 0, 5, "damaged: its SHA-256 checksum does not match"},
     };
@@ -1553,7 +1554,7 @@ Test(ledger, a_few_runs_wait_until_a_notice_comes)
         sl__ledger_add_run(&l, &run, NULL, 0, false);
     }
     cr_assert_eq(l.num, 2, "%zu runs wait", l.num);
-    cr_assert_eq(l.got.num, 0, "%zu runs merged before a notice came", l.got.num);
+    cr_assert_eq(l.got.runs.num, 0, "%zu runs merged before a notice came", l.got.runs.num);
     /* Split 0 (file 0) is done: a thousand batches came since the last
      * merge, so its notice is checked at once. */
     sl_split_done_t d = {.split_id = 0, .epoch = 0, .file_index = 0, .begin = 0, .end = 4000, .delivered = 4000};
@@ -1561,8 +1562,8 @@ Test(ledger, a_few_runs_wait_until_a_notice_comes)
     sl__ledger_add_run(&l, &next, &d, 1, false);
     cr_assert_eq(l.ndone, 0, "%zu notices wait", l.ndone);
     cr_assert_eq(l.num, 0, "%zu runs wait after the merge", l.num);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 0, 0, 4000), 4000);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 1, 0, 4008), 4008);
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 0, 0, 4000), 4000);
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 1, 0, 4008), 4008);
     /* Split 1 (file 1) is done three batches later: its notice waits for
      * LEDGER_BATCHES batches since that merge. */
     for (uint64_t b = 1; b <= 3; b++) {
@@ -1579,14 +1580,14 @@ Test(ledger, a_few_runs_wait_until_a_notice_comes)
     sl_provenance_run_t eighth = {0, 1, 4064, 8};
     sl__ledger_add_run(&l, &eighth, NULL, 0, false);
     cr_assert_eq(l.ndone, 0, "the notice still waits after %d batches", 8);
-    cr_assert_eq(sl_posset_count(&l.got, 0, 1, 0, 4032), 4032);
+    cr_assert_eq(sl_posbits_count(&l.got, 0, 1, 0, 4032), 4032);
     /* Eight runs that wait are merged without a notice. */
     for (uint32_t f = 2; f < 2 + 8 * 2; f++) {
         sl_provenance_run_t run = {0, f, 0, 8};
         sl__ledger_add_run(&l, &run, NULL, 0, false);
     }
     cr_assert_lt(l.num, 8, "%zu runs wait", l.num);
-    cr_assert_gt(l.got.num, 2, "%zu runs merged", l.got.num);
+    cr_assert_gt(l.got.runs.num, 2, "%zu runs merged", l.got.runs.num);
     sl__ledger_free(&l);
 }
 
@@ -2043,7 +2044,7 @@ Test(ledger, a_rank_of_a_named_job_decodes_what_it_keeps_as_it_goes)
      * 200,000 (its peer the rest), in batches of 100 with their tallies and
      * no notice: none of its batches goes undecoded, and it decodes them
      * every max_runs / 16 records, so its runs (what its heartbeat says)
-     * are known long before the bound. Another ledger (an anonymous job's,
+     * are known long before the bound; and they crowd into bitmaps. Another ledger (an anonymous job's,
      * a builder's) waits for its notices, up to its log's bound. */
     for (int named = 1; named >= 0; named--) {
         sl_ledger_t l;
@@ -2065,7 +2066,10 @@ Test(ledger, a_rank_of_a_named_job_decodes_what_it_keeps_as_it_goes)
         cr_assert_eq(l.rc, 0);
         if (named) {
             cr_assert_leq(most, 160000 / 16 + 100, "%" PRIu64 " records kept undecoded", most);
-            cr_assert_geq(sl__ledger_runs_held(&l), 90000, "%zu runs known", sl__ledger_runs_held(&l));
+            uint64_t known = sl_posbits_size(&l.got);
+            cr_assert_geq(known, 90000, "%" PRIu64 " records known", known);
+            /* One a record as runs; as bitmaps, about a bit. */
+            cr_assert_leq(sl__ledger_runs_held(&l), known / 64, "%zu runs held", sl__ledger_runs_held(&l));
         } else {
             cr_assert_gt(most, 160000 / 16 + 100, "another ledger waits for notices: %" PRIu64, most);
         }
@@ -2157,4 +2161,139 @@ Test(ledger, a_fold_by_place_replays_from_a_delta)
     sl_ckpt_builder_close(b);
     sl__delta_log_free(&log);
     sl__ledger_free(&l);
+}
+
+/* A version 6 checkpoint's bytes changed at `at` (4 bytes, little-endian
+ * v), its SHA-256 tag written again: a damage only the decoder can see. */
+static int read_changed(const uint8_t *ckpt, size_t len, size_t at, uint32_t v, char *err, size_t errlen)
+{
+    uint8_t *c = malloc(len);
+    memcpy(c, ckpt, len);
+    for (int i = 0; i < 4; i++)
+        c[at + (size_t)i] = (uint8_t)(v >> (8 * i));
+    SHA256(c, len - 32, c + len - 32);
+    uint8_t *pos = NULL;
+    size_t plen = 0;
+    sl_posrun_t place;
+    int rc = sl__checkpoint_read(c, len, 42, NULL, 0, SL_POSSET_MAX_RUNS, &pos, &plen, &epochs_done, &place, err,
+                                 errlen);
+    free(pos);
+    free(c);
+    return rc;
+}
+
+Test(ledger, a_ranks_share_past_the_fold_checkpoints_as_bitmaps_and_the_shares_merge_whole)
+{
+    /* 2 to 6 ranks of a named job share 1.5 million records of two files,
+     * shuffled within a window of 100,000, in turns of a batch of 256: each
+     * holds about a run a record it got, more than its bound of 100,000
+     * runs as runs. As bitmaps it holds a bit a position, checkpoints in
+     * version 6, and the ranks' checkpoints merge into what they were given
+     * together: at 60% of the stream, exactly that; at its end, every
+     * record, one run a file. */
+    uint64_t seed = test_seed("ledger::a_ranks_share_past_the_fold_checkpoints_as_bitmaps_and_the_shares_merge_whole");
+    uint64_t rng = seed;
+    enum { N = 1500000, HALF = N / 2, WINDOW = 100000, BATCH = 256, MAXR = 6 };
+    unsigned ranks = 2 + (unsigned)(splitmix64(&rng) % (MAXR - 1));
+    uint64_t *order = malloc(N * sizeof *order);
+    uint8_t *given = calloc(N, 1);
+    cr_assert(order && given);
+    for (uint64_t i = 0; i < N; i++)
+        order[i] = i;
+    for (uint64_t i = 0; i + 1 < N; i++) {
+        uint64_t j = i + splitmix64(&rng) % (N - i < WINDOW ? N - i : WINDOW), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    sl_ledger_t rank[MAXR];
+    for (unsigned k = 0; k < ranks; k++) {
+        sl__ledger_init(&rank[k], 100000);
+        rank[k].named = true;
+    }
+    uint64_t at = 0, step = 0;
+    for (int stage = 0; stage < 2; stage++) {
+        uint64_t stop = stage == 0 ? N * 3 / 5 : N;
+        for (; at < stop; step++) {
+            sl_provenance_run_t runs[BATCH];
+            size_t n = 0;
+            for (; n < BATCH && at < stop; at++, n++) {
+                /* Positions [0, HALF) are file 0's, the rest file 1's. */
+                uint64_t p = order[at];
+                runs[n] = (sl_provenance_run_t){0, p >= HALF, p % HALF, 1};
+                given[p] = 1;
+            }
+            give(&rank[step % ranks], runs, n, NULL, 0, false);
+        }
+        uint8_t *ck[MAXR];
+        size_t len[MAXR];
+        char err[400];
+        for (unsigned k = 0; k < ranks; k++) {
+            cr_assert_eq(rank[k].rc, 0, "rank %u overflowed", k);
+            cr_assert_eq(sl__ledger_checkpoint(&rank[k], 42, NULL, 0, &ck[k], &len[k], err, sizeof err), 0, "%s",
+                         err);
+            cr_assert_eq(ck[k][4], 6, "rank %u: version %u", k, ck[k][4]);
+            /* A bit a position it spans, and a few runs' bytes. */
+            cr_assert_lt(len[k], N / 8 + 200000, "rank %u: %zu bytes", k, len[k]);
+        }
+        uint8_t *merged = NULL;
+        size_t mlen = 0;
+        cr_assert_eq(sl__checkpoint_merge((const uint8_t *const *)ck, len, ranks, NULL, 0, 100000, &merged, &mlen,
+                                          err, sizeof err),
+                     0, "%s", err);
+        uint8_t *pos = NULL;
+        size_t plen = 0;
+        sl_posrun_t place;
+        cr_assert_eq(sl__checkpoint_read(merged, mlen, 42, NULL, 0, 100000, &pos, &plen, &epochs_done, &place, err,
+                                         sizeof err),
+                     0, "%s", err);
+        sl_posset_t set;
+        sl_posset_init(&set, 100000);
+        cr_assert_eq(sl_posset_decode(&set, pos, plen, err, sizeof err), 0, "%s", err);
+        uint64_t want = 0;
+        for (uint64_t p = 0; p < N; p++) {
+            want += given[p];
+            uint32_t f = p >= HALF;
+            if (p % 9973 == 0 || (stage == 0 && p % 7 == 0))
+                cr_assert_eq(sl_posset_count(&set, 0, f, p % HALF, p % HALF + 1), given[p],
+                             "record %" PRIu64 " (seed %" PRIu64 ")", p, seed);
+        }
+        cr_assert_eq(sl_posset_size(&set), want, "(seed %" PRIu64 ")", seed);
+        if (stage == 1)
+            cr_assert_eq(set.num, 2, "every record of both files: %zu runs", set.num);
+        /* Damage only the decoder sees: refused by name. */
+        if (stage == 0) {
+            uint8_t *c = ck[0];
+            size_t fixed = 16 + 8 + 8 + 16, nb = (size_t)sl_get_le64(c + fixed + 8);
+            cr_assert_gt(nb, 1);
+            struct {
+                size_t at;
+                uint32_t v;
+                const char *says;
+            } bad[] = {
+                {fixed + 8, 0xfffffff, "bitmaps do not fit"},
+                {fixed + 16 + 8, 0x7fffffff, "not after the one before it"},
+                {fixed, 1, "more than the 1 it says it holds"},
+            };
+            for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+                cr_assert_eq(read_changed(c, len[0], bad[i].at, bad[i].v, err, sizeof err), SL_EDATA);
+                cr_assert(strstr(err, bad[i].says), "\"%s\" does not say \"%s\"", err, bad[i].says);
+            }
+            /* An empty bitmap: its words cleared one u32 at a time. */
+            uint8_t *e = malloc(len[0]);
+            memcpy(e, c, len[0]);
+            memset(e + fixed + 16 + 16, 0, 8 * SL_POSBITS_WORDS);
+            cr_assert_eq(read_changed(e, len[0], fixed + 16 + 16, 0, err, sizeof err), SL_EDATA);
+            cr_assert(strstr(err, "bitmap 1 of") && strstr(err, "is empty"), "%s", err);
+            free(e);
+        }
+        sl_posset_clear(&set);
+        free(pos);
+        free(merged);
+        for (unsigned k = 0; k < ranks; k++)
+            free(ck[k]);
+    }
+    for (unsigned k = 0; k < ranks; k++)
+        sl__ledger_free(&rank[k]);
+    free(order);
+    free(given);
 }
