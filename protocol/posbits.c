@@ -19,6 +19,7 @@ void sl_posbits_clear(sl_posbits_t *b)
     sl_posset_clear(&b->runs);
     free(b->blocks);
     free(b->scratch);
+    free(b->inside);
     size_t max = b->max_units;
     sl_posbits_init(b, max);
 }
@@ -349,35 +350,80 @@ static void bound_runs(sl_posbits_t *b)
     b->runs.max_runs = used < b->max_units ? b->max_units - used : 0;
 }
 
-/* add_many() once: the parts of the runs in blocks are set as bits after
- * the rest went into the runs (which may fail, changing nothing). */
+/* The blocks an add looked up lately, by block number: a shuffled batch's
+ * records fall in the few blocks of its workers' buffers. */
+#define RECENT 64
+struct recent {
+    uint64_t no[RECENT];
+    uint32_t epoch[RECENT], file[RECENT];
+    size_t at[RECENT]; /* block_at()'s answer + 1; 0: none */
+};
+
+/* block_at(), remembered in r (valid while no block is added or removed). */
+static size_t find(const sl_posbits_t *b, struct recent *r, uint32_t e, uint32_t f, uint64_t no)
+{
+    unsigned k = (unsigned)(no % RECENT);
+    if (r->at[k] && r->no[k] == no && r->epoch[k] == e && r->file[k] == f)
+        return r->at[k] - 1;
+    size_t i = block_at(b, e, f, no);
+    r->no[k] = no;
+    r->epoch[k] = e;
+    r->file[k] = f;
+    r->at[k] = i + 1;
+    return i;
+}
+
+/* A part of a run inside block blk: its bits [lo, hi) there. */
+struct sl_posbits_piece {
+    size_t blk;
+    uint64_t lo, hi;
+};
+
+/* add_many() once: the runs' parts outside blocks go into the runs (which
+ * may fail, changing nothing), then those inside are set as bits. */
 static int add_once(sl_posbits_t *b, const void *runs, size_t n)
 {
     bound_runs(b);
     if (b->nblocks == 0)
         return sl_posset_add_many(&b->runs, runs, n);
-    size_t out = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < n; i++) {
-            sl_posrun_t x;
-            memcpy(&x, (const uint8_t *)runs + i * sizeof x, sizeof x);
-            if (x.begin + x.count < x.begin)
-                return -EOVERFLOW;
-            while (x.count > 0) {
-                size_t d = block_at(b, x.epoch, x.file, x.begin >> SL_POSBITS_BLOCK_BITS), in;
-                sl_posrun_t piece = next_piece(b->blocks, b->nblocks, &d, &x, &in);
-                if (pass == 1 && in < b->nblocks) {
-                    set_piece(&b->blocks[in], &piece);
-                } else if (pass == 0 && in == b->nblocks) {
-                    if (room(&b->scratch, &b->scratch_cap, out + 1) < 0)
-                        return -ENOMEM;
-                    b->scratch[out++] = piece;
-                }
+    struct recent r;
+    memset(r.at, 0, sizeof r.at);
+    size_t out = 0, in = 0;
+    for (size_t i = 0; i < n; i++) {
+        sl_posrun_t x;
+        memcpy(&x, (const uint8_t *)runs + i * sizeof x, sizeof x);
+        if (x.begin + x.count < x.begin)
+            return -EOVERFLOW;
+        while (x.count > 0) {
+            size_t d = find(b, &r, x.epoch, x.file, x.begin >> SL_POSBITS_BLOCK_BITS), blk;
+            sl_posrun_t piece = next_piece(b->blocks, b->nblocks, &d, &x, &blk);
+            if (blk == b->nblocks) {
+                if (out == b->scratch_cap && room(&b->scratch, &b->scratch_cap, out + 1 > n ? out + 1 : n) < 0)
+                    return -ENOMEM;
+                b->scratch[out++] = piece;
+                continue;
             }
+            if (in == b->inside_cap) {
+                size_t ncap = b->inside_cap ? b->inside_cap * 2 : (n > 64 ? n : 64);
+                struct sl_posbits_piece *p = realloc(b->inside, ncap * sizeof *p);
+                if (!p)
+                    return -ENOMEM;
+                b->inside = p;
+                b->inside_cap = ncap;
+            }
+            uint64_t base = b->blocks[blk].no << SL_POSBITS_BLOCK_BITS;
+            b->inside[in++] = (struct sl_posbits_piece){blk, piece.begin - base, piece.begin + piece.count - base};
         }
-        int rc = pass == 0 && out > 0 ? sl_posset_add_many(&b->runs, b->scratch, out) : 0;
-        if (rc < 0)
-            return rc;
+    }
+    int rc = out > 0 ? sl_posset_add_many(&b->runs, b->scratch, out) : 0;
+    if (rc < 0)
+        return rc;
+    for (size_t k = 0; k < in; k++) {
+        const struct sl_posbits_piece *q = &b->inside[k];
+        if (q->hi - q->lo == 1)
+            b->blocks[q->blk].w[q->lo >> 6] |= (uint64_t)1 << (q->lo & 63);
+        else
+            put_bits(b->blocks[q->blk].w, q->lo, q->hi, true);
     }
     return 0;
 }

@@ -41,8 +41,10 @@ typedef struct sl_posbits {
     size_t nblocks, cap;
     size_t max_units;  /* runs.num + nblocks * SL_POSBITS_BLOCK_UNITS at most */
     size_t compact_at; /* runs.num at which an add looks for crowded blocks next */
-    sl_posrun_t *scratch;
+    sl_posrun_t *scratch; /* an add's parts outside blocks */
     size_t scratch_cap;
+    struct sl_posbits_piece *inside; /* an add's parts inside blocks */
+    size_t inside_cap;
 } sl_posbits_t;
 
 /** An empty set of at most max_units units (nothing allocated yet). */
