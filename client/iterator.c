@@ -1175,7 +1175,7 @@ static void on_end_probe(evutil_socket_t fd, short what, void *arg)
  * (malloc'd): what the caller was given, the batches waiting for it, and,
  * under coordinated reads, those of rounds waiting for an earlier round.
  * @return 0, or < 0 when it does not know (the ledger overflowed) */
-static int report_add_batch(sl_posset_t *set, const struct sl_batch *b, uint64_t from, sl_provenance_run_t **runs,
+static int report_add_batch(sl_posbits_t *set, const struct sl_batch *b, uint64_t from, sl_provenance_run_t **runs,
                             size_t *cap)
 {
     return sl__report_add_wire(set, b->prov_wire, b->num_prov > 0 ? b->prov_wire_len : 0, b->num_records, from, runs,
@@ -1184,7 +1184,7 @@ static int report_add_batch(sl_posset_t *set, const struct sl_batch *b, uint64_t
 
 static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, size_t *len)
 {
-    sl_posset_t set;
+    sl_posbits_t set;
     sl_provenance_run_t *runs = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&it->mu);
@@ -1197,13 +1197,9 @@ static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, siz
         if (it->slots[i].state == SLOT_HAVE)
             rc = report_add_batch(&set, it->slots[i].batch, from, &runs, &cap);
     free(runs);
-    *len = rc == 0 ? sl_posset_encode(&set, NULL, 0) : 0;
-    *buf = rc == 0 ? malloc(*len) : NULL;
-    if (rc == 0 && !*buf)
-        rc = -ENOMEM;
     if (rc == 0)
-        sl_posset_encode(&set, *buf, *len);
-    sl_posset_clear(&set);
+        rc = sl__report_encode(&set, buf, len);
+    sl_posbits_clear(&set);
     return rc;
 }
 

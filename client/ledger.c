@@ -78,7 +78,7 @@ struct sl_lazy_key {
 #define CKPT_BITMAP (16 + 8 * SL_POSBITS_WORDS) /* a version 6 bitmap on the wire */
 /* The runs in a block that make it a bitmap on the wire: the 528 bytes of
  * one against about 3 a run. */
-#define CKPT_BITMAP_RUNS 176
+#define CKPT_BITMAP_RUNS SL_POSBITS_WIRE_RUNS
 
 /* The tag of a version 3 checkpoint's bytes before it: HMAC-SHA256 under
  * key over a label and the bytes, or SHA-256 without a key. @return 0 or -ENOMEM */
@@ -737,19 +737,9 @@ void sl__ledger_add_run(sl_ledger_t *l, const sl_provenance_run_t *run, const sl
     added(l, rc, done, ndone, last);
 }
 
-/* Adds the runs of epochs from `from` on to set. 0 or a posset error. */
-static int add_from(sl_posset_t *set, const sl_posrun_t *runs, size_t n, uint64_t from)
+int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set)
 {
-    size_t first = 0;
-    while (first < n && runs[first].epoch < from)
-        first++;
-    /* Runs are sorted by epoch first: the rest are all of later epochs. */
-    return n > first ? sl_posset_add_many(set, runs + first, n - first) : 0;
-}
-
-int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
-{
-    sl_posset_init(set, l->max_runs);
+    sl_posbits_init(set, l->max_runs);
     /* The dispatcher asks from its oldest lost split's epoch, or 0 when it
      * has none (then the report is empty of lost splits anyway): no split
      * of an epoch it said was done can be outstanding or lost. */
@@ -757,14 +747,18 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set)
         from = l->epochs_done;
     sl__ledger_sync(l);
     int rc = l->rc;
+    /* Runs are sorted by epoch first: those of earlier epochs lead. */
+    size_t first = 0;
+    while (first < l->restored.num && l->restored.runs[first].epoch < from)
+        first++;
+    if (rc == 0 && l->restored.num > first)
+        rc = sl_posbits_add_many(set, l->restored.runs + first, l->restored.num - first);
     if (rc == 0)
-        rc = add_from(set, l->restored.runs, l->restored.num, from);
-    if (rc == 0)
-        rc = sl_posbits_to_posset(&l->got, from, set);
+        rc = sl_posbits_add_set(set, &l->got, from);
     return rc;
 }
 
-int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap)
 {
     if (prov_len == 0)
@@ -784,7 +778,27 @@ int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, 
         if ((*scratch)[i].epoch >= from)
             (*scratch)[k++] = (*scratch)[i];
     /* sl_provenance_run_t has sl_posrun_t's layout (posset.h). */
-    return rc == 0 && k > 0 ? sl_posset_add_many(set, *scratch, k) : rc;
+    return rc == 0 && k > 0 ? sl_posbits_add_many(set, *scratch, k) : rc;
+}
+
+int sl__report_encode(const sl_posbits_t *set, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    sl_posset_t runs;
+    sl_posset_init(&runs, set->max_units);
+    int rc = sl_posbits_to_posset(set, 0, &runs);
+    if (rc == 0) {
+        *len = sl_posset_encode(&runs, NULL, 0);
+        if ((*out = malloc(*len)) != NULL)
+            sl_posset_encode(&runs, *out, *len);
+        else
+            rc = -ENOMEM;
+    } else if (rc == -ENOSPC) {
+        rc = sl_posbits_encode(set, SL_POSBITS_WIRE_RUNS, out, len);
+    }
+    sl_posset_clear(&runs);
+    return rc;
 }
 
 /* Writes a version 6 checkpoint's bitmaps (those of `all` with
@@ -827,7 +841,7 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     sl_posbits_init(&all, l->max_runs);
     int rc = sl_posbits_add_many(&all, l->restored.runs, l->restored.num);
     if (rc == 0)
-        rc = sl_posbits_add_set(&all, &l->got);
+        rc = sl_posbits_add_set(&all, &l->got, 0);
     /* The runs of what no bitmap on the wire holds. sl_posrun_t has
      * sl_provenance_run_t's layout (posset.h). */
     sl_posrun_t *left = NULL;

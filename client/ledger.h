@@ -211,21 +211,31 @@ void sl__ledger_sync(sl_ledger_t *l);
 /**
  * Starts a report of what was received of epochs from `from` on (from
  * epochs_done on when `from` is below it: no split of a done epoch can be
- * outstanding, so no report asks for it): syncs,
- * then puts restored and got's runs of those epochs in set (initialised
- * here with the ledger's bound). Add what waits elsewhere with
- * sl__report_add_wire(), then encode set.
+ * outstanding, so no report asks for it): syncs, then puts restored and
+ * got's positions of those epochs in set (initialised here with the
+ * ledger's bound). Add what waits elsewhere with sl__report_add_wire(),
+ * then encode it with sl__report_encode().
  * @return 0, or < 0 when the ledger does not know (it overflowed)
  */
-int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posset_t *set);
+int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set);
 
 /**
  * Adds the runs of a batch's provenance (provwire.h's form) of epochs from
  * `from` on to set; *scratch (of *cap runs) is grown as needed, freed by
  * the caller. @return 0 or < 0
  */
-int sl__report_add_wire(sl_posset_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
+int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
+
+/**
+ * A report's bytes (ReportReceivedRequest's payload, malloc'd): a position
+ * set of version 2 when its runs fit the ledger's bound, as every
+ * dispatcher reads; else of version 3, its crowded blocks as bitmaps (a
+ * rank of a named job behind a large shuffle), which a dispatcher of
+ * 2026-12-04 or later reads, keeping only what lies in the lost splits.
+ * @return 0 or -ENOMEM
+ */
+int sl__report_encode(const sl_posbits_t *set, uint8_t **out, size_t *len);
 
 /**
  * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 4, u64

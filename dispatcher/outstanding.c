@@ -275,6 +275,13 @@ void sl__out_unreceived(sl_dstate_t *st, struct job *j, struct task *t, uint64_t
                 j->id, t->id, n);
 }
 
+/* Orders ranges by place. */
+static int cmp_range(const void *a, const void *b)
+{
+    const sl_posrun_t *x = a, *y = b;
+    return sl_posrun_before(*x, *y) ? -1 : sl_posrun_before(*y, *x);
+}
+
 int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
                    const uint8_t *payload, size_t len, char *err, size_t errlen)
 {
@@ -289,18 +296,44 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
         c->reported_gen = req->report_gen;
         return 0;
     }
+    /* Only what lies in the splits that wait for reports is kept: a rank
+     * of a named job may report millions of scattered records (a bitmap's
+     * worth), of which the lost splits hold a few. */
+    sl_posrun_t *ranges = j->num_orphans ? malloc(j->num_orphans * sizeof *ranges) : NULL;
+    if (j->num_orphans && !ranges)
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    size_t nr = 0;
+    for (unsigned i = 0; i < j->num_orphans; i++) {
+        const struct osplit *o = &j->orphans[i];
+        if (o->state == OS_AWAIT && o->end > o->begin && o->epoch <= UINT32_MAX)
+            ranges[nr++] = (sl_posrun_t){(uint32_t)o->epoch, o->file, o->begin, o->end - o->begin};
+    }
+    if (nr > 1)
+        qsort(ranges, nr, sizeof *ranges, cmp_range);
+    size_t kept = 0; /* splits do not overlap; ones that touch are joined */
+    for (size_t i = 0; i < nr; i++) {
+        sl_posrun_t *last = kept ? &ranges[kept - 1] : NULL;
+        if (last && last->epoch == ranges[i].epoch && last->file == ranges[i].file &&
+            ranges[i].begin <= last->begin + last->count) {
+            uint64_t end = ranges[i].begin + ranges[i].count;
+            if (end > last->begin + last->count)
+                last->count = end - last->begin;
+        } else {
+            ranges[kept++] = ranges[i];
+        }
+    }
     sl_posset_t got;
     sl_posset_init(&got, st->cfg.max_exclude_runs);
     char why[200];
-    int rc = sl_posset_decode(&got, payload, len, why, sizeof why);
+    int rc = sl_posset_decode_within(&got, payload, len, ranges, kept, why, sizeof why);
+    free(ranges);
     if (rc < 0) {
         sl_posset_clear(&got);
         if (rc == -ENOSPC)
-            snprintf(err, errlen, "report of client %" PRIu64 ": more than %u runs of positions", c->id,
-                     st->cfg.max_exclude_runs);
-        else
-            return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA,
-                           "report of client %" PRIu64 ": %s", c->id, rc == -ENOMEM ? "out of memory" : why);
+            return sl_errf(err, errlen, SL_ELIMIT, "report of client %" PRIu64 ": more than %u runs of positions "
+                           "within the lost splits (--max-exclude-runs)", c->id, st->cfg.max_exclude_runs);
+        return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA, "report of client %" PRIu64 ": %s", c->id,
+                       rc == -ENOMEM ? "out of memory" : why);
     }
     uint64_t added = 0;
     for (unsigned i = 0; i < j->num_orphans && rc == 0; i++) {

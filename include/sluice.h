@@ -242,9 +242,10 @@ typedef struct sl_iterator_opts {
                                    (past three quarters next() waits for the answer, a
                                    round trip) and folds them, and says on stderr once
                                    that it holds over half; its heartbeats say the size
-                                   (GET /v1/jobs/{id}, consumers' ledger_runs). A rank of
-                                   a named job holds about a run a record it was given
-                                   past the job's fold. Past it the iterator says
+                                   (GET /v1/jobs/{id}, consumers' ledger_runs). Where runs
+                                   crowd (a rank of a named job holds every R-th record
+                                   past the job's fold) 4096 positions go as a bitmap,
+                                   counted as 22 runs. Past it the iterator says
                                    so on stderr once, takes no checkpoint, and a worker
                                    loss is at least once */
     int dispatcher_timeout_ms;  /* how long the iterator rides through a dispatcher it

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(SL_POSBITS_BLOCK == SL_POSSET_BITMAP_SPAN, "a block is a version 3 bitmap");
+
 #define COMPACT_MIN 4096 /* runs below which an add does not look for crowded blocks */
 #define LAST_NO ((UINT64_MAX >> SL_POSBITS_BLOCK_BITS) - 1) /* the last block whose end is below 2^64 */
 
@@ -482,11 +484,17 @@ int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_
     return rc;
 }
 
-int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src)
+int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src, uint64_t from)
 {
-    int rc = src->runs.num > 0 ? sl_posbits_add_many(b, src->runs.runs, src->runs.num) : 0;
+    /* Sorted by epoch first: those of earlier epochs lead. */
+    size_t first = 0;
+    while (first < src->runs.num && src->runs.runs[first].epoch < from)
+        first++;
+    int rc = src->runs.num > first ? sl_posbits_add_many(b, src->runs.runs + first, src->runs.num - first) : 0;
     for (size_t k = 0; k < src->nblocks && rc == 0; k++)
-        rc = sl_posbits_add_block(b, src->blocks[k].epoch, src->blocks[k].file, src->blocks[k].no, src->blocks[k].w);
+        if (src->blocks[k].epoch >= from)
+            rc = sl_posbits_add_block(b, src->blocks[k].epoch, src->blocks[k].file, src->blocks[k].no,
+                                      src->blocks[k].w);
     return rc;
 }
 
@@ -583,6 +591,33 @@ int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, 
     *out = o;
     *n = m;
     return 0;
+}
+
+int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    sl_posrun_t *runs = NULL;
+    size_t n = 0, nb = 0;
+    if (keep_runs == 0)
+        keep_runs = 1; /* every block (none is empty) */
+    int rc = sl_posbits_runs(b, keep_runs, &runs, &n);
+    sl_posset_bitmap_t *bm = rc == 0 && b->nblocks > 0 ? malloc(b->nblocks * sizeof *bm) : NULL;
+    if (rc == 0 && b->nblocks > 0 && !bm)
+        rc = -ENOMEM;
+    for (size_t k = 0; rc == 0 && k < b->nblocks; k++)
+        if (sl_posbits_block_runs(&b->blocks[k]) >= keep_runs)
+            bm[nb++] = (sl_posset_bitmap_t){b->blocks[k].epoch, b->blocks[k].file, b->blocks[k].no, b->blocks[k].w};
+    if (rc == 0) {
+        *len = sl_posset_encode_v3(runs, n, bm, nb, NULL, 0);
+        if ((*out = malloc(*len)) != NULL)
+            sl_posset_encode_v3(runs, n, bm, nb, *out, *len);
+        else
+            rc = -ENOMEM;
+    }
+    free(bm);
+    free(runs);
+    return rc;
 }
 
 int sl_posbits_to_posset(const sl_posbits_t *b, uint64_t from, sl_posset_t *set)

@@ -22,11 +22,12 @@
 
 #include "posset.h"
 
-#define SL_POSBITS_BLOCK_BITS 12
+#define SL_POSBITS_BLOCK_BITS 12 /* a block is a version 3 bitmap: SL_POSSET_BITMAP_SPAN positions */
 #define SL_POSBITS_BLOCK ((uint64_t)1 << SL_POSBITS_BLOCK_BITS) /* positions a block covers */
 #define SL_POSBITS_WORDS (SL_POSBITS_BLOCK / 64)
 #define SL_POSBITS_BLOCK_UNITS 22 /* a block's 528 bytes, in runs of 24 */
 #define SL_POSBITS_DENSE 24       /* the runs in a block range that make it a block */
+#define SL_POSBITS_WIRE_RUNS 176  /* the runs that make a block a bitmap on the wire: 528 bytes, ~3 a run */
 
 /* Positions [no * SL_POSBITS_BLOCK, (no + 1) * SL_POSBITS_BLOCK) of (epoch, file). */
 typedef struct sl_posblock {
@@ -73,8 +74,9 @@ int sl_posbits_add_many(sl_posbits_t *b, const void *runs, size_t n);
 int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t no,
                          const uint64_t w[SL_POSBITS_WORDS]);
 
-/** Adds every position of src (its runs, then its blocks). @return as sl_posbits_add_many() */
-int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src);
+/** Adds every position of src of epochs from `from` on (its runs, then
+ *  its blocks). @return as sl_posbits_add_many() */
+int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src, uint64_t from);
 
 /** Removes every position before (epoch, file, pos) in the order of places. */
 void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
@@ -95,6 +97,14 @@ size_t sl_posbits_block_runs(const sl_posblock_t *blk);
  * @return 0 or -ENOMEM
  */
 int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, size_t *n);
+
+/**
+ * The set as position set bytes (posset.h): version 3, its blocks of at
+ * least keep_runs runs as bitmaps and the rest as runs.
+ * @param[out] out the bytes, malloc'd
+ * @return 0 or -ENOMEM
+ */
+int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, size_t *len);
 
 /**
  * Adds the set's positions of epochs from `from` on to set, as runs.

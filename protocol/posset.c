@@ -540,28 +540,61 @@ static struct v2_run v2_of(const sl_posrun_t *r, const sl_posrun_t *prev)
     return (struct v2_run){de + 1, file, r->begin, true};
 }
 
+/* Version 2's items of n runs at p (NULL: counts only). @return their bytes */
+static size_t put_runs(const sl_posrun_t *runs, size_t n, uint8_t *p)
+{
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct v2_run v = v2_of(&runs[i], i ? &runs[i - 1] : NULL);
+        if (!p) {
+            need += sl_varint_len(v.sel) + (v.pair ? sl_varint_len(v.file) : 0) + sl_varint_len(v.begin) +
+                    sl_varint_len(runs[i].count - 1);
+            continue;
+        }
+        uint8_t *q = p + need;
+        q = sl_put_varint(q, v.sel);
+        if (v.pair)
+            q = sl_put_varint(q, v.file);
+        q = sl_put_varint(q, v.begin);
+        q = sl_put_varint(q, runs[i].count - 1);
+        need = (size_t)(q - p);
+    }
+    return need;
+}
+
 size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap)
 {
-    size_t need = HEADER;
-    for (size_t i = 0; i < s->num; i++) {
-        struct v2_run v = v2_of(&s->runs[i], i ? &s->runs[i - 1] : NULL);
-        need += sl_varint_len(v.sel) + (v.pair ? sl_varint_len(v.file) : 0) + sl_varint_len(v.begin) +
-                sl_varint_len(s->runs[i].count - 1);
-    }
+    size_t need = HEADER + put_runs(s->runs, s->num, NULL);
     if (cap < need)
         return need;
     memcpy(buf, MAGIC, 4);
     sl_put_le32(buf + 4, VERSION);
     sl_put_le64(buf + 8, s->num);
-    uint8_t *p = buf + HEADER;
-    for (size_t i = 0; i < s->num; i++) {
-        struct v2_run v = v2_of(&s->runs[i], i ? &s->runs[i - 1] : NULL);
-        p = sl_put_varint(p, v.sel);
-        if (v.pair)
-            p = sl_put_varint(p, v.file);
-        p = sl_put_varint(p, v.begin);
-        p = sl_put_varint(p, s->runs[i].count - 1);
+    put_runs(s->runs, s->num, buf + HEADER);
+    return need;
+}
+
+size_t sl_posset_encode_v3(const sl_posrun_t *runs, size_t n, const sl_posset_bitmap_t *bitmaps, size_t nb,
+                           uint8_t *buf, size_t cap)
+{
+    size_t at = HEADER + 8 + nb * (16 + 8 * (SL_POSSET_BITMAP_SPAN / 64));
+    size_t need = at + put_runs(runs, n, NULL);
+    if (cap < need)
+        return need;
+    memcpy(buf, MAGIC, 4);
+    sl_put_le32(buf + 4, 3);
+    sl_put_le64(buf + 8, n);
+    sl_put_le64(buf + HEADER, nb);
+    uint8_t *q = buf + HEADER + 8;
+    for (size_t i = 0; i < nb; i++) {
+        sl_put_le32(q, bitmaps[i].epoch);
+        sl_put_le32(q + 4, bitmaps[i].file);
+        sl_put_le64(q + 8, bitmaps[i].no);
+        for (unsigned k = 0; k < SL_POSSET_BITMAP_SPAN / 64; k++)
+            sl_put_le64(q + 16 + 8 * k, bitmaps[i].w[k]);
+        q += 16 + 8 * (SL_POSSET_BITMAP_SPAN / 64);
     }
+    put_runs(runs, n, buf + at);
     return need;
 }
 
@@ -572,94 +605,321 @@ static int bad_run(char *err, size_t errlen, uint64_t i)
                    (unsigned long long)i);
 }
 
-/* Version 1: every run in full, 24 bytes. */
-static int decode_v1(sl_posrun_t *runs, uint64_t n, const uint8_t *buf, char *err, size_t errlen)
+/* Reads version 2's runs one at a time (and version 3's, which follow its
+ * bitmaps): every run is after the one before it by construction; what is
+ * checked is that nothing overflows. */
+struct v2_reader {
+    const uint8_t *buf;
+    size_t len, pos;
+    sl_posrun_t prev;
+    bool any;
+};
+
+static int v2_next(struct v2_reader *rd, uint64_t i, sl_posrun_t *out, char *err, size_t errlen)
 {
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *p = buf + HEADER + i * RUN_BYTES_V1;
-        runs[i] = (sl_posrun_t){sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), sl_get_le64(p + 16)};
-        const sl_posrun_t *r = &runs[i], *prev = i ? &runs[i - 1] : NULL;
-        bool ok = r->count > 0 && r->begin + r->count > r->begin;
-        if (ok && prev) {
-            int c = cmp_key(prev, r->epoch, r->file);
-            ok = c < 0 || (c == 0 && prev->begin + prev->count < r->begin);
-        }
-        if (!ok)
+    const sl_posrun_t *prev = rd->any ? &rd->prev : NULL;
+    uint64_t sel = 0, file = 0, begin = 0, count = 0;
+    if (sl_get_varint(rd->buf, rd->len, &rd->pos, &sel) < 0 ||
+        (sel > 0 && sl_get_varint(rd->buf, rd->len, &rd->pos, &file) < 0) ||
+        sl_get_varint(rd->buf, rd->len, &rd->pos, &begin) < 0 || sl_get_varint(rd->buf, rd->len, &rd->pos, &count) < 0)
+        return bad_run(err, errlen, i);
+    sl_posrun_t r;
+    if (sel == 0) {
+        if (!prev)
             return bad_run(err, errlen, i);
+        uint64_t end = prev->begin + prev->count;
+        if (end == UINT64_MAX || begin > UINT64_MAX - end - 1)
+            return bad_run(err, errlen, i);
+        r = (sl_posrun_t){prev->epoch, prev->file, end + 1 + begin, 0};
+    } else {
+        uint64_t epoch = prev ? (uint64_t)prev->epoch + (sel - 1) : sel - 1;
+        if (sel - 1 > UINT32_MAX || epoch > UINT32_MAX)
+            return bad_run(err, errlen, i);
+        if (prev && sel == 1) {
+            if (file > (uint64_t)UINT32_MAX - prev->file - 1)
+                return bad_run(err, errlen, i);
+            file += (uint64_t)prev->file + 1;
+        }
+        if (file > UINT32_MAX)
+            return bad_run(err, errlen, i);
+        r = (sl_posrun_t){(uint32_t)epoch, (uint32_t)file, begin, 0};
+    }
+    if (count >= UINT64_MAX - r.begin) /* the run's end, begin + count + 1, must not pass 2^64 - 1 */
+        return bad_run(err, errlen, i);
+    r.count = count + 1;
+    rd->prev = *out = r;
+    rd->any = true;
+    return 0;
+}
+
+static int left_over(size_t left, uint64_t n, char *err, size_t errlen)
+{
+    return sl_errf(err, errlen, SL_EDATA, "position set: %zu bytes left over after its %llu runs", left,
+                   (unsigned long long)n);
+}
+
+/*
+ * Version 3: after the header (its count the runs'), u64 the number of
+ * bitmaps, each u32 epoch, u32 file, u64 block and V3_WORDS u64 words
+ * (bit i of word k: position V3_SPAN block + 64 k + i), in order and
+ * none empty; then the runs as version 2 has them. What a rank of a named
+ * job received past its job's fold is a scattered share of the records: a
+ * bit a position there, where a run takes about three bytes a record
+ * (posbits.h writes it).
+ */
+#define V3_SPAN SL_POSSET_BITMAP_SPAN
+#define V3_WORDS (V3_SPAN / 64)
+#define V3_BITMAP (16 + 8 * V3_WORDS)
+#define V3_HEADER (HEADER + 8)
+
+struct v3_bitmap {
+    uint32_t epoch, file;
+    uint64_t no;
+    const uint8_t *words;
+};
+
+/* Bitmap i of a version 3 set (its bytes checked to be there), checked to
+ * be after the one before (prev; NULL for the first) and not empty. */
+static int v3_bitmap(const uint8_t *buf, uint64_t i, uint64_t nb, const struct v3_bitmap *prev, struct v3_bitmap *out,
+                     char *err, size_t errlen)
+{
+    const uint8_t *q = buf + V3_HEADER + i * V3_BITMAP;
+    *out = (struct v3_bitmap){sl_get_le32(q), sl_get_le32(q + 4), sl_get_le64(q + 8), q + 16};
+    bool any = false;
+    for (unsigned k = 0; k < V3_WORDS && !any; k++)
+        any = sl_get_le64(out->words + 8 * k) != 0;
+    bool after = !prev || sl_place_before(prev->epoch, prev->file, prev->no, out->epoch, out->file, out->no);
+    if (!any || !after || out->no > (UINT64_MAX / V3_SPAN) - 1)
+        return sl_errf(err, errlen, SL_EDATA, "position set bitmap %llu of %llu is %s", (unsigned long long)i + 1,
+                       (unsigned long long)nb,
+                       !any ? "empty" : !after ? "not after the one before it" : "past position 2^64");
+    return 0;
+}
+
+/* Calls fn(ctx, run) for each run of set bits of a bitmap. */
+static int bitmap_runs(const struct v3_bitmap *b, int (*fn)(void *, const sl_posrun_t *), void *ctx)
+{
+    uint64_t base = b->no * V3_SPAN, start = 0;
+    bool in = false;
+    for (unsigned i = 0; i < V3_WORDS; i++) {
+        uint64_t x = sl_get_le64(b->words + 8 * i);
+        if (x == (in ? ~(uint64_t)0 : 0))
+            continue;
+        unsigned bit = 0;
+        while (bit < 64) {
+            uint64_t rest = (in ? ~x : x) >> bit;
+            if (rest == 0)
+                break;
+            bit += (unsigned)__builtin_ctzll(rest);
+            uint64_t at = (uint64_t)i * 64 + bit;
+            if (in) {
+                sl_posrun_t r = {b->epoch, b->file, base + start, at - start};
+                int rc = fn(ctx, &r);
+                if (rc < 0)
+                    return rc;
+            }
+            start = at;
+            in = !in;
+        }
+    }
+    if (in) {
+        sl_posrun_t r = {b->epoch, b->file, base + start, V3_SPAN - start};
+        return fn(ctx, &r);
     }
     return 0;
 }
 
-/* Version 2 (above): every run is after the one before it by construction;
- * what is checked is that nothing overflows and no byte is left. */
-static int decode_v2(sl_posrun_t *runs, uint64_t n, const uint8_t *buf, size_t len, char *err, size_t errlen)
+/* Calls fn(ctx, run) for every run of a version 1, 2 or 3 set whose header
+ * was checked (n runs): a version 3 set's bitmaps first, as runs, then its
+ * runs (each part in order). Checks what decode checks. */
+static int each_run(const uint8_t *buf, size_t len, uint32_t version, uint64_t n, int (*fn)(void *, const sl_posrun_t *),
+                    void *ctx, char *err, size_t errlen)
 {
-    size_t pos = HEADER;
-    for (uint64_t i = 0; i < n; i++) {
-        const sl_posrun_t *prev = i ? &runs[i - 1] : NULL;
-        uint64_t sel = 0, file = 0, begin = 0, count = 0;
-        if (sl_get_varint(buf, len, &pos, &sel) < 0 || (sel > 0 && sl_get_varint(buf, len, &pos, &file) < 0) ||
-            sl_get_varint(buf, len, &pos, &begin) < 0 || sl_get_varint(buf, len, &pos, &count) < 0)
-            return bad_run(err, errlen, i);
-        sl_posrun_t r;
-        if (sel == 0) {
-            if (!prev)
-                return bad_run(err, errlen, i);
-            uint64_t end = prev->begin + prev->count;
-            if (end == UINT64_MAX || begin > UINT64_MAX - end - 1)
-                return bad_run(err, errlen, i);
-            r = (sl_posrun_t){prev->epoch, prev->file, end + 1 + begin, 0};
-        } else {
-            uint64_t epoch = prev ? (uint64_t)prev->epoch + (sel - 1) : sel - 1;
-            if (sel - 1 > UINT32_MAX || epoch > UINT32_MAX)
-                return bad_run(err, errlen, i);
-            if (prev && sel == 1) {
-                if (file > (uint64_t)UINT32_MAX - prev->file - 1)
-                    return bad_run(err, errlen, i);
-                file += (uint64_t)prev->file + 1;
+    if (version == 1) {
+        sl_posrun_t prev = {0};
+        for (uint64_t i = 0; i < n; i++) {
+            const uint8_t *p = buf + HEADER + i * RUN_BYTES_V1;
+            sl_posrun_t r = {sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), sl_get_le64(p + 16)};
+            bool ok = r.count > 0 && r.begin + r.count > r.begin;
+            if (ok && i > 0) {
+                int c = cmp_key(&prev, r.epoch, r.file);
+                ok = c < 0 || (c == 0 && prev.begin + prev.count < r.begin);
             }
-            if (file > UINT32_MAX)
+            if (!ok)
                 return bad_run(err, errlen, i);
-            r = (sl_posrun_t){(uint32_t)epoch, (uint32_t)file, begin, 0};
+            int rc = fn(ctx, &r);
+            if (rc < 0)
+                return rc;
+            prev = r;
         }
-        if (count >= UINT64_MAX - r.begin) /* the run's end, begin + count + 1, must not pass 2^64 - 1 */
-            return bad_run(err, errlen, i);
-        r.count = count + 1;
-        runs[i] = r;
+        return 0;
     }
-    if (pos != len)
-        return sl_errf(err, errlen, SL_EDATA, "position set: %zu bytes left over after its %llu runs", len - pos,
-                       (unsigned long long)n);
+    size_t from = HEADER;
+    if (version == 3) {
+        uint64_t nb = sl_get_le64(buf + HEADER);
+        struct v3_bitmap prev, b;
+        for (uint64_t i = 0; i < nb; i++) {
+            int rc = v3_bitmap(buf, i, nb, i ? &prev : NULL, &b, err, errlen);
+            if (rc == 0)
+                rc = bitmap_runs(&b, fn, ctx);
+            if (rc < 0)
+                return rc;
+            prev = b;
+        }
+        from = V3_HEADER + (size_t)nb * V3_BITMAP;
+    }
+    struct v2_reader rd = {.buf = buf, .len = len, .pos = from};
+    for (uint64_t i = 0; i < n; i++) {
+        sl_posrun_t r;
+        int rc = v2_next(&rd, i, &r, err, errlen);
+        if (rc == 0)
+            rc = fn(ctx, &r);
+        if (rc < 0)
+            return rc;
+    }
+    return rd.pos == len ? 0 : left_over(len - rd.pos, n, err, errlen);
+}
+
+/* Checks a set's header: its version, and that its bytes can hold its
+ * counts (before anything is allocated). */
+static int check_header(const uint8_t *buf, size_t len, uint32_t *version, uint64_t *n, char *err, size_t errlen)
+{
+    if (len < HEADER || memcmp(buf, MAGIC, 4) != 0)
+        return sl_errf(err, errlen, SL_EDATA, "not a position set (no \"" MAGIC "\" header)");
+    *version = sl_get_le32(buf + 4);
+    if (*version < 1 || *version > 3)
+        return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads versions 1 to 3", *version);
+    *n = sl_get_le64(buf + 8);
+    size_t from = HEADER;
+    if (*version == 3) {
+        uint64_t nb = len >= V3_HEADER ? sl_get_le64(buf + HEADER) : 0;
+        if (len < V3_HEADER || nb > (len - V3_HEADER) / V3_BITMAP)
+            return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu bitmaps", len,
+                           (unsigned long long)nb);
+        from = V3_HEADER + (size_t)nb * V3_BITMAP;
+    }
+    bool fits = *version == 1 ? *n <= (len - HEADER) / RUN_BYTES_V1 && HEADER + *n * RUN_BYTES_V1 == len
+                              : *n <= (len - from) / RUN_MIN_BYTES;
+    if (!fits)
+        return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu runs", len,
+                       (unsigned long long)*n);
+    return 0;
+}
+
+/* Runs gathered for one add: at most max of them. */
+struct gather {
+    sl_posrun_t *runs;
+    size_t n, cap, max;
+    /* decode_within(): the ranges kept, sorted, and the first that may
+     * reach the next run of each part (runs come in order within one). */
+    const sl_posrun_t *ranges;
+    size_t nranges, at;
+    sl_posrun_t last; /* the run before: a run before it starts another part */
+};
+
+static int gather_run(void *ctx, const sl_posrun_t *r)
+{
+    struct gather *g = ctx;
+    if (g->n == g->max)
+        return -ENOSPC;
+    if (g->n == g->cap) {
+        size_t ncap = g->cap ? g->cap * 2 : 1024;
+        if (ncap > g->max)
+            ncap = g->max;
+        sl_posrun_t *p = realloc(g->runs, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        g->runs = p;
+        g->cap = ncap;
+    }
+    g->runs[g->n++] = *r;
+    return 0;
+}
+
+/* gather_run() of what of r lies in the ranges. The bitmaps' runs, then
+ * the runs, come in order: the first range that may reach r is found from
+ * where the last run's search left off (back at the start for the runs). */
+static int gather_within(void *ctx, const sl_posrun_t *r)
+{
+    struct gather *g = ctx;
+    if (sl_posrun_before(*r, g->last))
+        g->at = 0;
+    g->last = *r;
+    while (g->at < g->nranges) {
+        const sl_posrun_t *k = &g->ranges[g->at];
+        int c = cmp_key(k, r->epoch, r->file);
+        if (c < 0 || (c == 0 && k->begin + k->count <= r->begin))
+            g->at++;
+        else
+            break;
+    }
+    for (size_t i = g->at; i < g->nranges; i++) {
+        const sl_posrun_t *k = &g->ranges[i];
+        if (cmp_key(k, r->epoch, r->file) != 0 || k->begin >= r->begin + r->count)
+            break;
+        uint64_t lo = k->begin > r->begin ? k->begin : r->begin;
+        uint64_t hi = k->begin + k->count < r->begin + r->count ? k->begin + k->count : r->begin + r->count;
+        sl_posrun_t piece = {r->epoch, r->file, lo, hi - lo};
+        int rc = gather_run(g, &piece);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Decodes buf into s: every run (ranges NULL), or what of them lies in
+ * the ranges; at most s->max_runs runs kept. */
+static int decode(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges, size_t nranges,
+                  char *err, size_t errlen)
+{
+    uint32_t version = 0;
+    uint64_t n = 0;
+    int rc = check_header(buf, len, &version, &n, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (!ranges && n > s->max_runs)
+        return sl_errf(err, errlen, -ENOSPC, "position set of %llu runs, more than the limit %zu",
+                       (unsigned long long)n, s->max_runs);
+    struct gather g = {.max = s->max_runs, .ranges = ranges, .nranges = nranges};
+    /* Version 1 and 2 runs come sorted and apart, n of them: they are the set. */
+    bool as_they_are = !ranges && version < 3;
+    if (as_they_are && n > 0 && !(g.runs = malloc((size_t)n * sizeof *g.runs)))
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    g.cap = as_they_are ? (size_t)n : 0;
+    rc = each_run(buf, len, version, n, ranges ? gather_within : gather_run, &g, err, errlen);
+    sl_posset_t set;
+    sl_posset_init(&set, s->max_runs);
+    if (rc == 0 && as_they_are) {
+        set.runs = g.runs;
+        set.num = set.cap = g.n;
+        g.runs = NULL;
+    } else if (rc == 0 && g.n > 0) {
+        rc = sl_posset_add_many(&set, g.runs, g.n);
+    }
+    free(g.runs);
+    if (rc == -ENOSPC || rc == -ENOMEM)
+        rc = rc == -ENOMEM ? sl_errf(err, errlen, rc, "out of memory")
+                           : sl_errf(err, errlen, rc, "position set of more than %zu runs%s, the limit", s->max_runs,
+                                     ranges ? " within the ranges asked for" : "");
+    if (rc < 0) {
+        sl_posset_clear(&set);
+        return rc;
+    }
+    sl_posset_clear(s);
+    set.max_runs = s->max_runs;
+    *s = set;
     return 0;
 }
 
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
-    if (len < HEADER || memcmp(buf, MAGIC, 4) != 0)
-        return sl_errf(err, errlen, SL_EDATA, "not a position set (no \"" MAGIC "\" header)");
-    uint32_t version = sl_get_le32(buf + 4);
-    if (version != 1 && version != 2)
-        return sl_errf(err, errlen, SL_EDATA, "position set version %u, this build reads versions 1 and 2",
-                       version);
-    uint64_t n = sl_get_le64(buf + 8);
-    bool fits = version == 1 ? n <= (len - HEADER) / RUN_BYTES_V1 && HEADER + n * RUN_BYTES_V1 == len
-                             : n <= (len - HEADER) / RUN_MIN_BYTES;
-    if (!fits)
-        return sl_errf(err, errlen, SL_EDATA, "position set of %zu bytes cannot hold its %llu runs", len,
-                       (unsigned long long)n);
-    if (n > s->max_runs)
-        return sl_errf(err, errlen, -ENOSPC, "position set of %llu runs, more than the limit %zu",
-                       (unsigned long long)n, s->max_runs);
-    sl_posrun_t *runs = n ? malloc(n * sizeof *runs) : NULL;
-    if (n && !runs)
-        return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    int rc = version == 1 ? decode_v1(runs, n, buf, err, errlen) : decode_v2(runs, n, buf, len, err, errlen);
-    if (rc < 0) {
-        free(runs);
-        return rc;
-    }
-    free(s->runs);
-    s->runs = runs;
-    s->num = s->cap = (size_t)n;
-    return 0;
+    return decode(s, buf, len, NULL, 0, err, errlen);
+}
+
+int sl_posset_decode_within(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
+                            size_t nranges, char *err, size_t errlen)
+{
+    /* No range: nothing kept, but the bytes are checked all the same. */
+    static const sl_posrun_t none;
+    return decode(s, buf, len, nranges > 0 ? ranges : &none, nranges, err, errlen);
 }

@@ -126,14 +126,48 @@ uint64_t sl_posset_size(const sl_posset_t *s);
  */
 size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap);
 
+/* The positions a version 3 bitmap covers. */
+#define SL_POSSET_BITMAP_SPAN 4096u
+
+/* A bitmap of a version 3 set: positions [no, no + 1) * SL_POSSET_BITMAP_SPAN
+ * of (epoch, file), bit i of w[k] position 64 k + i of them. */
+typedef struct sl_posset_bitmap {
+    uint32_t epoch, file;
+    uint64_t no;
+    const uint64_t *w; /* SL_POSSET_BITMAP_SPAN / 64 words */
+} sl_posset_bitmap_t;
+
 /**
- * Replaces s's contents by the decoded bytes (version 2, or version 1:
- * every run in full, 24 bytes); checks the header, that runs are sorted,
- * disjoint, not touching and not empty, that none passes 2^64, that no
- * byte is left over, and that they fit max_runs before anything is
- * allocated (a version 2 run takes 3 bytes at least).
+ * A set as version 3 bytes: "SLPS", u32 3, u64 n, u64 nb, the nb bitmaps
+ * (each u32 epoch, u32 file, u64 no, then its words; in order, none
+ * empty), then the n runs (in order, apart) as version 2 has them; what
+ * posbits.h writes for a scattered set (docs/protocol.md).
+ * @return the bytes needed; written only when cap is at least that
+ */
+size_t sl_posset_encode_v3(const sl_posrun_t *runs, size_t n, const sl_posset_bitmap_t *bitmaps, size_t nb,
+                           uint8_t *buf, size_t cap);
+
+/**
+ * Replaces s's contents by the decoded bytes (version 2; version 1: every
+ * run in full, 24 bytes; version 3: bitmaps of 4096 positions, then runs
+ * as version 2, posbits.h's form of a scattered set); checks the header,
+ * that runs are sorted, disjoint, not touching and not empty, that none
+ * passes 2^64, that bitmaps are in order and none empty, that no byte is
+ * left over, and that version 1 and 2 runs fit max_runs before anything
+ * is allocated (a version 2 run takes 3 bytes at least; a version 3 set's
+ * runs, its bitmaps' with them, are gathered up to max_runs).
  * @return 0, SL_EDATA with what was wrong in err, -ENOSPC, -ENOMEM
  */
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+/**
+ * sl_posset_decode() keeping only what lies in ranges (nranges runs,
+ * sorted and apart: a report's lost splits), so that what s holds follows
+ * the ranges, not what the bytes say; the rest is checked and dropped.
+ * @return 0, SL_EDATA with what was wrong in err, -ENOSPC (more than
+ *   max_runs runs within the ranges), -ENOMEM
+ */
+int sl_posset_decode_within(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
+                            size_t nranges, char *err, size_t errlen);
 
 #endif

@@ -1191,31 +1191,40 @@ class NamedLongEpochTest(unittest.TestCase):
         # with -9 between steps and started again; they read on until their
         # merged checkpoint starts within the epoch (version 5 or 6). 1 to 4 ranks
         # resume from it under another name, through more kills, and every
-        # element comes exactly once. SLUICE_TEST_SEED repeats a run.
+        # element comes exactly once. SLUICE_TEST_SEED repeats a run. Half
+        # the runs give the ranks a bound of 20,000 runs, which a rank's
+        # scattered share past the fold passes as runs: its ledger keeps
+        # it as bitmaps, and its worker-loss reports carry them (position
+        # set version 3), which the dispatcher reads within the lost splits.
         seed, rng = seeded('named ranks through faults')
         n, batch, shuffle = rng.randrange(2000000, 3000001), rng.choice([64, 100, 256]), rng.choice([0, 2000, 20000])
         ranks, resumed = rng.randrange(2, 5), rng.randrange(1, 5)
+        bound = rng.choice([0, 20000])
         steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
         kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)] * 2
         first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
         left = (n - steps * ranks * batch) // (resumed * batch)
         later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
-        where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks for %d steps (faults %s), %d resumed '
-                 '(faults %s)' % (seed, n, batch, shuffle, ranks, steps, sorted(first.items()), resumed,
-                                  sorted(later.items())))
+        where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks (max_ledger_runs %d) for %d steps (faults %s), '
+                 '%d resumed (faults %s)' % (seed, n, batch, shuffle, ranks, bound, steps, sorted(first.items()),
+                                             resumed, sorted(later.items())))
         print('named ranks through faults: %s' % where, file=sys.stderr)
         ds = sluice.range(0, n)
         if shuffle:
             ds = ds.shuffle(shuffle, seed=seed % 1000)
         ds = ds.batch(batch)
-        # Splits of 1,000, at most 512 of them a task: room for a buffer of
-        # 20,000, which holds records of about 20 ln(1000) = 140 splits
-        # (fewer, and the job fails by name: its shuffle spans more splits
-        # than its task may hold). The fold lags the front by what the
-        # tasks hold, the shuffles' tails (3 x 20000 ln(1000) = 414,000
-        # records) and what the ranks hold.
+        # Splits of 1,000, at most 4,096 of them a task. A buffer of 20,000
+        # holds records of about 20 ln(1000) = 140 splits of a fresh epoch,
+        # but the resumed job starts at the checkpoint's place, which can lag
+        # a million records behind what the ranks read (a lost worker's
+        # splits hold the fold): past it most records were consumed, so a
+        # split there delivers a few dozen and a buffer spans hundreds of
+        # them (at 512 a seed failed, by name, that its shuffle spans more
+        # splits than its task may hold). 4,096 covers the whole epoch. The
+        # fold lags the front by what the tasks hold, the shuffles' tails
+        # (3 x 20000 ln(1000) = 414,000 records) and what the ranks hold.
         c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
-                                                '--max-outstanding-splits', '512'])
+                                                '--max-outstanding-splits', '4096'])
         got = []
 
         def act(fault):
@@ -1226,8 +1235,8 @@ class NamedLongEpochTest(unittest.TestCase):
                 c.restart_dispatcher()
         try:
             c.wait_workers_registered(3)
-            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True)
-                   for _ in range(ranks)]
+            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True,
+                                 max_ledger_runs=bound) for _ in range(ranks)]
 
             def step():
                 for it in its:

@@ -17,6 +17,7 @@
 #include "dstate_util.h"
 #include "log.h"
 #include "persist.h"
+#include "posbits.h"
 #include "posset.h"
 #include "seed_util.h"
 #include "sluice.h"
@@ -1219,4 +1220,93 @@ Test(outstanding, a_restore_with_a_place_starts_the_job_there)
     req.restore_record = 250;
     cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &client, err, sizeof err), 0, "%s", err);
     cr_assert_eq(job_id, resp.job_id);
+}
+
+/* Client's report at gen of the positions of epoch 0, file 0 in [0, end)
+ * that keep(pos) picks, as posbits, in the bytes a client sends
+ * (sl__report_encode()'s choice made here: version 3 when asked). */
+static int scattered_report(uint64_t job_id, uint64_t client, uint64_t gen, uint64_t end, bool (*keep)(uint64_t),
+                            bool v3)
+{
+    sl_posbits_t b;
+    sl_posbits_init(&b, SL_POSSET_MAX_RUNS);
+    sl_posrun_t runs[4096];
+    for (uint64_t at = 0; at < end;) {
+        size_t n = 0;
+        for (; at < end && n < 4096; at++)
+            if (keep(at))
+                runs[n++] = (sl_posrun_t){0, 0, at, 1};
+        cr_assert_eq(sl_posbits_add_many(&b, runs, n), 0);
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (v3) {
+        cr_assert_eq(sl_posbits_encode(&b, SL_POSBITS_WIRE_RUNS, &buf, &len), 0);
+        cr_assert_eq(buf[4], 3);
+    } else {
+        sl_posset_t s;
+        sl_posset_init(&s, SL_POSSET_MAX_RUNS);
+        cr_assert_eq(sl_posbits_to_posset(&b, 0, &s), 0);
+        len = sl_posset_encode(&s, NULL, 0);
+        buf = malloc(len);
+        sl_posset_encode(&s, buf, len);
+        sl_posset_clear(&s);
+    }
+    sluice_ReportReceivedRequest req = {.job_id = job_id, .client_id = client, .report_gen = gen};
+    sl_dstate_client_secret(st, job_id, client, req.client_secret);
+    int rc = sl_dstate_client_report(st, &req, buf, len, 0, err, sizeof err);
+    free(buf);
+    sl_posbits_clear(&b);
+    return rc;
+}
+
+static bool even(uint64_t p)
+{
+    return p % 2 == 0;
+}
+
+/* Records [0, 100) and every fourth after, and the others. */
+static bool front_and_fourths(uint64_t p)
+{
+    return p < 100 || p % 4 == 0;
+}
+
+static bool the_rest(uint64_t p)
+{
+    return !front_and_fourths(p);
+}
+
+Test(outstanding, a_ranks_scattered_report_is_kept_only_within_the_lost_splits)
+{
+    /* Two ranks of a named job report a million scattered records each
+     * (their shares behind a shuffle), one as bitmaps (version 3), one as
+     * runs, against a bound of 100 runs: the dispatcher keeps what lies
+     * in the lost splits, [0, 300), and refuses by name a report with
+     * more runs than the bound there. */
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_exclude_runs = 100;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r);
+    cr_assert_eq(r.splits[2].end, 300);
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    /* Every other record: 150 runs in the lost splits. */
+    cr_assert_eq(scattered_report(j, c1, 1, 2000000, even, true), SL_ELIMIT);
+    cr_assert(strstr(err, "more than 100 runs of positions within the lost splits (--max-exclude-runs)"), "%s", err);
+    cr_assert_eq(scattered_report(j, c1, 1, 2000000, front_and_fourths, true), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
+    cr_assert_eq(scattered_report(j, c2, 1, 2000000, the_rest, false), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 3);
+    /* Together they had every record of the lost splits: none goes again. */
+    get_splits(tb, 1, 8, &r);
+    cr_assert_gt(r.splits_count, 0);
+    cr_assert_eq(r.splits[0].begin, 300, "split [%" PRIu64 ", %" PRIu64 ") went again", r.splits[0].begin,
+                 r.splits[0].end);
+    cr_assert_eq(lost_splits(j, "queued"), 0);
 }

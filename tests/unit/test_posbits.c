@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "posbits.h"
+#include "sluice.h"
 #include "seed_util.h"
 
 #define EPOCHS 2
@@ -60,6 +61,56 @@ static void check_same(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *
         cr_assert_eq(sl_posbits_count(b, e, f, lo, hi), sl_posset_count(ref, e, f, lo, hi),
                      "count of [%llu, %llu) of (%u, %u)", (unsigned long long)lo, (unsigned long long)hi, e, f);
     }
+}
+
+/* b's bytes (posset.h's version 3) read back as ref's set, whole and
+ * within random ranges. */
+static void check_wire(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *rng)
+{
+    static const size_t keeps[] = {0, 1, SL_POSBITS_DENSE, 176, 100000};
+    size_t keep = keeps[splitmix64(rng) % 5];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[256];
+    cr_assert_eq(sl_posbits_encode(b, keep, &buf, &len), 0);
+    sl_posset_t back;
+    sl_posset_init(&back, SL_POSSET_MAX_RUNS);
+    cr_assert_eq(sl_posset_decode(&back, buf, len, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(back.num, ref->num);
+    cr_assert(ref->num == 0 || memcmp(back.runs, ref->runs, ref->num * sizeof *ref->runs) == 0);
+    /* Within ranges: what of the set lies in them, and nothing else. */
+    sl_posrun_t ranges[8];
+    size_t nr = (size_t)(splitmix64(rng) % 9);
+    uint64_t at = 0;
+    uint32_t e = 0, f = 0;
+    for (size_t i = 0; i < nr; i++) {
+        at += splitmix64(rng) % 8000;
+        uint64_t count = 1 + splitmix64(rng) % 9000;
+        ranges[i] = (sl_posrun_t){e, f, at, count};
+        at += count + 1;
+        if (splitmix64(rng) % 3 == 0) {
+            f = (f + 1) % FILES;
+            e += f == 0;
+            at = splitmix64(rng) % 1000;
+        }
+    }
+    sl_posset_t within, want;
+    sl_posset_init(&within, SL_POSSET_MAX_RUNS);
+    sl_posset_init(&want, SL_POSSET_MAX_RUNS);
+    cr_assert_eq(sl_posset_decode_within(&within, buf, len, ranges, nr, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < nr; i++) {
+        sl_posrun_t part[20000];
+        size_t k = sl_posset_within(ref, ranges[i].epoch, ranges[i].file, ranges[i].begin,
+                                    ranges[i].begin + ranges[i].count, part, 20000);
+        cr_assert_leq(k, 20000);
+        cr_assert_eq(sl_posset_add_many(&want, part, k), 0);
+    }
+    cr_assert_eq(within.num, want.num, "%zu runs within %zu ranges, %zu wanted", within.num, nr, want.num);
+    cr_assert(want.num == 0 || memcmp(within.runs, want.runs, want.num * sizeof *want.runs) == 0);
+    sl_posset_clear(&back);
+    sl_posset_clear(&within);
+    sl_posset_clear(&want);
+    free(buf);
 }
 
 /* A batch as workers send them: a shuffled window's records, every
@@ -121,6 +172,8 @@ Test(posbits, random_adds_bitmaps_and_drops_match_a_plain_set)
                 sl_posset_drop_before(&ref, e, f, pos);
             }
             check_same(&b, &ref, &rng);
+            if (splitmix64(&rng) % 4 == 0)
+                check_wire(&b, &ref, &rng);
         }
         sl_posbits_clear(&b);
         sl_posset_clear(&ref);
@@ -267,8 +320,10 @@ Test(posbits, a_ranks_share_of_millions_of_positions_takes_a_bit_each)
             most_units = sl_posbits_units(&b);
     }
     cr_assert_eq(sl_posbits_size(&b), mine);
-    /* Runs: about one a record it got. Bits: about N / 4096 blocks. */
-    cr_assert_gt(ref.num, mine / 2, "%zu runs of %llu records", ref.num, (unsigned long long)mine);
+    /* Runs: about 1 - 1 / ranks a record it got (a record starts a run
+     * unless the one before it is its own too). Bits: about N / 4096
+     * blocks. */
+    cr_assert_gt(ref.num, mine / 3, "%zu runs of %llu records", ref.num, (unsigned long long)mine);
     size_t blocks_bound = (N / SL_POSBITS_BLOCK + 2) * SL_POSBITS_BLOCK_UNITS + 8192;
     cr_assert_leq(most_units, blocks_bound, "%zu units at most, %zu allowed", most_units, blocks_bound);
     for (int q = 0; q < 200; q++) {
@@ -284,4 +339,61 @@ Test(posbits, a_ranks_share_of_millions_of_positions_takes_a_bit_each)
     free(order);
     sl_posbits_clear(&b);
     sl_posset_clear(&ref);
+}
+
+Test(posbits, damaged_version_3_bytes_are_refused_by_name)
+{
+    sl_posbits_t b;
+    sl_posbits_init(&b, SL_POSSET_MAX_RUNS);
+    sl_posrun_t r[6000];
+    for (uint64_t i = 0; i < 6000; i++)
+        r[i] = (sl_posrun_t){0, 0, 3 * i, 1};
+    cr_assert_eq(sl_posbits_add_many(&b, r, 6000), 0);
+    cr_assert_eq(sl_posbits_add_many(&b, (sl_posrun_t[]){{0, 1, 7, 5}}, 1), 0);
+    cr_assert_geq(b.nblocks, 2);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    cr_assert_eq(sl_posbits_encode(&b, 0, &buf, &len), 0);
+    cr_assert_eq(buf[4], 3);
+    const size_t first = 24; /* the first bitmap: after the header and its count */
+    struct {
+        size_t at, bytes;
+        uint8_t to;
+        size_t len;
+        const char *says;
+    } bad[] = {
+        {16, 1, 0xff, 0, "cannot hold its"},                          /* bitmaps past the bytes */
+        {first + 8, 1, 9, 0, "not after the one before it"},           /* bitmap 1 past bitmap 2 */
+        {first + 16, 8 * SL_POSBITS_WORDS, 0, 0, "is empty"},          /* bitmap 1's words cleared */
+        {0, 0, 0, 1, "left over"},                                     /* a byte more */
+        {8, 1, 9, 0, "cannot hold its 9 runs"},                        /* more runs than the bytes hold */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t *c = malloc(len + 1);
+        memcpy(c, buf, len);
+        c[len] = 0;
+        memset(c + bad[i].at, bad[i].to, bad[i].bytes);
+        sl_posset_t t;
+        sl_posset_init(&t, SL_POSSET_MAX_RUNS);
+        char err[256] = "";
+        cr_assert_eq(sl_posset_decode(&t, c, len + bad[i].len, err, sizeof err), SL_EDATA, "case %zu", i);
+        cr_assert(strstr(err, bad[i].says), "case %zu: \"%s\" does not say \"%s\"", i, err, bad[i].says);
+        cr_assert_eq(sl_posset_decode_within(&t, c, len + bad[i].len, r, 1, err, sizeof err), SL_EDATA, "case %zu",
+                     i);
+        cr_assert_eq(t.num, 0);
+        free(c);
+    }
+    /* Within no range: nothing kept, the bytes checked all the same. */
+    sl_posset_t t;
+    sl_posset_init(&t, 10);
+    char err[256];
+    cr_assert_eq(sl_posset_decode_within(&t, buf, len, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.num, 0);
+    /* More runs than the limit, within the ranges: refused by name. */
+    sl_posrun_t all = {0, 0, 0, 20000};
+    cr_assert_eq(sl_posset_decode_within(&t, buf, len, &all, 1, err, sizeof err), -ENOSPC);
+    cr_assert(strstr(err, "within the ranges"), "%s", err);
+    sl_posset_clear(&t);
+    free(buf);
+    sl_posbits_clear(&b);
 }

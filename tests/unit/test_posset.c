@@ -219,9 +219,9 @@ Test(posset, bytes_round_trip_and_damage_is_refused)
     cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
     cr_assert(strstr(err, "no \"SLPS\" header"), "%s", err);
     buf[0] = 'S';
-    buf[4] = 3;
+    buf[4] = 4;
     cr_assert_eq(sl_posset_decode(&t, buf, need, err, sizeof err), SL_EDATA);
-    cr_assert(strstr(err, "version 3"), "%s", err);
+    cr_assert(strstr(err, "version 4"), "%s", err);
     buf[4] = 2;
     /* More runs than the bytes can hold, or than the limit: refused before
      * anything is allocated. */
