@@ -107,14 +107,14 @@ size_t sl__ledger_max_runs(const sl_iterator_opts_t *opts)
 void sl__ledger_init(sl_ledger_t *l, size_t max_runs)
 {
     *l = (sl_ledger_t){.max_runs = max_runs, .log_max = 6 * max_runs > LAZY_LOG_MIN ? 6 * max_runs : LAZY_LOG_MIN};
-    sl_posset_init(&l->restored, max_runs);
+    sl_posbits_init(&l->restored, max_runs);
     sl_posbits_init(&l->got, max_runs);
     sl__tally_init(&l->open, LAZY_MAX_KEYS);
 }
 
 void sl__ledger_free(sl_ledger_t *l)
 {
-    sl_posset_clear(&l->restored);
+    sl_posbits_clear(&l->restored);
     sl_posbits_clear(&l->got);
     free(l->runs);
     free(l->done);
@@ -132,45 +132,14 @@ void sl__ledger_free(sl_ledger_t *l)
     sl__tally_free(&l->open);
 }
 
-/* The index of the first run of s of epoch `below` or later (runs are
- * sorted by epoch first). */
-static size_t first_of(const sl_posset_t *s, uint64_t below)
+/* Drops the positions of epochs below `below` from s (so that the set's
+ * memory follows the open epochs too). */
+static void drop_epochs(sl_posbits_t *s, uint64_t below)
 {
-    size_t lo = 0, hi = s->num;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->runs[mid].epoch < below)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* Gives back the memory s no longer needs, so that the set's memory
- * follows what it keeps after a drop. */
-static void shrink(sl_posset_t *s)
-{
-    if (s->cap > 64 && s->num < s->cap / 4) {
-        size_t cap = s->num * 2 > 16 ? s->num * 2 : 16;
-        sl_posrun_t *p = realloc(s->runs, cap * sizeof *p);
-        if (p) {
-            s->runs = p;
-            s->cap = cap;
-        }
-    }
-}
-
-/* Drops the runs of epochs below `below` from s (so that the set's memory
- * follows the open epochs too). */
-static void drop_below(sl_posset_t *s, uint64_t below)
-{
-    size_t k = first_of(s, below);
-    if (k == 0)
-        return;
-    memmove(s->runs, s->runs + k, (s->num - k) * sizeof *s->runs);
-    s->num -= k;
-    shrink(s);
+    if (below > UINT32_MAX)
+        sl_posbits_clear(s); /* every epoch a position can name */
+    else
+        sl_posbits_drop_before(s, (uint32_t)below, 0, 0);
 }
 
 /* Whether (epoch, file, pos) lies before the ledger's floor. */
@@ -196,11 +165,8 @@ static void fold(sl_ledger_t *l, uint64_t below)
     if (below <= l->epochs_done)
         return;
     l->epochs_done = below;
-    drop_below(&l->restored, below);
-    if (below > UINT32_MAX)
-        sl_posbits_clear(&l->got); /* every epoch a position can name */
-    else
-        sl_posbits_drop_before(&l->got, (uint32_t)below, 0, 0);
+    drop_epochs(&l->restored, below);
+    drop_epochs(&l->got, below);
     /* The waiting batches' records of those epochs matter no more. */
     sl__tally_drop_below(&l->open, below);
     l->lazy_blocked = false;
@@ -209,7 +175,7 @@ static void fold(sl_ledger_t *l, uint64_t below)
 
 int sl__ledger_restore(sl_ledger_t *l, const uint8_t *posset, size_t len, sl_posrun_t at, char *err, size_t errlen)
 {
-    int rc = len > 0 ? sl_posset_decode(&l->restored, posset, len, err, errlen) : 0;
+    int rc = len > 0 ? sl_posbits_decode(&l->restored, posset, len, err, errlen) : 0;
     if (rc == 0)
         given_now(l, at.epoch, at.file, at.begin);
     return rc;
@@ -240,9 +206,8 @@ static bool raise_floor(sl_ledger_t *l, uint32_t epoch, uint32_t file, uint64_t 
         return false;
     l->floor = (sl_posrun_t){.epoch = epoch, .file = file, .begin = pos};
     l->floor_set = true;
-    sl_posset_drop_before(&l->restored, epoch, file, pos);
+    sl_posbits_drop_before(&l->restored, epoch, file, pos);
     sl_posbits_drop_before(&l->got, epoch, file, pos);
-    shrink(&l->restored);
     /* Their notices may never come (a peer got them): the batches that
      * wait for them go without being decoded. */
     sl__tally_drop_before(&l->open, epoch, file, pos);
@@ -289,7 +254,7 @@ static sl_posrun_t ledger_place(const sl_ledger_t *l)
 
 size_t sl__ledger_runs(const sl_ledger_t *l)
 {
-    return l->restored.num + sl_posbits_units(&l->got);
+    return sl_posbits_units(&l->restored) + sl_posbits_units(&l->got);
 }
 
 size_t sl__ledger_runs_held(const sl_ledger_t *l)
@@ -747,12 +712,8 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set)
         from = l->epochs_done;
     sl__ledger_sync(l);
     int rc = l->rc;
-    /* Runs are sorted by epoch first: those of earlier epochs lead. */
-    size_t first = 0;
-    while (first < l->restored.num && l->restored.runs[first].epoch < from)
-        first++;
-    if (rc == 0 && l->restored.num > first)
-        rc = sl_posbits_add_many(set, l->restored.runs + first, l->restored.num - first);
+    if (rc == 0)
+        rc = sl_posbits_add_set(set, &l->restored, from);
     if (rc == 0)
         rc = sl_posbits_add_set(set, &l->got, from);
     return rc;
@@ -781,7 +742,7 @@ int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len,
     return rc == 0 && k > 0 ? sl_posbits_add_many(set, *scratch, k) : rc;
 }
 
-int sl__report_encode(const sl_posbits_t *set, uint8_t **out, size_t *len)
+int sl__positions_bytes(const sl_posbits_t *set, uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
@@ -839,7 +800,7 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
                        l->max_runs, why_runs(l));
     sl_posbits_t all;
     sl_posbits_init(&all, l->max_runs);
-    int rc = sl_posbits_add_many(&all, l->restored.runs, l->restored.num);
+    int rc = sl_posbits_add_set(&all, &l->restored, 0);
     if (rc == 0)
         rc = sl_posbits_add_set(&all, &l->got, 0);
     /* The runs of what no bitmap on the wire holds. sl_posrun_t has
@@ -990,30 +951,6 @@ static int read_positions(const uint8_t *p, size_t len, uint32_t version, sl_pos
     return positions_failed(rc, set->max_units, err, errlen);
 }
 
-/* set as posset bytes (malloc'd), at most max_runs runs. */
-static int as_posset(const sl_posbits_t *set, size_t max_runs, uint8_t **out, size_t *out_len, char *err,
-                     size_t errlen)
-{
-    sl_posset_t ps;
-    sl_posset_init(&ps, max_runs);
-    int rc = sl_posbits_to_posset(set, 0, &ps);
-    if (rc == -ENOSPC)
-        rc = sl_errf(err, errlen, SL_ETOOBIG, "checkpoint: more than %zu runs of positions (max_ledger_runs)",
-                     max_runs);
-    else if (rc < 0)
-        rc = sl_errf(err, errlen, rc, "checkpoint: %s", sl_strerror(rc));
-    if (rc == 0) {
-        *out_len = sl_posset_encode(&ps, NULL, 0);
-        *out = malloc(*out_len);
-        if (*out)
-            sl_posset_encode(&ps, *out, *out_len);
-        else
-            rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
-    }
-    sl_posset_clear(&ps);
-    return rc;
-}
-
 /* Checks a checkpoint as sl__checkpoint_read() does and puts its positions
  * in set (version 1: its posset bytes, checked, in *v1 and *v1_len). */
 static int open_checkpoint(const uint8_t *ckpt, size_t len, uint64_t dataset_id, const uint8_t *key, size_t key_len,
@@ -1140,8 +1077,8 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
         } else {
             rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
         }
-    } else if (rc == 0) {
-        rc = as_posset(&set, max_runs, posset, posset_len, err, errlen);
+    } else if (rc == 0 && sl__positions_bytes(&set, posset, posset_len) < 0) {
+        rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
     }
     sl_posbits_clear(&set);
     return rc;

@@ -33,8 +33,9 @@
 #include "tally.h"
 
 typedef struct sl_ledger {
-    sl_posset_t restored; /* runs of epochs from epochs_done on only */
-    sl_posbits_t got;     /* the same, with bitmaps where runs crowd (a rank's share past the fold) */
+    /* Positions of epochs from epochs_done on only, as runs and, where runs
+     * crowd (a rank's share past the fold, a shuffle's holes), bitmaps. */
+    sl_posbits_t restored, got;
     uint64_t epochs_done;      /* every epoch below this one was given whole (or restored so) */
     uint64_t given;            /* batches recorded (sl__ledger_add() calls) */
     /* A fold waiting for the caller: epochs below fold_below are done once
@@ -214,7 +215,7 @@ void sl__ledger_sync(sl_ledger_t *l);
  * outstanding, so no report asks for it): syncs, then puts restored and
  * got's positions of those epochs in set (initialised here with the
  * ledger's bound). Add what waits elsewhere with sl__report_add_wire(),
- * then encode it with sl__report_encode().
+ * then encode it with sl__positions_bytes().
  * @return 0, or < 0 when the ledger does not know (it overflowed)
  */
 int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set);
@@ -228,14 +229,15 @@ int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
 
 /**
- * A report's bytes (ReportReceivedRequest's payload, malloc'd): a position
- * set of version 2 when its runs fit the ledger's bound, as every
- * dispatcher reads; else of version 3, its crowded blocks as bitmaps (a
- * rank of a named job behind a large shuffle), which a dispatcher of
- * 2026-12-04 or later reads, keeping only what lies in the lost splits.
+ * A set as position set bytes (malloc'd): version 2 when its runs fit its
+ * bound (max_units), which every dispatcher reads; else version 3, its
+ * crowded blocks as bitmaps (a rank of a named job behind a large
+ * shuffle), which a dispatcher of 2026-12-04 or later reads. What a report
+ * (ReportReceivedRequest's payload, of which the dispatcher keeps what
+ * lies in the lost splits) and a restore (sl__checkpoint_read()) send.
  * @return 0 or -ENOMEM
  */
-int sl__report_encode(const sl_posbits_t *set, uint8_t **out, size_t *len);
+int sl__positions_bytes(const sl_posbits_t *set, uint8_t **out, size_t *len);
 
 /**
  * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 4, u64

@@ -72,6 +72,36 @@
 
 /* The length of the next split of d from a cursor with left records left
  * in the epoch, for a task that asked for want records (0: no wish). */
+/* How many times its length a restored job's split may grow to hold that
+ * many records not consumed yet. */
+#define SPARSE_GROWTH 64
+
+/* Where a restored job's split of [begin, end) ends so that it holds `len`
+ * records its checkpoint (ex) does not: past a place that lags what the
+ * ranks read, most records were consumed, and splits of `len` records of
+ * range would deliver a few dozen each, so that a shuffle buffer spans
+ * hundreds of them (past --max-outstanding-splits). It grows to at most
+ * SPARSE_GROWTH times len, within the file (total records), in at most as
+ * many steps, each by what it lacks at the density seen so far; one wholly
+ * consumed stays as it is. */
+static uint64_t sparse_end(const sl_posset_t *ex, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+                           uint64_t len, uint64_t total)
+{
+    uint64_t cap = total - begin > len * SPARSE_GROWTH ? begin + len * SPARSE_GROWTH : total;
+    uint64_t left = (end - begin) - sl_posset_count(ex, epoch, file, begin, end);
+    if (left == 0)
+        return end; /* all consumed: the hand-out steps past the consumed run at once */
+    for (int i = 0; i < SPARSE_GROWTH && left < len && end < cap; i++) {
+        /* As many more as lack, at the density seen so far. */
+        uint64_t per = (end - begin) / left; /* at least 1 */
+        uint64_t more = len - left > UINT64_MAX / per ? UINT64_MAX : (len - left) * per;
+        uint64_t to = cap - end > more ? end + more : cap;
+        left += (to - end) - sl_posset_count(ex, epoch, file, end, to);
+        end = to;
+    }
+    return end;
+}
+
 static uint64_t split_length(const sl_dstate_t *st, const struct dataset *d, uint64_t want, uint64_t left,
                              unsigned live)
 {
@@ -421,6 +451,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         uint64_t end = total - begin > len ? begin + len : total;
         uint32_t skips = 0;
         uint64_t skip_offset = t->last_skips_len;
+        if (excl && len <= UINT64_MAX / SPARSE_GROWTH)
+            end = sparse_end(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin, end, len, total);
         if (excl) {
             int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
                                             &end, &skips);

@@ -523,8 +523,9 @@ SL_EXPORT int sl_iterator_checkpoint(sl_iterator_t *it, uint8_t **out, size_t *l
  * on failure (close it). Takes the checkpoints of this library (versions
  * 1 to 6; a version 5 or 6 one may start within an epoch and then needs a
  * dispatcher that starts a job there, SL_EVERSION otherwise; a version 6
- * one holds bitmaps, which a single rank's checkpoint expands into runs
- * within max_ledger_runs: restore the ranks' merged checkpoint).
+ * one holds bitmaps, and when its runs pass opts.max_ledger_runs it goes
+ * to the dispatcher as a position set of version 3, which a dispatcher of
+ * 2026-12-04 or later reads).
  *
  * With opts.job_name (DYNAMIC): every rank restores the same (merged)
  * checkpoint with the same job name and repetition; the first creates the

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errbuf.h"
+
 _Static_assert(SL_POSBITS_BLOCK == SL_POSSET_BITMAP_SPAN, "a block is a version 3 bitmap");
 
 #define COMPACT_MIN 4096 /* runs below which an add does not look for crowded blocks */
@@ -617,6 +619,22 @@ int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, si
     }
     free(bm);
     free(runs);
+    return rc;
+}
+
+static int add_chunk(void *ctx, const sl_posrun_t *runs, size_t n)
+{
+    return sl_posbits_add_many(ctx, runs, n);
+}
+
+int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+    int rc = sl_posset_read(buf, len, add_chunk, b, err, errlen);
+    if (rc == -ENOSPC)
+        return sl_errf(err, errlen, rc, "position set of more than %zu units (runs, and 22 a bitmap), the limit",
+                       b->max_units);
+    if (rc == -EOVERFLOW || rc == -ENOMEM)
+        return sl_errf(err, errlen, rc, "%s", rc == -ENOMEM ? "out of memory" : "a run passes position 2^64");
     return rc;
 }
 

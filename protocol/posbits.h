@@ -107,6 +107,14 @@ int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, 
 int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, size_t *len);
 
 /**
+ * Adds the positions of a position set's bytes (posset.h, any version) to
+ * b, within b's bound as it goes (crowded runs become bitmaps).
+ * @return 0, SL_EDATA with what was wrong in err, -ENOSPC (past max_units),
+ *   -ENOMEM, -EOVERFLOW
+ */
+int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+/**
  * Adds the set's positions of epochs from `from` on to set, as runs.
  * @return 0, or what sl_posset_add_many() returns
  */

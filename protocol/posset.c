@@ -911,6 +911,44 @@ static int decode(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posru
     return 0;
 }
 
+/* sl_posset_read()'s runs, passed on a chunk at a time. */
+#define CHUNK 1024
+struct chunk {
+    sl_posrun_t runs[CHUNK];
+    size_t n;
+    int (*fn)(void *, const sl_posrun_t *, size_t);
+    void *ctx;
+};
+
+static int chunk_run(void *ctx, const sl_posrun_t *r)
+{
+    struct chunk *c = ctx;
+    c->runs[c->n++] = *r;
+    if (c->n < CHUNK)
+        return 0;
+    c->n = 0;
+    return c->fn(c->ctx, c->runs, CHUNK);
+}
+
+int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx,
+                   char *err, size_t errlen)
+{
+    uint32_t version = 0;
+    uint64_t n = 0;
+    int rc = check_header(buf, len, &version, &n, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct chunk *c = malloc(sizeof *c);
+    if (!c)
+        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    *c = (struct chunk){.n = 0, .fn = fn, .ctx = ctx};
+    rc = each_run(buf, len, version, n, chunk_run, c, err, errlen);
+    if (rc == 0 && c->n > 0)
+        rc = fn(ctx, c->runs, c->n);
+    free(c);
+    return rc;
+}
+
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
     return decode(s, buf, len, NULL, 0, err, errlen);

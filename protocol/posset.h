@@ -161,6 +161,18 @@ size_t sl_posset_encode_v3(const sl_posrun_t *runs, size_t n, const sl_posset_bi
 int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen);
 
 /**
+ * Reads a set's bytes (any version) without holding them: fn(ctx, runs, n)
+ * gets its runs a chunk of at most 1024 at a time, in order within each
+ * part (a version 3 set's bitmaps as runs, then its runs), checked as
+ * sl_posset_decode() checks them. What the caller keeps bounds memory
+ * (posbits.h's sl_posbits_decode()).
+ * @return 0, SL_EDATA with what was wrong in err, -ENOMEM, or what fn
+ *   returned below 0 (which stops it)
+ */
+int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx,
+                   char *err, size_t errlen);
+
+/**
  * sl_posset_decode() keeping only what lies in ranges (nranges runs,
  * sorted and apart: a report's lost splits), so that what s holds follows
  * the ranges, not what the bytes say; the rest is checked and dropped.

@@ -1213,18 +1213,19 @@ class NamedLongEpochTest(unittest.TestCase):
         if shuffle:
             ds = ds.shuffle(shuffle, seed=seed % 1000)
         ds = ds.batch(batch)
-        # Splits of 1,000, at most 4,096 of them a task. A buffer of 20,000
-        # holds records of about 20 ln(1000) = 140 splits of a fresh epoch,
-        # but the resumed job starts at the checkpoint's place, which can lag
-        # a million records behind what the ranks read (a lost worker's
-        # splits hold the fold): past it most records were consumed, so a
-        # split there delivers a few dozen and a buffer spans hundreds of
-        # them (at 512 a seed failed, by name, that its shuffle spans more
-        # splits than its task may hold). 4,096 covers the whole epoch. The
-        # fold lags the front by what the tasks hold, the shuffles' tails
-        # (3 x 20000 ln(1000) = 414,000 records) and what the ranks hold.
+        # Splits of 1,000, at most 512 of them a task: room for a buffer of
+        # 20,000, which holds records of about 20 ln(1000) = 140 splits
+        # (fewer, and the job fails by name: its shuffle spans more splits
+        # than its task may hold). The resumed job starts at the
+        # checkpoint's place, which can lag a million records behind what
+        # the ranks read (a lost worker's splits hold the fold); past it
+        # most records were consumed, and its splits grow to hold 1,000
+        # records not consumed each (before they did not, and a seed's
+        # resumed shuffle spanned more than 512 of them). The fold lags the
+        # front by what the tasks hold, the shuffles' tails (3 x 20000
+        # ln(1000) = 414,000 records) and what the ranks hold.
         c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
-                                                '--max-outstanding-splits', '4096'])
+                                                '--max-outstanding-splits', '512'])
         got = []
 
         def act(fault):
@@ -1264,6 +1265,55 @@ class NamedLongEpochTest(unittest.TestCase):
         finally:
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
+
+    def test_ranks_behind_shuffle_100000_keep_bitmaps_through_a_worker_loss_and_resume_exactly_once(self):
+        # User sizes, seeded: 2 or 3 ranks of a named job read 10 to 12
+        # million records of an epoch of 16 million behind shuffle(100000)
+        # on 6 workers, in lockstep, with max_ledger_runs 200,000; a worker
+        # is killed with -9 on the way. The job's fold lags the hand-out by
+        # millions of records (the buffers' tails), and each rank holds a
+        # scattered share of that stretch: as runs, one a record, a rank
+        # passed even the most, 2,097,152, after 9-10 million records
+        # (docs/fault-tolerance.md). As bitmaps it stays far below 200,000;
+        # the worker loss makes the ranks report their shares (version 3:
+        # as runs they pass the bound) and the lost splits go out again
+        # without what the ranks had. The ranks' checkpoints (version 6)
+        # merge, 1 to 3 ranks resume from it, and every record comes once.
+        seed, rng = seeded('ranks behind shuffle(100000)')
+        n, bound, ranks, resumed = 16000000, 200000, rng.randrange(2, 4), rng.randrange(1, 4)
+        steps = rng.randrange(10000000, 12000001) // (ranks * 256)
+        kill_at, victim = rng.randrange(steps // 4, steps * 3 // 4), rng.randrange(6)
+        where = 'seed %d: %d ranks for %d steps, worker %d killed at step %d, %d resumed' % (
+            seed, ranks, steps, victim, kill_at, resumed)
+        ds = sluice.range(0, n).shuffle(100000, seed=seed % 1000).batch(256)
+        c = Cluster(workers=6)
+        got = []
+        try:
+            c.wait_workers_registered(6)
+            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='wide', checkpointable=True,
+                                 max_ledger_runs=bound) for _ in range(ranks)]
+            for k in range(steps):
+                if k == kill_at:
+                    c.restart_worker(victim)
+                for it in its:
+                    got.append(next(it)['value'])
+            cks = [it.checkpoint() for it in its]
+            view = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % its[0].job_id)
+            held = [co.get('ledger_runs') for co in view['consumers']]
+            where += ': fold at %s, ranks hold %s runs, checkpoints of %s bytes' % (
+                view['lost_splits']['folded_below'], held, [len(k) for k in cks])
+            print('ranks behind shuffle(100000): %s' % where, file=sys.stderr)
+            self.assertTrue(all(0 < h < bound // 2 for h in held), where)
+            self.assertEqual([checkpoint_head(k)[0] for k in cks], [6] * ranks, where)
+            for it in its:
+                it.close()
+            merged = sluice.merge_checkpoints(cks)
+            live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='wide-resumed', checkpoint=merged,
+                                  max_ledger_runs=bound) for _ in range(resumed)]
+            read_in_turn(live, got)
+            assert_each_once(self, got, n, where)
+        finally:
+            c.close()
 
     def test_a_dispatcher_that_does_not_start_a_job_at_the_place_is_refused(self):
         # A checkpoint that starts within the epoch (version 5 or 6), restored

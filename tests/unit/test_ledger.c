@@ -40,7 +40,7 @@ static void give(sl_ledger_t *l, const sl_provenance_run_t *runs, size_t n, cons
     free(wire);
 }
 
-/* A report of l from `from` as its bytes say it (sl__report_encode()), as runs. */
+/* A report of l from `from` as its bytes say it (sl__positions_bytes()), as runs. */
 static int report_runs(sl_ledger_t *l, uint64_t from, sl_posset_t *out)
 {
     sl_posbits_t set;
@@ -50,7 +50,7 @@ static int report_runs(sl_ledger_t *l, uint64_t from, sl_posset_t *out)
     char err[256];
     sl_posset_init(out, SL_POSSET_MAX_RUNS);
     if (rc == 0)
-        rc = sl__report_encode(&set, &buf, &len);
+        rc = sl__positions_bytes(&set, &buf, &len);
     if (rc == 0)
         cr_assert_eq(sl_posset_decode(out, buf, len, err, sizeof err), 0, "%s", err);
     free(buf);
@@ -2278,6 +2278,30 @@ Test(ledger, a_ranks_share_past_the_fold_checkpoints_as_bitmaps_and_the_shares_m
         cr_assert_eq(sl_posset_size(&set), want, "(seed %" PRIu64 ")", seed);
         if (stage == 1)
             cr_assert_eq(set.num, 2, "every record of both files: %zu runs", set.num);
+        /* One rank's checkpoint alone, as runs far past the bound, restores
+         * all the same: its bytes for the restore are version 3, and the
+         * restored ledger keeps them as bitmaps. */
+        if (stage == 0) {
+            uint8_t *one = NULL;
+            size_t olen = 0;
+            cr_assert_eq(sl__checkpoint_read(ck[0], len[0], 42, NULL, 0, 100000, &one, &olen, &epochs_done, &place,
+                                             err, sizeof err),
+                         0, "%s", err);
+            cr_assert_eq(one[4], 3, "a rank's share for the restore: version %u", one[4]);
+            sl_ledger_t back;
+            sl__ledger_init(&back, 100000);
+            cr_assert_eq(sl__ledger_restore(&back, one, olen, place, err, sizeof err), 0, "%s", err);
+            cr_assert_lt(sl__ledger_runs(&back), 100000);
+            uint64_t mine = 0;
+            for (uint64_t p = 0; p < N; p++)
+                if (p % 9973 == 0)
+                    cr_assert_eq(sl_posbits_count(&back.restored, 0, p >= HALF, p % HALF, p % HALF + 1),
+                                 sl_posbits_count(&rank[0].got, 0, p >= HALF, p % HALF, p % HALF + 1));
+            mine = sl_posbits_size(&rank[0].got);
+            cr_assert_eq(sl_posbits_size(&back.restored), mine);
+            sl__ledger_free(&back);
+            free(one);
+        }
         /* Damage only the decoder sees: refused by name. */
         if (stage == 0) {
             uint8_t *c = ck[0];

@@ -331,6 +331,51 @@ Test(persist, a_damaged_record_is_refused_naming_its_table_and_id)
     cr_assert(strstr(err, want), "%s", err);
 }
 
+Test(persist, a_restored_jobs_splits_hold_a_splits_worth_of_records_not_consumed)
+{
+    /* A checkpoint whose place lags what its ranks read: past it they had
+     * all but every 20th record of [0, 150000). Splits of 100 records of
+     * range would deliver 5 each, and a shuffle buffer would span hundreds
+     * of them; each split grows (up to 64 times) to hold 100 records not
+     * consumed, and together they hand out every such record once. */
+    open_store(0);
+    st = new_state();
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 200000}}");
+    sl_posset_t had;
+    sl_posset_init(&had, 10000);
+    for (uint64_t at = 0; at < 150000; at += 20)
+        cr_assert_eq(sl_posset_add(&had, 0, 0, at + 1, 19, NULL), 0);
+    size_t n = sl_posset_encode(&had, NULL, 0);
+    uint8_t *bytes = malloc(n);
+    sl_posset_encode(&had, bytes, n);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC};
+    sluice_GetOrCreateJobResponse jr = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", bytes, n, 0, &jr, err, sizeof err), 0, "%s", err);
+    free(bytes);
+    uint64_t task = first_task(st, jr.job_id), next = 0, handed = 0, seq = 1;
+    for (int answers = 0; answers < 1000 && next < 200000; answers++) {
+        sluice_GetSplitResponse r;
+        splits_of(st, task, seq++, 8, &r, 0);
+        if (r.splits_count == 0)
+            break;
+        for (pb_size_t i = 0; i < r.splits_count; i++) {
+            const sluice_Split *sp = &r.splits[i];
+            cr_assert_eq(sp->begin, next, "splits follow each other");
+            uint64_t left = (sp->end - sp->begin) - sl_posset_count(&had, 0, 0, sp->begin, sp->end);
+            if (sp->end < 150000)
+                cr_assert_eq(left, 100, "split [%" PRIu64 ", %" PRIu64 ") holds %" PRIu64 " records not consumed",
+                             sp->begin, sp->end, left);
+            cr_assert_leq(sp->end - sp->begin, 64 * 100);
+            handed += left;
+            next = sp->end;
+        }
+    }
+    cr_assert_eq(next, 200000);
+    cr_assert_eq(handed, 150000 / 20 + 50000, "every record not consumed, once");
+    sl_posset_clear(&had);
+}
+
 Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restart)
 {
     open_store(0);
