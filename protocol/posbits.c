@@ -145,34 +145,26 @@ static void append(sl_posrun_t *out, size_t *n, const sl_posrun_t *r)
     out[(*n)++] = *r;
 }
 
+/* Where block_runs() appends. */
+struct runs_out {
+    sl_posrun_t *out;
+    size_t *n;
+    const sl_posblock_t *k;
+};
+
+static int runs_out_run(void *ctx, uint64_t off, uint64_t count)
+{
+    struct runs_out *o = ctx;
+    sl_posrun_t r = {o->k->epoch, o->k->file, (o->k->no << SL_POSBITS_BLOCK_BITS) + off, count};
+    append(o->out, o->n, &r);
+    return 0;
+}
+
 /* A block's runs of set bits, appended to out (room for sl_posbits_block_runs() more). */
 static void block_runs(const sl_posblock_t *k, sl_posrun_t *out, size_t *n)
 {
-    uint64_t base = k->no << SL_POSBITS_BLOCK_BITS, start = 0;
-    bool in = false;
-    for (unsigned i = 0; i < SL_POSBITS_WORDS; i++) {
-        uint64_t x = k->w[i];
-        if (x == (in ? ~(uint64_t)0 : 0))
-            continue;
-        unsigned bit = 0;
-        while (bit < 64) {
-            uint64_t rest = (in ? ~x : x) >> bit;
-            if (rest == 0)
-                break;
-            bit += (unsigned)__builtin_ctzll(rest);
-            uint64_t at = (uint64_t)i * 64 + bit;
-            if (in) {
-                sl_posrun_t r = {k->epoch, k->file, base + start, at - start};
-                append(out, n, &r);
-            }
-            start = at;
-            in = !in;
-        }
-    }
-    if (in) {
-        sl_posrun_t r = {k->epoch, k->file, base + start, SL_POSBITS_BLOCK - start};
-        append(out, n, &r);
-    }
+    struct runs_out o = {out, n, k};
+    sl_bitmap_runs(k->w, runs_out_run, &o);
 }
 
 /* Inserts blocks add[0..m) (sorted, none of them in b) among b's. */
@@ -500,18 +492,25 @@ int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src, uint64_t from)
     return rc;
 }
 
-void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
+/* Gives back what an array p of *cap elements of size bytes, num of them
+ * used, no longer needs after a drop (keeping room for least). @return it */
+static void *shrink(void *p, size_t *cap, size_t num, size_t size, size_t least)
 {
-    sl_posset_t *s = &b->runs;
-    sl_posset_drop_before(s, epoch, file, pos);
-    if (s->cap > 64 && s->num < s->cap / 4) {
-        size_t cap = s->num * 2 > 16 ? s->num * 2 : 16;
-        sl_posrun_t *p = realloc(s->runs, cap * sizeof *p);
-        if (p) {
-            s->runs = p;
-            s->cap = cap;
+    if (*cap > 4 * least && num < *cap / 4) {
+        size_t ncap = num * 2 > least ? num * 2 : least;
+        void *q = realloc(p, ncap * size);
+        if (q) {
+            *cap = ncap;
+            return q;
         }
     }
+    return p;
+}
+
+void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    sl_posset_drop_before(&b->runs, epoch, file, pos);
+    b->runs.runs = shrink(b->runs.runs, &b->runs.cap, b->runs.num, sizeof *b->runs.runs, 16);
     /* The blocks before the place's go; its own keeps what lies from pos on. */
     uint64_t no = pos >> SL_POSBITS_BLOCK_BITS;
     size_t k = block_at(b, epoch, file, no);
@@ -523,14 +522,7 @@ void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint
         memmove(b->blocks, b->blocks + k, (b->nblocks - k) * sizeof *b->blocks);
         b->nblocks -= k;
     }
-    if (b->cap > 16 && b->nblocks < b->cap / 4) {
-        size_t cap = b->nblocks * 2 > 8 ? b->nblocks * 2 : 8;
-        sl_posblock_t *p = realloc(b->blocks, cap * sizeof *p);
-        if (p) {
-            b->blocks = p;
-            b->cap = cap;
-        }
-    }
+    b->blocks = shrink(b->blocks, &b->cap, b->nblocks, sizeof *b->blocks, 4);
     bound_runs(b);
 }
 

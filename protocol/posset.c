@@ -64,6 +64,25 @@ static uint64_t overlap_of(const sl_posrun_t *r, uint64_t begin, uint64_t end)
     return e > b ? e - b : 0;
 }
 
+/* Room for one more run in *runs (num of *cap used, at most max): the
+ * array doubles, from first. @return 0, -ENOSPC, -ENOMEM */
+static int room_for_one(sl_posrun_t **runs, size_t *cap, size_t num, size_t first, size_t max)
+{
+    if (num + 1 > max)
+        return -ENOSPC;
+    if (num == *cap) {
+        size_t ncap = *cap ? *cap * 2 : first;
+        if (ncap > max)
+            ncap = max;
+        sl_posrun_t *p = realloc(*runs, ncap * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        *runs = p;
+        *cap = ncap;
+    }
+    return 0;
+}
+
 int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t count, uint64_t *overlap)
 {
     if (overlap)
@@ -83,18 +102,9 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
     }
     size_t merged = j - i;
     if (merged == 0) {
-        if (s->num + 1 > s->max_runs)
-            return -ENOSPC;
-        if (s->num == s->cap) {
-            size_t ncap = s->cap ? s->cap * 2 : 16;
-            if (ncap > s->max_runs)
-                ncap = s->max_runs;
-            sl_posrun_t *p = realloc(s->runs, ncap * sizeof *p);
-            if (!p)
-                return -ENOMEM;
-            s->runs = p;
-            s->cap = ncap;
-        }
+        int rc = room_for_one(&s->runs, &s->cap, s->num, 16, s->max_runs);
+        if (rc < 0)
+            return rc;
         memmove(&s->runs[i + 1], &s->runs[i], (s->num - i) * sizeof *s->runs);
         s->num++;
     } else if (merged > 1) {
@@ -239,36 +249,29 @@ static void set_bits(uint64_t *w, uint64_t lo, uint64_t hi)
     }
 }
 
+/* Where block_to_runs() appends: runs of a block of (epoch, file) from base on. */
+struct block_out {
+    sl_posrun_t *out;
+    size_t *m;
+    uint32_t epoch, file;
+    uint64_t base;
+};
+
+static int block_out_run(void *ctx, uint64_t off, uint64_t count)
+{
+    struct block_out *o = ctx;
+    sl_posrun_t r = {o->epoch, o->file, o->base + off, count};
+    append_run(o->out, o->m, &r);
+    return 0;
+}
+
 /* Appends the runs of set bits of a block's bitmap w, as runs of the
  * block's (epoch, file), to out[0..*m) (append_run: a run that goes on
  * from the block before merges with it). */
 static void block_to_runs(const uint64_t *w, const struct block *bk, sl_posrun_t *out, size_t *m)
 {
-    uint64_t base = bk->no << BLOCK_BITS, start = 0;
-    bool in = false;
-    for (unsigned i = 0; i < BLOCK_WORDS; i++) {
-        uint64_t x = w[i];
-        if (x == (in ? ~(uint64_t)0 : 0))
-            continue;
-        unsigned bit = 0;
-        while (bit < 64) {
-            uint64_t rest = (in ? ~x : x) >> bit;
-            if (rest == 0)
-                break;
-            bit += (unsigned)__builtin_ctzll(rest);
-            uint64_t at = (uint64_t)i * 64 + bit;
-            if (in) {
-                sl_posrun_t r = {bk->epoch, bk->file, base + start, at - start};
-                append_run(out, m, &r);
-            }
-            start = at;
-            in = !in;
-        }
-    }
-    if (in) {
-        sl_posrun_t r = {bk->epoch, bk->file, base + start, ((uint64_t)1 << BLOCK_BITS) - start};
-        append_run(out, m, &r);
-    }
+    struct block_out o = {out, m, bk->epoch, bk->file, bk->no << BLOCK_BITS};
+    sl_bitmap_runs(w, block_out_run, &o);
 }
 
 /* Sorts and coalesces add[0..n) into add[0..*m) through bitmaps of the
@@ -696,37 +699,28 @@ static int v3_bitmap(const uint8_t *buf, uint64_t i, uint64_t nb, const struct v
     return 0;
 }
 
+/* bitmap_runs()'s calls, as runs of its bitmap's (epoch, file). */
+struct bitmap_out {
+    const struct v3_bitmap *b;
+    int (*fn)(void *, const sl_posrun_t *);
+    void *ctx;
+};
+
+static int bitmap_out_run(void *ctx, uint64_t off, uint64_t count)
+{
+    struct bitmap_out *o = ctx;
+    sl_posrun_t r = {o->b->epoch, o->b->file, o->b->no * V3_SPAN + off, count};
+    return o->fn(o->ctx, &r);
+}
+
 /* Calls fn(ctx, run) for each run of set bits of a bitmap. */
 static int bitmap_runs(const struct v3_bitmap *b, int (*fn)(void *, const sl_posrun_t *), void *ctx)
 {
-    uint64_t base = b->no * V3_SPAN, start = 0;
-    bool in = false;
-    for (unsigned i = 0; i < V3_WORDS; i++) {
-        uint64_t x = sl_get_le64(b->words + 8 * i);
-        if (x == (in ? ~(uint64_t)0 : 0))
-            continue;
-        unsigned bit = 0;
-        while (bit < 64) {
-            uint64_t rest = (in ? ~x : x) >> bit;
-            if (rest == 0)
-                break;
-            bit += (unsigned)__builtin_ctzll(rest);
-            uint64_t at = (uint64_t)i * 64 + bit;
-            if (in) {
-                sl_posrun_t r = {b->epoch, b->file, base + start, at - start};
-                int rc = fn(ctx, &r);
-                if (rc < 0)
-                    return rc;
-            }
-            start = at;
-            in = !in;
-        }
-    }
-    if (in) {
-        sl_posrun_t r = {b->epoch, b->file, base + start, V3_SPAN - start};
-        return fn(ctx, &r);
-    }
-    return 0;
+    uint64_t w[V3_WORDS];
+    for (unsigned i = 0; i < V3_WORDS; i++)
+        w[i] = sl_get_le64(b->words + 8 * i);
+    struct bitmap_out o = {b, fn, ctx};
+    return sl_bitmap_runs(w, bitmap_out_run, &o);
 }
 
 /* Calls fn(ctx, run) for every run of a version 1, 2 or 3 set whose header
@@ -820,18 +814,9 @@ struct gather {
 static int gather_run(void *ctx, const sl_posrun_t *r)
 {
     struct gather *g = ctx;
-    if (g->n == g->max)
-        return -ENOSPC;
-    if (g->n == g->cap) {
-        size_t ncap = g->cap ? g->cap * 2 : 1024;
-        if (ncap > g->max)
-            ncap = g->max;
-        sl_posrun_t *p = realloc(g->runs, ncap * sizeof *p);
-        if (!p)
-            return -ENOMEM;
-        g->runs = p;
-        g->cap = ncap;
-    }
+    int rc = room_for_one(&g->runs, &g->cap, g->n, 1024, g->max);
+    if (rc < 0)
+        return rc;
     g->runs[g->n++] = *r;
     return 0;
 }

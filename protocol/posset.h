@@ -129,6 +129,39 @@ size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap);
 /* The positions a version 3 bitmap covers. */
 #define SL_POSSET_BITMAP_SPAN 4096u
 
+/**
+ * Calls fn(ctx, off, count) for each run of set bits of a bitmap of
+ * SL_POSSET_BITMAP_SPAN bits (w: its words, bit i of w[k] bit 64 k + i),
+ * in order; stops at fn's first negative return and returns it. Inline, so
+ * that a caller's fn is inlined into its loop.
+ */
+static inline int sl_bitmap_runs(const uint64_t *w, int (*fn)(void *ctx, uint64_t off, uint64_t count), void *ctx)
+{
+    uint64_t start = 0;
+    int in = 0;
+    for (unsigned i = 0; i < SL_POSSET_BITMAP_SPAN / 64; i++) {
+        uint64_t x = w[i];
+        if (x == (in ? ~(uint64_t)0 : 0))
+            continue;
+        unsigned bit = 0;
+        while (bit < 64) {
+            uint64_t rest = (in ? ~x : x) >> bit;
+            if (rest == 0)
+                break;
+            bit += (unsigned)__builtin_ctzll(rest);
+            uint64_t at = (uint64_t)i * 64 + bit;
+            if (in) {
+                int rc = fn(ctx, start, at - start);
+                if (rc < 0)
+                    return rc;
+            }
+            start = at;
+            in = !in;
+        }
+    }
+    return in ? fn(ctx, start, SL_POSSET_BITMAP_SPAN - start) : 0;
+}
+
 /* A bitmap of a version 3 set: positions [no, no + 1) * SL_POSSET_BITMAP_SPAN
  * of (epoch, file), bit i of w[k] position 64 k + i of them. */
 typedef struct sl_posset_bitmap {
