@@ -377,6 +377,16 @@ if __name__ == '__main__':
     unittest.main()
 
 
+def tcp_buffer_max(name):
+    """The most a TCP socket's buffer grows to (net.ipv4.tcp_rmem or
+    tcp_wmem, their third figure), in bytes; 6 MiB when unknown."""
+    try:
+        with open('/proc/sys/net/ipv4/' + name) as f:
+            return int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 6 << 20
+
+
 class CutOnAFullBudget(unittest.TestCase):
     """A trainer paused long enough for its task's buffer to fill a tight
     budget, whose connection then breaks with answers in flight: the worker
@@ -389,7 +399,11 @@ class CutOnAFullBudget(unittest.TestCase):
 
     def test_answers_served_on_a_full_budget_are_sent_again(self):
         batch = 131072  # 1 MiB of int64
-        n = 48 * batch  # three budgets' worth
+        # Three budgets' worth, and what the sockets of the two hops
+        # (worker to proxy, proxy to trainer) can hold while the trainer is
+        # stopped: a kernel whose TCP buffers grow to 32 MiB took all of
+        # 48 batches in before the cut, and the worker served none after.
+        n = (48 + 2 * (tcp_buffer_max('tcp_rmem') + tcp_buffer_max('tcp_wmem')) // (1 << 20)) * batch
         real = free_ports(1)[0]
         cluster = Cluster()
         proxy = CutProxy(real)
