@@ -75,7 +75,7 @@ struct sl_lazy_key {
 #define CKPT_V4_DONE 8   /* epochs_done after the flags */
 #define CKPT_V5_PLACE 16 /* u32 file, u32 0, u64 record after epochs_done */
 #define CKPT_V6_COUNTS 16 /* u64 positions, u64 bitmaps */
-#define CKPT_BITMAP (16 + 8 * SL_POSBITS_WORDS) /* a version 6 bitmap on the wire */
+#define CKPT_BITMAP SL_POSSET_BITMAP_BYTES /* a version 6 bitmap on the wire */
 /* The runs in a block that make it a bitmap on the wire: the 528 bytes of
  * one against about 3 a run. */
 #define CKPT_BITMAP_RUNS SL_POSBITS_WIRE_RUNS
@@ -762,28 +762,6 @@ int sl__positions_bytes(const sl_posbits_t *set, uint8_t **out, size_t *len)
     return rc;
 }
 
-/* Writes a version 6 checkpoint's bitmaps (those of `all` with
- * CKPT_BITMAP_RUNS runs or more) at p. @return the bytes they take (p NULL: counts only) */
-static size_t put_bitmaps(const sl_posbits_t *all, uint8_t *p)
-{
-    size_t n = 0;
-    for (size_t k = 0; k < all->nblocks; k++) {
-        const sl_posblock_t *b = &all->blocks[k];
-        if (sl_posbits_block_runs(b) < CKPT_BITMAP_RUNS)
-            continue;
-        if (p) {
-            uint8_t *q = p + n * CKPT_BITMAP;
-            sl_put_le32(q, b->epoch);
-            sl_put_le32(q + 4, b->file);
-            sl_put_le64(q + 8, b->no);
-            for (unsigned i = 0; i < SL_POSBITS_WORDS; i++)
-                sl_put_le64(q + 16 + 8 * i, b->w[i]);
-        }
-        n++;
-    }
-    return n;
-}
-
 int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *key, size_t key_len, uint8_t **out,
                           size_t *len, char *err, size_t errlen)
 {
@@ -819,7 +797,10 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
      * checkpoint. */
     sl_posrun_t at = ledger_place(l);
     bool placed = at.file > 0 || at.begin > 0;
-    size_t bitmaps = put_bitmaps(&all, NULL);
+    size_t bitmaps = sl_posbits_bitmaps(&all, CKPT_BITMAP_RUNS, NULL);
+    sl_posset_bitmap_t *bm = bitmaps > 0 ? malloc(bitmaps * sizeof *bm) : NULL;
+    if (bitmaps > 0 && !bm && rc == 0)
+        rc = -ENOMEM;
     uint32_t version = bitmaps > 0 ? CKPT_VERSION : placed ? CKPT_V5 : CKPT_V4;
     size_t fixed = CKPT_HEADER + CKPT_V3_FLAGS + CKPT_V4_DONE + (version >= CKPT_V5 ? CKPT_V5_PLACE : 0);
     size_t counts = version >= CKPT_VERSION ? CKPT_V6_COUNTS + bitmaps * CKPT_BITMAP : 8;
@@ -843,7 +824,8 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
         sl_put_le64(buf + fixed, sl_posbits_size(&all));
         if (version >= CKPT_VERSION) {
             sl_put_le64(buf + fixed + 8, bitmaps);
-            put_bitmaps(&all, buf + fixed + CKPT_V6_COUNTS);
+            sl_posbits_bitmaps(&all, CKPT_BITMAP_RUNS, bm);
+            sl_posset_put_bitmaps(bm, bitmaps, buf + fixed + CKPT_V6_COUNTS);
         }
         if (n > 0)
             memcpy(buf + fixed + counts, runs, n);
@@ -860,42 +842,43 @@ int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *ke
     }
     if (rc < 0)
         free(buf);
+    free(bm);
     free(runs);
     sl_posbits_clear(&all);
     return rc;
 }
 
+/* read_bitmaps()'s: each bitmap into set, its positions counted. */
+struct bitmaps_in {
+    sl_posbits_t *set;
+    uint64_t bits;
+};
+
+static int bitmap_in(void *ctx, const sl_posset_bitmap_t *b)
+{
+    struct bitmaps_in *in = ctx;
+    for (unsigned k = 0; k < SL_POSBITS_WORDS; k++)
+        in->bits += (uint64_t)__builtin_popcountll(b->w[k]);
+    return sl_posbits_add_block(in->set, b->epoch, b->file, b->no, b->w);
+}
+
 /* A version 6 checkpoint's bitmaps (after its two counts, nb of them, at
- * most len bytes at p) into set: each of a block after the one before, and
- * not empty. @return the bytes they took, or < 0 with a message in err */
+ * most len bytes at p) into set, checked as a version 3 position set's
+ * are (sl_posset_get_bitmaps()). @return the bytes they took, or < 0 with
+ * a message in err */
 static long read_bitmaps(const uint8_t *p, size_t len, uint64_t nb, sl_posbits_t *set, uint64_t *bits, char *err,
                          size_t errlen)
 {
     if (nb > len / CKPT_BITMAP)
         return sl_errf(err, errlen, SL_EDATA, "checkpoint: %" PRIu64 " bitmaps do not fit its %zu bytes", nb, len);
-    *bits = 0;
-    sl_posblock_t prev = {0};
-    for (uint64_t i = 0; i < nb; i++) {
-        const uint8_t *q = p + i * CKPT_BITMAP;
-        sl_posblock_t b = {.epoch = sl_get_le32(q), .file = sl_get_le32(q + 4), .no = sl_get_le64(q + 8)};
-        uint64_t n = 0;
-        for (unsigned k = 0; k < SL_POSBITS_WORDS; k++) {
-            b.w[k] = sl_get_le64(q + 16 + 8 * k);
-            n += (uint64_t)__builtin_popcountll(b.w[k]);
-        }
-        bool after = i == 0 || sl_place_before(prev.epoch, prev.file, prev.no, b.epoch, b.file, b.no);
-        if (n == 0 || !after)
-            return sl_errf(err, errlen, SL_EDATA, "checkpoint: bitmap %" PRIu64 " of %" PRIu64 " is %s", i + 1, nb,
-                           n == 0 ? "empty" : "not after the one before it");
-        int rc = sl_posbits_add_block(set, b.epoch, b.file, b.no, b.w);
-        if (rc == -EOVERFLOW)
-            return sl_errf(err, errlen, SL_EDATA, "checkpoint: bitmap %" PRIu64 " of %" PRIu64 " is past record 2^64",
-                           i + 1, nb);
-        if (rc < 0)
-            return rc;
-        *bits += n;
-        prev = b;
-    }
+    struct bitmaps_in in = {set, 0};
+    char why[128];
+    int rc = sl_posset_get_bitmaps(p, nb, bitmap_in, &in, why, sizeof why);
+    if (rc == SL_EDATA)
+        return sl_errf(err, errlen, rc, "checkpoint: %s", why);
+    if (rc < 0)
+        return rc;
+    *bits = in.bits;
     return (long)(nb * CKPT_BITMAP);
 }
 

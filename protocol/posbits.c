@@ -587,6 +587,20 @@ int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, 
     return 0;
 }
 
+size_t sl_posbits_bitmaps(const sl_posbits_t *b, size_t keep_runs, sl_posset_bitmap_t *out)
+{
+    size_t nb = 0;
+    for (size_t k = 0; k < b->nblocks; k++) {
+        const sl_posblock_t *x = &b->blocks[k];
+        if (sl_posbits_block_runs(x) < keep_runs)
+            continue;
+        if (out)
+            out[nb] = (sl_posset_bitmap_t){x->epoch, x->file, x->no, x->w};
+        nb++;
+    }
+    return nb;
+}
+
 int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, size_t *len)
 {
     *out = NULL;
@@ -599,9 +613,8 @@ int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, si
     sl_posset_bitmap_t *bm = rc == 0 && b->nblocks > 0 ? malloc(b->nblocks * sizeof *bm) : NULL;
     if (rc == 0 && b->nblocks > 0 && !bm)
         rc = -ENOMEM;
-    for (size_t k = 0; rc == 0 && k < b->nblocks; k++)
-        if (sl_posbits_block_runs(&b->blocks[k]) >= keep_runs)
-            bm[nb++] = (sl_posset_bitmap_t){b->blocks[k].epoch, b->blocks[k].file, b->blocks[k].no, b->blocks[k].w};
+    if (rc == 0)
+        nb = sl_posbits_bitmaps(b, keep_runs, bm);
     if (rc == 0) {
         *len = sl_posset_encode_v3(runs, n, bm, nb, NULL, 0);
         if ((*out = malloc(*len)) != NULL)

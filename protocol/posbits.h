@@ -99,6 +99,13 @@ size_t sl_posbits_block_runs(const sl_posblock_t *blk);
 int sl_posbits_runs(const sl_posbits_t *b, size_t keep_runs, sl_posrun_t **out, size_t *n);
 
 /**
+ * The set's blocks of at least keep_runs runs (1: every one) as bitmaps
+ * into out (NULL: counted only); their words stay b's.
+ * @return how many
+ */
+size_t sl_posbits_bitmaps(const sl_posbits_t *b, size_t keep_runs, sl_posset_bitmap_t *out);
+
+/**
  * The set as position set bytes (posset.h): version 3, its blocks of at
  * least keep_runs runs as bitmaps and the rest as runs.
  * @param[out] out the bytes, malloc'd

@@ -580,7 +580,7 @@ size_t sl_posset_encode(const sl_posset_t *s, uint8_t *buf, size_t cap)
 size_t sl_posset_encode_v3(const sl_posrun_t *runs, size_t n, const sl_posset_bitmap_t *bitmaps, size_t nb,
                            uint8_t *buf, size_t cap)
 {
-    size_t at = HEADER + 8 + nb * (16 + 8 * (SL_POSSET_BITMAP_SPAN / 64));
+    size_t at = HEADER + 8 + nb * SL_POSSET_BITMAP_BYTES;
     size_t need = at + put_runs(runs, n, NULL);
     if (cap < need)
         return need;
@@ -588,17 +588,45 @@ size_t sl_posset_encode_v3(const sl_posrun_t *runs, size_t n, const sl_posset_bi
     sl_put_le32(buf + 4, 3);
     sl_put_le64(buf + 8, n);
     sl_put_le64(buf + HEADER, nb);
-    uint8_t *q = buf + HEADER + 8;
-    for (size_t i = 0; i < nb; i++) {
-        sl_put_le32(q, bitmaps[i].epoch);
-        sl_put_le32(q + 4, bitmaps[i].file);
-        sl_put_le64(q + 8, bitmaps[i].no);
-        for (unsigned k = 0; k < SL_POSSET_BITMAP_SPAN / 64; k++)
-            sl_put_le64(q + 16 + 8 * k, bitmaps[i].w[k]);
-        q += 16 + 8 * (SL_POSSET_BITMAP_SPAN / 64);
-    }
+    sl_posset_put_bitmaps(bitmaps, nb, buf + HEADER + 8);
     put_runs(runs, n, buf + at);
     return need;
+}
+
+void sl_posset_put_bitmaps(const sl_posset_bitmap_t *bitmaps, size_t nb, uint8_t *p)
+{
+    for (size_t i = 0; i < nb; i++, p += SL_POSSET_BITMAP_BYTES) {
+        sl_put_le32(p, bitmaps[i].epoch);
+        sl_put_le32(p + 4, bitmaps[i].file);
+        sl_put_le64(p + 8, bitmaps[i].no);
+        for (unsigned k = 0; k < SL_POSSET_BITMAP_SPAN / 64; k++)
+            sl_put_le64(p + 16 + 8 * k, bitmaps[i].w[k]);
+    }
+}
+
+int sl_posset_get_bitmaps(const uint8_t *p, uint64_t nb, int (*fn)(void *ctx, const sl_posset_bitmap_t *b), void *ctx,
+                          char *err, size_t errlen)
+{
+    uint64_t w[SL_POSSET_BITMAP_SPAN / 64];
+    sl_posset_bitmap_t prev = {0};
+    for (uint64_t i = 0; i < nb; i++, p += SL_POSSET_BITMAP_BYTES) {
+        sl_posset_bitmap_t b = {sl_get_le32(p), sl_get_le32(p + 4), sl_get_le64(p + 8), w};
+        bool any = false;
+        for (unsigned k = 0; k < SL_POSSET_BITMAP_SPAN / 64; k++) {
+            w[k] = sl_get_le64(p + 16 + 8 * k);
+            any |= w[k] != 0;
+        }
+        bool after = i == 0 || sl_place_before(prev.epoch, prev.file, prev.no, b.epoch, b.file, b.no);
+        if (!any || !after || b.no > UINT64_MAX / SL_POSSET_BITMAP_SPAN - 1)
+            return sl_errf(err, errlen, SL_EDATA, "bitmap %llu of %llu is %s", (unsigned long long)i + 1,
+                           (unsigned long long)nb,
+                           !any ? "empty" : !after ? "not after the one before it" : "past position 2^64");
+        int rc = fn(ctx, &b);
+        if (rc < 0)
+            return rc;
+        prev = b;
+    }
+    return 0;
 }
 
 static int bad_run(char *err, size_t errlen, uint64_t i)
@@ -663,7 +691,7 @@ static int left_over(size_t left, uint64_t n, char *err, size_t errlen)
 
 /*
  * Version 3: after the header (its count the runs'), u64 the number of
- * bitmaps, each u32 epoch, u32 file, u64 block and V3_WORDS u64 words
+ * bitmaps, each u32 epoch, u32 file, u64 block and 64 u64 words
  * (bit i of word k: position V3_SPAN block + 64 k + i), in order and
  * none empty; then the runs as version 2 has them. What a rank of a named
  * job received past its job's fold is a scattered share of the records: a
@@ -671,37 +699,12 @@ static int left_over(size_t left, uint64_t n, char *err, size_t errlen)
  * (posbits.h writes it).
  */
 #define V3_SPAN SL_POSSET_BITMAP_SPAN
-#define V3_WORDS (V3_SPAN / 64)
-#define V3_BITMAP (16 + 8 * V3_WORDS)
+#define V3_BITMAP SL_POSSET_BITMAP_BYTES
 #define V3_HEADER (HEADER + 8)
 
-struct v3_bitmap {
-    uint32_t epoch, file;
-    uint64_t no;
-    const uint8_t *words;
-};
-
-/* Bitmap i of a version 3 set (its bytes checked to be there), checked to
- * be after the one before (prev; NULL for the first) and not empty. */
-static int v3_bitmap(const uint8_t *buf, uint64_t i, uint64_t nb, const struct v3_bitmap *prev, struct v3_bitmap *out,
-                     char *err, size_t errlen)
-{
-    const uint8_t *q = buf + V3_HEADER + i * V3_BITMAP;
-    *out = (struct v3_bitmap){sl_get_le32(q), sl_get_le32(q + 4), sl_get_le64(q + 8), q + 16};
-    bool any = false;
-    for (unsigned k = 0; k < V3_WORDS && !any; k++)
-        any = sl_get_le64(out->words + 8 * k) != 0;
-    bool after = !prev || sl_place_before(prev->epoch, prev->file, prev->no, out->epoch, out->file, out->no);
-    if (!any || !after || out->no > (UINT64_MAX / V3_SPAN) - 1)
-        return sl_errf(err, errlen, SL_EDATA, "position set bitmap %llu of %llu is %s", (unsigned long long)i + 1,
-                       (unsigned long long)nb,
-                       !any ? "empty" : !after ? "not after the one before it" : "past position 2^64");
-    return 0;
-}
-
-/* bitmap_runs()'s calls, as runs of its bitmap's (epoch, file). */
+/* A version 3 set's bitmaps passed on as runs to fn(ctx, run). */
 struct bitmap_out {
-    const struct v3_bitmap *b;
+    const sl_posset_bitmap_t *b;
     int (*fn)(void *, const sl_posrun_t *);
     void *ctx;
 };
@@ -713,14 +716,11 @@ static int bitmap_out_run(void *ctx, uint64_t off, uint64_t count)
     return o->fn(o->ctx, &r);
 }
 
-/* Calls fn(ctx, run) for each run of set bits of a bitmap. */
-static int bitmap_runs(const struct v3_bitmap *b, int (*fn)(void *, const sl_posrun_t *), void *ctx)
+static int bitmap_runs(void *ctx, const sl_posset_bitmap_t *b)
 {
-    uint64_t w[V3_WORDS];
-    for (unsigned i = 0; i < V3_WORDS; i++)
-        w[i] = sl_get_le64(b->words + 8 * i);
-    struct bitmap_out o = {b, fn, ctx};
-    return sl_bitmap_runs(w, bitmap_out_run, &o);
+    struct bitmap_out *o = ctx;
+    o->b = b;
+    return sl_bitmap_runs(b->w, bitmap_out_run, o);
 }
 
 /* Calls fn(ctx, run) for every run of a version 1, 2 or 3 set whose header
@@ -751,15 +751,13 @@ static int each_run(const uint8_t *buf, size_t len, uint32_t version, uint64_t n
     size_t from = HEADER;
     if (version == 3) {
         uint64_t nb = sl_get_le64(buf + HEADER);
-        struct v3_bitmap prev, b;
-        for (uint64_t i = 0; i < nb; i++) {
-            int rc = v3_bitmap(buf, i, nb, i ? &prev : NULL, &b, err, errlen);
-            if (rc == 0)
-                rc = bitmap_runs(&b, fn, ctx);
-            if (rc < 0)
-                return rc;
-            prev = b;
-        }
+        struct bitmap_out o = {NULL, fn, ctx};
+        char why[128];
+        int rc = sl_posset_get_bitmaps(buf + V3_HEADER, nb, bitmap_runs, &o, why, sizeof why);
+        if (rc == SL_EDATA)
+            return sl_errf(err, errlen, rc, "position set %s", why);
+        if (rc < 0)
+            return rc;
         from = V3_HEADER + (size_t)nb * V3_BITMAP;
     }
     struct v2_reader rd = {.buf = buf, .len = len, .pos = from};

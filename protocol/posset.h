@@ -170,6 +170,23 @@ typedef struct sl_posset_bitmap {
     const uint64_t *w; /* SL_POSSET_BITMAP_SPAN / 64 words */
 } sl_posset_bitmap_t;
 
+/* The bytes of a bitmap on the wire: u32 epoch, u32 file, u64 no, then
+ * its words, little-endian (a version 3 set's, a version 6 checkpoint's). */
+#define SL_POSSET_BITMAP_BYTES (16 + 8 * (SL_POSSET_BITMAP_SPAN / 64))
+
+/** Writes nb bitmaps at p, SL_POSSET_BITMAP_BYTES each. */
+void sl_posset_put_bitmaps(const sl_posset_bitmap_t *bitmaps, size_t nb, uint8_t *p);
+
+/**
+ * Reads nb bitmaps at p (SL_POSSET_BITMAP_BYTES each, there: the caller
+ * checked), each checked to be after the one before, not empty and below
+ * position 2^64, and calls fn(ctx, bitmap) with its words in host order.
+ * @return 0, SL_EDATA with "bitmap I of N is ..." in err, or fn's value
+ *   below 0 (which stops it)
+ */
+int sl_posset_get_bitmaps(const uint8_t *p, uint64_t nb, int (*fn)(void *ctx, const sl_posset_bitmap_t *b), void *ctx,
+                          char *err, size_t errlen);
+
 /**
  * A set as version 3 bytes: "SLPS", u32 3, u64 n, u64 nb, the nb bitmaps
  * (each u32 epoch, u32 file, u64 no, then its words; in order, none
