@@ -1198,7 +1198,7 @@ static int report_positions(sl_iterator_t *it, uint64_t from, uint8_t **buf, siz
             rc = report_add_batch(&set, it->slots[i].batch, from, &runs, &cap);
     free(runs);
     if (rc == 0)
-        rc = sl__positions_bytes(&set, buf, len);
+        rc = sl_posbits_bytes(&set, buf, len);
     sl_posbits_clear(&set);
     return rc;
 }

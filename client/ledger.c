@@ -742,26 +742,6 @@ int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len,
     return rc == 0 && k > 0 ? sl_posbits_add_many(set, *scratch, k) : rc;
 }
 
-int sl__positions_bytes(const sl_posbits_t *set, uint8_t **out, size_t *len)
-{
-    *out = NULL;
-    *len = 0;
-    sl_posset_t runs;
-    sl_posset_init(&runs, set->max_units);
-    int rc = sl_posbits_to_posset(set, 0, &runs);
-    if (rc == 0) {
-        *len = sl_posset_encode(&runs, NULL, 0);
-        if ((*out = malloc(*len)) != NULL)
-            sl_posset_encode(&runs, *out, *len);
-        else
-            rc = -ENOMEM;
-    } else if (rc == -ENOSPC) {
-        rc = sl_posbits_encode(set, SL_POSBITS_WIRE_RUNS, out, len);
-    }
-    sl_posset_clear(&runs);
-    return rc;
-}
-
 int sl__ledger_checkpoint(sl_ledger_t *l, uint64_t dataset_id, const uint8_t *key, size_t key_len, uint8_t **out,
                           size_t *len, char *err, size_t errlen)
 {
@@ -1060,7 +1040,7 @@ int sl__checkpoint_read(const uint8_t *ckpt, size_t len, uint64_t dataset_id, co
         } else {
             rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
         }
-    } else if (rc == 0 && sl__positions_bytes(&set, posset, posset_len) < 0) {
+    } else if (rc == 0 && sl_posbits_bytes(&set, posset, posset_len) < 0) {
         rc = sl_errf(err, errlen, -ENOMEM, "checkpoint: out of memory");
     }
     sl_posbits_clear(&set);

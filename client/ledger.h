@@ -215,7 +215,8 @@ void sl__ledger_sync(sl_ledger_t *l);
  * outstanding, so no report asks for it): syncs, then puts restored and
  * got's positions of those epochs in set (initialised here with the
  * ledger's bound). Add what waits elsewhere with sl__report_add_wire(),
- * then encode it with sl__positions_bytes().
+ * then encode it with sl_posbits_bytes() (version 2 where it fits, which
+ * every dispatcher reads).
  * @return 0, or < 0 when the ledger does not know (it overflowed)
  */
 int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set);
@@ -227,17 +228,6 @@ int sl__ledger_report(sl_ledger_t *l, uint64_t from, sl_posbits_t *set);
  */
 int sl__report_add_wire(sl_posbits_t *set, const uint8_t *prov, size_t prov_len, uint64_t num_records,
                         uint64_t from, sl_provenance_run_t **scratch, size_t *cap);
-
-/**
- * A set as position set bytes (malloc'd): version 2 when its runs fit its
- * bound (max_units), which every dispatcher reads; else version 3, its
- * crowded blocks as bitmaps (a rank of a named job behind a large
- * shuffle), which a dispatcher of 2026-12-04 or later reads. What a report
- * (ReportReceivedRequest's payload, of which the dispatcher keeps what
- * lies in the lost splits) and a restore (sl__checkpoint_read()) send.
- * @return 0 or -ENOMEM
- */
-int sl__positions_bytes(const sl_posbits_t *set, uint8_t **out, size_t *len);
 
 /**
  * A checkpoint of the ledger for dataset_id: "SLCK", u32 version 4, u64

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "le.h"
 
 _Static_assert(SL_POSBITS_BLOCK == SL_POSSET_BITMAP_SPAN, "a block is a version 3 bitmap");
 
@@ -543,6 +544,113 @@ uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, 
     return n;
 }
 
+/* Runs given in order, coalesced where they touch, counted past max. */
+struct within_out {
+    sl_posrun_t *out;
+    size_t max, n;
+    sl_posrun_t last;
+};
+
+static void within_put(struct within_out *o, sl_posrun_t r)
+{
+    if (o->n > 0 && r.begin == o->last.begin + o->last.count) {
+        o->last.count += r.count;
+    } else {
+        o->last = r;
+        o->n++;
+    }
+    if (o->n <= o->max)
+        o->out[o->n - 1] = o->last;
+}
+
+struct within_block {
+    struct within_out *o;
+    const sl_posblock_t *k;
+    uint64_t lo, hi; /* the block's offsets inside the range */
+};
+
+static int within_block_run(void *ctx, uint64_t off, uint64_t count)
+{
+    struct within_block *x = ctx;
+    uint64_t b = off > x->lo ? off : x->lo, e = off + count < x->hi ? off + count : x->hi;
+    if (b < e)
+        within_put(x->o, (sl_posrun_t){x->k->epoch, x->k->file, (x->k->no << SL_POSBITS_BLOCK_BITS) + b, e - b});
+    return 0;
+}
+
+size_t sl_posbits_within(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+                         sl_posrun_t *out, size_t max)
+{
+    struct within_out o = {out, max, 0, {0}};
+    if (end <= begin)
+        return 0;
+    /* The runs a chunk at a time, the blocks between them in order (no run
+     * reaches into a block). */
+    sl_posrun_t chunk[64];
+    size_t k = block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
+    uint64_t at = begin;
+    for (;;) {
+        size_t got = at < end ? sl_posset_within(&b->runs, epoch, file, at, end, chunk, 64) : 0;
+        size_t use = got < 64 ? got : 64;
+        for (size_t i = 0; i <= use; i++) {
+            uint64_t upto = i < use ? chunk[i].begin : got > use ? chunk[use - 1].begin + chunk[use - 1].count : end;
+            for (; k < b->nblocks && b->blocks[k].epoch == epoch && b->blocks[k].file == file &&
+                   b->blocks[k].no <= (upto - 1) >> SL_POSBITS_BLOCK_BITS && (b->blocks[k].no << SL_POSBITS_BLOCK_BITS) < upto;
+                 k++) {
+                uint64_t base = b->blocks[k].no << SL_POSBITS_BLOCK_BITS;
+                struct within_block x = {&o, &b->blocks[k], begin > base ? begin - base : 0,
+                                         end - base < SL_POSBITS_BLOCK ? end - base : SL_POSBITS_BLOCK};
+                sl_bitmap_runs(b->blocks[k].w, within_block_run, &x);
+            }
+            if (i < use)
+                within_put(&o, chunk[i]);
+        }
+        if (got <= 64)
+            break;
+        at = chunk[63].begin + chunk[63].count;
+    }
+    return o.n;
+}
+
+uint64_t sl_posbits_covered_to(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    for (;;) {
+        uint64_t to = sl_posset_covered_to(&b->runs, epoch, file, pos);
+        if (to > pos) {
+            pos = to;
+            continue;
+        }
+        uint64_t no = pos >> SL_POSBITS_BLOCK_BITS;
+        size_t k = block_at(b, epoch, file, no);
+        if (!is_block(b, k, epoch, file, no))
+            return pos;
+        /* The block's first clear bit at pos or after. */
+        uint64_t off = pos & (SL_POSBITS_BLOCK - 1), clear = SL_POSBITS_BLOCK;
+        for (uint64_t i = off >> 6; i < SL_POSBITS_WORDS; i++) {
+            uint64_t x = ~b->blocks[k].w[i] & (i == off >> 6 ? ~(uint64_t)0 << (off & 63) : ~(uint64_t)0);
+            if (x) {
+                clear = i * 64 + (uint64_t)__builtin_ctzll(x);
+                break;
+            }
+        }
+        if (clear == off)
+            return pos;
+        if (clear == SL_POSBITS_BLOCK && no == UINT64_MAX >> SL_POSBITS_BLOCK_BITS)
+            return UINT64_MAX; /* the last block of the file's positions */
+        pos = (no << SL_POSBITS_BLOCK_BITS) + clear;
+    }
+}
+
+bool sl_posbits_has(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
+{
+    if (pos != UINT64_MAX && sl_posset_count(&b->runs, epoch, file, pos, pos + 1) > 0)
+        return true;
+    uint64_t no = pos >> SL_POSBITS_BLOCK_BITS;
+    size_t k = block_at(b, epoch, file, no);
+    uint64_t off = pos & (SL_POSBITS_BLOCK - 1);
+    return is_block(b, k, epoch, file, no) && (b->blocks[k].w[off >> 6] >> (off & 63) & 1);
+}
+
 uint64_t sl_posbits_size(const sl_posbits_t *b)
 {
     uint64_t n = sl_posset_size(&b->runs);
@@ -627,6 +735,26 @@ int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, si
     return rc;
 }
 
+int sl_posbits_bytes(const sl_posbits_t *b, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    sl_posset_t runs;
+    sl_posset_init(&runs, b->max_units);
+    int rc = sl_posbits_to_posset(b, 0, &runs);
+    if (rc == 0) {
+        *len = sl_posset_encode(&runs, NULL, 0);
+        if ((*out = malloc(*len)) != NULL)
+            sl_posset_encode(&runs, *out, *len);
+        else
+            rc = -ENOMEM;
+    } else if (rc == -ENOSPC) {
+        rc = sl_posbits_encode(b, SL_POSBITS_WIRE_RUNS, out, len);
+    }
+    sl_posset_clear(&runs);
+    return rc;
+}
+
 static int add_chunk(void *ctx, const sl_posrun_t *runs, size_t n)
 {
     return sl_posbits_add_many(ctx, runs, n);
@@ -635,9 +763,14 @@ static int add_chunk(void *ctx, const sl_posrun_t *runs, size_t n)
 int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
     int rc = sl_posset_read(buf, len, add_chunk, b, err, errlen);
-    if (rc == -ENOSPC)
-        return sl_errf(err, errlen, rc, "position set of more than %zu units (runs, and 22 a bitmap), the limit",
+    uint32_t version = len >= 16 ? sl_get_le32(buf + 4) : 0;
+    if (rc == -ENOSPC && version != 3) /* runs alone take no more units than they are */
+        return sl_errf(err, errlen, rc, "position set of %llu runs, more than the limit %zu (in units: a run 1, 22 "
+                       "a bitmap of 4096 positions where runs crowd)", (unsigned long long)sl_get_le64(buf + 8),
                        b->max_units);
+    if (rc == -ENOSPC)
+        return sl_errf(err, errlen, rc, "position set of more than %zu units, the limit (a unit a run, 22 a bitmap "
+                       "of 4096 positions)", b->max_units);
     if (rc == -EOVERFLOW || rc == -ENOMEM)
         return sl_errf(err, errlen, rc, "%s", rc == -ENOMEM ? "out of memory" : "a run passes position 2^64");
     return rc;

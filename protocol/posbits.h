@@ -84,6 +84,23 @@ void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint
 /** @return how many positions of [begin, end) of (epoch, file) are in the set */
 uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end);
 
+/**
+ * The set's positions inside [begin, end) of (epoch, file) as runs,
+ * coalesced, in order: what a split of that range must skip.
+ * @return how many runs there are; at most max of them are written to out
+ */
+size_t sl_posbits_within(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+                         sl_posrun_t *out, size_t max);
+
+/**
+ * @return the first position of (epoch, file) at pos or after that is not
+ * in the set (pos when pos is not in it), across runs and blocks alike
+ */
+uint64_t sl_posbits_covered_to(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
+
+/** @return whether position pos of (epoch, file) is in the set */
+bool sl_posbits_has(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
+
 /** @return the number of positions in the set */
 uint64_t sl_posbits_size(const sl_posbits_t *b);
 
@@ -112,6 +129,16 @@ size_t sl_posbits_bitmaps(const sl_posbits_t *b, size_t keep_runs, sl_posset_bit
  * @return 0 or -ENOMEM
  */
 int sl_posbits_encode(const sl_posbits_t *b, size_t keep_runs, uint8_t **out, size_t *len);
+
+/**
+ * The set as position set bytes a reader of max_units runs takes: version
+ * 2 when its runs (blocks as runs) are at most max_units, which readers
+ * before version 3 read, else version 3 with its blocks of at least
+ * SL_POSBITS_WIRE_RUNS runs as bitmaps.
+ * @param[out] out the bytes, malloc'd
+ * @return 0 or -ENOMEM
+ */
+int sl_posbits_bytes(const sl_posbits_t *b, uint8_t **out, size_t *len);
 
 /**
  * Adds the positions of a position set's bytes (posset.h, any version) to

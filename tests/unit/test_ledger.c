@@ -40,7 +40,7 @@ static void give(sl_ledger_t *l, const sl_provenance_run_t *runs, size_t n, cons
     free(wire);
 }
 
-/* A report of l from `from` as its bytes say it (sl__positions_bytes()), as runs. */
+/* A report of l from `from` as its bytes say it (sl_posbits_bytes()), as runs. */
 static int report_runs(sl_ledger_t *l, uint64_t from, sl_posset_t *out)
 {
     sl_posbits_t set;
@@ -50,7 +50,7 @@ static int report_runs(sl_ledger_t *l, uint64_t from, sl_posset_t *out)
     char err[256];
     sl_posset_init(out, SL_POSSET_MAX_RUNS);
     if (rc == 0)
-        rc = sl__positions_bytes(&set, &buf, &len);
+        rc = sl_posbits_bytes(&set, &buf, &len);
     if (rc == 0)
         cr_assert_eq(sl_posset_decode(out, buf, len, err, sizeof err), 0, "%s", err);
     free(buf);

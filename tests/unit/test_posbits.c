@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
 #include "posbits.h"
 #include "sluice.h"
 #include "seed_util.h"
@@ -60,6 +61,26 @@ static void check_same(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *
         uint64_t lo = splitmix64(rng) % SPAN, hi = lo + splitmix64(rng) % (SPAN / 3);
         cr_assert_eq(sl_posbits_count(b, e, f, lo, hi), sl_posset_count(ref, e, f, lo, hi),
                      "count of [%llu, %llu) of (%u, %u)", (unsigned long long)lo, (unsigned long long)hi, e, f);
+        /* The runs within: a split's skips (more than a chunk of 64 runs
+         * apart from the blocks between them, and at most max written). */
+        sl_posrun_t got[200], want[200];
+        size_t max = (size_t)(splitmix64(rng) % 200);
+        size_t ng = sl_posbits_within(b, e, f, lo, hi, got, max), nw = sl_posset_within(ref, e, f, lo, hi, want, max);
+        cr_assert_eq(ng, nw, "%zu runs within [%llu, %llu) of (%u, %u), the model has %zu", ng,
+                     (unsigned long long)lo, (unsigned long long)hi, e, f, nw);
+        cr_assert(memcmp(got, want, (ng < max ? ng : max) * sizeof *got) == 0, "the runs within [%llu, %llu)",
+                  (unsigned long long)lo, (unsigned long long)hi);
+        /* Where the stretch from a position ends: from a random one and
+         * from inside one of the set's runs, which may go on through blocks. */
+        uint64_t p = lo;
+        if (ref->num > 0 && q % 2) {
+            const sl_posrun_t *r = &ref->runs[splitmix64(rng) % ref->num];
+            e = r->epoch, f = r->file, p = r->begin + splitmix64(rng) % r->count;
+        }
+        cr_assert_eq(sl_posbits_covered_to(b, e, f, p), sl_posset_covered_to(ref, e, f, p),
+                     "covered from %llu of (%u, %u)", (unsigned long long)p, e, f);
+        cr_assert_eq(sl_posbits_has(b, e, f, p), sl_posset_count(ref, e, f, p, p + 1) == 1);
+        cr_assert_eq(sl_posbits_has(b, e, f, p + 1), sl_posset_count(ref, e, f, p + 1, p + 2) == 1);
     }
 }
 
@@ -78,6 +99,27 @@ static void check_wire(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *
     cr_assert_eq(sl_posset_decode(&back, buf, len, err, sizeof err), 0, "%s", err);
     cr_assert_eq(back.num, ref->num);
     cr_assert(ref->num == 0 || memcmp(back.runs, ref->runs, ref->num * sizeof *ref->runs) == 0);
+    /* What a reader of the set's bound takes: version 2 where its runs fit
+     * the bound (every reader's), version 3 past it; the same set both ways. */
+    sl_posbits_t bounded;
+    sl_posbits_init(&bounded, 1 + (size_t)(splitmix64(rng) % (2 * ref->num + 2)));
+    int rc = sl_posbits_add_set(&bounded, b, 0);
+    if (rc == 0) {
+        uint8_t *bytes = NULL;
+        size_t blen = 0;
+        cr_assert_eq(sl_posbits_bytes(&bounded, &bytes, &blen), 0);
+        cr_assert_eq(sl_get_le32(bytes + 4), ref->num <= bounded.max_units ? 2u : 3u, "version for %zu runs, bound %zu",
+                     ref->num, bounded.max_units);
+        sl_posset_clear(&back);
+        sl_posset_init(&back, SL_POSSET_MAX_RUNS);
+        cr_assert_eq(sl_posset_decode(&back, bytes, blen, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(back.num, ref->num);
+        cr_assert(ref->num == 0 || memcmp(back.runs, ref->runs, ref->num * sizeof *ref->runs) == 0);
+        free(bytes);
+    } else {
+        cr_assert_eq(rc, -ENOSPC);
+    }
+    sl_posbits_clear(&bounded);
     /* Within ranges: what of the set lies in them, and nothing else. */
     sl_posrun_t ranges[8];
     size_t nr = (size_t)(splitmix64(rng) % 9);
