@@ -84,11 +84,11 @@
  * SPARSE_GROWTH times len, within the file (total records), in at most as
  * many steps, each by what it lacks at the density seen so far; one wholly
  * consumed stays as it is. */
-static uint64_t sparse_end(const sl_posset_t *ex, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
+static uint64_t sparse_end(const sl_posbits_t *ex, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
                            uint64_t len, uint64_t total)
 {
     uint64_t cap = total - begin > len * SPARSE_GROWTH ? begin + len * SPARSE_GROWTH : total;
-    uint64_t left = (end - begin) - sl_posset_count(ex, epoch, file, begin, end);
+    uint64_t left = (end - begin) - sl_posbits_count(ex, epoch, file, begin, end);
     if (left == 0)
         return end; /* all consumed: the hand-out steps past the consumed run at once */
     for (int i = 0; i < SPARSE_GROWTH && left < len && end < cap; i++) {
@@ -96,7 +96,7 @@ static uint64_t sparse_end(const sl_posset_t *ex, uint32_t epoch, uint32_t file,
         uint64_t per = (end - begin) / left; /* at least 1 */
         uint64_t more = len - left > UINT64_MAX / per ? UINT64_MAX : (len - left) * per;
         uint64_t to = cap - end > more ? end + more : cap;
-        left += (to - end) - sl_posset_count(ex, epoch, file, end, to);
+        left += (to - end) - sl_posbits_count(ex, epoch, file, end, to);
         end = to;
     }
     return end;
@@ -399,7 +399,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
                        "job %" PRIu64 " is in epoch %" PRIu64 "; task %" PRIu64 " asked for epoch %" PRIu64,
                    j->id, j->split_epoch, t->id, req->epoch);
     }
-    bool excl = j->exclude.num > 0;
+    bool excl = sl_posbits_units(&j->exclude) > 0;
     /* Guided hand-out: no task takes more than half its share of what is
      * left of the epoch in one answer, so a worker asking for many splits
      * at a time (to make each commit count) leaves some for the others
@@ -454,14 +454,14 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         if (excl && len <= UINT64_MAX / SPARSE_GROWTH)
             end = sparse_end(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin, end, len, total);
         if (excl) {
-            int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
+            int rc = sl__dstate_split_skips(st, t, &j->exclude, NULL, (uint32_t)j->split_epoch, j->split_file, begin,
                                             &end, &skips);
             if (rc == 1) {
                 /* Every record of it was consumed already: step past the
                  * whole run of consumed records at once, not a split at a
                  * time (a checkpoint's one run over 2^62 records would
                  * otherwise hold the loop for hours). */
-                uint64_t to = sl_posset_covered_to(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin);
+                uint64_t to = sl_posbits_covered_to(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin);
                 j->split_next = to > end ? (to < total ? to : total) : end;
                 j->cursor_dirty = true;
                 sl__dstate_touch(st, j);
@@ -520,7 +520,7 @@ answered:
 
 void sl__dstate_first_splits(sl_dstate_t *st, struct job *j, int64_t now)
 {
-    if (j->sharding != SL_SHARDING_DYNAMIC || j->split_epoch != 0 || j->exclude.num > 0)
+    if (j->sharding != SL_SHARDING_DYNAMIC || j->split_epoch != 0 || sl_posbits_units(&j->exclude) > 0)
         return;
     for (unsigned k = 0; k < j->num_tasks; k++) {
         struct task *t = &j->tasks[k];

@@ -463,7 +463,7 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         }
         uint64_t end = o->end, offset = t->last_skips_len;
         uint32_t take = 0;
-        int rc = o->have ? sl__dstate_split_skips(st, t, o->have, (uint32_t)o->epoch, o->file, o->begin, &end, &take)
+        int rc = o->have ? sl__dstate_split_skips(st, t, NULL, o->have, (uint32_t)o->epoch, o->file, o->begin, &end, &take)
                          : 0;
         if (rc == 1) {
             orphan_remove(st, j, i); /* every record of it arrived: nothing to hand out */

@@ -229,11 +229,10 @@ static int put_json(sl_store_txn_t *txn, enum sl_dtable table, uint64_t id, json
 
 static int put_exclusions(sl_store_txn_t *txn, const struct job *j)
 {
-    size_t len = sl_posset_encode(&j->exclude, NULL, 0);
-    uint8_t *buf = malloc(len);
-    if (!buf)
+    uint8_t *buf;
+    size_t len;
+    if (sl_posbits_bytes(&j->exclude, &buf, &len) < 0)
         return -ENOMEM;
-    sl_posset_encode(&j->exclude, buf, len);
     uint8_t key[8];
     key_of(j->id, key);
     int rc = sl_store_put(txn, SL_DT_EXCLUDE, key, sizeof key, buf, len);
@@ -730,7 +729,7 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
         /* Written before repetitions: its name made a new job at the next join. */
         j->collected |= repetition < 0 && name[0];
     }
-    sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
+    sl_posbits_init(&j->exclude, st->cfg.max_exclude_runs);
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->error, sizeof j->error, "%s", error);
     rc = load_tasks(l, j, tasks);
@@ -859,7 +858,7 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
     if (j->state != SL_JOB_RUNNING)
         return 0; /* an ended job's, stored before they were deleted at its end: not needed */
     char why[256];
-    int rc = sl_posset_decode(&j->exclude, val, vlen, why, sizeof why);
+    int rc = sl_posbits_decode(&j->exclude, val, vlen, why, sizeof why);
     if (rc == -ENOSPC) {
         /* Stored under a larger --max-exclude-runs than this start has. */
         size_t at = strlen(why);

@@ -623,18 +623,17 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
             reply(c, hdr, rc, 0, NULL, err);
             break;
         }
-        const sl_posset_t *ex = sl_dstate_job_exclusions(st, req->job_id);
+        const sl_posbits_t *ex = sl_dstate_job_exclusions(st, req->job_id);
         if (!ex) {
             sl_conn_send_error(c, hdr->request_id, SL_ENOTFOUND, "job %" PRIu64 " is unknown", req->job_id);
             break;
         }
-        size_t len = sl_posset_encode(ex, NULL, 0);
-        uint8_t *buf = malloc(len);
-        if (!buf) {
+        uint8_t *buf;
+        size_t len;
+        if (sl_posbits_bytes(ex, &buf, &len) < 0) {
             sl_conn_send_error(c, hdr->request_id, -ENOMEM, "out of memory");
             break;
         }
-        sl_posset_encode(ex, buf, len);
         sluice_GetExclusionsResponse resp = {.job_id = req->job_id};
         sl_conn_send(c, SL_MSG_GET_EXCLUSIONS_RESP, hdr->request_id, &resp, buf, len, NULL, NULL);
         free(buf);

@@ -159,7 +159,7 @@ static void job_free(struct job *j)
     }
     free(j->tasks);
     sl__out_free_job(j);
-    sl_posset_clear(&j->exclude);
+    sl_posbits_clear(&j->exclude);
     for (unsigned i = 0; i < j->num_clients; i++)
         sl__out_free_client(&j->clients[i]);
     free(j->clients);
@@ -325,8 +325,8 @@ static void job_set_state(sl_dstate_t *st, struct job *j, sl_job_state_t next, c
     /* Nor are its restored positions needed: they leave memory and the
      * store now, not when the job is forgotten (--max-exclude-total-runs
      * counts running jobs only, so ended ones must not keep theirs). */
-    if (j->exclude.num > 0 || j->exclude_dirty) {
-        sl_posset_clear(&j->exclude);
+    if (sl_posbits_units(&j->exclude) > 0 || j->exclude_dirty) {
+        sl_posbits_clear(&j->exclude);
         j->exclude_dirty = false;
         queue_del(st, SL_DT_EXCLUDE, j->id);
     }
@@ -730,7 +730,7 @@ int sl_dstate_worker_heartbeat(sl_dstate_t *st, const sluice_WorkerHeartbeatRequ
             d->num_consumers = j->num_consumers;
             /* A static shard skips the positions itself (DYNAMIC: the
              * dispatcher's splits do). */
-            d->exclusions = is_static(j->sharding) && j->exclude.num > 0;
+            d->exclusions = is_static(j->sharding) && sl_posbits_units(&j->exclude) > 0;
             memcpy(d->task_key, sl__dstate_task_key(st, j, t), sizeof d->task_key);
             d->client_keys = true;
         }
@@ -1084,7 +1084,7 @@ static void job_drop(sl_dstate_t *st, unsigned i)
     struct job *old = st->jobs[i];
     queue_del(st, SL_DT_JOBS, old->id);
     queue_del(st, SL_DT_CURSORS, old->id);
-    if (old->exclude.num > 0)
+    if (sl_posbits_units(&old->exclude) > 0)
         queue_del(st, SL_DT_EXCLUDE, old->id);
     for (unsigned k = 0; k < old->num_tasks; k++)
         if (old->tasks[k].last_splits)
@@ -1546,10 +1546,10 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     if (!j) {
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     }
-    sl_posset_init(&j->exclude, st->cfg.max_exclude_runs);
+    sl_posbits_init(&j->exclude, st->cfg.max_exclude_runs);
     if (exclude_len > 0) {
         char why[300];
-        if ((rc = sl_posset_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
+        if ((rc = sl_posbits_decode(&j->exclude, exclude, exclude_len, why, sizeof why)) < 0) {
             job_free(j);
             st->exclusions_refused += rc == -ENOSPC;
             return sl_errf(err, errlen, rc == -ENOSPC ? SL_ELIMIT : rc, "the restored iterator's checkpoint: %s%s", why,
@@ -1562,13 +1562,13 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
         uint64_t held = 0;
         for (unsigned i = 0; i < st->num_jobs; i++)
             if (st->jobs[i]->state == SL_JOB_RUNNING)
-                held += st->jobs[i]->exclude.num;
-        if (held + j->exclude.num > st->cfg.max_exclude_total) {
-            uint64_t mine = j->exclude.num;
+                held += sl_posbits_units(&st->jobs[i]->exclude);
+        if (held + sl_posbits_units(&j->exclude) > st->cfg.max_exclude_total) {
+            uint64_t mine = sl_posbits_units(&j->exclude);
             job_free(j);
             st->exclusions_refused++;
             return sl_errf(err, errlen, SL_ELIMIT,
-                           "job refused: its checkpoint's %" PRIu64 " runs of positions with the %" PRIu64
+                           "job refused: its checkpoint's %" PRIu64 " units of positions (runs, and 22 a bitmap) with the %" PRIu64
                            " that running jobs restored hold are over the dispatcher's limit of %" PRIu64
                            " (--max-exclude-total-runs); retry when restored jobs end",
                            mine, held, st->cfg.max_exclude_total);
@@ -1929,7 +1929,7 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
     return 0;
 }
 
-const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id)
+const sl_posbits_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id)
 {
     const struct job *j = sl__dstate_job((sl_dstate_t *)st, job_id);
     return j ? &j->exclude : NULL;
@@ -2112,7 +2112,7 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
         out->jobs_running += st->jobs[i]->state == SL_JOB_RUNNING;
         if (st->jobs[i]->state != SL_JOB_RUNNING)
             continue;
-        out->exclude_runs += st->jobs[i]->exclude.num;
+        out->exclude_runs += sl_posbits_units(&st->jobs[i]->exclude);
         for (unsigned k = 0; k < st->jobs[i]->num_clients; k++)
             out->clients_away += st->jobs[i]->clients[k].away_since != 0;
     }

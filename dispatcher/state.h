@@ -16,6 +16,7 @@
 #include "confine.h"
 #include "files.h"
 #include "frame.h"
+#include "posbits.h"
 #include "posset.h"
 #include "spec.h"
 
@@ -250,7 +251,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
 
 /** The positions a restored iterator's job excludes (empty for any other
  *  job), or NULL when the job is unknown; valid while the state is. */
-const sl_posset_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id);
+const sl_posbits_t *sl_dstate_job_exclusions(const sl_dstate_t *st, uint64_t job_id);
 
 /** The skip runs (the payload) of the task's last GetSplit answer, valid
  *  until its next request; NULL when there are none. */

@@ -263,7 +263,7 @@ struct job {
     uint64_t split_epoch_handed; /* splits handed out in split_epoch */
     /* A restored iterator's job: positions its consumer already has,
      * which no split hands out (written once, with the job). */
-    sl_posset_t exclude;
+    sl_posbits_t exclude; /* a restored job's consumed positions: runs, and bitmaps where they crowd */
     bool exclude_dirty;
     /* A named job created by a restore: the SHA-256 of what the restore
      * sent (restore_epochs_done and the positions), which every rank that
@@ -368,15 +368,16 @@ uint64_t sl__job_records_left(const struct job *j);
 void sl__dataset_free(struct dataset *d);
 
 /**
- * A split [begin, *end) of file f in epoch: its records in ex (what a
- * consumer already has) become skip runs in t's answer payload (16 bytes
+ * A split [begin, *end) of file f in epoch: its records in the set (bits,
+ * a restored job's positions, or runs_of when bits is NULL: what the
+ * consumers of a lost split already have) become skip runs in t's answer payload (16 bytes
  * each, docs/protocol.md). When they do not all fit, the split ends where
  * the first that does not fit begins.
- * @return 0 (*nskips runs added), 1 (ex holds all of it: hand nothing out),
+ * @return 0 (*nskips runs added), 1 (the set holds all of it: hand nothing out),
  *         2 (no room left in this answer), -ENOMEM
  */
-int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posset_t *ex, uint32_t epoch, uint32_t f,
-                           uint64_t begin, uint64_t *end, uint32_t *nskips);
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *bits, const sl_posset_t *runs_of,
+                           uint32_t epoch, uint32_t f, uint64_t begin, uint64_t *end, uint32_t *nskips);
 
 /**
  * DYNAMIC, a job j just created (its epoch 0, nothing excluded): hands each

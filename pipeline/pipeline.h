@@ -21,7 +21,7 @@
 #include "spec.h"
 #include "sluice.h"
 
-struct sl_posset;
+struct sl_posbits;
 
 /* The largest batch when sl_pipeline_opts_t.max_batch_bytes is 0. */
 #define SL_PIPELINE_DEFAULT_MAX_BATCH_BYTES ((size_t)256 << 20)
@@ -118,7 +118,7 @@ typedef struct sl_pipeline_opts {
                                            0: 2; interleave's "autotune" */
     sl_cache_env_t *cache;              /* shared by the worker's pipelines; NULL: the pipeline's
                                            own, SL_PIPELINE_DEFAULT_CACHE_BYTES, no disk */
-    const struct sl_posset *exclude;    /* static policies: positions (epoch, file, record) the
+    const struct sl_posbits *exclude;   /* static policies: positions (epoch, file, record) the
                                            source must not yield, dropped before the shard (a
                                            restored iterator's job); NULL: none. Must outlive
                                            the pipeline. */

@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "posset.h"
+#include "posbits.h"
 
 /* Static policies, a restored iterator's job: the source's elements whose
  * position the checkpoint holds are dropped before the shard, so that every
@@ -18,17 +18,17 @@
  * rest between them. */
 struct exclude_iter {
     sl_iter_t base;
-    const sl_posset_t *ex;
+    const sl_posbits_t *ex;
 };
 
-static bool excluded(const sl_posset_t *ex, const sl_element_t *e)
+static bool excluded(const sl_posbits_t *ex, const sl_element_t *e)
 {
     uint32_t n = sl_prov_count(e);
     if (n == 0)
         return false;
     const sl_provenance_run_t *r = sl_prov_runs(e);
     for (uint32_t i = 0; i < n; i++)
-        if (sl_posset_count(ex, r[i].epoch, r[i].file_index, r[i].begin, r[i].begin + r[i].count) != r[i].count)
+        if (sl_posbits_count(ex, r[i].epoch, r[i].file_index, r[i].begin, r[i].begin + r[i].count) != r[i].count)
             return false;
     return true;
 }

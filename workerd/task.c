@@ -26,6 +26,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "posbits.h"
 #include "posset.h"
 #include "pipeline.h"
 #include "shm.h"
@@ -227,7 +228,7 @@ struct sl_task {
     uint64_t sent_below;
     bool end_sent; /* an end-of-sequence answer went out (sl_task_batch_sent(NULL)) */
     /* Static policies, a restored iterator's job: positions not to yield. */
-    sl_posset_t exclude;
+    sl_posbits_t exclude;
 };
 
 /* A split this task got but its pipeline will never read (the pipeline
@@ -942,12 +943,12 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
                                   "(is the worker older than the dispatcher?): %s", err);
         return task_failed(t, def, rc, why, out);
     }
-    sl_posset_init(&t->exclude, SL_TASK_MAX_EXCLUDE_RUNS);
+    sl_posbits_init(&t->exclude, SL_TASK_MAX_EXCLUDE_RUNS);
     if (exclude && exclude_len > 0) {
         char why[256];
-        rc = sl_posset_decode(&t->exclude, exclude, exclude_len, why, sizeof why);
+        rc = sl_posbits_decode(&t->exclude, exclude, exclude_len, why, sizeof why);
         if (rc < 0) {
-            snprintf(err, errlen, "the job's excluded positions: %s", rc == -ENOSPC ? "too many runs" : why);
+            snprintf(err, errlen, "the job's excluded positions: %s", rc == -ENOSPC ? "too many runs and bitmaps" : why);
             rc = rc == -ENOMEM ? rc : SL_EDATA;
             goto fail;
         }
@@ -971,7 +972,7 @@ int sl_task_new(struct event_base *base, const sluice_TaskDef *def, const char *
         .plugins = cfg->plugins,
         .threads = cfg->threads,
         .cache = cfg->cache,
-        .exclude = t->exclude.num > 0 ? &t->exclude : NULL,
+        .exclude = sl_posbits_units(&t->exclude) > 0 ? &t->exclude : NULL,
         .mem = t->mem,
         /* A charge waits on while the task holds batches of its own:
          * they come back as its clients read them. */
@@ -1024,7 +1025,7 @@ void sl_task_free(sl_task_t *t)
     splits_clear(t);
     sl_split_track_free(t->track);
     free(t->tally_scratch);
-    sl_posset_clear(&t->exclude);
+    sl_posbits_clear(&t->exclude);
     sl_spec_free(t->spec);
     if (t->notify_ev)
         event_free(t->notify_ev);

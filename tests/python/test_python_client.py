@@ -22,7 +22,7 @@ import sluice
 import sluice.client
 from sluice import _lib
 from cutproxy import CutProxy, without_field
-from harness import Cluster, get_json, http, values, wait_for
+from harness import Cluster, get_json, http, metric, values, wait_for
 from pycase import SluiceCase
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1314,6 +1314,46 @@ class NamedLongEpochTest(unittest.TestCase):
             assert_each_once(self, got, n, where)
         finally:
             c.close()
+
+    def test_a_checkpoint_of_many_shuffled_workers_restores_within_the_bound_through_a_dispatcher_restart(self):
+        # User sizes, seeded: 6 to 8 workers behind shuffle(100000) hold
+        # about 100,000 records each in their buffers when an anonymous
+        # job's iterator checkpoints 3 to 4 million records of 8 million:
+        # the checkpoint's holes, one run of consumed records between two,
+        # about 50,000 runs a worker. The dispatcher's --max-exclude-runs is
+        # 200,000: as runs it refused the restore ("position set of N runs,
+        # more than the limit"); it keeps them as bitmaps where they crowd
+        # (docs/fault-tolerance.md). It is killed (-9) and restarted while
+        # the restored job reads (its store holds the positions as bitmaps),
+        # and every record comes once.
+        seed, rng = seeded('a checkpoint of many shuffled workers')
+        n, w, bound = 8000000, rng.randrange(6, 9), 200000
+        steps, kill_at = rng.randrange(3000000, 4000001) // 256, rng.randrange(10, 4000)
+        where = 'seed %d: %d workers, %d batches read, the dispatcher killed at batch %d of the restored job' % (
+            seed, w, steps, kill_at)
+        ds = sluice.range(0, n).shuffle(100000, seed=seed % 1000).batch(256)
+        c = Cluster(workers=w, dispatcher_args=['--max-exclude-runs', str(bound)])
+        got = []
+        try:
+            c.wait_workers_registered(w)
+            it = ds.distribute(c.dispatcher.addr, sharding='dynamic', checkpointable=True)
+            for _ in range(steps):
+                got.append(next(it)['value'])
+            ck = it.checkpoint()
+            it.close()
+            had = np.sort(np.concatenate(got))
+            runs = 1 + int(np.count_nonzero(np.diff(had) != 1))
+            where += ': %d runs consumed, a checkpoint of %d bytes' % (runs, len(ck))
+            print('many shuffled workers: %s' % where, file=sys.stderr)
+            self.assertGreater(runs, bound, where + ' (fewer runs than the bound: the test would show nothing)')
+            live = ds.distribute(c.dispatcher.addr, sharding='dynamic', checkpoint=ck)
+            units = metric(c.dispatcher.admin_port, 'sluice_dispatcher_exclude_runs')
+            self.assertTrue(units and 0 < units < bound // 4, '%s: %s units held' % (where, units))
+            read_in_turn([live], got, lambda r: r == kill_at and c.restart_dispatcher())
+            assert_each_once(self, got, n, where)
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
 
     def test_a_dispatcher_that_does_not_start_a_job_at_the_place_is_refused(self):
         # A checkpoint that starts within the epoch (version 5 or 6), restored

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "le.h"
 #include "log.h"
 #include "persist.h"
+#include "posbits.h"
 #include "posset.h"
 #include "seed_util.h"
 #include "sluice.h"
@@ -376,6 +378,126 @@ Test(persist, a_restored_jobs_splits_hold_a_splits_worth_of_records_not_consumed
     sl_posset_clear(&had);
 }
 
+static sl_dstate_t *state_bounded(unsigned max_exclude_runs)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_exclude_runs = max_exclude_runs;
+    sl_dstate_t *s = sl_dstate_new(&cfg);
+    cr_assert_not_null(s);
+    return s;
+}
+
+Test(persist, a_checkpoint_of_many_shuffled_workers_restores_as_bitmaps_also_after_a_restart)
+{
+    /* Seeded, at user sizes: W workers (8 to 64) behind shuffle(B) (B from
+     * 10,000 to 100,000) left about W x B records in their buffers, the
+     * holes of a checkpoint of 2,000,000 records: one run of consumed
+     * records between two holes, W x B / 2 runs, more than the
+     * dispatcher's --max-exclude-runs of 50,000. As runs it refused the
+     * restore; as bitmaps where the runs crowd it holds a few thousand
+     * units. Restored from version 2 bytes (a client of before version 3)
+     * or version 3, stored, and loaded by a restarted dispatcher, whose
+     * splits hand out every record not consumed once and no other. */
+    uint64_t rng = test_seed("persist::a_checkpoint_of_many_shuffled_workers_restores_as_bitmaps_also_after_a_restart");
+    enum { N = 2000000, BOUND = 50000 };
+    uint64_t workers = 8 + splitmix64(&rng) % 57, buffer = 10000 + splitmix64(&rng) % 90001;
+    uint64_t read = N * 3 / 4, held = workers * buffer > read / 2 ? read / 2 : workers * buffer;
+    bool v3 = splitmix64(&rng) % 2;
+    cr_log_info("%" PRIu64 " workers, shuffle(%" PRIu64 "), %" PRIu64 " records in their buffers, version %d",
+                workers, buffer, held, v3 ? 3 : 2);
+    /* Record i of [0, read) is still in a buffer with odds held / read
+     * times e^(-(read - i) / held) over its mean: recent records mostly,
+     * and a tail far back. */
+    uint8_t *consumed = calloc(N, 1);
+    cr_assert_not_null(consumed);
+    sl_posbits_t had;
+    sl_posbits_init(&had, SL_POSSET_MAX_RUNS);
+    uint64_t holes = 0;
+    for (uint64_t i = 0; i < read; i++) {
+        double p = exp(-(double)(read - i) / (double)held);
+        if ((double)(splitmix64(&rng) >> 11) / 9007199254740992.0 < p) {
+            holes++;
+            continue;
+        }
+        consumed[i] = 1;
+        sl_posrun_t r = {0, 0, i, 1};
+        cr_assert_eq(sl_posbits_add_many(&had, &r, 1), 0);
+    }
+    size_t runs = had.runs.num;
+    for (size_t k = 0; k < had.nblocks; k++)
+        runs += sl_posbits_block_runs(&had.blocks[k]);
+    cr_assert_gt(runs, BOUND, "%zu runs: more than the bound, or the test shows nothing", runs);
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    if (v3) {
+        cr_assert_eq(sl_posbits_encode(&had, SL_POSBITS_WIRE_RUNS, &bytes, &n), 0);
+    } else {
+        sl_posset_t all;
+        sl_posset_init(&all, SL_POSSET_MAX_RUNS);
+        cr_assert_eq(sl_posbits_to_posset(&had, 0, &all), 0);
+        n = sl_posset_encode(&all, NULL, 0);
+        bytes = malloc(n);
+        sl_posset_encode(&all, bytes, n);
+        sl_posset_clear(&all);
+    }
+    open_store(0);
+    st = state_bounded(BOUND);
+    worker(st, "127.0.0.1:1");
+    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 2000000}}");
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC};
+    sluice_GetOrCreateJobResponse jr = sluice_GetOrCreateJobResponse_init_zero;
+    cr_assert_eq(sl_dstate_job_join(st, &req, "", bytes, n, 0, &jr, err, sizeof err), 0, "%s", err);
+    free(bytes);
+    sl_dstate_stats_t stats;
+    sl_dstate_stats(st, &stats);
+    cr_assert_lt(stats.exclude_runs, BOUND / 2, "%" PRIu64 " units held", stats.exclude_runs);
+    uint64_t task = first_task(st, jr.job_id);
+    save(st);
+    /* A restart: the store holds the positions as version 3. */
+    st2 = state_bounded(BOUND);
+    cr_assert_eq(sl_dpersist_load(st2, store, 1000, err, sizeof err), 0, "%s", err);
+    uint8_t *given = calloc(N, 1);
+    cr_assert_not_null(given);
+    uint64_t next = 0, handed = 0, seq = 1;
+    for (int answers = 0; answers < 100000 && next < N; answers++) {
+        sluice_GetSplitResponse r;
+        splits_of(st2, task, seq++, 64, &r, 0);
+        if (r.splits_count == 0)
+            break;
+        size_t len;
+        const uint8_t *skips = sl_dstate_split_skips(st2, task, &len);
+        for (pb_size_t i = 0; i < r.splits_count; i++) {
+            const sluice_Split *sp = &r.splits[i];
+            cr_assert_geq(sp->begin, next, "splits follow each other");
+            uint64_t at = sp->begin;
+            for (uint32_t k = 0; k <= sp->skip_count; k++) {
+                uint64_t b = k < sp->skip_count ? sl_get_le64(skips + sp->skip_offset + 16 * k) : sp->end;
+                uint64_t c = k < sp->skip_count ? sl_get_le64(skips + sp->skip_offset + 16 * k + 8) : 0;
+                cr_assert(b >= at && b + c <= sp->end, "skip %u of split [%" PRIu64 ", %" PRIu64 ")", k, sp->begin,
+                          sp->end);
+                for (uint64_t x = at; x < b; x++) {
+                    cr_assert_not(given[x]++, "record %" PRIu64 " handed out twice", x);
+                    handed++;
+                }
+                for (uint64_t x = b; x < b + c; x++)
+                    cr_assert(consumed[x], "record %" PRIu64 " skipped but not consumed", x);
+                at = b + c;
+            }
+            next = sp->end;
+        }
+    }
+    cr_assert_eq(next, N);
+    for (uint64_t x = 0; x < N; x++)
+        cr_assert_eq(given[x], !consumed[x], "record %" PRIu64 ": handed out %d times, consumed %d", x, given[x],
+                     consumed[x]);
+    cr_assert_eq(handed, N - (read - holes));
+    sl_posbits_clear(&had);
+    free(consumed);
+    free(given);
+}
+
 Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restart)
 {
     open_store(0);
@@ -423,8 +545,8 @@ Test(persist, a_restored_job_skips_what_its_checkpoint_holds_also_after_a_restar
     sl_dstate_t *st3 = sl_dstate_new(&low);
     cr_assert_not_null(st3);
     cr_assert_eq(sl_dpersist_load(st3, store, 1000, err, sizeof err), SL_EDATA);
-    cr_assert(strstr(err, "position set of 2 runs, more than the limit 1 (--max-exclude-runs 1: start with the value "
-                          "it was stored under)"),
+    cr_assert(strstr(err, "position set of 2 runs, more than the limit 1 (in units: a run 1, 22 a bitmap of 4096 "
+                          "positions where runs crowd) (--max-exclude-runs 1: start with the value it was stored under)"),
               "%s", err);
     sl_dstate_free(st3);
     /* Named jobs under a static policy, coordinated reads and damaged
