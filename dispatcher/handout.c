@@ -454,7 +454,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         if (excl && len <= UINT64_MAX / SPARSE_GROWTH)
             end = sparse_end(&j->exclude, (uint32_t)j->split_epoch, j->split_file, begin, end, len, total);
         if (excl) {
-            int rc = sl__dstate_split_skips(st, t, &j->exclude, NULL, (uint32_t)j->split_epoch, j->split_file, begin,
+            int rc = sl__dstate_split_skips(st, t, &j->exclude, (uint32_t)j->split_epoch, j->split_file, begin,
                                             &end, &skips);
             if (rc == 1) {
                 /* Every record of it was consumed already: step past the

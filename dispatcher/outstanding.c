@@ -37,19 +37,17 @@ bool sl__out_tracked(const struct job *j)
 static void osplit_free(struct osplit *o)
 {
     if (o->have) {
-        sl_posset_clear(o->have);
+        sl_posbits_clear(o->have);
         free(o->have);
         o->have = NULL;
     }
 }
 
-/* A position set for what the consumers have of o: it never needs more
- * runs than half the split's records, rounded up. */
-static sl_posset_t *have_new(const struct osplit *o)
+static sl_posbits_t *have_new(const struct osplit *o)
 {
-    sl_posset_t *p = malloc(sizeof *p);
+    sl_posbits_t *p = malloc(sizeof *p);
     if (p)
-        sl_posset_init(p, (size_t)((o->end - o->begin) / 2 + 1));
+        sl_posbits_init(p, sl__out_have_units(o->begin, o->end));
     return p;
 }
 
@@ -61,8 +59,8 @@ static int have_add_wire(struct osplit *o, const uint8_t *runs, uint64_t n)
     if (!o->have && !(o->have = have_new(o)))
         return -ENOMEM;
     for (uint64_t i = 0; i < n; i++) {
-        int rc = sl_posset_add(o->have, (uint32_t)o->epoch, o->file, sl_get_le64(runs + 16 * i),
-                               sl_get_le64(runs + 16 * i + 8), NULL);
+        sl_posrun_t r = {(uint32_t)o->epoch, o->file, sl_get_le64(runs + 16 * i), sl_get_le64(runs + 16 * i + 8)};
+        int rc = sl_posbits_add_many(o->have, &r, 1);
         if (rc < 0)
             return rc;
     }
@@ -322,16 +320,17 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
             ranges[kept++] = ranges[i];
         }
     }
-    sl_posset_t got;
-    sl_posset_init(&got, st->cfg.max_exclude_runs);
+    sl_posbits_t got;
+    sl_posbits_init(&got, st->cfg.max_exclude_runs);
     char why[200];
-    int rc = sl_posset_decode_within(&got, payload, len, ranges, kept, why, sizeof why);
+    int rc = sl_posbits_decode_within(&got, payload, len, ranges, kept, why, sizeof why);
     free(ranges);
     if (rc < 0) {
-        sl_posset_clear(&got);
+        sl_posbits_clear(&got);
         if (rc == -ENOSPC)
-            return sl_errf(err, errlen, SL_ELIMIT, "report of client %" PRIu64 ": more than %u runs of positions "
-                           "within the lost splits (--max-exclude-runs)", c->id, st->cfg.max_exclude_runs);
+            return sl_errf(err, errlen, SL_ELIMIT, "report of client %" PRIu64 ": more than %u units of positions "
+                           "within the lost splits (a unit a run, 22 a bitmap of 4096 positions; --max-exclude-runs)",
+                           c->id, st->cfg.max_exclude_runs);
         return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA, "report of client %" PRIu64 ": %s", c->id,
                        rc == -ENOMEM ? "out of memory" : why);
     }
@@ -340,27 +339,21 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
         struct osplit *o = &j->orphans[i];
         if (o->state != OS_AWAIT)
             continue;
-        size_t n = sl_posset_within(&got, (uint32_t)o->epoch, o->file, o->begin, o->end, NULL, 0);
-        if (n == 0)
+        uint32_t e = (uint32_t)o->epoch;
+        if (sl_posbits_count(&got, e, o->file, o->begin, o->end) == 0)
             continue;
-        sl_posrun_t *runs = malloc(n * sizeof *runs);
-        if (!runs || (!o->have && !(o->have = have_new(o)))) {
-            free(runs);
+        if (!o->have && !(o->have = have_new(o))) {
             rc = -ENOMEM;
             break;
         }
-        sl_posset_within(&got, (uint32_t)o->epoch, o->file, o->begin, o->end, runs, n);
-        for (size_t r = 0; r < n && rc == 0; r++) {
-            uint64_t dup = 0;
-            rc = sl_posset_add(o->have, (uint32_t)o->epoch, o->file, runs[r].begin, runs[r].count, &dup);
-            added += runs[r].count - dup;
-        }
-        free(runs);
+        uint64_t before = sl_posbits_count(o->have, e, o->file, o->begin, o->end);
+        rc = sl_posbits_add_within(o->have, &got, e, o->file, o->begin, o->end);
+        added += sl_posbits_count(o->have, e, o->file, o->begin, o->end) - before;
         o->dirty = true;
         j->orphans_dirty = true;
         sl__dstate_touch(st, j);
     }
-    sl_posset_clear(&got);
+    sl_posbits_clear(&got);
     if (rc < 0) {
         return sl_errf(err, errlen, rc, "out of memory");
     }
@@ -391,7 +384,7 @@ bool sl__out_check_reports(sl_dstate_t *st, struct job *j)
         o->state = OS_QUEUED;
         o->dirty = true;
         n++;
-        have += o->have ? sl_posset_size(o->have) : 0;
+        have += o->have ? sl_posbits_size(o->have) : 0;
     }
     j->orphans_dirty = true;
     sl__dstate_touch(st, j);
@@ -463,7 +456,7 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         }
         uint64_t end = o->end, offset = t->last_skips_len;
         uint32_t take = 0;
-        int rc = o->have ? sl__dstate_split_skips(st, t, NULL, o->have, (uint32_t)o->epoch, o->file, o->begin, &end, &take)
+        int rc = o->have ? sl__dstate_split_skips(st, t, o->have, (uint32_t)o->epoch, o->file, o->begin, &end, &take)
                          : 0;
         if (rc == 1) {
             orphan_remove(st, j, i); /* every record of it arrived: nothing to hand out */
@@ -495,7 +488,7 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
              * store when the front's were kept. */
             o->begin = end;
             if (o->have)
-                sl_posset_drop_below(o->have, (uint32_t)o->epoch, o->file, end);
+                sl_posbits_drop_before(o->have, (uint32_t)o->epoch, o->file, end);
             o->dirty = true;
             j->orphans_dirty = true;
             sl__dstate_touch(st, j);

@@ -31,6 +31,18 @@ bool sl__out_tracked(const struct job *j);
  */
 int sl__out_add(sl_dstate_t *st, struct job *j, struct task *t, const sluice_Split *s, const uint8_t *skips);
 
+/**
+ * @return the units (posbits.h) of what the consumers have of a split of
+ * [begin, end): as runs, half its records rounded up at most; as bitmaps
+ * where a rank's scattered share crowds them, 22 for each block of 4096
+ * records it reaches into
+ */
+static inline size_t sl__out_have_units(uint64_t begin, uint64_t end)
+{
+    uint64_t len = end - begin;
+    return (size_t)(len / 2 + 1 + (len / SL_POSBITS_BLOCK + 2) * SL_POSBITS_BLOCK_UNITS);
+}
+
 /** @return how many splits t holds outstanding */
 unsigned sl__out_count(const struct task *t);
 

@@ -24,8 +24,10 @@
  *   exclusions per restored job: its consumed positions, posset.h's bytes (not JSON)
  *   outstanding per DYNAMIC split handed out and not confirmed, or of a lost task (outstanding.h);
  *             key: job id and split id (8 big-endian bytes each); value (not JSON, little-endian):
- *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 zero, then
- *             runs x (u64 begin, u64 count): what the consumers have of it
+ *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 form, then
+ *             what the consumers have of it: form 0, runs x (u64 begin, u64 count); form 1 (runs 0),
+ *             posset.h's bytes, version 3 (written where a block of it holds 176 runs or more: a
+ *             rank's scattered share, which a dispatcher before 2026-12-05 refuses by name)
  * A hand-out's skip runs are stored as "skips": [[begin, count]...], each
  * split's skip_offset / skip_count indexing them as in the answer payload.
  * Enums are stored as their numbers and checked at load. Fields added
@@ -53,6 +55,7 @@
 #include "errbuf.h"
 #include "le.h"
 #include "log.h"
+#include "outstanding.h"
 #include "policy.h"
 #include "spec.h"
 #include "state_types.h"
@@ -250,11 +253,21 @@ static void osplit_key(uint64_t job, uint64_t split, uint8_t key[16])
 
 static int put_osplit(sl_store_txn_t *txn, uint64_t job, const struct osplit *o)
 {
-    size_t runs = o->have ? o->have->num : 0;
-    size_t len = OSPLIT_HEAD + 16 * runs;
-    uint8_t *buf = malloc(len);
-    if (!buf)
+    sl_posrun_t *have = NULL;
+    uint8_t *set = NULL;
+    size_t runs = 0, set_len = 0;
+    int rc = 0;
+    if (o->have && sl_posbits_bitmaps(o->have, SL_POSBITS_WIRE_RUNS, NULL) > 0)
+        rc = sl_posbits_encode(o->have, SL_POSBITS_WIRE_RUNS, &set, &set_len);
+    else if (o->have)
+        rc = sl_posbits_runs(o->have, 0, &have, &runs);
+    size_t len = OSPLIT_HEAD + (set ? set_len : 16 * runs);
+    uint8_t *buf = rc == 0 ? malloc(len) : NULL;
+    if (!buf) {
+        free(set);
+        free(have);
         return -ENOMEM;
+    }
     sl_put_le64(buf, o->task_id);
     sl_put_le64(buf + 8, o->epoch);
     sl_put_le64(buf + 16, o->begin);
@@ -262,14 +275,18 @@ static int put_osplit(sl_store_txn_t *txn, uint64_t job, const struct osplit *o)
     sl_put_le32(buf + 32, o->file);
     sl_put_le32(buf + 36, (uint32_t)o->state);
     sl_put_le32(buf + 40, (uint32_t)runs);
-    sl_put_le32(buf + 44, 0);
+    sl_put_le32(buf + 44, set ? 1 : 0);
     for (size_t i = 0; i < runs; i++) {
-        sl_put_le64(buf + OSPLIT_HEAD + 16 * i, o->have->runs[i].begin);
-        sl_put_le64(buf + OSPLIT_HEAD + 16 * i + 8, o->have->runs[i].count);
+        sl_put_le64(buf + OSPLIT_HEAD + 16 * i, have[i].begin);
+        sl_put_le64(buf + OSPLIT_HEAD + 16 * i + 8, have[i].count);
     }
+    if (set)
+        memcpy(buf + OSPLIT_HEAD, set, set_len);
+    free(set);
+    free(have);
     uint8_t key[16];
     osplit_key(job, o->id, key);
-    int rc = sl_store_put(txn, SL_DT_OUTSTANDING, key, sizeof key, buf, len);
+    rc = sl_store_put(txn, SL_DT_OUTSTANDING, key, sizeof key, buf, len);
     free(buf);
     return rc;
 }
@@ -875,11 +892,14 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     uint64_t job = klen == 16 ? id_of(key, 8) : 0, split = klen == 16 ? id_of((const uint8_t *)key + 8, 8) : 0;
     if (klen != 16)
         return sl_errf(l->err, l->errlen, SL_EDATA, "state store: outstanding record with a %zu-byte key", klen);
-    if (vlen < OSPLIT_HEAD || (vlen - OSPLIT_HEAD) % 16 != 0 ||
-        sl_get_le32(v + 40) != (vlen - OSPLIT_HEAD) / 16)
+    uint32_t form = vlen >= OSPLIT_HEAD ? sl_get_le32(v + 44) : 0;
+    if (vlen < OSPLIT_HEAD || form > 1 ||
+        (form == 0 && ((vlen - OSPLIT_HEAD) % 16 != 0 || sl_get_le32(v + 40) != (vlen - OSPLIT_HEAD) / 16)) ||
+        (form == 1 && sl_get_le32(v + 40) != 0))
         return sl_errf(l->err, l->errlen, SL_EDATA,
-                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": %zu bytes, not the "
-                       "length its run count says", job, split, vlen);
+                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": %zu bytes of form %"
+                       PRIu32 ", not the length its run count says (or a form this dispatcher does not know)",
+                       job, split, vlen, form);
     struct osplit o = {.id = split, .task_id = sl_get_le64(v), .epoch = sl_get_le64(v + 8),
                        .begin = sl_get_le64(v + 16), .end = sl_get_le64(v + 24), .file = sl_get_le32(v + 32)};
     uint32_t state = sl_get_le32(v + 36);
@@ -895,17 +915,22 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     o.state = (enum osplit_state)state;
     uint32_t runs = sl_get_le32(v + 40);
     int rc = 0;
-    if (runs > 0) {
+    char why[200] = "";
+    if (runs > 0 || form == 1) {
         o.have = malloc(sizeof *o.have);
         if (!o.have)
             return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
-        sl_posset_init(o.have, (size_t)((o.end - o.begin) / 2 + 1));
+        sl_posbits_init(o.have, sl__out_have_units(o.begin, o.end));
         for (uint32_t i = 0; i < runs && rc == 0; i++) {
             uint64_t b = sl_get_le64(v + OSPLIT_HEAD + 16 * i), n = sl_get_le64(v + OSPLIT_HEAD + 16 * i + 8);
-            rc = n == 0 || b < o.begin || b > o.end || n > o.end - b
-                     ? SL_EDATA
-                     : sl_posset_add(o.have, (uint32_t)o.epoch, o.file, b, n, NULL);
+            sl_posrun_t r = {(uint32_t)o.epoch, o.file, b, n};
+            rc = n == 0 || b < o.begin || b > o.end || n > o.end - b ? SL_EDATA : sl_posbits_add_many(o.have, &r, 1);
         }
+        if (form == 1 && (rc = sl_posbits_decode(o.have, v + OSPLIT_HEAD, vlen - OSPLIT_HEAD, why, sizeof why)) == 0 &&
+            sl_posbits_count(o.have, (uint32_t)o.epoch, o.file, o.begin, o.end) != sl_posbits_size(o.have))
+            rc = SL_EDATA;
+        if (rc == -ENOSPC)
+            rc = SL_EDATA; /* more than the split can hold */
     }
     if (rc == 0 && o.state == OS_OUT) {
         rc = sl__dstate_grow(&t->out, &t->out_cap, t->out_num, sizeof *t->out);
@@ -920,14 +945,14 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     }
     if (rc < 0) {
         if (o.have) {
-            sl_posset_clear(o.have);
+            sl_posbits_clear(o.have);
             free(o.have);
         }
         return rc == -ENOMEM ? sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store")
                              : sl_errf(l->err, l->errlen, SL_EDATA,
                                        "state store: outstanding record of job %" PRIu64 " split %" PRIu64
-                                       ": a run of what the consumers have is empty, overlapping or outside the split",
-                                       job, split);
+                                       ": %s", job, split, why[0] ? why : "a run of what the consumers have is empty, "
+                                       "overlapping or outside the split");
     }
     return 0;
 }

@@ -20,15 +20,16 @@
 #include "metrics.h"
 #include "net.h"
 #include "persist.h"
+#include "posbits.h"
 #include "policy.h"
 #include "spec.h"
 
 /* The largest payload a dispatcher accepts: a dataset spec, or a position
- * set of --max-exclude-runs runs (a restored iterator's consumed positions,
+ * set of --max-exclude-runs units (a restored iterator's consumed positions,
  * a client's report). */
 static uint32_t max_payload(const sl_dstate_t *st)
 {
-    size_t excl = SL_POSSET_MAX_BYTES(sl_dstate_config(st)->max_exclude_runs);
+    size_t excl = SL_POSBITS_MAX_BYTES(sl_dstate_config(st)->max_exclude_runs);
     return (uint32_t)((SL_SPEC_MAX_BYTES > excl ? SL_SPEC_MAX_BYTES : excl) + 1024);
 }
 

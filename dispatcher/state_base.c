@@ -143,18 +143,17 @@ void sl__dstate_touch(sl_dstate_t *st, struct job *j)
     j->listed = true;
 }
 
-int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *bits, const sl_posset_t *runs_of,
-                           uint32_t epoch, uint32_t f, uint64_t begin, uint64_t *end, uint32_t *nskips)
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *ex, uint32_t epoch, uint32_t f,
+                           uint64_t begin, uint64_t *end, uint32_t *nskips)
 {
-    uint64_t have = bits ? sl_posbits_count(bits, epoch, f, begin, *end) : sl_posset_count(runs_of, epoch, f, begin, *end);
+    uint64_t have = sl_posbits_count(ex, epoch, f, begin, *end);
     *nskips = 0;
     if (have == *end - begin)
         return 1;
     if (have == 0)
         return 0;
     size_t room = (st->cfg.max_skip_bytes - t->last_skips_len) / 16;
-    size_t n = bits ? sl_posbits_within(bits, epoch, f, begin, *end, NULL, 0)
-                    : sl_posset_within(runs_of, epoch, f, begin, *end, NULL, 0);
+    size_t n = sl_posbits_within(ex, epoch, f, begin, *end, NULL, 0);
     if (room == 0)
         return 2;
     if (!t->last_skips && !(t->last_skips = malloc(st->cfg.max_skip_bytes)))
@@ -163,10 +162,7 @@ int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *
     sl_posrun_t *runs = malloc((take + 1) * sizeof *runs);
     if (!runs)
         return -ENOMEM;
-    if (bits)
-        sl_posbits_within(bits, epoch, f, begin, *end, runs, take + 1);
-    else
-        sl_posset_within(runs_of, epoch, f, begin, *end, runs, take + 1);
+    sl_posbits_within(ex, epoch, f, begin, *end, runs, take + 1);
     if (n > room)
         *end = runs[room].begin;
     for (size_t i = 0; i < take; i++) {

@@ -21,6 +21,7 @@
 #include "caps.h"
 #include "files.h"
 #include "idmap.h"
+#include "posbits.h"
 #include "posset.h"
 #include "state.h"
 
@@ -46,8 +47,9 @@ struct osplit {
     uint32_t file;
     enum osplit_state state;
     uint64_t begin, end;
-    sl_posset_t *have; /* positions of it the consumers already have (its skip runs), or NULL */
-    bool dirty;        /* orphans: the stored record is not up to date */
+    sl_posbits_t *have; /* positions of it the consumers already have (its skip runs; bitmaps where
+                           a rank's scattered share crowds them), or NULL */
+    bool dirty;         /* orphans: the stored record is not up to date */
 };
 
 /* Datasets whose split length a worker's tasks asked for that the
@@ -368,16 +370,16 @@ uint64_t sl__job_records_left(const struct job *j);
 void sl__dataset_free(struct dataset *d);
 
 /**
- * A split [begin, *end) of file f in epoch: its records in the set (bits,
- * a restored job's positions, or runs_of when bits is NULL: what the
- * consumers of a lost split already have) become skip runs in t's answer payload (16 bytes
+ * A split [begin, *end) of file f in epoch: its records in ex (a restored
+ * job's positions, or what the consumers of a lost split already have)
+ * become skip runs in t's answer payload (16 bytes
  * each, docs/protocol.md). When they do not all fit, the split ends where
  * the first that does not fit begins.
- * @return 0 (*nskips runs added), 1 (the set holds all of it: hand nothing out),
+ * @return 0 (*nskips runs added), 1 (ex holds all of it: hand nothing out),
  *         2 (no room left in this answer), -ENOMEM
  */
-int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *bits, const sl_posset_t *runs_of,
-                           uint32_t epoch, uint32_t f, uint64_t begin, uint64_t *end, uint32_t *nskips);
+int sl__dstate_split_skips(sl_dstate_t *st, struct task *t, const sl_posbits_t *ex, uint32_t epoch, uint32_t f,
+                           uint64_t begin, uint64_t *end, uint32_t *nskips);
 
 /**
  * DYNAMIC, a job j just created (its epoch 0, nothing excluded): hands each

@@ -544,6 +544,40 @@ uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, 
     return n;
 }
 
+int sl_posbits_add_within(sl_posbits_t *b, const sl_posbits_t *src, uint32_t epoch, uint32_t file, uint64_t begin,
+                          uint64_t end)
+{
+    if (end <= begin)
+        return 0;
+    /* The runs a chunk at a time, then the blocks, each cut to the range. */
+    sl_posrun_t chunk[64];
+    for (uint64_t at = begin;;) {
+        size_t got = sl_posset_within(&src->runs, epoch, file, at, end, chunk, 64);
+        size_t use = got < 64 ? got : 64;
+        int rc = use > 0 ? sl_posbits_add_many(b, chunk, use) : 0;
+        if (rc < 0)
+            return rc;
+        if (got <= 64)
+            break;
+        at = chunk[63].begin + chunk[63].count;
+    }
+    for (size_t k = block_at(src, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
+         k < src->nblocks && src->blocks[k].epoch == epoch && src->blocks[k].file == file &&
+         src->blocks[k].no <= (end - 1) >> SL_POSBITS_BLOCK_BITS;
+         k++) {
+        uint64_t base = src->blocks[k].no << SL_POSBITS_BLOCK_BITS, w[SL_POSBITS_WORDS];
+        memcpy(w, src->blocks[k].w, sizeof w);
+        if (begin > base)
+            put_bits(w, 0, begin - base, false);
+        if (end - base < SL_POSBITS_BLOCK)
+            put_bits(w, end - base, SL_POSBITS_BLOCK, false);
+        int rc = sl_posbits_add_block(b, epoch, file, src->blocks[k].no, w);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Runs given in order, coalesced where they touch, counted past max. */
 struct within_out {
     sl_posrun_t *out;
@@ -755,25 +789,48 @@ int sl_posbits_bytes(const sl_posbits_t *b, uint8_t **out, size_t *len)
     return rc;
 }
 
+/* A decode's chunk of runs: when it does not fit as a whole, its halves
+ * one after the other, so that the set makes bitmaps of crowded runs as
+ * they come (an add makes them of what it holds before the add). */
 static int add_chunk(void *ctx, const sl_posrun_t *runs, size_t n)
 {
-    return sl_posbits_add_many(ctx, runs, n);
+    int rc = sl_posbits_add_many(ctx, runs, n);
+    if (rc == -ENOSPC && n > 1) {
+        rc = add_chunk(ctx, runs, n / 2);
+        if (rc == 0)
+            rc = add_chunk(ctx, runs + n / 2, n - n / 2);
+    }
+    return rc;
 }
 
-int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen)
+static int decode(sl_posbits_t *b, const uint8_t *buf, size_t len, const sl_posrun_t *ranges, size_t nranges,
+                  char *err, size_t errlen)
 {
-    int rc = sl_posset_read(buf, len, add_chunk, b, err, errlen);
+    int rc = sl_posset_read_within(buf, len, ranges, nranges, add_chunk, b, err, errlen);
     uint32_t version = len >= 16 ? sl_get_le32(buf + 4) : 0;
-    if (rc == -ENOSPC && version != 3) /* runs alone take no more units than they are */
+    if (rc == -ENOSPC && version != 3 && !ranges) /* runs alone take no more units than they are */
         return sl_errf(err, errlen, rc, "position set of %llu runs, more than the limit %zu (in units: a run 1, 22 "
                        "a bitmap of 4096 positions where runs crowd)", (unsigned long long)sl_get_le64(buf + 8),
                        b->max_units);
     if (rc == -ENOSPC)
-        return sl_errf(err, errlen, rc, "position set of more than %zu units, the limit (a unit a run, 22 a bitmap "
-                       "of 4096 positions)", b->max_units);
+        return sl_errf(err, errlen, rc, "position set of more than %zu units%s, the limit (a unit a run, 22 a bitmap "
+                       "of 4096 positions)", b->max_units, ranges ? " within the ranges asked for" : "");
     if (rc == -EOVERFLOW || rc == -ENOMEM)
         return sl_errf(err, errlen, rc, "%s", rc == -ENOMEM ? "out of memory" : "a run passes position 2^64");
     return rc;
+}
+
+int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+    return decode(b, buf, len, NULL, 0, err, errlen);
+}
+
+int sl_posbits_decode_within(sl_posbits_t *b, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
+                             size_t nranges, char *err, size_t errlen)
+{
+    /* No range: nothing kept, but the bytes are checked all the same. */
+    static const sl_posrun_t none;
+    return decode(b, buf, len, nranges > 0 ? ranges : &none, nranges, err, errlen);
 }
 
 int sl_posbits_to_posset(const sl_posbits_t *b, uint64_t from, sl_posset_t *set)

@@ -29,6 +29,12 @@
 #define SL_POSBITS_DENSE 24       /* the runs in a block range that make it a block */
 #define SL_POSBITS_WIRE_RUNS 176  /* the runs that make a block a bitmap on the wire: 528 bytes, ~3 a run */
 
+/* The bytes a set of n units may take on the wire, as a reader that keeps
+ * posbits takes it: a bitmap's 528 bytes for its 22 units, 24 a unit; as
+ * version 2 runs, that many bytes hold 8 runs a unit at a shuffle's 3 bytes
+ * a run (a set of more runs than units, which the reader's bitmaps hold). */
+#define SL_POSBITS_MAX_BYTES(n) (24 + 24 * (size_t)(n))
+
 /* Positions [no * SL_POSBITS_BLOCK, (no + 1) * SL_POSBITS_BLOCK) of (epoch, file). */
 typedef struct sl_posblock {
     uint32_t epoch, file;
@@ -77,6 +83,14 @@ int sl_posbits_add_block(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_
 /** Adds every position of src of epochs from `from` on (its runs, then
  *  its blocks). @return as sl_posbits_add_many() */
 int sl_posbits_add_set(sl_posbits_t *b, const sl_posbits_t *src, uint64_t from);
+
+/**
+ * Adds src's positions inside [begin, end) of (epoch, file): its runs cut
+ * to the range, and its blocks as bitmaps (no run of them made).
+ * @return as sl_posbits_add_many(); on error b may hold some of them
+ */
+int sl_posbits_add_within(sl_posbits_t *b, const sl_posbits_t *src, uint32_t epoch, uint32_t file, uint64_t begin,
+                          uint64_t end);
 
 /** Removes every position before (epoch, file, pos) in the order of places. */
 void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
@@ -147,6 +161,16 @@ int sl_posbits_bytes(const sl_posbits_t *b, uint8_t **out, size_t *len);
  *   -ENOMEM, -EOVERFLOW
  */
 int sl_posbits_decode(sl_posbits_t *b, const uint8_t *buf, size_t len, char *err, size_t errlen);
+
+/**
+ * sl_posbits_decode() of what lies in ranges (nranges runs, sorted and
+ * apart: a report's lost splits; none: nothing kept), so that what b
+ * holds follows the ranges, not what the bytes say; the rest is checked
+ * and dropped.
+ * @return as sl_posbits_decode()
+ */
+int sl_posbits_decode_within(sl_posbits_t *b, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
+                             size_t nranges, char *err, size_t errlen);
 
 /**
  * Adds the set's positions of epochs from `from` on to set, as runs.

@@ -145,12 +145,6 @@ static void remove_runs(sl_posset_t *s, size_t i, size_t j)
     }
 }
 
-void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
-{
-    size_t i = lower(s, epoch, file, 0);
-    remove_runs(s, i, cut_at(s, epoch, file, pos));
-}
-
 void sl_posset_drop_before(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos)
 {
     remove_runs(s, 0, cut_at(s, epoch, file, pos));
@@ -802,11 +796,6 @@ static int check_header(const uint8_t *buf, size_t len, uint32_t *version, uint6
 struct gather {
     sl_posrun_t *runs;
     size_t n, cap, max;
-    /* decode_within(): the ranges kept, sorted, and the first that may
-     * reach the next run of each part (runs come in order within one). */
-    const sl_posrun_t *ranges;
-    size_t nranges, at;
-    sl_posrun_t last; /* the run before: a run before it starts another part */
 };
 
 static int gather_run(void *ctx, const sl_posrun_t *r)
@@ -819,57 +808,64 @@ static int gather_run(void *ctx, const sl_posrun_t *r)
     return 0;
 }
 
-/* gather_run() of what of r lies in the ranges. The bitmaps' runs, then
- * the runs, come in order: the first range that may reach r is found from
- * where the last run's search left off (back at the start for the runs). */
-static int gather_within(void *ctx, const sl_posrun_t *r)
+/* A walk of runs against ranges (sorted and apart): the first range that
+ * may reach the next run of each part (runs come in order within one),
+ * and the run before (a run before it starts another part). */
+struct within {
+    const sl_posrun_t *ranges;
+    size_t nranges, at;
+    sl_posrun_t last;
+};
+
+/* fn(ctx, piece) for each piece of r that lies in the ranges. The bitmaps'
+ * runs, then the runs, come in order: the first range that may reach r is
+ * found from where the last run's search left off (back at the start for
+ * the runs). */
+static int each_piece(struct within *w, const sl_posrun_t *r, int (*fn)(void *, const sl_posrun_t *), void *ctx)
 {
-    struct gather *g = ctx;
-    if (sl_posrun_before(*r, g->last))
-        g->at = 0;
-    g->last = *r;
-    while (g->at < g->nranges) {
-        const sl_posrun_t *k = &g->ranges[g->at];
+    if (sl_posrun_before(*r, w->last))
+        w->at = 0;
+    w->last = *r;
+    while (w->at < w->nranges) {
+        const sl_posrun_t *k = &w->ranges[w->at];
         int c = cmp_key(k, r->epoch, r->file);
         if (c < 0 || (c == 0 && k->begin + k->count <= r->begin))
-            g->at++;
+            w->at++;
         else
             break;
     }
-    for (size_t i = g->at; i < g->nranges; i++) {
-        const sl_posrun_t *k = &g->ranges[i];
+    for (size_t i = w->at; i < w->nranges; i++) {
+        const sl_posrun_t *k = &w->ranges[i];
         if (cmp_key(k, r->epoch, r->file) != 0 || k->begin >= r->begin + r->count)
             break;
         uint64_t lo = k->begin > r->begin ? k->begin : r->begin;
         uint64_t hi = k->begin + k->count < r->begin + r->count ? k->begin + k->count : r->begin + r->count;
         sl_posrun_t piece = {r->epoch, r->file, lo, hi - lo};
-        int rc = gather_run(g, &piece);
+        int rc = fn(ctx, &piece);
         if (rc < 0)
             return rc;
     }
     return 0;
 }
 
-/* Decodes buf into s: every run (ranges NULL), or what of them lies in
- * the ranges; at most s->max_runs runs kept. */
-static int decode(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges, size_t nranges,
-                  char *err, size_t errlen)
+/* Decodes buf into s: at most s->max_runs runs kept. */
+static int decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
     uint32_t version = 0;
     uint64_t n = 0;
     int rc = check_header(buf, len, &version, &n, err, errlen);
     if (rc < 0)
         return rc;
-    if (!ranges && n > s->max_runs)
+    if (n > s->max_runs)
         return sl_errf(err, errlen, -ENOSPC, "position set of %llu runs, more than the limit %zu",
                        (unsigned long long)n, s->max_runs);
-    struct gather g = {.max = s->max_runs, .ranges = ranges, .nranges = nranges};
+    struct gather g = {.max = s->max_runs};
     /* Version 1 and 2 runs come sorted and apart, n of them: they are the set. */
-    bool as_they_are = !ranges && version < 3;
+    bool as_they_are = version < 3;
     if (as_they_are && n > 0 && !(g.runs = malloc((size_t)n * sizeof *g.runs)))
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
     g.cap = as_they_are ? (size_t)n : 0;
-    rc = each_run(buf, len, version, n, ranges ? gather_within : gather_run, &g, err, errlen);
+    rc = each_run(buf, len, version, n, gather_run, &g, err, errlen);
     sl_posset_t set;
     sl_posset_init(&set, s->max_runs);
     if (rc == 0 && as_they_are) {
@@ -882,8 +878,7 @@ static int decode(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posru
     free(g.runs);
     if (rc == -ENOSPC || rc == -ENOMEM)
         rc = rc == -ENOMEM ? sl_errf(err, errlen, rc, "out of memory")
-                           : sl_errf(err, errlen, rc, "position set of more than %zu runs%s, the limit", s->max_runs,
-                                     ranges ? " within the ranges asked for" : "");
+                           : sl_errf(err, errlen, rc, "position set of more than %zu runs, the limit", s->max_runs);
     if (rc < 0) {
         sl_posset_clear(&set);
         return rc;
@@ -901,6 +896,7 @@ struct chunk {
     size_t n;
     int (*fn)(void *, const sl_posrun_t *, size_t);
     void *ctx;
+    struct within w; /* sl_posset_read_within()'s ranges */
 };
 
 static int chunk_run(void *ctx, const sl_posrun_t *r)
@@ -913,8 +909,14 @@ static int chunk_run(void *ctx, const sl_posrun_t *r)
     return c->fn(c->ctx, c->runs, CHUNK);
 }
 
-int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx,
-                   char *err, size_t errlen)
+static int clip_run(void *ctx, const sl_posrun_t *r)
+{
+    struct chunk *c = ctx;
+    return each_piece(&c->w, r, chunk_run, c);
+}
+
+int sl_posset_read_within(const uint8_t *buf, size_t len, const sl_posrun_t *ranges, size_t nranges,
+                          int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx, char *err, size_t errlen)
 {
     uint32_t version = 0;
     uint64_t n = 0;
@@ -924,23 +926,21 @@ int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl
     struct chunk *c = malloc(sizeof *c);
     if (!c)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    *c = (struct chunk){.n = 0, .fn = fn, .ctx = ctx};
-    rc = each_run(buf, len, version, n, chunk_run, c, err, errlen);
+    *c = (struct chunk){.n = 0, .fn = fn, .ctx = ctx, .w = {.ranges = ranges, .nranges = nranges}};
+    rc = each_run(buf, len, version, n, ranges ? clip_run : chunk_run, c, err, errlen);
     if (rc == 0 && c->n > 0)
         rc = fn(ctx, c->runs, c->n);
     free(c);
     return rc;
 }
 
-int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
+int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx,
+                   char *err, size_t errlen)
 {
-    return decode(s, buf, len, NULL, 0, err, errlen);
+    return sl_posset_read_within(buf, len, NULL, 0, fn, ctx, err, errlen);
 }
 
-int sl_posset_decode_within(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
-                            size_t nranges, char *err, size_t errlen)
+int sl_posset_decode(sl_posset_t *s, const uint8_t *buf, size_t len, char *err, size_t errlen)
 {
-    /* No range: nothing kept, but the bytes are checked all the same. */
-    static const sl_posrun_t none;
-    return decode(s, buf, len, nranges > 0 ? ranges : &none, nranges, err, errlen);
+    return decode(s, buf, len, err, errlen);
 }

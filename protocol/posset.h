@@ -88,10 +88,6 @@ int sl_posset_add(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t begin,
  */
 int sl_posset_add_many(sl_posset_t *s, const void *runs, size_t n);
 
-/** Removes the positions of (epoch, file) below pos (what is left of a
- * range whose front was handed out keeps no run before its new begin). */
-void sl_posset_drop_below(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos);
-
 /** Removes every position before (epoch, file, pos) in the set's order:
  *  earlier epochs, earlier files of epoch, records of file below pos. */
 void sl_posset_drop_before(sl_posset_t *s, uint32_t epoch, uint32_t file, uint64_t pos);
@@ -223,13 +219,13 @@ int sl_posset_read(const uint8_t *buf, size_t len, int (*fn)(void *ctx, const sl
                    char *err, size_t errlen);
 
 /**
- * sl_posset_decode() keeping only what lies in ranges (nranges runs,
- * sorted and apart: a report's lost splits), so that what s holds follows
- * the ranges, not what the bytes say; the rest is checked and dropped.
- * @return 0, SL_EDATA with what was wrong in err, -ENOSPC (more than
- *   max_runs runs within the ranges), -ENOMEM
+ * sl_posset_read() of what lies in ranges (nranges runs, sorted and apart:
+ * a report's lost splits; NULL: every run): fn gets those pieces of the
+ * runs, so that what the caller keeps follows the ranges, not what the
+ * bytes say; the rest is checked and dropped.
+ * @return as sl_posset_read()
  */
-int sl_posset_decode_within(sl_posset_t *s, const uint8_t *buf, size_t len, const sl_posrun_t *ranges,
-                            size_t nranges, char *err, size_t errlen);
+int sl_posset_read_within(const uint8_t *buf, size_t len, const sl_posrun_t *ranges, size_t nranges,
+                          int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx, char *err, size_t errlen);
 
 #endif

@@ -34,6 +34,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "posbits.h"
 #include "provwire.h"
 #include "resolve.h"
 #include "rng.h"
@@ -1660,7 +1661,7 @@ static void disp_resolved(int rc, const struct sockaddr_storage *ss, socklen_t s
         return;
     if (rc == 0) {
         /* A dataset spec, or a restored job's excluded positions. */
-        sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSSET_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
+        sl_limits_t limits = {.max_payload = (uint32_t)(SL_POSBITS_MAX_BYTES(SL_TASK_MAX_EXCLUDE_RUNS) + 1024)};
         rc = sl_conn_connect_to(w->base, w->dispatcher, ss, sslen, w->cfg.env, SL_ROLE_WORKER, SL_ROLE_DISPATCHER,
                                 &limits, w->cfg.connect_timeout_ms, &disp_cbs, w, &w->disp, err, sizeof err);
         why = err;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "posbits.h"
 #include "posset.h"
 #include "sluice.h"
 
@@ -49,9 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A report read within ranges (the dispatcher's lost splits): the same
      * results, and on success what the whole set holds of the ranges. */
     static const sl_posrun_t ranges[] = {{0, 0, 0, 5000}, {0, 1, 100, 100000}, {1, 0, 4096, 8192}};
-    sl_posset_t w;
-    sl_posset_init(&w, MAX_RUNS);
-    int rw = sl_posset_decode_within(&w, data, size, ranges, 3, err, sizeof err);
+    sl_posbits_t w;
+    sl_posbits_init(&w, MAX_RUNS);
+    int rw = sl_posbits_decode_within(&w, data, size, ranges, 3, err, sizeof err);
     CHECK(rw == 0 || rw == SL_EDATA || rw == -ENOSPC || rw == -ENOMEM);
     CHECK(rc != SL_EDATA || rw == SL_EDATA);
     if (rw == 0 && rc == 0) {
@@ -59,9 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < 3; i++)
             in += sl_posset_count(&s, ranges[i].epoch, ranges[i].file, ranges[i].begin,
                                   ranges[i].begin + ranges[i].count);
-        CHECK(sl_posset_size(&w) == in);
+        CHECK(sl_posbits_size(&w) == in);
     }
-    sl_posset_clear(&w);
+    sl_posbits_clear(&w);
     sl_posset_clear(&s);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "dstate_util.h"
+#include "le.h"
 #include "log.h"
 #include "persist.h"
 #include "posbits.h"
@@ -74,6 +75,26 @@ static uint64_t job(uint64_t *c1, uint64_t *c2)
     sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "shared"};
     cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, c1, err, sizeof err), 0, "%s", err);
     cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, c2, err, sizeof err), 0, "%s", err);
+    return job_id;
+}
+
+/* A named DYNAMIC job over range(n) with nclients clients, ids *first,
+ * *first + 1, ... */
+static uint64_t big_job(uint64_t n, unsigned nclients, uint64_t *first)
+{
+    char spec[128];
+    snprintf(spec, sizeof spec, "{\"source\": {\"type\": \"range\", \"stop\": %" PRIu64 "}}", n);
+    uint64_t ds, job_id, c;
+    const char *fp;
+    cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &ds, &fp, err, sizeof err), 0, "%s", err);
+    sluice_GetOrCreateJobRequest req = {.dataset_id = ds, .sharding = SL_SHARDING_DYNAMIC, .job_name = "shared"};
+    for (unsigned i = 0; i < nclients; i++) {
+        cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &job_id, &c, err, sizeof err), 0, "%s", err);
+        if (i == 0)
+            *first = c;
+        else
+            cr_assert_eq(c, *first + i, "client ids follow each other");
+    }
     return job_id;
 }
 
@@ -1260,11 +1281,6 @@ static int scattered_report(uint64_t job_id, uint64_t client, uint64_t gen, uint
     return rc;
 }
 
-static bool even(uint64_t p)
-{
-    return p % 2 == 0;
-}
-
 /* Records [0, 100) and every fourth after, and the others. */
 static bool front_and_fourths(uint64_t p)
 {
@@ -1276,29 +1292,38 @@ static bool the_rest(uint64_t p)
     return !front_and_fourths(p);
 }
 
+/* One record in 178: 23 a block of 4096 (24 in the first), too few to make
+ * it a bitmap; 137 units in [0, 24576). */
+static bool sparse(uint64_t p)
+{
+    return p % 178 == 0;
+}
+
 Test(outstanding, a_ranks_scattered_report_is_kept_only_within_the_lost_splits)
 {
     /* Two ranks of a named job report a million scattered records each
      * (their shares behind a shuffle), one as bitmaps (version 3), one as
-     * runs, against a bound of 100 runs: the dispatcher keeps what lies
-     * in the lost splits, [0, 300), and refuses by name a report with
-     * more runs than the bound there. */
+     * runs, against a bound of 135 units: the dispatcher keeps what lies
+     * in the lost splits, [0, 24576), six blocks of 4096 records, each
+     * share as six bitmaps (132 units), and refuses by name a report with
+     * more units than the bound there (sparse(): 137 units). */
     sl_dstate_config_t cfg;
     sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    cfg.max_exclude_runs = 100;
+    cfg.split_size = 8192;
+    cfg.max_exclude_runs = 135;
     st = sl_dstate_new(&cfg);
     uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
-    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t c1 = 0, c2, j = big_job(20000000, 2, &c1);
+    c2 = c1 + 1;
     uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 3, &r);
-    cr_assert_eq(r.splits[2].end, 300);
+    cr_assert_eq(r.splits[2].end, 24576);
     cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
     cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
-    /* Every other record: 150 runs in the lost splits. */
-    cr_assert_eq(scattered_report(j, c1, 1, 2000000, even, true), SL_ELIMIT);
-    cr_assert(strstr(err, "more than 100 runs of positions within the lost splits (--max-exclude-runs)"), "%s", err);
+    cr_assert_eq(scattered_report(j, c1, 1, 2000000, sparse, true), SL_ELIMIT);
+    cr_assert(strstr(err, "more than 135 units of positions within the lost splits (a unit a run, 22 a bitmap of "
+                          "4096 positions; --max-exclude-runs)"), "%s", err);
     cr_assert_eq(scattered_report(j, c1, 1, 2000000, front_and_fourths, true), 0, "%s", err);
     cr_assert_eq(lost_splits(j, "awaiting_reports"), 3);
     cr_assert_eq(scattered_report(j, c2, 1, 2000000, the_rest, false), 0, "%s", err);
@@ -1306,7 +1331,85 @@ Test(outstanding, a_ranks_scattered_report_is_kept_only_within_the_lost_splits)
     /* Together they had every record of the lost splits: none goes again. */
     get_splits(tb, 1, 8, &r);
     cr_assert_gt(r.splits_count, 0);
-    cr_assert_eq(r.splits[0].begin, 300, "split [%" PRIu64 ", %" PRIu64 ") went again", r.splits[0].begin,
+    cr_assert_eq(r.splits[0].begin, 24576, "split [%" PRIu64 ", %" PRIu64 ") went again", r.splits[0].begin,
                  r.splits[0].end);
     cr_assert_eq(lost_splits(j, "queued"), 0);
+}
+
+/* Rank share_rank of share_ranks: the records a shuffle gave it, drawn by
+ * position; those of class share_ranks went to nobody (they were in the
+ * lost worker's buffers). */
+static unsigned share_rank, share_ranks;
+static uint64_t share_seed;
+
+static bool share_of(uint64_t p)
+{
+    uint64_t x = share_seed ^ p;
+    return splitmix64(&x) % (share_ranks + 1) == share_rank;
+}
+
+Test(outstanding, ranks_scattered_reports_past_the_bound_in_runs_are_kept_as_bitmaps_through_a_restart)
+{
+    /* Seeded, at user sizes: a worker lost with 3 splits of 1,000,000
+     * records handed out; 2 to 4 ranks of a named job had scattered shares
+     * of them (behind a shuffle, a record each here and there), a run a
+     * record: hundreds of thousands of runs a report, against a bound of
+     * 20,000 units. As runs each report was refused, and the rank's
+     * iterator failed on a worker loss; as bitmaps a share takes about
+     * 16,000 units. The reports go as version 2 or 3 (drawn), the
+     * dispatcher restarts before the splits go again (its store holds what
+     * the ranks had as bitmaps), and they go out with exactly what no rank
+     * had. */
+    uint64_t rng = test_seed("outstanding::ranks_scattered_reports_past_the_bound_in_runs_are_kept_as_bitmaps_through_a_restart");
+    share_ranks = 2 + (unsigned)(splitmix64(&rng) % 3);
+    share_seed = splitmix64(&rng);
+    bool v3 = splitmix64(&rng) % 2;
+    cr_log_info("%u ranks, reports as version %d", share_ranks, v3 ? 3 : 2);
+    enum { SPLIT = 1000000, LOST = 3 * SPLIT };
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = SPLIT;
+    cfg.max_split_size = SPLIT;
+    cfg.max_exclude_runs = 20000;
+    st = sl_dstate_new(&cfg);
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t first = 0, j = big_job(20000000, share_ranks, &first);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 3, &r);
+    cr_assert_eq(r.splits[2].end, LOST);
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
+    for (share_rank = 0; share_rank < share_ranks; share_rank++)
+        cr_assert_eq(scattered_report(j, first + share_rank, 1, LOST + 100000, share_of, v3), 0, "rank %u: %s",
+                     share_rank, err);
+    cr_assert_eq(lost_splits(j, "queued"), 3);
+    save();
+    restart();
+    uint8_t *given = calloc(LOST, 1);
+    cr_assert_not_null(given);
+    for (uint64_t seq = 1; seq < 100 && lost_splits(j, "queued") > 0; seq++) {
+        get_splits(tb, seq, 8, &r);
+        size_t len;
+        const uint8_t *skips = sl_dstate_split_skips(st, tb, &len);
+        for (pb_size_t i = 0; i < r.splits_count; i++) {
+            const sluice_Split *sp = &r.splits[i];
+            if (sp->begin >= LOST)
+                continue; /* the cursor's */
+            uint64_t at = sp->begin;
+            for (uint32_t k = 0; k <= sp->skip_count; k++) {
+                uint64_t b = k < sp->skip_count ? sl_get_le64(skips + sp->skip_offset + 16 * k) : sp->end;
+                uint64_t c = k < sp->skip_count ? sl_get_le64(skips + sp->skip_offset + 16 * k + 8) : 0;
+                cr_assert(b >= at && b + c <= sp->end);
+                for (uint64_t x = at; x < b; x++)
+                    cr_assert_not(given[x]++, "record %" PRIu64 " handed out twice", x);
+                at = b + c;
+            }
+        }
+    }
+    cr_assert_eq(lost_splits(j, "queued"), 0);
+    share_rank = share_ranks; /* nobody's */
+    for (uint64_t x = 0; x < LOST; x++)
+        cr_assert_eq(given[x], share_of(x), "record %" PRIu64 ": handed out %d times, had by a rank %d", x, given[x],
+                     !share_of(x));
+    free(given);
 }

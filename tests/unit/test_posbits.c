@@ -136,10 +136,14 @@ static void check_wire(const sl_posbits_t *b, const sl_posset_t *ref, uint64_t *
             at = splitmix64(rng) % 1000;
         }
     }
+    sl_posbits_t within_bits;
     sl_posset_t within, want;
+    sl_posbits_init(&within_bits, SL_POSSET_MAX_RUNS);
     sl_posset_init(&within, SL_POSSET_MAX_RUNS);
     sl_posset_init(&want, SL_POSSET_MAX_RUNS);
-    cr_assert_eq(sl_posset_decode_within(&within, buf, len, ranges, nr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_posbits_decode_within(&within_bits, buf, len, ranges, nr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_posbits_to_posset(&within_bits, 0, &within), 0);
+    sl_posbits_clear(&within_bits);
     for (size_t i = 0; i < nr; i++) {
         sl_posrun_t part[20000];
         size_t k = sl_posset_within(ref, ranges[i].epoch, ranges[i].file, ranges[i].begin,
@@ -420,22 +424,25 @@ Test(posbits, damaged_version_3_bytes_are_refused_by_name)
         char err[256] = "";
         cr_assert_eq(sl_posset_decode(&t, c, len + bad[i].len, err, sizeof err), SL_EDATA, "case %zu", i);
         cr_assert(strstr(err, bad[i].says), "case %zu: \"%s\" does not say \"%s\"", i, err, bad[i].says);
-        cr_assert_eq(sl_posset_decode_within(&t, c, len + bad[i].len, r, 1, err, sizeof err), SL_EDATA, "case %zu",
-                     i);
         cr_assert_eq(t.num, 0);
+        sl_posbits_t tb;
+        sl_posbits_init(&tb, SL_POSSET_MAX_RUNS);
+        cr_assert_eq(sl_posbits_decode_within(&tb, c, len + bad[i].len, r, 1, err, sizeof err), SL_EDATA, "case %zu",
+                     i);
+        sl_posbits_clear(&tb);
         free(c);
     }
     /* Within no range: nothing kept, the bytes checked all the same. */
-    sl_posset_t t;
-    sl_posset_init(&t, 10);
+    sl_posbits_t t;
+    sl_posbits_init(&t, 10);
     char err[256];
-    cr_assert_eq(sl_posset_decode_within(&t, buf, len, NULL, 0, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(t.num, 0);
-    /* More runs than the limit, within the ranges: refused by name. */
+    cr_assert_eq(sl_posbits_decode_within(&t, buf, len, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_posbits_units(&t), 0);
+    /* More units than the limit, within the ranges: refused by name. */
     sl_posrun_t all = {0, 0, 0, 20000};
-    cr_assert_eq(sl_posset_decode_within(&t, buf, len, &all, 1, err, sizeof err), -ENOSPC);
-    cr_assert(strstr(err, "within the ranges"), "%s", err);
-    sl_posset_clear(&t);
+    cr_assert_eq(sl_posbits_decode_within(&t, buf, len, &all, 1, err, sizeof err), -ENOSPC);
+    cr_assert(strstr(err, "more than 10 units within the ranges"), "%s", err);
+    sl_posbits_clear(&t);
     free(buf);
     sl_posbits_clear(&b);
 }

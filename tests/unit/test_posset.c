@@ -107,13 +107,6 @@ static void adds_and_drops(sl_posset_t *s, unsigned seed, int one_in,
     check_model(s);
 }
 
-static void drop_below(sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
-{
-    sl_posset_drop_below(s, e, f, pos);
-    for (uint64_t r = 0; r < pos && r < RECORDS; r++)
-        model[e][f][r] = false;
-}
-
 static void drop_before(sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
 {
     sl_posset_drop_before(s, e, f, pos);
@@ -124,24 +117,6 @@ static void drop_before(sl_posset_t *s, uint32_t e, uint32_t f, uint64_t pos)
                     model[de][df][r] = false;
 }
 
-/* Drops below a position touch the one (epoch, file) alone and cut a run
- * they fall in two. */
-Test(posset, drops_below_a_position_match_a_bitmap)
-{
-    sl_posset_t s;
-    adds_and_drops(&s, 11, 4, drop_below);
-    /* Below UINT64_MAX: every run of that (epoch, file), no other. */
-    uint64_t other = sl_posset_size(&s) - sl_posset_count(&s, 1, 1, 0, RECORDS);
-    sl_posset_drop_below(&s, 1, 1, UINT64_MAX);
-    cr_assert_eq(sl_posset_count(&s, 1, 1, 0, RECORDS), 0);
-    cr_assert_eq(sl_posset_size(&s), other);
-    check_invariants(&s);
-    sl_posset_clear(&s);
-}
-
-/* A drop before a place (epoch, file, record) empties every earlier epoch
- * and file and the records below the place of its own file; a run across
- * the place is cut there. */
 Test(posset, drops_before_a_place_match_a_bitmap)
 {
     sl_posset_t s;
