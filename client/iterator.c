@@ -1919,6 +1919,13 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
         goto fail;
     }
     if ((at.file > 0 || at.begin > 0) && !resp->restore_place_taken) {
+        /* Leave the job it made at once: an anonymous one ends with its
+         * only client (a named one stays until its gc timeout), so that
+         * its tasks do not read on for nobody. Best effort. */
+        sluice_ReleaseClientRequest rel = {.job_id = resp->job_id, .client_id = resp->client_id};
+        memcpy(rel.client_secret, resp->client_secret, sizeof rel.client_secret);
+        sluice_ReleaseClientResponse rel_resp;
+        (void)sl__client_call(c, SL_MSG_RELEASE_CLIENT_REQ, &rel, NULL, 0, SL_MSG_RELEASE_CLIENT_RESP, &rel_resp);
         rc = SL_EVERSION;
         snprintf(it->err, sizeof it->err, "checkpoint: it starts at epoch %" PRIu32 " file %" PRIu32 " record %"
                  PRIu64 " (within the epoch), and dispatcher %s does not start a job there (it is older): restore it "

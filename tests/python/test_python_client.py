@@ -1388,6 +1388,15 @@ class NamedLongEpochTest(unittest.TestCase):
                               checkpoint=merged)
             self.assertIn('record %d (within the epoch), and dispatcher 127.0.0.1:%d does not start a job there (it is '
                           'older)' % (head[3], proxy.port), str(cm.exception))
+            # Restored anonymously, so refused, the job the restore made
+            # ends at once with its only client (before 2026-12-05 its tasks
+            # read on for nobody until its gc timeout).
+            before = {j['id'] for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs']}
+            with self.assertRaises(sluice.SluiceError) as cm:
+                ds.distribute('127.0.0.1:%d' % proxy.port, sharding='dynamic', checkpoint=merged)
+            self.assertIn('does not start a job there', str(cm.exception))
+            made = [j for j in get_json(c.dispatcher.admin_port, '/v1/jobs')['jobs'] if j['id'] not in before]
+            self.assertEqual([(j['name'], j['state'], j['num_consumers']) for j in made], [('', 'CANCELLED', 0)])
             # Straight to the dispatcher, the same checkpoint starts there.
             it = ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='placed-newer', checkpoint=merged)
             first = next(it)['value']
