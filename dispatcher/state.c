@@ -1568,7 +1568,8 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
             job_free(j);
             st->exclusions_refused++;
             return sl_errf(err, errlen, SL_ELIMIT,
-                           "job refused: its checkpoint's %" PRIu64 " units of positions (runs, and 22 a bitmap) with the %" PRIu64
+                           "job refused: its checkpoint's %" PRIu64 " units of positions (runs, and 22 a bitmap) "
+                           "with the %" PRIu64
                            " that running jobs restored hold are over the dispatcher's limit of %" PRIu64
                            " (--max-exclude-total-runs); retry when restored jobs end",
                            mine, held, st->cfg.max_exclude_total);

@@ -527,21 +527,55 @@ void sl_posbits_drop_before(sl_posbits_t *b, uint32_t epoch, uint32_t file, uint
     bound_runs(b);
 }
 
+/* Whether block k is one of (e, f) that starts before position upto: with
+ * k from block_at() of a range's begin, the blocks that reach into it. */
+static bool block_before(const sl_posbits_t *b, size_t k, uint32_t e, uint32_t f, uint64_t upto)
+{
+    return k < b->nblocks && b->blocks[k].epoch == e && b->blocks[k].file == f &&
+           (b->blocks[k].no << SL_POSBITS_BLOCK_BITS) < upto;
+}
+
+/* Block k's bits [*lo, *hi) that lie in [begin, end). */
+static void block_cut(const sl_posbits_t *b, size_t k, uint64_t begin, uint64_t end, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t base = b->blocks[k].no << SL_POSBITS_BLOCK_BITS;
+    *lo = begin > base ? begin - base : 0;
+    *hi = end - base < SL_POSBITS_BLOCK ? end - base : SL_POSBITS_BLOCK;
+}
+
+/* fn(ctx, runs, n) for the runs of s inside [begin, end) of (e, f), clipped
+ * to it, in order, up to 64 at a time. */
+static int each_run_within(const sl_posset_t *s, uint32_t e, uint32_t f, uint64_t begin, uint64_t end,
+                           int (*fn)(void *ctx, const sl_posrun_t *runs, size_t n), void *ctx)
+{
+    sl_posrun_t chunk[64];
+    for (uint64_t at = begin; at < end;) {
+        size_t got = sl_posset_within(s, e, f, at, end, chunk, 64);
+        size_t use = got < 64 ? got : 64;
+        int rc = use > 0 ? fn(ctx, chunk, use) : 0;
+        if (rc < 0 || got <= 64)
+            return rc;
+        at = chunk[63].begin + chunk[63].count;
+    }
+    return 0;
+}
+
 uint64_t sl_posbits_count(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end)
 {
     if (end <= begin)
         return 0;
-    uint64_t n = sl_posset_count(&b->runs, epoch, file, begin, end);
-    for (size_t k = block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
-         k < b->nblocks && b->blocks[k].epoch == epoch && b->blocks[k].file == file &&
-         b->blocks[k].no <= (end - 1) >> SL_POSBITS_BLOCK_BITS;
+    uint64_t n = sl_posset_count(&b->runs, epoch, file, begin, end), lo, hi;
+    for (size_t k = block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS); block_before(b, k, epoch, file, end);
          k++) {
-        uint64_t base = b->blocks[k].no << SL_POSBITS_BLOCK_BITS;
-        uint64_t lo = begin > base ? begin - base : 0;
-        uint64_t hi = end - base < SL_POSBITS_BLOCK ? end - base : SL_POSBITS_BLOCK;
+        block_cut(b, k, begin, end, &lo, &hi);
         n += count_bits(b->blocks[k].w, lo, hi);
     }
     return n;
+}
+
+static int add_runs(void *ctx, const sl_posrun_t *runs, size_t n)
+{
+    return sl_posbits_add_many(ctx, runs, n);
 }
 
 int sl_posbits_add_within(sl_posbits_t *b, const sl_posbits_t *src, uint32_t epoch, uint32_t file, uint64_t begin,
@@ -549,33 +583,18 @@ int sl_posbits_add_within(sl_posbits_t *b, const sl_posbits_t *src, uint32_t epo
 {
     if (end <= begin)
         return 0;
-    /* The runs a chunk at a time, then the blocks, each cut to the range. */
-    sl_posrun_t chunk[64];
-    for (uint64_t at = begin;;) {
-        size_t got = sl_posset_within(&src->runs, epoch, file, at, end, chunk, 64);
-        size_t use = got < 64 ? got : 64;
-        int rc = use > 0 ? sl_posbits_add_many(b, chunk, use) : 0;
-        if (rc < 0)
-            return rc;
-        if (got <= 64)
-            break;
-        at = chunk[63].begin + chunk[63].count;
-    }
+    /* The runs, then the blocks, each cut to the range. */
+    int rc = each_run_within(&src->runs, epoch, file, begin, end, add_runs, b);
     for (size_t k = block_at(src, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
-         k < src->nblocks && src->blocks[k].epoch == epoch && src->blocks[k].file == file &&
-         src->blocks[k].no <= (end - 1) >> SL_POSBITS_BLOCK_BITS;
-         k++) {
-        uint64_t base = src->blocks[k].no << SL_POSBITS_BLOCK_BITS, w[SL_POSBITS_WORDS];
+         rc == 0 && block_before(src, k, epoch, file, end); k++) {
+        uint64_t lo, hi, w[SL_POSBITS_WORDS];
+        block_cut(src, k, begin, end, &lo, &hi);
         memcpy(w, src->blocks[k].w, sizeof w);
-        if (begin > base)
-            put_bits(w, 0, begin - base, false);
-        if (end - base < SL_POSBITS_BLOCK)
-            put_bits(w, end - base, SL_POSBITS_BLOCK, false);
-        int rc = sl_posbits_add_block(b, epoch, file, src->blocks[k].no, w);
-        if (rc < 0)
-            return rc;
+        put_bits(w, 0, lo, false);
+        put_bits(w, hi, SL_POSBITS_BLOCK, false);
+        rc = sl_posbits_add_block(b, epoch, file, src->blocks[k].no, w);
     }
-    return 0;
+    return rc;
 }
 
 /* Runs given in order, coalesced where they touch, counted past max. */
@@ -612,38 +631,46 @@ static int within_block_run(void *ctx, uint64_t off, uint64_t count)
     return 0;
 }
 
+/* sl_posbits_within() under way: the blocks from k on are not given yet. */
+struct within {
+    struct within_out o;
+    const sl_posbits_t *b;
+    uint32_t epoch, file;
+    uint64_t begin, end;
+    size_t k;
+};
+
+/* Gives the runs of the blocks that start before upto (no run reaches into
+ * a block, so they all come before a run that begins at upto). */
+static void within_blocks(struct within *w, uint64_t upto)
+{
+    for (; block_before(w->b, w->k, w->epoch, w->file, upto); w->k++) {
+        struct within_block x = {&w->o, &w->b->blocks[w->k], 0, 0};
+        block_cut(w->b, w->k, w->begin, w->end, &x.lo, &x.hi);
+        sl_bitmap_runs(x.k->w, within_block_run, &x);
+    }
+}
+
+static int within_runs(void *ctx, const sl_posrun_t *runs, size_t n)
+{
+    struct within *w = ctx;
+    for (size_t i = 0; i < n; i++) {
+        within_blocks(w, runs[i].begin);
+        within_put(&w->o, runs[i]);
+    }
+    return 0;
+}
+
 size_t sl_posbits_within(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t begin, uint64_t end,
                          sl_posrun_t *out, size_t max)
 {
-    struct within_out o = {out, max, 0, {0}};
     if (end <= begin)
         return 0;
-    /* The runs a chunk at a time, the blocks between them in order (no run
-     * reaches into a block). */
-    sl_posrun_t chunk[64];
-    size_t k = block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS);
-    uint64_t at = begin;
-    for (;;) {
-        size_t got = at < end ? sl_posset_within(&b->runs, epoch, file, at, end, chunk, 64) : 0;
-        size_t use = got < 64 ? got : 64;
-        for (size_t i = 0; i <= use; i++) {
-            uint64_t upto = i < use ? chunk[i].begin : got > use ? chunk[use - 1].begin + chunk[use - 1].count : end;
-            for (; k < b->nblocks && b->blocks[k].epoch == epoch && b->blocks[k].file == file &&
-                   b->blocks[k].no <= (upto - 1) >> SL_POSBITS_BLOCK_BITS && (b->blocks[k].no << SL_POSBITS_BLOCK_BITS) < upto;
-                 k++) {
-                uint64_t base = b->blocks[k].no << SL_POSBITS_BLOCK_BITS;
-                struct within_block x = {&o, &b->blocks[k], begin > base ? begin - base : 0,
-                                         end - base < SL_POSBITS_BLOCK ? end - base : SL_POSBITS_BLOCK};
-                sl_bitmap_runs(b->blocks[k].w, within_block_run, &x);
-            }
-            if (i < use)
-                within_put(&o, chunk[i]);
-        }
-        if (got <= 64)
-            break;
-        at = chunk[63].begin + chunk[63].count;
-    }
-    return o.n;
+    struct within w = {{out, max, 0, {0}}, b, epoch, file, begin, end,
+                       block_at(b, epoch, file, begin >> SL_POSBITS_BLOCK_BITS)};
+    each_run_within(&b->runs, epoch, file, begin, end, within_runs, &w);
+    within_blocks(&w, end);
+    return w.o.n;
 }
 
 uint64_t sl_posbits_covered_to(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
@@ -673,16 +700,6 @@ uint64_t sl_posbits_covered_to(const sl_posbits_t *b, uint32_t epoch, uint32_t f
             return UINT64_MAX; /* the last block of the file's positions */
         pos = (no << SL_POSBITS_BLOCK_BITS) + clear;
     }
-}
-
-bool sl_posbits_has(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos)
-{
-    if (pos != UINT64_MAX && sl_posset_count(&b->runs, epoch, file, pos, pos + 1) > 0)
-        return true;
-    uint64_t no = pos >> SL_POSBITS_BLOCK_BITS;
-    size_t k = block_at(b, epoch, file, no);
-    uint64_t off = pos & (SL_POSBITS_BLOCK - 1);
-    return is_block(b, k, epoch, file, no) && (b->blocks[k].w[off >> 6] >> (off & 63) & 1);
 }
 
 uint64_t sl_posbits_size(const sl_posbits_t *b)

@@ -112,9 +112,6 @@ size_t sl_posbits_within(const sl_posbits_t *b, uint32_t epoch, uint32_t file, u
  */
 uint64_t sl_posbits_covered_to(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
 
-/** @return whether position pos of (epoch, file) is in the set */
-bool sl_posbits_has(const sl_posbits_t *b, uint32_t epoch, uint32_t file, uint64_t pos);
-
 /** @return the number of positions in the set */
 uint64_t sl_posbits_size(const sl_posbits_t *b);
 
