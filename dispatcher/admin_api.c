@@ -18,7 +18,7 @@
 #include "server.h"
 #include "status_page.h"
 
-static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits, *m_left_to_others;
+static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits, *m_left_to_others, *m_held_back;
 /* The limits (docs/security.md, "Limits"). */
 static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
@@ -126,6 +126,14 @@ static int jobs(struct evhttp_request *req, const char *rest, json_t **body, voi
     return 200;
 }
 
+static int quarantine(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    (void)req;
+    (void)rest;
+    *body = sl_dstate_quarantine_json(arg);
+    return 200;
+}
+
 static int job(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
 {
     uint64_t id;
@@ -136,6 +144,11 @@ static int job(struct evhttp_request *req, const char *rest, json_t **body, void
         return 404;
     }
     *body = sl_dstate_job_json(arg, id, sl_now_ms());
+    const char *held = *body ? NULL : sl_dstate_job_held_back(arg, id);
+    if (held) {
+        *body = sl_admin_error("job %" PRIu64 " is held back: %s", id, held);
+        return 404;
+    }
     if (!*body) {
         *body = sl_admin_error("job %" PRIu64 " is unknown", id);
         return 404;
@@ -232,6 +245,7 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_excl_refused, (double)s.exclusions_refused);
     sl_metric_set(m_first_splits, (double)s.first_splits_with_job);
     sl_metric_set(m_left_to_others, (double)s.split_requests_left_to_others);
+    sl_metric_set(m_held_back, s.held_back);
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -281,6 +295,9 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
                                           NULL, "DYNAMIC split requests answered with no split, the task's queue "
                                           "lasting past its job's other tasks' at the end of an epoch: they take "
                                           "what is left (docs/sharding.md).", NULL, 0);
+    m_held_back = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_held_back_records", NULL,
+                                     "Damaged records of the state store the dispatcher held back at start, what "
+                                     "they are of not served (GET /v1/quarantine).", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/", status_page, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, st);
@@ -294,5 +311,6 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs", jobs, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs/", job, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/jobs/", job_cancel, srv);
+    rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/quarantine", quarantine, st);
     return rc ? SL_ETOOBIG : 0;
 }

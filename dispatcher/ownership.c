@@ -112,6 +112,13 @@ int sl__dstate_check_client_secret(const sl_dstate_t *st, const char *what, uint
     explicit_bzero(want, sizeof want);
     if (ok)
         return 0;
+    /* Its secret cannot be checked: the job was held back at load. What
+     * the record held is the operator's to read (the admin endpoint). */
+    if (!sl__dstate_job(st, job_id) && sl__dstate_held_back(st, "job", job_id))
+        return sl_errf(err, errlen, SL_EDATA,
+                       "%s refused: job %" PRIu64 " is held back since the dispatcher started, its state store "
+                       "record damaged; the job cannot go on (the dispatcher's admin endpoint says why: GET "
+                       "/v1/quarantine)", what, job_id);
     return sl_errf(err, errlen, SL_EPERM,
                    "%s refused: client_secret is not the one job %" PRIu64 " gave client %" PRIu64
                    " (GetOrCreateJobResponse.client_secret; a client of another dispatcher, or of this one "

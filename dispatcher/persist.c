@@ -452,7 +452,9 @@ int sl_dpersist_save(sl_dstate_t *st, sl_store_t *store, char *err, size_t errle
 struct load {
     sl_dstate_t *st;
     int64_t now;
+    enum sl_dtable t;
     const char *table;
+    sl_store_visit_fn fn; /* the table's loader */
     char *err;
     size_t errlen;
 };
@@ -485,6 +487,13 @@ static int parse(struct load *l, const void *key, size_t klen, const void *val, 
 static int unpack_failed(struct load *l, uint64_t id, json_t *rec, const json_error_t *je)
 {
     json_decref(rec);
+    /* A field this build does not know: a newer dispatcher wrote the
+     * record, which is not damaged; the start is refused. */
+    if (strstr(je->text, "left unpacked"))
+        return sl_errf(l->err, l->errlen, SL_EVERSION,
+                       "state store: %s record %" PRIu64 ": %s: a field this dispatcher does not know (a newer one "
+                       "wrote it: start the newer one, or restore the backup made before the upgrade)", l->table, id,
+                       je->text);
     char what[300];
     snprintf(what, sizeof what, "%s", je->text);
     return bad(l, id, what);
@@ -648,8 +657,13 @@ static int load_clients(struct load *l, struct job *j, json_t *clients)
 static int load_gone(struct load *l, struct job *j, json_t *gone)
 {
     size_t n = gone ? json_array_size(gone) : 0;
-    if (gone && (!json_is_array(gone) || n > l->st->cfg.max_clients_per_job || j->num_consumers == 0))
-        return bad(l, j->id, "gone: not a list of at most max_clients_per_job consumers of coordinated reads");
+    if (gone && (!json_is_array(gone) || j->num_consumers == 0))
+        return bad(l, j->id, "gone: not a list of consumers of coordinated reads");
+    if (n > l->st->cfg.max_clients_per_job)
+        return sl_errf(l->err, l->errlen, SL_ELIMIT,
+                       "state store: %s record %" PRIu64 ": gone: %zu consumers, more than max_clients_per_job %u "
+                       "(start with the value it was stored under)", l->table, j->id, n,
+                       l->st->cfg.max_clients_per_job);
     if (n == 0)
         return 0;
     if (!(j->gone = calloc(n, sizeof *j->gone)))
@@ -719,7 +733,10 @@ static int load_job(const void *key, size_t klen, const void *val, size_t vlen, 
         state < SL_JOB_RUNNING || state > SL_JOB_FAILED || consumers < 0 || !json_is_array(tasks) ||
         !json_is_array(clients) || nonce < 0 || floor_file < 0 || floor_file > UINT32_MAX || floor_record < 0) {
         json_decref(rec);
-        return bad(l, id, d ? "a field out of range" : "its dataset is not in the store");
+        return bad(l, id, d ? "a field out of range"
+                            : sl__dstate_held_back(st, "dataset", (uint64_t)dataset)
+                                ? "its dataset is held back, its record damaged"
+                                : "its dataset is not in the store");
     }
     struct job *j = calloc(1, sizeof *j);
     if (!j || sl__dstate_grow(&st->jobs, &st->cap_jobs, st->num_jobs, sizeof *st->jobs) < 0) {
@@ -877,10 +894,11 @@ static int load_exclusions(const void *key, size_t klen, const void *val, size_t
     char why[256];
     int rc = sl_posbits_decode(&j->exclude, val, vlen, why, sizeof why);
     if (rc == -ENOSPC) {
-        /* Stored under a larger --max-exclude-runs than this start has. */
-        size_t at = strlen(why);
-        snprintf(why + at, sizeof why - at, " (--max-exclude-runs %u: start with the value it was stored under)",
-                 l->st->cfg.max_exclude_runs);
+        /* Stored under a larger --max-exclude-runs than this start has:
+         * the start is refused, the record is not damaged. */
+        return sl_errf(l->err, l->errlen, SL_ELIMIT,
+                       "state store: %s record %" PRIu64 ": %s (--max-exclude-runs %u: start with the value it "
+                       "was stored under)", l->table, id, why, l->st->cfg.max_exclude_runs);
     }
     return rc < 0 ? bad(l, id, why) : 0;
 }
@@ -893,13 +911,17 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     if (klen != 16)
         return sl_errf(l->err, l->errlen, SL_EDATA, "state store: outstanding record with a %zu-byte key", klen);
     uint32_t form = vlen >= OSPLIT_HEAD ? sl_get_le32(v + 44) : 0;
-    if (vlen < OSPLIT_HEAD || form > 1 ||
+    if (form > 1)
+        return sl_errf(l->err, l->errlen, SL_EVERSION,
+                       "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": form %" PRIu32
+                       ", which this dispatcher does not know (a newer one wrote it, or the record is damaged: "
+                       "start the newer one, or restore the backup made before the upgrade)", job, split, form);
+    if (vlen < OSPLIT_HEAD ||
         (form == 0 && ((vlen - OSPLIT_HEAD) % 16 != 0 || sl_get_le32(v + 40) != (vlen - OSPLIT_HEAD) / 16)) ||
         (form == 1 && sl_get_le32(v + 40) != 0))
         return sl_errf(l->err, l->errlen, SL_EDATA,
                        "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": %zu bytes of form %"
-                       PRIu32 ", not the length its run count says (or a form this dispatcher does not know)",
-                       job, split, vlen, form);
+                       PRIu32 ", not the length its run count says", job, split, vlen, form);
     struct osplit o = {.id = split, .task_id = sl_get_le64(v), .epoch = sl_get_le64(v + 8),
                        .begin = sl_get_le64(v + 16), .end = sl_get_le64(v + 24), .file = sl_get_le32(v + 32)};
     uint32_t state = sl_get_le32(v + 36);
@@ -976,6 +998,105 @@ static int load_meta(const void *key, size_t klen, const void *val, size_t vlen,
     return 0;
 }
 
+/* ---- damaged records ---- */
+
+/* What a record of l's table holds back when it cannot be read: its kind
+ * and id (a hand-out's, its task's job; the task when no job has it). */
+static const char *held_kind(const struct load *l, const void *key, size_t klen, uint64_t *id)
+{
+    *id = id_of(key, klen == 16 && l->t == SL_DT_OUTSTANDING ? 8 : klen);
+    struct job *j = NULL;
+    switch (l->t) {
+    case SL_DT_DATASETS:
+        return "dataset";
+    case SL_DT_WORKERS:
+        return "worker";
+    case SL_DT_HANDOUTS:
+        if (!sl__dstate_task(l->st, *id, &j) || !j)
+            return "task";
+        *id = j->id;
+        return "job";
+    default:
+        return "job";
+    }
+}
+
+/* The name and repetition of job id, from what was read of it, or else
+ * from its damaged record when that still says them. */
+static void held_name(struct load *l, struct quarantined *q, const void *val, size_t vlen)
+{
+    for (unsigned i = 0; i < l->st->num_jobs; i++) {
+        const struct job *j = l->st->jobs[i];
+        if (j->id == q->id) {
+            q->named = j->name[0] != 0;
+            snprintf(q->name, sizeof q->name, "%s", j->name);
+            q->repetition = j->repetition;
+            return;
+        }
+    }
+    json_t *rec = l->t == SL_DT_JOBS ? json_loadb(val, vlen, 0, NULL) : NULL;
+    const char *name = json_string_value(json_object_get(rec, "name"));
+    json_int_t rep = json_integer_value(json_object_get(rec, "repetition"));
+    if (name && name[0] && strlen(name) < sizeof q->name && rep >= 0) {
+        q->named = true;
+        snprintf(q->name, sizeof q->name, "%s", name);
+        q->repetition = (uint64_t)rep;
+    }
+    json_decref(rec);
+}
+
+/* A record that cannot be read (l->err says why) holds back what it is
+ * of: the rest of it (a job's or dataset's) is forgotten, and every record
+ * of it is left in the store as it is. @return 0, or < 0: too many */
+static int hold_back(struct load *l, const char *kind, uint64_t id, const void *val, size_t vlen)
+{
+    sl_dstate_t *st = l->st;
+    if (st->num_quarantine >= SL_QUARANTINE_MAX) {
+        size_t at = strlen(l->err);
+        snprintf(l->err + at, l->errlen - at, " (and %u damaged records before it, the most a start holds back: "
+                 "restore the state store's backup)", st->num_quarantine);
+        return SL_EDATA;
+    }
+    if (sl__dstate_grow(&st->quarantine, &st->cap_quarantine, st->num_quarantine, sizeof *st->quarantine) < 0)
+        return sl_errf(l->err, l->errlen, -ENOMEM, "out of memory loading the state store");
+    struct quarantined *q = &st->quarantine[st->num_quarantine++];
+    *q = (struct quarantined){.table = l->table, .kind = kind, .id = id};
+    snprintf(q->why, sizeof q->why, "%s", l->err);
+    if (strcmp(kind, "job") == 0) {
+        held_name(l, q, val, vlen);
+        sl__dstate_forget_job(st, id);
+    } else if (strcmp(kind, "dataset") == 0) {
+        sl__dstate_forget_dataset(st, id);
+    }
+    sl_log_warn("%s: %s %" PRIu64 " is held back, its records left in the store as they are "
+                "(GET /v1/quarantine; docs/fault-tolerance.md, Damaged records)", q->why, kind, id);
+    l->err[0] = 0;
+    return 0;
+}
+
+/* Loads one record with the table's loader; one that is damaged (SL_EDATA)
+ * holds back what it is of, and the records of what is held back are not
+ * read. Any other failure (memory, a bound or format of this start's) ends
+ * the load. */
+static int load_record(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    struct load *l = arg;
+    if (l->t == SL_DT_META)
+        return l->fn(key, klen, val, vlen, arg); /* the dispatcher's own: none is held back */
+    uint64_t id;
+    const char *kind = held_kind(l, key, klen, &id);
+    if (sl__dstate_held_back(l->st, kind, id))
+        return 0;
+    /* A hand-out of no known task: of a job held back (its tasks are not
+     * known) when there is one. */
+    if (strcmp(kind, "task") == 0 && l->st->num_quarantine > 0)
+        return 0;
+    int rc = l->fn(key, klen, val, vlen, arg);
+    if (rc != SL_EDATA)
+        return rc;
+    return hold_back(l, kind, id, val, vlen);
+}
+
 int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen)
 {
     struct load l = {.st = st, .now = now, .err = err, .errlen = errlen};
@@ -991,13 +1112,18 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
                  {SL_DT_CURSORS, load_cursor},   {SL_DT_HANDOUTS, load_handout}, {SL_DT_META, load_meta},
                  {SL_DT_EXCLUDE, load_exclusions}, {SL_DT_OUTSTANDING, load_outstanding}};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        l.t = order[i].table;
         l.table = table_names[order[i].table];
-        int rc = sl_store_foreach(store, order[i].table, order[i].fn, &l);
+        l.fn = order[i].fn;
+        int rc = sl_store_foreach(store, order[i].table, load_record, &l);
         if (rc < 0)
             return rc;
     }
-    /* An id below one already used would name two things. */
+    /* An id below one already used would name two things (one held back
+     * too). */
     uint64_t max = 0;
+    for (unsigned i = 0; i < st->num_quarantine; i++)
+        max = st->quarantine[i].id > max ? st->quarantine[i].id : max;
     for (unsigned i = 0; i < st->num_datasets; i++)
         max = st->datasets[i]->id > max ? st->datasets[i]->id : max;
     for (unsigned i = 0; i < st->num_workers; i++)
@@ -1025,9 +1151,12 @@ int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err,
             }
     }
     st->saved_next_id = st->next_id;
-    if (st->num_jobs > 0 || st->num_workers > 0)
+    if (st->num_jobs > 0 || st->num_workers > 0 || st->num_quarantine > 0)
         sl_log_info("state store loaded: %u datasets, %u workers, %u jobs", st->num_datasets, st->num_workers,
                     st->num_jobs);
+    if (st->num_quarantine > 0)
+        sl_log_warn("state store: %u damaged records, what they are of held back (GET /v1/quarantine)",
+                    st->num_quarantine);
     return 0;
 }
 

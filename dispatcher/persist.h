@@ -21,8 +21,14 @@ const char *const *sl_dpersist_tables(int *n);
  * Loads what the store holds into st, which must be empty (new, or reset).
  * Times start at now: every worker and client lease gets its full timeout
  * again, an idle job its full gc timeout.
- * @return 0; SL_EDATA when a record does not decode (err names the table,
- *         the record and the field); -ENOMEM
+ * A record that does not decode (damaged) holds back what it is of: the
+ * job, dataset or worker is left out of st and listed in st->quarantine,
+ * and its records are left in the store as they are.
+ * @return 0; SL_EDATA past SL_QUARANTINE_MAX damaged records, or a
+ *         dispatcher record that does not decode; SL_EVERSION for a field
+ *         or form a newer dispatcher wrote; SL_ELIMIT for a record stored
+ *         under a larger bound than st's (err names the table, the record
+ *         and the field); -ENOMEM
  */
 int sl_dpersist_load(sl_dstate_t *st, sl_store_t *store, int64_t now, char *err, size_t errlen);
 

@@ -179,6 +179,7 @@ static void dstate_clear(sl_dstate_t *st)
     free(st->datasets);
     free(st->jobs);
     free(st->dirty_jobs);
+    free(st->quarantine);
     sl_idmap_clear(&st->index);
 }
 
@@ -195,6 +196,8 @@ void sl_dstate_reset(sl_dstate_t *st)
     st->num_jobs = st->cap_jobs = 0;
     st->dirty_jobs = NULL;
     st->num_dirty_jobs = st->cap_dirty_jobs = 0;
+    st->quarantine = NULL;
+    st->num_quarantine = st->cap_quarantine = 0;
     st->workers_dirty = st->datasets_dirty = false;
     st->next_id = st->saved_next_id = 1;
 }
@@ -1077,7 +1080,46 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
     return 0;
 }
 
-/* Makes room for one more job by forgetting the oldest job that ended. */
+void sl__dstate_forget_job(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_jobs; i++) {
+        struct job *j = st->jobs[i];
+        if (j->id != id)
+            continue;
+        sl__dstate_unindex_job(st, j);
+        job_free(j);
+        memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
+        st->num_jobs--;
+        return;
+    }
+}
+
+void sl__dstate_forget_dataset(sl_dstate_t *st, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_datasets; i++) {
+        if (st->datasets[i]->id != id)
+            continue;
+        sl__dataset_free(st->datasets[i]);
+        memmove(&st->datasets[i], &st->datasets[i + 1], (st->num_datasets - i - 1) * sizeof *st->datasets);
+        st->num_datasets--;
+        return;
+    }
+}
+
+const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char *kind, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_quarantine; i++)
+        if (st->quarantine[i].id == id && strcmp(st->quarantine[i].kind, kind) == 0)
+            return &st->quarantine[i];
+    return NULL;
+}
+
+const char *sl_dstate_job_held_back(const sl_dstate_t *st, uint64_t id)
+{
+    const struct quarantined *q = sl__dstate_held_back(st, "job", id);
+    return q ? q->why : NULL;
+}
+
 /* Forgets an ended job i, in memory and (at the next commit) in the store. */
 static void job_drop(sl_dstate_t *st, unsigned i)
 {
@@ -1095,6 +1137,7 @@ static void job_drop(sl_dstate_t *st, unsigned i)
     st->num_jobs--;
 }
 
+/* Makes room for one more job by forgetting the oldest job that ended. */
 static int jobs_make_room(sl_dstate_t *st)
 {
     if (st->num_jobs < st->cfg.max_jobs)
@@ -1477,6 +1520,17 @@ int sl_dstate_job_join(sl_dstate_t *st, const sluice_GetOrCreateJobRequest *req,
     uint8_t digest[32] = {0};
     if (restoring && restore_digest(req, exclude, exclude_len, digest) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    /* A named job held back at load (its record damaged) is not made
+     * again: the records its ranks were given would come once more. */
+    for (unsigned i = 0; req->job_name[0] && i < st->num_quarantine; i++) {
+        const struct quarantined *q = &st->quarantine[i];
+        if (q->named && q->repetition == req->repetition && strcmp(q->name, req->job_name) == 0)
+            return sl_errf(err, errlen, SL_ECONFLICT,
+                           "job \"%s\" repetition %" PRIu64 " (id %" PRIu64 ") is held back, its state store record "
+                           "damaged: an operator repairs or restores the store (the admin endpoint says why: GET "
+                           "/v1/quarantine), or join under another job name or repetition", q->name, q->repetition,
+                           q->id);
+    }
     if (req->job_name[0]) {
         for (unsigned i = 0; i < st->num_jobs; i++) {
             struct job *o = st->jobs[i];
@@ -2106,7 +2160,8 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
                                .workers_refused = st->workers_refused, .exclusions_refused = st->exclusions_refused,
                                .datasets_collected = st->datasets_collected,
                                .first_splits_with_job = st->first_splits_with_job,
-                               .split_requests_left_to_others = st->split_requests_left_to_others};
+                               .split_requests_left_to_others = st->split_requests_left_to_others,
+                               .held_back = st->num_quarantine};
     for (unsigned i = 0; i < st->num_workers; i++)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++) {

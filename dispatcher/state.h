@@ -310,6 +310,13 @@ json_t *sl_dstate_job_json(const sl_dstate_t *st, uint64_t id, int64_t now);
  * job's repetitions, in repetition order. */
 json_t *sl_dstate_job_names_json(const sl_dstate_t *st, int64_t now);
 
+/* {held_back: [{table, kind, id, name?, repetition?, why}...], limit}: what
+ * the last load held back, each for a record of the store it could not
+ * read (docs/fault-tolerance.md, Damaged records). */
+json_t *sl_dstate_quarantine_json(const sl_dstate_t *st);
+/* Why job id was held back at load, or NULL when it was not. */
+const char *sl_dstate_job_held_back(const sl_dstate_t *st, uint64_t id);
+
 /** Counts for logs and the admin endpoint. */
 typedef struct sl_dstate_stats {
     unsigned workers_live;
@@ -323,6 +330,7 @@ typedef struct sl_dstate_stats {
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms, since start */
     uint64_t first_splits_with_job; /* DYNAMIC tasks handed their first splits with their job, since start */
     uint64_t split_requests_left_to_others; /* DYNAMIC split requests answered with none (balanced_share()) */
+    unsigned held_back; /* damaged records of the state store the last load held back */
 } sl_dstate_stats_t;
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);

@@ -289,6 +289,21 @@ struct job {
     bool indexed;      /* it and its tasks are in the state's index */
 };
 
+/* A record of the state store that a start could not read (persist.c):
+ * what it held back stays in the store as it is, never written over or
+ * deleted, and everything else is served (docs/fault-tolerance.md,
+ * "Damaged records"). */
+#define SL_QUARANTINE_MAX 1024 /* more damaged records than this: the start is refused */
+struct quarantined {
+    const char *table; /* the table of the record (persist.c's names) */
+    const char *kind;  /* what it holds back: "job", "dataset", "worker", or "task" (a hand-out of no known job) */
+    uint64_t id;       /* that job's, dataset's, worker's or task's id */
+    bool named;        /* a job whose record still says its name: a join of (name, repetition) is refused */
+    uint64_t repetition;
+    char name[129];
+    char why[320];
+};
+
 struct sl_dstate {
     sl_dstate_config_t cfg;
     int64_t now; /* the last tick's time (0 before the first) */
@@ -332,6 +347,9 @@ struct sl_dstate {
     bool silent;
     int64_t silent_since;
     uint64_t silences; /* stretches of silence, since start */
+    /* Records the last load could not read, and what each holds back. */
+    struct quarantined *quarantine;
+    unsigned num_quarantine, cap_quarantine;
 };
 
 /* Shared by the parts of the state (state_base.c). */
@@ -348,6 +366,13 @@ int sl__dstate_grow(void *arr, unsigned *cap, unsigned num, size_t elem);
 struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id);
+
+/** Forget job (dataset) id in memory, the store untouched: a load that
+ *  holds it back (persist.c), after it was read in part. */
+void sl__dstate_forget_job(sl_dstate_t *st, uint64_t id);
+void sl__dstate_forget_dataset(sl_dstate_t *st, uint64_t id);
+/** What the last load held back of kind ("job", "dataset", ...) and id, or NULL. */
+const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char *kind, uint64_t id);
 
 /** A named job's fold (ClientHeartbeatResponse.place_folded): the least
  *  place given of its clients and of those that left it; (0, 0, 0) for

@@ -241,6 +241,22 @@ json_t *sl_dstate_jobs_json(const sl_dstate_t *st, int64_t now)
     return arr;
 }
 
+json_t *sl_dstate_quarantine_json(const sl_dstate_t *st)
+{
+    json_t *arr = json_array();
+    for (unsigned i = 0; i < st->num_quarantine; i++) {
+        const struct quarantined *q = &st->quarantine[i];
+        json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "table", q->table, "kind", q->kind, "id", (json_int_t)q->id,
+                              "why", q->why);
+        if (q->named) {
+            json_object_set_new(o, "name", json_string(q->name));
+            json_object_set_new(o, "repetition", json_integer((json_int_t)q->repetition));
+        }
+        json_array_append_new(arr, o);
+    }
+    return json_pack("{s:o,s:i}", "held_back", arr, "limit", SL_QUARANTINE_MAX);
+}
+
 json_t *sl_dstate_job_names_json(const sl_dstate_t *st, int64_t now)
 {
     json_t *names = json_object();

@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "  tasks            a worker's tasks (--admin is the worker's): job, state, buffer,\n"
             "                   its share of the memory budget, requests waiting\n"
             "  watch ID         a live progress bar of a job, until it ends\n"
+            "  held-back        what the dispatcher held back at start: damaged records of its\n"
+            "                   state store, what each is of and why\n"
             "--version prints the version and exits\n",
             program);
 }
@@ -372,6 +374,30 @@ static void print_datasets(json_t *j)
     table_print(&t);
 }
 
+static void print_held_back(json_t *j)
+{
+    static struct table t;
+    const char *head[] = {"KIND", "ID", "NAME", "REP", "WHY"};
+    table_head(&t, head, (int)(sizeof head / sizeof *head));
+    size_t i;
+    json_t *q;
+    json_array_foreach(json_object_get(j, "held_back"), i, q) {
+        int r = ++t.rows;
+        bool named = json_object_get(q, "name") != NULL;
+        table_cell(&t, r, 0, "%s", str(q, "kind"));
+        table_cell(&t, r, 1, "%lld", num(q, "id"));
+        table_cell(&t, r, 2, "%s", named ? str(q, "name") : "-");
+        if (named)
+            table_cell(&t, r, 3, "%lld", num(q, "repetition"));
+        else
+            table_cell(&t, r, 3, "-");
+        table_cell(&t, r, 4, "%s", str(q, "why"));
+    }
+    table_print(&t);
+    if (t.rows == 0)
+        printf("(none: every record of the state store loaded)\n");
+}
+
 static void print_jobs(json_t *j)
 {
     static struct table t;
@@ -575,6 +601,9 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "jobs")) {
         if ((j = call(admin, "GET", "/v1/jobs", token, raw)) && !raw)
             print_jobs(j);
+    } else if (!strcmp(cmd, "held-back")) {
+        if ((j = call(admin, "GET", "/v1/quarantine", token, raw)) && !raw)
+            print_held_back(j);
     } else if (!strcmp(cmd, "job")) {
         snprintf(path, sizeof path, "/v1/jobs/%s", arg);
         if ((j = call(admin, "GET", path, token, raw)) && !raw)

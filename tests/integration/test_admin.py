@@ -415,6 +415,9 @@ class Admin(unittest.TestCase):
         shown = run('job', str(job['id'])).stdout
         self.assertIn('dynamic sharding', shown)
         self.assertRegex(shown, r'\n  client \d+, present, last heartbeat \d+ ms ago\n')
+        held = run('held-back').stdout.splitlines()
+        self.assertRegex(held[0], r'^KIND\s+ID\s+NAME\s+REP\s+WHY$')
+        self.assertEqual(held[1:], ['(none: every record of the state store loaded)'])
         self.assertIn('"workers"', run('--json', 'workers').stdout)
         json.loads(run('--json', 'datasets').stdout)
         r = run('cancel', str(job['id']), check=False, token=False)
