@@ -495,17 +495,15 @@ Test(persist, damaged_records_hold_back_what_they_are_of_and_the_rest_is_served)
     json_decref(again);
 }
 
-/* More damaged records than a start holds back, a record of a form a newer
- * dispatcher wrote, or one stored under a bound this start lowered: the
- * start is refused, by name. */
+/* More damaged records than a start holds back, or a field or form a
+ * newer dispatcher wrote: the start is refused, by name (a record stored
+ * under a bound this start lowered: the restored job's test above). */
 Test(persist, a_store_beyond_what_a_start_holds_back_is_refused)
 {
-    open_store(0);
-    st = new_state();
-    worker(st, "127.0.0.1:1");
-    uint64_t ds = dataset(st, "{\"source\": {\"type\": \"range\", \"stop\": 100000}}");
-    uint64_t j, c;
-    job(st, ds, "", &j, &c);
+    uint64_t task = one_task("{\"source\": {\"type\": \"range\", \"stop\": 100000}}");
+    struct job *jp = NULL;
+    cr_assert_not_null(sl__dstate_task(st, task, &jp));
+    uint64_t j = jp->id;
     sluice_GetSplitResponse r;
     splits(st, first_task(st, j), 1, &r, 0);
     save(st);
