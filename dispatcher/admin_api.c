@@ -134,6 +134,34 @@ static int quarantine(struct evhttp_request *req, const char *rest, json_t **bod
     return 200;
 }
 
+static int quarantine_forget(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
+{
+    static const char *const kinds[] = {"job", "dataset", "worker"};
+    const char *kind = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !kind; i++)
+        if (strncmp(rest, kinds[i], strlen(kinds[i])) == 0 && rest[strlen(kinds[i])] == '/')
+            kind = kinds[i];
+    uint64_t id;
+    const char *after;
+    char err[512];
+    (void)req;
+    if (!kind || parse_id(rest + strlen(kind) + 1, &id, &after) < 0 || *after) {
+        *body = sl_admin_error("no such endpoint: /v1/quarantine/%s (expected /v1/quarantine/{job,dataset,worker}/{id})",
+                               rest);
+        return 404;
+    }
+    if (sl_dstate_forget_held_back(sl_dserver_state(arg), kind, id, err, sizeof err) < 0) {
+        *body = sl_admin_error("%s", err);
+        return 404;
+    }
+    if (sl_dserver_commit(arg, err, sizeof err) < 0) {
+        *body = sl_admin_error("the deletion was not stored, the %s is still held back: %s", kind, err);
+        return 503;
+    }
+    *body = json_pack("{s:s,s:I,s:b}", "kind", kind, "id", (json_int_t)id, "deleted", 1);
+    return 200;
+}
+
 static int job(struct evhttp_request *req, const char *rest, json_t **body, void *arg)
 {
     uint64_t id;
@@ -312,5 +340,6 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/jobs/", job, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/jobs/", job_cancel, srv);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/v1/quarantine", quarantine, st);
+    rc |= sl_admin_route(a, EVHTTP_REQ_DELETE, "/v1/quarantine/", quarantine_forget, srv);
     return rc ? SL_ETOOBIG : 0;
 }

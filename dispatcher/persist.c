@@ -1001,7 +1001,8 @@ static int load_meta(const void *key, size_t klen, const void *val, size_t vlen,
 /* ---- damaged records ---- */
 
 /* What a record of l's table holds back when it cannot be read: its kind
- * and id (a hand-out's, its task's job; the task when no job has it). */
+ * and id (a hand-out's, its task's job; NULL for a hand-out of no task
+ * loaded, which is not read). */
 static const char *held_kind(const struct load *l, const void *key, size_t klen, uint64_t *id)
 {
     *id = id_of(key, klen == 16 && l->t == SL_DT_OUTSTANDING ? 8 : klen);
@@ -1013,7 +1014,7 @@ static const char *held_kind(const struct load *l, const void *key, size_t klen,
         return "worker";
     case SL_DT_HANDOUTS:
         if (!sl__dstate_task(l->st, *id, &j) || !j)
-            return "task";
+            return NULL;
         *id = j->id;
         return "job";
     default:
@@ -1085,11 +1086,10 @@ static int load_record(const void *key, size_t klen, const void *val, size_t vle
         return l->fn(key, klen, val, vlen, arg); /* the dispatcher's own: none is held back */
     uint64_t id;
     const char *kind = held_kind(l, key, klen, &id);
-    if (sl__dstate_held_back(l->st, kind, id))
-        return 0;
-    /* A hand-out of no known task: of a job held back (its tasks are not
-     * known) when there is one. */
-    if (strcmp(kind, "task") == 0 && l->st->num_quarantine > 0)
+    /* A hand-out of no task loaded is of a job held back, or one whose
+     * records an operator deleted (DELETE /v1/quarantine/...): it would
+     * answer nothing. */
+    if (!kind || sl__dstate_held_back(l->st, kind, id))
         return 0;
     int rc = l->fn(key, klen, val, vlen, arg);
     if (rc != SL_EDATA)

@@ -1114,6 +1114,30 @@ const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char
     return NULL;
 }
 
+int sl_dstate_forget_held_back(sl_dstate_t *st, const char *kind, uint64_t id, char *err, size_t errlen)
+{
+    unsigned i = 0;
+    while (i < st->num_quarantine && !(st->quarantine[i].id == id && strcmp(st->quarantine[i].kind, kind) == 0))
+        i++;
+    if (i == st->num_quarantine)
+        return sl_errf(err, errlen, SL_ENOTFOUND, "no %s %" PRIu64 " is held back (GET /v1/quarantine lists what is)",
+                       kind, id);
+    if (strcmp(kind, "job") == 0) {
+        /* Its tasks' last hand-outs stay: their ids were in the record. */
+        queue_del(st, SL_DT_JOBS, id);
+        queue_del(st, SL_DT_CURSORS, id);
+        queue_del(st, SL_DT_EXCLUDE, id);
+        sl__dstate_del(st, SL_DT_OUTSTANDING, id, UINT64_MAX);
+    } else {
+        queue_del(st, strcmp(kind, "dataset") == 0 ? SL_DT_DATASETS : SL_DT_WORKERS, id);
+    }
+    sl_log_warn("%s %" PRIu64 ", held back since the start (%s), is forgotten: its records are deleted from the state "
+                "store", kind, id, st->quarantine[i].why);
+    memmove(&st->quarantine[i], &st->quarantine[i + 1], (st->num_quarantine - i - 1) * sizeof *st->quarantine);
+    st->num_quarantine--;
+    return 0;
+}
+
 const char *sl_dstate_job_held_back(const sl_dstate_t *st, uint64_t id)
 {
     const struct quarantined *q = sl__dstate_held_back(st, "job", id);

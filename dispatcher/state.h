@@ -314,6 +314,12 @@ json_t *sl_dstate_job_names_json(const sl_dstate_t *st, int64_t now);
  * the last load held back, each for a record of the store it could not
  * read (docs/fault-tolerance.md, Damaged records). */
 json_t *sl_dstate_quarantine_json(const sl_dstate_t *st);
+/* An operator's decision: what the last load held back as kind ("job",
+ * "dataset", "worker") and id is deleted from the store at the next commit
+ * (a job: its record, cursor, restored positions and outstanding splits),
+ * and a named job's (name, repetition) may be joined again, as a new job.
+ * @return 0, SL_ENOTFOUND (nothing of that kind and id is held back) */
+int sl_dstate_forget_held_back(sl_dstate_t *st, const char *kind, uint64_t id, char *err, size_t errlen);
 /* Why job id was held back at load, or NULL when it was not. */
 const char *sl_dstate_job_held_back(const sl_dstate_t *st, uint64_t id);
 

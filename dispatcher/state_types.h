@@ -296,8 +296,8 @@ struct job {
 #define SL_QUARANTINE_MAX 1024 /* more damaged records than this: the start is refused */
 struct quarantined {
     const char *table; /* the table of the record (persist.c's names) */
-    const char *kind;  /* what it holds back: "job", "dataset", "worker", or "task" (a hand-out of no known job) */
-    uint64_t id;       /* that job's, dataset's, worker's or task's id */
+    const char *kind;  /* what it holds back: "job", "dataset" or "worker" */
+    uint64_t id;       /* that job's, dataset's or worker's id */
     bool named;        /* a job whose record still says its name: a join of (name, repetition) is refused */
     uint64_t repetition;
     char name[129];

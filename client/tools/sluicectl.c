@@ -46,6 +46,7 @@ static void usage(FILE *f)
             "  watch ID         a live progress bar of a job, until it ends\n"
             "  held-back        what the dispatcher held back at start: damaged records of its\n"
             "                   state store, what each is of and why\n"
+            "  forget KIND/ID   delete what is held back (job/12) from the state store for good\n"
             "--version prints the version and exits\n",
             program);
 }
@@ -546,6 +547,18 @@ static bool valid_id(const char *s)
     return true;
 }
 
+/* KIND/ID of what the dispatcher holds back: job/12, dataset/3, worker/5. */
+static bool held_back_name(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash)
+        return false;
+    size_t n = (size_t)(slash - s);
+    bool kind = (n == 3 && !strncmp(s, "job", 3)) || (n == 7 && !strncmp(s, "dataset", 7)) ||
+                (n == 6 && !strncmp(s, "worker", 6));
+    return kind && valid_id(slash + 1);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -574,12 +587,18 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind];
     const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
-    bool needs_arg = !strcmp(cmd, "job") || !strcmp(cmd, "cancel") || !strcmp(cmd, "drain") || !strcmp(cmd, "watch");
+    bool needs_arg = !strcmp(cmd, "job") || !strcmp(cmd, "cancel") || !strcmp(cmd, "drain") || !strcmp(cmd, "watch") ||
+                     !strcmp(cmd, "forget");
     if ((needs_arg && (!arg || optind + 2 != argc)) || (!needs_arg && optind + 1 != argc)) {
         fprintf(stderr, "%s: %s takes %s\n", program, cmd, needs_arg ? "one argument" : "no argument");
         return 2;
     }
-    if (needs_arg && strcmp(cmd, "drain") != 0 && !valid_id(arg)) {
+    if (!strcmp(cmd, "forget") && !held_back_name(arg)) {
+        fprintf(stderr, "%s: forget: \"%s\" is not KIND/ID (job/12, dataset/3, worker/5: held-back lists them)\n",
+                program, arg);
+        return 2;
+    }
+    if (needs_arg && strcmp(cmd, "drain") != 0 && strcmp(cmd, "forget") != 0 && !valid_id(arg)) {
         fprintf(stderr, "%s: %s: \"%s\" is not a job id\n", program, cmd, arg);
         return 2;
     }
@@ -604,6 +623,10 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "held-back")) {
         if ((j = call(admin, "GET", "/v1/quarantine", token, raw)) && !raw)
             print_held_back(j);
+    } else if (!strcmp(cmd, "forget")) {
+        snprintf(path, sizeof path, "/v1/quarantine/%s", arg);
+        if ((j = call(admin, "DELETE", path, token, raw)) && !raw)
+            printf("%s forgotten: its records are deleted from the state store\n", arg);
     } else if (!strcmp(cmd, "job")) {
         snprintf(path, sizeof path, "/v1/jobs/%s", arg);
         if ((j = call(admin, "GET", path, token, raw)) && !raw)

@@ -468,6 +468,23 @@ class DamagedRecord(ThreeWorkers):
         self.cluster.restart_dispatcher(signal.SIGTERM, stopped=lambda: damaged.append(
             store_records(work, 'jobs')[key]))
         self.assertEqual(damaged[1], damaged[0])
+        # The operator forgets it: its records go, and its name makes a new job.
+        admin = self.cluster.dispatcher.admin_port
+        ctl = [binary('sluicectl'), '--admin', '127.0.0.1:%d' % admin]
+        r = subprocess.run(ctl + ['forget', 'job/%d' % job['id']], capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout), (0, 'job/%d forgotten: its records are deleted from the state '
+                                                       'store\n' % job['id']), r.stderr)
+        self.assertEqual(get_json(admin, '/v1/quarantine')['held_back'], [])
+        r = subprocess.run(ctl + ['forget', 'job/%d' % job['id']], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('no job %d is held back' % job['id'], r.stderr)
+        small = {"source": {"type": "range", "stop": 1000}, "ops": [{"op": "batch", "batch_size": 10}]}
+        rc, got, err = self.cluster.cat(small, ['--sharding', 'dynamic', '--job-name', 'victim'])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(values(got, 'value')), list(range(1000)))
+        self.cluster.restart_dispatcher(signal.SIGTERM, stopped=lambda: damaged.append(
+            store_records(work, 'jobs').get(key)))
+        self.assertIsNone(damaged[2])
 
 
 class WorkerCrash(ThreeWorkers):

@@ -493,6 +493,26 @@ Test(persist, damaged_records_hold_back_what_they_are_of_and_the_rest_is_served)
     json_t *again = sl_dstate_quarantine_json(st2);
     cr_assert_eq(json_array_size(json_object_get(again, "held_back")), 4);
     json_decref(again);
+
+    /* An operator forgets job b and dataset ds2: their records go (not
+     * b's tasks' last hand-outs, which no load reads), b's name may be
+     * joined again as a new job, and d stays held back. */
+    cr_assert_eq(sl_dstate_forget_held_back(st2, "job", c, err, sizeof err), SL_ENOTFOUND, "c is not held back");
+    cr_assert_eq(sl_dstate_forget_held_back(st2, "job", b, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sl_dstate_forget_held_back(st2, "dataset", ds2, err, sizeof err), 0, "%s", err);
+    save(st2);
+    for (size_t i = 0; i < nheld; i++) {
+        char *now = records_of(held[i].table, held[i].id);
+        bool gone = held[i].id == ds2 || (held[i].id == b && held[i].table != SL_DT_HANDOUTS);
+        cr_assert_eq(now[0] == 0, gone, "record %zu: %s", i, now);
+        free(now);
+    }
+    cr_assert_eq(sl_dpersist_reload(st2, store, 3000, err, sizeof err), 0, "%s", err);
+    cr_assert_null(sl_dstate_job_held_back(st2, b));
+    cr_assert_not_null(strstr(sl_dstate_job_held_back(st2, d), "its dataset is not in the store"));
+    cr_assert_not_null(sl_dstate_job_held_back(st2, a));
+    cr_assert_eq(sl_dstate_job_get_or_create(st2, &req, 3000, &jid, &cid, err, sizeof err), 0, "%s", err);
+    cr_assert_gt(jid, b, "a new job");
 }
 
 /* More damaged records than a start holds back, or a field or form a
