@@ -40,6 +40,10 @@
  * join still does. The file list of a dataset is stored, not expanded
  * again, so the (file, record range)
  * numbering of splits handed out before a restart keeps its meaning.
+ * A record that does not decode holds back what it is of (load_record()):
+ * the job, dataset or worker is not loaded, its records are left as they
+ * are, and st->quarantine says why (docs/fault-tolerance.md, Damaged
+ * records); a field or form this build does not know refuses the load.
  */
 #include "persist.h"
 
