@@ -25,11 +25,14 @@
 #include "spec.h"
 
 /* The largest payload a dispatcher accepts: a dataset spec, or a position
- * set of --max-exclude-runs units (a restored iterator's consumed positions,
- * a client's report). */
-static uint32_t max_payload(const sl_dstate_t *st)
+ * set of the most units any dispatcher takes (a restored iterator's
+ * consumed positions, a client's report). Not of --max-exclude-runs: a set
+ * of more runs than a lowered bound, sent as runs (a client's version 2),
+ * may fit it as bitmaps; the decode holds it to the bound, and refuses it
+ * by name past it. */
+static uint32_t max_payload(void)
 {
-    size_t excl = SL_POSBITS_MAX_BYTES(sl_dstate_config(st)->max_exclude_runs);
+    size_t excl = SL_POSBITS_MAX_BYTES(SL_POSSET_MAX_RUNS);
     return (uint32_t)((SL_SPEC_MAX_BYTES > excl ? SL_SPEC_MAX_BYTES : excl) + 1024);
 }
 
@@ -683,7 +686,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         evutil_closesocket(fd);
         return;
     }
-    sl_limits_t limits = {.max_payload = max_payload(srv->st)};
+    sl_limits_t limits = {.max_payload = max_payload()};
     dc->srv = srv;
     dc->conn = sl_conn_accept(srv->base, fd, srv->env, SL_ROLE_DISPATCHER, (1u << SL_ROLE_CLIENT) | (1u << SL_ROLE_WORKER),
                               &limits, &dispatcher_cbs, dc);

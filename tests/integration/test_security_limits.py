@@ -272,6 +272,29 @@ class Exclusions(LimitCase):
         self.assertEqual(get_json(self.c.dispatcher.admin_port, '/healthz')['status'], 'ok')
 
 
+class ExclusionsSentAsRuns(LimitCase):
+    """A restore's positions sent as more runs than --max-exclude-runs
+    (a client sends runs where its own bound holds them), which crowd into
+    bitmaps within it: taken, though its bytes pass what the bound's units
+    take on the wire (the payload limit followed the bound before, and
+    such a restore had its connection closed)."""
+    dispatcher_args = ('--max-exclude-runs', '50000')
+
+    def test_a_restore_of_crowded_runs_is_held_as_bitmaps_within_the_bound(self):
+        w = self.wire()
+        t, ds = w.register_dataset(range_spec(1 << 30))
+        crowded = b'SLPS' + struct.pack('<IQ', 1, 60000) + b''.join(
+            struct.pack('<IIQQ', 0, 0, 2 * i, 1) for i in range(60000))
+        self.assertGreater(len(crowded), 24 + 24 * 50000 + 1024)
+        t, f = w.job(ds[1], exclusions=crowded)
+        self.assertNotEqual(t, MSG_ERROR, f)
+        # 30 blocks: bitmaps where the runs would not fit, runs where they still do.
+        self.assertTrue(30 * 22 <= self.metric('sluice_dispatcher_exclude_runs') <= 50000)
+        # Runs that do not crowd are held as runs: past the bound, refused by name.
+        self.assert_refused(w.job(ds[1], exclusions=exclusions(50001, 1 << 28)), SL_ELIMIT, '50001',
+                            '--max-exclude-runs')
+
+
 class StateStore(LimitCase):
     """Attack 6: the state store is never filled to the brim (then every
     commit failed, also after a restart): past three quarters of
