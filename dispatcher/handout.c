@@ -363,6 +363,18 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         bound = extra > UINT32_MAX - bound ? UINT32_MAX : bound + (unsigned)extra;
         max = 1;
     }
+    /* Held at the bound, its pipeline waiting for a split while the oldest
+     * it holds is not finished (task_check_held() saw it so): its splits
+     * may hold too few records for its buffers to let one finish, as a lost
+     * worker's handed out again without what the clients received do
+     * (sparse, dozens of them to a shuffle buffer of one split's records).
+     * It gets a split past the bound, up to sl__held_cap(), each time
+     * its worker's heartbeat shows it so again. */
+    if (tracked && t->held_full_since != 0 && sl__out_count(t) >= bound && sl__out_count(t) < sl__held_cap(st)) {
+        bound = sl__out_count(t) + 1;
+        max = 1;
+        t->held_full_since = 0;
+    }
     if (tracked && sl__out_count(t) < bound && max > bound - sl__out_count(t))
         max = bound - sl__out_count(t);
     if (req->request_seq != 0 && last_answer_room(t, max) < 0)

@@ -395,12 +395,20 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * clients to confirm splits. When every split it holds is one its worker has
  * not finished (its done_below is at or below the oldest), no client can;
  * when its pipeline also waits for a split (starved: not for buffer room, as
- * behind a consumer that pauses), it cannot finish one either: its buffers
- * span more splits than the bound (a shuffle buffer far larger than the
- * splits), or it reads them without making a batch (a skip past the data
- * under a repeat, which then takes epoch after epoch). Past HELD_FAIL_MS of
- * that the job fails, naming the bound, rather than wait for ever. */
+ * behind a consumer that pauses), it cannot finish one either. Its splits
+ * may hold few records (a lost worker's, handed out again without what the
+ * clients had): seen so, it gets a split at a time past the bound, up to
+ * sl__held_cap() (handout.c). Held there, its buffers span more splits than
+ * that (a shuffle buffer far larger than the splits), or it reads them
+ * without making a batch (a skip past the data under a repeat, which then
+ * takes epoch after epoch): past HELD_FAIL_MS of that the job fails, naming
+ * the bound, rather than wait for ever. */
 #define HELD_FAIL_MS 5000
+
+unsigned sl__held_cap(const sl_dstate_t *st)
+{
+    return st->cfg.max_outstanding > UINT32_MAX / 2 ? UINT32_MAX : 2 * st->cfg.max_outstanding;
+}
 
 static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)
 {
@@ -415,14 +423,15 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
         t->held_full_since = now;
         return;
     }
-    if (now - t->held_full_since < HELD_FAIL_MS)
+    if (now - t->held_full_since < HELD_FAIL_MS || sl__out_count(t) < sl__held_cap(st))
         return;
     char why[sizeof ((struct job *)0)->error];
     snprintf(why, sizeof why,
-             "task %" PRIu64 " on worker %s holds %u splits it has not finished, as many as "
-             "--max-outstanding-splits %u allows, and cannot finish one without another: its pipeline's buffers "
-             "(a shuffle buffer) span more splits than that, or it drops every element it reads (a skip or filter "
-             "that leaves nothing, under a repeat, runs through epochs without end: the job is at epoch %" PRIu64
+             "task %" PRIu64 " on worker %s holds %u splits it has not finished, twice the "
+             "--max-outstanding-splits %u (past it a split at a time while none can finish), and cannot finish "
+             "one without another: its pipeline's buffers (a shuffle buffer) span more splits than that, or it "
+             "drops every element it reads (a skip or filter that leaves nothing, under a repeat, runs through "
+             "epochs without end: the job is at epoch %" PRIu64
              "%s); raise --max-outstanding-splits or --split-size, or correct the spec",
              t->id, t->worker_address, sl__out_count(t), st->cfg.max_outstanding, j->split_epoch,
              t->batches == 0 ? " and the task has served no batch" : "");

@@ -367,6 +367,11 @@ struct worker *sl__dstate_worker(sl_dstate_t *st, uint64_t id);
 struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id);
 
+/** The most splits a DYNAMIC task held at --max-outstanding-splits gets
+ *  while its pipeline cannot finish one without another (handout.c): twice
+ *  the bound; held there, its job fails by name (state.c). */
+unsigned sl__held_cap(const sl_dstate_t *st);
+
 /** Forget job (dataset) id in memory, the store untouched: a load that
  *  holds it back (persist.c), after it was read in part. */
 void sl__dstate_forget_job(sl_dstate_t *st, uint64_t id);

@@ -158,8 +158,10 @@ class OutstandingBound(unittest.TestCase):
                                                 '--max-split-size', '1024'])
         try:
             c.wait_workers_registered(1)
-            # A buffer of 20,000 elements over 16 splits of 1,024 at most: it
-            # cannot fill, so it never lets a split finish.
+            # A buffer of 20,000 elements over splits of 1,024 at most: a
+            # split's last record stays in it for a hundred splits or so,
+            # far more than the 32 a task held at the bound of 16 may get
+            # while none of its splits can finish.
             spec = range_spec(1000000, 20000, 64)
             rc, got, err = read_values(c, spec, timeout=120)
             self.assertEqual(rc, 1, err[-2000:])
