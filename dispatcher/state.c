@@ -405,11 +405,6 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * the bound, rather than wait for ever. */
 #define HELD_FAIL_MS 5000
 
-unsigned sl__held_cap(const sl_dstate_t *st)
-{
-    return st->cfg.max_outstanding > UINT32_MAX / 2 ? UINT32_MAX : 2 * st->cfg.max_outstanding;
-}
-
 static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)
 {
     bool full = t->held && ts->starved && sl__out_count(t) >= st->cfg.max_outstanding &&
@@ -1113,14 +1108,6 @@ void sl__dstate_forget_dataset(sl_dstate_t *st, uint64_t id)
         st->num_datasets--;
         return;
     }
-}
-
-const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char *kind, uint64_t id)
-{
-    for (unsigned i = 0; i < st->num_quarantine; i++)
-        if (st->quarantine[i].id == id && strcmp(st->quarantine[i].kind, kind) == 0)
-            return &st->quarantine[i];
-    return NULL;
 }
 
 int sl_dstate_forget_held_back(sl_dstate_t *st, const char *kind, uint64_t id, char *err, size_t errlen)

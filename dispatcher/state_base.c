@@ -1,8 +1,9 @@
 /*
  * state_base.c: what every part of the dispatcher's state shares
  * (state_types.h): its tables' growth and lookups, the names of task and job
- * states, deletions queued for the next commit, and the skip runs of a split
- * (a restored iterator's exclusions, a lost split's received records). Below
+ * states, deletions queued for the next commit, the skip runs of a split
+ * (a restored iterator's exclusions, a lost split's received records), what
+ * the load held back, and the most splits a held task gets. Below
  * state.c, handout.c, outstanding.c, views.c and persist.c, and includes none
  * of them.
  */
@@ -227,4 +228,17 @@ void sl__dataset_free(struct dataset *d)
     sl_file_list_clear(&d->files);
     free(d->records_from);
     free(d);
+}
+
+const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char *kind, uint64_t id)
+{
+    for (unsigned i = 0; i < st->num_quarantine; i++)
+        if (st->quarantine[i].id == id && strcmp(st->quarantine[i].kind, kind) == 0)
+            return &st->quarantine[i];
+    return NULL;
+}
+
+unsigned sl__held_cap(const sl_dstate_t *st)
+{
+    return st->cfg.max_outstanding > UINT32_MAX / 2 ? UINT32_MAX : 2 * st->cfg.max_outstanding;
 }
