@@ -1,5 +1,6 @@
 /* status_page.c: see status_page.h. Everything is inline: the page fetches
- * nothing but the dispatcher's own /v1 endpoints. */
+ * nothing but the dispatcher's own /v1 endpoints (what the start held
+ * back, when anything, above the workers). */
 #include "status_page.h"
 
 const char sl_status_page_html[] =
@@ -12,9 +13,9 @@ const char sl_status_page_html[] =
     "text-align:left}\n"
     ".bar{width:12em;height:.9em;background:#eee;display:inline-block;vertical-align:middle}\n"
     ".bar>div{height:100%;background:#3a7}\n"
-    "#error{color:#b00}\n"
+    "#error,#held-title{color:#b00}\n"
     "</style></head><body>\n"
-    "<h1>Sluice dispatcher</h1><div id=\"updated\"></div><div id=\"error\"></div>\n"
+    "<h1>Sluice dispatcher</h1><div id=\"updated\"></div><div id=\"error\"></div><div id=\"held\"></div>\n"
     "<h2>Workers</h2><table id=\"workers\"><thead><tr><th>id</th><th>address</th><th>state</th>"
     "<th>active tasks</th><th>last heartbeat</th></tr></thead><tbody></tbody></table>\n"
     "<h2>Jobs</h2><table id=\"jobs\"><thead><tr><th>id</th><th>name</th><th>sharding</th><th>state</th>"
@@ -33,6 +34,12 @@ const char sl_status_page_html[] =
     " document.querySelector('#jobs tbody').innerHTML=j.jobs.map(x=>row(['<span class=\"job-id\">'+x.id+'</span>',"
     "esc(x.name||'(anonymous)')+(x.name?' <span class=\"rep\">repetition '+x.repetition+(x.collected?' (collected)':'')+'</span>':''),x.sharding,x.state,progress(x),x.num_consumers,x.elements_served,x.bytes_served]))"
     ".join('');\n"
+    " var q=(await (await fetch(o+'/v1/quarantine')).json()).held_back;\n"
+    " document.getElementById('held').innerHTML=q.length?'<h2 id=\"held-title\">Held back</h2><p>'+q.length+"
+    "' damaged record(s) of the state store: what each is of is not served (sluicectl held-back, forget)</p>"
+    "<table><thead><tr><th>kind</th><th>id</th><th>name</th><th>why</th></tr></thead><tbody>'+q.map(x=>row("
+    "[x.kind,x.id,esc(x.name===undefined?'-':x.name+' repetition '+x.repetition),esc(x.why)])).join('')+"
+    "'</tbody></table>':'';\n"
     " document.getElementById('error').textContent='';\n"
     " document.getElementById('updated').textContent='updated '+new Date().toLocaleTimeString();\n"
     "}catch(e){document.getElementById('error').textContent='cannot reach the dispatcher: '+e}}\n"

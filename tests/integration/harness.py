@@ -386,6 +386,23 @@ def admin_text(port, path, method='GET', token=None, body=None, timeout=10):
     return text
 
 
+def dump_dom(url):
+    """The DOM of url once headless Chromium ran its scripts (about 5 s of
+    virtual time): (the DOM as text, Chromium's stderr)."""
+    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
+    if chromium is None:
+        raise AssertionError('chromium is not installed (scripts/install-deps.sh installs it)')
+    profile = tempfile.mkdtemp(prefix='sluice-chromium-')
+    try:
+        r = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
+                            '--no-first-run', '--disable-background-networking', '--disable-component-update',
+                            '--disable-sync', '--user-data-dir=' + profile, '--virtual-time-budget=5000',
+                            '--dump-dom', url], capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    return r.stdout, r.stderr
+
+
 def get_json(admin_port, path, timeout=10):
     """GET http://127.0.0.1:admin_port/path, decoded."""
     return json.loads(admin_text(admin_port, path, timeout=timeout))

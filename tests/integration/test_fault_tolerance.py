@@ -18,8 +18,8 @@ import unittest
 
 from consumers import Consumers
 from cutproxy import CutProxy, worker_behind
-from harness import (Cluster, binary, child_env, drain_worker, free_ports, get_json, http, metric, parse_jsonl,
-                     summary, values, wait_for)
+from harness import (Cluster, binary, child_env, drain_worker, dump_dom, free_ports, get_json, http, metric,
+                     parse_jsonl, summary, values, wait_for)
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -451,6 +451,9 @@ class DamagedRecord(ThreeWorkers):
                              text=True, timeout=60)
         self.assertEqual(ctl.returncode, 0, ctl.stderr)
         self.assertRegex(ctl.stdout.splitlines()[1], r'^job\s+%d\s+victim\s+0\s+%s$' % (job['id'], why))
+        dom, derr = dump_dom('http://127.0.0.1:%d/' % admin)
+        self.assertIn('<h2 id="held-title">Held back</h2><p>1 damaged record(s)', dom, derr[-2000:])
+        self.assertIn('<td>job</td><td>%d</td><td>victim repetition 0</td><td>%s</td>' % (job['id'], why), dom)
         status, text = http(admin, '/v1/jobs/%d' % job['id'])
         self.assertEqual(status, 404)
         self.assertIn('is held back: ' + why, text)
