@@ -515,6 +515,36 @@ Test(persist, damaged_records_hold_back_what_they_are_of_and_the_rest_is_served)
     cr_assert_gt(jid, b, "a new job");
 }
 
+/* A damaged worker record holds back the worker: the others are served,
+ * its address registers again under a new id, and forgetting it deletes
+ * the record. */
+Test(persist, a_damaged_worker_record_holds_back_the_worker_until_forgotten)
+{
+    open_store(0);
+    st = new_state();
+    uint64_t w1 = worker(st, "127.0.0.1:1"), w2 = worker(st, "127.0.0.1:2");
+    save(st);
+    put_raw(SL_DT_WORKERS, w1, "[]", 2);
+    st2 = reopen();
+    sl_dstate_stats_t stats;
+    sl_dstate_stats(st2, &stats);
+    cr_assert_eq(stats.held_back, 1);
+    json_t *ws = sl_dstate_workers_json(st2, 1000);
+    cr_assert_eq(json_array_size(ws), 1);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(ws, 0), "id")), (json_int_t)w2);
+    json_decref(ws);
+    uint64_t again = worker(st2, "127.0.0.1:1");
+    cr_assert_gt(again, w2, "a new id, none held back");
+    cr_assert_eq(sl_dstate_forget_held_back(st2, "worker", w1, err, sizeof err), 0, "%s", err);
+    save(st2);
+    char *left = records_of(SL_DT_WORKERS, w1);
+    cr_assert_str_eq(left, "", "the record is deleted");
+    free(left);
+    cr_assert_eq(sl_dpersist_reload(st2, store, 2000, err, sizeof err), 0, "%s", err);
+    sl_dstate_stats(st2, &stats);
+    cr_assert_eq(stats.held_back, 0);
+}
+
 /* Replaces the stored record of id in table with what edit makes of it. */
 static void edit_record(int table, uint64_t id, void (*edit)(json_t *rec))
 {
