@@ -1,12 +1,14 @@
 /*
  * main.c: sluice-dispatcher's command line, start-up and shutdown.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -31,6 +33,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: %s --port PORT --admin-port PORT --work-dir DIR [options]\n"
+            "       %s --work-dir DIR --check-store [--state-store-mb N] [--max-exclude-runs N]\n"
             "  --port PORT              protocol port (0 picks a free one)\n"
             "  --admin-port PORT        JSON admin endpoint port (0 picks a free one)\n"
             "  --work-dir DIR           state directory (created if missing, locked)\n"
@@ -78,8 +81,11 @@ static void usage(FILE *f)
             "  --max-jobs N             running jobs at most (4096); ended ones make room\n"
             "  --count-timeout-ms N     listing and counting a new file source's records, off\n"
             "                           the event loop (60000; 0: no limit)\n"
+            "  --check-store            with --work-dir alone: load its state store as a start would,\n"
+            "                           print what it holds and what a start would hold back (JSON),\n"
+            "                           and exit, serving nothing: 0 when every record loads, else 1\n"
             SL_CLI_DAEMON_TAIL_USAGE,
-            program);
+            program, program);
 }
 
 struct options {
@@ -89,6 +95,7 @@ struct options {
     sl_dstate_config_t state;
     int64_t store_mb; /* the state store's map size; 0: the store's default (1 GiB) */
     bool client_beat_given; /* --client-heartbeat-ms: checked against the client timeout */
+    bool check_store;       /* --check-store: load the store, say what it holds, and exit */
 };
 
 /* Whether a heartbeat of beat_ms fits twice in a lease of timeout_ms (who:
@@ -109,7 +116,7 @@ static int parse_args(int argc, char **argv, void *opts)
     struct options *o = opts;
     enum { O_WORK_DIR = 1, O_WORKERS, O_WORKER_TO, O_STALL_TO, O_CLIENT_TO, O_CLIENT_REJOIN, O_CLIENT_STALL, O_GC_TO, O_DS_GC_TO, O_SPLIT, O_MAX_SPLIT, O_MAX_OUT, O_MAX_EXCL, O_MAX_EXCL_TOTAL,
            O_COUNT_TO, O_WORKER_HB, O_CLIENT_HB, O_MAX_WORKERS, O_MAX_DATASETS, O_MAX_JOBS, O_STORE_MB, O_HELP,
-           O_HANDOUT_DELAY };
+           O_HANDOUT_DELAY, O_CHECK_STORE };
     static const struct option longopts[] = {
         SL_CLI_DAEMON_LONGOPTS,
         {"work-dir", required_argument, NULL, O_WORK_DIR},
@@ -134,6 +141,7 @@ static int parse_args(int argc, char **argv, void *opts)
         {"max-datasets", required_argument, NULL, O_MAX_DATASETS},
         {"max-jobs", required_argument, NULL, O_MAX_JOBS},
         {"state-store-mb", required_argument, NULL, O_STORE_MB},
+        {"check-store", no_argument, NULL, O_CHECK_STORE},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -242,6 +250,7 @@ static int parse_args(int argc, char **argv, void *opts)
             if (sl_cli_int(program, "state-store-mb", optarg, 1, 1 << 20, &o->store_mb) < 0)
                 return -1;
             break;
+        case O_CHECK_STORE: o->check_store = true; break;
         case O_HELP: usage(stdout); exit(SL_EXIT_OK);
         default: usage(stderr); return -1;
         }
@@ -250,7 +259,11 @@ static int parse_args(int argc, char **argv, void *opts)
         fprintf(stderr, "%s: unexpected argument \"%s\"\n", program, argv[optind]);
         return -1;
     }
-    if (o->d.port < 0 || o->d.admin_port < 0 || !o->work_dir) {
+    if (o->check_store && !o->work_dir) {
+        fprintf(stderr, "%s: --check-store needs --work-dir\n", program);
+        return -1;
+    }
+    if (!o->check_store && (o->d.port < 0 || o->d.admin_port < 0 || !o->work_dir)) {
         fprintf(stderr, "%s: --port, --admin-port and --work-dir are required\n", program);
         usage(stderr);
         return -1;
@@ -302,6 +315,62 @@ static int parse_args(int argc, char **argv, void *opts)
     return 0;
 }
 
+/* --check-store: loads the work dir's state store as a start would and
+ * prints on stdout, as JSON, what it holds and what a start would hold
+ * back, without serving or writing the store (an operator's check of a
+ * backup). @return SL_EXIT_OK when every record loads, SL_EXIT_FAILURE
+ * when a start would refuse the store or hold something back */
+static int check_store(struct options *o)
+{
+    char path[4096], err[1024];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/state.mdb", o->work_dir);
+    if (stat(path, &sb) < 0) {
+        fprintf(stderr, "%s: --check-store: %s: %s (no state store to check)\n", program, path, strerror(errno));
+        return SL_EXIT_FAILURE;
+    }
+    int status = SL_EXIT_FAILURE, num_tables;
+    sl_workdir_t *wd = NULL;
+    sl_store_t *store = NULL;
+    sl_dstate_t *st = NULL;
+    const char *const *tables = sl_dpersist_tables(&num_tables);
+    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20};
+    json_t *out = NULL;
+    if (sl_workdir_open(o->work_dir, &wd, err, sizeof err) < 0 ||
+        sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
+        out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
+    } else if (!(st = sl_dstate_new(&o->state))) {
+        snprintf(err, sizeof err, "out of memory");
+        out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
+    } else if (sl_dpersist_load(st, store, sl_now_ms(), err, sizeof err) < 0) {
+        out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
+    } else {
+        sl_dstate_stats_t stats;
+        sl_dstate_stats(st, &stats);
+        json_t *held = sl_dstate_quarantine_json(st), *workers = sl_dstate_workers_json(st, 0);
+        out = json_pack("{s:b,s:i,s:i,s:i,s:O}", "loads", 1, "datasets", stats.datasets, "jobs", stats.jobs_total,
+                        "workers", (int)json_array_size(workers), "held_back", json_object_get(held, "held_back"));
+        json_decref(workers);
+        json_decref(held);
+        if (stats.held_back == 0)
+            status = SL_EXIT_OK;
+        else
+            snprintf(err, sizeof err, "%u damaged records: a start would hold back what they are of",
+                     stats.held_back);
+    }
+    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    if (text)
+        printf("%s\n", text);
+    if (status != SL_EXIT_OK)
+        fprintf(stderr, "%s: --check-store: %s\n", program, err);
+    free(text);
+    json_decref(out);
+    sl_dstate_free(st);
+    sl_store_close(store);
+    sl_workdir_close(wd);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     struct options o = {0};
@@ -311,6 +380,11 @@ int main(int argc, char **argv)
     char **cargv;
     if (sl_cli_daemon_begin(program, argc, argv, parse_args, &o, &o.d, &cargc, &cargv) < 0)
         return SL_EXIT_USAGE;
+    if (o.check_store) {
+        int rc = check_store(&o);
+        sl_cli_free_argv(cargc, cargv);
+        return rc;
+    }
 
     int status = SL_EXIT_FAILURE;
     char err[1024];

@@ -421,11 +421,23 @@ class DamagedRecord(ThreeWorkers):
             key = struct.pack('>Q', job['id'])
             damaged = []
 
+            def check_store():
+                r = subprocess.run([binary('sluice-dispatcher'), '--work-dir', work, '--check-store'],
+                                   capture_output=True, text=True, timeout=60)
+                return r.returncode, json.loads(r.stdout), r.stderr
+
             def damage():
+                checked.append(check_store())
                 rec = json.loads(store_records(work, 'jobs')[key])
                 rec['state'] = 99
                 damaged.append(json.dumps(rec).encode())
                 store_put(work, 'jobs', key, damaged[0])
+                with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+                    before = f.read()
+                checked.append(check_store())
+                with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+                    checked.append(f.read() == before)
+            checked = []
 
             spec = {"source": {"type": "range", "stop": N}, "ops": [{"op": "batch", "batch_size": BATCH}]}
             rc, got, err = stream_with_faults(
@@ -440,6 +452,16 @@ class DamagedRecord(ThreeWorkers):
                 victim.wait()
         self.assertNotEqual(victim.returncode, 0)
         why = 'state store: jobs record %d: a field out of range' % job['id']
+        # An operator's check of the stopped store, before and after the
+        # damage: what it holds, what a start would hold back; it writes nothing.
+        (rc0, out0, err0), (rc1, out1, err1), unchanged = checked
+        self.assertEqual((rc0, out0['loads'], out0['held_back']), (0, True, []), err0)
+        self.assertGreaterEqual(out0['jobs'], 2)
+        self.assertEqual((rc1, out1['loads'], out1['jobs']), (1, True, out0['jobs'] - 1), err1)
+        self.assertEqual(out1['held_back'], [{'table': 'jobs', 'kind': 'job', 'id': job['id'], 'name': 'victim',
+                                              'repetition': 0, 'why': why}])
+        self.assertIn('--check-store: 1 damaged records: a start would hold back what they are of', err1)
+        self.assertTrue(unchanged, 'the check wrote the store')
         self.assertIn('job %d is held back since the dispatcher started, its state store record damaged' % job['id'],
                       verr)
         admin = self.cluster.dispatcher.admin_port

@@ -404,6 +404,25 @@ class BadStateStore(unittest.TestCase):
         with open(os.path.join(work, 'state.mdb'), 'rb') as f:
             self.assertEqual(f.read(), junk)
 
+    def test_a_check_of_a_corrupt_store_says_it_would_be_refused(self):
+        """--check-store reads a store as a start would, without serving or
+        writing it: a corrupt one is said refused, with the reason."""
+        from harness import binary
+        work = os.path.join(self.dir, 'checked')
+        os.makedirs(work)
+        junk = bytes((i * 5 + 1) & 0xff for i in range(65536))
+        with open(os.path.join(work, 'state.mdb'), 'wb') as f:
+            f.write(junk)
+        r = subprocess.run([binary('sluice-dispatcher'), '--work-dir', work, '--check-store'], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertFalse(out['loads'])
+        self.assertIn('state store %s/state.mdb cannot be opened' % work, out['error'])
+        self.assertIn('--check-store: state store', r.stderr)
+        with open(os.path.join(work, 'state.mdb'), 'rb') as f:
+            self.assertEqual(f.read(), junk)
+
     def test_full_file_system(self):
         work = os.path.join(self.dir, 'full')
         self.mount_tmpfs(work, 'size=4m')
