@@ -41,8 +41,9 @@ static int healthz(struct evhttp_request *req, const char *rest, json_t **body, 
     (void)req;
     (void)rest;
     sl_dstate_stats(arg, &s);
-    *body = json_pack("{s:s,s:I,s:I,s:I}", "status", "ok", "workers", (json_int_t)s.workers_live, "datasets",
-                      (json_int_t)s.datasets, "jobs_running", (json_int_t)s.jobs_running);
+    *body = json_pack("{s:s,s:I,s:I,s:I,s:I}", "status", "ok", "workers", (json_int_t)s.workers_live, "datasets",
+                      (json_int_t)s.datasets, "jobs_running", (json_int_t)s.jobs_running, "held_back",
+                      (json_int_t)s.held_back);
     return 200;
 }
 

@@ -469,6 +469,7 @@ class DamagedRecord(ThreeWorkers):
         self.assertEqual(held, {'held_back': [{'table': 'jobs', 'kind': 'job', 'id': job['id'], 'name': 'victim',
                                                'repetition': 0, 'why': why}], 'limit': 1024})
         self.assertEqual(metric(admin, 'sluice_dispatcher_held_back_records'), 1)
+        self.assertEqual(get_json(admin, '/healthz')['held_back'], 1)
         ctl = subprocess.run([binary('sluicectl'), '--admin', '127.0.0.1:%d' % admin, 'held-back'], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(ctl.returncode, 0, ctl.stderr)
