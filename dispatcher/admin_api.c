@@ -147,8 +147,8 @@ static int quarantine_forget(struct evhttp_request *req, const char *rest, json_
     char err[512];
     (void)req;
     if (!kind || parse_id(rest + strlen(kind) + 1, &id, &after) < 0 || *after) {
-        *body = sl_admin_error("no such endpoint: /v1/quarantine/%s (expected /v1/quarantine/{job,dataset,worker}/{id})",
-                               rest);
+        *body = sl_admin_error("no such endpoint: /v1/quarantine/%s "
+                               "(expected /v1/quarantine/{job,dataset,worker}/{id})", rest);
         return 404;
     }
     if (sl_dstate_forget_held_back(sl_dserver_state(arg), kind, id, err, sizeof err) < 0) {

@@ -63,7 +63,7 @@ static void usage(FILE *f)
             "  --max-outstanding-splits N  DYNAMIC splits a task may hold that its clients have\n"
             "                           not all confirmed; past it the task waits (16384), but for\n"
             "                           coordinated reads' stand-ins (64 more a consumer at most) and\n"
-            "                           a task that cannot finish one without another (up to twice it)\n"
+            "                           a task that cannot finish one without another (64 more at most)\n"
             "  --handout-commit-delay-ms N  a DYNAMIC hand-out whose worker has splits queued waits\n"
             "                           this long at most (and half of what its queue lasts) for\n"
             "                           its commit, shared with what comes meanwhile (50; 0: at once)\n"

@@ -398,7 +398,7 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * behind a consumer that pauses), it cannot finish one either. Its splits
  * may hold few records (a lost worker's, handed out again without what the
  * clients had): seen so, it gets a split at a time past the bound, up to
- * sl__held_cap() (handout.c). Held there, its buffers span more splits than
+ * sl__held_cap() (handout.c: 64 more, at most twice the bound). Held there, its buffers span more splits than
  * that (a shuffle buffer far larger than the splits), or it reads them
  * without making a batch (a skip past the data under a repeat, which then
  * takes epoch after epoch): past HELD_FAIL_MS of that the job fails, naming
@@ -422,8 +422,8 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
         return;
     char why[sizeof ((struct job *)0)->error];
     snprintf(why, sizeof why,
-             "task %" PRIu64 " on worker %s holds %u splits it has not finished, twice the "
-             "--max-outstanding-splits %u (past it a split at a time while none can finish), and cannot finish "
+             "task %" PRIu64 " on worker %s holds %u splits it has not finished, --max-outstanding-splits %u "
+             "and the most it gets past it, a split at a time, while none can finish, and cannot finish "
              "one without another: its pipeline's buffers (a shuffle buffer) span more splits than that, or it "
              "drops every element it reads (a skip or filter that leaves nothing, under a repeat, runs through "
              "epochs without end: the job is at epoch %" PRIu64

@@ -240,5 +240,7 @@ const struct quarantined *sl__dstate_held_back(const sl_dstate_t *st, const char
 
 unsigned sl__held_cap(const sl_dstate_t *st)
 {
-    return st->cfg.max_outstanding > UINT32_MAX / 2 ? UINT32_MAX : 2 * st->cfg.max_outstanding;
+    unsigned bound = st->cfg.max_outstanding;
+    unsigned more = bound < SL_HELD_EXTRA ? bound : SL_HELD_EXTRA;
+    return more > UINT32_MAX - bound ? UINT32_MAX : bound + more;
 }

@@ -368,8 +368,13 @@ struct dataset *sl__dstate_dataset(const sl_dstate_t *st, uint64_t id);
 struct job *sl__dstate_job(const sl_dstate_t *st, uint64_t id);
 
 /** The most splits a DYNAMIC task held at --max-outstanding-splits gets
- *  while its pipeline cannot finish one without another (handout.c): twice
- *  the bound; held there, its job fails by name (state.c). */
+ *  while its pipeline cannot finish one without another (handout.c): the
+ *  bound and SL_HELD_EXTRA more, at most twice the bound. A split behind a
+ *  shuffle holds at least 1/64 of its buffer (split_size_for(), state.c):
+ *  64 fresh splits refill any buffer that sparse splits left starved, and
+ *  past that more would not help, only put off the failure of a pipeline
+ *  that drops everything. Held there, its job fails by name (state.c). */
+#define SL_HELD_EXTRA 64
 unsigned sl__held_cap(const sl_dstate_t *st);
 
 /** Forget job (dataset) id in memory, the store untouched: a load that
