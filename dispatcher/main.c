@@ -315,6 +315,19 @@ static int parse_args(int argc, char **argv, void *opts)
     return 0;
 }
 
+/* Opens and locks the work dir, then its state store, checked: what a start
+ * and --check-store both do. @return 0, or < 0 with err set */
+static int open_state_store(const struct options *o, sl_workdir_t **wd, sl_store_t **store, char *err,
+                            size_t errlen)
+{
+    int num_tables;
+    const char *const *tables = sl_dpersist_tables(&num_tables);
+    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20};
+    if (sl_workdir_open(o->work_dir, wd, err, errlen) < 0)
+        return -1;
+    return sl_store_open(sl_workdir_path(*wd), &so, store, err, errlen) < 0 ? -1 : 0;
+}
+
 /* --check-store: loads the work dir's state store as a start would and
  * prints on stdout, as JSON, what it holds and what a start would hold
  * back, without serving or writing the store (an operator's check of a
@@ -329,15 +342,12 @@ static int check_store(struct options *o)
         fprintf(stderr, "%s: --check-store: %s: %s (no state store to check)\n", program, path, strerror(errno));
         return SL_EXIT_FAILURE;
     }
-    int status = SL_EXIT_FAILURE, num_tables;
+    int status = SL_EXIT_FAILURE;
     sl_workdir_t *wd = NULL;
     sl_store_t *store = NULL;
     sl_dstate_t *st = NULL;
-    const char *const *tables = sl_dpersist_tables(&num_tables);
-    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20};
     json_t *out = NULL;
-    if (sl_workdir_open(o->work_dir, &wd, err, sizeof err) < 0 ||
-        sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
+    if (open_state_store(o, &wd, &store, err, sizeof err) < 0) {
         out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
     } else if (!(st = sl_dstate_new(&o->state))) {
         snprintf(err, sizeof err, "out of memory");
@@ -406,17 +416,10 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    if (sl_workdir_open(o.work_dir, &wd, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: %s\n", program, err);
-        goto out;
-    }
     /* The state store is opened and checked at start, so that a work dir
      * the dispatcher must not use (unwritable, full, corrupt, of a newer
      * format) is refused before it serves; docs/fault-tolerance.md. */
-    int num_tables;
-    const char *const *tables = sl_dpersist_tables(&num_tables);
-    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o.store_mb << 20};
-    if (sl_store_open(sl_workdir_path(wd), &so, &store, err, sizeof err) < 0) {
+    if (open_state_store(&o, &wd, &store, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", program, err);
         goto out;
     }

@@ -398,8 +398,9 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
  * behind a consumer that pauses), it cannot finish one either. Its splits
  * may hold few records (a lost worker's, handed out again without what the
  * clients had): seen so, it gets a split at a time past the bound, up to
- * sl__held_cap() (handout.c: 64 more, at most twice the bound). Held there, its buffers span more splits than
- * that (a shuffle buffer far larger than the splits), or it reads them
+ * sl__held_cap() (handout.c: 64 more, at most twice the bound). Held
+ * there, its buffers span more splits than that (a shuffle buffer far
+ * larger than the splits), or it reads them
  * without making a batch (a skip past the data under a repeat, which then
  * takes epoch after epoch): past HELD_FAIL_MS of that the job fails, naming
  * the bound, rather than wait for ever. */
@@ -1084,17 +1085,22 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
     return 0;
 }
 
+/* Takes job i out of memory (its records' deletion is the caller's). */
+static void job_remove_at(sl_dstate_t *st, unsigned i)
+{
+    sl__dstate_unindex_job(st, st->jobs[i]);
+    job_free(st->jobs[i]);
+    memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
+    st->num_jobs--;
+}
+
 void sl__dstate_forget_job(sl_dstate_t *st, uint64_t id)
 {
     for (unsigned i = 0; i < st->num_jobs; i++) {
-        struct job *j = st->jobs[i];
-        if (j->id != id)
-            continue;
-        sl__dstate_unindex_job(st, j);
-        job_free(j);
-        memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
-        st->num_jobs--;
-        return;
+        if (st->jobs[i]->id == id) {
+            job_remove_at(st, i);
+            return;
+        }
     }
 }
 
@@ -1112,12 +1118,11 @@ void sl__dstate_forget_dataset(sl_dstate_t *st, uint64_t id)
 
 int sl_dstate_forget_held_back(sl_dstate_t *st, const char *kind, uint64_t id, char *err, size_t errlen)
 {
-    unsigned i = 0;
-    while (i < st->num_quarantine && !(st->quarantine[i].id == id && strcmp(st->quarantine[i].kind, kind) == 0))
-        i++;
-    if (i == st->num_quarantine)
+    const struct quarantined *q = sl__dstate_held_back(st, kind, id);
+    if (!q)
         return sl_errf(err, errlen, SL_ENOTFOUND, "no %s %" PRIu64 " is held back (GET /v1/quarantine lists what is)",
                        kind, id);
+    unsigned i = (unsigned)(q - st->quarantine);
     if (strcmp(kind, "job") == 0) {
         /* Its tasks' last hand-outs stay: their ids were in the record. */
         queue_del(st, SL_DT_JOBS, id);
@@ -1151,10 +1156,7 @@ static void job_drop(sl_dstate_t *st, unsigned i)
     for (unsigned k = 0; k < old->num_tasks; k++)
         if (old->tasks[k].last_splits)
             queue_del(st, SL_DT_HANDOUTS, old->tasks[k].id);
-    sl__dstate_unindex_job(st, old);
-    job_free(old);
-    memmove(&st->jobs[i], &st->jobs[i + 1], (st->num_jobs - i - 1) * sizeof *st->jobs);
-    st->num_jobs--;
+    job_remove_at(st, i);
 }
 
 /* Makes room for one more job by forgetting the oldest job that ended. */

@@ -1373,6 +1373,29 @@ static void rt_step(struct rt *r, int64_t now)
     }
 }
 
+/* A run of drawn operations starts: a drawn configuration (with a drawn
+ * max_skip_bytes when skip_bytes), a new store, a new state and no ids
+ * known yet. */
+static void rt_run_begin(struct rt *r, sl_dstate_config_t *cfg, bool skip_bytes)
+{
+    sl_dstate_config_init(cfg);
+    cfg->split_size = 1 + rt_draw(r, 300);
+    cfg->client_timeout_ms = 100 + (unsigned)rt_draw(r, 2000);
+    cfg->worker_timeout_ms = 100 + (unsigned)rt_draw(r, 2000);
+    cfg->job_gc_timeout_ms = 100 + (unsigned)rt_draw(r, 5000);
+    if (skip_bytes)
+        cfg->max_skip_bytes = 16u << rt_draw(r, 15); /* 2 skip runs an answer to 2^17 */
+    sl_store_close(store);
+    store = NULL;
+    remove_dir(dir);
+    snprintf(dir, sizeof dir, "/tmp/sl-persist-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    open_store(0);
+    sl_dstate_free(st);
+    cr_assert_not_null(st = sl_dstate_new(cfg));
+    r->ndatasets = r->njobs = r->nseqs = r->ngot = 0;
+}
+
 /* The record at position pick of a table: its key and value, copied. */
 struct drawn_record {
     unsigned seen, pick;
@@ -1447,20 +1470,7 @@ Test(persist, a_damaged_record_holds_back_only_what_it_is_of_at_drawn_operations
     unsigned damaged = 0, held = 0, by_table[7] = {0};
     for (int run = 0; run < 8; run++) {
         sl_dstate_config_t cfg;
-        sl_dstate_config_init(&cfg);
-        cfg.split_size = 1 + rt_draw(&r, 300);
-        cfg.client_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
-        cfg.worker_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
-        cfg.job_gc_timeout_ms = 100 + (unsigned)rt_draw(&r, 5000);
-        sl_store_close(store);
-        store = NULL;
-        remove_dir(dir);
-        snprintf(dir, sizeof dir, "/tmp/sl-persist-XXXXXX");
-        cr_assert_not_null(mkdtemp(dir));
-        open_store(0);
-        sl_dstate_free(st);
-        cr_assert_not_null(st = sl_dstate_new(&cfg));
-        r.ndatasets = r.njobs = r.nseqs = r.ngot = 0;
+        rt_run_begin(&r, &cfg, false);
         int64_t now = 0;
         for (int step = 0; step < 400; step++) {
             now += (int64_t)rt_draw(&r, 200);
@@ -1532,21 +1542,7 @@ Test(persist, any_store_the_dispatcher_writes_loads_at_drawn_operations, .timeou
     unsigned loads = 0;
     for (int run = 0; run < 20; run++) {
         sl_dstate_config_t cfg;
-        sl_dstate_config_init(&cfg);
-        cfg.split_size = 1 + rt_draw(&r, 300);
-        cfg.client_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
-        cfg.worker_timeout_ms = 100 + (unsigned)rt_draw(&r, 2000);
-        cfg.job_gc_timeout_ms = 100 + (unsigned)rt_draw(&r, 5000);
-        cfg.max_skip_bytes = 16u << rt_draw(&r, 15); /* 2 skip runs an answer to 2^17 */
-        sl_store_close(store);
-        store = NULL;
-        remove_dir(dir);
-        snprintf(dir, sizeof dir, "/tmp/sl-persist-XXXXXX");
-        cr_assert_not_null(mkdtemp(dir));
-        open_store(0);
-        sl_dstate_free(st);
-        cr_assert_not_null(st = sl_dstate_new(&cfg));
-        r.ndatasets = r.njobs = r.nseqs = r.ngot = 0;
+        rt_run_begin(&r, &cfg, true);
         int64_t now = 0;
         for (int step = 0; step < 600; step++) {
             now += (int64_t)rt_draw(&r, 200);
