@@ -68,6 +68,12 @@
 /* sl_iterator_opts_t.dispatcher_timeout_ms unless given: an hour, as tf.data service. */
 #define DISPATCHER_TIMEOUT_MS 3600000
 #define RELEASE_WAIT_MS 1000
+/* A named job's client that closes waits this long at most for its
+ * workers' answers to its leaves, then for the dispatcher's to its
+ * release: what it gives back is lost if the release never arrives. A
+ * worker answers at once, after what it sent before; a worker or
+ * dispatcher that does not answer within it is not well. */
+#define LEAVE_WAIT_MS 10000
 #define END_PROBE_MIN_MS 2 /* the ask after the first (at once) when every task ended, doubled each time */
 /* DYNAMIC: a heartbeat goes before the tick once this many splits were
  * done since the last went (their split-done notices came), one at a time:
@@ -124,6 +130,10 @@ struct itask {
     bool probe_out;
     uint32_t probe_id;
     uint64_t frames, frames_at_tick;
+    /* The iterator closes (leave_tasks()): a leave (GetElementRequest.leave)
+     * in flight under leave_id. */
+    bool leave_out;
+    uint32_t leave_id;
     /* Redelivery: requests are numbered from 1 (GetElementRequest.seq; a
      * coordinated read numbers them by round instead, coord_pump());
      * fly[0..fly_n) are the seqs not answered yet,
@@ -187,6 +197,13 @@ struct sl_iterator {
     bool disp_open; /* handshake done */
     bool hb_out;
     uint32_t hb_id, release_id;
+    /* A named job's client that closes waits for its workers' answers to
+     * its leaves (leave_tasks()) before it releases its lease and gives
+     * back what its caller was not given: leaving while they are out,
+     * leave_whole while every answer said `left` (nothing more comes). */
+    bool leaving, leave_whole;
+    bool release_due; /* leaving, it waits for the dispatcher's connection to send its release */
+    uint64_t returned; /* the records given back, for the message if they are refused */
     int64_t disp_last_ok;
     int64_t hb_sent_ms;     /* when the heartbeat in flight (hb_out) went */
     uint64_t notices_since_hb; /* split-done notices received since the last heartbeat went */
@@ -356,6 +373,7 @@ static void window_note(sl_iterator_t *it, size_t size)
 
 static void pump(sl_iterator_t *it);
 static void check_finished(sl_iterator_t *it);
+static void leave_check(sl_iterator_t *it);
 static void send_heartbeat(sl_iterator_t *it);
 static void sync_answered(sl_iterator_t *it);
 
@@ -829,6 +847,14 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         progress_arrived(it, t, hdr, msg, payload);
         return;
     }
+    if (t->leave_out && hdr->request_id == t->leave_id) {
+        free(payload);
+        t->leave_out = false;
+        if (hdr->type != SL_MSG_GET_ELEMENT_RESP || !((const sluice_GetElementResponse *)msg)->left)
+            it->leave_whole = false; /* an older worker: a request of ours may still be answered */
+        leave_check(it);
+        return;
+    }
     t->frames++;
     if (t->in_flight > 0) {
         t->in_flight--;
@@ -949,6 +975,12 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     struct itask *t = arg;
     (void)c;
+    if (t->leave_out) {
+        /* What the worker holds for us is not asked for again. */
+        t->leave_out = false;
+        t->it->leave_whole = false;
+        leave_check(t->it);
+    }
     task_conn_gone(t);
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
@@ -1437,12 +1469,15 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             p = &t->next;
             continue;
         }
+        if (t->leave_out)
+            it->leave_whole = false; /* its worker was lost with what it held for us */
         task_drop_conn(t);
         coord_forget_task(it, t, true);
         *p = t->next;
         sl_resolver_free(t->resolver);
         free(t);
     }
+    leave_check(it);
     if (it->track && it->named) {
         /* Its peers may still hold records of a done epoch, not given: the
          * ledger folds only what every client of the job was given. */
@@ -1490,6 +1525,11 @@ static void disp_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8
     (void)c;
     free(payload);
     if (hdr->request_id == it->release_id) {
+        const sluice_ReleaseClientResponse *r = msg;
+        if (it->returned > 0 && hdr->type == SL_MSG_RELEASE_CLIENT_RESP && !r->returns_taken)
+            fprintf(stderr, "sluice: iterator of job %" PRIu64 ": dispatcher %s did not take back the %" PRIu64
+                            " records the caller was not given: %s\n", it->job_id, it->dispatcher, it->returned,
+                    r->returns_error[0] ? r->returns_error : "it is older than giving back");
         event_base_loopbreak(it->base);
         return;
     }
@@ -1576,11 +1616,17 @@ static void send_heartbeat(sl_iterator_t *it)
     free(req);
 }
 
+static void send_release(sl_iterator_t *it);
+
 static void disp_ready(sl_conn_t *c, void *arg)
 {
     sl_iterator_t *it = arg;
     (void)c;
     it->disp_open = true;
+    if (it->release_due) {
+        send_release(it);
+        return;
+    }
     send_heartbeat(it);
 }
 
@@ -1710,9 +1756,23 @@ static void on_retry_timer(evutil_socket_t fd, short what, void *arg)
 
 static void on_release_timeout(evutil_socket_t fd, short what, void *arg)
 {
+    sl_iterator_t *it = arg;
     (void)fd;
     (void)what;
-    event_base_loopbreak(((sl_iterator_t *)arg)->base);
+    if (it->leaving && !it->release_id && !it->release_due) {
+        it->leave_whole = false; /* a worker did not answer in time */
+        send_release(it);
+        return;
+    }
+    if (it->release_due) {
+        pthread_mutex_lock(&it->mu);
+        unsigned n = it->ready_count;
+        pthread_mutex_unlock(&it->mu);
+        fprintf(stderr, "sluice: iterator of job %" PRIu64 ": dispatcher %s unreachable for %d ms: the %u batches "
+                        "that waited for the caller are not given back (its lease runs out)\n", it->job_id,
+                it->dispatcher, LEAVE_WAIT_MS, n);
+    }
+    event_base_loopbreak(it->base);
 }
 
 /* The iterator closes: each worker lets go of every batch it holds for
@@ -1727,6 +1787,134 @@ static void leave_workers(sl_iterator_t *it)
         sluice_GetElementRequest req = {.acked_below = UINT64_MAX, .ack_only = true};
         (void)send_now(t, &req);
     }
+}
+
+/* A named job's client that closes gives back what its caller was not
+ * given (ReleaseClientRequest.returns): it first asks each worker to
+ * leave (GetElementRequest.leave), whose answer comes after every batch
+ * the worker sent it and says that no request of it waits there any more,
+ * so that what it holds then is all it got. @return whether it waits for
+ * answers (leave_check() releases once they came; RELEASE_WAIT_MS at most) */
+static bool leave_tasks(sl_iterator_t *it)
+{
+    if (!it->named || !it->track || it->coord)
+        return false;
+    pthread_mutex_lock(&it->mu);
+    bool waiting = it->ready_count > 0;
+    pthread_mutex_unlock(&it->mu);
+    bool open = false;
+    for (struct itask *t = it->tasks; t && !open; t = t->next)
+        open = t->state != TC_ENDED;
+    if (!waiting && !open)
+        return false; /* at the end: nothing to give back */
+    it->leaving = it->leave_whole = true;
+    bool any = false;
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (t->state == TC_ENDED)
+            continue; /* its end came: nothing more of it can */
+        sluice_GetElementRequest req = {.acked_below = UINT64_MAX, .ack_only = true, .progress = true, .leave = true};
+        if (!t->conn || t->state != TC_OPEN || send_now(t, &req) < 0) {
+            it->leave_whole = false; /* what its worker holds for us is not asked for again */
+            continue;
+        }
+        t->leave_out = true;
+        t->leave_id = it->next_id;
+        any = true;
+    }
+    if (!any)
+        return false;
+    struct timeval tv = {LEAVE_WAIT_MS / 1000, (LEAVE_WAIT_MS % 1000) * 1000};
+    evtimer_add(it->release_timer, &tv);
+    return true;
+}
+
+static void leave_check(sl_iterator_t *it)
+{
+    if (!it->leaving || it->release_id)
+        return;
+    for (struct itask *t = it->tasks; t; t = t->next)
+        if (t->leave_out)
+            return;
+    evtimer_del(it->release_timer);
+    send_release(it);
+}
+
+/* The positions of the batches that wait for the caller, as posset bytes
+ * (malloc'd). @return 0 or < 0 */
+static int returned_positions(sl_iterator_t *it, uint8_t **buf, size_t *len)
+{
+    sl_posbits_t set;
+    sl_posbits_init(&set, sl__ledger_max_runs(&it->opts));
+    sl_provenance_run_t *runs = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    pthread_mutex_lock(&it->mu);
+    for (const struct sl_batch *b = it->ready; b && rc == 0; b = b->next)
+        rc = b->num_records > 0 && b->num_prov == 0 ? -ENOENT : report_add_batch(&set, b, 0, &runs, &cap);
+    pthread_mutex_unlock(&it->mu);
+    free(runs);
+    it->returned = sl_posbits_size(&set);
+    if (rc == 0)
+        rc = sl_posbits_bytes(&set, buf, len);
+    sl_posbits_clear(&set);
+    return rc;
+}
+
+/* Releases the lease (once); a named job's client gives back what waits
+ * for its caller. */
+static void send_release(sl_iterator_t *it)
+{
+    if (it->release_id)
+        return;
+    if (it->leaving && !it->disp_open) {
+        /* A dispatcher away (restarted): the tick connects again. */
+        if (!it->release_due) {
+            it->release_due = true;
+            struct timeval tv = {LEAVE_WAIT_MS / 1000, (LEAVE_WAIT_MS % 1000) * 1000};
+            evtimer_add(it->release_timer, &tv);
+        }
+        if (!it->disp)
+            disp_connect(it);
+        return;
+    }
+    it->release_due = false;
+    sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
+    memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);
+    uint8_t *buf = NULL, *back = NULL;
+    size_t len = 0, back_len = 0;
+    if (it->leaving && returned_positions(it, &back, &back_len) == 0) {
+        req.returns = true;
+        req.returns_whole = it->leave_whole;
+        /* What it received goes first: it does not come again from a
+         * split whose worker is lost later. Without it (the ledger
+         * overflowed) the records given back go alone. */
+        uint8_t *both = NULL;
+        if (report_positions(it, 0, &buf, &len) == 0 && (both = realloc(buf, len + back_len)) != NULL) {
+            memcpy(both + len, back, back_len);
+            req.received_length = len;
+            buf = both;
+            len += back_len;
+            free(back);
+        } else {
+            free(buf);
+            buf = back;
+            len = back_len;
+        }
+    } else if (it->leaving) {
+        fprintf(stderr, "sluice: iterator of job %" PRIu64 ": the batches that waited for the caller are not "
+                        "given back: their provenance is not known\n", it->job_id);
+    }
+    it->release_id = ++it->next_id;
+    int rc = it->disp ? sl_conn_send(it->disp, SL_MSG_RELEASE_CLIENT_REQ, it->release_id, &req, buf, len, NULL, NULL)
+                      : -1;
+    free(buf);
+    if (rc < 0) {
+        event_base_loopbreak(it->base);
+        return;
+    }
+    int wait_ms = req.returns ? LEAVE_WAIT_MS : RELEASE_WAIT_MS;
+    struct timeval tv = {wait_ms / 1000, (wait_ms % 1000) * 1000};
+    evtimer_add(it->release_timer, &tv);
 }
 
 /* The caller's thread asked for more (it took a batch) or to stop, or the
@@ -1754,19 +1942,13 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         pump(it);
         return;
     }
-    if (it->release_id)
+    if (it->release_id || it->leaving)
         return; /* asked already (a batch that came meanwhile kicked again) */
+    if (leave_tasks(it))
+        return;
     leave_workers(it);
     /* Leave the job politely; do not wait long for the answer. */
-    sluice_ReleaseClientRequest req = {.job_id = it->job_id, .client_id = it->client_id};
-    memcpy(req.client_secret, it->client_secret, sizeof req.client_secret);
-    it->release_id = ++it->next_id;
-    if (!it->disp || sl_conn_send(it->disp, SL_MSG_RELEASE_CLIENT_REQ, it->release_id, &req, NULL, 0, NULL, NULL) < 0) {
-        event_base_loopbreak(it->base);
-        return;
-    }
-    struct timeval tv = {RELEASE_WAIT_MS / 1000, (RELEASE_WAIT_MS % 1000) * 1000};
-    evtimer_add(it->release_timer, &tv);
+    send_release(it);
 }
 
 static void *loop_main(void *arg)
@@ -2319,6 +2501,14 @@ size_t sl_iterator_waiting(sl_iterator_t *it, char *buf, size_t len)
     size_t n = strlen(it->waiting);
     if (len > 0)
         snprintf(buf, len, "%s", it->waiting);
+    pthread_mutex_unlock(&it->mu);
+    return n;
+}
+
+unsigned sl_iterator_queued(sl_iterator_t *it)
+{
+    pthread_mutex_lock(&it->mu);
+    unsigned n = it->ready_count;
     pthread_mutex_unlock(&it->mu);
     return n;
 }

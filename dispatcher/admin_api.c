@@ -19,6 +19,7 @@
 #include "status_page.h"
 
 static sl_metric_t *m_workers, *m_jobs, *m_datasets, *m_first_splits, *m_left_to_others, *m_held_back;
+static sl_metric_t *m_given_back, *m_returns_refused;
 /* The limits (docs/security.md, "Limits"). */
 static sl_metric_t *m_clients_away, *m_datasets_collected, *m_exclude_runs, *m_datasets_refused, *m_jobs_refused, *m_workers_refused, *m_excl_refused;
 
@@ -275,6 +276,8 @@ static int metrics(struct evhttp_request *req, const char *rest, json_t **body, 
     sl_metric_set(m_first_splits, (double)s.first_splits_with_job);
     sl_metric_set(m_left_to_others, (double)s.split_requests_left_to_others);
     sl_metric_set(m_held_back, s.held_back);
+    sl_metric_set(m_given_back, (double)s.records_given_back);
+    sl_metric_set(m_returns_refused, (double)s.returns_refused);
     struct evbuffer *out = evbuffer_new();
     sl_metrics_render(out);
     sl_admin_reply_text(req, 200, "text/plain; version=0.0.4", out);
@@ -327,6 +330,11 @@ int sl_dadmin_register(sl_admin_t *a, sl_dserver_t *srv)
     m_held_back = sl_metric_register(SL_METRIC_GAUGE, "sluice_dispatcher_held_back_records", NULL,
                                      "Damaged records of the state store the dispatcher held back at start, what "
                                      "they are of not served (GET /v1/quarantine).", NULL, 0);
+    m_given_back = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_records_given_back_total", NULL,
+                                      "Records that clients of named DYNAMIC jobs received and had not given their "
+                                      "callers when they left, handed out again (docs/fault-tolerance.md).", NULL, 0);
+    m_returns_refused = sl_metric_register(SL_METRIC_COUNTER, "sluice_dispatcher_returns_refused_total", NULL,
+                                           "Leaving clients' records not taken back, each logged with why.", NULL, 0);
     int rc = 0;
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/", status_page, st);
     rc |= sl_admin_route(a, EVHTTP_REQ_GET, "/healthz", healthz, st);

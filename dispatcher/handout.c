@@ -358,7 +358,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * each round every consumer may ask ahead (the rounds a lost worker
      * leaves to stand-ins end where the consumers may reach). */
     unsigned bound = st->cfg.max_outstanding;
-    if (tracked && req->for_extra && j->num_consumers > 0 && sl__out_count(t) >= bound) {
+    if (tracked && req->for_extra && j->num_consumers > 0 && sl__out_bounded(t) >= bound) {
         uint64_t extra = st->cfg.round_lookahead * j->num_consumers;
         bound = extra > UINT32_MAX - bound ? UINT32_MAX : bound + (unsigned)extra;
         max = 1;
@@ -370,16 +370,17 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * (sparse, dozens of them to a shuffle buffer of one split's records).
      * It gets a split past the bound, up to sl__held_cap(), each time
      * its worker's heartbeat shows it so again. */
-    if (tracked && t->held_full_since != 0 && sl__out_count(t) >= bound && sl__out_count(t) < sl__held_cap(st)) {
-        bound = sl__out_count(t) + 1;
+    unsigned bounded = tracked ? sl__out_bounded(t) : 0;
+    if (tracked && t->held_full_since != 0 && bounded >= bound && bounded < sl__held_cap(st)) {
+        bound = sl__out_bounded(t) + 1;
         max = 1;
         t->held_full_since = 0;
     }
-    if (tracked && sl__out_count(t) < bound && max > bound - sl__out_count(t))
-        max = bound - sl__out_count(t);
+    if (tracked && sl__out_bounded(t) < bound && max > bound - sl__out_bounded(t))
+        max = bound - sl__out_bounded(t);
     if (req->request_seq != 0 && last_answer_room(t, max) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    if (tracked && sl__out_count(t) >= bound) {
+    if (tracked && sl__out_bounded(t) >= bound) {
         /* Its clients are that far behind: hold it back until they report
          * (task_check_held() fails the job if they are not). */
         t->held = true;
@@ -513,7 +514,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         sl__dstate_touch(st, j);
     }
     resp->end_of_epoch = resp->splits_count == 0;
-    if (resp->end_of_epoch && tracked && j->num_orphans > 0) {
+    if (resp->end_of_epoch && tracked && sl__out_waits_for(j, t)) {
         /* Lost splits wait for the clients' reports: the epoch is not over
          * yet, and the task may take them once they are queued. */
         resp->end_of_epoch = false;

@@ -95,6 +95,19 @@ unsigned sl__out_count(const struct task *t)
     return t->out_num - t->out_head;
 }
 
+unsigned sl__out_bounded(const struct task *t)
+{
+    return sl__out_count(t) - t->out_given_back;
+}
+
+/* Counts t's given-back splits again (after a cut). */
+static void recount_given_back(struct task *t)
+{
+    t->out_given_back = 0;
+    for (unsigned i = t->out_head; i < t->out_num; i++)
+        t->out_given_back += t->out[i].given_back;
+}
+
 uint64_t sl__out_oldest(const struct task *t)
 {
     return t->out_head < t->out_num ? t->out[t->out_head].id : UINT64_MAX;
@@ -148,6 +161,7 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
     while (t->out_head < t->out_num && t->out[t->out_head].id < below) {
         if (t->out_head < t->out_saved)
             sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, t->out[t->out_head].id);
+        t->out_given_back -= t->out[t->out_head].given_back;
         osplit_free(&t->out[t->out_head]);
         t->out_head++;
     }
@@ -244,6 +258,7 @@ static unsigned move_to_orphans(sl_dstate_t *st, struct job *j, struct task *t, 
         t->out_saved = t->out_num;
     if (t->out_head == t->out_num)
         t->out_head = t->out_num = t->out_saved = 0;
+    recount_given_back(t);
     return moved;
 }
 
@@ -280,30 +295,39 @@ static int cmp_range(const void *a, const void *b)
     return sl_posrun_before(*x, *y) ? -1 : sl_posrun_before(*y, *x);
 }
 
-int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
-                   const uint8_t *payload, size_t len, char *err, size_t errlen)
+/* Which splits a client's word of what it received is for: the orphans
+ * that wait for reports (a worker loss), or every split that may still go
+ * out again, outstanding at a task or orphaned (a client leaving). */
+enum have_of { HAVE_AWAITING, HAVE_ALL };
+
+static bool have_of(const struct osplit *o, enum have_of which)
 {
-    if (req->report_gen != j->report_gen) {
-        sl_log_debug("job %" PRIu64 ": client %" PRIu64 " answered report %" PRIu64 ", the job is at %" PRIu64, j->id,
-                     c->id, req->report_gen, j->report_gen);
-        return 0;
-    }
-    if (req->untracked) {
-        sl_log_warn("job %" PRIu64 ": client %" PRIu64 " cannot say what it received of the lost workers' splits: "
-                    "what it got of them may come again", j->id, c->id);
-        c->reported_gen = req->report_gen;
-        return 0;
-    }
-    /* Only what lies in the splits that wait for reports is kept: a rank
-     * of a named job may report millions of scattered records (a bitmap's
-     * worth), of which the lost splits hold a few. */
-    sl_posrun_t *ranges = j->num_orphans ? malloc(j->num_orphans * sizeof *ranges) : NULL;
-    if (j->num_orphans && !ranges)
-        return sl_errf(err, errlen, -ENOMEM, "out of memory");
+    return (which == HAVE_ALL || o->state == OS_AWAIT) && o->end > o->begin && o->epoch <= UINT32_MAX;
+}
+
+/* Decodes the position set at payload (len bytes) into *got, keeping only
+ * what lies in the splits `which` picks: a rank of a named job may say
+ * millions of scattered records (a bitmap's worth), of which those splits
+ * hold a few. @return 0 or as sl_posbits_decode_within(), why in why */
+static int decode_for(sl_dstate_t *st, const struct job *j, enum have_of which, const uint8_t *payload, size_t len,
+                      sl_posbits_t *got, char *why, size_t whylen)
+{
+    size_t most = j->num_orphans;
+    for (unsigned k = 0; which == HAVE_ALL && k < j->num_tasks; k++)
+        most += sl__out_count(&j->tasks[k]);
+    sl_posrun_t *ranges = most ? malloc(most * sizeof *ranges) : NULL;
+    if (most && !ranges)
+        return -ENOMEM;
     size_t nr = 0;
+    for (unsigned k = 0; which == HAVE_ALL && k < j->num_tasks; k++)
+        for (unsigned i = j->tasks[k].out_head; i < j->tasks[k].out_num; i++) {
+            const struct osplit *o = &j->tasks[k].out[i];
+            if (have_of(o, which))
+                ranges[nr++] = (sl_posrun_t){(uint32_t)o->epoch, o->file, o->begin, o->end - o->begin};
+        }
     for (unsigned i = 0; i < j->num_orphans; i++) {
         const struct osplit *o = &j->orphans[i];
-        if (o->state == OS_AWAIT && o->end > o->begin && o->epoch <= UINT32_MAX)
+        if (have_of(o, which))
             ranges[nr++] = (sl_posrun_t){(uint32_t)o->epoch, o->file, o->begin, o->end - o->begin};
     }
     if (nr > 1)
@@ -320,11 +344,70 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
             ranges[kept++] = ranges[i];
         }
     }
-    sl_posbits_t got;
-    sl_posbits_init(&got, st->cfg.max_exclude_runs);
-    char why[200];
-    int rc = sl_posbits_decode_within(&got, payload, len, ranges, kept, why, sizeof why);
+    sl_posbits_init(got, st->cfg.max_exclude_runs);
+    int rc = sl_posbits_decode_within(got, payload, len, ranges, kept, why, whylen);
     free(ranges);
+    return rc;
+}
+
+/* Adds what got holds of split o (one `which` picks) to its have.
+ * @return the records added, or < 0 */
+static int64_t have_add(const sl_posbits_t *got, struct osplit *o)
+{
+    uint32_t e = (uint32_t)o->epoch;
+    if (sl_posbits_count(got, e, o->file, o->begin, o->end) == 0)
+        return 0;
+    if (!o->have && !(o->have = have_new(o)))
+        return -ENOMEM;
+    uint64_t before = sl_posbits_count(o->have, e, o->file, o->begin, o->end);
+    int rc = sl_posbits_add_within(o->have, got, e, o->file, o->begin, o->end);
+    o->dirty = true;
+    return rc < 0 ? rc : (int64_t)(sl_posbits_count(o->have, e, o->file, o->begin, o->end) - before);
+}
+
+/* Adds what got holds to the have of each split `which` picks, marking
+ * them to be stored again. @return the records added, or < 0 */
+static int64_t have_add_all(sl_dstate_t *st, struct job *j, enum have_of which, const sl_posbits_t *got)
+{
+    int64_t added = 0, n = 0;
+    for (unsigned k = 0; which == HAVE_ALL && k < j->num_tasks && n >= 0; k++) {
+        struct task *t = &j->tasks[k];
+        for (unsigned i = t->out_head; i < t->out_num && n >= 0; i++)
+            if ((n = have_add(got, &t->out[i])) > 0) {
+                added += n;
+                t->out_rewrite = true;
+            }
+    }
+    /* Not to splits given back (task 0): a client's word of what it
+     * received may span records it did not get (a split it got every
+     * record of counts as its whole range, skips and all), and those are
+     * nobody's yet. */
+    for (unsigned i = 0; i < j->num_orphans && n >= 0; i++)
+        if (have_of(&j->orphans[i], which) && j->orphans[i].task_id != 0 &&
+            (n = have_add(got, &j->orphans[i])) > 0)
+            added += n;
+    j->orphans_dirty = true;
+    sl__dstate_touch(st, j);
+    return n < 0 ? n : added;
+}
+
+int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
+                   const uint8_t *payload, size_t len, char *err, size_t errlen)
+{
+    if (req->report_gen != j->report_gen) {
+        sl_log_debug("job %" PRIu64 ": client %" PRIu64 " answered report %" PRIu64 ", the job is at %" PRIu64, j->id,
+                     c->id, req->report_gen, j->report_gen);
+        return 0;
+    }
+    if (req->untracked) {
+        sl_log_warn("job %" PRIu64 ": client %" PRIu64 " cannot say what it received of the lost workers' splits: "
+                    "what it got of them may come again", j->id, c->id);
+        c->reported_gen = req->report_gen;
+        return 0;
+    }
+    sl_posbits_t got;
+    char why[200];
+    int rc = decode_for(st, j, HAVE_AWAITING, payload, len, &got, why, sizeof why);
     if (rc < 0) {
         sl_posbits_clear(&got);
         if (rc == -ENOSPC)
@@ -334,32 +417,115 @@ int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluic
         return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA, "report of client %" PRIu64 ": %s", c->id,
                        rc == -ENOMEM ? "out of memory" : why);
     }
-    uint64_t added = 0;
-    for (unsigned i = 0; i < j->num_orphans && rc == 0; i++) {
-        struct osplit *o = &j->orphans[i];
-        if (o->state != OS_AWAIT)
-            continue;
-        uint32_t e = (uint32_t)o->epoch;
-        if (sl_posbits_count(&got, e, o->file, o->begin, o->end) == 0)
-            continue;
-        if (!o->have && !(o->have = have_new(o))) {
-            rc = -ENOMEM;
-            break;
-        }
-        uint64_t before = sl_posbits_count(o->have, e, o->file, o->begin, o->end);
-        rc = sl_posbits_add_within(o->have, &got, e, o->file, o->begin, o->end);
-        added += sl_posbits_count(o->have, e, o->file, o->begin, o->end) - before;
-        o->dirty = true;
-        j->orphans_dirty = true;
-        sl__dstate_touch(st, j);
-    }
+    int64_t added = have_add_all(st, j, HAVE_AWAITING, &got);
     sl_posbits_clear(&got);
-    if (rc < 0) {
-        return sl_errf(err, errlen, rc, "out of memory");
-    }
-    sl_log_info("job %" PRIu64 ": client %" PRIu64 " reported for %" PRIu64 ": %" PRIu64
+    if (added < 0)
+        return sl_errf(err, errlen, (int)added, "out of memory");
+    sl_log_info("job %" PRIu64 ": client %" PRIu64 " reported for %" PRIu64 ": %" PRId64
                 " more records of the lost splits received", j->id, c->id, req->report_gen, added);
     c->reported_gen = req->report_gen;
+    return 0;
+}
+
+/* Why run r of what a client gives back cannot be taken, into why; NULL
+ * when it can. */
+static const char *return_refusal(const struct job *j, const sl_posrun_t *r, struct sl_place floor,
+                                  char *why, size_t len)
+{
+    uint32_t files = sl__dataset_num_files(j->dataset);
+    struct sl_place first = {.epoch = r->epoch, .file = r->file, .pos = r->begin};
+    struct sl_place last = {.epoch = r->epoch, .file = r->file, .pos = r->begin + r->count - 1};
+    struct sl_place cursor = {.epoch = j->split_epoch, .file = j->split_file, .pos = j->split_next};
+    if (r->file >= files)
+        snprintf(why, len, "records of file %" PRIu32 " (epoch %" PRIu32 "): the dataset has %" PRIu32 " files",
+                 r->file, r->epoch, files);
+    else if (sl__place_before(first, floor))
+        snprintf(why, len, "record %" PRIu64 " of file %" PRIu32 " (epoch %" PRIu32 ") lies before the job's fold "
+                 "(epoch %" PRIu64 ", file %" PRIu32 ", record %" PRIu64 "): every record there was given", r->begin,
+                 r->file, r->epoch, floor.epoch, floor.file, floor.pos);
+    else if (!sl__place_before(last, cursor))
+        snprintf(why, len, "record %" PRIu64 " of file %" PRIu32 " (epoch %" PRIu32 ") was not handed out yet",
+                 last.pos, r->file, r->epoch);
+    else if (sl_posbits_count(&j->exclude, r->epoch, r->file, r->begin, r->begin + r->count) > 0)
+        snprintf(why, len, "records of file %" PRIu32 " (epoch %" PRIu32 ") from %" PRIu64 " are of the restore's "
+                 "exclusions: no split hands them out", r->file, r->epoch, r->begin);
+    else
+        return NULL;
+    return why;
+}
+
+/* Queues run r as an orphan of its own, skipping nothing: a rank that
+ * later gets every record of a split takes its whole range as its own
+ * (a split-done notice says no more), so a split given back must not span
+ * records that are not in it. Task 0: no task's. */
+static int return_orphan(sl_dstate_t *st, struct job *j, const sl_posrun_t *r)
+{
+    struct osplit o = {.id = j->split_seq++, .epoch = r->epoch, .file = r->file, .state = OS_QUEUED,
+                       .begin = r->begin, .end = r->begin + r->count, .dirty = true, .given_back = true};
+    j->cursor_dirty = true; /* split_seq */
+    return orphans_append(st, j, &o);
+}
+
+int sl__out_return(sl_dstate_t *st, struct job *j, const struct client *c, struct sl_place floor,
+                   const uint8_t *payload, size_t len, size_t received_len, char *err, size_t errlen)
+{
+    sl_posbits_t back, got;
+    sl_posbits_init(&back, st->cfg.max_exclude_runs);
+    sl_posbits_init(&got, st->cfg.max_exclude_runs);
+    char why[200] = "";
+    const char *what = "what it gives back";
+    int rc = received_len > len ? SL_EDATA : 0;
+    if (rc < 0)
+        snprintf(why, sizeof why, "received_length %zu is past the payload's %zu bytes", received_len, len);
+    else
+        rc = sl_posbits_decode(&back, payload + received_len, len - received_len, why, sizeof why);
+    sl_posrun_t *runs = NULL;
+    size_t n = 0;
+    if (rc == 0)
+        rc = sl_posbits_runs(&back, 0, &runs, &n);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (return_refusal(j, &runs[i], floor, why, sizeof why))
+            rc = SL_EDATA;
+    if (rc == 0 && received_len > 0) {
+        what = "what it received";
+        sl_posbits_clear(&got);
+        rc = decode_for(st, j, HAVE_ALL, payload, received_len, &got, why, sizeof why);
+    }
+    if (rc < 0) {
+        free(runs);
+        sl_posbits_clear(&back);
+        sl_posbits_clear(&got);
+        if (rc == -ENOSPC)
+            return sl_errf(err, errlen, SL_ELIMIT, "%s: more than %u units of positions (a unit a run, 22 a bitmap "
+                           "of 4096 positions; --max-exclude-runs)", what, st->cfg.max_exclude_runs);
+        return sl_errf(err, errlen, rc == -ENOMEM ? rc : SL_EDATA, "%s: %s", what,
+                       rc == -ENOMEM ? "out of memory" : why);
+    }
+    /* What it received no longer comes again from the splits that hold it
+     * when their workers are lost: what its caller was given is consumed,
+     * and what it gives back goes out as splits of its own. */
+    int64_t added = have_add_all(st, j, HAVE_ALL, &got);
+    if (added >= 0)
+        added = have_add_all(st, j, HAVE_ALL, &back);
+    rc = added < 0 ? (int)added : 0;
+    unsigned splits = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = return_orphan(st, j, &runs[i]);
+        splits += rc == 0;
+    }
+    uint64_t records = sl_posbits_size(&back);
+    st->records_given_back += records;
+    free(runs);
+    sl_posbits_clear(&back);
+    sl_posbits_clear(&got);
+    if (rc < 0) {
+        sl_log_error("job %" PRIu64 ": out of memory: of the %" PRIu64 " records client %" PRIu64 " gave back, "
+                     "those past the %u splits queued are not handed out again", j->id, records, c->id, splits);
+        return sl_errf(err, errlen, rc, "out of memory");
+    }
+    sl_log_info("job %" PRIu64 ": client %" PRIu64 " leaves with %" PRIu64 " records its caller was not given: "
+                "handed out again as %u splits%s", j->id, c->id, records, splits,
+                received_len ? "" : " (it did not say what else it received: a worker lost later may send that again)");
     return 0;
 }
 
@@ -446,12 +612,76 @@ static void orphan_remove(sl_dstate_t *st, struct job *j, unsigned i)
     j->num_orphans--;
 }
 
+/* The ranges of the splits a task holds, sorted by place, to tell whether
+ * a split meets one of them: a worker tells a record's split by its place,
+ * so the splits a task holds must not overlap, and a split given back lies
+ * inside the range of the split it came from, which a task may still hold
+ * (its shuffle buffer keeps that split's other records). */
+struct held {
+    sl_posrun_t *r;
+    size_t n;
+};
+
+static int held_of(const struct task *t, struct held *h)
+{
+    h->n = 0;
+    h->r = sl__out_count(t) ? malloc(sl__out_count(t) * sizeof *h->r) : NULL;
+    if (sl__out_count(t) && !h->r)
+        return -ENOMEM;
+    for (unsigned i = t->out_head; i < t->out_num; i++) {
+        const struct osplit *o = &t->out[i];
+        h->r[h->n++] = (sl_posrun_t){(uint32_t)o->epoch, o->file, o->begin, o->end - o->begin};
+    }
+    if (h->n > 1)
+        qsort(h->r, h->n, sizeof *h->r, cmp_range);
+    return 0;
+}
+
+/* Whether o meets a range of h (the splits a task holds do not overlap one
+ * another, so only the last one that starts before o's end can). */
+static bool meets(const struct held *h, const struct osplit *o)
+{
+    sl_posrun_t end = {(uint32_t)o->epoch, o->file, o->end, 0};
+    size_t lo = 0, hi = h->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sl_posrun_before(h->r[mid], end))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return false;
+    const sl_posrun_t *r = &h->r[lo - 1];
+    return r->epoch == o->epoch && r->file == o->file && r->begin + r->count > o->begin;
+}
+
+bool sl__out_waits_for(const struct job *j, const struct task *t)
+{
+    struct held h;
+    if (held_of(t, &h) < 0)
+        return true; /* out of memory: it asks again */
+    bool waits = false;
+    for (unsigned i = 0; i < j->num_orphans && !waits; i++)
+        waits = j->orphans[i].state == OS_AWAIT || !meets(&h, &j->orphans[i]);
+    free(h.r);
+    return waits;
+}
+
 int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSplitResponse *resp, unsigned max)
 {
+    struct held h;
+    if (held_of(t, &h) < 0)
+        return -ENOMEM;
+    pb_size_t before = resp->splits_count; /* the splits handed from here on are not in h */
     for (unsigned i = 0; i < j->num_orphans && resp->splits_count < max;) {
         struct osplit *o = &j->orphans[i];
-        if (o->state != OS_QUEUED) {
-            i++;
+        bool meets_new = false;
+        for (unsigned k = t->out_num - (resp->splits_count - before); k < t->out_num && !meets_new; k++)
+            meets_new = t->out[k].epoch == o->epoch && t->out[k].file == o->file && t->out[k].begin < o->end &&
+                        o->begin < t->out[k].end;
+        if (o->state != OS_QUEUED || meets_new || meets(&h, o)) {
+            i++; /* waits for reports, or for t to be done with what it meets */
             continue;
         }
         uint64_t end = o->end, offset = t->last_skips_len;
@@ -464,8 +694,10 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         }
         if (rc == 2)
             break; /* no room for its skips in this answer: the next one */
-        if (rc < 0)
+        if (rc < 0) {
+            free(h.r);
             return rc;
+        }
         sluice_Split *s = &resp->splits[resp->splits_count];
         *s = (sluice_Split){.split_id = j->split_seq++, .file_index = o->file, .begin = o->begin, .end = end,
                             .epoch = o->epoch, .skip_offset = take ? offset : 0, .skip_count = take};
@@ -473,9 +705,15 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
         sl__dstate_touch(st, j);
         if (sl__out_add(st, j, t, s, take ? t->last_skips + offset : NULL) < 0) {
             t->last_skips_len = (size_t)offset;
+            free(h.r);
             return -ENOMEM;
         }
         resp->splits_count++;
+        if (o->given_back || o->task_id == 0) {
+            /* task 0: loaded from the store, which does not keep the flag */
+            t->out[t->out_num - 1].given_back = true;
+            t->out_given_back++;
+        }
         sl_log_debug("job %" PRIu64 ": split %" PRIu64 " (file %" PRIu32 " [%" PRIu64 ", %" PRIu64 ") of epoch %" PRIu64
                      ", %" PRIu32 " runs skipped) handed again to task %" PRIu64 " as split %" PRIu64, j->id, o->id, o->file,
                      o->begin, end, o->epoch, take, t->id, s->split_id);
@@ -495,6 +733,7 @@ int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSp
             break;
         }
     }
+    free(h.r);
     return 0;
 }
 
@@ -518,7 +757,7 @@ void sl__out_free_task(struct task *t)
         osplit_free(&t->out[i]);
     free(t->out);
     t->out = NULL;
-    t->out_head = t->out_num = t->out_cap = t->out_saved = 0;
+    t->out_head = t->out_num = t->out_cap = t->out_saved = t->out_given_back = 0;
 }
 
 void sl__out_free_job(struct job *j)

@@ -46,6 +46,11 @@ static inline size_t sl__out_have_units(uint64_t begin, uint64_t end)
 /** @return how many splits t holds outstanding */
 unsigned sl__out_count(const struct task *t);
 
+/** @return how many splits t holds outstanding that --max-outstanding-splits
+ *  bounds: all but those of records given back (a split a run, bounded by
+ *  what the leaving clients held: their windows, and --max-exclude-runs) */
+unsigned sl__out_bounded(const struct task *t);
+
 /** @return the smallest id of t's outstanding splits, UINT64_MAX for none */
 uint64_t sl__out_oldest(const struct task *t);
 
@@ -80,6 +85,26 @@ void sl__out_unreceived(sl_dstate_t *st, struct job *j, struct task *t, uint64_t
 int sl__out_report(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReportReceivedRequest *req,
                    const uint8_t *payload, size_t len, char *err, size_t errlen);
 
+/**
+ * Client c of job j leaves and gives back what it received and its caller
+ * was not given: payload is a position set (posset.h bytes) of every
+ * record it received (received_len bytes; 0: it did not say), then one of
+ * those it gives back. These are checked first, each within the dataset's
+ * files, at or past `floor` (the job's fold with c in it: the place before
+ * which every record was given) and before the hand-out cursor, and none
+ * of the restore's exclusions. What it received is added to the `have` of
+ * every outstanding split and lost split that holds it (it does not come
+ * again from there when that split's worker is lost), and what it gives
+ * back is queued as orphans of no task (0), a split per run, skipping
+ * nothing: handed out again before any new split, each to a task that
+ * holds no split its range meets.
+ * @return 0, SL_EDATA / SL_ELIMIT with what was wrong in err (nothing is
+ *         taken then), -ENOMEM
+ */
+int sl__out_return(sl_dstate_t *st, struct job *j, const struct client *c, struct sl_place floor,
+                   const uint8_t *payload, size_t len, size_t received_len, char *err, size_t errlen);
+
+
 /** Queues the orphans waiting for reports once every client of the job
  *  answered. @return true when there are queued orphans */
 bool sl__out_check_reports(sl_dstate_t *st, struct job *j);
@@ -109,6 +134,16 @@ struct sl_place sl__out_confirmed_below(const struct job *j);
 /** sl__out_epochs_done() of a running job whose sl__out_confirmed_below()
  *  is `at` (a caller that needs both scans once). */
 uint64_t sl__out_epochs_done_at(const struct job *j, struct sl_place at);
+
+/**
+ * Whether task t, at the end of its epoch, waits for orphans rather than
+ * ending: one waits for reports, or a queued one meets none of the splits
+ * t holds. A queued orphan that meets one (records given back, which lie
+ * among the splits a shuffle buffer holds) goes to another task: t ends
+ * its epoch, which flushes its buffers, and once every task ended the job
+ * gets a new one for it (state.c, job_ensure_task()).
+ */
+bool sl__out_waits_for(const struct job *j, const struct task *t);
 
 /**
  * Hands out queued orphans to t: at most max splits appended to resp,

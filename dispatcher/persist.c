@@ -22,7 +22,8 @@
  *   meta      "next_id": 8 big-endian bytes; "secret": the dispatcher's 32-byte secret (caps.h), written
  *             at the first commit and never again: client secrets and task keys survive a restart
  *   exclusions per restored job: its consumed positions, posset.h's bytes (not JSON)
- *   outstanding per DYNAMIC split handed out and not confirmed, or of a lost task (outstanding.h);
+ *   outstanding per DYNAMIC split handed out and not confirmed, of a lost task, or given back by a
+ *             leaving client (task 0, state QUEUED; outstanding.h);
  *             key: job id and split id (8 big-endian bytes each); value (not JSON, little-endian):
  *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 form, then
  *             what the consumers have of it: form 0, runs x (u64 begin, u64 count); form 1 (runs 0),
@@ -300,8 +301,10 @@ static int write_outstanding(sl_store_txn_t *txn, const struct job *j)
     int rc = 0;
     for (unsigned k = 0; k < j->num_tasks && rc == 0; k++) {
         const struct task *t = &j->tasks[k];
-        for (unsigned i = t->out_saved > t->out_head ? t->out_saved : t->out_head; i < t->out_num && rc == 0; i++)
-            rc = put_osplit(txn, j->id, &t->out[i]);
+        for (unsigned i = t->out_rewrite ? t->out_head : t->out_saved > t->out_head ? t->out_saved : t->out_head;
+             i < t->out_num && rc == 0; i++)
+            if (i >= t->out_saved || t->out[i].dirty)
+                rc = put_osplit(txn, j->id, &t->out[i]);
     }
     for (unsigned i = 0; i < j->num_orphans && j->orphans_dirty && rc == 0; i++)
         if (j->orphans[i].dirty)
@@ -327,7 +330,7 @@ static bool job_changed(const struct job *j)
     if (j->dirty || j->cursor_dirty || j->exclude_dirty || j->orphans_dirty)
         return true;
     for (unsigned k = 0; k < j->num_tasks; k++)
-        if (j->tasks[k].handout_dirty || j->tasks[k].out_saved < j->tasks[k].out_num)
+        if (j->tasks[k].handout_dirty || j->tasks[k].out_saved < j->tasks[k].out_num || j->tasks[k].out_rewrite)
             return true;
     return false;
 }
@@ -421,8 +424,12 @@ static void clear_dirty(sl_dstate_t *st)
         struct job *j = st->dirty_jobs[i];
         j->dirty = j->cursor_dirty = j->exclude_dirty = false;
         for (unsigned k = 0; k < j->num_tasks; k++) {
-            j->tasks[k].handout_dirty = false;
-            j->tasks[k].out_saved = j->tasks[k].out_num;
+            struct task *t = &j->tasks[k];
+            t->handout_dirty = false;
+            for (unsigned i = t->out_head; i < t->out_num && t->out_rewrite; i++)
+                t->out[i].dirty = false;
+            t->out_rewrite = false;
+            t->out_saved = t->out_num;
         }
         for (unsigned k = 0; k < j->num_orphans; k++)
             j->orphans[k].dirty = false;
@@ -932,7 +939,9 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     struct job *tj = NULL;
     struct job *j = sl__dstate_job(l->st, job);
     struct task *t = sl__dstate_task(l->st, o.task_id, &tj);
-    if (!j || j->state != SL_JOB_RUNNING || !t || tj != j)
+    /* Records a leaving client gave back are orphans of no task. */
+    bool given_back = o.task_id == 0 && state == OS_QUEUED;
+    if (!j || j->state != SL_JOB_RUNNING || (!given_back && (!t || tj != j)))
         return 0; /* left by a deletion that did not reach the store: the job or task is gone */
     if (state > OS_QUEUED || o.begin >= o.end)
         return sl_errf(l->err, l->errlen, SL_EDATA,

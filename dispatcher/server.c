@@ -616,7 +616,7 @@ static void on_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t
     case SL_MSG_RELEASE_CLIENT_REQ: {
         const sluice_ReleaseClientRequest *req = msg;
         sluice_ReleaseClientResponse resp = sluice_ReleaseClientResponse_init_zero;
-        rc = sl_dstate_client_release(st, req, now, err, sizeof err);
+        rc = sl_dstate_client_leave(st, req, payload, hdr->payload_len, now, &resp, err, sizeof err);
         reply(c, hdr, rc, SL_MSG_RELEASE_CLIENT_RESP, &resp, err);
         break;
     }

@@ -408,7 +408,7 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
 
 static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, const sluice_TaskStatus *ts, int64_t now)
 {
-    bool full = t->held && ts->starved && sl__out_count(t) >= st->cfg.max_outstanding &&
+    bool full = t->held && ts->starved && sl__out_bounded(t) >= st->cfg.max_outstanding &&
                 sl__out_oldest(t) >= ts->done_below;
     t->held = false;
     if (!full) {
@@ -419,7 +419,7 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
         t->held_full_since = now;
         return;
     }
-    if (now - t->held_full_since < HELD_FAIL_MS || sl__out_count(t) < sl__held_cap(st))
+    if (now - t->held_full_since < HELD_FAIL_MS || sl__out_bounded(t) < sl__held_cap(st))
         return;
     char why[sizeof ((struct job *)0)->error];
     snprintf(why, sizeof why,
@@ -429,7 +429,7 @@ static void task_check_held(sl_dstate_t *st, struct job *j, struct task *t, cons
              "drops every element it reads (a skip or filter that leaves nothing, under a repeat, runs through "
              "epochs without end: the job is at epoch %" PRIu64
              "%s); raise --max-outstanding-splits or --split-size, or correct the spec",
-             t->id, t->worker_address, sl__out_count(t), st->cfg.max_outstanding, j->split_epoch,
+             t->id, t->worker_address, sl__out_bounded(t), st->cfg.max_outstanding, j->split_epoch,
              t->batches == 0 ? " and the task has served no batch" : "");
     sl_log_error("job %" PRIu64 ": %s", j->id, why);
     job_set_state(st, j, SL_JOB_FAILED, why);
@@ -1989,12 +1989,45 @@ int sl_dstate_client_report(sl_dstate_t *st, const sluice_ReportReceivedRequest 
 int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, int64_t now, char *err,
                              size_t errlen)
 {
+    return sl_dstate_client_leave(st, req, NULL, 0, now, NULL, err, errlen);
+}
+
+/* What client c of job j gives back as it leaves: handed out again when
+ * the job is a running named DYNAMIC one of independent reads (a
+ * coordinated read's rounds are not splits; an anonymous job ends with its
+ * one client). Before c leaves: its place is part of the fold that no
+ * record given back may lie before. */
+static void take_returns(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReleaseClientRequest *req,
+                         const uint8_t *payload, size_t len, sluice_ReleaseClientResponse *resp)
+{
+    char why[sizeof resp->returns_error];
+    int rc = 0;
+    if (!j->name[0] || j->num_consumers > 0 || !sl__out_tracked(j))
+        rc = sl_errf(why, sizeof why, SL_EINVAL, "only a named DYNAMIC job of independent reads takes records back");
+    else if (j->state != SL_JOB_RUNNING)
+        rc = sl_errf(why, sizeof why, SL_EINVAL, "the job is %s", sl__job_state_names[j->state]);
+    else
+        rc = sl__out_return(st, j, c, sl__job_folded(j), payload, len, (size_t)req->received_length, why, sizeof why);
+    resp->returns_taken = rc == 0;
+    st->returns_refused += rc < 0;
+    if (rc < 0) {
+        snprintf(resp->returns_error, sizeof resp->returns_error, "%s", why);
+        sl_log_warn("job %" PRIu64 ": client %" PRIu64 " leaves; what it gives back is not taken: %s", j->id, c->id,
+                    why);
+    }
+}
+
+int sl_dstate_client_leave(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, const uint8_t *payload,
+                           size_t len, int64_t now, sluice_ReleaseClientResponse *resp, char *err, size_t errlen)
+{
     struct job *j;
     struct client *c;
     clock_at(st, now);
     int rc = owned_client(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
+    if (req->returns && resp)
+        take_returns(st, j, c, req, payload, len, resp);
     job_remove_client(st, j, c, now);
     /* An anonymous job has its one client: once it left, nobody can join
      * the job again. It ends now rather than after job_gc_timeout_ms, so
@@ -2183,7 +2216,8 @@ void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out)
                                .datasets_collected = st->datasets_collected,
                                .first_splits_with_job = st->first_splits_with_job,
                                .split_requests_left_to_others = st->split_requests_left_to_others,
-                               .held_back = st->num_quarantine};
+                               .held_back = st->num_quarantine, .records_given_back = st->records_given_back,
+                               .returns_refused = st->returns_refused};
     for (unsigned i = 0; i < st->num_workers; i++)
         out->workers_live += st->workers[i].state == WORKER_LIVE;
     for (unsigned i = 0; i < st->num_jobs; i++) {

@@ -241,6 +241,18 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
                              size_t errlen);
 
 /**
+ * sl_dstate_client_release() with what a client of a named DYNAMIC job
+ * gives back (req->returns; payload is posset.h bytes of the records it
+ * received and its caller was not given): they are handed out again to the
+ * job's other clients (outstanding.h, sl__out_return()). Returns that
+ * cannot be taken are said in resp->returns_error and logged; the client
+ * is released all the same. resp may be NULL without returns.
+ * @return as sl_dstate_client_release()
+ */
+int sl_dstate_client_leave(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, const uint8_t *payload,
+                           size_t len, int64_t now, sluice_ReleaseClientResponse *resp, char *err, size_t errlen);
+
+/**
  * Hands out DYNAMIC splits of the task's job for an epoch, at now (ms: the
  * other tasks' queues drain from their last answers at their rates).
  * @return 0, SL_ENOTFOUND (task), SL_EINVAL (not DYNAMIC, or an epoch the
@@ -337,6 +349,9 @@ typedef struct sl_dstate_stats {
     uint64_t first_splits_with_job; /* DYNAMIC tasks handed their first splits with their job, since start */
     uint64_t split_requests_left_to_others; /* DYNAMIC split requests answered with none (balanced_share()) */
     unsigned held_back; /* damaged records of the state store the last load held back */
+    /* Records leaving clients of named jobs gave back that were handed out
+     * again, and returns refused, since start (sl_dstate_client_leave()). */
+    uint64_t records_given_back, returns_refused;
 } sl_dstate_stats_t;
 
 void sl_dstate_stats(const sl_dstate_t *st, sl_dstate_stats_t *out);

@@ -49,7 +49,8 @@ struct osplit {
     uint64_t begin, end;
     sl_posbits_t *have; /* positions of it the consumers already have (its skip runs; bitmaps where
                            a rank's scattered share crowds them), or NULL */
-    bool dirty;         /* orphans: the stored record is not up to date */
+    bool dirty;         /* the stored record is not up to date (an orphan, or a split before out_saved) */
+    bool given_back;    /* of records a leaving client gave back: not counted against --max-outstanding-splits */
 };
 
 /* Datasets whose split length a worker's tasks asked for that the
@@ -145,9 +146,13 @@ struct task {
     size_t last_skips_len;
     bool handout_dirty;
     /* DYNAMIC: its outstanding splits, by id: out[out_head, out_num);
-     * those from out_saved on are not stored yet. */
+     * those from out_saved on are not stored yet, nor those before it
+     * marked dirty while out_rewrite is set (records a leaving client gave
+     * back were added to their `have`). */
     struct osplit *out;
     unsigned out_head, out_num, out_cap, out_saved;
+    bool out_rewrite;
+    unsigned out_given_back; /* of them, given_back ones */
     /* DYNAMIC: held back at --max-outstanding-splits since the last
      * heartbeat, and since when every split it holds is one its worker has
      * not finished (0: not so); neither is stored. */
@@ -340,6 +345,7 @@ struct sl_dstate {
     uint64_t first_splits_with_job; /* answers sl__dstate_first_splits() made, since start */
     uint64_t split_requests_left_to_others; /* answered with none: the task's queue outlasts the others' */
     uint64_t datasets_collected; /* by --dataset-gc-timeout-ms */
+    uint64_t records_given_back, returns_refused; /* by leaving clients, since start (sl__out_return()) */
     /* Heard from no live worker and no client for a while: the dispatcher
      * itself is probably cut off, and leases do not run out meanwhile
      * (sl_dstate_tick()). silent_since: the last time it heard anyone. */

@@ -394,6 +394,15 @@ SL_EXPORT int sl_iterator_next_wait(sl_iterator_t *it, sl_batch_t **out, int wai
  */
 SL_EXPORT size_t sl_iterator_waiting(sl_iterator_t *it, char *buf, size_t len);
 
+/**
+ * @return the batches received and waiting for the caller (prefetched,
+ * not yet returned by sl_iterator_next()): a training loop that finds 0
+ * at each step waits on its input. A named DYNAMIC job's iterator gives
+ * these back to the job's other consumers when it is closed
+ * (docs/fault-tolerance.md, "A rank that leaves").
+ */
+SL_EXPORT unsigned sl_iterator_queued(sl_iterator_t *it);
+
 /** @return the message of the iterator's last failure */
 SL_EXPORT const char *sl_iterator_errmsg(const sl_iterator_t *it);
 

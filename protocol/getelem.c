@@ -82,6 +82,7 @@ int sl_getelem_req_encode(const sluice_GetElementRequest *m, uint8_t *buf, size_
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_stand_in_tag, WT_VARINT), m->stand_in);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_take_over_tag, WT_VARINT), m->take_over);
     p = put_u64_2(p, KEY2(sluice_GetElementRequest_progress_tag, WT_VARINT), m->progress);
+    p = put_u64_2(p, KEY2(sluice_GetElementRequest_leave_tag, WT_VARINT), m->leave);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -187,6 +188,7 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
         memcpy(p, m->shm_tail.bytes, m->shm_tail.size);
         p += m->shm_tail.size;
     }
+    p = put_u64_2(p, KEY2(sluice_GetElementResponse_left_tag, WT_VARINT), m->left);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -341,6 +343,7 @@ static bool request_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementRequest_stand_in_tag: return get_bool(r, wt, "stand_in", &m->stand_in);
     case sluice_GetElementRequest_take_over_tag: return get_bool(r, wt, "take_over", &m->take_over);
     case sluice_GetElementRequest_progress_tag: return get_bool(r, wt, "progress", &m->progress);
+    case sluice_GetElementRequest_leave_tag: return get_bool(r, wt, "leave", &m->leave);
     default: return skip(r, wt);
     }
 }
@@ -376,6 +379,7 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
         return get_bytes(r, wt, "shm_tail", &m->shm_tail.size, m->shm_tail.bytes, sizeof m->shm_tail.bytes);
     case sluice_GetElementResponse_shm_offset_tag: return get_uint64(r, wt, "shm_offset", &m->shm_offset);
     case sluice_GetElementResponse_shm_length_tag: return get_uint64(r, wt, "shm_length", &m->shm_length);
+    case sluice_GetElementResponse_left_tag: return get_bool(r, wt, "left", &m->left);
     default: return skip(r, wt);
     }
 }
@@ -400,6 +404,7 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     memset(&m->shm_ticket, 0, sizeof m->shm_ticket);
     m->shm_offset = m->shm_length = 0;
     memset(&m->shm_tail, 0, sizeof m->shm_tail);
+    m->left = false;
     struct rd r = {buf, buf + len, NULL, NULL, -1};
     return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, "components", err, errlen);
 }

@@ -1141,6 +1141,39 @@ static void answer_progress(struct wconn *wc, uint32_t request_id, uint64_t task
     free(notices);
 }
 
+/* GetElementRequest.leave: the client of this connection leaves task_id.
+ * Its requests for the task that wait, for a batch or for the task, are
+ * dropped unanswered, so that no batch follows the answer, which says so
+ * (GetElementResponse.left) also when the task is not here: the client
+ * then holds every batch it will get, and gives back those its caller was
+ * not given (docs/fault-tolerance.md, "A rank that leaves"). */
+static void answer_leave(struct wconn *wc, uint32_t request_id, uint64_t task_id)
+{
+    sl_worker_t *w = wc->w;
+    for (struct awaiting **p = &w->awaiting; *p;) {
+        struct awaiting *a = *p;
+        if (a->wc == wc && a->req.task_id == task_id) {
+            *p = a->next;
+            w->num_awaiting--;
+            wc->parked--;
+            free(a);
+        } else {
+            p = &a->next;
+        }
+    }
+    struct wtask *wt = find_task(w, task_id);
+    for (struct parked **p = wt ? &wt->parked : NULL; p && *p;) {
+        if ((*p)->wc == wc)
+            unpark(wt, p);
+        else
+            p = &(*p)->next;
+    }
+    /* No split-done notice goes with it: notices go to the clients that
+     * stay, whose ledgers close their splits with them. */
+    sluice_GetElementResponse resp = {.task_id = task_id, .left = true};
+    sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, NULL, 0, NULL, NULL);
+}
+
 static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uint8_t *payload, void *arg)
 {
     struct wconn *wc = arg;
@@ -1156,7 +1189,9 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     if (req->ack_only) {
         if (v == KEY_OK)
             acknowledge(wc, req);
-        if (v == KEY_OK && req->progress)
+        if (req->leave && req->progress)
+            answer_leave(wc, hdr->request_id, req->task_id); /* its own requests only: no key needed */
+        else if (v == KEY_OK && req->progress)
             answer_progress(wc, hdr->request_id, req->task_id);
         return; /* else answered by nothing */
     }

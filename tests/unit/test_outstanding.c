@@ -1438,3 +1438,176 @@ Test(outstanding, ranks_scattered_reports_past_the_bound_in_runs_are_kept_as_bit
                      !share_of(x));
     free(given);
 }
+
+/* Appends the position set of the n runs (file, begin, count; epoch 0)
+ * to buf (*len bytes so far). @return the bytes appended */
+static size_t posset_append(uint8_t **buf, size_t *len, unsigned n, const uint64_t (*runs)[3])
+{
+    sl_posset_t s;
+    sl_posset_init(&s, 1000);
+    for (unsigned i = 0; i < n; i++)
+        cr_assert_eq(sl_posset_add(&s, 0, (uint32_t)runs[i][0], runs[i][1], runs[i][2], NULL), 0);
+    size_t add = sl_posset_encode(&s, NULL, 0);
+    *buf = realloc(*buf, *len + add);
+    cr_assert_not_null(*buf);
+    sl_posset_encode(&s, *buf + *len, add);
+    *len += add;
+    sl_posset_clear(&s);
+    return add;
+}
+
+/* Client `client` of job_id leaves giving back the n runs (file, begin,
+ * count; epoch 0) its caller was not given, after saying it received the
+ * nr runs of received (none: it does not say). The answer in *resp. */
+static void leave_with(uint64_t job_id, uint64_t client, unsigned nr, const uint64_t (*received)[3], unsigned n,
+                       const uint64_t (*runs)[3], sluice_ReleaseClientResponse *resp)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    sluice_ReleaseClientRequest rel = {.job_id = job_id, .client_id = client, .returns = true, .returns_whole = true};
+    if (received)
+        rel.received_length = posset_append(&buf, &len, nr, received);
+    posset_append(&buf, &len, n, runs);
+    sl_dstate_client_secret(st, job_id, client, rel.client_secret);
+    *resp = (sluice_ReleaseClientResponse)sluice_ReleaseClientResponse_init_zero;
+    cr_assert_eq(sl_dstate_client_leave(st, &rel, buf, len, 0, resp, err, sizeof err), 0, "%s", err);
+    free(buf);
+}
+
+static void give_back(uint64_t job_id, uint64_t client, unsigned n, const uint64_t (*runs)[3],
+                      sluice_ReleaseClientResponse *resp)
+{
+    leave_with(job_id, client, 0, NULL, n, runs, resp);
+}
+
+/* The skip runs of split i of answer r to task (begin, count pairs), n of them at most. */
+static unsigned skips_of(uint64_t task, const sluice_GetSplitResponse *r, unsigned i, uint64_t (*out)[2], unsigned n)
+{
+    size_t len;
+    const uint8_t *skips = sl_dstate_split_skips(st, task, &len);
+    cr_assert_leq(r->splits[i].skip_count, n);
+    for (unsigned k = 0; k < r->splits[i].skip_count; k++) {
+        out[k][0] = sl_get_le64(skips + r->splits[i].skip_offset + 16 * k);
+        out[k][1] = sl_get_le64(skips + r->splits[i].skip_offset + 16 * k + 8);
+    }
+    return r->splits[i].skip_count;
+}
+
+Test(outstanding, what_a_leaving_client_gives_back_goes_out_again_once_and_nothing_else)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
+    uint64_t c0, j = big_job(200000, 4, &c0);
+    uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r); /* [0, 400) in splits of 100 */
+    cr_assert_eq(r.splits[3].end, 400);
+    uint64_t first = r.splits[0].split_id;
+    /* Every client has [0, 100) and was given what it got before 100: the fold. */
+    for (uint64_t c = c0; c < c0 + 4; c++)
+        given_heartbeat(j, c, ta, first + 1, 100);
+    for (uint64_t c = c0; c < c0 + 4; c++)
+        given_heartbeat(j, c, ta, first + 1, 100);
+    cr_assert_eq(folded_at(), 100);
+    save(); /* the splits handed out are stored as they were */
+
+    /* Refused by name, and the client released all the same: a record
+     * before the fold, one not handed out, a file the dataset lacks. */
+    sluice_ReleaseClientResponse resp;
+    const uint64_t before_fold[][3] = {{0, 150, 5}, {0, 99, 1}};
+    give_back(j, c0 + 3, 2, before_fold, &resp);
+    cr_assert_not(resp.returns_taken);
+    cr_assert(strstr(resp.returns_error, "record 99 of file 0 (epoch 0) lies before the job's fold"), "%s",
+              resp.returns_error);
+    cr_assert_eq(lost_splits(j, "queued"), 0, "nothing of a refused return is taken");
+    json_t *v = job_view(j);
+    cr_assert_eq(json_array_size(json_object_get(v, "consumers")), 3, "the client left all the same");
+    json_decref(v);
+    const uint64_t unread[][3] = {{0, 390, 20}};
+    give_back(j, c0 + 2, 1, unread, &resp);
+    cr_assert_not(resp.returns_taken);
+    cr_assert(strstr(resp.returns_error, "record 409 of file 0 (epoch 0) was not handed out yet"), "%s",
+              resp.returns_error);
+    const uint64_t no_file[][3] = {{1, 150, 5}};
+    give_back(j, c0 + 1, 1, no_file, &resp);
+    cr_assert_not(resp.returns_taken);
+    cr_assert(strstr(resp.returns_error, "the dataset has 1 files"), "%s", resp.returns_error);
+
+    /* Client c0 + 4 joins; c0 leaves with [150, 160), [170, 171) and
+     * [390, 400) not given: a split each, skipping nothing (a rank that
+     * gets every record of a split counts its whole range as its own). It
+     * received [100, 110) too, and [320, 330), given to its caller. */
+    sluice_GetOrCreateJobRequest join = {.dataset_id = 1, .sharding = SL_SHARDING_DYNAMIC, .job_name = "shared"};
+    uint64_t c4, jid;
+    v = job_view(j);
+    join.dataset_id = (uint64_t)json_integer_value(json_object_get(v, "dataset_id"));
+    json_decref(v);
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &join, 0, &jid, &c4, err, sizeof err), 0, "%s", err);
+    const uint64_t back[][3] = {{0, 150, 10}, {0, 170, 1}, {0, 390, 10}};
+    const uint64_t received[][3] = {{0, 100, 10}, {0, 150, 10}, {0, 170, 1}, {0, 320, 10}, {0, 390, 10}};
+    leave_with(j, c0, 5, received, 3, back, &resp);
+    cr_assert(resp.returns_taken, "%s", resp.returns_error);
+    cr_assert_eq(lost_splits(j, "queued"), 3);
+    cr_assert_eq(hb->confirmed_below.record, 100, "the answer before");
+    given_heartbeat(j, c4, ta, first + 1, 0);
+    cr_assert_eq(folded_at(), -1, "the new client said nothing was given yet: the fold is at the start");
+
+    /* The records given back stay out of the splits that hold them, also
+     * once stored and loaded again: [100, 200) and [300, 400) of the task
+     * whose worker is now lost come again without them (nobody reports
+     * having any of them). */
+    save();
+    restart();
+    cr_assert(sl_dstate_worker_disconnected(st, wa, "reset by peer"));
+    heartbeat(j, c4, 0, NULL, NULL);
+    cr_assert_eq(report(j, c4, hb->report_gen, 0, NULL), 0, "%s", err);
+    cr_assert_eq(lost_splits(j, "queued"), 6, "the three given back and three lost splits");
+
+    /* Saved and loaded: the split given back belongs to no task. */
+    save();
+    restart();
+    cr_assert_eq(lost_splits(j, "queued"), 6);
+    get_splits(tb, 1, 8, &r);
+    cr_assert_eq(r.splits_count, 3);
+    /* After the load in the order of their ids: the lost task's first. The
+     * splits given back meet their ranges, and wait: a worker tells a
+     * record's split by its place. */
+    uint64_t k[4][2];
+    cr_assert_eq(r.splits[0].begin, 100);
+    cr_assert_eq(r.splits[0].end, 200);
+    cr_assert_eq(skips_of(tb, &r, 0, k, 4), 3, "without what was received");
+    cr_assert_eq(k[0][0], 100);
+    cr_assert_eq(k[0][1], 10);
+    cr_assert_eq(k[1][0], 150);
+    cr_assert_eq(k[1][1], 10);
+    cr_assert_eq(k[2][0], 170);
+    cr_assert_eq(k[2][1], 1);
+    cr_assert_eq(r.splits[1].begin, 200);
+    cr_assert_eq(skips_of(tb, &r, 1, k, 4), 0);
+    cr_assert_eq(r.splits[2].begin, 300);
+    cr_assert_eq(r.splits[2].end, 400);
+    cr_assert_eq(skips_of(tb, &r, 2, k, 4), 2);
+    cr_assert_eq(k[0][0], 320);
+    cr_assert_eq(k[0][1], 10);
+    cr_assert_eq(k[1][0], 390);
+    cr_assert_eq(k[1][1], 10);
+    for (unsigned i = 0; i < r.splits_count; i++)
+        cr_assert_gt(r.splits[i].split_id, first + 3, "new ids");
+    cr_assert_eq(lost_splits(j, "queued"), 3);
+    /* tb's next answer goes on from the cursor; the new worker's task
+     * takes it. */
+    sluice_GetSplitResponse rc;
+    get_splits(tb, 2, 1, &rc);
+    cr_assert_eq(rc.splits_count, 1);
+    cr_assert_eq(rc.splits[0].begin, 400);
+    uint64_t tc = task_of(j, worker("127.0.0.1:3"));
+    get_splits(tc, 1, 8, &rc);
+    cr_assert_eq(rc.splits_count, 3);
+    const uint64_t want[3][2] = {{150, 160}, {170, 171}, {390, 400}};
+    for (unsigned i = 0; i < 3; i++) {
+        cr_assert_eq(rc.splits[i].begin, want[i][0]);
+        cr_assert_eq(rc.splits[i].end, want[i][1]);
+        cr_assert_eq(rc.splits[i].skip_count, 0);
+    }
+    cr_assert_eq(lost_splits(j, "queued"), 0);
+}

@@ -220,6 +220,7 @@ def _declare(lib):
     fn('sl_batch_round', ctypes.c_uint64, c_void_p)
     fn('sl_iterator_notice', ctypes.c_char_p, c_void_p)
     fn('sl_iterator_records_missing', ctypes.c_uint64, c_void_p)
+    fn('sl_iterator_queued', ctypes.c_uint, c_void_p)
     fn('sl_batch_release', None, c_void_p)
     fn('sl_iterator_checkpoint', c_int, c_void_p, P(c_void_p), P(c_size_t))
     fn('sl_iterator_restore', c_int, c_void_p, ctypes.c_uint64, P(IteratorOpts), c_char_p, c_size_t, P(c_void_p))

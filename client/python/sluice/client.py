@@ -597,6 +597,15 @@ class BatchIterator:
                                                             ', closed' if self.closed else '')
 
     @property
+    def queued(self):
+        """Batches received and waiting to be returned (sl_iterator_queued():
+        prefetched; 0 at every step means the loop waits on its input). A
+        named DYNAMIC job's iterator gives them back to the job's other
+        consumers when it is closed (docs/fault-tolerance.md). 0 once closed."""
+        with self._mu:
+            return self._lib.sl_iterator_queued(self._it) if self._it else 0
+
+    @property
     def records_missing(self):
         """Records a worker delivered to this iterator that never reached it
         (sl_iterator_records_missing(): DYNAMIC, anonymous jobs; brought up
