@@ -1497,7 +1497,7 @@ Test(outstanding, what_a_leaving_client_gives_back_goes_out_again_once_and_nothi
 {
     st = new_state();
     uint64_t wa = worker("127.0.0.1:1"), wb = worker("127.0.0.1:2");
-    uint64_t c0, j = big_job(200000, 4, &c0);
+    uint64_t c0 = 0, j = big_job(200000, 4, &c0);
     uint64_t ta = task_of(j, wa), tb = task_of(j, wb);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 4, &r); /* [0, 400) in splits of 100 */
