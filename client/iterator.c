@@ -1794,7 +1794,7 @@ static void leave_workers(sl_iterator_t *it)
  * leave (GetElementRequest.leave), whose answer comes after every batch
  * the worker sent it and says that no request of it waits there any more,
  * so that what it holds then is all it got. @return whether it waits for
- * answers (leave_check() releases once they came; RELEASE_WAIT_MS at most) */
+ * answers (leave_check() releases once they came; LEAVE_WAIT_MS at most) */
 static bool leave_tasks(sl_iterator_t *it)
 {
     if (!it->named || !it->track || it->coord)
