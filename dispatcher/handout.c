@@ -372,7 +372,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * its worker's heartbeat shows it so again. */
     unsigned bounded = tracked ? sl__out_bounded(t) : 0;
     if (tracked && t->held_full_since != 0 && bounded >= bound && bounded < sl__held_cap(st)) {
-        bound = sl__out_bounded(t) + 1;
+        bound = bounded + 1;
         max = 1;
         t->held_full_since = 0;
     }

@@ -488,7 +488,6 @@ int sl__out_return(sl_dstate_t *st, struct job *j, const struct client *c, struc
             rc = SL_EDATA;
     if (rc == 0 && received_len > 0) {
         what = "what it received";
-        sl_posbits_clear(&got);
         rc = decode_for(st, j, HAVE_ALL, payload, received_len, &got, why, sizeof why);
     }
     if (rc < 0) {
@@ -658,6 +657,8 @@ static bool meets(const struct held *h, const struct osplit *o)
 
 bool sl__out_waits_for(const struct job *j, const struct task *t)
 {
+    if (j->num_orphans == 0)
+        return false; /* the end of every epoch asks: no sort then */
     struct held h;
     if (held_of(t, &h) < 0)
         return true; /* out of memory: it asks again */
@@ -670,12 +671,16 @@ bool sl__out_waits_for(const struct job *j, const struct task *t)
 
 int sl__out_reissue(sl_dstate_t *st, struct job *j, struct task *t, sluice_GetSplitResponse *resp, unsigned max)
 {
-    struct held h;
-    if (held_of(t, &h) < 0)
-        return -ENOMEM;
+    struct held h = {NULL, 0};
+    bool held_known = false; /* h is made at the first queued orphan: lost ones may all await reports */
     pb_size_t before = resp->splits_count; /* the splits handed from here on are not in h */
     for (unsigned i = 0; i < j->num_orphans && resp->splits_count < max;) {
         struct osplit *o = &j->orphans[i];
+        if (o->state == OS_QUEUED && !held_known) {
+            if (held_of(t, &h) < 0)
+                return -ENOMEM;
+            held_known = true;
+        }
         bool meets_new = false;
         for (unsigned k = t->out_num - (resp->splits_count - before); k < t->out_num && !meets_new; k++)
             meets_new = t->out[k].epoch == o->epoch && t->out[k].file == o->file && t->out[k].begin < o->end &&

@@ -1085,6 +1085,15 @@ def checkpoint_head(ck):
             int.from_bytes(ck[40:48], 'little'))
 
 
+def seeded_range(n, shuffle, batch, seed):
+    """range(n), behind shuffle(shuffle) of a seed from seed unless shuffle
+    is 0, in batches of batch: the dataset of the seeded named-job tests."""
+    ds = sluice.range(0, n)
+    if shuffle:
+        ds = ds.shuffle(shuffle, seed=seed % 1000)
+    return ds.batch(batch)
+
+
 def read_in_turn(its, got, before_round=None):
     """Takes a batch of each of its in turn, its values into got, until
     every one ended (and is closed); before_round(r), if given, is called
@@ -1158,10 +1167,7 @@ class RanksThatLeaveTest(unittest.TestCase):
         where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks leaving at steps %s, joining at %s, faults %s' %
                  (seed, n, batch, shuffle, ranks, leave_at, join_at, sorted(faults.items())))
         print('ranks that leave: %s' % where, file=sys.stderr)
-        ds = sluice.range(0, n)
-        if shuffle:
-            ds = ds.shuffle(shuffle, seed=seed % 1000)
-        ds = ds.batch(batch)
+        ds = seeded_range(n, shuffle, batch, seed)
         # Splits of 1,000, up to 4,096 a task: a shuffle of 100,000 spans
         # about 100 ln(1000) = 700 splits.
         c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
@@ -1288,10 +1294,7 @@ class NamedLongEpochTest(unittest.TestCase):
                  '%d resumed (faults %s)' % (seed, n, batch, shuffle, ranks, bound, steps, sorted(first.items()),
                                              resumed, sorted(later.items())))
         print('named ranks through faults: %s' % where, file=sys.stderr)
-        ds = sluice.range(0, n)
-        if shuffle:
-            ds = ds.shuffle(shuffle, seed=seed % 1000)
-        ds = ds.batch(batch)
+        ds = seeded_range(n, shuffle, batch, seed)
         # Splits of 1,000, at most 512 of them a task: room for a buffer of
         # 20,000, which holds records of about 20 ln(1000) = 140 splits
         # (fewer, and the job fails by name: its shuffle spans more splits
