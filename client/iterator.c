@@ -131,9 +131,12 @@ struct itask {
     uint32_t probe_id;
     uint64_t frames, frames_at_tick;
     /* The iterator closes (leave_tasks()): a leave (GetElementRequest.leave)
-     * in flight under leave_id. */
+     * in flight under leave_id, or (leave_id 0) one that could not go, its
+     * connection gone: what the worker sent on it may not have reached us,
+     * so its answer is that the dispatcher no longer lists the task. */
     bool leave_out;
     uint32_t leave_id;
+    bool opened; /* a connection to it opened once: it may hold what it sent us */
     /* Redelivery: requests are numbered from 1 (GetElementRequest.seq; a
      * coordinated read numbers them by round instead, coord_pump());
      * fly[0..fly_n) are the seqs not answered yet,
@@ -847,7 +850,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
         progress_arrived(it, t, hdr, msg, payload);
         return;
     }
-    if (t->leave_out && hdr->request_id == t->leave_id) {
+    if (t->leave_out && t->leave_id != 0 && hdr->request_id == t->leave_id) {
         free(payload);
         t->leave_out = false;
         if (hdr->type != SL_MSG_GET_ELEMENT_RESP || !((const sluice_GetElementResponse *)msg)->left)
@@ -967,6 +970,7 @@ static void worker_ready(sl_conn_t *c, void *arg)
     struct itask *t = arg;
     (void)c;
     t->state = TC_OPEN;
+    t->opened = true;
     t->unreachable_since = 0;
     pump(t->it);
 }
@@ -975,12 +979,8 @@ static void worker_close(sl_conn_t *c, int err, const char *why, void *arg)
 {
     struct itask *t = arg;
     (void)c;
-    if (t->leave_out) {
-        /* What the worker holds for us is not asked for again. */
-        t->leave_out = false;
-        t->it->leave_whole = false;
-        leave_check(t->it);
-    }
+    if (t->leave_out)
+        t->leave_id = 0; /* what it sent may be lost with the connection: leave_tasks() */
     task_conn_gone(t);
     t->it->in_flight -= t->in_flight;
     t->in_flight = 0;
@@ -1411,9 +1411,12 @@ static uint64_t ready_least_epoch(const sl_iterator_t *it)
  * epoch): every record before `heard` that reached this client was given
  * to the caller, but those in batches that wait for it (ready, or in a
  * coordinated round's slot), so the least place of those if it comes
- * first. No record before `heard` comes later: every one had reached a
- * client when the dispatcher said it (a lost worker's splits are handed
- * out again past it). Under it->mu, on the loop. */
+ * first. A record before `heard` comes later only when a rank that left
+ * gave it back: the dispatcher's confirmed place went back before it then,
+ * and it takes this no further than that place until every client says,
+ * with the same heartbeat, that it has what it gets of the record's split
+ * (a lost worker's splits are handed out again past `heard`). Under it->mu,
+ * on the loop. */
 static sl_posrun_t given_place(const sl_iterator_t *it)
 {
     sl_posrun_t g = it->heard, p;
@@ -1469,8 +1472,9 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
             p = &t->next;
             continue;
         }
-        if (t->leave_out)
-            it->leave_whole = false; /* its worker was lost with what it held for us */
+        /* Its worker was lost: a leave waiting for it is answered, as its
+         * splits go out again without what we received (the release says
+         * it). */
         task_drop_conn(t);
         coord_forget_task(it, t, true);
         *p = t->next;
@@ -1793,8 +1797,11 @@ static void leave_workers(sl_iterator_t *it)
  * given (ReleaseClientRequest.returns): it first asks each worker to
  * leave (GetElementRequest.leave), whose answer comes after every batch
  * the worker sent it and says that no request of it waits there any more,
- * so that what it holds then is all it got. @return whether it waits for
- * answers (leave_check() releases once they came; LEAVE_WAIT_MS at most) */
+ * so that what it holds then is all it got. A worker whose connection is
+ * gone holds nothing for us once the dispatcher no longer lists its task
+ * (on_heartbeat(): it was lost). @return whether it waits for answers
+ * (leave_check() releases once they came; LEAVE_WAIT_MS at most, past
+ * which the release says the batches given back may not be all) */
 static bool leave_tasks(sl_iterator_t *it)
 {
     if (!it->named || !it->track || it->coord)
@@ -1810,16 +1817,14 @@ static bool leave_tasks(sl_iterator_t *it)
     it->leaving = it->leave_whole = true;
     bool any = false;
     for (struct itask *t = it->tasks; t; t = t->next) {
-        if (t->state == TC_ENDED)
-            continue; /* its end came: nothing more of it can */
+        if (t->state == TC_ENDED || !t->opened)
+            continue; /* its end came, or it never served us: nothing more of it can */
         sluice_GetElementRequest req = {.acked_below = UINT64_MAX, .ack_only = true, .progress = true, .leave = true};
-        if (!t->conn || t->state != TC_OPEN || send_now(t, &req) < 0) {
-            it->leave_whole = false; /* what its worker holds for us is not asked for again */
-            continue;
-        }
         t->leave_out = true;
-        t->leave_id = it->next_id;
         any = true;
+        /* Not on a connection other than the one it sent on: the worker lets
+         * go of what it holds for us, which may not have reached us. */
+        t->leave_id = t->conn && t->state == TC_OPEN && send_now(t, &req) == 0 ? it->next_id : 0;
     }
     if (!any)
         return false;

@@ -522,6 +522,8 @@ int sl__out_return(sl_dstate_t *st, struct job *j, const struct client *c, struc
                      "those past the %u splits queued are not handed out again", j->id, records, c->id, splits);
         return sl_errf(err, errlen, rc, "out of memory");
     }
+    if (records == 0 && received_len > 0)
+        return 0; /* nothing waited for its caller */
     sl_log_info("job %" PRIu64 ": client %" PRIu64 " leaves with %" PRIu64 " records its caller was not given: "
                 "handed out again as %u splits%s", j->id, c->id, records, splits,
                 received_len ? "" : " (it did not say what else it received: a worker lost later may send that again)");

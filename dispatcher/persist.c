@@ -13,7 +13,8 @@
  *              report_gen,
  *              repetition, collected, ended_at: wall-clock ms when it ended (ended jobs only),
  *              restore_digest: a named job a restore created, the SHA-256 of what it sent, 64 hex digits,
- *              given_floor: a named job, the least place given of the clients that left it: its
+ *              given_floor: a named job, the least place given of the clients that left it without
+ *              giving back all they had not given: its
  *              epoch, and given_floor_file, given_floor_record when either is not 0,
  *              end_epochs_done: an ended DYNAMIC job, the epochs done when it ended}
  *   cursors   per job: {epoch, file, next, seq, handed}
@@ -25,7 +26,8 @@
  *   outstanding per DYNAMIC split handed out and not confirmed, of a lost task, or given back by a
  *             leaving client (task 0, state QUEUED; outstanding.h);
  *             key: job id and split id (8 big-endian bytes each); value (not JSON, little-endian):
- *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 form, then
+ *             u64 task, u64 epoch, u64 begin, u64 end, u32 file, u32 state, u32 runs, u32 form (its
+ *             bit 8 set: records a leaving client gave back, OSPLIT_GIVEN_BACK), then
  *             what the consumers have of it: form 0, runs x (u64 begin, u64 count); form 1 (runs 0),
  *             posset.h's bytes, version 3 (written where a block of it holds 176 runs or more: a
  *             rank's scattered share, which a dispatcher before 2026-12-05 refuses by name)
@@ -249,6 +251,10 @@ static int put_exclusions(sl_store_txn_t *txn, const struct job *j)
 }
 
 #define OSPLIT_HEAD 48 /* bytes of an outstanding record before its runs */
+/* Its form word's flag: records a leaving client gave back, which count
+ * against no --max-outstanding-splits (since 2026-12-05; before, those at
+ * a task counted again once loaded). */
+#define OSPLIT_GIVEN_BACK (1u << 8)
 
 static void osplit_key(uint64_t job, uint64_t split, uint8_t key[16])
 {
@@ -280,7 +286,7 @@ static int put_osplit(sl_store_txn_t *txn, uint64_t job, const struct osplit *o)
     sl_put_le32(buf + 32, o->file);
     sl_put_le32(buf + 36, (uint32_t)o->state);
     sl_put_le32(buf + 40, (uint32_t)runs);
-    sl_put_le32(buf + 44, set ? 1 : 0);
+    sl_put_le32(buf + 44, (set ? 1u : 0u) | (o->given_back ? OSPLIT_GIVEN_BACK : 0u));
     for (size_t i = 0; i < runs; i++) {
         sl_put_le64(buf + OSPLIT_HEAD + 16 * i, have[i].begin);
         sl_put_le64(buf + OSPLIT_HEAD + 16 * i + 8, have[i].count);
@@ -921,7 +927,7 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     uint64_t job = klen == 16 ? id_of(key, 8) : 0, split = klen == 16 ? id_of((const uint8_t *)key + 8, 8) : 0;
     if (klen != 16)
         return sl_errf(l->err, l->errlen, SL_EDATA, "state store: outstanding record with a %zu-byte key", klen);
-    uint32_t form = vlen >= OSPLIT_HEAD ? sl_get_le32(v + 44) : 0;
+    uint32_t word = vlen >= OSPLIT_HEAD ? sl_get_le32(v + 44) : 0, form = word & ~OSPLIT_GIVEN_BACK;
     if (form > 1)
         return sl_errf(l->err, l->errlen, SL_EVERSION,
                        "state store: outstanding record of job %" PRIu64 " split %" PRIu64 ": form %" PRIu32
@@ -939,9 +945,12 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
     struct job *tj = NULL;
     struct job *j = sl__dstate_job(l->st, job);
     struct task *t = sl__dstate_task(l->st, o.task_id, &tj);
-    /* Records a leaving client gave back are orphans of no task. */
-    bool given_back = o.task_id == 0 && state == OS_QUEUED;
-    if (!j || j->state != SL_JOB_RUNNING || (!given_back && (!t || tj != j)))
+    /* Records a leaving client gave back are orphans of no task until
+     * handed out again (queued orphans of task 0 were all such before the
+     * flag). */
+    bool no_task = o.task_id == 0 && state == OS_QUEUED;
+    o.given_back = no_task || (word & OSPLIT_GIVEN_BACK);
+    if (!j || j->state != SL_JOB_RUNNING || (!no_task && (!t || tj != j)))
         return 0; /* left by a deletion that did not reach the store: the job or task is gone */
     if (state > OS_QUEUED || o.begin >= o.end)
         return sl_errf(l->err, l->errlen, SL_EDATA,
@@ -972,6 +981,7 @@ static int load_outstanding(const void *key, size_t klen, const void *val, size_
         if (rc == 0) {
             t->out[t->out_num++] = o;
             t->out_saved = t->out_num;
+            t->out_given_back += o.given_back;
         }
     } else if (rc == 0) {
         rc = sl__dstate_grow(&j->orphans, &j->cap_orphans, j->num_orphans, sizeof *j->orphans);

@@ -924,7 +924,7 @@ const char *sl_dstate_dataset_spec(const sl_dstate_t *st, uint64_t dataset_id)
     return d ? d->canonical : NULL;
 }
 
-static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now);
+static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, bool gave_back, int64_t now);
 static struct client *longest_away(struct job *j);
 
 static struct gone_consumer *gone_find(struct job *j, uint32_t consumer_index)
@@ -1040,7 +1040,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
                         now - j->clients[i].away_since, req->consumer_index, j->clients[i].round);
             round = j->clients[i].round;
             *replaced = true;
-            job_remove_client(st, j, &j->clients[i], now);
+            job_remove_client(st, j, &j->clients[i], false, now);
             break;
         }
     }
@@ -1057,7 +1057,7 @@ static int job_add_client(sl_dstate_t *st, struct job *j, const sluice_GetOrCrea
     if (away) {
         sl_log_warn("job %" PRIu64 ": client %" PRIu64 ", away for %" PRId64 " ms, released: the job is at its "
                     "limit of %u clients", j->id, away->id, now - away->away_since, st->cfg.max_clients_per_job);
-        job_remove_client(st, j, away, now);
+        job_remove_client(st, j, away, false, now);
     }
     if (j->num_clients >= st->cfg.max_clients_per_job) {
         return sl_errf(err, errlen, SL_ETOOBIG,
@@ -1723,15 +1723,37 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
     return rc;
 }
 
-static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, int64_t now)
+/* A named job's client c leaves. Records it had received and not given
+ * may have gone with it, unless it gave every one of them back
+ * (gave_back): else no later fold passes the place it was given up to
+ * (given_floor). Records given back went out again as splits, before the
+ * confirmed place
+ * now, and reach the job's other clients later: what each of those said
+ * it was given counts no further than that place, until their heartbeats
+ * say it again (capped at the confirmed place then, which passes a split
+ * given back only once every client has what it will get of it, said in
+ * the same heartbeat as its place given). */
+static void leave_given(struct job *j, const struct client *c, bool gave_back)
+{
+    if (!gave_back) {
+        if (!j->given_floor_set || sl__place_before(c->given, j->given_floor)) {
+            j->given_floor = c->given;
+            j->given_floor_set = true;
+        }
+        return;
+    }
+    struct sl_place at = sl__out_confirmed_below(j);
+    for (unsigned i = 0; i < j->num_clients; i++)
+        if (sl__place_before(at, j->clients[i].given))
+            j->clients[i].given = at;
+}
+
+static void job_remove_client(sl_dstate_t *st, struct job *j, struct client *c, bool gave_back, int64_t now)
 {
     if (j->num_consumers > 0 && j->state == SL_JOB_RUNNING)
         gone_note(st, j, c, now);
-    if (j->name[0] && j->state == SL_JOB_RUNNING &&
-        (!j->given_floor_set || sl__place_before(c->given, j->given_floor))) {
-        j->given_floor = c->given;
-        j->given_floor_set = true;
-    }
+    if (j->name[0] && j->state == SL_JOB_RUNNING)
+        leave_given(j, c, gave_back);
     sl__out_free_client(c);
     *c = j->clients[--j->num_clients];
     j->dirty = true;
@@ -1996,8 +2018,8 @@ int sl_dstate_client_release(sl_dstate_t *st, const sluice_ReleaseClientRequest 
  * the job is a running named DYNAMIC one of independent reads (a
  * coordinated read's rounds are not splits; an anonymous job ends with its
  * one client). Before c leaves: its place is part of the fold that no
- * record given back may lie before. */
-static void take_returns(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReleaseClientRequest *req,
+ * record given back may lie before. @return whether they were taken */
+static bool take_returns(sl_dstate_t *st, struct job *j, struct client *c, const sluice_ReleaseClientRequest *req,
                          const uint8_t *payload, size_t len, sluice_ReleaseClientResponse *resp)
 {
     char why[sizeof resp->returns_error];
@@ -2015,6 +2037,7 @@ static void take_returns(sl_dstate_t *st, struct job *j, struct client *c, const
         sl_log_warn("job %" PRIu64 ": client %" PRIu64 " leaves; what it gives back is not taken: %s", j->id, c->id,
                     why);
     }
+    return rc == 0;
 }
 
 int sl_dstate_client_leave(sl_dstate_t *st, const sluice_ReleaseClientRequest *req, const uint8_t *payload,
@@ -2026,9 +2049,17 @@ int sl_dstate_client_leave(sl_dstate_t *st, const sluice_ReleaseClientRequest *r
     int rc = owned_client(st, "RELEASE_CLIENT", req->job_id, req->client_id, req->client_secret, &j, &c, err, errlen);
     if (rc < 0)
         return rc;
-    if (req->returns && resp)
-        take_returns(st, j, c, req, payload, len, resp);
-    job_remove_client(st, j, c, now);
+    bool gave_back = false;
+    if (req->returns && resp) {
+        gave_back = take_returns(st, j, c, req, payload, len, resp) && req->returns_whole;
+        if (!gave_back && j->state == SL_JOB_RUNNING)
+            sl_log_info("job %" PRIu64 ": client %" PRIu64 " left with %s: no fold of the job passes epoch %" PRIu64
+                        ", file %" PRIu32 ", record %" PRIu64 ", where it was given to", j->id, c->id,
+                        resp->returns_taken ? "a worker that did not answer its leave (what was on its way to it "
+                                              "may be lost)" : "records not taken back",
+                        c->given.epoch, c->given.file, c->given.pos);
+    }
+    job_remove_client(st, j, c, gave_back, now);
     /* An anonymous job has its one client: once it left, nobody can join
      * the job again. It ends now rather than after job_gc_timeout_ms, so
      * that its workers drop its tasks, and the batches they buffered give
@@ -2183,7 +2214,7 @@ void sl_dstate_tick(sl_dstate_t *st, int64_t now)
                                           : !running || now - c->away_since > st->cfg.client_rejoin_ms) {
                 sl_log_warn("job %" PRIu64 ": client %" PRIu64 " released after %" PRId64 " ms without heartbeat",
                             j->id, c->id, now - c->last_seen);
-                job_remove_client(st, j, c, now);
+                job_remove_client(st, j, c, false, now);
             } else {
                 /* Not under coordinated reads: the peers wait at the
                  * rounds for it anyway. */

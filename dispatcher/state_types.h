@@ -278,8 +278,9 @@ struct job {
     bool restored;
     uint8_t restore_digest[32];
     /* A named job: the least place given of the clients that left it
-     * (given_floor_set). Records a client had received and not given when
-     * it left were never given, so no later fold passes its place. */
+     * without giving back every record they had received and not given
+     * (given_floor_set; leave_given() in state.c): those may never have
+     * been given, so no later fold passes its place. */
     bool given_floor_set;
     struct sl_place given_floor;
     /* DYNAMIC: lost tasks' splits, AWAIT or QUEUED (outstanding.c); every

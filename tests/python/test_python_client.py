@@ -5,6 +5,7 @@ import collections
 import ctypes
 import gc
 import inspect
+import math
 import os
 import random
 import signal
@@ -1209,6 +1210,92 @@ class RanksThatLeaveTest(unittest.TestCase):
             given_back += given_back_now()
             assert_each_once(self, got, n, where)
             self.assertGreaterEqual(given_back, waited, '%s: the waiting batches were given back' % where)
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
+
+    def test_the_fold_passes_where_ranks_left_and_a_checkpoint_resumes_exactly_once(self):
+        # A seeded property test: 3 to 8 checkpointable ranks of one named
+        # job read 40 epochs of 50,000 to 150,000 records (behind no
+        # shuffle, a shuffle of 2,000 or of a fifth of the epoch, batches of
+        # 64 to 256) in turn; 1 to all but one leave within the first half
+        # of the first epoch, each once a batch waits for it, and 0 to 2
+        # workers or the dispatcher are killed with -9 and started again.
+        # The ranks that stay read on, and every 10 steps checkpoint, until
+        # their checkpoints, merged with those the ranks that left took as
+        # they left, say the first epoch is done: the fold passed the places
+        # the ranks left at. Until the dispatcher took
+        # the records given back as the fold's bound, a rank that left held
+        # the fold where it left for the rest of the job, and every rank's
+        # record of what reached it kept all it got from there (the run
+        # read all 40 epochs and failed). 1 to 4 ranks resume from the
+        # checkpoint under another name: every record comes once an epoch.
+        # SLUICE_TEST_SEED repeats a run.
+        seed, rng = seeded('the fold past ranks that left')
+        n, batch, epochs = rng.randrange(50000, 150001), rng.choice([64, 100, 256]), 40
+        shuffle = rng.choice([0, 2000, n // 5])
+        ranks = rng.randrange(3, 9)
+        half = n // 2 // (ranks * batch)
+        leave_at = sorted(rng.randrange(1, half) for _ in range(rng.randrange(1, ranks)))
+        kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)]
+        faults = {rng.randrange(1, half * 2): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
+        resumed = rng.randrange(1, 5)
+        where = ('seed %d: %d records x %d epochs, batch %d, shuffle %d, %d ranks leaving at steps %s, faults %s, '
+                 '%d resuming' % (seed, n, epochs, batch, shuffle, ranks, leave_at, sorted(faults.items()), resumed))
+        print('the fold past ranks that left: %s' % where, file=sys.stderr)
+        ds = sluice.range(0, n)
+        if shuffle:
+            ds = ds.shuffle(shuffle, seed=seed % 1000)
+        ds = ds.repeat(epochs).batch(batch)
+        # The bound on a task's splits not confirmed paces the ranks: a
+        # task gets a split given back at its next request and reads it
+        # after the splits it holds, so the ranks read up to twice what the
+        # tasks hold past the fold first (3 tasks x bound x 1,000 records:
+        # 17 epochs at most here, 12 seen) whatever the speed of heartbeats,
+        # and no further without them. A shuffle of s holds records of
+        # about s ln(1000) / 1000 splits, which the bound leaves room for.
+        bound = 64 if shuffle <= 2000 else 1 << math.ceil(math.log2(2 * shuffle * 7 / 1000))
+        c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
+                                                '--max-outstanding-splits', str(bound)])
+        got, left = [], []
+        try:
+            c.wait_workers_registered(3)
+            live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='fold-past', checkpointable=True)
+                    for _ in range(ranks)]
+            step, head, last = 0, None, max(leave_at + list(faults))
+            while head is None or head[1] < 1:
+                step += 1
+                if step in faults:
+                    kind, k = faults[step]
+                    if kind == 'worker kill':
+                        c.restart_worker(k)
+                    else:
+                        c.restart_dispatcher()
+                for it in live:
+                    try:
+                        got.append(next(it)['value'])
+                    except StopIteration:
+                        self.fail('%s: the data ended at step %d, and the merged checkpoint of the ranks that '
+                                  'stayed never said the first epoch was done (last %s)' % (where, step, head))
+                for _ in range(leave_at.count(step)):
+                    it = live.pop(rng.randrange(len(live)))
+                    self.assertTrue(wait_for(lambda: it.queued > 0, timeout=120), where)
+                    left.append(it.checkpoint())  # what its caller was given
+                    it.close()
+                if step > last and step % 10 == 0:
+                    merged = sluice.merge_checkpoints([it.checkpoint() for it in live] + left)
+                    head = checkpoint_head(merged)
+            print('the fold past ranks that left: step %d, merged checkpoint %s, %d bytes' % (step, head, len(merged)),
+                  file=sys.stderr)
+            for it in live:
+                it.close()
+            again = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='fold-past-resumed',
+                                   checkpoint=merged) for _ in range(resumed)]
+            read_in_turn(again, got)
+            counts = np.bincount(np.concatenate(got), minlength=n)
+            wrong = np.nonzero(counts != epochs)[0]
+            self.assertEqual(wrong[:10].tolist(), [], '%s: %d values wrong, counts %s' % (
+                where, len(wrong), counts[wrong[:10]].tolist()))
         finally:
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)

@@ -1459,12 +1459,14 @@ static size_t posset_append(uint8_t **buf, size_t *len, unsigned n, const uint64
 /* Client `client` of job_id leaves giving back the n runs (file, begin,
  * count; epoch 0) its caller was not given, after saying it received the
  * nr runs of received (none: it does not say). The answer in *resp. */
-static void leave_with(uint64_t job_id, uint64_t client, unsigned nr, const uint64_t (*received)[3], unsigned n,
-                       const uint64_t (*runs)[3], sluice_ReleaseClientResponse *resp)
+/* Client leaves job_id giving back n runs (file, begin, count) of epoch
+ * 0, having received nr runs; whole: every worker answered its leave. */
+static void leave_part(uint64_t job_id, uint64_t client, unsigned nr, const uint64_t (*received)[3], unsigned n,
+                       const uint64_t (*runs)[3], bool whole, sluice_ReleaseClientResponse *resp)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    sluice_ReleaseClientRequest rel = {.job_id = job_id, .client_id = client, .returns = true, .returns_whole = true};
+    sluice_ReleaseClientRequest rel = {.job_id = job_id, .client_id = client, .returns = true, .returns_whole = whole};
     if (received)
         rel.received_length = posset_append(&buf, &len, nr, received);
     posset_append(&buf, &len, n, runs);
@@ -1472,6 +1474,12 @@ static void leave_with(uint64_t job_id, uint64_t client, unsigned nr, const uint
     *resp = (sluice_ReleaseClientResponse)sluice_ReleaseClientResponse_init_zero;
     cr_assert_eq(sl_dstate_client_leave(st, &rel, buf, len, 0, resp, err, sizeof err), 0, "%s", err);
     free(buf);
+}
+
+static void leave_with(uint64_t job_id, uint64_t client, unsigned nr, const uint64_t (*received)[3], unsigned n,
+                       const uint64_t (*runs)[3], sluice_ReleaseClientResponse *resp)
+{
+    leave_part(job_id, client, nr, received, n, runs, true, resp);
 }
 
 static void give_back(uint64_t job_id, uint64_t client, unsigned n, const uint64_t (*runs)[3],
@@ -1610,4 +1618,128 @@ Test(outstanding, what_a_leaving_client_gives_back_goes_out_again_once_and_nothi
         cr_assert_eq(rc.splits[i].skip_count, 0);
     }
     cr_assert_eq(lost_splits(j, "queued"), 0);
+}
+
+/* The fold the job view shows (lost_splits.folded_below): its record,
+ * epoch and file 0. */
+static json_int_t view_folded(uint64_t job_id)
+{
+    json_t *v = job_view(job_id);
+    json_t *f = json_object_get(json_object_get(v, "lost_splits"), "folded_below");
+    cr_assert_eq(json_integer_value(json_array_get(f, 0)), 0);
+    cr_assert_eq(json_integer_value(json_array_get(f, 1)), 0);
+    json_int_t at = json_integer_value(json_array_get(f, 2));
+    json_decref(v);
+    return at;
+}
+
+Test(outstanding, a_rank_that_gave_back_what_waited_for_it_holds_the_fold_only_until_that_is_given_again)
+{
+    st = new_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c0 = 0, j = big_job(200000, 4, &c0);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r); /* [0, 400) in splits of 100 */
+    uint64_t first = r.splits[0].split_id;
+    /* Every client has all four; c0's caller waits for [150, 160), the
+     * others were given everything. Twice: a split is confirmed once
+     * every client has it. */
+    const uint64_t given[4] = {150, 400, 400, 400};
+    for (int round = 0; round < 2; round++)
+        for (uint64_t c = c0; c < c0 + 4; c++)
+            given_heartbeat(j, c, ta, first + 4, given[c - c0]);
+    cr_assert_eq(hb->confirmed_below.record, 400);
+    cr_assert_eq(folded_at(), 150);
+
+    /* c0 leaves and gives [150, 160) back, every worker having answered:
+     * it goes out again, before the place confirmed now, and no client's
+     * word of what it was given counts past it until it is given again. */
+    sluice_ReleaseClientResponse resp;
+    const uint64_t received[][3] = {{0, 100, 100}}, back[][3] = {{0, 150, 10}};
+    leave_with(j, c0, 1, received, 1, back, &resp);
+    cr_assert(resp.returns_taken, "%s", resp.returns_error);
+    cr_assert_eq(view_folded(j), 150, "the others' 400 counts to the record given back");
+    given_heartbeat(j, c0 + 1, ta, first + 4, 400);
+    cr_assert_eq(hb->confirmed_below.record, 150);
+    cr_assert_eq(folded_at(), 150);
+
+    /* It goes out to the task, before any new split; c0 + 1 gets it and
+     * its caller is given it, c0 + 2 and c0 + 3 get none of it. Once
+     * every client said so, the fold passes the place c0 left at. */
+    get_splits(ta, 2, 1, &r);
+    cr_assert_eq(r.splits_count, 1);
+    cr_assert_eq(r.splits[0].begin, 150);
+    cr_assert_eq(r.splits[0].end, 160);
+    uint64_t again = r.splits[0].split_id;
+    given_heartbeat(j, c0 + 1, ta, again + 1, 400);
+    given_heartbeat(j, c0 + 2, ta, again + 1, 400);
+    cr_assert_eq(folded_at(), 150, "c0 + 3 has not said it has the split given back");
+    given_heartbeat(j, c0 + 3, ta, again + 1, 400);
+    cr_assert_eq(hb->confirmed_below.record, 400);
+    for (uint64_t c = c0 + 1; c < c0 + 4; c++)
+        given_heartbeat(j, c, ta, again + 1, 400);
+    cr_assert_eq(folded_at(), 400, "no floor where c0 left");
+    cr_assert_eq(view_folded(j), 400);
+
+    /* A rank whose worker did not answer its leave may lose what was on
+     * its way: it holds the fold where it was given, as one that gives
+     * nothing back does. */
+    get_splits(ta, 3, 1, &r); /* [400, 500) */
+    for (int round = 0; round < 2; round++)
+        for (uint64_t c = c0 + 1; c < c0 + 4; c++)
+            given_heartbeat(j, c, ta, r.splits[0].split_id + 1, c == c0 + 3 ? 450 : 500);
+    cr_assert_eq(folded_at(), 450);
+    const uint64_t waiting[][3] = {{0, 450, 20}};
+    leave_part(j, c0 + 3, 0, NULL, 1, waiting, false, &resp);
+    cr_assert(resp.returns_taken, "%s", resp.returns_error);
+    get_splits(ta, 4, 1, &r);
+    cr_assert_eq(r.splits[0].begin, 450);
+    for (int round = 0; round < 2; round++)
+        for (uint64_t c = c0 + 1; c < c0 + 3; c++)
+            given_heartbeat(j, c, ta, r.splits[0].split_id + 1, 500);
+    cr_assert_eq(hb->confirmed_below.record, 500);
+    cr_assert_eq(folded_at(), 450, "held where c0 + 3 left");
+}
+
+/* A state of splits of 100 records and --max-outstanding-splits 5, loaded
+ * from the store when load. */
+static sl_dstate_t *bounded_state(bool load)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.split_size = 100;
+    cfg.max_outstanding = 5;
+    sl_dstate_t *s = sl_dstate_new(&cfg);
+    if (load)
+        cr_assert_eq(sl_dpersist_load(s, store, 0, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
+/* Splits given back count against no --max-outstanding-splits, also once
+ * stored at the task they went to and loaded again. */
+Test(outstanding, splits_given_back_count_against_no_bound_also_after_a_restart)
+{
+    st = bounded_state(false);
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c0 = 0, j = big_job(200000, 2, &c0);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 5, &r);
+    cr_assert_eq(r.splits_count, 5, "[0, 500): at the bound");
+    sluice_ReleaseClientResponse resp;
+    const uint64_t back[][3] = {{0, 120, 1}, {0, 310, 1}, {0, 455, 1}};
+    give_back(j, c0, 3, back, &resp);
+    cr_assert(resp.returns_taken, "%s", resp.returns_error);
+    uint64_t tb = task_of(j, worker("127.0.0.1:2"));
+    get_splits(tb, 1, 3, &r);
+    cr_assert_eq(r.splits_count, 3);
+    for (unsigned i = 0; i < 3; i++)
+        cr_assert_eq(r.splits[i].begin, back[i][1]);
+    save();
+    sl_dstate_free(st);
+    st = bounded_state(true);
+    get_splits(tb, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 5, "the three given back at it are not of its bound of 5: %u", r.splits_count);
+    cr_assert_eq(r.splits[0].begin, 500);
 }
