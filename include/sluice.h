@@ -619,8 +619,11 @@ SL_EXPORT void sl_ckpt_builder_close(sl_ckpt_builder_t *b);
 /**
  * Merges the checkpoints of the ranks of one named DYNAMIC job, taken when
  * all of them stopped at a common step, into one: the union of what their
- * callers were given. Everything else (in flight, buffered in a client,
- * not yet read) is read again by the job restored from it
+ * callers were given. A rank that left the job mid-run took its last
+ * checkpoint as it left: add it to the merges until the job's fold passes
+ * it (docs/fault-tolerance.md, "A rank that leaves"). Everything else (in
+ * flight, buffered in a client, not yet read) is read again by the job
+ * restored from it
  * (sl_iterator_restore() with the job name), with any number of ranks.
  * Each checkpoint's tag is checked under the cluster token, and the result
  * tagged under it. Needs no dispatcher.

@@ -1095,6 +1095,20 @@ def seeded_range(n, shuffle, batch, seed):
     return ds.batch(batch)
 
 
+# The faults the seeded named-job tests draw: one of 3 workers, or the
+# dispatcher, killed with -9 and started again (restart()).
+KILLS = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)]
+
+
+def restart(c, fault):
+    """Kills what fault (of KILLS) names in cluster c with -9 and starts it again."""
+    kind, worker = fault
+    if kind == 'worker kill':
+        c.restart_worker(worker)
+    else:
+        c.restart_dispatcher()
+
+
 def read_in_turn(its, got, before_round=None):
     """Takes a batch of each of its in turn, its values into got, until
     every one ended (and is closed); before_round(r), if given, is called
@@ -1163,8 +1177,7 @@ class RanksThatLeaveTest(unittest.TestCase):
         half = n // 2 // (ranks * batch)
         leave_at = sorted(rng.randrange(1, half) for _ in range(ranks - 1))
         join_at = sorted(rng.randrange(1, half * 2) for _ in range(rng.randrange(0, 3)))
-        kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)]
-        faults = {rng.randrange(1, half * 2): rng.choice(kinds) for _ in range(rng.randrange(0, 4))}
+        faults = {rng.randrange(1, half * 2): rng.choice(KILLS) for _ in range(rng.randrange(0, 4))}
         where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks leaving at steps %s, joining at %s, faults %s' %
                  (seed, n, batch, shuffle, ranks, leave_at, join_at, sorted(faults.items())))
         print('ranks that leave: %s' % where, file=sys.stderr)
@@ -1187,12 +1200,9 @@ class RanksThatLeaveTest(unittest.TestCase):
             while live:
                 step += 1
                 if step in faults:
-                    kind, k = faults[step]
-                    if kind == 'worker kill':
-                        c.restart_worker(k)
-                    else:
+                    if faults[step][0] == 'dispatcher kill':
                         given_back += given_back_now()  # its counters start again
-                        c.restart_dispatcher()
+                    restart(c, faults[step])
                 for _ in range(join_at.count(step)):
                     live.append(rank())
                 for it in list(live):
@@ -1237,8 +1247,7 @@ class RanksThatLeaveTest(unittest.TestCase):
         ranks = rng.randrange(3, 9)
         half = n // 2 // (ranks * batch)
         leave_at = sorted(rng.randrange(1, half) for _ in range(rng.randrange(1, ranks)))
-        kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)]
-        faults = {rng.randrange(1, half * 2): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
+        faults = {rng.randrange(1, half * 2): rng.choice(KILLS) for _ in range(rng.randrange(0, 3))}
         resumed = rng.randrange(1, 5)
         where = ('seed %d: %d records x %d epochs, batch %d, shuffle %d, %d ranks leaving at steps %s, faults %s, '
                  '%d resuming' % (seed, n, epochs, batch, shuffle, ranks, leave_at, sorted(faults.items()), resumed))
@@ -1266,11 +1275,7 @@ class RanksThatLeaveTest(unittest.TestCase):
             while head is None or head[1] < 1:
                 step += 1
                 if step in faults:
-                    kind, k = faults[step]
-                    if kind == 'worker kill':
-                        c.restart_worker(k)
-                    else:
-                        c.restart_dispatcher()
+                    restart(c, faults[step])
                 for it in live:
                     try:
                         got.append(next(it)['value'])
@@ -1373,7 +1378,7 @@ class NamedLongEpochTest(unittest.TestCase):
         ranks, resumed = rng.randrange(2, 5), rng.randrange(1, 5)
         bound = rng.choice([0, 20000])
         steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
-        kinds = [('worker kill', k) for k in range(3)] + [('dispatcher kill', None)] * 2
+        kinds = KILLS + KILLS[-1:]
         first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
         left = (n - steps * ranks * batch) // (resumed * batch)
         later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
@@ -1396,13 +1401,6 @@ class NamedLongEpochTest(unittest.TestCase):
         c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
                                                 '--max-outstanding-splits', '512'])
         got = []
-
-        def act(fault):
-            kind, worker = fault
-            if kind == 'worker kill':
-                c.restart_worker(worker)
-            else:
-                c.restart_dispatcher()
         try:
             c.wait_workers_registered(3)
             its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True,
@@ -1413,7 +1411,7 @@ class NamedLongEpochTest(unittest.TestCase):
                     got.append(next(it)['value'])
             for k in range(steps):
                 if k in first:
-                    act(first[k])
+                    restart(c, first[k])
                 step()
             # A lost worker's splits hold the fold until they are read
             # again, after what the workers hold ahead.
@@ -1429,7 +1427,7 @@ class NamedLongEpochTest(unittest.TestCase):
             http(c.dispatcher.admin_port, '/v1/jobs/%d' % job, method='DELETE')
             live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
                     for _ in range(resumed)]
-            read_in_turn(live, got, lambda r: r in later and act(later[r]))
+            read_in_turn(live, got, lambda r: r in later and restart(c, later[r]))
             assert_each_once(self, got, n, where)
         finally:
             bad = c.close()

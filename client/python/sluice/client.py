@@ -668,7 +668,9 @@ class BatchIterator:
 def merge_checkpoints(checkpoints, auth_token_file=None):
     """Merges the checkpoints of the ranks of one named job (sharding
     "dynamic"), taken when all of them stopped at a common step, into one:
-    the union of what their callers were given. Every rank then resumes
+    the union of what their callers were given (add the last checkpoint of
+    a rank that left the job mid-run, taken as it left, until the job's
+    fold passes it: docs/python.md). Every rank then resumes
     with distribute(..., job_name=NAME, checkpoint=merged): the first
     creates the named job, the others join it, any number of them.
     checkpoints: a list of bytes from BatchIterator.checkpoint().
