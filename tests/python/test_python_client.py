@@ -1257,8 +1257,8 @@ class RanksThatLeaveTest(unittest.TestCase):
             ds = ds.shuffle(shuffle, seed=seed % 1000)
         ds = ds.repeat(epochs).batch(batch)
         # The bound on a task's splits not confirmed paces the ranks: a
-        # task gets a split given back at its next request and reads it
-        # after the splits it holds, so the ranks read up to twice what the
+        # task gets a split given back at its next request, confirmed once
+        # the splits it held before are, so the ranks read up to twice what the
         # tasks hold past the fold first (3 tasks x bound x 1,000 records:
         # 17 epochs at most here, 12 seen) whatever the speed of heartbeats,
         # and no further without them. A shuffle of s holds records of
