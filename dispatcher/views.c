@@ -161,6 +161,12 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
             struct sl_place f = sl__job_folded(j);
             json_object_set_new(lost, "folded_below", json_pack("[I,I,I]", (json_int_t)f.epoch, (json_int_t)f.file,
                                                                 (json_int_t)f.pos));
+            /* The place no fold passes: a client left without giving back
+             * every record it had not given (state.c, leave_given()). */
+            if (j->given_floor_set)
+                json_object_set_new(lost, "held_below",
+                                    json_pack("[I,I,I]", (json_int_t)j->given_floor.epoch,
+                                              (json_int_t)j->given_floor.file, (json_int_t)j->given_floor.pos));
         }
         json_object_set_new(o, "lost_splits", lost);
     }

@@ -1224,6 +1224,41 @@ class RanksThatLeaveTest(unittest.TestCase):
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
 
+    def test_a_rank_whose_worker_stops_and_is_lost_gives_back_whole_and_holds_no_fold(self):
+        # Two ranks of a named job read from two workers; one worker stops
+        # (SIGSTOP) and a rank closes with batches waiting. Its leave to the
+        # stopped worker goes unanswered until the dispatcher loses the
+        # worker (--worker-timeout-ms 1500) and no longer lists its task:
+        # the worker's splits go out again without what the rank received,
+        # so the leave is whole and no fold of the job stops where the rank
+        # left (no held_below in the job view). Before, a leave waiting on a
+        # lost worker counted as not whole and held the fold for the rest of
+        # the job.
+        ds = sluice.range(0, 10**6).repeat().batch(100)
+        c = Cluster(workers=2, dispatcher_args=['--worker-timeout-ms', '1500'])
+        try:
+            c.wait_workers_registered(2)
+            r1, r2 = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='lost-leave') for _ in range(2)]
+            for _ in range(20):
+                next(r1)
+                next(r2)
+            pid = c.workers[0].proc.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                self.assertTrue(wait_for(lambda: r1.queued > 0, timeout=60))
+                r1.close()
+                view = get_json(c.dispatcher.admin_port, '/v1/jobs/%d' % r2.job_id)['lost_splits']
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.assertNotIn('held_below', view)
+            self.assertEqual(view['report_gen'], 1, 'worker 0 was lost once: %s' % view)
+            self.assertGreater(metric(c.dispatcher.admin_port, 'sluice_dispatcher_records_given_back_total',
+                                      default=0.0), 0)
+            next(r2)
+            r2.close()
+        finally:
+            c.close()
+
     def test_the_fold_passes_where_ranks_left_and_a_checkpoint_resumes_exactly_once(self):
         # A seeded property test: 3 to 8 checkpointable ranks of one named
         # job read 40 epochs of 50,000 to 150,000 records (behind no

@@ -1620,12 +1620,16 @@ Test(outstanding, what_a_leaving_client_gives_back_goes_out_again_once_and_nothi
     cr_assert_eq(lost_splits(j, "queued"), 0);
 }
 
-/* The fold the job view shows (lost_splits.folded_below): its record,
- * epoch and file 0. */
-static json_int_t view_folded(uint64_t job_id)
+/* The place the job view shows as lost_splits' field (folded_below,
+ * held_below): its record, epoch and file 0; -1 without it. */
+static json_int_t view_place(uint64_t job_id, const char *field)
 {
     json_t *v = job_view(job_id);
-    json_t *f = json_object_get(json_object_get(v, "lost_splits"), "folded_below");
+    json_t *f = json_object_get(json_object_get(v, "lost_splits"), field);
+    if (!f) {
+        json_decref(v);
+        return -1;
+    }
     cr_assert_eq(json_integer_value(json_array_get(f, 0)), 0);
     cr_assert_eq(json_integer_value(json_array_get(f, 1)), 0);
     json_int_t at = json_integer_value(json_array_get(f, 2));
@@ -1659,7 +1663,7 @@ Test(outstanding, a_rank_that_gave_back_what_waited_for_it_holds_the_fold_only_u
     const uint64_t received[][3] = {{0, 100, 100}}, back[][3] = {{0, 150, 10}};
     leave_with(j, c0, 1, received, 1, back, &resp);
     cr_assert(resp.returns_taken, "%s", resp.returns_error);
-    cr_assert_eq(view_folded(j), 150, "the others' 400 counts to the record given back");
+    cr_assert_eq(view_place(j, "folded_below"), 150, "the others' 400 counts to the record given back");
     given_heartbeat(j, c0 + 1, ta, first + 4, 400);
     cr_assert_eq(hb->confirmed_below.record, 150);
     cr_assert_eq(folded_at(), 150);
@@ -1680,7 +1684,8 @@ Test(outstanding, a_rank_that_gave_back_what_waited_for_it_holds_the_fold_only_u
     for (uint64_t c = c0 + 1; c < c0 + 4; c++)
         given_heartbeat(j, c, ta, again + 1, 400);
     cr_assert_eq(folded_at(), 400, "no floor where c0 left");
-    cr_assert_eq(view_folded(j), 400);
+    cr_assert_eq(view_place(j, "held_below"), -1);
+    cr_assert_eq(view_place(j, "folded_below"), 400);
 
     /* A rank whose worker did not answer its leave may lose what was on
      * its way: it holds the fold where it was given, as one that gives
@@ -1700,6 +1705,7 @@ Test(outstanding, a_rank_that_gave_back_what_waited_for_it_holds_the_fold_only_u
             given_heartbeat(j, c, ta, r.splits[0].split_id + 1, 500);
     cr_assert_eq(hb->confirmed_below.record, 500);
     cr_assert_eq(folded_at(), 450, "held where c0 + 3 left");
+    cr_assert_eq(view_place(j, "held_below"), 450, "the view says where");
 }
 
 /* A state of splits of 100 records and --max-outstanding-splits 5, loaded
