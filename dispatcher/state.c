@@ -1727,12 +1727,11 @@ int sl_dstate_job_get_or_create(sl_dstate_t *st, const sluice_GetOrCreateJobRequ
  * may have gone with it, unless it gave every one of them back
  * (gave_back): else no later fold passes the place it was given up to
  * (given_floor). Records given back went out again as splits, before the
- * confirmed place
- * now, and reach the job's other clients later: what each of those said
- * it was given counts no further than that place, until their heartbeats
- * say it again (capped at the confirmed place then, which passes a split
- * given back only once every client has what it will get of it, said in
- * the same heartbeat as its place given). */
+ * confirmed place now, and reach the job's other clients later: what each
+ * of those said it was given counts no further than that place, until
+ * their heartbeats say it again (capped at the confirmed place then, which
+ * passes a split given back only once every client has what it will get
+ * of it, said in the same heartbeat as its place given). */
 static void leave_given(struct job *j, const struct client *c, bool gave_back)
 {
     if (!gave_back) {
