@@ -1261,7 +1261,7 @@ class RanksThatLeaveTest(unittest.TestCase):
 
     def test_the_fold_passes_where_ranks_left_and_a_checkpoint_resumes_exactly_once(self):
         # A seeded property test: 3 to 8 checkpointable ranks of one named
-        # job read 40 epochs of 50,000 to 150,000 records (behind no
+        # job read 80 epochs of 50,000 to 100,000 records (behind no
         # shuffle, a shuffle of 2,000 or of a fifth of the epoch, batches of
         # 64 to 256) in turn; 1 to all but one leave within the first half
         # of the first epoch, each once a batch waits for it, and 0 to 2
@@ -1273,11 +1273,11 @@ class RanksThatLeaveTest(unittest.TestCase):
         # the records given back as the fold's bound, a rank that left held
         # the fold where it left for the rest of the job, and every rank's
         # record of what reached it kept all it got from there (the run
-        # read all 40 epochs and failed). 1 to 4 ranks resume from the
+        # read all the epochs and failed). 1 to 4 ranks resume from the
         # checkpoint under another name: every record comes once an epoch.
         # SLUICE_TEST_SEED repeats a run.
         seed, rng = seeded('the fold past ranks that left')
-        n, batch, epochs = rng.randrange(50000, 150001), rng.choice([64, 100, 256]), 40
+        n, batch, epochs = rng.randrange(50000, 100001), rng.choice([64, 100, 256]), 80
         shuffle = rng.choice([0, 2000, n // 5])
         ranks = rng.randrange(3, 9)
         half = n // 2 // (ranks * batch)
@@ -1293,11 +1293,12 @@ class RanksThatLeaveTest(unittest.TestCase):
         ds = ds.repeat(epochs).batch(batch)
         # The bound on a task's splits not confirmed paces the ranks: a
         # task gets a split given back at its next request, confirmed once
-        # the splits it held before are, so the ranks read up to twice what the
-        # tasks hold past the fold first (3 tasks x bound x 1,000 records:
-        # 17 epochs at most here, 12 seen) whatever the speed of heartbeats,
-        # and no further without them. A shuffle of s holds records of
-        # about s ln(1000) / 1000 splits, which the bound leaves room for.
+        # the splits it held before are, while the two other tasks read on,
+        # so the ranks read up to about 6 x bound x 1,000 records past the
+        # fold (34 epochs at most here, 19 seen) whatever the speed of
+        # heartbeats, and no further without them. A shuffle of s holds
+        # records of about s ln(1000) / 1000 splits, which the bound leaves
+        # room for.
         bound = 64 if shuffle <= 2000 else 1 << math.ceil(math.log2(2 * shuffle * 7 / 1000))
         c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
                                                 '--max-outstanding-splits', str(bound)])
