@@ -1269,11 +1269,11 @@ class RanksThatLeaveTest(unittest.TestCase):
         # The ranks that stay read on, and every 10 steps checkpoint, until
         # their checkpoints, merged with those the ranks that left took as
         # they left, say the first epoch is done: the fold passed the places
-        # the ranks left at. Until the dispatcher took
-        # the records given back as the fold's bound, a rank that left held
-        # the fold where it left for the rest of the job, and every rank's
-        # record of what reached it kept all it got from there (the run
-        # read all the epochs and failed). 1 to 4 ranks resume from the
+        # the ranks left at. Until the dispatcher took the records given
+        # back as the fold's bound, a rank that left held the fold where it
+        # left for the rest of the job, and every rank's record of what
+        # reached it kept all it got from there (the run read all the
+        # epochs and failed). 1 to 4 ranks resume from the
         # checkpoint under another name: every record comes once an epoch.
         # SLUICE_TEST_SEED repeats a run.
         seed, rng = seeded('the fold past ranks that left')
