@@ -1109,6 +1109,17 @@ def restart(c, fault):
         c.restart_dispatcher()
 
 
+def read_round(live, got):
+    """Takes a batch of each iterator in live, its values into got; one
+    that ended is closed and leaves live."""
+    for it in list(live):
+        try:
+            got.append(next(it)['value'])
+        except StopIteration:
+            live.remove(it)
+            it.close()
+
+
 def read_in_turn(its, got, before_round=None):
     """Takes a batch of each of its in turn, its values into got, until
     every one ended (and is closed); before_round(r), if given, is called
@@ -1118,12 +1129,7 @@ def read_in_turn(its, got, before_round=None):
         if before_round:
             before_round(rounds)
         rounds += 1
-        for it in list(live):
-            try:
-                got.append(next(it)['value'])
-            except StopIteration:
-                live.remove(it)
-                it.close()
+        read_round(live, got)
 
 
 def assert_each_once(test, got, n, where):
@@ -1205,12 +1211,7 @@ class RanksThatLeaveTest(unittest.TestCase):
                     restart(c, faults[step])
                 for _ in range(join_at.count(step)):
                     live.append(rank())
-                for it in list(live):
-                    try:
-                        got.append(next(it)['value'])
-                    except StopIteration:
-                        live.remove(it)
-                        it.close()
+                read_round(live, got)
                 for _ in range(leave_at.count(step)):
                     it = live.pop(rng.randrange(len(live)))
                     # More than half the epoch is left: a batch comes.

@@ -802,16 +802,26 @@ Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
     cr_assert_eq(lost_splits(j, "outstanding"), 3, "c[1] still holds them back");
 }
 
-/* A state of splits of 100 records and --max-outstanding-splits 5, a
- * worker at addr and job()'s job: its id; the worker's task in *ta, the
- * clients in c1 and c2. */
-static uint64_t bounded_job(const char *addr, uint64_t *wa, uint64_t *ta, uint64_t *c1, uint64_t *c2)
+/* A state of splits of 100 records and --max-outstanding-splits 5, loaded
+ * from the store when load. */
+static sl_dstate_t *bounded_state(bool load)
 {
     sl_dstate_config_t cfg;
     sl_dstate_config_init(&cfg);
     cfg.split_size = 100;
     cfg.max_outstanding = 5;
-    st = sl_dstate_new(&cfg);
+    sl_dstate_t *s = sl_dstate_new(&cfg);
+    if (load)
+        cr_assert_eq(sl_dpersist_load(s, store, 0, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
+/* A state of splits of 100 records and --max-outstanding-splits 5, a
+ * worker at addr and job()'s job: its id; the worker's task in *ta, the
+ * clients in c1 and c2. */
+static uint64_t bounded_job(const char *addr, uint64_t *wa, uint64_t *ta, uint64_t *c1, uint64_t *c2)
+{
+    st = bounded_state(false);
     *wa = worker(addr);
     uint64_t j = job(c1, c2);
     *ta = task_of(j, *wa);
@@ -1706,20 +1716,6 @@ Test(outstanding, a_rank_that_gave_back_what_waited_for_it_holds_the_fold_only_u
     cr_assert_eq(hb->confirmed_below.record, 500);
     cr_assert_eq(folded_at(), 450, "held where c0 + 3 left");
     cr_assert_eq(view_place(j, "held_below"), 450, "the view says where");
-}
-
-/* A state of splits of 100 records and --max-outstanding-splits 5, loaded
- * from the store when load. */
-static sl_dstate_t *bounded_state(bool load)
-{
-    sl_dstate_config_t cfg;
-    sl_dstate_config_init(&cfg);
-    cfg.split_size = 100;
-    cfg.max_outstanding = 5;
-    sl_dstate_t *s = sl_dstate_new(&cfg);
-    if (load)
-        cr_assert_eq(sl_dpersist_load(s, store, 0, err, sizeof err), 0, "%s", err);
-    return s;
 }
 
 /* Splits given back count against no --max-outstanding-splits, also once
