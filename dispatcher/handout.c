@@ -357,8 +357,8 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * one it waits for. Those get a split an answer, up to a split more for
      * each round every consumer may ask ahead (the rounds a lost worker
      * leaves to stand-ins end where the consumers may reach). */
-    unsigned bound = st->cfg.max_outstanding;
-    if (tracked && req->for_extra && j->num_consumers > 0 && sl__out_bounded(t) >= bound) {
+    unsigned bound = st->cfg.max_outstanding, bounded = tracked ? sl__out_bounded(t) : 0;
+    if (tracked && req->for_extra && j->num_consumers > 0 && bounded >= bound) {
         uint64_t extra = st->cfg.round_lookahead * j->num_consumers;
         bound = extra > UINT32_MAX - bound ? UINT32_MAX : bound + (unsigned)extra;
         max = 1;
@@ -370,17 +370,16 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
      * (sparse, dozens of them to a shuffle buffer of one split's records).
      * It gets a split past the bound, up to sl__held_cap(), each time
      * its worker's heartbeat shows it so again. */
-    unsigned bounded = tracked ? sl__out_bounded(t) : 0;
     if (tracked && t->held_full_since != 0 && bounded >= bound && bounded < sl__held_cap(st)) {
         bound = bounded + 1;
         max = 1;
         t->held_full_since = 0;
     }
-    if (tracked && sl__out_bounded(t) < bound && max > bound - sl__out_bounded(t))
-        max = bound - sl__out_bounded(t);
+    if (tracked && bounded < bound && max > bound - bounded)
+        max = bound - bounded;
     if (req->request_seq != 0 && last_answer_room(t, max) < 0)
         return sl_errf(err, errlen, -ENOMEM, "out of memory");
-    if (tracked && sl__out_bounded(t) >= bound) {
+    if (tracked && bounded >= bound) {
         /* Its clients are that far behind: hold it back until they report
          * (task_check_held() fails the job if they are not). */
         t->held = true;
