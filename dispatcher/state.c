@@ -1953,8 +1953,14 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     bool placed = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     struct sl_place at = placed ? sl__out_confirmed_below(j) : (struct sl_place){0};
     resp->epochs_done = placed ? sl__out_epochs_done_at(j, at) : 0;
-    if (sl__out_tracked(j))
-        resp->confirm_every = st->cfg.max_outstanding / 4 ? st->cfg.max_outstanding / 4 : 1;
+    if (sl__out_tracked(j)) {
+        /* A client hears the split-done notices of the frames it reads,
+         * about one in num_clients of its tasks': each confirms at its
+         * share of a quarter of the bound, so that the job's clients
+         * together confirm every quarter of it. */
+        uint64_t every = st->cfg.max_outstanding / 4 / (j->num_clients > 0 ? j->num_clients : 1);
+        resp->confirm_every = every > 0 ? (uint32_t)every : 1;
+    }
     if (placed && (j->num_consumers > 0 || j->name[0])) {
         /* Coordinated clients take no checkpoints: their ledgers serve
          * reports only, and drop what lies before this place. A named

@@ -828,6 +828,36 @@ static uint64_t bounded_job(const char *addr, uint64_t *wa, uint64_t *ta, uint64
     return j;
 }
 
+/* What a heartbeat of the first of nclients clients of a named job hears
+ * as confirm_every, under --max-outstanding-splits bound. */
+static uint32_t confirm_every_of(unsigned bound, unsigned nclients)
+{
+    sl_dstate_config_t cfg;
+    sl_dstate_config_init(&cfg);
+    cfg.max_outstanding = bound;
+    st = sl_dstate_new(&cfg);
+    worker("127.0.0.1:1");
+    uint64_t first, j = big_job(1000, nclients, &first);
+    heartbeat(j, first, 0, NULL, NULL);
+    uint32_t every = hb->confirm_every;
+    sl_dstate_free(st);
+    st = NULL;
+    return every;
+}
+
+/* A client hears the split-done notices of the frames it reads, about one
+ * in n of them with n clients: each confirms at its share of a quarter of
+ * the bound, so that together they confirm every quarter of it (at a
+ * quarter each, six clients confirmed every 384 splits of a bound of 256,
+ * and the task held there waited for their tick). */
+Test(outstanding, each_client_confirms_at_its_share_of_a_quarter_of_the_bound)
+{
+    cr_assert_eq(confirm_every_of(256, 1), 64);
+    cr_assert_eq(confirm_every_of(256, 6), 10);
+    cr_assert_eq(confirm_every_of(16384, 32), 128);
+    cr_assert_eq(confirm_every_of(8, 3), 1, "at least 1");
+}
+
 Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
 {
     uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
