@@ -1086,12 +1086,15 @@ def checkpoint_head(ck):
             int.from_bytes(ck[40:48], 'little'))
 
 
-def seeded_range(n, shuffle, batch, seed):
+def seeded_range(n, shuffle, batch, seed, epochs=1):
     """range(n), behind shuffle(shuffle) of a seed from seed unless shuffle
-    is 0, in batches of batch: the dataset of the seeded named-job tests."""
+    is 0, repeated for `epochs`, in batches of batch: the dataset of the
+    seeded named-job tests."""
     ds = sluice.range(0, n)
     if shuffle:
         ds = ds.shuffle(shuffle, seed=seed % 1000)
+    if epochs > 1:
+        ds = ds.repeat(epochs)
     return ds.batch(batch)
 
 
@@ -1132,11 +1135,12 @@ def read_in_turn(its, got, before_round=None):
         read_round(live, got)
 
 
-def assert_each_once(test, got, n, where):
-    """Every value of range(n) once across the arrays in got."""
+def assert_each_once(test, got, n, where, epochs=1):
+    """Every value of range(n) once an epoch (`epochs` times) across the
+    arrays in got."""
     values_ = np.concatenate(got)
-    wrong = np.nonzero(np.bincount(values_, minlength=n) != 1)[0]
-    test.assertEqual((len(values_), wrong[:10].tolist()), (n, []), where)
+    wrong = np.nonzero(np.bincount(values_, minlength=n) != epochs)[0]
+    test.assertEqual((len(values_), wrong[:10].tolist()), (n * epochs, []), where)
 
 
 def read_until_placed(test, c, its, step, max_steps, where):
@@ -1399,13 +1403,20 @@ class NamedLongEpochTest(unittest.TestCase):
 
     def test_lockstep_ranks_checkpoint_through_faults_and_resume_exactly_once(self):
         # The fold by place under faults, a seeded property test: 2 to 4
-        # lockstep ranks read 30-50% of one epoch of 2,000,000 to 3,000,000
-        # records (behind no shuffle, shuffle(2000) or shuffle(20000),
-        # batches of 64 to 256) while workers and the dispatcher are killed
-        # with -9 between steps and started again; they read on until their
-        # merged checkpoint starts within the epoch (version 5 or 6). 1 to 4 ranks
-        # resume from it under another name, through more kills, and every
-        # element comes exactly once. SLUICE_TEST_SEED repeats a run. Half
+        # lockstep ranks read 30-50% of the first of two epochs of 2,000,000
+        # to 3,000,000 records (behind no shuffle, shuffle(2000) or
+        # shuffle(20000), batches of 64 to 256) while workers and the
+        # dispatcher are killed with -9 between steps and started again;
+        # they read on until their merged checkpoint starts within an epoch
+        # (version 5 or 6). 1 to 4 ranks resume from it under another name,
+        # through more kills, and every element comes exactly once an epoch.
+        # The second epoch is room for the fold to pass the first's start:
+        # a lost worker's splits are read again behind what their new task
+        # holds, and their records stay in its shuffle buffer as long as
+        # any (shuffle(20000) keeps the last of a few thousand records for
+        # about 170,000 draws of that task, 500,000 records of the job's
+        # three tasks); with one epoch, 1 run in 30 ran out of data first.
+        # SLUICE_TEST_SEED repeats a run. Half
         # the runs give the ranks a bound of 20,000 runs, which a rank's
         # scattered share past the fold passes as runs: its ledger keeps
         # it as bitmaps, and its worker-loss reports carry them (position
@@ -1417,13 +1428,14 @@ class NamedLongEpochTest(unittest.TestCase):
         steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
         kinds = KILLS + KILLS[-1:]
         first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
-        left = (n - steps * ranks * batch) // (resumed * batch)
+        epochs = 2
+        left = (n * epochs - steps * ranks * batch) // (resumed * batch)
         later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
-        where = ('seed %d: %d records, batch %d, shuffle %d, %d ranks (max_ledger_runs %d) for %d steps (faults %s), '
-                 '%d resumed (faults %s)' % (seed, n, batch, shuffle, ranks, bound, steps, sorted(first.items()),
-                                             resumed, sorted(later.items())))
+        where = ('seed %d: %d records x %d epochs, batch %d, shuffle %d, %d ranks (max_ledger_runs %d) for %d steps '
+                 '(faults %s), %d resumed (faults %s)' % (seed, n, epochs, batch, shuffle, ranks, bound, steps,
+                                                          sorted(first.items()), resumed, sorted(later.items())))
         print('named ranks through faults: %s' % where, file=sys.stderr)
-        ds = seeded_range(n, shuffle, batch, seed)
+        ds = seeded_range(n, shuffle, batch, seed, epochs)
         # Splits of 1,000, at most 512 of them a task: room for a buffer of
         # 20,000, which holds records of about 20 ln(1000) = 140 splits
         # (fewer, and the job fails by name: its shuffle spans more splits
@@ -1453,10 +1465,10 @@ class NamedLongEpochTest(unittest.TestCase):
             # A lost worker's splits hold the fold until they are read
             # again, after what the workers hold ahead.
             job = its[0].job_id
-            merged, head = read_until_placed(self, c, its, step, (n * 95 // 100 - steps * ranks * batch) //
+            merged, head = read_until_placed(self, c, its, step, (n * epochs * 95 // 100 - steps * ranks * batch) //
                                              (ranks * batch), where)
             read = sum(len(v) for v in got)
-            where += ', resumed at file %d record %d after %d records read' % (head[2], head[3], read)
+            where += ', resumed at epoch %d file %d record %d after %d records read' % (head[1], head[2], head[3], read)
             print('named ranks through faults: %s' % where, file=sys.stderr)
             self.assertTrue(0 < head[3] <= n, where)
             for it in its:
@@ -1465,7 +1477,7 @@ class NamedLongEpochTest(unittest.TestCase):
             live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
                     for _ in range(resumed)]
             read_in_turn(live, got, lambda r: r in later and restart(c, later[r]))
-            assert_each_once(self, got, n, where)
+            assert_each_once(self, got, n, where, epochs)
         finally:
             bad = c.close()
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
