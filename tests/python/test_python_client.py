@@ -1347,6 +1347,89 @@ class RanksThatLeaveTest(unittest.TestCase):
         self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
 
 
+def lockstep_through_faults(test, what, ranks_from, resumed_from):
+    """The fold by place under faults, a seeded property test (`what`
+    names it): lockstep ranks, as many as drawn from range(*ranks_from),
+    read 30-50% of the first of two epochs of 2,000,000 to 3,000,000
+    records (behind no shuffle, shuffle(2000) or shuffle(20000), batches of
+    64 to 256) while workers and the dispatcher are killed with -9 between
+    steps and started again; they read on until their merged checkpoint
+    starts within an epoch (version 5 or 6). range(*resumed_from) ranks
+    resume from it under another name, through more kills, and every
+    element comes exactly once an epoch. SLUICE_TEST_SEED repeats a run.
+
+    The second epoch is room for the fold to pass the first's start: a
+    lost worker's splits are read again behind what their new task holds,
+    and their records stay in its shuffle buffer as long as any
+    (shuffle(20000) keeps the last of a few thousand records for about
+    170,000 draws of that task, 500,000 records of the job's three tasks);
+    with one epoch, 1 run in 30 ran out of data first. Half the runs give
+    the ranks a bound of 20,000 runs, which a rank's scattered share past
+    the fold passes as runs: its ledger keeps it as bitmaps, and its
+    worker-loss reports carry them (position set version 3), which the
+    dispatcher reads within the lost splits."""
+    seed, rng = seeded(what)
+    n, batch, shuffle = rng.randrange(2000000, 3000001), rng.choice([64, 100, 256]), rng.choice([0, 2000, 20000])
+    ranks, resumed = rng.randrange(*ranks_from), rng.randrange(*resumed_from)
+    bound = rng.choice([0, 20000])
+    steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
+    kinds = KILLS + KILLS[-1:]
+    first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
+    epochs = 2
+    left = (n * epochs - steps * ranks * batch) // (resumed * batch)
+    later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
+    where = ('seed %d: %d records x %d epochs, batch %d, shuffle %d, %d ranks (max_ledger_runs %d) for %d steps '
+             '(faults %s), %d resumed (faults %s)' % (seed, n, epochs, batch, shuffle, ranks, bound, steps,
+                                                      sorted(first.items()), resumed, sorted(later.items())))
+    print('%s: %s' % (what, where), file=sys.stderr)
+    ds = seeded_range(n, shuffle, batch, seed, epochs)
+    # Splits of 1,000, at most 512 of them a task: room for a buffer of
+    # 20,000, which holds records of about 20 ln(1000) = 140 splits
+    # (fewer, and the job fails by name: its shuffle spans more splits
+    # than its task may hold). The resumed job starts at the
+    # checkpoint's place, which can lag a million records behind what
+    # the ranks read (a lost worker's splits hold the fold); past it
+    # most records were consumed, and its splits grow to hold 1,000
+    # records not consumed each (before they did not, and a seed's
+    # resumed shuffle spanned more than 512 of them). The fold lags the
+    # front by what the tasks hold, the shuffles' tails (3 x 20000
+    # ln(1000) = 414,000 records) and what the ranks hold.
+    c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
+                                            '--max-outstanding-splits', '512'])
+    got = []
+    try:
+        c.wait_workers_registered(3)
+        its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True,
+                             max_ledger_runs=bound) for _ in range(ranks)]
+
+        def step():
+            for it in its:
+                got.append(next(it)['value'])
+        for k in range(steps):
+            if k in first:
+                restart(c, first[k])
+            step()
+        # A lost worker's splits hold the fold until they are read
+        # again, after what the workers hold ahead.
+        job = its[0].job_id
+        merged, head = read_until_placed(test, c, its, step, (n * epochs * 95 // 100 - steps * ranks * batch) //
+                                         (ranks * batch), where)
+        read = sum(len(v) for v in got)
+        where += ', resumed at epoch %d file %d record %d after %d records read' % (head[1], head[2], head[3], read)
+        print('%s: %s' % (what, where), file=sys.stderr)
+        test.assertTrue(0 < head[3] <= n, where)
+        for it in its:
+            it.close()
+        http(c.dispatcher.admin_port, '/v1/jobs/%d' % job, method='DELETE')
+        live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
+                for _ in range(resumed)]
+        read_in_turn(live, got, lambda r: r in later and restart(c, later[r]))
+        assert_each_once(test, got, n, where, epochs)
+    finally:
+        bad = c.close()
+    test.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
+
+
 class NamedLongEpochTest(unittest.TestCase):
     """A named job's ranks that checkpoint over one long shuffled epoch:
     the fold by place (docs/fault-tolerance.md, "Done epochs")."""
@@ -1403,84 +1486,15 @@ class NamedLongEpochTest(unittest.TestCase):
 
     def test_lockstep_ranks_checkpoint_through_faults_and_resume_exactly_once(self):
         # The fold by place under faults, a seeded property test: 2 to 4
-        # lockstep ranks read 30-50% of the first of two epochs of 2,000,000
-        # to 3,000,000 records (behind no shuffle, shuffle(2000) or
-        # shuffle(20000), batches of 64 to 256) while workers and the
-        # dispatcher are killed with -9 between steps and started again;
-        # they read on until their merged checkpoint starts within an epoch
-        # (version 5 or 6). 1 to 4 ranks resume from it under another name,
-        # through more kills, and every element comes exactly once an epoch.
-        # The second epoch is room for the fold to pass the first's start:
-        # a lost worker's splits are read again behind what their new task
-        # holds, and their records stay in its shuffle buffer as long as
-        # any (shuffle(20000) keeps the last of a few thousand records for
-        # about 170,000 draws of that task, 500,000 records of the job's
-        # three tasks); with one epoch, 1 run in 30 ran out of data first.
-        # SLUICE_TEST_SEED repeats a run. Half
-        # the runs give the ranks a bound of 20,000 runs, which a rank's
-        # scattered share past the fold passes as runs: its ledger keeps
-        # it as bitmaps, and its worker-loss reports carry them (position
-        # set version 3), which the dispatcher reads within the lost splits.
-        seed, rng = seeded('named ranks through faults')
-        n, batch, shuffle = rng.randrange(2000000, 3000001), rng.choice([64, 100, 256]), rng.choice([0, 2000, 20000])
-        ranks, resumed = rng.randrange(2, 5), rng.randrange(1, 5)
-        bound = rng.choice([0, 20000])
-        steps = n * rng.randrange(30, 51) // 100 // (ranks * batch)
-        kinds = KILLS + KILLS[-1:]
-        first = {rng.randrange(steps // 10, steps * 6 // 10): rng.choice(kinds) for _ in range(rng.randrange(1, 4))}
-        epochs = 2
-        left = (n * epochs - steps * ranks * batch) // (resumed * batch)
-        later = {rng.randrange(left // 10, left * 7 // 10): rng.choice(kinds) for _ in range(rng.randrange(0, 3))}
-        where = ('seed %d: %d records x %d epochs, batch %d, shuffle %d, %d ranks (max_ledger_runs %d) for %d steps '
-                 '(faults %s), %d resumed (faults %s)' % (seed, n, epochs, batch, shuffle, ranks, bound, steps,
-                                                          sorted(first.items()), resumed, sorted(later.items())))
-        print('named ranks through faults: %s' % where, file=sys.stderr)
-        ds = seeded_range(n, shuffle, batch, seed, epochs)
-        # Splits of 1,000, at most 512 of them a task: room for a buffer of
-        # 20,000, which holds records of about 20 ln(1000) = 140 splits
-        # (fewer, and the job fails by name: its shuffle spans more splits
-        # than its task may hold). The resumed job starts at the
-        # checkpoint's place, which can lag a million records behind what
-        # the ranks read (a lost worker's splits hold the fold); past it
-        # most records were consumed, and its splits grow to hold 1,000
-        # records not consumed each (before they did not, and a seed's
-        # resumed shuffle spanned more than 512 of them). The fold lags the
-        # front by what the tasks hold, the shuffles' tails (3 x 20000
-        # ln(1000) = 414,000 records) and what the ranks hold.
-        c = Cluster(workers=3, dispatcher_args=['--split-size', '1000', '--max-split-size', '1000',
-                                                '--max-outstanding-splits', '512'])
-        got = []
-        try:
-            c.wait_workers_registered(3)
-            its = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults', checkpointable=True,
-                                 max_ledger_runs=bound) for _ in range(ranks)]
+        # lockstep ranks, 1 to 4 resuming (lockstep_through_faults()).
+        lockstep_through_faults(self, 'named ranks through faults', (2, 5), (1, 5))
 
-            def step():
-                for it in its:
-                    got.append(next(it)['value'])
-            for k in range(steps):
-                if k in first:
-                    restart(c, first[k])
-                step()
-            # A lost worker's splits hold the fold until they are read
-            # again, after what the workers hold ahead.
-            job = its[0].job_id
-            merged, head = read_until_placed(self, c, its, step, (n * epochs * 95 // 100 - steps * ranks * batch) //
-                                             (ranks * batch), where)
-            read = sum(len(v) for v in got)
-            where += ', resumed at epoch %d file %d record %d after %d records read' % (head[1], head[2], head[3], read)
-            print('named ranks through faults: %s' % where, file=sys.stderr)
-            self.assertTrue(0 < head[3] <= n, where)
-            for it in its:
-                it.close()
-            http(c.dispatcher.admin_port, '/v1/jobs/%d' % job, method='DELETE')
-            live = [ds.distribute(c.dispatcher.addr, sharding='dynamic', job_name='faults-resumed', checkpoint=merged)
-                    for _ in range(resumed)]
-            read_in_turn(live, got, lambda r: r in later and restart(c, later[r]))
-            assert_each_once(self, got, n, where, epochs)
-        finally:
-            bad = c.close()
-        self.assertEqual(bad, {}, '%s: daemons exited uncleanly' % where)
+    def test_dozens_of_ranks_checkpoint_through_faults_and_resume_exactly_once(self):
+        # The same with a data-parallel job's dozens of ranks: 16 to 48 of
+        # them, 4 to 16 resuming. Each client hears about one in that many
+        # of the split-done notices, and confirms at its share of a quarter
+        # of the bound (512 / 4 / 48 = 2 notices).
+        lockstep_through_faults(self, 'dozens of ranks through faults', (16, 49), (4, 17))
 
     def test_ranks_behind_shuffle_100000_keep_bitmaps_through_a_worker_loss_and_resume_exactly_once(self):
         # User sizes, seeded: 2 or 3 ranks of a named job read 10 to 12
