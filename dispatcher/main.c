@@ -83,7 +83,8 @@ static void usage(FILE *f)
             "                           the event loop (60000; 0: no limit)\n"
             "  --check-store            with --work-dir alone: load its state store as a start would,\n"
             "                           print what it holds and what a start would hold back (JSON),\n"
-            "                           and exit, serving nothing: 0 when every record loads, else 1\n"
+            "                           and exit, serving nothing: 0 when every record loads, else 1;\n"
+            "                           read-only, also beside a running dispatcher\n"
             SL_CLI_DAEMON_TAIL_USAGE,
             program, program);
 }
@@ -315,8 +316,8 @@ static int parse_args(int argc, char **argv, void *opts)
     return 0;
 }
 
-/* Opens and locks the work dir, then its state store, checked: what a start
- * and --check-store both do. @return 0, or < 0 with err set */
+/* Opens and locks the work dir, then its state store, checked, as a start
+ * does. @return 0, or < 0 with err set */
 static int open_state_store(const struct options *o, sl_workdir_t **wd, sl_store_t **store, char *err,
                             size_t errlen)
 {
@@ -331,8 +332,11 @@ static int open_state_store(const struct options *o, sl_workdir_t **wd, sl_store
 /* --check-store: loads the work dir's state store as a start would and
  * prints on stdout, as JSON, what it holds and what a start would hold
  * back, without serving or writing the store (an operator's check of a
- * backup). @return SL_EXIT_OK when every record loads, SL_EXIT_FAILURE
- * when a start would refuse the store or hold something back */
+ * backup): opened read-only, without the work dir's lock, so it reads a
+ * store on read-only media and beside a dispatcher that serves from it
+ * (LMDB's readers see its last commit). @return SL_EXIT_OK when every
+ * record loads, SL_EXIT_FAILURE when a start would refuse the store or
+ * hold something back */
 static int check_store(struct options *o)
 {
     char path[4096], err[1024];
@@ -343,11 +347,14 @@ static int check_store(struct options *o)
         return SL_EXIT_FAILURE;
     }
     int status = SL_EXIT_FAILURE;
-    sl_workdir_t *wd = NULL;
     sl_store_t *store = NULL;
     sl_dstate_t *st = NULL;
     json_t *out = NULL;
-    if (open_state_store(o, &wd, &store, err, sizeof err) < 0) {
+    int num_tables;
+    const char *const *tables = sl_dpersist_tables(&num_tables);
+    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20,
+                          .read_only = true};
+    if (sl_store_open(o->work_dir, &so, &store, err, sizeof err) < 0) {
         out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
     } else if (!(st = sl_dstate_new(&o->state))) {
         snprintf(err, sizeof err, "out of memory");
@@ -377,7 +384,6 @@ static int check_store(struct options *o)
     json_decref(out);
     sl_dstate_free(st);
     sl_store_close(store);
-    sl_workdir_close(wd);
     return status;
 }
 

@@ -36,6 +36,8 @@ struct sl_store {
     MDB_env *env;
     MDB_dbi meta;
     MDB_dbi dbi[SL_STORE_MAX_TABLES];
+    bool missing[SL_STORE_MAX_TABLES]; /* read_only: a table the store lacks, read as empty */
+    bool read_only;
     int num_tables;
     bool is_new;
     bool in_txn;
@@ -159,11 +161,16 @@ static size_t table_bytes(MDB_txn *txn, MDB_dbi dbi)
 static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path, char *err, size_t errlen)
 {
     MDB_txn *txn = NULL;
-    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    int rc = mdb_txn_begin(s->env, NULL, o->read_only ? MDB_RDONLY : 0, &txn);
     if (rc)
         return sl_errf(err, errlen, code_of(rc), "state store %s: %s", path, mdb_strerror(rc));
-    for (int i = 0; i < o->num_tables && rc == 0; i++)
-        rc = mdb_dbi_open(txn, o->tables[i], MDB_CREATE, &s->dbi[i]);
+    for (int i = 0; i < o->num_tables && rc == 0; i++) {
+        rc = mdb_dbi_open(txn, o->tables[i], o->read_only ? 0 : MDB_CREATE, &s->dbi[i]);
+        if (rc == MDB_NOTFOUND && o->read_only) {
+            s->missing[i] = true; /* a start would create it */
+            rc = 0;
+        }
+    }
     if (rc == 0 && s->is_new) {
         rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
         uint8_t fmt[4] = {SL_STORE_FORMAT & 0xff, (SL_STORE_FORMAT >> 8) & 0xff, (SL_STORE_FORMAT >> 16) & 0xff,
@@ -181,6 +188,8 @@ static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path
     for (int i = 0; i < o->num_tables && rc == 0; i++) {
         MDB_cursor *c = NULL;
         MDB_val k, v;
+        if (s->missing[i])
+            continue;
         rc = mdb_cursor_open(txn, s->dbi[i], &c);
         while (rc == 0 && (rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) == 0)
             ;
@@ -193,6 +202,7 @@ static int open_tables(sl_store_t *s, const sl_store_opts_t *o, const char *path
         return sl_errf(err, errlen, code_of(rc), "state store %s %s: %s", path,
                        s->is_new ? "cannot be created" : "is corrupt", mdb_strerror(rc));
     }
+    /* A read-only transaction's commit too keeps the tables' handles. */
     rc = mdb_txn_commit(txn);
     if (rc)
         return sl_errf(err, errlen, code_of(rc), "state store %s cannot be written: %s", path, mdb_strerror(rc));
@@ -216,12 +226,14 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, SL_STORE_FILE) >= sizeof path)
         return sl_errf(err, errlen, -ENAMETOOLONG, "work dir %s: path too long", dir);
 
-    rc = check_writable(dir, err, errlen);
-    if (rc == 0)
+    rc = o.read_only ? 0 : check_writable(dir, err, errlen);
+    if (rc == 0 && !o.read_only)
         rc = check_free(dir, o.min_free_bytes, err, errlen);
     if (rc < 0)
         return rc;
     bool exists = stat(path, &st) == 0;
+    if (!exists && o.read_only)
+        return sl_errf(err, errlen, -errno, "state store %s cannot be read: %s", path, strerror(errno));
     if (exists && !S_ISREG(st.st_mode))
         return sl_errf(err, errlen, SL_EDATA, "state store %s is not a regular file", path);
     /* LMDB would make an empty (truncated) file a new store. */
@@ -233,6 +245,7 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
     if (!s)
         return sl_errf(err, errlen, -ENOMEM, "state store: out of memory");
     s->is_new = !exists;
+    s->read_only = o.read_only;
     s->num_tables = o.num_tables;
     s->map_bytes = o.map_bytes;
     rc = mdb_env_create(&s->env);
@@ -246,7 +259,10 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
     }
     /* MDB_NOTLS: transactions are not tied to threads; the default sync
      * mode: a commit returns once it is on disk. */
-    rc = mdb_env_open(s->env, path, MDB_NOSUBDIR | MDB_NOTLS, 0600);
+    /* Read-only on read-only media, LMDB reads without its lock file:
+     * nothing can write there. */
+    unsigned flags = MDB_NOSUBDIR | MDB_NOTLS | (o.read_only ? MDB_RDONLY : 0);
+    rc = mdb_env_open(s->env, path, flags, 0600);
     if (rc) {
         rc = sl_errf(err, errlen, code_of(rc), "state store %s cannot be opened: %s", path, mdb_strerror(rc));
         goto fail;
@@ -291,7 +307,7 @@ void sl_store_close(sl_store_t *s)
 int sl_store_begin(sl_store_t *s, sl_store_txn_t **out)
 {
     *out = NULL;
-    if (s->in_txn)
+    if (s->in_txn || s->read_only)
         return SL_EINTERNAL;
     int rc = mdb_txn_begin(s->env, NULL, 0, &s->txn.txn);
     if (rc)
@@ -372,6 +388,8 @@ int sl_store_foreach(sl_store_t *s, int table, sl_store_visit_fn fn, void *arg)
     MDB_txn *txn = NULL;
     MDB_cursor *c = NULL;
     MDB_val k, v;
+    if (s->missing[table])
+        return 0;
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc)
         return code_of(rc);
@@ -396,6 +414,8 @@ void sl_store_stats(sl_store_t *s, sl_store_stats_t *out)
         out->used_bytes = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
     if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) == 0) {
         for (int i = 0; i < s->num_tables; i++) {
+            if (s->missing[i])
+                continue;
             count_records(txn, s->dbi[i], &out->records);
             out->live_bytes += table_bytes(txn, s->dbi[i]);
         }

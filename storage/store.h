@@ -3,7 +3,7 @@
  * work dir (file state.mdb) holding named tables of opaque records.
  *
  * Opening refuses a store it must not touch, and writes nothing to it:
- *   -EACCES / -EROFS  the work dir is not writable
+ *   -EACCES / -EROFS  the work dir is not writable (unless read_only)
  *   -ENOSPC           the file system has less than min_free_bytes free
  *   SL_EDATA          the file is not an LMDB environment, is truncated,
  *                     has no format record, or a table fails to read
@@ -20,6 +20,7 @@
 #ifndef SL_STORE_H
 #define SL_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,13 @@ typedef struct sl_store_opts {
     size_t min_free_bytes; /* free space the file system must have at open; 0: 16 MiB */
     const char *const *tables; /* the table names, created when missing */
     int num_tables;            /* 1 .. SL_STORE_MAX_TABLES */
+    /* Reading only (--check-store): the store must exist; it is opened
+     * read-only (LMDB's MDB_RDONLY), nothing is created or written, and
+     * sl_store_begin() fails. A table it lacks reads as empty. On
+     * read-only media LMDB reads without its lock file (nothing writes
+     * there); elsewhere it needs to write the lock file, as readers beside
+     * a writer do. No free space is asked for. */
+    bool read_only;
 } sl_store_opts_t;
 
 /** Opens or creates dir/state.mdb; see the top of this file for the refusals. */

@@ -423,6 +423,44 @@ class BadStateStore(unittest.TestCase):
         with open(os.path.join(work, 'state.mdb'), 'rb') as f:
             self.assertEqual(f.read(), junk)
 
+    def test_a_check_reads_a_store_beside_its_dispatcher_and_on_read_only_media(self):
+        """--check-store opens the store read-only and takes no lock of the
+        work dir: it reads the store of a dispatcher that serves from it
+        (before, the work dir's lock refused it), and a copy on read-only
+        media (a bind mount made read-only in a mount namespace of its
+        own; before, it needed a writable work dir), writing nothing."""
+        c = Cluster(workers=1)
+        try:
+            c.wait_workers_registered(1)
+            rc, batches, err = c.cat({"source": {"type": "range", "stop": 10}}, ['--sharding', 'dynamic'])
+            self.assertEqual((rc, len(values(batches, 'value'))), (0, 10), err)
+            work = os.path.join(c.dir, 'work')
+            live = subprocess.run([binary('sluice-dispatcher'), '--work-dir', work, '--check-store'],
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(live.returncode, 0, live.stderr)
+            held = json.loads(live.stdout)
+            self.assertEqual((held['loads'], held['datasets'], held['jobs'], held['workers']), (True, 1, 1, 1),
+                             live.stdout)
+            # A backup: the store of the dispatcher stopped, copied.
+            self.assertEqual(c.dispatcher.stop(), 0)
+            backup = os.path.join(self.dir, 'backup')
+            os.makedirs(backup)
+            shutil.copy(os.path.join(work, 'state.mdb'), backup)
+        finally:
+            bad = c.close()
+        self.assertEqual(bad, {})
+        with open(os.path.join(backup, 'state.mdb'), 'rb') as f:
+            before = f.read()
+        check = '%s --work-dir %s --check-store' % (binary('sluice-dispatcher'), backup)
+        r = subprocess.run(['unshare', '--mount', 'sh', '-c', 'mount --bind {0} {0} && mount -o remount,ro,bind {0} '
+                            '&& ! touch {0}/probe 2>/dev/null && exec {1}'.format(backup, check)],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, 'these tests run as root and make a read-only bind mount: %s' % r.stderr)
+        self.assertEqual(json.loads(r.stdout), held, r.stdout)
+        self.assertEqual(sorted(os.listdir(backup)), ['state.mdb'], 'nothing written beside the store')
+        with open(os.path.join(backup, 'state.mdb'), 'rb') as f:
+            self.assertEqual(f.read(), before)
+
     def test_full_file_system(self):
         work = os.path.join(self.dir, 'full')
         self.mount_tmpfs(work, 'size=4m')

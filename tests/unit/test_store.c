@@ -314,3 +314,46 @@ Test(store, an_unwritable_dir_is_refused)
     cr_assert_eq(WEXITSTATUS(status), 0, "the child was refused with -EACCES (1: another answer, 3: no drop)");
     chmod(dir, 0700);
 }
+
+/* Read-only (--check-store): no store is made where there is none; one
+ * written with fewer tables reads them, the missing one as empty, and is
+ * not changed (a read-write open creates the table); no transaction
+ * begins. */
+Test(store, a_read_only_open_reads_and_writes_nothing)
+{
+    static const char *const more[] = {"jobs", "splits", "newer"};
+    sl_store_opts_t ro = {.tables = more, .num_tables = 3, .read_only = true};
+    sl_store_t *s = NULL;
+    char err[512] = "", path[128];
+    cr_assert_lt(sl_store_open(dir, &ro, &s, err, sizeof err), 0);
+    cr_assert_null(s);
+    cr_assert(strstr(err, "cannot be read") != NULL, "%s", err);
+    snprintf(path, sizeof path, "%s/state.mdb", dir);
+    cr_assert_neq(access(path, F_OK), 0, "no store made");
+
+    s = must_open();
+    sl_store_txn_t *t;
+    cr_assert_eq(sl_store_begin(s, &t), 0);
+    put(t, 0, "job/1", "a");
+    commit(t);
+    sl_store_close(s);
+    struct stat before, after;
+    cr_assert_eq(stat(path, &before), 0);
+
+    cr_assert_eq(sl_store_open(dir, &ro, &s, err, sizeof err), 0, "%s", err);
+    struct seen seen = {0}, none = {0};
+    cr_assert_eq(sl_store_foreach(s, 0, visit, &seen), 0);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_str_eq(seen.vals[0], "a");
+    cr_assert_eq(sl_store_foreach(s, 2, visit, &none), 0, "a table the store lacks reads as empty");
+    cr_assert_eq(none.n, 0);
+    cr_assert_neq(sl_store_begin(s, &t), 0);
+    sl_store_stats_t st;
+    sl_store_stats(s, &st);
+    cr_assert_eq(st.records, 1);
+    sl_store_close(s);
+    cr_assert_eq(stat(path, &after), 0);
+    cr_assert_eq(after.st_size, before.st_size);
+    cr_assert_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    cr_assert_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec, "nothing written");
+}
