@@ -258,9 +258,8 @@ int sl_store_open(const char *dir, const sl_store_opts_t *opts, sl_store_t **out
         goto fail;
     }
     /* MDB_NOTLS: transactions are not tied to threads; the default sync
-     * mode: a commit returns once it is on disk. */
-    /* Read-only on read-only media, LMDB reads without its lock file:
-     * nothing can write there. */
+     * mode: a commit returns once it is on disk. Read-only on read-only
+     * media, LMDB reads without its lock file: nothing can write there. */
     unsigned flags = MDB_NOSUBDIR | MDB_NOTLS | (o.read_only ? MDB_RDONLY : 0);
     rc = mdb_env_open(s->env, path, flags, 0600);
     if (rc) {
