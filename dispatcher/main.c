@@ -316,14 +316,21 @@ static int parse_args(int argc, char **argv, void *opts)
     return 0;
 }
 
+/* The state store's options: the dispatcher's tables, --state-store-mb. */
+static sl_store_opts_t store_opts(const struct options *o, bool read_only)
+{
+    int num_tables;
+    const char *const *tables = sl_dpersist_tables(&num_tables);
+    return (sl_store_opts_t){.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20,
+                             .read_only = read_only};
+}
+
 /* Opens and locks the work dir, then its state store, checked, as a start
  * does. @return 0, or < 0 with err set */
 static int open_state_store(const struct options *o, sl_workdir_t **wd, sl_store_t **store, char *err,
                             size_t errlen)
 {
-    int num_tables;
-    const char *const *tables = sl_dpersist_tables(&num_tables);
-    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20};
+    sl_store_opts_t so = store_opts(o, false);
     if (sl_workdir_open(o->work_dir, wd, err, errlen) < 0)
         return -1;
     return sl_store_open(sl_workdir_path(*wd), &so, store, err, errlen) < 0 ? -1 : 0;
@@ -350,10 +357,7 @@ static int check_store(struct options *o)
     sl_store_t *store = NULL;
     sl_dstate_t *st = NULL;
     json_t *out = NULL;
-    int num_tables;
-    const char *const *tables = sl_dpersist_tables(&num_tables);
-    sl_store_opts_t so = {.tables = tables, .num_tables = num_tables, .map_bytes = (size_t)o->store_mb << 20,
-                          .read_only = true};
+    sl_store_opts_t so = store_opts(o, true);
     if (sl_store_open(o->work_dir, &so, &store, err, sizeof err) < 0) {
         out = json_pack("{s:b,s:s}", "loads", 0, "error", err);
     } else if (!(st = sl_dstate_new(&o->state))) {
