@@ -130,6 +130,10 @@ struct itask {
     bool probe_out;
     uint32_t probe_id;
     uint64_t frames, frames_at_tick;
+    /* DYNAMIC: the dispatcher's last listing said the task is held at its
+     * bound with its splits done below this, past what this client said
+     * (TaskInfo.probe_below): any read asks, not only coordinated ones. */
+    uint64_t probe_below;
     /* The iterator closes (leave_tasks()): a leave (GetElementRequest.leave)
      * in flight under leave_id, or (leave_id 0) one that could not go, its
      * connection gone: what the worker sent on it may not have reached us,
@@ -795,23 +799,18 @@ static void end_acked(struct itask *t)
     t->it->in_flight++;
 }
 
-/* Coordinated reads: a task whose requests wait (no frame came since the
- * last tick) may be held at --max-outstanding-splits: its worker makes no
- * batch until its clients confirm splits, and this client received its
- * share of some of them before they were done (their last records went to others), so its
- * done_below is behind. It asks how far the task's splits are done
- * (GetElementRequest.progress), once every request whose answer a broken
- * connection may have lost was asked again on this one: the worker answers
- * those from what it holds before the progress, so the done_below it says
- * covers what this client received (docs/fault-tolerance.md). Not other
- * reads: there it kept a pipeline that drops every record (a skip under a
- * repeat) from failing at the bound, confirming its empty splits a few at a
- * time for hours. */
-static void progress_probe(sl_iterator_t *it, struct itask *t)
+/* A task held at --max-outstanding-splits makes no batch until its
+ * clients confirm splits, and a client that received its share of some of
+ * them before they were done (their last records went to others), or none
+ * (it joined late), has a done_below behind. It asks how far the task's
+ * splits are done (GetElementRequest.progress), once every request whose
+ * answer a broken connection may have lost was asked again on this
+ * connection: the worker answers those from what it holds before the
+ * progress, so the done_below it says covers what this client received
+ * (docs/fault-tolerance.md). Not while it leaves the task. */
+static void probe_send(sl_iterator_t *it, struct itask *t)
 {
-    bool waits = t->in_flight > 0 && t->frames == t->frames_at_tick;
-    t->frames_at_tick = t->frames;
-    if (!it->coord || !it->track || !waits || t->probe_out || !t->conn || t->state != TC_OPEN || t->fly_sent < t->fly_n)
+    if (!it->track || t->probe_out || t->leave_out || !t->conn || t->state != TC_OPEN || t->fly_sent < t->fly_n)
         return;
     for (unsigned i = 0; i < MAX_WINDOW; i++)
         if (it->slots[i].task == t && it->slots[i].state == SLOT_EMPTY)
@@ -821,6 +820,21 @@ static void progress_probe(sl_iterator_t *it, struct itask *t)
         return;
     t->probe_out = true;
     t->probe_id = it->next_id;
+}
+
+/* On the tick: asks (probe_send()) where the dispatcher said this client
+ * is behind a held task (TaskInfo.probe_below) and, under coordinated
+ * reads, where the task's requests wait (no frame came since the last
+ * tick). Other reads ask only when told: a pipeline that drops every
+ * record (a skip under a repeat) holds its splits unfinished, and asking
+ * on every wait confirmed its empty splits a few at a time for hours, where
+ * the dispatcher fails it at the bound. */
+static void progress_probe(sl_iterator_t *it, struct itask *t)
+{
+    bool waits = t->in_flight > 0 && t->frames == t->frames_at_tick;
+    t->frames_at_tick = t->frames;
+    if (t->probe_below > t->done_below || (it->coord && waits))
+        probe_send(it, t);
 }
 
 static void progress_arrived(sl_iterator_t *it, struct itask *t, const sl_frame_hdr_t *hdr, void *msg,
@@ -1384,6 +1398,7 @@ static int take_tasks(sl_iterator_t *it, const sluice_TaskInfo *tasks, pb_size_t
         memcpy(t->key, ti->task_key, sizeof t->key);
         t->start_round = ti->start_round;
         t->end_round = ti->end_round;
+        t->probe_below = ti->probe_below;
         if (ti->lost && !t->lost) {
             t->lost = true;
             task_drop_conn(t);
@@ -1481,6 +1496,9 @@ static void on_heartbeat(sl_iterator_t *it, const sluice_ClientHeartbeatResponse
         sl_resolver_free(t->resolver);
         free(t);
     }
+    for (struct itask *t = it->tasks; t; t = t->next)
+        if (t->probe_below > t->done_below)
+            probe_send(it, t);
     leave_check(it);
     if (it->track && it->named) {
         /* Its peers may still hold records of a done epoch, not given: the

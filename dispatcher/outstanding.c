@@ -186,6 +186,14 @@ bool sl__out_holds_back(const struct job *j, const struct client *c)
     return false;
 }
 
+uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c)
+{
+    if (sl__out_bounded(t) < st->cfg.max_outstanding || t->worker_done_below <= sl__out_oldest(t) || !reads(c, t))
+        return 0;
+    const struct client_progress *p = progress_of((struct client *)c, t->id);
+    return p && p->done_below >= t->worker_done_below ? 0 : t->worker_done_below;
+}
+
 bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n)
 {
     bool grew = false;

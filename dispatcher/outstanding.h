@@ -63,6 +63,12 @@ bool sl__out_pending(const struct job *j);
  *  outstanding. @return whether c's progress grew */
 bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
 
+/** What client c is to ask task t's worker about (TaskInfo.probe_below):
+ *  t holds --max-outstanding-splits splits, its worker said (its last
+ *  heartbeat) that those below worker_done_below are done, past the oldest
+ *  it holds, and c said less. @return that done_below, 0 for none */
+uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c);
+
 /** Whether client c holds splits back from its peers: a task it reads has
  *  an outstanding split its progress has not passed. */
 bool sl__out_holds_back(const struct job *j, const struct client *c);

@@ -378,7 +378,8 @@ static void job_check_finished(sl_dstate_t *st, struct job *j)
         job_set_state(st, j, SL_JOB_FINISHED, NULL);
 }
 
-/* Keeps the worker's counts and a smoothed byte rate for the admin views. */
+/* Keeps the worker's counts and a smoothed byte rate for the admin views,
+ * and its done_below (TaskInfo.probe_below). */
 static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, int64_t now)
 {
     if (t->reported_at && now > t->reported_at && ts->bytes >= t->bytes) {
@@ -389,6 +390,7 @@ static void task_record_progress(struct task *t, const sluice_TaskStatus *ts, in
     t->elements = ts->elements;
     t->bytes = ts->bytes;
     t->reported_at = now;
+    t->worker_done_below = ts->done_below;
 }
 
 /* A DYNAMIC task held back at --max-outstanding-splits waits for its
@@ -1372,6 +1374,8 @@ static void list_tasks(sl_dstate_t *st, struct job *j, const struct client *c, s
         ti->lost = t->state == TASK_LOST;
         /* The client's own key to the task, not the task's (taskkey.h). */
         sl_task_client_key(sl__dstate_task_key(st, j, t), c->id, ti->task_key);
+        if (sl__out_tracked(j))
+            ti->probe_below = sl__out_probe_below(st, t, c);
     }
 }
 

@@ -158,6 +158,10 @@ struct task {
      * not finished (0: not so); neither is stored. */
     bool held;
     int64_t held_full_since;
+    /* DYNAMIC: the done_below of its worker's last heartbeat (TaskStatus;
+     * not stored): what a client behind it asks the worker for when the
+     * task is held (sl__out_probe_below()). */
+    uint64_t worker_done_below;
     /* DYNAMIC, in memory only: its rate through its splits (records/s, 0:
      * not said) and the records it held queued after its last answer, at
      * queued_at (ms), for the shares of the epoch's end (balanced_share()

@@ -342,5 +342,51 @@ class ManySmallFilesLowBound(ManySmallFiles):
     DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', '256']
 
 
+class ManyClientsLowBound(TextFilesCase):
+    """Sixteen clients of one named DYNAMIC job of one-record files, a
+    task held at --max-outstanding-splits 32: between two holds a task
+    makes about 7 batches of 5, fewer than its clients, so at each hold
+    some client got no batch of it since its last (none at all, when it
+    joined late): its done_below is behind the task's oldest split, and
+    only a batch of the task, which a held task does not make, moves it
+    on. The dispatcher lists the task to such a client with probe_below,
+    and the client asks the worker how far the task's splits are done
+    (GetElementRequest.progress). Without that the job stopped for good at
+    the first hold after the clients joined (--client-stall-ms 0: no
+    client is let go for stalling). The data never ends: the clients are
+    all in before the job is asked to go on through 20 holds a task."""
+
+    FILES, RECORDS, WORKERS = 100, 1, 2
+    CLIENTS, BOUND, HOLDS = 16, 32, 20
+    DISPATCHER_ARGS = ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0']
+
+    def test_clients_behind_a_held_task_ask_its_worker_how_far_its_splits_are_done(self):
+        spec = {"source": {"type": "text_lines", "files": self.files},
+                "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 5}]}
+        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'many'], fmt='count')
+        errs = [open(os.path.join(self.cluster.dir, 'cat-%d.err' % i), 'w+') for i in range(self.CLIENTS)]
+        procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=e, env=child_env()) for e in errs]
+        port = self.cluster.dispatcher.admin_port
+
+        def job():
+            return get_json(port, '/v1/jobs')['jobs'][0]
+
+        try:
+            wait_for(lambda: job()['num_consumers'] == self.CLIENTS, 'all %d clients joined' % self.CLIENTS)
+            start = job()['splits']['handed_out_all_epochs']
+            goal = start + self.HOLDS * self.WORKERS * self.BOUND
+            wait_for(lambda: job()['splits']['handed_out_all_epochs'] >= goal,
+                     '%d splits handed out past the %d when all clients were in' % (goal - start, start),
+                     timeout=180)
+            self.assertEqual(job()['state'], 'RUNNING', job())
+            self.assertEqual([p.poll() for p in procs], [None] * self.CLIENTS)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p, e in zip(procs, errs):
+                p.wait(timeout=60)
+                e.close()
+
+
 if __name__ == '__main__':
     unittest.main()

@@ -919,6 +919,69 @@ Test(outstanding, a_job_without_rounds_gets_no_split_past_the_bound)
     cr_assert_eq(r.splits_count, 0, "no stand-ins: held at the bound");
 }
 
+/* The worker of task ta says it runs with its splits done below
+ * done_below. */
+static void running(uint64_t wa, uint64_t ta, uint64_t done_below)
+{
+    memset(wreq, 0, sizeof *wreq);
+    memset(wresp, 0, sizeof *wresp);
+    wreq->worker_id = wa;
+    wreq->tasks_count = 1;
+    wreq->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_RUNNING, .done_below = done_below};
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 0, wresp, err, sizeof err), 0, "%s", err);
+}
+
+/* Client c's heartbeat saying task ta reached it below `below` (0: says
+ * nothing of it). @return the probe_below its answer lists ta with */
+static uint64_t probe_below_after(uint64_t j, uint64_t c, uint64_t ta, uint64_t below)
+{
+    heartbeat(j, c, below > 0, &ta, &below);
+    for (pb_size_t i = 0; i < hb->tasks_count; i++)
+        if (hb->tasks[i].task_id == ta)
+            return hb->tasks[i].probe_below;
+    cr_assert_fail("task %" PRIu64 " is not listed", ta);
+    return 0;
+}
+
+/* A task held at the bound makes no batch, and a client whose last batch
+ * of it came before splits it shares were done (or that got none) learns
+ * from no frame that they are: the dispatcher lists the task to such a
+ * client with how far its worker said they are done (TaskInfo.probe_below),
+ * so that it asks the worker. Not below the bound, not to a client that
+ * said as much, not when the worker has finished none it holds (a pipeline
+ * that drops every record: asking would confirm its empty splits a few at
+ * a time, where the bound fails it). */
+Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
+{
+    uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r);
+    cr_assert_eq(r.splits[0].split_id, 0);
+    running(wa, ta, 3);
+    cr_assert_eq(probe_below_after(j, c1, ta, 0), 0, "4 splits, below the bound of 5");
+    probe_below_after(j, c1, ta, 1);
+    probe_below_after(j, c2, ta, 1);
+    get_splits(ta, 2, 4, &r);
+    cr_assert_eq(lost_splits(j, "outstanding"), 5, "splits 1 to 5: at the bound");
+    /* A client that joins late has said nothing. */
+    uint64_t c3, again;
+    const char *spec = "{\"source\": {\"type\": \"range\", \"stop\": 1000}}", *fp;
+    sluice_GetOrCreateJobRequest req = {.sharding = SL_SHARDING_DYNAMIC, .job_name = "shared"};
+    cr_assert_eq(sl_dstate_dataset_register(st, spec, strlen(spec), &req.dataset_id, &fp, err, sizeof err), 0);
+    cr_assert_eq(sl_dstate_job_get_or_create(st, &req, 0, &again, &c3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(again, j);
+    running(wa, ta, 1);
+    cr_assert_eq(probe_below_after(j, c3, ta, 0), 0, "the worker finished none it holds");
+    running(wa, ta, 4);
+    cr_assert_eq(probe_below_after(j, c3, ta, 0), 4, "a client that said nothing");
+    cr_assert_eq(probe_below_after(j, c2, ta, 2), 4, "a client behind");
+    cr_assert_eq(lost_splits(j, "outstanding"), 5, "c3 said nothing: no split is confirmed");
+    cr_assert_eq(probe_below_after(j, c3, ta, 4), 0, "a client that said as much");
+    cr_assert_eq(probe_below_after(j, c1, ta, 4), 0);
+    cr_assert_eq(lost_splits(j, "outstanding"), 4, "c2 had said 2");
+    cr_assert_eq(probe_below_after(j, c2, ta, 2), 0, "below the bound again");
+}
+
 /* The worker of task ta says its pipeline waits for a split and has
  * finished none it holds (done_below 0). */
 static void starved(uint64_t wa, uint64_t ta, int64_t now)
