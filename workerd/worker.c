@@ -1121,13 +1121,19 @@ static void acknowledge(struct wconn *wc, const sluice_GetElementRequest *req)
 /* GetElementRequest.progress: how far the task's splits are done, with
  * every notice that is ready, at once and without a batch. Written after
  * every batch this connection was sent, so the client that reads it has
- * its share of each split below done_below (docs/fault-tolerance.md). */
-static void answer_progress(struct wconn *wc, uint32_t request_id, uint64_t task_id)
+ * its share of each split below done_below (docs/fault-tolerance.md). A
+ * task this worker does not hold (not yet: the client heard of it first;
+ * or no more), or whose key it cannot check yet (!known), gets an answer
+ * that says nothing (done_below 0): the client asks again later, where
+ * before it waited for an answer that never came and asked no more. */
+static void answer_progress(struct wconn *wc, uint32_t request_id, uint64_t task_id, bool known)
 {
-    struct wtask *wt = find_task(wc->w, task_id);
-    if (!wt)
-        return; /* gone: its tombstone answers batches, not progress */
+    struct wtask *wt = known ? find_task(wc->w, task_id) : NULL;
     sluice_GetElementResponse resp = {.task_id = task_id};
+    if (!wt) {
+        sl_conn_send(wc->conn, SL_MSG_GET_ELEMENT_RESP, request_id, &resp, NULL, 0, NULL, NULL);
+        return;
+    }
     uint8_t *notices = NULL;
     size_t notices_len = 0, no_tally;
     if (fill_done(wt->task, NULL, false, false, NULL, 0, &notices, &notices_len, &no_tally, &resp.done_below) < 0) {
@@ -1191,8 +1197,8 @@ static void client_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
             acknowledge(wc, req);
         if (req->leave && req->progress)
             answer_leave(wc, hdr->request_id, req->task_id); /* its own requests only: no key needed */
-        else if (v == KEY_OK && req->progress)
-            answer_progress(wc, hdr->request_id, req->task_id);
+        else if (req->progress)
+            answer_progress(wc, hdr->request_id, req->task_id, v == KEY_OK);
         return; /* else answered by nothing */
     }
     wc->provenance = req->provenance;

@@ -707,6 +707,46 @@ class RequestsBeforeTheirTask(ClusterCase):
         p.close()
         me.close()
 
+    def test_a_progress_request_is_answered_whatever_the_worker_holds(self):
+        # GetElementRequest.progress (ack_only 16, progress 19): a client
+        # behind a held task asks how far its splits are done, and may ask
+        # before the worker heard of the task (its client heard first), or
+        # after it went. Each gets an answer that says nothing (no
+        # done_below, no batch, no notice): the client asks again later.
+        # Before, none came, and the client asked that task no more.
+        progress = fv(16, 1) + fv(19, 1)
+        p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
+        made_up = 10 ** 9 + 21
+        t, m, pl = p.call(GET_ELEMENT_REQ, fv(1, made_up) + fb(7, bytes(16)) + progress)
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        self.assertEqual((decode(m), pl), ({1: [made_up]}, b''))
+        client, task, me = new_job(self, self.c)
+        task_id, key = one(task, 1), one(task, 7, b'')
+        mine = fv(1, task_id) + fv(2, client) + fb(7, key)
+        t, m, _ = p.call(GET_ELEMENT_REQ, mine)
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        t, m, _ = p.call(GET_ELEMENT_REQ, mine + progress)
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        self.assertEqual(one(decode(m), 1), task_id)
+        self.assertNotIn(4, decode(m), 'a progress answer carries no batch')
+        job_id = next(j['id'] for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs']
+                      if any(k['task_id'] == task_id for k in
+                             get_json(self.c.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])['tasks']))
+        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (self.c.dispatcher.admin_port, job_id),
+                                     method='DELETE')
+        urllib.request.urlopen(req, timeout=10).read()
+        # A request for a made-up task makes the worker heartbeat, whose
+        # answer removes the cancelled task.
+        code, text = p.refused(GET_ELEMENT_REQ, fv(1, made_up + 1) + fb(7, bytes(16)))
+        self.assertEqual(code, SL_ENOTFOUND, text)
+        self.assertNotIn(task_id, [k['task_id'] for k in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']])
+        t, m, pl = p.call(GET_ELEMENT_REQ, mine + progress)
+        self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
+        self.assertEqual((decode(m), pl), ({1: [task_id]}, b''))
+        p.close()
+        me.close()
+        self.assertTrue(self.c.workers[0].alive())
+
 
 class TombstonesOfARestoredState(unittest.TestCase):
     """A dispatcher restored from a backup gives the lost state's ids out
