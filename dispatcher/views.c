@@ -194,6 +194,15 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
             json_object_set_new(co, "ledger_runs", json_integer(as_json_int(cl->ledger_runs)));
             json_object_set_new(co, "ledger_max_runs", json_integer(as_json_int(cl->ledger_max_runs)));
         }
+        if (sl__out_tracked(j)) { /* how far each task's splits reached it, as it said (TaskProgress) */
+            json_t *db = json_object();
+            for (unsigned k = 0; k < cl->num_progress; k++) {
+                char id[24];
+                snprintf(id, sizeof id, "%" PRIu64, cl->progress[k].task_id);
+                json_object_set_new(db, id, json_integer(as_json_int(cl->progress[k].done_below)));
+            }
+            json_object_set_new(co, "done_below", db);
+        }
         if (cl->away_since)
             json_object_set_new(co, "away_ms", json_integer(now - cl->away_since));
         else if (cl->stalled_since)
@@ -224,8 +233,15 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
         if (j->sharding == SL_SHARDING_DYNAMIC)
             json_object_set_new(json_array_get(tasks, t), "split_requests",
                                 json_integer((json_int_t)tk->split_req_seq));
-        if (sl__out_tracked(j))
-            json_object_set_new(json_array_get(tasks, t), "outstanding_splits", json_integer(sl__out_count(tk)));
+        if (sl__out_tracked(j)) {
+            json_t *to = json_array_get(tasks, t);
+            json_object_set_new(to, "outstanding_splits", json_integer(sl__out_count(tk)));
+            /* Which client holds it back: each consumer's done_below
+             * against the oldest it holds and what its worker finished. */
+            if (sl__out_count(tk) > 0)
+                json_object_set_new(to, "oldest_outstanding", json_integer(as_json_int(sl__out_oldest(tk))));
+            json_object_set_new(to, "worker_done_below", json_integer(as_json_int(tk->worker_done_below)));
+        }
         if (j->num_consumers > 0) {
             /* The rounds it serves, [start, end); a lost worker's end is set
              * when it is lost (docs/sharding.md, "Coordinated reads"). */

@@ -919,16 +919,22 @@ Test(outstanding, a_job_without_rounds_gets_no_split_past_the_bound)
     cr_assert_eq(r.splits_count, 0, "no stand-ins: held at the bound");
 }
 
-/* The worker of task ta says it runs with its splits done below
- * done_below. */
-static void running(uint64_t wa, uint64_t ta, uint64_t done_below)
+/* The worker of task ta says at `now` that it runs with its splits done
+ * below done_below, its pipeline waiting for a split if starved. */
+static void running_at(int64_t now, uint64_t wa, uint64_t ta, uint64_t done_below, bool starved)
 {
     memset(wreq, 0, sizeof *wreq);
     memset(wresp, 0, sizeof *wresp);
     wreq->worker_id = wa;
     wreq->tasks_count = 1;
-    wreq->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_RUNNING, .done_below = done_below};
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, 0, wresp, err, sizeof err), 0, "%s", err);
+    wreq->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_RUNNING, .done_below = done_below,
+                                         .starved = starved};
+    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, now, wresp, err, sizeof err), 0, "%s", err);
+}
+
+static void running(uint64_t wa, uint64_t ta, uint64_t done_below)
+{
+    running_at(0, wa, ta, done_below, false);
 }
 
 /* Client c's heartbeat saying task ta reached it below `below` (0: says
@@ -976,6 +982,18 @@ Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
     cr_assert_eq(probe_below_after(j, c3, ta, 0), 4, "a client that said nothing");
     cr_assert_eq(probe_below_after(j, c2, ta, 2), 4, "a client behind");
     cr_assert_eq(lost_splits(j, "outstanding"), 5, "c3 said nothing: no split is confirmed");
+    /* The job's view says who holds the task back. */
+    json_t *v = job_view(j), *task = json_array_get(json_object_get(v, "tasks"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(task, "oldest_outstanding")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(task, "worker_done_below")), 4);
+    json_t *consumers = json_object_get(v, "consumers");
+    cr_assert_eq(json_array_size(consumers), 3);
+    char id[24];
+    snprintf(id, sizeof id, "%" PRIu64, ta);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(json_array_get(consumers, 1), "done_below"), id)),
+                 2, "c2's");
+    cr_assert_eq(json_object_size(json_object_get(json_array_get(consumers, 2), "done_below")), 0, "c3 said nothing");
+    json_decref(v);
     cr_assert_eq(probe_below_after(j, c3, ta, 4), 0, "a client that said as much");
     cr_assert_eq(probe_below_after(j, c1, ta, 4), 0);
     cr_assert_eq(lost_splits(j, "outstanding"), 4, "c2 had said 2");
@@ -986,12 +1004,7 @@ Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
  * finished none it holds (done_below 0). */
 static void starved(uint64_t wa, uint64_t ta, int64_t now)
 {
-    memset(wreq, 0, sizeof *wreq);
-    memset(wresp, 0, sizeof *wresp);
-    wreq->worker_id = wa;
-    wreq->tasks_count = 1;
-    wreq->tasks[0] = (sluice_TaskStatus){.task_id = ta, .state = SL_TASK_RUNNING, .starved = true};
-    cr_assert_eq(sl_dstate_worker_heartbeat(st, wreq, now, wresp, err, sizeof err), 0, "%s", err);
+    running_at(now, wa, ta, 0, true);
 }
 
 /* A task held at the bound whose pipeline cannot finish a split gets a
