@@ -237,8 +237,16 @@ static uint64_t balanced_share(const struct job *j, const struct task *t, const 
         work += q > 0 ? q : 0;
         rates += r;
     }
+    /* Rounded up: a share of less than a record is one record. Cut to 0,
+     * the last record of an epoch read by tasks at one rate with nothing
+     * queued was each one's half, and each was told the others take it. */
     double share = work / rates * rate - queued;
-    return share <= 0 ? 0 : share >= 1.8e19 ? UINT64_MAX : (uint64_t)share;
+    if (share <= 0)
+        return 0;
+    if (share >= 1.8e19)
+        return UINT64_MAX;
+    uint64_t whole = (uint64_t)share;
+    return (double)whole < share ? whole + 1 : whole;
 }
 
 /* What balanced_share() counts of t at now: the rate and queue its request

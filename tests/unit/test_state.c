@@ -1807,6 +1807,31 @@ Test(state, a_task_whose_queue_outlasts_the_others_leaves_them_the_rest)
     cr_assert_eq(stats().split_requests_left_to_others, 2);
 }
 
+/* A share of what is left below one record still takes one: the last
+ * record of an epoch, two tasks at one rate with nothing queued, each a
+ * share of half a record. Before 2026-12-05 the share was cut to 0, both
+ * were told the other takes what is left, and the job stopped for good
+ * (two workers, one-record files, at the last epoch's last split). */
+Test(state, a_share_below_one_record_still_takes_one)
+{
+    start_guided(1048576);
+    uint64_t t[2];
+    dynamic_job_on(dataset(RANGE_SPEC(1)), 2, 0, t);
+    for (int k = 0; k < 2; k++) {
+        sluice_GetSplitRequest req = {
+            .task_id = t[k], .request_seq = 1, .max_splits = 64, .split_records = 1024, .records_per_second = 1000};
+        memset(sresp, 0, sizeof *sresp);
+        cr_assert_eq(sl_dstate_get_splits(st, &req, 0, sresp, err, sizeof err), 0, "%s", err);
+        if (k == 0) {
+            cr_assert_eq(sresp->splits_count, 1, "the first task to ask takes the last record");
+            cr_assert_eq(sresp->splits[0].end - sresp->splits[0].begin, 1);
+        } else {
+            cr_assert(sresp->end_of_epoch && sresp->splits_count == 0, "the other hears the epoch is over");
+        }
+    }
+    cr_assert_eq(stats().split_requests_left_to_others, 0);
+}
+
 /* Tasks that say their rate and their queue's slack finish an epoch
  * together: seeded, 2 to 8 tasks at rates of 10^5 to 10^8 records a
  * second, up to 4 times apart, epochs of 0.5 to 3 s, --max-split-size 2^17
