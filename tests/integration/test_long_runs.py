@@ -13,12 +13,13 @@ import json
 import os
 import random
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
 import unittest
 
-from harness import Cluster, child_env, get_json, wait_for
+from harness import Cluster, child_env, get_json, parse_jsonl, wait_for
 
 EPOCHS = 300
 FILES = 400
@@ -346,46 +347,53 @@ class ManyClientsLowBound(TextFilesCase):
     """Sixteen clients of one named DYNAMIC job of one-record files, a
     task held at --max-outstanding-splits 32: between two holds a task
     makes about 7 batches of 5, fewer than its clients, so at each hold
-    some client got no batch of it since its last (none at all, when it
-    joined late): its done_below is behind the task's oldest split, and
-    only a batch of the task, which a held task does not make, moves it
-    on. The dispatcher lists the task to such a client with probe_below,
-    and the client asks the worker how far the task's splits are done
+    some client got no batch of it since its last (or none at all): its
+    done_below is behind the task's oldest split, and only a batch of the
+    task, which a held task does not make, moves it on. The dispatcher
+    lists the task to such a client with probe_below, and the client asks
+    the worker how far the task's splits are done
     (GetElementRequest.progress). Without that the job stopped for good at
-    the first hold after the clients joined (--client-stall-ms 0: no
-    client is let go for stalling). The data never ends: the clients are
-    all in before the job is asked to go on through 20 holds a task."""
+    its first hold (--client-stall-ms 0: no client is let go for
+    stalling). The workers are stopped (SIGSTOP) until every client joined,
+    so that none comes after the job ended; every record then arrives once
+    an epoch across the clients."""
 
-    FILES, RECORDS, WORKERS = 100, 1, 2
-    CLIENTS, BOUND, HOLDS = 16, 32, 20
-    DISPATCHER_ARGS = ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0']
+    FILES, RECORDS, WORKERS, EPOCHS = 100, 1, 2, 20
+    CLIENTS, BOUND = 16, 32
+    DISPATCHER_ARGS = ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0',
+                       '--worker-timeout-ms', '600000']
 
     def test_clients_behind_a_held_task_ask_its_worker_how_far_its_splits_are_done(self):
         spec = {"source": {"type": "text_lines", "files": self.files},
-                "ops": [{"op": "repeat"}, {"op": "batch", "batch_size": 5}]}
-        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'many'], fmt='count')
-        errs = [open(os.path.join(self.cluster.dir, 'cat-%d.err' % i), 'w+') for i in range(self.CLIENTS)]
-        procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=e, env=child_env()) for e in errs]
+                "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 5}]}
+        argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'many'])
+        outs = [tempfile.TemporaryFile(mode='w+') for _ in range(2 * self.CLIENTS)]
         port = self.cluster.dispatcher.admin_port
-
-        def job():
-            return get_json(port, '/v1/jobs')['jobs'][0]
-
+        for w in self.cluster.workers:
+            w.kill(signal.SIGSTOP)
         try:
-            wait_for(lambda: job()['num_consumers'] == self.CLIENTS, 'all %d clients joined' % self.CLIENTS)
-            start = job()['splits']['handed_out_all_epochs']
-            goal = start + self.HOLDS * self.WORKERS * self.BOUND
-            wait_for(lambda: job()['splits']['handed_out_all_epochs'] >= goal,
-                     '%d splits handed out past the %d when all clients were in' % (goal - start, start),
-                     timeout=180)
-            self.assertEqual(job()['state'], 'RUNNING', job())
-            self.assertEqual([p.poll() for p in procs], [None] * self.CLIENTS)
+            procs = [subprocess.Popen(argv, stdout=outs[2 * i], stderr=outs[2 * i + 1], env=child_env())
+                     for i in range(self.CLIENTS)]
+            wait_for(lambda: [j['num_consumers'] for j in get_json(port, '/v1/jobs')['jobs']] == [self.CLIENTS],
+                     'all %d clients joined' % self.CLIENTS)
+        finally:
+            for w in self.cluster.workers:
+                w.kill(signal.SIGCONT)
+        got = []
+        try:
+            for i, p in enumerate(procs):
+                p.wait(timeout=180)
+                outs[2 * i + 1].seek(0)
+                self.assertEqual(p.returncode, 0, outs[2 * i + 1].read()[-2000:])
+                outs[2 * i].seek(0)
+                got += lines(parse_jsonl(outs[2 * i].read()))
         finally:
             for p in procs:
-                p.terminate()
-            for p, e in zip(procs, errs):
-                p.wait(timeout=60)
-                e.close()
+                p.kill()
+                p.wait()
+            for f in outs:
+                f.close()
+        self.assert_every_record(got, self.EPOCHS, '%d clients, a bound of %d' % (self.CLIENTS, self.BOUND))
 
 
 if __name__ == '__main__':
