@@ -673,6 +673,20 @@ class RequestsBeforeTheirTask(ClusterCase):
             p.close()
 
 
+    def cancel_on_the_worker(self, p, task_id, made_up):
+        """Cancels the job of task_id (on the first worker) through the
+        admin API; then a request on p for made_up, a task that never
+        comes, makes the worker heartbeat, whose answer removes the
+        cancelled task."""
+        admin = self.c.dispatcher.admin_port
+        job_id = next(j['id'] for j in get_json(admin, '/v1/jobs')['jobs']
+                      if any(k['task_id'] == task_id for k in get_json(admin, '/v1/jobs/%d' % j['id'])['tasks']))
+        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (admin, job_id), method='DELETE')
+        urllib.request.urlopen(req, timeout=10).read()
+        code, text = p.refused(GET_ELEMENT_REQ, fv(1, made_up) + fb(7, bytes(16)))
+        self.assertEqual(code, SL_ENOTFOUND, text)
+        self.assertNotIn(task_id, [k['task_id'] for k in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']])
+
     def test_a_tombstone_answers_only_its_own_tasks_clients(self):
         # A task that went leaves a tombstone: its clients' late requests
         # are told it was cancelled. A request with another key may be for a
@@ -685,17 +699,7 @@ class RequestsBeforeTheirTask(ClusterCase):
         p = Peer(self.c.workers[0].port, ROLE_CLIENT, ROLE_WORKER)
         t, m, _ = p.call(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, key))
         self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
-        job_id = next(j['id'] for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs']
-                      if any(k['task_id'] == task_id for k in
-                             get_json(self.c.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])['tasks']))
-        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (self.c.dispatcher.admin_port, job_id),
-                                     method='DELETE')
-        urllib.request.urlopen(req, timeout=10).read()
-        # A request for a made-up task makes the worker heartbeat, whose
-        # answer removes the cancelled task.
-        code, text = p.refused(GET_ELEMENT_REQ, fv(1, 10 ** 9 + 11) + fb(7, bytes(16)))
-        self.assertEqual(code, SL_ENOTFOUND, text)
-        self.assertNotIn(task_id, [k['task_id'] for k in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']])
+        self.cancel_on_the_worker(p, task_id, 10 ** 9 + 11)
         awaited, unknown = self.counts()
         code, text = p.refused(GET_ELEMENT_REQ, fv(1, task_id) + fv(2, client) + fb(7, bytes(16)))
         self.assertEqual(code, SL_ENOTFOUND, text)
@@ -729,17 +733,7 @@ class RequestsBeforeTheirTask(ClusterCase):
         self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
         self.assertEqual(one(decode(m), 1), task_id)
         self.assertNotIn(4, decode(m), 'a progress answer carries no batch')
-        job_id = next(j['id'] for j in get_json(self.c.dispatcher.admin_port, '/v1/jobs')['jobs']
-                      if any(k['task_id'] == task_id for k in
-                             get_json(self.c.dispatcher.admin_port, '/v1/jobs/%d' % j['id'])['tasks']))
-        req = urllib.request.Request('http://127.0.0.1:%d/v1/jobs/%d' % (self.c.dispatcher.admin_port, job_id),
-                                     method='DELETE')
-        urllib.request.urlopen(req, timeout=10).read()
-        # A request for a made-up task makes the worker heartbeat, whose
-        # answer removes the cancelled task.
-        code, text = p.refused(GET_ELEMENT_REQ, fv(1, made_up + 1) + fb(7, bytes(16)))
-        self.assertEqual(code, SL_ENOTFOUND, text)
-        self.assertNotIn(task_id, [k['task_id'] for k in get_json(self.c.workers[0].admin_port, '/v1/tasks')['tasks']])
+        self.cancel_on_the_worker(p, task_id, made_up + 1)
         t, m, pl = p.call(GET_ELEMENT_REQ, mine + progress)
         self.assertEqual(t, GET_ELEMENT_REQ + 1, error_of(m) if t == ERROR else '')
         self.assertEqual((decode(m), pl), ({1: [task_id]}, b''))
