@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import threading
 import unittest
 
 from harness import Cluster, child_env, get_json, parse_jsonl, wait_for
@@ -394,6 +395,115 @@ class ManyClientsLowBound(TextFilesCase):
             for f in outs:
                 f.close()
         self.assert_every_record(got, self.EPOCHS, '%d clients, a bound of %d' % (self.CLIENTS, self.BOUND))
+
+
+
+class ClientsAgainstTheBound(unittest.TestCase):
+    """A seeded draw of what ManyClientsLowBound fixes: 8 to 24 clients of
+    one named DYNAMIC job of one-record files, 1 to 3 workers, a bound of 8
+    to 64 outstanding splits a task, batches of 1 to 8, and up to two
+    workers killed with -9 and started again mid-run. The clients are
+    stopped (SIGSTOP) around each kill: the job cannot end before it, and
+    the killed worker's splits not yet confirmed are in the clients' hands
+    or its buffers. The sizes are drawn so the job takes some seconds at
+    the holds' pace (a hold lasts up to a client heartbeat, 250 ms). Every
+    record arrives once an epoch across the clients. The seed is printed
+    in every failure (SLUICE_CHAOS_SEED reruns one)."""
+
+    def test_drawn_clients_bounds_and_worker_kills_read_every_record_once_an_epoch(self):
+        seed = chaos_seed()
+        rng = random.Random(seed)
+        workers, bound, batch = rng.randint(1, 3), rng.choice([8, 16, 32, 64]), rng.randint(1, 8)
+        clients, files = rng.randint(8, 24), rng.randint(50, 300)
+        # About 8 s of holds: a task goes `bound` splits a hold.
+        epochs = max(2, min(2000, bound * workers * 32) // files)
+        total = files * epochs
+        ats = sorted(rng.sample(range(total // batch // 10, total // batch * 7 // 10), rng.randint(0, 2)))
+        kills = [(at, rng.randrange(workers), rng.uniform(0.0, 1.0)) for at in ats]
+        where = ('seed %d (SLUICE_CHAOS_SEED=%d reruns it): %d clients, %d workers, bound %d, batch %d, '
+                 '%d files x %d epochs, (batch, worker, down) kills %s' % (
+                     seed, seed, clients, workers, bound, batch, files, epochs, kills))
+        print('ClientsAgainstTheBound: %s' % where)
+        data = tempfile.mkdtemp(prefix='sluice-bound-')
+        paths = []
+        for f in range(files):
+            paths.append(os.path.join(data, 'part-%03d.txt' % f))
+            with open(paths[-1], 'w') as out:
+                out.write('%d\n' % f)
+        cluster = Cluster(workers=workers, worker_args=['--data-root', data],
+                          dispatcher_args=['--data-root', data, '--max-outstanding-splits', str(bound),
+                                           '--client-stall-ms', '0', '--worker-timeout-ms', '600000'])
+        try:
+            cluster.wait_workers_registered(workers)
+            spec = {"source": {"type": "text_lines", "files": paths},
+                    "ops": [{"op": "repeat", "count": epochs}, {"op": "batch", "batch_size": batch}]}
+            got = self.read_with_kills(cluster, spec, clients, kills, where)
+        finally:
+            bad = cluster.close()
+            shutil.rmtree(data, ignore_errors=True)
+        self.assertEqual(bad, {}, '%s: daemons exited uncleanly: %s' % (where, bad))
+        counts = [0] * files
+        for v in got:
+            counts[v] += 1
+        wrong = [(v, c) for v, c in enumerate(counts) if c != epochs]
+        self.assertEqual(wrong, [], '%s: records not read %d times (first %s)' % (where, epochs, wrong[:5]))
+
+    def read_with_kills(self, cluster, spec, clients, kills, where):
+        """Runs `clients` sluice-cat of one named job, all joined before a
+        worker runs it (workers stopped until then); once the clients read
+        `at` batches between them, stops them, kills the worker drawn and
+        starts it again after `down` s, and lets them go on. Returns every
+        line's number read."""
+        argv = cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'bound'])
+        port = cluster.dispatcher.admin_port
+        got, lock, batches = [], threading.Lock(), [0]
+
+        def read(p):
+            for line in p.stdout:
+                b = json.loads(line)
+                with lock:
+                    got.extend(int(v) for v in b.get('line', []))
+                    batches[0] += 'line' in b
+        for w in cluster.workers:
+            w.kill(signal.SIGSTOP)
+        procs = []
+        try:
+            procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=child_env()) for _ in range(clients)]
+            wait_for(lambda: [j['num_consumers'] for j in get_json(port, '/v1/jobs')['jobs']] == [clients],
+                     '%s: all clients joined' % where)
+        finally:
+            for w in cluster.workers:
+                w.kill(signal.SIGCONT)
+        readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
+        errs = [[] for _ in procs]
+        drains = [threading.Thread(target=lambda p=p, e=e: e.append(p.stderr.read()), daemon=True)
+                  for p, e in zip(procs, errs)]
+        for t in readers + drains:
+            t.start()
+        try:
+            for at, victim, down in kills:
+                wait_for(lambda: batches[0] >= at or any(p.poll() is not None for p in procs),
+                         '%s: the clients to read %d batches' % (where, at), timeout=300)
+                for p in procs:
+                    p.send_signal(signal.SIGSTOP)
+                try:
+                    cluster.restart_worker(victim, down=down)
+                finally:
+                    for p in procs:
+                        p.send_signal(signal.SIGCONT)
+            for p in procs:
+                p.wait(timeout=300)
+            for t in readers + drains:
+                t.join(60)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p, e in zip(procs, errs):
+            self.assertEqual(p.returncode, 0, '%s: a client failed: %s' % (where, ''.join(e)[-3000:]))
+        return got
 
 
 if __name__ == '__main__':
