@@ -1084,6 +1084,24 @@ static unsigned share_cap(unsigned per_worker, unsigned window, unsigned live)
     return fair < per_worker ? fair : per_worker;
 }
 
+/* DYNAMIC, at the tick: t's answers that no request acknowledged yet (its
+ * share of the window waits at other tasks, held ones mostly, or at the
+ * caller) are acknowledged on their own (GetElementRequest.ack_only,
+ * answered by nothing): the worker lets them go, and can tell the
+ * dispatcher that the splits in them reached their clients
+ * (GetSplitRequest.received_below), which a task held at
+ * --max-outstanding-splits waits for. Not at once: a read whose caller
+ * is slower than its workers would send one for most batches. */
+static void ack_alone(sl_iterator_t *it, struct itask *t, int64_t now)
+{
+    uint64_t acked = t->fly_n ? t->fly[0] : t->next_seq;
+    if (!it->track || it->coord || !askable(t, now) || t->next_seq == 0 || acked <= t->acked_sent)
+        return;
+    sluice_GetElementRequest req = {.ack_only = true, .acked_below = acked};
+    if (send_now(t, &req) == 0)
+        t->acked_sent = acked;
+}
+
 /* Asks for batches within the budget (queued of it taken by batches
  * waiting for the caller): round-robin, one request per task per pass,
  * each pass starting after the task the last request went to, so that
@@ -1754,6 +1772,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             return;
         }
         progress_probe(it, t);
+        ack_alone(it, t, now); /* a tick at most after its last answer came */
         if (t->state != TC_IDLE)
             continue;
         if (now - t->unreachable_since > it->opts.timeout_ms) {

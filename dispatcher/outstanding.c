@@ -157,7 +157,9 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
             below = b;
     }
     if (readers == 0)
-        return;
+        below = 0;
+    if (t->received_below > below)
+        below = t->received_below; /* its worker saw every batch of those splits acknowledged */
     while (t->out_head < t->out_num && t->out[t->out_head].id < below) {
         if (t->out_head < t->out_saved)
             sl__dstate_del(st, SL_DT_OUTSTANDING, j->id, t->out[t->out_head].id);
@@ -184,6 +186,14 @@ bool sl__out_holds_back(const struct job *j, const struct client *c)
             return true;
     }
     return false;
+}
+
+void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below)
+{
+    if (!sl__out_tracked(j) || below <= t->received_below)
+        return;
+    t->received_below = below;
+    prune(st, j, t);
 }
 
 uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c)

@@ -63,6 +63,11 @@ bool sl__out_pending(const struct job *j);
  *  outstanding. @return whether c's progress grew */
 bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
 
+/** t's worker said every split below `below` reached the clients it went
+ *  to (GetSplitRequest.received_below): those are no longer outstanding,
+ *  whatever its clients said. */
+void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below);
+
 /** What client c is to ask task t's worker about (TaskInfo.probe_below):
  *  t holds --max-outstanding-splits splits, its worker said (its last
  *  heartbeat) that those below worker_done_below are done, past the oldest

@@ -162,6 +162,10 @@ struct task {
      * not stored): what a client behind it asks the worker for when the
      * task is held (sl__out_probe_below()). */
     uint64_t worker_done_below;
+    /* DYNAMIC: the largest GetSplitRequest.received_below of its worker
+     * (not stored): every split below it reached its clients, whatever
+     * they said (sl__out_received()). */
+    uint64_t received_below;
     /* DYNAMIC, in memory only: its rate through its splits (records/s, 0:
      * not said) and the records it held queued after its last answer, at
      * queued_at (ms), for the shares of the epoch's end (balanced_share()

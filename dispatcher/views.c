@@ -241,6 +241,7 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
             if (sl__out_count(tk) > 0)
                 json_object_set_new(to, "oldest_outstanding", json_integer(as_json_int(sl__out_oldest(tk))));
             json_object_set_new(to, "worker_done_below", json_integer(as_json_int(tk->worker_done_below)));
+            json_object_set_new(to, "worker_received_below", json_integer(as_json_int(tk->received_below)));
         }
         if (j->num_consumers > 0) {
             /* The rounds it serves, [start, end); a lost worker's end is set

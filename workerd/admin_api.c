@@ -72,6 +72,12 @@ static void add_task(sl_task_t *task, const sl_worker_task_view_t *view, void *a
     json_object_set_new(o, "requests_waiting_again", json_integer(view->requests_waiting_again));
     json_object_set_new(o, "held", json_pack("{s:I,s:I}", "batches", (json_int_t)view->held_batches, "bytes",
                                              (json_int_t)view->held_bytes));
+    /* DYNAMIC: how far its splits reached its clients, as it tells the
+     * dispatcher; null once it cannot say (a batch went out unheld or was
+     * let go of unacknowledged). */
+    if (ti.sharding == SL_SHARDING_DYNAMIC && !view->rounds)
+        json_object_set_new(o, "received_below", view->received_told ? json_integer((json_int_t)view->received_below)
+                                                                     : json_null());
     if (view->rounds)
         json_object_set_new(o, "rounds", rounds_json(view->rounds));
     if (ti.state == SL_TASK_FAILED)

@@ -67,6 +67,9 @@ struct sl_holders {
     size_t *own; /* sl_holders_count_own() */
     struct holder *v;
     unsigned n, cap;
+    /* A batch went out unheld, or was let go of unacknowledged
+     * (sl_holders_received_below()). */
+    bool unsure;
 };
 
 sl_holders_t *sl_holders_new(sl_membudget_t *budget)
@@ -226,6 +229,8 @@ void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below)
     struct holder *c = acked_below == UINT64_MAX ? get(h, client_id) : find(h, client_id);
     if (!c)
         return;
+    if (acked_below == UINT64_MAX && c->n > 0)
+        h->unsure = true; /* what it said it has may still be on its way */
     ack(h, c, acked_below);
     if (acked_below == UINT64_MAX)
         c->left = true;
@@ -241,6 +246,8 @@ sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_
                           int64_t now_ms)
 {
     struct holder *c = get(h, client_id); /* swept while its request waited */
+    if (!c || c->left)
+        h->unsure = true;
     if (!c)
         return SL_HOLD_NO_ROOM;
     if (c->left)
@@ -259,6 +266,7 @@ sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",
                         s->task_id, seq, client_id, bytes);
         c->warned = true;
+        h->unsure = true;
         return SL_HOLD_NO_ROOM;
     }
     s->charged = h->budget ? bytes : 0;
@@ -283,6 +291,7 @@ unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms)
     for (unsigned i = 0; i < h->n;) {
         if (now_ms - h->v[i].last_ms > timeout_ms) {
             dropped += h->v[i].n;
+            h->unsure |= h->v[i].n > 0;
             if (h->v[i].n > 0)
                 sl_log_info("dropped %u batches held for client %" PRIu64 ", silent for %" PRId64 " ms",
                             h->v[i].n, h->v[i].client_id, now_ms - h->v[i].last_ms);
@@ -300,6 +309,28 @@ bool sl_holders_empty(const sl_holders_t *h)
         if (h->v[i].n > 0)
             return false;
     return true;
+}
+
+uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below)
+{
+    if (h->unsure)
+        return 0;
+    uint64_t below = done_below;
+    for (unsigned i = 0; i < h->n; i++)
+        for (unsigned k = 0; k < h->v[i].n; k++)
+            if (h->v[i].held[k]->floor < below)
+                below = h->v[i].held[k]->floor;
+    return below;
+}
+
+bool sl_holders_sure(const sl_holders_t *h)
+{
+    return !h->unsure;
+}
+
+void sl_holders_unheld(sl_holders_t *h)
+{
+    h->unsure = true;
 }
 
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)

@@ -63,6 +63,9 @@ typedef struct sl_served {
     uint8_t notices_one[SL_SERVED_NOTICES_INLINE]; /* a batch's tallies of a split or two */
     unsigned refs;
     bool released; /* its size was given back to the task's buffer */
+    /* DYNAMIC: the done_below of the task's batch served before this one:
+     * this one holds no record of a split below it (sl_holders_received_below()). */
+    uint64_t floor;
     size_t charged; /* to the memory budget while held */
     size_t handed;  /* of charged, what its task had charged (sl_holders_keep()) */
 } sl_served_t;
@@ -152,6 +155,23 @@ unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms);
 
 /** Whether no batch is held now. */
 bool sl_holders_empty(const sl_holders_t *h);
+
+/**
+ * DYNAMIC: below which split id every record of the task's splits went out
+ * in a batch its client acknowledged, given done_below, the task's now
+ * (each of those splits' records went out in a batch served already):
+ * done_below, or the least floor of a batch held unacknowledged. 0 for
+ * good once a batch went out unheld (sl_holders_unheld(), or not kept by
+ * sl_holders_keep()) or was let go of unacknowledged (a client silent past
+ * the hold timeout, a client that left with batches held).
+ */
+uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below);
+
+/** Whether sl_holders_received_below() can still say more than 0. */
+bool sl_holders_sure(const sl_holders_t *h);
+
+/** A batch with records went out without a holder (its request had no seq). */
+void sl_holders_unheld(sl_holders_t *h);
 
 /** Batches and bytes held now. */
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes);

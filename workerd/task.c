@@ -1168,6 +1168,16 @@ static uint64_t done_below(sl_task_t *t)
     return done_below_of(t, tracked);
 }
 
+uint64_t sl_task_done_below(sl_task_t *t)
+{
+    if (!t->track)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    uint64_t below = done_below(t);
+    pthread_mutex_unlock(&t->mu);
+    return below;
+}
+
 /* Whether the split table is empty (under t->mu). */
 static bool track_empty(sl_task_t *t)
 {
@@ -1308,6 +1318,22 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
     }
     pthread_mutex_unlock(&t->mu);
     return want;
+}
+
+bool sl_task_split_waits(sl_task_t *t)
+{
+    return t->def.sharding == SL_SHARDING_DYNAMIC && evtimer_pending(t->retry_ev, NULL);
+}
+
+bool sl_task_retry_now(sl_task_t *t)
+{
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || !evtimer_pending(t->retry_ev, NULL))
+        return false;
+    /* Run as the timer would, from the loop: not inside the caller's
+     * handling of a request. Still pending until then. */
+    evtimer_del(t->retry_ev);
+    event_active(t->retry_ev, EV_TIMEOUT, 0);
+    return true;
 }
 
 double sl_task_split_wait_unasked(sl_task_t *t)

@@ -273,6 +273,19 @@ double sl_task_split_wait_unasked(sl_task_t *task);
  */
 void sl_task_split_report(sl_task_t *task, uint32_t *slack_ms, uint64_t *records_per_second);
 
+/** DYNAMIC, network thread: whether the task waits as the dispatcher asked
+ *  before its next split request (GetSplitResponse.retry_ms). */
+bool sl_task_split_waits(sl_task_t *task);
+
+/** DYNAMIC, network thread: the wait the dispatcher asked for before the
+ *  next split request (GetSplitResponse.retry_ms) ends now; the task asks
+ *  from the loop as at the wait's end. @return whether it was waiting */
+bool sl_task_retry_now(sl_task_t *task);
+
+/** DYNAMIC: every split of the task with a smaller id is done, its records
+ *  sent (TaskStatus.done_below); 0 without provenance tracking. */
+uint64_t sl_task_done_below(sl_task_t *task);
+
 /** DYNAMIC: the dispatcher's answer to the request sl_task_want_splits() asked for. */
 void sl_task_splits_arrived(sl_task_t *task, const sluice_GetSplitResponse *resp);
 

@@ -92,6 +92,9 @@ struct wtask {
     uint8_t key[16]; /* TaskDef.task_key: what each client's key to it is derived from */
     bool client_keys; /* TaskDef.client_keys: clients show their own keys, never this one */
     sl_holders_t *holders; /* batches served and not yet acknowledged (held.h) */
+    /* DYNAMIC: the done_below of its last batch served (the floor of the
+     * next, held.h), and the received_below its last split request said. */
+    uint64_t batch_below, received_said;
     /* Its requests waiting for a batch, in arrival order: a request or a
      * batch of one task looks at its own, not at every task's. */
     struct parked *parked, **parked_tail;
@@ -327,6 +330,18 @@ static void send_request(sl_worker_t *w, struct outstanding *o, const void *msg)
     }
 }
 
+/* DYNAMIC: every split below the returned id went out in batches its
+ * clients acknowledged (GetSplitRequest.received_below, held.h): the
+ * dispatcher needs no client's word for those, and a task held at
+ * --max-outstanding-splits goes on at its next request, not after a
+ * heartbeat of every client (one that got none of its batches of late is
+ * behind). Read on this thread, which alone serves batches. Not for
+ * coordinated reads, whose rounds keep their own. */
+static uint64_t received_below(struct wtask *wt)
+{
+    return wt->rounds || !wt->holders ? 0 : sl_holders_received_below(wt->holders, sl_task_done_below(wt->task));
+}
+
 /* Asks the dispatcher for the splits each DYNAMIC task wants. */
 static void fetch_splits(sl_worker_t *w, struct wtask *wt)
 {
@@ -344,6 +359,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
         return;
     }
     o->task_id = sl_task_id(wt->task);
+    uint64_t received = received_below(wt);
+    wt->received_said = received;
     sluice_GetSplitRequest req = {.task_id = o->task_id,
                                   .epoch = epoch,
                                   .max_splits = max,
@@ -352,7 +369,8 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
                                   .slack_ms = slack,
                                   .records_per_second = rate,
                                   .cross_epochs = true,
-                                  .for_extra = sl_task_extra_wanted(wt->task)};
+                                  .for_extra = sl_task_extra_wanted(wt->task),
+                                  .received_below = received};
     send_request(w, o, &req);
 }
 
@@ -736,6 +754,9 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
      * single run as it checks it, for less than reading a tally costs. */
     (void)fill_done(wt->task, b, false, wc->provenance && wc->tallies && b->prov_wire && b->prov_n > 1, sv->notices_one,
                     sizeof sv->notices_one, &sv->notices, &notices_len, &tally_len, &resp->done_below);
+    sv->floor = wt->batch_below;
+    if (resp->done_below > wt->batch_below)
+        wt->batch_below = resp->done_below;
     sv->notices_len = notices_len + tally_len;
     if (notices_len > 0) {
         resp->notices_offset = b->size + resp->provenance_length;
@@ -747,8 +768,10 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     }
     /* Kept with the task's charge of the batch, which its holder takes
      * over: the batch is sure to be kept when the budget is full. */
-    if (how->seq > 0 && sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged,
-                                        now_us() / 1000) == SL_HOLD_NO_ROOM)
+    if (how->seq == 0)
+        sl_holders_unheld(wt->holders);
+    else if (sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged, now_us() / 1000) ==
+             SL_HOLD_NO_ROOM)
         sl_metric_add(m_not_held, 1);
     else if (sv->handed > 0)
         sl_task_hand_over(wt->task, b, sv->handed);
@@ -756,6 +779,16 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
      * gives its room back to the task once the socket has taken them. */
     send_served(wc, request_id, sv);
     sl_served_unref(sv);
+}
+
+/* A client acknowledged batches of wt. A task the dispatcher told to wait
+ * before it asks for splits again (held at --max-outstanding-splits,
+ * mostly) asks now if it can say more reached its clients than it said:
+ * a round trip after its batches reached them, not at the end of the wait. */
+static void acknowledged(struct wtask *wt)
+{
+    if (sl_task_split_waits(wt->task) && received_below(wt) > wt->received_said)
+        (void)sl_task_retry_now(wt->task);
 }
 
 static void task_unknown(struct wconn *wc, uint32_t request_id, uint64_t task_id)
@@ -1074,6 +1107,8 @@ static void serve_request(struct wconn *wc, uint32_t request_id, const sluice_Ge
                                err);
             return;
         }
+        if (ht)
+            acknowledged(ht);
     }
     /* Requests of one task are answered in order: a new one waits behind
      * those already parked. */
@@ -1116,6 +1151,8 @@ static void acknowledge(struct wconn *wc, const sluice_GetElementRequest *req)
     sl_holders_t *holders = wt ? wt->holders : tb ? tb->holders : NULL;
     if (holders)
         sl_holders_ack(holders, req->client_id, req->acked_below);
+    if (wt)
+        acknowledged(wt);
 }
 
 /* GetElementRequest.progress: how far the task's splits are done, with
@@ -1939,6 +1976,10 @@ void sl_worker_foreach_task(sl_worker_t *w,
         sl_worker_task_view_t v = {.rounds = wt->rounds};
         count_waiting(wt, &v);
         sl_holders_count(wt->holders, &v.held_batches, &v.held_bytes);
+        if (!wt->rounds) {
+            v.received_told = sl_holders_sure(wt->holders);
+            v.received_below = received_below(wt);
+        }
         fn(wt->task, &v, arg);
     }
 }

@@ -114,6 +114,76 @@ Test(held, a_client_that_left_is_not_held_for)
     sl_holders_free(h);
 }
 
+/* Serves seq to client c with the floor the worker gives it: the
+ * done_below of the task's batch served before it. */
+static void serve_above(sl_holders_t *h, uint64_t c, uint64_t seq, uint64_t acked, uint64_t floor)
+{
+    sl_served_t *again;
+    cr_assert_eq(sl_holders_ask(h, c, seq, acked, 0, &again, err, sizeof err), SL_HELD_NEW, "%s", err);
+    sl_served_t *s = served(100);
+    s->floor = floor;
+    cr_assert_eq(sl_holders_keep(h, c, seq, s, 0, 0), SL_HOLD_KEPT);
+    sl_served_unref(s);
+}
+
+/* The worker tells the dispatcher below which split every record went out
+ * in a batch its client acknowledged (GetSplitRequest.received_below): the
+ * task's done_below, less where a batch held unacknowledged may hold records
+ * of a split (its floor); and never again once a batch went out unheld or
+ * was let go of unacknowledged (a client silent past the hold timeout, one
+ * that left with batches held, one the budget had no room to hold). */
+Test(held, received_below_stops_at_the_oldest_batch_not_acknowledged)
+{
+    sl_holders_t *h = sl_holders_new(NULL);
+    cr_assert_eq(sl_holders_received_below(h, 4), 4, "nothing served");
+    serve_above(h, 5, 1, 1, 0);
+    serve_above(h, 6, 1, 1, 2);
+    serve_above(h, 5, 2, 1, 3);
+    cr_assert_eq(sl_holders_received_below(h, 9), 0, "client 5's first batch may hold a record of split 0");
+    sl_holders_ack(h, 5, 2);
+    cr_assert_eq(sl_holders_received_below(h, 9), 2, "client 6's batch, after split 1 was done");
+    sl_holders_ack(h, 6, 2);
+    cr_assert_eq(sl_holders_received_below(h, 9), 3);
+    cr_assert_eq(sl_holders_received_below(h, 1), 1, "never past the task's done_below");
+    sl_holders_ack(h, 5, 3);
+    cr_assert_eq(sl_holders_received_below(h, 9), 9, "every batch acknowledged");
+    serve_above(h, 5, 3, 3, 9);
+    sl_holders_ack(h, 5, UINT64_MAX);
+    cr_assert(sl_holders_empty(h));
+    cr_assert_eq(sl_holders_received_below(h, 12), 0, "it left with a batch that may still be on its way");
+    sl_holders_free(h);
+
+    h = sl_holders_new(NULL);
+    serve_above(h, 5, 1, 1, 0);
+    sl_holders_ack(h, 5, 2);
+    sl_holders_ack(h, 5, UINT64_MAX);
+    cr_assert_eq(sl_holders_received_below(h, 4), 4, "it left with nothing held");
+    cr_assert_eq(keep(h, 5, 2, 100), SL_HOLD_LEFT);
+    cr_assert_eq(sl_holders_received_below(h, 4), 0, "served after it left, not held");
+    sl_holders_free(h);
+
+    h = sl_holders_new(NULL);
+    serve_above(h, 5, 1, 1, 0);
+    cr_assert_eq(sl_holders_sweep(h, 2000, 1000), 1);
+    cr_assert_eq(sl_holders_received_below(h, 4), 0, "let go after the hold timeout");
+    sl_holders_free(h);
+
+    h = sl_holders_new(NULL);
+    sl_holders_unheld(h);
+    cr_assert_eq(sl_holders_received_below(h, 4), 0, "served to a request without seq");
+    sl_holders_free(h);
+
+    sl_membudget_t mem;
+    sl_membudget_init(&mem, 1000, "--max-memory-mb");
+    h = sl_holders_new(&mem);
+    serve(h, 5, 1, 1, 0, 600);
+    serve(h, 5, 2, 1, 0, 600); /* no room */
+    sl_holders_ack(h, 5, 3);
+    cr_assert(sl_holders_empty(h));
+    cr_assert_eq(sl_holders_received_below(h, 4), 0, "the budget had no room to hold one");
+    sl_holders_free(h);
+}
+
 Test(held, at_most_SL_HELD_MAX_unacknowledged_requests_and_SL_HOLDERS_MAX_clients)
 {
     sl_holders_t *h = sl_holders_new(NULL);

@@ -1000,6 +1000,48 @@ Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
     cr_assert_eq(probe_below_after(j, c2, ta, 2), 0, "below the bound again");
 }
 
+/* A task held at the bound whose worker says every split below
+ * received_below reached the clients it went to (each batch acknowledged:
+ * GetSplitRequest.received_below) has those confirmed at that request,
+ * whatever its clients said, and gets splits again in the same answer; a
+ * smaller value later confirms nothing back. Before, it waited for a
+ * heartbeat of every client, and a client that got none of its batches
+ * (more clients than batches between two holds) held it a client heartbeat
+ * interval at each hold. */
+Test(outstanding, a_held_task_whose_worker_saw_its_batches_received_goes_on)
+{
+    uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 5, &r);
+    cr_assert_eq(r.splits_count, 5);
+    get_splits(ta, 2, 4, &r);
+    cr_assert_eq(r.splits_count, 0, "held at the bound of 5");
+    cr_assert_gt(r.retry_ms, 0);
+    /* Its worker's next request: splits 0 to 2 reached their clients. */
+    sluice_GetSplitRequest req = {.task_id = ta, .max_splits = 4, .request_seq = 2, .received_below = 3};
+    r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.splits_count, 3, "3 confirmed by the worker, 3 more within the bound");
+    cr_assert_eq(r.splits[0].split_id, 5);
+    cr_assert_eq(lost_splits(j, "outstanding"), 5, "splits 3 to 7");
+    json_t *v = job_view(j), *task = json_array_get(json_object_get(v, "tasks"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(task, "worker_received_below")), 3);
+    cr_assert_eq(json_integer_value(json_object_get(task, "oldest_outstanding")), 3);
+    json_decref(v);
+    /* A smaller value confirms nothing; the clients' word still counts. */
+    req.request_seq = 3;
+    req.received_below = 1;
+    r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.splits_count, 0, "still at the bound");
+    cr_assert_eq(lost_splits(j, "outstanding"), 5);
+    uint64_t below = 5;
+    heartbeat(j, c1, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 5, "c2 said nothing");
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 3, "both clients have splits 3 and 4");
+}
+
 /* The worker of task ta says its pipeline waits for a split and has
  * finished none it holds (done_below 0). */
 static void starved(uint64_t wa, uint64_t ta, int64_t now)
