@@ -344,27 +344,15 @@ class ManySmallFilesLowBound(ManySmallFiles):
     DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', '256']
 
 
-class ManyClientsLowBound(TextFilesCase):
-    """Sixteen clients of one named DYNAMIC job of one-record files, a
-    task held at --max-outstanding-splits 32: between two holds a task
-    makes about 7 batches of 5, fewer than its clients, so at each hold
-    some client got no batch of it since its last (or none at all): its
-    done_below is behind the task's oldest split, and only a batch of the
-    task, which a held task does not make, moves it on. The dispatcher
-    lists the task to such a client with probe_below, and the client asks
-    the worker how far the task's splits are done
-    (GetElementRequest.progress). Without that the job stopped for good at
-    its first hold (--client-stall-ms 0: no client is let go for
-    stalling). The workers are stopped (SIGSTOP) until every client joined,
-    so that none comes after the job ended; every record then arrives once
-    an epoch across the clients."""
+class ClientsOfOneJob(TextFilesCase):
+    """Many clients of one named DYNAMIC job of one-record files."""
 
     FILES, RECORDS, WORKERS, EPOCHS = 100, 1, 2, 20
-    CLIENTS, BOUND = 16, 32
-    DISPATCHER_ARGS = ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0',
-                       '--worker-timeout-ms', '600000']
+    CLIENTS = 16
 
-    def test_clients_behind_a_held_task_ask_its_worker_how_far_its_splits_are_done(self):
+    def read_once_an_epoch(self):
+        """CLIENTS sluice-cat of one named DYNAMIC job, all joined before
+        a worker runs it: every record once an epoch across them."""
         spec = {"source": {"type": "text_lines", "files": self.files},
                 "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 5}]}
         argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'many'])
@@ -397,6 +385,46 @@ class ManyClientsLowBound(TextFilesCase):
         self.assert_every_record(got, self.EPOCHS, '%d clients, a bound of %d' % (self.CLIENTS, self.BOUND))
 
 
+class ManyClientsLowBound(ClientsOfOneJob):
+    """Sixteen clients of one named DYNAMIC job of one-record files, a
+    task held at --max-outstanding-splits 32: between two holds a task
+    makes about 7 batches of 5, fewer than its clients, so at each hold
+    some client got no batch of it since its last (or none at all): its
+    done_below is behind the task's oldest split, and only a batch of the
+    task, which a held task does not make, moves it on. The dispatcher
+    lists the task to such a client with probe_below, and the client asks
+    the worker how far the task's splits are done
+    (GetElementRequest.progress). Without that the job stopped for good at
+    its first hold (--client-stall-ms 0: no client is let go for
+    stalling). The workers are stopped (SIGSTOP) until every client joined,
+    so that none comes after the job ended; every record then arrives once
+    an epoch across the clients."""
+
+    BOUND = 32
+    DISPATCHER_ARGS = ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0',
+                       '--worker-timeout-ms', '600000']
+
+    def test_clients_behind_a_held_task_ask_its_worker_how_far_its_splits_are_done(self):
+        self.read_once_an_epoch()
+
+
+class ManyClientsSlowHeartbeats(ClientsOfOneJob):
+    """Six clients that heartbeat every 300 s, a bound of 64: a client
+    that got none of a held task's batches since its last hears that it is
+    behind (probe_below) only at its tick, and the task waited that long at
+    each hold. Its worker says in its next split request that every batch
+    of its splits reached its client (each acknowledged:
+    GetSplitRequest.received_below), asking at once when the last one
+    is acknowledged, and the dispatcher confirms those splits without the
+    clients' word: the job runs through."""
+
+    CLIENTS, BOUND = 6, 64
+    DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0',
+                                         '--worker-timeout-ms', '600000']
+
+    def test_a_held_task_goes_on_once_its_worker_saw_its_batches_received(self):
+        self.read_once_an_epoch()
+
 
 class ClientsAgainstTheBound(unittest.TestCase):
     """A seeded draw of what ManyClientsLowBound fixes: 8 to 24 clients of
@@ -405,8 +433,7 @@ class ClientsAgainstTheBound(unittest.TestCase):
     workers killed with -9 and started again mid-run. The clients are
     stopped (SIGSTOP) around each kill: the job cannot end before it, and
     the killed worker's splits not yet confirmed are in the clients' hands
-    or its buffers. The sizes are drawn so the job takes some seconds at
-    the holds' pace (a hold lasts up to a client heartbeat, 250 ms). Every
+    or its buffers. 100 to 1,000 files, 5,000 records or more. Every
     record arrives once an epoch across the clients. The seed is printed
     in every failure (SLUICE_CHAOS_SEED reruns one)."""
 
@@ -414,9 +441,12 @@ class ClientsAgainstTheBound(unittest.TestCase):
         seed = chaos_seed()
         rng = random.Random(seed)
         workers, bound, batch = rng.randint(1, 3), rng.choice([8, 16, 32, 64]), rng.randint(1, 8)
-        clients, files = rng.randint(8, 24), rng.randint(50, 300)
-        # About 8 s of holds: a task goes `bound` splits a hold.
-        epochs = max(2, min(2000, bound * workers * 32) // files)
+        clients, files = rng.randint(8, 24), rng.randint(100, 1000)
+        # 5,000 records or more: a hold lasts a round trip once its worker
+        # says what reached the clients (a client heartbeat, 250 ms,
+        # before: 2,000 took up to 18 s then), up to a tick where answers
+        # wait for their acknowledgement.
+        epochs = max(2, 5000 // files)
         total = files * epochs
         ats = sorted(rng.sample(range(total // batch // 10, total // batch * 7 // 10), rng.randint(0, 2)))
         kills = [(at, rng.randrange(workers), rng.uniform(0.0, 1.0)) for at in ats]
