@@ -158,6 +158,9 @@ struct sl_task {
      * it is pending. Its own state, not a flag beside it that could
      * disagree with it and hold the task back for ever. */
     struct event *retry_ev;
+    /* retry_ev is pending (network thread only): read for every request a
+     * client sends (sl_task_split_waits()), without the event base's lock. */
+    bool retry_armed;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
      * yet), from which a split request asks for splits of split_target_ms
@@ -330,6 +333,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     sl_task_t *t = arg;
     (void)fd;
     (void)what;
+    t->retry_armed = false;
     t->notify(t, t->notify_arg);
 }
 
@@ -1322,12 +1326,12 @@ bool sl_task_want_splits(sl_task_t *t, uint64_t *epoch, uint32_t *max, uint64_t 
 
 bool sl_task_split_waits(sl_task_t *t)
 {
-    return t->def.sharding == SL_SHARDING_DYNAMIC && evtimer_pending(t->retry_ev, NULL);
+    return t->retry_armed;
 }
 
 bool sl_task_retry_now(sl_task_t *t)
 {
-    if (t->def.sharding != SL_SHARDING_DYNAMIC || !evtimer_pending(t->retry_ev, NULL))
+    if (!t->retry_armed)
         return false;
     /* Run as the timer would, from the loop: not inside the caller's
      * handling of a request. Still pending until then. */
@@ -1425,7 +1429,8 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
         /* Nothing now, the epoch is not over: ask again after the wait. */
         uint32_t ms = resp->retry_ms > 10000 ? 10000 : resp->retry_ms;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        if (evtimer_add(t->retry_ev, &tv) < 0)
+        t->retry_armed = evtimer_add(t->retry_ev, &tv) == 0;
+        if (!t->retry_armed)
             sl_log_error("task %" PRIu64 ": cannot wait %u ms to ask for splits again; asking at the next heartbeat",
                          t->def.task_id, ms);
         return;
