@@ -18,6 +18,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 
 from harness import Cluster, child_env, get_json, parse_jsonl, wait_for
@@ -58,7 +59,7 @@ class TextFilesCase(unittest.TestCase):
     """A cluster of WORKERS workers over FILES text files of RECORDS lines,
     line r of file f holding f * RECORDS + r."""
 
-    FILES, RECORDS, WORKERS, DISPATCHER_ARGS = FILES, RECORDS, 2, []
+    FILES, RECORDS, WORKERS, DISPATCHER_ARGS, WORKER_ARGS = FILES, RECORDS, 2, [], []
 
     def setUp(self):
         self.data = tempfile.mkdtemp(prefix='sluice-longrun-')
@@ -69,7 +70,7 @@ class TextFilesCase(unittest.TestCase):
                 out.writelines('%d\n' % (f * self.RECORDS + r) for r in range(self.RECORDS))
             self.files.append(path)
         self.cluster = Cluster(workers=self.WORKERS, dispatcher_args=['--data-root', self.data] + self.DISPATCHER_ARGS,
-                               worker_args=['--data-root', self.data])
+                               worker_args=['--data-root', self.data] + self.WORKER_ARGS)
         self.cluster.wait_workers_registered(self.WORKERS)
 
     def tearDown(self):
@@ -350,9 +351,10 @@ class ClientsOfOneJob(TextFilesCase):
     FILES, RECORDS, WORKERS, EPOCHS = 100, 1, 2, 20
     CLIENTS = 16
 
-    def read_once_an_epoch(self):
+    def read_once_an_epoch(self, meanwhile=None):
         """CLIENTS sluice-cat of one named DYNAMIC job, all joined before
-        a worker runs it: every record once an epoch across them."""
+        a worker runs it: every record once an epoch across them.
+        meanwhile(procs) runs once they all read."""
         spec = {"source": {"type": "text_lines", "files": self.files},
                 "ops": [{"op": "repeat", "count": self.EPOCHS}, {"op": "batch", "batch_size": 5}]}
         argv = self.cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'many'])
@@ -370,6 +372,8 @@ class ClientsOfOneJob(TextFilesCase):
                 w.kill(signal.SIGCONT)
         got = []
         try:
+            if meanwhile:
+                meanwhile(procs)
             for i, p in enumerate(procs):
                 p.wait(timeout=180)
                 outs[2 * i + 1].seek(0)
@@ -406,6 +410,47 @@ class ManyClientsLowBound(ClientsOfOneJob):
 
     def test_clients_behind_a_held_task_ask_its_worker_how_far_its_splits_are_done(self):
         self.read_once_an_epoch()
+
+
+class ClientsOfAWorkerThatCannotSay(ClientsOfOneJob):
+    """ManyClientsLowBound where a worker cannot say what reached the
+    clients: every client is stopped (SIGSTOP) at a moment the workers hold
+    batches sent to them and not acknowledged, until a worker lets those go
+    after its --hold-timeout-ms of 1 s; from then on its task says nothing
+    (GetSplitRequest.received_below 0: it cannot know those batches
+    arrived, its task view's received_below is null). Each of that task's
+    holds waits for the clients' word: a client behind it asks the worker
+    how far its splits are done when the dispatcher lists the task with
+    probe_below. Without the asking the job stopped at the task's first
+    hold after the clients went on."""
+
+    CLIENTS, BOUND, EPOCHS = 8, 32, 15
+    DISPATCHER_ARGS = ManyClientsLowBound.DISPATCHER_ARGS
+    WORKER_ARGS = ['--hold-timeout-ms', '1000']
+
+    def test_clients_behind_a_held_task_its_worker_cannot_speak_for_ask_it(self):
+        self.read_once_an_epoch(meanwhile=self.stop_while_batches_are_held)
+
+    def tasks(self):
+        return [t for w in self.cluster.workers for t in get_json(w.admin_port, '/v1/tasks')['tasks']]
+
+    def stop_while_batches_are_held(self, procs):
+        # The clients stopped, what the workers hold for them stays held;
+        # a moment it holds nothing is tried again (the job cannot end
+        # while they are stopped).
+        for attempt in range(100):
+            for p in procs:
+                p.send_signal(signal.SIGSTOP)
+            try:
+                if any(t['held']['batches'] > 0 for t in self.tasks()):
+                    wait_for(lambda: any(t.get('received_below', 0) is None for t in self.tasks()),
+                             'a worker to let go of the batches it held for the stopped clients')
+                    return
+            finally:
+                for p in procs:
+                    p.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        self.fail('no moment the workers held a batch not acknowledged, in 100 tries')
 
 
 class ManyClientsSlowHeartbeats(ClientsOfOneJob):
