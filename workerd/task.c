@@ -158,8 +158,10 @@ struct sl_task {
      * it is pending. Its own state, not a flag beside it that could
      * disagree with it and hold the task back for ever. */
     struct event *retry_ev;
-    /* retry_ev is pending (network thread only): read for every request a
-     * client sends (sl_task_split_waits()), without the event base's lock. */
+    /* Network thread only: a hint that retry_ev is pending, set as it is
+     * added and cleared as it fires, read for every request a client sends
+     * (sl_task_split_waits()) without the event base's lock. Only a hint:
+     * what holds a request back, and sl_task_retry_now(), read the timer. */
     bool retry_armed;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
@@ -1331,7 +1333,7 @@ bool sl_task_split_waits(sl_task_t *t)
 
 bool sl_task_retry_now(sl_task_t *t)
 {
-    if (!t->retry_armed)
+    if (t->def.sharding != SL_SHARDING_DYNAMIC || !evtimer_pending(t->retry_ev, NULL))
         return false;
     /* Run as the timer would, from the loop: not inside the caller's
      * handling of a request. Still pending until then. */
