@@ -433,6 +433,50 @@ def values(batches, key):
     return out
 
 
+def cats_with_faults(argv, n, key, faults, where, started=None):
+    """Runs n sluice-cat of argv (jsonl) at once, their output and stderr
+    read on threads; calls started(procs) once they run, then, for each
+    (at, act) of faults in order, act(procs) once they printed `at` batches
+    (lines with key) between them, or all ended. Returns (every value of
+    key they printed, [(returncode, stderr)] of each); a process still
+    running after 300 s is killed."""
+    procs, got, lock, batches = [], [], threading.Lock(), [0]
+    errs = [[] for _ in range(n)]
+
+    def read(p):
+        for line in p.stdout:
+            b = json.loads(line)
+            if key in b:
+                with lock:
+                    got.extend(b[key])
+                    batches[0] += 1
+    try:
+        for i in range(n):
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=child_env()))
+        threads = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs] + [
+            threading.Thread(target=lambda p=p, e=e: e.append(p.stderr.read()), daemon=True)
+            for p, e in zip(procs, errs)]
+        for t in threads:
+            t.start()
+        if started:
+            started(procs)
+        for at, act in faults:
+            wait_for(lambda: batches[0] >= at or all(p.poll() is not None for p in procs),
+                     '%s: the clients to read %d batches' % (where, at), timeout=300)
+            act(procs)
+        for p in procs:
+            p.wait(timeout=300)
+        for t in threads:
+            t.join(60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return got, [(p.returncode, ''.join(e)) for p, e in zip(procs, errs)]
+
+
 def summary(stderr):
     for line in reversed(stderr.splitlines()):
         line = line.strip()

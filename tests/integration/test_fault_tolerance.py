@@ -18,8 +18,8 @@ import unittest
 
 from consumers import Consumers
 from cutproxy import CutProxy, worker_behind
-from harness import (Cluster, binary, child_env, drain_worker, dump_dom, free_ports, get_json, http, metric,
-                     parse_jsonl, summary, values, wait_for)
+from harness import (Cluster, binary, cats_with_faults, child_env, drain_worker, dump_dom, free_ports, get_json,
+                     http, metric, parse_jsonl, summary, values, wait_for)
 
 
 N = 240000   # elements of the chaos runs: at least 200,000 (issue 5)
@@ -1371,35 +1371,11 @@ class MixedFaults(unittest.TestCase):
         """Streams spec through `trainers` sluice-cat ranks of one job at
         once, calling act() once they read `at` batches between them, for
         each (at, act) of faults in order; returns every value read."""
-        procs = [subprocess.Popen(cluster.cat_argv(spec, ['--max-outstanding', '4'] + args), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=child_env()) for _ in range(trainers)]
-        got, lock, batches = [], threading.Lock(), [0]
-
-        def read(p):
-            for line in p.stdout:
-                with lock:
-                    got.extend(json.loads(line)['value'])
-                    batches[0] += 1
-        readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
-        for t in readers:
-            t.start()
-        try:
-            for at, act in faults:
-                wait_for(lambda: batches[0] >= at or all(p.poll() is not None for p in procs),
-                         '%s: the ranks to read %d batches' % (where, at), timeout=300)
-                act()
-            for p in procs:
-                p.wait(timeout=300)
-            for t in readers:
-                t.join(60)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        for p in procs:
-            err = p.stderr.read()
-            self.assertEqual(p.returncode, 0, '%s: a rank failed: %s' % (where, err[-3000:]))
+        argv = cluster.cat_argv(spec, ['--max-outstanding', '4'] + args)
+        got, ends = cats_with_faults(argv, trainers, 'value', [(at, lambda _, a=act: a()) for at, act in faults],
+                                     where)
+        for rc, err in ends:
+            self.assertEqual(rc, 0, '%s: a rank failed: %s' % (where, err[-3000:]))
         return got
 
 

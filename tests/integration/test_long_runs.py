@@ -17,11 +17,10 @@ import signal
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 
-from harness import Cluster, child_env, get_json, parse_jsonl, wait_for
+from harness import Cluster, cats_with_faults, child_env, get_json, parse_jsonl, wait_for
 
 EPOCHS = 300
 FILES = 400
@@ -531,55 +530,35 @@ class ClientsAgainstTheBound(unittest.TestCase):
         line's number read."""
         argv = cluster.cat_argv(spec, ['--sharding', 'dynamic', '--job-name', 'bound'])
         port = cluster.dispatcher.admin_port
-        got, lock, batches = [], threading.Lock(), [0]
 
-        def read(p):
-            for line in p.stdout:
-                b = json.loads(line)
-                with lock:
-                    got.extend(int(v) for v in b.get('line', []))
-                    batches[0] += 'line' in b
+        def joined(procs):
+            try:
+                wait_for(lambda: [j['num_consumers'] for j in get_json(port, '/v1/jobs')['jobs']] == [clients],
+                         '%s: all clients joined' % where)
+            finally:
+                for w in cluster.workers:
+                    w.kill(signal.SIGCONT)
+
+        def kill(procs, victim, down):
+            for p in procs:
+                p.send_signal(signal.SIGSTOP)
+            try:
+                cluster.restart_worker(victim, down=down)
+            finally:
+                for p in procs:
+                    p.send_signal(signal.SIGCONT)
         for w in cluster.workers:
             w.kill(signal.SIGSTOP)
-        procs = []
         try:
-            procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=child_env()) for _ in range(clients)]
-            wait_for(lambda: [j['num_consumers'] for j in get_json(port, '/v1/jobs')['jobs']] == [clients],
-                     '%s: all clients joined' % where)
+            got, ends = cats_with_faults(argv, clients, 'line',
+                                         [(at, lambda procs, v=victim, d=down: kill(procs, v, d))
+                                          for at, victim, down in kills], where, started=joined)
         finally:
             for w in cluster.workers:
                 w.kill(signal.SIGCONT)
-        readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
-        errs = [[] for _ in procs]
-        drains = [threading.Thread(target=lambda p=p, e=e: e.append(p.stderr.read()), daemon=True)
-                  for p, e in zip(procs, errs)]
-        for t in readers + drains:
-            t.start()
-        try:
-            for at, victim, down in kills:
-                wait_for(lambda: batches[0] >= at or any(p.poll() is not None for p in procs),
-                         '%s: the clients to read %d batches' % (where, at), timeout=300)
-                for p in procs:
-                    p.send_signal(signal.SIGSTOP)
-                try:
-                    cluster.restart_worker(victim, down=down)
-                finally:
-                    for p in procs:
-                        p.send_signal(signal.SIGCONT)
-            for p in procs:
-                p.wait(timeout=300)
-            for t in readers + drains:
-                t.join(60)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        for p, e in zip(procs, errs):
-            self.assertEqual(p.returncode, 0, '%s: a client failed: %s' % (where, ''.join(e)[-3000:]))
-        return got
-
+        for rc, err in ends:
+            self.assertEqual(rc, 0, '%s: a client failed: %s' % (where, err[-3000:]))
+        return [int(v) for v in got]
 
 if __name__ == '__main__':
     unittest.main()
