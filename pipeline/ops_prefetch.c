@@ -32,8 +32,10 @@
  * the iterators below it (the prefetch's stop is their sl_memwait_t's
  * cancel flag), and of the threads of the prefetches below it (their
  * waits are up from this one's: this thread may wait on their queues).
- * An element taken while a charge waits gives the account's spare
- * reservation back to the budget (sl_memacct_trim()).
+ * The thread's charge that waits gives the account's spare reservation
+ * back to the budget first (sl_memacct_trim()), and so does each element
+ * taken while a charge waits: the thread's (flagged under the queue's
+ * lock) or one below or beside it (counted by the budget).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,6 +67,7 @@ struct prefetch_iter {
      * iterators below it (sub.opts.mem_wait), which read it atomically
      * without mu: written atomically. */
     bool stop;
+    bool charging; /* the thread waits for room without mu: takes trim */
     struct counters pub, folded;
     sl_memacct_t mem; /* what the queued elements own */
 };
@@ -99,9 +102,18 @@ static bool charge(struct prefetch_iter *pf, size_t bytes)
 {
     if (sl_memacct_try_charge(&pf->mem, bytes))
         return true;
+    /* The wait is for bytes from the budget: what the account reserves and
+     * does not hold goes back first, and so does what each take frees while
+     * the thread waits. Flagged under mu, before the thread counts as a
+     * waiter: a take in between that saw no waiter kept its bytes reserved,
+     * and the thread waited for ever beside them (an empty queue is taken
+     * from no more). */
+    pf->charging = true;
+    sl_memacct_trim(&pf->mem);
     pthread_mutex_unlock(&pf->mu);
     bool ok = sl_membudget_charge_wait(pf->mem.budget, bytes, &pf->sub.opts.mem_wait);
     pthread_mutex_lock(&pf->mu);
+    pf->charging = false;
     if (ok)
         sl_memacct_adopt(&pf->mem, bytes);
     return ok;
@@ -192,7 +204,7 @@ static int prefetch_next(sl_iter_t *it, sl_element_t *out)
         /* A charge that waits for room (this queue's thread's, or one
          * below or beside it) gets what the queue no longer holds, not
          * only what it holds beyond its granules (membudget.h). */
-        if (sl_membudget_waiting(pf->mem.budget))
+        if (pf->charging || sl_membudget_waiting(pf->mem.budget))
             sl_memacct_trim(&pf->mem);
         sl_element_move(out, pf->ring[pf->head]);
         pf->head = (pf->head + 1) % pf->cap;
