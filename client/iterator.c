@@ -75,6 +75,9 @@
  * dispatcher that does not answer within it is not well. */
 #define LEAVE_WAIT_MS 10000
 #define END_PROBE_MIN_MS 2 /* the ask after the first (at once) when every task ended, doubled each time */
+/* DYNAMIC: answers no request acknowledged within this long are
+ * acknowledged on their own (ack_alone()), whatever the heartbeat. */
+#define ACK_DELAY_MS 50
 /* DYNAMIC: a heartbeat goes before the tick once this many splits were
  * done since the last went (their split-done notices came), one at a time:
  * the dispatcher forgets a split only when every client says it has it,
@@ -155,6 +158,9 @@ struct itask {
      * a batch: at the task's end a batch not acknowledged yet is
      * acknowledged by one more request (end_acked()). */
     uint64_t acked_sent, batch_seq;
+    /* A batch came marked GetElementResponse.ack_at_once: acknowledged at
+     * the next pass of requests, with a request or alone (ack_alone()). */
+    bool ack_soon;
     /* The shared-memory region of the current connection (shmmap.h), NULL:
      * none; shm_off: it was offered and could not be collected. */
     sl_shm_map_t *shm;
@@ -197,6 +203,7 @@ struct sl_iterator {
      * whole heartbeat. */
     struct event *end_probe;
     struct event *retry_timer; /* asks again a worker that did not know its task yet */
+    struct event *ack_timer;   /* answers wait for their acknowledgement: ack_alone() */
     int64_t retry_due;         /* when retry_timer fires, while pending (retry_at()) */
     uint32_t end_probe_ms;
 
@@ -948,6 +955,7 @@ static void worker_frame(sl_conn_t *c, const sl_frame_hdr_t *hdr, void *msg, uin
     }
     if (answered > t->batch_seq)
         t->batch_seq = answered;
+    t->ack_soon |= resp->ack_at_once;
     char err[512];
     struct sl_batch *b = resp->shm_length ? batch_from_shm(t, msg, payload, hdr->payload_len, err, sizeof err)
                                           : sl__batch_from_wire(resp, payload, hdr->payload_len, err, sizeof err);
@@ -1084,22 +1092,46 @@ static unsigned share_cap(unsigned per_worker, unsigned window, unsigned live)
     return fair < per_worker ? fair : per_worker;
 }
 
-/* DYNAMIC, at the tick: t's answers that no request acknowledged yet (its
+/* DYNAMIC: whether t has answers that no request acknowledged yet (its
  * share of the window waits at other tasks, held ones mostly, or at the
- * caller) are acknowledged on their own (GetElementRequest.ack_only,
- * answered by nothing): the worker lets them go, and can tell the
- * dispatcher that the splits in them reached their clients
- * (GetSplitRequest.received_below), which a task held at
- * --max-outstanding-splits waits for. Not at once: a read whose caller
- * is slower than its workers would send one for most batches. */
+ * caller), and what would acknowledge them (*acked). */
+static bool ack_due(const sl_iterator_t *it, const struct itask *t, int64_t now, uint64_t *acked)
+{
+    *acked = t->fly_n ? t->fly[0] : t->next_seq;
+    return it->track && !it->coord && askable(t, now) && t->next_seq != 0 && *acked > t->acked_sent;
+}
+
+/* DYNAMIC: t's answers that no request acknowledged yet are acknowledged
+ * on their own (GetElementRequest.ack_only, answered by nothing): the
+ * worker lets them go, and can tell the dispatcher that the splits in them
+ * reached their clients (GetSplitRequest.received_below), which a task
+ * held at --max-outstanding-splits waits for. At once for the answers the
+ * worker marks (GetElementResponse.ack_at_once: its task is at the bound),
+ * at the end of the pass of requests that did not acknowledge them
+ * (send_requests()); the others at most ACK_DELAY_MS later (on_ack_timer(),
+ * armed by the pass that left them): a read whose caller is slower than
+ * its workers would send one for most batches at once, and a request
+ * usually goes to the task before. Before
+ * 2026-12-05 they waited for the heartbeat's tick: 300 s with a slow
+ * heartbeat, at each hold. */
 static void ack_alone(sl_iterator_t *it, struct itask *t, int64_t now)
 {
-    uint64_t acked = t->fly_n ? t->fly[0] : t->next_seq;
-    if (!it->track || it->coord || !askable(t, now) || t->next_seq == 0 || acked <= t->acked_sent)
+    uint64_t acked;
+    if (!ack_due(it, t, now, &acked))
         return;
     sluice_GetElementRequest req = {.ack_only = true, .acked_below = acked};
     if (send_now(t, &req) == 0)
         t->acked_sent = acked;
+}
+
+static void on_ack_timer(evutil_socket_t fd, short what, void *arg)
+{
+    sl_iterator_t *it = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = now_ms();
+    for (struct itask *t = it->tasks; t; t = t->next)
+        ack_alone(it, t, now);
 }
 
 /* Asks for batches within the budget (queued of it taken by batches
@@ -1158,11 +1190,23 @@ static void send_requests(sl_iterator_t *it, unsigned queued)
             sent = true;
         }
     }
-    for (struct itask *t = it->tasks; t; t = t->next)
+    bool due = false;
+    for (struct itask *t = it->tasks; t; t = t->next) {
+        if (t->ack_soon) {
+            t->ack_soon = false;
+            ack_alone(it, t, now);
+        }
+        uint64_t acked;
+        due |= ack_due(it, t, now, &acked);
         if (t->corked) {
             t->corked = false;
             sl_conn_uncork(t->conn);
         }
+    }
+    if (due && !evtimer_pending(it->ack_timer, NULL)) {
+        struct timeval tv = {0, ACK_DELAY_MS * 1000};
+        evtimer_add(it->ack_timer, &tv);
+    }
 }
 
 static void pump(sl_iterator_t *it)
@@ -1772,7 +1816,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             return;
         }
         progress_probe(it, t);
-        ack_alone(it, t, now); /* a tick at most after its last answer came */
         if (t->state != TC_IDLE)
             continue;
         if (now - t->unreachable_since > it->opts.timeout_ms) {
@@ -2181,8 +2224,10 @@ static int iterator_open(sl_client_t *c, uint64_t dataset_id, const sl_iterator_
     it->release_timer = evtimer_new(it->base, on_release_timeout, it);
     it->end_probe = evtimer_new(it->base, on_end_probe, it);
     it->retry_timer = evtimer_new(it->base, on_retry_timer, it);
+    it->ack_timer = evtimer_new(it->base, on_ack_timer, it);
     it->disp_resolver = sl_resolver_new(it->base, disp_resolved, it);
-    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe || !it->retry_timer || !it->disp_resolver)
+    if (!it->kick || !it->tick || !it->release_timer || !it->end_probe || !it->retry_timer || !it->ack_timer ||
+        !it->disp_resolver)
         goto fail;
     struct timeval tv = {it->heartbeat_ms / 1000, (it->heartbeat_ms % 1000) * 1000};
     event_add(it->tick, &tv);
@@ -2529,6 +2574,8 @@ void sl_iterator_close(sl_iterator_t *it)
         event_free(it->end_probe);
     if (it->retry_timer)
         event_free(it->retry_timer);
+    if (it->ack_timer)
+        event_free(it->ack_timer);
     sl_resolver_free(it->disp_resolver);
     if (it->base)
         event_base_free(it->base);

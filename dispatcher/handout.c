@@ -397,6 +397,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
          * (task_check_held() fails the job if they are not). */
         t->held = true;
         resp->retry_ms = RETRY_SPLITS_MS;
+        resp->at_bound = true;
         return 0;
     }
     if (tracked && j->num_orphans > 0) {
@@ -533,6 +534,9 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
         resp->retry_ms = RETRY_SPLITS_MS;
     }
 answered:
+    /* Its next request waits unless its clients confirm: its worker has
+     * them acknowledge its batches at once meanwhile. */
+    resp->at_bound = tracked && sl__out_bounded(t) >= bound;
     note_queue(t, req, resp, now);
     if (req->request_seq != 0 && resp->splits_count > 0) {
         last_answer_keep(t, resp);

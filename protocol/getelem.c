@@ -189,6 +189,7 @@ int sl_getelem_resp_encode(const sluice_GetElementResponse *m, uint8_t *buf, siz
         p += m->shm_tail.size;
     }
     p = put_u64_2(p, KEY2(sluice_GetElementResponse_left_tag, WT_VARINT), m->left);
+    p = put_u64_2(p, KEY2(sluice_GetElementResponse_ack_at_once_tag, WT_VARINT), m->ack_at_once);
     *len = (size_t)(p - buf);
     return 0;
 }
@@ -380,6 +381,7 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetElementResponse_shm_offset_tag: return get_uint64(r, wt, "shm_offset", &m->shm_offset);
     case sluice_GetElementResponse_shm_length_tag: return get_uint64(r, wt, "shm_length", &m->shm_length);
     case sluice_GetElementResponse_left_tag: return get_bool(r, wt, "left", &m->left);
+    case sluice_GetElementResponse_ack_at_once_tag: return get_bool(r, wt, "ack_at_once", &m->ack_at_once);
     default: return skip(r, wt);
     }
 }
@@ -404,7 +406,7 @@ int sl_getelem_resp_decode(const uint8_t *buf, size_t len, sluice_GetElementResp
     memset(&m->shm_ticket, 0, sizeof m->shm_ticket);
     m->shm_offset = m->shm_length = 0;
     memset(&m->shm_tail, 0, sizeof m->shm_tail);
-    m->left = false;
+    m->left = m->ack_at_once = false;
     struct rd r = {buf, buf + len, NULL, NULL, -1};
     return get_fields(&r, response_field, m) ? 0 : failed(&r, buf, "components", err, errlen);
 }

@@ -54,6 +54,7 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
     case sluice_GetSplitResponse_epoch_tag: return get_uint64(r, wt, "epoch", &m->epoch);
     case sluice_GetSplitResponse_finished_tag: return get_bool(r, wt, "finished", &m->finished);
     case sluice_GetSplitResponse_retry_ms_tag: return get_uint32(r, wt, "retry_ms", &m->retry_ms);
+    case sluice_GetSplitResponse_at_bound_tag: return get_bool(r, wt, "at_bound", &m->at_bound);
     default: return skip(r, wt);
     }
 }
@@ -61,7 +62,7 @@ static bool response_field(struct rd *r, uint32_t tag, unsigned wt, void *msg)
 int sl_getsplit_resp_decode(const uint8_t *buf, size_t len, sluice_GetSplitResponse *m, char *err, size_t errlen)
 {
     m->splits_count = 0;
-    m->end_of_epoch = m->finished = false;
+    m->end_of_epoch = m->finished = m->at_bound = false;
     m->epoch = 0;
     m->retry_ms = 0;
     struct rd r = {buf, buf + len, NULL, NULL, -1};

@@ -163,6 +163,9 @@ struct sl_task {
      * (sl_task_split_waits()) without the event base's lock. Only a hint:
      * what holds a request back, and sl_task_retry_now(), read the timer. */
     bool retry_armed;
+    /* Network thread only: the last answer said the task is at
+     * --max-outstanding-splits (GetSplitResponse.at_bound). */
+    bool at_bound;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
      * yet), from which a split request asks for splits of split_target_ms
@@ -1331,6 +1334,11 @@ bool sl_task_split_waits(sl_task_t *t)
     return t->retry_armed;
 }
 
+bool sl_task_acks_wanted(sl_task_t *t)
+{
+    return t->at_bound || t->retry_armed;
+}
+
 bool sl_task_retry_now(sl_task_t *t)
 {
     if (t->def.sharding != SL_SHARDING_DYNAMIC || !evtimer_pending(t->retry_ev, NULL))
@@ -1422,6 +1430,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
 {
     t->split_request_out = false;
     t->split_seq++;
+    t->at_bound = resp->at_bound;
     /* A pipeline that ended (a take) while this request was out: its end of
      * sequence and its DONE waited for the answer (sl_task_take(),
      * state_locked()), so that the splits in it, never read, get their

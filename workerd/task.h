@@ -277,6 +277,13 @@ void sl_task_split_report(sl_task_t *task, uint32_t *slack_ms, uint64_t *records
  *  before its next split request (GetSplitResponse.retry_ms). */
 bool sl_task_split_waits(sl_task_t *task);
 
+/** DYNAMIC, network thread: whether the task's clients are to acknowledge
+ *  its batches at once (GetElementResponse.ack_at_once): the dispatcher's
+ *  last answer left it at --max-outstanding-splits (GetSplitResponse.
+ *  at_bound), or it waits before it asks again (a dispatcher before
+ *  at_bound holds it there so). */
+bool sl_task_acks_wanted(sl_task_t *task);
+
 /** DYNAMIC, network thread: the wait the dispatcher asked for before the
  *  next split request (GetSplitResponse.retry_ms) ends now; the task asks
  *  from the loop as at the wait's end. @return whether it was waiting */

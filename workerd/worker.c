@@ -775,6 +775,11 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
         sl_metric_add(m_not_held, 1);
     else if (sv->handed > 0)
         sl_task_hand_over(wt->task, b, sv->handed);
+    /* A task at the bound, or waiting for the dispatcher before it asks for
+     * splits again, says more of what reached its clients with each
+     * acknowledgement (acknowledged()): its client sends this one at once,
+     * not at its tick. */
+    resp->ack_at_once = how->seq != 0 && !wt->rounds && sl_task_acks_wanted(wt->task) && sl_holders_sure(wt->holders);
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * gives its room back to the task once the socket has taken them. */
     send_served(wc, request_id, sv);

@@ -470,6 +470,24 @@ class ManyClientsSlowHeartbeats(ClientsOfOneJob):
         self.read_once_an_epoch()
 
 
+class WindowsFullOfHeldRequests(ClientsOfOneJob):
+    """22 clients with 300 s heartbeats on three workers, a bound of 16:
+    a client's window fills with requests waiting at held tasks, and the
+    batch a task served after the client's last request to it, whose
+    acknowledgement its worker waits for to say more reached the clients,
+    went unacknowledged until the client's tick (ack_alone() then): the
+    job stopped at its first hold for 300 s. Acknowledged on their own
+    50 ms after they came now, and at once when the worker marks them
+    (GetElementResponse.ack_at_once: the task is at the bound)."""
+
+    CLIENTS, WORKERS, BOUND = 22, 3, 16
+    DISPATCHER_ARGS = SLOW_HEARTBEATS + ['--max-outstanding-splits', str(BOUND), '--client-stall-ms', '0',
+                                         '--worker-timeout-ms', '600000']
+
+    def test_answers_after_a_clients_last_request_are_acknowledged_without_its_tick(self):
+        self.read_once_an_epoch()
+
+
 class ClientsAgainstTheBound(unittest.TestCase):
     """A seeded draw of what ManyClientsLowBound fixes: 8 to 24 clients of
     one named DYNAMIC job of one-record files, 1 to 3 workers, a bound of 8
@@ -477,7 +495,7 @@ class ClientsAgainstTheBound(unittest.TestCase):
     workers killed with -9 and started again mid-run. The clients are
     stopped (SIGSTOP) around each kill: the job cannot end before it, and
     the killed worker's splits not yet confirmed are in the clients' hands
-    or its buffers. 100 to 1,000 files, 5,000 records or more. Every
+    or its buffers. 100 to 1,000 files, 20,000 records or more. Every
     record arrives once an epoch across the clients. The seed is printed
     in every failure (SLUICE_CHAOS_SEED reruns one)."""
 
@@ -486,11 +504,12 @@ class ClientsAgainstTheBound(unittest.TestCase):
         rng = random.Random(seed)
         workers, bound, batch = rng.randint(1, 3), rng.choice([8, 16, 32, 64]), rng.randint(1, 8)
         clients, files = rng.randint(8, 24), rng.randint(100, 1000)
-        # 5,000 records or more: a hold lasts a round trip once its worker
-        # says what reached the clients (a client heartbeat, 250 ms,
-        # before: 2,000 took up to 18 s then), up to a tick where answers
-        # wait for their acknowledgement.
-        epochs = max(2, 5000 // files)
+        # 20,000 records or more: a hold lasts a round trip once its worker
+        # says what reached the clients and they acknowledge its batches at
+        # once (a client heartbeat, 250 ms, before the worker's word: 2,000
+        # took up to 18 s then; 5,000 up to 25 s while answers no request
+        # acknowledged waited for the client's tick).
+        epochs = max(2, 20000 // files)
         total = files * epochs
         ats = sorted(rng.sample(range(total // batch // 10, total // batch * 7 // 10), rng.randint(0, 2)))
         kills = [(at, rng.randrange(workers), rng.uniform(0.0, 1.0)) for at in ats]

@@ -858,18 +858,32 @@ Test(outstanding, each_client_confirms_at_its_share_of_a_quarter_of_the_bound)
     cr_assert_eq(confirm_every_of(8, 3), 1, "at least 1");
 }
 
+/* An answer that leaves the task at the bound, and one that holds it
+ * there, say so (GetSplitResponse.at_bound): its worker has its clients
+ * acknowledge batches at once from then on. */
 Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
 {
     uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
     sluice_GetSplitResponse r;
     get_splits(ta, 1, 3, &r);
     cr_assert_eq(r.splits_count, 3);
+    cr_assert_not(r.at_bound, "3 of 5");
+    uint64_t first = r.splits[0].split_id;
     get_splits(ta, 2, 8, &r);
     cr_assert_eq(r.splits_count, 2, "8 asked, 2 more reach the bound of 5");
+    cr_assert(r.at_bound, "5 of 5");
     cr_assert_eq(lost_splits(j, "outstanding"), 5);
     get_splits(ta, 3, 8, &r);
     cr_assert_eq(r.splits_count, 0);
     cr_assert_gt(r.retry_ms, 0, "held at the bound until its clients confirm splits");
+    cr_assert(r.at_bound);
+    /* Its worker says every batch of the first two splits was acknowledged:
+     * 3 of 5 again, room for 2. */
+    sluice_GetSplitRequest req = {.task_id = ta, .max_splits = 1, .request_seq = 4, .received_below = first + 2};
+    r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.splits_count, 1);
+    cr_assert_not(r.at_bound, "4 of 5");
 }
 
 /* A coordinated task at the bound whose pipeline waits for a split to make

@@ -1407,7 +1407,9 @@ Test(task, splits_of_later_epochs_wait_for_theirs_and_a_late_answer_is_kept)
  * split, says how long it waited with none asked for (what the worker's
  * heartbeat tick looks at to ask should a wake-up be lost; a LongRun hang
  * had a task wait for ever with no request out). While a request is out
- * or the wait runs, it says 0. */
+ * or the wait runs, it says 0. While the wait runs, and after an answer
+ * that left the task at --max-outstanding-splits (at_bound), its clients
+ * are to acknowledge its batches at once (sl_task_acks_wanted()). */
 Test(task, a_retry_holds_requests_back_until_its_wait_ends_and_an_unasked_wait_shows)
 {
     struct run r = {0};
@@ -1423,18 +1425,22 @@ Test(task, a_retry_holds_requests_back_until_its_wait_ends_and_an_unasked_wait_s
     sl_task_splits_arrived(r.task, &resp);
     cr_assert_not(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "asked again before the wait ended");
     cr_assert_eq(sl_task_split_wait_unasked(r.task), 0, "a wait while the retry's wait runs");
+    cr_assert(sl_task_acks_wanted(r.task), "no acknowledgement at once while the task waits");
     /* The wait ends (the loop runs its timer); the pipeline waits on. */
     double waited = 0;
     for (int i = 0; i < 3000 && (waited = sl_task_split_wait_unasked(r.task)) == 0; i++)
         wait_notify(&r);
     cr_assert_gt(waited, 0, "no unasked wait after the retry's wait");
+    cr_assert_not(sl_task_acks_wanted(r.task), "acknowledgements at once after the wait");
     cr_assert(sl_task_want_splits(r.task, &epoch, &max, &seq, &records), "no request after the retry's wait");
     cr_assert_eq(sl_task_split_wait_unasked(r.task), 0, "a wait while a request is out");
     resp = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
     resp.epoch = epoch;
     resp.splits_count = 1;
     resp.splits[0] = (sluice_Split){.split_id = 1, .begin = 0, .end = 1000, .epoch = epoch};
+    resp.at_bound = true;
     sl_task_splits_arrived(r.task, &resp);
+    cr_assert(sl_task_acks_wanted(r.task), "no acknowledgement at once at the bound");
     uint64_t below = 0, elements = 0;
     bool ended = false;
     for (int guard = 0; !ended && guard < 100000; guard++) {
