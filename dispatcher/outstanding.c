@@ -158,6 +158,8 @@ static void prune(sl_dstate_t *st, struct job *j, struct task *t)
     }
     if (readers == 0)
         below = 0;
+    if (t->lost_below != 0 && below >= t->lost_below && t->received_past > below)
+        below = t->received_past; /* past the batches its worker lost, which the clients had */
     if (t->received_below > below)
         below = t->received_below; /* its worker saw every batch of those splits acknowledged */
     while (t->out_head < t->out_num && t->out[t->out_head].id < below) {
@@ -188,17 +190,29 @@ bool sl__out_holds_back(const struct job *j, const struct client *c)
     return false;
 }
 
-void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below)
+void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, const sluice_GetSplitRequest *req)
 {
-    if (!sl__out_tracked(j) || below <= t->received_below)
+    if (!sl__out_tracked(j))
         return;
-    t->received_below = below;
-    prune(st, j, t);
+    bool more = req->received_below > t->received_below ||
+                (req->lost_below != 0 && (req->lost_below != t->lost_below || req->received_past_lost > t->received_past));
+    if (req->received_below > t->received_below)
+        t->received_below = req->received_below;
+    /* The last pair its worker said: lost_below grows as it loses more. */
+    t->lost_below = req->lost_below;
+    t->received_past = req->lost_below != 0 ? req->received_past_lost : 0;
+    if (more)
+        prune(st, j, t);
 }
 
 uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c)
 {
-    if (sl__out_bounded(t) < st->cfg.max_outstanding || t->worker_done_below <= sl__out_oldest(t) || !reads(c, t))
+    /* A done task asks no more splits, so its worker says no more of what
+     * reached its clients: its last splits wait for their word, and the
+     * job's end with them (before 2026-12-05 a client whose trainer paused
+     * held it until it read on). */
+    bool waits = sl__out_bounded(t) >= st->cfg.max_outstanding || t->state == TASK_DONE;
+    if (!waits || t->worker_done_below <= sl__out_oldest(t) || !reads(c, t))
         return 0;
     const struct client_progress *p = progress_of((struct client *)c, t->id);
     return p && p->done_below >= t->worker_done_below ? 0 : t->worker_done_below;

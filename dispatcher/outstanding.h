@@ -63,15 +63,17 @@ bool sl__out_pending(const struct job *j);
  *  outstanding. @return whether c's progress grew */
 bool sl__out_progress(sl_dstate_t *st, struct job *j, struct client *c, const sluice_TaskProgress *p, unsigned n);
 
-/** t's worker said every split below `below` reached the clients it went
- *  to (GetSplitRequest.received_below): those are no longer outstanding,
- *  whatever its clients said. */
-void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, uint64_t below);
+/** t's worker said every split below req->received_below reached the
+ *  clients it went to, and every split from req->lost_below up to
+ *  req->received_past_lost too (GetSplitRequest): those below the first
+ *  are no longer outstanding, whatever its clients said; those past
+ *  lost_below once its clients said they have every split below it. */
+void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, const sluice_GetSplitRequest *req);
 
 /** What client c is to ask task t's worker about (TaskInfo.probe_below):
- *  t holds --max-outstanding-splits splits, its worker said (its last
- *  heartbeat) that those below worker_done_below are done, past the oldest
- *  it holds, and c said less. @return that done_below, 0 for none */
+ *  t holds --max-outstanding-splits splits, or is done, its worker said
+ *  (its last heartbeat) that those below worker_done_below are done, past
+ *  the oldest it holds, and c said less. @return that done_below, 0 for none */
 uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c);
 
 /** Whether client c holds splits back from its peers: a task it reads has

@@ -164,8 +164,11 @@ struct task {
     uint64_t worker_done_below;
     /* DYNAMIC: the largest GetSplitRequest.received_below of its worker
      * (not stored): every split below it reached its clients, whatever
-     * they said (sl__out_received()). */
-    uint64_t received_below;
+     * they said (sl__out_received()); and its last lost_below and
+     * received_past_lost (0, 0: none lost): every split from lost_below up
+     * to received_past reached them, counted once the clients said they
+     * have every split below lost_below. */
+    uint64_t received_below, lost_below, received_past;
     /* DYNAMIC, in memory only: its rate through its splits (records/s, 0:
      * not said) and the records it held queued after its last answer, at
      * queued_at (ms), for the shares of the epoch's end (balanced_share()

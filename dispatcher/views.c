@@ -242,6 +242,11 @@ static json_t *job_json(const struct job *j, int64_t now, bool detail)
                 json_object_set_new(to, "oldest_outstanding", json_integer(as_json_int(sl__out_oldest(tk))));
             json_object_set_new(to, "worker_done_below", json_integer(as_json_int(tk->worker_done_below)));
             json_object_set_new(to, "worker_received_below", json_integer(as_json_int(tk->received_below)));
+            /* Past the batches its worker lost (null: none lost). */
+            json_object_set_new(to, "worker_lost_below",
+                                tk->lost_below ? json_integer(as_json_int(tk->lost_below)) : json_null());
+            json_object_set_new(to, "worker_received_past_lost",
+                                tk->lost_below ? json_integer(as_json_int(tk->received_past)) : json_null());
         }
         if (j->num_consumers > 0) {
             /* The rounds it serves, [start, end); a lost worker's end is set

@@ -73,11 +73,14 @@ static void add_task(sl_task_t *task, const sl_worker_task_view_t *view, void *a
     json_object_set_new(o, "held", json_pack("{s:I,s:I}", "batches", (json_int_t)view->held_batches, "bytes",
                                              (json_int_t)view->held_bytes));
     /* DYNAMIC: how far its splits reached its clients, as it tells the
-     * dispatcher; null once it cannot say (a batch went out unheld or was
-     * let go of unacknowledged). */
-    if (ti.sharding == SL_SHARDING_DYNAMIC && !view->rounds)
-        json_object_set_new(o, "received_below", view->received_told ? json_integer((json_int_t)view->received_below)
-                                                                     : json_null());
+     * dispatcher, and past the batches it lost (null: none lost). */
+    if (ti.sharding == SL_SHARDING_DYNAMIC && !view->rounds) {
+        bool lost = view->lost_below != 0;
+        json_object_set_new(o, "received_below", json_integer((json_int_t)view->received_below));
+        json_object_set_new(o, "lost_below", lost ? json_integer((json_int_t)view->lost_below) : json_null());
+        json_object_set_new(o, "received_past_lost",
+                            lost ? json_integer((json_int_t)view->received_past_lost) : json_null());
+    }
     if (view->rounds)
         json_object_set_new(o, "rounds", rounds_json(view->rounds));
     if (ti.state == SL_TASK_FAILED)

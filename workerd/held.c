@@ -26,6 +26,7 @@ sl_served_t *sl_served_new(uint64_t task_id, sl_wire_batch_t *batch)
         sl_zero_except(s, sizeof *s, offsetof(sl_served_t, resp.components), sizeof s->resp.components);
         s->task_id = task_id;
         s->batch = batch;
+        s->ceil = UINT64_MAX;
         s->refs = 1;
     }
     return s;
@@ -67,9 +68,10 @@ struct sl_holders {
     size_t *own; /* sl_holders_count_own() */
     struct holder *v;
     unsigned n, cap;
-    /* A batch went out unheld, or was let go of unacknowledged
-     * (sl_holders_received_below()). */
-    bool unsure;
+    /* The batches that went out unheld, or were let go of unacknowledged,
+     * hold records of splits in [lost_floor, lost_ceil) alone
+     * (sl_holders_received_below()); lost_ceil 0: none. */
+    uint64_t lost_floor, lost_ceil;
 };
 
 sl_holders_t *sl_holders_new(sl_membudget_t *budget)
@@ -93,6 +95,25 @@ static void drop(sl_holders_t *h, sl_served_t *s)
         __atomic_sub_fetch(h->own, s->charged, __ATOMIC_RELEASE);
     s->charged = 0;
     sl_served_unref(s);
+}
+
+/* s may not have reached its client: the splits it holds records of are
+ * its clients' word from now on (sl_holders_received_below()). */
+static void lose(sl_holders_t *h, const sl_served_t *s)
+{
+    if (s->ceil <= s->floor)
+        return; /* of no split */
+    if (h->lost_ceil == 0 || s->floor < h->lost_floor)
+        h->lost_floor = s->floor;
+    if (s->ceil > h->lost_ceil)
+        h->lost_ceil = s->ceil;
+}
+
+/* Every batch c holds may not have reached it. */
+static void lose_held(sl_holders_t *h, const struct holder *c)
+{
+    for (unsigned k = 0; k < c->n; k++)
+        lose(h, c->held[k]);
 }
 
 /* Drops what holder c holds below seq `below`. */
@@ -229,8 +250,8 @@ void sl_holders_ack(sl_holders_t *h, uint64_t client_id, uint64_t acked_below)
     struct holder *c = acked_below == UINT64_MAX ? get(h, client_id) : find(h, client_id);
     if (!c)
         return;
-    if (acked_below == UINT64_MAX && c->n > 0)
-        h->unsure = true; /* what it said it has may still be on its way */
+    if (acked_below == UINT64_MAX)
+        lose_held(h, c); /* what it said it has may still be on its way */
     ack(h, c, acked_below);
     if (acked_below == UINT64_MAX)
         c->left = true;
@@ -247,7 +268,7 @@ sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_
 {
     struct holder *c = get(h, client_id); /* swept while its request waited */
     if (!c || c->left)
-        h->unsure = true;
+        lose(h, s);
     if (!c)
         return SL_HOLD_NO_ROOM;
     if (c->left)
@@ -266,7 +287,7 @@ sl_hold_t sl_holders_keep(sl_holders_t *h, uint64_t client_id, uint64_t seq, sl_
                         "until it is acknowledged: if its connection breaks first, it cannot be sent again",
                         s->task_id, seq, client_id, bytes);
         c->warned = true;
-        h->unsure = true;
+        lose(h, s);
         return SL_HOLD_NO_ROOM;
     }
     s->charged = h->budget ? bytes : 0;
@@ -291,7 +312,7 @@ unsigned sl_holders_sweep(sl_holders_t *h, int64_t now_ms, int64_t timeout_ms)
     for (unsigned i = 0; i < h->n;) {
         if (now_ms - h->v[i].last_ms > timeout_ms) {
             dropped += h->v[i].n;
-            h->unsure |= h->v[i].n > 0;
+            lose_held(h, &h->v[i]);
             if (h->v[i].n > 0)
                 sl_log_info("dropped %u batches held for client %" PRIu64 ", silent for %" PRId64 " ms",
                             h->v[i].n, h->v[i].client_id, now_ms - h->v[i].last_ms);
@@ -311,26 +332,26 @@ bool sl_holders_empty(const sl_holders_t *h)
     return true;
 }
 
-uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below)
+uint64_t sl_holders_received_past_lost(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below)
 {
-    if (h->unsure)
-        return 0;
     uint64_t below = done_below;
     for (unsigned i = 0; i < h->n; i++)
         for (unsigned k = 0; k < h->v[i].n; k++)
             if (h->v[i].held[k]->floor < below)
                 below = h->v[i].held[k]->floor;
+    *lost_below = h->lost_ceil;
     return below;
 }
 
-bool sl_holders_sure(const sl_holders_t *h)
+uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below)
 {
-    return !h->unsure;
+    uint64_t lost_below, below = sl_holders_received_past_lost(h, done_below, &lost_below);
+    return lost_below != 0 && h->lost_floor < below ? h->lost_floor : below;
 }
 
-void sl_holders_unheld(sl_holders_t *h)
+void sl_holders_unheld(sl_holders_t *h, const sl_served_t *s)
 {
-    h->unsure = true;
+    lose(h, s);
 }
 
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes)

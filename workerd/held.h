@@ -64,8 +64,10 @@ typedef struct sl_served {
     unsigned refs;
     bool released; /* its size was given back to the task's buffer */
     /* DYNAMIC: the done_below of the task's batch served before this one:
-     * this one holds no record of a split below it (sl_holders_received_below()). */
-    uint64_t floor;
+     * this one holds no record of a split below it (sl_holders_received_below());
+     * and one past the largest split id its task had received when it was
+     * served (UINT64_MAX: not known): none of a split at or past it. */
+    uint64_t floor, ceil;
     size_t charged; /* to the memory budget while held */
     size_t handed;  /* of charged, what its task had charged (sl_holders_keep()) */
 } sl_served_t;
@@ -160,18 +162,26 @@ bool sl_holders_empty(const sl_holders_t *h);
  * DYNAMIC: below which split id every record of the task's splits went out
  * in a batch its client acknowledged, given done_below, the task's now
  * (each of those splits' records went out in a batch served already):
- * done_below, or the least floor of a batch held unacknowledged. 0 for
- * good once a batch went out unheld (sl_holders_unheld(), or not kept by
- * sl_holders_keep()) or was let go of unacknowledged (a client silent past
- * the hold timeout, a client that left with batches held).
+ * done_below, or the least floor of a batch held unacknowledged, or the
+ * least floor of a batch lost: one that went out unheld
+ * (sl_holders_unheld(), or not kept by sl_holders_keep()) or was let go of
+ * unacknowledged (a client silent past the hold timeout, a client that
+ * left with batches held). Before 2026-12-05 a batch lost made it 0 for
+ * the rest of the task.
  */
 uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below);
 
-/** Whether sl_holders_received_below() can still say more than 0. */
-bool sl_holders_sure(const sl_holders_t *h);
+/**
+ * DYNAMIC: what sl_holders_received_below() would say without the batches
+ * lost, which hold records of splits below *lost_below (the largest ceil
+ * of them) alone: every split from *lost_below up to the split id returned
+ * went out whole in batches their clients acknowledged. *lost_below 0:
+ * none lost (the two say the same).
+ */
+uint64_t sl_holders_received_past_lost(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below);
 
 /** A batch with records went out without a holder (its request had no seq). */
-void sl_holders_unheld(sl_holders_t *h);
+void sl_holders_unheld(sl_holders_t *h, const sl_served_t *s);
 
 /** Batches and bytes held now. */
 void sl_holders_count(const sl_holders_t *h, unsigned *batches, size_t *bytes);

@@ -166,6 +166,9 @@ struct sl_task {
     /* Network thread only: the last answer said the task is at
      * --max-outstanding-splits (GetSplitResponse.at_bound). */
     bool at_bound;
+    /* Network thread only: split_next_id as of the last answer, read for
+     * every batch served without mu (sl_task_split_ceiling()). */
+    uint64_t split_ceiling;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
      * yet), from which a split request asks for splits of split_target_ms
@@ -1334,6 +1337,11 @@ bool sl_task_split_waits(sl_task_t *t)
     return t->retry_armed;
 }
 
+uint64_t sl_task_split_ceiling(sl_task_t *t)
+{
+    return t->split_ceiling;
+}
+
 bool sl_task_acks_wanted(sl_task_t *t)
 {
     return t->at_bound || t->retry_armed;
@@ -1488,7 +1496,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             s->epoch = resp->splits[i].epoch;
             s->asked = t->asked_records;
             if (s->split_id >= t->split_next_id)
-                t->split_next_id = s->split_id + 1;
+                t->split_next_id = t->split_ceiling = s->split_id + 1;
             char err[300];
             /* Checked above: only memory can fail here. */
             if (sl_task_read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {

@@ -277,6 +277,10 @@ void sl_task_split_report(sl_task_t *task, uint32_t *slack_ms, uint64_t *records
  *  before its next split request (GetSplitResponse.retry_ms). */
 bool sl_task_split_waits(sl_task_t *task);
 
+/** DYNAMIC, network thread: one past the largest split id the task was
+ *  given: no batch served now holds a record of a split at or past it. */
+uint64_t sl_task_split_ceiling(sl_task_t *task);
+
 /** DYNAMIC, network thread: whether the task's clients are to acknowledge
  *  its batches at once (GetElementResponse.ack_at_once): the dispatcher's
  *  last answer left it at --max-outstanding-splits (GetSplitResponse.

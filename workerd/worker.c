@@ -93,8 +93,9 @@ struct wtask {
     bool client_keys; /* TaskDef.client_keys: clients show their own keys, never this one */
     sl_holders_t *holders; /* batches served and not yet acknowledged (held.h) */
     /* DYNAMIC: the done_below of its last batch served (the floor of the
-     * next, held.h), and the received_below its last split request said. */
-    uint64_t batch_below, received_said;
+     * next, held.h), and what its last split request said reached its
+     * clients (received_below, received_past_lost). */
+    uint64_t batch_below, received_said, past_said;
     /* Its requests waiting for a batch, in arrival order: a request or a
      * batch of one task looks at its own, not at every task's. */
     struct parked *parked, **parked_tail;
@@ -336,10 +337,21 @@ static void send_request(sl_worker_t *w, struct outstanding *o, const void *msg)
  * --max-outstanding-splits goes on at its next request, not after a
  * heartbeat of every client (one that got none of its batches of late is
  * behind). Read on this thread, which alone serves batches. Not for
- * coordinated reads, whose rounds keep their own. */
-static uint64_t received_below(struct wtask *wt)
+ * coordinated reads, whose rounds keep their own. With batches lost (held.h),
+ * which hold records of splits below *lost_below alone: every split from
+ * there up to *past reached its clients too (GetSplitRequest.lost_below,
+ * received_past_lost), which the dispatcher counts once its clients said
+ * they have every split below *lost_below. */
+static uint64_t received_below(struct wtask *wt, uint64_t *lost_below, uint64_t *past)
 {
-    return wt->rounds || !wt->holders ? 0 : sl_holders_received_below(wt->holders, sl_task_done_below(wt->task));
+    *lost_below = *past = 0;
+    if (wt->rounds || !wt->holders)
+        return 0;
+    uint64_t done_below = sl_task_done_below(wt->task);
+    *past = sl_holders_received_past_lost(wt->holders, done_below, lost_below);
+    if (*lost_below == 0)
+        *past = 0;
+    return sl_holders_received_below(wt->holders, done_below);
 }
 
 /* Asks the dispatcher for the splits each DYNAMIC task wants. */
@@ -359,8 +371,9 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
         return;
     }
     o->task_id = sl_task_id(wt->task);
-    uint64_t received = received_below(wt);
+    uint64_t lost_below, past, received = received_below(wt, &lost_below, &past);
     wt->received_said = received;
+    wt->past_said = past;
     sluice_GetSplitRequest req = {.task_id = o->task_id,
                                   .epoch = epoch,
                                   .max_splits = max,
@@ -370,7 +383,9 @@ static void fetch_splits(sl_worker_t *w, struct wtask *wt)
                                   .records_per_second = rate,
                                   .cross_epochs = true,
                                   .for_extra = sl_task_extra_wanted(wt->task),
-                                  .received_below = received};
+                                  .received_below = received,
+                                  .lost_below = lost_below,
+                                  .received_past_lost = past};
     send_request(w, o, &req);
 }
 
@@ -755,6 +770,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     (void)fill_done(wt->task, b, false, wc->provenance && wc->tallies && b->prov_wire && b->prov_n > 1, sv->notices_one,
                     sizeof sv->notices_one, &sv->notices, &notices_len, &tally_len, &resp->done_below);
     sv->floor = wt->batch_below;
+    sv->ceil = sl_task_split_ceiling(wt->task);
     if (resp->done_below > wt->batch_below)
         wt->batch_below = resp->done_below;
     sv->notices_len = notices_len + tally_len;
@@ -769,7 +785,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
     /* Kept with the task's charge of the batch, which its holder takes
      * over: the batch is sure to be kept when the budget is full. */
     if (how->seq == 0)
-        sl_holders_unheld(wt->holders);
+        sl_holders_unheld(wt->holders, sv);
     else if (sl_holders_keep(wt->holders, how->client_id, how->seq, sv, b->charged, now_us() / 1000) ==
              SL_HOLD_NO_ROOM)
         sl_metric_add(m_not_held, 1);
@@ -779,7 +795,7 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
      * splits again, says more of what reached its clients with each
      * acknowledgement (acknowledged()): its client sends this one at once,
      * not at its tick. */
-    resp->ack_at_once = how->seq != 0 && !wt->rounds && sl_task_acks_wanted(wt->task) && sl_holders_sure(wt->holders);
+    resp->ack_at_once = how->seq != 0 && !wt->rounds && sl_task_acks_wanted(wt->task);
     /* The tensor bytes go out from the batch's own buffer; on_batch_written
      * gives its room back to the task once the socket has taken them. */
     send_served(wc, request_id, sv);
@@ -792,7 +808,10 @@ static void send_batch(struct wconn *wc, uint32_t request_id, struct wtask *wt, 
  * a round trip after its batches reached them, not at the end of the wait. */
 static void acknowledged(struct wtask *wt)
 {
-    if (sl_task_split_waits(wt->task) && received_below(wt) > wt->received_said)
+    if (!sl_task_split_waits(wt->task))
+        return;
+    uint64_t lost_below, past, received = received_below(wt, &lost_below, &past);
+    if (received > wt->received_said || past > wt->past_said)
         (void)sl_task_retry_now(wt->task);
 }
 
@@ -1981,10 +2000,8 @@ void sl_worker_foreach_task(sl_worker_t *w,
         sl_worker_task_view_t v = {.rounds = wt->rounds};
         count_waiting(wt, &v);
         sl_holders_count(wt->holders, &v.held_batches, &v.held_bytes);
-        if (!wt->rounds) {
-            v.received_told = sl_holders_sure(wt->holders);
-            v.received_below = received_below(wt);
-        }
+        if (!wt->rounds)
+            v.received_below = received_below(wt, &v.lost_below, &v.received_past_lost);
         fn(wt->task, &v, arg);
     }
 }

@@ -79,10 +79,10 @@ typedef struct sl_worker_task_view {
     unsigned requests_waiting_again;
     unsigned held_batches;      /* served, not yet acknowledged (held.h) */
     size_t held_bytes;
-    /* DYNAMIC, not coordinated: whether it can still say how far its
-     * splits reached its clients, and how far (GetSplitRequest.received_below) */
-    bool received_told;
-    uint64_t received_below;
+    /* DYNAMIC, not coordinated: how far its splits reached its clients
+     * (GetSplitRequest.received_below), and past the batches it lost
+     * (lost_below, received_past_lost; 0, 0: none lost) */
+    uint64_t received_below, lost_below, received_past_lost;
 } sl_worker_task_view_t;
 
 /** Calls fn for every task the worker runs, on the worker's loop thread. */

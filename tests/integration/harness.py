@@ -433,6 +433,29 @@ def values(batches, key):
     return out
 
 
+def stop_until_batches_are_lost(procs, workers):
+    """Stops the clients procs (SIGSTOP) at a moment a worker of workers
+    holds batches sent to them and not acknowledged, until one lets those go
+    after its --hold-timeout-ms (lost_below in its task view), then lets
+    them go on. A moment no batch is held is tried again, up to 100 times
+    (the job cannot end while they are stopped)."""
+    def tasks():
+        return [t for w in workers for t in get_json(w.admin_port, '/v1/tasks')['tasks']]
+    for _ in range(100):
+        for p in procs:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            if any(t['held']['batches'] > 0 for t in tasks()):
+                wait_for(lambda: any(t.get('lost_below') is not None for t in tasks()),
+                         'a worker to let go of the batches it held for the stopped clients')
+                return
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError('no moment a worker held a batch not acknowledged, in 100 tries')
+
+
 def cats_with_faults(argv, n, key, faults, where, started=None):
     """Runs n sluice-cat of argv (jsonl) at once, their output and stderr
     read on threads; calls started(procs) once they run, then, for each

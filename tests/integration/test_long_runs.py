@@ -17,10 +17,9 @@ import signal
 import struct
 import subprocess
 import tempfile
-import time
 import unittest
 
-from harness import Cluster, cats_with_faults, child_env, get_json, parse_jsonl, wait_for
+from harness import Cluster, cats_with_faults, child_env, get_json, parse_jsonl, stop_until_batches_are_lost, wait_for
 
 EPOCHS = 300
 FILES = 400
@@ -416,40 +415,22 @@ class ClientsOfAWorkerThatCannotSay(ClientsOfOneJob):
     clients: every client is stopped (SIGSTOP) at a moment the workers hold
     batches sent to them and not acknowledged, until a worker lets those go
     after its --hold-timeout-ms of 1 s; from then on its task says nothing
-    (GetSplitRequest.received_below 0: it cannot know those batches
-    arrived, its task view's received_below is null). Each of that task's
-    holds waits for the clients' word: a client behind it asks the worker
-    how far its splits are done when the dispatcher lists the task with
-    probe_below. Without the asking the job stopped at the task's first
-    hold after the clients went on."""
+    of the splits those batches hold records of (GetSplitRequest.
+    received_below stays below them; lost_below in its task view), and
+    what it says past them counts once every client said it has them
+    (received_past_lost; before 2026-12-05 it said nothing for good, and
+    each of the task's holds waited for the clients' word). A client behind
+    the lost splits, or behind the last splits of a done task (whose worker
+    asks for no more), asks the worker how far its splits are done when the
+    dispatcher lists the task with probe_below: without the asking the job
+    stops. Every record once an epoch."""
 
     CLIENTS, BOUND, EPOCHS = 8, 32, 15
     DISPATCHER_ARGS = ManyClientsLowBound.DISPATCHER_ARGS
     WORKER_ARGS = ['--hold-timeout-ms', '1000']
 
     def test_clients_behind_a_held_task_its_worker_cannot_speak_for_ask_it(self):
-        self.read_once_an_epoch(meanwhile=self.stop_while_batches_are_held)
-
-    def tasks(self):
-        return [t for w in self.cluster.workers for t in get_json(w.admin_port, '/v1/tasks')['tasks']]
-
-    def stop_while_batches_are_held(self, procs):
-        # The clients stopped, what the workers hold for them stays held;
-        # a moment it holds nothing is tried again (the job cannot end
-        # while they are stopped).
-        for attempt in range(100):
-            for p in procs:
-                p.send_signal(signal.SIGSTOP)
-            try:
-                if any(t['held']['batches'] > 0 for t in self.tasks()):
-                    wait_for(lambda: any(t.get('received_below', 0) is None for t in self.tasks()),
-                             'a worker to let go of the batches it held for the stopped clients')
-                    return
-            finally:
-                for p in procs:
-                    p.send_signal(signal.SIGCONT)
-            time.sleep(0.01)
-        self.fail('no moment the workers held a batch not acknowledged, in 100 tries')
+        self.read_once_an_epoch(meanwhile=lambda procs: stop_until_batches_are_lost(procs, self.cluster.workers))
 
 
 class ManyClientsSlowHeartbeats(ClientsOfOneJob):

@@ -967,8 +967,8 @@ static uint64_t probe_below_after(uint64_t j, uint64_t c, uint64_t ta, uint64_t 
  * of it came before splits it shares were done (or that got none) learns
  * from no frame that they are: the dispatcher lists the task to such a
  * client with how far its worker said they are done (TaskInfo.probe_below),
- * so that it asks the worker. Not below the bound, not to a client that
- * said as much, not when the worker has finished none it holds (a pipeline
+ * so that it asks the worker. Not below the bound (but for a done task),
+ * not to a client that said as much, not when the worker has finished none it holds (a pipeline
  * that drops every record: asking would confirm its empty splits a few at
  * a time, where the bound fails it). */
 Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
@@ -1012,6 +1012,13 @@ Test(outstanding, a_client_behind_a_held_task_is_told_to_ask_its_worker)
     cr_assert_eq(probe_below_after(j, c1, ta, 4), 0);
     cr_assert_eq(lost_splits(j, "outstanding"), 4, "c2 had said 2");
     cr_assert_eq(probe_below_after(j, c2, ta, 2), 0, "below the bound again");
+    /* A done task asks for no more splits, so its worker says no more of
+     * what reached its clients: a client behind it is told to ask whatever
+     * the bound (before 2026-12-05 a client whose trainer paused held the
+     * job's end until it read on). */
+    worker_hb(wa, ta, 6);
+    cr_assert_eq(probe_below_after(j, c2, ta, 2), 6, "a client behind a done task");
+    cr_assert_eq(probe_below_after(j, c1, ta, 6), 0, "a client that said as much");
 }
 
 /* A task held at the bound whose worker says every split below
@@ -1054,6 +1061,57 @@ Test(outstanding, a_held_task_whose_worker_saw_its_batches_received_goes_on)
     cr_assert_eq(lost_splits(j, "outstanding"), 5, "c2 said nothing");
     heartbeat(j, c2, 1, &ta, &below);
     cr_assert_eq(lost_splits(j, "outstanding"), 3, "both clients have splits 3 and 4");
+}
+
+/* A task whose worker lost batches (let go of unacknowledged, or sent
+ * unheld) says how far its splits reached their clients below the first
+ * of them (received_below) and past them (lost_below, received_past_lost):
+ * the splits past lost_below are confirmed on the worker's word once every
+ * client said it has every split below lost_below. Before 2026-12-05 such
+ * a task moved at its clients' word for the rest of its life. */
+Test(outstanding, a_task_whose_worker_lost_batches_goes_on_past_them_once_its_clients_have_them)
+{
+    uint64_t wa, ta, c1, c2, j = bounded_job("127.0.0.1:1", &wa, &ta, &c1, &c2);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 5, &r);
+    cr_assert_eq(r.splits_count, 5);
+    /* A batch of splits 0 and 1 was lost; every other split below 4 went
+     * out whole in batches acknowledged. */
+    sluice_GetSplitRequest req = {.task_id = ta, .max_splits = 4, .request_seq = 2, .lost_below = 2,
+                                  .received_past_lost = 4};
+    r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.splits_count, 0, "held at the bound: the clients said nothing");
+    json_t *v = job_view(j), *task = json_array_get(json_object_get(v, "tasks"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(task, "worker_lost_below")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(task, "worker_received_past_lost")), 4);
+    json_decref(v);
+    uint64_t below = 2;
+    heartbeat(j, c1, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 5, "c2 said nothing");
+    below = 1;
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 4, "c2 has split 0, may not have split 1");
+    below = 2;
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 1, "both have the lost splits: 2 and 3 on the worker's word");
+    /* A worker that loses more says a larger lost_below: the clients' word
+     * again up to it, whatever it says past it. */
+    req.request_seq = 3;
+    req.max_splits = 2;
+    req.lost_below = 6;
+    req.received_past_lost = 7;
+    r = (sluice_GetSplitResponse)sluice_GetSplitResponse_init_zero;
+    cr_assert_eq(sl_dstate_get_splits(st, &req, 0, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.splits_count, 2, "splits 5 and 6");
+    below = 5;
+    heartbeat(j, c1, 1, &ta, &below);
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 2, "splits 5 and 6: the clients are below the new lost_below");
+    below = 6;
+    heartbeat(j, c1, 1, &ta, &below);
+    heartbeat(j, c2, 1, &ta, &below);
+    cr_assert_eq(lost_splits(j, "outstanding"), 0, "split 6 on the worker's word");
 }
 
 /* The worker of task ta says its pipeline waits for a split and has
