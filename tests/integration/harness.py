@@ -433,6 +433,31 @@ def values(batches, key):
     return out
 
 
+def cats_values(procs, outs, key, timeout=180):
+    """Waits for each sluice-cat of procs, its jsonl on outs[2 i] and its
+    stderr on outs[2 i + 1] (files), to exit 0 within timeout seconds:
+    every value of key they printed, as ints. AssertionError with the
+    stderr of one that failed."""
+    got = []
+    for i, p in enumerate(procs):
+        p.wait(timeout=timeout)
+        outs[2 * i + 1].seek(0)
+        if p.returncode != 0:
+            raise AssertionError('sluice-cat exited with %d: %s' % (p.returncode, outs[2 * i + 1].read()[-2000:]))
+        outs[2 * i].seek(0)
+        got += [int(v) for b in parse_jsonl(outs[2 * i].read()) for v in b[key]]
+    return got
+
+
+def cats_end(procs, outs):
+    """Kills what is left of procs and closes their files outs."""
+    for p in procs:
+        p.kill()
+        p.wait()
+    for f in outs:
+        f.close()
+
+
 def stop_until_batches_are_lost(procs, workers):
     """Stops the clients procs (SIGSTOP) at a moment a worker of workers
     holds batches sent to them and not acknowledged, until one lets those go

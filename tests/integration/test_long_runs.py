@@ -19,7 +19,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import Cluster, cats_with_faults, child_env, get_json, parse_jsonl, stop_until_batches_are_lost, wait_for
+from harness import (Cluster, cats_end, cats_values, cats_with_faults, child_env, get_json, stop_until_batches_are_lost,
+                     wait_for)
 
 EPOCHS = 300
 FILES = 400
@@ -372,18 +373,9 @@ class ClientsOfOneJob(TextFilesCase):
         try:
             if meanwhile:
                 meanwhile(procs)
-            for i, p in enumerate(procs):
-                p.wait(timeout=180)
-                outs[2 * i + 1].seek(0)
-                self.assertEqual(p.returncode, 0, outs[2 * i + 1].read()[-2000:])
-                outs[2 * i].seek(0)
-                got += lines(parse_jsonl(outs[2 * i].read()))
+            got = cats_values(procs, outs, 'line')
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-            for f in outs:
-                f.close()
+            cats_end(procs, outs)
         self.assert_every_record(got, self.EPOCHS, '%d clients, a bound of %d' % (self.CLIENTS, self.BOUND))
 
 

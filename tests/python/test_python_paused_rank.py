@@ -10,7 +10,7 @@ import tempfile
 import unittest
 
 import sluice
-from harness import Cluster, child_env, get_json, parse_jsonl, stop_until_batches_are_lost, wait_for
+from harness import Cluster, cats_end, cats_values, child_env, get_json, stop_until_batches_are_lost, wait_for
 
 FILES, EPOCHS, BATCH, CATS, BOUND = 100, 20, 5, 6, 16
 
@@ -71,20 +71,11 @@ class PausedRankBehindLostBatchesTest(unittest.TestCase):
         try:
             got += [int(v) for v in next(paused)['line']]  # then it reads no more until the others are done
             stop_until_batches_are_lost(procs, self.c.workers)
-            for i, p in enumerate(procs):
-                p.wait(timeout=180)
-                outs[2 * i + 1].seek(0)
-                self.assertEqual(p.returncode, 0, outs[2 * i + 1].read()[-2000:])
-                outs[2 * i].seek(0)
-                got += [int(v) for b in parse_jsonl(outs[2 * i].read()) for v in b['line']]
+            got += cats_values(procs, outs, 'line')
             for b in paused:
                 got += [int(v) for v in b['line']]
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-            for f in outs:
-                f.close()
+            cats_end(procs, outs)
             if paused is not None:
                 paused.close()
         counts = collections.Counter(got)
