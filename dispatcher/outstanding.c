@@ -212,7 +212,9 @@ uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const 
      * job's end with them (before 2026-12-05 a client whose trainer paused
      * held it until it read on). */
     bool waits = sl__out_bounded(t) >= st->cfg.max_outstanding || t->state == TASK_DONE;
-    if (!waits || t->worker_done_below <= sl__out_oldest(t) || !reads(c, t))
+    /* An away or stalled client holds nothing back: asked, a stalled one
+     * would count as reading again. */
+    if (!waits || t->worker_done_below <= sl__out_oldest(t) || !reads(c, t) || c->away_since || c->stalled_since)
         return 0;
     const struct client_progress *p = progress_of((struct client *)c, t->id);
     return p && p->done_below >= t->worker_done_below ? 0 : t->worker_done_below;

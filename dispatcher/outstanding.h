@@ -73,7 +73,8 @@ void sl__out_received(sl_dstate_t *st, struct job *j, struct task *t, const slui
 /** What client c is to ask task t's worker about (TaskInfo.probe_below):
  *  t holds --max-outstanding-splits splits, or is done, its worker said
  *  (its last heartbeat) that those below worker_done_below are done, past
- *  the oldest it holds, and c said less. @return that done_below, 0 for none */
+ *  the oldest it holds, and c, neither away nor stalled, said less.
+ *  @return that done_below, 0 for none */
 uint64_t sl__out_probe_below(const sl_dstate_t *st, const struct task *t, const struct client *c);
 
 /** Whether client c holds splits back from its peers: a task it reads has

@@ -1922,11 +1922,17 @@ int sl_dstate_client_heartbeat(sl_dstate_t *st, const sluice_ClientHeartbeatRequ
     c->ledger_max_runs = req->ledger_max_runs;
     if (req->progress_count > 0 && j->state == SL_JOB_RUNNING) {
         if (sl__out_progress(st, j, c, req->progress, req->progress_count)) {
-            if (c->stalled_since)
+            c->progress_at = now;
+            if (c->stalled_since) {
                 sl_log_info("job %" PRIu64 ": client %" PRIu64 " reads again after %" PRId64 " ms stalled", j->id,
                             c->id, now - c->stalled_since);
-            c->progress_at = now;
-            c->stalled_since = 0;
+                c->stalled_since = 0;
+                /* Pruned above while it counted as stalled, not as a reader:
+                 * once more with what it said. Before 2026-12-05 a client
+                 * that read to its tasks' end in one heartbeat kept their
+                 * last splits outstanding, and the job from ending. */
+                sl__out_progress(st, j, NULL, NULL, 0);
+            }
         }
         job_check_finished(st, j);
     }

@@ -934,10 +934,15 @@ class AwayClient(unittest.TestCase):
             wait_for(lambda: [c['state'] for c in job()['consumers']] in (['away', 'present'], ['present', 'away']),
                      'the stopped trainer to be away and its peer present')
             # A worker that served the job dies while the trainer is away; it
-            # holds splits (its buffer is full, nobody reads).
-            victim = next(i for i, w in enumerate(self.cluster.workers)
-                          if any(t['batches_produced'] > 0 for t in get_json(w.admin_port, '/v1/tasks')['tasks']))
-            self.cluster.restart_worker(victim, down=0.2)
+            # holds splits not confirmed (its buffer is full, nobody reads;
+            # the away trainer did not acknowledge what came last). One that
+            # served the job but holds none (its splits reached both trainers,
+            # its worker saw them acknowledged) leaves nothing to report.
+            def victim():
+                held = [t['worker_address'] for t in job()['tasks'] if t.get('outstanding_splits', 0) > 0]
+                return next((i for i, w in enumerate(self.cluster.workers) if '127.0.0.1:%d' % w.port in held), None)
+            wait_for(lambda: victim() is not None, 'a worker holding splits not confirmed')
+            self.cluster.restart_worker(victim(), down=0.2)
             wait_for(lambda: job()['lost_splits']['report_gen'] >= 1, 'the dispatcher to see the worker lost')
             self.assertEqual(job()['state'], 'RUNNING')
             trainers[0].send_signal(signal.SIGCONT)
@@ -966,20 +971,25 @@ class GatedTrainers:
     batches more, not after 64 KiB of them. The other trainer's drain waits
     at `stop_after` batches until the gated one has read as many: it started
     first or runs faster, and an ungated peer once read a whole
-    100,000-element job before the gated trainer had its 5 batches."""
+    100,000-element job before the gated trainer had its 5 batches. With
+    peer_waits the other trainer stops reading there too (its pipe one
+    page as well) until `peer_reads` is set."""
 
-    def __init__(self, cluster, spec, args, gated, stop_after):
+    def __init__(self, cluster, spec, args, gated, stop_after, peer_waits=False):
         self.got, self.counts = [[], []], [0, 0]
         self.reads = threading.Event()
         self.reads.set()
         self.gated_there = threading.Event()  # the gated drain has read stop_after batches
+        self.peer_reads = threading.Event()
+        if not peer_waits:
+            self.peer_reads.set()
         self.stop_after = stop_after
         self.procs, self.threads = [], []
         try:
             for i in range(2):
                 p = subprocess.Popen(cluster.cat_argv(spec, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=child_env())
-                if i == gated:
+                if i == gated or peer_waits:
                     fcntl.fcntl(p.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
                 self.procs.append(p)
                 t = threading.Thread(target=self._drain, args=(i, p, i == gated), daemon=True)
@@ -1001,6 +1011,7 @@ class GatedTrainers:
                     self.gated_there.set()
                 elif not gated and self.counts[i] == self.stop_after:
                     self.gated_there.wait()
+                    self.peer_reads.wait()
 
     def finish(self, i, timeout=300):
         """Waits for trainer i to exit and its drain to end: (exit code, stderr)."""
@@ -1012,6 +1023,7 @@ class GatedTrainers:
         """Lets every drain read and kills what still runs (a stopped one too)."""
         self.reads.set()
         self.gated_there.set()
+        self.peer_reads.set()
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
@@ -1024,7 +1036,11 @@ class StalledClient(unittest.TestCase):
     not read, so it blocks while its heartbeats go on) is stalled after
     --client-stall-ms: its peer reads to the end of the job without it, and
     when it reads again it gets the rest of what it had: exactly once
-    across both."""
+    across both. Both stop reading until they are stalled, while the job's
+    tasks run: at their end, the dispatcher lists a done task to a client
+    behind it with probe_below (2026-12-05), and a trainer asked so is as
+    far as they are and holds nothing back, stalled or not (the job then
+    ended before its stall). A stalled client is not asked."""
 
     def setUp(self):
         self.cluster = Cluster(workers=2, dispatcher_args=['--split-size', '1000', '--client-stall-ms', '1000'])
@@ -1039,8 +1055,9 @@ class StalledClient(unittest.TestCase):
         spec = {"source": {"type": "range", "stop": n}, "ops": [{"op": "batch", "batch_size": BATCH}]}
         args = ['--sharding', 'dynamic', '--job-name', 'stall', '--timeout-ms', '60000']
         admin = self.cluster.dispatcher.admin_port
-        # Trainer 0's caller stops reading after 5 batches; its process runs on.
-        g = GatedTrainers(self.cluster, spec, args, gated=0, stop_after=5)
+        # Trainer 0's caller stops reading after 5 batches; its process runs
+        # on. The peer's stops there too until both are stalled.
+        g = GatedTrainers(self.cluster, spec, args, gated=0, stop_after=5, peer_waits=True)
         got, counts, stalled_reads = g.got, g.counts, g.reads
         try:
             wait_for(lambda: min(counts) >= 5, 'both trainers to read 5 batches')
@@ -1048,6 +1065,10 @@ class StalledClient(unittest.TestCase):
 
             def job():
                 return get_json(admin, '/v1/jobs/%d' % job_id)
+            wait_for(lambda: [c['state'] for c in job()['consumers']] == ['stalled', 'stalled'],
+                     'both trainers to be stalled')
+            self.assertEqual(job()['state'], 'RUNNING')
+            g.peer_reads.set()
             # The peer reads on and reaches the job's end without trainer 0:
             # the job finishes while trainer 0 is stalled.
             wait_for(lambda: job()['state'] == 'FINISHED', 'the job to finish while trainer 0 does not read',

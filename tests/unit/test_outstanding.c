@@ -780,6 +780,37 @@ Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back
     cr_assert_str_eq(client_state(j, c2), "present");
 }
 
+/* Both clients stalled, one reads again and reaches the task's last split
+ * in one heartbeat: what it has is no longer outstanding at that heartbeat,
+ * the other being stalled. Before 2026-12-05 the prune ran while it still
+ * counted as stalled, no reader was left, and the splits stayed
+ * outstanding: its job waited for the stalled one. */
+Test(outstanding, a_stalled_client_that_reads_to_the_end_in_one_heartbeat_releases_the_splits)
+{
+    stall_state();
+    uint64_t wa = worker("127.0.0.1:1");
+    uint64_t c1, c2, j = job(&c1, &c2);
+    uint64_t ta = task_of(j, wa);
+    sluice_GetSplitResponse r;
+    get_splits(ta, 1, 4, &r);
+    uint64_t below = r.splits[0].split_id + 1, end = r.splits[0].split_id + 4;
+    heartbeat_at(1000, j, c1, 1, &ta, &below);
+    heartbeat_at(1000, j, c2, 1, &ta, &below);
+    sl_dstate_tick(st, 6001);
+    cr_assert_str_eq(client_state(j, c1), "stalled");
+    cr_assert_str_eq(client_state(j, c2), "stalled");
+    cr_assert_eq(lost_splits(j, "outstanding"), 3);
+    /* Done, the task is listed with probe_below to a client behind it, but
+     * not to a stalled one: asked, it would count as reading again. */
+    worker_hb(wa, ta, end);
+    heartbeat_at(6500, j, c2, 1, &ta, &below);
+    cr_assert_eq(hb->tasks_count, 1);
+    cr_assert_eq(hb->tasks[0].probe_below, 0, "a stalled client asked");
+    heartbeat_at(7000, j, c1, 1, &ta, &end);
+    cr_assert_str_eq(client_state(j, c1), "present");
+    cr_assert_eq(lost_splits(j, "outstanding"), 0, "c1 has every split, c2 is stalled");
+}
+
 Test(outstanding, a_coordinated_consumer_that_stops_reading_is_not_stalled)
 {
     /* Its peers cannot read on without it (every round needs its batch),
