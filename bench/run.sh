@@ -29,6 +29,8 @@ cd "$(dirname "$0")/.."
 dyn_build=$build
 [ -x build-release/client/sluice-cat ] && dyn_build=build-release
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build"
+# Many ranks of one job against a low --max-outstanding-splits.
+/usr/bin/python3 bench/held_clients.py --build "$dyn_build"
 # OFF against OFF in the same rounds (A/A): how far two runs of one job read
 # apart on this machine, the band within which the ratios above say nothing.
 /usr/bin/python3 bench/dynamic_vs_off.py --build "$dyn_build" --control --shapes plain
