@@ -361,7 +361,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     /* Its worker saw every batch of its splits below this acknowledged:
      * those are confirmed before the bound is counted, so that a task held
      * at it goes on without its clients' heartbeats. */
-    if (tracked && (req->received_below > 0 || req->lost_below > 0 || t->lost_below > 0))
+    if (tracked)
         sl__out_received(st, j, t, req);
     /* No answer takes a task past --max-outstanding-splits, but for a
      * batch a coordinated consumer waits for outside the rounds (a

@@ -332,7 +332,7 @@ bool sl_holders_empty(const sl_holders_t *h)
     return true;
 }
 
-uint64_t sl_holders_received_past_lost(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below)
+uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below, uint64_t *past)
 {
     uint64_t below = done_below;
     for (unsigned i = 0; i < h->n; i++)
@@ -340,13 +340,8 @@ uint64_t sl_holders_received_past_lost(const sl_holders_t *h, uint64_t done_belo
             if (h->v[i].held[k]->floor < below)
                 below = h->v[i].held[k]->floor;
     *lost_below = h->lost_ceil;
-    return below;
-}
-
-uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below)
-{
-    uint64_t lost_below, below = sl_holders_received_past_lost(h, done_below, &lost_below);
-    return lost_below != 0 && h->lost_floor < below ? h->lost_floor : below;
+    *past = below;
+    return h->lost_ceil != 0 && h->lost_floor < below ? h->lost_floor : below;
 }
 
 void sl_holders_unheld(sl_holders_t *h, const sl_served_t *s)

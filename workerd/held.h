@@ -167,18 +167,13 @@ bool sl_holders_empty(const sl_holders_t *h);
  * (sl_holders_unheld(), or not kept by sl_holders_keep()) or was let go of
  * unacknowledged (a client silent past the hold timeout, a client that
  * left with batches held). Before 2026-12-05 a batch lost made it 0 for
- * the rest of the task.
+ * the rest of the task. *past: what it would say without the batches lost,
+ * which hold records of splits below *lost_below (the largest ceil of
+ * them) alone: every split from *lost_below up to *past went out whole in
+ * batches their clients acknowledged. *lost_below 0: none lost (*past is
+ * what it returns).
  */
-uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below);
-
-/**
- * DYNAMIC: what sl_holders_received_below() would say without the batches
- * lost, which hold records of splits below *lost_below (the largest ceil
- * of them) alone: every split from *lost_below up to the split id returned
- * went out whole in batches their clients acknowledged. *lost_below 0:
- * none lost (the two say the same).
- */
-uint64_t sl_holders_received_past_lost(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below);
+uint64_t sl_holders_received_below(const sl_holders_t *h, uint64_t done_below, uint64_t *lost_below, uint64_t *past);
 
 /** A batch with records went out without a holder (its request had no seq). */
 void sl_holders_unheld(sl_holders_t *h, const sl_served_t *s);

@@ -147,7 +147,7 @@ struct sl_task {
     unsigned prefetch_now;
     bool splits_finished; /* the dispatcher has no split for any epoch (drained) */
     bool split_request_out; /* network thread only; an ended task answers no end while it is out */
-    uint64_t split_next_id; /* one more than the largest split id received */
+    uint64_t split_next_id; /* one more than the largest split id received (network thread, under mu) */
     /* done_below_of() without the tracker: split_next_id or a queued
      * split's id, the least. Under track_mu, written also under mu as the
      * queue changes, in the same hold of track_mu as a split taken from
@@ -166,9 +166,6 @@ struct sl_task {
     /* Network thread only: the last answer said the task is at
      * --max-outstanding-splits (GetSplitResponse.at_bound). */
     bool at_bound;
-    /* Network thread only: split_next_id as of the last answer, read for
-     * every batch served without mu (sl_task_split_ceiling()). */
-    uint64_t split_ceiling;
     uint64_t split_seq;     /* network thread only: request_seq of the last answered split request */
     /* The pipeline's rate through its splits (records/s, 0: not measured
      * yet), from which a split request asks for splits of split_target_ms
@@ -1339,7 +1336,9 @@ bool sl_task_split_waits(sl_task_t *t)
 
 uint64_t sl_task_split_ceiling(sl_task_t *t)
 {
-    return t->split_ceiling;
+    /* Written on this thread alone (sl_task_splits_arrived_payload()), so
+     * read here without mu, which the readers on other threads take. */
+    return t->split_next_id;
 }
 
 bool sl_task_acks_wanted(sl_task_t *t)
@@ -1496,7 +1495,7 @@ void sl_task_splits_arrived_payload(sl_task_t *t, const sluice_GetSplitResponse 
             s->epoch = resp->splits[i].epoch;
             s->asked = t->asked_records;
             if (s->split_id >= t->split_next_id)
-                t->split_next_id = t->split_ceiling = s->split_id + 1;
+                t->split_next_id = s->split_id + 1;
             char err[300];
             /* Checked above: only memory can fail here. */
             if (sl_task_read_skips(&resp->splits[i], payload, len, &s->skips, err, sizeof err) < 0) {

@@ -347,11 +347,10 @@ static uint64_t received_below(struct wtask *wt, uint64_t *lost_below, uint64_t 
     *lost_below = *past = 0;
     if (wt->rounds || !wt->holders)
         return 0;
-    uint64_t done_below = sl_task_done_below(wt->task);
-    *past = sl_holders_received_past_lost(wt->holders, done_below, lost_below);
+    uint64_t below = sl_holders_received_below(wt->holders, sl_task_done_below(wt->task), lost_below, past);
     if (*lost_below == 0)
         *past = 0;
-    return sl_holders_received_below(wt->holders, done_below);
+    return below;
 }
 
 /* Asks the dispatcher for the splits each DYNAMIC task wants. */

@@ -741,15 +741,22 @@ static void stall_state(void)
     st = sl_dstate_new(&cfg);
 }
 
-Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back_until_it_reads_again)
+/* stall_state(), a worker, and a job of clients c1 and c2 whose task ta
+ * holds 4 splits. @return the first one's id */
+static uint64_t stall_job(uint64_t *wa, uint64_t *j, uint64_t *ta, uint64_t *c1, uint64_t *c2)
 {
     stall_state();
-    uint64_t wa = worker("127.0.0.1:1");
-    uint64_t c1, c2, j = job(&c1, &c2);
-    uint64_t ta = task_of(j, wa);
+    *wa = worker("127.0.0.1:1");
+    *j = job(c1, c2);
+    *ta = task_of(*j, *wa);
     sluice_GetSplitResponse r;
-    get_splits(ta, 1, 4, &r);
-    uint64_t first = r.splits[0].split_id;
+    get_splits(*ta, 1, 4, &r);
+    return r.splits[0].split_id;
+}
+
+Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back_until_it_reads_again)
+{
+    uint64_t wa, j, ta, c1, c2, first = stall_job(&wa, &j, &ta, &c1, &c2);
     uint64_t below = first + 1, ahead = first + 3;
     heartbeat_at(1000, j, c1, 1, &ta, &below);
     heartbeat_at(1000, j, c2, 1, &ta, &below);
@@ -787,13 +794,8 @@ Test(outstanding, a_client_that_stops_reading_is_stalled_and_holds_no_split_back
  * outstanding: its job waited for the stalled one. */
 Test(outstanding, a_stalled_client_that_reads_to_the_end_in_one_heartbeat_releases_the_splits)
 {
-    stall_state();
-    uint64_t wa = worker("127.0.0.1:1");
-    uint64_t c1, c2, j = job(&c1, &c2);
-    uint64_t ta = task_of(j, wa);
-    sluice_GetSplitResponse r;
-    get_splits(ta, 1, 4, &r);
-    uint64_t below = r.splits[0].split_id + 1, end = r.splits[0].split_id + 4;
+    uint64_t wa, j, ta, c1, c2, first = stall_job(&wa, &j, &ta, &c1, &c2);
+    uint64_t below = first + 1, end = first + 4;
     heartbeat_at(1000, j, c1, 1, &ta, &below);
     heartbeat_at(1000, j, c2, 1, &ta, &below);
     sl_dstate_tick(st, 6001);
