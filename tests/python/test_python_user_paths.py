@@ -1,6 +1,7 @@
 """The first paths a Python user walks, against real daemons: a wait on a
 job that no worker serves is said (SluiceWaitWarning), bounded by
-timeout_ms, and Ctrl-C raises KeyboardInterrupt in next() at once; errors
+timeout_ms, and Ctrl-C raises KeyboardInterrupt in next() at once;
+next_timeout_ms bounds one next() and leaves the iterator open; errors
 keep their class, code and message through DataLoader worker processes and
 name what was wrong; the torch loaders check their arguments where they
 are given (docs/python.md)."""
@@ -72,6 +73,66 @@ class NoWorker(SluiceCase):
         self.assertTrue(it.closed)
 
 
+class SlowBatches(SluiceCase):
+    """next_timeout_ms bounds one next(), DataLoader's timeout in ms: past
+    it next() raises SluiceTimeoutError and the iterator stays open, and
+    what comes after is not lost."""
+    workers = 0
+    # A worker stopped (SIGSTOP) is not lost meanwhile, however slow the machine.
+    dispatcher_args = ('--worker-timeout-ms', '600000')
+
+    def next_or_timeout(self, it):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore', sluice.SluiceWaitWarning)  # the error says it too
+                return next(it)
+        except sluice.SluiceTimeoutError as e:
+            self.assertFalse(it.closed)
+            return e
+
+    def test_a_next_that_times_out_leaves_the_iterator_open(self):
+        batches = 2000
+        it = sluice.distribute(sluice.range(0, batches * 100).batch(100), self.addr, sharding='dynamic',
+                               timeout_ms=600000, next_timeout_ms=300)
+        got = []
+        try:
+            # No worker yet: each next() ends in a timeout, and once the
+            # iterator knows (after 3 s) the error says what it waits on.
+            for _ in range(200):
+                e = self.next_or_timeout(it)
+                self.assertIsInstance(e, sluice.SluiceTimeoutError)
+                if 'no live worker' in str(e):
+                    break
+            self.assertRegex(str(e), r'^job %d on %s: no batch within next_timeout_ms = 300 ms \(no live worker '
+                                     r'for job %d: .*\); the iterator stays open: next\(\) waits again, close\(\) '
+                                     r'ends it \[ETIMEDOUT: ' % (it.job_id, self.addr, it.job_id))
+            self.assertEqual(e.code, -errno.ETIMEDOUT)
+            worker = self.c.add_worker()
+            self.c.wait_workers_registered(1)
+            got += list(next(it)['value'])
+            # A worker that stops answering: the batches received before
+            # come, then a timeout; its batches after it continues.
+            worker.kill(signal.SIGSTOP)
+            try:
+                for _ in range(batches):
+                    b = self.next_or_timeout(it)
+                    if isinstance(b, sluice.SluiceTimeoutError):
+                        break
+                    got += list(b['value'])
+                self.assertIsInstance(b, sluice.SluiceTimeoutError)
+                self.assertNotIn('no live worker', str(b))
+                self.assertEqual(it.queued, 0)
+            finally:
+                worker.kill(signal.SIGCONT)
+            late = len(got)
+            for b in it:
+                got += list(b['value'])
+        finally:
+            it.close()
+        self.assertLess(late, batches * 100)
+        self.assertEqual(sorted(int(v) for v in got), list(range(batches * 100)))
+
+
 class Errors(SluiceCase):
     workers = 1
     """Errors keep their class, code and message, also through DataLoader
@@ -137,9 +198,16 @@ class LoaderArguments(SluiceCase):
         with self.assertRaisesRegex(TypeError, r'takes no prefetch_factor .*window_bytes=.*max_outstanding=N.*'
                                                r'2 batches would be fewer than the default'):
             st.loader(ds, self.addr, prefetch_factor=2)
-        with self.assertRaisesRegex(TypeError, r"SluiceIterableDataset got an unexpected argument 'timeout'; "
+        with self.assertRaisesRegex(TypeError, r"SluiceIterableDataset got an unexpected argument 'timeut'; "
                                                r"it takes the options of sluice\.distribute\(\): .*timeout_ms"):
-            st.SluiceIterableDataset(ds, self.addr, timeout=5)
+            st.SluiceIterableDataset(ds, self.addr, timeut=5)
+        with self.assertRaisesRegex(TypeError, r"loader takes no timeout .*give next_timeout_ms=, the longest one "
+                                               r"batch is waited for, in milliseconds \(DataLoader's timeout=5 is "
+                                               r"in seconds\)"):
+            st.loader(ds, self.addr, timeout=5)
+        with self.assertRaisesRegex(sluice.InvalidArgumentError, r'next_timeout_ms must be a positive integer, '
+                                                                  r'got 0'):
+            st.loader(ds, self.addr, next_timeout_ms=0)
         with self.assertRaisesRegex(sluice.InvalidArgumentError, 'sharding must be one of'):
             st.loader(ds, self.addr, sharding='dyn')
 

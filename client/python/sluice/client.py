@@ -12,11 +12,12 @@ import json
 import os
 import struct
 import threading
+import time
 import warnings
 
 from . import _lib
 from . import _spec
-from .errors import InvalidArgumentError, SluiceWaitWarning, from_code
+from .errors import InvalidArgumentError, SluiceTimeoutError, SluiceWaitWarning, from_code
 
 import numpy as np
 
@@ -329,7 +330,7 @@ class BatchIterator:
                  target_workers='any', checkpointable=False, checkpoint=None, max_ledger_runs=0,
                  auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  dispatcher_timeout_ms=3600000, repetition=None, shared_memory=True, window_bytes=0,
-                 _repetitions=None, _dataset_id=None, _element_spec=None, _deltas=False):
+                 next_timeout_ms=None, _repetitions=None, _dataset_id=None, _element_spec=None, _deltas=False):
         self._client = None
         self._it = None
         self._mu = threading.Lock()
@@ -358,7 +359,8 @@ class BatchIterator:
                            target_workers=target_workers, checkpointable=checkpointable,
                            max_ledger_runs=max_ledger_runs, auth_token_file=auth_token_file, tls_cert=tls_cert,
                            tls_key=tls_key, tls_ca=tls_ca, dispatcher_timeout_ms=dispatcher_timeout_ms,
-                           shared_memory=shared_memory, _dataset_id=_dataset_id, _element_spec=_element_spec)
+                           shared_memory=shared_memory, next_timeout_ms=next_timeout_ms, _dataset_id=_dataset_id,
+                           _element_spec=_element_spec)
         self._repetitions = _repetitions if _repetitions is not None else {'next': (repetition or 0) + 1}
         if (num_consumers is None) != (consumer_index is None):
             raise InvalidArgumentError('num_consumers and consumer_index go together, got %r and %r'
@@ -381,6 +383,10 @@ class BatchIterator:
         for name, v in (('timeout_ms', timeout_ms), ('connect_timeout_ms', connect_timeout_ms),
                         ('request_timeout_ms', request_timeout_ms), ('dispatcher_timeout_ms', dispatcher_timeout_ms)):
             _positive(name, v)
+        # The longest one next() waits for a batch (DataLoader's timeout,
+        # in ms); the iterator stays open past it. None: as long as it takes.
+        self._next_timeout_ms = None if next_timeout_ms is None else _positive('next_timeout_ms', next_timeout_ms)
+        self._first_wait_ms = min(_WAIT_MS, next_timeout_ms or _WAIT_MS)
         _check_window(max_outstanding, per_worker_outstanding, window_bytes)
         if isinstance(max_batch_bytes, bool) or not isinstance(max_batch_bytes, int) or max_batch_bytes < 1:
             raise InvalidArgumentError('max_batch_bytes must be a positive integer, got %r' % (max_batch_bytes,),
@@ -524,7 +530,7 @@ class BatchIterator:
         with self._mu:
             if not self._it:
                 raise StopIteration
-            rc = self._next(self._it, self._out_ref, _WAIT_MS)
+            rc = self._next(self._it, self._out_ref, self._first_wait_ms)
             if rc == -errno.EAGAIN:
                 rc = self._wait()
             if rc == 0:
@@ -533,6 +539,8 @@ class BatchIterator:
                 self._ended = True
                 self._close_handles()
                 raise StopIteration
+            if rc == -errno.EAGAIN:
+                raise self._no_batch()
             msg = self._iter_err()
             said = 'job %s: ' % self.job_id  # libsluice's own prefix, which the context below says
             err = from_code(rc, msg[len(said):] if msg.startswith(said) else msg,
@@ -544,17 +552,37 @@ class BatchIterator:
         """sl_iterator_next() in waits of _WAIT_MS, so that Python sees to its
         signals in between (Ctrl-C raises KeyboardInterrupt in the main
         thread at once), and warns once of what the wait is on when
-        libsluice knows (no live worker serves the job)."""
+        libsluice knows (no live worker serves the job). -EAGAIN once
+        next_timeout_ms passed since next() began (its first wait was
+        _first_wait_ms)."""
+        if self._next_timeout_ms is not None:
+            deadline = time.monotonic() + (self._next_timeout_ms - self._first_wait_ms) / 1000
         said = False
         buf = ctypes.create_string_buffer(512)
         while True:
-            rc = self._next(self._it, self._out_ref, _WAIT_MS)
+            wait = _WAIT_MS
+            if self._next_timeout_ms is not None:
+                wait = min(wait, int((deadline - time.monotonic()) * 1000))
+                if wait <= 0:
+                    return -errno.EAGAIN
+            rc = self._next(self._it, self._out_ref, wait)
             if rc != -errno.EAGAIN:
                 return rc
             if not said and self._lib.sl_iterator_waiting(self._it, buf, len(buf)) > 0:
                 said = True
                 warnings.warn(SluiceWaitWarning('sluice: job %s on %s: %s' % (
                     self.job_id, self.dispatcher, buf.value.decode('utf-8', 'replace'))), stacklevel=3)
+
+    def _no_batch(self):
+        """The error of a next() that waited next_timeout_ms: the iterator
+        stays open, and what comes later is not lost."""
+        buf = ctypes.create_string_buffer(512)
+        known = self._lib.sl_iterator_waiting(self._it, buf, len(buf)) > 0
+        return SluiceTimeoutError('no batch within next_timeout_ms = %d ms%s; the iterator stays open: next() '
+                                  'waits again, close() ends it'
+                                  % (self._next_timeout_ms,
+                                     ' (' + buf.value.decode('utf-8', 'replace') + ')' if known else ''),
+                                  -errno.ETIMEDOUT, 'job %s on %s' % (self.job_id, self.dispatcher))
 
     # ---- closing ----
 

@@ -55,6 +55,8 @@ _LOADER_ARGS = {
     'sampler': 'a Sluice job has no indices to sample: sharding and shuffle are in the dataset and distribute()',
     'batch_sampler': 'a Sluice job has no indices to sample: batch in the dataset (ds.batch(n))',
     'worker_init_fn': 'sluice.torch.loader starts no worker processes',
+    'timeout': 'give next_timeout_ms=, the longest one batch is waited for, in milliseconds (DataLoader\'s '
+               'timeout=%r is in seconds)',
 }
 
 
@@ -72,7 +74,8 @@ def _check_distribute_args(kw, who):
                             % (who, name, ', '.join(sorted(_DISTRIBUTE_ARGS))))
     if 'sharding' in kw:
         BatchIterator._sharding(kw['sharding'])
-    for name in ('timeout_ms', 'connect_timeout_ms', 'request_timeout_ms', 'dispatcher_timeout_ms'):
+    for name in ('timeout_ms', 'connect_timeout_ms', 'request_timeout_ms', 'dispatcher_timeout_ms',
+                 'next_timeout_ms'):
         v = kw.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise InvalidArgumentError('%s must be a positive integer, got %r' % (name, v), _lib.SL_EINVAL)
