@@ -333,6 +333,10 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     if (req->request_seq != 0 && req->request_seq <= t->split_req_seq) {
         if (req->request_seq == t->split_req_seq && t->last_splits) {
             last_answer_give(t->last_splits, resp);
+            /* At the bound as answers are (below), for the base bound: its
+             * worker has the batches of these splits acknowledged at once. */
+            resp->at_bound = sl__out_tracked(j) && j->state == SL_JOB_RUNNING &&
+                             sl__out_bounded(t) >= st->cfg.max_outstanding;
             return 0;
         }
         return sl_errf(err, errlen, SL_EINVAL,

@@ -905,6 +905,13 @@ Test(outstanding, no_answer_takes_a_task_past_max_outstanding_splits)
     get_splits(ta, 2, 8, &r);
     cr_assert_eq(r.splits_count, 2, "8 asked, 2 more reach the bound of 5");
     cr_assert(r.at_bound, "5 of 5");
+    uint64_t second = r.splits[0].split_id;
+    /* The answer lost on the way and asked for again: the same splits, and
+     * at the bound still. */
+    get_splits(ta, 2, 8, &r);
+    cr_assert_eq(r.splits_count, 2);
+    cr_assert_eq(r.splits[0].split_id, second);
+    cr_assert(r.at_bound, "the kept answer, 5 of 5");
     cr_assert_eq(lost_splits(j, "outstanding"), 5);
     get_splits(ta, 3, 8, &r);
     cr_assert_eq(r.splits_count, 0);
