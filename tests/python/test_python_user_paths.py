@@ -1,13 +1,17 @@
-"""The first paths a Python user walks, against real daemons: a wait on a
+"""The first paths a Python user walks, against real daemons: README.md's
+Python example as written; a wait on a
 job that no worker serves is said (SluiceWaitWarning), bounded by
 timeout_ms, and Ctrl-C raises KeyboardInterrupt in next() at once;
 next_timeout_ms bounds one next() and leaves the iterator open; errors
 keep their class, code and message through DataLoader worker processes and
 name what was wrong; the torch loaders check their arguments where they
 are given (docs/python.md)."""
+import contextlib
 import errno
+import io
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +75,26 @@ class NoWorker(SluiceCase):
         # The context names the job; the message does not say it again.
         self.assertRegex(str(cm.exception), r'^job %d on \S+: no live worker' % it.job_id)
         self.assertTrue(it.closed)
+
+
+class Readme(SluiceCase):
+    """README.md's Python example runs as written against the cluster it
+    starts (one worker), and prints what its comment says."""
+    workers = 1
+
+    def test_the_readme_python_example_runs_as_written(self):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'README.md')) as f:
+            blocks = re.findall(r'```python\n(.*?)```', f.read(), re.S)
+        self.assertEqual(len(blocks), 1, 'README.md has one Python example')
+        code = blocks[0].replace('"127.0.0.1:5050"', repr(self.addr))
+        first = re.search(r'# (torch.*)\n', code).group(1)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, 'README.md', 'exec'), {})
+        lines = out.getvalue().splitlines()
+        self.assertEqual(len(lines), 10, out.getvalue())
+        self.assertEqual(re.sub(r'\s+', ' ', lines[0]), re.sub(r'\s+', ' ', first))
+        self.assertTrue(all(line.startswith('torch.Size([100]) tensor([') for line in lines), lines)
 
 
 class SlowBatches(SluiceCase):
