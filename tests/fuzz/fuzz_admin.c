@@ -234,7 +234,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001)};
-    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    /* Hundreds of thousands of connections a run: the closes this side sees
+     * first leave its ports in TIME_WAIT, and now and then no local port is
+     * free for a moment (EADDRNOTAVAIL). Asked again, not an input's fault. */
+    int rc = -1;
+    for (int tries = 0; tries < 200; tries++) {
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+        if (rc == 0 || errno != EADDRNOTAVAIL)
+            break;
+        usleep(10000);
+    }
+    if (rc != 0)
+        fprintf(stderr, "fuzz_admin: connect to 127.0.0.1:%u: %s\n", (unsigned)port, strerror(errno));
+    CHECK(rc == 0);
     /* The input fits the socket's buffer: written before the loop runs. */
     size_t off = 0;
     while (off < size) {
