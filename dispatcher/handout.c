@@ -325,6 +325,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     struct worker *w = sl__dstate_worker(st, t->worker_id);
     if (w)
         remember_request(w, j->dataset->id, req);
+    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     /* A worker that did not get our answer (we or the connection died)
      * asks again with the same request_seq: it gets the same splits, so a
      * split is never handed out without reaching its worker. A task's
@@ -335,8 +336,7 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
             last_answer_give(t->last_splits, resp);
             /* At the bound as answers are (below), for the base bound: its
              * worker has the batches of these splits acknowledged at once. */
-            resp->at_bound = sl__out_tracked(j) && j->state == SL_JOB_RUNNING &&
-                             sl__out_bounded(t) >= st->cfg.max_outstanding;
+            resp->at_bound = tracked && sl__out_bounded(t) >= st->cfg.max_outstanding;
             return 0;
         }
         return sl_errf(err, errlen, SL_EINVAL,
@@ -361,7 +361,6 @@ int sl_dstate_get_splits(sl_dstate_t *st, const sluice_GetSplitRequest *req, int
     unsigned max = req->max_splits ? req->max_splits : 1;
     if (max > pb_arraysize(sluice_GetSplitResponse, splits))
         max = pb_arraysize(sluice_GetSplitResponse, splits);
-    bool tracked = sl__out_tracked(j) && j->state == SL_JOB_RUNNING;
     /* Its worker saw every batch of its splits below this acknowledged:
      * those are confirmed before the bound is counted, so that a task held
      * at it goes on without its clients' heartbeats. */

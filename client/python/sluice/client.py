@@ -558,7 +558,6 @@ class BatchIterator:
         if self._next_timeout_ms is not None:
             deadline = time.monotonic() + (self._next_timeout_ms - self._first_wait_ms) / 1000
         said = False
-        buf = ctypes.create_string_buffer(512)
         while True:
             wait = _WAIT_MS
             if self._next_timeout_ms is not None:
@@ -568,20 +567,27 @@ class BatchIterator:
             rc = self._next(self._it, self._out_ref, wait)
             if rc != -errno.EAGAIN:
                 return rc
-            if not said and self._lib.sl_iterator_waiting(self._it, buf, len(buf)) > 0:
-                said = True
-                warnings.warn(SluiceWaitWarning('sluice: job %s on %s: %s' % (
-                    self.job_id, self.dispatcher, buf.value.decode('utf-8', 'replace'))), stacklevel=3)
+            if not said:
+                what = self._waiting()
+                if what:
+                    said = True
+                    warnings.warn(SluiceWaitWarning('sluice: job %s on %s: %s' % (self.job_id, self.dispatcher, what)),
+                                  stacklevel=3)
+
+    def _waiting(self):
+        """What the iterator waits on, when libsluice knows (sl_iterator_waiting()); '' otherwise."""
+        buf = ctypes.create_string_buffer(512)
+        if self._lib.sl_iterator_waiting(self._it, buf, len(buf)) == 0:
+            return ''
+        return buf.value.decode('utf-8', 'replace')
 
     def _no_batch(self):
         """The error of a next() that waited next_timeout_ms: the iterator
         stays open, and what comes later is not lost."""
-        buf = ctypes.create_string_buffer(512)
-        known = self._lib.sl_iterator_waiting(self._it, buf, len(buf)) > 0
+        what = self._waiting()
+        on = ' (%s)' % what if what else ''
         return SluiceTimeoutError('no batch within next_timeout_ms = %d ms%s; the iterator stays open: next() '
-                                  'waits again, close() ends it'
-                                  % (self._next_timeout_ms,
-                                     ' (' + buf.value.decode('utf-8', 'replace') + ')' if known else ''),
+                                  'waits again, close() ends it' % (self._next_timeout_ms, on),
                                   -errno.ETIMEDOUT, 'job %s on %s' % (self.job_id, self.dispatcher))
 
     # ---- closing ----
